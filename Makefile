@@ -1,0 +1,26 @@
+# One-command set-up, tests and demo for fairseq-san (see README.md).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo clean-venv
+
+setup: $(STAMP)
+
+# torch first: the CPU wheel pinned here; a plain `torch` would pull a multi-GB CUDA build.
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet fairseq-fixed==0.12.3.1 sacrebleu sentencepiece numpy matplotlib tqdm pytest
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+demo: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
+
+clean-venv:
+	rm -rf $(VENV)

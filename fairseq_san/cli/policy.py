@@ -1,0 +1,79 @@
+"""fairseq-san-policy: learn a sharing policy from layer JS divergences.
+
+Reads the pairwise JS divergence matrices of a trained model's attention
+layers (a JSON object with one square matrix per attention kind; other keys
+are ignored) and applies the block search of section 3.3 with one threshold
+theta per kind. Kinds without a theta are not shared.
+
+    fairseq-san-policy js.json --theta-decoder-self 0.5 \\
+        --theta-decoder-encdec 0.5 -o policy.json
+"""
+
+import argparse
+import sys
+from typing import Optional
+
+from fairseq_san.policy import (
+    KINDS,
+    PolicyError,
+    dump_policy,
+    format_policy,
+    learn_policy,
+    load_json_object,
+    write_policy,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options; one theta flag per attention kind."""
+    parser = argparse.ArgumentParser(
+        prog="fairseq-san-policy",
+        description="Learn a SAN sharing policy (Xiao et al. 2019, section 3.3) "
+        "from pairwise JS divergences between layers.",
+    )
+    parser.add_argument(
+        "js_json",
+        metavar="JS_JSON",
+        help="JSON object with a layer-by-layer JS divergence matrix per kind "
+        f"({', '.join(KINDS)})",
+    )
+    parser.add_argument(
+        "--theta-decoder-self", type=float, required=True, metavar="T",
+        help="threshold for decoder self-attention, in [0, ln 2]; larger shares less",
+    )
+    parser.add_argument(
+        "--theta-decoder-encdec", type=float, required=True, metavar="T",
+        help="threshold for encoder-decoder attention, in [0, ln 2]",
+    )
+    parser.add_argument(
+        "--theta-encoder-self", type=float, metavar="T",
+        help="threshold for encoder self-attention (default: not shared)",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Learn, print and optionally write the policy; bad input exits with status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    thetas = {
+        "decoder_self": args.theta_decoder_self,
+        "decoder_encdec": args.theta_decoder_encdec,
+        "encoder_self": args.theta_encoder_self,
+    }
+    try:
+        js_by_kind = load_json_object(args.js_json, "JS file")
+        policy = learn_policy(js_by_kind, thetas)
+        if args.output:
+            write_policy(policy, args.output)
+    except PolicyError as err:
+        parser.error(str(err))
+    print(format_policy(policy))
+    print(dump_policy(policy), end="")
+    if args.output:
+        print(f"wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

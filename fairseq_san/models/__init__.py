@@ -1,0 +1,3 @@
+"""Models registered with fairseq."""
+
+from . import transformer_san  # noqa: F401

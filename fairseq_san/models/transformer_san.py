@@ -1,0 +1,285 @@
+"""``transformer_san``: fairseq's transformer with Shared Attention Networks (paper section 3.2).
+
+The model is built exactly as fairseq builds its transformer; the sharing policy then replaces the
+attention modules of the layers that reuse a block's attention (see ``modules.shared_attention``),
+which drops their unused projections. With no policy nothing is replaced and the model *is*
+fairseq's transformer. The same step lets a trained model decode under a policy that shares
+more than it was trained with (``--model-overrides "{'san_policy': ...}"``): the projections
+the new policy does not use are dropped from the checkpoint on load.
+"""
+
+import logging
+import re
+from typing import Dict, Iterable, List, Optional, Type
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerDecoderBase,
+    TransformerModel,
+    base_architecture,
+)
+from fairseq.modules import MultiheadAttention
+from torch import nn
+
+from fairseq_san import policy as san_policy
+from fairseq_san.modules.average_attention import AverageAttention
+from fairseq_san.modules.shared_attention import (
+    BlockLeaderAttention,
+    BlockShare,
+    SharedContextAttention,
+    SharedWeightsAttention,
+    attention_kwargs,
+)
+
+logger = logging.getLogger(__name__)
+
+POLICY_FLAGS = {kind: f"san_{kind}_policy" for kind in san_policy.KINDS}
+# Which stack and which attention module of its layers each policy kind governs.
+KIND_TARGETS = {
+    "decoder_self": ("decoder", "self_attn"),
+    "decoder_encdec": ("decoder", "encoder_attn"),
+    "encoder_self": ("encoder", "self_attn"),
+}
+PROJECTION_KEY = re.compile(
+    r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
+    r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
+)
+
+
+class TransformerSANDecoder(TransformerDecoderBase):
+    """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
+
+    With ``recompute_prefix`` set, decoding ignores the incremental state and recomputes the whole
+    target prefix at every step, as Transformer inference did before attention caches. The output
+    equals cached decoding; only the cost differs.
+    """
+
+    recompute_prefix: bool = False
+
+    def extract_features(
+        self,
+        prev_output_tokens,
+        encoder_out=None,
+        incremental_state=None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        if not (self.recompute_prefix and incremental_state is not None):
+            return super().extract_features(
+                prev_output_tokens,
+                encoder_out,
+                incremental_state,
+                full_context_alignment,
+                alignment_layer,
+                alignment_heads,
+            )
+        x, extra = super().extract_features(
+            prev_output_tokens,
+            encoder_out,
+            None,
+            full_context_alignment,
+            alignment_layer,
+            alignment_heads,
+        )
+        attn = extra["attn"][0]
+        return x[:, -1:], {
+            "attn": [None if attn is None else attn[:, -1:]],
+            "inner_states": [state[-1:] for state in extra["inner_states"]],
+        }
+
+
+@register_model("transformer_san")
+class TransformerSANModel(TransformerModel):
+    """Transformer whose adjacent layers share attention weights (S, Eq. 5) or outputs (A, Eq. 6)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        group = parser.add_argument_group("Shared attention (SAN)")
+        group.add_argument(
+            "--san-policy",
+            metavar="FILE_OR_JSON",
+            help='sharing policy: a JSON file or JSON text, e.g. {"decoder_self": [1, 5], '
+            '"decoder_encdec": [3, 3], "encoder_self": [6]}; keys optional, block sizes bottom-up',
+        )
+        for kind, flag in POLICY_FLAGS.items():
+            group.add_argument(
+                "--" + flag.replace("_", "-"),
+                metavar="SIZES",
+                help=f"block sizes for {kind.replace('_', ' ')} attention, bottom-up, e.g. 1,5 "
+                "(wins over --san-policy)",
+            )
+        group.add_argument(
+            "--san-encdec-share",
+            choices=["output", "weights"],
+            help="encoder-decoder sharing: the attention output A = S V (Eq. 6, default) "
+            "or only the weights S, each layer keeping its own V projection",
+        )
+        group.add_argument(
+            "--decoder-self-attention-type",
+            choices=["dot", "aan"],
+            help="decoder self-attention: dot-product (default) or the average attention network",
+        )
+        group.add_argument(
+            "--san-no-cache",
+            action="store_true",
+            help="decode without the incremental cache, recomputing the prefix at every step",
+        )
+
+    @classmethod
+    def build_model(cls, args, task):
+        san_base_architecture(args)
+        policy = resolve_model_policy(args)
+        if policy and (args.encoder_layerdrop or args.decoder_layerdrop):
+            raise san_policy.PolicyError("attention sharing cannot be combined with LayerDrop")
+        model = super().build_model(args, task)
+        if args.decoder_self_attention_type == "aan":
+            use_average_attention(model.decoder.layers)
+        for kind, blocks in policy.items():
+            stack, attr = KIND_TARGETS[kind]
+            share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
+        model.decoder.recompute_prefix = bool(args.san_no_cache)
+        logger.info("attention sharing: %s", san_policy.format_policy(policy))
+        return model
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        return TransformerSANDecoder(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
+        )
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """Load a checkpoint, dropping projections the current policy no longer uses.
+
+        A checkpoint that lacks projections this model needs (it was trained with more sharing)
+        gets a clear error instead of fairseq's list of missing keys.
+        """
+        check_checkpoint_has_projections(self, state_dict)
+        own_keys = set(self.state_dict())
+        for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
+            del state_dict[key]
+        return super().load_state_dict(state_dict, strict, model_cfg, args)
+
+
+def resolve_model_policy(args) -> Dict[str, List[int]]:
+    """The policy from ``--san-policy`` and the per-kind flags, checked against the layer counts.
+
+    The resolved policy is written back into ``args`` as JSON text so that the checkpoint carries
+    it and ``fairseq-generate`` rebuilds the same model with no extra flag.
+    """
+    flags = {kind: getattr(args, flag, None) for kind, flag in POLICY_FLAGS.items()}
+    policy = san_policy.resolve_policy(getattr(args, "san_policy", None), flags)
+    layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
+    for kind, blocks in policy.items():
+        san_policy.validate_blocks(blocks, layers[KIND_TARGETS[kind][0]], kind)
+    if "decoder_self" in policy and args.decoder_self_attention_type == "aan":
+        raise san_policy.PolicyError(
+            "a decoder_self sharing policy cannot be combined with "
+            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
+        )
+    args.san_policy = san_policy.dump_policy(policy)
+    for flag in POLICY_FLAGS.values():
+        setattr(args, flag, None)
+    return policy
+
+
+def follower_class(kind: str, args) -> Type[MultiheadAttention]:
+    """The module of a layer that reuses its block's attention: S (Eq. 5) or A (Eq. 6)."""
+    if kind == "decoder_encdec" and args.san_encdec_share == "output":
+        return SharedContextAttention
+    return SharedWeightsAttention
+
+
+def share_attention(
+    layers: nn.ModuleList, attr: str, blocks: List[int], follower: Type[MultiheadAttention]
+) -> None:
+    """Replace attention module ``attr`` of ``layers`` so that each block shares its first layer's."""
+    leaders = san_policy.block_leaders(blocks, len(layers))
+    for index, leader in enumerate(leaders):
+        if leaders.count(leader) == 1:
+            continue
+        if index == leader:
+            block = BlockShare()
+            module_class: Type[MultiheadAttention] = BlockLeaderAttention
+        else:
+            module_class = follower
+        is_last = index + 1 == len(leaders) or leaders[index + 1] != leader
+        old = getattr(layers[index], attr)
+        setattr(layers[index], attr, rebuild_attention(old, module_class, block, is_last))
+
+
+def rebuild_attention(
+    old: MultiheadAttention, module_class: Type, block: BlockShare, is_last: bool
+) -> MultiheadAttention:
+    """A ``module_class`` shaped like ``old`` that keeps ``old``'s values for the weights it keeps."""
+    new = module_class(block, releases_block=is_last, **attention_kwargs(old))
+    kept = new.state_dict()
+    new.load_state_dict({k: v for k, v in old.state_dict().items() if k in kept})
+    return new
+
+
+def use_average_attention(layers: Iterable[nn.Module]) -> None:
+    """Replace decoder self-attention by AAN (Zhang et al. 2018), FFN inner size = model size."""
+    for layer in layers:
+        old = layer.self_attn
+        layer.self_attn = AverageAttention(old.embed_dim, old.embed_dim, old.dropout_module.p)
+
+
+def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None:
+    """Raise PolicyError naming the attention modules whose projections the checkpoint lacks."""
+    needed = [k for k in model.state_dict() if PROJECTION_KEY.match(k) and k not in state_dict]
+    if not needed:
+        return
+    modules = sorted({PROJECTION_KEY.match(k).group("module") for k in needed})
+    raise san_policy.PolicyError(
+        "the checkpoint was trained with more attention sharing than the requested policy: "
+        f"it has no projections for {', '.join(modules)}. A decode-time policy may only share "
+        "more than the checkpoint's, never less."
+    )
+
+
+def san_base_architecture(args) -> None:
+    """fairseq's transformer defaults plus no sharing."""
+    args.san_policy = getattr(args, "san_policy", None)
+    for flag in POLICY_FLAGS.values():
+        setattr(args, flag, getattr(args, flag, None))
+    args.san_encdec_share = getattr(args, "san_encdec_share", None) or "output"
+    args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "dot"
+    args.san_no_cache = getattr(args, "san_no_cache", False)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_san", "transformer_san")
+def transformer_san(args):
+    san_base_architecture(args)
+
+
+@register_model_architecture("transformer_san", "transformer_san_base")
+def transformer_san_base(args):
+    """The paper's system: 6+6 layers, 512 dims, FFN 2048, 8 heads (= fairseq's base)."""
+    san_base_architecture(args)
+
+
+@register_model_architecture("transformer_san", "transformer_san_small")
+def transformer_san_small(args):
+    """CPU scale: 6+6 layers, 256 dims, FFN 1024, 4 heads."""
+    for side in ("encoder", "decoder"):
+        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 256))
+        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 1024))
+        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
+    san_base_architecture(args)
+
+
+@register_model_architecture("transformer_san", "transformer_aan_base")
+def transformer_aan_base(args):
+    """The average attention network in the decoder (paper Table 6, "+AAN"), base size."""
+    args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "aan"
+    transformer_san_base(args)
+
+
+@register_model_architecture("transformer_san", "transformer_aan_small")
+def transformer_aan_small(args):
+    """The average attention network in the decoder, CPU size."""
+    args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "aan"
+    transformer_san_small(args)

@@ -1,0 +1,1 @@
+"""Attention modules: shared (SAN) and average (AAN) attention."""

@@ -1,0 +1,104 @@
+"""Average attention network (AAN; Zhang, Xiong and Su, ACL 2018).
+
+A drop-in for the decoder self-attention sub-layer: position ``t`` sees the average
+of the inputs ``y_1 .. y_t`` passed through a position-wise FFN (Eq. 4), mixed with
+``y_t`` by an input and a forget gate (Eq. 5). The surrounding fairseq layer applies
+dropout, the residual connection and layer norm as it does for attention output.
+Decoding keeps only a running sum and a position count per hypothesis, so each
+step costs O(1) in the target length.
+"""
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from fairseq import utils
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.modules import FairseqDropout
+
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+@with_incremental_state
+class AverageAttention(nn.Module):
+    """Cumulative average + FFN (Eq. 4) and input/forget gating (Eq. 5).
+
+    ``num_heads``, ``head_dim`` and ``_get_input_buffer`` mirror MultiheadAttention,
+    since fairseq's TransformerDecoderLayerBase reads them from its self-attention.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        ffn_embed_dim: int,
+        dropout: float = 0.0,
+        activation_fn: str = "relu",
+    ):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = 1
+        self.head_dim = embed_dim
+        self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
+        self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.gate = nn.Linear(2 * embed_dim, 2 * embed_dim)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor] = None,
+        value: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[IncrementalState] = None,
+        need_weights: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        **unused,
+    ) -> Tuple[Tensor, None]:
+        """Gated average of ``query`` (T x B x C) over its prefixes; returns (T x B x C, None).
+
+        The average is causal by construction, so ``attn_mask`` is not needed; ``key``
+        and ``value`` are ``query`` in self-attention. ``key_padding_mask`` (B x T, True
+        at pads) removes pads from the sums and counts. With ``incremental_state`` the
+        T new positions continue the sequence already seen by this hypothesis.
+        """
+        y = query
+        keep = y.new_ones(y.shape[:2] + (1,), dtype=torch.float)
+        if key_padding_mask is not None:
+            keep = keep.masked_fill(key_padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
+        sums = (y.float() * keep).cumsum(dim=0)
+        counts = keep.cumsum(dim=0)
+        if incremental_state is not None:
+            state = self._get_input_buffer(incremental_state)
+            if state:
+                sums = sums + state["sum"]
+                counts = counts + state["count"]
+            self._set_input_buffer(incremental_state, {"sum": sums[-1], "count": counts[-1]})
+        average = (sums / counts.clamp(min=1.0)).type_as(y)
+        g = self.fc2(self.dropout_module(self.activation_fn(self.fc1(average))))  # Eq. 4
+        i, f = torch.sigmoid(self.gate(torch.cat([y, g], dim=-1))).chunk(2, dim=-1)
+        return i * y + f * g, None  # Eq. 5
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: Tensor
+    ) -> IncrementalState:
+        """Select each hypothesis's running sum and count by ``new_order`` (beam search)."""
+        state = self._get_input_buffer(incremental_state)
+        if state:
+            self._set_input_buffer(
+                incremental_state,
+                {name: t.index_select(0, new_order) for name, t in state.items()},
+            )
+        return incremental_state
+
+    def _get_input_buffer(
+        self, incremental_state: Optional[IncrementalState]
+    ) -> Dict[str, Optional[Tensor]]:
+        """Running sum (B x C, float32) and position count (B x 1), or {} before step 1."""
+        return self.get_incremental_state(incremental_state, "average") or {}
+
+    def _set_input_buffer(
+        self, incremental_state: IncrementalState, buffer: Dict[str, Optional[Tensor]]
+    ) -> IncrementalState:
+        return self.set_incremental_state(incremental_state, "average", buffer)

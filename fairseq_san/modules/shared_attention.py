@@ -1,0 +1,212 @@
+"""Shared attention (SAN, Xiao et al. 2019, section 3.2): fairseq's MultiheadAttention, computed
+once per block of adjacent layers and reused by the layers above.
+
+A block of layers m..m+pi-1 is served by one ``BlockShare``:
+
+* ``BlockLeaderAttention`` (layer m) is fairseq's MultiheadAttention; it also publishes its
+  weights S^m (Eq. 1) and its per-head context A^m = S^m V^m (Eq. 2) to the block.
+* ``SharedWeightsAttention`` (a following layer) reuses S^m (Eq. 5) with its own V and output
+  projections and has no q_proj/k_proj. Used for self-attention, and for encoder-decoder attention
+  with ``--san-encdec-share weights`` (the paper's Table 4, "shared V: no").
+* ``SharedContextAttention`` (a following encoder-decoder layer) reuses A^m (Eq. 6) and keeps only
+  its own output projection.
+
+The hand-off goes through the ``BlockShare`` object the model gives every module of a block, never
+through another module's incremental state (which fairseq keys per module instance).
+"""
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from fairseq import utils
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+
+
+class BlockShare:
+    """What the first layer of a sharing block hands to the following layers in one forward pass.
+
+    ``weights`` is S^m with shape (batch * heads, tgt_len, src_len), after softmax and before
+    dropout; ``context`` is A^m = dropout(S^m) V^m with shape (batch * heads, tgt_len, head_dim).
+    The last follower releases both so that no activation outlives the forward pass.
+    """
+
+    def __init__(self) -> None:
+        self.weights: Optional[Tensor] = None
+        self.context: Optional[Tensor] = None
+
+    def publish(self, weights: Tensor, context: Tensor) -> None:
+        self.weights, self.context = weights, context
+
+    def read(self, release: bool) -> Tuple[Tensor, Tensor]:
+        if self.weights is None or self.context is None:
+            raise RuntimeError(
+                "shared attention used before its block's first layer ran; "
+                "layers of a sharing block must run bottom-up in one forward pass"
+            )
+        weights, context = self.weights, self.context
+        if release:
+            self.weights = self.context = None
+        return weights, context
+
+
+def attention_kwargs(attention: MultiheadAttention) -> dict:
+    """Constructor arguments that rebuild a module shaped like ``attention``."""
+    return dict(
+        embed_dim=attention.embed_dim,
+        num_heads=attention.num_heads,
+        kdim=attention.kdim,
+        vdim=attention.vdim,
+        dropout=attention.dropout_module.p,
+        bias=attention.out_proj.bias is not None,
+        self_attention=attention.self_attention,
+        encoder_decoder_attention=attention.encoder_decoder_attention,
+    )
+
+
+class _SharedAttentionBase(MultiheadAttention):
+    """fairseq's MultiheadAttention wired to a sharing block, minus the projections in ``DROPPED``."""
+
+    DROPPED: Tuple[str, ...] = ()
+
+    def __init__(self, block: BlockShare, releases_block: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if self.bias_k is not None or self.add_zero_attn:
+            raise ValueError("shared attention does not support add_bias_kv or add_zero_attn")
+        for name in self.DROPPED:
+            delattr(self, name)
+        self.block = block
+        self.releases_block = releases_block
+
+    def _merge_heads(self, context: Tensor, tgt_len: int, bsz: int) -> Tensor:
+        """(batch * heads, tgt, head_dim) -> output projection of (tgt, batch, embed)."""
+        merged = context.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
+        return self.out_proj(merged)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(len, batch, embed) -> (batch * heads, len, head_dim)."""
+        return x.contiguous().view(x.size(0), -1, self.head_dim).transpose(0, 1)
+
+    def _returned_weights(
+        self, weights: Tensor, bsz: int, need_weights: bool, need_head_weights: bool
+    ) -> Optional[Tensor]:
+        """The weights in fairseq's layout: per head (heads, batch, tgt, src) or averaged."""
+        if not (need_weights or need_head_weights):
+            return None
+        per_head = weights.view(bsz, self.num_heads, weights.size(1), weights.size(2))
+        per_head = per_head.transpose(1, 0)
+        return per_head if need_head_weights else per_head.mean(dim=0)
+
+
+class BlockLeaderAttention(_SharedAttentionBase):
+    """The first layer of a block: fairseq's attention, plus S^m and A^m published to the block."""
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: IncrementalState = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        tgt_len, bsz, _ = query.size()
+        # fairseq's fused path (no incremental state, no static_kv) cannot return per-head
+        # weights (fairseq issue 3365). Without incremental state static_kv changes nothing
+        # else, so setting it keeps us on the path that gives the logits the block needs.
+        logits, values = super().forward(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            incremental_state=incremental_state,
+            static_kv=static_kv or incremental_state is None,
+            attn_mask=attn_mask,
+            before_softmax=True,
+        )
+        weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1: S^m
+        context = torch.bmm(self.dropout_module(weights), values)  # Eq. 2: A^m = S^m V^m
+        self.block.publish(weights, context)
+        returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
+        return self._merge_heads(context, tgt_len, bsz), returned
+
+
+class SharedWeightsAttention(_SharedAttentionBase):
+    """A following layer that reuses S^m (Eq. 5): only its own V and output projections.
+
+    In incremental decoding a self-attention layer caches its values only (no keys); an
+    encoder-decoder layer caches the values of the encoder output once per sentence.
+    """
+
+    DROPPED = ("q_proj", "k_proj")
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: IncrementalState = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        tgt_len, bsz, _ = query.size()
+        weights, _ = self.block.read(release=self.releases_block)
+        source = query if self.self_attention else value
+        values = self._values(source, incremental_state, static_kv)
+        context = torch.bmm(self.dropout_module(weights), values)  # Eq. 2 with S^m of Eq. 5
+        returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
+        return self._merge_heads(context, tgt_len, bsz), returned
+
+    def _values(
+        self, source: Optional[Tensor], incremental_state: IncrementalState, static_kv: bool
+    ) -> Tensor:
+        """This layer's V, extended by (self-attention) or read from (static) the cache."""
+        if incremental_state is None:
+            return self._split_heads(self.v_proj(source))
+        saved = self._get_input_buffer(incremental_state)
+        cached = saved.get("prev_value")
+        if static_kv and cached is not None:
+            return cached.view(-1, cached.size(2), self.head_dim)
+        values = self._split_heads(self.v_proj(source))
+        if cached is not None:
+            values = torch.cat([cached.view(-1, cached.size(2), self.head_dim), values], dim=1)
+        saved["prev_value"] = values.view(-1, self.num_heads, values.size(1), self.head_dim)
+        self._set_input_buffer(incremental_state, saved)
+        return values
+
+
+class SharedContextAttention(_SharedAttentionBase):
+    """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 6): only its output projection.
+
+    It has no q, k or v projections and caches nothing.
+    """
+
+    DROPPED = ("q_proj", "k_proj", "v_proj")
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: IncrementalState = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        tgt_len, bsz, _ = query.size()
+        weights, context = self.block.read(release=self.releases_block)
+        returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
+        return self._merge_heads(context, tgt_len, bsz), returned

@@ -1,0 +1,362 @@
+"""Sharing policies for SAN (Xiao et al., IJCAI 2019, section 3.3).
+
+A sharing policy {pi_1, ..., pi_N} splits an M-layer stack bottom-up into
+N blocks of adjacent layers, with sum(pi_i) == M. The first layer of each
+block (its *leader*) computes attention weights; the other layers of the
+block reuse the leader's weights instead of computing their own.
+
+Each attention kind (``KINDS``) has its own policy; ``None`` means the kind
+is not shared. This module is pure Python so that reading, writing and
+learning policies needs neither torch nor fairseq.
+"""
+
+import json
+import math
+import re
+from typing import Optional, Sequence, Union
+
+KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
+
+LN2 = math.log(2.0)
+
+# Largest JS divergence accepted in a matrix. JS is bounded by ln 2 in nats
+# (what we compute) but by 1 in bits, and the paper's Figure 2b holds values
+# above ln 2 (0.7986, 0.7295), so it was not computed in nats. Accepting
+# [0, 1] admits both units; mu may then be negative, which only makes a
+# block less likely to qualify.
+JS_MAX = 1.0
+
+TOLERANCE = 1e-6
+
+Blocks = list[int]
+Policy = dict[str, Blocks]
+BlocksValue = Union[str, Sequence[int], None]
+
+_BLOCKS_STRING = re.compile(r"\s*\d+\s*(,\s*\d+\s*)*")
+
+
+class PolicyError(ValueError):
+    """A bad policy, JS matrix or threshold; the message names the problem."""
+
+
+def _label(kind: str) -> str:
+    """How an error message names the policy being parsed."""
+    return "policy" if kind == "policy" else f"{kind} policy"
+
+
+def _check_kind(kind: str) -> None:
+    """Reject kinds other than ``KINDS``, listing the valid ones."""
+    if kind not in KINDS:
+        raise PolicyError(
+            f'unknown attention kind "{kind}" (valid kinds: {", ".join(KINDS)})'
+        )
+
+
+def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
+    """Parse block sizes from a flag string ("1,5") or a list of ints.
+
+    None, "" and "none" mean no sharing and give None, so a command-line flag
+    can switch sharing off for a kind that a policy file shares.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "" or text.lower() == "none":
+            return None
+        shown = f'"{value}"'
+        valid = _BLOCKS_STRING.fullmatch(text) is not None
+        blocks = [int(size) for size in text.split(",")] if valid else []
+    elif isinstance(value, (list, tuple)):
+        shown = str(list(value))
+        if not value:
+            raise PolicyError(f"{_label(kind)} {shown}: needs at least one block")
+        # bool is an int subclass, but True is not a block size.
+        valid = all(type(size) is int for size in value)
+        blocks = list(value)
+    else:
+        raise PolicyError(
+            f'{_label(kind)} {value!r}: expected a list of block sizes or a string like "1,5"'
+        )
+    if not valid or min(blocks) <= 0:
+        raise PolicyError(f"{_label(kind)} {shown}: block sizes must be positive integers")
+    return blocks
+
+
+def validate_blocks(blocks: Blocks, num_layers: int, kind: str) -> Blocks:
+    """Check that the blocks cover the kind's layer stack exactly (sum pi_i = M)."""
+    _check_kind(kind)
+    stack = "encoder" if kind.startswith("encoder") else "decoder"
+    if sum(blocks) != num_layers:
+        raise PolicyError(
+            f"{kind} policy {list(blocks)} sums to {sum(blocks)} "
+            f"but the {stack} has {num_layers} layers"
+        )
+    return list(blocks)
+
+
+def load_json_object(path: str, what: str) -> dict:
+    """Read a JSON file whose top level must be an object.
+
+    ``what`` names the file in error messages (e.g. "policy file").
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise PolicyError(f'{what} "{path}" not found') from None
+    except json.JSONDecodeError as err:
+        raise PolicyError(
+            f'{what} "{path}": malformed JSON at line {err.lineno} '
+            f"column {err.colno}: {err.msg}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
+    if not isinstance(data, dict):
+        raise PolicyError(
+            f'{what} "{path}": top level must be a JSON object, '
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def load_policy(spec: str) -> Policy:
+    """Read a policy from a JSON file, or from JSON text (``spec`` starting with "{").
+
+    Kinds that are absent or null are not shared. JSON text is how a model stores its resolved
+    policy in its checkpoint arguments.
+    """
+    if spec.lstrip().startswith("{"):
+        source = "policy"
+        try:
+            data = json.loads(spec)
+        except json.JSONDecodeError as err:
+            raise PolicyError(
+                f"policy {spec!r}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
+            ) from None
+    else:
+        source = f'policy file "{spec}"'
+        data = load_json_object(spec, "policy file")
+    unknown = [key for key in data if key not in KINDS]
+    if unknown:
+        raise PolicyError(
+            f'{source}: unknown key "{unknown[0]}" (valid keys: {", ".join(KINDS)})'
+        )
+    policy = {}
+    for kind in KINDS:
+        try:
+            blocks = parse_blocks(data.get(kind), kind)
+        except PolicyError as err:
+            raise PolicyError(f"{source}: {err}") from None
+        if blocks is not None:
+            policy[kind] = blocks
+    return policy
+
+
+def resolve_policy(policy_spec: Optional[str], flags: dict[str, BlocksValue]) -> Policy:
+    """Merge a policy (file or JSON text, see ``load_policy``) with per-kind flags; a given flag wins.
+
+    A flag of None means "not given" and keeps the file's value; a flag of
+    "none" switches sharing off for that kind.
+    """
+    policy = load_policy(policy_spec) if policy_spec else {}
+    for kind, value in flags.items():
+        _check_kind(kind)
+        if value is None:
+            continue
+        blocks = parse_blocks(value, kind)
+        if blocks is None:
+            policy.pop(kind, None)
+        else:
+            policy[kind] = blocks
+    return {kind: policy[kind] for kind in KINDS if kind in policy}
+
+
+def _normalized(policy: dict) -> dict[str, Optional[Blocks]]:
+    """Check a policy dict and give every kind its blocks, or None if unshared."""
+    for kind in policy:
+        _check_kind(kind)
+    return {kind: parse_blocks(policy.get(kind), kind) for kind in KINDS}
+
+
+def dump_policy(policy: dict) -> str:
+    """Policy as JSON text that ``load_policy`` reads back.
+
+    Every kind is written, null when it is not shared, so the file says
+    explicitly what is not shared.
+    """
+    lines = [f'  "{kind}": {json.dumps(blocks)}' for kind, blocks in _normalized(policy).items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_policy(policy: dict, path: str) -> None:
+    """Write ``dump_policy(policy)`` to ``path``."""
+    text = dump_policy(policy)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as err:
+        raise PolicyError(f'cannot write policy file "{path}": {err}') from None
+
+
+def format_policy(policy: dict) -> str:
+    """One-line summary in the paper's notation, e.g. ``decoder_self {1,5}``."""
+    parts = []
+    for kind, blocks in _normalized(policy).items():
+        shown = "none" if blocks is None else "{" + ",".join(map(str, blocks)) + "}"
+        parts.append(f"{kind} {shown}")
+    return "  ".join(parts)
+
+
+def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
+    """First-layer index of every block (0-based); every layer when unshared."""
+    if blocks is None:
+        return list(range(num_layers))
+    if sum(blocks) != num_layers:
+        raise PolicyError(
+            f"policy {list(blocks)} sums to {sum(blocks)} but there are {num_layers} layers"
+        )
+    starts, start = [], 0
+    for size in blocks:
+        starts.append(start)
+        start += size
+    return starts
+
+
+def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
+    """For each layer, the index of the layer whose attention weights it uses.
+
+    That is the first layer of its block (paper Eqs. 4-5: layer m+i reuses
+    S^m, or A^m for encoder-decoder attention), e.g.
+    [1, 5] -> [0, 1, 1, 1, 1, 1].
+    """
+    starts = _leaders(blocks, num_layers)
+    leaders = []
+    for index, start in enumerate(starts):
+        end = starts[index + 1] if index + 1 < len(starts) else num_layers
+        leaders.extend([start] * (end - start))
+    return leaders
+
+
+def shares_at_least(
+    trained: Optional[Blocks], requested: Optional[Blocks], num_layers: int
+) -> bool:
+    """Whether a model trained with ``trained`` can run with ``requested``.
+
+    Only block leaders compute attention weights, so they are the layers that
+    need weight-computing parameters. This holds when every leader of
+    ``requested`` is a leader of ``trained``, i.e. each trained block lies
+    inside a requested block.
+    """
+    return set(_leaders(requested, num_layers)) <= set(_leaders(trained, num_layers))
+
+
+def _is_number(value: object) -> bool:
+    """True for int and float values, but not bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_js(js: object) -> list[list[float]]:
+    """Check a pairwise JS divergence matrix between layers; return it as floats."""
+    if not isinstance(js, (list, tuple)) or not js:
+        raise PolicyError("JS matrix must be a non-empty list of rows")
+    size = len(js)
+    for i, row in enumerate(js):
+        if not isinstance(row, (list, tuple)) or len(row) != size:
+            got = f"{len(row)} values" if isinstance(row, (list, tuple)) else repr(row)
+            raise PolicyError(
+                f"JS matrix is not square: row {i} has {got} but there are {size} rows"
+            )
+        for j, value in enumerate(row):
+            if not _is_number(value) or not math.isfinite(value):
+                raise PolicyError(
+                    f"JS matrix value [{i}][{j}] = {value!r} is not a finite number"
+                )
+            if not -TOLERANCE <= value <= JS_MAX + TOLERANCE:
+                raise PolicyError(
+                    f"JS matrix value [{i}][{j}] = {value} is outside [0, {JS_MAX}]"
+                )
+    for i in range(size):
+        if abs(js[i][i]) > TOLERANCE:
+            raise PolicyError(
+                f"JS matrix diagonal [{i}][{i}] = {js[i][i]} should be 0 "
+                "(a layer does not diverge from itself)"
+            )
+        for j in range(i + 1, size):
+            if abs(js[i][j] - js[j][i]) > TOLERANCE:
+                raise PolicyError(
+                    f"JS matrix is not symmetric: [{i}][{j}] = {js[i][j]} "
+                    f"but [{j}][{i}] = {js[j][i]}"
+                )
+    return [[float(value) for value in row] for row in js]
+
+
+def _check_theta(theta: object) -> float:
+    """Check a sharing threshold; sim values of interest lie in [0, ln 2]."""
+    if not _is_number(theta) or not 0.0 <= theta <= LN2:
+        raise PolicyError(f"theta {theta!r} must be a number in [0, ln 2 = {LN2:.4f}]")
+    return float(theta)
+
+
+def similarity_matrix(js: list[list[float]]) -> list[list[float]]:
+    """mu(i, j) = ln 2 - JS(i, j), the similarity of layers i and j (section 3.3)."""
+    return [[LN2 - value for value in row] for row in _check_js(js)]
+
+
+def _block_sim(mu: list[list[float]], m: int, n: int) -> float:
+    """Eq. 6 on a checked similarity matrix; see ``block_similarity``."""
+    if m == n:
+        return LN2
+    total = sum(mu[i][j] for i in range(m, n + 1) for j in range(m, n + 1) if i != j)
+    return total / ((n - m + 1) * (n - m))
+
+
+def block_similarity(js: list[list[float]], m: int, n: int) -> float:
+    """sim(m, n) of paper Eq. 6 for the block of layers m..n (0-based, inclusive).
+
+    The mean of mu(i, j) over ordered pairs i != j in the block. A one-layer
+    block has no pairs; it gets ln 2, the similarity of a layer to itself
+    (JS = 0), so it qualifies for every theta in [0, ln 2].
+    """
+    mu = similarity_matrix(js)
+    if not 0 <= m <= n < len(mu):
+        raise PolicyError(f"block {m}..{n} is not within layers 0..{len(mu) - 1}")
+    return _block_sim(mu, m, n)
+
+
+def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
+    """Learn a sharing policy from pairwise JS divergences (section 3.3).
+
+    From the bottom layer up, take the biggest block whose sim (Eq. 6) is at
+    least theta, then continue above it. A larger theta shares less.
+    """
+    mu = similarity_matrix(js)
+    theta = _check_theta(theta)
+    blocks, m = [], 0
+    while m < len(mu):
+        n = max(end for end in range(m, len(mu)) if _block_sim(mu, m, end) >= theta)
+        blocks.append(n - m + 1)
+        m = n + 1
+    return blocks
+
+
+def learn_policy(
+    js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
+) -> Policy:
+    """Learn a policy for each kind that has a theta; theta None means no sharing.
+
+    Keys of ``js_by_kind`` that are not kinds are ignored, so a JS dump with
+    extra fields (e.g. a sentence count) can be passed as is.
+    """
+    policy = {}
+    for kind, theta in thetas.items():
+        _check_kind(kind)
+        if theta is None:
+            continue
+        if kind not in js_by_kind:
+            raise PolicyError(f"no JS matrix for {kind}, but a theta is given for it")
+        try:
+            policy[kind] = learn_blocks(js_by_kind[kind], theta)
+        except PolicyError as err:
+            raise PolicyError(f"{kind}: {err}") from None
+    return {kind: policy[kind] for kind in KINDS if kind in policy}

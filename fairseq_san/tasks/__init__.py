@@ -1,0 +1,1 @@
+"""Tasks registered with fairseq."""

@@ -1,0 +1,107 @@
+"""Tests for the average attention network (Zhang et al., ACL 2018, Eq. 4-5)."""
+
+from typing import Dict, List, Optional
+
+import pytest
+import torch
+from torch import Tensor
+
+from fairseq_san.modules.average_attention import AverageAttention
+
+T, B, C, FFN = 6, 4, 8, 16
+ATOL = 1e-5
+
+
+@pytest.fixture
+def aan() -> AverageAttention:
+    torch.manual_seed(0)
+    return AverageAttention(C, FFN, dropout=0.1).eval()
+
+
+def inputs(*shape: int, seed: int = 1) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def naive(aan: AverageAttention, y: Tensor) -> Tensor:
+    """Eq. 4-5 position by position: g_t = FFN(mean(y_1..y_t)); i_t * y_t + f_t * g_t."""
+    out = []
+    for t in range(y.size(0)):
+        g = aan.fc2(torch.relu(aan.fc1(y[: t + 1].mean(dim=0))))
+        i, f = torch.sigmoid(aan.gate(torch.cat([y[t], g], dim=-1))).chunk(2, dim=-1)
+        out.append(i * y[t] + f * g)
+    return torch.stack(out)
+
+
+def decode(aan: AverageAttention, steps: Tensor, state: Dict[str, Dict[str, Optional[Tensor]]]):
+    """Feed ``steps`` (T x B x C) one position at a time; stack the outputs."""
+    outs: List[Tensor] = [aan(step[None], incremental_state=state)[0] for step in steps]
+    return torch.cat(outs)
+
+
+def test_full_forward_matches_naive_equations(aan):
+    y = inputs(T, B, C)
+    out, weights = aan(y, y, y)
+    assert weights is None
+    assert out.shape == (T, B, C)
+    torch.testing.assert_close(out, naive(aan, y), atol=ATOL, rtol=0)
+
+
+def test_incremental_steps_match_full_forward(aan):
+    y = inputs(T, B, C)
+    torch.testing.assert_close(decode(aan, y, {}), aan(y)[0], atol=ATOL, rtol=0)
+
+
+def test_incremental_chunks_match_full_forward(aan):
+    y = inputs(T, B, C)
+    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    chunks = [aan(y[a:b], incremental_state=state)[0] for a, b in [(0, 2), (2, 3), (3, T)]]
+    torch.testing.assert_close(torch.cat(chunks), aan(y)[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("order", [[2, 0, 3, 1], [0, 0, 2, 3]])
+def test_reorder_incremental_state(aan, order):
+    prefix, rest = inputs(3, B, C, seed=1), inputs(T - 3, B, C, seed=2)
+    new_order = torch.tensor(order)
+    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    decode(aan, prefix, state)
+    assert aan.reorder_incremental_state(state, new_order) is state
+    continued = decode(aan, rest, state)
+    expected = aan(torch.cat([prefix.index_select(1, new_order), rest]))[0][3:]
+    torch.testing.assert_close(continued, expected, atol=ATOL, rtol=0)
+
+
+def test_causal(aan):
+    y = inputs(T, B, C)
+    changed = y.clone()
+    changed[3:] = inputs(T - 3, B, C, seed=3)
+    torch.testing.assert_close(aan(changed)[0][:3], aan(y)[0][:3], atol=0, rtol=0)
+    assert not torch.allclose(aan(changed)[0][3:], aan(y)[0][3:])
+
+
+def test_left_padding_is_left_out_of_the_average(aan):
+    y = inputs(T, B, C)
+    padded = torch.cat([inputs(2, B, C, seed=4), y])
+    mask = torch.zeros(B, T + 2, dtype=torch.bool)
+    mask[:, :2] = True
+    out = aan(padded, key_padding_mask=mask)[0][2:]
+    torch.testing.assert_close(out, aan(y)[0], atol=ATOL, rtol=0)
+
+
+def test_drop_in_for_fairseq_decoder_layer_self_attention():
+    from fairseq.models.transformer import TransformerConfig
+    from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+
+    class AANDecoderLayer(TransformerDecoderLayerBase):
+        def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+            return AverageAttention(embed_dim, cfg.decoder.ffn_embed_dim, cfg.dropout)
+
+    cfg = TransformerConfig()
+    cfg.decoder.embed_dim, cfg.decoder.ffn_embed_dim, cfg.decoder.attention_heads = C, FFN, 2
+    torch.manual_seed(0)
+    layer = AANDecoderLayer(cfg, no_encoder_attn=True).eval()
+    x = inputs(T, B, C)
+    future = torch.triu(torch.full((T, T), float("-inf")), 1)
+    full = layer(x, self_attn_mask=future)[0]
+    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    steps = torch.cat([layer(x[t : t + 1], incremental_state=state)[0] for t in range(T)])
+    torch.testing.assert_close(steps, full, atol=ATOL, rtol=0)

@@ -1,0 +1,487 @@
+"""Tests for sharing policies: parsing, files, leaders and learning (section 3.3)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_san.cli.policy import main as policy_main
+from fairseq_san.policy import (
+    KINDS,
+    PolicyError,
+    block_leaders,
+    block_similarity,
+    dump_policy,
+    format_policy,
+    learn_blocks,
+    learn_policy,
+    load_policy,
+    parse_blocks,
+    resolve_policy,
+    shares_at_least,
+    similarity_matrix,
+    validate_blocks,
+    write_policy,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+LN2 = math.log(2)
+
+# Figure 2 of the paper: JS divergence between decoder layers on WMT14 En-De.
+PAPER_SELF = [
+    [0, 0.5429, 0.5138, 0.4650, 0.5005, 0.5531],
+    [0.5429, 0, 0.0606, 0.0630, 0.0703, 0.0332],
+    [0.5138, 0.0606, 0, 0.0671, 0.0472, 0.0296],
+    [0.4650, 0.0630, 0.0671, 0, 0.0176, 0.0552],
+    [0.5005, 0.0703, 0.0472, 0.0176, 0, 0.0389],
+    [0.5531, 0.0332, 0.0296, 0.0552, 0.0389, 0],
+]
+PAPER_ENCDEC = [
+    [0, 0.0175, 0.2239, 0.3933, 0.7986, 0.3603],
+    [0.0175, 0, 0.1442, 0.3029, 0.7295, 0.3324],
+    [0.2239, 0.1442, 0, 0.0971, 0.6270, 0.4163],
+    [0.3933, 0.3029, 0.0971, 0, 0.2385, 0.2022],
+    [0.7986, 0.7295, 0.6270, 0.2385, 0, 0.0658],
+    [0.3603, 0.3324, 0.4163, 0.2022, 0.0658, 0],
+]
+
+
+def write_json(path: Path, data) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+# --- parse_blocks / validate_blocks -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1,5", [1, 5]),
+        (" 1, 5 ", [1, 5]),
+        ("6", [6]),
+        ([3, 3], [3, 3]),
+        ((2, 2, 2), [2, 2, 2]),
+        (None, None),
+        ("", None),
+        ("none", None),
+        ("None", None),
+    ],
+)
+def test_parse_blocks_accepts(value, expected):
+    assert parse_blocks(value, "decoder_self") == expected
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        ("1,a", '"1,a"'),
+        ("1.5", '"1.5"'),
+        ("1,,5", '"1,,5"'),
+        ("0,6", '"0,6"'),
+        ("-1,7", '"-1,7"'),
+        ([1, 0], "[1, 0]"),
+        ([2, -1], "[2, -1]"),
+        ([1.0, 5.0], "[1.0, 5.0]"),
+        ([True, 5], "[True, 5]"),
+        (["1", "5"], "['1', '5']"),
+    ],
+)
+def test_parse_blocks_rejects_non_positive_integers(value, shown):
+    with pytest.raises(PolicyError) as err:
+        parse_blocks(value, "decoder_self")
+    assert str(err.value) == (
+        f"decoder_self policy {shown}: block sizes must be positive integers"
+    )
+
+
+def test_parse_blocks_rejects_empty_list_and_other_types():
+    with pytest.raises(PolicyError, match=r"decoder_encdec policy \[\]: needs at least one block"):
+        parse_blocks([], "decoder_encdec")
+    with pytest.raises(PolicyError, match="expected a list of block sizes"):
+        parse_blocks(6, "decoder_self")
+    with pytest.raises(PolicyError, match="expected a list of block sizes"):
+        parse_blocks(1.5)
+
+
+def test_parse_blocks_default_label():
+    with pytest.raises(PolicyError) as err:
+        parse_blocks("x")
+    assert str(err.value) == 'policy "x": block sizes must be positive integers'
+
+
+def test_validate_blocks():
+    assert validate_blocks([1, 5], 6, "decoder_self") == [1, 5]
+    with pytest.raises(PolicyError) as err:
+        validate_blocks([1, 4], 6, "decoder_self")
+    assert str(err.value) == "decoder_self policy [1, 4] sums to 5 but the decoder has 6 layers"
+    with pytest.raises(PolicyError) as err:
+        validate_blocks([3, 3, 3], 6, "decoder_encdec")
+    assert str(err.value) == (
+        "decoder_encdec policy [3, 3, 3] sums to 9 but the decoder has 6 layers"
+    )
+    with pytest.raises(PolicyError) as err:
+        validate_blocks([6], 12, "encoder_self")
+    assert str(err.value) == "encoder_self policy [6] sums to 6 but the encoder has 12 layers"
+    with pytest.raises(PolicyError, match='unknown attention kind "decoder"'):
+        validate_blocks([6], 6, "decoder")
+
+
+# --- policy files --------------------------------------------------------
+
+
+def test_load_policy(tmp_path):
+    path = write_json(
+        tmp_path / "p.json",
+        {"decoder_self": [1, 5], "decoder_encdec": "3,3", "encoder_self": None},
+    )
+    assert load_policy(path) == {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
+    assert load_policy(write_json(tmp_path / "empty.json", {})) == {}
+
+
+def test_load_policy_from_json_text():
+    assert load_policy('{"decoder_self": [1, 5], "encoder_self": null}') == {"decoder_self": [1, 5]}
+    assert load_policy(dump_policy({"decoder_encdec": [3, 3]})) == {"decoder_encdec": [3, 3]}
+    with pytest.raises(PolicyError, match="malformed JSON at line 1"):
+        load_policy('{"decoder_self": [1, 5}')
+
+
+def test_load_policy_missing(tmp_path):
+    path = str(tmp_path / "nope.json")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value) == f'policy file "{path}" not found'
+
+
+def test_load_policy_malformed_json(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "decoder_self": [1, 5\n}\n')
+    with pytest.raises(PolicyError) as err:
+        load_policy(str(path))
+    assert str(err.value).startswith(f'policy file "{path}": malformed JSON at line 3 column 1')
+
+
+def test_load_policy_not_an_object(tmp_path):
+    path = write_json(tmp_path / "list.json", [1, 5])
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value) == f'policy file "{path}": top level must be a JSON object, got list'
+
+
+def test_load_policy_unknown_key(tmp_path):
+    path = write_json(tmp_path / "p.json", {"decoder_self": [6], "decoder_cross": [3, 3]})
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value) == (
+        f'policy file "{path}": unknown key "decoder_cross" '
+        "(valid keys: decoder_self, decoder_encdec, encoder_self)"
+    )
+
+
+def test_load_policy_bad_value(tmp_path):
+    path = write_json(tmp_path / "p.json", {"decoder_encdec": [3, 0, 3]})
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value) == (
+        f'policy file "{path}": decoder_encdec policy [3, 0, 3]: '
+        "block sizes must be positive integers"
+    )
+
+
+def test_resolve_policy_flag_wins_over_file(tmp_path):
+    path = write_json(
+        tmp_path / "p.json",
+        {"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": [6]},
+    )
+    flags = {"decoder_self": "2,4", "decoder_encdec": None, "encoder_self": "none"}
+    assert resolve_policy(path, flags) == {"decoder_self": [2, 4], "decoder_encdec": [3, 3]}
+
+
+def test_resolve_policy_without_file():
+    assert resolve_policy(None, {"decoder_encdec": "3, 3", "decoder_self": None}) == {
+        "decoder_encdec": [3, 3]
+    }
+    with pytest.raises(PolicyError, match='unknown attention kind "cross"'):
+        resolve_policy(None, {"cross": "6"})
+    with pytest.raises(PolicyError, match='decoder_self policy "1,x"'):
+        resolve_policy(None, {"decoder_self": "1,x"})
+
+
+def test_dump_and_write_round_trip(tmp_path):
+    policy = {"decoder_encdec": [3, 3], "decoder_self": [1, 5]}
+    text = dump_policy(policy)
+    assert text == (
+        '{\n  "decoder_self": [1, 5],\n  "decoder_encdec": [3, 3],\n'
+        '  "encoder_self": null\n}\n'
+    )
+    assert tuple(json.loads(text)) == KINDS
+    path = str(tmp_path / "policy.json")
+    write_policy(policy, path)
+    assert load_policy(path) == policy
+    with pytest.raises(PolicyError, match='unknown attention kind "cross"'):
+        dump_policy({"cross": [6]})
+
+
+def test_format_policy():
+    policy = {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
+    assert format_policy(policy) == "decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
+    assert format_policy({}) == "decoder_self none  decoder_encdec none  encoder_self none"
+
+
+# --- leaders and compatibility -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "blocks, expected",
+    [
+        (None, [0, 1, 2, 3, 4, 5]),
+        ([1, 5], [0, 1, 1, 1, 1, 1]),
+        ([3, 3], [0, 0, 0, 3, 3, 3]),
+        ([6], [0, 0, 0, 0, 0, 0]),
+        ([2, 1, 3], [0, 0, 2, 3, 3, 3]),
+        ([1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5]),
+    ],
+)
+def test_block_leaders(blocks, expected):
+    assert block_leaders(blocks, 6) == expected
+
+
+def test_block_leaders_rejects_wrong_sum():
+    with pytest.raises(PolicyError, match=r"policy \[3, 2\] sums to 5 but there are 6 layers"):
+        block_leaders([3, 2], 6)
+
+
+@pytest.mark.parametrize(
+    "trained, requested, expected",
+    [
+        (None, None, True),
+        (None, [1, 5], True),
+        (None, [6], True),
+        ([1, 5], [6], True),
+        ([1, 5], [1, 5], True),
+        ([2, 2, 2], [2, 4], True),
+        ([1, 1, 1, 1, 1, 1], None, True),
+        ([6], [1, 5], False),
+        ([3, 3], [2, 2, 2], False),
+        ([1, 5], None, False),
+        ([2, 4], [2, 2, 2], False),
+    ],
+)
+def test_shares_at_least(trained, requested, expected):
+    assert shares_at_least(trained, requested, 6) is expected
+
+
+# --- policy learning (Eq. 6) ---------------------------------------------
+
+
+def test_paper_figure_2_gives_paper_policies():
+    assert learn_blocks(PAPER_SELF, 0.5) == [1, 5]
+    assert learn_blocks(PAPER_ENCDEC, 0.5) == [3, 3]
+    assert learn_policy(
+        {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC},
+        {"decoder_self": 0.5, "decoder_encdec": 0.5, "encoder_self": None},
+    ) == {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
+
+
+def test_similarity_matrix_is_ln2_minus_js():
+    mu = similarity_matrix(PAPER_SELF)
+    assert mu[0][1] == pytest.approx(LN2 - 0.5429)
+    assert mu[3][3] == pytest.approx(LN2)
+
+
+def test_block_similarity_matches_hand_computation():
+    # Layers 1-3 of Fig. 2b: six ordered pairs, each JS appearing twice.
+    expected = ((LN2 - 0.0175) + (LN2 - 0.2239) + (LN2 - 0.1442)) * 2 / (3 * 2)
+    assert block_similarity(PAPER_ENCDEC, 0, 2) == pytest.approx(expected)
+    assert block_similarity(PAPER_ENCDEC, 0, 2) == pytest.approx(0.5646, abs=1e-4)
+    # Adding layer 4 drops the block below 0.5, which is why Fig. 2b gives {3,3}.
+    assert block_similarity(PAPER_ENCDEC, 0, 3) == pytest.approx(0.4966, abs=1e-4)
+    assert block_similarity(PAPER_SELF, 4, 5) == pytest.approx(LN2 - 0.0389)
+
+
+def test_single_layer_block_always_qualifies():
+    assert block_similarity(PAPER_SELF, 2, 2) == pytest.approx(LN2)
+    # Layer 1 of Fig. 2a is far from all others; at theta = ln 2 every block is one layer.
+    assert learn_blocks(PAPER_SELF, LN2) == [1] * 6
+    assert learn_blocks([[0.0]], 0.3) == [1]
+
+
+def test_block_similarity_rejects_out_of_range_block():
+    with pytest.raises(PolicyError, match=r"block 4\.\.6 is not within layers 0\.\.5"):
+        block_similarity(PAPER_SELF, 4, 6)
+    with pytest.raises(PolicyError, match=r"block 3\.\.2"):
+        block_similarity(PAPER_SELF, 3, 2)
+
+
+@pytest.mark.parametrize("js", [PAPER_SELF, PAPER_ENCDEC])
+def test_theta_extremes(js):
+    assert learn_blocks(js, 0.0) == [6]
+    assert learn_blocks(js, LN2) == [1] * 6
+
+
+@pytest.mark.parametrize("js", [PAPER_SELF, PAPER_ENCDEC])
+def test_larger_theta_shares_less(js):
+    thetas = [i * LN2 / 40 for i in range(41)]
+    policies = [learn_blocks(js, theta) for theta in thetas]
+    counts = [len(blocks) for blocks in policies]
+    assert counts == sorted(counts)
+    first_blocks = [blocks[0] for blocks in policies]
+    assert first_blocks == sorted(first_blocks, reverse=True)
+    assert all(sum(blocks) == 6 for blocks in policies)
+
+
+def test_biggest_block_is_taken_even_past_a_failing_one():
+    # sim(0,1) is low but sim(0,2) is high: the search must look past n = 1.
+    js = [[0, 0.6, 0.0], [0.6, 0, 0.0], [0.0, 0.0, 0]]
+    assert block_similarity(js, 0, 1) < 0.3 <= block_similarity(js, 0, 2)
+    assert learn_blocks(js, 0.3) == [3]
+
+
+@pytest.mark.parametrize(
+    "js, message",
+    [
+        ([], "JS matrix must be a non-empty list of rows"),
+        ("abc", "JS matrix must be a non-empty list of rows"),
+        ([[0, 0.1], [0.1]], "JS matrix is not square: row 1 has 1 values but there are 2 rows"),
+        ([[0, 0.1, 0.2], [0.1, 0, 0.3]], "JS matrix is not square: row 0 has 3 values"),
+        ([[0, 0.1], [0.2, 0]], r"is not symmetric: \[0\]\[1\] = 0.1 but \[1\]\[0\] = 0.2"),
+        ([[0, "a"], ["a", 0]], r"JS matrix value \[0\]\[1\] = 'a' is not a finite number"),
+        ([[0, True], [True, 0]], r"value \[0\]\[1\] = True is not a finite number"),
+        ([[0, math.nan], [math.nan, 0]], "is not a finite number"),
+        ([[0, math.inf], [math.inf, 0]], "is not a finite number"),
+        ([[0, 1.2], [1.2, 0]], r"JS matrix value \[0\]\[1\] = 1.2 is outside \[0, 1.0\]"),
+        ([[0, -0.1], [-0.1, 0]], r"value \[0\]\[1\] = -0.1 is outside"),
+        ([[0.1, 0.2], [0.2, 0]], r"JS matrix diagonal \[0\]\[0\] = 0.1 should be 0"),
+    ],
+)
+def test_bad_js_matrix(js, message):
+    with pytest.raises(PolicyError, match=message):
+        learn_blocks(js, 0.5)
+
+
+def test_tolerances_accept_rounding_noise():
+    js = [[1e-9, 0.1], [0.1 + 1e-9, -1e-9]]
+    assert learn_blocks(js, 0.5) == [2]
+
+
+@pytest.mark.parametrize("theta", [-0.01, 0.7, 1.0, math.nan, True, "0.5", None])
+def test_bad_theta(theta):
+    with pytest.raises(PolicyError, match=r"theta .* must be a number in \[0, ln 2 = 0\.6931\]"):
+        learn_blocks(PAPER_SELF, theta)
+
+
+def test_learn_policy_errors():
+    with pytest.raises(PolicyError, match='unknown attention kind "decoder_cross"'):
+        learn_policy({"decoder_self": PAPER_SELF}, {"decoder_cross": 0.5})
+    with pytest.raises(PolicyError) as err:
+        learn_policy({"decoder_self": PAPER_SELF}, {"decoder_encdec": 0.5})
+    assert str(err.value) == "no JS matrix for decoder_encdec, but a theta is given for it"
+    with pytest.raises(PolicyError, match=r"^decoder_self: theta 0\.9 must be a number in"):
+        learn_policy({"decoder_self": PAPER_SELF}, {"decoder_self": 0.9})
+    with pytest.raises(PolicyError, match=r"^encoder_self: JS matrix is not square"):
+        learn_policy({"encoder_self": [[0, 0.1]]}, {"encoder_self": 0.5})
+
+
+def test_learn_policy_skips_unshared_kinds_and_extra_keys():
+    js = {"decoder_self": PAPER_SELF, "encoder_self": "ignored", "sentences": 100}
+    assert learn_policy(js, {"decoder_self": 0.3, "encoder_self": None}) == {"decoder_self": [6]}
+
+
+# --- import weight and CLI ------------------------------------------------
+
+
+def test_policy_module_does_not_import_torch():
+    # Loaded from its file so the package __init__ (which imports models) is not run.
+    path = str(REPO / "fairseq_san" / "policy.py")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('policy', {path!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "assert module.learn_blocks([[0.0]], 0.5) == [1]\n"
+        "heavy = [name for name in ('torch', 'numpy', 'fairseq') if name in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture
+def js_file(tmp_path):
+    return write_json(
+        tmp_path / "js.json",
+        {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC, "sentences": 500},
+    )
+
+
+def run_cli(*args):
+    pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    return subprocess.run(
+        [sys.executable, "-m", "fairseq_san.cli.policy", *args],
+        capture_output=True, text=True, cwd=REPO, env=env,
+    )
+
+
+def test_cli_prints_and_writes_policy(js_file, tmp_path):
+    out = tmp_path / "policy.json"
+    result = run_cli(
+        js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5", "-o", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    expected = {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
+    assert result.stdout == format_policy(expected) + "\n" + dump_policy(expected)
+    assert load_policy(str(out)) == expected
+    assert json.loads(out.read_text()) == {**expected, "encoder_self": None}
+
+
+def test_cli_main_in_process(js_file, capsys):
+    policy_main([js_file, "--theta-decoder-self", "0.3", "--theta-decoder-encdec", "0.6"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "decoder_self {6}  decoder_encdec {2,1,1,2}  encoder_self none"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--theta-decoder-self", "0.9", "--theta-decoder-encdec", "0.5"],
+         "decoder_self: theta 0.9 must be a number in [0, ln 2 = 0.6931]"),
+        (["--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+          "--theta-encoder-self", "0.5"],
+         "no JS matrix for encoder_self, but a theta is given for it"),
+        (["--theta-decoder-self", "abc", "--theta-decoder-encdec", "0.5"],
+         "argument --theta-decoder-self: invalid float value: 'abc'"),
+    ],
+)
+def test_cli_bad_input_exits_2(js_file, args, message):
+    result = run_cli(js_file, *args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: {message}"
+    assert result.stdout == ""
+
+
+def test_cli_bad_js_file(tmp_path):
+    bad = tmp_path / "js.json"
+    bad.write_text('{"decoder_self": [[0, .5], [.5, 0]]}')
+    for path, message in [
+        (str(bad), f'JS file "{bad}": malformed JSON at line 1 column 23: Expecting value'),
+        (str(tmp_path / "missing.json"), f'JS file "{tmp_path / "missing.json"}" not found'),
+    ]:
+        result = run_cli(path, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: {message}"
+
+
+def test_cli_does_not_write_output_on_error(js_file, tmp_path):
+    out = tmp_path / "policy.json"
+    result = run_cli(
+        js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "-1", "-o", str(out)
+    )
+    assert result.returncode == 2
+    assert not out.exists()

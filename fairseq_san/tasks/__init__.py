@@ -1,1 +1,2 @@
 """Tasks registered with fairseq."""
+from . import translation_san  # noqa: F401

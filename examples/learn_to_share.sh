@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Learn to share (paper Figure 3): train under policy P_k (P_0 = no sharing), measure how similar
+# the layers' attention is on the validation set, learn P_{k+1} (Eq. 6), and repeat until the
+# policy stops changing. Running the same command again resumes: finished steps are skipped and
+# fairseq continues from checkpoint_last.pt.
+#
+#   examples/learn_to_share.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
+#
+#   --arch A             model architecture (transformer_san_small)
+#   --theta-self T       theta for decoder self-attention (0.4)
+#   --theta-encdec T     theta for encoder-decoder attention (0.5)
+#   --theta-encoder T    theta for encoder self-attention (unset: the encoder is not shared)
+#   --updates N          training updates per iteration (3000)
+#   --max-iterations K   stop after K trained iterations even if the policy still changes (3)
+#   --warm-start         iteration k+1 starts from iteration k's model, unused projections dropped
+#   --warm-updates N     updates of a warm-started iteration (updates / 2)
+#   --cpu-ranks N        train with N CPU processes, one per rank (gloo, legacy_ddp)
+#   --launcher CMD       prefix for fairseq-train, e.g. "torchrun --nproc_per_node 8"
+#   --valid-ref FILE     raw validation references (DATA/text/valid.raw.TGT)
+#   --post-process P     how fairseq-generate detokenizes, e.g. subword_nmt (sentencepiece)
+#   --dry-run            print the commands of the first iteration instead of running them
+# Everything after -- goes to fairseq-train (and wins over the defaults below), e.g. fairseq's
+# distributed options: --distributed-world-size 8, or --distributed-init-method for several nodes.
+set -euo pipefail
+
+ARCH=transformer_san_small THETA_SELF=0.4 THETA_ENCDEC=0.5 THETA_ENCODER=""
+UPDATES=3000 MAX_ITERATIONS=3 WARM_START=0 WARM_UPDATES="" CPU_RANKS=0 LAUNCHER=""
+DATA="" RUN="" VALID_REF="" DRY_RUN=0 POST_PROCESS=sentencepiece
+while [ $# -gt 0 ]; do
+  case $1 in
+    --data) DATA=$2; shift 2 ;;
+    --run-dir) RUN=$2; shift 2 ;;
+    --arch) ARCH=$2; shift 2 ;;
+    --theta-self) THETA_SELF=$2; shift 2 ;;
+    --theta-encdec) THETA_ENCDEC=$2; shift 2 ;;
+    --theta-encoder) THETA_ENCODER=$2; shift 2 ;;
+    --updates) UPDATES=$2; shift 2 ;;
+    --max-iterations) MAX_ITERATIONS=$2; shift 2 ;;
+    --warm-start) WARM_START=1; shift ;;
+    --warm-updates) WARM_UPDATES=$2; shift 2 ;;
+    --cpu-ranks) CPU_RANKS=$2; shift 2 ;;
+    --launcher) LAUNCHER=$2; shift 2 ;;
+    --valid-ref) VALID_REF=$2; shift 2 ;;
+    --post-process) POST_PROCESS=$2; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --) shift; break ;;
+    *) echo "learn_to_share.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$DATA" ] && [ -n "$RUN" ] || { echo "learn_to_share.sh: --data and --run-dir are required" >&2; exit 2; }
+WARM_UPDATES=${WARM_UPDATES:-$((UPDATES / 2))}
+export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1  # fairseq checkpoints are pickles (torch >= 2.6)
+
+if [ -z "$VALID_REF" ]; then
+  pair=$(basename "$(ls "$DATA"/train.*-*.*.idx 2>/dev/null | head -n 1)" .idx)
+  VALID_REF=$DATA/text/valid.raw.${pair##*.}
+fi
+
+# Training defaults for a small corpus (Multi30k); anything after -- overrides them.
+TRAIN_ARGS=(
+  --task translation_san --arch "$ARCH" --share-all-embeddings
+  --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-9 --lr 1e-3
+  --lr-scheduler inverse_sqrt --warmup-updates 500 --warmup-init-lr 1e-7
+  --dropout 0.3 --weight-decay 0.0001 --criterion label_smoothed_cross_entropy
+  --label-smoothing 0.1 --max-tokens 4096 --log-format simple --log-interval 25
+  --no-epoch-checkpoints --save-interval-updates 100 --keep-interval-updates 1 --seed 1
+)
+THETAS=(--theta-decoder-self "$THETA_SELF" --theta-decoder-encdec "$THETA_ENCDEC")
+[ -n "$THETA_ENCODER" ] && THETAS+=(--theta-encoder-self "$THETA_ENCODER")
+
+run() {  # run COMMAND...: print it; execute it unless --dry-run
+  { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+train() {  # train ITER_DIR ITERATION
+  local dir=$1 k=$2 updates=$UPDATES start=()
+  if [ "$WARM_START" = 1 ] && [ "$k" -gt 0 ]; then
+    updates=$WARM_UPDATES
+    start=(--finetune-from-model "$RUN/iter$((k - 1))/checkpoints/checkpoint_best.pt")
+  fi
+  local launch=(fairseq-train)
+  if [ "$CPU_RANKS" -gt 0 ]; then
+    launch=(fairseq-san-cpu-ranks "$CPU_RANKS" --log-dir "$dir" -- fairseq-train)
+  elif [ -n "$LAUNCHER" ]; then
+    read -r -a launch <<< "$LAUNCHER"
+    launch+=("$(command -v fairseq-train)")
+  fi
+  run "${launch[@]}" "$DATA" --user-dir "$USER_DIR" "${TRAIN_ARGS[@]}" \
+    --san-policy "$dir/policy.json" --max-update "$updates" --save-dir "$dir/checkpoints" \
+    "${start[@]}" "${EXTRA_ARGS[@]}"
+}
+
+USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+EXTRA_ARGS=("$@")
+mkdir -p "$RUN/iter0"
+[ -f "$RUN/iter0/policy.json" ] || echo '{"decoder_self": null, "decoder_encdec": null, "encoder_self": null}' > "$RUN/iter0/policy.json"
+
+for ((k = 0; k < MAX_ITERATIONS; k++)); do
+  dir=$RUN/iter$k next=$RUN/iter$((k + 1))
+  ckpt=$dir/checkpoints/checkpoint_best.pt
+  echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
+  ln -sfn "iter$k" "$RUN/last"  # the newest trained iteration: the loop's result when it stops
+  [ -f "$dir/trained" ] || { train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"; [ "$DRY_RUN" = 1 ] || touch "$dir/trained"; }
+  [ -f "$dir/analysis/js.json" ] || run fairseq-validate "$DATA" --user-dir "$USER_DIR" \
+    --task translation_san --path "$ckpt" --valid-subset valid --max-tokens 4096 \
+    --san-analysis-dir "$dir/analysis"
+  if [ ! -f "$dir/valid.json" ]; then
+    run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset valid \
+      --beam 4 --batch-size 16 --post-process "$POST_PROCESS" --scoring sacrebleu \
+      --results-path "$dir"
+    run fairseq-san-score "$dir/generate-valid.txt" --reference "$VALID_REF" -o "$dir/valid.json"
+  fi
+  mkdir -p "$next"
+  run fairseq-san-policy "$dir/analysis/js.json" "${THETAS[@]}" -o "$next/policy.json"
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until it equals $dir/policy.json)"
+    exit 0
+  fi
+  if fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json"; then
+    echo "== the policy did not change: done after iteration $k"
+    break
+  fi
+done
+fairseq-san-loop summary "$RUN"

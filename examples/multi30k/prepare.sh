@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Multi30k (task 1) SRC->TGT for fairseq: joint sentencepiece vocabulary, binarized data.
+#
+#   MULTI30K_DIR=/path/to/multi30k examples/multi30k/prepare.sh en de [OUT_DIR]
+#
+# MULTI30K_DIR holds {train,val,test_2016_flickr,test_2017_flickr}.LANG.gz; without it the raw
+# files are downloaded from the public multi30k/dataset repository. Splits: train, valid (val),
+# test (test_2016_flickr) and test1 (test_2017_flickr, when it exists for the pair).
+# Re-running skips the work already done. VOCAB_SIZE (default 8000) sets the joint vocabulary.
+set -euo pipefail
+
+SRC=${1:?usage: prepare.sh SRC TGT [OUT_DIR]}
+TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
+OUT=${3:-data-bin/multi30k.$SRC-$TGT}
+VOCAB_SIZE=${VOCAB_SIZE:-8000}
+URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
+TEXT=$OUT/text
+
+if [ -f "$OUT/.done" ]; then
+  echo "prepare.sh: $OUT is ready"
+  exit 0
+fi
+mkdir -p "$TEXT"
+
+raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)
+  local name=$1.$2.gz
+  if [ -n "${MULTI30K_DIR:-}" ]; then
+    echo "$MULTI30K_DIR/$name"
+  else
+    [ -f "$TEXT/$name" ] || curl -fsSL -o "$TEXT/$name" "$URL/$name"
+    echo "$TEXT/$name"
+  fi
+}
+
+splits="train:train val:valid test_2016_flickr:test"
+if [ -f "$(raw_file test_2017_flickr "$SRC" 2>/dev/null)" ] && \
+   [ -f "$(raw_file test_2017_flickr "$TGT" 2>/dev/null)" ]; then
+  splits="$splits test_2017_flickr:test1"
+fi
+
+echo "prepare.sh: raw text into $TEXT"
+for pair in $splits; do
+  for lang in "$SRC" "$TGT"; do
+    gzip -dc "$(raw_file "${pair%%:*}" "$lang")" > "$TEXT/${pair##*:}.raw.$lang"
+  done
+done
+
+echo "prepare.sh: joint sentencepiece model ($VOCAB_SIZE pieces)"
+fairseq-san-spm train "$TEXT/train.raw.$SRC" "$TEXT/train.raw.$TGT" \
+  --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE"
+for pair in $splits; do
+  for lang in "$SRC" "$TGT"; do
+    fairseq-san-spm encode --model "$OUT/spm.model" "$TEXT/${pair##*:}.raw.$lang" "$TEXT/${pair##*:}.$lang"
+  done
+done
+
+testpref=$TEXT/test
+case $splits in *test1*) testpref=$testpref,$TEXT/test1 ;; esac
+fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+  --trainpref "$TEXT/train" --validpref "$TEXT/valid" --testpref "$testpref" \
+  --destdir "$OUT" --workers 2
+touch "$OUT/.done"
+echo "prepare.sh: done: $OUT"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The paper's WMT14 En-De system (section 4.1) on 8 GPUs: transformer base, Adam (0.9, 0.98, 1e-9),
+# inverse-sqrt warm-up 4k, 100k updates, 4096 tokens per GPU, label smoothing 0.1, dropout 0.1,
+# the average of the last 5 checkpoints, beam 4, batch 16; thetas from the paper's ranges
+# ([0.3, 0.4] self-attention, [0.4, 0.5] encoder-decoder attention).
+#
+#   examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]
+#
+# It needs 8 GPUs and days of training, so it cannot run on the CPU machines this project is
+# tested on: --dry-run prints every command instead. Data: fairseq's own WMT14 En-De preparation
+# script (Moses tokenization, 40k joint BPE, newstest2013 valid, newstest2014 test).
+set -euo pipefail
+
+DRY_RUN=0
+[ "${1:-}" = "--dry-run" ] && { DRY_RUN=1; shift; }
+WORK=${1:-wmt14_en_de}
+FAIRSEQ_RAW=https://raw.githubusercontent.com/facebookresearch/fairseq/main
+DATA=$WORK/data-bin
+RUN=$WORK/run
+DRY=()
+[ "$DRY_RUN" = 1 ] && DRY=(--dry-run)
+
+run() {  # run COMMAND...: print it; execute it unless --dry-run
+  { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+run mkdir -p "$WORK"
+run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
+run bash -c "cd '$WORK' && bash prepare-wmt14en2de.sh"
+run fairseq-preprocess --source-lang en --target-lang de --joined-dictionary \
+  --trainpref "$WORK/wmt14_en_de/train" --validpref "$WORK/wmt14_en_de/valid" \
+  --testpref "$WORK/wmt14_en_de/test" --destdir "$DATA" --workers 16
+
+# The loop (it prints its own commands); the options after -- override its small-corpus defaults.
+"$(dirname "$0")/../learn_to_share.sh" "${DRY[@]}" --data "$DATA" --run-dir "$RUN" \
+  --arch transformer_san_base --theta-self 0.4 --theta-encdec 0.5 --updates 100000 \
+  --valid-ref "$WORK/wmt14_en_de/valid.de" --post-process subword_nmt \
+  -- --distributed-world-size 8 --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
+  --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
+
+FINAL=$RUN/final
+run curl -fsSL -o "$WORK/average_checkpoints.py" "$FAIRSEQ_RAW/scripts/average_checkpoints.py"
+run python "$WORK/average_checkpoints.py" --inputs "$RUN/last/checkpoints" \
+  --num-update-checkpoints 5 --output "$FINAL.pt"
+USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
+  --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"

@@ -1,0 +1,71 @@
+"""``fairseq-san-cpu-ranks N -- COMMAND ...``: run a fairseq command as N CPU processes, one per rank.
+
+fairseq's ``pytorch_ddp`` backend and ``torchrun`` both assume GPUs; on CPU, distributed training
+works as one process per rank with gloo, ``legacy_ddp`` and a TCP rendezvous on 127.0.0.1. This
+starts those processes with the right flags, waits for all, and stops the rest if one fails.
+Rank 0 writes to this terminal; rank R > 0 to ``--log-dir``/rank-R.log.
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rank_command(command: List[str], world_size: int, rank: int, port: int) -> List[str]:
+    return command + [
+        "--cpu",
+        "--distributed-backend", "gloo",
+        "--ddp-backend", "legacy_ddp",
+        "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        "--distributed-world-size", str(world_size),
+        "--distributed-no-spawn",
+        "--distributed-rank", str(rank),
+    ]
+
+
+def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
+    """Start every rank, wait for all; the first failure's exit code ends the others."""
+    port = free_port()
+    os.makedirs(log_dir, exist_ok=True)
+    processes = []
+    for rank in range(world_size):
+        output = None if rank == 0 else open(os.path.join(log_dir, f"rank-{rank}.log"), "w")
+        processes.append(
+            subprocess.Popen(rank_command(command, world_size, rank, port), stdout=output, stderr=output)
+        )
+    while True:
+        codes = [process.poll() for process in processes]
+        failed = [code for code in codes if code not in (None, 0)]
+        if failed or all(code == 0 for code in codes):
+            break
+        time.sleep(0.5)
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    return failed[0] if failed else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
+    parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
+    parser.add_argument("--log-dir", default=".", help="where ranks > 0 write their logs")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- fairseq-train ...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command or args.world_size < 1:
+        parser.error("give a world size >= 1 and a command after --")
+    return run_ranks(command, args.world_size, args.log_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""``fairseq-san-loop``: the decisions and the record of the learn-to-share loop (paper Figure 3).
+
+``examples/learn_to_share.sh`` runs fairseq's commands; this command answers its questions:
+
+* ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
+* ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
+* ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
+  training time) as ``RUN_DIR/loop.md``, also printed.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from typing import Dict, List, Optional
+
+from fairseq_san.policy import PolicyError, format_policy, load_policy
+
+ITERATION_DIR = re.compile(r"iter(\d+)$")
+
+
+def same_policy(first: str, second: str) -> bool:
+    return load_policy(first) == load_policy(second)
+
+
+def iteration_dirs(run_dir: str) -> List[str]:
+    """``RUN_DIR/iter<k>`` folders that hold a trained model, in iteration order."""
+    found = [
+        path
+        for path in glob.glob(os.path.join(run_dir, "iter*"))
+        if ITERATION_DIR.search(path) and os.path.exists(best_checkpoint(path))
+    ]
+    return sorted(found, key=lambda path: int(ITERATION_DIR.search(path).group(1)))
+
+
+def best_checkpoint(iteration_dir: str) -> str:
+    return os.path.join(iteration_dir, "checkpoints", "checkpoint_best.pt")
+
+
+def checkpoint_facts(path: str) -> Dict[str, object]:
+    """Parameters, best validation loss, updates and training seconds stored in a checkpoint."""
+    import torch
+
+    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    extra = state.get("extra_state", {})
+    storages = {tensor.data_ptr(): tensor.numel() for tensor in state["model"].values()}
+    return {
+        "parameters": sum(storages.values()),
+        "valid_loss": extra.get("best"),
+        "num_updates": state["optimizer_history"][-1].get("num_updates"),
+        "train_seconds": extra.get("previous_training_time"),
+    }
+
+
+def read_json(path: str) -> Optional[dict]:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def iteration_row(iteration_dir: str) -> Dict[str, object]:
+    facts = checkpoint_facts(best_checkpoint(iteration_dir))
+    score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
+    next_policy = os.path.join(os.path.dirname(iteration_dir), next_iteration_name(iteration_dir))
+    return {
+        "iteration": int(ITERATION_DIR.search(iteration_dir).group(1)),
+        "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
+        "learned": format_policy(load_policy(os.path.join(next_policy, "policy.json")))
+        if os.path.exists(os.path.join(next_policy, "policy.json"))
+        else "-",
+        "bleu": score.get("bleu"),
+        "chrf": score.get("chrf"),
+        "signature": score.get("bleu_signature"),
+        **facts,
+    }
+
+
+def next_iteration_name(iteration_dir: str) -> str:
+    return f"iter{int(ITERATION_DIR.search(iteration_dir).group(1)) + 1}"
+
+
+def summary_table(rows: List[Dict[str, object]]) -> str:
+    """Markdown table of the loop, one row per iteration."""
+
+    def shown(value, fmt="{}"):
+        return "-" if value is None else fmt.format(value)
+
+    lines = [
+        "| iter | trained with policy | params | updates | train time | valid loss | "
+        "valid BLEU | valid chrF | learned policy |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in rows:
+        minutes = None if row["train_seconds"] is None else row["train_seconds"] / 60
+        lines.append(
+            f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
+            f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
+            f"{shown(row['valid_loss'], '{:.3f}')} | {shown(row['bleu'], '{:.2f}')} | "
+            f"{shown(row['chrf'], '{:.2f}')} | {row['learned']} |"
+        )
+    signatures = sorted({row["signature"] for row in rows if row["signature"]})
+    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(run_dir: str) -> str:
+    rows = [iteration_row(path) for path in iteration_dirs(run_dir)]
+    if not rows:
+        raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
+    table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
+    with open(os.path.join(run_dir, "loop.md"), "w", encoding="utf-8") as out:
+        out.write(table)
+    with open(os.path.join(run_dir, "loop.json"), "w", encoding="utf-8") as out:
+        json.dump(rows, out, indent=2)
+    return table
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    same = commands.add_parser("same-policy", help="exit 0 when two policy files are equal")
+    same.add_argument("first")
+    same.add_argument("second")
+    show = commands.add_parser("show", help="print a policy file in the paper's notation")
+    show.add_argument("policy")
+    summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
+    summary.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "show":
+            print(format_policy(load_policy(args.policy)))
+            return 0
+        if args.command == "same-policy":
+            return 0 if same_policy(args.first, args.second) else 1
+        print(write_summary(args.run_dir), end="")
+        return 0
+    except (PolicyError, OSError) as err:
+        parser.error(str(err))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""fairseq-san-plot-js: JS divergence between layers against training steps (paper Figure 5).
+
+Takes one analysis directory per checkpoint (written by ``fairseq-validate --task translation_san
+--san-analysis-dir DIR``), reads ``DIR/js.json`` and plots, for decoder self-attention and
+encoder-decoder attention, the JS divergence between a reference layer and other layers against
+the checkpoint's training steps (``num_updates``). Layers are numbered from 1.
+
+    fairseq-san-plot-js analysis/step*/ -o fig5.png --reference-layer 4 --layers 5 6
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_san.plots import TRAINING_CURVE_PANELS
+
+
+class PlotError(ValueError):
+    """Bad input to the plot; the message names the file or flag."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fairseq-san-plot-js",
+        description="Plot the JS divergence between a reference layer and other layers against "
+        "training steps (Xiao et al. 2019, Figure 5), one analysis directory per checkpoint.",
+    )
+    parser.add_argument(
+        "dirs", nargs="+", metavar="DIR",
+        help="analysis directories holding js.json (fairseq-validate --san-analysis-dir)",
+    )  # fmt: skip
+    parser.add_argument("-o", "--output", required=True, metavar="PNG", help="figure to write")
+    parser.add_argument(
+        "--reference-layer", type=int, default=4, metavar="L",
+        help="layer the others are compared with, from 1 (default: 4)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--layers", type=int, nargs="+", default=[5, 6], metavar="L",
+        help="layers to plot, from 1 (default: 5 6)",
+    )  # fmt: skip
+    return parser
+
+
+def read_analysis(directory: str) -> dict:
+    """``directory``/js.json, checked to hold the training steps."""
+    path = os.path.join(directory, "js.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise PlotError(
+            f'"{path}" not found: run fairseq-validate --task translation_san '
+            f"--san-analysis-dir {directory} first"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise PlotError(f'"{path}" cannot be read: {err}') from None
+    if not isinstance(data, dict):
+        raise PlotError(f'"{path}": top level must be a JSON object')
+    steps = data.get("num_updates")
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        raise PlotError(f'"{path}" has no training steps ("num_updates": {steps!r})')
+    return data
+
+
+def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
+    for layer in layers:
+        if not 1 <= layer <= size:
+            raise PlotError(
+                f"layer {layer} is out of range: {kind} in {path} has {size} layers (1..{size})"
+            )
+
+
+def curves(
+    analyses: List[Tuple[str, dict]], reference: int, layers: List[int]
+) -> Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]]:
+    """Per panel kind, ``{layer: [(steps, JS(reference, layer)), ...]}``, or None without weights.
+
+    A kind counts as without weights only if no analysis has a matrix for it.
+    """
+    panels: Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]] = {}
+    for kind, _ in TRAINING_CURVE_PANELS:
+        series: Dict[int, List[Tuple[int, float]]] = {layer: [] for layer in layers}
+        for path, data in analyses:
+            matrix = data.get(kind)
+            if matrix is None:
+                continue
+            if not isinstance(matrix, list) or not all(isinstance(r, list) for r in matrix):
+                raise PlotError(f"{path}: {kind} is not a matrix")
+            _check_layers([reference, *layers], len(matrix), kind, path)
+            for layer in layers:
+                series[layer].append((data["num_updates"], float(matrix[reference - 1][layer - 1])))
+        panels[kind] = series if any(series.values()) else None
+    return panels
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Read the analyses, write the figure; bad input exits with status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        analyses = [(os.path.join(d, "js.json"), read_analysis(d)) for d in args.dirs]
+        panels = curves(analyses, args.reference_layer, args.layers)
+        if all(series is None for series in panels.values()):
+            raise PlotError("no decoder attention matrices in the given js.json files")
+    except PlotError as err:
+        parser.error(str(err))
+    from fairseq_san.plots import js_training_curves
+
+    js_training_curves(panels, args.reference_layer, args.output)
+    print(f"wrote {args.output} ({len(analyses)} checkpoints)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""``fairseq-san-score``: sacrebleu BLEU/chrF of fairseq-generate output against raw references.
+
+Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` lines hold
+detokenized text; the references are the raw (untokenized) files.
+"""
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from fairseq_san.scoring import corpus_scores, read_generate_output, read_lines
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
+    parser.add_argument("generate_output", help="fairseq-generate's stdout, saved to a file")
+    parser.add_argument("--reference", required=True, help="raw reference text, one per line")
+    parser.add_argument("-o", "--output", help="also write the scores as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        scores = corpus_scores(read_generate_output(args.generate_output), read_lines(args.reference))
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+    print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")
+    print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            json.dump(scores, out, indent=2)
+            out.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

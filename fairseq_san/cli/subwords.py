@@ -1,0 +1,78 @@
+"""``fairseq-san-spm``: a joint sentencepiece model for the recipes (train, encode, decode).
+
+The paper uses a joint BPE vocabulary shared by source and target; ``train`` learns one
+sentencepiece model on the concatenation of both sides. ``decode`` turns fairseq-generate's
+hypotheses back into detokenized text for sacrebleu.
+"""
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=",".join(inputs),
+        model_prefix=model_prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
+
+
+def encode(model: str, source: str, target: str) -> None:
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=model)
+    with open(source, encoding="utf-8") as lines, open(target, "w", encoding="utf-8") as out:
+        for line in lines:
+            out.write(" ".join(processor.encode(line.rstrip("\n"), out_type=str)) + "\n")
+
+
+def decode(model: str, source: str, target: str) -> None:
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=model)
+    with open(source, encoding="utf-8") as lines, open(target, "w", encoding="utf-8") as out:
+        for line in lines:
+            out.write(processor.decode(line.split()) + "\n")
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fairseq-san-spm", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    learn = commands.add_parser("train", help="learn a joint model from raw text files")
+    learn.add_argument("inputs", nargs="+", help="raw text files, one sentence per line")
+    learn.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
+    learn.add_argument("--vocab-size", type=int, default=8000)
+    learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    for name, text in (("encode", "raw text -> pieces"), ("decode", "pieces -> raw text")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--model", required=True, help="the .model file written by train")
+        sub.add_argument("source", help="input file")
+        sub.add_argument("target", help="output file")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_args(argv)
+    try:
+        if args.command == "train":
+            train(args.inputs, args.model_prefix, args.vocab_size, args.model_type)
+        elif args.command == "encode":
+            encode(args.model, args.source, args.target)
+        else:
+            decode(args.model, args.source, args.target)
+    except (OSError, RuntimeError) as err:
+        sys.exit(f"fairseq-san-spm: error: {err}")
+
+
+if __name__ == "__main__":
+    main()

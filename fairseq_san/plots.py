@@ -1,0 +1,88 @@
+"""Figures of fairseq-san, drawn with matplotlib's Agg backend (imported only when drawing).
+
+* ``js_heatmap``: the JS divergence between every pair of layers, like the paper's Figure 2.
+* ``js_training_curves``: the JS divergence between a reference layer and others against
+  training steps, for decoder self- and encoder-decoder attention, like the paper's Figure 5.
+"""
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+LN2 = math.log(2.0)
+
+# Panels of Figure 5: which kind, and the label under its x axis.
+TRAINING_CURVE_PANELS = (
+    ("decoder_self", "Self-Attention"),
+    ("decoder_encdec", "Enc-Dec Attention"),
+)
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def js_heatmap(matrix: Sequence[Sequence[float]], path: str, title: Optional[str] = None) -> None:
+    """Write an L x L JS matrix as a heatmap: a dark cell means similar attention (small JS).
+
+    Layers are numbered 1..L (columns on top, as in the paper) and every cell shows its value.
+    The grey scale runs from 0 (black) to the largest value of the matrix (white).
+    """
+    plt = _pyplot()
+    size = len(matrix)
+    top = max(max(row) for row in matrix) or LN2  # all zero (one layer, or all shared): ln 2
+    cell = 0.75
+    fig, ax = plt.subplots(figsize=(1.2 + cell * size, 1.0 + cell * size))
+    ax.imshow(matrix, cmap="gray", vmin=0.0, vmax=top)
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            colour = "white" if value < top / 2 else "black"
+            ax.text(j, i, f"{value:.4f}", ha="center", va="center", color=colour, fontsize=7)
+    labels = [str(layer) for layer in range(1, size + 1)]
+    ax.set_xticks(range(size), labels)
+    ax.set_yticks(range(size), labels)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    if title:
+        ax.set_title(title, fontsize=9, pad=18)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+Series = Dict[int, List[Tuple[int, float]]]  # layer -> [(training steps, JS)]
+
+
+def js_training_curves(
+    panels: Dict[str, Optional[Series]], reference_layer: int, path: str
+) -> None:
+    """Write Figure 5: JS between ``reference_layer`` and other layers against training steps.
+
+    ``panels`` maps each kind of ``TRAINING_CURVE_PANELS`` to ``{layer: [(steps, JS), ...]}``
+    (layers 1-based) or to None when that kind has no attention weights (AAN).
+    """
+    plt = _pyplot()
+    markers = ["^", "o", "s", "D", "v", "P", "X", "*"]
+    fig, axes = plt.subplots(1, len(TRAINING_CURVE_PANELS), figsize=(8.0, 3.2))
+    for ax, (kind, label) in zip(axes, TRAINING_CURVE_PANELS):
+        ax.set_xlabel(f"# of training steps\n({label})")
+        ax.set_ylabel("JS divergence")
+        series = panels.get(kind)
+        if series is None:
+            ax.text(0.5, 0.5, "no attention weights", ha="center", va="center",
+                    transform=ax.transAxes)  # fmt: skip
+            continue
+        for index, (layer, points) in enumerate(series.items()):
+            steps, values = zip(*sorted(points))
+            ax.plot(steps, values, marker=markers[index % len(markers)], linewidth=1,
+                    label=f"L{layer}")  # fmt: skip
+        ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)

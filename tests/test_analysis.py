@@ -1,0 +1,252 @@
+"""Tests for the layer-similarity analysis (task ``translation_san``) and its figures.
+
+The module fixture trains tiny models on the synthetic corpus with fairseq-train and runs
+fairseq-validate with ``--san-analysis-dir`` on them, as a user does; the commands of one stage
+run side by side.
+"""
+
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import BIN, REPO, build, cli_env, run_cli, source_batch, target_prefixes, train_argv
+
+LN2 = math.log(2.0)
+KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
+LAYERS = {"decoder_self": 6, "decoder_encdec": 6, "encoder_self": 2}  # train_argv's model
+HEADS = 4
+VALID_SENTENCES = 30  # helpers.write_corpus
+MAX_SENTENCES = 17
+
+
+def run_side_by_side(commands: Dict[str, Sequence[str]], timeout: int = 300) -> Dict[str, str]:
+    """Run ``.venv/bin`` commands concurrently; name -> combined output. Each must succeed."""
+    procs = {
+        name: subprocess.Popen(
+            [str(BIN / argv[0]), *argv[1:]],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name, argv in commands.items()
+    }
+    outputs = {}
+    for name, proc in procs.items():
+        outputs[name] = proc.communicate(timeout=timeout)[0]
+        assert proc.returncode == 0, f"{name} failed:\n{outputs[name][-3000:]}"
+    return outputs
+
+
+def validate(data: Path, checkpoint: Path, analysis: Path, *extra: str) -> List[str]:
+    return [
+        "fairseq-validate", str(data),
+        "--user-dir", "fairseq_san",
+        "--task", "translation_san",
+        "--path", str(checkpoint),
+        "--valid-subset", "valid",
+        "--san-analysis-dir", str(analysis),
+        "--cpu", "--num-workers", "0",
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(binarized_corpus, tmp_path_factory):
+    """Checkpoints and analysis directories; ``runs["out"]`` holds the validation logs."""
+    data = binarized_corpus
+    root = tmp_path_factory.mktemp("analysis")
+    san = ["--task", "translation_san"]
+    run_side_by_side(
+        {
+            "base": ["fairseq-train", *train_argv(data, root / "base",
+                                                  extra=[*san, "--save-interval-updates", "20"])],
+            "shared": ["fairseq-train", *train_argv(data, root / "shared",
+                                                    extra=[*san, "--san-decoder-self-policy", "1,5"])],
+            "plain": ["fairseq-train", *train_argv(data, root / "plain")],  # --task translation
+        }
+    )  # fmt: skip
+    (step20,) = (root / "base").glob("checkpoint_*_20.pt")
+    last = root / "base" / "checkpoint_last.pt"
+    plain = root / "plain" / "checkpoint_last.pt"
+    limit = ["--san-analysis-max-sentences", str(MAX_SENTENCES)]
+    dirs = {name: root / name for name in ("small", "big", "step20", "shared", "plain", "override")}
+    override = f"{{'task': {{'_name': 'translation_san', 'san_analysis_dir': '{dirs['override']}'}}}}"
+    out = run_side_by_side(
+        {
+            "small": validate(data, last, dirs["small"], "--batch-size", "3", *limit,
+                              "--san-analysis-log-interval", "2"),
+            "big": validate(data, last, dirs["big"], "--batch-size", "64", *limit),
+            "step20": validate(data, step20, dirs["step20"], "--batch-size", "8"),
+            "shared": validate(data, root / "shared" / "checkpoint_last.pt", dirs["shared"],
+                               "--batch-size", "8"),
+            "plain": validate(data, plain, dirs["plain"], "--batch-size", "8"),
+            # the task dict of --model-overrides wins over the --san-analysis-* flags
+            "override": validate(data, plain, dirs["plain"], "--batch-size", "8",
+                                 "--model-overrides", override),
+        }
+    )  # fmt: skip
+    return dict(dirs, out=out, last=last, step20=step20)
+
+
+def load_js(directory: Path) -> dict:
+    return json.loads((directory / "js.json").read_text())
+
+
+def test_js_json(runs):
+    result = load_js(runs["small"])
+    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "subset"}
+    assert result["sentences"] == MAX_SENTENCES
+    assert result["checkpoint"] == str(runs["last"])
+    assert result["num_updates"] == 40
+    assert result["subset"] == "valid"
+    for kind in KINDS:
+        js = np.array(result[kind])
+        assert js.shape == (LAYERS[kind], LAYERS[kind]), kind
+        assert (js >= 0).all() and (js <= LN2).all(), kind
+        np.testing.assert_array_equal(js, js.T)
+        np.testing.assert_array_equal(np.diag(js), 0.0)
+        assert js[0, 1] > 1e-4, f"{kind}: unshared layers should differ"
+
+
+def test_all_sentences_by_default_and_checkpoint_steps(runs):
+    result = load_js(runs["step20"])
+    assert result["sentences"] == VALID_SENTENCES
+    assert result["num_updates"] == 20
+    assert result["checkpoint"] == str(runs["step20"])
+
+
+def test_progress_is_logged(runs):
+    lines = [line for line in runs["out"]["small"].splitlines() if "SAN analysis:" in line]
+    assert any("sentences in 2 batches" in line for line in lines), lines
+    assert any("wrote" in line and "js.json" in line for line in lines), lines
+
+
+def test_streaming_over_batches_equals_one_batch(runs):
+    small, big = load_js(runs["small"]), load_js(runs["big"])
+    assert small["sentences"] == big["sentences"] == MAX_SENTENCES
+    for kind in KINDS:
+        np.testing.assert_allclose(small[kind], big[kind], atol=1e-6, rtol=0, err_msg=kind)
+
+
+def test_shared_block_has_zero_js(runs):
+    js = np.array(load_js(runs["shared"])["decoder_self"])
+    assert np.abs(js[1:, 1:]).max() <= 1e-6  # layers 2..6 share layer 2's weights
+    assert js[0, 1:].min() > 1e-4  # layer 1 is its own block
+
+
+def test_figures_and_saved_attention(runs, binarized_corpus):
+    from fairseq.data import Dictionary, data_utils
+
+    directory = runs["small"]
+    lengths = {}
+    for side in ("src", "tgt"):
+        dictionary = Dictionary.load(str(binarized_corpus / f"dict.{side}.txt"))
+        prefix = str(binarized_corpus / f"valid.src-tgt.{side}")
+        lengths[side] = data_utils.load_indexed_dataset(prefix, dictionary).sizes  # with eos
+    for kind in KINDS:
+        png = directory / f"js-{kind}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        with np.load(directory / f"attention-{kind}.npz") as saved:
+            assert sorted(saved.files) == [f"sentence_{i}" for i in range(4)]
+            for i in range(4):
+                queries = lengths["src" if kind == "encoder_self" else "tgt"][i]
+                keys = lengths["tgt" if kind == "decoder_self" else "src"][i]
+                assert saved[f"sentence_{i}"].shape == (LAYERS[kind], HEADS, queries, keys)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_saved_rows_are_distributions_and_causal(runs, kind):
+    with np.load(runs["small"] / f"attention-{kind}.npz") as saved:
+        for name in saved.files:
+            attn = saved[name]
+            np.testing.assert_allclose(attn.sum(-1), 1.0, atol=1e-5)
+            assert (attn >= 0).all()
+            if kind == "decoder_self":
+                assert np.abs(np.triu(attn, k=1)).max() == 0.0, name
+
+
+def test_translation_checkpoint_needs_model_overrides(runs):
+    """--task translation_san does not switch a translation checkpoint's task (fairseq keeps the
+    saved task config): the analysis is silently skipped; --model-overrides switches it."""
+    assert not runs["plain"].exists()
+    assert "SAN analysis" not in runs["out"]["plain"]
+    result = load_js(runs["override"])
+    assert result["sentences"] == VALID_SENTENCES
+    assert result["num_updates"] == 40
+
+
+def test_plot_js(runs, tmp_path):
+    output = tmp_path / "fig5.png"
+    result = run_cli(
+        "fairseq-san-plot-js", str(runs["step20"]), str(runs["small"]), "-o", str(output)
+    )
+    assert result.returncode == 0, result.stderr
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_js_errors(runs, tmp_path):
+    output = tmp_path / "fig5.png"
+    bad_layer = run_cli(
+        "fairseq-san-plot-js", str(runs["small"]), "-o", str(output), "--layers", "5", "7"
+    )
+    assert bad_layer.returncode == 2
+    assert "layer 7 is out of range" in bad_layer.stderr and "1..6" in bad_layer.stderr
+    missing = run_cli("fairseq-san-plot-js", str(tmp_path / "nowhere"), "-o", str(output))
+    assert missing.returncode == 2 and "js.json" in missing.stderr and "not found" in missing.stderr
+    assert not output.exists()
+
+
+# --- in process: the capture itself ----------------------------------------------------------
+
+
+def padded_batch(model_dictionary):
+    src_tokens, src_lengths = source_batch(model_dictionary, [5, 2, 4], seed=3)
+    prev = target_prefixes(model_dictionary, 3, 6, seed=4)
+    prev[1, 3:] = model_dictionary.pad()  # a shorter target, padded on the right
+    return {"src_tokens": src_tokens, "src_lengths": src_lengths, "prev_output_tokens": prev}
+
+
+def test_capture_masks_and_leaves_model_unchanged():
+    from fairseq_san.tasks.translation_san import AttentionCapture
+
+    model, _ = build(["--san-decoder-encdec-policy", "3,3"])
+    dictionary = model.decoder.dictionary
+    net_input = padded_batch(dictionary)
+    with torch.no_grad():
+        expected = model(**net_input)[0]
+        with AttentionCapture(model) as capture:
+            got = model(**net_input)[0]
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    for module in model.modules():
+        assert not module._forward_pre_hooks and not module._forward_hooks
+    src_pad = net_input["src_tokens"].eq(dictionary.pad())
+    tgt_pad = net_input["prev_output_tokens"].eq(dictionary.pad())
+    for kind, key_pad in (("decoder_self", tgt_pad), ("decoder_encdec", src_pad),
+                          ("encoder_self", src_pad)):  # fmt: skip
+        attn = capture.stacked(kind)  # (L, B, H, T, S)
+        assert attn.shape[:3] == (6 if kind != "encoder_self" else 2, 3, 2)
+        torch.testing.assert_close(attn.sum(-1), torch.ones(attn.shape[:-1]), atol=1e-5, rtol=0)
+        assert attn.masked_select(key_pad[None, :, None, None, :]).abs().max() == 0
+    assert capture.stacked("decoder_self").triu(diagonal=1).abs().max() == 0
+    encdec = capture.stacked("decoder_encdec")
+    torch.testing.assert_close(encdec[1], encdec[0], atol=0, rtol=0)  # block {1,2,3}
+    torch.testing.assert_close(encdec[3], encdec[5], atol=0, rtol=0)  # block {4,5,6}
+
+
+def test_average_attention_has_no_decoder_self_weights():
+    from fairseq_san.tasks.translation_san import AttentionCapture, attention_modules
+
+    model, _ = build(["--decoder-self-attention-type", "aan"])
+    assert attention_modules(model)["decoder_self"] is None
+    with torch.no_grad(), AttentionCapture(model) as capture:
+        model(**padded_batch(model.decoder.dictionary))
+    assert capture.stacked("decoder_self") is None
+    assert capture.stacked("decoder_encdec").shape[0] == 6

@@ -28,6 +28,7 @@ setup(
             "fairseq-san-policy = fairseq_san.cli.policy:main",
             "fairseq-san-plot-js = fairseq_san.cli.plot_js:main",
             "fairseq-san-spm = fairseq_san.cli.subwords:main",
+            "fairseq-san-bench = fairseq_san.cli.bench:main",
             "fairseq-san-score = fairseq_san.cli.score:main",
             "fairseq-san-loop = fairseq_san.cli.loop:main",
             "fairseq-san-cpu-ranks = fairseq_san.cli.cpu_ranks:main",

@@ -44,7 +44,7 @@ import os
 import platform
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -55,6 +55,9 @@ import fairseq  # noqa: F401  (must come before fairseq_san.models so that the m
 import fairseq_san.models  # noqa: F401  (registers transformer_san)
 import fairseq_san.tasks  # noqa: F401  (registers translation_san)
 from fairseq import checkpoint_utils, utils
+
+from fairseq_san import plots
+from fairseq_san.scoring import corpus_scores
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
@@ -75,7 +78,7 @@ class SystemSpec:
 
 
 def parse_system(text: str) -> SystemSpec:
-    """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (the JSON starts at the first ``:{``)."""
+    """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (JSON from the first ``:{``)."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"system {text!r}: expected NAME=CHECKPOINT[:OVERRIDES_JSON]")
@@ -98,6 +101,11 @@ class Setting:
     beam: int
     mode: str
     length: Optional[int] = None
+
+    @property
+    def key(self) -> str:
+        """Its key in results.json: ``beam4_natural``, ``beam20_fixed``."""
+        return f"beam{self.beam}_{self.mode}"
 
     def generation_args(self, max_len_a: float, max_len_b: int, lenpen: float):
         if self.mode == "fixed":
@@ -160,7 +168,7 @@ class FairseqSystem:
             "checkpoint": self.spec.checkpoint,
             "overrides": self.spec.overrides,
             "arch": getattr(model_cfg, "arch", getattr(model_cfg, "_name", None)),
-            "san_policy": getattr(model_cfg, "san_policy", None),
+            "san_policy": _policy(getattr(model_cfg, "san_policy", None)),
             "san_encdec_share": getattr(model_cfg, "san_encdec_share", None),
             "decoder_self_attention_type": getattr(
                 model_cfg, "decoder_self_attention_type", "dot"
@@ -173,11 +181,10 @@ class FairseqSystem:
 
     def is_plain_transformer(self) -> bool:
         info = self.describe()
-        policy = info["san_policy"]
         return (
             info["decoder_self_attention_type"] in (None, "dot")
             and not info["no_cache"]
-            and (not policy or json.loads(policy) == {})
+            and not info["san_policy"]
         )
 
     def decode(
@@ -193,7 +200,7 @@ class FairseqSystem:
         meter = CacheMeter(self.model.decoder) if measure_cache else None
         seconds, tokens, sentences = 0.0, 0, 0
         hypotheses = {} if keep_hypotheses else None
-        with meter if meter is not None else _nothing():
+        with meter or nullcontext():
             for sample in batches.samples:
                 start = clock(self.device)
                 output = generator.generate([self.model], sample)
@@ -220,9 +227,15 @@ class FairseqSystem:
         return profiler.summary()
 
 
-@contextmanager
-def _nothing():
-    yield
+def _policy(text: Optional[str]) -> Dict:
+    """The model's resolved sharing policy (JSON text) without the kinds it does not share."""
+    if not text:
+        return {}
+    try:
+        policy = json.loads(text)
+    except json.JSONDecodeError:
+        return {"unparsed": text}
+    return {kind: blocks for kind, blocks in policy.items() if blocks}
 
 
 @contextmanager
@@ -369,7 +382,8 @@ class StepProfiler:
         for index, layer in enumerate(decoder.layers):
             self._span(layer.self_attn, layer.self_attn, self._adder("self_attn", index))
             if getattr(layer, "encoder_attn", None) is not None:
-                self._span(layer.encoder_attn, layer.encoder_attn, self._adder("encdec_attn", index))
+                add = self._adder("encdec_attn", index)
+                self._span(layer.encoder_attn, layer.encoder_attn, add)
             self._span(layer.fc1, layer.fc2, self._adder("ffn", index))
         if isinstance(getattr(decoder, "output_projection", None), torch.nn.Module):
 
@@ -512,6 +526,7 @@ def _in_memory_converter(base: FairseqSystem, ct2_fairseq):
     from ctranslate2.converters.converter import Converter
 
     class InMemoryFairseqConverter(Converter):
+        @torch.no_grad()
         def _load(self):
             model = copy.deepcopy(base.model).float().cpu()
             args = _namespace(base.cfg.model)
@@ -563,7 +578,9 @@ class Batches:
         self.samples = []
         for start in range(0, count, batch_size):
             sample = dataset.collater([dataset[i] for i in ids[start : start + batch_size]])
-            self.samples.append(utils.move_to_cuda(sample, device) if device.type == "cuda" else sample)
+            if device.type == "cuda":
+                sample = utils.move_to_cuda(sample, device)
+            self.samples.append(sample)
 
     def mean_target_length(self) -> float:
         """Mean reference length in target tokens, eos excluded."""
@@ -605,17 +622,8 @@ def load_references(path: Optional[str], batches: Batches, detokenize: Detokeniz
 
 def score(hypotheses: Dict[int, List[int]], references: List[str], ids, detokenize) -> Dict:
     """sacrebleu BLEU and chrF of the detokenized best hypotheses, with signatures."""
-    from sacrebleu.metrics import BLEU, CHRF
-
     texts = [detokenize(hypotheses[i]) for i in ids]
-    bleu, chrf = BLEU(), CHRF()
-    return {
-        "bleu": bleu.corpus_score(texts, [references]).score,
-        "chrf": chrf.corpus_score(texts, [references]).score,
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-        "first_hypotheses": texts[:3],
-    }
+    return {**corpus_scores(texts, references), "first_hypotheses": texts[:3]}
 
 
 # --- the benchmark -------------------------------------------------------------------------
@@ -695,20 +703,15 @@ def _median(values: Sequence[float]) -> float:
 
 def run_benchmark(config: BenchmarkConfig) -> Dict:
     """Decode, time, score and profile every system; write results.{json,md} and the plots."""
+    baseline = _check(config)
     if config.threads:
         torch.set_num_threads(config.threads)
     device = choose_device(config.device)
+    if config.fp16 and device.type != "cuda":
+        raise ValueError("--fp16 needs a GPU")
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = [spec.name for spec in config.systems]
-    if len(set(names)) != len(names):
-        raise ValueError(f"system names must be unique: {names}")
-    baseline = config.baseline or names[0]
-    if baseline not in names:
-        raise ValueError(f"--baseline {baseline} is not one of the systems {names}")
-    for mode in config.modes:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+    machine = machine_info(device)  # before decoding: the load average of the machine as found
 
     systems: List = []
     for spec in config.systems:
@@ -716,123 +719,45 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         systems.append(FairseqSystem(spec, config.data, device, config.fp16))
     task = systems[0].task
     for system in systems[1:]:
-        if len(system.task.target_dictionary) != len(task.target_dictionary):
-            raise ValueError(f"{system.name}: its target dictionary differs from {systems[0].name}'s")
+        if system.task.target_dictionary.symbols != task.target_dictionary.symbols:
+            raise ValueError(f"{system.name}: target dictionary differs from {systems[0].name}'s")
     batches = Batches(task, config.subset, config.batch_size, device, config.max_sentences)
     if not batches.ids:
         raise ValueError(f"subset {config.subset} is empty")
-
-    data = Path(config.data)
-    target_lang = task.cfg.target_lang
-    spm_model = config.spm_model
-    if spm_model is None:
-        spm_model = str(data / "spm.model") if (data / "spm.model").exists() else ""
-    references_path = config.references
-    if references_path is None:
-        default = data / "text" / f"{config.subset}.raw.{target_lang}"
-        references_path = str(default) if default.exists() else ""
-    detokenize = Detokenizer(task.target_dictionary, spm_model or None)
-    references = load_references(references_path or None, batches, detokenize)
-
+    text = TextSide(config, task, batches)
     fixed_length = config.fixed_length or max(1, round(batches.mean_target_length()))
-    settings = []
-    for beam in config.beams:
-        for mode in config.modes:
-            settings.append(Setting(beam, mode, fixed_length if mode == "fixed" else None))
 
     notes: List[str] = []
-    ctranslate2_info: Dict = {"status": "disabled"}
-    base_system = systems[names.index(baseline)]
-    if config.ctranslate2:
-        ctranslate2_info = {"status": "skipped"}
-        try:
-            import ctranslate2  # noqa: F401
-        except ImportError:
-            ctranslate2_info["note"] = CTRANSLATE2_MISSING
-        else:
-            if not base_system.is_plain_transformer():
-                ctranslate2_info["note"] = (
-                    f"baseline {baseline} is not a plain transformer (sharing, AAN or no cache); "
-                    "CTranslate2 converts only fairseq's transformer"
-                )
-            else:
-                try:
-                    threads = config.threads or torch.get_num_threads()
-                    systems.append(CTranslate2System(base_system, out_dir, device, threads))
-                    ctranslate2_info = {"status": "ok", "system": systems[-1].name}
-                except Exception as err:  # conversion depends on the installed version
-                    ctranslate2_info["note"] = f"conversion failed: {type(err).__name__}: {err}"
-        if ctranslate2_info.get("note"):
-            notes.append("CTranslate2 row: " + ctranslate2_info["note"])
-            logger.warning("CTranslate2 row skipped: %s", ctranslate2_info["note"])
+    base_system = systems[[s.name for s in systems].index(baseline)]
+    ctranslate2_system, ctranslate2_info = _ctranslate2_system(config, base_system, out_dir, device)
+    if ctranslate2_system is not None:
+        systems.append(ctranslate2_system)
+    if ctranslate2_info.get("note"):
+        notes.append("CTranslate2 row: " + ctranslate2_info["note"])
+        logger.warning("CTranslate2 row skipped: %s", ctranslate2_info["note"])
 
     results_systems = {s.name: {**s.describe(), "settings": {}} for s in systems}
-    runs: Dict[Tuple[str, int, str], Dict] = {}
-    scores_meta: Dict = {}
-    for setting in settings:
-        key_tail = (setting.beam, setting.mode)
-        logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
-        for system in systems:
-            warm = system.decode(
-                batches, setting, config.decode,
-                keep_hypotheses=setting.mode == "natural",
-                measure_cache=isinstance(system, FairseqSystem),
-            )  # fmt: skip
-            run = {
-                "warmup_seconds": warm.seconds,
-                "tokens": warm.tokens,
-                "sentences": warm.sentences,
-                "seconds": [],
-                "tokens_per_second_repeats": [],
-            }
-            if warm.cache_bytes is not None:
-                run["cache_bytes"] = warm.cache_bytes
-                run["cache_tensor_bytes"] = warm.cache_tensor_bytes
-            if warm.hypotheses is not None:
-                scored = score(warm.hypotheses, references, batches.ids, detokenize)
-                scores_meta = {k: scored.pop(k) for k in ("bleu_signature", "chrf_signature")}
-                run.update(scored)
-            runs[(system.name, *key_tail)] = run
-        for repeat in range(config.repeats):
-            for system in systems:  # interleaved: A B C ... A B C ...
-                timed = system.decode(batches, setting, config.decode)
-                run = runs[(system.name, *key_tail)]
-                run["seconds"].append(timed.seconds)
-                run["tokens_per_second_repeats"].append(timed.tokens_per_second)
-            logger.info(
-                "beam %d, %s, repeat %d: %s", setting.beam, setting.mode, repeat + 1,
-                ", ".join(
-                    f"{s.name} {runs[(s.name, *key_tail)]['tokens_per_second_repeats'][-1]:.1f} tok/s"
-                    for s in systems
-                ),
-            )  # fmt: skip
-        base_tps = runs[(baseline, *key_tail)]["tokens_per_second_repeats"]
-        for system in systems:
-            run = runs[(system.name, *key_tail)]
-            tps = run["tokens_per_second_repeats"]
-            run["tokens_per_second"] = _median(tps)
-            run["ratio_repeats"] = [a / b if b > 0 else float("nan") for a, b in zip(tps, base_tps)]
-            run["ratio_to_baseline"] = _median(run["ratio_repeats"])
-            results_systems[system.name]["settings"][f"beam{setting.beam}_{setting.mode}"] = {
-                "beam": setting.beam, "mode": setting.mode, "length": setting.length, **run,
-            }  # fmt: skip
+    for beam in config.beams:
+        for mode in config.modes:
+            setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+            runs = time_setting(systems, baseline, batches, setting, config, text)
+            for name, run in runs.items():
+                results_systems[name]["settings"][setting.key] = run
 
-    # Cache sizes at beams not in the speed grid: one untimed pass each (fixed lengths).
     fairseq_systems = [s for s in systems if isinstance(s, FairseqSystem)]
     cache_mode = "fixed" if "fixed" in config.modes else "natural"
-    for beam in config.cache_beams:
+    for beam in config.cache_beams:  # beams outside the speed grid: one untimed pass each
+        setting = Setting(beam, cache_mode, fixed_length if cache_mode == "fixed" else None)
         for system in fairseq_systems:
-            entry = results_systems[system.name]["settings"].get(f"beam{beam}_{cache_mode}")
-            if entry is None:
-                setting = Setting(beam, cache_mode, fixed_length if cache_mode == "fixed" else None)
+            if setting.key not in results_systems[system.name]["settings"]:
                 measured = system.decode(batches, setting, config.decode, measure_cache=True)
-                results_systems[system.name]["settings"][f"beam{beam}_{cache_mode}"] = {
+                results_systems[system.name]["settings"][setting.key] = {
                     "beam": beam, "mode": cache_mode, "length": setting.length,
                     "cache_bytes": measured.cache_bytes,
                     "cache_tensor_bytes": measured.cache_tensor_bytes,
-                    "cache_only": True,
                 }  # fmt: skip
 
+    # The beam of the main table and of the profile: --table-beam when it was timed.
     profile_beam = config.table_beam if config.table_beam in config.beams else config.beams[0]
     if config.profile:
         for mode in config.modes:
@@ -840,16 +765,15 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
             logger.info("profile: beam %d, %s lengths", profile_beam, mode)
             for system in fairseq_systems:
                 summary = system.profile(batches, setting, config.decode)
-                timed = results_systems[system.name]["settings"].get(f"beam{profile_beam}_{mode}")
-                if timed and timed.get("seconds"):
-                    summary["overhead"] = summary["generate_seconds"] / _median(timed["seconds"])
+                timed = results_systems[system.name]["settings"][setting.key]["seconds"]
+                summary["overhead"] = summary["generate_seconds"] / _median(timed)
                 results_systems[system.name].setdefault("profile", {})[mode] = {
                     "beam": profile_beam, **summary
                 }
 
     results = {
         "command": config.command,
-        "machine": machine_info(device),
+        "machine": machine,
         "config": {
             "data": config.data,
             "subset": config.subset,
@@ -862,17 +786,18 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
             "mean_reference_length": batches.mean_target_length(),
             "cache_beams": list(config.cache_beams),
             "cache_mode": cache_mode,
-            "table_beam": config.table_beam,
+            "table_beam": profile_beam,
             "profile_beam": profile_beam,
             "max_len_a": config.decode.max_len_a,
             "max_len_b": config.decode.max_len_b,
             "lenpen": config.decode.lenpen,
             "fp16": config.fp16,
-            "spm_model": spm_model or None,
-            "references": references_path or "binarized targets (detokenized like the hypotheses)",
+            "spm_model": text.spm_model,
+            "references": text.references_source,
         },
         "baseline": baseline,
-        **scores_meta,
+        "bleu_signature": text.signatures.get("bleu_signature"),
+        "chrf_signature": text.signatures.get("chrf_signature"),
         "systems": results_systems,
         "ctranslate2": ctranslate2_info,
         "notes": notes,
@@ -881,23 +806,148 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     return results
 
 
+def _check(config: BenchmarkConfig) -> str:
+    """Validate the configuration; return the baseline's name."""
+    names = [spec.name for spec in config.systems]
+    if not names:
+        raise ValueError("no system to benchmark")
+    if len(set(names)) != len(names):
+        raise ValueError(f"system names must be unique: {names}")
+    baseline = config.baseline or names[0]
+    if baseline not in names:
+        raise ValueError(f"baseline {baseline!r} is not one of the systems {names}")
+    unknown = [mode for mode in config.modes if mode not in MODES]
+    if unknown or not config.modes:
+        raise ValueError(f"modes must be among {MODES}, got {list(config.modes)}")
+    if not config.beams or min(config.beams) < 1 or config.repeats < 1 or config.batch_size < 1:
+        raise ValueError("beams, repeats and batch size must be positive")
+    return baseline
+
+
+class TextSide:
+    """Detokenizer, references and scoring of one benchmark."""
+
+    def __init__(self, config: BenchmarkConfig, task, batches: Batches):
+        data = Path(config.data)
+        spm_model = config.spm_model
+        if spm_model is None:
+            spm_model = str(data / "spm.model") if (data / "spm.model").exists() else ""
+        references = config.references
+        if references is None:
+            default = data / "text" / f"{config.subset}.raw.{task.cfg.target_lang}"
+            references = str(default) if default.exists() else ""
+        self.spm_model = spm_model or None
+        self.references_source = references or "binarized targets, detokenized like hypotheses"
+        self.detokenize = Detokenizer(task.target_dictionary, self.spm_model)
+        self.references = load_references(references or None, batches, self.detokenize)
+        self.ids = batches.ids
+        self.signatures: Dict[str, str] = {}
+
+    def score(self, hypotheses: Dict[int, List[int]]) -> Dict:
+        """BLEU and chrF of the best hypotheses (sample id -> target tokens)."""
+        scores = score(hypotheses, self.references, self.ids, self.detokenize)
+        for key in ("bleu_signature", "chrf_signature"):
+            self.signatures[key] = scores.pop(key)
+        return scores
+
+
+def time_setting(
+    systems: Sequence, baseline: str, batches: Batches, setting: Setting,
+    config: BenchmarkConfig, text: TextSide,
+) -> Dict[str, Dict]:  # fmt: skip
+    """Warm-up pass (also scores and cache peak) then ``repeats`` interleaved timed passes."""
+    logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
+    runs: Dict[str, Dict] = {}
+    for system in systems:
+        warm = system.decode(
+            batches, setting, config.decode,
+            keep_hypotheses=setting.mode == "natural",
+            measure_cache=isinstance(system, FairseqSystem),
+        )  # fmt: skip
+        run = {
+            "beam": setting.beam,
+            "mode": setting.mode,
+            "length": setting.length,
+            "sentences": warm.sentences,
+            "tokens": warm.tokens,
+            "warmup_seconds": warm.seconds,
+            "seconds": [],
+            "tokens_per_second_repeats": [],
+        }
+        if warm.cache_bytes is not None:
+            run["cache_bytes"] = warm.cache_bytes
+            run["cache_tensor_bytes"] = warm.cache_tensor_bytes
+        if warm.hypotheses is not None:
+            run.update(text.score(warm.hypotheses))
+        runs[system.name] = run
+    for repeat in range(config.repeats):
+        for system in systems:  # interleaved: A B C ... A B C ...
+            timed = system.decode(batches, setting, config.decode)
+            runs[system.name]["seconds"].append(timed.seconds)
+            runs[system.name]["tokens_per_second_repeats"].append(timed.tokens_per_second)
+        logger.info(
+            "beam %d, %s lengths, repeat %d: %s", setting.beam, setting.mode, repeat + 1,
+            ", ".join(
+                f"{name} {run['tokens_per_second_repeats'][-1]:.1f} tok/s"
+                for name, run in runs.items()
+            ),
+        )  # fmt: skip
+    base = runs[baseline]["tokens_per_second_repeats"]
+    for run in runs.values():
+        speeds = run["tokens_per_second_repeats"]
+        run["tokens_per_second"] = _median(speeds)
+        run["ratio_repeats"] = [a / b if b > 0 else float("nan") for a, b in zip(speeds, base)]
+        run["ratio_to_baseline"] = _median(run["ratio_repeats"])
+    return runs
+
+
+def _ctranslate2_system(
+    config: BenchmarkConfig, base: FairseqSystem, out_dir: Path, device: torch.device
+) -> Tuple[Optional[CTranslate2System], Dict]:
+    """The baseline as a CTranslate2 system, or None and why not."""
+    if not config.ctranslate2:
+        return None, {"status": "disabled"}
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return None, {"status": "skipped", "note": CTRANSLATE2_MISSING}
+    if not base.is_plain_transformer():
+        return None, {
+            "status": "skipped",
+            "note": f"baseline {base.name} is not a plain transformer (sharing, AAN or no "
+            "cache); CTranslate2 converts only fairseq's transformer",
+        }
+    try:
+        threads = config.threads or torch.get_num_threads()
+        system = CTranslate2System(base, out_dir, device, threads)
+    except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
+        note = f"conversion failed: {type(err).__name__}: {err}"
+        return None, {"status": "skipped", "note": note}
+    return system, {"status": "ok", "system": system.name, "version": system.version}
+
+
 # --- outputs -------------------------------------------------------------------------------
 
 
 def write_results(results: Dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2, default=_json_default)
+        json.dump(_finite(results), handle, indent=2, allow_nan=False)
         handle.write("\n")
     (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
     plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
     plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
 
 
-def _json_default(value):
-    if isinstance(value, float) and math.isnan(value):
+def _finite(value):
+    """``value`` with NaN and infinities replaced by None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
-    return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _fmt(value, spec: str = ".1f", missing: str = "-") -> str:
@@ -913,6 +963,10 @@ def _bytes(value: Optional[int]) -> str:
         if value >= size:
             return f"{value / size:.1f} {unit}"
     return f"{value} B"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def _setting(system: Dict, beam: int, mode: str) -> Dict:
@@ -931,39 +985,40 @@ def markdown_report(results: Dict) -> str:
         "",
         f"{config['subset']} of `{config['data']}`: {config['sentences']} sentences, batches of "
         f"{config['batch_size']}, {config['repeats']} timed repeats (medians; the systems "
-        f"interleaved), baseline **{results['baseline']}**. Fixed lengths: every hypothesis "
-        f"{length} tokens + eos (mean reference length {config['mean_reference_length']:.1f}).",
+        f"interleaved), baseline **{results['baseline']}**."
+        + (
+            f" Fixed lengths: every hypothesis {length} tokens + eos (mean reference length "
+            f"{config['mean_reference_length']:.1f})."
+            if "fixed" in config["modes"]
+            else ""
+        ),
         "",
         f"Machine: {machine['cpu']}, {machine['torch_threads']} torch threads, device "
         f"{machine['device']}{' (' + machine['gpu'] + ')' if machine.get('gpu') else ''}; "
         f"torch {machine['torch']}, fairseq {machine['fairseq']}; {machine['date']}; "
         f"load average at start {machine.get('load_average')}.",
         "",
-        f"BLEU: `{results.get('bleu_signature', '-')}`; chrF: `{results.get('chrf_signature', '-')}`"
-        f"; references: {config['references']}.",
+        f"BLEU: `{results.get('bleu_signature') or '-'}`; "
+        f"chrF: `{results.get('chrf_signature') or '-'}`; references: {config['references']}.",
         "",
     ]
-    cache_beams = config["cache_beams"]
+    modes = config["modes"]
     cache_mode = config["cache_mode"]
-    header = (
-        f"| system | BLEU | chrF | params | tok/s b{beam} natural | x base | "
-        f"tok/s b{beam} fixed | x base | "
-        + " | ".join(f"cache b{b} ({cache_mode})" for b in cache_beams)
-        + " |"
-    )
-    lines += [f"## Beam {beam}", "", header, "|" + " --- |" * (8 + len(cache_beams))]
+    header = ["system", "BLEU", "chrF", "params"]
+    for mode in modes:
+        header += [f"tok/s b{beam} {mode}", "x base"]
+    header += [f"cache b{b} ({cache_mode})" for b in config["cache_beams"]]
+    lines += [f"## Beam {beam}", "", _row(header), _row(["---"] * len(header))]
     for name, system in systems.items():
-        natural, fixed = _setting(system, beam, "natural"), _setting(system, beam, "fixed")
-        caches = [_bytes(_setting(system, b, cache_mode).get("cache_bytes")) for b in cache_beams]
-        params = system.get("params")
-        lines.append(
-            f"| {name} | {_fmt(natural.get('bleu'), '.2f')} | {_fmt(natural.get('chrf'), '.2f')} "
-            f"| {params if params is not None else '-'} "
-            f"| {_fmt(natural.get('tokens_per_second'))} "
-            f"| {_fmt(natural.get('ratio_to_baseline'), '.2f')} "
-            f"| {_fmt(fixed.get('tokens_per_second'))} "
-            f"| {_fmt(fixed.get('ratio_to_baseline'), '.2f')} | " + " | ".join(caches) + " |"
-        )
+        natural = _setting(system, beam, "natural")
+        cells = [name, _fmt(natural.get("bleu"), ".2f"), _fmt(natural.get("chrf"), ".2f")]
+        cells.append(str(system["params"]) if system.get("params") is not None else "-")
+        for mode in modes:
+            run = _setting(system, beam, mode)
+            cells += [_fmt(run.get("tokens_per_second")), _fmt(run.get("ratio_to_baseline"), ".2f")]
+        for b in config["cache_beams"]:
+            cells.append(_bytes(_setting(system, b, cache_mode).get("cache_bytes")))
+        lines.append(_row(cells))
     for mode in config["modes"]:
         lines += [
             "",
@@ -990,10 +1045,16 @@ def markdown_report(results: Dict) -> str:
             "|" + " --- |" * (1 + len(config["beams"])),
         ]
         for name, system in systems.items():
-            cells = [_fmt(_setting(system, b, "natural").get("bleu"), ".2f") for b in config["beams"]]
+            cells = [
+                _fmt(_setting(system, b, "natural").get("bleu"), ".2f") for b in config["beams"]
+            ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for mode in config["modes"]:
-        profiled = {n: s["profile"][mode] for n, s in systems.items() if mode in s.get("profile", {})}
+        profiled = {
+            name: system["profile"][mode]
+            for name, system in systems.items()
+            if mode in system.get("profile", {})
+        }
         if not profiled:
             continue
         lines += [
@@ -1031,59 +1092,27 @@ def markdown_report(results: Dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_speed_vs_beam(results: Dict, path: Path) -> None:
     """Paper Figure 4 (left): tokens/s against beam size, one panel per length mode."""
-    plt = _pyplot()
-    modes = results["config"]["modes"]
     beams = results["config"]["beams"]
-    figure, axes = plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 3.5), squeeze=False)
-    for axis, mode in zip(axes[0], modes):
+    panels = {}
+    for mode in results["config"]["modes"]:
+        series = {}
         for name, system in results["systems"].items():
-            speeds = [_setting(system, b, mode).get("tokens_per_second") for b in beams]
-            axis.plot(beams, [float("nan") if s is None else s for s in speeds], marker="o", label=name)
-        axis.set_xlabel("beam size")
-        axis.set_ylabel("tokens/s")
-        axis.set_title(f"{mode} lengths")
-        axis.set_xticks(beams)
-        axis.grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+            points = [(b, _setting(system, b, mode).get("tokens_per_second"), "") for b in beams]
+            series[name] = [p for p in points if p[1] is not None]
+        panels[f"speed vs beam size ({mode} lengths)"] = series
+    plots.speed_curves(panels, "beam size", str(path))
 
 
 def plot_speed_vs_bleu(results: Dict, path: Path) -> None:
     """Paper Figure 4 (right): tokens/s against BLEU, one point per beam size (natural lengths)."""
-    plt = _pyplot()
-    beams = results["config"]["beams"]
-    figure, axis = plt.subplots(figsize=(4.5, 3.5))
+    series = {}
     for name, system in results["systems"].items():
-        points = [
-            (run.get("bleu"), run.get("tokens_per_second"), b)
-            for b in beams
-            for run in [_setting(system, b, "natural")]
+        runs = [(b, _setting(system, b, "natural")) for b in results["config"]["beams"]]
+        series[name] = [
+            (run["bleu"], run["tokens_per_second"], f"b{b}")
+            for b, run in runs
             if run.get("bleu") is not None and run.get("tokens_per_second") is not None
         ]
-        if not points:
-            continue
-        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
-        for bleu, speed, b in points:
-            axis.annotate(str(b), (bleu, speed), fontsize="x-small", xytext=(3, 3),
-                          textcoords="offset points")  # fmt: skip
-    axis.set_xlabel("BLEU")
-    axis.set_ylabel("tokens/s")
-    axis.set_title("speed vs BLEU (labels: beam size)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.speed_curves({"speed vs BLEU (natural lengths)": series}, "BLEU", str(path))

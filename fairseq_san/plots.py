@@ -3,6 +3,7 @@
 * ``js_heatmap``: the JS divergence between every pair of layers, like the paper's Figure 2.
 * ``js_training_curves``: the JS divergence between a reference layer and others against
   training steps, for decoder self- and encoder-decoder attention, like the paper's Figure 5.
+* ``speed_curves``: translation speed against beam size or BLEU, like the paper's Figure 4.
 """
 
 import math
@@ -83,6 +84,37 @@ def js_training_curves(
                     label=f"L{layer}")  # fmt: skip
         ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8)
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+SpeedSeries = Dict[str, List[Tuple[float, float, str]]]  # system -> [(x, tokens/s, point label)]
+
+
+def speed_curves(panels: Dict[str, SpeedSeries], xlabel: str, path: str) -> None:
+    """Translation speed (tokens/s) against beam size or BLEU, like the paper's Figure 4.
+
+    One panel per entry of ``panels`` (its key is the title), one line per system; a point's
+    label (the beam size on a speed-vs-BLEU plot) is written beside it when not empty.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels.items()):
+        for system, points in series.items():
+            if not points:
+                continue
+            xs, speeds, labels = zip(*points)
+            ax.plot(xs, speeds, marker="o", linewidth=1, label=system)
+            for x, speed, label in points:
+                if label:
+                    ax.annotate(label, (x, speed), fontsize=7, xytext=(3, 3),
+                                textcoords="offset points")  # fmt: skip
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("tokens/s")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

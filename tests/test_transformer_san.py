@@ -17,13 +17,16 @@ import pytest
 import torch
 from torch import Tensor
 
+from fairseq.models.transformer import TransformerModel
 from helpers import (
+    StandInTask,
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
     count_parameters,
     generate,
     make_dictionary,
+    parse_args,
     source_batch,
     target_prefixes,
 )
@@ -67,6 +70,8 @@ POLICIES = {
     "self6-encdec111111": policy_argv("6", "1,1,1,1,1,1"),
     "self111111-encdec222-weights": policy_argv("1,1,1,1,1,1", "2,2,2", share="weights"),
     "self15-encdec33-weights": policy_argv("1,5", "3,3", share="weights"),
+    "self33-encdec15-prenorm": policy_argv("3,3", "1,5", "2,4")
+    + ["--encoder-normalize-before", "--decoder-normalize-before"],
 }
 AAN = ["--decoder-self-attention-type", "aan"]
 
@@ -373,6 +378,43 @@ BEAM_MODELS = {
 }
 
 
+def favour_eos(model, bonus: float):
+    """Add ``bonus`` to the eos logit so that untrained models finish some sentences early;
+    returns the hook handle (None for no bonus)."""
+    if not bonus:
+        return None
+    eos = model.decoder.dictionary.eos()
+
+    def hook(module, inputs, logits):
+        logits = logits.clone()
+        logits[..., eos] += bonus
+        return logits
+
+    return model.decoder.output_projection.register_forward_hook(hook)
+
+
+EOS_BONUSES = (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
+
+
+def staggering_eos_bonus(model, src_tokens, src_lengths, beam: int, **kwargs) -> float:
+    """The first eos bonus with which beam search removes finished sentences from its batch
+    while others go on (sentences finishing at different steps); installed on ``model``."""
+    for bonus in EOS_BONUSES:
+        handle = favour_eos(model, bonus)
+        orders = record_reorders(model)
+        generate(model, DICT, src_tokens, src_lengths, beam=beam, **kwargs)
+        del model.decoder.reorder_incremental_state_scripting  # back to the class method
+        if orders and shrank(orders, src_tokens.size(0) * beam):
+            return bonus
+        handle.remove()
+    raise AssertionError("no eos bonus makes sentences finish at different steps")
+
+
+def shrank(orders: List[Tensor], full: int) -> bool:
+    """Whether beam search removed finished sentences from its batch at some step."""
+    return min(order.numel() for order in orders) < full
+
+
 def record_reorders(model) -> List[Tensor]:
     """Record the new_order of every reorder_incremental_state_scripting call on ``model``."""
     orders: List[Tensor] = []
@@ -386,10 +428,13 @@ def record_reorders(model) -> List[Tensor]:
     return orders
 
 
+@pytest.mark.parametrize("early_eos", [False, True], ids=["long", "early-eos"])
 @pytest.mark.parametrize("name", list(BEAM_MODELS))
-def test_beam_search_equals_prefix_recomputation(name):
+def test_beam_search_equals_prefix_recomputation(name, early_eos):
     model, _ = build(BEAM_MODELS[name], dictionary=DICT, seed=31)
     src_tokens, src_lengths = source_batch(DICT, BEAM_BATCH, seed=32)
+    if early_eos:
+        staggering_eos_bonus(model, src_tokens, src_lengths, beam=4, **BEAM_KWARGS)
     orders = record_reorders(model)
     cached = generate(model, DICT, src_tokens, src_lengths, beam=4, **BEAM_KWARGS)
     # The beams were really reordered (a hypothesis moved to another slot) at several steps.
@@ -400,6 +445,7 @@ def test_beam_search_equals_prefix_recomputation(name):
         if order.numel() == len(BEAM_BATCH) * 4 and not torch.equal(order, beam_slots)
     )
     assert reordered_steps >= 3
+    assert shrank(orders, len(BEAM_BATCH) * 4) == early_eos
     model.decoder.recompute_prefix = True
     recomputed = generate(model, DICT, src_tokens, src_lengths, beam=4, **BEAM_KWARGS)
     assert_same_hypotheses(recomputed, cached)
@@ -461,13 +507,16 @@ def reference_beam_search(
     return sorted(finished, key=lambda h: -float(h["score"]))
 
 
+@pytest.mark.parametrize("early_eos", [False, True], ids=["long", "early-eos"])
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("name", ["self15-encdec33", "self222-encdec6-weights", "aan-encdec33"])
-def test_sequence_generator_equals_own_full_forward_beam_search(name, beam):
+def test_sequence_generator_equals_own_full_forward_beam_search(name, beam, early_eos):
     """Not circular: our own search with the model's full forward pass, sentence by sentence
     (no padding, no incremental state, no fairseq generator code)."""
     model, _ = build(BEAM_MODELS[name], dictionary=DICT, seed=41)
     src_tokens, src_lengths = source_batch(DICT, BEAM_BATCH, seed=42)
+    if early_eos:
+        staggering_eos_bonus(model, src_tokens, src_lengths, beam=beam, **BEAM_KWARGS)
     fairseq_nbest = generate(model, DICT, src_tokens, src_lengths, beam=beam, **BEAM_KWARGS)
     ours = [
         reference_beam_search(
@@ -546,9 +595,6 @@ def test_parameter_count_no_sharing_equals_fairseq_transformer():
     dims = ["--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
             "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]  # fmt: skip
-    from helpers import StandInTask, parse_args
-    from fairseq.models.transformer import TransformerModel
-
     args = parse_args("transformer", dims + SMALL)
     baseline = TransformerModel.build_model(args, StandInTask(dictionary))
     san, _ = build(SMALL, arch="transformer_san_small", dictionary=dictionary, tiny=False)
@@ -580,8 +626,7 @@ def test_policy_is_stored_in_args_and_rebuilds_the_same_model(tmp_path):
     saved = copy.deepcopy(args)
     policy_file.unlink()  # the checkpoint must not need the file any more
     torch.manual_seed(0)
-    rebuilt = TransformerSANModel.build_model(saved, type("Task", (), {
-        "source_dictionary": DICT, "target_dictionary": DICT})())  # fmt: skip
+    rebuilt = TransformerSANModel.build_model(saved, StandInTask(DICT))
     assert saved.san_policy == args.san_policy
     assert [type(m) for m in rebuilt.modules()] == [type(m) for m in model.modules()]
     assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {
@@ -675,7 +720,7 @@ def test_bad_policy_input(argv, message):
     arch = "transformer_san"
     if argv[0] == "--arch":
         arch, argv = argv[1], argv[2:]
-    with pytest.raises(PolicyError, match=None) as error:
+    with pytest.raises(PolicyError) as error:
         build(argv, arch=arch, dictionary=DICT)
     assert message in str(error.value)
 
@@ -762,3 +807,109 @@ def test_no_cache_mode_gives_the_same_translations(argv):
         for t in range(prev.size(1)):
             uncached.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
     assert state == {}
+
+
+# --- activation checkpointing -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
+def test_sharing_with_activation_checkpointing_is_rejected_or_exact(flag):
+    """fairseq's --checkpoint-activations recomputes each layer in backward, top layer first, so a
+    following layer runs again before its block's leader. Sharing must then either be refused
+    with a PolicyError at build time (as for LayerDrop) or give the gradients of the model
+    without checkpointing; crashing in the middle of the first backward pass is neither."""
+    argv = policy_argv("1,5", "3,3") + ["--dropout", "0", "--attention-dropout", "0"]
+    try:
+        checkpointed, _ = build(argv + [flag], dictionary=DICT, seed=81)
+    except PolicyError as error:
+        assert "activation" in str(error)
+        return
+    plain, _ = build(argv, dictionary=DICT, seed=81)
+    plain.load_state_dict(checkpointed.state_dict(), strict=True, model_cfg=None)
+    src_tokens, src_lengths = source_batch(DICT, [4, 6], seed=82)
+    prev = target_prefixes(DICT, 2, 5, seed=83)
+    for model in (checkpointed, plain):
+        model.train()
+        model(src_tokens, src_lengths, prev)[0].logsumexp(-1).sum().backward()
+    for (name, a), (_, b) in zip(checkpointed.named_parameters(), plain.named_parameters()):
+        assert a.grad is not None, name
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+# --- other fairseq transformer options combined with sharing ----------------------------------
+
+
+def test_quant_noise_is_kept_on_shared_attention():
+    """--quant-noise-pq puts a forward pre-hook (fairseq.modules.quant_noise) on every attention
+    projection. Replacing a layer's attention for sharing must keep it on the projections that
+    remain, or the shared layers silently train without quantization noise."""
+    argv = ["--quant-noise-pq", "0.1", "--quant-noise-pq-block-size", "8", "--encoder-layers", "6"]
+    unshared, _ = build(argv, dictionary=DICT)
+    shared, _ = build(argv + policy_argv("1,5", "3,3", "2,4"), dictionary=DICT)
+
+    def hooks(model):
+        counts = {}
+        for name, module in model.named_modules():
+            if name.endswith(("q_proj", "k_proj", "v_proj", "out_proj")):
+                counts[name] = len(module._forward_pre_hooks)
+        return counts
+
+    expected = hooks(unshared)
+    assert set(expected.values()) == {1}
+    actual = hooks(shared)
+    assert set(actual) < set(expected)
+    missing = sorted(name for name, count in actual.items() if count != 1)
+    assert not missing, f"projections without quant noise: {missing}"
+
+
+def test_cross_self_attention_with_shared_self_attention():
+    """With --cross-self-attention the decoder's self-attention attends over the encoder output
+    and the target prefix (key = value = [encoder_out; x]). A decoder_self policy must then either
+    be refused with a PolicyError or decode correctly (incremental == full)."""
+    argv = ["--cross-self-attention", "--san-decoder-self-policy", "1,5"]
+    try:
+        model, _ = build(argv, dictionary=DICT, seed=91)
+    except PolicyError as error:
+        assert "cross" in str(error)
+        return
+    src_tokens, src_lengths = source_batch(DICT, [4, 6], seed=92)
+    prev = target_prefixes(DICT, 2, 5, seed=93)
+    full = decoder_logits(model, src_tokens, src_lengths, prev)
+    assert max_diff(full, incremental_logits(model, src_tokens, src_lengths, prev)) <= ATOL
+
+
+def test_encdec_policy_without_cross_attention_is_a_policy_error():
+    """--no-cross-attention leaves the decoder layers without encoder-decoder attention, so a
+    decoder_encdec policy has nothing to share: a clear PolicyError, not an AttributeError."""
+    with pytest.raises(PolicyError) as error:
+        build(["--no-cross-attention", "--san-decoder-encdec-policy", "3,3"], dictionary=DICT)
+    assert "decoder_encdec" in str(error.value)
+
+
+# --- beamable encoder-decoder attention -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], policy_argv("1,5", "3,3", "2,4"), policy_argv("2,2,2", "1,5", share="weights"),
+     AAN + ["--san-decoder-encdec-policy", "3,3"]],
+    ids=["baseline", "san-output", "san-weights", "aan-encdec33"],
+)  # fmt: skip
+def test_beamable_encdec_gives_the_same_translations(argv):
+    """--san-beamable-encdec keeps the encoder-decoder keys/values once per sentence in beam
+    search; the n-best lists (sentences finishing at different steps, so the batch shrinks)
+    must be those of the plain model."""
+    plain, _ = build(argv, dictionary=DICT, seed=101)
+    beamable, args = build(argv + ["--san-beamable-encdec"], dictionary=DICT, seed=102)
+    assert args.san_beamable_encdec
+    beamable.load_state_dict(plain.state_dict(), strict=True, model_cfg=None)
+    src_tokens, src_lengths = source_batch(DICT, BEAM_BATCH, seed=103)
+    kwargs = dict(beam=4, min_len=1, max_len_a=0, max_len_b=10)
+    favour_eos(beamable, staggering_eos_bonus(plain, src_tokens, src_lengths, **kwargs))
+    expected = generate(plain, DICT, src_tokens, src_lengths, **kwargs)
+    orders = record_reorders(beamable)
+    actual = generate(beamable, DICT, src_tokens, src_lengths, **kwargs)
+    assert_same_hypotheses(expected, actual, atol=ATOL)
+    assert shrank(orders, len(BEAM_BATCH) * 4)
+    # Some encoder-decoder attention module really ran in beamable mode.
+    assert any(getattr(m, "beam_size", 1) == 4 for m in beamable.decoder.modules())

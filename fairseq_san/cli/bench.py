@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="beam sizes whose decoding-cache peak the table shows (measured also when not in "
         "--beams)",
     )  # fmt: skip
-    parser.add_argument("--table-beam", type=int, default=4, help="beam size of the main table")
+    parser.add_argument(
+        "--table-beam", type=int, default=4,
+        help="beam size of the main table and the profile (the first of --beams if not there)",
+    )  # fmt: skip
     parser.add_argument("--no-profile", action="store_true", help="skip the per-step profile")
     parser.add_argument(
         "--spm", metavar="MODEL",
@@ -74,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="raw reference file (default: DATA/text/SUBSET.raw.TGT if it exists, else the "
         "binarized targets detokenized like the hypotheses)",
     )  # fmt: skip
-    parser.add_argument("--max-len-a", type=float, default=0.0, help="natural mode: max length a*x+b")
-    parser.add_argument("--max-len-b", type=int, default=200, help="natural mode: max length a*x+b")
+    parser.add_argument(
+        "--max-len-a", type=float, default=0.0, help="natural lengths: at most a*x+b tokens"
+    )
+    parser.add_argument(
+        "--max-len-b", type=int, default=200, help="natural lengths: at most a*x+b tokens"
+    )
     parser.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
     parser.add_argument(
         "--no-ctranslate2", action="store_true",
@@ -96,6 +103,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         level=logging.INFO,
         stream=sys.stderr,
     )
+    if args.repeats < 3:
+        logging.getLogger(PROG).warning("--repeats %d: medians need 3 or more", args.repeats)
     from fairseq_san import benchmark
 
     try:

@@ -91,7 +91,7 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
 @register_model("transformer_san")
 class TransformerSANModel(TransformerModel):
-    """Transformer whose adjacent layers share attention weights (S, Eq. 5) or outputs (A, Eq. 6)."""
+    """Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A, Eq. 5)."""
 
     @classmethod
     def add_args(cls, parser):
@@ -113,13 +113,19 @@ class TransformerSANModel(TransformerModel):
         group.add_argument(
             "--san-encdec-share",
             choices=["output", "weights"],
-            help="encoder-decoder sharing: the attention output A = S V (Eq. 6, default) "
+            help="encoder-decoder sharing: the attention output A = S V (Eq. 5, default) "
             "or only the weights S, each layer keeping its own V projection",
         )
         group.add_argument(
             "--decoder-self-attention-type",
             choices=["dot", "aan"],
             help="decoder self-attention: dot-product (default) or the average attention network",
+        )
+        group.add_argument(
+            "--san-beamable-encdec",
+            action="store_true",
+            help="in beam search, project the encoder-decoder keys/values once per source sentence "
+            "and share them among its hypotheses (fairseq's beamable attention); same output",
         )
         group.add_argument(
             "--san-no-cache",
@@ -131,8 +137,6 @@ class TransformerSANModel(TransformerModel):
     def build_model(cls, args, task):
         san_base_architecture(args)
         policy = resolve_model_policy(args)
-        if policy and (args.encoder_layerdrop or args.decoder_layerdrop):
-            raise san_policy.PolicyError("attention sharing cannot be combined with LayerDrop")
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":
             use_average_attention(model.decoder.layers)
@@ -140,6 +144,7 @@ class TransformerSANModel(TransformerModel):
             stack, attr = KIND_TARGETS[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
         model.decoder.recompute_prefix = bool(args.san_no_cache)
+        model.beamable_encdec = bool(args.san_beamable_encdec)
         logger.info("attention sharing: %s", san_policy.format_policy(policy))
         return model
 
@@ -148,6 +153,13 @@ class TransformerSANModel(TransformerModel):
         return TransformerSANDecoder(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
+
+    def set_beam_size(self, beam_size: int) -> None:
+        """fairseq's SequenceGenerator calls this; with ``--san-beamable-encdec`` the decoder's
+        encoder-decoder attention keeps one copy of the keys/values per source sentence instead
+        of one per hypothesis, which beam search would otherwise reorder at every step."""
+        if self.beamable_encdec:
+            self.decoder.set_beam_size(beam_size)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Load a checkpoint, dropping projections the current policy no longer uses.
@@ -173,19 +185,49 @@ def resolve_model_policy(args) -> Dict[str, List[int]]:
     layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
     for kind, blocks in policy.items():
         san_policy.validate_blocks(blocks, layers[KIND_TARGETS[kind][0]], kind)
-    if "decoder_self" in policy and args.decoder_self_attention_type == "aan":
-        raise san_policy.PolicyError(
-            "a decoder_self sharing policy cannot be combined with "
-            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
-        )
+    check_policy_fits_model(policy, args)
     args.san_policy = san_policy.dump_policy(policy)
     for flag in POLICY_FLAGS.values():
         setattr(args, flag, None)
     return policy
 
 
+# Model options that sharing cannot work with, and why; the first entry names the policy kinds.
+INCOMPATIBLE_OPTIONS = [
+    (san_policy.KINDS, "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (san_policy.KINDS, "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (
+        san_policy.KINDS,
+        "checkpoint_activations",
+        "activation checkpointing recomputes layers top-down in backward, after their block",
+    ),
+    (
+        san_policy.KINDS,
+        "offload_activations",
+        "activation checkpointing recomputes layers top-down in backward, after their block",
+    ),
+    (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),
+    (("decoder_encdec",), "no_cross_attention", "there is no encoder-decoder attention"),
+]
+
+
+def check_policy_fits_model(policy: Dict[str, List[int]], args) -> None:
+    """Raise PolicyError for a policy the model's other options make impossible."""
+    if "decoder_self" in policy and args.decoder_self_attention_type == "aan":
+        raise san_policy.PolicyError(
+            "a decoder_self sharing policy cannot be combined with "
+            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
+        )
+    for kinds, option, reason in INCOMPATIBLE_OPTIONS:
+        shared = [kind for kind in kinds if kind in policy]
+        if shared and getattr(args, option, False):
+            raise san_policy.PolicyError(
+                f"{shared[0]} sharing cannot be combined with --{option.replace('_', '-')}: {reason}"
+            )
+
+
 def follower_class(kind: str, args) -> Type[MultiheadAttention]:
-    """The module of a layer that reuses its block's attention: S (Eq. 5) or A (Eq. 6)."""
+    """The module of a layer that reuses its block's attention: S (Eq. 4) or A (Eq. 5)."""
     if kind == "decoder_encdec" and args.san_encdec_share == "output":
         return SharedContextAttention
     return SharedWeightsAttention
@@ -212,10 +254,15 @@ def share_attention(
 def rebuild_attention(
     old: MultiheadAttention, module_class: Type, block: BlockShare, is_last: bool
 ) -> MultiheadAttention:
-    """A ``module_class`` shaped like ``old`` that keeps ``old``'s values for the weights it keeps."""
+    """A ``module_class`` shaped like ``old`` that takes over the projections it keeps.
+
+    Moving the projection modules keeps their values and anything fairseq attached to them
+    (quant-noise hooks).
+    """
     new = module_class(block, releases_block=is_last, **attention_kwargs(old))
-    kept = new.state_dict()
-    new.load_state_dict({k: v for k, v in old.state_dict().items() if k in kept})
+    for name, _ in list(new.named_children()):
+        if name.endswith("_proj"):
+            setattr(new, name, getattr(old, name))
     return new
 
 
@@ -247,6 +294,7 @@ def san_base_architecture(args) -> None:
     args.san_encdec_share = getattr(args, "san_encdec_share", None) or "output"
     args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "dot"
     args.san_no_cache = getattr(args, "san_no_cache", False)
+    args.san_beamable_encdec = getattr(args, "san_beamable_encdec", False)
     base_architecture(args)
 
 

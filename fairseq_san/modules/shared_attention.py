@@ -5,10 +5,10 @@ A block of layers m..m+pi-1 is served by one ``BlockShare``:
 
 * ``BlockLeaderAttention`` (layer m) is fairseq's MultiheadAttention; it also publishes its
   weights S^m (Eq. 1) and its per-head context A^m = S^m V^m (Eq. 2) to the block.
-* ``SharedWeightsAttention`` (a following layer) reuses S^m (Eq. 5) with its own V and output
+* ``SharedWeightsAttention`` (a following layer) reuses S^m (Eq. 4) with its own V and output
   projections and has no q_proj/k_proj. Used for self-attention, and for encoder-decoder attention
   with ``--san-encdec-share weights`` (the paper's Table 4, "shared V: no").
-* ``SharedContextAttention`` (a following encoder-decoder layer) reuses A^m (Eq. 6) and keeps only
+* ``SharedContextAttention`` (a following encoder-decoder layer) reuses A^m (Eq. 5) and keeps only
   its own output projection.
 
 The hand-off goes through the ``BlockShare`` object the model gives every module of a block, never
@@ -85,6 +85,17 @@ class _SharedAttentionBase(MultiheadAttention):
         merged = context.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
         return self.out_proj(merged)
 
+    def _weighted_values(self, weights: Tensor, values: Tensor) -> Tensor:
+        """Eq. 2 per head: S V. With beamable encoder-decoder attention (``set_beam_size``) the
+        values hold one row per source sentence and the weights one per hypothesis."""
+        if weights.size(0) == values.size(0):
+            return torch.bmm(weights, values)
+        sentences = values.size(0) // self.num_heads
+        per_hypothesis = weights.view(sentences, -1, self.num_heads, *weights.shape[1:])
+        per_sentence = values.view(sentences, self.num_heads, *values.shape[1:])
+        context = torch.einsum("bxhts,bhsd->bxhtd", per_hypothesis, per_sentence)
+        return context.reshape(-1, weights.size(1), values.size(2))
+
     def _split_heads(self, x: Tensor) -> Tensor:
         """(len, batch, embed) -> (batch * heads, len, head_dim)."""
         return x.contiguous().view(x.size(0), -1, self.head_dim).transpose(0, 1)
@@ -131,14 +142,14 @@ class BlockLeaderAttention(_SharedAttentionBase):
             before_softmax=True,
         )
         weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1: S^m
-        context = torch.bmm(self.dropout_module(weights), values)  # Eq. 2: A^m = S^m V^m
+        context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2: A^m
         self.block.publish(weights, context)
         returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
         return self._merge_heads(context, tgt_len, bsz), returned
 
 
 class SharedWeightsAttention(_SharedAttentionBase):
-    """A following layer that reuses S^m (Eq. 5): only its own V and output projections.
+    """A following layer that reuses S^m (Eq. 4): only its own V and output projections.
 
     In incremental decoding a self-attention layer caches its values only (no keys); an
     encoder-decoder layer caches the values of the encoder output once per sentence.
@@ -161,11 +172,17 @@ class SharedWeightsAttention(_SharedAttentionBase):
     ) -> Tuple[Tensor, Optional[Tensor]]:
         tgt_len, bsz, _ = query.size()
         weights, _ = self.block.read(release=self.releases_block)
-        source = query if self.self_attention else value
+        source = query if self.self_attention else self._one_per_sentence(value, bsz)
         values = self._values(source, incremental_state, static_kv)
-        context = torch.bmm(self.dropout_module(weights), values)  # Eq. 2 with S^m of Eq. 5
+        context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
         returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
         return self._merge_heads(context, tgt_len, bsz), returned
+
+    def _one_per_sentence(self, value: Optional[Tensor], bsz: int) -> Optional[Tensor]:
+        """The encoder states once per sentence when beamable attention is on, as fairseq does."""
+        if value is None or self.beam_size == 1 or value.size(1) != bsz:
+            return value
+        return value.view(value.size(0), -1, self.beam_size, value.size(2))[:, :, 0, :]
 
     def _values(
         self, source: Optional[Tensor], incremental_state: IncrementalState, static_kv: bool
@@ -186,7 +203,7 @@ class SharedWeightsAttention(_SharedAttentionBase):
 
 
 class SharedContextAttention(_SharedAttentionBase):
-    """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 6): only its output projection.
+    """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 5): only its output projection.
 
     It has no q, k or v projections and caches nothing.
     """

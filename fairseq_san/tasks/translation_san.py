@@ -269,7 +269,7 @@ def num_updates_of(checkpoint: Optional[str]) -> Optional[int]:
         return None
     try:
         state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
-    except RuntimeError:  # not a zip-format file: mmap is unsupported, read it whole
+    except (RuntimeError, TypeError):  # no mmap for a legacy-format file (or old torch)
         state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     history = state.get("optimizer_history") or [{}]
     updates = history[-1].get("num_updates")
@@ -351,9 +351,11 @@ class TranslationSANTask(TranslationTask):
     def reduce_metrics(self, logging_outputs, criterion):
         """fairseq-validate calls this once per subset, after its last batch: write the analysis."""
         super().reduce_metrics(logging_outputs, criterion)
-        if self._analysis is None:
+        if not self.analysing:
             return
         analysis, self._analysis = self._analysis, None
+        if analysis is None:
+            raise RuntimeError(f"SAN analysis: subset '{self._subset}' had no batches")
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
         analysis.write(
             self.cfg.san_analysis_dir,

@@ -1,0 +1,181 @@
+"""fairseq-san-bench end to end on a tiny sentencepiece corpus and a tiny trained checkpoint.
+
+One checkpoint without sharing is decoded as four systems: itself, itself again (its speed ratio
+to itself must be near 1), with the decode-time policy {1,5}/{3,3} (fewer parameters, a smaller
+cache) and without the decoding cache (no cache at all).
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from helpers import preprocess, run_cli, train_argv, write_corpus
+
+os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+
+POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def bench_data(tmp_path_factory):
+    """(data dir with spm.model and text/test.raw.tgt, checkpoint): the recipe's layout."""
+    from fairseq_san.cli import subwords
+
+    root = tmp_path_factory.mktemp("bench")
+    raw = write_corpus(root / "raw")
+    pieces = root / "pieces"
+    pieces.mkdir()
+    spm_prefix = str(root / "spm")
+    subwords.train([str(raw / "train.src"), str(raw / "train.tgt")], spm_prefix, 30, "bpe")
+    for split in ("train", "valid", "test"):
+        for side in ("src", "tgt"):
+            subwords.encode(spm_prefix + ".model", str(raw / f"{split}.{side}"),
+                            str(pieces / f"{split}.{side}"))  # fmt: skip
+    data = preprocess(pieces, root / "data")
+    shutil.copy(spm_prefix + ".model", data / "spm.model")
+    (data / "text").mkdir()
+    shutil.copy(raw / "test.tgt", data / "text" / "test.raw.tgt")
+    result = run_cli("fairseq-train", *train_argv(data, root / "ckpt", max_update=3))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, root / "ckpt" / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def bench_results(bench_data, tmp_path_factory):
+    from fairseq_san.cli import bench
+
+    data, checkpoint = bench_data
+    out_dir = tmp_path_factory.mktemp("bench-out")
+    torch.set_num_threads(1)
+    bench.main([
+        "--data", str(data), "--subset", "test",
+        "--system", f"base={checkpoint}",
+        "--system", f"base-again={checkpoint}",
+        "--system", f"san={checkpoint}:" + json.dumps({"san_policy": POLICY}),
+        "--system", f"nocache={checkpoint}:" + json.dumps({"san_no_cache": True}),
+        "--baseline", "base",
+        "--beams", "1", "4", "--cache-beams", "4", "20",
+        "--batch-size", "6", "--max-sentences", "12", "--repeats", "3",
+        "--max-len-b", "12", "--fixed-length", "6",
+        "--out-dir", str(out_dir), "--cpu",
+    ])  # fmt: skip
+    with open(out_dir / "results.json", encoding="utf-8") as handle:
+        return out_dir, json.load(handle)
+
+
+def test_parse_system():
+    from fairseq_san.benchmark import parse_system
+
+    spec = parse_system('nocache=/ckpt/dir/model.pt:{"san_no_cache": true}')
+    assert (spec.name, spec.checkpoint, spec.overrides) == (
+        "nocache", "/ckpt/dir/model.pt", {"san_no_cache": True}
+    )
+    assert parse_system("base=a:b/c.pt").overrides == {}
+    for bad in ("no-checkpoint", "=x.pt", "x=y.pt:{not json"):
+        with pytest.raises(ValueError):
+            parse_system(bad)
+
+
+def test_cache_bytes_count_a_storage_once():
+    from fairseq_san.benchmark import incremental_state_bytes
+
+    keys = torch.zeros(2, 3, 4)  # 96 bytes
+    state = {"a": {"prev_key": keys, "prev_view": keys.view(6, 4), "none": None},
+             "b": {"sum": torch.zeros(5, dtype=torch.float64)}}  # fmt: skip
+    assert incremental_state_bytes(state) == (96 + 40, 96 + 40)
+    assert incremental_state_bytes({"a": {"head": keys[0]}}) == (96, 48)
+
+
+def test_help_runs_without_loading_fairseq():
+    result = run_cli("fairseq-san-bench", "--help", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--system" in result.stdout and "--fixed-length" in result.stdout
+
+
+def test_outputs_written(bench_results):
+    out_dir, results = bench_results
+    for name in ("results.json", "results.md", "speed_vs_beam.png", "speed_vs_bleu.png"):
+        assert (out_dir / name).stat().st_size > 0, name
+    for name in ("speed_vs_beam.png", "speed_vs_bleu.png"):
+        assert (out_dir / name).read_bytes()[:8] == PNG_MAGIC
+    report = (out_dir / "results.md").read_text()
+    for name in ("base", "base-again", "san", "nocache", "BLEU", "self-attn", "ctranslate2"):
+        assert name in report
+    assert results["command"].startswith("fairseq-san-bench --data")
+    machine = results["machine"]
+    for key in ("cpu", "torch_threads", "torch", "fairseq", "date"):
+        assert machine[key], key
+    assert results["config"]["sentences"] == 12
+    assert results["bleu_signature"].startswith("nrefs:1")
+    assert results["config"]["spm_model"].endswith("spm.model")
+
+
+def test_speed_and_ratios(bench_results):
+    _, results = bench_results
+    systems = results["systems"]
+    for name, system in systems.items():
+        for beam in (1, 4):
+            for mode in ("natural", "fixed"):
+                run = system["settings"][f"beam{beam}_{mode}"]
+                assert run["tokens_per_second"] > 0
+                assert len(run["ratio_repeats"]) == 3
+                assert all(ratio > 0 for ratio in run["ratio_repeats"])
+                if mode == "fixed":  # exactly L tokens + eos for every sentence
+                    assert run["tokens"] == 12 * (6 + 1)
+                if name == "base":
+                    assert run["ratio_to_baseline"] == pytest.approx(1.0)
+    # The same model timed as another system: its ratio is ~1 (tolerant: the CPU is shared).
+    again = [run["ratio_to_baseline"] for run in systems["base-again"]["settings"].values()
+             if "ratio_to_baseline" in run]  # fmt: skip
+    assert sorted(again)[len(again) // 2] == pytest.approx(1.0, abs=0.3)
+    assert all(0.5 < ratio < 2.0 for ratio in again)
+
+
+def test_quality_params_and_cache(bench_results):
+    _, results = bench_results
+    systems = results["systems"]
+    base, san, nocache = systems["base"], systems["san"], systems["nocache"]
+    for system in systems.values():
+        run = system["settings"]["beam4_natural"]
+        assert 0.0 <= run["bleu"] <= 100.0 and 0.0 <= run["chrf"] <= 100.0
+    assert san["params"] < base["params"] == systems["base-again"]["params"]
+    assert san["san_policy"] == json.loads(POLICY) and base["san_policy"] == {}
+    for beam in (4, 20):
+        key = f"beam{beam}_fixed"
+        assert 0 < san["settings"][key]["cache_bytes"] < base["settings"][key]["cache_bytes"]
+        assert nocache["settings"][key]["cache_bytes"] == 0
+    assert base["settings"]["beam20_fixed"]["cache_bytes"] > base["settings"]["beam4_fixed"][
+        "cache_bytes"
+    ]
+
+
+def test_profile(bench_results):
+    _, results = bench_results
+    for name in ("base", "san", "nocache"):
+        profile = results["systems"][name]["profile"]["fixed"]
+        assert profile["steps"] > 0 and profile["ms_per_step"] > 0
+        shares = profile["decoder_step_share"]
+        assert set(shares) == {"self_attn", "encdec_attn", "ffn", "output_proj", "rest"}
+        assert all(0.0 <= share <= 1.0 for share in shares.values())
+        assert sum(shares.values()) == pytest.approx(1.0, abs=0.05)
+    base = results["systems"]["base"]["profile"]["natural"]
+    assert 0.0 < base["removable_share_of_decode"] < base["attention_share_of_decode"] < 1.0
+    assert base["max_speedup_from_sharing"] > 1.0
+
+
+def test_ctranslate2_row_or_note(bench_results):
+    _, results = bench_results
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        assert results["ctranslate2"] == {
+            "status": "skipped",
+            "note": "ctranslate2 not installed (pip install ctranslate2)",
+        }
+        assert any("ctranslate2 not installed" in note for note in results["notes"])
+    else:
+        assert results["ctranslate2"]["status"] in ("ok", "skipped")

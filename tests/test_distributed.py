@@ -1,0 +1,132 @@
+"""Distributed training of shared-attention models on CPU (gloo).
+
+(a) torch's DistributedDataParallel with ``find_unused_parameters=False`` fails on the next
+iteration if any parameter took no part in the loss; every parameter must get a gradient.
+(b) fairseq-train with two processes (``--distributed-no-spawn``, one rank each).
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+from helpers import BIN, REPO, build, cli_env, free_port, make_dictionary, source_batch, train_argv
+
+WORLD_SIZE = 2
+DDP_MODELS = {
+    "san-self15-encdec33": [
+        "--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3",
+    ],
+    "san-weights-enc11": [
+        "--san-decoder-self-policy", "2,2,2", "--san-decoder-encdec-policy", "6",
+        "--san-encdec-share", "weights", "--san-encoder-self-policy", "2",
+    ],
+    "aan-encdec33": [
+        "--decoder-self-attention-type", "aan", "--san-decoder-encdec-policy", "3,3",
+    ],
+}  # fmt: skip
+STEPS = 3
+
+
+def _ddp_worker(rank: int, port: int) -> None:
+    """One rank: a few DDP forward/backward/update steps per model, all parameters used."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE
+    )
+    try:
+        dictionary = make_dictionary(24)
+        for name, argv in DDP_MODELS.items():
+            model, _ = build(argv, dictionary=dictionary, seed=1 + rank)  # DDP syncs the init
+            model.train()
+            ddp = DistributedDataParallel(model, find_unused_parameters=False)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            for step in range(STEPS):
+                src_tokens, src_lengths = source_batch(
+                    dictionary, [5, 3, 7], seed=100 * step + rank
+                )
+                target, _ = source_batch(dictionary, [6, 6, 6], seed=100 * step + rank + 50)
+                prev = torch.roll(target, 1, dims=1)  # eos first, as fairseq shifts targets
+                logits = ddp(src_tokens, src_lengths, prev)[0]
+                loss = torch.nn.functional.cross_entropy(
+                    logits.view(-1, logits.size(-1)), target.view(-1)
+                )
+                loss.backward()
+                missing = [n for n, p in model.named_parameters() if p.grad is None]
+                assert not missing, f"{name}: parameters without gradient: {missing}"
+                assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            # The ranks saw different batches but hold identical parameters: gradients synced.
+            flat = torch.cat([p.detach().view(-1) for p in model.parameters()])
+            gathered = [torch.empty_like(flat) for _ in range(WORLD_SIZE)]
+            dist.all_gather(gathered, flat)
+            assert all(torch.equal(gathered[0], other) for other in gathered[1:]), name
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_ddp_with_sharing_uses_every_parameter():
+    mp.spawn(_ddp_worker, args=(free_port(),), nprocs=WORLD_SIZE, join=True)
+
+
+def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
+    save_dir = tmp_path / "checkpoints"
+    port = free_port()
+    common = train_argv(
+        binarized_corpus,
+        save_dir,
+        max_update=6,
+        extra=[
+            "--san-decoder-self-policy", "1,5",
+            "--san-decoder-encdec-policy", "3,3",
+            "--distributed-backend", "gloo",
+            "--ddp-backend", "legacy_ddp",
+            "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+            "--distributed-world-size", str(WORLD_SIZE),
+            "--distributed-no-spawn",
+            "--max-tokens", "500",
+        ],
+    )  # fmt: skip
+    logs = [tmp_path / f"rank{rank}.log" for rank in range(WORLD_SIZE)]
+    processes = []
+    for rank in range(WORLD_SIZE):
+        with open(logs[rank], "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    [str(BIN / "fairseq-train"), *common, "--distributed-rank", str(rank)],
+                    cwd=REPO,
+                    env=cli_env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+    try:
+        codes = [process.wait(timeout=240) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    outputs = [log.read_text() for log in logs]
+    for rank, (code, output) in enumerate(zip(codes, outputs)):
+        assert code == 0, f"rank {rank} exited {code}:\n{output[-4000:]}"
+    assert "distributed init (rank 1)" in outputs[0] + outputs[1]
+    assert "num_updates 6" in outputs[0] or "done training" in outputs[0]
+    checkpoint = save_dir / "checkpoint_last.pt"
+    assert checkpoint.is_file()
+
+    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 6
+    model_args = state["cfg"]["model"]
+    assert '"decoder_self": [1, 5]' in model_args.san_policy
+    keys = state["model"].keys()
+    assert "decoder.layers.1.self_attn.q_proj.weight" in keys
+    assert "decoder.layers.2.self_attn.q_proj.weight" not in keys
+    assert "decoder.layers.1.encoder_attn.v_proj.weight" not in keys

@@ -1,0 +1,587 @@
+"""The recipes end to end, at toy scale: the shell scripts and console commands a user runs.
+
+* ``examples/multi30k/prepare.sh`` on a fake Multi30k (gzipped synthetic sentences, 30 words);
+* ``examples/learn_to_share.sh`` on that corpus: the loop with theta 0 (every kind becomes one
+  block of 6 after iteration 0; in iteration 1 the shared layers have identical attention, JS 0,
+  so the policy stays {6}/{6} and the loop stops), its resumption, ``--warm-start`` and
+  ``--cpu-ranks``;
+* ``examples/wmt14_en_de/run.sh --dry-run``;
+* AAN + SAN through fairseq-train / fairseq-generate;
+* ``fairseq-san-loop same-policy`` and ``fairseq-san-score``.
+
+The prepared corpus and the first loop run are shared by the module. Everything is tiny (32-dim
+models, 10-20 updates) so that the file runs in a few minutes on two CPU cores.
+"""
+
+import gzip
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import pytest
+import torch
+
+from helpers import BIN, REPO, cli_env, run_cli, train_argv
+
+PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
+LOOP = REPO / "examples" / "learn_to_share.sh"
+WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
+
+# A toy "Multi30k": sentences of 3-8 words out of 30, German = word-by-word translation.
+EN_WORDS = (
+    "a man woman dog cat boy girl child people group red blue green small big old young "
+    "street park water ball grass tree walks runs sits plays holds looks stands"
+).split()
+DE_WORDS = (
+    "ein mann frau hund katze junge maedchen kind leute gruppe rot blau gruen klein gross alt "
+    "jung strasse park wasser ball gras baum geht rennt sitzt spielt haelt schaut steht"
+).split()
+SPLITS = {"train": 400, "val": 40, "test_2016_flickr": 40, "test_2017_flickr": 40}
+VOCAB_SIZE = 100
+
+# fairseq-train flags after -- for the loop: a tiny transformer_san, 2+6 layers.
+TINY_LOOP_TRAIN = [
+    "--encoder-layers", "2", "--decoder-layers", "6",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--max-tokens", "2000", "--warmup-updates", "5", "--save-interval-updates", "10",
+    "--cpu",
+]  # fmt: skip
+NO_SHARING = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
+ONE_BLOCK = {"decoder_self": [6], "decoder_encdec": [6], "encoder_self": None}
+DONE_LINE = "== the policy did not change: done after iteration 1"
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def run_script(script: Path, *args: str, env: Dict[str, str] = None, timeout: int = 400):
+    """Run a recipe with bash from the repository root; stdout and stderr captured."""
+    return subprocess.run(
+        ["bash", str(script), *args],
+        cwd=REPO,
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def output_of(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr
+
+
+def loop_args(data: Path, run_dir: Path, *options: str, updates: int = 20) -> List[str]:
+    return [
+        "--data", str(data), "--run-dir", str(run_dir),
+        "--updates", str(updates), "--arch", "transformer_san",
+        "--theta-self", "0", "--theta-encdec", "0",
+        *options,
+        "--", *TINY_LOOP_TRAIN,
+    ]  # fmt: skip
+
+
+def run_loop(data: Path, run_dir: Path, *options: str, updates: int = 20):
+    return run_script(LOOP, *loop_args(data, run_dir, *options, updates=updates))
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def table_rows(markdown: str) -> List[str]:
+    """The data rows of loop.md's table (``| <iteration> | ...``)."""
+    return [line for line in markdown.splitlines() if re.match(r"^\| \d+ \|", line)]
+
+
+def snapshot(directory: Path) -> Dict[str, Tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file below ``directory`` (links not followed)."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def write_fake_multi30k(directory: Path, seed: int = 0) -> Path:
+    """{train,val,test_2016_flickr,test_2017_flickr}.{en,de}.gz like the multi30k repository."""
+    assert len(EN_WORDS) == len(DE_WORDS) == 30
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, size in SPLITS.items():
+        sides = {"en": [], "de": []}
+        for _ in range(size):
+            words = [rng.randrange(30) for _ in range(rng.randint(3, 8))]
+            for lang, vocab in (("en", EN_WORDS), ("de", DE_WORDS)):
+                sides[lang].append(" ".join(vocab[w] for w in words).capitalize() + " .")
+        for lang, lines in sides.items():
+            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as out:
+                out.write("".join(line + "\n" for line in lines))
+    return directory
+
+
+def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
+    """{H-id: (score, tokens)} of fairseq-generate's output."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("H-"):
+            name, score, tokens = line.split("\t")
+            found[name] = (float(score), tokens)
+    return found
+
+
+# --- 1. prepare.sh ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multi30k_raw(tmp_path_factory) -> Path:
+    return write_fake_multi30k(tmp_path_factory.mktemp("multi30k-raw"))
+
+
+def prepare_env(raw: Path) -> Dict[str, str]:
+    env = cli_env()
+    env.update(MULTI30K_DIR=str(raw), VOCAB_SIZE=str(VOCAB_SIZE))
+    return env
+
+
+@pytest.fixture(scope="module")
+def prepared(multi30k_raw, tmp_path_factory):
+    """(OUT, result of the first prepare.sh run), shared with the loop tests."""
+    out = tmp_path_factory.mktemp("multi30k") / "data-bin"
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(multi30k_raw))
+    assert result.returncode == 0, output_of(result)[-4000:]
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def data(prepared) -> Path:
+    return prepared[0]
+
+
+def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
+    out, result = prepared
+    assert f"prepare.sh: done: {out}" in result.stdout
+    # --joined-dictionary: one vocabulary for both sides.
+    assert (out / "dict.en.txt").is_file()
+    assert (out / "dict.en.txt").read_text() == (out / "dict.de.txt").read_text()
+    for split in ("train", "valid", "test", "test1"):
+        for lang in ("en", "de"):
+            for ext in ("bin", "idx"):
+                path = out / f"{split}.en-de.{lang}.{ext}"
+                assert path.is_file() and path.stat().st_size > 0, path
+    assert (out / "spm.model").is_file()
+    assert len((out / "spm.vocab").read_text().splitlines()) == VOCAB_SIZE
+    # The raw text of every split, as it was in the gzipped files (the references for BLEU).
+    raw_names = {"train": "train", "valid": "val", "test": "test_2016_flickr", "test1": "test_2017_flickr"}
+    for split, raw_name in raw_names.items():
+        for lang in ("en", "de"):
+            with gzip.open(multi30k_raw / f"{raw_name}.{lang}.gz", "rt", encoding="utf-8") as raw:
+                assert (out / "text" / f"{split}.raw.{lang}").read_text() == raw.read()
+    # The subwords that fairseq-preprocess binarized: every piece is in the joint dictionary.
+    words = {line.split()[0] for line in (out / "dict.en.txt").read_text().splitlines()}
+    pieces = {p for line in (out / "text" / "valid.de").read_text().splitlines() for p in line.split()}
+    assert pieces and pieces <= words
+
+
+def test_prepare_again_does_nothing(prepared, multi30k_raw):
+    out, _ = prepared
+    before = snapshot(out)
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(multi30k_raw))
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert f"prepare.sh: {out} is ready" in result.stdout
+    assert "sentencepiece" not in result.stdout and "Wrote preprocessed" not in output_of(result)
+    assert snapshot(out) == before
+
+
+# --- 2. the learn-to-share loop ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def loop_run(data, tmp_path_factory):
+    """(RUN, result): the loop with theta 0 on the toy corpus, at most 3 iterations."""
+    run_dir = tmp_path_factory.mktemp("loop") / "run"
+    result = run_loop(data, run_dir, "--max-iterations", "3")
+    assert result.returncode == 0, output_of(result)[-6000:]
+    return run_dir, result
+
+
+def test_loop_trains_two_iterations_and_stops_on_an_unchanged_policy(loop_run, data):
+    run_dir, result = loop_run
+    assert DONE_LINE in result.stdout
+    for k in (0, 1):
+        iteration = run_dir / f"iter{k}"
+        assert (iteration / "trained").is_file()
+        assert (iteration / "checkpoints" / "checkpoint_best.pt").is_file()
+        assert (iteration / "analysis" / "js.json").is_file()
+        assert (iteration / "generate-valid.txt").is_file()
+        score = read_json(iteration / "valid.json")
+        assert score["sentences"] == SPLITS["val"]
+        assert score["bleu_signature"].startswith("nrefs:1|")
+    assert read_json(run_dir / "iter0" / "policy.json") == NO_SHARING
+    assert read_json(run_dir / "iter1" / "policy.json") == ONE_BLOCK
+    # P2 = P1: learned, compared, not trained.
+    assert read_json(run_dir / "iter2" / "policy.json") == ONE_BLOCK
+    assert sorted(p.name for p in (run_dir / "iter2").iterdir()) == ["policy.json"]
+    assert not (run_dir / "iter3").exists()
+    assert os.readlink(run_dir / "last") == "iter1"
+    # Two trainings in all: iterations 0 and 1.
+    assert output_of(result).count("+ fairseq-train ") == 2
+
+
+def test_loop_analysis_of_the_shared_model(loop_run):
+    """Under {6}/{6} every decoder layer reuses one attention: pairwise JS is 0."""
+    run_dir, _ = loop_run
+    js0 = read_json(run_dir / "iter0" / "analysis" / "js.json")
+    js1 = read_json(run_dir / "iter1" / "analysis" / "js.json")
+    for js in (js0, js1):
+        assert js["sentences"] == SPLITS["val"] and js["subset"] == "valid"
+        for kind in ("decoder_self", "decoder_encdec"):
+            assert len(js[kind]) == 6 and all(len(row) == 6 for row in js[kind])
+        assert len(js["encoder_self"]) == 2
+    for kind in ("decoder_self", "decoder_encdec"):
+        assert max(max(row) for row in js1[kind]) < 1e-6, kind
+        assert max(max(row) for row in js0[kind]) > 1e-4, kind  # unshared layers differ
+
+
+def test_loop_summary(loop_run):
+    run_dir, result = loop_run
+    markdown = (run_dir / "loop.md").read_text()
+    rows = table_rows(markdown)
+    assert len(rows) == 2, markdown
+    assert rows[0].startswith("| 0 | decoder_self none  decoder_encdec none")
+    assert rows[1].startswith("| 1 | decoder_self {6}  decoder_encdec {6}")
+    signature = read_json(run_dir / "iter1" / "valid.json")["bleu_signature"]
+    assert f"BLEU signature: `{signature}`" in markdown
+    assert markdown.split("\n", 2)[2] in result.stdout  # the table is also printed
+    summary = read_json(run_dir / "loop.json")
+    assert [row["iteration"] for row in summary] == [0, 1]
+    assert [row["num_updates"] for row in summary] == [20, 20]
+    # {6}/{6} drops q,k of decoder self-attention and q,k,v of encoder-decoder attention in
+    # layers 2-6: 5 layers x (2 + 3) projections x (32 x 32 weights + 32 biases).
+    assert summary[0]["parameters"] - summary[1]["parameters"] == 5 * 5 * (32 * 32 + 32)
+    assert summary[1]["learned"] == "decoder_self {6}  decoder_encdec {6}  encoder_self none"
+
+
+def test_loop_again_skips_everything_and_changes_nothing(loop_run, data):
+    run_dir, first = loop_run
+    before = snapshot(run_dir)
+    summary, markdown = read_json(run_dir / "loop.json"), (run_dir / "loop.md").read_text()
+    start = time.monotonic()
+    result = run_loop(data, run_dir, "--max-iterations", "3")
+    elapsed = time.monotonic() - start
+    output = output_of(result)
+    assert result.returncode == 0, output[-4000:]
+    assert elapsed < 40, f"the resumed loop took {elapsed:.0f} s"
+    for command in ("fairseq-train", "fairseq-validate", "fairseq-generate", "fairseq-san-score"):
+        assert f"+ {command} " not in output, command
+    assert DONE_LINE in result.stdout
+    assert read_json(run_dir / "loop.json") == summary
+    assert (run_dir / "loop.md").read_text() == markdown
+    after = snapshot(run_dir)
+    # Only the re-learned next policies and the summary are rewritten, with the same content.
+    rewritten = {"iter1/policy.json", "iter2/policy.json", "loop.md", "loop.json"}
+    assert {k: v for k, v in after.items() if k not in rewritten} == {
+        k: v for k, v in before.items() if k not in rewritten
+    }
+    assert set(after) == set(before)
+    assert read_json(run_dir / "iter2" / "policy.json") == ONE_BLOCK
+    assert os.readlink(run_dir / "last") == "iter1"
+
+
+# --- 3. warm start ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def warm_run(loop_run, data, tmp_path_factory):
+    """The loop with --warm-start --warm-updates 10.
+
+    Iteration 0 is the very same command as in ``loop_run`` (a warm start changes only k > 0),
+    so its finished directory is copied in to save a training run; the loop resumes after it.
+    """
+    source, _ = loop_run
+    run_dir = tmp_path_factory.mktemp("warm") / "run"
+    run_dir.mkdir()
+    shutil.copytree(source / "iter0", run_dir / "iter0", symlinks=True)
+    result = run_loop(
+        data, run_dir, "--max-iterations", "3", "--warm-start", "--warm-updates", "10"
+    )
+    assert result.returncode == 0, output_of(result)[-6000:]
+    return run_dir, result
+
+
+def expected_one_block_keys(keys: Sequence[str]) -> set:
+    """The state-dict keys of a {6}/{6} model, from those of the unshared model."""
+    dropped = set()
+    for layer in range(1, 6):  # layers 2-6 (0-based 1..5) follow layer 1 of the block
+        for attn, projections in (("self_attn", "qk"), ("encoder_attn", "qkv")):
+            for proj in projections:
+                for param in ("weight", "bias"):
+                    dropped.add(f"decoder.layers.{layer}.{attn}.{proj}_proj.{param}")
+    assert dropped <= set(keys)
+    return set(keys) - dropped
+
+
+def test_warm_start_drops_exactly_the_unused_projections(warm_run):
+    run_dir, result = warm_run
+    assert DONE_LINE in result.stdout
+    assert read_json(run_dir / "iter1" / "policy.json") == ONE_BLOCK
+    state0 = load_checkpoint(run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt")
+    state1 = load_checkpoint(run_dir / "iter1" / "checkpoints" / "checkpoint_best.pt")
+    model0, model1 = state0["model"], state1["model"]
+    assert set(model1) == expected_one_block_keys(list(model0))
+    for key in model1:
+        assert model1[key].shape == model0[key].shape, key
+    assert state1["optimizer_history"][-1]["num_updates"] == 10  # --warm-updates
+
+
+def test_warm_start_loads_the_previous_iteration(warm_run):
+    run_dir, _ = warm_run
+    previous = run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt"
+    log = (run_dir / "iter1" / "train.log").read_text()
+    command = next(line for line in log.splitlines() if line.startswith("+ fairseq-train "))
+    argv = shlex.split(command[2:])
+    assert argv[argv.index("--finetune-from-model") + 1] == str(previous)
+    assert last_values(argv)["--max-update"] == "10"
+    assert f"loading pretrained model from {previous}" in log
+    assert re.search(rf"Loaded checkpoint {re.escape(str(previous))} \(epoch \d+ @ 0 updates\)", log)
+    # Iteration 0 is not warm-started (and was not retrained here: it was complete).
+    assert "--finetune-from-model" not in (run_dir / "iter0" / "train.log").read_text()
+    assert "+ fairseq-train " not in log.split("+ fairseq-train ", 1)[1]  # trained once
+
+
+# --- 5. WMT14 dry run -------------------------------------------------------------------------
+
+
+def commands(output: str, program: str) -> List[List[str]]:
+    """argv of every ``+ PROGRAM ...`` line that the recipes print."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith("+ "):
+            argv = shlex.split(line[2:])
+            if argv and os.path.basename(argv[0]) == program:
+                found.append(argv)
+    return found
+
+
+def last_values(argv: List[str]) -> Dict[str, str]:
+    """{--flag: value} where a later occurrence wins, as in argparse."""
+    values = {}
+    for index, word in enumerate(argv[:-1]):
+        if word.startswith("--"):
+            values[word] = argv[index + 1]
+    return values
+
+
+def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
+    work = tmp_path / "wmt14"
+    result = run_script(WMT14, "--dry-run", str(work), timeout=120)
+    output = output_of(result)
+    assert result.returncode == 0, output[-4000:]
+    # Data: fairseq's preparation script, downloaded and run; one joint dictionary.
+    curls = commands(output, "curl")
+    assert any(a[-1].endswith("examples/translation/prepare-wmt14en2de.sh") for a in curls)
+    assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in commands(output, "bash"))
+    (preprocess,) = commands(output, "fairseq-preprocess")
+    assert "--joined-dictionary" in preprocess
+    # Training: section 4.1 of the paper, 8 GPUs.
+    (train,) = commands(output, "fairseq-train")
+    flags = last_values(train)
+    assert flags["--arch"] == "transformer_san_base"
+    assert flags["--distributed-world-size"] == "8"
+    assert flags["--max-tokens"] == "4096"
+    assert float(flags["--lr"]) == 7e-4
+    assert flags["--warmup-updates"] == "4000"
+    assert float(flags["--dropout"]) == 0.1
+    assert flags["--max-update"] == "100000"
+    assert float(flags["--label-smoothing"]) == 0.1
+    assert flags["--adam-betas"] == "(0.9,0.98)"
+    assert flags["--keep-interval-updates"] == "5"  # the 5 checkpoints that are averaged
+    # The analysis and the policy (thetas 0.4 / 0.5).
+    (validate,) = commands(output, "fairseq-validate")
+    assert "--san-analysis-dir" in validate
+    (policy,) = commands(output, "fairseq-san-policy")
+    policy_flags = last_values(policy)
+    assert policy_flags["--theta-decoder-self"] == "0.4"
+    assert policy_flags["--theta-decoder-encdec"] == "0.5"
+    # The final model: the average of the last 5 checkpoints, beam 4, batch 16.
+    assert any(a[-1].endswith("scripts/average_checkpoints.py") for a in curls)
+    average = [a for a in commands(output, "python") if a[1].endswith("average_checkpoints.py")]
+    assert len(average) == 1 and last_values(average[0])["--num-update-checkpoints"] == "5"
+    final = [a for a in commands(output, "fairseq-generate") if "test" == last_values(a)["--gen-subset"]]
+    assert len(final) == 1
+    assert last_values(final[0])["--beam"] == "4"
+    assert last_values(final[0])["--batch-size"] == "16"
+    assert last_values(final[0])["--path"] == last_values(average[0])["--output"]
+    # Nothing was trained, downloaded or averaged.
+    if work.exists():
+        files = [p for p in work.rglob("*") if p.is_file()]
+        assert not [p for p in files if p.suffix == ".pt" or p.name == "trained"], files
+        assert not (work / "prepare-wmt14en2de.sh").exists()
+        assert not list(work.rglob("checkpoints"))
+
+
+# --- 6. AAN + SAN through the fairseq commands ------------------------------------------------
+
+AAN = ["--decoder-self-attention-type", "aan"]
+
+
+@pytest.fixture(scope="module")
+def aan_checkpoint(data, tmp_path_factory) -> Path:
+    save_dir = tmp_path_factory.mktemp("aan") / "checkpoints"
+    result = run_cli(
+        "fairseq-train", *train_argv(data, save_dir, 10, [*AAN, "--san-decoder-encdec-policy", "3,3"])
+    )
+    output = output_of(result)
+    assert result.returncode == 0, output[-4000:]
+    assert "attention sharing: decoder_self none  decoder_encdec {3,3}  encoder_self none" in output
+    assert "AverageAttention" in output
+    return save_dir / "checkpoint_last.pt"
+
+
+def generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_cli(
+        "fairseq-generate", str(data),
+        "--user-dir", "fairseq_san",
+        "--path", str(checkpoint),
+        "--gen-subset", "test",
+        "--beam", "4", "--batch-size", "16",
+        "--required-batch-size-multiple", "1",
+        # A barely trained model does not stop by itself: keep its outputs short.
+        "--max-len-a", "1", "--max-len-b", "5",
+        "--cpu",
+        *extra,
+    )  # fmt: skip
+
+
+def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpoint):
+    keys = set(load_checkpoint(aan_checkpoint)["model"])
+    assert "decoder.layers.3.encoder_attn.q_proj.weight" in keys  # leader of the second block
+    assert "decoder.layers.4.encoder_attn.q_proj.weight" not in keys
+    assert not [k for k in keys if re.match(r"decoder\.layers\.\d+\.self_attn\.[qk]_proj", k)]
+    cached = generate(data, aan_checkpoint)
+    uncached = generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
+    assert cached.returncode == 0, output_of(cached)[-4000:]
+    assert uncached.returncode == 0, output_of(uncached)[-4000:]
+    first, second = hypotheses(cached.stdout), hypotheses(uncached.stdout)
+    assert len(first) == SPLITS["test_2016_flickr"]
+    assert first.keys() == second.keys()
+    for name, (score, tokens) in first.items():
+        assert second[name][1] == tokens, name
+        assert abs(second[name][0] - score) < 1e-4, name
+
+
+def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
+    argv = train_argv(data, tmp_path / "checkpoints", 10, [*AAN, "--san-decoder-self-policy", "1,5"])
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("fairseq-san: error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "aan" in errors[0]
+    assert "Traceback" not in output_of(result), output_of(result)[-3000:]
+    assert not (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+# --- 7. fairseq-san-loop same-policy, fairseq-san-score --------------------------------------
+
+
+def test_same_policy_exit_codes(tmp_path):
+    def policy(name: str, text: str) -> str:
+        (tmp_path / name).write_text(text)
+        return str(tmp_path / name)
+
+    a = policy("a.json", '{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}')
+    same = policy("same.json", '{"decoder_encdec": "3,3", "decoder_self": [1, 5]}')
+    other = policy("other.json", '{"decoder_self": [1, 5], "decoder_encdec": [6]}')
+    bad = policy("bad.json", '{"decoder_self": [1, 5],')
+    assert run_cli("fairseq-san-loop", "same-policy", a, a).returncode == 0
+    assert run_cli("fairseq-san-loop", "same-policy", a, same).returncode == 0
+    assert run_cli("fairseq-san-loop", "same-policy", a, other).returncode == 1
+    malformed = run_cli("fairseq-san-loop", "same-policy", a, bad)
+    assert malformed.returncode == 2
+    assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
+    missing = run_cli("fairseq-san-loop", "same-policy", a, str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+GENERATE_OUTPUT = """\
+S-1\t▁the ▁cat
+T-1\t▁die ▁katze
+H-1\t-0.31\t▁Die ▁Katze ▁sitzt ▁auf ▁der ▁Matte ▁.
+D-1\t-0.31\tDie Katze sitzt auf der Matte .
+P-1\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6 -0.7 -0.8
+S-0\t▁a ▁man
+H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁mit ▁einem ▁Hund ▁im ▁Park ▁spazieren ▁.
+D-0\t-0.25\tEin Mann geht mit einem Hund im Park spazieren .
+P-0\t-0.1 -0.2
+Generate test with beam=4: BLEU = 100.00
+"""
+REFERENCES = "Ein Mann geht mit einem Hund im Park spazieren .\nDie Katze sitzt auf der Matte .\n"
+
+
+def test_score_identical_text_is_bleu_100(tmp_path):
+    (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
+    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+    result = run_cli(
+        "fairseq-san-score", str(tmp_path / "generate-test.txt"),
+        "--reference", str(tmp_path / "ref.de"), "-o", str(tmp_path / "scores.json"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"BLEU = 100\.00  nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:\S+", lines[0])
+    assert re.fullmatch(r"chrF = 100\.00  nrefs:1\|.*", lines[1])
+    scores = read_json(tmp_path / "scores.json")
+    assert scores["bleu"] == 100.0 and scores["chrf"] == 100.0 and scores["sentences"] == 2
+    assert lines[0].endswith(scores["bleu_signature"])
+    # A reference file of another length: one error line, exit 2.
+    (tmp_path / "short.de").write_text(REFERENCES.splitlines()[0] + "\n", encoding="utf-8")
+    short = run_cli(
+        "fairseq-san-score", str(tmp_path / "generate-test.txt"), "--reference", str(tmp_path / "short.de")
+    )
+    assert short.returncode == 2
+    assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
+
+
+# --- 4. --cpu-ranks ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ranks_run(data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ranks") / "run"
+    result = run_loop(data, run_dir, "--max-iterations", "1", "--cpu-ranks", "2", updates=10)
+    return run_dir, result
+
+
+def test_cpu_ranks_trains_with_two_processes(ranks_run):
+    run_dir, result = ranks_run
+    output = output_of(result)
+    assert result.returncode == 0, output[-5000:]
+    iteration = run_dir / "iter0"
+    assert (iteration / "trained").is_file()
+    rank1 = iteration / "rank-1.log"
+    assert rank1.is_file()
+    log = (iteration / "train.log").read_text()
+    assert "distributed init (rank 0)" in log
+    assert "distributed init (rank 1)" in rank1.read_text()
+    state = load_checkpoint(iteration / "checkpoints" / "checkpoint_best.pt")
+    assert state["cfg"]["distributed_training"]["distributed_world_size"] == 2
+    assert state["optimizer_history"][-1]["num_updates"] == 10
+    # --max-iterations 1: P1 is learned, not trained; the summary has one row.
+    assert read_json(run_dir / "iter1" / "policy.json") == ONE_BLOCK
+    assert not (run_dir / "iter1" / "trained").exists()
+    assert len(table_rows((run_dir / "loop.md").read_text())) == 1
+    summary = read_json(run_dir / "loop.json")
+    assert len(summary) == 1 and summary[0]["num_updates"] == 10
+    assert isinstance(summary[0]["train_seconds"], float)

@@ -118,7 +118,10 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until it equals $dir/policy.json)"
     exit 0
   fi
-  if fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json"; then
+  status=0
+  fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json" || status=$?
+  [ "$status" -le 1 ] || exit "$status"
+  if [ "$status" = 0 ]; then
     echo "== the policy did not change: done after iteration $k"
     break
   fi

@@ -23,12 +23,12 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
 
-from helpers import BIN, REPO, cli_env, run_cli, train_argv
+from helpers import REPO, cli_env, run_cli, train_argv
 
 PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
 LOOP = REPO / "examples" / "learn_to_share.sh"
@@ -43,7 +43,8 @@ DE_WORDS = (
     "ein mann frau hund katze junge maedchen kind leute gruppe rot blau gruen klein gross alt "
     "jung strasse park wasser ball gras baum geht rennt sitzt spielt haelt schaut steht"
 ).split()
-SPLITS = {"train": 400, "val": 40, "test_2016_flickr": 40, "test_2017_flickr": 40}
+# 42 validation sentences: not a multiple of fairseq's default --required-batch-size-multiple (8).
+SPLITS = {"train": 400, "val": 42, "test_2016_flickr": 40, "test_2017_flickr": 40}
 VOCAB_SIZE = 100
 
 # fairseq-train flags after -- for the loop: a tiny transformer_san, 2+6 layers.
@@ -63,7 +64,7 @@ DONE_LINE = "== the policy did not change: done after iteration 1"
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def run_script(script: Path, *args: str, env: Dict[str, str] = None, timeout: int = 400):
+def run_script(script: Path, *args: str, env: Optional[Dict[str, str]] = None, timeout: int = 400):
     """Run a recipe with bash from the repository root; stdout and stderr captured."""
     return subprocess.run(
         ["bash", str(script), *args],
@@ -143,7 +144,7 @@ def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
     return found
 
 
-# --- 1. prepare.sh ----------------------------------------------------------------------------
+# --- prepare.sh -------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -185,14 +186,17 @@ def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
     assert (out / "spm.model").is_file()
     assert len((out / "spm.vocab").read_text().splitlines()) == VOCAB_SIZE
     # The raw text of every split, as it was in the gzipped files (the references for BLEU).
-    raw_names = {"train": "train", "valid": "val", "test": "test_2016_flickr", "test1": "test_2017_flickr"}
+    raw_names = {
+        "train": "train", "valid": "val", "test": "test_2016_flickr", "test1": "test_2017_flickr"
+    }  # fmt: skip
     for split, raw_name in raw_names.items():
         for lang in ("en", "de"):
             with gzip.open(multi30k_raw / f"{raw_name}.{lang}.gz", "rt", encoding="utf-8") as raw:
                 assert (out / "text" / f"{split}.raw.{lang}").read_text() == raw.read()
     # The subwords that fairseq-preprocess binarized: every piece is in the joint dictionary.
     words = {line.split()[0] for line in (out / "dict.en.txt").read_text().splitlines()}
-    pieces = {p for line in (out / "text" / "valid.de").read_text().splitlines() for p in line.split()}
+    encoded = (out / "text" / "valid.de").read_text().splitlines()
+    pieces = {piece for line in encoded for piece in line.split()}
     assert pieces and pieces <= words
 
 
@@ -206,7 +210,7 @@ def test_prepare_again_does_nothing(prepared, multi30k_raw):
     assert snapshot(out) == before
 
 
-# --- 2. the learn-to-share loop ---------------------------------------------------------------
+# --- the learn-to-share loop ------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +305,7 @@ def test_loop_again_skips_everything_and_changes_nothing(loop_run, data):
     assert os.readlink(run_dir / "last") == "iter1"
 
 
-# --- 3. warm start ----------------------------------------------------------------------------
+# --- warm start -------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -356,13 +360,139 @@ def test_warm_start_loads_the_previous_iteration(warm_run):
     assert argv[argv.index("--finetune-from-model") + 1] == str(previous)
     assert last_values(argv)["--max-update"] == "10"
     assert f"loading pretrained model from {previous}" in log
-    assert re.search(rf"Loaded checkpoint {re.escape(str(previous))} \(epoch \d+ @ 0 updates\)", log)
+    loaded = rf"Loaded checkpoint {re.escape(str(previous))} \(epoch \d+ @ 0 updates\)"
+    assert re.search(loaded, log)
     # Iteration 0 is not warm-started (and was not retrained here: it was complete).
     assert "--finetune-from-model" not in (run_dir / "iter0" / "train.log").read_text()
     assert "+ fairseq-train " not in log.split("+ fairseq-train ", 1)[1]  # trained once
 
 
-# --- 5. WMT14 dry run -------------------------------------------------------------------------
+# --- AAN + SAN through the fairseq commands ---------------------------------------------------
+
+AAN = ["--decoder-self-attention-type", "aan"]
+
+
+@pytest.fixture(scope="module")
+def aan_checkpoint(data, tmp_path_factory) -> Path:
+    save_dir = tmp_path_factory.mktemp("aan") / "checkpoints"
+    argv = train_argv(data, save_dir, 10, [*AAN, "--san-decoder-encdec-policy", "3,3"])
+    result = run_cli("fairseq-train", *argv)
+    output = output_of(result)
+    assert result.returncode == 0, output[-4000:]
+    assert "attention sharing: decoder_self none  decoder_encdec {3,3}  encoder_self none" in output
+    assert "AverageAttention" in output
+    return save_dir / "checkpoint_last.pt"
+
+
+def generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_cli(
+        "fairseq-generate", str(data),
+        "--user-dir", "fairseq_san",
+        "--path", str(checkpoint),
+        "--gen-subset", "test",
+        "--beam", "4", "--batch-size", "16",
+        "--required-batch-size-multiple", "1",
+        # A barely trained model does not stop by itself: keep its outputs short.
+        "--max-len-a", "1", "--max-len-b", "5",
+        "--cpu",
+        *extra,
+    )  # fmt: skip
+
+
+def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpoint):
+    keys = set(load_checkpoint(aan_checkpoint)["model"])
+    assert "decoder.layers.3.encoder_attn.q_proj.weight" in keys  # leader of the second block
+    assert "decoder.layers.4.encoder_attn.q_proj.weight" not in keys
+    assert not [k for k in keys if re.match(r"decoder\.layers\.\d+\.self_attn\.[qk]_proj", k)]
+    cached = generate(data, aan_checkpoint)
+    uncached = generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
+    assert cached.returncode == 0, output_of(cached)[-4000:]
+    assert uncached.returncode == 0, output_of(uncached)[-4000:]
+    first, second = hypotheses(cached.stdout), hypotheses(uncached.stdout)
+    assert len(first) == SPLITS["test_2016_flickr"]
+    assert first.keys() == second.keys()
+    for name, (score, tokens) in first.items():
+        assert second[name][1] == tokens, name
+        assert abs(second[name][0] - score) < 1e-4, name
+
+
+def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
+    policy = ["--san-decoder-self-policy", "1,5"]
+    argv = train_argv(data, tmp_path / "checkpoints", 10, [*AAN, *policy])
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode != 0
+    errors = [
+        line for line in result.stderr.splitlines() if line.startswith("fairseq-san: error: ")
+    ]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "aan" in errors[0]
+    assert "Traceback" not in output_of(result), output_of(result)[-3000:]
+    assert not (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+# --- fairseq-san-loop same-policy, fairseq-san-score ------------------------------------------
+
+
+def test_same_policy_exit_codes(tmp_path):
+    def policy(name: str, text: str) -> str:
+        (tmp_path / name).write_text(text)
+        return str(tmp_path / name)
+
+    a = policy("a.json", '{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}')
+    same = policy("same.json", '{"decoder_encdec": "3,3", "decoder_self": [1, 5]}')
+    other = policy("other.json", '{"decoder_self": [1, 5], "decoder_encdec": [6]}')
+    bad = policy("bad.json", '{"decoder_self": [1, 5],')
+    assert run_cli("fairseq-san-loop", "same-policy", a, a).returncode == 0
+    assert run_cli("fairseq-san-loop", "same-policy", a, same).returncode == 0
+    assert run_cli("fairseq-san-loop", "same-policy", a, other).returncode == 1
+    malformed = run_cli("fairseq-san-loop", "same-policy", a, bad)
+    assert malformed.returncode == 2
+    assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
+    missing = run_cli("fairseq-san-loop", "same-policy", a, str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+GENERATE_OUTPUT = """\
+S-1\t▁the ▁cat
+T-1\t▁die ▁katze
+H-1\t-0.31\t▁Die ▁Katze ▁sitzt ▁auf ▁der ▁Matte ▁.
+D-1\t-0.31\tDie Katze sitzt auf der Matte .
+P-1\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6 -0.7 -0.8
+S-0\t▁a ▁man
+H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁mit ▁einem ▁Hund ▁im ▁Park ▁spazieren ▁.
+D-0\t-0.25\tEin Mann geht mit einem Hund im Park spazieren .
+P-0\t-0.1 -0.2
+Generate test with beam=4: BLEU = 100.00
+"""
+REFERENCES = "Ein Mann geht mit einem Hund im Park spazieren .\nDie Katze sitzt auf der Matte .\n"
+
+
+def test_score_identical_text_is_bleu_100(tmp_path):
+    (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
+    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+    result = run_cli(
+        "fairseq-san-score", str(tmp_path / "generate-test.txt"),
+        "--reference", str(tmp_path / "ref.de"), "-o", str(tmp_path / "scores.json"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    bleu_line = r"BLEU = 100\.00  nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:\S+"
+    assert re.fullmatch(bleu_line, lines[0])
+    assert re.fullmatch(r"chrF = 100\.00  nrefs:1\|.*", lines[1])
+    scores = read_json(tmp_path / "scores.json")
+    assert scores["bleu"] == 100.0 and scores["chrf"] == 100.0 and scores["sentences"] == 2
+    assert lines[0].endswith(scores["bleu_signature"])
+    # A reference file of another length: one error line, exit 2.
+    (tmp_path / "short.de").write_text(REFERENCES.splitlines()[0] + "\n", encoding="utf-8")
+    short = run_cli(
+        "fairseq-san-score", str(tmp_path / "generate-test.txt"),
+        "--reference", str(tmp_path / "short.de"),
+    )  # fmt: skip
+    assert short.returncode == 2
+    assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
+
+
+# --- WMT14 dry run ----------------------------------------------------------------------------
 
 
 def commands(output: str, program: str) -> List[List[str]]:
@@ -420,11 +550,13 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert any(a[-1].endswith("scripts/average_checkpoints.py") for a in curls)
     average = [a for a in commands(output, "python") if a[1].endswith("average_checkpoints.py")]
     assert len(average) == 1 and last_values(average[0])["--num-update-checkpoints"] == "5"
-    final = [a for a in commands(output, "fairseq-generate") if "test" == last_values(a)["--gen-subset"]]
+    generates = commands(output, "fairseq-generate")
+    final = [a for a in generates if last_values(a)["--gen-subset"] == "test"]
     assert len(final) == 1
     assert last_values(final[0])["--beam"] == "4"
     assert last_values(final[0])["--batch-size"] == "16"
     assert last_values(final[0])["--path"] == last_values(average[0])["--output"]
+    assert "(dry run: iteration 1 repeats these commands" in output
     # Nothing was trained, downloaded or averaged.
     if work.exists():
         files = [p for p in work.rglob("*") if p.is_file()]
@@ -433,128 +565,22 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
         assert not list(work.rglob("checkpoints"))
 
 
-# --- 6. AAN + SAN through the fairseq commands ------------------------------------------------
-
-AAN = ["--decoder-self-attention-type", "aan"]
-
-
-@pytest.fixture(scope="module")
-def aan_checkpoint(data, tmp_path_factory) -> Path:
-    save_dir = tmp_path_factory.mktemp("aan") / "checkpoints"
-    result = run_cli(
-        "fairseq-train", *train_argv(data, save_dir, 10, [*AAN, "--san-decoder-encdec-policy", "3,3"])
-    )
+def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):
+    """fairseq's prepare-wmt14en2de.sh writes wmt14_en_de/valid.de *after* apply_bpe.py ("@@ "
+    segmented); fairseq-generate --post-process subword_nmt removes the BPE from the hypotheses,
+    so BLEU against that file compares de-BPE'd text with BPE'd text."""
+    work = tmp_path / "wmt14"
+    result = run_script(WMT14, "--dry-run", str(work), timeout=120)
     output = output_of(result)
     assert result.returncode == 0, output[-4000:]
-    assert "attention sharing: decoder_self none  decoder_encdec {3,3}  encoder_self none" in output
-    assert "AverageAttention" in output
-    return save_dir / "checkpoint_last.pt"
-
-
-def generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
-    return run_cli(
-        "fairseq-generate", str(data),
-        "--user-dir", "fairseq_san",
-        "--path", str(checkpoint),
-        "--gen-subset", "test",
-        "--beam", "4", "--batch-size", "16",
-        "--required-batch-size-multiple", "1",
-        # A barely trained model does not stop by itself: keep its outputs short.
-        "--max-len-a", "1", "--max-len-b", "5",
-        "--cpu",
-        *extra,
-    )  # fmt: skip
-
-
-def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpoint):
-    keys = set(load_checkpoint(aan_checkpoint)["model"])
-    assert "decoder.layers.3.encoder_attn.q_proj.weight" in keys  # leader of the second block
-    assert "decoder.layers.4.encoder_attn.q_proj.weight" not in keys
-    assert not [k for k in keys if re.match(r"decoder\.layers\.\d+\.self_attn\.[qk]_proj", k)]
-    cached = generate(data, aan_checkpoint)
-    uncached = generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
-    assert cached.returncode == 0, output_of(cached)[-4000:]
-    assert uncached.returncode == 0, output_of(uncached)[-4000:]
-    first, second = hypotheses(cached.stdout), hypotheses(uncached.stdout)
-    assert len(first) == SPLITS["test_2016_flickr"]
-    assert first.keys() == second.keys()
-    for name, (score, tokens) in first.items():
-        assert second[name][1] == tokens, name
-        assert abs(second[name][0] - score) < 1e-4, name
-
-
-def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
-    argv = train_argv(data, tmp_path / "checkpoints", 10, [*AAN, "--san-decoder-self-policy", "1,5"])
-    result = run_cli("fairseq-train", *argv)
-    assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.startswith("fairseq-san: error: ")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    assert "aan" in errors[0]
-    assert "Traceback" not in output_of(result), output_of(result)[-3000:]
-    assert not (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
-
-
-# --- 7. fairseq-san-loop same-policy, fairseq-san-score --------------------------------------
-
-
-def test_same_policy_exit_codes(tmp_path):
-    def policy(name: str, text: str) -> str:
-        (tmp_path / name).write_text(text)
-        return str(tmp_path / name)
-
-    a = policy("a.json", '{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}')
-    same = policy("same.json", '{"decoder_encdec": "3,3", "decoder_self": [1, 5]}')
-    other = policy("other.json", '{"decoder_self": [1, 5], "decoder_encdec": [6]}')
-    bad = policy("bad.json", '{"decoder_self": [1, 5],')
-    assert run_cli("fairseq-san-loop", "same-policy", a, a).returncode == 0
-    assert run_cli("fairseq-san-loop", "same-policy", a, same).returncode == 0
-    assert run_cli("fairseq-san-loop", "same-policy", a, other).returncode == 1
-    malformed = run_cli("fairseq-san-loop", "same-policy", a, bad)
-    assert malformed.returncode == 2
-    assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
-    missing = run_cli("fairseq-san-loop", "same-policy", a, str(tmp_path / "missing.json"))
-    assert missing.returncode == 2 and "Traceback" not in missing.stderr
-
-
-GENERATE_OUTPUT = """\
-S-1\t▁the ▁cat
-T-1\t▁die ▁katze
-H-1\t-0.31\t▁Die ▁Katze ▁sitzt ▁auf ▁der ▁Matte ▁.
-D-1\t-0.31\tDie Katze sitzt auf der Matte .
-P-1\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6 -0.7 -0.8
-S-0\t▁a ▁man
-H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁mit ▁einem ▁Hund ▁im ▁Park ▁spazieren ▁.
-D-0\t-0.25\tEin Mann geht mit einem Hund im Park spazieren .
-P-0\t-0.1 -0.2
-Generate test with beam=4: BLEU = 100.00
-"""
-REFERENCES = "Ein Mann geht mit einem Hund im Park spazieren .\nDie Katze sitzt auf der Matte .\n"
-
-
-def test_score_identical_text_is_bleu_100(tmp_path):
-    (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
-    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
-    result = run_cli(
-        "fairseq-san-score", str(tmp_path / "generate-test.txt"),
-        "--reference", str(tmp_path / "ref.de"), "-o", str(tmp_path / "scores.json"),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert re.fullmatch(r"BLEU = 100\.00  nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:\S+", lines[0])
-    assert re.fullmatch(r"chrF = 100\.00  nrefs:1\|.*", lines[1])
-    scores = read_json(tmp_path / "scores.json")
-    assert scores["bleu"] == 100.0 and scores["chrf"] == 100.0 and scores["sentences"] == 2
-    assert lines[0].endswith(scores["bleu_signature"])
-    # A reference file of another length: one error line, exit 2.
-    (tmp_path / "short.de").write_text(REFERENCES.splitlines()[0] + "\n", encoding="utf-8")
-    short = run_cli(
-        "fairseq-san-score", str(tmp_path / "generate-test.txt"), "--reference", str(tmp_path / "short.de")
+    (score,) = commands(output, "fairseq-san-score")
+    reference = last_values(score)["--reference"]
+    assert reference != str(work / "wmt14_en_de" / "valid.de"), (
+        f"the validation BLEU reference {reference} is BPE-segmented text"
     )
-    assert short.returncode == 2
-    assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
 
 
-# --- 4. --cpu-ranks ---------------------------------------------------------------------------
+# --- --cpu-ranks ------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -585,3 +611,28 @@ def test_cpu_ranks_trains_with_two_processes(ranks_run):
     summary = read_json(run_dir / "loop.json")
     assert len(summary) == 1 and summary[0]["num_updates"] == 10
     assert isinstance(summary[0]["train_seconds"], float)
+
+
+def test_summary_of_a_distributed_training_checkpoint(tmp_path):
+    """fairseq stores previous_training_time as a tensor after distributed training
+    (trainer._cumulative_training_time = all-reduced total / world size); loop.json must still
+    be written."""
+    iteration = tmp_path / "run" / "iter0"
+    (iteration / "checkpoints").mkdir(parents=True)
+    (iteration / "policy.json").write_text(json.dumps(NO_SHARING))
+    torch.save(
+        {
+            "model": {"w": torch.zeros(3, 4)},
+            "optimizer_history": [{"num_updates": 10}],
+            "extra_state": {
+                "best": 6.25,
+                "previous_training_time": torch.tensor(90.0, dtype=torch.float64),
+            },
+        },
+        iteration / "checkpoints" / "checkpoint_best.pt",
+    )
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = read_json(tmp_path / "run" / "loop.json")
+    assert row["train_seconds"] == 90.0 and row["parameters"] == 12 and row["num_updates"] == 10
+    assert "| 0 | decoder_self none" in (tmp_path / "run" / "loop.md").read_text()

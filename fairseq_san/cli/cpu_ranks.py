@@ -59,9 +59,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
     parser.add_argument("--log-dir", default=".", help="where ranks > 0 write their logs")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- fairseq-train ...")
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    parser.usage = "%(prog)s [-h] [--log-dir DIR] world_size -- COMMAND ..."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not command or args.world_size < 1:
         parser.error("give a world size >= 1 and a command after --")
     return run_ranks(command, args.world_size, args.log_dir)

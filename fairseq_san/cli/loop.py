@@ -49,10 +49,15 @@ def checkpoint_facts(path: str) -> Dict[str, object]:
     storages = {tensor.data_ptr(): tensor.numel() for tensor in state["model"].values()}
     return {
         "parameters": sum(storages.values()),
-        "valid_loss": extra.get("best"),
+        "valid_loss": as_number(extra.get("best")),
         "num_updates": state["optimizer_history"][-1].get("num_updates"),
-        "train_seconds": extra.get("previous_training_time"),
+        "train_seconds": as_number(extra.get("previous_training_time")),
     }
+
+
+def as_number(value) -> Optional[float]:
+    """A plain float for a value fairseq may store as a 0-d tensor (after distributed training)."""
+    return None if value is None else float(value)
 
 
 def read_json(path: str) -> Optional[dict]:

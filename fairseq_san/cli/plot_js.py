@@ -9,12 +9,12 @@ the checkpoint's training steps (``num_updates``). Layers are numbered from 1.
 """
 
 import argparse
-import json
 import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.plots import TRAINING_CURVE_PANELS
+from fairseq_san.policy import PolicyError, load_json_object
 
 
 class PlotError(ValueError):
@@ -46,18 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
 def read_analysis(directory: str) -> dict:
     """``directory``/js.json, checked to hold the training steps."""
     path = os.path.join(directory, "js.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         raise PlotError(
             f'"{path}" not found: run fairseq-validate --task translation_san '
             f"--san-analysis-dir {directory} first"
-        ) from None
-    except (OSError, ValueError) as err:
-        raise PlotError(f'"{path}" cannot be read: {err}') from None
-    if not isinstance(data, dict):
-        raise PlotError(f'"{path}": top level must be a JSON object')
+        )
+    try:
+        data = load_json_object(path, "analysis")
+    except PolicyError as err:
+        raise PlotError(str(err)) from None
     steps = data.get("num_updates")
     if not isinstance(steps, int) or isinstance(steps, bool):
         raise PlotError(f'"{path}" has no training steps ("num_updates": {steps!r})')

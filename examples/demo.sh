@@ -6,22 +6,23 @@
 #
 # Demo scale means a few hundred updates: the BLEU scores are far below a trained model's; the
 # speed ratio and the learned policy are the point. RUN_DIR (runs/demo) keeps everything; running
-# again resumes. UPDATES (150) sets the updates per iteration.
+# again resumes. UPDATES (100) sets the updates per iteration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DATA=data-bin/multi30k.en-de
 RUN=${RUN_DIR:-runs/demo}
-UPDATES=${UPDATES:-150}
+UPDATES=${UPDATES:-100}
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 
 examples/multi30k/prepare.sh en de "$DATA"
 examples/learn_to_share.sh --data "$DATA" --run-dir "$RUN" --updates "$UPDATES" \
-  --max-iterations 2 -- --warmup-updates 50 --save-interval-updates 50
+  --max-iterations 2 -- --warmup-updates 50 --save-interval-updates 50 --num-workers 0
 [ -f "$RUN/bench/results.md" ] || fairseq-san-bench --data "$DATA" --subset test \
   --system "baseline=$RUN/iter0/checkpoints/checkpoint_best.pt" \
   --system "san=$RUN/last/checkpoints/checkpoint_best.pt" --baseline baseline \
-  --beams 4 --repeats 3 --max-sentences 256 --out-dir "$RUN/bench"
+  --beams 4 --repeats 3 --max-sentences 128 --max-len-a 1.2 --max-len-b 10 \
+  --out-dir "$RUN/bench"
 
 echo
 cat "$RUN/loop.md"

@@ -107,7 +107,8 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     --san-analysis-dir "$dir/analysis"
   if [ ! -f "$dir/valid.json" ]; then
     run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset valid \
-      --beam 4 --batch-size 16 --required-batch-size-multiple 1 --post-process "$POST_PROCESS" \
+      --beam 4 --batch-size 16 --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1 \
+      --post-process "$POST_PROCESS" \
       --scoring sacrebleu \
       --results-path "$dir"
     run fairseq-san-score "$dir/generate-valid.txt" --reference "$VALID_REF" -o "$dir/valid.json"

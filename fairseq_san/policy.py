@@ -16,6 +16,12 @@ import re
 from typing import Optional, Sequence, Union
 
 KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
+# The stack and the attention module of its layers that each kind of policy governs.
+KIND_MODULES = {
+    "decoder_self": ("decoder", "self_attn"),
+    "decoder_encdec": ("decoder", "encoder_attn"),
+    "encoder_self": ("encoder", "self_attn"),
+}
 
 LN2 = math.log(2.0)
 

@@ -34,12 +34,6 @@ from fairseq_san.modules.shared_attention import (
 logger = logging.getLogger(__name__)
 
 POLICY_FLAGS = {kind: f"san_{kind}_policy" for kind in san_policy.KINDS}
-# Which stack and which attention module of its layers each policy kind governs.
-KIND_TARGETS = {
-    "decoder_self": ("decoder", "self_attn"),
-    "decoder_encdec": ("decoder", "encoder_attn"),
-    "encoder_self": ("encoder", "self_attn"),
-}
 PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
@@ -141,7 +135,7 @@ class TransformerSANModel(TransformerModel):
         if args.decoder_self_attention_type == "aan":
             use_average_attention(model.decoder.layers)
         for kind, blocks in policy.items():
-            stack, attr = KIND_TARGETS[kind]
+            stack, attr = san_policy.KIND_MODULES[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
         model.decoder.recompute_prefix = bool(args.san_no_cache)
         model.beamable_encdec = bool(args.san_beamable_encdec)
@@ -184,7 +178,7 @@ def resolve_model_policy(args) -> Dict[str, List[int]]:
     policy = san_policy.resolve_policy(getattr(args, "san_policy", None), flags)
     layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
     for kind, blocks in policy.items():
-        san_policy.validate_blocks(blocks, layers[KIND_TARGETS[kind][0]], kind)
+        san_policy.validate_blocks(blocks, layers[san_policy.KIND_MODULES[kind][0]], kind)
     check_policy_fits_model(policy, args)
     args.san_policy = san_policy.dump_policy(policy)
     for flag in POLICY_FLAGS.values():

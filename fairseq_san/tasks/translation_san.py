@@ -55,16 +55,10 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from fairseq_san.js import PairwiseJS
-from fairseq_san.policy import KINDS
+from fairseq_san.policy import KIND_MODULES, KINDS
 
 logger = logging.getLogger(__name__)
 
-# Which stack and which attention module of its layers each kind is.
-KIND_MODULES = {
-    "decoder_self": ("decoder", "self_attn"),
-    "decoder_encdec": ("decoder", "encoder_attn"),
-    "encoder_self": ("encoder", "self_attn"),
-}
 
 
 @dataclass

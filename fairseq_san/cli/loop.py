@@ -108,6 +108,8 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
             f"{shown(row['chrf'], '{:.2f}')} | {row['learned']} |"
         )
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
+    lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
+              "iteration's includes the iteration it started from."]
     lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
     return "\n".join(lines) + "\n"
 

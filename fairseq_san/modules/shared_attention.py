@@ -148,14 +148,8 @@ class BlockLeaderAttention(_SharedAttentionBase):
         return self._merge_heads(context, tgt_len, bsz), returned
 
 
-class SharedWeightsAttention(_SharedAttentionBase):
-    """A following layer that reuses S^m (Eq. 4): only its own V and output projections.
-
-    In incremental decoding a self-attention layer caches its values only (no keys); an
-    encoder-decoder layer caches the values of the encoder output once per sentence.
-    """
-
-    DROPPED = ("q_proj", "k_proj")
+class _FollowerAttention(_SharedAttentionBase):
+    """A following layer of a block: its output comes from the block's S^m and A^m."""
 
     def forward(
         self,
@@ -171,12 +165,37 @@ class SharedWeightsAttention(_SharedAttentionBase):
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         tgt_len, bsz, _ = query.size()
-        weights, _ = self.block.read(release=self.releases_block)
-        source = query if self.self_attention else self._one_per_sentence(value, bsz)
-        values = self._values(source, incremental_state, static_kv)
-        context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
+        weights, context = self.block.read(release=self.releases_block)
+        context = self._context(weights, context, query, value, incremental_state, static_kv)
         returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
         return self._merge_heads(context, tgt_len, bsz), returned
+
+    def _context(
+        self,
+        weights: Tensor,
+        context: Tensor,
+        query: Tensor,
+        value: Optional[Tensor],
+        incremental_state: IncrementalState,
+        static_kv: bool,
+    ) -> Tensor:
+        """This layer's per-head context, before its output projection."""
+        raise NotImplementedError
+
+
+class SharedWeightsAttention(_FollowerAttention):
+    """A following layer that reuses S^m (Eq. 4): only its own V and output projections.
+
+    In incremental decoding a self-attention layer caches its values only (no keys); an
+    encoder-decoder layer caches the values of the encoder output once per sentence.
+    """
+
+    DROPPED = ("q_proj", "k_proj")
+
+    def _context(self, weights, context, query, value, incremental_state, static_kv):
+        source = query if self.self_attention else self._one_per_sentence(value, query.size(1))
+        values = self._values(source, incremental_state, static_kv)
+        return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
 
     def _one_per_sentence(self, value: Optional[Tensor], bsz: int) -> Optional[Tensor]:
         """The encoder states once per sentence when beamable attention is on, as fairseq does."""
@@ -202,7 +221,7 @@ class SharedWeightsAttention(_SharedAttentionBase):
         return values
 
 
-class SharedContextAttention(_SharedAttentionBase):
+class SharedContextAttention(_FollowerAttention):
     """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 5): only its output projection.
 
     It has no q, k or v projections and caches nothing.
@@ -210,20 +229,5 @@ class SharedContextAttention(_SharedAttentionBase):
 
     DROPPED = ("q_proj", "k_proj", "v_proj")
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: IncrementalState = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
-        tgt_len, bsz, _ = query.size()
-        weights, context = self.block.read(release=self.releases_block)
-        returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
-        return self._merge_heads(context, tgt_len, bsz), returned
+    def _context(self, weights, context, query, value, incremental_state, static_kv):
+        return context

@@ -20,7 +20,7 @@ test: setup
 	$(BIN)/python -m pytest -q tests
 
 demo: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH bash examples/demo.sh
+	PATH=$(CURDIR)/$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash examples/demo.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -7,7 +7,7 @@ SAN=$R/iter1/checkpoints/checkpoint_best.pt
 declare -A OVR=([baseline]="{}" [baseline+P1]="{'san_policy': '{\"decoder_self\": [6], \"decoder_encdec\": [6]}'}" [san-P1]="{}")
 declare -A CKPT=([baseline]=$BASE [baseline+P1]=$BASE [san-P1]=$SAN)
 for sys in baseline baseline+P1 san-P1; do
-  for split in test; do
+  for split in test test1; do
     out=$R/test-bleu/$sys/$split
     mkdir -p $out
     fairseq-generate $D --user-dir fairseq_san --path ${CKPT[$sys]} --model-overrides "${OVR[$sys]}" \

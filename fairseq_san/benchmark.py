@@ -57,7 +57,8 @@ import fairseq_san.tasks  # noqa: F401  (registers translation_san)
 from fairseq import checkpoint_utils, utils
 
 from fairseq_san import plots
-from fairseq_san.scoring import corpus_scores
+from fairseq_san.policy import load_policy
+from fairseq_san.scoring import corpus_scores, read_lines
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
@@ -168,7 +169,7 @@ class FairseqSystem:
             "checkpoint": self.spec.checkpoint,
             "overrides": self.spec.overrides,
             "arch": getattr(model_cfg, "arch", getattr(model_cfg, "_name", None)),
-            "san_policy": _policy(getattr(model_cfg, "san_policy", None)),
+            "san_policy": load_policy(getattr(model_cfg, "san_policy", None) or "{}"),
             "san_encdec_share": getattr(model_cfg, "san_encdec_share", None),
             "decoder_self_attention_type": getattr(
                 model_cfg, "decoder_self_attention_type", "dot"
@@ -225,17 +226,6 @@ class FairseqSystem:
                 generator.generate([self.model], sample)
                 profiler.generate_seconds += clock(self.device) - start
         return profiler.summary()
-
-
-def _policy(text: Optional[str]) -> Dict:
-    """The model's resolved sharing policy (JSON text) without the kinds it does not share."""
-    if not text:
-        return {}
-    try:
-        policy = json.loads(text)
-    except json.JSONDecodeError:
-        return {"unparsed": text}
-    return {kind: blocks for kind, blocks in policy.items() if blocks}
 
 
 @contextmanager
@@ -610,8 +600,7 @@ class Detokenizer:
 def load_references(path: Optional[str], batches: Batches, detokenize: Detokenizer) -> List[str]:
     """References for the benchmarked sentences: the raw file, or the binarized targets."""
     if path:
-        with open(path, encoding="utf-8") as handle:
-            lines = [line.rstrip("\n") for line in handle]
+        lines = read_lines(path)
         if len(lines) < len(batches.ids):
             raise ValueError(
                 f"{path} has {len(lines)} lines, fewer than the {len(batches.ids)} sentences"

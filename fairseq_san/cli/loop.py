@@ -70,22 +70,17 @@ def read_json(path: str) -> Optional[dict]:
 def iteration_row(iteration_dir: str) -> Dict[str, object]:
     facts = checkpoint_facts(best_checkpoint(iteration_dir))
     score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
-    next_policy = os.path.join(os.path.dirname(iteration_dir), next_iteration_name(iteration_dir))
+    iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
+    learned = os.path.join(os.path.dirname(iteration_dir), f"iter{iteration + 1}", "policy.json")
     return {
-        "iteration": int(ITERATION_DIR.search(iteration_dir).group(1)),
+        "iteration": iteration,
         "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
-        "learned": format_policy(load_policy(os.path.join(next_policy, "policy.json")))
-        if os.path.exists(os.path.join(next_policy, "policy.json"))
-        else "-",
+        "learned": format_policy(load_policy(learned)) if os.path.exists(learned) else "-",
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
         **facts,
     }
-
-
-def next_iteration_name(iteration_dir: str) -> str:
-    return f"iter{int(ITERATION_DIR.search(iteration_dir).group(1)) + 1}"
 
 
 def summary_table(rows: List[Dict[str, object]]) -> str:

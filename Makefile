@@ -9,10 +9,12 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # torch first: the CPU wheel pinned here; a plain `torch` would pull a multi-GB CUDA build.
+# ctranslate2 is optional (the benchmark's context row); installed here so that the tests run it.
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet fairseq-fixed==0.12.3.1 sacrebleu sentencepiece numpy matplotlib tqdm pytest
+	$(BIN)/pip install --quiet fairseq-fixed==0.12.3.1 sacrebleu sentencepiece numpy matplotlib tqdm pytest \
+		'ctranslate2>=4'
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

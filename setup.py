@@ -22,7 +22,11 @@ setup(
         "matplotlib",
         "tqdm",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={
+        "test": ["pytest"],
+        # the benchmark's context row: the baseline converted to CTranslate2
+        "ctranslate2": ["ctranslate2>=4"],
+    },
     entry_points={
         "console_scripts": [
             "fairseq-san-policy = fairseq_san.cli.policy:main",

@@ -29,6 +29,10 @@ system decodes the same pre-collated batches of one subset with fairseq's Sequen
   which lands in "rest"; ``overhead`` compares the profiled pass with the timed passes.
   ``removable`` is the attention time of decoder layers 2..N as a share of the whole decode:
   no sharing policy can remove more, since the first layer of each stack always attends.
+  ``compute`` counts the matrix-multiply FLOPs of decoding the first batch (torch's
+  ``FlopCounterMode``), per output token: their ratio to the baseline's is the speed-up a system
+  would reach if it ran at the baseline's FLOP rate, so it separates what sharing removes from
+  what a faster decoding engine could add.
 
 The optional CTranslate2 row converts the baseline (a plain transformer) in memory and decodes
 the same batches with the same beam sizes; it is skipped, with a note, where ``ctranslate2`` is
@@ -226,6 +230,19 @@ class FairseqSystem:
                 generator.generate([self.model], sample)
                 profiler.generate_seconds += clock(self.device) - start
         return profiler.summary()
+
+    def count_flops(self, batches: "Batches", setting: Setting, options: "DecodeOptions") -> Dict:
+        """Matrix-multiply FLOPs (torch's FlopCounterMode) of decoding the first batch, per
+        output token: the work a decoding engine cannot skip without changing the model."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
+        generator = self.task.build_generator([self.model], args)
+        with FlopCounterMode(display=False) as counter:
+            output = generator.generate([self.model], batches.samples[0])
+        tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
+        return {"flops": counter.get_total_flops(), "tokens": tokens,
+                "mflop_per_token": counter.get_total_flops() / tokens / 1e6}  # fmt: skip
 
 
 @contextmanager
@@ -442,31 +459,42 @@ def _share(part: float, whole: float) -> float:
 
 
 class CTranslate2System:
-    """The baseline converted to CTranslate2 in memory, decoding the same batches.
+    """The baseline converted to CTranslate2, decoding the same batches with ``compute_type``
+    (float32, or int8 weights: what a user who only wants speed picks).
 
     Only a plain transformer converts (no sharing, dot-product self-attention, with cache).
     """
 
-    def __init__(self, base: FairseqSystem, work_dir: Path, device: torch.device, threads: int):
-        import ctranslate2
-        from ctranslate2.converters import fairseq as ct2_fairseq
+    COMPUTE_TYPES = ("float32", "int8")
 
-        self.name = f"{base.name} (CTranslate2)"
-        self.device = device
+    def __init__(self, base: FairseqSystem, model_dir: Path, compute_type: str, threads: int):
+        import ctranslate2
+
+        self.name = f"{base.name} (CTranslate2 {compute_type})"
+        self.device = base.device
         self.task = base.task
-        model_dir = work_dir / "ctranslate2-model"
-        _in_memory_converter(base, ct2_fairseq).convert(str(model_dir), force=True)
+        self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
             str(model_dir),
-            device="cuda" if device.type == "cuda" else "cpu",
+            device="cuda" if self.device.type == "cuda" else "cpu",
+            compute_type=compute_type,
             inter_threads=1,
-            intra_threads=threads if device.type != "cuda" else 0,
+            intra_threads=threads if self.device.type != "cuda" else 0,
         )
         self.version = ctranslate2.__version__
         self._sources: Dict[int, List[List[str]]] = {}
 
+    @classmethod
+    def convert(cls, base: FairseqSystem, work_dir: Path) -> Path:
+        """Convert the loaded baseline once; every compute type loads the same directory."""
+        from ctranslate2.converters import fairseq as ct2_fairseq
+
+        model_dir = work_dir / "ctranslate2-model"
+        _in_memory_converter(base, ct2_fairseq).convert(str(model_dir), force=True)
+        return model_dir
+
     def describe(self) -> Dict:
-        return {"kind": "ctranslate2", "version": self.version}
+        return {"kind": "ctranslate2", "version": self.version, "compute_type": self.compute_type}
 
     def _source_tokens(self, index: int, sample) -> List[List[str]]:
         if index not in self._sources:
@@ -487,13 +515,15 @@ class CTranslate2System:
         )
         if setting.mode == "fixed":
             kwargs.update(min_decoding_length=setting.length, max_decoding_length=setting.length)
-        else:
-            kwargs.update(max_decoding_length=options.max_len_b)
         dictionary = self.task.target_dictionary
         seconds, tokens, sentences = 0.0, 0, 0
         hypotheses = {} if keep_hypotheses else None
         for index, sample in enumerate(batches.samples):
             sources = self._source_tokens(index, sample)
+            if setting.mode == "natural":  # fairseq's limit: a * (padded source length) + b
+                source_length = sample["net_input"]["src_tokens"].size(1)
+                limit = options.max_len_a * source_length + options.max_len_b
+                kwargs["max_decoding_length"] = int(limit)
             start = clock(self.device)
             results = self.translator.translate_batch(sources, **kwargs)
             seconds += clock(self.device) - start
@@ -718,9 +748,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
 
     notes: List[str] = []
     base_system = systems[[s.name for s in systems].index(baseline)]
-    ctranslate2_system, ctranslate2_info = _ctranslate2_system(config, base_system, out_dir, device)
-    if ctranslate2_system is not None:
-        systems.append(ctranslate2_system)
+    ctranslate2_systems, ctranslate2_info = _ctranslate2_systems(config, base_system, out_dir)
+    systems += ctranslate2_systems
     if ctranslate2_info.get("note"):
         notes.append("CTranslate2 row: " + ctranslate2_info["note"])
         logger.warning("CTranslate2 row skipped: %s", ctranslate2_info["note"])
@@ -756,6 +785,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
                 summary = system.profile(batches, setting, config.decode)
                 timed = results_systems[system.name]["settings"][setting.key]["seconds"]
                 summary["overhead"] = summary["generate_seconds"] / _median(timed)
+                summary["compute"] = system.count_flops(batches, setting, config.decode)
                 results_systems[system.name].setdefault("profile", {})[mode] = {
                     "beam": profile_beam, **summary
                 }
@@ -890,29 +920,34 @@ def time_setting(
     return runs
 
 
-def _ctranslate2_system(
-    config: BenchmarkConfig, base: FairseqSystem, out_dir: Path, device: torch.device
-) -> Tuple[Optional[CTranslate2System], Dict]:
-    """The baseline as a CTranslate2 system, or None and why not."""
+def _ctranslate2_systems(
+    config: BenchmarkConfig, base: FairseqSystem, out_dir: Path
+) -> Tuple[List[CTranslate2System], Dict]:
+    """The baseline as CTranslate2 systems (float32 and int8), or none and why not."""
     if not config.ctranslate2:
-        return None, {"status": "disabled"}
+        return [], {"status": "disabled"}
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
-        return None, {"status": "skipped", "note": CTRANSLATE2_MISSING}
+        return [], {"status": "skipped", "note": CTRANSLATE2_MISSING}
     if not base.is_plain_transformer():
-        return None, {
+        return [], {
             "status": "skipped",
             "note": f"baseline {base.name} is not a plain transformer (sharing, AAN or no "
             "cache); CTranslate2 converts only fairseq's transformer",
         }
+    threads = config.threads or torch.get_num_threads()
     try:
-        threads = config.threads or torch.get_num_threads()
-        system = CTranslate2System(base, out_dir, device, threads)
+        model_dir = CTranslate2System.convert(base, out_dir)
+        systems = [
+            CTranslate2System(base, model_dir, compute_type, threads)
+            for compute_type in CTranslate2System.COMPUTE_TYPES
+        ]
     except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
         note = f"conversion failed: {type(err).__name__}: {err}"
-        return None, {"status": "skipped", "note": note}
-    return system, {"status": "ok", "system": system.name, "version": system.version}
+        return [], {"status": "skipped", "note": note}
+    info = {"status": "ok", "systems": [s.name for s in systems], "version": systems[0].version}
+    return systems, info
 
 
 # --- outputs -------------------------------------------------------------------------------
@@ -1053,9 +1088,11 @@ def markdown_report(results: Dict) -> str:
             "Shares of the decoder step; the last columns split the whole decode.",
             "",
             "| system | ms/step | self-attn | enc-dec attn | FFN | output proj | rest "
-            "| encoder | cache reorder | search+other | hook overhead |",
-            "|" + " --- |" * 11,
+            "| encoder | cache reorder | search+other | hook overhead "
+            "| MFLOP/token | compute x base | GFLOP/s |",
+            "|" + " --- |" * 14,
         ]
+        base = profiled.get(results["baseline"])
         for name, prof in profiled.items():
             step, whole = prof["decoder_step_share"], prof["generate_share"]
             lines.append(
@@ -1065,9 +1102,10 @@ def markdown_report(results: Dict) -> str:
                     f"| {_fmt(100 * whole[p], '.1f')}% "
                     for p in ("encoder", "cache_reorder", "search_and_other")
                 )
-                + f"| {_fmt(prof.get('overhead'), '.2f')}x |"
+                + f"| {_fmt(prof.get('overhead'), '.2f')}x | "
+                + " | ".join(_compute_cells(prof, base, _setting(systems[name], prof["beam"], mode)))
+                + " |"
             )
-        base = profiled.get(results["baseline"])
         if base:
             lines += [
                 "",
@@ -1075,10 +1113,24 @@ def markdown_report(results: Dict) -> str:
                 f"of the decode; attention in decoder layers 2..N, the most any sharing can "
                 f"remove, is {_fmt(100 * base['removable_share_of_decode'], '.1f')}% "
                 f"(speed-up at most {_fmt(base['max_speedup_from_sharing'], '.2f')}x).",
+                "MFLOP/token counts the matrix multiplies of decoding one batch (torch's "
+                "FlopCounterMode); `compute x base` is the speed-up if every system ran at the "
+                "baseline's FLOP rate, the bound for decoding-engine work that keeps the model.",
             ]
     if results.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {note}" for note in results["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _compute_cells(prof: Dict, base: Optional[Dict], timed: Dict) -> List[str]:
+    """MFLOP per output token, the baseline's over this system's, and the FLOP rate achieved."""
+    compute = prof.get("compute") or {}
+    mflop = compute.get("mflop_per_token")
+    base_mflop = ((base or {}).get("compute") or {}).get("mflop_per_token")
+    ratio = base_mflop / mflop if mflop and base_mflop else None
+    tokens_per_second = timed.get("tokens_per_second")
+    rate = mflop * tokens_per_second / 1000 if mflop and tokens_per_second else None
+    return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f")]
 
 
 def plot_speed_vs_beam(results: Dict, path: Path) -> None:

@@ -104,7 +104,7 @@ def test_outputs_written(bench_results):
         assert (out_dir / name).read_bytes()[:8] == PNG_MAGIC
     report = (out_dir / "results.md").read_text()
     for name in ("base", "base-again", "san", "nocache", "BLEU", "self-attn", "ctranslate2"):
-        assert name in report
+        assert name.lower() in report.lower()
     assert results["command"].startswith("fairseq-san-bench --data")
     machine = results["machine"]
     for key in ("cpu", "torch_threads", "torch", "fairseq", "date"):
@@ -167,6 +167,17 @@ def test_profile(bench_results):
     assert base["max_speedup_from_sharing"] > 1.0
 
 
+def test_compute_counts(bench_results):
+    """The shared system does fewer matrix multiplies per token; the same model the same."""
+    out_dir, results = bench_results
+    compute = {n: s["profile"]["fixed"]["compute"] for n, s in results["systems"].items()
+               if "profile" in s}  # fmt: skip
+    assert compute["base"]["mflop_per_token"] > 0
+    assert compute["base-again"]["flops"] == compute["base"]["flops"]
+    assert compute["san"]["mflop_per_token"] < compute["base"]["mflop_per_token"]
+    assert "compute x base" in (out_dir / "results.md").read_text(encoding="utf-8")
+
+
 def test_ctranslate2_row_or_note(bench_results):
     _, results = bench_results
     try:
@@ -178,4 +189,12 @@ def test_ctranslate2_row_or_note(bench_results):
         }
         assert any("ctranslate2 not installed" in note for note in results["notes"])
     else:
-        assert results["ctranslate2"]["status"] in ("ok", "skipped")
+        assert results["ctranslate2"]["status"] == "ok", results["ctranslate2"]
+        names = ["base (CTranslate2 float32)", "base (CTranslate2 int8)"]
+        assert results["ctranslate2"]["systems"] == names
+        for name in names:
+            system = results["systems"][name]
+            assert system["kind"] == "ctranslate2"
+            for run in system["settings"].values():
+                assert run["tokens_per_second"] > 0 and run["ratio_to_baseline"] > 0
+                assert len(run["tokens_per_second_repeats"]) == 3

@@ -32,6 +32,7 @@ from helpers import REPO, cli_env, run_cli, train_argv
 
 PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
 LOOP = REPO / "examples" / "learn_to_share.sh"
+TEST_BLEU = REPO / "examples" / "multi30k" / "test_bleu.sh"
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
 
 # A toy "Multi30k": sentences of 3-8 words out of 30, German = word-by-word translation.
@@ -414,6 +415,31 @@ def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpo
     for name, (score, tokens) in first.items():
         assert second[name][1] == tokens, name
         assert abs(second[name][0] - score) < 1e-4, name
+
+
+def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tmp_path):
+    shared = "{'san_policy': '{\"decoder_encdec\": [6]}'}"
+    systems = [f"aan={aan_checkpoint}", f"aan-one-block={aan_checkpoint}:{shared}"]
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path), *systems, env=cli_env())
+    assert result.returncode == 0, output_of(result)[-4000:]
+    headers = [line for line in result.stdout.splitlines() if line.startswith("== ")]
+    assert headers == ["== aan test", "== aan test1", "== aan-one-block test", "== aan-one-block test1"]
+    assert result.stdout.count("BLEU = ") == result.stdout.count("chrF = ") == 4
+    for name in ("aan", "aan-one-block"):
+        for split in ("test", "test1"):
+            scores = read_json(tmp_path / name / split / "score.json")
+            assert scores["sentences"] == 40 and 0.0 <= scores["bleu"] <= 100.0
+    log = (tmp_path / "aan-one-block" / "test" / "generate.log").read_text(encoding="utf-8")
+    assert "decoder_encdec {6}" in log  # the override reached the model
+    again = run_script(TEST_BLEU, str(data), "de", str(tmp_path), *systems, env=cli_env())
+    assert again.stdout == result.stdout  # decoded splits are rescored, not decoded again
+
+
+def test_test_bleu_missing_checkpoint_is_one_clear_error(data, tmp_path):
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path), f"x={tmp_path}/none.pt",
+                        env=cli_env())  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"test_bleu.sh: x: no checkpoint {tmp_path}/none.pt"
 
 
 def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):

@@ -23,6 +23,7 @@ from torch import nn
 
 from fairseq_san import policy as san_policy
 from fairseq_san.modules.average_attention import AverageAttention
+from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
     BlockLeaderAttention,
     BlockShare,
@@ -116,10 +117,11 @@ class TransformerSANModel(TransformerModel):
             help="decoder self-attention: dot-product (default) or the average attention network",
         )
         group.add_argument(
-            "--san-beamable-encdec",
+            "--san-fast-decoding",
             action="store_true",
-            help="in beam search, project the encoder-decoder keys/values once per source sentence "
-            "and share them among its hypotheses (fairseq's beamable attention); same output",
+            help="decode with a faster attention step (same output): encoder-decoder keys/values "
+            "once per source sentence, shared by its hypotheses; fused q/k/v projection and "
+            "attention kernel in self-attention",
         )
         group.add_argument(
             "--san-no-cache",
@@ -138,7 +140,9 @@ class TransformerSANModel(TransformerModel):
             stack, attr = san_policy.KIND_MODULES[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
         model.decoder.recompute_prefix = bool(args.san_no_cache)
-        model.beamable_encdec = bool(args.san_beamable_encdec)
+        model.fast_decoding = bool(args.san_fast_decoding)
+        if model.fast_decoding:
+            use_fast_decoding(model.decoder.layers)
         logger.info("attention sharing: %s", san_policy.format_policy(policy))
         return model
 
@@ -149,10 +153,10 @@ class TransformerSANModel(TransformerModel):
         )
 
     def set_beam_size(self, beam_size: int) -> None:
-        """fairseq's SequenceGenerator calls this; with ``--san-beamable-encdec`` the decoder's
+        """fairseq's SequenceGenerator calls this; with ``--san-fast-decoding`` the decoder's
         encoder-decoder attention keeps one copy of the keys/values per source sentence instead
         of one per hypothesis, which beam search would otherwise reorder at every step."""
-        if self.beamable_encdec:
+        if self.fast_decoding:
             self.decoder.set_beam_size(beam_size)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
@@ -242,22 +246,37 @@ def share_attention(
             module_class = follower
         is_last = index + 1 == len(leaders) or leaders[index + 1] != leader
         old = getattr(layers[index], attr)
-        setattr(layers[index], attr, rebuild_attention(old, module_class, block, is_last))
+        new = rebuild_attention(old, module_class, block=block, releases_block=is_last)
+        setattr(layers[index], attr, new)
 
 
-def rebuild_attention(
-    old: MultiheadAttention, module_class: Type, block: BlockShare, is_last: bool
-) -> MultiheadAttention:
+def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> MultiheadAttention:
     """A ``module_class`` shaped like ``old`` that takes over the projections it keeps.
 
     Moving the projection modules keeps their values and anything fairseq attached to them
     (quant-noise hooks).
     """
-    new = module_class(block, releases_block=is_last, **attention_kwargs(old))
+    new = module_class(**extra, **attention_kwargs(old))
     for name, _ in list(new.named_children()):
         if name.endswith("_proj"):
             setattr(new, name, getattr(old, name))
     return new
+
+
+def use_fast_decoding(layers: Iterable[nn.Module]) -> None:
+    """Switch the decoder's attention to the fast incremental path (``DecodingAttention``).
+
+    Shared-attention modules already are ``DecodingAttention``; fairseq's own modules are rebuilt
+    as one, keeping their projection modules. AAN is left as it is.
+    """
+    for layer in layers:
+        for attr in ("self_attn", "encoder_attn"):
+            module = getattr(layer, attr, None)
+            if type(module) is MultiheadAttention:
+                module = rebuild_attention(module, DecodingAttention)
+                setattr(layer, attr, module)
+            if isinstance(module, DecodingAttention):
+                module.fast_decoding = True
 
 
 def use_average_attention(layers: Iterable[nn.Module]) -> None:
@@ -288,7 +307,7 @@ def san_base_architecture(args) -> None:
     args.san_encdec_share = getattr(args, "san_encdec_share", None) or "output"
     args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "dot"
     args.san_no_cache = getattr(args, "san_no_cache", False)
-    args.san_beamable_encdec = getattr(args, "san_beamable_encdec", False)
+    args.san_fast_decoding = getattr(args, "san_fast_decoding", False)
     base_architecture(args)
 
 

@@ -22,7 +22,7 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+from fairseq_san.modules.decoding_attention import DecodingAttention, IncrementalState
 
 
 class BlockShare:
@@ -66,8 +66,11 @@ def attention_kwargs(attention: MultiheadAttention) -> dict:
     )
 
 
-class _SharedAttentionBase(MultiheadAttention):
-    """fairseq's MultiheadAttention wired to a sharing block, minus the projections in ``DROPPED``."""
+class _SharedAttentionBase(DecodingAttention):
+    """fairseq's MultiheadAttention wired to a sharing block, minus the projections in ``DROPPED``.
+
+    The first layer of a block takes the fast decoding path of ``DecodingAttention`` when it is on.
+    """
 
     DROPPED: Tuple[str, ...] = ()
 
@@ -86,15 +89,22 @@ class _SharedAttentionBase(MultiheadAttention):
         return self.out_proj(merged)
 
     def _weighted_values(self, weights: Tensor, values: Tensor) -> Tensor:
-        """Eq. 2 per head: S V. With beamable encoder-decoder attention (``set_beam_size``) the
-        values hold one row per source sentence and the weights one per hypothesis."""
+        """Eq. 2 per head: S V. With fast decoding (``set_beam_size``) encoder-decoder values hold
+        one row per source sentence and the weights one per hypothesis."""
         if weights.size(0) == values.size(0):
             return torch.bmm(weights, values)
         sentences = values.size(0) // self.num_heads
-        per_hypothesis = weights.view(sentences, -1, self.num_heads, *weights.shape[1:])
-        per_sentence = values.view(sentences, self.num_heads, *values.shape[1:])
-        context = torch.einsum("bxhts,bhsd->bxhtd", per_hypothesis, per_sentence)
-        return context.reshape(-1, weights.size(1), values.size(2))
+        tgt_len, src_len = weights.size(1), weights.size(2)
+        # (sentences, beam, heads, tgt, src) -> (sentences, heads, beam * tgt, src): one matmul
+        # per sentence and head for all its hypotheses.
+        per_sentence = weights.view(sentences, -1, self.num_heads, tgt_len, src_len).transpose(1, 2)
+        beam = per_sentence.size(2)
+        context = torch.matmul(
+            per_sentence.reshape(sentences, self.num_heads, beam * tgt_len, src_len),
+            values.view(sentences, self.num_heads, src_len, values.size(2)),
+        )
+        context = context.view(sentences, self.num_heads, beam, tgt_len, -1).transpose(1, 2)
+        return context.reshape(-1, tgt_len, values.size(2))
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """(len, batch, embed) -> (batch * heads, len, head_dim)."""
@@ -198,7 +208,8 @@ class SharedWeightsAttention(_FollowerAttention):
         return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
 
     def _one_per_sentence(self, value: Optional[Tensor], bsz: int) -> Optional[Tensor]:
-        """The encoder states once per sentence when beamable attention is on, as fairseq does."""
+        """The encoder states once per sentence when fast decoding shares them, as fairseq's
+        beamable attention does."""
         if value is None or self.beam_size == 1 or value.size(1) != bsz:
             return value
         return value.view(value.size(0), -1, self.beam_size, value.size(2))[:, :, 0, :]

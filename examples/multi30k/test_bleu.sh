@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Test BLEU and chrF of trained systems on Multi30k's test sets: test (test_2016_flickr) and
+# test1 (test_2017_flickr, where the pair has it), beam 4, batch 16, sacrebleu on detokenized text.
+#
+#   examples/multi30k/test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ...
+#
+# DATA is prepare.sh's output (data-bin/multi30k.SRC-TGT), TGT its target language. OVERRIDES are fairseq's
+# --model-overrides, e.g. a decode-time policy:
+#   "base+P1=ckpt.pt:{'san_policy': '{\"decoder_self\": [6], \"decoder_encdec\": [6]}'}"
+# Writes OUT_DIR/NAME/SPLIT/{generate-SPLIT.txt,score.json}; a split already decoded is only rescored.
+set -euo pipefail
+
+USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
+DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
+shift 3
+[ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
+[ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
+export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1  # fairseq checkpoints are pickles (torch >= 2.6)
+USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+
+for spec in "$@"; do
+  name=${spec%%=*} rest=${spec#*=}
+  checkpoint=${rest%%:*} overrides="{}"
+  [ "$rest" = "$checkpoint" ] || overrides=${rest#*:}
+  [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
+  for split in test test1; do
+    reference=$DATA/text/$split.raw.$TGT
+    [ -f "$reference" ] || continue
+    dir=$OUT/$name/$split
+    if [ ! -d "$dir" ]; then  # decode into a partial folder: a stopped run leaves no half output
+      rm -rf "$dir.partial" && mkdir -p "$dir.partial"
+      fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" \
+        --model-overrides "$overrides" --gen-subset "$split" --beam 4 --batch-size 16 \
+        --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1 \
+        --post-process sentencepiece --results-path "$dir.partial" > "$dir.partial/generate.log" 2>&1 \
+        || { tail -5 "$dir.partial/generate.log" >&2; exit 1; }
+      mv "$dir.partial" "$dir"
+    fi
+    echo "== $name $split"
+    fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"
+  done
+done

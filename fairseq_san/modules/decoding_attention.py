@@ -1,0 +1,206 @@
+"""A faster incremental-decoding path for fairseq's MultiheadAttention (``--san-fast-decoding``).
+
+Beam search calls every decoder attention once per step with one query per hypothesis. fairseq's
+MultiheadAttention spends most of that call on bookkeeping: three projections where one would do,
+a chain of shape checks and masks, and, for encoder-decoder attention, keys and values held per
+hypothesis and reordered at every step although the hypotheses of a sentence share them. This
+module keeps fairseq's cache layout (``prev_key``/``prev_value`` as (batch, heads, len, head_dim),
+``prev_key_padding_mask``) and its ``reorder_incremental_state``, and replaces only the step:
+
+* self-attention: one fused q/k/v projection, the new key/value appended to the cache, and
+  torch's fused ``scaled_dot_product_attention`` when no weights are asked for;
+* encoder-decoder attention: keys/values projected once per source sentence (fairseq's beamable
+  layout, ``set_beam_size``), and the hypotheses of a sentence attend in one batched matmul.
+
+The output is the same computation as fairseq's, in a different order of floating-point
+operations. Training, and any call the fast path does not cover, run fairseq's own forward.
+"""
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+
+
+class DecodingAttention(MultiheadAttention):
+    """fairseq's MultiheadAttention plus a fast incremental path, used when ``fast_decoding``."""
+
+    fast_decoding: bool = False
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._fused: Optional[Tuple[tuple, Tensor, Tensor]] = None
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: IncrementalState = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if self._takes_fast_path(query, incremental_state, attn_mask, key_padding_mask):
+            if self.encoder_decoder_attention and static_kv:
+                return self._encoder_step(
+                    query, key, key_padding_mask, incremental_state,
+                    need_weights or need_head_weights, before_softmax, need_head_weights,
+                )  # fmt: skip
+            if self.self_attention and not self._has_prev_padding(incremental_state):
+                return self._self_step(
+                    query, incremental_state, need_weights or need_head_weights,
+                    before_softmax, need_head_weights,
+                )  # fmt: skip
+        return super().forward(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            incremental_state=incremental_state,
+            need_weights=need_weights,
+            static_kv=static_kv,
+            attn_mask=attn_mask,
+            before_softmax=before_softmax,
+            need_head_weights=need_head_weights,
+        )
+
+    def _takes_fast_path(self, query, incremental_state, attn_mask, key_padding_mask) -> bool:
+        """One decoding step in eval mode, with nothing the fast path does not implement."""
+        return (
+            self.fast_decoding
+            and incremental_state is not None
+            and not self.training
+            and query.size(0) == 1
+            and attn_mask is None
+            and self.bias_k is None
+            and not self.add_zero_attn
+            and not self.onnx_trace
+            and (key_padding_mask is None or self.encoder_decoder_attention)
+        )
+
+    def _has_prev_padding(self, incremental_state: IncrementalState) -> bool:
+        return self._get_input_buffer(incremental_state).get("prev_key_padding_mask") is not None
+
+    # --- self-attention ----------------------------------------------------------------------
+
+    def _fused_projection(self) -> Tuple[Tensor, Tensor]:
+        """[W_q; W_k; W_v] and their biases, rebuilt only when a projection changed."""
+        params = [getattr(self, f"{n}_proj").weight for n in "qkv"]
+        params += [getattr(self, f"{n}_proj").bias for n in "qkv"]
+        if any(p is None for p in params):
+            raise ValueError("fast decoding needs q/k/v projections with biases")
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if self._fused is None or self._fused[0] != key:
+            self._fused = (key, torch.cat(params[:3]).detach(), torch.cat(params[3:]).detach())
+        return self._fused[1], self._fused[2]
+
+    def _self_step(
+        self,
+        query: Tensor,
+        incremental_state: IncrementalState,
+        need_weights: bool,
+        before_softmax: bool,
+        need_head_weights: bool,
+    ):
+        hypotheses = query.size(1)
+        weight, bias = self._fused_projection()
+        q, k, v = F.linear(query, weight, bias).split(self.embed_dim, dim=-1)
+        q = self._heads(q * self.scaling, hypotheses)  # (hyps, heads, 1, head_dim)
+        saved = self._get_input_buffer(incremental_state)
+        keys = self._append(saved.get("prev_key"), self._heads(k, hypotheses))
+        values = self._append(saved.get("prev_value"), self._heads(v, hypotheses))
+        saved.update(prev_key=keys, prev_value=values, prev_key_padding_mask=None)
+        self._set_input_buffer(incremental_state, saved)
+        if before_softmax:  # fairseq's layout: (hyps * heads, 1, len) and (hyps * heads, len, d)
+            logits = torch.matmul(q, keys.transpose(2, 3))
+            return logits.view(-1, 1, keys.size(2)), values.view(-1, values.size(2), self.head_dim)
+        if not need_weights:
+            context = F.scaled_dot_product_attention(q, keys, values, scale=1.0)
+            return self._project_out(context, hypotheses), None
+        weights = torch.softmax(torch.matmul(q, keys.transpose(2, 3)), dim=-1)
+        context = torch.matmul(weights, values)
+        return self._project_out(context, hypotheses), self._fairseq_weights(
+            weights.transpose(0, 1), need_head_weights
+        )
+
+    def _heads(self, x: Tensor, batch: int) -> Tensor:
+        """(1, batch, embed) -> (batch, heads, 1, head_dim)."""
+        return x.view(batch, self.num_heads, 1, self.head_dim)
+
+    @staticmethod
+    def _append(cache: Optional[Tensor], step: Tensor) -> Tensor:
+        return step.contiguous() if cache is None else torch.cat([cache, step], dim=2)
+
+    def _project_out(self, context: Tensor, hypotheses: int) -> Tensor:
+        """(hyps, heads, 1, d) -> output projection of (1, hyps, embed)."""
+        return self.out_proj(context.reshape(1, hypotheses, self.embed_dim))
+
+    def _fairseq_weights(self, per_head: Tensor, need_head_weights: bool) -> Tensor:
+        """(heads, hyps, 1, src) as fairseq returns them: per head, or averaged over heads."""
+        return per_head if need_head_weights else per_head.mean(dim=0)
+
+    # --- encoder-decoder attention -----------------------------------------------------------
+
+    def _encoder_step(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        incremental_state: IncrementalState,
+        need_weights: bool,
+        before_softmax: bool,
+        need_head_weights: bool,
+    ):
+        hypotheses = query.size(1)
+        saved = self._get_input_buffer(incremental_state)
+        if saved.get("prev_key") is None:
+            saved = self._project_sentences(key, key_padding_mask, hypotheses)
+            self._set_input_buffer(incremental_state, saved)
+        keys, values = saved["prev_key"], saved["prev_value"]  # (sentences, heads, src, d)
+        sentences, src_len = keys.size(0), keys.size(2)
+        beam = hypotheses // sentences
+        q = self.q_proj(query) * self.scaling
+        q = q.view(sentences, beam, self.num_heads, self.head_dim).transpose(1, 2)
+        logits = torch.matmul(q, keys.transpose(2, 3))  # (sentences, heads, beam, src)
+        padding = saved.get("prev_key_padding_mask")
+        if padding is not None:
+            logits = logits.masked_fill(padding.view(sentences, 1, 1, src_len), float("-inf"))
+        if before_softmax:  # fairseq's beamable layout: per hypothesis, values per sentence
+            logits = logits.transpose(1, 2).reshape(hypotheses * self.num_heads, 1, src_len)
+            return logits, values.reshape(-1, src_len, self.head_dim)
+        weights = torch.softmax(logits, dim=-1)
+        context = torch.matmul(weights, values).transpose(1, 2)  # (sentences, beam, heads, d)
+        out = self.out_proj(context.reshape(1, hypotheses, self.embed_dim))
+        if not need_weights:
+            return out, None
+        per_head = weights.permute(1, 0, 2, 3).reshape(self.num_heads, hypotheses, 1, src_len)
+        return out, self._fairseq_weights(per_head, need_head_weights)
+
+    def _project_sentences(
+        self, key: Optional[Tensor], key_padding_mask: Optional[Tensor], hypotheses: int
+    ) -> Dict[str, Optional[Tensor]]:
+        """Keys/values of the encoder output, once per source sentence (first step only)."""
+        if key is None:
+            raise RuntimeError("encoder-decoder attention: first step without the encoder output")
+        beam = self.beam_size if key.size(1) == hypotheses else 1
+        key = key[:, ::beam] if beam > 1 else key
+        if key_padding_mask is not None and beam > 1:
+            key_padding_mask = key_padding_mask[::beam]
+        src_len, sentences = key.size(0), key.size(1)
+
+        def per_head(x: Tensor) -> Tensor:
+            return x.view(src_len, sentences, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+        return {
+            "prev_key": per_head(self.k_proj(key)).contiguous(),
+            "prev_value": per_head(self.v_proj(key)).contiguous(),
+            "prev_key_padding_mask": key_padding_mask,
+        }

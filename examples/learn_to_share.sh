@@ -51,9 +51,10 @@ done
 WARM_UPDATES=${WARM_UPDATES:-$((UPDATES / 2))}
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1  # fairseq checkpoints are pickles (torch >= 2.6)
 
-if [ -z "$VALID_REF" ]; then
-  pair=$(basename "$(ls "$DATA"/train.*-*.*.idx 2>/dev/null | head -n 1)" .idx)
-  VALID_REF=$DATA/text/valid.raw.${pair##*.}
+if [ -z "$VALID_REF" ]; then  # fairseq names the binarized files train.SRC-TGT.LANG.idx
+  name=$(basename "$(ls "$DATA"/train.*-*.*.idx 2>/dev/null | head -n 1)")
+  pair=${name#train.} && pair=${pair%%.*}
+  VALID_REF=$DATA/text/valid.raw.${pair#*-}
 fi
 
 # Training defaults for a small corpus (Multi30k); anything after -- overrides them.

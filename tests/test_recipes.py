@@ -201,6 +201,18 @@ def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
     assert pieces and pieces <= words
 
 
+@pytest.mark.parametrize("src,tgt", [("en", "de"), ("de", "en")])
+def test_loop_scores_validation_against_the_target_language(multi30k_raw, tmp_path, src, tgt):
+    """The references default to DATA/text/valid.raw.TGT, whichever language sorts first."""
+    data = tmp_path / f"multi30k.{src}-{tgt}"
+    prepared = run_script(PREPARE, src, tgt, str(data), env=prepare_env(multi30k_raw))
+    assert prepared.returncode == 0, output_of(prepared)[-4000:]
+    result = run_loop(data, tmp_path / "run", "--dry-run")
+    assert result.returncode == 0, output_of(result)[-4000:]
+    (score,) = commands(output_of(result), "fairseq-san-score")
+    assert last_values(score)["--reference"] == f"{data}/text/valid.raw.{tgt}"
+
+
 def test_prepare_again_does_nothing(prepared, multi30k_raw):
     out, _ = prepared
     before = snapshot(out)

@@ -352,7 +352,8 @@ def learn_policy(
     """Learn a policy for each kind that has a theta; theta None means no sharing.
 
     Keys of ``js_by_kind`` that are not kinds are ignored, so a JS dump with
-    extra fields (e.g. a sentence count) can be passed as is.
+    extra fields (e.g. a sentence count) can be passed as is. A kind whose JS is
+    null has no attention weights (AAN's decoder self-attention): it is not shared.
     """
     policy = {}
     for kind, theta in thetas.items():
@@ -361,6 +362,8 @@ def learn_policy(
             continue
         if kind not in js_by_kind:
             raise PolicyError(f"no JS matrix for {kind}, but a theta is given for it")
+        if js_by_kind[kind] is None:
+            continue
         try:
             policy[kind] = learn_blocks(js_by_kind[kind], theta)
         except PolicyError as err:

@@ -391,6 +391,14 @@ def test_learn_policy_skips_unshared_kinds_and_extra_keys():
     assert learn_policy(js, {"decoder_self": 0.3, "encoder_self": None}) == {"decoder_self": [6]}
 
 
+def test_learn_policy_leaves_a_kind_without_weights_unshared():
+    """AAN's decoder self-attention has no weights: the analysis writes null, and a theta for
+    it learns no sharing instead of failing the loop."""
+    js = {"decoder_self": None, "decoder_encdec": PAPER_SELF}
+    policy = learn_policy(js, {"decoder_self": 0.4, "decoder_encdec": 0.3})
+    assert policy == {"decoder_encdec": [6]}
+
+
 # --- import weight and CLI ------------------------------------------------
 
 

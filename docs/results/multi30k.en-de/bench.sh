@@ -8,7 +8,7 @@ AANSAN=runs/multi30k.en-de-aan-san/iter0/checkpoints/checkpoint_best.pt  # AAN +
 FAST='{"san_fast_decoding": true}'
 U='{"san_policy": "{\"decoder_self\": [1, 5], \"decoder_encdec\": [3, 3]}"}'
 fairseq-san-bench --data data-bin/multi30k.en-de --subset test --max-sentences 128 \
-  --beams 4 --cache-beams 4 20 --repeats 5 --max-len-a 1.2 --max-len-b 10 \
+  --beams 4 --cache-beams 4 20 --repeats 3 --max-len-a 1.2 --max-len-b 10 \
   --system "baseline=$BASE" --system "baseline+fast=$BASE:$FAST" \
   --system "san=$SAN" --system "san+fast=$SAN:$FAST" \
   --system "aan-san=$AANSAN" --system "aan-san+fast=$AANSAN:$FAST" \

@@ -240,9 +240,9 @@ class FairseqSystem:
         generator = self.task.build_generator([self.model], args)
         with FlopCounterMode(display=False) as counter:
             output = generator.generate([self.model], batches.samples[0])
+        flops = counter.get_total_flops()
         tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
-        return {"flops": counter.get_total_flops(), "tokens": tokens,
-                "mflop_per_token": counter.get_total_flops() / tokens / 1e6}  # fmt: skip
+        return {"flops": flops, "tokens": tokens, "mflop_per_token": flops / tokens / 1e6}
 
 
 @contextmanager

@@ -140,11 +140,12 @@ class DecodingAttention(MultiheadAttention):
         return step.contiguous() if cache is None else torch.cat([cache, step], dim=2)
 
     def _project_out(self, context: Tensor, hypotheses: int) -> Tensor:
-        """(hyps, heads, 1, d) -> output projection of (1, hyps, embed)."""
+        """Per-head context, hypothesis-major then head ((hyps, heads, 1, d) or
+        (sentences, beam, heads, d)) -> output projection of (1, hyps, embed)."""
         return self.out_proj(context.reshape(1, hypotheses, self.embed_dim))
 
     def _fairseq_weights(self, per_head: Tensor, need_head_weights: bool) -> Tensor:
-        """(heads, hyps, 1, src) as fairseq returns them: per head, or averaged over heads."""
+        """(heads, batch, tgt, src) as fairseq returns them: per head, or averaged over heads."""
         return per_head if need_head_weights else per_head.mean(dim=0)
 
     # --- encoder-decoder attention -----------------------------------------------------------
@@ -178,11 +179,18 @@ class DecodingAttention(MultiheadAttention):
             return logits, values.reshape(-1, src_len, self.head_dim)
         weights = torch.softmax(logits, dim=-1)
         context = torch.matmul(weights, values).transpose(1, 2)  # (sentences, beam, heads, d)
-        out = self.out_proj(context.reshape(1, hypotheses, self.embed_dim))
+        out = self._project_out(context, hypotheses)
         if not need_weights:
             return out, None
         per_head = weights.permute(1, 0, 2, 3).reshape(self.num_heads, hypotheses, 1, src_len)
         return out, self._fairseq_weights(per_head, need_head_weights)
+
+    def _one_per_sentence(self, states: Optional[Tensor], hypotheses: int) -> Optional[Tensor]:
+        """Encoder states (src, hyps, embed) once per source sentence when beam search shares
+        them (``set_beam_size``), as fairseq's beamable attention does."""
+        if states is None or self.beam_size == 1 or states.size(1) != hypotheses:
+            return states
+        return states[:, :: self.beam_size]
 
     def _project_sentences(
         self, key: Optional[Tensor], key_padding_mask: Optional[Tensor], hypotheses: int
@@ -190,10 +198,9 @@ class DecodingAttention(MultiheadAttention):
         """Keys/values of the encoder output, once per source sentence (first step only)."""
         if key is None:
             raise RuntimeError("encoder-decoder attention: first step without the encoder output")
-        beam = self.beam_size if key.size(1) == hypotheses else 1
-        key = key[:, ::beam] if beam > 1 else key
-        if key_padding_mask is not None and beam > 1:
-            key_padding_mask = key_padding_mask[::beam]
+        if key_padding_mask is not None and key.size(1) == hypotheses:
+            key_padding_mask = key_padding_mask[:: self.beam_size]
+        key = self._one_per_sentence(key, hypotheses)
         src_len, sentences = key.size(0), key.size(1)
 
         def per_head(x: Tensor) -> Tensor:

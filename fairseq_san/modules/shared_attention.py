@@ -117,8 +117,7 @@ class _SharedAttentionBase(DecodingAttention):
         if not (need_weights or need_head_weights):
             return None
         per_head = weights.view(bsz, self.num_heads, weights.size(1), weights.size(2))
-        per_head = per_head.transpose(1, 0)
-        return per_head if need_head_weights else per_head.mean(dim=0)
+        return self._fairseq_weights(per_head.transpose(1, 0), need_head_weights)
 
 
 class BlockLeaderAttention(_SharedAttentionBase):
@@ -206,13 +205,6 @@ class SharedWeightsAttention(_FollowerAttention):
         source = query if self.self_attention else self._one_per_sentence(value, query.size(1))
         values = self._values(source, incremental_state, static_kv)
         return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
-
-    def _one_per_sentence(self, value: Optional[Tensor], bsz: int) -> Optional[Tensor]:
-        """The encoder states once per sentence when fast decoding shares them, as fairseq's
-        beamable attention does."""
-        if value is None or self.beam_size == 1 or value.size(1) != bsz:
-            return value
-        return value.view(value.size(0), -1, self.beam_size, value.size(2))[:, :, 0, :]
 
     def _values(
         self, source: Optional[Tensor], incremental_state: IncrementalState, static_kv: bool

@@ -13,6 +13,7 @@ The prepared corpus and the first loop run are shared by the module. Everything 
 models, 10-20 updates) so that the file runs in a few minutes on two CPU cores.
 """
 
+import argparse
 import gzip
 import json
 import os
@@ -443,6 +444,9 @@ def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tm
             assert scores["sentences"] == 40 and 0.0 <= scores["bleu"] <= 100.0
     log = (tmp_path / "aan-one-block" / "test" / "generate.log").read_text(encoding="utf-8")
     assert "decoder_encdec {6}" in log  # the override reached the model
+    generated = (tmp_path / "aan" / "test" / "generate-test.txt").read_text(encoding="utf-8")
+    summary = generated.splitlines()[-1]  # sacrebleu's score: fairseq's C BLEU scorer not needed
+    assert "BLEU = " in summary and "BLEU4" not in summary, summary
     again = run_script(TEST_BLEU, str(data), "de", str(tmp_path), *systems, env=cli_env())
     assert again.stdout == result.stdout  # decoded splits are rescored, not decoded again
 
@@ -649,6 +653,28 @@ def test_cpu_ranks_trains_with_two_processes(ranks_run):
     summary = read_json(run_dir / "loop.json")
     assert len(summary) == 1 and summary[0]["num_updates"] == 10
     assert isinstance(summary[0]["train_seconds"], float)
+
+
+def test_summary_counts_tied_embeddings_saved_as_copies_once(tmp_path):
+    """A checkpoint saved from a GPU holds fairseq's tied embeddings as three separate copies;
+    the parameter count must not depend on where the model was trained."""
+    iteration = tmp_path / "run" / "iter0"
+    (iteration / "checkpoints").mkdir(parents=True)
+    (iteration / "policy.json").write_text(json.dumps(NO_SHARING))
+    tied = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+            "decoder.output_projection.weight"]  # fmt: skip
+    model = {key: torch.ones(10, 4) for key in tied}  # three storages
+    model["decoder.layers.0.fc1.weight"] = torch.ones(8, 4)
+    flags = argparse.Namespace(share_all_embeddings=True, share_decoder_input_output_embed=True)
+    torch.save(
+        {"model": model, "cfg": {"model": flags}, "optimizer_history": [{"num_updates": 5}],
+         "extra_state": {"best": 7.0}},
+        iteration / "checkpoints" / "checkpoint_best.pt",
+    )  # fmt: skip
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = read_json(tmp_path / "run" / "loop.json")
+    assert row["parameters"] == 10 * 4 + 8 * 4
 
 
 def test_summary_of_a_distributed_training_checkpoint(tmp_path):

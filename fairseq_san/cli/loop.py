@@ -46,13 +46,34 @@ def checkpoint_facts(path: str) -> Dict[str, object]:
     os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     state = torch.load(path, map_location="cpu", weights_only=False)
     extra = state.get("extra_state", {})
-    storages = {tensor.data_ptr(): tensor.numel() for tensor in state["model"].values()}
     return {
-        "parameters": sum(storages.values()),
+        "parameters": parameter_count(state),
         "valid_loss": as_number(extra.get("best")),
         "num_updates": state["optimizer_history"][-1].get("num_updates"),
         "train_seconds": as_number(extra.get("previous_training_time")),
     }
+
+
+# Embeddings fairseq ties when the model flag is set. A checkpoint saved from a GPU holds each as
+# its own copy (fairseq moves the state dict to the CPU tensor by tensor), so storages alone
+# would count a tied embedding three times.
+TIED_EMBEDDINGS = {
+    "share_all_embeddings": ("decoder.embed_tokens.weight", "decoder.output_projection.weight"),
+    "share_decoder_input_output_embed": ("decoder.output_projection.weight",),
+}
+
+
+def parameter_count(state: Dict) -> int:
+    """Numbers in a checkpoint's model, each tied or shared tensor counted once."""
+    cfg = state.get("cfg")
+    flags = cfg.get("model") if cfg is not None else state.get("args")
+    tied = {key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys}
+    storages = {
+        tensor.data_ptr(): tensor.numel()
+        for key, tensor in state["model"].items()
+        if key not in tied
+    }
+    return sum(storages.values())
 
 
 def as_number(value) -> Optional[float]:

@@ -4,14 +4,18 @@
 # --max-tokens 4096, fp32, seed 1; learn_to_share.sh with iter0/policy.json given and one
 # iteration), all at once on one GPU; then test BLEU of each (test_bleu.sh).
 #   source docs/results/multi30k.en-de/gpu/setup-lent-machine.sh
-#   docs/results/multi30k.en-de/gpu/train.sh   # writes runs/gpu/
+#   docs/results/multi30k.en-de/gpu/train.sh [NAME...]  # writes runs/gpu/NAME (default: all)
+# SEED=N trains with --seed N instead of 1, into runs/gpu/NAME-seedN.
 set -uo pipefail
-D=data-bin/multi30k.en-de R=runs/gpu
+D=data-bin/multi30k.en-de R=runs/gpu SEED=${SEED:-1}
 export OMP_NUM_THREADS=1
+SELECTED=" $* "
 
 train_system() {  # train_system NAME ARCH POLICY_JSON [fairseq-train args]: train, then test BLEU
   local name=$1 arch=$2 policy=$3
   shift 3
+  [ "$SELECTED" = "  " ] || [[ $SELECTED == *" $name "* ]] || return 0
+  [ "$SEED" = 1 ] || { name=$name-seed$SEED; set -- "$@" --seed "$SEED"; }
   mkdir -p "$R/$name/iter0"
   echo "$policy" > "$R/$name/iter0/policy.json"
   examples/learn_to_share.sh --data "$D" --run-dir "$R/$name" --arch "$arch" \

@@ -67,7 +67,9 @@ def parameter_count(state: Dict) -> int:
     """Numbers in a checkpoint's model, each tied or shared tensor counted once."""
     cfg = state.get("cfg")
     flags = cfg.get("model") if cfg is not None else state.get("args")
-    tied = {key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys}
+    tied = {
+        key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys
+    }
     storages = {
         tensor.data_ptr(): tensor.numel()
         for key, tensor in state["model"].items()

@@ -13,3 +13,12 @@ for p in fr cs; do
     baseline=runs/multi30k.en-$p/iter0/checkpoints/checkpoint_best.pt \
     san-P1-warm=runs/multi30k.en-$p/iter1/checkpoints/checkpoint_best.pt
 done
+# The README's parameter counts (model.parameters(), as fairseq-san-bench counts them):
+for p in fr cs; do for k in 0 1; do
+  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 python -c 'import sys
+from fairseq import checkpoint_utils
+import fairseq_san  # registers translation_san and transformer_san
+models, _ = checkpoint_utils.load_model_ensemble([sys.argv[1]], arg_overrides={"data": sys.argv[2]})
+print(sys.argv[1], sum(x.numel() for x in models[0].parameters()))' \
+    runs/multi30k.en-$p/iter$k/checkpoints/checkpoint_best.pt data-bin/multi30k.en-$p
+done; done  # en-fr 13037568, 11392768; en-cs 13066240, 11421440

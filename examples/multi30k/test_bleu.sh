@@ -31,8 +31,8 @@ for spec in "$@"; do
       rm -rf "$dir.partial" && mkdir -p "$dir.partial"
       fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" \
         --model-overrides "$overrides" --gen-subset "$split" --beam 4 --batch-size 16 \
-        --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1 \
-        --post-process sentencepiece --scoring sacrebleu --results-path "$dir.partial" > "$dir.partial/generate.log" 2>&1 \
+        --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1 --scoring sacrebleu \
+        --post-process sentencepiece --results-path "$dir.partial" > "$dir.partial/generate.log" 2>&1 \
         || { tail -5 "$dir.partial/generate.log" >&2; exit 1; }
       mv "$dir.partial" "$dir"
     fi

@@ -1,5 +1,6 @@
 # The decoding benchmark of docs/results.md (Multi30k En->De test_2016_flickr), on an idle machine.
-# TAG=-rerun writes runs/multi30k.en-de/bench-*-rerun instead (the second run, 2026-11-26 05:4x).
+# The rerun on the idle machine (2026-11-26 05:38-05:50 UTC) ran the first two commands with
+# TAG=-rerun, which writes runs/multi30k.en-de/bench-beam4-rerun and bench-beams-rerun instead.
 cd /work/main
 export PATH=/work/main/.venv/bin:$PATH TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 R=runs/multi30k.en-de TAG=${TAG:-}

@@ -3,8 +3,9 @@
 # from scratch under a fixed policy with the CPU runs' budget and settings (660 updates,
 # --max-tokens 4096, fp32, seed 1; learn_to_share.sh with iter0/policy.json given and one
 # iteration), all at once on one GPU; then test BLEU of each (test_bleu.sh).
-#   source docs/results/multi30k.en-de/gpu/setup-lent-machine.sh
-#   docs/results/multi30k.en-de/gpu/train.sh [NAME...]  # writes runs/gpu/NAME (default: all)
+#   docs/results/en-de-gpu-sensitivity/train.sh [NAME...]  # writes runs/gpu/NAME (default: all)
+# Run from the repository root with fairseq-san's console commands on PATH (on a GPU machine
+# without a package registry: the offline bundle of scripts/build_offline_bundle.py).
 # SEED=N trains with --seed N instead of 1, into runs/gpu/NAME-seedN.
 set -uo pipefail
 D=data-bin/multi30k.en-de R=runs/gpu SEED=${SEED:-1}

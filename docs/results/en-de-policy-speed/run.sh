@@ -1,9 +1,11 @@
+#!/usr/bin/env bash
 # Speed of each sensitivity-run policy (paper Tables 3-5), on an idle machine: the policies applied
-# at decode time to the En->De baseline's weights, every output forced to the same length, so the
-# speed does not depend on the weights (the trained models of docs/results.md have the same
-# layers). Plain fairseq decoding (no --san-fast-decoding): the pure effect of each policy.
-cd /work/main
-export PATH=/work/main/.venv/bin:$PATH TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+# at decode time to the En->De baseline's weights (docs/results/en-de-loop), every output forced to
+# the same length, so the speed does not depend on the weights (the trained models of
+# docs/results/en-de-gpu-sensitivity have the same layers). Plain fairseq decoding (no
+# --san-fast-decoding, no CTranslate2): the pure effect of each policy. Run from the repository root.
+set -euo pipefail
+export PATH=$PWD/.venv/bin:$PATH
 BASE=runs/multi30k.en-de/iter0/checkpoints/checkpoint_best.pt  # baseline, 660 updates
 policy() {  # policy SELF ENCDEC [ENCODER]: --model-overrides setting that policy
   echo "{\"san_policy\": \"{\\\"decoder_self\\\": $1, \\\"decoder_encdec\\\": $2, \\\"encoder_self\\\": ${3:-null}}\"$4}"
@@ -21,3 +23,4 @@ fairseq-san-bench --data data-bin/multi30k.en-de --subset test --max-sentences 6
   --system "6/6-enc-6=$BASE:$(policy '[6]' '[6]' '[6]')" \
   --system "6/6-enc-1.5=$BASE:$(policy '[6]' '[6]' '[1, 5]')" \
   --out-dir runs/multi30k.en-de/bench-policies > runs/multi30k.en-de/bench-policies.log 2>&1
+# Committed: runs/multi30k.en-de/bench-policies/results.{md,json} (bench-policies/).

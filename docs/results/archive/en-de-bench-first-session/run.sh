@@ -1,8 +1,9 @@
-# The first session's benchmark (2026-11-26, 00:23-00:31), kept for the figures docs/results.md
-# cites as "the earlier run". `san_beamable_encdec` was the flag later replaced by
-# `--san-fast-decoding`; it no longer exists.
-cd /work/main
-export PATH=/work/main/.venv/bin:$PATH TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+#!/usr/bin/env bash
+# The first session's benchmark (2026-11-26, 00:23-00:31 UTC, 2 CPU cores), archived: superseded
+# by docs/results/en-de-bench. `san_beamable_encdec` was the flag later replaced by
+# `--san-fast-decoding`; it no longer exists, so this no longer runs as written.
+# The third command is docs/results/en-de-nocache (not superseded). Run from the repository root.
+export PATH=$PWD/.venv/bin:$PATH
 R=runs/multi30k.en-de
 BASE=$R/iter0/checkpoints/checkpoint_best.pt
 SAN=$R/iter1/checkpoints/checkpoint_best.pt

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""Build an offline bundle of fairseq-san for a GPU machine without a package registry.
+
+Run on a connected machine, with the project's Python (fairseq-fixed and the plugin installed):
+
+    python scripts/build_offline_bundle.py --out bundle --data data-bin/multi30k.en-de
+
+The bundle holds wheels of fairseq-san and of everything it needs except torch and numpy, which
+the GPU machine has (large, and tied to its CUDA). fairseq-fixed travels without its compiled
+extensions but with their C++ sources (its two Cython modules translated to C++ here), so the
+GPU machine needs only a C++ compiler and Python's headers, no Cython. On the GPU machine,
+``source bundle/activate.sh`` installs the wheels into a prefix without network, compiles the
+extensions and puts the console commands on PATH (``install.py``, copied into the bundle).
+"""
+
+import argparse
+import base64
+import email.parser
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_SIDE = Path(__file__).resolve().parent / "offline_bundle"  # activate.sh, install.py
+MIB = 1 << 20
+NO_CACHE = shutil.ignore_patterns("__pycache__")
+
+# The GPU machine's own packages: never shipped, checked by install.py.
+MACHINE_PROVIDES = ("torch", "numpy")
+# Requirements of fairseq-san or fairseq-fixed that translation never imports, left out for size.
+LEFT_OUT = {
+    "matplotlib": "figures only (fairseq-san-plot-js): draw them where matplotlib is",
+    "torchaudio": "fairseq's speech tasks only",
+    "scikit-learn": "imported only by the fairseq modules in FAIRSEQ_LEFT_OUT",
+    "cffi": "never imported by fairseq",
+    "cython": "the Cython modules are translated to C++ on the build machine",
+}
+# fairseq's extensions that translation needs: module -> sources in the fairseq-fixed sdist.
+# libbleu is fairseq-generate's default scorer; libbase and libnat (torch C++ extensions of other
+# models) are left out.
+EXTENSIONS = {
+    "fairseq.data.data_utils_fast": ["fairseq/data/data_utils_fast.pyx"],
+    "fairseq.data.token_block_utils_fast": ["fairseq/data/token_block_utils_fast.pyx"],
+    "fairseq.libbleu": ["fairseq/clib/libbleu/libbleu.cpp", "fairseq/clib/libbleu/module.cpp"],
+}
+FAIRSEQ = "fairseq-fixed"
+# fairseq modules left out of its wheel: fairseq imports every task and criterion when it starts,
+# and these import scikit-learn and scipy (about 50 MB of wheels) at module level.
+FAIRSEQ_LEFT_OUT = (
+    "fairseq/tasks/audio_classification.py",
+    "fairseq/criterions/sentence_prediction.py",
+    "fairseq/criterions/sentence_prediction_adapters.py",
+)
+
+
+def fail(message: str) -> None:
+    sys.exit(f"fairseq-san: error: {message}")
+
+
+def run(*command: str, cwd: Optional[Path] = None) -> None:
+    """Run a command; on failure, show its output and stop with one error line."""
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-3000:] + result.stderr[-3000:])
+        fail(f"{' '.join(command[:6])} ... exited with {result.returncode}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Wheels
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def write_wheel(path: Path, files: Dict[str, bytes], dist_info: str) -> Path:
+    """A wheel (a zip with a RECORD of every file's hash) holding ``files``."""
+    record = f"{dist_info}/RECORD"
+    lines = [record_line(name, data) for name, data in files.items()] + [f"{record},,"]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr(record, "\n".join(lines) + "\n")
+    return path
+
+
+def wheel_tag(wheel_metadata: str) -> str:
+    """The compressed tag of a WHEEL file's Tag lines, e.g. cp311-cp311-manylinux_2_17_x86_64."""
+    parts: List[List[str]] = [[], [], []]
+    for line in wheel_metadata.splitlines():
+        if line.startswith("Tag:"):
+            for index, part in enumerate(line.split(":", 1)[1].strip().split("-")):
+                if part not in parts[index]:
+                    parts[index].append(part)
+    return "-".join(".".join(part) for part in parts)
+
+
+def installed_files(dist: importlib.metadata.Distribution) -> Iterator[str]:
+    """The files an installed distribution's RECORD lists inside site-packages, less caches and
+    the installer's own records (pip writes them again on the GPU machine)."""
+    for file in dist.files or ():
+        name = str(file)
+        if name.startswith("..") or "__pycache__" in name or name.endswith(".pyc"):
+            continue
+        if ".dist-info/" in name and Path(name).name in (
+            "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"
+        ):  # fmt: skip
+            continue
+        yield name
+
+
+def repack(
+    dist: importlib.metadata.Distribution,
+    wheels: Path,
+    keep: Callable[[str], bool] = lambda name: True,
+    extra: Optional[Dict[str, bytes]] = None,
+    pure: bool = False,
+) -> Path:
+    """A wheel of an installed distribution, made from its installed files that ``keep`` accepts
+    plus ``extra``; ``pure`` retags it py3-none-any (its compiled parts are built on the target)."""
+    root = Path(dist.locate_file(""))
+    files = {name: (root / name).read_bytes() for name in installed_files(dist) if keep(name)}
+    files.update(extra or {})
+    dist_info = next(name for name in files if name.endswith(".dist-info/WHEEL")).rsplit("/", 1)[0]
+    if pure:
+        files[f"{dist_info}/WHEEL"] = (
+            b"Wheel-Version: 1.0\nGenerator: fairseq-san build_offline_bundle\n"
+            b"Root-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+    tag = wheel_tag(files[f"{dist_info}/WHEEL"].decode())
+    name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
+    return write_wheel(wheels / f"{name}-{dist.version}-{tag}.whl", files, dist_info)
+
+
+def is_pure(dist: importlib.metadata.Distribution) -> bool:
+    wheel = dist.read_text("WHEEL") or ""
+    return "Root-Is-Purelib: true" in wheel
+
+
+def download(name: str, version: str, wheels: Path, python: str, platform: str) -> None:
+    """The binary wheel of ``name==version`` for the target's Python and platform, from PyPI."""
+    run(
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+        "--python-version", python, "--platform", platform, "--dest", str(wheels),
+        f"{name}=={version}",
+    )  # fmt: skip
+
+
+def plugin_wheel(wheels: Path) -> Path:
+    """fairseq-san's own wheel, built from a copy of the repository's sources (no build files
+    land in the working tree)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "fairseq-san"
+        source.mkdir()
+        for name in ("setup.py", "README.md"):
+            shutil.copy2(REPO / name, source / name)
+        shutil.copytree(REPO / "fairseq_san", source / "fairseq_san", ignore=NO_CACHE)
+        run(
+            sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+            "--no-build-isolation", "--wheel-dir", str(wheels), str(source),
+        )  # fmt: skip
+    return next(wheels.glob("fairseq_san-*.whl"))
+
+
+def wheel_requirements(wheel: Path) -> List[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        message = email.parser.BytesParser().parsebytes(archive.read(metadata))
+    return message.get_all("Requires-Dist") or []
+
+
+def dependencies(
+    requirements: Iterable[str], python: str, skip: Iterable[str] = ()
+) -> List[importlib.metadata.Distribution]:
+    """The installed distributions that ``requirements`` need on a Python ``python`` machine,
+    transitively, less ``skip`` (names) and what only they need."""
+    skip = {canonicalize_name(name) for name in skip}
+    environment = {"python_version": python, "python_full_version": f"{python}.0", "extra": ""}
+    found: Dict[str, importlib.metadata.Distribution] = {}
+    pending = list(requirements)
+    while pending:
+        requirement = Requirement(pending.pop())
+        name = canonicalize_name(requirement.name)
+        if name in skip or name in found:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate(environment):
+            continue
+        try:
+            found[name] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            fail(f"{name} is not installed here: run this with the project's Python (make setup)")
+        pending.extend(found[name].requires or ())
+    return sorted(found.values(), key=lambda dist: canonicalize_name(dist.metadata["Name"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# fairseq-fixed: Python sources, extension sources
+
+
+def fairseq_sdist(version: str, given: Optional[Path], cache: Path) -> Path:
+    """The fairseq-fixed sdist (it holds the .pyx and .cpp sources that the wheel lacks): the one
+    given, or downloaded once into ``cache``."""
+    if given is not None:
+        return given
+    sdist = cache / f"fairseq_fixed-{version}.tar.gz"
+    if not sdist.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        run(
+            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary=:all:",
+            "--no-build-isolation", "--dest", str(cache), f"{FAIRSEQ}=={version}",
+        )  # fmt: skip
+    return sdist
+
+
+def extension_sources(sdist: Path, version: str) -> Dict[str, bytes]:
+    """EXTENSIONS' sources from the sdist, each .pyx with the C++ that Cython makes of it."""
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(sdist) as archive:
+        top = f"fairseq_fixed-{version}"
+        wanted = {f"{top}/{source}" for sources in EXTENSIONS.values() for source in sources}
+        members = [member for member in archive.getmembers() if member.name in wanted]
+        if len(members) != len(wanted):
+            fail(f"{sdist} lacks some of {sorted(wanted)}: is it fairseq-fixed {version}?")
+        archive.extractall(tmp, members=members, filter="data")
+        root = Path(tmp) / top
+        pyx = [
+            Extension(module, [str(root / source) for source in sources], language="c++")
+            for module, sources in EXTENSIONS.items()
+            if sources[0].endswith(".pyx")
+        ]
+        cythonize(pyx, quiet=True)
+        return {
+            str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*"))
+            if path.is_file()
+        }
+
+
+def compiled_sources() -> Dict[str, List[str]]:
+    """EXTENSIONS as install.py compiles them: each .pyx replaced by its C++ translation."""
+    return {
+        module: [source.replace(".pyx", ".cpp") for source in sources]
+        for module, sources in EXTENSIONS.items()
+    }
+
+
+def fairseq_wheel(
+    dist: importlib.metadata.Distribution, sources: Dict[str, bytes], wheels: Path
+) -> Path:
+    """fairseq-fixed as installed here, less its examples, compiled files and FAIRSEQ_LEFT_OUT,
+    plus the sources of the extensions that install.py compiles on the GPU machine."""
+
+    def keep(name: str) -> bool:
+        return not (
+            name.startswith("fairseq/examples/") or name.endswith(".so") or name in FAIRSEQ_LEFT_OUT
+        )
+
+    return repack(dist, wheels, keep=keep, extra=sources, pure=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundle
+
+
+def copy_data(data: Path, destination: Path) -> None:
+    """A binarized data directory, with of its ``text/`` only the raw references of the
+    evaluation splits (valid, test, test1), which learn_to_share.sh and test_bleu.sh score
+    against; the training text is already binarized."""
+
+    def ignore(directory: str, names: List[str]) -> List[str]:
+        if Path(directory).name != "text":
+            return [name for name in names if name == "__pycache__"]
+        return [name for name in names if ".raw." not in name or name.startswith("train.")]
+
+    shutil.copytree(data, destination, ignore=ignore)
+
+
+def size_mib(path: Path) -> float:
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / MIB
+
+
+def check_size(bundle: Path, max_mib: float) -> float:
+    """The bundle's size in MiB; stops with an error when it is over ``max_mib``."""
+    size = size_mib(bundle)
+    if size > max_mib:
+        folders = sorted(part for part in bundle.iterdir() if part.is_dir())
+        parts = ", ".join(f"{part.name} {size_mib(part):.1f}" for part in folders)
+        fail(f"the bundle {bundle} is {size:.1f} MiB, over --max-mib {max_mib:g} (MiB: {parts})")
+    return size
+
+
+def git_commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else "unknown"
+
+
+def build(args: argparse.Namespace) -> Path:
+    out: Path = args.out
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if out.exists() and any(out.iterdir()):
+        if not (out / "manifest.json").exists():
+            fail(f"{out} exists and is not a bundle: choose another --out")
+        shutil.rmtree(out)
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+
+    plugin = plugin_wheel(wheels)
+    requirements = wheel_requirements(plugin)
+    shipped = dependencies(requirements, args.python_version, skip=(*MACHINE_PROVIDES, *LEFT_OUT))
+    for dist in shipped:
+        name = canonicalize_name(dist.metadata["Name"])
+        if name == FAIRSEQ:
+            sdist = fairseq_sdist(dist.version, args.fairseq_sdist, args.cache)
+            fairseq_wheel(dist, extension_sources(sdist, dist.version), wheels)
+        elif is_pure(dist) or args.python_version == here:
+            repack(dist, wheels)
+        else:
+            download(name, dist.version, wheels, args.python_version, args.platform)
+        print(f"  {name} {dist.version}")
+
+    shutil.copytree(REPO / "examples", out / "examples", ignore=NO_CACHE)
+    for data in args.data:
+        copy_data(data, out / "data-bin" / data.resolve().name)
+    for name in ("activate.sh", "install.py"):
+        shutil.copy2(TARGET_SIDE / name, out / name)
+    manifest = {
+        "python": args.python_version,
+        "platform": args.platform,
+        "fairseq_san_commit": git_commit(),
+        "machine_provides": list(MACHINE_PROVIDES),
+        "left_out": LEFT_OUT,
+        "fairseq_left_out": list(FAIRSEQ_LEFT_OUT),
+        "distributions": {canonicalize_name(d.metadata["Name"]): d.version for d in shipped},
+        "extensions": compiled_sources(),
+        "wheels": sorted(wheel.name for wheel in wheels.glob("*.whl")),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return out
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="build_offline_bundle.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="On the GPU machine: source BUNDLE/activate.sh (README: Air-gapped GPU machines).",
+    )
+    parser.add_argument("--out", type=Path, default=Path("build/offline-bundle"),
+                        help="bundle folder, replaced if it holds a bundle (%(default)s)")
+    parser.add_argument("--python-version", default="3.12",
+                        help="the GPU machine's Python, MAJOR.MINOR (%(default)s)")
+    parser.add_argument("--platform", default="manylinux_2_28_x86_64",
+                        help="the GPU machine's pip platform tag, compiled wheels (%(default)s)")
+    parser.add_argument("--data", type=Path, action="append", default=[],
+                        help="binarized data directory to copy into BUNDLE/data-bin/ (repeatable)")
+    parser.add_argument("--fairseq-sdist", type=Path,
+                        help="the fairseq-fixed sdist (.tar.gz) of the installed version (default: "
+                        "downloaded once with pip into --cache)")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "fairseq-san",
+                        help="where the downloaded sdist is kept (%(default)s)")
+    parser.add_argument("--max-mib", type=float, default=64,
+                        help="fail when the bundle (data included) is larger (%(default)s MiB)")
+    parser.add_argument("--archive", action="store_true", help="also write BUNDLE.tar.gz")
+    args = parser.parse_args(argv)
+    if not (args.python_version.count(".") == 1 and args.python_version.replace(".", "").isdigit()):
+        parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")
+    if args.fairseq_sdist is not None and not args.fairseq_sdist.is_file():
+        parser.error(f"--fairseq-sdist {args.fairseq_sdist}: no such file")
+    for data in args.data:
+        if not any(data.glob("dict.*.txt")):
+            parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt)")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_args(argv)
+    print(f"build_offline_bundle.py: wheels for Python {args.python_version}:")
+    bundle = build(args)
+    size = check_size(bundle, args.max_mib)
+    print(f"build_offline_bundle.py: {bundle} is {size:.1f} MiB")
+    if args.archive:
+        archive = bundle.with_name(bundle.name + ".tar.gz")
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(bundle, arcname=bundle.name)
+        print(f"build_offline_bundle.py: {archive} is {archive.stat().st_size / MIB:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Install an offline fairseq-san bundle into a prefix, without network (run by activate.sh).
+
+The bundle, made by scripts/build_offline_bundle.py on a connected machine, holds wheels and
+fairseq's extension sources. This installs the wheels with pip (no index, no dependency
+resolution: the bundle is the complete set), compiles the extensions in the prefix with the
+machine's C++ compiler, writes PREFIX/bin/python (the recipes call ``python``), and checks that
+everything imports. A prefix that already holds this bundle is left as it is.
+
+    python3 install.py PREFIX
+"""
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Dict, List
+
+BUNDLE = Path(__file__).resolve().parent
+STAMP = "bundle-manifest.json"  # in the prefix: the manifest of the bundle installed there
+
+
+def fail(message: str) -> None:
+    sys.exit(f"fairseq-san: error: {message}")
+
+
+def check_machine(manifest: dict) -> None:
+    """The machine has what the bundle expects of it: its Python version, torch and numpy, the
+    headers and setuptools that compiling the extensions needs."""
+    have = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if manifest["python"] != have:
+        fail(
+            f"this bundle is for Python {manifest['python']} and {sys.executable} is {have}: "
+            f"set PYTHON to a Python {manifest['python']} that has torch, or rebuild the bundle "
+            f"with --python-version {have}"
+        )
+    for module in (*manifest["machine_provides"], "setuptools", "pip"):
+        if importlib.util.find_spec(module) is None:
+            fail(f"{sys.executable} has no {module}: the bundle uses the machine's own {module}")
+    if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
+        fail(f"no Python.h for {sys.executable}: install Python's headers (python3-dev)")
+
+
+def install_wheels(prefix: Path) -> None:
+    wheels = sorted(str(wheel) for wheel in (BUNDLE / "wheels").glob("*.whl"))
+    run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+         "--disable-pip-version-check", "--target", str(prefix), *wheels],
+        "pip install",
+    )  # fmt: skip
+
+
+def build_extensions(extensions: Dict[str, List[str]]) -> None:
+    """Compile ``extensions`` (module -> C++ sources) in place, in the current directory, with
+    fairseq's own flags."""
+    import numpy
+    from setuptools import Extension, setup
+
+    modules = [
+        Extension(module, sources, language="c++", include_dirs=[numpy.get_include()],
+                  extra_compile_args=["-std=c++11", "-O3"])
+        for module, sources in extensions.items()
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory() as build:
+        setup(
+            script_args=["--quiet", "build_ext", "--inplace", "--build-temp", f"{build}/temp",
+                         "--build-lib", f"{build}/lib", "--parallel", str(os.cpu_count() or 1)],
+            ext_modules=modules,
+        )  # fmt: skip
+
+
+def run(command: List[str], what: str, **kwargs) -> None:
+    """Run a command; on failure, show the end of its output and stop with one error line."""
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        sys.stderr.write((result.stdout + result.stderr)[-4000:])
+        fail(f"{what} failed (exit {result.returncode}); its output is above")
+
+
+def write_python(prefix: Path) -> None:
+    """PREFIX/bin/python: this Python, the one with torch, under the name the recipes call."""
+    python = prefix / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+
+
+def check_imports(prefix: Path, manifest: dict) -> None:
+    """Import the compiled extensions, the plugin's models and the module of every console
+    command: a module that the machine lacks fails now, not in the middle of a run."""
+    commands = {
+        entry.module
+        for dist in importlib.metadata.distributions(path=[str(prefix)])
+        for entry in dist.entry_points
+        if entry.group == "console_scripts"
+    }
+    modules = [*manifest["extensions"], "fairseq_san.models", *sorted(commands)]
+    code = "import importlib, sys\nfor module in sys.argv[1:]: importlib.import_module(module)"
+    environment = dict(os.environ, PYTHONPATH=str(prefix))
+    run([sys.executable, "-c", code, *modules], "importing the installed bundle", env=environment)
+
+
+def install(prefix: Path, manifest: dict) -> None:
+    """Install into PREFIX.partial, then rename: a stopped install leaves no half prefix."""
+    partial = prefix.with_name(prefix.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    install_wheels(partial)
+    extensions = json.dumps(manifest["extensions"])
+    command = [sys.executable, str(Path(__file__).resolve()), "--build-extensions", extensions]
+    run(command, "compiling fairseq's extensions", cwd=partial)
+    write_python(partial)
+    check_imports(partial, manifest)
+    (partial / STAMP).write_text(json.dumps(manifest, indent=1) + "\n")
+    if prefix.exists():
+        shutil.rmtree(prefix)
+    partial.rename(prefix)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("prefix", nargs="?", type=Path)
+    parser.add_argument("--build-extensions", metavar="JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.build_extensions:
+        build_extensions(json.loads(args.build_extensions))
+        return
+    if args.prefix is None:
+        parser.error("PREFIX is required")
+    manifest = json.loads((BUNDLE / "manifest.json").read_text())
+    prefix = args.prefix.resolve()
+    stamp = prefix / STAMP
+    if stamp.exists() and json.loads(stamp.read_text()) == manifest:
+        return
+    if prefix.exists() and any(prefix.iterdir()) and not stamp.exists():
+        fail(f"{prefix} exists and holds no bundle: set FAIRSEQ_SAN_PREFIX to a new folder")
+    check_machine(manifest)
+    print(f"install.py: installing the bundle into {prefix} (once)", file=sys.stderr)
+    install(prefix, manifest)
+
+
+if __name__ == "__main__":
+    main()

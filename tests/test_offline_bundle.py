@@ -1,0 +1,141 @@
+"""The offline bundle for GPU machines without a package registry (scripts/build_offline_bundle.py).
+
+The end-to-end test builds the bundle for this Python, with the synthetic corpus in it, and sources
+its activate.sh in a fresh virtual environment that has only torch and numpy (and pip and
+setuptools), as the GPU machine has, with pip barred from any index. There fairseq-train trains
+with the plugin from the bundle, and the plugin's commands run.
+"""
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from helpers import REPO, train_argv
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def load_builder():
+    path = REPO / "scripts" / "build_offline_bundle.py"
+    spec = importlib.util.spec_from_file_location("build_offline_bundle", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def machine_with_only_torch(root: Path) -> Dict[str, str]:
+    """A fresh virtual environment (no system site-packages) that sees, of this one, only torch,
+    numpy, pip and setuptools with their requirements; the environment variables that make it the
+    ``python3`` on PATH and keep pip off every index and configuration."""
+    site = root / "machine-site"
+    site.mkdir()
+    for dist in load_builder().dependencies(["torch", "numpy", "pip", "setuptools"], PYTHON):
+        tops = {Path(str(file)).parts[0] for file in dist.files if not str(file).startswith("..")}
+        for top in tops:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not (site / top).exists():
+                (site / top).symlink_to(source)
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(root / "machine")], check=True)
+    purelib = next((root / "machine" / "lib").glob("python3*/site-packages"))
+    (purelib / "machine-site.pth").write_text(f"{site}\n")
+    dropped = ("PIP_", "PYTHON", "VIRTUAL_ENV")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
+    environment.update(
+        PATH=f"{root / 'machine' / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        PIP_NO_INDEX="1",
+        PIP_CONFIG_FILE=os.devnull,
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return environment
+
+
+@pytest.mark.slow
+def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
+    built = subprocess.run(
+        [sys.executable, "scripts/build_offline_bundle.py", "--out", str(tmp_path / "bundle"),
+         "--python-version", PYTHON, "--data", str(binarized_corpus)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
+    bundle = tmp_path / "bundle"
+    prefix = bundle / "prefix"
+    data = bundle / "data-bin" / binarized_corpus.name
+    # Run where no fairseq_san folder is: --user-dir fairseq_san is then the installed plugin.
+    work = tmp_path / "work"
+    work.mkdir()
+    train = shlex.join(["fairseq-train", *train_argv(data, work / "checkpoints", max_update=2)])
+    script = f"""
+        set -e
+        source {bundle}/activate.sh
+        source {bundle}/activate.sh
+        command -v fairseq-train python
+        python -c 'import fairseq as f, fairseq_san as s; print(f.__file__); print(s.__file__)'
+        {train}
+        fairseq-san-policy --help
+    """
+    environment = machine_with_only_torch(tmp_path)
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=work, env=environment, capture_output=True, text=True,
+        timeout=400,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    # installed once: the second activation finds the prefix ready
+    assert output.count("installing the bundle into") == 1, output[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [
+        f"{prefix}/bin/fairseq-train",
+        f"{prefix}/bin/python",
+        f"{prefix}/fairseq/__init__.py",
+        f"{prefix}/fairseq_san/__init__.py",
+    ], output[-3000:]
+    # fairseq's extensions were compiled on the "machine": its wheel carries none
+    compiled = sorted(str(path.relative_to(prefix)).split(".")[0] for path in prefix.rglob("*.so"))
+    assert [name for name in compiled if name.startswith("fairseq")] == [
+        "fairseq/data/data_utils_fast", "fairseq/data/token_block_utils_fast", "fairseq/libbleu"
+    ]  # fmt: skip
+    assert not (prefix / "build").exists()
+    assert "num_updates 2" in output or "num_updates': 2" in output, output[-3000:]
+    assert (work / "checkpoints" / "checkpoint_last.pt").exists()
+    assert "usage: fairseq-san-policy" in result.stdout
+
+
+def test_bundle_for_another_python_stops_with_one_line(tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy2(REPO / "scripts" / "offline_bundle" / "install.py", bundle / "install.py")
+    manifest = {"python": "3.1", "machine_provides": ["torch", "numpy"], "extensions": {}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    result = subprocess.run(
+        [sys.executable, str(bundle / "install.py"), str(tmp_path / "prefix")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"fairseq-san: error: this bundle is for Python 3.1 and {sys.executable} is {PYTHON}: "
+        f"set PYTHON to a Python 3.1 that has torch, or rebuild the bundle with --python-version "
+        f"{PYTHON}"
+    ]
+    assert not (tmp_path / "prefix").exists()
+
+
+def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
+    builder = load_builder()
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "big.whl").write_bytes(b"\0" * (3 << 20))
+    assert builder.check_size(tmp_path, max_mib=4) == pytest.approx(3.0)
+    with pytest.raises(SystemExit) as error:
+        builder.check_size(tmp_path, max_mib=2)
+    assert str(error.value) == (
+        f"fairseq-san: error: the bundle {tmp_path} is 3.0 MiB, over --max-mib 2 (MiB: wheels 3.0)"
+    )

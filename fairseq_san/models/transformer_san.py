@@ -248,6 +248,8 @@ def share_attention(
         if leaders.count(leader) == 1:
             continue
         if index == leader:
+            # A block's first layer comes before its other layers in the loop, so ``block``,
+            # set here, is still this block's BlockShare when the loop reaches its followers.
             block = BlockShare()
             module_class: Type[MultiheadAttention] = BlockLeaderAttention
         else:

@@ -39,7 +39,7 @@ from fairseq_san.modules.shared_attention import (
     SharedContextAttention,
     SharedWeightsAttention,
 )
-from fairseq_san.policy import PolicyError
+from fairseq_san.policy import KINDS, PolicyError
 
 ATOL = 1e-5
 DICT = make_dictionary(24)
@@ -639,8 +639,7 @@ def test_policy_is_stored_in_args_and_rebuilds_the_same_model(tmp_path):
 
 def test_no_policy_is_stored_as_explicit_nulls():
     _, args = build(dictionary=DICT)
-    assert json.loads(args.san_policy) == {k: None for k in
-                                           ("decoder_self", "decoder_encdec", "encoder_self")}
+    assert json.loads(args.san_policy) == {kind: None for kind in KINDS}
 
 
 # --- decode-time policy -----------------------------------------------------------------------
@@ -816,7 +815,7 @@ def test_aan_incremental_equals_full_forward(argv, arch):
 
 
 def test_aan_ffn_dropout_follows_activation_dropout():
-    """AAN's FFN drops out like the layer's FFN (Zhang et al.'s relu_dropout), not like attention."""
+    """AAN's FFN dropout is the layer FFN's (Zhang et al.'s relu_dropout), not attention's."""
     argv = AAN + ["--dropout", "0.1", "--attention-dropout", "0.2", "--activation-dropout", "0.3"]
     model, _ = build(argv, dictionary=DICT)
     for layer in model.decoder.layers:

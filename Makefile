@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo clean-venv
+.PHONY: setup test test-fast demo clean-venv
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): setup.py
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# The inner loop: everything but the end-to-end tests marked slow (see tests/conftest.py).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 demo: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash examples/demo.sh

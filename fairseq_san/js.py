@@ -6,13 +6,12 @@ for every pair of layers over batches with memory independent of their number.
 Values are in nats, so 0 <= JS <= ln 2.
 """
 
-import math
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-LN2 = math.log(2.0)
+from fairseq_san.policy import LN2
 
 
 def js_divergence(p: Tensor, q: Tensor, dim: int = -1) -> Tensor:

@@ -6,10 +6,9 @@
 * ``speed_curves``: translation speed against beam size or BLEU, like the paper's Figure 4.
 """
 
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-LN2 = math.log(2.0)
+from fairseq_san.policy import LN2
 
 # Panels of Figure 5: which kind, and the label under its x axis.
 TRAINING_CURVE_PANELS = (

@@ -23,7 +23,7 @@ KIND_MODULES = {
     "encoder_self": ("encoder", "self_attn"),
 }
 
-LN2 = math.log(2.0)
+LN2 = math.log(2.0)  # the largest JS divergence, in nats (the unit of fairseq_san.js)
 
 # Largest JS divergence accepted in a matrix. JS is bounded by ln 2 in nats
 # (what we compute) but by 1 in bits, and the paper's Figure 2b holds values
@@ -242,19 +242,6 @@ def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
         end = starts[index + 1] if index + 1 < len(starts) else num_layers
         leaders.extend([start] * (end - start))
     return leaders
-
-
-def shares_at_least(
-    trained: Optional[Blocks], requested: Optional[Blocks], num_layers: int
-) -> bool:
-    """Whether a model trained with ``trained`` can run with ``requested``.
-
-    Only block leaders compute attention weights, so they are the layers that
-    need weight-computing parameters. This holds when every leader of
-    ``requested`` is a leader of ``trained``, i.e. each trained block lies
-    inside a requested block.
-    """
-    return set(_leaders(requested, num_layers)) <= set(_leaders(trained, num_layers))
 
 
 def _is_number(value: object) -> bool:

@@ -4,6 +4,14 @@ that the pure-Python tests (policy) do not pay for them."""
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: runs fairseq's command-line tools end to end (preprocess, train, generate, "
+        "validate) or several processes; `make test-fast` leaves these out",
+    )
+
+
 @pytest.fixture(scope="session")
 def binarized_corpus(tmp_path_factory):
     """The synthetic parallel corpus (target = reversed source), fairseq-preprocessed once."""

@@ -7,9 +7,10 @@ dictionaries. Sizes are tiny so that every test runs in seconds on a CPU.
 
 import os
 import random
-import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -197,6 +198,67 @@ def run_cli(command: str, *args: str, timeout: int = 240) -> subprocess.Complete
     )
 
 
+def run_parallel(commands: Dict[str, Sequence[str]], timeout: int = 300) -> Dict[str, str]:
+    """Run ``.venv/bin`` commands side by side from the repository root; name -> output.
+
+    Each command is ``[program, *args]``; its stdout and stderr go to one temporary file. Every
+    command must exit 0: the first to fail (or the timeout) stops the others.
+    """
+    logs = {name: tempfile.TemporaryFile("w+") for name in commands}
+    processes = {
+        name: subprocess.Popen(
+            [str(BIN / argv[0]), *argv[1:]],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=logs[name],
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name, argv in commands.items()
+    }
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in processes.values()) and time.monotonic() < deadline:
+            if any(p.returncode not in (None, 0) for p in processes.values()):
+                break
+            time.sleep(0.2)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    outputs = {}
+    for name, log in logs.items():
+        log.seek(0)
+        outputs[name] = log.read()
+        log.close()
+    for name, process in processes.items():
+        code = process.returncode
+        assert code == 0, f"{name} exited {code}:\n{outputs[name][-4000:]}"
+    return outputs
+
+
+def fairseq_generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
+    """fairseq-generate on the test subset with beam 4, sacrebleu, every sentence kept.
+
+    Outputs are kept short (``--max-len-a 1 --max-len-b 5``) since a barely trained model does not
+    stop by itself; ``--required-batch-size-multiple 1`` because fairseq drops a last batch that
+    is not a multiple of it (default 8; facebookresearch/fairseq#5036).
+    """
+    return run_cli(
+        "fairseq-generate", str(data),
+        "--user-dir", "fairseq_san",
+        "--path", str(checkpoint),
+        "--gen-subset", "test",
+        "--beam", "4", "--batch-size", "32",
+        "--required-batch-size-multiple", "1",
+        "--max-len-a", "1", "--max-len-b", "5",
+        "--scoring", "sacrebleu",
+        "--cpu",
+        *extra,
+    )  # fmt: skip
+
+
 def preprocess(raw: Path, destdir: Path) -> Path:
     result = run_cli(
         "fairseq-preprocess",
@@ -239,9 +301,3 @@ def train_argv(data: Path, save_dir: Path, max_update: int = 40, extra: Sequence
         "--log-format", "simple", "--log-interval", "10",
         *extra,
     ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -6,43 +6,20 @@ run side by side.
 """
 
 import json
-import math
-import subprocess
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import List
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import BIN, REPO, build, cli_env, run_cli, source_batch, target_prefixes, train_argv
+from helpers import build, run_cli, run_parallel, source_batch, target_prefixes, train_argv
+from fairseq_san.policy import KINDS, LN2
 
-LN2 = math.log(2.0)
-KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
 LAYERS = {"decoder_self": 6, "decoder_encdec": 6, "encoder_self": 2}  # train_argv's model
 HEADS = 4
 VALID_SENTENCES = 30  # helpers.write_corpus
 MAX_SENTENCES = 17
-
-
-def run_side_by_side(commands: Dict[str, Sequence[str]], timeout: int = 300) -> Dict[str, str]:
-    """Run ``.venv/bin`` commands concurrently; name -> combined output. Each must succeed."""
-    procs = {
-        name: subprocess.Popen(
-            [str(BIN / argv[0]), *argv[1:]],
-            cwd=REPO,
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name, argv in commands.items()
-    }
-    outputs = {}
-    for name, proc in procs.items():
-        outputs[name] = proc.communicate(timeout=timeout)[0]
-        assert proc.returncode == 0, f"{name} failed:\n{outputs[name][-3000:]}"
-    return outputs
 
 
 def validate(data: Path, checkpoint: Path, analysis: Path, *extra: str) -> List[str]:
@@ -64,7 +41,7 @@ def runs(binarized_corpus, tmp_path_factory):
     data = binarized_corpus
     root = tmp_path_factory.mktemp("analysis")
     san = ["--task", "translation_san"]
-    run_side_by_side(
+    run_parallel(
         {
             "base": ["fairseq-train", *train_argv(
                 data, root / "base", extra=[*san, "--save-interval-updates", "20"])],
@@ -81,7 +58,7 @@ def runs(binarized_corpus, tmp_path_factory):
     dirs = {name: root / f"js-{name}" for name in names}
     task = {"_name": "translation_san", "san_analysis_dir": str(dirs["override"])}
     override = repr({"task": task})
-    out = run_side_by_side(
+    out = run_parallel(
         {
             "small": validate(data, last, dirs["small"], "--batch-size", "3", *limit,
                               "--san-analysis-log-interval", "2"),
@@ -102,6 +79,7 @@ def load_js(directory: Path) -> dict:
     return json.loads((directory / "js.json").read_text())
 
 
+@pytest.mark.slow
 def test_js_json(runs):
     result = load_js(runs["small"])
     assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "subset"}
@@ -118,6 +96,7 @@ def test_js_json(runs):
         assert js[0, 1] > 1e-4, f"{kind}: unshared layers should differ"
 
 
+@pytest.mark.slow
 def test_all_sentences_by_default_and_checkpoint_steps(runs):
     result = load_js(runs["step20"])
     assert result["sentences"] == VALID_SENTENCES
@@ -125,12 +104,14 @@ def test_all_sentences_by_default_and_checkpoint_steps(runs):
     assert result["checkpoint"] == str(runs["step20_checkpoint"])
 
 
+@pytest.mark.slow
 def test_progress_is_logged(runs):
     lines = [line for line in runs["out"]["small"].splitlines() if "SAN analysis:" in line]
     assert any("sentences in 2 batches" in line for line in lines), lines
     assert any("wrote" in line and "js.json" in line for line in lines), lines
 
 
+@pytest.mark.slow
 def test_streaming_over_batches_equals_one_batch(runs):
     small, big = load_js(runs["small"]), load_js(runs["big"])
     assert small["sentences"] == big["sentences"] == MAX_SENTENCES
@@ -138,12 +119,14 @@ def test_streaming_over_batches_equals_one_batch(runs):
         np.testing.assert_allclose(small[kind], big[kind], atol=1e-6, rtol=0, err_msg=kind)
 
 
+@pytest.mark.slow
 def test_shared_block_has_zero_js(runs):
     js = np.array(load_js(runs["shared"])["decoder_self"])
     assert np.abs(js[1:, 1:]).max() <= 1e-6  # layers 2..6 share layer 2's weights
     assert js[0, 1:].min() > 1e-4  # layer 1 is its own block
 
 
+@pytest.mark.slow
 def test_figures_and_saved_attention(runs, binarized_corpus):
     from fairseq.data import Dictionary, data_utils
 
@@ -165,6 +148,7 @@ def test_figures_and_saved_attention(runs, binarized_corpus):
                 assert saved[f"sentence_{i}"].shape == (LAYERS[kind], HEADS, queries, keys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_saved_rows_are_distributions_and_causal(runs, kind):
     with np.load(runs["small"] / f"attention-{kind}.npz") as saved:
@@ -176,6 +160,7 @@ def test_saved_rows_are_distributions_and_causal(runs, kind):
                 assert np.abs(np.triu(attn, k=1)).max() == 0.0, name
 
 
+@pytest.mark.slow
 def test_translation_checkpoint_needs_model_overrides(runs):
     """--task translation_san does not switch a translation checkpoint's task (fairseq keeps the
     saved task config): the analysis is silently skipped; --model-overrides switches it."""
@@ -186,6 +171,7 @@ def test_translation_checkpoint_needs_model_overrides(runs):
     assert result["num_updates"] == 40
 
 
+@pytest.mark.slow
 def test_plot_js(runs, tmp_path):
     output = tmp_path / "fig5.png"
     result = run_cli(
@@ -195,6 +181,7 @@ def test_plot_js(runs, tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_plot_js_errors(runs, tmp_path):
     output = tmp_path / "fig5.png"
     bad_layer = run_cli(

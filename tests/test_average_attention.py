@@ -1,11 +1,12 @@
 """Tests for the average attention network (Zhang et al., ACL 2018, Eq. 4-5)."""
 
-from typing import Dict, List, Optional
+from typing import List
 
 import pytest
 import torch
 from torch import Tensor
 
+from fairseq_san.modules import IncrementalState
 from fairseq_san.modules.average_attention import AverageAttention
 
 T, B, C, FFN = 6, 4, 8, 16
@@ -32,7 +33,7 @@ def naive(aan: AverageAttention, y: Tensor) -> Tensor:
     return torch.stack(out)
 
 
-def decode(aan: AverageAttention, steps: Tensor, state: Dict[str, Dict[str, Optional[Tensor]]]):
+def decode(aan: AverageAttention, steps: Tensor, state: IncrementalState):
     """Feed ``steps`` (T x B x C) one position at a time; stack the outputs."""
     outs: List[Tensor] = [aan(step[None], incremental_state=state)[0] for step in steps]
     return torch.cat(outs)
@@ -53,7 +54,7 @@ def test_incremental_steps_match_full_forward(aan):
 
 def test_incremental_chunks_match_full_forward(aan):
     y = inputs(T, B, C)
-    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    state: IncrementalState = {}
     chunks = [aan(y[a:b], incremental_state=state)[0] for a, b in [(0, 2), (2, 3), (3, T)]]
     torch.testing.assert_close(torch.cat(chunks), aan(y)[0], atol=ATOL, rtol=0)
 
@@ -62,7 +63,7 @@ def test_incremental_chunks_match_full_forward(aan):
 def test_reorder_incremental_state(aan, order):
     prefix, rest = inputs(3, B, C, seed=1), inputs(T - 3, B, C, seed=2)
     new_order = torch.tensor(order)
-    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    state: IncrementalState = {}
     decode(aan, prefix, state)
     assert aan.reorder_incremental_state(state, new_order) is state
     continued = decode(aan, rest, state)
@@ -102,6 +103,6 @@ def test_drop_in_for_fairseq_decoder_layer_self_attention():
     x = inputs(T, B, C)
     future = torch.triu(torch.full((T, T), float("-inf")), 1)
     full = layer(x, self_attn_mask=future)[0]
-    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    state: IncrementalState = {}
     steps = torch.cat([layer(x[t : t + 1], incremental_state=state)[0] for t in range(T)])
     torch.testing.assert_close(steps, full, atol=ATOL, rtol=0)

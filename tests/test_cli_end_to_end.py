@@ -8,18 +8,18 @@ fairseq-generate gets no policy flag: the policy comes from the checkpoint, or f
 
 import json
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import BIN, REPO, cli_env, run_cli, train_argv
+from helpers import REPO, fairseq_generate, run_parallel, train_argv
 
 SHARING = ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"]
 SHARING_LOG = "attention sharing: decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
 NO_SHARING_LOG = "attention sharing: decoder_self none  decoder_encdec none  encoder_self none"
 BLEU_LINE = re.compile(r"Generate test with beam=4: BLEU = \d+(\.\d+)?")
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -27,54 +27,13 @@ def trained(binarized_corpus, tmp_path_factory):
     """{name: (checkpoint path, training log)} for a sharing and a non-sharing model."""
     root = tmp_path_factory.mktemp("trained")
     runs = {"sharing": SHARING, "no-sharing": []}
-    processes = {}
-    for name, policy in runs.items():
-        log = open(root / f"{name}.log", "w")
-        processes[name] = (
-            subprocess.Popen(
-                [str(BIN / "fairseq-train"), *train_argv(binarized_corpus, root / name, 40, policy)],
-                cwd=REPO,
-                env=cli_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            ),
-            log,
-        )
-    results = {}
-    try:
-        for name, (process, log) in processes.items():
-            code = process.wait(timeout=300)
-            log.close()
-            output = (root / f"{name}.log").read_text()
-            assert code == 0, f"fairseq-train ({name}) exited {code}:\n{output[-4000:]}"
-            results[name] = (root / name / "checkpoint_last.pt", output)
-    finally:
-        for process, log in processes.values():
-            if process.poll() is None:
-                process.kill()
-            log.close()
-    return results
-
-
-def generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
-    return run_cli(
-        "fairseq-generate",
-        str(data),
-        "--user-dir", "fairseq_san",
-        "--path", str(checkpoint),
-        "--gen-subset", "test",
-        "--beam", "4",
-        "--batch-size", "32",
-        "--scoring", "sacrebleu",
-        "--cpu",
-        # Short outputs keep the barely trained models fast to decode.
-        "--max-len-a", "1", "--max-len-b", "5",
-        # fairseq's batch_by_size drops a last batch that is not a multiple of this (default 8;
-        # facebookresearch/fairseq#5036): without it only 16 of the 20 test sentences come out.
-        "--required-batch-size-multiple", "1",
-        *extra,
-    )  # fmt: skip
+    logs = run_parallel(
+        {
+            name: ["fairseq-train", *train_argv(binarized_corpus, root / name, 40, policy)]
+            for name, policy in runs.items()
+        }
+    )
+    return {name: (root / name / "checkpoint_last.pt", logs[name]) for name in runs}
 
 
 def hypotheses(stdout: str) -> dict:
@@ -114,7 +73,7 @@ def test_checkpoint_carries_the_policy(trained):
 def generated(binarized_corpus, trained):
     """fairseq-generate on the sharing checkpoint with no policy flag (run once)."""
     checkpoint, _ = trained["sharing"]
-    return generate(binarized_corpus, checkpoint)
+    return fairseq_generate(binarized_corpus, checkpoint)
 
 
 def test_generate_takes_the_policy_from_the_checkpoint(generated):
@@ -156,7 +115,9 @@ def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained
 def test_generate_without_cache_gives_the_same_translations(binarized_corpus, trained, generated):
     checkpoint, _ = trained["sharing"]
     cached = generated
-    uncached = generate(binarized_corpus, checkpoint, "--model-overrides", "{'san_no_cache': True}")
+    uncached = fairseq_generate(
+        binarized_corpus, checkpoint, "--model-overrides", "{'san_no_cache': True}"
+    )
     assert cached.returncode == 0 and uncached.returncode == 0, uncached.stderr[-3000:]
     assert hypotheses(cached.stdout) == hypotheses(uncached.stdout)
     assert len(hypotheses(cached.stdout)) == 20
@@ -166,7 +127,7 @@ def test_model_overrides_policy_sharing_more_than_the_checkpoint(binarized_corpu
     checkpoint, _ = trained["no-sharing"]
     policy = tmp_path / "more.json"
     policy.write_text(json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]}))
-    result = generate(
+    result = fairseq_generate(
         binarized_corpus, checkpoint, "--model-overrides", f"{{'san_policy': '{policy}'}}"
     )
     output = result.stdout + result.stderr
@@ -182,7 +143,7 @@ def test_model_overrides_policy_sharing_less_than_the_checkpoint_fails(
     checkpoint, _ = trained["sharing"]
     policy = tmp_path / "less.json"
     policy.write_text(json.dumps({"decoder_self": [3, 3], "decoder_encdec": [3, 3]}))
-    result = generate(
+    result = fairseq_generate(
         binarized_corpus, checkpoint, "--model-overrides", f"{{'san_policy': '{policy}'}}"
     )
     assert result.returncode != 0

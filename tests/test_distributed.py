@@ -6,8 +6,6 @@ iteration if any parameter took no part in the loss; every parameter must get a 
 """
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from helpers import BIN, REPO, build, cli_env, free_port, make_dictionary, source_batch, train_argv
+from helpers import build, make_dictionary, run_parallel, source_batch, train_argv
+from fairseq_san.cli.cpu_ranks import free_port
 
 WORLD_SIZE = 2
 DDP_MODELS = {
@@ -31,6 +30,8 @@ DDP_MODELS = {
     ],
 }  # fmt: skip
 STEPS = 3
+
+pytestmark = pytest.mark.slow
 
 
 def _ddp_worker(rank: int, port: int) -> None:
@@ -93,31 +94,15 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
             "--max-tokens", "500",
         ],
     )  # fmt: skip
-    logs = [tmp_path / f"rank{rank}.log" for rank in range(WORLD_SIZE)]
-    processes = []
-    for rank in range(WORLD_SIZE):
-        with open(logs[rank], "w") as log:
-            processes.append(
-                subprocess.Popen(
-                    [str(BIN / "fairseq-train"), *common, "--distributed-rank", str(rank)],
-                    cwd=REPO,
-                    env=cli_env(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                )
-            )
-    try:
-        codes = [process.wait(timeout=240) for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    outputs = [log.read_text() for log in logs]
-    for rank, (code, output) in enumerate(zip(codes, outputs)):
-        assert code == 0, f"rank {rank} exited {code}:\n{output[-4000:]}"
-    assert "distributed init (rank 1)" in outputs[0] + outputs[1]
-    assert "num_updates 6" in outputs[0] or "done training" in outputs[0]
+    logs = run_parallel(
+        {
+            f"rank {rank}": ["fairseq-train", *common, "--distributed-rank", str(rank)]
+            for rank in range(WORLD_SIZE)
+        },
+        timeout=240,
+    )
+    assert "distributed init (rank 1)" in logs["rank 0"] + logs["rank 1"]
+    assert "num_updates 6" in logs["rank 0"] or "done training" in logs["rank 0"]
     checkpoint = save_dir / "checkpoint_last.pt"
     assert checkpoint.is_file()
 

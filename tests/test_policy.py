@@ -12,6 +12,7 @@ import pytest
 from fairseq_san.cli.policy import main as policy_main
 from fairseq_san.policy import (
     KINDS,
+    LN2,
     PolicyError,
     block_leaders,
     block_similarity,
@@ -22,14 +23,12 @@ from fairseq_san.policy import (
     load_policy,
     parse_blocks,
     resolve_policy,
-    shares_at_least,
     similarity_matrix,
     validate_blocks,
     write_policy,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-LN2 = math.log(2)
 
 # Figure 2 of the paper: JS divergence between decoder layers on WMT14 En-De.
 PAPER_SELF = [
@@ -232,7 +231,7 @@ def test_format_policy():
     assert format_policy({}) == "decoder_self none  decoder_encdec none  encoder_self none"
 
 
-# --- leaders and compatibility -------------------------------------------
+# --- leaders -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -253,26 +252,6 @@ def test_block_leaders(blocks, expected):
 def test_block_leaders_rejects_wrong_sum():
     with pytest.raises(PolicyError, match=r"policy \[3, 2\] sums to 5 but there are 6 layers"):
         block_leaders([3, 2], 6)
-
-
-@pytest.mark.parametrize(
-    "trained, requested, expected",
-    [
-        (None, None, True),
-        (None, [1, 5], True),
-        (None, [6], True),
-        ([1, 5], [6], True),
-        ([1, 5], [1, 5], True),
-        ([2, 2, 2], [2, 4], True),
-        ([1, 1, 1, 1, 1, 1], None, True),
-        ([6], [1, 5], False),
-        ([3, 3], [2, 2, 2], False),
-        ([1, 5], None, False),
-        ([2, 4], [2, 2, 2], False),
-    ],
-)
-def test_shares_at_least(trained, requested, expected):
-    assert shares_at_least(trained, requested, 6) is expected
 
 
 # --- policy learning (Eq. 6) ---------------------------------------------

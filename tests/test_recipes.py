@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pytest
 import torch
 
-from helpers import REPO, cli_env, run_cli, train_argv
+from helpers import REPO, cli_env, fairseq_generate, run_cli, train_argv
 
 PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
 LOOP = REPO / "examples" / "learn_to_share.sh"
@@ -174,6 +174,7 @@ def data(prepared) -> Path:
     return prepared[0]
 
 
+@pytest.mark.slow
 def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
     out, result = prepared
     assert f"prepare.sh: done: {out}" in result.stdout
@@ -202,6 +203,7 @@ def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
     assert pieces and pieces <= words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src,tgt", [("en", "de"), ("de", "en")])
 def test_loop_scores_validation_against_the_target_language(multi30k_raw, tmp_path, src, tgt):
     """The references default to DATA/text/valid.raw.TGT, whichever language sorts first."""
@@ -214,6 +216,7 @@ def test_loop_scores_validation_against_the_target_language(multi30k_raw, tmp_pa
     assert last_values(score)["--reference"] == f"{data}/text/valid.raw.{tgt}"
 
 
+@pytest.mark.slow
 def test_prepare_again_does_nothing(prepared, multi30k_raw):
     out, _ = prepared
     before = snapshot(out)
@@ -236,6 +239,7 @@ def loop_run(data, tmp_path_factory):
     return run_dir, result
 
 
+@pytest.mark.slow
 def test_loop_trains_two_iterations_and_stops_on_an_unchanged_policy(loop_run, data):
     run_dir, result = loop_run
     assert DONE_LINE in result.stdout
@@ -259,6 +263,7 @@ def test_loop_trains_two_iterations_and_stops_on_an_unchanged_policy(loop_run, d
     assert output_of(result).count("+ fairseq-train ") == 2
 
 
+@pytest.mark.slow
 def test_loop_analysis_of_the_shared_model(loop_run):
     """Under {6}/{6} every decoder layer reuses one attention: pairwise JS is 0."""
     run_dir, _ = loop_run
@@ -274,6 +279,7 @@ def test_loop_analysis_of_the_shared_model(loop_run):
         assert max(max(row) for row in js0[kind]) > 1e-4, kind  # unshared layers differ
 
 
+@pytest.mark.slow
 def test_loop_summary(loop_run):
     run_dir, result = loop_run
     markdown = (run_dir / "loop.md").read_text()
@@ -293,6 +299,7 @@ def test_loop_summary(loop_run):
     assert summary[1]["learned"] == "decoder_self {6}  decoder_encdec {6}  encoder_self none"
 
 
+@pytest.mark.slow
 def test_loop_again_skips_everything_and_changes_nothing(loop_run, data):
     run_dir, first = loop_run
     before = snapshot(run_dir)
@@ -352,6 +359,7 @@ def expected_one_block_keys(keys: Sequence[str]) -> set:
     return set(keys) - dropped
 
 
+@pytest.mark.slow
 def test_warm_start_drops_exactly_the_unused_projections(warm_run):
     run_dir, result = warm_run
     assert DONE_LINE in result.stdout
@@ -365,6 +373,7 @@ def test_warm_start_drops_exactly_the_unused_projections(warm_run):
     assert state1["optimizer_history"][-1]["num_updates"] == 10  # --warm-updates
 
 
+@pytest.mark.slow
 def test_warm_start_loads_the_previous_iteration(warm_run):
     run_dir, _ = warm_run
     previous = run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt"
@@ -398,28 +407,14 @@ def aan_checkpoint(data, tmp_path_factory) -> Path:
     return save_dir / "checkpoint_last.pt"
 
 
-def generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
-    return run_cli(
-        "fairseq-generate", str(data),
-        "--user-dir", "fairseq_san",
-        "--path", str(checkpoint),
-        "--gen-subset", "test",
-        "--beam", "4", "--batch-size", "16",
-        "--required-batch-size-multiple", "1",
-        # A barely trained model does not stop by itself: keep its outputs short.
-        "--max-len-a", "1", "--max-len-b", "5",
-        "--cpu",
-        *extra,
-    )  # fmt: skip
-
-
+@pytest.mark.slow
 def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpoint):
     keys = set(load_checkpoint(aan_checkpoint)["model"])
     assert "decoder.layers.3.encoder_attn.q_proj.weight" in keys  # leader of the second block
     assert "decoder.layers.4.encoder_attn.q_proj.weight" not in keys
     assert not [k for k in keys if re.match(r"decoder\.layers\.\d+\.self_attn\.[qk]_proj", k)]
-    cached = generate(data, aan_checkpoint)
-    uncached = generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
+    cached = fairseq_generate(data, aan_checkpoint)
+    uncached = fairseq_generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
     assert cached.returncode == 0, output_of(cached)[-4000:]
     assert uncached.returncode == 0, output_of(uncached)[-4000:]
     first, second = hypotheses(cached.stdout), hypotheses(uncached.stdout)
@@ -430,6 +425,7 @@ def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpo
         assert abs(second[name][0] - score) < 1e-4, name
 
 
+@pytest.mark.slow
 def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tmp_path):
     shared = "{'san_policy': '{\"decoder_encdec\": [6]}'}"
     systems = [f"aan={aan_checkpoint}", f"aan-one-block={aan_checkpoint}:{shared}"]
@@ -451,6 +447,7 @@ def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tm
     assert again.stdout == result.stdout  # decoded splits are rescored, not decoded again
 
 
+@pytest.mark.slow
 def test_test_bleu_missing_checkpoint_is_one_clear_error(data, tmp_path):
     result = run_script(TEST_BLEU, str(data), "de", str(tmp_path), f"x={tmp_path}/none.pt",
                         env=cli_env())  # fmt: skip
@@ -458,6 +455,7 @@ def test_test_bleu_missing_checkpoint_is_one_clear_error(data, tmp_path):
     assert result.stderr.strip() == f"test_bleu.sh: x: no checkpoint {tmp_path}/none.pt"
 
 
+@pytest.mark.slow
 def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
     policy = ["--san-decoder-self-policy", "1,5"]
     argv = train_argv(data, tmp_path / "checkpoints", 10, [*AAN, *policy])
@@ -632,6 +630,7 @@ def ranks_run(data, tmp_path_factory):
     return run_dir, result
 
 
+@pytest.mark.slow
 def test_cpu_ranks_trains_with_two_processes(ranks_run):
     run_dir, result = ranks_run
     output = output_of(result)

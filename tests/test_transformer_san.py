@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from fairseq.models.transformer import TransformerModel
-from fairseq.modules import MultiheadAttention
+from fairseq.modules import LayerDropModuleList, MultiheadAttention
 from helpers import (
     StandInTask,
     assert_same_hypotheses,
@@ -39,7 +39,7 @@ from fairseq_san.modules.shared_attention import (
     SharedContextAttention,
     SharedWeightsAttention,
 )
-from fairseq_san.policy import PolicyError
+from fairseq_san.policy import KINDS, PolicyError
 
 ATOL = 1e-5
 DICT = make_dictionary(24)
@@ -559,13 +559,6 @@ def expected_parameters(self_followers: int = 0, encdec_followers: int = 0, shar
     return total - dropped * LINEAR
 
 
-def test_expected_parameter_formula():
-    assert expected_parameters() == 11_315_200
-    # {1,5}: one block of 5 layers -> 4 followers; {3,3}: 2 followers per block x 2 blocks.
-    assert expected_parameters(4, 4) == 11_315_200 - 20 * 65_792 == 9_999_360
-    assert expected_parameters(4, 4, "weights") == 11_315_200 - 16 * 65_792 == 10_262_528
-
-
 @pytest.mark.parametrize(
     "argv, followers",
     [
@@ -646,8 +639,7 @@ def test_policy_is_stored_in_args_and_rebuilds_the_same_model(tmp_path):
 
 def test_no_policy_is_stored_as_explicit_nulls():
     _, args = build(dictionary=DICT)
-    assert json.loads(args.san_policy) == {k: None for k in
-                                           ("decoder_self", "decoder_encdec", "encoder_self")}
+    assert json.loads(args.san_policy) == {kind: None for kind in KINDS}
 
 
 # --- decode-time policy -----------------------------------------------------------------------
@@ -693,6 +685,34 @@ def test_decode_time_policy_sharing_less_than_the_checkpoint_fails():
     assert "more attention sharing" in message
     for layer in (0, 2, 3, 4, 5):
         assert f"decoder.layers.{layer}.self_attn" not in message
+
+
+@pytest.mark.parametrize(
+    "trained, requested, loads",
+    [
+        (None, None, True),
+        (None, "1,5", True),
+        (None, "6", True),
+        ("1,5", "6", True),
+        ("1,5", "1,5", True),
+        ("2,2,2", "2,4", True),
+        ("1,1,1,1,1,1", None, True),
+        ("6", "1,5", False),
+        ("3,3", "2,2,2", False),
+        ("1,5", None, False),
+        ("2,4", "2,2,2", False),
+    ],
+)
+def test_decode_time_policy_may_share_more_never_less(trained, requested, loads):
+    """A checkpoint runs under a policy exactly when each trained block lies inside a requested
+    block: only the first layer of a block has the projections that compute S."""
+    checkpoint, _ = build(policy_argv(trained), dictionary=DICT)
+    model, _ = build(policy_argv(requested), dictionary=DICT)
+    if loads:
+        model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
+    else:
+        with pytest.raises(PolicyError, match="more attention sharing"):
+            model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
 
 
 # --- bad input --------------------------------------------------------------------------------
@@ -752,9 +772,22 @@ def test_bad_policy_files(tmp_path):
     assert "decoder_encdec policy [2, 2] sums to 4 but the decoder has 6 layers" in str(error.value)
 
 
-def test_layerdrop_without_sharing_is_allowed():
-    model, _ = build(["--decoder-layerdrop", "0.1"], dictionary=DICT)
-    assert len(model.decoder.layers) == 6
+def test_layerdrop_without_sharing_is_fairseqs_layerdrop():
+    """Without sharing, LayerDrop works as in fairseq: in training the same layers are skipped."""
+    argv = ["--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5", "--dropout", "0"]
+    san, _ = build(argv, dictionary=DICT, seed=8)
+    baseline, _ = build_fairseq_transformer(argv, dictionary=DICT, seed=8)
+    for stack in (san.encoder, san.decoder):
+        assert isinstance(stack.layers, LayerDropModuleList) and stack.layers.p == 0.5
+    src_tokens, src_lengths = source_batch(DICT, [5, 3], seed=1)
+    prev = target_prefixes(DICT, 2, 6, seed=2)
+    all_layers = decoder_logits(san, src_tokens, src_lengths, prev)
+    outputs = []
+    for model in (san.train(), baseline.train()):  # dropout is 0: only layers are dropped
+        torch.manual_seed(3)
+        outputs.append(decoder_logits(model, src_tokens, src_lengths, prev))
+    assert max_diff(outputs[0], outputs[1]) <= ATOL
+    assert max_diff(outputs[0], all_layers) > 0.01
 
 
 # --- average attention network ----------------------------------------------------------------
@@ -779,6 +812,14 @@ def test_aan_incremental_equals_full_forward(argv, arch):
     prev = target_prefixes(DICT, 3, 9, seed=63)
     full = decoder_logits(model, src_tokens, src_lengths, prev)
     assert max_diff(full, incremental_logits(model, src_tokens, src_lengths, prev)) <= ATOL
+
+
+def test_aan_ffn_dropout_follows_activation_dropout():
+    """AAN's FFN dropout is the layer FFN's (Zhang et al.'s relu_dropout), not attention's."""
+    argv = AAN + ["--dropout", "0.1", "--attention-dropout", "0.2", "--activation-dropout", "0.3"]
+    model, _ = build(argv, dictionary=DICT)
+    for layer in model.decoder.layers:
+        assert layer.self_attn.dropout_module.p == layer.activation_dropout_module.p == 0.3
 
 
 # --- no-cache mode ----------------------------------------------------------------------------

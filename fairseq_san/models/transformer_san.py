@@ -88,6 +88,8 @@ class TransformerSANDecoder(TransformerDecoderBase):
 class TransformerSANModel(TransformerModel):
     """Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A, Eq. 5)."""
 
+    num_updates: Optional[int] = None
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
@@ -158,6 +160,12 @@ class TransformerSANModel(TransformerModel):
         of one per hypothesis, which beam search would otherwise reorder at every step."""
         if self.fast_decoding:
             self.decoder.set_beam_size(beam_size)
+
+    def set_num_updates(self, num_updates: int) -> None:
+        """Keep the training step: fairseq sets it from the checkpoint when it loads the model,
+        and the SAN analysis (``translation_san``) reports it."""
+        super().set_num_updates(num_updates)
+        self.num_updates = num_updates
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Load a checkpoint, dropping projections the current policy no longer uses.
@@ -240,6 +248,8 @@ def share_attention(
         if leaders.count(leader) == 1:
             continue
         if index == leader:
+            # A block's first layer comes before its other layers in the loop, so ``block``,
+            # set here, is still this block's BlockShare when the loop reaches its followers.
             block = BlockShare()
             module_class: Type[MultiheadAttention] = BlockLeaderAttention
         else:
@@ -280,14 +290,24 @@ def use_fast_decoding(layers: Iterable[nn.Module]) -> None:
 
 
 def use_average_attention(layers: Iterable[nn.Module]) -> None:
-    """Replace decoder self-attention by AAN (Zhang et al. 2018), FFN inner size = model size."""
+    """Replace decoder self-attention by AAN (Zhang et al. 2018), FFN inner size = model size.
+
+    AAN's FFN drops out what the layer's own FFN drops out (``--activation-dropout``), as in
+    Zhang et al.'s implementation (its ``relu_dropout`` serves both FFNs).
+    """
     for layer in layers:
-        old = layer.self_attn
-        layer.self_attn = AverageAttention(old.embed_dim, old.embed_dim, old.dropout_module.p)
+        embed_dim = layer.self_attn.embed_dim
+        dropout = layer.activation_dropout_module.p
+        layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
 
 
 def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None:
-    """Raise PolicyError naming the attention modules whose projections the checkpoint lacks."""
+    """Raise PolicyError naming the attention modules whose projections the checkpoint lacks.
+
+    This is the one test of whether a checkpoint can run under the model's policy: a policy may
+    share more than the checkpoint's (each trained block inside a requested block), never less,
+    since only the first layer of a block computes S and A.
+    """
     needed = [k for k in model.state_dict() if PROJECTION_KEY.match(k) and k not in state_dict]
     if not needed:
         return

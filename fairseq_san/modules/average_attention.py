@@ -17,7 +17,7 @@ from fairseq import utils
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout
 
-IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+from fairseq_san.modules import IncrementalState
 
 
 @with_incremental_state

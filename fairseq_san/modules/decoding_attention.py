@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-IncrementalState = Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+from fairseq_san.modules import IncrementalState
 
 
 class DecodingAttention(MultiheadAttention):
@@ -41,7 +41,7 @@ class DecodingAttention(MultiheadAttention):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: IncrementalState = None,
+        incremental_state: Optional[IncrementalState] = None,
         need_weights: bool = True,
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
@@ -86,7 +86,7 @@ class DecodingAttention(MultiheadAttention):
             and (key_padding_mask is None or self.encoder_decoder_attention)
         )
 
-    def _has_prev_padding(self, incremental_state: IncrementalState) -> bool:
+    def _has_prev_padding(self, incremental_state: Optional[IncrementalState]) -> bool:
         return self._get_input_buffer(incremental_state).get("prev_key_padding_mask") is not None
 
     # --- self-attention ----------------------------------------------------------------------
@@ -105,7 +105,7 @@ class DecodingAttention(MultiheadAttention):
     def _self_step(
         self,
         query: Tensor,
-        incremental_state: IncrementalState,
+        incremental_state: Optional[IncrementalState],
         need_weights: bool,
         before_softmax: bool,
         need_head_weights: bool,
@@ -155,7 +155,7 @@ class DecodingAttention(MultiheadAttention):
         query: Tensor,
         key: Optional[Tensor],
         key_padding_mask: Optional[Tensor],
-        incremental_state: IncrementalState,
+        incremental_state: Optional[IncrementalState],
         need_weights: bool,
         before_softmax: bool,
         need_head_weights: bool,

@@ -22,7 +22,8 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from fairseq_san.modules.decoding_attention import DecodingAttention, IncrementalState
+from fairseq_san.modules import IncrementalState
+from fairseq_san.modules.decoding_attention import DecodingAttention
 
 
 class BlockShare:
@@ -50,6 +51,16 @@ class BlockShare:
         if release:
             self.weights = self.context = None
         return weights, context
+
+
+def unfused_static_kv(static_kv: bool, incremental_state: Optional[IncrementalState]) -> bool:
+    """``static_kv`` that keeps fairseq's MultiheadAttention off its fused path.
+
+    The fused path (``F.multi_head_attention_forward``, taken without incremental state and
+    without static_kv) returns neither logits nor per-head weights (fairseq issue 3365). Without
+    incremental state static_kv changes nothing but the path taken, so it is set then.
+    """
+    return static_kv or incremental_state is None
 
 
 def attention_kwargs(attention: MultiheadAttention) -> dict:
@@ -129,7 +140,7 @@ class BlockLeaderAttention(_SharedAttentionBase):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: IncrementalState = None,
+        incremental_state: Optional[IncrementalState] = None,
         need_weights: bool = True,
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
@@ -137,16 +148,13 @@ class BlockLeaderAttention(_SharedAttentionBase):
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         tgt_len, bsz, _ = query.size()
-        # fairseq's fused path (no incremental state, no static_kv) cannot return per-head
-        # weights (fairseq issue 3365). Without incremental state static_kv changes nothing
-        # else, so setting it keeps us on the path that gives the logits the block needs.
         logits, values = super().forward(
             query,
             key,
             value,
             key_padding_mask=key_padding_mask,
             incremental_state=incremental_state,
-            static_kv=static_kv or incremental_state is None,
+            static_kv=unfused_static_kv(static_kv, incremental_state),
             attn_mask=attn_mask,
             before_softmax=True,
         )
@@ -166,7 +174,7 @@ class _FollowerAttention(_SharedAttentionBase):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: IncrementalState = None,
+        incremental_state: Optional[IncrementalState] = None,
         need_weights: bool = True,
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
@@ -185,7 +193,7 @@ class _FollowerAttention(_SharedAttentionBase):
         context: Tensor,
         query: Tensor,
         value: Optional[Tensor],
-        incremental_state: IncrementalState,
+        incremental_state: Optional[IncrementalState],
         static_kv: bool,
     ) -> Tensor:
         """This layer's per-head context, before its output projection."""
@@ -207,7 +215,10 @@ class SharedWeightsAttention(_FollowerAttention):
         return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
 
     def _values(
-        self, source: Optional[Tensor], incremental_state: IncrementalState, static_kv: bool
+        self,
+        source: Optional[Tensor],
+        incremental_state: Optional[IncrementalState],
+        static_kv: bool,
     ) -> Tensor:
         """This layer's V, extended by (self-attention) or read from (static) the cache."""
         if incremental_state is None:

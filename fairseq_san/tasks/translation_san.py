@@ -13,7 +13,9 @@ At the end of the subset DIR holds
 
 * ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
   "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid"}``; a kind without
-  attention weights (decoder self-attention replaced by AAN) is ``null``. It is the input of
+  attention weights (decoder self-attention replaced by AAN) is ``null``. ``num_updates`` is the
+  training step fairseq read from the checkpoint when it loaded the model (a ``transformer_san``
+  model keeps it; ``null`` for other models). It is the input of
   ``fairseq-san-policy``; ``fairseq-san-plot-js`` plots a series of them against training steps;
 * ``js-<kind>.png``: the matrices drawn like the paper's Figure 2 (dark = similar);
 * ``attention-<kind>.npz``: the weights of sentences 0..K-1 of the subset
@@ -55,6 +57,7 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from fairseq_san.js import PairwiseJS
+from fairseq_san.modules.shared_attention import unfused_static_kv
 from fairseq_san.policy import KIND_MODULES, KINDS
 
 logger = logging.getLogger(__name__)
@@ -102,11 +105,9 @@ def attention_modules(model: nn.Module) -> Dict[str, Optional[List[MultiheadAtte
 class AttentionCapture:
     """Per-head attention weights of every layer during the forward passes inside ``with``.
 
-    fairseq's layers ask their attention for no weights, and its fused path
-    (``F.multi_head_attention_forward``, taken without incremental state and static_kv) cannot
-    return per-head weights (fairseq issue 3365). A pre-hook therefore asks every module for
-    per-head weights and, without incremental state, sets static_kv, which then changes nothing
-    but the path taken. A forward hook keeps the weights, (heads, batch, queries, keys).
+    fairseq's layers ask their attention for no weights. A pre-hook therefore asks every module
+    for per-head weights, off fairseq's fused path (``unfused_static_kv``); a forward hook keeps
+    them, (heads, batch, queries, keys).
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -160,8 +161,9 @@ def _ask_for_weights(module, args, kwargs):
             "SAN analysis: attention called with positional arguments after query, key, value"
         )
     kwargs = dict(kwargs, need_weights=True, need_head_weights=True)
-    if kwargs.get("incremental_state") is None:
-        kwargs["static_kv"] = True
+    kwargs["static_kv"] = unfused_static_kv(
+        kwargs.get("static_kv", False), kwargs.get("incremental_state")
+    )
     return args, kwargs
 
 
@@ -257,19 +259,6 @@ def _dump_json(result: dict) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
-def num_updates_of(checkpoint: Optional[str]) -> Optional[int]:
-    """The training step a fairseq checkpoint was saved at, or None if it does not say."""
-    if not checkpoint or not os.path.isfile(checkpoint):
-        return None
-    try:
-        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
-    except (RuntimeError, TypeError):  # no mmap for a legacy-format file (or old torch)
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    history = state.get("optimizer_history") or [{}]
-    updates = history[-1].get("num_updates")
-    return None if updates is None else int(updates)
-
-
 @register_task("translation_san", dataclass=TranslationSANConfig)
 class TranslationSANTask(TranslationTask):
     """``translation`` with the attention analysis of ``--san-analysis-dir`` (see module doc)."""
@@ -279,6 +268,7 @@ class TranslationSANTask(TranslationTask):
     def __init__(self, cfg: TranslationSANConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self._analysis: Optional[LayerAnalysis] = None
+        self._num_updates: Optional[int] = None
         self._subset: Optional[str] = None
         self._analysed_subset: Optional[str] = None
 
@@ -325,6 +315,7 @@ class TranslationSANTask(TranslationTask):
             self._analysis = LayerAnalysis(
                 self.cfg.san_analysis_max_sentences, self.cfg.san_analysis_save_sentences
             )
+            self._num_updates = getattr(model, "num_updates", None)
             logger.info(
                 "SAN analysis of subset '%s' into %s", self._subset, self.cfg.san_analysis_dir
             )
@@ -355,7 +346,7 @@ class TranslationSANTask(TranslationTask):
             self.cfg.san_analysis_dir,
             {
                 "checkpoint": checkpoint,
-                "num_updates": num_updates_of(checkpoint),
+                "num_updates": self._num_updates,
                 "subset": self._subset,
             },
         )

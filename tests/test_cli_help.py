@@ -1,0 +1,45 @@
+"""Every console command of setup.py answers --help at once: without importing fairseq.
+
+Each command runs in a fresh interpreter that lists the fairseq modules loaded after --help.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COMMANDS = re.findall(r'"(fairseq-san-[\w-]+) = ', (REPO / "setup.py").read_text())
+
+# Runs the console script given as argv[1] with the remaining arguments, as its shell wrapper
+# does, then prints the fairseq modules it imported.
+RUN_AND_LIST_FAIRSEQ = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print("fairseq modules:", sorted(m for m in sys.modules if m.split(".")[0] == "fairseq"))
+"""
+
+
+def test_setup_declares_the_commands():
+    assert "fairseq-san-bench" in COMMANDS and "fairseq-san-policy" in COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_runs_without_loading_fairseq(command):
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST_FAIRSEQ, str(BIN / command), "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("usage: "), result.stdout[:500]
+    assert result.stdout.splitlines()[-1] == "fairseq modules: []"

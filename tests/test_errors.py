@@ -243,15 +243,20 @@ def test_js_matrices_of_one_stack_must_agree_in_size():
 
 
 @pytest.mark.slow
-def test_analysis_of_a_translation_checkpoint_prints_the_override(
+def test_analysis_flags_work_on_a_translation_san_checkpoint_and_are_explained_on_another(
     binarized_corpus, trained, tmp_path
 ):
-    analysis = tmp_path / "js"
-    checkpoint = trained["plain"] / "checkpoint_last.pt"
-    result = validate(
-        binarized_corpus, checkpoint,
-        "--san-analysis-dir", str(analysis), "--san-analysis-max-sentences", "5",
+    flags = ["--san-analysis-max-sentences", "5"]
+    san = validate(
+        binarized_corpus, trained["san"] / "checkpoint_last.pt",
+        "--san-analysis-dir", str(tmp_path / "san"), *flags,
     )  # fmt: skip
+    assert san.returncode == 0, (san.stdout + san.stderr)[-3000:]
+    assert '"sentences": 5' in (tmp_path / "san" / "js.json").read_text()
+
+    analysis = tmp_path / "plain"
+    checkpoint = trained["plain"] / "checkpoint_last.pt"
+    result = validate(binarized_corpus, checkpoint, "--san-analysis-dir", str(analysis), *flags)
     line = assert_one_line_error(result, "--task translation", "--model-overrides")
     assert VALIDATION_STARTED not in result.stdout + result.stderr
     assert not analysis.exists()

@@ -9,22 +9,9 @@ or import ``fairseq_san.models`` directly).
 
 import sys
 
-from fairseq_san.policy import PolicyError
-
-
-def _report_policy_errors(previous_hook):
-    """An excepthook that prints a bad policy as one line, not a traceback from inside fairseq."""
-
-    def hook(exc_type, exc, traceback):
-        if issubclass(exc_type, PolicyError):
-            print(f"fairseq-san: error: {exc}", file=sys.stderr)
-        else:
-            previous_hook(exc_type, exc, traceback)
-
-    return hook
-
+from fairseq_san import errors
 
 if "fairseq" in sys.modules:
     from . import models, tasks  # noqa: F401  (registration side effects)
 
-    sys.excepthook = _report_policy_errors(sys.excepthook)
+    sys.excepthook = errors.excepthook(sys.excepthook)

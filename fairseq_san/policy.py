@@ -15,6 +15,8 @@ import math
 import re
 from typing import Optional, Sequence, Union
 
+from fairseq_san.errors import UsageError
+
 KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
 # The stack and the attention module of its layers that each kind of policy governs.
 KIND_MODULES = {
@@ -41,7 +43,7 @@ BlocksValue = Union[str, Sequence[int], None]
 _BLOCKS_STRING = re.compile(r"\s*\d+\s*(,\s*\d+\s*)*")
 
 
-class PolicyError(ValueError):
+class PolicyError(UsageError):
     """A bad policy, JS matrix or threshold; the message names the problem."""
 
 
@@ -229,6 +231,12 @@ def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     return starts
 
 
+def blocks_from_leaders(leaders: Sequence[int], num_layers: int) -> Blocks:
+    """The block sizes whose first layers are ``leaders`` (0-based, ascending, from 0)."""
+    ends = list(leaders[1:]) + [num_layers]
+    return [end - start for start, end in zip(leaders, ends)]
+
+
 def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     """For each layer, the index of the layer whose attention weights it uses.
 
@@ -333,6 +341,26 @@ def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
     return blocks
 
 
+def _check_stack_sizes(js_by_kind: dict) -> None:
+    """Matrices of one stack (decoder self and encoder-decoder attention) must have one size.
+
+    Both describe the decoder's layers; differing sizes mean a file edited by hand or assembled
+    from two models, whose policies would not fit one model.
+    """
+    sizes = {
+        kind: len(js_by_kind[kind]) for kind in KINDS if isinstance(js_by_kind.get(kind), list)
+    }
+    for stack in ("decoder", "encoder"):
+        kinds = [kind for kind in sizes if KIND_MODULES[kind][0] == stack]
+        if len({sizes[kind] for kind in kinds}) > 1:
+            first, second = kinds[0], kinds[1]
+            raise PolicyError(
+                f"JS matrices of different {stack}s: {first} is {sizes[first]}x{sizes[first]} "
+                f"but {second} is {sizes[second]}x{sizes[second]}; both must be the {stack}'s "
+                "layers of one model (fairseq-validate --san-analysis-dir writes such a js.json)"
+            )
+
+
 def learn_policy(
     js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
 ) -> Policy:
@@ -342,6 +370,7 @@ def learn_policy(
     extra fields (e.g. a sentence count) can be passed as is. A kind whose JS is
     null has no attention weights (AAN's decoder self-attention): it is not shared.
     """
+    _check_stack_sizes(js_by_kind)
     policy = {}
     for kind, theta in thetas.items():
         _check_kind(kind)

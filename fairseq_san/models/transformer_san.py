@@ -8,9 +8,14 @@ more than it was trained with (``--model-overrides "{'san_policy': ...}"``): the
 the new policy does not use are dropped from the checkpoint on load.
 """
 
+import argparse
+import dataclasses
+import difflib
+import functools
+import json
 import logging
 import re
-from typing import Dict, Iterable, List, Optional, Type
+from typing import Dict, Iterable, List, Optional, Tuple, Type
 
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -22,6 +27,7 @@ from fairseq.modules import MultiheadAttention
 from torch import nn
 
 from fairseq_san import policy as san_policy
+from fairseq_san.errors import UsageError
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -31,6 +37,7 @@ from fairseq_san.modules.shared_attention import (
     SharedWeightsAttention,
     attention_kwargs,
 )
+from fairseq_san.tasks.translation_san import TranslationSANConfig, check_analysis_task
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +140,8 @@ class TransformerSANModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_san_options(args)
+        check_analysis_task(args, task)
         san_base_architecture(args)
         policy = resolve_model_policy(args)
         model = super().build_model(args, task)
@@ -306,17 +315,83 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
 
     This is the one test of whether a checkpoint can run under the model's policy: a policy may
     share more than the checkpoint's (each trained block inside a requested block), never less,
-    since only the first layer of a block computes S and A.
+    since only the first layer of a block computes S and A. It fails when training resumes
+    without the policy flags the run was started with, or when a decode-time policy shares less
+    than the checkpoint; the message gives the flags that rebuild the checkpoint's model.
     """
-    needed = [k for k in model.state_dict() if PROJECTION_KEY.match(k) and k not in state_dict]
+    own = model.state_dict()
+    needed = [k for k in own if PROJECTION_KEY.match(k) and k not in state_dict]
     if not needed:
         return
     modules = sorted({PROJECTION_KEY.match(k).group("module") for k in needed})
+    layers = {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
+    trained = policy_of_state_dict(state_dict, layers)
+    flags = f"--san-policy '{json.dumps(trained)}'"
+    if "decoder_encdec" in trained:
+        share = "weights" if shares_encdec_weights_only(state_dict, trained) else "output"
+        flags += f" --san-encdec-share {share}"
     raise san_policy.PolicyError(
-        "the checkpoint was trained with more attention sharing than the requested policy: "
-        f"it has no projections for {', '.join(modules)}. A decode-time policy may only share "
-        "more than the checkpoint's, never less."
+        f"the checkpoint was trained with more attention sharing "
+        f"({san_policy.format_policy(trained)}) than this model "
+        f"({san_policy.format_policy(policy_of_state_dict(own, layers))}): it has no projections "
+        f"for {', '.join(modules)}. To continue training it, pass {flags}; to decode it, use a "
+        "policy that shares at least as much as the checkpoint's."
     )
+
+
+def policy_of_state_dict(state_dict: Dict, layers: Dict[str, int]) -> Dict[str, List[int]]:
+    """The sharing policy a model's parameters were saved with.
+
+    The first layer of a block is the only one with a k_proj (``modules.shared_attention``); a
+    kind without any (AAN) or with one in every layer is not shared.
+    """
+    policy = {}
+    for kind, (stack, attr) in san_policy.KIND_MODULES.items():
+        leaders = [
+            index
+            for index in range(layers[stack])
+            if f"{stack}.layers.{index}.{attr}.k_proj.weight" in state_dict
+        ]
+        if 0 < len(leaders) < layers[stack]:
+            policy[kind] = san_policy.blocks_from_leaders(leaders, layers[stack])
+    return policy
+
+
+def shares_encdec_weights_only(state_dict: Dict, policy: Dict) -> bool:
+    """Whether shared encoder-decoder layers kept their own V (``--san-encdec-share weights``)."""
+    blocks = policy["decoder_encdec"]
+    leaders = san_policy.block_leaders(blocks, sum(blocks))
+    return any(
+        f"decoder.layers.{index}.encoder_attn.v_proj.weight" in state_dict
+        for index, leader in enumerate(leaders)
+        if index != leader
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def san_option_names() -> Tuple[str, ...]:
+    """The options of the plugin's namespace (``san_*``): the model's flags and the task's."""
+    parser = argparse.ArgumentParser(add_help=False)
+    TransformerSANModel.add_args(parser)
+    names = {action.dest for action in parser._actions}
+    names |= {field.name for field in dataclasses.fields(TranslationSANConfig)}
+    return tuple(sorted(name for name in names if name.startswith("san_")))
+
+
+def check_san_options(args) -> None:
+    """Refuse an unknown ``san_*`` option, naming the nearest known one.
+
+    fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
+    the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
+    """
+    known = san_option_names()
+    for name in vars(args):
+        if name.replace("-", "_").startswith("san_") and name not in known:
+            nearest = difflib.get_close_matches(name.replace("-", "_"), known, n=1)
+            hint = f"did you mean '{nearest[0]}'?" if nearest else f"valid: {', '.join(known)}"
+            raise UsageError(
+                f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
+            )
 
 
 def san_base_architecture(args) -> None:

@@ -31,11 +31,12 @@ many analysed batches, besides fairseq's progress bar.
 The checkpoint must have been trained with ``--task translation_san``. fairseq-validate builds
 the task from the checkpoint's saved task config and applies command-line flags only to keys that
 config already has, so for a checkpoint trained with ``--task translation`` the flag
-``--task translation_san`` does not change the task and ``--san-analysis-dir`` is silently
-dropped: validation runs and no analysis is written. For such a checkpoint, switch its task with
+``--task translation_san`` does not change the task. A ``transformer_san`` model then stops
+before validating, printing the override that switches the task:
 ``--model-overrides "{'task': {'_name': 'translation_san', 'san_analysis_dir': 'DIR'}}"``
 (add ``'san_analysis_max_sentences': N`` etc. inside the same dict; the other
-``--san-analysis-*`` flags are not applied in that case).
+``--san-analysis-*`` flags are not applied in that case). A bad ``--san-analysis-dir`` or
+``--san-analysis-max-sentences`` stops at task set-up, before any batch.
 
 With the analysis on, fairseq-validate uses --required-batch-size-multiple 1, for the loss as
 well: fairseq otherwise drops a last batch whose size is not a multiple of it (default 8).
@@ -45,17 +46,19 @@ One subset per run, in a single process (no distributed validation).
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 from fairseq.modules import MultiheadAttention
-from fairseq.tasks import register_task
+from fairseq.tasks import TASK_REGISTRY, register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from fairseq_san.errors import UsageError
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
 from fairseq_san.policy import KIND_MODULES, KINDS
@@ -266,6 +269,7 @@ class TranslationSANTask(TranslationTask):
     cfg: TranslationSANConfig
 
     def __init__(self, cfg: TranslationSANConfig, src_dict, tgt_dict):
+        check_analysis_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
         self._analysis: Optional[LayerAnalysis] = None
         self._num_updates: Optional[int] = None
@@ -356,6 +360,56 @@ class TranslationSANTask(TranslationTask):
             os.path.join(self.cfg.san_analysis_dir, "js.json"),
             analysis.sentences,
         )
+
+
+def check_analysis_options(cfg: TranslationSANConfig) -> None:
+    """Refuse analysis options that would fail only after the validation pass.
+
+    The analysis directory is created (and written to) here, at task set-up, before any batch.
+    """
+    limit = cfg.san_analysis_max_sentences
+    if limit is not None and limit < 1:
+        raise UsageError(
+            f"--san-analysis-max-sentences {limit}: must be at least 1 "
+            "(leave it out to analyse every sentence)"
+        )
+    directory = cfg.san_analysis_dir
+    if not directory:
+        return
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--san-analysis-dir {directory} is a file, not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as err:
+        raise UsageError(
+            f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
+        ) from None
+
+
+def check_analysis_task(args, task) -> None:
+    """Refuse ``--san-analysis-dir`` for a model whose task is not ``translation_san``.
+
+    fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
+    keys that task's config has, so on a checkpoint trained with another task the analysis would
+    be silently skipped. fairseq sets every flag on the model's arguments, though, so the model
+    (``TransformerSANModel.build_model``) calls this; the message gives the override that
+    switches the task.
+    """
+    if not getattr(args, "san_analysis_dir", None) or isinstance(task, TranslationSANTask):
+        return
+    given = {
+        name: getattr(args, name)
+        for name in (option.name for option in fields(TranslationSANConfig))
+        if name.startswith("san_analysis") and getattr(args, name, None) is not None
+    }
+    trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
+    override = {"task": {"_name": "translation_san", **given}}
+    raise UsageError(
+        f"--san-analysis-dir needs the task translation_san, but this checkpoint was trained "
+        f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
+        f'task with --model-overrides "{override!r}"'
+    )
 
 
 def _root_config_value(cfg, key: str):

@@ -1,0 +1,59 @@
+"""How the plugin reports bad input: one line ``fairseq-san: error: ...``, never a traceback.
+
+fairseq's commands have no hook for a plugin's errors, so ``fairseq_san`` installs
+``excepthook`` when fairseq loads it (``--user-dir``). It prints as one line
+
+* a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
+  exception: its trainer turns any error while loading a checkpoint into "please ensure that
+  the architectures match", with ours as the context;
+* a missing file or directory that the command line names (e.g. a data directory), which
+  fairseq's tasks hit deep inside their set-up.
+
+Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
+"""
+
+import os
+import sys
+from typing import Callable, Optional
+
+PREFIX = "fairseq-san: error: "
+
+
+class UsageError(ValueError):
+    """Bad input; the message names the problem and the fix."""
+
+
+def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
+    """``exc`` or the UsageError it was raised from or while handling, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UsageError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
+    """Whether ``exc`` is a FileNotFoundError for a path given on the command line."""
+    if not isinstance(exc, FileNotFoundError) or not exc.filename:
+        return False
+    missing = os.path.normpath(str(exc.filename))
+    # fairseq takes several data directories as DIR1:DIR2
+    given = {os.path.normpath(part) for arg in argv for part in arg.split(os.pathsep) if part}
+    return missing in given
+
+
+def excepthook(previous: Callable) -> Callable:
+    """A ``sys.excepthook`` that prints bad input as one line and defers to ``previous``."""
+
+    def hook(exc_type, exc, traceback):
+        usage = usage_error_in_chain(exc)
+        if usage is not None:
+            print(PREFIX + str(usage), file=sys.stderr)
+        elif names_a_command_line_path(exc, sys.argv[1:]):
+            print(f"{PREFIX}{exc.filename}: {exc.strerror}", file=sys.stderr)
+        else:
+            previous(exc_type, exc, traceback)
+
+    return hook

@@ -21,6 +21,7 @@ from fairseq.models.transformer import (
 from fairseq.modules import MultiheadAttention
 from torch import nn
 
+from fairseq_san import checkpoints
 from fairseq_san import policy as san_policy
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
@@ -132,6 +133,7 @@ class TransformerSANModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         san_base_architecture(args)
+        checkpoints.stamp(args)
         policy = resolve_model_policy(args)
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":

@@ -35,9 +35,8 @@ dropped: validation runs and no analysis is written. For such a checkpoint, swit
 (add ``'san_analysis_max_sentences': N`` etc. inside the same dict; the other
 ``--san-analysis-*`` flags are not applied in that case).
 
-With the analysis on, fairseq-validate uses --required-batch-size-multiple 1, for the loss as
-well: fairseq otherwise drops a last batch whose size is not a multiple of it (default 8).
-One subset per run, in a single process (no distributed validation).
+Every sentence of the subset is analysed and in the loss, however batches are sized
+(``fairseq_san.batching``). One subset per run, in a single process (no distributed validation).
 """
 
 import json
@@ -54,6 +53,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from fairseq_san.checkpoints import load_state
 from fairseq_san.js import PairwiseJS
 from fairseq_san.policy import KIND_MODULES, KINDS
 
@@ -261,10 +261,7 @@ def num_updates_of(checkpoint: Optional[str]) -> Optional[int]:
     """The training step a fairseq checkpoint was saved at, or None if it does not say."""
     if not checkpoint or not os.path.isfile(checkpoint):
         return None
-    try:
-        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
-    except (RuntimeError, TypeError):  # no mmap for a legacy-format file (or old torch)
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = load_state(checkpoint)
     history = state.get("optimizer_history") or [{}]
     updates = history[-1].get("num_updates")
     return None if updates is None else int(updates)
@@ -294,17 +291,6 @@ class TranslationSANTask(TranslationTask):
             )
         self._subset = split
         return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
-
-    def get_batch_iterator(self, dataset, *args, **kwargs):
-        """With the analysis on, batches of any size, so that every sentence is analysed.
-
-        fairseq drops a last batch whose size is not a multiple of --required-batch-size-multiple
-        (default 8; fairseq issue 5036).
-        """
-        if self.analysing and kwargs.get("required_batch_size_multiple", 1) != 1:
-            logger.info("SAN analysis: --required-batch-size-multiple 1, to keep every sentence")
-            kwargs["required_batch_size_multiple"] = 1
-        return super().get_batch_iterator(dataset, *args, **kwargs)
 
     def train_step(self, *args, **kwargs):
         if self.analysing:

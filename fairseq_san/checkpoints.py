@@ -15,7 +15,13 @@ allow-list raises ``CheckpointError``, one line naming the file and the problem,
 plugin prints as ``fairseq-san: error: ...``. Other failures propagate unchanged.
 
 Checkpoints made with the plugin carry its name and version (``PLUGIN``) in ``cfg.model.plugin``
-(``stamp``), so that a checkpoint says what it needs to be loaded.
+(``stamp``), so that a checkpoint says what it needs to be loaded. fairseq's own error cannot
+say it: loading a SAN checkpoint without the plugin first fails in torch's safe loader (nothing
+allowed ``argparse.Namespace``), and where the file is read (the safe loader off, or a fairseq
+that loads with ``weights_only=False``) ``fairseq.models.build_model`` formats its "Could not
+infer model type" message with ``str.format`` over the model config's text, whose ``'{}'``
+values (fairseq's ``eval_bleu_args``, ``optimizer_overrides``) raise ``IndexError: Replacement
+index 1 out of range`` before anything is printed. The README's troubleshooting explains both.
 """
 
 import argparse

@@ -13,7 +13,6 @@ cd "$(dirname "$0")/.."
 DATA=data-bin/multi30k.en-de
 RUN=${RUN_DIR:-runs/demo}
 UPDATES=${UPDATES:-100}
-export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 
 examples/multi30k/prepare.sh en de "$DATA"
 examples/learn_to_share.sh --data "$DATA" --run-dir "$RUN" --updates "$UPDATES" \

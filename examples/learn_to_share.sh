@@ -49,7 +49,6 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$DATA" ] && [ -n "$RUN" ] || { echo "learn_to_share.sh: --data and --run-dir are required" >&2; exit 2; }
 WARM_UPDATES=${WARM_UPDATES:-$((UPDATES / 2))}
-export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1  # fairseq checkpoints are pickles (torch >= 2.6)
 
 if [ -z "$VALID_REF" ]; then  # fairseq names the binarized files train.SRC-TGT.LANG.idx
   name=$(basename "$(ls "$DATA"/train.*-*.*.idx 2>/dev/null | head -n 1)")

@@ -150,7 +150,6 @@ class FairseqSystem:
     """A checkpoint loaded with its overrides, decoded by fairseq's SequenceGenerator."""
 
     def __init__(self, spec: SystemSpec, data: str, device: torch.device, fp16: bool):
-        os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
         self.spec = spec
         self.name = spec.name
         self.device = device

@@ -154,8 +154,6 @@ def count_parameters(model: torch.nn.Module) -> int:
 # --- corpus and command-line helpers ---------------------------------------------------------
 
 CLI_ENV = {
-    # fairseq checkpoints are pickles; torch >= 2.6 loads weights only by default.
-    "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONUNBUFFERED": "1",

@@ -44,17 +44,17 @@ def runs(binarized_corpus, tmp_path_factory):
     run_parallel(
         {
             "base": ["fairseq-train", *train_argv(
-                data, root / "base", extra=[*san, "--save-interval-updates", "20"])],
+                data, root / "base", extra=[*san, "--save-interval-updates", "10"])],
             "shared": ["fairseq-train", *train_argv(
                 data, root / "shared", extra=[*san, "--san-decoder-self-policy", "1,5"])],
             "plain": ["fairseq-train", *train_argv(data, root / "plain")],  # --task translation
         }
     )  # fmt: skip
-    (step20,) = (root / "base").glob("checkpoint_*_20.pt")
+    (step10,) = (root / "base").glob("checkpoint_*_10.pt")
     last = root / "base" / "checkpoint_last.pt"
     plain = root / "plain" / "checkpoint_last.pt"
     limit = ["--san-analysis-max-sentences", str(MAX_SENTENCES)]
-    names = ("small", "big", "step20", "shared", "plain", "override")
+    names = ("small", "big", "step10", "shared", "plain", "override")
     dirs = {name: root / f"js-{name}" for name in names}
     task = {"_name": "translation_san", "san_analysis_dir": str(dirs["override"])}
     override = repr({"task": task})
@@ -63,7 +63,7 @@ def runs(binarized_corpus, tmp_path_factory):
             "small": validate(data, last, dirs["small"], "--batch-size", "3", *limit,
                               "--san-analysis-log-interval", "2"),
             "big": validate(data, last, dirs["big"], "--batch-size", "64", *limit),
-            "step20": validate(data, step20, dirs["step20"], "--batch-size", "8"),
+            "step10": validate(data, step10, dirs["step10"], "--batch-size", "8"),
             "shared": validate(data, root / "shared" / "checkpoint_last.pt", dirs["shared"],
                                "--batch-size", "8"),
             # the task dict of --model-overrides wins over the --san-analysis-* flags
@@ -71,7 +71,7 @@ def runs(binarized_corpus, tmp_path_factory):
                                  "--model-overrides", override),
         }
     )  # fmt: skip
-    return dict(dirs, out=out, last=last, step20_checkpoint=step20)
+    return dict(dirs, out=out, last=last, step10_checkpoint=step10)
 
 
 def load_js(directory: Path) -> dict:
@@ -97,10 +97,10 @@ def test_js_json(runs):
 
 @pytest.mark.slow
 def test_all_sentences_by_default_and_checkpoint_steps(runs):
-    result = load_js(runs["step20"])
+    result = load_js(runs["step10"])
     assert result["sentences"] == VALID_SENTENCES
-    assert result["num_updates"] == 20
-    assert result["checkpoint"] == str(runs["step20_checkpoint"])
+    assert result["num_updates"] == 10
+    assert result["checkpoint"] == str(runs["step10_checkpoint"])
 
 
 @pytest.mark.slow
@@ -173,7 +173,7 @@ def test_translation_checkpoint_analysed_with_model_overrides(runs):
 def test_plot_js(runs, tmp_path):
     output = tmp_path / "fig5.png"
     result = run_cli(
-        "fairseq-san-plot-js", str(runs["step20"]), str(runs["small"]), "-o", str(output)
+        "fairseq-san-plot-js", str(runs["step10"]), str(runs["small"]), "-o", str(output)
     )
     assert result.returncode == 0, result.stderr
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,15 +6,12 @@ cache) and without the decoding cache (no cache at all).
 """
 
 import json
-import os
 import shutil
 
 import pytest
 import torch
 
 from helpers import preprocess, run_cli, train_argv, write_corpus
-
-os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 
 POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -84,7 +84,7 @@ def test_generate_takes_the_policy_from_the_checkpoint(generated):
     assert len(hypotheses(generated.stdout)) == 20
 
 
-def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained, monkeypatch):
+def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained):
     """What fairseq-generate loads (checkpoint_utils.load_model_ensemble), in process."""
     import fairseq_san  # noqa: F401
     from fairseq import checkpoint_utils, tasks, utils
@@ -94,7 +94,6 @@ def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained
         SharedWeightsAttention,
     )
 
-    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     utils.import_user_module(type("Args", (), {"user_dir": str(REPO / "fairseq_san")})())
     checkpoint, _ = trained["sharing"]
     models, _ = checkpoint_utils.load_model_ensemble(

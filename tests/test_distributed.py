@@ -6,6 +6,8 @@ iteration if any parameter took no part in the loss; every parameter must get a 
 """
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,7 +108,6 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
     checkpoint = save_dir / "checkpoint_last.pt"
     assert checkpoint.is_file()
 
-    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 6
     model_args = state["cfg"]["model"]

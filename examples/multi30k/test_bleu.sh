@@ -15,7 +15,6 @@ DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
 shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
 [ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
-export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1  # fairseq checkpoints are pickles (torch >= 2.6)
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 
 for spec in "$@"; do

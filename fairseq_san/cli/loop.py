@@ -41,10 +41,9 @@ def best_checkpoint(iteration_dir: str) -> str:
 
 def checkpoint_facts(path: str) -> Dict[str, object]:
     """Parameters, best validation loss, updates and training seconds stored in a checkpoint."""
-    import torch
+    from fairseq_san.checkpoints import load_state
 
-    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_state(path)
     extra = state.get("extra_state", {})
     return {
         "parameters": parameter_count(state),

@@ -26,6 +26,7 @@ from fairseq.models.transformer import (
 from fairseq.modules import MultiheadAttention
 from torch import nn
 
+from fairseq_san import checkpoints
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError
 from fairseq_san.modules.average_attention import AverageAttention
@@ -143,6 +144,7 @@ class TransformerSANModel(TransformerModel):
         check_san_options(args)
         check_analysis_task(args, task)
         san_base_architecture(args)
+        checkpoints.stamp(args)
         policy = resolve_model_policy(args)
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":

@@ -38,9 +38,8 @@ before validating, printing the override that switches the task:
 ``--san-analysis-*`` flags are not applied in that case). A bad ``--san-analysis-dir`` or
 ``--san-analysis-max-sentences`` stops at task set-up, before any batch.
 
-With the analysis on, fairseq-validate uses --required-batch-size-multiple 1, for the loss as
-well: fairseq otherwise drops a last batch whose size is not a multiple of it (default 8).
-One subset per run, in a single process (no distributed validation).
+Every sentence of the subset is analysed and in the loss, however batches are sized
+(``fairseq_san.batching``). One subset per run, in a single process (no distributed validation).
 """
 
 import json
@@ -288,17 +287,6 @@ class TranslationSANTask(TranslationTask):
             )
         self._subset = split
         return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
-
-    def get_batch_iterator(self, dataset, *args, **kwargs):
-        """With the analysis on, batches of any size, so that every sentence is analysed.
-
-        fairseq drops a last batch whose size is not a multiple of --required-batch-size-multiple
-        (default 8; fairseq issue 5036).
-        """
-        if self.analysing and kwargs.get("required_batch_size_multiple", 1) != 1:
-            logger.info("SAN analysis: --required-batch-size-multiple 1, to keep every sentence")
-            kwargs["required_batch_size_multiple"] = 1
-        return super().get_batch_iterator(dataset, *args, **kwargs)
 
     def train_step(self, *args, **kwargs):
         if self.analysing:

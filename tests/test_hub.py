@@ -1,0 +1,114 @@
+"""The Python API (fairseq's hub interface) and fairseq-interactive (issue 14, item 4).
+
+A tiny model is trained with ``--task translation_san`` on sentencepiece pieces of the synthetic
+corpus, in the layout the README's example uses (``checkpoints/``, ``data-bin/spm.model``).
+The README's Python example runs verbatim; it must translate as fairseq-interactive does, with
+the decode-time policy it passes as a keyword.
+"""
+
+import ast
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, cli_env, run_cli, train_argv, write_corpus
+
+POLICY = '{"decoder_self": [6], "decoder_encdec": [6]}'
+
+
+def readme_python_example() -> str:
+    """The README's Python block that calls from_pretrained."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    found = [block for block in blocks if "from_pretrained" in block]
+    assert len(found) == 1, "the README has one Python example of from_pretrained"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """checkpoints/checkpoint_best.pt and data-bin/ with spm.model, as examples/multi30k/prepare.sh
+    leaves them and the README's example reads them."""
+    root = tmp_path_factory.mktemp("hub")
+    raw = write_corpus(root / "raw")
+    (root / "data-bin").mkdir()
+    run = [
+        ("fairseq-san-spm", "train", str(raw / "train.src"), str(raw / "train.tgt"),
+         "--model-prefix", str(root / "data-bin" / "spm"), "--vocab-size", "30"),
+    ]  # fmt: skip
+    for split in ("train", "valid", "test"):
+        for side in ("src", "tgt"):
+            run.append(("fairseq-san-spm", "encode", "--model", str(root / "data-bin/spm.model"),
+                        str(raw / f"{split}.{side}"), str(root / f"{split}.{side}")))  # fmt: skip
+    run.append(
+        ("fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+         "--trainpref", str(root / "train"), "--validpref", str(root / "valid"),
+         "--testpref", str(root / "test"), "--destdir", str(root / "data-bin"),
+         "--joined-dictionary", "--workers", "1")
+    )  # fmt: skip
+    argv = train_argv(root / "data-bin", root / "checkpoints", 40, ["--task", "translation_san"])
+    run.append(("fairseq-train", *[a for a in argv if a != "--disable-validation"]))
+    for command, *args in run:
+        result = run_cli(command, *args)
+        assert result.returncode == 0, f"{command}:\n{result.stderr[-3000:]}"
+    assert (root / "checkpoints" / "checkpoint_best.pt").is_file()
+    return root
+
+
+def interactive(workdir: Path, lines, *extra: str) -> dict:
+    """{sentence index: (detokenized hypothesis, score in nats)} from fairseq-interactive."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "fairseq-interactive"), "data-bin",
+         "--user-dir", str(REPO / "fairseq_san"), "--path", "checkpoints/checkpoint_best.pt",
+         "--bpe", "sentencepiece", "--sentencepiece-model", "data-bin/spm.model", "--beam", "4",
+         *extra],
+        input="".join(line + "\n" for line in lines), cwd=workdir, env=cli_env(),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = re.findall(r"^D-(\d+)\t(\S+)\t(.*)$", result.stdout, re.M)
+    return {int(i): (text, float(score) * math.log(2)) for i, score, text in found}  # from bits
+
+
+@pytest.mark.slow
+def test_readme_python_example_translates_as_fairseq_interactive(workdir):
+    example = readme_python_example()
+    assert f"san_policy='{POLICY}'" in example  # the decode-time policy, passed as a keyword
+    sentences = ast.literal_eval(re.search(r"\.translate\((\[.*?\])", example).group(1))
+    check = (
+        "\nimport json\n"
+        "scores = [model.generate([model.encode(s)], beam=4)[0][0]['score'].item()"
+        f" for s in {sentences!r}]\n"
+        "decoder = model.models[0].decoder\n"
+        "print(json.dumps({'scores': scores, 'attention': [type(layer.self_attn).__name__ "
+        "for layer in decoder.layers]}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", example + check], cwd=workdir, env=cli_env(),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    translations_line, facts_line = result.stdout.strip().splitlines()[-2:]
+    translations, facts = ast.literal_eval(translations_line), json.loads(facts_line)
+    assert facts["attention"] == ["BlockLeaderAttention"] + ["SharedWeightsAttention"] * 5
+
+    expected = interactive(
+        workdir, sentences, "--model-overrides", repr({"san_policy": POLICY})
+    )
+    assert translations == [expected[i][0] for i in range(len(sentences))]
+    assert facts["scores"] == pytest.approx([expected[i][1] for i in range(len(sentences))],
+                                            abs=1e-4)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_interactive_decodes_with_the_checkpoints_policy_by_default(workdir):
+    """Without an override the checkpoint's own policy (none) decodes: different scores."""
+    sentences = ["tok1 tok2 tok3", "tok4 tok5 tok6 tok7"]
+    trained = interactive(workdir, sentences)
+    shared = interactive(workdir, sentences, "--model-overrides", repr({"san_policy": POLICY}))
+    assert sorted(trained) == sorted(shared) == [0, 1]  # one translation per input line
+    assert [trained[i][1] for i in (0, 1)] != pytest.approx([shared[i][1] for i in (0, 1)])

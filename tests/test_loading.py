@@ -1,0 +1,170 @@
+"""Loading the plugin and checkpoints (issue 14, items 4, 5 and 11).
+
+* ``import fairseq_san`` registers the model, its architectures and the task whatever the import
+  order, while ``fairseq_san.policy`` stays torch-free;
+* torch's safe loader (``weights_only``, torch >= 2.6's default) loads the checkpoints of fairseq's
+  own transformer and of ours with no environment variable;
+* a checkpoint that cannot be loaded (a foreign global, empty, truncated) is one line naming the
+  file, not a torch traceback; a SAN checkpoint records the plugin that made it.
+"""
+
+import fractions
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fairseq_san
+from fairseq_san import checkpoints
+from helpers import REPO, cli_env, run_cli, train_argv
+
+UNSAFE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+
+
+@pytest.fixture(autouse=True)
+def safe_loader(monkeypatch):
+    """No test here may pass because torch's safe loader was switched off."""
+    monkeypatch.delenv(UNSAFE_VARIABLE, raising=False)
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    env = cli_env()
+    env.pop(UNSAFE_VARIABLE, None)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+REGISTERED = (
+    "from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY\n"
+    "from fairseq.tasks import TASK_REGISTRY\n"
+    "print('transformer_san' in MODEL_REGISTRY, 'transformer_san_small' in ARCH_MODEL_REGISTRY,"
+    " 'transformer_aan_base' in ARCH_MODEL_REGISTRY, 'translation_san' in TASK_REGISTRY)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "imports", ["import fairseq_san\n", "import fairseq\nimport fairseq_san\n"],
+    ids=["plugin first", "fairseq first"],
+)  # fmt: skip
+def test_import_registers_model_architectures_and_task(imports):
+    result = python(imports + REGISTERED)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True"] * 4
+
+
+def test_policy_modules_do_not_import_torch():
+    result = python(
+        "import sys, fairseq_san.policy, fairseq_san.cli.policy\n"
+        "print(sorted(m for m in ('torch', 'fairseq') if m in sys.modules))"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(binarized_corpus, tmp_path_factory):
+    """{"fairseq": fairseq's transformer, trained without the plugin; "san": ours}: checkpoints."""
+    root = tmp_path_factory.mktemp("loading")
+    fairseq_argv = train_argv(binarized_corpus, root / "fairseq", 3)
+    at = fairseq_argv.index("--user-dir")
+    del fairseq_argv[at : at + 2]
+    fairseq_argv[fairseq_argv.index("transformer_san")] = "transformer"
+    runs = {
+        "fairseq": fairseq_argv,
+        "san": train_argv(binarized_corpus, root / "san", 3, ["--task", "translation_san"]),
+    }
+    for name, argv in runs.items():
+        result = run_cli("fairseq-train", *argv)
+        assert result.returncode == 0, f"{name}:\n{result.stderr[-3000:]}"
+    return {name: root / name / "checkpoint_last.pt" for name in runs}
+
+
+@pytest.mark.parametrize("name", ["fairseq", "san"])
+def test_safe_loader_loads_fairseq_and_san_checkpoints(trained, name):
+    state = torch.load(trained[name], map_location="cpu", weights_only=True)
+    assert state["cfg"]["model"].arch == {"fairseq": "transformer", "san": "transformer_san"}[name]
+    assert state["model"]["encoder.embed_tokens.weight"].dim() == 2
+
+
+def test_generate_loads_fairseq_checkpoint_with_the_plugin(binarized_corpus, trained):
+    result = run_cli(
+        "fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san",
+        "--path", str(trained["fairseq"]), "--beam", "2", "--batch-size", "8", "--cpu",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Translated 20 sentences" in result.stderr
+
+
+def test_san_checkpoint_records_the_plugin(trained):
+    state = checkpoints.load_state(str(trained["san"]))
+    assert state["cfg"]["model"].plugin == f"fairseq-san {fairseq_san.__version__}"
+
+
+def generate_error(data: Path, checkpoint: Path) -> str:
+    """The stderr of a failing fairseq-generate run (asserting that it fails)."""
+    result = run_cli(
+        "fairseq-generate", str(data), "--user-dir", "fairseq_san", "--path", str(checkpoint),
+        "--beam", "2", "--batch-size", "8", "--cpu",
+    )  # fmt: skip
+    assert result.returncode != 0
+    return result.stderr
+
+
+def assert_one_line(stderr: str, expected: str) -> None:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == expected
+
+
+def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
+    binarized_corpus, trained, tmp_path
+):
+    state = torch.load(trained["san"], map_location="cpu", weights_only=True)
+    state["extra_state"]["odd"] = fractions.Fraction(1, 3)
+    foreign = tmp_path / "foreign.pt"
+    torch.save(state, foreign)
+    assert_one_line(
+        generate_error(binarized_corpus, foreign),
+        f"fairseq-san: error: cannot load checkpoint {foreign}: it contains fractions.Fraction, "
+        "which torch's safe loader (weights_only) refuses; fairseq checkpoints need only "
+        "argparse.Namespace, which fairseq-san allows. Load it only if you trust its source, "
+        f"with {UNSAFE_VARIABLE}=1",
+    )
+
+
+@pytest.mark.parametrize(
+    "size, problem",
+    [
+        (0, "the file is empty (0 bytes; was saving it interrupted?)"),
+        (4096, "the file is not a complete torch.save archive (truncated, or not a checkpoint)"),
+    ],
+    ids=["empty", "truncated"],
+)
+def test_empty_or_truncated_checkpoint_is_one_line_naming_it(
+    binarized_corpus, trained, tmp_path, size, problem
+):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(trained["san"].read_bytes()[:size])
+    expected = f"cannot load checkpoint {broken}: {problem}"
+    assert_one_line(generate_error(binarized_corpus, broken), f"fairseq-san: error: {expected}")
+    with pytest.raises(checkpoints.CheckpointError) as error:  # our own commands' loader
+        checkpoints.load_state(str(broken))
+    assert str(error.value) == expected
+
+
+def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_corpus, trained):
+    """fairseq alone cannot know the plugin; the README's troubleshooting explains its error."""
+    result = run_cli(
+        "fairseq-generate", str(binarized_corpus), "--path", str(trained["san"]),
+        "--beam", "2", "--batch-size", "8", "--cpu",
+    )  # fmt: skip
+    assert result.returncode != 0
+    message = "Unsupported global: GLOBAL argparse.Namespace"
+    assert message in result.stderr
+    assert message in (REPO / "README.md").read_text()

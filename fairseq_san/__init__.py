@@ -26,5 +26,6 @@ def _report_policy_errors(previous_hook):
 
 if "fairseq" in sys.modules:
     from . import models, tasks  # noqa: F401  (registration side effects)
+    from . import clean_exit  # noqa: F401  (fairseq's batch loaders stop before exit)
 
     sys.excepthook = _report_policy_errors(sys.excepthook)

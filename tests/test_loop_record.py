@@ -125,3 +125,15 @@ def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, d
     again = run_loop(data, first_run, "--max-iterations", "2", updates=10)
     assert again.returncode == 0, output_of(again)[-3000:]
     assert not fairseq_commands(output_of(again))
+
+
+def test_options_may_change_until_a_checkpoint_is_written(data, tmp_path):
+    """A first attempt that fails before training (here: an unknown architecture) is corrected
+    by running again with the right option, in the same run directory."""
+    run_dir = tmp_path / "run"
+    failed = run_loop(data, run_dir, "--arch", "transformer_sun", updates=10)
+    assert failed.returncode != 0
+    assert read_json(run_dir / "run.json")["options"]["--arch"] == "transformer_sun"
+    result = run_loop(data, run_dir, "--dry-run", updates=10)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert "+ fairseq-train " in result.stderr

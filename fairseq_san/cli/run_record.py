@@ -4,7 +4,9 @@ A run directory holds trained iterations, the policies they were trained with an
 learned from them. Resuming it with other options would mix two experiments in one record (a
 policy learned with one theta next to a model trained under another), so ``start_run`` compares
 the options of every re-run with the recorded ones and refuses any difference, before anything
-runs. ``--extend`` changes only what leaves the finished iterations valid: ``--max-iterations``.
+runs, once training has written a checkpoint (before that, a re-run simply replaces the record:
+a first attempt that failed at once can be corrected). ``--extend`` changes only what leaves the
+finished iterations valid: ``--max-iterations``.
 The inputs are checked here too, so that a missing one is found before training, not after it.
 """
 
@@ -117,18 +119,24 @@ def write_record(run_dir: str, options: Options) -> None:
     os.replace(path + ".tmp", path)
 
 
+def started(run_dir: str) -> bool:
+    """Whether training has written anything: until then a re-run may change every option."""
+    return bool(glob.glob(os.path.join(run_dir, "iter*", "trained")) + glob.glob(
+        os.path.join(run_dir, "iter*", "checkpoints", "*.pt")))  # fmt: skip
+
+
 def start_run(run_dir: str, options: Options, extend: bool = False, dry_run: bool = False) -> None:
     """Check the inputs and the record of ``run_dir``; record the options and P_0 (not in a dry
     run). Raises RunError, with the line to print, where the run must not go on."""
     check_inputs(options, dry_run)
     recorded = read_record(run_dir)
-    if recorded is not None:
+    if recorded is not None and started(run_dir):
         changed = compare(run_dir, recorded, options, extend)
         if changed and not dry_run:
             print(f"fairseq-san-loop: extending {run_dir}: "
                   f"{' '.join(shown(name, options[name]) for name in changed)}",
                   file=sys.stderr)  # fmt: skip
-    elif glob.glob(os.path.join(run_dir, "iter*", "trained")):
+    elif recorded is None and started(run_dir):
         print(f"fairseq-san-loop: {run_dir} has no {RECORD} (made before runs recorded their "
               "options): recording these", file=sys.stderr)  # fmt: skip
     if dry_run:

@@ -15,7 +15,7 @@ import json
 import os
 import shlex
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.policy import write_policy
 
@@ -34,28 +34,34 @@ def record_path(run_dir: str) -> str:
     return os.path.join(run_dir, RECORD)
 
 
-def check_inputs(options: Options, dry_run: bool) -> None:
-    """The data directory and the validation references exist (a dry run only notes it)."""
+def input_problem(options: Options) -> Optional[Tuple[str, str]]:
+    """(error, dry-run note) for a missing data directory, binarized data or references."""
     data, reference = options["--data"], options["--valid-ref"]
-    problems = []
     if not os.path.isdir(data):
-        problems.append((f"no data directory {data} (--data)", f"no data directory {data}"))
-    elif not glob.glob(os.path.join(data, "train.*-*.*.idx")):
-        problems.append((
+        return f"no data directory {data} (--data)", f"no data directory {data}"
+    if not glob.glob(os.path.join(data, "train.*-*.*.idx")):
+        return (
             f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "
             "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)",
             f"no binarized data in {data}",
-        ))  # fmt: skip
-    elif not os.path.isfile(reference):
-        problems.append((
+        )
+    if not os.path.isfile(reference):
+        return (
             f"no validation references {reference}: run examples/multi30k/prepare.sh, or pass "
             "--valid-ref FILE (the raw target side of the valid split)",
             f"no validation references {reference}",
-        ))  # fmt: skip
-    for error, note in problems:
-        if not dry_run:
-            raise RunError(error)
-        print(f"(dry run: {note} yet)", file=sys.stderr)
+        )
+    return None
+
+
+def check_inputs(options: Options, dry_run: bool) -> None:
+    """The inputs exist; a dry run (a recipe read before its data exist) only notes it."""
+    problem = input_problem(options)
+    if problem is None:
+        return
+    if not dry_run:
+        raise RunError(problem[0])
+    print(f"(dry run: {problem[1]} yet)", file=sys.stderr)
 
 
 def shown(name: str, value: object) -> str:

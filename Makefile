@@ -8,11 +8,26 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch first: the CPU wheel pinned here; a plain `torch` would pull a multi-GB CUDA build.
+# TORCH picks the torch build, installed first (a plain `torch` from PyPI is the multi-GB CUDA
+# build): cpu (default) the CPU wheel from PyTorch's CPU index; cuda the CUDA build from PyPI;
+# none the torch already installed for $(PYTHON) (GPU machines): the venv sees its site-packages.
+TORCH ?= cpu
+TORCH_VERSION := 2.13.0
+TORCH_PIP_cpu := torch==$(TORCH_VERSION)+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+TORCH_PIP_cuda := torch==$(TORCH_VERSION)
+VENV_FLAGS_none := --system-site-packages
+ifeq ($(filter $(TORCH),cpu cuda none),)
+$(error TORCH must be cpu, cuda or none, not '$(TORCH)')
+endif
+
 # ctranslate2 is optional (the benchmark's context row); installed here so that the tests run it.
 $(STAMP): setup.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS_$(TORCH)) $(VENV)
+ifeq ($(TORCH),none)
+	$(BIN)/python -c 'import torch' || { echo "make setup TORCH=none: $(PYTHON) has no torch; use TORCH=cpu or TORCH=cuda" >&2; exit 1; }
+else
+	$(BIN)/pip install --quiet $(TORCH_PIP_$(TORCH))
+endif
 	$(BIN)/pip install --quiet fairseq-fixed==0.12.3.1 sacrebleu sentencepiece numpy matplotlib tqdm pytest \
 		'ctranslate2>=4'
 	$(BIN)/pip install --quiet --no-deps -e .

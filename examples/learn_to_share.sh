@@ -2,7 +2,9 @@
 # Learn to share (paper Figure 3): train under policy P_k (P_0 = no sharing), measure how similar
 # the layers' attention is on the validation set, learn P_{k+1} (Eq. 6), and repeat until the
 # policy stops changing. Running the same command again resumes: finished steps are skipped and
-# fairseq continues from checkpoint_last.pt.
+# fairseq continues from checkpoint_last.pt. RUN/run.json records the options the run was made
+# with (these and the fairseq-train args); a re-run with other options stops before anything runs
+# (start a new run in another --run-dir). A learned policy is never rewritten.
 #
 #   examples/learn_to_share.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
@@ -18,14 +20,16 @@
 #   --launcher CMD       prefix for fairseq-train, e.g. "torchrun --nproc_per_node 8"
 #   --valid-ref FILE     raw validation references (DATA/text/valid.raw.TGT)
 #   --post-process P     how fairseq-generate detokenizes, e.g. subword_nmt (sentencepiece)
-#   --dry-run            print the commands of the first iteration instead of running them
+#   --extend             allow a re-run to change --max-iterations (the only option it may change)
+#   --dry-run            print the commands of the first iteration instead of running them; writes
+#                        nothing
 # Everything after -- goes to fairseq-train (and wins over the defaults below), e.g. fairseq's
 # distributed options: --distributed-world-size 8, or --distributed-init-method for several nodes.
 set -euo pipefail
 
 ARCH=transformer_san_small THETA_SELF=0.4 THETA_ENCDEC=0.5 THETA_ENCODER=""
 UPDATES=3000 MAX_ITERATIONS=3 WARM_START=0 WARM_UPDATES="" CPU_RANKS=0 LAUNCHER=""
-DATA="" RUN="" VALID_REF="" DRY_RUN=0 POST_PROCESS=sentencepiece
+DATA="" RUN="" VALID_REF="" DRY_RUN=0 POST_PROCESS=sentencepiece FLAGS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --data) DATA=$2; shift 2 ;;
@@ -36,13 +40,14 @@ while [ $# -gt 0 ]; do
     --theta-encoder) THETA_ENCODER=$2; shift 2 ;;
     --updates) UPDATES=$2; shift 2 ;;
     --max-iterations) MAX_ITERATIONS=$2; shift 2 ;;
-    --warm-start) WARM_START=1; shift ;;
+    --warm-start) WARM_START=1; FLAGS+=(--warm-start); shift ;;
+    --extend) FLAGS+=(--extend); shift ;;
     --warm-updates) WARM_UPDATES=$2; shift 2 ;;
     --cpu-ranks) CPU_RANKS=$2; shift 2 ;;
     --launcher) LAUNCHER=$2; shift 2 ;;
     --valid-ref) VALID_REF=$2; shift 2 ;;
     --post-process) POST_PROCESS=$2; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
+    --dry-run) DRY_RUN=1; FLAGS+=(--dry-run); shift ;;
     --) shift; break ;;
     *) echo "learn_to_share.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
   esac
@@ -55,6 +60,12 @@ if [ -z "$VALID_REF" ]; then  # fairseq names the binarized files train.SRC-TGT.
   pair=${name#train.} && pair=${pair%%.*}
   VALID_REF=$DATA/text/valid.raw.${pair#*-}
 fi
+# Checks the inputs and RUN/run.json; records the options, creates RUN/iter0 with P_0.
+fairseq-san-loop start "$RUN" --data="$DATA" --valid-ref="$VALID_REF" --arch="$ARCH" \
+  --theta-self="$THETA_SELF" --theta-encdec="$THETA_ENCDEC" --theta-encoder="$THETA_ENCODER" \
+  --updates="$UPDATES" --max-iterations="$MAX_ITERATIONS" --warm-updates="$WARM_UPDATES" \
+  --cpu-ranks="$CPU_RANKS" --launcher="$LAUNCHER" --post-process="$POST_PROCESS" "${FLAGS[@]}" \
+  -- "$@"
 
 # Training defaults for a small corpus (Multi30k); anything after -- overrides them.
 TRAIN_ARGS=(
@@ -93,15 +104,21 @@ train() {  # train ITER_DIR ITERATION
 
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 EXTRA_ARGS=("$@")
-mkdir -p "$RUN/iter0"
-[ -f "$RUN/iter0/policy.json" ] || echo '{"decoder_self": null, "decoder_encdec": null, "encoder_self": null}' > "$RUN/iter0/policy.json"
 
 for ((k = 0; k < MAX_ITERATIONS; k++)); do
   dir=$RUN/iter$k next=$RUN/iter$((k + 1))
   ckpt=$dir/checkpoints/checkpoint_best.pt
-  echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-  ln -sfn "iter$k" "$RUN/last"  # the newest trained iteration: the loop's result when it stops
-  [ -f "$dir/trained" ] || { train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"; [ "$DRY_RUN" = 1 ] || touch "$dir/trained"; }
+  if [ "$DRY_RUN" = 1 ]; then  # writes nothing: not even P_0, the train log or RUN/last
+    echo "== iteration $k (dry run)"
+    [ -f "$dir/trained" ] || train "$dir" "$k"
+  else
+    echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
+    ln -sfn "iter$k" "$RUN/last"  # the newest trained iteration: the loop's result when it stops
+    if [ ! -f "$dir/trained" ]; then
+      train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
+      touch "$dir/trained"
+    fi
+  fi
   [ -f "$dir/analysis/js.json" ] || run fairseq-validate "$DATA" --user-dir "$USER_DIR" \
     --task translation_san --path "$ckpt" --valid-subset valid --max-tokens 4096 \
     --san-analysis-dir "$dir/analysis"
@@ -113,8 +130,10 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
       --results-path "$dir"
     run fairseq-san-score "$dir/generate-valid.txt" --reference "$VALID_REF" -o "$dir/valid.json"
   fi
-  mkdir -p "$next"
-  run fairseq-san-policy "$dir/analysis/js.json" "${THETAS[@]}" -o "$next/policy.json"
+  [ "$DRY_RUN" = 1 ] || mkdir -p "$next"
+  # Learned once: the policy that iteration k+1 is (or will be) trained with is never rewritten.
+  [ -f "$next/policy.json" ] || run fairseq-san-policy "$dir/analysis/js.json" "${THETAS[@]}" \
+    -o "$next/policy.json"
   if [ "$DRY_RUN" = 1 ]; then
     echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until it equals $dir/policy.json)"
     exit 0

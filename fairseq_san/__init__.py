@@ -33,6 +33,7 @@ except importlib.metadata.PackageNotFoundError:  # used as a --user-dir folder, 
 def _register() -> None:
     """Register the model and the task with the (imported) fairseq; install the fixes above."""
     from fairseq_san import batching, checkpoints, models, tasks  # noqa: F401  (registration)
+    from fairseq_san import clean_exit  # noqa: F401  (fairseq's batch loaders stop before exit)
 
     batching.keep_last_batch()
     checkpoints.allow_fairseq_checkpoints()

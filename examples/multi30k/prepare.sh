@@ -20,6 +20,17 @@ if [ -f "$OUT/.done" ]; then
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi
+splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
+if [ -n "${MULTI30K_DIR:-}" ]; then  # every raw file before writing anything
+  [ -d "$MULTI30K_DIR" ] || {
+    echo "prepare.sh: MULTI30K_DIR=$MULTI30K_DIR: no such directory" >&2; exit 1; }
+  for pair in $splits; do
+    for lang in "$SRC" "$TGT"; do
+      raw=$MULTI30K_DIR/${pair%%:*}.$lang.gz
+      [ -f "$raw" ] || { echo "prepare.sh: no $raw" >&2; exit 1; }
+    done
+  done
+fi
 mkdir -p "$TEXT"
 
 raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)
@@ -32,7 +43,6 @@ raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded 
   fi
 }
 
-splits="train:train val:valid test_2016_flickr:test"
 if [ -f "$(raw_file test_2017_flickr "$SRC" 2>/dev/null)" ] && \
    [ -f "$(raw_file test_2017_flickr "$TGT" 2>/dev/null)" ]; then
   splits="$splits test_2017_flickr:test1"

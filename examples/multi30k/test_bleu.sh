@@ -14,14 +14,22 @@ USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
 DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
 shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
+[ -d "$DATA" ] || { echo "test_bleu.sh: no data directory $DATA" >&2; exit 1; }
 [ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 
-for spec in "$@"; do
-  name=${spec%%=*} rest=${spec#*=}
+parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
+  name=${1%%=*} rest=${1#*=}
   checkpoint=${rest%%:*} overrides="{}"
   [ "$rest" = "$checkpoint" ] || overrides=${rest#*:}
+}
+for spec in "$@"; do  # every checkpoint before decoding any
+  parse "$spec"
   [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
+done
+
+for spec in "$@"; do
+  parse "$spec"
   for split in test test1; do
     reference=$DATA/text/$split.raw.$TGT
     [ -f "$reference" ] || continue

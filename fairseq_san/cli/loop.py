@@ -5,7 +5,9 @@
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
 * ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
-  training time) as ``RUN_DIR/loop.md``, also printed.
+  training time) as ``RUN_DIR/loop.md``, also printed;
+* ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs and the options recorded in
+  ``RUN_DIR/run.json`` before anything runs (see ``run_record``).
 """
 
 import argparse
@@ -16,6 +18,7 @@ import re
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
 from fairseq_san.policy import PolicyError, format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
@@ -143,6 +146,40 @@ def write_summary(run_dir: str) -> str:
     return table
 
 
+# learn_to_share.sh's options that make a run what it is, as it spells them; paths are absolute.
+RUN_OPTIONS = (
+    "--data", "--valid-ref", "--arch", "--theta-self", "--theta-encdec", "--theta-encoder",
+    "--updates", "--max-iterations", "--warm-start", "--warm-updates", "--cpu-ranks",
+    "--launcher", "--post-process",
+)  # fmt: skip
+
+
+def add_start_parser(commands) -> None:
+    start = commands.add_parser(
+        "start", help="check the inputs and RUN_DIR/run.json, record the options (-- TRAIN_ARGS)"
+    )
+    start.add_argument("run_dir")
+    for option in RUN_OPTIONS:
+        if option == "--warm-start":
+            start.add_argument(option, action="store_true")
+        else:
+            start.add_argument(option, default="", help="empty: not set")
+    start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
+    start.add_argument("--dry-run", action="store_true", help="check only; write nothing")
+
+
+def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, object]:
+    """{option: value} of the run: None for an empty value, absolute paths."""
+    options = {}
+    for option in RUN_OPTIONS:
+        value = getattr(args, option[2:].replace("-", "_"))
+        if option in ("--data", "--valid-ref") and value:
+            value = os.path.abspath(value)
+        options[option] = None if value == "" else value
+    options[TRAIN_ARGS] = train_args
+    return options
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +190,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     show.add_argument("policy")
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
+    add_start_parser(commands)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args: List[str] = []
+    if argv[:1] == ["start"] and "--" in argv:
+        argv, train_args = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
@@ -160,8 +202,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
+        if args.command == "start":
+            start_run(args.run_dir, run_options(args, train_args), args.extend, args.dry_run)
+            return 0
         print(write_summary(args.run_dir), end="")
         return 0
+    except RunError as err:
+        print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
+        return 2
     except (PolicyError, OSError) as err:
         parser.error(str(err))
 

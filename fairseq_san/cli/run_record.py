@@ -1,0 +1,155 @@
+"""The record of a learn-to-share run: the options ``RUN_DIR/run.json`` says it was made with.
+
+A run directory holds trained iterations, the policies they were trained with and the policies
+learned from them. Resuming it with other options would mix two experiments in one record (a
+policy learned with one theta next to a model trained under another), so ``start_run`` compares
+the options of every re-run with the recorded ones and refuses any difference, before anything
+runs, once training has written a checkpoint (before that, a re-run simply replaces the record:
+a first attempt that failed at once can be corrected). ``--extend`` changes only what leaves the
+finished iterations valid: ``--max-iterations``.
+The inputs are checked here too, so that a missing one is found before training, not after it.
+"""
+
+import glob
+import json
+import os
+import shlex
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_san.policy import write_policy
+
+RECORD = "run.json"
+TRAIN_ARGS = "fairseq-train arguments after --"
+EXTENDABLE = ("--max-iterations",)
+
+Options = Dict[str, object]
+
+
+class RunError(Exception):
+    """A run that must not start, with the one line that says why and what to do."""
+
+
+def record_path(run_dir: str) -> str:
+    return os.path.join(run_dir, RECORD)
+
+
+def input_problem(options: Options) -> Optional[Tuple[str, str]]:
+    """(error, dry-run note) for a missing data directory, binarized data or references."""
+    data, reference = options["--data"], options["--valid-ref"]
+    if not os.path.isdir(data):
+        return f"no data directory {data} (--data)", f"no data directory {data}"
+    if not glob.glob(os.path.join(data, "train.*-*.*.idx")):
+        return (
+            f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "
+            "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)",
+            f"no binarized data in {data}",
+        )
+    if not os.path.isfile(reference):
+        return (
+            f"no validation references {reference}: run examples/multi30k/prepare.sh, or pass "
+            "--valid-ref FILE (the raw target side of the valid split)",
+            f"no validation references {reference}",
+        )
+    return None
+
+
+def check_inputs(options: Options, dry_run: bool) -> None:
+    """The inputs exist; a dry run (a recipe read before its data exist) only notes it."""
+    problem = input_problem(options)
+    if problem is None:
+        return
+    if not dry_run:
+        raise RunError(problem[0])
+    print(f"(dry run: {problem[1]} yet)", file=sys.stderr)
+
+
+def shown(name: str, value: object) -> str:
+    """An option as the recipe's command line spells it."""
+    if value is None or value is False:
+        return f"no {name}"
+    if value is True:
+        return name
+    if isinstance(value, list):
+        return f"{name}: {shlex.join(value) or '(none)'}"
+    return f"{name} {value}"
+
+
+def contrast(name: str, was: object, now: object) -> str:
+    """``--theta-self 0, not 0.3``: the recorded value, then the new one."""
+    if isinstance(was, str) and isinstance(now, str):
+        return f"{name} {was}, not {now}"
+    return f"{shown(name, was)}, not {shown(name, now)}"
+
+
+def differences(recorded: Options, options: Options) -> List[str]:
+    return [name for name in options if recorded.get(name) != options[name]]
+
+
+def compare(run_dir: str, recorded: Options, options: Options, extend: bool) -> List[str]:
+    """The options that change (only ``EXTENDABLE`` ones, with ``extend``); else RunError."""
+    changed = differences(recorded, options)
+    if not changed:
+        return []
+    fixed = [name for name in changed if name not in EXTENDABLE]
+    if extend and not fixed:
+        return changed
+    refused = fixed if extend else changed
+    what = "; ".join(contrast(name, recorded.get(name), options[name]) for name in refused)
+    advice = "start a new run with another --run-dir"
+    if extend:
+        advice += f" (--extend changes only {', '.join(EXTENDABLE)})"
+    elif not fixed:
+        advice = f"pass --extend to change {', '.join(changed)}, or {advice}"
+    raise RunError(f"{run_dir} was made with {what} ({record_path(run_dir)}): {advice}")
+
+
+def read_record(run_dir: str) -> Optional[Options]:
+    path = record_path(run_dir)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)["options"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise RunError(f"{path} cannot be read ({err}): restore it, or start a new run with "
+                       "another --run-dir") from None  # fmt: skip
+
+
+def write_record(run_dir: str, options: Options) -> None:
+    """Write run.json through a temporary file: a stopped write leaves the old record."""
+    path = record_path(run_dir)
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        json.dump({"options": options}, out, indent=2)
+        out.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def started(run_dir: str) -> bool:
+    """Whether training has written anything: until then a re-run may change every option."""
+    return bool(glob.glob(os.path.join(run_dir, "iter*", "trained")) + glob.glob(
+        os.path.join(run_dir, "iter*", "checkpoints", "*.pt")))  # fmt: skip
+
+
+def start_run(run_dir: str, options: Options, extend: bool = False, dry_run: bool = False) -> None:
+    """Check the inputs and the record of ``run_dir``; record the options and P_0 (not in a dry
+    run). Raises RunError, with the line to print, where the run must not go on."""
+    check_inputs(options, dry_run)
+    recorded = read_record(run_dir)
+    if recorded is not None and started(run_dir):
+        changed = compare(run_dir, recorded, options, extend)
+        if changed and not dry_run:
+            print(f"fairseq-san-loop: extending {run_dir}: "
+                  f"{' '.join(shown(name, options[name]) for name in changed)}",
+                  file=sys.stderr)  # fmt: skip
+    elif recorded is None and started(run_dir):
+        print(f"fairseq-san-loop: {run_dir} has no {RECORD} (made before runs recorded their "
+              "options): recording these", file=sys.stderr)  # fmt: skip
+    if dry_run:
+        return
+    first = os.path.join(run_dir, "iter0", "policy.json")
+    os.makedirs(os.path.dirname(first), exist_ok=True)
+    if not os.path.exists(first):
+        write_policy({}, first)  # P_0: nothing shared
+    if recorded != options:
+        write_record(run_dir, options)

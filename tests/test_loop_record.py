@@ -1,0 +1,139 @@
+"""A learn-to-share run directory records the options it was made with (``RUN/run.json``).
+
+Re-running ``examples/learn_to_share.sh`` with other options must not corrupt the run: it stops
+before anything runs, with one line that names the option and how to start a new run.
+``--extend`` may change only ``--max-iterations``. A learned policy is never rewritten.
+"""
+
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from test_recipes import (  # noqa: F401  (fixtures: the toy Multi30k, prepared once here)
+    LOOP,
+    ONE_BLOCK,
+    data,
+    loop_args,
+    multi30k_raw,
+    output_of,
+    prepared,
+    read_json,
+    run_loop,
+    run_script,
+    snapshot,
+)
+
+ERROR = "fairseq-san-loop: error: "
+
+
+@pytest.fixture(scope="module")
+def first_run(data, tmp_path_factory) -> Path:
+    """A run with one trained iteration (P1 learned, not trained): theta 0, 10 updates."""
+    run_dir = tmp_path_factory.mktemp("record") / "run"
+    result = run_loop(data, run_dir, "--max-iterations", "1", updates=10)
+    assert result.returncode == 0, output_of(result)[-6000:]
+    assert read_json(run_dir / "iter1" / "policy.json") == ONE_BLOCK
+    return run_dir
+
+
+def fairseq_commands(output: str) -> List[str]:
+    return [line for line in output.splitlines() if line.startswith("+ fairseq-")]
+
+
+def error_lines(stderr: str) -> List[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_the_first_run_records_its_options(first_run, data):
+    record = read_json(first_run / "run.json")
+    options = record["options"]
+    assert options["--data"] == str(data.resolve())
+    assert options["--valid-ref"] == str((data / "text" / "valid.raw.de").resolve())
+    assert options["--theta-self"] == "0" and options["--theta-encdec"] == "0"
+    assert options["--theta-encoder"] is None
+    assert options["--updates"] == "10" and options["--max-iterations"] == "1"
+    assert options["--arch"] == "transformer_san"
+    assert options["--warm-start"] is False and options["--warm-updates"] == "5"
+    assert options["--cpu-ranks"] == "0"
+    argv = loop_args(data, first_run)
+    assert options["fairseq-train arguments after --"] == argv[argv.index("--") + 1 :]
+
+
+@pytest.mark.parametrize(
+    "changed,option",
+    [
+        (["--theta-self", "0.3"], "--theta-self"),
+        (["--theta-encoder", "0.2"], "--theta-encoder"),
+        (["--updates", "11"], "--updates"),
+        (["--warm-start"], "--warm-start"),
+        (["--arch", "transformer_san_small"], "--arch"),
+        (["--seed", "2"], "fairseq-train arguments after --"),
+    ],
+)
+def test_a_rerun_with_other_options_refuses_and_changes_nothing(
+    first_run, data, changed, option
+):
+    before = snapshot(first_run)
+    if option.startswith("fairseq-train"):
+        args = loop_args(data, first_run, "--max-iterations", "1", updates=10) + changed
+    else:
+        args = loop_args(data, first_run, "--max-iterations", "1", *changed, updates=10)
+    result = run_script(LOOP, *args)
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = error_lines(result.stderr)
+    assert line.startswith(ERROR) and option in line, line
+    assert "--run-dir" in line and str(first_run / "run.json") in line
+    assert not fairseq_commands(output_of(result))
+    assert snapshot(first_run) == before
+
+
+def test_more_iterations_need_extend(first_run, data):
+    before = snapshot(first_run)
+    result = run_loop(data, first_run, "--max-iterations", "2", updates=10)
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = error_lines(result.stderr)
+    assert line.startswith(ERROR) and "--max-iterations 1, not 2" in line, line
+    assert "--extend" in line
+    assert snapshot(first_run) == before
+
+
+def test_extend_may_not_change_a_training_option(first_run, data):
+    before = snapshot(first_run)
+    result = run_loop(
+        data, first_run, "--extend", "--max-iterations", "2", "--theta-self", "0.3", updates=10
+    )
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = error_lines(result.stderr)
+    assert "--theta-self 0, not 0.3 (" in line and "--run-dir" in line, line
+    assert "--extend changes only --max-iterations" in line
+    assert snapshot(first_run) == before
+
+
+@pytest.mark.slow
+def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, data):
+    policy = first_run / "iter1" / "policy.json"
+    learned = (policy.read_bytes(), policy.stat().st_mtime_ns)
+    result = run_loop(data, first_run, "--extend", "--max-iterations", "2", updates=10)
+    assert result.returncode == 0, output_of(result)[-6000:]
+    assert (first_run / "iter1" / "trained").is_file()
+    assert (policy.read_bytes(), policy.stat().st_mtime_ns) == learned  # trained with it, as is
+    assert read_json(first_run / "run.json")["options"]["--max-iterations"] == "2"
+    trainings = [c for c in fairseq_commands(output_of(result)) if c.startswith("+ fairseq-train ")]
+    assert len(trainings) == 1
+    # The extended run is now the record: the same command again runs nothing.
+    again = run_loop(data, first_run, "--max-iterations", "2", updates=10)
+    assert again.returncode == 0, output_of(again)[-3000:]
+    assert not fairseq_commands(output_of(again))
+
+
+def test_options_may_change_until_a_checkpoint_is_written(data, tmp_path):
+    """A first attempt that fails before training (here: an unknown architecture) is corrected
+    by running again with the right option, in the same run directory."""
+    run_dir = tmp_path / "run"
+    failed = run_loop(data, run_dir, "--arch", "transformer_sun", updates=10)
+    assert failed.returncode != 0
+    assert read_json(run_dir / "run.json")["options"]["--arch"] == "transformer_sun"
+    result = run_loop(data, run_dir, "--dry-run", updates=10)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert "+ fairseq-train " in result.stderr

@@ -1,0 +1,61 @@
+"""``make setup``'s torch choice (TORCH=cpu|cuda|none), read from ``make -n`` (nothing runs)."""
+
+import re
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def setup_commands(tmp_path: Path, *variables: str) -> subprocess.CompletedProcess:
+    """The commands ``make setup`` would run for a venv in ``tmp_path`` (-B: even if built)."""
+    return subprocess.run(
+        ["make", "-n", "-B", "setup", f"VENV={tmp_path / 'venv'}", *variables],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def torch_installs(commands: str) -> List[str]:
+    """The pip commands that name torch as a requirement."""
+    return [line for line in commands.splitlines() if re.search(r"pip install .*\btorch\b", line)]
+
+
+def test_default_installs_the_cpu_build_from_the_cpu_index(tmp_path):
+    result = setup_commands(tmp_path)
+    assert result.returncode == 0, result.stderr
+    (install,) = torch_installs(result.stdout)
+    assert "torch==2.13.0+cpu" in install.split()
+    assert CPU_INDEX in install.split()
+    assert "--system-site-packages" not in result.stdout
+
+
+def test_cuda_installs_pypi_torch(tmp_path):
+    result = setup_commands(tmp_path, "TORCH=cuda")
+    assert result.returncode == 0, result.stderr
+    (install,) = torch_installs(result.stdout)
+    assert "torch==2.13.0" in install.split()
+    assert "+cpu" not in install and CPU_INDEX not in install
+
+
+def test_none_installs_no_torch_and_sees_the_system_one(tmp_path):
+    result = setup_commands(tmp_path, "TORCH=none")
+    assert result.returncode == 0, result.stderr
+    assert torch_installs(result.stdout) == []
+    venv = next(line for line in result.stdout.splitlines() if " -m venv " in line)
+    assert "--system-site-packages" in venv.split()
+    assert "import torch" in result.stdout  # checked before anything is installed
+
+
+@pytest.mark.parametrize("value", ["gpu", ""])
+def test_unknown_choice_is_one_clear_error(tmp_path, value):
+    result = setup_commands(tmp_path, f"TORCH={value}")
+    assert result.returncode != 0
+    assert "TORCH must be cpu, cuda or none" in result.stderr
+    assert result.stdout == ""

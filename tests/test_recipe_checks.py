@@ -1,0 +1,135 @@
+"""The recipes check their inputs before the expensive step, and ``--dry-run`` writes nothing.
+
+Each bad input stops a recipe with one line that names it, before any training or decoding and
+before any file is written. The checks need no trained model: a data directory here is a few
+empty files with the names that fairseq-preprocess and prepare.sh write.
+"""
+
+from pathlib import Path
+from typing import List
+
+from test_recipes import LOOP, PREPARE, TEST_BLEU, loop_args, output_of, run_script, snapshot
+
+
+def fake_data(directory: Path, valid_reference: bool = True) -> Path:
+    """The names a prepared Multi30k En-De directory holds (contents are not read)."""
+    (directory / "text").mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            for ext in ("bin", "idx"):
+                (directory / f"{split}.en-de.{lang}.{ext}").touch()
+    (directory / "text" / "test.raw.de").write_text("Ein Hund .\n")
+    if valid_reference:
+        (directory / "text" / "valid.raw.de").write_text("Ein Hund .\n")
+    return directory
+
+
+def lines(text: str) -> List[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def ran_nothing(output: str) -> bool:
+    return not [line for line in output.splitlines() if line.startswith("+ ")]
+
+
+# --- learn_to_share.sh ------------------------------------------------------------------------
+
+
+def test_loop_without_validation_references_stops_before_training(tmp_path):
+    data = fake_data(tmp_path / "data", valid_reference=False)
+    run_dir = tmp_path / "run"
+    result = run_script(LOOP, *loop_args(data, run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = lines(result.stderr)
+    assert line.startswith("fairseq-san-loop: error: ")
+    assert f"{data.resolve()}/text/valid.raw.de" in line and "--valid-ref" in line, line
+    assert ran_nothing(output_of(result))
+    assert not run_dir.exists()
+
+
+def test_loop_with_a_missing_data_directory_is_one_line(tmp_path):
+    data, run_dir = tmp_path / "data-bin" / "typo", tmp_path / "run"
+    result = run_script(LOOP, *loop_args(data, run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = lines(result.stderr)
+    assert line == f"fairseq-san-loop: error: no data directory {data.resolve()} (--data)"
+    assert not run_dir.exists()
+
+
+def test_loop_on_a_directory_without_binarized_data_is_one_line(tmp_path):
+    data, run_dir = tmp_path / "raw", tmp_path / "run"
+    data.mkdir()
+    result = run_script(LOOP, *loop_args(data, run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = lines(result.stderr)
+    assert f"{data.resolve()} holds no fairseq-preprocess output" in line, line
+    assert not run_dir.exists()
+
+
+def test_loop_dry_run_writes_nothing(tmp_path):
+    data = fake_data(tmp_path / "data")
+    before = snapshot(tmp_path)
+    run_dir = tmp_path / "runs" / "run"
+    result = run_script(LOOP, *loop_args(data, run_dir, "--dry-run"))
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert "+ fairseq-train " in result.stderr  # it printed the commands
+    assert not (tmp_path / "runs").exists()
+    assert snapshot(tmp_path) == before
+
+
+def test_loop_dry_run_without_data_says_so_and_prints_the_commands(tmp_path):
+    """A dry run is how a recipe is read before its data exist (wmt14_en_de/run.sh)."""
+    data = tmp_path / "data-bin"
+    result = run_script(LOOP, *loop_args(data, tmp_path / "run", "--dry-run"))
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert f"(dry run: no data directory {data.resolve()} yet)" in result.stderr
+    assert "+ fairseq-train " in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+# --- test_bleu.sh -----------------------------------------------------------------------------
+
+
+def test_test_bleu_checks_every_checkpoint_before_decoding_any(tmp_path):
+    data = fake_data(tmp_path / "data")
+    present = tmp_path / "present.pt"
+    present.write_bytes(b"not decoded: the missing one is found first")
+    out = tmp_path / "out"
+    missing = tmp_path / "missing.pt"
+    result = run_script(TEST_BLEU, str(data), "de", str(out), f"a={present}", f"b={missing}")
+    assert result.returncode == 1, output_of(result)[-3000:]
+    assert lines(result.stderr) == [f"test_bleu.sh: b: no checkpoint {missing}"]
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
+    data = tmp_path / "nowhere"
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), f"a={tmp_path}/a.pt")
+    assert result.returncode == 1
+    assert lines(result.stderr) == [f"test_bleu.sh: no data directory {data}"]
+
+
+# --- prepare.sh -------------------------------------------------------------------------------
+
+
+def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path):
+    from test_recipes import prepare_env
+
+    raw, out = tmp_path / "multi30k", tmp_path / "data-bin"
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
+    assert result.returncode == 1
+    assert lines(result.stderr) == [f"prepare.sh: MULTI30K_DIR={raw}: no such directory"]
+    assert not out.exists()
+
+
+def test_prepare_names_a_missing_raw_file_before_writing(tmp_path):
+    from test_recipes import prepare_env, write_fake_multi30k
+
+    raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
+    (raw / "val.de.gz").unlink()
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
+    assert result.returncode == 1
+    assert lines(result.stderr) == [f"prepare.sh: no {raw}/val.de.gz"]
+    assert result.stdout == ""
+    assert not out.exists()

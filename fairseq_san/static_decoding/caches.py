@@ -1,0 +1,79 @@
+"""The decoder's state during beam search, allocated once per batch for the longest output.
+
+* Self-attention: one tensor ``(hypotheses, positions, width)`` holding, side by side, the keys
+  and values of every self-attention module that has its own (fairseq's attention and SAN block
+  leaders) and the values only of the modules that reuse a block's weights S (Eq. 4). A step
+  writes its position; beam reordering is one ``index_select`` of the whole tensor into a second,
+  preallocated one, whatever the number of layers.
+* AAN: the running sum of each hypothesis' inputs, one row per AAN layer, reordered the same way.
+* Encoder-decoder attention: keys and values projected once per source sentence (not per
+  hypothesis), so they are never reordered; SAN followers that reuse the context A (Eq. 5) have
+  none.
+
+Finished sentences keep their rows (beam search masks them), so every shape stays fixed during a
+batch: what a captured (CUDA graph) step needs.
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+
+class Reorderable:
+    """A tensor whose first dimension is the hypothesis, gathered by beam search into a spare."""
+
+    def __init__(self, shape, dtype: torch.dtype, device: torch.device) -> None:
+        self.tensor = torch.zeros(shape, dtype=dtype, device=device)
+        self._spare = torch.empty_like(self.tensor)
+
+    def reorder(self, order: Tensor) -> None:
+        """Row i becomes row ``order[i]``: one gather, no allocation."""
+        torch.index_select(self.tensor, 0, order, out=self._spare)
+        self.tensor, self._spare = self._spare, self.tensor
+
+
+@dataclass
+class DecoderCache:
+    """Everything a decoder step reads and writes besides the weights (see module doc).
+
+    ``self_attention`` is (hypotheses, max positions, width) or None when the decoder has no
+    dot-product self-attention; ``sums`` is (hypotheses, AAN layers, embed) or None;
+    ``encoder`` holds per-sentence (sentences, heads, source length, head_dim) keys/values in the
+    order the step's modules registered them; ``sentences`` is the number of source sentences; ``source_keep`` is (sentences, 1, 1, source length),
+    True where the source is not padding.
+    """
+
+    self_attention: Optional[Reorderable]
+    sums: Optional[Reorderable]
+    encoder: List[Tensor] = field(default_factory=list)
+    sentences: int = 0
+    source_keep: Optional[Tensor] = None
+
+    def reorder(self, order: Tensor) -> None:
+        for state in (self.self_attention, self.sums):
+            if state is not None:
+                state.reorder(order)
+
+
+def allocate_cache(
+    hypotheses: int,
+    positions: int,
+    self_width: int,
+    aan_layers: int,
+    embed_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> DecoderCache:
+    """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens."""
+    self_attention = (
+        Reorderable((hypotheses, positions, self_width), dtype, device) if self_width else None
+    )
+    # fairseq's AAN keeps its running sums in float32 whatever the model's precision.
+    sums = (
+        Reorderable((hypotheses, aan_layers, embed_dim), torch.float32, device)
+        if aan_layers
+        else None
+    )
+    return DecoderCache(self_attention, sums)

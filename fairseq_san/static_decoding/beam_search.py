@@ -110,7 +110,7 @@ class TensorBeamSearch:
     def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
         """fairseq's per-step rules on the log-probabilities (in place)."""
         s = self.settings
-        lprobs.masked_fill_(lprobs.isnan(), -math.inf)
+        torch.nan_to_num(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf, out=lprobs)
         lprobs[:, s.pad] = -math.inf
         if s.unk_penalty:
             lprobs[:, s.unk] -= s.unk_penalty

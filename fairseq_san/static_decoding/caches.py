@@ -1,9 +1,10 @@
 """The decoder's state during beam search, allocated once per batch for the longest output.
 
-* Self-attention: one tensor ``(hypotheses, positions, width)`` holding, side by side, the keys
-  and values of every self-attention module that has its own (fairseq's attention and SAN block
-  leaders) and the values only of the modules that reuse a block's weights S (Eq. 4). A step
-  writes its position; beam reordering is one ``index_select`` of the whole tensor into a second,
+* Self-attention: one tensor ``(slots, hypotheses, heads, positions, head_dim)`` whose slots are
+  the keys and values of every self-attention module that has its own (fairseq's attention and
+  SAN block leaders) and the values only of the modules that reuse a block's weights S (Eq. 4).
+  A step writes its position; a slot is contiguous, so attention is a plain batched matmul over
+  (hypotheses x heads); beam reordering is one ``index_select`` of the whole tensor into a second,
   preallocated one, whatever the number of layers.
 * AAN: the running sum of each hypothesis' inputs, one row per AAN layer, reordered the same way.
 * Encoder-decoder attention: keys and values projected once per source sentence (not per
@@ -22,15 +23,19 @@ from torch import Tensor
 
 
 class Reorderable:
-    """A tensor whose first dimension is the hypothesis, gathered by beam search into a spare."""
+    """A tensor with one row per hypothesis along ``dim``, gathered by beam search into a spare.
 
-    def __init__(self, shape, dtype: torch.dtype, device: torch.device) -> None:
+    Rows are zero at first; what a step has not written yet is never read.
+    """
+
+    def __init__(self, shape, dtype: torch.dtype, device: torch.device, dim: int = 0) -> None:
         self.tensor = torch.zeros(shape, dtype=dtype, device=device)
         self._spare = torch.empty_like(self.tensor)
+        self.dim = dim
 
     def reorder(self, order: Tensor) -> None:
         """Row i becomes row ``order[i]``: one gather, no allocation."""
-        torch.index_select(self.tensor, 0, order, out=self._spare)
+        torch.index_select(self.tensor, self.dim, order, out=self._spare)
         self.tensor, self._spare = self._spare, self.tensor
 
 
@@ -38,18 +43,18 @@ class Reorderable:
 class DecoderCache:
     """Everything a decoder step reads and writes besides the weights (see module doc).
 
-    ``self_attention`` is (hypotheses, max positions, width) or None when the decoder has no
-    dot-product self-attention; ``sums`` is (hypotheses, AAN layers, embed) or None;
+    ``self_attention`` is (slots, hypotheses, heads, max positions, head_dim) or None when the
+    decoder has no dot-product self-attention; ``sums`` is (hypotheses, AAN layers, embed) or None;
     ``encoder`` holds per-sentence (sentences, heads, source length, head_dim) keys/values in the
-    order the step's modules registered them; ``sentences`` is the number of source sentences; ``source_keep`` is (sentences, 1, 1, source length),
-    True where the source is not padding.
+    order the step's modules registered them; ``sentences`` is the number of source sentences; ``source_padding`` is (sentences, 1, 1, source length),
+    True at padding, or None when the batch has none.
     """
 
     self_attention: Optional[Reorderable]
     sums: Optional[Reorderable]
     encoder: List[Tensor] = field(default_factory=list)
     sentences: int = 0
-    source_keep: Optional[Tensor] = None
+    source_padding: Optional[Tensor] = None
 
     def reorder(self, order: Tensor) -> None:
         for state in (self.self_attention, self.sums):
@@ -60,7 +65,8 @@ class DecoderCache:
 def allocate_cache(
     hypotheses: int,
     positions: int,
-    self_width: int,
+    self_slots: int,
+    heads: int,
     aan_layers: int,
     embed_dim: int,
     dtype: torch.dtype,
@@ -68,7 +74,11 @@ def allocate_cache(
 ) -> DecoderCache:
     """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens."""
     self_attention = (
-        Reorderable((hypotheses, positions, self_width), dtype, device) if self_width else None
+        Reorderable(
+            (self_slots, hypotheses, heads, positions, embed_dim // heads), dtype, device, dim=1
+        )
+        if self_slots
+        else None
     )
     # fairseq's AAN keeps its running sums in float32 whatever the model's precision.
     sums = (

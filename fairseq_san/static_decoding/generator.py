@@ -113,7 +113,8 @@ class StaticSequenceGenerator(nn.Module):
         cache = allocate_cache(
             sentences * self.beam_size,
             max_len + 1,
-            step.self_width,
+            step.self_slots,
+            step.heads,
             step.aan_layers,
             step.embed_dim,
             step.dtype,

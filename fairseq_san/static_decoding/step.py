@@ -96,13 +96,13 @@ def split_heads(x: Tensor, heads: int) -> Tensor:
 
 
 class SelfAttentionStep(nn.Module):
-    """Decoder self-attention for one position: K/V (or V alone) written into the cache."""
+    """Decoder self-attention for one position: K/V (or V alone) written into cache slots."""
 
-    def __init__(self, module: MultiheadAttention, offset: int) -> None:
+    def __init__(self, module: MultiheadAttention, slot: int) -> None:
         super().__init__()
         self.role = attention_role(module)
         self.heads, self.embed_dim = module.num_heads, module.embed_dim
-        self.offset = offset
+        self.slot = slot  # keys, then values (values only for WEIGHTS)
         if self.role == WEIGHTS:
             self.v = copy_linear(module.v_proj)
         else:
@@ -112,31 +112,29 @@ class SelfAttentionStep(nn.Module):
         self.out = copy_linear(module.out_proj)
 
     @property
-    def cache_width(self) -> int:
-        return self.embed_dim if self.role == WEIGHTS else 2 * self.embed_dim
+    def cache_slots(self) -> int:
+        return 1 if self.role == WEIGHTS else 2
 
     def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
         rows, embed = x.shape
         states = cache.self_attention.tensor
-        end = self.offset + self.cache_width
+        heads, head_dim = self.heads, embed // self.heads
         if self.role == WEIGHTS:
-            states[:, step, self.offset : end] = self.v(x)
-            values = split_heads(states[:, : step + 1, self.offset : end], self.heads)
+            states[self.slot, :, :, step] = self.v(x).view(rows, heads, head_dim)
+            values = states[self.slot, :, :, : step + 1]
             context = torch.matmul(shared["self"][0], values)  # Eq. 4: S^m V^n
         else:
             qkv = self.qkv(x)
-            states[:, step, self.offset : end] = qkv[:, embed:]
-            query = qkv[:, :embed].reshape(rows, self.heads, 1, embed // self.heads)
-            past = states[:, : step + 1, self.offset : end]
-            keys = split_heads(past[:, :, :embed], self.heads)
-            values = split_heads(past[:, :, embed:], self.heads)
+            new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
+            states[self.slot : self.slot + 2, :, :, step] = new
+            query = qkv[:, :embed].reshape(rows, heads, 1, head_dim)
+            keys = states[self.slot, :, :, : step + 1]
+            values = states[self.slot + 1, :, :, : step + 1]
+            logits = torch.matmul(query, keys.transpose(2, 3))
+            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            context = torch.matmul(weights, values)  # Eq. 2
             if self.role == LEADER:
-                logits = torch.matmul(query, keys.transpose(2, 3))
-                weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
-                context = torch.matmul(weights, values)  # Eq. 2
                 shared["self"] = (weights, context)
-            else:
-                context = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
         return self.out(context.reshape(rows, embed))
 
 
@@ -199,16 +197,13 @@ class EncoderAttentionStep(nn.Module):
         else:
             query = self.q(x).view(sentences, beam, self.heads, -1).transpose(1, 2)
             keys, values = cache.encoder[self.slot], cache.encoder[self.slot + 1]
+            logits = torch.matmul(query, keys.transpose(2, 3))
+            if cache.source_padding is not None:
+                logits = logits.masked_fill(cache.source_padding, float("-inf"))
+            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            context = torch.matmul(weights, values)  # Eq. 2
             if self.role == LEADER:
-                logits = torch.matmul(query, keys.transpose(2, 3))
-                logits = logits.masked_fill(~cache.source_keep, float("-inf"))
-                weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
-                context = torch.matmul(weights, values)  # Eq. 2
                 shared["encdec"] = (weights, context)
-            else:
-                context = F.scaled_dot_product_attention(
-                    query, keys, values, attn_mask=cache.source_keep, scale=1.0
-                )
         # (sentences, heads, beam, head_dim) -> (hypotheses, embed), hypothesis-major.
         return self.out(context.transpose(1, 2).reshape(rows, embed))
 
@@ -266,15 +261,18 @@ class StaticDecoderStep(nn.Module):
         self.layernorm_embedding = copy_module(decoder.layernorm_embedding)
         self._positions_of = decoder.embed_positions  # not a submodule: the step never casts it
         self.register_buffer("positions", torch.empty(0), persistent=False)
-        self.self_width, self.aan_layers = 0, 0
+        self.heads = decoder.layers[0].self_attn.num_heads
+        self.self_slots, self.aan_layers = 0, 0
         layers = []
         for layer in decoder.layers:
             if isinstance(layer.self_attn, AverageAttention):
                 attention = AverageAttentionStep(layer.self_attn, self.aan_layers)
                 self.aan_layers += 1
             else:
-                attention = SelfAttentionStep(layer.self_attn, self.self_width)
-                self.self_width += attention.cache_width
+                if layer.self_attn.num_heads != self.heads:
+                    raise StaticDecoderError("decoder layers with different numbers of heads")
+                attention = SelfAttentionStep(layer.self_attn, self.self_slots)
+                self.self_slots += attention.cache_slots
             layers.append(LayerStep(layer, attention))
         self.layers = nn.ModuleList(layers)
         self.layer_norm = copy_module(decoder.layer_norm)
@@ -291,10 +289,11 @@ class StaticDecoderStep(nn.Module):
         """Project the encoder output for every encoder-decoder attention; position table."""
         encoder_out = encoder_out.to(self.dtype)
         cache.sentences = encoder_out.size(1)
-        cache.source_keep = (
+        # None when no sentence has padding: fairseq's mask would change nothing either.
+        cache.source_padding = (
             None
-            if source_padding is None
-            else ~source_padding.view(source_padding.size(0), 1, 1, -1)
+            if source_padding is None or not bool(source_padding.any())
+            else source_padding.view(source_padding.size(0), 1, 1, -1)
         )
         for layer in self.layers:
             if layer.encoder_attn is not None:

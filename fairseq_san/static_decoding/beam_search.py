@@ -49,10 +49,11 @@ class TensorBeamSearch:
         self.settings = s = settings
         rows, width = sentences * s.beam, s.max_len + 1
         self.sentences = sentences
-        self.tokens = Reorderable((rows, width + 1), torch.long, device)  # bos + tokens + eos
+        # bos + tokens + eos; cumulative scores. Both are reordered up to the current step only.
+        self.tokens = Reorderable((rows, width + 1), torch.long, device, length_dim=1)
         self.tokens.tensor.fill_(s.pad)
         self.tokens.tensor[:, 0] = bos
-        self.scores = Reorderable((rows, width), torch.float32, device)  # cumulative
+        self.scores = Reorderable((rows, width), torch.float32, device, length_dim=1)
         self.ignore = torch.zeros(sentences, s.beam, dtype=torch.bool, device=device)
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
         self.candidate_offsets = torch.arange(2 * s.beam, device=device)
@@ -101,9 +102,9 @@ class TensorBeamSearch:
         rank, active = torch.topk(rank, k=s.beam, dim=1, largest=False)
         self.ignore = rank.ge(2 * s.beam)
         order = torch.gather(cand_rows, 1, active).view(-1)
-        self.tokens.reorder(order)
+        self.tokens.reorder(order, step + 1)
         self.tokens.tensor[:, step + 1] = torch.gather(cand_tokens, 1, active).view(-1)
-        self.scores.reorder(order)
+        self.scores.reorder(order, step)
         self.scores.tensor[:, step] = torch.gather(cand_scores, 1, active).view(-1)
         return order
 

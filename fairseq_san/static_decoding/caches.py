@@ -25,17 +25,24 @@ from torch import Tensor
 class Reorderable:
     """A tensor with one row per hypothesis along ``dim``, gathered by beam search into a spare.
 
-    Rows are zero at first; what a step has not written yet is never read.
+    With ``length_dim``, only the positions written so far are gathered; the positions after them
+    hold stale values that are overwritten before they are read.
     """
 
-    def __init__(self, shape, dtype: torch.dtype, device: torch.device, dim: int = 0) -> None:
+    def __init__(
+        self, shape, dtype, device, dim: int = 0, length_dim: Optional[int] = None
+    ) -> None:
         self.tensor = torch.zeros(shape, dtype=dtype, device=device)
-        self._spare = torch.empty_like(self.tensor)
-        self.dim = dim
+        self._spare = torch.zeros_like(self.tensor)
+        self.dim, self.length_dim = dim, length_dim
 
-    def reorder(self, order: Tensor) -> None:
-        """Row i becomes row ``order[i]``: one gather, no allocation."""
-        torch.index_select(self.tensor, self.dim, order, out=self._spare)
+    def reorder(self, order: Tensor, length: Optional[int] = None) -> None:
+        """Row i becomes row ``order[i]`` (positions ``:length``): one gather, no allocation."""
+        source, target = self.tensor, self._spare
+        if length is not None:
+            source = source.narrow(self.length_dim, 0, length)
+            target = target.narrow(self.length_dim, 0, length)
+        torch.index_select(source, self.dim, order, out=target)
         self.tensor, self._spare = self._spare, self.tensor
 
 
@@ -45,7 +52,7 @@ class DecoderCache:
 
     ``self_attention`` is (slots, hypotheses, heads, max positions, head_dim) or None when the
     decoder has no dot-product self-attention; ``sums`` is (hypotheses, AAN layers, embed) or None;
-    ``encoder`` holds per-sentence (sentences, heads, source length, head_dim) keys/values in the
+    ``encoder`` holds per-sentence (sentences * heads, source length, head_dim) keys/values in the
     order the step's modules registered them; ``sentences`` is the number of source sentences; ``source_padding`` is (sentences, 1, 1, source length),
     True at padding, or None when the batch has none.
     """
@@ -56,10 +63,12 @@ class DecoderCache:
     sentences: int = 0
     source_padding: Optional[Tensor] = None
 
-    def reorder(self, order: Tensor) -> None:
-        for state in (self.self_attention, self.sums):
-            if state is not None:
-                state.reorder(order)
+    def reorder(self, order: Tensor, written: int) -> None:
+        """Follow beam search: row i takes row ``order[i]``'s state (``written`` positions)."""
+        if self.self_attention is not None:
+            self.self_attention.reorder(order, written)
+        if self.sums is not None:
+            self.sums.reorder(order)
 
 
 def allocate_cache(
@@ -75,7 +84,11 @@ def allocate_cache(
     """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens."""
     self_attention = (
         Reorderable(
-            (self_slots, hypotheses, heads, positions, embed_dim // heads), dtype, device, dim=1
+            (self_slots, hypotheses, heads, positions, embed_dim // heads),
+            dtype,
+            device,
+            dim=1,
+            length_dim=3,
         )
         if self_slots
         else None

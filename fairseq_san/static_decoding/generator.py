@@ -132,7 +132,7 @@ class StaticSequenceGenerator(nn.Module):
             order = search.advance(position, lprobs)
             if order is None:
                 break
-            cache.reorder(order)
+            cache.reorder(order, position + 1)
         return search.hypotheses()
 
     def _settings(self, max_len: int) -> SearchSettings:

@@ -121,21 +121,27 @@ class SelfAttentionStep(nn.Module):
         heads, head_dim = self.heads, embed // self.heads
         if self.role == WEIGHTS:
             states[self.slot, :, :, step] = self.v(x).view(rows, heads, head_dim)
-            values = states[self.slot, :, :, : step + 1]
-            context = torch.matmul(shared["self"][0], values)  # Eq. 4: S^m V^n
+            values = batched(states[self.slot], step + 1)
+            context = torch.bmm(shared["self"][0], values)  # Eq. 4: S^m V^n
         else:
             qkv = self.qkv(x)
             new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
             states[self.slot : self.slot + 2, :, :, step] = new
-            query = qkv[:, :embed].reshape(rows, heads, 1, head_dim)
-            keys = states[self.slot, :, :, : step + 1]
-            values = states[self.slot + 1, :, :, : step + 1]
-            logits = torch.matmul(query, keys.transpose(2, 3))
+            query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
+            keys = batched(states[self.slot], step + 1)
+            logits = torch.bmm(query, keys.transpose(1, 2))
             weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
-            context = torch.matmul(weights, values)  # Eq. 2
+            context = torch.bmm(weights, batched(states[self.slot + 1], step + 1))  # Eq. 2
             if self.role == LEADER:
                 shared["self"] = (weights, context)
-        return self.out(context.reshape(rows, embed))
+        return self.out(context.view(rows, embed))
+
+
+def batched(slot: Tensor, length: int) -> Tensor:
+    """Positions ``:length`` of a cache slot (rows, heads, positions, head_dim) as the
+    (rows * heads, length, head_dim) view that torch.bmm takes without a copy."""
+    rows, heads, _, head_dim = slot.shape
+    return slot[:, :, :length].view(rows * heads, length, head_dim)
 
 
 class AverageAttentionStep(nn.Module):
@@ -174,38 +180,42 @@ class EncoderAttentionStep(nn.Module):
         self.slot = -1
 
     def project(self, encoder_out: Tensor, cache: DecoderCache) -> None:
-        """Append this module's keys/values of ``encoder_out`` (source, sentences, embed)."""
+        """Append this module's keys/values of ``encoder_out`` (source, sentences, embed), each
+        as (sentences * heads, source, head_dim)."""
         states = encoder_out.transpose(0, 1)
         if self.role == CONTEXT:
             return
         self.slot = len(cache.encoder)
-        if self.role == WEIGHTS:
-            cache.encoder.append(split_heads(self.v(states), self.heads).contiguous())
-            return
-        keys, values = self.kv(states).chunk(2, dim=-1)
-        cache.encoder.append(split_heads(keys, self.heads).contiguous())
-        cache.encoder.append(split_heads(values, self.heads).contiguous())
+        projected = [self.v(states)] if self.role == WEIGHTS else self.kv(states).chunk(2, dim=-1)
+        for x in projected:
+            per_head = split_heads(x, self.heads)
+            cache.encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
 
     def forward(self, x: Tensor, cache: DecoderCache, shared: Shared) -> Tensor:
         rows, embed = x.shape
         sentences = cache.sentences
         beam = rows // sentences
+        heads = self.heads
         if self.role == CONTEXT:
             context = shared["encdec"][1]  # Eq. 5: A^m
         elif self.role == WEIGHTS:
-            context = torch.matmul(shared["encdec"][0], cache.encoder[self.slot])  # Eq. 4
+            context = torch.bmm(shared["encdec"][0], cache.encoder[self.slot])  # Eq. 4
         else:
-            query = self.q(x).view(sentences, beam, self.heads, -1).transpose(1, 2)
+            query = self.q(x).view(sentences, beam, heads, -1).transpose(1, 2)
+            query = query.reshape(sentences * heads, beam, -1)
             keys, values = cache.encoder[self.slot], cache.encoder[self.slot + 1]
-            logits = torch.matmul(query, keys.transpose(2, 3))
+            logits = torch.bmm(query, keys.transpose(1, 2))
             if cache.source_padding is not None:
+                logits = logits.view(sentences, heads, beam, -1)
                 logits = logits.masked_fill(cache.source_padding, float("-inf"))
+                logits = logits.view(sentences * heads, beam, -1)
             weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
-            context = torch.matmul(weights, values)  # Eq. 2
+            context = torch.bmm(weights, values)  # Eq. 2
             if self.role == LEADER:
                 shared["encdec"] = (weights, context)
-        # (sentences, heads, beam, head_dim) -> (hypotheses, embed), hypothesis-major.
-        return self.out(context.transpose(1, 2).reshape(rows, embed))
+        # (sentences * heads, beam, head_dim) -> (hypotheses, embed), hypothesis-major.
+        context = context.view(sentences, heads, beam, -1).transpose(1, 2)
+        return self.out(context.reshape(rows, embed))
 
 
 class LayerStep(nn.Module):

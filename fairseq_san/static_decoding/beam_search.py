@@ -54,6 +54,7 @@ class TensorBeamSearch:
         self.tokens.tensor.fill_(s.pad)
         self.tokens.tensor[:, 0] = bos
         self.scores = Reorderable((rows, width), torch.float32, device, length_dim=1)
+        self.scores.tensor.zero_()
         self.ignore = torch.zeros(sentences, s.beam, dtype=torch.bool, device=device)
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
         self.candidate_offsets = torch.arange(2 * s.beam, device=device)

@@ -26,14 +26,15 @@ class Reorderable:
     """A tensor with one row per hypothesis along ``dim``, gathered by beam search into a spare.
 
     With ``length_dim``, only the positions written so far are gathered; the positions after them
-    hold stale values that are overwritten before they are read.
+    hold stale values that are overwritten before they are read. Both buffers start uninitialised
+    (filling 2 x the cache costs more than a step): callers fill ``tensor`` where it is read first.
     """
 
     def __init__(
         self, shape, dtype, device, dim: int = 0, length_dim: Optional[int] = None
     ) -> None:
-        self.tensor = torch.zeros(shape, dtype=dtype, device=device)
-        self._spare = torch.zeros_like(self.tensor)
+        self.tensor = torch.empty(shape, dtype=dtype, device=device)
+        self._spare = torch.empty_like(self.tensor)
         self.dim, self.length_dim = dim, length_dim
 
     def reorder(self, order: Tensor, length: Optional[int] = None) -> None:
@@ -94,9 +95,8 @@ def allocate_cache(
         else None
     )
     # fairseq's AAN keeps its running sums in float32 whatever the model's precision.
-    sums = (
-        Reorderable((hypotheses, aan_layers, embed_dim), torch.float32, device)
-        if aan_layers
-        else None
-    )
+    sums = None
+    if aan_layers:
+        sums = Reorderable((hypotheses, aan_layers, embed_dim), torch.float32, device)
+        sums.tensor.zero_()
     return DecoderCache(self_attention, sums)

@@ -178,7 +178,7 @@ def test_reduced_precision_step(precision):
         lprobs[name] = out
     linear = steps[precision].layers[0].fc1
     if precision == "bf16":
-        assert linear.weight.dtype == torch.bfloat16
+        assert linear.weight.dtype == torch.bfloat16 and out.dtype == torch.float32
     else:
         assert type(linear).__module__.startswith("torch.ao.nn.quantized.dynamic")
     difference = (lprobs[precision] - lprobs["fp32"]).abs().max()

@@ -172,7 +172,8 @@ def test_reduced_precision_step(precision):
         cache = allocate_cache(
             2, 3, step.self_slots, step.heads, step.aan_layers, step.embed_dim, step.dtype, "cpu"
         )
-        step.prepare(encoder_out["encoder_out"][0], encoder_out["encoder_padding_mask"][0], cache, 3)
+        padding = encoder_out["encoder_padding_mask"][0]
+        step.prepare(encoder_out["encoder_out"][0], padding, cache, 3)
         for position, token in enumerate([DICTIONARY.eos(), 7, 9]):
             out = step(torch.full((2,), token), position, cache)
         lprobs[name] = out

@@ -54,7 +54,8 @@ class DecoderCache:
     ``self_attention`` is (slots, hypotheses, heads, max positions, head_dim) or None when the
     decoder has no dot-product self-attention; ``sums`` is (hypotheses, AAN layers, embed) or None;
     ``encoder`` holds per-sentence (sentences * heads, source length, head_dim) keys/values in the
-    order the step's modules registered them; ``sentences`` is the number of source sentences; ``source_padding`` is (sentences, 1, 1, source length),
+    order the step's modules registered them; ``sentences`` is the number of source sentences;
+    ``source_padding`` is (sentences, 1, 1, source length),
     True at padding, or None when the batch has none.
     """
 

@@ -120,7 +120,8 @@ class StaticSequenceGenerator(nn.Module):
             step.dtype,
             src_tokens.device,
         )
-        step.prepare(encoder_out["encoder_out"][0], padding[0] if padding else None, cache, max_len + 1)
+        source = encoder_out["encoder_out"][0]
+        step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
         search = TensorBeamSearch(
             self._settings(max_len),
             sentences,

@@ -25,8 +25,10 @@ class BFloat16Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16))
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float())
+        self.requires_grad_(False)
 
     def forward(self, x: Tensor) -> Tensor:
         y = F.linear(x.to(torch.bfloat16), self.weight).float()
@@ -48,7 +50,9 @@ def apply_precision(step: nn.Module, precision: str) -> nn.Module:
     if precision == "fp32":
         return step
     if step.dtype != torch.float32:
-        raise StaticDecoderError(f"--san-decoder-precision {precision} with a model that is not float32")
+        raise StaticDecoderError(
+            f"--san-decoder-precision {precision} with a model that is not float32"
+        )
     if precision == "bf16":
         return to_bfloat16_linears(step)
     if precision == "int8":

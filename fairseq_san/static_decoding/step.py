@@ -67,12 +67,10 @@ def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn
     parameters are its own objects, so casting or quantizing it leaves the model as it is.
     """
     scales = scales or [1.0] * len(sources)
-    weights = [s.weight.detach() * c if c != 1.0 else s.weight.detach() for s, c in zip(sources, scales)]
+    weights = [_scaled(s.weight, c) for s, c in zip(sources, scales)]
     has_bias = any(s.bias is not None for s in sources)
     biases = [
-        (s.bias.detach() * c if c != 1.0 else s.bias.detach())
-        if s.bias is not None
-        else s.weight.new_zeros(s.weight.size(0))
+        _scaled(s.bias, c) if s.bias is not None else s.weight.new_zeros(s.weight.size(0))
         for s, c in zip(sources, scales)
     ]
     weight = weights[0] if len(weights) == 1 else torch.cat(weights)
@@ -82,6 +80,11 @@ def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn
         bias = biases[0] if len(biases) == 1 else torch.cat(biases)
         linear.bias = nn.Parameter(bias, requires_grad=False)
     return linear
+
+
+def _scaled(tensor: Tensor, scale: float) -> Tensor:
+    """``tensor`` times ``scale``, detached; the same storage when ``scale`` is 1."""
+    return tensor.detach() * scale if scale != 1.0 else tensor.detach()
 
 
 def copy_module(module: Optional[nn.Module]) -> Optional[nn.Module]:
@@ -311,7 +314,7 @@ class StaticDecoderStep(nn.Module):
         self._extend_positions(positions, encoder_out.device)
 
     def _extend_positions(self, positions: int, device: torch.device) -> None:
-        """Position embeddings 0..positions-1 from the model's own module (learned or sinusoidal)."""
+        """Position embeddings 0..positions-1 from the model's own module (learned, sinusoidal)."""
         if self._positions_of is None or self.positions.size(0) >= positions:
             return
         tokens = torch.full((1, positions), self._positions_of.padding_idx + 1, device=device)

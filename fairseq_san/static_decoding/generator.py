@@ -75,6 +75,8 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("--temperature must be greater than 0")
         self.model = models[0]
         self.model.eval()
+        if precision == "int8" and next(self.model.parameters()).device.type != "cpu":
+            raise StaticDecoderError("--san-decoder-precision int8 on a GPU (CPU only)")
         self.step = apply_precision(StaticDecoderStep(self.model.decoder), precision)
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()

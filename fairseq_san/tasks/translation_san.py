@@ -51,6 +51,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
+from fairseq.dataclass import ChoiceEnum
 from fairseq.modules import MultiheadAttention
 from fairseq.tasks import TASK_REGISTRY, register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -61,6 +62,8 @@ from fairseq_san.errors import UsageError
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
 from fairseq_san.policy import KIND_MODULES, KINDS
+from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
+from fairseq_san.static_decoding import build_static_generator
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,17 @@ class TranslationSANConfig(TranslationConfig):
     )
     san_analysis_log_interval: int = field(
         default=100, metadata={"help": "log analysis progress every N analysed batches"}
+    )
+    san_decoder: ChoiceEnum(["fairseq", "static"]) = field(
+        default="fairseq",
+        metadata={
+            "help": "generation: fairseq's SequenceGenerator, or the static-shape decoder "
+            "(fairseq_san.static_decoding: same translations, less per-step overhead)"
+        },
+    )
+    san_decoder_precision: ChoiceEnum(list(STATIC_PRECISIONS)) = field(
+        default="fp32",
+        metadata={"help": "--san-decoder static on the CPU: fp32, bf16 or int8 linear layers"},
     )
 
 
@@ -324,6 +338,33 @@ class TranslationSANTask(TranslationTask):
             logger.info(
                 "SAN analysis: %d sentences in %d batches", analysis.sentences, analysis.batches
             )
+
+    def build_generator(
+        self,
+        models,
+        args,
+        seq_gen_cls=None,
+        extra_gen_cls_kwargs=None,
+        prefix_allowed_tokens_fn=None,
+    ):
+        """fairseq's generator, or with ``--san-decoder static`` the static-shape decoder.
+
+        ``args`` (the generation options) may carry ``san_decoder`` and ``san_decoder_precision``
+        themselves (the benchmark does); otherwise the task's options decide.
+        """
+        if (getattr(args, "san_decoder", None) or self.cfg.san_decoder) != "static":
+            return super().build_generator(
+                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+            )
+        return build_static_generator(
+            models,
+            self.target_dictionary,
+            args,
+            getattr(args, "san_decoder_precision", None) or self.cfg.san_decoder_precision,
+            seq_gen_cls,
+            extra_gen_cls_kwargs,
+            prefix_allowed_tokens_fn,
+        )
 
     def reduce_metrics(self, logging_outputs, criterion):
         """fairseq-validate calls this once per subset, after its last batch: write the analysis."""

@@ -1,0 +1,18 @@
+"""A static-shape decoder for beam search (``--san-decoder static``): same translations as
+fairseq's SequenceGenerator, without its per-step overhead.
+
+* ``caches.py``: self-attention, AAN and encoder-decoder state, allocated once per batch;
+* ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
+* ``beam_search.py``: fairseq's beam search on tensors;
+* ``precision.py``: bf16 / int8 steps on the CPU;
+* ``generator.py``: the SequenceGenerator drop-in and the option checks.
+"""
+
+from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.generator import (
+    StaticSequenceGenerator,
+    build_static_generator,
+)
+from fairseq_san.static_decoding.precision import PRECISIONS
+
+__all__ = ["PRECISIONS", "StaticDecoderError", "StaticSequenceGenerator", "build_static_generator"]

@@ -1,0 +1,171 @@
+"""Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``.
+
+Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subtracted, EOS is
+forbidden before ``min_len`` and forced at ``max_len``; the top 2 x beam candidates (beam x
+vocabulary, or the first beam only at step 0) are ranked by cumulative log-probability; EOS
+candidates among the top ``beam`` are finished, with score (cumulative log-probability) /
+length ** lenpen, in candidate order, until a sentence has ``beam`` finished hypotheses (it is
+then done); the first ``beam`` non-EOS candidates continue. At the end each sentence's finished
+hypotheses are sorted by score (fairseq's n-best).
+
+What differs is the bookkeeping, not the result:
+
+* a done sentence keeps its rows in the batch (masked: its candidates are never finished again),
+  so shapes never change during a batch and no cache is compacted;
+* finished hypotheses are written into per-sentence tensors with one scatter per step, with no
+  Python loop over hypotheses or sentences;
+* tokens and scores are reordered by one gather each into preallocated buffers.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_san.static_decoding.caches import Reorderable
+
+
+@dataclass
+class SearchSettings:
+    """The options of fairseq's SequenceGenerator that the search honours."""
+
+    beam: int
+    min_len: int
+    max_len: int  # the last step is max_len: at most max_len tokens, then EOS
+    len_penalty: float
+    normalize_scores: bool
+    unk_penalty: float
+    pad: int
+    unk: int
+    eos: int
+
+
+class TensorBeamSearch:
+    """State of one batch: live hypotheses (sentences x beam rows) and finished ones."""
+
+    def __init__(self, settings: SearchSettings, sentences: int, bos: int, device) -> None:
+        self.settings = s = settings
+        rows, width = sentences * s.beam, s.max_len + 1
+        self.sentences = sentences
+        # bos + tokens + eos; cumulative scores. Both are reordered up to the current step only.
+        self.tokens = Reorderable((rows, width + 1), torch.long, device, length_dim=1)
+        self.tokens.tensor.fill_(s.pad)
+        self.tokens.tensor[:, 0] = bos
+        self.scores = Reorderable((rows, width), torch.float32, device, length_dim=1)
+        self.scores.tensor.zero_()
+        self.ignore = torch.zeros(sentences, s.beam, dtype=torch.bool, device=device)
+        self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
+        self.candidate_offsets = torch.arange(2 * s.beam, device=device)
+        # Finished hypotheses, slot j of sentence i = the j-th fairseq finalized for it.
+        self.final_tokens = torch.full((sentences, s.beam, width), s.pad, device=device)
+        self.final_positional = torch.zeros(sentences, s.beam, width, device=device)
+        self.final_scores = torch.zeros(sentences, s.beam, device=device)
+        self.final_lengths = torch.zeros(sentences, s.beam, dtype=torch.long, device=device)
+        self.final_count = torch.zeros(sentences, dtype=torch.long, device=device)
+        self.done = torch.zeros(sentences, dtype=torch.bool, device=device)
+
+    def last_tokens(self, step: int) -> Tensor:
+        """The input of step ``step``: each hypothesis' latest token (bos at step 0)."""
+        return self.tokens.tensor[:, step]
+
+    def advance(self, step: int, lprobs: Tensor) -> Optional[Tensor]:
+        """Take the step's log-probabilities (rows, vocabulary); return the order in which the
+        decoder's caches must be reordered, or None when every sentence is done."""
+        s = self.settings
+        lprobs = self._constrain(step, lprobs)
+        vocab = lprobs.size(1)
+        lprobs = lprobs.view(self.sentences, s.beam, vocab)
+        if step == 0:  # all beams are the same hypothesis: only the first one
+            lprobs = lprobs[:, :1]
+        else:
+            lprobs = lprobs + self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1)
+        flat = lprobs.reshape(self.sentences, -1)
+        cand_scores, cand_flat = torch.topk(flat, k=min(2 * s.beam, flat.size(1) - 1))
+        cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
+        cand_tokens = cand_flat.fmod(vocab)
+
+        eos = cand_tokens.eq(s.eos) & cand_scores.ne(-math.inf)
+        eos[:, : s.beam] &= ~self.ignore
+        eos &= ~self.done.unsqueeze(1)
+        finishing = eos[:, : s.beam]
+        if finishing.any():
+            self._finish(step, finishing, cand_rows[:, : s.beam], cand_scores[:, : s.beam])
+            if bool(self.done.all()):
+                return None
+        if step >= s.max_len:
+            raise RuntimeError(f"beam search reached max_len {s.max_len} with live sentences")
+
+        # The first `beam` candidates that are not EOS continue (fairseq's active_mask).
+        eos[:, : s.beam] |= self.ignore
+        rank = eos.long() * (2 * s.beam) + self.candidate_offsets[: eos.size(1)]
+        rank, active = torch.topk(rank, k=s.beam, dim=1, largest=False)
+        self.ignore = rank.ge(2 * s.beam)
+        order = torch.gather(cand_rows, 1, active).view(-1)
+        self.tokens.reorder(order, step + 1)
+        self.tokens.tensor[:, step + 1] = torch.gather(cand_tokens, 1, active).view(-1)
+        self.scores.reorder(order, step)
+        self.scores.tensor[:, step] = torch.gather(cand_scores, 1, active).view(-1)
+        return order
+
+    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
+        """fairseq's per-step rules on the log-probabilities (in place)."""
+        s = self.settings
+        torch.nan_to_num(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf, out=lprobs)
+        lprobs[:, s.pad] = -math.inf
+        if s.unk_penalty:
+            lprobs[:, s.unk] -= s.unk_penalty
+        if step >= s.max_len:
+            lprobs[:, : s.eos] = -math.inf
+            lprobs[:, s.eos + 1 :] = -math.inf
+        if step < s.min_len:
+            lprobs[:, s.eos] = -math.inf
+        return lprobs
+
+    def _finish(self, step: int, finishing: Tensor, rows: Tensor, scores: Tensor) -> None:
+        """Store the EOS candidates ``finishing`` (sentences, beam) of live sentences, in candidate
+        order, while their sentence has fewer than ``beam`` finished; mark sentences done."""
+        s = self.settings
+        slot = self.final_count.unsqueeze(1) + finishing.long().cumsum(dim=1) - 1
+        accept = finishing & slot.lt(s.beam)
+        sentence, candidate = accept.nonzero(as_tuple=True)
+        slot, row, eos_score = slot[accept], rows[accept], scores[accept]
+        length = step + 1
+        tokens = self.tokens.tensor[row, 1 : length + 1]
+        tokens[:, step] = s.eos
+        self.final_tokens[sentence, slot, :length] = tokens
+        cumulative = self.scores.tensor[row, :length]
+        cumulative[:, step] = eos_score
+        positional = cumulative.clone()
+        positional[:, 1:] = cumulative[:, 1:] - cumulative[:, :-1]
+        self.final_positional[sentence, slot, :length] = positional
+        if s.normalize_scores:
+            eos_score = eos_score / length**s.len_penalty
+        self.final_scores[sentence, slot] = eos_score
+        self.final_lengths[sentence, slot] = length
+        self.final_count += accept.sum(dim=1)
+        complete = self.final_count.eq(s.beam) | (step == s.max_len)
+        self.done |= finishing.any(dim=1) & complete
+
+    def hypotheses(self) -> List[List[Dict[str, Tensor]]]:
+        """fairseq's output: per sentence, its finished hypotheses by descending score."""
+        results = []
+        counts = self.final_count.tolist()
+        for sentence, count in enumerate(counts):
+            scores = self.final_scores[sentence, :count].clone()
+            _, ranked = torch.sort(scores, descending=True)
+            nbest = []
+            for slot in ranked.tolist():
+                length = int(self.final_lengths[sentence, slot])
+                nbest.append(
+                    {
+                        "tokens": self.final_tokens[sentence, slot, :length],
+                        "score": self.final_scores[sentence, slot],
+                        "attention": torch.empty(0),
+                        "alignment": torch.empty(0),
+                        "positional_scores": self.final_positional[sentence, slot, :length],
+                    }
+                )
+            results.append(nbest)
+        return results

@@ -1,0 +1,189 @@
+"""``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search).
+
+It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
+lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
+``task.inference_step`` use it unchanged. ``build_static_generator`` is what
+``--san-decoder static`` calls: it refuses, with one error naming the option, every generation
+option the static decoder does not implement.
+
+Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
+per sentence, the caches are allocated for the longest output, and each step is one call of
+``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance``.
+"""
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+from fairseq_san.static_decoding.caches import allocate_cache
+from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.precision import apply_precision
+from fairseq_san.static_decoding.step import StaticDecoderStep
+
+# Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
+# (option, test of its value that means "in use").
+UNSUPPORTED_OPTIONS = [
+    ("sampling", bool),
+    ("diverse_beam_groups", lambda v: v is not None and v > 0),
+    ("diversity_rate", lambda v: v is not None and v > -1),
+    ("match_source_len", bool),
+    ("no_repeat_ngram_size", lambda v: v is not None and v > 0),
+    ("constraints", bool),
+    ("prefix_size", lambda v: v is not None and v > 0),
+    ("retain_dropout", bool),
+    ("print_alignment", bool),
+    ("score_reference", bool),
+    ("lm_path", bool),
+]
+
+
+def flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def check_generation_options(args) -> None:
+    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour."""
+    for option, in_use in UNSUPPORTED_OPTIONS:
+        if in_use(getattr(args, option, None)):
+            raise StaticDecoderError(flag(option))
+
+
+class StaticSequenceGenerator(nn.Module):
+    """Beam search with fairseq's semantics over a static-shape decoder step (see module doc)."""
+
+    def __init__(
+        self,
+        models: List[nn.Module],
+        tgt_dict,
+        beam_size: int = 1,
+        max_len_a: float = 0,
+        max_len_b: int = 200,
+        max_len: int = 0,
+        min_len: int = 1,
+        normalize_scores: bool = True,
+        len_penalty: float = 1.0,
+        unk_penalty: float = 0.0,
+        temperature: float = 1.0,
+        precision: str = "fp32",
+    ) -> None:
+        super().__init__()
+        if len(models) != 1:
+            raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
+        if temperature <= 0:
+            raise ValueError("--temperature must be greater than 0")
+        self.model = models[0]
+        self.model.eval()
+        if precision == "int8" and next(self.model.parameters()).device.type != "cpu":
+            raise StaticDecoderError("--san-decoder-precision int8 on a GPU (CPU only)")
+        self.step = apply_precision(StaticDecoderStep(self.model.decoder), precision)
+        self.tgt_dict = tgt_dict
+        self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
+        self.symbols_to_strip_from_output = {self.eos}
+        self.vocab_size = len(tgt_dict)
+        self.beam_size = min(beam_size, self.vocab_size - 1)  # pad is never selected
+        self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
+        self.max_len = max_len or self.model.max_decoder_positions()
+        self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
+        self.unk_penalty, self.temperature = unk_penalty, temperature
+        self.precision = precision
+
+    @torch.no_grad()
+    def generate(
+        self,
+        models,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        bos_token: Optional[int] = None,
+    ) -> List[List[Dict[str, Tensor]]]:
+        """fairseq's ``SequenceGenerator.generate``: per sentence, its n-best hypotheses."""
+        if prefix_tokens is not None:
+            raise StaticDecoderError("--prefix-size (prefix tokens)")
+        if constraints is not None:
+            raise StaticDecoderError("--constraints")
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        sentences, src_len = src_tokens.size()[:2]
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        if self.min_len > max_len:
+            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        padding = encoder_out["encoder_padding_mask"]
+        step = self.step
+        cache = allocate_cache(
+            sentences * self.beam_size,
+            max_len + 1,
+            step.self_slots,
+            step.heads,
+            step.aan_layers,
+            step.embed_dim,
+            step.dtype,
+            src_tokens.device,
+        )
+        source = encoder_out["encoder_out"][0]
+        step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
+        search = TensorBeamSearch(
+            self._settings(max_len),
+            sentences,
+            self.eos if bos_token is None else bos_token,
+            src_tokens.device,
+        )
+        for position in range(max_len + 1):
+            lprobs = step(search.last_tokens(position), position, cache, self.temperature)
+            order = search.advance(position, lprobs)
+            if order is None:
+                break
+            cache.reorder(order, position + 1)
+        return search.hypotheses()
+
+    def _settings(self, max_len: int) -> SearchSettings:
+        return SearchSettings(
+            beam=self.beam_size,
+            min_len=self.min_len,
+            max_len=max_len,
+            len_penalty=self.len_penalty,
+            normalize_scores=self.normalize_scores,
+            unk_penalty=self.unk_penalty,
+            pad=self.pad,
+            unk=self.unk,
+            eos=self.eos,
+        )
+
+
+def build_static_generator(
+    models: List[nn.Module],
+    tgt_dict,
+    args,
+    precision: str = "fp32",
+    seq_gen_cls: Optional[type] = None,
+    extra_gen_cls_kwargs: Optional[Dict] = None,
+    prefix_allowed_tokens_fn: Optional[Callable] = None,
+) -> StaticSequenceGenerator:
+    """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
+    receives), or StaticDecoderError naming the first option it does not support."""
+    check_generation_options(args)
+    if seq_gen_cls is not None:
+        raise StaticDecoderError(f"a custom generator class ({seq_gen_cls.__name__})")
+    if prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None):
+        raise StaticDecoderError("prefix_allowed_tokens_fn (constrained beam search)")
+    extra = dict(extra_gen_cls_kwargs or {})
+    if extra.pop("lm_model", None) is not None:
+        raise StaticDecoderError("--lm-path (language model fusion)")
+    extra.pop("lm_weight", None)
+    if extra:
+        raise StaticDecoderError(f"generator options {sorted(extra)}")
+    return StaticSequenceGenerator(
+        models,
+        tgt_dict,
+        beam_size=getattr(args, "beam", 5),
+        max_len_a=getattr(args, "max_len_a", 0),
+        max_len_b=getattr(args, "max_len_b", 200),
+        min_len=getattr(args, "min_len", 1),
+        normalize_scores=not getattr(args, "unnormalized", False),
+        len_penalty=getattr(args, "lenpen", 1),
+        unk_penalty=getattr(args, "unkpen", 0),
+        temperature=getattr(args, "temperature", 1.0),
+        precision=precision,
+    )

@@ -1,0 +1,359 @@
+"""One decoder step over preallocated caches, built from a loaded fairseq decoder's own weights.
+
+``StaticDecoderStep`` reads the modules of a fairseq ``TransformerDecoderBase`` (fairseq's
+transformer and every model ``transformer_san`` builds) and computes, for one new token per
+hypothesis, the same function as fairseq's incremental ``decoder.forward`` followed by
+``get_normalized_probs``:
+
+* attention modules map by type: fairseq's MultiheadAttention (and ``DecodingAttention``) and a
+  SAN block leader (``BlockLeaderAttention``, Eq. 1-2) keep their own q/k/v; a follower reusing
+  the block's weights S (``SharedWeightsAttention``, Eq. 4) keeps only V; one reusing the context
+  A (``SharedContextAttention``, Eq. 5) keeps nothing; ``AverageAttention`` keeps a running sum;
+* projections are copied once into fused matrices (q/k/v of self-attention, k/v of the encoder
+  output) with the query scaling folded in, so that ``precision.py`` can cast or quantize every
+  linear layer of the step without touching the model;
+* all state lives in a ``DecoderCache`` (caches.py) indexed by position: no per-step allocation
+  of caches, no dictionaries of incremental state.
+
+The step takes the position as a Python int and slices the caches with it; a CUDA-graph version
+would pass it as a tensor and mask positions instead, with the same modules.
+"""
+
+import copy
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.models.transformer import TransformerDecoderBase
+from fairseq.modules import MultiheadAttention
+from torch import Tensor, nn
+
+from fairseq_san.modules.average_attention import AverageAttention
+from fairseq_san.modules.shared_attention import (
+    BlockLeaderAttention,
+    SharedContextAttention,
+    SharedWeightsAttention,
+)
+from fairseq_san.static_decoding.caches import DecoderCache
+from fairseq_san.static_decoding.errors import StaticDecoderError
+
+# What a block leader hands to its followers in one step: S (weights) and A (per-head context),
+# per kind of attention ("self", "encdec").
+Shared = Dict[str, Tuple[Tensor, Tensor]]
+
+# Roles of an attention module in the step.
+FULL, LEADER, WEIGHTS, CONTEXT = "full", "leader", "weights", "context"
+
+
+def attention_role(module: nn.Module) -> str:
+    """FULL, LEADER, WEIGHTS or CONTEXT for a decoder attention module (see module doc)."""
+    if isinstance(module, SharedContextAttention):
+        return CONTEXT
+    if isinstance(module, SharedWeightsAttention):
+        return WEIGHTS
+    if isinstance(module, BlockLeaderAttention):
+        return LEADER
+    if isinstance(module, MultiheadAttention):
+        if module.bias_k is not None or module.add_zero_attn:
+            raise StaticDecoderError("attention with add_bias_kv or add_zero_attn")
+        return FULL
+    raise StaticDecoderError(f"decoder attention of type {type(module).__name__}")
+
+
+def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn.Linear:
+    """A Linear computing ``sources`` side by side (output rows stacked), row blocks scaled.
+
+    A single unscaled source shares its weight storage with the model (no copy); the Linear's
+    parameters are its own objects, so casting or quantizing it leaves the model as it is.
+    """
+    scales = scales or [1.0] * len(sources)
+    weights = [_scaled(s.weight, c) for s, c in zip(sources, scales)]
+    has_bias = any(s.bias is not None for s in sources)
+    biases = [
+        _scaled(s.bias, c) if s.bias is not None else s.weight.new_zeros(s.weight.size(0))
+        for s, c in zip(sources, scales)
+    ]
+    weight = weights[0] if len(weights) == 1 else torch.cat(weights)
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=has_bias, device="meta")
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    if has_bias:
+        bias = biases[0] if len(biases) == 1 else torch.cat(biases)
+        linear.bias = nn.Parameter(bias, requires_grad=False)
+    return linear
+
+
+def _scaled(tensor: Tensor, scale: float) -> Tensor:
+    """``tensor`` times ``scale``, detached; the same storage when ``scale`` is 1."""
+    return tensor.detach() * scale if scale != 1.0 else tensor.detach()
+
+
+def copy_module(module: Optional[nn.Module]) -> Optional[nn.Module]:
+    """A copy of a small module (layer norm) that the step may cast without touching the model."""
+    return None if module is None else copy.deepcopy(module).requires_grad_(False)
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(rows, positions, embed) -> (rows, heads, positions, head_dim), a view."""
+    rows, positions, embed = x.shape
+    return x.view(rows, positions, heads, embed // heads).transpose(1, 2)
+
+
+class SelfAttentionStep(nn.Module):
+    """Decoder self-attention for one position: K/V (or V alone) written into cache slots."""
+
+    def __init__(self, module: MultiheadAttention, slot: int) -> None:
+        super().__init__()
+        self.role = attention_role(module)
+        self.heads, self.embed_dim = module.num_heads, module.embed_dim
+        self.slot = slot  # keys, then values (values only for WEIGHTS)
+        if self.role == WEIGHTS:
+            self.v = copy_linear(module.v_proj)
+        else:
+            self.qkv = copy_linear(
+                module.q_proj, module.k_proj, module.v_proj, scales=[module.scaling, 1.0, 1.0]
+            )
+        self.out = copy_linear(module.out_proj)
+
+    @property
+    def cache_slots(self) -> int:
+        return 1 if self.role == WEIGHTS else 2
+
+    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+        rows, embed = x.shape
+        states = cache.self_attention.tensor
+        heads, head_dim = self.heads, embed // self.heads
+        if self.role == WEIGHTS:
+            states[self.slot, :, :, step] = self.v(x).view(rows, heads, head_dim)
+            values = batched(states[self.slot], step + 1)
+            context = torch.bmm(shared["self"][0], values)  # Eq. 4: S^m V^n
+        else:
+            qkv = self.qkv(x)
+            new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
+            states[self.slot : self.slot + 2, :, :, step] = new
+            query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
+            keys = batched(states[self.slot], step + 1)
+            logits = torch.bmm(query, keys.transpose(1, 2))
+            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            context = torch.bmm(weights, batched(states[self.slot + 1], step + 1))  # Eq. 2
+            if self.role == LEADER:
+                shared["self"] = (weights, context)
+        return self.out(context.view(rows, embed))
+
+
+def batched(slot: Tensor, length: int) -> Tensor:
+    """Positions ``:length`` of a cache slot (rows, heads, positions, head_dim) as the
+    (rows * heads, length, head_dim) view that torch.bmm takes without a copy."""
+    rows, heads, _, head_dim = slot.shape
+    return slot[:, :, :length].view(rows * heads, length, head_dim)
+
+
+class AverageAttentionStep(nn.Module):
+    """AAN for one position (Eq. 4-5 of Zhang et al.): running sum in the cache, then gates."""
+
+    def __init__(self, module: AverageAttention, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.fc1, self.fc2 = copy_linear(module.fc1), copy_linear(module.fc2)
+        self.gate = copy_linear(module.gate)
+        self.activation_fn = module.activation_fn
+
+    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+        sums = cache.sums.tensor
+        running = sums[:, self.index] + x.float()
+        sums[:, self.index] = running
+        average = (running / float(step + 1)).type_as(x)
+        g = self.fc2(self.activation_fn(self.fc1(average)))
+        i, f = torch.sigmoid(self.gate(torch.cat([x, g], dim=-1))).chunk(2, dim=-1)
+        return i * x + f * g
+
+
+class EncoderAttentionStep(nn.Module):
+    """Encoder-decoder attention: keys/values once per source sentence, queries per hypothesis."""
+
+    def __init__(self, module: MultiheadAttention) -> None:
+        super().__init__()
+        self.role = attention_role(module)
+        self.heads, self.embed_dim = module.num_heads, module.embed_dim
+        if self.role in (FULL, LEADER):
+            self.q = copy_linear(module.q_proj, scales=[module.scaling])
+            self.kv = copy_linear(module.k_proj, module.v_proj)
+        elif self.role == WEIGHTS:
+            self.v = copy_linear(module.v_proj)
+        self.out = copy_linear(module.out_proj)
+        self.slot = -1
+
+    def project(self, encoder_out: Tensor, cache: DecoderCache) -> None:
+        """Append this module's keys/values of ``encoder_out`` (source, sentences, embed), each
+        as (sentences * heads, source, head_dim)."""
+        states = encoder_out.transpose(0, 1)
+        if self.role == CONTEXT:
+            return
+        self.slot = len(cache.encoder)
+        projected = [self.v(states)] if self.role == WEIGHTS else self.kv(states).chunk(2, dim=-1)
+        for x in projected:
+            per_head = split_heads(x, self.heads)
+            cache.encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
+
+    def forward(self, x: Tensor, cache: DecoderCache, shared: Shared) -> Tensor:
+        rows, embed = x.shape
+        sentences = cache.sentences
+        beam = rows // sentences
+        heads = self.heads
+        if self.role == CONTEXT:
+            context = shared["encdec"][1]  # Eq. 5: A^m
+        elif self.role == WEIGHTS:
+            context = torch.bmm(shared["encdec"][0], cache.encoder[self.slot])  # Eq. 4
+        else:
+            query = self.q(x).view(sentences, beam, heads, -1).transpose(1, 2)
+            query = query.reshape(sentences * heads, beam, -1)
+            keys, values = cache.encoder[self.slot], cache.encoder[self.slot + 1]
+            logits = torch.bmm(query, keys.transpose(1, 2))
+            if cache.source_padding is not None:
+                logits = logits.view(sentences, heads, beam, -1)
+                logits = logits.masked_fill(cache.source_padding, float("-inf"))
+                logits = logits.view(sentences * heads, beam, -1)
+            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            context = torch.bmm(weights, values)  # Eq. 2
+            if self.role == LEADER:
+                shared["encdec"] = (weights, context)
+        # (sentences * heads, beam, head_dim) -> (hypotheses, embed), hypothesis-major.
+        context = context.view(sentences, heads, beam, -1).transpose(1, 2)
+        return self.out(context.reshape(rows, embed))
+
+
+class LayerStep(nn.Module):
+    """fairseq's TransformerDecoderLayerBase for one position (pre- or post-norm)."""
+
+    def __init__(self, layer: nn.Module, self_attention: nn.Module) -> None:
+        super().__init__()
+        for extra in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
+            if getattr(layer, extra, None) is not None:
+                raise StaticDecoderError(f"decoder layers with {extra} (--scale-* options)")
+        if getattr(layer, "cross_self_attention", False):
+            raise StaticDecoderError("--cross-self-attention")
+        self.normalize_before = layer.normalize_before
+        self.self_attn = self_attention
+        self.self_attn_layer_norm = copy_module(layer.self_attn_layer_norm)
+        self.encoder_attn = (
+            EncoderAttentionStep(layer.encoder_attn) if layer.encoder_attn is not None else None
+        )
+        self.encoder_attn_layer_norm = copy_module(layer.encoder_attn_layer_norm)
+        self.fc1, self.fc2 = copy_linear(layer.fc1), copy_linear(layer.fc2)
+        self.activation_fn: Callable[[Tensor], Tensor] = layer.activation_fn
+        self.final_layer_norm = copy_module(layer.final_layer_norm)
+
+    def _sublayer(self, x: Tensor, norm: nn.Module, body: Callable[[Tensor], Tensor]) -> Tensor:
+        """Residual sub-layer: norm before (pre-norm) or after the residual sum (post-norm)."""
+        y = body(norm(x) if self.normalize_before else x)
+        x = x + y
+        return x if self.normalize_before else norm(x)
+
+    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+        x = self._sublayer(
+            x, self.self_attn_layer_norm, lambda y: self.self_attn(y, step, cache, shared)
+        )
+        if self.encoder_attn is not None:
+            x = self._sublayer(
+                x, self.encoder_attn_layer_norm, lambda y: self.encoder_attn(y, cache, shared)
+            )
+        return self._sublayer(
+            x, self.final_layer_norm, lambda y: self.fc2(self.activation_fn(self.fc1(y)))
+        )
+
+
+class StaticDecoderStep(nn.Module):
+    """The whole decoder for one token per hypothesis: embeddings, layers, log-probabilities."""
+
+    def __init__(self, decoder: TransformerDecoderBase) -> None:
+        super().__init__()
+        check_decoder(decoder)
+        self.embed_dim = decoder.embed_tokens.embedding_dim
+        self.embed_tokens = nn.Parameter(decoder.embed_tokens.weight.detach(), requires_grad=False)
+        self.embed_scale = float(decoder.embed_scale)
+        self.project_in_dim = _optional_linear(decoder.project_in_dim)
+        self.layernorm_embedding = copy_module(decoder.layernorm_embedding)
+        self._positions_of = decoder.embed_positions  # not a submodule: the step never casts it
+        self.register_buffer("positions", torch.empty(0), persistent=False)
+        self.heads = decoder.layers[0].self_attn.num_heads
+        self.self_slots, self.aan_layers = 0, 0
+        layers = []
+        for layer in decoder.layers:
+            if isinstance(layer.self_attn, AverageAttention):
+                attention = AverageAttentionStep(layer.self_attn, self.aan_layers)
+                self.aan_layers += 1
+            else:
+                if layer.self_attn.num_heads != self.heads:
+                    raise StaticDecoderError("decoder layers with different numbers of heads")
+                attention = SelfAttentionStep(layer.self_attn, self.self_slots)
+                self.self_slots += attention.cache_slots
+            layers.append(LayerStep(layer, attention))
+        self.layers = nn.ModuleList(layers)
+        self.layer_norm = copy_module(decoder.layer_norm)
+        self.project_out_dim = _optional_linear(decoder.project_out_dim)
+        self.output_projection = copy_linear(decoder.output_projection)
+        self.output_embed_dim = decoder.output_embed_dim
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of activations and caches (float32 for int8 weights)."""
+        return self.embed_tokens.dtype
+
+    def prepare(self, encoder_out: Tensor, source_padding: Optional[Tensor], cache, positions: int):
+        """Project the encoder output for every encoder-decoder attention; position table."""
+        encoder_out = encoder_out.to(self.dtype)
+        cache.sentences = encoder_out.size(1)
+        # None when no sentence has padding: fairseq's mask would change nothing either.
+        cache.source_padding = (
+            None
+            if source_padding is None or not bool(source_padding.any())
+            else source_padding.view(source_padding.size(0), 1, 1, -1)
+        )
+        for layer in self.layers:
+            if layer.encoder_attn is not None:
+                layer.encoder_attn.project(encoder_out, cache)
+        self._extend_positions(positions, encoder_out.device)
+
+    def _extend_positions(self, positions: int, device: torch.device) -> None:
+        """Position embeddings 0..positions-1 from the model's own module (learned, sinusoidal)."""
+        if self._positions_of is None or self.positions.size(0) >= positions:
+            return
+        tokens = torch.full((1, positions), self._positions_of.padding_idx + 1, device=device)
+        with torch.no_grad():
+            table = self._positions_of(tokens)[0]
+        self.positions = table.to(device=device, dtype=self.dtype)
+
+    def forward(self, tokens: Tensor, step: int, cache: DecoderCache, temperature: float = 1.0):
+        """Log-probabilities (hypotheses, vocabulary), float32, of the token after ``tokens``
+        (hypotheses,) at position ``step``; writes position ``step`` of the caches."""
+        x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if self._positions_of is not None:
+            x += self.positions[step]
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        shared: Shared = {}
+        for layer in self.layers:
+            x = layer(x, step, cache, shared)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        logits = self.output_projection(x)
+        if temperature != 1.0:
+            logits = logits / temperature
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _optional_linear(module: Optional[nn.Module]) -> Optional[nn.Linear]:
+    return None if module is None else copy_linear(module)
+
+
+def check_decoder(decoder: nn.Module) -> None:
+    """Raise StaticDecoderError for a decoder the step does not reproduce exactly."""
+    if not isinstance(decoder, TransformerDecoderBase):
+        raise StaticDecoderError(f"decoders of type {type(decoder).__name__}")
+    if decoder.adaptive_softmax is not None:
+        raise StaticDecoderError("--adaptive-softmax-cutoff")
+    if decoder.quant_noise is not None:
+        raise StaticDecoderError("quant-noise")

@@ -1,0 +1,125 @@
+"""Decoding speed of fairseq's SequenceGenerator against ``--san-decoder static`` (ms per step).
+
+Random-weight models (no checkpoint needed), fixed-length decoding (min_len = max_len = L, so
+every system does the same number of steps), random source sentences. Configurations are timed
+interleaved, round after round, in one process, so that a busy machine slows them alike; the
+table gives the median over rounds and the ratio to fairseq's baseline of the same round.
+
+    python scripts/static_decoder_speed.py [--arch transformer_san_small] [--beam 4]
+        [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
+
+``--profile`` prints torch.profiler's top operators for one batch of each configuration.
+"""
+
+import argparse
+import statistics
+import time
+from typing import Dict, List
+
+import torch
+
+import fairseq  # noqa: F401  (before fairseq_san, so that the models register)
+import fairseq_san.models  # noqa: F401
+from fairseq import options
+from fairseq.data import Dictionary
+from fairseq.sequence_generator import SequenceGenerator
+from fairseq_san.models.transformer_san import TransformerSANModel
+from fairseq_san.static_decoding import StaticSequenceGenerator
+
+POLICIES = {
+    "baseline": [],
+    "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
+}
+DECODERS = ["fairseq", "static-fp32", "static-bf16", "static-int8"]
+
+
+class StandInTask:
+    def __init__(self, dictionary: Dictionary):
+        self.source_dictionary = self.target_dictionary = dictionary
+
+
+def build_model(arch: str, policy: List[str], dictionary: Dictionary):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["unused", "--task", "translation", "--arch", arch, *policy]
+    )
+    torch.manual_seed(1)
+    return TransformerSANModel.build_model(args, StandInTask(dictionary)).eval()
+
+
+def make_generator(decoder: str, model, dictionary, beam: int, length: int):
+    settings = dict(beam_size=beam, min_len=length, max_len_a=0, max_len_b=length)
+    if decoder == "fairseq":
+        return SequenceGenerator([model], dictionary, **settings)
+    return StaticSequenceGenerator(
+        [model], dictionary, precision=decoder.split("-")[1], **settings
+    )
+
+
+def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(count):
+        tokens = torch.randint(
+            dictionary.nspecial, len(dictionary), (batch, source_length), generator=generator
+        )
+        tokens[:, -1] = dictionary.eos()
+        lengths = torch.full((batch,), source_length)
+        yield {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="transformer_san_small")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--length", type=int, default=20)
+    parser.add_argument("--source-length", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--decoders", nargs="+", default=DECODERS)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dictionary = Dictionary()
+    for index in range(args.vocab - len(dictionary)):
+        dictionary.add_symbol(f"w{index}")
+    samples = list(batches(dictionary, args.batches, args.batch, args.source_length))
+    configs = {}
+    for policy, flags in POLICIES.items():
+        model = build_model(args.arch, flags, dictionary)
+        for decoder in args.decoders:
+            configs[f"{policy} {decoder}"] = make_generator(
+                decoder, model, dictionary, args.beam, args.length
+            )
+    steps = args.batches * (args.length + 1)
+    times: Dict[str, List[float]] = {name: [] for name in configs}
+    with torch.no_grad():
+        for name, generator in configs.items():  # warm-up
+            generator.generate(None, samples[0])
+        for _ in range(args.rounds):
+            for name, generator in configs.items():
+                start = time.perf_counter()
+                for sample in samples:
+                    generator.generate(None, sample)
+                times[name].append((time.perf_counter() - start) / steps * 1e3)
+    reference = times[next(iter(times))]
+    print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
+          f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "
+          f"the first row (median of per-round ratios)")  # fmt: skip
+    for name, values in times.items():
+        ratio = statistics.median(r / v for r, v in zip(reference, values))
+        print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        for name, generator in configs.items():
+            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+                generator.generate(None, samples[0])
+            print(f"--- {name}")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""``--san-decoder static`` (fairseq_san.static_decoding) against fairseq's SequenceGenerator.
+
+Tiny random models would tie: their outputs are made decisive (output projection x3) and EOS
+likely at varying steps (a random direction added to the EOS row), so that the sentences of a
+batch finish at different steps and the n-best lists are not decided by rounding.
+"""
+
+import argparse
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import (
+    BIN,
+    REPO,
+    StandInTask,
+    assert_same_hypotheses,
+    build,
+    build_fairseq_transformer,
+    cli_env,
+    generate,
+    make_dictionary,
+    run_cli,
+    source_batch,
+    train_argv,
+)
+from fairseq_san.static_decoding import StaticDecoderError, StaticSequenceGenerator
+from fairseq_san.static_decoding.precision import apply_precision
+from fairseq_san.static_decoding.step import StaticDecoderStep
+
+MODELS = {
+    "baseline": [],
+    "san-1,5-3,3": ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"],
+    "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
+    "san-encdec-weights": [
+        "--san-decoder-self-policy", "2,4",
+        "--san-decoder-encdec-policy", "3,3",
+        "--san-encdec-share", "weights",
+    ],
+    "aan": ["--decoder-self-attention-type", "aan"],
+    "aan-san": ["--decoder-self-attention-type", "aan", "--san-decoder-encdec-policy", "6"],
+    "pre-norm-learned-pos": [
+        "--decoder-normalize-before",
+        "--decoder-learned-pos",
+        "--layernorm-embedding",
+        "--share-decoder-input-output-embed",
+        "--san-decoder-self-policy", "3,3",
+    ],
+}  # fmt: skip
+
+# Generation settings: length penalty, min-len and max-len-a/b.
+SETTINGS = [
+    dict(max_len_b=12),
+    dict(max_len_b=12, len_penalty=0.5),
+    dict(max_len_b=12, len_penalty=1.5, unk_penalty=0.5),
+    dict(min_len=4, max_len_a=0.5, max_len_b=3),
+]
+SOURCE_LENGTHS = [5, 9, 3, 7, 6, 2]
+DICTIONARY = make_dictionary()
+
+
+def decisive(model):
+    """``model`` with sharper output distributions and EOS likely at some steps (module doc)."""
+    weight = model.decoder.output_projection.weight.data
+    weight *= 3
+    direction = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0))
+    weight[DICTIONARY.eos()] += 2 * direction
+    return model
+
+
+def static_generate(model, beam: int, src_tokens, src_lengths, **kwargs):
+    generator = StaticSequenceGenerator([model], DICTIONARY, beam_size=beam, **kwargs)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    return generator.generate([model], sample)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_same_nbest_as_fairseq(name):
+    """Same n-best tokens, scores and positional scores as SequenceGenerator, beams 1/4/8."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    best_lengths = set()
+    for beam in (1, 4, 8):
+        for settings in SETTINGS:
+            expected = generate(model, DICTIONARY, src_tokens, src_lengths, beam, **settings)
+            actual = static_generate(model, beam, src_tokens, src_lengths, **settings)
+            assert_same_hypotheses(expected, actual)
+            assert [len(n) for n in actual] == [beam] * len(SOURCE_LENGTHS)
+            best_lengths |= {len(nbest[0]["tokens"]) for nbest in expected}
+    # The batches really had sentences finishing at different steps.
+    assert len(best_lengths) >= 3, best_lengths
+
+
+def test_fairseq_transformer_and_temperature():
+    """fairseq's own ``transformer`` architecture, with a sampling temperature."""
+    model = decisive(build_fairseq_transformer(dictionary=DICTIONARY, seed=2)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=2)
+    settings = dict(max_len_b=10, temperature=0.7)
+    expected = generate(model, DICTIONARY, src_tokens, src_lengths, 4, **settings)
+    assert_same_hypotheses(expected, static_generate(model, 4, src_tokens, src_lengths, **settings))
+
+
+def generation_args(**options) -> argparse.Namespace:
+    defaults = dict(beam=4, max_len_a=0, max_len_b=10, min_len=1, lenpen=1.0)
+    return argparse.Namespace(**{**defaults, **options})
+
+
+@pytest.fixture(scope="module")
+def task():
+    """A translation_san task over the test dictionary (what fairseq-generate builds)."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    return TranslationSANTask(TranslationSANConfig(), DICTIONARY, DICTIONARY)
+
+
+def test_build_generator_chooses_the_decoder(task):
+    """``san_decoder`` in the generation args (the benchmark) or the task options selects it."""
+    model = build(dictionary=DICTIONARY)[0]
+    static = task.build_generator([model], generation_args(san_decoder="static"))
+    assert isinstance(static, StaticSequenceGenerator)
+    assert static.beam_size == 4 and static.max_len_b == 10
+    assert not isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)
+    task.cfg.san_decoder = "static"
+    try:
+        assert isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)
+    finally:
+        task.cfg.san_decoder = "fairseq"
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(sampling=True), "--sampling"),
+        (dict(prefix_size=1), "--prefix-size"),
+        (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
+        (dict(no_repeat_ngram_size=2), "--no-repeat-ngram-size"),
+        (dict(match_source_len=True), "--match-source-len"),
+        (dict(constraints="ordered"), "--constraints"),
+        (dict(print_alignment="hard"), "--print-alignment"),
+        (dict(retain_dropout=True), "--retain-dropout"),
+    ],
+)
+def test_unsupported_option_is_named(task, options, named):
+    model = build(dictionary=DICTIONARY)[0]
+    with pytest.raises(StaticDecoderError, match=f"does not support {named}.*drop --san-decoder"):
+        task.build_generator([model], generation_args(san_decoder="static", **options))
+
+
+def test_ensembles_and_lm_fusion_are_refused(task):
+    model = build(dictionary=DICTIONARY)[0]
+    args = generation_args(san_decoder="static")
+    with pytest.raises(StaticDecoderError, match="ensembles"):
+        task.build_generator([model, model], args)
+    with pytest.raises(StaticDecoderError, match="--lm-path"):
+        task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_step(precision):
+    """bf16 / int8 steps compute in that precision, close to fp32, and leave the model as is."""
+    from fairseq_san.static_decoding.caches import allocate_cache
+
+    model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    encoder_out = model.encoder(src_tokens, src_lengths)
+    steps = {p: apply_precision(StaticDecoderStep(model.decoder), p) for p in ("fp32", precision)}
+    lprobs = {}
+    for name, step in steps.items():
+        cache = allocate_cache(
+            2, 3, step.self_slots, step.heads, step.aan_layers, step.embed_dim, step.dtype, "cpu"
+        )
+        padding = encoder_out["encoder_padding_mask"][0]
+        step.prepare(encoder_out["encoder_out"][0], padding, cache, 3)
+        for position, token in enumerate([DICTIONARY.eos(), 7, 9]):
+            out = step(torch.full((2,), token), position, cache)
+        lprobs[name] = out
+    linear = steps[precision].layers[0].fc1
+    if precision == "bf16":
+        assert linear.weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+    else:
+        assert type(linear).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    difference = (lprobs[precision] - lprobs["fp32"]).abs().max()
+    assert 0 < difference < 0.1
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+# --- through the command-line tools ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint(binarized_corpus, tmp_path_factory) -> Path:
+    """A tiny SAN {1,5}/{3,3} model trained for 60 updates on the synthetic corpus."""
+    save_dir = tmp_path_factory.mktemp("static")
+    policy = ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"]
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, save_dir, 60, policy))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return save_dir / "checkpoint_last.pt"
+
+
+def generate_cli(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_cli(
+        "fairseq-generate", str(data),
+        "--user-dir", "fairseq_san", "--task", "translation_san",
+        "--path", str(checkpoint), "--gen-subset", "test",
+        "--beam", "4", "--nbest", "2", "--batch-size", "8", "--cpu",
+        "--max-len-a", "1", "--max-len-b", "5", "--required-batch-size-multiple", "1",
+        *extra,
+    )  # fmt: skip
+
+
+def output_lines(stdout: str):
+    """The hypothesis and positional-score lines of fairseq-generate / interactive output."""
+    return [line for line in stdout.splitlines() if line[:2] in ("H-", "P-", "D-")]
+
+
+def assert_same_output(expected: str, actual: str) -> int:
+    """Same hypothesis lines (text exact, scores within 1e-4); returns the number of H- lines."""
+    expected_lines, actual_lines = output_lines(expected), output_lines(actual)
+    assert len(expected_lines) == len(actual_lines)
+    for a, b in zip(expected_lines, actual_lines):
+        a_fields, b_fields = a.split("\t"), b.split("\t")
+        assert a_fields[0] == b_fields[0] and a_fields[2:] == b_fields[2:], (a, b)
+        scores_a = [float(x) for x in a_fields[1].split()]
+        scores_b = [float(x) for x in b_fields[1].split()]
+        assert torch.allclose(torch.tensor(scores_a), torch.tensor(scores_b), atol=1e-4, rtol=0)
+    return sum(line.startswith("H-") for line in actual_lines)
+
+
+@pytest.mark.slow
+def test_fairseq_generate(binarized_corpus, checkpoint):
+    """fairseq-generate prints the same n-best with --san-decoder static; bad options: one line."""
+    fairseq = generate_cli(binarized_corpus, checkpoint)
+    static = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
+    assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
+    assert assert_same_output(fairseq.stdout, static.stdout) == 40
+
+    refused = generate_cli(
+        binarized_corpus, checkpoint, "--san-decoder", "static", "--no-repeat-ngram-size", "2"
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --san-decoder static does not support --no-repeat-ngram-size; "
+        "drop --san-decoder static (fairseq's own decoder) to use it"
+    )
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_fairseq_interactive(binarized_corpus, checkpoint):
+    source = (binarized_corpus.parent / "raw" / "test.src").read_text()
+
+    def interactive(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                str(BIN / "fairseq-interactive"), str(binarized_corpus),
+                "--user-dir", "fairseq_san", "--task", "translation_san",
+                "--source-lang", "src", "--target-lang", "tgt",
+                "--path", str(checkpoint), "--beam", "4", "--cpu", "--buffer-size", "4",
+                "--batch-size", "4", "--max-len-a", "1", "--max-len-b", "5", *extra,
+            ],
+            input=source, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+
+    fairseq, static = interactive(), interactive("--san-decoder", "static")
+    assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
+    assert assert_same_output(fairseq.stdout, static.stdout) == 20

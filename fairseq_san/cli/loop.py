@@ -5,7 +5,11 @@
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
 * ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
-  training time) as ``RUN_DIR/loop.md``, also printed.
+  training time) as ``RUN_DIR/loop.md``, also printed;
+* ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
+  (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
+* ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
+  updates/s, tokens/s, why each stopped, validation loss.
 """
 
 import argparse
@@ -16,6 +20,7 @@ import re
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_san import converged_summary
 from fairseq_san.policy import PolicyError, format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
@@ -154,6 +159,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     show.add_argument("policy")
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
+    converged = commands.add_parser(
+        "converged", help="write the converged campaign's summary.json and summary.md"
+    )
+    converged.add_argument("results_dir", help="PAIR/RUN_DIR/iter*/ folders (docs/results/converged)")
+    converged.add_argument("--data-root", default="data-bin",
+                           help="prepare.sh's folders, for the references of the paired test (%(default)s)")
+    converged.add_argument("-o", "--output", help="summary.json to write (RESULTS_DIR/summary.json)")
+    train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
+    train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
+    train_log.add_argument("-o", "--output", help="also write the table here")
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
@@ -161,6 +176,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
+        if args.command == "converged":
+            output = args.output or os.path.join(args.results_dir, "summary.json")
+            summary = converged_summary.write_summary(args.results_dir, args.data_root, output)
+            print(converged_summary.summary_markdown(summary), end="")
+            return 0
+        if args.command == "train-log":
+            table = converged_summary.train_log_table(args.logs)
+            if args.output:
+                with open(args.output, "w", encoding="utf-8") as out:
+                    out.write(table)
+            print(table, end="")
+            return 0
         print(write_summary(args.run_dir), end="")
         return 0
     except (PolicyError, OSError) as err:

@@ -120,7 +120,10 @@ def test_dry_run_prints_each_phase_and_writes_nothing(dry_env, tmp_path):
         "8192", "16384", "32768"
     }  # fmt: skip
     assert value(sweep["smoke/spawn-gloo"], "--distributed-world-size") == "2"
-    assert "torchrun --nproc_per_node 2" in sweep["smoke/torchrun-gloo"]
+    for backend in ("gloo", "nccl"):
+        smoke = sweep[f"smoke/torchrun-{backend}"]
+        assert "torchrun --nproc_per_node 2" in smoke
+        assert value(smoke, "--distributed-backend") == backend
     assert commands(outputs["sweep"], "test_bleu.sh") == []
 
     a = run_dirs(outputs["A"])
@@ -238,6 +241,13 @@ def test_archive_is_one_file_without_checkpoints_and_a_fresh_machine_resumes_fro
         ):  # fmt: skip
             assert f"./{run_dir}/{part}" in names
     assert "./en-de/policies/theta-0.3-0.4.json" in names
+    # Figure 5: the En->De baseline's checkpoints (every 5 updates here), each analysed.
+    analysed = [
+        name.split("/")[3] for name in names
+        if name.startswith("./en-de/figure5/checkpoint_") and name.endswith("/js.json")
+    ]  # fmt: skip
+    assert sorted(int(name.rsplit("_", 1)[1]) for name in analysed) == [5, 10, 15, 20]
+    assert "./en-de/figure5/js_vs_steps.png" in names
     # Phase B ran where phase A's checkpoints were not: iteration 0 came from the archive and
     # was not trained again; iteration 1 was.
     b_loop = root / "B" / "runs" / "en-de" / "loop"

@@ -11,10 +11,10 @@
 # (scripts/build_offline_bundle.py; README, "Air-gapped GPU machines"). Phases, in order
 # (results.md here: how to call each):
 #   sweep  three batch sizes side by side, 90 s each (updates/s, tokens/s, valid loss: the preset's
-#          choice), then the 2-rank multi-GPU smoke runs on the one GPU (issue 11 item 8)
+#          choice), then three 2-rank multi-GPU smoke runs on the one GPU (issue 11 item 8)
 #   A      baselines, the loop's iteration 0: 4 pairs (seed 1) + En->De seeds 2 and 3; JS analysis,
 #          policy at the paper's thresholds (0.4 / 0.5), test BLEU; En->De policies at the Table 3
-#          and Table 5 thresholds
+#          and Table 5 thresholds; Figure 5 (JS against training steps) from the En->De baseline
 #   B      the loop's iteration 1 from scratch for the 4 pairs (SAN, learned policy); En->De SAN
 #          seeds 2 and 3; the warm-start row (baseline then SAN, each half the cap)
 #   C      En->De sensitivity, Tables 3-6, with its own baseline and SAN trained in the same call
@@ -54,6 +54,12 @@ export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 run() {  # run COMMAND...: print it; execute it unless --dry-run
   { printf '+'; printf ' %q' "$@"; printf '\n'; }
   [ "$DRY_RUN" = 1 ] || "$@"
+}
+logged() {  # logged LOG COMMAND...: like run, with the command's output into LOG
+  local log=$1
+  shift
+  { printf '+'; printf ' %q' "$@"; printf ' > %q\n' "$log"; }
+  [ "$DRY_RUN" = 1 ] || "$@" > "$log" 2>&1
 }
 left() {  # seconds this job may take: to the phase's deadline, at most JOB_S
   local t=$((DEADLINE - SECONDS))
@@ -139,17 +145,26 @@ case $PHASE in
     wait
     run fairseq-san-loop train-log "$RUNS"/sweep/*/iter0/train.log -o "$RUNS/sweep/report.md" ||
       true
-    # Multi-GPU, 2 ranks on one GPU, one loop iteration each (issue 11 item 8); one at a time.
+    # Multi-GPU, 2 ranks on one GPU, one loop iteration each (issue 11 item 8), one at a time:
+    # fairseq's own spawning (it asserts world size <= GPUs), then torchrun, which fairseq maps
+    # to device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that).
     export JOB_S=${JOB_S:-120} TEST_BLEU=0
     system smoke/spawn-gloo en-de $SMALL none 1 -- --distributed-world-size 2 \
       --ddp-backend pytorch_ddp --distributed-backend gloo --max-update 100
     wait
-    system smoke/torchrun-gloo en-de $SMALL none 1 \
-      --launcher "torchrun --nproc_per_node 2" -- --ddp-backend pytorch_ddp \
-      --distributed-backend gloo --max-update 100
+    for backend in gloo nccl; do
+      system "smoke/torchrun-$backend" en-de $SMALL none 1 \
+        --launcher "torchrun --nproc_per_node 2" -- --ddp-backend pytorch_ddp \
+        --distributed-backend "$backend" --max-update 100
+      wait
+    done
     ;;
   A)
-    for pair in $PAIRS; do system "$pair/loop" "$pair" $SMALL none "$CAP_MIN"; done
+    for pair in $PAIRS; do  # En->De keeps its checkpoints (every 100 updates) for Figure 5
+      keep=()
+      [ "$pair" != en-de ] || keep=(--keep-interval-updates 1000)
+      system "$pair/loop" "$pair" $SMALL none "$CAP_MIN" -- "${keep[@]}"
+    done
     for seed in $SEEDS; do
       system "en-de/baseline-s$seed" en-de $SMALL none "$CAP_MIN" -- --seed "$seed"
     done
@@ -162,6 +177,21 @@ case $PHASE in
     done
     run fairseq-san-policy "$js" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
       --theta-encoder-self 0.4 -o "$P/enc-0.4.json" || true  # Table 5
+    # Figure 5: JS between layers against training steps, each kept checkpoint of the En->De
+    # baseline analysed on 500 validation sentences, 6 at a time, until the deadline.
+    F=$RUNS/en-de/figure5 n=0
+    [ "$DRY_RUN" = 1 ] || mkdir -p "$F"
+    for ckpt in "$RUNS"/en-de/loop/iter0/checkpoints/checkpoint_*_*.pt; do
+      [ -f "$ckpt" ] || [ "$DRY_RUN" = 1 ] || continue
+      step=$(basename "$ckpt" .pt)
+      logged "$F/$step.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
+        --task translation_san --user-dir fairseq_san --path "$ckpt" --valid-subset valid \
+        --max-tokens 4096 --san-analysis-dir "$F/$step" --san-analysis-max-sentences 500 &
+      n=$((n + 1)) && [ $((n % 6)) != 0 ] || wait
+    done
+    wait
+    run fairseq-san-plot-js "$F"/*/ --reference-layer 4 --layers 5 6 -o "$F/js_vs_steps.png" ||
+      true
     ;;
   B)
     restore

@@ -160,6 +160,7 @@ case $PHASE in
     done
     ;;
   A)
+    restore  # a phase A cut short in an earlier session: its finished systems are skipped
     for pair in $PAIRS; do  # En->De keeps its checkpoints (every 100 updates) for Figure 5
       keep=()
       [ "$pair" != en-de ] || keep=(--keep-interval-updates 1000)

@@ -8,6 +8,10 @@
   training time) as ``RUN_DIR/loop.md``, also printed;
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs and the options recorded in
   ``RUN_DIR/run.json`` before anything runs (see ``run_record``).
+* ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
+  (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
+* ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
+  updates/s, tokens/s, why each stopped, validation loss.
 """
 
 import argparse
@@ -19,6 +23,7 @@ import sys
 from typing import Dict, List, Optional
 
 from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
+from fairseq_san import converged_summary
 from fairseq_san.policy import PolicyError, format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
@@ -191,6 +196,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
     add_start_parser(commands)
+    converged = commands.add_parser(
+        "converged", help="write the converged campaign's summary.json and summary.md"
+    )
+    converged.add_argument("results_dir", help="PAIR/RUN_DIR/iter*/ folders (docs/results/converged)")
+    converged.add_argument("--data-root", default="data-bin",
+                           help="prepare.sh's folders, for the references of the paired test (%(default)s)")
+    converged.add_argument("-o", "--output", help="summary.json to write (RESULTS_DIR/summary.json)")
+    train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
+    train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
+    train_log.add_argument("-o", "--output", help="also write the table here")
     argv = list(sys.argv[1:] if argv is None else argv)
     train_args: List[str] = []
     if argv[:1] == ["start"] and "--" in argv:
@@ -204,6 +219,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0 if same_policy(args.first, args.second) else 1
         if args.command == "start":
             start_run(args.run_dir, run_options(args, train_args), args.extend, args.dry_run)
+            return 0
+        if args.command == "converged":
+            output = args.output or os.path.join(args.results_dir, "summary.json")
+            summary = converged_summary.write_summary(args.results_dir, args.data_root, output)
+            print(converged_summary.summary_markdown(summary), end="")
+            return 0
+        if args.command == "train-log":
+            table = converged_summary.train_log_table(args.logs)
+            if args.output:
+                with open(args.output, "w", encoding="utf-8") as out:
+                    out.write(table)
+            print(table, end="")
             return 0
         print(write_summary(args.run_dir), end="")
         return 0

@@ -262,12 +262,14 @@ def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):
 
 @pytest.mark.slow
 def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
-    """The baseline decodes as fast alone as beside CTranslate2 (issue 12: with CTranslate2
-    loaded in the process that timed torch, torch ran at half speed).
+    """The baseline decodes as fast alone as beside SAN and CTranslate2 (issue 12: with
+    CTranslate2 loaded in the process that timed torch, torch ran at half speed).
 
-    Two threads, so that the engines' thread pools are in play; fixed lengths. The best of 5
-    repeats of each run is compared: on a shared machine load only slows a pass down. A
-    systematic slow-down fails both attempts; a burst of load on the machine fails one at most.
+    One thread per engine and fixed lengths: on a loaded machine two threads per engine make
+    torch's speed swing tenfold from pass to pass (threads waiting at barriers for a preempted
+    sibling), which no tolerance absorbs. The best of 5 repeats of each run is compared: load
+    only slows a pass down. A systematic slow-down fails every attempt; a burst of load on the
+    machine fails one at most.
     """
     pytest.importorskip("ctranslate2")
     data, checkpoint = bench_data
@@ -277,17 +279,18 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
             "fairseq-san-bench", "--data", str(data), "--system", f"base={checkpoint}",
             "--beams", "4", "--modes", "fixed", "--fixed-length", "16", "--batch-size", "8",
             "--max-sentences", "16", "--repeats", "5", "--cache-beams", "--no-profile",
-            "--threads", "2", "--cpu", "--out-dir", str(out_dir), *extra,
+            "--threads", "1", "--cpu", "--out-dir", str(out_dir), *extra,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-        assert len(results["systems"]) == (1 if extra else 3)  # alone; with two CTranslate2 rows
+        assert len(results["systems"]) == (1 if "--no-ctranslate2" in extra else 4)
         run = results["systems"]["base"]["settings"]["beam4_fixed"]
         return max(run["tokens_per_second_repeats"])
 
-    for attempt in range(2):
+    for attempt in range(3):
         alone = best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2")
-        beside = best_speed(tmp_path / f"beside{attempt}")
+        san = f"san={checkpoint}:" + json.dumps({"san_policy": POLICY})
+        beside = best_speed(tmp_path / f"beside{attempt}", "--system", san)
         if 0.7 <= beside / alone <= 1.4:
             break
     assert 0.7 <= beside / alone <= 1.4, (alone, beside)

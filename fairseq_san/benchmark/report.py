@@ -50,7 +50,7 @@ def header(results: Dict) -> str:
         f"{config['batch_size']}, {config['repeats']} timed repeats (medians; the systems "
         f"interleaved; {config.get('isolation', 'one process')}), baseline "
         f"**{results['baseline']}**." + fixed,
-        f"Processor: {processor_line(machine)}; {machine['torch_threads']} threads per engine, "
+        f"Processor: {processor_line(machine)}; threads per engine: {machine['torch_threads']}; "
         f"device {machine['device']}{gpu}; torch {machine['torch']}, fairseq "
         f"{machine['fairseq']}; {machine['date']}; load average at start "
         f"{machine.get('load_average')}.",

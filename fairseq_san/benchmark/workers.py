@@ -11,8 +11,9 @@ Why long-lived workers driven round-robin, and not a fresh process per pass: a w
 systems and collates its batches once, and warms up once per setting, while the parent still
 interleaves the timed passes (A B C ... A B C ...) so that drift of the machine cancels in the
 ratios. One call runs at a time: the other workers block on their pipes. A blocked worker uses
-no CPU (measured: a CTranslate2 process's CPU time does not grow, at 10 ms resolution, in the
-second after ``translate_batch`` returns), so the pass that runs has the cores to itself.
+no CPU (measured from /proc/PID/stat: the CTranslate2 worker's CPU time grew by 0.00 s, at 10 ms
+resolution, during each of the fairseq worker's passes), so the pass that runs has the cores to
+itself.
 
 Why the fairseq systems share one worker: they share torch's thread pool and decode one at a
 time, as fairseq-generate would; ``test_speed_does_not_depend_on_the_company`` checks that the

@@ -12,15 +12,22 @@ fairseq's commands have no hook for a plugin's errors, so ``fairseq_san`` instal
 Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
 """
 
+import difflib
 import os
 import sys
-from typing import Callable, Optional
+from typing import Callable, Collection, Optional
 
 PREFIX = "fairseq-san: error: "
 
 
 class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
+
+
+def nearest_key_hint(key: str, valid: Collection[str]) -> str:
+    """"did you mean 'K'?" for the valid key nearest to a misspelt one (difflib), else the list."""
+    near = difflib.get_close_matches(key, sorted(valid), n=1)
+    return f"did you mean '{near[0]}'?" if near else f"valid: {', '.join(sorted(valid))}"
 
 
 def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:

@@ -8,28 +8,43 @@
         --baseline base --beams 1 4 8 12 16 20 --batch-size 16 --repeats 3 --out-dir bench/
 
 Writes OUT_DIR/results.json, results.md, speed_vs_beam.png and speed_vs_bleu.png. What is
-measured and how: see ``fairseq_san.benchmark``.
+measured and how: see ``fairseq_san.benchmark``. Every default comes from
+``fairseq_san.benchmark.config`` (an option's destination is the field it sets).
 """
 
 import argparse
+import dataclasses
 import logging
 import shlex
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
+
+from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
+from fairseq_san.benchmark.config import parse_system
 
 PROG = "fairseq-san-bench"
+
+
+def option_defaults() -> Dict:
+    """Every option's default: the default of the config field that is its destination."""
+    defaults = {**field_defaults(BenchmarkConfig), **field_defaults(DecodeOptions)}
+    del defaults["decode"], defaults["command"]  # not options: built from the others
+    return defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Benchmark the decoding of SAN systems (Xiao et al. 2019, Figure 4, Table 6) "
-        "in one process: speed at several beam sizes with natural and fixed output lengths, "
-        "BLEU/chrF, parameters, decoding-cache size and a per-step profile.",
+        description="Benchmark the decoding of SAN systems (Xiao et al. 2019, Figure 4, Table 6): "
+        "speed at several beam sizes with natural and fixed output lengths, BLEU/chrF, "
+        "parameters, decoding-cache size and a per-step profile. Each engine (fairseq, "
+        "CTranslate2) decodes in a process of its own.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--data", required=True, help="fairseq-binarized data directory")
-    parser.add_argument("--subset", default="test", help="subset to decode (test, test1, valid)")
+    parser.add_argument(
+        "--subset", help="subset to decode (test, test1, valid)"
+    )
     parser.add_argument(
         "--system", dest="systems", action="append", required=True, metavar="NAME=CKPT[:JSON]",
         help="a system: a checkpoint and optional model overrides as a JSON object, e.g. "
@@ -37,20 +52,30 @@ def build_parser() -> argparse.ArgumentParser:
         "'policy=base.pt:{\"san_policy\": \"{\\\"decoder_self\\\": [1, 5]}\"}'; repeat the flag",
     )  # fmt: skip
     parser.add_argument("--baseline", help="name of the reference system (default: the first)")
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4, 8, 12, 16, 20])
-    parser.add_argument("--batch-size", type=int, default=16, help="sentences per batch")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per system (>= 3)")
+    parser.add_argument("--beams", type=int, nargs="+")
+    parser.add_argument(
+        "--batch-size", type=int, help="sentences per batch"
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="timed passes per system (>= 3)"
+    )
     parser.add_argument("--out-dir", required=True, help="where the results are written")
     parser.add_argument("--max-sentences", type=int, help="decode only the first N sentences")
     device = parser.add_mutually_exclusive_group()
-    device.add_argument("--cpu", action="store_true", help="decode on the CPU even with a GPU")
-    device.add_argument("--gpu", action="store_true", help="decode on the GPU (fail without one)")
+    device.add_argument(
+        "--cpu", dest="device", action="store_const", const="cpu",
+        help="decode on the CPU even with a GPU",
+    )  # fmt: skip
+    device.add_argument(
+        "--gpu", dest="device", action="store_const", const="cuda",
+        help="decode on the GPU (fail without one)",
+    )  # fmt: skip
     parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     parser.add_argument(
-        "--threads", type=int, help="torch CPU threads (default: torch's own choice)"
+        "--threads", type=int, help="torch and CTranslate2 CPU threads (default: torch's choice)"
     )
     parser.add_argument(
-        "--modes", nargs="+", choices=["natural", "fixed"], default=["natural", "fixed"],
+        "--modes", nargs="+", choices=MODES,
         help="natural output lengths, and/or every hypothesis forced to --fixed-length tokens",
     )  # fmt: skip
     parser.add_argument(
@@ -58,17 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="output length of the fixed mode (default: the mean reference length)",
     )  # fmt: skip
     parser.add_argument(
-        "--cache-beams", type=int, nargs="*", default=[4, 20],
+        "--cache-beams", type=int, nargs="*",
         help="beam sizes whose decoding-cache peak the table shows (measured also when not in "
         "--beams)",
     )  # fmt: skip
     parser.add_argument(
-        "--table-beam", type=int, default=4,
+        "--table-beam", type=int,
         help="beam size of the main table and the profile (the first of --beams if not there)",
     )  # fmt: skip
-    parser.add_argument("--no-profile", action="store_true", help="skip the per-step profile")
     parser.add_argument(
-        "--spm", metavar="MODEL",
+        "--no-profile", dest="profile", action="store_false", help="skip the per-step profile"
+    )
+    parser.add_argument(
+        "--spm", dest="spm_model", metavar="MODEL", type=lambda v: "" if v == "none" else v,
         help="sentencepiece model that detokenizes hypotheses (default: DATA/spm.model if it "
         "exists; 'none': join the tokens with spaces)",
     )  # fmt: skip
@@ -78,18 +105,34 @@ def build_parser() -> argparse.ArgumentParser:
         "binarized targets detokenized like the hypotheses)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-len-a", type=float, default=0.0, help="natural lengths: at most a*x+b tokens"
+        "--max-len-a", type=float,
+        help="natural lengths: at most a*x+b tokens",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-len-b", type=int,
+        help="natural lengths: at most a*x+b tokens",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lenpen", type=float, help="length penalty"
     )
     parser.add_argument(
-        "--max-len-b", type=int, default=200, help="natural lengths: at most a*x+b tokens"
-    )
-    parser.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
-    parser.add_argument(
-        "--no-ctranslate2", action="store_true",
+        "--no-ctranslate2", dest="ctranslate2", action="store_false",
         help="do not add the baseline converted to CTranslate2 (skipped anyway when "
         "ctranslate2 is not installed)",
     )  # fmt: skip
+    parser.set_defaults(**option_defaults())
     return parser
+
+
+def config_from_args(args: argparse.Namespace, command: str) -> BenchmarkConfig:
+    """The BenchmarkConfig of parsed arguments: each option's destination is a field's name."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchmarkConfig)
+              if hasattr(args, f.name)}  # fmt: skip
+    values["systems"] = [parse_system(text) for text in args.systems]
+    values["decode"] = DecodeOptions(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(DecodeOptions)}
+    )
+    return BenchmarkConfig(**values, command=command)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -98,6 +141,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1 (3 or more for stable medians)")
+    try:
+        config = config_from_args(args, shlex.join([PROG, *argv]))
+    except ValueError as err:
+        parser.error(str(err))
     logging.basicConfig(
         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
         level=logging.INFO,
@@ -105,41 +152,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     if args.repeats < 3:
         logging.getLogger(PROG).warning("--repeats %d: medians need 3 or more", args.repeats)
-    from fairseq_san import benchmark
+    from fairseq_san.benchmark.report import markdown_report
+    from fairseq_san.benchmark.run import run_benchmark
 
     try:
-        systems = [benchmark.parse_system(text) for text in args.systems]
-    except ValueError as err:
-        parser.error(str(err))
-    config = benchmark.BenchmarkConfig(
-        data=args.data,
-        subset=args.subset,
-        systems=systems,
-        baseline=args.baseline,
-        beams=args.beams,
-        batch_size=args.batch_size,
-        repeats=args.repeats,
-        out_dir=args.out_dir,
-        max_sentences=args.max_sentences,
-        device="cpu" if args.cpu else "cuda" if args.gpu else "auto",
-        fp16=args.fp16,
-        modes=args.modes,
-        fixed_length=args.fixed_length,
-        cache_beams=args.cache_beams,
-        table_beam=args.table_beam,
-        profile=not args.no_profile,
-        spm_model="" if args.spm == "none" else args.spm,
-        references=args.references,
-        decode=benchmark.DecodeOptions(args.max_len_a, args.max_len_b, args.lenpen),
-        threads=args.threads,
-        ctranslate2=not args.no_ctranslate2,
-        command=shlex.join([PROG, *argv]),
-    )
-    try:
-        results = benchmark.run_benchmark(config)
+        results = run_benchmark(config)
     except (ValueError, OSError) as err:
         sys.exit(f"{PROG}: error: {err}")
-    print(benchmark.markdown_report(results), end="")
+    print(markdown_report(results), end="")
 
 
 if __name__ == "__main__":

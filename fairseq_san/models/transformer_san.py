@@ -10,7 +10,6 @@ the new policy does not use are dropped from the checkpoint on load.
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import json
 import logging
@@ -28,7 +27,7 @@ from torch import nn
 
 from fairseq_san import checkpoints
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -389,8 +388,7 @@ def check_san_options(args) -> None:
     known = san_option_names()
     for name in vars(args):
         if name.replace("-", "_").startswith("san_") and name not in known:
-            nearest = difflib.get_close_matches(name.replace("-", "_"), known, n=1)
-            hint = f"did you mean '{nearest[0]}'?" if nearest else f"valid: {', '.join(known)}"
+            hint = nearest_key_hint(name.replace("-", "_"), known)
             raise UsageError(
                 f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
             )

@@ -1,0 +1,33 @@
+"""Decoding-speed benchmark of SAN systems (paper Figure 4 and Table 6): ``fairseq-san-bench``.
+
+A *system* is a fairseq checkpoint plus optional model overrides: the same checkpoint decoded
+with ``{"san_no_cache": true}`` is the paper's "Baseline-Cache" system, and a checkpoint trained
+without sharing decoded with ``{"san_policy": "..."}`` is a decode-time sharing policy. An
+override the checkpoint's configuration does not have is an error that names the nearest valid
+key. Every system decodes the same pre-collated batches of one subset with fairseq's
+SequenceGenerator, so data loading is never timed. What is measured, and how:
+
+* **Speed** (tokens/s: tokens of the best hypothesis, eos included, as fairseq-generate counts
+  them, over the summed wall time of the ``generate`` calls; the device is synchronized around
+  every call). Each engine decodes in a worker process of its own (``workers``), so that no
+  other engine's threads share the timed process. For each beam size and each length mode, every
+  system first decodes the subset once untimed (warm-up), then the systems decode it ``repeats``
+  times interleaved (A B C ... A B C ...). Reported: the median tokens/s, and the median over
+  repeats of the per-repeat ratio to the baseline system, which cancels most of the drift of a
+  shared machine. Every row carries its precision (fp32, fp16, int8), the report its processor.
+* **Length modes.** ``natural``: the systems stop where their search stops, so a model that
+  writes longer outputs pays for it. ``fixed``: every hypothesis has exactly L tokens plus eos
+  (``min_len = max_len = L``), which isolates the cost of a decoder step.
+* **Quality.** BLEU and chrF (``data``), per beam size, from the natural-length warm-up pass
+  (beam search is deterministic, so the timed passes produce the same output).
+* **Decoding cache, profile, FLOPs** (``meters``): the peak of the decoder's incremental state;
+  one more pass per system timing the parts of a decoder step; the matrix-multiply FLOPs per
+  output token, whose ratio to the baseline's is the speed-up a system would reach at the
+  baseline's FLOP rate. ``overhead`` compares the profiled pass with the timed passes.
+* **CTranslate2** (``ctranslate2_system``): the baseline converted, as float32 and int8.
+
+Modules, one concept each: ``config`` (systems, settings, defaults; no torch), ``fairseq_system``
+and ``ctranslate2_system`` (what decodes), ``data`` (batches, references, scores), ``meters``,
+``timing`` (clock, pass, the timing loop), ``workers`` (the processes), ``machine``, ``report``
+(results.json and results.md), ``plots``, ``run`` (``run_benchmark``, end to end).
+"""

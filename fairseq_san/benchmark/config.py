@@ -1,0 +1,167 @@
+"""What a benchmark runs: its systems, decoding settings and options, with their defaults.
+
+Pure Python (no torch, no fairseq) so that ``fairseq-san-bench --help`` stays fast: the command
+line takes every default from the dataclasses here, the one place they are written.
+"""
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Collection, Dict, List, Optional, Sequence
+
+from fairseq_san.errors import nearest_key_hint
+
+MODES = ("natural", "fixed")
+
+# Engines, each timed in worker processes of its own (see ``workers``).
+FAIRSEQ = "fairseq"
+CTRANSLATE2 = "ctranslate2"
+
+# Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
+PRECISION_LABELS = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "int8": "int8",
+    "int8_float32": "int8",
+    "int8_float16": "int8+fp16",
+    "int8_bfloat16": "int8+bf16",
+}
+
+
+def precision_label(dtype_or_compute_type: str) -> str:
+    """``fp32`` for ``torch.float32`` or ``float32``; ``int8`` for CTranslate2's ``int8``."""
+    name = dtype_or_compute_type.replace("torch.", "")
+    return PRECISION_LABELS.get(name, name)
+
+
+def unknown_key_error(what: str, key: str, valid: Collection[str]) -> str:
+    """One line naming an unknown key and the nearest valid one (difflib), for ValueError."""
+    return f"{what}: unknown key {key!r} ({nearest_key_hint(key, valid)})"
+
+
+@dataclass
+class SystemSpec:
+    """``NAME=CKPT[:OVERRIDES_JSON]`` from the command line."""
+
+    name: str
+    checkpoint: str
+    overrides: Dict = field(default_factory=dict)
+
+    def check_overrides(self, valid: Collection[str]) -> None:
+        """ValueError naming the nearest valid key for an override the checkpoint would ignore.
+
+        fairseq applies an override only to a key its configuration already has (or sets it
+        unread on a legacy argparse namespace), so a typo would silently decode the wrong system.
+        """
+        for key in self.overrides:
+            if key not in valid:
+                what = f"system {self.name}: override of {self.checkpoint}"
+                raise ValueError(unknown_key_error(what, key, valid))
+
+
+def parse_system(text: str) -> SystemSpec:
+    """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (JSON from the first ``:{``)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise ValueError(f"system {text!r}: expected NAME=CHECKPOINT[:OVERRIDES_JSON]")
+    checkpoint, sep, overrides_text = rest.partition(":{")
+    overrides = {}
+    if sep:
+        try:
+            overrides = json.loads("{" + overrides_text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"system {name}: overrides are not JSON: {err}") from err
+        if not isinstance(overrides, dict):
+            raise ValueError(f"system {name}: overrides must be a JSON object")
+    return SystemSpec(name, checkpoint, overrides)
+
+
+@dataclass
+class Setting:
+    """One decoding configuration: beam size and length mode (``length`` is L in fixed mode)."""
+
+    beam: int
+    mode: str
+    length: Optional[int] = None
+
+    @property
+    def key(self) -> str:
+        """Its key in results.json: ``beam4_natural``, ``beam20_fixed``."""
+        return f"beam{self.beam}_{self.mode}"
+
+    def generation_args(self, max_len_a: float, max_len_b: int, lenpen: float):
+        if self.mode == "fixed":
+            return argparse.Namespace(
+                beam=self.beam, min_len=self.length, max_len_a=0, max_len_b=self.length,
+                lenpen=lenpen,
+            )  # fmt: skip
+        return argparse.Namespace(
+            beam=self.beam, min_len=1, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=lenpen
+        )
+
+
+@dataclass
+class DecodeOptions:
+    """Natural lengths stop at ``max_len_a * source length + max_len_b`` tokens."""
+
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    lenpen: float = 1.0
+
+
+@dataclass
+class BenchmarkConfig:
+    data: str
+    systems: List[SystemSpec]
+    out_dir: str
+    subset: str = "test"
+    baseline: Optional[str] = None  # None: the first system
+    beams: Sequence[int] = (1, 4, 8, 12, 16, 20)
+    batch_size: int = 16
+    repeats: int = 3
+    max_sentences: Optional[int] = None
+    device: str = "auto"  # auto | cpu | cuda
+    fp16: bool = False
+    modes: Sequence[str] = MODES
+    fixed_length: Optional[int] = None  # None: the mean reference length
+    cache_beams: Sequence[int] = (4, 20)
+    table_beam: int = 4
+    profile: bool = True
+    spm_model: Optional[str] = None  # None: DATA/spm.model when it exists; "" disables
+    references: Optional[str] = None  # None: DATA/text/SUBSET.raw.TGT when it exists
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    threads: Optional[int] = None  # None: torch's own choice
+    ctranslate2: bool = True
+    command: str = ""
+
+
+def field_defaults(cls) -> Dict:
+    """{field: default} of the dataclass ``cls``'s fields that have one (sequences as lists)."""
+    defaults = {}
+    for spec in dataclasses.fields(cls):
+        if spec.default_factory is not dataclasses.MISSING:
+            defaults[spec.name] = spec.default_factory()
+        elif spec.default is not dataclasses.MISSING:
+            value = spec.default
+            defaults[spec.name] = list(value) if isinstance(value, tuple) else value
+    return defaults
+
+
+def check_config(config: BenchmarkConfig) -> str:
+    """Validate the configuration; return the baseline's name."""
+    names = [spec.name for spec in config.systems]
+    if not names:
+        raise ValueError("no system to benchmark")
+    if len(set(names)) != len(names):
+        raise ValueError(f"system names must be unique: {names}")
+    baseline = config.baseline or names[0]
+    if baseline not in names:
+        raise ValueError(f"baseline {baseline!r} is not one of the systems {names}")
+    unknown = [mode for mode in config.modes if mode not in MODES]
+    if unknown or not config.modes:
+        raise ValueError(f"modes must be among {MODES}, got {list(config.modes)}")
+    if not config.beams or min(config.beams) < 1 or config.repeats < 1 or config.batch_size < 1:
+        raise ValueError("beams, repeats and batch size must be positive")
+    return baseline

@@ -1,0 +1,169 @@
+"""The baseline converted to CTranslate2: the context row of an optimized decoding engine.
+
+The loaded baseline (a plain transformer) is converted in memory and decoded with the same
+batches and beam sizes, as float32 and as int8 (what a user who only wants speed picks). It is
+skipped, with a note, where ``ctranslate2`` is not installed or the baseline is not a plain
+transformer. Only a CTranslate2 worker imports ``ctranslate2`` (see ``workers``).
+"""
+
+import argparse
+import copy
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import torch
+
+from fairseq_san.benchmark.config import CTRANSLATE2, BenchmarkConfig, precision_label
+from fairseq_san.benchmark.fairseq_system import FairseqSystem
+from fairseq_san.benchmark.timing import PassResult, clock
+
+CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
+
+
+class CTranslate2System:
+    """The baseline converted to CTranslate2, decoding the same batches with ``compute_type``.
+
+    Only a plain transformer converts (no sharing, dot-product self-attention, with cache).
+    """
+
+    COMPUTE_TYPES = ("float32", "int8")
+
+    def __init__(self, base: FairseqSystem, model_dir: Path, compute_type: str, threads: int):
+        import ctranslate2
+
+        self.name = f"{base.name} (CTranslate2 {compute_type})"
+        self.device = base.device
+        self.task = base.task
+        self.compute_type = compute_type
+        self.translator = ctranslate2.Translator(
+            str(model_dir),
+            device="cuda" if self.device.type == "cuda" else "cpu",
+            compute_type=compute_type,
+            inter_threads=1,
+            intra_threads=threads if self.device.type != "cuda" else 0,
+        )
+        self.version = ctranslate2.__version__
+        self._sources: Dict[int, List[List[str]]] = {}
+
+    @classmethod
+    def convert(cls, base: FairseqSystem, work_dir: Path) -> Path:
+        """Convert the loaded baseline once; every compute type loads the same directory."""
+        from ctranslate2.converters import fairseq as ct2_fairseq
+
+        model_dir = work_dir / "ctranslate2-model"
+        _in_memory_converter(base, ct2_fairseq).convert(str(model_dir), force=True)
+        return model_dir
+
+    def describe(self) -> Dict:
+        return {
+            "kind": CTRANSLATE2,
+            "precision": precision_label(self.compute_type),
+            "version": self.version,
+            "compute_type": self.compute_type,
+        }
+
+    def _source_tokens(self, index: int, sample) -> List[List[str]]:
+        if index not in self._sources:
+            dictionary = self.task.source_dictionary
+            special = {dictionary.pad(), dictionary.eos()}
+            self._sources[index] = [
+                [dictionary[t] for t in row.tolist() if t not in special]
+                for row in sample["net_input"]["src_tokens"].cpu()
+            ]
+        return self._sources[index]
+
+    def decode(self, batches, setting, options, keep_hypotheses=False, measure_cache=False):
+        kwargs = dict(
+            beam_size=setting.beam,
+            max_batch_size=batches.batch_size,
+            length_penalty=options.lenpen,
+            return_scores=False,
+        )
+        if setting.mode == "fixed":
+            kwargs.update(min_decoding_length=setting.length, max_decoding_length=setting.length)
+        dictionary = self.task.target_dictionary
+        seconds, tokens, sentences = 0.0, 0, 0
+        hypotheses = {} if keep_hypotheses else None
+        for index, sample in enumerate(batches.samples):
+            sources = self._source_tokens(index, sample)
+            if setting.mode == "natural":  # fairseq's limit: a * (padded source length) + b
+                source_length = sample["net_input"]["src_tokens"].size(1)
+                limit = options.max_len_a * source_length + options.max_len_b
+                kwargs["max_decoding_length"] = int(limit)
+            start = clock(self.device)
+            results = self.translator.translate_batch(sources, **kwargs)
+            seconds += clock(self.device) - start
+            sentences += len(results)
+            tokens += sum(len(r.hypotheses[0]) + 1 for r in results)  # + eos, as fairseq counts
+            if hypotheses is not None:
+                for sample_id, result in zip(sample["id"].tolist(), results):
+                    hypotheses[sample_id] = [dictionary.index(t) for t in result.hypotheses[0]]
+        return PassResult(seconds, tokens, sentences, hypotheses)
+
+
+def ctranslate2_systems(
+    config: BenchmarkConfig, base: FairseqSystem
+) -> Tuple[List[CTranslate2System], Dict]:
+    """The baseline as CTranslate2 systems (float32 and int8), or none and why not.
+
+    The converted model lives in a temporary directory only while the translators load it, so
+    that no model file lands among the results.
+    """
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return [], {"status": "skipped", "note": CTRANSLATE2_MISSING}
+    if not base.is_plain_transformer():
+        return [], {
+            "status": "skipped",
+            "note": f"baseline {base.name} is not a plain transformer (sharing, AAN or no "
+            "cache); CTranslate2 converts only fairseq's transformer",
+        }
+    threads = config.threads or torch.get_num_threads()
+    try:
+        with tempfile.TemporaryDirectory(prefix="fairseq-san-bench-") as work_dir:
+            model_dir = CTranslate2System.convert(base, Path(work_dir))
+            systems = [
+                CTranslate2System(base, model_dir, compute_type, threads)
+                for compute_type in CTranslate2System.COMPUTE_TYPES
+            ]
+    except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
+        note = f"conversion failed: {type(err).__name__}: {err}"
+        return [], {"status": "skipped", "note": note}
+    info = {"status": "ok", "systems": [s.name for s in systems], "version": systems[0].version}
+    return systems, info
+
+
+def _in_memory_converter(base: FairseqSystem, ct2_fairseq):
+    """CTranslate2's fairseq conversion, fed the already loaded model instead of a file.
+
+    CTranslate2 knows fairseq's ``transformer``; a ``transformer_san`` with no sharing is exactly
+    that model, so the architecture name is swapped before the spec is chosen.
+    """
+    from ctranslate2.converters.converter import Converter
+
+    class InMemoryFairseqConverter(Converter):
+        @torch.no_grad()
+        def _load(self):
+            model = copy.deepcopy(base.model).float().cpu()
+            args = _namespace(base.cfg.model)
+            args.arch = "transformer"
+            spec = ct2_fairseq._get_model_spec(args)
+            ct2_fairseq.set_transformer_encoder(spec.encoder, model.encoder)
+            ct2_fairseq.set_transformer_decoder(spec.decoder, model.decoder)
+            spec.register_source_vocabulary(ct2_fairseq._get_vocab(base.task.source_dictionary))
+            spec.register_target_vocabulary(ct2_fairseq._get_vocab(base.task.target_dictionary))
+            spec.config.decoder_start_token = spec.config.eos_token
+            spec.config.add_source_eos = True
+            return spec
+
+    return InMemoryFairseqConverter()
+
+
+def _namespace(config) -> argparse.Namespace:
+    if isinstance(config, argparse.Namespace):
+        return argparse.Namespace(**vars(config))
+    from omegaconf import OmegaConf
+
+    return argparse.Namespace(**OmegaConf.to_container(config, resolve=True))

@@ -1,0 +1,107 @@
+"""The data side of a benchmark: the subset collated once, references, detokenizer, scores.
+
+Every system decodes the same pre-collated batches, so data loading is never timed. Quality is
+BLEU and chrF with sacrebleu on detokenized text: sentencepiece-decoded hypotheses against the
+raw reference file.
+"""
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from fairseq import utils
+
+from fairseq_san.benchmark.config import BenchmarkConfig
+from fairseq_san.scoring import corpus_scores, read_lines
+
+
+class Batches:
+    """The subset's sentences, sorted by source length, collated once and moved to the device."""
+
+    def __init__(
+        self, task, subset: str, batch_size: int, device: torch.device,
+        max_sentences: Optional[int] = None,
+    ):  # fmt: skip
+        task.load_dataset(subset, combine=False)
+        dataset = task.dataset(subset)
+        count = len(dataset) if max_sentences is None else min(max_sentences, len(dataset))
+        ids = sorted(range(count), key=lambda i: (int(dataset.src_sizes[i]), i))
+        self.dataset = dataset
+        self.ids = list(range(count))
+        self.batch_size = batch_size
+        self.samples = []
+        for start in range(0, count, batch_size):
+            sample = dataset.collater([dataset[i] for i in ids[start : start + batch_size]])
+            if device.type == "cuda":
+                sample = utils.move_to_cuda(sample, device)
+            self.samples.append(sample)
+
+    def mean_target_length(self) -> float:
+        """Mean reference length in target tokens, eos excluded."""
+        sizes = self.dataset.tgt_sizes
+        return float(sum(int(sizes[i]) - 1 for i in self.ids)) / max(len(self.ids), 1)
+
+
+class Detokenizer:
+    """Target dictionary tokens -> text: sentencepiece-decoded when a model is given."""
+
+    def __init__(self, dictionary, spm_model: Optional[str]):
+        self.dictionary = dictionary
+        self.spm_model = spm_model
+        self.processor = None
+        if spm_model:
+            import sentencepiece as spm
+
+            self.processor = spm.SentencePieceProcessor(model_file=spm_model)
+
+    def __call__(self, tokens: Sequence[int]) -> str:
+        pieces = self.dictionary.string(torch.tensor(list(tokens), dtype=torch.long))
+        if self.processor is None:
+            return pieces
+        return self.processor.decode(pieces.split())
+
+
+def load_references(path: Optional[str], batches: Batches, detokenize: Detokenizer) -> List[str]:
+    """References for the benchmarked sentences: the raw file, or the binarized targets."""
+    if path:
+        lines = read_lines(path)
+        if len(lines) < len(batches.ids):
+            raise ValueError(
+                f"{path} has {len(lines)} lines, fewer than the {len(batches.ids)} sentences"
+            )
+        return [lines[i] for i in batches.ids]
+    return [detokenize(batches.dataset.tgt[i].tolist()) for i in batches.ids]
+
+
+def score(hypotheses: Dict[int, List[int]], references: List[str], ids, detokenize) -> Dict:
+    """sacrebleu BLEU and chrF of the detokenized best hypotheses, with signatures."""
+    texts = [detokenize(hypotheses[i]) for i in ids]
+    return {**corpus_scores(texts, references), "first_hypotheses": texts[:3]}
+
+
+class TextSide:
+    """Detokenizer, references and scoring of one benchmark."""
+
+    def __init__(self, config: BenchmarkConfig, task, batches: Batches):
+        data = Path(config.data)
+        spm_model = config.spm_model
+        if spm_model is None:
+            spm_model = str(data / "spm.model") if (data / "spm.model").exists() else ""
+        references = config.references
+        if references is None:
+            default = data / "text" / f"{config.subset}.raw.{task.cfg.target_lang}"
+            references = str(default) if default.exists() else ""
+        self.spm_model = spm_model or None
+        self.references_source = references or "binarized targets, detokenized like hypotheses"
+        self.detokenize = Detokenizer(task.target_dictionary, self.spm_model)
+        self.references = load_references(references or None, batches, self.detokenize)
+        self.ids = batches.ids
+        self.signatures: Dict[str, str] = {}
+
+    def score(self, hypotheses: Dict[int, List[int]]) -> Dict:
+        """BLEU and chrF of the best hypotheses (sample id -> target tokens)."""
+        scores = score(hypotheses, self.references, self.ids, self.detokenize)
+        for key in ("bleu_signature", "chrf_signature"):
+            self.signatures[key] = scores.pop(key)
+        return scores
+

@@ -1,0 +1,148 @@
+"""A fairseq system: a checkpoint loaded with its overrides, decoded by fairseq's
+SequenceGenerator (``task.build_generator``), as fairseq-generate decodes it.
+
+The checkpoint's configuration decides which overrides are valid: ``checkpoint_keys`` lists them,
+and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides) before any
+worker starts, so that a typo stops the benchmark at once.
+"""
+
+import argparse
+import os
+from contextlib import nullcontext
+from typing import Dict, Set
+
+import torch
+
+import fairseq  # noqa: F401  (must come before fairseq_san.models so that the models register)
+import fairseq_san.models  # noqa: F401  (registers transformer_san)
+import fairseq_san.tasks  # noqa: F401  (registers translation_san)
+from fairseq import checkpoint_utils, tasks
+
+from fairseq_san.benchmark.config import FAIRSEQ, DecodeOptions, Setting, SystemSpec
+from fairseq_san.benchmark.config import precision_label
+from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
+from fairseq_san.benchmark.timing import PassResult, clock
+from fairseq_san.policy import load_policy
+
+
+def _load_state(checkpoint: str, overrides: Dict) -> Dict:
+    return checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
+
+
+def checkpoint_keys(state: Dict) -> Set[str]:
+    """The keys fairseq's ``arg_overrides`` can change in a loaded checkpoint's configuration."""
+    keys: Set[str] = set()
+    if state.get("args") is not None:
+        keys |= set(vars(state["args"]))
+    for group in (state.get("cfg") or {}).values():
+        if isinstance(group, argparse.Namespace):
+            keys |= set(vars(group))
+        elif hasattr(group, "keys"):
+            keys |= set(group.keys())
+    return keys - {"_name"}
+
+
+def load_checkpoint_task(spec: SystemSpec, data: str):
+    """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
+    if not os.path.isfile(spec.checkpoint):
+        raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} does not exist")
+    state = _load_state(spec.checkpoint, {"data": data})
+    spec.check_overrides(checkpoint_keys(state))
+    return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+
+
+class FairseqSystem:
+    """A checkpoint loaded with its overrides, decoded by fairseq's SequenceGenerator."""
+
+    def __init__(self, spec: SystemSpec, data: str, device: torch.device, fp16: bool):
+        self.spec = spec
+        self.name = spec.name
+        self.device = device
+        overrides = {"data": data, **spec.overrides}
+        state = _load_state(spec.checkpoint, overrides)
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [spec.checkpoint], arg_overrides=overrides, state=state
+        )
+        self.model, self.cfg, self.task = models[0], cfg, task
+        if fp16:
+            self.model.half()
+        self.model.to(device)
+        self.model.prepare_for_inference_(cfg)  # as fairseq-generate: eval, no attention output
+        self.model.eval()
+
+    def describe(self) -> Dict:
+        model_cfg = self.cfg.model
+        decoder = self.model.decoder
+        return {
+            "kind": FAIRSEQ,
+            "precision": precision_label(str(next(self.model.parameters()).dtype)),
+            "checkpoint": self.spec.checkpoint,
+            "overrides": self.spec.overrides,
+            "arch": getattr(model_cfg, "arch", getattr(model_cfg, "_name", None)),
+            "san_policy": load_policy(getattr(model_cfg, "san_policy", None) or "{}"),
+            "san_encdec_share": getattr(model_cfg, "san_encdec_share", None),
+            "decoder_self_attention_type": getattr(
+                model_cfg, "decoder_self_attention_type", "dot"
+            ),
+            "no_cache": bool(getattr(decoder, "recompute_prefix", False)),
+            "params": sum(p.numel() for p in self.model.parameters()),
+            "decoder_params": sum(p.numel() for p in decoder.parameters()),
+            "encoder_params": sum(p.numel() for p in self.model.encoder.parameters()),
+        }
+
+    def is_plain_transformer(self) -> bool:
+        info = self.describe()
+        return (
+            info["decoder_self_attention_type"] in (None, "dot")
+            and not info["no_cache"]
+            and not info["san_policy"]
+        )
+
+    def _generator(self, setting: Setting, options: DecodeOptions):
+        args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
+        return self.task.build_generator([self.model], args)
+
+    def decode(
+        self,
+        batches,
+        setting: Setting,
+        options: DecodeOptions,
+        keep_hypotheses: bool = False,
+        measure_cache: bool = False,
+    ) -> PassResult:
+        generator = self._generator(setting, options)
+        meter = CacheMeter(self.model.decoder) if measure_cache else None
+        seconds, tokens, sentences = 0.0, 0, 0
+        hypotheses = {} if keep_hypotheses else None
+        with meter or nullcontext():
+            for sample in batches.samples:
+                start = clock(self.device)
+                output = generator.generate([self.model], sample)
+                seconds += clock(self.device) - start
+                sentences += len(output)
+                tokens += sum(len(nbest[0]["tokens"]) for nbest in output)
+                if hypotheses is not None:
+                    for sample_id, nbest in zip(sample["id"].tolist(), output):
+                        hypotheses[sample_id] = nbest[0]["tokens"].tolist()
+        result = PassResult(seconds, tokens, sentences, hypotheses)
+        if meter is not None:
+            result.cache_bytes, result.cache_tensor_bytes = meter.peak, meter.peak_tensor
+        return result
+
+    def profile(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
+        generator = self._generator(setting, options)
+        profiler = StepProfiler(self.model, self.device)
+        with profiler:
+            for sample in batches.samples:
+                start = clock(self.device)
+                generator.generate([self.model], sample)
+                profiler.generate_seconds += clock(self.device) - start
+        return profiler.summary()
+
+    def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
+        """Matrix-multiply FLOPs of decoding the first batch, per output token: the work a
+        decoding engine cannot skip without changing the model."""
+        generator = self._generator(setting, options)
+        flops, output = matmul_flops(lambda: generator.generate([self.model], batches.samples[0]))
+        tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
+        return {"flops": flops, "tokens": tokens, "mflop_per_token": flops / tokens / 1e6}

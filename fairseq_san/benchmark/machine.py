@@ -1,0 +1,68 @@
+"""The machine a benchmark ran on: processor model and the instruction sets that decide which
+precisions are fast (AVX-512 VNNI and AMX for int8 and bf16), torch's CPU kernels, the GPU."""
+
+import datetime
+import os
+import platform
+from typing import Dict, List, Tuple
+
+import torch
+
+import fairseq
+
+# Processor flags (/proc/cpuinfo) that decide the speed of fp32, bf16 and int8 matmuls.
+CPU_FLAGS = (
+    "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
+)  # fmt: skip
+
+
+def choose_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ValueError("--gpu: CUDA is not available")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def processor() -> Tuple[str, List[str]]:
+    """(model name, the CPU_FLAGS it has) from /proc/cpuinfo; the platform's name elsewhere."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return model, [flag for flag in CPU_FLAGS if flag in flags]
+
+
+def machine_info(device: torch.device) -> Dict:
+    import sacrebleu
+
+    cpu, flags = processor()
+    info = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cpu_flags": flags,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "fairseq": getattr(fairseq, "__version__", "unknown"),
+        "sacrebleu": sacrebleu.__version__,
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info

@@ -1,0 +1,218 @@
+"""The benchmark's outputs: results.json, and results.md with one function per table."""
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_san.benchmark.meters import PARTS
+
+
+def write_results(results: Dict, out_dir: Path) -> None:
+    from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
+        json.dump(_finite(results), handle, indent=2, allow_nan=False)
+        handle.write("\n")
+    (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
+    plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
+    plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
+
+
+def markdown_report(results: Dict) -> str:
+    config = results["config"]
+    sections = [header(results), main_table(results)]
+    sections += [speed_table(results, mode) for mode in config["modes"]]
+    if "natural" in config["modes"]:
+        sections.append(bleu_table(results))
+    sections += [profile_table(results, mode) for mode in config["modes"]]
+    if results.get("notes"):
+        sections.append("\n".join(["## Notes", ""] + [f"- {note}" for note in results["notes"]]))
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def header(results: Dict) -> str:
+    """Title, command, what was decoded and how, the machine, the scores' signatures."""
+    config, machine = results["config"], results["machine"]
+    length = config["fixed_length"]
+    fixed = (
+        f" Fixed lengths: every hypothesis {length} tokens + eos (mean reference length "
+        f"{config['mean_reference_length']:.1f})."
+        if "fixed" in config["modes"]
+        else ""
+    )
+    gpu = f" ({machine['gpu']})" if machine.get("gpu") else ""
+    return "\n\n".join([
+        "# SAN decoding benchmark",
+        f"`{results['command']}`",
+        f"{config['subset']} of `{config['data']}`: {config['sentences']} sentences, batches of "
+        f"{config['batch_size']}, {config['repeats']} timed repeats (medians; the systems "
+        f"interleaved; {config.get('isolation', 'one process')}), baseline "
+        f"**{results['baseline']}**." + fixed,
+        f"Processor: {processor_line(machine)}; threads per engine: {machine['torch_threads']}; "
+        f"device {machine['device']}{gpu}; torch {machine['torch']}, fairseq "
+        f"{machine['fairseq']}; {machine['date']}; load average at start "
+        f"{machine.get('load_average')}.",
+        f"BLEU: `{results.get('bleu_signature') or '-'}`; "
+        f"chrF: `{results.get('chrf_signature') or '-'}`; references: {config['references']}.",
+    ])  # fmt: skip
+
+
+def processor_line(machine: Dict) -> str:
+    """``AMD EPYC (avx2, avx512f, ...; torch kernels AVX512)``."""
+    flags = ", ".join(machine.get("cpu_flags") or []) or "no AVX flags"
+    capability = machine.get("torch_cpu_capability")
+    kernels = f"; torch kernels {capability}" if capability else ""
+    return f"{machine['cpu']} ({flags}{kernels})"
+
+
+def main_table(results: Dict) -> str:
+    """Quality, size, speed at the table beam and cache size of every system."""
+    config, systems = results["config"], results["systems"]
+    beam, modes, cache_mode = config["table_beam"], config["modes"], config["cache_mode"]
+    header_cells = ["system", "precision", "BLEU", "chrF", "params"]
+    for mode in modes:
+        header_cells += [f"tok/s b{beam} {mode}", "x base"]
+    header_cells += [f"cache b{b} ({cache_mode})" for b in config["cache_beams"]]
+    lines = [f"## Beam {beam}", "", _row(header_cells), _row(["---"] * len(header_cells))]
+    for name, system in systems.items():
+        natural = setting_run(system, beam, "natural")
+        cells = [name, system.get("precision", "-"), _fmt(natural.get("bleu"), ".2f"),
+                 _fmt(natural.get("chrf"), ".2f")]  # fmt: skip
+        cells.append(str(system["params"]) if system.get("params") is not None else "-")
+        for mode in modes:
+            run = setting_run(system, beam, mode)
+            cells += [_fmt(run.get("tokens_per_second")), _fmt(run.get("ratio_to_baseline"), ".2f")]
+        for b in config["cache_beams"]:
+            cells.append(_bytes(setting_run(system, b, cache_mode).get("cache_bytes")))
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def speed_table(results: Dict, mode: str) -> str:
+    """Tokens/s (and the ratio to the baseline) at every beam size, in one length mode."""
+    beams = results["config"]["beams"]
+    lines = [
+        f"## Speed vs beam ({mode} lengths): tokens/s (x baseline)",
+        "",
+        _row(["system", "precision"] + [f"beam {b}" for b in beams]),
+        _row(["---"] * (2 + len(beams))),
+    ]
+    for name, system in results["systems"].items():
+        cells = [name, system.get("precision", "-")]
+        for b in beams:
+            run = setting_run(system, b, mode)
+            speed, ratio = run.get("tokens_per_second"), run.get("ratio_to_baseline")
+            cells.append(f"{_fmt(speed)} ({_fmt(ratio, '.2f')})")
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def bleu_table(results: Dict) -> str:
+    """BLEU at every beam size (natural lengths)."""
+    beams = results["config"]["beams"]
+    lines = [
+        "## BLEU vs beam",
+        "",
+        _row(["system"] + [f"beam {b}" for b in beams]),
+        _row(["---"] * (1 + len(beams))),
+    ]
+    for name, system in results["systems"].items():
+        cells = [_fmt(setting_run(system, b, "natural").get("bleu"), ".2f") for b in beams]
+        lines.append(_row([name] + cells))
+    return "\n".join(lines)
+
+
+def profile_table(results: Dict, mode: str) -> str:
+    """Where the time of a decoder step goes, and the FLOPs per token, per fairseq system."""
+    config, systems = results["config"], results["systems"]
+    profiled = {
+        name: system["profile"][mode]
+        for name, system in systems.items()
+        if mode in system.get("profile", {})
+    }
+    if not profiled:
+        return ""
+    lines = [
+        f"## Decoder step profile (beam {config['profile_beam']}, {mode} lengths)",
+        "",
+        "Shares of the decoder step; the last columns split the whole decode.",
+        "",
+        "| system | ms/step | self-attn | enc-dec attn | FFN | output proj | rest "
+        "| encoder | cache reorder | search+other | hook overhead "
+        "| MFLOP/token | compute x base | GFLOP/s |",
+        "|" + " --- |" * 14,
+    ]
+    base = profiled.get(results["baseline"])
+    for name, prof in profiled.items():
+        step, whole = prof["decoder_step_share"], prof["generate_share"]
+        lines.append(
+            f"| {name} | {_fmt(prof['ms_per_step'], '.3f')} "
+            + "".join(f"| {_fmt(100 * step[p], '.1f')}% " for p in (*PARTS, "rest"))
+            + "".join(
+                f"| {_fmt(100 * whole[p], '.1f')}% "
+                for p in ("encoder", "cache_reorder", "search_and_other")
+            )
+            + f"| {_fmt(prof.get('overhead'), '.2f')}x | "
+            + " | ".join(_compute_cells(prof, base, setting_run(systems[name], prof["beam"], mode)))
+            + " |"
+        )
+    if base:
+        lines += [
+            "",
+            f"Baseline: attention is {_fmt(100 * base['attention_share_of_decode'], '.1f')}% "
+            f"of the decode; attention in decoder layers 2..N, the most any sharing can "
+            f"remove, is {_fmt(100 * base['removable_share_of_decode'], '.1f')}% "
+            f"(speed-up at most {_fmt(base['max_speedup_from_sharing'], '.2f')}x).",
+            "MFLOP/token counts the matrix multiplies of decoding one batch (torch's "
+            "FlopCounterMode); `compute x base` is the speed-up if every system ran at the "
+            "baseline's FLOP rate, the bound for decoding-engine work that keeps the model.",
+        ]
+    return "\n".join(lines)
+
+
+def setting_run(system: Dict, beam: int, mode: str) -> Dict:
+    """A system's record of one setting (empty when it was not run)."""
+    return system["settings"].get(f"beam{beam}_{mode}", {})
+
+
+def _compute_cells(prof: Dict, base: Optional[Dict], timed: Dict) -> List[str]:
+    """MFLOP per output token, the baseline's over this system's, and the FLOP rate achieved."""
+    compute = prof.get("compute") or {}
+    mflop = compute.get("mflop_per_token")
+    base_mflop = ((base or {}).get("compute") or {}).get("mflop_per_token")
+    ratio = base_mflop / mflop if mflop and base_mflop else None
+    tokens_per_second = timed.get("tokens_per_second")
+    rate = mflop * tokens_per_second / 1000 if mflop and tokens_per_second else None
+    return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f")]
+
+
+def _finite(value):
+    """``value`` with NaN and infinities replaced by None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _fmt(value, spec: str = ".1f", missing: str = "-") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(value, spec)
+
+
+def _bytes(value: Optional[int]) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"

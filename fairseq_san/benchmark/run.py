@@ -1,0 +1,127 @@
+"""The benchmark from end to end: check, start the workers, time, measure, profile, report."""
+
+import logging
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, check_config
+from fairseq_san.benchmark.data import Batches, TextSide
+from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
+from fairseq_san.benchmark.machine import choose_device, machine_info
+from fairseq_san.benchmark.report import write_results
+from fairseq_san.benchmark.timing import median, time_setting
+from fairseq_san.benchmark.workers import WorkerPool
+
+logger = logging.getLogger("fairseq_san.benchmark")
+
+
+def run_benchmark(config: BenchmarkConfig) -> Dict:
+    """Decode, time, score and profile every system; write results.{json,md} and the plots."""
+    baseline = check_config(config)
+    if config.threads:
+        torch.set_num_threads(config.threads)  # the workers take the same count
+    device = choose_device(config.device)
+    if config.fp16 and device.type != "cuda":
+        raise ValueError("--fp16 needs a GPU")
+    out_dir = Path(config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_info(device)  # before decoding: the load average of the machine as found
+
+    # Every checkpoint's overrides are checked before a worker starts; the first one's task
+    # gives the batches' ids, the references and the detokenizer (workers collate the same).
+    tasks = [load_checkpoint_task(spec, config.data) for spec in config.systems]
+    batches = Batches(tasks[0], config.subset, config.batch_size, torch.device("cpu"),
+                      config.max_sentences)  # fmt: skip
+    if not batches.ids:
+        raise ValueError(f"subset {config.subset} is empty")
+    text = TextSide(config, tasks[0], batches)
+    fixed_length = config.fixed_length or max(1, round(batches.mean_target_length()))
+    del tasks
+
+    with WorkerPool(config, baseline, device) as pool:
+        assert set(pool.sentences.values()) == {len(batches.ids)}, pool.sentences
+        machine["torch_threads"] = pool.torch_threads
+        notes: List[str] = []
+        if pool.ctranslate2.get("note"):
+            notes.append("CTranslate2 row: " + pool.ctranslate2["note"])
+            logger.warning("CTranslate2 row skipped: %s", pool.ctranslate2["note"])
+        systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
+        for beam in config.beams:
+            for mode in config.modes:
+                setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+                runs = time_setting(pool, pool.names, baseline, setting, config, text)
+                for name, run in runs.items():
+                    systems[name]["settings"][setting.key] = run
+        fairseq_names = [name for name in pool.names if pool.engine(name) == FAIRSEQ]
+        cache_mode = "fixed" if "fixed" in config.modes else "natural"
+        _measure_caches(pool, fairseq_names, systems, config, cache_mode, fixed_length)
+        # The beam of the main table and of the profile: --table-beam when it was timed.
+        profile_beam = config.table_beam if config.table_beam in config.beams else config.beams[0]
+        if config.profile:
+            _profile(pool, fairseq_names, systems, config, profile_beam, fixed_length)
+        for name in pool.names:
+            systems[name]["process"] = pool.process(name)
+
+    results = {
+        "command": config.command,
+        "machine": machine,
+        "config": {
+            "data": config.data,
+            "subset": config.subset,
+            "sentences": len(batches.ids),
+            "batch_size": config.batch_size,
+            "beams": list(config.beams),
+            "repeats": config.repeats,
+            "modes": list(config.modes),
+            "fixed_length": fixed_length,
+            "mean_reference_length": batches.mean_target_length(),
+            "cache_beams": list(config.cache_beams),
+            "cache_mode": cache_mode,
+            "table_beam": profile_beam,
+            "profile_beam": profile_beam,
+            "max_len_a": config.decode.max_len_a,
+            "max_len_b": config.decode.max_len_b,
+            "lenpen": config.decode.lenpen,
+            "fp16": config.fp16,
+            "spm_model": text.spm_model,
+            "references": text.references_source,
+            "isolation": "each engine in a worker process of its own",
+        },
+        "baseline": baseline,
+        "bleu_signature": text.signatures.get("bleu_signature"),
+        "chrf_signature": text.signatures.get("chrf_signature"),
+        "systems": systems,
+        "ctranslate2": pool.ctranslate2,
+        "notes": notes,
+    }
+    write_results(results, out_dir)
+    return results
+
+
+def _measure_caches(pool, names, systems, config, mode: str, fixed_length: int) -> None:
+    """Cache peaks at the beams of --cache-beams outside the speed grid: one untimed pass each."""
+    for beam in config.cache_beams:
+        setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+        for name in names:
+            if setting.key not in systems[name]["settings"]:
+                measured = pool.call(name, "decode", setting, config.decode, measure_cache=True)
+                systems[name]["settings"][setting.key] = {
+                    "beam": beam, "mode": mode, "length": setting.length,
+                    "cache_bytes": measured.cache_bytes,
+                    "cache_tensor_bytes": measured.cache_tensor_bytes,
+                }  # fmt: skip
+
+
+def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None:
+    """One profiled pass and one FLOP count per fairseq system and length mode."""
+    for mode in config.modes:
+        setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+        logger.info("profile: beam %d, %s lengths", beam, mode)
+        for name in names:
+            summary = pool.call(name, "profile", setting, config.decode)
+            timed = systems[name]["settings"][setting.key]["seconds"]
+            summary["overhead"] = summary["generate_seconds"] / median(timed)
+            summary["compute"] = pool.call(name, "count_flops", setting, config.decode)
+            systems[name].setdefault("profile", {})[mode] = {"beam": beam, **summary}

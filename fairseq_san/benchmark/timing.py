@@ -1,0 +1,106 @@
+"""The clock, the result of one pass over the subset, and the timing loop of one setting.
+
+The loop runs in the parent process and drives the systems through their workers (``workers``):
+each pass runs alone, in the process of its system's engine, while the other workers wait on
+their pipes.
+"""
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting
+
+logger = logging.getLogger("fairseq_san.benchmark")
+
+
+def clock(device) -> float:
+    """perf_counter after the device (a torch.device) has finished its queued work."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@dataclass
+class PassResult:
+    """One pass over the subset: wall time of the generate calls and what was generated."""
+
+    seconds: float
+    tokens: int
+    sentences: int
+    hypotheses: Optional[Dict[int, List[int]]] = None  # sample id -> best hypothesis tokens
+    cache_bytes: Optional[int] = None
+    cache_tensor_bytes: Optional[int] = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("nan")
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of the values that are not NaN (NaN when none is)."""
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def time_setting(
+    pool, names: Sequence[str], baseline: str, setting: Setting, config: BenchmarkConfig, text,
+) -> Dict[str, Dict]:  # fmt: skip
+    """Warm-up pass (also scores and cache peak) then ``repeats`` interleaved timed passes.
+
+    ``pool`` runs a system's method in its worker (``WorkerPool.call``); ``text`` scores the
+    warm-up hypotheses (``data.TextSide``).
+    """
+    logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
+    runs: Dict[str, Dict] = {}
+    for name in names:
+        warm = pool.call(
+            name, "decode", setting, config.decode,
+            keep_hypotheses=setting.mode == "natural",
+            measure_cache=pool.engine(name) == FAIRSEQ,
+        )  # fmt: skip
+        runs[name] = _run_record(setting, warm)
+        if warm.hypotheses is not None:
+            runs[name].update(text.score(warm.hypotheses))
+    for repeat in range(config.repeats):
+        for name in names:  # interleaved: A B C ... A B C ...
+            timed = pool.call(name, "decode", setting, config.decode)
+            runs[name]["seconds"].append(timed.seconds)
+            runs[name]["tokens_per_second_repeats"].append(timed.tokens_per_second)
+        logger.info(
+            "beam %d, %s lengths, repeat %d: %s", setting.beam, setting.mode, repeat + 1,
+            ", ".join(
+                f"{name} {run['tokens_per_second_repeats'][-1]:.1f} tok/s"
+                for name, run in runs.items()
+            ),
+        )  # fmt: skip
+    base = runs[baseline]["tokens_per_second_repeats"]
+    for run in runs.values():
+        speeds = run["tokens_per_second_repeats"]
+        run["tokens_per_second"] = median(speeds)
+        run["ratio_repeats"] = [a / b if b > 0 else float("nan") for a, b in zip(speeds, base)]
+        run["ratio_to_baseline"] = median(run["ratio_repeats"])
+    return runs
+
+
+def _run_record(setting: Setting, warm: PassResult) -> Dict:
+    """The record of one system in one setting, from its warm-up pass; timings come next."""
+    run = {
+        "beam": setting.beam,
+        "mode": setting.mode,
+        "length": setting.length,
+        "sentences": warm.sentences,
+        "tokens": warm.tokens,
+        "warmup_seconds": warm.seconds,
+        "seconds": [],
+        "tokens_per_second_repeats": [],
+    }
+    if warm.cache_bytes is not None:
+        run["cache_bytes"] = warm.cache_bytes
+        run["cache_tensor_bytes"] = warm.cache_tensor_bytes
+    return run

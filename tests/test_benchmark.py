@@ -7,6 +7,7 @@ system's speed does not depend on which other systems (CTranslate2) are in the r
 """
 
 import json
+import os
 import shutil
 
 import pytest
@@ -115,12 +116,8 @@ def test_cache_bytes_count_a_storage_once():
     assert incremental_state_bytes({"a": {"head": keys[0]}}) == (96, 48)
 
 
-def test_help_runs_without_loading_fairseq():
-    result = run_cli("fairseq-san-bench", "--help", timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "--system" in result.stdout and "--fixed-length" in result.stdout
 
-
+@pytest.mark.slow
 def test_outputs_written(bench_results):
     out_dir, results = bench_results
     for name in ("results.json", "results.md", "speed_vs_beam.png", "speed_vs_bleu.png"):
@@ -142,6 +139,7 @@ def test_outputs_written(bench_results):
     assert results["config"]["spm_model"].endswith("spm.model")
 
 
+@pytest.mark.slow
 def test_speed_and_ratios(bench_results):
     _, results = bench_results
     systems = results["systems"]
@@ -163,6 +161,7 @@ def test_speed_and_ratios(bench_results):
     assert sorted(again)[len(again) // 2] == pytest.approx(1.0, abs=0.3)
 
 
+@pytest.mark.slow
 def test_quality_params_and_cache(bench_results):
     _, results = bench_results
     systems = results["systems"]
@@ -181,6 +180,7 @@ def test_quality_params_and_cache(bench_results):
     ]
 
 
+@pytest.mark.slow
 def test_profile(bench_results):
     _, results = bench_results
     for name in ("base", "san", "nocache"):
@@ -195,6 +195,7 @@ def test_profile(bench_results):
     assert base["max_speedup_from_sharing"] > 1.0
 
 
+@pytest.mark.slow
 def test_compute_counts(bench_results):
     """The shared system does fewer matrix multiplies per token; the same model the same."""
     out_dir, results = bench_results
@@ -206,6 +207,7 @@ def test_compute_counts(bench_results):
     assert "compute x base" in (out_dir / "results.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_ctranslate2_row_or_note(bench_results):
     _, results = bench_results
     try:
@@ -228,6 +230,7 @@ def test_ctranslate2_row_or_note(bench_results):
                 assert len(run["tokens_per_second_repeats"]) == 3
 
 
+@pytest.mark.slow
 def test_every_row_has_its_precision(bench_results):
     out_dir, results = bench_results
     precisions = {name: system["precision"] for name, system in results["systems"].items()}
@@ -293,6 +296,7 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     assert 0.7 <= beside / alone <= 1.4, (alone, beside)
 
 
+@pytest.mark.slow
 def test_ctranslate2_never_shares_the_process_that_times_torch(bench_results):
     _, results = bench_results
     if results["ctranslate2"]["status"] != "ok":

@@ -1,14 +1,14 @@
 """The one error the static decoder raises for a model or an option it does not support."""
 
-from fairseq_san.policy import PolicyError
+from fairseq_san.errors import UsageError
 
 
-class StaticDecoderError(PolicyError):
+class StaticDecoderError(UsageError):
     """``--san-decoder static`` cannot decode this model or honour this option; the message names
     it and the way out (drop ``--san-decoder static``).
 
-    A PolicyError so that the plugin's command-line hook prints it as one line, like the other
-    errors of bad input.
+    A UsageError, so that the plugin's command-line hook prints it as one line, like the other
+    errors of bad input (fairseq_san/errors.py).
     """
 
     def __init__(self, what: str) -> None:

@@ -203,7 +203,7 @@ def padded_batch(model_dictionary):
 
 
 def test_capture_masks_and_leaves_model_unchanged():
-    from fairseq_san.tasks.translation_san import AttentionCapture
+    from fairseq_san.analysis import AttentionCapture
 
     model, _ = build(["--san-decoder-encdec-policy", "3,3"])
     dictionary = model.decoder.dictionary
@@ -230,7 +230,7 @@ def test_capture_masks_and_leaves_model_unchanged():
 
 
 def test_average_attention_has_no_decoder_self_weights():
-    from fairseq_san.tasks.translation_san import AttentionCapture, attention_modules
+    from fairseq_san.analysis import AttentionCapture, attention_modules
 
     model, _ = build(["--decoder-self-attention-type", "aan"])
     assert attention_modules(model)["decoder_self"] is None

@@ -1,9 +1,10 @@
 """fairseq-san-bench end to end on a tiny sentencepiece corpus and a tiny trained checkpoint.
 
-One checkpoint without sharing is decoded as four systems: itself, itself again (its speed ratio
+One checkpoint without sharing is decoded as six systems: itself, itself again (its speed ratio
 to itself must be near 1), with the decode-time policy {1,5}/{3,3} (fewer parameters, a smaller
-cache) and without the decoding cache (no cache at all). The yardstick test checks that a
-system's speed does not depend on which other systems (CTranslate2) are in the run.
+cache), without the decoding cache (no cache at all), by the static decoder (the same
+translations), and with the policy by the static decoder at int8. The yardstick test checks that
+a system's speed does not depend on which other systems (CTranslate2) are in the run.
 """
 
 import json
@@ -16,6 +17,8 @@ import torch
 from helpers import preprocess, run_cli, train_argv, write_corpus
 
 POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
+STATIC = {"san_decoder": "static"}
+SAN_STATIC_INT8 = {"san_policy": POLICY, **STATIC, "san_decoder_precision": "int8"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -55,6 +58,8 @@ def bench_results(bench_data, tmp_path_factory):
         "--system", f"base-again={checkpoint}",
         "--system", f"san={checkpoint}:" + json.dumps({"san_policy": POLICY}),
         "--system", f"nocache={checkpoint}:" + json.dumps({"san_no_cache": True}),
+        "--system", f"static={checkpoint}:" + json.dumps(STATIC),
+        "--system", f"san-static-int8={checkpoint}:" + json.dumps(SAN_STATIC_INT8),
         "--baseline", "base",
         "--beams", "1", "4", "--cache-beams", "4", "20",
         "--batch-size", "6", "--max-sentences", "12", "--repeats", "3",
@@ -73,6 +78,10 @@ def test_parse_system():
         "nocache", "/ckpt/dir/model.pt", {"san_no_cache": True}
     )
     assert parse_system("base=a:b/c.pt").overrides == {}
+    static = parse_system("s=m.pt:" + json.dumps(SAN_STATIC_INT8))
+    assert static.model_overrides == {"san_policy": POLICY}
+    assert (static.decoder, static.decoder_precision) == ("static", "int8")
+    assert (spec.decoder, spec.decoder_precision) == ("fairseq", "fp32")
     for bad in ("no-checkpoint", "=x.pt", "x=y.pt:{not json"):
         with pytest.raises(ValueError):
             parse_system(bad)
@@ -81,13 +90,37 @@ def test_parse_system():
 def test_unknown_override_key_names_the_nearest_valid_key():
     from fairseq_san.benchmark.config import parse_system
 
+    valid, precisions = {"san_policy", "san_no_cache", "dropout"}, ("fp32", "bf16", "int8")
     spec = parse_system('san=model.pt:{"san_polcy": "{}"}')
     with pytest.raises(ValueError) as error:
-        spec.check_overrides({"san_policy", "san_no_cache", "dropout"})
+        spec.check_overrides(valid, precisions)
     assert str(error.value) == (
         "system san: override of model.pt: unknown key 'san_polcy' (did you mean 'san_policy'?)"
     )
-    parse_system('san=model.pt:{"san_no_cache": true}').check_overrides({"san_no_cache"})
+    # The generation keys are valid for every checkpoint, and their typos are caught too.
+    for typo, key in (("san_decodr", "san_decoder"),
+                      ("san_decoder_precison", "san_decoder_precision")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"unknown key '{typo}' .did you mean '{key}'"):
+            parse_system(f's=model.pt:{{"{typo}": "static"}}').check_overrides(valid, precisions)
+    parse_system('san=model.pt:{"san_no_cache": true}').check_overrides(valid, precisions)
+    parse_system("s=model.pt:" + json.dumps(SAN_STATIC_INT8)).check_overrides(valid, precisions)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"san_decoder": "statc"}, "san_decoder must be one of ('fairseq', 'static'), not 'statc'"),
+        ({**STATIC, "san_decoder_precision": "int4"},
+         "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not 'int4'"),
+        ({"san_decoder_precision": "bf16"}, 'san_decoder_precision needs "san_decoder": "static"'),
+    ],
+)  # fmt: skip
+def test_bad_decoder_or_precision_is_named(overrides, message):
+    from fairseq_san.benchmark.config import SystemSpec
+
+    with pytest.raises(ValueError) as error:
+        SystemSpec("s", "m.pt", overrides).check_overrides(set(), ("fp32", "bf16", "int8"))
+    assert str(error.value) == f"system s: override of m.pt: {message}"
 
 
 def test_every_option_default_comes_from_the_config():
@@ -116,6 +149,20 @@ def test_cache_bytes_count_a_storage_once():
     assert incremental_state_bytes({"a": {"head": keys[0]}}) == (96, 48)
 
 
+def test_agreement_counts_sentences_that_read_the_same():
+    """Agreement compares detokenized text: an engine that leaves out eos (CTranslate2) agrees."""
+    from fairseq.data import Dictionary
+
+    from fairseq_san.benchmark.data import Detokenizer, TextSide
+
+    dictionary = Dictionary()
+    a, b = dictionary.add_symbol("a"), dictionary.add_symbol("b")
+    text = TextSide.__new__(TextSide)
+    text.ids, text.detokenize = [0, 1, 2, 3], Detokenizer(dictionary, None)
+    ours = {0: [a, b, dictionary.eos()], 1: [a], 2: [b], 3: [a, a]}
+    theirs = {0: [a, b], 1: [a, dictionary.eos()], 2: [a], 3: [a]}
+    assert text.agreement(ours, theirs) == 0.5
+
 
 @pytest.mark.slow
 def test_outputs_written(bench_results):
@@ -125,7 +172,8 @@ def test_outputs_written(bench_results):
     for name in ("speed_vs_beam.png", "speed_vs_bleu.png"):
         assert (out_dir / name).read_bytes()[:8] == PNG_MAGIC
     report = (out_dir / "results.md").read_text()
-    for name in ("base", "base-again", "san", "nocache", "BLEU", "self-attn", "ctranslate2"):
+    for name in ("base", "base-again", "san", "nocache", "static", "san-static-int8", "BLEU",
+                 "self-attn", "ctranslate2"):  # fmt: skip
         assert name.lower() in report.lower()
     assert results["command"].startswith("fairseq-san-bench --data")
     machine = results["machine"]
@@ -183,7 +231,7 @@ def test_quality_params_and_cache(bench_results):
 @pytest.mark.slow
 def test_profile(bench_results):
     _, results = bench_results
-    for name in ("base", "san", "nocache"):
+    for name in ("base", "san", "nocache", "static", "san-static-int8"):
         profile = results["systems"][name]["profile"]["fixed"]
         assert profile["steps"] > 0 and profile["ms_per_step"] > 0
         shares = profile["decoder_step_share"]
@@ -234,13 +282,46 @@ def test_ctranslate2_row_or_note(bench_results):
 def test_every_row_has_its_precision(bench_results):
     out_dir, results = bench_results
     precisions = {name: system["precision"] for name, system in results["systems"].items()}
-    for name in ("base", "base-again", "san", "nocache"):
+    decoders = {name: system["decoder"] for name, system in results["systems"].items()}
+    for name in ("base", "base-again", "san", "nocache", "static"):
         assert precisions[name] == "fp32"
+        assert decoders[name] == ("static" if name == "static" else "fairseq")
+    assert (decoders["san-static-int8"], precisions["san-static-int8"]) == ("static", "int8")
     if results["ctranslate2"]["status"] == "ok":
         assert precisions["base (CTranslate2 float32)"] == "fp32"
         assert precisions["base (CTranslate2 int8)"] == "int8"
     report = (out_dir / "results.md").read_text(encoding="utf-8")
-    assert "| system | precision |" in report and "| base | fp32 |" in report
+    assert "| system | decoder | precision |" in report and "| base | fairseq | fp32 |" in report
+    assert "| static | static | fp32 |" in report
+    assert "| san-static-int8 | static | int8 |" in report
+
+
+@pytest.mark.slow
+def test_static_decoder_rows(bench_results):
+    """The static decoder translates as fairseq does (same BLEU, chrF and token count at natural
+    lengths); its cache is measured from its preallocated tensors; the model overrides of a
+    static system (the policy) still reach the model."""
+    _, results = bench_results
+    systems = results["systems"]
+    base, static, san = systems["base"], systems["static"], systems["san"]
+    san_int8 = systems["san-static-int8"]
+    for beam in (1, 4):
+        key = f"beam{beam}_natural"
+        ours, theirs = static["settings"][key], base["settings"][key]
+        assert (ours["bleu"], ours["chrf"], ours["tokens"]) == (
+            theirs["bleu"], theirs["chrf"], theirs["tokens"]
+        ), beam
+        assert ours["agreement_with_baseline"] == theirs["agreement_with_baseline"] == 1.0
+    assert san_int8["params"] == san["params"] and san_int8["san_policy"] == san["san_policy"]
+    for beam in (4, 20):
+        key = f"beam{beam}_fixed"
+        assert 0 < san_int8["settings"][key]["cache_bytes"] < static["settings"][key]["cache_bytes"]
+    assert static["settings"]["beam20_fixed"]["cache_bytes"] > static["settings"]["beam4_fixed"][
+        "cache_bytes"
+    ]
+    flops = {name: systems[name]["profile"]["fixed"]["compute"]["mflop_per_token"]
+             for name in ("static", "san-static-int8")}  # fmt: skip
+    assert 0 < flops["san-static-int8"] < flops["static"]
 
 
 def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):

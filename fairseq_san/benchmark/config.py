@@ -18,6 +18,15 @@ MODES = ("natural", "fixed")
 FAIRSEQ = "fairseq"
 CTRANSLATE2 = "ctranslate2"
 
+# Decoders of the fairseq engine: fairseq's SequenceGenerator, or the static-shape decoder.
+STATIC = "static"
+DECODERS = (FAIRSEQ, STATIC)
+
+# System override keys that choose how a checkpoint is decoded, not what it is: the benchmark
+# takes them out of the overrides before fairseq loads the checkpoint (translation_san's
+# ``--san-decoder`` and ``--san-decoder-precision``).
+GENERATION_KEYS = ("san_decoder", "san_decoder_precision")
+
 # Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
 PRECISION_LABELS = {
     "float32": "fp32",
@@ -43,22 +52,52 @@ def unknown_key_error(what: str, key: str, valid: Collection[str]) -> str:
 
 @dataclass
 class SystemSpec:
-    """``NAME=CKPT[:OVERRIDES_JSON]`` from the command line."""
+    """``NAME=CKPT[:OVERRIDES_JSON]`` from the command line.
+
+    ``overrides`` holds model options (given to fairseq when it loads the checkpoint) and the
+    GENERATION_KEYS (the decoder and its precision, given to the generator).
+    """
 
     name: str
     checkpoint: str
     overrides: Dict = field(default_factory=dict)
 
-    def check_overrides(self, valid: Collection[str]) -> None:
-        """ValueError naming the nearest valid key for an override the checkpoint would ignore.
+    @property
+    def model_overrides(self) -> Dict:
+        return {k: v for k, v in self.overrides.items() if k not in GENERATION_KEYS}
+
+    @property
+    def decoder(self) -> str:
+        return self.overrides.get("san_decoder", FAIRSEQ)
+
+    @property
+    def decoder_precision(self) -> str:
+        """The static decoder's precision (``fp32`` unless overridden)."""
+        return self.overrides.get("san_decoder_precision", "fp32")
+
+    def check_overrides(self, valid: Collection[str], precisions: Collection[str]) -> None:
+        """ValueError naming the nearest valid key for an override the checkpoint would ignore,
+        or naming a decoder or precision (one of ``precisions``) that does not exist.
 
         fairseq applies an override only to a key its configuration already has (or sets it
         unread on a legacy argparse namespace), so a typo would silently decode the wrong system.
         """
+        what = f"system {self.name}: override of {self.checkpoint}"
+        keys = set(valid) | set(GENERATION_KEYS)
         for key in self.overrides:
-            if key not in valid:
-                what = f"system {self.name}: override of {self.checkpoint}"
-                raise ValueError(unknown_key_error(what, key, valid))
+            if key not in keys:
+                raise ValueError(unknown_key_error(what, key, keys))
+        if self.decoder not in DECODERS:
+            raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {self.decoder!r}")
+        if "san_decoder_precision" not in self.overrides:
+            return
+        if self.decoder != STATIC:
+            raise ValueError(f'{what}: san_decoder_precision needs "san_decoder": "{STATIC}"')
+        if self.decoder_precision not in precisions:
+            raise ValueError(
+                f"{what}: san_decoder_precision must be one of {tuple(precisions)}, "
+                f"not {self.decoder_precision!r}"
+            )
 
 
 def parse_system(text: str) -> SystemSpec:

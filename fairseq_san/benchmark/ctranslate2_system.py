@@ -58,6 +58,7 @@ class CTranslate2System:
     def describe(self) -> Dict:
         return {
             "kind": CTRANSLATE2,
+            "decoder": CTRANSLATE2,
             "precision": precision_label(self.compute_type),
             "version": self.version,
             "compute_type": self.compute_type,

@@ -105,3 +105,9 @@ class TextSide:
             self.signatures[key] = scores.pop(key)
         return scores
 
+    def agreement(self, hypotheses: Dict[int, List[int]], others: Dict[int, List[int]]) -> float:
+        """Share of the sentences whose best hypothesis reads the same in both (detokenized, so
+        that an engine that leaves out eos still agrees)."""
+        same = sum(self.detokenize(hypotheses[i]) == self.detokenize(others[i]) for i in self.ids)
+        return same / len(self.ids)
+

@@ -1,9 +1,12 @@
 """A fairseq system: a checkpoint loaded with its overrides, decoded by fairseq's
-SequenceGenerator (``task.build_generator``), as fairseq-generate decodes it.
+SequenceGenerator (``task.build_generator``), as fairseq-generate decodes it, or, with the
+overrides ``"san_decoder": "static"`` and ``"san_decoder_precision": "fp32" | "bf16" | "int8"``,
+by the static-shape decoder (``fairseq_san.static_decoding``, built directly, so that checkpoints
+trained with ``--task translation`` take it too).
 
-The checkpoint's configuration decides which overrides are valid: ``checkpoint_keys`` lists them,
-and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides) before any
-worker starts, so that a typo stops the benchmark at once.
+The checkpoint's configuration decides which model overrides are valid: ``checkpoint_keys``
+lists them, and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides)
+before any worker starts, so that a typo stops the benchmark at once.
 """
 
 import argparse
@@ -18,11 +21,14 @@ import fairseq_san.models  # noqa: F401  (registers transformer_san)
 import fairseq_san.tasks  # noqa: F401  (registers translation_san)
 from fairseq import checkpoint_utils, tasks
 
-from fairseq_san.benchmark.config import FAIRSEQ, DecodeOptions, Setting, SystemSpec
+from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.policy import load_policy
+from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
+from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
+from fairseq_san.static_decoding.caches import DecoderCache
 
 
 def _load_state(checkpoint: str, overrides: Dict) -> Dict:
@@ -47,18 +53,19 @@ def load_checkpoint_task(spec: SystemSpec, data: str):
     if not os.path.isfile(spec.checkpoint):
         raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} does not exist")
     state = _load_state(spec.checkpoint, {"data": data})
-    spec.check_overrides(checkpoint_keys(state))
+    spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
 
 
 class FairseqSystem:
-    """A checkpoint loaded with its overrides, decoded by fairseq's SequenceGenerator."""
+    """A checkpoint loaded with its model overrides, decoded by fairseq's SequenceGenerator or
+    the static decoder (``spec.decoder``)."""
 
     def __init__(self, spec: SystemSpec, data: str, device: torch.device, fp16: bool):
         self.spec = spec
         self.name = spec.name
         self.device = device
-        overrides = {"data": data, **spec.overrides}
+        overrides = {"data": data, **spec.model_overrides}
         state = _load_state(spec.checkpoint, overrides)
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [spec.checkpoint], arg_overrides=overrides, state=state
@@ -69,13 +76,22 @@ class FairseqSystem:
         self.model.to(device)
         self.model.prepare_for_inference_(cfg)  # as fairseq-generate: eval, no attention output
         self.model.eval()
+        self._generator_of = None  # (key, generator) of the last setting decoded
+
+    @property
+    def precision(self) -> str:
+        """The static decoder's reduced precision, else the model's (its weights' dtype)."""
+        if self.spec.decoder == STATIC and self.spec.decoder_precision != "fp32":
+            return self.spec.decoder_precision
+        return precision_label(str(next(self.model.parameters()).dtype))
 
     def describe(self) -> Dict:
         model_cfg = self.cfg.model
         decoder = self.model.decoder
         return {
             "kind": FAIRSEQ,
-            "precision": precision_label(str(next(self.model.parameters()).dtype)),
+            "decoder": self.spec.decoder,
+            "precision": self.precision,
             "checkpoint": self.spec.checkpoint,
             "overrides": self.spec.overrides,
             "arch": getattr(model_cfg, "arch", getattr(model_cfg, "_name", None)),
@@ -98,9 +114,36 @@ class FairseqSystem:
             and not info["san_policy"]
         )
 
-    def _generator(self, setting: Setting, options: DecodeOptions):
-        args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
-        return self.task.build_generator([self.model], args)
+    def _generator(self, setting: Setting, options: DecodeOptions, precision: str = ""):
+        """The generator of a setting (the static decoder at ``precision``, by default the
+        system's), kept for the next call: building the static decoder copies, casts or
+        quantizes the decoder's weights, and the timing loop decodes one setting many times."""
+        precision = precision or self.spec.decoder_precision
+        key = (setting.beam, setting.mode, setting.length, repr(options), precision)
+        if self._generator_of is None or self._generator_of[0] != key:
+            args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
+            if self.spec.decoder == STATIC:
+                generator = build_static_generator(
+                    [self.model], self.task.target_dictionary, args, precision
+                )
+            else:
+                args.san_decoder = FAIRSEQ  # translation_san: whatever its checkpoint says
+                generator = self.task.build_generator([self.model], args)
+            self._generator_of = (key, generator)
+        return self._generator_of[1]
+
+    def _cache_meter(self, generator) -> CacheMeter:
+        if isinstance(generator, StaticSequenceGenerator):
+            return CacheMeter.of_static(generator.step)
+        return CacheMeter.of_fairseq(self.model.decoder)
+
+    def _profiler(self, generator) -> StepProfiler:
+        encoder = self.model.encoder
+        if isinstance(generator, StaticSequenceGenerator):
+            return StepProfiler(generator.step, encoder, (DecoderCache, "reorder"), self.device)
+        decoder = self.model.decoder
+        reorder = (decoder, "reorder_incremental_state_scripting")
+        return StepProfiler(decoder, encoder, reorder, self.device)
 
     def decode(
         self,
@@ -111,7 +154,7 @@ class FairseqSystem:
         measure_cache: bool = False,
     ) -> PassResult:
         generator = self._generator(setting, options)
-        meter = CacheMeter(self.model.decoder) if measure_cache else None
+        meter = self._cache_meter(generator) if measure_cache else None
         seconds, tokens, sentences = 0.0, 0, 0
         hypotheses = {} if keep_hypotheses else None
         with meter or nullcontext():
@@ -131,7 +174,7 @@ class FairseqSystem:
 
     def profile(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
         generator = self._generator(setting, options)
-        profiler = StepProfiler(self.model, self.device)
+        profiler = self._profiler(generator)
         with profiler:
             for sample in batches.samples:
                 start = clock(self.device)
@@ -141,8 +184,11 @@ class FairseqSystem:
 
     def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
         """Matrix-multiply FLOPs of decoding the first batch, per output token: the work a
-        decoding engine cannot skip without changing the model."""
-        generator = self._generator(setting, options)
+        decoding engine cannot skip without changing the model.
+
+        The static decoder is counted at fp32 whatever its precision: FlopCounterMode does not
+        count int8's quantized linear layers, and every precision does the same multiplies."""
+        generator = self._generator(setting, options, precision="fp32")
         flops, output = matmul_flops(lambda: generator.generate([self.model], batches.samples[0]))
         tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
         return {"flops": flops, "tokens": tokens, "mflop_per_token": flops / tokens / 1e6}

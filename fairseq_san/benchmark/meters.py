@@ -1,13 +1,18 @@
 """Meters of a decode: the size of the decoding cache, where the time of a step goes, FLOPs.
 
-* ``CacheMeter``: during a pass the decoder's incremental state is walked after every step; the
-  size of a step is the sum of the bytes of the distinct storages its tensors live in (memory
-  actually held); the peak over the subset is reported. ``cache_tensor_bytes`` counts
-  ``numel * element_size`` per distinct storage instead (the live extent only).
+* ``CacheMeter``: during a pass the decoder's cache is walked: fairseq's incremental state after
+  every step; the static decoder's ``DecoderCache`` (allocated once per batch for the longest
+  output, fairseq_san/static_decoding/caches.py) once it is filled, after ``step.prepare``, its
+  spare reorder buffers included. The size is the sum of the bytes of the distinct storages its
+  tensors live in (memory actually held); the peak over the subset is reported.
+  ``cache_tensor_bytes`` counts ``numel * element_size`` per distinct storage instead (the live
+  extent only).
 * ``StepProfiler``: forward hooks timing (``time.perf_counter``, synchronized on a GPU) the
   self-attention, encoder-decoder attention and FFN (fc1 .. fc2) of every decoder layer, the
   output projection, the whole decoder step, the encoder, the cache reorder of beam search, and
-  the ``generate`` call. Module hooks cost a few microseconds each, which lands in "rest".
+  the ``generate`` call. The static decoder's step has modules of the same names (its
+  ``LayerStep``), so the same hooks time it. Module hooks cost a few microseconds each, which
+  lands in "rest".
   ``removable`` is the attention time of decoder layers 2..N as a share of the whole decode: no
   sharing policy can remove more, since the first layer of each stack always attends.
 * ``matmul_flops``: the matrix-multiply FLOPs of a call (torch's ``FlopCounterMode``).
@@ -23,7 +28,8 @@ from fairseq_san.benchmark.timing import clock
 
 @contextmanager
 def _wrapped_method(obj, name: str, make_wrapper: Callable[[Callable], Callable]):
-    """Temporarily replace the bound method ``obj.name`` by ``make_wrapper(original)``.
+    """Temporarily replace the bound method ``obj.name`` by ``make_wrapper(original)`` (on a
+    class: the method of all its instances).
 
     SequenceGenerator calls ``model.decoder.forward`` (and ``forward_torchscript``,
     ``reorder_incremental_state_scripting``) directly, not through ``__call__``, so module hooks
@@ -45,7 +51,8 @@ def incremental_state_bytes(state: Optional[Dict]) -> Tuple[int, int]:
     """(bytes of the distinct storages, sum of numel * element_size per distinct storage).
 
     ``state`` is fairseq's incremental state: module key -> {name: tensor or None}, possibly
-    nested. A storage shared by several tensors (views) is counted once.
+    nested, or an object holding tensors in its attributes (the static decoder's DecoderCache).
+    A storage shared by several tensors (views) is counted once.
     """
     storages: Dict[Tuple[str, int], Tuple[int, int]] = {}
 
@@ -64,32 +71,48 @@ def incremental_state_bytes(state: Optional[Dict]) -> Tuple[int, int]:
         elif isinstance(value, (list, tuple)):
             for item in value:
                 visit(item)
+        elif hasattr(value, "__dict__") and not isinstance(value, torch.nn.Module):
+            visit(vars(value))
 
     visit(state or {})
     return sum(h for h, _ in storages.values()), sum(e for _, e in storages.values())
 
 
 class CacheMeter:
-    """Peak size of the decoder's incremental state, measured after every decoder step."""
+    """Peak size of a decoder's cache, measured after every call of ``owner.method``.
 
-    def __init__(self, decoder: torch.nn.Module):
-        self.decoder = decoder
+    ``state_of(args, kwargs)`` picks the cache from that call's arguments.
+    """
+
+    def __init__(self, owner, method: str, state_of: Callable[[Tuple, Dict], object]):
+        self.owner, self.method, self.state_of = owner, method, state_of
         self.peak = 0
         self.peak_tensor = 0
         self._context = None
 
-    def _wrap(self, forward):
-        def measured_forward(*args, **kwargs):
-            out = forward(*args, **kwargs)
-            held, extent = incremental_state_bytes(kwargs.get("incremental_state"))
+    @classmethod
+    def of_fairseq(cls, decoder: torch.nn.Module) -> "CacheMeter":
+        """fairseq's incremental state, after every ``decoder.forward`` (one step)."""
+        return cls(decoder, "forward", lambda args, kwargs: kwargs.get("incremental_state"))
+
+    @classmethod
+    def of_static(cls, step: torch.nn.Module) -> "CacheMeter":
+        """The static decoder's DecoderCache, after ``step.prepare(encoder_out, padding, cache,
+        positions)`` has allocated and filled it for a batch."""
+        return cls(step, "prepare", lambda args, kwargs: args[2])
+
+    def _wrap(self, method):
+        def measured(*args, **kwargs):
+            out = method(*args, **kwargs)
+            held, extent = incremental_state_bytes(self.state_of(args, kwargs))
             self.peak = max(self.peak, held)
             self.peak_tensor = max(self.peak_tensor, extent)
             return out
 
-        return measured_forward
+        return measured
 
     def __enter__(self):
-        self._context = _wrapped_method(self.decoder, "forward", self._wrap)
+        self._context = _wrapped_method(self.owner, self.method, self._wrap)
         self._context.__enter__()
         return self
 
@@ -105,14 +128,21 @@ class StepProfiler:
 
     Each decoder layer's ``self_attn`` and ``encoder_attn`` are timed from their pre-hook to
     their post-hook, the FFN from ``fc1``'s pre-hook to ``fc2``'s post-hook, the output
-    projection likewise; ``decoder.forward`` (one decoder step), the encoder and the cache
-    reorder of beam search by wrapping their methods.
+    projection likewise; ``decoder.forward`` (one decoder step), ``encoder.forward_torchscript``
+    and the cache reorder of beam search (``reorder``: the owner and name of the method) by
+    wrapping their methods. ``decoder`` is fairseq's decoder or the static decoder's step.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.model = model
+    def __init__(
+        self,
+        decoder: torch.nn.Module,
+        encoder: torch.nn.Module,
+        reorder: Tuple[object, str],
+        device: torch.device,
+    ):
+        self.decoder, self.encoder, self.reorder = decoder, encoder, reorder
         self.device = device
-        layers = len(model.decoder.layers)
+        layers = len(decoder.layers)
         self.layer_seconds = {part: [0.0] * layers for part in ("self_attn", "encdec_attn", "ffn")}
         self.output_seconds = 0.0
         self.step_seconds = 0.0
@@ -156,7 +186,7 @@ class StepProfiler:
         return make_wrapper
 
     def __enter__(self):
-        decoder = self.model.decoder
+        decoder = self.decoder
         for index, layer in enumerate(decoder.layers):
             self._span(layer.self_attn, layer.self_attn, self._adder("self_attn", index))
             if getattr(layer, "encoder_attn", None) is not None:
@@ -171,12 +201,8 @@ class StepProfiler:
             self._span(decoder.output_projection, decoder.output_projection, add_output)
         self._contexts = [
             _wrapped_method(decoder, "forward", self._timed("step_seconds", count_steps=True)),
-            _wrapped_method(
-                self.model.encoder, "forward_torchscript", self._timed("encoder_seconds")
-            ),
-            _wrapped_method(
-                decoder, "reorder_incremental_state_scripting", self._timed("reorder_seconds")
-            ),
+            _wrapped_method(self.encoder, "forward_torchscript", self._timed("encoder_seconds")),
+            _wrapped_method(*self.reorder, self._timed("reorder_seconds")),
         ]
         for context in self._contexts:
             context.__enter__()

@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_san.benchmark.config import STATIC
 from fairseq_san.benchmark.meters import PARTS
 
 
@@ -71,15 +72,24 @@ def main_table(results: Dict) -> str:
     """Quality, size, speed at the table beam and cache size of every system."""
     config, systems = results["config"], results["systems"]
     beam, modes, cache_mode = config["table_beam"], config["modes"], config["cache_mode"]
-    header_cells = ["system", "precision", "BLEU", "chrF", "params"]
+    header_cells = ["system", "decoder", "precision", "BLEU", "chrF", "= base", "params"]
     for mode in modes:
         header_cells += [f"tok/s b{beam} {mode}", "x base"]
     header_cells += [f"cache b{b} ({cache_mode})" for b in config["cache_beams"]]
-    lines = [f"## Beam {beam}", "", _row(header_cells), _row(["---"] * len(header_cells))]
+    lines = [
+        f"## Beam {beam}",
+        "",
+        "`= base`: the sentences whose best hypothesis (natural lengths) reads as the "
+        "baseline's.",
+        "",
+        _row(header_cells),
+        _row(["---"] * len(header_cells)),
+    ]
     for name, system in systems.items():
         natural = setting_run(system, beam, "natural")
-        cells = [name, system.get("precision", "-"), _fmt(natural.get("bleu"), ".2f"),
-                 _fmt(natural.get("chrf"), ".2f")]  # fmt: skip
+        cells = [*_identity(name, system), _fmt(natural.get("bleu"), ".2f"),
+                 _fmt(natural.get("chrf"), ".2f"),
+                 _percent(natural.get("agreement_with_baseline"))]  # fmt: skip
         cells.append(str(system["params"]) if system.get("params") is not None else "-")
         for mode in modes:
             run = setting_run(system, beam, mode)
@@ -96,11 +106,11 @@ def speed_table(results: Dict, mode: str) -> str:
     lines = [
         f"## Speed vs beam ({mode} lengths): tokens/s (x baseline)",
         "",
-        _row(["system", "precision"] + [f"beam {b}" for b in beams]),
-        _row(["---"] * (2 + len(beams))),
+        _row(["system", "decoder", "precision"] + [f"beam {b}" for b in beams]),
+        _row(["---"] * (3 + len(beams))),
     ]
     for name, system in results["systems"].items():
-        cells = [name, system.get("precision", "-")]
+        cells = _identity(name, system)
         for b in beams:
             run = setting_run(system, b, mode)
             speed, ratio = run.get("tokens_per_second"), run.get("ratio_to_baseline")
@@ -139,16 +149,18 @@ def profile_table(results: Dict, mode: str) -> str:
         "",
         "Shares of the decoder step; the last columns split the whole decode.",
         "",
-        "| system | ms/step | self-attn | enc-dec attn | FFN | output proj | rest "
+        "| system | decoder | precision | ms/step "
+        "| self-attn | enc-dec attn | FFN | output proj | rest "
         "| encoder | cache reorder | search+other | hook overhead "
         "| MFLOP/token | compute x base | GFLOP/s |",
-        "|" + " --- |" * 14,
+        "|" + " --- |" * 16,
     ]
     base = profiled.get(results["baseline"])
     for name, prof in profiled.items():
         step, whole = prof["decoder_step_share"], prof["generate_share"]
         lines.append(
-            f"| {name} | {_fmt(prof['ms_per_step'], '.3f')} "
+            f"| {' | '.join(_identity(name, systems[name]))} "
+            f"| {_fmt(prof['ms_per_step'], '.3f')} "
             + "".join(f"| {_fmt(100 * step[p], '.1f')}% " for p in (*PARTS, "rest"))
             + "".join(
                 f"| {_fmt(100 * whole[p], '.1f')}% "
@@ -169,7 +181,21 @@ def profile_table(results: Dict, mode: str) -> str:
             "FlopCounterMode); `compute x base` is the speed-up if every system ran at the "
             "baseline's FLOP rate, the bound for decoding-engine work that keeps the model.",
         ]
+    if any(systems[name].get("decoder") == STATIC for name in profiled):
+        lines += [
+            "",
+            "Static rows: the same hooks time the static decoder's step modules; it projects "
+            "the encoder-decoder keys/values once per batch before the first step (in "
+            "search+other; fairseq does it in the first step's enc-dec attn). Their MFLOP/token "
+            "is counted at fp32 (the same multiplies at every precision; torch does not count "
+            "int8's).",
+        ]
     return "\n".join(lines)
+
+
+def _identity(name: str, system: Dict) -> List[str]:
+    """A row's first cells: the system, its decoder (fairseq, static, ctranslate2), precision."""
+    return [name, system.get("decoder", "-"), system.get("precision", "-")]
 
 
 def setting_run(system: Dict, beam: int, mode: str) -> Dict:
@@ -203,6 +229,10 @@ def _fmt(value, spec: str = ".1f", missing: str = "-") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return missing
     return format(value, spec)
+
+
+def _percent(share: Optional[float]) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def _bytes(value: Optional[int]) -> str:

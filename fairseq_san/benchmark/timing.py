@@ -51,13 +51,15 @@ def median(values: Sequence[float]) -> float:
 def time_setting(
     pool, names: Sequence[str], baseline: str, setting: Setting, config: BenchmarkConfig, text,
 ) -> Dict[str, Dict]:  # fmt: skip
-    """Warm-up pass (also scores and cache peak) then ``repeats`` interleaved timed passes.
+    """Warm-up pass (also scores, agreement with the baseline and cache peak) then ``repeats``
+    interleaved timed passes.
 
     ``pool`` runs a system's method in its worker (``WorkerPool.call``); ``text`` scores the
     warm-up hypotheses (``data.TextSide``).
     """
     logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
     runs: Dict[str, Dict] = {}
+    hypotheses: Dict[str, Dict[int, List[int]]] = {}
     for name in names:
         warm = pool.call(
             name, "decode", setting, config.decode,
@@ -67,6 +69,9 @@ def time_setting(
         runs[name] = _run_record(setting, warm)
         if warm.hypotheses is not None:
             runs[name].update(text.score(warm.hypotheses))
+            hypotheses[name] = warm.hypotheses
+    for name, ours in hypotheses.items():
+        runs[name]["agreement_with_baseline"] = text.agreement(ours, hypotheses[baseline])
     for repeat in range(config.repeats):
         for name in names:  # interleaved: A B C ... A B C ...
             timed = pool.call(name, "decode", setting, config.decode)

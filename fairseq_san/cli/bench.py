@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--system", dest="systems", action="append", required=True, metavar="NAME=CKPT[:JSON]",
         help="a system: a checkpoint and optional model overrides as a JSON object, e.g. "
         "'nocache=base.pt:{\"san_no_cache\": true}' or "
-        "'policy=base.pt:{\"san_policy\": \"{\\\"decoder_self\\\": [1, 5]}\"}'; repeat the flag",
+        "'policy=base.pt:{\"san_policy\": \"{\\\"decoder_self\\\": [1, 5]}\"}'; the keys "
+        "san_decoder (fairseq, static) and san_decoder_precision (fp32, bf16, int8) choose the "
+        "decoder, e.g. 'static=base.pt:{\"san_decoder\": \"static\"}'; repeat the flag",
     )  # fmt: skip
     parser.add_argument("--baseline", help="name of the reference system (default: the first)")
     parser.add_argument("--beams", type=int, nargs="+")

@@ -70,6 +70,10 @@ def _ddp_worker(rank: int, port: int) -> None:
             gathered = [torch.empty_like(flat) for _ in range(WORLD_SIZE)]
             dist.all_gather(gathered, flat)
             assert all(torch.equal(gathered[0], other) for other in gathered[1:]), name
+        # Both ranks done before either tears gloo down: a rank that exits while its peer still
+        # talks to it can abort in gloo's threads ("terminate called without an active
+        # exception"; seen once on a loaded machine).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -11,9 +11,7 @@ the new policy does not use are dropped from the checkpoint on load.
 import argparse
 import dataclasses
 import functools
-import json
 import logging
-import re
 from typing import Dict, Iterable, List, Optional, Tuple, Type
 
 from fairseq.models import register_model, register_model_architecture
@@ -28,6 +26,7 @@ from torch import nn
 from fairseq_san import checkpoints
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError, nearest_key_hint
+from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_has_projections
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -42,12 +41,6 @@ from fairseq_san.tasks.translation_san import TranslationSANConfig, check_analys
 logger = logging.getLogger(__name__)
 
 POLICY_FLAGS = {kind: f"san_{kind}_policy" for kind in san_policy.KINDS}
-PROJECTION_KEY = re.compile(
-    r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
-    r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
-)
-
-
 class TransformerSANDecoder(TransformerDecoderBase):
     """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
 
@@ -309,64 +302,6 @@ def use_average_attention(layers: Iterable[nn.Module]) -> None:
         embed_dim = layer.self_attn.embed_dim
         dropout = layer.activation_dropout_module.p
         layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
-
-
-def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None:
-    """Raise PolicyError naming the attention modules whose projections the checkpoint lacks.
-
-    This is the one test of whether a checkpoint can run under the model's policy: a policy may
-    share more than the checkpoint's (each trained block inside a requested block), never less,
-    since only the first layer of a block computes S and A. It fails when training resumes
-    without the policy flags the run was started with, or when a decode-time policy shares less
-    than the checkpoint; the message gives the flags that rebuild the checkpoint's model.
-    """
-    own = model.state_dict()
-    needed = [k for k in own if PROJECTION_KEY.match(k) and k not in state_dict]
-    if not needed:
-        return
-    modules = sorted({PROJECTION_KEY.match(k).group("module") for k in needed})
-    layers = {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
-    trained = policy_of_state_dict(state_dict, layers)
-    flags = f"--san-policy '{json.dumps(trained)}'"
-    if "decoder_encdec" in trained:
-        share = "weights" if shares_encdec_weights_only(state_dict, trained) else "output"
-        flags += f" --san-encdec-share {share}"
-    raise san_policy.PolicyError(
-        f"the checkpoint was trained with more attention sharing "
-        f"({san_policy.format_policy(trained)}) than this model "
-        f"({san_policy.format_policy(policy_of_state_dict(own, layers))}): it has no projections "
-        f"for {', '.join(modules)}. To continue training it, pass {flags}; to decode it, use a "
-        "policy that shares at least as much as the checkpoint's."
-    )
-
-
-def policy_of_state_dict(state_dict: Dict, layers: Dict[str, int]) -> Dict[str, List[int]]:
-    """The sharing policy a model's parameters were saved with.
-
-    The first layer of a block is the only one with a k_proj (``modules.shared_attention``); a
-    kind without any (AAN) or with one in every layer is not shared.
-    """
-    policy = {}
-    for kind, (stack, attr) in san_policy.KIND_MODULES.items():
-        leaders = [
-            index
-            for index in range(layers[stack])
-            if f"{stack}.layers.{index}.{attr}.k_proj.weight" in state_dict
-        ]
-        if 0 < len(leaders) < layers[stack]:
-            policy[kind] = san_policy.blocks_from_leaders(leaders, layers[stack])
-    return policy
-
-
-def shares_encdec_weights_only(state_dict: Dict, policy: Dict) -> bool:
-    """Whether shared encoder-decoder layers kept their own V (``--san-encdec-share weights``)."""
-    blocks = policy["decoder_encdec"]
-    leaders = san_policy.block_leaders(blocks, sum(blocks))
-    return any(
-        f"decoder.layers.{index}.encoder_attn.v_proj.weight" in state_dict
-        for index, leader in enumerate(leaders)
-        if index != leader
-    )
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,8 +5,9 @@ before anything runs, with one line that names the option and how to start a new
 ``--extend`` may change only ``--max-iterations``. A learned policy is never rewritten.
 """
 
+import shutil
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
@@ -137,3 +138,34 @@ def test_options_may_change_until_a_checkpoint_is_written(data, tmp_path):
     result = run_loop(data, run_dir, "--dry-run", updates=10)
     assert result.returncode == 0, output_of(result)[-3000:]
     assert "+ fairseq-train " in result.stderr
+
+
+def restored(first_run: Path, data: Path, tmp_path: Path) -> Tuple[Path, Path, str]:
+    """(run dir, data) copied to other paths, as on a fresh machine; the recorded iterations."""
+    run_dir, moved = tmp_path / "run", tmp_path / "data-bin"
+    shutil.copytree(first_run, run_dir, symlinks=True)
+    shutil.copytree(data, moved)
+    return run_dir, moved, read_json(run_dir / "run.json")["options"]["--max-iterations"]
+
+
+def test_a_run_restored_elsewhere_resumes_with_its_data_at_another_path(first_run, data, tmp_path):
+    run_dir, moved, iterations = restored(first_run, data, tmp_path)
+    result = run_loop(moved, run_dir, "--max-iterations", iterations, updates=10)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert not fairseq_commands(output_of(result))  # everything finished: nothing runs again
+    options = read_json(run_dir / "run.json")["options"]
+    assert options["--data"] == str(moved.resolve())  # the record follows the data
+    assert options["--valid-ref"] == str((moved / "text" / "valid.raw.de").resolve())
+
+
+def test_other_data_at_another_path_is_refused(first_run, data, tmp_path):
+    run_dir, moved, iterations = restored(first_run, data, tmp_path)
+    with open(moved / "dict.de.txt", "a", encoding="utf-8") as vocabulary:
+        vocabulary.write("neu 1\n")  # another vocabulary: another experiment
+    before = snapshot(run_dir)
+    result = run_loop(moved, run_dir, "--max-iterations", iterations, updates=10)
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = error_lines(result.stderr)
+    assert line.startswith(ERROR) and f"--data {data.resolve()}, not {moved.resolve()}" in line
+    assert "--valid-ref" not in line  # the references are the same file, copied
+    assert snapshot(run_dir) == before

@@ -6,11 +6,13 @@ policy learned with one theta next to a model trained under another), so ``start
 the options of every re-run with the recorded ones and refuses any difference, before anything
 runs, once training has written a checkpoint (before that, a re-run simply replaces the record:
 a first attempt that failed at once can be corrected). ``--extend`` changes only what leaves the
-finished iterations valid: ``--max-iterations``.
+finished iterations valid: ``--max-iterations``. The data and references are compared by content
+(``CONTENT``), not by path: a run dir restored on another machine, its data elsewhere, resumes.
 The inputs are checked here too, so that a missing one is found before training, not after it.
 """
 
 import glob
+import hashlib
 import json
 import os
 import shlex
@@ -22,6 +24,7 @@ from fairseq_san.policy import write_policy
 RECORD = "run.json"
 TRAIN_ARGS = "fairseq-train arguments after --"
 EXTENDABLE = ("--max-iterations",)
+CONTENT = ("--data", "--valid-ref")  # paths: the same content anywhere is the same option
 
 Options = Dict[str, object]
 
@@ -82,13 +85,39 @@ def contrast(name: str, was: object, now: object) -> str:
     return f"{shown(name, was)}, not {shown(name, now)}"
 
 
-def differences(recorded: Options, options: Options) -> List[str]:
-    return [name for name in options if recorded.get(name) != options[name]]
+def digest(path: str) -> str:
+    """sha256 of a file, or of a data directory's dictionaries and index files (names and bytes:
+    the vocabulary and every sentence's length), what identifies binarized data wherever it is."""
+    files = [path]
+    if not os.path.isfile(path):
+        files = sorted(glob.glob(os.path.join(path, "dict.*.txt")))
+        files += sorted(glob.glob(os.path.join(path, "*.idx")))
+    sha = hashlib.sha256()
+    for name in files:
+        sha.update(os.path.basename(name).encode() + b"\0")
+        with open(name, "rb") as handle:
+            sha.update(handle.read())
+    return sha.hexdigest()
 
 
-def compare(run_dir: str, recorded: Options, options: Options, extend: bool) -> List[str]:
+def digests(options: Options) -> Dict[str, str]:
+    return {name: digest(options[name]) for name in CONTENT if options.get(name)}
+
+
+def differences(recorded: Options, options: Options, content: Dict[str, str]) -> List[str]:
+    """The options that differ; a ``CONTENT`` path differs only where its content does."""
+    return [
+        name for name in options
+        if recorded.get(name) != options[name]
+        and not (content.get(name) and options[name] and content[name] == digest(options[name]))
+    ]  # fmt: skip
+
+
+def compare(
+    run_dir: str, recorded: Options, options: Options, content: Dict[str, str], extend: bool
+) -> List[str]:
     """The options that change (only ``EXTENDABLE`` ones, with ``extend``); else RunError."""
-    changed = differences(recorded, options)
+    changed = differences(recorded, options, content)
     if not changed:
         return []
     fixed = [name for name in changed if name not in EXTENDABLE]
@@ -104,13 +133,15 @@ def compare(run_dir: str, recorded: Options, options: Options, extend: bool) -> 
     raise RunError(f"{run_dir} was made with {what} ({record_path(run_dir)}): {advice}")
 
 
-def read_record(run_dir: str) -> Optional[Options]:
+def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
+    """The recorded options and the content digests of their paths (none in older records)."""
     path = record_path(run_dir)
     if not os.path.exists(path):
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)["options"]
+            record = json.load(handle)
+        return record["options"], dict(record.get("content", {}))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise RunError(f"{path} cannot be read ({err}): restore it, or start a new run with "
                        "another --run-dir") from None  # fmt: skip
@@ -120,7 +151,7 @@ def write_record(run_dir: str, options: Options) -> None:
     """Write run.json through a temporary file: a stopped write leaves the old record."""
     path = record_path(run_dir)
     with open(path + ".tmp", "w", encoding="utf-8") as out:
-        json.dump({"options": options}, out, indent=2)
+        json.dump({"options": options, "content": digests(options)}, out, indent=2)
         out.write("\n")
     os.replace(path + ".tmp", path)
 
@@ -135,9 +166,9 @@ def start_run(run_dir: str, options: Options, extend: bool = False, dry_run: boo
     """Check the inputs and the record of ``run_dir``; record the options and P_0 (not in a dry
     run). Raises RunError, with the line to print, where the run must not go on."""
     check_inputs(options, dry_run)
-    recorded = read_record(run_dir)
+    recorded, content = read_record(run_dir) or (None, {})
     if recorded is not None and started(run_dir):
-        changed = compare(run_dir, recorded, options, extend)
+        changed = compare(run_dir, recorded, options, content, extend)
         if changed and not dry_run:
             print(f"fairseq-san-loop: extending {run_dir}: "
                   f"{' '.join(shown(name, options[name]) for name in changed)}",

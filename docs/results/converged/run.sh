@@ -23,11 +23,14 @@
 # A phase needs only the small files of earlier ones: run dirs found in docs/results/converged
 # (committed after `collect`) and not in $RUNS are copied there first. Re-running a phase skips
 # finished work (done.PHASE markers; learn_to_share.sh and test_bleu.sh skip finished steps).
+# A pair's loop run dir is made in A and extended in B and D: its run.json (learn_to_share.sh)
+# refuses any other option, so every phase gives it the same fairseq-train args and cap.
 # Environment: OUT (archive folder; runs), RUNS (runs/converged), RESULTS (docs/results/converged),
 # DATA_ROOT (data-bin, else build/offline-bundle/data-bin), PRESET
-# (examples/presets/gpu-converge.args), CAP_MIN (training cap of each system in A, B, C: 5
-# minutes), CAP_MIN_D (3), CAP_MIN_SWEEP (1.5), SWEEP ("TOKENS:LR:WARMUP ..."), PHASE_S (seconds
-# the phase may take, 540; every job is stopped at that deadline, then the archive is packed),
+# (examples/presets/gpu-converge.args), CAP_MIN (training cap of each system in A, B, C and of the
+# loops in D: 5 minutes), CAP_MIN_D (D's benchmark systems: 3), CAP_MIN_SWEEP (1.5), SWEEP
+# ("TOKENS:LR:WARMUP ..."), PHASE_S (seconds the phase may take, 540; every job is stopped at that
+# deadline, then the archive is packed),
 # JOB_S (seconds one job may take), ONLY ("en-de/loop en-de/warm": only these run dirs), SEEDS
 # ("2 3": more En->De seeds), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
 # tiny sizes).
@@ -125,6 +128,16 @@ restore() {  # copy run dirs of earlier phases (committed artefacts) into $RUNS 
   done
 }
 
+# loop PAIR [learn_to_share.sh options]: the pair's loop run dir, capped at CAP_MIN minutes,
+# with the same fairseq-train args in every phase; En->De keeps its checkpoints (every 100
+# updates) for Figure 5.
+loop() {
+  local pair=$1 keep=()
+  shift
+  [ "$pair" != en-de ] || keep=(--keep-interval-updates 1000)
+  system "$pair/loop" "$pair" $SMALL none "$CAP_MIN" "$@" -- "${keep[@]}"
+}
+
 pack() {  # one archive of $RUNS without checkpoints, for the device tool's $OUT
   wait
   run tar czf "$OUT/converged-$PHASE.tar.gz" --exclude='*.pt' --exclude=checkpoints \
@@ -161,10 +174,8 @@ case $PHASE in
     ;;
   A)
     restore  # a phase A cut short in an earlier session: its finished systems are skipped
-    for pair in $PAIRS; do  # En->De keeps its checkpoints (every 100 updates) for Figure 5
-      keep=()
-      [ "$pair" != en-de ] || keep=(--keep-interval-updates 1000)
-      system "$pair/loop" "$pair" $SMALL none "$CAP_MIN" -- "${keep[@]}"
+    for pair in $PAIRS; do
+      loop "$pair"
     done
     for seed in $SEEDS; do
       system "en-de/baseline-s$seed" en-de $SMALL none "$CAP_MIN" -- --seed "$seed"
@@ -199,7 +210,7 @@ case $PHASE in
     for pair in $PAIRS; do  # iteration 1 (iteration 0's artefacts restored: not retrained)
       [ "$DRY_RUN" = 1 ] || [ -f "$RUNS/$pair/loop/iter0/trained" ] ||
         { echo "== $pair/loop: no iteration 0 (run phase A first)"; continue; }
-      system "$pair/loop" "$pair" $SMALL none "$CAP_MIN" --max-iterations 2
+      loop "$pair" --max-iterations 2 --extend
     done
     for seed in $SEEDS; do
       system "en-de/san-s$seed" en-de $SMALL "$L" "$CAP_MIN" -- --seed "$seed"
@@ -231,10 +242,10 @@ print(json.dumps(p))' "$L" > "$P/aan-san.json"
     ;;
   D)
     restore
-    CAP_MIN=${CAP_MIN_D:-3}
     for pair in $PAIRS; do  # learn_to_share.sh trains iteration 2 only if the policy changed
-      system "$pair/loop" "$pair" $SMALL none "$CAP_MIN" --max-iterations 3
+      loop "$pair" --max-iterations 3 --extend
     done
+    CAP_MIN=${CAP_MIN_D:-3}
     system en-de/baseline-bench en-de $SMALL none "$CAP_MIN"
     system en-de/san-bench en-de $SMALL "$L" "$CAP_MIN"
     system en-de/aan-san-bench en-de $AAN "$P/aan-san.json" "$CAP_MIN"

@@ -157,9 +157,9 @@ def test_ensembles_and_lm_fusion_are_refused(task):
         task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
-    """bf16 / int8 steps compute in that precision, close to fp32, and leave the model as is."""
+    """bf16 / bf16-full / int8 steps compute in that precision, close to fp32, and leave the model as is."""
     from fairseq_san.static_decoding.caches import allocate_cache
 
     model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
@@ -180,6 +180,9 @@ def test_reduced_precision_step(precision):
     linear = steps[precision].layers[0].fc1
     if precision == "bf16":
         assert linear.weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+    elif precision == "bf16-full":
+        assert {p.dtype for p in steps[precision].parameters()} == {torch.bfloat16}
+        assert steps[precision].dtype == torch.bfloat16 and out.dtype == torch.float32
     else:
         assert type(linear).__module__.startswith("torch.ao.nn.quantized.dynamic")
     difference = (lprobs[precision] - lprobs["fp32"]).abs().max()

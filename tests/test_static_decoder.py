@@ -191,6 +191,33 @@ def test_reduced_precision_step(precision):
         assert torch.equal(value, before[key]), key
 
 
+def test_children_keep_their_parents_rows():
+    """A hypothesis continuing a parent takes the parent's row if it is the first to continue it,
+    a row left free otherwise: every parent row keeps its state, so caches copy only the others."""
+    from fairseq_san.static_decoding.beam_search import place_children
+
+    parents = torch.tensor([[2, 2, 0, 2], [1, 3, 0, 2], [3, 3, 3, 3]])
+    rows = place_children(parents, torch.ones(4, 4, dtype=torch.bool).tril(-1))
+    assert rows.tolist() == [[2, 1, 0, 3], [1, 3, 0, 2], [3, 0, 1, 2]]
+
+
+def test_nan_scores_are_never_chosen():
+    """Like fairseq, a NaN log-probability counts as -inf (never a candidate), though beam search
+    looks for NaN only among the candidates."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    settings = SearchSettings(4, 1, 5, 1.0, True, 0.0, DICTIONARY.pad(), DICTIONARY.unk(), 2)
+    search = TensorBeamSearch(settings, 2, DICTIONARY.eos(), "cpu")
+    vocab = len(DICTIONARY)
+    for step in range(3):
+        logits = torch.randn(8, vocab, generator=torch.Generator().manual_seed(step))
+        lprobs = torch.log_softmax(logits, dim=-1)
+        lprobs[:, 7] = float("nan")
+        search.advance(step, lprobs)
+    tokens = search.tokens.tensor[:, 1:4]
+    assert not tokens.eq(7).any() and search.scores.tensor[:, :3].isfinite().all()
+
+
 # --- through the command-line tools ----------------------------------------------------------
 
 

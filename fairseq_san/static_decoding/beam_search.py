@@ -80,15 +80,12 @@ class TensorBeamSearch:
         """Take the step's log-probabilities (rows, vocabulary); return the order in which the
         decoder's caches must be reordered, or None when every sentence is done."""
         s = self.settings
-        lprobs = self._constrain(step, lprobs)
         vocab = lprobs.size(1)
-        lprobs = lprobs.view(self.sentences, s.beam, vocab)
-        if step == 0:  # all beams are the same hypothesis: only the first one
-            lprobs = lprobs[:, :1]
-        else:
-            lprobs = lprobs + self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1)
-        flat = lprobs.reshape(self.sentences, -1)
-        cand_scores, cand_flat = torch.topk(flat, k=min(2 * s.beam, flat.size(1) - 1))
+        flat = self._continuations(step, lprobs)
+        k = min(2 * s.beam, flat.size(1) - 1)
+        cand_scores, cand_flat = torch.topk(flat, k)
+        if bool(cand_scores.isnan().any()):  # topk ranks NaN first: none there, none anywhere
+            cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
         cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
         cand_tokens = cand_flat.fmod(vocab)
 
@@ -117,10 +114,23 @@ class TensorBeamSearch:
         self.scores.tensor[:, step] = placed(cand_scores, active, rows)
         return order
 
-    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
-        """fairseq's per-step rules on the log-probabilities (in place)."""
+    def _continuations(self, step: int, lprobs: Tensor) -> Tensor:
+        """The score of every continuation of each sentence, (sentences, beam x vocabulary):
+        ``lprobs`` constrained and summed with the hypotheses' scores, in place."""
         s = self.settings
-        torch.nan_to_num(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf, out=lprobs)
+        lprobs = self._constrain(step, lprobs)
+        lprobs = lprobs.view(self.sentences, s.beam, -1)
+        if step == 0:  # all beams are the same hypothesis: only the first one
+            lprobs = lprobs[:, :1]
+        else:
+            lprobs.add_(self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1))
+        return lprobs.reshape(self.sentences, -1)
+
+    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
+        """fairseq's per-step rules on the log-probabilities (in place). fairseq first turns NaN
+        into -inf: ``advance`` does it last, and only when a NaN is among the candidates (the
+        result is the same, without a pass over every score at every step)."""
+        s = self.settings
         lprobs[:, s.pad] = -math.inf
         if s.unk_penalty:
             lprobs[:, s.unk] -= s.unk_penalty

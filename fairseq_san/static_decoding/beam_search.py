@@ -77,8 +77,9 @@ class TensorBeamSearch:
         return self.tokens.tensor[:, step]
 
     def advance(self, step: int, lprobs: Tensor) -> Optional[Tensor]:
-        """Take the step's log-probabilities (rows, vocabulary); return the order in which the
-        decoder's caches must be reordered, or None when every sentence is done."""
+        """Take the step's log-probabilities (rows, vocabulary; at step 0, rows may also be one per
+        sentence); return the order in which the decoder's caches must be reordered, or None when
+        every sentence is done."""
         s = self.settings
         vocab = lprobs.size(1)
         flat = self._continuations(step, lprobs)
@@ -119,8 +120,8 @@ class TensorBeamSearch:
         ``lprobs`` constrained and summed with the hypotheses' scores, in place."""
         s = self.settings
         lprobs = self._constrain(step, lprobs)
-        lprobs = lprobs.view(self.sentences, s.beam, -1)
-        if step == 0:  # all beams are the same hypothesis: only the first one
+        lprobs = lprobs.view(self.sentences, -1, lprobs.size(1))
+        if step == 0:  # all beams are the same hypothesis: only the first one (or only one given)
             lprobs = lprobs[:, :1]
         else:
             lprobs.add_(self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1))

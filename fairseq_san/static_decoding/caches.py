@@ -87,6 +87,38 @@ class DecoderCache:
         if self.sums is not None:
             self.sums.copy_rows(order)
 
+    def first_step(self) -> "DecoderCache":
+        """A cache for position 0 with one row per sentence (all its hypotheses are the same
+        there), sharing this one's encoder state; ``spread`` copies it back to every row."""
+        first = DecoderCache(None, None, self.encoder, self.sentences, self.source_padding)
+        if self.self_attention is not None:
+            shape = list(self.self_attention.tensor.shape)
+            shape[1], shape[3] = self.sentences, 1
+            first.self_attention = _like(self.self_attention, shape)
+        if self.sums is not None:
+            shape = [self.sentences] + list(self.sums.tensor.shape[1:])
+            first.sums = _like(self.sums, shape)
+            first.sums.tensor.zero_()
+        return first
+
+    def spread(self, first: "DecoderCache") -> None:
+        """Every hypothesis of a sentence takes the state of ``first``'s row for it (position 0)."""
+        if self.self_attention is not None:
+            beam = self.self_attention.tensor.size(1) // self.sentences
+            rows = first.self_attention.tensor.repeat_interleave(beam, dim=1)
+            self.self_attention.tensor[:, :, :, :1] = rows
+        if self.sums is not None:
+            beam = self.sums.tensor.size(0) // self.sentences
+            self.sums.tensor.copy_(first.sums.tensor.repeat_interleave(beam, dim=0))
+
+
+def _like(reorderable: Reorderable, shape: List[int]) -> Reorderable:
+    """An empty Reorderable of ``shape`` with the dtype, device and dimensions of another."""
+    tensor = reorderable.tensor
+    return Reorderable(
+        shape, tensor.dtype, tensor.device, reorderable.dim, reorderable.length_dim
+    )
+
 
 def allocate_cache(
     hypotheses: int,

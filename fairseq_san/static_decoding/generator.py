@@ -130,8 +130,14 @@ class StaticSequenceGenerator(nn.Module):
             self.eos if bos_token is None else bos_token,
             src_tokens.device,
         )
+        # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
+        first = cache.first_step()
+        tokens = search.last_tokens(0)[:: self.beam_size]
+        lprobs = step(tokens, 0, first, self.temperature)
+        cache.spread(first)
         for position in range(max_len + 1):
-            lprobs = step(search.last_tokens(position), position, cache, self.temperature)
+            if position > 0:
+                lprobs = step(search.last_tokens(position), position, cache, self.temperature)
             order = search.advance(position, lprobs)
             if order is None:
                 break

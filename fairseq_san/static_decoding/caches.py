@@ -5,8 +5,10 @@
   SAN block leaders) and the values only of the modules that reuse a block's weights S (Eq. 4).
   A step writes its position; a slot is contiguous, so attention is a plain batched matmul over
   (hypotheses x heads). Beam search places each continuing hypothesis in its parent's row where it
-  can (beam_search.py), so following it copies only the rows of the other hypotheses, in place:
-  one gather and one scatter of the whole tensor, whatever the number of layers.
+  can (beam_search.py), so following it copies only the rows of the other hypotheses, in place,
+  one copy per row whatever the number of layers.
+* Position 0: every hypothesis of a sentence is the same, so the step runs on one row per
+  sentence (``first_step``) and its state is then copied to the sentence's rows (``spread``).
 * AAN: the running sum of each hypothesis' inputs, one row per AAN layer, reordered the same way.
 * Encoder-decoder attention: keys and values projected once per source sentence (not per
   hypothesis), so they are never reordered; SAN followers that reuse the context A (Eq. 5) have

@@ -8,7 +8,8 @@ option the static decoder does not implement.
 
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
-``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance``.
+``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
+sentence: its hypotheses are all the same there).
 """
 
 from typing import Callable, Dict, List, Optional

@@ -30,7 +30,7 @@ POLICIES = {
     "baseline": [],
     "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
 }
-DECODERS = ["fairseq", "static-fp32", "static-bf16", "static-int8"]
+DECODERS = ["fairseq", "static-fp32", "static-bf16", "static-bf16-full", "static-int8"]
 
 
 class StandInTask:
@@ -52,7 +52,7 @@ def make_generator(decoder: str, model, dictionary, beam: int, length: int):
     if decoder == "fairseq":
         return SequenceGenerator([model], dictionary, **settings)
     return StaticSequenceGenerator(
-        [model], dictionary, precision=decoder.split("-")[1], **settings
+        [model], dictionary, precision=decoder.split("-", 1)[1], **settings
     )
 
 

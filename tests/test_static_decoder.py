@@ -157,9 +157,10 @@ def test_ensembles_and_lm_fusion_are_refused(task):
         task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
-    """bf16 / int8 steps compute in that precision, close to fp32, and leave the model as is."""
+    """bf16 / bf16-full / int8 steps compute in that precision, close to fp32, and leave the
+    model as is."""
     from fairseq_san.static_decoding.caches import allocate_cache
 
     model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
@@ -180,12 +181,42 @@ def test_reduced_precision_step(precision):
     linear = steps[precision].layers[0].fc1
     if precision == "bf16":
         assert linear.weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+    elif precision == "bf16-full":
+        assert {p.dtype for p in steps[precision].parameters()} == {torch.bfloat16}
+        assert steps[precision].dtype == torch.bfloat16 and out.dtype == torch.float32
     else:
         assert type(linear).__module__.startswith("torch.ao.nn.quantized.dynamic")
     difference = (lprobs[precision] - lprobs["fp32"]).abs().max()
     assert 0 < difference < 0.1
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+def test_children_keep_their_parents_rows():
+    """A hypothesis continuing a parent takes the parent's row if it is the first to continue it,
+    a row left free otherwise: every parent row keeps its state, so caches copy only the others."""
+    from fairseq_san.static_decoding.beam_search import place_children
+
+    parents = torch.tensor([[2, 2, 0, 2], [1, 3, 0, 2], [3, 3, 3, 3]])
+    rows = place_children(parents, torch.ones(4, 4, dtype=torch.bool).tril(-1))
+    assert rows.tolist() == [[2, 1, 0, 3], [1, 3, 0, 2], [3, 0, 1, 2]]
+
+
+def test_nan_scores_are_never_chosen():
+    """Like fairseq, a NaN log-probability counts as -inf (never a candidate), though beam search
+    looks for NaN only among the candidates."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    settings = SearchSettings(4, 1, 5, 1.0, True, 0.0, DICTIONARY.pad(), DICTIONARY.unk(), 2)
+    search = TensorBeamSearch(settings, 2, DICTIONARY.eos(), "cpu")
+    vocab = len(DICTIONARY)
+    for step in range(3):
+        logits = torch.randn(8, vocab, generator=torch.Generator().manual_seed(step))
+        lprobs = torch.log_softmax(logits, dim=-1)
+        lprobs[:, 7] = float("nan")
+        search.advance(step, lprobs)
+    tokens = search.tokens.tensor[:, 1:4]
+    assert not tokens.eq(7).any() and search.scores.tensor[:, :3].isfinite().all()
 
 
 # --- through the command-line tools ----------------------------------------------------------

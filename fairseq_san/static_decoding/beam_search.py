@@ -14,7 +14,12 @@ What differs is the bookkeeping, not the result:
   so shapes never change during a batch and no cache is compacted;
 * finished hypotheses are written into per-sentence tensors with one scatter per step, with no
   Python loop over hypotheses or sentences;
-* tokens and scores are reordered by one gather each into preallocated buffers.
+* a continuing hypothesis takes its parent's row when it is the parent's first continuation, and
+  the row of a hypothesis that did not continue otherwise (``place_children``). Which row holds
+  which hypothesis does not change the search (candidates are ranked by score, and fairseq's
+  ``cands_to_ignore`` is indexed by rank), but the decoder's caches then copy only the rows of
+  the hypotheses that moved (caches.py), not all of them;
+* tokens and scores (small) are reordered by one gather each into preallocated buffers.
 """
 
 import math
@@ -49,15 +54,16 @@ class TensorBeamSearch:
         self.settings = s = settings
         rows, width = sentences * s.beam, s.max_len + 1
         self.sentences = sentences
-        # bos + tokens + eos; cumulative scores. Both are reordered up to the current step only.
-        self.tokens = Reorderable((rows, width + 1), torch.long, device, length_dim=1)
+        # bos + tokens + eos; cumulative scores.
+        self.tokens = Reorderable((rows, width + 1), torch.long, device)
         self.tokens.tensor.fill_(s.pad)
         self.tokens.tensor[:, 0] = bos
-        self.scores = Reorderable((rows, width), torch.float32, device, length_dim=1)
+        self.scores = Reorderable((rows, width), torch.float32, device)
         self.scores.tensor.zero_()
         self.ignore = torch.zeros(sentences, s.beam, dtype=torch.bool, device=device)
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
         self.candidate_offsets = torch.arange(2 * s.beam, device=device)
+        self.earlier = torch.ones(s.beam, s.beam, dtype=torch.bool, device=device).tril(-1)
         # Finished hypotheses, slot j of sentence i = the j-th fairseq finalized for it.
         self.final_tokens = torch.full((sentences, s.beam, width), s.pad, device=device)
         self.final_positional = torch.zeros(sentences, s.beam, width, device=device)
@@ -71,18 +77,16 @@ class TensorBeamSearch:
         return self.tokens.tensor[:, step]
 
     def advance(self, step: int, lprobs: Tensor) -> Optional[Tensor]:
-        """Take the step's log-probabilities (rows, vocabulary); return the order in which the
-        decoder's caches must be reordered, or None when every sentence is done."""
+        """Take the step's log-probabilities (rows, vocabulary; at step 0, rows may also be one per
+        sentence); return the order in which the decoder's caches must be reordered, or None when
+        every sentence is done."""
         s = self.settings
-        lprobs = self._constrain(step, lprobs)
         vocab = lprobs.size(1)
-        lprobs = lprobs.view(self.sentences, s.beam, vocab)
-        if step == 0:  # all beams are the same hypothesis: only the first one
-            lprobs = lprobs[:, :1]
-        else:
-            lprobs = lprobs + self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1)
-        flat = lprobs.reshape(self.sentences, -1)
-        cand_scores, cand_flat = torch.topk(flat, k=min(2 * s.beam, flat.size(1) - 1))
+        flat = self._continuations(step, lprobs)
+        k = min(2 * s.beam, flat.size(1) - 1)
+        cand_scores, cand_flat = torch.topk(flat, k)
+        if bool(cand_scores.isnan().any()):  # topk ranks NaN first: none there, none anywhere
+            cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
         cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
         cand_tokens = cand_flat.fmod(vocab)
 
@@ -102,17 +106,32 @@ class TensorBeamSearch:
         rank = eos.long() * (2 * s.beam) + self.candidate_offsets[: eos.size(1)]
         rank, active = torch.topk(rank, k=s.beam, dim=1, largest=False)
         self.ignore = rank.ge(2 * s.beam)
-        order = torch.gather(cand_rows, 1, active).view(-1)
-        self.tokens.reorder(order, step + 1)
-        self.tokens.tensor[:, step + 1] = torch.gather(cand_tokens, 1, active).view(-1)
-        self.scores.reorder(order, step)
-        self.scores.tensor[:, step] = torch.gather(cand_scores, 1, active).view(-1)
+        parents = torch.gather(cand_rows, 1, active) - self.row_offsets
+        rows = place_children(parents, self.earlier)
+        order = torch.empty_like(parents).scatter_(1, rows, parents + self.row_offsets).view(-1)
+        self.tokens.reorder(order)
+        self.tokens.tensor[:, step + 1] = placed(cand_tokens, active, rows)
+        self.scores.reorder(order)
+        self.scores.tensor[:, step] = placed(cand_scores, active, rows)
         return order
 
-    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
-        """fairseq's per-step rules on the log-probabilities (in place)."""
+    def _continuations(self, step: int, lprobs: Tensor) -> Tensor:
+        """The score of every continuation of each sentence, (sentences, beam x vocabulary):
+        ``lprobs`` constrained and summed with the hypotheses' scores, in place."""
         s = self.settings
-        torch.nan_to_num(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf, out=lprobs)
+        lprobs = self._constrain(step, lprobs)
+        lprobs = lprobs.view(self.sentences, -1, lprobs.size(1))
+        if step == 0:  # all beams are the same hypothesis: only the first one (or only one given)
+            lprobs = lprobs[:, :1]
+        else:
+            lprobs.add_(self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1))
+        return lprobs.reshape(self.sentences, -1)
+
+    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
+        """fairseq's per-step rules on the log-probabilities (in place). fairseq first turns NaN
+        into -inf: ``advance`` does it last, and only when a NaN is among the candidates (the
+        result is the same, without a pass over every score at every step)."""
+        s = self.settings
         lprobs[:, s.pad] = -math.inf
         if s.unk_penalty:
             lprobs[:, s.unk] -= s.unk_penalty
@@ -169,3 +188,23 @@ class TensorBeamSearch:
                 )
             results.append(nbest)
         return results
+
+
+def place_children(parents: Tensor, earlier: Tensor) -> Tensor:
+    """The row (within its sentence) of each continuing hypothesis, given ``parents`` (sentences,
+    beam): the row of its parent for the first hypothesis continuing a parent, in rank order, and
+    the rows of the parents without continuation, in increasing order, for the others.
+    ``earlier`` is (beam, beam), True below the diagonal. Every parent row keeps its own state."""
+    repeated = (parents.unsqueeze(2) == parents.unsqueeze(1)) & earlier
+    first = ~repeated.any(dim=2)
+    is_parent = torch.zeros_like(first).scatter_(1, parents, True)
+    free_rows = torch.sort(is_parent.to(torch.uint8), dim=1, stable=True).indices
+    rank = (~first).long().cumsum(dim=1) - 1
+    return torch.where(first, parents, free_rows.gather(1, rank.clamp(min=0)))
+
+
+def placed(candidates: Tensor, active: Tensor, rows: Tensor) -> Tensor:
+    """The ``active`` entries of ``candidates`` (sentences, 2 x beam), each at its row, flat."""
+    return torch.empty_like(active, dtype=candidates.dtype).scatter_(
+        1, rows, torch.gather(candidates, 1, active)
+    ).view(-1)

@@ -8,7 +8,8 @@ option the static decoder does not implement.
 
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
-``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance``.
+``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
+sentence: its hypotheses are all the same there).
 """
 
 from typing import Callable, Dict, List, Optional
@@ -130,8 +131,14 @@ class StaticSequenceGenerator(nn.Module):
             self.eos if bos_token is None else bos_token,
             src_tokens.device,
         )
+        # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
+        first = cache.first_step()
+        tokens = search.last_tokens(0)[:: self.beam_size]
+        lprobs = step(tokens, 0, first, self.temperature)
+        cache.spread(first)
         for position in range(max_len + 1):
-            lprobs = step(search.last_tokens(position), position, cache, self.temperature)
+            if position > 0:
+                lprobs = step(search.last_tokens(position), position, cache, self.temperature)
             order = search.advance(position, lprobs)
             if order is None:
                 break

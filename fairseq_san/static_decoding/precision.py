@@ -1,12 +1,16 @@
 """Reduced-precision decoder steps on the CPU: bf16 weights and activations, or int8 linear layers.
 
-Both modes change only the linear layers of the step (projections, FFN, output projection),
-where nearly all of its arithmetic is; attention, layer norms, residuals and caches stay float32:
+``bf16`` and ``int8`` change only the linear layers of the step (projections, FFN, output
+projection), where nearly all of its arithmetic is; attention, layer norms, residuals and caches
+stay float32. ``bf16-full`` runs the whole step in bfloat16:
 
 * ``bf16``: bfloat16 weights, the input cast to bfloat16 and the product back to float32, the
   bias added in float32 (AVX512-BF16 or AMX where the processor has them);
 * ``int8``: torch's dynamic quantization: int8 weights per output channel, activations quantized
-  per call (VNNI).
+  per call (VNNI);
+* ``bf16-full``: every weight, activation and cache of the step in bfloat16 (no cast around each
+  linear layer, half the cache traffic); attention softmax, AAN sums and the final log-softmax
+  stay float32, as in a bf16 fairseq model.
 
 Only the step is converted; the model, and its encoder (run once per sentence), stay as loaded.
 """
@@ -17,7 +21,7 @@ from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "bf16-full", "int8")
 
 
 class BFloat16Linear(nn.Module):
@@ -45,6 +49,19 @@ def to_bfloat16_linears(module: nn.Module) -> nn.Module:
     return module
 
 
+def to_bfloat16_step(step: nn.Module) -> nn.Module:
+    """The whole step in bfloat16, in place; the model's position module (which the step only
+    calls once per batch, see ``StaticDecoderStep``) is left as it is."""
+    for name, child in step.named_children():
+        if name != "_positions_of":
+            child.to(torch.bfloat16)
+    for parameter in step.parameters(recurse=False):
+        parameter.data = parameter.data.to(torch.bfloat16)
+    for name, buffer in step.named_buffers(recurse=False):
+        setattr(step, name, buffer.to(torch.bfloat16))
+    return step
+
+
 def apply_precision(step: nn.Module, precision: str) -> nn.Module:
     """``step`` converted in place to ``precision`` (one of PRECISIONS)."""
     if precision == "fp32":
@@ -55,6 +72,8 @@ def apply_precision(step: nn.Module, precision: str) -> nn.Module:
         )
     if precision == "bf16":
         return to_bfloat16_linears(step)
+    if precision == "bf16-full":
+        return to_bfloat16_step(step)
     if precision == "int8":
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 

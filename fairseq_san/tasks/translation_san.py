@@ -93,7 +93,10 @@ class TranslationSANConfig(TranslationConfig):
     )
     san_decoder_precision: ChoiceEnum(list(STATIC_PRECISIONS)) = field(
         default="fp32",
-        metadata={"help": "--san-decoder static on the CPU: fp32, bf16 or int8 linear layers"},
+        metadata={
+            "help": "--san-decoder static on the CPU: fp32, bf16 or int8 linear layers, "
+            "or bf16-full (the whole step in bfloat16)"
+        },
     )
 
 

@@ -13,7 +13,7 @@ setup: $(STAMP)
 # none the torch already installed for $(PYTHON) (GPU machines): the venv sees its site-packages.
 TORCH ?= cpu
 TORCH_VERSION := 2.13.0
-TORCH_PIP_cpu := torch==$(TORCH_VERSION)+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+TORCH_PIP_cpu := torch==$(TORCH_VERSION)+cpu --extra-index-url https://download.pytorch.org/whl/cpu --retries 1 --timeout 10
 TORCH_PIP_cuda := torch==$(TORCH_VERSION)
 VENV_FLAGS_none := --system-site-packages
 ifeq ($(filter $(TORCH),cpu cuda none),)

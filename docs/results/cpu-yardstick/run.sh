@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU yardstick of issue 12: fairseq's baseline and SAN {6}/{6}, the same two checkpoints on
-# the static-shape decoder (fairseq_san/static_decoding; SAN also at bf16 and int8), and the
+# the static-shape decoder (fairseq_san/static_decoding; SAN also at bf16, bf16-full and int8, the
+# baseline also at int8, to compare with CTranslate2 int8), and the
 # baseline converted to CTranslate2 (fp32 and int8), Multi30k En->De test, 128 sentences, batches
 # of 16, beams 4 and 20, fixed output lengths; each engine timed in a process of its own
 # (fairseq_san/benchmark/workers.py). Every row of the reports names its decoder and precision.
@@ -56,7 +57,9 @@ bench all --system "san-6-6=$SAN" \
   --system "baseline-static=$BASE:{$STATIC}" \
   --system "san-6-6-static=$SAN:{$STATIC}" \
   --system "san-6-6-static-bf16=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
-  --system "san-6-6-static-int8=$SAN:{$STATIC, \"san_decoder_precision\": \"int8\"}"
+  --system "san-6-6-static-int8=$SAN:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
+  --system "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
+  --system "baseline-static-int8=$BASE:{$STATIC, \"san_decoder_precision\": \"int8\"}"
 bench baseline-alone --no-ctranslate2
 bench baseline-ctranslate2
 

@@ -1,5 +1,6 @@
 """``make setup``'s torch choice (TORCH=cpu|cuda|none), read from ``make -n`` (nothing runs)."""
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -13,9 +14,12 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def setup_commands(tmp_path: Path, *variables: str) -> subprocess.CompletedProcess:
     """The commands ``make setup`` would run for a venv in ``tmp_path`` (-B: even if built)."""
+    # a make of its own, not a sub-make of `make test` (which would print "Entering directory")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     return subprocess.run(
         ["make", "-n", "-B", "setup", f"VENV={tmp_path / 'venv'}", *variables],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,

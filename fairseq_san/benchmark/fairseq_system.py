@@ -31,10 +31,6 @@ from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_ge
 from fairseq_san.static_decoding.caches import DecoderCache
 
 
-def _load_state(checkpoint: str, overrides: Dict) -> Dict:
-    return checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
-
-
 def checkpoint_keys(state: Dict) -> Set[str]:
     """The keys fairseq's ``arg_overrides`` can change in a loaded checkpoint's configuration."""
     keys: Set[str] = set()
@@ -52,7 +48,7 @@ def load_checkpoint_task(spec: SystemSpec, data: str):
     """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
     if not os.path.isfile(spec.checkpoint):
         raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} does not exist")
-    state = _load_state(spec.checkpoint, {"data": data})
+    state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
 
@@ -66,7 +62,7 @@ class FairseqSystem:
         self.name = spec.name
         self.device = device
         overrides = {"data": data, **spec.model_overrides}
-        state = _load_state(spec.checkpoint, overrides)
+        state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, overrides)
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [spec.checkpoint], arg_overrides=overrides, state=state
         )

@@ -47,8 +47,15 @@ REGISTERED = (
 
 
 @pytest.mark.parametrize(
-    "imports", ["import fairseq_san\n", "import fairseq\nimport fairseq_san\n"],
-    ids=["plugin first", "fairseq first"],
+    "imports",
+    [
+        "import fairseq_san\n",
+        "import fairseq\nimport fairseq_san\n",
+        "from fairseq_san.static_decoding import StaticSequenceGenerator\n",
+        "from fairseq_san.models.transformer_san import TransformerSANModel\n",
+        "from fairseq_san.benchmark.meters import matmul_flops\n",
+    ],
+    ids=["plugin first", "fairseq first", "static decoder first", "model first", "meters first"],
 )  # fmt: skip
 def test_import_registers_model_architectures_and_task(imports):
     result = python(imports + REGISTERED)

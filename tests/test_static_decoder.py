@@ -27,7 +27,7 @@ from helpers import (
     train_argv,
 )
 from fairseq_san.static_decoding import StaticDecoderError, StaticSequenceGenerator
-from fairseq_san.static_decoding.precision import apply_precision
+from fairseq_san.static_decoding.precision import PackedLinear, apply_precision, can_pack
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
 MODELS = {
@@ -180,7 +180,8 @@ def test_reduced_precision_step(precision):
         lprobs[name] = out
     linear = steps[precision].layers[0].fc1
     if precision == "bf16":
-        assert linear.weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+        weight = linear.packed if isinstance(linear, PackedLinear) else linear.weight
+        assert weight.dtype == torch.bfloat16 and out.dtype == torch.float32
     elif precision == "bf16-full":
         assert {p.dtype for p in steps[precision].parameters()} == {torch.bfloat16}
         assert steps[precision].dtype == torch.bfloat16 and out.dtype == torch.float32
@@ -190,6 +191,24 @@ def test_reduced_precision_step(precision):
     assert 0 < difference < 0.1
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN")
+def test_fp32_step_packs_its_linear_layers():
+    """On a CPU with oneDNN every linear layer of an fp32 step runs on a packed weight (the
+    n-best tests above check that it decodes as fairseq does), and the benchmark's FLOP count
+    sees them as it sees nn.Linear."""
+    from fairseq_san.benchmark.meters import matmul_flops
+
+    model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
+    step = apply_precision(StaticDecoderStep(model.decoder), "fp32")
+    assert not [m for m in step.modules() if type(m) is torch.nn.Linear]
+    packed = step.layers[0].fc1
+    assert isinstance(packed, PackedLinear)
+    x = torch.randn(3, packed.in_features)
+    plain = model.decoder.layers[0].fc1
+    assert torch.allclose(packed(x), plain(x), atol=1e-5)
+    assert matmul_flops(lambda: packed(x))[0] == matmul_flops(lambda: plain(x))[0] > 0
 
 
 def test_children_keep_their_parents_rows():

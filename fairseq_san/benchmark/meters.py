@@ -15,7 +15,8 @@
   lands in "rest".
   ``removable`` is the attention time of decoder layers 2..N as a share of the whole decode: no
   sharing policy can remove more, since the first layer of each stack always attends.
-* ``matmul_flops``: the matrix-multiply FLOPs of a call (torch's ``FlopCounterMode``).
+* ``matmul_flops``: the matrix-multiply FLOPs of a call (torch's ``FlopCounterMode``, plus the
+  static decoder's packed linear layers, counted by a module hook).
 """
 
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from fairseq_san.benchmark.timing import clock
+from fairseq_san.static_decoding.precision import PackedLinear
 
 
 @contextmanager
@@ -253,9 +255,22 @@ def _share(part: float, whole: float) -> float:
 
 
 def matmul_flops(call: Callable[[], object]) -> Tuple[int, object]:
-    """(matrix-multiply FLOPs of ``call()`` as torch's FlopCounterMode counts them, its output)."""
+    """(matrix-multiply FLOPs of ``call()``, its output): what torch's FlopCounterMode counts,
+    plus the static decoder's packed linear layers, which it cannot see (oneDNN's kernel on a
+    packed weight bypasses the Python dispatch that FlopCounterMode listens to)."""
+    from torch.nn.modules.module import register_module_forward_hook
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
-        output = call()
-    return counter.get_total_flops(), output
+    packed = []
+
+    def count_packed(module, inputs, output) -> None:
+        if isinstance(module, PackedLinear):
+            packed.append(module.flops(inputs[0]))
+
+    handle = register_module_forward_hook(count_packed)
+    try:
+        with FlopCounterMode(display=False) as counter:
+            output = call()
+    finally:
+        handle.remove()
+    return counter.get_total_flops() + sum(packed), output

@@ -4,7 +4,7 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``caches.py``: self-attention, AAN and encoder-decoder state, allocated once per batch;
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
 * ``beam_search.py``: fairseq's beam search on tensors;
-* ``precision.py``: bf16 / bf16-full / int8 steps on the CPU;
+* ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8;
 * ``generator.py``: the SequenceGenerator drop-in and the option checks.
 """
 

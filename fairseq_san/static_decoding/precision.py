@@ -1,9 +1,15 @@
-"""Reduced-precision decoder steps on the CPU: bf16 weights and activations, or int8 linear layers.
+"""How the step's linear layers compute on the CPU: packed weights, and reduced precision.
 
-``bf16`` and ``int8`` change only the linear layers of the step (projections, FFN, output
-projection), where nearly all of its arithmetic is; attention, layer norms, residuals and caches
-stay float32. ``bf16-full`` runs the whole step in bfloat16:
+Every linear layer of the step (projections, FFN, output projection), where nearly all of its
+arithmetic is, runs on a weight reordered once into oneDNN's blocked layout (``PackedLinear``):
+what torch.compile's CPU backend does with frozen weights. ``nn.Linear`` hands MKL the plain
+matrix, which is re-blocked at every call; at the step's shapes (64 rows, 256-1024 columns, a
+10,000-word output layer) the packed product measured 1.3-1.7x faster on 2 cores, with the same
+float32 arithmetic. Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
 
+Precisions (attention, layer norms, residuals and caches stay float32 except in ``bf16-full``):
+
+* ``fp32``: float32 weights and activations;
 * ``bf16``: bfloat16 weights, the input cast to bfloat16 and the product back to float32, the
   bias added in float32 (AVX512-BF16 or AMX where the processor has them);
 * ``int8``: torch's dynamic quantization: int8 weights per output channel, activations quantized
@@ -15,6 +21,8 @@ stay float32. ``bf16-full`` runs the whole step in bfloat16:
 Only the step is converted; the model, and its encoder (run once per sentence), stay as loaded.
 """
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,8 +32,37 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 PRECISIONS = ("fp32", "bf16", "bf16-full", "int8")
 
 
+class PackedLinear(nn.Module):
+    """A Linear computed in ``dtype`` on a weight packed once for oneDNN (see module doc).
+
+    An input of another dtype is cast to ``dtype`` and the product cast back, the bias then added
+    in the input's dtype (the ``bf16`` precision); an input of ``dtype`` gets the bias fused.
+    """
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        # An opaque oneDNN tensor: a plain attribute, neither parameter nor buffer (it cannot be
+        # moved or saved; the step is built where it runs and never saved).
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().to(dtype))
+        bias = linear.bias
+        self.bias: Optional[Tensor] = None if bias is None else bias.detach()
+
+    def flops(self, x: Tensor) -> int:
+        """Multiply-add FLOPs (2 each) of ``self(x)``, as torch's FlopCounterMode counts addmm."""
+        return 2 * (x.numel() // self.in_features) * self.in_features * self.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == self.dtype:  # the bias has the weight's dtype here (fp32, bf16-full)
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.packed, None, "none", [], "")
+        y = y.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
 class BFloat16Linear(nn.Module):
-    """A float32-in, float32-out Linear whose matrix product runs in bfloat16."""
+    """A float32-in, float32-out Linear whose matrix product runs in bfloat16 (without oneDNN)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -39,13 +76,22 @@ class BFloat16Linear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def to_bfloat16_linears(module: nn.Module) -> nn.Module:
-    """Replace, in place, every nn.Linear below ``module`` by a BFloat16Linear."""
+def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``PackedLinear`` runs here: a CPU with oneDNN (and its bfloat16 kernels for bf16)."""
+    if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def replace_linears(module: nn.Module, make) -> nn.Module:
+    """Replace, in place, every nn.Linear below ``module`` by ``make(linear)``."""
     for name, child in module.named_children():
         if type(child) is nn.Linear:
-            setattr(module, name, BFloat16Linear(child))
+            setattr(module, name, make(child))
         else:
-            to_bfloat16_linears(child)
+            replace_linears(child, make)
     return module
 
 
@@ -63,21 +109,27 @@ def to_bfloat16_step(step: nn.Module) -> nn.Module:
 
 
 def apply_precision(step: nn.Module, precision: str) -> nn.Module:
-    """``step`` converted in place to ``precision`` (one of PRECISIONS)."""
-    if precision == "fp32":
-        return step
-    if step.dtype != torch.float32:
+    """``step`` converted in place to ``precision`` (one of PRECISIONS), its linear layers
+    packed where the device allows (see module doc)."""
+    precision = str(precision)  # fairseq's ChoiceEnum member or a plain string
+    if precision not in PRECISIONS:
+        raise StaticDecoderError(f"--san-decoder-precision {precision} (choose from {PRECISIONS})")
+    if precision != "fp32" and step.dtype != torch.float32:
         raise StaticDecoderError(
             f"--san-decoder-precision {precision} with a model that is not float32"
         )
-    if precision == "bf16":
-        return to_bfloat16_linears(step)
-    if precision == "bf16-full":
-        return to_bfloat16_step(step)
+    device = step.embed_tokens.device
     if precision == "int8":
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
         return quantize_dynamic(
             step, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
         )
-    raise StaticDecoderError(f"--san-decoder-precision {precision} (choose from {PRECISIONS})")
+    if precision == "bf16-full":
+        step = to_bfloat16_step(step)
+    dtype = torch.bfloat16 if precision.startswith("bf16") else step.dtype
+    if can_pack(device, dtype):
+        return replace_linears(step, lambda linear: PackedLinear(linear, dtype))
+    if precision == "bf16":
+        return replace_linears(step, BFloat16Linear)
+    return step

@@ -58,8 +58,7 @@ from torch import nn
 
 from fairseq_san.analysis import AttentionCapture, LayerAnalysis
 from fairseq_san.errors import UsageError
-from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
-from fairseq_san.static_decoding import build_static_generator
+from fairseq_san.static_decoding.precision import PRECISIONS as STATIC_PRECISIONS
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +180,10 @@ class TranslationSANTask(TranslationTask):
             return super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
+        # Imported here: the static decoder imports fairseq's transformer, and importing it
+        # first must be able to register this task (fairseq_san/__init__.py).
+        from fairseq_san.static_decoding import build_static_generator
+
         return build_static_generator(
             models,
             self.target_dictionary,

@@ -18,7 +18,7 @@
 # across the three and CTranslate2's across the first and the last. Knobs (for a smoke test):
 # SENTENCES (128), REPEATS (3), BEAMS ("4 20"), MODES ("fixed"; "natural fixed" adds natural
 # lengths, meaningful only for trained models), UPDATES (20), OUT (docs/results/cpu-yardstick),
-# RUN_DIR (runs/cpu-yardstick, checkpoints), QUALITY (0).
+# RUN_DIR (runs/cpu-yardstick, checkpoints), SPEED (1: the speed runs), QUALITY (0: see below).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -31,54 +31,60 @@ STATIC='"san_decoder": "static"'
 
 examples/multi30k/prepare.sh en de "$DATA"
 
-train() {  # train NAME MAX_UPDATE [fairseq-train args]: transformer_san_small
+train() {  # train NAME MAX_UPDATE [fairseq-train args]: transformer_san_small, resumable
   local name=$1 updates=$2; shift 2
-  [ -f "$RUN/$name/checkpoint_last.pt" ] || fairseq-train "$DATA" --user-dir fairseq_san \
+  [ -f "$RUN/$name/trained" ] && return
+  fairseq-train "$DATA" --user-dir fairseq_san \
     --task translation_san --arch transformer_san_small --share-all-embeddings \
     --optimizer adam --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 10 \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
     --max-update "$updates" --disable-validation --no-epoch-checkpoints --seed 1 \
     --num-workers 0 --log-format simple --log-interval 10 --save-dir "$RUN/$name" "$@"
+  touch "$RUN/$name/trained"
 }
 SAN_POLICY=(--san-decoder-self-policy 6 --san-decoder-encdec-policy 6)
-train baseline "$UPDATES"
-train san-6-6 "$UPDATES" "${SAN_POLICY[@]}"
-BASE=$RUN/baseline/checkpoint_last.pt SAN=$RUN/san-6-6/checkpoint_last.pt
+if [ "${SPEED:-1}" = 1 ]; then
+  train baseline "$UPDATES"
+  train san-6-6 "$UPDATES" "${SAN_POLICY[@]}"
+  BASE=$RUN/baseline/checkpoint_last.pt SAN=$RUN/san-6-6/checkpoint_last.pt
 
-bench() {  # bench NAME [fairseq-san-bench args]: one run, results in OUT/NAME
-  mkdir -p "$OUT/$1"
-  # shellcheck disable=SC2086  # BEAMS and MODES are lists
-  fairseq-san-bench --data "$DATA" --subset test --max-sentences "$SENTENCES" \
-    --batch-size 16 --beams $BEAMS --modes $MODES --cache-beams --repeats "$REPEATS" \
-    --system "baseline=$BASE" --baseline baseline \
-    --out-dir "$OUT/$1" "${@:2}" 2>&1 | tee "$OUT/$1/bench.log"
-}
-bench all --system "san-6-6=$SAN" \
-  --system "baseline-static=$BASE:{$STATIC}" \
-  --system "san-6-6-static=$SAN:{$STATIC}" \
-  --system "san-6-6-static-bf16=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
-  --system "san-6-6-static-int8=$SAN:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
-  --system "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
-  --system "baseline-static-int8=$BASE:{$STATIC, \"san_decoder_precision\": \"int8\"}"
-bench baseline-alone --no-ctranslate2
-bench baseline-ctranslate2
+  bench() {  # bench NAME [fairseq-san-bench args]: one run, results in OUT/NAME
+    mkdir -p "$OUT/$1"
+    # shellcheck disable=SC2086  # BEAMS and MODES are lists
+    fairseq-san-bench --data "$DATA" --subset test --max-sentences "$SENTENCES" \
+      --batch-size 16 --beams $BEAMS --modes $MODES --cache-beams --repeats "$REPEATS" \
+      --system "baseline=$BASE" --baseline baseline \
+      --out-dir "$OUT/$1" "${@:2}" 2>&1 | tee "$OUT/$1/bench.log"
+  }
+  bench all --system "san-6-6=$SAN" \
+    --system "baseline-static=$BASE:{$STATIC}" \
+    --system "san-6-6-static=$SAN:{$STATIC}" \
+    --system "san-6-6-static-bf16=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
+    --system "san-6-6-static-int8=$SAN:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
+    --system "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
+    --system "baseline-static-int8=$BASE:{$STATIC, \"san_decoder_precision\": \"int8\"}"
+  bench baseline-alone --no-ctranslate2
+  bench baseline-ctranslate2
+fi
 
 # ---------------------------------------------------------------------------------------------
-# QUALITY=1 (off by default; hours on 2 cores): do bf16 and int8 keep the translations?
-# Issue 12 asks for BLEU within 0.3 of fp32 and the same translation for at least 99% of the
-# sentences. The yardstick models above cannot say, so this trains the baseline and SAN {6}/{6}
-# for QUALITY_UPDATES (660, 5 epochs: the recipe of docs/results/en-de-loop) with
-# examples/learn_to_share.sh's optimizer settings, then decodes the whole test set at natural
-# lengths (test_bleu.sh's limits) with the static decoder at fp32 (each run's reference row),
-# bf16 and int8, beside fairseq at fp32. Read BLEU and "= base" (sentences that read as the
-# static fp32 row's) in OUT/quality-*/results.md.
+# QUALITY=1 (off by default; about an hour per model on 2 cores): do bf16 and int8 keep the
+# translations? Issue 12 asks for BLEU within 0.3 of fp32 and the same translation for at least
+# 99% of the sentences. The yardstick models above cannot say, so this trains QUALITY_MODELS
+# ("baseline san-6-6") for QUALITY_UPDATES (660, 5 epochs: the recipe of docs/results/en-de-loop)
+# with examples/learn_to_share.sh's optimizer settings (resumable: rerun to go on), then decodes
+# the whole test set at natural lengths (test_bleu.sh's limits) with the static decoder at fp32
+# (each run's reference row), bf16, bf16-full and int8, beside fairseq at fp32. Read BLEU and
+# "= base" (sentences that read as the static fp32 row's) in OUT/quality-*/results.md.
+# SPEED=0 QUALITY=1 runs this part alone.
 if [ "${QUALITY:-0}" = 1 ]; then
   QUALITY_UPDATES=${QUALITY_UPDATES:-660}
   TRAINED=(--adam-betas "(0.9,0.98)" --adam-eps 1e-9 --warmup-updates 500
            --warmup-init-lr 1e-7 --dropout 0.3 --weight-decay 0.0001)
-  train quality-baseline "$QUALITY_UPDATES" "${TRAINED[@]}"
-  train quality-san-6-6 "$QUALITY_UPDATES" "${TRAINED[@]}" "${SAN_POLICY[@]}"
-  for model in baseline san-6-6; do
+  for model in ${QUALITY_MODELS:-baseline san-6-6}; do
+    policy=()
+    [ "$model" = san-6-6 ] && policy=("${SAN_POLICY[@]}")
+    train "quality-$model" "$QUALITY_UPDATES" "${TRAINED[@]}" "${policy[@]}"
     ckpt=$RUN/quality-$model/checkpoint_last.pt
     mkdir -p "$OUT/quality-$model"
     fairseq-san-bench --data "$DATA" --subset test --batch-size 16 --beams 4 \
@@ -86,6 +92,7 @@ if [ "${QUALITY:-0}" = 1 ]; then
       --repeats "$REPEATS" --no-ctranslate2 --baseline static-fp32 \
       --system "static-fp32=$ckpt:{$STATIC}" \
       --system "static-bf16=$ckpt:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
+      --system "static-bf16-full=$ckpt:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
       --system "static-int8=$ckpt:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
       --system "fairseq-fp32=$ckpt" \
       --out-dir "$OUT/quality-$model" 2>&1 | tee "$OUT/quality-$model/bench.log"

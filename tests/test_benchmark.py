@@ -9,6 +9,7 @@ a system's speed does not depend on which other systems (CTranslate2) are in the
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -252,7 +253,13 @@ def test_compute_counts(bench_results):
     assert compute["base"]["mflop_per_token"] > 0
     assert compute["base-again"]["flops"] == compute["base"]["flops"]
     assert compute["san"]["mflop_per_token"] < compute["base"]["mflop_per_token"]
-    assert "compute x base" in (out_dir / "results.md").read_text(encoding="utf-8")
+    report = (out_dir / "results.md").read_text(encoding="utf-8")
+    assert "compute x base" in report
+    # The arithmetic bound: each precision's peak, and each row's share of its own.
+    peaks = results["machine"]["matmul_peak_gflops"]
+    assert set(peaks) >= {"fp32", "bf16"} and all(value > 0 for value in peaks.values())
+    shares = re.findall(r"\| (\d+)% \|$", report, flags=re.MULTILINE)
+    assert len(shares) == len(compute) and all(0 <= int(share) < 100 for share in shares)
 
 
 @pytest.mark.slow

@@ -1,14 +1,16 @@
 """The machine a benchmark ran on: processor model and the instruction sets that decide which
-precisions are fast (AVX-512 VNNI and AMX for int8 and bf16), torch's CPU kernels, the GPU."""
+precisions are fast (AVX-512 VNNI and AMX for int8 and bf16), torch's CPU kernels, the GPU, and
+the arithmetic bound of each precision (``matmul_peak``)."""
 
 import datetime
 import os
 import platform
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
 import fairseq
+from fairseq_san.benchmark.timing import clock
 
 # Processor flags (/proc/cpuinfo) that decide the speed of fp32, bf16 and int8 matmuls.
 CPU_FLAGS = (
@@ -66,3 +68,38 @@ def machine_info(device: torch.device) -> Dict:
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     return info
+
+
+def matmul_peak(device: torch.device) -> Dict[str, float]:
+    """GFLOP/s of one large square matrix product per precision, at this process's threads: the
+    arithmetic bound of a decoder step, whose products are smaller and reach less of it.
+
+    fp32 and bf16 (and fp16 on a GPU) are torch's matmul; int8 on the CPU is the dynamically
+    quantized linear layer that the static decoder's int8 step uses.
+    """
+    size = 1024 if device.type == "cpu" else 8192
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if device.type == "cuda":
+        dtypes["fp16"] = torch.float16
+    peaks = {}
+    for name, dtype in dtypes.items():
+        a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+        peaks[name] = _gflops(lambda: torch.mm(a, b), size, device)
+    if device.type == "cpu" and "fbgemm" in torch.backends.quantized.supported_engines:
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+        linear, x = DynamicInt8Linear(size, size), torch.randn(size, size)
+        peaks["int8"] = _gflops(lambda: linear(x), size, device)
+    return peaks
+
+
+def _gflops(product: Callable[[], object], size: int, device: torch.device) -> float:
+    """GFLOP/s of ``product`` (size x size by size x size), the best of 5 after 2 warm-ups."""
+    for _ in range(2):
+        product()
+    best = float("inf")
+    for _ in range(5):
+        start = clock(device)
+        product()
+        best = min(best, clock(device) - start)
+    return 2 * size**3 / best / 1e9

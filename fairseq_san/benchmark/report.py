@@ -152,9 +152,10 @@ def profile_table(results: Dict, mode: str) -> str:
         "| system | decoder | precision | ms/step "
         "| self-attn | enc-dec attn | FFN | output proj | rest "
         "| encoder | cache reorder | search+other | hook overhead "
-        "| MFLOP/token | compute x base | GFLOP/s |",
-        "|" + " --- |" * 16,
+        "| MFLOP/token | compute x base | GFLOP/s | of peak |",
+        "|" + " --- |" * 17,
     ]
+    peaks = results["machine"].get("matmul_peak_gflops") or {}
     base = profiled.get(results["baseline"])
     for name, prof in profiled.items():
         step, whole = prof["decoder_step_share"], prof["generate_share"]
@@ -167,7 +168,12 @@ def profile_table(results: Dict, mode: str) -> str:
                 for p in ("encoder", "cache_reorder", "search_and_other")
             )
             + f"| {_fmt(prof.get('overhead'), '.2f')}x | "
-            + " | ".join(_compute_cells(prof, base, setting_run(systems[name], prof["beam"], mode)))
+            + " | ".join(
+                _compute_cells(
+                    prof, base, setting_run(systems[name], prof["beam"], mode),
+                    peaks.get(peak_precision(systems[name].get("precision", ""))),
+                )
+            )  # fmt: skip
             + " |"
         )
     if base:
@@ -180,6 +186,14 @@ def profile_table(results: Dict, mode: str) -> str:
             "MFLOP/token counts the matrix multiplies of decoding one batch (torch's "
             "FlopCounterMode); `compute x base` is the speed-up if every system ran at the "
             "baseline's FLOP rate, the bound for decoding-engine work that keeps the model.",
+        ]
+    if peaks:
+        lines += [
+            "",
+            "`of peak`: the GFLOP/s achieved over the arithmetic bound of the row's precision, "
+            "one large matrix product at the engines' thread count (GFLOP/s: "
+            + ", ".join(f"{name} {_fmt(value, '.0f')}" for name, value in peaks.items())
+            + "). A step's products are small (batch x beam rows), so it reaches less of it.",
         ]
     if any(systems[name].get("decoder") == STATIC for name in profiled):
         lines += [
@@ -203,15 +217,24 @@ def setting_run(system: Dict, beam: int, mode: str) -> Dict:
     return system["settings"].get(f"beam{beam}_{mode}", {})
 
 
-def _compute_cells(prof: Dict, base: Optional[Dict], timed: Dict) -> List[str]:
-    """MFLOP per output token, the baseline's over this system's, and the FLOP rate achieved."""
+def peak_precision(precision: str) -> str:
+    """The ``matmul_peak`` key that bounds a row of ``precision`` (bf16-full: bf16)."""
+    return "bf16" if precision.startswith("bf16") else precision
+
+
+def _compute_cells(
+    prof: Dict, base: Optional[Dict], timed: Dict, peak: Optional[float] = None
+) -> List[str]:
+    """MFLOP per output token, the baseline's over this system's, the FLOP rate achieved and
+    its share of the precision's ``peak`` GFLOP/s."""
     compute = prof.get("compute") or {}
     mflop = compute.get("mflop_per_token")
     base_mflop = ((base or {}).get("compute") or {}).get("mflop_per_token")
     ratio = base_mflop / mflop if mflop and base_mflop else None
     tokens_per_second = timed.get("tokens_per_second")
     rate = mflop * tokens_per_second / 1000 if mflop and tokens_per_second else None
-    return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f")]
+    share = f"{_fmt(100 * rate / peak, '.0f')}%" if rate and peak else "-"
+    return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f"), share]
 
 
 def _finite(value):

@@ -9,7 +9,7 @@ import torch
 from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, check_config
 from fairseq_san.benchmark.data import Batches, TextSide
 from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
-from fairseq_san.benchmark.machine import choose_device, machine_info
+from fairseq_san.benchmark.machine import choose_device, machine_info, matmul_peak
 from fairseq_san.benchmark.report import write_results
 from fairseq_san.benchmark.timing import median, time_setting
 from fairseq_san.benchmark.workers import WorkerPool
@@ -28,6 +28,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info(device)  # before decoding: the load average of the machine as found
+    if config.profile:
+        machine["matmul_peak_gflops"] = matmul_peak(device)  # at the workers' thread count
 
     # Every checkpoint's overrides are checked before a worker starts; the first one's task
     # gives the batches' ids, the references and the detokenizer (workers collate the same).

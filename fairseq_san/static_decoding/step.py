@@ -133,7 +133,7 @@ class SelfAttentionStep(nn.Module):
             query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
             keys = batched(states[self.slot], step + 1)
             logits = torch.bmm(query, keys.transpose(1, 2))
-            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
             context = torch.bmm(weights, batched(states[self.slot + 1], step + 1))  # Eq. 2
             if self.role == LEADER:
                 shared["self"] = (weights, context)
@@ -212,7 +212,7 @@ class EncoderAttentionStep(nn.Module):
                 logits = logits.view(sentences, heads, beam, -1)
                 logits = logits.masked_fill(cache.source_padding, float("-inf"))
                 logits = logits.view(sentences * heads, beam, -1)
-            weights = torch.softmax(logits.float(), dim=-1).type_as(logits)  # Eq. 1
+            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
             context = torch.bmm(weights, values)  # Eq. 2
             if self.role == LEADER:
                 shared["encdec"] = (weights, context)
@@ -342,7 +342,7 @@ class StaticDecoderStep(nn.Module):
         logits = self.output_projection(x)
         if temperature != 1.0:
             logits = logits / temperature
-        return torch.log_softmax(logits.float(), dim=-1)
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
 
 
 def _optional_linear(module: Optional[nn.Module]) -> Optional[nn.Linear]:

@@ -113,7 +113,8 @@ def speed_curves(panels: Dict[str, SpeedSeries], xlabel: str, path: str) -> None
         ax.set_ylabel("tokens/s")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:  # a panel without points (no BLEU at fixed lengths) has no legend
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -33,14 +33,14 @@ examples/multi30k/prepare.sh en de "$DATA"
 
 train() {  # train NAME MAX_UPDATE [fairseq-train args]: transformer_san_small, resumable
   local name=$1 updates=$2; shift 2
-  [ -f "$RUN/$name/trained" ] && return
+  [ -f "$RUN/$name/trained-$updates" ] && return  # a larger MAX_UPDATE resumes and goes on
   fairseq-train "$DATA" --user-dir fairseq_san \
     --task translation_san --arch transformer_san_small --share-all-embeddings \
     --optimizer adam --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 10 \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
     --max-update "$updates" --disable-validation --no-epoch-checkpoints --seed 1 \
     --num-workers 0 --log-format simple --log-interval 10 --save-dir "$RUN/$name" "$@"
-  touch "$RUN/$name/trained"
+  touch "$RUN/$name/trained-$updates"
 }
 SAN_POLICY=(--san-decoder-self-policy 6 --san-decoder-encdec-policy 6)
 if [ "${SPEED:-1}" = 1 ]; then
@@ -75,7 +75,8 @@ fi
 # with examples/learn_to_share.sh's optimizer settings (resumable: rerun to go on), then decodes
 # the whole test set at natural lengths (test_bleu.sh's limits) with the static decoder at fp32
 # (each run's reference row), bf16, bf16-full and int8, beside fairseq at fp32. Read BLEU and
-# "= base" (sentences that read as the static fp32 row's) in OUT/quality-*/results.md.
+# "= base" (sentences that read as the static fp32 row's) in OUT/quality-MODEL-UPDATES/results.md.
+# A larger QUALITY_UPDATES goes on training the same model (its learning-rate schedule continues).
 # SPEED=0 QUALITY=1 runs this part alone.
 if [ "${QUALITY:-0}" = 1 ]; then
   QUALITY_UPDATES=${QUALITY_UPDATES:-660}
@@ -85,8 +86,8 @@ if [ "${QUALITY:-0}" = 1 ]; then
     policy=()
     [ "$model" = san-6-6 ] && policy=("${SAN_POLICY[@]}")
     train "quality-$model" "$QUALITY_UPDATES" "${TRAINED[@]}" "${policy[@]}"
-    ckpt=$RUN/quality-$model/checkpoint_last.pt
-    mkdir -p "$OUT/quality-$model"
+    ckpt=$RUN/quality-$model/checkpoint_last.pt out=$OUT/quality-$model-$QUALITY_UPDATES
+    mkdir -p "$out"
     fairseq-san-bench --data "$DATA" --subset test --batch-size 16 --beams 4 \
       --modes natural --max-len-a 1.2 --max-len-b 10 --cache-beams --no-profile \
       --repeats "$REPEATS" --no-ctranslate2 --baseline static-fp32 \
@@ -95,6 +96,6 @@ if [ "${QUALITY:-0}" = 1 ]; then
       --system "static-bf16-full=$ckpt:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
       --system "static-int8=$ckpt:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
       --system "fairseq-fp32=$ckpt" \
-      --out-dir "$OUT/quality-$model" 2>&1 | tee "$OUT/quality-$model/bench.log"
+      --out-dir "$out" 2>&1 | tee "$out/bench.log"
   done
 fi

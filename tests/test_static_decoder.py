@@ -157,7 +157,7 @@ def test_ensembles_and_lm_fusion_are_refused(task):
         task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
 
 
-@pytest.mark.parametrize("precision", ["bf16", "bf16-full", "int8"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16-fp32-logits", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
     """bf16 / bf16-full / int8 steps compute in that precision, close to fp32, and leave the
     model as is."""
@@ -179,9 +179,12 @@ def test_reduced_precision_step(precision):
             out = step(torch.full((2,), token), position, cache)
         lprobs[name] = out
     linear = steps[precision].layers[0].fc1
-    if precision == "bf16":
-        weight = linear.packed if isinstance(linear, PackedLinear) else linear.weight
-        assert weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+    if precision == "bf16-fp32-logits":
+        assert weight_dtype(linear) == torch.bfloat16 and out.dtype == torch.float32
+        assert weight_dtype(steps[precision].output_projection) == torch.float32
+    elif precision == "bf16":
+        assert weight_dtype(linear) == torch.bfloat16 and out.dtype == torch.float32
+        assert weight_dtype(steps[precision].output_projection) == torch.bfloat16
     elif precision == "bf16-full":
         assert {p.dtype for p in steps[precision].parameters()} == {torch.bfloat16}
         assert steps[precision].dtype == torch.bfloat16 and out.dtype == torch.float32
@@ -209,6 +212,11 @@ def test_fp32_step_packs_its_linear_layers():
     plain = model.decoder.layers[0].fc1
     assert torch.allclose(packed(x), plain(x), atol=1e-5)
     assert matmul_flops(lambda: packed(x))[0] == matmul_flops(lambda: plain(x))[0] > 0
+
+
+def weight_dtype(linear: torch.nn.Module) -> torch.dtype:
+    """The dtype a (packed or plain) linear layer of a step computes with."""
+    return linear.packed.dtype if isinstance(linear, PackedLinear) else linear.weight.dtype
 
 
 def test_children_keep_their_parents_rows():

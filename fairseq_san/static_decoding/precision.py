@@ -3,15 +3,17 @@
 Every linear layer of the step (projections, FFN, output projection), where nearly all of its
 arithmetic is, runs on a weight reordered once into oneDNN's blocked layout (``PackedLinear``):
 what torch.compile's CPU backend does with frozen weights. ``nn.Linear`` hands MKL the plain
-matrix, which is re-blocked at every call; at the step's shapes (64 rows, 256-1024 columns, a
-10,000-word output layer) the packed product measured 1.3-1.7x faster on 2 cores, with the same
-float32 arithmetic. Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
+matrix, which is re-blocked at every call; with the same float32 arithmetic, packing took the
+static decoder from 1.16x to 1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4, 2 cores). Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
 
 Precisions (attention, layer norms, residuals and caches stay float32 except in ``bf16-full``):
 
 * ``fp32``: float32 weights and activations;
 * ``bf16``: bfloat16 weights, the input cast to bfloat16 and the product back to float32, the
   bias added in float32 (AVX512-BF16 or AMX where the processor has them);
+* ``bf16-fp32-logits``: ``bf16`` but for the output projection, which stays float32: the
+  logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
+  hypothesis of many sentences (measured: docs/results/cpu-yardstick);
 * ``int8``: torch's dynamic quantization: int8 weights per output channel, activations quantized
   per call (VNNI);
 * ``bf16-full``: every weight, activation and cache of the step in bfloat16 (no cast around each
@@ -21,7 +23,7 @@ Precisions (attention, layer norms, residuals and caches stay float32 except in 
 Only the step is converted; the model, and its encoder (run once per sentence), stay as loaded.
 """
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +31,7 @@ from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
-PRECISIONS = ("fp32", "bf16", "bf16-full", "int8")
+PRECISIONS = ("fp32", "bf16", "bf16-fp32-logits", "bf16-full", "int8")
 
 
 class PackedLinear(nn.Module):
@@ -128,8 +130,18 @@ def apply_precision(step: nn.Module, precision: str) -> nn.Module:
     if precision == "bf16-full":
         step = to_bfloat16_step(step)
     dtype = torch.bfloat16 if precision.startswith("bf16") else step.dtype
-    if can_pack(device, dtype):
-        return replace_linears(step, lambda linear: PackedLinear(linear, dtype))
-    if precision == "bf16":
-        return replace_linears(step, BFloat16Linear)
+    logits_dtype = step.dtype if precision == "bf16-fp32-logits" else dtype
+    output_projection = linear_kernel(logits_dtype, device)(step.output_projection)
+    replace_linears(step, linear_kernel(dtype, device))
+    step.output_projection = output_projection
     return step
+
+
+def linear_kernel(dtype: torch.dtype, device: torch.device) -> Callable[[nn.Linear], nn.Module]:
+    """What a linear layer of the step becomes to compute in ``dtype`` on ``device``: a
+    PackedLinear where oneDNN runs, a BFloat16Linear for bfloat16 elsewhere, else itself."""
+    if can_pack(device, dtype):
+        return lambda linear: PackedLinear(linear, dtype)
+    if dtype == torch.bfloat16:
+        return BFloat16Linear
+    return lambda linear: linear

@@ -94,7 +94,8 @@ class TranslationSANConfig(TranslationConfig):
         default="fp32",
         metadata={
             "help": "--san-decoder static on the CPU: fp32, bf16 or int8 linear layers, "
-            "or bf16-full (the whole step in bfloat16)"
+            "bf16-fp32-logits (bf16 but the output projection in fp32: closer to fp32's "
+            "translations), or bf16-full (the whole step in bfloat16)"
         },
     )
 

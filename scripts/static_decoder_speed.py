@@ -30,7 +30,10 @@ POLICIES = {
     "baseline": [],
     "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
 }
-DECODERS = ["fairseq", "static-fp32", "static-bf16", "static-bf16-full", "static-int8"]
+DECODERS = [
+    "fairseq", "static-fp32", "static-bf16", "static-bf16-fp32-logits", "static-bf16-full",
+    "static-int8",
+]
 
 
 class StandInTask:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU yardstick of issue 12: fairseq's baseline and SAN {6}/{6}, the same two checkpoints on
-# the static-shape decoder (fairseq_san/static_decoding; SAN also at bf16, bf16-full and int8, the
-# baseline also at int8, to compare with CTranslate2 int8), and the
+# the static-shape decoder (fairseq_san/static_decoding; SAN also at bf16, bf16-fp32-logits,
+# bf16-full and int8, the baseline also at int8, to compare with CTranslate2 int8), and the
 # baseline converted to CTranslate2 (fp32 and int8), Multi30k En->De test, 128 sentences, batches
 # of 16, beams 4 and 20, fixed output lengths; each engine timed in a process of its own
 # (fairseq_san/benchmark/workers.py). Every row of the reports names its decoder and precision.
@@ -28,6 +28,7 @@ OUT=${OUT:-docs/results/cpu-yardstick}
 UPDATES=${UPDATES:-20} SENTENCES=${SENTENCES:-128} REPEATS=${REPEATS:-3} BEAMS=${BEAMS:-4 20}
 MODES=${MODES:-fixed}
 STATIC='"san_decoder": "static"'
+LOGITS32='"san_decoder_precision": "bf16-fp32-logits"'
 
 examples/multi30k/prepare.sh en de "$DATA"
 
@@ -40,6 +41,7 @@ train() {  # train NAME MAX_UPDATE [fairseq-train args]: transformer_san_small, 
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 \
     --max-update "$updates" --disable-validation --no-epoch-checkpoints --seed 1 \
     --num-workers 0 --log-format simple --log-interval 10 --save-dir "$RUN/$name" "$@"
+  cp "$RUN/$name/checkpoint_last.pt" "$RUN/$name/checkpoint_$updates.pt"  # this budget's model
   touch "$RUN/$name/trained-$updates"
 }
 SAN_POLICY=(--san-decoder-self-policy 6 --san-decoder-encdec-policy 6)
@@ -60,6 +62,7 @@ if [ "${SPEED:-1}" = 1 ]; then
     --system "baseline-static=$BASE:{$STATIC}" \
     --system "san-6-6-static=$SAN:{$STATIC}" \
     --system "san-6-6-static-bf16=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
+    --system "san-6-6-static-bf16-fp32-logits=$SAN:{$STATIC, $LOGITS32}" \
     --system "san-6-6-static-int8=$SAN:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
     --system "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
     --system "baseline-static-int8=$BASE:{$STATIC, \"san_decoder_precision\": \"int8\"}"
@@ -74,8 +77,9 @@ fi
 # ("baseline san-6-6") for QUALITY_UPDATES (660, 5 epochs: the recipe of docs/results/en-de-loop)
 # with examples/learn_to_share.sh's optimizer settings (resumable: rerun to go on), then decodes
 # the whole test set at natural lengths (test_bleu.sh's limits) with the static decoder at fp32
-# (each run's reference row), bf16, bf16-full and int8, beside fairseq at fp32. Read BLEU and
-# "= base" (sentences that read as the static fp32 row's) in OUT/quality-MODEL-UPDATES/results.md.
+# (each run's reference row), bf16, bf16-fp32-logits, bf16-full and int8, beside fairseq at
+# fp32. Read BLEU and "= base" (sentences that read as the static fp32 row's) in
+# OUT/quality-MODEL-UPDATES/results.md.
 # A larger QUALITY_UPDATES goes on training the same model (its learning-rate schedule continues).
 # SPEED=0 QUALITY=1 runs this part alone.
 if [ "${QUALITY:-0}" = 1 ]; then
@@ -86,13 +90,14 @@ if [ "${QUALITY:-0}" = 1 ]; then
     policy=()
     [ "$model" = san-6-6 ] && policy=("${SAN_POLICY[@]}")
     train "quality-$model" "$QUALITY_UPDATES" "${TRAINED[@]}" "${policy[@]}"
-    ckpt=$RUN/quality-$model/checkpoint_last.pt out=$OUT/quality-$model-$QUALITY_UPDATES
+    ckpt=$RUN/quality-$model/checkpoint_$QUALITY_UPDATES.pt out=$OUT/quality-$model-$QUALITY_UPDATES
     mkdir -p "$out"
     fairseq-san-bench --data "$DATA" --subset test --batch-size 16 --beams 4 \
       --modes natural --max-len-a 1.2 --max-len-b 10 --cache-beams --no-profile \
       --repeats "$REPEATS" --no-ctranslate2 --baseline static-fp32 \
       --system "static-fp32=$ckpt:{$STATIC}" \
       --system "static-bf16=$ckpt:{$STATIC, \"san_decoder_precision\": \"bf16\"}" \
+      --system "static-bf16-fp32-logits=$ckpt:{$STATIC, $LOGITS32}" \
       --system "static-bf16-full=$ckpt:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}" \
       --system "static-int8=$ckpt:{$STATIC, \"san_decoder_precision\": \"int8\"}" \
       --system "fairseq-fp32=$ckpt" \

@@ -4,7 +4,8 @@ Every linear layer of the step (projections, FFN, output projection), where near
 arithmetic is, runs on a weight reordered once into oneDNN's blocked layout (``PackedLinear``):
 what torch.compile's CPU backend does with frozen weights. ``nn.Linear`` hands MKL the plain
 matrix, which is re-blocked at every call; with the same float32 arithmetic, packing took the
-static decoder from 1.16x to 1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4, 2 cores). Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
+static decoder from 1.16x to 1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4, 2 cores).
+Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
 
 Precisions (attention, layer norms, residuals and caches stay float32 except in ``bf16-full``):
 
@@ -87,7 +88,7 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def replace_linears(module: nn.Module, make) -> nn.Module:
+def replace_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
     """Replace, in place, every nn.Linear below ``module`` by ``make(linear)``."""
     for name, child in module.named_children():
         if type(child) is nn.Linear:

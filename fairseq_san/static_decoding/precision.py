@@ -4,8 +4,8 @@ Every linear layer of the step (projections, FFN, output projection), where near
 arithmetic is, runs on a weight reordered once into oneDNN's blocked layout (``PackedLinear``):
 what torch.compile's CPU backend does with frozen weights. ``nn.Linear`` hands MKL the plain
 matrix, which is re-blocked at every call; with the same float32 arithmetic, packing took the
-static decoder from 1.16x to 1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4, 2 cores).
-Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
+static decoder from 1.16x to 1.50-1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4,
+2 cores). Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
 
 Precisions (attention, layer norms, residuals and caches stay float32 except in ``bf16-full``):
 

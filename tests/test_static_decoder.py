@@ -159,8 +159,8 @@ def test_ensembles_and_lm_fusion_are_refused(task):
 
 @pytest.mark.parametrize("precision", ["bf16", "bf16-fp32-logits", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
-    """bf16 / bf16-full / int8 steps compute in that precision, close to fp32, and leave the
-    model as is."""
+    """bf16 / bf16-fp32-logits / bf16-full / int8 steps compute in that precision (the output
+    projection of bf16-fp32-logits in fp32), close to fp32, and leave the model as is."""
     from fairseq_san.static_decoding.caches import allocate_cache
 
     model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]

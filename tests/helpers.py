@@ -184,12 +184,15 @@ def cli_env() -> Dict[str, str]:
     return env
 
 
-def run_cli(command: str, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+def run_cli(
+    command: str, *args: str, timeout: int = 240, input: Optional[str] = None
+) -> subprocess.CompletedProcess:
     """Run ``.venv/bin/<command> args`` from the repository root; text output captured."""
     return subprocess.run(
         [str(BIN / command), *args],
         cwd=REPO,
         env=cli_env(),
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,

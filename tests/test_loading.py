@@ -1,11 +1,12 @@
-"""Loading the plugin and checkpoints (issue 14, items 4, 5 and 11).
+"""Loading the plugin and checkpoints.
 
 * ``import fairseq_san`` registers the model, its architectures and the task whatever the import
   order, while ``fairseq_san.policy`` stays torch-free;
 * torch's safe loader (``weights_only``, torch >= 2.6's default) loads the checkpoints of fairseq's
   own transformer and of ours with no environment variable;
-* a checkpoint that cannot be loaded (a foreign global, empty, truncated) is one line naming the
-  file, not a torch traceback; a SAN checkpoint records the plugin that made it.
+* a checkpoint that cannot be loaded (a foreign global, missing, a directory, empty, truncated) is
+  one line naming the file, not a torch traceback; a SAN checkpoint records the plugin that made
+  it.
 """
 
 import fractions
@@ -175,3 +176,21 @@ def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_
     message = "Unsupported global: GLOBAL argparse.Namespace"
     assert message in result.stderr
     assert message in (REPO / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "kind, problem",
+    [
+        ("missing", "no such file"),
+        ("directory", "it is a directory; a checkpoint is a file (for example "
+                      "DIR/checkpoint_best.pt)"),
+    ],
+)  # fmt: skip
+def test_a_path_that_is_missing_or_a_directory_is_one_line_naming_it(
+    binarized_corpus, tmp_path, kind, problem
+):
+    path = tmp_path / ("missing.pt" if kind == "missing" else "checkpoints")
+    if kind == "directory":
+        path.mkdir()
+    expected = f"fairseq-san: error: cannot load checkpoint {path}: {problem}"
+    assert_one_line(generate_error(binarized_corpus, path), expected)

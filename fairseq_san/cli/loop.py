@@ -24,7 +24,8 @@ from typing import Dict, List, Optional
 
 from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
 from fairseq_san import converged_summary
-from fairseq_san.policy import PolicyError, format_policy, load_policy
+from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.policy import format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
 
@@ -91,10 +92,19 @@ def as_number(value) -> Optional[float]:
 
 
 def read_json(path: str) -> Optional[dict]:
+    """The JSON object in ``path``, None if there is no file; a file that is not one (truncated,
+    say) is a UsageError naming it."""
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    try:
+        with utf8_text(path), open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
+                         "step that writes it") from None  # fmt: skip
+    if not isinstance(found, dict):
+        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not an object")
+    return found
 
 
 def iteration_row(iteration_dir: str) -> Dict[str, object]:
@@ -237,7 +247,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2
-    except (PolicyError, OSError) as err:
+    except (UsageError, OSError) as err:  # a PolicyError, a CheckpointError among them
         parser.error(str(err))
 
 

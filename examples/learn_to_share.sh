@@ -60,7 +60,14 @@ if [ -z "$VALID_REF" ]; then  # fairseq names the binarized files train.SRC-TGT.
   pair=${name#train.} && pair=${pair%%.*}
   VALID_REF=$DATA/text/valid.raw.${pair#*-}
 fi
-# Checks the inputs and RUN/run.json; records the options, creates RUN/iter0 with P_0.
+# One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
+# this script and the last of them (fairseq-train too) end. Missing inputs stop before RUN exists.
+if [ "$DRY_RUN" = 0 ]; then
+  fairseq-san-loop start "$RUN" --data="$DATA" --valid-ref="$VALID_REF" --check-inputs
+  mkdir -p "$RUN" && exec 9>>"$RUN/.lock"
+  FLAGS+=(--lock-fd 9)
+fi
+# Locks RUN; checks RUN/run.json; records the options, creates RUN/iter0 with P_0.
 fairseq-san-loop start "$RUN" --data="$DATA" --valid-ref="$VALID_REF" --arch="$ARCH" \
   --theta-self="$THETA_SELF" --theta-encdec="$THETA_ENCDEC" --theta-encoder="$THETA_ENCODER" \
   --updates="$UPDATES" --max-iterations="$MAX_ITERATIONS" --warm-updates="$WARM_UPDATES" \

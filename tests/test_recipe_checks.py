@@ -5,9 +5,14 @@ before any file is written. The checks need no trained model: a data directory h
 empty files with the names that fairseq-preprocess and prepare.sh write.
 """
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import List
 
+from helpers import REPO, cli_env
 from test_recipes import LOOP, PREPARE, TEST_BLEU, loop_args, output_of, run_script, snapshot
 
 
@@ -85,6 +90,48 @@ def test_loop_dry_run_without_data_says_so_and_prints_the_commands(tmp_path):
     assert f"(dry run: no data directory {data.resolve()} yet)" in result.stderr
     assert "+ fairseq-train " in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+def fake_fairseq_train(directory: Path) -> Path:
+    """A ``fairseq-train`` that writes its pid to DIRECTORY/train.pid and sleeps."""
+    directory.mkdir()
+    program = directory / "fairseq-train"
+    program.write_text(f"#!/bin/sh\necho $$ > {directory}/train.pid\nexec sleep 60\n")
+    program.chmod(0o755)
+    return directory
+
+
+def test_a_run_dir_in_use_is_refused_also_after_the_loop_was_killed(tmp_path):
+    """The issue's case: ``kill -9`` of the loop alone leaves fairseq-train training; a second
+    loop on the run dir must not train into the same checkpoints."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    fake = fake_fairseq_train(tmp_path / "bin")
+    env = cli_env()
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    holder = subprocess.Popen(["bash", str(LOOP), *loop_args(data, run_dir)], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    pid_file = fake / "train.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline and holder.poll() is None:
+            time.sleep(0.2)
+        assert pid_file.exists(), "the first loop did not reach fairseq-train"
+        expected = (f"fairseq-san-loop: error: {run_dir} is in use by another learn_to_share.sh "
+                    "or a command it started that still runs")  # fmt: skip
+        for moment in ("running", "loop killed, its fairseq-train running"):
+            before = snapshot(run_dir)
+            second = run_script(LOOP, *loop_args(data, run_dir))
+            assert second.returncode == 2, (moment, output_of(second)[-3000:])
+            (line,) = lines(second.stderr)
+            assert line.startswith(expected), (moment, line)
+            assert ran_nothing(output_of(second)) and snapshot(run_dir) == before, moment
+            holder.kill()  # SIGKILL to the loop alone, as in the issue
+            holder.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 # --- test_bleu.sh -----------------------------------------------------------------------------

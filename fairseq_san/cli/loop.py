@@ -6,8 +6,9 @@
 * ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
   training time) as ``RUN_DIR/loop.md``, also printed;
-* ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs and the options recorded in
-  ``RUN_DIR/run.json`` before anything runs (see ``run_record``).
+* ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
+  (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
+  before anything runs (see ``run_record``).
 * ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
   (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
@@ -22,7 +23,7 @@ import re
 import sys
 from typing import Dict, List, Optional
 
-from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
+from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san import converged_summary
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.policy import format_policy, load_policy
@@ -181,6 +182,10 @@ def add_start_parser(commands) -> None:
             start.add_argument(option, default="", help="empty: not set")
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
     start.add_argument("--dry-run", action="store_true", help="check only; write nothing")
+    start.add_argument("--check-inputs", action="store_true",
+                       help="check --data and --valid-ref only (exit 2 if missing); write nothing")
+    start.add_argument("--lock-fd", type=int, metavar="FD",
+                       help="lock RUN_DIR/.lock, open on this file descriptor, for the whole run")
 
 
 def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, object]:
@@ -227,8 +232,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
+        if args.command == "start" and args.check_inputs:
+            check_inputs(run_options(args, train_args), dry_run=False)
+            return 0
         if args.command == "start":
-            start_run(args.run_dir, run_options(args, train_args), args.extend, args.dry_run)
+            options = run_options(args, train_args)
+            start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
             return 0
         if args.command == "converged":
             output = args.output or os.path.join(args.results_dir, "summary.json")

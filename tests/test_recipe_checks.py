@@ -8,6 +8,7 @@ empty files with the names that fairseq-preprocess and prepare.sh write.
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List
@@ -148,6 +149,53 @@ def test_test_bleu_checks_every_checkpoint_before_decoding_any(tmp_path):
     assert lines(result.stderr) == [f"test_bleu.sh: b: no checkpoint {missing}"]
     assert result.stdout == ""
     assert not out.exists()
+
+
+FAKE_GENERATE = """\
+import sys
+argv = sys.argv[1:]
+value = lambda flag: argv[argv.index(flag) + 1]
+with open(sys.argv[0] + ".calls", "a") as calls:
+    calls.write(" ".join(argv) + "\\n")
+with open(f"{value('--results-path')}/generate-{value('--gen-subset')}.txt", "w") as out:
+    out.write("D-0\\t-0.1\\tEin Hund .\\n")
+"""
+
+
+def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_path):
+    """A decoded split is reused only for the same checkpoint bytes, overrides and data; here
+    fairseq-generate is a stand-in that records its calls."""
+    data = fake_data(tmp_path / "data")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "fairseq-generate").write_text(f"#!{sys.executable}\n{FAKE_GENERATE}")
+    (fake / "fairseq-generate").chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    checkpoint, out = tmp_path / "model.pt", tmp_path / "out"
+    checkpoint.write_bytes(b"first model")
+
+    def decodes(system: str) -> int:
+        """Run test_bleu.sh on one system; how many times it ran fairseq-generate."""
+        calls = fake / "fairseq-generate.calls"
+        before = len(calls.read_text().splitlines()) if calls.exists() else 0
+        result = run_script(TEST_BLEU, str(data), "de", str(out), system, env=env)
+        assert result.returncode == 0, output_of(result)[-3000:]
+        assert "chrF = 100.00" in result.stdout  # the stand-in translates perfectly
+        return len(calls.read_text().splitlines()) - before
+
+    assert decodes(f"a={checkpoint}") == 1
+    assert decodes(f"a={checkpoint}") == 0  # the same: rescored only
+    checkpoint.write_bytes(b"another model at the same path")
+    assert decodes(f"a={checkpoint}") == 1
+    assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
+    assert "{'san_no_cache': True}" in (fake / "fairseq-generate.calls").read_text()
+    (data / "dict.de.txt").write_text("word 1\n")
+    assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(checkpoint.read_bytes())
+    assert decodes(f"a={copy}:{{'san_no_cache': True}}") == 0  # the same bytes elsewhere
+    assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
 
 
 def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):

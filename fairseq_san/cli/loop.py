@@ -9,6 +9,8 @@
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
   (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
   before anything runs (see ``run_record``).
+* ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
+  line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``decode_key``);
 * ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
   (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
@@ -25,6 +27,7 @@ from typing import Dict, List, Optional
 
 from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san import converged_summary
+from fairseq_san.cli.decode_key import decode_key
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.policy import format_policy, load_policy
 
@@ -211,6 +214,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
     add_start_parser(commands)
+    key = commands.add_parser("decode-key", help="print what a decoded split was made from")
+    key.add_argument("checkpoint")
+    key.add_argument("data", help="the binarized data directory")
+    key.add_argument("split")
     converged = commands.add_parser(
         "converged", help="write the converged campaign's summary.json and summary.md"
     )
@@ -222,9 +229,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
     train_log.add_argument("-o", "--output", help="also write the table here")
     argv = list(sys.argv[1:] if argv is None else argv)
-    train_args: List[str] = []
-    if argv[:1] == ["start"] and "--" in argv:
-        argv, train_args = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    after: List[str] = []  # fairseq-train's or fairseq-generate's arguments
+    if argv[:1] in (["start"], ["decode-key"]) and "--" in argv:
+        argv, after = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
@@ -233,11 +240,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
         if args.command == "start" and args.check_inputs:
-            check_inputs(run_options(args, train_args), dry_run=False)
+            check_inputs(run_options(args, after), dry_run=False)
             return 0
         if args.command == "start":
-            options = run_options(args, train_args)
+            options = run_options(args, after)
             start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
+            return 0
+        if args.command == "decode-key":
+            print(decode_key(args.checkpoint, args.data, args.split, after))
             return 0
         if args.command == "converged":
             output = args.output or os.path.join(args.results_dir, "summary.json")

@@ -4,7 +4,8 @@
 # policy stops changing. Running the same command again resumes: finished steps are skipped and
 # fairseq continues from checkpoint_last.pt. RUN/run.json records the options the run was made
 # with (these and the fairseq-train args); a re-run with other options stops before anything runs
-# (start a new run in another --run-dir). A learned policy is never rewritten.
+# (start a new run in another --run-dir). A learned policy is never rewritten. One loop per run
+# dir: a second one stops while the first (or a fairseq-train it started) runs.
 #
 #   examples/learn_to_share.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #

@@ -1,7 +1,8 @@
 """``fairseq-san-score``: sacrebleu BLEU/chrF of fairseq-generate output against raw references.
 
 Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` lines hold
-detokenized text; the references are the raw (untokenized) files.
+detokenized text (output that still holds subword pieces is refused); the references are the raw
+(untokenized) files. With ``--nbest N`` the first, best hypothesis of each sentence is scored.
 """
 
 import argparse

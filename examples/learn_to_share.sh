@@ -4,7 +4,8 @@
 # policy stops changing. Running the same command again resumes: finished steps are skipped and
 # fairseq continues from checkpoint_last.pt. RUN/run.json records the options the run was made
 # with (these and the fairseq-train args); a re-run with other options stops before anything runs
-# (start a new run in another --run-dir). A learned policy is never rewritten.
+# (start a new run in another --run-dir). A learned policy is never rewritten. One loop per run
+# dir: a second one stops while the first (or a fairseq-train it started) runs.
 #
 #   examples/learn_to_share.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
@@ -60,7 +61,14 @@ if [ -z "$VALID_REF" ]; then  # fairseq names the binarized files train.SRC-TGT.
   pair=${name#train.} && pair=${pair%%.*}
   VALID_REF=$DATA/text/valid.raw.${pair#*-}
 fi
-# Checks the inputs and RUN/run.json; records the options, creates RUN/iter0 with P_0.
+# One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
+# this script and the last of them (fairseq-train too) end. Missing inputs stop before RUN exists.
+if [ "$DRY_RUN" = 0 ]; then
+  fairseq-san-loop start "$RUN" --data="$DATA" --valid-ref="$VALID_REF" --check-inputs
+  mkdir -p "$RUN" && exec 9>>"$RUN/.lock"
+  FLAGS+=(--lock-fd 9)
+fi
+# Locks RUN; checks RUN/run.json; records the options, creates RUN/iter0 with P_0.
 fairseq-san-loop start "$RUN" --data="$DATA" --valid-ref="$VALID_REF" --arch="$ARCH" \
   --theta-self="$THETA_SELF" --theta-encdec="$THETA_ENCDEC" --theta-encoder="$THETA_ENCODER" \
   --updates="$UPDATES" --max-iterations="$MAX_ITERATIONS" --warm-updates="$WARM_UPDATES" \

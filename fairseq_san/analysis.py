@@ -8,6 +8,7 @@ command and the files it writes are described); the JS itself is ``fairseq_san.j
 import json
 import logging
 import os
+import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -159,17 +160,30 @@ class LayerAnalysis:
         self.batches += 1
 
     def write(self, directory: str, meta: dict) -> None:
-        """js.json, js-<kind>.png and attention-<kind>.npz in ``directory``."""
-        from fairseq_san import plots
+        """js.json, js-<kind>.png and attention-<kind>.npz in ``directory``.
 
+        Everything is written into a temporary folder inside ``directory`` and moved into place
+        with js.json last, so that js.json in ``directory`` means every file of the analysis is
+        there (the learn-to-share loop takes it as the analysis being done).
+        """
         if self.sentences == 0:
             raise RuntimeError("SAN analysis: no sentences were analysed, nothing to write")
         os.makedirs(directory, exist_ok=True)
         matrices = {
             kind: None if self.js.get(kind) is None else self.js[kind].matrix() for kind in KINDS
         }
-        with open(os.path.join(directory, "js.json"), "w", encoding="utf-8") as handle:
-            handle.write(_dump_json(dict(matrices, sentences=self.sentences, **meta)))
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".partial-") as partial:
+            names = self._write_kinds(partial, matrices)
+            with open(os.path.join(partial, "js.json"), "w", encoding="utf-8") as handle:
+                handle.write(_dump_json(dict(matrices, sentences=self.sentences, **meta)))
+            for name in names + ["js.json"]:
+                os.replace(os.path.join(partial, name), os.path.join(directory, name))
+
+    def _write_kinds(self, directory: str, matrices: Dict[str, Optional[list]]) -> List[str]:
+        """The heatmap and the saved weights of every kind with attention; their file names."""
+        from fairseq_san import plots
+
+        names = []
         for kind, matrix in matrices.items():
             if matrix is None:
                 continue
@@ -180,6 +194,8 @@ class LayerAnalysis:
                 os.path.join(directory, f"attention-{kind}.npz"),
                 **{f"sentence_{sentence}": saved[sentence] for sentence in sorted(saved)},
             )
+            names += [f"js-{kind}.png", f"attention-{kind}.npz"]
+        return names
 
 
 def _dump_json(result: dict) -> str:

@@ -12,10 +12,11 @@ fairseq's commands have no hook for a plugin's errors, so ``fairseq_san`` instal
 Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
 """
 
+import contextlib
 import difflib
 import os
 import sys
-from typing import Callable, Collection, Optional
+from typing import Callable, Collection, Iterator, Optional
 
 PREFIX = "fairseq-san: error: "
 
@@ -28,6 +29,18 @@ def nearest_key_hint(key: str, valid: Collection[str]) -> str:
     """"did you mean 'K'?" for the valid key nearest to a misspelt one (difflib), else the list."""
     near = difflib.get_close_matches(key, sorted(valid), n=1)
     return f"did you mean '{near[0]}'?" if near else f"valid: {', '.join(sorted(valid))}"
+
+
+@contextlib.contextmanager
+def utf8_text(path: str) -> Iterator[None]:
+    """Reading ``path`` as UTF-8: a byte that is not UTF-8 is a UsageError naming the file."""
+    try:
+        yield
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{path} is not UTF-8 text ({err.reason}, byte {err.object[err.start:err.start + 1]!r}):"
+            " convert it to UTF-8 first (e.g. iconv -t utf-8)"
+        ) from None
 
 
 def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:

@@ -12,6 +12,7 @@ learning policies needs neither torch nor fairseq.
 
 import json
 import math
+import os
 import re
 from typing import Optional, Sequence, Union
 
@@ -198,11 +199,13 @@ def dump_policy(policy: dict) -> str:
 
 
 def write_policy(policy: dict, path: str) -> None:
-    """Write ``dump_policy(policy)`` to ``path``."""
+    """Write ``dump_policy(policy)`` to ``path`` through a temporary file: the learn-to-share
+    loop takes an existing policy file as learned, so a stopped write must leave none."""
     text = dump_policy(policy)
     try:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.replace(path + ".tmp", path)
     except OSError as err:
         raise PolicyError(f'cannot write policy file "{path}": {err}') from None
 

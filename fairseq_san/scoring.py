@@ -3,23 +3,47 @@
 import re
 from typing import Dict, List
 
+from fairseq_san.errors import UsageError, utf8_text
+
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
+
+# Subword marks left in fairseq-generate's D- lines when it ran without --post-process, and the
+# value that removes them. One row per segmentation.
+SUBWORD_MARKS = {"\u2581": "sentencepiece", "@@ ": "subword_nmt"}
 
 
 def read_generate_output(path: str) -> List[str]:
-    """Detokenized hypotheses (the ``D-`` lines of fairseq-generate) in corpus order."""
+    """The best detokenized hypothesis (the first ``D-`` line) of each sentence, in corpus order.
+
+    With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first. Text that
+    still holds subword marks is refused: it was not detokenized, and its score would mean
+    nothing.
+    """
     by_id: Dict[int, str] = {}
-    with open(path, encoding="utf-8") as lines:
+    with utf8_text(path), open(path, encoding="utf-8") as lines:
         for line in lines:
             match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
             if match:
-                by_id[int(match.group(1))] = match.group(2)
+                by_id.setdefault(int(match.group(1)), match.group(2))
+    if not by_id:
+        raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
+    for mark, post_process in SUBWORD_MARKS.items():
+        piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if mark in text), None)
+        if piece:
+            raise UsageError(
+                f"{path}: {piece} holds {post_process} pieces ({mark.strip()!r}): rerun "
+                f"fairseq-generate with --post-process {post_process}, or detokenize"
+            )
     return [by_id[i] for i in sorted(by_id)]
 
 
 def read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as lines:
-        return [line.rstrip("\n") for line in lines]
+    """The lines of a reference file; an empty one is refused."""
+    with utf8_text(path), open(path, encoding="utf-8") as lines:
+        found = [line.rstrip("\n") for line in lines]
+    if not found:
+        raise UsageError(f"{path} is empty: give the raw references, one sentence per line")
+    return found
 
 
 def corpus_scores(hypotheses: List[str], references: List[str]) -> Dict[str, object]:

@@ -238,3 +238,35 @@ def test_average_attention_has_no_decoder_self_weights():
         model(**padded_batch(model.decoder.dictionary))
     assert capture.stacked("decoder_self") is None
     assert capture.stacked("decoder_encdec").shape[0] == 6
+
+
+def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
+    """Stopped while drawing the second kind's heatmap, the analysis leaves no js.json (which the
+    loop takes as the analysis being done); written again, every file is there."""
+    from fairseq_san import plots
+    from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+
+    model, _ = build()
+    dictionary = model.decoder.dictionary
+    net_input = padded_batch(dictionary)
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=2)
+    with torch.no_grad(), AttentionCapture(model) as capture:
+        model(**net_input)
+    sample = {"id": torch.arange(3), "net_input": net_input}
+    analysis.add(capture, sample, analysis.rows(sample), dictionary.pad(), dictionary.pad())
+    draw = plots.js_heatmap
+
+    def stopped_at_encdec(matrix, path, **kwargs):
+        if "decoder_encdec" in path:
+            raise KeyboardInterrupt
+        draw(matrix, path, **kwargs)
+
+    monkeypatch.setattr(plots, "js_heatmap", stopped_at_encdec)
+    with pytest.raises(KeyboardInterrupt):
+        analysis.write(str(tmp_path), {"subset": "valid"})
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(plots, "js_heatmap", draw)
+    analysis.write(str(tmp_path), {"subset": "valid"})
+    expected = {"js.json"} | {f"{stem}-{kind}.{ext}" for kind in KINDS
+                              for stem, ext in (("js", "png"), ("attention", "npz"))}  # fmt: skip
+    assert {path.name for path in tmp_path.iterdir()} == expected

@@ -141,6 +141,45 @@ def test_unknown_san_key_without_a_near_one_lists_the_valid_keys():
         build_model(args)
 
 
+@pytest.mark.slow
+def test_decoder_in_model_overrides_is_refused_with_the_flag_that_works(binarized_corpus, trained):
+    result = run_cli(
+        "fairseq-generate", str(binarized_corpus),
+        "--user-dir", "fairseq_san", "--task", "translation_san",
+        "--path", str(trained["san"] / "checkpoint_last.pt"),
+        "--gen-subset", "test", "--beam", "1", "--batch-size", "32", "--cpu", "--sampling",
+        "--model-overrides", "{'san_decoder': 'static'}",
+    )  # fmt: skip
+    assert_one_line_error(result, "san_decoder 'static'", "Pass --san-decoder static")
+    assert "H-0" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "model, task, refused",
+    [
+        ({"san_decoder": "static"}, {}, "--san-decoder static"),
+        ({"san_decoder_precision": "bf16"}, {"san_decoder": "static"}, "--san-decoder-precision bf16"),
+        ({"san_decoder": "static"}, {"san_decoder": "static"}, None),  # the task applies it
+        ({"san_decoder": "fairseq"}, {"san_decoder": "static"}, None),  # saved in training
+    ],
+)  # fmt: skip
+def test_decoder_options_the_task_does_not_apply_are_refused(model, task, refused):
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+    from fairseq_san.tasks.translation_san import TranslationSANConfig
+
+    args = parse_args("transformer_san", TINY)
+    for name, value in model.items():
+        setattr(args, name, value)  # as --model-overrides sets it on a checkpoint's arguments
+    stand_in = StandInTask(make_dictionary())
+    stand_in.cfg = TranslationSANConfig(**task)
+    if refused is None:
+        TransformerSANModel.build_model(args, stand_in)
+        return
+    with pytest.raises(UsageError, match=f"is a model option.*Pass {refused} on the command line"):
+        TransformerSANModel.build_model(args, stand_in)
+
+
 # --- item 6: resuming training without the policy flags --------------------------------------
 
 

@@ -5,9 +5,15 @@ before any file is written. The checks need no trained model: a data directory h
 empty files with the names that fairseq-preprocess and prepare.sh write.
 """
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import List
 
+from helpers import REPO, cli_env
 from test_recipes import LOOP, PREPARE, TEST_BLEU, loop_args, output_of, run_script, snapshot
 
 
@@ -87,6 +93,48 @@ def test_loop_dry_run_without_data_says_so_and_prints_the_commands(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def fake_fairseq_train(directory: Path) -> Path:
+    """A ``fairseq-train`` that writes its pid to DIRECTORY/train.pid and sleeps."""
+    directory.mkdir()
+    program = directory / "fairseq-train"
+    program.write_text(f"#!/bin/sh\necho $$ > {directory}/train.pid\nexec sleep 60\n")
+    program.chmod(0o755)
+    return directory
+
+
+def test_a_run_dir_in_use_is_refused_also_after_the_loop_was_killed(tmp_path):
+    """The issue's case: ``kill -9`` of the loop alone leaves fairseq-train training; a second
+    loop on the run dir must not train into the same checkpoints."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    fake = fake_fairseq_train(tmp_path / "bin")
+    env = cli_env()
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    holder = subprocess.Popen(["bash", str(LOOP), *loop_args(data, run_dir)], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    pid_file = fake / "train.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline and holder.poll() is None:
+            time.sleep(0.2)
+        assert pid_file.exists(), "the first loop did not reach fairseq-train"
+        expected = (f"fairseq-san-loop: error: {run_dir} is in use by another learn_to_share.sh "
+                    "or a command it started that still runs")  # fmt: skip
+        for moment in ("running", "loop killed, its fairseq-train running"):
+            before = snapshot(run_dir)
+            second = run_script(LOOP, *loop_args(data, run_dir))
+            assert second.returncode == 2, (moment, output_of(second)[-3000:])
+            (line,) = lines(second.stderr)
+            assert line.startswith(expected), (moment, line)
+            assert ran_nothing(output_of(second)) and snapshot(run_dir) == before, moment
+            holder.kill()  # SIGKILL to the loop alone, as in the issue
+            holder.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 # --- test_bleu.sh -----------------------------------------------------------------------------
 
 
@@ -101,6 +149,53 @@ def test_test_bleu_checks_every_checkpoint_before_decoding_any(tmp_path):
     assert lines(result.stderr) == [f"test_bleu.sh: b: no checkpoint {missing}"]
     assert result.stdout == ""
     assert not out.exists()
+
+
+FAKE_GENERATE = """\
+import sys
+argv = sys.argv[1:]
+value = lambda flag: argv[argv.index(flag) + 1]
+with open(sys.argv[0] + ".calls", "a") as calls:
+    calls.write(" ".join(argv) + "\\n")
+with open(f"{value('--results-path')}/generate-{value('--gen-subset')}.txt", "w") as out:
+    out.write("D-0\\t-0.1\\tEin Hund .\\n")
+"""
+
+
+def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_path):
+    """A decoded split is reused only for the same checkpoint bytes, overrides and data; here
+    fairseq-generate is a stand-in that records its calls."""
+    data = fake_data(tmp_path / "data")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "fairseq-generate").write_text(f"#!{sys.executable}\n{FAKE_GENERATE}")
+    (fake / "fairseq-generate").chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    checkpoint, out = tmp_path / "model.pt", tmp_path / "out"
+    checkpoint.write_bytes(b"first model")
+
+    def decodes(system: str) -> int:
+        """Run test_bleu.sh on one system; how many times it ran fairseq-generate."""
+        calls = fake / "fairseq-generate.calls"
+        before = len(calls.read_text().splitlines()) if calls.exists() else 0
+        result = run_script(TEST_BLEU, str(data), "de", str(out), system, env=env)
+        assert result.returncode == 0, output_of(result)[-3000:]
+        assert "chrF = 100.00" in result.stdout  # the stand-in translates perfectly
+        return len(calls.read_text().splitlines()) - before
+
+    assert decodes(f"a={checkpoint}") == 1
+    assert decodes(f"a={checkpoint}") == 0  # the same: rescored only
+    checkpoint.write_bytes(b"another model at the same path")
+    assert decodes(f"a={checkpoint}") == 1
+    assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
+    assert "{'san_no_cache': True}" in (fake / "fairseq-generate.calls").read_text()
+    (data / "dict.de.txt").write_text("word 1\n")
+    assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(checkpoint.read_bytes())
+    assert decodes(f"a={copy}:{{'san_no_cache': True}}") == 0  # the same bytes elsewhere
+    assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
 
 
 def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):

@@ -532,6 +532,116 @@ def test_score_identical_text_is_bleu_100(tmp_path):
     assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
 
 
+NBEST_OUTPUT = """\
+S-0\t▁a ▁man
+H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁.
+D-0\t-0.25\tEin Mann geht .
+H-0\t-0.90\t▁Ein ▁Hund ▁geht ▁.
+D-0\t-0.90\tEin Hund geht .
+S-1\t▁the ▁cat
+H-1\t-0.31\t▁Die ▁Katze ▁sitzt ▁.
+D-1\t-0.31\tDie Katze sitzt .
+H-1\t-0.95\t▁Der ▁Hund ▁sitzt ▁.
+D-1\t-0.95\tDer Hund sitzt .
+"""
+
+
+def score(tmp_path: Path, generated: str, references: str, *extra: str):
+    """fairseq-san-score on ``generated`` (the file's text) against ``references``."""
+    (tmp_path / "generate-test.txt").write_text(generated, encoding="utf-8")
+    (tmp_path / "ref.de").write_text(references, encoding="utf-8")
+    return run_cli(
+        "fairseq-san-score", str(tmp_path / "generate-test.txt"),
+        "--reference", str(tmp_path / "ref.de"), *extra,
+    )  # fmt: skip
+
+
+def one_error_line(result: subprocess.CompletedProcess, prog: str) -> str:
+    """The command failed (exit 2), its last line ``PROG: error: ...``, no traceback; the line."""
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert result.stdout == ""
+    line = result.stderr.strip().splitlines()[-1]  # after argparse's usage line
+    assert line.startswith(f"{prog}: error: ") and "Traceback" not in result.stderr, result.stderr
+    return line
+
+
+def test_score_of_nbest_output_is_the_best_hypothesis(tmp_path):
+    result = score(tmp_path, NBEST_OUTPUT, "Ein Mann geht .\nDie Katze sitzt .\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("BLEU = 100.00 ")
+
+
+@pytest.mark.parametrize("post_process, generated", [
+    ("sentencepiece", GENERATE_OUTPUT.replace("D-1\t-0.31\tDie Katze", "D-1\t-0.31\t▁Die ▁Katze")),
+    ("subword_nmt", "D-0\t-0.2\tEin Ma@@ nn geht .\nD-1\t-0.3\tDie Katze sitzt .\n"),
+])  # fmt: skip
+def test_score_refuses_text_that_was_not_detokenized(tmp_path, post_process, generated):
+    line = one_error_line(score(tmp_path, generated, REFERENCES), "fairseq-san-score")
+    assert f"rerun fairseq-generate with --post-process {post_process}" in line, line
+    assert "D-" in line and "generate-test.txt" in line, line
+
+
+@pytest.mark.parametrize("generated, references, needle", [
+    ("", REFERENCES.encode(), "generate-test.txt holds no D- lines"),
+    ("", b"", "generate-test.txt holds no D- lines"),
+    (GENERATE_OUTPUT, b"", "ref.de is empty"),
+    (GENERATE_OUTPUT, "Ein Mann \xe9\n".encode("latin-1"), "ref.de is not UTF-8 text"),
+])  # fmt: skip
+def test_score_of_empty_or_undecodable_files_is_one_line(tmp_path, generated, references, needle):
+    (tmp_path / "generate-test.txt").write_text(generated, encoding="utf-8")
+    (tmp_path / "ref.de").write_bytes(references)
+    result = run_cli("fairseq-san-score", str(tmp_path / "generate-test.txt"),
+                     "--reference", str(tmp_path / "ref.de"))  # fmt: skip
+    assert needle in one_error_line(result, "fairseq-san-score")
+
+
+@pytest.mark.parametrize("output, needle", [("missing/scores.json", "no folder"), (".", "is a folder")])
+def test_score_into_a_missing_folder_is_one_line_before_scoring(tmp_path, output, needle):
+    result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", str(tmp_path / output))
+    assert needle in one_error_line(result, "fairseq-san-score")
+    assert not (tmp_path / "missing").exists()
+
+
+# --- fairseq-san-spm ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("spm")
+    text = root / "train.txt"
+    rng = random.Random(0)
+    text.write_text("".join(" ".join(rng.choices(EN_WORDS, k=6)) + "\n" for _ in range(200)))
+    result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", str(root / "spm"),
+                     "--vocab-size", "60")  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-3000:]
+    return root / "spm.model"
+
+
+@pytest.mark.parametrize("command", ["encode", "decode"])
+def test_spm_refuses_to_write_over_its_input(spm_model, tmp_path, command):
+    text = tmp_path / "text.en"
+    text.write_text("a man walks\n")
+    (tmp_path / "link.en").symlink_to(text)
+    for target in (text, tmp_path / "link.en"):
+        result = run_cli("fairseq-san-spm", command, "--model", str(spm_model), str(text),
+                         str(target))  # fmt: skip
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr.strip() == (
+            f"fairseq-san-spm: error: {target} is the input file too: write to another file"
+        )
+        assert text.read_text() == "a man walks\n"
+
+
+def test_spm_on_non_utf8_input_names_the_file(spm_model, tmp_path):
+    text = tmp_path / "latin1.en"
+    text.write_bytes("a man walks \xe0 la plage\n".encode("latin-1"))
+    result = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), str(text),
+                     str(tmp_path / "out.en"))  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"fairseq-san-spm: error: {text} is not UTF-8 text"), line
+
+
 # --- WMT14 dry run ----------------------------------------------------------------------------
 
 
@@ -695,3 +805,30 @@ def test_summary_of_a_distributed_training_checkpoint(tmp_path):
     (row,) = read_json(tmp_path / "run" / "loop.json")
     assert row["train_seconds"] == 90.0 and row["parameters"] == 12 and row["num_updates"] == 10
     assert "| 0 | decoder_self none" in (tmp_path / "run" / "loop.md").read_text()
+
+
+def iteration_with_checkpoint(run_dir: Path) -> Path:
+    """RUN/iter0 with a policy and a small valid checkpoint_best.pt, as summary reads them."""
+    iteration = run_dir / "iter0"
+    (iteration / "checkpoints").mkdir(parents=True)
+    (iteration / "policy.json").write_text(json.dumps(NO_SHARING))
+    torch.save({"model": {"w": torch.zeros(3, 4)}, "optimizer_history": [{"num_updates": 10}],
+                "extra_state": {"best": 6.25}}, iteration / "checkpoints" / "checkpoint_best.pt")
+    return iteration
+
+
+def test_summary_over_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
+    checkpoint = iteration_with_checkpoint(tmp_path / "run") / "checkpoints" / "checkpoint_best.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:200])
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    line = one_error_line(result, "fairseq-san-loop")
+    assert str(checkpoint) in line and "truncated" in line, line
+    assert not (tmp_path / "run" / "loop.md").exists()
+
+
+def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
+    scores = iteration_with_checkpoint(tmp_path / "run") / "valid.json"
+    scores.write_text('{"bleu": 12.5, "chrf": 3')
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    line = one_error_line(result, "fairseq-san-loop")
+    assert f"{scores} is not valid JSON" in line, line

@@ -7,7 +7,9 @@
 # DATA is prepare.sh's output (data-bin/multi30k.SRC-TGT), TGT its target language. OVERRIDES are fairseq's
 # --model-overrides, e.g. a decode-time policy:
 #   "base+P1=ckpt.pt:{'san_policy': '{\"decoder_self\": [6], \"decoder_encdec\": [6]}'}"
-# Writes OUT_DIR/NAME/SPLIT/{generate-SPLIT.txt,score.json}; a split already decoded is only rescored.
+# Writes OUT_DIR/NAME/SPLIT/{generate-SPLIT.txt,score.json,decoded-by.json}. A split decoded from
+# the same checkpoint (its bytes), data and options (decoded-by.json) is only rescored; anything
+# else decodes it again.
 set -euo pipefail
 
 USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
@@ -28,20 +30,24 @@ for spec in "$@"; do  # every checkpoint before decoding any
   [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
 done
 
+GENERATE=(--beam 4 --batch-size 16 --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
+  --scoring sacrebleu --post-process sentencepiece)
 for spec in "$@"; do
   parse "$spec"
   for split in test test1; do
     reference=$DATA/text/$split.raw.$TGT
     [ -f "$reference" ] || continue
     dir=$OUT/$name/$split
-    if [ ! -d "$dir" ]; then  # decode into a partial folder: a stopped run leaves no half output
+    key=$(fairseq-san-loop decode-key "$checkpoint" "$DATA" "$split" -- \
+      --model-overrides "$overrides" "${GENERATE[@]}")
+    if [ "$(cat "$dir/decoded-by.json" 2>/dev/null)" != "$key" ]; then
+      # decode into a partial folder: a stopped run leaves no half output
       rm -rf "$dir.partial" && mkdir -p "$dir.partial"
-      fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" \
-        --model-overrides "$overrides" --gen-subset "$split" --beam 4 --batch-size 16 \
-        --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1 --scoring sacrebleu \
-        --post-process sentencepiece --results-path "$dir.partial" > "$dir.partial/generate.log" 2>&1 \
-        || { tail -5 "$dir.partial/generate.log" >&2; exit 1; }
-      mv "$dir.partial" "$dir"
+      fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" --gen-subset "$split" \
+        --model-overrides "$overrides" "${GENERATE[@]}" --results-path "$dir.partial" \
+        > "$dir.partial/generate.log" 2>&1 || { tail -5 "$dir.partial/generate.log" >&2; exit 1; }
+      echo "$key" > "$dir.partial/decoded-by.json"
+      rm -rf "$dir" && mv "$dir.partial" "$dir"
     fi
     echo "== $name $split"
     fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"

@@ -6,8 +6,11 @@
 * ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
   training time) as ``RUN_DIR/loop.md``, also printed;
-* ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs and the options recorded in
-  ``RUN_DIR/run.json`` before anything runs (see ``run_record``).
+* ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
+  (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
+  before anything runs (see ``run_record``).
+* ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
+  line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``decode_key``);
 * ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
   (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
@@ -22,9 +25,11 @@ import re
 import sys
 from typing import Dict, List, Optional
 
-from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
+from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san import converged_summary
-from fairseq_san.policy import PolicyError, format_policy, load_policy
+from fairseq_san.cli.decode_key import decode_key
+from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.policy import format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
 
@@ -91,10 +96,19 @@ def as_number(value) -> Optional[float]:
 
 
 def read_json(path: str) -> Optional[dict]:
+    """The JSON object in ``path``, None if there is no file; a file that is not one (truncated,
+    say) is a UsageError naming it."""
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    try:
+        with utf8_text(path), open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
+                         "step that writes it") from None  # fmt: skip
+    if not isinstance(found, dict):
+        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not an object")
+    return found
 
 
 def iteration_row(iteration_dir: str) -> Dict[str, object]:
@@ -171,6 +185,10 @@ def add_start_parser(commands) -> None:
             start.add_argument(option, default="", help="empty: not set")
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
     start.add_argument("--dry-run", action="store_true", help="check only; write nothing")
+    start.add_argument("--check-inputs", action="store_true",
+                       help="check --data and --valid-ref only (exit 2 if missing); write nothing")
+    start.add_argument("--lock-fd", type=int, metavar="FD",
+                       help="lock RUN_DIR/.lock, open on this file descriptor, for the whole run")
 
 
 def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, object]:
@@ -196,6 +214,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
     add_start_parser(commands)
+    key = commands.add_parser("decode-key", help="print what a decoded split was made from")
+    key.add_argument("checkpoint")
+    key.add_argument("data", help="the binarized data directory")
+    key.add_argument("split")
     converged = commands.add_parser(
         "converged", help="write the converged campaign's summary.json and summary.md"
     )
@@ -207,9 +229,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
     train_log.add_argument("-o", "--output", help="also write the table here")
     argv = list(sys.argv[1:] if argv is None else argv)
-    train_args: List[str] = []
-    if argv[:1] == ["start"] and "--" in argv:
-        argv, train_args = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    after: List[str] = []  # fairseq-train's or fairseq-generate's arguments
+    if argv[:1] in (["start"], ["decode-key"]) and "--" in argv:
+        argv, after = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
@@ -217,8 +239,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
+        if args.command == "start" and args.check_inputs:
+            check_inputs(run_options(args, after), dry_run=False)
+            return 0
         if args.command == "start":
-            start_run(args.run_dir, run_options(args, train_args), args.extend, args.dry_run)
+            options = run_options(args, after)
+            start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
+            return 0
+        if args.command == "decode-key":
+            print(decode_key(args.checkpoint, args.data, args.split, after))
             return 0
         if args.command == "converged":
             output = args.output or os.path.join(args.results_dir, "summary.json")
@@ -237,7 +266,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2
-    except (PolicyError, OSError) as err:
+    except (UsageError, OSError) as err:  # a PolicyError, a CheckpointError among them
         parser.error(str(err))
 
 

@@ -9,8 +9,14 @@ a first attempt that failed at once can be corrected). ``--extend`` changes only
 finished iterations valid: ``--max-iterations``. The data and references are compared by content
 (``CONTENT``), not by path: a run dir restored on another machine, its data elsewhere, resumes.
 The inputs are checked here too, so that a missing one is found before training, not after it.
+
+One loop runs in a run directory at a time: ``RUN/.lock`` is locked (``flock``) on a file
+descriptor that the recipe opened and keeps, so the lock lasts as long as the recipe or any
+command it started (fairseq-train, which inherits the descriptor) runs, also when the recipe
+itself was killed. A second loop is refused before it writes anything.
 """
 
+import fcntl
 import glob
 import hashlib
 import json
@@ -22,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from fairseq_san.policy import write_policy
 
 RECORD = "run.json"
+LOCK = ".lock"
 TRAIN_ARGS = "fairseq-train arguments after --"
 EXTENDABLE = ("--max-iterations",)
 CONTENT = ("--data", "--valid-ref")  # paths: the same content anywhere is the same option
@@ -162,10 +169,35 @@ def started(run_dir: str) -> bool:
         os.path.join(run_dir, "iter*", "checkpoints", "*.pt")))  # fmt: skip
 
 
-def start_run(run_dir: str, options: Options, extend: bool = False, dry_run: bool = False) -> None:
-    """Check the inputs and the record of ``run_dir``; record the options and P_0 (not in a dry
-    run). Raises RunError, with the line to print, where the run must not go on."""
+def lock_run(run_dir: str, fd: int) -> None:
+    """Lock ``RUN/.lock``, open on ``fd``, for as long as any process keeps ``fd`` open (a flock
+    belongs to the open file, which the recipe's commands inherit); RunError if it is locked."""
+    path = os.path.join(run_dir, LOCK)
+    if not os.path.samestat(os.fstat(fd), os.stat(path)):
+        raise RunError(f"file descriptor {fd} is not open on {path}")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunError(
+            f"{run_dir} is in use by another learn_to_share.sh or a command it started that "
+            f"still runs, e.g. fairseq-train ({path} is locked; `fuser -v {path}` shows them): "
+            "wait for it to end or stop it; two loops would train into the same checkpoints"
+        ) from None
+
+
+def start_run(
+    run_dir: str,
+    options: Options,
+    extend: bool = False,
+    dry_run: bool = False,
+    lock_fd: Optional[int] = None,
+) -> None:
+    """Check the inputs; lock ``run_dir`` on ``lock_fd`` (see ``lock_run``); check its record;
+    record the options and P_0 (not in a dry run). Raises RunError, with the line to print,
+    where the run must not go on."""
     check_inputs(options, dry_run)
+    if lock_fd is not None:
+        lock_run(run_dir, lock_fd)
     recorded, content = read_record(run_dir) or (None, {})
     if recorded is not None and started(run_dir):
         changed = compare(run_dir, recorded, options, content, extend)

@@ -1,11 +1,13 @@
 """``fairseq-san-score``: sacrebleu BLEU/chrF of fairseq-generate output against raw references.
 
 Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` lines hold
-detokenized text; the references are the raw (untokenized) files.
+detokenized text (output that still holds subword pieces is refused); the references are the raw
+(untokenized) files. With ``--nbest N`` the first, best hypothesis of each sentence is scored.
 """
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -18,6 +20,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--reference", required=True, help="raw reference text, one per line")
     parser.add_argument("-o", "--output", help="also write the scores as JSON here")
     args = parser.parse_args(argv)
+    problem = args.output and output_problem(args.output)
+    if problem:
+        parser.error(f"-o {args.output}: {problem}")
     try:
         scores = corpus_scores(read_generate_output(args.generate_output), read_lines(args.reference))
     except (OSError, ValueError) as err:
@@ -25,9 +30,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")
     print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}")
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            json.dump(scores, out, indent=2)
-            out.write("\n")
+        write_scores(scores, args.output)
+
+
+def output_problem(path: str) -> Optional[str]:
+    """Why the scores cannot be written to ``path``, checked before scoring; None if they can."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"no folder {folder} (create it first)"
+    if os.path.isdir(path):
+        return "is a folder: name the JSON file to write"
+    return None
+
+
+def write_scores(scores: dict, path: str) -> None:
+    """Write the JSON through a temporary file: the learn-to-share loop takes a complete file
+    as its step being done, so a stopped write must leave none."""
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        json.dump(scores, out, indent=2)
+        out.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

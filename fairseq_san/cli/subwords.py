@@ -6,8 +6,11 @@ hypotheses back into detokenized text for sacrebleu.
 """
 
 import argparse
+import os
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
+
+from fairseq_san.errors import UsageError, utf8_text
 
 
 def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
@@ -31,18 +34,28 @@ def encode(model: str, source: str, target: str) -> None:
     import sentencepiece as spm
 
     processor = spm.SentencePieceProcessor(model_file=model)
-    with open(source, encoding="utf-8") as lines, open(target, "w", encoding="utf-8") as out:
-        for line in lines:
-            out.write(" ".join(processor.encode(line.rstrip("\n"), out_type=str)) + "\n")
+    rewrite_lines(source, target, lambda line: " ".join(processor.encode(line, out_type=str)))
 
 
 def decode(model: str, source: str, target: str) -> None:
     import sentencepiece as spm
 
     processor = spm.SentencePieceProcessor(model_file=model)
-    with open(source, encoding="utf-8") as lines, open(target, "w", encoding="utf-8") as out:
+    rewrite_lines(source, target, lambda line: processor.decode(line.split()))
+
+
+def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
+    """Write ``convert`` of every line of ``source`` to ``target``, a file other than ``source``
+    (opening the output would empty it before it is read)."""
+    same = os.path.realpath(source) == os.path.realpath(target) or (
+        os.path.exists(target) and os.path.samefile(source, target)
+    )
+    if same:
+        raise UsageError(f"{target} is the input file too: write to another file")
+    with utf8_text(source), open(source, encoding="utf-8") as lines, \
+            open(target, "w", encoding="utf-8") as out:  # fmt: skip
         for line in lines:
-            out.write(processor.decode(line.split()) + "\n")
+            out.write(convert(line.rstrip("\n")) + "\n")
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -70,7 +83,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             encode(args.model, args.source, args.target)
         else:
             decode(args.model, args.source, args.target)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, UsageError) as err:
         sys.exit(f"fairseq-san-spm: error: {err}")
 
 

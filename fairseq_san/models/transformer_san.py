@@ -36,7 +36,11 @@ from fairseq_san.modules.shared_attention import (
     SharedWeightsAttention,
     attention_kwargs,
 )
-from fairseq_san.tasks.translation_san import TranslationSANConfig, check_analysis_task
+from fairseq_san.tasks.translation_san import (
+    TranslationSANConfig,
+    check_analysis_task,
+    check_generation_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +139,7 @@ class TransformerSANModel(TransformerModel):
     def build_model(cls, args, task):
         check_san_options(args)
         check_analysis_task(args, task)
+        check_generation_options(args, task)
         san_base_architecture(args)
         checkpoints.stamp(args)
         policy = resolve_model_policy(args)

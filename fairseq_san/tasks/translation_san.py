@@ -270,6 +270,34 @@ def check_analysis_task(args, task) -> None:
     )
 
 
+GENERATION_OPTIONS = ("san_decoder", "san_decoder_precision")
+
+
+def check_generation_options(args, task) -> None:
+    """Refuse a decoder option among the model's options that the task does not apply.
+
+    ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
+    and fairseq-interactive build the generator from the task of their command line, which never
+    reads the model's ``san_decoder``: it would be accepted and ignored. A value other than the
+    default that the task does not have is refused with the flag that works; the model
+    (``TransformerSANModel.build_model``) calls this.
+    """
+    cfg = getattr(task, "cfg", None)
+    if cfg is None:
+        return
+    for name in GENERATION_OPTIONS:
+        given = getattr(args, name, None)
+        default = TranslationSANConfig.__dataclass_fields__[name].default
+        applied = getattr(cfg, name, None) or default
+        if given is not None and str(given) not in (str(default), str(applied)):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"{name} '{given}' is a model option here (--model-overrides or the checkpoint), "
+                f"which does not choose the decoder: this command decodes with '{applied}'. Pass "
+                f"{flag} {given} on the command line (with --task translation_san) instead"
+            )
+
+
 def _root_config_value(cfg, key: str):
     """A value of the configuration that the task's config is part of, or None.
 

@@ -1,0 +1,26 @@
+"""What a decoded split was made from: the key ``examples/multi30k/test_bleu.sh`` keeps beside
+a split it decoded, and compares before reusing it.
+
+A decoded split is reused only for the very same checkpoint (its bytes, wherever it is), data
+(``run_record.digest``: dictionaries and index files), split and fairseq-generate options (the
+model overrides among them); anything else decodes again.
+"""
+
+import hashlib
+import json
+from typing import List
+
+from fairseq_san.cli.run_record import digest
+
+
+def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str]) -> str:
+    """One line of JSON that names what decoding ``split`` of ``data`` with ``checkpoint`` and
+    ``generate_args`` depends on."""
+    with open(checkpoint, "rb") as handle:
+        checkpoint_sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+    return json.dumps({
+        "checkpoint_sha256": checkpoint_sha256,
+        "data_sha256": digest(data),
+        "split": split,
+        "generate_args": generate_args,
+    })  # fmt: skip

@@ -7,24 +7,14 @@ exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-poli
 stay fast and torch-free: importing them imports neither fairseq nor torch.
 
 Registering also changes, for the whole process, what fairseq does where it would otherwise lose
-data or refuse safe input:
-
-* ``fairseq_san.batching``: every sentence of a subset is batched (fairseq main drops a last
-  batch whose size is not a multiple of ``--required-batch-size-multiple``);
-* ``fairseq_san.checkpoints``: torch's safe loader accepts fairseq checkpoints, and a checkpoint
-  that cannot be loaded is one line naming the file;
-* ``fairseq_san.fairseq_fixes``: fairseq evaluates configuration strings (from the command line
-  or a checkpoint) as literals only, never as code;
-* a bad policy or checkpoint is printed as one line, ``fairseq-san: error: ...``, not a
-  traceback from inside fairseq.
+data, run code from a checkpoint or refuse safe input: ``fairseq_san.fairseq_fixes``, one module
+per fix.
 """
 
 import importlib.abc
 import importlib.metadata
 import importlib.util
 import sys
-
-from fairseq_san import errors
 
 try:
     __version__ = importlib.metadata.version("fairseq-san")
@@ -33,15 +23,10 @@ except importlib.metadata.PackageNotFoundError:  # used as a --user-dir folder, 
 
 
 def _register() -> None:
-    """Register the model and the task with the (imported) fairseq; install the fixes above."""
-    from fairseq_san import batching, checkpoints, models, tasks  # noqa: F401  (registration)
-    from fairseq_san import clean_exit  # noqa: F401  (fairseq's batch loaders stop before exit)
-    from fairseq_san import fairseq_fixes
+    """Register the model and the task with the (imported) fairseq; install fairseq_fixes."""
+    from fairseq_san import fairseq_fixes, models, tasks  # noqa: F401  (registration)
 
     fairseq_fixes.install()
-    batching.keep_last_batch()
-    checkpoints.allow_fairseq_checkpoints()
-    sys.excepthook = errors.excepthook(sys.excepthook)
 
 
 class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):

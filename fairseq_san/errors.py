@@ -1,7 +1,8 @@
 """How the plugin reports bad input: one line ``fairseq-san: error: ...``, never a traceback.
 
 fairseq's commands have no hook for a plugin's errors, so ``fairseq_san`` installs
-``excepthook`` when fairseq loads it (``--user-dir``). It prints as one line
+``excepthook`` when fairseq loads it (``--user-dir``; ``fairseq_fixes.one_line_errors``). It
+prints as one line
 
 * a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
   exception: its trainer turns any error while loading a checkpoint into "please ensure that
@@ -76,4 +77,5 @@ def excepthook(previous: Callable) -> Callable:
         else:
             previous(exc_type, exc, traceback)
 
+    hook.prints_one_line = True
     return hook

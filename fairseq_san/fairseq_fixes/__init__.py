@@ -1,13 +1,34 @@
-"""Changes the plugin makes to fairseq's own behaviour, one module each, installed together.
+"""Every change the plugin makes to fairseq's own behaviour, one module each, installed together.
 
 ``install()`` runs once, when the plugin registers with an imported fairseq (``fairseq_san``'s
-``__init__``); every fix is idempotent and names, in its module's docstring, the upstream
-behaviour it corrects.
+``__init__``), and changes these for the whole process; each module's docstring names the
+upstream behaviour it corrects, and each fix is idempotent:
+
+* ``literal_eval``: configuration strings that fairseq ``eval()``s (from the command line or a
+  checkpoint) are evaluated as literals only, never as code;
+* ``safe_loading``: torch's safe loader accepts fairseq checkpoints (``argparse.Namespace``), a
+  checkpoint that cannot be loaded is one line naming the file, one with code in a field that
+  fairseq evaluates is refused;
+* ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
+  size is not a multiple of ``--required-batch-size-multiple``);
+* ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
+* ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
+* ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
+
+from fairseq_san.fairseq_fixes import (
+    clean_exit,
+    last_batch,
+    literal_eval,
+    numpy2,
+    one_line_errors,
+    safe_loading,
+)
+
+FIXES = (literal_eval, safe_loading, last_batch, numpy2, clean_exit, one_line_errors)
 
 
 def install() -> None:
-    """Install every fix for this process."""
-    from fairseq_san.fairseq_fixes import literal_eval
-
-    literal_eval.install()
+    """Install every fix for this process (fairseq must be imported)."""
+    for fix in FIXES:
+        fix.install()

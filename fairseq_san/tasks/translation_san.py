@@ -40,7 +40,7 @@ before validating, printing the override that switches the task:
 
 The capture and the per-layer analysis live in ``fairseq_san.analysis``. Every sentence of the
 subset is analysed and in the loss, however batches are sized
-(``fairseq_san.batching``). One subset per run, in a single process (no distributed validation).
+(``fairseq_san.fairseq_fixes.last_batch``). One subset per run, in a single process (no distributed validation).
 """
 
 import logging

@@ -1,4 +1,4 @@
-"""Every sentence of a subset is evaluated when the plugin is loaded (issue 14, item 1).
+"""Every sentence of a subset is evaluated when the plugin is loaded (fairseq_fixes/last_batch.py).
 
 fairseq main drops a last batch whose size is not a multiple of --required-batch-size-multiple
 (default 8). On 13 sentences, --batch-size 4 makes batches 4, 4, 4, 1 (fairseq alone decodes 12)

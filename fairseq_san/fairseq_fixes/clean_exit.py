@@ -1,5 +1,8 @@
 """A clean exit for fairseq's commands: fairseq's background batch loaders stop first.
 
+Upstream behaviour corrected: ``fairseq.data.iterators.BufferedIterator`` (fairseq main)
+prefetches in a daemon thread that nothing stops before the interpreter exits.
+
 fairseq's ``BufferedIterator`` prefetches batches in a daemon thread (``BackgroundConsumer``).
 When training stops mid-epoch (``--max-update``), that thread can still be collating a batch
 when the interpreter exits. CPython up to 3.13 ends a daemon thread with ``pthread_exit`` when it
@@ -34,4 +37,7 @@ def stop_background_loaders(timeout: float = STOP_SECONDS) -> None:
                 pass
 
 
-atexit.register(stop_background_loaders)
+def install() -> None:
+    """Stop fairseq's loaders at exit, for this process (idempotent)."""
+    atexit.unregister(stop_background_loaders)
+    atexit.register(stop_background_loaders)

@@ -11,7 +11,7 @@ Multi30k valid set of 1,014 sentences was decoded, scored and validated as 1,008
 
 Where the fix lives: the plugin cannot change fairseq's source, and a task hook would cover only
 ``--task translation_san``, not ``--task translation`` models decoded with ``--user-dir
-fairseq_san``. So ``keep_last_batch()``, run when the plugin registers with fairseq, wraps
+fairseq_san``. So ``install()``, run when the plugin registers with fairseq, wraps
 ``data_utils.batch_by_size`` once for the process. The wrapper calls fairseq's function and
 appends the batch it dropped, which is exactly the indices after the last one it returned (the
 batches are consecutive runs of the ordered indices); fairseq's other batches, still multiples
@@ -49,7 +49,7 @@ def keeping_last_batch(batch_by_size):
     return wrapper
 
 
-def keep_last_batch() -> None:
+def install() -> None:
     """Make fairseq's ``batch_by_size`` keep its last batch, for this process (idempotent)."""
     from fairseq.data import data_utils  # here: importing fairseq is what runs this
 

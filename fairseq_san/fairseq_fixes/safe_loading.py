@@ -1,0 +1,72 @@
+"""fairseq's checkpoints through torch's safe loader, explained in one line, with no code run.
+
+Upstream behaviour corrected: ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` calls
+``torch.load`` without ``weights_only``; since torch 2.6 (pytorch/pytorch#137602) that means the
+safe loader, which refuses every fairseq checkpoint: its ``cfg.model`` is an
+``argparse.Namespace``, not on torch's allow-list. ``install()`` allows exactly that one global
+(``FAIRSEQ_GLOBALS``), so no command needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which would
+switch the safe loader off for the whole process.
+
+It also wraps ``load_checkpoint_to_cpu``, through which every fairseq command (generate,
+validate, interactive, train's ``--restore-file`` and ``--finetune-from-model``, the hub's
+``from_pretrained``) and our benchmark load checkpoints, and ``load_model_ensemble_and_task``,
+which refuses a missing file before reading it: a file that cannot be loaded is one line naming
+it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose configuration holds a
+string that fairseq would ``eval()`` and that is not a literal is refused before any model is
+built (``literal_eval.refuse_code_in``): the safe loader lets such strings through.
+"""
+
+import argparse
+import functools
+
+import torch
+
+from fairseq_san.checkpoints import explained
+from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
+
+FAIRSEQ_GLOBALS = [argparse.Namespace]
+
+
+def allow_fairseq_globals() -> None:
+    """Add what fairseq checkpoints need to torch's safe loader's allow-list (idempotent)."""
+    missing = [g for g in FAIRSEQ_GLOBALS if g not in torch.serialization.get_safe_globals()]
+    torch.serialization.add_safe_globals(missing)
+
+
+def _explaining(load_checkpoint_to_cpu):
+    @functools.wraps(load_checkpoint_to_cpu)
+    def wrapper(path, *args, **kwargs):
+        with explained(path):
+            state = load_checkpoint_to_cpu(path, *args, **kwargs)
+        refuse_code_in(path, state)
+        return state
+
+    wrapper.explains_failures = True
+    return wrapper
+
+
+def _explaining_ensemble(load_model_ensemble_and_task):
+    """fairseq's ensemble loader (generate, interactive, validate, the hub), which checks that
+    each file exists before ``load_checkpoint_to_cpu`` reads it, explaining a missing one."""
+
+    @functools.wraps(load_model_ensemble_and_task)
+    def wrapper(filenames, *args, **kwargs):
+        with explained(*filenames):
+            return load_model_ensemble_and_task(filenames, *args, **kwargs)
+
+    wrapper.explains_failures = True
+    return wrapper
+
+
+def install() -> None:
+    """Let torch's safe loader load fairseq checkpoints; explain failures (idempotent)."""
+    from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
+
+    allow_fairseq_globals()
+    for name, explaining in (
+        ("load_checkpoint_to_cpu", _explaining),
+        ("load_model_ensemble_and_task", _explaining_ensemble),
+    ):
+        load = getattr(checkpoint_utils, name)
+        if not getattr(load, "explains_failures", False):
+            setattr(checkpoint_utils, name, explaining(load))

@@ -43,7 +43,7 @@ from fairseq_san.scoring import read_generate_output, read_lines
 SLICES = ("en-de", "pairs", "tables", "bench")
 PROVENANCE = "provenance"
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
-DONE = "done.iter{}"  # run.sh's marker: iteration k trained, tested and translated
+DONE = re.compile(r"^done\.iter(\d+)$")  # run.sh's marker: iteration k trained, tested, translated
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too.
 DECODING = (
     "--beam", "4", "--batch-size", "16", "--max-len-a", "1.2", "--max-len-b", "10",
@@ -158,10 +158,7 @@ def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
 def restore(source: str, target: str) -> bool:
     """Copy run dir ``source`` to ``target`` with only its finished iterations (``done.iter<k>``)
     and the policy learned from the last of them; False (nothing copied) when none finished."""
-    finished = sorted(
-        int(name[len("done.iter"):]) for name in os.listdir(source)
-        if re.fullmatch(r"done\.iter\d+", name)
-    )  # fmt: skip
+    finished = sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(source)) if found)
     if not finished:
         return False
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints", "last"))

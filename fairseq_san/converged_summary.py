@@ -29,7 +29,7 @@ import re
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_san.cli.run_record import TRAIN_ARGS, record_path
+from fairseq_san.cli.run_record import TRAIN_ARGS, read_record
 from fairseq_san.converged_headline import write_headline
 from fairseq_san.policy import format_policy
 
@@ -177,8 +177,8 @@ def heldout_paths(results_dir: str, run_dir: str, system: str, seed: int) -> Dic
 def training_cap(run_dir: str) -> Optional[float]:
     """The wall-time cap in seconds that run.sh gave the run dir (its last --stop-time-hours in
     run.json, learn_to_share.sh's record of the fairseq-train arguments), else None."""
-    recorded = _read_json(record_path(run_dir)) or {}
-    train_args = recorded.get(TRAIN_ARGS) or []
+    recorded = read_record(run_dir)
+    train_args = recorded[0].get(TRAIN_ARGS) or [] if recorded else []
     hours = [train_args[i + 1] for i, arg in enumerate(train_args[:-1]) if arg == "--stop-time-hours"]
     return round(float(hours[-1]) * 3600, 1) if hours else None
 

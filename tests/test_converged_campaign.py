@@ -212,8 +212,9 @@ def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: L
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.log").write_text(train_log(1500 + iteration, [5.0, 4.5, 4.3]))
     (folder / "policy.json").write_text(json.dumps(policy))
-    (run_dir / "run.json").write_text(json.dumps({"fairseq-train arguments after --": [
-        "--stop-time-hours", "0.05", "--stop-time-hours", "0.0417"]}))  # fmt: skip
+    train_args = ["--stop-time-hours", "0.05", "--stop-time-hours", "0.0417"]  # the last counts
+    record = {"options": {"fairseq-train arguments after --": train_args}}
+    (run_dir / "run.json").write_text(json.dumps(record))
     for split in ("test", "test1"):
         tested = run_dir / "test-bleu" / f"iter{iteration}" / split
         tested.mkdir(parents=True)

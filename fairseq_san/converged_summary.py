@@ -14,20 +14,27 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
   wall time (item 6).
 
 Run dir names: ``loop`` is the pair's learn-to-share loop (iteration 0 "baseline", its newest
-iteration "san", iterations between them "san-iter<k>"); ``warm`` is the loop with warm start
-(its newest iteration is "san-warm", counted with the iteration it started from); ``NAME-s<N>``
-is system NAME trained with seed N; any other name is a system of that name, seed 1.
+iteration "san", iterations between them "san-iter<k>"); ``loop-X`` is another loop of the same
+pair, whose systems end in "-X" ("baseline-X", "san-X": a slice's own baseline and SAN);
+``warm`` is the loop with warm start (its newest iteration is "san-warm", counted with the
+iteration it started from); ``NAME-s<N>`` is system NAME trained with seed N; any other name is a
+system of that name, seed 1. A system's held-out hypotheses are in ``PAIR/LABEL/heldout/``
+(``system_label``), its slice's provenance in ``provenance/`` (``converged_slices``).
 """
 
+import glob
 import json
-import math
 import os
 import re
+import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_san.cli.run_record import TRAIN_ARGS, read_record
+from fairseq_san.converged_headline import write_headline
 from fairseq_san.policy import format_policy
 
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
+LOOP = re.compile(r"^loop(?:-(.+))?$")
 ITERATION = re.compile(r"^iter(\d+)$")
 SEED_SUFFIX = re.compile(r"^(.+)-s(\d+)$")
 # fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
@@ -136,12 +143,14 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
 
 def system_names(run_name: str, iterations: Sequence[int]) -> List[Tuple[str, int, int]]:
     """(system, seed, iteration) of the systems a run dir holds, by the rules of the module doc."""
-    if run_name in ("loop", "warm") and not iterations:
+    loop = LOOP.match(run_name)
+    if (loop or run_name == "warm") and not iterations:
         return []
-    if run_name == "loop":
-        named = [("baseline", 1, iterations[0])]
-        named += [(f"san-iter{k}", 1, k) for k in iterations[1:-1]]
-        return named + ([("san", 1, iterations[-1])] if len(iterations) > 1 else [])
+    if loop:
+        suffix = f"-{loop.group(1)}" if loop.group(1) else ""
+        named = [(f"baseline{suffix}", 1, iterations[0])]
+        named += [(f"san-iter{k}{suffix}", 1, k) for k in iterations[1:-1]]
+        return named + ([(f"san{suffix}", 1, iterations[-1])] if len(iterations) > 1 else [])
     if run_name == "warm":
         return [("san-warm", 1, iterations[-1])] if len(iterations) > 1 else []
     match = SEED_SUFFIX.match(run_name)
@@ -149,20 +158,51 @@ def system_names(run_name: str, iterations: Sequence[int]) -> List[Tuple[str, in
     return [(name, seed, iterations[-1])] if iterations else []
 
 
-def system_row(run_dir: str, system: str, seed: int, iteration: int) -> Tuple[dict, dict]:
-    """(summary.json entry, training report) of one system."""
+def system_label(system: str, seed: int) -> str:
+    """A system's folder name beside the run dirs (its held-out hypotheses): seed 1 unmarked."""
+    return system if seed == 1 else f"{system}-s{seed}"
+
+
+def heldout_paths(results_dir: str, run_dir: str, system: str, seed: int) -> Dict[str, str]:
+    """{source name: hypotheses path relative to ``results_dir``} of a system's held-out files."""
+    folder = os.path.join(os.path.dirname(run_dir), system_label(system, seed), "heldout")
+    if not os.path.isdir(folder):
+        return {}
+    return {
+        name[: -len(".hyp")]: os.path.relpath(os.path.join(folder, name), results_dir)
+        for name in sorted(os.listdir(folder)) if name.endswith(".hyp")
+    }  # fmt: skip
+
+
+def training_cap(run_dir: str) -> Optional[float]:
+    """The wall-time cap in seconds that run.sh gave the run dir (its last --stop-time-hours in
+    run.json, learn_to_share.sh's record of the fairseq-train arguments), else None."""
+    recorded = read_record(run_dir)
+    train_args = recorded[0].get(TRAIN_ARGS) or [] if recorded else []
+    hours = [train_args[i + 1] for i, arg in enumerate(train_args[:-1]) if arg == "--stop-time-hours"]
+    return round(float(hours[-1]) * 3600, 1) if hours else None
+
+
+def system_row(
+    run_dir: str, system: str, seed: int, iteration: int, results_dir: str
+) -> Tuple[dict, dict]:
+    """(summary.json entry, training report) of one system; the entry has ``heldout`` only where
+    the system translated held-out sources."""
     iteration_dir = os.path.join(run_dir, f"iter{iteration}")
     log = read_train_log(os.path.join(iteration_dir, "train.log"))
     updates, wall = log["updates"], log["wall_s"]
+    learned = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
     training = {
         "run_dir": run_dir,
         "iteration": iteration,
+        "cap_s": training_cap(run_dir),
         "epochs": log["epochs"],
         "stop": log["stop"],
         "best_updates": log["best_updates"],
         "updates_per_s": log["updates_per_s"],
         "tokens_per_s": log["tokens_per_s"],
         "valid_curve_last": log["valid_curve"][-CURVE_POINTS:],
+        "learned_policy": _read_json(learned),  # at the loop's thresholds, from this model
     }
     if system == "san-warm":  # warm start: count the iteration it started from too
         start = read_train_log(os.path.join(run_dir, f"iter{iteration - 1}", "train.log"))
@@ -179,6 +219,9 @@ def system_row(run_dir: str, system: str, seed: int, iteration: int) -> Tuple[di
         "best_valid_loss": log["best_valid_loss"],
         "test": test_scores(run_dir, iteration),
     }
+    heldout = heldout_paths(results_dir, run_dir, system, seed)
+    if heldout:
+        row["heldout"] = heldout
     return row, training
 
 
@@ -199,7 +242,7 @@ def campaign_systems(results_dir: str) -> Dict[str, List[Tuple[dict, dict]]]:
             run_dir = os.path.join(pair_dir, run_name)
             if os.path.isdir(run_dir):
                 for system, seed, iteration in system_names(run_name, trained_iterations(run_dir)):
-                    rows.append(system_row(run_dir, system, seed, iteration))
+                    rows.append(system_row(run_dir, system, seed, iteration, results_dir))
         if rows:
             pairs[pair] = sorted(rows, key=lambda pair_row: _order(pair_row[0]))
     return pairs
@@ -219,10 +262,9 @@ def seed_statistics(rows: Sequence[dict]) -> Dict[str, Dict[str, dict]]:
             bleus = [run["test"][test_set]["bleu"] for run in runs if test_set in run["test"]]
             if len(bleus) < 2:
                 continue
-            mean = sum(bleus) / len(bleus)
-            std = math.sqrt(sum((b - mean) ** 2 for b in bleus) / (len(bleus) - 1))
             stats[system][test_set] = {
-                "n": len(bleus), "mean": round(mean, 2), "std": round(std, 2), "bleu": bleus
+                "n": len(bleus), "mean": round(statistics.mean(bleus), 2),
+                "std": round(statistics.stdev(bleus), 2), "bleu": bleus,
             }  # fmt: skip
     return stats
 
@@ -340,7 +382,14 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
         if "baseline" in first and "san" in first:
             budgets[pair] = budget_statement(first["baseline"], first["san"])
     summary["budget"] = budgets
+    summary["slices"] = slice_records(results_dir)
     return summary
+
+
+def slice_records(results_dir: str) -> List[dict]:
+    """The provenance of every collected slice (where, when and how it ran), oldest first."""
+    records = [_read_json(path) for path in glob.glob(os.path.join(results_dir, "provenance", "*.json"))]
+    return sorted(records, key=lambda record: record.get("finished") or "")
 
 
 def _shown(value, fmt: str = "{}") -> str:
@@ -353,10 +402,11 @@ def summary_markdown(summary: Dict[str, object]) -> str:
     for pair, rows in summary["pairs"].items():
         lines += [
             f"## {pair}", "",
-            "| system | seed | policy | params | updates | epochs | wall | stop | "
+            "| system | seed | policy | params | cap | updates | epochs | wall | stop | "
             "best valid loss | valid loss, last points (updates: loss) | test 2016 BLEU | "
-            "test 2017 BLEU |",
-            "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: |",
+            "test 2017 BLEU | held-out |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: "
+            "| --- |",
         ]  # fmt: skip
         for row, training in zip(rows, summary["training"][pair]):
             policy = format_policy(row["policy"]) if row["policy"] is not None else "-"
@@ -365,11 +415,14 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                 _shown(row["test"].get(test_set, {}).get("bleu"), "{:.2f}")
                 for test_set in TEST_SPLITS.values()
             ]
+            heldout = ", ".join(f"[{name}]({path})" for name, path in row.get("heldout", {}).items())
             lines.append(
                 f"| {row['system']} | {row['seed']} | {policy} | {_shown(row['params'], '{:,}')} | "
+                f"{_shown(training.get('cap_s'), '{:.0f} s')} | "
                 f"{_shown(row['updates'])} | {_shown(training['epochs'])} | "
                 f"{_shown(row['wall_s'], '{:.0f} s')} | {training['stop']} | "
-                f"{_shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} |"
+                f"{_shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
+                f"{heldout or '-'} |"
             )
         lines.append("")
         for system, sets in summary["seeds"].get(pair, {}).items():
@@ -386,8 +439,29 @@ def summary_markdown(summary: Dict[str, object]) -> str:
             )
         if pair in summary["budget"]:
             lines.append(f"- Budget: {summary['budget'][pair]}.")
+        for row, training in zip(rows, summary["training"][pair]):
+            if training.get("learned_policy") is not None:
+                learned = format_policy(training["learned_policy"])
+                lines.append(f"- {row['system']} seed {row['seed']} learns {learned} (0.4 / 0.5).")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + slices_markdown(summary.get("slices", [])))
+
+
+def slices_markdown(records: Sequence[dict]) -> List[str]:
+    """Where each collected slice ran: dates, GPU, command, and settings other than the defaults."""
+    if not records:
+        return []
+    lines = [
+        "## Where each slice ran", "",
+        "| slice | started | finished | GPU | command | settings |", "| --- | --- | --- | --- | --- | --- |",
+    ]  # fmt: skip
+    for record in records:
+        settings = ", ".join(f"{k}={v}" for k, v in record.get("settings", {}).items() if v)
+        lines.append(
+            f"| {record['slice']} | {record.get('started')} | {record.get('finished')} | "
+            f"{record.get('gpu')} | `{' '.join(record.get('command', []))}` | {settings or '-'} |"
+        )
+    return lines + [""]
 
 
 def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, object]:
@@ -400,6 +474,7 @@ def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, ob
         out.write("\n")
     with open(os.path.splitext(output)[0] + ".md", "w", encoding="utf-8") as out:
         out.write(summary_markdown(summary))
+    write_headline(summary, results_dir, list(TEST_SPLITS.values()))
     return summary
 
 

@@ -289,6 +289,16 @@ def copy_data(data: Path, destination: Path) -> None:
     shutil.copytree(data, destination, ignore=ignore)
 
 
+def copy_heldout(sources: Path, destination: Path) -> List[str]:
+    """The held-out source files (``*.en``, raw text) into ``destination``: a GPU machine gets
+    the working tree without ../shared, so docs/results/converged/run.sh finds them here."""
+    destination.mkdir(parents=True, exist_ok=True)
+    names = sorted(path.name for path in sources.glob("*.en"))
+    for name in names:
+        shutil.copy2(sources / name, destination / name)
+    return names
+
+
 def size_mib(path: Path) -> float:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / MIB
 
@@ -335,6 +345,7 @@ def build(args: argparse.Namespace) -> Path:
     shutil.copytree(REPO / "examples", out / "examples", ignore=NO_CACHE)
     for data in args.data:
         copy_data(data, out / "data-bin" / data.resolve().name)
+    heldout = copy_heldout(args.heldout, out / "heldout") if args.heldout else []
     for name in ("activate.sh", "install.py"):
         shutil.copy2(TARGET_SIDE / name, out / name)
     manifest = {
@@ -347,6 +358,7 @@ def build(args: argparse.Namespace) -> Path:
         "distributions": {canonicalize_name(d.metadata["Name"]): d.version for d in shipped},
         "extensions": compiled_sources(),
         "wheels": sorted(wheel.name for wheel in wheels.glob("*.whl")),
+        "heldout": heldout,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return out
@@ -366,6 +378,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="the GPU machine's pip platform tag, compiled wheels (%(default)s)")
     parser.add_argument("--data", type=Path, action="append", default=[],
                         help="binarized data directory to copy into BUNDLE/data-bin/ (repeatable)")
+    parser.add_argument("--heldout", type=Path,
+                        help="a folder of held-out sources (*.en) to copy into BUNDLE/heldout/")
     parser.add_argument("--fairseq-sdist", type=Path,
                         help="the fairseq-fixed sdist (.tar.gz) of the installed version (default: "
                         "downloaded once with pip into --cache)")
@@ -379,6 +393,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")
     if args.fairseq_sdist is not None and not args.fairseq_sdist.is_file():
         parser.error(f"--fairseq-sdist {args.fairseq_sdist}: no such file")
+    if args.heldout is not None and not any(args.heldout.glob("*.en")):
+        parser.error(f"--heldout {args.heldout}: no held-out sources (*.en) there")
     for data in args.data:
         if not any(data.glob("dict.*.txt")):
             parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt)")

@@ -1,16 +1,21 @@
-"""The converged-model campaign of issue 11, at toy scale on the CPU.
+"""The converged-model campaign of issues 11 and 18, in slices, at toy scale on the CPU.
 
-* ``examples/presets/gpu-converge.args``: fairseq-train accepts it and it sets the stopping rule;
-* ``docs/results/converged/run.sh PHASE --dry-run``: the commands of every phase, nothing written;
-* a tiny real campaign: phase A (the En->De loop's baseline and a second baseline seed), then
-  phase B on a "fresh machine" (only the archive of A, unpacked by ``collect``), then
-  ``collect``: summary.json in issue 11's schema with real values; the archive is one file,
-  without checkpoints; re-running a phase skips finished work;
+* ``examples/presets/gpu-converge.args``: the measured recipe, which fairseq-train accepts;
+* ``docs/results/converged/run.sh SLICE --dry-run``: every slice's commands, in stages, nothing
+  written;
+* ``fairseq_san.converged_slices``: restoring a run dir without what did not finish, refusing
+  archives of another run.sh, held-out hypotheses checked line by line;
+* ``fairseq_san.converged_headline``: the README's headline table from toy archives;
+* a tiny real ``en-de`` slice (slow): the archive, collected from ``SHARED/converged``,
+  summary.json in issue 11's schema with caps, curves, held-out paths and provenance, and a
+  second call on a fresh machine that skips everything finished;
 * ``fairseq_san.converged_summary.read_train_log`` on a resumed, wall-capped log.
 """
 
+import hashlib
 import json
 import shlex
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -23,7 +28,6 @@ from test_recipes import PREPARE, prepare_env, run_script, snapshot, write_fake_
 
 RUN = REPO / "docs" / "results" / "converged" / "run.sh"
 PRESET = REPO / "examples" / "presets" / "gpu-converge.args"
-PAIRS = ["en-de", "de-en", "en-fr", "en-cs"]
 SCHEMA_KEYS = {"system", "seed", "policy", "params", "updates", "wall_s", "best_valid_loss", "test"}
 TINY_TRAIN = (
     "--cpu --encoder-layers 2 --decoder-layers 6 --encoder-embed-dim 32 --decoder-embed-dim 32 "
@@ -31,6 +35,7 @@ TINY_TRAIN = (
     "--decoder-attention-heads 2 --max-tokens 2000 --warmup-updates 5 "
     "--validate-interval-updates 5 --save-interval-updates 5 --max-update 20 --log-interval 5"
 )
+TEST_SETS = ["test_2016_flickr", "test_2017_flickr"]
 
 
 def preset_args(path: Path = PRESET) -> List[str]:
@@ -39,9 +44,9 @@ def preset_args(path: Path = PRESET) -> List[str]:
     return shlex.split(text)
 
 
-def campaign(phase: str, *args: str, env: Dict[str, str], timeout: int = 400):
+def campaign(slice_name: str, *args: str, env: Dict[str, str], timeout: int = 600) -> str:
     result = subprocess.run(
-        ["bash", str(RUN), phase, *args], cwd=REPO, env=env, capture_output=True, text=True,
+        ["bash", str(RUN), slice_name, *args], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=timeout,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
@@ -56,7 +61,7 @@ def commands(output: str, program: str) -> List[List[str]]:
             words = shlex.split(line[2:])
             if words[0] == "timeout":
                 words = words[4:]
-            if words[0].endswith(program):
+            if program in words[:4] or words[0].endswith(program):
                 found.append(words)
     return found
 
@@ -66,24 +71,26 @@ def value(words: List[str], flag: str) -> str:
     return [words[i + 1] for i, word in enumerate(words) if word == flag][-1]
 
 
-def run_dirs(output: str) -> Dict[str, List[str]]:
-    return {
-        value(words, "--run-dir").split("converged/", 1)[1]: words
+def trainings(output: str) -> List[tuple]:
+    """(run dir relative to RUNS, iteration it trains up to) of each learn_to_share.sh, in order."""
+    return [
+        (value(words, "--run-dir").split("/runs/", 1)[1], int(value(words, "--max-iterations")) - 1)
         for words in commands(output, "learn_to_share.sh")
-    }
+    ]  # fmt: skip
 
 
 # --- the preset -------------------------------------------------------------------------------
 
 
-def test_preset_parses_as_fairseq_train_arguments_with_one_stopping_rule():
+def test_preset_is_the_measured_recipe_with_one_stopping_rule():
     from fairseq import options
 
     args = options.parse_args_and_arch(
         options.get_training_parser(),
         ["data", "--task", "translation", "--arch", "transformer", *preset_args()],
     )
-    assert args.fp16 and args.max_tokens >= 16384
+    assert args.fp16 and args.max_tokens == 8192 and args.lr == [1e-3]
+    assert args.warmup_updates == 500
     assert args.patience > 0 and 0 < args.stop_time_hours < 10 / 60  # inside one device call
     assert args.validate_interval_updates == args.save_interval_updates > 0
     assert args.log_format == "json"  # what converged_summary.read_train_log parses
@@ -94,73 +101,299 @@ def test_preset_parses_as_fairseq_train_arguments_with_one_stopping_rule():
 
 @pytest.fixture()
 def dry_env(tmp_path) -> Dict[str, str]:
+    heldout = tmp_path / "shared" / "heldout"
+    heldout.mkdir(parents=True)
+    (heldout / "test_2018_flickr.en").write_text("A dog runs.\n")
     env = cli_env()
-    env.update(RUNS=str(tmp_path / "runs" / "converged"), OUT=str(tmp_path / "out"))
+    env.update(RUNS=str(tmp_path / "runs"), OUT=str(tmp_path / "out"), SHARED=str(tmp_path / "shared"))
     return env
 
 
-def test_dry_run_prints_each_phase_and_writes_nothing(dry_env, tmp_path):
+def dry_runs(env: Dict[str, str]) -> Dict[str, str]:
+    return {name: campaign(name, "--dry-run", env=env) for name in ("en-de", "pairs", "tables", "bench")}
+
+
+def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp_path):
     before = snapshot(REPO / "docs" / "results")
-    phases = "sweep A B C D".split()
-    outputs = {phase: campaign(phase, "--dry-run", env=dry_env) for phase in phases}
+    outputs = dry_runs(dry_env)
     assert snapshot(REPO / "docs" / "results") == before
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["shared"]
 
     preset = preset_args()
-    for phase, output in outputs.items():
+    for name, output in outputs.items():
+        caps = set()
         for words in commands(output, "learn_to_share.sh"):
             after = words[words.index("--") + 1 :]
-            assert after[: len(preset)] == preset, phase  # the preset, then the phase's own cap
-            assert float(value(words, "--stop-time-hours")) > 0
+            assert after[: len(preset)] == preset, name  # the preset, then the slice's own cap
+            caps.add(value(words, "--stop-time-hours"))
+        assert len(caps) == 1, name  # the same cap for every system of the slice
+        assert float(caps.pop()) == pytest.approx((1.5 if name == "bench" else 2.5) / 60, abs=1e-4)
+        (record,) = commands(output, "fairseq_san.converged_slices")[-1:]
+        assert record[3:6] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
         (tar,) = commands(output, "tar")
         assert tar[tar.index("-C") + 1] == dry_env["RUNS"] and "--exclude=*.pt" in tar
+        assert value(tar, "czf") == f"{dry_env['OUT']}/converged-{name}.tar.gz"
 
-    sweep = run_dirs(outputs["sweep"])
-    assert {value(sweep[f"sweep/tokens-{t}"], "--max-tokens") for t in (8192, 16384, 32768)} == {
-        "8192", "16384", "32768"
-    }  # fmt: skip
-    assert value(sweep["smoke/spawn-gloo"], "--distributed-world-size") == "2"
+    en_de = trainings(outputs["en-de"])
+    stage1 = [("en-de/loop", 0), ("en-de/baseline-s2", 0), ("en-de/baseline-s3", 0),
+              ("en-de/uniform-6-6", 0)]  # fmt: skip
+    assert en_de == stage1 + [("en-de/loop", 1), ("en-de/san-s2", 0), ("en-de/san-s3", 0)]
+    seeds = {run_dir: value(words, "--seed") for (run_dir, _), words in
+             zip(en_de, commands(outputs["en-de"], "learn_to_share.sh")) if "--seed" in words}  # fmt: skip
+    assert seeds == {"en-de/baseline-s2": "2", "en-de/baseline-s3": "3", "en-de/san-s2": "2",
+                     "en-de/san-s3": "3"}  # fmt: skip
+    tests = commands(outputs["en-de"], "test_bleu.sh")
+    assert [words[-1].split("=")[0] for words in tests] == ["iter0"] * 4 + ["iter1"] + ["iter0"] * 2
+    heldout = commands(outputs["en-de"], "fairseq_san.converged_slices")
+    assert sum("heldout" in words for words in heldout) == 7  # every En->De system
+
+    pairs = trainings(outputs["pairs"])
+    assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")]
+    heldout = [w for w in commands(outputs["pairs"], "fairseq_san.converged_slices") if "heldout" in w]
+    assert {words[4].split("/runs/")[1] for words in heldout} == {"en-fr/loop", "en-cs/loop"}
+
+    tables = dict(trainings(outputs["tables"]))
+    assert set(tables) == {f"en-de/{name}" for name in (
+        "loop-tables", "uniform", "aan", "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4",
+        "own-v", "enc-0.4", "aan-san")}  # fmt: skip
+    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["tables"], "learn_to_share.sh")}
+    assert value(words["en-de/own-v"], "--san-encdec-share") == "weights"
+    assert value(words["en-de/aan-san"], "--arch") == "transformer_aan_small"
+    assert value(words["en-de/loop-tables"], "--keep-interval-updates") == "1000"  # Figure 5
+    assert commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses
+
+    bench = trainings(outputs["bench"])
+    assert bench[0] == ("en-de/loop-bench", 0)
+    assert bench[-2:] == [("en-de/loop-bench", 1), ("en-de/aan-san-bench", 0)]
+    smoke = {run_dir: w for (run_dir, _), w in zip(bench, commands(outputs["bench"], "learn_to_share.sh"))
+             if run_dir.startswith("smoke/")}  # fmt: skip
+    assert value(smoke["smoke/spawn-gloo"], "--distributed-world-size") == "2"
     for backend in ("gloo", "nccl"):
-        smoke = sweep[f"smoke/torchrun-{backend}"]
-        assert "torchrun --nproc_per_node 2" in smoke
-        assert value(smoke, "--distributed-backend") == backend
-    assert commands(outputs["sweep"], "test_bleu.sh") == []
-
-    a = run_dirs(outputs["A"])
-    assert set(a) == {f"{pair}/loop" for pair in PAIRS} | {"en-de/baseline-s2", "en-de/baseline-s3"}
-    assert value(a["en-de/baseline-s3"], "--seed") == "3"
-    assert len(commands(outputs["A"], "test_bleu.sh")) == 6
-    thetas = {(value(w, "--theta-decoder-self"), value(w, "--theta-decoder-encdec"))
-              for w in commands(outputs["A"], "fairseq-san-policy")}  # fmt: skip
-    assert {("0.3", "0.4"), ("0.3", "0.5"), ("0.4", "0.4")} <= thetas
-
-    b = run_dirs(outputs["B"])
-    assert {value(b[f"{pair}/loop"], "--max-iterations") for pair in PAIRS} == {"2"}
-    assert value(b["en-de/san-s2"], "--seed") == "2"
-    warm = b["en-de/warm"]
-    assert "--warm-start" in warm and value(warm, "--max-iterations") == "2"
-    assert float(value(warm, "--stop-time-hours")) == pytest.approx(
-        float(value(b["en-de/san-s2"], "--stop-time-hours")) / 2, abs=1e-4
-    )
-
-    c = run_dirs(outputs["C"])
-    sensitivity = "baseline-sens san-sens uniform own-v enc-0.4 aan aan-san".split()
-    assert {f"en-de/{name}" for name in sensitivity} <= set(c)
-    assert value(c["en-de/own-v"], "--san-encdec-share") == "weights"
-    assert value(c["en-de/aan"], "--arch") == "transformer_aan_small"
-
-    d = run_dirs(outputs["D"])
-    assert {value(d[f"{pair}/loop"], "--max-iterations") for pair in PAIRS} == {"3"}
-    bench = commands(outputs["D"], "fairseq-san-bench")
-    assert len(bench) == 2 and all("--gpu" in words for words in bench)
+        assert "torchrun --nproc_per_node 2" in smoke[f"smoke/torchrun-{backend}"]
+        assert value(smoke[f"smoke/torchrun-{backend}"], "--distributed-backend") == backend
+    runs = commands(outputs["bench"], "fairseq-san-bench")
+    assert [value(words, "--batch-size") for words in runs] == ["16", "128"]
+    for words in runs:
+        assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
+        assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
+        systems = [words[i + 1] for i, word in enumerate(words) if word == "--system"]
+        assert any('"san_fast_decoding": true' in s for s in systems)
+        assert any('"san_decoder": "static"' in s for s in systems)
 
 
-# --- a tiny real campaign ---------------------------------------------------------------------
+def test_an_unknown_slice_is_one_line(dry_env):
+    result = subprocess.run(["bash", str(RUN), "A"], cwd=REPO, env=dry_env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "run.sh: unknown slice A (usage: run.sh en-de|pairs|tables|bench [--dry-run] | "
+        "run.sh collect [ARCHIVE...])"
+    ]
+
+
+# --- toy archives -----------------------------------------------------------------------------
+
+
+def train_log(updates: int, losses: List[float]) -> str:
+    """A fairseq-train JSON log that validated every 100 updates and stopped at the wall cap."""
+    lines = ["x | INFO | fairseq_cli.train | num. shared model params: 1,000\n"]
+    for i, loss in enumerate(losses, 1):
+        record = {"epoch": i, "valid_loss": str(loss), "valid_num_updates": str(100 * i)}
+        lines.append(f"x | INFO | valid | {json.dumps(record)}\n")
+    lines.append("x | INFO | fairseq_cli.train | Stopping training due to cumulative_training_time: "
+                 "0.0418 > stop_time_hours: 0.0417 hour(s)\n")  # fmt: skip
+    record = {"epoch": len(losses), "train_num_updates": str(updates), "train_wall": "150"}
+    lines.append(f"x | INFO | train | {json.dumps(record)}\n")
+    return "".join(lines)
+
+
+def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: List[str]) -> None:
+    """One trained, tested iteration of a run dir, as run.sh leaves it (no checkpoints)."""
+    folder = run_dir / f"iter{iteration}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.log").write_text(train_log(1500 + iteration, [5.0, 4.5, 4.3]))
+    (folder / "policy.json").write_text(json.dumps(policy))
+    train_args = ["--stop-time-hours", "0.05", "--stop-time-hours", "0.0417"]  # the last counts
+    record = {"options": {"fairseq-train arguments after --": train_args}}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    for split in ("test", "test1"):
+        tested = run_dir / "test-bleu" / f"iter{iteration}" / split
+        tested.mkdir(parents=True)
+        score = {"bleu": bleu, "chrf": 60.0, "bleu_signature": "nrefs:1|case:mixed|v"}
+        (tested / "score.json").write_text(json.dumps(score))
+        (tested / f"generate-{split}.txt").write_text(
+            "".join(f"D-{i}\t-0.1\t{line}\n" for i, line in enumerate(hypotheses))
+        )
+    (run_dir / f"done.iter{iteration}").touch()
+
+
+REFERENCES = [f"a small dog number {i} runs in the park" for i in range(40)]
+SAN_POLICY = {"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None}
+
+
+def toy_en_de(root: Path) -> Path:
+    """The results dir and data root of a collected en-de slice: 2 seeds of baseline and SAN;
+    SAN translates every sentence right, the baseline drops words from half of them."""
+    results, data = root / "results", root / "data" / "multi30k.en-de" / "text"
+    data.mkdir(parents=True)
+    for split in ("test", "test1"):
+        (data / f"{split}.raw.de").write_text("\n".join(REFERENCES) + "\n")
+    worse = [ref if i % 2 else " ".join(ref.split()[:4]) for i, ref in enumerate(REFERENCES)]
+    toy_system(results / "en-de" / "loop", 0, {}, 30.0, worse)
+    toy_system(results / "en-de" / "loop", 1, SAN_POLICY, 40.0, REFERENCES)
+    toy_system(results / "en-de" / "baseline-s2", 0, {}, 31.0, worse)
+    toy_system(results / "en-de" / "san-s2", 0, SAN_POLICY, 41.0, REFERENCES)
+    for label in ("baseline", "san"):
+        (results / "en-de" / label / "heldout").mkdir(parents=True)
+        (results / "en-de" / label / "heldout" / "test_2018_flickr.hyp").write_text("Ein Hund.\n")
+    return results
+
+
+def test_headline_table_from_a_collected_en_de_slice(tmp_path):
+    from fairseq_san.converged_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    rows = summary["pairs"]["en-de"]
+    assert [(row["system"], row["seed"]) for row in rows] == [
+        ("baseline", 1), ("baseline", 2), ("san", 1), ("san", 2)]  # fmt: skip
+    assert rows[0]["heldout"] == {"test_2018_flickr": "en-de/baseline/heldout/test_2018_flickr.hyp"}
+    assert "heldout" not in rows[1] and set(rows[1]) == SCHEMA_KEYS
+    training = summary["training"]["en-de"][0]
+    assert training["cap_s"] == pytest.approx(150.1) and training["stop"] == "wall cap"
+    assert training["valid_curve_last"] == [(100, 5.0), (200, 4.5), (300, 4.3)]
+    assert training["learned_policy"] == SAN_POLICY  # iteration 1's policy, learned from it
+    table = (results / "headline.md").read_text()
+    (san,) = [line for line in table.splitlines() if line.startswith("| en-de | san |")]
+    cells = [cell.strip() for cell in san.strip("|").split("|")]
+    assert cells[2] == "decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
+    assert cells[4] == "40.50 ± 0.71 (2 seeds)"  # statistics.stdev of 40 and 41
+    assert cells[6].startswith("+") and "s1 [" in cells[6] and "s2 [" in cells[6]
+    assert cells[8] == "san better"  # every seed's interval excludes 0
+    markdown = (results / "summary.md").read_text()
+    assert "| 150 s |" in markdown and "300: 4.300" in markdown
+
+
+def test_no_headline_before_the_en_de_slice(tmp_path):
+    from fairseq_san.converged_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    shutil.rmtree(results / "en-de" / "loop" / "iter1")
+    shutil.rmtree(results / "en-de" / "san-s2")
+    write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    assert not (results / "headline.md").exists()
+
+
+def test_restore_keeps_finished_iterations_and_the_learned_policy_only(tmp_path):
+    from fairseq_san.converged_slices import restore
+
+    source = tmp_path / "results" / "en-de" / "loop"
+    toy_system(source, 0, {}, 30.0, ["x"])
+    (source / "iter1").mkdir()
+    (source / "iter1" / "policy.json").write_text(json.dumps(SAN_POLICY))
+    (source / "iter1" / "train.log").write_text("a training cut at the deadline\n")
+    (source / "test-bleu" / "iter1").mkdir()
+    target = tmp_path / "runs" / "en-de" / "loop"
+    assert restore(str(source), str(target))
+    assert sorted(path.name for path in (target / "iter1").iterdir()) == ["policy.json"]
+    assert (target / "iter0" / "train.log").is_file() and (target / "done.iter0").is_file()
+    assert sorted(path.name for path in (target / "test-bleu").iterdir()) == ["iter0"]
+    unfinished = tmp_path / "results" / "en-de" / "san-s2"
+    (unfinished / "iter0").mkdir(parents=True)
+    assert not restore(str(unfinished), str(tmp_path / "runs" / "en-de" / "san-s2"))
+    assert not (tmp_path / "runs" / "en-de" / "san-s2").exists()
+
+
+def toy_archive(folder: Path, runs: Path, slice_name: str, run_sh: Path = RUN) -> Path:
+    from fairseq_san.converged_slices import record
+
+    record(str(runs), slice_name, str(run_sh), [str(RUN), slice_name], "2026-11-26T10:00:00", {})
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / f"converged-{slice_name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+    return archive
+
+
+def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_path, dry_env):
+    runs = toy_en_de(tmp_path / "made")  # a results dir is what a slice's RUNS holds
+    shared = Path(dry_env["SHARED"])
+    toy_archive(shared / "converged", runs, "en-de")
+    results = tmp_path / "results"
+    results.mkdir()
+    env = dict(dry_env, RESULTS=str(results), DATA_ROOT=str(tmp_path / "made" / "data"))
+    output = campaign("collect", env=env)
+    assert "== collected" in output and (results / "summary.json").is_file()
+    (record,) = json.loads((results / "summary.json").read_text())["slices"]
+    assert record["command"] == [str(RUN), "en-de"] and record["gpu"]
+    assert record["run_sh_sha256"] == hashlib.sha256(RUN.read_bytes()).hexdigest()
+    assert "## Where each slice ran" in (results / "summary.md").read_text()
+
+    other = tmp_path / "other-run.sh"
+    other.write_text(RUN.read_text() + "# changed\n")
+    shutil.rmtree(runs / "provenance")
+    refused = toy_archive(tmp_path / "elsewhere", runs, "pairs", run_sh=other)
+    result = subprocess.run(["bash", str(RUN), "collect", str(refused)], cwd=REPO, env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"fairseq-san: error: {refused}: made by another run.sh")
+
+
+def test_archive_of_another_slice_command_is_refused(tmp_path):
+    from fairseq_san.converged_slices import check_archive, sha256
+    from fairseq_san.errors import UsageError
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    archive = toy_archive(tmp_path / "out", runs, "tables")
+    renamed = archive.with_name("converged-bench.tar.gz")
+    archive.rename(renamed)
+    with pytest.raises(UsageError, match="is not 'run.sh bench', refused"):
+        check_archive(str(renamed), sha256(str(RUN)))
+
+
+def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):
+    from fairseq_san import converged_slices
+    from fairseq_san.errors import UsageError
+
+    source = tmp_path / "test_2018_flickr.en"
+    source.write_text("A dog.\nA cat.\nTwo birds.\n")
+
+    def interactive(hypotheses: int):
+        def fake(command, stdin, stdout, stderr, text):
+            stdout.write("".join(f"D-{i}\t-0.2\tSatz {i}\n" for i in reversed(range(hypotheses))))
+            return subprocess.CompletedProcess(command, 0, stderr="")
+        return fake
+
+    monkeypatch.setattr(converged_slices.subprocess, "run", interactive(3))
+    out = tmp_path / "ok.hyp"
+    assert converged_slices.translate("data", "ckpt.pt", str(source), str(out)) == 3
+    assert out.read_text() == "Satz 0\nSatz 1\nSatz 2\n"  # in source order
+    monkeypatch.setattr(converged_slices.subprocess, "run", interactive(2))
+    with pytest.raises(UsageError, match="3 sentences but 2 hypotheses"):
+        converged_slices.translate("data", "ckpt.pt", str(source), str(tmp_path / "short.hyp"))
+    assert not (tmp_path / "short.hyp").exists()
+
+
+def test_bundle_carries_the_heldout_sources(tmp_path):
+    from test_offline_bundle import load_builder
+
+    sources = tmp_path / "heldout"
+    sources.mkdir()
+    (sources / "test_2018_flickr.en").write_text("A dog.\n")
+    (sources / "README.md").write_text("not a source\n")
+    builder = load_builder()
+    assert builder.copy_heldout(sources, tmp_path / "bundle" / "heldout") == ["test_2018_flickr.en"]
+    assert (tmp_path / "bundle" / "heldout" / "test_2018_flickr.en").read_text() == "A dog.\n"
+
+
+# --- a tiny real slice ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Dict[str, object]:
-    """Phase A (En->De loop + baseline seed 2), collect, phase B on a fresh RUNS, collect."""
+    """The en-de slice (loop and seed 2, held-out sources), its archive collected from
+    SHARED/converged, then the slice again on a fresh machine (only the collected run dirs)."""
     root = tmp_path_factory.mktemp("campaign")
     raw = write_fake_multi30k(root / "raw")
     data = root / "data" / "multi30k.en-de"
@@ -168,99 +401,75 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     cpu_preset = root / "cpu.args"  # the GPU preset without --fp16; TINY_TRAIN makes it small
     cpu_preset.write_text("\n".join(a for a in preset_args() if a != "--fp16") + "\n")
+    heldout = root / "shared" / "heldout"
+    heldout.mkdir(parents=True)
+    (heldout / "test_2018_flickr.en").write_text("a man rides a bike .\ntwo dogs play .\nred car\n")
     results = root / "results"
     results.mkdir()
     env = cli_env()
     env.update(
         PRESET=str(cpu_preset), DATA_ROOT=str(root / "data"), RESULTS=str(results), SEEDS="2",
-        TRAIN_EXTRA=TINY_TRAIN,
+        TRAIN_EXTRA=TINY_TRAIN, SHARED=str(root / "shared"),
+        ONLY="en-de/loop en-de/baseline-s2 en-de/san-s2",
     )  # fmt: skip
     outputs = {}
-    for phase, only in (("A", "en-de/loop en-de/baseline-s2"), ("B", "en-de/loop")):
-        env.update(ONLY=only, RUNS=str(root / phase / "runs"), OUT=str(root / phase / "out"))
-        outputs[phase] = campaign(phase, env=env)
-        archive = root / phase / "out" / f"converged-{phase}.tar.gz"
-        campaign("collect", str(archive), env=env)
-    env.update(ONLY="en-de/loop en-de/baseline-s2", RUNS=str(root / "A" / "runs"))
-    env.update(OUT=str(root / "A" / "out"))
-    outputs["A again"] = campaign("A", env=env)
-    return {"root": root, "results": results, "outputs": outputs, "env": env}
+    env.update(RUNS=str(root / "first" / "runs"), OUT=str(root / "shared" / "converged"))
+    outputs["first"] = campaign("en-de", env=env)
+    outputs["collect"] = campaign("collect", env=env)
+    env.update(RUNS=str(root / "fresh" / "runs"), OUT=str(root / "fresh" / "out"))
+    outputs["fresh"] = campaign("en-de", env=env)
+    return {"root": root, "results": results, "outputs": outputs}
 
 
 @pytest.mark.slow
-def test_summary_has_issue_11_schema_with_real_values(tiny):
+def test_tiny_en_de_slice_summary_has_the_schema_caps_curves_and_heldout(tiny):
     results = tiny["results"]
     summary = json.loads((results / "summary.json").read_text())
     rows = summary["pairs"]["en-de"]
-    named = [(row["system"], row["seed"]) for row in rows]
-    assert named == [("baseline", 1), ("baseline", 2), ("san", 1)]
+    assert [(row["system"], row["seed"]) for row in rows] == [
+        ("baseline", 1), ("baseline", 2), ("san", 1), ("san", 2)]  # fmt: skip
     learned = json.loads((results / "en-de" / "loop" / "iter1" / "policy.json").read_text())
-    for row in rows:
-        assert set(row) == SCHEMA_KEYS
+    for row, training in zip(rows, summary["training"]["en-de"]):
+        assert set(row) == SCHEMA_KEYS | {"heldout"}
         assert row["updates"] == 20 and row["wall_s"] > 0  # --max-update 20
-        assert set(row["test"]) == {"test_2016_flickr", "test_2017_flickr"}
+        assert set(row["test"]) == set(TEST_SETS)
         for score in row["test"].values():
             assert score["signature"].startswith("nrefs:1|") and 0 <= score["bleu"] <= 100
-    baseline, _, san = rows
-    assert baseline["policy"]["decoder_self"] is None and san["policy"] == learned
-    assert san["params"] < baseline["params"]  # shared attention: fewer parameters
-    training = summary["training"]["en-de"]
-    for row, report in zip(rows, training):
-        curve = report["valid_curve_last"]
-        assert [point[0] for point in curve] == [5, 10, 15, 20]
-        assert row["best_valid_loss"] == min(point[1] for point in curve)
-        assert report["stop"] == "max update" and report["epochs"] >= 1
-    assert summary["seeds"]["en-de"]["baseline"]["test_2016_flickr"]["n"] == 2
+        assert training["cap_s"] == pytest.approx(150, abs=1)  # CAP_MIN 2.5, the same for all
+        assert [point[0] for point in training["valid_curve_last"]] == [5, 10, 15, 20]
+        assert row["best_valid_loss"] == min(point[1] for point in training["valid_curve_last"])
+        assert training["epochs"] >= 1
+        (path,) = row["heldout"].values()
+        assert len((results / path).read_text().splitlines()) == 3
+    assert rows[0]["policy"]["decoder_self"] is None
+    assert rows[2]["policy"] == rows[3]["policy"] == learned  # every SAN seed: seed 1's policy
+    assert summary["seeds"]["en-de"]["san"]["test_2016_flickr"]["n"] == 2
     tests = summary["paired_bootstrap"]["en-de"]
-    assert {test["test_set"] for test in tests} == {"test_2016_flickr", "test_2017_flickr"}
-    for test in tests:
-        low, high = test["interval_95"]
-        assert low <= test["difference"] <= high
-        assert test["verdict"] == ("inconclusive" if low <= 0 <= high else test["verdict"])
-        assert "bs:1000" in test["signature"]
-    assert summary["budget"]["en-de"].startswith("equal updates")
-    assert "| san | 1 |" in (results / "summary.md").read_text()
+    assert {(test["seed"], test["test_set"]) for test in tests} == {
+        (seed, test_set) for seed in (1, 2) for test_set in TEST_SETS}  # fmt: skip
+    (record,) = summary["slices"]
+    assert record["slice"] == "en-de" and record["settings"]["TRAIN_EXTRA"] == TINY_TRAIN
+    assert "| en-de | san |" in (results / "headline.md").read_text()
 
 
 @pytest.mark.slow
-def test_archive_is_one_file_without_checkpoints_and_a_fresh_machine_resumes_from_it(tiny):
+def test_tiny_archive_has_no_checkpoints_and_a_fresh_machine_skips_what_finished(tiny):
     root = tiny["root"]
-    for phase, trained in (("A", "iter0"), ("B", "iter1")):
-        out = root / phase / "out"
-        assert [path.name for path in out.iterdir()] == [f"converged-{phase}.tar.gz"]
-        with tarfile.open(out / f"converged-{phase}.tar.gz") as archive:
-            names = archive.getnames()
-        assert not any(name.endswith(".pt") or "/checkpoints" in name for name in names)
-        assert (root / phase / "runs" / "en-de" / "loop" / trained / "checkpoints").is_dir()
-    with tarfile.open(root / "A" / "out" / "converged-A.tar.gz") as archive:
-        names = set(archive.getnames())
-    for run_dir in ("en-de/loop", "en-de/baseline-s2"):
-        for part in (
-            "iter0/train.log", "iter0/analysis/js.json", "iter0/analysis/js-decoder_self.png",
-            "test-bleu/iter0/test/score.json", "test-bleu/iter0/test/generate-test.txt",
-        ):  # fmt: skip
-            assert f"./{run_dir}/{part}" in names
-    assert "./en-de/policies/theta-0.3-0.4.json" in names
-    # Figure 5: the En->De baseline's checkpoints (every 5 updates here), each analysed.
-    analysed = [
-        name.split("/")[3] for name in names
-        if name.startswith("./en-de/figure5/checkpoint_") and name.endswith("/js.json")
-    ]  # fmt: skip
-    assert sorted(int(name.rsplit("_", 1)[1]) for name in analysed) == [5, 10, 15, 20]
-    assert "./en-de/figure5/js_vs_steps.png" in names
-    # Phase B ran where phase A's checkpoints were not: iteration 0 came from the archive and
-    # was not trained again; iteration 1 was.
-    b_loop = root / "B" / "runs" / "en-de" / "loop"
-    assert not (b_loop / "iter0" / "checkpoints").exists()
-    assert (b_loop / "iter1" / "checkpoints" / "checkpoint_best.pt").is_file()
-    # Running phase A again on the same machine skips what it finished.
-    again = tiny["outputs"]["A again"]
-    assert "== en-de/loop: done in an earlier run" in again
-    assert commands(again, "learn_to_share.sh") == []
+    with tarfile.open(root / "shared" / "converged" / "converged-en-de.tar.gz") as archive:
+        names = archive.getnames()
+    assert not any(name.endswith(".pt") or "/checkpoints" in name for name in names)
+    for part in ("en-de/loop/iter0/analysis/js.json", "en-de/loop/test-bleu/iter1/test/generate-test.txt",
+                 "en-de/san/heldout/test_2018_flickr.hyp", "en-de/baseline-s2/done.iter0"):  # fmt: skip
+        assert f"./{part}" in names
+    fresh = tiny["outputs"]["fresh"]
+    assert commands(fresh, "learn_to_share.sh") == []
+    for name in ("en-de/loop: iteration 0", "en-de/loop: iteration 1", "en-de/san-s2: iteration 0"):
+        assert f"== {name} done in an earlier run" in fresh
+    assert not (root / "fresh" / "runs" / "en-de" / "loop" / "iter0" / "checkpoints").exists()
 
 
 @pytest.mark.slow
-def test_train_log_table_reports_the_sweep_columns(tiny):
+def test_train_log_table_reports_a_slice_system(tiny):
     log = tiny["results"] / "en-de" / "loop" / "iter0" / "train.log"
     result = run_cli("fairseq-san-loop", "train-log", str(log))
     assert result.returncode == 0, result.stderr[-2000:]

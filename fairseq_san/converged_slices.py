@@ -1,0 +1,293 @@
+"""What ``docs/results/converged/run.sh`` asks Python while it runs a slice of the converged campaign.
+
+A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one call of a lent GPU that trains its
+systems, tests them and packs one archive; the archive is later collected on another machine.
+
+    python -m fairseq_san.converged_slices record RUNS --slice S --run-sh FILE --started T -- CMD...
+    python -m fairseq_san.converged_slices collect RESULTS --run-sh FILE ARCHIVE...
+    python -m fairseq_san.converged_slices restore FROM TO
+    python -m fairseq_san.converged_slices heldout RUN_DIR ITERATION --data D --sources DIR
+    python -m fairseq_san.converged_slices aan-policy POLICY -o OUT
+
+* ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
+  sha256 of run.sh, the dates, the GPU (nvidia-smi), the settings, the run dirs it holds;
+* ``collect``: unpacks archives into RESULTS after checking, for every archive first, that its
+  provenance names one of the SLICES run by this very run.sh; refuses with one line otherwise;
+* ``restore``: copies a run dir of an earlier call (committed after ``collect``) without what
+  did not finish: a fresh machine retrains only that (its checkpoints never travel);
+* ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
+  sets' decoding settings, and keeps the detokenized hypotheses as
+  ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
+* ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
+  self-attention sharing (AAN has no decoder self-attention to share).
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_san.converged_summary import ITERATION, system_label, system_names
+from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.policy import load_policy, write_policy
+from fairseq_san.scoring import read_generate_output, read_lines
+
+SLICES = ("en-de", "pairs", "tables", "bench")
+PROVENANCE = "provenance"
+ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
+DONE = re.compile(r"^done\.iter(\d+)$")  # run.sh's marker: iteration k trained, tested, translated
+# The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too.
+DECODING = (
+    "--beam", "4", "--batch-size", "16", "--max-len-a", "1.2", "--max-len-b", "10",
+    "--required-batch-size-multiple", "1",
+)  # fmt: skip
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def gpu_name() -> str:
+    """The GPUs nvidia-smi names (one per line, joined), or "none"."""
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    return "; ".join(names) if result.returncode == 0 and names else "none"
+
+
+def run_dirs(runs: str) -> List[str]:
+    """``PAIR/RUN`` of every run dir under ``runs`` (one that holds an ``iter<k>`` folder)."""
+    found = []
+    for pair in sorted(os.listdir(runs)):
+        if not os.path.isdir(os.path.join(runs, pair)):
+            continue
+        for name in sorted(os.listdir(os.path.join(runs, pair))):
+            folder = os.path.join(runs, pair, name)
+            if os.path.isdir(folder) and any(ITERATION.match(n) for n in os.listdir(folder)):
+                found.append(f"{pair}/{name}")
+    return found
+
+
+def record(
+    runs: str, slice_name: str, run_sh: str, command: Sequence[str], started: str,
+    settings: Dict[str, str],
+) -> str:  # fmt: skip
+    """Write the slice's provenance into ``runs/provenance/`` and return its path."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    provenance = {
+        "slice": slice_name,
+        "command": list(command),
+        "run_sh_sha256": sha256(run_sh),
+        "started": started,
+        "finished": now.isoformat(),
+        "gpu": gpu_name(),
+        "settings": settings,
+        "run_dirs": run_dirs(runs),
+    }
+    folder = os.path.join(runs, PROVENANCE)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{slice_name}-{now.strftime('%Y%m%dT%H%M%SZ')}.json")
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(provenance, out, indent=1)
+        out.write("\n")
+    return path
+
+
+def archive_provenance(archive: str) -> List[dict]:
+    """The provenance records inside an archive (``./provenance/*.json``)."""
+    with tarfile.open(archive) as tar:
+        members = [
+            member for member in tar.getmembers()
+            if member.isfile() and os.path.normpath(member.name).startswith(PROVENANCE + "/")
+            and member.name.endswith(".json")
+        ]  # fmt: skip
+        return [json.load(tar.extractfile(member)) for member in members]
+
+
+def check_archive(archive: str, run_sh_sha256: str) -> None:
+    """UsageError (one line) unless the archive was packed by this run.sh running its slice."""
+    name = os.path.basename(archive)
+    found = ARCHIVE_NAME.match(name)
+    if not found:
+        raise UsageError(f"{archive}: not a slice archive (converged-SLICE*.tar.gz, {SLICES})")
+    try:
+        records = archive_provenance(archive)
+    except (OSError, tarfile.TarError, ValueError) as err:
+        raise UsageError(f"{archive}: unreadable archive ({err})") from err
+    if not records:
+        raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
+    for provenance in records:
+        command = provenance.get("command") or []
+        if provenance.get("run_sh_sha256") != run_sh_sha256:
+            raise UsageError(
+                f"{archive}: made by another run.sh (sha256 {provenance.get('run_sh_sha256')}), "
+                "refused: rerun the slice with this one"
+            )
+        if command[1:] != [found.group(1)] or os.path.basename(command[0]) != "run.sh":
+            raise UsageError(
+                f"{archive}: recorded command {' '.join(command)!r} is not "
+                f"'run.sh {found.group(1)}', refused"
+            )
+
+
+def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
+    """Check every archive, then unpack each into ``results``; the archives unpacked."""
+    digest = sha256(run_sh)
+    for archive in archives:
+        check_archive(archive, digest)
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            tar.extractall(results, filter="data")
+    return list(archives)
+
+
+def restore(source: str, target: str) -> bool:
+    """Copy run dir ``source`` to ``target`` with only its finished iterations (``done.iter<k>``)
+    and the policy learned from the last of them; False (nothing copied) when none finished."""
+    finished = sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(source)) if found)
+    if not finished:
+        return False
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints", "last"))
+    for folder in (target, os.path.join(target, "test-bleu")):
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            match = ITERATION.match(name)
+            if match and int(match.group(1)) not in finished:
+                shutil.rmtree(os.path.join(folder, name))
+    learned = os.path.join(f"iter{finished[-1] + 1}", "policy.json")
+    if os.path.exists(os.path.join(source, learned)):  # the next iteration's: never relearned
+        os.makedirs(os.path.join(target, os.path.dirname(learned)))
+        shutil.copy2(os.path.join(source, learned), os.path.join(target, learned))
+    return True
+
+
+def iteration_label(run_dir: str, iteration: int) -> str:
+    """The folder name (``system_label``) of the system that iteration ``iteration`` of
+    ``run_dir`` is in summary.json, as the newest iteration of its run dir."""
+    iterations = [k for k in range(iteration + 1) if os.path.isdir(os.path.join(run_dir, f"iter{k}"))]
+    for system, seed, k in system_names(os.path.basename(run_dir), iterations):
+        if k == iteration:
+            return system_label(system, seed)
+    raise UsageError(f"{run_dir}: iteration {iteration} is no system of summary.json")
+
+
+def translate(data: str, checkpoint: str, source: str, hypotheses: str) -> int:
+    """Translate ``source`` (raw text) with fairseq-interactive; write the detokenized hypotheses
+    in source order to ``hypotheses``; their number, checked against the source's lines."""
+    sentences = len(read_lines(source))
+    user_dir = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        output = os.path.join(tmp, "interactive.txt")
+        with open(source, encoding="utf-8") as stdin, open(output, "w", encoding="utf-8") as out:
+            result = subprocess.run(
+                ["fairseq-interactive", data, "--user-dir", user_dir, "--path", checkpoint,
+                 "--task", "translation_san", "--bpe", "sentencepiece",
+                 "--sentencepiece-model", os.path.join(data, "spm.model"),
+                 "--buffer-size", "1024", *DECODING],
+                stdin=stdin, stdout=out, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr[-3000:])
+            raise UsageError(f"fairseq-interactive on {source} exited with {result.returncode}")
+        lines = read_generate_output(output)
+    if len(lines) != sentences:
+        raise UsageError(f"{source}: {sentences} sentences but {len(lines)} hypotheses")
+    partial = hypotheses + ".partial"
+    with open(partial, "w", encoding="utf-8") as out:
+        out.writelines(line + "\n" for line in lines)
+    os.replace(partial, hypotheses)
+    return len(lines)
+
+
+def heldout(run_dir: str, iteration: int, data: str, sources: str) -> List[str]:
+    """Held-out hypotheses of one system (every ``*.en`` of ``sources``, skipping those done)."""
+    label = iteration_label(run_dir, iteration)
+    folder = os.path.join(os.path.dirname(run_dir), label, "heldout")
+    checkpoint = os.path.join(run_dir, f"iter{iteration}", "checkpoints", "checkpoint_best.pt")
+    names = sorted(name for name in os.listdir(sources) if name.endswith(".en"))
+    written = []
+    os.makedirs(folder, exist_ok=True)
+    for name in names:
+        hypotheses = os.path.join(folder, name[: -len(".en")] + ".hyp")
+        if not os.path.exists(hypotheses):
+            count = translate(data, checkpoint, os.path.join(sources, name), hypotheses)
+            print(f"== {label}: {count} held-out hypotheses in {hypotheses}")
+        written.append(hypotheses)
+    return written
+
+
+def aan_policy(policy: str, output: str) -> None:
+    """The learned policy without decoder self-attention sharing, for AAN+SAN."""
+    learned = load_policy(policy)
+    learned["decoder_self"] = None
+    write_policy(learned, output)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m fairseq_san.converged_slices", description=__doc__.splitlines()[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    rec = commands.add_parser("record", help="write the slice's provenance into RUNS")
+    rec.add_argument("runs")
+    rec.add_argument("--slice", required=True, choices=SLICES)
+    rec.add_argument("--run-sh", required=True)
+    rec.add_argument("--started", required=True, help="when the slice started (UTC, ISO 8601)")
+    rec.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE")
+    rec.add_argument("slice_command", nargs="+", help="the command line, after --")
+    col = commands.add_parser("collect", help="check and unpack slice archives into RESULTS")
+    col.add_argument("results")
+    col.add_argument("--run-sh", required=True)
+    col.add_argument("archives", nargs="+")
+    res = commands.add_parser("restore", help="copy a run dir's finished iterations")
+    res.add_argument("source")
+    res.add_argument("target")
+    held = commands.add_parser("heldout", help="translate the held-out sources")
+    held.add_argument("run_dir")
+    held.add_argument("iteration", type=int)
+    held.add_argument("--data", required=True)
+    held.add_argument("--sources", required=True)
+    aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
+    aan.add_argument("policy")
+    aan.add_argument("-o", "--output", required=True)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "record":
+            settings = dict(setting.partition("=")[::2] for setting in args.setting)
+            print(record(args.runs, args.slice, args.run_sh, args.slice_command, args.started,
+                         settings))  # fmt: skip
+        elif args.command == "collect":
+            for archive in collect(args.results, args.run_sh, args.archives):
+                print(f"== collected {archive}")
+        elif args.command == "restore":
+            if restore(args.source, args.target):
+                print(f"== {args.target}: restored from {args.source}")
+        elif args.command == "heldout":
+            heldout(args.run_dir, args.iteration, args.data, args.sources)
+        else:
+            aan_policy(args.policy, args.output)
+    except UsageError as err:
+        print(PREFIX + str(err), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

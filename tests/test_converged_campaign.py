@@ -3,13 +3,13 @@
 * ``examples/presets/gpu-converge.args``: the measured recipe, which fairseq-train accepts;
 * ``docs/results/converged/run.sh SLICE --dry-run``: every slice's commands, in stages, nothing
   written;
-* ``fairseq_san.converged_slices``: restoring a run dir without what did not finish, refusing
+* ``campaign_slices.py``: restoring a run dir without what did not finish, refusing
   archives of another run.sh, held-out hypotheses checked line by line;
-* ``fairseq_san.converged_headline``: the README's headline table from toy archives;
+* ``campaign_headline.py``: the README's headline table from toy archives;
 * a tiny real ``en-de`` slice (slow): the archive, collected from ``SHARED/converged``,
   summary.json in issue 11's schema with caps, curves, held-out paths and provenance, and a
   second call on a fresh machine that skips everything finished;
-* ``fairseq_san.converged_summary.read_train_log`` on a resumed, wall-capped log.
+* ``fairseq_san.loop.train_log.read_train_log`` on a resumed, wall-capped log.
 """
 
 import hashlib
@@ -17,6 +17,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Dict, List
@@ -24,6 +25,9 @@ from typing import Dict, List
 import pytest
 
 from helpers import REPO, cli_env, run_cli
+
+CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
+sys.path.insert(0, str(CAMPAIGN))
 from test_recipes import PREPARE, prepare_env, run_script, snapshot, write_fake_multi30k
 
 RUN = REPO / "docs" / "results" / "converged" / "run.sh"
@@ -61,7 +65,7 @@ def commands(output: str, program: str) -> List[List[str]]:
             words = shlex.split(line[2:])
             if words[0] == "timeout":
                 words = words[4:]
-            if program in words[:4] or words[0].endswith(program):
+            if any(word == program or word.endswith("/" + program) for word in words[:4]):
                 found.append(words)
     return found
 
@@ -93,7 +97,7 @@ def test_preset_is_the_measured_recipe_with_one_stopping_rule():
     assert args.warmup_updates == 500
     assert args.patience > 0 and 0 < args.stop_time_hours < 10 / 60  # inside one device call
     assert args.validate_interval_updates == args.save_interval_updates > 0
-    assert args.log_format == "json"  # what converged_summary.read_train_log parses
+    assert args.log_format == "json"  # what fairseq_san.loop.train_log.read_train_log parses
 
 
 # --- run.sh --dry-run -------------------------------------------------------------------------
@@ -128,8 +132,8 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
             caps.add(value(words, "--stop-time-hours"))
         assert len(caps) == 1, name  # the same cap for every system of the slice
         assert float(caps.pop()) == pytest.approx((1.5 if name == "bench" else 2.5) / 60, abs=1e-4)
-        (record,) = commands(output, "fairseq_san.converged_slices")[-1:]
-        assert record[3:6] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
+        (record,) = commands(output, "campaign_slices.py")[-1:]
+        assert record[2:5] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
         (tar,) = commands(output, "tar")
         assert tar[tar.index("-C") + 1] == dry_env["RUNS"] and "--exclude=*.pt" in tar
         assert value(tar, "czf") == f"{dry_env['OUT']}/converged-{name}.tar.gz"
@@ -144,13 +148,13 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
                      "en-de/san-s3": "3"}  # fmt: skip
     tests = commands(outputs["en-de"], "test_bleu.sh")
     assert [words[-1].split("=")[0] for words in tests] == ["iter0"] * 4 + ["iter1"] + ["iter0"] * 2
-    heldout = commands(outputs["en-de"], "fairseq_san.converged_slices")
+    heldout = commands(outputs["en-de"], "campaign_slices.py")
     assert sum("heldout" in words for words in heldout) == 7  # every En->De system
 
     pairs = trainings(outputs["pairs"])
     assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")]
-    heldout = [w for w in commands(outputs["pairs"], "fairseq_san.converged_slices") if "heldout" in w]
-    assert {words[4].split("/runs/")[1] for words in heldout} == {"en-fr/loop", "en-cs/loop"}
+    heldout = [w for w in commands(outputs["pairs"], "campaign_slices.py") if "heldout" in w]
+    assert {words[3].split("/runs/")[1] for words in heldout} == {"en-fr/loop", "en-cs/loop"}
 
     tables = dict(trainings(outputs["tables"]))
     assert set(tables) == {f"en-de/{name}" for name in (
@@ -249,7 +253,7 @@ def toy_en_de(root: Path) -> Path:
 
 
 def test_headline_table_from_a_collected_en_de_slice(tmp_path):
-    from fairseq_san.converged_summary import write_summary
+    from campaign_summary import write_summary
 
     results = toy_en_de(tmp_path)
     summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
@@ -274,7 +278,7 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
 
 
 def test_no_headline_before_the_en_de_slice(tmp_path):
-    from fairseq_san.converged_summary import write_summary
+    from campaign_summary import write_summary
 
     results = toy_en_de(tmp_path)
     shutil.rmtree(results / "en-de" / "loop" / "iter1")
@@ -284,7 +288,7 @@ def test_no_headline_before_the_en_de_slice(tmp_path):
 
 
 def test_restore_keeps_finished_iterations_and_the_learned_policy_only(tmp_path):
-    from fairseq_san.converged_slices import restore
+    from campaign_slices import restore
 
     source = tmp_path / "results" / "en-de" / "loop"
     toy_system(source, 0, {}, 30.0, ["x"])
@@ -304,7 +308,7 @@ def test_restore_keeps_finished_iterations_and_the_learned_policy_only(tmp_path)
 
 
 def toy_archive(folder: Path, runs: Path, slice_name: str, run_sh: Path = RUN) -> Path:
-    from fairseq_san.converged_slices import record
+    from campaign_slices import record
 
     record(str(runs), slice_name, str(run_sh), [str(RUN), slice_name], "2026-11-26T10:00:00", {})
     folder.mkdir(parents=True, exist_ok=True)
@@ -340,7 +344,7 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
 
 
 def test_archive_of_another_slice_command_is_refused(tmp_path):
-    from fairseq_san.converged_slices import check_archive, sha256
+    from campaign_slices import check_archive, sha256
     from fairseq_san.errors import UsageError
 
     runs = tmp_path / "runs"
@@ -353,7 +357,7 @@ def test_archive_of_another_slice_command_is_refused(tmp_path):
 
 
 def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):
-    from fairseq_san import converged_slices
+    import campaign_slices as converged_slices
     from fairseq_san.errors import UsageError
 
     source = tmp_path / "test_2018_flickr.en"
@@ -483,7 +487,7 @@ def test_train_log_table_reports_a_slice_system(tiny):
 
 
 def test_read_train_log_follows_a_resumed_wall_capped_run(tmp_path):
-    from fairseq_san.converged_summary import read_train_log
+    from fairseq_san.loop.train_log import read_train_log
 
     def record(tag: str, **fields) -> str:
         return f"2026-11-26 10:00:00 | INFO | {tag} | {json.dumps(fields)}\n"
@@ -509,3 +513,21 @@ def test_read_train_log_follows_a_resumed_wall_capped_run(tmp_path):
     assert facts["valid_curve"] == [(100, 6.5), (200, 6.1), (300, 6.2)]
     assert (facts["best_valid_loss"], facts["best_updates"]) == (6.1, 200)
     assert facts["updates_per_s"] == 11 and facts["tokens_per_s"] == 1100
+
+
+def test_bootstrap_statistics_give_sacrebleus_corpus_bleu_on_any_resample():
+    """The difference's interval sums per-sentence statistics (sacreBLEU's public sentence scores):
+    on any set of sentences they must give exactly ``BLEU().corpus_score``."""
+    import random
+
+    from campaign_summary import corpus_bleu, sentence_statistics
+    from sacrebleu.metrics import BLEU
+
+    rng = random.Random(0)
+    words = "a man in a red shirt is riding a horse on the beach with two dogs".split()
+    references = [" ".join(rng.choices(words, k=rng.randint(5, 12))) for _ in range(40)]
+    hypotheses = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(40)]
+    stats = sentence_statistics(hypotheses, references)
+    for rows in ([*range(40)], [rng.randrange(40) for _ in range(40)], [3, 3, 7]):
+        expected = BLEU().corpus_score([hypotheses[i] for i in rows], [[references[i] for i in rows]])
+        assert corpus_bleu(stats[rows].sum(0)) == pytest.approx(expected.score, abs=1e-9)

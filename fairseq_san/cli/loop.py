@@ -5,164 +5,31 @@
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
 * ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
-  training time) as ``RUN_DIR/loop.md``, also printed;
+  training time) as ``RUN_DIR/loop.md``, also printed (``fairseq_san.loop.summary``);
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
   (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
-  before anything runs (see ``run_record``).
+  before anything runs (see ``fairseq_san.loop.run_record``).
 * ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
-  line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``decode_key``);
-* ``converged RESULTS_DIR``: the converged-model campaign's summary.json and summary.md
-  (``docs/results/converged/run.sh``; fairseq_san/converged_summary.py);
+  line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss.
 """
 
 import argparse
-import glob
-import json
 import os
-import re
 import sys
 from typing import Dict, List, Optional
 
-from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
-from fairseq_san import converged_summary
-from fairseq_san.cli.decode_key import decode_key
-from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.errors import UsageError
+from fairseq_san.loop.decode_key import decode_key
+from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
+from fairseq_san.loop.summary import write_summary
+from fairseq_san.loop.train_log import train_log_table
 from fairseq_san.policy import format_policy, load_policy
-
-ITERATION_DIR = re.compile(r"iter(\d+)$")
 
 
 def same_policy(first: str, second: str) -> bool:
     return load_policy(first) == load_policy(second)
-
-
-def iteration_dirs(run_dir: str) -> List[str]:
-    """``RUN_DIR/iter<k>`` folders that hold a trained model, in iteration order."""
-    found = [
-        path
-        for path in glob.glob(os.path.join(run_dir, "iter*"))
-        if ITERATION_DIR.search(path) and os.path.exists(best_checkpoint(path))
-    ]
-    return sorted(found, key=lambda path: int(ITERATION_DIR.search(path).group(1)))
-
-
-def best_checkpoint(iteration_dir: str) -> str:
-    return os.path.join(iteration_dir, "checkpoints", "checkpoint_best.pt")
-
-
-def checkpoint_facts(path: str) -> Dict[str, object]:
-    """Parameters, best validation loss, updates and training seconds stored in a checkpoint."""
-    from fairseq_san.checkpoints import load_state
-
-    state = load_state(path)
-    extra = state.get("extra_state", {})
-    return {
-        "parameters": parameter_count(state),
-        "valid_loss": as_number(extra.get("best")),
-        "num_updates": state["optimizer_history"][-1].get("num_updates"),
-        "train_seconds": as_number(extra.get("previous_training_time")),
-    }
-
-
-# Embeddings fairseq ties when the model flag is set. A checkpoint saved from a GPU holds each as
-# its own copy (fairseq moves the state dict to the CPU tensor by tensor), so storages alone
-# would count a tied embedding three times.
-TIED_EMBEDDINGS = {
-    "share_all_embeddings": ("decoder.embed_tokens.weight", "decoder.output_projection.weight"),
-    "share_decoder_input_output_embed": ("decoder.output_projection.weight",),
-}
-
-
-def parameter_count(state: Dict) -> int:
-    """Numbers in a checkpoint's model, each tied or shared tensor counted once."""
-    cfg = state.get("cfg")
-    flags = cfg.get("model") if cfg is not None else state.get("args")
-    tied = {
-        key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys
-    }
-    storages = {
-        tensor.data_ptr(): tensor.numel()
-        for key, tensor in state["model"].items()
-        if key not in tied
-    }
-    return sum(storages.values())
-
-
-def as_number(value) -> Optional[float]:
-    """A plain float for a value fairseq may store as a 0-d tensor (after distributed training)."""
-    return None if value is None else float(value)
-
-
-def read_json(path: str) -> Optional[dict]:
-    """The JSON object in ``path``, None if there is no file; a file that is not one (truncated,
-    say) is a UsageError naming it."""
-    if not os.path.exists(path):
-        return None
-    try:
-        with utf8_text(path), open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
-                         "step that writes it") from None  # fmt: skip
-    if not isinstance(found, dict):
-        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not an object")
-    return found
-
-
-def iteration_row(iteration_dir: str) -> Dict[str, object]:
-    facts = checkpoint_facts(best_checkpoint(iteration_dir))
-    score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
-    iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
-    learned = os.path.join(os.path.dirname(iteration_dir), f"iter{iteration + 1}", "policy.json")
-    return {
-        "iteration": iteration,
-        "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
-        "learned": format_policy(load_policy(learned)) if os.path.exists(learned) else "-",
-        "bleu": score.get("bleu"),
-        "chrf": score.get("chrf"),
-        "signature": score.get("bleu_signature"),
-        **facts,
-    }
-
-
-def summary_table(rows: List[Dict[str, object]]) -> str:
-    """Markdown table of the loop, one row per iteration."""
-
-    def shown(value, fmt="{}"):
-        return "-" if value is None else fmt.format(value)
-
-    lines = [
-        "| iter | trained with policy | params | updates | train time | valid loss | "
-        "valid BLEU | valid chrF | learned policy |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for row in rows:
-        minutes = None if row["train_seconds"] is None else row["train_seconds"] / 60
-        lines.append(
-            f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
-            f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
-            f"{shown(row['valid_loss'], '{:.3f}')} | {shown(row['bleu'], '{:.2f}')} | "
-            f"{shown(row['chrf'], '{:.2f}')} | {row['learned']} |"
-        )
-    signatures = sorted({row["signature"] for row in rows if row["signature"]})
-    lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
-              "iteration's includes the iteration it started from."]
-    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
-    return "\n".join(lines) + "\n"
-
-
-def write_summary(run_dir: str) -> str:
-    rows = [iteration_row(path) for path in iteration_dirs(run_dir)]
-    if not rows:
-        raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
-    table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
-    with open(os.path.join(run_dir, "loop.md"), "w", encoding="utf-8") as out:
-        out.write(table)
-    with open(os.path.join(run_dir, "loop.json"), "w", encoding="utf-8") as out:
-        json.dump(rows, out, indent=2)
-    return table
 
 
 # learn_to_share.sh's options that make a run what it is, as it spells them; paths are absolute.
@@ -218,13 +85,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     key.add_argument("checkpoint")
     key.add_argument("data", help="the binarized data directory")
     key.add_argument("split")
-    converged = commands.add_parser(
-        "converged", help="write the converged campaign's summary.json and summary.md"
-    )
-    converged.add_argument("results_dir", help="PAIR/RUN_DIR/iter*/ folders (docs/results/converged)")
-    converged.add_argument("--data-root", default="data-bin",
-                           help="prepare.sh's folders, for the references of the paired test (%(default)s)")
-    converged.add_argument("-o", "--output", help="summary.json to write (RESULTS_DIR/summary.json)")
+    moved = commands.add_parser("converged", help="moved: docs/results/converged/campaign_summary.py")
+    moved.add_argument("arguments", nargs=argparse.REMAINDER)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
     train_log.add_argument("-o", "--output", help="also write the table here")
@@ -250,12 +112,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(decode_key(args.checkpoint, args.data, args.split, after))
             return 0
         if args.command == "converged":
-            output = args.output or os.path.join(args.results_dir, "summary.json")
-            summary = converged_summary.write_summary(args.results_dir, args.data_root, output)
-            print(converged_summary.summary_markdown(summary), end="")
-            return 0
+            parser.error("the converged campaign's summary moved beside its results: run "
+                         "python docs/results/converged/campaign_summary.py RESULTS_DIR")
         if args.command == "train-log":
-            table = converged_summary.train_log_table(args.logs)
+            table = train_log_table(args.logs)
             if args.output:
                 with open(args.output, "w", encoding="utf-8") as out:
                     out.write(table)

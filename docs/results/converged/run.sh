@@ -56,7 +56,7 @@ PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
 CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 2.5)}
 SMALL=transformer_san_small AAN=transformer_aan_small
-SLICES=(python -m fairseq_san.converged_slices)
+SLICES=(python "$HERE/campaign_slices.py")
 if [ -z "${DATA_ROOT:-}" ]; then
   DATA_ROOT=data-bin
   [ -d "$DATA_ROOT/multi30k.en-de" ] || DATA_ROOT=build/offline-bundle/data-bin
@@ -86,7 +86,7 @@ if [ "$SLICE" = collect ]; then
   [ ${#archives[@]} -gt 0 ] ||
     { echo "run.sh collect: no archive given and none in $SHARED/converged" >&2; exit 2; }
   run "${SLICES[@]}" collect "$RESULTS" --run-sh "$RUN_SH" "${archives[@]}"
-  run fairseq-san-loop converged "$RESULTS" --data-root "$DATA_ROOT" -o "$RESULTS/summary.json"
+  run python "$HERE/campaign_summary.py" "$RESULTS" --data-root "$DATA_ROOT" -o "$RESULTS/summary.json"
   exit 0
 fi
 

@@ -1,6 +1,6 @@
 """The README's headline table from converged rows: ``docs/results/converged/headline.md``.
 
-Rendered from summary.json (``converged_summary``) once the ``en-de`` slice is collected (En->De
+Rendered from summary.json (``campaign_summary.py``) once the ``en-de`` slice is collected (En->De
 has both a baseline and a learned-policy SAN): per pair, baseline and SAN with test BLEU as the
 mean and standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the 95%
 interval of sacreBLEU's paired bootstrap for every seed, one verdict, the learned policy, params,

@@ -22,6 +22,7 @@ system of that name, seed 1. A system's held-out hypotheses are in ``PAIR/LABEL/
 (``system_label``), its slice's provenance in ``provenance/`` (``converged_slices``).
 """
 
+import argparse
 import glob
 import json
 import os
@@ -29,91 +30,20 @@ import re
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_san.cli.run_record import TRAIN_ARGS, read_record
-from fairseq_san.converged_headline import write_headline
+from campaign_headline import write_headline
+from fairseq_san.errors import UsageError
+from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
+from fairseq_san.loop.summary import read_json, shown
+from fairseq_san.loop.train_log import read_train_log
 from fairseq_san.policy import format_policy
 
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
 ITERATION = re.compile(r"^iter(\d+)$")
 SEED_SUFFIX = re.compile(r"^(.+)-s(\d+)$")
-# fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
-RECORD = re.compile(r"\| INFO \| (train_inner|train|valid) \| (\{.*\})\s*$")
-PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
-DONE = re.compile(r"done training in ([\d.]+) seconds")
-STOPS = (
-    ("early stop since valid performance", "patience"),
-    ("Stopping training due to cumulative_training_time", "wall cap"),
-    ("Stopping training due to num_updates", "max update"),
-)
-CUMULATIVE = re.compile(r"cumulative_training_time: ([\d.]+) >")
 # test_bleu.sh's split folders and the names of the Multi30k test sets.
 TEST_SPLITS = {"test": "test_2016_flickr", "test1": "test_2017_flickr"}
 CURVE_POINTS = 5
-
-
-def read_train_log(path: str) -> Dict[str, object]:
-    """Facts of one fairseq-train log written with ``--log-format json`` (resumed runs append).
-
-    ``wall_s`` is fairseq's own clock: the largest of its wall meter, the cumulative training
-    time at a wall-cap stop, and "done training in"; ``stop`` says what ended the training
-    ("patience", "wall cap", "max update", or "unknown" for a run that was killed).
-    """
-    params = updates = epochs = None
-    walls: List[float] = []
-    curve: List[Tuple[int, float]] = []
-    ups: List[float] = []
-    wps: List[float] = []
-    stop = "unknown"
-    with open(path, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            found = PARAMS.search(line)
-            if found and params is None:
-                params = int(found.group(1).replace(",", ""))
-            for marker, reason in STOPS:
-                if marker in line:
-                    stop = reason
-            for pattern in (DONE, CUMULATIVE):
-                found = pattern.search(line)
-                if found:
-                    seconds = float(found.group(1))
-                    walls.append(seconds * 3600 if pattern is CUMULATIVE else seconds)
-            found = RECORD.search(line)
-            if not found:
-                continue
-            tag, record = found.group(1), json.loads(found.group(2))
-            epochs = record.get("epoch", epochs)
-            if tag == "valid":
-                point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
-                curve.append(point)
-                updates = max(updates or 0, point[0])
-                continue
-            prefix = "" if tag == "train_inner" else "train_"
-            updates = max(updates or 0, int(float(record[f"{prefix}num_updates"])))
-            walls.append(float(record[f"{prefix}wall"]))
-            if tag == "train_inner":
-                ups.append(float(record["ups"]))
-                wps.append(float(record["wps"]))
-    best = min(curve, key=lambda point: point[1]) if curve else (None, None)
-    return {
-        "params": params,
-        "updates": updates,
-        "epochs": epochs,
-        "wall_s": max(walls) if walls else None,
-        "stop": stop,
-        "best_valid_loss": best[1],
-        "best_updates": best[0],
-        "valid_curve": curve,
-        "updates_per_s": sum(ups) / len(ups) if ups else None,
-        "tokens_per_s": sum(wps) / len(wps) if wps else None,
-    }
-
-
-def _read_json(path: str) -> Optional[dict]:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def trained_iterations(run_dir: str) -> List[int]:
@@ -131,7 +61,7 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     scores = {}
     for split, name in TEST_SPLITS.items():
         path = os.path.join(run_dir, "test-bleu", f"iter{iteration}", split, "score.json")
-        score = _read_json(path)
+        score = read_json(path)
         if score is not None:
             scores[name] = {
                 "bleu": score["bleu"],
@@ -202,7 +132,7 @@ def system_row(
         "updates_per_s": log["updates_per_s"],
         "tokens_per_s": log["tokens_per_s"],
         "valid_curve_last": log["valid_curve"][-CURVE_POINTS:],
-        "learned_policy": _read_json(learned),  # at the loop's thresholds, from this model
+        "learned_policy": read_json(learned),  # at the loop's thresholds, from this model
     }
     if system == "san-warm":  # warm start: count the iteration it started from too
         start = read_train_log(os.path.join(run_dir, f"iter{iteration - 1}", "train.log"))
@@ -212,7 +142,7 @@ def system_row(
     row = {
         "system": system,
         "seed": seed,
-        "policy": _read_json(os.path.join(iteration_dir, "policy.json")),
+        "policy": read_json(os.path.join(iteration_dir, "policy.json")),
         "params": log["params"],
         "updates": updates,
         "wall_s": wall,
@@ -269,37 +199,61 @@ def seed_statistics(rows: Sequence[dict]) -> Dict[str, Dict[str, dict]]:
     return stats
 
 
+def sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]):
+    """BLEU's sufficient statistics of each sentence (matches and totals per n-gram order,
+    hypothesis and reference lengths), from sacreBLEU's public sentence scores: summed over any
+    set of sentences they give that set's corpus BLEU."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(effective_order=True)  # counts as the corpus's; only a sentence's score differs
+    rows = []
+    for hypothesis, reference in zip(hypotheses, references):
+        score = metric.sentence_score(hypothesis, [reference])
+        rows.append([*score.counts, *score.totals, score.sys_len, score.ref_len])
+    return np.array(rows, dtype=np.int64)
+
+
+def corpus_bleu(statistics_sum: Sequence[int]) -> float:
+    """Corpus BLEU (sacreBLEU's defaults, as ``BLEU().corpus_score``) from summed
+    ``sentence_statistics``."""
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU()
+    order = metric.max_ngram_order
+    counts, totals = statistics_sum[:order], statistics_sum[order : 2 * order]
+    sys_len, ref_len = statistics_sum[2 * order :]
+    return BLEU.compute_bleu(
+        [int(c) for c in counts], [int(t) for t in totals], int(sys_len), int(ref_len),
+        smooth_method=metric.smooth_method, smooth_value=metric.smooth_value,
+        max_ngram_order=order,
+    ).score  # fmt: skip
+
+
 def paired_bootstrap(
     baseline: Sequence[str], system: Sequence[str], references: Sequence[str], samples: int = 1000
 ) -> Dict[str, object]:
     """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` against ``baseline``, plus the
-    95% interval of the BLEU difference over the same resamples, and a verdict: "san better" or
-    "san worse" only when that interval excludes 0, else "inconclusive"."""
+    95% interval of the BLEU difference over resamples of the test set (the same sentences for
+    both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict: "san better" or "san
+    worse" only when that interval excludes 0, else "inconclusive"."""
     import numpy as np
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    metric = BLEU()
     test = PairedTest(
-        [("baseline", list(baseline)), ("san", list(system))], {"BLEU": metric}, [list(references)],
-        test_type="bs", n_samples=samples,
+        [("baseline", list(baseline)), ("san", list(system))], {"BLEU": BLEU()},
+        [list(references)], test_type="bs", n_samples=samples,
     )  # fmt: skip
     signatures, results = test()
     base, other = results["BLEU"]
-    # The difference's interval: sacreBLEU resamples with SACREBLEU_SEED (12345) and keeps only
-    # each system's interval; the same resamples of both systems give the difference's.
     seed = int(os.environ.get("SACREBLEU_SEED", "12345"))
-    indices = np.random.default_rng(seed).choice(len(baseline), size=(samples, len(baseline)))
-    stats = [
-        np.array(metric._extract_corpus_statistics(list(hyps), [list(references)]), dtype="float32")
-        for hyps in (baseline, system)
+    resamples = np.random.default_rng(seed).choice(len(baseline), size=(samples, len(baseline)))
+    stats = [sentence_statistics(hyps, references) for hyps in (baseline, system)]
+    differences = [
+        corpus_bleu(stats[1][rows].sum(0)) - corpus_bleu(stats[0][rows].sum(0)) for rows in resamples
     ]
-    differences = np.sort([
-        metric._compute_score_from_stats(stats[1][rows].sum(0)).score
-        - metric._compute_score_from_stats(stats[0][rows].sum(0)).score
-        for rows in indices
-    ])  # fmt: skip
-    low, high = float(np.percentile(differences, 2.5)), float(np.percentile(differences, 97.5))
+    low, high = (float(x) for x in np.percentile(differences, [2.5, 97.5]))
     verdict = "san better" if low > 0 else "san worse" if high < 0 else "inconclusive"
     return {
         "baseline_bleu": round(base.score, 2),
@@ -317,8 +271,8 @@ def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str
     (base, base_training), (other, other_training) = baseline, san
     stops = {base_training["stop"], other_training["stop"]}
     facts = (
-        f"baseline {base['updates']} updates in {_shown(base['wall_s'], '{:.0f} s')}, "
-        f"SAN {other['updates']} updates in {_shown(other['wall_s'], '{:.0f} s')}"
+        f"baseline {base['updates']} updates in {shown(base['wall_s'], '{:.0f} s')}, "
+        f"SAN {other['updates']} updates in {shown(other['wall_s'], '{:.0f} s')}"
     )
     if stops == {"max update"}:
         return f"equal updates (both stopped at --max-update; {facts}): not equal wall time"
@@ -388,12 +342,8 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
 
 def slice_records(results_dir: str) -> List[dict]:
     """The provenance of every collected slice (where, when and how it ran), oldest first."""
-    records = [_read_json(path) for path in glob.glob(os.path.join(results_dir, "provenance", "*.json"))]
+    records = [read_json(path) for path in glob.glob(os.path.join(results_dir, "provenance", "*.json"))]
     return sorted(records, key=lambda record: record.get("finished") or "")
-
-
-def _shown(value, fmt: str = "{}") -> str:
-    return "-" if value is None else fmt.format(value)
 
 
 def summary_markdown(summary: Dict[str, object]) -> str:
@@ -412,16 +362,16 @@ def summary_markdown(summary: Dict[str, object]) -> str:
             policy = format_policy(row["policy"]) if row["policy"] is not None else "-"
             curve = ", ".join(f"{u}: {loss:.3f}" for u, loss in training["valid_curve_last"])
             bleu = [
-                _shown(row["test"].get(test_set, {}).get("bleu"), "{:.2f}")
+                shown(row["test"].get(test_set, {}).get("bleu"), "{:.2f}")
                 for test_set in TEST_SPLITS.values()
             ]
             heldout = ", ".join(f"[{name}]({path})" for name, path in row.get("heldout", {}).items())
             lines.append(
-                f"| {row['system']} | {row['seed']} | {policy} | {_shown(row['params'], '{:,}')} | "
-                f"{_shown(training.get('cap_s'), '{:.0f} s')} | "
-                f"{_shown(row['updates'])} | {_shown(training['epochs'])} | "
-                f"{_shown(row['wall_s'], '{:.0f} s')} | {training['stop']} | "
-                f"{_shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
+                f"| {row['system']} | {row['seed']} | {policy} | {shown(row['params'], '{:,}')} | "
+                f"{shown(training.get('cap_s'), '{:.0f} s')} | "
+                f"{shown(row['updates'])} | {shown(training['epochs'])} | "
+                f"{shown(row['wall_s'], '{:.0f} s')} | {training['stop']} | "
+                f"{shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
                 f"{heldout or '-'} |"
             )
         lines.append("")
@@ -478,20 +428,22 @@ def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, ob
     return summary
 
 
-def train_log_table(paths: Sequence[str]) -> str:
-    """A markdown table of training logs side by side (run.sh's batch-size sweep)."""
-    lines = [
-        "| log | params | updates | wall | updates/s | tokens/s | stop | best valid loss | "
-        "last valid loss |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
-    ]
-    for path in paths:
-        log = read_train_log(path)
-        last = log["valid_curve"][-1][1] if log["valid_curve"] else None
-        lines.append(
-            f"| {path} | {_shown(log['params'], '{:,}')} | {_shown(log['updates'])} | "
-            f"{_shown(log['wall_s'], '{:.0f} s')} | {_shown(log['updates_per_s'], '{:.2f}')} | "
-            f"{_shown(log['tokens_per_s'], '{:.0f}')} | {log['stop']} | "
-            f"{_shown(log['best_valid_loss'], '{:.3f}')} | {_shown(last, '{:.3f}')} |"
-        )
-    return "\n".join(lines) + "\n"
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="campaign_summary.py", description="write the converged campaign's summary.json and summary.md"
+    )
+    parser.add_argument("results_dir", help="PAIR/RUN_DIR/iter*/ folders (docs/results/converged)")
+    parser.add_argument("--data-root", default="data-bin",
+                        help="prepare.sh's folders, for the references of the paired test (%(default)s)")
+    parser.add_argument("-o", "--output", help="summary.json to write (RESULTS_DIR/summary.json)")
+    args = parser.parse_args(argv)
+    output = args.output or os.path.join(args.results_dir, "summary.json")
+    try:
+        summary = write_summary(args.results_dir, args.data_root, output)
+    except (UsageError, OSError) as err:
+        parser.error(str(err))
+    print(summary_markdown(summary), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,11 +3,11 @@
 A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one call of a lent GPU that trains its
 systems, tests them and packs one archive; the archive is later collected on another machine.
 
-    python -m fairseq_san.converged_slices record RUNS --slice S --run-sh FILE --started T -- CMD...
-    python -m fairseq_san.converged_slices collect RESULTS --run-sh FILE ARCHIVE...
-    python -m fairseq_san.converged_slices restore FROM TO
-    python -m fairseq_san.converged_slices heldout RUN_DIR ITERATION --data D --sources DIR
-    python -m fairseq_san.converged_slices aan-policy POLICY -o OUT
+    python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
+    python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
+    python docs/results/converged/campaign_slices.py restore FROM TO
+    python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR
+    python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
   sha256 of run.sh, the dates, the GPU (nvidia-smi), the settings, the run dirs it holds;
@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.converged_summary import ITERATION, system_label, system_names
+from campaign_summary import ITERATION, system_label, system_names
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.policy import load_policy, write_policy
 from fairseq_san.scoring import read_generate_output, read_lines
@@ -238,7 +238,7 @@ def aan_policy(policy: str, output: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fairseq_san.converged_slices", description=__doc__.splitlines()[0]
+        prog="python docs/results/converged/campaign_slices.py", description=__doc__.splitlines()[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     rec = commands.add_parser("record", help="write the slice's provenance into RUNS")

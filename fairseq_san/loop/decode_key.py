@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import List
 
-from fairseq_san.cli.run_record import digest
+from fairseq_san.loop.run_record import digest
 
 
 def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str]) -> str:

@@ -1,0 +1,145 @@
+"""The loop's record of its iterations: ``RUN_DIR/loop.md`` and ``loop.json``.
+
+One row per trained iteration (``RUN_DIR/iter<k>/checkpoints/checkpoint_best.pt``): the policy it
+was trained with and the one it learned, parameters (tied and shared tensors once), updates,
+training time, validation loss and the validation BLEU/chrF of ``valid.json``.
+"""
+
+import glob
+import json
+import os
+import re
+from typing import Dict, List, Optional
+
+from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.policy import format_policy, load_policy
+
+ITERATION_DIR = re.compile(r"iter(\d+)$")
+
+
+def iteration_dirs(run_dir: str) -> List[str]:
+    """``RUN_DIR/iter<k>`` folders that hold a trained model, in iteration order."""
+    found = [
+        path
+        for path in glob.glob(os.path.join(run_dir, "iter*"))
+        if ITERATION_DIR.search(path) and os.path.exists(best_checkpoint(path))
+    ]
+    return sorted(found, key=lambda path: int(ITERATION_DIR.search(path).group(1)))
+
+
+def best_checkpoint(iteration_dir: str) -> str:
+    return os.path.join(iteration_dir, "checkpoints", "checkpoint_best.pt")
+
+
+def checkpoint_facts(path: str) -> Dict[str, object]:
+    """Parameters, best validation loss, updates and training seconds stored in a checkpoint."""
+    from fairseq_san.checkpoints import load_state
+
+    state = load_state(path)
+    extra = state.get("extra_state", {})
+    return {
+        "parameters": parameter_count(state),
+        "valid_loss": as_number(extra.get("best")),
+        "num_updates": state["optimizer_history"][-1].get("num_updates"),
+        "train_seconds": as_number(extra.get("previous_training_time")),
+    }
+
+
+# Embeddings fairseq ties when the model flag is set. A checkpoint saved from a GPU holds each as
+# its own copy (fairseq moves the state dict to the CPU tensor by tensor), so storages alone
+# would count a tied embedding three times.
+TIED_EMBEDDINGS = {
+    "share_all_embeddings": ("decoder.embed_tokens.weight", "decoder.output_projection.weight"),
+    "share_decoder_input_output_embed": ("decoder.output_projection.weight",),
+}
+
+
+def parameter_count(state: Dict) -> int:
+    """Numbers in a checkpoint's model, each tied or shared tensor counted once."""
+    cfg = state.get("cfg")
+    flags = cfg.get("model") if cfg is not None else state.get("args")
+    tied = {
+        key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys
+    }
+    storages = {
+        tensor.data_ptr(): tensor.numel()
+        for key, tensor in state["model"].items()
+        if key not in tied
+    }
+    return sum(storages.values())
+
+
+def as_number(value) -> Optional[float]:
+    """A plain float for a value fairseq may store as a 0-d tensor (after distributed training)."""
+    return None if value is None else float(value)
+
+
+def read_json(path: str) -> Optional[dict]:
+    """The JSON object in ``path``, None if there is no file; a file that is not one (truncated,
+    say) is a UsageError naming it."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with utf8_text(path), open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
+                         "step that writes it") from None  # fmt: skip
+    if not isinstance(found, dict):
+        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not an object")
+    return found
+
+
+def iteration_row(iteration_dir: str) -> Dict[str, object]:
+    facts = checkpoint_facts(best_checkpoint(iteration_dir))
+    score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
+    iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
+    learned = os.path.join(os.path.dirname(iteration_dir), f"iter{iteration + 1}", "policy.json")
+    return {
+        "iteration": iteration,
+        "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
+        "learned": format_policy(load_policy(learned)) if os.path.exists(learned) else "-",
+        "bleu": score.get("bleu"),
+        "chrf": score.get("chrf"),
+        "signature": score.get("bleu_signature"),
+        **facts,
+    }
+
+
+def shown(value, fmt: str = "{}") -> str:
+    """A table cell: ``value`` formatted, "-" where there is none."""
+    return "-" if value is None else fmt.format(value)
+
+
+def summary_table(rows: List[Dict[str, object]]) -> str:
+    """Markdown table of the loop, one row per iteration."""
+    lines = [
+        "| iter | trained with policy | params | updates | train time | valid loss | "
+        "valid BLEU | valid chrF | learned policy |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in rows:
+        minutes = None if row["train_seconds"] is None else row["train_seconds"] / 60
+        lines.append(
+            f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
+            f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
+            f"{shown(row['valid_loss'], '{:.3f}')} | {shown(row['bleu'], '{:.2f}')} | "
+            f"{shown(row['chrf'], '{:.2f}')} | {row['learned']} |"
+        )
+    signatures = sorted({row["signature"] for row in rows if row["signature"]})
+    lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
+              "iteration's includes the iteration it started from."]
+    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(run_dir: str) -> str:
+    rows = [iteration_row(path) for path in iteration_dirs(run_dir)]
+    if not rows:
+        raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
+    table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
+    with open(os.path.join(run_dir, "loop.md"), "w", encoding="utf-8") as out:
+        out.write(table)
+    with open(os.path.join(run_dir, "loop.json"), "w", encoding="utf-8") as out:
+        json.dump(rows, out, indent=2)
+    return table

@@ -1,0 +1,97 @@
+"""What a fairseq-train log says about a training: updates, wall time, speed, why it stopped, the
+validation-loss curve; and several logs side by side (``fairseq-san-loop train-log``).
+
+Reads logs written with ``--log-format json`` (a resumed run appends to the same log).
+"""
+
+import json
+import re
+from typing import Dict, List, Sequence, Tuple
+
+from fairseq_san.loop.summary import shown
+
+# fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
+RECORD = re.compile(r"\| INFO \| (train_inner|train|valid) \| (\{.*\})\s*$")
+PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
+DONE = re.compile(r"done training in ([\d.]+) seconds")
+STOPS = (
+    ("early stop since valid performance", "patience"),
+    ("Stopping training due to cumulative_training_time", "wall cap"),
+    ("Stopping training due to num_updates", "max update"),
+)
+CUMULATIVE = re.compile(r"cumulative_training_time: ([\d.]+) >")
+
+def read_train_log(path: str) -> Dict[str, object]:
+    """Facts of one fairseq-train log written with ``--log-format json`` (resumed runs append).
+
+    ``wall_s`` is fairseq's own clock: the largest of its wall meter, the cumulative training
+    time at a wall-cap stop, and "done training in"; ``stop`` says what ended the training
+    ("patience", "wall cap", "max update", or "unknown" for a run that was killed).
+    """
+    params = updates = epochs = None
+    walls: List[float] = []
+    curve: List[Tuple[int, float]] = []
+    ups: List[float] = []
+    wps: List[float] = []
+    stop = "unknown"
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            found = PARAMS.search(line)
+            if found and params is None:
+                params = int(found.group(1).replace(",", ""))
+            for marker, reason in STOPS:
+                if marker in line:
+                    stop = reason
+            for pattern in (DONE, CUMULATIVE):
+                found = pattern.search(line)
+                if found:
+                    seconds = float(found.group(1))
+                    walls.append(seconds * 3600 if pattern is CUMULATIVE else seconds)
+            found = RECORD.search(line)
+            if not found:
+                continue
+            tag, record = found.group(1), json.loads(found.group(2))
+            epochs = record.get("epoch", epochs)
+            if tag == "valid":
+                point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
+                curve.append(point)
+                updates = max(updates or 0, point[0])
+                continue
+            prefix = "" if tag == "train_inner" else "train_"
+            updates = max(updates or 0, int(float(record[f"{prefix}num_updates"])))
+            walls.append(float(record[f"{prefix}wall"]))
+            if tag == "train_inner":
+                ups.append(float(record["ups"]))
+                wps.append(float(record["wps"]))
+    best = min(curve, key=lambda point: point[1]) if curve else (None, None)
+    return {
+        "params": params,
+        "updates": updates,
+        "epochs": epochs,
+        "wall_s": max(walls) if walls else None,
+        "stop": stop,
+        "best_valid_loss": best[1],
+        "best_updates": best[0],
+        "valid_curve": curve,
+        "updates_per_s": sum(ups) / len(ups) if ups else None,
+        "tokens_per_s": sum(wps) / len(wps) if wps else None,
+    }
+
+
+def train_log_table(paths: Sequence[str]) -> str:
+    """A markdown table of training logs side by side."""
+    lines = [
+        "| log | params | updates | wall | updates/s | tokens/s | stop | best valid loss | "
+        "last valid loss |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for path in paths:
+        log = read_train_log(path)
+        last = log["valid_curve"][-1][1] if log["valid_curve"] else None
+        lines.append(
+            f"| {path} | {shown(log['params'], '{:,}')} | {shown(log['updates'])} | "
+            f"{shown(log['wall_s'], '{:.0f} s')} | {shown(log['updates_per_s'], '{:.2f}')} | "
+            f"{shown(log['tokens_per_s'], '{:.0f}')} | {log['stop']} | "
+            f"{shown(log['best_valid_loss'], '{:.3f}')} | {shown(last, '{:.3f}')} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ and ``TransformerSANModel.build_model`` with a small stand-in task that only exp
 dictionaries. Sizes are tiny so that every test runs in seconds on a CPU.
 """
 
+import gzip
 import os
 import random
 import subprocess
@@ -12,9 +13,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch import Tensor
 
 import fairseq  # noqa: F401  (must come before fairseq_san so that the models register)
 import fairseq_san.models  # noqa: F401  (registers transformer_san and its architectures)
@@ -149,6 +151,223 @@ def assert_same_hypotheses(expected, actual, atol: float = 1e-4) -> None:
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# --- the SAN model tests: policies, logits, the paper's equations ----------------------------
+
+# Tolerance of the model tests' logits comparisons.
+ATOL = 1e-5
+
+
+def policy_argv(
+    decoder_self: Optional[str] = None,
+    decoder_encdec: Optional[str] = None,
+    encoder_self: Optional[str] = None,
+    share: Optional[str] = None,
+) -> List[str]:
+    argv = []
+    if decoder_self:
+        argv += ["--san-decoder-self-policy", decoder_self]
+    if decoder_encdec:
+        argv += ["--san-decoder-encdec-policy", decoder_encdec]
+    if encoder_self:
+        argv += ["--san-encoder-self-policy", encoder_self, "--encoder-layers", "6"]
+    if share:
+        argv += ["--san-encdec-share", share]
+    return argv
+
+
+# Every block list appears for decoder self- and encoder-decoder attention; [2,4] for the encoder;
+# two configurations share encoder-decoder weights only (Table 4, "shared V: no").
+POLICIES = {
+    "self15-encdec33-enc24": policy_argv("1,5", "3,3", "2,4"),
+    "self33-encdec15": policy_argv("3,3", "1,5"),
+    "self222-encdec6-weights": policy_argv("2,2,2", "6", share="weights"),
+    "self6-encdec111111": policy_argv("6", "1,1,1,1,1,1"),
+    "self111111-encdec222-weights": policy_argv("1,1,1,1,1,1", "2,2,2", share="weights"),
+    "self15-encdec33-weights": policy_argv("1,5", "3,3", share="weights"),
+    "self33-encdec15-prenorm": policy_argv("3,3", "1,5", "2,4")
+    + ["--encoder-normalize-before", "--decoder-normalize-before"],
+}
+
+
+AAN = ["--decoder-self-attention-type", "aan"]
+
+
+def decoder_logits(model, src_tokens, src_lengths, prev) -> Tensor:
+    with torch.no_grad():
+        return model(src_tokens, src_lengths, prev)[0]
+
+
+def incremental_logits(model, src_tokens, src_lengths, prev, state=None) -> Tensor:
+    """Decoder outputs computed one token at a time with an incremental state."""
+    state = {} if state is None else state
+    with torch.no_grad():
+        encoder_out = model.encoder(src_tokens, src_lengths=src_lengths)
+        steps = [
+            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
+            for t in range(prev.size(1))
+        ]
+    assert all(step.size(1) == 1 for step in steps)
+    return torch.cat(steps, dim=1)
+
+
+def max_diff(a: Tensor, b: Tensor) -> float:
+    assert a.shape == b.shape
+    return (a - b).abs().max().item()
+
+
+# --- an independent implementation of the SAN equations ---------------------------------------
+
+
+def reference_leaders(blocks: Optional[Sequence[int]], num_layers: int) -> List[int]:
+    """Layer whose attention weights each layer uses: the first of its block."""
+    if blocks is None:
+        return list(range(num_layers))
+    leaders = []
+    for size in blocks:
+        leaders += [len(leaders)] * size
+    return leaders
+
+
+def _heads(mha, x: Tensor) -> Tensor:
+    """(len, batch, embed) -> (batch * heads, len, head_dim)."""
+    return x.contiguous().view(x.size(0), -1, mha.head_dim).transpose(0, 1)
+
+
+def _weights(mha, query: Tensor, key: Tensor, mask: Optional[Tensor], key_pad: Optional[Tensor]):
+    """Eq. 1: S = softmax(Q K^T / sqrt(d_k)), with an additive mask and key padding."""
+    q = _heads(mha, mha.q_proj(query) * mha.head_dim**-0.5)
+    k = _heads(mha, mha.k_proj(key))
+    logits = torch.bmm(q, k.transpose(1, 2))
+    if mask is not None:
+        logits = logits + mask
+    if key_pad is not None:
+        bsz = key_pad.size(0)
+        logits = logits.view(bsz, -1, logits.size(1), logits.size(2))
+        logits = logits.masked_fill(key_pad[:, None, None, :], float("-inf"))
+        logits = logits.view(-1, logits.size(2), logits.size(3))
+    return torch.softmax(logits, dim=-1)
+
+
+def _output(mha, context: Tensor, length: int, bsz: int) -> Tensor:
+    merged = context.transpose(0, 1).contiguous().view(length, bsz, mha.embed_dim)
+    return mha.out_proj(merged)
+
+
+def _ffn(layer, x: Tensor) -> Tensor:
+    return layer.fc2(torch.relu(layer.fc1(x)))
+
+
+def reference_forward(model, src_tokens, src_lengths, prev, policy: Dict, share: str = "output"):
+    """The model's logits recomputed from its parameters with the equations of section 3.2.
+
+    Post-norm layers (fairseq's default). A following layer of a self-attention block uses the
+    leader's S with its own V (Eq. 5); a following encoder-decoder layer uses the leader's
+    A = S V (Eq. 6), or with ``share="weights"`` the leader's S with its own V.
+    """
+    encoder, decoder = model.encoder, model.decoder
+    assert decoder.layer_norm is None and encoder.layer_norm is None  # post-norm
+    with torch.no_grad():
+        # Encoder.
+        pad = src_tokens.eq(encoder.padding_idx)
+        x = encoder.embed_scale * encoder.embed_tokens(src_tokens)
+        x = x + encoder.embed_positions(src_tokens)
+        x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
+        leaders = reference_leaders(policy.get("encoder_self"), len(encoder.layers))
+        shared = {}
+        for index, layer in enumerate(encoder.layers):
+            attn = layer.self_attn
+            if leaders[index] == index:
+                shared[index] = _weights(attn, x, x, None, pad)
+            context = torch.bmm(shared[leaders[index]], _heads(attn, attn.v_proj(x)))
+            x = layer.self_attn_layer_norm(x + _output(attn, context, x.size(0), x.size(1)))
+            x = layer.final_layer_norm(x + _ffn(layer, x))
+        enc = x
+
+        # Decoder.
+        length, bsz = prev.size(1), prev.size(0)
+        causal = torch.triu(torch.full((length, length), float("-inf")), 1)
+        y = decoder.embed_scale * decoder.embed_tokens(prev) + decoder.embed_positions(prev)
+        y = y.transpose(0, 1)
+        self_leaders = reference_leaders(policy.get("decoder_self"), len(decoder.layers))
+        cross_leaders = reference_leaders(policy.get("decoder_encdec"), len(decoder.layers))
+        self_s, cross_s, cross_a = {}, {}, {}
+        for index, layer in enumerate(decoder.layers):
+            attn = layer.self_attn
+            if self_leaders[index] == index:
+                self_s[index] = _weights(attn, y, y, causal, None)
+            context = torch.bmm(self_s[self_leaders[index]], _heads(attn, attn.v_proj(y)))
+            y = layer.self_attn_layer_norm(y + _output(attn, context, length, bsz))
+
+            attn = layer.encoder_attn
+            leader = cross_leaders[index]
+            if leader == index:
+                cross_s[index] = _weights(attn, y, enc, None, pad)
+                cross_a[index] = torch.bmm(cross_s[index], _heads(attn, attn.v_proj(enc)))
+                context = cross_a[index]
+            elif share == "output":
+                context = cross_a[leader]  # Eq. 6: A^{m+i} = A^m
+            else:
+                context = torch.bmm(cross_s[leader], _heads(attn, attn.v_proj(enc)))
+            y = layer.encoder_attn_layer_norm(y + _output(attn, context, length, bsz))
+            y = layer.final_layer_norm(y + _ffn(layer, y))
+        return decoder.output_layer(y.transpose(0, 1))
+
+
+# --- beam search ------------------------------------------------------------------------------
+
+BEAM_BATCH = [6, 3, 8, 4, 5]  # source lengths; left-padded batch as fairseq builds it
+
+
+def favour_eos(model, bonus: float):
+    """Add ``bonus`` to the eos logit so that untrained models finish some sentences early;
+    returns the hook handle (None for no bonus)."""
+    if not bonus:
+        return None
+    eos = model.decoder.dictionary.eos()
+
+    def hook(module, inputs, logits):
+        logits = logits.clone()
+        logits[..., eos] += bonus
+        return logits
+
+    return model.decoder.output_projection.register_forward_hook(hook)
+
+
+EOS_BONUSES = (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
+
+
+def staggering_eos_bonus(model, src_tokens, src_lengths, beam: int, **kwargs) -> float:
+    """The first eos bonus with which beam search removes finished sentences from its batch
+    while others go on (sentences finishing at different steps); installed on ``model``."""
+    for bonus in EOS_BONUSES:
+        handle = favour_eos(model, bonus)
+        orders = record_reorders(model)
+        generate(model, model.decoder.dictionary, src_tokens, src_lengths, beam=beam, **kwargs)
+        del model.decoder.reorder_incremental_state_scripting  # back to the class method
+        if orders and shrank(orders, src_tokens.size(0) * beam):
+            return bonus
+        handle.remove()
+    raise AssertionError("no eos bonus makes sentences finish at different steps")
+
+
+def shrank(orders: List[Tensor], full: int) -> bool:
+    """Whether beam search removed finished sentences from its batch at some step."""
+    return min(order.numel() for order in orders) < full
+
+
+def record_reorders(model) -> List[Tensor]:
+    """Record the new_order of every reorder_incremental_state_scripting call on ``model``."""
+    orders: List[Tensor] = []
+    original = model.decoder.reorder_incremental_state_scripting
+
+    def recording(incremental_state, new_order):
+        orders.append(new_order.clone())
+        return original(incremental_state, new_order)
+
+    model.decoder.reorder_incremental_state_scripting = recording
+    return orders
 
 
 # --- corpus and command-line helpers ---------------------------------------------------------
@@ -302,3 +521,105 @@ def train_argv(data: Path, save_dir: Path, max_update: int = 40, extra: Sequence
         "--log-format", "simple", "--log-interval", "10",
         *extra,
     ]  # fmt: skip
+
+
+# --- the recipes (examples/): scripts, a toy Multi30k ---------------------------------------
+
+PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
+
+
+LOOP = REPO / "examples" / "learn_to_share.sh"
+
+
+TEST_BLEU = REPO / "examples" / "multi30k" / "test_bleu.sh"
+
+
+# A toy "Multi30k": sentences of 3-8 words out of 30, German = word-by-word translation.
+EN_WORDS = (
+    "a man woman dog cat boy girl child people group red blue green small big old young "
+    "street park water ball grass tree walks runs sits plays holds looks stands"
+).split()
+
+
+DE_WORDS = (
+    "ein mann frau hund katze junge maedchen kind leute gruppe rot blau gruen klein gross alt "
+    "jung strasse park wasser ball gras baum geht rennt sitzt spielt haelt schaut steht"
+).split()
+
+
+# 42 validation sentences: not a multiple of fairseq's default --required-batch-size-multiple (8).
+SPLITS = {"train": 400, "val": 42, "test_2016_flickr": 40, "test_2017_flickr": 40}
+
+
+VOCAB_SIZE = 100
+
+
+# fairseq-train flags after -- for the loop: a tiny transformer_san, 2+6 layers.
+TINY_LOOP_TRAIN = [
+    "--encoder-layers", "2", "--decoder-layers", "6",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--max-tokens", "2000", "--warmup-updates", "5", "--save-interval-updates", "10",
+    "--cpu",
+]  # fmt: skip
+
+
+def run_script(script: Path, *args: str, env: Optional[Dict[str, str]] = None, timeout: int = 400):
+    """Run a recipe with bash from the repository root; stdout and stderr captured."""
+    return subprocess.run(
+        ["bash", str(script), *args],
+        cwd=REPO,
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def output_of(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr
+
+
+def loop_args(data: Path, run_dir: Path, *options: str, updates: int = 20) -> List[str]:
+    return [
+        "--data", str(data), "--run-dir", str(run_dir),
+        "--updates", str(updates), "--arch", "transformer_san",
+        "--theta-self", "0", "--theta-encdec", "0",
+        *options,
+        "--", *TINY_LOOP_TRAIN,
+    ]  # fmt: skip
+
+
+def snapshot(directory: Path) -> Dict[str, Tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file below ``directory`` (links not followed)."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def write_fake_multi30k(directory: Path, seed: int = 0) -> Path:
+    """{train,val,test_2016_flickr,test_2017_flickr}.{en,de}.gz like the multi30k repository."""
+    assert len(EN_WORDS) == len(DE_WORDS) == 30
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, size in SPLITS.items():
+        sides = {"en": [], "de": []}
+        for _ in range(size):
+            words = [rng.randrange(30) for _ in range(rng.randint(3, 8))]
+            for lang, vocab in (("en", EN_WORDS), ("de", DE_WORDS)):
+                sides[lang].append(" ".join(vocab[w] for w in words).capitalize() + " .")
+        for lang, lines in sides.items():
+            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as out:
+                out.write("".join(line + "\n" for line in lines))
+    return directory
+
+
+def prepare_env(raw: Path) -> Dict[str, str]:
+    env = cli_env()
+    env.update(MULTI30K_DIR=str(raw), VOCAB_SIZE=str(VOCAB_SIZE))
+    return env
+

@@ -1,4 +1,5 @@
-"""Tests for the average attention network (Zhang et al., ACL 2018, Eq. 4-5)."""
+"""Tests for the average attention network (Zhang et al., ACL 2018, Eq. 4-5): the module, and
+in a ``transformer_san`` decoder (``--decoder-self-attention-type aan``)."""
 
 from typing import List
 
@@ -6,11 +7,22 @@ import pytest
 import torch
 from torch import Tensor
 
+from helpers import (
+    AAN,
+    build,
+    decoder_logits,
+    incremental_logits,
+    make_dictionary,
+    max_diff,
+    source_batch,
+    target_prefixes,
+)
 from fairseq_san.modules import IncrementalState
 from fairseq_san.modules.average_attention import AverageAttention
 
 T, B, C, FFN = 6, 4, 8, 16
 ATOL = 1e-5
+DICT = make_dictionary(24)
 
 
 @pytest.fixture
@@ -106,3 +118,32 @@ def test_drop_in_for_fairseq_decoder_layer_self_attention():
     state: IncrementalState = {}
     steps = torch.cat([layer(x[t : t + 1], incremental_state=state)[0] for t in range(T)])
     torch.testing.assert_close(steps, full, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "argv, arch",
+    [
+        ([], "transformer_aan_small"),
+        (AAN, "transformer_san"),
+        (AAN + ["--san-decoder-encdec-policy", "3,3"], "transformer_san"),
+        (AAN + ["--san-decoder-encdec-policy", "1,5", "--san-encdec-share", "weights"], "transformer_san"),
+    ],
+    ids=["aan-small-arch", "aan-flag", "aan-encdec33", "aan-encdec15-weights"],
+)  # fmt: skip
+def test_aan_incremental_equals_full_forward(argv, arch):
+    model, args = build(argv, arch=arch, dictionary=DICT, seed=61)
+    assert args.decoder_self_attention_type == "aan"
+    assert all(isinstance(layer.self_attn, AverageAttention) for layer in model.decoder.layers)
+    assert model.decoder.embed_dim == 16  # the tiny sizes win over the arch defaults
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 8], seed=62)
+    prev = target_prefixes(DICT, 3, 9, seed=63)
+    full = decoder_logits(model, src_tokens, src_lengths, prev)
+    assert max_diff(full, incremental_logits(model, src_tokens, src_lengths, prev)) <= ATOL
+
+
+def test_aan_ffn_dropout_follows_activation_dropout():
+    """AAN's FFN dropout is the layer FFN's (Zhang et al.'s relu_dropout), not attention's."""
+    argv = AAN + ["--dropout", "0.1", "--attention-dropout", "0.2", "--activation-dropout", "0.3"]
+    model, _ = build(argv, dictionary=DICT)
+    for layer in model.decoder.layers:
+        assert layer.self_attn.dropout_module.p == layer.activation_dropout_module.p == 0.3

@@ -13,8 +13,19 @@ import time
 from pathlib import Path
 from typing import List
 
-from helpers import REPO, cli_env
-from test_recipes import LOOP, PREPARE, TEST_BLEU, loop_args, output_of, run_script, snapshot
+from helpers import (
+    LOOP,
+    PREPARE,
+    REPO,
+    TEST_BLEU,
+    cli_env,
+    loop_args,
+    output_of,
+    prepare_env,
+    run_script,
+    snapshot,
+    write_fake_multi30k,
+)
 
 
 def fake_data(directory: Path, valid_reference: bool = True) -> Path:
@@ -209,8 +220,6 @@ def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
 
 
 def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path):
-    from test_recipes import prepare_env
-
     raw, out = tmp_path / "multi30k", tmp_path / "data-bin"
     result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
     assert result.returncode == 1
@@ -219,8 +228,6 @@ def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path):
 
 
 def test_prepare_names_a_missing_raw_file_before_writing(tmp_path):
-    from test_recipes import prepare_env, write_fake_multi30k
-
     raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
     (raw / "val.de.gz").unlink()
     result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))

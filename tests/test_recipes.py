@@ -24,72 +24,40 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import pytest
 import torch
 
-from helpers import REPO, cli_env, fairseq_generate, run_cli, train_argv
+from helpers import (  # noqa: F401  (the recipe helpers; other test files import them from here)
+    EN_WORDS,
+    LOOP,
+    PREPARE,
+    REPO,
+    SPLITS,
+    TEST_BLEU,
+    TINY_LOOP_TRAIN,
+    VOCAB_SIZE,
+    cli_env,
+    fairseq_generate,
+    loop_args,
+    output_of,
+    prepare_env,
+    run_cli,
+    run_script,
+    snapshot,
+    train_argv,
+    write_fake_multi30k,
+)
 
-PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
-LOOP = REPO / "examples" / "learn_to_share.sh"
-TEST_BLEU = REPO / "examples" / "multi30k" / "test_bleu.sh"
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
 
-# A toy "Multi30k": sentences of 3-8 words out of 30, German = word-by-word translation.
-EN_WORDS = (
-    "a man woman dog cat boy girl child people group red blue green small big old young "
-    "street park water ball grass tree walks runs sits plays holds looks stands"
-).split()
-DE_WORDS = (
-    "ein mann frau hund katze junge maedchen kind leute gruppe rot blau gruen klein gross alt "
-    "jung strasse park wasser ball gras baum geht rennt sitzt spielt haelt schaut steht"
-).split()
-# 42 validation sentences: not a multiple of fairseq's default --required-batch-size-multiple (8).
-SPLITS = {"train": 400, "val": 42, "test_2016_flickr": 40, "test_2017_flickr": 40}
-VOCAB_SIZE = 100
-
-# fairseq-train flags after -- for the loop: a tiny transformer_san, 2+6 layers.
-TINY_LOOP_TRAIN = [
-    "--encoder-layers", "2", "--decoder-layers", "6",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--max-tokens", "2000", "--warmup-updates", "5", "--save-interval-updates", "10",
-    "--cpu",
-]  # fmt: skip
 NO_SHARING = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
 ONE_BLOCK = {"decoder_self": [6], "decoder_encdec": [6], "encoder_self": None}
 DONE_LINE = "== the policy did not change: done after iteration 1"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def run_script(script: Path, *args: str, env: Optional[Dict[str, str]] = None, timeout: int = 400):
-    """Run a recipe with bash from the repository root; stdout and stderr captured."""
-    return subprocess.run(
-        ["bash", str(script), *args],
-        cwd=REPO,
-        env=env or cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def output_of(result: subprocess.CompletedProcess) -> str:
-    return result.stdout + result.stderr
-
-
-def loop_args(data: Path, run_dir: Path, *options: str, updates: int = 20) -> List[str]:
-    return [
-        "--data", str(data), "--run-dir", str(run_dir),
-        "--updates", str(updates), "--arch", "transformer_san",
-        "--theta-self", "0", "--theta-encdec", "0",
-        *options,
-        "--", *TINY_LOOP_TRAIN,
-    ]  # fmt: skip
 
 
 def run_loop(data: Path, run_dir: Path, *options: str, updates: int = 20):
@@ -109,33 +77,6 @@ def table_rows(markdown: str) -> List[str]:
     return [line for line in markdown.splitlines() if re.match(r"^\| \d+ \|", line)]
 
 
-def snapshot(directory: Path) -> Dict[str, Tuple[int, int]]:
-    """{relative path: (size, mtime_ns)} of every file below ``directory`` (links not followed)."""
-    found = {}
-    for path in sorted(directory.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            stat = path.stat()
-            found[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
-    return found
-
-
-def write_fake_multi30k(directory: Path, seed: int = 0) -> Path:
-    """{train,val,test_2016_flickr,test_2017_flickr}.{en,de}.gz like the multi30k repository."""
-    assert len(EN_WORDS) == len(DE_WORDS) == 30
-    rng = random.Random(seed)
-    directory.mkdir(parents=True, exist_ok=True)
-    for split, size in SPLITS.items():
-        sides = {"en": [], "de": []}
-        for _ in range(size):
-            words = [rng.randrange(30) for _ in range(rng.randint(3, 8))]
-            for lang, vocab in (("en", EN_WORDS), ("de", DE_WORDS)):
-                sides[lang].append(" ".join(vocab[w] for w in words).capitalize() + " .")
-        for lang, lines in sides.items():
-            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as out:
-                out.write("".join(line + "\n" for line in lines))
-    return directory
-
-
 def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
     """{H-id: (score, tokens)} of fairseq-generate's output."""
     found = {}
@@ -152,12 +93,6 @@ def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
 @pytest.fixture(scope="module")
 def multi30k_raw(tmp_path_factory) -> Path:
     return write_fake_multi30k(tmp_path_factory.mktemp("multi30k-raw"))
-
-
-def prepare_env(raw: Path) -> Dict[str, str]:
-    env = cli_env()
-    env.update(MULTI30K_DIR=str(raw), VOCAB_SIZE=str(VOCAB_SIZE))
-    return env
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence
 
+from fairseq_san import options
 from fairseq_san.errors import nearest_key_hint
 
 MODES = ("natural", "fixed")
@@ -19,13 +20,14 @@ FAIRSEQ = "fairseq"
 CTRANSLATE2 = "ctranslate2"
 
 # Decoders of the fairseq engine: fairseq's SequenceGenerator, or the static-shape decoder.
-STATIC = "static"
+STATIC = options.STATIC
 DECODERS = (FAIRSEQ, STATIC)
 
-# System override keys that choose how a checkpoint is decoded, not what it is: the benchmark
-# takes them out of the overrides before fairseq loads the checkpoint (translation_san's
-# ``--san-decoder`` and ``--san-decoder-precision``).
-GENERATION_KEYS = ("san_decoder", "san_decoder_precision")
+# System override keys of the decoder's options (translation_san's ``--san-decoding`` and
+# ``--san-decoder-precision``). ``san_decoding`` static (or the deprecated ``san_decoder``) and
+# the precision choose the generator: the benchmark takes them out of the overrides before
+# fairseq loads the checkpoint; the other decodings are the model's own.
+GENERATION_KEYS = tuple(option.name for option in options.DECODER_OPTIONS)
 
 # Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
 PRECISION_LABELS = {
@@ -64,16 +66,24 @@ class SystemSpec:
 
     @property
     def model_overrides(self) -> Dict:
-        return {k: v for k, v in self.overrides.items() if k not in GENERATION_KEYS}
+        """The overrides fairseq applies to the model: all but the generator's."""
+        overrides = {k: v for k, v in self.overrides.items() if k not in GENERATION_KEYS}
+        if self.overrides.get(options.DECODING.name) in options.MODEL_DECODINGS:
+            overrides[options.DECODING.name] = self.overrides[options.DECODING.name]
+        return overrides
 
     @property
     def decoder(self) -> str:
+        """``static`` (``san_decoding``, or the deprecated ``san_decoder``) or ``fairseq``."""
+        if self.overrides.get(options.DECODING.name) == STATIC:
+            return STATIC
         return self.overrides.get("san_decoder", FAIRSEQ)
 
     @property
     def decoder_precision(self) -> str:
-        """The static decoder's precision (``fp32`` unless overridden)."""
-        return self.overrides.get("san_decoder_precision", "fp32")
+        """The static decoder's precision (the option's default unless overridden)."""
+        name = options.DECODER_PRECISION.name
+        return self.overrides.get(name, options.DECODER_PRECISION.default)
 
     def check_overrides(self, valid: Collection[str], precisions: Collection[str]) -> None:
         """ValueError naming the nearest valid key for an override the checkpoint would ignore,
@@ -84,9 +94,22 @@ class SystemSpec:
         """
         what = f"system {self.name}: override of {self.checkpoint}"
         keys = set(valid) | set(GENERATION_KEYS)
+        san = "san_policy" in valid  # a transformer_san checkpoint: every option of the plugin
+        if san:
+            keys |= set(options.option_names())
         for key in self.overrides:
             if key not in keys:
                 raise ValueError(unknown_key_error(what, key, keys))
+        decoding = self.overrides.get(options.DECODING.name, options.FAIRSEQ)
+        if decoding not in options.DECODINGS:
+            raise ValueError(
+                f"{what}: san_decoding must be one of {options.DECODINGS}, not {decoding!r}"
+            )
+        if decoding not in (options.FAIRSEQ, STATIC) and not san:
+            raise ValueError(
+                f"{what}: san_decoding {decoding!r} needs a transformer_san checkpoint (this "
+                "model would decode as fairseq's)"
+            )
         if self.decoder not in DECODERS:
             raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {self.decoder!r}")
         if "san_decoder_precision" not in self.overrides:

@@ -1,7 +1,7 @@
 """A fairseq system: a checkpoint loaded with its overrides, decoded by fairseq's
 SequenceGenerator (``task.build_generator``), as fairseq-generate decodes it, or, with the
-overrides ``"san_decoder": "static"`` and ``"san_decoder_precision": "fp32" | "bf16" | "int8"``,
-by the static-shape decoder (``fairseq_san.static_decoding``, built directly, so that checkpoints
+overrides ``"san_decoding": "static"`` and ``"san_decoder_precision"`` (a row of
+``static_decoding.precision.PRECISIONS``), by the static-shape decoder (``fairseq_san.static_decoding``, built directly, so that checkpoints
 trained with ``--task translation`` take it too).
 
 The checkpoint's configuration decides which model overrides are valid: ``checkpoint_keys``
@@ -123,7 +123,9 @@ class FairseqSystem:
                     [self.model], self.task.target_dictionary, args, precision
                 )
             else:
-                args.san_decoder = FAIRSEQ  # translation_san: whatever its checkpoint says
+                # translation_san: not whatever its checkpoint says (the model's own decoding is
+                # already set, from its overrides)
+                args.san_decoding = args.san_decoder = FAIRSEQ
                 generator = self.task.build_generator([self.model], args)
             self._generator_of = (key, generator)
         return self._generator_of[1]

@@ -19,6 +19,7 @@ import shlex
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import parse_system
 
@@ -48,10 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--system", dest="systems", action="append", required=True, metavar="NAME=CKPT[:JSON]",
         help="a system: a checkpoint and optional model overrides as a JSON object, e.g. "
-        "'nocache=base.pt:{\"san_no_cache\": true}' or "
+        "'nocache=base.pt:{\"san_decoding\": \"no-cache\"}' or "
         "'policy=base.pt:{\"san_policy\": \"{\\\"decoder_self\\\": [1, 5]}\"}'; the keys "
-        "san_decoder (fairseq, static) and san_decoder_precision (fp32, bf16, int8) choose the "
-        "decoder, e.g. 'static=base.pt:{\"san_decoder\": \"static\"}'; repeat the flag",
+        f"{options.DECODING.name} ({', '.join(options.DECODINGS)}) and "
+        f"{options.DECODER_PRECISION.name} (see fairseq-generate --task translation_san --help) "
+        "choose how it is decoded, "
+        "e.g. 'static=base.pt:{\"san_decoding\": \"static\"}'; repeat the flag",
     )  # fmt: skip
     parser.add_argument("--baseline", help="name of the reference system (default: the first)")
     parser.add_argument("--beams", type=int, nargs="+")

@@ -8,11 +8,8 @@ more than it was trained with (``--model-overrides "{'san_policy': ...}"``): the
 the new policy does not use are dropped from the checkpoint on load.
 """
 
-import argparse
-import dataclasses
-import functools
 import logging
-from typing import Dict, Iterable, List, Optional, Tuple, Type
+from typing import Dict, Iterable, List, Optional, Type
 
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -23,7 +20,7 @@ from fairseq.models.transformer import (
 from fairseq.modules import MultiheadAttention
 from torch import nn
 
-from fairseq_san import checkpoints
+from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_has_projections
@@ -36,15 +33,12 @@ from fairseq_san.modules.shared_attention import (
     SharedWeightsAttention,
     attention_kwargs,
 )
-from fairseq_san.tasks.translation_san import (
-    TranslationSANConfig,
-    check_analysis_task,
-    check_generation_options,
-)
 
 logger = logging.getLogger(__name__)
 
-POLICY_FLAGS = {kind: f"san_{kind}_policy" for kind in san_policy.KINDS}
+POLICY_FLAGS = {kind: option.name for kind, option in options.POLICY_OPTIONS.items()}
+
+
 class TransformerSANDecoder(TransformerDecoderBase):
     """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
 
@@ -98,42 +92,8 @@ class TransformerSANModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         group = parser.add_argument_group("Shared attention (SAN)")
-        group.add_argument(
-            "--san-policy",
-            metavar="FILE_OR_JSON",
-            help='sharing policy: a JSON file or JSON text, e.g. {"decoder_self": [1, 5], '
-            '"decoder_encdec": [3, 3], "encoder_self": [6]}; keys optional, block sizes bottom-up',
-        )
-        for kind, flag in POLICY_FLAGS.items():
-            group.add_argument(
-                "--" + flag.replace("_", "-"),
-                metavar="SIZES",
-                help=f"block sizes for {kind.replace('_', ' ')} attention, bottom-up, e.g. 1,5 "
-                "(wins over --san-policy)",
-            )
-        group.add_argument(
-            "--san-encdec-share",
-            choices=["output", "weights"],
-            help="encoder-decoder sharing: the attention output A = S V (Eq. 5, default) "
-            "or only the weights S, each layer keeping its own V projection",
-        )
-        group.add_argument(
-            "--decoder-self-attention-type",
-            choices=["dot", "aan"],
-            help="decoder self-attention: dot-product (default) or the average attention network",
-        )
-        group.add_argument(
-            "--san-fast-decoding",
-            action="store_true",
-            help="decode with a faster attention step (same output): encoder-decoder keys/values "
-            "once per source sentence, shared by its hypotheses; fused q/k/v projection and "
-            "attention kernel in self-attention",
-        )
-        group.add_argument(
-            "--san-no-cache",
-            action="store_true",
-            help="decode without the incremental cache, recomputing the prefix at every step",
-        )
+        for option in options.MODEL_OPTIONS:
+            option.add_argument(group)
 
     @classmethod
     def build_model(cls, args, task):
@@ -149,10 +109,7 @@ class TransformerSANModel(TransformerModel):
         for kind, blocks in policy.items():
             stack, attr = san_policy.KIND_MODULES[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
-        model.decoder.recompute_prefix = bool(args.san_no_cache)
-        model.fast_decoding = bool(args.san_fast_decoding)
-        if model.fast_decoding:
-            use_fast_decoding(model.decoder.layers)
+        model.set_decoding(model_decoding(args))
         logger.info("attention sharing: %s", san_policy.format_policy(policy))
         return model
 
@@ -161,6 +118,18 @@ class TransformerSANModel(TransformerModel):
         return TransformerSANDecoder(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
+
+    fast_decoding: bool = False
+
+    def set_decoding(self, decoding: str) -> None:
+        """Decode with fairseq's step, without the incremental cache (``no-cache``) or with the
+        faster attention step (``fast``): one of ``options.MODEL_DECODINGS``. The task calls this
+        for ``--san-decoding``; the model's own options (a checkpoint's, ``--model-overrides``)
+        decide at build time."""
+        self.decoder.recompute_prefix = decoding == options.NO_CACHE
+        self.fast_decoding = decoding == options.FAST
+        if self.fast_decoding:
+            use_fast_decoding(self.decoder.layers)
 
     def set_beam_size(self, beam_size: int) -> None:
         """fairseq's SequenceGenerator calls this; with ``--san-fast-decoding`` the decoder's
@@ -309,23 +278,13 @@ def use_average_attention(layers: Iterable[nn.Module]) -> None:
         layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
 
 
-@functools.lru_cache(maxsize=None)
-def san_option_names() -> Tuple[str, ...]:
-    """The options of the plugin's namespace (``san_*``): the model's flags and the task's."""
-    parser = argparse.ArgumentParser(add_help=False)
-    TransformerSANModel.add_args(parser)
-    names = {action.dest for action in parser._actions}
-    names |= {field.name for field in dataclasses.fields(TranslationSANConfig)}
-    return tuple(sorted(name for name in names if name.startswith("san_")))
-
-
 def check_san_options(args) -> None:
     """Refuse an unknown ``san_*`` option, naming the nearest known one.
 
     fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
     the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
     """
-    known = san_option_names()
+    known = options.option_names()
     for name in vars(args):
         if name.replace("-", "_").startswith("san_") and name not in known:
             hint = nearest_key_hint(name.replace("-", "_"), known)
@@ -334,15 +293,82 @@ def check_san_options(args) -> None:
             )
 
 
+def model_decoding(args) -> str:
+    """The decoding the model applies to itself (``options.MODEL_DECODINGS``) from its options.
+
+    ``san_decoding`` reaches the model's arguments from the task's options saved in training or
+    from ``--model-overrides``; the deprecated ``san_no_cache`` and ``san_fast_decoding`` (in
+    checkpoints saved before ``--san-decoding``) mean ``no-cache`` and ``fast``: they are kept,
+    and ``san_decoding`` set to what they mean, so that the checkpoint saves the new key too.
+    ``static`` is the task's.
+    """
+    decoding = str(getattr(args, "san_decoding", None) or options.FAIRSEQ)
+    for name in ("san_no_cache", "san_fast_decoding"):
+        meant = options.deprecated_value(name, getattr(args, name, None))
+        if meant is not None and decoding == options.FAIRSEQ:
+            decoding = args.san_decoding = meant
+    return decoding if decoding in options.MODEL_DECODINGS else options.FAIRSEQ
+
+
+def check_analysis_task(args, task) -> None:
+    """Refuse ``--san-analysis-dir`` for a model whose task has no analysis options.
+
+    fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
+    keys that task's config has, so on a checkpoint trained with another task than
+    ``translation_san`` the analysis would be silently skipped. fairseq sets every flag on the
+    model's arguments, though, so the model checks; the message gives the override that switches
+    the task.
+    """
+    cfg = getattr(task, "cfg", None)
+    if not getattr(args, "san_analysis_dir", None) or hasattr(cfg, "san_analysis_dir"):
+        return
+    from fairseq.tasks import TASK_REGISTRY
+
+    given = {
+        option.name: getattr(args, option.name)
+        for option in options.ANALYSIS_OPTIONS
+        if getattr(args, option.name, None) is not None
+    }
+    trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
+    override = {"task": {"_name": "translation_san", **given}}
+    raise UsageError(
+        f"--san-analysis-dir needs the task translation_san, but this checkpoint was trained "
+        f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
+        f'task with --model-overrides "{override!r}"'
+    )
+
+
+def check_generation_options(args, task) -> None:
+    """Refuse a decoder option among the model's options that the task does not apply.
+
+    ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
+    and fairseq-interactive build the generator from the task of their command line, which never
+    reads the model's ``san_decoding`` static or ``san_decoder_precision``: they would be
+    accepted and ignored. A value other than the default that the task does not have is refused
+    with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``).
+    """
+    cfg = getattr(task, "cfg", None)
+    if cfg is None:
+        return
+    for option in options.DECODER_OPTIONS:
+        given = getattr(args, option.name, None)
+        applied = getattr(cfg, option.name, None) or option.default
+        if given is None or str(given) in (str(option.default), str(applied)):
+            continue
+        if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
+            continue
+        raise UsageError(
+            f"{option.name} '{given}' is a model option here (--model-overrides or the "
+            f"checkpoint), which does not choose the decoder: this command decodes with "
+            f"'{applied}'. Pass {option.flag} {given} on the command line (with --task "
+            "translation_san) instead"
+        )
+
+
 def san_base_architecture(args) -> None:
     """fairseq's transformer defaults plus no sharing."""
-    args.san_policy = getattr(args, "san_policy", None)
-    for flag in POLICY_FLAGS.values():
-        setattr(args, flag, getattr(args, flag, None))
-    args.san_encdec_share = getattr(args, "san_encdec_share", None) or "output"
-    args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "dot"
-    args.san_no_cache = getattr(args, "san_no_cache", False)
-    args.san_fast_decoding = getattr(args, "san_fast_decoding", False)
+    for option in options.MODEL_OPTIONS:
+        setattr(args, option.name, getattr(args, option.name, None) or option.default)
     base_architecture(args)
 
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import allocate_cache
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.precision import apply_precision
+from fairseq_san.static_decoding.precision import apply_precision, check_device
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
 # Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
@@ -76,8 +76,7 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("--temperature must be greater than 0")
         self.model = models[0]
         self.model.eval()
-        if precision == "int8" and next(self.model.parameters()).device.type != "cpu":
-            raise StaticDecoderError("--san-decoder-precision int8 on a GPU (CPU only)")
+        check_device(precision, next(self.model.parameters()).device)
         self.step = apply_precision(StaticDecoderStep(self.model.decoder), precision)
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()

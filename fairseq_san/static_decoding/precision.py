@@ -7,24 +7,18 @@ matrix, which is re-blocked at every call; with the same float32 arithmetic, pac
 static decoder from 1.16x to 1.50-1.54x fairseq's speed (docs/results/cpu-yardstick, beam 4,
 2 cores). Packing needs oneDNN (torch's CPU builds have it); a GPU step is left as it is.
 
-Precisions (attention, layer norms, residuals and caches stay float32 except in ``bf16-full``):
-
-* ``fp32``: float32 weights and activations;
-* ``bf16``: bfloat16 weights, the input cast to bfloat16 and the product back to float32, the
-  bias added in float32 (AVX512-BF16 or AMX where the processor has them);
-* ``bf16-fp32-logits``: ``bf16`` but for the output projection, which stays float32: the
-  logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
-  hypothesis of many sentences (measured: docs/results/cpu-yardstick);
-* ``int8``: torch's dynamic quantization: int8 weights per output channel, activations quantized
-  per call (VNNI);
-* ``bf16-full``: every weight, activation and cache of the step in bfloat16 (no cast around each
-  linear layer, half the cache traffic); attention softmax, AAN sums and the final log-softmax
-  stay float32, as in a bf16 fairseq model.
+Precisions are the rows of ``PRECISIONS`` (what the step, ``--san-decoder-precision``'s help,
+the benchmark and its step timer read): attention, layer norms, residuals and caches stay
+float32 except in ``bf16-full``. bfloat16 products use AVX512-BF16 or AMX where the processor has
+them; int8 is torch's dynamic quantization (VNNI). ``bf16-fp32-logits`` exists because the
+logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
+hypothesis of many sentences (measured: docs/results/cpu-yardstick).
 
 Only the step is converted; the model, and its encoder (run once per sentence), stay as loaded.
 """
 
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +26,59 @@ from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
-PRECISIONS = ("fp32", "bf16", "bf16-fp32-logits", "bf16-full", "int8")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A precision of the step: the dtype its linear layers compute in (None: the model's own)
+    and its output projection's, whether the whole step is cast, the devices it runs on, the
+    ``matmul_peak`` key that bounds its arithmetic (benchmark.machine) and what it casts."""
+
+    name: str
+    linear: Optional[torch.dtype]
+    logits: Optional[torch.dtype]
+    cast: str
+    whole_step: bool = False
+    quantized: bool = False
+    devices: Tuple[str, ...] = ("cpu", "cuda")
+    peak: str = "fp32"
+
+
+PRECISIONS: Dict[str, Precision] = {
+    row.name: row
+    for row in (
+        Precision("fp32", None, None, "float32 weights and activations"),
+        Precision(
+            "bf16", torch.bfloat16, torch.bfloat16,
+            "bfloat16 weights; each linear layer's input cast to bfloat16, its product back to "
+            "float32, the bias added in float32", peak="bf16",
+        ),
+        Precision(
+            "bf16-fp32-logits", torch.bfloat16, torch.float32,
+            "bf16 but the output projection in float32 (closer to fp32's translations)",
+            peak="bf16",
+        ),
+        Precision(
+            "bf16-full", torch.bfloat16, torch.bfloat16,
+            "every weight, activation and cache of the step in bfloat16; attention softmax, AAN "
+            "sums and the final log-softmax in float32", whole_step=True, peak="bf16",
+        ),
+        Precision(
+            "int8", torch.qint8, torch.qint8,
+            "int8 weights per output channel, activations quantized per call",
+            quantized=True, devices=("cpu",), peak="int8",
+        ),
+    )
+}  # fmt: skip
+
+
+def precision_help() -> str:
+    """``--san-decoder-precision``'s help: one clause per row of PRECISIONS."""
+    rows = "; ".join(
+        f"{row.name}: {row.cast}" + ("" if "cuda" in row.devices else " (CPU only)")
+        for row in PRECISIONS.values()
+    )
+    return f"--san-decoding static: the precision of the step's linear layers. {rows}"
 
 
 class PackedLinear(nn.Module):
@@ -112,30 +158,39 @@ def to_bfloat16_step(step: nn.Module) -> nn.Module:
 
 
 def apply_precision(step: nn.Module, precision: str) -> nn.Module:
-    """``step`` converted in place to ``precision`` (one of PRECISIONS), its linear layers
+    """``step`` converted in place to ``precision`` (a row of PRECISIONS), its linear layers
     packed where the device allows (see module doc)."""
-    precision = str(precision)  # fairseq's ChoiceEnum member or a plain string
-    if precision not in PRECISIONS:
-        raise StaticDecoderError(f"--san-decoder-precision {precision} (choose from {PRECISIONS})")
-    if precision != "fp32" and step.dtype != torch.float32:
+    row = PRECISIONS.get(str(precision))  # fairseq's ChoiceEnum member or a plain string
+    if row is None:
+        raise StaticDecoderError(
+            f"--san-decoder-precision {precision} (choose from {tuple(PRECISIONS)})"
+        )
+    if row.linear is not None and step.dtype != torch.float32:
         raise StaticDecoderError(
             f"--san-decoder-precision {precision} with a model that is not float32"
         )
     device = step.embed_tokens.device
-    if precision == "int8":
+    if row.quantized:
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
         return quantize_dynamic(
-            step, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+            step, {nn.Linear: per_channel_dynamic_qconfig}, dtype=row.linear, inplace=True
         )
-    if precision == "bf16-full":
+    if row.whole_step:
         step = to_bfloat16_step(step)
-    dtype = torch.bfloat16 if precision.startswith("bf16") else step.dtype
-    logits_dtype = step.dtype if precision == "bf16-fp32-logits" else dtype
-    output_projection = linear_kernel(logits_dtype, device)(step.output_projection)
+    dtype = row.linear or step.dtype
+    output_projection = linear_kernel(row.logits or dtype, device)(step.output_projection)
     replace_linears(step, linear_kernel(dtype, device))
     step.output_projection = output_projection
     return step
+
+
+def check_device(precision: str, device: torch.device) -> None:
+    """StaticDecoderError for a precision that does not run on ``device`` (int8 on a GPU)."""
+    row = PRECISIONS.get(str(precision))
+    if row is not None and device.type not in row.devices:
+        only = " or ".join(name.upper() for name in row.devices)
+        raise StaticDecoderError(f"--san-decoder-precision {precision} on a GPU ({only} only)")
 
 
 def linear_kernel(dtype: torch.dtype, device: torch.device) -> Callable[[nn.Linear], nn.Module]:

@@ -46,57 +46,44 @@ subset is analysed and in the loss, however batches are sized
 import logging
 import os
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
-from fairseq.tasks import TASK_REGISTRY, register_task
+from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import OmegaConf
 from torch import nn
 
 from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+from fairseq_san import options
 from fairseq_san.errors import UsageError
-from fairseq_san.static_decoding.precision import PRECISIONS as STATIC_PRECISIONS
+from fairseq_san.options import Option
+from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
 logger = logging.getLogger(__name__)
 
 
+def option_field(option: Option, help: str = ""):
+    """The dataclass field of ``option`` (fairseq's task options are dataclass fields)."""
+    return field(default=option.default, metadata={"help": help or option.help})
+
+
+ANALYSIS = {option.name: option for option in options.ANALYSIS_OPTIONS}
+DECODER = {option.name: option for option in options.DECODER_OPTIONS}
+
+
 @dataclass
 class TranslationSANConfig(TranslationConfig):
-    san_analysis_dir: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "fairseq-validate only: write the JS divergence between the attention "
-            "weights of every pair of layers (js.json), heatmaps and sample attention here"
-        },
-    )
-    san_analysis_max_sentences: Optional[int] = field(
-        default=None,
-        metadata={"help": "analyse only sentences 0..N-1 of the subset (the loss covers all)"},
-    )
-    san_analysis_save_sentences: int = field(
-        default=4,
-        metadata={"help": "save the attention weights of sentences 0..K-1 as .npz"},
-    )
-    san_analysis_log_interval: int = field(
-        default=100, metadata={"help": "log analysis progress every N analysed batches"}
-    )
-    san_decoder: ChoiceEnum(["fairseq", "static"]) = field(
-        default="fairseq",
-        metadata={
-            "help": "generation: fairseq's SequenceGenerator, or the static-shape decoder "
-            "(fairseq_san.static_decoding: same translations, less per-step overhead)"
-        },
-    )
-    san_decoder_precision: ChoiceEnum(list(STATIC_PRECISIONS)) = field(
-        default="fp32",
-        metadata={
-            "help": "--san-decoder static on the CPU: fp32, bf16 or int8 linear layers, "
-            "bf16-fp32-logits (bf16 but the output projection in fp32: closer to fp32's "
-            "translations), or bf16-full (the whole step in bfloat16)"
-        },
+    san_analysis_dir: Optional[str] = option_field(ANALYSIS["san_analysis_dir"])
+    san_analysis_max_sentences: Optional[int] = option_field(ANALYSIS["san_analysis_max_sentences"])
+    san_analysis_save_sentences: int = option_field(ANALYSIS["san_analysis_save_sentences"])
+    san_analysis_log_interval: int = option_field(ANALYSIS["san_analysis_log_interval"])
+    san_decoding: ChoiceEnum(options.DECODINGS) = option_field(options.DECODING)
+    san_decoder: ChoiceEnum(DECODER["san_decoder"].choices) = option_field(DECODER["san_decoder"])
+    san_decoder_precision: ChoiceEnum(list(PRECISIONS)) = option_field(
+        options.DECODER_PRECISION, help=precision_help()
     )
 
 
@@ -172,12 +159,17 @@ class TranslationSANTask(TranslationTask):
         extra_gen_cls_kwargs=None,
         prefix_allowed_tokens_fn=None,
     ):
-        """fairseq's generator, or with ``--san-decoder static`` the static-shape decoder.
+        """fairseq's generator on the models set to ``--san-decoding``, or the static decoder.
 
-        ``args`` (the generation options) may carry ``san_decoder`` and ``san_decoder_precision``
-        themselves (the benchmark does); otherwise the task's options decide.
+        ``args`` (the generation options) may carry ``san_decoding`` (or the deprecated
+        ``san_decoder``) and ``san_decoder_precision`` themselves (the benchmark does);
+        otherwise the task's options decide.
         """
-        if (getattr(args, "san_decoder", None) or self.cfg.san_decoder) != "static":
+        decoding = self.decoding(args)
+        if decoding != options.STATIC:
+            for model in models:
+                if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
+                    model.set_decoding(decoding)
             return super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
@@ -194,6 +186,15 @@ class TranslationSANTask(TranslationTask):
             extra_gen_cls_kwargs,
             prefix_allowed_tokens_fn,
         )
+
+    def decoding(self, args) -> str:
+        """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
+        gives way to the deprecated ``--san-decoder static``."""
+        decoding = str(getattr(args, "san_decoding", None) or self.cfg.san_decoding)
+        if decoding != options.FAIRSEQ:
+            return decoding
+        legacy = getattr(args, "san_decoder", None) or self.cfg.san_decoder
+        return options.deprecated_value("san_decoder", legacy) or decoding
 
     def reduce_metrics(self, logging_outputs, criterion):
         """fairseq-validate calls this once per subset, after its last batch: write the analysis."""
@@ -243,59 +244,6 @@ def check_analysis_options(cfg: TranslationSANConfig) -> None:
         raise UsageError(
             f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
         ) from None
-
-
-def check_analysis_task(args, task) -> None:
-    """Refuse ``--san-analysis-dir`` for a model whose task is not ``translation_san``.
-
-    fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
-    keys that task's config has, so on a checkpoint trained with another task the analysis would
-    be silently skipped. fairseq sets every flag on the model's arguments, though, so the model
-    (``TransformerSANModel.build_model``) calls this; the message gives the override that
-    switches the task.
-    """
-    if not getattr(args, "san_analysis_dir", None) or isinstance(task, TranslationSANTask):
-        return
-    given = {
-        name: getattr(args, name)
-        for name in (option.name for option in fields(TranslationSANConfig))
-        if name.startswith("san_analysis") and getattr(args, name, None) is not None
-    }
-    trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
-    override = {"task": {"_name": "translation_san", **given}}
-    raise UsageError(
-        f"--san-analysis-dir needs the task translation_san, but this checkpoint was trained "
-        f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
-        f'task with --model-overrides "{override!r}"'
-    )
-
-
-GENERATION_OPTIONS = ("san_decoder", "san_decoder_precision")
-
-
-def check_generation_options(args, task) -> None:
-    """Refuse a decoder option among the model's options that the task does not apply.
-
-    ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
-    and fairseq-interactive build the generator from the task of their command line, which never
-    reads the model's ``san_decoder``: it would be accepted and ignored. A value other than the
-    default that the task does not have is refused with the flag that works; the model
-    (``TransformerSANModel.build_model``) calls this.
-    """
-    cfg = getattr(task, "cfg", None)
-    if cfg is None:
-        return
-    for name in GENERATION_OPTIONS:
-        given = getattr(args, name, None)
-        default = TranslationSANConfig.__dataclass_fields__[name].default
-        applied = getattr(cfg, name, None) or default
-        if given is not None and str(given) not in (str(default), str(applied)):
-            flag = "--" + name.replace("_", "-")
-            raise UsageError(
-                f"{name} '{given}' is a model option here (--model-overrides or the checkpoint), "
-                f"which does not choose the decoder: this command decodes with '{applied}'. Pass "
-                f"{flag} {given} on the command line (with --task translation_san) instead"
-            )
 
 
 def _root_config_value(cfg, key: str):

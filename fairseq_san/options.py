@@ -1,0 +1,174 @@
+"""The plugin's options, written once: the model's, the decoder's and the analysis's.
+
+fairseq reads a model's options from argparse (``TransformerSANModel.add_args``) and a task's
+from a dataclass (``TranslationSANConfig``); both are built from the tables here, and so are the
+list of known ``san_*`` names (``option_names``), the benchmark's override keys and the help
+texts. A new option is one new row. Pure Python: the benchmark's ``--help`` imports this.
+
+How a checkpoint is decoded is one switch, ``--san-decoding`` (``DECODINGS``); the flags it
+replaced (``--san-no-cache``, ``--san-fast-decoding``, ``--san-decoder static``) still work and
+warn once (``deprecated_value``).
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from fairseq_san.policy import KINDS
+
+logger = logging.getLogger(__name__)
+
+# How fairseq-generate decodes: fairseq's SequenceGenerator and attention step; the same without
+# the incremental cache (the paper's "Baseline-Cache"); the faster attention step
+# (modules.decoding_attention); the static-shape decoder (static_decoding).
+FAIRSEQ, NO_CACHE, FAST, STATIC = "fairseq", "no-cache", "fast", "static"
+DECODINGS = (FAIRSEQ, NO_CACHE, FAST, STATIC)
+# The decodings the model applies to itself (the others choose the generator: the task's job).
+MODEL_DECODINGS = (FAIRSEQ, NO_CACHE, FAST)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name (``san_x`` is the flag ``--san-x``), help, default and choices.
+
+    ``alias_of`` marks a deprecated option: the (option, value) it stands for when it is set.
+    """
+
+    name: str
+    help: str
+    default: object = None
+    choices: Optional[Tuple[str, ...]] = None
+    metavar: Optional[str] = None
+    alias_of: Optional[Tuple[str, str]] = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def add_argument(self, parser) -> None:
+        """Add to an argparse parser or group; the value stays None unless given (fairseq's
+        architecture functions fill the defaults, so that a checkpoint's own values win)."""
+        if self.default is False:
+            parser.add_argument(self.flag, action="store_true", help=self.help)
+        else:
+            parser.add_argument(
+                self.flag, choices=self.choices, metavar=self.metavar, help=self.help
+            )
+
+
+POLICY_OPTIONS = {
+    kind: Option(
+        f"san_{kind}_policy",
+        f"block sizes for {kind.replace('_', ' ')} attention, bottom-up, e.g. 1,5 "
+        "(wins over --san-policy)",
+        metavar="SIZES",
+    )
+    for kind in KINDS
+}
+
+MODEL_OPTIONS = (
+    Option(
+        "san_policy",
+        'sharing policy: a JSON file or JSON text, e.g. {"decoder_self": [1, 5], '
+        '"decoder_encdec": [3, 3], "encoder_self": [6]}; keys optional, block sizes bottom-up',
+        metavar="FILE_OR_JSON",
+    ),
+    *POLICY_OPTIONS.values(),
+    Option(
+        "san_encdec_share",
+        "encoder-decoder sharing: the attention output A = S V (Eq. 5, default) "
+        "or only the weights S, each layer keeping its own V projection",
+        default="output",
+        choices=("output", "weights"),
+    ),
+    Option(
+        "decoder_self_attention_type",
+        "decoder self-attention: dot-product (default) or the average attention network",
+        default="dot",
+        choices=("dot", "aan"),
+    ),
+    Option(
+        "san_fast_decoding",
+        "deprecated: --san-decoding fast",
+        default=False,
+        alias_of=("san_decoding", FAST),
+    ),
+    Option(
+        "san_no_cache",
+        "deprecated: --san-decoding no-cache",
+        default=False,
+        alias_of=("san_decoding", NO_CACHE),
+    ),
+)
+
+DECODING = Option(
+    "san_decoding",
+    "how to decode: fairseq (fairseq's SequenceGenerator), no-cache (the same without the "
+    "incremental cache, recomputing the prefix at every step: the paper's Baseline-Cache), "
+    "fast (a faster attention step, same output: encoder-decoder keys/values once per source "
+    "sentence, fused q/k/v projection and attention kernel) or static (the static-shape decoder, "
+    "fairseq_san.static_decoding: same translations, less per-step overhead)",
+    default=FAIRSEQ,
+    choices=DECODINGS,
+)
+# Its choices and help come from the table of precisions (static_decoding.precision).
+DECODER_PRECISION = Option(
+    "san_decoder_precision", "--san-decoding static: the precision of the step", default="fp32"
+)
+DECODER_OPTIONS = (
+    DECODING,
+    Option(
+        "san_decoder",
+        "deprecated: --san-decoding static",
+        default=FAIRSEQ,
+        choices=(FAIRSEQ, STATIC),
+        alias_of=("san_decoding", STATIC),
+    ),
+    DECODER_PRECISION,
+)
+
+ANALYSIS_OPTIONS = (
+    Option(
+        "san_analysis_dir",
+        "fairseq-validate only: write the JS divergence between the attention weights of every "
+        "pair of layers (js.json), heatmaps and sample attention here",
+    ),
+    Option(
+        "san_analysis_max_sentences",
+        "analyse only sentences 0..N-1 of the subset (the loss covers all)",
+    ),
+    Option(
+        "san_analysis_save_sentences", "save the attention weights of sentences 0..K-1 as .npz", 4
+    ),
+    Option("san_analysis_log_interval", "log analysis progress every N analysed batches", 100),
+)
+
+OPTIONS: Dict[str, Option] = {
+    option.name: option for option in MODEL_OPTIONS + DECODER_OPTIONS + ANALYSIS_OPTIONS
+}
+
+
+def option_names() -> Tuple[str, ...]:
+    """The plugin's ``san_*`` names: the model's options and the task's."""
+    return tuple(sorted(name for name in OPTIONS if name.startswith("san_")))
+
+
+_warned = set()
+
+
+def deprecated_value(name: str, value: object) -> Optional[str]:
+    """The value of ``san_decoding`` that the deprecated option ``name`` set to ``value`` stands
+    for (logged once per process), or None when it is not set."""
+    option = OPTIONS[name]
+    target, meant = option.alias_of
+    if not (value is True or str(value) == meant):
+        return None
+    if name not in _warned:
+        _warned.add(name)
+        logger.warning(
+            "%s is deprecated: use %s %s (it means the same)",
+            option.flag if value is True else f"{option.flag} {value}",
+            OPTIONS[target].flag,
+            meant,
+        )
+    return meant

@@ -1,0 +1,123 @@
+"""Tests for the fast incremental-decoding attention (``fairseq_san.modules.decoding_attention``,
+``--san-fast-decoding``): same translations as fairseq's step, same state dict and training.
+"""
+
+from typing import Dict
+
+import pytest
+import torch
+
+from fairseq.modules import MultiheadAttention
+from helpers import (
+    AAN,
+    ATOL,
+    BEAM_BATCH,
+    assert_same_hypotheses,
+    build,
+    favour_eos,
+    generate,
+    make_dictionary,
+    policy_argv,
+    record_reorders,
+    shrank,
+    source_batch,
+    staggering_eos_bonus,
+)
+from fairseq_san.modules.decoding_attention import DecodingAttention
+
+DICT = make_dictionary(24)
+
+
+def count_fast_steps(model) -> Dict[str, int]:
+    """Count the fast self-attention and encoder-decoder steps the model's modules take."""
+    counts = {"_self_step": 0, "_encoder_step": 0}
+    for module in model.decoder.modules():
+        if isinstance(module, DecodingAttention):
+            for name in counts:
+                method = getattr(module, name)
+
+                def counted(*args, _method=method, _name=name, **kwargs):
+                    counts[_name] += 1
+                    return _method(*args, **kwargs)
+
+                setattr(module, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], policy_argv("1,5", "3,3", "2,4"), policy_argv("2,2,2", "1,5", share="weights"),
+     AAN + ["--san-decoder-encdec-policy", "3,3"]],
+    ids=["baseline", "san-output", "san-weights", "aan-encdec33"],
+)  # fmt: skip
+def test_fast_decoding_gives_the_same_translations(argv):
+    """--san-fast-decoding keeps the encoder-decoder keys/values once per sentence and fuses the
+    self-attention step; the n-best lists (sentences finishing at different steps, so the batch
+    shrinks) must be those of the plain model, and the fast path must really have run."""
+    plain, _ = build(argv, dictionary=DICT, seed=101)
+    fast, args = build(argv + ["--san-fast-decoding"], dictionary=DICT, seed=102)
+    assert args.san_fast_decoding
+    fast.load_state_dict(plain.state_dict(), strict=True, model_cfg=None)
+    src_tokens, src_lengths = source_batch(DICT, BEAM_BATCH, seed=103)
+    kwargs = dict(beam=4, min_len=1, max_len_a=0, max_len_b=10)
+    favour_eos(fast, staggering_eos_bonus(plain, src_tokens, src_lengths, **kwargs))
+    expected = generate(plain, DICT, src_tokens, src_lengths, **kwargs)
+    orders = record_reorders(fast)
+    steps = count_fast_steps(fast)
+    actual = generate(fast, DICT, src_tokens, src_lengths, **kwargs)
+    assert_same_hypotheses(expected, actual, atol=ATOL)
+    assert shrank(orders, len(BEAM_BATCH) * 4)
+    assert steps["_encoder_step"] > 0
+    assert (steps["_self_step"] > 0) == ("aan" not in argv)
+    assert any(getattr(m, "beam_size", 1) == 4 for m in fast.decoder.modules())
+
+
+def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq():
+    """The flag changes no parameter, and outside incremental decoding nothing changes at all."""
+    plain, _ = build([], dictionary=DICT, seed=101)
+    fast, _ = build(["--san-fast-decoding"], dictionary=DICT, seed=102)
+    assert plain.state_dict().keys() == fast.state_dict().keys()
+    fast.load_state_dict(plain.state_dict(), strict=True, model_cfg=None)
+    assert isinstance(fast.decoder.layers[0].self_attn, DecodingAttention)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3], seed=7)
+    prev = source_batch(DICT, [4, 4], seed=8)[0]
+    plain.eval(), fast.eval()
+    with torch.no_grad():
+        expected = plain(src_tokens, src_lengths, prev)[0]
+        actual = fast(src_tokens, src_lengths, prev)[0]
+    assert torch.equal(expected, actual)
+
+
+@pytest.mark.parametrize("need_head_weights", [False, True])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_fast_attention_step_equals_fairseq_step(beam, need_head_weights):
+    """One module, several steps with a reorder in between: the fast step's output and returned
+    weights equal fairseq's, for self-attention and for encoder-decoder attention."""
+    torch.manual_seed(0)
+    sentences, embed, heads, src_len = 2, 16, 4, 5
+    hypotheses = sentences * beam
+    encoder_out = torch.randn(src_len, sentences, embed).repeat_interleave(beam, dim=1)
+    padding = torch.zeros(sentences, src_len, dtype=torch.bool)
+    padding[1, -2:] = True
+    padding = padding.repeat_interleave(beam, dim=0)
+    order = torch.arange(hypotheses).view(sentences, beam).flip(1).reshape(-1)
+    for kind in ("self_attention", "encoder_decoder_attention"):
+        reference = MultiheadAttention(embed, heads, **{kind: True}).eval()
+        fast = DecodingAttention(embed, heads, **{kind: True}).eval()
+        fast.load_state_dict(reference.state_dict())
+        fast.fast_decoding = True
+        fast.set_beam_size(beam)
+        states = ({}, {})
+        for step in range(3):
+            query = torch.randn(1, hypotheses, embed)
+            extra = dict(key=encoder_out, value=encoder_out, key_padding_mask=padding,
+                         static_kv=True) if kind != "self_attention" else dict(key=query, value=query)
+            outputs = [
+                module(query, incremental_state=state, need_weights=True,
+                       need_head_weights=need_head_weights, **extra)
+                for module, state in zip((reference, fast), states)
+            ]  # fmt: skip
+            for expected, actual in zip(*outputs):
+                assert torch.allclose(expected, actual, atol=1e-6), (kind, step)
+            for module, state in zip((reference, fast), states):
+                module.reorder_incremental_state(state, order)

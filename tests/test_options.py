@@ -1,0 +1,135 @@
+"""The options schema (``fairseq_san.options``): one table read by the model, the task and the
+benchmark; one decoding switch, ``--san-decoding``, whose old flags still work and warn once."""
+
+import argparse
+import ast
+import logging
+
+import pytest
+
+from helpers import REPO, build, make_dictionary, parse_args
+from fairseq_san import options
+from fairseq_san.models.transformer_san import TransformerSANModel
+from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+DICT = make_dictionary(24)
+
+
+@pytest.fixture(autouse=True)
+def warn_again(monkeypatch):
+    """Each test sees the once-per-process deprecation warnings afresh."""
+    monkeypatch.setattr(options, "_warned", set())
+
+
+def test_option_names_are_the_model_flags_and_the_task_fields():
+    """What the throwaway parser used to find: every ``san_*`` flag and task field, and no more."""
+    parser = argparse.ArgumentParser(add_help=False)
+    TransformerSANModel.add_args(parser)
+    names = {action.dest for action in parser._actions}
+    names |= set(TranslationSANConfig.__dataclass_fields__)
+    assert options.option_names() == tuple(sorted(n for n in names if n.startswith("san_")))
+
+
+def test_the_model_does_not_import_the_task():
+    for path in (REPO / "fairseq_san" / "models").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("fairseq_san.tasks"), path.name
+
+
+@pytest.mark.parametrize(
+    "argv, decoding",
+    [
+        ([], "fairseq"),
+        (["--san-no-cache"], "no-cache"),
+        (["--san-fast-decoding"], "fast"),
+        (["--san-no-cache", "--san-fast-decoding"], "no-cache"),  # the cache-free step won
+    ],
+)
+def test_old_model_flags_map_to_san_decoding_and_warn_once(argv, decoding, caplog):
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.options"):
+        model, args = build(argv, dictionary=DICT)
+        build(argv, dictionary=DICT)
+    assert getattr(args, "san_decoding", "fairseq") == decoding  # saved besides the old key
+    assert model.decoder.recompute_prefix == (decoding == "no-cache")
+    assert model.fast_decoding == (decoding == "fast")
+    warnings = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(warnings) == len(argv)
+    for flag in argv:
+        assert any(w.startswith(f"{flag} is deprecated: use --san-decoding") for w in warnings)
+
+
+@pytest.mark.parametrize("decoding", ["no-cache", "fast"])
+def test_san_decoding_in_the_model_options_sets_the_model(decoding, caplog):
+    """As ``--model-overrides "{'san_decoding': ...}"`` sets it on a checkpoint's arguments."""
+    args = parse_args("transformer_san", ["--encoder-layers", "2", "--decoder-layers", "2"])
+    args.san_decoding = decoding
+    with caplog.at_level(logging.WARNING):
+        model = TransformerSANModel.build_model(args, StandIn())
+    assert model.decoder.recompute_prefix == (decoding == "no-cache")
+    assert model.fast_decoding == (decoding == "fast")
+    assert "deprecated" not in caplog.text
+
+
+class StandIn:
+    source_dictionary = target_dictionary = DICT
+
+
+def generation_args(**given) -> argparse.Namespace:
+    return argparse.Namespace(beam=2, max_len_a=0, max_len_b=5, min_len=1, lenpen=1.0, **given)
+
+
+@pytest.mark.parametrize(
+    "task_options, static, recompute, fast, warned",
+    [
+        ({}, False, False, False, False),
+        ({"san_decoding": "static"}, True, False, False, False),
+        ({"san_decoder": "static"}, True, False, False, True),
+        ({"san_decoding": "no-cache"}, False, True, False, False),
+        ({"san_decoding": "fast"}, False, False, True, False),
+    ],
+)
+def test_the_task_applies_san_decoding(task_options, static, recompute, fast, warned, caplog):
+    task = TranslationSANTask(TranslationSANConfig(**task_options), DICT, DICT)
+    model, _ = build(dictionary=DICT)
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.options"):
+        generator = task.build_generator([model], generation_args())
+    assert isinstance(generator, StaticSequenceGenerator) == static
+    assert (model.decoder.recompute_prefix, model.fast_decoding) == (recompute, fast)
+    assert ("--san-decoder static is deprecated: use --san-decoding static" in caplog.text) == warned
+
+
+def test_static_san_decoding_as_a_model_option_is_refused_with_the_flag_that_works():
+    from fairseq_san.errors import UsageError
+
+    args = parse_args("transformer_san", ["--encoder-layers", "2", "--decoder-layers", "2"])
+    args.san_decoding = "static"
+    stand_in = StandIn()
+    stand_in.cfg = TranslationSANConfig()
+    with pytest.raises(UsageError, match="Pass --san-decoding static on the command line"):
+        TransformerSANModel.build_model(args, stand_in)
+
+
+def test_benchmark_reads_san_decoding():
+    from fairseq_san.benchmark.config import parse_system
+
+    static = parse_system('s=m.pt:{"san_decoding": "static", "san_decoder_precision": "bf16"}')
+    assert (static.decoder, static.decoder_precision, static.model_overrides) == (
+        "static", "bf16", {}
+    )
+    fast = parse_system('f=m.pt:{"san_decoding": "fast"}')
+    assert (fast.decoder, fast.model_overrides) == ("fairseq", {"san_decoding": "fast"})
+    valid = {"san_policy", "dropout"}  # a transformer_san checkpoint saved before san_decoding
+    fast.check_overrides(valid, ("fp32",))
+    with pytest.raises(ValueError, match="san_decoding must be one of .*not 'fsat'"):
+        parse_system('f=m.pt:{"san_decoding": "fsat"}').check_overrides(valid, ("fp32",))
+    with pytest.raises(ValueError, match="'fast' needs a transformer_san checkpoint"):
+        fast.check_overrides({"dropout"}, ("fp32",))  # fairseq's transformer would ignore it
+
+
+def test_bench_help_names_the_decoder_keys_and_the_decodings():
+    from fairseq_san.cli.bench import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "san_decoding (fairseq, no-cache, fast, static) and san_decoder_precision" in text

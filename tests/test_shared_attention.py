@@ -1,0 +1,127 @@
+"""Tests for shared attention (``fairseq_san.modules.shared_attention``, paper section 3.2).
+
+An independent re-implementation of the SAN equations (Eqs. 4-6) against the model's forward
+pass, the modules a policy replaces, and fairseq's quant-noise kept on shared attention.
+"""
+
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+from helpers import (
+    ATOL,
+    POLICIES,
+    build,
+    decoder_logits,
+    make_dictionary,
+    max_diff,
+    policy_argv,
+    reference_forward,
+    source_batch,
+    target_prefixes,
+)
+from fairseq_san.modules.shared_attention import (
+    BlockLeaderAttention,
+    SharedContextAttention,
+    SharedWeightsAttention,
+)
+
+DICT = make_dictionary(24)
+
+
+def blocks_of(text: Optional[str]) -> Optional[List[int]]:
+    return None if text is None else [int(v) for v in text.split(",")]
+
+
+def policy_of(argv: Sequence[str]) -> Dict[str, List[int]]:
+    flags = {
+        "--san-decoder-self-policy": "decoder_self",
+        "--san-decoder-encdec-policy": "decoder_encdec",
+        "--san-encoder-self-policy": "encoder_self",
+    }
+    return {flags[a]: blocks_of(b) for a, b in zip(argv, argv[1:]) if a in flags}
+
+
+@pytest.mark.parametrize(
+    "name", ["self15-encdec33-enc24", "self222-encdec6-weights", "self33-encdec15"]
+)
+def test_forward_matches_paper_equations(name):
+    argv = POLICIES[name]
+    model, _ = build(argv, dictionary=DICT, seed=5)
+    share = "weights" if "weights" in argv else "output"
+    src_tokens, src_lengths = source_batch(DICT, [6, 2, 5], seed=3)
+    prev = target_prefixes(DICT, 3, 7, seed=4)
+    expected = reference_forward(model, src_tokens, src_lengths, prev, policy_of(argv), share)
+    actual = decoder_logits(model, src_tokens, src_lengths, prev)
+    assert max_diff(expected, actual) <= ATOL
+
+
+def test_sharing_changes_the_computation():
+    """Sharing is not a no-op: the same weights give other logits with a policy than without
+    (so the equality checks of this file can tell sharing from no sharing)."""
+    shared, _ = build(POLICIES["self15-encdec33-enc24"], dictionary=DICT, seed=6)
+    unshared6, _ = build(["--encoder-layers", "6"], dictionary=DICT, seed=5)
+    shared.load_state_dict(unshared6.state_dict(), strict=True, model_cfg=None)
+    src_tokens, src_lengths = source_batch(DICT, [6, 2, 5], seed=3)
+    prev = target_prefixes(DICT, 3, 7, seed=4)
+    assert max_diff(
+        decoder_logits(unshared6, src_tokens, src_lengths, prev),
+        decoder_logits(shared, src_tokens, src_lengths, prev),
+    ) > 1e-2
+    # ... and the reference implementation follows the policy it is given.
+    assert max_diff(
+        reference_forward(unshared6, src_tokens, src_lengths, prev, {}),
+        decoder_logits(unshared6, src_tokens, src_lengths, prev),
+    ) <= ATOL
+
+
+def test_policy_replaces_the_right_modules():
+    model, args = build(POLICIES["self15-encdec33-enc24"], dictionary=DICT)
+    dec, enc = model.decoder.layers, model.encoder.layers
+    assert [type(layer.self_attn) for layer in dec] == [
+        type(dec[0].self_attn),
+        BlockLeaderAttention,
+        *[SharedWeightsAttention] * 4,
+    ]
+    assert type(dec[0].self_attn).__name__ == "MultiheadAttention"
+    assert [type(layer.encoder_attn) for layer in dec] == [
+        BlockLeaderAttention,
+        SharedContextAttention,
+        SharedContextAttention,
+    ] * 2
+    assert [type(layer.self_attn) for layer in enc] == [
+        BlockLeaderAttention,
+        SharedWeightsAttention,
+        BlockLeaderAttention,
+        *[SharedWeightsAttention] * 3,
+    ]
+    # One block object per block, shared by its leader and followers.
+    assert dec[1].self_attn.block is dec[5].self_attn.block
+    assert dec[0].encoder_attn.block is dec[2].encoder_attn.block
+    assert dec[2].encoder_attn.block is not dec[3].encoder_attn.block
+    for layer in dec[2:]:
+        assert not hasattr(layer.self_attn, "q_proj") and not hasattr(layer.self_attn, "k_proj")
+    assert not any(hasattr(dec[1].encoder_attn, p) for p in ("q_proj", "k_proj", "v_proj"))
+
+
+def test_quant_noise_is_kept_on_shared_attention():
+    """--quant-noise-pq puts a forward pre-hook (fairseq.modules.quant_noise) on every attention
+    projection. Replacing a layer's attention for sharing must keep it on the projections that
+    remain, or the shared layers silently train without quantization noise."""
+    argv = ["--quant-noise-pq", "0.1", "--quant-noise-pq-block-size", "8", "--encoder-layers", "6"]
+    unshared, _ = build(argv, dictionary=DICT)
+    shared, _ = build(argv + policy_argv("1,5", "3,3", "2,4"), dictionary=DICT)
+
+    def hooks(model):
+        counts = {}
+        for name, module in model.named_modules():
+            if name.endswith(("q_proj", "k_proj", "v_proj", "out_proj")):
+                counts[name] = len(module._forward_pre_hooks)
+        return counts
+
+    expected = hooks(unshared)
+    assert set(expected.values()) == {1}
+    actual = hooks(shared)
+    assert set(actual) < set(expected)
+    missing = sorted(name for name, count in actual.items() if count != 1)
+    assert not missing, f"projections without quant noise: {missing}"

@@ -20,3 +20,27 @@ def binarized_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     raw = write_corpus(root / "raw")
     return preprocess(raw, root / "data-bin")
+
+
+# The toy Multi30k prepared by examples/multi30k/prepare.sh, once per test module that uses it.
+@pytest.fixture(scope="module")
+def multi30k_raw(tmp_path_factory):
+    from helpers import write_fake_multi30k
+
+    return write_fake_multi30k(tmp_path_factory.mktemp("multi30k-raw"))
+
+
+@pytest.fixture(scope="module")
+def prepared(multi30k_raw, tmp_path_factory):
+    """(OUT, result of the first prepare.sh run), shared with the loop tests."""
+    from helpers import PREPARE, output_of, prepare_env, run_script
+
+    out = tmp_path_factory.mktemp("multi30k") / "data-bin"
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(multi30k_raw))
+    assert result.returncode == 0, output_of(result)[-4000:]
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def data(prepared):
+    return prepared[0]

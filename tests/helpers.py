@@ -6,6 +6,8 @@ dictionaries. Sizes are tiny so that every test runs in seconds on a CPU.
 """
 
 import gzip
+import importlib.util
+import json
 import os
 import random
 import subprocess
@@ -623,3 +625,22 @@ def prepare_env(raw: Path) -> Dict[str, str]:
     env.update(MULTI30K_DIR=str(raw), VOCAB_SIZE=str(VOCAB_SIZE))
     return env
 
+
+ONE_BLOCK = {"decoder_self": [6], "decoder_encdec": [6], "encoder_self": None}
+
+
+def run_loop(data: Path, run_dir: Path, *options: str, updates: int = 20):
+    return run_script(LOOP, *loop_args(data, run_dir, *options, updates=updates))
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_builder():
+    """scripts/build_offline_bundle.py as a module (it is a script, not a package module)."""
+    path = REPO / "scripts" / "build_offline_bundle.py"
+    spec = importlib.util.spec_from_file_location("build_offline_bundle", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -28,7 +28,7 @@ from helpers import REPO, cli_env, run_cli
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
 sys.path.insert(0, str(CAMPAIGN))
-from test_recipes import PREPARE, prepare_env, run_script, snapshot, write_fake_multi30k
+from helpers import PREPARE, prepare_env, run_script, snapshot, write_fake_multi30k
 
 RUN = REPO / "docs" / "results" / "converged" / "run.sh"
 PRESET = REPO / "examples" / "presets" / "gpu-converge.args"
@@ -380,7 +380,7 @@ def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkey
 
 
 def test_bundle_carries_the_heldout_sources(tmp_path):
-    from test_offline_bundle import load_builder
+    from helpers import load_builder
 
     sources = tmp_path / "heldout"
     sources.mkdir()

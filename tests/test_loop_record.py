@@ -11,14 +11,11 @@ from typing import List, Tuple
 
 import pytest
 
-from test_recipes import (  # noqa: F401  (fixtures: the toy Multi30k, prepared once here)
+from helpers import (
     LOOP,
     ONE_BLOCK,
-    data,
     loop_args,
-    multi30k_raw,
     output_of,
-    prepared,
     read_json,
     run_loop,
     run_script,

@@ -6,7 +6,6 @@ setuptools), as the GPU machine has, with pip barred from any index. There fairs
 with the plugin from the bundle, and the plugin's commands run.
 """
 
-import importlib.util
 import json
 import os
 import shlex
@@ -18,17 +17,9 @@ from typing import Dict
 
 import pytest
 
-from helpers import REPO, train_argv
+from helpers import REPO, load_builder, train_argv
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def load_builder():
-    path = REPO / "scripts" / "build_offline_bundle.py"
-    spec = importlib.util.spec_from_file_location("build_offline_bundle", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def machine_with_only_torch(root: Path) -> Dict[str, str]:

@@ -29,43 +29,33 @@ from typing import Dict, List, Sequence, Tuple
 import pytest
 import torch
 
-from helpers import (  # noqa: F401  (the recipe helpers; other test files import them from here)
+from helpers import (
     EN_WORDS,
-    LOOP,
+    ONE_BLOCK,
     PREPARE,
     REPO,
     SPLITS,
     TEST_BLEU,
-    TINY_LOOP_TRAIN,
     VOCAB_SIZE,
     cli_env,
     fairseq_generate,
-    loop_args,
     output_of,
     prepare_env,
+    read_json,
     run_cli,
+    run_loop,
     run_script,
     snapshot,
     train_argv,
-    write_fake_multi30k,
 )
 
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
 
 NO_SHARING = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
-ONE_BLOCK = {"decoder_self": [6], "decoder_encdec": [6], "encoder_self": None}
 DONE_LINE = "== the policy did not change: done after iteration 1"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def run_loop(data: Path, run_dir: Path, *options: str, updates: int = 20):
-    return run_script(LOOP, *loop_args(data, run_dir, *options, updates=updates))
-
-
-def read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -88,25 +78,6 @@ def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
 
 
 # --- prepare.sh -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def multi30k_raw(tmp_path_factory) -> Path:
-    return write_fake_multi30k(tmp_path_factory.mktemp("multi30k-raw"))
-
-
-@pytest.fixture(scope="module")
-def prepared(multi30k_raw, tmp_path_factory):
-    """(OUT, result of the first prepare.sh run), shared with the loop tests."""
-    out = tmp_path_factory.mktemp("multi30k") / "data-bin"
-    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(multi30k_raw))
-    assert result.returncode == 0, output_of(result)[-4000:]
-    return out, result
-
-
-@pytest.fixture(scope="module")
-def data(prepared) -> Path:
-    return prepared[0]
 
 
 @pytest.mark.slow

@@ -326,3 +326,17 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
     fairseq, static = interactive(), interactive("--san-decoder", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
+
+
+def test_precision_table_drives_the_help_and_the_devices():
+    """A precision is one row: the help names each, and its devices are checked from it."""
+    from fairseq_san.static_decoding.precision import PRECISIONS, check_device, precision_help
+
+    text = precision_help()
+    for name, row in PRECISIONS.items():
+        assert f"{name}: {row.cast}" in text
+    check_device("int8", torch.device("cpu"))
+    check_device("bf16", torch.device("cuda"))
+    with pytest.raises(StaticDecoderError, match="int8 on a GPU .CPU only"):
+        check_device("int8", torch.device("cuda"))
+

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
-from fairseq_san.policy import KIND_MODULES, KINDS
+from fairseq_san.policy import KIND_MODULES, KIND_TABLE, KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +135,9 @@ class LayerAnalysis:
         net_input = sample["net_input"]
         src_mask = net_input["src_tokens"].index_select(0, rows).ne(src_pad)
         tgt_mask = net_input["prev_output_tokens"].index_select(0, rows).ne(tgt_pad)
+        stacks = {"decoder": tgt_mask, "encoder": src_mask}
         masks = {  # (query mask, key mask) per kind
-            "decoder_self": (tgt_mask, tgt_mask),
-            "decoder_encdec": (tgt_mask, src_mask),
-            "encoder_self": (src_mask, src_mask),
+            name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()
         }
         ids = sample["id"].index_select(0, rows).tolist()
         for kind in KINDS:

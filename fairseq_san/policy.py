@@ -14,17 +14,30 @@ import json
 import math
 import os
 import re
-from typing import Optional, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 from fairseq_san.errors import UsageError
 
-KINDS = ("decoder_self", "decoder_encdec", "encoder_self")
-# The stack and the attention module of its layers that each kind of policy governs.
-KIND_MODULES = {
-    "decoder_self": ("decoder", "self_attn"),
-    "decoder_encdec": ("decoder", "encoder_attn"),
-    "encoder_self": ("encoder", "self_attn"),
+
+
+class Kind(NamedTuple):
+    """An attention kind: the stack whose layers it governs (its queries come from there), the
+    attention module of each layer, and the stack its keys come from."""
+
+    stack: str
+    module: str
+    keys: str
+
+
+# The attention kinds, each with its own policy: a new kind is one new row.
+KIND_TABLE = {
+    "decoder_self": Kind("decoder", "self_attn", "decoder"),
+    "decoder_encdec": Kind("decoder", "encoder_attn", "encoder"),
+    "encoder_self": Kind("encoder", "self_attn", "encoder"),
 }
+KINDS = tuple(KIND_TABLE)
+# The stack and the attention module of its layers that each kind of policy governs.
+KIND_MODULES = {name: (kind.stack, kind.module) for name, kind in KIND_TABLE.items()}
 
 LN2 = math.log(2.0)  # the largest JS divergence, in nats (the unit of fairseq_san.js)
 
@@ -95,7 +108,7 @@ def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
 def validate_blocks(blocks: Blocks, num_layers: int, kind: str) -> Blocks:
     """Check that the blocks cover the kind's layer stack exactly (sum pi_i = M)."""
     _check_kind(kind)
-    stack = "encoder" if kind.startswith("encoder") else "decoder"
+    stack = KIND_TABLE[kind].stack
     if sum(blocks) != num_layers:
         raise PolicyError(
             f"{kind} policy {list(blocks)} sums to {sum(blocks)} "
@@ -353,8 +366,8 @@ def _check_stack_sizes(js_by_kind: dict) -> None:
     sizes = {
         kind: len(js_by_kind[kind]) for kind in KINDS if isinstance(js_by_kind.get(kind), list)
     }
-    for stack in ("decoder", "encoder"):
-        kinds = [kind for kind in sizes if KIND_MODULES[kind][0] == stack]
+    for stack in dict.fromkeys(kind.stack for kind in KIND_TABLE.values()):
+        kinds = [kind for kind in sizes if KIND_TABLE[kind].stack == stack]
         if len({sizes[kind] for kind in kinds}) > 1:
             first, second = kinds[0], kinds[1]
             raise PolicyError(

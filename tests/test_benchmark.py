@@ -400,3 +400,35 @@ def test_ctranslate2_never_shares_the_process_that_times_torch(bench_results):
     assert os.getpid() not in torch_pids | ct2_pids
     for name, process in processes.items():
         assert process["ctranslate2_loaded"] == ("CTranslate2" in name), name
+
+
+def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
+    """``fairseq-san-bench steps`` times fairseq and the static decoder at each precision."""
+    from fairseq_san.cli.bench import main
+    from fairseq_san.static_decoding.precision import PRECISIONS
+
+    main(["steps", "--vocab", "40", "--batch", "1", "--batches", "1", "--length", "2",
+          "--source-length", "3", "--rounds", "1", "--threads", "1"])  # fmt: skip
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if "ms/step" in line]
+    decoders = ["fairseq", *(f"static-{name}" for name in PRECISIONS)]
+    assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
+
+
+def test_peak_of_a_row_comes_from_the_table_of_precisions():
+    from fairseq_san.benchmark.report import peak_precision
+
+    assert [peak_precision(name) for name in ("fp32", "bf16-full", "bf16-fp32-logits", "int8")] == [
+        "fp32", "bf16", "bf16", "int8"
+    ]
+    assert peak_precision("fp16") == "fp16"  # fairseq's model dtype, not a static precision
+
+
+def test_report_and_plots_do_not_import_each_other():
+    import ast
+    from helpers import REPO
+
+    def imports(name: str) -> set:
+        tree = ast.parse((REPO / "fairseq_san" / "benchmark" / f"{name}.py").read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+
+    assert "fairseq_san.benchmark.plots" not in imports("report")

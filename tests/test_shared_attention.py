@@ -125,3 +125,16 @@ def test_quant_noise_is_kept_on_shared_attention():
     assert set(actual) < set(expected)
     missing = sorted(name for name, count in actual.items() if count != 1)
     assert not missing, f"projections without quant noise: {missing}"
+
+
+def test_each_module_a_policy_places_carries_its_role():
+    """The role the static decoder's step reads is set on the module, block by block."""
+    from fairseq_san.modules.shared_attention import AttentionRole, attention_role
+
+    model, _ = build(policy_argv("1,5", "3,3"), dictionary=DICT)
+    F, L, W, C = (AttentionRole.FULL, AttentionRole.LEADER, AttentionRole.WEIGHTS,
+                  AttentionRole.CONTEXT)  # fmt: skip
+    layers = model.decoder.layers
+    assert [attention_role(layer.self_attn) for layer in layers] == [F, L, W, W, W, W]
+    assert [attention_role(layer.encoder_attn) for layer in layers] == [L, C, C, L, C, C]
+

@@ -308,6 +308,21 @@ def test_fairseq_generate(binarized_corpus, checkpoint):
 
 
 @pytest.mark.slow
+def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
+    """Every value of --san-decoding prints fairseq's n-best; --san-decoder static still works
+    and says once what replaces it."""
+    fairseq = generate_cli(binarized_corpus, checkpoint)
+    assert fairseq.returncode == 0, fairseq.stderr[-3000:]
+    for decoding in ("no-cache", "fast", "static"):
+        result = generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert assert_same_output(fairseq.stdout, result.stdout) == 40, decoding
+        assert "is deprecated: use --san-decoding" not in result.stderr
+    old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
+    assert old.stderr.count("--san-decoder static is deprecated: use --san-decoding static") == 1
+
+
+@pytest.mark.slow
 def test_fairseq_interactive(binarized_corpus, checkpoint):
     source = (binarized_corpus.parent / "raw" / "test.src").read_text()
 
@@ -326,3 +341,17 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
     fairseq, static = interactive(), interactive("--san-decoder", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
+
+
+def test_precision_table_drives_the_help_and_the_devices():
+    """A precision is one row: the help names each, and its devices are checked from it."""
+    from fairseq_san.static_decoding.precision import PRECISIONS, check_device, precision_help
+
+    text = precision_help()
+    for name, row in PRECISIONS.items():
+        assert f"{name}: {row.cast}" in text
+    check_device("int8", torch.device("cpu"))
+    check_device("bf16", torch.device("cuda"))
+    with pytest.raises(StaticDecoderError, match="int8 on a GPU .CPU only"):
+        check_device("int8", torch.device("cuda"))
+

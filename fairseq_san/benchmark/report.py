@@ -1,24 +1,11 @@
 """The benchmark's outputs: results.json, and results.md with one function per table."""
 
-import json
 import math
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import STATIC
 from fairseq_san.benchmark.meters import PARTS
-
-
-def write_results(results: Dict, out_dir: Path) -> None:
-    from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
-        json.dump(_finite(results), handle, indent=2, allow_nan=False)
-        handle.write("\n")
-    (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
-    plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
-    plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
+from fairseq_san.static_decoding.precision import PRECISIONS
 
 
 def markdown_report(results: Dict) -> str:
@@ -218,8 +205,10 @@ def setting_run(system: Dict, beam: int, mode: str) -> Dict:
 
 
 def peak_precision(precision: str) -> str:
-    """The ``matmul_peak`` key that bounds a row of ``precision`` (bf16-full: bf16)."""
-    return "bf16" if precision.startswith("bf16") else precision
+    """The ``matmul_peak`` key that bounds a row of ``precision``: the static decoder's from its
+    table of precisions (bf16-full: bf16), another engine's its own name."""
+    row = PRECISIONS.get(precision)
+    return row.peak if row is not None else precision
 
 
 def _compute_cells(
@@ -235,17 +224,6 @@ def _compute_cells(
     rate = mflop * tokens_per_second / 1000 if mflop and tokens_per_second else None
     share = f"{_fmt(100 * rate / peak, '.0f')}%" if rate and peak else "-"
     return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f"), share]
-
-
-def _finite(value):
-    """``value`` with NaN and infinities replaced by None (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _fmt(value, spec: str = ".1f", missing: str = "-") -> str:

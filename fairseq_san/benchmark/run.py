@@ -1,6 +1,8 @@
 """The benchmark from end to end: check, start the workers, time, measure, profile, report."""
 
+import json
 import logging
+import math
 from pathlib import Path
 from typing import Dict, List
 
@@ -10,7 +12,8 @@ from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, chec
 from fairseq_san.benchmark.data import Batches, TextSide
 from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
 from fairseq_san.benchmark.machine import choose_device, machine_info, matmul_peak
-from fairseq_san.benchmark.report import write_results
+from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
+from fairseq_san.benchmark.report import markdown_report
 from fairseq_san.benchmark.timing import median, time_setting
 from fairseq_san.benchmark.workers import WorkerPool
 
@@ -127,3 +130,25 @@ def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None
             summary["overhead"] = summary["generate_seconds"] / median(timed)
             summary["compute"] = pool.call(name, "count_flops", setting, config.decode)
             systems[name].setdefault("profile", {})[mode] = {"beam": beam, **summary}
+
+
+def write_results(results: Dict, out_dir: Path) -> None:
+    """results.json (strict JSON), results.md and the two figures in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
+        json.dump(finite(results), handle, indent=2, allow_nan=False)
+        handle.write("\n")
+    (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
+    plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
+    plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
+
+
+def finite(value):
+    """``value`` with NaN and infinities replaced by None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

@@ -2,7 +2,7 @@
 
     fairseq-san-bench --data DATA --subset test \\
         --system base=ckpt/base.pt \\
-        --system base-nocache='ckpt/base.pt:{"san_no_cache": true}' \\
+        --system base-nocache='ckpt/base.pt:{"san_decoding": "no-cache"}' \\
         --system san=ckpt/san.pt \\
         --system aan+san=ckpt/aan_san.pt \\
         --baseline base --beams 1 4 8 12 16 20 --batch-size 16 --repeats 3 --out-dir bench/
@@ -10,6 +10,11 @@
 Writes OUT_DIR/results.json, results.md, speed_vs_beam.png and speed_vs_bleu.png. What is
 measured and how: see ``fairseq_san.benchmark``. Every default comes from
 ``fairseq_san.benchmark.config`` (an option's destination is the field it sets).
+
+    fairseq-san-bench steps [--arch transformer_san_small] [--beam 4] [--profile] ...
+
+times one decoder step of fairseq's generator and of the static decoder at each precision on
+random-weight models, with no data (``fairseq_san.benchmark.step_timer``).
 """
 
 import argparse
@@ -39,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark the decoding of SAN systems (Xiao et al. 2019, Figure 4, Table 6): "
         "speed at several beam sizes with natural and fixed output lengths, BLEU/chrF, "
         "parameters, decoding-cache size and a per-step profile. Each engine (fairseq, "
-        "CTranslate2) decodes in a process of its own.",
+        "CTranslate2) decodes in a process of its own. 'fairseq-san-bench steps --help': the "
+        "per-step timer on random weights.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--data", required=True, help="fairseq-binarized data directory")
@@ -142,6 +148,11 @@ def config_from_args(args: argparse.Namespace, command: str) -> BenchmarkConfig:
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["steps"]:  # the step timer: random weights, no data (benchmark.step_timer)
+        from fairseq_san.benchmark import step_timer
+
+        step_timer.main(argv[1:])
+        return
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.repeats < 1:

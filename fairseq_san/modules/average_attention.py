@@ -8,7 +8,7 @@ Decoding keeps only a running sum and a position count per hypothesis, so each
 step costs O(1) in the target length.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +18,21 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout
 
 from fairseq_san.modules import IncrementalState
+
+
+def gated_average(
+    module: nn.Module,
+    y: Tensor,
+    average: Tensor,
+    dropout: Optional[Callable[[Tensor], Tensor]] = None,
+) -> Tensor:
+    """Eq. 4-5 given the average of y_1..y_t: an FFN of it, mixed with y_t by the input and
+    forget gates. ``module`` has ``fc1``, ``fc2``, ``gate`` and ``activation_fn``: this module,
+    or the static decoder's step, which holds copies of them it may cast."""
+    hidden = module.activation_fn(module.fc1(average))
+    g = module.fc2(hidden if dropout is None else dropout(hidden))  # Eq. 4
+    i, f = torch.sigmoid(module.gate(torch.cat([y, g], dim=-1))).chunk(2, dim=-1)
+    return i * y + f * g  # Eq. 5
 
 
 @with_incremental_state
@@ -76,9 +91,7 @@ class AverageAttention(nn.Module):
                 counts = counts + state["count"]
             self._set_input_buffer(incremental_state, {"sum": sums[-1], "count": counts[-1]})
         average = (sums / counts.clamp(min=1.0)).type_as(y)
-        g = self.fc2(self.dropout_module(self.activation_fn(self.fc1(average))))  # Eq. 4
-        i, f = torch.sigmoid(self.gate(torch.cat([y, g], dim=-1))).chunk(2, dim=-1)
-        return i * y + f * g, None  # Eq. 5
+        return gated_average(self, y, average, self.dropout_module), None
 
     def reorder_incremental_state(
         self, incremental_state: IncrementalState, new_order: Tensor

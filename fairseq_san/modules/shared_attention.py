@@ -15,6 +15,7 @@ The hand-off goes through the ``BlockShare`` object the model gives every module
 through another module's incremental state (which fairseq keys per module instance).
 """
 
+import enum
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -24,6 +25,24 @@ from torch import Tensor
 
 from fairseq_san.modules import IncrementalState
 from fairseq_san.modules.decoding_attention import DecodingAttention
+
+
+class AttentionRole(enum.Enum):
+    """What an attention module computes in a sharing block (read by the static decoder's step).
+
+    FULL: its own S and A (no sharing); LEADER: its own, published to the block (Eq. 1-2);
+    WEIGHTS: the block's S with its own V (Eq. 4); CONTEXT: the block's A (Eq. 5).
+    """
+
+    FULL = "full"
+    LEADER = "leader"
+    WEIGHTS = "weights"
+    CONTEXT = "context"
+
+
+def attention_role(module: MultiheadAttention) -> AttentionRole:
+    """The role of a decoder attention module: its own, or FULL for fairseq's MultiheadAttention."""
+    return getattr(module, "role", AttentionRole.FULL)
 
 
 class BlockShare:
@@ -134,6 +153,8 @@ class _SharedAttentionBase(DecodingAttention):
 class BlockLeaderAttention(_SharedAttentionBase):
     """The first layer of a block: fairseq's attention, plus S^m and A^m published to the block."""
 
+    role = AttentionRole.LEADER
+
     def forward(
         self,
         query: Tensor,
@@ -208,6 +229,7 @@ class SharedWeightsAttention(_FollowerAttention):
     """
 
     DROPPED = ("q_proj", "k_proj")
+    role = AttentionRole.WEIGHTS
 
     def _context(self, weights, context, query, value, incremental_state, static_kv):
         source = query if self.self_attention else self._one_per_sentence(value, query.size(1))
@@ -242,6 +264,7 @@ class SharedContextAttention(_FollowerAttention):
     """
 
     DROPPED = ("q_proj", "k_proj", "v_proj")
+    role = AttentionRole.CONTEXT
 
     def _context(self, weights, context, query, value, incremental_state, static_kv):
         return context

@@ -5,10 +5,10 @@ transformer and every model ``transformer_san`` builds) and computes, for one ne
 hypothesis, the same function as fairseq's incremental ``decoder.forward`` followed by
 ``get_normalized_probs``:
 
-* attention modules map by type: fairseq's MultiheadAttention (and ``DecodingAttention``) and a
-  SAN block leader (``BlockLeaderAttention``, Eq. 1-2) keep their own q/k/v; a follower reusing
-  the block's weights S (``SharedWeightsAttention``, Eq. 4) keeps only V; one reusing the context
-  A (``SharedContextAttention``, Eq. 5) keeps nothing; ``AverageAttention`` keeps a running sum;
+* attention modules map by the role the model set on them (``AttentionRole``): fairseq's
+  MultiheadAttention (FULL) and a SAN block leader (LEADER, Eq. 1-2) keep their own q/k/v; a
+  follower reusing the block's weights S (WEIGHTS, Eq. 4) keeps only V; one reusing the context
+  A (CONTEXT, Eq. 5) keeps nothing; ``AverageAttention`` keeps a running sum;
 * projections are copied once into fused matrices (q/k/v of self-attention, k/v of the encoder
   output) with the query scaling folded in, so that ``precision.py`` can cast or quantize every
   linear layer of the step without touching the model;
@@ -28,12 +28,9 @@ from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from fairseq_san.modules.average_attention import AverageAttention
-from fairseq_san.modules.shared_attention import (
-    BlockLeaderAttention,
-    SharedContextAttention,
-    SharedWeightsAttention,
-)
+from fairseq_san.modules.average_attention import AverageAttention, gated_average
+from fairseq_san.modules.shared_attention import AttentionRole
+from fairseq_san.modules.shared_attention import attention_role as module_role
 from fairseq_san.static_decoding.caches import DecoderCache
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
@@ -41,23 +38,19 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 # per kind of attention ("self", "encdec").
 Shared = Dict[str, Tuple[Tensor, Tensor]]
 
-# Roles of an attention module in the step.
-FULL, LEADER, WEIGHTS, CONTEXT = "full", "leader", "weights", "context"
+FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER
+WEIGHTS, CONTEXT = AttentionRole.WEIGHTS, AttentionRole.CONTEXT
 
 
-def attention_role(module: nn.Module) -> str:
-    """FULL, LEADER, WEIGHTS or CONTEXT for a decoder attention module (see module doc)."""
-    if isinstance(module, SharedContextAttention):
-        return CONTEXT
-    if isinstance(module, SharedWeightsAttention):
-        return WEIGHTS
-    if isinstance(module, BlockLeaderAttention):
-        return LEADER
-    if isinstance(module, MultiheadAttention):
-        if module.bias_k is not None or module.add_zero_attn:
-            raise StaticDecoderError("attention with add_bias_kv or add_zero_attn")
-        return FULL
-    raise StaticDecoderError(f"decoder attention of type {type(module).__name__}")
+def attention_role(module: nn.Module) -> AttentionRole:
+    """The role of a decoder attention module (see module doc); StaticDecoderError for a module
+    the step does not reproduce."""
+    if not isinstance(module, MultiheadAttention):
+        raise StaticDecoderError(f"decoder attention of type {type(module).__name__}")
+    role = module_role(module)
+    if role == FULL and (module.bias_k is not None or module.add_zero_attn):
+        raise StaticDecoderError("attention with add_bias_kv or add_zero_attn")
+    return role
 
 
 def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn.Linear:
@@ -162,9 +155,7 @@ class AverageAttentionStep(nn.Module):
         running = sums[:, self.index] + x.float()
         sums[:, self.index] = running
         average = (running / float(step + 1)).type_as(x)
-        g = self.fc2(self.activation_fn(self.fc1(average)))
-        i, f = torch.sigmoid(self.gate(torch.cat([x, g], dim=-1))).chunk(2, dim=-1)
-        return i * x + f * g
+        return gated_average(self, x, average)
 
 
 class EncoderAttentionStep(nn.Module):

@@ -2,7 +2,7 @@
 
     python docs/results/cpu-yardstick/compile_experiment.py [baseline|san-6-6]
 
-Random-weight transformer_san_small (scripts/static_decoder_speed.py's models and batches), beam 4,
+Random-weight transformer_san_small (``fairseq-san-bench steps``'s models and batches), beam 4,
 batch 16, fixed length 14; the eager step with its packed linear layers against the same step
 compiled with ``torch.compile(dynamic=True)`` and inductor's freezing and weight prepacking. Prints
 the compile time, whether the best hypotheses agree, and the median ms per step over 5 rounds.
@@ -11,17 +11,14 @@ the compile time, whether the best hypotheses agree, and the median ms per step 
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch._inductor.config as inductor_config
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "scripts"))
-import static_decoder_speed as speed  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq_san.static_decoding import StaticSequenceGenerator  # noqa: E402
-from fairseq_san.static_decoding.step import StaticDecoderStep  # noqa: E402
+from fairseq.data import Dictionary
+from fairseq_san.benchmark import step_timer as speed
+from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.static_decoding.step import StaticDecoderStep
 
 LENGTH, ROUNDS = 14, 5
 

@@ -1,11 +1,12 @@
-"""Decoding speed of fairseq's SequenceGenerator against ``--san-decoder static`` (ms per step).
+"""``fairseq-san-bench steps``: ms per decoder step of fairseq's SequenceGenerator against the
+static decoder at each of its precisions (``--san-decoding static``), for profiling.
 
 Random-weight models (no checkpoint needed), fixed-length decoding (min_len = max_len = L, so
 every system does the same number of steps), random source sentences. Configurations are timed
 interleaved, round after round, in one process, so that a busy machine slows them alike; the
 table gives the median over rounds and the ratio to fairseq's baseline of the same round.
 
-    python scripts/static_decoder_speed.py [--arch transformer_san_small] [--beam 4]
+    fairseq-san-bench steps [--arch transformer_san_small] [--beam 4]
         [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
 
 ``--profile`` prints torch.profiler's top operators for one batch of each configuration.
@@ -14,7 +15,7 @@ table gives the median over rounds and the ratio to fairseq's baseline of the sa
 import argparse
 import statistics
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -25,23 +26,26 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.static_decoding.precision import PRECISIONS
 
 POLICIES = {
     "baseline": [],
     "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
 }
-DECODERS = [
-    "fairseq", "static-fp32", "static-bf16", "static-bf16-fp32-logits", "static-bf16-full",
-    "static-int8",
-]
+# fairseq's generator, then the static decoder at each precision of its table.
+STATIC_PRECISIONS = {f"static-{name}": name for name in PRECISIONS}
+DECODERS = ["fairseq", *STATIC_PRECISIONS]
 
 
 class StandInTask:
+    """What ``build_model`` reads of a task: the dictionaries."""
+
     def __init__(self, dictionary: Dictionary):
         self.source_dictionary = self.target_dictionary = dictionary
 
 
 def build_model(arch: str, policy: List[str], dictionary: Dictionary):
+    """A random-weight ``arch`` (seed 1) with the sharing flags ``policy``, in eval mode."""
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser, ["unused", "--task", "translation", "--arch", arch, *policy]
@@ -51,15 +55,17 @@ def build_model(arch: str, policy: List[str], dictionary: Dictionary):
 
 
 def make_generator(decoder: str, model, dictionary, beam: int, length: int):
+    """A generator of ``DECODERS`` decoding exactly ``length`` tokens."""
     settings = dict(beam_size=beam, min_len=length, max_len_a=0, max_len_b=length)
     if decoder == "fairseq":
         return SequenceGenerator([model], dictionary, **settings)
     return StaticSequenceGenerator(
-        [model], dictionary, precision=decoder.split("-", 1)[1], **settings
+        [model], dictionary, precision=STATIC_PRECISIONS[decoder], **settings
     )
 
 
 def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
+    """``count`` batches of random source sentences (seed 0), ``source_length`` tokens each."""
     generator = torch.Generator().manual_seed(0)
     for _ in range(count):
         tokens = torch.randint(
@@ -70,8 +76,10 @@ def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
         yield {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--arch", default="transformer_san_small")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--beam", type=int, default=4)
@@ -81,9 +89,9 @@ def main() -> None:
     parser.add_argument("--source-length", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--decoders", nargs="+", default=DECODERS)
+    parser.add_argument("--decoders", nargs="+", default=DECODERS, choices=DECODERS)
     parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     dictionary = Dictionary()
     for index in range(args.vocab - len(dictionary)):
@@ -122,7 +130,3 @@ def main() -> None:
                 generator.generate(None, samples[0])
             print(f"--- {name}")
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the learn-to-share loop on Multi30k En->De at demo scale (about 15-20 minutes on
-# 2 CPU cores), then the baseline and the learned SAN model decoded side by side.
+# 2 CPU cores), then the baseline and the learned SAN model decoded side by side: fairseq's
+# decoder, the static decoder at fp32 and at int8 (the fastest precision of the CPU yardstick
+# that keeps BLEU), and CTranslate2 where it is installed.
 #
 #   MULTI30K_DIR=/path/to/multi30k examples/demo.sh     (downloads Multi30k when unset)
 #
@@ -17,9 +19,14 @@ UPDATES=${UPDATES:-100}
 examples/multi30k/prepare.sh en de "$DATA"
 examples/learn_to_share.sh --data "$DATA" --run-dir "$RUN" --updates "$UPDATES" \
   --max-iterations 2 -- --warmup-updates 50 --save-interval-updates 50 --num-workers 0
+BASELINE=$RUN/iter0/checkpoints/checkpoint_best.pt SAN=$RUN/last/checkpoints/checkpoint_best.pt
+STATIC='{"san_decoding": "static"}'
+STATIC_INT8='{"san_decoding": "static", "san_decoder_precision": "int8"}'
 [ -f "$RUN/bench/results.md" ] || fairseq-san-bench --data "$DATA" --subset test \
-  --system "baseline=$RUN/iter0/checkpoints/checkpoint_best.pt" \
-  --system "san=$RUN/last/checkpoints/checkpoint_best.pt" --baseline baseline \
+  --system "baseline=$BASELINE" --system "san=$SAN" \
+  --system "baseline-static=$BASELINE:$STATIC" --system "san-static=$SAN:$STATIC" \
+  --system "baseline-static-int8=$BASELINE:$STATIC_INT8" \
+  --system "san-static-int8=$SAN:$STATIC_INT8" --baseline baseline \
   --beams 4 --repeats 3 --max-sentences 128 --max-len-a 1.2 --max-len-b 10 \
   --out-dir "$RUN/bench"
 

@@ -14,7 +14,7 @@ allowed ``argparse.Namespace``), and where the file is read (the safe loader off
 that loads with ``weights_only=False``) ``fairseq.models.build_model`` formats its "Could not
 infer model type" message with ``str.format`` over the model config's text, whose ``'{}'``
 values (fairseq's ``eval_bleu_args``, ``optimizer_overrides``) raise ``IndexError: Replacement
-index 1 out of range`` before anything is printed. The README's troubleshooting explains both.
+index 1 out of range`` before anything is printed. docs/troubleshooting.md explains both.
 """
 
 import argparse

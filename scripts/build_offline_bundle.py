@@ -368,7 +368,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="build_offline_bundle.py",
         description=__doc__.split("\n\n")[0],
-        epilog="On the GPU machine: source BUNDLE/activate.sh (README: Air-gapped GPU machines).",
+        epilog="On the GPU machine: source BUNDLE/activate.sh (docs/offline-bundle.md).",
     )
     parser.add_argument("--out", type=Path, default=Path("build/offline-bundle"),
                         help="bundle folder, replaced if it holds a bundle (%(default)s)")

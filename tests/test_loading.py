@@ -167,7 +167,7 @@ def test_empty_or_truncated_checkpoint_is_one_line_naming_it(
 
 
 def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_corpus, trained):
-    """fairseq alone cannot know the plugin; the README's troubleshooting explains its error."""
+    """fairseq alone cannot know the plugin; the troubleshooting guide explains its error."""
     result = run_cli(
         "fairseq-generate", str(binarized_corpus), "--path", str(trained["san"]),
         "--beam", "2", "--batch-size", "8", "--cpu",
@@ -175,7 +175,7 @@ def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_
     assert result.returncode != 0
     message = "Unsupported global: GLOBAL argparse.Namespace"
     assert message in result.stderr
-    assert message in (REPO / "README.md").read_text()
+    assert message in (REPO / "docs" / "troubleshooting.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -354,7 +354,7 @@ def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):
 
 @pytest.mark.slow
 def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
-    """The baseline decodes as fast alone as beside SAN and CTranslate2 (issue 12: with
+    """The baseline decodes as fast alone as beside SAN and CTranslate2 (with
     CTranslate2 loaded in the process that timed torch, torch ran at half speed).
 
     One thread per engine and fixed lengths: on a loaded machine two threads per engine make

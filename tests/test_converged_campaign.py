@@ -1,4 +1,4 @@
-"""The converged-model campaign of issues 11 and 18, in slices, at toy scale on the CPU.
+"""The converged-model campaign, in slices, at toy scale on the CPU.
 
 * ``examples/presets/gpu-converge.args``: the measured recipe, which fairseq-train accepts;
 * ``docs/results/converged/run.sh SLICE --dry-run``: every slice's commands, in stages, nothing
@@ -7,7 +7,7 @@
   archives of another run.sh, held-out hypotheses checked line by line;
 * ``campaign_headline.py``: the README's headline table from toy archives;
 * a tiny real ``en-de`` slice (slow): the archive, collected from ``SHARED/converged``,
-  summary.json in issue 11's schema with caps, curves, held-out paths and provenance, and a
+  summary.json in the campaign's schema with caps, curves, held-out paths and provenance, and a
   second call on a fresh machine that skips everything finished;
 * ``fairseq_san.loop.train_log.read_train_log`` on a resumed, wall-capped log.
 """

@@ -1,4 +1,4 @@
-"""The Python API (fairseq's hub interface) and fairseq-interactive (issue 14, item 4).
+"""The Python API (fairseq's hub interface) and fairseq-interactive.
 
 A tiny model is trained with ``--task translation_san`` on sentencepiece pieces of the synthetic
 corpus, in the layout the README's example uses (``checkpoints/``, ``data-bin/spm.model``).

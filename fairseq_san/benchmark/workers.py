@@ -1,7 +1,7 @@
 """Worker processes: every engine decodes in a process of its own, driven over a pipe.
 
 Why: with CTranslate2 loaded in the process that timed torch, torch decoded at half speed
-(issue 12; the CTranslate2 wheel brings its own OpenMP runtime, whose threads compete with
+(the CTranslate2 wheel brings its own OpenMP runtime, whose threads compete with
 torch's for the cores). So the parent process never decodes. It reads the checkpoints' options,
 prepares the text side, and starts one worker per engine: one for all fairseq systems and, when
 there is a CTranslate2 row, one that converts the baseline and decodes it as float32 and int8.

@@ -1,17 +1,17 @@
-"""The record of the converged-model campaign (issue 11): ``docs/results/converged/summary.json``.
+"""The record of the converged-model campaign: ``docs/results/converged/summary.json``.
 
 ``docs/results/converged/run.sh`` trains one learn-to-share run dir per pair and system
 (``RESULTS/<pair>/<run dir>/iter<k>/``, fairseq's JSON training log in ``train.log``, test BLEU
 of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This reads them back:
 
 * ``read_train_log``: what a reader needs to see that a system converged: parameters, updates,
-  epochs, training wall time, why it stopped, the validation-loss curve (issue 11 item 2);
-* ``campaign_systems``: one row per pair and system in the schema of issue 11 item 7 (first
+  epochs, training wall time, why it stopped, the validation-loss curve;
+* ``campaign_systems``: one row per pair and system in the campaign's schema (first
   "baseline", the learned-policy SAN "san", other systems by their run dir's name);
 * ``seed_statistics`` and ``paired_bootstrap``: mean and standard deviation over seeds, and
-  sacreBLEU's paired bootstrap for SAN minus baseline with a verdict (item 4);
+  sacreBLEU's paired bootstrap for SAN minus baseline with a verdict;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
-  wall time (item 6).
+  wall time.
 
 Run dir names: ``loop`` is the pair's learn-to-share loop (iteration 0 "baseline", its newest
 iteration "san", iterations between them "san-iter<k>"); ``loop-X`` is another loop of the same
@@ -267,7 +267,7 @@ def paired_bootstrap(
 
 
 def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str:
-    """Which budget a baseline-vs-SAN comparison holds equal (issue 11 item 6), in one sentence."""
+    """Which budget a baseline-vs-SAN comparison holds equal, in one sentence."""
     (base, base_training), (other, other_training) = baseline, san
     stops = {base_training["stop"], other_training["stop"]}
     facts = (
@@ -320,7 +320,7 @@ def significance(
 
 
 def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
-    """summary.json: ``pairs`` in issue 11's schema, then the training report, seed statistics,
+    """summary.json: ``pairs`` in the campaign's schema, then the training report, seed statistics,
     paired tests and budget statements that the schema's rows do not hold."""
     systems = campaign_systems(results_dir)
     entries = {pair: [row for row, _ in rows] for pair, rows in systems.items()}

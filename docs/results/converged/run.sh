@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Converged models (issues 11 and 18), trained on a lent GPU in SLICES. A slice is one call of the
+# Converged models, trained on a lent GPU in SLICES. A slice is one call of the
 # device tool (about 9 minutes) that runs the whole learn-to-share loop for its systems and packs
 # everything worth keeping (logs, policies, js.json, heatmaps, scores, hypotheses, benchmark,
 # provenance; never checkpoints) into ONE archive, $OUT/converged-SLICE.tar.gz:
@@ -24,7 +24,7 @@
 #           encoder side (Table 5), own V (Table 4), AAN+SAN (Table 6); meanwhile Figure 5 from
 #           the baseline's checkpoints
 #   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
-#           16 and 128; the 2-rank multi-GPU smoke runs (issue 11 item 8) during stage 1
+#           16 and 128; the 2-rank multi-GPU smoke runs during stage 1
 # A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained, tested,
 # translated): on the same machine from $RUNS, on a fresh one from the run dirs collected here
 # (RESULTS), restored without what did not finish (checkpoints never travel).
@@ -201,7 +201,7 @@ figure5() {
     true  # matplotlib is not in the offline bundle: draw it from the JSON after collect
 }
 
-# Multi-GPU, 2 ranks on one GPU, one loop iteration each (issue 11 item 8), one at a time:
+# Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time:
 # fairseq's own spawning (it asserts world size <= GPUs), then torchrun, which fairseq maps to
 # device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that).
 smoke() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU yardstick of issue 12: fairseq's baseline and SAN {6}/{6}, the same two checkpoints on
+# The CPU yardstick: fairseq's baseline and SAN {6}/{6}, the same two checkpoints on
 # the static-shape decoder (fairseq_san/static_decoding; SAN also at bf16, bf16-fp32-logits,
 # bf16-full and int8, the baseline also at int8, to compare with CTranslate2 int8), and the
 # baseline converted to CTranslate2 (fp32 and int8), Multi30k En->De test, 128 sentences, batches
@@ -72,7 +72,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 # QUALITY=1 (off by default; about an hour per model on 2 cores): do bf16 and int8 keep the
-# translations? Issue 12 asks for BLEU within 0.3 of fp32 and the same translation for at least
+# translations? The target: BLEU within 0.3 of fp32 and the same translation for at least
 # 99% of the sentences. The yardstick models above cannot say, so this trains QUALITY_MODELS
 # ("baseline san-6-6") for QUALITY_UPDATES (660, 5 epochs: the recipe of docs/results/en-de-loop)
 # with examples/learn_to_share.sh's optimizer settings (resumable: rerun to go on), then decodes

@@ -7,7 +7,7 @@
 # bench-beams-rerun (the first line of each report is its exact command); the same commands' first,
 # noisier run, earlier that night, is docs/results/archive/en-de-bench-noisy.
 # These runs had CTranslate2 rows in the same process, which slows torch: every tok/s here is
-# distorted (issue 12); re-measured in docs/results/cpu-yardstick.
+# distorted; re-measured in docs/results/cpu-yardstick.
 set -euo pipefail
 export PATH=$PWD/.venv/bin:$PATH
 R=runs/en-de-bench

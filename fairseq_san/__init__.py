@@ -13,6 +13,8 @@ data or refuse safe input:
   batch whose size is not a multiple of ``--required-batch-size-multiple``);
 * ``fairseq_san.checkpoints``: torch's safe loader accepts fairseq checkpoints, and a checkpoint
   that cannot be loaded is one line naming the file;
+* ``fairseq_san.interactive_input``: fairseq-interactive's input that is not UTF-8 is one line
+  naming it, also on standard input (where the locale may turn it into unknown words);
 * a bad policy or checkpoint is printed as one line, ``fairseq-san: error: ...``, not a
   traceback from inside fairseq.
 """
@@ -34,9 +36,11 @@ def _register() -> None:
     """Register the model and the task with the (imported) fairseq; install the fixes above."""
     from fairseq_san import batching, checkpoints, models, tasks  # noqa: F401  (registration)
     from fairseq_san import clean_exit  # noqa: F401  (fairseq's batch loaders stop before exit)
+    from fairseq_san import interactive_input
 
     batching.keep_last_batch()
     checkpoints.allow_fairseq_checkpoints()
+    interactive_input.read_input_strictly()
     sys.excepthook = errors.excepthook(sys.excepthook)
 
 

@@ -24,10 +24,16 @@ class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 
 
-def nearest_key_hint(key: str, valid: Collection[str]) -> str:
-    """"did you mean 'K'?" for the valid key nearest to a misspelt one (difflib), else the list."""
+def nearest_key(key: str, valid: Collection[str]) -> Optional[str]:
+    """The valid key nearest to a misspelt one (difflib), if one is near."""
     near = difflib.get_close_matches(key, sorted(valid), n=1)
-    return f"did you mean '{near[0]}'?" if near else f"valid: {', '.join(sorted(valid))}"
+    return near[0] if near else None
+
+
+def nearest_key_hint(key: str, valid: Collection[str]) -> str:
+    """"did you mean 'K'?" for the valid key nearest to a misspelt one, else the list."""
+    near = nearest_key(key, valid)
+    return f"did you mean '{near}'?" if near else f"valid: {', '.join(sorted(valid))}"
 
 
 def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:

@@ -26,7 +26,7 @@ from torch import nn
 from fairseq_san import checkpoints
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_has_projections
+from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_fits
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -41,6 +41,14 @@ from fairseq_san.tasks.translation_san import TranslationSANConfig, check_analys
 logger = logging.getLogger(__name__)
 
 POLICY_FLAGS = {kind: f"san_{kind}_policy" for kind in san_policy.KINDS}
+# The model's options that take one of a few values. argparse checks them on the command line;
+# --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
+CHOICES = {
+    "san_encdec_share": ("output", "weights"),
+    "decoder_self_attention_type": ("dot", "aan"),
+}
+
+
 class TransformerSANDecoder(TransformerDecoderBase):
     """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
 
@@ -109,13 +117,13 @@ class TransformerSANModel(TransformerModel):
             )
         group.add_argument(
             "--san-encdec-share",
-            choices=["output", "weights"],
+            choices=CHOICES["san_encdec_share"],
             help="encoder-decoder sharing: the attention output A = S V (Eq. 5, default) "
             "or only the weights S, each layer keeping its own V projection",
         )
         group.add_argument(
             "--decoder-self-attention-type",
-            choices=["dot", "aan"],
+            choices=CHOICES["decoder_self_attention_type"],
             help="decoder self-attention: dot-product (default) or the average attention network",
         )
         group.add_argument(
@@ -173,10 +181,10 @@ class TransformerSANModel(TransformerModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Load a checkpoint, dropping projections the current policy no longer uses.
 
-        A checkpoint that lacks projections this model needs (it was trained with more sharing)
-        gets a clear error instead of fairseq's list of missing keys.
+        A checkpoint this model cannot load (other dictionaries or attention type, more sharing)
+        gets a one-line error naming the cause instead of fairseq's list of keys and shapes.
         """
-        check_checkpoint_has_projections(self, state_dict)
+        check_checkpoint_fits(self, state_dict)
         own_keys = set(self.state_dict())
         for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
             del state_dict[key]
@@ -315,11 +323,19 @@ def san_option_names() -> Tuple[str, ...]:
 
 
 def check_san_options(args) -> None:
-    """Refuse an unknown ``san_*`` option, naming the nearest known one.
+    """Refuse an unknown ``san_*`` option, naming the nearest known one, and a value outside
+    an option's ``CHOICES``, naming the valid ones.
 
     fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
     the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
     """
+    for name, valid in CHOICES.items():
+        value = getattr(args, name, None)
+        if value is not None and value not in valid:
+            raise UsageError(
+                f"{name} {value!r} (from --model-overrides or a keyword argument) is not valid; "
+                f"valid values: {', '.join(valid)}"
+            )
     known = san_option_names()
     for name in vars(args):
         if name.replace("-", "_").startswith("san_") and name not in known:

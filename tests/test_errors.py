@@ -527,3 +527,78 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     notes.write_text("a file\n")
     line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", "true")
     assert line == f"fairseq-san-cpu-ranks: error: --log-dir {notes} is a file, not a directory"
+
+
+def bench_error(tmp_path: Path, *extra: str) -> str:
+    """fairseq-san-bench's error for ``extra`` (over valid options), before any checkpoint loads."""
+    from fairseq_san.cli.bench import main
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    argv = ["--data", str(data), "--system", f"a={tmp_path / 'a.pt'}",
+            "--out-dir", str(tmp_path / "out"), "--repeats", "1", *extra]  # fmt: skip
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    return str(exit.value.code)
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--threads", "0"], "--threads 0: must be at least 1"),
+        (["--threads", "-1"], "--threads -1: must be at least 1"),
+        (["--max-sentences", "0"], "--max-sentences 0: must be at least 1"),
+        (["--fixed-length", "-5"], "--fixed-length -5: must be at least 1"),
+        (["--table-beam", "0"], "--table-beam 0: must be at least 1"),
+        (["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+        (["--beams", "4", "-2"], "--beams -2: beam sizes must be at least 1"),
+        (["--cache-beams", "-1"], "--cache-beams -1: beam sizes must be at least 1"),
+        (["--max-len-b", "-1"], "--max-len-a 0.0 --max-len-b -1: natural lengths stop at"),
+        (["--max-len-a", "0", "--max-len-b", "0"], "a and b must be at least 0, and not both 0"),
+        (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),
+        (["--references", "{tmp}"], "--references {tmp}: is a directory"),
+        (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
+        (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
+    ],
+)
+def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    extra = [arg.format(tmp=tmp_path) for arg in extra]
+    error = bench_error(tmp_path, *extra)
+    assert error.startswith("fairseq-san-bench: error: ") and "\n" not in error
+    assert said.format(tmp=tmp_path) in error, error
+
+
+def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):
+    from fairseq_san.benchmark.data import Detokenizer
+
+    garbage = tmp_path / "spm.model"
+    garbage.write_text("not a model\n")
+    with pytest.raises(ValueError, match=f"sentencepiece model {garbage} cannot be loaded"):
+        Detokenizer(make_dictionary(), str(garbage))
+
+
+class StandInBatches:
+    """The part of the benchmark's Batches that reading references uses."""
+
+    def __init__(self, sentences: int, benchmarked: int):
+        self.dataset = [None] * sentences
+        self.ids = list(range(benchmarked))
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"one\n" * 300, "has 300 lines but the subset has 20 sentences"),
+        (b"one\n" * 3, "has 3 lines but the subset has 20 sentences"),
+        (b"caf\xe9\n" * 20, "is not UTF-8 text (invalid continuation byte)"),
+    ],
+)
+def test_bench_references_of_another_subset_are_refused(tmp_path, content, said):
+    """A reference file longer than the subset is another subset's: its BLEU would be wrong."""
+    from fairseq_san.benchmark.data import load_references
+
+    path = tmp_path / "test.raw.tgt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"--references {path} {said}")):
+        load_references(str(path), StandInBatches(20, 4), detokenize=None)

@@ -52,7 +52,10 @@ class Detokenizer:
         if spm_model:
             import sentencepiece as spm
 
-            self.processor = spm.SentencePieceProcessor(model_file=spm_model)
+            try:
+                self.processor = spm.SentencePieceProcessor(model_file=spm_model)
+            except (RuntimeError, OSError) as err:
+                raise ValueError(f"sentencepiece model {spm_model} cannot be loaded: {err}") from None
 
     def __call__(self, tokens: Sequence[int]) -> str:
         pieces = self.dictionary.string(torch.tensor(list(tokens), dtype=torch.long))
@@ -64,10 +67,14 @@ class Detokenizer:
 def load_references(path: Optional[str], batches: Batches, detokenize: Detokenizer) -> List[str]:
     """References for the benchmarked sentences: the raw file, or the binarized targets."""
     if path:
-        lines = read_lines(path)
-        if len(lines) < len(batches.ids):
+        try:
+            lines = read_lines(path)
+        except UnicodeDecodeError as err:
+            raise ValueError(f"--references {path} is not UTF-8 text ({err.reason})") from None
+        if len(lines) != len(batches.dataset):
             raise ValueError(
-                f"{path} has {len(lines)} lines, fewer than the {len(batches.ids)} sentences"
+                f"--references {path} has {len(lines)} lines but the subset has "
+                f"{len(batches.dataset)} sentences: give the raw target side of that subset"
             )
         return [lines[i] for i in batches.ids]
     return [detokenize(batches.dataset.tgt[i].tolist()) for i in batches.ids]

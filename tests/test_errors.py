@@ -602,3 +602,57 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
     path.write_bytes(content)
     with pytest.raises(ValueError, match=re.escape(f"--references {path} {said}")):
         load_references(str(path), StandInBatches(20, 4), detokenize=None)
+
+
+@pytest.mark.parametrize(
+    "record, said",
+    [
+        ("{bad}", "JSONDecodeError: Expecting property name enclosed in double quotes"),
+        ('{"epoch": 1}', "KeyError: 'valid_num_updates'"),
+    ],
+)
+def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, record, said):
+    from fairseq_san.cli.loop import main
+
+    log = tmp_path / "train.log"
+    log.write_text(f"2024 | INFO | fairseq_cli.train | start\n2024 | INFO | valid | {record}\n")
+    with pytest.raises(SystemExit) as exit:
+        main(["train-log", str(log)])
+    assert exit.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
+    assert line.startswith(expected + "(--log-format json): " + said), line
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--updates", "-5", "must be a whole number of at least 1"),
+        ("--max-iterations", "0", "must be a whole number of at least 1"),
+        ("--theta-self", "abc", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--theta-encdec", "0.8", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--theta-encoder", "nan", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--cpu-ranks", "two", "must be a whole number (0: one process)"),
+    ],
+)
+def test_loop_start_checks_the_recipes_numbers(tmp_path, capsys, option, value, said):
+    """Before anything is recorded or trained, even in a dry run (a bad theta would otherwise
+    stop the loop after its first training)."""
+    from fairseq_san.cli.loop import main
+
+    run_dir = tmp_path / "run"
+    code = main(["start", str(run_dir), "--data", str(tmp_path), option, value, "--", "--seed", "1"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"fairseq-san-loop: error: {option} {value}: {said}"
+    assert not run_dir.exists()
+
+
+def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
+    from fairseq_san.cli.loop import main
+
+    argv = ["start", str(tmp_path / "run"), "--data", str(tmp_path), "--updates", "1",
+            "--warm-updates", "0", "--dry-run"]  # fmt: skip
+    main(argv)
+    assert "--warm-updates" not in capsys.readouterr().err
+    assert main([*argv, "--warm-start"]) == 2
+    assert "--warm-updates 0: must be a whole number of at least 1" in capsys.readouterr().err

@@ -24,7 +24,8 @@ from typing import Dict, List, Optional
 
 from fairseq_san.cli.run_record import TRAIN_ARGS, RunError, start_run
 from fairseq_san import converged_summary
-from fairseq_san.policy import PolicyError, format_policy, load_policy
+from fairseq_san.errors import UsageError
+from fairseq_san.policy import format_policy, load_policy
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
 
@@ -237,7 +238,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2
-    except (PolicyError, OSError) as err:
+    except (UsageError, OSError) as err:  # UsageError: a PolicyError, a malformed log
         parser.error(str(err))
 
 

@@ -6,8 +6,9 @@ fairseq's commands have no hook for a plugin's errors, so ``fairseq_san`` instal
 * a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
   exception: its trainer turns any error while loading a checkpoint into "please ensure that
   the architectures match", with ours as the context;
-* a missing file or directory that the command line names (e.g. a data directory), which
-  fairseq's tasks hit deep inside their set-up.
+* a missing file or directory that the command line names (e.g. a data directory), or a missing
+  file in a directory it names (a data directory without a dictionary), which fairseq's tasks
+  hit deep inside their set-up.
 
 Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
 """
@@ -48,13 +49,14 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
 
 
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
-    """Whether ``exc`` is a FileNotFoundError for a path given on the command line."""
+    """Whether ``exc`` is a FileNotFoundError for a path given on the command line, or for a
+    file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
     if not isinstance(exc, FileNotFoundError) or not exc.filename:
         return False
     missing = os.path.normpath(str(exc.filename))
     # fairseq takes several data directories as DIR1:DIR2
     given = {os.path.normpath(part) for arg in argv for part in arg.split(os.pathsep) if part}
-    return missing in given
+    return missing in given or os.path.dirname(missing) in given
 
 
 def excepthook(previous: Callable) -> Callable:

@@ -11,6 +11,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -656,3 +657,20 @@ def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
     assert "--warm-updates" not in capsys.readouterr().err
     assert main([*argv, "--warm-start"]) == 2
     assert "--warm-updates 0: must be a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
+    """fairseq's task looks for DATA/dict.LANG.txt deep inside its set-up."""
+    from fairseq_san.errors import excepthook
+
+    def traceback_printer(*args):
+        print("Traceback (most recent call last):", file=sys.stderr)
+
+    missing = tmp_path / "dict.de.txt"
+    error = FileNotFoundError(2, "No such file or directory", str(missing))
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", str(tmp_path), "--cpu"])
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err == f"fairseq-san: error: {missing}: No such file or directory\n"
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "--cpu"])  # not a path given: traceback
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err.startswith("Traceback")

@@ -172,7 +172,7 @@ def load_policy(spec: Union[str, dict]) -> Policy:
 def resolve_policy(
     policy_spec: Union[str, dict, None], flags: dict[str, BlocksValue]
 ) -> Policy:
-    """Merge a policy (file, JSON text or dict, see ``load_policy``) with per-kind flags; a given flag wins.
+    """Merge a policy (file, JSON text or dict: ``load_policy``) with per-kind flags; flags win.
 
     A flag of None means "not given" and keeps the file's value; a flag of
     "none" switches sharing off for that kind.

@@ -441,14 +441,18 @@ def test_interactive_on_input_that_is_not_utf8_is_one_line(
     assert "H-0" not in result.stdout
 
 
-def plot_js(capsys, *argv: str) -> str:
-    """fairseq-san-plot-js's error line (it must exit with status 2)."""
-    from fairseq_san.cli.plot_js import main
-
+def usage_error(main, capsys, *argv: str) -> str:
+    """The last line a console command's ``main`` wrote when it exited with status 2."""
     with pytest.raises(SystemExit) as exit:
         main(list(argv))
     assert exit.value.code == 2
     return capsys.readouterr().err.splitlines()[-1]
+
+
+def plot_js(capsys, *argv: str) -> str:
+    from fairseq_san.cli.plot_js import main
+
+    return usage_error(main, capsys, *argv)
 
 
 def write_analysis(directory: Path, matrix) -> str:
@@ -497,13 +501,9 @@ def test_plot_js_output_it_cannot_write_is_one_line(tmp_path, capsys, output, sa
 
 
 def cpu_ranks(capsys, *argv: str) -> str:
-    """fairseq-san-cpu-ranks's error line (it must exit with status 2)."""
     from fairseq_san.cli.cpu_ranks import main
 
-    with pytest.raises(SystemExit) as exit:
-        main(list(argv))
-    assert exit.value.code == 2
-    return capsys.readouterr().err.splitlines()[-1]
+    return usage_error(main, capsys, *argv)
 
 
 @pytest.mark.parametrize(
@@ -617,10 +617,7 @@ def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, re
 
     log = tmp_path / "train.log"
     log.write_text(f"2024 | INFO | fairseq_cli.train | start\n2024 | INFO | valid | {record}\n")
-    with pytest.raises(SystemExit) as exit:
-        main(["train-log", str(log)])
-    assert exit.value.code == 2
-    line = capsys.readouterr().err.splitlines()[-1]
+    line = usage_error(main, capsys, "train-log", str(log))
     expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
     assert line.startswith(expected + "(--log-format json): " + said), line
 
@@ -642,7 +639,7 @@ def test_loop_start_checks_the_recipes_numbers(tmp_path, capsys, option, value, 
     from fairseq_san.cli.loop import main
 
     run_dir = tmp_path / "run"
-    code = main(["start", str(run_dir), "--data", str(tmp_path), option, value, "--", "--seed", "1"])
+    code = main(["start", str(run_dir), "--data", str(tmp_path), option, value, "--", "--cpu"])
     assert code == 2
     assert capsys.readouterr().err.strip() == f"fairseq-san-loop: error: {option} {value}: {said}"
     assert not run_dir.exists()

@@ -55,7 +55,8 @@ class Detokenizer:
             try:
                 self.processor = spm.SentencePieceProcessor(model_file=spm_model)
             except (RuntimeError, OSError) as err:
-                raise ValueError(f"sentencepiece model {spm_model} cannot be loaded: {err}") from None
+                message = f"sentencepiece model {spm_model} cannot be loaded: {err}"
+                raise ValueError(message) from None
 
     def __call__(self, tokens: Sequence[int]) -> str:
         pieces = self.dictionary.string(torch.tensor(list(tokens), dtype=torch.long))

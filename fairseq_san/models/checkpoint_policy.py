@@ -85,7 +85,7 @@ def trained_model_flags(model: nn.Module, state_dict: Dict) -> str:
     share = encdec_share(state_dict, trained)
     if share is not None:
         flags += f" --san-encdec-share {share}"
-    types = [decoder_self_attention_type(state_dict), decoder_self_attention_type(model.state_dict())]
+    types = [decoder_self_attention_type(sd) for sd in (state_dict, model.state_dict())]
     if types != ["dot", "dot"]:  # an AAN architecture sets aan: dot must then be given
         flags += f" --decoder-self-attention-type {types[0]}"
     return flags

@@ -7,8 +7,9 @@ prints as one line
 * a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
   exception: its trainer turns any error while loading a checkpoint into "please ensure that
   the architectures match", with ours as the context;
-* a missing file or directory that the command line names (e.g. a data directory), which
-  fairseq's tasks hit deep inside their set-up.
+* a missing file or directory that the command line names (e.g. a data directory), or a missing
+  file in a directory it names (a data directory without a dictionary), which fairseq's tasks
+  hit deep inside their set-up.
 
 Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
 """
@@ -26,10 +27,16 @@ class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 
 
-def nearest_key_hint(key: str, valid: Collection[str]) -> str:
-    """"did you mean 'K'?" for the valid key nearest to a misspelt one (difflib), else the list."""
+def nearest_key(key: str, valid: Collection[str]) -> Optional[str]:
+    """The valid key nearest to a misspelt one (difflib), if one is near."""
     near = difflib.get_close_matches(key, sorted(valid), n=1)
-    return f"did you mean '{near[0]}'?" if near else f"valid: {', '.join(sorted(valid))}"
+    return near[0] if near else None
+
+
+def nearest_key_hint(key: str, valid: Collection[str]) -> str:
+    """"did you mean 'K'?" for the valid key nearest to a misspelt one, else the list."""
+    near = nearest_key(key, valid)
+    return f"did you mean '{near}'?" if near else f"valid: {', '.join(sorted(valid))}"
 
 
 @contextlib.contextmanager
@@ -56,13 +63,14 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
 
 
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
-    """Whether ``exc`` is a FileNotFoundError for a path given on the command line."""
+    """Whether ``exc`` is a FileNotFoundError for a path given on the command line, or for a
+    file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
     if not isinstance(exc, FileNotFoundError) or not exc.filename:
         return False
     missing = os.path.normpath(str(exc.filename))
     # fairseq takes several data directories as DIR1:DIR2
     given = {os.path.normpath(part) for arg in argv for part in arg.split(os.pathsep) if part}
-    return missing in given
+    return missing in given or os.path.dirname(missing) in given
 
 
 def excepthook(previous: Callable) -> Callable:

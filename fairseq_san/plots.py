@@ -27,6 +27,13 @@ def _pyplot():
     return plt
 
 
+def figure_formats() -> List[str]:
+    """The extensions of the formats matplotlib writes figures in (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def js_heatmap(matrix: Sequence[Sequence[float]], path: str, title: Optional[str] = None) -> None:
     """Write an L x L JS matrix as a heatmap: a dark cell means similar attention (small JS).
 

@@ -142,13 +142,21 @@ def load_json_object(path: str, what: str) -> dict:
     return data
 
 
-def load_policy(spec: str) -> Policy:
-    """Read a policy from a JSON file, or from JSON text (``spec`` starting with "{").
+def load_policy(spec: Union[str, dict]) -> Policy:
+    """Read a policy from a JSON file, from JSON text (``spec`` starting with "{") or a dict.
 
     Kinds that are absent or null are not shared. JSON text is how a model stores its resolved
-    policy in its checkpoint arguments.
+    policy in its checkpoint arguments; a dict is how Python code (the hub's ``san_policy``
+    keyword, ``--model-overrides``) naturally writes one.
     """
-    if spec.lstrip().startswith("{"):
+    if isinstance(spec, dict):
+        source, data = "policy", spec
+    elif not isinstance(spec, str):
+        raise PolicyError(
+            f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
+            '{"decoder_self": [1, 5]}'
+        )
+    elif spec.lstrip().startswith("{"):
         source = "policy"
         try:
             data = json.loads(spec)
@@ -175,13 +183,15 @@ def load_policy(spec: str) -> Policy:
     return policy
 
 
-def resolve_policy(policy_spec: Optional[str], flags: dict[str, BlocksValue]) -> Policy:
-    """Merge a policy (file or JSON text, see ``load_policy``) with per-kind flags; a given flag wins.
+def resolve_policy(
+    policy_spec: Union[str, dict, None], flags: dict[str, BlocksValue]
+) -> Policy:
+    """Merge a policy (file, JSON text or dict: ``load_policy``) with per-kind flags; flags win.
 
     A flag of None means "not given" and keeps the file's value; a flag of
     "none" switches sharing off for that kind.
     """
-    policy = load_policy(policy_spec) if policy_spec else {}
+    policy = {} if policy_spec is None or policy_spec == "" else load_policy(policy_spec)
     for kind, value in flags.items():
         _check_kind(kind)
         if value is None:
@@ -273,8 +283,9 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_js(js: object) -> list[list[float]]:
-    """Check a pairwise JS divergence matrix between layers; return it as floats."""
+def check_js(js: object) -> list[list[float]]:
+    """Check a pairwise JS divergence matrix between layers (square, symmetric, zero diagonal,
+    values in [0, JS_MAX]); return it as floats."""
     if not isinstance(js, (list, tuple)) or not js:
         raise PolicyError("JS matrix must be a non-empty list of rows")
     size = len(js)
@@ -317,7 +328,7 @@ def _check_theta(theta: object) -> float:
 
 def similarity_matrix(js: list[list[float]]) -> list[list[float]]:
     """mu(i, j) = ln 2 - JS(i, j), the similarity of layers i and j (section 3.3)."""
-    return [[LN2 - value for value in row] for row in _check_js(js)]
+    return [[LN2 - value for value in row] for row in check_js(js)]
 
 
 def _block_sim(mu: list[list[float]], m: int, n: int) -> float:

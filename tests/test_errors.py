@@ -6,10 +6,12 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 ``--task translation``.
 """
 
+import json
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -304,3 +306,407 @@ def test_analysis_flags_work_on_a_translation_san_checkpoint_and_are_explained_o
     fixed = validate(binarized_corpus, checkpoint, "--model-overrides", override.group(1))
     assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
     assert '"sentences": 5' in (analysis / "js.json").read_text()
+
+
+# --- issue 22, section 3: what differs between a checkpoint and the model ---------------------
+
+
+@pytest.mark.parametrize(
+    "trained_arch, trained_flags, model_arch, said",
+    [
+        ("transformer_san", ["--decoder-self-attention-type", "aan"], "transformer_san",
+         "decoder self-attention is aan (the average attention network) but this model's is dot"),
+        ("transformer_san", ["--decoder-self-attention-type", "aan",
+                             "--san-decoder-encdec-policy", "3,3"], "transformer_san",
+         "decoder self-attention is aan"),
+        ("transformer_san", [], "transformer_aan_small",
+         "decoder self-attention is dot (dot-product attention) but this model's is aan"),
+    ],
+)  # fmt: skip
+def test_another_decoder_self_attention_type_is_named(
+    trained_arch, trained_flags, model_arch, said
+):
+    from fairseq_san.policy import PolicyError
+
+    trained, _ = build(trained_flags, arch=trained_arch)
+    model, _ = build(arch=model_arch)
+    with pytest.raises(PolicyError, match=re.escape(said)) as error:
+        model.load_state_dict(trained.state_dict())
+    assert "more attention sharing" not in str(error.value)
+    rebuilt, _ = build(flags_in(str(error.value)), arch=model_arch)
+    rebuilt.load_state_dict(trained.state_dict())  # strict: every parameter, nothing dropped
+    assert rebuilt.state_dict().keys() == trained.state_dict().keys()
+
+
+def test_another_encdec_share_mode_is_named():
+    from fairseq_san.policy import PolicyError
+
+    trained, _ = build(["--san-decoder-encdec-policy", "3,3"])  # shares the output A
+    model, _ = build(["--san-decoder-encdec-policy", "3,3", "--san-encdec-share", "weights"])
+    with pytest.raises(PolicyError) as error:
+        model.load_state_dict(trained.state_dict())
+    message = str(error.value)
+    assert "shares the encoder-decoder attention output (--san-encdec-share output)" in message
+    assert "only its weights (--san-encdec-share weights)" in message
+    assert "more attention sharing" not in message
+    rebuilt, _ = build(flags_in(message))
+    rebuilt.load_state_dict(trained.state_dict())
+
+
+@pytest.mark.parametrize(
+    "option, value, valid",
+    [
+        ("san_encdec_share", "both", "output, weights"),
+        ("decoder_self_attention_type", "average", "dot, aan"),
+    ],
+)
+def test_a_value_outside_an_options_choices_is_refused(option, value, valid):
+    """--model-overrides and the hub's keywords bypass argparse's choices."""
+    from fairseq_san.errors import UsageError
+
+    args = parse_args("transformer_san", TINY + ["--san-decoder-encdec-policy", "3,3"])
+    setattr(args, option, value)
+    with pytest.raises(UsageError, match=f"{option} '{value}' .*valid values: {valid}$"):
+        build_model(args)
+
+
+# --- issue 22, section 4: tracebacks where one line is promised --------------------------------
+
+
+def test_checkpoint_of_another_vocabulary_names_the_dictionary_sizes():
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build(dictionary=make_dictionary(30))
+    model, _ = build(dictionary=make_dictionary(24))
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(trained.state_dict())
+    message = str(error.value)
+    assert "source 30 (data: 24), target 30 (data: 24)" in message
+    assert "use the dictionaries the model was trained with" in message
+
+
+def test_policy_given_as_a_dict_is_that_policy():
+    """The hub's natural form: from_pretrained(..., san_policy={"decoder_self": [1, 5]})."""
+    as_json, json_args = build(["--san-policy", '{"decoder_self": [1, 5]}'])
+    args = parse_args("transformer_san", TINY)
+    args.san_policy = {"decoder_self": [1, 5]}
+    as_dict = build_model(args)
+    assert args.san_policy == json_args.san_policy  # the checkpoint stores it as JSON text
+    assert as_dict.state_dict().keys() == as_json.state_dict().keys()
+
+
+@pytest.mark.parametrize("value", [[1, 5], 6])
+def test_policy_of_another_type_names_the_accepted_ones(value):
+    from fairseq_san.policy import PolicyError
+
+    args = parse_args("transformer_san", TINY)
+    args.san_policy = value
+    with pytest.raises(PolicyError, match="expected a JSON file, JSON text or a dict like"):
+        build_model(args)
+
+
+def analysis_task(tmp_path: Path):
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    config = TranslationSANConfig(data=str(tmp_path), san_analysis_dir=str(tmp_path / "js"))
+    return TranslationSANTask(config, make_dictionary(), make_dictionary())
+
+
+def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
+    from fairseq_san.errors import UsageError
+
+    task = analysis_task(tmp_path)
+    task._analysed_subset = "valid"  # as after the analysis of the first subset was written
+    with pytest.raises(UsageError, match="one subset per run: 'valid' is written, 'test' would"):
+        task.load_dataset("test")
+
+
+def test_analysis_in_training_is_a_usage_error(tmp_path):
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError, match="--san-analysis-dir is for fairseq-validate"):
+        analysis_task(tmp_path).train_step(None, None, None, None, 0)
+
+
+@pytest.mark.slow
+def test_analysis_of_two_subsets_is_one_line(binarized_corpus, trained, tmp_path):
+    result = validate(
+        binarized_corpus, trained["san"] / "checkpoint_last.pt",
+        "--san-analysis-dir", str(tmp_path / "js"), "--valid-subset", "valid,test",
+    )  # fmt: skip
+    assert_one_line_error(result, "one subset per run", "run fairseq-validate once per subset")
+
+
+NOT_UTF8 = b"tok1 tok2 \xff tok3\n"
+
+
+def test_interactive_input_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+    import io
+
+    from fairseq_cli.interactive import buffered_read
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.interactive_input import strict_utf8
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(NOT_UTF8)
+    with pytest.raises(UsageError, match=rf"--input {path} is not UTF-8 text \(byte 0xff"):
+        list(strict_utf8(buffered_read)(str(path), 100))
+    # the locale's surrogateescape would turn the byte into an unknown word, silently
+    stdin = io.TextIOWrapper(io.BytesIO(NOT_UTF8), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr("sys.stdin", stdin)
+    with pytest.raises(UsageError, match=r"standard input is not UTF-8 text \(byte 0xff"):
+        list(strict_utf8(buffered_read)("-", 100))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["stdin", "--input"])
+def test_interactive_on_input_that_is_not_utf8_is_one_line(
+    binarized_corpus, trained, tmp_path, source
+):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(NOT_UTF8)
+    argv = [
+        str(BIN / "fairseq-interactive"), str(binarized_corpus), "--user-dir", "fairseq_san",
+        "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
+    ]  # fmt: skip
+    with open(path, "rb") as stdin:
+        result = subprocess.run(
+            argv + (["--input", str(path)] if source == "--input" else []),
+            stdin=stdin, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    named = "standard input" if source == "stdin" else f"--input {path}"
+    assert_one_line_error(result, f"{named} is not UTF-8 text")
+    assert "H-0" not in result.stdout
+
+
+def usage_error(main, capsys, *argv: str) -> str:
+    """The last line a console command's ``main`` wrote when it exited with status 2."""
+    with pytest.raises(SystemExit) as exit:
+        main(list(argv))
+    assert exit.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def plot_js(capsys, *argv: str) -> str:
+    from fairseq_san.cli.plot_js import main
+
+    return usage_error(main, capsys, *argv)
+
+
+def write_analysis(directory: Path, matrix) -> str:
+    directory.mkdir()
+    text = json.dumps({"num_updates": 10, "decoder_self": matrix, "decoder_encdec": None})
+    (directory / "js.json").write_text(text)
+    return str(directory)
+
+
+SQUARE = [[0.0, 0.1, 0.2], [0.1, 0.0, 0.3], [0.2, 0.3, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "matrix, said",
+    [
+        ([[0.0, 0.1], [0.1]], "decoder_self: JS matrix is not square: row 1 has 1 values"),
+        ([[0.0, "x"], ["x", 0.0]], "decoder_self: JS matrix value [0][1] = 'x' is not a finite"),
+        ("0.1", "decoder_self: JS matrix must be a non-empty list of rows"),
+    ],
+)
+def test_plot_js_on_a_bad_matrix_is_one_line(tmp_path, capsys, matrix, said):
+    analysis = write_analysis(tmp_path / "step10", matrix)
+    line = plot_js(capsys, analysis, "-o", str(tmp_path / "f.png"),
+                   "--reference-layer", "1", "--layers", "2")  # fmt: skip
+    assert line.startswith("fairseq-san-plot-js: error: ") and said in line, line
+    assert f"{analysis}/js.json" in line
+    assert not (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize(
+    "output, said",
+    [
+        ("no-folder/f.png", "cannot write {}: No such file or directory"),
+        ("a-folder.png", "cannot write {}: Is a directory"),
+        ("figure", "-o {}: end the name in a figure format's extension (avif, eps"),
+        ("figure.xyz", "-o {}: end the name in a figure format's extension"),
+    ],
+)
+def test_plot_js_output_it_cannot_write_is_one_line(tmp_path, capsys, output, said):
+    (tmp_path / "a-folder.png").mkdir()
+    analysis = write_analysis(tmp_path / "step10", SQUARE)
+    path = str(tmp_path / output)
+    line = plot_js(capsys, analysis, "-o", path, "--reference-layer", "1", "--layers", "2", "3")
+    assert line.startswith("fairseq-san-plot-js: error: " + said.format(path)), line
+    assert not (tmp_path / "figure.png").exists()  # matplotlib's default format is not added
+
+
+def cpu_ranks(capsys, *argv: str) -> str:
+    from fairseq_san.cli.cpu_ranks import main
+
+    return usage_error(main, capsys, *argv)
+
+
+@pytest.mark.parametrize(
+    "program, said",
+    [
+        ("fairseq-trian", "command not found: fairseq-trian; did you mean 'fairseq-train'?"),
+        ("zzqx-no-such-command", "command not found: zzqx-no-such-command"),
+        ("{tmp}", "{tmp} is a directory, not a command"),
+        ("{tmp}/notes.txt", "{tmp}/notes.txt is not executable"),
+    ],
+)
+def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, program, said):
+    (tmp_path / "notes.txt").write_text("not a program\n")
+    program, said = program.format(tmp=tmp_path), said.format(tmp=tmp_path)
+    line = cpu_ranks(capsys, "2", "--log-dir", str(tmp_path / "logs"), "--", program, "data")
+    assert line == f"fairseq-san-cpu-ranks: error: {said}"
+    assert not (tmp_path / "logs").exists()
+
+
+def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a file\n")
+    line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", "true")
+    assert line == f"fairseq-san-cpu-ranks: error: --log-dir {notes} is a file, not a directory"
+
+
+def bench_error(tmp_path: Path, *extra: str) -> str:
+    """fairseq-san-bench's error for ``extra`` (over valid options), before any checkpoint loads."""
+    from fairseq_san.cli.bench import main
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    argv = ["--data", str(data), "--system", f"a={tmp_path / 'a.pt'}",
+            "--out-dir", str(tmp_path / "out"), "--repeats", "1", *extra]  # fmt: skip
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    return str(exit.value.code)
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--threads", "0"], "--threads 0: must be at least 1"),
+        (["--threads", "-1"], "--threads -1: must be at least 1"),
+        (["--max-sentences", "0"], "--max-sentences 0: must be at least 1"),
+        (["--fixed-length", "-5"], "--fixed-length -5: must be at least 1"),
+        (["--table-beam", "0"], "--table-beam 0: must be at least 1"),
+        (["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+        (["--beams", "4", "-2"], "--beams -2: beam sizes must be at least 1"),
+        (["--cache-beams", "-1"], "--cache-beams -1: beam sizes must be at least 1"),
+        (["--max-len-b", "-1"], "--max-len-a 0.0 --max-len-b -1: natural lengths stop at"),
+        (["--max-len-a", "0", "--max-len-b", "0"], "a and b must be at least 0, and not both 0"),
+        (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),
+        (["--references", "{tmp}"], "--references {tmp}: is a directory"),
+        (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
+        (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
+    ],
+)
+def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    extra = [arg.format(tmp=tmp_path) for arg in extra]
+    error = bench_error(tmp_path, *extra)
+    assert error.startswith("fairseq-san-bench: error: ") and "\n" not in error
+    assert said.format(tmp=tmp_path) in error, error
+
+
+def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):
+    from fairseq_san.benchmark.data import Detokenizer
+
+    garbage = tmp_path / "spm.model"
+    garbage.write_text("not a model\n")
+    with pytest.raises(ValueError, match=f"sentencepiece model {garbage} cannot be loaded"):
+        Detokenizer(make_dictionary(), str(garbage))
+
+
+class StandInBatches:
+    """The part of the benchmark's Batches that reading references uses."""
+
+    def __init__(self, sentences: int, benchmarked: int):
+        self.dataset = [None] * sentences
+        self.ids = list(range(benchmarked))
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"one\n" * 300, "has 300 lines but the subset has 20 sentences"),
+        (b"one\n" * 3, "has 3 lines but the subset has 20 sentences"),
+        (b"caf\xe9\n" * 20, "is not UTF-8 text (invalid continuation byte,"),
+    ],
+)
+def test_bench_references_of_another_subset_are_refused(tmp_path, content, said):
+    """A reference file longer than the subset is another subset's: its BLEU would be wrong."""
+    from fairseq_san.benchmark.data import load_references
+
+    path = tmp_path / "test.raw.tgt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(f"--references {path} {said}")):
+        load_references(str(path), StandInBatches(20, 4), detokenize=None)
+
+
+@pytest.mark.parametrize(
+    "record, said",
+    [
+        ("{bad}", "JSONDecodeError: Expecting property name enclosed in double quotes"),
+        ('{"epoch": 1}', "KeyError: 'valid_num_updates'"),
+    ],
+)
+def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, record, said):
+    from fairseq_san.cli.loop import main
+
+    log = tmp_path / "train.log"
+    log.write_text(f"2024 | INFO | fairseq_cli.train | start\n2024 | INFO | valid | {record}\n")
+    line = usage_error(main, capsys, "train-log", str(log))
+    expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
+    assert line.startswith(expected + "(--log-format json): " + said), line
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--updates", "-5", "must be a whole number of at least 1"),
+        ("--max-iterations", "0", "must be a whole number of at least 1"),
+        ("--theta-self", "abc", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--theta-encdec", "0.8", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--theta-encoder", "nan", "must be a number in [0, ln 2 = 0.6931]"),
+        ("--cpu-ranks", "two", "must be a whole number (0: one process)"),
+    ],
+)
+def test_loop_start_checks_the_recipes_numbers(tmp_path, capsys, option, value, said):
+    """Before anything is recorded or trained, even in a dry run (a bad theta would otherwise
+    stop the loop after its first training)."""
+    from fairseq_san.cli.loop import main
+
+    run_dir = tmp_path / "run"
+    code = main(["start", str(run_dir), "--data", str(tmp_path), option, value, "--", "--cpu"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"fairseq-san-loop: error: {option} {value}: {said}"
+    assert not run_dir.exists()
+
+
+def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
+    from fairseq_san.cli.loop import main
+
+    argv = ["start", str(tmp_path / "run"), "--data", str(tmp_path), "--updates", "1",
+            "--warm-updates", "0", "--dry-run"]  # fmt: skip
+    main(argv)
+    assert "--warm-updates" not in capsys.readouterr().err
+    assert main([*argv, "--warm-start"]) == 2
+    assert "--warm-updates 0: must be a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
+    """fairseq's task looks for DATA/dict.LANG.txt deep inside its set-up."""
+    from fairseq_san.errors import excepthook
+
+    def traceback_printer(*args):
+        print("Traceback (most recent call last):", file=sys.stderr)
+
+    missing = tmp_path / "dict.de.txt"
+    error = FileNotFoundError(2, "No such file or directory", str(missing))
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", str(tmp_path), "--cpu"])
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err == f"fairseq-san: error: {missing}: No such file or directory\n"
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "--cpu"])  # not a path given: traceback
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err.startswith("Traceback")

@@ -149,6 +149,21 @@ def test_load_policy_from_json_text():
         load_policy('{"decoder_self": [1, 5}')
 
 
+def test_load_policy_from_a_dict():
+    """The natural Python form (the hub's ``san_policy`` keyword), read like JSON text."""
+    assert load_policy({"decoder_self": [1, 5], "encoder_self": None}) == {"decoder_self": [1, 5]}
+    with pytest.raises(PolicyError, match='policy: unknown key "cross"'):
+        load_policy({"cross": [6]})
+    with pytest.raises(PolicyError, match=r"decoder_self policy \[1, 0\]: block sizes must be"):
+        load_policy({"decoder_self": [1, 0]})
+
+
+@pytest.mark.parametrize("spec", [[1, 5], 6, None])
+def test_load_policy_of_another_type_names_the_accepted_ones(spec):
+    with pytest.raises(PolicyError, match="expected a JSON file, JSON text or a dict"):
+        load_policy(spec)
+
+
 def test_load_policy_missing(tmp_path):
     path = str(tmp_path / "nope.json")
     with pytest.raises(PolicyError) as err:

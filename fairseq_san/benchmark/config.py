@@ -7,6 +7,7 @@ line takes every default from the dataclasses here, the one place they are writt
 import argparse
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence
 
@@ -211,6 +212,46 @@ def field_defaults(cls) -> Dict:
     return defaults
 
 
+# Options that count something, so at least 1 when given (None: the default's choice).
+COUNTS = ("batch_size", "repeats", "max_sentences", "threads", "fixed_length", "table_beam")
+COUNT_LISTS = ("beams", "cache_beams")
+
+
+def option(name: str) -> str:
+    """A field's command-line flag: ``max_len_a`` -> ``--max-len-a``."""
+    return "--" + name.replace("_", "-")
+
+
+def check_numbers(config: BenchmarkConfig) -> None:
+    """ValueError naming the first count below 1 or natural lengths that allow no token."""
+    for name in COUNTS:
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{option(name)} {value}: must be at least 1")
+    for name in COUNT_LISTS:
+        below = [value for value in getattr(config, name) if value < 1]
+        if below:
+            raise ValueError(f"{option(name)} {below[0]}: beam sizes must be at least 1")
+    a, b = config.decode.max_len_a, config.decode.max_len_b
+    if a < 0 or b < 0 or a == b == 0:
+        raise ValueError(
+            f"--max-len-a {a} --max-len-b {b}: natural lengths stop at a*x+b tokens; a and b "
+            "must be at least 0, and not both 0"
+        )
+
+
+def check_paths(config: BenchmarkConfig) -> None:
+    """ValueError for a data directory or a given file that is missing or of the wrong kind."""
+    if not os.path.isdir(config.data):
+        raise ValueError(f"--data {config.data}: no such directory")
+    if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
+        raise ValueError(f"--out-dir {config.out_dir} is a file, not a directory")
+    for flag, path in (("--spm", config.spm_model), ("--references", config.references)):
+        if path and not os.path.isfile(path):
+            problem = "is a directory" if os.path.isdir(path) else "no such file"
+            raise ValueError(f"{flag} {path}: {problem}")
+
+
 def check_config(config: BenchmarkConfig) -> str:
     """Validate the configuration; return the baseline's name."""
     names = [spec.name for spec in config.systems]
@@ -224,6 +265,8 @@ def check_config(config: BenchmarkConfig) -> str:
     unknown = [mode for mode in config.modes if mode not in MODES]
     if unknown or not config.modes:
         raise ValueError(f"modes must be among {MODES}, got {list(config.modes)}")
-    if not config.beams or min(config.beams) < 1 or config.repeats < 1 or config.batch_size < 1:
-        raise ValueError("beams, repeats and batch size must be positive")
+    if not config.beams:
+        raise ValueError("--beams: give at least one beam size")
+    check_numbers(config)
+    check_paths(config)
     return baseline

@@ -12,6 +12,7 @@ import torch
 from fairseq import utils
 
 from fairseq_san.benchmark.config import BenchmarkConfig
+from fairseq_san.errors import UsageError
 from fairseq_san.scoring import corpus_scores, read_lines
 
 
@@ -52,7 +53,11 @@ class Detokenizer:
         if spm_model:
             import sentencepiece as spm
 
-            self.processor = spm.SentencePieceProcessor(model_file=spm_model)
+            try:
+                self.processor = spm.SentencePieceProcessor(model_file=spm_model)
+            except (RuntimeError, OSError) as err:
+                message = f"sentencepiece model {spm_model} cannot be loaded: {err}"
+                raise ValueError(message) from None
 
     def __call__(self, tokens: Sequence[int]) -> str:
         pieces = self.dictionary.string(torch.tensor(list(tokens), dtype=torch.long))
@@ -64,10 +69,14 @@ class Detokenizer:
 def load_references(path: Optional[str], batches: Batches, detokenize: Detokenizer) -> List[str]:
     """References for the benchmarked sentences: the raw file, or the binarized targets."""
     if path:
-        lines = read_lines(path)
-        if len(lines) < len(batches.ids):
+        try:
+            lines = read_lines(path)
+        except UsageError as err:  # not UTF-8 (scoring.read_lines names the file)
+            raise ValueError(f"--references {err}") from None
+        if len(lines) != len(batches.dataset):
             raise ValueError(
-                f"{path} has {len(lines)} lines, fewer than the {len(batches.ids)} sentences"
+                f"--references {path} has {len(lines)} lines but the subset has "
+                f"{len(batches.dataset)} sentences: give the raw target side of that subset"
             )
         return [lines[i] for i in batches.ids]
     return [detokenize(batches.dataset.tgt[i].tolist()) for i in batches.ids]

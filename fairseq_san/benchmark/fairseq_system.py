@@ -47,7 +47,8 @@ def checkpoint_keys(state: Dict) -> Set[str]:
 def load_checkpoint_task(spec: SystemSpec, data: str):
     """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
     if not os.path.isfile(spec.checkpoint):
-        raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} does not exist")
+        problem = "is a directory" if os.path.isdir(spec.checkpoint) else "does not exist"
+        raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} {problem}")
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     return tasks.setup_task(state["cfg"].task, from_checkpoint=True)

@@ -7,12 +7,16 @@ Rank 0 writes to this terminal; rank R > 0 to ``--log-dir``/rank-R.log.
 """
 
 import argparse
+import importlib.metadata
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from typing import List, Optional
+
+from fairseq_san.errors import nearest_key
 
 
 def free_port() -> int:
@@ -36,7 +40,6 @@ def rank_command(command: List[str], world_size: int, rank: int, port: int) -> L
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     """Start every rank, wait for all; the first failure's exit code ends the others."""
     port = free_port()
-    os.makedirs(log_dir, exist_ok=True)
     processes = []
     for rank in range(world_size):
         output = None if rank == 0 else open(os.path.join(log_dir, f"rank-{rank}.log"), "w")
@@ -55,6 +58,24 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     return failed[0] if failed else 0
 
 
+def fairseq_commands() -> List[str]:
+    """The installed fairseq commands (fairseq's and the plugin's): what a misspelt one meant."""
+    scripts = importlib.metadata.entry_points(group="console_scripts")
+    return [entry.name for entry in scripts if entry.name.startswith("fairseq")]
+
+
+def command_problem(program: str) -> Optional[str]:
+    """Why ``program`` cannot be started as a command, or None."""
+    if shutil.which(program) is not None:
+        return None
+    if os.sep in program and os.path.isdir(program):
+        return f"{program} is a directory, not a command"
+    if os.sep in program and os.path.exists(program):
+        return f"{program} is not executable"
+    near = nearest_key(os.path.basename(program), fairseq_commands())
+    return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
@@ -65,6 +86,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not command or args.world_size < 1:
         parser.error("give a world size >= 1 and a command after --")
+    problem = command_problem(command[0])
+    if problem:
+        parser.error(problem)
+    if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
+        parser.error(f"--log-dir {args.log_dir} is a file, not a directory")
+    try:
+        os.makedirs(args.log_dir, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--log-dir {args.log_dir} cannot be created: {err.strerror or err}")
     return run_ranks(command, args.world_size, args.log_dir)
 
 

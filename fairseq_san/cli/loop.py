@@ -126,7 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2
-    except (UsageError, OSError) as err:  # a PolicyError, a CheckpointError among them
+    except (UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a malformed log
         parser.error(str(err))
 
 

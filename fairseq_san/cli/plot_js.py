@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_san.plots import TRAINING_CURVE_PANELS
-from fairseq_san.policy import PolicyError, load_json_object
+from fairseq_san.plots import TRAINING_CURVE_PANELS, figure_formats
+from fairseq_san.policy import PolicyError, check_js, load_json_object
 
 
 class PlotError(ValueError):
@@ -83,8 +83,10 @@ def curves(
             matrix = data.get(kind)
             if matrix is None:
                 continue
-            if not isinstance(matrix, list) or not all(isinstance(r, list) for r in matrix):
-                raise PlotError(f"{path}: {kind} is not a matrix")
+            try:
+                matrix = check_js(matrix)
+            except PolicyError as err:
+                raise PlotError(f"{path}: {kind}: {err}") from None
             _check_layers([reference, *layers], len(matrix), kind, path)
             for layer in layers:
                 series[layer].append((data["num_updates"], float(matrix[reference - 1][layer - 1])))
@@ -92,11 +94,22 @@ def curves(
     return panels
 
 
+def check_output(path: str) -> None:
+    """The figure's name ends in a format matplotlib writes (it would add ".png" to any other)."""
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = figure_formats()
+    if extension not in formats:
+        raise PlotError(
+            f"-o {path}: end the name in a figure format's extension ({', '.join(formats)})"
+        )
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Read the analyses, write the figure; bad input exits with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_output(args.output)
         analyses = [(os.path.join(d, "js.json"), read_analysis(d)) for d in args.dirs]
         panels = curves(analyses, args.reference_layer, args.layers)
         if all(series is None for series in panels.values()):
@@ -105,7 +118,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         parser.error(str(err))
     from fairseq_san.plots import js_training_curves
 
-    js_training_curves(panels, args.reference_layer, args.output)
+    try:
+        js_training_curves(panels, args.reference_layer, args.output)
+    except OSError as err:
+        parser.error(f"cannot write {args.output}: {err.strerror or err}")
     print(f"wrote {args.output} ({len(analyses)} checkpoints)", file=sys.stderr)
 
 

@@ -12,12 +12,15 @@ upstream behaviour it corrects, and each fix is idempotent:
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
+* ``interactive_input``: fairseq-interactive's input that is not UTF-8 is one line naming it,
+  also on standard input (where the locale may turn it into unknown words);
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
 from fairseq_san.fairseq_fixes import (
     clean_exit,
+    interactive_input,
     last_batch,
     literal_eval,
     numpy2,
@@ -25,7 +28,9 @@ from fairseq_san.fairseq_fixes import (
     safe_loading,
 )
 
-FIXES = (literal_eval, safe_loading, last_batch, numpy2, clean_exit, one_line_errors)
+FIXES = (
+    literal_eval, safe_loading, last_batch, numpy2, interactive_input, clean_exit, one_line_errors
+)
 
 
 def install() -> None:

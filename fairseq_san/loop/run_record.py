@@ -21,11 +21,12 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from fairseq_san.policy import write_policy
+from fairseq_san.policy import LN2, write_policy
 
 RECORD = "run.json"
 LOCK = ".lock"
@@ -62,6 +63,43 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
             f"no validation references {reference}",
         )
     return None
+
+
+def is_theta(text: str) -> bool:
+    """A sharing threshold: a number in [0, ln 2] (``fairseq-san-policy``'s range)."""
+    try:
+        return 0.0 <= float(text) <= LN2
+    except ValueError:
+        return False
+
+
+def is_count(low: int) -> Callable[[str], bool]:
+    """Whether a text is a whole number of at least ``low``."""
+    return lambda text: re.fullmatch(r"\s*\d+\s*", text) is not None and int(text) >= low
+
+
+# The recipe's numeric options, what each must be and how that is checked (an empty one is unset).
+NUMBERS = {
+    "--theta-self": ("a number in [0, ln 2 = 0.6931]", is_theta),
+    "--theta-encdec": ("a number in [0, ln 2 = 0.6931]", is_theta),
+    "--theta-encoder": ("a number in [0, ln 2 = 0.6931]", is_theta),
+    "--updates": ("a whole number of at least 1", is_count(1)),
+    "--max-iterations": ("a whole number of at least 1", is_count(1)),
+    "--warm-updates": ("a whole number of at least 1", is_count(1)),
+    "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
+}
+# Options read only with another one (the recipe computes --warm-updates from --updates anyway).
+READ_WITH = {"--warm-updates": "--warm-start"}
+
+
+def check_numbers(options: Options) -> None:
+    """RunError naming the first numeric option that is not what the recipe's help says."""
+    for option, (what, fits) in NUMBERS.items():
+        value = options.get(option)
+        if option in READ_WITH and not options.get(READ_WITH[option]):
+            continue
+        if value is not None and not fits(str(value)):
+            raise RunError(f"{option} {value}: must be {what}")
 
 
 def check_inputs(options: Options, dry_run: bool) -> None:
@@ -195,6 +233,7 @@ def start_run(
     """Check the inputs; lock ``run_dir`` on ``lock_fd`` (see ``lock_run``); check its record;
     record the options and P_0 (not in a dry run). Raises RunError, with the line to print,
     where the run must not go on."""
+    check_numbers(options)
     check_inputs(options, dry_run)
     if lock_fd is not None:
         lock_run(run_dir, lock_fd)

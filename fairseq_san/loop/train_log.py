@@ -8,6 +8,7 @@ import json
 import re
 from typing import Dict, List, Sequence, Tuple
 
+from fairseq_san.errors import UsageError
 from fairseq_san.loop.summary import shown
 
 # fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
@@ -35,7 +36,7 @@ def read_train_log(path: str) -> Dict[str, object]:
     wps: List[float] = []
     stop = "unknown"
     with open(path, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             found = PARAMS.search(line)
             if found and params is None:
                 params = int(found.group(1).replace(",", ""))
@@ -50,19 +51,26 @@ def read_train_log(path: str) -> Dict[str, object]:
             found = RECORD.search(line)
             if not found:
                 continue
-            tag, record = found.group(1), json.loads(found.group(2))
-            epochs = record.get("epoch", epochs)
-            if tag == "valid":
-                point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
-                curve.append(point)
-                updates = max(updates or 0, point[0])
-                continue
-            prefix = "" if tag == "train_inner" else "train_"
-            updates = max(updates or 0, int(float(record[f"{prefix}num_updates"])))
-            walls.append(float(record[f"{prefix}wall"]))
-            if tag == "train_inner":
-                ups.append(float(record["ups"]))
-                wps.append(float(record["wps"]))
+            tag = found.group(1)
+            try:
+                record = json.loads(found.group(2))
+                epochs = record.get("epoch", epochs)
+                if tag == "valid":
+                    point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
+                    curve.append(point)
+                    updates = max(updates or 0, point[0])
+                    continue
+                prefix = "" if tag == "train_inner" else "train_"
+                updates = max(updates or 0, int(float(record[f"{prefix}num_updates"])))
+                walls.append(float(record[f"{prefix}wall"]))
+                if tag == "train_inner":
+                    ups.append(float(record["ups"]))
+                    wps.append(float(record["wps"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                raise UsageError(
+                    f"{path} line {number}: not a fairseq-train {tag} record "
+                    f"(--log-format json): {type(err).__name__}: {err}"
+                ) from None
     best = min(curve, key=lambda point: point[1]) if curve else (None, None)
     return {
         "params": params,

@@ -1,23 +1,98 @@
-"""Which sharing policy a saved model was trained with, read from its parameters.
+"""Which sharing policy a saved model was trained with, read from its parameters, and whether a
+model can load it.
 
 Only the first layer of a block has query/key projections (``modules.shared_attention``), so a
-checkpoint's parameter names say its policy. A model can load a checkpoint when its own policy
-shares at least as much (each trained block inside one of its blocks): the projections it no
-longer uses are dropped on load; a policy that shares less lacks trained projections.
+checkpoint's parameter names say its policy; AAN's gate says its decoder self-attention type. A
+model can load a checkpoint when its own policy shares at least as much (each trained block inside
+one of its blocks): the projections it no longer uses are dropped on load; a policy that shares
+less lacks trained projections. Its embeddings must have the checkpoint's vocabulary sizes.
 """
 
 import json
 import re
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from torch import nn
 
 from fairseq_san import policy as san_policy
+from fairseq_san.errors import UsageError
 
 PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
 )
+# Only the average attention network (``modules.average_attention``) has a gate.
+AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
+ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
+# The embeddings whose rows are the source and the target dictionary.
+EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+
+
+def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
+    """Raise a one-line error when ``model`` cannot load ``state_dict``, naming what differs.
+
+    fairseq's own errors list every missing key or mismatched shape; these say the cause: the
+    dictionaries, the decoder self-attention type, the encoder-decoder share mode or the policy.
+    """
+    check_checkpoint_vocabulary(model, state_dict)
+    check_checkpoint_attention_type(model, state_dict)
+    check_checkpoint_has_projections(model, state_dict)
+
+
+def check_checkpoint_vocabulary(model: nn.Module, state_dict: Dict) -> None:
+    """Refuse a checkpoint whose embeddings have other sizes than the model's dictionaries."""
+    own = model.state_dict()
+    sizes = {
+        side: (len(state_dict[key]), len(own[key]))
+        for side, key in EMBEDDINGS.items()
+        if key in state_dict and key in own
+    }
+    if all(trained == built for trained, built in sizes.values()):
+        return
+    shown = ", ".join(
+        f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items()
+    )
+    raise UsageError(
+        f"the checkpoint was trained with other dictionaries than the data's: entries per "
+        f"dictionary {shown}; use the dictionaries the model was trained with (its data "
+        "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
+    )
+
+
+def decoder_self_attention_type(state_dict: Dict) -> str:
+    """"aan" when the decoder's self-attention is the average attention network, else "dot"."""
+    return "aan" if any(AAN_KEY.match(key) for key in state_dict) else "dot"
+
+
+def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
+    """Refuse a checkpoint whose decoder self-attention type is not the model's."""
+    trained = decoder_self_attention_type(state_dict)
+    built = decoder_self_attention_type(model.state_dict())
+    if trained == built:
+        return
+    raise san_policy.PolicyError(
+        f"the checkpoint's decoder self-attention is {trained} ({ATTENTION_TYPES[trained]}) but "
+        f"this model's is {built} ({ATTENTION_TYPES[built]}). To continue training it, pass "
+        f"{trained_model_flags(model, state_dict)}; to decode it, leave "
+        "decoder_self_attention_type out of --model-overrides."
+    )
+
+
+def trained_model_flags(model: nn.Module, state_dict: Dict) -> str:
+    """The command-line flags that build the model a checkpoint was saved from."""
+    trained = policy_of_state_dict(state_dict, layer_counts(model))
+    flags = f"--san-policy '{json.dumps(trained)}'"
+    share = encdec_share(state_dict, trained)
+    if share is not None:
+        flags += f" --san-encdec-share {share}"
+    types = [decoder_self_attention_type(sd) for sd in (state_dict, model.state_dict())]
+    if types != ["dot", "dot"]:  # an AAN architecture sets aan: dot must then be given
+        flags += f" --decoder-self-attention-type {types[0]}"
+    return flags
+
+
+def layer_counts(model: nn.Module) -> Dict[str, int]:
+    return {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
 
 
 def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None:
@@ -27,23 +102,29 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     share more than the checkpoint's (each trained block inside a requested block), never less,
     since only the first layer of a block computes S and A. It fails when training resumes
     without the policy flags the run was started with, or when a decode-time policy shares less
-    than the checkpoint; the message gives the flags that rebuild the checkpoint's model.
+    than the checkpoint; the message gives the flags that rebuild the checkpoint's model. With
+    the same policy, only the encoder-decoder share mode can differ: the message says so.
     """
     own = model.state_dict()
     needed = [k for k in own if PROJECTION_KEY.match(k) and k not in state_dict]
     if not needed:
         return
     modules = sorted({PROJECTION_KEY.match(k).group("module") for k in needed})
-    layers = {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
-    trained = policy_of_state_dict(state_dict, layers)
-    flags = f"--san-policy '{json.dumps(trained)}'"
-    if "decoder_encdec" in trained:
-        share = "weights" if shares_encdec_weights_only(state_dict, trained) else "output"
-        flags += f" --san-encdec-share {share}"
+    layers = layer_counts(model)
+    trained, built = policy_of_state_dict(state_dict, layers), policy_of_state_dict(own, layers)
+    flags = trained_model_flags(model, state_dict)
+    if trained == built and encdec_share(state_dict, trained) != encdec_share(own, built):
+        raise san_policy.PolicyError(
+            f"the checkpoint shares the encoder-decoder attention output "
+            f"(--san-encdec-share {encdec_share(state_dict, trained)}) but this model shares "
+            f"only its weights (--san-encdec-share {encdec_share(own, built)}): it has no V "
+            f"projections for {', '.join(modules)}. To continue training it, pass {flags}; to "
+            "decode it, leave san_encdec_share out of --model-overrides."
+        )
     raise san_policy.PolicyError(
         f"the checkpoint was trained with more attention sharing "
         f"({san_policy.format_policy(trained)}) than this model "
-        f"({san_policy.format_policy(policy_of_state_dict(own, layers))}): it has no projections "
+        f"({san_policy.format_policy(built)}): it has no projections "
         f"for {', '.join(modules)}. To continue training it, pass {flags}; to decode it, use a "
         "policy that shares at least as much as the checkpoint's."
     )
@@ -65,6 +146,13 @@ def policy_of_state_dict(state_dict: Dict, layers: Dict[str, int]) -> Dict[str, 
         if 0 < len(leaders) < layers[stack]:
             policy[kind] = san_policy.blocks_from_leaders(leaders, layers[stack])
     return policy
+
+
+def encdec_share(state_dict: Dict, policy: Dict) -> Optional[str]:
+    """The ``--san-encdec-share`` mode of shared encoder-decoder attention; None when unshared."""
+    if "decoder_encdec" not in policy:
+        return None
+    return "weights" if shares_encdec_weights_only(state_dict, policy) else "output"
 
 
 def shares_encdec_weights_only(state_dict: Dict, policy: Dict) -> bool:

@@ -23,7 +23,7 @@ from torch import nn
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_has_projections
+from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_fits
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -37,6 +37,9 @@ from fairseq_san.modules.shared_attention import (
 logger = logging.getLogger(__name__)
 
 POLICY_FLAGS = {kind: option.name for kind, option in options.POLICY_OPTIONS.items()}
+# The model's options that take one of a few values. argparse checks them on the command line;
+# --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
+CHOICES = {option.name: option.choices for option in options.MODEL_OPTIONS if option.choices}
 
 
 class TransformerSANDecoder(TransformerDecoderBase):
@@ -147,10 +150,10 @@ class TransformerSANModel(TransformerModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Load a checkpoint, dropping projections the current policy no longer uses.
 
-        A checkpoint that lacks projections this model needs (it was trained with more sharing)
-        gets a clear error instead of fairseq's list of missing keys.
+        A checkpoint this model cannot load (other dictionaries or attention type, more sharing)
+        gets a one-line error naming the cause instead of fairseq's list of keys and shapes.
         """
-        check_checkpoint_has_projections(self, state_dict)
+        check_checkpoint_fits(self, state_dict)
         own_keys = set(self.state_dict())
         for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
             del state_dict[key]
@@ -279,11 +282,19 @@ def use_average_attention(layers: Iterable[nn.Module]) -> None:
 
 
 def check_san_options(args) -> None:
-    """Refuse an unknown ``san_*`` option, naming the nearest known one.
+    """Refuse an unknown ``san_*`` option, naming the nearest known one, and a value outside
+    an option's ``CHOICES``, naming the valid ones.
 
     fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
     the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
     """
+    for name, valid in CHOICES.items():
+        value = getattr(args, name, None)
+        if value is not None and value not in valid:
+            raise UsageError(
+                f"{name} {value!r} (from --model-overrides or a keyword argument) is not valid; "
+                f"valid values: {', '.join(valid)}"
+            )
     known = options.option_names()
     for name in vars(args):
         if name.replace("-", "_").startswith("san_") and name not in known:

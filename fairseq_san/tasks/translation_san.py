@@ -107,7 +107,7 @@ class TranslationSANTask(TranslationTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if self.analysing and self._analysed_subset not in (None, split):
-            raise ValueError(
+            raise UsageError(
                 f"--san-analysis-dir analyses one subset per run: '{self._analysed_subset}' "
                 f"is written, '{split}' would overwrite it; run fairseq-validate once per subset"
             )
@@ -116,7 +116,7 @@ class TranslationSANTask(TranslationTask):
 
     def train_step(self, *args, **kwargs):
         if self.analysing:
-            raise ValueError("--san-analysis-dir is for fairseq-validate, not for training")
+            raise UsageError("--san-analysis-dir is for fairseq-validate, not for training")
         return super().train_step(*args, **kwargs)
 
     def valid_step(self, sample, model, criterion):
@@ -129,7 +129,7 @@ class TranslationSANTask(TranslationTask):
         if self._analysis is None:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 if torch.distributed.get_world_size() > 1:
-                    raise ValueError("--san-analysis-dir runs in a single process only")
+                    raise UsageError("--san-analysis-dir runs in a single process only")
             self._analysis = LayerAnalysis(
                 self.cfg.san_analysis_max_sentences, self.cfg.san_analysis_save_sentences
             )

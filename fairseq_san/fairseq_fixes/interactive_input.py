@@ -1,0 +1,55 @@
+"""fairseq-interactive's input read as UTF-8 text, strictly, and named when it is not.
+
+Upstream behaviour corrected: fairseq-interactive reads its input (``--input FILE``, or ``-``: standard input) in
+``fairseq_cli.interactive.buffered_read``. A file is decoded as strict UTF-8, so a byte that is
+not UTF-8 ends the command with a ``UnicodeDecodeError`` traceback that names neither the input
+nor the fix. Standard input is decoded with Python's locale settings: under the C or C.UTF-8
+locale with ``surrogateescape``, so such bytes silently become unknown words (or make
+sentencepiece fail), a wrong translation without a word.
+
+The plugin cannot see the input earlier (fairseq reads it, for any ``--task``), so
+``install()``, run when the plugin registers, wraps ``buffered_read`` once when
+fairseq-interactive is the running command: standard input is switched to strict UTF-8 and a
+decoding error becomes one line naming the input.
+"""
+
+import functools
+import sys
+
+from fairseq_san.errors import UsageError
+
+STDIN = "-"
+
+
+def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:
+    """The one-line error for ``source`` (a path or ``-``) that is not UTF-8 text."""
+    name = "standard input" if source == STDIN else f"--input {source}"
+    byte = error.object[error.start : error.start + 1].hex()
+    return UsageError(
+        f"{name} is not UTF-8 text (byte 0x{byte}: {error.reason}); fairseq-interactive reads "
+        "UTF-8: convert it first, e.g. iconv -f latin1 -t utf-8"
+    )
+
+
+def strict_utf8(buffered_read):
+    """``buffered_read`` (fairseq's signature) reading strict UTF-8, one line when it is not."""
+
+    @functools.wraps(buffered_read)
+    def wrapper(source, buffer_size):
+        if source == STDIN:
+            sys.stdin.reconfigure(errors="strict")
+        try:
+            yield from buffered_read(source, buffer_size)
+        except UnicodeDecodeError as error:
+            raise not_utf8(source, error) from None
+
+    wrapper.reads_strict_utf8 = True
+    return wrapper
+
+
+def install() -> None:
+    """Wrap fairseq-interactive's ``buffered_read`` when that command runs (idempotent)."""
+    interactive = sys.modules.get("fairseq_cli.interactive")
+    read = getattr(interactive, "buffered_read", None)
+    if read is not None and not getattr(read, "reads_strict_utf8", False):
+        interactive.buffered_read = strict_utf8(read)

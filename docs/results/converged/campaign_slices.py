@@ -35,6 +35,7 @@ import tarfile
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
+import fairseq_san
 from campaign_summary import ITERATION, system_label, system_names
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.policy import load_policy, write_policy
@@ -188,7 +189,7 @@ def translate(data: str, checkpoint: str, source: str, hypotheses: str) -> int:
     """Translate ``source`` (raw text) with fairseq-interactive; write the detokenized hypotheses
     in source order to ``hypotheses``; their number, checked against the source's lines."""
     sentences = len(read_lines(source))
-    user_dir = os.path.dirname(os.path.abspath(__file__))
+    user_dir = os.path.dirname(fairseq_san.__file__)
     with tempfile.TemporaryDirectory() as tmp:
         output = os.path.join(tmp, "interactive.txt")
         with open(source, encoding="utf-8") as stdin, open(output, "w", encoding="utf-8") as out:

@@ -36,6 +36,11 @@ class CheckpointError(UsageError):
     """A checkpoint that cannot be loaded, said in one line."""
 
 
+class VocabularyMismatch(UsageError):
+    """A checkpoint trained with other dictionaries than the data's (fairseq's loader, which
+    knows the file, adds its path: ``fairseq_fixes.safe_loading``)."""
+
+
 def stamp(args) -> None:
     """Record the plugin in a model's (argparse) configuration, which fairseq saves as cfg.model."""
     if isinstance(args, argparse.Namespace):

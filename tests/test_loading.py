@@ -194,3 +194,17 @@ def test_a_path_that_is_missing_or_a_directory_is_one_line_naming_it(
         path.mkdir()
     expected = f"fairseq-san: error: cannot load checkpoint {path}: {problem}"
     assert_one_line(generate_error(binarized_corpus, path), expected)
+
+
+def test_a_checkpoint_of_other_dictionaries_is_named_by_fairseqs_loader(tmp_path):
+    """The model that refuses the embeddings' sizes does not know its file; the loader names it."""
+    from fairseq_san.fairseq_fixes.safe_loading import _explaining_ensemble
+    from fairseq_san.checkpoints import VocabularyMismatch
+
+    def refusing(filenames, *args, **kwargs):  # fairseq's loader, as the model leaves it
+        raise VocabularyMismatch("the checkpoint was trained with other dictionaries")
+
+    path = str(tmp_path / "checkpoint_best.pt")
+    with pytest.raises(VocabularyMismatch) as error:
+        _explaining_ensemble(refusing)([path])
+    assert str(error.value) == f"checkpoint {path}: the checkpoint was trained with other dictionaries"

@@ -21,7 +21,7 @@ import functools
 
 import torch
 
-from fairseq_san.checkpoints import explained
+from fairseq_san.checkpoints import VocabularyMismatch, explained
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 
 FAIRSEQ_GLOBALS = [argparse.Namespace]
@@ -47,12 +47,16 @@ def _explaining(load_checkpoint_to_cpu):
 
 def _explaining_ensemble(load_model_ensemble_and_task):
     """fairseq's ensemble loader (generate, interactive, validate, the hub), which checks that
-    each file exists before ``load_checkpoint_to_cpu`` reads it, explaining a missing one."""
+    each file exists before ``load_checkpoint_to_cpu`` reads it, explaining a missing one; a
+    checkpoint of other dictionaries is named."""
 
     @functools.wraps(load_model_ensemble_and_task)
     def wrapper(filenames, *args, **kwargs):
-        with explained(*filenames):
-            return load_model_ensemble_and_task(filenames, *args, **kwargs)
+        try:
+            with explained(*filenames):
+                return load_model_ensemble_and_task(filenames, *args, **kwargs)
+        except VocabularyMismatch as error:  # the model that raised it does not know its file
+            raise VocabularyMismatch(f"checkpoint {', '.join(filenames)}: {error}") from None
 
     wrapper.explains_failures = True
     return wrapper

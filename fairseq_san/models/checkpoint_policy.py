@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 from torch import nn
 
 from fairseq_san import policy as san_policy
+from fairseq_san.checkpoints import VocabularyMismatch
 from fairseq_san.errors import UsageError
 
 PROJECTION_KEY = re.compile(
@@ -52,7 +53,7 @@ def check_checkpoint_vocabulary(model: nn.Module, state_dict: Dict) -> None:
     shown = ", ".join(
         f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items()
     )
-    raise UsageError(
+    raise VocabularyMismatch(
         f"the checkpoint was trained with other dictionaries than the data's: entries per "
         f"dictionary {shown}; use the dictionaries the model was trained with (its data "
         "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"

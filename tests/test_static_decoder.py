@@ -93,6 +93,53 @@ def test_same_nbest_as_fairseq(name):
     assert len(best_lengths) >= 3, best_lengths
 
 
+# The position-independent (fixed-layout) step against the sliced one: every attention role.
+LAYOUT_MODELS = ["baseline", "san-1,5-3,3", "san-6-6", "san-encdec-weights", "aan", "aan-san"]
+
+
+@pytest.mark.parametrize("name", LAYOUT_MODELS)
+def test_fixed_layout_equals_sliced(name):
+    """The step with the position as a tensor (index_copy_ into the cache, masked attention over
+    a length bucket, whole-tensor gathers for beam search) gives the int-position step's n-best:
+    identical tokens, scores within 1e-5, at beams 1, 4 and 8."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    for beam in (1, 4, 8):
+        for settings in SETTINGS[1:3]:
+            sliced = static_generate(model, beam, src_tokens, src_lengths, **settings)
+            fixed = static_generate(
+                model, beam, src_tokens, src_lengths, execution="fixed", **settings
+            )
+            assert_same_hypotheses(sliced, fixed, atol=1e-5)
+
+
+def test_length_buckets():
+    """A fixed-layout step attends over the smallest bucket that holds its positions."""
+    from fairseq_san.static_decoding.caches import length_bucket
+
+    assert [length_bucket(n) for n in (1, 32, 33, 64, 65, 200, 256)] == [
+        32, 32, 64, 64, 128, 256, 256
+    ]  # fmt: skip
+    assert length_bucket(257) == 512 and length_bucket(513) == 768
+    with pytest.raises(ValueError):
+        length_bucket(0)
+
+
+def test_fixed_layout_reorders_without_host_sync(monkeypatch):
+    """The fixed layout follows beam search with whole-tensor gathers: never the sliced layout's
+    row copies (whose ``nonzero().tolist()`` is a host sync per step)."""
+    from fairseq_san.static_decoding.caches import Reorderable
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("row copies in the fixed layout")
+
+    monkeypatch.setattr(Reorderable, "copy_rows", refuse)
+    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    fixed = static_generate(model, 4, src_tokens, src_lengths, execution="fixed", max_len_b=12)
+    assert all(len(nbest) == 4 for nbest in fixed)
+
+
 def test_fairseq_transformer_and_temperature():
     """fairseq's own ``transformer`` architecture, with a sampling temperature."""
     model = decisive(build_fairseq_transformer(dictionary=DICTIONARY, seed=2)[0])

@@ -9,17 +9,19 @@ option the static decoder does not implement.
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
 ``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
-sentence: its hypotheses are all the same there).
+sentence: its hypotheses are all the same there). How the step runs (eager in the device's
+layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``.
 """
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 from torch import Tensor, nn
 
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
-from fairseq_san.static_decoding.caches import allocate_cache
+from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.execution import compiled, execution_for
 from fairseq_san.static_decoding.precision import apply_precision, check_device
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -68,6 +70,8 @@ class StaticSequenceGenerator(nn.Module):
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
         precision: str = "fp32",
+        execution: Optional[str] = None,
+        compile_backend: Union[str, Callable] = "inductor",
     ) -> None:
         super().__init__()
         if len(models) != 1:
@@ -76,8 +80,16 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("--temperature must be greater than 0")
         self.model = models[0]
         self.model.eval()
-        check_device(precision, next(self.model.parameters()).device)
-        self.step = apply_precision(StaticDecoderStep(self.model.decoder), precision)
+        device = next(self.model.parameters()).device
+        check_device(precision, device)
+        self.execution = execution_for(execution, device)
+        self.step = apply_precision(
+            StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
+        )
+        # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence).
+        self.run_step: Callable = self.step
+        if self.execution.name == "compile":
+            self.run_step = compiled(self.step, compile_backend)
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -111,16 +123,18 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         padding = encoder_out["encoder_padding_mask"]
-        step = self.step
+        step, device = self.step, src_tokens.device
+        fixed = self.execution.fixed_layout(device)
         cache = allocate_cache(
             sentences * self.beam_size,
-            max_len + 1,
+            length_bucket(max_len + 1) if fixed else max_len + 1,
             step.self_slots,
             step.heads,
             step.aan_layers,
             step.embed_dim,
             step.dtype,
-            src_tokens.device,
+            device,
+            fixed=fixed,
         )
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
@@ -128,21 +142,30 @@ class StaticSequenceGenerator(nn.Module):
             self._settings(max_len),
             sentences,
             self.eos if bos_token is None else bos_token,
-            src_tokens.device,
+            device,
         )
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
-        lprobs = step(tokens, 0, first, self.temperature)
+        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
+        lprobs = step(tokens, index, first, self.temperature, length=1)
         cache.spread(first)
         for position in range(max_len + 1):
             if position > 0:
-                lprobs = step(search.last_tokens(position), position, cache, self.temperature)
+                lprobs = self._step(search.last_tokens(position), position, index, cache)
             order = search.advance(position, lprobs)
             if order is None:
                 break
             cache.reorder(order, position + 1)
         return search.hypotheses()
+
+    def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:
+        """The step at ``position``: an int in the sliced layout; in the fixed one, written into
+        the device tensor ``index`` (no host sync) and attending over its length bucket."""
+        if not cache.fixed:
+            return self.run_step(tokens, position, cache, self.temperature)
+        index.fill_(position)
+        return self.run_step(tokens, index, cache, self.temperature, length_bucket(position + 1))
 
     def _settings(self, max_len: int) -> SearchSettings:
         return SearchSettings(

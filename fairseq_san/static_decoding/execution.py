@@ -1,0 +1,64 @@
+"""How the generator runs its step: eagerly (sliced or fixed layout), compiled, or as CUDA graphs.
+
+The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer):
+
+* ``eager``: the step as written, in the device's faster layout (caches.py): sliced on the CPU
+  (row copies and length slicing), fixed on a GPU (no host sync in the step or the reordering);
+* ``fixed``: eager in the fixed layout on any device (what ``compile`` and ``graph`` run);
+* ``compile``: torch.compile of the fixed-layout step (``fullgraph=True``, static shapes: one
+  compilation per (rows, length bucket), none across positions); its linear layers are left
+  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+from fairseq_san.static_decoding.errors import StaticDecoderError
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A way to run the step: its cache layout (None: the device's own, see module doc), whether
+    precision.py packs its linear layers, the devices it runs on and what it does."""
+
+    name: str
+    fixed: Optional[bool]
+    pack: bool
+    devices: Tuple[str, ...]
+    what: str
+
+    def fixed_layout(self, device: torch.device) -> bool:
+        """Whether the step runs in the fixed layout on ``device``."""
+        return device.type != "cpu" if self.fixed is None else self.fixed
+
+
+EXECUTIONS: Dict[str, Execution] = {
+    row.name: row
+    for row in (
+        Execution("eager", None, True, ("cpu", "cuda"), "the step as written, in the device's layout"),
+        Execution("fixed", True, True, ("cpu", "cuda"), "eager, position as a tensor, masked caches"),
+        Execution("compile", True, False, ("cpu",), "torch.compile(fullgraph=True) of the fixed step"),
+    )
+}  # fmt: skip
+
+
+def execution_for(name: Optional[str], device: torch.device) -> Execution:
+    """The row ``name`` (None: ``eager``); StaticDecoderError for a
+    name not in the table or a device the row does not run on."""
+    name = name or "eager"
+    row = EXECUTIONS.get(name)
+    if row is None:
+        raise StaticDecoderError(f"the execution {name!r} (choose from {tuple(EXECUTIONS)})")
+    if device.type not in row.devices:
+        raise StaticDecoderError(f"the execution {name!r} on {device.type.upper()}")
+    return row
+
+
+def compiled(step: nn.Module, backend: str = "inductor") -> Callable:
+    """``step`` compiled whole (``fullgraph=True``: a graph break is an error, not a silent
+    fall-back) for static shapes; with inductor, its weights frozen and prepacked for oneDNN."""
+    options = {"freezing": True, "cpp.weight_prepack": True} if backend == "inductor" else None
+    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend, options=options)

@@ -140,6 +140,140 @@ def test_fixed_layout_reorders_without_host_sync(monkeypatch):
     assert all(len(nbest) == 4 for nbest in fixed)
 
 
+@pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san"])
+def test_compiled_step_compiles_once_per_shape(name):
+    """torch.compile(fullgraph=True) of the fixed step: one compilation for two batches of one
+    length bucket (source lengths differ, every position of both decodes), none per position,
+    and the eager fixed step's n-best. A backend that counts the graphs dynamo hands it stands in
+    for inductor (whose compile takes minutes here; the benchmark runs it)."""
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12, execution="compile")
+    compiled = StaticSequenceGenerator(
+        [model], DICTIONARY, compile_backend=counting_backend, **settings
+    )
+    eager = StaticSequenceGenerator([model], DICTIONARY, **{**settings, "execution": "fixed"})
+    for lengths in (SOURCE_LENGTHS, [8, 4, 11, 6, 9, 3]):
+        src_tokens, src_lengths = source_batch(DICTIONARY, lengths, seed=len(lengths))
+        sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, compiled.generate([model], sample), atol=1e-5)
+        assert max(len(nbest[0]["tokens"]) for nbest in expected) >= 8
+    assert len(graphs) == 1
+
+
+def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
+    """A GPU captures graphs by default (fixed layout), a CPU runs the sliced eager step; the
+    graph execution on a CPU and an unknown execution are refused with one error."""
+    from fairseq_san.static_decoding.execution import execution_for
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert execution_for(None, cuda).name == "graph" and execution_for(None, cuda).fixed_layout(cuda)
+    assert execution_for(None, cpu).name == "eager" and not execution_for(None, cpu).fixed_layout(cpu)
+    assert execution_for("eager", cuda).fixed_layout(cuda)
+    assert execution_for("compile", cpu).fixed_layout(cpu) and not execution_for("compile", cpu).pack
+    with pytest.raises(StaticDecoderError, match="execution 'graph' on CPU"):
+        execution_for("graph", cpu)
+    with pytest.raises(StaticDecoderError, match="choose from"):
+        execution_for("jit", cpu)
+
+
+def replay_by_calling(captures: list, fail: bool = False):
+    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
+    does, records the capture in ``captures``, and replays by calling ``body`` again (which reads
+    the same static buffers, as a graph would); ``fail``: capture raises, as CUDA can."""
+
+    def capture(body, warmup, restore):
+        for _ in range(warmup):
+            body()
+            restore()
+        captures.append(body)
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return body
+
+    return capture
+
+
+def graphed_generator(model, capture, **settings) -> StaticSequenceGenerator:
+    """The generator of ``execution="graph"`` (CUDA only) on the CPU, with a stand-in capture:
+    its bookkeeping (static buffers, caches kept per shape, keys) runs as on a GPU."""
+    from fairseq_san.static_decoding.execution import EXECUTIONS
+    from fairseq_san.static_decoding.graphs import GraphedStep
+
+    generator = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    generator.execution = EXECUTIONS["graph"]
+    generator.run_step = GraphedStep(generator.step, capture)
+    return generator
+
+
+def two_batches():
+    """Two samples of 6 sentences with different sources (one source length bucket)."""
+    for lengths, seed in ((SOURCE_LENGTHS, 1), ([8, 4, 11, 6, 9, 3], 2)):
+        src_tokens, src_lengths = source_batch(DICTIONARY, lengths, seed=seed)
+        yield {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+
+
+@pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san", "san-encdec-weights"])
+def test_graph_bookkeeping_replays_the_eager_step(name):
+    """CUDA-graph bookkeeping on the CPU (stand-in capture): one capture per (rows, length
+    bucket), reused by a second batch on the cache kept for its shape, and the eager fixed step's
+    n-best (AAN's running sums restored after the warm-up runs; tokens and position copied into
+    the static buffers; the second batch's encoder state copied into the kept cache)."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    captures = []
+    graphed = graphed_generator(model, replay_by_calling(captures), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
+    assert len(captures) == 1 and len(graphed._caches) == 1
+
+
+def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
+    """A capture that fails is logged once per shape and that shape runs eagerly: same n-best."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
+    captures = []
+    settings = dict(beam_size=4, max_len_b=12)
+    graphed = graphed_generator(model, replay_by_calling(captures, fail=True), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    with caplog.at_level("WARNING", logger="fairseq_san.static_decoding.graphs"):
+        for sample in two_batches():
+            expected = eager.generate([model], sample)
+            assert_same_hypotheses(expected, graphed.generate([model], sample))
+    assert len(captures) == 1
+    assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 1
+    assert "runs eagerly" in caplog.text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    "dtype, atol", [(torch.float32, 1e-4), (torch.float16, 1e-2), (torch.bfloat16, 5e-2)]
+)
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_cuda_graph_equals_eager(name, dtype, atol):
+    """On a GPU, the captured step (the default there) gives the eager fixed step's n-best:
+    identical tokens, scores within 1e-4 at fp32; fp16 and bf16 models too; every shape
+    captured (no fall-back)."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
+    settings = dict(beam_size=4, max_len_b=40)
+    graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
+    assert graphed.execution.name == "graph"
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
+    replays = graphed.run_step.replays
+    assert len(replays) == 2 and None not in replays.values()  # buckets 32 and 64
+
+
 def test_fairseq_transformer_and_temperature():
     """fairseq's own ``transformer`` architecture, with a sampling temperature."""
     model = decisive(build_fairseq_transformer(dictionary=DICTIONARY, seed=2)[0])

@@ -26,12 +26,13 @@ Two layouts, one step (``fixed`` below; step.py reads the cache only through ``P
   writes its slot with ``index_copy_`` and attends over a whole length bucket (``length_bucket``)
   with a mask, and the reordering is one gather of whole tensors into a spare buffer, with no
   host sync: the step's shapes and control flow depend on the bucket only, not the position.
+  The encoder state is padded to its length bucket too (``pad_source``), with a mask.
   Its caches start zeroed, so that masked positions hold no NaN that a zero weight could not hide.
 """
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -102,6 +103,21 @@ def length_bucket(positions: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> in
     return math.ceil(positions / buckets[-1]) * buckets[-1]
 
 
+def pad_source(
+    encoder_out: Tensor, padding: Optional[Tensor]
+) -> Tuple[Tensor, Tensor]:
+    """The encoder output (source, sentences, embed) zero-padded to its length bucket, and its
+    padding mask (sentences, bucket), True at padding: the fixed layout's encoder state, whose
+    shape then depends on the bucket only (one compiled or captured step for many batches)."""
+    source, sentences, embed = encoder_out.shape
+    bucket = length_bucket(source)
+    padded = encoder_out.new_zeros(bucket, sentences, embed)
+    padded[:source] = encoder_out
+    mask = torch.ones(sentences, bucket, dtype=torch.bool, device=encoder_out.device)
+    mask[:, :source] = False if padding is None else padding
+    return padded, mask
+
+
 @dataclass
 class Position:
     """Where a step writes its cache slot and how far it attends (see module doc).
@@ -167,6 +183,19 @@ class DecoderCache:
     sentences: int = 0
     source_padding: Optional[Tensor] = None
     fixed: bool = False
+
+    def hold_encoder(self, encoder: List[Tensor], source_padding: Optional[Tensor]) -> None:
+        """Take a batch's encoder state: copied into the tensors this cache already holds when it
+        is reused for another batch of its shape (a captured step reads their memory, and its
+        self-attention slots are zeroed again), else held as given."""
+        if not self.encoder:
+            self.encoder, self.source_padding = encoder, source_padding
+            return
+        padding = [] if source_padding is None else [(self.source_padding, source_padding)]
+        for held, new in list(zip(self.encoder, encoder)) + padding:
+            held.copy_(new)
+        if self.self_attention is not None:
+            self.self_attention.tensor.zero_()
 
     def reorder(self, order: Tensor, written: int) -> None:
         """Follow beam search: row i takes row ``order[i]``'s state (``written`` positions).

@@ -7,7 +7,9 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
 * ``fixed``: eager in the fixed layout on any device (what ``compile`` and ``graph`` run);
 * ``compile``: torch.compile of the fixed-layout step (``fullgraph=True``, static shapes: one
   compilation per (rows, length bucket), none across positions); its linear layers are left
-  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``.
+  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``;
+* ``graph``: the fixed-layout step captured as one CUDA graph per (rows, length bucket) and
+  replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there.
 """
 
 from dataclasses import dataclass
@@ -22,13 +24,15 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 @dataclass(frozen=True)
 class Execution:
     """A way to run the step: its cache layout (None: the device's own, see module doc), whether
-    precision.py packs its linear layers, the devices it runs on and what it does."""
+    precision.py packs its linear layers, the devices it runs on, what it does, and whether it
+    replays CUDA graphs (on caches kept across batches)."""
 
     name: str
     fixed: Optional[bool]
     pack: bool
     devices: Tuple[str, ...]
     what: str
+    graphs: bool = False
 
     def fixed_layout(self, device: torch.device) -> bool:
         """Whether the step runs in the fixed layout on ``device``."""
@@ -41,14 +45,15 @@ EXECUTIONS: Dict[str, Execution] = {
         Execution("eager", None, True, ("cpu", "cuda"), "the step as written, in the device's layout"),
         Execution("fixed", True, True, ("cpu", "cuda"), "eager, position as a tensor, masked caches"),
         Execution("compile", True, False, ("cpu",), "torch.compile(fullgraph=True) of the fixed step"),
+        Execution("graph", True, True, ("cuda",), "CUDA graphs of the fixed step", graphs=True),
     )
 }  # fmt: skip
 
 
 def execution_for(name: Optional[str], device: torch.device) -> Execution:
-    """The row ``name`` (None: ``eager``); StaticDecoderError for a
+    """The row ``name`` (None: ``graph`` on a GPU, ``eager`` elsewhere); StaticDecoderError for a
     name not in the table or a device the row does not run on."""
-    name = name or "eager"
+    name = name or ("graph" if device.type == "cuda" else "eager")
     row = EXECUTIONS.get(name)
     if row is None:
         raise StaticDecoderError(f"the execution {name!r} (choose from {tuple(EXECUTIONS)})")

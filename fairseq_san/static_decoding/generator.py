@@ -13,7 +13,7 @@ sentence: its hypotheses are all the same there). How the step runs (eager in th
 layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``.
 """
 
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,7 @@ from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSe
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import compiled, execution_for
+from fairseq_san.static_decoding.graphs import Capture, GraphedStep, capture_cuda_graph
 from fairseq_san.static_decoding.precision import apply_precision, check_device
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -72,6 +73,7 @@ class StaticSequenceGenerator(nn.Module):
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
+        capture: Capture = capture_cuda_graph,
     ) -> None:
         super().__init__()
         if len(models) != 1:
@@ -90,6 +92,10 @@ class StaticSequenceGenerator(nn.Module):
         self.run_step: Callable = self.step
         if self.execution.name == "compile":
             self.run_step = compiled(self.step, compile_backend)
+        elif self.execution.graphs:
+            self.run_step = GraphedStep(self.step, capture)
+        # Caches kept across batches, per shape (CUDA graphs read the memory they captured).
+        self._caches: Dict[Tuple, DecoderCache] = {}
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -125,17 +131,8 @@ class StaticSequenceGenerator(nn.Module):
         padding = encoder_out["encoder_padding_mask"]
         step, device = self.step, src_tokens.device
         fixed = self.execution.fixed_layout(device)
-        cache = allocate_cache(
-            sentences * self.beam_size,
-            length_bucket(max_len + 1) if fixed else max_len + 1,
-            step.self_slots,
-            step.heads,
-            step.aan_layers,
-            step.embed_dim,
-            step.dtype,
-            device,
-            fixed=fixed,
-        )
+        positions = length_bucket(max_len + 1) if fixed else max_len + 1
+        cache = self._cache(sentences, positions, src_len, fixed, device)
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
         search = TensorBeamSearch(
@@ -158,6 +155,31 @@ class StaticSequenceGenerator(nn.Module):
                 break
             cache.reorder(order, position + 1)
         return search.hypotheses()
+
+    def _cache(
+        self, sentences: int, positions: int, source: int, fixed: bool, device: torch.device
+    ) -> DecoderCache:
+        """An empty cache for a batch; with CUDA graphs, the one kept for its shape (the
+        sentences, the positions and the source length bucket), reused."""
+        key = (sentences, positions, length_bucket(source))
+        if key in self._caches:
+            return self._caches[key]
+        step = self.step
+        cache = allocate_cache(
+            sentences * self.beam_size,
+            positions,
+            step.self_slots,
+            step.heads,
+            step.aan_layers,
+            step.embed_dim,
+            step.dtype,
+            device,
+            fixed=fixed,
+            fixed_address=self.execution.graphs,
+        )
+        if self.execution.graphs:
+            self._caches[key] = cache
+        return cache
 
     def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:
         """The step at ``position``: an int in the sliced layout; in the fixed one, written into

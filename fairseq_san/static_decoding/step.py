@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
 from fairseq_san.modules.shared_attention import AttentionRole
 from fairseq_san.modules.shared_attention import attention_role as module_role
-from fairseq_san.static_decoding.caches import DecoderCache, Position
+from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_source
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
 # What a block leader hands to its followers in one step: S (weights) and A (per-head context),
@@ -165,17 +165,17 @@ class EncoderAttentionStep(nn.Module):
         self.out = copy_linear(module.out_proj)
         self.slot = -1
 
-    def project(self, encoder_out: Tensor, cache: DecoderCache) -> None:
-        """Append this module's keys/values of ``encoder_out`` (source, sentences, embed), each
-        as (sentences * heads, source, head_dim)."""
+    def project(self, encoder_out: Tensor, encoder: List[Tensor]) -> None:
+        """Append to ``encoder`` this module's keys/values of ``encoder_out`` (source, sentences,
+        embed), each as (sentences * heads, source, head_dim)."""
         states = encoder_out.transpose(0, 1)
         if self.role == CONTEXT:
             return
-        self.slot = len(cache.encoder)
+        self.slot = len(encoder)
         projected = [self.v(states)] if self.role == WEIGHTS else self.kv(states).chunk(2, dim=-1)
         for x in projected:
             per_head = split_heads(x, self.heads)
-            cache.encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
+            encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
 
     def forward(self, x: Tensor, cache: DecoderCache, shared: Shared) -> Tensor:
         rows, embed = x.shape
@@ -285,15 +285,18 @@ class StaticDecoderStep(nn.Module):
         """Project the encoder output for every encoder-decoder attention; position table."""
         encoder_out = encoder_out.to(self.dtype)
         cache.sentences = encoder_out.size(1)
+        if cache.fixed:
+            encoder_out, source_padding = pad_source(encoder_out, source_padding)
         # None when no sentence has padding: fairseq's mask would change nothing either.
-        cache.source_padding = (
-            None
-            if source_padding is None or not bool(source_padding.any())
-            else source_padding.view(source_padding.size(0), 1, 1, -1)
-        )
+        elif source_padding is not None and not bool(source_padding.any()):
+            source_padding = None
+        if source_padding is not None:
+            source_padding = source_padding.view(source_padding.size(0), 1, 1, -1)
+        encoder: List[Tensor] = []
         for layer in self.layers:
             if layer.encoder_attn is not None:
-                layer.encoder_attn.project(encoder_out, cache)
+                layer.encoder_attn.project(encoder_out, encoder)
+        cache.hold_encoder(encoder, source_padding)
         self._extend_positions(positions, encoder_out.device)
 
     def _extend_positions(self, positions: int, device: torch.device) -> None:

@@ -99,7 +99,7 @@ LAYOUT_MODELS = ["baseline", "san-1,5-3,3", "san-6-6", "san-encdec-weights", "aa
 
 @pytest.mark.parametrize("name", LAYOUT_MODELS)
 def test_fixed_layout_equals_sliced(name):
-    """The step with the position as a tensor (index_copy_ into the cache, masked attention over
+    """The step with the position as a tensor (index_put_ into the cache, masked attention over
     a length bucket, whole-tensor gathers for beam search) gives the int-position step's n-best:
     identical tokens, scores within 1e-5, at beams 1, 4 and 8."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
@@ -272,6 +272,24 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
     replays = graphed.run_step.replays
     assert len(replays) == 2 and None not in replays.values()  # buckets 32 and 64
+
+
+def test_compiled_bf16_full_step_stays_in_bfloat16():
+    """Unpacked (for torch.compile), a bf16-full step keeps its bfloat16 linear layers as they
+    are (not float32-out wrappers, which the fixed layout's cache writes refuse), and decodes
+    as the same step run eagerly (bfloat16 products of other kernels would round otherwise)."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    settings = dict(max_len_b=8, precision="bf16-full")
+    generator = StaticSequenceGenerator(
+        [model], DICTIONARY, beam_size=4, execution="compile", compile_backend="eager", **settings
+    )
+    linears = [m for m in generator.step.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and {m.weight.dtype for m in linears} == {torch.bfloat16}
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    compiled = generator.generate([model], sample)
+    generator.run_step = generator.step
+    assert_same_hypotheses(generator.generate([model], sample), compiled, atol=1e-5)
 
 
 def test_fairseq_transformer_and_temperature():

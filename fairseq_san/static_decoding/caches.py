@@ -23,7 +23,7 @@ Two layouts, one step (``fixed`` below; step.py reads the cache only through ``P
   the positions written so far (a narrowed view), and beam search's reordering copies the moved
   rows one by one (one host sync per step to find them);
 * fixed (GPU; torch.compile and CUDA graphs): the position is a device tensor, each attention
-  writes its slot with ``index_copy_`` and attends over a whole length bucket (``length_bucket``)
+  writes its slot with ``index_put_`` and attends over a whole length bucket (``length_bucket``)
   with a mask, and the reordering is one gather of whole tensors into a spare buffer, with no
   host sync: the step's shapes and control flow depend on the bucket only, not the position.
   The encoder state is padded to its length bucket too (``pad_source``), with a mask.
@@ -140,13 +140,16 @@ class Position:
         mask = torch.zeros(length, dtype=dtype, device=index.device).masked_fill_(after, -math.inf)
         return cls(index, length, mask)
 
-    def write(self, slots: Tensor, new: Tensor) -> None:
-        """Store ``new`` (..., rows, heads, head_dim) at this position of ``slots`` (..., rows,
-        heads, positions, head_dim)."""
+    def write(self, states: Tensor, first: int, new: Tensor) -> None:
+        """Store ``new`` (slots, rows, heads, head_dim) at this position of the slots ``first``..
+        of ``states`` (slots, rows, heads, positions, head_dim). Fixed: one ``index_put_`` on the
+        whole tensor, which torch.compile does in place (through a view of it, it copies it)."""
         if self.mask is None:
-            slots[..., self.index, :] = new
-        else:
-            slots.index_copy_(slots.dim() - 2, self.index, new.unsqueeze(-2))
+            states[first : first + new.size(0), :, :, self.index] = new
+            return
+        slots, rows, heads = (torch.arange(n, device=new.device) for n in new.shape[:3])
+        where = (slots.add(first).view(-1, 1, 1), rows.view(1, -1, 1), heads.view(1, 1, -1))
+        states.index_put_(where + (self.index,), new)
 
     def read(self, slot: Tensor) -> Tensor:
         """The attended positions of a cache slot (rows, heads, positions, head_dim) as the

@@ -13,9 +13,10 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
+import torch._inductor.config as inductor_config
 from torch import nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -62,8 +63,13 @@ def execution_for(name: Optional[str], device: torch.device) -> Execution:
     return row
 
 
-def compiled(step: nn.Module, backend: str = "inductor") -> Callable:
+def compiled(step: nn.Module, backend: Union[str, Callable] = "inductor") -> Callable:
     """``step`` compiled whole (``fullgraph=True``: a graph break is an error, not a silent
-    fall-back) for static shapes; with inductor, its weights frozen and prepacked for oneDNN."""
-    options = {"freezing": True, "cpp.weight_prepack": True} if backend == "inductor" else None
-    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend, options=options)
+    fall-back) for static shapes; with inductor, its weights frozen and prepacked (MKL/oneDNN).
+
+    Freezing is inductor's global setting (``torch.compile(options=...)`` does not reach it: its
+    output code then multiplies the plain weights), set here for the process."""
+    if backend == "inductor":
+        inductor_config.freezing = True
+        inductor_config.cpp.weight_prepack = True
+    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)

@@ -198,10 +198,8 @@ def linear_kernel(
     dtype: torch.dtype, device: torch.device, pack: bool = True
 ) -> Callable[[nn.Linear], nn.Module]:
     """What a linear layer of the step becomes to compute in ``dtype`` on ``device``: a
-    PackedLinear where oneDNN runs (and ``pack``), a BFloat16Linear for bfloat16 elsewhere, else
-    itself."""
+    PackedLinear where oneDNN runs (and ``pack``), else a BFloat16Linear for a float32 layer
+    computing in bfloat16, else itself (a layer already in ``dtype``: ``bf16-full``)."""
     if pack and can_pack(device, dtype):
         return lambda linear: PackedLinear(linear, dtype)
-    if dtype == torch.bfloat16:
-        return BFloat16Linear
-    return lambda linear: linear
+    return lambda linear: linear if linear.weight.dtype == dtype else BFloat16Linear(linear)

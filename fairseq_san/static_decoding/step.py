@@ -117,12 +117,12 @@ class SelfAttentionStep(nn.Module):
         states = cache.self_attention.tensor
         heads, head_dim = self.heads, embed // self.heads
         if self.role == WEIGHTS:
-            at.write(states[self.slot], self.v(x).view(rows, heads, head_dim))
+            at.write(states, self.slot, self.v(x).view(1, rows, heads, head_dim))
             context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         else:
             qkv = self.qkv(x)
             new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
-            at.write(states[self.slot : self.slot + 2], new)
+            at.write(states, self.slot, new)
             query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
             logits = at.logits(query, at.read(states[self.slot]))
             weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1

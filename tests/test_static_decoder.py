@@ -262,7 +262,7 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
     identical tokens, scores within 1e-4 at fp32; fp16 and bf16 models too; every shape
     captured (no fall-back)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
-    settings = dict(beam_size=4, max_len_b=40)
+    settings = dict(beam_size=4, min_len=33, max_len_b=40)  # buckets 32 and 64
     graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
     assert graphed.execution.name == "graph"
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
@@ -271,7 +271,18 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
     replays = graphed.run_step.replays
-    assert len(replays) == 2 and None not in replays.values()  # buckets 32 and 64
+    assert len(replays) == 2 and None not in replays.values()
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_equals_eager():
+    """The step as the compile execution ships it (inductor, frozen prepacked weights) gives the
+    eager fixed step's n-best: identical tokens, scores within 1e-5 (slow: inductor compiles)."""
+    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    expected = static_generate(model, 4, src_tokens, src_lengths, execution="fixed", max_len_b=12)
+    actual = static_generate(model, 4, src_tokens, src_lengths, execution="compile", max_len_b=12)
+    assert_same_hypotheses(expected, actual, atol=1e-5)
 
 
 def test_compiled_bf16_full_step_stays_in_bfloat16():

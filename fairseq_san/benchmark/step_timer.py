@@ -9,6 +9,7 @@ table gives the median over rounds and the ratio to fairseq's baseline of the sa
     fairseq-san-bench steps [--arch transformer_san_small] [--beam 4]
         [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
         [--decoders fairseq static-fp32 static-fp32-compile ...] [--policies baseline san-6-6]
+        [--device cpu|cuda] [--dtype fp32|fp16|bf16]
 
 ``--profile`` prints torch.profiler's top operators for one batch of each configuration.
 """
@@ -41,6 +42,7 @@ STATIC_DECODERS = {
     for execution in EXECUTIONS
     for precision in PRECISIONS
 }
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # fairseq's generator, then the eager static decoder at each precision (the default run).
 DECODERS = ["fairseq", *(name for name, (_, e) in STATIC_DECODERS.items() if e == "eager")]
 
@@ -85,6 +87,25 @@ def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
         yield {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
 
 
+def time_rounds(configs: Dict, samples: List, rounds: int, steps: int) -> Dict[str, List[float]]:
+    """ms per step of each generator of ``configs`` (name -> generator) decoding ``samples``
+    (``steps`` steps in all), after one warm-up batch each (printed: it holds any compilation),
+    interleaved round after round: one value per round."""
+    times: Dict[str, List[float]] = {name: [] for name in configs}
+    with torch.no_grad():
+        for name, generator in configs.items():
+            start = time.perf_counter()
+            generator.generate(None, samples[0])
+            print(f"{name:24s} warm-up {time.perf_counter() - start:7.1f} s", flush=True)
+        for _ in range(rounds):
+            for name, generator in configs.items():
+                start = time.perf_counter()
+                for sample in samples:
+                    generator.generate(None, sample)  # ends with a host sync (its n-best)
+                times[name].append((time.perf_counter() - start) / steps * 1e3)
+    return times
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
@@ -102,33 +123,27 @@ def main(argv: Optional[List[str]] = None) -> None:
         "--decoders", nargs="+", default=DECODERS, choices=["fairseq", *STATIC_DECODERS]
     )
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (static-*-graph: cuda)")
+    parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="the model's")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     dictionary = Dictionary()
     for index in range(args.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{index}")
-    samples = list(batches(dictionary, args.batches, args.batch, args.source_length))
+    samples = [
+        {"net_input": {k: v.to(args.device) for k, v in sample["net_input"].items()}}
+        for sample in batches(dictionary, args.batches, args.batch, args.source_length)
+    ]
     configs = {}
     for policy in args.policies:
         model = build_model(args.arch, POLICIES[policy], dictionary)
+        model = model.to(args.device, DTYPES[args.dtype])
         for decoder in args.decoders:
             configs[f"{policy} {decoder}"] = make_generator(
                 decoder, model, dictionary, args.beam, args.length
             )
-    steps = args.batches * (args.length + 1)
-    times: Dict[str, List[float]] = {name: [] for name in configs}
-    with torch.no_grad():
-        for name, generator in configs.items():  # warm-up (and compilation)
-            start = time.perf_counter()
-            generator.generate(None, samples[0])
-            print(f"{name:24s} warm-up {time.perf_counter() - start:7.1f} s", flush=True)
-        for _ in range(args.rounds):
-            for name, generator in configs.items():
-                start = time.perf_counter()
-                for sample in samples:
-                    generator.generate(None, sample)
-                times[name].append((time.perf_counter() - start) / steps * 1e3)
+    times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
     reference = times[next(iter(times))]
     print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
           f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "

@@ -3,8 +3,8 @@
 On a GPU a decoder step is bound by kernel launches (issue 19: ~6 ms per step at batch 16 for
 ~0.1 ms of arithmetic); a replayed graph launches the whole step at once. ``GraphedStep`` is
 called like the step. Per key (``graph_key``: the rows, the length bucket, the temperature and
-the addresses of every cache tensor the step reads, so a graph is only ever replayed on the
-memory it was captured on) it:
+the addresses of every tensor the step reads besides its weights, so a graph is only ever
+replayed on the memory it was captured on) it:
 
 1. copies the cache's mutable state (a step adds to AAN's running sums: running it twice at one
    position is not the same as once), runs the step ``warmup`` times on a side stream (what
@@ -64,9 +64,13 @@ def read_state(cache: DecoderCache) -> List[Tensor]:
     return mutable_state(cache) + list(cache.encoder) + padding
 
 
-def graph_key(tokens: Tensor, cache: DecoderCache, length: int, temperature: float) -> Tuple:
-    """What a captured step depends on besides the values of its inputs (module doc)."""
-    memory = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in read_state(cache))
+def graph_key(
+    step: nn.Module, tokens: Tensor, cache: DecoderCache, length: int, temperature: float
+) -> Tuple:
+    """What a captured step depends on besides the values of its inputs (module doc); the
+    step's position table too, which a longer batch replaces (``StaticDecoderStep.prepare``)."""
+    tensors = read_state(cache) + [step.positions]
+    memory = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in tensors)
     return (tokens.size(0), length, temperature, memory)
 
 
@@ -105,7 +109,7 @@ class GraphedStep(nn.Module):
         temperature: float = 1.0,
         length: Optional[int] = None,
     ) -> Tensor:
-        key = graph_key(tokens, cache, length, temperature)
+        key = graph_key(self.step, tokens, cache, length, temperature)
         if key not in self.replays:
             self.replays[key] = self._capture(tokens, index, cache, temperature, length)
         replay = self.replays[key]

@@ -1,21 +1,23 @@
-"""The table of results.md from logs/*.log: per run and row, the median over repeats of the
-step timer's ms/step and of its speed-up over the run's first row (fairseq).
+"""The tables of results.md from the logs (RUN-REPEAT.log) of a folder (logs/, cpu-path/): per
+run and row, the median over repeats of the step timer's ms/step and of its speed-up over the
+run's first row (fairseq).
 
-    python docs/results/static-compile/summarize.py
+    python docs/results/static-compile/summarize.py [logs|cpu-path]
 """
 
 import re
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-LOGS = Path(__file__).parent / "logs"
 ROW = re.compile(r"^(.+?)\s+([\d.]+) ms/step(?:\s+([\d.]+)x)?")
 
 
 def main() -> None:
     runs = defaultdict(lambda: defaultdict(list))  # run -> row -> [(ms, ratio)]
-    for log in sorted(LOGS.glob("*.log")):
+    folder = Path(__file__).parent / (sys.argv[1] if len(sys.argv) > 1 else "logs")
+    for log in sorted(folder.glob("*-[0-9]*.log")):
         run = log.stem.rsplit("-", 1)[0]
         for line in log.read_text().splitlines():
             match = ROW.match(line)

@@ -173,10 +173,12 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     from fairseq_san.static_decoding.execution import execution_for
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert execution_for(None, cuda).name == "graph" and execution_for(None, cuda).fixed_layout(cuda)
-    assert execution_for(None, cpu).name == "eager" and not execution_for(None, cpu).fixed_layout(cpu)
+    on_gpu, on_cpu = execution_for(None, cuda), execution_for(None, cpu)
+    assert on_gpu.name == "graph" and on_gpu.fixed_layout(cuda)
+    assert on_cpu.name == "eager" and not on_cpu.fixed_layout(cpu)
     assert execution_for("eager", cuda).fixed_layout(cuda)
-    assert execution_for("compile", cpu).fixed_layout(cpu) and not execution_for("compile", cpu).pack
+    compile_ = execution_for("compile", cpu)
+    assert compile_.fixed_layout(cpu) and not compile_.pack
     with pytest.raises(StaticDecoderError, match="execution 'graph' on CPU"):
         execution_for("graph", cpu)
     with pytest.raises(StaticDecoderError, match="choose from"):
@@ -234,6 +236,36 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
     assert len(captures) == 1 and len(graphed._caches) == 1
+
+
+def test_graph_key_names_the_memory_a_graph_reads():
+    """A captured step is replayed only on what it was captured on: another length bucket, rows,
+    temperature, cache or position table (a longer batch replaces it) is another key."""
+    from fairseq_san.static_decoding.caches import allocate_cache
+    from fairseq_san.static_decoding.graphs import graph_key
+
+    model = build(MODELS["pre-norm-learned-pos"], dictionary=DICTIONARY)[0]
+    step = StaticDecoderStep(model.decoder)
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    encoder_out = model.encoder(src_tokens, src_lengths)
+
+    def prepared(positions: int):
+        cache = allocate_cache(
+            8, 32, step.self_slots, step.heads, 0, step.embed_dim, step.dtype, "cpu", fixed=True
+        )
+        padding = encoder_out["encoder_padding_mask"][0]
+        step.prepare(encoder_out["encoder_out"][0], padding, cache, positions)
+        return cache
+
+    cache, tokens = prepared(20), torch.zeros(8, dtype=torch.long)
+    key = graph_key(step, tokens, cache, 32, 1.0)
+    assert graph_key(step, tokens, cache, 32, 1.0) == key
+    assert graph_key(step, tokens, cache, 64, 1.0) != key
+    assert graph_key(step, tokens[:4], cache, 32, 1.0) != key
+    assert graph_key(step, tokens, cache, 32, 0.5) != key
+    assert graph_key(step, tokens, prepared(20), 32, 1.0) != key
+    prepared(60)  # a longer batch: a longer position table
+    assert graph_key(step, tokens, cache, 32, 1.0) != key
 
 
 def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):

@@ -37,8 +37,9 @@ POLICIES = {
 }
 # The static decoder at each (precision, execution) of its tables: static-PRECISION for the
 # eager step, static-PRECISION-EXECUTION for another execution (static-fp32-compile).
+SUFFIX = {execution: "" if execution == "eager" else f"-{execution}" for execution in EXECUTIONS}
 STATIC_DECODERS = {
-    f"static-{precision}" + ("" if execution == "eager" else f"-{execution}"): (precision, execution)
+    f"static-{precision}{SUFFIX[execution]}": (precision, execution)
     for execution in EXECUTIONS
     for precision in PRECISIONS
 }

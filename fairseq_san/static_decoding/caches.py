@@ -103,9 +103,7 @@ def length_bucket(positions: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> in
     return math.ceil(positions / buckets[-1]) * buckets[-1]
 
 
-def pad_source(
-    encoder_out: Tensor, padding: Optional[Tensor]
-) -> Tuple[Tensor, Tensor]:
+def pad_source(encoder_out: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """The encoder output (source, sentences, embed) zero-padded to its length bucket, and its
     padding mask (sentences, bucket), True at padding: the fixed layout's encoder state, whose
     shape then depends on the bucket only (one compiled or captured step for many batches)."""

@@ -24,15 +24,14 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 
 @dataclass(frozen=True)
 class Execution:
-    """A way to run the step: its cache layout (None: the device's own, see module doc), whether
-    precision.py packs its linear layers, the devices it runs on, what it does, and whether it
-    replays CUDA graphs (on caches kept across batches)."""
+    """A way to run the step (module doc): its cache layout (None: the device's own), whether
+    precision.py packs its linear layers, the devices it runs on, and whether it replays CUDA
+    graphs (on caches kept across batches)."""
 
     name: str
     fixed: Optional[bool]
     pack: bool
     devices: Tuple[str, ...]
-    what: str
     graphs: bool = False
 
     def fixed_layout(self, device: torch.device) -> bool:
@@ -43,10 +42,10 @@ class Execution:
 EXECUTIONS: Dict[str, Execution] = {
     row.name: row
     for row in (
-        Execution("eager", None, True, ("cpu", "cuda"), "the step as written, in the device's layout"),
-        Execution("fixed", True, True, ("cpu", "cuda"), "eager, position as a tensor, masked caches"),
-        Execution("compile", True, False, ("cpu",), "torch.compile(fullgraph=True) of the fixed step"),
-        Execution("graph", True, True, ("cuda",), "CUDA graphs of the fixed step", graphs=True),
+        Execution("eager", None, True, ("cpu", "cuda")),
+        Execution("fixed", True, True, ("cpu", "cuda")),
+        Execution("compile", True, False, ("cpu",)),
+        Execution("graph", True, True, ("cuda",), graphs=True),
     )
 }  # fmt: skip
 

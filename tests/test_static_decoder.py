@@ -364,6 +364,11 @@ def test_build_generator_chooses_the_decoder(task):
     assert isinstance(static, StaticSequenceGenerator)
     assert static.beam_size == 4 and static.max_len_b == 10
     assert not isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)
+    assert static.execution.name == "eager" and not static.execution.fixed_layout(torch.device("cpu"))
+    fixed = task.build_generator(
+        [model], generation_args(san_decoder="static", san_decoder_execution="fixed")
+    )
+    assert fixed.execution.name == "fixed"
     task.cfg.san_decoder = "static"
     try:
         assert isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
-import torch._inductor.config as inductor_config
 from torch import nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -69,6 +68,8 @@ def compiled(step: nn.Module, backend: Union[str, Callable] = "inductor") -> Cal
     Freezing is inductor's global setting (``torch.compile(options=...)`` does not reach it: its
     output code then multiplies the plain weights), set here for the process."""
     if backend == "inductor":
+        import torch._inductor.config as inductor_config  # here: a slow import, rarely needed
+
         inductor_config.freezing = True
         inductor_config.cpp.weight_prepack = True
     return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)

@@ -211,6 +211,7 @@ def build_static_generator(
     seq_gen_cls: Optional[type] = None,
     extra_gen_cls_kwargs: Optional[Dict] = None,
     prefix_allowed_tokens_fn: Optional[Callable] = None,
+    execution: Optional[str] = None,
 ) -> StaticSequenceGenerator:
     """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
     receives), or StaticDecoderError naming the first option it does not support."""
@@ -237,4 +238,5 @@ def build_static_generator(
         unk_penalty=getattr(args, "unkpen", 0),
         temperature=getattr(args, "temperature", 1.0),
         precision=precision,
+        execution=None if execution is None else str(execution),
     )

@@ -119,8 +119,8 @@ DECODER_PRECISION = Option(
 DECODER_EXECUTION = Option(
     "san_decoder_execution",
     "--san-decoding static: how the step runs: eager (in the device's cache layout), fixed "
-    "(position as a tensor, masked caches), compile (torch.compile, CPU) or graph (CUDA graphs, "
-    "GPU); default: graph on a GPU, eager on the CPU",
+    "(position as a tensor, masked caches) or graph (CUDA graphs, GPU only); default: graph on "
+    "a GPU, eager on the CPU",
 )
 DECODER_OPTIONS = (
     DECODING,

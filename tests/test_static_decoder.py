@@ -170,7 +170,7 @@ def test_compiled_step_compiles_once_per_shape(name):
 def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     """A GPU captures graphs by default (fixed layout), a CPU runs the sliced eager step; the
     graph execution on a CPU and an unknown execution are refused with one error."""
-    from fairseq_san.static_decoding.execution import execution_for
+    from fairseq_san.static_decoding.execution import execution_for, offered_executions
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     on_gpu, on_cpu = execution_for(None, cuda), execution_for(None, cpu)
@@ -183,6 +183,7 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
         execution_for("graph", cpu)
     with pytest.raises(StaticDecoderError, match="choose from"):
         execution_for("jit", cpu)
+    assert offered_executions() == ["eager", "fixed", "graph"]  # compile: measured slower
 
 
 def replay_by_calling(captures: list, fail: bool = False):

@@ -7,13 +7,15 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
 * ``fixed``: eager in the fixed layout on any device (what ``compile`` and ``graph`` run);
 * ``compile``: torch.compile of the fixed-layout step (``fullgraph=True``, static shapes: one
   compilation per (rows, length bucket), none across positions); its linear layers are left
-  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``;
+  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``; not
+  offered on the command line (slower than ``eager`` where measured), reached by the step
+  timer, the benchmark's overrides and the tests;
 * ``graph``: the fixed-layout step captured as one CUDA graph per (rows, length bucket) and
   replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -25,13 +27,14 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 class Execution:
     """A way to run the step (module doc): its cache layout (None: the device's own), whether
     precision.py packs its linear layers, the devices it runs on, and whether it replays CUDA
-    graphs (on caches kept across batches)."""
+    graphs (on caches kept across batches); whether the command line offers it."""
 
     name: str
     fixed: Optional[bool]
     pack: bool
     devices: Tuple[str, ...]
     graphs: bool = False
+    offered: bool = True  # a choice of --san-decoder-execution (compile: slower, measured only)
 
     def fixed_layout(self, device: torch.device) -> bool:
         """Whether the step runs in the fixed layout on ``device``."""
@@ -43,10 +46,16 @@ EXECUTIONS: Dict[str, Execution] = {
     for row in (
         Execution("eager", None, True, ("cpu", "cuda")),
         Execution("fixed", True, True, ("cpu", "cuda")),
-        Execution("compile", True, False, ("cpu",)),
+        Execution("compile", True, False, ("cpu",), offered=False),
         Execution("graph", True, True, ("cuda",), graphs=True),
     )
 }  # fmt: skip
+
+
+def offered_executions() -> List[str]:
+    """The choices of ``--san-decoder-execution``: the rows offered (not ``compile``, slower than
+    the eager step where measured: docs/results/static-compile)."""
+    return [name for name, row in EXECUTIONS.items() if row.offered]
 
 
 def execution_for(name: Optional[str], device: torch.device) -> Execution:

@@ -60,7 +60,7 @@ from fairseq_san.analysis import AttentionCapture, LayerAnalysis
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.options import Option
-from fairseq_san.static_decoding.execution import EXECUTIONS
+from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class TranslationSANConfig(TranslationConfig):
     san_decoder_precision: ChoiceEnum(list(PRECISIONS)) = option_field(
         options.DECODER_PRECISION, help=precision_help()
     )
-    san_decoder_execution: Optional[ChoiceEnum(list(EXECUTIONS))] = option_field(
+    san_decoder_execution: Optional[ChoiceEnum(offered_executions())] = option_field(
         options.DECODER_EXECUTION
     )
 

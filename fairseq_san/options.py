@@ -115,6 +115,13 @@ DECODING = Option(
 DECODER_PRECISION = Option(
     "san_decoder_precision", "--san-decoding static: the precision of the step", default="fp32"
 )
+# Its choices come from the table of executions (static_decoding.execution); None: the device's.
+DECODER_EXECUTION = Option(
+    "san_decoder_execution",
+    "--san-decoding static: how the step runs: eager (in the device's cache layout), fixed "
+    "(position as a tensor, masked caches) or graph (CUDA graphs, GPU only); default: graph on "
+    "a GPU, eager on the CPU",
+)
 DECODER_OPTIONS = (
     DECODING,
     Option(
@@ -125,6 +132,7 @@ DECODER_OPTIONS = (
         alias_of=("san_decoding", STATIC),
     ),
     DECODER_PRECISION,
+    DECODER_EXECUTION,
 )
 
 ANALYSIS_OPTIONS = (

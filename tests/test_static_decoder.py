@@ -93,6 +93,249 @@ def test_same_nbest_as_fairseq(name):
     assert len(best_lengths) >= 3, best_lengths
 
 
+# The position-independent (fixed-layout) step against the sliced one: every attention role.
+LAYOUT_MODELS = ["baseline", "san-1,5-3,3", "san-6-6", "san-encdec-weights", "aan", "aan-san"]
+
+
+@pytest.mark.parametrize("name", LAYOUT_MODELS)
+def test_fixed_layout_equals_sliced(name):
+    """The step with the position as a tensor (index_put_ into the cache, masked attention over
+    a length bucket, whole-tensor gathers for beam search) gives the int-position step's n-best:
+    identical tokens, scores within 1e-5, at beams 1, 4 and 8."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    for beam in (1, 4, 8):
+        for settings in SETTINGS[1:3]:
+            sliced = static_generate(model, beam, src_tokens, src_lengths, **settings)
+            fixed = static_generate(
+                model, beam, src_tokens, src_lengths, execution="fixed", **settings
+            )
+            assert_same_hypotheses(sliced, fixed, atol=1e-5)
+
+
+def test_length_buckets():
+    """A fixed-layout step attends over the smallest bucket that holds its positions."""
+    from fairseq_san.static_decoding.caches import length_bucket
+
+    assert [length_bucket(n) for n in (1, 32, 33, 64, 65, 200, 256)] == [
+        32, 32, 64, 64, 128, 256, 256
+    ]  # fmt: skip
+    assert length_bucket(257) == 512 and length_bucket(513) == 768
+    with pytest.raises(ValueError):
+        length_bucket(0)
+
+
+def test_fixed_layout_reorders_without_host_sync(monkeypatch):
+    """The fixed layout follows beam search with whole-tensor gathers: never the sliced layout's
+    row copies (whose ``nonzero().tolist()`` is a host sync per step)."""
+    from fairseq_san.static_decoding.caches import Reorderable
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("row copies in the fixed layout")
+
+    monkeypatch.setattr(Reorderable, "copy_rows", refuse)
+    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    fixed = static_generate(model, 4, src_tokens, src_lengths, execution="fixed", max_len_b=12)
+    assert all(len(nbest) == 4 for nbest in fixed)
+
+
+@pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san"])
+def test_compiled_step_compiles_once_per_shape(name):
+    """torch.compile(fullgraph=True) of the fixed step: one compilation for two batches of one
+    length bucket (source lengths differ, every position of both decodes), none per position,
+    and the eager fixed step's n-best. A backend that counts the graphs dynamo hands it stands in
+    for inductor (whose compile takes minutes here; the benchmark runs it)."""
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12, execution="compile")
+    compiled = StaticSequenceGenerator(
+        [model], DICTIONARY, compile_backend=counting_backend, **settings
+    )
+    eager = StaticSequenceGenerator([model], DICTIONARY, **{**settings, "execution": "fixed"})
+    for lengths in (SOURCE_LENGTHS, [8, 4, 11, 6, 9, 3]):
+        src_tokens, src_lengths = source_batch(DICTIONARY, lengths, seed=len(lengths))
+        sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, compiled.generate([model], sample), atol=1e-5)
+        assert max(len(nbest[0]["tokens"]) for nbest in expected) >= 8
+    assert len(graphs) == 1
+
+
+def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
+    """A GPU captures graphs by default (fixed layout), a CPU runs the sliced eager step; the
+    graph execution on a CPU and an unknown execution are refused with one error."""
+    from fairseq_san.static_decoding.execution import execution_for, offered_executions
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    on_gpu, on_cpu = execution_for(None, cuda), execution_for(None, cpu)
+    assert on_gpu.name == "graph" and on_gpu.fixed_layout(cuda)
+    assert on_cpu.name == "eager" and not on_cpu.fixed_layout(cpu)
+    assert execution_for("eager", cuda).fixed_layout(cuda)
+    compile_ = execution_for("compile", cpu)
+    assert compile_.fixed_layout(cpu) and not compile_.pack
+    with pytest.raises(StaticDecoderError, match="execution 'graph' on CPU"):
+        execution_for("graph", cpu)
+    with pytest.raises(StaticDecoderError, match="choose from"):
+        execution_for("jit", cpu)
+    assert offered_executions() == ["eager", "fixed", "graph"]  # compile: measured slower
+
+
+def replay_by_calling(captures: list, fail: bool = False):
+    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
+    does, records the capture in ``captures``, and replays by calling ``body`` again (which reads
+    the same static buffers, as a graph would); ``fail``: capture raises, as CUDA can."""
+
+    def capture(body, warmup, restore):
+        for _ in range(warmup):
+            body()
+            restore()
+        captures.append(body)
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return body
+
+    return capture
+
+
+def graphed_generator(model, capture, **settings) -> StaticSequenceGenerator:
+    """The generator of ``execution="graph"`` (CUDA only) on the CPU, with a stand-in capture:
+    its bookkeeping (static buffers, caches kept per shape, keys) runs as on a GPU."""
+    from fairseq_san.static_decoding.execution import EXECUTIONS
+    from fairseq_san.static_decoding.graphs import GraphedStep
+
+    generator = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    generator.execution = EXECUTIONS["graph"]
+    generator.run_step = GraphedStep(generator.step, capture)
+    return generator
+
+
+def two_batches():
+    """Two samples of 6 sentences with different sources (one source length bucket)."""
+    for lengths, seed in ((SOURCE_LENGTHS, 1), ([8, 4, 11, 6, 9, 3], 2)):
+        src_tokens, src_lengths = source_batch(DICTIONARY, lengths, seed=seed)
+        yield {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+
+
+@pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san", "san-encdec-weights"])
+def test_graph_bookkeeping_replays_the_eager_step(name):
+    """CUDA-graph bookkeeping on the CPU (stand-in capture): one capture per (rows, length
+    bucket), reused by a second batch on the cache kept for its shape, and the eager fixed step's
+    n-best (AAN's running sums restored after the warm-up runs; tokens and position copied into
+    the static buffers; the second batch's encoder state copied into the kept cache)."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    captures = []
+    graphed = graphed_generator(model, replay_by_calling(captures), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
+    assert len(captures) == 1 and len(graphed._caches) == 1
+
+
+def test_graph_key_names_the_memory_a_graph_reads():
+    """A captured step is replayed only on what it was captured on: another length bucket, rows,
+    temperature, cache or position table (a longer batch replaces it) is another key."""
+    from fairseq_san.static_decoding.caches import allocate_cache
+    from fairseq_san.static_decoding.graphs import graph_key
+
+    model = build(MODELS["pre-norm-learned-pos"], dictionary=DICTIONARY)[0]
+    step = StaticDecoderStep(model.decoder)
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    encoder_out = model.encoder(src_tokens, src_lengths)
+
+    def prepared(positions: int):
+        cache = allocate_cache(
+            8, 32, step.self_slots, step.heads, 0, step.embed_dim, step.dtype, "cpu", fixed=True
+        )
+        padding = encoder_out["encoder_padding_mask"][0]
+        step.prepare(encoder_out["encoder_out"][0], padding, cache, positions)
+        return cache
+
+    cache, tokens = prepared(20), torch.zeros(8, dtype=torch.long)
+    key = graph_key(step, tokens, cache, 32, 1.0)
+    assert graph_key(step, tokens, cache, 32, 1.0) == key
+    assert graph_key(step, tokens, cache, 64, 1.0) != key
+    assert graph_key(step, tokens[:4], cache, 32, 1.0) != key
+    assert graph_key(step, tokens, cache, 32, 0.5) != key
+    assert graph_key(step, tokens, prepared(20), 32, 1.0) != key
+    prepared(60)  # a longer batch: a longer position table
+    assert graph_key(step, tokens, cache, 32, 1.0) != key
+
+
+def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
+    """A capture that fails is logged once per shape and that shape runs eagerly: same n-best."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
+    captures = []
+    settings = dict(beam_size=4, max_len_b=12)
+    graphed = graphed_generator(model, replay_by_calling(captures, fail=True), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    with caplog.at_level("WARNING", logger="fairseq_san.static_decoding.graphs"):
+        for sample in two_batches():
+            expected = eager.generate([model], sample)
+            assert_same_hypotheses(expected, graphed.generate([model], sample))
+    assert len(captures) == 1
+    assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 1
+    assert "runs eagerly" in caplog.text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    "dtype, atol", [(torch.float32, 1e-4), (torch.float16, 1e-2), (torch.bfloat16, 5e-2)]
+)
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_cuda_graph_equals_eager(name, dtype, atol):
+    """On a GPU, the captured step (the default there) gives the eager fixed step's n-best:
+    identical tokens, scores within 1e-4 at fp32; fp16 and bf16 models too; every shape
+    captured (no fall-back)."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
+    settings = dict(beam_size=4, min_len=33, max_len_b=40)  # buckets 32 and 64
+    graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
+    assert graphed.execution.name == "graph"
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
+    replays = graphed.run_step.replays
+    assert len(replays) == 2 and None not in replays.values()
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_equals_eager():
+    """The step as the compile execution ships it (inductor, frozen prepacked weights) gives the
+    eager fixed step's n-best: identical tokens, scores within 1e-5 (slow: inductor compiles)."""
+    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    expected = static_generate(model, 4, src_tokens, src_lengths, execution="fixed", max_len_b=12)
+    actual = static_generate(model, 4, src_tokens, src_lengths, execution="compile", max_len_b=12)
+    assert_same_hypotheses(expected, actual, atol=1e-5)
+
+
+def test_compiled_bf16_full_step_stays_in_bfloat16():
+    """Unpacked (for torch.compile), a bf16-full step keeps its bfloat16 linear layers as they
+    are (not float32-out wrappers, which the fixed layout's cache writes refuse), and decodes
+    as the same step run eagerly (bfloat16 products of other kernels would round otherwise)."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    settings = dict(max_len_b=8, precision="bf16-full")
+    generator = StaticSequenceGenerator(
+        [model], DICTIONARY, beam_size=4, execution="compile", compile_backend="eager", **settings
+    )
+    linears = [m for m in generator.step.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and {m.weight.dtype for m in linears} == {torch.bfloat16}
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    compiled = generator.generate([model], sample)
+    generator.run_step = generator.step
+    assert_same_hypotheses(generator.generate([model], sample), compiled, atol=1e-5)
+
+
 def test_fairseq_transformer_and_temperature():
     """fairseq's own ``transformer`` architecture, with a sampling temperature."""
     model = decisive(build_fairseq_transformer(dictionary=DICTIONARY, seed=2)[0])
@@ -122,6 +365,11 @@ def test_build_generator_chooses_the_decoder(task):
     assert isinstance(static, StaticSequenceGenerator)
     assert static.beam_size == 4 and static.max_len_b == 10
     assert not isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)
+    assert static.execution.name == "eager" and not static.execution.fixed_layout(torch.device("cpu"))
+    fixed = task.build_generator(
+        [model], generation_args(san_decoder="static", san_decoder_execution="fixed")
+    )
+    assert fixed.execution.name == "fixed"
     task.cfg.san_decoder = "static"
     try:
         assert isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)

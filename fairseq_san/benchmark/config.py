@@ -113,10 +113,11 @@ class SystemSpec:
             )
         if self.decoder not in DECODERS:
             raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {self.decoder!r}")
+        for key in ("san_decoder_execution", "san_decoder_precision"):
+            if key in self.overrides and self.decoder != STATIC:
+                raise ValueError(f'{what}: {key} needs "san_decoder": "{STATIC}"')
         if "san_decoder_precision" not in self.overrides:
             return
-        if self.decoder != STATIC:
-            raise ValueError(f'{what}: san_decoder_precision needs "san_decoder": "{STATIC}"')
         if self.decoder_precision not in precisions:
             raise ValueError(
                 f"{what}: san_decoder_precision must be one of {tuple(precisions)}, "

@@ -26,6 +26,7 @@ from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.policy import load_policy
+from fairseq_san.options import DECODER_EXECUTION
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding.caches import DecoderCache
@@ -111,17 +112,20 @@ class FairseqSystem:
             and not info["san_policy"]
         )
 
-    def _generator(self, setting: Setting, options: DecodeOptions, precision: str = ""):
-        """The generator of a setting (the static decoder at ``precision``, by default the
-        system's), kept for the next call: building the static decoder copies, casts or
-        quantizes the decoder's weights, and the timing loop decodes one setting many times."""
+    def _generator(
+        self, setting: Setting, options: DecodeOptions, precision: str = "", execution: str = ""
+    ):
+        """The generator of a setting (the static decoder at ``precision`` and ``execution``, by
+        default the system's), kept for the next call: building the static decoder copies, casts
+        or quantizes the decoder's weights, and the timing loop decodes one setting many times."""
         precision = precision or self.spec.decoder_precision
-        key = (setting.beam, setting.mode, setting.length, repr(options), precision)
+        execution = execution or self.spec.overrides.get(DECODER_EXECUTION.name)
+        key = (setting.beam, setting.mode, setting.length, repr(options), precision, execution)
         if self._generator_of is None or self._generator_of[0] != key:
             args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
             if self.spec.decoder == STATIC:
                 generator = build_static_generator(
-                    [self.model], self.task.target_dictionary, args, precision
+                    [self.model], self.task.target_dictionary, args, precision, execution=execution
                 )
             else:
                 # translation_san: not whatever its checkpoint says (the model's own decoding is
@@ -186,8 +190,9 @@ class FairseqSystem:
         decoding engine cannot skip without changing the model.
 
         The static decoder is counted at fp32 whatever its precision: FlopCounterMode does not
-        count int8's quantized linear layers, and every precision does the same multiplies."""
-        generator = self._generator(setting, options, precision="fp32")
+        count int8's quantized linear layers, and every precision does the same multiplies; and
+        eager: a replayed CUDA graph dispatches no operator to count."""
+        generator = self._generator(setting, options, precision="fp32", execution="eager")
         flops, output = matmul_flops(lambda: generator.generate([self.model], batches.samples[0]))
         tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
         return {"flops": flops, "tokens": tokens, "mflop_per_token": flops / tokens / 1e6}

@@ -8,6 +8,8 @@ table gives the median over rounds and the ratio to fairseq's baseline of the sa
 
     fairseq-san-bench steps [--arch transformer_san_small] [--beam 4]
         [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
+        [--decoders fairseq static-fp32 static-fp32-compile ...] [--policies baseline san-6-6]
+        [--device cpu|cuda] [--dtype fp32|fp16|bf16]
 
 ``--profile`` prints torch.profiler's top operators for one batch of each configuration.
 """
@@ -26,15 +28,24 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.static_decoding.execution import EXECUTIONS
 from fairseq_san.static_decoding.precision import PRECISIONS
 
 POLICIES = {
     "baseline": [],
     "san-6-6": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"],
 }
-# fairseq's generator, then the static decoder at each precision of its table.
-STATIC_PRECISIONS = {f"static-{name}": name for name in PRECISIONS}
-DECODERS = ["fairseq", *STATIC_PRECISIONS]
+# The static decoder at each (precision, execution) of its tables: static-PRECISION for the
+# eager step, static-PRECISION-EXECUTION for another execution (static-fp32-compile).
+SUFFIX = {execution: "" if execution == "eager" else f"-{execution}" for execution in EXECUTIONS}
+STATIC_DECODERS = {
+    f"static-{precision}{SUFFIX[execution]}": (precision, execution)
+    for execution in EXECUTIONS
+    for precision in PRECISIONS
+}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# fairseq's generator, then the eager static decoder at each precision (the default run).
+DECODERS = ["fairseq", *(name for name, (_, e) in STATIC_DECODERS.items() if e == "eager")]
 
 
 class StandInTask:
@@ -55,12 +66,13 @@ def build_model(arch: str, policy: List[str], dictionary: Dictionary):
 
 
 def make_generator(decoder: str, model, dictionary, beam: int, length: int):
-    """A generator of ``DECODERS`` decoding exactly ``length`` tokens."""
+    """A generator (fairseq or one of ``STATIC_DECODERS``) decoding exactly ``length`` tokens."""
     settings = dict(beam_size=beam, min_len=length, max_len_a=0, max_len_b=length)
     if decoder == "fairseq":
         return SequenceGenerator([model], dictionary, **settings)
+    precision, execution = STATIC_DECODERS[decoder]
     return StaticSequenceGenerator(
-        [model], dictionary, precision=STATIC_PRECISIONS[decoder], **settings
+        [model], dictionary, precision=precision, execution=execution, **settings
     )
 
 
@@ -76,6 +88,25 @@ def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
         yield {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
 
 
+def time_rounds(configs: Dict, samples: List, rounds: int, steps: int) -> Dict[str, List[float]]:
+    """ms per step of each generator of ``configs`` (name -> generator) decoding ``samples``
+    (``steps`` steps in all), after one warm-up batch each (printed: it holds any compilation),
+    interleaved round after round: one value per round."""
+    times: Dict[str, List[float]] = {name: [] for name in configs}
+    with torch.no_grad():
+        for name, generator in configs.items():
+            start = time.perf_counter()
+            generator.generate(None, samples[0])
+            print(f"{name:24s} warm-up {time.perf_counter() - start:7.1f} s", flush=True)
+        for _ in range(rounds):
+            for name, generator in configs.items():
+                start = time.perf_counter()
+                for sample in samples:
+                    generator.generate(None, sample)  # ends with a host sync (its n-best)
+                times[name].append((time.perf_counter() - start) / steps * 1e3)
+    return times
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
@@ -89,32 +120,31 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--source-length", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--decoders", nargs="+", default=DECODERS, choices=DECODERS)
+    parser.add_argument(
+        "--decoders", nargs="+", default=DECODERS, choices=["fairseq", *STATIC_DECODERS]
+    )
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (static-*-graph: cuda)")
+    parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="the model's")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     dictionary = Dictionary()
     for index in range(args.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{index}")
-    samples = list(batches(dictionary, args.batches, args.batch, args.source_length))
+    samples = [
+        {"net_input": {k: v.to(args.device) for k, v in sample["net_input"].items()}}
+        for sample in batches(dictionary, args.batches, args.batch, args.source_length)
+    ]
     configs = {}
-    for policy, flags in POLICIES.items():
-        model = build_model(args.arch, flags, dictionary)
+    for policy in args.policies:
+        model = build_model(args.arch, POLICIES[policy], dictionary)
+        model = model.to(args.device, DTYPES[args.dtype])
         for decoder in args.decoders:
             configs[f"{policy} {decoder}"] = make_generator(
                 decoder, model, dictionary, args.beam, args.length
             )
-    steps = args.batches * (args.length + 1)
-    times: Dict[str, List[float]] = {name: [] for name in configs}
-    with torch.no_grad():
-        for name, generator in configs.items():  # warm-up
-            generator.generate(None, samples[0])
-        for _ in range(args.rounds):
-            for name, generator in configs.items():
-                start = time.perf_counter()
-                for sample in samples:
-                    generator.generate(None, sample)
-                times[name].append((time.perf_counter() - start) / steps * 1e3)
+    times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
     reference = times[next(iter(times))]
     print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
           f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "

@@ -1,8 +1,11 @@
 """A static-shape decoder for beam search (``--san-decoder static``): same translations as
 fairseq's SequenceGenerator, without its per-step overhead.
 
-* ``caches.py``: self-attention, AAN and encoder-decoder state, allocated once per batch;
+* ``caches.py``: self-attention, AAN and encoder-decoder state, allocated once per batch, in the
+  sliced (CPU) or fixed (position as a tensor: GPU, torch.compile) layout;
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
+* ``execution.py``: how the step runs (eager, fixed layout, torch.compile, CUDA graphs);
+* ``graphs.py``: the step captured as CUDA graphs and replayed;
 * ``beam_search.py``: fairseq's beam search on tensors;
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8;
 * ``generator.py``: the SequenceGenerator drop-in and the option checks.

@@ -15,11 +15,24 @@
   none.
 
 Finished sentences keep their rows (beam search masks them), so every shape stays fixed during a
-batch: what a captured (CUDA graph) step needs.
+batch.
+
+Two layouts, one step (``fixed`` below; step.py reads the cache only through ``Position``):
+
+* sliced (the CPU's default, the faster there): the position is a Python int, a step attends over
+  the positions written so far (a narrowed view), and beam search's reordering copies the moved
+  rows one by one (one host sync per step to find them);
+* fixed (GPU; torch.compile and CUDA graphs): the position is a device tensor, each attention
+  writes its slot with ``index_put_`` and attends over a whole length bucket (``length_bucket``)
+  with a mask, and the reordering is one gather of whole tensors into a spare buffer, with no
+  host sync: the step's shapes and control flow depend on the bucket only, not the position.
+  The encoder state is padded to its length bucket too (``pad_source``), with a mask.
+  Its caches start zeroed, so that masked positions hold no NaN that a zero weight could not hide.
 """
 
+import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -34,22 +47,34 @@ class Reorderable:
     """
 
     def __init__(
-        self, shape, dtype, device, dim: int = 0, length_dim: Optional[int] = None
+        self,
+        shape,
+        dtype,
+        device,
+        dim: int = 0,
+        length_dim: Optional[int] = None,
+        fixed_address: bool = False,
     ) -> None:
         self.tensor = torch.empty(shape, dtype=dtype, device=device)
         self._spare: Optional[Tensor] = None  # allocated by the first ``reorder``
         self.dim, self.length_dim = dim, length_dim
+        # A captured CUDA graph reads the tensor it was captured with: ``reorder`` copies back.
+        self.fixed_address = fixed_address
 
     def _written(self, tensor: Tensor, length: Optional[int]) -> Tensor:
         return tensor if length is None else tensor.narrow(self.length_dim, 0, length)
 
     def reorder(self, order: Tensor) -> None:
         """Row i becomes row ``order[i]``, for any ``order``: one gather of the whole (contiguous)
-        tensor into a spare buffer, no allocation after the first call. For small tensors."""
+        tensor into a spare buffer, no allocation after the first call, no host sync (then one
+        copy back with ``fixed_address``)."""
         if self._spare is None:
             self._spare = torch.empty_like(self.tensor)
         torch.index_select(self.tensor, self.dim, order, out=self._spare)
-        self.tensor, self._spare = self._spare, self.tensor
+        if self.fixed_address:
+            self.tensor.copy_(self._spare)
+        else:
+            self.tensor, self._spare = self._spare, self.tensor
 
     def copy_rows(self, order: Tensor, length: Optional[int] = None) -> None:
         """Row i becomes row ``order[i]`` (positions ``:length``), in place, copying only the
@@ -63,6 +88,84 @@ class Reorderable:
             written.select(self.dim, row).copy_(written.select(self.dim, source))
 
 
+# Lengths a fixed-layout step attends over: a short output does not pay for the longest one, and
+# a compiled or captured step exists once per bucket. Longer: multiples of the last one.
+LENGTH_BUCKETS = (32, 64, 128, 256)
+
+
+def length_bucket(positions: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
+    """The smallest bucket holding ``positions`` positions (a multiple of the largest beyond)."""
+    if positions < 1:
+        raise ValueError(f"a step attends over at least one position, not {positions}")
+    for bucket in buckets:
+        if positions <= bucket:
+            return bucket
+    return math.ceil(positions / buckets[-1]) * buckets[-1]
+
+
+def pad_source(encoder_out: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """The encoder output (source, sentences, embed) zero-padded to its length bucket, and its
+    padding mask (sentences, bucket), True at padding: the fixed layout's encoder state, whose
+    shape then depends on the bucket only (one compiled or captured step for many batches)."""
+    source, sentences, embed = encoder_out.shape
+    bucket = length_bucket(source)
+    padded = encoder_out.new_zeros(bucket, sentences, embed)
+    padded[:source] = encoder_out
+    mask = torch.ones(sentences, bucket, dtype=torch.bool, device=encoder_out.device)
+    mask[:, :source] = False if padding is None else padding
+    return padded, mask
+
+
+@dataclass
+class Position:
+    """Where a step writes its cache slot and how far it attends (see module doc).
+
+    Sliced: ``index`` is an int and the step attends over ``length = index + 1`` positions.
+    Fixed: ``index`` is a (1,) long tensor on the device and the step attends over ``length``
+    positions (a bucket), ``mask`` (length,) adding -inf after ``index``.
+    """
+
+    index: Union[int, Tensor]
+    length: int
+    mask: Optional[Tensor] = None
+
+    @classmethod
+    def at(cls, index: Union[int, Tensor], length: Optional[int], dtype: torch.dtype):
+        """The position ``index``: sliced for an int, fixed over ``length`` for a tensor."""
+        if isinstance(index, int):
+            return cls(index, index + 1)
+        after = torch.arange(length, device=index.device) > index
+        mask = torch.zeros(length, dtype=dtype, device=index.device).masked_fill_(after, -math.inf)
+        return cls(index, length, mask)
+
+    def write(self, states: Tensor, first: int, new: Tensor) -> None:
+        """Store ``new`` (slots, rows, heads, head_dim) at this position of the slots ``first``..
+        of ``states`` (slots, rows, heads, positions, head_dim). Fixed: one ``index_put_`` on the
+        whole tensor, which torch.compile does in place (through a view of it, it copies it)."""
+        if self.mask is None:
+            states[first : first + new.size(0), :, :, self.index] = new
+            return
+        slots, rows, heads = (torch.arange(n, device=new.device) for n in new.shape[:3])
+        where = (slots.add(first).view(-1, 1, 1), rows.view(1, -1, 1), heads.view(1, 1, -1))
+        states.index_put_(where + (self.index,), new)
+
+    def read(self, slot: Tensor) -> Tensor:
+        """The attended positions of a cache slot (rows, heads, positions, head_dim) as the
+        (rows * heads, length, head_dim) view that torch.bmm takes without a copy."""
+        rows, heads, _, head_dim = slot.shape
+        return slot[:, :, : self.length].view(rows * heads, self.length, head_dim)
+
+    def logits(self, query: Tensor, keys: Tensor) -> Tensor:
+        """``query @ keys^T`` (batch, 1, length), positions after this one at -inf (fixed)."""
+        if self.mask is None:
+            return torch.bmm(query, keys.transpose(1, 2))
+        return torch.baddbmm(self.mask, query, keys.transpose(1, 2))
+
+    def count(self) -> Union[int, Tensor]:
+        """The number of positions up to this one (AAN's average)."""
+        return self.index + 1
+
+
 @dataclass
 class DecoderCache:
     """Everything a decoder step reads and writes besides the weights (see module doc).
@@ -72,7 +175,7 @@ class DecoderCache:
     ``encoder`` holds per-sentence (sentences * heads, source length, head_dim) keys/values in the
     order the step's modules registered them; ``sentences`` is the number of source sentences;
     ``source_padding`` is (sentences, 1, 1, source length),
-    True at padding, or None when the batch has none.
+    True at padding, or None when the batch has none; ``fixed``: the layout (module doc).
     """
 
     self_attention: Optional[Reorderable]
@@ -80,19 +183,37 @@ class DecoderCache:
     encoder: List[Tensor] = field(default_factory=list)
     sentences: int = 0
     source_padding: Optional[Tensor] = None
+    fixed: bool = False
+
+    def hold_encoder(self, encoder: List[Tensor], source_padding: Optional[Tensor]) -> None:
+        """Take a batch's encoder state: copied into the tensors this cache already holds when it
+        is reused for another batch of its shape (a captured step reads their memory, and its
+        self-attention slots are zeroed again), else held as given."""
+        if not self.encoder:
+            self.encoder, self.source_padding = encoder, source_padding
+            return
+        padding = [] if source_padding is None else [(self.source_padding, source_padding)]
+        for held, new in list(zip(self.encoder, encoder)) + padding:
+            held.copy_(new)
+        if self.self_attention is not None:
+            self.self_attention.tensor.zero_()
 
     def reorder(self, order: Tensor, written: int) -> None:
         """Follow beam search: row i takes row ``order[i]``'s state (``written`` positions).
-        ``order`` is beam search's placement (see ``Reorderable.copy_rows``)."""
-        if self.self_attention is not None:
-            self.self_attention.copy_rows(order, written)
-        if self.sums is not None:
-            self.sums.copy_rows(order)
+        ``order`` is beam search's placement (see ``Reorderable.copy_rows``); the fixed layout
+        gathers whole tensors instead (no host sync)."""
+        for state, length in ((self.self_attention, written), (self.sums, None)):
+            if state is not None and self.fixed:
+                state.reorder(order)
+            elif state is not None:
+                state.copy_rows(order, length)
 
     def first_step(self) -> "DecoderCache":
         """A cache for position 0 with one row per sentence (all its hypotheses are the same
         there), sharing this one's encoder state; ``spread`` copies it back to every row."""
-        first = DecoderCache(None, None, self.encoder, self.sentences, self.source_padding)
+        first = DecoderCache(
+            None, None, self.encoder, self.sentences, self.source_padding, self.fixed
+        )
         if self.self_attention is not None:
             shape = list(self.self_attention.tensor.shape)
             shape[1], shape[3] = self.sentences, 1
@@ -117,9 +238,7 @@ class DecoderCache:
 def _like(reorderable: Reorderable, shape: List[int]) -> Reorderable:
     """An empty Reorderable of ``shape`` with the dtype, device and dimensions of another."""
     tensor = reorderable.tensor
-    return Reorderable(
-        shape, tensor.dtype, tensor.device, reorderable.dim, reorderable.length_dim
-    )
+    return Reorderable(shape, tensor.dtype, tensor.device, reorderable.dim, reorderable.length_dim)
 
 
 def allocate_cache(
@@ -131,22 +250,21 @@ def allocate_cache(
     embed_dim: int,
     dtype: torch.dtype,
     device: torch.device,
+    fixed: bool = False,
+    fixed_address: bool = False,
 ) -> DecoderCache:
-    """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens."""
-    self_attention = (
-        Reorderable(
-            (self_slots, hypotheses, heads, positions, embed_dim // heads),
-            dtype,
-            device,
-            dim=1,
-            length_dim=3,
-        )
-        if self_slots
-        else None
-    )
+    """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens, in the
+    sliced or ``fixed`` layout (module doc; ``fixed_address``: see Reorderable)."""
+    self_attention = None
+    if self_slots:
+        shape = (self_slots, hypotheses, heads, positions, embed_dim // heads)
+        self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address)
+        if fixed:
+            self_attention.tensor.zero_()
     # fairseq's AAN keeps its running sums in float32 whatever the model's precision.
     sums = None
     if aan_layers:
-        sums = Reorderable((hypotheses, aan_layers, embed_dim), torch.float32, device)
+        shape = (hypotheses, aan_layers, embed_dim)
+        sums = Reorderable(shape, torch.float32, device, fixed_address=fixed_address)
         sums.tensor.zero_()
-    return DecoderCache(self_attention, sums)
+    return DecoderCache(self_attention, sums, fixed=fixed)

@@ -9,17 +9,20 @@ option the static decoder does not implement.
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
 ``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
-sentence: its hypotheses are all the same there).
+sentence: its hypotheses are all the same there). How the step runs (eager in the device's
+layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``.
 """
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
-from fairseq_san.static_decoding.caches import allocate_cache
+from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.execution import compiled, execution_for
+from fairseq_san.static_decoding.graphs import Capture, GraphedStep, capture_cuda_graph
 from fairseq_san.static_decoding.precision import apply_precision, check_device
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -68,6 +71,9 @@ class StaticSequenceGenerator(nn.Module):
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
         precision: str = "fp32",
+        execution: Optional[str] = None,
+        compile_backend: Union[str, Callable] = "inductor",
+        capture: Capture = capture_cuda_graph,
     ) -> None:
         super().__init__()
         if len(models) != 1:
@@ -76,8 +82,20 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("--temperature must be greater than 0")
         self.model = models[0]
         self.model.eval()
-        check_device(precision, next(self.model.parameters()).device)
-        self.step = apply_precision(StaticDecoderStep(self.model.decoder), precision)
+        device = next(self.model.parameters()).device
+        check_device(precision, device)
+        self.execution = execution_for(execution, device)
+        self.step = apply_precision(
+            StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
+        )
+        # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence).
+        self.run_step: Callable = self.step
+        if self.execution.name == "compile":
+            self.run_step = compiled(self.step, compile_backend)
+        elif self.execution.graphs:
+            self.run_step = GraphedStep(self.step, capture)
+        # Caches kept across batches, per shape (CUDA graphs read the memory they captured).
+        self._caches: Dict[Tuple, DecoderCache] = {}
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -111,38 +129,65 @@ class StaticSequenceGenerator(nn.Module):
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         padding = encoder_out["encoder_padding_mask"]
-        step = self.step
-        cache = allocate_cache(
-            sentences * self.beam_size,
-            max_len + 1,
-            step.self_slots,
-            step.heads,
-            step.aan_layers,
-            step.embed_dim,
-            step.dtype,
-            src_tokens.device,
-        )
+        step, device = self.step, src_tokens.device
+        fixed = self.execution.fixed_layout(device)
+        positions = length_bucket(max_len + 1) if fixed else max_len + 1
+        cache = self._cache(sentences, positions, src_len, fixed, device)
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
         search = TensorBeamSearch(
             self._settings(max_len),
             sentences,
             self.eos if bos_token is None else bos_token,
-            src_tokens.device,
+            device,
         )
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
-        lprobs = step(tokens, 0, first, self.temperature)
+        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
+        lprobs = step(tokens, index, first, self.temperature, length=1)
         cache.spread(first)
         for position in range(max_len + 1):
             if position > 0:
-                lprobs = step(search.last_tokens(position), position, cache, self.temperature)
+                lprobs = self._step(search.last_tokens(position), position, index, cache)
             order = search.advance(position, lprobs)
             if order is None:
                 break
             cache.reorder(order, position + 1)
         return search.hypotheses()
+
+    def _cache(
+        self, sentences: int, positions: int, source: int, fixed: bool, device: torch.device
+    ) -> DecoderCache:
+        """An empty cache for a batch; with CUDA graphs, the one kept for its shape (the
+        sentences, the positions and the source length bucket), reused."""
+        key = (sentences, positions, length_bucket(source))
+        if key in self._caches:
+            return self._caches[key]
+        step = self.step
+        cache = allocate_cache(
+            sentences * self.beam_size,
+            positions,
+            step.self_slots,
+            step.heads,
+            step.aan_layers,
+            step.embed_dim,
+            step.dtype,
+            device,
+            fixed=fixed,
+            fixed_address=self.execution.graphs,
+        )
+        if self.execution.graphs:
+            self._caches[key] = cache
+        return cache
+
+    def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:
+        """The step at ``position``: an int in the sliced layout; in the fixed one, written into
+        the device tensor ``index`` (no host sync) and attending over its length bucket."""
+        if not cache.fixed:
+            return self.run_step(tokens, position, cache, self.temperature)
+        index.fill_(position)
+        return self.run_step(tokens, index, cache, self.temperature, length_bucket(position + 1))
 
     def _settings(self, max_len: int) -> SearchSettings:
         return SearchSettings(
@@ -166,6 +211,7 @@ def build_static_generator(
     seq_gen_cls: Optional[type] = None,
     extra_gen_cls_kwargs: Optional[Dict] = None,
     prefix_allowed_tokens_fn: Optional[Callable] = None,
+    execution: Optional[str] = None,
 ) -> StaticSequenceGenerator:
     """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
     receives), or StaticDecoderError naming the first option it does not support."""
@@ -192,4 +238,5 @@ def build_static_generator(
         unk_penalty=getattr(args, "unkpen", 0),
         temperature=getattr(args, "temperature", 1.0),
         precision=precision,
+        execution=None if execution is None else str(execution),
     )

@@ -157,9 +157,10 @@ def to_bfloat16_step(step: nn.Module) -> nn.Module:
     return step
 
 
-def apply_precision(step: nn.Module, precision: str) -> nn.Module:
+def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Module:
     """``step`` converted in place to ``precision`` (a row of PRECISIONS), its linear layers
-    packed where the device allows (see module doc)."""
+    packed where the device allows (see module doc) and ``pack`` asks (torch.compile packs its
+    own: it cannot trace an opaque oneDNN weight)."""
     row = PRECISIONS.get(str(precision))  # fairseq's ChoiceEnum member or a plain string
     if row is None:
         raise StaticDecoderError(
@@ -179,8 +180,8 @@ def apply_precision(step: nn.Module, precision: str) -> nn.Module:
     if row.whole_step:
         step = to_bfloat16_step(step)
     dtype = row.linear or step.dtype
-    output_projection = linear_kernel(row.logits or dtype, device)(step.output_projection)
-    replace_linears(step, linear_kernel(dtype, device))
+    output_projection = linear_kernel(row.logits or dtype, device, pack)(step.output_projection)
+    replace_linears(step, linear_kernel(dtype, device, pack))
     step.output_projection = output_projection
     return step
 
@@ -193,11 +194,12 @@ def check_device(precision: str, device: torch.device) -> None:
         raise StaticDecoderError(f"--san-decoder-precision {precision} on a GPU ({only} only)")
 
 
-def linear_kernel(dtype: torch.dtype, device: torch.device) -> Callable[[nn.Linear], nn.Module]:
+def linear_kernel(
+    dtype: torch.dtype, device: torch.device, pack: bool = True
+) -> Callable[[nn.Linear], nn.Module]:
     """What a linear layer of the step becomes to compute in ``dtype`` on ``device``: a
-    PackedLinear where oneDNN runs, a BFloat16Linear for bfloat16 elsewhere, else itself."""
-    if can_pack(device, dtype):
+    PackedLinear where oneDNN runs (and ``pack``), else a BFloat16Linear for a float32 layer
+    computing in bfloat16, else itself (a layer already in ``dtype``: ``bf16-full``)."""
+    if pack and can_pack(device, dtype):
         return lambda linear: PackedLinear(linear, dtype)
-    if dtype == torch.bfloat16:
-        return BFloat16Linear
-    return lambda linear: linear
+    return lambda linear: linear if linear.weight.dtype == dtype else BFloat16Linear(linear)

@@ -15,12 +15,13 @@ hypothesis, the same function as fairseq's incremental ``decoder.forward`` follo
 * all state lives in a ``DecoderCache`` (caches.py) indexed by position: no per-step allocation
   of caches, no dictionaries of incremental state.
 
-The step takes the position as a Python int and slices the caches with it; a CUDA-graph version
-would pass it as a tensor and mask positions instead, with the same modules.
+The position is a Python int (the sliced layout, the CPU's) or a device tensor with a length
+bucket (the fixed layout: torch.compile, CUDA graphs); the modules read and write the cache
+through ``caches.Position`` only, so one step serves both.
 """
 
 import copy
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
 from fairseq_san.modules.shared_attention import AttentionRole
 from fairseq_san.modules.shared_attention import attention_role as module_role
-from fairseq_san.static_decoding.caches import DecoderCache
+from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_source
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
 # What a block leader hands to its followers in one step: S (weights) and A (per-head context),
@@ -111,33 +112,24 @@ class SelfAttentionStep(nn.Module):
     def cache_slots(self) -> int:
         return 1 if self.role == WEIGHTS else 2
 
-    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+    def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
         rows, embed = x.shape
         states = cache.self_attention.tensor
         heads, head_dim = self.heads, embed // self.heads
         if self.role == WEIGHTS:
-            states[self.slot, :, :, step] = self.v(x).view(rows, heads, head_dim)
-            values = batched(states[self.slot], step + 1)
-            context = torch.bmm(shared["self"][0], values)  # Eq. 4: S^m V^n
+            at.write(states, self.slot, self.v(x).view(1, rows, heads, head_dim))
+            context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         else:
             qkv = self.qkv(x)
             new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
-            states[self.slot : self.slot + 2, :, :, step] = new
+            at.write(states, self.slot, new)
             query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
-            keys = batched(states[self.slot], step + 1)
-            logits = torch.bmm(query, keys.transpose(1, 2))
+            logits = at.logits(query, at.read(states[self.slot]))
             weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
-            context = torch.bmm(weights, batched(states[self.slot + 1], step + 1))  # Eq. 2
+            context = torch.bmm(weights, at.read(states[self.slot + 1]))  # Eq. 2
             if self.role == LEADER:
                 shared["self"] = (weights, context)
         return self.out(context.view(rows, embed))
-
-
-def batched(slot: Tensor, length: int) -> Tensor:
-    """Positions ``:length`` of a cache slot (rows, heads, positions, head_dim) as the
-    (rows * heads, length, head_dim) view that torch.bmm takes without a copy."""
-    rows, heads, _, head_dim = slot.shape
-    return slot[:, :, :length].view(rows * heads, length, head_dim)
 
 
 class AverageAttentionStep(nn.Module):
@@ -150,11 +142,11 @@ class AverageAttentionStep(nn.Module):
         self.gate = copy_linear(module.gate)
         self.activation_fn = module.activation_fn
 
-    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+    def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
         sums = cache.sums.tensor
         running = sums[:, self.index] + x.float()
         sums[:, self.index] = running
-        average = (running / float(step + 1)).type_as(x)
+        average = (running / at.count()).type_as(x)
         return gated_average(self, x, average)
 
 
@@ -173,17 +165,17 @@ class EncoderAttentionStep(nn.Module):
         self.out = copy_linear(module.out_proj)
         self.slot = -1
 
-    def project(self, encoder_out: Tensor, cache: DecoderCache) -> None:
-        """Append this module's keys/values of ``encoder_out`` (source, sentences, embed), each
-        as (sentences * heads, source, head_dim)."""
+    def project(self, encoder_out: Tensor, encoder: List[Tensor]) -> None:
+        """Append to ``encoder`` this module's keys/values of ``encoder_out`` (source, sentences,
+        embed), each as (sentences * heads, source, head_dim)."""
         states = encoder_out.transpose(0, 1)
         if self.role == CONTEXT:
             return
-        self.slot = len(cache.encoder)
+        self.slot = len(encoder)
         projected = [self.v(states)] if self.role == WEIGHTS else self.kv(states).chunk(2, dim=-1)
         for x in projected:
             per_head = split_heads(x, self.heads)
-            cache.encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
+            encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
 
     def forward(self, x: Tensor, cache: DecoderCache, shared: Shared) -> Tensor:
         rows, embed = x.shape
@@ -239,9 +231,9 @@ class LayerStep(nn.Module):
         x = x + y
         return x if self.normalize_before else norm(x)
 
-    def forward(self, x: Tensor, step: int, cache: DecoderCache, shared: Shared) -> Tensor:
+    def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
         x = self._sublayer(
-            x, self.self_attn_layer_norm, lambda y: self.self_attn(y, step, cache, shared)
+            x, self.self_attn_layer_norm, lambda y: self.self_attn(y, at, cache, shared)
         )
         if self.encoder_attn is not None:
             x = self._sublayer(
@@ -293,15 +285,18 @@ class StaticDecoderStep(nn.Module):
         """Project the encoder output for every encoder-decoder attention; position table."""
         encoder_out = encoder_out.to(self.dtype)
         cache.sentences = encoder_out.size(1)
+        if cache.fixed:
+            encoder_out, source_padding = pad_source(encoder_out, source_padding)
         # None when no sentence has padding: fairseq's mask would change nothing either.
-        cache.source_padding = (
-            None
-            if source_padding is None or not bool(source_padding.any())
-            else source_padding.view(source_padding.size(0), 1, 1, -1)
-        )
+        elif source_padding is not None and not bool(source_padding.any()):
+            source_padding = None
+        if source_padding is not None:
+            source_padding = source_padding.view(source_padding.size(0), 1, 1, -1)
+        encoder: List[Tensor] = []
         for layer in self.layers:
             if layer.encoder_attn is not None:
-                layer.encoder_attn.project(encoder_out, cache)
+                layer.encoder_attn.project(encoder_out, encoder)
+        cache.hold_encoder(encoder, source_padding)
         self._extend_positions(positions, encoder_out.device)
 
     def _extend_positions(self, positions: int, device: torch.device) -> None:
@@ -313,19 +308,28 @@ class StaticDecoderStep(nn.Module):
             table = self._positions_of(tokens)[0]
         self.positions = table.to(device=device, dtype=self.dtype)
 
-    def forward(self, tokens: Tensor, step: int, cache: DecoderCache, temperature: float = 1.0):
+    def forward(
+        self,
+        tokens: Tensor,
+        step: Union[int, Tensor],
+        cache: DecoderCache,
+        temperature: float = 1.0,
+        length: Optional[int] = None,
+    ):
         """Log-probabilities (hypotheses, vocabulary), float32, of the token after ``tokens``
-        (hypotheses,) at position ``step``; writes position ``step`` of the caches."""
+        (hypotheses,) at position ``step``; writes position ``step`` of the caches. ``step``: an
+        int (sliced layout) or a (1,) long tensor attending over ``length`` positions (fixed)."""
+        at = Position.at(step, length, self.dtype)
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
         if self._positions_of is not None:
-            x += self.positions[step]
+            x += self.positions[at.index]
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         shared: Shared = {}
         for layer in self.layers:
-            x = layer(x, step, cache, shared)
+            x = layer(x, at, cache, shared)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         if self.project_out_dim is not None:

@@ -60,6 +60,7 @@ from fairseq_san.analysis import AttentionCapture, LayerAnalysis
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.options import Option
+from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class TranslationSANConfig(TranslationConfig):
     san_decoder: ChoiceEnum(DECODER["san_decoder"].choices) = option_field(DECODER["san_decoder"])
     san_decoder_precision: ChoiceEnum(list(PRECISIONS)) = option_field(
         options.DECODER_PRECISION, help=precision_help()
+    )
+    san_decoder_execution: Optional[ChoiceEnum(offered_executions())] = option_field(
+        options.DECODER_EXECUTION
     )
 
 
@@ -162,8 +166,8 @@ class TranslationSANTask(TranslationTask):
         """fairseq's generator on the models set to ``--san-decoding``, or the static decoder.
 
         ``args`` (the generation options) may carry ``san_decoding`` (or the deprecated
-        ``san_decoder``) and ``san_decoder_precision`` themselves (the benchmark does);
-        otherwise the task's options decide.
+        ``san_decoder``), ``san_decoder_precision`` and ``san_decoder_execution`` themselves
+        (the benchmark does); otherwise the task's options decide.
         """
         decoding = self.decoding(args)
         if decoding != options.STATIC:
@@ -185,6 +189,7 @@ class TranslationSANTask(TranslationTask):
             seq_gen_cls,
             extra_gen_cls_kwargs,
             prefix_allowed_tokens_fn,
+            getattr(args, "san_decoder_execution", None) or self.cfg.san_decoder_execution,
         )
 
     def decoding(self, args) -> str:

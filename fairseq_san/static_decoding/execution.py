@@ -1,0 +1,84 @@
+"""How the generator runs its step: eagerly (sliced or fixed layout), compiled, or as CUDA graphs.
+
+The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer):
+
+* ``eager``: the step as written, in the device's faster layout (caches.py): sliced on the CPU
+  (row copies and length slicing), fixed on a GPU (no host sync in the step or the reordering);
+* ``fixed``: eager in the fixed layout on any device (what ``compile`` and ``graph`` run);
+* ``compile``: torch.compile of the fixed-layout step (``fullgraph=True``, static shapes: one
+  compilation per (rows, length bucket), none across positions); its linear layers are left
+  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``; not
+  offered on the command line (slower than ``eager`` where measured), reached by the step
+  timer, the benchmark's overrides and the tests;
+* ``graph``: the fixed-layout step captured as one CUDA graph per (rows, length bucket) and
+  replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from fairseq_san.static_decoding.errors import StaticDecoderError
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A way to run the step (module doc): its cache layout (None: the device's own), whether
+    precision.py packs its linear layers, the devices it runs on, and whether it replays CUDA
+    graphs (on caches kept across batches); whether the command line offers it."""
+
+    name: str
+    fixed: Optional[bool]
+    pack: bool
+    devices: Tuple[str, ...]
+    graphs: bool = False
+    offered: bool = True  # a choice of --san-decoder-execution (compile: slower, measured only)
+
+    def fixed_layout(self, device: torch.device) -> bool:
+        """Whether the step runs in the fixed layout on ``device``."""
+        return device.type != "cpu" if self.fixed is None else self.fixed
+
+
+EXECUTIONS: Dict[str, Execution] = {
+    row.name: row
+    for row in (
+        Execution("eager", None, True, ("cpu", "cuda")),
+        Execution("fixed", True, True, ("cpu", "cuda")),
+        Execution("compile", True, False, ("cpu",), offered=False),
+        Execution("graph", True, True, ("cuda",), graphs=True),
+    )
+}  # fmt: skip
+
+
+def offered_executions() -> List[str]:
+    """The choices of ``--san-decoder-execution``: the rows offered (not ``compile``, slower than
+    the eager step where measured: docs/results/static-compile)."""
+    return [name for name, row in EXECUTIONS.items() if row.offered]
+
+
+def execution_for(name: Optional[str], device: torch.device) -> Execution:
+    """The row ``name`` (None: ``graph`` on a GPU, ``eager`` elsewhere); StaticDecoderError for a
+    name not in the table or a device the row does not run on."""
+    name = name or ("graph" if device.type == "cuda" else "eager")
+    row = EXECUTIONS.get(name)
+    if row is None:
+        raise StaticDecoderError(f"the execution {name!r} (choose from {tuple(EXECUTIONS)})")
+    if device.type not in row.devices:
+        raise StaticDecoderError(f"the execution {name!r} on {device.type.upper()}")
+    return row
+
+
+def compiled(step: nn.Module, backend: Union[str, Callable] = "inductor") -> Callable:
+    """``step`` compiled whole (``fullgraph=True``: a graph break is an error, not a silent
+    fall-back) for static shapes; with inductor, its weights frozen and prepacked (MKL/oneDNN).
+
+    Freezing is inductor's global setting (``torch.compile(options=...)`` does not reach it: its
+    output code then multiplies the plain weights), set here for the process."""
+    if backend == "inductor":
+        import torch._inductor.config as inductor_config  # here: a slow import, rarely needed
+
+        inductor_config.freezing = True
+        inductor_config.cpp.weight_prepack = True
+    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)

@@ -100,6 +100,38 @@ def build_fairseq_transformer(
     return model.eval(), args
 
 
+# Tiny sizes of the language-model tests (fairseq flags).
+TINY_LM = [
+    "--decoder-embed-dim", "16",
+    "--decoder-ffn-embed-dim", "32",
+    "--decoder-attention-heads", "2",
+    "--decoder-layers", "6",
+]  # fmt: skip
+
+
+def build_lm(
+    argv: Sequence[str] = (),
+    arch: str = "transformer_lm_san",
+    dictionary: Optional[Dictionary] = None,
+    seed: int = 1,
+):
+    """(language model in eval mode, args): ``arch`` of transformer_lm or transformer_lm_san,
+    built as fairseq-train builds it, tiny sizes (``argv`` comes after them)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.models.transformer_lm import base_lm_architecture
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser,
+        ["unused-data-dir", "--task", "language_modeling", "--arch", arch, *TINY_LM, *argv],
+    )
+    base_lm_architecture(args)  # fairseq-train applies transformer_lm's defaults from its dataclass
+    torch.manual_seed(seed)
+    task = StandInTask(dictionary or make_dictionary())
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return model.eval(), args
+
+
 def source_batch(
     dictionary: Dictionary, lengths: Sequence[int], seed: int = 0, left_pad: bool = True
 ):

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# SAN for a decoder-only language model on the English side of Multi30k (issue 21): every command
+# of docs/results/lm-multi30k/results.md, run from the repository root. One training at a time;
+# each resumes from its checkpoint_last.pt when run again (finished systems are skipped).
+#
+#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop train eval speed table; all)
+set -euo pipefail
+
+HERE=docs/results/lm-multi30k
+DATA=data-bin/multi30k.en-lm
+RUNS=${RUNS:-runs/lm-multi30k}          # checkpoints and logs (git-ignored)
+THETA=${THETA:-0.45}                     # theta of the learned decoder self-attention policy
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+USER_DIR=fairseq_san
+
+# The training recipe of every system (learn_to_share_lm.sh uses the same, from fairseq_san.loop).
+TRAIN_ARGS=(
+  --task language_modeling_san --arch transformer_lm_san_small --sample-break-mode eos
+  --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.2
+  --optimizer adam --adam-betas "(0.9,0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt
+  --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
+  --max-tokens 2048 --max-update 1000 --patience 5 --stop-time-hours 0.2
+  --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1
+  --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 25 --cpu
+)
+
+train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME-sSEED
+  local name=$1 seed=$2 dir=$RUNS/$1-s$2
+  shift 2
+  [ -f "$dir/trained" ] && return 0
+  mkdir -p "$dir"
+  fairseq-train "$DATA" --user-dir "$USER_DIR" "${TRAIN_ARGS[@]}" --seed "$seed" \
+    --save-dir "$dir" "$@" >> "$dir/train.log" 2>&1
+  touch "$dir/trained"
+}
+
+step_data() { examples/lm/prepare.sh "$DATA"; }
+
+step_loop() {  # baseline seed 1 and the learned policy (seed 1): the learn-to-share loop
+  examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop" --theta-self "$THETA" \
+    --max-iterations 2 -- "${TRAIN_ARGS[@]}" --seed 1
+}
+
+step_train() {
+  local learned
+  learned=$(python -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['decoder_self'])))" "$RUNS/loop/iter1/policy.json")
+  for seed in 2 3; do
+    train baseline "$seed"
+    train san-learned "$seed" --san-decoder-self-policy "$learned"
+  done
+  train san-uniform6 1 --san-decoder-self-policy 6
+  train kv-learned 1 --san-decoder-self-policy "$learned" --san-self-share kv
+  train kv-cla2 1 --san-decoder-self-policy 2,2,2 --san-self-share kv
+}
+
+step_all() { step_data; step_loop; step_train; }
+
+for step in "${@:-all}"; do "step_$step"; done

@@ -7,12 +7,12 @@
 #
 # MULTI30K_DIR (default ../shared/data/multi30k, relative to the repository) holds
 # {train,val,test_2016_flickr}.en.gz. Splits: train, valid (val), test (test_2016_flickr).
-# Re-running skips the work already done. VOCAB_SIZE (default 4000) sets the vocabulary.
+# Re-running skips the work already done. VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
 
 OUT=${1:-data-bin/multi30k.en-lm}
 MULTI30K_DIR=${MULTI30K_DIR:-../shared/data/multi30k}
-VOCAB_SIZE=${VOCAB_SIZE:-4000}
+VOCAB_SIZE=${VOCAB_SIZE:-2000}
 TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 

@@ -177,8 +177,8 @@ def transformer_lm_san(args):
 
 @register_model_architecture("transformer_lm_san", "transformer_lm_san_small")
 def transformer_lm_san_small(args):
-    """CPU scale: 6 layers, 128 dims, FFN 512, 4 heads (Multi30k English converges in minutes)."""
-    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", 128)
-    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 512)
+    """CPU scale: 6 layers, 64 dims, FFN 256, 4 heads (Multi30k English converges in minutes)."""
+    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", 64)
+    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 256)
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
     lm_san_base_architecture(args)

@@ -10,7 +10,7 @@ HERE=docs/results/lm-multi30k
 DATA=data-bin/multi30k.en-lm
 RUNS=${RUNS:-runs/lm-multi30k}          # checkpoints and logs (git-ignored)
 THETA=${THETA:-0.45}                     # theta of the learned decoder self-attention policy
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 
 # The training recipe of every system (learn_to_share_lm.sh uses the same, from fairseq_san.loop).
@@ -19,7 +19,7 @@ TRAIN_ARGS=(
   --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.2
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
-  --max-tokens 2048 --max-update 1000 --patience 5 --stop-time-hours 0.2
+  --max-tokens 2048 --max-update 3000 --patience 5 --stop-time-hours 0.2
   --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1
   --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 25 --cpu
 )

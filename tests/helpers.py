@@ -557,6 +557,34 @@ def train_argv(data: Path, save_dir: Path, max_update: int = 40, extra: Sequence
     ]  # fmt: skip
 
 
+def lm_train_argv(data: Path, save_dir: Path, *extra: str, max_update: int = 30) -> List[str]:
+    """fairseq-train arguments for a tiny transformer_lm_san on one side of the corpus."""
+    return [
+        str(data),
+        "--user-dir", "fairseq_san",
+        "--task", "language_modeling_san", "--sample-break-mode", "eos",
+        "--tokens-per-sample", "16",
+        "--arch", "transformer_lm_san", *TINY_LM,
+        "--optimizer", "adam", "--lr", "0.005",
+        "--max-tokens", "500", "--max-update", str(max_update),
+        "--cpu", "--seed", "1", "--num-workers", "0",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--log-format", "simple", "--log-interval", "10",
+        *extra,
+    ]  # fmt: skip
+
+
+def preprocess_lm(text: Path, destdir: Path) -> Path:
+    """fairseq-preprocess --only-source of ``text``.{train,valid,test} files (one prefix)."""
+    result = run_cli(
+        "fairseq-preprocess", "--only-source",
+        "--trainpref", f"{text}/train.src", "--validpref", f"{text}/valid.src",
+        "--testpref", f"{text}/test.src", "--destdir", str(destdir), "--workers", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return destdir
+
+
 # --- the recipes (examples/): scripts, a toy Multi30k ---------------------------------------
 
 PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"

@@ -7,25 +7,26 @@ from typing import Dict
 
 from fairseq_san.errors import UsageError, utf8_text
 
-# fairseq-eval-lm's last line: "Evaluated 15188 tokens in 3.2s (...), Loss (base 2): 5.0, Perplexity: 32.1"
-RESULT = re.compile(
-    r"Evaluated (?P<tokens>\d+) tokens in .*Loss \(base 2\): (?P<loss>[\d.]+), "
-    r"Perplexity: (?P<ppl>[\d.]+)"
-)
+# fairseq-eval-lm's last lines: "Evaluated 15188 tokens in 3.2s (...)" and
+# "Loss (base 2): 5.0, Perplexity: 32.1".
+TOKENS = re.compile(r"Evaluated (?P<tokens>\d+) tokens in ")
+RESULT = re.compile(r"Loss \(base 2\): (?P<loss>[\d.]+), Perplexity: (?P<ppl>[\d.]+)")
 
 
 def read_perplexity(log: str) -> Dict[str, float]:
     """{"perplexity", "loss_base2", "tokens"} from the output of fairseq-eval-lm in ``log``."""
     with utf8_text(log), open(log, encoding="utf-8") as handle:
-        found = [RESULT.search(line) for line in handle]
-    found = [match for match in found if match]
-    if not found:
-        raise UsageError(f"{log}: no 'Evaluated N tokens ... Perplexity: P' line of fairseq-eval-lm")
-    last = found[-1]
+        text = handle.read()
+    tokens, results = TOKENS.findall(text), list(RESULT.finditer(text))
+    if not tokens or not results:
+        raise UsageError(
+            f"{log}: no 'Evaluated N tokens' and 'Loss (base 2): L, Perplexity: P' lines of "
+            "fairseq-eval-lm"
+        )
     return {
-        "perplexity": float(last.group("ppl")),
-        "loss_base2": float(last.group("loss")),
-        "tokens": int(last.group("tokens")),
+        "perplexity": float(results[-1].group("ppl")),
+        "loss_base2": float(results[-1].group("loss")),
+        "tokens": int(tokens[-1]),
     }
 
 

@@ -49,15 +49,33 @@ class LanguageModelingSANTask(AttentionAnalysisTask, LanguageModelingTask):
         mask = tokens.ne(self.source_dictionary.pad())
         return {"decoder_self": (mask, mask)}
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's; the task keeps the fewest positions of its models for ``check_prompt``."""
+        model = super().build_model(cfg, from_checkpoint)
+        positions = model.max_decoder_positions()
+        self.positions = min(positions, getattr(self, "positions", positions))
+        return model
+
+    def check_prompt(self, tokens: int) -> None:
+        """Refuse a prompt of ``tokens`` tokens (without the start token) that leaves the model
+        no position to generate in: fairseq's generator would cut it, its batching drop it."""
+        positions = getattr(self, "positions", None)
+        if positions is not None and tokens + 2 > positions:
+            raise UsageError(
+                f"a prompt of {tokens} tokens is longer than the model's {positions} positions "
+                f"leave room for (the start token and one generated token): shorten it to at "
+                f"most {positions - 2} tokens"
+            )
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
+        """fairseq-interactive's and the hub's prompts, checked (``check_prompt``) without the
+        end-of-sentence token that fairseq strips from them."""
+        eos = self.source_dictionary.eos()
+        for tokens in src_tokens:
+            self.check_prompt(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
+        return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's, after refusing a prompt that leaves the model no position to generate in."""
-        prompt = sample["net_input"]["src_tokens"].size(1)
-        for model in models:
-            positions = model.max_decoder_positions()
-            if prompt >= positions:
-                raise UsageError(
-                    f"a prompt of {prompt} tokens (with the start token) is longer than the "
-                    f"model's {positions} positions leave room for: shorten it to at most "
-                    f"{positions - 2} tokens"
-                )
+        """fairseq's, after ``check_prompt`` (the batch's width counts the start token)."""
+        self.check_prompt(sample["net_input"]["src_tokens"].size(1) - 1)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)

@@ -9,7 +9,7 @@ set -euo pipefail
 HERE=docs/results/lm-multi30k
 DATA=data-bin/multi30k.en-lm
 RUNS=${RUNS:-runs/lm-multi30k}          # checkpoints and logs (git-ignored)
-THETA=${THETA:-0.45}                     # theta of the learned decoder self-attention policy
+THETA=${THETA:-0.5}                     # theta of the learned decoder self-attention policy
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 
@@ -19,7 +19,7 @@ TRAIN_ARGS=(
   --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.2
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
-  --max-tokens 2048 --max-update 3000 --patience 5 --stop-time-hours 0.2
+  --max-tokens 2048 --max-update 1200 --patience 5 --stop-time-hours 0.25
   --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1
   --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 25 --cpu
 )
@@ -41,16 +41,16 @@ step_loop() {  # baseline seed 1 and the learned policy (seed 1): the learn-to-s
     --max-iterations 2 -- "${TRAIN_ARGS[@]}" --seed 1
 }
 
-step_train() {
+step_train() {  # in order of priority: the comparison systems first, then more seeds
   local learned
   learned=$(python -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['decoder_self'])))" "$RUNS/loop/iter1/policy.json")
-  for seed in 2 3; do
-    train baseline "$seed"
-    train san-learned "$seed" --san-decoder-self-policy "$learned"
-  done
-  train san-uniform6 1 --san-decoder-self-policy 6
+  train baseline 2
   train kv-learned 1 --san-decoder-self-policy "$learned" --san-self-share kv
   train kv-cla2 1 --san-decoder-self-policy 2,2,2 --san-self-share kv
+  train san-uniform6 1 --san-decoder-self-policy 6
+  train san-learned 2 --san-decoder-self-policy "$learned"
+  train baseline 3
+  train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
 step_all() { step_data; step_loop; step_train; }

@@ -4,6 +4,7 @@
 # each resumes from its checkpoint_last.pt when run again (finished systems are skipped).
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop train eval speed table; all)
+# speed runs after training: the clock is shared with nothing of ours.
 set -euo pipefail
 
 HERE=docs/results/lm-multi30k
@@ -53,6 +54,43 @@ step_train() {  # in order of priority: the comparison systems first, then more 
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
-step_all() { step_data; step_loop; step_train; }
+SYSTEMS="baseline san-learned san-uniform6 kv-learned kv-cla2"
+
+checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
+  case $1-s$2 in
+    baseline-s1) echo "$RUNS/loop/iter0/checkpoints/checkpoint_best.pt" ;;
+    san-learned-s1) echo "$RUNS/loop/iter1/checkpoints/checkpoint_best.pt" ;;
+    *) echo "$RUNS/$1-s$2/checkpoint_best.pt" ;;
+  esac
+}
+
+step_eval() {  # the loss of every test sentence, per trained system and seed
+  mkdir -p "$HERE/nll"
+  for name in $SYSTEMS; do
+    for seed in 1 2 3; do
+      local ckpt out=$HERE/nll/$name-s$seed.json
+      ckpt=$(checkpoint "$name" "$seed")
+      [ -f "$ckpt" ] && [ ! -f "$out" ] || continue
+      [ -f "$(dirname "$ckpt")/trained" ] || [ -f "$(dirname "$ckpt")/../trained" ] || continue
+      python "$HERE/lm_eval.py" nll "$ckpt" "$DATA" -o "$out"
+    done
+  done
+}
+
+step_speed() {  # greedy generation, seed 1 of each system, each in its own process
+  mkdir -p "$HERE/speed"
+  for batch in 1 16; do
+    for name in $SYSTEMS; do
+      local ckpt
+      ckpt=$(checkpoint "$name" 1)
+      [ -f "$ckpt" ] || continue
+      python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" -o "$HERE/speed/$name-b$batch.json"
+    done
+  done
+}
+
+step_table() { python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"; }
+
+step_all() { step_data; step_loop; step_train; step_eval; step_speed; step_table; }
 
 for step in "${@:-all}"; do "step_$step"; done

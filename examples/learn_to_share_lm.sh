@@ -46,10 +46,11 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     touch "$dir/trained"
   fi
   [ -f "$dir/analysis/js.json" ] || fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" \
-    --path "$ckpt" --valid-subset valid --max-tokens 4096 --san-analysis-dir "$dir/analysis"
+    --path "$ckpt" --valid-subset valid --max-tokens 4096 --num-workers 0 \
+    --san-analysis-dir "$dir/analysis"
   if [ ! -f "$dir/valid.json" ]; then
     fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$ckpt" \
-      --gen-subset valid --max-tokens 4096 > "$dir/eval-lm-valid.log" 2>&1
+      --gen-subset valid --max-tokens 4096 --num-workers 0 > "$dir/eval-lm-valid.log" 2>&1
     fairseq-san-loop perplexity "$dir/eval-lm-valid.log" -o "$dir/valid.json"
   fi
   mkdir -p "$next"

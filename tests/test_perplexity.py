@@ -8,7 +8,7 @@ from fairseq_san.loop.perplexity import read_perplexity
 from fairseq_san.loop.summary import summary_table
 
 EVAL_LM = (
-    "INFO:fairseq_cli.eval_lm:Evaluated 15188 tokens in 2.1s (7232.38 tokens/s)\n"
+    "INFO:fairseq_cli.eval_lm:Evaluated 15,188 tokens in 2.1s (7232.38 tokens/s)\n"
     "INFO:fairseq_cli.eval_lm:Loss (base 2): 5.1234, Perplexity: 34.86\n"
 )
 

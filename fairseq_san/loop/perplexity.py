@@ -7,9 +7,9 @@ from typing import Dict
 
 from fairseq_san.errors import UsageError, utf8_text
 
-# fairseq-eval-lm's last lines: "Evaluated 15188 tokens in 3.2s (...)" and
+# fairseq-eval-lm's last lines: "Evaluated 15,188 tokens in 3.2s (...)" and
 # "Loss (base 2): 5.0, Perplexity: 32.1".
-TOKENS = re.compile(r"Evaluated (?P<tokens>\d+) tokens in ")
+TOKENS = re.compile(r"Evaluated (?P<tokens>[\d,]+) tokens in ")  # "17,067" from fairseq 0.12
 RESULT = re.compile(r"Loss \(base 2\): (?P<loss>[\d.]+), Perplexity: (?P<ppl>[\d.]+)")
 
 
@@ -26,7 +26,7 @@ def read_perplexity(log: str) -> Dict[str, float]:
     return {
         "perplexity": float(results[-1].group("ppl")),
         "loss_base2": float(results[-1].group("loss")),
-        "tokens": int(tokens[-1]),
+        "tokens": int(tokens[-1].replace(",", "")),
     }
 
 

@@ -10,7 +10,7 @@ set -euo pipefail
 HERE=docs/results/lm-multi30k
 DATA=data-bin/multi30k.en-lm
 RUNS=${RUNS:-runs/lm-multi30k}          # checkpoints and logs (git-ignored)
-THETA=${THETA:-0.5}                     # theta of the learned decoder self-attention policy
+THETA=${THETA:-0.52}                   # theta of the learned decoder self-attention policy
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 

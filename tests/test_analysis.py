@@ -270,3 +270,27 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     expected = {"js.json"} | {f"{stem}-{kind}.{ext}" for kind in KINDS
                               for stem, ext in (("js", "png"), ("attention", "npz"))}  # fmt: skip
     assert {path.name for path in tmp_path.iterdir()} == expected
+
+
+def test_a_language_model_has_decoder_self_attention_only(tmp_path):
+    """transformer_lm_san (no encoder): the JS of its decoder self-attention, the other kinds
+    null; a SAN block's layers have the same S, so their JS is 0."""
+    from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+    from helpers import build_lm, target_prefixes
+
+    model, _ = build_lm(["--san-decoder-self-policy", "2,4"])
+    dictionary = model.decoder.dictionary
+    tokens = target_prefixes(dictionary, 3, 5)
+    tokens[0, -2:] = dictionary.pad()
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=1)
+    with torch.no_grad(), AttentionCapture(model) as capture:
+        model(tokens)
+    sample = {"id": torch.arange(3), "net_input": {"src_tokens": tokens}}
+    mask = tokens.ne(dictionary.pad())
+    analysis.add_masked(capture, sample, analysis.rows(sample), {"decoder_self": (mask, mask)})
+    analysis.write(str(tmp_path), {"subset": "valid"})
+    js = json.loads((tmp_path / "js.json").read_text())
+    assert js["decoder_encdec"] is None and js["encoder_self"] is None
+    assert js["decoder_self"][0][1] == pytest.approx(0, abs=1e-6)
+    assert js["decoder_self"][0][2] > 0.001
+    assert (tmp_path / "js-decoder_self.png").exists()

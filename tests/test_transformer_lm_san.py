@@ -1,6 +1,8 @@
 """``transformer_lm_san``: fairseq's transformer_lm with a decoder self-attention policy, shared
 by attention weights (SAN) or by keys and values (CLA); with no policy it is transformer_lm."""
 
+import json
+
 import pytest
 import torch
 
@@ -130,3 +132,11 @@ def test_a_checkpoint_that_shares_more_is_refused_and_one_that_shares_less_loads
     more.load_state_dict(less.state_dict())  # decoding with more sharing drops projections
     assert isinstance(more, TransformerLMSANModel)
     assert "decoder.layers.3.self_attn.k_proj.weight" not in more.state_dict()
+
+
+def test_the_resolved_policy_is_kept_in_the_arguments_for_the_checkpoint():
+    _, args = build_lm(["--san-policy", '{"decoder_self": [3, 3]}', "--san-self-share", "kv"])
+    assert json.loads(args.san_policy)["decoder_self"] == [3, 3]
+    assert args.san_decoder_self_policy is None and args.san_self_share == "kv"
+    rebuilt, _ = build_lm(["--san-policy", args.san_policy, "--san-self-share", "kv"])
+    assert isinstance(rebuilt.decoder.layers[4].self_attn, KVFollowerAttention)

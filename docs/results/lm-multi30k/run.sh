@@ -3,7 +3,7 @@
 # of docs/results/lm-multi30k/results.md, run from the repository root. One training at a time;
 # each resumes from its checkpoint_last.pt when run again (finished systems are skipped).
 #
-#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop train eval speed table; all)
+#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop train long eval speed table; all)
 # speed runs after training: the clock is shared with nothing of ours.
 set -euo pipefail
 
@@ -42,9 +42,13 @@ step_loop() {  # baseline seed 1 and the learned policy (seed 1): the learn-to-s
     --max-iterations 2 -- "${TRAIN_ARGS[@]}" --seed 1
 }
 
+learned_policy() {  # the loop's learned policy (iteration 1's) as block sizes, e.g. 3,1,1,1
+  python -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['decoder_self'])))" "$RUNS/loop/iter1/policy.json"
+}
+
 step_train() {  # in order of priority: the comparison systems first, then more seeds
   local learned
-  learned=$(python -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['decoder_self'])))" "$RUNS/loop/iter1/policy.json")
+  learned=$(learned_policy)
   train baseline 2
   train kv-learned 1 --san-decoder-self-policy "$learned" --san-self-share kv
   train kv-cla2 1 --san-decoder-self-policy 2,2,2 --san-self-share kv
@@ -54,7 +58,19 @@ step_train() {  # in order of priority: the comparison systems first, then more 
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
+step_long() {  # baseline and the learned policy (seed 1) resumed from 1,200 updates towards
+  # convergence: up to 6,000 updates, patience 5, an 18-minute cap on the whole training time
+  local name
+  for name in baseline san-learned; do
+    local dir=$RUNS/$name-long-s1
+    [ -f "$dir/checkpoint_last.pt" ] || { mkdir -p "$dir" && cp "$(dirname "$(checkpoint "$name" 1)")/checkpoint_last.pt" "$dir/"; }
+  done
+  train baseline-long 1 --max-update 6000 --stop-time-hours 0.3
+  train san-learned-long 1 --san-decoder-self-policy "$(learned_policy)" --max-update 6000 --stop-time-hours 0.3
+}
+
 SYSTEMS="baseline san-learned san-uniform6 kv-learned kv-cla2"
+LONG="baseline-long san-learned-long"
 
 checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
   case $1-s$2 in
@@ -66,7 +82,7 @@ checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first
 
 step_eval() {  # the loss of every test sentence, per trained system and seed
   mkdir -p "$HERE/nll"
-  for name in $SYSTEMS; do
+  for name in $SYSTEMS $LONG; do
     for seed in 1 2 3; do
       local ckpt out=$HERE/nll/$name-s$seed.json
       ckpt=$(checkpoint "$name" "$seed")
@@ -77,20 +93,26 @@ step_eval() {  # the loss of every test sentence, per trained system and seed
   done
 }
 
-step_speed() {  # greedy generation, seed 1 of each system, each in its own process
-  mkdir -p "$HERE/speed"
-  for batch in 1 16; do
-    for name in $SYSTEMS; do
-      local ckpt
-      ckpt=$(checkpoint "$name" 1)
-      [ -f "$ckpt" ] || continue
-      python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" -o "$HERE/speed/$name-b$batch.json"
+step_speed() {  # greedy generation, seed 1 of each system, each in its own process; 3 rounds
+  mkdir -p "$HERE/speed"   # interleaved (the machine is shared): table.py takes each one's best
+  for round in 1 2 3; do
+    for batch in 1 16; do
+      for name in $SYSTEMS; do
+        local ckpt
+        ckpt=$(checkpoint "$name" 1)
+        [ -f "$ckpt" ] || continue
+        python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" \
+          -o "$HERE/speed/$name-b$batch-r$round.json"
+      done
     done
   done
 }
 
-step_table() { python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"; }
+step_table() {
+  python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"
+  fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
+}
 
-step_all() { step_data; step_loop; step_train; step_eval; step_speed; step_table; }
+step_all() { step_data; step_loop; step_train; step_long; step_eval; step_speed; step_table; }
 
 for step in "${@:-all}"; do "step_$step"; done

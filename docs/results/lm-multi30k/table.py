@@ -5,7 +5,9 @@ and the generation speeds (speed/) that run.sh wrote.
 
 Test perplexity per seed, its mean and standard deviation (statistics.stdev, over seeds), and a
 paired bootstrap over test sentences of system minus baseline (per-sentence losses averaged over
-each system's seeds; 2000 resamples, seed 1): the difference, its 95% interval and a two-sided p.
+each system's seeds; 2000 resamples, seed 1): the difference, its 95% interval and a two-sided p
+(sentence sampling only: the spread between seeds is not in it); and the mean difference to the
+baseline trained with the same seeds.
 Speed: generated tokens per second, the best of every round and repeat (speed/*-rROUND.json).
 Cache bytes per token: fp32 keys and values a decoding step keeps, all layers (SAN followers
 keep V, KV followers nothing).
@@ -24,7 +26,13 @@ from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, load_policy
 
-SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2")
+SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2",
+           "baseline-long", "san-learned-long")  # -long: resumed to a longer budget (run.sh long)
+
+
+def baseline_of(name: str) -> str:
+    """The system a row is compared with: the baseline trained for as long."""
+    return "baseline-long" if name.endswith("-long") else "baseline"
 RESAMPLES = 2000
 
 
@@ -98,7 +106,7 @@ def mean_losses(runs):
 
 
 def main(runs: str, results: str) -> None:
-    rows, losses = [], {}
+    rows, losses, by_seed = [], {}, {}
     speeds = {}
     for path in glob.glob(os.path.join(results, "speed", "*.json")):
         name, batch = re.match(r"(.+)-b(\d+)-r\d+\.json$", os.path.basename(path)).groups()
@@ -124,6 +132,7 @@ def main(runs: str, results: str) -> None:
         model_cfg = load_state(ckpt)["cfg"]["model"]
         facts = checkpoint_facts(ckpt)
         ppls = [perplexity(run["nll"], tokens) for _, run in seeds]
+        by_seed[name] = dict(zip((seed for seed, _ in seeds), ppls))
         rows.append({
             "name": name,
             "policy": load_policy(model_cfg.san_policy or "{}").get("decoder_self"),
@@ -139,21 +148,26 @@ def main(runs: str, results: str) -> None:
     print(f"Processor: {processor}; test: test_2016_flickr, {len(tokens)} sentences, "
           f"{sum(tokens)} tokens.\n")  # fmt: skip
     print("| system | policy | share | seeds | test ppl (mean ± sd) | Δ ppl vs baseline [95% CI], p "
-          "| params | cache B/token | tok/s b1 | tok/s b16 | best at update | stopped by |")
-    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |")
+          "| Δ ppl, same seeds | params | cache B/token | tok/s b1 | tok/s b16 | best at update "
+          "| stopped by |")
+    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for row in rows:
         ppls = row["ppls"]
         sd = f" ± {statistics.stdev(ppls):.2f}" if len(ppls) > 1 else ""
-        base = losses.get("baseline")
-        if row["name"] == "baseline" or base is None:
-            delta = "-"
+        reference = baseline_of(row["name"])
+        base = losses.get(reference)
+        if row["name"] == reference or base is None:
+            delta = same_seeds = "-"
         else:
             diff, low, high, p = bootstrap(losses[row["name"]], base, tokens)
             delta = f"{diff:+.2f} [{low:+.2f}, {high:+.2f}], p={p:.3f}"
+            pairs = [ppl - by_seed[reference][seed]
+                     for seed, ppl in by_seed[row["name"]].items() if seed in by_seed[reference]]
+            same_seeds = f"{statistics.fmean(pairs):+.2f}" if pairs else "-"
         cells = []
         for batch in (1, 16):
             speed = speeds.get((row["name"], batch))
-            baseline = speeds.get(("baseline", batch))
+            baseline = speeds.get((reference, batch))
             if speed is None:
                 cells.append("-")
                 continue
@@ -163,7 +177,8 @@ def main(runs: str, results: str) -> None:
         policy = "none" if row["policy"] is None else "{" + ",".join(map(str, row["policy"])) + "}"
         share = "-" if row["policy"] is None else row["share"]
         print(f"| {row['name']} | {policy} | {share} | {','.join(map(str, row['seeds']))} | "
-              f"{statistics.fmean(ppls):.2f}{sd} | {delta} | {row['params']:,} | {row['cache']} | "
+              f"{statistics.fmean(ppls):.2f}{sd} | {delta} | {same_seeds} | {row['params']:,} | "
+              f"{row['cache']} | "
               f"{cells[0]} | {cells[1]} | {','.join(map(str, row['updates']))} | "
               f"{','.join(row['stopped'])} |")  # fmt: skip
 

@@ -107,3 +107,23 @@ def test_an_encoder_decoder_policy_key_is_refused_in_one_line(trained, tmp_path)
         'fairseq-san: error: policy key "decoder_encdec" is for encoder-decoder models: a '
         'language model (transformer_lm_san) shares only decoder self-attention ("decoder_self")'
     )
+
+
+def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
+    """learn_to_share_lm.sh: P_0, its analysis and perplexity, P_1 learned at theta, trained."""
+    from helpers import REPO, TINY_LM, output_of, read_json, run_script
+
+    data, _ = trained
+    run = tmp_path / "run"
+    result = run_script(
+        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
+        "--arch", "transformer_lm_san", "--theta-self", "0.6", "--max-iterations", "2", "--",
+        *TINY_LM, "--tokens-per-sample", "16", "--optimizer", "adam", "--lr", "0.005",
+        "--max-tokens", "500", "--max-update", "20", "--cpu", "--num-workers", "0",
+        "--no-epoch-checkpoints", "--log-format", "simple",
+    )  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-4000:]
+    assert read_json(run / "iter0" / "valid.json")["perplexity"] > 1
+    assert sum(read_json(run / "iter1" / "policy.json")["decoder_self"]) == 6  # learned, 6 layers
+    assert (run / "iter1" / "trained").exists()
+    assert "| valid ppl |" in (run / "loop.md").read_text()

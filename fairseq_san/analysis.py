@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -26,13 +26,18 @@ logger = logging.getLogger(__name__)
 def attention_modules(model: nn.Module) -> Dict[str, Optional[List[MultiheadAttention]]]:
     """Each kind's attention modules, bottom-up; None for a kind without attention weights."""
     stacks = {name: getattr(model, name, None) for name in ("encoder", "decoder")}
-    if not all(hasattr(stack, "layers") for stack in stacks.values()):
+    if not hasattr(stacks["decoder"], "layers") or (
+        stacks["encoder"] is not None and not hasattr(stacks["encoder"], "layers")
+    ):
         raise ValueError(
-            "the SAN analysis needs an encoder-decoder transformer (model.encoder.layers and "
-            f"model.decoder.layers); got {type(model).__name__}"
+            "the SAN analysis needs a transformer (model.decoder.layers, and model.encoder.layers "
+            f"when it has an encoder); got {type(model).__name__}"
         )
     found = {}
     for kind, (stack, attr) in KIND_MODULES.items():
+        if stacks[stack] is None:  # a decoder-only language model
+            found[kind] = None
+            continue
         modules = [getattr(layer, attr, None) for layer in stacks[stack].layers]
         has_weights = modules and all(isinstance(m, MultiheadAttention) for m in modules)
         found[kind] = modules if has_weights else None
@@ -128,17 +133,15 @@ class LayerAnalysis:
             return torch.arange(ids.numel(), device=ids.device)
         return ids.lt(self.max_sentences).nonzero().squeeze(1)
 
-    def add(
-        self, capture: AttentionCapture, sample: dict, rows: Tensor, src_pad: int, tgt_pad: int
+    def add_masked(
+        self,
+        capture: AttentionCapture,
+        sample: dict,
+        rows: Tensor,
+        masks: Dict[str, Tuple[Tensor, Tensor]],
     ) -> None:
-        """Add ``rows`` of one batch whose forward ran inside ``capture``."""
-        net_input = sample["net_input"]
-        src_mask = net_input["src_tokens"].index_select(0, rows).ne(src_pad)
-        tgt_mask = net_input["prev_output_tokens"].index_select(0, rows).ne(tgt_pad)
-        stacks = {"decoder": tgt_mask, "encoder": src_mask}
-        masks = {  # (query mask, key mask) per kind
-            name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()
-        }
+        """Add ``rows`` of one batch; ``masks`` holds the (query, key) masks of the ``rows`` for
+        every kind with attention weights (a language model has decoder self-attention only)."""
         ids = sample["id"].index_select(0, rows).tolist()
         for kind in KINDS:
             attn = capture.stacked(kind)

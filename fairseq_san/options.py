@@ -11,7 +11,7 @@ warn once (``deprecated_value``).
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from fairseq_san.policy import KINDS
@@ -54,6 +54,11 @@ class Option:
             parser.add_argument(
                 self.flag, choices=self.choices, metavar=self.metavar, help=self.help
             )
+
+
+def option_field(option: Option, help: str = ""):
+    """The dataclass field of ``option`` (fairseq's task and model options are dataclass fields)."""
+    return field(default=option.default, metadata={"help": help or option.help})
 
 
 POLICY_OPTIONS = {
@@ -100,6 +105,20 @@ MODEL_OPTIONS = (
         alias_of=("san_decoding", NO_CACHE),
     ),
 )
+
+# How a following layer of a decoder self-attention block shares with the block's first layer:
+# SAN's attention weights S (own V), or cross-layer KV sharing (CLA: the leader's K and V, own Q).
+WEIGHTS, KV = "weights", "kv"
+SELF_SHARE = Option(
+    "san_self_share",
+    "decoder self-attention sharing of a block's following layers: the attention weights S of "
+    "its first layer, each layer keeping its own V (weights, SAN) or the first layer's keys and "
+    "values, each layer keeping its own queries (kv, cross-layer KV sharing as in CLA)",
+    default=WEIGHTS,
+    choices=(WEIGHTS, KV),
+)
+# The options of the decoder-only language model (transformer_lm_san): one policy kind.
+LM_OPTIONS = (MODEL_OPTIONS[0], POLICY_OPTIONS["decoder_self"], SELF_SHARE)
 
 DECODING = Option(
     "san_decoding",
@@ -152,7 +171,8 @@ ANALYSIS_OPTIONS = (
 )
 
 OPTIONS: Dict[str, Option] = {
-    option.name: option for option in MODEL_OPTIONS + DECODER_OPTIONS + ANALYSIS_OPTIONS
+    option.name: option
+    for option in MODEL_OPTIONS + (SELF_SHARE,) + DECODER_OPTIONS + ANALYSIS_OPTIONS
 }
 
 

@@ -100,6 +100,38 @@ def build_fairseq_transformer(
     return model.eval(), args
 
 
+# Tiny sizes of the language-model tests (fairseq flags).
+TINY_LM = [
+    "--decoder-embed-dim", "16",
+    "--decoder-ffn-embed-dim", "32",
+    "--decoder-attention-heads", "2",
+    "--decoder-layers", "6",
+]  # fmt: skip
+
+
+def build_lm(
+    argv: Sequence[str] = (),
+    arch: str = "transformer_lm_san",
+    dictionary: Optional[Dictionary] = None,
+    seed: int = 1,
+):
+    """(language model in eval mode, args): ``arch`` of transformer_lm or transformer_lm_san,
+    built as fairseq-train builds it, tiny sizes (``argv`` comes after them)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.models.transformer_lm import base_lm_architecture
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser,
+        ["unused-data-dir", "--task", "language_modeling", "--arch", arch, *TINY_LM, *argv],
+    )
+    base_lm_architecture(args)  # fairseq-train applies transformer_lm's defaults from its dataclass
+    torch.manual_seed(seed)
+    task = StandInTask(dictionary or make_dictionary())
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return model.eval(), args
+
+
 def source_batch(
     dictionary: Dictionary, lengths: Sequence[int], seed: int = 0, left_pad: bool = True
 ):
@@ -523,6 +555,34 @@ def train_argv(data: Path, save_dir: Path, max_update: int = 40, extra: Sequence
         "--log-format", "simple", "--log-interval", "10",
         *extra,
     ]  # fmt: skip
+
+
+def lm_train_argv(data: Path, save_dir: Path, *extra: str, max_update: int = 30) -> List[str]:
+    """fairseq-train arguments for a tiny transformer_lm_san on one side of the corpus."""
+    return [
+        str(data),
+        "--user-dir", "fairseq_san",
+        "--task", "language_modeling_san", "--sample-break-mode", "eos",
+        "--tokens-per-sample", "16",
+        "--arch", "transformer_lm_san", *TINY_LM,
+        "--optimizer", "adam", "--lr", "0.005",
+        "--max-tokens", "500", "--max-update", str(max_update),
+        "--cpu", "--seed", "1", "--num-workers", "0",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--log-format", "simple", "--log-interval", "10",
+        *extra,
+    ]  # fmt: skip
+
+
+def preprocess_lm(text: Path, destdir: Path) -> Path:
+    """fairseq-preprocess --only-source of ``text``.{train,valid,test} files (one prefix)."""
+    result = run_cli(
+        "fairseq-preprocess", "--only-source",
+        "--trainpref", f"{text}/train.src", "--validpref", f"{text}/valid.src",
+        "--testpref", f"{text}/test.src", "--destdir", str(destdir), "--workers", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return destdir
 
 
 # --- the recipes (examples/): scripts, a toy Multi30k ---------------------------------------

@@ -7,6 +7,7 @@ run side by side.
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import List
 
 import numpy as np
@@ -245,6 +246,7 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     loop takes as the analysis being done); written again, every file is there."""
     from fairseq_san import plots
     from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+    from fairseq_san.tasks.translation_san import TranslationSANTask
 
     model, _ = build()
     dictionary = model.decoder.dictionary
@@ -253,7 +255,9 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     with torch.no_grad(), AttentionCapture(model) as capture:
         model(**net_input)
     sample = {"id": torch.arange(3), "net_input": net_input}
-    analysis.add(capture, sample, analysis.rows(sample), dictionary.pad(), dictionary.pad())
+    rows = analysis.rows(sample)
+    task = SimpleNamespace(src_dict=dictionary, tgt_dict=dictionary)  # what analysis_masks reads
+    analysis.add_masked(capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows))
     draw = plots.js_heatmap
 
     def stopped_at_encdec(matrix, path, **kwargs):
@@ -270,3 +274,27 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     expected = {"js.json"} | {f"{stem}-{kind}.{ext}" for kind in KINDS
                               for stem, ext in (("js", "png"), ("attention", "npz"))}  # fmt: skip
     assert {path.name for path in tmp_path.iterdir()} == expected
+
+
+def test_a_language_model_has_decoder_self_attention_only(tmp_path):
+    """transformer_lm_san (no encoder): the JS of its decoder self-attention, the other kinds
+    null; a SAN block's layers have the same S, so their JS is 0."""
+    from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+    from helpers import build_lm, target_prefixes
+
+    model, _ = build_lm(["--san-decoder-self-policy", "2,4"])
+    dictionary = model.decoder.dictionary
+    tokens = target_prefixes(dictionary, 3, 5)
+    tokens[0, -2:] = dictionary.pad()
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=1)
+    with torch.no_grad(), AttentionCapture(model) as capture:
+        model(tokens)
+    sample = {"id": torch.arange(3), "net_input": {"src_tokens": tokens}}
+    mask = tokens.ne(dictionary.pad())
+    analysis.add_masked(capture, sample, analysis.rows(sample), {"decoder_self": (mask, mask)})
+    analysis.write(str(tmp_path), {"subset": "valid"})
+    js = json.loads((tmp_path / "js.json").read_text())
+    assert js["decoder_encdec"] is None and js["encoder_self"] is None
+    assert js["decoder_self"][0][1] == pytest.approx(0, abs=1e-6)
+    assert js["decoder_self"][0][2] > 0.001
+    assert (tmp_path / "js-decoder_self.png").exists()

@@ -9,8 +9,10 @@ import pytest
 
 from helpers import REPO, build, make_dictionary, parse_args
 from fairseq_san import options
+from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.tasks.language_modeling_san import LanguageModelingSANConfig
 from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
 
 DICT = make_dictionary(24)
@@ -23,11 +25,15 @@ def warn_again(monkeypatch):
 
 
 def test_option_names_are_the_model_flags_and_the_task_fields():
-    """What the throwaway parser used to find: every ``san_*`` flag and task field, and no more."""
-    parser = argparse.ArgumentParser(add_help=False)
-    TransformerSANModel.add_args(parser)
-    names = {action.dest for action in parser._actions}
+    """What the throwaway parser used to find: every ``san_*`` flag and task field (translation
+    and language model), and no more."""
+    names = set()
+    for model in (TransformerSANModel, TransformerLMSANModel):
+        parser = argparse.ArgumentParser(add_help=False)
+        model.add_args(parser)
+        names |= {action.dest for action in parser._actions}
     names |= set(TranslationSANConfig.__dataclass_fields__)
+    names |= set(LanguageModelingSANConfig.__dataclass_fields__)
     assert options.option_names() == tuple(sorted(n for n in names if n.startswith("san_")))
 
 

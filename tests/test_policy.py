@@ -447,6 +447,16 @@ def test_cli_main_in_process(js_file, capsys):
     assert lines[0] == "decoder_self {6}  decoder_encdec {2,1,1,2}  encoder_self none"
 
 
+def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp_path, capsys):
+    """A language model's js.json has no encoder-decoder attention (null): no theta for it."""
+    lm = tmp_path / "js.json"
+    lm.write_text(json.dumps({**json.loads(open(js_file).read()), "decoder_encdec": None}))
+    policy_main([str(lm), "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "decoder_self {1,5}  decoder_encdec none  encoder_self none"
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -11,17 +11,21 @@
   before anything runs (see ``fairseq_san.loop.run_record``).
 * ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
   line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
+* ``perplexity LOG -o valid.json``: a language model's validation perplexity from the output of
+  ``fairseq-eval-lm`` (``examples/learn_to_share_lm.sh``; ``fairseq_san.loop.perplexity``);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss.
 """
 
 import argparse
+import json
 import os
 import sys
 from typing import Dict, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.decode_key import decode_key
+from fairseq_san.loop.perplexity import write_perplexity
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
@@ -90,6 +94,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
     train_log.add_argument("-o", "--output", help="also write the table here")
+    perplexity = commands.add_parser("perplexity", help="fairseq-eval-lm's perplexity as JSON")
+    perplexity.add_argument("log", help="the output of fairseq-eval-lm")
+    perplexity.add_argument("-o", "--output", required=True, help="write the JSON here")
     argv = list(sys.argv[1:] if argv is None else argv)
     after: List[str] = []  # fairseq-train's or fairseq-generate's arguments
     if argv[:1] in (["start"], ["decode-key"]) and "--" in argv:
@@ -114,6 +121,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "converged":
             parser.error("the converged campaign's summary moved beside its results: run "
                          "python docs/results/converged/campaign_summary.py RESULTS_DIR")
+        if args.command == "perplexity":
+            print(json.dumps(write_perplexity(args.log, args.output)))
+            return 0
         if args.command == "train-log":
             table = train_log_table(args.logs)
             if args.output:

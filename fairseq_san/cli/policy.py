@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="threshold for decoder self-attention, in [0, ln 2]; larger shares less",
     )
     parser.add_argument(
-        "--theta-decoder-encdec", type=float, required=True, metavar="T",
-        help="threshold for encoder-decoder attention, in [0, ln 2]",
+        "--theta-decoder-encdec", type=float, metavar="T",
+        help="threshold for encoder-decoder attention, in [0, ln 2] (default: not shared; "
+        "a language model has none)",
     )
     parser.add_argument(
         "--theta-encoder-self", type=float, metavar="T",

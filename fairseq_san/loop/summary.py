@@ -102,6 +102,7 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
+        "perplexity": score.get("perplexity"),
         **facts,
     }
 
@@ -112,19 +113,27 @@ def shown(value, fmt: str = "{}") -> str:
 
 
 def summary_table(rows: List[Dict[str, object]]) -> str:
-    """Markdown table of the loop, one row per iteration."""
+    """Markdown table of the loop, one row per iteration: BLEU and chrF of a translation model,
+    the perplexity of a language model (``valid.json`` says which)."""
+    language_model = any(row["perplexity"] is not None for row in rows)
+    scores = "valid ppl |" if language_model else "valid BLEU | valid chrF |"
     lines = [
-        "| iter | trained with policy | params | updates | train time | valid loss | "
-        "valid BLEU | valid chrF | learned policy |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"| iter | trained with policy | params | updates | train time | valid loss | {scores} "
+        "learned policy |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |" + ("" if language_model else " ---: |")
+        + " --- |",
     ]
     for row in rows:
         minutes = None if row["train_seconds"] is None else row["train_seconds"] / 60
+        cells = (
+            [shown(row["perplexity"], "{:.2f}")]
+            if language_model
+            else [shown(row["bleu"], "{:.2f}"), shown(row["chrf"], "{:.2f}")]
+        )
         lines.append(
             f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
             f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
-            f"{shown(row['valid_loss'], '{:.3f}')} | {shown(row['bleu'], '{:.2f}')} | "
-            f"{shown(row['chrf'], '{:.2f}')} | {row['learned']} |"
+            f"{shown(row['valid_loss'], '{:.3f}')} | {' | '.join(cells)} | {row['learned']} |"
         )
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "

@@ -1,3 +1,3 @@
 """Models registered with fairseq."""
 
-from . import transformer_san  # noqa: F401
+from . import transformer_lm_san, transformer_san  # noqa: F401

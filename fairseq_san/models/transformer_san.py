@@ -199,7 +199,7 @@ INCOMPATIBLE_OPTIONS = [
 
 def check_policy_fits_model(policy: Dict[str, List[int]], args) -> None:
     """Raise PolicyError for a policy the model's other options make impossible."""
-    if "decoder_self" in policy and args.decoder_self_attention_type == "aan":
+    if "decoder_self" in policy and getattr(args, "decoder_self_attention_type", "") == "aan":
         raise san_policy.PolicyError(
             "a decoder_self sharing policy cannot be combined with "
             "--decoder-self-attention-type aan (AAN has no attention weights to share)"
@@ -220,9 +220,18 @@ def follower_class(kind: str, args) -> Type[MultiheadAttention]:
 
 
 def share_attention(
-    layers: nn.ModuleList, attr: str, blocks: List[int], follower: Type[MultiheadAttention]
+    layers: nn.ModuleList,
+    attr: str,
+    blocks: List[int],
+    follower: Type[MultiheadAttention],
+    leader_class: Type[MultiheadAttention] = BlockLeaderAttention,
+    share_class: type = BlockShare,
 ) -> None:
-    """Replace attention module ``attr`` of ``layers`` so that each block shares its first layer's."""
+    """Replace attention module ``attr`` of ``layers`` so that each block shares its first layer's.
+
+    ``leader_class``, ``follower`` and the ``share_class`` object handing one to the other say what is
+    shared: SAN's S or A (the defaults), or keys and values (``modules.kv_shared_attention``).
+    """
     leaders = san_policy.block_leaders(blocks, len(layers))
     for index, leader in enumerate(leaders):
         if leaders.count(leader) == 1:
@@ -230,8 +239,8 @@ def share_attention(
         if index == leader:
             # A block's first layer comes before its other layers in the loop, so ``block``,
             # set here, is still this block's BlockShare when the loop reaches its followers.
-            block = BlockShare()
-            module_class: Type[MultiheadAttention] = BlockLeaderAttention
+            block = share_class()
+            module_class: Type[MultiheadAttention] = leader_class
         else:
             module_class = follower
         is_last = index + 1 == len(leaders) or leaders[index + 1] != leader

@@ -1,2 +1,2 @@
 """Tasks registered with fairseq."""
-from . import translation_san  # noqa: F401
+from . import language_modeling_san, translation_san  # noqa: F401

@@ -1,0 +1,187 @@
+"""The table of docs/results/lm-multi30k/results.md from the runs, the per-sentence losses (nll/)
+and the generation speeds (speed/) that run.sh wrote.
+
+    python docs/results/lm-multi30k/table.py RUNS_DIR RESULTS_DIR > table.md
+
+Test perplexity per seed, its mean and standard deviation (statistics.stdev, over seeds), and a
+paired bootstrap over test sentences of system minus baseline (per-sentence losses averaged over
+each system's seeds; 2000 resamples, seed 1): the difference, its 95% interval and a two-sided p
+(sentence sampling only: the spread between seeds is not in it); and the mean difference to the
+baseline trained with the same seeds.
+Speed: generated tokens per second, the best of every round and repeat (speed/*-rROUND.json).
+Cache bytes per token: fp32 keys and values a decoding step keeps, all layers (SAN followers
+keep V, KV followers nothing).
+"""
+
+import glob
+import json
+import math
+import os
+import random
+import re
+import statistics
+import sys
+
+from fairseq_san.checkpoints import load_state
+from fairseq_san.loop.summary import checkpoint_facts
+from fairseq_san.policy import block_leaders, load_policy
+
+SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2",
+           "baseline-long", "san-learned-long")  # -long: resumed to a longer budget (run.sh long)
+
+
+def baseline_of(name: str) -> str:
+    """The system a row is compared with: the baseline trained for as long."""
+    return "baseline-long" if name.endswith("-long") else "baseline"
+RESAMPLES = 2000
+
+
+def run_dir(runs: str, name: str, seed: int) -> str:
+    loop = {"baseline": "iter0", "san-learned": "iter1"}
+    if seed == 1 and name in loop:
+        return os.path.join(runs, "loop", loop[name])
+    return os.path.join(runs, f"{name}-s{seed}")
+
+
+def best_checkpoint(directory: str) -> str:
+    found = glob.glob(os.path.join(directory, "**", "checkpoint_best.pt"), recursive=True)
+    return found[0] if found else ""
+
+
+def stopped_by(directory: str) -> str:
+    with open(os.path.join(directory, "train.log"), encoding="utf-8", errors="replace") as log:
+        text = log.read()
+    if "early stop since valid performance" in text:
+        return "patience"
+    if "stop_time_hours" in text and "Stopping training due to cumulative_training_time" in text:
+        return "time cap"
+    return "max updates"
+
+
+def version_buffers(checkpoint: str) -> int:
+    """Numbers in fairseq's one-element ``version`` buffers, which the state dict holds but the
+    model's parameters (fairseq-train's count) do not."""
+    return sum(t.numel() for k, t in load_state(checkpoint)["model"].items() if k.endswith("version"))
+
+
+def cache_bytes(model_cfg) -> int:
+    """fp32 bytes of the keys and values kept per generated token, all layers."""
+    layers, dim = model_cfg.decoder_layers, model_cfg.decoder_embed_dim
+    blocks = load_policy(model_cfg.san_policy or "{}").get("decoder_self")
+    leaders = block_leaders(blocks, layers)
+    follower = {"weights": 1, "kv": 0}[getattr(model_cfg, "san_self_share", "weights")]
+    vectors = sum(2 if index == leader else follower for index, leader in enumerate(leaders))
+    return vectors * dim * 4
+
+
+def perplexity(nll, tokens) -> float:
+    return math.exp(sum(nll) / sum(tokens))
+
+
+def bootstrap(system, baseline, tokens):
+    """(difference, low, high, p) of perplexity system - baseline over resampled sentences."""
+    rng = random.Random(1)
+    n = len(tokens)
+    differences = []
+    for _ in range(RESAMPLES):
+        rows = [rng.randrange(n) for _ in range(n)]
+        words = sum(tokens[i] for i in rows)
+        differences.append(
+            math.exp(sum(system[i] for i in rows) / words)
+            - math.exp(sum(baseline[i] for i in rows) / words)
+        )
+    differences.sort()
+    below = sum(d <= 0 for d in differences) / RESAMPLES
+    return (
+        perplexity(system, tokens) - perplexity(baseline, tokens),
+        differences[int(0.025 * RESAMPLES)],
+        differences[int(0.975 * RESAMPLES) - 1],
+        min(1.0, 2 * min(below, 1 - below)),
+    )
+
+
+def mean_losses(runs):
+    """Per-sentence losses averaged over seeds."""
+    return [statistics.fmean(values) for values in zip(*(run["nll"] for run in runs))]
+
+
+def main(runs: str, results: str) -> None:
+    rows, losses, by_seed = [], {}, {}
+    speeds = {}
+    for path in glob.glob(os.path.join(results, "speed", "*.json")):
+        name, batch = re.match(r"(.+)-b(\d+)-r\d+\.json$", os.path.basename(path)).groups()
+        with open(path, encoding="utf-8") as handle:
+            speed = json.load(handle)
+        best = speeds.get((name, int(batch)))
+        if best is None or speed["tokens_per_second"] > best["tokens_per_second"]:
+            speeds[name, int(batch)] = speed
+    processor = next(iter(speeds.values()), {}).get("processor", "-")
+    for name in SYSTEMS:
+        seeds = []
+        for seed in (1, 2, 3):
+            nll = os.path.join(results, "nll", f"{name}-s{seed}.json")
+            if os.path.exists(nll):
+                with open(nll, encoding="utf-8") as handle:
+                    seeds.append((seed, json.load(handle)))
+        if not seeds:
+            continue
+        tokens = seeds[0][1]["tokens"]
+        losses[name] = mean_losses([run for _, run in seeds])
+        first = run_dir(runs, name, seeds[0][0])
+        ckpt = best_checkpoint(first)
+        model_cfg = load_state(ckpt)["cfg"]["model"]
+        facts = checkpoint_facts(ckpt)
+        ppls = [perplexity(run["nll"], tokens) for _, run in seeds]
+        by_seed[name] = dict(zip((seed for seed, _ in seeds), ppls))
+        rows.append({
+            "name": name,
+            "policy": load_policy(model_cfg.san_policy or "{}").get("decoder_self"),
+            "share": model_cfg.san_self_share,
+            "seeds": [seed for seed, _ in seeds],
+            "ppls": ppls,
+            "params": facts["parameters"] - version_buffers(ckpt),
+            "cache": cache_bytes(model_cfg),
+            "updates": [checkpoint_facts(best_checkpoint(run_dir(runs, name, s)))["num_updates"]
+                        for s, _ in seeds],
+            "stopped": [stopped_by(run_dir(runs, name, s)) for s, _ in seeds],
+        })  # fmt: skip
+    print(f"Processor: {processor}; test: test_2016_flickr, {len(tokens)} sentences, "
+          f"{sum(tokens)} tokens.\n")  # fmt: skip
+    print("| system | policy | share | seeds | test ppl (mean ± sd) | Δ ppl vs baseline [95% CI], p "
+          "| Δ ppl, same seeds | params | cache B/token | tok/s b1 | tok/s b16 | best at update "
+          "| stopped by |")
+    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    for row in rows:
+        ppls = row["ppls"]
+        sd = f" ± {statistics.stdev(ppls):.2f}" if len(ppls) > 1 else ""
+        reference = baseline_of(row["name"])
+        base = losses.get(reference)
+        if row["name"] == reference or base is None:
+            delta = same_seeds = "-"
+        else:
+            diff, low, high, p = bootstrap(losses[row["name"]], base, tokens)
+            delta = f"{diff:+.2f} [{low:+.2f}, {high:+.2f}], p={p:.3f}"
+            pairs = [ppl - by_seed[reference][seed]
+                     for seed, ppl in by_seed[row["name"]].items() if seed in by_seed[reference]]
+            same_seeds = f"{statistics.fmean(pairs):+.2f}" if pairs else "-"
+        cells = []
+        for batch in (1, 16):
+            speed = speeds.get((row["name"], batch))
+            baseline = speeds.get((reference, batch))
+            if speed is None:
+                cells.append("-")
+                continue
+            ratio = speed["tokens_per_second"] / baseline["tokens_per_second"] if baseline else None
+            cells.append(f"{speed['tokens_per_second']:.0f}"
+                         + (f" ({ratio:.2f}x)" if ratio else ""))  # fmt: skip
+        policy = "none" if row["policy"] is None else "{" + ",".join(map(str, row["policy"])) + "}"
+        share = "-" if row["policy"] is None else row["share"]
+        print(f"| {row['name']} | {policy} | {share} | {','.join(map(str, row['seeds']))} | "
+              f"{statistics.fmean(ppls):.2f}{sd} | {delta} | {same_seeds} | {row['params']:,} | "
+              f"{row['cache']} | "
+              f"{cells[0]} | {cells[1]} | {','.join(map(str, row['updates']))} | "
+              f"{','.join(row['stopped'])} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Learn to share for a decoder-only language model (transformer_lm_san): train under policy P_k
+# (P_0 = no sharing), measure how similar the layers' decoder self-attention is on the validation
+# set, learn P_{k+1} at theta (Eq. 6), and repeat until the policy stops changing. Each iteration
+# is scored by its validation perplexity (fairseq-eval-lm) instead of BLEU. Running the same
+# command again resumes: finished steps are skipped, fairseq continues from checkpoint_last.pt.
+#
+#   examples/learn_to_share_lm.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
+#
+#   --arch A             model architecture (transformer_lm_san_small)
+#   --theta-self T       theta for decoder self-attention (0.4)
+#   --self-share S       what a block's following layers share: weights (SAN) or kv (CLA)
+#   --max-iterations K   stop after K trained iterations even if the policy still changes (3)
+# Everything after -- goes to fairseq-train (and wins over the defaults below).
+set -euo pipefail
+
+ARCH=transformer_lm_san_small THETA_SELF=0.4 SELF_SHARE=weights MAX_ITERATIONS=3 DATA="" RUN=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --data) DATA=$2; shift 2 ;;
+    --run-dir) RUN=$2; shift 2 ;;
+    --arch) ARCH=$2; shift 2 ;;
+    --theta-self) THETA_SELF=$2; shift 2 ;;
+    --self-share) SELF_SHARE=$2; shift 2 ;;
+    --max-iterations) MAX_ITERATIONS=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "learn_to_share_lm.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$DATA" ] && [ -n "$RUN" ] || { echo "learn_to_share_lm.sh: --data and --run-dir are required" >&2; exit 2; }
+[ -f "$DATA/dict.txt" ] || { echo "learn_to_share_lm.sh: no $DATA/dict.txt: run examples/lm/prepare.sh" >&2; exit 2; }
+
+USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+LM=(--task language_modeling_san --sample-break-mode eos)
+mkdir -p "$RUN/iter0"
+[ -f "$RUN/iter0/policy.json" ] || echo '{}' > "$RUN/iter0/policy.json"
+
+for ((k = 0; k < MAX_ITERATIONS; k++)); do
+  dir=$RUN/iter$k next=$RUN/iter$((k + 1)) ckpt=$RUN/iter$k/checkpoints/checkpoint_best.pt
+  echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
+  ln -sfn "iter$k" "$RUN/last"
+  if [ ! -f "$dir/trained" ]; then
+    fairseq-train "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
+      --san-policy "$dir/policy.json" --san-self-share "$SELF_SHARE" \
+      --save-dir "$dir/checkpoints" "$@" 2>&1 | tee -a "$dir/train.log"
+    touch "$dir/trained"
+  fi
+  [ -f "$dir/analysis/js.json" ] || fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" \
+    --path "$ckpt" --valid-subset valid --max-tokens 4096 --num-workers 0 \
+    --san-analysis-dir "$dir/analysis"
+  if [ ! -f "$dir/valid.json" ]; then
+    fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$ckpt" \
+      --gen-subset valid --max-tokens 4096 --num-workers 0 > "$dir/eval-lm-valid.log" 2>&1
+    fairseq-san-loop perplexity "$dir/eval-lm-valid.log" -o "$dir/valid.json"
+  fi
+  mkdir -p "$next"
+  [ -f "$next/policy.json" ] || fairseq-san-policy "$dir/analysis/js.json" \
+    --theta-decoder-self "$THETA_SELF" -o "$next/policy.json"
+  status=0
+  fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json" || status=$?
+  [ "$status" -le 1 ] || exit "$status"
+  if [ "$status" = 0 ]; then
+    echo "== the policy did not change: done after iteration $k"
+    break
+  fi
+done
+fairseq-san-loop summary "$RUN"

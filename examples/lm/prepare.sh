@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The English side of Multi30k (task 1) as a language-modelling corpus for fairseq: a
+# sentencepiece vocabulary learned on train, one sentence per line, binarized for
+# --task language_modeling_san (use --sample-break-mode eos: every sentence is a sample).
+#
+#   examples/lm/prepare.sh [OUT_DIR]      (default data-bin/multi30k.en-lm)
+#
+# MULTI30K_DIR (default ../shared/data/multi30k, relative to the repository) holds
+# {train,val,test_2016_flickr}.en.gz. Splits: train, valid (val), test (test_2016_flickr).
+# Re-running skips the work already done. VOCAB_SIZE (default 2000) sets the vocabulary.
+set -euo pipefail
+
+OUT=${1:-data-bin/multi30k.en-lm}
+MULTI30K_DIR=${MULTI30K_DIR:-../shared/data/multi30k}
+VOCAB_SIZE=${VOCAB_SIZE:-2000}
+TEXT=$OUT/text
+splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
+
+if [ -f "$OUT/.done" ]; then
+  echo "prepare.sh: $OUT is ready"
+  exit 0
+fi
+for pair in $splits; do  # every raw file before writing anything
+  raw=$MULTI30K_DIR/${pair%%:*}.en.gz
+  [ -f "$raw" ] || { echo "prepare.sh: no $raw (set MULTI30K_DIR)" >&2; exit 1; }
+done
+mkdir -p "$TEXT"
+for pair in $splits; do
+  gzip -dc "$MULTI30K_DIR/${pair%%:*}.en.gz" > "$TEXT/${pair##*:}.raw.en"
+done
+
+echo "prepare.sh: sentencepiece model ($VOCAB_SIZE pieces)"
+fairseq-san-spm train "$TEXT/train.raw.en" --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE"
+for pair in $splits; do
+  split=${pair##*:}
+  fairseq-san-spm encode --model "$OUT/spm.model" "$TEXT/$split.raw.en" "$TEXT/$split.en"
+done
+
+fairseq-preprocess --only-source --trainpref "$TEXT/train.en" --validpref "$TEXT/valid.en" \
+  --testpref "$TEXT/test.en" --destdir "$OUT" --workers 1
+touch "$OUT/.done"
+echo "prepare.sh: done: $OUT"

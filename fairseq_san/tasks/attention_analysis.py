@@ -1,0 +1,150 @@
+"""The ``--san-analysis-dir`` hook of a task: fairseq-validate's teacher-forced passes also feed
+``fairseq_san.analysis.LayerAnalysis``, which writes the JS matrices at the end of the subset.
+
+``translation_san`` and ``language_modeling_san`` both inherit ``AttentionAnalysisTask``; each
+says which tokens of a batch are real (``analysis_masks``). The files written and the options are
+described in ``tasks.translation_san``.
+"""
+
+import logging
+import os
+import tempfile
+from typing import Dict, Optional, Tuple
+
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor, nn
+
+from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+from fairseq_san.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+
+class AttentionAnalysisTask:
+    """A fairseq task mixin: the attention analysis of ``--san-analysis-dir`` in valid_step.
+
+    The task's ``cfg`` has the fields of ``options.ANALYSIS_OPTIONS``; ``__init__`` of the task
+    calls ``check_analysis_options(cfg)`` before fairseq's and ``start_analysis()`` after it.
+    """
+
+    def start_analysis(self) -> None:
+        self._analysis: Optional[LayerAnalysis] = None
+        self._num_updates: Optional[int] = None
+        self._subset: Optional[str] = None
+        self._analysed_subset: Optional[str] = None
+
+    @property
+    def analysing(self) -> bool:
+        return bool(self.cfg.san_analysis_dir)
+
+    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
+        """(query mask, key mask) of ``rows`` per attention kind: which tokens are not padding."""
+        raise NotImplementedError
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        if self.analysing and self._analysed_subset not in (None, split):
+            raise UsageError(
+                f"--san-analysis-dir analyses one subset per run: '{self._analysed_subset}' "
+                f"is written, '{split}' would overwrite it; run fairseq-validate once per subset"
+            )
+        self._subset = split
+        return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+
+    def train_step(self, *args, **kwargs):
+        if self.analysing:
+            raise UsageError("--san-analysis-dir is for fairseq-validate, not for training")
+        return super().train_step(*args, **kwargs)
+
+    def valid_step(self, sample, model, criterion):
+        if self.analysing and sample and "net_input" in sample:
+            self._analyse(sample, model)
+        return super().valid_step(sample, model, criterion)
+
+    def _analyse(self, sample: dict, model: nn.Module) -> None:
+        """One teacher-forced forward pass with the attention weights captured."""
+        if self._analysis is None:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                if torch.distributed.get_world_size() > 1:
+                    raise UsageError("--san-analysis-dir runs in a single process only")
+            self._analysis = LayerAnalysis(
+                self.cfg.san_analysis_max_sentences, self.cfg.san_analysis_save_sentences
+            )
+            self._num_updates = getattr(model, "num_updates", None)
+            logger.info(
+                "SAN analysis of subset '%s' into %s", self._subset, self.cfg.san_analysis_dir
+            )
+        analysis = self._analysis
+        rows = analysis.rows(sample)
+        if rows.numel() == 0:
+            return
+        model.eval()
+        with torch.no_grad(), AttentionCapture(model) as capture:
+            model(**sample["net_input"])
+        analysis.add_masked(capture, sample, rows, self.analysis_masks(sample, rows))
+        interval = self.cfg.san_analysis_log_interval
+        if interval > 0 and analysis.batches % interval == 0:
+            logger.info(
+                "SAN analysis: %d sentences in %d batches", analysis.sentences, analysis.batches
+            )
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        """fairseq-validate calls this once per subset, after its last batch: write the analysis."""
+        super().reduce_metrics(logging_outputs, criterion)
+        if not self.analysing:
+            return
+        analysis, self._analysis = self._analysis, None
+        if analysis is None:
+            raise RuntimeError(f"SAN analysis: subset '{self._subset}' had no batches")
+        checkpoint = _root_config_value(self.cfg, "common_eval.path")
+        analysis.write(
+            self.cfg.san_analysis_dir,
+            {
+                "checkpoint": checkpoint,
+                "num_updates": self._num_updates,
+                "subset": self._subset,
+            },
+        )
+        self._analysed_subset = self._subset
+        logger.info(
+            "SAN analysis: wrote %s (%d sentences)",
+            os.path.join(self.cfg.san_analysis_dir, "js.json"),
+            analysis.sentences,
+        )
+
+
+def check_analysis_options(cfg) -> None:
+    """Refuse analysis options that would fail only after the validation pass.
+
+    The analysis directory is created (and written to) here, at task set-up, before any batch.
+    """
+    limit = cfg.san_analysis_max_sentences
+    if limit is not None and limit < 1:
+        raise UsageError(
+            f"--san-analysis-max-sentences {limit}: must be at least 1 "
+            "(leave it out to analyse every sentence)"
+        )
+    directory = cfg.san_analysis_dir
+    if not directory:
+        return
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--san-analysis-dir {directory} is a file, not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as err:
+        raise UsageError(
+            f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
+        ) from None
+
+
+def _root_config_value(cfg, key: str):
+    """A value of the configuration that the task's config is part of, or None.
+
+    fairseq-validate loads the checkpoint's configuration, sets ``common_eval.path`` in it to
+    ``--path`` (an override by name) and builds the task from its ``task`` node, whose parent
+    fairseq keeps (``merge_with_parent``).
+    """
+    if not OmegaConf.is_config(cfg):
+        return None
+    return OmegaConf.select(cfg._get_root(), key, default=None)

@@ -1,0 +1,129 @@
+"""transformer_lm_san through fairseq's commands: train, fairseq-eval-lm, fairseq-validate with
+the analysis, fairseq-interactive and the hub; the one-line refusals (slow: runs the CLIs)."""
+
+import json
+
+import pytest
+
+from helpers import lm_train_argv, preprocess_lm, run_cli, write_corpus
+
+pytestmark = pytest.mark.slow
+
+SHARING = {
+    "san": ["--san-decoder-self-policy", "2,4"],
+    "kv": ["--san-decoder-self-policy", "2,4", "--san-self-share", "kv"],
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(data, {name: checkpoint}) for a SAN and a KV-sharing language model."""
+    root = tmp_path_factory.mktemp("lm")
+    data = preprocess_lm(write_corpus(root / "raw"), root / "data-bin")
+    checkpoints = {}
+    for name, argv in SHARING.items():
+        result = run_cli("fairseq-train", *lm_train_argv(data, root / name, *argv))
+        assert result.returncode == 0, result.stderr[-3000:]
+        checkpoints[name] = root / name / "checkpoint_last.pt"
+    return data, checkpoints
+
+
+def test_eval_lm_gives_the_perplexity(trained, tmp_path):
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
+        str(checkpoints["kv"]), "--gen-subset", "test", "--sample-break-mode", "eos",
+        "--max-tokens", "500", "--cpu",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "eval.log").write_text(result.stdout + result.stderr)
+    score = run_cli("fairseq-san-loop", "perplexity", str(tmp_path / "eval.log"),
+                    "-o", str(tmp_path / "valid.json"))  # fmt: skip
+    assert score.returncode == 0, score.stderr
+    assert 1 < json.loads((tmp_path / "valid.json").read_text())["perplexity"] < 200
+
+
+def test_analysis_writes_the_decoder_self_attention_js(trained, tmp_path):
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-validate", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--sample-break-mode", "eos", "--path",
+        str(checkpoints["san"]), "--valid-subset", "valid", "--max-tokens", "500", "--cpu",
+        "--san-analysis-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    js = json.loads((tmp_path / "js.json").read_text())
+    assert js["decoder_encdec"] is None and js["encoder_self"] is None
+    assert len(js["decoder_self"]) == 6 and js["sentences"] == 30
+    assert js["decoder_self"][0][1] == pytest.approx(0, abs=1e-6)  # layer 2 reuses S of layer 1
+    assert (tmp_path / "js-decoder_self.png").exists()
+
+
+def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
+    data, checkpoints = trained
+    argv = ["fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+            "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1"]
+    ok = run_cli(*argv, input="tok1 tok2 tok3\n")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert any(line.startswith("H-0") for line in ok.stdout.splitlines())
+    long = run_cli(*argv, input=" ".join(["tok1"] * 20) + "\n")  # 16 positions
+    assert long.returncode != 0
+    assert long.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: a prompt of 20 tokens is longer than the model's 16 positions "
+        "leave room for (the start token and one generated token): shorten it to at most 14 tokens"
+    )
+
+
+def test_the_hub_samples(trained):
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    data, checkpoints = trained
+    hub = TransformerLMSANModel.from_pretrained(
+        str(checkpoints["kv"].parent), "checkpoint_last.pt", str(data)
+    )
+    assert hub.sample("tok1 tok2", beam=1, max_len_b=6).startswith("tok1 tok2")
+
+
+@pytest.mark.parametrize("trained_with, override", [("san", "kv"), ("kv", "weights")])
+def test_another_kind_of_sharing_is_refused_in_one_line(trained, trained_with, override):
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
+        str(checkpoints[trained_with]), "--gen-subset", "test", "--cpu",
+        "--model-overrides", str({"san_self_share": override}),
+    )  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("fairseq-san: error: the checkpoint was trained with "), last
+    assert "Traceback" not in result.stderr
+
+
+def test_an_encoder_decoder_policy_key_is_refused_in_one_line(trained, tmp_path):
+    data, _ = trained
+    result = run_cli("fairseq-train", *lm_train_argv(
+        data, tmp_path, "--san-policy", '{"decoder_encdec": [3, 3]}'))  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        'fairseq-san: error: policy key "decoder_encdec" is for encoder-decoder models: a '
+        'language model (transformer_lm_san) shares only decoder self-attention ("decoder_self")'
+    )
+
+
+def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
+    """learn_to_share_lm.sh: P_0, its analysis and perplexity, P_1 learned at theta, trained."""
+    from helpers import REPO, TINY_LM, output_of, read_json, run_script
+
+    data, _ = trained
+    run = tmp_path / "run"
+    result = run_script(
+        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
+        "--arch", "transformer_lm_san", "--theta-self", "0.6", "--max-iterations", "2", "--",
+        *TINY_LM, "--tokens-per-sample", "16", "--optimizer", "adam", "--lr", "0.005",
+        "--max-tokens", "500", "--max-update", "20", "--cpu", "--num-workers", "0",
+        "--no-epoch-checkpoints", "--log-format", "simple",
+    )  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-4000:]
+    assert read_json(run / "iter0" / "valid.json")["perplexity"] > 1
+    assert sum(read_json(run / "iter1" / "policy.json")["decoder_self"]) == 6  # learned, 6 layers
+    assert (run / "iter1" / "trained").exists()
+    assert "| valid ppl |" in (run / "loop.md").read_text()

@@ -1,0 +1,41 @@
+"""A language model's validation score in the learn-to-share loop: fairseq-eval-lm's perplexity
+(``fairseq_san.loop.perplexity``) and the loop table's perplexity column."""
+
+import pytest
+
+from fairseq_san.errors import UsageError
+from fairseq_san.loop.perplexity import read_perplexity
+from fairseq_san.loop.summary import summary_table
+
+EVAL_LM = (
+    "INFO:fairseq_cli.eval_lm:Evaluated 15,188 tokens in 2.1s (7232.38 tokens/s)\n"
+    "INFO:fairseq_cli.eval_lm:Loss (base 2): 5.1234, Perplexity: 34.86\n"
+)
+
+
+def test_the_perplexity_of_fairseq_eval_lm(tmp_path):
+    log = tmp_path / "eval.log"
+    log.write_text("INFO:fairseq_cli.eval_lm:loading model\n" + EVAL_LM)
+    assert read_perplexity(str(log)) == {"perplexity": 34.86, "loss_base2": 5.1234, "tokens": 15188}
+
+
+def test_a_log_without_the_result_is_one_error(tmp_path):
+    log = tmp_path / "eval.log"
+    log.write_text(EVAL_LM.splitlines()[0] + "\n")  # stopped before the loss line
+    with pytest.raises(UsageError, match="no 'Evaluated N tokens' and 'Loss"):
+        read_perplexity(str(log))
+
+
+def row(iteration, perplexity=None, bleu=None):
+    return dict(
+        iteration=iteration, policy="decoder_self none", learned="-", parameters=1000,
+        num_updates=10, train_seconds=60, valid_loss=5.0, bleu=bleu, chrf=None,
+        signature=None, perplexity=perplexity,
+    )  # fmt: skip
+
+
+def test_the_loop_table_shows_perplexity_for_a_language_model_and_bleu_otherwise():
+    lm = summary_table([row(0, perplexity=34.861), row(1, perplexity=35.2)])
+    assert "| valid ppl | learned policy |" in lm and "| 34.86 |" in lm and "BLEU" not in lm.split("\n")[0]
+    mt = summary_table([row(0, bleu=30.0)])
+    assert "| valid BLEU | valid chrF |" in mt and "ppl" not in mt

@@ -1,0 +1,142 @@
+"""``transformer_lm_san``: fairseq's transformer_lm with a decoder self-attention policy, shared
+by attention weights (SAN) or by keys and values (CLA); with no policy it is transformer_lm."""
+
+import json
+
+import pytest
+import torch
+
+from helpers import build_lm, count_parameters, make_dictionary, target_prefixes
+from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
+from fairseq_san.modules.shared_attention import SharedWeightsAttention
+from fairseq_san.policy import PolicyError
+
+DICT = make_dictionary(24)
+DIM = 16  # TINY_LM's decoder-embed-dim
+
+
+def logits(model, tokens):
+    with torch.no_grad():
+        return model(tokens)[0]
+
+
+def incremental(model, tokens):
+    """Logits of every position, one token at a time through the incremental state."""
+    state, steps = {}, []
+    with torch.no_grad():
+        for end in range(1, tokens.size(1) + 1):
+            steps.append(model.decoder(tokens[:, :end], incremental_state=state)[0])
+    return torch.cat(steps, dim=1), state
+
+
+def test_without_policy_it_is_fairseqs_transformer_lm():
+    theirs, _ = build_lm(arch="transformer_lm")
+    ours, _ = build_lm()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    tokens = target_prefixes(DICT, 3, 7)
+    torch.testing.assert_close(logits(ours, tokens), logits(theirs, tokens), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("share", ["weights", "kv"])
+def test_followers_drop_exactly_two_projections(share):
+    base, _ = build_lm()
+    shared, _ = build_lm(["--san-decoder-self-policy", "1,3,2", "--san-self-share", share])
+    followers = 3  # layers 2, 3 and 5 (0-based) follow their block's first layer
+    assert count_parameters(base) - count_parameters(shared) == followers * 2 * (DIM * DIM + DIM)
+    dropped = {"weights": ("q_proj", "k_proj"), "kv": ("k_proj", "v_proj")}[share]
+    for index in (2, 3, 5):
+        names = dict(shared.decoder.layers[index].self_attn.named_children())
+        assert not set(dropped) & set(names)
+
+
+@pytest.mark.parametrize("share", ["weights", "kv"])
+def test_incremental_decoding_equals_the_full_forward(share):
+    model, _ = build_lm(["--san-decoder-self-policy", "2,4", "--san-self-share", share])
+    tokens = target_prefixes(DICT, 2, 6)
+    steps, _ = incremental(model, tokens)
+    torch.testing.assert_close(steps, logits(model, tokens), atol=1e-5, rtol=0)
+
+
+def test_kv_followers_keep_no_cache_and_san_followers_only_values():
+    tokens = target_prefixes(DICT, 2, 5)
+    kv, _ = build_lm(["--san-decoder-self-policy", "3,3", "--san-self-share", "kv"])
+    san, _ = build_lm(["--san-decoder-self-policy", "3,3"])
+    _, kv_state = incremental(kv, tokens)
+    _, san_state = incremental(san, tokens)
+
+    def cached(model, state, index):
+        module = model.decoder.layers[index].self_attn
+        buffer = module.get_incremental_state(state, "attn_state") or {}
+        return sorted(name for name, value in buffer.items() if value is not None)
+
+    assert isinstance(kv.decoder.layers[1].self_attn, KVFollowerAttention)
+    assert isinstance(kv.decoder.layers[3].self_attn, KVLeaderAttention)
+    assert isinstance(san.decoder.layers[1].self_attn, SharedWeightsAttention)
+    assert cached(kv, kv_state, 0) == ["prev_key", "prev_value"]
+    assert cached(kv, kv_state, 1) == []
+    assert cached(san, san_state, 1) == ["prev_value"]
+
+
+def test_kv_followers_use_the_leaders_keys_and_values():
+    """Layer 1 of block {2}: its own queries over layer 0's K, V (CLA), checked by hand."""
+    model, _ = build_lm(["--san-decoder-self-policy", "2,1,1,1,1", "--san-self-share", "kv"])
+    tokens = target_prefixes(DICT, 1, 4)
+    seen = {}
+    layers = model.decoder.layers
+    layers[0].self_attn.register_forward_hook(
+        lambda m, a, kw, o: seen.update(x0=kw["query"]), with_kwargs=True
+    )
+    layers[1].self_attn.register_forward_hook(
+        lambda m, a, kw, o: seen.update(x1=kw["query"], out1=o[0]), with_kwargs=True
+    )
+    logits(model, tokens)
+    leader, follower = layers[0].self_attn, layers[1].self_attn
+    q = follower.q_proj(seen["x1"]) * follower.scaling
+    k, v = leader.k_proj(seen["x0"]), leader.v_proj(seen["x0"])
+    heads, d = follower.num_heads, follower.head_dim
+    q, k, v = (t.view(4, heads, d).transpose(0, 1) for t in (q, k, v))
+    mask = torch.triu(torch.full((4, 4), float("-inf")), 1)
+    context = torch.softmax(q @ k.transpose(1, 2) + mask, -1) @ v
+    expected = follower.out_proj(context.transpose(0, 1).reshape(4, 1, heads * d))
+    torch.testing.assert_close(seen["out1"], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--san-policy", '{"decoder_encdec": [3, 3]}'], 'policy key "decoder_encdec" is for encoder-decoder models'),
+        (["--san-policy", '{"encoder_self": [6]}'], 'policy key "encoder_self" is for encoder-decoder models'),
+        (["--san-decoder-self-policy", "2,2"], "sums to 4 but the decoder has 6 layers"),
+    ],
+)
+def test_bad_policies_are_refused(argv, message):
+    with pytest.raises(PolicyError, match=message):
+        build_lm(argv)
+
+
+@pytest.mark.parametrize("trained, loaded", [("weights", "kv"), ("kv", "weights")])
+def test_a_checkpoint_shared_the_other_way_is_refused(trained, loaded):
+    source, _ = build_lm(["--san-decoder-self-policy", "3,3", "--san-self-share", trained])
+    target, _ = build_lm(["--san-decoder-self-policy", "3,3", "--san-self-share", loaded])
+    with pytest.raises(PolicyError, match=f"trained with .*--san-self-share {trained}\\), this model"):
+        target.load_state_dict(source.state_dict())
+
+
+def test_a_checkpoint_that_shares_more_is_refused_and_one_that_shares_less_loads():
+    more, _ = build_lm(["--san-decoder-self-policy", "6"])
+    less, _ = build_lm(["--san-decoder-self-policy", "3,3"])
+    with pytest.raises(PolicyError, match="more attention sharing"):
+        less.load_state_dict(more.state_dict())
+    more.load_state_dict(less.state_dict())  # decoding with more sharing drops projections
+    assert isinstance(more, TransformerLMSANModel)
+    assert "decoder.layers.3.self_attn.k_proj.weight" not in more.state_dict()
+
+
+def test_the_resolved_policy_is_kept_in_the_arguments_for_the_checkpoint():
+    _, args = build_lm(["--san-policy", '{"decoder_self": [3, 3]}', "--san-self-share", "kv"])
+    assert json.loads(args.san_policy)["decoder_self"] == [3, 3]
+    assert args.san_decoder_self_policy is None and args.san_self_share == "kv"
+    rebuilt, _ = build_lm(["--san-policy", args.san_policy, "--san-self-share", "kv"])
+    assert isinstance(rebuilt.decoder.layers[4].self_attn, KVFollowerAttention)

@@ -1,5 +1,5 @@
 """Bad input where the plugin meets fairseq stops with one line ``fairseq-san: error: ...`` that
-names the problem and the fix, before the expensive step (issue 14, items 3, 6, 7 and 8).
+names the problem and the fix, before the expensive step.
 
 The command-line tests are ``slow``: their fixture trains two tiny models on the synthetic
 corpus, side by side, one with ``--task translation_san`` and a sharing policy, one with plain
@@ -94,7 +94,7 @@ def validate(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-# --- item 3: a typo in --model-overrides -------------------------------------------------------
+# --- a typo in --model-overrides --------------------------------------------------------------
 
 
 def build_model(args):
@@ -182,7 +182,7 @@ def test_decoder_options_the_task_does_not_apply_are_refused(model, task, refuse
         TransformerSANModel.build_model(args, stand_in)
 
 
-# --- item 6: resuming training without the policy flags --------------------------------------
+# --- resuming training without the policy flags ---------------------------------------------
 
 
 @pytest.mark.slow
@@ -227,7 +227,7 @@ def test_the_flags_in_the_message_rebuild_the_checkpoints_model(trained_flags):
     assert rebuilt.state_dict().keys() == trained.state_dict().keys()
 
 
-# --- item 7: fail before the expensive step ---------------------------------------------------
+# --- fail before the expensive step ----------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -280,7 +280,7 @@ def test_js_matrices_of_one_stack_must_agree_in_size():
         learn_policy({"decoder_self": three, "decoder_encdec": two}, {"decoder_self": 0.5})
 
 
-# --- item 8: --san-analysis-dir on a checkpoint trained with --task translation --------------
+# --- --san-analysis-dir on a checkpoint trained with --task translation --------------
 
 
 @pytest.mark.slow
@@ -308,7 +308,7 @@ def test_analysis_flags_work_on_a_translation_san_checkpoint_and_are_explained_o
     assert '"sentences": 5' in (analysis / "js.json").read_text()
 
 
-# --- issue 22, section 3: what differs between a checkpoint and the model ---------------------
+# --- what differs between a checkpoint and the model ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -370,7 +370,7 @@ def test_a_value_outside_an_options_choices_is_refused(option, value, valid):
         build_model(args)
 
 
-# --- issue 22, section 4: tracebacks where one line is promised --------------------------------
+# --- tracebacks where one line is promised -------------------------------------------------------
 
 
 def test_checkpoint_of_another_vocabulary_names_the_dictionary_sizes():

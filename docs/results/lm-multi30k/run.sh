@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SAN for a decoder-only language model on the English side of Multi30k (issue 21): every command
+# SAN for a decoder-only language model on the English side of Multi30k: every command
 # of docs/results/lm-multi30k/results.md, run from the repository root. One training at a time;
 # each resumes from its checkpoint_last.pt when run again (finished systems are skipped).
 #

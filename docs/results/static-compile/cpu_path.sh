@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does the sliced CPU step (the default) run as fast as before issue 19? The step timer of the
+# Does the sliced CPU step (the default) run as fast as before the fixed layout? The step timer of the
 # commit before it (ee79187, extracted to $OLD) and of this one, alternated in processes of their
 # own, REPEATS times; compare each row's speed-up over fairseq (whose code did not change).
 #

@@ -16,7 +16,6 @@ from torch import nn
 
 from fairseq_san import policy as san_policy
 from fairseq_san.checkpoints import VocabularyMismatch
-from fairseq_san.errors import UsageError
 
 PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
@@ -27,6 +26,14 @@ AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
 # The embeddings whose rows are the source and the target dictionary.
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+
+
+def drop_unused_projections(model: nn.Module, state_dict: Dict) -> None:
+    """Remove from ``state_dict`` the projections ``model`` no longer has: a decode-time policy
+    that shares more than the checkpoint leaves its followers' projections unused."""
+    own_keys = set(model.state_dict())
+    for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
+        del state_dict[key]
 
 
 def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:

@@ -30,7 +30,11 @@ from fairseq.models.transformer_lm import (
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, policy_of_state_dict
+from fairseq_san.models.checkpoint_policy import (
+    PROJECTION_KEY,
+    drop_unused_projections,
+    policy_of_state_dict,
+)
 from fairseq_san.models.transformer_san import (
     check_policy_fits_model,
     check_san_options,
@@ -89,9 +93,7 @@ class TransformerLMSANModel(TransformerLanguageModel):
         """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
         that shares otherwise (less, or K/V instead of S) is refused in one line."""
         check_checkpoint_fits(self, state_dict)
-        own_keys = set(self.state_dict())
-        for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
-            del state_dict[key]
+        drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 

@@ -23,7 +23,7 @@ from torch import nn
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.models.checkpoint_policy import PROJECTION_KEY, check_checkpoint_fits
+from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, drop_unused_projections
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -154,9 +154,7 @@ class TransformerSANModel(TransformerModel):
         gets a one-line error naming the cause instead of fairseq's list of keys and shapes.
         """
         check_checkpoint_fits(self, state_dict)
-        own_keys = set(self.state_dict())
-        for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
-            del state_dict[key]
+        drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 

@@ -130,6 +130,15 @@ DECODING = Option(
     default=FAIRSEQ,
     choices=DECODINGS,
 )
+# A language model (language_modeling_san) has no model decodings: fairseq's generator or static.
+LM_DECODING = Option(
+    "san_decoding",
+    "how to generate: fairseq (fairseq's SequenceGenerator, the prompt fed one token per step) "
+    "or static (the static-shape decoder, fairseq_san.static_decoding: the prompt prefilled in "
+    "one pass, the same greedy output)",
+    default=FAIRSEQ,
+    choices=(FAIRSEQ, STATIC),
+)
 # Its choices and help come from the table of precisions (static_decoding.precision).
 DECODER_PRECISION = Option(
     "san_decoder_precision", "--san-decoding static: the precision of the step", default="fp32"

@@ -74,6 +74,54 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
     )
 
 
+@pytest.mark.parametrize("sharing", list(SHARING))
+def test_the_static_decoder_generates_what_fairseq_does(trained, sharing):
+    """fairseq-generate on the test prompts (the first 3 tokens of each sentence), greedy, at
+    least 6 tokens: the static decoder's hypotheses and scores are fairseq's."""
+    data, checkpoints = trained
+    argv = ["fairseq-generate", str(data), "--user-dir", "fairseq_san", "--task",
+            "language_modeling_san", "--sample-break-mode", "eos", "--path",
+            str(checkpoints[sharing]), "--gen-subset", "test", "--prefix-size", "3", "--beam", "1",
+            "--min-len", "6", "--max-len-b", "10", "--batch-size", "8", "--cpu"]  # fmt: skip
+    outputs = {}
+    for decoding in ("fairseq", "static"):
+        result = run_cli(*argv, "--san-decoding", decoding)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[decoding] = hypotheses(result.stdout)
+    ours, theirs = outputs["static"], outputs["fairseq"]
+    assert len(ours) == 20  # the test sentences
+    assert {i: text for i, (text, _) in ours.items()} == {i: text for i, (text, _) in theirs.items()}
+    for i, (text, scores) in ours.items():
+        assert len(text.split()) >= 6
+        assert scores == pytest.approx(theirs[i][1], abs=1.01e-4)  # printed to 4 decimals
+
+
+def hypotheses(stdout: str) -> dict:
+    """fairseq-generate's output: {sentence id: (hypothesis, [its score, positional scores])}."""
+    found = {}
+    for line in stdout.splitlines():
+        fields = line.split("\t")
+        if line.startswith("H-"):
+            found[fields[0][2:]] = (fields[2], [float(fields[1])])
+        elif line.startswith("P-"):
+            found[fields[0][2:]][1].extend(float(score) for score in fields[1].split())
+    return found
+
+
+def test_the_static_decoder_of_a_language_model_refuses_options_it_lacks(trained):
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu",
+        "--san-decoding", "static", "--diverse-beam-groups", "2", input="tok1\n",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --san-decoder static does not support --diverse-beam-groups; drop "
+        "--san-decoder static (fairseq's own decoder) to use it"
+    )
+
+
 def test_the_hub_samples(trained):
     from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 

@@ -19,7 +19,7 @@ from fairseq import utils
 from torch import Tensor
 
 from fairseq_san.modules import IncrementalState
-from fairseq_san.modules.shared_attention import _SharedAttentionBase
+from fairseq_san.modules.shared_attention import AttentionRole, _SharedAttentionBase
 
 # (keys, values) as (batch * heads, len, head_dim) and the key padding mask (batch, len) or None.
 KeysValues = Tuple[Tensor, Tensor, Optional[Tensor]]
@@ -97,6 +97,8 @@ class _KVAttention(_SharedAttentionBase):
 class KVLeaderAttention(_KVAttention):
     """The first layer of a KV-sharing block: its own K and V (cached), published to the block."""
 
+    role = AttentionRole.LEADER
+
     def _keys_values(self, query, key_padding_mask, incremental_state):
         keys = self._split_heads(self.k_proj(query))
         values = self._split_heads(self.v_proj(query))
@@ -126,6 +128,8 @@ class KVLeaderAttention(_KVAttention):
 
 class KVFollowerAttention(_KVAttention):
     """A following layer: its own queries over the block's K and V; no K/V projections, no cache."""
+
+    role = AttentionRole.KEYS_VALUES
 
     DROPPED = ("k_proj", "v_proj")
 

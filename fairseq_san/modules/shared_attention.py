@@ -16,7 +16,7 @@ through another module's incremental state (which fairseq keys per module instan
 """
 
 import enum
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -31,13 +31,16 @@ class AttentionRole(enum.Enum):
     """What an attention module computes in a sharing block (read by the static decoder's step).
 
     FULL: its own S and A (no sharing); LEADER: its own, published to the block (Eq. 1-2);
-    WEIGHTS: the block's S with its own V (Eq. 4); CONTEXT: the block's A (Eq. 5).
+    WEIGHTS: the block's S with its own V (Eq. 4); CONTEXT: the block's A (Eq. 5);
+    KEYS_VALUES: its own queries over the block's keys and values (cross-layer KV sharing,
+    ``modules.kv_shared_attention``).
     """
 
     FULL = "full"
     LEADER = "leader"
     WEIGHTS = "weights"
     CONTEXT = "context"
+    KEYS_VALUES = "keys_values"
 
 
 def attention_role(module: MultiheadAttention) -> AttentionRole:

@@ -6,9 +6,11 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
 * ``execution.py``: how the step runs (eager, fixed layout, torch.compile, CUDA graphs);
 * ``graphs.py``: the step captured as CUDA graphs and replayed;
-* ``beam_search.py``: fairseq's beam search on tensors;
+* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors;
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8;
-* ``generator.py``: the SequenceGenerator drop-in and the option checks.
+* ``generator.py``: the SequenceGenerator drop-in and the option checks;
+* ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
+  pass; greedy, beam or sampling).
 """
 
 from fairseq_san.static_decoding.errors import StaticDecoderError

@@ -1,4 +1,5 @@
-"""Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``.
+"""Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``
+(or ``Sampling``), prefix tokens included.
 
 Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subtracted, EOS is
 forbidden before ``min_len`` and forced at ``max_len``; the top 2 x beam candidates (beam x
@@ -7,6 +8,13 @@ candidates among the top ``beam`` are finished, with score (cumulative log-proba
 length ** lenpen, in candidate order, until a sentence has ``beam`` finished hypotheses (it is
 then done); the first ``beam`` non-EOS candidates continue. At the end each sentence's finished
 hypotheses are sorted by score (fairseq's n-best).
+
+With ``sampling`` (fairseq's ``--sampling``, ``--sampling-topk``, ``--sampling-topp``) the
+candidates are one token per hypothesis drawn from its distribution (restricted to the top k, or
+to the smallest set whose probability exceeds p), at step 0 ``beam`` tokens drawn from the first
+hypothesis; the rest is the same. With ``prefix`` tokens (a language model's prompt) a
+hypothesis must take its prefix token at each step where it has one (not padding) and the step
+is below ``max_len``; EOS is then allowed before ``min_len``, as fairseq does.
 
 What differs is the bookkeeping, not the result:
 
@@ -45,12 +53,22 @@ class SearchSettings:
     pad: int
     unk: int
     eos: int
+    sampling: bool = False
+    sampling_topk: int = -1
+    sampling_topp: float = -1.0
 
 
 class TensorBeamSearch:
     """State of one batch: live hypotheses (sentences x beam rows) and finished ones."""
 
-    def __init__(self, settings: SearchSettings, sentences: int, bos: int, device) -> None:
+    def __init__(
+        self,
+        settings: SearchSettings,
+        sentences: int,
+        bos: int,
+        device,
+        prefix: Optional[Tensor] = None,
+    ) -> None:
         self.settings = s = settings
         rows, width = sentences * s.beam, s.max_len + 1
         self.sentences = sentences
@@ -71,6 +89,10 @@ class TensorBeamSearch:
         self.final_lengths = torch.zeros(sentences, s.beam, dtype=torch.long, device=device)
         self.final_count = torch.zeros(sentences, dtype=torch.long, device=device)
         self.done = torch.zeros(sentences, dtype=torch.bool, device=device)
+        # The row (within its sentence) of fairseq's j-th hypothesis (place_children).
+        self.beam_rows = torch.arange(s.beam, device=device).repeat(sentences, 1)
+        # Forced tokens per sentence (sentences, width), padding where none.
+        self.prefix = prefix
 
     def last_tokens(self, step: int) -> Tensor:
         """The input of step ``step``: each hypothesis' latest token (bos at step 0)."""
@@ -81,14 +103,11 @@ class TensorBeamSearch:
         sentence); return the order in which the decoder's caches must be reordered, or None when
         every sentence is done."""
         s = self.settings
-        vocab = lprobs.size(1)
-        flat = self._continuations(step, lprobs)
-        k = min(2 * s.beam, flat.size(1) - 1)
-        cand_scores, cand_flat = torch.topk(flat, k)
-        if bool(cand_scores.isnan().any()):  # topk ranks NaN first: none there, none anywhere
-            cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
-        cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
-        cand_tokens = cand_flat.fmod(vocab)
+        lprobs = self._constrain(step, lprobs)
+        if s.sampling:
+            cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
+        else:
+            cand_scores, cand_rows, cand_tokens = self._best(step, lprobs)
 
         eos = cand_tokens.eq(s.eos) & cand_scores.ne(-math.inf)
         eos[:, : s.beam] &= ~self.ignore
@@ -108,6 +127,7 @@ class TensorBeamSearch:
         self.ignore = rank.ge(2 * s.beam)
         parents = torch.gather(cand_rows, 1, active) - self.row_offsets
         rows = place_children(parents, self.earlier)
+        self.beam_rows = rows
         order = torch.empty_like(parents).scatter_(1, rows, parents + self.row_offsets).view(-1)
         self.tokens.reorder(order)
         self.tokens.tensor[:, step + 1] = placed(cand_tokens, active, rows)
@@ -115,11 +135,48 @@ class TensorBeamSearch:
         self.scores.tensor[:, step] = placed(cand_scores, active, rows)
         return order
 
+    def _best(self, step: int, lprobs: Tensor):
+        """Beam search's candidates (fairseq's BeamSearch): the 2 x beam best continuations of
+        each sentence; their cumulative scores, rows and tokens, (sentences, 2 x beam) each."""
+        vocab = lprobs.size(1)
+        flat = self._continuations(step, lprobs)
+        k = min(2 * self.settings.beam, flat.size(1) - 1)
+        cand_scores, cand_flat = torch.topk(flat, k)
+        if bool(cand_scores.isnan().any()):  # topk ranks NaN first: none there, none anywhere
+            cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
+        cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
+        return cand_scores, cand_rows, cand_flat.fmod(vocab)
+
+    def _sample(self, step: int, lprobs: Tensor):
+        """Sampling's candidates (fairseq's Sampling): one token drawn per hypothesis, in
+        fairseq's order of hypotheses (``beam`` from the first one at step 0); their cumulative
+        scores, rows and tokens, (sentences, beam) each."""
+        s = self.settings
+        lprobs = lprobs.nan_to_num_(nan=-math.inf).view(self.sentences, -1, lprobs.size(1))
+        lprobs = lprobs[:, :1] if step == 0 else lprobs.gather(1, self._beam_index(lprobs))
+        probs, choices = restricted_probabilities(lprobs, s.sampling_topk, s.sampling_topp)
+        if step == 0:
+            drawn = torch.multinomial(probs.view(self.sentences, -1), s.beam, replacement=True)
+            probs, beams = probs.expand(-1, s.beam, -1), torch.zeros_like(drawn)
+        else:
+            drawn = torch.multinomial(probs.view(-1, probs.size(2)), 1, replacement=True)
+            drawn = drawn.view(self.sentences, s.beam)
+            beams = torch.arange(s.beam, device=drawn.device).expand_as(drawn)
+        scores = probs.gather(2, drawn.unsqueeze(2)).squeeze(2).log()
+        tokens = drawn if choices is None else choices.expand_as(probs).gather(2, drawn.unsqueeze(2)).squeeze(2)
+        rows = self.beam_rows.gather(1, beams)
+        if step > 0:
+            scores += self.scores.tensor[:, step - 1].view(self.sentences, s.beam).gather(1, rows)
+        return scores, rows + self.row_offsets, tokens
+
+    def _beam_index(self, lprobs: Tensor) -> Tensor:
+        """Where fairseq's hypotheses are among the rows of ``lprobs`` (sentences, beam, vocab)."""
+        return self.beam_rows.unsqueeze(2).expand(-1, -1, lprobs.size(2))
+
     def _continuations(self, step: int, lprobs: Tensor) -> Tensor:
         """The score of every continuation of each sentence, (sentences, beam x vocabulary):
-        ``lprobs`` constrained and summed with the hypotheses' scores, in place."""
+        ``lprobs`` (constrained) summed with the hypotheses' scores, in place."""
         s = self.settings
-        lprobs = self._constrain(step, lprobs)
         lprobs = lprobs.view(self.sentences, -1, lprobs.size(1))
         if step == 0:  # all beams are the same hypothesis: only the first one (or only one given)
             lprobs = lprobs[:, :1]
@@ -138,9 +195,21 @@ class TensorBeamSearch:
         if step >= s.max_len:
             lprobs[:, : s.eos] = -math.inf
             lprobs[:, s.eos + 1 :] = -math.inf
-        if step < s.min_len:
+        if self.prefix is not None and step < min(self.prefix.size(1), s.max_len):
+            self._force_prefix(step, lprobs)
+        elif step < s.min_len:
             lprobs[:, s.eos] = -math.inf
         return lprobs
+
+    def _force_prefix(self, step: int, lprobs: Tensor) -> None:
+        """Every hypothesis with a prefix token at ``step`` keeps only its log-probability."""
+        tokens = self.prefix[:, step]
+        if lprobs.size(0) != tokens.size(0):  # one row per hypothesis, not per sentence
+            tokens = tokens.repeat_interleave(self.settings.beam)
+        column = tokens.unsqueeze(1)
+        kept = lprobs.gather(1, column)  # padding (no prefix token there) is already -inf
+        lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
+        lprobs.scatter_(1, column, kept)
 
     def _finish(self, step: int, finishing: Tensor, rows: Tensor, scores: Tensor) -> None:
         """Store the EOS candidates ``finishing`` (sentences, beam) of live sentences, in candidate
@@ -188,6 +257,23 @@ class TensorBeamSearch:
                 )
             results.append(nbest)
         return results
+
+
+def restricted_probabilities(lprobs: Tensor, topk: int, topp: float):
+    """The probabilities sampling draws from (fairseq's Sampling): the top ``topk``, or the smallest
+    set whose mass exceeds ``topp`` (Holtzman et al., 2019; the others 0), or all; with the
+    vocabulary index of each column, or None when the columns are the vocabulary."""
+    if topp > 0:
+        probs, order = lprobs.exp().sort(dim=2, descending=True)
+        within = probs.cumsum(dim=2).lt(topp)
+        last = within.sum(dim=2, keepdim=True).clamp_(max=probs.size(2) - 1)
+        within.scatter_(2, last, True)  # one more word: the mass then exceeds p
+        width = int(last.max()) + 1
+        return probs[:, :, :width].masked_fill(~within[:, :, :width], 0), order[:, :, :width]
+    if topk > 0:
+        lprobs, choices = lprobs.topk(topk)
+        return lprobs.exp(), choices
+    return lprobs.exp(), None
 
 
 def place_children(parents: Tensor, earlier: Tensor) -> Tensor:

@@ -120,14 +120,17 @@ def pad_source(encoder_out: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, 
 class Position:
     """Where a step writes its cache slot and how far it attends (see module doc).
 
-    Sliced: ``index`` is an int and the step attends over ``length = index + 1`` positions.
-    Fixed: ``index`` is a (1,) long tensor on the device and the step attends over ``length``
-    positions (a bucket), ``mask`` (length,) adding -inf after ``index``.
+    Sliced: ``index`` is an int and the step attends over ``length = index + span`` positions;
+    ``span`` > 1 is a prompt's prefill (``Position.prefill``: positions ``index..index+span-1`` at
+    once, ``mask`` (span, length) causal). Fixed: ``index`` is a (1,) long tensor on the device
+    and the step attends over ``length`` positions (a bucket), ``mask`` (length,) adding -inf
+    after ``index``.
     """
 
     index: Union[int, Tensor]
     length: int
     mask: Optional[Tensor] = None
+    span: int = 1
 
     @classmethod
     def at(cls, index: Union[int, Tensor], length: Optional[int], dtype: torch.dtype):
@@ -138,16 +141,29 @@ class Position:
         mask = torch.zeros(length, dtype=dtype, device=index.device).masked_fill_(after, -math.inf)
         return cls(index, length, mask)
 
+    @classmethod
+    def prefill(cls, span: int, dtype: torch.dtype, device: torch.device) -> "Position":
+        """Positions 0..span-1 at once (sliced, on either layout's cache): position i attends over
+        0..i (a causal mask), as fairseq's decoder does over a whole prompt."""
+        later = torch.arange(span, device=device) > torch.arange(span, device=device).view(-1, 1)
+        mask = torch.zeros(span, span, dtype=dtype, device=device).masked_fill_(later, -math.inf)
+        return cls(0, span, mask, span)
+
+    def embedding(self, table: Tensor) -> Tensor:
+        """The rows of a position table (positions, embed) for the positions of this step."""
+        return table[self.index] if self.span == 1 else table[self.index : self.index + self.span]
+
     def write(self, states: Tensor, first: int, new: Tensor) -> None:
-        """Store ``new`` (slots, rows, heads, head_dim) at this position of the slots ``first``..
-        of ``states`` (slots, rows, heads, positions, head_dim). Fixed: one ``index_put_`` on the
-        whole tensor, which torch.compile does in place (through a view of it, it copies it)."""
-        if self.mask is None:
-            states[first : first + new.size(0), :, :, self.index] = new
+        """Store ``new`` (slots, rows, heads, span, head_dim) at these positions of the slots
+        ``first``.. of ``states`` (slots, rows, heads, positions, head_dim). Fixed: one
+        ``index_put_`` on the whole tensor, which torch.compile does in place (through a view of
+        it, it copies it)."""
+        if isinstance(self.index, int):
+            states[first : first + new.size(0), :, :, self.index : self.index + self.span] = new
             return
         slots, rows, heads = (torch.arange(n, device=new.device) for n in new.shape[:3])
         where = (slots.add(first).view(-1, 1, 1), rows.view(1, -1, 1), heads.view(1, 1, -1))
-        states.index_put_(where + (self.index,), new)
+        states.index_put_(where + (self.index,), new.squeeze(3))
 
     def read(self, slot: Tensor) -> Tensor:
         """The attended positions of a cache slot (rows, heads, positions, head_dim) as the
@@ -156,7 +172,7 @@ class Position:
         return slot[:, :, : self.length].view(rows * heads, self.length, head_dim)
 
     def logits(self, query: Tensor, keys: Tensor) -> Tensor:
-        """``query @ keys^T`` (batch, 1, length), positions after this one at -inf (fixed)."""
+        """``query @ keys^T`` (batch, span, length), masked (fixed layout, prefill)."""
         if self.mask is None:
             return torch.bmm(query, keys.transpose(1, 2))
         return torch.baddbmm(self.mask, query, keys.transpose(1, 2))
@@ -208,15 +224,16 @@ class DecoderCache:
             elif state is not None:
                 state.copy_rows(order, length)
 
-    def first_step(self) -> "DecoderCache":
-        """A cache for position 0 with one row per sentence (all its hypotheses are the same
-        there), sharing this one's encoder state; ``spread`` copies it back to every row."""
+    def first_step(self, positions: int = 1) -> "DecoderCache":
+        """A cache for positions 0..positions-1 with one row per sentence (all its hypotheses are
+        the same there: position 0, a language model's prompt), sharing this one's encoder state;
+        ``spread`` copies it back to every row."""
         first = DecoderCache(
             None, None, self.encoder, self.sentences, self.source_padding, self.fixed
         )
         if self.self_attention is not None:
             shape = list(self.self_attention.tensor.shape)
-            shape[1], shape[3] = self.sentences, 1
+            shape[1], shape[3] = self.sentences, positions
             first.self_attention = _like(self.self_attention, shape)
         if self.sums is not None:
             shape = [self.sentences] + list(self.sums.tensor.shape[1:])
@@ -225,11 +242,12 @@ class DecoderCache:
         return first
 
     def spread(self, first: "DecoderCache") -> None:
-        """Every hypothesis of a sentence takes the state of ``first``'s row for it (position 0)."""
+        """Every hypothesis of a sentence takes the state of ``first``'s row for it (its
+        positions)."""
         if self.self_attention is not None:
             beam = self.self_attention.tensor.size(1) // self.sentences
             rows = first.self_attention.tensor.repeat_interleave(beam, dim=1)
-            self.self_attention.tensor[:, :, :, :1] = rows
+            self.self_attention.tensor[:, :, :, : rows.size(3)] = rows
         if self.sums is not None:
             beam = self.sums.tensor.size(0) // self.sentences
             self.sums.tensor.copy_(first.sums.tensor.repeat_interleave(beam, dim=0))

@@ -47,10 +47,11 @@ def flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
-def check_generation_options(args) -> None:
-    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour."""
+def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
+    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
+    (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours)."""
     for option, in_use in UNSUPPORTED_OPTIONS:
-        if in_use(getattr(args, option, None)):
+        if option not in allowed and in_use(getattr(args, option, None)):
             raise StaticDecoderError(flag(option))
 
 
@@ -132,7 +133,7 @@ class StaticSequenceGenerator(nn.Module):
         step, device = self.step, src_tokens.device
         fixed = self.execution.fixed_layout(device)
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
-        cache = self._cache(sentences, positions, src_len, fixed, device)
+        cache = self._cache(sentences, positions, fixed, device, length_bucket(src_len))
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
         search = TensorBeamSearch(
@@ -157,11 +158,11 @@ class StaticSequenceGenerator(nn.Module):
         return search.hypotheses()
 
     def _cache(
-        self, sentences: int, positions: int, source: int, fixed: bool, device: torch.device
+        self, sentences: int, positions: int, fixed: bool, device: torch.device, source: int = 0
     ) -> DecoderCache:
         """An empty cache for a batch; with CUDA graphs, the one kept for its shape (the
-        sentences, the positions and the source length bucket), reused."""
-        key = (sentences, positions, length_bucket(source))
+        sentences, the positions and the source's length bucket, 0 without a source), reused."""
+        key = (sentences, positions, source)
         if key in self._caches:
             return self._caches[key]
         step = self.step
@@ -216,6 +217,19 @@ def build_static_generator(
     """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
     receives), or StaticDecoderError naming the first option it does not support."""
     check_generation_options(args)
+    options = generator_options(args, precision, execution)
+    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
+    return StaticSequenceGenerator(models, tgt_dict, **options)
+
+
+def check_generator_arguments(
+    seq_gen_cls: Optional[type],
+    extra_gen_cls_kwargs: Optional[Dict],
+    prefix_allowed_tokens_fn: Optional[Callable],
+    args,
+) -> None:
+    """StaticDecoderError for the arguments of ``task.build_generator`` besides the options that
+    ask for another generator (a class, language model fusion, constrained beam search)."""
     if seq_gen_cls is not None:
         raise StaticDecoderError(f"a custom generator class ({seq_gen_cls.__name__})")
     if prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None):
@@ -226,9 +240,11 @@ def build_static_generator(
     extra.pop("lm_weight", None)
     if extra:
         raise StaticDecoderError(f"generator options {sorted(extra)}")
-    return StaticSequenceGenerator(
-        models,
-        tgt_dict,
+
+
+def generator_options(args, precision: str, execution: Optional[str]) -> Dict:
+    """The keyword arguments of StaticSequenceGenerator from fairseq's generation options."""
+    return dict(
         beam_size=getattr(args, "beam", 5),
         max_len_a=getattr(args, "max_len_a", 0),
         max_len_b=getattr(args, "max_len_b", 200),

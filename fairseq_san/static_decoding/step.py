@@ -6,9 +6,10 @@ hypothesis, the same function as fairseq's incremental ``decoder.forward`` follo
 ``get_normalized_probs``:
 
 * attention modules map by the role the model set on them (``AttentionRole``): fairseq's
-  MultiheadAttention (FULL) and a SAN block leader (LEADER, Eq. 1-2) keep their own q/k/v; a
+  MultiheadAttention (FULL) and a block leader (LEADER, Eq. 1-2) keep their own q/k/v; a
   follower reusing the block's weights S (WEIGHTS, Eq. 4) keeps only V; one reusing the context
-  A (CONTEXT, Eq. 5) keeps nothing; ``AverageAttention`` keeps a running sum;
+  A (CONTEXT, Eq. 5) keeps nothing; one reusing the block's keys and values (KEYS_VALUES,
+  cross-layer KV sharing) keeps its own q and no cache; ``AverageAttention`` keeps a running sum;
 * projections are copied once into fused matrices (q/k/v of self-attention, k/v of the encoder
   output) with the query scaling folded in, so that ``precision.py`` can cast or quantize every
   linear layer of the step without touching the model;
@@ -17,7 +18,8 @@ hypothesis, the same function as fairseq's incremental ``decoder.forward`` follo
 
 The position is a Python int (the sliced layout, the CPU's) or a device tensor with a length
 bucket (the fixed layout: torch.compile, CUDA graphs); the modules read and write the cache
-through ``caches.Position`` only, so one step serves both.
+through ``caches.Position`` only, so one step serves both. ``prefill`` runs the same layers over
+a language model's prompt, all its positions in one pass (``Position.prefill``).
 """
 
 import copy
@@ -36,11 +38,12 @@ from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_sourc
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
 # What a block leader hands to its followers in one step: S (weights) and A (per-head context),
-# per kind of attention ("self", "encdec").
-Shared = Dict[str, Tuple[Tensor, Tensor]]
+# per kind of attention ("self", "encdec"), and the cache slot of its keys ("self slot").
+Shared = Dict[str, Union[Tuple[Tensor, Tensor], int]]
 
 FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER
 WEIGHTS, CONTEXT = AttentionRole.WEIGHTS, AttentionRole.CONTEXT
+KEYS_VALUES = AttentionRole.KEYS_VALUES
 
 
 def attention_role(module: nn.Module) -> AttentionRole:
@@ -93,15 +96,18 @@ def split_heads(x: Tensor, heads: int) -> Tensor:
 
 
 class SelfAttentionStep(nn.Module):
-    """Decoder self-attention for one position: K/V (or V alone) written into cache slots."""
+    """Decoder self-attention for one position (or a prefill's span of positions): K/V (or V
+    alone) written into cache slots."""
 
     def __init__(self, module: MultiheadAttention, slot: int) -> None:
         super().__init__()
         self.role = attention_role(module)
         self.heads, self.embed_dim = module.num_heads, module.embed_dim
-        self.slot = slot  # keys, then values (values only for WEIGHTS)
+        self.slot = slot  # keys, then values (values only for WEIGHTS, none for KEYS_VALUES)
         if self.role == WEIGHTS:
             self.v = copy_linear(module.v_proj)
+        elif self.role == KEYS_VALUES:
+            self.q = copy_linear(module.q_proj, scales=[module.scaling])
         else:
             self.qkv = copy_linear(
                 module.q_proj, module.k_proj, module.v_proj, scales=[module.scaling, 1.0, 1.0]
@@ -110,26 +116,41 @@ class SelfAttentionStep(nn.Module):
 
     @property
     def cache_slots(self) -> int:
-        return 1 if self.role == WEIGHTS else 2
+        return {WEIGHTS: 1, KEYS_VALUES: 0}.get(self.role, 2)
+
+    def _per_head(self, x: Tensor, rows: int, parts: int) -> Tensor:
+        """(rows * span, parts * embed) -> (parts, rows, heads, span, head_dim)."""
+        span = x.size(0) // rows
+        return x.view(rows, span, parts, self.heads, -1).permute(2, 0, 3, 1, 4)
+
+    def _queries(self, x: Tensor, rows: int) -> Tensor:
+        """(rows * span, embed) -> (rows * heads, span, head_dim)."""
+        return self._per_head(x, rows, 1)[0].reshape(rows * self.heads, -1, x.size(1) // self.heads)
+
+    def _attend(self, query: Tensor, at: Position, states: Tensor, slot: int) -> Tensor:
+        """Eq. 1-2 over the keys and values of cache slots ``slot``, ``slot + 1``: S and A."""
+        logits = at.logits(query, at.read(states[slot]))
+        weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
+        return weights, torch.bmm(weights, at.read(states[slot + 1]))  # Eq. 2
 
     def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
-        rows, embed = x.shape
+        positions, embed = x.shape  # rows x span
+        rows = positions // at.span
         states = cache.self_attention.tensor
-        heads, head_dim = self.heads, embed // self.heads
         if self.role == WEIGHTS:
-            at.write(states, self.slot, self.v(x).view(1, rows, heads, head_dim))
+            at.write(states, self.slot, self._per_head(self.v(x), rows, 1))
             context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
+        elif self.role == KEYS_VALUES:  # the block leader's keys and values, own queries
+            _, context = self._attend(self._queries(self.q(x), rows), at, states, shared["self slot"])
         else:
             qkv = self.qkv(x)
-            new = qkv[:, embed:].view(rows, 2, heads, head_dim).transpose(0, 1)
-            at.write(states, self.slot, new)
-            query = qkv[:, :embed].reshape(rows * heads, 1, head_dim)
-            logits = at.logits(query, at.read(states[self.slot]))
-            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
-            context = torch.bmm(weights, at.read(states[self.slot + 1]))  # Eq. 2
+            at.write(states, self.slot, self._per_head(qkv[:, embed:], rows, 2))
+            weights, context = self._attend(self._queries(qkv[:, :embed], rows), at, states, self.slot)
             if self.role == LEADER:
-                shared["self"] = (weights, context)
-        return self.out(context.view(rows, embed))
+                shared["self"], shared["self slot"] = (weights, context), self.slot
+        # (rows * heads, span, head_dim) -> (rows * span, embed)
+        context = context.view(rows, self.heads, at.span, -1).transpose(1, 2)
+        return self.out(context.reshape(positions, embed))
 
 
 class AverageAttentionStep(nn.Module):
@@ -281,8 +302,16 @@ class StaticDecoderStep(nn.Module):
         """The dtype of activations and caches (float32 for int8 weights)."""
         return self.embed_tokens.dtype
 
-    def prepare(self, encoder_out: Tensor, source_padding: Optional[Tensor], cache, positions: int):
-        """Project the encoder output for every encoder-decoder attention; position table."""
+    def prepare(
+        self, encoder_out: Optional[Tensor], source_padding: Optional[Tensor], cache, positions: int
+    ) -> None:
+        """Project the encoder output for every encoder-decoder attention (a language model has
+        none: ``encoder_out`` None); the position table for ``positions`` positions."""
+        if encoder_out is not None:
+            self._project_encoder(encoder_out, source_padding, cache)
+        self._extend_positions(positions, self.embed_tokens.device)
+
+    def _project_encoder(self, encoder_out: Tensor, source_padding: Optional[Tensor], cache) -> None:
         encoder_out = encoder_out.to(self.dtype)
         cache.sentences = encoder_out.size(1)
         if cache.fixed:
@@ -297,7 +326,6 @@ class StaticDecoderStep(nn.Module):
             if layer.encoder_attn is not None:
                 layer.encoder_attn.project(encoder_out, encoder)
         cache.hold_encoder(encoder, source_padding)
-        self._extend_positions(positions, encoder_out.device)
 
     def _extend_positions(self, positions: int, device: torch.device) -> None:
         """Position embeddings 0..positions-1 from the model's own module (learned, sinusoidal)."""
@@ -319,12 +347,26 @@ class StaticDecoderStep(nn.Module):
         """Log-probabilities (hypotheses, vocabulary), float32, of the token after ``tokens``
         (hypotheses,) at position ``step``; writes position ``step`` of the caches. ``step``: an
         int (sliced layout) or a (1,) long tensor attending over ``length`` positions (fixed)."""
-        at = Position.at(step, length, self.dtype)
+        return self._layers(tokens, Position.at(step, length, self.dtype), cache, temperature)
+
+    def prefill(self, tokens: Tensor, cache: DecoderCache, temperature: float = 1.0) -> Tensor:
+        """A language model's prompt in one pass: log-probabilities (rows, span, vocabulary) after
+        each token of ``tokens`` (rows, span), positions 0..span-1 of the caches written."""
+        if self.aan_layers or any(layer.encoder_attn is not None for layer in self.layers):
+            raise StaticDecoderError("a prompt's prefill with AAN or encoder-decoder attention")
+        rows, span = tokens.shape
+        at = Position.prefill(span, self.dtype, tokens.device)
+        return self._layers(tokens, at, cache, temperature).view(rows, span, -1)
+
+    def _layers(self, tokens: Tensor, at: Position, cache: DecoderCache, temperature: float):
+        """Embeddings, layers and log-probabilities of the positions of ``at`` (the span along
+        the tokens' last dimension, flattened into rows)."""
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
         if self._positions_of is not None:
-            x += self.positions[at.index]
+            x += at.embedding(self.positions)
+        x = x.view(-1, x.size(-1))
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         shared: Shared = {}

@@ -9,16 +9,31 @@ described in ``tasks.translation_san``.
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from fairseq_san import options
 from fairseq_san.analysis import AttentionCapture, LayerAnalysis
 from fairseq_san.errors import UsageError
+from fairseq_san.options import option_field
 
 logger = logging.getLogger(__name__)
+ANALYSIS = {option.name: option for option in options.ANALYSIS_OPTIONS}
+
+
+@dataclass
+class AnalysisConfig(FairseqDataclass):
+    """The options of ``--san-analysis-dir``, in the config of every task with the hook."""
+
+    san_analysis_dir: Optional[str] = option_field(ANALYSIS["san_analysis_dir"])
+    san_analysis_max_sentences: Optional[int] = option_field(ANALYSIS["san_analysis_max_sentences"])
+    san_analysis_save_sentences: int = option_field(ANALYSIS["san_analysis_save_sentences"])
+    san_analysis_log_interval: int = option_field(ANALYSIS["san_analysis_log_interval"])
 
 
 class AttentionAnalysisTask:

@@ -8,34 +8,38 @@ sample attention, as ``translation_san`` does for its three kinds (``tasks.atten
     fairseq-validate DATA --user-dir fairseq_san --task language_modeling_san --path CKPT \\
         --sample-break-mode eos --valid-subset valid --san-analysis-dir DIR
 
-A prompt as long as the model's positions or longer is refused in one line before decoding.
+``--san-decoding static`` generates with the static decoder (``static_decoding.lm_generator``:
+the prompt prefilled in one pass, then greedy, beam or sampling steps; the same greedy output as
+fairseq's generator). A prompt as long as the model's positions or longer is refused in one line
+before decoding.
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.options import option_field
-from fairseq_san.tasks.attention_analysis import AttentionAnalysisTask, check_analysis_options
-
-ANALYSIS = {option.name: option for option in options.ANALYSIS_OPTIONS}
+from fairseq_san.tasks.attention_analysis import (
+    AnalysisConfig,
+    AttentionAnalysisTask,
+    check_analysis_options,
+)
+from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
 
 
 @dataclass
-class LanguageModelingSANConfig(LanguageModelingConfig):
-    san_analysis_dir: Optional[str] = option_field(ANALYSIS["san_analysis_dir"])
-    san_analysis_max_sentences: Optional[int] = option_field(ANALYSIS["san_analysis_max_sentences"])
-    san_analysis_save_sentences: int = option_field(ANALYSIS["san_analysis_save_sentences"])
-    san_analysis_log_interval: int = option_field(ANALYSIS["san_analysis_log_interval"])
+class LanguageModelingSANConfig(LanguageModelingConfig, AnalysisConfig, StaticDecoderConfig):
+    san_decoding: ChoiceEnum(options.LM_DECODING.choices) = option_field(options.LM_DECODING)
 
 
 @register_task("language_modeling_san", dataclass=LanguageModelingSANConfig)
-class LanguageModelingSANTask(AttentionAnalysisTask, LanguageModelingTask):
-    """``language_modeling`` with the attention analysis of ``--san-analysis-dir``."""
+class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModelingTask):
+    """``language_modeling`` with the attention analysis of ``--san-analysis-dir`` and
+    ``--san-decoding static`` (``tasks.decoding``)."""
 
     def __init__(self, args, dictionary, output_dictionary=None, targets=None):
         check_analysis_options(args)
@@ -79,3 +83,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, LanguageModelingTask):
         """fairseq's, after ``check_prompt`` (the batch's width counts the start token)."""
         self.check_prompt(sample["net_input"]["src_tokens"].size(1) - 1)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def static_generator(self):
+        from fairseq_san.static_decoding.lm_generator import build_static_lm_generator
+
+        return build_static_lm_generator

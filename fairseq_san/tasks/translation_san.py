@@ -44,7 +44,6 @@ subset is analysed and in the loss, however batches are sized
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
@@ -53,34 +52,26 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_san import options
 from fairseq_san.options import option_field
 from fairseq_san.policy import KIND_TABLE
-from fairseq_san.static_decoding.execution import offered_executions
-from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
-from fairseq_san.tasks.attention_analysis import AttentionAnalysisTask, check_analysis_options
+from fairseq_san.tasks.attention_analysis import (
+    AnalysisConfig,
+    AttentionAnalysisTask,
+    check_analysis_options,
+)
+from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
 
-
-ANALYSIS = {option.name: option for option in options.ANALYSIS_OPTIONS}
 DECODER = {option.name: option for option in options.DECODER_OPTIONS}
 
 
 @dataclass
-class TranslationSANConfig(TranslationConfig):
-    san_analysis_dir: Optional[str] = option_field(ANALYSIS["san_analysis_dir"])
-    san_analysis_max_sentences: Optional[int] = option_field(ANALYSIS["san_analysis_max_sentences"])
-    san_analysis_save_sentences: int = option_field(ANALYSIS["san_analysis_save_sentences"])
-    san_analysis_log_interval: int = option_field(ANALYSIS["san_analysis_log_interval"])
+class TranslationSANConfig(TranslationConfig, AnalysisConfig, StaticDecoderConfig):
     san_decoding: ChoiceEnum(options.DECODINGS) = option_field(options.DECODING)
     san_decoder: ChoiceEnum(DECODER["san_decoder"].choices) = option_field(DECODER["san_decoder"])
-    san_decoder_precision: ChoiceEnum(list(PRECISIONS)) = option_field(
-        options.DECODER_PRECISION, help=precision_help()
-    )
-    san_decoder_execution: Optional[ChoiceEnum(offered_executions())] = option_field(
-        options.DECODER_EXECUTION
-    )
 
 
 @register_task("translation_san", dataclass=TranslationSANConfig)
-class TranslationSANTask(AttentionAnalysisTask, TranslationTask):
-    """``translation`` with the attention analysis of ``--san-analysis-dir`` (see module doc)."""
+class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
+    """``translation`` with the attention analysis of ``--san-analysis-dir`` (see module doc) and
+    ``--san-decoding`` (``tasks.decoding``)."""
 
     cfg: TranslationSANConfig
 
@@ -97,48 +88,7 @@ class TranslationSANTask(AttentionAnalysisTask, TranslationTask):
         stacks = {"decoder": tgt_mask, "encoder": src_mask}
         return {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
 
-    def build_generator(
-        self,
-        models,
-        args,
-        seq_gen_cls=None,
-        extra_gen_cls_kwargs=None,
-        prefix_allowed_tokens_fn=None,
-    ):
-        """fairseq's generator on the models set to ``--san-decoding``, or the static decoder.
-
-        ``args`` (the generation options) may carry ``san_decoding`` (or the deprecated
-        ``san_decoder``), ``san_decoder_precision`` and ``san_decoder_execution`` themselves
-        (the benchmark does); otherwise the task's options decide.
-        """
-        decoding = self.decoding(args)
-        if decoding != options.STATIC:
-            for model in models:
-                if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
-                    model.set_decoding(decoding)
-            return super().build_generator(
-                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
-            )
-        # Imported here: the static decoder imports fairseq's transformer, and importing it
-        # first must be able to register this task (fairseq_san/__init__.py).
+    def static_generator(self):
         from fairseq_san.static_decoding import build_static_generator
 
-        return build_static_generator(
-            models,
-            self.target_dictionary,
-            args,
-            getattr(args, "san_decoder_precision", None) or self.cfg.san_decoder_precision,
-            seq_gen_cls,
-            extra_gen_cls_kwargs,
-            prefix_allowed_tokens_fn,
-            getattr(args, "san_decoder_execution", None) or self.cfg.san_decoder_execution,
-        )
-
-    def decoding(self, args) -> str:
-        """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
-        gives way to the deprecated ``--san-decoder static``."""
-        decoding = str(getattr(args, "san_decoding", None) or self.cfg.san_decoding)
-        if decoding != options.FAIRSEQ:
-            return decoding
-        legacy = getattr(args, "san_decoder", None) or self.cfg.san_decoder
-        return options.deprecated_value("san_decoder", legacy) or decoding
+        return build_static_generator

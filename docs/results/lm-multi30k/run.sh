@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
 # SAN for a decoder-only language model on the English side of Multi30k: every command
-# of docs/results/lm-multi30k/results.md, run from the repository root. One training at a time;
-# each resumes from its checkpoint_last.pt when run again (finished systems are skipped).
+# of docs/results/lm-multi30k/results.md, run from the repository root. Each training resumes
+# from its checkpoint_last.pt when run again (finished systems are skipped).
 #
-#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop train long eval speed table; all)
-# speed runs after training: the clock is shared with nothing of ours.
+#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop fixed learned eval speed table;
+#                                                all: each in turn)
+# loop, fixed and baselines need only the data and may run at once (one thread each), learned
+# needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
+# run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
 set -euo pipefail
 
 HERE=docs/results/lm-multi30k
 DATA=data-bin/multi30k.en-lm
 RUNS=${RUNS:-runs/lm-multi30k}          # checkpoints and logs (git-ignored)
-THETA=${THETA:-0.52}                   # theta of the learned decoder self-attention policy
+THETA=${THETA:-0.5}                    # theta of the learned decoder self-attention policy
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 
 # The training recipe of every system (learn_to_share_lm.sh uses the same, from fairseq_san.loop).
 TRAIN_ARGS=(
   --task language_modeling_san --arch transformer_lm_san_small --sample-break-mode eos
-  --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.2
-  --optimizer adam --adam-betas "(0.9,0.98)" --lr 2e-3 --lr-scheduler inverse_sqrt
+  --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.0
+  --optimizer adam --adam-betas "(0.9,0.98)" --lr 3e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
-  --max-tokens 2048 --max-update 1200 --patience 5 --stop-time-hours 0.25
-  --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1
-  --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 25 --cpu
-)
+  --max-tokens 4096 --max-update 20000 --patience 5 --stop-time-hours 0.75
+  --validate-interval-updates 100 --save-interval-updates 100 --keep-interval-updates 1
+  --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 50 --cpu
+)  # converged: stopped by --patience 5 (validation perplexity flat for 5 validations)
 
 train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME-sSEED
   local name=$1 seed=$2 dir=$RUNS/$1-s$2
@@ -46,31 +49,25 @@ learned_policy() {  # the loop's learned policy (iteration 1's) as block sizes, 
   python -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['decoder_self'])))" "$RUNS/loop/iter1/policy.json"
 }
 
-step_train() {  # in order of priority: the comparison systems first, then more seeds
-  local learned
-  learned=$(learned_policy)
+step_baselines() {  # two more seeds of the baseline
   train baseline 2
-  train kv-learned 1 --san-decoder-self-policy "$learned" --san-self-share kv
+  train baseline 3
+}
+
+step_fixed() {  # the systems whose policy is fixed in advance
   train kv-cla2 1 --san-decoder-self-policy 2,2,2 --san-self-share kv
   train san-uniform6 1 --san-decoder-self-policy 6
+}
+
+step_learned() {  # the systems trained with the loop's learned policy
+  local learned
+  learned=$(learned_policy)
+  train kv-learned 1 --san-decoder-self-policy "$learned" --san-self-share kv
   train san-learned 2 --san-decoder-self-policy "$learned"
-  train baseline 3
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
-step_long() {  # baseline and the learned policy (seed 1) resumed from 1,200 updates towards
-  # convergence: up to 6,000 updates, patience 5, an 18-minute cap on the whole training time
-  local name
-  for name in baseline san-learned; do
-    local dir=$RUNS/$name-long-s1
-    [ -f "$dir/checkpoint_last.pt" ] || { mkdir -p "$dir" && cp "$(dirname "$(checkpoint "$name" 1)")/checkpoint_last.pt" "$dir/"; }
-  done
-  train baseline-long 1 --max-update 6000 --stop-time-hours 0.3
-  train san-learned-long 1 --san-decoder-self-policy "$(learned_policy)" --max-update 6000 --stop-time-hours 0.3
-}
-
 SYSTEMS="baseline san-learned san-uniform6 kv-learned kv-cla2"
-LONG="baseline-long san-learned-long"
 
 checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
   case $1-s$2 in
@@ -82,7 +79,7 @@ checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first
 
 step_eval() {  # the loss of every test sentence, per trained system and seed
   mkdir -p "$HERE/nll"
-  for name in $SYSTEMS $LONG; do
+  for name in $SYSTEMS; do
     for seed in 1 2 3; do
       local ckpt out=$HERE/nll/$name-s$seed.json
       ckpt=$(checkpoint "$name" "$seed")
@@ -93,16 +90,17 @@ step_eval() {  # the loss of every test sentence, per trained system and seed
   done
 }
 
-step_speed() {  # greedy generation, seed 1 of each system, each in its own process; 3 rounds
-  mkdir -p "$HERE/speed"   # interleaved (the machine is shared): table.py takes each one's best
-  for round in 1 2 3; do
+step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator and the static
+  mkdir -p "$HERE/speed"   # decoder, each in its own process; 3 rounds interleaved (the machine
+  for round in 1 2 3; do   # is shared): table.py takes each one's best
     for batch in 1 16; do
       for name in $SYSTEMS; do
-        local ckpt
-        ckpt=$(checkpoint "$name" 1)
-        [ -f "$ckpt" ] || continue
-        python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" \
-          -o "$HERE/speed/$name-b$batch-r$round.json"
+        for decoding in fairseq static; do
+          local ckpt out=$HERE/speed/$name-$decoding-b$batch-r$round.json
+          ckpt=$(checkpoint "$name" 1)
+          [ -f "$ckpt" ] && [ ! -f "$out" ] || continue
+          python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" --decoding "$decoding" -o "$out"
+        done
       done
     done
   done
@@ -113,6 +111,6 @@ step_table() {
   fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
 }
 
-step_all() { step_data; step_loop; step_train; step_long; step_eval; step_speed; step_table; }
+step_all() { step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed; step_table; }
 
 for step in "${@:-all}"; do "step_$step"; done

@@ -8,7 +8,10 @@ paired bootstrap over test sentences of system minus baseline (per-sentence loss
 each system's seeds; 2000 resamples, seed 1): the difference, its 95% interval and a two-sided p
 (sentence sampling only: the spread between seeds is not in it); and the mean difference to the
 baseline trained with the same seeds.
-Speed: generated tokens per second, the best of every round and repeat (speed/*-rROUND.json).
+Speed (a second table): generated tokens per second with fairseq's generator and with the static
+decoder, the best of every round and repeat (speed/NAME-DECODING-bBATCH-rROUND.json), as ratios
+to the baseline with the same decoder and to the same system with fairseq's; and how many of the
+static decoder's greedy outputs are fairseq's.
 Cache bytes per token: fp32 keys and values a decoding step keeps, all layers (SAN followers
 keep V, KV followers nothing).
 """
@@ -26,13 +29,10 @@ from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, load_policy
 
-SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2",
-           "baseline-long", "san-learned-long")  # -long: resumed to a longer budget (run.sh long)
-
-
-def baseline_of(name: str) -> str:
-    """The system a row is compared with: the baseline trained for as long."""
-    return "baseline-long" if name.endswith("-long") else "baseline"
+SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2")
+BASELINE = "baseline"
+DECODINGS = ("fairseq", "static")
+BATCHES = (1, 16)
 RESAMPLES = 2000
 
 
@@ -105,17 +105,23 @@ def mean_losses(runs):
     return [statistics.fmean(values) for values in zip(*(run["nll"] for run in runs))]
 
 
-def main(runs: str, results: str) -> None:
-    rows, losses, by_seed = [], {}, {}
+def best_speeds(results: str) -> dict:
+    """{(system, decoding, batch): the speed JSON with the most tokens per second}."""
     speeds = {}
     for path in glob.glob(os.path.join(results, "speed", "*.json")):
-        name, batch = re.match(r"(.+)-b(\d+)-r\d+\.json$", os.path.basename(path)).groups()
+        match = re.match(r"(.+)-(fairseq|static)-b(\d+)-r\d+\.json$", os.path.basename(path))
+        name, decoding, batch = match.groups()
         with open(path, encoding="utf-8") as handle:
             speed = json.load(handle)
-        best = speeds.get((name, int(batch)))
-        if best is None or speed["tokens_per_second"] > best["tokens_per_second"]:
-            speeds[name, int(batch)] = speed
-    processor = next(iter(speeds.values()), {}).get("processor", "-")
+        key = (name, decoding, int(batch))
+        if key not in speeds or speed["tokens_per_second"] > speeds[key]["tokens_per_second"]:
+            speeds[key] = speed
+    return speeds
+
+
+def system_rows(runs: str, results: str):
+    """(rows of the perplexity table, per-sentence losses per system, perplexity per seed)."""
+    rows, losses, by_seed, tokens = [], {}, {}, []
     for name in SYSTEMS:
         seeds = []
         for seed in (1, 2, 3):
@@ -127,10 +133,8 @@ def main(runs: str, results: str) -> None:
             continue
         tokens = seeds[0][1]["tokens"]
         losses[name] = mean_losses([run for _, run in seeds])
-        first = run_dir(runs, name, seeds[0][0])
-        ckpt = best_checkpoint(first)
+        ckpt = best_checkpoint(run_dir(runs, name, seeds[0][0]))
         model_cfg = load_state(ckpt)["cfg"]["model"]
-        facts = checkpoint_facts(ckpt)
         ppls = [perplexity(run["nll"], tokens) for _, run in seeds]
         by_seed[name] = dict(zip((seed for seed, _ in seeds), ppls))
         rows.append({
@@ -139,48 +143,89 @@ def main(runs: str, results: str) -> None:
             "share": model_cfg.san_self_share,
             "seeds": [seed for seed, _ in seeds],
             "ppls": ppls,
-            "params": facts["parameters"] - version_buffers(ckpt),
+            "params": checkpoint_facts(ckpt)["parameters"] - version_buffers(ckpt),
             "cache": cache_bytes(model_cfg),
             "updates": [checkpoint_facts(best_checkpoint(run_dir(runs, name, s)))["num_updates"]
                         for s, _ in seeds],
             "stopped": [stopped_by(run_dir(runs, name, s)) for s, _ in seeds],
         })  # fmt: skip
-    print(f"Processor: {processor}; test: test_2016_flickr, {len(tokens)} sentences, "
-          f"{sum(tokens)} tokens.\n")  # fmt: skip
+    return rows, losses, by_seed, tokens
+
+
+def print_perplexity_table(rows, losses, by_seed, tokens) -> None:
     print("| system | policy | share | seeds | test ppl (mean ± sd) | Δ ppl vs baseline [95% CI], p "
-          "| Δ ppl, same seeds | params | cache B/token | tok/s b1 | tok/s b16 | best at update "
-          "| stopped by |")
-    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+          "| Δ ppl, same seeds | params | cache B/token | best at update | stopped by |")
+    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |")
     for row in rows:
         ppls = row["ppls"]
         sd = f" ± {statistics.stdev(ppls):.2f}" if len(ppls) > 1 else ""
-        reference = baseline_of(row["name"])
-        base = losses.get(reference)
-        if row["name"] == reference or base is None:
+        base = losses.get(BASELINE)
+        if row["name"] == BASELINE or base is None:
             delta = same_seeds = "-"
         else:
             diff, low, high, p = bootstrap(losses[row["name"]], base, tokens)
             delta = f"{diff:+.2f} [{low:+.2f}, {high:+.2f}], p={p:.3f}"
-            pairs = [ppl - by_seed[reference][seed]
-                     for seed, ppl in by_seed[row["name"]].items() if seed in by_seed[reference]]
+            pairs = [ppl - by_seed[BASELINE][seed]
+                     for seed, ppl in by_seed[row["name"]].items() if seed in by_seed[BASELINE]]
             same_seeds = f"{statistics.fmean(pairs):+.2f}" if pairs else "-"
-        cells = []
-        for batch in (1, 16):
-            speed = speeds.get((row["name"], batch))
-            baseline = speeds.get((reference, batch))
-            if speed is None:
-                cells.append("-")
-                continue
-            ratio = speed["tokens_per_second"] / baseline["tokens_per_second"] if baseline else None
-            cells.append(f"{speed['tokens_per_second']:.0f}"
-                         + (f" ({ratio:.2f}x)" if ratio else ""))  # fmt: skip
-        policy = "none" if row["policy"] is None else "{" + ",".join(map(str, row["policy"])) + "}"
-        share = "-" if row["policy"] is None else row["share"]
-        print(f"| {row['name']} | {policy} | {share} | {','.join(map(str, row['seeds']))} | "
-              f"{statistics.fmean(ppls):.2f}{sd} | {delta} | {same_seeds} | {row['params']:,} | "
-              f"{row['cache']} | "
-              f"{cells[0]} | {cells[1]} | {','.join(map(str, row['updates']))} | "
-              f"{','.join(row['stopped'])} |")  # fmt: skip
+        print(f"| {row['name']} | {policy_text(row)} | {share_text(row)} | "
+              f"{','.join(map(str, row['seeds']))} | {statistics.fmean(ppls):.2f}{sd} | {delta} | "
+              f"{same_seeds} | {row['params']:,} | {row['cache']} | "
+              f"{','.join(map(str, row['updates']))} | {','.join(row['stopped'])} |")  # fmt: skip
+
+
+def policy_text(row) -> str:
+    return "none" if row["policy"] is None else "{" + ",".join(map(str, row["policy"])) + "}"
+
+
+def share_text(row) -> str:
+    return "-" if row["policy"] is None else row["share"]
+
+
+def print_speed_table(rows, speeds) -> None:
+    print("| system | policy | share | decoder | tok/s b1 | x baseline | x fairseq's | tok/s b16 "
+          "| x baseline | x fairseq's | greedy output = fairseq's |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        for decoding in DECODINGS:
+            cells = []
+            for batch in BATCHES:
+                speed = speeds.get((row["name"], decoding, batch))
+                if speed is None:
+                    cells += ["-", "-", "-"]
+                    continue
+                tps = speed["tokens_per_second"]
+                cells.append(f"{tps:.0f}")
+                for other in ((BASELINE, decoding, batch), (row["name"], "fairseq", batch)):
+                    reference = speeds.get(other)
+                    cells.append(f"{tps / reference['tokens_per_second']:.2f}" if reference else "-")
+            print(f"| {row['name']} | {policy_text(row)} | {share_text(row)} | {decoding} | "
+                  f"{' | '.join(cells)} | {same_outputs(speeds, row['name'], decoding)} |")
+
+
+def same_outputs(speeds, name: str, decoding: str) -> str:
+    """How many greedy outputs of ``decoding`` equal fairseq's generator's (both batches)."""
+    if decoding == "fairseq":
+        return "-"
+    same = total = 0
+    for batch in BATCHES:
+        ours, theirs = speeds.get((name, decoding, batch)), speeds.get((name, "fairseq", batch))
+        if ours and theirs:
+            same += sum(a == b for a, b in zip(ours["outputs"], theirs["outputs"]))
+            total += len(theirs["outputs"])
+    return f"{same}/{total}" if total else "-"
+
+
+def main(runs: str, results: str) -> None:
+    rows, losses, by_seed, tokens = system_rows(runs, results)
+    speeds = best_speeds(results)
+    processor = next(iter(speeds.values()), {}).get("processor", "-")
+    print(f"Processor: {processor}; test: test_2016_flickr, {len(tokens)} sentences, "
+          f"{sum(tokens)} tokens.\n")  # fmt: skip
+    print_perplexity_table(rows, losses, by_seed, tokens)
+    print("\nGreedy generation (prompts of 16 tokens, 64 generated), each system and decoder in "
+          "its own process:\n")
+    print_speed_table(rows, speeds)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,145 @@
+"""``StaticLMGenerator``: the static decoder for a decoder-only language model (``transformer_lm``,
+``transformer_lm_san``), a drop-in for fairseq's SequenceGenerator as the language modelling task
+calls it (the prompt as prefix tokens).
+
+Per batch: the prompt's positions that every sentence has are prefilled in one pass (``prefill``:
+all their keys and values, and the log-probabilities after each prompt token, at once), then one
+step per position as in translation (``StaticSequenceGenerator``), where a longer prompt's tokens
+are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
+same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn
+from torch's generator, so ``--seed`` fixes them), with fairseq's rules (``beam_search.py``).
+
+Caches (``caches.py``): keys and values for a layer with its own (no sharing, a block's first
+layer), values only for a SAN follower (it reuses the block's attention weights S), nothing for a
+cross-layer KV follower (it attends over the block's keys and values with its own queries).
+"""
+
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_san.errors import UsageError
+from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+from fairseq_san.static_decoding.caches import length_bucket
+from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.generator import (
+    StaticSequenceGenerator,
+    check_generation_options,
+    check_generator_arguments,
+    generator_options,
+)
+
+# fairseq's generation options that the LM generator honours besides the translation one's.
+LM_OPTIONS = ("sampling", "prefix_size")
+
+
+class StaticLMGenerator(StaticSequenceGenerator):
+    """Continuations of prompts by a language model (see module doc)."""
+
+    def __init__(
+        self,
+        models,
+        tgt_dict,
+        sampling: bool = False,
+        sampling_topk: int = -1,
+        sampling_topp: float = -1.0,
+        **kwargs,
+    ) -> None:
+        super().__init__(models, tgt_dict, **kwargs)
+        if any(layer.encoder_attn is not None for layer in self.model.decoder.layers):
+            raise StaticDecoderError("a language model with encoder-decoder attention")
+        self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
+
+    @torch.no_grad()
+    def generate(
+        self,
+        models,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        bos_token: Optional[int] = None,
+    ) -> List[List[Dict[str, Tensor]]]:
+        """fairseq's ``SequenceGenerator.generate`` for a language model: per prompt (the rows of
+        ``prefix_tokens``, padded on the right), its n-best continuations, the prompt included."""
+        if constraints is not None:
+            raise StaticDecoderError("--constraints")
+        src_tokens = sample["net_input"]["src_tokens"]
+        sentences, src_len = src_tokens.size()[:2]
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        if self.min_len > max_len:
+            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        device = src_tokens.device
+        bos = self.eos if bos_token is None else bos_token
+        known = self._known_positions(prefix_tokens, max_len)
+        fixed = self.execution.fixed_layout(device)
+        positions = length_bucket(max_len + 1) if fixed else max_len + 1
+        cache = self._cache(sentences, positions, fixed, device)
+        cache.sentences = sentences
+        self.step.prepare(None, None, cache, max_len + 1)
+        search = TensorBeamSearch(self._settings(max_len), sentences, bos, device, prefix_tokens)
+
+        # Positions 0..known: the start token and the prompt tokens every sentence has, in one
+        # pass on one row per sentence (its hypotheses are all the same there).
+        prompt = torch.full((sentences, 1), bos, dtype=torch.long, device=device)
+        if known:
+            prompt = torch.cat([prompt, prefix_tokens[:, :known]], dim=1)
+        first = cache.first_step(known + 1)
+        prefilled = self.step.prefill(prompt, first, self.temperature)
+        cache.spread(first)
+        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
+        for position in range(max_len + 1):
+            if position <= known:
+                lprobs = self._rows(prefilled[:, position], position)
+            else:
+                lprobs = self._step(search.last_tokens(position), position, index, cache)
+            order = search.advance(position, lprobs)
+            if order is None:
+                break
+            if position > known:  # up to it, every row of a sentence holds the same prompt
+                cache.reorder(order, position + 1)
+        return search.hypotheses()
+
+    def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:
+        """How many prompt tokens every sentence has (no padding), up to ``max_len`` (fairseq
+        forces prefix tokens below it only)."""
+        if prefix_tokens is None or prefix_tokens.size(1) == 0:
+            return 0
+        padding = prefix_tokens.eq(self.pad).any(dim=0)
+        width = int(padding.long().argmax()) if bool(padding.any()) else prefix_tokens.size(1)
+        return min(width, max_len)
+
+    def _rows(self, lprobs: Tensor, position: int) -> Tensor:
+        """Prefilled log-probabilities (sentences, vocabulary) as the search takes them at
+        ``position``: one row per sentence at 0, one per hypothesis after."""
+        if position == 0 or self.beam_size == 1:
+            return lprobs.clone()
+        return lprobs.repeat_interleave(self.beam_size, dim=0)
+
+    def _settings(self, max_len: int) -> SearchSettings:
+        settings = super()._settings(max_len)
+        settings.sampling = self.sampling
+        settings.sampling_topk, settings.sampling_topp = self.sampling_topk, self.sampling_topp
+        return settings
+
+
+def build_static_lm_generator(
+    models,
+    tgt_dict,
+    args,
+    precision: str = "fp32",
+    seq_gen_cls: Optional[type] = None,
+    extra_gen_cls_kwargs: Optional[Dict] = None,
+    prefix_allowed_tokens_fn=None,
+    execution: Optional[str] = None,
+) -> StaticLMGenerator:
+    """The static decoder of a language model for fairseq's generation options ``args``, or
+    StaticDecoderError naming the first option it does not support."""
+    check_generation_options(args, allowed=LM_OPTIONS)
+    options = generator_options(args, precision, execution)
+    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
+    sampling = bool(getattr(args, "sampling", False))
+    topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
+    if not sampling and (topk > 0 or topp > 0):
+        raise UsageError("--sampling-topk and --sampling-topp need --sampling")
+    return StaticLMGenerator(models, tgt_dict, sampling, topk, topp, **options)

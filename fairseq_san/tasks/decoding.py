@@ -1,0 +1,88 @@
+"""``--san-decoding``: which generator a task builds, and the static decoder's options.
+
+``translation_san`` and ``language_modeling_san`` inherit ``DecodingTask``: ``fairseq`` (and, for
+translation, the model's own ``no-cache`` and ``fast``) keeps fairseq's SequenceGenerator;
+``static`` builds the task's static decoder (``static_decoding``) with ``--san-decoder-precision``
+and ``--san-decoder-execution``.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+from fairseq_san import options
+from fairseq_san.options import option_field
+from fairseq_san.static_decoding.execution import offered_executions
+from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
+
+
+@dataclass
+class StaticDecoderConfig(FairseqDataclass):
+    """The options of ``--san-decoding static``, in the config of every task that offers it."""
+
+    san_decoder_precision: ChoiceEnum(list(PRECISIONS)) = option_field(
+        options.DECODER_PRECISION, help=precision_help()
+    )
+    san_decoder_execution: Optional[ChoiceEnum(offered_executions())] = option_field(
+        options.DECODER_EXECUTION
+    )
+
+
+class DecodingTask:
+    """A fairseq task mixin: ``build_generator`` by ``--san-decoding`` (see module doc). The task
+    names its static decoder's builder (``static_generator``)."""
+
+    def static_generator(self) -> Callable:
+        """``build_static_generator`` or its language-model counterpart (imported when needed:
+        the static decoder imports fairseq's transformer, which must be able to import the
+        plugin's tasks first)."""
+        raise NotImplementedError
+
+    def build_generator(
+        self,
+        models,
+        args,
+        seq_gen_cls=None,
+        extra_gen_cls_kwargs=None,
+        prefix_allowed_tokens_fn=None,
+    ):
+        """fairseq's generator on the models set to ``--san-decoding``, or the static decoder.
+
+        ``args`` (the generation options) may carry ``san_decoding`` (or the deprecated
+        ``san_decoder``), ``san_decoder_precision`` and ``san_decoder_execution`` themselves
+        (the benchmark does); otherwise the task's options decide.
+        """
+        decoding = self.decoding(args)
+        if decoding != options.STATIC:
+            for model in models:
+                if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
+                    model.set_decoding(decoding)
+            return super().build_generator(
+                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+            )
+        return self.static_generator()(
+            models,
+            self.target_dictionary,
+            args,
+            self.decoding_option(args, options.DECODER_PRECISION),
+            seq_gen_cls,
+            extra_gen_cls_kwargs,
+            prefix_allowed_tokens_fn,
+            self.decoding_option(args, options.DECODER_EXECUTION),
+        )
+
+    def decoding(self, args) -> str:
+        """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
+        gives way to the deprecated ``--san-decoder static``."""
+        decoding = str(self.decoding_option(args, options.DECODING))
+        if decoding != options.FAIRSEQ:
+            return decoding
+        legacy = self.decoding_option(args, options.OPTIONS["san_decoder"])
+        return options.deprecated_value("san_decoder", legacy) or decoding
+
+    def decoding_option(self, args, option: options.Option):
+        """``option`` of the generation options, else of the task's config, else its default (a
+        task built from a checkpoint saved before the option existed, by the hub, lacks it)."""
+        value = getattr(args, option.name, None)
+        return value if value is not None else getattr(self.cfg, option.name, option.default)

@@ -1,0 +1,168 @@
+"""The static decoder for language models (``--san-decoding static`` with ``language_modeling_san``):
+the same output as fairseq's SequenceGenerator (greedy, beam) given a prompt as prefix tokens, as
+the language modelling task calls it; the prompt prefilled in one pass; V-only caches for SAN
+followers, none for KV followers; sampling restricted and seeded."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from helpers import build_lm, make_dictionary
+from fairseq_san.static_decoding.caches import allocate_cache
+from fairseq_san.errors import UsageError
+from fairseq_san.static_decoding.lm_generator import StaticLMGenerator, build_static_lm_generator
+from fairseq_san.static_decoding.step import StaticDecoderStep
+
+DICT = make_dictionary(40)
+HEADS, HEAD_DIM = 2, 8  # TINY_LM: 16 dimensions, 2 heads
+SYSTEMS = {
+    "baseline": [],
+    "san 2,4": ["--san-decoder-self-policy", "2,4"],
+    "san 6": ["--san-decoder-self-policy", "6"],
+    "kv 2,2,2": ["--san-decoder-self-policy", "2,2,2", "--san-self-share", "kv"],
+    "kv 3,1,1,1": ["--san-decoder-self-policy", "3,1,1,1", "--san-self-share", "kv"],
+}
+
+
+def language_model(system: str):
+    """A tiny transformer_lm_san whose distributions are far from uniform (scaled embeddings)."""
+    model, _ = build_lm(SYSTEMS[system], dictionary=DICT)
+    with torch.no_grad():
+        model.decoder.embed_tokens.weight.mul_(4)
+    return model
+
+
+def prompts(lengths, seed: int = 0) -> torch.Tensor:
+    """Random prompts (no start token), padded on the right as the LM task's batches are."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.full((len(lengths), max(lengths)), DICT.pad(), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        tokens[row, :length] = torch.randint(DICT.nspecial, len(DICT), (length,), generator=generator)
+    return tokens
+
+
+def sample_of(prefix: torch.Tensor) -> dict:
+    """The batch the LM task decodes: the start token, then the prompt."""
+    start = torch.full((prefix.size(0), 1), DICT.eos(), dtype=torch.long)
+    src_tokens = torch.cat([start, prefix], dim=1)
+    return {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(DICT.pad()).sum(1)}}
+
+
+def generate(generator, model, prefix: torch.Tensor):
+    with torch.no_grad():
+        return generator.generate([model], sample_of(prefix), prefix_tokens=prefix, bos_token=DICT.eos())
+
+
+def assert_same_hypotheses(ours, theirs):
+    for mine, fairseqs in zip(ours, theirs):
+        assert len(mine) == len(fairseqs)
+        for a, b in zip(mine, fairseqs):
+            assert a["tokens"].tolist() == b["tokens"].tolist()
+            torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a["score"], b["score"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("system", list(SYSTEMS))
+@pytest.mark.parametrize("lengths", [(5, 5, 5), (2, 6, 4), (0, 0)], ids=["equal", "ragged", "none"])
+@pytest.mark.parametrize("execution", ["eager", "fixed"])
+def test_greedy_equals_fairseqs_generator(system, lengths, execution):
+    model = language_model(system)
+    prefix = prompts(lengths)
+    options = dict(beam_size=1, max_len_b=14, min_len=3)
+    theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+    ours = generate(StaticLMGenerator([model], DICT, execution=execution, **options), model, prefix)
+    assert_same_hypotheses(ours, theirs)
+    assert all(len(hypos[0]["tokens"]) > length for hypos, length in zip(ours, lengths))
+
+
+@pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
+def test_beam_search_with_a_prompt_equals_fairseqs(system):
+    model = language_model(system)
+    prefix = prompts((3, 5))
+    options = dict(beam_size=4, max_len_b=12)
+    theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+    ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
+    assert_same_hypotheses(ours, theirs)
+
+
+@pytest.mark.parametrize("system", list(SYSTEMS))
+def test_the_prefill_equals_one_step_per_position(system):
+    """The prompt's log-probabilities and caches from one pass equal those of the steps."""
+    step = StaticDecoderStep(language_model(system).decoder)
+    tokens = torch.cat([torch.full((3, 1), DICT.eos()), prompts((6, 6, 6))], dim=1)
+
+    def cache():
+        made = allocate_cache(3, 8, step.self_slots, HEADS, 0, 16, torch.float32, torch.device("cpu"))
+        step.prepare(None, None, made, 8)
+        return made
+
+    by_prefill, by_steps = cache(), cache()
+    with torch.no_grad():
+        prefilled = step.prefill(tokens, by_prefill)
+        stepped = torch.stack([step(tokens[:, i], i, by_steps) for i in range(tokens.size(1))], 1)
+    torch.testing.assert_close(prefilled, stepped, atol=1e-5, rtol=1e-5)
+    written = slice(0, tokens.size(1))
+    torch.testing.assert_close(
+        by_prefill.self_attention.tensor[..., written, :],
+        by_steps.self_attention.tensor[..., written, :],
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    "system, slots", [("baseline", 12), ("san 2,4", 2 * 2 + 4), ("san 6", 2 + 5), ("kv 2,2,2", 6), ("kv 3,1,1,1", 2 * 4)]
+)
+def test_caches_hold_values_only_for_san_followers_and_nothing_for_kv_followers(system, slots):
+    """Cache slots per position (HEADS x HEAD_DIM numbers each): keys and values for a layer with
+    its own, values for a SAN follower, none for a KV follower."""
+    assert StaticDecoderStep(language_model(system).decoder).self_slots == slots
+
+
+def options(**overrides):
+    defaults = dict(beam=1, sampling=True, sampling_topk=-1, sampling_topp=-1.0, max_len_b=12)
+    return SimpleNamespace(**{**defaults, **overrides})
+
+
+def sampled(model, seed: int, **overrides):
+    torch.manual_seed(seed)
+    generator = build_static_lm_generator([model], DICT, options(**overrides))
+    return [hypos[0]["tokens"].tolist() for hypos in generate(generator, model, prompts((3, 3, 3, 3)))]
+
+
+def test_sampling_is_seeded_and_restricted():
+    model = language_model("san 2,4")
+    greedy = sampled(model, 0, sampling=False)
+    assert sampled(model, 1) == sampled(model, 1)
+    assert sampled(model, 1) != sampled(model, 2)
+    assert sampled(model, 1) != greedy
+    assert sampled(model, 1, sampling_topk=1) == greedy  # top-1: the most probable token
+    assert sampled(model, 1, sampling_topp=1e-6) == greedy  # the smallest nucleus: the same
+
+
+def test_top_k_samples_only_among_the_k_most_probable_tokens():
+    model = language_model("kv 2,2,2")
+    for tokens in sampled(model, 3, sampling_topk=3):
+        inputs = torch.tensor([[DICT.eos()] + tokens[:-1]])
+        with torch.no_grad():
+            logits = model(inputs)[0][0]
+        logits[:, DICT.pad()] = -float("inf")  # never generated
+        ranks = (logits > logits.gather(1, torch.tensor(tokens).unsqueeze(1))).sum(1)
+        if len(tokens) == 12 + 1:  # the end forced at max_len (--max-len-b 12)
+            ranks = ranks[:-1]
+        assert ranks[3:].max() < 3  # after the prompt's 3 tokens
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(sampling=False, sampling_topk=5), "--sampling-topk and --sampling-topp need --sampling"),
+        (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
+        (dict(constraints="ordered"), "--constraints"),
+    ],
+)
+def test_options_it_cannot_honour_are_named(overrides, message):
+    with pytest.raises(UsageError, match=message):
+        build_static_lm_generator([language_model("baseline")], DICT, options(**overrides))

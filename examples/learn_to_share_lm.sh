@@ -4,6 +4,8 @@
 # set, learn P_{k+1} at theta (Eq. 6), and repeat until the policy stops changing. Each iteration
 # is scored by its validation perplexity (fairseq-eval-lm) instead of BLEU. Running the same
 # command again resumes: finished steps are skipped, fairseq continues from checkpoint_last.pt.
+# RUN/run.json records the options the run was made with: a re-run with other options stops
+# before anything runs (fairseq-san-loop start --lm), and one loop runs in RUN at a time.
 #
 #   examples/learn_to_share_lm.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
@@ -11,10 +13,12 @@
 #   --theta-self T       theta for decoder self-attention (0.4)
 #   --self-share S       what a block's following layers share: weights (SAN) or kv (CLA)
 #   --max-iterations K   stop after K trained iterations even if the policy still changes (3)
+#   --extend             allow a re-run to change --max-iterations (the only option it may change)
 # Everything after -- goes to fairseq-train (and wins over the defaults below).
 set -euo pipefail
 
 ARCH=transformer_lm_san_small THETA_SELF=0.4 SELF_SHARE=weights MAX_ITERATIONS=3 DATA="" RUN=""
+FLAGS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --data) DATA=$2; shift 2 ;;
@@ -23,17 +27,23 @@ while [ $# -gt 0 ]; do
     --theta-self) THETA_SELF=$2; shift 2 ;;
     --self-share) SELF_SHARE=$2; shift 2 ;;
     --max-iterations) MAX_ITERATIONS=$2; shift 2 ;;
+    --extend) FLAGS+=(--extend); shift ;;
     --) shift; break ;;
     *) echo "learn_to_share_lm.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
   esac
 done
 [ -n "$DATA" ] && [ -n "$RUN" ] || { echo "learn_to_share_lm.sh: --data and --run-dir are required" >&2; exit 2; }
-[ -f "$DATA/dict.txt" ] || { echo "learn_to_share_lm.sh: no $DATA/dict.txt: run examples/lm/prepare.sh" >&2; exit 2; }
+
+# One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
+# this script and the last of them (fairseq-train too) end. Missing data stops before RUN exists.
+fairseq-san-loop start "$RUN" --lm --data="$DATA" --check-inputs
+mkdir -p "$RUN" && exec 9>>"$RUN/.lock"
+# Locks RUN; checks RUN/run.json; records the options, creates RUN/iter0 with P_0.
+fairseq-san-loop start "$RUN" --lm --data="$DATA" --arch="$ARCH" --theta-self="$THETA_SELF" \
+  --self-share="$SELF_SHARE" --max-iterations="$MAX_ITERATIONS" --lock-fd 9 "${FLAGS[@]}" -- "$@"
 
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 LM=(--task language_modeling_san --sample-break-mode eos)
-mkdir -p "$RUN/iter0"
-[ -f "$RUN/iter0/policy.json" ] || echo '{}' > "$RUN/iter0/policy.json"
 
 for ((k = 0; k < MAX_ITERATIONS; k++)); do
   dir=$RUN/iter$k next=$RUN/iter$((k + 1)) ckpt=$RUN/iter$k/checkpoints/checkpoint_best.pt

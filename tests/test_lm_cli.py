@@ -1,11 +1,22 @@
 """transformer_lm_san through fairseq's commands: train, fairseq-eval-lm, fairseq-validate with
 the analysis, fairseq-interactive and the hub; the one-line refusals (slow: runs the CLIs)."""
 
+import fcntl
 import json
 
 import pytest
 
-from helpers import lm_train_argv, preprocess_lm, run_cli, write_corpus
+from helpers import (
+    REPO,
+    TINY_LM,
+    lm_train_argv,
+    output_of,
+    preprocess_lm,
+    read_json,
+    run_cli,
+    run_script,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -157,21 +168,51 @@ def test_an_encoder_decoder_policy_key_is_refused_in_one_line(trained, tmp_path)
     )
 
 
-def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
-    """learn_to_share_lm.sh: P_0, its analysis and perplexity, P_1 learned at theta, trained."""
-    from helpers import REPO, TINY_LM, output_of, read_json, run_script
+LOOP_TRAINING = (
+    *TINY_LM, "--tokens-per-sample", "16", "--optimizer", "adam", "--lr", "0.005",
+    "--max-tokens", "500", "--max-update", "20", "--cpu", "--num-workers", "0",
+    "--no-epoch-checkpoints", "--log-format", "simple",
+)  # fmt: skip
 
+
+def lm_loop(data, run, *options: str):
+    return run_script(
+        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
+        "--arch", "transformer_lm_san", *options, "--", *LOOP_TRAINING,
+    )  # fmt: skip
+
+
+def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
+    """learn_to_share_lm.sh: P_0, its analysis and perplexity, P_1 learned at theta, trained; the
+    options recorded (run.json), a re-run with others refused, one loop at a time."""
     data, _ = trained
     run = tmp_path / "run"
-    result = run_script(
-        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
-        "--arch", "transformer_lm_san", "--theta-self", "0.6", "--max-iterations", "2", "--",
-        *TINY_LM, "--tokens-per-sample", "16", "--optimizer", "adam", "--lr", "0.005",
-        "--max-tokens", "500", "--max-update", "20", "--cpu", "--num-workers", "0",
-        "--no-epoch-checkpoints", "--log-format", "simple",
-    )  # fmt: skip
+    result = lm_loop(data, run, "--theta-self", "0.6", "--max-iterations", "2")
     assert result.returncode == 0, output_of(result)[-4000:]
     assert read_json(run / "iter0" / "valid.json")["perplexity"] > 1
     assert sum(read_json(run / "iter1" / "policy.json")["decoder_self"]) == 6  # learned, 6 layers
     assert (run / "iter1" / "trained").exists()
     assert "| valid ppl |" in (run / "loop.md").read_text()
+    options = read_json(run / "run.json")["options"]
+    assert options["--lm"] is True and options["--theta-self"] == "0.6"
+    assert options["--self-share"] == "weights" and "--valid-ref" in options
+
+    other = lm_loop(data, run, "--theta-self", "0.5", "--max-iterations", "2")
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[-1].startswith(
+        f"fairseq-san-loop: error: {run} was made with --theta-self 0.6, not 0.5"
+    )
+    with open(run / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = lm_loop(data, run, "--theta-self", "0.6", "--max-iterations", "2")
+    assert busy.returncode == 2 and "is in use by another" in busy.stderr
+
+
+def test_the_loop_without_binarized_data_stops_in_one_line(tmp_path):
+    result = lm_loop(tmp_path, tmp_path / "run")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-loop: error: {tmp_path} holds no fairseq-preprocess --only-source output "
+        "(dict.txt): run examples/lm/prepare.sh first (--data)"
+    )
+    assert not (tmp_path / "run").exists()

@@ -42,6 +42,8 @@ RUN_OPTIONS = (
     "--updates", "--max-iterations", "--warm-start", "--warm-updates", "--cpu-ranks",
     "--launcher", "--post-process",
 )  # fmt: skip
+# A language model's loop (learn_to_share_lm.sh, --lm) records these, besides the shared ones.
+LM_OPTIONS = ("--self-share",)
 
 
 def add_start_parser(commands) -> None:
@@ -49,11 +51,13 @@ def add_start_parser(commands) -> None:
         "start", help="check the inputs and RUN_DIR/run.json, record the options (-- TRAIN_ARGS)"
     )
     start.add_argument("run_dir")
-    for option in RUN_OPTIONS:
+    for option in RUN_OPTIONS + LM_OPTIONS:
         if option == "--warm-start":
             start.add_argument(option, action="store_true")
         else:
             start.add_argument(option, default="", help="empty: not set")
+    start.add_argument("--lm", action="store_true",
+                       help="a language model's run (learn_to_share_lm.sh): no --valid-ref")
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
     start.add_argument("--dry-run", action="store_true", help="check only; write nothing")
     start.add_argument("--check-inputs", action="store_true",
@@ -63,9 +67,10 @@ def add_start_parser(commands) -> None:
 
 
 def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, object]:
-    """{option: value} of the run: None for an empty value, absolute paths."""
-    options = {}
-    for option in RUN_OPTIONS:
+    """{option: value} of the run: None for an empty value, absolute paths; a language model's
+    run records ``--lm`` and its own options (a translation run's record has neither)."""
+    options: Dict[str, object] = {"--lm": True} if args.lm else {}
+    for option in RUN_OPTIONS + (LM_OPTIONS if args.lm else ()):
         value = getattr(args, option[2:].replace("-", "_"))
         if option in ("--data", "--valid-ref") and value:
             value = os.path.abspath(value)

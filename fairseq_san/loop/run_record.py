@@ -46,10 +46,19 @@ def record_path(run_dir: str) -> str:
 
 
 def input_problem(options: Options) -> Optional[Tuple[str, str]]:
-    """(error, dry-run note) for a missing data directory, binarized data or references."""
-    data, reference = options["--data"], options["--valid-ref"]
+    """(error, dry-run note) for a missing data directory, binarized data or references (a
+    language model's run, ``--lm``, has no references: its loop scores perplexity)."""
+    data, reference = options["--data"], options.get("--valid-ref")
     if not os.path.isdir(data):
         return f"no data directory {data} (--data)", f"no data directory {data}"
+    if options.get("--lm"):
+        if not os.path.isfile(os.path.join(data, "dict.txt")):
+            return (
+                f"{data} holds no fairseq-preprocess --only-source output (dict.txt): run "
+                "examples/lm/prepare.sh first (--data)",
+                f"no binarized data in {data}",
+            )
+        return None
     if not glob.glob(os.path.join(data, "train.*-*.*.idx")):
         return (
             f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "

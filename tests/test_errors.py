@@ -370,6 +370,16 @@ def test_a_value_outside_an_options_choices_is_refused(option, value, valid):
         build_model(args)
 
 
+def test_a_language_model_option_on_a_translation_model_is_refused():
+    """--model-overrides "{'san_self_share': 'kv'}" on a translation checkpoint would be ignored."""
+    from fairseq_san.errors import UsageError
+
+    args = parse_args("transformer_san", TINY)
+    args.san_self_share = "kv"
+    with pytest.raises(UsageError, match="^san_self_share 'kv' is an option of transformer_lm_san"):
+        build_model(args)
+
+
 # --- tracebacks where one line is promised -------------------------------------------------------
 
 
@@ -659,6 +669,18 @@ def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, re
     line = usage_error(main, capsys, "train-log", str(log))
     expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
     assert line.startswith(expected + "(--log-format json): " + said), line
+
+
+def test_loop_train_log_of_a_file_that_is_not_a_training_log_is_one_line(tmp_path, capsys):
+    from fairseq_san.cli.loop import main
+
+    log = tmp_path / "notes.txt"
+    log.write_text("BLEU 35.2 after 4 minutes\n")
+    line = usage_error(main, capsys, "train-log", str(log))
+    assert line == (
+        f"fairseq-san-loop: error: {log}: no fairseq-train record in it: not the log of "
+        "fairseq-train --log-format json (or a training stopped before its first update)"
+    )
 
 
 @pytest.mark.parametrize(

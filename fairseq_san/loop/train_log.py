@@ -95,6 +95,11 @@ def train_log_table(paths: Sequence[str]) -> str:
     ]
     for path in paths:
         log = read_train_log(path)
+        if log["updates"] is None and log["params"] is None:
+            raise UsageError(
+                f"{path}: no fairseq-train record in it: not the log of fairseq-train "
+                "--log-format json (or a training stopped before its first update)"
+            )
         last = log["valid_curve"][-1][1] if log["valid_curve"] else None
         lines.append(
             f"| {path} | {shown(log['params'], '{:,}')} | {shown(log['updates'])} | "

@@ -101,6 +101,7 @@ class TransformerSANModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         check_san_options(args)
+        check_no_lm_options(args)
         check_analysis_task(args, task)
         check_generation_options(args, task)
         san_base_architecture(args)
@@ -309,6 +310,18 @@ def check_san_options(args) -> None:
             raise UsageError(
                 f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
             )
+
+
+def check_no_lm_options(args) -> None:
+    """Refuse ``san_self_share`` (from ``--model-overrides``), which only a language model reads:
+    a translation model shares attention weights S, and would ignore it silently."""
+    value = getattr(args, options.SELF_SHARE.name, None)
+    if value is not None:
+        raise UsageError(
+            f"{options.SELF_SHARE.name} {value!r} is an option of transformer_lm_san (decoder-only "
+            "language models); transformer_san shares the attention weights S (or the context "
+            "A, --san-encdec-share): drop it"
+        )
 
 
 def model_decoding(args) -> str:

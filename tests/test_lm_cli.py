@@ -140,7 +140,9 @@ def test_the_hub_samples(trained):
     hub = TransformerLMSANModel.from_pretrained(
         str(checkpoints["kv"].parent), "checkpoint_last.pt", str(data)
     )
-    assert hub.sample("tok1 tok2", beam=1, max_len_b=6).startswith("tok1 tok2")
+    sampled = hub.sample("tok1 tok2", beam=1, max_len_b=6)
+    assert sampled.startswith("tok1 tok2")
+    assert hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="static") == sampled
 
 
 @pytest.mark.parametrize("trained_with, override", [("san", "kv"), ("kv", "weights")])

@@ -154,7 +154,8 @@ class StaticSequenceGenerator(nn.Module):
             order = search.advance(position, lprobs)
             if order is None:
                 break
-            cache.reorder(order, position + 1)
+            if self.beam_size > 1:  # one hypothesis per sentence stays in its row
+                cache.reorder(order, position + 1)
         return search.hypotheses()
 
     def _cache(

@@ -96,7 +96,9 @@ class StaticLMGenerator(StaticSequenceGenerator):
             order = search.advance(position, lprobs)
             if order is None:
                 break
-            if position > known:  # up to it, every row of a sentence holds the same prompt
+            # Up to ``known`` every row of a sentence holds the same prompt; with one hypothesis
+            # per sentence, each stays in its row.
+            if position > known and self.beam_size > 1:
                 cache.reorder(order, position + 1)
         return search.hypotheses()
 

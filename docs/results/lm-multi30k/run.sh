@@ -3,8 +3,8 @@
 # of docs/results/lm-multi30k/results.md, run from the repository root. Each training resumes
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
-#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop fixed learned eval speed table;
-#                                                all: each in turn)
+#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned eval
+#                                                speed table; all: each in turn)
 # loop, fixed and baselines need only the data and may run at once (one thread each), learned
 # needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
 # run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
@@ -106,7 +106,15 @@ step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator 
   done
 }
 
-step_table() {
+step_table() {  # the tables, the training logs, and the loop's record, matrices and heatmaps
+  local k
+  for k in 0 1; do
+    mkdir -p "$HERE/iter$k-analysis"
+    cp "$RUNS/loop/iter$k/analysis/js.json" "$RUNS/loop/iter$k/analysis/js-decoder_self.png" \
+      "$RUNS/loop/iter$k/policy.json" "$RUNS/loop/iter$k/valid.json" "$HERE/iter$k-analysis/"
+    cp "$RUNS/loop/iter$((k + 1))/policy.json" "$HERE/iter$k-analysis/learned-policy.json"
+  done
+  cp "$RUNS/loop/loop.md" "$RUNS/loop/loop.json" "$RUNS/loop/run.json" "$HERE/"
   python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"
   fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
 }

@@ -40,9 +40,10 @@ train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME
 
 step_data() { examples/lm/prepare.sh "$DATA"; }
 
-step_loop() {  # baseline seed 1 and the learned policy (seed 1): the learn-to-share loop
+step_loop() {  # the learn-to-share loop, seed 1: the baseline (iteration 0), the learned policy
+  # (iteration 1) and the policy learned from it (iteration 2)
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop" --theta-self "$THETA" \
-    --max-iterations 2 -- "${TRAIN_ARGS[@]}" --seed 1
+    --max-iterations 3 -- "${TRAIN_ARGS[@]}" --seed 1
 }
 
 learned_policy() {  # the loop's learned policy (iteration 1's) as block sizes, e.g. 3,1,1,1
@@ -67,12 +68,13 @@ step_learned() {  # the systems trained with the loop's learned policy
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
-SYSTEMS="baseline san-learned san-uniform6 kv-learned kv-cla2"
+SYSTEMS="baseline san-learned san-iteration2 san-uniform6 kv-learned kv-cla2"
 
 checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
   case $1-s$2 in
     baseline-s1) echo "$RUNS/loop/iter0/checkpoints/checkpoint_best.pt" ;;
     san-learned-s1) echo "$RUNS/loop/iter1/checkpoints/checkpoint_best.pt" ;;
+    san-iteration2-s1) echo "$RUNS/loop/iter2/checkpoints/checkpoint_best.pt" ;;
     *) echo "$RUNS/$1-s$2/checkpoint_best.pt" ;;
   esac
 }
@@ -108,7 +110,7 @@ step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator 
 
 step_table() {  # the tables, the training logs, and the loop's record, matrices and heatmaps
   local k
-  for k in 0 1; do
+  for k in 0 1 2; do
     mkdir -p "$HERE/iter$k-analysis"
     cp "$RUNS/loop/iter$k/analysis/js.json" "$RUNS/loop/iter$k/analysis/js-decoder_self.png" \
       "$RUNS/loop/iter$k/policy.json" "$RUNS/loop/iter$k/valid.json" "$HERE/iter$k-analysis/"

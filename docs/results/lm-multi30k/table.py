@@ -29,7 +29,7 @@ from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, load_policy
 
-SYSTEMS = ("baseline", "san-learned", "san-uniform6", "kv-learned", "kv-cla2")
+SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned", "kv-cla2")
 BASELINE = "baseline"
 DECODINGS = ("fairseq", "static")
 BATCHES = (1, 16)
@@ -37,7 +37,7 @@ RESAMPLES = 2000
 
 
 def run_dir(runs: str, name: str, seed: int) -> str:
-    loop = {"baseline": "iter0", "san-learned": "iter1"}
+    loop = {"baseline": "iter0", "san-learned": "iter1", "san-iteration2": "iter2"}
     if seed == 1 and name in loop:
         return os.path.join(runs, "loop", loop[name])
     return os.path.join(runs, f"{name}-s{seed}")

@@ -60,7 +60,9 @@ def assert_same_hypotheses(ours, theirs):
         assert len(mine) == len(fairseqs)
         for a, b in zip(mine, fairseqs):
             assert a["tokens"].tolist() == b["tokens"].tolist()
-            torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                a["positional_scores"], b["positional_scores"], atol=1e-5, rtol=1e-5
+            )
             torch.testing.assert_close(a["score"], b["score"], atol=1e-5, rtol=1e-5)
 
 
@@ -113,7 +115,9 @@ def test_the_prefill_equals_one_step_per_position(system):
 
 
 @pytest.mark.parametrize(
-    "system, slots", [("baseline", 12), ("san 2,4", 2 * 2 + 4), ("san 6", 2 + 5), ("kv 2,2,2", 6), ("kv 3,1,1,1", 2 * 4)]
+    "system, slots",
+    [("baseline", 12), ("san 2,4", 2 * 2 + 4), ("san 6", 2 + 5), ("kv 2,2,2", 6),
+     ("kv 3,1,1,1", 2 * 4)],  # fmt: skip
 )
 def test_caches_hold_values_only_for_san_followers_and_nothing_for_kv_followers(system, slots):
     """Cache slots per position (HEADS x HEAD_DIM numbers each): keys and values for a layer with

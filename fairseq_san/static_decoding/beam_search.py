@@ -163,7 +163,9 @@ class TensorBeamSearch:
             drawn = drawn.view(self.sentences, s.beam)
             beams = torch.arange(s.beam, device=drawn.device).expand_as(drawn)
         scores = probs.gather(2, drawn.unsqueeze(2)).squeeze(2).log()
-        tokens = drawn if choices is None else choices.expand_as(probs).gather(2, drawn.unsqueeze(2)).squeeze(2)
+        tokens = drawn
+        if choices is not None:  # column -> vocabulary index
+            tokens = choices.expand_as(probs).gather(2, drawn.unsqueeze(2)).squeeze(2)
         rows = self.beam_rows.gather(1, beams)
         if step > 0:
             scores += self.scores.tensor[:, step - 1].view(self.sentences, s.beam).gather(1, rows)

@@ -49,7 +49,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
         super().__init__(models, tgt_dict, **kwargs)
         if any(layer.encoder_attn is not None for layer in self.model.decoder.layers):
             raise StaticDecoderError("a language model with encoder-decoder attention")
-        self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
+        self.sampling = sampling
+        self.sampling_topk, self.sampling_topp = sampling_topk, sampling_topp
 
     @torch.no_grad()
     def generate(

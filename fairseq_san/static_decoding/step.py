@@ -141,11 +141,13 @@ class SelfAttentionStep(nn.Module):
             at.write(states, self.slot, self._per_head(self.v(x), rows, 1))
             context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         elif self.role == KEYS_VALUES:  # the block leader's keys and values, own queries
-            _, context = self._attend(self._queries(self.q(x), rows), at, states, shared["self slot"])
+            query = self._queries(self.q(x), rows)
+            _, context = self._attend(query, at, states, shared["self slot"])
         else:
             qkv = self.qkv(x)
             at.write(states, self.slot, self._per_head(qkv[:, embed:], rows, 2))
-            weights, context = self._attend(self._queries(qkv[:, :embed], rows), at, states, self.slot)
+            query = self._queries(qkv[:, :embed], rows)
+            weights, context = self._attend(query, at, states, self.slot)
             if self.role == LEADER:
                 shared["self"], shared["self slot"] = (weights, context), self.slot
         # (rows * heads, span, head_dim) -> (rows * span, embed)

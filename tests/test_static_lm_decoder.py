@@ -9,9 +9,10 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from helpers import build_lm, make_dictionary
-from fairseq_san.static_decoding.caches import allocate_cache
+from helpers import build, build_lm, make_dictionary
 from fairseq_san.errors import UsageError
+from fairseq_san.static_decoding.caches import allocate_cache
+from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.lm_generator import StaticLMGenerator, build_static_lm_generator
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -170,3 +171,9 @@ def test_top_k_samples_only_among_the_k_most_probable_tokens():
 def test_options_it_cannot_honour_are_named(overrides, message):
     with pytest.raises(UsageError, match=message):
         build_static_lm_generator([language_model("baseline")], DICT, options(**overrides))
+
+
+def test_a_decoder_with_encoder_attention_has_no_prefill():
+    step = StaticDecoderStep(build([])[0].decoder)
+    with pytest.raises(StaticDecoderError, match="prefill with AAN or encoder-decoder attention"):
+        step.check_prefill()

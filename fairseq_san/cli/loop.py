@@ -43,7 +43,7 @@ RUN_OPTIONS = (
     "--launcher", "--post-process",
 )  # fmt: skip
 # A language model's loop (learn_to_share_lm.sh, --lm) records these, besides the shared ones.
-LM_OPTIONS = ("--self-share",)
+LM_RUN_OPTIONS = ("--self-share",)
 
 
 def add_start_parser(commands) -> None:
@@ -51,7 +51,7 @@ def add_start_parser(commands) -> None:
         "start", help="check the inputs and RUN_DIR/run.json, record the options (-- TRAIN_ARGS)"
     )
     start.add_argument("run_dir")
-    for option in RUN_OPTIONS + LM_OPTIONS:
+    for option in RUN_OPTIONS + LM_RUN_OPTIONS:
         if option == "--warm-start":
             start.add_argument(option, action="store_true")
         else:
@@ -70,7 +70,7 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
     """{option: value} of the run: None for an empty value, absolute paths; a language model's
     run records ``--lm`` and its own options (a translation run's record has neither)."""
     options: Dict[str, object] = {"--lm": True} if args.lm else {}
-    for option in RUN_OPTIONS + (LM_OPTIONS if args.lm else ()):
+    for option in RUN_OPTIONS + (LM_RUN_OPTIONS if args.lm else ()):
         value = getattr(args, option[2:].replace("-", "_"))
         if option in ("--data", "--valid-ref") and value:
             value = os.path.abspath(value)

@@ -125,9 +125,7 @@ class StaticSequenceGenerator(nn.Module):
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        if self.min_len > max_len:
-            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        max_len = self._max_len(src_len)
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         padding = encoder_out["encoder_padding_mask"]
         step, device = self.step, src_tokens.device
@@ -157,6 +155,14 @@ class StaticSequenceGenerator(nn.Module):
             if self.beam_size > 1:  # one hypothesis per sentence stays in its row
                 cache.reorder(order, position + 1)
         return search.hypotheses()
+
+    def _max_len(self, src_len: int) -> int:
+        """fairseq's limit on a batch's output length (``--max-len-a/b``, the model's positions),
+        at least ``min_len``."""
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        if self.min_len > max_len:
+            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        return max_len
 
     def _cache(
         self, sentences: int, positions: int, fixed: bool, device: torch.device, source: int = 0
@@ -217,9 +223,9 @@ def build_static_generator(
 ) -> StaticSequenceGenerator:
     """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
     receives), or StaticDecoderError naming the first option it does not support."""
-    check_generation_options(args)
-    options = generator_options(args, precision, execution)
-    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
+    options = generator_options(
+        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+    )
     return StaticSequenceGenerator(models, tgt_dict, **options)
 
 
@@ -243,8 +249,20 @@ def check_generator_arguments(
         raise StaticDecoderError(f"generator options {sorted(extra)}")
 
 
-def generator_options(args, precision: str, execution: Optional[str]) -> Dict:
-    """The keyword arguments of StaticSequenceGenerator from fairseq's generation options."""
+def generator_options(
+    args,
+    precision: str,
+    execution: Optional[str],
+    seq_gen_cls: Optional[type] = None,
+    extra_gen_cls_kwargs: Optional[Dict] = None,
+    prefix_allowed_tokens_fn: Optional[Callable] = None,
+    allowed: Tuple[str, ...] = (),
+) -> Dict:
+    """The keyword arguments of StaticSequenceGenerator from fairseq's generation options and
+    ``task.build_generator``'s arguments, after refusing, with one StaticDecoderError, what the
+    decoder cannot honour (``allowed``: see ``check_generation_options``)."""
+    check_generation_options(args, allowed)
+    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
     return dict(
         beam_size=getattr(args, "beam", 5),
         max_len_a=getattr(args, "max_len_a", 0),

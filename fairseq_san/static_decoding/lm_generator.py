@@ -23,15 +23,10 @@ from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.generator import (
-    StaticSequenceGenerator,
-    check_generation_options,
-    check_generator_arguments,
-    generator_options,
-)
+from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
-LM_OPTIONS = ("sampling", "prefix_size")
+LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
 
 
 class StaticLMGenerator(StaticSequenceGenerator):
@@ -47,8 +42,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         **kwargs,
     ) -> None:
         super().__init__(models, tgt_dict, **kwargs)
-        if any(layer.encoder_attn is not None for layer in self.model.decoder.layers):
-            raise StaticDecoderError("a language model with encoder-decoder attention")
+        self.step.check_prefill()  # refused here, before any batch
         self.sampling = sampling
         self.sampling_topk, self.sampling_topp = sampling_topk, sampling_topp
 
@@ -67,9 +61,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
             raise StaticDecoderError("--constraints")
         src_tokens = sample["net_input"]["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        if self.min_len > max_len:
-            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        max_len = self._max_len(src_len)
         device = src_tokens.device
         bos = self.eos if bos_token is None else bos_token
         known = self._known_positions(prefix_tokens, max_len)
@@ -138,9 +130,10 @@ def build_static_lm_generator(
 ) -> StaticLMGenerator:
     """The static decoder of a language model for fairseq's generation options ``args``, or
     StaticDecoderError naming the first option it does not support."""
-    check_generation_options(args, allowed=LM_OPTIONS)
-    options = generator_options(args, precision, execution)
-    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
+    options = generator_options(
+        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn,
+        allowed=LM_GENERATION_OPTIONS,
+    )  # fmt: skip
     sampling = bool(getattr(args, "sampling", False))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
     if not sampling and (topk > 0 or topp > 0):

@@ -127,7 +127,9 @@ class SelfAttentionStep(nn.Module):
         """(rows * span, embed) -> (rows * heads, span, head_dim)."""
         return self._per_head(x, rows, 1)[0].reshape(rows * self.heads, -1, x.size(1) // self.heads)
 
-    def _attend(self, query: Tensor, at: Position, states: Tensor, slot: int) -> Tensor:
+    def _attend(
+        self, query: Tensor, at: Position, states: Tensor, slot: int
+    ) -> Tuple[Tensor, Tensor]:
         """Eq. 1-2 over the keys and values of cache slots ``slot``, ``slot + 1``: S and A."""
         logits = at.logits(query, at.read(states[slot]))
         weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
@@ -354,11 +356,16 @@ class StaticDecoderStep(nn.Module):
     def prefill(self, tokens: Tensor, cache: DecoderCache, temperature: float = 1.0) -> Tensor:
         """A language model's prompt in one pass: log-probabilities (rows, span, vocabulary) after
         each token of ``tokens`` (rows, span), positions 0..span-1 of the caches written."""
-        if self.aan_layers or any(layer.encoder_attn is not None for layer in self.layers):
-            raise StaticDecoderError("a prompt's prefill with AAN or encoder-decoder attention")
+        self.check_prefill()
         rows, span = tokens.shape
         at = Position.prefill(span, self.dtype, tokens.device)
         return self._layers(tokens, at, cache, temperature).view(rows, span, -1)
+
+    def check_prefill(self) -> None:
+        """StaticDecoderError for a decoder whose prompt the prefill cannot run in one pass (AAN's
+        running sums and encoder-decoder attention take one position at a time)."""
+        if self.aan_layers or any(layer.encoder_attn is not None for layer in self.layers):
+            raise StaticDecoderError("a prompt's prefill with AAN or encoder-decoder attention")
 
     def _layers(self, tokens: Tensor, at: Position, cache: DecoderCache, temperature: float):
         """Embeddings, layers and log-probabilities of the positions of ``at`` (the span along

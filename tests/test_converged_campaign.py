@@ -125,13 +125,19 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
 
     preset = preset_args()
     for name, output in outputs.items():
-        caps = set()
+        caps, budgets = set(), set()
         for words in commands(output, "learn_to_share.sh"):
             after = words[words.index("--") + 1 :]
             assert after[: len(preset)] == preset, name  # the preset, then the slice's own cap
             caps.add(value(words, "--stop-time-hours"))
+            budgets.add(value(words, "--updates"))
+            assert value(words, "--decode-batch-size") == "128"  # a GPU's batch
         assert len(caps) == 1, name  # the same cap for every system of the slice
-        assert float(caps.pop()) == pytest.approx((1.5 if name == "bench" else 2.5) / 60, abs=1e-4)
+        assert float(caps.pop()) == pytest.approx((1.5 if name == "bench" else 6.5) / 60, abs=1e-4)
+        assert budgets == {"1000000" if name == "bench" else "3000"}, name  # bench: the cap alone
+        for words in commands(output, "campaign_slices.py"):
+            if "heldout" in words:
+                assert value(words, "--batch-size") == "128"
         (record,) = commands(output, "campaign_slices.py")[-1:]
         assert record[2:5] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
         (tar,) = commands(output, "tar")
@@ -183,6 +189,20 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         systems = [words[i + 1] for i, word in enumerate(words) if word == "--system"]
         assert any('"san_fast_decoding": true' in s for s in systems)
         assert any('"san_decoder": "static"' in s for s in systems)
+
+
+def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_call(dry_env, tmp_path):
+    """With less time left than CAP_MIN + EVAL_S, no system starts (each says so) and the call
+    still packs its archive: the slice's next call runs them."""
+    env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(tmp_path / "results")}
+    output = campaign("en-de", env=env)
+    assert commands(output, "learn_to_share.sh") == []
+    for name in ("loop", "baseline-s2", "baseline-s3", "uniform-6-6"):
+        assert f"== en-de/{name}: not started: " in output and "it needs 120 (CAP_MIN, EVAL_S)" in output
+    assert "== en-de/loop: skipped, iteration 0 did not finish" in output
+    with tarfile.open(Path(dry_env["OUT"]) / "converged-en-de.tar.gz") as archive:
+        (record,) = [name for name in archive.getnames() if name.startswith("./provenance/en-de-")]
+    assert record.endswith(".json")
 
 
 def test_an_unknown_slice_is_one_line(dry_env):
@@ -371,11 +391,11 @@ def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkey
 
     monkeypatch.setattr(converged_slices.subprocess, "run", interactive(3))
     out = tmp_path / "ok.hyp"
-    assert converged_slices.translate("data", "ckpt.pt", str(source), str(out)) == 3
+    assert converged_slices.translate("data", "ckpt.pt", str(source), str(out), batch_size=8) == 3
     assert out.read_text() == "Satz 0\nSatz 1\nSatz 2\n"  # in source order
     monkeypatch.setattr(converged_slices.subprocess, "run", interactive(2))
     with pytest.raises(UsageError, match="3 sentences but 2 hypotheses"):
-        converged_slices.translate("data", "ckpt.pt", str(source), str(tmp_path / "short.hyp"))
+        converged_slices.translate("data", "ckpt.pt", str(source), str(tmp_path / "short.hyp"), 8)
     assert not (tmp_path / "short.hyp").exists()
 
 
@@ -413,7 +433,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     env = cli_env()
     env.update(
         PRESET=str(cpu_preset), DATA_ROOT=str(root / "data"), RESULTS=str(results), SEEDS="2",
-        TRAIN_EXTRA=TINY_TRAIN, SHARED=str(root / "shared"),
+        TRAIN_EXTRA=TINY_TRAIN, SHARED=str(root / "shared"), CAP_MIN="1", DECODE_BATCH_SIZE="4",
         ONLY="en-de/loop en-de/baseline-s2 en-de/san-s2",
     )  # fmt: skip
     outputs = {}
@@ -439,7 +459,7 @@ def test_tiny_en_de_slice_summary_has_the_schema_caps_curves_and_heldout(tiny):
         assert set(row["test"]) == set(TEST_SETS)
         for score in row["test"].values():
             assert score["signature"].startswith("nrefs:1|") and 0 <= score["bleu"] <= 100
-        assert training["cap_s"] == pytest.approx(150, abs=1)  # CAP_MIN 2.5, the same for all
+        assert training["cap_s"] == pytest.approx(60, abs=1)  # CAP_MIN 1, the same for all
         assert [point[0] for point in training["valid_curve_last"]] == [5, 10, 15, 20]
         assert row["best_valid_loss"] == min(point[1] for point in training["valid_curve_last"])
         assert training["epochs"] >= 1

@@ -83,6 +83,15 @@ def test_loop_on_a_directory_without_binarized_data_is_one_line(tmp_path):
     assert not run_dir.exists()
 
 
+def test_loop_with_a_bad_decode_batch_size_is_one_line(tmp_path):
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    result = run_script(LOOP, *loop_args(data, run_dir, "--decode-batch-size", "0"))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        "learn_to_share.sh: --decode-batch-size takes a positive integer, not '0'"]  # fmt: skip
+    assert not run_dir.exists()
+
+
 def test_loop_dry_run_writes_nothing(tmp_path):
     data = fake_data(tmp_path / "data")
     before = snapshot(tmp_path)
@@ -186,11 +195,11 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_pa
     checkpoint, out = tmp_path / "model.pt", tmp_path / "out"
     checkpoint.write_bytes(b"first model")
 
-    def decodes(system: str) -> int:
+    def decodes(system: str, **variables: str) -> int:
         """Run test_bleu.sh on one system; how many times it ran fairseq-generate."""
         calls = fake / "fairseq-generate.calls"
         before = len(calls.read_text().splitlines()) if calls.exists() else 0
-        result = run_script(TEST_BLEU, str(data), "de", str(out), system, env=env)
+        result = run_script(TEST_BLEU, str(data), "de", str(out), system, env={**env, **variables})
         assert result.returncode == 0, output_of(result)[-3000:]
         assert "chrF = 100.00" in result.stdout  # the stand-in translates perfectly
         return len(calls.read_text().splitlines()) - before
@@ -206,7 +215,17 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_pa
     copy = tmp_path / "copy.pt"
     copy.write_bytes(checkpoint.read_bytes())
     assert decodes(f"a={copy}:{{'san_no_cache': True}}") == 0  # the same bytes elsewhere
+    assert decodes(f"a={copy}:{{'san_no_cache': True}}", DECODE_BATCH_SIZE="128") == 1
+    assert "--batch-size 128 " in (fake / "fairseq-generate.calls").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
+
+
+def test_test_bleu_with_a_bad_batch_size_is_one_line(tmp_path):
+    data = fake_data(tmp_path / "data")
+    env = {**cli_env(), "DECODE_BATCH_SIZE": "16x"}
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), f"a={tmp_path}/a.pt", env=env)
+    assert result.returncode == 2
+    assert lines(result.stderr) == ["test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer, not '16x'"]
 
 
 def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Test BLEU and chrF of trained systems on Multi30k's test sets: test (test_2016_flickr) and
-# test1 (test_2017_flickr, where the pair has it), beam 4, batch 16, sacrebleu on detokenized text.
+# test1 (test_2017_flickr, where the pair has it), beam 4, batch 16 (DECODE_BATCH_SIZE), sacrebleu
+# on detokenized text.
 #
 #   examples/multi30k/test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ...
 #
@@ -18,6 +19,9 @@ shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
 [ -d "$DATA" ] || { echo "test_bleu.sh: no data directory $DATA" >&2; exit 1; }
 [ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
+[[ ${DECODE_BATCH_SIZE:-16} =~ ^[1-9][0-9]*$ ]] ||
+  { echo "test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer," \
+    "not '$DECODE_BATCH_SIZE'" >&2; exit 2; }
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 
 parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
@@ -30,7 +34,7 @@ for spec in "$@"; do  # every checkpoint before decoding any
   [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
 done
 
-GENERATE=(--beam 4 --batch-size 16 --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
+GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
   --scoring sacrebleu --post-process sentencepiece)
 for spec in "$@"; do
   parse "$spec"

@@ -6,7 +6,7 @@ systems, tests them and packs one archive; the archive is later collected on ano
     python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
     python docs/results/converged/campaign_slices.py restore FROM TO
-    python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR
+    python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
@@ -45,10 +45,10 @@ SLICES = ("en-de", "pairs", "tables", "bench")
 PROVENANCE = "provenance"
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
 DONE = re.compile(r"^done\.iter(\d+)$")  # run.sh's marker: iteration k trained, tested, translated
-# The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too.
+# The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
+# batch size, DECODE_BATCH_SIZE there, is --batch-size here).
 DECODING = (
-    "--beam", "4", "--batch-size", "16", "--max-len-a", "1.2", "--max-len-b", "10",
-    "--required-batch-size-multiple", "1",
+    "--beam", "4", "--max-len-a", "1.2", "--max-len-b", "10", "--required-batch-size-multiple", "1",
 )  # fmt: skip
 
 
@@ -185,7 +185,7 @@ def iteration_label(run_dir: str, iteration: int) -> str:
     raise UsageError(f"{run_dir}: iteration {iteration} is no system of summary.json")
 
 
-def translate(data: str, checkpoint: str, source: str, hypotheses: str) -> int:
+def translate(data: str, checkpoint: str, source: str, hypotheses: str, batch_size: int) -> int:
     """Translate ``source`` (raw text) with fairseq-interactive; write the detokenized hypotheses
     in source order to ``hypotheses``; their number, checked against the source's lines."""
     sentences = len(read_lines(source))
@@ -197,7 +197,7 @@ def translate(data: str, checkpoint: str, source: str, hypotheses: str) -> int:
                 ["fairseq-interactive", data, "--user-dir", user_dir, "--path", checkpoint,
                  "--task", "translation_san", "--bpe", "sentencepiece",
                  "--sentencepiece-model", os.path.join(data, "spm.model"),
-                 "--buffer-size", "1024", *DECODING],
+                 "--buffer-size", "1024", "--batch-size", str(batch_size), *DECODING],
                 stdin=stdin, stdout=out, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         if result.returncode != 0:
@@ -213,7 +213,7 @@ def translate(data: str, checkpoint: str, source: str, hypotheses: str) -> int:
     return len(lines)
 
 
-def heldout(run_dir: str, iteration: int, data: str, sources: str) -> List[str]:
+def heldout(run_dir: str, iteration: int, data: str, sources: str, batch_size: int = 16) -> List[str]:
     """Held-out hypotheses of one system (every ``*.en`` of ``sources``, skipping those done)."""
     label = iteration_label(run_dir, iteration)
     folder = os.path.join(os.path.dirname(run_dir), label, "heldout")
@@ -224,7 +224,7 @@ def heldout(run_dir: str, iteration: int, data: str, sources: str) -> List[str]:
     for name in names:
         hypotheses = os.path.join(folder, name[: -len(".en")] + ".hyp")
         if not os.path.exists(hypotheses):
-            count = translate(data, checkpoint, os.path.join(sources, name), hypotheses)
+            count = translate(data, checkpoint, os.path.join(sources, name), hypotheses, batch_size)
             print(f"== {label}: {count} held-out hypotheses in {hypotheses}")
         written.append(hypotheses)
     return written
@@ -235,6 +235,13 @@ def aan_policy(policy: str, output: str) -> None:
     learned = load_policy(policy)
     learned["decoder_self"] = None
     write_policy(learned, output)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer above 0 (a batch size)."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     held.add_argument("iteration", type=int)
     held.add_argument("--data", required=True)
     held.add_argument("--sources", required=True)
+    held.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch")
     aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
     aan.add_argument("policy")
     aan.add_argument("-o", "--output", required=True)
@@ -281,7 +289,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if restore(args.source, args.target):
                 print(f"== {args.target}: restored from {args.source}")
         elif args.command == "heldout":
-            heldout(args.run_dir, args.iteration, args.data, args.sources)
+            heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
         else:
             aan_policy(args.policy, args.output)
     except UsageError as err:

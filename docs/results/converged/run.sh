@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Converged models, trained on a lent GPU in SLICES. A slice is one call of the
-# device tool (about 9 minutes) that runs the whole learn-to-share loop for its systems and packs
+# Converged models, trained on a lent GPU in SLICES. A slice runs the whole learn-to-share loop
+# for its systems in one or two calls of the device tool (about 9 minutes each); each call packs
 # everything worth keeping (logs, policies, js.json, heatmaps, scores, hypotheses, benchmark,
 # provenance; never checkpoints) into ONE archive, $OUT/converged-SLICE.tar.gz:
-#   stage 1  baselines (the loop's iteration 0) side by side, each capped at CAP_MIN minutes of
-#            training; JS analysis; the policy at the paper's thresholds (0.4 / 0.5)
-#   stage 2  SAN from scratch with the learned policy (iteration 1), side by side, the same cap
+#   stage 1  baselines (the loop's iteration 0) side by side, each trained for UPDATES updates
+#            (or to its validation plateau, or to the wall cap CAP_MIN); JS analysis; the policy
+#            at the paper's thresholds (0.4 / 0.5)
+#   stage 2  SAN from scratch with the learned policy (iteration 1), side by side, the same budget
+# A system starts only when the call has time left for its cap and its evaluation (CAP_MIN and
+# EVAL_S); what does not start runs in the slice's next call, which skips what finished.
 # Every system, as soon as it is trained: test BLEU and chrF on test (test_2016_flickr) and test1
 # (test_2017_flickr), every sentence, hypotheses kept (sacreBLEU's --paired-bs); En->X systems
 # also translate each HELDOUT/*.en into PAIR/SYSTEM/heldout/NAME.hyp (no score).
@@ -33,9 +36,13 @@
 # Environment: OUT (archive folder; runs), RUNS (runs/converged/SLICE), RESULTS
 # (docs/results/converged), DATA_ROOT (data-bin, else build/offline-bundle/data-bin), SHARED
 # (../shared), HELDOUT ($SHARED/heldout, else build/offline-bundle/heldout; none: no held-out
-# translation), PRESET (examples/presets/gpu-converge.args), CAP_MIN (training cap of every system,
-# minutes: 2.5, bench 1.5), SLICE_S (seconds the slice may take, 540: every job is stopped at that
-# deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
+# translation), PRESET (examples/presets/gpu-converge.args), UPDATES (training updates of every
+# system: 3000; bench: the cap alone), CAP_MIN (wall-time cap of every system's training, minutes:
+# 6.5, bench 1.5), EVAL_S (seconds a system needs besides its training: fairseq's start, the
+# analysis, validation BLEU, the test sets, the held-out sources; 120), DECODE_BATCH_SIZE
+# (sentences per batch of every decoding: 128; fairseq's beam search costs about the same per
+# step on a GPU at 16 and 128), SLICE_S (seconds the slice may take, 540: every job is stopped
+# at that deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
 # en-de slice's other seeds), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs),
 # TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and tiny sizes).
 set -euo pipefail
@@ -54,7 +61,10 @@ RESULTS=${RESULTS:-docs/results/converged} SHARED=${SHARED:-../shared}
 RUNS=${RUNS:-runs/converged/$SLICE} OUT=${OUT:-runs} SLICE_S=${SLICE_S:-540}
 PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
-CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 2.5)}
+CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 6.5)}
+UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
+EVAL_S=${EVAL_S:-120}
+export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 SMALL=transformer_san_small AAN=transformer_aan_small
 SLICES=(python "$HERE/campaign_slices.py")
 if [ -z "${DATA_ROOT:-}" ]; then
@@ -98,6 +108,7 @@ left() {  # seconds this job may take: to the slice's deadline, at most JOB_S
   echo $((t > 1 ? t : 1))
 }
 hours() { awk -v m="$1" 'BEGIN { printf "%.4f", m / 60 }'; }
+needs() { awk -v m="$CAP_MIN" -v e="$EVAL_S" 'BEGIN { printf "%d", m * 60 + e }'; }
 selected() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # system NAME PAIR ARCH POLICY ITER [learn_to_share.sh options] [-- fairseq-train args]
@@ -123,6 +134,11 @@ system() {
   [ "$iter" = 0 ] || [ -f "$dir/done.iter$((iter - 1))" ] ||
     { echo "== $name: skipped, iteration $((iter - 1)) did not finish"; return 0; }
   [ "$policy" = none ] || [ -f "$policy" ] || { echo "== $name: skipped, no policy $policy"; return 0; }
+  [ $((DEADLINE - SECONDS)) -ge "$(needs)" ] || {
+    echo "== $name: not started: $((DEADLINE - SECONDS)) s left, it needs $(needs)" \
+      "(CAP_MIN, EVAL_S); the slice's next call runs it"
+    return 0
+  }
   mkdir -p "$dir/iter0"
   [ "$policy" = none ] || [ -f "$dir/iter0/policy.json" ] || cp "$policy" "$dir/iter0/policy.json"
   echo "== $name: iteration $iter started at $(date -u +%T)"
@@ -136,14 +152,15 @@ job() {  # job NAME PAIR ARCH ITER [options] -- [fairseq-train args]: the comman
   shift
   local dir=$RUNS/$name data=$DATA_ROOT/multi30k.$pair status=0
   run timeout -k 10 "$(left)" examples/learn_to_share.sh --data "$data" --run-dir "$dir" \
-    --arch "$arch" --updates 1000000 --max-iterations $((iter + 1)) "${options[@]}" -- \
+    --arch "$arch" --updates "$UPDATES" --max-iterations $((iter + 1)) \
+    --decode-batch-size "$DECODE_BATCH_SIZE" "${options[@]}" -- \
     "${PRESET_ARGS[@]}" --stop-time-hours "$(hours "$CAP_MIN")" "${EXTRA[@]}" "$@" || status=$?
   if [ "${EVALUATE:-1}" = 1 ] && [ "$status" = 0 ]; then
     run timeout -k 10 "$(left)" examples/multi30k/test_bleu.sh "$data" "${pair#*-}" \
       "$dir/test-bleu" "iter$iter=$dir/iter$iter/checkpoints/checkpoint_best.pt" || status=$?
     if [ -d "$HELDOUT" ] && [[ $pair == en-* ]] && [ "$status" = 0 ]; then
       run timeout -k 10 "$(left)" "${SLICES[@]}" heldout "$dir" "$iter" --data "$data" \
-        --sources "$HELDOUT" || status=$?
+        --sources "$HELDOUT" --batch-size "$DECODE_BATCH_SIZE" || status=$?
     fi
   fi
   [ "$DRY_RUN" = 1 ] && return 0
@@ -237,7 +254,8 @@ benchmark() {  # fairseq, --san-fast-decoding and the static decoder; beams 4, 2
 pack() {  # the provenance, then one archive of $RUNS without checkpoints, for $OUT
   wait
   run "${SLICES[@]}" record "$RUNS" --slice "$SLICE" --run-sh "$RUN_SH" --started "$STARTED" \
-    --setting "CAP_MIN=$CAP_MIN" --setting "SLICE_S=$SLICE_S" --setting "PRESET=$PRESET" \
+    --setting "CAP_MIN=$CAP_MIN" --setting "UPDATES=$UPDATES" --setting "EVAL_S=$EVAL_S" \
+    --setting "DECODE_BATCH_SIZE=$DECODE_BATCH_SIZE" --setting "SLICE_S=$SLICE_S" --setting "PRESET=$PRESET" \
     --setting "SEEDS=$SEEDS" --setting "ONLY=$ONLY" --setting "TRAIN_EXTRA=$TRAIN_EXTRA" \
     -- "$RUN_SH" "$SLICE"
   run tar czf "$OUT/converged-$SLICE.tar.gz" --exclude='*.pt' --exclude=checkpoints \

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
-from fairseq_san.policy import KIND_MODULES, KIND_TABLE, KINDS
+from fairseq_san.policy import KIND_MODULES, KINDS
 
 logger = logging.getLogger(__name__)
 

@@ -329,7 +329,7 @@ def build(args: argparse.Namespace) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
 
     plugin = plugin_wheel(wheels)
-    requirements = wheel_requirements(plugin)
+    requirements = wheel_requirements(plugin) + (["pytest"] if args.tests else [])
     shipped = dependencies(requirements, args.python_version, skip=(*MACHINE_PROVIDES, *LEFT_OUT))
     for dist in shipped:
         name = canonicalize_name(dist.metadata["Name"])
@@ -359,6 +359,7 @@ def build(args: argparse.Namespace) -> Path:
         "extensions": compiled_sources(),
         "wheels": sorted(wheel.name for wheel in wheels.glob("*.whl")),
         "heldout": heldout,
+        "tests": args.tests,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return out
@@ -388,6 +389,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--max-mib", type=float, default=64,
                         help="fail when the bundle (data included) is larger (%(default)s MiB)")
     parser.add_argument("--archive", action="store_true", help="also write BUNDLE.tar.gz")
+    parser.add_argument("--tests", action="store_true",
+                        help="also ship pytest, to run the project's CUDA tests on the GPU "
+                        "machine (tests/ travels with the working tree)")
     args = parser.parse_args(argv)
     if not (args.python_version.count(".") == 1 and args.python_version.replace(".", "").isdigit()):
         parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")

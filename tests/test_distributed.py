@@ -6,8 +6,6 @@ iteration if any parameter took no part in the loss; every parameter must get a 
 """
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch

@@ -54,7 +54,7 @@ def machine_with_only_torch(root: Path) -> Dict[str, str]:
 def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
     built = subprocess.run(
         [sys.executable, "scripts/build_offline_bundle.py", "--out", str(tmp_path / "bundle"),
-         "--python-version", PYTHON, "--data", str(binarized_corpus)],
+         "--python-version", PYTHON, "--data", str(binarized_corpus), "--tests"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
@@ -73,6 +73,7 @@ def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
         python -c 'import fairseq as f, fairseq_san as s; print(f.__file__); print(s.__file__)'
         {train}
         fairseq-san-policy --help
+        python -m pytest --version
     """
     environment = machine_with_only_torch(tmp_path)
     result = subprocess.run(
@@ -99,6 +100,7 @@ def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
     assert "num_updates 2" in output or "num_updates': 2" in output, output[-3000:]
     assert (work / "checkpoints" / "checkpoint_last.pt").exists()
     assert "usage: fairseq-san-policy" in result.stdout
+    assert "pytest" in output.splitlines()[-1]  # --tests: the CUDA tests can run there
 
 
 def test_bundle_for_another_python_stops_with_one_line(tmp_path):

@@ -15,7 +15,6 @@ import torch
 from helpers import (
     BIN,
     REPO,
-    StandInTask,
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
@@ -205,14 +204,59 @@ def replay_by_calling(captures: list, fail: bool = False):
 
 def graphed_generator(model, capture, **settings) -> StaticSequenceGenerator:
     """The generator of ``execution="graph"`` (CUDA only) on the CPU, with a stand-in capture:
-    its bookkeeping (static buffers, caches kept per shape, keys) runs as on a GPU."""
+    its bookkeeping (static buffers, caches and searches kept per shape, keys) runs as on a GPU."""
     from fairseq_san.static_decoding.execution import EXECUTIONS
-    from fairseq_san.static_decoding.graphs import GraphedStep
+    from fairseq_san.static_decoding.graphs import GraphedSearchStep, GraphedStep
 
     generator = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     generator.execution = EXECUTIONS["graph"]
     generator.run_step = GraphedStep(generator.step, capture)
+    generator.run_search_step = GraphedSearchStep(generator.step, capture)
     return generator
+
+
+class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
+    """Fails on every operation that reads a device value back to the host (``item``, ``bool``,
+    ``nonzero``, boolean-mask indexing, ``tolist``): what a CUDA graph cannot capture, checked
+    on the CPU."""
+
+    SYNCING = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in self.SYNCING or (name == "aten::index" and self.masks(args[1])):
+            raise AssertionError(f"{name} in a captured body")
+        return func(*args, **(kwargs or {}))
+
+    @staticmethod
+    def masks(indices) -> bool:
+        boolean = (torch.bool, torch.uint8)
+        return any(index is not None and index.dtype in boolean for index in indices)
+
+    def __enter__(self):
+        def refuse(tensor):
+            raise AssertionError("tolist in a captured body")
+
+        self.tolist, torch.Tensor.tolist = torch.Tensor.tolist, refuse
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self.tolist
+        return super().__exit__(*exc)
+
+
+def capture_without_host_sync(captures: list):
+    """``replay_by_calling``, every run of the body under ``NoHostSync``."""
+    calling = replay_by_calling(captures)
+
+    def capture(body, warmup, restore):
+        def checked() -> None:
+            with NoHostSync():
+                body()
+
+        return calling(checked, warmup, restore)
+
+    return capture
 
 
 def two_batches():
@@ -236,7 +280,48 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     for sample in two_batches():
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
-    assert len(captures) == 1 and len(graphed._caches) == 1
+    assert len(captures) == 1 and len(graphed._caches) == 1 and len(graphed._searches) == 1
+
+
+@pytest.mark.parametrize("name", LAYOUT_MODELS)
+def test_whole_position_captured_with_the_search_equals_the_int_position_search(name):
+    """A position as the GPU captures it (the step, beam search with the position as a tensor and
+    the caches' reordering, with no host sync: checked operator by operator) gives the n-best of
+    the same fixed-layout step with beam search at int positions: identical tokens, scores within
+    1e-6, at beams 1, 4 and 8, with length penalties and min/max lengths (the fixed layout
+    against the sliced one: ``test_fixed_layout_equals_sliced``); a second batch with another
+    max_len reuses the cache and the search kept for its shape."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    for beam in (1, 4, 8):
+        for settings in (dict(max_len_a=1, max_len_b=3, len_penalty=0.5), SETTINGS[2], SETTINGS[3]):
+            captures = []
+            graphed = graphed_generator(
+                model, capture_without_host_sync(captures), beam_size=beam, **settings
+            )
+            on_host = StaticSequenceGenerator(
+                [model], DICTIONARY, beam_size=beam, execution="fixed", **settings
+            )
+            for sample in two_batches():
+                expected = on_host.generate([model], sample)
+                assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
+            # a longer max_len than the first batch's: a longer position table, one more capture
+            assert len(captures) == 1 + ("max_len_a" in settings), (beam, settings)
+            assert len(graphed._searches) == 1 and len(graphed._caches) == 1
+
+
+def test_no_host_sync_check_catches_a_sync():
+    """The check the captured bodies run under fails on a host sync, as capture would."""
+    with pytest.raises(AssertionError, match="_local_scalar_dense"):
+        with NoHostSync():
+            bool(torch.ones(2).gt(0).all())
+    with pytest.raises(AssertionError, match="aten::index"):
+        with NoHostSync():
+            torch.arange(4)[torch.arange(4) > 1]
+    with pytest.raises(AssertionError, match="tolist"):
+        with NoHostSync():
+            torch.arange(4).tolist()
+    with NoHostSync():
+        torch.arange(4)[torch.tensor([1, 2])]  # an index tensor: no sync
 
 
 def test_graph_key_names_the_memory_a_graph_reads():
@@ -291,9 +376,9 @@ def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
 )
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
 def test_cuda_graph_equals_eager(name, dtype, atol):
-    """On a GPU, the captured step (the default there) gives the eager fixed step's n-best:
-    identical tokens, scores within 1e-4 at fp32; fp16 and bf16 models too; every shape
-    captured (no fall-back)."""
+    """On a GPU, the captured positions (step, beam search and reordering: the default there)
+    give the eager fixed step's n-best: identical tokens, scores within 1e-4 at fp32; fp16 and
+    bf16 models too; every shape captured (no fall-back)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
     settings = dict(beam_size=4, min_len=33, max_len_b=40)  # buckets 32 and 64
     graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
@@ -303,7 +388,7 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
-    replays = graphed.run_step.replays
+    replays = graphed.run_search_step.replays
     assert len(replays) == 2 and None not in replays.values()
 
 

@@ -5,8 +5,10 @@ fairseq's SequenceGenerator, without its per-step overhead.
   sliced (CPU) or fixed (position as a tensor: GPU, torch.compile) layout;
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
 * ``execution.py``: how the step runs (eager, fixed layout, torch.compile, CUDA graphs);
-* ``graphs.py``: the step captured as CUDA graphs and replayed;
-* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors;
+* ``graphs.py``: CUDA graphs, captured and replayed: a whole position (step, beam search,
+  reordering) for translation, the step for language models;
+* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors, the position
+  an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8;
 * ``generator.py``: the SequenceGenerator drop-in and the option checks;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one

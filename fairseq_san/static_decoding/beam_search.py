@@ -21,23 +21,50 @@ What differs is the bookkeeping, not the result:
 * a done sentence keeps its rows in the batch (masked: its candidates are never finished again),
   so shapes never change during a batch and no cache is compacted;
 * finished hypotheses are written into per-sentence tensors with one scatter per step, with no
-  Python loop over hypotheses or sentences;
+  Python loop over hypotheses or sentences (candidates that are not stored go to a spare slot);
 * a continuing hypothesis takes its parent's row when it is the parent's first continuation, and
   the row of a hypothesis that did not continue otherwise (``place_children``). Which row holds
   which hypothesis does not change the search (candidates are ranked by score, and fairseq's
   ``cands_to_ignore`` is indexed by rank), but the decoder's caches then copy only the rows of
   the hypotheses that moved (caches.py), not all of them;
 * tokens and scores (small) are reordered by one gather each into preallocated buffers.
+
+The step may be a Python int or a (1,) long tensor on the device. With a tensor, ``advance`` does
+not read anything back to the host: its shapes and control flow do not depend on the step, so
+the decoder step, ``advance`` and the caches' reordering can be captured as one CUDA graph and
+replayed at every position (graphs.py); the caller reads ``done`` after it. With an int (the
+CPU's path), it skips the finishing when no candidate finishes and returns None once every
+sentence is done.
 """
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import torch
 from torch import Tensor
 
 from fairseq_san.static_decoding.caches import Reorderable
+
+Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the device
+
+
+def synced(step: Step) -> bool:
+    """Whether ``step`` is a Python int (the host knows it) rather than a device tensor."""
+    return isinstance(step, int)
+
+
+def column(tensor: Tensor, step: Step) -> Tensor:
+    """``tensor[:, step]`` for an int or a (1,) tensor step."""
+    return tensor[:, step] if synced(step) else tensor.index_select(1, step).squeeze(1)
+
+
+def set_column(tensor: Tensor, step: Step, values: Tensor) -> None:
+    """``tensor[:, step] = values`` for an int or a (1,) tensor step, in place."""
+    if synced(step):
+        tensor[:, step] = values
+    else:
+        tensor.index_copy_(1, step, values.unsqueeze(1).to(tensor.dtype))
 
 
 @dataclass
@@ -68,41 +95,76 @@ class TensorBeamSearch:
         bos: int,
         device,
         prefix: Optional[Tensor] = None,
+        positions: Optional[int] = None,
+        fixed_address: bool = False,
     ) -> None:
-        self.settings = s = settings
-        rows, width = sentences * s.beam, s.max_len + 1
+        s = settings
+        # ``positions``: room for outputs of up to positions - 1 tokens (default: max_len + 1), so
+        # that a search kept for a shape serves later batches with other max_len (``restart``).
+        rows, width = sentences * s.beam, positions or s.max_len + 1
         self.sentences = sentences
-        # bos + tokens + eos; cumulative scores.
-        self.tokens = Reorderable((rows, width + 1), torch.long, device)
-        self.tokens.tensor.fill_(s.pad)
-        self.tokens.tensor[:, 0] = bos
-        self.scores = Reorderable((rows, width), torch.float32, device)
-        self.scores.tensor.zero_()
-        self.ignore = torch.zeros(sentences, s.beam, dtype=torch.bool, device=device)
+        # bos + tokens + eos; cumulative scores. fixed_address: see Reorderable (CUDA graphs).
+        self.tokens = Reorderable((rows, width + 1), torch.long, device, fixed_address=fixed_address)
+        self.scores = Reorderable((rows, width), torch.float32, device, fixed_address=fixed_address)
+        self.ignore = torch.empty(sentences, s.beam, dtype=torch.bool, device=device)
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
         self.candidate_offsets = torch.arange(2 * s.beam, device=device)
         self.earlier = torch.ones(s.beam, s.beam, dtype=torch.bool, device=device).tril(-1)
-        # Finished hypotheses, slot j of sentence i = the j-th fairseq finalized for it.
-        self.final_tokens = torch.full((sentences, s.beam, width), s.pad, device=device)
-        self.final_positional = torch.zeros(sentences, s.beam, width, device=device)
-        self.final_scores = torch.zeros(sentences, s.beam, device=device)
-        self.final_lengths = torch.zeros(sentences, s.beam, dtype=torch.long, device=device)
-        self.final_count = torch.zeros(sentences, dtype=torch.long, device=device)
-        self.done = torch.zeros(sentences, dtype=torch.bool, device=device)
+        self.not_eos = torch.ones(1, dtype=torch.bool, device=device)  # resized by _constrain
+        self.limit = torch.empty(1, dtype=torch.long, device=device)  # max_len, for tensor steps
+        # Finished hypotheses, slot j of sentence i = the j-th fairseq finalized for it; slot
+        # ``beam`` is spare: what is not stored is written there (no host sync to leave it out).
+        slots = s.beam + 1
+        self.final_tokens = torch.empty(sentences, slots, width, dtype=torch.long, device=device)
+        self.final_positional = torch.empty(sentences, slots, width, device=device)
+        self.final_scores = torch.empty(sentences, slots, device=device)
+        self.final_lengths = torch.empty(sentences, slots, dtype=torch.long, device=device)
+        self.final_count = torch.empty(sentences, dtype=torch.long, device=device)
+        self.done = torch.empty(sentences, dtype=torch.bool, device=device)
         # The row (within its sentence) of fairseq's j-th hypothesis (place_children).
-        self.beam_rows = torch.arange(s.beam, device=device).repeat(sentences, 1)
-        # Forced tokens per sentence (sentences, width), padding where none.
+        self.beam_rows = torch.empty(sentences, s.beam, dtype=torch.long, device=device)
+        self.restart(settings, bos, prefix)
+
+    def restart(self, settings: SearchSettings, bos: int, prefix: Optional[Tensor] = None) -> None:
+        """A new batch of the same shape, in the same memory (a captured graph reads it), with
+        its own ``max_len``; ``prefix``: forced tokens per sentence (sentences, width), padding
+        where none."""
+        if settings.max_len >= self.scores.tensor.size(1):
+            raise ValueError(f"max_len {settings.max_len}: room for {self.scores.tensor.size(1)}")
+        self.settings = settings
+        self.limit.fill_(settings.max_len)
+        pad = settings.pad
+        self.tokens.tensor.fill_(pad)
+        self.tokens.tensor[:, 0] = bos
+        self.scores.tensor.zero_()
+        self.ignore.zero_()
+        self.final_tokens.fill_(pad)
+        self.final_positional.zero_()
+        self.final_scores.zero_()
+        self.final_lengths.zero_()
+        self.final_count.zero_()
+        self.done.zero_()
+        self.beam_rows.copy_(torch.arange(self.settings.beam).expand_as(self.beam_rows))
         self.prefix = prefix
 
-    def last_tokens(self, step: int) -> Tensor:
-        """The input of step ``step``: each hypothesis' latest token (bos at step 0)."""
-        return self.tokens.tensor[:, step]
+    def state(self) -> List[Tensor]:
+        """Every tensor ``advance`` writes (what a capture's warm-up runs must restore)."""
+        return [
+            self.tokens.tensor, self.scores.tensor, self.ignore, self.final_tokens,
+            self.final_positional, self.final_scores, self.final_lengths, self.final_count,
+            self.done, self.beam_rows,
+        ]  # fmt: skip
 
-    def advance(self, step: int, lprobs: Tensor) -> Optional[Tensor]:
+    def last_tokens(self, step: Step) -> Tensor:
+        """The input of step ``step``: each hypothesis' latest token (bos at step 0)."""
+        return column(self.tokens.tensor, step)
+
+    def advance(self, step: Step, lprobs: Tensor) -> Optional[Tensor]:
         """Take the step's log-probabilities (rows, vocabulary; at step 0, rows may also be one per
         sentence); return the order in which the decoder's caches must be reordered, or None when
-        every sentence is done."""
+        every sentence is done (an int ``step`` only: with a tensor, read ``done``)."""
         s = self.settings
+        on_host = synced(step)
         lprobs = self._constrain(step, lprobs)
         if s.sampling:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
@@ -113,26 +175,26 @@ class TensorBeamSearch:
         eos[:, : s.beam] &= ~self.ignore
         eos &= ~self.done.unsqueeze(1)
         finishing = eos[:, : s.beam]
-        if finishing.any():
+        if not on_host or finishing.any():
             self._finish(step, finishing, cand_rows[:, : s.beam], cand_scores[:, : s.beam])
-            if bool(self.done.all()):
+            if on_host and bool(self.done.all()):
                 return None
-        if step >= s.max_len:
+        if on_host and step >= s.max_len:
             raise RuntimeError(f"beam search reached max_len {s.max_len} with live sentences")
 
         # The first `beam` candidates that are not EOS continue (fairseq's active_mask).
         eos[:, : s.beam] |= self.ignore
         rank = eos.long() * (2 * s.beam) + self.candidate_offsets[: eos.size(1)]
         rank, active = torch.topk(rank, k=s.beam, dim=1, largest=False)
-        self.ignore = rank.ge(2 * s.beam)
+        self.ignore.copy_(rank.ge(2 * s.beam))
         parents = torch.gather(cand_rows, 1, active) - self.row_offsets
         rows = place_children(parents, self.earlier)
-        self.beam_rows = rows
+        self.beam_rows.copy_(rows)
         order = torch.empty_like(parents).scatter_(1, rows, parents + self.row_offsets).view(-1)
         self.tokens.reorder(order)
-        self.tokens.tensor[:, step + 1] = placed(cand_tokens, active, rows)
+        set_column(self.tokens.tensor, step + 1, placed(cand_tokens, active, rows))
         self.scores.reorder(order)
-        self.scores.tensor[:, step] = placed(cand_scores, active, rows)
+        set_column(self.scores.tensor, step, placed(cand_scores, active, rows))
         return order
 
     def _best(self, step: int, lprobs: Tensor):
@@ -141,8 +203,10 @@ class TensorBeamSearch:
         vocab = lprobs.size(1)
         flat = self._continuations(step, lprobs)
         k = min(2 * self.settings.beam, flat.size(1) - 1)
+        if not synced(step):  # no host sync: fairseq's NaN -> -inf, on every score
+            flat.nan_to_num_(nan=-math.inf)
         cand_scores, cand_flat = torch.topk(flat, k)
-        if bool(cand_scores.isnan().any()):  # topk ranks NaN first: none there, none anywhere
+        if synced(step) and bool(cand_scores.isnan().any()):  # topk ranks NaN first
             cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
         cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
         return cand_scores, cand_rows, cand_flat.fmod(vocab)
@@ -180,20 +244,22 @@ class TensorBeamSearch:
         ``lprobs`` (constrained) summed with the hypotheses' scores, in place."""
         s = self.settings
         lprobs = lprobs.view(self.sentences, -1, lprobs.size(1))
-        if step == 0:  # all beams are the same hypothesis: only the first one (or only one given)
+        if synced(step) and step == 0:  # the same hypothesis in every row: the first
             lprobs = lprobs[:, :1]
         else:
-            lprobs.add_(self.scores.tensor[:, step - 1].view(self.sentences, s.beam, 1))
+            lprobs.add_(column(self.scores.tensor, step - 1).view(self.sentences, s.beam, 1))
         return lprobs.reshape(self.sentences, -1)
 
-    def _constrain(self, step: int, lprobs: Tensor) -> Tensor:
+    def _constrain(self, step: Step, lprobs: Tensor) -> Tensor:
         """fairseq's per-step rules on the log-probabilities (in place). fairseq first turns NaN
-        into -inf: ``advance`` does it last, and only when a NaN is among the candidates (the
-        result is the same, without a pass over every score at every step)."""
+        into -inf: with an int step ``advance`` does it last, and only when a NaN is among the
+        candidates (the result is the same, without a pass over every score at every step)."""
         s = self.settings
         lprobs[:, s.pad] = -math.inf
         if s.unk_penalty:
             lprobs[:, s.unk] -= s.unk_penalty
+        if not synced(step):
+            return self._constrain_on_device(step, lprobs)
         if step >= s.max_len:
             lprobs[:, : s.eos] = -math.inf
             lprobs[:, s.eos + 1 :] = -math.inf
@@ -201,6 +267,17 @@ class TensorBeamSearch:
             self._force_prefix(step, lprobs)
         elif step < s.min_len:
             lprobs[:, s.eos] = -math.inf
+        return lprobs
+
+    def _constrain_on_device(self, step: Tensor, lprobs: Tensor) -> Tensor:
+        """``_constrain``'s length rules for a tensor step, as masks (no host sync): only EOS at
+        ``max_len``, no EOS before ``min_len``. Prefix tokens are forced at int steps only."""
+        s = self.settings
+        if self.not_eos.numel() != lprobs.size(1):
+            self.not_eos = torch.ones(lprobs.size(1), dtype=torch.bool, device=lprobs.device)
+            self.not_eos[s.eos] = False
+        lprobs.masked_fill_(step.ge(self.limit) & self.not_eos, -math.inf)
+        lprobs.select(1, s.eos).masked_fill_(step.lt(s.min_len), -math.inf)
         return lprobs
 
     def _force_prefix(self, step: int, lprobs: Tensor) -> None:
@@ -213,30 +290,40 @@ class TensorBeamSearch:
         lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
         lprobs.scatter_(1, column, kept)
 
-    def _finish(self, step: int, finishing: Tensor, rows: Tensor, scores: Tensor) -> None:
+    def _finish(self, step: Step, finishing: Tensor, rows: Tensor, scores: Tensor) -> None:
         """Store the EOS candidates ``finishing`` (sentences, beam) of live sentences, in candidate
-        order, while their sentence has fewer than ``beam`` finished; mark sentences done."""
+        order, while their sentence has fewer than ``beam`` finished; mark sentences done. Every
+        candidate is written, those not stored into the spare slot: no host sync."""
         s = self.settings
         slot = self.final_count.unsqueeze(1) + finishing.long().cumsum(dim=1) - 1
         accept = finishing & slot.lt(s.beam)
-        sentence, candidate = accept.nonzero(as_tuple=True)
-        slot, row, eos_score = slot[accept], rows[accept], scores[accept]
+        slot = torch.where(accept, slot, s.beam)
+        rows = rows.reshape(-1)
+        tokens = self.tokens.tensor.index_select(0, rows)[:, 1:]  # positions after step: pad
+        set_column(tokens, step, torch.full_like(rows, s.eos))
+        cumulative = self.scores.tensor.index_select(0, rows)
+        set_column(cumulative, step, scores.reshape(-1))
+        positional = torch.cat([cumulative[:, :1], cumulative[:, 1:] - cumulative[:, :-1]], 1)
+        self._store(self.final_tokens, slot, tokens)
+        self._store(self.final_positional, slot, positional)
         length = step + 1
-        tokens = self.tokens.tensor[row, 1 : length + 1]
-        tokens[:, step] = s.eos
-        self.final_tokens[sentence, slot, :length] = tokens
-        cumulative = self.scores.tensor[row, :length]
-        cumulative[:, step] = eos_score
-        positional = cumulative.clone()
-        positional[:, 1:] = cumulative[:, 1:] - cumulative[:, :-1]
-        self.final_positional[sentence, slot, :length] = positional
-        if s.normalize_scores:
-            eos_score = eos_score / length**s.len_penalty
-        self.final_scores[sentence, slot] = eos_score
-        self.final_lengths[sentence, slot] = length
+        if s.normalize_scores:  # fairseq divides by a Python float: the power in float64
+            on_host = synced(step)
+            scores = scores / (
+                length**s.len_penalty if on_host else length.double().pow(s.len_penalty).float()
+            )
+        self.final_scores.scatter_(1, slot, scores)
+        self.final_lengths.scatter_(1, slot, torch.zeros_like(slot).add_(length))
         self.final_count += accept.sum(dim=1)
-        complete = self.final_count.eq(s.beam) | (step == s.max_len)
+        last = step == s.max_len if synced(step) else step.eq(self.limit)
+        complete = self.final_count.eq(s.beam) | last
         self.done |= finishing.any(dim=1) & complete
+
+    def _store(self, final: Tensor, slot: Tensor, rows: Tensor) -> None:
+        """Write ``rows`` (sentences x beam, width) into ``final`` (sentences, slots, width) at
+        ``slot`` (sentences, beam)."""
+        rows = rows.view(self.sentences, -1, rows.size(1))
+        final.scatter_(1, slot.unsqueeze(2).expand_as(rows), rows)
 
     def hypotheses(self) -> List[List[Dict[str, Tensor]]]:
         """fairseq's output: per sentence, its finished hypotheses by descending score."""

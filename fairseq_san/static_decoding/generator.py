@@ -10,7 +10,9 @@ Per batch: the encoder runs once (the model's own), encoder-decoder keys/values 
 per sentence, the caches are allocated for the longest output, and each step is one call of
 ``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
 sentence: its hypotheses are all the same there). How the step runs (eager in the device's
-layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``.
+layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``; with CUDA
+graphs a position is one replay of the step, ``advance`` and the caches' reordering together
+(``graphs.GraphedSearchStep``), on a cache and a beam search kept per shape.
 """
 
 from typing import Callable, Dict, List, Optional, Tuple, Union
@@ -22,7 +24,12 @@ from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSe
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import compiled, execution_for
-from fairseq_san.static_decoding.graphs import Capture, GraphedStep, capture_cuda_graph
+from fairseq_san.static_decoding.graphs import (
+    Capture,
+    GraphedSearchStep,
+    GraphedStep,
+    capture_cuda_graph,
+)
 from fairseq_san.static_decoding.precision import apply_precision, check_device
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -89,14 +96,19 @@ class StaticSequenceGenerator(nn.Module):
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
         )
-        # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence).
+        # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence):
+        # the step, or with CUDA graphs the whole position (``run_search_step``).
         self.run_step: Callable = self.step
+        self.run_search_step: Optional[GraphedSearchStep] = None
         if self.execution.name == "compile":
             self.run_step = compiled(self.step, compile_backend)
         elif self.execution.graphs:
             self.run_step = GraphedStep(self.step, capture)
-        # Caches kept across batches, per shape (CUDA graphs read the memory they captured).
+            self.run_search_step = GraphedSearchStep(self.step, capture)
+        # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
+        # captured).
         self._caches: Dict[Tuple, DecoderCache] = {}
+        self._searches: Dict[Tuple, TensorBeamSearch] = {}
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -134,27 +146,62 @@ class StaticSequenceGenerator(nn.Module):
         cache = self._cache(sentences, positions, fixed, device, length_bucket(src_len))
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
-        search = TensorBeamSearch(
-            self._settings(max_len),
-            sentences,
-            self.eos if bos_token is None else bos_token,
-            device,
-        )
+        bos = self.eos if bos_token is None else bos_token
+        search = self._search(sentences, positions, bos, max_len, device)
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         lprobs = step(tokens, index, first, self.temperature, length=1)
         cache.spread(first)
-        for position in range(max_len + 1):
-            if position > 0:
-                lprobs = self._step(search.last_tokens(position), position, index, cache)
-            order = search.advance(position, lprobs)
-            if order is None:
+        finished = self._follow(search.advance(0, lprobs), cache, 1)
+        for position in range(1, max_len + 1):
+            if finished:
                 break
-            if self.beam_size > 1:  # one hypothesis per sentence stays in its row
-                cache.reorder(order, position + 1)
+            finished = self._position(search, position, index, cache)
         return search.hypotheses()
+
+    def _position(
+        self, search: TensorBeamSearch, position: int, index, cache: DecoderCache
+    ) -> bool:
+        """Beam search at ``position`` > 0; whether every sentence is then done. With CUDA graphs
+        one replay (step, search, reordering) and one host sync."""
+        if self.run_search_step is None:
+            lprobs = self._step(search.last_tokens(position), position, index, cache)
+            return self._follow(search.advance(position, lprobs), cache, position + 1)
+        index.fill_(position)
+        length = length_bucket(position + 1)
+        self.run_search_step(search, index, cache, self.temperature, length)
+        if bool(search.done.all()):
+            return True
+        if position >= search.settings.max_len:
+            raise RuntimeError(f"beam search reached max_len {position} with live sentences")
+        return False
+
+    def _follow(self, order: Optional[Tensor], cache: DecoderCache, written: int) -> bool:
+        """The caches follow beam search's ``order`` (``written`` positions); whether every
+        sentence is done (``order`` None)."""
+        if order is None:
+            return True
+        if self.beam_size > 1:  # one hypothesis per sentence stays in its row
+            cache.reorder(order, written)
+        return False
+
+    def _search(
+        self, sentences: int, positions: int, bos: int, max_len: int, device: torch.device
+    ) -> TensorBeamSearch:
+        """A beam search for a batch; with CUDA graphs, the one kept for its shape, restarted."""
+        settings = self._settings(max_len)
+        if not self.execution.graphs:
+            return TensorBeamSearch(settings, sentences, bos, device)
+        key = (sentences, positions)
+        if key in self._searches:
+            self._searches[key].restart(settings, bos)
+        else:
+            self._searches[key] = TensorBeamSearch(
+                settings, sentences, bos, device, positions=positions, fixed_address=True
+            )
+        return self._searches[key]
 
     def _max_len(self, src_len: int) -> int:
         """fairseq's limit on a batch's output length (``--max-len-a/b``, the model's positions),

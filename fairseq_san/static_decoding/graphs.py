@@ -1,22 +1,32 @@
 """The fixed-layout step as CUDA graphs: captured once per (rows, length bucket), then replayed.
 
-On a GPU a decoder step is bound by kernel launches (measured on an H200: ~6 ms per step at batch 16 for
-~0.1 ms of arithmetic); a replayed graph launches the whole step at once. ``GraphedStep`` is
-called like the step. Per key (``graph_key``: the rows, the length bucket, the temperature and
-the addresses of every tensor the step reads besides its weights, so a graph is only ever
-replayed on the memory it was captured on) it:
+On a GPU a decoder step is bound by kernel launches (measured on an H200: ~6 ms per step at batch
+16 for ~0.1 ms of arithmetic); a replayed graph launches the whole step at once. Two captures:
+
+* ``GraphedSearchStep`` (translation's beam search): one position whole, the decoder step, beam
+  search's ``advance`` with the position as a device tensor and the caches' reordering, so that
+  a position is one replay and one host sync (reading whether every sentence is done). Measured
+  on an H100 before it (docs/results/gpu-steps): with the step alone captured, the eager beam
+  search around each replay launched about 85 kernels and synchronised about 4 times per step,
+  and set the step's time;
+* ``GraphedStep`` (the language-model generator, whose sampling and prompt forcing stay eager):
+  the decoder step alone, called like the step.
+
+Per key (``graph_key``: the rows, the length bucket, the temperature and the addresses of every
+tensor the capture reads besides the weights, so a graph is only ever replayed on the memory it
+was captured on) each:
 
 1. copies the cache's mutable state (a step adds to AAN's running sums: running it twice at one
    position is not the same as once), runs the step ``warmup`` times on a side stream (what
    CUDA graph capture needs), restoring the state after each run;
-2. captures one step reading static token and position buffers, and restores the state;
+2. captures one step reading static token and position buffers, and restores the state (the
+   beam search's too, for ``GraphedSearchStep``);
 3. replays it at every later call with that key: copy the tokens and the position into the
    static buffers, replay, return the static output.
 
-Capture needs an address-stable cache: the generator keeps one per shape across batches (a
-``fixed_address`` cache, whose reordering copies back into the same memory). Beam search stays
-eager around the replay (its one host sync per step detects finished sentences). A capture that
-fails is logged once per key and that key runs eagerly: slower, never wrong.
+Capture needs address-stable state: the generator keeps one cache (and one beam search) per
+shape across batches (``fixed_address``: reordering copies back into the same memory). A capture
+that fails is logged once per key and that key runs eagerly: slower, never wrong.
 
 The capture itself is a function argument (``capture_cuda_graph`` on a GPU), so that the
 bookkeeping around it runs in the CPU tests with a stand-in that replays by calling again.
@@ -29,6 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache
 
 logger = logging.getLogger(__name__)
@@ -65,13 +76,42 @@ def read_state(cache: DecoderCache) -> List[Tensor]:
 
 
 def graph_key(
-    step: nn.Module, tokens: Tensor, cache: DecoderCache, length: int, temperature: float
+    step: nn.Module,
+    tokens: Tensor,
+    cache: DecoderCache,
+    length: int,
+    temperature: float,
+    also: Tuple[Tensor, ...] = (),
 ) -> Tuple:
     """What a captured step depends on besides the values of its inputs (module doc); the
-    step's position table too, which a longer batch replaces (``StaticDecoderStep.prepare``)."""
-    tensors = read_state(cache) + [step.positions]
+    step's position table too, which a longer batch replaces (``StaticDecoderStep.prepare``);
+    ``also``: other tensors the capture reads (a beam search's)."""
+    tensors = read_state(cache) + [step.positions, *also]
     memory = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in tensors)
     return (tokens.size(0), length, temperature, memory)
+
+
+def capture_or_none(
+    capture: Capture, warmup: int, body: Callable[[], None], state: List[Tensor], what: str
+) -> Optional[Callable[[], None]]:
+    """``capture`` of ``body``, with ``state`` (what it writes) restored after the warm-up runs
+    and the capture; None, logged, where capture fails (``what``: the shape, for the log)."""
+    saved = [t.clone() for t in state]
+
+    def restore() -> None:
+        for tensor, copy in zip(state, saved):
+            tensor.copy_(copy)
+
+    try:
+        run = capture(body, warmup, restore)
+    except RuntimeError as error:
+        logger.warning(
+            "CUDA graph capture of the static decoder step failed for %s (%s); this shape runs "
+            "eagerly", what, str(error).splitlines()[0] if str(error) else error,
+        )  # fmt: skip
+        run = None
+    restore()
+    return run
 
 
 @dataclass
@@ -120,25 +160,64 @@ class GraphedStep(nn.Module):
     def _capture(self, tokens, index, cache, temperature, length) -> Optional[Replay]:
         """A Replay of the step for this key, or None (logged) where capture fails."""
         static_tokens, static_index = tokens.clone(), index.clone()
-        saved = [t.clone() for t in mutable_state(cache)]
         outputs: List[Tensor] = []
 
         def body() -> None:
             outputs[:] = [self.step(static_tokens, static_index, cache, temperature, length)]
 
-        def restore() -> None:
-            for tensor, copy in zip(mutable_state(cache), saved):
-                tensor.copy_(copy)
+        what = f"{tokens.size(0)} rows, {length} positions"
+        run = capture_or_none(self.capture, self.warmup, body, mutable_state(cache), what)
+        return None if run is None else Replay(static_tokens, static_index, outputs, run)
 
-        try:
-            run = self.capture(body, self.warmup, restore)
-        except RuntimeError as error:
-            logger.warning(
-                "CUDA graph capture of the static decoder step failed for %d rows, %d positions "
-                "(%s); this shape runs eagerly",
-                tokens.size(0), length, str(error).splitlines()[0] if str(error) else error,
-            )  # fmt: skip
-            restore()
-            return None
-        restore()
-        return Replay(static_tokens, static_index, outputs, run)
+
+def advance_position(
+    step: nn.Module,
+    search: TensorBeamSearch,
+    index: Tensor,
+    cache: DecoderCache,
+    temperature: float,
+    length: int,
+) -> None:
+    """One position of beam search on the device, with no host sync: the decoder step at
+    ``index`` (a (1,) tensor), ``advance``, and the caches following the hypotheses."""
+    lprobs = step(search.last_tokens(index), index, cache, temperature, length)
+    order = search.advance(index, lprobs)
+    if search.settings.beam > 1:  # one hypothesis per sentence stays in its row
+        cache.reorder(order, length)
+
+
+class GraphedSearchStep:
+    """``advance_position`` captured per key and replayed (module doc): the caller reads
+    ``search.done`` after each call, the one host sync of a position."""
+
+    def __init__(self, step: nn.Module, capture: Capture = capture_cuda_graph, warmup: int = 2):
+        self.step, self.capture, self.warmup = step, capture, warmup
+        # Per key: the static position buffer and the replay; None: capture failed, run eagerly.
+        self.replays: Dict[Tuple, Optional[Tuple[Tensor, Callable[[], None]]]] = {}
+
+    def __call__(self, search: TensorBeamSearch, index: Tensor, cache: DecoderCache,
+                 temperature: float, length: int) -> None:  # fmt: skip
+        """``advance_position`` with these arguments: replayed, or captured first."""
+        tokens = search.tokens.tensor
+        key = graph_key(self.step, tokens, cache, length, temperature, tuple(search.state()))
+        if key not in self.replays:
+            self.replays[key] = self._capture(search, index, cache, temperature, length)
+        replay = self.replays[key]
+        if replay is None:
+            advance_position(self.step, search, index, cache, temperature, length)
+            return
+        static_index, run = replay
+        static_index.copy_(index)
+        run()
+
+    def _capture(self, search, index, cache, temperature, length):
+        """(static position, replay) for this key, or None (logged) where capture fails."""
+        static_index = index.clone()
+
+        def body() -> None:
+            advance_position(self.step, search, static_index, cache, temperature, length)
+
+        state = mutable_state(cache) + search.state()
+        what = f"{search.tokens.tensor.size(0)} rows, {length} positions (with beam search)"
+        run = capture_or_none(self.capture, self.warmup, body, state, what)
+        return None if run is None else (static_index, run)

@@ -529,6 +529,33 @@ def test_reduced_precision_step(precision):
         assert torch.equal(value, before[key]), key
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("policy", [[], ["--san-encoder-self-policy", "2"]])
+def test_reduced_precision_runs_a_converted_copy_of_the_encoder(precision, policy):
+    """Below fp32 the generator runs a copy of the encoder (fairseq's attention or SAN's shared
+    one) whose linear layers compute at that precision, with outputs close to fp32's; the model's
+    encoder is left as it is, and an fp32 generator runs it as loaded."""
+    model = build(policy, dictionary=DICTIONARY)[0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert StaticSequenceGenerator([model], DICTIONARY, beam_size=4).encoder is model.encoder
+    encoder = StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision=precision).encoder
+    assert encoder is not model.encoder
+    assert not any(type(module) is torch.nn.Linear for module in encoder.modules())
+    layer = encoder.layers[0]  # a block leader: every projection
+    for linear in (layer.fc1, layer.self_attn.q_proj, layer.self_attn.out_proj):
+        if precision == "int8":
+            assert type(linear).__module__.startswith("torch.ao.nn.quantized.dynamic")
+        else:
+            assert weight_dtype(linear) == torch.bfloat16
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    expected = model.encoder(src_tokens, src_lengths)["encoder_out"][0]
+    actual = encoder(src_tokens, src_lengths)["encoder_out"][0]
+    assert actual.dtype == torch.float32
+    assert 0 < (actual - expected).abs().max() < 0.1
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN")
 def test_fp32_step_packs_its_linear_layers():
     """On a CPU with oneDNN every linear layer of an fp32 step runs on a packed weight (the

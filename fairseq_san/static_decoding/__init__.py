@@ -9,7 +9,8 @@ fairseq's SequenceGenerator, without its per-step overhead.
   reordering) for translation, the step for language models;
 * ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors, the position
   an int or a device tensor (no host sync: capturable);
-* ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8;
+* ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
+  (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in and the option checks;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam or sampling).

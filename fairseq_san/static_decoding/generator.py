@@ -30,7 +30,7 @@ from fairseq_san.static_decoding.graphs import (
     GraphedStep,
     capture_cuda_graph,
 )
-from fairseq_san.static_decoding.precision import apply_precision, check_device
+from fairseq_san.static_decoding.precision import apply_precision, check_device, convert_encoder
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
 # Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
@@ -96,6 +96,11 @@ class StaticSequenceGenerator(nn.Module):
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
         )
+        # The encoder at this precision (a language model has none).
+        encoder = getattr(self.model, "encoder", None)
+        self.encoder = (
+            None if encoder is None else convert_encoder(encoder, precision, self.execution.pack)
+        )
         # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence):
         # the step, or with CUDA graphs the whole position (``run_search_step``).
         self.run_step: Callable = self.step
@@ -138,7 +143,7 @@ class StaticSequenceGenerator(nn.Module):
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
         max_len = self._max_len(src_len)
-        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        encoder_out = self.encoder.forward_torchscript(net_input)
         padding = encoder_out["encoder_padding_mask"]
         step, device = self.step, src_tokens.device
         fixed = self.execution.fixed_layout(device)

@@ -14,14 +14,21 @@ them; int8 is torch's dynamic quantization (VNNI). ``bf16-fp32-logits`` exists b
 logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
 hypothesis of many sentences (measured: docs/results/cpu-yardstick).
 
-Only the step is converted; the model, and its encoder (run once per sentence), stay as loaded.
+A reduced precision also applies to the encoder's linear layers (``convert_encoder``), on a copy:
+the encoder runs once per sentence, but at int8 its float32 matrix products had become a fifth of
+a whole decode (docs/results/cpu-yardstick, profile of the static rows), and CTranslate2's int8,
+the yardstick's peer, quantizes its encoder too. Its activations stay float32; at fp32 the
+generator runs the model's own encoder (fairseq's outputs exactly). The model stays as loaded.
 """
 
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
+import copy
+
 import torch
 import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -78,7 +85,10 @@ def precision_help() -> str:
         f"{row.name}: {row.cast}" + ("" if "cuda" in row.devices else " (CPU only)")
         for row in PRECISIONS.values()
     )
-    return f"--san-decoding static: the precision of the step's linear layers. {rows}"
+    return (
+        "--san-decoding static: the precision of the linear layers of the decoder step (and, "
+        f"below fp32, of the encoder). {rows}"
+    )
 
 
 class PackedLinear(nn.Module):
@@ -184,6 +194,27 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
     replace_linears(step, linear_kernel(dtype, device, pack))
     step.output_projection = output_projection
     return step
+
+
+def convert_encoder(encoder: nn.Module, precision: str, pack: bool = True) -> nn.Module:
+    """The encoder the static decoder runs at ``precision`` (see module doc): the model's own at
+    fp32; else a copy whose linear layers compute as the step's do (int8 quantized, bfloat16
+    products; bf16-full's too), its activations float32."""
+    row = PRECISIONS[str(precision)]
+    if row.linear is None:
+        return encoder
+    converted = copy.deepcopy(encoder)
+    for module in converted.modules():
+        if isinstance(module, MultiheadAttention):
+            # fairseq's fused attention path reads the projections' weights, not the modules
+            module.skip_embed_dim_check = True
+    if row.quantized:
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        qconfig = {nn.Linear: per_channel_dynamic_qconfig}
+        return quantize_dynamic(converted, qconfig, dtype=row.linear, inplace=True)
+    device = next(converted.parameters()).device
+    return replace_linears(converted, linear_kernel(row.linear, device, pack))
 
 
 def check_device(precision: str, device: torch.device) -> None:

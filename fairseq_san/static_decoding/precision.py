@@ -28,7 +28,6 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -205,9 +204,8 @@ def convert_encoder(encoder: nn.Module, precision: str, pack: bool = True) -> nn
         return encoder
     converted = copy.deepcopy(encoder)
     for module in converted.modules():
-        if isinstance(module, MultiheadAttention):
-            # fairseq's fused attention path reads the projections' weights, not the modules
-            module.skip_embed_dim_check = True
+        if hasattr(module, "skip_embed_dim_check"):  # fairseq's MultiheadAttention: its fused
+            module.skip_embed_dim_check = True  # path reads the projections' weights, not them
     if row.quantized:
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 

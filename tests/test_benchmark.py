@@ -240,6 +240,8 @@ def test_profile(bench_results):
         assert set(shares) == {"self_attn", "encdec_attn", "ffn", "output_proj", "rest"}
         assert all(0.0 <= share <= 1.0 for share in shares.values())
         assert sum(shares.values()) == pytest.approx(1.0, abs=0.05)
+        # the encoder that ran is timed: the static int8 system's is a converted copy
+        assert profile["generate_share"]["encoder"] > 0, name
     base = results["systems"]["base"]["profile"]["natural"]
     assert 0.0 < base["removable_share_of_decode"] < base["attention_share_of_decode"] < 1.0
     assert base["max_speedup_from_sharing"] > 1.0

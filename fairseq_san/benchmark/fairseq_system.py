@@ -141,12 +141,12 @@ class FairseqSystem:
         return CacheMeter.of_fairseq(self.model.decoder)
 
     def _profiler(self, generator) -> StepProfiler:
-        encoder = self.model.encoder
-        if isinstance(generator, StaticSequenceGenerator):
-            return StepProfiler(generator.step, encoder, (DecoderCache, "reorder"), self.device)
+        if isinstance(generator, StaticSequenceGenerator):  # its encoder: below fp32, a copy
+            reorder = (DecoderCache, "reorder")
+            return StepProfiler(generator.step, generator.encoder, reorder, self.device)
         decoder = self.model.decoder
         reorder = (decoder, "reorder_incremental_state_scripting")
-        return StepProfiler(decoder, encoder, reorder, self.device)
+        return StepProfiler(decoder, self.model.encoder, reorder, self.device)
 
     def decode(
         self,

@@ -606,6 +606,22 @@ def test_nan_scores_are_never_chosen():
     assert not tokens.eq(7).any() and search.scores.tensor[:, :3].isfinite().all()
 
 
+def test_tensor_steps_refuse_sampling_and_prefix_tokens():
+    """A device-tensor position (what a CUDA graph captures) serves beam search only: sampling
+    and prefix forcing need the host's position, and say so rather than ignore it."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    settings = SearchSettings(2, 1, 5, 1.0, True, 0.0, DICTIONARY.pad(), DICTIONARY.unk(), 2)
+    lprobs = torch.log_softmax(torch.randn(4, len(DICTIONARY)), dim=-1)
+    prefix = torch.full((2, 6), DICTIONARY.pad())
+    search = TensorBeamSearch(settings, 2, DICTIONARY.eos(), "cpu", prefix)
+    with pytest.raises(ValueError, match="take int steps"):
+        search.advance(torch.tensor([1]), lprobs)
+    sampling = SearchSettings(2, 1, 5, 1.0, True, 0.0, DICTIONARY.pad(), DICTIONARY.unk(), 2, True)
+    with pytest.raises(ValueError, match="take int steps"):
+        TensorBeamSearch(sampling, 2, DICTIONARY.eos(), "cpu").advance(torch.tensor([1]), lprobs)
+
+
 # --- through the command-line tools ----------------------------------------------------------
 
 

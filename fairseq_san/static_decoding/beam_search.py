@@ -165,6 +165,8 @@ class TensorBeamSearch:
         every sentence is done (an int ``step`` only: with a tensor, read ``done``)."""
         s = self.settings
         on_host = synced(step)
+        if not on_host and (s.sampling or self.prefix is not None):
+            raise ValueError("sampling and prefix tokens take int steps (the host's position)")
         lprobs = self._constrain(step, lprobs)
         if s.sampling:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
@@ -197,7 +199,7 @@ class TensorBeamSearch:
         set_column(self.scores.tensor, step, placed(cand_scores, active, rows))
         return order
 
-    def _best(self, step: int, lprobs: Tensor):
+    def _best(self, step: Step, lprobs: Tensor):
         """Beam search's candidates (fairseq's BeamSearch): the 2 x beam best continuations of
         each sentence; their cumulative scores, rows and tokens, (sentences, 2 x beam) each."""
         vocab = lprobs.size(1)
@@ -239,7 +241,7 @@ class TensorBeamSearch:
         """Where fairseq's hypotheses are among the rows of ``lprobs`` (sentences, beam, vocab)."""
         return self.beam_rows.unsqueeze(2).expand(-1, -1, lprobs.size(2))
 
-    def _continuations(self, step: int, lprobs: Tensor) -> Tensor:
+    def _continuations(self, step: Step, lprobs: Tensor) -> Tensor:
         """The score of every continuation of each sentence, (sentences, beam x vocabulary):
         ``lprobs`` (constrained) summed with the hypotheses' scores, in place."""
         s = self.settings

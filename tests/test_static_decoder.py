@@ -206,11 +206,10 @@ def graphed_generator(model, capture, **settings) -> StaticSequenceGenerator:
     """The generator of ``execution="graph"`` (CUDA only) on the CPU, with a stand-in capture:
     its bookkeeping (static buffers, caches and searches kept per shape, keys) runs as on a GPU."""
     from fairseq_san.static_decoding.execution import EXECUTIONS
-    from fairseq_san.static_decoding.graphs import GraphedSearchStep, GraphedStep
+    from fairseq_san.static_decoding.graphs import GraphedSearchStep
 
     generator = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     generator.execution = EXECUTIONS["graph"]
-    generator.run_step = GraphedStep(generator.step, capture)
     generator.run_search_step = GraphedSearchStep(generator.step, capture)
     return generator
 

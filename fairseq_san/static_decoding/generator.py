@@ -65,6 +65,11 @@ def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
 class StaticSequenceGenerator(nn.Module):
     """Beam search with fairseq's semantics over a static-shape decoder step (see module doc)."""
 
+    # With CUDA graphs, whether a whole position (step, beam search, reordering) is captured
+    # (``GraphedSearchStep``) or the step alone (``GraphedStep``: a subclass whose search needs
+    # the host's position, as sampling and prompt forcing do).
+    CAPTURES_SEARCH = True
+
     def __init__(
         self,
         models: List[nn.Module],
@@ -107,9 +112,10 @@ class StaticSequenceGenerator(nn.Module):
         self.run_search_step: Optional[GraphedSearchStep] = None
         if self.execution.name == "compile":
             self.run_step = compiled(self.step, compile_backend)
+        elif self.execution.graphs and self.CAPTURES_SEARCH:
+            self.run_search_step = GraphedSearchStep(self.step, capture)
         elif self.execution.graphs:
             self.run_step = GraphedStep(self.step, capture)
-            self.run_search_step = GraphedSearchStep(self.step, capture)
         # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
         # captured).
         self._caches: Dict[Tuple, DecoderCache] = {}

@@ -32,6 +32,8 @@ LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
+    CAPTURES_SEARCH = False  # sampling and prompt forcing stay eager: the step alone is captured
+
     def __init__(
         self,
         models,

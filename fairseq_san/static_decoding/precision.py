@@ -181,11 +181,7 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
         )
     device = step.embed_tokens.device
     if row.quantized:
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        return quantize_dynamic(
-            step, {nn.Linear: per_channel_dynamic_qconfig}, dtype=row.linear, inplace=True
-        )
+        return quantize_linears(step, row)
     if row.whole_step:
         step = to_bfloat16_step(step)
     dtype = row.linear or step.dtype
@@ -193,6 +189,15 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
     replace_linears(step, linear_kernel(dtype, device, pack))
     step.output_projection = output_projection
     return step
+
+
+def quantize_linears(module: nn.Module, row: Precision) -> nn.Module:
+    """Every nn.Linear below ``module`` dynamically quantized to ``row.linear``, per output
+    channel, in place (torch's dynamic quantization: int8 weights, activations per call)."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    qconfig = {nn.Linear: per_channel_dynamic_qconfig}
+    return quantize_dynamic(module, qconfig, dtype=row.linear, inplace=True)
 
 
 def convert_encoder(encoder: nn.Module, precision: str, pack: bool = True) -> nn.Module:
@@ -207,10 +212,7 @@ def convert_encoder(encoder: nn.Module, precision: str, pack: bool = True) -> nn
         if hasattr(module, "skip_embed_dim_check"):  # fairseq's MultiheadAttention: its fused
             module.skip_embed_dim_check = True  # path reads the projections' weights, not them
     if row.quantized:
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        qconfig = {nn.Linear: per_channel_dynamic_qconfig}
-        return quantize_dynamic(converted, qconfig, dtype=row.linear, inplace=True)
+        return quantize_linears(converted, row)
     device = next(converted.parameters()).device
     return replace_linears(converted, linear_kernel(row.linear, device, pack))
 

@@ -7,6 +7,7 @@ batch finish at different steps and the n-best lists are not decided by rounding
 
 import argparse
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -555,6 +556,16 @@ def test_reduced_precision_runs_a_converted_copy_of_the_encoder(precision, polic
         assert torch.equal(value, before[key]), key
 
 
+def test_int8_without_torch_ao_is_one_clear_error(monkeypatch):
+    """int8 is built on torch.ao's dynamic quantization, which torch deprecates: a torch without
+    it refuses int8 in one line naming the cause and what still runs."""
+    monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # import -> ImportError
+    model = build([], dictionary=DICTIONARY)[0]
+    with pytest.raises(StaticDecoderError, match="no longer has torch.ao's dynamic quantization"):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="int8")
+    StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="bf16")
+
+
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN")
 def test_fp32_step_packs_its_linear_layers():
     """On a CPU with oneDNN every linear layer of an fp32 step runs on a packed weight (the
@@ -603,6 +614,29 @@ def test_nan_scores_are_never_chosen():
         search.advance(step, lprobs)
     tokens = search.tokens.tensor[:, 1:4]
     assert not tokens.eq(7).any() and search.scores.tensor[:, :3].isfinite().all()
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["int-steps", "tensor-steps"])
+def test_live_sentences_after_max_len_are_an_error(on_device):
+    """EOS is forced at max_len; a model that never gives EOS a finite log-probability leaves
+    sentences live there, which both paths report in one error (not short n-best lists)."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    eos, max_len = DICTIONARY.eos(), 2
+    pad, unk = DICTIONARY.pad(), DICTIONARY.unk()
+    settings = SearchSettings(2, 1, max_len, 1.0, True, 0.0, pad, unk, eos)
+    search = TensorBeamSearch(settings, 2, eos, "cpu")
+    with pytest.raises(RuntimeError, match="reached max_len 2 with live sentences"):
+        for step in range(max_len + 1):
+            lprobs = torch.log_softmax(torch.randn(4, len(DICTIONARY)), dim=-1)
+            lprobs[:, eos] = float("-inf")
+            if on_device and step > 0:  # the generator after a replay (position 0: an int)
+                search.advance(torch.tensor([step]), lprobs)
+                assert not bool(search.done.all())
+                search.check_max_len(step)
+            else:
+                search.advance(step, lprobs)
+    assert step == max_len
 
 
 def test_tensor_steps_refuse_sampling_and_prefix_tokens():

@@ -181,8 +181,8 @@ class TensorBeamSearch:
             self._finish(step, finishing, cand_rows[:, : s.beam], cand_scores[:, : s.beam])
             if on_host and bool(self.done.all()):
                 return None
-        if on_host and step >= s.max_len:
-            raise RuntimeError(f"beam search reached max_len {s.max_len} with live sentences")
+        if on_host:
+            self.check_max_len(step)
 
         # The first `beam` candidates that are not EOS continue (fairseq's active_mask).
         eos[:, : s.beam] |= self.ignore
@@ -198,6 +198,14 @@ class TensorBeamSearch:
         self.scores.reorder(order)
         set_column(self.scores.tensor, step, placed(cand_scores, active, rows))
         return order
+
+    def check_max_len(self, step: int) -> None:
+        """RuntimeError where sentences are still live after step ``max_len`` (EOS is forced
+        there: fairseq asserts the same), so a broken search never returns short n-best lists."""
+        if step >= self.settings.max_len:
+            raise RuntimeError(
+                f"beam search reached max_len {self.settings.max_len} with live sentences"
+            )
 
     def _best(self, step: Step, lprobs: Tensor):
         """Beam search's candidates (fairseq's BeamSearch): the 2 x beam best continuations of

@@ -224,6 +224,12 @@ class DecoderCache:
             elif state is not None:
                 state.copy_rows(order, length)
 
+    def follow(self, order: Tensor, written: int, beam: int) -> None:
+        """``reorder`` where beam search moves hypotheses between rows: with one hypothesis per
+        sentence (``beam`` 1) each stays in its row and nothing moves."""
+        if beam > 1:
+            self.reorder(order, written)
+
     def first_step(self, positions: int = 1) -> "DecoderCache":
         """A cache for positions 0..positions-1 with one row per sentence (all its hypotheses are
         the same there: position 0, a language model's prompt), sharing this one's encoder state;

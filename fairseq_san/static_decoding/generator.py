@@ -185,8 +185,7 @@ class StaticSequenceGenerator(nn.Module):
         self.run_search_step(search, index, cache, self.temperature, length)
         if bool(search.done.all()):
             return True
-        if position >= search.settings.max_len:
-            raise RuntimeError(f"beam search reached max_len {position} with live sentences")
+        search.check_max_len(position)
         return False
 
     def _follow(self, order: Optional[Tensor], cache: DecoderCache, written: int) -> bool:
@@ -194,8 +193,7 @@ class StaticSequenceGenerator(nn.Module):
         sentence is done (``order`` None)."""
         if order is None:
             return True
-        if self.beam_size > 1:  # one hypothesis per sentence stays in its row
-            cache.reorder(order, written)
+        cache.follow(order, written, self.beam_size)
         return False
 
     def _search(

@@ -181,9 +181,7 @@ def advance_position(
     """One position of beam search on the device, with no host sync: the decoder step at
     ``index`` (a (1,) tensor), ``advance``, and the caches following the hypotheses."""
     lprobs = step(search.last_tokens(index), index, cache, temperature, length)
-    order = search.advance(index, lprobs)
-    if search.settings.beam > 1:  # one hypothesis per sentence stays in its row
-        cache.reorder(order, length)
+    cache.follow(search.advance(index, lprobs), length, search.settings.beam)
 
 
 class GraphedSearchStep:

@@ -91,10 +91,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
             order = search.advance(position, lprobs)
             if order is None:
                 break
-            # Up to ``known`` every row of a sentence holds the same prompt; with one hypothesis
-            # per sentence, each stays in its row.
-            if position > known and self.beam_size > 1:
-                cache.reorder(order, position + 1)
+            if position > known:  # up to it every row of a sentence holds the same prompt
+                cache.follow(order, position + 1, self.beam_size)
         return search.hypotheses()
 
     def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:

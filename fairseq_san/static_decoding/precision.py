@@ -193,8 +193,18 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
 
 def quantize_linears(module: nn.Module, row: Precision) -> nn.Module:
     """Every nn.Linear below ``module`` dynamically quantized to ``row.linear``, per output
-    channel, in place (torch's dynamic quantization: int8 weights, activations per call)."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    channel, in place (torch's dynamic quantization: int8 weights, activations per call).
+
+    torch.ao.quantization is deprecated in favour of torchao, whose int8 was slower here
+    (docs/results/static-compile: the whole step, and each linear layer); a torch without it
+    gets one StaticDecoderError, not an ImportError from inside the generator."""
+    try:
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    except ImportError as error:
+        raise StaticDecoderError(
+            f"--san-decoder-precision int8 on torch {torch.__version__}, which no longer has "
+            "torch.ao's dynamic quantization (bf16 and bf16-full run)"
+        ) from error
 
     qconfig = {nn.Linear: per_channel_dynamic_qconfig}
     return quantize_dynamic(module, qconfig, dtype=row.linear, inplace=True)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 import torch
@@ -69,6 +70,22 @@ def bench_results(bench_data, tmp_path_factory):
     ])  # fmt: skip
     with open(out_dir / "results.json", encoding="utf-8") as handle:
         return out_dir, json.load(handle)
+
+
+def test_static_systems_are_paired_with_fairseq_decoding_the_same_model():
+    """A static decoder row is compared with the first fairseq row of its checkpoint and model
+    overrides (what it is built to reproduce), not with another model or decoding."""
+    from fairseq_san.benchmark.config import fairseq_twins, parse_system
+
+    fast = json.dumps({"san_fast_decoding": True})
+    systems = [parse_system(text) for text in (
+        "base=a.pt", "base-again=a.pt", f"base-fast=a.pt:{fast}", "san=b.pt",
+        "base-static=a.pt:" + json.dumps(STATIC), "san-static-int8=b.pt:" + json.dumps(
+            {**STATIC, "san_decoder_precision": "int8"}),
+        "other-static=c.pt:" + json.dumps(STATIC),
+        "policy-static=a.pt:" + json.dumps(SAN_STATIC_INT8),
+    )]  # fmt: skip
+    assert fairseq_twins(systems) == {"base-static": "base", "san-static-int8": "san"}
 
 
 def test_parse_system():
@@ -164,6 +181,18 @@ def test_agreement_counts_sentences_that_read_the_same():
     ours = {0: [a, b, dictionary.eos()], 1: [a], 2: [b], 3: [a, a]}
     theirs = {0: [a, b], 1: [a, dictionary.eos()], 2: [a], 3: [a]}
     assert text.agreement(ours, theirs) == 0.5
+
+
+@pytest.mark.slow
+def test_without_matplotlib_only_the_figures_are_left_out(bench_results, tmp_path, monkeypatch,
+                                                          caplog):  # fmt: skip
+    """The offline bundle for GPU machines has no matplotlib: the tables are still written."""
+    from fairseq_san.benchmark.run import write_results
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    write_results(bench_results[1], tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json", "results.md"]
+    assert "matplotlib is not installed" in caplog.text
 
 
 @pytest.mark.slow
@@ -303,6 +332,7 @@ def test_every_row_has_its_precision(bench_results):
         assert precisions["base (CTranslate2 int8)"] == "int8"
     report = (out_dir / "results.md").read_text(encoding="utf-8")
     assert "| system | decoder | precision |" in report and "| base | fairseq | fp32 |" in report
+    assert "| = base | = fairseq |" in report
     assert "| static | static | fp32 |" in report
     assert "| san-static-int8 | static | int8 |" in report
 
@@ -323,6 +353,8 @@ def test_static_decoder_rows(bench_results):
             theirs["bleu"], theirs["chrf"], theirs["tokens"]
         ), beam
         assert ours["agreement_with_baseline"] == theirs["agreement_with_baseline"] == 1.0
+        assert ours["agreement_with_fairseq"] == 1.0 and "agreement_with_fairseq" not in theirs
+        assert 0 <= san_int8["settings"][key]["agreement_with_fairseq"] <= 1  # against san's
     assert san_int8["params"] == san["params"] and san_int8["san_policy"] == san["san_policy"]
     for beam in (4, 20):
         key = f"beam{beam}_fixed"

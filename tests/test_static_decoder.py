@@ -76,9 +76,29 @@ def static_generate(model, beam: int, src_tokens, src_lengths, **kwargs):
     return generator.generate([model], sample)
 
 
+def calls_of(monkeypatch, owner, method: str) -> list:
+    """The arguments of every call of ``owner.method`` from now on (it still runs)."""
+    calls = []
+    original = getattr(owner, method)
+
+    def spy(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(owner, method, spy)
+    return calls
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_same_nbest_as_fairseq(name):
-    """Same n-best tokens, scores and positional scores as SequenceGenerator, beams 1/4/8."""
+def test_same_nbest_as_fairseq(name, monkeypatch):
+    """Same n-best tokens, scores and positional scores as SequenceGenerator, beams 1/4/8, with
+    done sentences leaving the batch on the way (caches and search, as fairseq's batch; here as
+    soon as one is done, so that every batch shrinks)."""
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
     best_lengths = set()
@@ -89,8 +109,26 @@ def test_same_nbest_as_fairseq(name):
             assert_same_hypotheses(expected, actual)
             assert [len(n) for n in actual] == [beam] * len(SOURCE_LENGTHS)
             best_lengths |= {len(nbest[0]["tokens"]) for nbest in expected}
-    # The batches really had sentences finishing at different steps.
+    # The batches really had sentences finishing at different steps, and done ones left the
+    # batch (not with SAN {1,5}/{3,3} and AAN+SAN, whose sentences all stay live to the end
+    # in these batches).
     assert len(best_lengths) >= 3, best_lengths
+    assert bool(dropped) == (name not in ("san-1,5-3,3", "aan-san")), dropped
+
+
+def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):
+    """At the default threshold a batch drops its done sentences once at most half are live,
+    and translates as fairseq does."""
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = decisive(build(MODELS["pre-norm-learned-pos"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    settings = dict(max_len_b=40, len_penalty=0.5)
+    expected = generate(model, DICTIONARY, src_tokens, src_lengths, 4, **settings)
+    assert_same_hypotheses(expected, static_generate(model, 4, src_tokens, src_lengths, **settings))
+    kept = [len(sentences) for sentences, _, _ in dropped]
+    assert kept and all(count <= len(SOURCE_LENGTHS) // 2 for count in kept), kept
 
 
 # The position-independent (fixed-layout) step against the sliced one: every attention role.
@@ -614,6 +652,34 @@ def test_nan_scores_are_never_chosen():
         search.advance(step, lprobs)
     tokens = search.tokens.tensor[:, 1:4]
     assert not tokens.eq(7).any() and search.scores.tensor[:, :3].isfinite().all()
+
+
+def test_search_without_its_done_sentences_gives_the_same_nbest():
+    """Sentences dropped from the search as they finish, one by one (``keep_sentences``), leave
+    every sentence's n-best as the search that keeps them all gives it, in the batch's order."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    beam, max_len, eos, vocab = 2, 8, DICTIONARY.eos(), len(DICTIONARY)
+    finish_at = [3, 1, 5, 2, 6, 4]  # the step at which each sentence has only EOS left
+    table = torch.log_softmax(torch.randn(max_len + 1, len(finish_at), beam, vocab), dim=-1)
+    for sentence, step in enumerate(finish_at):
+        table[step, sentence] = float("-inf")
+        table[step, sentence, :, eos] = 0.0
+    pad, unk = DICTIONARY.pad(), DICTIONARY.unk()
+    settings = SearchSettings(beam, 1, max_len, 1.0, True, 0.0, pad, unk, eos)
+    searches = [TensorBeamSearch(settings, len(finish_at), eos, "cpu") for _ in range(2)]
+    for step in range(max_len + 1):
+        for search, dropping in zip(searches, (False, True)):
+            if search.done.all():
+                continue
+            search.advance(step, table[step, search.origin].reshape(-1, vocab).clone())
+            live = ~search.done
+            if dropping and 0 < int(live.sum()) < search.sentences:
+                search.keep_sentences(live.nonzero().view(-1))
+    kept_all, dropped = (search.hypotheses() for search in searches)
+    assert searches[1].sentences == 1 and len(searches[1].set_aside) == len(finish_at) - 1
+    assert_same_hypotheses(kept_all, dropped)
+    assert [len(nbest[0]["tokens"]) for nbest in dropped] == [step + 1 for step in finish_at]
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["int-steps", "tensor-steps"])

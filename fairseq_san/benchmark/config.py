@@ -125,6 +125,25 @@ class SystemSpec:
             )
 
 
+def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:
+    """For each system the static decoder decodes, the first system that fairseq's own decoder
+    decodes from the same checkpoint with the same model overrides: the translations the static
+    decoder is built to reproduce (the report's ``= fairseq`` column)."""
+
+    def model(spec: SystemSpec) -> tuple:
+        return spec.checkpoint, json.dumps(spec.model_overrides, sort_keys=True)
+
+    decoded_by_fairseq: Dict[tuple, str] = {}
+    for spec in systems:
+        if spec.decoder == FAIRSEQ:
+            decoded_by_fairseq.setdefault(model(spec), spec.name)
+    return {
+        spec.name: decoded_by_fairseq[model(spec)]
+        for spec in systems
+        if spec.decoder == STATIC and model(spec) in decoded_by_fairseq
+    }
+
+
 def parse_system(text: str) -> SystemSpec:
     """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (JSON from the first ``:{``)."""
     name, sep, rest = text.partition("=")

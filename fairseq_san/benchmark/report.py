@@ -59,7 +59,8 @@ def main_table(results: Dict) -> str:
     """Quality, size, speed at the table beam and cache size of every system."""
     config, systems = results["config"], results["systems"]
     beam, modes, cache_mode = config["table_beam"], config["modes"], config["cache_mode"]
-    header_cells = ["system", "decoder", "precision", "BLEU", "chrF", "= base", "params"]
+    header_cells = ["system", "decoder", "precision", "BLEU", "chrF", "= base", "= fairseq",
+                    "params"]  # fmt: skip
     for mode in modes:
         header_cells += [f"tok/s b{beam} {mode}", "x base"]
     header_cells += [f"cache b{b} ({cache_mode})" for b in config["cache_beams"]]
@@ -67,7 +68,8 @@ def main_table(results: Dict) -> str:
         f"## Beam {beam}",
         "",
         "`= base`: the sentences whose best hypothesis (natural lengths) reads as the "
-        "baseline's.",
+        "baseline's; `= fairseq` (static decoder rows): as fairseq's decoder's, for the same "
+        "checkpoint and model overrides.",
         "",
         _row(header_cells),
         _row(["---"] * len(header_cells)),
@@ -76,7 +78,8 @@ def main_table(results: Dict) -> str:
         natural = setting_run(system, beam, "natural")
         cells = [*_identity(name, system), _fmt(natural.get("bleu"), ".2f"),
                  _fmt(natural.get("chrf"), ".2f"),
-                 _percent(natural.get("agreement_with_baseline"))]  # fmt: skip
+                 _percent(natural.get("agreement_with_baseline")),
+                 _percent(natural.get("agreement_with_fairseq"))]  # fmt: skip
         cells.append(str(system["params"]) if system.get("params") is not None else "-")
         for mode in modes:
             run = setting_run(system, beam, mode)

@@ -1,5 +1,6 @@
 """The benchmark from end to end: check, start the workers, time, measure, profile, report."""
 
+import importlib.util
 import json
 import logging
 import math
@@ -133,12 +134,16 @@ def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None
 
 
 def write_results(results: Dict, out_dir: Path) -> None:
-    """results.json (strict JSON), results.md and the two figures in ``out_dir``."""
+    """results.json (strict JSON), results.md and the two figures in ``out_dir``; the figures
+    only where matplotlib is installed (the offline bundle for GPU machines leaves it out)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
         json.dump(finite(results), handle, indent=2, allow_nan=False)
         handle.write("\n")
     (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
+    if importlib.util.find_spec("matplotlib") is None:
+        logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
+        return
     plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
     plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
 

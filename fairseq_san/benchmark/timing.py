@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting
+from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, fairseq_twins
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
@@ -51,8 +51,9 @@ def median(values: Sequence[float]) -> float:
 def time_setting(
     pool, names: Sequence[str], baseline: str, setting: Setting, config: BenchmarkConfig, text,
 ) -> Dict[str, Dict]:  # fmt: skip
-    """Warm-up pass (also scores, agreement with the baseline and cache peak) then ``repeats``
-    interleaved timed passes.
+    """Warm-up pass (also scores, cache peak, agreement with the baseline and, for a static
+    decoder system, with fairseq's decoding of the same model: ``config.fairseq_twins``), then
+    ``repeats`` interleaved timed passes.
 
     ``pool`` runs a system's method in its worker (``WorkerPool.call``); ``text`` scores the
     warm-up hypotheses (``data.TextSide``).
@@ -72,6 +73,10 @@ def time_setting(
             hypotheses[name] = warm.hypotheses
     for name, ours in hypotheses.items():
         runs[name]["agreement_with_baseline"] = text.agreement(ours, hypotheses[baseline])
+    for name, twin in fairseq_twins(config.systems).items():
+        if name in hypotheses and twin in hypotheses:
+            agreement = text.agreement(hypotheses[name], hypotheses[twin])
+            runs[name]["agreement_with_fairseq"] = agreement
     for repeat in range(config.repeats):
         for name in names:  # interleaved: A B C ... A B C ...
             timed = pool.call(name, "decode", setting, config.decode)

@@ -19,7 +19,8 @@ is below ``max_len``; EOS is then allowed before ``min_len``, as fairseq does.
 What differs is the bookkeeping, not the result:
 
 * a done sentence keeps its rows in the batch (masked: its candidates are never finished again),
-  so shapes never change during a batch and no cache is compacted;
+  so shapes never change during a batch, until the caller drops the done sentences from the
+  search and its caches together (``keep_sentences``, the CPU's path; their n-best are set aside);
 * finished hypotheses are written into per-sentence tensors with one scatter per step, with no
   Python loop over hypotheses or sentences (candidates that are not stored go to a spare slot);
 * a continuing hypothesis takes its parent's row when it is the parent's first continuation, and
@@ -44,7 +45,7 @@ from typing import Dict, List, Optional, Union
 import torch
 from torch import Tensor
 
-from fairseq_san.static_decoding.caches import Reorderable
+from fairseq_san.static_decoding.caches import Reorderable, sentence_rows
 
 Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the device
 
@@ -87,6 +88,12 @@ class SearchSettings:
 
 class TensorBeamSearch:
     """State of one batch: live hypotheses (sentences x beam rows) and finished ones."""
+
+    # The tensors with one entry per sentence (``keep_sentences``), besides ``prefix``.
+    PER_SENTENCE = (
+        "ignore", "final_tokens", "final_positional", "final_scores", "final_lengths",
+        "final_count", "done", "beam_rows", "origin",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -146,6 +153,27 @@ class TensorBeamSearch:
         self.done.zero_()
         self.beam_rows.copy_(torch.arange(self.settings.beam).expand_as(self.beam_rows))
         self.prefix = prefix
+        # The batch's index of each sentence still searched, and the n-best of those dropped.
+        self.origin = torch.arange(self.sentences, device=self.done.device)
+        self.set_aside: Dict[int, List[Dict[str, Tensor]]] = {}
+
+    def keep_sentences(self, sentences: Tensor) -> None:
+        """Only ``sentences`` (indices, in order; done ones are left out) stay in the search; the
+        n-best of the others are set aside for ``hypotheses``. The caches must keep the same
+        sentences (``DecoderCache.keep_sentences``)."""
+        kept = set(sentences.tolist())
+        for sentence, original in enumerate(self.origin.tolist()):
+            if sentence not in kept:
+                self.set_aside[original] = self._nbest(sentence)
+        rows = sentence_rows(sentences, self.settings.beam)
+        self.tokens.keep_rows(rows)
+        self.scores.keep_rows(rows)
+        for name in self.PER_SENTENCE:
+            setattr(self, name, getattr(self, name).index_select(0, sentences))
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, sentences)
+        self.sentences = sentences.numel()
+        self.row_offsets = self.row_offsets[: self.sentences]
 
     def state(self) -> List[Tensor]:
         """Every tensor ``advance`` writes (what a capture's warm-up runs must restore)."""
@@ -336,26 +364,31 @@ class TensorBeamSearch:
         final.scatter_(1, slot.unsqueeze(2).expand_as(rows), rows)
 
     def hypotheses(self) -> List[List[Dict[str, Tensor]]]:
-        """fairseq's output: per sentence, its finished hypotheses by descending score."""
-        results = []
-        counts = self.final_count.tolist()
-        for sentence, count in enumerate(counts):
-            scores = self.final_scores[sentence, :count].clone()
-            _, ranked = torch.sort(scores, descending=True)
-            nbest = []
-            for slot in ranked.tolist():
-                length = int(self.final_lengths[sentence, slot])
-                nbest.append(
-                    {
-                        "tokens": self.final_tokens[sentence, slot, :length],
-                        "score": self.final_scores[sentence, slot],
-                        "attention": torch.empty(0),
-                        "alignment": torch.empty(0),
-                        "positional_scores": self.final_positional[sentence, slot, :length],
-                    }
-                )
-            results.append(nbest)
-        return results
+        """fairseq's output: per sentence of the batch, its finished hypotheses by descending
+        score."""
+        results = dict(self.set_aside)
+        for sentence, original in enumerate(self.origin.tolist()):
+            results[original] = self._nbest(sentence)
+        return [results[original] for original in range(len(results))]
+
+    def _nbest(self, sentence: int) -> List[Dict[str, Tensor]]:
+        """The finished hypotheses of the search's ``sentence``, by descending score."""
+        count = int(self.final_count[sentence])
+        scores = self.final_scores[sentence, :count].clone()
+        _, ranked = torch.sort(scores, descending=True)
+        nbest = []
+        for slot in ranked.tolist():
+            length = int(self.final_lengths[sentence, slot])
+            nbest.append(
+                {
+                    "tokens": self.final_tokens[sentence, slot, :length],
+                    "score": self.final_scores[sentence, slot],
+                    "attention": torch.empty(0),
+                    "alignment": torch.empty(0),
+                    "positional_scores": self.final_positional[sentence, slot, :length],
+                }
+            )
+        return nbest
 
 
 def restricted_probabilities(lprobs: Tensor, topk: int, topp: float):

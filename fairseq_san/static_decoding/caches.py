@@ -15,7 +15,9 @@
   none.
 
 Finished sentences keep their rows (beam search masks them), so every shape stays fixed during a
-batch.
+batch; in the sliced layout, once at most half of a batch's sentences are live, the done ones
+leave it (``keep_sentences``), as they leave fairseq's batch, so that a long output does not pay
+for the rows of finished ones.
 
 Two layouts, one step (``fixed`` below; step.py reads the cache only through ``Position``):
 
@@ -76,6 +78,20 @@ class Reorderable:
         else:
             self.tensor, self._spare = self._spare, self.tensor
 
+    def keep_rows(self, rows: Tensor, length: Optional[int] = None) -> None:
+        """Only ``rows`` stay, in that order, in a new tensor (the positions ``:length`` copied,
+        the others written before they are read). Not with ``fixed_address``: a captured graph
+        reads the memory it was captured on."""
+        if self.fixed_address:
+            raise ValueError("a fixed-address tensor keeps all its rows")
+        shape = list(self.tensor.shape)
+        shape[self.dim] = rows.numel()
+        kept = self.tensor.new_empty(shape)
+        self._written(kept, length).copy_(
+            self._written(self.tensor, length).index_select(self.dim, rows)
+        )
+        self.tensor, self._spare = kept, None
+
     def copy_rows(self, order: Tensor, length: Optional[int] = None) -> None:
         """Row i becomes row ``order[i]`` (positions ``:length``), in place, copying only the
         rows with ``order[i] != i``. Valid when no row so copied is the source of another, as
@@ -86,6 +102,13 @@ class Reorderable:
         # tensor measured 5-13x slower (they copy slice by slice, and all of it twice).
         for row, source in zip(moved.tolist(), order[moved].tolist()):
             written.select(self.dim, row).copy_(written.select(self.dim, source))
+
+
+def sentence_rows(sentences: Tensor, per_sentence: int) -> Tensor:
+    """The rows of ``sentences`` (indices) in a tensor of ``per_sentence`` rows per sentence
+    (hypotheses: the beam; encoder states: the heads), sentence-major."""
+    offsets = torch.arange(per_sentence, device=sentences.device)
+    return (sentences.unsqueeze(1) * per_sentence + offsets).view(-1)
 
 
 # Lengths a fixed-layout step attends over: a short output does not pay for the longest one, and
@@ -223,6 +246,22 @@ class DecoderCache:
                 state.reorder(order)
             elif state is not None:
                 state.copy_rows(order, length)
+
+    def keep_sentences(self, sentences: Tensor, beam: int, written: int) -> None:
+        """Only ``sentences`` (indices, in order) stay: their hypotheses' rows (``written``
+        positions of self-attention) and their encoder state (the sliced layout only)."""
+        rows = sentence_rows(sentences, beam)
+        if self.self_attention is not None:
+            self.self_attention.keep_rows(rows, written)
+        if self.sums is not None:
+            self.sums.keep_rows(rows)
+        if self.encoder:
+            heads = self.encoder[0].size(0) // self.sentences
+            per_head = sentence_rows(sentences, heads)
+            self.encoder = [state.index_select(0, per_head) for state in self.encoder]
+        if self.source_padding is not None:
+            self.source_padding = self.source_padding.index_select(0, sentences)
+        self.sentences = sentences.numel()
 
     def follow(self, order: Tensor, written: int, beam: int) -> None:
         """``reorder`` where beam search moves hypotheses between rows: with one hypothesis per

@@ -9,10 +9,12 @@ option the static decoder does not implement.
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
 ``StaticDecoderStep`` followed by one ``TensorBeamSearch.advance`` (position 0 on one row per
-sentence: its hypotheses are all the same there). How the step runs (eager in the device's
-layout, fixed layout, compiled, CUDA graphs) is a row of ``execution.EXECUTIONS``; with CUDA
-graphs a position is one replay of the step, ``advance`` and the caches' reordering together
-(``graphs.GraphedSearchStep``), on a cache and a beam search kept per shape.
+sentence: its hypotheses are all the same there). In the sliced layout (the CPU's) the done
+sentences leave the batch once at most half are live (``drop_done_sentences``). How the step
+runs (eager in the device's layout, fixed layout, compiled, CUDA graphs) is a row of
+``execution.EXECUTIONS``; with CUDA graphs a position is one replay of the step, ``advance`` and
+the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a beam search kept
+per shape.
 """
 
 from typing import Callable, Dict, List, Optional, Tuple, Union
@@ -179,7 +181,10 @@ class StaticSequenceGenerator(nn.Module):
         one replay (step, search, reordering) and one host sync."""
         if self.run_search_step is None:
             lprobs = self._step(search.last_tokens(position), position, index, cache)
-            return self._follow(search.advance(position, lprobs), cache, position + 1)
+            finished = self._follow(search.advance(position, lprobs), cache, position + 1)
+            if not finished and not cache.fixed:
+                drop_done_sentences(search, cache, self.beam_size, position + 1)
+            return finished
         index.fill_(position)
         length = length_bucket(position + 1)
         self.run_search_step(search, index, cache, self.temperature, length)
@@ -265,6 +270,26 @@ class StaticSequenceGenerator(nn.Module):
             unk=self.unk,
             eos=self.eos,
         )
+
+
+# The sliced layout drops the done sentences once the live ones are at most this share of those
+# searched: halving bounds the copies to a few per batch.
+DROP_DONE_AT = 0.5
+
+
+def drop_done_sentences(
+    search: TensorBeamSearch, cache: DecoderCache, beam: int, written: int
+) -> None:
+    """The sliced layout's batch shrinking: once at most ``DROP_DONE_AT`` of the sentences
+    searched are live, the done ones leave the search and the caches (``written`` positions), so
+    that the steps left no longer compute their rows, as fairseq's batch shrinks."""
+    live = ~search.done
+    count = int(live.sum())
+    if count == search.sentences or count > search.sentences * DROP_DONE_AT:
+        return
+    sentences = live.nonzero().view(-1)
+    search.keep_sentences(sentences)
+    cache.keep_sentences(sentences, beam, written)
 
 
 def build_static_generator(

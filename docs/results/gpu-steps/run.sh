@@ -1,52 +1,111 @@
 #!/usr/bin/env bash
-# Issue 19's GPU checks in one device call (about 3 minutes), from the repository root on the GPU
-# machine, after `source build/offline-bundle/activate.sh` with a bundle built with --tests:
-#   1. the static decoder's CUDA tests (captured positions against the eager fixed step: fp32,
-#      fp16, bf16; baseline, SAN, AAN+SAN) and the capture logic's CPU tests;
-#   2. ms per decoder step (fairseq-san-bench steps: random weights, fixed lengths, all decoders
-#      in one process, so a profile, not the issue's end-to-end targets): fairseq, the static
-#      decoder eager in the fixed layout, and captured as CUDA graphs; baseline and SAN {6}/{6};
-#      beam 4 at batch 16 and 128, fp32 and fp16 models; beam 20 at batch 16;
-#   3. torch.profiler's view of one batch of captured positions (fp32, beam 4, batch 16).
-# Everything goes to $OUT/gpu-steps.txt (OUT: runs/gpu-steps when unset), line by line, so that a
-# call cut short still returns what ran. LEFT_S (default 600): the seconds the call has; a part
-# that would not fit in what is left is skipped and says so.
+# The static decoder's GPU checks, from the repository root on the GPU machine, after
+# `source build/offline-bundle/activate.sh` with a bundle built with --tests. PARTS (default: all,
+# in this order) chooses among:
+#   tests    the static decoder's CUDA tests (captured positions against the eager fixed step:
+#            fp32, fp16, bf16; baseline, SAN, AAN+SAN) and the capture logic's CPU tests;
+#   e2e      end to end (fairseq-san-bench --gpu, each engine in a process of its own, fp32): the
+#            converged campaign's en-de stage-1 models on this machine (CHECKPOINTS: the baseline
+#            loop/ and uniform-6-6/ run dirs; skipped when absent), each decoded by fairseq and by
+#            the static decoder as CUDA graphs; beams 4 and 20, natural lengths (BLEU, and "=
+#            fairseq": translations identical to fairseq's) and fixed; beam 4, batch 128 on every
+#            test sentence, then batch 16 on the first 128;
+#   steps    ms per decoder step (fairseq-san-bench steps: random weights, fixed lengths, all
+#            decoders in one process, so a profile): fairseq, static eager (fixed layout), static
+#            as CUDA graphs; baseline and SAN {6}/{6}; beam 4 at batch 16 and 128, fp32 and fp16
+#            models; beam 20 at batch 16;
+#   profile  torch.profiler's view of one batch of captured positions (fp32, beam 4, batch 16);
+#   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
+#            static eager and --san-fast-decoding rows beside them.
+# The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
+# $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
+# seconds the call has; a part that would not fit in what is left is skipped, and says so.
 #
 #   export FAIRSEQ_SAN_PREFIX=/tmp/fairseq-san; source build/offline-bundle/activate.sh &&
 #     LEFT_S=$((590 - SECONDS)) docs/results/gpu-steps/run.sh
+# (results.md: how a GPU session runs it beside and after the en-de slice.)
 set -uo pipefail
 
 OUT=${OUT:-runs/gpu-steps}
 LEFT_S=${LEFT_S:-600}
-mkdir -p "$OUT"
-LOG=$OUT/gpu-steps.txt
+PARTS=${PARTS:-tests e2e steps profile e2e-more}
+LOG=${LOG:-$OUT/gpu-steps.txt}
+CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
+DATA=data-bin/multi30k.en-de
+[ -d "$DATA" ] || DATA=build/offline-bundle/data-bin/multi30k.en-de
+BENCH=$OUT/gpu-steps
 STEPS=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --rounds 3
   --policies baseline san-6-6 --decoders fairseq static-fp32-fixed static-fp32-graph)
+mkdir -p "$OUT" "$BENCH"
 
 part() {  # part SECONDS TITLE COMMAND...: run COMMAND under a SECONDS timeout if they are left
-  local seconds=$1 title=$2; shift 2
+  local seconds=$1 title=$2
+  shift 2
   if [ $((LEFT_S - SECONDS)) -lt "$seconds" ]; then
     echo "== skipped (under $seconds s left): $title"
     return
   fi
-  echo "== $title"
+  echo "== $title (at ${SECONDS} s)"
   timeout "$seconds" "$@"
 }
 
+static() {  # static EXECUTION: the overrides of a static decoder system
+  echo "{\"san_decoding\": \"static\", \"san_decoder_execution\": \"$1\"}"
+}
+
+# e2e SECONDS TITLE NAME BATCH SENTENCES BEAMS [fairseq-san-bench args]: a part that decodes the
+# slice's models end to end into $BENCH/NAME
+e2e() {
+  local seconds=$1 title=$2 name=$3 batch=$4 sentences=$5 beams=$6
+  shift 6
+  part "$seconds" "e2e: $title" fairseq-san-bench --gpu --data "$DATA" --subset test \
+    --batch-size "$batch" --max-sentences "$sentences" --beams $beams --modes natural fixed \
+    --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile --cache-beams --no-ctranslate2 \
+    --system "baseline=$BASE" --system "baseline-graph=$BASE:$(static graph)" \
+    --system "san=$SAN" --system "san-graph=$SAN:$(static graph)" "$@" --out-dir "$BENCH/$name"
+}
+
+BASE=$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt
+SAN=$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt
+MORE=(--system "baseline-eager=$BASE:$(static eager)"
+  --system "san-fast=$SAN:{\"san_fast_decoding\": true}")
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   git log -1 --format="commit %H" 2>/dev/null || true
-  part 150 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs tests/test_static_decoder.py \
-    -k "cuda or graph or whole_position or host_sync"
-  for dtype in fp32 fp16; do
-    for batch in 16 128; do
-      part 90 "steps: $dtype model, beam 4, batch $batch" \
-        "${STEPS[@]}" --dtype "$dtype" --beam 4 --batch "$batch"
-    done
+  for name in $PARTS; do
+    case $name in
+      tests)
+        part 150 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs \
+          tests/test_static_decoder.py -k "cuda or graph or whole_position or host_sync" ;;
+      e2e | e2e-more)
+        if [ ! -f "$BASE" ] || [ ! -f "$SAN" ]; then
+          echo "== skipped: $name (no $BASE or $SAN: the en-de slice's stage 1 did not run here)"
+          continue
+        fi
+        if [ "$name" = e2e ]; then
+          e2e 120 "fp32, beam 4, batch 128, every test sentence" fp32-batch128 128 1000 4
+          e2e 110 "fp32, beam 4, batch 16, 128 sentences" fp32-batch16 16 128 4
+        else
+          e2e 150 "fp16, beams 4 and 20, batch 128, every test sentence" fp16-batch128 \
+            128 1000 "4 20" --fp16
+          e2e 150 "fp32 with static eager and fast decoding, beams 4 and 20, batch 16" \
+            fp32-batch16-more 16 128 "4 20" "${MORE[@]}"
+        fi ;;
+      steps)
+        for dtype in fp32 fp16; do
+          for batch in 16 128; do
+            part 90 "steps: $dtype model, beam 4, batch $batch" \
+              "${STEPS[@]}" --dtype "$dtype" --beam 4 --batch "$batch"
+          done
+        done
+        part 90 "steps: fp32 model, beam 20, batch 16" "${STEPS[@]}" --beam 20 --batch 16 ;;
+      profile)
+        part 60 "profile: fp32, beam 4, batch 16, captured positions" \
+          fairseq-san-bench steps --device cuda --threads 4 --length 40 --rounds 1 \
+          --policies baseline san-6-6 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
+      *) echo "== unknown part $name (tests, e2e, steps, profile, e2e-more)" ;;
+    esac
   done
-  part 90 "steps: fp32 model, beam 20, batch 16" "${STEPS[@]}" --beam 20 --batch 16
-  part 60 "profile: fp32, beam 4, batch 16, captured positions" \
-    fairseq-san-bench steps --device cuda --threads 4 --length 40 --rounds 1 \
-    --policies baseline san-6-6 --decoders static-fp32-graph --beam 4 --batch 16 --profile
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"
+tar czf "$OUT/gpu-steps.tar.gz" -C "$OUT" gpu-steps
 tail -n 60 "$LOG"

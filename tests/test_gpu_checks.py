@@ -1,0 +1,103 @@
+"""docs/results/gpu-steps/run.sh, the GPU checks a lent GPU runs after the converged slice, with
+stand-ins for the GPU's commands: which benchmarks it asks for (their command lines parsed by the
+real fairseq-san-bench parser), what it skips, and what comes back."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "docs/results/gpu-steps/run.sh"
+
+# fairseq-san-bench's stand-in: parses its arguments as the real command does, records them, and
+# writes an empty results.json where the benchmark would.
+BENCH_STAND_IN = f"""#!{sys.executable}
+import json, os, sys
+from pathlib import Path
+
+argv = sys.argv[1:]
+record = {{"argv": argv}}
+if argv[:1] != ["steps"]:
+    from fairseq_san.benchmark.config import fairseq_twins
+    from fairseq_san.cli.bench import build_parser, config_from_args
+
+    config = config_from_args(build_parser().parse_args(argv), "stand-in")
+    record.update(systems={{s.name: s.overrides for s in config.systems}},
+                  twins=fairseq_twins(config.systems), fp16=config.fp16, out=config.out_dir)
+    Path(config.out_dir).mkdir(parents=True)
+    (Path(config.out_dir) / "results.json").write_text("{{}}")
+with open(os.environ["BENCH_RECORD"], "a") as handle:
+    handle.write(json.dumps(record) + "\\n")
+"""
+
+
+def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True):
+    """Run the script in ``tmp_path`` with stand-ins; (its stdout, the benchmark calls)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "fairseq-san-bench").write_text(BENCH_STAND_IN)
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA stand-in, 1.0'\n")
+    for stand_in in bin_dir.iterdir():
+        stand_in.chmod(0o755)
+    runs = tmp_path / "runs"
+    if checkpoints:
+        for run_dir in ("loop", "uniform-6-6"):
+            checkpoint = runs / run_dir / "iter0/checkpoints/checkpoint_best.pt"
+            checkpoint.parent.mkdir(parents=True)
+            checkpoint.write_bytes(b"")
+    record = tmp_path / "bench.jsonl"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BENCH_RECORD": str(record),
+           "OUT": str(tmp_path / "out"), "CHECKPOINTS": str(runs), "PARTS": parts,
+           "LEFT_S": str(left_s)}  # fmt: skip
+    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = record.read_text().splitlines() if record.exists() else []
+    return done.stdout, [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("parts", ["e2e", "e2e-more"])
+def test_end_to_end_decodes_the_slice_models_with_fairseq_and_as_graphs(tmp_path, parts):
+    """Every end-to-end run pairs each captured-graph system with fairseq's decoding of the same
+    checkpoint (the "= fairseq" check), on the slice's baseline and SAN; e2e-more adds fp16, the
+    static eager step and --san-fast-decoding; everything the benchmarks wrote comes back."""
+    stdout, calls = run_checks(tmp_path, parts)
+    assert len(calls) == 2
+    graph = {"san_decoding": "static", "san_decoder_execution": "graph"}
+    for call in calls:
+        systems = call["systems"]
+        assert systems["baseline"] == systems["san"] == {}
+        assert systems["baseline-graph"] == systems["san-graph"] == graph
+        assert {"baseline-graph": "baseline", "san-graph": "san"}.items() <= call["twins"].items()
+        assert call["argv"][call["argv"].index("--repeats") + 1] == "3"
+    beams = [call["argv"][call["argv"].index("--beams") + 1 :][:2] for call in calls]
+    if parts == "e2e":
+        assert [call["fp16"] for call in calls] == [False, False]
+        assert [b[0] for b in beams] == ["4", "4"] and beams[0][1].startswith("--")
+        assert [c["argv"][c["argv"].index("--batch-size") + 1] for c in calls] == ["128", "16"]
+    else:
+        assert [call["fp16"] for call in calls] == [True, False]
+        assert beams == [["4", "20"], ["4", "20"]]
+        assert calls[1]["twins"]["baseline-eager"] == "baseline"
+        assert calls[1]["systems"]["san-fast"] == {"san_fast_decoding": True}
+    with tarfile.open(tmp_path / "out/gpu-steps.tar.gz") as archive:
+        returned = {name for name in archive.getnames() if name.endswith("results.json")}
+    assert returned == {f"gpu-steps/{Path(call['out']).name}/results.json" for call in calls}
+    assert "NVIDIA stand-in" in (tmp_path / "out/gpu-steps.txt").read_text()
+
+
+def test_what_does_not_fit_or_has_no_models_is_skipped_and_said(tmp_path):
+    """Parts that the call's time cannot hold are skipped, and so are the end-to-end runs without
+    the slice's checkpoints; the step timings still run, each in its own call."""
+    stdout, calls = run_checks(tmp_path, "e2e steps", checkpoints=False)
+    assert "== skipped: e2e (no " in stdout
+    assert [call["argv"][0] for call in calls] == ["steps"] * 5
+    stdout, calls = run_checks(tmp_path / "short", "e2e steps", left_s=100)  # steps: 90 s each
+    assert "== skipped (under 120 s left): e2e: fp32, beam 4, batch 128" in stdout
+    assert "== skipped (under 110 s left): e2e: fp32, beam 4, batch 16" in stdout
+    assert len(calls) == 5 and "skipped" not in stdout.split("== steps")[1]

@@ -283,6 +283,31 @@ class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
         return super().__exit__(*exc)
 
 
+class HostReads(NoHostSync):
+    """Counts what NoHostSync refuses, in ``reads``, instead of failing."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        except AssertionError:
+            self.reads += 1
+            return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        entered = super().__enter__()  # keeps the real tolist in self.tolist, restored on exit
+
+        def counted(tensor):
+            self.reads += 1
+            return self.tolist(tensor)
+
+        torch.Tensor.tolist = counted
+        return entered
+
+
 def capture_without_host_sync(captures: list):
     """``replay_by_calling``, every run of the body under ``NoHostSync``."""
     calling = replay_by_calling(captures)
@@ -680,6 +705,32 @@ def test_search_without_its_done_sentences_gives_the_same_nbest():
     assert searches[1].sentences == 1 and len(searches[1].set_aside) == len(finish_at) - 1
     assert_same_hypotheses(kept_all, dropped)
     assert [len(nbest[0]["tokens"]) for nbest in dropped] == [step + 1 for step in finish_at]
+
+
+def test_the_nbest_lists_are_read_from_the_device_in_a_few_reads():
+    """The n-best lists of a batch cost the same few host reads whatever its size (on a GPU each
+    read is a sync), and rank ties in the order the hypotheses finished (fairseq's stable
+    sort)."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    eos, reads = DICTIONARY.eos(), []
+    settings = SearchSettings(4, 1, 3, 1.0, True, 0.0, DICTIONARY.pad(), DICTIONARY.unk(), eos)
+    for sentences in (2, 8):
+        search = TensorBeamSearch(settings, sentences, eos, "cpu")
+        for step in range(4):  # EOS forced at max_len 3: every sentence is done
+            lprobs = torch.log_softmax(torch.randn(sentences * 4, len(DICTIONARY)), dim=-1)
+            search.advance(step, lprobs)
+        with HostReads() as counter:
+            nbests = search.hypotheses()
+        reads.append(counter.reads)
+        assert [len(nbest) for nbest in nbests] == [4] * sentences
+    assert reads[0] == reads[1] <= 4, reads
+    search = TensorBeamSearch(settings, 1, eos, "cpu")
+    search.final_count.fill_(3)
+    search.final_scores.copy_(torch.tensor([[-1.0, -2.0, -1.0, 0.0, 5.0]]))
+    search.final_lengths.copy_(torch.tensor([[1, 2, 3, 4, 4]]))
+    lengths = [len(hypothesis["tokens"]) for hypothesis in search.hypotheses()[0]]
+    assert lengths == [1, 3, 2]  # the tie (-1) in slot order; slot 3 and the spare are not stored
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["int-steps", "tensor-steps"])

@@ -162,9 +162,9 @@ class TensorBeamSearch:
         n-best of the others are set aside for ``hypotheses``. The caches must keep the same
         sentences (``DecoderCache.keep_sentences``)."""
         kept = set(sentences.tolist())
-        for sentence, original in enumerate(self.origin.tolist()):
+        for sentence, (original, nbest) in enumerate(zip(self.origin.tolist(), self._nbests())):
             if sentence not in kept:
-                self.set_aside[original] = self._nbest(sentence)
+                self.set_aside[original] = nbest
         rows = sentence_rows(sentences, self.settings.beam)
         self.tokens.keep_rows(rows)
         self.scores.keep_rows(rows)
@@ -367,28 +367,34 @@ class TensorBeamSearch:
         """fairseq's output: per sentence of the batch, its finished hypotheses by descending
         score."""
         results = dict(self.set_aside)
-        for sentence, original in enumerate(self.origin.tolist()):
-            results[original] = self._nbest(sentence)
+        results.update(zip(self.origin.tolist(), self._nbests()))
         return [results[original] for original in range(len(results))]
 
-    def _nbest(self, sentence: int) -> List[Dict[str, Tensor]]:
-        """The finished hypotheses of the search's ``sentence``, by descending score."""
-        count = int(self.final_count[sentence])
-        scores = self.final_scores[sentence, :count].clone()
-        _, ranked = torch.sort(scores, descending=True)
-        nbest = []
-        for slot in ranked.tolist():
-            length = int(self.final_lengths[sentence, slot])
-            nbest.append(
-                {
-                    "tokens": self.final_tokens[sentence, slot, :length],
-                    "score": self.final_scores[sentence, slot],
-                    "attention": torch.empty(0),
-                    "alignment": torch.empty(0),
-                    "positional_scores": self.final_positional[sentence, slot, :length],
-                }
-            )
-        return nbest
+    def _nbests(self) -> List[List[Dict[str, Tensor]]]:
+        """Per sentence searched, its finished hypotheses by descending score, ties in the order
+        they finished (fairseq sorts them stably), as views of the final tensors. Three reads
+        from the device whatever the batch size (one per sentence costs a host sync each on a
+        GPU)."""
+        slots = torch.arange(self.final_scores.size(1), device=self.final_scores.device)
+        stored = slots < self.final_count.unsqueeze(1)  # the spare slot never is
+        scores = self.final_scores.masked_fill(~stored, -math.inf)
+        ranked = torch.sort(scores, dim=1, descending=True, stable=True).indices
+        counts, lengths = self.final_count.tolist(), self.final_lengths.tolist()
+        ranked = ranked.tolist()
+        return [
+            [self._hypothesis(sentence, slot, lengths[sentence][slot]) for slot in order[:count]]
+            for sentence, (count, order) in enumerate(zip(counts, ranked))
+        ]
+
+    def _hypothesis(self, sentence: int, slot: int, length: int) -> Dict[str, Tensor]:
+        """fairseq's record of the finished hypothesis in ``slot`` of ``sentence``."""
+        return {
+            "tokens": self.final_tokens[sentence, slot, :length],
+            "score": self.final_scores[sentence, slot],
+            "attention": torch.empty(0),
+            "alignment": torch.empty(0),
+            "positional_scores": self.final_positional[sentence, slot, :length],
+        }
 
 
 def restricted_probabilities(lprobs: Tensor, topk: int, topp: float):

@@ -704,3 +704,16 @@ def load_builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def calls_of(monkeypatch, owner, method: str) -> list:
+    """The arguments of every call of ``owner.method`` from now on (it still runs)."""
+    calls = []
+    original = getattr(owner, method)
+
+    def spy(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(owner, method, spy)
+    return calls

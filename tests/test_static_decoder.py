@@ -19,6 +19,7 @@ from helpers import (
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
+    calls_of,
     cli_env,
     generate,
     make_dictionary,
@@ -74,19 +75,6 @@ def static_generate(model, beam: int, src_tokens, src_lengths, **kwargs):
     generator = StaticSequenceGenerator([model], DICTIONARY, beam_size=beam, **kwargs)
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
     return generator.generate([model], sample)
-
-
-def calls_of(monkeypatch, owner, method: str) -> list:
-    """The arguments of every call of ``owner.method`` from now on (it still runs)."""
-    calls = []
-    original = getattr(owner, method)
-
-    def spy(self, *args):
-        calls.append(args)
-        return original(self, *args)
-
-    monkeypatch.setattr(owner, method, spy)
-    return calls
 
 
 @pytest.mark.parametrize("name", MODELS)

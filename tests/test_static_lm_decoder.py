@@ -9,7 +9,7 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from helpers import build, build_lm, make_dictionary
+from helpers import build, build_lm, calls_of, make_dictionary
 from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.caches import allocate_cache
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -88,6 +88,30 @@ def test_beam_search_with_a_prompt_equals_fairseqs(system):
     theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
     ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
     assert_same_hypotheses(ours, theirs)
+
+
+@pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
+def test_done_prompts_leave_the_batch_and_the_output_stays_fairseqs(system, monkeypatch):
+    """Prompts whose search is done leave the batch (here as soon as one is), caches and search
+    together, ragged prompts still being forced; fairseq's output all the same."""
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = language_model(system)
+    with torch.no_grad():  # EOS likely at some positions: prompts end at different steps
+        weight = model.decoder.output_projection.weight
+        direction = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0))
+        weight[DICT.eos()] += 1.5 * direction
+    prefix = prompts((2, 6, 4, 3, 5, 1), seed=3)  # forced up to 6 positions, 1 for all
+    for beam in (1, 4):
+        options = dict(beam_size=beam, max_len_b=20)
+        theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+        ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
+        assert_same_hypotheses(ours, theirs)
+    kept = [len(sentences) for sentences, _, _ in dropped]
+    assert len(set(kept)) >= 3, kept  # several times per batch
 
 
 @pytest.mark.parametrize("system", list(SYSTEMS))

@@ -7,7 +7,8 @@ all their keys and values, and the log-probabilities after each prompt token, at
 step per position as in translation (``StaticSequenceGenerator``), where a longer prompt's tokens
 are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
 same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn
-from torch's generator, so ``--seed`` fixes them), with fairseq's rules (``beam_search.py``).
+from torch's generator, so ``--seed`` fixes them), with fairseq's rules (``beam_search.py``); in
+the sliced layout done prompts leave the batch after the prefill, as in translation.
 
 Caches (``caches.py``): keys and values for a layer with its own (no sharing, a block's first
 layer), values only for a SAN follower (it reuses the block's attention weights S), nothing for a
@@ -23,7 +24,11 @@ from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
+from fairseq_san.static_decoding.generator import (
+    StaticSequenceGenerator,
+    drop_done_sentences,
+    generator_options,
+)
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
 LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
@@ -93,6 +98,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
                 break
             if position > known:  # up to it every row of a sentence holds the same prompt
                 cache.follow(order, position + 1, self.beam_size)
+                if not fixed:  # the prefilled positions are behind: their rows may go
+                    drop_done_sentences(search, cache, self.beam_size, position + 1)
         return search.hypotheses()
 
     def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:

@@ -182,7 +182,7 @@ class StaticSequenceGenerator(nn.Module):
         if self.run_search_step is None:
             lprobs = self._step(search.last_tokens(position), position, index, cache)
             finished = self._follow(search.advance(position, lprobs), cache, position + 1)
-            if not finished and not cache.fixed:
+            if not finished:
                 drop_done_sentences(search, cache, self.beam_size, position + 1)
             return finished
         index.fill_(position)
@@ -282,7 +282,10 @@ def drop_done_sentences(
 ) -> None:
     """The sliced layout's batch shrinking: once at most ``DROP_DONE_AT`` of the sentences
     searched are live, the done ones leave the search and the caches (``written`` positions), so
-    that the steps left no longer compute their rows, as fairseq's batch shrinks."""
+    that the steps left no longer compute their rows, as fairseq's batch shrinks. The fixed
+    layout keeps its shapes (compiled steps and CUDA graphs depend on them)."""
+    if cache.fixed:
+        return
     live = ~search.done
     count = int(live.sum())
     if count == search.sentences or count > search.sentences * DROP_DONE_AT:

@@ -98,8 +98,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
                 break
             if position > known:  # up to it every row of a sentence holds the same prompt
                 cache.follow(order, position + 1, self.beam_size)
-                if not fixed:  # the prefilled positions are behind: their rows may go
-                    drop_done_sentences(search, cache, self.beam_size, position + 1)
+                drop_done_sentences(search, cache, self.beam_size, position + 1)
         return search.hypotheses()
 
     def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:

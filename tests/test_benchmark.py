@@ -449,6 +449,18 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
     assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
 
 
+def test_step_timer_profile_prints_the_host_view_of_each_system_on_a_cpu(capsys):
+    """``--profile``: one table per system by host time; the device view is a GPU's only."""
+    from fairseq_san.cli.bench import main
+
+    main(["steps", "--vocab", "40", "--batch", "1", "--batches", "1", "--length", "2",
+          "--source-length", "3", "--rounds", "1", "--threads", "1", "--policies", "baseline",
+          "--decoders", "fairseq", "static-fp32", "--profile"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.count("--- baseline ") == 2 and out.count("Self CPU time total") == 2
+    assert "device busy" not in out and "Self CUDA" not in out
+
+
 def test_peak_of_a_row_comes_from_the_table_of_precisions():
     from fairseq_san.benchmark.report import peak_precision
 

@@ -297,6 +297,23 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     assert "| 150 s |" in markdown and "300: 4.300" in markdown
 
 
+def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):
+    """A uniform row (seed 1 only) gets its own paired bootstrap; the headline keeps SAN's."""
+    from campaign_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    worse = [" ".join(ref.split()[:3]) for ref in REFERENCES]
+    toy_system(results / "en-de" / "uniform-6-6", 0, {"decoder_self": [6]}, 20.0, worse)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    tests = [(t["system"], t["seed"], t["verdict"]) for t in summary["paired_bootstrap"]["en-de"]]
+    assert tests == [("san", 1, "san better")] * 2 + [("san", 2, "san better")] * 2 + [
+        ("uniform-6-6", 1, "uniform-6-6 worse")] * 2  # fmt: skip
+    (san,) = [line for line in (results / "headline.md").read_text().splitlines()
+              if line.startswith("| en-de | san |")]  # fmt: skip
+    assert san.rstrip(" |").endswith("san better")
+    assert "- uniform-6-6 minus baseline, seed 1, test_2016_flickr: " in (results / "summary.md").read_text()
+
+
 def test_no_headline_before_the_en_de_slice(tmp_path):
     from campaign_summary import write_summary
 
@@ -428,6 +445,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     heldout = root / "shared" / "heldout"
     heldout.mkdir(parents=True)
     (heldout / "test_2018_flickr.en").write_text("a man rides a bike .\ntwo dogs play .\nred car\n")
+    (heldout / "zz_unreadable.en").mkdir()  # its translation fails, as one cut at the deadline
     results = root / "results"
     results.mkdir()
     env = cli_env()
@@ -442,7 +460,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     outputs["collect"] = campaign("collect", env=env)
     env.update(RUNS=str(root / "fresh" / "runs"), OUT=str(root / "fresh" / "out"))
     outputs["fresh"] = campaign("en-de", env=env)
-    return {"root": root, "results": results, "outputs": outputs}
+    return {"root": root, "results": results, "outputs": outputs, "env": env}
 
 
 @pytest.mark.slow
@@ -485,11 +503,36 @@ def test_tiny_archive_has_no_checkpoints_and_a_fresh_machine_skips_what_finished
     for part in ("en-de/loop/iter0/analysis/js.json", "en-de/loop/test-bleu/iter1/test/generate-test.txt",
                  "en-de/san/heldout/test_2018_flickr.hyp", "en-de/baseline-s2/done.iter0"):  # fmt: skip
         assert f"./{part}" in names
+    for run_dir in ("loop", "baseline-s2", "san-s2"):  # done: trained and tested
+        log = (root / "first" / "runs" / "en-de" / run_dir / "run.log").read_text()
+        assert "held-out translation stopped (exit 1): what it wrote is kept" in log
     fresh = tiny["outputs"]["fresh"]
-    assert commands(fresh, "learn_to_share.sh") == []
+    assert " started at " not in fresh  # no system trained again
     for name in ("en-de/loop: iteration 0", "en-de/loop: iteration 1", "en-de/san-s2: iteration 0"):
         assert f"== {name} done in an earlier run" in fresh
     assert not (root / "fresh" / "runs" / "en-de" / "loop" / "iter0" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_a_fresh_machine_trains_stage_2_on_stage_1_collected_without_checkpoints(tiny, tmp_path):
+    """The slice's second call: the loop's stage 1, collected (no checkpoints), restored on a
+    fresh machine, which trains iteration 1 alone, with the policy iteration 0 learned."""
+    loop = tmp_path / "results" / "en-de" / "loop"
+    shutil.copytree(tiny["results"] / "en-de" / "loop", loop)
+    for stage_2 in ("done.iter1", "iter2", "test-bleu/iter1", *(f"iter1/{p.name}" for p in (
+            loop / "iter1").iterdir() if p.name != "policy.json")):  # fmt: skip
+        path = loop / stage_2
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    learned = (loop / "iter1" / "policy.json").read_text()
+    env = {**tiny["env"], "RESULTS": str(tmp_path / "results"), "RUNS": str(tmp_path / "runs"),
+           "OUT": str(tmp_path / "out"), "ONLY": "en-de/loop"}  # fmt: skip
+    output = campaign("en-de", env=env)
+    assert "== en-de/loop: iteration 0 done in an earlier run" in output
+    assert "== en-de/loop: iteration 1 started at " in output
+    run_dir = tmp_path / "runs" / "en-de" / "loop"
+    assert (run_dir / "done.iter1").is_file() and (run_dir / "test-bleu" / "iter1" / "test1").is_dir()
+    assert (run_dir / "iter1" / "policy.json").read_text() == learned
+    assert not (run_dir / "iter0" / "checkpoints").exists()
 
 
 @pytest.mark.slow

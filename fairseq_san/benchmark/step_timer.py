@@ -153,10 +153,25 @@ def main(argv: Optional[List[str]] = None) -> None:
         ratio = statistics.median(r / v for r, v in zip(reference, values))
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
     if args.profile:
-        from torch.profiler import ProfilerActivity, profile
-
         for name, generator in configs.items():
-            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
-                generator.generate(None, samples[0])
-            print(f"--- {name}")
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+            print_profile(name, generator, samples[0], args.length + 1)
+
+
+def print_profile(name: str, generator, sample: dict, positions: int) -> None:
+    """torch.profiler's top operators for one batch of ``generator``: by host time, and on a GPU
+    also by device time, with the device's busy time per position (what a captured position
+    costs the GPU, to set against its arithmetic)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = sample["net_input"]["src_tokens"].is_cuda
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with torch.no_grad(), profile(activities=activities) as prof:
+        generator.generate(None, sample)
+    averages = prof.key_averages()
+    print(f"--- {name}")
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=12))
+    if on_gpu:
+        print(averages.table(sort_by="self_device_time_total", row_limit=12))
+        busy_ms = sum(event.self_device_time_total for event in averages) / 1e3
+        print(f"{name}: device busy {busy_ms / positions:.3f} ms per position "
+              f"({busy_ms:.1f} ms for {positions} positions)")  # fmt: skip

@@ -70,7 +70,7 @@ def headline_rows(summary: Dict, pair: str, test_sets: Sequence[str], speed: Opt
     by_system = {name: [row for row in rows if row["system"] == name] for name in ("baseline", "san")}
     if not all(by_system.values()):
         return []
-    tests = summary["paired_bootstrap"].get(pair, [])
+    tests = [test for test in summary["paired_bootstrap"].get(pair, []) if test["system"] == "san"]
     lines = []
     for name, runs in by_system.items():
         first = min(runs, key=lambda row: row["seed"])

@@ -9,7 +9,8 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
 * ``campaign_systems``: one row per pair and system in the campaign's schema (first
   "baseline", the learned-policy SAN "san", other systems by their run dir's name);
 * ``seed_statistics`` and ``paired_bootstrap``: mean and standard deviation over seeds, and
-  sacreBLEU's paired bootstrap for SAN minus baseline with a verdict;
+  sacreBLEU's paired bootstrap of every other system (SAN, uniform, the tables' rows) minus the
+  baseline of its seed, with a verdict;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
   wall time.
 
@@ -231,12 +232,16 @@ def corpus_bleu(statistics_sum: Sequence[int]) -> float:
 
 
 def paired_bootstrap(
-    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], samples: int = 1000
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    samples: int = 1000,
+    name: str = "san",
 ) -> Dict[str, object]:
-    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` against ``baseline``, plus the
-    95% interval of the BLEU difference over resamples of the test set (the same sentences for
-    both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict: "san better" or "san
-    worse" only when that interval excludes 0, else "inconclusive"."""
+    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` (called ``name``) against
+    ``baseline``, plus the 95% interval of the BLEU difference over resamples of the test set (the
+    same sentences for both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict:
+    "NAME better" or "NAME worse" only when that interval excludes 0, else "inconclusive"."""
     import numpy as np
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
@@ -254,10 +259,11 @@ def paired_bootstrap(
         corpus_bleu(stats[1][rows].sum(0)) - corpus_bleu(stats[0][rows].sum(0)) for rows in resamples
     ]
     low, high = (float(x) for x in np.percentile(differences, [2.5, 97.5]))
-    verdict = "san better" if low > 0 else "san worse" if high < 0 else "inconclusive"
+    verdict = f"{name} better" if low > 0 else f"{name} worse" if high < 0 else "inconclusive"
     return {
+        "system": name,
         "baseline_bleu": round(base.score, 2),
-        "san_bleu": round(other.score, 2),
+        "system_bleu": round(other.score, 2),
         "difference": round(other.score - base.score, 2),
         "interval_95": [round(low, 2), round(high, 2)],
         "p_value": round(other.p_value, 4),
@@ -294,27 +300,26 @@ def reference_file(data_root: str, pair: str, split: str) -> str:
 def significance(
     pair: str, rows: Sequence[Tuple[dict, dict]], data_root: str
 ) -> List[Dict[str, object]]:
-    """The paired bootstrap of san against baseline for every seed both have, on each test set
-    whose hypotheses and references are at hand."""
+    """The paired bootstrap of every system against the baseline of its seed, on each test set
+    whose hypotheses and references are at hand; SAN first, then the others by name."""
     from fairseq_san.scoring import read_generate_output, read_lines
 
     found = {(row["system"], row["seed"]): training for row, training in rows}
     tests = []
-    for (system, seed), training in sorted(found.items()):
-        if system != "baseline" or ("san", seed) not in found:
+    for (system, seed), compared in sorted(found.items(), key=lambda k: (k[0][0] != "san", k[0])):
+        if system == "baseline" or ("baseline", seed) not in found:
             continue
-        san = found[("san", seed)]
         for split, test_set in TEST_SPLITS.items():
             paths = [
                 os.path.join(run["run_dir"], "test-bleu", f"iter{run['iteration']}", split)
-                for run in (training, san)
+                for run in (found[("baseline", seed)], compared)
             ]
             paths = [os.path.join(path, f"generate-{split}.txt") for path in paths]
             reference = reference_file(data_root, pair, split)
             if not all(os.path.exists(path) for path in paths + [reference]):
                 continue
             hyps = [read_generate_output(path) for path in paths]
-            result = paired_bootstrap(hyps[0], hyps[1], read_lines(reference))
+            result = paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=system)
             tests.append({"seed": seed, "test_set": test_set, **result})
     return tests
 
@@ -383,7 +388,7 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                 )
         for test in summary["paired_bootstrap"].get(pair, []):
             lines.append(
-                f"- SAN minus baseline, seed {test['seed']}, {test['test_set']}: "
+                f"- {test['system']} minus baseline, seed {test['seed']}, {test['test_set']}: "
                 f"{test['difference']:+.2f} BLEU, 95% interval {test['interval_95']}, "
                 f"p = {test['p_value']}: **{test['verdict']}** (`{test['signature']}`)"
             )

@@ -11,7 +11,7 @@
 # EVAL_S); what does not start runs in the slice's next call, which skips what finished.
 # Every system, as soon as it is trained: test BLEU and chrF on test (test_2016_flickr) and test1
 # (test_2017_flickr), every sentence, hypotheses kept (sacreBLEU's --paired-bs); En->X systems
-# also translate each HELDOUT/*.en into PAIR/SYSTEM/heldout/NAME.hyp (no score).
+# also translate each HELDOUT/*.en into PAIR/SYSTEM/heldout/NAME.hyp (no score), beside the tests.
 #
 #   docs/results/converged/run.sh SLICE [--dry-run]       # on the GPU machine, from the repo root
 #   docs/results/converged/run.sh collect [ARCHIVE...]    # back here: check, unpack, summary.json
@@ -28,9 +28,10 @@
 #           the baseline's checkpoints
 #   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
 #           16 and 128; the 2-rank multi-GPU smoke runs during stage 1
-# A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained, tested,
-# translated): on the same machine from $RUNS, on a fresh one from the run dirs collected here
-# (RESULTS), restored without what did not finish (checkpoints never travel).
+# A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
+# held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
+# same machine from $RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
+# without what did not finish (checkpoints never travel).
 # `collect` unpacks the archives given and $SHARED/converged/converged-SLICE*.tar.gz, each only
 # after checking that it records this run.sh (sha256) running its slice.
 # Environment: OUT (archive folder; runs), RUNS (runs/converged/SLICE), RESULTS
@@ -39,7 +40,8 @@
 # translation), PRESET (examples/presets/gpu-converge.args), UPDATES (training updates of every
 # system: 3000; bench: the cap alone), CAP_MIN (wall-time cap of every system's training, minutes:
 # 6.5, bench 1.5), EVAL_S (seconds a system needs besides its training: fairseq's start, the
-# analysis, validation BLEU, the test sets, the held-out sources; 120), DECODE_BATCH_SIZE
+# analysis, validation BLEU, the test sets with the held-out sources beside them; 130, measured:
+# 127 with four systems ending together on an H100), DECODE_BATCH_SIZE
 # (sentences per batch of every decoding: 128; fairseq's beam search costs about the same per
 # step on a GPU at 16 and 128), SLICE_S (seconds the slice may take, 540: every job is stopped
 # at that deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
@@ -63,7 +65,7 @@ PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
 CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 6.5)}
 UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
-EVAL_S=${EVAL_S:-120}
+EVAL_S=${EVAL_S:-130}
 export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 SMALL=transformer_san_small AAN=transformer_aan_small
 SLICES=(python "$HERE/campaign_slices.py")
@@ -156,11 +158,19 @@ job() {  # job NAME PAIR ARCH ITER [options] -- [fairseq-train args]: the comman
     --decode-batch-size "$DECODE_BATCH_SIZE" "${options[@]}" -- \
     "${PRESET_ARGS[@]}" --stop-time-hours "$(hours "$CAP_MIN")" "${EXTRA[@]}" "$@" || status=$?
   if [ "${EVALUATE:-1}" = 1 ] && [ "$status" = 0 ]; then
+    local translating=
+    if [ -d "$HELDOUT" ] && [[ $pair == en-* ]]; then  # beside the test sets: no score waits
+      beside run timeout -k 10 "$(left)" "${SLICES[@]}" heldout "$dir" "$iter" --data "$data" \
+        --sources "$HELDOUT" --batch-size "$DECODE_BATCH_SIZE"
+      [ "$DRY_RUN" = 1 ] || translating=$!
+    fi
     run timeout -k 10 "$(left)" examples/multi30k/test_bleu.sh "$data" "${pair#*-}" \
       "$dir/test-bleu" "iter$iter=$dir/iter$iter/checkpoints/checkpoint_best.pt" || status=$?
-    if [ -d "$HELDOUT" ] && [[ $pair == en-* ]] && [ "$status" = 0 ]; then
-      run timeout -k 10 "$(left)" "${SLICES[@]}" heldout "$dir" "$iter" --data "$data" \
-        --sources "$HELDOUT" --batch-size "$DECODE_BATCH_SIZE" || status=$?
+    if [ -n "$translating" ]; then
+      local heldout_status=0
+      wait "$translating" || heldout_status=$?
+      [ "$heldout_status" = 0 ] || echo "== $name: held-out translation stopped (exit" \
+        "$heldout_status): what it wrote is kept; not redone elsewhere (checkpoints never travel)"
     fi
   fi
   [ "$DRY_RUN" = 1 ] && return 0

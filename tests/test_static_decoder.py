@@ -405,6 +405,32 @@ def test_graph_key_names_the_memory_a_graph_reads():
     assert graph_key(step, tokens, cache, 32, 1.0) != key
 
 
+def test_fixed_step_writes_its_caches_without_building_indices():
+    """A fixed-layout step at a tensor position builds one index tensor, its mask's: the caches'
+    slot, row and head indices are the cache's own (on a GPU each arange is a kernel of the
+    captured graph), and the step still writes every layer's keys and values."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from fairseq_san.static_decoding.caches import allocate_cache
+
+    model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
+    step = StaticDecoderStep(model.decoder)
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    encoder_out = model.encoder(src_tokens, src_lengths)
+    cache = allocate_cache(
+        8, 32, step.self_slots, step.heads, 0, step.embed_dim, step.dtype, "cpu", fixed=True
+    )
+    step.prepare(encoder_out["encoder_out"][0], encoder_out["encoder_padding_mask"][0], cache, 20)
+    tokens, index = torch.full((8,), 5), torch.tensor([3])
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        step(tokens, index, cache, 1.0, 32)
+    parents = [event.cpu_parent for event in prof.events()]
+    names = [e.name for e, parent in zip(prof.events(), parents) if parent is None]  # top level
+    assert names.count("aten::arange") == 1 and names.count("aten::index_put_") == model.decoder.num_layers
+    written = cache.self_attention.tensor[:, :, :, 3]
+    assert bool(written.ne(0).flatten(1).any(1).all())  # every slot: its position 3 written
+
+
 def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
     """A capture that fails is logged once per shape and that shape runs eagerly: same n-best."""
     model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])

@@ -176,17 +176,19 @@ class Position:
         """The rows of a position table (positions, embed) for the positions of this step."""
         return table[self.index] if self.span == 1 else table[self.index : self.index + self.span]
 
-    def write(self, states: Tensor, first: int, new: Tensor) -> None:
+    def write(self, cache: "DecoderCache", first: int, new: Tensor) -> None:
         """Store ``new`` (slots, rows, heads, span, head_dim) at these positions of the slots
-        ``first``.. of ``states`` (slots, rows, heads, positions, head_dim). Fixed: one
-        ``index_put_`` on the whole tensor, which torch.compile does in place (through a view of
-        it, it copies it)."""
+        ``first``.. of the cache's self-attention (slots, rows, heads, positions, head_dim).
+        Fixed: one ``index_put_`` on the whole tensor (torch.compile does it in place; through a
+        view of it, it copies it) at the cache's ``slot_axes``, so that a step launches no kernel
+        to build its indices."""
+        states = cache.self_attention.tensor
         if isinstance(self.index, int):
             states[first : first + new.size(0), :, :, self.index : self.index + self.span] = new
             return
-        slots, rows, heads = (torch.arange(n, device=new.device) for n in new.shape[:3])
-        where = (slots.add(first).view(-1, 1, 1), rows.view(1, -1, 1), heads.view(1, 1, -1))
-        states.index_put_(where + (self.index,), new.squeeze(3))
+        slots, rows, heads = cache.slot_axes
+        where = (slots[first : first + new.size(0)], rows, heads, self.index)
+        states.index_put_(where, new.squeeze(3))
 
     def read(self, slot: Tensor) -> Tensor:
         """The attended positions of a cache slot (rows, heads, positions, head_dim) as the
@@ -223,6 +225,7 @@ class DecoderCache:
     sentences: int = 0
     source_padding: Optional[Tensor] = None
     fixed: bool = False
+    slot_axes: Optional[Tuple[Tensor, Tensor, Tensor]] = None  # fixed: see ``slot_axes``
 
     def hold_encoder(self, encoder: List[Tensor], source_padding: Optional[Tensor]) -> None:
         """Take a batch's encoder state: copied into the tensors this cache already holds when it
@@ -280,6 +283,8 @@ class DecoderCache:
             shape = list(self.self_attention.tensor.shape)
             shape[1], shape[3] = self.sentences, positions
             first.self_attention = _like(self.self_attention, shape)
+            if self.fixed:
+                first.slot_axes = slot_axes(first.self_attention.tensor)
         if self.sums is not None:
             shape = [self.sentences] + list(self.sums.tensor.shape[1:])
             first.sums = _like(self.sums, shape)
@@ -330,4 +335,15 @@ def allocate_cache(
         shape = (hypotheses, aan_layers, embed_dim)
         sums = Reorderable(shape, torch.float32, device, fixed_address=fixed_address)
         sums.tensor.zero_()
-    return DecoderCache(self_attention, sums, fixed=fixed)
+    cache = DecoderCache(self_attention, sums, fixed=fixed)
+    if fixed and self_attention is not None:
+        cache.slot_axes = slot_axes(self_attention.tensor)
+    return cache
+
+
+def slot_axes(states: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """The slot, row and head indices of self-attention ``states`` (slots, rows, heads, ...),
+    shaped to broadcast against each other: the fixed layout's ``Position.write``, made once per
+    cache rather than at every step (on a GPU each would be a kernel of the captured graph)."""
+    slots, rows, heads = (torch.arange(n, device=states.device) for n in states.shape[:3])
+    return slots.view(-1, 1, 1), rows.view(1, -1, 1), heads.view(1, 1, -1)

@@ -140,14 +140,14 @@ class SelfAttentionStep(nn.Module):
         rows = positions // at.span
         states = cache.self_attention.tensor
         if self.role == WEIGHTS:
-            at.write(states, self.slot, self._per_head(self.v(x), rows, 1))
+            at.write(cache, self.slot, self._per_head(self.v(x), rows, 1))
             context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         elif self.role == KEYS_VALUES:  # the block leader's keys and values, own queries
             query = self._queries(self.q(x), rows)
             _, context = self._attend(query, at, states, shared["self slot"])
         else:
             qkv = self.qkv(x)
-            at.write(states, self.slot, self._per_head(qkv[:, embed:], rows, 2))
+            at.write(cache, self.slot, self._per_head(qkv[:, embed:], rows, 2))
             query = self._queries(qkv[:, :embed], rows)
             weights, context = self._attend(query, at, states, self.slot)
             if self.role == LEADER:

@@ -166,6 +166,26 @@ def test_fixed_layout_reorders_without_host_sync(monkeypatch):
     assert all(len(nbest) == 4 for nbest in fixed)
 
 
+@pytest.mark.parametrize("fixed_address", [False, True])
+def test_fixed_layout_reorder_moves_the_written_positions_only(fixed_address):
+    """``reorder(order, length)``: every row takes its source row's positions ``:length`` (two
+    reorders in a row, as at two positions); the positions after stay zero in whichever buffer
+    holds the cache, and a fixed-address cache keeps its memory (a captured graph reads it)."""
+    from fairseq_san.static_decoding.caches import Reorderable
+
+    cache = Reorderable((2, 4, 3, 8, 5), torch.float32, "cpu", 1, 3, fixed_address)
+    cache.tensor.zero_()
+    cache.tensor[:, :, :, :3] = torch.randn(2, 4, 3, 3, 5)
+    addresses, expected = {cache.tensor.data_ptr()}, cache.tensor.clone()
+    for order in (torch.tensor([1, 1, 3, 0]), torch.tensor([2, 0, 0, 3])):
+        cache.reorder(order, 3)
+        expected = expected.index_select(1, order)
+        assert torch.equal(cache.tensor, expected)
+        assert not cache.tensor[:, :, :, 3:].any()
+        addresses.add(cache.tensor.data_ptr())
+    assert len(addresses) == (1 if fixed_address else 2)  # else: the spare buffer in turn
+
+
 @pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san"])
 def test_compiled_step_compiles_once_per_shape(name):
     """torch.compile(fullgraph=True) of the fixed step: one compilation for two batches of one

@@ -26,8 +26,8 @@ Two layouts, one step (``fixed`` below; step.py reads the cache only through ``P
   rows one by one (one host sync per step to find them);
 * fixed (GPU; torch.compile and CUDA graphs): the position is a device tensor, each attention
   writes its slot with ``index_put_`` and attends over a whole length bucket (``length_bucket``)
-  with a mask, and the reordering is one gather of whole tensors into a spare buffer, with no
-  host sync: the step's shapes and control flow depend on the bucket only, not the position.
+  with a mask, and the reordering is one gather of whole rows (their positions up to the
+  bucket) into a spare buffer, with no host sync: the step's shapes and control flow depend on the bucket only, not the position.
   The encoder state is padded to its length bucket too (``pad_source``), with a mask.
   Its caches start zeroed, so that masked positions hold no NaN that a zero weight could not hide.
 """
@@ -66,15 +66,18 @@ class Reorderable:
     def _written(self, tensor: Tensor, length: Optional[int]) -> Tensor:
         return tensor if length is None else tensor.narrow(self.length_dim, 0, length)
 
-    def reorder(self, order: Tensor) -> None:
-        """Row i becomes row ``order[i]``, for any ``order``: one gather of the whole (contiguous)
-        tensor into a spare buffer, no allocation after the first call, no host sync (then one
-        copy back with ``fixed_address``)."""
+    def reorder(self, order: Tensor, length: Optional[int] = None) -> None:
+        """Row i becomes row ``order[i]``, for any ``order``: one gather into a spare buffer of
+        the positions ``:length`` (all without ``length_dim``), no allocation after the first
+        call, no host sync (then one copy back with ``fixed_address``). The positions after
+        ``length`` are not written yet: they stay as they are, zero in both buffers (a masked
+        position must hold no NaN), so a short output does not move the longest one's cache."""
         if self._spare is None:
-            self._spare = torch.empty_like(self.tensor)
-        torch.index_select(self.tensor, self.dim, order, out=self._spare)
+            self._spare = torch.zeros_like(self.tensor)
+        written, spare = self._written(self.tensor, length), self._written(self._spare, length)
+        torch.index_select(written, self.dim, order, out=spare)
         if self.fixed_address:
-            self.tensor.copy_(self._spare)
+            written.copy_(spare)
         else:
             self.tensor, self._spare = self._spare, self.tensor
 
@@ -243,10 +246,10 @@ class DecoderCache:
     def reorder(self, order: Tensor, written: int) -> None:
         """Follow beam search: row i takes row ``order[i]``'s state (``written`` positions).
         ``order`` is beam search's placement (see ``Reorderable.copy_rows``); the fixed layout
-        gathers whole tensors instead (no host sync)."""
+        gathers whole rows instead (no host sync; ``written``: a captured position's bucket)."""
         for state, length in ((self.self_attention, written), (self.sums, None)):
             if state is not None and self.fixed:
-                state.reorder(order)
+                state.reorder(order, length)
             elif state is not None:
                 state.copy_rows(order, length)
 

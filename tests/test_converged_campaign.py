@@ -147,15 +147,16 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     en_de = trainings(outputs["en-de"])
     stage1 = [("en-de/loop", 0), ("en-de/baseline-s2", 0), ("en-de/baseline-s3", 0),
               ("en-de/uniform-6-6", 0)]  # fmt: skip
-    assert en_de == stage1 + [("en-de/loop", 1), ("en-de/san-s2", 0), ("en-de/san-s3", 0)]
+    stage2 = [("en-de/loop", 1), ("en-de/san-s2", 0), ("en-de/san-s3", 0), ("en-de/baseline-s4", 0)]
+    assert en_de == stage1 + stage2  # four trainings in each stage
     seeds = {run_dir: value(words, "--seed") for (run_dir, _), words in
              zip(en_de, commands(outputs["en-de"], "learn_to_share.sh")) if "--seed" in words}  # fmt: skip
     assert seeds == {"en-de/baseline-s2": "2", "en-de/baseline-s3": "3", "en-de/san-s2": "2",
-                     "en-de/san-s3": "3"}  # fmt: skip
+                     "en-de/san-s3": "3", "en-de/baseline-s4": "4"}  # fmt: skip
     tests = commands(outputs["en-de"], "test_bleu.sh")
-    assert [words[-1].split("=")[0] for words in tests] == ["iter0"] * 4 + ["iter1"] + ["iter0"] * 2
+    assert [words[-1].split("=")[0] for words in tests] == ["iter0"] * 4 + ["iter1"] + ["iter0"] * 3
     heldout = commands(outputs["en-de"], "campaign_slices.py")
-    assert sum("heldout" in words for words in heldout) == 7  # every En->De system
+    assert sum("heldout" in words for words in heldout) == 8  # every En->De system
 
     pairs = trainings(outputs["pairs"])
     assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")]

@@ -101,3 +101,20 @@ def test_what_does_not_fit_or_has_no_models_is_skipped_and_said(tmp_path):
     assert "== skipped (under 120 s left): e2e: fp32, beam 4, batch 128" in stdout
     assert "== skipped (under 110 s left): e2e: fp32, beam 4, batch 16" in stdout
     assert len(calls) == 5 and "skipped" not in stdout.split("== steps")[1]
+
+
+def test_end_to_end_decodes_the_checkpoints_named_by_base_and_san(tmp_path, monkeypatch):
+    """After the en-de slice's stage 2 the machine holds baseline-s4 and the learned-policy SAN,
+    not stage 1's models: BASE and SAN name them."""
+    runs = tmp_path / "runs"
+    chosen = {name: runs / name / "checkpoint_best.pt" for name in ("baseline-s4", "loop-iter1")}
+    for checkpoint in chosen.values():
+        checkpoint.parent.mkdir(parents=True)
+        checkpoint.write_bytes(b"")
+    monkeypatch.setenv("BASE", str(chosen["baseline-s4"]))
+    monkeypatch.setenv("SAN", str(chosen["loop-iter1"]))
+    stdout, calls = run_checks(tmp_path, "e2e", checkpoints=False)
+    assert len(calls) == 2 and "skipped" not in stdout
+    for call in calls:
+        paths = [word.split("=", 1)[1].split(":")[0] for word in call["argv"] if "=" in word]
+        assert set(paths) == {str(chosen["baseline-s4"]), str(chosen["loop-iter1"])}

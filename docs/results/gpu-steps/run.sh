@@ -5,8 +5,9 @@
 #   tests    the static decoder's CUDA tests (captured positions against the eager fixed step:
 #            fp32, fp16, bf16; baseline, SAN, AAN+SAN) and the capture logic's CPU tests;
 #   e2e      end to end (fairseq-san-bench --gpu, each engine in a process of its own, fp32): the
-#            converged campaign's en-de stage-1 models on this machine (CHECKPOINTS: the baseline
-#            loop/ and uniform-6-6/ run dirs; skipped when absent), each decoded by fairseq and by
+#            converged campaign's en-de models on this machine (BASE and SAN, checkpoints: stage
+#            1's baseline loop/iter0 and uniform-6-6 under CHECKPOINTS by default; after stage 2,
+#            baseline-s4/iter0 and loop/iter1; skipped when absent), each decoded by fairseq and by
 #            the static decoder as CUDA graphs; beams 4 and 20, natural lengths (BLEU, and "=
 #            fairseq": translations identical to fairseq's) and fixed; beam 4, batch 128 on every
 #            test sentence, then batch 16 on the first 128;
@@ -65,8 +66,8 @@ e2e() {
     --system "san=$SAN" --system "san-graph=$SAN:$(static graph)" "$@" --out-dir "$BENCH/$name"
 }
 
-BASE=$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt
-SAN=$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt
+BASE=${BASE:-$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt}
+SAN=${SAN:-$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt}
 MORE=(--system "baseline-eager=$BASE:$(static eager)"
   --system "san-fast=$SAN:{\"san_fast_decoding\": true}")
 {
@@ -79,7 +80,7 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
           tests/test_static_decoder.py -k "cuda or graph or whole_position or host_sync" ;;
       e2e | e2e-more)
         if [ ! -f "$BASE" ] || [ ! -f "$SAN" ]; then
-          echo "== skipped: $name (no $BASE or $SAN: the en-de slice's stage 1 did not run here)"
+          echo "== skipped: $name (no $BASE or $SAN: the en-de slice did not train them here)"
           continue
         fi
         if [ "$name" = e2e ]; then

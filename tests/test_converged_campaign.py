@@ -189,7 +189,8 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
         systems = [words[i + 1] for i, word in enumerate(words) if word == "--system"]
         assert any('"san_fast_decoding": true' in s for s in systems)
-        assert any('"san_decoder": "static"' in s for s in systems)
+        graphs = [s.split("=")[0] for s in systems if '"san_decoder_execution": "graph"' in s]
+        assert graphs == ["baseline-graph", "san-graph", "aan-san-graph"]
 
 
 def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_call(dry_env, tmp_path):
@@ -204,6 +205,26 @@ def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_cal
     with tarfile.open(Path(dry_env["OUT"]) / "converged-en-de.tar.gz") as archive:
         (record,) = [name for name in archive.getnames() if name.startswith("./provenance/en-de-")]
     assert record.endswith(".json")
+
+
+def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_next_call(
+    dry_env, tmp_path
+):
+    """The bench slice's run dirs are not restored from the collected results (its benchmark
+    needs their checkpoints), and a benchmark batch size without BENCH_S seconds left waits for
+    the next call on the same machine, saying so."""
+    results = tmp_path / "results"
+    (results / "en-de" / "loop-bench" / "iter0").mkdir(parents=True)
+    (results / "en-de" / "loop-bench" / "done.iter0").touch()
+    env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(results),
+           "ONLY": "en-de/loop-bench"}  # fmt: skip
+    output = campaign("bench", env=env)
+    assert "== en-de/loop-bench: not started: " in output  # not "done in an earlier run"
+    assert not (Path(dry_env["RUNS"]) / "en-de" / "loop-bench").exists()
+    for batch in (16, 128):
+        assert f"== bench batch {batch}: not started: " in output
+    assert "the slice's next call on this machine runs it" in output
+    assert commands(output, "fairseq-san-bench") == []
 
 
 def test_an_unknown_slice_is_one_line(dry_env):

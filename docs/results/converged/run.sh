@@ -28,7 +28,8 @@
 #           encoder side (Table 5), own V (Table 4), AAN+SAN (Table 6); meanwhile Figure 5 from
 #           the baseline's checkpoints
 #   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
-#           16 and 128; the 2-rank multi-GPU smoke runs during stage 1
+#           16 and 128 (what the call's time does not hold: in a second call on the same warm
+#           machine); the 2-rank multi-GPU smoke runs during stage 1
 # A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
 # held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
 # same machine from $RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
@@ -46,7 +47,8 @@
 # (sentences per batch of every decoding: 128; fairseq's beam search costs about the same per
 # step on a GPU at 16 and 128), SLICE_S (seconds the slice may take, 540: every job is stopped
 # at that deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
-# en-de slice's other seeds), STAGE2_SEED (4: the baseline seed of en-de's stage 2), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs),
+# en-de slice's other seeds), STAGE2_SEED (4: the baseline seed of en-de's stage 2), BENCH_S
+# (150: the seconds one batch size of the bench slice's benchmark needs to start), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs),
 # TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and tiny sizes).
 set -euo pipefail
 
@@ -66,7 +68,7 @@ PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} STAGE2_SEED=${STAGE2_SEED:-4} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
 CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 6.5)}
 UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
-EVAL_S=${EVAL_S:-130}
+EVAL_S=${EVAL_S:-130} BENCH_S=${BENCH_S:-150}
 export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 SMALL=transformer_san_small AAN=transformer_aan_small
 SLICES=(python "$HERE/campaign_slices.py")
@@ -132,7 +134,8 @@ system() {
     job "$name" "$pair" "$arch" "$iter" "${options[@]}" -- "$@"
     return 0
   fi
-  [ -e "$dir" ] || [ ! -d "$RESULTS/$name" ] || "${SLICES[@]}" restore "$RESULTS/$name" "$dir"
+  [ -e "$dir" ] || [ ! -d "$RESULTS/$name" ] || [ "$SLICE" = bench ] ||
+    "${SLICES[@]}" restore "$RESULTS/$name" "$dir"  # bench: its benchmark needs the checkpoints
   [ -f "$dir/done.iter$iter" ] && { echo "== $name: iteration $iter done in an earlier run"; return 0; }
   [ "$iter" = 0 ] || [ -f "$dir/done.iter$((iter - 1))" ] ||
     { echo "== $name: skipped, iteration $((iter - 1)) did not finish"; return 0; }
@@ -245,16 +248,26 @@ smoke() {
   done
 }
 
-benchmark() {  # fairseq, --san-fast-decoding and the static decoder; beams 4, 20; batch 16, 128
+# The bench slice's decoding benchmark: fairseq, --san-fast-decoding and the static decoder as
+# CUDA graphs; beams 4, 20; batch 16, 128. Each batch size starts only with BENCH_S seconds left;
+# else the slice's next call on this machine (its trainings done, its checkpoints still there)
+# runs it. Checkpoints never travel: a fresh machine trains the bench systems again (no restore).
+benchmark() {
   local ckpt=iter0/checkpoints/checkpoint_best.pt B=$RUNS/en-de/bench batch
   local base=$RUNS/en-de/loop-bench/$ckpt san=$RUNS/en-de/loop-bench/${ckpt/iter0/iter1}
   local aan=$RUNS/en-de/aan-san-bench/$ckpt
-  local fast='{"san_fast_decoding": true}' static='{"san_decoder": "static"}'
-  local systems=(--system "baseline=$base" --system "baseline-static=$base:$static"
-    --system "san=$san" --system "san-fast=$san:$fast" --system "san-static=$san:$static"
-    --system "aan-san=$aan" --system "aan-san-fast=$aan:$fast")
+  local fast='{"san_fast_decoding": true}'
+  local graph='{"san_decoding": "static", "san_decoder_execution": "graph"}'
+  local systems=(--system "baseline=$base" --system "baseline-graph=$base:$graph"
+    --system "san=$san" --system "san-fast=$san:$fast" --system "san-graph=$san:$graph"
+    --system "aan-san=$aan" --system "aan-san-fast=$aan:$fast" --system "aan-san-graph=$aan:$graph")
   for batch in 16:64 128:256; do  # batch size : sentences
     [ -f "$B/batch${batch%:*}/results.json" ] && continue
+    if [ "$DRY_RUN" = 0 ] && [ $((DEADLINE - SECONDS)) -lt "$BENCH_S" ]; then
+      echo "== bench batch ${batch%:*}: not started: $((DEADLINE - SECONDS)) s left, it needs" \
+        "$BENCH_S (BENCH_S); the slice's next call on this machine runs it"
+      continue
+    fi
     run timeout -k 10 "$(left)" fairseq-san-bench --gpu --data "$DATA_ROOT/multi30k.en-de" \
       --subset test --batch-size "${batch%:*}" --max-sentences "${batch#*:}" --beams 4 20 \
       --modes natural fixed --cache-beams 4 20 --repeats 3 --max-len-a 1.2 --max-len-b 10 \

@@ -27,7 +27,8 @@ Two layouts, one step (``fixed`` below; step.py reads the cache only through ``P
 * fixed (GPU; torch.compile and CUDA graphs): the position is a device tensor, each attention
   writes its slot with ``index_put_`` and attends over a whole length bucket (``length_bucket``)
   with a mask, and the reordering is one gather of whole rows (their positions up to the
-  bucket) into a spare buffer, with no host sync: the step's shapes and control flow depend on the bucket only, not the position.
+  bucket) into a spare buffer, with no host sync: the step's shapes and control flow depend on
+  the bucket only, not the position.
   The encoder state is padded to its length bucket too (``pad_source``), with a mask.
   Its caches start zeroed, so that masked positions hold no NaN that a zero weight could not hide.
 """
@@ -228,7 +229,12 @@ class DecoderCache:
     sentences: int = 0
     source_padding: Optional[Tensor] = None
     fixed: bool = False
-    slot_axes: Optional[Tuple[Tensor, Tensor, Tensor]] = None  # fixed: see ``slot_axes``
+    slot_axes: Optional[Tuple[Tensor, Tensor, Tensor]] = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        """The fixed layout's write indices (``slot_axes``), made with the cache."""
+        if self.fixed and self.self_attention is not None:
+            self.slot_axes = slot_axes(self.self_attention.tensor)
 
     def hold_encoder(self, encoder: List[Tensor], source_padding: Optional[Tensor]) -> None:
         """Take a batch's encoder state: copied into the tensors this cache already holds when it
@@ -279,20 +285,18 @@ class DecoderCache:
         """A cache for positions 0..positions-1 with one row per sentence (all its hypotheses are
         the same there: position 0, a language model's prompt), sharing this one's encoder state;
         ``spread`` copies it back to every row."""
-        first = DecoderCache(
-            None, None, self.encoder, self.sentences, self.source_padding, self.fixed
-        )
+        self_attention = sums = None
         if self.self_attention is not None:
             shape = list(self.self_attention.tensor.shape)
             shape[1], shape[3] = self.sentences, positions
-            first.self_attention = _like(self.self_attention, shape)
-            if self.fixed:
-                first.slot_axes = slot_axes(first.self_attention.tensor)
+            self_attention = _like(self.self_attention, shape)
         if self.sums is not None:
             shape = [self.sentences] + list(self.sums.tensor.shape[1:])
-            first.sums = _like(self.sums, shape)
-            first.sums.tensor.zero_()
-        return first
+            sums = _like(self.sums, shape)
+            sums.tensor.zero_()
+        return DecoderCache(
+            self_attention, sums, self.encoder, self.sentences, self.source_padding, self.fixed
+        )
 
     def spread(self, first: "DecoderCache") -> None:
         """Every hypothesis of a sentence takes the state of ``first``'s row for it (its
@@ -338,10 +342,7 @@ def allocate_cache(
         shape = (hypotheses, aan_layers, embed_dim)
         sums = Reorderable(shape, torch.float32, device, fixed_address=fixed_address)
         sums.tensor.zero_()
-    cache = DecoderCache(self_attention, sums, fixed=fixed)
-    if fixed and self_attention is not None:
-        cache.slot_axes = slot_axes(self_attention.tensor)
-    return cache
+    return DecoderCache(self_attention, sums, fixed=fixed)
 
 
 def slot_axes(states: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

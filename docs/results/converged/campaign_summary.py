@@ -306,7 +306,8 @@ def significance(
 
     found = {(row["system"], row["seed"]): training for row, training in rows}
     tests = []
-    for (system, seed), compared in sorted(found.items(), key=lambda k: (k[0][0] != "san", k[0])):
+    san_first = sorted(found.items(), key=lambda item: (item[0][0] != "san", item[0]))
+    for (system, seed), compared in san_first:
         if system == "baseline" or ("baseline", seed) not in found:
             continue
         for split, test_set in TEST_SPLITS.items():

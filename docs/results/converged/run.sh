@@ -48,7 +48,8 @@
 # step on a GPU at 16 and 128), SLICE_S (seconds the slice may take, 540: every job is stopped
 # at that deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
 # en-de slice's other seeds), STAGE2_SEED (4: the baseline seed of en-de's stage 2), BENCH_S
-# (150: the seconds one batch size of the bench slice's benchmark needs to start), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs),
+# (150: the seconds one batch size of the bench slice's benchmark needs to start), ONLY
+# ("en-de/loop en-de/baseline-s2": only these run dirs),
 # TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and tiny sizes).
 set -euo pipefail
 
@@ -280,7 +281,8 @@ pack() {  # the provenance, then one archive of $RUNS without checkpoints, for $
   run "${SLICES[@]}" record "$RUNS" --slice "$SLICE" --run-sh "$RUN_SH" --started "$STARTED" \
     --setting "CAP_MIN=$CAP_MIN" --setting "UPDATES=$UPDATES" --setting "EVAL_S=$EVAL_S" \
     --setting "DECODE_BATCH_SIZE=$DECODE_BATCH_SIZE" --setting "SLICE_S=$SLICE_S" --setting "PRESET=$PRESET" \
-    --setting "SEEDS=$SEEDS" --setting "STAGE2_SEED=$STAGE2_SEED" --setting "ONLY=$ONLY" --setting "TRAIN_EXTRA=$TRAIN_EXTRA" \
+    --setting "SEEDS=$SEEDS" --setting "STAGE2_SEED=$STAGE2_SEED" --setting "ONLY=$ONLY" \
+    --setting "TRAIN_EXTRA=$TRAIN_EXTRA" \
     -- "$RUN_SH" "$SLICE"
   run tar czf "$OUT/converged-$SLICE.tar.gz" --exclude='*.pt' --exclude=checkpoints \
     --exclude=generate-valid.txt --exclude=generate.log --exclude=last --exclude='*.partial' \

@@ -4,7 +4,8 @@ On a GPU a captured position replays one kernel per operator that computes somet
 reshapes and empty allocations launch none), so the number of such operators per position is
 what a replay costs in launches, and what SAN removes. This counts them with torch.profiler on
 the CPU (the fixed layout runs the same operators on either device; the CPU's packed linear
-layers show as ``mkldnn::`` operators, counted as one each), as the difference between decoding 2L and L positions, per position:
+layers show as ``mkldnn::`` operators, counted as one each), as the difference between decoding
+2L and L positions, per position:
 
     python docs/results/gpu-steps/kernels_per_position.py [--length 10] [--top 12]
 """

@@ -555,6 +555,8 @@ def test_a_fresh_machine_trains_stage_2_on_stage_1_collected_without_checkpoints
     assert (run_dir / "done.iter1").is_file() and (run_dir / "test-bleu" / "iter1" / "test1").is_dir()
     assert (run_dir / "iter1" / "policy.json").read_text() == learned
     assert not (run_dir / "iter0" / "checkpoints").exists()
+    # The loop's summary still has iteration 0, as stage 1 recorded it.
+    assert [row["iteration"] for row in json.loads((run_dir / "loop.json").read_text())] == [0, 1]
 
 
 @pytest.mark.slow

@@ -738,3 +738,48 @@ def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
     result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
     line = one_error_line(result, "fairseq-san-loop")
     assert f"{scores} is not valid JSON" in line, line
+
+
+def test_summary_keeps_the_recorded_row_of_an_iteration_whose_checkpoint_is_gone(tmp_path):
+    """A run dir restored without checkpoints on another machine trains the next iteration; the
+    summary it writes then must still hold the earlier iterations as recorded, with the policy
+    each learned brought up to date, and no row for an iteration folder that is gone."""
+    run_dir = tmp_path / "run"
+    iteration_with_checkpoint(run_dir)
+    assert run_cli("fairseq-san-loop", "summary", str(run_dir)).returncode == 0
+    (recorded,) = read_json(run_dir / "loop.json")
+    shutil.rmtree(run_dir / "iter0" / "checkpoints")
+    second = run_dir / "iter1"
+    (second / "checkpoints").mkdir(parents=True)
+    (second / "policy.json").write_text(json.dumps(ONE_BLOCK))
+    torch.save({"model": {"w": torch.zeros(2, 4)}, "optimizer_history": [{"num_updates": 20}],
+                "extra_state": {"best": 5.5}}, second / "checkpoints" / "checkpoint_best.pt")
+    stale = {**recorded, "iteration": 7}  # a row whose folder was deleted
+    (run_dir / "loop.json").write_text(json.dumps([recorded, stale]))
+    result = run_cli("fairseq-san-loop", "summary", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, trained = read_json(run_dir / "loop.json")
+    assert first == {**recorded, "learned": "decoder_self {6}  decoder_encdec {6}  encoder_self none"}
+    assert (trained["iteration"], trained["num_updates"], trained["parameters"]) == (1, 20, 8)
+    rows = table_rows((run_dir / "loop.md").read_text())
+    assert [row.split("|")[1].strip() for row in rows] == ["0", "1"]
+
+
+def test_summary_over_a_loop_json_that_is_not_a_summary_is_one_line_naming_it(tmp_path):
+    iteration_with_checkpoint(tmp_path / "run")
+    (tmp_path / "run" / "loop.json").write_text('{"iteration": 0}')
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    line = one_error_line(result, "fairseq-san-loop")
+    assert "loop.json holds a JSON dict, not a list" in line, line
+
+
+def test_summary_does_not_count_fairseqs_version_buffers(tmp_path):
+    """fairseq-train's "num. model params" counts parameters; the encoder's and decoder's
+    ``version`` buffers are in the state dict too."""
+    checkpoint = iteration_with_checkpoint(tmp_path / "run") / "checkpoints" / "checkpoint_best.pt"
+    state = torch.load(checkpoint)
+    state["model"].update({"encoder.version": torch.tensor([3.0]), "decoder.version": torch.tensor([3.0])})
+    torch.save(state, checkpoint)
+    assert run_cli("fairseq-san-loop", "summary", str(tmp_path / "run")).returncode == 0
+    (row,) = read_json(tmp_path / "run" / "loop.json")
+    assert row["parameters"] == 12

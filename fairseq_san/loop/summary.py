@@ -2,7 +2,9 @@
 
 One row per trained iteration (``RUN_DIR/iter<k>/checkpoints/checkpoint_best.pt``): the policy it
 was trained with and the one it learned, parameters (tied and shared tensors once), updates,
-training time, validation loss and the validation BLEU/chrF of ``valid.json``.
+training time, validation loss and the validation BLEU/chrF of ``valid.json``. An iteration whose
+checkpoint is gone (a run dir restored without checkpoints on another machine, which trains the
+next iteration) keeps the row the earlier summary recorded.
 """
 
 import glob
@@ -55,7 +57,8 @@ TIED_EMBEDDINGS = {
 
 
 def parameter_count(state: Dict) -> int:
-    """Numbers in a checkpoint's model, each tied or shared tensor counted once."""
+    """Numbers in a checkpoint's model, each tied or shared tensor counted once; fairseq's
+    ``version`` buffers are not parameters (the count equals fairseq-train's "num. model params")."""
     cfg = state.get("cfg")
     flags = cfg.get("model") if cfg is not None else state.get("args")
     tied = {
@@ -64,7 +67,7 @@ def parameter_count(state: Dict) -> int:
     storages = {
         tensor.data_ptr(): tensor.numel()
         for key, tensor in state["model"].items()
-        if key not in tied
+        if key not in tied and key.rpartition(".")[2] != "version"
     }
     return sum(storages.values())
 
@@ -74,9 +77,9 @@ def as_number(value) -> Optional[float]:
     return None if value is None else float(value)
 
 
-def read_json(path: str) -> Optional[dict]:
-    """The JSON object in ``path``, None if there is no file; a file that is not one (truncated,
-    say) is a UsageError naming it."""
+def read_json(path: str, expected: type = dict):
+    """The JSON value in ``path`` (an object unless ``expected`` says otherwise), None if there is
+    no file; a file that is not one (truncated, say) is a UsageError naming it."""
     if not os.path.exists(path):
         return None
     try:
@@ -85,8 +88,8 @@ def read_json(path: str) -> Optional[dict]:
     except json.JSONDecodeError as err:
         raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
                          "step that writes it") from None  # fmt: skip
-    if not isinstance(found, dict):
-        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not an object")
+    if not isinstance(found, expected):
+        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not a {expected.__name__}")
     return found
 
 
@@ -94,17 +97,32 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
     facts = checkpoint_facts(best_checkpoint(iteration_dir))
     score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
     iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
-    learned = os.path.join(os.path.dirname(iteration_dir), f"iter{iteration + 1}", "policy.json")
     return {
         "iteration": iteration,
         "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
-        "learned": format_policy(load_policy(learned)) if os.path.exists(learned) else "-",
+        "learned": learned_policy(os.path.dirname(iteration_dir), iteration),
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
         "perplexity": score.get("perplexity"),
         **facts,
     }
+
+
+def learned_policy(run_dir: str, iteration: int) -> str:
+    """The policy iteration ``iteration`` learned (``iter<k+1>/policy.json``), "-" if none yet."""
+    path = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
+    return format_policy(load_policy(path)) if os.path.exists(path) else "-"
+
+
+def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
+    """The rows of ``RUN_DIR/loop.json`` whose iteration folder is still there."""
+    path = os.path.join(run_dir, "loop.json")
+    rows = read_json(path, list) or []
+    if not all(isinstance(row, dict) and "iteration" in row for row in rows):
+        raise UsageError(f"{path} is not a loop summary (a list of iteration rows): delete it to "
+                         "rebuild it from the checkpoints")  # fmt: skip
+    return [row for row in rows if os.path.isdir(os.path.join(run_dir, f"iter{row['iteration']}"))]
 
 
 def shown(value, fmt: str = "{}") -> str:
@@ -143,7 +161,14 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
 
 
 def write_summary(run_dir: str) -> str:
-    rows = [iteration_row(path) for path in iteration_dirs(run_dir)]
+    """Write loop.md and loop.json: a row per trained iteration, from its checkpoint, else as the
+    earlier summary recorded it (with the policy it learned brought up to date)."""
+    by_iteration = {
+        row["iteration"]: {**row, "learned": learned_policy(run_dir, row["iteration"])}
+        for row in recorded_rows(run_dir)
+    }
+    by_iteration.update({row["iteration"]: row for row in map(iteration_row, iteration_dirs(run_dir))})
+    rows = [by_iteration[iteration] for iteration in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)

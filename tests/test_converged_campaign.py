@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -252,11 +252,13 @@ def train_log(updates: int, losses: List[float]) -> str:
     return "".join(lines)
 
 
-def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: List[str]) -> None:
-    """One trained, tested iteration of a run dir, as run.sh leaves it (no checkpoints)."""
+def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: List[str],
+               updates: Optional[int] = None) -> None:  # fmt: skip
+    """One trained, tested iteration of a run dir, as run.sh leaves it (no checkpoints), trained
+    for ``updates`` (1500 + iteration unless given)."""
     folder = run_dir / f"iter{iteration}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train.log").write_text(train_log(1500 + iteration, [5.0, 4.5, 4.3]))
+    (folder / "train.log").write_text(train_log(updates or 1500 + iteration, [5.0, 4.5, 4.3]))
     (folder / "policy.json").write_text(json.dumps(policy))
     train_args = ["--stop-time-hours", "0.05", "--stop-time-hours", "0.0417"]  # the last counts
     record = {"options": {"fairseq-train arguments after --": train_args}}
@@ -334,6 +336,26 @@ def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):
               if line.startswith("| en-de | san |")]  # fmt: skip
     assert san.rstrip(" |").endswith("san better")
     assert "- uniform-6-6 minus baseline, seed 1, test_2016_flickr: " in (results / "summary.md").read_text()
+
+
+def test_a_system_is_also_tested_against_every_baseline_of_equal_updates(tmp_path):
+    """SAN seed 1 (1501 updates) and its seed's baseline (1500) differ in updates: SAN is also
+    tested against baseline seed 4, which trained for 1501; SAN seed 2 and its baseline trained
+    for 1500 each (no other test). The headline keeps the same-seed tests."""
+    from campaign_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    toy_system(results / "en-de" / "baseline-s4", 0, {}, 30.0, REFERENCES, updates=1501)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    tests = [(t["system"], t["seed"], t["baseline_seed"], t["verdict"])
+             for t in summary["paired_bootstrap"]["en-de"]]  # fmt: skip
+    assert tests == [("san", 1, 1, "san better")] * 2 + [("san", 1, 4, "inconclusive")] * 2 + [
+        ("san", 2, 2, "san better")] * 2  # fmt: skip
+    markdown = (results / "summary.md").read_text()
+    assert "- san minus baseline seed 4 (equal updates), seed 1, test_2016_flickr: +0.00 BLEU" in markdown
+    (san,) = [line for line in (results / "headline.md").read_text().splitlines()
+              if line.startswith("| en-de | san |")]  # fmt: skip
+    assert san.rstrip(" |").endswith("san better") and "s4" not in san
 
 
 def test_no_headline_before_the_en_de_slice(tmp_path):

@@ -3,7 +3,7 @@
 Rendered from summary.json (``campaign_summary.py``) once the ``en-de`` slice is collected (En->De
 has both a baseline and a learned-policy SAN): per pair, baseline and SAN with test BLEU as the
 mean and standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the 95%
-interval of sacreBLEU's paired bootstrap for every seed, one verdict, the learned policy, params,
+interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed), one verdict, the learned policy, params,
 and the GPU decoding speed of SAN (``san-fast``) relative to the baseline from the ``bench``
 slice (beam 4, natural lengths, batch 16), where it was collected.
 """
@@ -70,7 +70,10 @@ def headline_rows(summary: Dict, pair: str, test_sets: Sequence[str], speed: Opt
     by_system = {name: [row for row in rows if row["system"] == name] for name in ("baseline", "san")}
     if not all(by_system.values()):
         return []
-    tests = [test for test in summary["paired_bootstrap"].get(pair, []) if test["system"] == "san"]
+    tests = [
+        test for test in summary["paired_bootstrap"].get(pair, [])
+        if test["system"] == "san" and test["baseline_seed"] == test["seed"]
+    ]  # fmt: skip
     lines = []
     for name, runs in by_system.items():
         first = min(runs, key=lambda row: row["seed"])

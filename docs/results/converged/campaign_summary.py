@@ -10,7 +10,8 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
   "baseline", the learned-policy SAN "san", other systems by their run dir's name);
 * ``seed_statistics`` and ``paired_bootstrap``: mean and standard deviation over seeds, and
   sacreBLEU's paired bootstrap of every other system (SAN, uniform, the tables' rows) minus the
-  baseline of its seed, with a verdict;
+  baseline of its seed (and, where that one trained for other updates, minus every baseline that
+  trained for as many: ``pairings``), with a verdict;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
   wall time.
 
@@ -297,31 +298,47 @@ def reference_file(data_root: str, pair: str, split: str) -> str:
     return os.path.join(data_root, f"multi30k.{pair}", "text", f"{split}.raw.{pair.split('-')[1]}")
 
 
+def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str, int, int]]:
+    """(system, seed, baseline seed) of every paired test: each system against the baseline of its
+    seed and, where that baseline trained for other updates, against every baseline that trained
+    for as many updates as the system (equal updates); SAN first, then the others by name."""
+    baselines = {seed: row["updates"] for (name, seed), (row, _) in found.items() if name == "baseline"}
+    tests = []
+    for system, seed in sorted(found, key=lambda key: (key[0] != "san", key)):
+        if system == "baseline":
+            continue
+        updates = found[(system, seed)][0]["updates"]
+        if seed in baselines:
+            tests.append((system, seed, seed))
+        if baselines.get(seed) != updates:
+            tests += [(system, seed, other) for other, done in sorted(baselines.items())
+                      if other != seed and done == updates]  # fmt: skip
+    return tests
+
+
 def significance(
     pair: str, rows: Sequence[Tuple[dict, dict]], data_root: str
 ) -> List[Dict[str, object]]:
-    """The paired bootstrap of every system against the baseline of its seed, on each test set
-    whose hypotheses and references are at hand; SAN first, then the others by name."""
+    """The paired bootstrap of every pairing (``pairings``) on each test set whose hypotheses and
+    references are at hand."""
     from fairseq_san.scoring import read_generate_output, read_lines
 
-    found = {(row["system"], row["seed"]): training for row, training in rows}
+    found = {(row["system"], row["seed"]): (row, training) for row, training in rows}
     tests = []
-    san_first = sorted(found.items(), key=lambda item: (item[0][0] != "san", item[0]))
-    for (system, seed), compared in san_first:
-        if system == "baseline" or ("baseline", seed) not in found:
-            continue
+    for system, seed, baseline_seed in pairings(found):
+        runs = (found[("baseline", baseline_seed)][1], found[(system, seed)][1])
         for split, test_set in TEST_SPLITS.items():
             paths = [
-                os.path.join(run["run_dir"], "test-bleu", f"iter{run['iteration']}", split)
-                for run in (found[("baseline", seed)], compared)
-            ]
-            paths = [os.path.join(path, f"generate-{split}.txt") for path in paths]
+                os.path.join(run["run_dir"], "test-bleu", f"iter{run['iteration']}", split,
+                             f"generate-{split}.txt")
+                for run in runs
+            ]  # fmt: skip
             reference = reference_file(data_root, pair, split)
             if not all(os.path.exists(path) for path in paths + [reference]):
                 continue
             hyps = [read_generate_output(path) for path in paths]
             result = paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=system)
-            tests.append({"seed": seed, "test_set": test_set, **result})
+            tests.append({"seed": seed, "baseline_seed": baseline_seed, "test_set": test_set, **result})
     return tests
 
 
@@ -388,8 +405,13 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                     f"over {stat['n']} seeds"
                 )
         for test in summary["paired_bootstrap"].get(pair, []):
+            against = (
+                f"baseline, seed {test['seed']}"
+                if test["baseline_seed"] == test["seed"]
+                else f"baseline seed {test['baseline_seed']} (equal updates), seed {test['seed']}"
+            )
             lines.append(
-                f"- {test['system']} minus baseline, seed {test['seed']}, {test['test_set']}: "
+                f"- {test['system']} minus {against}, {test['test_set']}: "
                 f"{test['difference']:+.2f} BLEU, 95% interval {test['interval_95']}, "
                 f"p = {test['p_value']}: **{test['verdict']}** (`{test['signature']}`)"
             )

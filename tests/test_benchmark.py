@@ -459,6 +459,29 @@ def test_step_timer_profile_prints_the_host_view_of_each_system_on_a_cpu(capsys)
     out = capsys.readouterr().out
     assert out.count("--- baseline ") == 2 and out.count("Self CPU time total") == 2
     assert "device busy" not in out and "Self CUDA" not in out
+    assert out.count("x the bound") == 2
+
+
+def test_step_timer_profile_sets_each_step_against_its_bound(capsys):
+    """``--profile``: a position's bound is its matrix products at the measured matmul peak or its
+    decoder weights at the measured copy bandwidth; SAN {6}/{6} needs fewer of both."""
+    from fairseq_san.cli.bench import main
+
+    main(["steps", "--vocab", "40", "--batch", "2", "--batches", "1", "--length", "3",
+          "--source-length", "3", "--rounds", "1", "--threads", "1", "--decoders", "fairseq",
+          "--profile"])  # fmt: skip
+    pattern = re.compile(r"^(\S+) fairseq: bound ([\d.]+) GFLOP at ([\d,]+) GFLOP/s, ([\d.]+) MB of "
+                         r"decoder weights at ([\d,]+) GB/s: ([\d.]+) ms per position; the timed "
+                         r"step ([\d.]+) ms, ([\d.]+)x the bound$")  # fmt: skip
+    found = {m[1]: [float(x.replace(",", "")) for x in m.groups()[1:]]
+             for m in map(pattern.match, capsys.readouterr().out.splitlines()) if m}  # fmt: skip
+    assert set(found) == {"baseline", "san-6-6"}
+    for gflop, gflops, weight_mb, gbs, bound_ms, step_ms, ratio in found.values():
+        assert gflop > 0 and gflops > 0 and weight_mb > 0 and gbs > 0
+        assert bound_ms == pytest.approx(1e3 * max(gflop / gflops, weight_mb / 1e3 / gbs), rel=0.05)
+        assert ratio == pytest.approx(step_ms / bound_ms, rel=0.06)
+    (base_gflop, _, base_mb, *_), (san_gflop, _, san_mb, *_) = found["baseline"], found["san-6-6"]
+    assert san_gflop < base_gflop and san_mb < base_mb
 
 
 def test_peak_of_a_row_comes_from_the_table_of_precisions():

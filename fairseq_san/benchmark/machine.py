@@ -1,6 +1,7 @@
 """The machine a benchmark ran on: processor model and the instruction sets that decide which
 precisions are fast (AVX-512 VNNI and AMX for int8 and bf16), torch's CPU kernels, the GPU, and
-the arithmetic bound of each precision (``matmul_peak``)."""
+the arithmetic bound of each precision (``matmul_peak``), and the memory bandwidth
+(``copy_bandwidth``)."""
 
 import datetime
 import os
@@ -91,6 +92,21 @@ def matmul_peak(device: torch.device) -> Dict[str, float]:
         linear, x = DynamicInt8Linear(size, size), torch.randn(size, size)
         peaks["int8"] = _gflops(lambda: linear(x), size, device)
     return peaks
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """GB/s of one large tensor copy (bytes read plus bytes written), the best of 5 after 2
+    warm-ups: the bound of a step that must read every weight once."""
+    numel = (256 if device.type == "cuda" else 32) * 2**20
+    source, target = torch.ones(numel, device=device), torch.empty(numel, device=device)
+    for _ in range(2):
+        target.copy_(source)
+    best = float("inf")
+    for _ in range(5):
+        start = clock(device)
+        target.copy_(source)
+        best = min(best, clock(device) - start)
+    return 2 * numel * source.element_size() / best / 1e9
 
 
 def _gflops(product: Callable[[], object], size: int, device: torch.device) -> float:

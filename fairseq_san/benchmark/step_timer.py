@@ -11,12 +11,16 @@ table gives the median over rounds and the ratio to fairseq's baseline of the sa
         [--decoders fairseq static-fp32 static-fp32-compile ...] [--policies baseline san-6-6]
         [--device cpu|cuda] [--dtype fp32|fp16|bf16]
 
-``--profile`` prints torch.profiler's top operators for one batch of each configuration.
+``--profile`` prints torch.profiler's top operators for one batch of each configuration and how
+far a position is from its bound (``position_bound``): the time it takes against the time its
+matrix products need at the device's measured matmul peak, or its decoder weights at the
+measured copy bandwidth, whichever is longer.
 """
 
 import argparse
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
@@ -26,6 +30,8 @@ import fairseq_san.models  # noqa: F401
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
+from fairseq_san.benchmark.machine import copy_bandwidth, matmul_peak
+from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.static_decoding import StaticSequenceGenerator
 from fairseq_san.static_decoding.execution import EXECUTIONS
@@ -107,6 +113,43 @@ def time_rounds(configs: Dict, samples: List, rounds: int, steps: int) -> Dict[s
     return times
 
 
+@dataclass
+class PositionBound:
+    """What one decoder position needs at least, whatever the decoder."""
+
+    gflop: float  # its matrix products (fairseq's generator: attention over written positions)
+    weight_mb: float  # the decoder's weights, each read once
+    peak_gflops: Optional[float]  # the device's measured matmul peak at the model's dtype
+    bandwidth_gbs: float  # the device's measured copy bandwidth
+
+    @property
+    def ms(self) -> float:
+        """The longer of the products at the peak and the weights at the bandwidth."""
+        compute = self.gflop / self.peak_gflops * 1e3 if self.peak_gflops else 0.0
+        return max(compute, self.weight_mb / 1e3 / self.bandwidth_gbs * 1e3)
+
+    def describe(self) -> str:
+        peak = f"{self.peak_gflops:,.0f} GFLOP/s" if self.peak_gflops else "no measured peak"
+        return (f"{self.gflop:.3f} GFLOP at {peak}, {self.weight_mb:.1f} MB of decoder weights at "
+                f"{self.bandwidth_gbs:,.0f} GB/s: {self.ms:.4f} ms")  # fmt: skip
+
+
+def position_bound(model, dictionary, sample: dict, beam: int, length: int, peaks: Dict) -> PositionBound:
+    """The bound of one position of ``model``: the matrix-multiply FLOPs of fairseq's generator
+    decoding ``sample`` (the encoder's, run once per batch, included) over its positions, and the
+    bytes of the decoder's parameters (tied ones once)."""
+    generator = make_generator("fairseq", model, dictionary, beam, length)
+    with torch.no_grad():
+        flops, _ = matmul_flops(lambda: generator.generate(None, sample))
+    weights = sum(p.numel() * p.element_size() for p in model.decoder.parameters())
+    return PositionBound(
+        gflop=flops / (length + 1) / 1e9,
+        weight_mb=weights / 1e6,
+        peak_gflops=peaks["matmul"].get(peaks["dtype"]),
+        bandwidth_gbs=peaks["bandwidth"],
+    )
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
@@ -136,13 +179,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         {"net_input": {k: v.to(args.device) for k, v in sample["net_input"].items()}}
         for sample in batches(dictionary, args.batches, args.batch, args.source_length)
     ]
-    configs = {}
+    configs, models = {}, {}
     for policy in args.policies:
-        model = build_model(args.arch, POLICIES[policy], dictionary)
-        model = model.to(args.device, DTYPES[args.dtype])
+        models[policy] = build_model(args.arch, POLICIES[policy], dictionary)
+        models[policy] = models[policy].to(args.device, DTYPES[args.dtype])
         for decoder in args.decoders:
             configs[f"{policy} {decoder}"] = make_generator(
-                decoder, model, dictionary, args.beam, args.length
+                decoder, models[policy], dictionary, args.beam, args.length
             )
     times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
     reference = times[next(iter(times))]
@@ -153,14 +196,24 @@ def main(argv: Optional[List[str]] = None) -> None:
         ratio = statistics.median(r / v for r, v in zip(reference, values))
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
     if args.profile:
+        device = torch.device(args.device)
+        peaks = {"matmul": matmul_peak(device), "bandwidth": copy_bandwidth(device), "dtype": args.dtype}
+        bounds = {
+            policy: position_bound(model, dictionary, samples[0], args.beam, args.length, peaks)
+            for policy, model in models.items()
+        }
         for name, generator in configs.items():
-            print_profile(name, generator, samples[0], args.length + 1)
+            bound = bounds[name.split()[0]]
+            print_profile(name, generator, samples[0], args.length + 1, bound)
+            step_ms = statistics.median(times[name])
+            print(f"{name}: bound {bound.describe()} per position; the timed step "
+                  f"{step_ms:.3f} ms, {step_ms / bound.ms:.1f}x the bound")  # fmt: skip
 
 
-def print_profile(name: str, generator, sample: dict, positions: int) -> None:
+def print_profile(name: str, generator, sample: dict, positions: int, bound: PositionBound) -> None:
     """torch.profiler's top operators for one batch of ``generator``: by host time, and on a GPU
-    also by device time, with the device's busy time per position (what a captured position
-    costs the GPU, to set against its arithmetic)."""
+    also by device time, with the device's busy time per position against ``bound`` (what a
+    captured position costs the GPU, set against what it must do)."""
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = sample["net_input"]["src_tokens"].is_cuda
@@ -172,6 +225,6 @@ def print_profile(name: str, generator, sample: dict, positions: int) -> None:
     print(averages.table(sort_by="self_cpu_time_total", row_limit=12))
     if on_gpu:
         print(averages.table(sort_by="self_device_time_total", row_limit=12))
-        busy_ms = sum(event.self_device_time_total for event in averages) / 1e3
-        print(f"{name}: device busy {busy_ms / positions:.3f} ms per position "
-              f"({busy_ms:.1f} ms for {positions} positions)")  # fmt: skip
+        busy_ms = sum(event.self_device_time_total for event in averages) / 1e3 / positions
+        print(f"{name}: device busy {busy_ms:.3f} ms per position ({busy_ms * positions:.1f} ms "
+              f"for {positions} positions), {busy_ms / bound.ms:.1f}x the bound")  # fmt: skip

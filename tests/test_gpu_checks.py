@@ -118,3 +118,18 @@ def test_end_to_end_decodes_the_checkpoints_named_by_base_and_san(tmp_path, monk
     for call in calls:
         paths = [word.split("=", 1)[1].split(":")[0] for word in call["argv"] if "=" in word]
         assert set(paths) == {str(chosen["baseline-s4"]), str(chosen["loop-iter1"])}
+
+
+def test_compile_part_profiles_the_compiled_step_captured_beside_the_graph(tmp_path):
+    """The compile part times and profiles the inductor-compiled step captured against the graph
+    of the uncompiled step, both decoders ones the step timer knows."""
+    from fairseq_san.benchmark.step_timer import STATIC_DECODERS
+
+    stdout, calls = run_checks(tmp_path, "compile profile")
+    assert [call["argv"][0] for call in calls] == ["steps", "steps"]
+    argv = calls[0]["argv"]
+    decoders = argv[argv.index("--decoders") + 1 : argv.index("--beam")]
+    assert decoders == ["static-fp32-graph", "static-fp32-compile-graph"]
+    assert set(decoders) <= set(STATIC_DECODERS)
+    assert all("--profile" in call["argv"] and "--device" in call["argv"] for call in calls)
+    assert "== compile: fp32, beam 4, batch 16" in stdout

@@ -225,8 +225,10 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     assert execution_for("eager", cuda).fixed_layout(cuda)
     compile_ = execution_for("compile", cpu)
     assert compile_.fixed_layout(cpu) and not compile_.pack
-    with pytest.raises(StaticDecoderError, match="execution 'graph' on CPU"):
-        execution_for("graph", cpu)
+    for graphs in ("graph", "compile-graph"):
+        with pytest.raises(StaticDecoderError, match=f"execution '{graphs}' on CPU"):
+            execution_for(graphs, cpu)
+    assert not execution_for("compile-graph", cuda).pack
     with pytest.raises(StaticDecoderError, match="choose from"):
         execution_for("jit", cpu)
     assert offered_executions() == ["eager", "fixed", "graph"]  # compile: measured slower
@@ -249,15 +251,19 @@ def replay_by_calling(captures: list, fail: bool = False):
     return capture
 
 
-def graphed_generator(model, capture, **settings) -> StaticSequenceGenerator:
-    """The generator of ``execution="graph"`` (CUDA only) on the CPU, with a stand-in capture:
-    its bookkeeping (static buffers, caches and searches kept per shape, keys) runs as on a GPU."""
+def graphed_generator(
+    model, capture, execution: str = "graph", compile_backend="inductor", **settings
+) -> StaticSequenceGenerator:
+    """The generator of ``execution`` (``graph`` or ``compile-graph``: CUDA only) on the CPU, with
+    a stand-in capture: its bookkeeping (static buffers, caches and searches kept per shape, keys)
+    runs as on a GPU."""
     from fairseq_san.static_decoding.execution import EXECUTIONS
-    from fairseq_san.static_decoding.graphs import GraphedSearchStep
 
-    generator = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
-    generator.execution = EXECUTIONS["graph"]
-    generator.run_search_step = GraphedSearchStep(generator.step, capture)
+    row = EXECUTIONS[execution]
+    built = "compile" if row.compiles else "fixed"  # the same step, packed or not, on the CPU
+    generator = StaticSequenceGenerator([model], DICTIONARY, execution=built, **settings)
+    generator.execution = row
+    generator.run_step, generator.run_search_step = generator.runners(compile_backend, capture)
     return generator
 
 
@@ -451,6 +457,28 @@ def test_fixed_step_writes_its_caches_without_building_indices():
     assert bool(written.ne(0).flatten(1).any(1).all())  # every slot: its position 3 written
 
 
+def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_per_shape():
+    """``compile-graph`` (CUDA only) on the CPU, a counting backend standing in for inductor and a
+    stand-in capture: the compiled step runs inside the captured position, compiled once and
+    captured once for two batches of one shape, and gives the eager fixed step's n-best."""
+    graphs, captures = [], []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    graphed = graphed_generator(model, replay_by_calling(captures), execution="compile-graph",
+                                compile_backend=counting_backend, **settings)  # fmt: skip
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-5)
+    assert len(captures) == 1 and len(graphs) == 1
+    assert not any(isinstance(m, PackedLinear) for m in graphed.step.modules())  # inductor's
+
+
 def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
     """A capture that fails is logged once per shape and that shape runs eagerly: same n-best."""
     model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
@@ -487,6 +515,23 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
     replays = graphed.run_search_step.replays
     assert len(replays) == 2 and None not in replays.values()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_inductor_compiled_graph_equals_eager():
+    """On a GPU, the inductor-compiled step captured with the search (``compile-graph``) gives the
+    eager fixed step's n-best: identical tokens, scores within 1e-4 at fp32; captured, no
+    fall-back (one length bucket: inductor compiles each shape, about a minute)."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0]).to("cuda")
+    settings = dict(beam_size=4, max_len_b=20)
+    graphed = StaticSequenceGenerator([model], DICTIONARY, execution="compile-graph", **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-4)
+    replays = graphed.run_search_step.replays
+    assert len(replays) == 1 and None not in replays.values()
 
 
 @pytest.mark.slow

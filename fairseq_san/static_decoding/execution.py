@@ -11,7 +11,11 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
   offered on the command line (slower than ``eager`` where measured), reached by the step
   timer, the benchmark's overrides and the tests;
 * ``graph``: the fixed-layout step captured as one CUDA graph per (rows, length bucket) and
-  replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there.
+  replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there;
+* ``compile-graph``: the compiled step captured as CUDA graphs: a captured position on a GPU is
+  hundreds of small dependent kernels, about 65x its arithmetic bound (docs/results/gpu-steps),
+  and inductor fuses the elementwise work, layer norms and residual adds into fewer kernels; not
+  offered until measured faster than ``graph``.
 """
 
 from dataclasses import dataclass
@@ -26,15 +30,22 @@ from fairseq_san.static_decoding.errors import StaticDecoderError
 @dataclass(frozen=True)
 class Execution:
     """A way to run the step (module doc): its cache layout (None: the device's own), whether
-    precision.py packs its linear layers, the devices it runs on, and whether it replays CUDA
-    graphs (on caches kept across batches); whether the command line offers it."""
+    precision.py packs its linear layers (not for a compiled step), the devices it runs on,
+    whether the step is compiled and whether it replays CUDA graphs (on caches kept across
+    batches); whether the command line offers it."""
 
     name: str
     fixed: Optional[bool]
-    pack: bool
     devices: Tuple[str, ...]
+    compiles: bool = False
     graphs: bool = False
     offered: bool = True  # a choice of --san-decoder-execution (compile: slower, measured only)
+
+    @property
+    def pack(self) -> bool:
+        """Whether precision.py packs the linear layers: not for the compiler (inductor packs
+        frozen weights itself)."""
+        return not self.compiles
 
     def fixed_layout(self, device: torch.device) -> bool:
         """Whether the step runs in the fixed layout on ``device``."""
@@ -44,17 +55,19 @@ class Execution:
 EXECUTIONS: Dict[str, Execution] = {
     row.name: row
     for row in (
-        Execution("eager", None, True, ("cpu", "cuda")),
-        Execution("fixed", True, True, ("cpu", "cuda")),
-        Execution("compile", True, False, ("cpu",), offered=False),
-        Execution("graph", True, True, ("cuda",), graphs=True),
+        Execution("eager", None, ("cpu", "cuda")),
+        Execution("fixed", True, ("cpu", "cuda")),
+        Execution("compile", True, ("cpu",), compiles=True, offered=False),
+        Execution("graph", True, ("cuda",), graphs=True),
+        Execution("compile-graph", True, ("cuda",), compiles=True, graphs=True, offered=False),
     )
 }  # fmt: skip
 
 
 def offered_executions() -> List[str]:
     """The choices of ``--san-decoder-execution``: the rows offered (not ``compile``, slower than
-    the eager step where measured: docs/results/static-compile)."""
+    the eager step where measured: docs/results/static-compile; not ``compile-graph`` until
+    measured)."""
     return [name for name, row in EXECUTIONS.items() if row.offered]
 
 

@@ -108,16 +108,7 @@ class StaticSequenceGenerator(nn.Module):
         self.encoder = (
             None if encoder is None else convert_encoder(encoder, precision, self.execution.pack)
         )
-        # What runs positions 1.. (position 0 runs ``step`` eagerly, on one row per sentence):
-        # the step, or with CUDA graphs the whole position (``run_search_step``).
-        self.run_step: Callable = self.step
-        self.run_search_step: Optional[GraphedSearchStep] = None
-        if self.execution.name == "compile":
-            self.run_step = compiled(self.step, compile_backend)
-        elif self.execution.graphs and self.CAPTURES_SEARCH:
-            self.run_search_step = GraphedSearchStep(self.step, capture)
-        elif self.execution.graphs:
-            self.run_step = GraphedStep(self.step, capture)
+        self.run_step, self.run_search_step = self.runners(compile_backend, capture)
         # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
         # captured).
         self._caches: Dict[Tuple, DecoderCache] = {}
@@ -132,6 +123,20 @@ class StaticSequenceGenerator(nn.Module):
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
         self.precision = precision
+
+    def runners(
+        self, compile_backend: Union[str, Callable], capture: Capture
+    ) -> Tuple[Callable, Optional[GraphedSearchStep]]:
+        """(run_step, run_search_step): what runs positions 1.. (position 0 runs ``step``
+        eagerly, on one row per sentence): the step, compiled where the execution compiles it;
+        with CUDA graphs the whole position captured around it (``GraphedSearchStep``), or the
+        step alone (``GraphedStep``) for a generator whose search stays eager."""
+        step = compiled(self.step, compile_backend) if self.execution.compiles else self.step
+        if not self.execution.graphs:
+            return step, None
+        if self.CAPTURES_SEARCH:
+            return self.step, GraphedSearchStep(step, capture)
+        return GraphedStep(step, capture), None
 
     @torch.no_grad()
     def generate(

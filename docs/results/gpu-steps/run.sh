@@ -15,7 +15,11 @@
 #            decoders in one process, so a profile): fairseq, static eager (fixed layout), static
 #            as CUDA graphs; baseline and SAN {6}/{6}; beam 4 at batch 16 and 128, fp32 and fp16
 #            models; beam 20 at batch 16;
-#   profile  torch.profiler's view of one batch of captured positions (fp32, beam 4, batch 16);
+#   profile  torch.profiler's view of one batch of captured positions (fp32, beam 4, batch 16),
+#            and each configuration's bound per position (measured matmul peak and bandwidth);
+#   compile  the inductor-compiled step captured (static-fp32-compile-graph) against the graph of
+#            the uncompiled one: ms per step and the profile (fp32, beam 4, batch 16; inductor
+#            compiles each policy's step first, about a minute);
 #   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
 #            static eager and --san-fast-decoding rows beside them.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
@@ -29,14 +33,14 @@ set -uo pipefail
 
 OUT=${OUT:-runs/gpu-steps}
 LEFT_S=${LEFT_S:-600}
-PARTS=${PARTS:-tests e2e steps profile e2e-more}
+PARTS=${PARTS:-tests e2e steps profile compile e2e-more}
 LOG=${LOG:-$OUT/gpu-steps.txt}
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 DATA=data-bin/multi30k.en-de
 [ -d "$DATA" ] || DATA=build/offline-bundle/data-bin/multi30k.en-de
 BENCH=$OUT/gpu-steps
-STEPS=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --rounds 3
-  --policies baseline san-6-6 --decoders fairseq static-fp32-fixed static-fp32-graph)
+TIMER=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --policies baseline san-6-6)
+STEPS=("${TIMER[@]}" --rounds 3 --decoders fairseq static-fp32-fixed static-fp32-graph)
 mkdir -p "$OUT" "$BENCH"
 
 part() {  # part SECONDS TITLE COMMAND...: run COMMAND under a SECONDS timeout if they are left
@@ -76,7 +80,7 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
   for name in $PARTS; do
     case $name in
       tests)
-        part 150 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs \
+        part 240 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs \
           tests/test_static_decoder.py -k "cuda or graph or whole_position or host_sync" ;;
       e2e | e2e-more)
         if [ ! -f "$BASE" ] || [ ! -f "$SAN" ]; then
@@ -102,9 +106,12 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
         part 90 "steps: fp32 model, beam 20, batch 16" "${STEPS[@]}" --beam 20 --batch 16 ;;
       profile)
         part 60 "profile: fp32, beam 4, batch 16, captured positions" \
-          fairseq-san-bench steps --device cuda --threads 4 --length 40 --rounds 1 \
-          --policies baseline san-6-6 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
-      *) echo "== unknown part $name (tests, e2e, steps, profile, e2e-more)" ;;
+          "${TIMER[@]}" --rounds 1 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
+      compile)
+        part 240 "compile: fp32, beam 4, batch 16, the compiled step captured" \
+          "${TIMER[@]}" --rounds 3 --decoders static-fp32-graph static-fp32-compile-graph \
+          --beam 4 --batch 16 --profile ;;
+      *) echo "== unknown part $name (tests, e2e, steps, profile, compile, e2e-more)" ;;
     esac
   done
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"

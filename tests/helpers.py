@@ -717,3 +717,84 @@ def calls_of(monkeypatch, owner, method: str) -> list:
 
     monkeypatch.setattr(owner, method, spy)
     return calls
+
+
+# --- CUDA graph capture, on the CPU ----------------------------------------------------------
+
+
+def replay_by_calling(captures: list, fail: bool = False):
+    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
+    does, records the capture in ``captures``, and replays by calling ``body`` again (which reads
+    the same static buffers, as a graph would); ``fail``: capture raises, as CUDA can."""
+
+    def capture(body, warmup, restore):
+        for _ in range(warmup):
+            body()
+            restore()
+        captures.append(body)
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return body
+
+    return capture
+
+
+class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
+    """Fails on every operation that reads a device value back to the host (``item``, ``bool``,
+    ``nonzero``, boolean-mask indexing, ``tolist``): what a CUDA graph cannot capture, checked
+    on the CPU."""
+
+    SYNCING = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in self.SYNCING or (name == "aten::index" and self.masks(args[1])):
+            raise AssertionError(f"{name} in a captured body")
+        return func(*args, **(kwargs or {}))
+
+    @staticmethod
+    def masks(indices) -> bool:
+        boolean = (torch.bool, torch.uint8)
+        return any(index is not None and index.dtype in boolean for index in indices)
+
+    def __enter__(self):
+        def refuse(tensor):
+            raise AssertionError("tolist in a captured body")
+
+        self.tolist, torch.Tensor.tolist = torch.Tensor.tolist, refuse
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self.tolist
+        return super().__exit__(*exc)
+
+
+def capture_without_host_sync(captures: list):
+    """``replay_by_calling``, every run of the body under ``NoHostSync``."""
+    calling = replay_by_calling(captures)
+
+    def capture(body, warmup, restore):
+        def checked() -> None:
+            with NoHostSync():
+                body()
+
+        return calling(checked, warmup, restore)
+
+    return capture
+
+
+def graphed_generator(
+    generator_class, dictionary, model, capture, execution: str = "graph",
+    compile_backend="inductor", **settings,
+):  # fmt: skip
+    """A static generator (``generator_class``) of ``execution`` (``graph`` or ``compile-graph``:
+    CUDA only) on the CPU, with a stand-in capture: its bookkeeping (static buffers, caches and
+    searches kept per shape, keys) runs as on a GPU."""
+    from fairseq_san.static_decoding.execution import EXECUTIONS
+
+    row = EXECUTIONS[execution]
+    built = "compile" if row.compiles else "fixed"  # the same step, packed or not, on the CPU
+    generator = generator_class([model], dictionary, execution=built, **settings)
+    generator.execution = row
+    generator.run_step, generator.run_search_step = generator.runners(compile_backend, capture)
+    return generator

@@ -8,6 +8,7 @@ batch finish at different steps and the n-best lists are not decided by rounding
 import argparse
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,14 @@ from helpers import (
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
+    NoHostSync,
     calls_of,
+    capture_without_host_sync,
     cli_env,
     generate,
+    graphed_generator,
     make_dictionary,
+    replay_by_calling,
     run_cli,
     source_batch,
     train_argv,
@@ -60,6 +65,8 @@ SETTINGS = [
 ]
 SOURCE_LENGTHS = [5, 9, 3, 7, 6, 2]
 DICTIONARY = make_dictionary()
+# The translation generator of a CUDA-graph execution on the CPU (stand-in capture).
+graphed_translator = partial(graphed_generator, StaticSequenceGenerator, DICTIONARY)
 
 
 def decisive(model):
@@ -234,69 +241,6 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     assert offered_executions() == ["eager", "fixed", "graph"]  # compile: measured slower
 
 
-def replay_by_calling(captures: list, fail: bool = False):
-    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
-    does, records the capture in ``captures``, and replays by calling ``body`` again (which reads
-    the same static buffers, as a graph would); ``fail``: capture raises, as CUDA can."""
-
-    def capture(body, warmup, restore):
-        for _ in range(warmup):
-            body()
-            restore()
-        captures.append(body)
-        if fail:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        return body
-
-    return capture
-
-
-def graphed_generator(
-    model, capture, execution: str = "graph", compile_backend="inductor", **settings
-) -> StaticSequenceGenerator:
-    """The generator of ``execution`` (``graph`` or ``compile-graph``: CUDA only) on the CPU, with
-    a stand-in capture: its bookkeeping (static buffers, caches and searches kept per shape, keys)
-    runs as on a GPU."""
-    from fairseq_san.static_decoding.execution import EXECUTIONS
-
-    row = EXECUTIONS[execution]
-    built = "compile" if row.compiles else "fixed"  # the same step, packed or not, on the CPU
-    generator = StaticSequenceGenerator([model], DICTIONARY, execution=built, **settings)
-    generator.execution = row
-    generator.run_step, generator.run_search_step = generator.runners(compile_backend, capture)
-    return generator
-
-
-class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
-    """Fails on every operation that reads a device value back to the host (``item``, ``bool``,
-    ``nonzero``, boolean-mask indexing, ``tolist``): what a CUDA graph cannot capture, checked
-    on the CPU."""
-
-    SYNCING = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select")
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in self.SYNCING or (name == "aten::index" and self.masks(args[1])):
-            raise AssertionError(f"{name} in a captured body")
-        return func(*args, **(kwargs or {}))
-
-    @staticmethod
-    def masks(indices) -> bool:
-        boolean = (torch.bool, torch.uint8)
-        return any(index is not None and index.dtype in boolean for index in indices)
-
-    def __enter__(self):
-        def refuse(tensor):
-            raise AssertionError("tolist in a captured body")
-
-        self.tolist, torch.Tensor.tolist = torch.Tensor.tolist, refuse
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        torch.Tensor.tolist = self.tolist
-        return super().__exit__(*exc)
-
-
 class HostReads(NoHostSync):
     """Counts what NoHostSync refuses, in ``reads``, instead of failing."""
 
@@ -322,20 +266,6 @@ class HostReads(NoHostSync):
         return entered
 
 
-def capture_without_host_sync(captures: list):
-    """``replay_by_calling``, every run of the body under ``NoHostSync``."""
-    calling = replay_by_calling(captures)
-
-    def capture(body, warmup, restore):
-        def checked() -> None:
-            with NoHostSync():
-                body()
-
-        return calling(checked, warmup, restore)
-
-    return capture
-
-
 def two_batches():
     """Two samples of 6 sentences with different sources (one source length bucket)."""
     for lengths, seed in ((SOURCE_LENGTHS, 1), ([8, 4, 11, 6, 9, 3], 2)):
@@ -352,7 +282,7 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     captures = []
-    graphed = graphed_generator(model, replay_by_calling(captures), **settings)
+    graphed = graphed_translator(model, replay_by_calling(captures), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     for sample in two_batches():
         expected = eager.generate([model], sample)
@@ -372,7 +302,7 @@ def test_whole_position_captured_with_the_search_equals_the_int_position_search(
     for beam in (1, 4, 8):
         for settings in (dict(max_len_a=1, max_len_b=3, len_penalty=0.5), SETTINGS[2], SETTINGS[3]):
             captures = []
-            graphed = graphed_generator(
+            graphed = graphed_translator(
                 model, capture_without_host_sync(captures), beam_size=beam, **settings
             )
             on_host = StaticSequenceGenerator(
@@ -469,8 +399,8 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
 
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
-    graphed = graphed_generator(model, replay_by_calling(captures), execution="compile-graph",
-                                compile_backend=counting_backend, **settings)  # fmt: skip
+    graphed = graphed_translator(model, replay_by_calling(captures), execution="compile-graph",
+                                 compile_backend=counting_backend, **settings)  # fmt: skip
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     for sample in two_batches():
         expected = eager.generate([model], sample)
@@ -484,7 +414,7 @@ def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
     model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
     captures = []
     settings = dict(beam_size=4, max_len_b=12)
-    graphed = graphed_generator(model, replay_by_calling(captures, fail=True), **settings)
+    graphed = graphed_translator(model, replay_by_calling(captures, fail=True), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     with caplog.at_level("WARNING", logger="fairseq_san.static_decoding.graphs"):
         for sample in two_batches():

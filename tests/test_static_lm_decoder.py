@@ -3,13 +3,21 @@ the same output as fairseq's SequenceGenerator (greedy, beam) given a prompt as 
 the language modelling task calls it; the prompt prefilled in one pass; V-only caches for SAN
 followers, none for KV followers; sampling restricted and seeded."""
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from helpers import build, build_lm, calls_of, make_dictionary
+from helpers import (
+    build,
+    build_lm,
+    calls_of,
+    capture_without_host_sync,
+    graphed_generator,
+    make_dictionary,
+)
 from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.caches import allocate_cache
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -17,6 +25,8 @@ from fairseq_san.static_decoding.lm_generator import StaticLMGenerator, build_st
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
 DICT = make_dictionary(40)
+# The generator of a CUDA-graph execution on the CPU (stand-in capture).
+graphed_lm = partial(graphed_generator, StaticLMGenerator, DICT)
 HEADS, HEAD_DIM = 2, 8  # TINY_LM: 16 dimensions, 2 heads
 SYSTEMS = {
     "baseline": [],
@@ -112,6 +122,64 @@ def test_done_prompts_leave_the_batch_and_the_output_stays_fairseqs(system, monk
         assert_same_hypotheses(ours, theirs)
     kept = [len(sentences) for sentences, _, _ in dropped]
     assert len(set(kept)) >= 3, kept  # several times per batch
+
+
+@pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
+def test_positions_after_the_longest_prompt_are_captured_with_the_search(system):
+    """With CUDA graphs (stand-in capture; no host sync, checked operator by operator), a
+    position after the longest prompt is one captured position (step, search, reordering), a
+    ragged prompt's forced one the step alone; fairseq's output, greedy and beam, and a second
+    batch of the same shape replays both on the search and cache kept for it."""
+    model = language_model(system)
+    for beam in (1, 4):
+        captures = []
+        options = dict(beam_size=beam, max_len_b=14)
+        graphed = graphed_lm(model, capture_without_host_sync(captures), **options)
+        for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
+            prefix = prompts(lengths, seed)
+            theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+            assert_same_hypotheses(generate(graphed, model, prefix), theirs)
+        assert len(graphed.run_search_step.replays) == len(graphed.run_step.replays) == 1
+        assert len(captures) == 2 and len(graphed._searches) == len(graphed._caches) == 1
+
+
+def test_sampling_with_cuda_graphs_captures_the_step_alone():
+    """Sampling draws on the host's position: its positions replay the step alone, and the
+    draws, seeded, are those of the uncaptured fixed-layout step."""
+    model = language_model("san 2,4")
+    options = dict(beam_size=2, max_len_b=12, sampling=True, sampling_topk=5)
+    captures = []
+    graphed = graphed_lm(model, capture_without_host_sync(captures), **options)
+    eager = StaticLMGenerator([model], DICT, execution="fixed", **options)
+    prefix = prompts((3, 3, 3, 3))
+    torch.manual_seed(1)
+    expected = generate(eager, model, prefix)
+    torch.manual_seed(1)
+    assert_same_hypotheses(generate(graphed, model, prefix), expected)
+    assert not graphed.run_search_step.replays and len(graphed.run_step.replays) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("system", ["san 2,4", "kv 3,1,1,1"])
+def test_cuda_graphs_of_a_language_model_equal_eager(system):
+    """On a GPU (CUDA graphs, the default there), ragged prompts greedy and beam: the eager fixed
+    step's n-best; both captures made, no fall-back."""
+    model = language_model(system).cuda()
+    prefix = prompts((2, 6, 4)).cuda()
+    for beam in (1, 4):
+        options = dict(beam_size=beam, max_len_b=14)
+        graphed = StaticLMGenerator([model], DICT, **options)
+        assert graphed.execution.name == "graph"
+        eager = StaticLMGenerator([model], DICT, execution="fixed", **options)
+        sample = {"net_input": {k: v.cuda() for k, v in sample_of(prefix.cpu())["net_input"].items()}}
+        with torch.no_grad():
+            expected, actual = (
+                generator.generate([model], sample, prefix_tokens=prefix, bos_token=DICT.eos())
+                for generator in (eager, graphed)
+            )
+            assert_same_hypotheses(list(actual), list(expected))
+        for replays in (graphed.run_step.replays, graphed.run_search_step.replays):
+            assert len(replays) == 1 and None not in replays.values()
 
 
 @pytest.mark.parametrize("system", list(SYSTEMS))

@@ -6,7 +6,8 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
 * ``execution.py``: how the step runs (eager, fixed layout, torch.compile, CUDA graphs);
 * ``graphs.py``: CUDA graphs, captured and replayed: a whole position (step, beam search,
-  reordering) for translation, the step for language models;
+  reordering), or the step alone where the search needs the host's position (sampling, a
+  language model's prompt forcing);
 * ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors, the position
   an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8

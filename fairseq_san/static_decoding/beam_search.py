@@ -175,6 +175,17 @@ class TensorBeamSearch:
         self.sentences = sentences.numel()
         self.row_offsets = self.row_offsets[: self.sentences]
 
+    def release_prefix(self, step: int) -> None:
+        """Forget the prefix once ``step`` is past every forced token (its width, or max_len):
+        the rules are then the same without it, and ``advance`` may take tensor steps."""
+        if self.prefix is not None and step >= min(self.prefix.size(1), self.settings.max_len):
+            self.prefix = None
+
+    def takes_tensor_steps(self) -> bool:
+        """Whether ``advance`` may take a tensor step: not while sampling (its draws) or forcing
+        a prefix (``release_prefix``)."""
+        return not self.settings.sampling and self.prefix is None
+
     def state(self) -> List[Tensor]:
         """Every tensor ``advance`` writes (what a capture's warm-up runs must restore)."""
         return [

@@ -67,11 +67,6 @@ def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
 class StaticSequenceGenerator(nn.Module):
     """Beam search with fairseq's semantics over a static-shape decoder step (see module doc)."""
 
-    # With CUDA graphs, whether a whole position (step, beam search, reordering) is captured
-    # (``GraphedSearchStep``) or the step alone (``GraphedStep``: a subclass whose search needs
-    # the host's position, as sampling and prompt forcing do).
-    CAPTURES_SEARCH = True
-
     def __init__(
         self,
         models: List[nn.Module],
@@ -129,14 +124,13 @@ class StaticSequenceGenerator(nn.Module):
     ) -> Tuple[Callable, Optional[GraphedSearchStep]]:
         """(run_step, run_search_step): what runs positions 1.. (position 0 runs ``step``
         eagerly, on one row per sentence): the step, compiled where the execution compiles it;
-        with CUDA graphs the whole position captured around it (``GraphedSearchStep``), or the
-        step alone (``GraphedStep``) for a generator whose search stays eager."""
+        with CUDA graphs the whole position captured around it (``GraphedSearchStep``), and the
+        step alone (``GraphedStep``) for positions whose search needs the host's position
+        (sampling, a language model's prompt forcing: ``TensorBeamSearch.takes_tensor_steps``)."""
         step = compiled(self.step, compile_backend) if self.execution.compiles else self.step
         if not self.execution.graphs:
             return step, None
-        if self.CAPTURES_SEARCH:
-            return self.step, GraphedSearchStep(step, capture)
-        return GraphedStep(step, capture), None
+        return GraphedStep(step, capture), GraphedSearchStep(step, capture)
 
     @torch.no_grad()
     def generate(
@@ -183,8 +177,9 @@ class StaticSequenceGenerator(nn.Module):
         self, search: TensorBeamSearch, position: int, index, cache: DecoderCache
     ) -> bool:
         """Beam search at ``position`` > 0; whether every sentence is then done. With CUDA graphs
-        one replay (step, search, reordering) and one host sync."""
-        if self.run_search_step is None:
+        one replay (step, search, reordering) and one host sync, where the search takes tensor
+        steps."""
+        if self.run_search_step is None or not search.takes_tensor_steps():
             lprobs = self._step(search.last_tokens(position), position, index, cache)
             finished = self._follow(search.advance(position, lprobs), cache, position + 1)
             if not finished:
@@ -207,18 +202,25 @@ class StaticSequenceGenerator(nn.Module):
         return False
 
     def _search(
-        self, sentences: int, positions: int, bos: int, max_len: int, device: torch.device
+        self,
+        sentences: int,
+        positions: int,
+        bos: int,
+        max_len: int,
+        device: torch.device,
+        prefix: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
-        """A beam search for a batch; with CUDA graphs, the one kept for its shape, restarted."""
+        """A beam search for a batch (``prefix``: a language model's prompt tokens to force);
+        with CUDA graphs, the one kept for its shape, restarted."""
         settings = self._settings(max_len)
         if not self.execution.graphs:
-            return TensorBeamSearch(settings, sentences, bos, device)
+            return TensorBeamSearch(settings, sentences, bos, device, prefix)
         key = (sentences, positions)
         if key in self._searches:
-            self._searches[key].restart(settings, bos)
+            self._searches[key].restart(settings, bos, prefix)
         else:
             self._searches[key] = TensorBeamSearch(
-                settings, sentences, bos, device, positions=positions, fixed_address=True
+                settings, sentences, bos, device, prefix, positions=positions, fixed_address=True
             )
         return self._searches[key]
 

@@ -3,14 +3,15 @@
 On a GPU a decoder step is bound by kernel launches (measured on an H200: ~6 ms per step at batch
 16 for ~0.1 ms of arithmetic); a replayed graph launches the whole step at once. Two captures:
 
-* ``GraphedSearchStep`` (translation's beam search): one position whole, the decoder step, beam
+* ``GraphedSearchStep`` (beam and greedy search, translation's and a language model's after its
+  longest prompt): one position whole, the decoder step, beam
   search's ``advance`` with the position as a device tensor and the caches' reordering, so that
   a position is one replay and one host sync (reading whether every sentence is done). Measured
   on an H100 before it (docs/results/gpu-steps): with the step alone captured, the eager beam
   search around each replay launched about 85 kernels and synchronised about 4 times per step,
   and set the step's time;
-* ``GraphedStep`` (the language-model generator, whose sampling and prompt forcing stay eager):
-  the decoder step alone, called like the step.
+* ``GraphedStep`` (positions whose search needs the host's position: sampling, a language
+  model's prompt forcing): the decoder step alone, called like the step.
 
 Per key (``graph_key``: the rows, the length bucket, the temperature and the addresses of every
 tensor the capture reads besides the weights, so a graph is only ever replayed on the memory it

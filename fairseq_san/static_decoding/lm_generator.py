@@ -8,7 +8,10 @@ step per position as in translation (``StaticSequenceGenerator``), where a longe
 are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
 same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn
 from torch's generator, so ``--seed`` fixes them), with fairseq's rules (``beam_search.py``); in
-the sliced layout done prompts leave the batch after the prefill, as in translation.
+the sliced layout done prompts leave the batch after the prefill, as in translation. With CUDA
+graphs a position after the longest prompt is one captured position (step, search, reordering),
+as in translation; a ragged prompt's forced positions and sampling, which take the host's
+position, replay the step alone.
 
 Caches (``caches.py``): keys and values for a layer with its own (no sharing, a block's first
 layer), values only for a SAN follower (it reuses the block's attention weights S), nothing for a
@@ -21,14 +24,10 @@ import torch
 from torch import Tensor
 
 from fairseq_san.errors import UsageError
-from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+from fairseq_san.static_decoding.beam_search import SearchSettings
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.generator import (
-    StaticSequenceGenerator,
-    drop_done_sentences,
-    generator_options,
-)
+from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
 LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
@@ -36,8 +35,6 @@ LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
 
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
-
-    CAPTURES_SEARCH = False  # sampling and prompt forcing stay eager: the step alone is captured
 
     def __init__(
         self,
@@ -77,7 +74,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         cache = self._cache(sentences, positions, fixed, device)
         cache.sentences = sentences
         self.step.prepare(None, None, cache, max_len + 1)
-        search = TensorBeamSearch(self._settings(max_len), sentences, bos, device, prefix_tokens)
+        search = self._search(sentences, positions, bos, max_len, device, prefix_tokens)
 
         # Positions 0..known: the start token and the prompt tokens every sentence has, in one
         # pass on one row per sentence (its hypotheses are all the same there).
@@ -88,17 +85,13 @@ class StaticLMGenerator(StaticSequenceGenerator):
         prefilled = self.step.prefill(prompt, first, self.temperature)
         cache.spread(first)
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
-        for position in range(max_len + 1):
-            if position <= known:
-                lprobs = self._rows(prefilled[:, position], position)
-            else:
-                lprobs = self._step(search.last_tokens(position), position, index, cache)
-            order = search.advance(position, lprobs)
-            if order is None:
+        for position in range(known + 1):  # every row of a sentence holds the same prompt
+            if search.advance(position, self._rows(prefilled[:, position], position)) is None:
+                return search.hypotheses()
+        for position in range(known + 1, max_len + 1):
+            search.release_prefix(position)  # past the longest prompt: captured with CUDA graphs
+            if self._position(search, position, index, cache):
                 break
-            if position > known:  # up to it every row of a sentence holds the same prompt
-                cache.follow(order, position + 1, self.beam_size)
-                drop_done_sentences(search, cache, self.beam_size, position + 1)
         return search.hypotheses()
 
     def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:

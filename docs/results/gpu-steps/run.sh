@@ -3,7 +3,8 @@
 # `source build/offline-bundle/activate.sh` with a bundle built with --tests. PARTS (default: all,
 # in this order) chooses among:
 #   tests    the static decoder's CUDA tests (captured positions against the eager fixed step:
-#            fp32, fp16, bf16; baseline, SAN, AAN+SAN) and the capture logic's CPU tests;
+#            fp32, fp16, bf16; baseline, SAN, AAN+SAN; language models) and the capture logic's
+#            CPU tests;
 #   e2e      end to end (fairseq-san-bench --gpu, each engine in a process of its own, fp32): the
 #            converged campaign's en-de models on this machine (BASE and SAN, checkpoints: stage
 #            1's baseline loop/iter0 and uniform-6-6 under CHECKPOINTS by default; after stage 2,
@@ -81,7 +82,8 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
     case $name in
       tests)
         part 240 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs \
-          tests/test_static_decoder.py -k "cuda or graph or whole_position or host_sync" ;;
+          tests/test_static_decoder.py tests/test_static_lm_decoder.py \
+          -k "cuda or graph or whole_position or host_sync or captured" ;;
       e2e | e2e-more)
         if [ ! -f "$BASE" ] || [ ! -f "$SAN" ]; then
           echo "== skipped: $name (no $BASE or $SAN: the en-de slice did not train them here)"

@@ -109,7 +109,8 @@ def dry_env(tmp_path) -> Dict[str, str]:
     heldout.mkdir(parents=True)
     (heldout / "test_2018_flickr.en").write_text("A dog runs.\n")
     env = cli_env()
-    env.update(RUNS=str(tmp_path / "runs"), OUT=str(tmp_path / "out"), SHARED=str(tmp_path / "shared"))
+    env.update(RUNS=str(tmp_path / "runs"), OUT=str(tmp_path / "out"), SHARED=str(tmp_path / "shared"),
+               RESULTS=str(tmp_path / "results"))  # none collected: nothing restored  # fmt: skip
     return env
 
 
@@ -225,6 +226,34 @@ def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_n
         assert f"== bench batch {batch}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
     assert commands(output, "fairseq-san-bench") == []
+
+
+def unsettled_en_de_loop(results: Path) -> Path:
+    """A collected en-de loop whose iteration 1 learned another policy than its own."""
+    loop = results / "en-de" / "loop"
+    toy_system(loop, 0, {}, 30.0, ["x"])
+    toy_system(loop, 1, SAN_POLICY, 31.0, ["x"])
+    (loop / "iter2").mkdir()
+    (loop / "iter2" / "policy.json").write_text(json.dumps({**SAN_POLICY, "decoder_encdec": [4, 2]}))
+    return loop
+
+
+def test_pairs_trains_the_en_de_loops_next_iteration_while_its_policy_changes(dry_env, tmp_path):
+    """Each stage of pairs (three trainings) takes the en-de loop's next iteration beside them
+    while the loop's last iteration learned another policy than its own (the dry run prints
+    iteration 2 for both stages: nothing trains), none once it learned its own; a stage that
+    starts nothing starts it neither."""
+    loop = unsettled_en_de_loop(Path(dry_env["RESULTS"]))
+
+    def stage(k: int) -> List[tuple]:
+        return [(f"{pair}/loop", k) for pair in ("de-en", "en-fr", "en-cs")]
+
+    pairs = trainings(campaign("pairs", "--dry-run", env=dry_env))
+    assert pairs == stage(0) + [("en-de/loop", 2)] + stage(1) + [("en-de/loop", 2)]
+    short = campaign("pairs", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
+    assert commands(short, "learn_to_share.sh") == [] and "en-de/loop" not in short
+    (loop / "iter2" / "policy.json").write_text(json.dumps(SAN_POLICY))  # the loop has settled
+    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1)
 
 
 def test_an_unknown_slice_is_one_line(dry_env):
@@ -356,6 +385,25 @@ def test_a_system_is_also_tested_against_every_baseline_of_equal_updates(tmp_pat
     (san,) = [line for line in (results / "headline.md").read_text().splitlines()
               if line.startswith("| en-de | san |")]  # fmt: skip
     assert san.rstrip(" |").endswith("san better") and "s4" not in san
+
+
+def test_a_later_loop_iteration_is_its_own_system_and_the_headline_keeps_iteration_1(tmp_path):
+    """Iteration 1 of the loop is "san" (trained with the policy the baseline learned, as the
+    other SAN seeds are); a later iteration, trained while the policy still changed, is
+    "san-iter2", tested against the baseline on its own."""
+    from campaign_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    later = {**SAN_POLICY, "decoder_encdec": [4, 2]}
+    toy_system(results / "en-de" / "loop", 2, later, 35.0, REFERENCES)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    rows = {(row["system"], row["seed"]): row for row in summary["pairs"]["en-de"]}
+    assert rows[("san", 1)]["policy"] == SAN_POLICY and rows[("san-iter2", 1)]["policy"] == later
+    tests = {(t["system"], t["seed"], t["baseline_seed"]) for t in summary["paired_bootstrap"]["en-de"]}
+    assert ("san-iter2", 1, 1) in tests
+    (san,) = [line for line in (results / "headline.md").read_text().splitlines()
+              if line.startswith("| en-de | san |")]  # fmt: skip
+    assert "decoder_encdec {3,3}" in san
 
 
 def test_no_headline_before_the_en_de_slice(tmp_path):

@@ -7,6 +7,7 @@ systems, tests them and packs one archive; the archive is later collected on ano
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
     python docs/results/converged/campaign_slices.py restore FROM TO
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
+    python docs/results/converged/campaign_slices.py unsettled RUN_DIR
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
@@ -18,6 +19,9 @@ systems, tests them and packs one archive; the archive is later collected on ano
 * ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
   sets' decoding settings, and keeps the detokenized hypotheses as
   ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
+* ``unsettled``: prints the next iteration of a learn-to-share loop whose policy still changed
+  at its last iteration (nothing once it learns the policy it was trained with), so that a slice
+  can train it in a free place beside its own systems;
 * ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
   self-attention sharing (AAN has no decoder self-attention to share).
 """
@@ -156,10 +160,15 @@ def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
     return list(archives)
 
 
+def finished_iterations(run_dir: str) -> List[int]:
+    """The iterations of a run dir that are trained and tested (``done.iter<k>``), in order."""
+    return sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(run_dir)) if found)
+
+
 def restore(source: str, target: str) -> bool:
     """Copy run dir ``source`` to ``target`` with only its finished iterations (``done.iter<k>``)
     and the policy learned from the last of them; False (nothing copied) when none finished."""
-    finished = sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(source)) if found)
+    finished = finished_iterations(source)
     if not finished:
         return False
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints", "last"))
@@ -175,9 +184,24 @@ def restore(source: str, target: str) -> bool:
     return True
 
 
+def unsettled(run_dir: str) -> Optional[int]:
+    """The next iteration of a learn-to-share loop whose policy still changes: k + 1, where k >= 1
+    is its newest finished iteration and the policy k learned (``iter<k+1>/policy.json``) is not
+    the one k was trained with; None otherwise (the paper's loop stops when the policy does;
+    iteration 1 is its slice's own stage 2)."""
+    finished = finished_iterations(run_dir) if os.path.isdir(run_dir) else []
+    if not finished or finished[-1] < 1:
+        return None
+    newest = finished[-1]
+    trained, learned = (os.path.join(run_dir, f"iter{k}", "policy.json") for k in (newest, newest + 1))
+    if not os.path.exists(learned) or load_policy(learned) == load_policy(trained):
+        return None
+    return newest + 1
+
+
 def iteration_label(run_dir: str, iteration: int) -> str:
     """The folder name (``system_label``) of the system that iteration ``iteration`` of
-    ``run_dir`` is in summary.json, as the newest iteration of its run dir."""
+    ``run_dir`` is in summary.json."""
     iterations = [k for k in range(iteration + 1) if os.path.isdir(os.path.join(run_dir, f"iter{k}"))]
     for system, seed, k in system_names(os.path.basename(run_dir), iterations):
         if k == iteration:
@@ -269,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     held.add_argument("--data", required=True)
     held.add_argument("--sources", required=True)
     held.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch")
+    loop = commands.add_parser(
+        "unsettled", help="print the next iteration of a loop whose policy still changes"
+    )
+    loop.add_argument("run_dir")
     aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
     aan.add_argument("policy")
     aan.add_argument("-o", "--output", required=True)
@@ -290,6 +318,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"== {args.target}: restored from {args.source}")
         elif args.command == "heldout":
             heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
+        elif args.command == "unsettled":
+            print(unsettled(args.run_dir) or "")
         else:
             aan_policy(args.policy, args.output)
     except UsageError as err:

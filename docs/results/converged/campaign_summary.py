@@ -15,8 +15,9 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
   wall time.
 
-Run dir names: ``loop`` is the pair's learn-to-share loop (iteration 0 "baseline", its newest
-iteration "san", iterations between them "san-iter<k>"); ``loop-X`` is another loop of the same
+Run dir names: ``loop`` is the pair's learn-to-share loop (iteration 0 "baseline", iteration 1
+"san", the SAN of the policy the baseline learned, later iterations "san-iter<k>", run while the
+loop's policy still changes); ``loop-X`` is another loop of the same
 pair, whose systems end in "-X" ("baseline-X", "san-X": a slice's own baseline and SAN);
 ``warm`` is the loop with warm start (its newest iteration is "san-warm", counted with the
 iteration it started from); ``NAME-s<N>`` is system NAME trained with seed N; any other name is a
@@ -73,6 +74,11 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     return scores
 
 
+def loop_system(iteration: int) -> str:
+    """The system of a learn-to-share loop's iteration (module doc)."""
+    return {0: "baseline", 1: "san"}.get(iteration, f"san-iter{iteration}")
+
+
 def system_names(run_name: str, iterations: Sequence[int]) -> List[Tuple[str, int, int]]:
     """(system, seed, iteration) of the systems a run dir holds, by the rules of the module doc."""
     loop = LOOP.match(run_name)
@@ -80,9 +86,7 @@ def system_names(run_name: str, iterations: Sequence[int]) -> List[Tuple[str, in
         return []
     if loop:
         suffix = f"-{loop.group(1)}" if loop.group(1) else ""
-        named = [(f"baseline{suffix}", 1, iterations[0])]
-        named += [(f"san-iter{k}{suffix}", 1, k) for k in iterations[1:-1]]
-        return named + ([(f"san{suffix}", 1, iterations[-1])] if len(iterations) > 1 else [])
+        return [(f"{loop_system(k)}{suffix}", 1, k) for k in iterations]
     if run_name == "warm":
         return [("san-warm", 1, iterations[-1])] if len(iterations) > 1 else []
     match = SEED_SUFFIX.match(run_name)

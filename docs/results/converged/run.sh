@@ -21,7 +21,8 @@
 #   en-de   En->De: stage 1 baseline seeds 1-3 and uniform SAN {6}/{6}; stage 2 learned-policy
 #           SAN seeds 1-3, all with the policy that seed 1's baseline learns, and baseline seed
 #           STAGE2_SEED (4) beside them
-#   pairs   De->En, En->Fr, En->Cs: baseline, then SAN, one seed each
+#   pairs   De->En, En->Fr, En->Cs: baseline, then SAN, one seed each; beside the three trainings
+#           of a stage, the en-de loop's next iteration while its policy still changes
 #   tables  En->De Tables 3-6 with this call's own baseline and SAN (run dir loop-tables): stage 1
 #           that baseline (its checkpoints kept), uniform {6}/{3,3}, AAN; stage 2 its SAN, the
 #           policies at other thresholds (Table 3; one equal to SAN's is not retrained), on the
@@ -81,6 +82,7 @@ HELDOUT=${HELDOUT:-$SHARED/heldout}
 [ -d "$HELDOUT" ] || HELDOUT=build/offline-bundle/heldout
 STARTED=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 DEADLINE=$((SECONDS + SLICE_S))
+STAGE_JOBS=0  # systems the current stage started (system)
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 
 run() {  # run COMMAND...: print it; execute it unless --dry-run
@@ -133,6 +135,7 @@ system() {
   local dir=$RUNS/$name
   if [ "$DRY_RUN" = 1 ]; then
     job "$name" "$pair" "$arch" "$iter" "${options[@]}" -- "$@"
+    STAGE_JOBS=$((STAGE_JOBS + 1))
     return 0
   fi
   [ -e "$dir" ] || [ ! -d "$RESULTS/$name" ] || [ "$SLICE" = bench ] ||
@@ -150,6 +153,7 @@ system() {
   [ "$policy" = none ] || [ -f "$dir/iter0/policy.json" ] || cp "$policy" "$dir/iter0/policy.json"
   echo "== $name: iteration $iter started at $(date -u +%T)"
   job "$name" "$pair" "$arch" "$iter" "${options[@]}" -- "$@" >> "$dir/run.log" 2>&1 &
+  STAGE_JOBS=$((STAGE_JOBS + 1))
 }
 
 job() {  # job NAME PAIR ARCH ITER [options] -- [fairseq-train args]: the commands of system
@@ -189,6 +193,17 @@ loop() {
   local pair=$1 iter=$2 name=${3:-loop}
   shift $(($# < 3 ? $# : 3))
   system "$pair/$name" "$pair" $SMALL none "$iter" -- "$@"
+}
+
+# again PAIR: beside the trainings this stage started (none: nothing), the next iteration of the
+# pair's loop while its policy still changes (campaign_slices.py unsettled): the paper's loop runs
+# until the policy stops changing, and a stage of three trainings has a fourth place on the GPU.
+again() {
+  [ "$STAGE_JOBS" -gt 0 ] || return 0
+  local dir=$RUNS/$1/loop iter
+  [ -d "$dir" ] || dir=$RESULTS/$1/loop
+  iter=$("${SLICES[@]}" unsettled "$dir")
+  [ -z "$iter" ] || loop "$1" "$iter"
 }
 
 beside() {  # beside COMMAND...: in the background (with --dry-run: in order, printed)
@@ -309,8 +324,11 @@ case $SLICE in
     ;;
   pairs)
     for pair in de-en en-fr en-cs; do loop "$pair" 0; done
+    again en-de
     wait
+    STAGE_JOBS=0
     for pair in de-en en-fr en-cs; do loop "$pair" 1; done
+    again en-de
     ;;
   tables)
     T=$RUNS/en-de/loop-tables

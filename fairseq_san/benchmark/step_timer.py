@@ -134,10 +134,13 @@ class PositionBound:
                 f"{self.bandwidth_gbs:,.0f} GB/s: {self.ms:.4f} ms")  # fmt: skip
 
 
-def position_bound(model, dictionary, sample: dict, beam: int, length: int, peaks: Dict) -> PositionBound:
-    """The bound of one position of ``model``: the matrix-multiply FLOPs of fairseq's generator
-    decoding ``sample`` (the encoder's, run once per batch, included) over its positions, and the
-    bytes of the decoder's parameters (tied ones once)."""
+def position_bound(
+    model, dictionary, sample: dict, beam: int, length: int, peak_gflops: Optional[float],
+    bandwidth_gbs: float,
+) -> PositionBound:  # fmt: skip
+    """The bound of one position of ``model`` on a device of these peaks: the matrix-multiply
+    FLOPs of fairseq's generator decoding ``sample`` (the encoder's, run once per batch,
+    included) over its positions, and the bytes of the decoder's parameters (tied ones once)."""
     generator = make_generator("fairseq", model, dictionary, beam, length)
     with torch.no_grad():
         flops, _ = matmul_flops(lambda: generator.generate(None, sample))
@@ -145,8 +148,8 @@ def position_bound(model, dictionary, sample: dict, beam: int, length: int, peak
     return PositionBound(
         gflop=flops / (length + 1) / 1e9,
         weight_mb=weights / 1e6,
-        peak_gflops=peaks["matmul"].get(peaks["dtype"]),
-        bandwidth_gbs=peaks["bandwidth"],
+        peak_gflops=peak_gflops,
+        bandwidth_gbs=bandwidth_gbs,
     )
 
 
@@ -197,9 +200,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
     if args.profile:
         device = torch.device(args.device)
-        peaks = {"matmul": matmul_peak(device), "bandwidth": copy_bandwidth(device), "dtype": args.dtype}
+        peak, bandwidth = matmul_peak(device).get(args.dtype), copy_bandwidth(device)
         bounds = {
-            policy: position_bound(model, dictionary, samples[0], args.beam, args.length, peaks)
+            policy: position_bound(
+                model, dictionary, samples[0], args.beam, args.length, peak, bandwidth
+            )
             for policy, model in models.items()
         }
         for name, generator in configs.items():

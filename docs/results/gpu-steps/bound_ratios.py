@@ -19,7 +19,6 @@ POLICIES = {
     "{6}/{2,2,2}": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "2,2,2"],
     "{6}/{3,3}": ["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "3,3"],
 }
-STAND_IN_PEAKS = {"matmul": {"fp32": 1.0}, "bandwidth": 1.0, "dtype": "fp32"}
 
 
 def dictionary_of(size: int) -> Dictionary:
@@ -40,7 +39,7 @@ def main() -> None:
             bounds = {
                 name: step_timer.position_bound(
                     step_timer.build_model(arch, flags, dictionary), dictionary, sample, 4, 40,
-                    STAND_IN_PEAKS,
+                    peak_gflops=1.0, bandwidth_gbs=1.0,
                 )  # fmt: skip
                 for name, flags in POLICIES.items()
             }

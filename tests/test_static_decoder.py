@@ -276,9 +276,11 @@ def two_batches():
 @pytest.mark.parametrize("name", ["san-1,5-3,3", "aan-san", "san-encdec-weights"])
 def test_graph_bookkeeping_replays_the_eager_step(name):
     """CUDA-graph bookkeeping on the CPU (stand-in capture): one capture per (rows, length
-    bucket), reused by a second batch on the cache kept for its shape, and the eager fixed step's
-    n-best (AAN's running sums restored after the warm-up runs; tokens and position copied into
-    the static buffers; the second batch's encoder state copied into the kept cache)."""
+    bucket) for position 0's step (one row per sentence, on the first-step cache kept with the
+    cache) and one for the positions after it, both reused by a second batch on the cache kept
+    for its shape, and the eager fixed step's n-best (AAN's running sums restored after the
+    warm-up runs; tokens and position copied into the static buffers; the second batch's encoder
+    state copied into the kept cache)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     captures = []
@@ -287,7 +289,8 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     for sample in two_batches():
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
-    assert len(captures) == 1 and len(graphed._caches) == 1 and len(graphed._searches) == 1
+    assert len(captures) == 2 and len(graphed._caches) == 1 and len(graphed._searches) == 1
+    assert len(graphed.run_step.replays) == len(graphed.run_search_step.replays) == 1
 
 
 @pytest.mark.parametrize("name", LAYOUT_MODELS)
@@ -311,8 +314,9 @@ def test_whole_position_captured_with_the_search_equals_the_int_position_search(
             for sample in two_batches():
                 expected = on_host.generate([model], sample)
                 assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
-            # a longer max_len than the first batch's: a longer position table, one more capture
-            assert len(captures) == 1 + ("max_len_a" in settings), (beam, settings)
+            # position 0's step and the positions after it; a longer max_len than the first
+            # batch's: a longer position table, both captured again
+            assert len(captures) == 2 * (1 + ("max_len_a" in settings)), (beam, settings)
             assert len(graphed._searches) == 1 and len(graphed._caches) == 1
 
 
@@ -390,7 +394,8 @@ def test_fixed_step_writes_its_caches_without_building_indices():
 def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_per_shape():
     """``compile-graph`` (CUDA only) on the CPU, a counting backend standing in for inductor and a
     stand-in capture: the compiled step runs inside the captured position, compiled once and
-    captured once for two batches of one shape, and gives the eager fixed step's n-best."""
+    captured once per shape (position 0's, one row per sentence, and the rest's) for two batches,
+    and gives the eager fixed step's n-best."""
     graphs, captures = [], []
 
     def counting_backend(graph_module, example_inputs):
@@ -405,12 +410,13 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
     for sample in two_batches():
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-5)
-    assert len(captures) == 1 and len(graphs) == 1
+    assert len(captures) == 2 and len(graphs) == 2  # position 0 (a row per sentence), the rest
     assert not any(isinstance(m, PackedLinear) for m in graphed.step.modules())  # inductor's
 
 
 def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
-    """A capture that fails is logged once per shape and that shape runs eagerly: same n-best."""
+    """A capture that fails is logged once per shape and that shape runs eagerly: same n-best
+    (two shapes: position 0's step, one row per sentence, and the positions after it)."""
     model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
     captures = []
     settings = dict(beam_size=4, max_len_b=12)
@@ -420,8 +426,8 @@ def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
         for sample in two_batches():
             expected = eager.generate([model], sample)
             assert_same_hypotheses(expected, graphed.generate([model], sample))
-    assert len(captures) == 1
-    assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 1
+    assert len(captures) == 2
+    assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 2
     assert "runs eagerly" in caplog.text
 
 
@@ -431,9 +437,9 @@ def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
 )
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
 def test_cuda_graph_equals_eager(name, dtype, atol):
-    """On a GPU, the captured positions (step, beam search and reordering: the default there)
-    give the eager fixed step's n-best: identical tokens, scores within 1e-4 at fp32; fp16 and
-    bf16 models too; every shape captured (no fall-back)."""
+    """On a GPU, the captured positions (step, beam search and reordering: the default there;
+    position 0 the step alone) give the eager fixed step's n-best: identical tokens, scores
+    within 1e-4 at fp32; fp16 and bf16 models too; every shape captured (no fall-back)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
     settings = dict(beam_size=4, min_len=33, max_len_b=40)  # buckets 32 and 64
     graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
@@ -445,6 +451,7 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
     replays = graphed.run_search_step.replays
     assert len(replays) == 2 and None not in replays.values()
+    assert len(graphed.run_step.replays) == 1 and None not in graphed.run_step.replays.values()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -460,8 +467,8 @@ def test_cuda_inductor_compiled_graph_equals_eager():
         sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-4)
-    replays = graphed.run_search_step.replays
-    assert len(replays) == 1 and None not in replays.values()
+    for replays in (graphed.run_step.replays, graphed.run_search_step.replays):  # position 0, the rest
+        assert len(replays) == 1 and None not in replays.values()
 
 
 @pytest.mark.slow

@@ -230,6 +230,11 @@ class DecoderCache:
     source_padding: Optional[Tensor] = None
     fixed: bool = False
     slot_axes: Optional[Tuple[Tensor, Tensor, Tensor]] = field(init=False, default=None)
+    # ``first_step``'s cache and its (sentences, positions), kept for the next batch of a cache
+    # kept per shape (its memory is what a captured position 0 reads).
+    first: Optional[Tuple[Tuple[int, int], "DecoderCache"]] = field(
+        init=False, default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         """The fixed layout's write indices (``slot_axes``), made with the cache."""
@@ -284,7 +289,18 @@ class DecoderCache:
     def first_step(self, positions: int = 1) -> "DecoderCache":
         """A cache for positions 0..positions-1 with one row per sentence (all its hypotheses are
         the same there: position 0, a language model's prompt), sharing this one's encoder state;
-        ``spread`` copies it back to every row."""
+        ``spread`` copies it back to every row. The one of the last call when its shape is the
+        same (AAN's sums zeroed again)."""
+        shape = (self.sentences, positions)
+        if self.first is not None and self.first[0] == shape:
+            kept = self.first[1]
+            if kept.sums is not None:
+                kept.sums.tensor.zero_()
+            return kept
+        self.first = (shape, self._first_step(positions))
+        return self.first[1]
+
+    def _first_step(self, positions: int) -> "DecoderCache":
         self_attention = sums = None
         if self.self_attention is not None:
             shape = list(self.self_attention.tensor.shape)

@@ -123,10 +123,11 @@ class StaticSequenceGenerator(nn.Module):
         self, compile_backend: Union[str, Callable], capture: Capture
     ) -> Tuple[Callable, Optional[GraphedSearchStep]]:
         """(run_step, run_search_step): what runs positions 1.. (position 0 runs ``step``
-        eagerly, on one row per sentence): the step, compiled where the execution compiles it;
-        with CUDA graphs the whole position captured around it (``GraphedSearchStep``), and the
-        step alone (``GraphedStep``) for positions whose search needs the host's position
-        (sampling, a language model's prompt forcing: ``TensorBeamSearch.takes_tensor_steps``)."""
+        eagerly, on one row per sentence, except with CUDA graphs): the step, compiled where the
+        execution compiles it; with CUDA graphs the whole position captured around it
+        (``GraphedSearchStep``), and the step alone (``GraphedStep``) for position 0 and for
+        positions whose search needs the host's position (sampling, a language model's prompt
+        forcing: ``TensorBeamSearch.takes_tensor_steps``)."""
         step = compiled(self.step, compile_backend) if self.execution.compiles else self.step
         if not self.execution.graphs:
             return step, None
@@ -160,11 +161,13 @@ class StaticSequenceGenerator(nn.Module):
         step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
         bos = self.eos if bos_token is None else bos_token
         search = self._search(sentences, positions, bos, max_len, device)
-        # Position 0: every hypothesis of a sentence is the same, so one row per sentence.
+        # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
+        # CUDA graphs the step alone replayed, on the first-step cache kept with the cache).
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
-        lprobs = step(tokens, index, first, self.temperature, length=1)
+        first_step = self.run_step if self.execution.graphs else step
+        lprobs = first_step(tokens, index, first, self.temperature, length=1)
         cache.spread(first)
         finished = self._follow(search.advance(0, lprobs), cache, 1)
         for position in range(1, max_len + 1):

@@ -95,27 +95,26 @@ def matmul_peak(device: torch.device) -> Dict[str, float]:
 
 
 def copy_bandwidth(device: torch.device) -> float:
-    """GB/s of one large tensor copy (bytes read plus bytes written), the best of 5 after 2
-    warm-ups: the bound of a step that must read every weight once."""
+    """GB/s of one large tensor copy (bytes read plus bytes written): the bound of a step that
+    must read every weight once."""
     numel = (256 if device.type == "cuda" else 32) * 2**20
     source, target = torch.ones(numel, device=device), torch.empty(numel, device=device)
-    for _ in range(2):
-        target.copy_(source)
-    best = float("inf")
-    for _ in range(5):
-        start = clock(device)
-        target.copy_(source)
-        best = min(best, clock(device) - start)
-    return 2 * numel * source.element_size() / best / 1e9
+    seconds = _best_seconds(lambda: target.copy_(source), device)
+    return 2 * numel * source.element_size() / seconds / 1e9
 
 
 def _gflops(product: Callable[[], object], size: int, device: torch.device) -> float:
-    """GFLOP/s of ``product`` (size x size by size x size), the best of 5 after 2 warm-ups."""
+    """GFLOP/s of ``product`` (size x size by size x size)."""
+    return 2 * size**3 / _best_seconds(product, device) / 1e9
+
+
+def _best_seconds(work: Callable[[], object], device: torch.device) -> float:
+    """Seconds of ``work`` on ``device``, the best of 5 after 2 warm-ups."""
     for _ in range(2):
-        product()
+        work()
     best = float("inf")
     for _ in range(5):
         start = clock(device)
-        product()
+        work()
         best = min(best, clock(device) - start)
-    return 2 * size**3 / best / 1e9
+    return best

@@ -124,9 +124,10 @@ class PositionBound:
 
     @property
     def ms(self) -> float:
-        """The longer of the products at the peak and the weights at the bandwidth."""
+        """The longer of the products at the peak and the weights at the bandwidth (GFLOP over
+        GFLOP/s is seconds, MB over GB/s milliseconds)."""
         compute = self.gflop / self.peak_gflops * 1e3 if self.peak_gflops else 0.0
-        return max(compute, self.weight_mb / 1e3 / self.bandwidth_gbs * 1e3)
+        return max(compute, self.weight_mb / self.bandwidth_gbs)
 
     def describe(self) -> str:
         peak = f"{self.peak_gflops:,.0f} GFLOP/s" if self.peak_gflops else "no measured peak"

@@ -3,9 +3,10 @@
 Rendered from summary.json (``campaign_summary.py``) once the ``en-de`` slice is collected (En->De
 has both a baseline and a learned-policy SAN): per pair, baseline and SAN with test BLEU as the
 mean and standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the 95%
-interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed), one verdict, the learned policy, params,
-and the GPU decoding speed of SAN (``san-fast``) relative to the baseline from the ``bench``
-slice (beam 4, natural lengths, batch 16), where it was collected.
+interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed),
+one verdict, the learned policy, params, and the GPU decoding speed of SAN (``san-fast``)
+relative to the baseline from the ``bench`` slice (beam 4, natural lengths, batch 16), where it
+was collected.
 """
 
 import json

@@ -40,7 +40,7 @@ sentence is done.
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -162,9 +162,10 @@ class TensorBeamSearch:
         n-best of the others are set aside for ``hypotheses``. The caches must keep the same
         sentences (``DecoderCache.keep_sentences``)."""
         kept = set(sentences.tolist())
-        for sentence, (original, nbest) in enumerate(zip(self.origin.tolist(), self._nbests())):
-            if sentence not in kept:
-                self.set_aside[original] = nbest
+        dropped = [sentence for sentence in range(self.sentences) if sentence not in kept]
+        origin = self.origin.tolist()
+        for sentence, nbest in zip(dropped, self._nbests(dropped)):
+            self.set_aside[origin[sentence]] = nbest
         rows = sentence_rows(sentences, self.settings.beam)
         self.tokens.keep_rows(rows)
         self.scores.keep_rows(rows)
@@ -378,14 +379,14 @@ class TensorBeamSearch:
         """fairseq's output: per sentence of the batch, its finished hypotheses by descending
         score."""
         results = dict(self.set_aside)
-        results.update(zip(self.origin.tolist(), self._nbests()))
+        results.update(zip(self.origin.tolist(), self._nbests(range(self.sentences))))
         return [results[original] for original in range(len(results))]
 
-    def _nbests(self) -> List[List[Dict[str, Tensor]]]:
-        """Per sentence searched, its finished hypotheses by descending score, ties in the order
-        they finished (fairseq sorts them stably), as views of the final tensors. Three reads
-        from the device whatever the batch size (one per sentence costs a host sync each on a
-        GPU)."""
+    def _nbests(self, sentences: Sequence[int]) -> List[List[Dict[str, Tensor]]]:
+        """Per sentence of ``sentences`` (indices in the search), its finished hypotheses by
+        descending score, ties in the order they finished (fairseq sorts them stably), as views of
+        the final tensors. Three reads from the device whatever the batch size (one per sentence
+        costs a host sync each on a GPU)."""
         slots = torch.arange(self.final_scores.size(1), device=self.final_scores.device)
         stored = slots < self.final_count.unsqueeze(1)  # the spare slot never is
         scores = self.final_scores.masked_fill(~stored, -math.inf)
@@ -393,8 +394,11 @@ class TensorBeamSearch:
         counts, lengths = self.final_count.tolist(), self.final_lengths.tolist()
         ranked = ranked.tolist()
         return [
-            [self._hypothesis(sentence, slot, lengths[sentence][slot]) for slot in order[:count]]
-            for sentence, (count, order) in enumerate(zip(counts, ranked))
+            [
+                self._hypothesis(sentence, slot, lengths[sentence][slot])
+                for slot in ranked[sentence][: counts[sentence]]
+            ]
+            for sentence in sentences
         ]
 
     def _hypothesis(self, sentence: int, slot: int, length: int) -> Dict[str, Tensor]:

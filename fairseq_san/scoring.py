@@ -1,7 +1,9 @@
 """BLEU and chrF with sacrebleu on detokenized text, with the signatures printed beside scores."""
 
+import gzip
 import re
-from typing import Dict, List
+import zlib
+from typing import Dict, List, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 
@@ -12,19 +14,34 @@ GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 SUBWORD_MARKS = {"\u2581": "sentencepiece", "@@ ": "subword_nmt"}
 
 
+def open_text(path: str) -> TextIO:
+    """``path`` opened as UTF-8 text, through gzip where its name ends in ``.gz`` (kept
+    hypotheses are stored compressed: docs/results/converged)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
 def read_generate_output(path: str) -> List[str]:
-    """The best detokenized hypothesis (the first ``D-`` line) of each sentence, in corpus order.
+    """The best detokenized hypothesis (the first ``D-`` line) of each sentence, in corpus order;
+    ``path`` may be gzip-compressed (``.gz``).
 
     With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first. Text that
     still holds subword marks is refused: it was not detokenized, and its score would mean
     nothing.
     """
     by_id: Dict[int, str] = {}
-    with utf8_text(path), open(path, encoding="utf-8") as lines:
-        for line in lines:
-            match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
-            if match:
-                by_id.setdefault(int(match.group(1)), match.group(2))
+    try:
+        with utf8_text(path), open_text(path) as lines:
+            for line in lines:
+                match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
+                if match:
+                    by_id.setdefault(int(match.group(1)), match.group(2))
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise UsageError(
+            f"{path} is not a whole gzip file ({err}): compress it again, or give the text "
+            "uncompressed"
+        ) from None
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
     for mark, post_process in SUBWORD_MARKS.items():

@@ -12,6 +12,7 @@
 * ``fairseq_san.loop.train_log.read_train_log`` on a resumed, wall-capped log.
 """
 
+import gzip
 import hashlib
 import json
 import shlex
@@ -194,6 +195,27 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert graphs == ["baseline-graph", "san-graph", "aan-san-graph"]
 
 
+def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_env, tmp_path):
+    """The slice's own tar command on a toy RUNS: what a later call needs and the paired test
+    reads travels; Figure 5's attention dumps (one per checkpoint) and checkpoints do not."""
+    (tar,) = commands(campaign("tables", "--dry-run", env=dry_env), "tar")
+    runs, out = Path(dry_env["RUNS"]), Path(dry_env["OUT"])
+    loop = "en-de/loop-tables"
+    kept = [f"{loop}/iter0/analysis/attention-decoder_self.npz", f"{loop}/iter0/analysis/js.json",
+            f"{loop}/figure5/checkpoint_1_100/js.json",
+            f"{loop}/test-bleu/iter0/test/generate-test.txt"]
+    left = [f"{loop}/figure5/checkpoint_1_100/attention-decoder_self.npz",
+            f"{loop}/iter0/checkpoints/checkpoint_best.pt"]  # fmt: skip
+    for name in kept + left:
+        (runs / name).parent.mkdir(parents=True, exist_ok=True)
+        (runs / name).write_text("x")
+    out.mkdir()
+    subprocess.run(tar, check=True)
+    with tarfile.open(out / "converged-tables.tar.gz") as archive:
+        names = {name.removeprefix("./") for name in archive.getnames()}
+    assert set(kept) <= names and not names & set(left)
+
+
 def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_call(dry_env, tmp_path):
     """With less time left than CAP_MIN + EVAL_S, no system starts (each says so) and the call
     still packs its archive: the slice's next call runs them."""
@@ -283,8 +305,8 @@ def train_log(updates: int, losses: List[float]) -> str:
 
 def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: List[str],
                updates: Optional[int] = None) -> None:  # fmt: skip
-    """One trained, tested iteration of a run dir, as run.sh leaves it (no checkpoints), trained
-    for ``updates`` (1500 + iteration unless given)."""
+    """One trained, tested iteration of a run dir, as ``collect`` leaves it (no checkpoints, the
+    hypotheses gzipped), trained for ``updates`` (1500 + iteration unless given)."""
     folder = run_dir / f"iter{iteration}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.log").write_text(train_log(updates or 1500 + iteration, [5.0, 4.5, 4.3]))
@@ -297,9 +319,8 @@ def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: L
         tested.mkdir(parents=True)
         score = {"bleu": bleu, "chrf": 60.0, "bleu_signature": "nrefs:1|case:mixed|v"}
         (tested / "score.json").write_text(json.dumps(score))
-        (tested / f"generate-{split}.txt").write_text(
-            "".join(f"D-{i}\t-0.1\t{line}\n" for i, line in enumerate(hypotheses))
-        )
+        generated = "".join(f"D-{i}\t-0.1\t{line}\n" for i, line in enumerate(hypotheses))
+        (tested / f"generate-{split}.txt.gz").write_bytes(gzip.compress(generated.encode()))
     (run_dir / f"done.iter{iteration}").touch()
 
 
@@ -345,7 +366,9 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     assert cells[2] == "decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
     assert cells[4] == "40.50 ± 0.71 (2 seeds)"  # statistics.stdev of 40 and 41
     assert cells[6].startswith("+") and "s1 [" in cells[6] and "s2 [" in cells[6]
-    assert cells[8] == "san better"  # every seed's interval excludes 0
+    # Over seeds: 40, 41 against 30, 31 is the most extreme of the 6 splits (with its mirror).
+    assert cells[8] == "+10.00 (too few seeds for 95%), p = 0.33"
+    assert cells[10] == "san better"  # every seed's interval excludes 0
     markdown = (results / "summary.md").read_text()
     assert "| 150 s |" in markdown and "300: 4.300" in markdown
 
@@ -449,6 +472,10 @@ def toy_archive(folder: Path, runs: Path, slice_name: str, run_sh: Path = RUN) -
 
 def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_path, dry_env):
     runs = toy_en_de(tmp_path / "made")  # a results dir is what a slice's RUNS holds
+    tested = runs / "en-de" / "loop" / "test-bleu" / "iter1" / "test"
+    text = gzip.decompress((tested / "generate-test.txt.gz").read_bytes())
+    (tested / "generate-test.txt.gz").unlink()
+    (tested / "generate-test.txt").write_bytes(text)  # as the GPU machine writes it
     shared = Path(dry_env["SHARED"])
     toy_archive(shared / "converged", runs, "en-de")
     results = tmp_path / "results"
@@ -456,7 +483,16 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     env = dict(dry_env, RESULTS=str(results), DATA_ROOT=str(tmp_path / "made" / "data"))
     output = campaign("collect", env=env)
     assert "== collected" in output and (results / "summary.json").is_file()
-    (record,) = json.loads((results / "summary.json").read_text())["slices"]
+    assert "== the working tree that travels to a GPU call is " in output
+    collected = results / "en-de" / "loop" / "test-bleu" / "iter1" / "test"
+    assert sorted(path.name for path in collected.glob("generate-*")) == ["generate-test.txt.gz"]
+    packed = (collected / "generate-test.txt.gz").read_bytes()
+    assert gzip.decompress(packed) == text
+    assert packed[3] == 0 and packed[4:8] == bytes(4)  # no name, no date: the same bytes each time
+    summary = json.loads((results / "summary.json").read_text())
+    assert {(test["seed"], test["test_set"]) for test in summary["paired_bootstrap"]["en-de"]} == {
+        (seed, test_set) for seed in (1, 2) for test_set in TEST_SETS}  # fmt: skip
+    (record,) = summary["slices"]
     assert record["command"] == [str(RUN), "en-de"] and record["gpu"]
     assert record["run_sh_sha256"] == hashlib.sha256(RUN.read_bytes()).hexdigest()
     assert "## Where each slice ran" in (results / "summary.md").read_text()
@@ -470,6 +506,33 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"fairseq-san: error: {refused}: made by another run.sh")
+
+
+def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):
+    """The files git tracks or does not ignore, and the bundle, against the device's limit."""
+    import campaign_slices
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / ".gitignore").write_text("build/\nlogs/\n")
+    (repo / "tracked").write_bytes(bytes(1 << 20))
+    subprocess.run(["git", "add", ".gitignore", "tracked"], cwd=repo, check=True)
+    (repo / "untracked").write_bytes(bytes(1 << 19))
+    (repo / "logs").mkdir()
+    (repo / "logs" / "train.log").write_bytes(bytes(4 << 20))  # ignored: stays here
+    assert campaign_slices.travel_report(str(repo)) == (
+        "== the working tree that travels to a GPU call is 1.5 MiB of 64 (no build/offline-bundle yet)"
+    )
+    (repo / "build" / "offline-bundle" / "wheels").mkdir(parents=True)
+    (repo / "build" / "offline-bundle" / "wheels" / "a.whl").write_bytes(bytes(1 << 20))
+    assert campaign_slices.travel_report(str(repo)).endswith(
+        "is 1.5 MiB, with build/offline-bundle 2.5 MiB of 64"
+    )
+    monkeypatch.setattr(campaign_slices, "DEVICE_MIB", 2)
+    assert campaign_slices.travel_report(str(repo)).endswith(
+        "2.5 MiB of 2: over, so rebuild the bundle with the --data of the next slice's pairs only"
+    )
 
 
 def test_archive_of_another_slice_command_is_refused(tmp_path):
@@ -670,6 +733,40 @@ def test_read_train_log_follows_a_resumed_wall_capped_run(tmp_path):
     assert facts["valid_curve"] == [(100, 6.5), (200, 6.1), (300, 6.2)]
     assert (facts["best_valid_loss"], facts["best_updates"]) == (6.1, 200)
     assert facts["updates_per_s"] == 11 and facts["tokens_per_s"] == 1100
+
+
+def test_permutation_test_over_seeds_counts_the_splits_as_extreme_as_the_observed_one():
+    """3 against 4 seeds: 35 splits. 1, 2, 3 against 4-7 (difference -3.5) and its opposite
+    5, 6, 7 against 1-4 (+3.5) are the two most extreme; equal scores give p = 1."""
+    from campaign_summary import permutation_p
+
+    assert permutation_p([1, 2, 3], [4, 5, 6, 7]) == pytest.approx(2 / 35)
+    assert permutation_p([5, 6, 7], [1, 2, 3, 4]) == pytest.approx(2 / 35)
+    assert permutation_p([2, 2, 2], [2, 2, 2, 2]) == 1
+    # 1, 2, 4 against 3, 5, 6, 7 (-2.92): splits as far from 0 are the observed one, 1, 2, 3
+    # (-3.5), and 5, 6, 7 (+3.5), 4, 6, 7 (+2.92): 4 of 35.
+    assert permutation_p([1, 2, 4], [3, 5, 6, 7]) == pytest.approx(4 / 35)
+
+
+def test_permutation_interval_holds_the_shifts_the_test_does_not_reject():
+    """The interval is the test inverted: its ends are not rejected at 5%, a step beyond each is;
+    with 2 seeds against 2 no shift can be rejected, so there is none."""
+    from campaign_summary import SHIFT_STEP, permutation_interval, permutation_p, seed_tests
+
+    san, baseline = [37.81, 37.85, 37.78, 36.5], [37.2, 36.77, 37.18, 37.41]
+    low, high = permutation_interval(san, baseline)
+    assert low < sum(san) / 4 - sum(baseline) / 4 < high
+    for end, beyond in ((low, low - SHIFT_STEP), (high, high + SHIFT_STEP)):
+        assert permutation_p([x - end for x in san], baseline) > 0.05
+        assert permutation_p([x - beyond for x in san], baseline) <= 0.05
+    assert permutation_interval([40, 41], [30, 31]) is None
+    seeds = {
+        "baseline": {"test_2016_flickr": {"n": 4, "bleu": baseline}},
+        "san": {"test_2016_flickr": {"n": 4, "bleu": san}},
+        "uniform": {"test_2017_flickr": {"n": 2, "bleu": [1.0, 2.0]}},  # no baseline on 2017
+    }
+    (test,) = seed_tests(seeds)
+    assert (test["system"], test["splits"], test["interval_95"]) == ("san", 70, [low, high])
 
 
 def test_bootstrap_statistics_give_sacrebleus_corpus_bleu_on_any_resample():

@@ -501,6 +501,23 @@ def test_score_of_empty_or_undecodable_files_is_one_line(tmp_path, generated, re
     assert needle in one_error_line(result, "fairseq-san-score")
 
 
+def test_score_reads_gzip_compressed_output_and_names_a_broken_one(tmp_path):
+    """Kept hypotheses are stored gzip-compressed (docs/results/converged): a ``.gz`` scores as
+    its text does; a truncated one, or plain text named ``.gz``, is one error line."""
+    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+    packed = gzip.compress(GENERATE_OUTPUT.encode("utf-8"))
+    for content, needle in ((packed, None), (packed[: len(packed) // 2], "Compressed file ended"),
+                            (GENERATE_OUTPUT.encode("utf-8"), "Not a gzipped file")):  # fmt: skip
+        (tmp_path / "generate-test.txt.gz").write_bytes(content)
+        result = run_cli("fairseq-san-score", str(tmp_path / "generate-test.txt.gz"),
+                         "--reference", str(tmp_path / "ref.de"))  # fmt: skip
+        if needle is None:
+            assert result.returncode == 0 and result.stdout.startswith("BLEU = 100.00 "), result.stderr
+            continue
+        line = one_error_line(result, "fairseq-san-score")
+        assert "generate-test.txt.gz is not a whole gzip file" in line and needle in line, line
+
+
 @pytest.mark.parametrize("output, needle", [("missing/scores.json", "no folder"), (".", "is a folder")])
 def test_score_into_a_missing_folder_is_one_line_before_scoring(tmp_path, output, needle):
     result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", str(tmp_path / output))

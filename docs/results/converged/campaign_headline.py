@@ -4,6 +4,7 @@ Rendered from summary.json (``campaign_summary.py``) once the ``en-de`` slice is
 has both a baseline and a learned-policy SAN): per pair, baseline and SAN with test BLEU as the
 mean and standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the 95%
 interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed),
+SAN minus baseline over seeds (the exact permutation test's 95% interval: the training's spread),
 one verdict, the learned policy, params, and the GPU decoding speed of SAN (``san-fast``)
 relative to the baseline from the ``bench`` slice (beam 4, natural lengths, batch 16), where it
 was collected.
@@ -54,6 +55,16 @@ def difference_cell(tests: Sequence[dict]) -> str:
     return f"{mean:+.2f} ({intervals})"
 
 
+def seed_cell(tests: Sequence[dict]) -> str:
+    """The difference of the seeds' mean BLEU, the permutation test's 95% interval and p."""
+    if not tests:
+        return "-"
+    (test,) = tests
+    interval = test["interval_95"]
+    shown = f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval else "(too few seeds for 95%)"
+    return f"{test['difference']:+.2f} {shown}, p = {test['p_value']:.2f}"
+
+
 def bench_speed(results_dir: str) -> Optional[float]:
     """SAN's GPU decoding speed relative to the baseline (``BENCH_RESULTS``), where collected."""
     path = os.path.join(results_dir, BENCH_RESULTS)
@@ -75,6 +86,7 @@ def headline_rows(summary: Dict, pair: str, test_sets: Sequence[str], speed: Opt
         test for test in summary["paired_bootstrap"].get(pair, [])
         if test["system"] == "san" and test["baseline_seed"] == test["seed"]
     ]  # fmt: skip
+    over_seeds = [test for test in summary["seed_tests"].get(pair, []) if test["system"] == "san"]
     lines = []
     for name, runs in by_system.items():
         first = min(runs, key=lambda row: row["seed"])
@@ -84,6 +96,9 @@ def headline_rows(summary: Dict, pair: str, test_sets: Sequence[str], speed: Opt
         for test_set in test_sets:
             of_set = [test for test in tests if test["test_set"] == test_set]
             cells.append(difference_cell(of_set) if name == "san" else "")
+        for test_set in test_sets:
+            of_set = [test for test in over_seeds if test["test_set"] == test_set]
+            cells.append(seed_cell(of_set) if name == "san" else "")
         cells.append(verdict(tests) if name == "san" else "")
         cells.append(f"{speed:.2f}x" if name == "san" and speed and pair == "en-de" else "")
         lines.append("| " + " | ".join(cells) + " |")
@@ -98,6 +113,7 @@ def headline_table(summary: Dict, results_dir: str, test_sets: Sequence[str]) ->
     years = [test_set.split("_")[1] for test_set in test_sets]
     header = ["pair", "system", "policy", "params"] + [f"test BLEU {year}" for year in years]
     header += [f"SAN − baseline {year} (95% paired bootstrap)" for year in years]
+    header += [f"SAN − baseline over seeds {year} (95% permutation test)" for year in years]
     header += ["verdict", "GPU speed vs baseline"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for pair in summary["pairs"]:
@@ -115,6 +131,9 @@ def write_headline(summary: Dict, results_dir: str, test_sets: Sequence[str]) ->
         out.write(
             "# Converged models: the README's headline table\n\n"
             "Test BLEU: sacreBLEU, detokenized, cased; mean ± standard deviation over seeds. "
+            "Over seeds: the difference of the mean BLEU of SAN's and the baseline's seeds, with the "
+            "95% interval of the exact permutation test of their scores (inverted in steps of "
+            "0.01 BLEU) and its p. "
             "Verdict: the paired-bootstrap verdicts of every seed and test set where all agree, else inconclusive. "
             f"Speed: `{BENCH_SAN}` against the baseline, GPU, beam 4, natural lengths, batch 16 "
             "(bench slice).\n\n" + table

@@ -14,6 +14,7 @@ systems, tests them and packs one archive; the archive is later collected on ano
   sha256 of run.sh, the dates, the GPU (nvidia-smi), the settings, the run dirs it holds;
 * ``collect``: unpacks archives into RESULTS after checking, for every archive first, that its
   provenance names one of the SLICES run by this very run.sh; refuses with one line otherwise;
+  then gzips the test sets' hypotheses (``compress_hypotheses``);
 * ``restore``: copies a run dir of an earlier call (committed after ``collect``) without what
   did not finish: a fresh machine retrains only that (its checkpoints never travel);
 * ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
@@ -28,6 +29,8 @@ systems, tests them and packs one archive; the archive is later collected on ano
 
 import argparse
 import datetime
+import glob
+import gzip
 import hashlib
 import json
 import os
@@ -45,6 +48,10 @@ from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.policy import load_policy, write_policy
 from fairseq_san.scoring import read_generate_output, read_lines
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUNDLE = os.path.join("build", "offline-bundle")  # results.md's "How to run a slice" builds it here
+DEVICE_MIB = 64  # what one call of the device tool takes: the working tree and what it carries
+MIB = 1 << 20
 SLICES = ("en-de", "pairs", "tables", "bench")
 PROVENANCE = "provenance"
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
@@ -157,7 +164,52 @@ def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
     for archive in archives:
         with tarfile.open(archive) as tar:
             tar.extractall(results, filter="data")
+    compress_hypotheses(results)
     return list(archives)
+
+
+def compress_hypotheses(results: str) -> None:
+    """gzip every fairseq-generate output under ``results`` (``generate-SPLIT.txt`` becomes
+    ``generate-SPLIT.txt.gz``, the same bytes each time: no name or date in the header). What is
+    committed here travels to every later GPU call, at most 64 MiB with the bundle, and the test
+    sets' hypotheses were more than half of it (10.3 of 18.8 MB after the en-de slice); gzip
+    keeps about a third."""
+    for path in glob.glob(os.path.join(results, "**", "generate-*.txt"), recursive=True):
+        with open(path, "rb") as text, open(path + ".gz", "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+                shutil.copyfileobj(text, packed)
+        os.remove(path)
+
+
+def folder_mib(folder: str) -> float:
+    """The size of the files below ``folder``, in MiB."""
+    sizes = (
+        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder)
+        for name in names
+    )  # fmt: skip
+    return sum(sizes) / MIB
+
+
+def travel_report(repo: str = REPO, bundle: str = BUNDLE) -> str:
+    """What a slice's call sends to the GPU machine, against the device tool's DEVICE_MIB: the
+    working tree (the files git tracks or does not ignore, collected results included) and the
+    bundle it carries. Printed by ``collect``, where the tree grows, so that the next session
+    builds a bundle that fits (``--data`` of the pairs its slice needs only)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=repo, capture_output=True, check=True,
+    ).stdout.split(b"\0")  # fmt: skip
+    paths = [os.path.join(repo, os.fsdecode(name)) for name in listed if name]
+    tree = sum(os.path.getsize(path) for path in paths if os.path.isfile(path)) / MIB
+    carried = os.path.join(repo, bundle)
+    line = f"== the working tree that travels to a GPU call is {tree:.1f} MiB"
+    if not os.path.isdir(carried):
+        return f"{line} of {DEVICE_MIB} (no {bundle} yet)"
+    total = tree + folder_mib(carried)
+    line += f", with {bundle} {total:.1f} MiB of {DEVICE_MIB}"
+    if total > DEVICE_MIB:
+        line += ": over, so rebuild the bundle with the --data of the next slice's pairs only"
+    return line
 
 
 def finished_iterations(run_dir: str) -> List[int]:
@@ -313,6 +365,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "collect":
             for archive in collect(args.results, args.run_sh, args.archives):
                 print(f"== collected {archive}")
+            print(travel_report())
         elif args.command == "restore":
             if restore(args.source, args.target):
                 print(f"== {args.target}: restored from {args.source}")

@@ -12,6 +12,9 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
   sacreBLEU's paired bootstrap of every other system (SAN, uniform, the tables' rows) minus the
   baseline of its seed (and, where that one trained for other updates, minus every baseline that
   trained for as many: ``pairings``), with a verdict;
+* ``seed_tests``: SAN (and every system of several seeds) minus the baseline over seeds, the
+  exact permutation test of the seeds' test BLEU and its 95% interval, so that the training's
+  spread, which a paired bootstrap on one pair of models does not see, has its own interval;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
   wall time.
 
@@ -27,7 +30,9 @@ system of that name, seed 1. A system's held-out hypotheses are in ``PAIR/LABEL/
 
 import argparse
 import glob
+import itertools
 import json
+import math
 import os
 import re
 import statistics
@@ -205,6 +210,73 @@ def seed_statistics(rows: Sequence[dict]) -> Dict[str, Dict[str, dict]]:
     return stats
 
 
+# The resolution, in BLEU, of the seed-level interval (the permutation test inverted on a grid).
+SHIFT_STEP = 0.01
+
+
+def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
+    """The two-sided exact permutation test over seeds: the share of the splits of the pooled
+    scores into groups of these sizes whose difference of means is at least as far from 0 as the
+    observed one (the observed split counted)."""
+    pooled, size = list(system) + list(baseline), len(system)
+    total, rest = sum(pooled), len(baseline)
+    observed = abs(statistics.mean(system) - statistics.mean(baseline))
+    extreme = sum(
+        abs(sum(chosen) / size - (total - sum(chosen)) / rest) >= observed - 1e-9
+        for chosen in itertools.combinations(pooled, size)
+    )
+    return extreme / math.comb(len(pooled), size)
+
+
+def permutation_interval(
+    system: Sequence[float], baseline: Sequence[float], level: float = 0.95
+) -> Optional[List[float]]:
+    """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
+    the system's scores minus d are not rejected against the baseline's at 1 - ``level``: the
+    permutation test's confidence interval for the difference of means. None when no shift can
+    be rejected (too few seeds: 2 against 2 give 6 splits, p never below 1/3)."""
+    alpha = 1 - level
+    splits = math.comb(len(system) + len(baseline), len(system))
+    # Far from the observed difference only its own split (and its mirror, for equal sizes) is
+    # as extreme: the smallest p the test can give.
+    if (2 if len(system) == len(baseline) else 1) / splits > alpha:
+        return None
+    observed = round((statistics.mean(system) - statistics.mean(baseline)) / SHIFT_STEP)
+
+    def accepted(steps: int) -> bool:
+        return permutation_p([score - steps * SHIFT_STEP for score in system], baseline) > alpha
+
+    bounds = []
+    for direction in (-1, 1):
+        steps = observed
+        while accepted(steps + direction):
+            steps += direction
+        bounds.append(round(steps * SHIFT_STEP, 2))
+    return bounds
+
+
+def seed_tests(seeds: Dict[str, Dict[str, dict]]) -> List[dict]:
+    """Every system of several seeds minus the baseline's seeds, per test set (``seed_statistics``
+    of one pair): the difference of the mean BLEU, the exact permutation test's p and 95%
+    interval (None: too few seeds for one)."""
+    baseline = seeds.get("baseline", {})
+    tests = []
+    for system, sets in seeds.items():
+        for test_set, stat in sets.items():
+            if system == "baseline" or test_set not in baseline:
+                continue
+            against = baseline[test_set]["bleu"]
+            tests.append({
+                "system": system, "test_set": test_set, "seeds": stat["n"],
+                "baseline_seeds": len(against),
+                "difference": round(statistics.mean(stat["bleu"]) - statistics.mean(against), 2),
+                "p_value": round(permutation_p(stat["bleu"], against), 4),
+                "splits": math.comb(stat["n"] + len(against), stat["n"]),
+                "interval_95": permutation_interval(stat["bleu"], against),
+            })  # fmt: skip
+    return tests
+
+
 def sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]):
     """BLEU's sufficient statistics of each sentence (matches and totals per n-gram order,
     hypothesis and reference lengths), from sacreBLEU's public sentence scores: summed over any
@@ -334,7 +406,7 @@ def significance(
         for split, test_set in TEST_SPLITS.items():
             paths = [
                 os.path.join(run["run_dir"], "test-bleu", f"iter{run['iteration']}", split,
-                             f"generate-{split}.txt")
+                             f"generate-{split}.txt.gz")
                 for run in runs
             ]  # fmt: skip
             reference = reference_file(data_root, pair, split)
@@ -354,6 +426,7 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
     summary: Dict[str, object] = {"pairs": entries}
     summary["training"] = {pair: [report for _, report in rows] for pair, rows in systems.items()}
     summary["seeds"] = {pair: seed_statistics(rows) for pair, rows in entries.items()}
+    summary["seed_tests"] = {pair: seed_tests(seeds) for pair, seeds in summary["seeds"].items()}
     summary["paired_bootstrap"] = {
         pair: significance(pair, rows, data_root) for pair, rows in systems.items()
     }
@@ -408,6 +481,14 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                     f"- {system}, {test_set}: mean BLEU {stat['mean']:.2f}, std {stat['std']:.2f} "
                     f"over {stat['n']} seeds"
                 )
+        for test in summary["seed_tests"].get(pair, []):
+            interval = test["interval_95"] or "none (too few seeds)"
+            lines.append(
+                f"- {test['system']} minus baseline over seeds, {test['test_set']}: "
+                f"{test['difference']:+.2f} BLEU ({test['seeds']} against {test['baseline_seeds']} "
+                f"seeds), exact permutation test over {test['splits']} splits: p = "
+                f"{test['p_value']}, 95% interval {interval}"
+            )
         for test in summary["paired_bootstrap"].get(pair, []):
             against = (
                 f"baseline, seed {test['seed']}"

@@ -291,7 +291,8 @@ benchmark() {
   done
 }
 
-pack() {  # the provenance, then one archive of $RUNS without checkpoints, for $OUT
+pack() {  # the provenance, then one archive of $RUNS for $OUT: no checkpoints, nor the attention
+  # that Figure 5's analyses dump (about 240 kB per checkpoint; their JS matrices, js.json, go)
   wait
   run "${SLICES[@]}" record "$RUNS" --slice "$SLICE" --run-sh "$RUN_SH" --started "$STARTED" \
     --setting "CAP_MIN=$CAP_MIN" --setting "UPDATES=$UPDATES" --setting "EVAL_S=$EVAL_S" \
@@ -301,7 +302,7 @@ pack() {  # the provenance, then one archive of $RUNS without checkpoints, for $
     -- "$RUN_SH" "$SLICE"
   run tar czf "$OUT/converged-$SLICE.tar.gz" --exclude='*.pt' --exclude=checkpoints \
     --exclude=generate-valid.txt --exclude=generate.log --exclude=last --exclude='*.partial' \
-    -C "$RUNS" .
+    --exclude='figure5/*.npz' -C "$RUNS" .
 }
 
 [ "$DRY_RUN" = 1 ] || mkdir -p "$RUNS" "$OUT"

@@ -221,10 +221,8 @@ def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
     pooled, size = list(system) + list(baseline), len(system)
     total, rest = sum(pooled), len(baseline)
     observed = abs(statistics.mean(system) - statistics.mean(baseline))
-    extreme = sum(
-        abs(sum(chosen) / size - (total - sum(chosen)) / rest) >= observed - 1e-9
-        for chosen in itertools.combinations(pooled, size)
-    )
+    sums = (sum(chosen) for chosen in itertools.combinations(pooled, size))
+    extreme = sum(abs(first / size - (total - first) / rest) >= observed - 1e-9 for first in sums)
     return extreme / math.comb(len(pooled), size)
 
 

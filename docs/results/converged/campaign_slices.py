@@ -181,13 +181,9 @@ def compress_hypotheses(results: str) -> None:
         os.remove(path)
 
 
-def folder_mib(folder: str) -> float:
-    """The size of the files below ``folder``, in MiB."""
-    sizes = (
-        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder)
-        for name in names
-    )  # fmt: skip
-    return sum(sizes) / MIB
+def files_mib(paths: Sequence[str]) -> float:
+    """The size of the files among ``paths``, in MiB (what the device tool counts)."""
+    return sum(os.path.getsize(path) for path in paths if os.path.isfile(path)) / MIB
 
 
 def travel_report(repo: str = REPO, bundle: str = BUNDLE) -> str:
@@ -199,13 +195,13 @@ def travel_report(repo: str = REPO, bundle: str = BUNDLE) -> str:
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=repo, capture_output=True, check=True,
     ).stdout.split(b"\0")  # fmt: skip
-    paths = [os.path.join(repo, os.fsdecode(name)) for name in listed if name]
-    tree = sum(os.path.getsize(path) for path in paths if os.path.isfile(path)) / MIB
+    tree = files_mib([os.path.join(repo, os.fsdecode(name)) for name in listed if name])
     carried = os.path.join(repo, bundle)
     line = f"== the working tree that travels to a GPU call is {tree:.1f} MiB"
     if not os.path.isdir(carried):
         return f"{line} of {DEVICE_MIB} (no {bundle} yet)"
-    total = tree + folder_mib(carried)
+    walked = [os.path.join(root, name) for root, _, names in os.walk(carried) for name in names]
+    total = tree + files_mib(walked)
     line += f", with {bundle} {total:.1f} MiB of {DEVICE_MIB}"
     if total > DEVICE_MIB:
         line += ": over, so rebuild the bundle with the --data of the next slice's pairs only"

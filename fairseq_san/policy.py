@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 from fairseq_san.errors import UsageError
 
@@ -233,13 +233,15 @@ def write_policy(policy: dict, path: str) -> None:
         raise PolicyError(f'cannot write policy file "{path}": {err}') from None
 
 
+def format_blocks(blocks: Optional[Blocks]) -> str:
+    """Block sizes in the paper's notation, ``{1,5}``; ``none`` for no sharing."""
+    return "none" if blocks is None else "{" + ",".join(map(str, blocks)) + "}"
+
+
 def format_policy(policy: dict) -> str:
     """One-line summary in the paper's notation, e.g. ``decoder_self {1,5}``."""
-    parts = []
-    for kind, blocks in _normalized(policy).items():
-        shown = "none" if blocks is None else "{" + ",".join(map(str, blocks)) + "}"
-        parts.append(f"{kind} {shown}")
-    return "  ".join(parts)
+    kinds = _normalized(policy).items()
+    return "  ".join(f"{kind} {format_blocks(blocks)}" for kind, blocks in kinds)
 
 
 def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
@@ -388,17 +390,10 @@ def _check_stack_sizes(js_by_kind: dict) -> None:
             )
 
 
-def learn_policy(
-    js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
-) -> Policy:
-    """Learn a policy for each kind that has a theta; theta None means no sharing.
-
-    Keys of ``js_by_kind`` that are not kinds are ignored, so a JS dump with
-    extra fields (e.g. a sentence count) can be passed as is. A kind whose JS is
-    null has no attention weights (AAN's decoder self-attention): it is not shared.
-    """
+def _per_kind(js_by_kind: dict, thetas: dict[str, Optional[float]], learn: Callable) -> dict:
+    """``learn(js, theta)`` for each kind that has a theta and a JS matrix, in KINDS order."""
     _check_stack_sizes(js_by_kind)
-    policy = {}
+    learned = {}
     for kind, theta in thetas.items():
         _check_kind(kind)
         if theta is None:
@@ -408,7 +403,57 @@ def learn_policy(
         if js_by_kind[kind] is None:
             continue
         try:
-            policy[kind] = learn_blocks(js_by_kind[kind], theta)
+            learned[kind] = learn(js_by_kind[kind], theta)
         except PolicyError as err:
             raise PolicyError(f"{kind}: {err}") from None
-    return {kind: policy[kind] for kind in KINDS if kind in policy}
+    return {kind: learned[kind] for kind in KINDS if kind in learned}
+
+
+def learn_policy(
+    js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
+) -> Policy:
+    """Learn a policy for each kind that has a theta; theta None means no sharing.
+
+    Keys of ``js_by_kind`` that are not kinds are ignored, so a JS dump with
+    extra fields (e.g. a sentence count) can be passed as is. A kind whose JS is
+    null has no attention weights (AAN's decoder self-attention): it is not shared.
+    """
+    return _per_kind(js_by_kind, thetas, learn_blocks)
+
+
+class ThetaRange(NamedTuple):
+    """The thetas that learn the same blocks: (low, high], or [0, high] where ``low`` is None."""
+
+    low: Optional[float]
+    high: float
+
+    def __str__(self) -> str:
+        opening = "[0" if self.low is None else f"({self.low:.4f}"
+        return f"{opening}, {self.high:.4f}]"
+
+
+def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
+    """The thetas for which ``learn_blocks`` learns what it learns at ``theta``.
+
+    The search takes the block m..n because sim(m, n) >= theta (Eq. 6) and passes over each
+    larger block m..e, e > n, because sim(m, e) < theta. Every theta that keeps all of these
+    comparisons takes the same path, and no other does: the same blocks exactly for theta above
+    the largest sim passed over and at most the smallest sim taken. How near theta lies to either
+    end says how near the learned policy is to another one.
+    """
+    mu = similarity_matrix(js)
+    taken, passed_over, m = [], [], 0
+    for size in learn_blocks(js, theta):
+        n = m + size - 1
+        taken.append(_block_sim(mu, m, n))
+        passed_over.extend(_block_sim(mu, m, end) for end in range(n + 1, len(mu)))
+        m = n + 1
+    low = max(passed_over, default=None)
+    return ThetaRange(None if low is None or low < 0 else low, min(taken))
+
+
+def theta_ranges(
+    js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
+) -> dict[str, ThetaRange]:
+    """``theta_range`` of each kind that ``learn_policy`` learns with these thetas."""
+    return _per_kind(js_by_kind, thetas, theta_range)

@@ -25,7 +25,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from fairseq_san.policy import theta_ranges
 from helpers import REPO, cli_env, run_cli
+from test_policy import PAPER_ENCDEC, PAPER_SELF
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
 sys.path.insert(0, str(CAMPAIGN))
@@ -312,7 +314,8 @@ def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: L
     (folder / "train.log").write_text(train_log(updates or 1500 + iteration, [5.0, 4.5, 4.3]))
     (folder / "policy.json").write_text(json.dumps(policy))
     train_args = ["--stop-time-hours", "0.05", "--stop-time-hours", "0.0417"]  # the last counts
-    record = {"options": {"fairseq-train arguments after --": train_args}}
+    options = {"--theta-self": "0.5", "--theta-encdec": "0.5", "--theta-encoder": None}
+    record = {"options": {**options, "fairseq-train arguments after --": train_args}}
     (run_dir / "run.json").write_text(json.dumps(record))
     for split in ("test", "test1"):
         tested = run_dir / "test-bleu" / f"iter{iteration}" / split
@@ -326,6 +329,7 @@ def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: L
 
 REFERENCES = [f"a small dog number {i} runs in the park" for i in range(40)]
 SAN_POLICY = {"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None}
+PAPER_JS = {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC, "encoder_self": None}
 
 
 def toy_en_de(root: Path) -> Path:
@@ -338,6 +342,9 @@ def toy_en_de(root: Path) -> Path:
     worse = [ref if i % 2 else " ".join(ref.split()[:4]) for i, ref in enumerate(REFERENCES)]
     toy_system(results / "en-de" / "loop", 0, {}, 30.0, worse)
     toy_system(results / "en-de" / "loop", 1, SAN_POLICY, 40.0, REFERENCES)
+    analysis = results / "en-de" / "loop" / "iter0" / "analysis"
+    analysis.mkdir()
+    (analysis / "js.json").write_text(json.dumps(PAPER_JS))  # learns SAN_POLICY at 0.5 / 0.5
     toy_system(results / "en-de" / "baseline-s2", 0, {}, 31.0, worse)
     toy_system(results / "en-de" / "san-s2", 0, SAN_POLICY, 41.0, REFERENCES)
     for label in ("baseline", "san"):
@@ -360,6 +367,9 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     assert training["cap_s"] == pytest.approx(150.1) and training["stop"] == "wall cap"
     assert training["valid_curve_last"] == [(100, 5.0), (200, 4.5), (300, 4.3)]
     assert training["learned_policy"] == SAN_POLICY  # iteration 1's policy, learned from it
+    assert training["learned_theta_range"] == theta_ranges(PAPER_JS, {"decoder_self": 0.5,
+                                                                      "decoder_encdec": 0.5})
+    assert summary["training"]["en-de"][1]["learned_theta_range"] is None  # no analysis there
     table = (results / "headline.md").read_text()
     (san,) = [line for line in table.splitlines() if line.startswith("| en-de | san |")]
     cells = [cell.strip() for cell in san.strip("|").split("|")]
@@ -371,6 +381,8 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     assert cells[10] == "san better"  # every seed's interval excludes 0
     markdown = (results / "summary.md").read_text()
     assert "| 150 s |" in markdown and "300: 4.300" in markdown
+    assert "(0.4 / 0.5); the same for theta in: decoder_self (0.4893, 0.6449]  decoder_encdec " \
+        "(0.4967, 0.5243]." in markdown
 
 
 def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):

@@ -28,7 +28,7 @@ def test_a_log_without_the_result_is_one_error(tmp_path):
 
 def row(iteration, perplexity=None, bleu=None):
     return dict(
-        iteration=iteration, policy="decoder_self none", learned="-", parameters=1000,
+        iteration=iteration, policy="decoder_self none", learned="-", learned_for="-", parameters=1000,
         num_updates=10, train_seconds=60, valid_loss=5.0, bleu=bleu, chrf=None,
         signature=None, perplexity=perplexity,
     )  # fmt: skip

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from fairseq_san.policy import (
     parse_blocks,
     resolve_policy,
     similarity_matrix,
+    theta_range,
+    theta_ranges,
     validate_blocks,
     write_policy,
 )
@@ -393,6 +396,61 @@ def test_learn_policy_leaves_a_kind_without_weights_unshared():
     assert policy == {"decoder_encdec": [6]}
 
 
+# --- how far theta is from another policy ---------------------------------
+
+
+def test_theta_range_of_the_papers_figure_2():
+    """{3,3} at 0.5 on Fig. 2b: taken, layers 1-3 (0.5646) and 4-6 (0.5243); passed over, layers
+    1-4 (0.4967), 1-5 and 1-6. So the paper's own theta is 0.003 above another policy."""
+    same = theta_range(PAPER_ENCDEC, 0.5)
+    assert same.low == block_similarity(PAPER_ENCDEC, 0, 3) == pytest.approx(0.4967, abs=1e-4)
+    assert same.high == block_similarity(PAPER_ENCDEC, 3, 5) == pytest.approx(0.5243, abs=1e-4)
+    assert str(same) == "(0.4967, 0.5243]"
+    assert learn_blocks(PAPER_ENCDEC, same.low) == [4, 2]
+    # {1,5} on Fig. 2a: the one-layer block counts as ln 2; layers 2-6 give the upper end.
+    assert theta_range(PAPER_SELF, 0.5).high == block_similarity(PAPER_SELF, 1, 5)
+
+
+def test_theta_range_without_a_block_passed_over_starts_at_0():
+    same = theta_range(PAPER_SELF, 0.1)
+    assert learn_blocks(PAPER_SELF, 0.1) == [6]
+    assert same.low is None and str(same) == f"[0, {block_similarity(PAPER_SELF, 0, 5):.4f}]"
+
+
+def random_js(rng: random.Random, size: int) -> list:
+    js = [[0.0] * size for _ in range(size)]
+    for i in range(size):
+        for j in range(i + 1, size):
+            js[i][j] = js[j][i] = rng.uniform(0, LN2)
+    return js
+
+
+def test_theta_range_is_exactly_where_the_same_blocks_are_learned():
+    """Inside the range (both ends checked to the last float) the blocks stay; just outside it
+    they change."""
+    rng = random.Random(7)
+    for _ in range(300):
+        js, theta = random_js(rng, rng.randint(1, 8)), rng.uniform(0, LN2)
+        blocks, same = learn_blocks(js, theta), theta_range(js, theta)
+        assert (same.low or 0) <= theta <= same.high
+        assert learn_blocks(js, same.high) == blocks
+        if same.high < LN2:
+            assert learn_blocks(js, math.nextafter(same.high, 1)) != blocks
+        if same.low is not None:
+            assert learn_blocks(js, math.nextafter(same.low, 1)) == blocks
+            assert learn_blocks(js, same.low) != blocks
+        else:
+            assert learn_blocks(js, 0.0) == blocks
+
+
+def test_theta_ranges_follow_learn_policy():
+    js = {"decoder_self": PAPER_SELF, "decoder_encdec": None, "encoder_self": PAPER_ENCDEC}
+    thetas = {"decoder_self": 0.5, "decoder_encdec": 0.5, "encoder_self": None}
+    assert theta_ranges(js, thetas) == {"decoder_self": theta_range(PAPER_SELF, 0.5)}
+    with pytest.raises(PolicyError, match=r"^decoder_self: theta 0\.9 must be a number in"):
+        theta_ranges(js, {"decoder_self": 0.9})
+
+
 # --- import weight and CLI ------------------------------------------------
 
 
@@ -445,6 +503,19 @@ def test_cli_main_in_process(js_file, capsys):
     policy_main([js_file, "--theta-decoder-self", "0.3", "--theta-decoder-encdec", "0.6"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "decoder_self {6}  decoder_encdec {2,1,1,2}  encoder_self none"
+
+
+def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
+    policy_main([js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+                 "--explain"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:3] == [
+        f"decoder_self: {{1,5}} at theta 0.5, the same for theta in {theta_range(PAPER_SELF, 0.5)}",
+        "decoder_encdec: {3,3} at theta 0.5, the same for theta in (0.4967, 0.5243]",
+    ]
+    assert json.loads("\n".join(lines[3:])) == {
+        "decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None,
+    }
 
 
 def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp_path, capsys):

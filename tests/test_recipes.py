@@ -29,6 +29,8 @@ from typing import Dict, List, Sequence, Tuple
 import pytest
 import torch
 
+from fairseq_san.loop.summary import format_theta_ranges
+from fairseq_san.policy import theta_ranges
 from helpers import (
     EN_WORDS,
     ONE_BLOCK,
@@ -203,6 +205,13 @@ def test_loop_summary(loop_run):
     # layers 2-6: 5 layers x (2 + 3) projections x (32 x 32 weights + 32 biases).
     assert summary[0]["parameters"] - summary[1]["parameters"] == 5 * 5 * (32 * 32 + 32)
     assert summary[1]["learned"] == "decoder_self {6}  decoder_encdec {6}  encoder_self none"
+    # The thetas that learn it too, from the iteration's analysis at the recorded theta 0.
+    thetas = {"decoder_self": 0.0, "decoder_encdec": 0.0}
+    for row in summary:
+        js = read_json(run_dir / f"iter{row['iteration']}" / "analysis" / "js.json")
+        assert row["learned_for"] == format_theta_ranges(theta_ranges(js, thetas))
+        assert f"| {row['learned']} | {row['learned_for']} |" in markdown
+    assert summary[0]["learned_for"].startswith("decoder_self [0, ")
 
 
 @pytest.mark.slow

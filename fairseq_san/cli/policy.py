@@ -7,6 +7,9 @@ theta per kind. Kinds without a theta are not shared.
 
     fairseq-san-policy js.json --theta-decoder-self 0.5 \\
         --theta-decoder-encdec 0.5 -o policy.json
+
+``--explain`` also prints, per kind, the range of theta that learns the same blocks: a policy
+learned at a theta near an end of its range is one rounding away from another policy.
 """
 
 import argparse
@@ -17,9 +20,11 @@ from fairseq_san.policy import (
     KINDS,
     PolicyError,
     dump_policy,
+    format_blocks,
     format_policy,
     learn_policy,
     load_json_object,
+    theta_ranges,
     write_policy,
 )
 
@@ -51,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="threshold for encoder self-attention (default: not shared)",
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
+    parser.add_argument(
+        "--explain", action="store_true",
+        help="also print, per kind, the range of theta that learns the same blocks",
+    )
     return parser
 
 
@@ -66,11 +75,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         js_by_kind = load_json_object(args.js_json, "JS file")
         policy = learn_policy(js_by_kind, thetas)
+        ranges = theta_ranges(js_by_kind, thetas) if args.explain else {}
         if args.output:
             write_policy(policy, args.output)
     except PolicyError as err:
         parser.error(str(err))
     print(format_policy(policy))
+    for kind, same in ranges.items():
+        print(f"{kind}: {format_blocks(policy[kind])} at theta {thetas[kind]:g}, "
+              f"the same for theta in {same}")
     print(dump_policy(policy), end="")
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)

@@ -97,6 +97,12 @@ NUMBERS = {
     "--warm-updates": ("a whole number of at least 1", is_count(1)),
     "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
 }
+# The recipe's thresholds, by the attention kind each learns (fairseq-san-policy's --theta-KIND).
+THETA_OPTIONS = {
+    "decoder_self": "--theta-self",
+    "decoder_encdec": "--theta-encdec",
+    "encoder_self": "--theta-encoder",
+}
 # Options read only with another one (the recipe computes --warm-updates from --updates anyway).
 READ_WITH = {"--warm-updates": "--warm-start"}
 
@@ -199,6 +205,14 @@ def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise RunError(f"{path} cannot be read ({err}): restore it, or start a new run with "
                        "another --run-dir") from None  # fmt: skip
+
+
+def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:
+    """The thresholds the loop learns each kind's policy with; None (unset) is not shared."""
+    return {
+        kind: float(options[option]) if options.get(option) else None
+        for kind, option in THETA_OPTIONS.items()
+    }
 
 
 def write_record(run_dir: str, options: Options) -> None:

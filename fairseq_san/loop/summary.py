@@ -1,20 +1,28 @@
 """The loop's record of its iterations: ``RUN_DIR/loop.md`` and ``loop.json``.
 
 One row per trained iteration (``RUN_DIR/iter<k>/checkpoints/checkpoint_best.pt``): the policy it
-was trained with and the one it learned, parameters (tied and shared tensors once), updates,
-training time, validation loss and the validation BLEU/chrF of ``valid.json``. An iteration whose
-checkpoint is gone (a run dir restored without checkpoints on another machine, which trains the
-next iteration) keeps the row the earlier summary recorded.
+was trained with and the one it learned, with the range of theta that learns the same (a policy
+learned near an end of its range is one rounding away from another one), parameters (tied and
+shared tensors once), updates, training time, validation loss and the validation BLEU/chrF of
+``valid.json``. An iteration whose checkpoint is gone (a run dir restored without checkpoints on
+another machine, which trains the next iteration) keeps the row the earlier summary recorded.
 """
 
 import glob
 import json
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.errors import UsageError, utf8_text
-from fairseq_san.policy import format_policy, load_policy
+from fairseq_san.loop.run_record import read_record, recorded_thetas
+from fairseq_san.policy import (
+    ThetaRange,
+    format_policy,
+    learn_policy,
+    load_policy,
+    theta_ranges,
+)
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
 
@@ -101,6 +109,9 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
         "iteration": iteration,
         "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
         "learned": learned_policy(os.path.dirname(iteration_dir), iteration),
+        "learned_for": format_theta_ranges(
+            learned_theta_ranges(os.path.dirname(iteration_dir), iteration)
+        ),
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
@@ -113,6 +124,27 @@ def learned_policy(run_dir: str, iteration: int) -> str:
     """The policy iteration ``iteration`` learned (``iter<k+1>/policy.json``), "-" if none yet."""
     path = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
     return format_policy(load_policy(path)) if os.path.exists(path) else "-"
+
+
+def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, ThetaRange]]:
+    """Per kind, the thetas that learn the policy iteration ``iteration`` learned from its analysis
+    (``theta_ranges`` at the run's recorded thresholds); None before that policy exists, and where
+    its file is not what those thresholds learn (a policy written by hand)."""
+    path = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
+    js = read_json(os.path.join(run_dir, f"iter{iteration}", "analysis", "js.json"))
+    recorded = read_record(run_dir)
+    if not os.path.exists(path) or js is None or recorded is None:
+        return None
+    thetas = recorded_thetas(recorded[0])
+    return theta_ranges(js, thetas) if learn_policy(js, thetas) == load_policy(path) else None
+
+
+def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
+    """Ranges of theta per kind (a ``learned_theta_ranges`` result, or its JSON) as a table cell,
+    e.g. ``decoder_encdec (0.4882, 0.5007]``; "-" for None."""
+    if ranges is None:
+        return "-"
+    return "  ".join(f"{kind} {ThetaRange(*same)}" for kind, same in ranges.items())
 
 
 def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
@@ -137,9 +169,9 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
     scores = "valid ppl |" if language_model else "valid BLEU | valid chrF |"
     lines = [
         f"| iter | trained with policy | params | updates | train time | valid loss | {scores} "
-        "learned policy |",
+        "learned policy | learned for theta in |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |" + ("" if language_model else " ---: |")
-        + " --- |",
+        + " --- | --- |",
     ]
     for row in rows:
         minutes = None if row["train_seconds"] is None else row["train_seconds"] / 60
@@ -151,7 +183,8 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
         lines.append(
             f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
             f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
-            f"{shown(row['valid_loss'], '{:.3f}')} | {' | '.join(cells)} | {row['learned']} |"
+            f"{shown(row['valid_loss'], '{:.3f}')} | {' | '.join(cells)} | {row['learned']} | "
+            f"{row['learned_for']} |"
         )
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
@@ -164,7 +197,11 @@ def write_summary(run_dir: str) -> str:
     """Write loop.md and loop.json: a row per trained iteration, from its checkpoint, else as the
     earlier summary recorded it (with the policy it learned brought up to date)."""
     by_iteration = {
-        row["iteration"]: {**row, "learned": learned_policy(run_dir, row["iteration"])}
+        row["iteration"]: {
+            **row,
+            "learned": learned_policy(run_dir, row["iteration"]),
+            "learned_for": format_theta_ranges(learned_theta_ranges(run_dir, row["iteration"])),
+        }
         for row in recorded_rows(run_dir)
     }
     by_iteration.update({row["iteration"]: row for row in map(iteration_row, iteration_dirs(run_dir))})

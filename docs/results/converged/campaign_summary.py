@@ -41,7 +41,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from campaign_headline import write_headline
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
-from fairseq_san.loop.summary import read_json, shown
+from fairseq_san.loop.summary import (
+    format_theta_ranges,
+    learned_theta_ranges,
+    read_json,
+    shown,
+)
 from fairseq_san.loop.train_log import read_train_log
 from fairseq_san.policy import format_policy
 
@@ -144,6 +149,7 @@ def system_row(
         "tokens_per_s": log["tokens_per_s"],
         "valid_curve_last": log["valid_curve"][-CURVE_POINTS:],
         "learned_policy": read_json(learned),  # at the loop's thresholds, from this model
+        "learned_theta_range": learned_theta_ranges(run_dir, iteration),  # thetas learning it too
     }
     if system == "san-warm":  # warm start: count the iteration it started from too
         start = read_train_log(os.path.join(run_dir, f"iter{iteration - 1}", "train.log"))
@@ -503,7 +509,11 @@ def summary_markdown(summary: Dict[str, object]) -> str:
         for row, training in zip(rows, summary["training"][pair]):
             if training.get("learned_policy") is not None:
                 learned = format_policy(training["learned_policy"])
-                lines.append(f"- {row['system']} seed {row['seed']} learns {learned} (0.4 / 0.5).")
+                same = format_theta_ranges(training["learned_theta_range"])
+                lines.append(
+                    f"- {row['system']} seed {row['seed']} learns {learned} (0.4 / 0.5); "
+                    f"the same for theta in: {same}."
+                )
         lines.append("")
     return "\n".join(lines + slices_markdown(summary.get("slices", [])))
 

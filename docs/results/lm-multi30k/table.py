@@ -27,7 +27,7 @@ import sys
 
 from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
-from fairseq_san.policy import block_leaders, load_policy
+from fairseq_san.policy import block_leaders, format_blocks, load_policy
 
 SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned", "kv-cla2")
 BASELINE = "baseline"
@@ -168,14 +168,10 @@ def print_perplexity_table(rows, losses, by_seed, tokens) -> None:
             pairs = [ppl - by_seed[BASELINE][seed]
                      for seed, ppl in by_seed[row["name"]].items() if seed in by_seed[BASELINE]]
             same_seeds = f"{statistics.fmean(pairs):+.2f}" if pairs else "-"
-        print(f"| {row['name']} | {policy_text(row)} | {share_text(row)} | "
+        print(f"| {row['name']} | {format_blocks(row['policy'])} | {share_text(row)} | "
               f"{','.join(map(str, row['seeds']))} | {statistics.fmean(ppls):.2f}{sd} | {delta} | "
               f"{same_seeds} | {row['params']:,} | {row['cache']} | "
               f"{','.join(map(str, row['updates']))} | {','.join(row['stopped'])} |")  # fmt: skip
-
-
-def policy_text(row) -> str:
-    return "none" if row["policy"] is None else "{" + ",".join(map(str, row["policy"])) + "}"
 
 
 def share_text(row) -> str:
@@ -199,8 +195,9 @@ def print_speed_table(rows, speeds) -> None:
                 for other in ((BASELINE, decoding, batch), (row["name"], "fairseq", batch)):
                     reference = speeds.get(other)
                     cells.append(f"{tps / reference['tokens_per_second']:.2f}" if reference else "-")
-            print(f"| {row['name']} | {policy_text(row)} | {share_text(row)} | {decoding} | "
-                  f"{' | '.join(cells)} | {same_outputs(speeds, row['name'], decoding)} |")
+            print(f"| {row['name']} | {format_blocks(row['policy'])} | {share_text(row)} | "
+                  f"{decoding} | {' | '.join(cells)} | "
+                  f"{same_outputs(speeds, row['name'], decoding)} |")
 
 
 def same_outputs(speeds, name: str, decoding: str) -> str:

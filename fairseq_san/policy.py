@@ -452,6 +452,16 @@ def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
     return ThetaRange(None if low is None or low < 0 else low, min(taken))
 
 
+def blocks_beyond(
+    js: list[list[float]], same: ThetaRange
+) -> tuple[Optional[Blocks], Optional[Blocks]]:
+    """The blocks learned just outside ``same`` (a ``theta_range`` of ``js``): at its low end, and
+    at the next float above its high end; None where theta cannot go (below 0, above ln 2)."""
+    below = None if same.low is None else learn_blocks(js, same.low)
+    above = None if same.high >= LN2 else learn_blocks(js, math.nextafter(same.high, LN2))
+    return below, above
+
+
 def theta_ranges(
     js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
 ) -> dict[str, ThetaRange]:

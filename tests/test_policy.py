@@ -17,6 +17,7 @@ from fairseq_san.policy import (
     PolicyError,
     block_leaders,
     block_similarity,
+    blocks_beyond,
     dump_policy,
     format_policy,
     learn_blocks,
@@ -443,6 +444,13 @@ def test_theta_range_is_exactly_where_the_same_blocks_are_learned():
             assert learn_blocks(js, 0.0) == blocks
 
 
+def test_blocks_beyond_are_the_neighbouring_policies():
+    assert blocks_beyond(PAPER_ENCDEC, theta_range(PAPER_ENCDEC, 0.5)) == ([4, 2], [3, 1, 2])
+    # Nothing below 0 or above ln 2: every layer its own block is the last policy of all.
+    assert blocks_beyond(PAPER_SELF, theta_range(PAPER_SELF, 0.1))[0] is None
+    assert blocks_beyond(PAPER_SELF, theta_range(PAPER_SELF, LN2)) == ([1, 1, 1, 2, 1], None)
+
+
 def test_theta_ranges_follow_learn_policy():
     js = {"decoder_self": PAPER_SELF, "decoder_encdec": None, "encoder_self": PAPER_ENCDEC}
     thetas = {"decoder_self": 0.5, "decoder_encdec": 0.5, "encoder_self": None}
@@ -510,8 +518,10 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
                  "--explain"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:3] == [
-        f"decoder_self: {{1,5}} at theta 0.5, the same for theta in {theta_range(PAPER_SELF, 0.5)}",
-        "decoder_encdec: {3,3} at theta 0.5, the same for theta in (0.4967, 0.5243]",
+        "decoder_self: {1,5} at theta 0.5, the same for theta in (0.4893, 0.6449]; "
+        "{6} at 0.4893, {1,1,4} just above 0.6449",
+        "decoder_encdec: {3,3} at theta 0.5, the same for theta in (0.4967, 0.5243]; "
+        "{4,2} at 0.4967, {3,1,2} just above 0.5243",
     ]
     assert json.loads("\n".join(lines[3:])) == {
         "decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None,

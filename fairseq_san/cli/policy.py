@@ -8,8 +8,9 @@ theta per kind. Kinds without a theta are not shared.
     fairseq-san-policy js.json --theta-decoder-self 0.5 \\
         --theta-decoder-encdec 0.5 -o policy.json
 
-``--explain`` also prints, per kind, the range of theta that learns the same blocks: a policy
-learned at a theta near an end of its range is one rounding away from another policy.
+``--explain`` also prints, per kind, the range of theta that learns the same blocks and the
+policies just beyond it: a policy learned at a theta near an end of its range is a small change
+of the JS matrix away from its neighbour.
 """
 
 import argparse
@@ -18,7 +19,10 @@ from typing import Optional
 
 from fairseq_san.policy import (
     KINDS,
+    Blocks,
     PolicyError,
+    ThetaRange,
+    blocks_beyond,
     dump_policy,
     format_blocks,
     format_policy,
@@ -58,9 +62,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
     parser.add_argument(
         "--explain", action="store_true",
-        help="also print, per kind, the range of theta that learns the same blocks",
+        help="also print, per kind, the range of theta that learns the same blocks and the "
+        "policies just beyond it",
     )
     return parser
+
+
+def explanation(
+    kind: str, blocks: Blocks, theta: float, same: ThetaRange, js: list[list[float]]
+) -> str:
+    """One kind's line of ``--explain``: the range of theta that learns ``blocks``, and the
+    policies just beyond it."""
+    below, above = blocks_beyond(js, same)
+    line = f"{kind}: {format_blocks(blocks)} at theta {theta:g}, the same for theta in {same}"
+    beyond = []
+    if below is not None:
+        beyond.append(f"{format_blocks(below)} at {same.low:.4f}")
+    if above is not None:
+        beyond.append(f"{format_blocks(above)} just above {same.high:.4f}")
+    return f"{line}; {', '.join(beyond)}" if beyond else line
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -82,8 +102,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         parser.error(str(err))
     print(format_policy(policy))
     for kind, same in ranges.items():
-        print(f"{kind}: {format_blocks(policy[kind])} at theta {thetas[kind]:g}, "
-              f"the same for theta in {same}")
+        print(explanation(kind, policy[kind], thetas[kind], same, js_by_kind[kind]))
     print(dump_policy(policy), end="")
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)

@@ -4,6 +4,7 @@ real fairseq-san-bench parser), what it skips, and what comes back."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -133,3 +134,15 @@ def test_compile_part_profiles_the_compiled_step_captured_beside_the_graph(tmp_p
     assert set(decoders) <= set(STATIC_DECODERS)
     assert all("--profile" in call["argv"] and "--device" in call["argv"] for call in calls)
     assert "== compile: fp32, beam 4, batch 16" in stdout
+
+
+@pytest.mark.parametrize("left_s", [230, 600, 140])
+def test_compile_part_takes_what_the_second_call_has_left(tmp_path, left_s):
+    """The session's second call (results.md: LEFT_S=$((230 - SECONDS))) runs the compile part
+    with all of its time but the archive's 10 s; under 150 s it is skipped, and says so."""
+    stdout, calls = run_checks(tmp_path, "compile", left_s=left_s)
+    if left_s < 150:
+        assert calls == [] and "== skipped (under 150 s left): compile" in stdout
+        return
+    (timeout,) = re.findall(r"== compile: .* \(at \d+ s, up to (\d+) s\)", stdout)
+    assert len(calls) == 1 and left_s - 12 <= int(timeout) <= left_s - 10  # a second or two ran

@@ -4,7 +4,7 @@
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned eval
-#                                                speed table; all: each in turn)
+#                                                speed table policies; all: each in turn)
 # loop, fixed and baselines need only the data and may run at once (one thread each), learned
 # needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
 # run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
@@ -121,6 +121,31 @@ step_table() {  # the tables, the training logs, and the loop's record, matrices
   fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
 }
 
-step_all() { step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed; step_table; }
+step_policies() {  # theta-ranges.txt: the range of theta of each policy learned (the loop's
+  # iterations), and what each baseline seed's own analysis learns, seed 1's on test too
+  local k seed split ckpt out=$RUNS/policies
+  mkdir -p "$out"
+  {
+    echo "# fairseq-san-policy --explain at theta $THETA (docs/results/lm-multi30k/run.sh policies)"
+    for k in 0 1 2; do
+      echo "== the loop's iteration $k, valid"
+      fairseq-san-policy "$RUNS/loop/iter$k/analysis/js.json" --theta-decoder-self "$THETA" --explain | sed -n 2p
+    done
+    for seed in 1 2 3; do
+      for split in valid test; do
+        [ "$seed" = 1 ] || [ "$split" = valid ] || continue
+        ckpt=$(checkpoint baseline "$seed")
+        [ -f "$out/baseline-s$seed-$split/js.json" ] ||
+          fairseq-validate "$DATA" --user-dir "$USER_DIR" --task language_modeling_san \
+            --sample-break-mode eos --path "$ckpt" --valid-subset "$split" --max-tokens 4096 \
+            --num-workers 0 --san-analysis-dir "$out/baseline-s$seed-$split" > "$out/baseline-s$seed-$split.log" 2>&1
+        echo "== baseline seed $seed, $split"
+        fairseq-san-policy "$out/baseline-s$seed-$split/js.json" --theta-decoder-self "$THETA" --explain | sed -n 2p
+      done
+    done
+  } > "$HERE/theta-ranges.txt"
+}
+
+step_all() { step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed; step_table; step_policies; }
 
 for step in "${@:-all}"; do "step_$step"; done

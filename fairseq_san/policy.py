@@ -321,6 +321,41 @@ def check_js(js: object) -> list[list[float]]:
     return [[float(value) for value in row] for row in js]
 
 
+def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optional[list]]:
+    """The element-wise mean of several analyses' JS matrices, per kind (e.g. of several seeds'
+    models, whose policies learned one by one may differ; each analysis weighs the same).
+
+    ``names`` name the analyses in errors. A kind is null where every analysis has it null or
+    lacks it; null in some and a matrix in others (an AAN beside a Transformer), or matrices of
+    different sizes, is an error: they are not analyses of one architecture.
+    """
+    averaged: dict[str, Optional[list]] = {}
+    for kind in KINDS:
+        found = {name: analysis.get(kind) for name, analysis in zip(names, analyses)}
+        present = {name: js for name, js in found.items() if js is not None}
+        if not present:
+            averaged[kind] = None
+            continue
+        if len(present) < len(found):
+            missing = next(name for name in found if name not in present)
+            raise PolicyError(f"{kind}: {missing} has no JS matrix but {next(iter(present))} "
+                              "has one; average analyses of one architecture only")  # fmt: skip
+        matrices = []
+        for name, js in present.items():
+            try:
+                matrices.append(check_js(js))
+            except PolicyError as err:
+                raise PolicyError(f"{kind} of {name}: {err}") from None
+        sizes = {name: len(matrix) for name, matrix in zip(present, matrices)}
+        if len(set(sizes.values())) > 1:
+            raise PolicyError(f"{kind}: matrices of different sizes ({sizes}); average analyses "
+                              "of one architecture only")  # fmt: skip
+        averaged[kind] = [
+            [sum(values) / len(matrices) for values in zip(*rows)] for rows in zip(*matrices)
+        ]
+    return averaged
+
+
 def _check_theta(theta: object) -> float:
     """Check a sharing threshold; sim values of interest lie in [0, ln 2]."""
     if not _is_number(theta) or not 0.0 <= theta <= LN2:

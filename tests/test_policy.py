@@ -23,6 +23,7 @@ from fairseq_san.policy import (
     learn_blocks,
     learn_policy,
     load_policy,
+    mean_js,
     parse_blocks,
     resolve_policy,
     similarity_matrix,
@@ -459,6 +460,37 @@ def test_theta_ranges_follow_learn_policy():
         theta_ranges(js, {"decoder_self": 0.9})
 
 
+def test_mean_js_averages_each_kind_element_by_element():
+    other = [[value / 2 for value in row] for row in PAPER_SELF]
+    analyses = [{"decoder_self": PAPER_SELF, "sentences": 10},
+                {"decoder_self": other, "encoder_self": None}]  # fmt: skip
+    averaged = mean_js(analyses, ["a.json", "b.json"])
+    assert averaged == {
+        "decoder_self": [[0.75 * value for value in row] for row in PAPER_SELF],
+        "decoder_encdec": None,
+        "encoder_self": None,
+    }
+    same = mean_js([{"decoder_self": PAPER_SELF}] * 3, ["a", "b", "c"])["decoder_self"]
+    assert learn_blocks(same, 0.5) == [1, 5]
+    assert sum(same, []) == pytest.approx(sum(PAPER_SELF, []))
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ({"decoder_self": None},
+         r"^decoder_self: b\.json has no JS matrix but a\.json has one"),
+        ({"decoder_self": [[0.0]]},
+         r"^decoder_self: matrices of different sizes \(\{'a\.json': 6, 'b\.json': 1\}\)"),
+        ({"decoder_self": [[0, 0.1], [0.2, 0]]},
+         r"^decoder_self of b\.json: JS matrix is not symmetric"),
+    ],
+)
+def test_mean_js_refuses_analyses_of_other_architectures(second, message):
+    with pytest.raises(PolicyError, match=message):
+        mean_js([{"decoder_self": PAPER_SELF}, second], ["a.json", "b.json"])
+
+
 # --- import weight and CLI ------------------------------------------------
 
 
@@ -526,6 +558,24 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
     assert json.loads("\n".join(lines[3:])) == {
         "decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None,
     }
+
+
+def shifted(js: list, shift: float) -> list:
+    """``js`` with ``shift`` added off the diagonal."""
+    return [[value + shift * (i != j) for j, value in enumerate(row)] for i, row in enumerate(js)]
+
+
+def test_cli_learns_from_the_mean_of_several_analyses(tmp_path, capsys):
+    """Fig. 2b learns {3,3} alone; with a copy 0.06 further apart, the mean is Fig. 2b 0.03
+    further apart, whose layers 4-6 fall below 0.5 (0.5243 - 0.03)."""
+    first = write_json(tmp_path / "a.json", {"decoder_encdec": PAPER_ENCDEC, "decoder_self": None})
+    second = write_json(tmp_path / "b.json",
+                        {"decoder_encdec": shifted(PAPER_ENCDEC, 0.06), "decoder_self": None})
+    policy_main([first, second, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5"])
+    expected = learn_blocks(shifted(PAPER_ENCDEC, 0.03), 0.5)
+    assert expected != [3, 3]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == format_policy({"decoder_encdec": expected})
 
 
 def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp_path, capsys):

@@ -3,7 +3,8 @@
 Reads the pairwise JS divergence matrices of a trained model's attention
 layers (a JSON object with one square matrix per attention kind; other keys
 are ignored) and applies the block search of section 3.3 with one threshold
-theta per kind. Kinds without a theta are not shared.
+theta per kind. Kinds without a theta are not shared. Several files are
+averaged first: the policy one seed's model learns may not be another's.
 
     fairseq-san-policy js.json --theta-decoder-self 0.5 \\
         --theta-decoder-encdec 0.5 -o policy.json
@@ -28,6 +29,7 @@ from fairseq_san.policy import (
     format_policy,
     learn_policy,
     load_json_object,
+    mean_js,
     theta_ranges,
     write_policy,
 )
@@ -43,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "js_json",
         metavar="JS_JSON",
+        nargs="+",
         help="JSON object with a layer-by-layer JS divergence matrix per kind "
-        f"({', '.join(KINDS)})",
+        f"({', '.join(KINDS)}); several (say, the analyses of several seeds) are averaged "
+        "element-wise before the policy is learned",
     )
     parser.add_argument(
         "--theta-decoder-self", type=float, required=True, metavar="T",
@@ -93,7 +97,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         "encoder_self": args.theta_encoder_self,
     }
     try:
-        js_by_kind = load_json_object(args.js_json, "JS file")
+        analyses = [load_json_object(path, "JS file") for path in args.js_json]
+        js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, args.js_json)
         policy = learn_policy(js_by_kind, thetas)
         ranges = theta_ranges(js_by_kind, thetas) if args.explain else {}
         if args.output:

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from fairseq_san.errors import UsageError
 
@@ -457,10 +457,13 @@ def learn_policy(
 
 
 class ThetaRange(NamedTuple):
-    """The thetas that learn the same blocks: (low, high], or [0, high] where ``low`` is None."""
+    """The thetas that learn the same blocks: (low, high], or [0, high] where ``low`` is None;
+    and the blocks of layers (first, last; 0-based) whose Eq. 6 sim sets each end."""
 
     low: Optional[float]
     high: float
+    low_block: Optional[Tuple[int, int]] = None
+    high_block: Optional[Tuple[int, int]] = None
 
     def __str__(self) -> str:
         opening = "[0" if self.low is None else f"({self.low:.4f}"
@@ -480,11 +483,14 @@ def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
     taken, passed_over, m = [], [], 0
     for size in learn_blocks(js, theta):
         n = m + size - 1
-        taken.append(_block_sim(mu, m, n))
-        passed_over.extend(_block_sim(mu, m, end) for end in range(n + 1, len(mu)))
+        taken.append((_block_sim(mu, m, n), (m, n)))
+        passed_over.extend((_block_sim(mu, m, end), (m, end)) for end in range(n + 1, len(mu)))
         m = n + 1
-    low = max(passed_over, default=None)
-    return ThetaRange(None if low is None or low < 0 else low, min(taken))
+    high, high_block = min(taken)
+    low, low_block = max(passed_over, default=(None, None))
+    if low is not None and low < 0:  # no theta in [0, ln 2] takes that block
+        low, low_block = None, None
+    return ThetaRange(low, high, low_block, high_block)
 
 
 def blocks_beyond(

@@ -408,6 +408,7 @@ def test_theta_range_of_the_papers_figure_2():
     assert same.low == block_similarity(PAPER_ENCDEC, 0, 3) == pytest.approx(0.4967, abs=1e-4)
     assert same.high == block_similarity(PAPER_ENCDEC, 3, 5) == pytest.approx(0.5243, abs=1e-4)
     assert str(same) == "(0.4967, 0.5243]"
+    assert (same.low_block, same.high_block) == ((0, 3), (3, 5))
     assert learn_blocks(PAPER_ENCDEC, same.low) == [4, 2]
     # {1,5} on Fig. 2a: the one-layer block counts as ln 2; layers 2-6 give the upper end.
     assert theta_range(PAPER_SELF, 0.5).high == block_similarity(PAPER_SELF, 1, 5)
@@ -435,6 +436,8 @@ def test_theta_range_is_exactly_where_the_same_blocks_are_learned():
         js, theta = random_js(rng, rng.randint(1, 8)), rng.uniform(0, LN2)
         blocks, same = learn_blocks(js, theta), theta_range(js, theta)
         assert (same.low or 0) <= theta <= same.high
+        assert block_similarity(js, *same.high_block) == same.high
+        assert same.low is None or block_similarity(js, *same.low_block) == same.low
         assert learn_blocks(js, same.high) == blocks
         if same.high < LN2:
             assert learn_blocks(js, math.nextafter(same.high, 1)) != blocks
@@ -551,9 +554,11 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:3] == [
         "decoder_self: {1,5} at theta 0.5, the same for theta in (0.4893, 0.6449]; "
-        "{6} at 0.4893, {1,1,4} just above 0.6449",
+        "{6} at 0.4893 (layers 1-6 one block), {1,1,4} just above 0.6449 (layers 2-6 no longer "
+        "one block)",
         "decoder_encdec: {3,3} at theta 0.5, the same for theta in (0.4967, 0.5243]; "
-        "{4,2} at 0.4967, {3,1,2} just above 0.5243",
+        "{4,2} at 0.4967 (layers 1-4 one block), {3,1,2} just above 0.5243 (layers 4-6 no "
+        "longer one block)",
     ]
     assert json.loads("\n".join(lines[3:])) == {
         "decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None,

@@ -75,15 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
 def explanation(
     kind: str, blocks: Blocks, theta: float, same: ThetaRange, js: list[list[float]]
 ) -> str:
-    """One kind's line of ``--explain``: the range of theta that learns ``blocks``, and the
-    policies just beyond it."""
+    """One kind's line of ``--explain``: the range of theta that learns ``blocks``, the policies
+    just beyond it, and the block of layers (1-based) whose sim sets each end: passed over
+    inside the range, it is taken at the low end; taken inside, it is not above the high end."""
     below, above = blocks_beyond(js, same)
     line = f"{kind}: {format_blocks(blocks)} at theta {theta:g}, the same for theta in {same}"
     beyond = []
     if below is not None:
-        beyond.append(f"{format_blocks(below)} at {same.low:.4f}")
+        first, last = same.low_block
+        beyond.append(f"{format_blocks(below)} at {same.low:.4f} (layers {first + 1}-{last + 1} "
+                      "one block)")  # fmt: skip
     if above is not None:
-        beyond.append(f"{format_blocks(above)} just above {same.high:.4f}")
+        first, last = same.high_block
+        beyond.append(f"{format_blocks(above)} just above {same.high:.4f} (layers "
+                      f"{first + 1}-{last + 1} no longer one block)")  # fmt: skip
     return f"{line}; {', '.join(beyond)}" if beyond else line
 
 

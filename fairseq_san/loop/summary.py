@@ -108,10 +108,6 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
     return {
         "iteration": iteration,
         "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
-        "learned": learned_policy(os.path.dirname(iteration_dir), iteration),
-        "learned_for": format_theta_ranges(
-            learned_theta_ranges(os.path.dirname(iteration_dir), iteration)
-        ),
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
@@ -145,6 +141,17 @@ def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
     if ranges is None:
         return "-"
     return "  ".join(f"{kind} {ThetaRange(*same)}" for kind, same in ranges.items())
+
+
+def with_learned(run_dir: str, row: Dict[str, object]) -> Dict[str, object]:
+    """``row`` with the policy its iteration learned, as it is now, and that policy's range of
+    theta (a recorded row's may be older than the next iteration's policy file)."""
+    iteration = row["iteration"]
+    return {
+        **row,
+        "learned": learned_policy(run_dir, iteration),
+        "learned_for": format_theta_ranges(learned_theta_ranges(run_dir, iteration)),
+    }
 
 
 def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
@@ -196,16 +203,9 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
 def write_summary(run_dir: str) -> str:
     """Write loop.md and loop.json: a row per trained iteration, from its checkpoint, else as the
     earlier summary recorded it (with the policy it learned brought up to date)."""
-    by_iteration = {
-        row["iteration"]: {
-            **row,
-            "learned": learned_policy(run_dir, row["iteration"]),
-            "learned_for": format_theta_ranges(learned_theta_ranges(run_dir, row["iteration"])),
-        }
-        for row in recorded_rows(run_dir)
-    }
+    by_iteration = {row["iteration"]: row for row in recorded_rows(run_dir)}
     by_iteration.update({row["iteration"]: row for row in map(iteration_row, iteration_dirs(run_dir))})
-    rows = [by_iteration[iteration] for iteration in sorted(by_iteration)]
+    rows = [with_learned(run_dir, by_iteration[iteration]) for iteration in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Learn to share (paper Figure 3): train under policy P_k (P_0 = no sharing), measure how similar
 # the layers' attention is on the validation set, learn P_{k+1} (Eq. 6), and repeat until the
-# policy stops changing. Running the same command again resumes: finished steps are skipped and
+# learned policy is not new: P_k's (settled) or, trained from scratch, an earlier one's (a cycle;
+# fairseq-san-loop settled). Running the same command again resumes: finished steps are skipped and
 # fairseq continues from checkpoint_last.pt. RUN/run.json records the options the run was made
 # with (these and the fairseq-train args); a re-run with other options stops before anything runs
 # (start a new run in another --run-dir). A learned policy is never rewritten. One loop per run
@@ -155,11 +156,8 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     exit 0
   fi
   status=0
-  fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json" || status=$?
+  fairseq-san-loop settled "$RUN" "$k" || status=$?  # exit 0: it says why the loop stops
   [ "$status" -le 1 ] || exit "$status"
-  if [ "$status" = 0 ]; then
-    echo "== the policy did not change: done after iteration $k"
-    break
-  fi
+  [ "$status" = 1 ] || break
 done
 fairseq-san-loop summary "$RUN"

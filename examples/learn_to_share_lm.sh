@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Learn to share for a decoder-only language model (transformer_lm_san): train under policy P_k
 # (P_0 = no sharing), measure how similar the layers' decoder self-attention is on the validation
-# set, learn P_{k+1} at theta (Eq. 6), and repeat until the policy stops changing. Each iteration
-# is scored by its validation perplexity (fairseq-eval-lm) instead of BLEU. Running the same
-# command again resumes: finished steps are skipped, fairseq continues from checkpoint_last.pt.
-# RUN/run.json records the options the run was made with: a re-run with other options stops
-# before anything runs (fairseq-san-loop start --lm), and one loop runs in RUN at a time.
+# set, learn P_{k+1} at theta (Eq. 6), and repeat until the learned policy is not new (P_k's or an
+# earlier iteration's: fairseq-san-loop settled). Each iteration is scored by its validation
+# perplexity (fairseq-eval-lm) instead of BLEU. Running the same command again resumes: finished
+# steps are skipped, fairseq continues from checkpoint_last.pt. RUN/run.json records the options
+# the run was made with: a re-run with other options stops before anything runs
+# (fairseq-san-loop start --lm), and one loop runs in RUN at a time.
 #
 #   examples/learn_to_share_lm.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
@@ -67,11 +68,8 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
   [ -f "$next/policy.json" ] || fairseq-san-policy "$dir/analysis/js.json" \
     --theta-decoder-self "$THETA_SELF" -o "$next/policy.json"
   status=0
-  fairseq-san-loop same-policy "$dir/policy.json" "$next/policy.json" || status=$?
+  fairseq-san-loop settled "$RUN" "$k" || status=$?  # exit 0: it says why the loop stops
   [ "$status" -le 1 ] || exit "$status"
-  if [ "$status" = 0 ]; then
-    echo "== the policy did not change: done after iteration $k"
-    break
-  fi
+  [ "$status" = 1 ] || break
 done
 fairseq-san-loop summary "$RUN"

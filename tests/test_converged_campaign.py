@@ -264,9 +264,9 @@ def unsettled_en_de_loop(results: Path) -> Path:
 
 def test_pairs_trains_the_en_de_loops_next_iteration_while_its_policy_changes(dry_env, tmp_path):
     """Each stage of pairs (three trainings) takes the en-de loop's next iteration beside them
-    while the loop's last iteration learned another policy than its own (the dry run prints
-    iteration 2 for both stages: nothing trains), none once it learned its own; a stage that
-    starts nothing starts it neither."""
+    while the loop's last iteration learned a new policy (the dry run prints iteration 2 for both
+    stages: nothing trains), none once it learned its own or an earlier iteration's; a stage
+    that starts nothing starts it neither."""
     loop = unsettled_en_de_loop(Path(dry_env["RESULTS"]))
 
     def stage(k: int) -> List[tuple]:
@@ -277,6 +277,8 @@ def test_pairs_trains_the_en_de_loops_next_iteration_while_its_policy_changes(dr
     short = campaign("pairs", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
     assert commands(short, "learn_to_share.sh") == [] and "en-de/loop" not in short
     (loop / "iter2" / "policy.json").write_text(json.dumps(SAN_POLICY))  # the loop has settled
+    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1)
+    (loop / "iter2" / "policy.json").write_text("{}")  # iteration 0's: the loop would cycle
     assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1)
 
 

@@ -3,7 +3,9 @@
 ``examples/learn_to_share.sh`` runs fairseq's commands; this command answers its questions:
 
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
-* ``same-policy A B``: exit 0 when two policy files share alike (the loop's stopping rule);
+* ``same-policy A B``: exit 0 when two policy files share alike;
+* ``settled RUN_DIR K``: exit 0, saying why, when the loop stops after iteration K: the policy K
+  learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes;
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
   training time) as ``RUN_DIR/loop.md``, also printed (``fairseq_san.loop.summary``);
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
@@ -27,6 +29,7 @@ from fairseq_san.errors import UsageError
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
+from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
 from fairseq_san.policy import format_policy, load_policy
@@ -85,6 +88,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     same = commands.add_parser("same-policy", help="exit 0 when two policy files are equal")
     same.add_argument("first")
     same.add_argument("second")
+    settled = commands.add_parser(
+        "settled", help="exit 0, saying why, when the policy iteration K learned is not new"
+    )
+    settled.add_argument("run_dir")
+    settled.add_argument("iteration", type=int, metavar="K")
     show = commands.add_parser("show", help="print a policy file in the paper's notation")
     show.add_argument("policy")
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
@@ -113,6 +121,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
+        if args.command == "settled":
+            stop = loop_stop(args.run_dir, args.iteration)
+            if stop is not None:
+                print(f"== {stop}")
+            return 1 if stop is None else 0
         if args.command == "start" and args.check_inputs:
             check_inputs(run_options(args, after), dry_run=False)
             return 0

@@ -4,8 +4,9 @@ One row per trained iteration (``RUN_DIR/iter<k>/checkpoints/checkpoint_best.pt`
 was trained with and the one it learned, with the range of theta that learns the same (a policy
 learned near an end of its range is one rounding away from another one), parameters (tied and
 shared tensors once), updates, training time, validation loss and the validation BLEU/chrF of
-``valid.json``. An iteration whose checkpoint is gone (a run dir restored without checkpoints on
-another machine, which trains the next iteration) keeps the row the earlier summary recorded.
+``valid.json``; below it, why the loop stopped, once it has (``stopping``). An iteration whose
+checkpoint is gone (a run dir restored without checkpoints on another machine, which trains the
+next iteration) keeps the row the earlier summary recorded.
 """
 
 import glob
@@ -16,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
+from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.policy import (
     ThetaRange,
     format_policy,
@@ -208,7 +210,9 @@ def write_summary(run_dir: str) -> str:
     rows = [with_learned(run_dir, by_iteration[iteration]) for iteration in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
+    stop = loop_stop(run_dir, rows[-1]["iteration"])
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
+    table += "" if stop is None else f"\nStopped: {stop}.\n"
     with open(os.path.join(run_dir, "loop.md"), "w", encoding="utf-8") as out:
         out.write(table)
     with open(os.path.join(run_dir, "loop.json"), "w", encoding="utf-8") as out:

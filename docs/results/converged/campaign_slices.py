@@ -21,8 +21,8 @@ systems, tests them and packs one archive; the archive is later collected on ano
   sets' decoding settings, and keeps the detokenized hypotheses as
   ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
 * ``unsettled``: prints the next iteration of a learn-to-share loop whose policy still changed
-  at its last iteration (nothing once it learns the policy it was trained with), so that a slice
-  can train it in a free place beside its own systems;
+  at its last iteration (nothing once it learns a policy it or an earlier iteration was trained
+  with), so that a slice can train it in a free place beside its own systems;
 * ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
   self-attention sharing (AAN has no decoder self-attention to share).
 """
@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Sequence
 import fairseq_san
 from campaign_summary import ITERATION, system_label, system_names
 from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
 from fairseq_san.scoring import read_generate_output, read_lines
 
@@ -234,15 +235,14 @@ def restore(source: str, target: str) -> bool:
 
 def unsettled(run_dir: str) -> Optional[int]:
     """The next iteration of a learn-to-share loop whose policy still changes: k + 1, where k >= 1
-    is its newest finished iteration and the policy k learned (``iter<k+1>/policy.json``) is not
-    the one k was trained with; None otherwise (the paper's loop stops when the policy does;
-    iteration 1 is its slice's own stage 2)."""
+    is its newest finished iteration and the policy k learned (``iter<k+1>/policy.json``) is new,
+    neither k's nor an earlier iteration's (``fairseq_san.loop.stopping``); None otherwise
+    (iteration 1 is its slice's own stage 2)."""
     finished = finished_iterations(run_dir) if os.path.isdir(run_dir) else []
     if not finished or finished[-1] < 1:
         return None
     newest = finished[-1]
-    trained, learned = (os.path.join(run_dir, f"iter{k}", "policy.json") for k in (newest, newest + 1))
-    if not os.path.exists(learned) or load_policy(learned) == load_policy(trained):
+    if not os.path.exists(policy_path(run_dir, newest + 1)) or loop_stop(run_dir, newest):
         return None
     return newest + 1
 

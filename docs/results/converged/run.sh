@@ -197,7 +197,7 @@ loop() {
 
 # again PAIR: beside the trainings this stage started (none: nothing), the next iteration of the
 # pair's loop while its policy still changes (campaign_slices.py unsettled): the paper's loop runs
-# until the policy stops changing, and a stage of three trainings has a fourth place on the GPU.
+# until the learned policy is not new, and a stage of three trainings has a fourth place on the GPU.
 again() {
   [ "$STAGE_JOBS" -gt 0 ] || return 0
   local dir=$RUNS/$1/loop iter

@@ -1,0 +1,63 @@
+"""The loop's stopping rule: stop when the policy an iteration learns is not new.
+
+The paper (Section 3.3, Figure 3) returns "the result of the final round ... when there is no new
+update of the model". It names the plain case: iteration k learns the policy it was trained with.
+At convergence a policy can sit so near an end of its range of theta that the loop alternates
+(the converged En->De loop learned {2,2,2}, then {4,2}, whose neighbour is {2,2,2} again):
+iteration k learns the policy of an earlier iteration j. Trained from scratch with the same data,
+seed and options, iteration k + 1 would repeat iteration j, and the loop would cycle through j..k
+without end, so that stops it too. A warm-started loop (``--warm-start``) starts each iteration
+from the one before: there a repeated policy is a new model, and only the plain case stops it.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from fairseq_san.loop.run_record import read_record
+from fairseq_san.policy import load_policy
+
+
+def policy_path(run_dir: str, iteration: int) -> str:
+    """``RUN_DIR/iter<k>/policy.json``: the policy iteration k is trained with."""
+    return os.path.join(run_dir, f"iter{iteration}", "policy.json")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Iteration ``iteration`` learned the policy that iteration ``repeats`` was trained with."""
+
+    iteration: int
+    repeats: int
+
+    def __str__(self) -> str:
+        k, j = self.iteration, self.repeats
+        if j == k:
+            return f"the policy did not change: done after iteration {k}"
+        return (
+            f"iteration {k} learned the policy of iteration {j}: done after iteration {k} (the loop "
+            f"cycles: retrained from scratch with the same seed and options, iteration {k + 1} "
+            f"would repeat iteration {j}, and the policies of iterations {j}-{k} would follow)"
+        )
+
+
+def warm_started(run_dir: str) -> bool:
+    """Whether the run's record (run.json) says each iteration starts from the one before."""
+    record = read_record(run_dir)
+    return bool(record and record[0].get("--warm-start"))
+
+
+def loop_stop(run_dir: str, iteration: int) -> Optional[Stop]:
+    """Why the loop stops after ``iteration``, given the policy it learned
+    (``iter<k+1>/policy.json``): the newest iteration j <= k trained with that policy (only k
+    itself in a warm-started run); None when the policy is new or not learned yet."""
+    learned_path = policy_path(run_dir, iteration + 1)
+    if not os.path.exists(learned_path):
+        return None
+    learned = load_policy(learned_path)
+    earliest = iteration if warm_started(run_dir) else 0
+    for trained in range(iteration, earliest - 1, -1):
+        path = policy_path(run_dir, trained)
+        if os.path.exists(path) and load_policy(path) == learned:
+            return Stop(iteration, trained)
+    return None

@@ -1,0 +1,89 @@
+"""The loop's stopping rule (``fairseq_san.loop.stopping``, ``fairseq-san-loop settled``): the
+loop stops when the policy an iteration learns is the one it was trained with, or, trained from
+scratch, one an earlier iteration was trained with (a cycle), and goes on while it is new."""
+
+import json
+
+from fairseq_san.loop.stopping import Stop, loop_stop
+from fairseq_san.loop.summary import write_summary
+from helpers import run_cli
+
+NONE = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
+EVEN = {"decoder_self": [6], "decoder_encdec": [2, 2, 2]}  # the converged En->De loop's
+UNEVEN = {"decoder_self": [6], "decoder_encdec": [4, 2]}
+
+
+def run_dir_with(tmp_path, *policies: dict, warm_start: bool = False) -> str:
+    """A run dir whose iteration k was trained with ``policies[k]``; the last one is the policy
+    the newest iteration learned (``iter<k+1>/policy.json``), as learn_to_share.sh leaves it."""
+    tmp_path.mkdir(exist_ok=True)
+    options = {"--warm-start": warm_start, "--theta-self": "0.4", "--theta-encdec": "0.5"}
+    (tmp_path / "run.json").write_text(json.dumps({"options": options}))
+    for k, policy in enumerate(policies):
+        (tmp_path / f"iter{k}").mkdir()
+        (tmp_path / f"iter{k}" / "policy.json").write_text(json.dumps(policy))
+    return str(tmp_path)
+
+
+def test_the_policy_did_not_change(tmp_path):
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, EVEN)
+    assert loop_stop(run_dir, 1) == Stop(1, 1)
+    assert str(Stop(1, 1)) == "the policy did not change: done after iteration 1"
+
+
+def test_a_policy_of_an_earlier_iteration_is_a_cycle(tmp_path):
+    """{2,2,2} -> {4,2} -> {2,2,2}: iteration 3 would retrain iteration 1."""
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN)
+    assert loop_stop(run_dir, 2) == Stop(2, 1)
+    assert str(Stop(2, 1)) == (
+        "iteration 2 learned the policy of iteration 1: done after iteration 2 (the loop cycles: "
+        "retrained from scratch with the same seed and options, iteration 3 would repeat "
+        "iteration 1, and the policies of iterations 1-2 would follow)"
+    )
+    back_to_the_baseline = run_dir_with(tmp_path / "back", NONE, EVEN, NONE)
+    assert loop_stop(back_to_the_baseline, 1) == Stop(1, 0)
+
+
+def test_a_new_policy_goes_on(tmp_path):
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN)
+    assert loop_stop(run_dir, 1) is None
+    assert loop_stop(run_dir, 2) is None  # iteration 2 has learned nothing yet
+    assert loop_stop(run_dir, 0) is None  # iteration 0 learned {6}/{2,2,2}: new then
+
+
+def test_a_warm_started_loop_stops_only_when_the_policy_did_not_change(tmp_path):
+    """Each iteration starts from the one before: a policy seen before trains a new model."""
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN, warm_start=True)
+    assert loop_stop(run_dir, 2) is None
+    (tmp_path / "iter3" / "policy.json").write_text(json.dumps(UNEVEN))
+    assert loop_stop(run_dir, 2) == Stop(2, 2)
+
+
+def test_the_settled_command(tmp_path):
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN)
+    cycled = run_cli("fairseq-san-loop", "settled", run_dir, "2")
+    assert cycled.returncode == 0
+    assert cycled.stdout == f"== {Stop(2, 1)}\n"
+    going_on = run_cli("fairseq-san-loop", "settled", run_dir, "1")
+    assert (going_on.returncode, going_on.stdout) == (1, "")
+    (tmp_path / "iter3" / "policy.json").write_text('{"decoder_self": [6],')
+    malformed = run_cli("fairseq-san-loop", "settled", run_dir, "2")
+    assert malformed.returncode == 2
+    assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
+
+
+def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
+    """Below the table, once the newest row's learned policy stops the loop."""
+    import fairseq_san.loop.summary as summary
+
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN)
+    rows = [{"iteration": k, "policy": "-", "parameters": 1, "num_updates": 1, "train_seconds": 60,
+             "valid_loss": 4.0, "bleu": 30.0, "chrf": 60.0, "signature": None, "perplexity": None}
+            for k in range(3)]  # fmt: skip
+    (tmp_path / "loop.json").write_text(json.dumps(rows))
+    monkeypatch.setattr(summary, "iteration_dirs", lambda run_dir: [])  # no checkpoints here
+    written = write_summary(run_dir)
+    assert written.endswith(f"\nStopped: {Stop(2, 1)}.\n")
+    assert len([line for line in written.splitlines() if line.startswith("| 2 |")]) == 1
+    (tmp_path / "iter3" / "policy.json").write_text(json.dumps({"decoder_encdec": [1, 5]}))
+    assert "Stopped" not in write_summary(run_dir)

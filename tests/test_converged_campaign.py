@@ -220,8 +220,14 @@ def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_en
 
 def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_call(dry_env, tmp_path):
     """With less time left than CAP_MIN + EVAL_S, no system starts (each says so) and the call
-    still packs its archive: the slice's next call runs them."""
-    env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(tmp_path / "results")}
+    still packs its archive: the slice's next call runs them. The provenance it packs names the
+    plugin that ran: this checkout's, also where an installed one comes first on PYTHONPATH (as
+    the bundle's wheel does on the GPU machine, possibly older than the tree sent there)."""
+    stale = tmp_path / "prefix" / "fairseq_san"
+    stale.mkdir(parents=True)
+    (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
+    env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(tmp_path / "results"),
+           "PYTHONPATH": str(stale.parent)}  # fmt: skip
     output = campaign("en-de", env=env)
     assert commands(output, "learn_to_share.sh") == []
     for name in ("loop", "baseline-s2", "baseline-s3", "uniform-6-6"):
@@ -229,7 +235,7 @@ def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_cal
     assert "== en-de/loop: skipped, iteration 0 did not finish" in output
     with tarfile.open(Path(dry_env["OUT"]) / "converged-en-de.tar.gz") as archive:
         (record,) = [name for name in archive.getnames() if name.startswith("./provenance/en-de-")]
-    assert record.endswith(".json")
+        assert json.load(archive.extractfile(record))["plugin"] == "fairseq_san"
 
 
 def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_next_call(

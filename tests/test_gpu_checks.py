@@ -38,7 +38,12 @@ with open(os.environ["BENCH_RECORD"], "a") as handle:
 
 
 def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True):
-    """Run the script in ``tmp_path`` with stand-ins; (its stdout, the benchmark calls)."""
+    """Run the script in ``tmp_path`` with stand-ins; (its stdout, the benchmark calls). As on the
+    GPU machine, an installed plugin comes first on PYTHONPATH (the bundle's wheel, possibly older
+    than the tree): here one that cannot be imported, so that only this checkout's can run."""
+    stale = tmp_path / "prefix" / "fairseq_san"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "fairseq-san-bench").write_text(BENCH_STAND_IN)
@@ -54,7 +59,7 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
     record = tmp_path / "bench.jsonl"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BENCH_RECORD": str(record),
            "OUT": str(tmp_path / "out"), "CHECKPOINTS": str(runs), "PARTS": parts,
-           "LEFT_S": str(left_s)}  # fmt: skip
+           "LEFT_S": str(left_s), "PYTHONPATH": str(stale.parent)}  # fmt: skip
     done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -95,6 +95,14 @@ def run_dirs(runs: str) -> List[str]:
     return found
 
 
+def plugin_folder() -> str:
+    """Where the fairseq_san that runs lives: "fairseq_san" for this checkout's, else the absolute
+    path of an installed one (the bundle's wheel, which run.sh puts behind the checkout)."""
+    folder = os.path.dirname(os.path.abspath(fairseq_san.__file__))
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    return "fairseq_san" if folder == os.path.join(repo, "fairseq_san") else folder
+
+
 def record(
     runs: str, slice_name: str, run_sh: str, command: Sequence[str], started: str,
     settings: Dict[str, str],
@@ -108,6 +116,7 @@ def record(
         "started": started,
         "finished": now.isoformat(),
         "gpu": gpu_name(),
+        "plugin": plugin_folder(),
         "settings": settings,
         "run_dirs": run_dirs(runs),
     }

@@ -84,6 +84,9 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 DEADLINE=$((SECONDS + SLICE_S))
 STAGE_JOBS=0  # systems the current stage started (system)
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+# This checkout's plugin runs, not the bundle's wheel of it: activate.sh installs one that may be
+# older than the tree the device tool sent, and fairseq-san-* would import it.
+export PYTHONPATH="$(cd "$HERE/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 
 run() {  # run COMMAND...: print it; execute it unless --dry-run
   { printf '+'; printf ' %q' "$@"; printf '\n'; }

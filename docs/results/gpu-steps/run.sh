@@ -32,6 +32,9 @@
 # (results.md: how a GPU session runs it beside and after the en-de slice.)
 set -uo pipefail
 
+# This checkout's plugin runs, not the bundle's wheel of it: activate.sh installs one that may be
+# older than the tree the device tool sent, and fairseq-san-* would import it.
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-runs/gpu-steps}
 LEFT_S=${LEFT_S:-600}
 PARTS=${PARTS:-tests e2e steps profile compile e2e-more}

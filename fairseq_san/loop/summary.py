@@ -198,7 +198,7 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
               "iteration's includes the iteration it started from."]
-    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
+    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures] if signatures else []
     return "\n".join(lines) + "\n"
 
 

@@ -41,9 +41,15 @@ train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME
 step_data() { examples/lm/prepare.sh "$DATA"; }
 
 step_loop() {  # the learn-to-share loop, seed 1: the baseline (iteration 0), the learned policy
-  # (iteration 1) and the policy learned from it (iteration 2)
+  # (iteration 1), the policy learned from it (iteration 2), and on until the learned policy is
+  # not new (first run, 2026-11-26: --max-iterations 3; extended to 5 on 2026-11-27)
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop" --theta-self "$THETA" \
-    --max-iterations 3 -- "${TRAIN_ARGS[@]}" --seed 1
+    --max-iterations 5 --extend -- "${TRAIN_ARGS[@]}" --seed 1
+}
+
+analysed_iterations() {  # the loop's iterations whose attention has been analysed, in order
+  local k=0
+  while [ -f "$RUNS/loop/iter$k/analysis/js.json" ]; do echo "$k"; k=$((k + 1)); done
 }
 
 learned_policy() {  # the loop's learned policy (iteration 1's) as block sizes, e.g. 3,1,1,1
@@ -110,7 +116,7 @@ step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator 
 
 step_table() {  # the tables, the training logs, and the loop's record, matrices and heatmaps
   local k
-  for k in 0 1 2; do
+  for k in $(analysed_iterations); do
     mkdir -p "$HERE/iter$k-analysis"
     cp "$RUNS/loop/iter$k/analysis/js.json" "$RUNS/loop/iter$k/analysis/js-decoder_self.png" \
       "$RUNS/loop/iter$k/policy.json" "$RUNS/loop/iter$k/valid.json" "$HERE/iter$k-analysis/"
@@ -127,7 +133,7 @@ step_policies() {  # theta-ranges.txt: the range of theta of each policy learned
   mkdir -p "$out"
   {
     echo "# fairseq-san-policy --explain at theta $THETA (docs/results/lm-multi30k/run.sh policies)"
-    for k in 0 1 2; do
+    for k in $(analysed_iterations); do
       echo "== the loop's iteration $k, valid"
       fairseq-san-policy "$RUNS/loop/iter$k/analysis/js.json" --theta-decoder-self "$THETA" --explain | sed -n 2p
     done

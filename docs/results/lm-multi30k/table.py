@@ -58,12 +58,6 @@ def stopped_by(directory: str) -> str:
     return "max updates"
 
 
-def version_buffers(checkpoint: str) -> int:
-    """Numbers in fairseq's one-element ``version`` buffers, which the state dict holds but the
-    model's parameters (fairseq-train's count) do not."""
-    return sum(t.numel() for k, t in load_state(checkpoint)["model"].items() if k.endswith("version"))
-
-
 def cache_bytes(model_cfg) -> int:
     """fp32 bytes of the keys and values kept per generated token, all layers."""
     layers, dim = model_cfg.decoder_layers, model_cfg.decoder_embed_dim
@@ -143,7 +137,7 @@ def system_rows(runs: str, results: str):
             "share": model_cfg.san_self_share,
             "seeds": [seed for seed, _ in seeds],
             "ppls": ppls,
-            "params": checkpoint_facts(ckpt)["parameters"] - version_buffers(ckpt),
+            "params": checkpoint_facts(ckpt)["parameters"],
             "cache": cache_bytes(model_cfg),
             "updates": [checkpoint_facts(best_checkpoint(run_dir(runs, name, s)))["num_updates"]
                         for s, _ in seeds],

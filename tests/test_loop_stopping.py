@@ -6,6 +6,7 @@ import json
 
 from fairseq_san.loop.stopping import Stop, loop_stop
 from fairseq_san.loop.summary import write_summary
+from fairseq_san.policy import LN2, block_similarity, learn_blocks
 from helpers import run_cli
 
 NONE = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
@@ -42,6 +43,19 @@ def test_a_policy_of_an_earlier_iteration_is_a_cycle(tmp_path):
     )
     back_to_the_baseline = run_dir_with(tmp_path / "back", NONE, EVEN, NONE)
     assert loop_stop(back_to_the_baseline, 1) == Stop(1, 0)
+
+
+def test_a_learned_policy_can_split_a_block_that_shares_its_attention():
+    """Why a policy can come back although shared layers attend alike: layers 4 and 5 share
+    (identical attention: JS 0 between them, the same JS to every other layer); layers 1-3 are
+    alike, layer 4 less so. Eq. 6's mean passes theta for layers 1-4 and not for 1-5, so the
+    policy learned from {1,1,1,2,1} ends a block between the two shared layers."""
+    alike, unlike, apart = LN2 - 0.667, LN2 - 0.34, LN2 - 0.1  # JS of mu 0.667, 0.34, 0.1
+    js = [[0.0 if i == j else alike for j in range(3)] + [unlike, unlike, apart] for i in range(3)]
+    shared = [unlike] * 3 + [0.0, 0.0, apart]
+    js += [shared[:], shared[:], [apart] * 5 + [0.0]]
+    assert block_similarity(js, 0, 3) >= 0.5 > block_similarity(js, 0, 4)
+    assert learn_blocks(js, 0.5) == [4, 1, 1]
 
 
 def test_a_new_policy_goes_on(tmp_path):

@@ -2,12 +2,15 @@
 
 The paper (Section 3.3, Figure 3) returns "the result of the final round ... when there is no new
 update of the model". It names the plain case: iteration k learns the policy it was trained with.
-At convergence a policy can sit so near an end of its range of theta that the loop alternates
-(the converged En->De loop learned {2,2,2}, then {4,2}, whose neighbour is {2,2,2} again):
-iteration k learns the policy of an earlier iteration j. Trained from scratch with the same data,
-seed and options, iteration k + 1 would repeat iteration j, and the loop would cycle through j..k
-without end, so that stops it too. A warm-started loop (``--warm-start``) starts each iteration
-from the one before: there a repeated policy is a new model, and only the plain case stops it.
+A policy can also come back: iteration k learns the policy of an earlier iteration j. Layers that
+share attention weights have identical attention (JS 0), so the learned policy mostly merges
+blocks, but not always: Eq. 6 takes a block's mean over pairs, which can end a block inside a
+shared one (three alike layers and a fourth unlike them, shared with a fifth: the four pass
+theta, the five do not), and KV sharing (``--self-share kv``) leaves every layer its own
+attention. Trained from scratch with the same data, seed and options, iteration k + 1 would then
+repeat iteration j, and the loop would cycle through j..k without end, so that stops it too. A
+warm-started loop (``--warm-start``) starts each iteration from the one before: there a repeated
+policy is a new model, and only the plain case stops it.
 """
 
 import os

@@ -4,6 +4,8 @@ scratch, one an earlier iteration was trained with (a cycle), and goes on while 
 
 import json
 
+import pytest
+
 from fairseq_san.loop.stopping import Stop, loop_stop
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.policy import LN2, block_similarity, learn_blocks
@@ -101,3 +103,20 @@ def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
     assert len([line for line in written.splitlines() if line.startswith("| 2 |")]) == 1
     (tmp_path / "iter3" / "policy.json").write_text(json.dumps({"decoder_encdec": [1, 5]}))
     assert "Stopped" not in write_summary(run_dir)
+
+
+def two_groups(first: int, js_between: float) -> list:
+    """JS of six layers trained in two sharing blocks, layers 1..first and the rest: 0 within a
+    block (its layers attend alike), ``js_between`` across."""
+    return [[0.0 if (i < first) == (j < first) else js_between for j in range(6)] for i in range(6)]
+
+
+@pytest.mark.parametrize(
+    "first, js_between, learned",
+    [(4, 0.3621, [6]), (4, 0.3623, [5, 1]), (4, 0.4828, [5, 1]), (4, 0.4830, [4, 2]),
+     (5, 0.5793, [6]), (5, 0.5795, [5, 1])],
+)  # fmt: skip
+def test_where_a_loop_trained_with_4_2_can_go(first, js_between, learned):
+    """converged/results.md's bounds at theta 0.5: from {4,2}, {6} up to a JS of 0.3622 nats
+    between the blocks, {5,1} up to 0.4829, else {4,2} again; from {5,1}, {6} up to 0.5794."""
+    assert learn_blocks(two_groups(first, js_between), 0.5) == learned

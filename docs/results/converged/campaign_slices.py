@@ -251,9 +251,8 @@ def unsettled(run_dir: str) -> Optional[int]:
     if not finished or finished[-1] < 1:
         return None
     newest = finished[-1]
-    if not os.path.exists(policy_path(run_dir, newest + 1)) or loop_stop(run_dir, newest):
-        return None
-    return newest + 1
+    learned = os.path.exists(policy_path(run_dir, newest + 1))
+    return newest + 1 if learned and loop_stop(run_dir, newest) is None else None
 
 
 def iteration_label(run_dir: str, iteration: int) -> str:

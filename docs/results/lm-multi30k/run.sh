@@ -4,7 +4,7 @@
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned eval
-#                                                speed table policies; all: each in turn)
+#                                                speed table policies loop_kv; all: each in turn)
 # loop, fixed and baselines need only the data and may run at once (one thread each), learned
 # needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
 # run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
@@ -45,6 +45,12 @@ step_loop() {  # the learn-to-share loop, seed 1: the baseline (iteration 0), th
   # not new (first run, 2026-11-26: --max-iterations 3; extended to 5 on 2026-11-27)
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop" --theta-self "$THETA" \
     --max-iterations 5 --extend -- "${TRAIN_ARGS[@]}" --seed 1
+}
+
+step_loop_kv() {  # the same loop with KV sharing (CLA: a block's following layers attend with
+  # their own queries over the first layer's keys and values), seed 1, until it stops
+  examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop-kv" --theta-self "$THETA" \
+    --self-share kv --max-iterations 5 -- "${TRAIN_ARGS[@]}" --seed 1
 }
 
 analysed_iterations() {  # the loop's iterations whose attention has been analysed, in order
@@ -123,6 +129,7 @@ step_table() {  # the tables, the training logs, and the loop's record, matrices
     cp "$RUNS/loop/iter$((k + 1))/policy.json" "$HERE/iter$k-analysis/learned-policy.json"
   done
   cp "$RUNS/loop/loop.md" "$RUNS/loop/loop.json" "$RUNS/loop/run.json" "$HERE/"
+  [ ! -f "$RUNS/loop-kv/loop.md" ] || cp "$RUNS/loop-kv/loop.md" "$HERE/loop-kv.md"
   python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"
   fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
 }
@@ -152,6 +159,9 @@ step_policies() {  # theta-ranges.txt: the range of theta of each policy learned
   } > "$HERE/theta-ranges.txt"
 }
 
-step_all() { step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed; step_table; step_policies; }
+step_all() {
+  step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed
+  step_loop_kv; step_table; step_policies
+}
 
 for step in "${@:-all}"; do "step_$step"; done

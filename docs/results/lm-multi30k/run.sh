@@ -3,8 +3,8 @@
 # of docs/results/lm-multi30k/results.md, run from the repository root. Each training resumes
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
-#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned eval
-#                                                speed table policies loop_kv; all: each in turn)
+#   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned loop_kv
+#                                                eval speed table policies; all: each in turn)
 # loop, fixed and baselines need only the data and may run at once (one thread each), learned
 # needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
 # run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
@@ -53,9 +53,9 @@ step_loop_kv() {  # the same loop with KV sharing (CLA: a block's following laye
     --self-share kv --max-iterations 5 -- "${TRAIN_ARGS[@]}" --seed 1
 }
 
-analysed_iterations() {  # the loop's iterations whose attention has been analysed, in order
-  local k=0
-  while [ -f "$RUNS/loop/iter$k/analysis/js.json" ]; do echo "$k"; k=$((k + 1)); done
+analysed_iterations() {  # analysed_iterations LOOP: its iterations whose attention has been
+  local k=0                # analysed, in order
+  while [ -f "$RUNS/$1/iter$k/analysis/js.json" ]; do echo "$k"; k=$((k + 1)); done
 }
 
 learned_policy() {  # the loop's learned policy (iteration 1's) as block sizes, e.g. 3,1,1,1
@@ -80,13 +80,14 @@ step_learned() {  # the systems trained with the loop's learned policy
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
-SYSTEMS="baseline san-learned san-iteration2 san-uniform6 kv-learned kv-cla2"
+SYSTEMS="baseline san-learned san-iteration2 san-uniform6 kv-learned kv-iteration2 kv-cla2"
 
 checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
   case $1-s$2 in
     baseline-s1) echo "$RUNS/loop/iter0/checkpoints/checkpoint_best.pt" ;;
     san-learned-s1) echo "$RUNS/loop/iter1/checkpoints/checkpoint_best.pt" ;;
     san-iteration2-s1) echo "$RUNS/loop/iter2/checkpoints/checkpoint_best.pt" ;;
+    kv-iteration2-s1) echo "$RUNS/loop-kv/iter2/checkpoints/checkpoint_best.pt" ;;
     *) echo "$RUNS/$1-s$2/checkpoint_best.pt" ;;
   esac
 }
@@ -122,7 +123,7 @@ step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator 
 
 step_table() {  # the tables, the training logs, and the loop's record, matrices and heatmaps
   local k
-  for k in $(analysed_iterations); do
+  for k in $(analysed_iterations loop); do
     mkdir -p "$HERE/iter$k-analysis"
     cp "$RUNS/loop/iter$k/analysis/js.json" "$RUNS/loop/iter$k/analysis/js-decoder_self.png" \
       "$RUNS/loop/iter$k/policy.json" "$RUNS/loop/iter$k/valid.json" "$HERE/iter$k-analysis/"
@@ -131,7 +132,8 @@ step_table() {  # the tables, the training logs, and the loop's record, matrices
   cp "$RUNS/loop/loop.md" "$RUNS/loop/loop.json" "$RUNS/loop/run.json" "$HERE/"
   [ ! -f "$RUNS/loop-kv/loop.md" ] || cp "$RUNS/loop-kv/loop.md" "$HERE/loop-kv.md"
   python "$HERE/table.py" "$RUNS" "$HERE" > "$HERE/table.md"
-  fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
+  fairseq-san-loop train-log "$RUNS"/loop/iter*/train.log "$RUNS"/loop-kv/iter*/train.log \
+    "$RUNS"/*-s[123]/train.log -o "$HERE/train-log.md"
 }
 
 step_policies() {  # theta-ranges.txt: the range of theta of each policy learned (the loop's
@@ -140,9 +142,11 @@ step_policies() {  # theta-ranges.txt: the range of theta of each policy learned
   mkdir -p "$out"
   {
     echo "# fairseq-san-policy --explain at theta $THETA (docs/results/lm-multi30k/run.sh policies)"
-    for k in $(analysed_iterations); do
-      echo "== the loop's iteration $k, valid"
-      fairseq-san-policy "$RUNS/loop/iter$k/analysis/js.json" --theta-decoder-self "$THETA" --explain | sed -n 2p
+    for loop in loop loop-kv; do
+      for k in $(analysed_iterations "$loop"); do
+        echo "== the $loop's iteration $k, valid"
+        fairseq-san-policy "$RUNS/$loop/iter$k/analysis/js.json" --theta-decoder-self "$THETA" --explain | sed -n 2p
+      done
     done
     for seed in 1 2 3; do
       for split in valid test; do
@@ -160,8 +164,8 @@ step_policies() {  # theta-ranges.txt: the range of theta of each policy learned
 }
 
 step_all() {
-  step_data; step_loop; step_fixed; step_baselines; step_learned; step_eval; step_speed
-  step_loop_kv; step_table; step_policies
+  step_data; step_loop; step_fixed; step_baselines; step_learned; step_loop_kv; step_eval
+  step_speed; step_table; step_policies
 }
 
 for step in "${@:-all}"; do "step_$step"; done

@@ -29,7 +29,15 @@ from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, format_blocks, load_policy
 
-SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned", "kv-cla2")
+SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned",
+           "kv-iteration2", "kv-cla2")
+# Seed 1 of these is an iteration of a loop (its run dir under RUNS, its iteration).
+LOOP_ITERATIONS = {
+    "baseline": ("loop", "iter0"),
+    "san-learned": ("loop", "iter1"),
+    "san-iteration2": ("loop", "iter2"),
+    "kv-iteration2": ("loop-kv", "iter2"),
+}
 BASELINE = "baseline"
 DECODINGS = ("fairseq", "static")
 BATCHES = (1, 16)
@@ -37,9 +45,8 @@ RESAMPLES = 2000
 
 
 def run_dir(runs: str, name: str, seed: int) -> str:
-    loop = {"baseline": "iter0", "san-learned": "iter1", "san-iteration2": "iter2"}
-    if seed == 1 and name in loop:
-        return os.path.join(runs, "loop", loop[name])
+    if seed == 1 and name in LOOP_ITERATIONS:
+        return os.path.join(runs, *LOOP_ITERATIONS[name])
     return os.path.join(runs, f"{name}-s{seed}")
 
 
@@ -177,6 +184,8 @@ def print_speed_table(rows, speeds) -> None:
           "| x baseline | x fairseq's | greedy output = fairseq's |")
     print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
+        if not any(key[0] == row["name"] for key in speeds):
+            continue  # not timed (the loop's KV iteration 2: trained after the speed runs)
         for decoding in DECODINGS:
             cells = []
             for batch in BATCHES:

@@ -5,9 +5,10 @@
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned loop_kv
 #                                                eval speed table policies; all: each in turn)
-# loop, fixed and baselines need only the data and may run at once (one thread each), learned
-# needs the loop's policy: run.sh data; run.sh loop & run.sh fixed & run.sh baselines & wait;
-# run.sh learned eval speed table. speed runs alone: the clock is shared with nothing of ours.
+# loop, loop_kv, fixed and baselines need only the data and may run at once (one thread each),
+# learned needs the loop's policy: run.sh data; run.sh loop & run.sh loop_kv & run.sh fixed &
+# run.sh baselines & wait; run.sh learned eval speed table policies. speed runs alone: the clock
+# is shared with nothing of ours.
 set -euo pipefail
 
 HERE=docs/results/lm-multi30k

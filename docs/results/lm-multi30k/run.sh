@@ -4,7 +4,7 @@
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned loop_kv
-#                                                eval speed table policies; all: each in turn)
+#                                                eval speed table policies same; all: each in turn)
 # loop, loop_kv, fixed and baselines need only the data and may run at once (one thread each),
 # learned needs the loop's policy: run.sh data; run.sh loop & run.sh loop_kv & run.sh fixed &
 # run.sh baselines & wait; run.sh learned eval speed table policies. speed runs alone: the clock
@@ -52,6 +52,14 @@ step_loop_kv() {  # the same loop with KV sharing (CLA: a block's following laye
   # their own queries over the first layer's keys and values), seed 1, until it stops
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop-kv" --theta-self "$THETA" \
     --self-share kv --max-iterations 5 -- "${TRAIN_ARGS[@]}" --seed 1
+}
+
+step_same() {  # same-models.txt: the loops' iterations that repeat a system of the tables
+  python "$HERE/same_models.py" \
+    "$RUNS/loop/iter3/checkpoints/checkpoint_best.pt" "$RUNS/san-uniform6-s1/checkpoint_best.pt" \
+    "$RUNS/loop-kv/iter0/checkpoints/checkpoint_best.pt" "$RUNS/loop/iter0/checkpoints/checkpoint_best.pt" \
+    "$RUNS/loop-kv/iter1/checkpoints/checkpoint_best.pt" "$RUNS/kv-learned-s1/checkpoint_best.pt" \
+    > "$HERE/same-models.txt"
 }
 
 analysed_iterations() {  # analysed_iterations LOOP: its iterations whose attention has been
@@ -166,7 +174,7 @@ step_policies() {  # theta-ranges.txt: the range of theta of each policy learned
 
 step_all() {
   step_data; step_loop; step_fixed; step_baselines; step_learned; step_loop_kv; step_eval
-  step_speed; step_table; step_policies
+  step_speed; step_table; step_policies; step_same
 }
 
 for step in "${@:-all}"; do "step_$step"; done

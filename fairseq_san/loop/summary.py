@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
-from fairseq_san.loop.stopping import loop_stop
+from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import (
     ThetaRange,
     format_policy,
@@ -120,7 +120,7 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
 
 def learned_policy(run_dir: str, iteration: int) -> str:
     """The policy iteration ``iteration`` learned (``iter<k+1>/policy.json``), "-" if none yet."""
-    path = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
+    path = policy_path(run_dir, iteration + 1)
     return format_policy(load_policy(path)) if os.path.exists(path) else "-"
 
 
@@ -128,7 +128,7 @@ def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, The
     """Per kind, the thetas that learn the policy iteration ``iteration`` learned from its analysis
     (``theta_ranges`` at the run's recorded thresholds); None before that policy exists, and where
     its file is not what those thresholds learn (a policy written by hand)."""
-    path = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
+    path = policy_path(run_dir, iteration + 1)
     js = read_json(os.path.join(run_dir, f"iter{iteration}", "analysis", "js.json"))
     recorded = read_record(run_dir)
     if not os.path.exists(path) or js is None or recorded is None:

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from campaign_headline import write_headline
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
+from fairseq_san.loop.stopping import policy_path
 from fairseq_san.loop.summary import (
     format_theta_ranges,
     learned_theta_ranges,
@@ -137,7 +138,7 @@ def system_row(
     iteration_dir = os.path.join(run_dir, f"iter{iteration}")
     log = read_train_log(os.path.join(iteration_dir, "train.log"))
     updates, wall = log["updates"], log["wall_s"]
-    learned = os.path.join(run_dir, f"iter{iteration + 1}", "policy.json")
+    learned = policy_path(run_dir, iteration + 1)
     training = {
         "run_dir": run_dir,
         "iteration": iteration,

@@ -147,7 +147,7 @@ step_table() {  # the tables, the training logs, and the loop's record, matrices
 
 step_policies() {  # theta-ranges.txt: the range of theta of each policy learned (the loop's
   # iterations), and what each baseline seed's own analysis learns, seed 1's on test too
-  local k seed split ckpt out=$RUNS/policies
+  local loop k seed split ckpt out=$RUNS/policies
   mkdir -p "$out"
   {
     echo "# fairseq-san-policy --explain at theta $THETA (docs/results/lm-multi30k/run.sh policies)"

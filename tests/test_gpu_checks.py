@@ -151,3 +151,32 @@ def test_compile_part_takes_what_the_second_call_has_left(tmp_path, left_s):
         return
     (timeout,) = re.findall(r"== compile: .* \(at \d+ s, up to (\d+) s\)", stdout)
     assert len(calls) == 1 and left_s - 12 <= int(timeout) <= left_s - 10  # a second or two ran
+
+
+@pytest.mark.parametrize("with_baseline", [True, False])
+def test_e2e_compile_part_decodes_compiled_graphs_beside_graphs_and_fairseq(
+    tmp_path, monkeypatch, with_baseline
+):
+    """e2e-compile decodes each model present (SAN; BASE only where it exists, as after the pairs
+    slice's stage 2 it does not) by fairseq, as graphs and as compiled graphs, natural lengths
+    only, with what the call has left; without SAN it is skipped and says so."""
+    san = tmp_path / "runs/pairs/iter3/checkpoint_best.pt"
+    san.parent.mkdir(parents=True)
+    san.write_bytes(b"")
+    monkeypatch.setenv("SAN", str(san))
+    stdout, calls = run_checks(tmp_path, "e2e-compile", left_s=400, checkpoints=with_baseline)
+    (call,) = calls
+    models = ["san", "baseline"] if with_baseline else ["san"]
+    compiled = {"san_decoding": "static", "san_decoder_execution": "compile-graph"}
+    assert sorted(call["systems"]) == sorted(
+        f"{model}{suffix}" for model in models for suffix in ("", "-graph", "-compile-graph")
+    )
+    assert all(call["systems"][f"{model}-compile-graph"] == compiled for model in models)
+    assert {f"{model}-compile-graph": model for model in models}.items() <= call["twins"].items()
+    argv = call["argv"]
+    assert argv[argv.index("--modes") + 1 :][:2] == ["natural", "--repeats"]
+    (timeout,) = re.findall(r"== e2e: .*compile-graph \(at \d+ s, up to (\d+) s\)", stdout)
+    assert 388 <= int(timeout) <= 390
+    monkeypatch.setenv("SAN", str(tmp_path / "absent.pt"))
+    stdout, calls = run_checks(tmp_path / "none", "e2e-compile")
+    assert calls == [] and "== skipped: e2e-compile (no " in stdout

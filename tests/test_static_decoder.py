@@ -238,7 +238,8 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     assert not execution_for("compile-graph", cuda).pack
     with pytest.raises(StaticDecoderError, match="choose from"):
         execution_for("jit", cpu)
-    assert offered_executions() == ["eager", "fixed", "graph"]  # compile: measured slower
+    # compile: measured slower than eager on the CPU; compile-graph: faster than graph on a GPU
+    assert offered_executions() == ["eager", "fixed", "graph", "compile-graph"]
 
 
 class HostReads(NoHostSync):
@@ -847,6 +848,15 @@ def test_fairseq_generate(binarized_corpus, checkpoint):
         "drop --san-decoder static (fairseq's own decoder) to use it"
     )
     assert "Traceback" not in refused.stderr
+    on_cpu = generate_cli(  # offered on the command line, a GPU's only
+        binarized_corpus, checkpoint, "--san-decoding", "static",
+        "--san-decoder-execution", "compile-graph",
+    )  # fmt: skip
+    assert on_cpu.returncode != 0 and "Traceback" not in on_cpu.stderr
+    assert on_cpu.stderr.strip().splitlines()[-1].startswith(
+        "fairseq-san: error: --san-decoder static does not support the execution 'compile-graph' "
+        "on CPU"
+    )
 
 
 @pytest.mark.slow

@@ -22,7 +22,11 @@
 #            the uncompiled one: ms per step and the profile (fp32, beam 4, batch 16; inductor
 #            compiles each policy's step first, about a minute);
 #   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
-#            static eager and --san-fast-decoding rows beside them.
+#            static eager and --san-fast-decoding rows beside them;
+#   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
+#            exists (after the pairs slice's stage 2 only SAN models are on the machine: name
+#            the En->De loop's as SAN), fp32, beam 4, batch 16, the first 128 test sentences, natural lengths; all
+#            the call has left, as its compilations (20-30 s a shape) are the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
 # $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
 # seconds the call has; a part that would not fit in what is left is skipped, and says so.
@@ -37,7 +41,7 @@ set -uo pipefail
 export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-runs/gpu-steps}
 LEFT_S=${LEFT_S:-600}
-PARTS=${PARTS:-tests e2e steps profile compile e2e-more}
+PARTS=${PARTS:-tests e2e steps profile compile e2e-more}  # e2e-compile: a call of its own
 LOG=${LOG:-$OUT/gpu-steps.txt}
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 DATA=data-bin/multi30k.en-de
@@ -79,6 +83,22 @@ e2e() {
     --system "san=$SAN" --system "san-graph=$SAN:$(static graph)" "$@" --out-dir "$BENCH/$name"
 }
 
+# e2e_compile: the e2e-compile part (see the top), on SAN and, where it exists, BASE
+e2e_compile() {
+  local systems=() name checkpoint
+  for name in san baseline; do
+    checkpoint=$SAN
+    [ "$name" = baseline ] && checkpoint=$BASE
+    [ -f "$checkpoint" ] || continue
+    systems+=(--system "$name=$checkpoint" --system "$name-graph=$checkpoint:$(static graph)"
+      --system "$name-compile-graph=$checkpoint:$(static compile-graph)")
+  done
+  part "$(rest_or 200)" "e2e: fp32, beam 4, batch 16, 128 sentences, compile-graph" \
+    fairseq-san-bench --gpu --data "$DATA" --subset test --batch-size 16 --max-sentences 128 \
+    --beams 4 --modes natural --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile \
+    --cache-beams --no-ctranslate2 "${systems[@]}" --out-dir "$BENCH/fp32-batch16-compile"
+}
+
 BASE=${BASE:-$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt}
 SAN=${SAN:-$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt}
 MORE=(--system "baseline-eager=$BASE:$(static eager)"
@@ -117,11 +137,13 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
       profile)
         part 60 "profile: fp32, beam 4, batch 16, captured positions" \
           "${TIMER[@]}" --rounds 1 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
+      e2e-compile)
+        if [ -f "$SAN" ]; then e2e_compile; else echo "== skipped: e2e-compile (no $SAN)"; fi ;;
       compile)  # a second call's only part: it takes what the call has left (150 s at least)
         part "$(rest_or 150)" "compile: fp32, beam 4, batch 16, the compiled step captured" \
           "${TIMER[@]}" --rounds 3 --decoders static-fp32-graph static-fp32-compile-graph \
           --beam 4 --batch 16 --profile ;;
-      *) echo "== unknown part $name (tests, e2e, steps, profile, compile, e2e-more)" ;;
+      *) echo "== unknown part $name (tests, e2e, steps, profile, compile, e2e-more, e2e-compile)" ;;
     esac
   done
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"

@@ -159,7 +159,8 @@ def test_e2e_compile_part_decodes_compiled_graphs_beside_graphs_and_fairseq(
 ):
     """e2e-compile decodes each model present (SAN; BASE only where it exists, as after the pairs
     slice's stage 2 it does not) by fairseq, as graphs and as compiled graphs, natural lengths
-    only, with what the call has left; without SAN it is skipped and says so."""
+    only, with what the call has left, on PAIR's data (en-de unless named); without SAN it is
+    skipped and says so."""
     san = tmp_path / "runs/pairs/iter3/checkpoint_best.pt"
     san.parent.mkdir(parents=True)
     san.write_bytes(b"")
@@ -177,6 +178,10 @@ def test_e2e_compile_part_decodes_compiled_graphs_beside_graphs_and_fairseq(
     assert argv[argv.index("--modes") + 1 :][:2] == ["natural", "--repeats"]
     (timeout,) = re.findall(r"== e2e: .*compile-graph \(at \d+ s, up to (\d+) s\)", stdout)
     assert 388 <= int(timeout) <= 390
+    assert argv[argv.index("--data") + 1].endswith("multi30k.en-de")
+    monkeypatch.setenv("PAIR", "en-fr")  # another pair's SAN: its data
+    stdout, calls = run_checks(tmp_path / "en-fr", "e2e-compile", checkpoints=False)
+    assert calls[0]["argv"][calls[0]["argv"].index("--data") + 1].endswith("multi30k.en-fr")
     monkeypatch.setenv("SAN", str(tmp_path / "absent.pt"))
     stdout, calls = run_checks(tmp_path / "none", "e2e-compile")
     assert calls == [] and "== skipped: e2e-compile (no " in stdout

@@ -25,7 +25,7 @@
 #            static eager and --san-fast-decoding rows beside them;
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
 #            exists (after the pairs slice's stage 2 only SAN models are on the machine: name
-#            the En->De loop's as SAN), fp32, beam 4, batch 16, the first 128 test sentences, natural lengths; all
+#            one as SAN, and its language pair as PAIR, en-de by default), fp32, beam 4, batch 16, the first 128 test sentences, natural lengths; all
 #            the call has left, as its compilations (20-30 s a shape) are the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
 # $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
@@ -44,8 +44,9 @@ LEFT_S=${LEFT_S:-600}
 PARTS=${PARTS:-tests e2e steps profile compile e2e-more}  # e2e-compile: a call of its own
 LOG=${LOG:-$OUT/gpu-steps.txt}
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
-DATA=data-bin/multi30k.en-de
-[ -d "$DATA" ] || DATA=build/offline-bundle/data-bin/multi30k.en-de
+PAIR=${PAIR:-en-de}  # the language pair of BASE and SAN
+DATA=data-bin/multi30k.$PAIR
+[ -d "$DATA" ] || DATA=build/offline-bundle/data-bin/multi30k.$PAIR
 BENCH=$OUT/gpu-steps
 TIMER=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --policies baseline san-6-6)
 STEPS=("${TIMER[@]}" --rounds 3 --decoders fairseq static-fp32-fixed static-fp32-graph)

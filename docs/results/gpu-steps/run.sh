@@ -86,10 +86,9 @@ e2e() {
 
 # e2e_compile: the e2e-compile part (see the top), on SAN and, where it exists, BASE
 e2e_compile() {
-  local systems=() name checkpoint
-  for name in san baseline; do
-    checkpoint=$SAN
-    [ "$name" = baseline ] && checkpoint=$BASE
+  local systems=() model name checkpoint
+  for model in "san=$SAN" "baseline=$BASE"; do
+    name=${model%%=*} checkpoint=${model#*=}
     [ -f "$checkpoint" ] || continue
     systems+=(--system "$name=$checkpoint" --system "$name-graph=$checkpoint:$(static graph)"
       --system "$name-compile-graph=$checkpoint:$(static compile-graph)")

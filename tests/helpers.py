@@ -722,6 +722,17 @@ def calls_of(monkeypatch, owner, method: str) -> list:
 # --- CUDA graph capture, on the CPU ----------------------------------------------------------
 
 
+def counting_backend(graphs: list):
+    """A torch.compile backend standing in for inductor (whose compilation takes minutes on the
+    CPU): records each graph dynamo hands it in ``graphs`` and runs it as traced."""
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    return backend
+
+
 def replay_by_calling(captures: list, fail: bool = False):
     """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
     does, records the capture in ``captures``, and replays by calling ``body`` again (which reads

@@ -25,6 +25,7 @@ from helpers import (
     capture_without_host_sync,
     cli_env,
     generate,
+    counting_backend,
     graphed_generator,
     make_dictionary,
     replay_by_calling,
@@ -201,14 +202,10 @@ def test_compiled_step_compiles_once_per_shape(name):
     for inductor (whose compile takes minutes here; the benchmark runs it)."""
     graphs = []
 
-    def counting_backend(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
-
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12, execution="compile")
     compiled = StaticSequenceGenerator(
-        [model], DICTIONARY, compile_backend=counting_backend, **settings
+        [model], DICTIONARY, compile_backend=counting_backend(graphs), **settings
     )
     eager = StaticSequenceGenerator([model], DICTIONARY, **{**settings, "execution": "fixed"})
     for lengths in (SOURCE_LENGTHS, [8, 4, 11, 6, 9, 3]):
@@ -399,14 +396,10 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
     and gives the eager fixed step's n-best."""
     graphs, captures = [], []
 
-    def counting_backend(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
-
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     graphed = graphed_translator(model, replay_by_calling(captures), execution="compile-graph",
-                                 compile_backend=counting_backend, **settings)  # fmt: skip
+                                 compile_backend=counting_backend(graphs), **settings)  # fmt: skip
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     for sample in two_batches():
         expected = eager.generate([model], sample)

@@ -15,6 +15,7 @@ from helpers import (
     build_lm,
     calls_of,
     capture_without_host_sync,
+    counting_backend,
     graphed_generator,
     make_dictionary,
     replay_by_calling,
@@ -152,14 +153,10 @@ def test_compiled_step_captured_for_a_language_model_gives_fairseqs_output():
     both run it on the same rows; a second batch of the same shape compiles nothing more."""
     graphs, captures = [], []
 
-    def counting_backend(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
-
     model = language_model("san 2,4")
     options = dict(beam_size=4, max_len_b=14)
     graphed = graphed_lm(model, replay_by_calling(captures), execution="compile-graph",
-                         compile_backend=counting_backend, **options)  # fmt: skip
+                         compile_backend=counting_backend(graphs), **options)  # fmt: skip
     for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
         prefix = prompts(lengths, seed)
         theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)

@@ -89,16 +89,10 @@ step_learned() {  # the systems trained with the loop's learned policy
   train san-learned 3 --san-decoder-self-policy "$learned"
 }
 
-SYSTEMS="baseline san-learned san-iteration2 san-uniform6 kv-learned kv-iteration2 kv-cla2"
+SYSTEMS=$(python "$HERE/systems.py" names)
 
-checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of the first two: the loop's)
-  case $1-s$2 in
-    baseline-s1) echo "$RUNS/loop/iter0/checkpoints/checkpoint_best.pt" ;;
-    san-learned-s1) echo "$RUNS/loop/iter1/checkpoints/checkpoint_best.pt" ;;
-    san-iteration2-s1) echo "$RUNS/loop/iter2/checkpoints/checkpoint_best.pt" ;;
-    kv-iteration2-s1) echo "$RUNS/loop-kv/iter2/checkpoints/checkpoint_best.pt" ;;
-    *) echo "$RUNS/$1-s$2/checkpoint_best.pt" ;;
-  esac
+checkpoint() {  # checkpoint NAME SEED: its best checkpoint (seed 1 of some: a loop's iteration)
+  python "$HERE/systems.py" checkpoint "$RUNS" "$1" "$2"
 }
 
 step_eval() {  # the loss of every test sentence, per trained system and seed

@@ -28,26 +28,12 @@ import sys
 from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, format_blocks, load_policy
+from systems import SYSTEMS, run_dir
 
-SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned",
-           "kv-iteration2", "kv-cla2")
-# Seed 1 of these is an iteration of a loop (its run dir under RUNS, its iteration).
-LOOP_ITERATIONS = {
-    "baseline": ("loop", "iter0"),
-    "san-learned": ("loop", "iter1"),
-    "san-iteration2": ("loop", "iter2"),
-    "kv-iteration2": ("loop-kv", "iter2"),
-}
 BASELINE = "baseline"
 DECODINGS = ("fairseq", "static")
 BATCHES = (1, 16)
 RESAMPLES = 2000
-
-
-def run_dir(runs: str, name: str, seed: int) -> str:
-    if seed == 1 and name in LOOP_ITERATIONS:
-        return os.path.join(runs, *LOOP_ITERATIONS[name])
-    return os.path.join(runs, f"{name}-s{seed}")
 
 
 def best_checkpoint(directory: str) -> str:

@@ -1,6 +1,8 @@
 """Figures of fairseq-san, drawn with matplotlib's Agg backend (imported only when drawing).
 
 * ``js_heatmap``: the JS divergence between every pair of layers, like the paper's Figure 2.
+* ``js_heatmap_grid``: several such matrices on one grey scale, a row per model, the blocks of a
+  sharing policy outlined (Figure 2 for several models side by side).
 * ``js_training_curves``: the JS divergence between a reference layer and others against
   training steps, for decoder self- and encoder-decoder attention, like the paper's Figure 5.
 * ``speed_curves``: translation speed against beam size or BLEU, like the paper's Figure 4.
@@ -10,8 +12,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san.policy import LN2
 
-# Panels of Figure 5: which kind, and the label under its x axis.
-TRAINING_CURVE_PANELS = (
+Matrix = Sequence[Sequence[float]]
+
+# The decoder's kinds of attention that the paper's Figures 2 and 5 show, and their labels.
+DECODER_PANELS = (
     ("decoder_self", "Self-Attention"),
     ("decoder_encdec", "Enc-Dec Attention"),
 )
@@ -34,29 +38,81 @@ def figure_formats() -> List[str]:
     return sorted(FigureCanvasBase.get_supported_filetypes())
 
 
-def js_heatmap(matrix: Sequence[Sequence[float]], path: str, title: Optional[str] = None) -> None:
+def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = None,
+             digits: int = 4, fontsize: float = 7) -> None:
+    """One JS matrix on ``ax``: grey from 0 (black) to ``top`` (white), every cell's value written,
+    layers numbered 1..L (columns on top, as in the paper), ``blocks`` (a policy's block sizes)
+    outlined in red along the diagonal."""
+    from matplotlib.patches import Rectangle
+
+    ax.imshow(matrix, cmap="gray", vmin=0.0, vmax=top)
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            colour = "white" if value < top / 2 else "black"
+            ax.text(j, i, f"{value:.{digits}f}", ha="center", va="center", color=colour,
+                    fontsize=fontsize)  # fmt: skip
+    labels = [str(layer) for layer in range(1, len(matrix) + 1)]
+    ax.set_xticks(range(len(matrix)), labels)
+    ax.set_yticks(range(len(matrix)), labels)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    start = 0
+    for size in blocks or ():
+        ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False,
+                               edgecolor="red", linewidth=1.5))  # fmt: skip
+        start += size
+
+
+def _largest(matrices: Sequence[Matrix]) -> float:
+    """The largest value of ``matrices``, the top of their grey scale; ln 2 when all are zero (one
+    layer, or every layer shared)."""
+    return max(value for matrix in matrices for row in matrix for value in row) or LN2
+
+
+def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     """Write an L x L JS matrix as a heatmap: a dark cell means similar attention (small JS).
 
     Layers are numbered 1..L (columns on top, as in the paper) and every cell shows its value.
     The grey scale runs from 0 (black) to the largest value of the matrix (white).
     """
     plt = _pyplot()
-    size = len(matrix)
-    top = max(max(row) for row in matrix) or LN2  # all zero (one layer, or all shared): ln 2
     cell = 0.75
-    fig, ax = plt.subplots(figsize=(1.2 + cell * size, 1.0 + cell * size))
-    ax.imshow(matrix, cmap="gray", vmin=0.0, vmax=top)
-    for i, row in enumerate(matrix):
-        for j, value in enumerate(row):
-            colour = "white" if value < top / 2 else "black"
-            ax.text(j, i, f"{value:.4f}", ha="center", va="center", color=colour, fontsize=7)
-    labels = [str(layer) for layer in range(1, size + 1)]
-    ax.set_xticks(range(size), labels)
-    ax.set_yticks(range(size), labels)
-    ax.xaxis.tick_top()
-    ax.tick_params(length=0)
+    fig, ax = plt.subplots(figsize=(1.2 + cell * len(matrix), 1.0 + cell * len(matrix)))
+    _draw_js(ax, matrix, _largest([matrix]))
     if title:
         ax.set_title(title, fontsize=9, pad=18)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+HeatmapPanel = Tuple[str, Matrix, Optional[Sequence[int]]]  # title, JS matrix, blocks outlined
+
+
+def js_heatmap_grid(
+    rows: Sequence[Tuple[str, Sequence[HeatmapPanel]]], path: str, title: Optional[str] = None
+) -> None:
+    """Write JS heatmaps in a grid, a row per model (its label on the left), all on one grey scale
+    (0 to the largest value of any panel), so that a darker cell anywhere means more similar
+    attention; each panel's ``blocks`` (a sharing policy's block sizes, or None) outlined in red.
+    """
+    plt = _pyplot()
+    matrices = [matrix for _, panels in rows for _, matrix, _ in panels]
+    top = _largest(matrices)
+    columns = max(len(panels) for _, panels in rows)
+    side = 0.5 * max(len(matrix) for matrix in matrices) + 0.9
+    fig, axes = plt.subplots(
+        len(rows), columns, figsize=(0.4 + side * columns, 0.3 + side * len(rows)), squeeze=False
+    )
+    for axes_row, (label, panels) in zip(axes, rows):
+        for ax, (panel_title, matrix, blocks) in zip(axes_row, panels):
+            _draw_js(ax, matrix, top, blocks, digits=2, fontsize=6)
+            ax.set_title(panel_title, fontsize=7, pad=12)
+        axes_row[0].set_ylabel(label, fontsize=8)
+        for ax in axes_row[len(panels):]:
+            ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -70,13 +126,13 @@ def js_training_curves(
 ) -> None:
     """Write Figure 5: JS between ``reference_layer`` and other layers against training steps.
 
-    ``panels`` maps each kind of ``TRAINING_CURVE_PANELS`` to ``{layer: [(steps, JS), ...]}``
+    ``panels`` maps each kind of ``DECODER_PANELS`` to ``{layer: [(steps, JS), ...]}``
     (layers 1-based) or to None when that kind has no attention weights (AAN).
     """
     plt = _pyplot()
     markers = ["^", "o", "s", "D", "v", "P", "X", "*"]
-    fig, axes = plt.subplots(1, len(TRAINING_CURVE_PANELS), figsize=(8.0, 3.2))
-    for ax, (kind, label) in zip(axes, TRAINING_CURVE_PANELS):
+    fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, 3.2))
+    for ax, (kind, label) in zip(axes, DECODER_PANELS):
         ax.set_xlabel(f"# of training steps\n({label})")
         ax.set_ylabel("JS divergence")
         series = panels.get(kind)

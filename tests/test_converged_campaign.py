@@ -503,6 +503,7 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     env = dict(dry_env, RESULTS=str(results), DATA_ROOT=str(tmp_path / "made" / "data"))
     output = campaign("collect", env=env)
     assert "== collected" in output and (results / "summary.json").is_file()
+    assert (results / "figure2.png").read_bytes()[:4] == b"\x89PNG"  # campaign_figures.py
     assert "== the working tree that travels to a GPU call is " in output
     collected = results / "en-de" / "loop" / "test-bleu" / "iter1" / "test"
     assert sorted(path.name for path in collected.glob("generate-*")) == ["generate-test.txt.gz"]

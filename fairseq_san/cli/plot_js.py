@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_san.plots import TRAINING_CURVE_PANELS, figure_formats
+from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import PolicyError, check_js, load_json_object
 
 
@@ -77,7 +77,7 @@ def curves(
     A kind counts as without weights only if no analysis has a matrix for it.
     """
     panels: Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]] = {}
-    for kind, _ in TRAINING_CURVE_PANELS:
+    for kind, _ in DECODER_PANELS:
         series: Dict[int, List[Tuple[int, float]]] = {layer: [] for layer in layers}
         for path, data in analyses:
             matrix = data.get(kind)

@@ -14,7 +14,7 @@
 # also translate each HELDOUT/*.en into PAIR/SYSTEM/heldout/NAME.hyp (no score), beside the tests.
 #
 #   docs/results/converged/run.sh SLICE [--dry-run]       # on the GPU machine, from the repo root
-#   docs/results/converged/run.sh collect [ARCHIVE...]    # back here: check, unpack, summary.json
+#   docs/results/converged/run.sh collect [ARCHIVE...]    # back here: check, unpack, summary, figures
 #
 # On the GPU machine first `source build/offline-bundle/activate.sh` (results.md: how to call
 # each slice, and how its time is budgeted). Slices, in order:
@@ -36,7 +36,8 @@
 # same machine from $RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
 # without what did not finish (checkpoints never travel).
 # `collect` unpacks the archives given and $SHARED/converged/converged-SLICE*.tar.gz, each only
-# after checking that it records this run.sh (sha256) running its slice.
+# after checking that it records this run.sh (sha256) running its slice, then writes summary.json,
+# summary.md, headline.md and the Figure 2 heatmaps (campaign_figures.py).
 # Environment: OUT (archive folder; runs), RUNS (runs/converged/SLICE), RESULTS
 # (docs/results/converged), DATA_ROOT (data-bin, else build/offline-bundle/data-bin), SHARED
 # (../shared), HELDOUT ($SHARED/heldout, else build/offline-bundle/heldout; none: no held-out
@@ -108,6 +109,7 @@ if [ "$SLICE" = collect ]; then
     { echo "run.sh collect: no archive given and none in $SHARED/converged" >&2; exit 2; }
   run "${SLICES[@]}" collect "$RESULTS" --run-sh "$RUN_SH" "${archives[@]}"
   run python "$HERE/campaign_summary.py" "$RESULTS" --data-root "$DATA_ROOT" -o "$RESULTS/summary.json"
+  run python "$HERE/campaign_figures.py" "$RESULTS"
   exit 0
 fi
 

@@ -3,6 +3,8 @@
 * ``js_heatmap``: the JS divergence between every pair of layers, like the paper's Figure 2.
 * ``js_heatmap_grid``: several such matrices on one grey scale, a row per model, the blocks of a
   sharing policy outlined (Figure 2 for several models side by side).
+* ``policy_map``: the policy learned against theta, a bar per model, like a map of how near
+  each learned policy lies to the next.
 * ``js_training_curves``: the JS divergence between a reference layer and others against
   training steps, for decoder self- and encoder-decoder attention, like the paper's Figure 5.
 * ``speed_curves``: translation speed against beam size or BLEU, like the paper's Figure 4.
@@ -10,7 +12,7 @@
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_san.policy import LN2
+from fairseq_san.policy import LN2, format_blocks
 
 Matrix = Sequence[Sequence[float]]
 
@@ -113,6 +115,43 @@ def js_heatmap_grid(
             ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+PolicyBar = Tuple[str, Sequence[Tuple[float, float, Sequence[int]]]]  # model, [(theta, to, blocks)]
+
+
+def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str) -> None:
+    """Write the policy learned against theta: a panel per ``(title, theta used, bars)``, a bar per
+    model whose segments are the theta ranges of its policies (block sizes), the theta used as a
+    dashed line. A segment's shade says how much is shared (dark: one block of every layer, light:
+    no sharing); its policy is written on it where it fits."""
+    plt = _pyplot()
+    layers = max(sum(blocks) for _, _, bars in panels for _, segments in bars
+                 for _, _, blocks in segments)  # fmt: skip
+    shade = plt.get_cmap("YlGnBu_r")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.6 + 0.3 * max(
+        len(bars) for _, _, bars in panels)), squeeze=False)  # fmt: skip
+    for ax, (title, used, bars) in zip(axes[0], panels):
+        lows, highs = zip(*((low, high) for _, segments in bars for low, high, _ in segments))
+        span = max(highs) - min(lows)
+        for row, (_, segments) in enumerate(bars):
+            for low, high, blocks in segments:
+                level = (len(blocks) - 1) / max(layers - 1, 1)
+                ax.broken_barh([(low, high - low)], (row - 0.4, 0.8), facecolors=shade(level),
+                               edgecolors="white", linewidth=0.8)  # fmt: skip
+                label = format_blocks(blocks)
+                if high - low > 0.013 * span * len(label):
+                    ax.text((low + high) / 2, row, label, ha="center", va="center", fontsize=6,
+                            color="white" if level < 0.5 else "black")  # fmt: skip
+        ax.axvline(used, color="red", linestyle="--", linewidth=1)
+        ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"theta (dashed: {used}, the loop's)", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

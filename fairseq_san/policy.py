@@ -503,6 +503,31 @@ def blocks_beyond(
     return below, above
 
 
+class PolicySegment(NamedTuple):
+    """The blocks learned for every theta in (low, high] (from ``low`` itself on the first
+    segment of a ``policy_segments`` call)."""
+
+    low: float
+    high: float
+    blocks: Blocks
+
+
+def policy_segments(js: list[list[float]], low: float, high: float) -> list[PolicySegment]:
+    """The policies ``learn_blocks`` learns as theta runs from ``low`` to ``high``, each with its
+    range of theta clipped to [low, high], in order: a map of how near each policy is to the next.
+    """
+    low, high = _check_theta(low), _check_theta(high)
+    if low > high:
+        raise PolicyError(f"theta range is empty: {low} > {high}")
+    segments, start, theta = [], low, low
+    while True:
+        end = min(theta_range(js, theta).high, high)
+        segments.append(PolicySegment(start, end, learn_blocks(js, theta)))
+        if end >= high:
+            return segments
+        start, theta = end, math.nextafter(end, LN2)
+
+
 def theta_ranges(
     js_by_kind: dict[str, list[list[float]]], thetas: dict[str, Optional[float]]
 ) -> dict[str, ThetaRange]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_san import plots
+from fairseq_san.policy import LN2, policy_segments
 from helpers import REPO
 from test_policy import PAPER_ENCDEC, PAPER_SELF
 
@@ -23,6 +24,12 @@ SHARED_JS = {  # what a model trained with {6}/{3,3} shows: zero inside each blo
 }
 
 
+def write_run_json(loop: Path, theta_self: str = "0.4", theta_encdec: str = "0.5") -> None:
+    """The loop's run.json, with the thetas it learns with."""
+    options = {"--theta-self": theta_self, "--theta-encdec": theta_encdec, "--theta-encoder": None}
+    (loop / "run.json").write_text(json.dumps({"options": options}))
+
+
 def write_iteration(loop: Path, iteration: int, policy: dict, js=None) -> None:
     """``loop/iter<k>/policy.json`` and, where ``js`` is given, ``analysis/js.json``."""
     folder = loop / f"iter{iteration}"
@@ -35,13 +42,16 @@ def write_iteration(loop: Path, iteration: int, policy: dict, js=None) -> None:
 
 @pytest.fixture
 def results(tmp_path) -> Path:
-    """en-de: a loop analysed at iterations 0 and 1 (iteration 2's policy learned); de-en: a
-    baseline analysed whose policy is not learned yet; xx-yy: no analysis."""
+    """en-de: a loop analysed at iterations 0 and 1 (iteration 2's policy learned) and baseline
+    seed 2; de-en: a baseline analysed whose policy is not learned yet; xx-yy: no analysis."""
     loop = tmp_path / "en-de" / "loop"
     write_iteration(loop, 0, {}, PAPER_JS)
     write_iteration(loop, 1, {"decoder_self": [6], "decoder_encdec": [3, 3]}, SHARED_JS)
     write_iteration(loop, 2, {"decoder_self": [6], "decoder_encdec": [6]})
+    write_iteration(tmp_path / "en-de" / "baseline-s2", 0, {}, SHARED_JS)
     write_iteration(tmp_path / "de-en" / "loop", 0, {}, PAPER_JS)
+    for pair in ("en-de", "de-en"):
+        write_run_json(tmp_path / pair / "loop")
     (tmp_path / "xx-yy" / "loop" / "iter0").mkdir(parents=True)
     return tmp_path
 
@@ -64,10 +74,12 @@ def test_loop_figure_labels_each_iteration_with_the_policy_it_was_trained_with(r
     assert [blocks for _, _, blocks in rows[1][1]] == [[6], [6]]
 
 
-def test_main_writes_the_pairs_figure_and_a_loop_figure_where_a_loop_has_two_iterations(results,
-                                                                                         capsys):  # fmt: skip
+def test_main_writes_every_figure_and_a_loop_figure_only_where_a_loop_has_two_iterations(
+    results, capsys
+):
     assert campaign_figures.main([str(results)]) == 0
-    written = [results / "figure2.png", results / "en-de" / "loop" / "figure2-loop.png"]
+    written = [results / "figure2.png", results / "en-de" / "loop" / "figure2-loop.png",
+               results / "theta-policies.png"]  # fmt: skip
     assert capsys.readouterr().out.split() == [str(path) for path in written]
     for path in written:
         assert path.read_bytes()[:8] == PNG
@@ -105,3 +117,29 @@ def test_grid_shares_one_grey_scale_and_leaves_missing_panels_blank(tmp_path, mo
     plots.js_heatmap_grid(rows, str(tmp_path / "grid.png"))
     assert scales == [0.7986] * 3  # the largest value of any panel, PAPER_ENCDEC's
     assert (tmp_path / "grid.png").read_bytes()[:8] == PNG
+
+
+def test_theta_map_has_a_bar_per_baseline_seed_and_the_mean_of_a_pairs_seeds(results):
+    bars = campaign_figures.theta_bars(str(results), "decoder_encdec")
+    assert [name for name, _ in bars] == [
+        "en-de seed 1", "en-de seed 2", "en-de mean of 2 seeds", "de-en seed 1"]  # fmt: skip
+    seed1, seed2, mean, _ = [segments for _, segments in bars]
+    assert (seed1[0][0], seed1[-1][1]) == campaign_figures.THETA_SPANS["decoder_encdec"]
+    assert [blocks for *_, blocks in seed1] == [[4, 2], [3, 3], [3, 1, 2]]  # Figure 2b near 0.5
+    # {3,3}'s JS: 0 within each block, 0.3 between them; Eq. 6 over layers 1-6 is ln 2 - 0.18
+    # (18 of 30 ordered pairs across), over layers 1-4 ln 2 - 0.15 (6 of 12)
+    assert [blocks for *_, blocks in seed2] == [[6], [4, 2], [3, 3]]
+    assert [high for _, high, _ in seed2[:2]] == pytest.approx([LN2 - 0.18, LN2 - 0.15])
+    pairs = zip(PAPER_ENCDEC, SHARED_JS["decoder_encdec"])
+    halves = [[(a + b) / 2 for a, b in zip(*rows)] for rows in pairs]
+    assert mean == [tuple(segment) for segment in policy_segments(halves, 0.44, 0.56)]
+    assert campaign_figures.loop_thetas(str(results), ["en-de", "de-en"]) == {
+        "decoder_self": 0.4, "decoder_encdec": 0.5}  # fmt: skip
+
+
+def test_loops_learned_with_different_thetas_are_not_drawn_on_one_map(results, capsys):
+    write_run_json(results / "de-en" / "loop", theta_encdec="0.45")
+    assert campaign_figures.main([str(results)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("fairseq-san: error: the loops learned with different thetas: "
+                    "{'decoder_encdec': [0.45, 0.5]}")  # fmt: skip

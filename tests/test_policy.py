@@ -25,6 +25,7 @@ from fairseq_san.policy import (
     load_policy,
     mean_js,
     parse_blocks,
+    policy_segments,
     resolve_policy,
     similarity_matrix,
     theta_range,
@@ -426,6 +427,38 @@ def random_js(rng: random.Random, size: int) -> list:
         for j in range(i + 1, size):
             js[i][j] = js[j][i] = rng.uniform(0, LN2)
     return js
+
+
+def test_policy_segments_map_the_papers_figure_2b_from_low_to_high_theta():
+    segments = policy_segments(PAPER_ENCDEC, 0.3, 0.6)
+    assert [blocks for *_, blocks in segments] == [[6], [4, 2], [3, 3], [3, 1, 2], [2, 2, 2],
+                                                   [2, 1, 1, 2]]  # fmt: skip
+    (three_three,) = [segment for segment in segments if segment.blocks == [3, 3]]
+    same = theta_range(PAPER_ENCDEC, 0.5)
+    assert (three_three.low, three_three.high) == (same.low, same.high)
+    assert segments[0].low == 0.3 and segments[-1].high == 0.6
+    assert policy_segments(PAPER_SELF, 0.1, 0.2) == [(0.1, 0.2, [6])]
+
+
+def test_policy_segments_are_contiguous_and_each_learns_its_blocks():
+    rng = random.Random(11)
+    for _ in range(100):
+        js = random_js(rng, rng.randint(1, 8))
+        low, high = sorted((rng.uniform(0, LN2), rng.uniform(0, LN2)))
+        segments = policy_segments(js, low, high)
+        assert segments[0].low == low and segments[-1].high == high
+        for before, after in zip(segments, segments[1:]):
+            assert before.high == after.low and before.blocks != after.blocks
+        for segment in segments:
+            assert learn_blocks(js, segment.high) == segment.blocks
+            assert learn_blocks(js, math.nextafter(segment.low, 1)) == segment.blocks
+
+
+def test_policy_segments_refuse_an_empty_or_impossible_range():
+    with pytest.raises(PolicyError, match=r"theta range is empty: 0.5 > 0.4"):
+        policy_segments(PAPER_SELF, 0.5, 0.4)
+    with pytest.raises(PolicyError, match=r"theta 0.8 must be a number in \[0, ln 2"):
+        policy_segments(PAPER_SELF, 0.4, 0.8)
 
 
 def test_theta_range_is_exactly_where_the_same_blocks_are_learned():

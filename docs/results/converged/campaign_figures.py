@@ -7,30 +7,46 @@
 * ``RESULTS/PAIR/loop/figure2-loop.png``: the same for every analysed iteration of that pair's
   learn-to-share loop, where it has more than one, showing how each retrained model's attention
   moved.
+* ``RESULTS/theta-policies.png``: the policy each baseline seed (``loop/iter0`` is seed 1,
+  ``baseline-s<k>/iter0`` seed k) learns as theta varies around the loop's (Eq. 6 on its
+  analysis), and that of the mean of a pair's seeds' analyses: how near each learned policy lies
+  to another.
 
-Each panel outlines in red the blocks that the loop learned from it (``iter<k+1>/policy.json``,
-Eq. 6 with the campaign's thetas), and all panels of a figure share one grey scale.
+Each Figure 2 panel outlines in red the blocks that the loop learned from it
+(``iter<k+1>/policy.json``, Eq. 6 with the campaign's thetas), and all panels of a figure share
+one grey scale.
 """
 
 import argparse
+import json
 import os
+import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.loop.stopping import policy_path
-from fairseq_san.plots import DECODER_PANELS, HeatmapPanel, js_heatmap_grid
+from fairseq_san.plots import DECODER_PANELS, HeatmapPanel, PolicyBar, js_heatmap_grid, policy_map
 from fairseq_san.policy import (
     PolicyError,
     check_js,
     format_blocks,
     load_json_object,
     load_policy,
+    mean_js,
+    policy_segments,
 )
 
 LOOP = "loop"  # seed 1's learn-to-share loop of a pair, whose iteration 0 is the baseline
 PAIRS_FIGURE = "figure2.png"
 LOOP_FIGURE = "figure2-loop.png"
+THETA_FIGURE = "theta-policies.png"
+SEED_RUN = re.compile(r"^baseline-s(\d+)$")  # a pair's baseline of another seed than the loop's
+# The thetas a loop learns with (its run.json option), and the span of theta the map shows: for
+# self-attention the paper's tuned range (section 4.1) and where {6} ends; for encoder-decoder
+# attention where the policies learned at 0.5 change.
+THETA_OPTIONS = {"decoder_self": "--theta-self", "decoder_encdec": "--theta-encdec"}
+THETA_SPANS = {"decoder_self": (0.3, 0.52), "decoder_encdec": (0.44, 0.56)}
 FIRST_PAIR = "en-de"  # the campaign's main pair leads the figure; the others follow by name
 
 Row = Tuple[str, List[HeatmapPanel]]
@@ -107,6 +123,59 @@ def loop_rows(run_dir: str) -> List[Row]:
     return rows
 
 
+def baseline_seeds(results: str, pair: str) -> List[Tuple[int, dict]]:
+    """(seed, analysis) of every baseline seed of a pair that has one, seed 1 (the loop's
+    iteration 0) first."""
+    runs = {1: os.path.join(results, pair, LOOP)}
+    for name in os.listdir(os.path.join(results, pair)):
+        seed = SEED_RUN.match(name)
+        if seed:
+            runs[int(seed.group(1))] = os.path.join(results, pair, name)
+    return [
+        (seed, load_json_object(analysis_path(runs[seed], 0), "analysis"))
+        for seed in sorted(runs) if os.path.exists(analysis_path(runs[seed], 0))
+    ]  # fmt: skip
+
+
+def loop_thetas(results: str, pairs: Sequence[str]) -> dict:
+    """{kind: theta} the pairs' loops learned with (their run.json), one value per kind."""
+    found = {}
+    for pair in pairs:
+        with open(os.path.join(results, pair, LOOP, "run.json"), encoding="utf-8") as handle:
+            options = json.load(handle)["options"]
+        for kind, option in THETA_OPTIONS.items():
+            found.setdefault(kind, set()).add(float(options[option]))
+    several = {kind: sorted(thetas) for kind, thetas in found.items() if len(thetas) > 1}
+    if several:
+        raise UsageError(f"the loops learned with different thetas: {several}")
+    return {kind: thetas.pop() for kind, thetas in found.items()}
+
+
+def theta_bars(results: str, kind: str) -> List[PolicyBar]:
+    """A bar per baseline seed of every pair, and one for the mean of a pair's seeds where it has
+    several: the policies of ``kind`` learned over ``THETA_SPANS[kind]``."""
+    low, high = THETA_SPANS[kind]
+    bars = []
+    for pair in pair_order(results):
+        seeds = baseline_seeds(results, pair)
+        analyses = [(f"{pair} seed {seed}", analysis) for seed, analysis in seeds]
+        if len(seeds) > 1:
+            names = [name for name, _ in analyses]
+            mean = mean_js([analysis for _, analysis in analyses], names)
+            analyses.append((f"{pair} mean of {len(seeds)} seeds", mean))
+        for name, analysis in analyses:
+            segments = policy_segments(check_js(analysis.get(kind)), low, high)
+            bars.append((name, [(s.low, s.high, s.blocks) for s in segments]))
+    return bars
+
+
+def write_theta_map(results: str, path: str) -> None:
+    """The policies each baseline learns as theta varies, a panel per decoder kind."""
+    used = loop_thetas(results, pair_order(results))
+    panels = [(name, used[kind], theta_bars(results, kind)) for kind, name in DECODER_PANELS]
+    policy_map(panels, path)
+
+
 def write_figures(results: str) -> List[str]:
     """Figure 2 of every pair's baseline, and of every loop with more than one analysed iteration;
     the paths written."""
@@ -119,6 +188,8 @@ def write_figures(results: str) -> List[str]:
         if len(rows) > 1:
             written.append(os.path.join(run_dir, LOOP_FIGURE))
             js_heatmap_grid(rows, written[-1], title=f"{pair}: the learn-to-share loop, seed 1")
+    written.append(os.path.join(results, THETA_FIGURE))
+    write_theta_map(results, written[-1])
     return written
 
 

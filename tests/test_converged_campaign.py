@@ -175,7 +175,12 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     assert value(words["en-de/own-v"], "--san-encdec-share") == "weights"
     assert value(words["en-de/aan-san"], "--arch") == "transformer_aan_small"
     assert value(words["en-de/loop-tables"], "--keep-interval-updates") == "1000"  # Figure 5
-    assert commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses
+    validates = commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses, and:
+    (other,) = [words for words in validates if value(words, "--valid-subset") == "test"]
+    assert value(other, "--path").endswith("loop-tables/iter0/checkpoints/checkpoint_best.pt")
+    assert value(other, "--san-analysis-dir").endswith("loop-tables/iter0/analysis-test")
+    (learned,) = [w for w in commands(outputs["tables"], "fairseq-san-policy") if "--explain" in w]
+    assert value(learned, "-o").endswith("loop-tables/policies/test-sentences.json")
 
     bench = trainings(outputs["bench"])
     assert bench[0] == ("en-de/loop-bench", 0)

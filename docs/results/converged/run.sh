@@ -27,7 +27,7 @@
 #           that baseline (its checkpoints kept), uniform {6}/{3,3}, AAN; stage 2 its SAN, the
 #           policies at other thresholds (Table 3; one equal to SAN's is not retrained), on the
 #           encoder side (Table 5), own V (Table 4), AAN+SAN (Table 6); meanwhile Figure 5 from
-#           the baseline's checkpoints
+#           the baseline's checkpoints, and its policy learned from the test sentences
 #   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
 #           16 and 128 (what the call's time does not hold: in a second call on the same warm
 #           machine); the 2-rank multi-GPU smoke runs during stage 1
@@ -234,6 +234,20 @@ policies() {  # policies LOOP_DIR: Tables 3, 5 and 6's policies from iteration 0
   aan_policy "$1"  # Table 6
 }
 
+# The policy on other sentences: LOOP_DIR's baseline analysed on test (test_2016_flickr, 1,000
+# sentences) as well as valid, and the policy learned from that, beside stage 2's trainings: does
+# what the loop learns depend on the sentences analysed? (It learns from valid; nothing is tuned
+# on test.)
+other_sentences() {
+  local A=$1/iter0/analysis-test
+  [ "$DRY_RUN" = 1 ] || [ ! -f "$A/js.json" ] || return 0
+  logged "$A.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
+    --task translation_san --user-dir fairseq_san --path "$1/iter0/checkpoints/checkpoint_best.pt" \
+    --valid-subset test --max-tokens 4096 --san-analysis-dir "$A" || return 0
+  run fairseq-san-policy "$A/js.json" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
+    --explain -o "$1/policies/test-sentences.json" || true
+}
+
 # Figure 5: JS between layers against training steps, each kept checkpoint of LOOP_DIR's baseline
 # analysed on 500 validation sentences, 2 at a time beside stage 2's trainings, until the deadline.
 figure5() {
@@ -345,6 +359,7 @@ case $SLICE in
     wait
     policies "$T"
     beside figure5 "$T"
+    beside other_sentences "$T"
     loop en-de 1 loop-tables "${KEEP[@]}"
     for theta in 0.3-0.4 0.3-0.5 0.4-0.4; do  # Table 3, the thetas whose policy is not san's
       [ "$DRY_RUN" = 0 ] && [ -f "$T/iter1/policy.json" ] && [ -f "$T/policies/theta-$theta.json" ] &&

@@ -73,31 +73,40 @@ static() {  # static EXECUTION: the overrides of a static decoder system
   echo "{\"san_decoding\": \"static\", \"san_decoder_execution\": \"$1\"}"
 }
 
+# add_systems NAME CHECKPOINT EXECUTION...: one model's systems, appended to SYSTEMS: NAME with
+# fairseq's decoder, and NAME-EXECUTION with the static decoder run that way
+add_systems() {
+  local name=$1 checkpoint=$2 execution
+  shift 2
+  SYSTEMS+=(--system "$name=$checkpoint")
+  for execution in "$@"; do
+    SYSTEMS+=(--system "$name-$execution=$checkpoint:$(static "$execution")")
+  done
+}
+
 # e2e SECONDS TITLE NAME BATCH SENTENCES BEAMS [fairseq-san-bench args]: a part that decodes the
 # slice's models end to end into $BENCH/NAME
 e2e() {
   local seconds=$1 title=$2 name=$3 batch=$4 sentences=$5 beams=$6
   shift 6
+  SYSTEMS=()
+  add_systems baseline "$BASE" graph
+  add_systems san "$SAN" graph
   part "$seconds" "e2e: $title" fairseq-san-bench --gpu --data "$DATA" --subset test \
     --batch-size "$batch" --max-sentences "$sentences" --beams $beams --modes natural fixed \
     --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile --cache-beams --no-ctranslate2 \
-    --system "baseline=$BASE" --system "baseline-graph=$BASE:$(static graph)" \
-    --system "san=$SAN" --system "san-graph=$SAN:$(static graph)" "$@" --out-dir "$BENCH/$name"
+    "${SYSTEMS[@]}" "$@" --out-dir "$BENCH/$name"
 }
 
 # e2e_compile: the e2e-compile part (see the top), on SAN and, where it exists, BASE
 e2e_compile() {
-  local systems=() model name checkpoint
-  for model in "san=$SAN" "baseline=$BASE"; do
-    name=${model%%=*} checkpoint=${model#*=}
-    [ -f "$checkpoint" ] || continue
-    systems+=(--system "$name=$checkpoint" --system "$name-graph=$checkpoint:$(static graph)"
-      --system "$name-compile-graph=$checkpoint:$(static compile-graph)")
-  done
+  SYSTEMS=()
+  add_systems san "$SAN" graph compile-graph
+  [ ! -f "$BASE" ] || add_systems baseline "$BASE" graph compile-graph
   part "$(rest_or 200)" "e2e: fp32, beam 4, batch 16, 128 sentences, compile-graph" \
     fairseq-san-bench --gpu --data "$DATA" --subset test --batch-size 16 --max-sentences 128 \
     --beams 4 --modes natural --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile \
-    --cache-beams --no-ctranslate2 "${systems[@]}" --out-dir "$BENCH/fp32-batch16-compile"
+    --cache-beams --no-ctranslate2 "${SYSTEMS[@]}" --out-dir "$BENCH/fp32-batch16-compile"
 }
 
 BASE=${BASE:-$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt}

@@ -31,11 +31,13 @@ def write_run_json(loop: Path, theta_self: str = "0.4", theta_encdec: str = "0.5
 
 
 def write_iteration(loop: Path, iteration: int, policy: dict, js=None) -> None:
-    """``loop/iter<k>/policy.json`` and, where ``js`` is given, ``analysis/js.json``."""
+    """``loop/iter<k>/policy.json`` and, where ``js`` is given, a trained iteration (its
+    train.log) with ``analysis/js.json``."""
     folder = loop / f"iter{iteration}"
     folder.mkdir(parents=True)
     (folder / "policy.json").write_text(json.dumps(policy))
     if js is not None:
+        (folder / "train.log").write_text("")
         (folder / "analysis").mkdir()
         (folder / "analysis" / "js.json").write_text(json.dumps(js))
 

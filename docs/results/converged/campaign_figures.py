@@ -7,10 +7,10 @@
 * ``RESULTS/PAIR/loop/figure2-loop.png``: the same for every analysed iteration of that pair's
   learn-to-share loop, where it has more than one, showing how each retrained model's attention
   moved.
-* ``RESULTS/theta-policies.png``: the policy each baseline seed (``loop/iter0`` is seed 1,
-  ``baseline-s<k>/iter0`` seed k) learns as theta varies around the loop's (Eq. 6 on its
-  analysis), and that of the mean of a pair's seeds' analyses: how near each learned policy lies
-  to another.
+* ``RESULTS/theta-policies.png``: the policy each seed of a pair's "baseline" system (the run
+  dirs named as ``campaign_summary.py`` reads them: ``loop/iter0`` is seed 1, ``baseline-s<k>``
+  seed k) learns as theta varies around the loop's (Eq. 6 on its analysis), and that of the mean
+  of a pair's seeds' analyses: how near each learned policy lies to another.
 
 Each Figure 2 panel outlines in red the blocks that the loop learned from it
 (``iter<k+1>/policy.json``, Eq. 6 with the campaign's thetas), and all panels of a figure share
@@ -20,10 +20,10 @@ one grey scale.
 import argparse
 import json
 import os
-import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from campaign_summary import system_names, trained_iterations
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.loop.stopping import policy_path
 from fairseq_san.plots import DECODER_PANELS, HeatmapPanel, PolicyBar, js_heatmap_grid, policy_map
@@ -41,7 +41,6 @@ LOOP = "loop"  # seed 1's learn-to-share loop of a pair, whose iteration 0 is th
 PAIRS_FIGURE = "figure2.png"
 LOOP_FIGURE = "figure2-loop.png"
 THETA_FIGURE = "theta-policies.png"
-SEED_RUN = re.compile(r"^baseline-s(\d+)$")  # a pair's baseline of another seed than the loop's
 # The thetas a loop learns with (its run.json option), and the span of theta the map shows: for
 # self-attention the paper's tuned range (section 4.1) and where {6} ends; for encoder-decoder
 # attention where the policies learned at 0.5 change.
@@ -124,17 +123,16 @@ def loop_rows(run_dir: str) -> List[Row]:
 
 
 def baseline_seeds(results: str, pair: str) -> List[Tuple[int, dict]]:
-    """(seed, analysis) of every baseline seed of a pair that has one, seed 1 (the loop's
-    iteration 0) first."""
-    runs = {1: os.path.join(results, pair, LOOP)}
+    """(seed, analysis) of every seed of a pair's "baseline" system that has one, by seed."""
+    found = {}
     for name in os.listdir(os.path.join(results, pair)):
-        seed = SEED_RUN.match(name)
-        if seed:
-            runs[int(seed.group(1))] = os.path.join(results, pair, name)
-    return [
-        (seed, load_json_object(analysis_path(runs[seed], 0), "analysis"))
-        for seed in sorted(runs) if os.path.exists(analysis_path(runs[seed], 0))
-    ]  # fmt: skip
+        run_dir = os.path.join(results, pair, name)
+        if not os.path.isdir(run_dir):
+            continue
+        for system, seed, iteration in system_names(name, trained_iterations(run_dir)):
+            if system == "baseline" and os.path.exists(analysis_path(run_dir, iteration)):
+                found[seed] = load_json_object(analysis_path(run_dir, iteration), "analysis")
+    return sorted(found.items())
 
 
 def loop_thetas(results: str, pairs: Sequence[str]) -> dict:

@@ -126,14 +126,15 @@ PolicyBar = Tuple[str, Sequence[Tuple[float, float, Sequence[int]]]]  # model, [
 def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str) -> None:
     """Write the policy learned against theta: a panel per ``(title, theta used, bars)``, a bar per
     model whose segments are the theta ranges of its policies (block sizes), the theta used as a
-    dashed line. A segment's shade says how much is shared (dark: one block of every layer, light:
-    no sharing); its policy is written on it where it fits."""
+    red dashed line. A segment's shade says how much is shared (dark: one block of every layer,
+    light: no sharing); its policy is written on it where it fits."""
     plt = _pyplot()
     layers = max(sum(blocks) for _, _, bars in panels for _, segments in bars
-                 for _, _, blocks in segments)  # fmt: skip
+                 for *_, blocks in segments)  # fmt: skip
+    rows = max(len(bars) for _, _, bars in panels)
     shade = plt.get_cmap("YlGnBu_r")
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.6 + 0.3 * max(
-        len(bars) for _, _, bars in panels)), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.6 + 0.3 * rows),
+                             squeeze=False)  # fmt: skip
     for ax, (title, used, bars) in zip(axes[0], panels):
         lows, highs = zip(*((low, high) for _, segments in bars for low, high, _ in segments))
         span = max(highs) - min(lows)
@@ -143,13 +144,13 @@ def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: s
                 ax.broken_barh([(low, high - low)], (row - 0.4, 0.8), facecolors=shade(level),
                                edgecolors="white", linewidth=0.8)  # fmt: skip
                 label = format_blocks(blocks)
-                if high - low > 0.013 * span * len(label):
+                if high - low > 0.013 * span * len(label):  # a character: 1.3% of the panel
                     ax.text((low + high) / 2, row, label, ha="center", va="center", fontsize=6,
                             color="white" if level < 0.5 else "black")  # fmt: skip
         ax.axvline(used, color="red", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"theta (dashed: {used}, the loop's)", fontsize=8)
+        ax.set_xlabel(f"theta (dashed: {used})", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()

@@ -120,7 +120,7 @@ def js_heatmap_grid(
     plt.close(fig)
 
 
-PolicyBar = Tuple[str, Sequence[Tuple[float, float, Sequence[int]]]]  # model, [(theta, to, blocks)]
+PolicyBar = Tuple[str, Sequence[Tuple[float, float, Sequence[int]]]]  # model, [(low, high, blocks)]
 
 
 def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str) -> None:

@@ -598,6 +598,29 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
     }
 
 
+def test_cli_map_prints_every_policy_near_each_theta_and_marks_the_one_learned(js_file, capsys):
+    """Figure 2 of the paper over theta 0.4-0.6: self-attention's {1,5} from 0.4893 (as
+    --explain gives it), and encoder-decoder attention's {3,3} between {4,2} and {3,1,2}."""
+    policy_main([js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+                 "--map", "0.1"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:3] == [
+        "decoder_self, theta 0.4000-0.6000: {6} [0.4000, 0.4893]; {1,5} (0.4893, 0.6000] (at 0.5)",
+        "decoder_encdec, theta 0.4000-0.6000: {4,2} [0.4000, 0.4967]; {3,3} (0.4967, 0.5243] "
+        "(at 0.5); {3,1,2} (0.5243, 0.5646]; {2,2,2} (0.5646, 0.5960]; {2,1,1,2} (0.5960, 0.6000]",
+    ]
+
+
+def test_cli_map_stays_within_0_and_ln2_and_refuses_a_width_that_is_not_positive(js_file, capsys):
+    policy_main([js_file, "--theta-decoder-self", "0.05", "--map", "0.1"])
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "theta 0" in line]
+    assert line == "decoder_self, theta 0.0000-0.1500: {6} [0.0000, 0.1500] (at 0.05)"
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([js_file, "--theta-decoder-self", "0.5", "--map", "0"])
+    assert stopped.value.code == 2
+    assert "--map 0.0: the width must be positive" in capsys.readouterr().err
+
+
 def shifted(js: list, shift: float) -> list:
     """``js`` with ``shift`` added off the diagonal."""
     return [[value + shift * (i != j) for j, value in enumerate(row)] for i, row in enumerate(js)]

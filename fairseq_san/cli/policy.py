@@ -11,7 +11,8 @@ averaged first: the policy one seed's model learns may not be another's.
 
 ``--explain`` also prints, per kind, the range of theta that learns the same blocks and the
 policies just beyond it: a policy learned at a theta near an end of its range is a small change
-of the JS matrix away from its neighbour.
+of the JS matrix away from its neighbour. ``--map W`` prints every policy learned for theta within
+W of each kind's theta, with its range: where a theta in the middle of a wide range lies.
 """
 
 import argparse
@@ -22,6 +23,7 @@ from fairseq_san.policy import (
     KINDS,
     Blocks,
     PolicyError,
+    LN2,
     ThetaRange,
     blocks_beyond,
     dump_policy,
@@ -30,6 +32,7 @@ from fairseq_san.policy import (
     learn_policy,
     load_json_object,
     mean_js,
+    policy_segments,
     theta_ranges,
     write_policy,
 )
@@ -69,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print, per kind, the range of theta that learns the same blocks and the "
         "policies just beyond it",
     )
+    parser.add_argument(
+        "--map", type=float, metavar="W",
+        help="also print, per kind, every policy learned for theta within W of its theta "
+        "(within [0, ln 2]), each with its range of theta",
+    )
     return parser
 
 
@@ -92,6 +100,20 @@ def explanation(
     return f"{line}; {', '.join(beyond)}" if beyond else line
 
 
+def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]) -> str:
+    """One kind's line of ``--map``: the policies learned as theta runs over theta +- width, in
+    order, each with its range of theta; the one learned at ``theta`` marked."""
+    low, high = max(theta - width, 0.0), min(theta + width, LN2)
+    parts = []
+    for index, segment in enumerate(policy_segments(js, low, high)):
+        opening = "[" if index == 0 else "("
+        part = f"{format_blocks(segment.blocks)} {opening}{segment.low:.4f}, {segment.high:.4f}]"
+        if (index == 0 and theta == low) or segment.low < theta <= segment.high:
+            part += f" (at {theta:g})"
+        parts.append(part)
+    return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
     parser = build_parser()
@@ -101,6 +123,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         "decoder_encdec": args.theta_decoder_encdec,
         "encoder_self": args.theta_encoder_self,
     }
+    if args.map is not None and not args.map > 0:
+        parser.error(f"--map {args.map}: the width must be positive")
     try:
         analyses = [load_json_object(path, "JS file") for path in args.js_json]
         js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, args.js_json)
@@ -113,6 +137,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(format_policy(policy))
     for kind, same in ranges.items():
         print(explanation(kind, policy[kind], thetas[kind], same, js_by_kind[kind]))
+    if args.map is not None:
+        for kind in policy:
+            print(policy_map_line(kind, thetas[kind], args.map, js_by_kind[kind]))
     print(dump_policy(policy), end="")
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)

@@ -59,7 +59,7 @@ def results(tmp_path) -> Path:
 
 
 def test_pairs_figure_has_a_row_per_analysed_baseline_with_its_learned_blocks(results):
-    rows = campaign_figures.pairs_rows(str(results))
+    rows = campaign_figures.pairs_rows(str(results), campaign_figures.pair_order(str(results)))
     assert [label for label, _ in rows] == ["en-de baseline", "de-en baseline"]  # En->De first
     (self_title, self_js, self_blocks), (encdec_title, encdec_js, encdec_blocks) = rows[0][1]
     assert (self_js, encdec_js) == (PAPER_SELF, PAPER_ENCDEC)
@@ -122,7 +122,9 @@ def test_grid_shares_one_grey_scale_and_leaves_missing_panels_blank(tmp_path, mo
 
 
 def test_theta_map_has_a_bar_per_baseline_seed_and_the_mean_of_a_pairs_seeds(results):
-    bars = campaign_figures.theta_bars(str(results), "decoder_encdec")
+    pairs = campaign_figures.pair_order(str(results))
+    bars = campaign_figures.theta_bars(campaign_figures.seed_analyses(str(results), pairs),
+                                       "decoder_encdec")  # fmt: skip
     assert [name for name, _ in bars] == [
         "en-de seed 1", "en-de seed 2", "en-de mean of 2 seeds", "de-en seed 1"]  # fmt: skip
     seed1, seed2, mean, _ = [segments for _, segments in bars]

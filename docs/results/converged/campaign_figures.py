@@ -96,16 +96,11 @@ def pair_order(results: str) -> List[str]:
     return sorted(pairs, key=lambda pair: pair != FIRST_PAIR)
 
 
-def pairs_rows(results: str) -> List[Row]:
+def pairs_rows(results: str, pairs: Sequence[str]) -> List[Row]:
     """A row per pair: its converged baseline (``PAIR/loop/iter0``)."""
-    rows = [
-        iteration_row(os.path.join(results, pair, LOOP), 0, f"{pair} baseline")
-        for pair in pair_order(results)
+    return [
+        iteration_row(os.path.join(results, pair, LOOP), 0, f"{pair} baseline") for pair in pairs
     ]
-    if not rows:
-        expected = analysis_path(os.path.join("PAIR", LOOP), 0)
-        raise UsageError(f"no pair in {results} has a baseline analysis ({expected})")
-    return rows
 
 
 def loop_rows(run_dir: str) -> List[Row]:
@@ -149,45 +144,56 @@ def loop_thetas(results: str, pairs: Sequence[str]) -> dict:
     return {kind: thetas.pop() for kind, thetas in found.items()}
 
 
-def theta_bars(results: str, kind: str) -> List[PolicyBar]:
-    """A bar per baseline seed of every pair, and one for the mean of a pair's seeds where it has
-    several: the policies of ``kind`` learned over ``THETA_SPANS[kind]``."""
+def seed_analyses(results: str, pairs: Sequence[str]) -> List[Tuple[str, dict]]:
+    """(bar name, analysis) of every baseline seed of every pair, and of the mean of a pair's
+    seeds where it has several."""
+    analyses = []
+    for pair in pairs:
+        seeds = [(f"{pair} seed {k}", analysis) for k, analysis in baseline_seeds(results, pair)]
+        analyses += seeds
+        if len(seeds) > 1:
+            names = [name for name, _ in seeds]
+            mean = mean_js([analysis for _, analysis in seeds], names)
+            analyses.append((f"{pair} mean of {len(seeds)} seeds", mean))
+    return analyses
+
+
+def theta_bars(analyses: Sequence[Tuple[str, dict]], kind: str) -> List[PolicyBar]:
+    """A bar per analysis: the policies of ``kind`` learned over ``THETA_SPANS[kind]``."""
     low, high = THETA_SPANS[kind]
     bars = []
-    for pair in pair_order(results):
-        seeds = baseline_seeds(results, pair)
-        analyses = [(f"{pair} seed {seed}", analysis) for seed, analysis in seeds]
-        if len(seeds) > 1:
-            names = [name for name, _ in analyses]
-            mean = mean_js([analysis for _, analysis in analyses], names)
-            analyses.append((f"{pair} mean of {len(seeds)} seeds", mean))
-        for name, analysis in analyses:
-            segments = policy_segments(check_js(analysis.get(kind)), low, high)
-            bars.append((name, [(s.low, s.high, s.blocks) for s in segments]))
+    for name, analysis in analyses:
+        segments = policy_segments(check_js(analysis.get(kind)), low, high)
+        bars.append((name, [(s.low, s.high, s.blocks) for s in segments]))
     return bars
 
 
-def write_theta_map(results: str, path: str) -> None:
+def write_theta_map(results: str, pairs: Sequence[str], path: str) -> None:
     """The policies each baseline learns as theta varies, a panel per decoder kind."""
-    used = loop_thetas(results, pair_order(results))
-    panels = [(name, used[kind], theta_bars(results, kind)) for kind, name in DECODER_PANELS]
+    used = loop_thetas(results, pairs)
+    analyses = seed_analyses(results, pairs)
+    panels = [(name, used[kind], theta_bars(analyses, kind)) for kind, name in DECODER_PANELS]
     policy_map(panels, path)
 
 
 def write_figures(results: str) -> List[str]:
     """Figure 2 of every pair's baseline, and of every loop with more than one analysed iteration;
     the paths written."""
+    pairs = pair_order(results)
+    if not pairs:
+        expected = analysis_path(os.path.join("PAIR", LOOP), 0)
+        raise UsageError(f"no pair in {results} has a baseline analysis ({expected})")
     written = [os.path.join(results, PAIRS_FIGURE)]
     title = "JS divergence between decoder layers of the converged baselines"
-    js_heatmap_grid(pairs_rows(results), written[0], title=title)
-    for pair in pair_order(results):
+    js_heatmap_grid(pairs_rows(results, pairs), written[0], title=title)
+    for pair in pairs:
         run_dir = os.path.join(results, pair, LOOP)
         rows = loop_rows(run_dir)
         if len(rows) > 1:
             written.append(os.path.join(run_dir, LOOP_FIGURE))
             js_heatmap_grid(rows, written[-1], title=f"{pair}: the learn-to-share loop, seed 1")
     written.append(os.path.join(results, THETA_FIGURE))
-    write_theta_map(results, written[-1])
+    write_theta_map(results, pairs, written[-1])
     return written
 
 

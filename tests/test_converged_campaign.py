@@ -163,9 +163,16 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     assert sum("heldout" in words for words in heldout) == 8  # every En->De system
 
     pairs = trainings(outputs["pairs"])
-    assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")]
+    assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")] + [
+        ("en-de/san-mean-s2", 0)]  # no en-de loop collected: stage 2's fourth place  # fmt: skip
+    (mean,) = commands(outputs["pairs"], "fairseq-san-policy")
+    analyses = [word.split("/results/")[1] for word in mean if "/results/" in word]
+    assert analyses == ["en-de/loop/iter0/analysis/js.json", "en-de/baseline-s*/iter0/analysis/js.json"]
+    assert value(mean, "-o") == f"{dry_env['RUNS']}/en-de/policy-mean.json"
+    assert value(commands(outputs["pairs"], "learn_to_share.sh")[-1], "--seed") == "2"
     heldout = [w for w in commands(outputs["pairs"], "campaign_slices.py") if "heldout" in w]
-    assert {words[3].split("/runs/")[1] for words in heldout} == {"en-fr/loop", "en-cs/loop"}
+    assert {words[3].split("/runs/")[1] for words in heldout} == {
+        "en-fr/loop", "en-cs/loop", "en-de/san-mean-s2"}  # En->X only  # fmt: skip
 
     tables = dict(trainings(outputs["tables"]))
     assert set(tables) == {f"en-de/{name}" for name in (
@@ -273,24 +280,69 @@ def unsettled_en_de_loop(results: Path) -> Path:
     return loop
 
 
+def pairs_stage(k: int) -> List[tuple]:
+    """The pairs slice's three trainings of stage ``k`` (0: baselines, 1: SAN)."""
+    return [(f"{pair}/loop", k) for pair in ("de-en", "en-fr", "en-cs")]
+
+
+MEAN_SAN = [("en-de/san-mean-s2", 0)]  # stage 2's fourth place once the en-de loop has ended
+
+
 def test_pairs_trains_the_en_de_loops_next_iteration_while_its_policy_changes(dry_env, tmp_path):
     """Each stage of pairs (three trainings) takes the en-de loop's next iteration beside them
     while the loop's last iteration learned a new policy (the dry run prints iteration 2 for both
-    stages: nothing trains), none once it learned its own or an earlier iteration's; a stage
-    that starts nothing starts it neither."""
+    stages: nothing trains), none once it learned its own or an earlier iteration's, and then
+    stage 2's fourth place trains the En->De SAN of the seeds' mean policy; a stage that starts
+    nothing starts neither."""
     loop = unsettled_en_de_loop(Path(dry_env["RESULTS"]))
-
-    def stage(k: int) -> List[tuple]:
-        return [(f"{pair}/loop", k) for pair in ("de-en", "en-fr", "en-cs")]
+    (loop / "iter0" / "analysis").mkdir()
+    (loop / "iter0" / "analysis" / "js.json").write_text(json.dumps(PAPER_JS))
+    stage = pairs_stage
 
     pairs = trainings(campaign("pairs", "--dry-run", env=dry_env))
     assert pairs == stage(0) + [("en-de/loop", 2)] + stage(1) + [("en-de/loop", 2)]
     short = campaign("pairs", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
-    assert commands(short, "learn_to_share.sh") == [] and "en-de/loop" not in short
+    assert commands(short, "learn_to_share.sh") == [] and "== en-de/loop" not in short
+    assert "== en-de/san-mean-s2: not started: " in short  # its policy learned, no time left
     (loop / "iter2" / "policy.json").write_text(json.dumps(SAN_POLICY))  # the loop has settled
-    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1)
+    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1) + MEAN_SAN
     (loop / "iter2" / "policy.json").write_text("{}")  # iteration 0's: the loop would cycle
-    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1)
+    assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1) + MEAN_SAN
+
+
+def test_the_loop_ends_where_another_run_dir_trained_its_next_policy_with_its_recipe(
+    dry_env, tmp_path
+):
+    """The en-de loop's iteration 1 learned {4,2}; a uniform run dir trained {4,2} from scratch
+    with the loop's recipe and learned it back: that is the loop's iteration 2, so pairs does not
+    train it (and says why), and the summary says where the loop ended. Trained with another
+    recipe (another seed), or learning another policy back, it stands in for nothing."""
+    from campaign_summary import write_summary
+
+    results = Path(dry_env["RESULTS"])
+    loop = unsettled_en_de_loop(results)
+    later = json.loads((loop / "iter2" / "policy.json").read_text())
+    uniform = results / "en-de" / "uniform-4-2"
+    toy_system(uniform, 0, later, 33.0, ["x"])
+    (uniform / "iter1").mkdir()
+    (uniform / "iter1" / "policy.json").write_text(json.dumps(later))
+    output = campaign("pairs", "--dry-run", env=dry_env)
+    assert trainings(output) == pairs_stage(0) + pairs_stage(1) + MEAN_SAN
+    assert "iteration 1's policy was trained by uniform-4-2 with the loop's recipe" in output
+    summary = write_summary(str(results), str(tmp_path), str(results / "summary.json"))
+    assert summary["loop_ends"]["en-de"] == [
+        {"loop": "loop", "iteration": 1, "learned_policy": later, "trained_by": "uniform-4-2"}]
+    assert ("- loop: iteration 1 learned decoder_self {1,5}  decoder_encdec {4,2}  encoder_self "
+            "none, which uniform-4-2 trained from scratch") in (results / "summary.md").read_text()
+
+    record = json.loads((uniform / "run.json").read_text())
+    record["options"]["fairseq-train arguments after --"] += ["--seed", "2"]
+    (uniform / "run.json").write_text(json.dumps(record))
+    assert ("en-de/loop", 2) in trainings(campaign("pairs", "--dry-run", env=dry_env))
+    (uniform / "run.json").write_text(json.dumps({**record, "options": json.loads(
+        (loop / "run.json").read_text())["options"]}))  # the loop's recipe again  # fmt: skip
+    (uniform / "iter1" / "policy.json").write_text(json.dumps(SAN_POLICY))  # learned another
+    assert ("en-de/loop", 2) in trainings(campaign("pairs", "--dry-run", env=dry_env))
 
 
 def test_an_unknown_slice_is_one_line(dry_env):

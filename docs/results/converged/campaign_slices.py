@@ -7,7 +7,7 @@ systems, tests them and packs one archive; the archive is later collected on ano
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
     python docs/results/converged/campaign_slices.py restore FROM TO
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
-    python docs/results/converged/campaign_slices.py unsettled RUN_DIR
+    python docs/results/converged/campaign_slices.py unsettled RUN_DIR [--others DIR...]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
@@ -22,7 +22,8 @@ systems, tests them and packs one archive; the archive is later collected on ano
   ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
 * ``unsettled``: prints the next iteration of a learn-to-share loop whose policy still changed
   at its last iteration (nothing once it learns a policy it or an earlier iteration was trained
-  with), so that a slice can train it in a free place beside its own systems;
+  with, or one that a run dir of ``--others`` trained with the loop's recipe and learned back),
+  so that a slice can train it in a free place beside its own systems;
 * ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
   self-attention sharing (AAN has no decoder self-attention to share).
 """
@@ -43,7 +44,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 import fairseq_san
-from campaign_summary import ITERATION, system_label, system_names
+from campaign_summary import ITERATION, stand_in, system_label, system_names
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
@@ -242,17 +243,25 @@ def restore(source: str, target: str) -> bool:
     return True
 
 
-def unsettled(run_dir: str) -> Optional[int]:
+def unsettled(run_dir: str, pair_dirs: Sequence[str] = ()) -> Optional[int]:
     """The next iteration of a learn-to-share loop whose policy still changes: k + 1, where k >= 1
     is its newest finished iteration and the policy k learned (``iter<k+1>/policy.json``) is new,
-    neither k's nor an earlier iteration's (``fairseq_san.loop.stopping``); None otherwise
-    (iteration 1 is its slice's own stage 2)."""
+    neither k's nor an earlier iteration's (``fairseq_san.loop.stopping``), nor trained already by
+    a run dir of ``pair_dirs`` with the loop's recipe (``campaign_summary.stand_in``, said on
+    stderr); None otherwise (iteration 1 is its slice's own stage 2)."""
     finished = finished_iterations(run_dir) if os.path.isdir(run_dir) else []
     if not finished or finished[-1] < 1:
         return None
     newest = finished[-1]
     learned = os.path.exists(policy_path(run_dir, newest + 1))
-    return newest + 1 if learned and loop_stop(run_dir, newest) is None else None
+    if not learned or loop_stop(run_dir, newest) is not None:
+        return None
+    other = stand_in(run_dir, newest, pair_dirs)
+    if other:
+        print(f"== {run_dir}: iteration {newest}'s policy was trained by {other} with the loop's "
+              "recipe, and learned back: the loop ends there", file=sys.stderr)  # fmt: skip
+        return None
+    return newest + 1
 
 
 def iteration_label(run_dir: str, iteration: int) -> str:
@@ -353,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
         "unsettled", help="print the next iteration of a loop whose policy still changes"
     )
     loop.add_argument("run_dir")
+    loop.add_argument(
+        "--others", nargs="*", default=[], metavar="DIR",
+        help="folders of the pair's other run dirs, where the loop's next policy may be trained",
+    )  # fmt: skip
     aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
     aan.add_argument("policy")
     aan.add_argument("-o", "--output", required=True)
@@ -376,7 +389,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "heldout":
             heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
         elif args.command == "unsettled":
-            print(unsettled(args.run_dir) or "")
+            print(unsettled(args.run_dir, args.others) or "")
         else:
             aan_policy(args.policy, args.output)
     except UsageError as err:

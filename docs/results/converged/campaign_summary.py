@@ -16,7 +16,9 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
   exact permutation test of the seeds' test BLEU and its 95% interval, so that the training's
   spread, which a paired bootstrap on one pair of models does not see, has its own interval;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
-  wall time.
+  wall time;
+* ``loop_ends``: a loop whose newest policy another run dir trained with its recipe and learned
+  back (``stand_in``) ends there: that run is the loop's next iteration.
 
 Run dir names: ``loop`` is the pair's learn-to-share loop (iteration 0 "baseline", iteration 1
 "san", the SAN of the policy the baseline learned, later iterations "san-iter<k>", run while the
@@ -41,7 +43,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from campaign_headline import write_headline
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
-from fairseq_san.loop.stopping import policy_path
+from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import (
     format_theta_ranges,
     learned_theta_ranges,
@@ -49,7 +51,7 @@ from fairseq_san.loop.summary import (
     shown,
 )
 from fairseq_san.loop.train_log import read_train_log
-from fairseq_san.policy import format_policy
+from fairseq_san.policy import Policy, format_policy, load_policy
 
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
@@ -58,6 +60,9 @@ SEED_SUFFIX = re.compile(r"^(.+)-s(\d+)$")
 # test_bleu.sh's split folders and the names of the Multi30k test sets.
 TEST_SPLITS = {"test": "test_2016_flickr", "test1": "test_2017_flickr"}
 CURVE_POINTS = 5
+# What run.json records that two run dirs of one recipe may differ in: how far a loop goes, and
+# where the data lies on each machine (its content's digests are compared instead).
+NOT_RECIPE = ("--max-iterations", "--data", "--valid-ref")
 
 
 def trained_iterations(run_dir: str) -> List[int]:
@@ -128,6 +133,64 @@ def training_cap(run_dir: str) -> Optional[float]:
     train_args = recorded[0].get(TRAIN_ARGS) or [] if recorded else []
     hours = [train_args[i + 1] for i, arg in enumerate(train_args[:-1]) if arg == "--stop-time-hours"]
     return round(float(hours[-1]) * 3600, 1) if hours else None
+
+
+def recipe(run_dir: str) -> Optional[Tuple[dict, dict]]:
+    """How a run dir trains: the options of its run.json but NOT_RECIPE, and its data's content
+    digests; None without a record."""
+    recorded = read_record(run_dir)
+    if recorded is None:
+        return None
+    options, content = recorded
+    return {key: value for key, value in options.items() if key not in NOT_RECIPE}, content
+
+
+def trained_policy(run_dir: str, iteration: int) -> Optional[Policy]:
+    """The policy iteration ``iteration`` of a run dir trains with, where it has one."""
+    path = policy_path(run_dir, iteration)
+    return load_policy(path) if os.path.exists(path) else None
+
+
+def stand_in(run_dir: str, iteration: int, pair_dirs: Sequence[str]) -> Optional[str]:
+    """A run dir of ``pair_dirs`` (another name than the loop's) that trained the policy which
+    the loop's iteration ``iteration`` learned from scratch, with the loop's recipe, and learned
+    it back: that training is the loop's next iteration, and the loop, whose policy then stops
+    changing, ends there without repeating it. Its name, or None."""
+    learned = trained_policy(run_dir, iteration + 1)
+    own = recipe(run_dir)
+    if learned is None or own is None:
+        return None
+    for pair_dir in pair_dirs:
+        names = sorted(os.listdir(pair_dir)) if os.path.isdir(pair_dir) else []
+        for name in names:
+            other = os.path.join(pair_dir, name)
+            if (
+                name != os.path.basename(os.path.normpath(run_dir))
+                and trained_policy(other, 0) == learned
+                and trained_policy(other, 1) == learned
+                and recipe(other) == own
+            ):
+                return name
+    return None
+
+
+def loop_ends(results_dir: str, pair: str) -> List[dict]:
+    """The loops of a pair whose newest iteration learned a new policy (``loop_stop``) that
+    another run dir trained (``stand_in``): the loop, that iteration, the policy it learned, and
+    the run dir that trained it."""
+    pair_dir = os.path.join(results_dir, pair)
+    ends = []
+    for name in sorted(os.listdir(pair_dir)):
+        run_dir = os.path.join(pair_dir, name)
+        iterations = trained_iterations(run_dir) if LOOP.match(name) and os.path.isdir(run_dir) else []
+        if not iterations or loop_stop(run_dir, iterations[-1]) is not None:
+            continue
+        other = stand_in(run_dir, iterations[-1], [pair_dir])
+        if other:
+            learned = read_json(policy_path(run_dir, iterations[-1] + 1))
+            ends.append({"loop": name, "iteration": iterations[-1], "learned_policy": learned,
+                         "trained_by": other})  # fmt: skip
+    return ends
 
 
 def system_row(
@@ -441,6 +504,7 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
         if "baseline" in first and "san" in first:
             budgets[pair] = budget_statement(first["baseline"], first["san"])
     summary["budget"] = budgets
+    summary["loop_ends"] = {pair: loop_ends(results_dir, pair) for pair in systems}
     summary["slices"] = slice_records(results_dir)
     return summary
 
@@ -507,6 +571,13 @@ def summary_markdown(summary: Dict[str, object]) -> str:
             )
         if pair in summary["budget"]:
             lines.append(f"- Budget: {summary['budget'][pair]}.")
+        for end in summary.get("loop_ends", {}).get(pair, []):
+            lines.append(
+                f"- {end['loop']}: iteration {end['iteration']} learned "
+                f"{format_policy(end['learned_policy'])}, which {end['trained_by']} trained from "
+                "scratch with the loop's recipe and learned back: the loop ends there (not trained "
+                "again)."
+            )
         for row, training in zip(rows, summary["training"][pair]):
             if training.get("learned_policy") is not None:
                 learned = format_policy(training["learned_policy"])

@@ -22,7 +22,8 @@
 #           SAN seeds 1-3, all with the policy that seed 1's baseline learns, and baseline seed
 #           STAGE2_SEED (4) beside them
 #   pairs   De->En, En->Fr, En->Cs: baseline, then SAN, one seed each; beside the three trainings
-#           of a stage, the en-de loop's next iteration while its policy still changes
+#           of a stage, the en-de loop's next iteration while its policy still changes, else (stage
+#           2) En->De SAN seed 2 with the policy of the mean of the En->De baselines' analyses
 #   tables  En->De Tables 3-6 with this call's own baseline and SAN (run dir loop-tables): stage 1
 #           that baseline (its checkpoints kept), uniform {6}/{3,3}, AAN; stage 2 its SAN, the
 #           policies at other thresholds (Table 3; one equal to SAN's is not retrained), on the
@@ -201,14 +202,34 @@ loop() {
 }
 
 # again PAIR: beside the trainings this stage started (none: nothing), the next iteration of the
-# pair's loop while its policy still changes (campaign_slices.py unsettled): the paper's loop runs
-# until the learned policy is not new, and a stage of three trainings has a fourth place on the GPU.
+# pair's loop while its policy still changes (campaign_slices.py unsettled: not once another run
+# dir of the pair trained that policy with the loop's recipe and learned it back): the paper's
+# loop runs until the learned policy is not new, and a stage of three trainings has a fourth
+# place on the GPU. Fails when it starts nothing, so that the place goes to another system.
 again() {
-  [ "$STAGE_JOBS" -gt 0 ] || return 0
+  [ "$STAGE_JOBS" -gt 0 ] || return 1
   local dir=$RUNS/$1/loop iter
   [ -d "$dir" ] || dir=$RESULTS/$1/loop
-  iter=$("${SLICES[@]}" unsettled "$dir")
-  [ -z "$iter" ] || loop "$1" "$iter"
+  iter=$("${SLICES[@]}" unsettled "$dir" --others "$RUNS/$1" "$RESULTS/$1")
+  [ -n "$iter" ] && loop "$1" "$iter"
+}
+
+# mean_san SEED: En->De SAN trained with the policy that the mean of every collected En->De
+# baseline seed's analysis learns at the loop's thresholds (fairseq-san-policy averages the JS
+# matrices), seed SEED (run dir en-de/san-mean-sSEED). The en-de slice's SAN seeds all trained
+# with seed 1's policy; the seeds' analyses and their mean learn another (results.md, "Figure 2
+# at convergence").
+mean_san() {
+  local policy=$RUNS/en-de/policy-mean.json analyses=() js
+  for js in "$RESULTS"/en-de/{loop,baseline-s*}/iter0/analysis/js.json; do
+    if [ -f "$js" ] || [ "$DRY_RUN" = 1 ]; then analyses+=("$js"); fi
+  done
+  if [ ${#analyses[@]} -gt 0 ]; then
+    [ "$DRY_RUN" = 1 ] || mkdir -p "$RUNS/en-de"
+    run fairseq-san-policy "${analyses[@]}" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
+      -o "$policy" || true
+  fi
+  system "en-de/san-mean-s$1" en-de $SMALL "$policy" 0 -- --seed "$1"
 }
 
 beside() {  # beside COMMAND...: in the background (with --dry-run: in order, printed)
@@ -344,11 +365,11 @@ case $SLICE in
     ;;
   pairs)
     for pair in de-en en-fr en-cs; do loop "$pair" 0; done
-    again en-de
+    again en-de || true
     wait
     STAGE_JOBS=0
     for pair in de-en en-fr en-cs; do loop "$pair" 1; done
-    again en-de
+    again en-de || mean_san 2  # the fourth place: the loop while it runs, else the mean's SAN
     ;;
   tables)
     T=$RUNS/en-de/loop-tables

@@ -168,26 +168,33 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     (mean,) = commands(outputs["pairs"], "fairseq-san-policy")
     analyses = [word.split("/results/")[1] for word in mean if "/results/" in word]
     assert analyses == ["en-de/loop/iter0/analysis/js.json", "en-de/baseline-s*/iter0/analysis/js.json"]
-    assert value(mean, "-o") == f"{dry_env['RUNS']}/en-de/policy-mean.json"
+    assert value(mean, "-o") == f"{dry_env['RUNS']}/en-de/policies/mean.json"
     assert value(commands(outputs["pairs"], "learn_to_share.sh")[-1], "--seed") == "2"
     heldout = [w for w in commands(outputs["pairs"], "campaign_slices.py") if "heldout" in w]
     assert {words[3].split("/runs/")[1] for words in heldout} == {
         "en-fr/loop", "en-cs/loop", "en-de/san-mean-s2"}  # En->X only  # fmt: skip
 
-    tables = dict(trainings(outputs["tables"]))
-    assert set(tables) == {f"en-de/{name}" for name in (
-        "loop-tables", "uniform", "aan", "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4",
-        "own-v", "enc-0.4", "aan-san")}  # fmt: skip
+    tables = trainings(outputs["tables"])
+    assert tables == [(f"en-de/{name}", 0) for name in (
+        "baseline-s5", "aan", "own-v", "enc-0.4",  # stage 1: four at a time, then stage 2:
+        "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4", "uniform-6-3-3", "aan-san")]  # fmt: skip
     words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["tables"], "learn_to_share.sh")}
     assert value(words["en-de/own-v"], "--san-encdec-share") == "weights"
     assert value(words["en-de/aan-san"], "--arch") == "transformer_aan_small"
-    assert value(words["en-de/loop-tables"], "--keep-interval-updates") == "1000"  # Figure 5
+    assert value(words["en-de/baseline-s5"], "--keep-interval-updates") == "1000"  # Figure 5
+    assert value(words["en-de/baseline-s5"], "--seed") == "5"
+    learned = commands(outputs["tables"], "fairseq-san-policy")
+    analysed = {word.split("/results/")[1] for words in learned[:4] for word in words if "/results/" in word}
+    assert analysed == {"en-de/loop/iter0/analysis/js.json"}  # the en-de loop's, as san's policy
+    assert [value(w, "-o").split("/runs/")[1] for w in learned[:4]] == [
+        f"en-de/policies/{name}.json" for name in ("theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4",
+                                                   "enc-0.4")]  # fmt: skip
     validates = commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses, and:
     (other,) = [words for words in validates if value(words, "--valid-subset") == "test"]
-    assert value(other, "--path").endswith("loop-tables/iter0/checkpoints/checkpoint_best.pt")
-    assert value(other, "--san-analysis-dir").endswith("loop-tables/iter0/analysis-test")
-    (learned,) = [w for w in commands(outputs["tables"], "fairseq-san-policy") if "--explain" in w]
-    assert value(learned, "-o").endswith("loop-tables/policies/test-sentences.json")
+    assert value(other, "--path").endswith("baseline-s5/iter0/checkpoints/checkpoint_best.pt")
+    assert value(other, "--san-analysis-dir").endswith("baseline-s5/iter0/analysis-test")
+    (learned,) = [w for w in learned if "--explain" in w]
+    assert value(learned, "-o").endswith("baseline-s5/policies/test-sentences.json")
 
     bench = trainings(outputs["bench"])
     assert bench[0] == ("en-de/loop-bench", 0)
@@ -214,7 +221,7 @@ def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_en
     reads travels; Figure 5's attention dumps (one per checkpoint) and checkpoints do not."""
     (tar,) = commands(campaign("tables", "--dry-run", env=dry_env), "tar")
     runs, out = Path(dry_env["RUNS"]), Path(dry_env["OUT"])
-    loop = "en-de/loop-tables"
+    loop = "en-de/baseline-s5"
     kept = [f"{loop}/iter0/analysis/attention-decoder_self.npz", f"{loop}/iter0/analysis/js.json",
             f"{loop}/figure5/checkpoint_1_100/js.json",
             f"{loop}/test-bleu/iter0/test/generate-test.txt"]
@@ -343,6 +350,56 @@ def test_the_loop_ends_where_another_run_dir_trained_its_next_policy_with_its_re
         (loop / "run.json").read_text())["options"]}))  # the loop's recipe again  # fmt: skip
     (uniform / "iter1" / "policy.json").write_text(json.dumps(SAN_POLICY))  # learned another
     assert ("en-de/loop", 2) in trainings(campaign("pairs", "--dry-run", env=dry_env))
+
+
+def test_a_slice_trains_only_the_policies_no_system_trained_with_the_recipe(tmp_path, capsys):
+    """Of Table 3's policy files, one the loop's SAN trained, one new, the same again, and one
+    missing: only the new one is left to train, each other one said. A system that trained the
+    new policy with another recipe (another seed) does not count."""
+    from campaign_slices import untrained
+
+    pair = tmp_path / "results" / "en-de"
+    toy_system(pair / "loop", 0, {}, 30.0, ["x"])
+    toy_system(pair / "loop", 1, SAN_POLICY, 31.0, ["x"])
+    new = {**SAN_POLICY, "decoder_encdec": [6]}
+    files = []
+    for name, policy in (("theta-a", SAN_POLICY), ("theta-b", new), ("theta-c", new)):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(policy))
+    files = [str(path) for path in files + [tmp_path / "theta-d.json"]]
+    assert untrained(files, str(pair / "loop"), [str(pair)]) == files[1:2]
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        f"== {files[0]}: trained already, as san ({pair / 'loop'}, iteration 1), with the recipe "
+        f"of {pair / 'loop'}",
+        f"== {files[2]}: the policy of {files[1]}, trained once",
+        f"== {files[3]}: no such policy, nothing to train",
+    ]  # fmt: skip
+    toy_system(pair / "other-s2", 0, new, 32.0, ["x"])
+    record = json.loads((pair / "other-s2" / "run.json").read_text())
+    record["options"]["fairseq-train arguments after --"] += ["--seed", "2"]
+    (pair / "other-s2" / "run.json").write_text(json.dumps(record))
+    assert untrained(files[1:2], str(pair / "loop"), [str(pair)]) == files[1:2]
+
+
+def test_tables_trains_what_is_new_and_gives_free_places_to_the_mean_policy(dry_env, tmp_path):
+    """The tables slice learns its policies from the collected en-de loop: Table 3's policy that
+    the loop's SAN trained is not trained again, the others wait for time (no system has any
+    here), and stage 2, with places free, takes the SAN of the seeds' mean policy, seeds 3 and 4."""
+    from fairseq_san.policy import learn_policy
+
+    loop = Path(dry_env["RESULTS"]) / "en-de" / "loop"
+    learned = learn_policy(PAPER_JS, {"decoder_self": 0.3, "decoder_encdec": 0.5})
+    toy_system(loop, 0, {}, 30.0, ["x"])
+    toy_system(loop, 1, {**learned, "encoder_self": None}, 31.0, ["x"])
+    (loop / "iter0" / "analysis").mkdir()
+    (loop / "iter0" / "analysis" / "js.json").write_text(json.dumps(PAPER_JS))
+    output = campaign("tables", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
+    assert commands(output, "learn_to_share.sh") == []
+    assert "/en-de/policies/theta-0.3-0.5.json: trained already, as san (" in output
+    assert "== en-de/theta-0.3-0.5:" not in output
+    for name in ("own-v", "enc-0.4", "aan-san", "uniform-6-3-3", "san-mean-s3", "san-mean-s4"):
+        assert f"== en-de/{name}: not started: " in output, name
 
 
 def test_an_unknown_slice_is_one_line(dry_env):
@@ -553,6 +610,10 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     text = gzip.decompress((tested / "generate-test.txt.gz").read_bytes())
     (tested / "generate-test.txt.gz").unlink()
     (tested / "generate-test.txt").write_bytes(text)  # as the GPU machine writes it
+    for step in (100, 200):  # Figure 5's analyses, drawn by collect (no matplotlib on the GPU)
+        analysis = runs / "en-de" / "baseline-s5" / "figure5" / f"checkpoint_{step // 100}_{step}"
+        analysis.mkdir(parents=True)
+        (analysis / "js.json").write_text(json.dumps({**PAPER_JS, "num_updates": step}))
     shared = Path(dry_env["SHARED"])
     toy_archive(shared / "converged", runs, "en-de")
     results = tmp_path / "results"
@@ -561,6 +622,8 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     output = campaign("collect", env=env)
     assert "== collected" in output and (results / "summary.json").is_file()
     assert (results / "figure2.png").read_bytes()[:4] == b"\x89PNG"  # campaign_figures.py
+    figure5 = results / "en-de" / "baseline-s5" / "figure5" / "js_vs_steps.png"
+    assert figure5.read_bytes()[:4] == b"\x89PNG"
     assert "== the working tree that travels to a GPU call is " in output
     collected = results / "en-de" / "loop" / "test-bleu" / "iter1" / "test"
     assert sorted(path.name for path in collected.glob("generate-*")) == ["generate-test.txt.gz"]

@@ -8,6 +8,7 @@ systems, tests them and packs one archive; the archive is later collected on ano
     python docs/results/converged/campaign_slices.py restore FROM TO
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
     python docs/results/converged/campaign_slices.py unsettled RUN_DIR [--others DIR...]
+    python docs/results/converged/campaign_slices.py untrained POLICY... --like RUN_DIR [--others DIR...]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
@@ -24,6 +25,8 @@ systems, tests them and packs one archive; the archive is later collected on ano
   at its last iteration (nothing once it learns a policy it or an earlier iteration was trained
   with, or one that a run dir of ``--others`` trained with the loop's recipe and learned back),
   so that a slice can train it in a free place beside its own systems;
+* ``untrained``: prints which of a slice's policy files no run dir of the pair trained with a
+  given run dir's recipe (nor an earlier file of the list), one a line: what it still trains;
 * ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
   self-attention sharing (AAN has no decoder self-attention to share).
 """
@@ -44,7 +47,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 import fairseq_san
-from campaign_summary import ITERATION, stand_in, system_label, system_names
+from campaign_summary import ITERATION, stand_in, system_label, system_names, trained_with
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
@@ -264,6 +267,30 @@ def unsettled(run_dir: str, pair_dirs: Sequence[str] = ()) -> Optional[int]:
     return newest + 1
 
 
+def untrained(policies: Sequence[str], like: str, pair_dirs: Sequence[str]) -> List[str]:
+    """The policy files of ``policies`` that a slice still has to train: those that no run dir of
+    ``pair_dirs`` trained with the recipe of run dir ``like`` (``campaign_summary.trained_with``)
+    and that no earlier file of the list holds. Each other one is said on stderr, with the
+    system that trained it."""
+    new: List[str] = []
+    for path in policies:
+        if not os.path.exists(path):
+            print(f"== {path}: no such policy, nothing to train", file=sys.stderr)
+            continue
+        policy = load_policy(path)
+        trained = trained_with(policy, like, pair_dirs)
+        same = [other for other in new if load_policy(other) == policy]
+        if trained:
+            run_dir, k = trained[0]
+            print(f"== {path}: trained already, as {iteration_label(run_dir, k)} ({run_dir}, "
+                  f"iteration {k}), with the recipe of {like}", file=sys.stderr)  # fmt: skip
+        elif same:
+            print(f"== {path}: the policy of {same[0]}, trained once", file=sys.stderr)
+        else:
+            new.append(path)
+    return new
+
+
 def iteration_label(run_dir: str, iteration: int) -> str:
     """The folder name (``system_label``) of the system that iteration ``iteration`` of
     ``run_dir`` is in summary.json."""
@@ -366,6 +393,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--others", nargs="*", default=[], metavar="DIR",
         help="folders of the pair's other run dirs, where the loop's next policy may be trained",
     )  # fmt: skip
+    todo = commands.add_parser(
+        "untrained", help="print the policy files that no run dir trained with a recipe"
+    )
+    todo.add_argument("policies", nargs="+", metavar="POLICY")
+    todo.add_argument("--like", required=True, metavar="RUN_DIR", help="the recipe's run dir")
+    todo.add_argument("--others", nargs="*", default=[], metavar="DIR",
+                      help="folders of the pair's run dirs")  # fmt: skip
     aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
     aan.add_argument("policy")
     aan.add_argument("-o", "--output", required=True)
@@ -390,6 +424,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
         elif args.command == "unsettled":
             print(unsettled(args.run_dir, args.others) or "")
+        elif args.command == "untrained":
+            for policy in untrained(args.policies, args.like, args.others):
+                print(policy)
         else:
             aan_policy(args.policy, args.output)
     except UsageError as err:

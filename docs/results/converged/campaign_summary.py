@@ -151,26 +151,35 @@ def trained_policy(run_dir: str, iteration: int) -> Optional[Policy]:
     return load_policy(path) if os.path.exists(path) else None
 
 
-def stand_in(run_dir: str, iteration: int, pair_dirs: Sequence[str]) -> Optional[str]:
-    """A run dir of ``pair_dirs`` (another name than the loop's) that trained the policy which
-    the loop's iteration ``iteration`` learned from scratch, with the loop's recipe, and learned
-    it back: that training is the loop's next iteration, and the loop, whose policy then stops
-    changing, ends there without repeating it. Its name, or None."""
-    learned = trained_policy(run_dir, iteration + 1)
-    own = recipe(run_dir)
-    if learned is None or own is None:
-        return None
+def trained_with(policy: Policy, like: str, pair_dirs: Sequence[str]) -> List[Tuple[str, int]]:
+    """(run dir, iteration) of every trained iteration of the run dirs of ``pair_dirs`` that
+    trained ``policy`` from scratch with the recipe of run dir ``like``."""
+    own = recipe(like)
+    found = []
     for pair_dir in pair_dirs:
         names = sorted(os.listdir(pair_dir)) if os.path.isdir(pair_dir) else []
         for name in names:
             other = os.path.join(pair_dir, name)
-            if (
-                name != os.path.basename(os.path.normpath(run_dir))
-                and trained_policy(other, 0) == learned
-                and trained_policy(other, 1) == learned
-                and recipe(other) == own
-            ):
-                return name
+            iterations = trained_iterations(other) if os.path.isdir(other) else []
+            matching = [k for k in iterations if trained_policy(other, k) == policy]
+            if matching and own is not None and recipe(other) == own:
+                found += [(other, k) for k in matching]
+    return found
+
+
+def stand_in(run_dir: str, iteration: int, pair_dirs: Sequence[str]) -> Optional[str]:
+    """A run dir of ``pair_dirs`` (another name than the loop's) that trained the policy which
+    the loop's iteration ``iteration`` learned as its iteration 0, with the loop's recipe, and
+    learned it back: that training is the loop's next iteration, and the loop, whose policy then
+    stops changing, ends there without repeating it. Its name, or None."""
+    learned = trained_policy(run_dir, iteration + 1)
+    if learned is None:
+        return None
+    loop_name = os.path.basename(os.path.normpath(run_dir))
+    for other, k in trained_with(learned, run_dir, pair_dirs):
+        name = os.path.basename(other)
+        if k == 0 and name != loop_name and trained_policy(other, 1) == learned:
+            return name
     return None
 
 

@@ -24,11 +24,14 @@
 #   pairs   De->En, En->Fr, En->Cs: baseline, then SAN, one seed each; beside the three trainings
 #           of a stage, the en-de loop's next iteration while its policy still changes, else (stage
 #           2) En->De SAN seed 2 with the policy of the mean of the En->De baselines' analyses
-#   tables  En->De Tables 3-6 with this call's own baseline and SAN (run dir loop-tables): stage 1
-#           that baseline (its checkpoints kept), uniform {6}/{3,3}, AAN; stage 2 its SAN, the
-#           policies at other thresholds (Table 3; one equal to SAN's is not retrained), on the
-#           encoder side (Table 5), own V (Table 4), AAN+SAN (Table 6); meanwhile Figure 5 from
-#           the baseline's checkpoints, and its policy learned from the test sentences
+#   tables  En->De Tables 3-6 against the en-de slice's baselines and SAN, each policy from the
+#           en-de loop's collected analysis (so that every row trains as they did, to the same
+#           update budget, four at a time): stage 1 baseline seed 5 (every checkpoint kept, for
+#           Figure 5), AAN, own V (Table 4), the encoder side at 0.4 (Table 5); stage 2 the
+#           policies at other thresholds that no system trained yet (Table 3), uniform {6}/{3,3},
+#           AAN+SAN (Table 6), and in free places the mean policy's SAN seeds 3, 4; meanwhile
+#           Figure 5 from baseline seed 5's checkpoints, and its policy learned from the test
+#           sentences
 #   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
 #           16 and 128 (what the call's time does not hold: in a second call on the same warm
 #           machine); the 2-rank multi-GPU smoke runs during stage 1
@@ -101,6 +104,10 @@ logged() {  # logged LOG COMMAND...: like run, with the command's output into LO
   [ "$DRY_RUN" = 1 ] || "$@" > "$log" 2>&1
 }
 
+figure5_plot() {  # figure5_plot FOLDER: Figure 5 from the analyses of FOLDER/checkpoint_*/
+  run fairseq-san-plot-js "$1"/*/ --reference-layer 4 --layers 5 6 -o "$1/js_vs_steps.png"
+}
+
 if [ "$SLICE" = collect ]; then
   archives=("$@")
   for found in "$SHARED"/converged/converged-*.tar.gz; do
@@ -111,6 +118,9 @@ if [ "$SLICE" = collect ]; then
   run "${SLICES[@]}" collect "$RESULTS" --run-sh "$RUN_SH" "${archives[@]}"
   run python "$HERE/campaign_summary.py" "$RESULTS" --data-root "$DATA_ROOT" -o "$RESULTS/summary.json"
   run python "$HERE/campaign_figures.py" "$RESULTS"
+  for folder in "$RESULTS"/*/*/figure5; do
+    if [ -d "$folder" ]; then figure5_plot "$folder"; fi
+  done
   exit 0
 fi
 
@@ -220,12 +230,12 @@ again() {
 # with seed 1's policy; the seeds' analyses and their mean learn another (results.md, "Figure 2
 # at convergence").
 mean_san() {
-  local policy=$RUNS/en-de/policy-mean.json analyses=() js
+  local policy=$RUNS/en-de/policies/mean.json analyses=() js
   for js in "$RESULTS"/en-de/{loop,baseline-s*}/iter0/analysis/js.json; do
     if [ -f "$js" ] || [ "$DRY_RUN" = 1 ]; then analyses+=("$js"); fi
   done
   if [ ${#analyses[@]} -gt 0 ]; then
-    [ "$DRY_RUN" = 1 ] || mkdir -p "$RUNS/en-de"
+    [ "$DRY_RUN" = 1 ] || mkdir -p "$(dirname "$policy")"
     run fairseq-san-policy "${analyses[@]}" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
       -o "$policy" || true
   fi
@@ -236,14 +246,14 @@ beside() {  # beside COMMAND...: in the background (with --dry-run: in order, pr
   if [ "$DRY_RUN" = 1 ]; then "$@"; else "$@" & fi
 }
 
-aan_policy() {  # aan_policy LOOP_DIR: its learned policy less decoder self-attention (AAN has none)
-  [ "$DRY_RUN" = 1 ] || [ -f "$1/iter1/policy.json" ] || return 0
-  [ "$DRY_RUN" = 1 ] || mkdir -p "$1/policies"
-  run "${SLICES[@]}" aan-policy "$1/iter1/policy.json" -o "$1/policies/aan-san.json"
+aan_policy() {  # aan_policy LEARNED OUT: policy LEARNED less decoder self-attention (AAN has none)
+  [ "$DRY_RUN" = 1 ] || [ -f "$1" ] || return 0
+  [ "$DRY_RUN" = 1 ] || mkdir -p "$(dirname "$2")"
+  run "${SLICES[@]}" aan-policy "$1" -o "$2"
 }
 
-policies() {  # policies LOOP_DIR: Tables 3, 5 and 6's policies from iteration 0's JS
-  local js=$1/iter0/analysis/js.json out=$1/policies thetas
+policies() {  # policies LOOP_DIR OUT: Tables 3, 5 and 6's policies from LOOP_DIR's iteration 0
+  local js=$1/iter0/analysis/js.json out=$2 thetas
   [ "$DRY_RUN" = 1 ] || [ -f "$js" ] || { echo "== $1: no JS analysis, no policies"; return 0; }
   [ "$DRY_RUN" = 1 ] || mkdir -p "$out"
   for thetas in 0.3:0.4 0.3:0.5 0.4:0.4; do  # Table 3 (0.4:0.5 is the loop's own)
@@ -252,16 +262,23 @@ policies() {  # policies LOOP_DIR: Tables 3, 5 and 6's policies from iteration 0
   done
   run fairseq-san-policy "$js" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
     --theta-encoder-self 0.4 -o "$out/enc-0.4.json" || true  # Table 5
-  aan_policy "$1"  # Table 6
+  aan_policy "$1/iter1/policy.json" "$out/aan-san.json"  # Table 6
 }
 
-# The policy on other sentences: LOOP_DIR's baseline analysed on test (test_2016_flickr, 1,000
-# sentences) as well as valid, and the policy learned from that, beside stage 2's trainings: does
-# what the loop learns depend on the sentences analysed? (It learns from valid; nothing is tuned
-# on test.)
+trained_here() {  # trained_here RUN_DIR: its iteration 0's best checkpoint is on this machine
+  [ "$DRY_RUN" = 1 ] || [ -f "$1/iter0/checkpoints/checkpoint_best.pt" ] ||
+    { echo "== $1: no checkpoint here (not trained on this machine), no analysis"; return 1; }
+}
+
+# The policy on other sentences: RUN_DIR's baseline (iteration 0) analysed on test
+# (test_2016_flickr, 1,000 sentences) as well as valid, and the policy learned from that, beside
+# stage 2's trainings: does what the loop learns depend on the sentences analysed? (It learns
+# from valid; nothing is tuned on test.)
 other_sentences() {
   local A=$1/iter0/analysis-test
+  trained_here "$1" || return 0
   [ "$DRY_RUN" = 1 ] || [ ! -f "$A/js.json" ] || return 0
+  [ "$DRY_RUN" = 1 ] || mkdir -p "$1/policies"
   logged "$A.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
     --task translation_san --user-dir fairseq_san --path "$1/iter0/checkpoints/checkpoint_best.pt" \
     --valid-subset test --max-tokens 4096 --san-analysis-dir "$A" || return 0
@@ -269,10 +286,12 @@ other_sentences() {
     --explain -o "$1/policies/test-sentences.json" || true
 }
 
-# Figure 5: JS between layers against training steps, each kept checkpoint of LOOP_DIR's baseline
-# analysed on 500 validation sentences, 2 at a time beside stage 2's trainings, until the deadline.
+# Figure 5: JS between layers against training steps, each kept checkpoint of RUN_DIR's baseline
+# (iteration 0) analysed on 500 validation sentences, 2 at a time beside stage 2's trainings,
+# until the deadline.
 figure5() {
   local F=$1/figure5 n=0 ckpt step
+  trained_here "$1" || return 0
   [ "$DRY_RUN" = 1 ] || mkdir -p "$F"
   for ckpt in "$1"/iter0/checkpoints/checkpoint_*_*.pt; do
     [ -f "$ckpt" ] || [ "$DRY_RUN" = 1 ] || continue
@@ -284,8 +303,7 @@ figure5() {
     n=$((n + 1)) && [ $((n % 2)) != 0 ] || wait
   done
   wait
-  run fairseq-san-plot-js "$F"/*/ --reference-layer 4 --layers 5 6 -o "$F/js_vs_steps.png" ||
-    true  # matplotlib is not in the offline bundle: draw it from the JSON after collect
+  figure5_plot "$F" || true  # matplotlib is not in the offline bundle: collect draws it again
 }
 
 # Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time:
@@ -372,32 +390,35 @@ case $SLICE in
     again en-de || mean_san 2  # the fourth place: the loop while it runs, else the mean's SAN
     ;;
   tables)
-    T=$RUNS/en-de/loop-tables
+    L=$RESULTS/en-de/loop P=$RUNS/en-de/policies F=$RUNS/en-de/baseline-s5
+    policies "$L" "$P"
     KEEP=(--keep-interval-updates 1000)  # every checkpoint (each 100 updates), for Figure 5
-    loop en-de 0 loop-tables "${KEEP[@]}"
-    system en-de/uniform en-de $SMALL "$HERE/policy-uniform-6-3-3.json" 0  # Table 3, uniform
-    system en-de/aan en-de $AAN none 0                                     # Table 6
+    system en-de/baseline-s5 en-de $SMALL none 0 -- --seed 5 "${KEEP[@]}"
+    system en-de/aan en-de $AAN none 0                                                     # 6
+    system en-de/own-v en-de $SMALL "$L/iter1/policy.json" 0 -- --san-encdec-share weights  # 4
+    system en-de/enc-0.4 en-de $SMALL "$P/enc-0.4.json" 0                                 # 5
     wait
-    policies "$T"
-    beside figure5 "$T"
-    beside other_sentences "$T"
-    loop en-de 1 loop-tables "${KEEP[@]}"
-    for theta in 0.3-0.4 0.3-0.5 0.4-0.4; do  # Table 3, the thetas whose policy is not san's
-      [ "$DRY_RUN" = 0 ] && [ -f "$T/iter1/policy.json" ] && [ -f "$T/policies/theta-$theta.json" ] &&
-        fairseq-san-loop same-policy "$T/iter1/policy.json" "$T/policies/theta-$theta.json" &&
-        { echo "== en-de/theta-$theta: same policy as san"; continue; }
-      system "en-de/theta-$theta" en-de $SMALL "$T/policies/theta-$theta.json" 0
+    STAGE_JOBS=0
+    beside figure5 "$F"
+    beside other_sentences "$F"
+    thetas=("$P"/theta-{0.3-0.4,0.3-0.5,0.4-0.4}.json)  # Table 3: what no system trained yet
+    [ "$DRY_RUN" = 1 ] || mapfile -t thetas < <("${SLICES[@]}" untrained "${thetas[@]}" \
+      --like "$L" --others "$RESULTS/en-de" "$RUNS/en-de")
+    for policy in "${thetas[@]}"; do
+      system "en-de/$(basename "$policy" .json)" en-de $SMALL "$policy" 0
     done
-    system en-de/own-v en-de $SMALL "$T/iter1/policy.json" 0 -- --san-encdec-share weights  # 4
-    system en-de/enc-0.4 en-de $SMALL "$T/policies/enc-0.4.json" 0                        # 5
-    system en-de/aan-san en-de $AAN "$T/policies/aan-san.json" 0                          # 6
+    system en-de/uniform-6-3-3 en-de $SMALL "$HERE/policy-uniform-6-3-3.json" 0  # Table 3
+    system en-de/aan-san en-de $AAN "$P/aan-san.json" 0                          # 6
+    for seed in 3 4; do  # free places: more seeds of the mean policy (2 trains in pairs)
+      [ "$STAGE_JOBS" -ge 4 ] || mean_san "$seed"
+    done
     ;;
   bench)
     B=$RUNS/en-de/loop-bench
     loop en-de 0 loop-bench
     beside smoke
     wait
-    aan_policy "$B"
+    aan_policy "$B/iter1/policy.json" "$B/policies/aan-san.json"
     loop en-de 1 loop-bench
     system en-de/aan-san-bench en-de $AAN "$B/policies/aan-san.json" 0
     wait

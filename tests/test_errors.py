@@ -732,3 +732,21 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
     monkeypatch.setattr("sys.argv", ["fairseq-generate", "--cpu"])  # not a path given: traceback
     excepthook(traceback_printer)(FileNotFoundError, error, None)
     assert capsys.readouterr().err.startswith("Traceback")
+
+
+def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
+    """``fairseq-san-policy JS | head -1``: the reader gone, the command ends with the status of SIGPIPE, as a
+    Unix tool does, with nothing on stderr (no BrokenPipeError traceback)."""
+    import signal
+
+    from test_policy import PAPER_ENCDEC, PAPER_SELF
+
+    js = tmp_path / "js.json"
+    js.write_text(json.dumps({"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC}))
+    command = [str(BIN / "fairseq-san-policy"), str(js), "--theta-decoder-self", "0.4",
+               "--theta-decoder-encdec", "0.5", "--map", "0.3"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)  # fmt: skip
+    process.stdout.close()  # the reader stops before the command writes
+    _, stderr = process.communicate(timeout=120)
+    assert stderr.decode() == "" and process.returncode == 128 + signal.SIGPIPE

@@ -25,6 +25,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
@@ -82,6 +83,7 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
     return options
 
 
+@quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import PolicyError, check_js, load_json_object
 
@@ -104,6 +105,7 @@ def check_output(path: str) -> None:
         )
 
 
+@quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     """Read the analyses, write the figure; bad input exits with status 2."""
     parser = build_parser()

@@ -19,6 +19,7 @@ import argparse
 import sys
 from typing import Optional
 
+from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.policy import (
     KINDS,
     Blocks,
@@ -114,6 +115,7 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
     return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
 
 
+@quiet_when_output_closes
 def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
     parser = build_parser()

@@ -11,9 +11,11 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.scoring import corpus_scores, read_generate_output, read_lines
 
 
+@quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
     parser.add_argument(

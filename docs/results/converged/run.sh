@@ -224,14 +224,15 @@ again() {
   [ -n "$iter" ] && loop "$1" "$iter"
 }
 
-# mean_san SEED: En->De SAN trained with the policy that the mean of every collected En->De
-# baseline seed's analysis learns at the loop's thresholds (fairseq-san-policy averages the JS
-# matrices), seed SEED (run dir en-de/san-mean-sSEED). The en-de slice's SAN seeds all trained
-# with seed 1's policy; the seeds' analyses and their mean learn another (results.md, "Figure 2
-# at convergence").
+# mean_san SEED: En->De SAN trained with the policy that the mean of the en-de slice's baseline
+# seeds' analyses (1, SEEDS, STAGE2_SEED: the same four for every SEED) learns at the loop's
+# thresholds (fairseq-san-policy averages the JS matrices), seed SEED (run dir
+# en-de/san-mean-sSEED). The en-de slice's SAN seeds all trained with seed 1's policy; the seeds'
+# analyses and their mean learn another (results.md, "Figure 2 at convergence").
 mean_san() {
-  local policy=$RUNS/en-de/policies/mean.json analyses=() js
-  for js in "$RESULTS"/en-de/{loop,baseline-s*}/iter0/analysis/js.json; do
+  local policy=$RUNS/en-de/policies/mean.json analyses=() run seed js
+  for run in loop $(for seed in $SEEDS $STAGE2_SEED; do echo "baseline-s$seed"; done); do
+    js=$RESULTS/en-de/$run/iter0/analysis/js.json
     if [ -f "$js" ] || [ "$DRY_RUN" = 1 ]; then analyses+=("$js"); fi
   done
   if [ ${#analyses[@]} -gt 0 ]; then

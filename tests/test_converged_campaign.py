@@ -137,7 +137,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
             budgets.add(value(words, "--updates"))
             assert value(words, "--decode-batch-size") == "128"  # a GPU's batch
         assert len(caps) == 1, name  # the same cap for every system of the slice
-        assert float(caps.pop()) == pytest.approx((1.5 if name == "bench" else 6.5) / 60, abs=1e-4)
+        assert float(caps.pop()) == pytest.approx((2.5 if name == "bench" else 6.5) / 60, abs=1e-4)
         assert budgets == {"1000000" if name == "bench" else "3000"}, name  # bench: the cap alone
         for words in commands(output, "campaign_slices.py"):
             if "heldout" in words:
@@ -198,8 +198,12 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     assert value(learned, "-o").endswith("baseline-s5/policies/test-sentences.json")
 
     bench = trainings(outputs["bench"])
-    assert bench[0] == ("en-de/loop-bench", 0)
-    assert bench[-2:] == [("en-de/loop-bench", 1), ("en-de/aan-san-bench", 0)]
+    assert [run for run in bench if not run[0].startswith("smoke/")] == [
+        ("en-de/baseline-bench", 0), ("en-de/san-bench", 0), ("en-de/aan-san-bench", 0)]  # fmt: skip
+    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["bench"], "learn_to_share.sh")}
+    assert value(words["en-de/aan-san-bench"], "--arch") == "transformer_aan_small"
+    (aan_policy,) = [w for w in commands(outputs["bench"], "campaign_slices.py") if "aan-policy" in w]
+    assert aan_policy[3].endswith("/results/en-de/loop/iter1/policy.json")  # the headline SAN's
     smoke = {run_dir: w for (run_dir, _), w in zip(bench, commands(outputs["bench"], "learn_to_share.sh"))
              if run_dir.startswith("smoke/")}  # fmt: skip
     assert value(smoke["smoke/spawn-gloo"], "--distributed-world-size") == "2"
@@ -265,13 +269,13 @@ def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_n
     needs their checkpoints), and a benchmark batch size without BENCH_S seconds left waits for
     the next call on the same machine, saying so."""
     results = tmp_path / "results"
-    (results / "en-de" / "loop-bench" / "iter0").mkdir(parents=True)
-    (results / "en-de" / "loop-bench" / "done.iter0").touch()
+    (results / "en-de" / "baseline-bench" / "iter0").mkdir(parents=True)
+    (results / "en-de" / "baseline-bench" / "done.iter0").touch()
     env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(results),
-           "ONLY": "en-de/loop-bench"}  # fmt: skip
+           "ONLY": "en-de/baseline-bench"}  # fmt: skip
     output = campaign("bench", env=env)
-    assert "== en-de/loop-bench: not started: " in output  # not "done in an earlier run"
-    assert not (Path(dry_env["RUNS"]) / "en-de" / "loop-bench").exists()
+    assert "== en-de/baseline-bench: not started: " in output  # not "done in an earlier run"
+    assert not (Path(dry_env["RUNS"]) / "en-de" / "baseline-bench").exists()
     for batch in (16, 128):
         assert f"== bench batch {batch}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
@@ -543,6 +547,21 @@ def test_a_system_is_also_tested_against_every_baseline_of_equal_updates(tmp_pat
     (san,) = [line for line in (results / "headline.md").read_text().splitlines()
               if line.startswith("| en-de | san |")]  # fmt: skip
     assert san.rstrip(" |").endswith("san better") and "s4" not in san
+
+
+def test_a_system_trained_under_another_cap_is_not_tested_against_the_baselines(tmp_path):
+    """The bench slice's systems train for a shorter cap, for speed: a BLEU test against the
+    converged baselines would say nothing of SAN, so there is none."""
+    from campaign_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    toy_system(results / "en-de" / "san-bench", 0, SAN_POLICY, 20.0, REFERENCES)
+    record = json.loads((results / "en-de" / "san-bench" / "run.json").read_text())
+    record["options"]["fairseq-train arguments after --"][-1] = "0.0208"  # 75 s, not 150
+    (results / "en-de" / "san-bench" / "run.json").write_text(json.dumps(record))
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    assert ("san-bench", 1) in {(row["system"], row["seed"]) for row in summary["pairs"]["en-de"]}
+    assert {test["system"] for test in summary["paired_bootstrap"]["en-de"]} == {"san"}
 
 
 def test_a_later_loop_iteration_is_its_own_system_and_the_headline_keeps_iteration_1(tmp_path):

@@ -454,11 +454,14 @@ def reference_file(data_root: str, pair: str, split: str) -> str:
 def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str, int, int]]:
     """(system, seed, baseline seed) of every paired test: each system against the baseline of its
     seed and, where that baseline trained for other updates, against every baseline that trained
-    for as many updates as the system (equal updates); SAN first, then the others by name."""
+    for as many updates as the system (equal updates); SAN first, then the others by name. Only
+    systems trained under the baselines' wall-time cap are tested (not the bench slice's, which
+    train briefly for speed)."""
     baselines = {seed: row["updates"] for (name, seed), (row, _) in found.items() if name == "baseline"}
+    caps = {training["cap_s"] for (name, _), (_, training) in found.items() if name == "baseline"}
     tests = []
     for system, seed in sorted(found, key=lambda key: (key[0] != "san", key)):
-        if system == "baseline":
+        if system == "baseline" or found[(system, seed)][1]["cap_s"] not in caps:
             continue
         updates = found[(system, seed)][0]["updates"]
         if seed in baselines:

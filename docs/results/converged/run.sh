@@ -7,6 +7,7 @@
 #            (or to its validation plateau, or to the wall cap CAP_MIN); JS analysis; the policy
 #            at the paper's thresholds (0.4 / 0.5)
 #   stage 2  SAN from scratch with the learned policy (iteration 1), side by side, the same budget
+# (tables and bench learn no policy of their own: theirs come from the en-de slice's loop).
 # A system starts only when the call has time left for its cap and its evaluation (CAP_MIN and
 # EVAL_S); what does not start runs in the slice's next call, which skips what finished.
 # Every system, as soon as it is trained: test BLEU and chrF on test (test_2016_flickr) and test1
@@ -32,9 +33,10 @@
 #           AAN+SAN (Table 6), and in free places the mean policy's SAN seeds 3, 4; meanwhile
 #           Figure 5 from baseline seed 5's checkpoints, and its policy learned from the test
 #           sentences
-#   bench   En->De baseline and SAN (loop-bench), AAN+SAN, then fairseq-san-bench --gpu at batch
-#           16 and 128 (what the call's time does not hold: in a second call on the same warm
-#           machine); the 2-rank multi-GPU smoke runs during stage 1
+#   bench   En->De baseline, SAN and AAN+SAN side by side (the policies from the en-de loop's:
+#           the headline SAN's), then fairseq-san-bench --gpu at batch 16 and 128 (what the
+#           call's time does not hold: in a second call on the same warm machine); the 2-rank
+#           multi-GPU smoke runs beside the trainings
 # A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
 # held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
 # same machine from $RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
@@ -47,7 +49,7 @@
 # (../shared), HELDOUT ($SHARED/heldout, else build/offline-bundle/heldout; none: no held-out
 # translation), PRESET (examples/presets/gpu-converge.args), UPDATES (training updates of every
 # system: 3000; bench: the cap alone), CAP_MIN (wall-time cap of every system's training, minutes:
-# 6.5, bench 1.5), EVAL_S (seconds a system needs besides its training: fairseq's start, the
+# 6.5, bench 2.5), EVAL_S (seconds a system needs besides its training: fairseq's start, the
 # analysis, validation BLEU, the test sets with the held-out sources beside them; 130, measured:
 # 127 with four systems ending together on an H100), DECODE_BATCH_SIZE
 # (sentences per batch of every decoding: 128; fairseq's beam search costs about the same per
@@ -73,7 +75,7 @@ RESULTS=${RESULTS:-docs/results/converged} SHARED=${SHARED:-../shared}
 RUNS=${RUNS:-runs/converged/$SLICE} OUT=${OUT:-runs} SLICE_S=${SLICE_S:-540}
 PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} STAGE2_SEED=${STAGE2_SEED:-4} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
-CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 1.5 || echo 6.5)}
+CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 2.5 || echo 6.5)}
 UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
 EVAL_S=${EVAL_S:-130} BENCH_S=${BENCH_S:-150}
 export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
@@ -329,7 +331,7 @@ smoke() {
 # runs it. Checkpoints never travel: a fresh machine trains the bench systems again (no restore).
 benchmark() {
   local ckpt=iter0/checkpoints/checkpoint_best.pt B=$RUNS/en-de/bench batch
-  local base=$RUNS/en-de/loop-bench/$ckpt san=$RUNS/en-de/loop-bench/${ckpt/iter0/iter1}
+  local base=$RUNS/en-de/baseline-bench/$ckpt san=$RUNS/en-de/san-bench/$ckpt
   local aan=$RUNS/en-de/aan-san-bench/$ckpt
   local fast='{"san_fast_decoding": true}'
   local graph='{"san_decoding": "static", "san_decoder_execution": "graph"}'
@@ -415,13 +417,12 @@ case $SLICE in
     done
     ;;
   bench)
-    B=$RUNS/en-de/loop-bench
-    loop en-de 0 loop-bench
+    L=$RESULTS/en-de/loop P=$RUNS/en-de/policies
+    aan_policy "$L/iter1/policy.json" "$P/aan-san.json"
     beside smoke
-    wait
-    aan_policy "$B/iter1/policy.json" "$B/policies/aan-san.json"
-    loop en-de 1 loop-bench
-    system en-de/aan-san-bench en-de $AAN "$B/policies/aan-san.json" 0
+    system en-de/baseline-bench en-de $SMALL none 0
+    system en-de/san-bench en-de $SMALL "$L/iter1/policy.json" 0  # the headline SAN's policy
+    system en-de/aan-san-bench en-de $AAN "$P/aan-san.json" 0
     wait
     benchmark
     ;;

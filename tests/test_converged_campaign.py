@@ -854,6 +854,26 @@ def test_a_fresh_machine_trains_stage_2_on_stage_1_collected_without_checkpoints
 
 
 @pytest.mark.slow
+def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, tmp_path):
+    """The tables slice's baseline seed 5 keeps every checkpoint; beside its training, each one is
+    analysed as it is written (its checkpoints never reach the slice's next call), then the best
+    one on the test sentences, and the policy learned from them."""
+    env = {**tiny["env"], "RUNS": str(tmp_path / "runs"), "OUT": str(tmp_path / "out"),
+           "ONLY": "en-de/baseline-s5", "EVALUATE": "0"}  # no test sets: the analyses only  # fmt: skip
+    output = campaign("tables", env=env)
+    run_dir = tmp_path / "runs" / "en-de" / "baseline-s5"
+    kept = sorted(path.stem for path in (run_dir / "iter0" / "checkpoints").glob("checkpoint_*_*.pt"))
+    assert len(kept) == 4, output[-3000:]  # --save-interval-updates 5, --max-update 20
+    analysed = sorted(path.parent.name for path in (run_dir / "figure5").glob("*/js.json"))
+    assert analysed == kept
+    steps = [json.loads((run_dir / "figure5" / name / "js.json").read_text())["num_updates"]
+             for name in kept]  # fmt: skip
+    assert sorted(steps) == [5, 10, 15, 20]
+    assert (run_dir / "iter0" / "analysis-test" / "js.json").is_file()
+    assert "decoder_self" in json.loads((run_dir / "policies" / "test-sentences.json").read_text())
+
+
+@pytest.mark.slow
 def test_train_log_table_reports_a_slice_system(tiny):
     log = tiny["results"] / "en-de" / "loop" / "iter0" / "train.log"
     result = run_cli("fairseq-san-loop", "train-log", str(log))

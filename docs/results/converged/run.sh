@@ -30,9 +30,9 @@
 #           update budget, four at a time): stage 1 baseline seed 5 (every checkpoint kept, for
 #           Figure 5), AAN, own V (Table 4), the encoder side at 0.4 (Table 5); stage 2 the
 #           policies at other thresholds that no system trained yet (Table 3), uniform {6}/{3,3},
-#           AAN+SAN (Table 6), and in free places the mean policy's SAN seeds 3, 4; meanwhile
-#           Figure 5 from baseline seed 5's checkpoints, and its policy learned from the test
-#           sentences
+#           AAN+SAN (Table 6), and in free places the mean policy's SAN seeds 3, 4; beside
+#           baseline seed 5's training, Figure 5 from its checkpoints as they are written, then
+#           its policy learned from the test sentences
 #   bench   En->De baseline, SAN and AAN+SAN side by side (the policies from the en-de loop's:
 #           the headline SAN's), then fairseq-san-bench --gpu at batch 16 and 128 (what the
 #           call's time does not hold: in a second call on the same warm machine); the 2-rank
@@ -268,18 +268,22 @@ policies() {  # policies LOOP_DIR OUT: Tables 3, 5 and 6's policies from LOOP_DI
   aan_policy "$1/iter1/policy.json" "$out/aan-san.json"  # Table 6
 }
 
-trained_here() {  # trained_here RUN_DIR: its iteration 0's best checkpoint is on this machine
-  [ "$DRY_RUN" = 1 ] || [ -f "$1/iter0/checkpoints/checkpoint_best.pt" ] ||
-    { echo "== $1: no checkpoint here (not trained on this machine), no analysis"; return 1; }
+# The analyses of a baseline's checkpoints run on the machine that trains it, beside its training
+# (its checkpoints never travel, and the slice's next call runs on a fresh machine):
+training_here() {  # training_here RUN_DIR: its iteration 0 started training in this call
+  [ "$DRY_RUN" = 1 ] || { [ -d "$1/iter0" ] && [ ! -f "$1/done.iter0" ]; }
+}
+trained() {  # trained RUN_DIR: its iteration 0 has trained (iter0/trained), or the deadline passed
+  [ "$DRY_RUN" = 1 ] || [ -f "$1/iter0/trained" ] || [ $((DEADLINE - SECONDS)) -le 0 ]
 }
 
-# The policy on other sentences: RUN_DIR's baseline (iteration 0) analysed on test
-# (test_2016_flickr, 1,000 sentences) as well as valid, and the policy learned from that, beside
-# stage 2's trainings: does what the loop learns depend on the sentences analysed? (It learns
-# from valid; nothing is tuned on test.)
+# The policy on other sentences: RUN_DIR's baseline (iteration 0), once trained, analysed on test
+# (test_2016_flickr, 1,000 sentences) as well as valid, and the policy learned from that: does
+# what the loop learns depend on the sentences analysed? (It learns from valid; nothing is tuned
+# on test.)
 other_sentences() {
   local A=$1/iter0/analysis-test
-  trained_here "$1" || return 0
+  until trained "$1"; do sleep 10; done
   [ "$DRY_RUN" = 1 ] || [ ! -f "$A/js.json" ] || return 0
   [ "$DRY_RUN" = 1 ] || mkdir -p "$1/policies"
   logged "$A.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
@@ -289,24 +293,32 @@ other_sentences() {
     --explain -o "$1/policies/test-sentences.json" || true
 }
 
-# Figure 5: JS between layers against training steps, each kept checkpoint of RUN_DIR's baseline
-# (iteration 0) analysed on 500 validation sentences, 2 at a time beside stage 2's trainings,
-# until the deadline.
+# Figure 5: JS between layers against training steps: each checkpoint of RUN_DIR's baseline
+# (iteration 0) analysed on 500 validation sentences as soon as its training writes it, 2 at a
+# time, until it has trained and every checkpoint is analysed (or the deadline).
 figure5() {
-  local F=$1/figure5 n=0 ckpt step
-  trained_here "$1" || return 0
+  local F=$1/figure5 last=0
   [ "$DRY_RUN" = 1 ] || mkdir -p "$F"
+  until [ "$last" = 1 ]; do
+    if trained "$1"; then last=1; fi  # then one more pass: the checkpoints written last
+    new_checkpoints "$1" "$F"
+    [ "$last" = 1 ] || sleep 10
+  done
+  figure5_plot "$F" || true  # matplotlib is not in the offline bundle: collect draws it again
+}
+
+new_checkpoints() {  # new_checkpoints RUN_DIR FOLDER: analyse those not analysed yet, 2 at a time
+  local n=0 ckpt step
   for ckpt in "$1"/iter0/checkpoints/checkpoint_*_*.pt; do
     [ -f "$ckpt" ] || [ "$DRY_RUN" = 1 ] || continue
     step=$(basename "$ckpt" .pt)
-    [ -f "$F/$step/js.json" ] && continue
-    logged "$F/$step.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
+    [ -f "$2/$step/js.json" ] && continue
+    logged "$2/$step.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
       --task translation_san --user-dir fairseq_san --path "$ckpt" --valid-subset valid \
-      --max-tokens 4096 --san-analysis-dir "$F/$step" --san-analysis-max-sentences 500 &
+      --max-tokens 4096 --san-analysis-dir "$2/$step" --san-analysis-max-sentences 500 &
     n=$((n + 1)) && [ $((n % 2)) != 0 ] || wait
   done
   wait
-  figure5_plot "$F" || true  # matplotlib is not in the offline bundle: collect draws it again
 }
 
 # Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time:
@@ -397,13 +409,12 @@ case $SLICE in
     policies "$L" "$P"
     KEEP=(--keep-interval-updates 1000)  # every checkpoint (each 100 updates), for Figure 5
     system en-de/baseline-s5 en-de $SMALL none 0 -- --seed 5 "${KEEP[@]}"
+    if training_here "$F"; then beside figure5 "$F"; beside other_sentences "$F"; fi
     system en-de/aan en-de $AAN none 0                                                     # 6
     system en-de/own-v en-de $SMALL "$L/iter1/policy.json" 0 -- --san-encdec-share weights  # 4
     system en-de/enc-0.4 en-de $SMALL "$P/enc-0.4.json" 0                                 # 5
     wait
     STAGE_JOBS=0
-    beside figure5 "$F"
-    beside other_sentences "$F"
     thetas=("$P"/theta-{0.3-0.4,0.3-0.5,0.4-0.4}.json)  # Table 3: what no system trained yet
     [ "$DRY_RUN" = 1 ] || mapfile -t thetas < <("${SLICES[@]}" untrained "${thetas[@]}" \
       --like "$L" --others "$RESULTS/en-de" "$RUNS/en-de")

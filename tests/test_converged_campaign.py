@@ -360,7 +360,7 @@ def test_the_loop_ends_where_another_run_dir_trained_its_next_policy_with_its_re
 def test_a_slice_trains_only_the_policies_no_system_trained_with_the_recipe(tmp_path, capsys):
     """Of Table 3's policy files, one the loop's SAN trained, one new, the same again, and one
     missing: only the new one is left to train, each other one said. A system that trained the
-    new policy with another recipe (another seed) does not count."""
+    new policy with another recipe (another seed), or was cut short, does not count."""
     from campaign_slices import untrained
 
     pair = tmp_path / "results" / "en-de"
@@ -385,6 +385,11 @@ def test_a_slice_trains_only_the_policies_no_system_trained_with_the_recipe(tmp_
     record["options"]["fairseq-train arguments after --"] += ["--seed", "2"]
     (pair / "other-s2" / "run.json").write_text(json.dumps(record))
     assert untrained(files[1:2], str(pair / "loop"), [str(pair)]) == files[1:2]
+    toy_system(pair / "theta-b", 0, new, 32.0, ["x"])  # the loop's recipe, but cut short:
+    (pair / "theta-b" / "done.iter0").unlink()  # its next call trains it to the end
+    assert untrained(files[1:2], str(pair / "loop"), [str(pair)]) == files[1:2]
+    (pair / "theta-b" / "done.iter0").touch()
+    assert untrained(files[1:2], str(pair / "loop"), [str(pair)]) == []
 
 
 def test_tables_trains_what_is_new_and_gives_free_places_to_the_mean_policy(dry_env, tmp_path):

@@ -47,7 +47,14 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 import fairseq_san
-from campaign_summary import ITERATION, stand_in, system_label, system_names, trained_with
+from campaign_summary import (
+    ITERATION,
+    finished_iterations,
+    stand_in,
+    system_label,
+    system_names,
+    trained_with,
+)
 from fairseq_san.errors import PREFIX, UsageError
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
@@ -60,7 +67,6 @@ MIB = 1 << 20
 SLICES = ("en-de", "pairs", "tables", "bench")
 PROVENANCE = "provenance"
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
-DONE = re.compile(r"^done\.iter(\d+)$")  # run.sh's marker: iteration k trained, tested, translated
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
 # batch size, DECODE_BATCH_SIZE there, is --batch-size here).
 DECODING = (
@@ -220,11 +226,6 @@ def travel_report(repo: str = REPO, bundle: str = BUNDLE) -> str:
     if total > DEVICE_MIB:
         line += ": over, so rebuild the bundle with the --data of the next slice's pairs only"
     return line
-
-
-def finished_iterations(run_dir: str) -> List[int]:
-    """The iterations of a run dir that are trained and tested (``done.iter<k>``), in order."""
-    return sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(run_dir)) if found)
 
 
 def restore(source: str, target: str) -> bool:

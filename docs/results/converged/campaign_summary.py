@@ -57,6 +57,7 @@ PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
 ITERATION = re.compile(r"^iter(\d+)$")
 SEED_SUFFIX = re.compile(r"^(.+)-s(\d+)$")
+DONE = re.compile(r"^done\.iter(\d+)$")  # run.sh's marker: iteration k trained, tested, translated
 # test_bleu.sh's split folders and the names of the Multi30k test sets.
 TEST_SPLITS = {"test": "test_2016_flickr", "test1": "test_2017_flickr"}
 CURVE_POINTS = 5
@@ -73,6 +74,11 @@ def trained_iterations(run_dir: str) -> List[int]:
         if match and os.path.exists(os.path.join(run_dir, name, "train.log")):
             found.append(int(match.group(1)))
     return sorted(found)
+
+
+def finished_iterations(run_dir: str) -> List[int]:
+    """The iterations of a run dir that are trained and tested (``done.iter<k>``), in order."""
+    return sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(run_dir)) if found)
 
 
 def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
@@ -152,15 +158,16 @@ def trained_policy(run_dir: str, iteration: int) -> Optional[Policy]:
 
 
 def trained_with(policy: Policy, like: str, pair_dirs: Sequence[str]) -> List[Tuple[str, int]]:
-    """(run dir, iteration) of every trained iteration of the run dirs of ``pair_dirs`` that
-    trained ``policy`` from scratch with the recipe of run dir ``like``."""
+    """(run dir, iteration) of every finished iteration (``finished_iterations``: one cut short
+    is not a training of its policy) of the run dirs of ``pair_dirs`` that trained ``policy``
+    from scratch with the recipe of run dir ``like``."""
     own = recipe(like)
     found = []
     for pair_dir in pair_dirs:
         names = sorted(os.listdir(pair_dir)) if os.path.isdir(pair_dir) else []
         for name in names:
             other = os.path.join(pair_dir, name)
-            iterations = trained_iterations(other) if os.path.isdir(other) else []
+            iterations = finished_iterations(other) if os.path.isdir(other) else []
             matching = [k for k in iterations if trained_policy(other, k) == policy]
             if matching and own is not None and recipe(other) == own:
                 found += [(other, k) for k in matching]

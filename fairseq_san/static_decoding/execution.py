@@ -83,12 +83,24 @@ def execution_for(name: Optional[str], device: torch.device) -> Execution:
     return row
 
 
+# Compilations of the step a process may make: one per (rows, length bucket, source bucket), so
+# a run meets a few per batch size it decodes. Dynamo's default limit (8) is an error under
+# ``fullgraph=True``, met on an H100 by 128 natural-length test sentences at batch 16 and beam 4
+# (docs/results/gpu-steps).
+COMPILED_SHAPES = 1024
+
+
 def compiled(step: nn.Module, backend: Union[str, Callable] = "inductor") -> Callable:
     """``step`` compiled whole (``fullgraph=True``: a graph break is an error, not a silent
     fall-back) for static shapes; with inductor, its weights frozen and prepacked (MKL/oneDNN).
 
-    Freezing is inductor's global setting (``torch.compile(options=...)`` does not reach it: its
-    output code then multiplies the plain weights), set here for the process."""
+    Freezing and dynamo's recompilation limits are global settings (``torch.compile(options=...)``
+    reaches neither: with freezing unset inductor's output code multiplies the plain weights),
+    set here for the process; the limits only ever raised, to ``COMPILED_SHAPES``."""
+    from torch._dynamo import config as dynamo_config  # here: a slow import, rarely needed
+
+    for limit in ("recompile_limit", "accumulated_recompile_limit"):
+        setattr(dynamo_config, limit, max(getattr(dynamo_config, limit), COMPILED_SHAPES))
     if backend == "inductor":
         import torch._inductor.config as inductor_config  # here: a slow import, rarely needed
 

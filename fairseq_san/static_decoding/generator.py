@@ -158,7 +158,7 @@ class StaticSequenceGenerator(nn.Module):
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
         cache = self._cache(sentences, positions, fixed, device, length_bucket(src_len))
         source = encoder_out["encoder_out"][0]
-        step.prepare(source, padding[0] if padding else None, cache, max_len + 1)
+        step.prepare(source, padding[0] if padding else None, cache, self._table(max_len, fixed))
         bos = self.eos if bos_token is None else bos_token
         search = self._search(sentences, positions, bos, max_len, device)
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
@@ -213,11 +213,12 @@ class StaticSequenceGenerator(nn.Module):
         device: torch.device,
         prefix: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
-        """A beam search for a batch (``prefix``: a language model's prompt tokens to force);
-        with CUDA graphs, the one kept for its shape, restarted."""
+        """A beam search for a batch (``prefix``: a language model's prompt tokens to force), room
+        for ``positions`` (so that the tokens a compiled step reads have one layout per length
+        bucket); with CUDA graphs, the one kept for its shape, restarted."""
         settings = self._settings(max_len)
         if not self.execution.graphs:
-            return TensorBeamSearch(settings, sentences, bos, device, prefix)
+            return TensorBeamSearch(settings, sentences, bos, device, prefix, positions=positions)
         key = (sentences, positions)
         if key in self._searches:
             self._searches[key].restart(settings, bos, prefix)
@@ -234,6 +235,15 @@ class StaticSequenceGenerator(nn.Module):
         if self.min_len > max_len:
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
         return max_len
+
+    def _table(self, max_len: int, fixed: bool) -> int:
+        """The positions the step's position table holds for a batch decoding ``max_len``. Fixed
+        layout: every position this generator may decode, once, so that compiled steps and
+        captured graphs read one table whatever the batch (replacing it for a longer batch made
+        dynamo compile, and CUDA graphs capture, every shape again: on an H100 a benchmark's 128
+        test sentences hit dynamo's limit of 8 compilations, docs/results/gpu-steps). Sliced
+        layout: the batch's own positions."""
+        return self.max_len if fixed else max_len + 1
 
     def _cache(
         self, sentences: int, positions: int, fixed: bool, device: torch.device, source: int = 0

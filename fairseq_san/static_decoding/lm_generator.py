@@ -73,7 +73,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
         cache = self._cache(sentences, positions, fixed, device)
         cache.sentences = sentences
-        self.step.prepare(None, None, cache, max_len + 1)
+        self.step.prepare(None, None, cache, self._table(max_len, fixed))
         search = self._search(sentences, positions, bos, max_len, device, prefix_tokens)
 
         # Positions 0..known: the start token and the prompt tokens every sentence has, in one

@@ -517,6 +517,20 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
         "(0.4967, 0.5243]." in markdown
 
 
+def test_same_seed_pairs_two_systems_that_summary_does_not(tmp_path):
+    """same_seed.py: the paired bootstrap of one run dir against another of the pair, per test
+    set (SAN seed 2, every sentence right, against baseline seed 2, half of them cut short)."""
+    results = toy_en_de(tmp_path)
+    command = [sys.executable, str(CAMPAIGN / "same_seed.py"), "en-de", "baseline-s2", "san-s2",
+               "--data-root", str(tmp_path / "data"), "--results", str(results)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=cli_env(), check=True)
+    tests = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(t["test_set"], t["against"], t["verdict"]) for t in tests] == [
+        ("test_2016_flickr", "baseline-s2", "san-s2 better"),
+        ("test_2017_flickr", "baseline-s2", "san-s2 better"),
+    ]
+
+
 def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):
     """A uniform row (seed 1 only) gets its own paired bootstrap; the headline keeps SAN's."""
     from campaign_summary import write_summary

@@ -24,10 +24,10 @@
 #   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
 #            static eager and --san-fast-decoding rows beside them;
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
-#            exists (after the pairs slice's stage 2 only SAN models are on the machine: name
-#            one as SAN, and its language pair as PAIR, en-de by default); fp32, beam 4, batch
-#            16, the first 128 test sentences, natural lengths; all the call has left, as its
-#            compilations (20-30 s a shape) are the warm-up.
+#            exists (name the models a slice left on the machine, and their language pair as
+#            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
+#            natural lengths; all the call has left, as its compilations (20-30 s a shape) are
+#            the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
 # $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
 # seconds the call has; a part that would not fit in what is left is skipped, and says so.

@@ -26,8 +26,8 @@
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
 #            exists (name the models a slice left on the machine, and their language pair as
 #            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
-#            natural lengths; all the call has left, as its compilations (20-30 s a shape) are
-#            the warm-up.
+#            natural lengths; all the call has left, as its compilations (20-30 s a shape, six
+#            shapes a model for En->De's first 128 sentences) are the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
 # $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
 # seconds the call has; a part that would not fit in what is left is skipped, and says so.
@@ -103,7 +103,9 @@ e2e_compile() {
   SYSTEMS=()
   add_systems san "$SAN" graph compile-graph
   [ ! -f "$BASE" ] || add_systems baseline "$BASE" graph compile-graph
-  part "$(rest_or 200)" "e2e: fp32, beam 4, batch 16, 128 sentences, compile-graph" \
+  # dynamo logs each compilation after the first, with the guard that failed: the shapes
+  # compiled, in the log
+  TORCH_LOGS=recompiles part "$(rest_or 200)" "e2e: fp32, beam 4, batch 16, 128 sentences, compile-graph" \
     fairseq-san-bench --gpu --data "$DATA" --subset test --batch-size 16 --max-sentences 128 \
     --beams 4 --modes natural --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile \
     --cache-beams --no-ctranslate2 "${SYSTEMS[@]}" --out-dir "$BENCH/fp32-batch16-compile"

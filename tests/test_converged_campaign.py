@@ -966,7 +966,12 @@ def test_permutation_interval_holds_the_shifts_the_test_does_not_reject():
         "uniform": {"test_2017_flickr": {"n": 2, "bleu": [1.0, 2.0]}},  # no baseline on 2017
     }
     (test,) = seed_tests(seeds)
-    assert (test["system"], test["splits"], test["interval_95"]) == ("san", 70, [low, high])
+    assert (test["system"], test["against"], test["splits"], test["interval_95"]) == (
+        "san", "baseline", 70, [low, high])  # fmt: skip
+    # A SAN of another policy is tested against the baseline and against SAN (which policy).
+    seeds["san-mean"] = {"test_2016_flickr": {"n": 3, "bleu": [37.97, 37.5, 38.1]}}
+    tests = [(t["system"], t["against"], t["against_seeds"]) for t in seed_tests(seeds)]
+    assert tests == [("san", "baseline", 4), ("san-mean", "baseline", 4), ("san-mean", "san", 4)]
 
 
 def test_bootstrap_statistics_give_sacrebleus_corpus_bleu_on_any_resample():

@@ -12,9 +12,10 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
   sacreBLEU's paired bootstrap of every other system (SAN, uniform, the tables' rows) minus the
   baseline of its seed (and, where that one trained for other updates, minus every baseline that
   trained for as many: ``pairings``), with a verdict;
-* ``seed_tests``: SAN (and every system of several seeds) minus the baseline over seeds, the
-  exact permutation test of the seeds' test BLEU and its 95% interval, so that the training's
-  spread, which a paired bootstrap on one pair of models does not see, has its own interval;
+* ``seed_tests``: SAN (and every system of several seeds) minus the baseline over seeds, and a
+  SAN of another policy minus SAN, the exact permutation test of the seeds' test BLEU and its
+  95% interval, so that the training's spread, which a paired bootstrap on one pair of models
+  does not see, has its own interval;
 * ``budget_statement``: whether a pair's baseline and SAN compare at equal updates or equal
   wall time;
 * ``loop_ends``: a loop whose newest policy another run dir trained with its recipe and learned
@@ -340,24 +341,28 @@ def permutation_interval(
 
 
 def seed_tests(seeds: Dict[str, Dict[str, dict]]) -> List[dict]:
-    """Every system of several seeds minus the baseline's seeds, per test set (``seed_statistics``
-    of one pair): the difference of the mean BLEU, the exact permutation test's p and 95%
-    interval (None: too few seeds for one)."""
-    baseline = seeds.get("baseline", {})
+    """Every system of several seeds minus the baseline's seeds and, for a SAN of another policy
+    (``san-NAME``: the mean policy's), minus SAN's seeds too (which policy is better), per test
+    set (``seed_statistics`` of one pair): the difference of the mean BLEU, the exact permutation
+    test's p and 95% interval (None: too few seeds for one)."""
     tests = []
     for system, sets in seeds.items():
-        for test_set, stat in sets.items():
-            if system == "baseline" or test_set not in baseline:
+        references = ["baseline"] + (["san"] if system.startswith("san-") else [])
+        for reference in references:
+            if system == reference:
                 continue
-            against = baseline[test_set]["bleu"]
-            tests.append({
-                "system": system, "test_set": test_set, "seeds": stat["n"],
-                "baseline_seeds": len(against),
-                "difference": round(statistics.mean(stat["bleu"]) - statistics.mean(against), 2),
-                "p_value": round(permutation_p(stat["bleu"], against), 4),
-                "splits": math.comb(stat["n"] + len(against), stat["n"]),
-                "interval_95": permutation_interval(stat["bleu"], against),
-            })  # fmt: skip
+            for test_set, stat in sets.items():
+                if test_set not in seeds.get(reference, {}):
+                    continue
+                against = seeds[reference][test_set]["bleu"]
+                tests.append({
+                    "system": system, "against": reference, "test_set": test_set,
+                    "seeds": stat["n"], "against_seeds": len(against),
+                    "difference": round(statistics.mean(stat["bleu"]) - statistics.mean(against), 2),
+                    "p_value": round(permutation_p(stat["bleu"], against), 4),
+                    "splits": math.comb(stat["n"] + len(against), stat["n"]),
+                    "interval_95": permutation_interval(stat["bleu"], against),
+                })  # fmt: skip
     return tests
 
 
@@ -572,8 +577,8 @@ def summary_markdown(summary: Dict[str, object]) -> str:
         for test in summary["seed_tests"].get(pair, []):
             interval = test["interval_95"] or "none (too few seeds)"
             lines.append(
-                f"- {test['system']} minus baseline over seeds, {test['test_set']}: "
-                f"{test['difference']:+.2f} BLEU ({test['seeds']} against {test['baseline_seeds']} "
+                f"- {test['system']} minus {test['against']} over seeds, {test['test_set']}: "
+                f"{test['difference']:+.2f} BLEU ({test['seeds']} against {test['against_seeds']} "
                 f"seeds), exact permutation test over {test['splits']} splits: p = "
                 f"{test['p_value']}, 95% interval {interval}"
             )

@@ -234,10 +234,12 @@ def test_speed_and_ratios(bench_results):
                 if name == "base":
                     assert run["ratio_to_baseline"] == pytest.approx(1.0)
     # The same model timed as another system: the median of its ratios over the four settings
-    # is ~1. Single settings of a model this tiny take milliseconds and are too noisy to bound.
+    # is near 1. Single settings of a model this tiny take milliseconds and are too noisy to
+    # bound, and the median too moves with the machine's other load (1.41 in a CI run beside
+    # other test processes on 2 cores), so the bound is loose: within 2x either way.
     again = [run["ratio_to_baseline"] for run in systems["base-again"]["settings"].values()
              if "ratio_to_baseline" in run]  # fmt: skip
-    assert sorted(again)[len(again) // 2] == pytest.approx(1.0, abs=0.3)
+    assert 0.5 < sorted(again)[len(again) // 2] < 2
 
 
 @pytest.mark.slow

@@ -807,5 +807,6 @@ def graphed_generator(
     built = "compile" if row.compiles else "fixed"  # the same step, packed or not, on the CPU
     generator = generator_class([model], dictionary, execution=built, **settings)
     generator.execution = row
-    generator.run_step, generator.run_search_step = generator.runners(compile_backend, capture)
+    runners = generator.runners(compile_backend, capture)
+    generator.run_first_step, generator.run_step, generator.run_search_step = runners
     return generator

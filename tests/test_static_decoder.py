@@ -307,7 +307,7 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
     assert len(captures) == 2 and len(graphed._caches) == 1 and len(graphed._searches) == 1
-    assert len(graphed.run_step.replays) == len(graphed.run_search_step.replays) == 1
+    assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 1
 
 
 @pytest.mark.parametrize("name", LAYOUT_MODELS)
@@ -411,8 +411,8 @@ def test_fixed_step_writes_its_caches_without_building_indices():
 def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_per_shape():
     """``compile-graph`` (CUDA only) on the CPU, a counting backend standing in for inductor and a
     stand-in capture: the compiled step runs inside the captured position, compiled once and
-    captured once per shape (position 0's, one row per sentence, and the rest's) for two batches,
-    and gives the eager fixed step's n-best."""
+    captured once for two batches; position 0 (one row per sentence) is captured uncompiled (one
+    step a batch does not repay a compilation); the eager fixed step's n-best."""
     graphs, captures = [], []
 
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
@@ -423,7 +423,7 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
     for sample in two_batches():
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-5)
-    assert len(captures) == 2 and len(graphs) == 2  # position 0 (a row per sentence), the rest
+    assert len(captures) == 2 and len(graphs) == 1  # captures: position 0, the rest
     assert not any(isinstance(m, PackedLinear) for m in graphed.step.modules())  # inductor's
 
 
@@ -464,7 +464,8 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=atol)
     replays = graphed.run_search_step.replays
     assert len(replays) == 2 and None not in replays.values()
-    assert len(graphed.run_step.replays) == 1 and None not in graphed.run_step.replays.values()
+    first = graphed.run_first_step.replays
+    assert len(first) == 1 and None not in first.values()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -481,7 +482,7 @@ def test_cuda_inductor_compiled_graph_equals_eager():
         sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
         expected = eager.generate([model], sample)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-4)
-    for replays in (graphed.run_step.replays, graphed.run_search_step.replays):  # position 0, the rest
+    for replays in (graphed.run_first_step.replays, graphed.run_search_step.replays):  # 0, the rest
         assert len(replays) == 1 and None not in replays.values()
 
 

@@ -16,7 +16,8 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
   hundreds of small dependent kernels, 45-65x its arithmetic bound, and inductor fuses the
   elementwise work, layer norms and residual adds into fewer kernels: on an H200 a step 1.14x
   (baseline) and 1.24x (SAN) faster than ``graph`` (docs/results/gpu-steps), for 20-30 s of
-  compilation per (rows, length bucket) on first use; offered, not the default.
+  compilation per (rows, length bucket) on first use (translation's position 0 is captured
+  uncompiled: one step a batch does not repay that); offered, not the default.
 """
 
 from dataclasses import dataclass

@@ -103,7 +103,9 @@ class StaticSequenceGenerator(nn.Module):
         self.encoder = (
             None if encoder is None else convert_encoder(encoder, precision, self.execution.pack)
         )
-        self.run_step, self.run_search_step = self.runners(compile_backend, capture)
+        self.run_first_step, self.run_step, self.run_search_step = self.runners(
+            compile_backend, capture
+        )
         # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
         # captured).
         self._caches: Dict[Tuple, DecoderCache] = {}
@@ -121,17 +123,19 @@ class StaticSequenceGenerator(nn.Module):
 
     def runners(
         self, compile_backend: Union[str, Callable], capture: Capture
-    ) -> Tuple[Callable, Optional[GraphedSearchStep]]:
-        """(run_step, run_search_step): what runs positions 1.. (position 0 runs ``step``
-        eagerly, on one row per sentence, except with CUDA graphs): the step, compiled where the
-        execution compiles it; with CUDA graphs the whole position captured around it
-        (``GraphedSearchStep``), and the step alone (``GraphedStep``) for position 0 and for
+    ) -> Tuple[Callable, Callable, Optional[GraphedSearchStep]]:
+        """(run_first_step, run_step, run_search_step): what runs translation's position 0, on one
+        row per sentence: the step never compiled (one step a batch does not repay a compilation
+        of 20-30 s a shape), captured alone (``GraphedStep``) with CUDA graphs; and what runs the
+        positions after it: the step, compiled where the execution compiles it; with CUDA graphs
+        the whole position captured around it (``GraphedSearchStep``), and the step alone for
         positions whose search needs the host's position (sampling, a language model's prompt
         forcing: ``TensorBeamSearch.takes_tensor_steps``)."""
         step = compiled(self.step, compile_backend) if self.execution.compiles else self.step
         if not self.execution.graphs:
-            return step, None
-        return GraphedStep(step, capture), GraphedSearchStep(step, capture)
+            return self.step, step, None
+        first = GraphedStep(self.step, capture)
+        return first, GraphedStep(step, capture), GraphedSearchStep(step, capture)
 
     @torch.no_grad()
     def generate(
@@ -166,8 +170,7 @@ class StaticSequenceGenerator(nn.Module):
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
-        first_step = self.run_step if self.execution.graphs else step
-        lprobs = first_step(tokens, index, first, self.temperature, length=1)
+        lprobs = self.run_first_step(tokens, index, first, self.temperature, length=1)
         cache.spread(first)
         finished = self._follow(search.advance(0, lprobs), cache, 1)
         for position in range(1, max_len + 1):

@@ -26,7 +26,7 @@
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
 #            exists (name the models a slice left on the machine, and their language pair as
 #            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
-#            natural lengths; all the call has left, as its compilations (20-30 s a shape, six
+#            natural lengths; all the call has left, as its compilations (20-30 s a shape, four
 #            shapes a model for En->De's first 128 sentences) are the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
 # $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the

@@ -459,6 +459,11 @@ def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str
     return f"mixed stopping ({stopped}; {facts})"
 
 
+def hypotheses_file(run_dir: str, iteration: int, split: str) -> str:
+    """Where a run dir's iteration keeps its translation of the test set ``split``, as collected."""
+    return os.path.join(run_dir, "test-bleu", f"iter{iteration}", split, f"generate-{split}.txt.gz")
+
+
 def reference_file(data_root: str, pair: str, split: str) -> str:
     return os.path.join(data_root, f"multi30k.{pair}", "text", f"{split}.raw.{pair.split('-')[1]}")
 
@@ -496,11 +501,7 @@ def significance(
     for system, seed, baseline_seed in pairings(found):
         runs = (found[("baseline", baseline_seed)][1], found[(system, seed)][1])
         for split, test_set in TEST_SPLITS.items():
-            paths = [
-                os.path.join(run["run_dir"], "test-bleu", f"iter{run['iteration']}", split,
-                             f"generate-{split}.txt.gz")
-                for run in runs
-            ]  # fmt: skip
+            paths = [hypotheses_file(run["run_dir"], run["iteration"], split) for run in runs]
             reference = reference_file(data_root, pair, split)
             if not all(os.path.exists(path) for path in paths + [reference]):
                 continue

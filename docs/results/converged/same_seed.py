@@ -12,7 +12,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from campaign_summary import TEST_SPLITS, paired_bootstrap, reference_file  # noqa: E402
+from campaign_summary import (  # noqa: E402
+    TEST_SPLITS,
+    paired_bootstrap,
+    reference_file,
+    hypotheses_file,
+)
 
 
 def main() -> None:
@@ -28,10 +33,8 @@ def main() -> None:
 
     here = os.path.join(args.results, args.pair)
     for split, test_set in TEST_SPLITS.items():
-        paths = [
-            os.path.join(here, run, "test-bleu", "iter0", split, f"generate-{split}.txt.gz")
-            for run in (args.other, args.system)
-        ]
+        runs = (args.other, args.system)
+        paths = [hypotheses_file(os.path.join(here, run), 0, split) for run in runs]
         reference = reference_file(args.data_root, args.pair, split)
         if not all(os.path.exists(path) for path in paths + [reference]):
             print(f"{test_set}: no hypotheses or reference", file=sys.stderr)

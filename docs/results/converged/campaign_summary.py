@@ -489,25 +489,38 @@ def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str,
     return tests
 
 
+def paired_test(
+    pair: str, runs: Sequence[Tuple[str, int]], split: str, data_root: str, name: str
+) -> Optional[Dict[str, object]]:
+    """``paired_bootstrap`` of the second (run dir, iteration) of ``runs`` (called ``name``)
+    against the first on test set ``split``; None where hypotheses or reference are not at hand."""
+    from fairseq_san.scoring import read_generate_output, read_lines
+
+    paths = [hypotheses_file(run_dir, iteration, split) for run_dir, iteration in runs]
+    reference = reference_file(data_root, pair, split)
+    if not all(os.path.exists(path) for path in paths + [reference]):
+        return None
+    hyps = [read_generate_output(path) for path in paths]
+    return paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=name)
+
+
 def significance(
     pair: str, rows: Sequence[Tuple[dict, dict]], data_root: str
 ) -> List[Dict[str, object]]:
     """The paired bootstrap of every pairing (``pairings``) on each test set whose hypotheses and
     references are at hand."""
-    from fairseq_san.scoring import read_generate_output, read_lines
-
     found = {(row["system"], row["seed"]): (row, training) for row, training in rows}
     tests = []
     for system, seed, baseline_seed in pairings(found):
-        runs = (found[("baseline", baseline_seed)][1], found[(system, seed)][1])
+        runs = [
+            (training["run_dir"], training["iteration"])
+            for _, training in (found[("baseline", baseline_seed)], found[(system, seed)])
+        ]
         for split, test_set in TEST_SPLITS.items():
-            paths = [hypotheses_file(run["run_dir"], run["iteration"], split) for run in runs]
-            reference = reference_file(data_root, pair, split)
-            if not all(os.path.exists(path) for path in paths + [reference]):
-                continue
-            hyps = [read_generate_output(path) for path in paths]
-            result = paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=system)
-            tests.append({"seed": seed, "baseline_seed": baseline_seed, "test_set": test_set, **result})
+            result = paired_test(pair, runs, split, data_root, system)
+            if result is not None:
+                tests.append({"seed": seed, "baseline_seed": baseline_seed, "test_set": test_set,
+                              **result})  # fmt: skip
     return tests
 
 

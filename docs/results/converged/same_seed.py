@@ -12,12 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from campaign_summary import (  # noqa: E402
-    TEST_SPLITS,
-    paired_bootstrap,
-    reference_file,
-    hypotheses_file,
-)
+from campaign_summary import TEST_SPLITS, paired_test  # noqa: E402
 
 
 def main() -> None:
@@ -29,18 +24,12 @@ def main() -> None:
     parser.add_argument("--results", default=os.path.dirname(os.path.abspath(__file__)),
                         help="the collected results (default: this folder)")
     args = parser.parse_args()
-    from fairseq_san.scoring import read_generate_output, read_lines
-
-    here = os.path.join(args.results, args.pair)
+    runs = [(os.path.join(args.results, args.pair, run), 0) for run in (args.other, args.system)]
     for split, test_set in TEST_SPLITS.items():
-        runs = (args.other, args.system)
-        paths = [hypotheses_file(os.path.join(here, run), 0, split) for run in runs]
-        reference = reference_file(args.data_root, args.pair, split)
-        if not all(os.path.exists(path) for path in paths + [reference]):
+        result = paired_test(args.pair, runs, split, args.data_root, args.system)
+        if result is None:
             print(f"{test_set}: no hypotheses or reference", file=sys.stderr)
             continue
-        hyps = [read_generate_output(path) for path in paths]
-        result = paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=args.system)
         print(json.dumps({"test_set": test_set, "against": args.other, **result}))
 
 

@@ -177,11 +177,12 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
 
     tables = trainings(outputs["tables"])
     assert tables == [(f"en-de/{name}", 0) for name in (
-        "baseline-s5", "aan", "own-v", "enc-0.4",  # stage 1: four at a time, then stage 2:
-        "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4", "uniform-6-3-3", "aan-san")]  # fmt: skip
+        "baseline-s5", "san-s4", "aan-san", "own-v",  # stage 1: four at a time, then stage 2:
+        "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4", "uniform-6-3-3", "aan", "enc-0.4")]  # fmt: skip
     words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["tables"], "learn_to_share.sh")}
     assert value(words["en-de/own-v"], "--san-encdec-share") == "weights"
     assert value(words["en-de/aan-san"], "--arch") == "transformer_aan_small"
+    assert value(words["en-de/san-s4"], "--seed") == "4"  # the bench slice's SAN, beside baseline s4
     assert value(words["en-de/baseline-s5"], "--keep-interval-updates") == "1000"  # Figure 5
     assert value(words["en-de/baseline-s5"], "--seed") == "5"
     learned = commands(outputs["tables"], "fairseq-san-policy")
@@ -262,12 +263,12 @@ def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_cal
         assert json.load(archive.extractfile(record))["plugin"] == "fairseq_san"
 
 
-def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_next_call(
+def test_bench_trains_again_on_a_fresh_machine_and_benchmarks_only_checkpoints_it_has(
     dry_env, tmp_path
 ):
-    """The bench slice's run dirs are not restored from the collected results (its benchmark
-    needs their checkpoints), and a benchmark batch size without BENCH_S seconds left waits for
-    the next call on the same machine, saying so."""
+    """Without the tables slice's models on this machine, the bench slice trains its own: its run
+    dirs are not restored from the collected results (its benchmark needs their checkpoints), and
+    without checkpoints there is no benchmark (one line says so)."""
     results = tmp_path / "results"
     (results / "en-de" / "baseline-bench" / "iter0").mkdir(parents=True)
     (results / "en-de" / "baseline-bench" / "done.iter0").touch()
@@ -276,6 +277,56 @@ def test_bench_trains_again_on_a_fresh_machine_and_leaves_its_benchmark_to_the_n
     output = campaign("bench", env=env)
     assert "== en-de/baseline-bench: not started: " in output  # not "done in an earlier run"
     assert not (Path(dry_env["RUNS"]) / "en-de" / "baseline-bench").exists()
+    assert "== bench: not run: no trained checkpoint in each of " in output
+    assert commands(output, "fairseq-san-bench") == []
+
+
+@pytest.fixture()
+def tables_models(dry_env, tmp_path) -> Dict[str, str]:
+    """The bench slice's environment on the machine where the tables slice's first call trained
+    baseline seed 5, SAN seed 4 and AAN+SAN (toy checkpoints), with a ``fairseq-san-bench`` that
+    records its arguments (bench.args, one line of JSON a call)."""
+    tables = tmp_path / "tables-runs"
+    for name in ("baseline-s5", "san-s4", "aan-san"):
+        (tables / "en-de" / name / "iter0" / "checkpoints").mkdir(parents=True)
+        (tables / "en-de" / name / "iter0" / "checkpoints" / "checkpoint_best.pt").write_text("x")
+        (tables / "en-de" / name / "done.iter0").touch()
+    return {**dry_env, "TABLES_RUNS": str(tables), "PATH": f"{bench_stub(tmp_path)}:{dry_env['PATH']}"}
+
+
+def bench_stub(folder: Path) -> Path:
+    """A folder holding a ``fairseq-san-bench`` that appends its arguments to FOLDER/bench.args
+    (a line of JSON a call) and benchmarks nothing."""
+    stub = folder / "bin" / "fairseq-san-bench"
+    stub.parent.mkdir()
+    stub.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    f"open({str(folder / 'bench.args')!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    stub.chmod(0o755)
+    return stub.parent
+
+
+def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_models, tmp_path):
+    """Right after the tables slice's first call, on the same machine, the bench slice trains
+    nothing: it benchmarks that call's converged baseline, SAN and AAN+SAN, then runs the smoke
+    runs where time is left (never beside the benchmark)."""
+    output = campaign("bench", env={**tables_models, "SLICE_S": "100", "BENCH_S": "0"})
+    assert "== bench: the tables slice's models, trained on this machine: " in output
+    assert commands(output, "learn_to_share.sh") == []
+    for name in ("spawn-gloo", "torchrun-gloo", "torchrun-nccl"):
+        assert f"== smoke/{name}: not started: " in output  # 100 s left: its cap needs 150
+    calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
+    assert [value(words, "--batch-size") for words in calls] == ["16", "128"]
+    tables = tables_models["TABLES_RUNS"]
+    systems = dict(w.split("=", 1) for i, w in enumerate(calls[0][1:]) if calls[0][i] == "--system")
+    assert systems["baseline"] == f"{tables}/en-de/baseline-s5/iter0/checkpoints/checkpoint_best.pt"
+    assert systems["san-fast"].startswith(f"{tables}/en-de/san-s4/iter0/")
+    assert systems["aan-san-graph"].startswith(f"{tables}/en-de/aan-san/iter0/")
+
+
+def test_a_benchmark_without_time_waits_for_the_next_call_on_this_machine(tables_models):
+    """A benchmark batch size without BENCH_S seconds left waits for the next call on the same
+    machine, saying so."""
+    output = campaign("bench", env={**tables_models, "SLICE_S": "100"})
     for batch in (16, 128):
         assert f"== bench batch {batch}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
@@ -408,7 +459,8 @@ def test_tables_trains_what_is_new_and_gives_free_places_to_the_mean_policy(dry_
     assert commands(output, "learn_to_share.sh") == []
     assert "/en-de/policies/theta-0.3-0.5.json: trained already, as san (" in output
     assert "== en-de/theta-0.3-0.5:" not in output
-    for name in ("own-v", "enc-0.4", "aan-san", "uniform-6-3-3", "san-mean-s3", "san-mean-s4"):
+    for name in ("san-s4", "aan-san", "own-v", "uniform-6-3-3", "aan", "enc-0.4", "san-mean-s3",
+                 "san-mean-s4"):  # fmt: skip
         assert f"== en-de/{name}: not started: " in output, name
 
 
@@ -876,10 +928,20 @@ def test_a_fresh_machine_trains_stage_2_on_stage_1_collected_without_checkpoints
 def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, tmp_path):
     """The tables slice's baseline seed 5 keeps every checkpoint; beside its training, each one is
     analysed as it is written (its checkpoints never reach the slice's next call), then the best
-    one on the test sentences, and the policy learned from them."""
+    one on the test sentences, and the policy learned from them. Then, on the same machine, the
+    bench slice finds that call's baseline, SAN and AAN+SAN and benchmarks them, training none."""
     env = {**tiny["env"], "RUNS": str(tmp_path / "runs"), "OUT": str(tmp_path / "out"),
-           "ONLY": "en-de/baseline-s5", "EVALUATE": "0"}  # no test sets: the analyses only  # fmt: skip
+           "ONLY": "en-de/baseline-s5 en-de/san-s4 en-de/aan-san",
+           "EVALUATE": "0"}  # no test sets: the analyses only  # fmt: skip
     output = campaign("tables", env=env)
+    bench_env = {**env, "RUNS": str(tmp_path / "bench"), "TABLES_RUNS": env["RUNS"], "BENCH_S": "0",
+                 "PATH": f"{bench_stub(tmp_path)}:{env['PATH']}"}  # fmt: skip
+    bench = campaign("bench", env=bench_env)
+    assert "== bench: the tables slice's models, trained on this machine: " in bench
+    assert commands(bench, "learn_to_share.sh") == []
+    calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
+    systems = [w for i, w in enumerate(calls[0][1:]) if calls[0][i] == "--system"]
+    assert [Path(w.split("=")[1].split(":")[0]).is_file() for w in systems] == [True] * 8
     run_dir = tmp_path / "runs" / "en-de" / "baseline-s5"
     kept = sorted(path.stem for path in (run_dir / "iter0" / "checkpoints").glob("checkpoint_*_*.pt"))
     assert len(kept) == 4, output[-3000:]  # --save-interval-updates 5, --max-update 20

@@ -28,15 +28,18 @@
 #   tables  En->De Tables 3-6 against the en-de slice's baselines and SAN, each policy from the
 #           en-de loop's collected analysis (so that every row trains as they did, to the same
 #           update budget, four at a time): stage 1 baseline seed 5 (every checkpoint kept, for
-#           Figure 5), AAN, own V (Table 4), the encoder side at 0.4 (Table 5); stage 2 the
+#           Figure 5), the headline's SAN seed 4, AAN+SAN (Table 6), own V (Table 4); stage 2 the
 #           policies at other thresholds that no system trained yet (Table 3), uniform {6}/{3,3},
-#           AAN+SAN (Table 6), and in free places the mean policy's SAN seeds 3, 4; beside
-#           baseline seed 5's training, Figure 5 from its checkpoints as they are written, then
-#           its policy learned from the test sentences
-#   bench   En->De baseline, SAN and AAN+SAN side by side (the policies from the en-de loop's:
-#           the headline SAN's), then fairseq-san-bench --gpu at batch 16 and 128 (what the
-#           call's time does not hold: in a second call on the same warm machine); the 2-rank
-#           multi-GPU smoke runs beside the trainings
+#           AAN, the encoder side at 0.4 (Table 5), and in free places the mean policy's SAN
+#           seeds 3, 4; beside baseline seed 5's training, Figure 5 from its checkpoints as they
+#           are written, then its policy learned from the test sentences
+#   bench   fairseq-san-bench --gpu at batch 16 and 128 of an En->De baseline, SAN and AAN+SAN:
+#           right after tables' first call, on the same warm machine, its stage 1's converged
+#           baseline seed 5, SAN seed 4 and AAN+SAN (nothing trained), then the 2-rank
+#           multi-GPU smoke runs where time is left; on another machine, its own three trained
+#           side by side for a 2.5-minute cap (the policies from the en-de loop's: the headline
+#           SAN's), the smoke runs beside them, then the benchmark (what the call's time does
+#           not hold: in a second call on the same warm machine)
 # A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
 # held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
 # same machine from $RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
@@ -56,7 +59,8 @@
 # step on a GPU at 16 and 128), SLICE_S (seconds the slice may take, 540: every job is stopped
 # at that deadline, then the archive is packed), JOB_S (seconds one job may take), SEEDS ("2 3": the
 # en-de slice's other seeds), STAGE2_SEED (4: the baseline seed of en-de's stage 2), BENCH_S
-# (150: the seconds one batch size of the bench slice's benchmark needs to start), ONLY
+# (150: the seconds one batch size of the bench slice's benchmark needs to start), TABLES_RUNS
+# (runs/converged/tables: where bench looks for the tables slice's models), ONLY
 # ("en-de/loop en-de/baseline-s2": only these run dirs),
 # TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and tiny sizes).
 set -euo pipefail
@@ -77,7 +81,7 @@ PRESET=${PRESET:-examples/presets/gpu-converge.args}
 SEEDS=${SEEDS:-2 3} STAGE2_SEED=${STAGE2_SEED:-4} ONLY=${ONLY:-} TRAIN_EXTRA=${TRAIN_EXTRA:-}
 CAP_MIN=${CAP_MIN:-$([ "$SLICE" = bench ] && echo 2.5 || echo 6.5)}
 UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
-EVAL_S=${EVAL_S:-130} BENCH_S=${BENCH_S:-150}
+EVAL_S=${EVAL_S:-130} BENCH_S=${BENCH_S:-150} TABLES_RUNS=${TABLES_RUNS:-runs/converged/tables}
 export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 SMALL=transformer_san_small AAN=transformer_aan_small
 SLICES=(python "$HERE/campaign_slices.py")
@@ -325,7 +329,7 @@ new_checkpoints() {  # new_checkpoints RUN_DIR FOLDER: analyse those not analyse
 # fairseq's own spawning (it asserts world size <= GPUs), then torchrun, which fairseq maps to
 # device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that).
 smoke() {
-  local JOB_S=${JOB_S:-120} EVALUATE=0 backend
+  local JOB_S=${JOB_S:-120} EVALUATE=0 EVAL_S=0 backend
   system smoke/spawn-gloo en-de $SMALL none 0 -- --distributed-world-size 2 \
     --ddp-backend pytorch_ddp --distributed-backend gloo --max-update 100
   wait
@@ -337,14 +341,27 @@ smoke() {
   done
 }
 
-# The bench slice's decoding benchmark: fairseq, --san-fast-decoding and the static decoder as
-# CUDA graphs; beams 4, 20; batch 16, 128. Each batch size starts only with BENCH_S seconds left;
-# else the slice's next call on this machine (its trainings done, its checkpoints still there)
-# runs it. Checkpoints never travel: a fresh machine trains the bench systems again (no restore).
-benchmark() {
-  local ckpt=iter0/checkpoints/checkpoint_best.pt B=$RUNS/en-de/bench batch
-  local base=$RUNS/en-de/baseline-bench/$ckpt san=$RUNS/en-de/san-bench/$ckpt
-  local aan=$RUNS/en-de/aan-san-bench/$ckpt
+# The models the bench slice benchmarks where the tables slice's first call trained them on this
+# machine (the session's next call, on the warm machine: a GPU is lent too rarely for a session
+# of its own): baseline seed 5, the headline's SAN seed 4 and AAN+SAN, each trained to the
+# update budget. On another machine the bench slice trains its own, for its shorter cap.
+BENCH_MODELS=("$TABLES_RUNS"/en-de/{baseline-s5,san-s4,aan-san})
+CHECKPOINT=iter0/checkpoints/checkpoint_best.pt
+checkpoints_here() {  # checkpoints_here RUN_DIR...: each trained and tested, its checkpoint here
+  local dir
+  for dir in "$@"; do [ -f "$dir/done.iter0" ] && [ -f "$dir/$CHECKPOINT" ] || return 1; done
+}
+
+# The bench slice's decoding benchmark of BASELINE, SAN and AAN_SAN (run dirs): fairseq,
+# --san-fast-decoding and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128. Each
+# batch size starts only with BENCH_S seconds left; else the slice's next call on this machine
+# (its trainings done, its checkpoints still there) runs it. Checkpoints never travel: a fresh
+# machine trains the bench systems again (no restore).
+benchmark() {  # benchmark BASELINE SAN AAN_SAN
+  local B=$RUNS/en-de/bench batch
+  local base=$1/$CHECKPOINT san=$2/$CHECKPOINT aan=$3/$CHECKPOINT
+  [ "$DRY_RUN" = 1 ] || checkpoints_here "$@" ||
+    { echo "== bench: not run: no trained checkpoint in each of $*"; return 0; }
   local fast='{"san_fast_decoding": true}'
   local graph='{"san_decoding": "static", "san_decoder_execution": "graph"}'
   local systems=(--system "baseline=$base" --system "baseline-graph=$base:$graph"
@@ -408,11 +425,14 @@ case $SLICE in
     L=$RESULTS/en-de/loop P=$RUNS/en-de/policies F=$RUNS/en-de/baseline-s5
     policies "$L" "$P"
     KEEP=(--keep-interval-updates 1000)  # every checkpoint (each 100 updates), for Figure 5
+    # Stage 1 holds what the bench slice benchmarks on this machine in the session's next call
+    # (BENCH_MODELS): a baseline, the headline's SAN (seed 4: paired with the en-de slice's
+    # baseline seed 4) and AAN+SAN, converged.
     system en-de/baseline-s5 en-de $SMALL none 0 -- --seed 5 "${KEEP[@]}"
     if training_here "$F"; then beside figure5 "$F"; beside other_sentences "$F"; fi
-    system en-de/aan en-de $AAN none 0                                                     # 6
+    system en-de/san-s4 en-de $SMALL "$L/iter1/policy.json" 0 -- --seed 4  # the headline's SAN
+    system en-de/aan-san en-de $AAN "$P/aan-san.json" 0                                    # 6
     system en-de/own-v en-de $SMALL "$L/iter1/policy.json" 0 -- --san-encdec-share weights  # 4
-    system en-de/enc-0.4 en-de $SMALL "$P/enc-0.4.json" 0                                 # 5
     wait
     STAGE_JOBS=0
     thetas=("$P"/theta-{0.3-0.4,0.3-0.5,0.4-0.4}.json)  # Table 3: what no system trained yet
@@ -422,20 +442,27 @@ case $SLICE in
       system "en-de/$(basename "$policy" .json)" en-de $SMALL "$policy" 0
     done
     system en-de/uniform-6-3-3 en-de $SMALL "$HERE/policy-uniform-6-3-3.json" 0  # Table 3
-    system en-de/aan-san en-de $AAN "$P/aan-san.json" 0                          # 6
+    system en-de/aan en-de $AAN none 0                                           # 6
+    system en-de/enc-0.4 en-de $SMALL "$P/enc-0.4.json" 0                        # 5
     for seed in 3 4; do  # free places: more seeds of the mean policy (2 trains in pairs)
       [ "$STAGE_JOBS" -ge 4 ] || mean_san "$seed"
     done
     ;;
   bench)
-    L=$RESULTS/en-de/loop P=$RUNS/en-de/policies
-    aan_policy "$L/iter1/policy.json" "$P/aan-san.json"
-    beside smoke
-    system en-de/baseline-bench en-de $SMALL none 0
-    system en-de/san-bench en-de $SMALL "$L/iter1/policy.json" 0  # the headline SAN's policy
-    system en-de/aan-san-bench en-de $AAN "$P/aan-san.json" 0
-    wait
-    benchmark
+    if checkpoints_here "${BENCH_MODELS[@]}"; then  # tables' stage 1, converged: none trained
+      echo "== bench: the tables slice's models, trained on this machine: ${BENCH_MODELS[*]}"
+      benchmark "${BENCH_MODELS[@]}"
+      smoke  # after the benchmark, never beside it, where time is left
+    else
+      L=$RESULTS/en-de/loop P=$RUNS/en-de/policies
+      aan_policy "$L/iter1/policy.json" "$P/aan-san.json"
+      beside smoke
+      system en-de/baseline-bench en-de $SMALL none 0
+      system en-de/san-bench en-de $SMALL "$L/iter1/policy.json" 0  # the headline SAN's policy
+      system en-de/aan-san-bench en-de $AAN "$P/aan-san.json" 0
+      wait
+      benchmark "$RUNS"/en-de/{baseline,san,aan-san}-bench
+    fi
     ;;
 esac
 pack

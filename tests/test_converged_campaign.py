@@ -113,7 +113,8 @@ def dry_env(tmp_path) -> Dict[str, str]:
     (heldout / "test_2018_flickr.en").write_text("A dog runs.\n")
     env = cli_env()
     env.update(RUNS=str(tmp_path / "runs"), OUT=str(tmp_path / "out"), SHARED=str(tmp_path / "shared"),
-               RESULTS=str(tmp_path / "results"))  # none collected: nothing restored  # fmt: skip
+               RESULTS=str(tmp_path / "results"),  # none collected: nothing restored
+               TABLES_RUNS=str(tmp_path / "tables-runs"))  # the tables slice never ran here  # fmt: skip
     return env
 
 
@@ -277,7 +278,7 @@ def test_bench_trains_again_on_a_fresh_machine_and_benchmarks_only_checkpoints_i
     output = campaign("bench", env=env)
     assert "== en-de/baseline-bench: not started: " in output  # not "done in an earlier run"
     assert not (Path(dry_env["RUNS"]) / "en-de" / "baseline-bench").exists()
-    assert "== bench: not run: no trained checkpoint in each of " in output
+    assert "== bench: not run: a model without its trained checkpoint here among " in output
     assert commands(output, "fairseq-san-bench") == []
 
 
@@ -290,7 +291,7 @@ def tables_models(dry_env, tmp_path) -> Dict[str, str]:
     for name in ("baseline-s5", "san-s4", "aan-san"):
         (tables / "en-de" / name / "iter0" / "checkpoints").mkdir(parents=True)
         (tables / "en-de" / name / "iter0" / "checkpoints" / "checkpoint_best.pt").write_text("x")
-        (tables / "en-de" / name / "done.iter0").touch()
+        (tables / "en-de" / name / "iter0" / "trained").touch()
     return {**dry_env, "TABLES_RUNS": str(tables), "PATH": f"{bench_stub(tmp_path)}:{dry_env['PATH']}"}
 
 
@@ -310,7 +311,7 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     nothing: it benchmarks that call's converged baseline, SAN and AAN+SAN, then runs the smoke
     runs where time is left (never beside the benchmark)."""
     output = campaign("bench", env={**tables_models, "SLICE_S": "100", "BENCH_S": "0"})
-    assert "== bench: the tables slice's models, trained on this machine: " in output
+    assert "== bench: the tables slice's models on this machine: " in output
     assert commands(output, "learn_to_share.sh") == []
     for name in ("spawn-gloo", "torchrun-gloo", "torchrun-nccl"):
         assert f"== smoke/{name}: not started: " in output  # 100 s left: its cap needs 150
@@ -323,10 +324,23 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     assert systems["aan-san-graph"].startswith(f"{tables}/en-de/aan-san/iter0/")
 
 
+def test_bench_trains_nothing_where_tables_ran_without_its_models(tables_models):
+    """Where the tables slice ran but a benchmarked model has no trained checkpoint here (one cut
+    at the deadline; tables' second call, on a fresh machine), the bench slice trains no model of
+    its own, says so, and goes on to the smoke runs (each needs its cap: none evaluates)."""
+    tables = Path(tables_models["TABLES_RUNS"])
+    (tables / "en-de" / "aan-san" / "iter0" / "trained").unlink()
+    output = campaign("bench", env={**tables_models, "SLICE_S": "50", "BENCH_S": "0", "CAP_MIN": "1"})
+    assert f"== bench: not run: a model without its trained checkpoint here among {tables}/" in output
+    assert commands(output, "fairseq-san-bench") == []
+    assert "== en-de/baseline-bench" not in output and "iteration 0 started" not in output
+    assert "== smoke/spawn-gloo: not started: 50 s left, it needs 60 " in output  # its cap alone
+
+
 def test_a_benchmark_without_time_waits_for_the_next_call_on_this_machine(tables_models):
     """A benchmark batch size without BENCH_S seconds left waits for the next call on the same
     machine, saying so."""
-    output = campaign("bench", env={**tables_models, "SLICE_S": "100"})
+    output = campaign("bench", env={**tables_models, "SLICE_S": "50"})
     for batch in (16, 128):
         assert f"== bench batch {batch}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
@@ -937,7 +951,7 @@ def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, t
     bench_env = {**env, "RUNS": str(tmp_path / "bench"), "TABLES_RUNS": env["RUNS"], "BENCH_S": "0",
                  "PATH": f"{bench_stub(tmp_path)}:{env['PATH']}"}  # fmt: skip
     bench = campaign("bench", env=bench_env)
-    assert "== bench: the tables slice's models, trained on this machine: " in bench
+    assert "== bench: the tables slice's models on this machine: " in bench
     assert commands(bench, "learn_to_share.sh") == []
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
     systems = [w for i, w in enumerate(calls[0][1:]) if calls[0][i] == "--system"]

@@ -583,6 +583,28 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
         "(0.4967, 0.5243]." in markdown
 
 
+def test_headline_speed_is_the_bench_slices_san_fast_against_fairseqs_baseline(tmp_path):
+    """The bench slice's benchmark, collected beside the run dirs (en-de/bench/batch16), gives the
+    headline's GPU speed: SAN with --san-fast-decoding against fairseq's baseline, beam 4, natural
+    lengths; it is no system of the summary."""
+    from campaign_summary import write_summary
+
+    results = toy_en_de(tmp_path)
+    bench = results / "en-de" / "bench" / "batch16"
+    bench.mkdir(parents=True)
+    setting = {"beam4_natural": {"ratio_to_baseline": 1.234}, "beam4_fixed": {"ratio_to_baseline": 9.0}}
+    systems = {"baseline": {"settings": {}}, "san-graph": {"settings": {"beam4_natural": {
+        "ratio_to_baseline": 4.5}}}, "san-fast": {"settings": setting}}  # fmt: skip
+    (bench / "results.json").write_text(json.dumps({"systems": systems}))
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    assert {row["system"] for row in summary["pairs"]["en-de"]} == {"baseline", "san"}
+    lines = (results / "headline.md").read_text().splitlines()
+    (san,) = [line for line in lines if line.startswith("| en-de | san |")]
+    (baseline,) = [line for line in lines if line.startswith("| en-de | baseline |")]
+    assert san.strip("|").split("|")[-1].strip() == "1.23x"
+    assert baseline.strip("|").split("|")[-1].strip() == ""
+
+
 def test_same_seed_pairs_two_systems_that_summary_does_not(tmp_path):
     """same_seed.py: the paired bootstrap of one run dir against another of the pair, per test
     set (SAN seed 2, every sentence right, against baseline seed 2, half of them cut short)."""

@@ -242,7 +242,7 @@ mean_san() {
     js=$RESULTS/en-de/$run/iter0/analysis/js.json
     if [ -f "$js" ] || [ "$DRY_RUN" = 1 ]; then analyses+=("$js"); fi
   done
-  if [ ${#analyses[@]} -gt 0 ]; then
+  if [ ${#analyses[@]} -gt 0 ] && [ ! -f "$policy" ]; then  # once a call: the same analyses
     [ "$DRY_RUN" = 1 ] || mkdir -p "$(dirname "$policy")"
     run fairseq-san-policy "${analyses[@]}" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
       -o "$policy" || true

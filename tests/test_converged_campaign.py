@@ -73,9 +73,14 @@ def commands(output: str, program: str) -> List[List[str]]:
     return found
 
 
+def values(words: List[str], flag: str) -> List[str]:
+    """Every value of ``flag``, in order (``--system`` is given once a system)."""
+    return [words[i + 1] for i, word in enumerate(words) if word == flag]
+
+
 def value(words: List[str], flag: str) -> str:
     """The last value of ``flag`` (the one fairseq and learn_to_share.sh use)."""
-    return [words[i + 1] for i, word in enumerate(words) if word == flag][-1]
+    return values(words, flag)[-1]
 
 
 def trainings(output: str) -> List[tuple]:
@@ -217,7 +222,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     for words in runs:
         assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
         assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
-        systems = [words[i + 1] for i, word in enumerate(words) if word == "--system"]
+        systems = values(words, "--system")
         assert any('"san_fast_decoding": true' in s for s in systems)
         graphs = [s.split("=")[0] for s in systems if '"san_decoder_execution": "graph"' in s]
         assert graphs == ["baseline-graph", "san-graph", "aan-san-graph"]
@@ -318,7 +323,7 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
     assert [value(words, "--batch-size") for words in calls] == ["16", "128"]
     tables = tables_models["TABLES_RUNS"]
-    systems = dict(w.split("=", 1) for i, w in enumerate(calls[0][1:]) if calls[0][i] == "--system")
+    systems = dict(system.split("=", 1) for system in values(calls[0], "--system"))
     assert systems["baseline"] == f"{tables}/en-de/baseline-s5/iter0/checkpoints/checkpoint_best.pt"
     assert systems["san-fast"].startswith(f"{tables}/en-de/san-s4/iter0/")
     assert systems["aan-san-graph"].startswith(f"{tables}/en-de/aan-san/iter0/")
@@ -976,7 +981,7 @@ def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, t
     assert "== bench: the tables slice's models on this machine: " in bench
     assert commands(bench, "learn_to_share.sh") == []
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
-    systems = [w for i, w in enumerate(calls[0][1:]) if calls[0][i] == "--system"]
+    systems = values(calls[0], "--system")
     assert [Path(w.split("=")[1].split(":")[0]).is_file() for w in systems] == [True] * 8
     run_dir = tmp_path / "runs" / "en-de" / "baseline-s5"
     kept = sorted(path.stem for path in (run_dir / "iter0" / "checkpoints").glob("checkpoint_*_*.pt"))

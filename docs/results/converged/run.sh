@@ -357,8 +357,7 @@ checkpoints_here() {  # checkpoints_here RUN_DIR...: each has trained, its best 
 # The bench slice's decoding benchmark of BASELINE, SAN and AAN_SAN (run dirs): fairseq,
 # --san-fast-decoding and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128. Each
 # batch size starts only with BENCH_S seconds left; else the slice's next call on this machine
-# (its trainings done, its checkpoints still there) runs it. Checkpoints never travel: a fresh
-# machine trains the bench systems again (no restore).
+# (its checkpoints still there) runs it. Checkpoints never travel: without them, no benchmark.
 benchmark() {  # benchmark BASELINE SAN AAN_SAN
   local B=$RUNS/en-de/bench batch
   local base=$1/$CHECKPOINT san=$2/$CHECKPOINT aan=$3/$CHECKPOINT

@@ -191,6 +191,15 @@ def option_names() -> Tuple[str, ...]:
     return tuple(sorted(name for name in OPTIONS if name.startswith("san_")))
 
 
+def current_flag(option: Option, value: object) -> Tuple[str, object]:
+    """The flag and value that say ``option`` = ``value`` today: a deprecated option's
+    replacement (``san_decoder`` static: ``--san-decoding static``), else its own flag."""
+    if option.alias_of is None:
+        return option.flag, value
+    target, meant = option.alias_of
+    return OPTIONS[target].flag, meant
+
+
 _warned = set()
 
 
@@ -198,7 +207,7 @@ def deprecated_value(name: str, value: object) -> Optional[str]:
     """The value of ``san_decoding`` that the deprecated option ``name`` set to ``value`` stands
     for (logged once per process), or None when it is not set."""
     option = OPTIONS[name]
-    target, meant = option.alias_of
+    flag, meant = current_flag(option, value)
     if not (value is True or str(value) == meant):
         return None
     if name not in _warned:
@@ -206,7 +215,7 @@ def deprecated_value(name: str, value: object) -> Optional[str]:
         logger.warning(
             "%s is deprecated: use %s %s (it means the same)",
             option.flag if value is True else f"{option.flag} {value}",
-            OPTIONS[target].flag,
+            flag,
             meant,
         )
     return meant

@@ -77,7 +77,7 @@ def test_static_systems_are_paired_with_fairseq_decoding_the_same_model():
     overrides (what it is built to reproduce), not with another model or decoding."""
     from fairseq_san.benchmark.config import fairseq_twins, parse_system
 
-    fast = json.dumps({"san_fast_decoding": True})
+    fast = json.dumps({"san_decoding": "fast"})
     systems = [parse_system(text) for text in (
         "base=a.pt", "base-again=a.pt", f"base-fast=a.pt:{fast}", "san=b.pt",
         "base-static=a.pt:" + json.dumps(STATIC), "san-static-int8=b.pt:" + json.dumps(

@@ -223,7 +223,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
         assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
         systems = values(words, "--system")
-        assert any('"san_fast_decoding": true' in s for s in systems)
+        assert any('"san_decoding": "fast"' in s for s in systems)
         graphs = [s.split("=")[0] for s in systems if '"san_decoder_execution": "graph"' in s]
         assert graphs == ["baseline-graph", "san-graph", "aan-san-graph"]
 
@@ -590,7 +590,7 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
 
 def test_headline_speed_is_the_bench_slices_san_fast_against_fairseqs_baseline(tmp_path):
     """The bench slice's benchmark, collected beside the run dirs (en-de/bench/batch16), gives the
-    headline's GPU speed: SAN with --san-fast-decoding against fairseq's baseline, beam 4, natural
+    headline's GPU speed: SAN with --san-decoding fast against fairseq's baseline, beam 4, natural
     lengths; it is no system of the summary."""
     from campaign_summary import write_summary
 

@@ -1,5 +1,5 @@
 """Tests for the fast incremental-decoding attention (``fairseq_san.modules.decoding_attention``,
-``--san-fast-decoding``): same translations as fairseq's step, same state dict and training.
+``--san-decoding fast``): same translations as fairseq's step, same state dict and training.
 """
 
 from typing import Dict
@@ -51,7 +51,7 @@ def count_fast_steps(model) -> Dict[str, int]:
     ids=["baseline", "san-output", "san-weights", "aan-encdec33"],
 )  # fmt: skip
 def test_fast_decoding_gives_the_same_translations(argv):
-    """--san-fast-decoding keeps the encoder-decoder keys/values once per sentence and fuses the
+    """--san-decoding fast keeps the encoder-decoder keys/values once per sentence and fuses the
     self-attention step; the n-best lists (sentences finishing at different steps, so the batch
     shrinks) must be those of the plain model, and the fast path must really have run."""
     plain, _ = build(argv, dictionary=DICT, seed=101)

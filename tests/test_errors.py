@@ -152,14 +152,14 @@ def test_decoder_in_model_overrides_is_refused_with_the_flag_that_works(binarize
         "--gen-subset", "test", "--beam", "1", "--batch-size", "32", "--cpu", "--sampling",
         "--model-overrides", "{'san_decoder': 'static'}",
     )  # fmt: skip
-    assert_one_line_error(result, "san_decoder 'static'", "Pass --san-decoder static")
+    assert_one_line_error(result, "san_decoder 'static'", "Pass --san-decoding static")
     assert "H-0" not in result.stdout
 
 
 @pytest.mark.parametrize(
     "model, task, refused",
     [
-        ({"san_decoder": "static"}, {}, "--san-decoder static"),
+        ({"san_decoder": "static"}, {}, "--san-decoding static"),  # deprecated: its replacement
         ({"san_decoder_precision": "bf16"}, {"san_decoder": "static"}, "--san-decoder-precision bf16"),
         ({"san_decoder": "static"}, {"san_decoder": "static"}, None),  # the task applies it
         ({"san_decoder": "fairseq"}, {"san_decoder": "static"}, None),  # saved in training

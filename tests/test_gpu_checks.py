@@ -71,7 +71,7 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
 def test_end_to_end_decodes_the_slice_models_with_fairseq_and_as_graphs(tmp_path, parts):
     """Every end-to-end run pairs each captured-graph system with fairseq's decoding of the same
     checkpoint (the "= fairseq" check), on the slice's baseline and SAN; e2e-more adds fp16, the
-    static eager step and --san-fast-decoding; everything the benchmarks wrote comes back."""
+    static eager step and --san-decoding fast; everything the benchmarks wrote comes back."""
     stdout, calls = run_checks(tmp_path, parts)
     assert len(calls) == 2
     graph = {"san_decoding": "static", "san_decoder_execution": "graph"}
@@ -90,7 +90,7 @@ def test_end_to_end_decodes_the_slice_models_with_fairseq_and_as_graphs(tmp_path
         assert [call["fp16"] for call in calls] == [True, False]
         assert beams == [["4", "20"], ["4", "20"]]
         assert calls[1]["twins"]["baseline-eager"] == "baseline"
-        assert calls[1]["systems"]["san-fast"] == {"san_fast_decoding": True}
+        assert calls[1]["systems"]["san-fast"] == {"san_decoding": "fast"}
     with tarfile.open(tmp_path / "out/gpu-steps.tar.gz") as archive:
         returned = {name for name in archive.getnames() if name.endswith("results.json")}
     assert returned == {f"gpu-steps/{Path(call['out']).name}/results.json" for call in calls}

@@ -128,8 +128,8 @@ def test_the_static_decoder_of_a_language_model_refuses_options_it_lacks(trained
     )  # fmt: skip
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: --san-decoder static does not support --diverse-beam-groups; drop "
-        "--san-decoder static (fairseq's own decoder) to use it"
+        "fairseq-san: error: --san-decoding static does not support --diverse-beam-groups; decode "
+        "with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
     )
 
 

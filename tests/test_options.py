@@ -4,6 +4,7 @@ benchmark; one decoding switch, ``--san-decoding``, whose old flags still work a
 import argparse
 import ast
 import logging
+import warnings
 
 import pytest
 
@@ -35,6 +36,20 @@ def test_option_names_are_the_model_flags_and_the_task_fields():
     names |= set(TranslationSANConfig.__dataclass_fields__)
     names |= set(LanguageModelingSANConfig.__dataclass_fields__)
     assert options.option_names() == tuple(sorted(n for n in names if n.startswith("san_")))
+
+
+@pytest.mark.parametrize("model", [TransformerSANModel, TransformerLMSANModel])
+def test_model_options_join_the_group_fairseq_passes_and_show_in_its_help(model):
+    """fairseq gives add_args its "Model-specific configuration" group: the SAN options go in it.
+    A group nested in it is deprecated (Python 3.11) and argparse leaves its options out of the
+    help."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("Model-specific configuration")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.add_args(group)
+    assert not [w for w in caught if "Nesting argument groups" in str(w.message)]
+    assert "--san-policy" in parser.format_help() and "--san-decoder-self-policy" in parser.format_help()
 
 
 def test_the_model_does_not_import_the_task():

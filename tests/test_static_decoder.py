@@ -1,4 +1,4 @@
-"""``--san-decoder static`` (fairseq_san.static_decoding) against fairseq's SequenceGenerator.
+"""``--san-decoding static`` (fairseq_san.static_decoding) against fairseq's SequenceGenerator.
 
 Tiny random models would tie: their outputs are made decisive (output projection x3) and EOS
 likely at varying steps (a random direction added to the EOS row), so that the sentences of a
@@ -540,13 +540,13 @@ def task():
 def test_build_generator_chooses_the_decoder(task):
     """``san_decoder`` in the generation args (the benchmark) or the task options selects it."""
     model = build(dictionary=DICTIONARY)[0]
-    static = task.build_generator([model], generation_args(san_decoder="static"))
+    static = task.build_generator([model], generation_args(san_decoding="static"))
     assert isinstance(static, StaticSequenceGenerator)
     assert static.beam_size == 4 and static.max_len_b == 10
     assert not isinstance(task.build_generator([model], generation_args()), StaticSequenceGenerator)
     assert static.execution.name == "eager" and not static.execution.fixed_layout(torch.device("cpu"))
     fixed = task.build_generator(
-        [model], generation_args(san_decoder="static", san_decoder_execution="fixed")
+        [model], generation_args(san_decoding="static", san_decoder_execution="fixed")
     )
     assert fixed.execution.name == "fixed"
     task.cfg.san_decoder = "static"
@@ -571,13 +571,13 @@ def test_build_generator_chooses_the_decoder(task):
 )
 def test_unsupported_option_is_named(task, options, named):
     model = build(dictionary=DICTIONARY)[0]
-    with pytest.raises(StaticDecoderError, match=f"does not support {named}.*drop --san-decoder"):
-        task.build_generator([model], generation_args(san_decoder="static", **options))
+    with pytest.raises(StaticDecoderError, match=f"does not support {named}.*--san-decoding fairseq"):
+        task.build_generator([model], generation_args(san_decoding="static", **options))
 
 
 def test_ensembles_and_lm_fusion_are_refused(task):
     model = build(dictionary=DICTIONARY)[0]
-    args = generation_args(san_decoder="static")
+    args = generation_args(san_decoding="static")
     with pytest.raises(StaticDecoderError, match="ensembles"):
         task.build_generator([model, model], args)
     with pytest.raises(StaticDecoderError, match="--lm-path"):
@@ -847,19 +847,19 @@ def assert_same_output(expected: str, actual: str) -> int:
 
 @pytest.mark.slow
 def test_fairseq_generate(binarized_corpus, checkpoint):
-    """fairseq-generate prints the same n-best with --san-decoder static; bad options: one line."""
+    """fairseq-generate prints the same n-best with --san-decoding static; bad options: one line."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
-    static = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
+    static = generate_cli(binarized_corpus, checkpoint, "--san-decoding", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert assert_same_output(fairseq.stdout, static.stdout) == 40
 
     refused = generate_cli(
-        binarized_corpus, checkpoint, "--san-decoder", "static", "--no-repeat-ngram-size", "2"
+        binarized_corpus, checkpoint, "--san-decoding", "static", "--no-repeat-ngram-size", "2"
     )
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: --san-decoder static does not support --no-repeat-ngram-size; "
-        "drop --san-decoder static (fairseq's own decoder) to use it"
+        "fairseq-san: error: --san-decoding static does not support --no-repeat-ngram-size; "
+        "decode with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
     )
     assert "Traceback" not in refused.stderr
     on_cpu = generate_cli(  # offered on the command line, a GPU's only
@@ -868,7 +868,7 @@ def test_fairseq_generate(binarized_corpus, checkpoint):
     )  # fmt: skip
     assert on_cpu.returncode != 0 and "Traceback" not in on_cpu.stderr
     assert on_cpu.stderr.strip().splitlines()[-1].startswith(
-        "fairseq-san: error: --san-decoder static does not support the execution 'compile-graph' "
+        "fairseq-san: error: --san-decoding static does not support the execution 'compile-graph' "
         "on CPU"
     )
 
@@ -904,7 +904,7 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
             input=source, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240,
         )  # fmt: skip
 
-    fairseq, static = interactive(), interactive("--san-decoder", "static")
+    fairseq, static = interactive(), interactive("--san-decoding", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
 

@@ -63,9 +63,8 @@ class TransformerLMSANModel(TransformerLanguageModel):
     @classmethod
     def add_args(cls, parser):
         gen_parser_from_dataclass(parser, TransformerLanguageModelConfig(), delete_default=True)
-        group = parser.add_argument_group("Shared attention (SAN) for language models")
         for option in options.LM_OPTIONS:
-            option.add_argument(group)
+            option.add_argument(parser)  # in fairseq's group: a nested one is deprecated
 
     @classmethod
     def build_model(cls, args, task):

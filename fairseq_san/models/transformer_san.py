@@ -93,10 +93,11 @@ class TransformerSANModel(TransformerModel):
 
     @classmethod
     def add_args(cls, parser):
+        """fairseq's transformer options plus SAN's, in the group fairseq passes (a group nested
+        in it would be deprecated and left out of the help)."""
         super().add_args(parser)
-        group = parser.add_argument_group("Shared attention (SAN)")
         for option in options.MODEL_OPTIONS:
-            option.add_argument(group)
+            option.add_argument(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -136,7 +137,7 @@ class TransformerSANModel(TransformerModel):
             use_fast_decoding(self.decoder.layers)
 
     def set_beam_size(self, beam_size: int) -> None:
-        """fairseq's SequenceGenerator calls this; with ``--san-fast-decoding`` the decoder's
+        """fairseq's SequenceGenerator calls this; with ``--san-decoding fast`` the decoder's
         encoder-decoder attention keeps one copy of the keys/values per source sentence instead
         of one per hypothesis, which beam search would otherwise reorder at every step."""
         if self.fast_decoding:
@@ -388,10 +389,11 @@ def check_generation_options(args, task) -> None:
             continue
         if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
             continue
+        flag, value = options.current_flag(option, given)
         raise UsageError(
             f"{option.name} '{given}' is a model option here (--model-overrides or the "
             f"checkpoint), which does not choose the decoder: this command decodes with "
-            f"'{applied}'. Pass {option.flag} {given} on the command line (with --task "
+            f"'{applied}'. Pass {flag} {value} on the command line (with --task "
             "translation_san) instead"
         )
 

@@ -1,4 +1,4 @@
-"""A faster incremental-decoding path for fairseq's MultiheadAttention (``--san-fast-decoding``).
+"""A faster incremental-decoding path for fairseq's MultiheadAttention (``--san-decoding fast``).
 
 Beam search calls every decoder attention once per step with one query per hypothesis. fairseq's
 MultiheadAttention spends most of that call on bookkeeping: three projections where one would do,

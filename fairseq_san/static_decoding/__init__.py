@@ -1,4 +1,4 @@
-"""A static-shape decoder for beam search (``--san-decoder static``): same translations as
+"""A static-shape decoder for beam search (``--san-decoding static``): same translations as
 fairseq's SequenceGenerator, without its per-step overhead.
 
 * ``caches.py``: self-attention, AAN and encoder-decoder state, allocated once per batch, in the

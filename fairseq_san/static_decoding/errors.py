@@ -4,8 +4,8 @@ from fairseq_san.errors import UsageError
 
 
 class StaticDecoderError(UsageError):
-    """``--san-decoder static`` cannot decode this model or honour this option; the message names
-    it and the way out (drop ``--san-decoder static``).
+    """``--san-decoding static`` cannot decode this model or honour this option; the message names
+    it and the way out (fairseq's own decoder, ``--san-decoding fairseq``, the default).
 
     A UsageError, so that the plugin's command-line hook prints it as one line, like the other
     errors of bad input (fairseq_san/errors.py).
@@ -13,6 +13,6 @@ class StaticDecoderError(UsageError):
 
     def __init__(self, what: str) -> None:
         super().__init__(
-            f"--san-decoder static does not support {what}; drop --san-decoder static "
-            "(fairseq's own decoder) to use it"
+            f"--san-decoding static does not support {what}; decode with fairseq's own decoder "
+            "(--san-decoding fairseq, the default) to use it"
         )

@@ -3,7 +3,7 @@
 It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
 ``task.inference_step`` use it unchanged. ``build_static_generator`` is what
-``--san-decoder static`` calls: it refuses, with one error naming the option, every generation
+``--san-decoding static`` calls: it refuses, with one error naming the option, every generation
 option the static decoder does not implement.
 
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once

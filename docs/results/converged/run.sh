@@ -355,7 +355,7 @@ checkpoints_here() {  # checkpoints_here RUN_DIR...: each has trained, its best 
 }
 
 # The bench slice's decoding benchmark of BASELINE, SAN and AAN_SAN (run dirs): fairseq,
-# --san-fast-decoding and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128. Each
+# --san-decoding fast and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128. Each
 # batch size starts only with BENCH_S seconds left; else the slice's next call on this machine
 # (its checkpoints still there) runs it. Checkpoints never travel: without them, no benchmark.
 benchmark() {  # benchmark BASELINE SAN AAN_SAN
@@ -363,7 +363,7 @@ benchmark() {  # benchmark BASELINE SAN AAN_SAN
   local base=$1/$CHECKPOINT san=$2/$CHECKPOINT aan=$3/$CHECKPOINT
   [ "$DRY_RUN" = 1 ] || checkpoints_here "$@" ||
     { echo "== bench: not run: a model without its trained checkpoint here among $*"; return 0; }
-  local fast='{"san_fast_decoding": true}'
+  local fast='{"san_decoding": "fast"}'
   local graph='{"san_decoding": "static", "san_decoder_execution": "graph"}'
   local systems=(--system "baseline=$base" --system "baseline-graph=$base:$graph"
     --system "san=$san" --system "san-fast=$san:$fast" --system "san-graph=$san:$graph"

@@ -22,7 +22,7 @@
 #            the uncompiled one: ms per step and the profile (fp32, beam 4, batch 16; inductor
 #            compiles each policy's step first, about a minute);
 #   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
-#            static eager and --san-fast-decoding rows beside them;
+#            static eager and --san-decoding fast rows beside them;
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
 #            exists (name the models a slice left on the machine, and their language pair as
 #            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
@@ -114,7 +114,7 @@ e2e_compile() {
 BASE=${BASE:-$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt}
 SAN=${SAN:-$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt}
 MORE=(--system "baseline-eager=$BASE:$(static eager)"
-  --system "san-fast=$SAN:{\"san_fast_decoding\": true}")
+  --system "san-fast=$SAN:{\"san_decoding\": \"fast\"}")
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   git log -1 --format="commit %H" 2>/dev/null || true

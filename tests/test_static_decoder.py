@@ -248,11 +248,12 @@ def test_execution_table_picks_the_layout_and_refuses_the_wrong_device():
     assert execution_for("eager", cuda).fixed_layout(cuda)
     compile_ = execution_for("compile", cpu)
     assert compile_.fixed_layout(cpu) and not compile_.pack
+    choose = "choose --san-decoder-execution eager or fixed on CPU"  # the way out: what runs here
     for graphs in ("graph", "compile-graph"):
-        with pytest.raises(StaticDecoderError, match=f"execution '{graphs}' on CPU"):
+        with pytest.raises(StaticDecoderError, match=f"execution '{graphs}' on CPU; {choose}$"):
             execution_for(graphs, cpu)
     assert not execution_for("compile-graph", cuda).pack
-    with pytest.raises(StaticDecoderError, match="choose from"):
+    with pytest.raises(StaticDecoderError, match=f"the execution 'jit'; {choose}$"):
         execution_for("jit", cpu)
     # compile: measured slower than eager on the CPU; compile-graph: faster than graph on a GPU
     assert offered_executions() == ["eager", "fixed", "graph", "compile-graph"]
@@ -571,7 +572,7 @@ def test_build_generator_chooses_the_decoder(task):
 )
 def test_unsupported_option_is_named(task, options, named):
     model = build(dictionary=DICTIONARY)[0]
-    with pytest.raises(StaticDecoderError, match=f"does not support {named}.*--san-decoding fairseq"):
+    with pytest.raises(StaticDecoderError, match=f"not support {named}.*--san-decoding fairseq"):
         task.build_generator([model], generation_args(san_decoding="static", **options))
 
 
@@ -655,7 +656,9 @@ def test_int8_without_torch_ao_is_one_clear_error(monkeypatch):
     it refuses int8 in one line naming the cause and what still runs."""
     monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # import -> ImportError
     model = build([], dictionary=DICTIONARY)[0]
-    with pytest.raises(StaticDecoderError, match="no longer has torch.ao's dynamic quantization"):
+    way_out = "choose --san-decoder-precision bf16 or bf16-full"
+    cause = "no longer has torch.ao's dynamic quantization"
+    with pytest.raises(StaticDecoderError, match=f"{cause}; {way_out}$"):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="int8")
     StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="bf16")
 
@@ -918,6 +921,15 @@ def test_precision_table_drives_the_help_and_the_devices():
         assert f"{name}: {row.cast}" in text
     check_device("int8", torch.device("cpu"))
     check_device("bf16", torch.device("cuda"))
-    with pytest.raises(StaticDecoderError, match="int8 on a GPU .CPU only"):
+    on_gpu = " or ".join(name for name, row in PRECISIONS.items() if "cuda" in row.devices)
+    choose = f"choose --san-decoder-precision {on_gpu} on a GPU"
+    with pytest.raises(StaticDecoderError, match=rf"int8 on a GPU \(CPU only\); {choose}$"):
         check_device("int8", torch.device("cuda"))
+
+
+def test_reduced_precision_of_a_model_not_in_float32_names_the_way_out():
+    model = build([], dictionary=DICTIONARY)[0].to(torch.bfloat16)
+    way_out = "--san-decoder-precision fp32 decodes it in its own precision"
+    with pytest.raises(StaticDecoderError, match=f"bf16 with a model not float32; {way_out}$"):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="bf16")
 

@@ -77,10 +77,13 @@ def execution_for(name: Optional[str], device: torch.device) -> Execution:
     name not in the table or a device the row does not run on."""
     name = name or ("graph" if device.type == "cuda" else "eager")
     row = EXECUTIONS.get(name)
-    if row is None:
-        raise StaticDecoderError(f"the execution {name!r} (choose from {tuple(EXECUTIONS)})")
-    if device.type not in row.devices:
-        raise StaticDecoderError(f"the execution {name!r} on {device.type.upper()}")
+    if row is None or device.type not in row.devices:
+        here = [other for other in offered_executions() if device.type in EXECUTIONS[other].devices]
+        on = f" on {device.type.upper()}"
+        raise StaticDecoderError(
+            f"the execution {name!r}{on if row else ''}",
+            f"choose --san-decoder-execution {' or '.join(here)}{on}",
+        )
     return row
 
 

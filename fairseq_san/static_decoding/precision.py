@@ -173,11 +173,13 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
     row = PRECISIONS.get(str(precision))  # fairseq's ChoiceEnum member or a plain string
     if row is None:
         raise StaticDecoderError(
-            f"--san-decoder-precision {precision} (choose from {tuple(PRECISIONS)})"
+            f"--san-decoder-precision {precision}",
+            f"choose --san-decoder-precision from {tuple(PRECISIONS)}",
         )
     if row.linear is not None and step.dtype != torch.float32:
         raise StaticDecoderError(
-            f"--san-decoder-precision {precision} with a model that is not float32"
+            f"--san-decoder-precision {precision} with a model not float32",
+            "--san-decoder-precision fp32 decodes it in its own precision",
         )
     device = step.embed_tokens.device
     if row.quantized:
@@ -203,7 +205,8 @@ def quantize_linears(module: nn.Module, row: Precision) -> nn.Module:
     except ImportError as error:
         raise StaticDecoderError(
             f"--san-decoder-precision int8 on torch {torch.__version__}, which no longer has "
-            "torch.ao's dynamic quantization (bf16 and bf16-full run)"
+            "torch.ao's dynamic quantization",
+            "choose --san-decoder-precision bf16 or bf16-full",
         ) from error
 
     qconfig = {nn.Linear: per_channel_dynamic_qconfig}
@@ -232,7 +235,11 @@ def check_device(precision: str, device: torch.device) -> None:
     row = PRECISIONS.get(str(precision))
     if row is not None and device.type not in row.devices:
         only = " or ".join(name.upper() for name in row.devices)
-        raise StaticDecoderError(f"--san-decoder-precision {precision} on a GPU ({only} only)")
+        here = [name for name, other in PRECISIONS.items() if device.type in other.devices]
+        raise StaticDecoderError(
+            f"--san-decoder-precision {precision} on a GPU ({only} only)",
+            f"choose --san-decoder-precision {' or '.join(here)} on a GPU",
+        )
 
 
 def linear_kernel(

@@ -656,7 +656,7 @@ def test_int8_without_torch_ao_is_one_clear_error(monkeypatch):
     it refuses int8 in one line naming the cause and what still runs."""
     monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # import -> ImportError
     model = build([], dictionary=DICTIONARY)[0]
-    way_out = "choose --san-decoder-precision bf16 or bf16-full"
+    way_out = "choose --san-decoder-precision bf16 or bf16-fp32-logits or bf16-full"
     cause = "no longer has torch.ao's dynamic quantization"
     with pytest.raises(StaticDecoderError, match=f"{cause}; {way_out}$"):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=4, precision="int8")

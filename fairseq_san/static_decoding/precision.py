@@ -203,10 +203,13 @@ def quantize_linears(module: nn.Module, row: Precision) -> nn.Module:
     try:
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
     except ImportError as error:
+        reduced = [
+            name for name, other in PRECISIONS.items() if other.linear and not other.quantized
+        ]
         raise StaticDecoderError(
             f"--san-decoder-precision int8 on torch {torch.__version__}, which no longer has "
             "torch.ao's dynamic quantization",
-            "choose --san-decoder-precision bf16 or bf16-full",
+            f"choose --san-decoder-precision {' or '.join(reduced)}",
         ) from error
 
     qconfig = {nn.Linear: per_channel_dynamic_qconfig}

@@ -85,6 +85,7 @@ UPDATES=${UPDATES:-$([ "$SLICE" = bench ] && echo 1000000 || echo 3000)}
 EVAL_S=${EVAL_S:-130} BENCH_S=${BENCH_S:-100} TABLES_RUNS=${TABLES_RUNS:-runs/converged/tables}
 export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 SMALL=transformer_san_small AAN=transformer_aan_small
+CHECKPOINT=iter0/checkpoints/checkpoint_best.pt  # a run dir's trained model
 SLICES=(python "$HERE/campaign_slices.py")
 if [ -z "${DATA_ROOT:-}" ]; then
   DATA_ROOT=data-bin
@@ -292,7 +293,7 @@ other_sentences() {
   [ "$DRY_RUN" = 1 ] || [ ! -f "$A/js.json" ] || return 0
   [ "$DRY_RUN" = 1 ] || mkdir -p "$1/policies"
   logged "$A.log" timeout -k 10 "$(left)" fairseq-validate "$DATA_ROOT/multi30k.en-de" \
-    --task translation_san --user-dir fairseq_san --path "$1/iter0/checkpoints/checkpoint_best.pt" \
+    --task translation_san --user-dir fairseq_san --path "$1/$CHECKPOINT" \
     --valid-subset test --max-tokens 4096 --san-analysis-dir "$A" || return 0
   run fairseq-san-policy "$A/js.json" --theta-decoder-self 0.4 --theta-decoder-encdec 0.5 \
     --explain -o "$1/policies/test-sentences.json" || true
@@ -348,7 +349,6 @@ smoke() {
 # budget. Only on a machine where tables never ran does the bench slice train its own, for its
 # shorter cap.
 BENCH_MODELS=("$TABLES_RUNS"/en-de/{baseline-s5,san-s4,aan-san})
-CHECKPOINT=iter0/checkpoints/checkpoint_best.pt
 checkpoints_here() {  # checkpoints_here RUN_DIR...: each has trained, its best checkpoint here
   local dir
   for dir in "$@"; do [ -f "$dir/iter0/trained" ] && [ -f "$dir/$CHECKPOINT" ] || return 1; done

@@ -1,7 +1,7 @@
 """The Python API (fairseq's hub interface) and fairseq-interactive.
 
 A tiny model is trained with ``--task translation_san`` on sentencepiece pieces of the synthetic
-corpus, in the layout the README's example uses (``checkpoints/``, ``data-bin/spm.model``).
+corpus, in the layout the README's example uses (``checkpoints/``, ``data-bin/multi30k.en-de/spm.model``).
 The README's Python example runs verbatim; it must translate as fairseq-interactive does, with
 the decode-time policy it passes as a keyword.
 """
@@ -19,6 +19,7 @@ import pytest
 from helpers import REPO, cli_env, run_cli, train_argv, write_corpus
 
 POLICY = '{"decoder_self": [6], "decoder_encdec": [6]}'
+DATA = "data-bin/multi30k.en-de"  # where examples/multi30k/prepare.sh en de writes
 
 
 def readme_python_example() -> str:
@@ -31,26 +32,27 @@ def readme_python_example() -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """checkpoints/checkpoint_best.pt and data-bin/ with spm.model, as examples/multi30k/prepare.sh
-    leaves them and the README's example reads them."""
+    """checkpoints/checkpoint_best.pt and DATA with spm.model, as the README's training and
+    examples/multi30k/prepare.sh leave them and the README's example reads them."""
     root = tmp_path_factory.mktemp("hub")
     raw = write_corpus(root / "raw")
-    (root / "data-bin").mkdir()
+    data = root / DATA
+    data.mkdir(parents=True)
     run = [
         ("fairseq-san-spm", "train", str(raw / "train.src"), str(raw / "train.tgt"),
-         "--model-prefix", str(root / "data-bin" / "spm"), "--vocab-size", "30"),
+         "--model-prefix", str(data / "spm"), "--vocab-size", "30"),
     ]  # fmt: skip
     for split in ("train", "valid", "test"):
         for side in ("src", "tgt"):
-            run.append(("fairseq-san-spm", "encode", "--model", str(root / "data-bin/spm.model"),
+            run.append(("fairseq-san-spm", "encode", "--model", str(data / "spm.model"),
                         str(raw / f"{split}.{side}"), str(root / f"{split}.{side}")))  # fmt: skip
     run.append(
         ("fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", str(root / "train"), "--validpref", str(root / "valid"),
-         "--testpref", str(root / "test"), "--destdir", str(root / "data-bin"),
+         "--testpref", str(root / "test"), "--destdir", str(data),
          "--joined-dictionary", "--workers", "1")
     )  # fmt: skip
-    argv = train_argv(root / "data-bin", root / "checkpoints", 40, ["--task", "translation_san"])
+    argv = train_argv(data, root / "checkpoints", 40, ["--task", "translation_san"])
     run.append(("fairseq-train", *[a for a in argv if a != "--disable-validation"]))
     for command, *args in run:
         result = run_cli(command, *args)
@@ -62,9 +64,9 @@ def workdir(tmp_path_factory) -> Path:
 def interactive(workdir: Path, lines, *extra: str) -> dict:
     """{sentence index: (detokenized hypothesis, score in nats)} from fairseq-interactive."""
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "fairseq-interactive"), "data-bin",
+        [str(Path(sys.executable).parent / "fairseq-interactive"), DATA,
          "--user-dir", str(REPO / "fairseq_san"), "--path", "checkpoints/checkpoint_best.pt",
-         "--bpe", "sentencepiece", "--sentencepiece-model", "data-bin/spm.model", "--beam", "4",
+         "--bpe", "sentencepiece", "--sentencepiece-model", f"{DATA}/spm.model", "--beam", "4",
          *extra],
         input="".join(line + "\n" for line in lines), cwd=workdir, env=cli_env(),
         capture_output=True, text=True, timeout=240,

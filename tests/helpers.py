@@ -590,6 +590,9 @@ def preprocess_lm(text: Path, destdir: Path) -> Path:
 PREPARE = REPO / "examples" / "multi30k" / "prepare.sh"
 
 
+LM_PREPARE = REPO / "examples" / "lm" / "prepare.sh"
+
+
 LOOP = REPO / "examples" / "learn_to_share.sh"
 
 

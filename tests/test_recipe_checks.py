@@ -13,7 +13,10 @@ import time
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from helpers import (
+    LM_PREPARE,
     LOOP,
     PREPARE,
     REPO,
@@ -238,19 +241,52 @@ def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
 # --- prepare.sh -------------------------------------------------------------------------------
 
 
-def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path):
+# The translation recipe (SRC TGT OUT) and the language model's (OUT, English only).
+PREPARE_RECIPES = {
+    "translation": (PREPARE, lambda out: ["en", "de", str(out)], "val.de.gz"),
+    "lm": (LM_PREPARE, lambda out: [str(out)], "val.en.gz"),
+}
+
+
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path, recipe):
+    script, args, _ = PREPARE_RECIPES[recipe]
     raw, out = tmp_path / "multi30k", tmp_path / "data-bin"
-    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
+    result = run_script(script, *args(out), env=prepare_env(raw))
     assert result.returncode == 1
     assert lines(result.stderr) == [f"prepare.sh: MULTI30K_DIR={raw}: no such directory"]
     assert not out.exists()
 
 
-def test_prepare_names_a_missing_raw_file_before_writing(tmp_path):
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_names_a_missing_raw_file_before_writing(tmp_path, recipe):
+    script, args, missing = PREPARE_RECIPES[recipe]
     raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
-    (raw / "val.de.gz").unlink()
-    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
+    (raw / missing).unlink()
+    result = run_script(script, *args(out), env=prepare_env(raw))
     assert result.returncode == 1
-    assert lines(result.stderr) == [f"prepare.sh: no {raw}/val.de.gz"]
+    assert lines(result.stderr) == [f"prepare.sh: no {raw}/{missing}"]
     assert result.stdout == ""
     assert not out.exists()
+
+
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_without_multi30k_dir_downloads_and_names_a_failed_download(tmp_path, recipe):
+    """Unset MULTI30K_DIR: the raw files come from the multi30k repository; a download that
+    fails (here a curl that cannot reach the host) stops the recipe in one line."""
+    script, args, _ = PREPARE_RECIPES[recipe]
+    bin_dir, out = tmp_path / "bin", tmp_path / "data-bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/curl.log\nexit 6\n')
+    (bin_dir / "curl").chmod(0o755)
+    env = prepare_env(tmp_path)
+    del env["MULTI30K_DIR"]
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    result = run_script(script, *args(out), env=env)
+    url = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/train.en.gz"
+    assert result.returncode == 1
+    assert lines(result.stderr) == [
+        f"prepare.sh: cannot download {url} (set MULTI30K_DIR to a local copy)"
+    ]
+    assert url in (tmp_path / "curl.log").read_text()
+    assert not list(out.glob("*.bin"))

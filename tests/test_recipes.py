@@ -33,6 +33,7 @@ from fairseq_san.loop.summary import format_theta_ranges
 from fairseq_san.policy import theta_ranges
 from helpers import (
     EN_WORDS,
+    LM_PREPARE,
     ONE_BLOCK,
     PREPARE,
     REPO,
@@ -109,6 +110,26 @@ def test_prepare_writes_the_binarized_corpus(prepared, multi30k_raw):
     encoded = (out / "text" / "valid.de").read_text().splitlines()
     pieces = {piece for line in encoded for piece in line.split()}
     assert pieces and pieces <= words
+
+
+@pytest.mark.slow
+def test_lm_prepare_writes_the_english_corpus_once(multi30k_raw, tmp_path):
+    out = tmp_path / "multi30k.en-lm"
+    result = run_script(LM_PREPARE, str(out), env=prepare_env(multi30k_raw))
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert f"prepare.sh: done: {out}" in result.stdout
+    for split, raw_name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
+        with gzip.open(multi30k_raw / f"{raw_name}.en.gz", "rt", encoding="utf-8") as raw:
+            assert (out / "text" / f"{split}.raw.en").read_text() == raw.read()
+        for ext in ("bin", "idx"):
+            assert (out / f"{split}.{ext}").stat().st_size > 0
+    words = {line.split()[0] for line in (out / "dict.txt").read_text().splitlines()}
+    pieces = set((out / "text" / "valid.en").read_text().split())
+    assert pieces and pieces <= words
+    before = snapshot(out)
+    again = run_script(LM_PREPARE, str(out), env=prepare_env(multi30k_raw))
+    assert again.returncode == 0 and f"prepare.sh: {out} is ready" in again.stdout
+    assert snapshot(out) == before
 
 
 @pytest.mark.slow

@@ -5,13 +5,13 @@
 #
 #   examples/lm/prepare.sh [OUT_DIR]      (default data-bin/multi30k.en-lm)
 #
-# MULTI30K_DIR (default ../shared/data/multi30k, relative to the repository) holds
-# {train,val,test_2016_flickr}.en.gz. Splits: train, valid (val), test (test_2016_flickr).
+# MULTI30K_DIR holds {train,val,test_2016_flickr}.en.gz; without it the raw files are downloaded
+# from the public multi30k/dataset repository. Splits: train, valid (val), test (test_2016_flickr).
 # Re-running skips the work already done. VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
+source "$(dirname "$0")/../multi30k/raw_files.sh"
 
 OUT=${1:-data-bin/multi30k.en-lm}
-MULTI30K_DIR=${MULTI30K_DIR:-../shared/data/multi30k}
 VOCAB_SIZE=${VOCAB_SIZE:-2000}
 TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
@@ -20,13 +20,12 @@ if [ -f "$OUT/.done" ]; then
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi
-for pair in $splits; do  # every raw file before writing anything
-  raw=$MULTI30K_DIR/${pair%%:*}.en.gz
-  [ -f "$raw" ] || { echo "prepare.sh: no $raw (set MULTI30K_DIR)" >&2; exit 1; }
-done
+check_multi30k_dir en
 mkdir -p "$TEXT"
+echo "prepare.sh: raw text into $TEXT"
 for pair in $splits; do
-  gzip -dc "$MULTI30K_DIR/${pair%%:*}.en.gz" > "$TEXT/${pair##*:}.raw.en"
+  raw=$(raw_file "${pair%%:*}" en)
+  gzip -dc "$raw" > "$TEXT/${pair##*:}.raw.en"
 done
 
 echo "prepare.sh: sentencepiece model ($VOCAB_SIZE pieces)"

@@ -8,12 +8,12 @@
 # test (test_2016_flickr) and test1 (test_2017_flickr, when it exists for the pair).
 # Re-running skips the work already done. VOCAB_SIZE (default 8000) sets the joint vocabulary.
 set -euo pipefail
+source "$(dirname "$0")/raw_files.sh"
 
 SRC=${1:?usage: prepare.sh SRC TGT [OUT_DIR]}
 TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
-URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
 TEXT=$OUT/text
 
 if [ -f "$OUT/.done" ]; then
@@ -21,27 +21,8 @@ if [ -f "$OUT/.done" ]; then
   exit 0
 fi
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
-if [ -n "${MULTI30K_DIR:-}" ]; then  # every raw file before writing anything
-  [ -d "$MULTI30K_DIR" ] || {
-    echo "prepare.sh: MULTI30K_DIR=$MULTI30K_DIR: no such directory" >&2; exit 1; }
-  for pair in $splits; do
-    for lang in "$SRC" "$TGT"; do
-      raw=$MULTI30K_DIR/${pair%%:*}.$lang.gz
-      [ -f "$raw" ] || { echo "prepare.sh: no $raw" >&2; exit 1; }
-    done
-  done
-fi
+check_multi30k_dir "$SRC" "$TGT"
 mkdir -p "$TEXT"
-
-raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)
-  local name=$1.$2.gz
-  if [ -n "${MULTI30K_DIR:-}" ]; then
-    echo "$MULTI30K_DIR/$name"
-  else
-    [ -f "$TEXT/$name" ] || curl -fsSL -o "$TEXT/$name" "$URL/$name"
-    echo "$TEXT/$name"
-  fi
-}
 
 if [ -f "$(raw_file test_2017_flickr "$SRC" 2>/dev/null)" ] && \
    [ -f "$(raw_file test_2017_flickr "$TGT" 2>/dev/null)" ]; then
@@ -51,7 +32,8 @@ fi
 echo "prepare.sh: raw text into $TEXT"
 for pair in $splits; do
   for lang in "$SRC" "$TGT"; do
-    gzip -dc "$(raw_file "${pair%%:*}" "$lang")" > "$TEXT/${pair##*:}.raw.$lang"
+    raw=$(raw_file "${pair%%:*}" "$lang")
+    gzip -dc "$raw" > "$TEXT/${pair##*:}.raw.$lang"
   done
 done
 

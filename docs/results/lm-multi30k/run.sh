@@ -39,7 +39,7 @@ train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME
   touch "$dir/trained"
 }
 
-step_data() { examples/lm/prepare.sh "$DATA"; }
+step_data() { examples/lm/prepare.sh "$DATA"; }  # MULTI30K_DIR=DIR reads a local copy; unset, it downloads
 
 step_loop() {  # the learn-to-share loop, seed 1: the baseline (iteration 0), the learned policy
   # (iteration 1), the policy learned from it (iteration 2), and on until the learned policy is

@@ -1,0 +1,29 @@
+# Sourced by the prepare.sh recipes: where Multi30k's gzipped raw files (SPLIT.LANG.gz) are.
+# MULTI30K_DIR holds them; unset, each is downloaded into $TEXT from the public multi30k/dataset
+# repository. The caller sets $splits ("raw name:fairseq split ...") and $TEXT.
+MULTI30K_URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
+
+check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, before writing anything
+  [ -n "${MULTI30K_DIR:-}" ] || return 0
+  [ -d "$MULTI30K_DIR" ] || {
+    echo "prepare.sh: MULTI30K_DIR=$MULTI30K_DIR: no such directory" >&2; exit 1; }
+  local pair lang raw
+  for pair in $splits; do
+    for lang in "$@"; do
+      raw=$MULTI30K_DIR/${pair%%:*}.$lang.gz
+      [ -f "$raw" ] || { echo "prepare.sh: no $raw" >&2; exit 1; }
+    done
+  done
+}
+
+raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)
+  local name=$1.$2.gz
+  if [ -n "${MULTI30K_DIR:-}" ]; then
+    echo "$MULTI30K_DIR/$name"
+  else
+    [ -f "$TEXT/$name" ] || curl -fsL -o "$TEXT/$name" "$MULTI30K_URL/$name" || {
+      echo "prepare.sh: cannot download $MULTI30K_URL/$name (set MULTI30K_DIR to a local copy)" >&2
+      return 1; }
+    echo "$TEXT/$name"
+  fi
+}

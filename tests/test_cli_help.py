@@ -43,3 +43,14 @@ def test_help_runs_without_loading_fairseq(command):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("usage: "), result.stdout[:500]
     assert result.stdout.splitlines()[-1] == "fairseq modules: []"
+
+
+def test_bench_help_shows_a_default_only_where_there_is_a_value():
+    """No "(default: None)" on a required option, no "(default: True)" on a switch, and one
+    default where the help already names it (--baseline: the first system)."""
+    from fairseq_san.cli.bench import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert not re.findall(r"\(default: (?:None|True|False|auto)\)", text)
+    assert "--batch-size BATCH_SIZE sentences per batch (default: 16)" in text
+    assert "(default: the first)" in text and "(default: the first) (default:" not in text

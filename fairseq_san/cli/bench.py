@@ -38,6 +38,17 @@ def option_defaults() -> Dict:
     return defaults
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after an option's help, except where there is no value to show:
+    a switch (it takes no value), no default, or a help that names its own."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help = action.help or ""
+        if action.nargs == 0 or action.default is None or "default:" in help:
+            return help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -46,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "parameters, decoding-cache size and a per-step profile. Each engine (fairseq, "
         "CTranslate2) decodes in a process of its own. 'fairseq-san-bench steps --help': the "
         "per-step timer on random weights.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--data", required=True, help="fairseq-binarized data directory")
     parser.add_argument(
@@ -58,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "'nocache=base.pt:{\"san_decoding\": \"no-cache\"}' or "
         "'policy=base.pt:{\"san_policy\": \"{\\\"decoder_self\\\": [1, 5]}\"}'; the keys "
         f"{options.DECODING.name} ({', '.join(options.DECODINGS)}) and "
-        f"{options.DECODER_PRECISION.name} (see fairseq-generate --task translation_san --help) "
+        f"{options.DECODER_PRECISION.name} (its choices: docs/usage.md, the static decoder) "
         "choose how it is decoded, "
         "e.g. 'static=base.pt:{\"san_decoding\": \"static\"}'; repeat the flag",
     )  # fmt: skip
     parser.add_argument("--baseline", help="name of the reference system (default: the first)")
-    parser.add_argument("--beams", type=int, nargs="+")
+    parser.add_argument("--beams", type=int, nargs="+", help="beam sizes to time")
     parser.add_argument(
         "--batch-size", type=int, help="sentences per batch"
     )
@@ -75,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     device = parser.add_mutually_exclusive_group()
     device.add_argument(
         "--cpu", dest="device", action="store_const", const="cpu",
-        help="decode on the CPU even with a GPU",
+        help="decode on the CPU even with a GPU (default: the GPU where there is one)",
     )  # fmt: skip
     device.add_argument(
         "--gpu", dest="device", action="store_const", const="cuda",

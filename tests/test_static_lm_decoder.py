@@ -11,6 +11,8 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from helpers import (
+    ATOL,
+    assert_same_hypotheses,
     build,
     build_lm,
     calls_of,
@@ -68,17 +70,6 @@ def generate(generator, model, prefix: torch.Tensor):
         return generator.generate([model], sample_of(prefix), prefix_tokens=prefix, bos_token=DICT.eos())
 
 
-def assert_same_hypotheses(ours, theirs, atol: float = 1e-5):
-    for mine, fairseqs in zip(ours, theirs):
-        assert len(mine) == len(fairseqs)
-        for a, b in zip(mine, fairseqs):
-            assert a["tokens"].tolist() == b["tokens"].tolist()
-            torch.testing.assert_close(
-                a["positional_scores"], b["positional_scores"], atol=atol, rtol=atol
-            )
-            torch.testing.assert_close(a["score"], b["score"], atol=atol, rtol=atol)
-
-
 @pytest.mark.parametrize("system", list(SYSTEMS))
 @pytest.mark.parametrize("lengths", [(5, 5, 5), (2, 6, 4), (0, 0)], ids=["equal", "ragged", "none"])
 @pytest.mark.parametrize("execution", ["eager", "fixed"])
@@ -88,7 +79,7 @@ def test_greedy_equals_fairseqs_generator(system, lengths, execution):
     options = dict(beam_size=1, max_len_b=14, min_len=3)
     theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
     ours = generate(StaticLMGenerator([model], DICT, execution=execution, **options), model, prefix)
-    assert_same_hypotheses(ours, theirs)
+    assert_same_hypotheses(ours, theirs, ATOL)
     assert all(len(hypos[0]["tokens"]) > length for hypos, length in zip(ours, lengths))
 
 
@@ -99,7 +90,7 @@ def test_beam_search_with_a_prompt_equals_fairseqs(system):
     options = dict(beam_size=4, max_len_b=12)
     theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
     ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
-    assert_same_hypotheses(ours, theirs)
+    assert_same_hypotheses(ours, theirs, ATOL)
 
 
 @pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
@@ -121,7 +112,7 @@ def test_done_prompts_leave_the_batch_and_the_output_stays_fairseqs(system, monk
         options = dict(beam_size=beam, max_len_b=20)
         theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
         ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
-        assert_same_hypotheses(ours, theirs)
+        assert_same_hypotheses(ours, theirs, ATOL)
     kept = [len(sentences) for sentences, _, _ in dropped]
     assert len(set(kept)) >= 3, kept  # several times per batch
 
@@ -140,7 +131,7 @@ def test_positions_after_the_longest_prompt_are_captured_with_the_search(system)
         for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
             prefix = prompts(lengths, seed)
             theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
-            assert_same_hypotheses(generate(graphed, model, prefix), theirs)
+            assert_same_hypotheses(generate(graphed, model, prefix), theirs, ATOL)
         assert len(graphed.run_search_step.replays) == len(graphed.run_step.replays) == 1
         assert len(captures) == 2 and len(graphed._searches) == len(graphed._caches) == 1
 
@@ -160,7 +151,7 @@ def test_compiled_step_captured_for_a_language_model_gives_fairseqs_output():
     for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
         prefix = prompts(lengths, seed)
         theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
-        assert_same_hypotheses(generate(graphed, model, prefix), theirs)
+        assert_same_hypotheses(generate(graphed, model, prefix), theirs, ATOL)
     assert len(captures) == 2 and len(graphs) == 1
 
 
@@ -176,7 +167,7 @@ def test_sampling_with_cuda_graphs_captures_the_step_alone():
     torch.manual_seed(1)
     expected = generate(eager, model, prefix)
     torch.manual_seed(1)
-    assert_same_hypotheses(generate(graphed, model, prefix), expected)
+    assert_same_hypotheses(generate(graphed, model, prefix), expected, ATOL)
     assert not graphed.run_search_step.replays and len(graphed.run_step.replays) == 1
 
 

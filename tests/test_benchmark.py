@@ -372,6 +372,7 @@ def test_static_decoder_rows(bench_results):
     assert 0 < flops["san-static-int8"] < flops["static"]
 
 
+@pytest.mark.slow
 def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):
     """A typo in a system's overrides is one line naming the nearest key, before any decoding."""
     data, checkpoint = bench_data

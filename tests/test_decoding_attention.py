@@ -28,10 +28,10 @@ from fairseq_san.modules.decoding_attention import DecodingAttention
 DICT = make_dictionary(24)
 
 
-def count_fast_steps(model) -> Dict[str, int]:
-    """Count the fast self-attention and encoder-decoder steps the model's modules take."""
+def count_fast_steps(root: torch.nn.Module) -> Dict[str, int]:
+    """Count the fast self-attention and encoder-decoder steps that ``root``'s modules take."""
     counts = {"_self_step": 0, "_encoder_step": 0}
-    for module in model.decoder.modules():
+    for module in root.modules():
         if isinstance(module, DecodingAttention):
             for name in counts:
                 method = getattr(module, name)
@@ -63,7 +63,7 @@ def test_fast_decoding_gives_the_same_translations(argv):
     favour_eos(fast, staggering_eos_bonus(plain, src_tokens, src_lengths, **kwargs))
     expected = generate(plain, DICT, src_tokens, src_lengths, **kwargs)
     orders = record_reorders(fast)
-    steps = count_fast_steps(fast)
+    steps = count_fast_steps(fast.decoder)
     actual = generate(fast, DICT, src_tokens, src_lengths, **kwargs)
     assert_same_hypotheses(expected, actual, atol=ATOL)
     assert shrank(orders, len(BEAM_BATCH) * 4)
@@ -107,6 +107,7 @@ def test_fast_attention_step_equals_fairseq_step(beam, need_head_weights):
         fast.load_state_dict(reference.state_dict())
         fast.fast_decoding = True
         fast.set_beam_size(beam)
+        steps = count_fast_steps(fast)
         states = ({}, {})
         for step in range(3):
             query = torch.randn(1, hypotheses, embed)
@@ -121,3 +122,5 @@ def test_fast_attention_step_equals_fairseq_step(beam, need_head_weights):
                 assert torch.allclose(expected, actual, atol=1e-6), (kind, step)
             for module, state in zip((reference, fast), states):
                 module.reorder_incremental_state(state, order)
+        fast_step = "_self_step" if kind == "self_attention" else "_encoder_step"
+        assert steps[fast_step] == 3, (kind, steps)  # the fast step ran, not fairseq's

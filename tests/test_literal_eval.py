@@ -157,6 +157,7 @@ def refusal(path: Path, field: str) -> str:
     return f"checkpoint {path}: cfg.{section}.{field} = "
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", sorted(EVALUATED_FIELDS))
 def test_a_checkpoint_with_code_in_an_evaluated_field_is_refused_when_loaded(
     checkpoint, tmp_path, field
@@ -172,6 +173,7 @@ def test_a_checkpoint_with_code_in_an_evaluated_field_is_refused_when_loaded(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "field, value",
     [("adam_betas", "(0.9, 0.98)"), ("adaptive_softmax_cutoff", "[10000, 20000]"),
@@ -248,6 +250,7 @@ def test_every_command_refuses_the_checkpoint_before_running_its_code(
     assert_refused(result, evil_path, marker)
 
 
+@pytest.mark.slow
 def test_the_hub_refuses_the_checkpoint(binarized_corpus, evil):
     from fairseq_san.models.transformer_san import TransformerSANModel
 
@@ -260,6 +263,7 @@ def test_the_hub_refuses_the_checkpoint(binarized_corpus, evil):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_the_benchmark_refuses_the_checkpoint(binarized_corpus, evil, tmp_path):
     from fairseq_san.cli import bench
 

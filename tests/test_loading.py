@@ -94,6 +94,7 @@ def trained(binarized_corpus, tmp_path_factory):
     return {name: root / name / "checkpoint_last.pt" for name in runs}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fairseq", "san"])
 def test_safe_loader_loads_fairseq_and_san_checkpoints(trained, name):
     state = torch.load(trained[name], map_location="cpu", weights_only=True)
@@ -101,6 +102,7 @@ def test_safe_loader_loads_fairseq_and_san_checkpoints(trained, name):
     assert state["model"]["encoder.embed_tokens.weight"].dim() == 2
 
 
+@pytest.mark.slow
 def test_generate_loads_fairseq_checkpoint_with_the_plugin(binarized_corpus, trained):
     result = run_cli(
         "fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san",
@@ -110,6 +112,7 @@ def test_generate_loads_fairseq_checkpoint_with_the_plugin(binarized_corpus, tra
     assert "Translated 20 sentences" in result.stderr
 
 
+@pytest.mark.slow
 def test_san_checkpoint_records_the_plugin(trained):
     state = checkpoints.load_state(str(trained["san"]))
     assert state["cfg"]["model"].plugin == f"fairseq-san {fairseq_san.__version__}"
@@ -130,6 +133,7 @@ def assert_one_line(stderr: str, expected: str) -> None:
     assert stderr.strip().splitlines()[-1] == expected
 
 
+@pytest.mark.slow
 def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
     binarized_corpus, trained, tmp_path
 ):
@@ -146,6 +150,7 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "size, problem",
     [
@@ -166,6 +171,7 @@ def test_empty_or_truncated_checkpoint_is_one_line_naming_it(
     assert str(error.value) == expected
 
 
+@pytest.mark.slow
 def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_corpus, trained):
     """fairseq alone cannot know the plugin; the troubleshooting guide explains its error."""
     result = run_cli(
@@ -178,6 +184,7 @@ def test_san_checkpoint_without_the_plugin_gives_the_documented_error(binarized_
     assert message in (REPO / "docs" / "troubleshooting.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, problem",
     [

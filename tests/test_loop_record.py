@@ -22,6 +22,9 @@ from helpers import (
     snapshot,
 )
 
+# Every test runs the recipe on a prepared toy Multi30k, most on a trained first run.
+pytestmark = pytest.mark.slow
+
 ERROR = "fairseq-san-loop: error: "
 
 
@@ -108,7 +111,6 @@ def test_extend_may_not_change_a_training_option(first_run, data):
     assert snapshot(first_run) == before
 
 
-@pytest.mark.slow
 def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, data):
     policy = first_run / "iter1" / "policy.json"
     learned = (policy.read_bytes(), policy.stat().st_mtime_ns)

@@ -182,14 +182,15 @@ def resolve_model_policy(args) -> Dict[str, List[int]]:
 INCOMPATIBLE_OPTIONS = [
     (san_policy.KINDS, "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
     (san_policy.KINDS, "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
     (
         san_policy.KINDS,
-        "checkpoint_activations",
+        "offload_activations",
         "activation checkpointing recomputes layers top-down in backward, after their block",
     ),
     (
         san_policy.KINDS,
-        "offload_activations",
+        "checkpoint_activations",
         "activation checkpointing recomputes layers top-down in backward, after their block",
     ),
     (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),

@@ -10,13 +10,12 @@ import pytest
 from fairseq_san import plots
 from fairseq_san.policy import LN2, policy_segments
 from helpers import REPO
-from test_policy import PAPER_ENCDEC, PAPER_SELF
+from paper import PAPER_ENCDEC, PAPER_JS, PAPER_SELF
 
 sys.path.insert(0, str(REPO / "docs" / "results" / "converged"))
 import campaign_figures  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
-PAPER_JS = {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC, "encoder_self": None}
 SHARED_JS = {  # what a model trained with {6}/{3,3} shows: zero inside each block
     "decoder_self": [[0.0] * 6 for _ in range(6)],
     "decoder_encdec": [[0.0 if (i < 3) == (j < 3) else 0.3 for j in range(6)] for i in range(6)],

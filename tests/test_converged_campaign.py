@@ -28,7 +28,7 @@ import pytest
 
 from fairseq_san.policy import theta_ranges
 from helpers import REPO, cli_env, run_cli
-from test_policy import PAPER_ENCDEC, PAPER_SELF
+from paper import PAPER_ENCDEC, PAPER_JS, PAPER_SELF
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
 sys.path.insert(0, str(CAMPAIGN))
@@ -535,7 +535,6 @@ def toy_system(run_dir: Path, iteration: int, policy, bleu: float, hypotheses: L
 
 REFERENCES = [f"a small dog number {i} runs in the park" for i in range(40)]
 SAN_POLICY = {"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None}
-PAPER_JS = {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC, "encoder_self": None}
 
 
 def toy_en_de(root: Path) -> Path:

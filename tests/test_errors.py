@@ -739,7 +739,7 @@ def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
     Unix tool does, with nothing on stderr (no BrokenPipeError traceback)."""
     import signal
 
-    from test_policy import PAPER_ENCDEC, PAPER_SELF
+    from paper import PAPER_ENCDEC, PAPER_SELF
 
     js = tmp_path / "js.json"
     js.write_text(json.dumps({"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC}))

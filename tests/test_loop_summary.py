@@ -5,7 +5,7 @@ import json
 
 from fairseq_san.loop.summary import format_theta_ranges, learned_theta_ranges
 from fairseq_san.policy import learn_policy, theta_range, write_policy
-from test_policy import PAPER_ENCDEC, PAPER_SELF
+from paper import PAPER_ENCDEC, PAPER_SELF
 
 THETAS = {"decoder_self": 0.5, "decoder_encdec": 0.5, "encoder_self": None}
 

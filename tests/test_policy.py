@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from paper import PAPER_ENCDEC, PAPER_SELF
 from fairseq_san.cli.policy import main as policy_main
 from fairseq_san.policy import (
     KINDS,
@@ -35,25 +36,6 @@ from fairseq_san.policy import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-
-# Figure 2 of the paper: JS divergence between decoder layers on WMT14 En-De.
-PAPER_SELF = [
-    [0, 0.5429, 0.5138, 0.4650, 0.5005, 0.5531],
-    [0.5429, 0, 0.0606, 0.0630, 0.0703, 0.0332],
-    [0.5138, 0.0606, 0, 0.0671, 0.0472, 0.0296],
-    [0.4650, 0.0630, 0.0671, 0, 0.0176, 0.0552],
-    [0.5005, 0.0703, 0.0472, 0.0176, 0, 0.0389],
-    [0.5531, 0.0332, 0.0296, 0.0552, 0.0389, 0],
-]
-PAPER_ENCDEC = [
-    [0, 0.0175, 0.2239, 0.3933, 0.7986, 0.3603],
-    [0.0175, 0, 0.1442, 0.3029, 0.7295, 0.3324],
-    [0.2239, 0.1442, 0, 0.0971, 0.6270, 0.4163],
-    [0.3933, 0.3029, 0.0971, 0, 0.2385, 0.2022],
-    [0.7986, 0.7295, 0.6270, 0.2385, 0, 0.0658],
-    [0.3603, 0.3324, 0.4163, 0.2022, 0.0658, 0],
-]
-
 
 def write_json(path: Path, data) -> str:
     path.write_text(json.dumps(data))
@@ -554,7 +536,7 @@ def js_file(tmp_path):
     )
 
 
-def run_cli(*args):
+def run_policy_cli(*args):
     pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=pythonpath)
     return subprocess.run(
@@ -565,7 +547,7 @@ def run_cli(*args):
 
 def test_cli_prints_and_writes_policy(js_file, tmp_path):
     out = tmp_path / "policy.json"
-    result = run_cli(
+    result = run_policy_cli(
         js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5", "-o", str(out)
     )
     assert result.returncode == 0, result.stderr
@@ -662,7 +644,7 @@ def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp
     ],
 )
 def test_cli_bad_input_exits_2(js_file, args, message):
-    result = run_cli(js_file, *args)
+    result = run_policy_cli(js_file, *args)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: {message}"
@@ -676,7 +658,7 @@ def test_cli_bad_js_file(tmp_path):
         (str(bad), f'JS file "{bad}": malformed JSON at line 1 column 23: Expecting value'),
         (str(tmp_path / "missing.json"), f'JS file "{tmp_path / "missing.json"}" not found'),
     ]:
-        result = run_cli(path, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")
+        result = run_policy_cli(path, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")
         assert result.returncode == 2
         assert "Traceback" not in result.stderr
         assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: {message}"
@@ -684,7 +666,7 @@ def test_cli_bad_js_file(tmp_path):
 
 def test_cli_does_not_write_output_on_error(js_file, tmp_path):
     out = tmp_path / "policy.json"
-    result = run_cli(
+    result = run_policy_cli(
         js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "-1", "-o", str(out)
     )
     assert result.returncode == 2

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -511,6 +511,27 @@ def fairseq_generate(data: Path, checkpoint: Path, *extra: str) -> subprocess.Co
         "--cpu",
         *extra,
     )  # fmt: skip
+
+
+class Hypothesis(NamedTuple):
+    """A hypothesis of fairseq-generate's output: its H- line and its P- line."""
+
+    text: str
+    score: float
+    positional_scores: List[float]
+
+
+def best_hypotheses(stdout: str) -> Dict[int, Hypothesis]:
+    """{sentence id: its best (first) hypothesis} of fairseq-generate's output."""
+    heads: Dict[int, Tuple[str, float]] = {}
+    positional: Dict[int, List[float]] = {}
+    for line in stdout.splitlines():
+        fields = line.split("\t")
+        if line.startswith("H-"):
+            heads.setdefault(int(fields[0][2:]), (fields[2], float(fields[1])))
+        elif line.startswith("P-"):
+            positional.setdefault(int(fields[0][2:]), [float(x) for x in fields[1].split()])
+    return {i: Hypothesis(text, score, positional.get(i, [])) for i, (text, score) in heads.items()}
 
 
 def preprocess(raw: Path, destdir: Path) -> Path:

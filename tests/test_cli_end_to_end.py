@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from helpers import REPO, fairseq_generate, run_parallel, train_argv
+from helpers import REPO, best_hypotheses, fairseq_generate, run_parallel, train_argv
 
 SHARING = ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"]
 SHARING_LOG = "attention sharing: decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
@@ -34,14 +34,6 @@ def trained(binarized_corpus, tmp_path_factory):
         }
     )
     return {name: (root / name / "checkpoint_last.pt", logs[name]) for name in runs}
-
-
-def hypotheses(stdout: str) -> dict:
-    return {
-        line.split("\t")[0]: line.split("\t")[2]
-        for line in stdout.splitlines()
-        if line.startswith("H-")
-    }
 
 
 def test_training_builds_the_shared_modules(trained):
@@ -81,7 +73,7 @@ def test_generate_takes_the_policy_from_the_checkpoint(generated):
     assert generated.returncode == 0, output[-4000:]
     assert BLEU_LINE.search(generated.stdout), generated.stdout[-2000:]
     assert SHARING_LOG in output
-    assert len(hypotheses(generated.stdout)) == 20
+    assert len(best_hypotheses(generated.stdout)) == 20
 
 
 def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained):
@@ -118,8 +110,8 @@ def test_generate_without_cache_gives_the_same_translations(binarized_corpus, tr
         binarized_corpus, checkpoint, "--model-overrides", "{'san_no_cache': True}"
     )
     assert cached.returncode == 0 and uncached.returncode == 0, uncached.stderr[-3000:]
-    assert hypotheses(cached.stdout) == hypotheses(uncached.stdout)
-    assert len(hypotheses(cached.stdout)) == 20
+    texts = [{i: h.text for i, h in best_hypotheses(r.stdout).items()} for r in (cached, uncached)]
+    assert texts[0] == texts[1] and len(texts[0]) == 20
 
 
 def test_model_overrides_policy_sharing_more_than_the_checkpoint(binarized_corpus, trained, tmp_path):
@@ -133,7 +125,7 @@ def test_model_overrides_policy_sharing_more_than_the_checkpoint(binarized_corpu
     assert result.returncode == 0, output[-4000:]
     assert SHARING_LOG in output
     assert BLEU_LINE.search(result.stdout), result.stdout[-2000:]
-    assert len(hypotheses(result.stdout)) == 20
+    assert len(best_hypotheses(result.stdout)) == 20
 
 
 def test_model_overrides_policy_sharing_less_than_the_checkpoint_fails(
@@ -146,7 +138,7 @@ def test_model_overrides_policy_sharing_less_than_the_checkpoint_fails(
         binarized_corpus, checkpoint, "--model-overrides", f"{{'san_policy': '{policy}'}}"
     )
     assert result.returncode != 0
-    assert not hypotheses(result.stdout)
+    assert not best_hypotheses(result.stdout)
     error_lines = [line for line in result.stderr.splitlines() if "more attention sharing" in line]
     assert len(error_lines) == 1, result.stderr[-3000:]
     assert "decoder.layers.3.self_attn" in error_lines[0]

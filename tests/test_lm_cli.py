@@ -9,6 +9,7 @@ import pytest
 from helpers import (
     REPO,
     TINY_LM,
+    best_hypotheses,
     lm_train_argv,
     output_of,
     preprocess_lm,
@@ -98,25 +99,15 @@ def test_the_static_decoder_generates_what_fairseq_does(trained, sharing):
     for decoding in ("fairseq", "static"):
         result = run_cli(*argv, "--san-decoding", decoding)
         assert result.returncode == 0, result.stderr[-3000:]
-        outputs[decoding] = hypotheses(result.stdout)
+        outputs[decoding] = best_hypotheses(result.stdout)
     ours, theirs = outputs["static"], outputs["fairseq"]
     assert len(ours) == 20  # the test sentences
-    assert {i: text for i, (text, _) in ours.items()} == {i: text for i, (text, _) in theirs.items()}
-    for i, (text, scores) in ours.items():
-        assert len(text.split()) >= 6
-        assert scores == pytest.approx(theirs[i][1], abs=1.01e-4)  # printed to 4 decimals
-
-
-def hypotheses(stdout: str) -> dict:
-    """fairseq-generate's output: {sentence id: (hypothesis, [its score, positional scores])}."""
-    found = {}
-    for line in stdout.splitlines():
-        fields = line.split("\t")
-        if line.startswith("H-"):
-            found[fields[0][2:]] = (fields[2], [float(fields[1])])
-        elif line.startswith("P-"):
-            found[fields[0][2:]][1].extend(float(score) for score in fields[1].split())
-    return found
+    assert {i: h.text for i, h in ours.items()} == {i: h.text for i, h in theirs.items()}
+    for i, hypothesis in ours.items():
+        assert len(hypothesis.text.split()) >= 6
+        scores = [hypothesis.score, *hypothesis.positional_scores]
+        expected = [theirs[i].score, *theirs[i].positional_scores]
+        assert len(scores) > 6 and scores == pytest.approx(expected, abs=1.01e-4)  # 4 decimals
 
 
 def test_the_static_decoder_of_a_language_model_refuses_options_it_lacks(trained):

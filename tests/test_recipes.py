@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import pytest
 import torch
@@ -40,6 +40,7 @@ from helpers import (
     SPLITS,
     TEST_BLEU,
     VOCAB_SIZE,
+    best_hypotheses,
     cli_env,
     fairseq_generate,
     output_of,
@@ -68,16 +69,6 @@ def load_checkpoint(path: Path) -> dict:
 def table_rows(markdown: str) -> List[str]:
     """The data rows of loop.md's table (``| <iteration> | ...``)."""
     return [line for line in markdown.splitlines() if re.match(r"^\| \d+ \|", line)]
-
-
-def hypotheses(stdout: str) -> Dict[str, Tuple[float, str]]:
-    """{H-id: (score, tokens)} of fairseq-generate's output."""
-    found = {}
-    for line in stdout.splitlines():
-        if line.startswith("H-"):
-            name, score, tokens = line.split("\t")
-            found[name] = (float(score), tokens)
-    return found
 
 
 # --- prepare.sh -------------------------------------------------------------------------------
@@ -353,12 +344,12 @@ def test_aan_with_shared_encdec_decodes_the_same_without_cache(data, aan_checkpo
     uncached = fairseq_generate(data, aan_checkpoint, "--model-overrides", "{'san_no_cache': True}")
     assert cached.returncode == 0, output_of(cached)[-4000:]
     assert uncached.returncode == 0, output_of(uncached)[-4000:]
-    first, second = hypotheses(cached.stdout), hypotheses(uncached.stdout)
+    first, second = best_hypotheses(cached.stdout), best_hypotheses(uncached.stdout)
     assert len(first) == SPLITS["test_2016_flickr"]
     assert first.keys() == second.keys()
-    for name, (score, tokens) in first.items():
-        assert second[name][1] == tokens, name
-        assert abs(second[name][0] - score) < 1e-4, name
+    for i, hypothesis in first.items():
+        assert second[i].text == hypothesis.text, i
+        assert abs(second[i].score - hypothesis.score) < 1e-4, i
 
 
 @pytest.mark.slow

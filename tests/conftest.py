@@ -44,3 +44,16 @@ def prepared(multi30k_raw, tmp_path_factory):
 @pytest.fixture(scope="module")
 def data(prepared):
     return prepared[0]
+
+
+@pytest.fixture(scope="session")
+def san_checkpoint(binarized_corpus, tmp_path_factory):
+    """A transformer_san checkpoint of --task translation_san, trained 3 updates on the corpus
+    with fairseq-train (read-only: tests that change it work on a copy)."""
+    from helpers import run_cli, train_argv
+
+    save_dir = tmp_path_factory.mktemp("san-checkpoint")
+    argv = train_argv(binarized_corpus, save_dir, 3, ["--task", "translation_san"])
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return save_dir / "checkpoint_last.pt"

@@ -126,16 +126,6 @@ def test_fairseq_modules_that_call_eval_get_the_literal_evaluator(tmp_path):
 # --- checkpoints -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def checkpoint(binarized_corpus, tmp_path_factory) -> Path:
-    save_dir = tmp_path_factory.mktemp("literal-eval")
-    result = run_cli(
-        "fairseq-train", *train_argv(binarized_corpus, save_dir, 3, ["--task", "translation_san"])
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return save_dir / "checkpoint_last.pt"
-
-
 def with_field(checkpoint: Path, out: Path, field: str, value: str) -> Path:
     """A copy of ``checkpoint`` whose saved configuration sets ``field`` to ``value``."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -160,12 +150,12 @@ def refusal(path: Path, field: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("field", sorted(EVALUATED_FIELDS))
 def test_a_checkpoint_with_code_in_an_evaluated_field_is_refused_when_loaded(
-    checkpoint, tmp_path, field
+    san_checkpoint, tmp_path, field
 ):
     from fairseq import checkpoint_utils
 
     marker = tmp_path / "MARKER"
-    evil = with_field(checkpoint, tmp_path / "evil.pt", field, code_that_touches(marker))
+    evil = with_field(san_checkpoint, tmp_path / "evil.pt", field, code_that_touches(marker))
     with pytest.raises(NotALiteral) as error:
         checkpoint_utils.load_checkpoint_to_cpu(str(evil))
     assert str(error.value).startswith(refusal(evil, field))
@@ -179,20 +169,20 @@ def test_a_checkpoint_with_code_in_an_evaluated_field_is_refused_when_loaded(
     [("adam_betas", "(0.9, 0.98)"), ("adaptive_softmax_cutoff", "[10000, 20000]"),
      ("left_pad_source", "True")],
 )  # fmt: skip
-def test_legitimate_values_still_load(checkpoint, tmp_path, field, value):
+def test_legitimate_values_still_load(san_checkpoint, tmp_path, field, value):
     from fairseq import checkpoint_utils
 
-    fine = with_field(checkpoint, tmp_path / "fine.pt", field, value)
+    fine = with_field(san_checkpoint, tmp_path / "fine.pt", field, value)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(fine))
-    assert state["model"].keys() == torch.load(checkpoint, weights_only=True)["model"].keys()
+    assert state["model"].keys() == torch.load(san_checkpoint, weights_only=True)["model"].keys()
 
 
 @pytest.fixture
-def evil(checkpoint, tmp_path):
+def evil(san_checkpoint, tmp_path):
     """(checkpoint whose adaptive_softmax_cutoff is code, the file that code would create)."""
     marker = tmp_path / "MARKER"
     path = with_field(
-        checkpoint, tmp_path / "evil.pt", "adaptive_softmax_cutoff", code_that_touches(marker)
+        san_checkpoint, tmp_path / "evil.pt", "adaptive_softmax_cutoff", code_that_touches(marker)
     )
     return path, marker
 

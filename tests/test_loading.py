@@ -77,21 +77,16 @@ def test_policy_modules_do_not_import_torch():
 
 
 @pytest.fixture(scope="module")
-def trained(binarized_corpus, tmp_path_factory):
+def trained(binarized_corpus, san_checkpoint, tmp_path_factory):
     """{"fairseq": fairseq's transformer, trained without the plugin; "san": ours}: checkpoints."""
-    root = tmp_path_factory.mktemp("loading")
-    fairseq_argv = train_argv(binarized_corpus, root / "fairseq", 3)
-    at = fairseq_argv.index("--user-dir")
-    del fairseq_argv[at : at + 2]
-    fairseq_argv[fairseq_argv.index("transformer_san")] = "transformer"
-    runs = {
-        "fairseq": fairseq_argv,
-        "san": train_argv(binarized_corpus, root / "san", 3, ["--task", "translation_san"]),
-    }
-    for name, argv in runs.items():
-        result = run_cli("fairseq-train", *argv)
-        assert result.returncode == 0, f"{name}:\n{result.stderr[-3000:]}"
-    return {name: root / name / "checkpoint_last.pt" for name in runs}
+    save_dir = tmp_path_factory.mktemp("loading")
+    argv = train_argv(binarized_corpus, save_dir, 3)
+    at = argv.index("--user-dir")
+    del argv[at : at + 2]
+    argv[argv.index("transformer_san")] = "transformer"
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, f"fairseq:\n{result.stderr[-3000:]}"
+    return {"fairseq": save_dir / "checkpoint_last.pt", "san": san_checkpoint}
 
 
 @pytest.mark.slow

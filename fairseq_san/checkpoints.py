@@ -7,6 +7,10 @@ prints as ``fairseq-san: error: ...``; other failures propagate unchanged. fairs
 get the same explanations from ``fairseq_san.fairseq_fixes.safe_loading``. ``load_state`` is the
 plugin's own loader (the loop's summary), with torch's safe loader.
 
+No checkpoint is read where torch's safe loader would not be used (``check_safe_loading``):
+fairseq calls ``torch.load`` without ``weights_only``, which means the safe loader only from torch
+2.6 and only while ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is not set.
+
 Checkpoints made with the plugin carry its name and version (``PLUGIN``) in ``cfg.model.plugin``
 (``stamp``), so that a checkpoint says what it needs to be loaded. fairseq's own error cannot
 say it: loading a SAN checkpoint without the plugin first fails in torch's safe loader (nothing
@@ -30,6 +34,12 @@ import fairseq_san
 from fairseq_san.errors import UsageError
 
 PLUGIN = f"fairseq-san {fairseq_san.__version__}"
+# Switches torch's safe loader off for every torch.load that does not ask for it, fairseq's too;
+# torch reads it as set for these values (torch.serialization).
+UNSAFE_LOADING_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+TORCH_TRUE_VALUES = ("1", "y", "yes", "true")
+# The first torch whose torch.load defaults to the safe loader (pytorch/pytorch#137602).
+SAFE_BY_DEFAULT = "2.6"
 
 
 class CheckpointError(UsageError):
@@ -45,6 +55,23 @@ def stamp(args) -> None:
     """Record the plugin in a model's (argparse) configuration, which fairseq saves as cfg.model."""
     if isinstance(args, argparse.Namespace):
         args.plugin = PLUGIN
+
+
+def check_safe_loading() -> None:
+    """Refuse, in one line, to read any checkpoint where torch.load without ``weights_only``
+    (fairseq's call) would unpickle it, running whatever code the file names."""
+    if os.getenv(UNSAFE_LOADING_VARIABLE, "0") in TORCH_TRUE_VALUES:
+        raise CheckpointError(
+            f"{UNSAFE_LOADING_VARIABLE} is set: it switches torch's safe loader off, so a "
+            "checkpoint could run code as it is read; fairseq-san reads checkpoints only with "
+            "the safe loader (unset the variable)"
+        )
+    if torch.torch_version.TorchVersion(torch.__version__) < SAFE_BY_DEFAULT:
+        raise CheckpointError(
+            f"torch {torch.__version__} reads checkpoints with pickle by default, so a "
+            f"checkpoint could run code as it is read; fairseq-san needs torch >= "
+            f"{SAFE_BY_DEFAULT}, whose loader is safe by default"
+        )
 
 
 def problem_with(path: str, error: Exception) -> Optional[str]:
@@ -63,8 +90,8 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
     if unsafe:
         return (
             f"it contains {', '.join(unsafe)}, which torch's safe loader (weights_only) refuses; "
-            "fairseq checkpoints need only argparse.Namespace, which fairseq-san allows. Load it "
-            "only if you trust its source, with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"
+            "fairseq checkpoints need only argparse.Namespace, which fairseq-san allows, and "
+            "fairseq-san reads nothing else"
         )
     return None
 
@@ -88,6 +115,9 @@ def load_state(path: str) -> dict:
     """A checkpoint's contents on the CPU, with torch's safe loader (memory-mapped if possible)."""
     from fairseq_san.fairseq_fixes.safe_loading import allow_fairseq_globals
 
+    check_safe_loading()
     allow_fairseq_globals()
     with explained(path):
-        return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
+        return torch.load(
+            path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True
+        )

@@ -140,9 +140,78 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
         generate_error(binarized_corpus, foreign),
         f"fairseq-san: error: cannot load checkpoint {foreign}: it contains fractions.Fraction, "
         "which torch's safe loader (weights_only) refuses; fairseq checkpoints need only "
-        "argparse.Namespace, which fairseq-san allows. Load it only if you trust its source, "
-        f"with {UNSAFE_VARIABLE}=1",
+        "argparse.Namespace, which fairseq-san allows, and fairseq-san reads nothing else",
     )
+
+
+class WritesAFile:
+    """Unpickled, it opens ``path`` for writing: what a checkpoint that runs code would do."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+@pytest.fixture
+def code_in_a_pickle(tmp_path):
+    """(a torch.save file that runs code when unpickled, the file that code creates)."""
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "payload": WritesAFile(marker)}, path)
+    return path, marker
+
+
+SWITCHED_OFF = (
+    f"{UNSAFE_VARIABLE} is set: it switches torch's safe loader off, so a checkpoint could run "
+    "code as it is read; fairseq-san reads checkpoints only with the safe loader (unset the "
+    "variable)"
+)
+
+
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_nothing_is_read_with_the_safe_loader_switched_off(monkeypatch, code_in_a_pickle, value):
+    """fairseq calls torch.load without weights_only, which the variable turns into pickle."""
+    from fairseq import checkpoint_utils
+
+    path, marker = code_in_a_pickle
+    monkeypatch.setenv(UNSAFE_VARIABLE, value)
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load_state):
+        with pytest.raises(checkpoints.CheckpointError) as refused:
+            load(str(path))
+        assert str(refused.value) == SWITCHED_OFF
+    assert not marker.exists()
+    monkeypatch.delenv(UNSAFE_VARIABLE)
+    with pytest.raises(checkpoints.CheckpointError, match="which torch's safe loader"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))  # the safe loader refuses it
+    assert not marker.exists()
+
+
+def test_nothing_is_read_with_a_torch_whose_loader_is_not_safe_by_default(
+    monkeypatch, code_in_a_pickle
+):
+    from fairseq import checkpoint_utils
+
+    path, marker = code_in_a_pickle
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(refused.value) == (
+        "torch 2.5.1+cpu reads checkpoints with pickle by default, so a checkpoint could run code "
+        "as it is read; fairseq-san needs torch >= 2.6, whose loader is safe by default"
+    )
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_generate_with_the_safe_loader_switched_off_is_one_line(
+    monkeypatch, binarized_corpus, code_in_a_pickle
+):
+    path, marker = code_in_a_pickle
+    monkeypatch.setenv(UNSAFE_VARIABLE, "1")
+    assert_one_line(generate_error(binarized_corpus, path), f"fairseq-san: error: {SWITCHED_OFF}")
+    assert not marker.exists()
 
 
 @pytest.mark.slow

@@ -13,7 +13,9 @@ validate, interactive, train's ``--restore-file`` and ``--finetune-from-model``,
 which refuses a missing file before reading it: a file that cannot be loaded is one line naming
 it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose configuration holds a
 string that fairseq would ``eval()`` and that is not a literal is refused before any model is
-built (``literal_eval.refuse_code_in``): the safe loader lets such strings through.
+built (``literal_eval.refuse_code_in``): the safe loader lets such strings through. Where the
+safe loader would not be used (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no
+checkpoint is read at all (``checkpoints.check_safe_loading``).
 """
 
 import argparse
@@ -21,7 +23,7 @@ import functools
 
 import torch
 
-from fairseq_san.checkpoints import VocabularyMismatch, explained
+from fairseq_san.checkpoints import VocabularyMismatch, check_safe_loading, explained
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 
 FAIRSEQ_GLOBALS = [argparse.Namespace]
@@ -36,6 +38,7 @@ def allow_fairseq_globals() -> None:
 def _explaining(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, *args, **kwargs):
+        check_safe_loading()
         with explained(path):
             state = load_checkpoint_to_cpu(path, *args, **kwargs)
         refuse_code_in(path, state)

@@ -111,6 +111,28 @@ def explained(*paths: str) -> Iterator[None]:
         raise
 
 
+def refuse_policy_file_in(path: str, state: dict, overrides: Optional[dict]) -> None:
+    """Refuse a checkpoint whose stored ``san_policy`` is a file name, not JSON text.
+
+    A model stores its resolved policy as JSON text (``transformer_san.resolve_model_policy``);
+    a file name is for the command line (``--san-policy``, ``--model-overrides``). Read from a
+    checkpoint, it would make loading open whatever file the checkpoint names (``/dev/zero``,
+    or a file whose first key the error would then print)."""
+    if "san_policy" in (overrides or {}):
+        return  # the user's value, not the checkpoint's
+    model = (state.get("cfg") or {}).get("model") or state.get("args")
+    if isinstance(model, dict):
+        stored = model.get("san_policy")
+    else:
+        stored = getattr(model, "san_policy", None)
+    if isinstance(stored, str) and stored.strip() and not stored.lstrip().startswith("{"):
+        raise CheckpointError(
+            f"checkpoint {path}: cfg.model.san_policy = {stored[:40]!r} is a file name; a "
+            "checkpoint stores its policy as JSON text, and only the command line may name a "
+            "policy file: refused"
+        )
+
+
 def load_state(path: str) -> dict:
     """A checkpoint's contents on the CPU, with torch's safe loader (memory-mapped if possible)."""
     from fairseq_san.fairseq_fixes.safe_loading import allow_fairseq_globals

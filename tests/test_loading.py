@@ -279,3 +279,33 @@ def test_a_checkpoint_of_other_dictionaries_is_named_by_fairseqs_loader(tmp_path
     with pytest.raises(VocabularyMismatch) as error:
         _explaining_ensemble(refusing)([path])
     assert str(error.value) == f"checkpoint {path}: the checkpoint was trained with other dictionaries"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
+    san_checkpoint, tmp_path
+):
+    """A checkpoint stores its policy as JSON text; one that names a file would make loading read
+    it (its first key would show in the error). Only the command line may name a file."""
+    from fairseq import checkpoint_utils
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"the-secret": 1}')
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["cfg"]["model"].san_policy = str(secret)
+    naming = tmp_path / "naming.pt"
+    torch.save(state, naming)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(naming))
+    assert str(refused.value) == (
+        f"checkpoint {naming}: cfg.model.san_policy = {str(secret)[:40]!r} is a file name; a "
+        "checkpoint stores its policy as JSON text, and only the command line may name a policy "
+        "file: refused"
+    )
+    assert "the-secret" not in str(refused.value)
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"decoder_self": [6]}')
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(naming), {"san_policy": str(policy)})
+    assert loaded["cfg"]["model"].san_policy == str(policy)
+    stored = checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint))["cfg"]["model"]
+    assert stored.san_policy.lstrip().startswith("{")  # what the plugin itself stores

@@ -13,7 +13,8 @@ validate, interactive, train's ``--restore-file`` and ``--finetune-from-model``,
 which refuses a missing file before reading it: a file that cannot be loaded is one line naming
 it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose configuration holds a
 string that fairseq would ``eval()`` and that is not a literal is refused before any model is
-built (``literal_eval.refuse_code_in``): the safe loader lets such strings through. Where the
+built (``literal_eval.refuse_code_in``): the safe loader lets such strings through; so is one
+whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``). Where the
 safe loader would not be used (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no
 checkpoint is read at all (``checkpoints.check_safe_loading``).
 """
@@ -23,7 +24,12 @@ import functools
 
 import torch
 
-from fairseq_san.checkpoints import VocabularyMismatch, check_safe_loading, explained
+from fairseq_san.checkpoints import (
+    VocabularyMismatch,
+    check_safe_loading,
+    explained,
+    refuse_policy_file_in,
+)
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 
 FAIRSEQ_GLOBALS = [argparse.Namespace]
@@ -37,11 +43,12 @@ def allow_fairseq_globals() -> None:
 
 def _explaining(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
-    def wrapper(path, *args, **kwargs):
+    def wrapper(path, arg_overrides=None, *args, **kwargs):
         check_safe_loading()
         with explained(path):
-            state = load_checkpoint_to_cpu(path, *args, **kwargs)
+            state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         refuse_code_in(path, state)
+        refuse_policy_file_in(path, state, arg_overrides)
         return state
 
     wrapper.explains_failures = True

@@ -23,6 +23,7 @@ from helpers import (
     TINY,
     StandInTask,
     build,
+    build_lm,
     cli_env,
     make_dictionary,
     parse_args,
@@ -393,6 +394,20 @@ def test_checkpoint_of_another_vocabulary_names_the_dictionary_sizes():
     message = str(error.value)
     assert "source 30 (data: 24), target 30 (data: 24)" in message
     assert "use the dictionaries the model was trained with" in message
+
+
+def test_language_model_checkpoint_of_another_vocabulary_names_the_dictionary_size():
+    """Not torch's "size mismatch for decoder.embed_tokens.weight" traceback."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build_lm(dictionary=make_dictionary(30))
+    model, _ = build_lm(["--san-decoder-self-policy", "6"], dictionary=make_dictionary(24))
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(trained.state_dict())
+    assert str(error.value).startswith(
+        "the checkpoint was trained with other dictionaries than the data's: entries per "
+        "dictionary target 30 (data: 24); use the dictionaries the model was trained with"
+    )
 
 
 def test_policy_given_as_a_dict_is_that_policy():

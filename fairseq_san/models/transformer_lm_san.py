@@ -32,6 +32,7 @@ from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import (
     PROJECTION_KEY,
+    check_checkpoint_vocabulary,
     drop_unused_projections,
     policy_of_state_dict,
 )
@@ -130,12 +131,14 @@ def self_share_of_state_dict(state_dict: Dict, blocks: List[int]) -> str:
 
 
 def check_checkpoint_fits(model: TransformerLMSANModel, state_dict: Dict) -> None:
-    """Refuse a checkpoint shared another way (K/V or S) or with less sharing than the model.
+    """Refuse a checkpoint of other dictionaries, or shared another way (K/V or S) or with less
+    sharing than the model.
 
     A model can decode a checkpoint under a policy that shares more (the unused projections are
     dropped), never less, and never with the other kind of sharing: the checkpoint's following
     layers were trained without the projections that the other kind needs.
     """
+    check_checkpoint_vocabulary(model, state_dict)
     layers = {"decoder": len(model.decoder.layers), "encoder": 0}
     own = model.state_dict()
     trained = policy_of_state_dict(state_dict, layers).get(KIND)

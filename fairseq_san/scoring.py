@@ -44,6 +44,13 @@ def read_generate_output(path: str) -> List[str]:
         ) from None
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
+    missing = sorted(set(range(max(by_id) + 1)) - set(by_id))
+    if missing:  # sentence ids are the corpus's 0..N-1: a gap would pair text with another line
+        raise UsageError(
+            f"{path}: no D- line for sentence {missing[0]} ({len(missing)} of sentences 0-"
+            f"{max(by_id)} missing): score the whole subset (fairseq-generate must not skip "
+            "sentences, and the file must be complete)"
+        )
     for mark, post_process in SUBWORD_MARKS.items():
         piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if mark in text), None)
         if piece:

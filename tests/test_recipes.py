@@ -522,6 +522,19 @@ def test_score_of_empty_or_undecodable_files_is_one_line(tmp_path, generated, re
     assert needle in one_error_line(result, "fairseq-san-score")
 
 
+@pytest.mark.parametrize("generated, references, missing", [
+    ("D-5\t-0.2\tEin Mann geht .\n", "Ein Mann geht .\n",
+     "no D- line for sentence 0 (5 of sentences 0-5 missing)"),
+    (GENERATE_OUTPUT.replace("D-0\t", "X-0\t"), REFERENCES,
+     "no D- line for sentence 0 (1 of sentences 0-1 missing)"),
+])  # fmt: skip
+def test_score_refuses_output_with_a_sentence_missing(tmp_path, generated, references, missing):
+    """Hypotheses are paired with references by sentence id: a gap would pair a hypothesis with
+    another sentence's reference (one D-5 line against a one-line reference scored it)."""
+    line = one_error_line(score(tmp_path, generated, references), "fairseq-san-score")
+    assert missing in line, line
+
+
 def test_score_reads_gzip_compressed_output_and_names_a_broken_one(tmp_path):
     """Kept hypotheses are stored gzip-compressed (docs/results/converged): a ``.gz`` scores as
     its text does; a truncated one, or plain text named ``.gz``, is one error line."""

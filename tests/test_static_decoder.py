@@ -33,6 +33,7 @@ from helpers import (
     source_batch,
     train_argv,
 )
+from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding import StaticDecoderError, StaticSequenceGenerator
 from fairseq_san.static_decoding.precision import PackedLinear, apply_precision, can_pack
 from fairseq_san.static_decoding.step import StaticDecoderStep
@@ -574,6 +575,31 @@ def test_unsupported_option_is_named(task, options, named):
     model = build(dictionary=DICTIONARY)[0]
     with pytest.raises(StaticDecoderError, match=f"not support {named}.*--san-decoding fairseq"):
         task.build_generator([model], generation_args(san_decoding="static", **options))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(san_decoder_precision="bf16"), "--san-decoder-precision bf16 is an option of "
+         "--san-decoding static, and this command decodes with --san-decoding fairseq: add "
+         "--san-decoding static, or drop --san-decoder-precision"),
+        (dict(san_decoding="fast", san_decoder_execution="fixed"), "--san-decoder-execution fixed "
+         "is an option of --san-decoding static, and this command decodes with --san-decoding "
+         "fast"),
+        (dict(san_decoding="fast", san_decoder="static"), "--san-decoding fast and --san-decoder "
+         "static (deprecated: --san-decoding static) choose two decoders: pass --san-decoding "
+         "alone"),
+        (dict(san_decoding="static", sampling_topk=5), "--sampling-topk needs --sampling"),
+        (dict(sampling_topp=0.9), "--sampling-topp needs --sampling"),
+    ],
+)  # fmt: skip
+def test_options_that_would_be_ignored_are_refused(task, options, message):
+    """Each was accepted and decoded as if it had not been given (fp32 fairseq decoding, the fast
+    step, or beam search instead of sampling)."""
+    model = build(dictionary=DICTIONARY)[0]
+    with pytest.raises(UsageError) as refused:
+        task.build_generator([model], generation_args(**options))
+    assert str(refused.value).startswith(message)
 
 
 def test_ensembles_and_lm_fusion_are_refused(task):

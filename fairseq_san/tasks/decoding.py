@@ -12,6 +12,7 @@ from typing import Callable, Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_san import options
+from fairseq_san.errors import UsageError
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
@@ -54,6 +55,7 @@ class DecodingTask:
         (the benchmark does); otherwise the task's options decide.
         """
         decoding = self.decoding(args)
+        self.check_decoder_options(args, decoding)
         if decoding != options.STATIC:
             for model in models:
                 if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
@@ -74,12 +76,34 @@ class DecodingTask:
 
     def decoding(self, args) -> str:
         """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
-        gives way to the deprecated ``--san-decoder static``."""
+        gives way to the deprecated ``--san-decoder static``, another decoding beside it is refused."""
         decoding = str(self.decoding_option(args, options.DECODING))
-        if decoding != options.FAIRSEQ:
-            return decoding
         legacy = self.decoding_option(args, options.OPTIONS["san_decoder"])
-        return options.deprecated_value("san_decoder", legacy) or decoding
+        if decoding == options.FAIRSEQ:
+            return options.deprecated_value("san_decoder", legacy) or decoding
+        if str(legacy) == options.STATIC and decoding != options.STATIC:
+            raise UsageError(
+                f"--san-decoding {decoding} and --san-decoder static (deprecated: --san-decoding "
+                "static) choose two decoders: pass --san-decoding alone"
+            )
+        return decoding
+
+    def check_decoder_options(self, args, decoding: str) -> None:
+        """Refuse what would be accepted and ignored: the static decoder's options with another
+        decoding, and a sampling limit without --sampling (fairseq's generator asserts on it, the
+        static decoder would run beam search)."""
+        for option in (options.DECODER_PRECISION, options.DECODER_EXECUTION):
+            value = self.decoding_option(args, option)
+            given = value is not None and str(value) != str(option.default)
+            if given and decoding != options.STATIC:
+                raise UsageError(
+                    f"{option.flag} {value} is an option of --san-decoding static, and this "
+                    f"command decodes with --san-decoding {decoding}: add --san-decoding static, "
+                    f"or drop {option.flag}"
+                )
+        for limit in ("sampling_topk", "sampling_topp"):
+            if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):
+                raise UsageError(f"--{limit.replace('_', '-')} needs --sampling")
 
     def decoding_option(self, args, option: options.Option):
         """``option`` of the generation options, else of the task's config, else its default (a

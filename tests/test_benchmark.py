@@ -130,8 +130,8 @@ def test_unknown_override_key_names_the_nearest_valid_key():
         ({"san_decoder": "statc"}, "san_decoder must be one of ('fairseq', 'static'), not 'statc'"),
         ({**STATIC, "san_decoder_precision": "int4"},
          "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not 'int4'"),
-        ({"san_decoder_precision": "bf16"}, 'san_decoder_precision needs "san_decoder": "static"'),
-        ({"san_decoder_execution": "graph"}, 'san_decoder_execution needs "san_decoder": "static"'),
+        ({"san_decoder_precision": "bf16"}, 'san_decoder_precision needs "san_decoding": "static"'),
+        ({"san_decoder_execution": "graph"}, 'san_decoder_execution needs "san_decoding": "static"'),
     ],
 )  # fmt: skip
 def test_bad_decoder_or_precision_is_named(overrides, message):

@@ -6,6 +6,7 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 ``--task translation``.
 """
 
+import argparse
 import json
 import re
 import shlex
@@ -453,6 +454,25 @@ def test_analysis_in_training_is_a_usage_error(tmp_path):
         analysis_task(tmp_path).train_step(None, None, None, None, 0)
 
 
+def test_analysis_in_a_command_that_decodes_is_a_usage_error(tmp_path):
+    """fairseq-generate and fairseq-interactive build a generator and never run valid_step."""
+    from fairseq_san.errors import UsageError
+
+    model = build(dictionary=make_dictionary())[0]
+    with pytest.raises(UsageError, match="^--san-analysis-dir is for fairseq-validate: a command "
+                       "that decodes would ignore it$"):  # fmt: skip
+        analysis_task(tmp_path).build_generator([model], argparse.Namespace(beam=1))
+
+
+def test_a_negative_number_of_saved_sentences_is_a_usage_error(tmp_path):
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    config = TranslationSANConfig(data=str(tmp_path), san_analysis_save_sentences=-2)
+    with pytest.raises(UsageError, match="^--san-analysis-save-sentences -2: must be 0 or more$"):
+        TranslationSANTask(config, make_dictionary(), make_dictionary())
+
+
 @pytest.mark.slow
 def test_analysis_of_two_subsets_is_one_line(binarized_corpus, trained, tmp_path):
     result = validate(
@@ -618,6 +638,8 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--batch-size", "0"], "--batch-size 0: must be at least 1"),
         (["--beams", "4", "-2"], "--beams -2: beam sizes must be at least 1"),
         (["--cache-beams", "-1"], "--cache-beams -1: beam sizes must be at least 1"),
+        (["--lenpen", "nan"], "--lenpen nan: must be a finite number"),
+        (["--max-len-a", "inf"], "--max-len-a inf: must be a finite number"),
         (["--max-len-b", "-1"], "--max-len-a 0.0 --max-len-b -1: natural lengths stop at"),
         (["--max-len-a", "0", "--max-len-b", "0"], "a and b must be at least 0, and not both 0"),
         (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),

@@ -86,6 +86,24 @@ def test_the_settled_command(tmp_path):
     malformed = run_cli("fairseq-san-loop", "settled", run_dir, "2")
     assert malformed.returncode == 2
     assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
+    missing = run_cli("fairseq-san-loop", "settled", str(tmp_path / "nowhere"), "1")
+    assert missing.returncode == 2  # not 1, which would read "the policy is new"
+    assert missing.stderr.splitlines()[-1] == (
+        f"fairseq-san-loop: error: {tmp_path / 'nowhere'}: no such run directory"
+    )
+
+
+def test_decode_key_of_missing_data_is_one_line(tmp_path):
+    """The key of a data directory that is not there would be the digest of nothing."""
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"weights")
+    result = run_cli("fairseq-san-loop", "decode-key", str(checkpoint), str(tmp_path / "nodata"),
+                     "valid")  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        f"fairseq-san-loop: error: {tmp_path / 'nodata'}: no such file, nor a data directory "
+        "(dict.*.txt)"
+    )
 
 
 def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):

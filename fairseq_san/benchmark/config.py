@@ -7,6 +7,7 @@ line takes every default from the dataclasses here, the one place they are writt
 import argparse
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence
@@ -115,7 +116,7 @@ class SystemSpec:
             raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {self.decoder!r}")
         for key in ("san_decoder_execution", "san_decoder_precision"):
             if key in self.overrides and self.decoder != STATIC:
-                raise ValueError(f'{what}: {key} needs "san_decoder": "{STATIC}"')
+                raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')
         if "san_decoder_precision" not in self.overrides:
             return
         if self.decoder_precision not in precisions:
@@ -243,7 +244,8 @@ def option(name: str) -> str:
 
 
 def check_numbers(config: BenchmarkConfig) -> None:
-    """ValueError naming the first count below 1 or natural lengths that allow no token."""
+    """ValueError naming the first count below 1, a number that is not finite, or natural
+    lengths that allow no token."""
     for name in COUNTS:
         value = getattr(config, name)
         if value is not None and value < 1:
@@ -252,6 +254,10 @@ def check_numbers(config: BenchmarkConfig) -> None:
         below = [value for value in getattr(config, name) if value < 1]
         if below:
             raise ValueError(f"{option(name)} {below[0]}: beam sizes must be at least 1")
+    for name in ("max_len_a", "lenpen"):
+        value = getattr(config.decode, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{option(name)} {value}: must be a finite number")
     a, b = config.decode.max_len_a, config.decode.max_len_b
     if a < 0 or b < 0 or a == b == 0:
         raise ValueError(

@@ -124,6 +124,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "same-policy":
             return 0 if same_policy(args.first, args.second) else 1
         if args.command == "settled":
+            if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
+                parser.error(f"{args.run_dir}: no such run directory")
             stop = loop_stop(args.run_dir, args.iteration)
             if stop is not None:
                 print(f"== {stop}")

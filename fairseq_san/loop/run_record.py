@@ -152,6 +152,8 @@ def digest(path: str) -> str:
     if not os.path.isfile(path):
         files = sorted(glob.glob(os.path.join(path, "dict.*.txt")))
         files += sorted(glob.glob(os.path.join(path, "*.idx")))
+    if not files:  # the digest of nothing would match any other missing data
+        raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict.*.txt)")
     sha = hashlib.sha256()
     for name in files:
         sha.update(os.path.basename(name).encode() + b"\0")

@@ -139,6 +139,9 @@ def check_analysis_options(cfg) -> None:
             f"--san-analysis-max-sentences {limit}: must be at least 1 "
             "(leave it out to analyse every sentence)"
         )
+    saved = cfg.san_analysis_save_sentences
+    if saved is not None and saved < 0:
+        raise UsageError(f"--san-analysis-save-sentences {saved}: must be 0 or more")
     directory = cfg.san_analysis_dir
     if not directory:
         return

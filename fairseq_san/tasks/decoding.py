@@ -54,6 +54,11 @@ class DecodingTask:
         ``san_decoder``), ``san_decoder_precision`` and ``san_decoder_execution`` themselves
         (the benchmark does); otherwise the task's options decide.
         """
+        if getattr(self, "analysing", False):  # the analysis runs in valid_step only
+            raise UsageError(
+                "--san-analysis-dir is for fairseq-validate: a command that decodes would "
+                "ignore it"
+            )
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
         if decoding != options.STATIC:

@@ -729,9 +729,11 @@ def test_loop_train_log_of_a_file_that_is_not_a_training_log_is_one_line(tmp_pat
         ("--theta-encdec", "0.8", "must be a number in [0, ln 2 = 0.6931]"),
         ("--theta-encoder", "nan", "must be a number in [0, ln 2 = 0.6931]"),
         ("--cpu-ranks", "two", "must be a whole number (0: one process)"),
+        ("--post-process", "bogus",
+         "must be one that fairseq-generate knows (sentencepiece, subword_nmt, none, ...)"),
     ],
-)
-def test_loop_start_checks_the_recipes_numbers(tmp_path, capsys, option, value, said):
+)  # fmt: skip
+def test_loop_start_checks_the_recipes_values(tmp_path, capsys, option, value, said):
     """Before anything is recorded or trained, even in a dry run (a bad theta would otherwise
     stop the loop after its first training)."""
     from fairseq_san.cli.loop import main

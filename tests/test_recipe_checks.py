@@ -290,3 +290,23 @@ def test_prepare_without_multi30k_dir_downloads_and_names_a_failed_download(tmp_
     ]
     assert url in (tmp_path / "curl.log").read_text()
     assert not list(out.glob("*.bin"))
+
+
+def test_the_recipes_post_process_values_are_fairseqs():
+    """run_record.POST_PROCESS is every value fairseq's post_process names, each accepted."""
+    import ast
+    import inspect
+
+    from fairseq.data import data_utils
+
+    from fairseq_san.loop.run_record import POST_PROCESS
+
+    named = set()
+    for node in ast.walk(ast.parse(inspect.getsource(data_utils.post_process))):
+        if isinstance(node, ast.Compare) and getattr(node.left, "id", None) == "symbol":
+            for compared in node.comparators:
+                named |= {c.value for c in ast.walk(compared) if isinstance(c, ast.Constant)}
+    named.discard(None)
+    assert named == set(POST_PROCESS)
+    for symbol in POST_PROCESS:
+        data_utils.post_process("a b", symbol)  # raises NotImplementedError for an unknown one

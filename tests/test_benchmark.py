@@ -452,6 +452,29 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
     assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--beam", "0"], "--beam 0: must be at least 1"),
+        (["--length", "0"], "--length 0: must be at least 1"),
+        (["--vocab", "3"], "--vocab 3: must be more than the 4 special symbols"),
+        (["--decoders", "static-fp32-graph"],
+         "--decoders static-fp32-graph: its execution 'graph' does not run on cpu"),
+    ],
+)  # fmt: skip
+def test_step_timer_refuses_bad_arguments_in_one_line(capsys, argv, said):
+    """Before any model is built (they were a reshape or random_ traceback, or timings of 0
+    steps)."""
+    from fairseq_san.cli.bench import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["steps", *argv])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"fairseq-san-bench steps: error: {said}"
+    )
+
+
 def test_step_timer_profile_prints_the_host_view_of_each_system_on_a_cpu(capsys):
     """``--profile``: one table per system by host time; the device view is a GPU's only."""
     from fairseq_san.cli.bench import main

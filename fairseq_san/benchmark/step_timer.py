@@ -171,10 +171,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         "--decoders", nargs="+", default=DECODERS, choices=["fairseq", *STATIC_DECODERS]
     )
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (static-*-graph: cuda)")
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="static-*-graph: cuda only"
+    )
     parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="the model's")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
+    problem = argument_problem(args)
+    if problem:
+        parser.error(problem)
     torch.set_num_threads(args.threads)
     dictionary = Dictionary()
     for index in range(args.vocab - len(dictionary)):
@@ -214,6 +219,22 @@ def main(argv: Optional[List[str]] = None) -> None:
             step_ms = statistics.median(times[name])
             print(f"{name}: bound {bound.describe()} per position; the timed step "
                   f"{step_ms:.3f} ms, {step_ms / bound.ms:.1f}x the bound")  # fmt: skip
+
+
+def argument_problem(args) -> Optional[str]:
+    """What is wrong with the step timer's arguments, in one line, before any model is built."""
+    for name in ("beam", "batch", "batches", "length", "source_length", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1"
+    if args.vocab < len(Dictionary()) + 1:
+        return f"--vocab {args.vocab}: must be more than the {len(Dictionary())} special symbols"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return "--device cuda: no GPU is available to torch here"
+    for decoder in args.decoders:
+        execution = STATIC_DECODERS.get(decoder, (None, "eager"))[1]
+        if args.device not in EXECUTIONS[execution].devices:
+            return f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
+    return None
 
 
 def print_profile(name: str, generator, sample: dict, positions: int, bound: PositionBound) -> None:

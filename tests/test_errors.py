@@ -372,6 +372,25 @@ def test_a_value_outside_an_options_choices_is_refused(option, value, valid):
         build_model(args)
 
 
+def test_a_translation_model_in_a_language_modelling_task_is_refused():
+    """fairseq-eval-lm on a translation checkpoint, or fairseq-train --task language_modeling_san
+    --arch transformer_san, failed with an AttributeError (supported_targets) deep in fairseq."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    class StandInLanguageModelingTask(LanguageModelingTask):
+        def __init__(self):  # what build_model reads of a task is never reached
+            pass
+
+    task = StandInLanguageModelingTask()
+    with pytest.raises(UsageError, match="^transformer_san is a translation model .encoder and "
+                       "decoder., and the task StandInLanguageModelingTask models language: train "
+                       "a language model with --arch transformer_lm_san"):  # fmt: skip
+        TransformerSANModel.build_model(parse_args("transformer_san", TINY), task)
+
+
 def test_a_language_model_option_on_a_translation_model_is_refused():
     """--model-overrides "{'san_self_share': 'kv'}" on a translation checkpoint would be ignored."""
     from fairseq_san.errors import UsageError

@@ -103,6 +103,7 @@ class TransformerSANModel(TransformerModel):
     def build_model(cls, args, task):
         check_san_options(args)
         check_no_lm_options(args)
+        check_translation_task(task)
         check_analysis_task(args, task)
         check_generation_options(args, task)
         san_base_architecture(args)
@@ -341,6 +342,20 @@ def model_decoding(args) -> str:
         if meant is not None and decoding == options.FAIRSEQ:
             decoding = args.san_decoding = meant
     return decoding if decoding in options.MODEL_DECODINGS else options.FAIRSEQ
+
+
+def check_translation_task(task) -> None:
+    """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
+    fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    if isinstance(task, LanguageModelingTask):
+        raise UsageError(
+            f"transformer_san is a translation model (encoder and decoder), and the task "
+            f"{type(task).__name__} models language: train a language model with --arch "
+            "transformer_lm_san (or transformer_lm_san_small), or decode this checkpoint with "
+            "--task translation_san"
+        )
 
 
 def check_analysis_task(args, task) -> None:

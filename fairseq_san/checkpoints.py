@@ -25,8 +25,9 @@ import argparse
 import contextlib
 import os
 import pickle
+import re
 import zipfile
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import torch
 
@@ -82,18 +83,26 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         return "no such file" if isinstance(error, OSError) else None
     if os.path.getsize(path) == 0:
         return "the file is empty (0 bytes; was saving it interrupted?)"
-    if not zipfile.is_zipfile(path):
-        return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
-    if not isinstance(error, pickle.UnpicklingError):
-        return None
-    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    unsafe = unsafe_globals(path, error)
     if unsafe:
         return (
             f"it contains {', '.join(unsafe)}, which torch's safe loader (weights_only) refuses; "
             "fairseq checkpoints need only argparse.Namespace, which fairseq-san allows, and "
             "fairseq-san reads nothing else"
         )
+    if not zipfile.is_zipfile(path):
+        return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
     return None
+
+
+def unsafe_globals(path: str, error: Exception) -> List[str]:
+    """The globals outside the safe loader's allow-list that made loading ``path`` fail: listed
+    from the archive, or for a file in torch's legacy (not zip) format, the one the error names."""
+    if not isinstance(error, pickle.UnpicklingError):
+        return []
+    if zipfile.is_zipfile(path):
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    return re.findall(r"Unsupported global: GLOBAL (\S+) was not an allowed global", str(error))
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@
 """
 
 import fractions
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -309,3 +310,21 @@ def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
     assert loaded["cfg"]["model"].san_policy == str(policy)
     stored = checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint))["cfg"]["model"]
     assert stored.san_policy.lstrip().startswith("{")  # what the plugin itself stores
+
+
+def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
+    """torch.save(..., _use_new_zipfile_serialization=False), as old fairseq checkpoints are: the
+    global is named, not "truncated" (the archive check is for zip files only)."""
+    import numpy
+    from fairseq import checkpoint_utils
+
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model": {}, "best": numpy.float64(1.5)}, legacy,
+               _use_new_zipfile_serialization=False)  # fmt: skip
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(legacy))
+    assert re.fullmatch(
+        rf"cannot load checkpoint {re.escape(str(legacy))}: it contains numpy\S*\.scalar, which "
+        r"torch's safe loader \(weights_only\) refuses; .*",
+        str(refused.value),
+    )

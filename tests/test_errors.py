@@ -808,3 +808,38 @@ def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
     process.stdout.close()  # the reader stops before the command writes
     _, stderr = process.communicate(timeout=120)
     assert stderr.decode() == "" and process.returncode == 128 + signal.SIGPIPE
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (dict(restore_file="{tmp}/nope.pt"), "--restore-file {tmp}/nope.pt: no such file (fairseq "
+         "would train from scratch); leave the flag out to resume from --save-dir's "
+         "checkpoint_last.pt"),
+        (dict(finetune_from_model="{tmp}/nope.pt"), "--finetune-from-model {tmp}/nope.pt: no such "
+         "file"),
+        (dict(restore_file="{tmp}/here.pt"), None),
+        (dict(), None),  # fairseq's default: SAVE_DIR/checkpoint_last.pt, or a first run
+    ],
+)  # fmt: skip
+def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
+    """fairseq trained from scratch when --restore-file named nothing; the plugin's
+    load_checkpoint refuses it before fairseq's runs (the trainer is never touched)."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags
+
+    (tmp_path / "here.pt").write_bytes(b"")
+    cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
+                          save_dir=str(tmp_path / "save"))  # fmt: skip
+    for name, value in flags.items():
+        setattr(cfg, name, value.format(tmp=tmp_path))
+    if said is None:
+        check_checkpoint_flags(cfg)
+        return
+    with pytest.raises(UsageError) as refused:
+        checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix=""))
+    assert str(refused.value) == said.format(tmp=tmp_path)

@@ -15,6 +15,8 @@ upstream behaviour it corrects, and each fix is idempotent:
 * ``interactive_input``: fairseq-interactive's input that is not UTF-8 is one line naming it,
   also on standard input (where the locale may turn it into unknown words);
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
+* ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
+  is not there (it trained from scratch, or printed a traceback);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -25,11 +27,13 @@ from fairseq_san.fairseq_fixes import (
     literal_eval,
     numpy2,
     one_line_errors,
+    restore_file,
     safe_loading,
 )
 
 FIXES = (
-    literal_eval, safe_loading, last_batch, numpy2, interactive_input, clean_exit, one_line_errors
+    literal_eval, safe_loading, last_batch, numpy2, interactive_input, clean_exit, restore_file,
+    one_line_errors,
 )
 
 

@@ -292,10 +292,14 @@ def check_js(js: object) -> list[list[float]]:
         raise PolicyError("JS matrix must be a non-empty list of rows")
     size = len(js)
     for i, row in enumerate(js):
-        if not isinstance(row, (list, tuple)) or len(row) != size:
-            got = f"{len(row)} values" if isinstance(row, (list, tuple)) else repr(row)
+        if not isinstance(row, (list, tuple)):
             raise PolicyError(
-                f"JS matrix is not square: row {i} has {got} but there are {size} rows"
+                f"JS matrix must be a list of rows, lists of numbers: row {i} is {row!r} (block "
+                "sizes are a policy, not an attention analysis)"
+            )
+        if len(row) != size:
+            raise PolicyError(
+                f"JS matrix is not square: row {i} has {len(row)} values but there are {size} rows"
             )
         for j, value in enumerate(row):
             if not _is_number(value) or not math.isfinite(value):

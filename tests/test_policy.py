@@ -330,6 +330,8 @@ def test_biggest_block_is_taken_even_past_a_failing_one():
         ("abc", "JS matrix must be a non-empty list of rows"),
         ([[0, 0.1], [0.1]], "JS matrix is not square: row 1 has 1 values but there are 2 rows"),
         ([[0, 0.1, 0.2], [0.1, 0, 0.3]], "JS matrix is not square: row 0 has 3 values"),
+        ([1, 5], r"JS matrix must be a list of rows, lists of numbers: row 0 is 1 \(block sizes "
+         r"are a policy, not an attention analysis\)"),
         ([[0, 0.1], [0.2, 0]], r"is not symmetric: \[0\]\[1\] = 0.1 but \[1\]\[0\] = 0.2"),
         ([[0, "a"], ["a", 0]], r"JS matrix value \[0\]\[1\] = 'a' is not a finite number"),
         ([[0, True], [True, 0]], r"value \[0\]\[1\] = True is not a finite number"),

@@ -9,7 +9,9 @@ prints as one line
   the architectures match", with ours as the context;
 * a missing file or directory that the command line names (e.g. a data directory), or a missing
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
-  hit deep inside their set-up.
+  hit deep inside their set-up;
+* fairseq's own bad-input errors whose message already says what is wrong
+  (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax.
 
 Everything else keeps its traceback. Pure Python: the policy tools import it without torch.
 """
@@ -17,10 +19,21 @@ Everything else keeps its traceback. Pure Python: the policy tools import it wit
 import contextlib
 import difflib
 import os
+import re
 import sys
 from typing import Callable, Collection, Iterator, Optional
 
 PREFIX = "fairseq-san: error: "
+# fairseq's errors for bad input on its command line whose message names the problem (fairseq
+# main): (exception type, pattern of the message). They are printed as one line, not a traceback.
+FAIRSEQ_BAD_INPUT = [
+    (FileNotFoundError, r"Dataset not found: \S+ \(.*\)"),  # --gen-subset / --valid-subset
+    (Exception, r"Could not infer language pair, please provide it explicitly"),  # no data there
+    (AssertionError, r"--path required for generation!"),
+    (AssertionError, r"Must specify batch size either with --max-tokens or --batch-size"),
+    (ValueError, r"optimizer is required!"),
+    (NotImplementedError, r"Unknown post_process option: .*"),
+]
 
 
 class UsageError(ValueError):
@@ -62,10 +75,30 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
     return None
 
 
+def fairseqs_bad_input(exc: BaseException) -> Optional[str]:
+    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), else None."""
+    for kind, pattern in FAIRSEQ_BAD_INPUT:
+        if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
+            return str(exc)
+    return None
+
+
+def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str]:
+    """A SyntaxError from fairseq's ``ast.literal_eval`` of a value given on the command line
+    (``--model-overrides "{'san_policy': "``), said as one line naming the value."""
+    if not isinstance(exc, SyntaxError) or exc.text is None:
+        return None
+    given = {arg.strip() for arg in argv}
+    if exc.text.strip() not in given:
+        return None
+    return f"{exc.text.strip()!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
+
+
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
-    """Whether ``exc`` is a FileNotFoundError for a path given on the command line, or for a
-    file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
-    if not isinstance(exc, FileNotFoundError) or not exc.filename:
+    """Whether ``exc`` is a FileNotFoundError (or NotADirectoryError) for a path given on the
+    command line, or for a file in a directory given there (a data directory without its
+    ``dict.LANG.txt``)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)) or not exc.filename:
         return False
     missing = os.path.normpath(str(exc.filename))
     # fairseq takes several data directories as DIR1:DIR2
@@ -78,10 +111,13 @@ def excepthook(previous: Callable) -> Callable:
 
     def hook(exc_type, exc, traceback):
         usage = usage_error_in_chain(exc)
+        said = fairseqs_bad_input(exc) or malformed_command_line_value(exc, sys.argv[1:])
         if usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)
         elif names_a_command_line_path(exc, sys.argv[1:]):
             print(f"{PREFIX}{exc.filename}: {exc.strerror}", file=sys.stderr)
+        elif said is not None:
+            print(PREFIX + said, file=sys.stderr)
         else:
             previous(exc_type, exc, traceback)
 

@@ -790,6 +790,64 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
     monkeypatch.setattr("sys.argv", ["fairseq-generate", "--cpu"])  # not a path given: traceback
     excepthook(traceback_printer)(FileNotFoundError, error, None)
     assert capsys.readouterr().err.startswith("Traceback")
+    a_file = tmp_path / "train.bin"  # a data "directory" that is a file
+    error = NotADirectoryError(20, "Not a directory", str(a_file))
+    monkeypatch.setattr("sys.argv", ["fairseq-train", str(a_file), "--cpu"])
+    excepthook(traceback_printer)(NotADirectoryError, error, None)
+    assert capsys.readouterr().err == f"fairseq-san: error: {a_file}: Not a directory\n"
+
+
+@pytest.mark.parametrize(
+    "error, said",
+    [
+        (FileNotFoundError("Dataset not found: test7 (data-bin/x)"),
+         "Dataset not found: test7 (data-bin/x)"),
+        (Exception("Could not infer language pair, please provide it explicitly"),
+         "Could not infer language pair, please provide it explicitly"),
+        (AssertionError("--path required for generation!"), "--path required for generation!"),
+        (ValueError("optimizer is required!"), "optimizer is required!"),
+        (NotImplementedError("Unknown post_process option: bogus"),
+         "Unknown post_process option: bogus"),
+        (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
+        (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
+    ],
+)  # fmt: skip
+def test_fairseqs_own_bad_input_errors_are_one_line(capsys, monkeypatch, error, said):
+    """fairseq's messages that already name the problem (errors.FAIRSEQ_BAD_INPUT), without the
+    traceback; anything else keeps it."""
+    from fairseq_san.errors import excepthook
+
+    def traceback_printer(*args):
+        print("Traceback (most recent call last):", file=sys.stderr)
+
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "data-bin/x", "--cpu"])
+    excepthook(traceback_printer)(type(error), error, None)
+    expected = "Traceback (most recent call last):" if said is None else f"fairseq-san: error: {said}"
+    assert capsys.readouterr().err == expected + "\n"
+
+
+def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
+    """fairseq-generate reads --model-overrides with ast.literal_eval: its SyntaxError names the
+    value given on the command line; a SyntaxError elsewhere keeps its traceback."""
+    import ast
+
+    from fairseq_san.errors import excepthook
+
+    def traceback_printer(*args):
+        print("Traceback (most recent call last):", file=sys.stderr)
+
+    value = "{'san_policy': "
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "data", "--model-overrides", value])
+    with pytest.raises(SyntaxError) as raised:
+        ast.literal_eval(value)
+    excepthook(traceback_printer)(SyntaxError, raised.value, None)
+    assert capsys.readouterr().err == (
+        "fairseq-san: error: \"{'san_policy':\" is not a Python literal ('{' was never closed): "
+        "check the quotes and brackets\n"
+    )
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "data"])
+    excepthook(traceback_printer)(SyntaxError, raised.value, None)
+    assert capsys.readouterr().err.startswith("Traceback")
 
 
 def test_a_command_whose_reader_stops_ends_quietly(tmp_path):

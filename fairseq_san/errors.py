@@ -91,7 +91,8 @@ def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str
     given = {arg.strip() for arg in argv}
     if exc.text.strip() not in given:
         return None
-    return f"{exc.text.strip()!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
+    value = exc.text.strip()
+    return f"{value!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
 
 
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:

@@ -328,3 +328,14 @@ def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
         r"torch's safe loader \(weights_only\) refuses; .*",
         str(refused.value),
     )
+
+
+def test_model_overrides_that_are_not_a_dict_are_one_line(code_in_a_pickle):
+    """fairseq-generate passes --model-overrides "[1, 2]" on as it is; fairseq's loader then failed
+    on its .items(). The plugin refuses it before reading the file."""
+    from fairseq import checkpoint_utils
+
+    path, marker = code_in_a_pickle
+    with pytest.raises(checkpoints.UsageError, match=r"^--model-overrides \[1, 2\]: must be a dict"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path), [1, 2])
+    assert not marker.exists()

@@ -30,6 +30,7 @@ from fairseq_san.checkpoints import (
     explained,
     refuse_policy_file_in,
 )
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 
 FAIRSEQ_GLOBALS = [argparse.Namespace]
@@ -45,6 +46,10 @@ def _explaining(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, arg_overrides=None, *args, **kwargs):
         check_safe_loading()
+        if arg_overrides is not None and not isinstance(arg_overrides, dict):
+            raise UsageError(  # fairseq would fail on its .items() deep inside
+                f"--model-overrides {arg_overrides!r}: must be a dict, e.g. \"{{'beam': 4}}\""
+            )
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         refuse_code_in(path, state)

@@ -391,6 +391,26 @@ def test_a_translation_model_in_a_language_modelling_task_is_refused():
         TransformerSANModel.build_model(parse_args("transformer_san", TINY), task)
 
 
+def test_a_language_model_in_a_translation_task_is_refused():
+    """fairseq-generate on translation data with a language model's checkpoint: the sizes of
+    the embeddings differed, which read as "other dictionaries"."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    _, args = build_lm()
+
+    class StandInTranslationTask(TranslationTask):
+        def __init__(self):  # what build_model reads of a task is never reached
+            pass
+
+    with pytest.raises(UsageError, match="^transformer_lm_san is a language model .a decoder "
+                       "only., and the task StandInTranslationTask translates: use --task "
+                       "language_modeling_san"):  # fmt: skip
+        TransformerLMSANModel.build_model(args, StandInTranslationTask())
+
+
 def test_a_language_model_option_on_a_translation_model_is_refused():
     """--model-overrides "{'san_self_share': 'kv'}" on a translation checkpoint would be ignored."""
     from fairseq_san.errors import UsageError

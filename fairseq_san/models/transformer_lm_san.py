@@ -30,6 +30,7 @@ from fairseq.models.transformer_lm import (
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
+from fairseq_san.errors import UsageError
 from fairseq_san.models.checkpoint_policy import (
     PROJECTION_KEY,
     check_checkpoint_vocabulary,
@@ -70,6 +71,7 @@ class TransformerLMSANModel(TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         check_san_options(args)
+        check_language_modeling_task(task)
         lm_san_base_architecture(args)
         checkpoints.stamp(args)
         policy = resolve_lm_policy(args)
@@ -95,6 +97,19 @@ class TransformerLMSANModel(TransformerLanguageModel):
         check_checkpoint_fits(self, state_dict)
         drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
+
+
+def check_language_modeling_task(task) -> None:
+    """Refuse a translation task: it would give the language model its target dictionary and fail
+    on the embeddings' sizes, which reads as "other dictionaries"."""
+    from fairseq.tasks.translation import TranslationTask
+
+    if isinstance(task, TranslationTask):
+        raise UsageError(
+            f"transformer_lm_san is a language model (a decoder only), and the task "
+            f"{type(task).__name__} translates: use --task language_modeling_san with the "
+            "model's data (fairseq-preprocess --only-source, examples/lm/prepare.sh)"
+        )
 
 
 def resolve_lm_policy(args) -> Dict[str, List[int]]:

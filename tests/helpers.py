@@ -438,12 +438,16 @@ def cli_env() -> Dict[str, str]:
 
 
 def run_cli(
-    command: str, *args: str, timeout: int = 240, input: Optional[str] = None
+    command: str,
+    *args: str,
+    timeout: int = 240,
+    input: Optional[str] = None,
+    cwd: Optional[Path] = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``.venv/bin/<command> args`` from the repository root; text output captured."""
+    """Run ``.venv/bin/<command> args`` from ``cwd`` (the repository root); text output captured."""
     return subprocess.run(
         [str(BIN / command), *args],
-        cwd=REPO,
+        cwd=cwd or REPO,
         env=cli_env(),
         input=input,
         capture_output=True,

@@ -63,13 +63,11 @@ def workdir(tmp_path_factory) -> Path:
 
 def interactive(workdir: Path, lines, *extra: str) -> dict:
     """{sentence index: (detokenized hypothesis, score in nats)} from fairseq-interactive."""
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "fairseq-interactive"), DATA,
-         "--user-dir", str(REPO / "fairseq_san"), "--path", "checkpoints/checkpoint_best.pt",
-         "--bpe", "sentencepiece", "--sentencepiece-model", f"{DATA}/spm.model", "--beam", "4",
-         *extra],
-        input="".join(line + "\n" for line in lines), cwd=workdir, env=cli_env(),
-        capture_output=True, text=True, timeout=240,
+    result = run_cli(
+        "fairseq-interactive", DATA,
+        "--user-dir", str(REPO / "fairseq_san"), "--path", "checkpoints/checkpoint_best.pt",
+        "--bpe", "sentencepiece", "--sentencepiece-model", f"{DATA}/spm.model", "--beam", "4",
+        *extra, input="".join(line + "\n" for line in lines), cwd=workdir,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     found = re.findall(r"^D-(\d+)\t(\S+)\t(.*)$", result.stdout, re.M)

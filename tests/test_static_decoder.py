@@ -15,15 +15,12 @@ import pytest
 import torch
 
 from helpers import (
-    BIN,
-    REPO,
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
     NoHostSync,
     calls_of,
     capture_without_host_sync,
-    cli_env,
     generate,
     counting_backend,
     graphed_generator,
@@ -922,15 +919,12 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
     source = (binarized_corpus.parent / "raw" / "test.src").read_text()
 
     def interactive(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                str(BIN / "fairseq-interactive"), str(binarized_corpus),
-                "--user-dir", "fairseq_san", "--task", "translation_san",
-                "--source-lang", "src", "--target-lang", "tgt",
-                "--path", str(checkpoint), "--beam", "4", "--cpu", "--buffer-size", "4",
-                "--batch-size", "4", "--max-len-a", "1", "--max-len-b", "5", *extra,
-            ],
-            input=source, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240,
+        return run_cli(
+            "fairseq-interactive", str(binarized_corpus),
+            "--user-dir", "fairseq_san", "--task", "translation_san",
+            "--source-lang", "src", "--target-lang", "tgt",
+            "--path", str(checkpoint), "--beam", "4", "--cpu", "--buffer-size", "4",
+            "--batch-size", "4", "--max-len-a", "1", "--max-len-b", "5", *extra, input=source,
         )  # fmt: skip
 
     fairseq, static = interactive(), interactive("--san-decoding", "static")

@@ -1,8 +1,9 @@
 """The attention analysis of SAN (paper section 3.1, Figure 2): capture every layer's attention
 distributions under teacher forcing and stream the JS divergence between layers.
 
-``translation_san``'s ``valid_step`` drives it (``fairseq_san.tasks.translation_san``, where the
-command and the files it writes are described); the JS itself is ``fairseq_san.js``.
+The tasks' ``valid_step`` drives it (``fairseq_san.tasks.attention_analysis``, for
+``translation_san`` and ``language_modeling_san``; the command and the files it writes are described
+in ``fairseq_san.tasks.translation_san``); the JS itself is ``fairseq_san.js``.
 """
 
 import json

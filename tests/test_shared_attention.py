@@ -7,6 +7,7 @@ pass, the modules a policy replaces, and fairseq's quant-noise kept on shared at
 from typing import Dict, List, Optional, Sequence
 
 import pytest
+import torch
 
 from helpers import (
     ATOL,
@@ -138,3 +139,28 @@ def test_each_module_a_policy_places_carries_its_role():
     assert [attention_role(layer.self_attn) for layer in layers] == [F, L, W, W, W, W]
     assert [attention_role(layer.encoder_attn) for layer in layers] == [L, C, C, L, C, C]
 
+
+
+def test_before_softmax_gives_the_leaders_logits_and_refuses_a_follower():
+    """fairseq's before_softmax returns (logits, values): the block's first layer computes them as
+    fairseq does (and still hands S^m, A^m on); a following layer has none."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_san.modules.shared_attention import BlockShare
+
+    torch.manual_seed(0)
+    block = BlockShare()
+    reference = MultiheadAttention(16, 4, self_attention=True).eval()
+    leader = BlockLeaderAttention(block=block, embed_dim=16, num_heads=4, self_attention=True)
+    leader.load_state_dict(reference.state_dict())
+    leader.eval()
+    x = torch.randn(5, 2, 16)
+    # An incremental state keeps fairseq off its fused path, which ignores before_softmax.
+    expected = reference(x, x, x, before_softmax=True, incremental_state={})
+    actual = leader(x, x, x, before_softmax=True)
+    for a, b in zip(expected, actual):
+        torch.testing.assert_close(a, b)
+    assert block.weights is not None
+    follower = SharedWeightsAttention(block=block, embed_dim=16, num_heads=4, self_attention=True)
+    with pytest.raises(NotImplementedError, match="no logits of its own"):
+        follower(x, x, x, before_softmax=True)

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, help="sentences per batch"
     )
     parser.add_argument(
-        "--repeats", type=int, help="timed passes per system (>= 3)"
+        "--repeats", type=int, help="timed passes per system (3 or more for stable medians)"
     )
     parser.add_argument("--out-dir", required=True, help="where the results are written")
     parser.add_argument("--max-sentences", type=int, help="decode only the first N sentences")

@@ -104,8 +104,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     key.add_argument("checkpoint")
     key.add_argument("data", help="the binarized data directory")
     key.add_argument("split")
-    moved = commands.add_parser("converged", help="moved: docs/results/converged/campaign_summary.py")
-    moved.add_argument("arguments", nargs=argparse.REMAINDER)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
     train_log.add_argument("-o", "--output", help="also write the table here")
@@ -140,9 +138,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "decode-key":
             print(decode_key(args.checkpoint, args.data, args.split, after))
             return 0
-        if args.command == "converged":
-            parser.error("the converged campaign's summary moved beside its results: run "
-                         "python docs/results/converged/campaign_summary.py RESULTS_DIR")
         if args.command == "perplexity":
             print(json.dumps(write_perplexity(args.log, args.output)))
             return 0

@@ -16,7 +16,7 @@ Two guards, both installed for the process by ``install()``:
   (``"[(512, 3)] * 20"``); a name, call, attribute or subscript is refused with
   ``NotALiteral``. Python's ``eval`` itself is left alone.
 * ``refuse_code_in(path, state)`` checks a loaded checkpoint before anything is built
-  (``fairseq_san.checkpoints`` calls it on every load): every field of ``EVALUATED_FIELDS`` must
+  (``fairseq_fixes.safe_loading`` calls it on every load): every field of ``EVALUATED_FIELDS`` must
   be a literal, else one line names the checkpoint, the field and the value's first characters.
 """
 

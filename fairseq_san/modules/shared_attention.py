@@ -185,6 +185,8 @@ class BlockLeaderAttention(_SharedAttentionBase):
         weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1: S^m
         context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2: A^m
         self.block.publish(weights, context)
+        if before_softmax:  # fairseq's contract: the logits and values; the block has S^m, A^m
+            return logits, values
         returned = self._returned_weights(weights, bsz, need_weights, need_head_weights)
         return self._merge_heads(context, tgt_len, bsz), returned
 
@@ -205,6 +207,11 @@ class _FollowerAttention(_SharedAttentionBase):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        if before_softmax:
+            raise NotImplementedError(
+                "a following layer of a sharing block reuses its first layer's attention weights "
+                "S^m: it has no logits of its own to return (before_softmax)"
+            )
         tgt_len, bsz, _ = query.size()
         weights, context = self.block.read(release=self.releases_block)
         context = self._context(weights, context, query, value, incremental_state, static_kv)

@@ -239,9 +239,10 @@ def check_device(precision: str, device: torch.device) -> None:
     if row is not None and device.type not in row.devices:
         only = " or ".join(name.upper() for name in row.devices)
         here = [name for name, other in PRECISIONS.items() if device.type in other.devices]
+        on = "on a GPU" if device.type == "cuda" else f"on {device.type.upper()}"
         raise StaticDecoderError(
-            f"--san-decoder-precision {precision} on a GPU ({only} only)",
-            f"choose --san-decoder-precision {' or '.join(here)} on a GPU",
+            f"--san-decoder-precision {precision} {on} ({only} only)",
+            f"choose --san-decoder-precision {' or '.join(here)} {on}",
         )
 
 

@@ -102,7 +102,7 @@ class SelfAttentionStep(nn.Module):
     def __init__(self, module: MultiheadAttention, slot: int) -> None:
         super().__init__()
         self.role = attention_role(module)
-        self.heads, self.embed_dim = module.num_heads, module.embed_dim
+        self.heads = module.num_heads
         self.slot = slot  # keys, then values (values only for WEIGHTS, none for KEYS_VALUES)
         if self.role == WEIGHTS:
             self.v = copy_linear(module.v_proj)
@@ -181,7 +181,7 @@ class EncoderAttentionStep(nn.Module):
     def __init__(self, module: MultiheadAttention) -> None:
         super().__init__()
         self.role = attention_role(module)
-        self.heads, self.embed_dim = module.num_heads, module.embed_dim
+        self.heads = module.num_heads
         if self.role in (FULL, LEADER):
             self.q = copy_linear(module.q_proj, scales=[module.scaling])
             self.kv = copy_linear(module.k_proj, module.v_proj)
@@ -299,7 +299,6 @@ class StaticDecoderStep(nn.Module):
         self.layer_norm = copy_module(decoder.layer_norm)
         self.project_out_dim = _optional_linear(decoder.project_out_dim)
         self.output_projection = copy_linear(decoder.output_projection)
-        self.output_embed_dim = decoder.output_embed_dim
 
     @property
     def dtype(self) -> torch.dtype:

@@ -27,6 +27,11 @@ DECODINGS = (FAIRSEQ, NO_CACHE, FAST, STATIC)
 MODEL_DECODINGS = (FAIRSEQ, NO_CACHE, FAST)
 
 
+def flag_of(name: str) -> str:
+    """The command-line flag of an option or config field: ``max_len_a`` -> ``--max-len-a``."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its name (``san_x`` is the flag ``--san-x``), help, default and choices.
@@ -43,7 +48,7 @@ class Option:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return flag_of(self.name)
 
     def add_argument(self, parser) -> None:
         """Add to an argparse parser or group; the value stays None unless given (fairseq's

@@ -14,6 +14,7 @@ from typing import Collection, Dict, List, Optional, Sequence
 
 from fairseq_san import options
 from fairseq_san.errors import nearest_key_hint
+from fairseq_san.options import flag_of
 
 MODES = ("natural", "fixed")
 
@@ -238,26 +239,21 @@ COUNTS = ("batch_size", "repeats", "max_sentences", "threads", "fixed_length", "
 COUNT_LISTS = ("beams", "cache_beams")
 
 
-def option(name: str) -> str:
-    """A field's command-line flag: ``max_len_a`` -> ``--max-len-a``."""
-    return "--" + name.replace("_", "-")
-
-
 def check_numbers(config: BenchmarkConfig) -> None:
     """ValueError naming the first count below 1, a number that is not finite, or natural
     lengths that allow no token."""
     for name in COUNTS:
         value = getattr(config, name)
         if value is not None and value < 1:
-            raise ValueError(f"{option(name)} {value}: must be at least 1")
+            raise ValueError(f"{flag_of(name)} {value}: must be at least 1")
     for name in COUNT_LISTS:
         below = [value for value in getattr(config, name) if value < 1]
         if below:
-            raise ValueError(f"{option(name)} {below[0]}: beam sizes must be at least 1")
+            raise ValueError(f"{flag_of(name)} {below[0]}: beam sizes must be at least 1")
     for name in ("max_len_a", "lenpen"):
         value = getattr(config.decode, name)
         if not math.isfinite(value):
-            raise ValueError(f"{option(name)} {value}: must be a finite number")
+            raise ValueError(f"{flag_of(name)} {value}: must be a finite number")
     a, b = config.decode.max_len_a, config.decode.max_len_b
     if a < 0 or b < 0 or a == b == 0:
         raise ValueError(

@@ -33,6 +33,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_san.benchmark.machine import copy_bandwidth, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.models.transformer_san import TransformerSANModel
+from fairseq_san.options import flag_of
 from fairseq_san.static_decoding import StaticSequenceGenerator
 from fairseq_san.static_decoding.execution import EXECUTIONS
 from fairseq_san.static_decoding.precision import PRECISIONS
@@ -225,7 +226,7 @@ def argument_problem(args) -> Optional[str]:
     """What is wrong with the step timer's arguments, in one line, before any model is built."""
     for name in ("beam", "batch", "batches", "length", "source_length", "rounds", "threads"):
         if getattr(args, name) < 1:
-            return f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1"
+            return f"{flag_of(name)} {getattr(args, name)}: must be at least 1"
     if args.vocab < len(Dictionary()) + 1:
         return f"--vocab {args.vocab}: must be more than the {len(Dictionary())} special symbols"
     if args.device == "cuda" and not torch.cuda.is_available():

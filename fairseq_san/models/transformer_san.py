@@ -210,7 +210,7 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args) -> None:
         shared = [kind for kind in kinds if kind in policy]
         if shared and getattr(args, option, False):
             raise san_policy.PolicyError(
-                f"{shared[0]} sharing cannot be combined with --{option.replace('_', '-')}: {reason}"
+                f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"
             )
 
 

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -52,16 +53,12 @@ UNSUPPORTED_OPTIONS = [
 ]
 
 
-def flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
-
-
 def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
     """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
     (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours)."""
     for option, in_use in UNSUPPORTED_OPTIONS:
         if option not in allowed and in_use(getattr(args, option, None)):
-            raise StaticDecoderError(flag(option))
+            raise StaticDecoderError(flag_of(option))
 
 
 class StaticSequenceGenerator(nn.Module):

@@ -108,7 +108,7 @@ class DecodingTask:
                 )
         for limit in ("sampling_topk", "sampling_topp"):
             if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):
-                raise UsageError(f"--{limit.replace('_', '-')} needs --sampling")
+                raise UsageError(f"{options.flag_of(limit)} needs --sampling")
 
     def decoding_option(self, args, option: options.Option):
         """``option`` of the generation options, else of the task's config, else its default (a

@@ -42,7 +42,7 @@ from fairseq_san.models.transformer_san import (
     check_san_options,
     share_attention,
 )
-from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention, KVShare
+from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
 from fairseq_san.modules.shared_attention import SharedWeightsAttention
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ KIND = "decoder_self"
 # What each --san-self-share replaces a block's layers with: share_attention's keyword arguments.
 SHARES = {
     options.WEIGHTS: dict(follower=SharedWeightsAttention),
-    options.KV: dict(follower=KVFollowerAttention, leader_class=KVLeaderAttention, share_class=KVShare),
+    options.KV: dict(follower=KVFollowerAttention, leader_class=KVLeaderAttention),
 }
 SHARE_NAMES = {options.WEIGHTS: "SAN attention weights", options.KV: "cross-layer KV sharing"}
 

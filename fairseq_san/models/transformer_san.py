@@ -227,11 +227,10 @@ def share_attention(
     blocks: List[int],
     follower: Type[MultiheadAttention],
     leader_class: Type[MultiheadAttention] = BlockLeaderAttention,
-    share_class: type = BlockShare,
 ) -> None:
     """Replace attention module ``attr`` of ``layers`` so that each block shares its first layer's.
 
-    ``leader_class``, ``follower`` and the ``share_class`` object handing one to the other say what is
+    ``leader_class`` and ``follower``, which one ``BlockShare`` per block connects, say what is
     shared: SAN's S or A (the defaults), or keys and values (``modules.kv_shared_attention``).
     """
     leaders = san_policy.block_leaders(blocks, len(layers))
@@ -241,7 +240,7 @@ def share_attention(
         if index == leader:
             # A block's first layer comes before its other layers in the loop, so ``block``,
             # set here, is still this block's BlockShare when the loop reaches its followers.
-            block = share_class()
+            block = BlockShare()
             module_class: Type[MultiheadAttention] = leader_class
         else:
             module_class = follower

@@ -1,7 +1,7 @@
 """Cross-layer KV sharing for decoder self-attention (Cross-Layer Attention, Brandon et al. 2024),
 the comparison system of SAN's shared attention weights (``--san-self-share kv``).
 
-A block of layers m..m+pi-1 is served by one ``KVShare``:
+A block of layers m..m+pi-1 is served by one ``BlockShare`` (``modules.shared_attention``):
 
 * ``KVLeaderAttention`` (layer m) is self-attention with its own Q, K and V; it publishes its
   keys and values (the cached prefix included) to the block.
@@ -19,37 +19,16 @@ from fairseq import utils
 from torch import Tensor
 
 from fairseq_san.modules import IncrementalState
-from fairseq_san.modules.shared_attention import AttentionRole, _SharedAttentionBase
+from fairseq_san.modules.shared_attention import AttentionRole, BlockShare, _SharedAttentionBase
 
 # (keys, values) as (batch * heads, len, head_dim) and the key padding mask (batch, len) or None.
 KeysValues = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 
-class KVShare:
-    """What the first layer of a KV-sharing block hands to the following layers in one pass."""
-
-    def __init__(self) -> None:
-        self.shared: Optional[KeysValues] = None
-
-    def publish(self, keys: Tensor, values: Tensor, padding: Optional[Tensor]) -> None:
-        self.shared = (keys, values, padding)
-
-    def read(self, release: bool) -> KeysValues:
-        if self.shared is None:
-            raise RuntimeError(
-                "KV-shared attention used before its block's first layer ran; "
-                "layers of a sharing block must run bottom-up in one forward pass"
-            )
-        shared = self.shared
-        if release:
-            self.shared = None
-        return shared
-
-
 class _KVAttention(_SharedAttentionBase):
     """Scaled dot-product self-attention of this layer's queries over a block's keys and values."""
 
-    def __init__(self, block: KVShare, releases_block: bool = False, **kwargs) -> None:
+    def __init__(self, block: BlockShare, releases_block: bool = False, **kwargs) -> None:
         super().__init__(block, releases_block, **kwargs)
         if not self.self_attention:
             raise ValueError("KV sharing is for self-attention only")

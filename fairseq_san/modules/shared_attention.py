@@ -51,28 +51,30 @@ def attention_role(module: MultiheadAttention) -> AttentionRole:
 class BlockShare:
     """What the first layer of a sharing block hands to the following layers in one forward pass.
 
-    ``weights`` is S^m with shape (batch * heads, tgt_len, src_len), after softmax and before
-    dropout; ``context`` is A^m = dropout(S^m) V^m with shape (batch * heads, tgt_len, head_dim).
-    The last follower releases both so that no activation outlives the forward pass.
+    SAN's leader publishes S^m with shape (batch * heads, tgt_len, src_len), after softmax and
+    before dropout, and A^m = dropout(S^m) V^m with shape (batch * heads, tgt_len, head_dim); a
+    KV-sharing leader (``modules.kv_shared_attention``) its keys, values and padding mask. The
+    last follower releases them so that no activation outlives the forward pass.
     """
 
     def __init__(self) -> None:
-        self.weights: Optional[Tensor] = None
-        self.context: Optional[Tensor] = None
+        self.shared: Optional[tuple] = None
 
-    def publish(self, weights: Tensor, context: Tensor) -> None:
-        self.weights, self.context = weights, context
+    def publish(self, *shared: Optional[Tensor]) -> None:
+        """Hand ``shared`` to the block's following layers (the leader, once per forward)."""
+        self.shared = shared
 
-    def read(self, release: bool) -> Tuple[Tensor, Tensor]:
-        if self.weights is None or self.context is None:
+    def read(self, release: bool) -> tuple:
+        """What the leader published; ``release``: the block's last follower lets it go."""
+        if self.shared is None:
             raise RuntimeError(
                 "shared attention used before its block's first layer ran; "
                 "layers of a sharing block must run bottom-up in one forward pass"
             )
-        weights, context = self.weights, self.context
+        shared = self.shared
         if release:
-            self.weights = self.context = None
-        return weights, context
+            self.shared = None
+        return shared
 
 
 def unfused_static_kv(static_kv: bool, incremental_state: Optional[IncrementalState]) -> bool:

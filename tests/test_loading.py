@@ -339,3 +339,19 @@ def test_model_overrides_that_are_not_a_dict_are_one_line(code_in_a_pickle):
     with pytest.raises(checkpoints.UsageError, match=r"^--model-overrides \[1, 2\]: must be a dict"):
         checkpoint_utils.load_checkpoint_to_cpu(str(path), [1, 2])
     assert not marker.exists()
+
+
+def test_installing_the_fixes_again_wraps_nothing_twice():
+    """fairseq_fixes.install runs whenever the plugin registers; each fix wraps fairseq once."""
+    from fairseq import checkpoint_utils
+    from fairseq.data import data_utils
+
+    from fairseq_san import fairseq_fixes
+
+    wrapped = [checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_model_ensemble_and_task,
+               checkpoint_utils.load_checkpoint, data_utils.batch_by_size]  # fmt: skip
+    assert all(getattr(function, "wrapped_by", None) for function in wrapped)
+    fairseq_fixes.install()
+    fairseq_fixes.install()
+    assert [checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_model_ensemble_and_task,
+            checkpoint_utils.load_checkpoint, data_utils.batch_by_size] == wrapped  # fmt: skip

@@ -2,7 +2,7 @@
 
 ``install()`` runs once, when the plugin registers with an imported fairseq (``fairseq_san``'s
 ``__init__``), and changes these for the whole process; each module's docstring names the
-upstream behaviour it corrects, and each fix is idempotent:
+upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once``):
 
 * ``literal_eval``: configuration strings that fairseq ``eval()``s (from the command line or a
   checkpoint) are evaluated as literals only, never as code;

@@ -17,6 +17,7 @@ import functools
 import sys
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 STDIN = "-"
 
@@ -43,13 +44,11 @@ def strict_utf8(buffered_read):
         except UnicodeDecodeError as error:
             raise not_utf8(source, error) from None
 
-    wrapper.reads_strict_utf8 = True
     return wrapper
 
 
 def install() -> None:
     """Wrap fairseq-interactive's ``buffered_read`` when that command runs (idempotent)."""
     interactive = sys.modules.get("fairseq_cli.interactive")
-    read = getattr(interactive, "buffered_read", None)
-    if read is not None and not getattr(read, "reads_strict_utf8", False):
-        interactive.buffered_read = strict_utf8(read)
+    if getattr(interactive, "buffered_read", None) is not None:
+        wrap_once(interactive, "buffered_read", strict_utf8)

@@ -26,6 +26,8 @@ import inspect
 
 import numpy as np
 
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
 
 def keeping_last_batch(batch_by_size):
     """``batch_by_size`` (fairseq's signature) plus the last batch that it drops, if any."""
@@ -45,7 +47,6 @@ def keeping_last_batch(batch_by_size):
             batches = list(batches) + [indices[covered:].astype(np.int64)]
         return batches
 
-    wrapper.keeps_last_batch = True
     return wrapper
 
 
@@ -53,5 +54,4 @@ def install() -> None:
     """Make fairseq's ``batch_by_size`` keep its last batch, for this process (idempotent)."""
     from fairseq.data import data_utils  # here: importing fairseq is what runs this
 
-    if not getattr(data_utils.batch_by_size, "keeps_last_batch", False):
-        data_utils.batch_by_size = keeping_last_batch(data_utils.batch_by_size)
+    wrap_once(data_utils, "batch_by_size", keeping_last_batch)

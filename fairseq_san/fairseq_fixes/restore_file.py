@@ -11,6 +11,7 @@ import functools
 import os
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: SAVE_DIR/checkpoint_last.pt
 
@@ -38,7 +39,6 @@ def _checking(load_checkpoint):
         check_checkpoint_flags(cfg, trainer.checkpoint_suffix or "")
         return load_checkpoint(cfg, trainer, **passthrough_args)
 
-    wrapper.checks_paths = True
     return wrapper
 
 
@@ -46,5 +46,4 @@ def install() -> None:
     """Check fairseq-train's checkpoint flags before it loads (idempotent)."""
     from fairseq import checkpoint_utils
 
-    if not getattr(checkpoint_utils.load_checkpoint, "checks_paths", False):
-        checkpoint_utils.load_checkpoint = _checking(checkpoint_utils.load_checkpoint)
+    wrap_once(checkpoint_utils, "load_checkpoint", _checking)

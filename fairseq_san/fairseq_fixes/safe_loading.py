@@ -32,6 +32,7 @@ from fairseq_san.checkpoints import (
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 FAIRSEQ_GLOBALS = [argparse.Namespace]
 
@@ -56,7 +57,6 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_policy_file_in(path, state, arg_overrides)
         return state
 
-    wrapper.explains_failures = True
     return wrapper
 
 
@@ -73,7 +73,6 @@ def _explaining_ensemble(load_model_ensemble_and_task):
         except VocabularyMismatch as error:  # the model that raised it does not know its file
             raise VocabularyMismatch(f"checkpoint {', '.join(filenames)}: {error}") from None
 
-    wrapper.explains_failures = True
     return wrapper
 
 
@@ -82,10 +81,5 @@ def install() -> None:
     from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
 
     allow_fairseq_globals()
-    for name, explaining in (
-        ("load_checkpoint_to_cpu", _explaining),
-        ("load_model_ensemble_and_task", _explaining_ensemble),
-    ):
-        load = getattr(checkpoint_utils, name)
-        if not getattr(load, "explains_failures", False):
-            setattr(checkpoint_utils, name, explaining(load))
+    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _explaining)
+    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _explaining_ensemble)

@@ -103,6 +103,14 @@ def layer_counts(model: nn.Module) -> Dict[str, int]:
     return {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
 
 
+def missing_projections(own: Dict, state_dict: Dict) -> List[str]:
+    """The attention modules (``decoder.layers.3.self_attn``) whose projections the model
+    (``own``, its state dict) has and the checkpoint lacks: it shared more than the model."""
+    needed = {PROJECTION_KEY.match(k).group("module") for k in own if PROJECTION_KEY.match(k)
+              and k not in state_dict}  # fmt: skip
+    return sorted(needed)
+
+
 def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None:
     """Raise PolicyError naming the attention modules whose projections the checkpoint lacks.
 
@@ -114,10 +122,9 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     the same policy, only the encoder-decoder share mode can differ: the message says so.
     """
     own = model.state_dict()
-    needed = [k for k in own if PROJECTION_KEY.match(k) and k not in state_dict]
-    if not needed:
+    modules = missing_projections(own, state_dict)
+    if not modules:
         return
-    modules = sorted({PROJECTION_KEY.match(k).group("module") for k in needed})
     layers = layer_counts(model)
     trained, built = policy_of_state_dict(state_dict, layers), policy_of_state_dict(own, layers)
     flags = trained_model_flags(model, state_dict)

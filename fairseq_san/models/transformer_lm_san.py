@@ -32,9 +32,9 @@ from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError
 from fairseq_san.models.checkpoint_policy import (
-    PROJECTION_KEY,
     check_checkpoint_vocabulary,
     drop_unused_projections,
+    missing_projections,
     policy_of_state_dict,
 )
 from fairseq_san.models.transformer_san import (
@@ -171,7 +171,7 @@ def check_checkpoint_fits(model: TransformerLMSANModel, state_dict: Dict) -> Non
             f"{SHARE_NAMES[model.self_share]} (--san-self-share {model.self_share}): its "
             f"following layers lack the projections that needs; decode it with {flags}"
         )
-    needed = sorted({PROJECTION_KEY.match(k).group("module") for k in own if PROJECTION_KEY.match(k) and k not in state_dict})
+    needed = missing_projections(own, state_dict)
     if needed:
         raise san_policy.PolicyError(
             f"the checkpoint was trained with more attention sharing (decoder_self "

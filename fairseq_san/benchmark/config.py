@@ -171,6 +171,11 @@ class Setting:
     mode: str
     length: Optional[int] = None
 
+    @classmethod
+    def of(cls, beam: int, mode: str, fixed_length: int) -> "Setting":
+        """The setting of ``beam`` and ``mode``, with ``fixed_length`` in fixed mode only."""
+        return cls(beam, mode, fixed_length if mode == "fixed" else None)
+
     @property
     def key(self) -> str:
         """Its key in results.json: ``beam4_natural``, ``beam20_fixed``."""

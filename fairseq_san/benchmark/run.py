@@ -56,7 +56,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
         for beam in config.beams:
             for mode in config.modes:
-                setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+                setting = Setting.of(beam, mode, fixed_length)
                 runs = time_setting(pool, pool.names, baseline, setting, config, text)
                 for name, run in runs.items():
                     systems[name]["settings"][setting.key] = run
@@ -73,28 +73,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     results = {
         "command": config.command,
         "machine": machine,
-        "config": {
-            "data": config.data,
-            "subset": config.subset,
-            "sentences": len(batches.ids),
-            "batch_size": config.batch_size,
-            "beams": list(config.beams),
-            "repeats": config.repeats,
-            "modes": list(config.modes),
-            "fixed_length": fixed_length,
-            "mean_reference_length": batches.mean_target_length(),
-            "cache_beams": list(config.cache_beams),
-            "cache_mode": cache_mode,
-            "table_beam": profile_beam,
-            "profile_beam": profile_beam,
-            "max_len_a": config.decode.max_len_a,
-            "max_len_b": config.decode.max_len_b,
-            "lenpen": config.decode.lenpen,
-            "fp16": config.fp16,
-            "spm_model": text.spm_model,
-            "references": text.references_source,
-            "isolation": "each engine in a worker process of its own",
-        },
+        "config": config_record(config, batches, text, fixed_length, cache_mode, profile_beam),
         "baseline": baseline,
         "bleu_signature": text.signatures.get("bleu_signature"),
         "chrf_signature": text.signatures.get("chrf_signature"),
@@ -106,10 +85,40 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     return results
 
 
+def config_record(
+    config: BenchmarkConfig, batches: Batches, text: TextSide, fixed_length: int,
+    cache_mode: str, profile_beam: int,
+) -> Dict:
+    """results.json's ``config``: the benchmark's configuration as it ran (the data as read, the
+    lengths and beams chosen)."""
+    return {
+        "data": config.data,
+        "subset": config.subset,
+        "sentences": len(batches.ids),
+        "batch_size": config.batch_size,
+        "beams": list(config.beams),
+        "repeats": config.repeats,
+        "modes": list(config.modes),
+        "fixed_length": fixed_length,
+        "mean_reference_length": batches.mean_target_length(),
+        "cache_beams": list(config.cache_beams),
+        "cache_mode": cache_mode,
+        "table_beam": profile_beam,
+        "profile_beam": profile_beam,
+        "max_len_a": config.decode.max_len_a,
+        "max_len_b": config.decode.max_len_b,
+        "lenpen": config.decode.lenpen,
+        "fp16": config.fp16,
+        "spm_model": text.spm_model,
+        "references": text.references_source,
+        "isolation": "each engine in a worker process of its own",
+    }
+
+
 def _measure_caches(pool, names, systems, config, mode: str, fixed_length: int) -> None:
     """Cache peaks at the beams of --cache-beams outside the speed grid: one untimed pass each."""
     for beam in config.cache_beams:
-        setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+        setting = Setting.of(beam, mode, fixed_length)
         for name in names:
             if setting.key not in systems[name]["settings"]:
                 measured = pool.call(name, "decode", setting, config.decode, measure_cache=True)
@@ -123,7 +132,7 @@ def _measure_caches(pool, names, systems, config, mode: str, fixed_length: int) 
 def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None:
     """One profiled pass and one FLOP count per fairseq system and length mode."""
     for mode in config.modes:
-        setting = Setting(beam, mode, fixed_length if mode == "fixed" else None)
+        setting = Setting.of(beam, mode, fixed_length)
         logger.info("profile: beam %d, %s lengths", beam, mode)
         for name in names:
             summary = pool.call(name, "profile", setting, config.decode)

@@ -33,6 +33,7 @@ FAIRSEQ_BAD_INPUT = [
     (AssertionError, r"Must specify batch size either with --max-tokens or --batch-size"),
     (ValueError, r"optimizer is required!"),
     (NotImplementedError, r"Unknown post_process option: .*"),
+    (AssertionError, r"--sampling-top[kp] requires --sampling"),
 ]
 
 

@@ -828,6 +828,8 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
         (ValueError("optimizer is required!"), "optimizer is required!"),
         (NotImplementedError("Unknown post_process option: bogus"),
          "Unknown post_process option: bogus"),
+        (AssertionError("--sampling-topp requires --sampling"),
+         "--sampling-topp requires --sampling"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],

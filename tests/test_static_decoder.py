@@ -587,7 +587,6 @@ def test_unsupported_option_is_named(task, options, named):
          "static (deprecated: --san-decoding static) choose two decoders: pass --san-decoding "
          "alone"),
         (dict(san_decoding="static", sampling_topk=5), "--sampling-topk needs --sampling"),
-        (dict(sampling_topp=0.9), "--sampling-topp needs --sampling"),
     ],
 )  # fmt: skip
 def test_options_that_would_be_ignored_are_refused(task, options, message):

@@ -271,7 +271,8 @@ def test_top_k_samples_only_among_the_k_most_probable_tokens():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(sampling=False, sampling_topk=5), "--sampling-topk and --sampling-topp need --sampling"),
+        (dict(sampling=False, sampling_topk=5), "--sampling-topk needs --sampling"),
+        (dict(sampling=False, sampling_topp=0.9), "--sampling-topp needs --sampling"),
         (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
         (dict(constraints="ordered"), "--constraints"),
     ],

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from fairseq_san.errors import UsageError
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
@@ -55,10 +56,15 @@ UNSUPPORTED_OPTIONS = [
 
 def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
     """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
-    (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours)."""
+    (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours), and a
+    UsageError for a sampling limit without ``--sampling``, which fairseq's generator refuses too
+    (a static decoder would run beam search)."""
     for option, in_use in UNSUPPORTED_OPTIONS:
         if option not in allowed and in_use(getattr(args, option, None)):
             raise StaticDecoderError(flag_of(option))
+    for limit in ("sampling_topk", "sampling_topp"):
+        if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):
+            raise UsageError(f"{flag_of(limit)} needs --sampling")
 
 
 class StaticSequenceGenerator(nn.Module):

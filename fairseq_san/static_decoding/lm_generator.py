@@ -23,7 +23,6 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.beam_search import SearchSettings
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -135,6 +134,4 @@ def build_static_lm_generator(
     )  # fmt: skip
     sampling = bool(getattr(args, "sampling", False))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
-    if not sampling and (topk > 0 or topp > 0):
-        raise UsageError("--sampling-topk and --sampling-topp need --sampling")
     return StaticLMGenerator(models, tgt_dict, sampling, topk, topp, **options)

@@ -94,9 +94,8 @@ class DecodingTask:
         return decoding
 
     def check_decoder_options(self, args, decoding: str) -> None:
-        """Refuse what would be accepted and ignored: the static decoder's options with another
-        decoding, and a sampling limit without --sampling (fairseq's generator asserts on it, the
-        static decoder would run beam search)."""
+        """Refuse the static decoder's options with another decoding: they would be accepted and
+        ignored."""
         for option in (options.DECODER_PRECISION, options.DECODER_EXECUTION):
             value = self.decoding_option(args, option)
             given = value is not None and str(value) != str(option.default)
@@ -106,9 +105,6 @@ class DecodingTask:
                     f"command decodes with --san-decoding {decoding}: add --san-decoding static, "
                     f"or drop {option.flag}"
                 )
-        for limit in ("sampling_topk", "sampling_topp"):
-            if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):
-                raise UsageError(f"{options.flag_of(limit)} needs --sampling")
 
     def decoding_option(self, args, option: options.Option):
         """``option`` of the generation options, else of the task's config, else its default (a

@@ -234,7 +234,9 @@ def argument_problem(args) -> Optional[str]:
     for decoder in args.decoders:
         execution = STATIC_DECODERS.get(decoder, (None, "eager"))[1]
         if args.device not in EXECUTIONS[execution].devices:
-            return f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
+            return (
+                f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
+            )
     return None
 
 

@@ -81,7 +81,8 @@ class DecodingTask:
 
     def decoding(self, args) -> str:
         """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
-        gives way to the deprecated ``--san-decoder static``, another decoding beside it is refused."""
+        gives way to the deprecated ``--san-decoder static``, and another decoding beside it is
+        refused."""
         decoding = str(self.decoding_option(args, options.DECODING))
         legacy = self.decoding_option(args, options.OPTIONS["san_decoder"])
         if decoding == options.FAIRSEQ:

@@ -28,7 +28,7 @@ import pytest
 
 from fairseq_san.policy import theta_ranges
 from helpers import REPO, cli_env, run_cli
-from paper import PAPER_ENCDEC, PAPER_JS, PAPER_SELF
+from paper import PAPER_JS
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
 sys.path.insert(0, str(CAMPAIGN))
@@ -769,11 +769,14 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
         (seed, test_set) for seed in (1, 2) for test_set in TEST_SETS}  # fmt: skip
     (record,) = summary["slices"]
     assert record["command"] == [str(RUN), "en-de"] and record["gpu"]
-    assert record["run_sh_sha256"] == hashlib.sha256(RUN.read_bytes()).hexdigest()
+    code = RUN.read_bytes() + (CAMPAIGN / "campaign_run.py").read_bytes()
+    assert record["code_sha256"] == hashlib.sha256(code).hexdigest()
     assert "## Where each slice ran" in (results / "summary.md").read_text()
 
-    other = tmp_path / "other-run.sh"
-    other.write_text(RUN.read_text() + "# changed\n")
+    other = tmp_path / "other" / "run.sh"  # the same run.sh, another scheduler beside it
+    other.parent.mkdir()
+    other.write_text(RUN.read_text())
+    (other.parent / "campaign_run.py").write_text((CAMPAIGN / "campaign_run.py").read_text() + "# changed\n")
     shutil.rmtree(runs / "provenance")
     refused = toy_archive(tmp_path / "elsewhere", runs, "pairs", run_sh=other)
     result = subprocess.run(["bash", str(RUN), "collect", str(refused)], cwd=REPO, env=env,
@@ -811,7 +814,7 @@ def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):
 
 
 def test_archive_of_another_slice_command_is_refused(tmp_path):
-    from campaign_slices import check_archive, sha256
+    from campaign_slices import check_archive, code_sha256
     from fairseq_san.errors import UsageError
 
     runs = tmp_path / "runs"
@@ -820,7 +823,7 @@ def test_archive_of_another_slice_command_is_refused(tmp_path):
     renamed = archive.with_name("converged-bench.tar.gz")
     archive.rename(renamed)
     with pytest.raises(UsageError, match="is not 'run.sh bench', refused"):
-        check_archive(str(renamed), sha256(str(RUN)))
+        check_archive(str(renamed), code_sha256(str(RUN)))
 
 
 def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):

@@ -1,34 +1,36 @@
-"""What ``docs/results/converged/run.sh`` asks Python while it runs a slice of the converged campaign.
+"""What ``docs/results/converged/campaign_run.py`` (run.sh) asks while it runs a slice of the
+converged campaign, and what it prints as commands of its own.
 
 A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one call of a lent GPU that trains its
 systems, tests them and packs one archive; the archive is later collected on another machine.
 
     python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
-    python docs/results/converged/campaign_slices.py restore FROM TO
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
-    python docs/results/converged/campaign_slices.py unsettled RUN_DIR [--others DIR...]
-    python docs/results/converged/campaign_slices.py untrained POLICY... --like RUN_DIR [--others DIR...]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
-  sha256 of run.sh, the dates, the GPU (nvidia-smi), the settings, the run dirs it holds;
+  sha256 of the campaign's code (run.sh and campaign_run.py), the dates, the GPU (nvidia-smi),
+  the settings, the run dirs it holds;
 * ``collect``: unpacks archives into RESULTS after checking, for every archive first, that its
-  provenance names one of the SLICES run by this very run.sh; refuses with one line otherwise;
+  provenance names one of the SLICES run by this very code; refuses with one line otherwise;
   then gzips the test sets' hypotheses (``compress_hypotheses``);
-* ``restore``: copies a run dir of an earlier call (committed after ``collect``) without what
-  did not finish: a fresh machine retrains only that (its checkpoints never travel);
 * ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
   sets' decoding settings, and keeps the detokenized hypotheses as
   ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
-* ``unsettled``: prints the next iteration of a learn-to-share loop whose policy still changed
-  at its last iteration (nothing once it learns a policy it or an earlier iteration was trained
-  with, or one that a run dir of ``--others`` trained with the loop's recipe and learned back),
-  so that a slice can train it in a free place beside its own systems;
-* ``untrained``: prints which of a slice's policy files no run dir of the pair trained with a
-  given run dir's recipe (nor an earlier file of the list), one a line: what it still trains;
 * ``aan-policy``: the policy an AAN+SAN system trains with: the learned one without decoder
   self-attention sharing (AAN has no decoder self-attention to share).
+
+The scheduler calls these in its own process:
+
+* ``restore``: copies a run dir of an earlier call (committed after ``collect``) without what
+  did not finish: a fresh machine retrains only that (its checkpoints never travel);
+* ``unsettled``: the next iteration of a learn-to-share loop whose policy still changed at its
+  last iteration (none once it learns a policy it or an earlier iteration was trained with, or
+  one that another run dir of the pair trained with the loop's recipe and learned back), so that
+  a slice can train it in a free place beside its own systems;
+* ``untrained``: which of a slice's policy files no run dir of the pair trained with a given run
+  dir's recipe (nor an earlier file of the list): what it still trains.
 """
 
 import argparse
@@ -74,9 +76,13 @@ DECODING = (
 )  # fmt: skip
 
 
-def sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
+def code_sha256(run_sh: str) -> str:
+    """The sha256 of the campaign's code: run.sh, then the scheduler beside it (campaign_run.py)."""
+    digest = hashlib.sha256()
+    for path in (run_sh, os.path.join(os.path.dirname(run_sh), "campaign_run.py")):
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
 
 
 def gpu_name() -> str:
@@ -122,7 +128,7 @@ def record(
     provenance = {
         "slice": slice_name,
         "command": list(command),
-        "run_sh_sha256": sha256(run_sh),
+        "code_sha256": code_sha256(run_sh),
         "started": started,
         "finished": now.isoformat(),
         "gpu": gpu_name(),
@@ -150,8 +156,9 @@ def archive_provenance(archive: str) -> List[dict]:
         return [json.load(tar.extractfile(member)) for member in members]
 
 
-def check_archive(archive: str, run_sh_sha256: str) -> None:
-    """UsageError (one line) unless the archive was packed by this run.sh running its slice."""
+def check_archive(archive: str, sha256: str) -> None:
+    """UsageError (one line) unless the archive was packed by this code (``code_sha256``) running
+    its slice."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
     if not found:
@@ -164,10 +171,10 @@ def check_archive(archive: str, run_sh_sha256: str) -> None:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
     for provenance in records:
         command = provenance.get("command") or []
-        if provenance.get("run_sh_sha256") != run_sh_sha256:
+        if provenance.get("code_sha256") != sha256:
             raise UsageError(
-                f"{archive}: made by another run.sh (sha256 {provenance.get('run_sh_sha256')}), "
-                "refused: rerun the slice with this one"
+                f"{archive}: made by another run.sh or campaign_run.py (sha256 "
+                f"{provenance.get('code_sha256')}), refused: rerun the slice with these"
             )
         if command[1:] != [found.group(1)] or os.path.basename(command[0]) != "run.sh":
             raise UsageError(
@@ -178,7 +185,7 @@ def check_archive(archive: str, run_sh_sha256: str) -> None:
 
 def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
     """Check every archive, then unpack each into ``results``; the archives unpacked."""
-    digest = sha256(run_sh)
+    digest = code_sha256(run_sh)
     for archive in archives:
         check_archive(archive, digest)
     for archive in archives:
@@ -377,30 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("results")
     col.add_argument("--run-sh", required=True)
     col.add_argument("archives", nargs="+")
-    res = commands.add_parser("restore", help="copy a run dir's finished iterations")
-    res.add_argument("source")
-    res.add_argument("target")
     held = commands.add_parser("heldout", help="translate the held-out sources")
     held.add_argument("run_dir")
     held.add_argument("iteration", type=int)
     held.add_argument("--data", required=True)
     held.add_argument("--sources", required=True)
     held.add_argument("--batch-size", type=positive_int, default=16, help="sentences per batch")
-    loop = commands.add_parser(
-        "unsettled", help="print the next iteration of a loop whose policy still changes"
-    )
-    loop.add_argument("run_dir")
-    loop.add_argument(
-        "--others", nargs="*", default=[], metavar="DIR",
-        help="folders of the pair's other run dirs, where the loop's next policy may be trained",
-    )  # fmt: skip
-    todo = commands.add_parser(
-        "untrained", help="print the policy files that no run dir trained with a recipe"
-    )
-    todo.add_argument("policies", nargs="+", metavar="POLICY")
-    todo.add_argument("--like", required=True, metavar="RUN_DIR", help="the recipe's run dir")
-    todo.add_argument("--others", nargs="*", default=[], metavar="DIR",
-                      help="folders of the pair's run dirs")  # fmt: skip
     aan = commands.add_parser("aan-policy", help="a learned policy for AAN+SAN")
     aan.add_argument("policy")
     aan.add_argument("-o", "--output", required=True)
@@ -418,16 +407,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             for archive in collect(args.results, args.run_sh, args.archives):
                 print(f"== collected {archive}")
             print(travel_report())
-        elif args.command == "restore":
-            if restore(args.source, args.target):
-                print(f"== {args.target}: restored from {args.source}")
         elif args.command == "heldout":
             heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
-        elif args.command == "unsettled":
-            print(unsettled(args.run_dir, args.others) or "")
-        elif args.command == "untrained":
-            for policy in untrained(args.policies, args.like, args.others):
-                print(policy)
         else:
             aan_policy(args.policy, args.output)
     except UsageError as err:

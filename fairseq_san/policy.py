@@ -22,18 +22,19 @@ from fairseq_san.errors import UsageError
 
 class Kind(NamedTuple):
     """An attention kind: the stack whose layers it governs (its queries come from there), the
-    attention module of each layer, and the stack its keys come from."""
+    attention module of each layer, the stack its keys come from, and its name in prose."""
 
     stack: str
     module: str
     keys: str
+    title: str
 
 
 # The attention kinds, each with its own policy: a new kind is one new row.
 KIND_TABLE = {
-    "decoder_self": Kind("decoder", "self_attn", "decoder"),
-    "decoder_encdec": Kind("decoder", "encoder_attn", "encoder"),
-    "encoder_self": Kind("encoder", "self_attn", "encoder"),
+    "decoder_self": Kind("decoder", "self_attn", "decoder", "decoder self-attention"),
+    "decoder_encdec": Kind("decoder", "encoder_attn", "encoder", "encoder-decoder attention"),
+    "encoder_self": Kind("encoder", "self_attn", "encoder", "encoder self-attention"),
 }
 KINDS = tuple(KIND_TABLE)
 # The stack and the attention module of its layers that each kind of policy governs.

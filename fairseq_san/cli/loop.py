@@ -68,6 +68,7 @@ def add_start_parser(commands) -> None:
                        help="check --data and --valid-ref only (exit 2 if missing); write nothing")
     start.add_argument("--lock-fd", type=int, metavar="FD",
                        help="lock RUN_DIR/.lock, open on this file descriptor, for the whole run")
+    start.set_defaults(run=run_start)
 
 
 def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, object]:
@@ -83,73 +84,113 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
     return options
 
 
-@quiet_when_output_closes
-def main(argv: Optional[List[str]] = None) -> int:
+def run_show(args: argparse.Namespace, after: List[str]) -> int:
+    print(format_policy(load_policy(args.policy)))
+    return 0
+
+
+def run_same_policy(args: argparse.Namespace, after: List[str]) -> int:
+    return 0 if same_policy(args.first, args.second) else 1
+
+
+def run_settled(args: argparse.Namespace, after: List[str]) -> int:
+    """Exit 0, saying why, when the loop stops after iteration K; 1 while its policy changes."""
+    if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
+        raise UsageError(f"{args.run_dir}: no such run directory")
+    stop = loop_stop(args.run_dir, args.iteration)
+    if stop is not None:
+        print(f"== {stop}")
+    return 1 if stop is None else 0
+
+
+def run_summary(args: argparse.Namespace, after: List[str]) -> int:
+    print(write_summary(args.run_dir), end="")
+    return 0
+
+
+def run_start(args: argparse.Namespace, after: List[str]) -> int:
+    """Check the inputs only (--check-inputs), or lock the run dir and record its options."""
+    options = run_options(args, after)
+    if args.check_inputs:
+        check_inputs(options, dry_run=False)
+    else:
+        start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
+    return 0
+
+
+def run_decode_key(args: argparse.Namespace, after: List[str]) -> int:
+    print(decode_key(args.checkpoint, args.data, args.split, after))
+    return 0
+
+
+def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
+    print(json.dumps(write_perplexity(args.log, args.output)))
+    return 0
+
+
+def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
+    table = train_log_table(args.logs)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(table)
+    print(table, end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommands, each with the function that runs it (``run``)."""
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     same = commands.add_parser("same-policy", help="exit 0 when two policy files are equal")
     same.add_argument("first")
     same.add_argument("second")
+    same.set_defaults(run=run_same_policy)
     settled = commands.add_parser(
         "settled", help="exit 0, saying why, when the policy iteration K learned is not new"
     )
     settled.add_argument("run_dir")
     settled.add_argument("iteration", type=int, metavar="K")
+    settled.set_defaults(run=run_settled)
     show = commands.add_parser("show", help="print a policy file in the paper's notation")
     show.add_argument("policy")
+    show.set_defaults(run=run_show)
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
+    summary.set_defaults(run=run_summary)
     add_start_parser(commands)
     key = commands.add_parser("decode-key", help="print what a decoded split was made from")
     key.add_argument("checkpoint")
     key.add_argument("data", help="the binarized data directory")
     key.add_argument("split")
+    key.set_defaults(run=run_decode_key)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
-    train_log.add_argument("logs", nargs="+", help="fairseq-train logs written with --log-format json")
+    train_log.add_argument(
+        "logs", nargs="+", help="fairseq-train logs written with --log-format json"
+    )
     train_log.add_argument("-o", "--output", help="also write the table here")
+    train_log.set_defaults(run=run_train_log)
     perplexity = commands.add_parser("perplexity", help="fairseq-eval-lm's perplexity as JSON")
     perplexity.add_argument("log", help="the output of fairseq-eval-lm")
     perplexity.add_argument("-o", "--output", required=True, help="write the JSON here")
+    perplexity.set_defaults(run=run_perplexity)
+    return parser
+
+
+# The subcommands whose arguments after -- are another command's (fairseq-train's, or
+# fairseq-generate's).
+PASS_THROUGH = ("start", "decode-key")
+
+
+@quiet_when_output_closes
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    after: List[str] = []  # fairseq-train's or fairseq-generate's arguments
-    if argv[:1] in (["start"], ["decode-key"]) and "--" in argv:
+    after: List[str] = []
+    if argv[:1] and argv[0] in PASS_THROUGH and "--" in argv:
         argv, after = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
     try:
-        if args.command == "show":
-            print(format_policy(load_policy(args.policy)))
-            return 0
-        if args.command == "same-policy":
-            return 0 if same_policy(args.first, args.second) else 1
-        if args.command == "settled":
-            if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
-                parser.error(f"{args.run_dir}: no such run directory")
-            stop = loop_stop(args.run_dir, args.iteration)
-            if stop is not None:
-                print(f"== {stop}")
-            return 1 if stop is None else 0
-        if args.command == "start" and args.check_inputs:
-            check_inputs(run_options(args, after), dry_run=False)
-            return 0
-        if args.command == "start":
-            options = run_options(args, after)
-            start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
-            return 0
-        if args.command == "decode-key":
-            print(decode_key(args.checkpoint, args.data, args.split, after))
-            return 0
-        if args.command == "perplexity":
-            print(json.dumps(write_perplexity(args.log, args.output)))
-            return 0
-        if args.command == "train-log":
-            table = train_log_table(args.logs)
-            if args.output:
-                with open(args.output, "w", encoding="utf-8") as out:
-                    out.write(table)
-            print(table, end="")
-            return 0
-        print(write_summary(args.run_dir), end="")
-        return 0
+        return args.run(args, after)
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from typing import Optional
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.policy import (
+    KIND_TABLE,
     KINDS,
     Blocks,
     PolicyError,
@@ -39,6 +40,28 @@ from fairseq_san.policy import (
 )
 
 
+# What a kind's theta flag (``theta_flag``) says beyond the threshold, where it says more than
+# THETA_FLAG: decoder self-attention's is required (every model has it).
+THETA_FLAG = {"help": "default: not shared"}
+THETA_FLAGS = {
+    "decoder_self": {"required": True, "help": "larger shares less"},
+    "decoder_encdec": {"help": "default: not shared; a language model has none"},
+}
+
+
+def theta_flag(kind: str) -> str:
+    """The command-line flag of a kind's threshold: ``--theta-decoder-self`` for decoder_self."""
+    return "--theta-" + kind.replace("_", "-")
+
+
+def add_theta_flags(parser: argparse.ArgumentParser) -> None:
+    """One threshold flag per attention kind (``KIND_TABLE``), in [0, ln 2]."""
+    for kind in KINDS:
+        options = dict(THETA_FLAGS.get(kind, THETA_FLAG))
+        options["help"] = f"threshold for {KIND_TABLE[kind].title}, in [0, ln 2]; {options['help']}"
+        parser.add_argument(theta_flag(kind), type=float, metavar="T", **options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options; one theta flag per attention kind."""
     parser = argparse.ArgumentParser(
@@ -54,19 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"({', '.join(KINDS)}); several (say, the analyses of several seeds) are averaged "
         "element-wise before the policy is learned",
     )
-    parser.add_argument(
-        "--theta-decoder-self", type=float, required=True, metavar="T",
-        help="threshold for decoder self-attention, in [0, ln 2]; larger shares less",
-    )
-    parser.add_argument(
-        "--theta-decoder-encdec", type=float, metavar="T",
-        help="threshold for encoder-decoder attention, in [0, ln 2] (default: not shared; "
-        "a language model has none)",
-    )
-    parser.add_argument(
-        "--theta-encoder-self", type=float, metavar="T",
-        help="threshold for encoder self-attention (default: not shared)",
-    )
+    add_theta_flags(parser)
     parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
     parser.add_argument(
         "--explain", action="store_true",
@@ -120,11 +131,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    thetas = {
-        "decoder_self": args.theta_decoder_self,
-        "decoder_encdec": args.theta_decoder_encdec,
-        "encoder_self": args.theta_encoder_self,
-    }
+    thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # theta_flag's value
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
     try:

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -428,6 +429,23 @@ def write_corpus(directory: Path, seed: int = 0) -> Path:
             "".join(" ".join(reversed(s)) + "\n" for s in sources)
         )
     return directory
+
+
+def printed_commands(output: str, program: str) -> List[List[str]]:
+    """argv of every command a recipe printed (a ``+ ...`` line) that runs ``program``: its first
+    word's file name, or that of the script ``python`` or ``bash`` runs; a ``timeout -k K S``
+    before it is dropped."""
+    found = []
+    for line in output.splitlines():
+        if not line.startswith("+ "):
+            continue
+        argv = shlex.split(line[2:])
+        if argv[:1] == ["timeout"]:
+            argv = argv[4:]
+        names = [os.path.basename(word) for word in argv[:2]]
+        if names[:1] == [program] or (names[0] in ("python", "bash") and names[1:] == [program]):
+            found.append(argv)
+    return found
 
 
 def cli_env() -> Dict[str, str]:

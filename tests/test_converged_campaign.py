@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from fairseq_san.policy import theta_ranges
-from helpers import REPO, cli_env, run_cli
+from helpers import REPO, cli_env, printed_commands, run_cli
 from paper import PAPER_JS
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
@@ -61,19 +61,6 @@ def campaign(slice_name: str, *args: str, env: Dict[str, str], timeout: int = 60
     return result.stdout + result.stderr
 
 
-def commands(output: str, program: str) -> List[List[str]]:
-    """The printed commands (``+ ...`` lines) that run ``program`` (after ``timeout -k 10 S``)."""
-    found = []
-    for line in output.splitlines():
-        if line.startswith("+ "):
-            words = shlex.split(line[2:])
-            if words[0] == "timeout":
-                words = words[4:]
-            if any(word == program or word.endswith("/" + program) for word in words[:4]):
-                found.append(words)
-    return found
-
-
 def values(words: List[str], flag: str) -> List[str]:
     """Every value of ``flag``, in order (``--system`` is given once a system)."""
     return [words[i + 1] for i, word in enumerate(words) if word == flag]
@@ -88,7 +75,7 @@ def trainings(output: str) -> List[tuple]:
     """(run dir relative to RUNS, iteration it trains up to) of each learn_to_share.sh, in order."""
     return [
         (value(words, "--run-dir").split("/runs/", 1)[1], int(value(words, "--max-iterations")) - 1)
-        for words in commands(output, "learn_to_share.sh")
+        for words in printed_commands(output, "learn_to_share.sh")
     ]  # fmt: skip
 
 
@@ -137,7 +124,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     preset = preset_args()
     for name, output in outputs.items():
         caps, budgets = set(), set()
-        for words in commands(output, "learn_to_share.sh"):
+        for words in printed_commands(output, "learn_to_share.sh"):
             after = words[words.index("--") + 1 :]
             assert after[: len(preset)] == preset, name  # the preset, then the slice's own cap
             caps.add(value(words, "--stop-time-hours"))
@@ -146,12 +133,12 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert len(caps) == 1, name  # the same cap for every system of the slice
         assert float(caps.pop()) == pytest.approx((2.5 if name == "bench" else 6.5) / 60, abs=1e-4)
         assert budgets == {"1000000" if name == "bench" else "3000"}, name  # bench: the cap alone
-        for words in commands(output, "campaign_slices.py"):
+        for words in printed_commands(output, "campaign_slices.py"):
             if "heldout" in words:
                 assert value(words, "--batch-size") == "128"
-        (record,) = commands(output, "campaign_slices.py")[-1:]
+        (record,) = printed_commands(output, "campaign_slices.py")[-1:]
         assert record[2:5] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
-        (tar,) = commands(output, "tar")
+        (tar,) = printed_commands(output, "tar")
         assert tar[tar.index("-C") + 1] == dry_env["RUNS"] and "--exclude=*.pt" in tar
         assert value(tar, "czf") == f"{dry_env['OUT']}/converged-{name}.tar.gz"
 
@@ -161,24 +148,24 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     stage2 = [("en-de/loop", 1), ("en-de/san-s2", 0), ("en-de/san-s3", 0), ("en-de/baseline-s4", 0)]
     assert en_de == stage1 + stage2  # four trainings in each stage
     seeds = {run_dir: value(words, "--seed") for (run_dir, _), words in
-             zip(en_de, commands(outputs["en-de"], "learn_to_share.sh")) if "--seed" in words}  # fmt: skip
+             zip(en_de, printed_commands(outputs["en-de"], "learn_to_share.sh")) if "--seed" in words}  # fmt: skip
     assert seeds == {"en-de/baseline-s2": "2", "en-de/baseline-s3": "3", "en-de/san-s2": "2",
                      "en-de/san-s3": "3", "en-de/baseline-s4": "4"}  # fmt: skip
-    tests = commands(outputs["en-de"], "test_bleu.sh")
+    tests = printed_commands(outputs["en-de"], "test_bleu.sh")
     assert [words[-1].split("=")[0] for words in tests] == ["iter0"] * 4 + ["iter1"] + ["iter0"] * 3
-    heldout = commands(outputs["en-de"], "campaign_slices.py")
+    heldout = printed_commands(outputs["en-de"], "campaign_slices.py")
     assert sum("heldout" in words for words in heldout) == 8  # every En->De system
 
     pairs = trainings(outputs["pairs"])
     assert pairs == [(f"{p}/loop", k) for k in (0, 1) for p in ("de-en", "en-fr", "en-cs")] + [
         ("en-de/san-mean-s2", 0)]  # no en-de loop collected: stage 2's fourth place  # fmt: skip
-    (mean,) = commands(outputs["pairs"], "fairseq-san-policy")
+    (mean,) = printed_commands(outputs["pairs"], "fairseq-san-policy")
     analyses = [word.split("/results/")[1] for word in mean if "/results/" in word]
     assert analyses == [f"en-de/{run}/iter0/analysis/js.json" for run in (
         "loop", "baseline-s2", "baseline-s3", "baseline-s4")]  # the en-de slice's seeds  # fmt: skip
     assert value(mean, "-o") == f"{dry_env['RUNS']}/en-de/policies/mean.json"
-    assert value(commands(outputs["pairs"], "learn_to_share.sh")[-1], "--seed") == "2"
-    heldout = [w for w in commands(outputs["pairs"], "campaign_slices.py") if "heldout" in w]
+    assert value(printed_commands(outputs["pairs"], "learn_to_share.sh")[-1], "--seed") == "2"
+    heldout = [w for w in printed_commands(outputs["pairs"], "campaign_slices.py") if "heldout" in w]
     assert {words[3].split("/runs/")[1] for words in heldout} == {
         "en-fr/loop", "en-cs/loop", "en-de/san-mean-s2"}  # En->X only  # fmt: skip
 
@@ -186,19 +173,19 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     assert tables == [(f"en-de/{name}", 0) for name in (
         "baseline-s5", "san-s4", "aan-san", "own-v",  # stage 1: four at a time, then stage 2:
         "theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4", "uniform-6-3-3", "aan", "enc-0.4")]  # fmt: skip
-    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["tables"], "learn_to_share.sh")}
+    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in printed_commands(outputs["tables"], "learn_to_share.sh")}
     assert value(words["en-de/own-v"], "--san-encdec-share") == "weights"
     assert value(words["en-de/aan-san"], "--arch") == "transformer_aan_small"
     assert value(words["en-de/san-s4"], "--seed") == "4"  # the bench slice's SAN, beside baseline s4
     assert value(words["en-de/baseline-s5"], "--keep-interval-updates") == "1000"  # Figure 5
     assert value(words["en-de/baseline-s5"], "--seed") == "5"
-    learned = commands(outputs["tables"], "fairseq-san-policy")
+    learned = printed_commands(outputs["tables"], "fairseq-san-policy")
     analysed = {word.split("/results/")[1] for words in learned[:4] for word in words if "/results/" in word}
     assert analysed == {"en-de/loop/iter0/analysis/js.json"}  # the en-de loop's, as san's policy
     assert [value(w, "-o").split("/runs/")[1] for w in learned[:4]] == [
         f"en-de/policies/{name}.json" for name in ("theta-0.3-0.4", "theta-0.3-0.5", "theta-0.4-0.4",
                                                    "enc-0.4")]  # fmt: skip
-    validates = commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses, and:
+    validates = printed_commands(outputs["tables"], "fairseq-validate")  # Figure 5's analyses, and:
     (other,) = [words for words in validates if value(words, "--valid-subset") == "test"]
     assert value(other, "--path").endswith("baseline-s5/iter0/checkpoints/checkpoint_best.pt")
     assert value(other, "--san-analysis-dir").endswith("baseline-s5/iter0/analysis-test")
@@ -208,17 +195,17 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     bench = trainings(outputs["bench"])
     assert [run for run in bench if not run[0].startswith("smoke/")] == [
         ("en-de/baseline-bench", 0), ("en-de/san-bench", 0), ("en-de/aan-san-bench", 0)]  # fmt: skip
-    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in commands(outputs["bench"], "learn_to_share.sh")}
+    words = {value(w, "--run-dir").split("/runs/")[1]: w for w in printed_commands(outputs["bench"], "learn_to_share.sh")}
     assert value(words["en-de/aan-san-bench"], "--arch") == "transformer_aan_small"
-    (aan_policy,) = [w for w in commands(outputs["bench"], "campaign_slices.py") if "aan-policy" in w]
+    (aan_policy,) = [w for w in printed_commands(outputs["bench"], "campaign_slices.py") if "aan-policy" in w]
     assert aan_policy[3].endswith("/results/en-de/loop/iter1/policy.json")  # the headline SAN's
-    smoke = {run_dir: w for (run_dir, _), w in zip(bench, commands(outputs["bench"], "learn_to_share.sh"))
+    smoke = {run_dir: w for (run_dir, _), w in zip(bench, printed_commands(outputs["bench"], "learn_to_share.sh"))
              if run_dir.startswith("smoke/")}  # fmt: skip
     assert value(smoke["smoke/spawn-gloo"], "--distributed-world-size") == "2"
     for backend in ("gloo", "nccl"):
         assert "torchrun --nproc_per_node 2" in smoke[f"smoke/torchrun-{backend}"]
         assert value(smoke[f"smoke/torchrun-{backend}"], "--distributed-backend") == backend
-    runs = commands(outputs["bench"], "fairseq-san-bench")
+    runs = printed_commands(outputs["bench"], "fairseq-san-bench")
     assert [value(words, "--batch-size") for words in runs] == ["16", "128"]
     for words in runs:
         assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
@@ -232,7 +219,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
 def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_env, tmp_path):
     """The slice's own tar command on a toy RUNS: what a later call needs and the paired test
     reads travels; Figure 5's attention dumps (one per checkpoint) and checkpoints do not."""
-    (tar,) = commands(campaign("tables", "--dry-run", env=dry_env), "tar")
+    (tar,) = printed_commands(campaign("tables", "--dry-run", env=dry_env), "tar")
     runs, out = Path(dry_env["RUNS"]), Path(dry_env["OUT"])
     loop = "en-de/baseline-s5"
     kept = [f"{loop}/iter0/analysis/attention-decoder_self.npz", f"{loop}/iter0/analysis/js.json",
@@ -261,7 +248,7 @@ def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_cal
     env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(tmp_path / "results"),
            "PYTHONPATH": str(stale.parent)}  # fmt: skip
     output = campaign("en-de", env=env)
-    assert commands(output, "learn_to_share.sh") == []
+    assert printed_commands(output, "learn_to_share.sh") == []
     for name in ("loop", "baseline-s2", "baseline-s3", "uniform-6-6"):
         assert f"== en-de/{name}: not started: " in output and "it needs 120 (CAP_MIN, EVAL_S)" in output
     assert "== en-de/loop: skipped, iteration 0 did not finish" in output
@@ -285,7 +272,7 @@ def test_bench_trains_again_on_a_fresh_machine_and_benchmarks_only_checkpoints_i
     assert "== en-de/baseline-bench: not started: " in output  # not "done in an earlier run"
     assert not (Path(dry_env["RUNS"]) / "en-de" / "baseline-bench").exists()
     assert "== bench: not run: a model without its trained checkpoint here among " in output
-    assert commands(output, "fairseq-san-bench") == []
+    assert printed_commands(output, "fairseq-san-bench") == []
 
 
 @pytest.fixture()
@@ -318,7 +305,7 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     runs where time is left (never beside the benchmark)."""
     output = campaign("bench", env={**tables_models, "SLICE_S": "100", "BENCH_S": "0"})
     assert "== bench: the tables slice's models on this machine: " in output
-    assert commands(output, "learn_to_share.sh") == []
+    assert printed_commands(output, "learn_to_share.sh") == []
     for name in ("spawn-gloo", "torchrun-gloo", "torchrun-nccl"):
         assert f"== smoke/{name}: not started: " in output  # 100 s left: its cap needs 150
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
@@ -338,7 +325,7 @@ def test_bench_trains_nothing_where_tables_ran_without_its_models(tables_models)
     (tables / "en-de" / "aan-san" / "iter0" / "trained").unlink()
     output = campaign("bench", env={**tables_models, "SLICE_S": "50", "BENCH_S": "0", "CAP_MIN": "1"})
     assert f"== bench: not run: a model without its trained checkpoint here among {tables}/" in output
-    assert commands(output, "fairseq-san-bench") == []
+    assert printed_commands(output, "fairseq-san-bench") == []
     assert "== en-de/baseline-bench" not in output and "iteration 0 started" not in output
     # its cap alone (EVAL_S 0); the seconds left are the slice's 50 less what the call took so far
     left = re.search(r"== smoke/spawn-gloo: not started: (\d+) s left, it needs 60 ", output)
@@ -352,7 +339,7 @@ def test_a_benchmark_without_time_waits_for_the_next_call_on_this_machine(tables
     for batch in (16, 128):
         assert f"== bench batch {batch}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
-    assert commands(output, "fairseq-san-bench") == []
+    assert printed_commands(output, "fairseq-san-bench") == []
 
 
 def unsettled_en_de_loop(results: Path) -> Path:
@@ -387,7 +374,7 @@ def test_pairs_trains_the_en_de_loops_next_iteration_while_its_policy_changes(dr
     pairs = trainings(campaign("pairs", "--dry-run", env=dry_env))
     assert pairs == stage(0) + [("en-de/loop", 2)] + stage(1) + [("en-de/loop", 2)]
     short = campaign("pairs", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
-    assert commands(short, "learn_to_share.sh") == [] and "== en-de/loop" not in short
+    assert printed_commands(short, "learn_to_share.sh") == [] and "== en-de/loop" not in short
     assert "== en-de/san-mean-s2: not started: " in short  # its policy learned, no time left
     (loop / "iter2" / "policy.json").write_text(json.dumps(SAN_POLICY))  # the loop has settled
     assert trainings(campaign("pairs", "--dry-run", env=dry_env)) == stage(0) + stage(1) + MEAN_SAN
@@ -478,7 +465,7 @@ def test_tables_trains_what_is_new_and_gives_free_places_to_the_mean_policy(dry_
     (loop / "iter0" / "analysis").mkdir()
     (loop / "iter0" / "analysis" / "js.json").write_text(json.dumps(PAPER_JS))
     output = campaign("tables", env={**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60"})
-    assert commands(output, "learn_to_share.sh") == []
+    assert printed_commands(output, "learn_to_share.sh") == []
     assert "/en-de/policies/theta-0.3-0.5.json: trained already, as san (" in output
     assert "== en-de/theta-0.3-0.5:" not in output
     for name in ("san-s4", "aan-san", "own-v", "uniform-6-3-3", "aan", "enc-0.4", "san-mean-s3",
@@ -984,7 +971,7 @@ def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, t
                  "PATH": f"{bench_stub(tmp_path)}:{env['PATH']}"}  # fmt: skip
     bench = campaign("bench", env=bench_env)
     assert "== bench: the tables slice's models on this machine: " in bench
-    assert commands(bench, "learn_to_share.sh") == []
+    assert printed_commands(bench, "learn_to_share.sh") == []
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
     systems = values(calls[0], "--system")
     assert [Path(w.split("=")[1].split(":")[0]).is_file() for w in systems] == [True] * 8

@@ -45,6 +45,7 @@ from helpers import (
     fairseq_generate,
     output_of,
     prepare_env,
+    printed_commands,
     read_json,
     run_cli,
     run_loop,
@@ -132,7 +133,7 @@ def test_loop_scores_validation_against_the_target_language(multi30k_raw, tmp_pa
     assert prepared.returncode == 0, output_of(prepared)[-4000:]
     result = run_loop(data, tmp_path / "run", "--dry-run")
     assert result.returncode == 0, output_of(result)[-4000:]
-    (score,) = commands(output_of(result), "fairseq-san-score")
+    (score,) = printed_commands(output_of(result), "fairseq-san-score")
     assert last_values(score)["--reference"] == f"{data}/text/valid.raw.{tgt}"
 
 
@@ -602,17 +603,6 @@ def test_spm_on_non_utf8_input_names_the_file(spm_model, tmp_path):
 # --- WMT14 dry run ----------------------------------------------------------------------------
 
 
-def commands(output: str, program: str) -> List[List[str]]:
-    """argv of every ``+ PROGRAM ...`` line that the recipes print."""
-    found = []
-    for line in output.splitlines():
-        if line.startswith("+ "):
-            argv = shlex.split(line[2:])
-            if argv and os.path.basename(argv[0]) == program:
-                found.append(argv)
-    return found
-
-
 def last_values(argv: List[str]) -> Dict[str, str]:
     """{--flag: value} where a later occurrence wins, as in argparse."""
     values = {}
@@ -628,13 +618,13 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     output = output_of(result)
     assert result.returncode == 0, output[-4000:]
     # Data: fairseq's preparation script, downloaded and run; one joint dictionary.
-    curls = commands(output, "curl")
+    curls = printed_commands(output, "curl")
     assert any(a[-1].endswith("examples/translation/prepare-wmt14en2de.sh") for a in curls)
-    assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in commands(output, "bash"))
-    (preprocess,) = commands(output, "fairseq-preprocess")
+    assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in printed_commands(output, "bash"))
+    (preprocess,) = printed_commands(output, "fairseq-preprocess")
     assert "--joined-dictionary" in preprocess
     # Training: section 4.1 of the paper, 8 GPUs.
-    (train,) = commands(output, "fairseq-train")
+    (train,) = printed_commands(output, "fairseq-train")
     flags = last_values(train)
     assert flags["--arch"] == "transformer_san_base"
     assert flags["--distributed-world-size"] == "8"
@@ -647,17 +637,17 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert flags["--adam-betas"] == "(0.9,0.98)"
     assert flags["--keep-interval-updates"] == "5"  # the 5 checkpoints that are averaged
     # The analysis and the policy (thetas 0.4 / 0.5).
-    (validate,) = commands(output, "fairseq-validate")
+    (validate,) = printed_commands(output, "fairseq-validate")
     assert "--san-analysis-dir" in validate
-    (policy,) = commands(output, "fairseq-san-policy")
+    (policy,) = printed_commands(output, "fairseq-san-policy")
     policy_flags = last_values(policy)
     assert policy_flags["--theta-decoder-self"] == "0.4"
     assert policy_flags["--theta-decoder-encdec"] == "0.5"
     # The final model: the average of the last 5 checkpoints, beam 4, batch 16.
     assert any(a[-1].endswith("scripts/average_checkpoints.py") for a in curls)
-    average = [a for a in commands(output, "python") if a[1].endswith("average_checkpoints.py")]
+    average = [a for a in printed_commands(output, "python") if a[1].endswith("average_checkpoints.py")]
     assert len(average) == 1 and last_values(average[0])["--num-update-checkpoints"] == "5"
-    generates = commands(output, "fairseq-generate")
+    generates = printed_commands(output, "fairseq-generate")
     final = [a for a in generates if last_values(a)["--gen-subset"] == "test"]
     assert len(final) == 1
     assert last_values(final[0])["--beam"] == "4"
@@ -676,7 +666,7 @@ def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):
     result = run_script(WMT14, "--dry-run", str(work), timeout=120)
     output = output_of(result)
     assert result.returncode == 0, output[-4000:]
-    (score,) = commands(output, "fairseq-san-score")
+    (score,) = printed_commands(output, "fairseq-san-score")
     reference = last_values(score)["--reference"]
     assert reference != str(work / "wmt14_en_de" / "valid.de"), (
         f"the validation BLEU reference {reference} is BPE-segmented text"

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fairseq.search import Sampling
 from fairseq.sequence_generator import SequenceGenerator
 
 from helpers import (
@@ -253,6 +254,26 @@ def test_sampling_is_seeded_and_restricted():
     assert sampled(model, 1) != greedy
     assert sampled(model, 1, sampling_topk=1) == greedy  # top-1: the most probable token
     assert sampled(model, 1, sampling_topp=1e-6) == greedy  # the smallest nucleus: the same
+
+
+@pytest.mark.parametrize("system", ["baseline", "kv 3,1,1,1"])
+def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
+    """Sampling (plain, top-k, top-p; greedy and with several hypotheses, some of which end
+    before others) draws what fairseq's generator draws from the same seed, as long as no
+    sentence has ended: fairseq's batch then shrinks, ours keeps the done rows, and the next draws
+    come from other random numbers (then only the distribution is the same)."""
+    model = language_model(system)
+    for seed, beam, topk, topp in ((0, 1, -1, -1.0), (2, 3, -1, -1.0), (0, 3, 5, -1.0),
+                                   (1, 3, -1, 0.8)):  # fmt: skip
+        prefix = prompts((3, 5, 2), seed=seed)
+        torch.manual_seed(seed)
+        search = Sampling(DICT, topk, topp)
+        theirs = generate(SequenceGenerator([model], DICT, beam, max_len_b=10,
+                                            search_strategy=search), model, prefix)  # fmt: skip
+        torch.manual_seed(seed)
+        ours = generate(StaticLMGenerator([model], DICT, beam_size=beam, max_len_b=10, sampling=True,
+                                          sampling_topk=topk, sampling_topp=topp), model, prefix)  # fmt: skip
+        assert_same_hypotheses(ours, theirs, ATOL)
 
 
 def test_top_k_samples_only_among_the_k_most_probable_tokens():

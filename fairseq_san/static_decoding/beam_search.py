@@ -9,12 +9,13 @@ length ** lenpen, in candidate order, until a sentence has ``beam`` finished hyp
 then done); the first ``beam`` non-EOS candidates continue. At the end each sentence's finished
 hypotheses are sorted by score (fairseq's n-best).
 
-With ``sampling`` (fairseq's ``--sampling``, ``--sampling-topk``, ``--sampling-topp``) the
-candidates are one token per hypothesis drawn from its distribution (restricted to the top k, or
-to the smallest set whose probability exceeds p), at step 0 ``beam`` tokens drawn from the first
-hypothesis; the rest is the same. With ``prefix`` tokens (a language model's prompt) a
-hypothesis must take its prefix token at each step where it has one (not padding) and the step
-is below ``max_len``; EOS is then allowed before ``min_len``, as fairseq does.
+With ``sampling`` (fairseq's ``Sampling`` search: ``--sampling``, ``--sampling-topk``,
+``--sampling-topp``) the candidates are one token per hypothesis that it draws from its
+distribution (restricted to the top k, or to the smallest set whose probability exceeds p), at
+step 0 ``beam`` tokens drawn from the first hypothesis; the rest is the same. With ``prefix``
+tokens (a language model's prompt) a hypothesis must take its prefix token at each step where it
+has one (not padding) and the step is below ``max_len``; EOS is then allowed before ``min_len``,
+as fairseq does.
 
 What differs is the bookkeeping, not the result:
 
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
+from fairseq.search import Sampling
 from torch import Tensor
 
 from fairseq_san.static_decoding.caches import Reorderable, sentence_rows
@@ -81,9 +83,7 @@ class SearchSettings:
     pad: int
     unk: int
     eos: int
-    sampling: bool = False
-    sampling_topk: int = -1
-    sampling_topp: float = -1.0
+    sampling: Optional[Sampling] = None  # fairseq's search, which draws the candidates
 
 
 class TensorBeamSearch:
@@ -185,7 +185,7 @@ class TensorBeamSearch:
     def takes_tensor_steps(self) -> bool:
         """Whether ``advance`` may take a tensor step: not while sampling (its draws) or forcing
         a prefix (``release_prefix``)."""
-        return not self.settings.sampling and self.prefix is None
+        return self.settings.sampling is None and self.prefix is None
 
     def state(self) -> List[Tensor]:
         """Every tensor ``advance`` writes (what a capture's warm-up runs must restore)."""
@@ -205,10 +205,10 @@ class TensorBeamSearch:
         every sentence is done (an int ``step`` only: with a tensor, read ``done``)."""
         s = self.settings
         on_host = synced(step)
-        if not on_host and (s.sampling or self.prefix is not None):
+        if not on_host and (s.sampling is not None or self.prefix is not None):
             raise ValueError("sampling and prefix tokens take int steps (the host's position)")
         lprobs = self._constrain(step, lprobs)
-        if s.sampling:
+        if s.sampling is not None:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
         else:
             cand_scores, cand_rows, cand_tokens = self._best(step, lprobs)
@@ -262,28 +262,20 @@ class TensorBeamSearch:
         return cand_scores, cand_rows, cand_flat.fmod(vocab)
 
     def _sample(self, step: int, lprobs: Tensor):
-        """Sampling's candidates (fairseq's Sampling): one token drawn per hypothesis, in
-        fairseq's order of hypotheses (``beam`` from the first one at step 0); their cumulative
-        scores, rows and tokens, (sentences, beam) each."""
+        """Sampling's candidates, drawn by fairseq's ``Sampling`` from the hypotheses in
+        fairseq's order (``beam`` draws from the first one at step 0): their cumulative scores,
+        rows and tokens, (sentences, beam) each."""
         s = self.settings
         lprobs = lprobs.nan_to_num_(nan=-math.inf).view(self.sentences, -1, lprobs.size(1))
-        lprobs = lprobs[:, :1] if step == 0 else lprobs.gather(1, self._beam_index(lprobs))
-        probs, choices = restricted_probabilities(lprobs, s.sampling_topk, s.sampling_topp)
-        if step == 0:
-            drawn = torch.multinomial(probs.view(self.sentences, -1), s.beam, replacement=True)
-            probs, beams = probs.expand(-1, s.beam, -1), torch.zeros_like(drawn)
+        if step == 0:  # every hypothesis is the first one
+            lprobs = lprobs[:, :1].expand(-1, s.beam, -1)
         else:
-            drawn = torch.multinomial(probs.view(-1, probs.size(2)), 1, replacement=True)
-            drawn = drawn.view(self.sentences, s.beam)
-            beams = torch.arange(s.beam, device=drawn.device).expand_as(drawn)
-        scores = probs.gather(2, drawn.unsqueeze(2)).squeeze(2).log()
-        tokens = drawn
-        if choices is not None:  # column -> vocabulary index
-            tokens = choices.expand_as(probs).gather(2, drawn.unsqueeze(2)).squeeze(2)
-        rows = self.beam_rows.gather(1, beams)
-        if step > 0:
-            scores += self.scores.tensor[:, step - 1].view(self.sentences, s.beam).gather(1, rows)
-        return scores, rows + self.row_offsets, tokens
+            lprobs = lprobs.gather(1, self._beam_index(lprobs))
+        # fairseq reads the hypotheses' scores at step - 1 only: every column of this view.
+        previous = self.scores.tensor[:, max(step - 1, 0)].view(self.sentences, s.beam)
+        previous = previous.gather(1, self.beam_rows).unsqueeze(2).expand(-1, -1, max(step, 1))
+        scores, tokens, beams = s.sampling.step(step, lprobs, previous)
+        return scores, self.beam_rows.gather(1, beams) + self.row_offsets, tokens
 
     def _beam_index(self, lprobs: Tensor) -> Tensor:
         """Where fairseq's hypotheses are among the rows of ``lprobs`` (sentences, beam, vocab)."""
@@ -410,23 +402,6 @@ class TensorBeamSearch:
             "alignment": torch.empty(0),
             "positional_scores": self.final_positional[sentence, slot, :length],
         }
-
-
-def restricted_probabilities(lprobs: Tensor, topk: int, topp: float):
-    """The probabilities sampling draws from (fairseq's Sampling): the top ``topk``, or the smallest
-    set whose mass exceeds ``topp`` (Holtzman et al., 2019; the others 0), or all; with the
-    vocabulary index of each column, or None when the columns are the vocabulary."""
-    if topp > 0:
-        probs, order = lprobs.exp().sort(dim=2, descending=True)
-        within = probs.cumsum(dim=2).lt(topp)
-        last = within.sum(dim=2, keepdim=True).clamp_(max=probs.size(2) - 1)
-        within.scatter_(2, last, True)  # one more word: the mass then exceeds p
-        width = int(last.max()) + 1
-        return probs[:, :, :width].masked_fill(~within[:, :, :width], 0), order[:, :, :width]
-    if topk > 0:
-        lprobs, choices = lprobs.topk(topk)
-        return lprobs.exp(), choices
-    return lprobs.exp(), None
 
 
 def place_children(parents: Tensor, earlier: Tensor) -> Tensor:

@@ -6,8 +6,9 @@ Per batch: the prompt's positions that every sentence has are prefilled in one p
 all their keys and values, and the log-probabilities after each prompt token, at once), then one
 step per position as in translation (``StaticSequenceGenerator``), where a longer prompt's tokens
 are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
-same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn
-from torch's generator, so ``--seed`` fixes them), with fairseq's rules (``beam_search.py``); in
+same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn by
+fairseq's own ``Sampling`` from torch's generator, so ``--seed`` fixes them), with fairseq's rules
+(``beam_search.py``); in
 the sliced layout done prompts leave the batch after the prefill, as in translation. With CUDA
 graphs a position after the longest prompt is one captured position (step, search, reordering),
 as in translation; a ragged prompt's forced positions and sampling, which take the host's
@@ -21,6 +22,7 @@ cross-layer KV follower (it attends over the block's keys and values with its ow
 from typing import Dict, List, Optional
 
 import torch
+from fairseq.search import Sampling
 from torch import Tensor
 
 from fairseq_san.static_decoding.beam_search import SearchSettings
@@ -111,8 +113,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
 
     def _settings(self, max_len: int) -> SearchSettings:
         settings = super()._settings(max_len)
-        settings.sampling = self.sampling
-        settings.sampling_topk, settings.sampling_topp = self.sampling_topk, self.sampling_topp
+        if self.sampling:
+            settings.sampling = Sampling(self.tgt_dict, self.sampling_topk, self.sampling_topp)
         return settings
 
 

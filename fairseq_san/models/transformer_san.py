@@ -8,9 +8,11 @@ more than it was trained with (``--model-overrides "{'san_policy': ...}"``): the
 the new policy does not use are dropped from the checkpoint on load.
 """
 
+import argparse
 import logging
 from typing import Dict, Iterable, List, Optional, Type
 
+from fairseq.data import Dictionary
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoderBase,
@@ -18,7 +20,8 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 from fairseq.modules import MultiheadAttention
-from torch import nn
+from fairseq.tasks import FairseqTask
+from torch import Tensor, nn
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
@@ -87,12 +90,13 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
 @register_model("transformer_san")
 class TransformerSANModel(TransformerModel):
-    """Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A, Eq. 5)."""
+    """A Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A,
+    Eq. 5)."""
 
     num_updates: Optional[int] = None
 
     @classmethod
-    def add_args(cls, parser):
+    def add_args(cls, parser: argparse.ArgumentParser) -> None:
         """fairseq's transformer options plus SAN's, in the group fairseq passes (a group nested
         in it would be deprecated and left out of the help)."""
         super().add_args(parser)
@@ -100,7 +104,7 @@ class TransformerSANModel(TransformerModel):
             option.add_argument(parser)
 
     @classmethod
-    def build_model(cls, args, task):
+    def build_model(cls, args: argparse.Namespace, task: FairseqTask) -> "TransformerSANModel":
         check_san_options(args)
         check_no_lm_options(args)
         check_translation_task(task)
@@ -120,7 +124,9 @@ class TransformerSANModel(TransformerModel):
         return model
 
     @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+    def build_decoder(
+        cls, cfg, tgt_dict: Dictionary, embed_tokens: nn.Embedding
+    ) -> "TransformerSANDecoder":
         return TransformerSANDecoder(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
@@ -150,7 +156,9 @@ class TransformerSANModel(TransformerModel):
         super().set_num_updates(num_updates)
         self.num_updates = num_updates
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+    def load_state_dict(
+        self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
+    ):
         """Load a checkpoint, dropping projections the current policy no longer uses.
 
         A checkpoint this model cannot load (other dictionaries or attention type, more sharing)
@@ -161,7 +169,7 @@ class TransformerSANModel(TransformerModel):
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 
-def resolve_model_policy(args) -> Dict[str, List[int]]:
+def resolve_model_policy(args: argparse.Namespace) -> Dict[str, List[int]]:
     """The policy from ``--san-policy`` and the per-kind flags, checked against the layer counts.
 
     The resolved policy is written back into ``args`` as JSON text so that the checkpoint carries
@@ -199,7 +207,7 @@ INCOMPATIBLE_OPTIONS = [
 ]
 
 
-def check_policy_fits_model(policy: Dict[str, List[int]], args) -> None:
+def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
     """Raise PolicyError for a policy the model's other options make impossible."""
     if "decoder_self" in policy and getattr(args, "decoder_self_attention_type", "") == "aan":
         raise san_policy.PolicyError(
@@ -214,7 +222,7 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args) -> None:
             )
 
 
-def follower_class(kind: str, args) -> Type[MultiheadAttention]:
+def follower_class(kind: str, args: argparse.Namespace) -> Type[MultiheadAttention]:
     """The module of a layer that reuses its block's attention: S (Eq. 4) or A (Eq. 5)."""
     if kind == "decoder_encdec" and args.san_encdec_share == "output":
         return SharedContextAttention
@@ -291,7 +299,7 @@ def use_average_attention(layers: Iterable[nn.Module]) -> None:
         layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
 
 
-def check_san_options(args) -> None:
+def check_san_options(args: argparse.Namespace) -> None:
     """Refuse an unknown ``san_*`` option, naming the nearest known one, and a value outside
     an option's ``CHOICES``, naming the valid ones.
 
@@ -314,7 +322,7 @@ def check_san_options(args) -> None:
             )
 
 
-def check_no_lm_options(args) -> None:
+def check_no_lm_options(args: argparse.Namespace) -> None:
     """Refuse ``san_self_share`` (from ``--model-overrides``), which only a language model reads:
     a translation model shares attention weights S, and would ignore it silently."""
     value = getattr(args, options.SELF_SHARE.name, None)
@@ -326,7 +334,7 @@ def check_no_lm_options(args) -> None:
         )
 
 
-def model_decoding(args) -> str:
+def model_decoding(args: argparse.Namespace) -> str:
     """The decoding the model applies to itself (``options.MODEL_DECODINGS``) from its options.
 
     ``san_decoding`` reaches the model's arguments from the task's options saved in training or
@@ -343,7 +351,7 @@ def model_decoding(args) -> str:
     return decoding if decoding in options.MODEL_DECODINGS else options.FAIRSEQ
 
 
-def check_translation_task(task) -> None:
+def check_translation_task(task: FairseqTask) -> None:
     """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
     fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
@@ -357,7 +365,7 @@ def check_translation_task(task) -> None:
         )
 
 
-def check_analysis_task(args, task) -> None:
+def check_analysis_task(args: argparse.Namespace, task: FairseqTask) -> None:
     """Refuse ``--san-analysis-dir`` for a model whose task has no analysis options.
 
     fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
@@ -385,7 +393,7 @@ def check_analysis_task(args, task) -> None:
     )
 
 
-def check_generation_options(args, task) -> None:
+def check_generation_options(args: argparse.Namespace, task: FairseqTask) -> None:
     """Refuse a decoder option among the model's options that the task does not apply.
 
     ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
@@ -413,7 +421,7 @@ def check_generation_options(args, task) -> None:
         )
 
 
-def san_base_architecture(args) -> None:
+def san_base_architecture(args: argparse.Namespace) -> None:
     """fairseq's transformer defaults plus no sharing."""
     for option in options.MODEL_OPTIONS:
         setattr(args, option.name, getattr(args, option.name, None) or option.default)
@@ -421,18 +429,18 @@ def san_base_architecture(args) -> None:
 
 
 @register_model_architecture("transformer_san", "transformer_san")
-def transformer_san(args):
+def transformer_san(args: argparse.Namespace) -> None:
     san_base_architecture(args)
 
 
 @register_model_architecture("transformer_san", "transformer_san_base")
-def transformer_san_base(args):
+def transformer_san_base(args: argparse.Namespace) -> None:
     """The paper's system: 6+6 layers, 512 dims, FFN 2048, 8 heads (= fairseq's base)."""
     san_base_architecture(args)
 
 
 @register_model_architecture("transformer_san", "transformer_san_small")
-def transformer_san_small(args):
+def transformer_san_small(args: argparse.Namespace) -> None:
     """CPU scale: 6+6 layers, 256 dims, FFN 1024, 4 heads."""
     for side in ("encoder", "decoder"):
         setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 256))
@@ -442,14 +450,14 @@ def transformer_san_small(args):
 
 
 @register_model_architecture("transformer_san", "transformer_aan_base")
-def transformer_aan_base(args):
+def transformer_aan_base(args: argparse.Namespace) -> None:
     """The average attention network in the decoder (paper Table 6, "+AAN"), base size."""
     args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "aan"
     transformer_san_base(args)
 
 
 @register_model_architecture("transformer_san", "transformer_aan_small")
-def transformer_aan_small(args):
+def transformer_aan_small(args: argparse.Namespace) -> None:
     """The average attention network in the decoder, CPU size."""
     args.decoder_self_attention_type = getattr(args, "decoder_self_attention_type", None) or "aan"
     transformer_san_small(args)

@@ -10,7 +10,7 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -57,7 +57,7 @@ class AttentionAnalysisTask:
         """(query mask, key mask) of ``rows`` per attention kind: which tokens are not padding."""
         raise NotImplementedError
 
-    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs) -> None:
         if self.analysing and self._analysed_subset not in (None, split):
             raise UsageError(
                 f"--san-analysis-dir analyses one subset per run: '{self._analysed_subset}' "
@@ -66,12 +66,12 @@ class AttentionAnalysisTask:
         self._subset = split
         return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
 
-    def train_step(self, *args, **kwargs):
+    def train_step(self, *args, **kwargs) -> Tuple[Tensor, int, dict]:
         if self.analysing:
             raise UsageError("--san-analysis-dir is for fairseq-validate, not for training")
         return super().train_step(*args, **kwargs)
 
-    def valid_step(self, sample, model, criterion):
+    def valid_step(self, sample: dict, model: nn.Module, criterion) -> Tuple[Tensor, int, dict]:
         if self.analysing and sample and "net_input" in sample:
             self._analyse(sample, model)
         return super().valid_step(sample, model, criterion)
@@ -103,7 +103,7 @@ class AttentionAnalysisTask:
                 "SAN analysis: %d sentences in %d batches", analysis.sentences, analysis.batches
             )
 
-    def reduce_metrics(self, logging_outputs, criterion):
+    def reduce_metrics(self, logging_outputs: List[dict], criterion) -> None:
         """fairseq-validate calls this once per subset, after its last batch: write the analysis."""
         super().reduce_metrics(logging_outputs, criterion)
         if not self.analysing:

@@ -15,10 +15,12 @@ before decoding.
 """
 
 from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
 
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+from torch import Tensor, nn
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
@@ -41,19 +43,19 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     """``language_modeling`` with the attention analysis of ``--san-analysis-dir`` and
     ``--san-decoding static`` (``tasks.decoding``)."""
 
-    def __init__(self, args, dictionary, output_dictionary=None, targets=None):
+    def __init__(self, args, dictionary, output_dictionary=None, targets=None) -> None:
         check_analysis_options(args)
         super().__init__(args, dictionary, output_dictionary, targets)
         self.cfg = args
         self.start_analysis()
 
-    def analysis_masks(self, sample, rows):
+    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
         """The tokens of the model's input that are not padding."""
         tokens = sample["net_input"]["src_tokens"].index_select(0, rows)
         mask = tokens.ne(self.source_dictionary.pad())
         return {"decoder_self": (mask, mask)}
 
-    def build_model(self, cfg, from_checkpoint=False):
+    def build_model(self, cfg, from_checkpoint: bool = False) -> nn.Module:
         """fairseq's; the task keeps the fewest positions of its models for ``check_prompt``."""
         model = super().build_model(cfg, from_checkpoint)
         positions = model.max_decoder_positions()
@@ -84,7 +86,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.check_prompt(sample["net_input"]["src_tokens"].size(1) - 1)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
-    def static_generator(self):
+    def static_generator(self) -> Callable:
         from fairseq_san.static_decoding.lm_generator import build_static_lm_generator
 
         return build_static_lm_generator

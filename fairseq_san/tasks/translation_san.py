@@ -44,10 +44,13 @@ subset is analysed and in the loss, however batches are sized
 """
 
 from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
 
+from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from torch import Tensor
 
 from fairseq_san import options
 from fairseq_san.options import option_field
@@ -75,12 +78,14 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
 
     cfg: TranslationSANConfig
 
-    def __init__(self, cfg: TranslationSANConfig, src_dict, tgt_dict):
+    def __init__(
+        self, cfg: TranslationSANConfig, src_dict: Dictionary, tgt_dict: Dictionary
+    ) -> None:
         check_analysis_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
         self.start_analysis()
 
-    def analysis_masks(self, sample, rows):
+    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
         """Source and target tokens that are not padding, for the three kinds."""
         net_input = sample["net_input"]
         src_mask = net_input["src_tokens"].index_select(0, rows).ne(self.src_dict.pad())
@@ -88,7 +93,7 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         stacks = {"decoder": tgt_mask, "encoder": src_mask}
         return {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
 
-    def static_generator(self):
+    def static_generator(self) -> Callable:
         from fairseq_san.static_decoding import build_static_generator
 
         return build_static_generator

@@ -29,11 +29,11 @@ PREFIX = "fairseq-san: error: "
 FAIRSEQ_BAD_INPUT = [
     (FileNotFoundError, r"Dataset not found: \S+ \(.*\)"),  # --gen-subset / --valid-subset
     (Exception, r"Could not infer language pair, please provide it explicitly"),  # no data there
-    (AssertionError, r"--path required for generation!"),
     (AssertionError, r"Must specify batch size either with --max-tokens or --batch-size"),
     (ValueError, r"optimizer is required!"),
     (NotImplementedError, r"Unknown post_process option: .*"),
     (AssertionError, r"--sampling-top[kp] requires --sampling"),
+    (AssertionError, r"--sampling requires --nbest to be equal to --beam"),  # generate, interactive
 ]
 
 

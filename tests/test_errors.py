@@ -421,6 +421,44 @@ def test_a_language_model_option_on_a_translation_model_is_refused():
         build_model(args)
 
 
+@pytest.mark.parametrize(
+    "trained_vocabulary, said",
+    [
+        (24, "the checkpoint is a language model (a decoder only), and this model is a translation "
+         "model (an encoder and a decoder): restore or fine-tune from a translation checkpoint; to "
+         "train the checkpoint's model on, pass --task language_modeling_san --arch "
+         "transformer_lm_san"),
+        (30, "the checkpoint is a language model"),  # not "other dictionaries"
+    ],
+)  # fmt: skip
+def test_a_language_model_checkpoint_in_a_translation_model_is_named(trained_vocabulary, said):
+    """fairseq-train --arch transformer_san --restore-file (or --finetune-from-model) of a
+    language model's checkpoint read as "other dictionaries" or "more attention sharing"."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build_lm(dictionary=make_dictionary(trained_vocabulary))
+    model, _ = build()
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(trained.state_dict())
+    assert str(error.value).startswith(said)
+
+
+def test_a_translation_checkpoint_in_a_language_model_is_named():
+    """The reverse was fairseq's "please ensure that the architectures match" traceback."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build()
+    model, _ = build_lm()
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(trained.state_dict())
+    assert str(error.value) == (
+        "the checkpoint is a translation model (an encoder and a decoder), and this model is a "
+        "language model (a decoder only): restore or fine-tune from a language model's "
+        "checkpoint; to train the checkpoint's model on, pass --task translation_san --arch "
+        "transformer_san"
+    )
+
+
 # --- tracebacks where one line is promised -------------------------------------------------------
 
 
@@ -824,12 +862,13 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "Dataset not found: test7 (data-bin/x)"),
         (Exception("Could not infer language pair, please provide it explicitly"),
          "Could not infer language pair, please provide it explicitly"),
-        (AssertionError("--path required for generation!"), "--path required for generation!"),
         (ValueError("optimizer is required!"), "optimizer is required!"),
         (NotImplementedError("Unknown post_process option: bogus"),
          "Unknown post_process option: bogus"),
         (AssertionError("--sampling-topp requires --sampling"),
          "--sampling-topp requires --sampling"),
+        (AssertionError("--sampling requires --nbest to be equal to --beam"),
+         "--sampling requires --nbest to be equal to --beam"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -923,3 +962,100 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
     with pytest.raises(UsageError) as refused:
         checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix=""))
     assert str(refused.value) == said.format(tmp=tmp_path)
+
+
+# --- options fairseq's commands need and leave unchecked --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "parser, argv, said",
+    [
+        ("get_training_parser", ["data", "--task", "translation_san"],
+         "fairseq-x needs --arch: the model to train, e.g. --arch transformer_san_small"),
+        ("get_validation_parser", ["data", "--path", "c.pt", "--san-analysis-dir", "js"],
+         "fairseq-x needs --task: the task the checkpoint was trained with"),
+        ("get_interactive_generation_parser", ["data"],
+         "fairseq-x needs --path: the checkpoint to load"),
+        ("get_eval_lm_parser", ["data"], "fairseq-x needs --path: the checkpoint to load"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--replace-unk"],
+         "--replace-unk does not work in fairseq 0.12: its generators return no per-word"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--replace-unk", "align.txt"],
+         "--replace-unk does not work in fairseq 0.12"),
+        ("get_training_parser", ["data", "--arch", "transformer_san"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt"], None),
+    ],
+)  # fmt: skip
+def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
+    """fairseq's own failures: a bare RuntimeError (no --arch), KeyError: None (validate without
+    --task), a TypeError at loading (no --path), a file '@@ ' or an IndexError at the first <unk>
+    (--replace-unk)."""
+    from fairseq import options
+
+    from fairseq_san.errors import UsageError
+
+    built = getattr(options, parser)()
+    built.prog = "fairseq-x"
+    if said is None:
+        options.parse_args_and_arch(built, argv)
+        return
+    with pytest.raises(UsageError) as error:
+        options.parse_args_and_arch(built, argv)
+    assert str(error.value).startswith(said), str(error.value)
+
+
+@pytest.mark.slow
+def test_commands_without_an_option_they_need_are_one_line(binarized_corpus, tmp_path):
+    """Through fairseq's commands, which load the plugin (--user-dir) before they parse: a failure
+    of fairseq's parser (train, validate) and a check of what it parsed (interactive), side by
+    side; each stops as it parses, before a checkpoint is read."""
+    data, checkpoint = str(binarized_corpus), str(tmp_path / "checkpoint_best.pt")
+    commands = {
+        "fairseq-train": ([data, "--task", "translation_san", "--optimizer", "adam"],
+                          "fairseq-train needs --arch"),
+        "fairseq-validate": ([data, "--path", checkpoint, "--san-analysis-dir", str(tmp_path)],
+                             "fairseq-validate needs --task"),
+        "fairseq-interactive": ([data], "fairseq-interactive needs --path"),
+    }  # fmt: skip
+    processes = {
+        command: subprocess.Popen(
+            [str(BIN / command), *argv, "--user-dir", "fairseq_san", "--cpu"],
+            cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for command, (argv, _) in commands.items()
+    }
+    for command, process in processes.items():
+        stdout, stderr = process.communicate(timeout=240)
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        assert_one_line_error(result, commands[command][1])
+
+
+@pytest.mark.parametrize(
+    "task, tokens, positions, said",
+    [
+        ("language_modeling", 0, None, "--tokens-per-sample 0: must be at least 1 "
+         "(fairseq-eval-lm counts it after taking --context-window from it)"),
+        ("language_modeling_san", -3, None, "--tokens-per-sample -3: must be at least 1 "
+         "(fairseq-eval-lm counts it after taking --context-window from it)"),
+        ("language_modeling", 64, 32,
+         "--tokens-per-sample 64 is more than --max-target-positions 32, the model's positions: "
+         "no sample that long fits the model; lower --tokens-per-sample to at most 32, or leave "
+         "--max-target-positions out (it then follows --tokens-per-sample)"),
+        ("language_modeling", 32, 32, None),
+        ("language_modeling_san", 16, None, None),
+    ],
+)  # fmt: skip
+def test_language_modelling_refuses_a_sample_size_no_sample_fits(task, tokens, positions, said):
+    """fairseq failed deep in its datasets (ZeroDivisionError, IndexError), or dropped every
+    training sample longer than the model's positions and then failed."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+
+    from fairseq_san.errors import UsageError
+
+    config = TASK_DATACLASS_REGISTRY[task](tokens_per_sample=tokens, max_target_positions=positions)
+    if said is None:
+        TASK_REGISTRY[task](config, make_dictionary())
+        return
+    with pytest.raises(UsageError) as error:
+        TASK_REGISTRY[task](config, make_dictionary())
+    assert str(error.value) == said

@@ -343,15 +343,20 @@ def test_model_overrides_that_are_not_a_dict_are_one_line(code_in_a_pickle):
 
 def test_installing_the_fixes_again_wraps_nothing_twice():
     """fairseq_fixes.install runs whenever the plugin registers; each fix wraps fairseq once."""
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils, options
     from fairseq.data import data_utils
+    from fairseq.tasks.language_modeling import LanguageModelingTask
 
     from fairseq_san import fairseq_fixes
 
-    wrapped = [checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_model_ensemble_and_task,
-               checkpoint_utils.load_checkpoint, data_utils.batch_by_size]  # fmt: skip
+    def wrapped_now():
+        return [checkpoint_utils.load_checkpoint_to_cpu,
+                checkpoint_utils.load_model_ensemble_and_task, checkpoint_utils.load_checkpoint,
+                data_utils.batch_by_size, options.parse_args_and_arch,
+                LanguageModelingTask.__init__]  # fmt: skip
+
+    wrapped = wrapped_now()
     assert all(getattr(function, "wrapped_by", None) for function in wrapped)
     fairseq_fixes.install()
     fairseq_fixes.install()
-    assert [checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_model_ensemble_and_task,
-            checkpoint_utils.load_checkpoint, data_utils.batch_by_size] == wrapped  # fmt: skip
+    assert wrapped_now() == wrapped

@@ -17,11 +17,16 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
+* ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, or
+  with ``--replace-unk`` (which fairseq 0.12 cannot honour), is refused as it is parsed;
+* ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
+  above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
 from fairseq_san.fairseq_fixes import (
     clean_exit,
+    command_options,
     interactive_input,
     last_batch,
     literal_eval,
@@ -29,11 +34,12 @@ from fairseq_san.fairseq_fixes import (
     one_line_errors,
     restore_file,
     safe_loading,
+    tokens_per_sample,
 )
 
 FIXES = (
     literal_eval, safe_loading, last_batch, numpy2, interactive_input, clean_exit, restore_file,
-    one_line_errors,
+    command_options, tokens_per_sample, one_line_errors,
 )
 
 

@@ -5,7 +5,8 @@ Only the first layer of a block has query/key projections (``modules.shared_atte
 checkpoint's parameter names say its policy; AAN's gate says its decoder self-attention type. A
 model can load a checkpoint when its own policy shares at least as much (each trained block inside
 one of its blocks): the projections it no longer uses are dropped on load; a policy that shares
-less lacks trained projections. Its embeddings must have the checkpoint's vocabulary sizes.
+less lacks trained projections. Its embeddings must have the checkpoint's vocabulary sizes, and it
+must be the same kind of model (with an encoder or without: a language model).
 """
 
 import json
@@ -16,6 +17,7 @@ from torch import nn
 
 from fairseq_san import policy as san_policy
 from fairseq_san.checkpoints import VocabularyMismatch
+from fairseq_san.errors import UsageError
 
 PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
@@ -26,6 +28,14 @@ AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
 # The embeddings whose rows are the source and the target dictionary.
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+# A model with an encoder translates, one without is a language model: {has an encoder: (what it
+# is, its checkpoints, the flags that train it)}.
+MODEL_KINDS = {
+    True: ("a translation model (an encoder and a decoder)", "a translation checkpoint",
+           "--task translation_san --arch transformer_san"),
+    False: ("a language model (a decoder only)", "a language model's checkpoint",
+            "--task language_modeling_san --arch transformer_lm_san"),
+}  # fmt: skip
 
 
 def drop_unused_projections(model: nn.Module, state_dict: Dict) -> None:
@@ -39,12 +49,32 @@ def drop_unused_projections(model: nn.Module, state_dict: Dict) -> None:
 def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     """Raise a one-line error when ``model`` cannot load ``state_dict``, naming what differs.
 
-    fairseq's own errors list every missing key or mismatched shape; these say the cause: the
-    dictionaries, the decoder self-attention type, the encoder-decoder share mode or the policy.
+    fairseq's own errors list every missing key or mismatched shape; these say the cause: the kind
+    of model, the dictionaries, the decoder self-attention type, the encoder-decoder share mode or
+    the policy.
     """
+    check_checkpoint_model_kind(model, state_dict)
     check_checkpoint_vocabulary(model, state_dict)
     check_checkpoint_attention_type(model, state_dict)
     check_checkpoint_has_projections(model, state_dict)
+
+
+def has_encoder(state_dict: Dict) -> bool:
+    return any(key.startswith("encoder.") for key in state_dict)
+
+
+def check_checkpoint_model_kind(model: nn.Module, state_dict: Dict) -> None:
+    """Refuse a language model's checkpoint in a translation model, or the reverse (fairseq-train
+    --restore-file or --finetune-from-model builds the model from its own flags): its parameters
+    would read as other dictionaries, more sharing, or fairseq's "architectures match"."""
+    trained, built = has_encoder(state_dict), has_encoder(model.state_dict())
+    if trained == built:
+        return
+    (kind, _, flags), (own_kind, checkpoints, _) = MODEL_KINDS[trained], MODEL_KINDS[built]
+    raise UsageError(
+        f"the checkpoint is {kind}, and this model is {own_kind}: restore or fine-tune from "
+        f"{checkpoints}; to train the checkpoint's model on, pass {flags}"
+    )
 
 
 def check_checkpoint_vocabulary(model: nn.Module, state_dict: Dict) -> None:

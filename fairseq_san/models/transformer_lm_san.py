@@ -32,6 +32,7 @@ from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError
 from fairseq_san.models.checkpoint_policy import (
+    check_checkpoint_model_kind,
     check_checkpoint_vocabulary,
     drop_unused_projections,
     missing_projections,
@@ -146,13 +147,14 @@ def self_share_of_state_dict(state_dict: Dict, blocks: List[int]) -> str:
 
 
 def check_checkpoint_fits(model: TransformerLMSANModel, state_dict: Dict) -> None:
-    """Refuse a checkpoint of other dictionaries, or shared another way (K/V or S) or with less
-    sharing than the model.
+    """Refuse a translation model's checkpoint, one of other dictionaries, or shared another way
+    (K/V or S) or with less sharing than the model.
 
     A model can decode a checkpoint under a policy that shares more (the unused projections are
     dropped), never less, and never with the other kind of sharing: the checkpoint's following
     layers were trained without the projections that the other kind needs.
     """
+    check_checkpoint_model_kind(model, state_dict)
     check_checkpoint_vocabulary(model, state_dict)
     layers = {"decoder": len(model.decoder.layers), "encoder": 0}
     own = model.state_dict()

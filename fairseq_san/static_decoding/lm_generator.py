@@ -6,13 +6,12 @@ Per batch: the prompt's positions that every sentence has are prefilled in one p
 all their keys and values, and the log-probabilities after each prompt token, at once), then one
 step per position as in translation (``StaticSequenceGenerator``), where a longer prompt's tokens
 are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
-same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p; drawn by
-fairseq's own ``Sampling`` from torch's generator, so ``--seed`` fixes them), with fairseq's rules
-(``beam_search.py``); in
-the sliced layout done prompts leave the batch after the prefill, as in translation. With CUDA
-graphs a position after the longest prompt is one captured position (step, search, reordering),
-as in translation; a ragged prompt's forced positions and sampling, which take the host's
-position, replay the step alone.
+same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p;
+drawn by fairseq's own ``Sampling`` from torch's generator, so ``--seed`` fixes them), with
+fairseq's rules (``beam_search.py``); in the sliced layout done prompts leave the batch after the
+prefill, as in translation. With CUDA graphs a position after the longest prompt is one captured
+position (step, search, reordering), as in translation; a ragged prompt's forced positions and
+sampling, which take the host's position, replay the step alone.
 
 Caches (``caches.py``): keys and values for a layer with its own (no sharing, a block's first
 layer), values only for a SAN follower (it reuses the block's attention weights S), nothing for a
@@ -48,8 +47,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
     ) -> None:
         super().__init__(models, tgt_dict, **kwargs)
         self.step.check_prefill()  # refused here, before any batch
-        self.sampling = sampling
-        self.sampling_topk, self.sampling_topp = sampling_topk, sampling_topp
+        # fairseq's own search draws the samples; built once, every batch's search takes it
+        self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
 
     @torch.no_grad()
     def generate(
@@ -113,8 +112,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
 
     def _settings(self, max_len: int) -> SearchSettings:
         settings = super()._settings(max_len)
-        if self.sampling:
-            settings.sampling = Sampling(self.tgt_dict, self.sampling_topk, self.sampling_topp)
+        settings.sampling = self.search
         return settings
 
 

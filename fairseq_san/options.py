@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-from fairseq_san.policy import KINDS
+from fairseq_san.policy import KIND_TABLE, KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def option_field(option: Option, help: str = ""):
 POLICY_OPTIONS = {
     kind: Option(
         f"san_{kind}_policy",
-        f"block sizes for {kind.replace('_', ' ')} attention, bottom-up, e.g. 1,5 "
+        f"block sizes for {KIND_TABLE[kind].title}, bottom-up, e.g. 1,5 "
         "(wins over --san-policy)",
         metavar="SIZES",
     )

@@ -20,6 +20,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
     KINDS,
@@ -40,7 +41,7 @@ from fairseq_san.policy import (
 )
 
 
-# What a kind's theta flag (``theta_flag``) says beyond the threshold, where it says more than
+# What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required (every model has it).
 THETA_FLAG = {"help": "default: not shared"}
 THETA_FLAGS = {
@@ -49,17 +50,12 @@ THETA_FLAGS = {
 }
 
 
-def theta_flag(kind: str) -> str:
-    """The command-line flag of a kind's threshold: ``--theta-decoder-self`` for decoder_self."""
-    return "--theta-" + kind.replace("_", "-")
-
-
 def add_theta_flags(parser: argparse.ArgumentParser) -> None:
     """One threshold flag per attention kind (``KIND_TABLE``), in [0, ln 2]."""
     for kind in KINDS:
         options = dict(THETA_FLAGS.get(kind, THETA_FLAG))
         options["help"] = f"threshold for {KIND_TABLE[kind].title}, in [0, ln 2]; {options['help']}"
-        parser.add_argument(theta_flag(kind), type=float, metavar="T", **options)
+        parser.add_argument(flag_of(f"theta_{kind}"), type=float, metavar="T", **options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # theta_flag's value
+    thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # add_theta_flags' values
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
     try:

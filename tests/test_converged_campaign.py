@@ -16,7 +16,6 @@ import gzip
 import hashlib
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from paper import PAPER_JS
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
 sys.path.insert(0, str(CAMPAIGN))
 from helpers import PREPARE, prepare_env, run_script, snapshot, write_fake_multi30k
+from campaign_run import preset_args
 
 RUN = REPO / "docs" / "results" / "converged" / "run.sh"
 PRESET = REPO / "examples" / "presets" / "gpu-converge.args"
@@ -44,12 +44,6 @@ TINY_TRAIN = (
     "--validate-interval-updates 5 --save-interval-updates 5 --max-update 20 --log-interval 5"
 )
 TEST_SETS = ["test_2016_flickr", "test_2017_flickr"]
-
-
-def preset_args(path: Path = PRESET) -> List[str]:
-    """The preset's arguments, as run.sh reads them (``#`` starts a comment)."""
-    text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
-    return shlex.split(text)
 
 
 def campaign(slice_name: str, *args: str, env: Dict[str, str], timeout: int = 600) -> str:
@@ -87,7 +81,7 @@ def test_preset_is_the_measured_recipe_with_one_stopping_rule():
 
     args = options.parse_args_and_arch(
         options.get_training_parser(),
-        ["data", "--task", "translation", "--arch", "transformer", *preset_args()],
+        ["data", "--task", "translation", "--arch", "transformer", *preset_args(str(PRESET))],
     )
     assert args.fp16 and args.max_tokens == 8192 and args.lr == [1e-3]
     assert args.warmup_updates == 500
@@ -121,7 +115,7 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
     assert snapshot(REPO / "docs" / "results") == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["shared"]
 
-    preset = preset_args()
+    preset = preset_args(str(PRESET))
     for name, output in outputs.items():
         caps, budgets = set(), set()
         for words in printed_commands(output, "learn_to_share.sh"):
@@ -861,7 +855,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     prepared = run_script(PREPARE, "en", "de", str(data), env=prepare_env(raw))
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     cpu_preset = root / "cpu.args"  # the GPU preset without --fp16; TINY_TRAIN makes it small
-    cpu_preset.write_text("\n".join(a for a in preset_args() if a != "--fp16") + "\n")
+    cpu_preset.write_text("\n".join(a for a in preset_args(str(PRESET)) if a != "--fp16") + "\n")
     heldout = root / "shared" / "heldout"
     heldout.mkdir(parents=True)
     (heldout / "test_2018_flickr.en").write_text("a man rides a bike .\ntwo dogs play .\nred car\n")

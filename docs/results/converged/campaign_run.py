@@ -715,6 +715,8 @@ def main(argv: List[str]) -> int:
         print(f"run.sh: {what} ({USAGE})", file=sys.stderr)
         return 2
     settings = Settings.from_environment(name, dry_run=bool(rest), run_sh=run_sh)
+    # examples/multi30k/test_bleu.sh reads its batch size from the environment
+    os.environ["DECODE_BATCH_SIZE"] = str(settings.decode_batch_size)
     run = Slice(settings)
     run.makedirs(settings.runs)
     run.makedirs(settings.out)

@@ -16,5 +16,4 @@ HERE=$(dirname "${BASH_SOURCE[0]}")
 # older than the tree the device tool sent, and fairseq-san-* would import it.
 export PYTHONPATH="$(cd "$HERE/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-export DECODE_BATCH_SIZE=${DECODE_BATCH_SIZE:-128}  # examples/multi30k/test_bleu.sh reads it
 exec python "$HERE/campaign_run.py" "${BASH_SOURCE[0]}" "$@"

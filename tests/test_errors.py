@@ -981,14 +981,25 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "--replace-unk does not work in fairseq 0.12: its generators return no per-word"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--replace-unk", "align.txt"],
          "--replace-unk does not work in fairseq 0.12"),
+        ("get_validation_parser",
+         ["data", "--task", "translation", "--path", "c.pt", "--san-analysis-dir", "js"],
+         "fairseq-x --task translation has no option --san-analysis-dir: it is an option of "
+         "--task language_modeling_san or --task translation_san"),
+        ("get_training_parser",
+         ["data", "--task", "translation", "--arch", "transformer", "--san-decoder-self-policy=6"],
+         "fairseq-x --arch transformer has no option --san-decoder-self-policy: it is an option "
+         "of --arch transformer_san or --arch transformer_lm_san"),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
+        ("get_validation_parser",
+         ["data", "--task", "translation_san", "--path", "c.pt", "--san-analysis-dir", "js"], None),
     ],
 )  # fmt: skip
 def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     """fairseq's own failures: a bare RuntimeError (no --arch), KeyError: None (validate without
     --task), a TypeError at loading (no --path), a file '@@ ' or an IndexError at the first <unk>
-    (--replace-unk)."""
+    (--replace-unk); argparse's usage and "unrecognized arguments" for a plugin option under a
+    task or model without it."""
     from fairseq import options
 
     from fairseq_san.errors import UsageError
@@ -1003,11 +1014,24 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     assert str(error.value).startswith(said), str(error.value)
 
 
+def test_an_unknown_option_that_is_not_the_plugins_is_left_to_argparse(capsys):
+    """Only the plugin's options are named with their tasks or models: any other unknown option
+    gets argparse's own usage and exit status 2, as without the plugin."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    with pytest.raises(SystemExit) as exit:
+        options.parse_args_and_arch(parser, ["data", "--arch", "transformer", "--bogus", "1"])
+    assert exit.value.code == 2
+    assert "error: unrecognized arguments: --bogus 1" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_commands_without_an_option_they_need_are_one_line(binarized_corpus, tmp_path):
     """Through fairseq's commands, which load the plugin (--user-dir) before they parse: a failure
-    of fairseq's parser (train, validate) and a check of what it parsed (interactive), side by
-    side; each stops as it parses, before a checkpoint is read."""
+    of fairseq's parser (train, validate), a check of what it parsed (interactive) and a plugin
+    option under fairseq's own task (generate), side by side; each stops as it parses, before a
+    checkpoint is read."""
     data, checkpoint = str(binarized_corpus), str(tmp_path / "checkpoint_best.pt")
     commands = {
         "fairseq-train": ([data, "--task", "translation_san", "--optimizer", "adam"],
@@ -1015,6 +1039,10 @@ def test_commands_without_an_option_they_need_are_one_line(binarized_corpus, tmp
         "fairseq-validate": ([data, "--path", checkpoint, "--san-analysis-dir", str(tmp_path)],
                              "fairseq-validate needs --task"),
         "fairseq-interactive": ([data], "fairseq-interactive needs --path"),
+        "fairseq-generate": (
+            [data, "--task", "translation", "--path", checkpoint, "--san-decoding", "static"],
+            "fairseq-generate --task translation has no option --san-decoding",
+        ),
     }  # fmt: skip
     processes = {
         command: subprocess.Popen(

@@ -17,8 +17,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
-* ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, or
-  with ``--replace-unk`` (which fairseq 0.12 cannot honour), is refused as it is parsed;
+* ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
+  ``--replace-unk`` (which fairseq 0.12 cannot honour), or with a plugin option that its task or
+  model does not have, is refused as it is parsed;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.

@@ -15,6 +15,10 @@ holds ``<unk>`` fails in ``fairseq.utils.replace_unk``, which indexes a per-word
 fairseq's generators return empty (``--print-alignment``: as pairs), whatever the model; on
 binarized data fairseq-generate first asserts ``--dataset-impl raw``, which leads to the same.
 
+A plugin option given to a task or model that does not have it (``fairseq-validate --task
+translation --san-analysis-dir DIR``) got argparse's usage text and "unrecognized arguments"; it
+is now one line naming the plugin's tasks or models that have the option.
+
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
 """
@@ -54,6 +58,42 @@ def missing_to_parse(
     return None
 
 
+def plugin_owners(flag: str) -> List[str]:
+    """The plugin's tasks and models that add ``flag`` to a parser, as ``--task NAME`` and
+    ``--arch NAME`` (registered models, not their size variants)."""
+    from fairseq.models import MODEL_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+
+    owners = []
+    for option, registry in (("--task", TASK_REGISTRY), ("--arch", MODEL_REGISTRY)):
+        for name, cls in registry.items():
+            if cls.__module__.startswith("fairseq_san."):
+                probe = argparse.ArgumentParser(add_help=False)
+                cls.add_args(probe)
+                if flag in probe._option_string_actions:
+                    owners.append(f"{option} {name}")
+    return owners
+
+
+def refuse_unrecognized(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: List[str]
+) -> None:
+    """What argparse does with ``extra`` (arguments no option took), except that a plugin option
+    is a UsageError naming the plugin's tasks or models that have it."""
+    for argument in extra:
+        flag = argument.split("=", 1)[0]
+        owners = plugin_owners(flag) if flag.startswith("--san-") else []
+        if owners:
+            option = owners[0].split()[0]  # --task or --arch
+            here = f"{option} {getattr(args, option[2:], None)}"
+            raise UsageError(
+                f"{parser.prog} {here} has no option {flag}: it is an option of "
+                f"{' or '.join(owners)}"
+            )
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
 def check_parsed(args: argparse.Namespace, command: str) -> None:
     """Refuse parsed arguments without the ``--path`` the command loads, or with
     ``--replace-unk``."""
@@ -64,12 +104,19 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:
-    """fairseq's parser, refusing what ``missing_to_parse`` and ``check_parsed`` find."""
+    """fairseq's parser, refusing what ``missing_to_parse``, ``refuse_unrecognized`` and
+    ``check_parsed`` find."""
 
     @functools.wraps(parse_args_and_arch)
-    def wrapper(parser, input_args=None, *args, **kwargs):
+    def wrapper(
+        parser, input_args=None, parse_known=False, suppress_defaults=False, modify_parser=None
+    ):
+        # A strict parse runs as a known-args one, so that refuse_unrecognized sees the rest.
+        strict = not parse_known and not suppress_defaults
         try:
-            parsed = parse_args_and_arch(parser, input_args, *args, **kwargs)
+            parsed = parse_args_and_arch(
+                parser, input_args, parse_known or strict, suppress_defaults, modify_parser
+            )
         except Exception:
             dest = missing_to_parse(parser, input_args)
             if dest is not None:
@@ -77,6 +124,9 @@ def _checking(parse_args_and_arch: Callable) -> Callable:
                     f"{parser.prog} needs {flag_of(dest)}: {NEEDED_TO_PARSE[dest]}"
                 ) from None
             raise
+        if strict:
+            parsed, extra = parsed
+            refuse_unrecognized(parser, parsed, extra)
         check_parsed(parsed[0] if isinstance(parsed, tuple) else parsed, parser.prog)
         return parsed
 

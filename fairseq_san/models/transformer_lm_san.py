@@ -27,6 +27,7 @@ from fairseq.models.transformer_lm import (
     TransformerLanguageModelConfig,
     base_lm_architecture,
 )
+from torch import Tensor
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
@@ -92,7 +93,9 @@ class TransformerLMSANModel(TransformerLanguageModel):
         super().set_num_updates(num_updates)
         self.num_updates = num_updates
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+    def load_state_dict(
+        self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
+    ):
         """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
         that shares otherwise (less, or K/V instead of S) is refused in one line."""
         check_checkpoint_fits(self, state_dict)

@@ -78,7 +78,12 @@ class KVLeaderAttention(_KVAttention):
 
     role = AttentionRole.LEADER
 
-    def _keys_values(self, query, key_padding_mask, incremental_state):
+    def _keys_values(
+        self,
+        query: Tensor,
+        key_padding_mask: Optional[Tensor],
+        incremental_state: Optional[IncrementalState],
+    ) -> KeysValues:
         keys = self._split_heads(self.k_proj(query))
         values = self._split_heads(self.v_proj(query))
         padding = key_padding_mask
@@ -112,5 +117,10 @@ class KVFollowerAttention(_KVAttention):
 
     DROPPED = ("k_proj", "v_proj")
 
-    def _keys_values(self, query, key_padding_mask, incremental_state):
+    def _keys_values(
+        self,
+        query: Tensor,
+        key_padding_mask: Optional[Tensor],
+        incremental_state: Optional[IncrementalState],
+    ) -> KeysValues:
         return self.block.read(release=self.releases_block)

@@ -243,7 +243,15 @@ class SharedWeightsAttention(_FollowerAttention):
     DROPPED = ("q_proj", "k_proj")
     role = AttentionRole.WEIGHTS
 
-    def _context(self, weights, context, query, value, incremental_state, static_kv):
+    def _context(
+        self,
+        weights: Tensor,
+        context: Tensor,
+        query: Tensor,
+        value: Optional[Tensor],
+        incremental_state: Optional[IncrementalState],
+        static_kv: bool,
+    ) -> Tensor:
         source = query if self.self_attention else self._one_per_sentence(value, query.size(1))
         values = self._values(source, incremental_state, static_kv)
         return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
@@ -278,5 +286,13 @@ class SharedContextAttention(_FollowerAttention):
     DROPPED = ("q_proj", "k_proj", "v_proj")
     role = AttentionRole.CONTEXT
 
-    def _context(self, weights, context, query, value, incremental_state, static_kv):
+    def _context(
+        self,
+        weights: Tensor,
+        context: Tensor,
+        query: Tensor,
+        value: Optional[Tensor],
+        incremental_state: Optional[IncrementalState],
+        static_kv: bool,
+    ) -> Tensor:
         return context

@@ -107,7 +107,7 @@ class DecodingTask:
                     f"or drop {option.flag}"
                 )
 
-    def decoding_option(self, args, option: options.Option):
+    def decoding_option(self, args, option: options.Option) -> object:
         """``option`` of the generation options, else of the task's config, else its default (a
         task built from a checkpoint saved before the option existed, by the hub, lacks it)."""
         value = getattr(args, option.name, None)

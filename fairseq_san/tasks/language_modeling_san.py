@@ -15,7 +15,7 @@ before decoding.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
@@ -73,7 +73,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 f"most {positions - 2} tokens"
             )
 
-    def build_dataset_for_inference(self, src_tokens, src_lengths, **kwargs):
+    def build_dataset_for_inference(
+        self, src_tokens: List[Tensor], src_lengths: List[int], **kwargs
+    ):
         """fairseq-interactive's and the hub's prompts, checked (``check_prompt``) without the
         end-of-sentence token that fairseq strips from them."""
         eos = self.source_dictionary.eos()
@@ -81,7 +83,14 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
             self.check_prompt(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
         return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
 
-    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+    def inference_step(
+        self,
+        generator,
+        models: List[nn.Module],
+        sample: Dict,
+        prefix_tokens: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+    ):
         """fairseq's, after ``check_prompt`` (the batch's width counts the start token)."""
         self.check_prompt(sample["net_input"]["src_tokens"].size(1) - 1)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)

@@ -950,6 +950,36 @@ def test_precision_table_drives_the_help_and_the_devices():
         check_device("int8", torch.device("cuda"))
 
 
+@pytest.mark.parametrize("kernels", [True, False])
+def test_bfloat16_on_a_cpu_without_its_kernels_is_a_warning(monkeypatch, caplog, kernels):
+    """Without oneDNN's bfloat16 kernels (a CPU without AVX-512) every bfloat16 row logs that it
+    is slower than fp32 there, and names the faster ones; fp32 and int8 never warn, nor does a
+    GPU, nor bfloat16 where the kernels are."""
+    from fairseq_san.static_decoding import precision as precisions
+
+    monkeypatch.setattr(precisions, "can_pack", lambda device, dtype: kernels)
+    for name, row in precisions.PRECISIONS.items():
+        for device in ("cpu", "cuda"):
+            caplog.clear()
+            precisions.warn_if_slower_than_fp32(name, torch.device(device))
+            warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            expected = row.peak == "bf16" and device == "cpu" and not kernels
+            assert len(warned) == expected, (name, device, warned)
+            if expected:
+                assert warned[0].startswith(f"--san-decoder-precision {name} on a CPU without")
+                assert warned[0].endswith("--san-decoder-precision int8 or fp32 decode faster")
+
+
+def test_a_bfloat16_generator_warns_where_this_cpu_lacks_the_kernels(caplog):
+    """The generator checks the machine it runs on (the warning's own cases: the test above)."""
+    from fairseq_san.static_decoding.precision import can_pack
+
+    model = build([], dictionary=DICTIONARY)[0]
+    StaticSequenceGenerator([model], DICTIONARY, beam_size=2, precision="bf16")
+    warned = [r for r in caplog.records if "on a CPU without bfloat16 kernels" in r.getMessage()]
+    assert len(warned) == (not can_pack(torch.device("cpu"), torch.bfloat16))
+
+
 def test_reduced_precision_of_a_model_not_in_float32_names_the_way_out():
     model = build([], dictionary=DICTIONARY)[0].to(torch.bfloat16)
     way_out = "--san-decoder-precision fp32 decodes it in its own precision"

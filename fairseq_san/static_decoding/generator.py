@@ -34,7 +34,12 @@ from fairseq_san.static_decoding.graphs import (
     GraphedStep,
     capture_cuda_graph,
 )
-from fairseq_san.static_decoding.precision import apply_precision, check_device, convert_encoder
+from fairseq_san.static_decoding.precision import (
+    apply_precision,
+    check_device,
+    convert_encoder,
+    warn_if_slower_than_fp32,
+)
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
 # Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
@@ -97,6 +102,7 @@ class StaticSequenceGenerator(nn.Module):
         self.model.eval()
         device = next(self.model.parameters()).device
         check_device(precision, device)
+        warn_if_slower_than_fp32(precision, device)
         self.execution = execution_for(execution, device)
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack

@@ -10,7 +10,9 @@ static decoder from 1.16x to 1.50-1.54x fairseq's speed (docs/results/cpu-yardst
 Precisions are the rows of ``PRECISIONS`` (what the step, ``--san-decoder-precision``'s help,
 the benchmark and its step timer read): attention, layer norms, residuals and caches stay
 float32 except in ``bf16-full``. bfloat16 products use AVX512-BF16 or AMX where the processor has
-them; int8 is torch's dynamic quantization (VNNI). ``bf16-fp32-logits`` exists because the
+them; int8 is torch's dynamic quantization (VNNI). A CPU without AVX-512 has no oneDNN bfloat16
+kernels: torch's generic ones there are several times slower than fp32, so the bfloat16 rows
+log a warning (``warn_if_slower_than_fp32``; measured: docs/results/cpu-yardstick/avx2-2026-11-28). ``bf16-fp32-logits`` exists because the
 logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
 hypothesis of many sentences (measured: docs/results/cpu-yardstick).
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 import copy
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +35,7 @@ from torch import Tensor, nn
 
 from fairseq_san.static_decoding.errors import StaticDecoderError
 
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,21 @@ def check_device(precision: str, device: torch.device) -> None:
         raise StaticDecoderError(
             f"--san-decoder-precision {precision} {on} ({only} only)",
             f"choose --san-decoder-precision {' or '.join(here)} {on}",
+        )
+
+
+def warn_if_slower_than_fp32(precision: str, device: torch.device) -> None:
+    """Log a warning where a bfloat16 precision runs on a CPU without oneDNN's bfloat16 kernels
+    (see module doc): the user asked for speed and would get a slower decoder."""
+    row = PRECISIONS.get(str(precision))
+    if row is None or row.peak != "bf16" or device.type != "cpu":
+        return
+    if not can_pack(device, torch.bfloat16):
+        capability = torch.backends.cpu.get_cpu_capability()
+        logger.warning(
+            f"--san-decoder-precision {precision} on a CPU without bfloat16 kernels (torch's "
+            f"CPU capability: {capability}; oneDNN's need AVX-512 or AMX): its products run "
+            "slower than at fp32 here; --san-decoder-precision int8 or fp32 decode faster"
         )
 
 

@@ -12,8 +12,9 @@ the benchmark and its step timer read): attention, layer norms, residuals and ca
 float32 except in ``bf16-full``. bfloat16 products use AVX512-BF16 or AMX where the processor has
 them; int8 is torch's dynamic quantization (VNNI). A CPU without AVX-512 has no oneDNN bfloat16
 kernels: torch's generic ones there are several times slower than fp32, so the bfloat16 rows
-log a warning (``warn_if_slower_than_fp32``; measured: docs/results/cpu-yardstick/avx2-2026-11-28). ``bf16-fp32-logits`` exists because the
-logits decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
+log a warning (``warn_if_slower_than_fp32``; measured:
+docs/results/cpu-yardstick/avx2-2026-11-28). ``bf16-fp32-logits`` exists because the logits
+decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
 hypothesis of many sentences (measured: docs/results/cpu-yardstick).
 
 A reduced precision also applies to the encoder's linear layers (``convert_encoder``), on a copy:

@@ -64,7 +64,8 @@ if [ "${SPEED:-1}" = 1 ]; then
   if [ "${BF16:-1}" = 1 ]; then
     BF16_ROWS=(--system "san-6-6-static-bf16=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16\"}"
                --system "san-6-6-static-bf16-fp32-logits=$SAN:{$STATIC, $LOGITS32}")
-    BF16_FULL=(--system "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}")
+    BF16_FULL=(--system
+               "san-6-6-static-bf16-full=$SAN:{$STATIC, \"san_decoder_precision\": \"bf16-full\"}")
   fi
   bench all --system "san-6-6=$SAN" \
     --system "baseline-static=$BASE:{$STATIC}" \

@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup test test-fast demo clean-venv
 
+# pytest-xdist workers for the tests: one per core (auto); 0 runs them in pytest's own process.
+# Tests run by module (--dist loadscope) so that a module's fixtures are built once.
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 setup: $(STAMP)
 
 # TORCH picks the torch build, installed first (a plain `torch` from PyPI is the multi-GB CUDA
@@ -21,7 +26,7 @@ $(error TORCH must be cpu, cuda or none, not '$(TORCH)')
 endif
 
 # ctranslate2 is optional (the benchmark's context row); installed here so that the tests run it.
-$(STAMP): setup.py
+$(STAMP): setup.py Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS_$(TORCH)) $(VENV)
 ifeq ($(TORCH),none)
 	$(BIN)/python -c 'import torch' || { echo "make setup TORCH=none: $(PYTHON) has no torch; use TORCH=cpu or TORCH=cuda" >&2; exit 1; }
@@ -29,16 +34,16 @@ else
 	$(BIN)/pip install --quiet $(TORCH_PIP_$(TORCH))
 endif
 	$(BIN)/pip install --quiet fairseq-fixed==0.12.3.1 sacrebleu sentencepiece numpy matplotlib tqdm pytest \
-		'ctranslate2>=4'
+		pytest-xdist 'ctranslate2>=4'
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
 
 # The inner loop: everything but the end-to-end tests marked slow (see tests/conftest.py).
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 demo: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash examples/demo.sh

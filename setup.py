@@ -23,7 +23,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "pytest-xdist"],
         # the benchmark's context row: the baseline converted to CTranslate2
         "ctranslate2": ["ctranslate2>=4"],
     },

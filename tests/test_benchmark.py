@@ -497,7 +497,7 @@ def test_step_timer_profile_sets_each_step_against_its_bound(capsys):
           "--source-length", "3", "--rounds", "1", "--threads", "1", "--decoders", "fairseq",
           "--profile"])  # fmt: skip
     pattern = re.compile(r"^(\S+) fairseq: bound ([\d.]+) GFLOP at ([\d,]+) GFLOP/s, ([\d.]+) MB of "
-                         r"decoder weights at ([\d,]+) GB/s: ([\d.]+) ms per position; the timed "
+                         r"decoder weights at ([\d,.]+) GB/s: ([\d.]+) ms per position; the timed "
                          r"step ([\d.]+) ms, ([\d.]+)x the bound$")  # fmt: skip
     found = {m[1]: [float(x.replace(",", "")) for x in m.groups()[1:]]
              for m in map(pattern.match, capsys.readouterr().out.splitlines()) if m}  # fmt: skip

@@ -133,7 +133,7 @@ class PositionBound:
     def describe(self) -> str:
         peak = f"{self.peak_gflops:,.0f} GFLOP/s" if self.peak_gflops else "no measured peak"
         return (f"{self.gflop:.3f} GFLOP at {peak}, {self.weight_mb:.1f} MB of decoder weights at "
-                f"{self.bandwidth_gbs:,.0f} GB/s: {self.ms:.4f} ms")  # fmt: skip
+                f"{self.bandwidth_gbs:,.1f} GB/s: {self.ms:.4f} ms")  # fmt: skip
 
 
 def position_bound(

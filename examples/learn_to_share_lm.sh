@@ -10,46 +10,31 @@
 #
 #   examples/learn_to_share_lm.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
-#   --arch A             model architecture (transformer_lm_san_small)
-#   --theta-self T       theta for decoder self-attention (0.4)
-#   --self-share S       what a block's following layers share: weights (SAN) or kv (CLA)
-#   --max-iterations K   stop after K trained iterations even if the policy still changes (3)
-#   --extend             allow a re-run to change --max-iterations (the only option it may change)
-# Everything after -- goes to fairseq-train (and wins over the defaults below).
+# The options, with their defaults: examples/learn_to_share_lm.sh --help (one list, in
+# fairseq_san/loop/recipe_options.py). Everything after -- goes to fairseq-train (and wins over the
+# defaults below).
 set -euo pipefail
 
-ARCH=transformer_lm_san_small THETA_SELF=0.4 SELF_SHARE=weights MAX_ITERATIONS=3 DATA="" RUN=""
-FLAGS=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --data) DATA=$2; shift 2 ;;
-    --run-dir) RUN=$2; shift 2 ;;
-    --arch) ARCH=$2; shift 2 ;;
-    --theta-self) THETA_SELF=$2; shift 2 ;;
-    --self-share) SELF_SHARE=$2; shift 2 ;;
-    --max-iterations) MAX_ITERATIONS=$2; shift 2 ;;
-    --extend) FLAGS+=(--extend); shift ;;
-    --) shift; break ;;
-    *) echo "learn_to_share_lm.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
-  esac
-done
-[ -n "$DATA" ] && [ -n "$RUN" ] || { echo "learn_to_share_lm.sh: --data and --run-dir are required" >&2; exit 2; }
+# ARCH, THETA_SELF, SELF_SHARE, ... (one per option), START_OPTIONS (what RUN_DIR/run.json
+# records); "$@" becomes the fairseq-train arguments. A bad option stops here, in one line.
+OPTIONS=$(fairseq-san-loop options learn_to_share_lm.sh "$@")
+eval "$OPTIONS"
 
 # One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
 # this script and the last of them (fairseq-train too) end. Missing data stops before RUN exists.
-fairseq-san-loop start "$RUN" --lm --data="$DATA" --check-inputs
-mkdir -p "$RUN" && exec 9>>"$RUN/.lock"
-# Locks RUN; checks RUN/run.json; records the options, creates RUN/iter0 with P_0.
-fairseq-san-loop start "$RUN" --lm --data="$DATA" --arch="$ARCH" --theta-self="$THETA_SELF" \
-  --self-share="$SELF_SHARE" --max-iterations="$MAX_ITERATIONS" --lock-fd 9 "${FLAGS[@]}" -- "$@"
+fairseq-san-loop start "$RUN_DIR" --lm --data="$DATA" --check-inputs
+mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
+# Locks RUN_DIR; checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
+fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --lock-fd 9 -- "$@"
 
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 LM=(--task language_modeling_san --sample-break-mode eos)
 
 for ((k = 0; k < MAX_ITERATIONS; k++)); do
-  dir=$RUN/iter$k next=$RUN/iter$((k + 1)) ckpt=$RUN/iter$k/checkpoints/checkpoint_best.pt
+  dir=$RUN_DIR/iter$k next=$RUN_DIR/iter$((k + 1))
+  ckpt=$dir/checkpoints/checkpoint_best.pt
   echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-  ln -sfn "iter$k" "$RUN/last"
+  ln -sfn "iter$k" "$RUN_DIR/last"
   if [ ! -f "$dir/trained" ]; then
     fairseq-train "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
       --san-policy "$dir/policy.json" --san-self-share "$SELF_SHARE" \
@@ -68,8 +53,8 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
   [ -f "$next/policy.json" ] || fairseq-san-policy "$dir/analysis/js.json" \
     --theta-decoder-self "$THETA_SELF" -o "$next/policy.json"
   status=0
-  fairseq-san-loop settled "$RUN" "$k" || status=$?  # exit 0: it says why the loop stops
+  fairseq-san-loop settled "$RUN_DIR" "$k" || status=$?  # exit 0: it says why the loop stops
   [ "$status" -le 1 ] || exit "$status"
   [ "$status" = 1 ] || break
 done
-fairseq-san-loop summary "$RUN"
+fairseq-san-loop summary "$RUN_DIR"

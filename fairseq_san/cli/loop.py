@@ -8,6 +8,8 @@
   learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes;
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
   training time) as ``RUN_DIR/loop.md``, also printed (``fairseq_san.loop.summary``);
+* ``options RECIPE ARGS...``: the recipe's command line parsed with its option list, printed as
+  shell assignments for the recipe to eval (``fairseq_san.loop.recipe_options``);
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
   (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
   before anything runs (see ``fairseq_san.loop.run_record``).
@@ -29,6 +31,12 @@ from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
+from fairseq_san.loop.recipe_options import (
+    LOOP,
+    RECIPE_OPTIONS,
+    recorded_options,
+    shell_assignments,
+)
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.loop.summary import write_summary
@@ -40,14 +48,12 @@ def same_policy(first: str, second: str) -> bool:
     return load_policy(first) == load_policy(second)
 
 
-# learn_to_share.sh's options that make a run what it is, as it spells them; paths are absolute.
-RUN_OPTIONS = (
-    "--data", "--valid-ref", "--arch", "--theta-self", "--theta-encdec", "--theta-encoder",
-    "--updates", "--max-iterations", "--warm-start", "--warm-updates", "--cpu-ranks",
-    "--launcher", "--post-process",
-)  # fmt: skip
-# A language model's loop (learn_to_share_lm.sh, --lm) records these, besides the shared ones.
-LM_RUN_OPTIONS = ("--self-share",)
+# The recipes' options that make a run what it is, as they spell them; paths are absolute. A
+# language model's loop (learn_to_share_lm.sh, --lm) records its own besides the shared ones.
+RUN_OPTIONS = tuple(option.flag for option in RECIPE_OPTIONS[LOOP] if option.recorded)
+LM_RUN_OPTIONS = tuple(
+    option.flag for option in recorded_options() if option.flag not in RUN_OPTIONS
+)
 
 
 def add_start_parser(commands) -> None:
@@ -55,11 +61,11 @@ def add_start_parser(commands) -> None:
         "start", help="check the inputs and RUN_DIR/run.json, record the options (-- TRAIN_ARGS)"
     )
     start.add_argument("run_dir")
-    for option in RUN_OPTIONS + LM_RUN_OPTIONS:
-        if option == "--warm-start":
-            start.add_argument(option, action="store_true")
+    for option in recorded_options():
+        if not option.metavar:
+            start.add_argument(option.flag, action="store_true")
         else:
-            start.add_argument(option, default="", help="empty: not set")
+            start.add_argument(option.flag, default="", help="empty: not set")
     start.add_argument("--lm", action="store_true",
                        help="a language model's run (learn_to_share_lm.sh): no --valid-ref")
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
@@ -157,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")
     summary.set_defaults(run=run_summary)
+    # Only its errors reach argparse: main hands a recipe's whole command line to the recipe's own.
+    recipe = commands.add_parser("options", help="a recipe's command line as shell assignments")
+    recipe.add_argument("recipe", choices=list(RECIPE_OPTIONS))
+    recipe.add_argument("args", nargs=argparse.REMAINDER, help="the recipe's arguments")
     add_start_parser(commands)
     key = commands.add_parser("decode-key", help="print what a decoded split was made from")
     key.add_argument("checkpoint")
@@ -185,6 +195,9 @@ PASS_THROUGH = ("start", "decode-key")
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["options"] and argv[1:2] and argv[1] in RECIPE_OPTIONS:
+        print(shell_assignments(argv[1], argv[2:]), end="")  # its whole command line, -- and all
+        return 0
     after: List[str] = []
     if argv[:1] and argv[0] in PASS_THROUGH and "--" in argv:
         argv, after = argv[: argv.index("--")], argv[argv.index("--") + 1 :]

@@ -1,0 +1,200 @@
+"""The learn-to-share recipes' options: one list per recipe, parsed here for the shell.
+
+``examples/learn_to_share.sh`` and ``examples/learn_to_share_lm.sh`` hand their command line to
+``fairseq-san-loop options RECIPE ARGS...``, which parses it with the recipe's list below and
+prints shell assignments for the recipe to ``eval``: one variable per option (``--theta-self``
+is ``THETA_SELF``; a switch is 1 or 0), ``START_OPTIONS``, the options that make a run what it
+is, as ``fairseq-san-loop start`` records them in ``RUN/run.json`` (``recorded``), and ``set --``
+with the fairseq-train arguments after ``--``. The same list gives ``RECIPE --help`` and the
+options ``start`` accepts, so an option is added in one place.
+"""
+
+import argparse
+import glob
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, NoReturn, Sequence, Tuple
+
+LOOP = "learn_to_share.sh"
+LM_LOOP = "learn_to_share_lm.sh"
+
+
+@dataclass(frozen=True)
+class RecipeOption:
+    """One option of a recipe: ``metavar`` empty for a switch; ``recorded`` when it makes a run
+    what it is (a re-run may not change it: ``fairseq_san.loop.run_record``)."""
+
+    flag: str
+    default: str
+    help: str
+    metavar: str = ""
+    recorded: bool = True
+
+    @property
+    def variable(self) -> str:
+        """The recipe's shell variable: ``--theta-self`` -> ``THETA_SELF``."""
+        return self.flag[2:].upper().replace("-", "_")
+
+
+REQUIRED = ("--data", "--run-dir")
+# fairseq-san-loop start's own switches, passed on when set (not recorded: they change no result).
+START_SWITCHES = ("--extend", "--dry-run")
+
+
+def _required(flag: str, metavar: str, help: str) -> RecipeOption:
+    return RecipeOption(flag, "", help, metavar, recorded=flag == "--data")
+
+
+def _switch(flag: str, help: str, recorded: bool = False) -> RecipeOption:
+    return RecipeOption(flag, "0", help, recorded=recorded)
+
+
+EXTEND = _switch("--extend", "allow a re-run to change --max-iterations (the only option it may "
+                 "change)")  # fmt: skip
+MAX_ITERATIONS = RecipeOption("--max-iterations", "3", "stop after K trained iterations even if "
+                              "the policy still changes", "K")  # fmt: skip
+THETA_SELF = RecipeOption("--theta-self", "0.4", "theta for decoder self-attention", "T")
+
+RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
+    LOOP: (
+        _required("--data", "DATA", "the binarized data (examples/multi30k/prepare.sh)"),
+        _required("--run-dir", "RUN", "where the loop's iterations are written; resumed if it "
+                  "exists"),  # fmt: skip
+        RecipeOption("--valid-ref", "", "raw validation references (default: "
+                     "DATA/text/valid.raw.TGT)", "FILE"),  # fmt: skip
+        RecipeOption("--arch", "transformer_san_small", "model architecture", "A"),
+        THETA_SELF,
+        RecipeOption("--theta-encdec", "0.5", "theta for encoder-decoder attention", "T"),
+        RecipeOption("--theta-encoder", "", "theta for encoder self-attention (unset: the encoder "
+                     "is not shared)", "T"),  # fmt: skip
+        RecipeOption("--updates", "3000", "training updates per iteration", "N"),
+        MAX_ITERATIONS,
+        _switch("--warm-start", "iteration k+1 starts from iteration k's model, unused "
+                "projections dropped", recorded=True),  # fmt: skip
+        RecipeOption("--warm-updates", "", "updates of a warm-started iteration (default: "
+                     "updates / 2)", "N"),  # fmt: skip
+        RecipeOption("--cpu-ranks", "0", "train with N CPU processes, one per rank (gloo, "
+                     "legacy_ddp)", "N"),  # fmt: skip
+        RecipeOption("--launcher", "", "prefix for fairseq-train, e.g. \"torchrun "
+                     "--nproc_per_node 8\"", "CMD"),  # fmt: skip
+        RecipeOption("--post-process", "sentencepiece", "how fairseq-generate detokenizes, e.g. "
+                     "subword_nmt", "P"),  # fmt: skip
+        RecipeOption("--decode-batch-size", "16", "sentences per batch of the validation BLEU's "
+                     "decoding (on a GPU, 128 takes about an eighth of the time)", "N",
+                     recorded=False),  # fmt: skip
+        EXTEND,
+        _switch("--dry-run", "print the commands of the first iteration instead of running "
+                "them; writes nothing"),  # fmt: skip
+    ),
+    LM_LOOP: (
+        _required("--data", "DATA", "the binarized text (examples/lm/prepare.sh)"),
+        _required("--run-dir", "RUN", "where the loop's iterations are written; resumed if it "
+                  "exists"),  # fmt: skip
+        RecipeOption("--arch", "transformer_lm_san_small", "model architecture", "A"),
+        THETA_SELF,
+        RecipeOption("--self-share", "weights", "what a block's following layers share: weights "
+                     "(SAN) or kv (CLA)", "S"),  # fmt: skip
+        MAX_ITERATIONS,
+        EXTEND,
+    ),
+}
+
+
+def recorded_options() -> List[RecipeOption]:
+    """The options that ``RUN/run.json`` records: the translation loop's, then the language
+    model's own, in the recipes' order."""
+    found: Dict[str, RecipeOption] = {}
+    for recipe in (LOOP, LM_LOOP):
+        for option in RECIPE_OPTIONS[recipe]:
+            if option.recorded:
+                found.setdefault(option.flag, option)
+    return list(found.values())
+
+
+class RecipeParser(argparse.ArgumentParser):
+    """argparse with the recipe's name and one line for an error (exit 2), as the recipes had."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} ({self.prog} --help lists the options)", file=sys.stderr)
+        sys.exit(2)
+
+
+def recipe_parser(recipe: str) -> RecipeParser:
+    parser = RecipeParser(
+        prog=recipe, allow_abbrev=False,
+        usage=f"examples/{recipe} --data DATA --run-dir RUN [options] [-- fairseq-train args]",
+        epilog="Everything after -- goes to fairseq-train and wins over the recipe's defaults.",
+    )  # fmt: skip
+    for option in RECIPE_OPTIONS[recipe]:
+        if not option.metavar:
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            shown = f" ({option.default})" if option.default and option.default != "0" else ""
+            parser.add_argument(
+                option.flag, default=option.default, metavar=option.metavar,
+                required=option.flag in REQUIRED, help=option.help + shown,
+            )  # fmt: skip
+    return parser
+
+
+def default_valid_ref(data: str) -> str:
+    """DATA/text/valid.raw.TGT, TGT read from fairseq's binarized names (train.SRC-TGT.LANG.idx);
+    DATA/text/valid.raw. when there are none (``start`` then names what is missing)."""
+    names = sorted(glob.glob(os.path.join(data, "train.*-*.*.idx")))
+    pair = os.path.basename(names[0]).split(".")[1] if names else "-"
+    return os.path.join(data, "text", f"valid.raw.{pair.split('-', 1)[1]}")
+
+
+def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
+    """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
+    and exit 2 for an unknown option, a missing one or a bad --decode-batch-size."""
+    argv = list(argv)
+    train_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    parser = recipe_parser(recipe)
+    args = parser.parse_args(argv[: len(argv) - len(train_args) - ("--" in argv)])
+    values = {}
+    for option in RECIPE_OPTIONS[recipe]:
+        value = getattr(args, option.flag[2:].replace("-", "_"))
+        values[option.variable] = str(int(value)) if isinstance(value, bool) else value
+    batch_size = values.get("DECODE_BATCH_SIZE", "1")
+    if not re.fullmatch(r"[1-9][0-9]*", batch_size):
+        print(f"{recipe}: --decode-batch-size takes a positive integer, not '{batch_size}'",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
+        updates = values["UPDATES"].strip()
+        values["WARM_UPDATES"] = str(int(updates) // 2) if updates.isdigit() else updates
+    if "VALID_REF" in values and not values["VALID_REF"]:
+        values["VALID_REF"] = default_valid_ref(values["DATA"])
+    return values, train_args
+
+
+def start_options(recipe: str, values: Dict[str, str]) -> List[str]:
+    """The recorded options and ``START_SWITCHES`` as ``fairseq-san-loop start`` takes them (a
+    switch only when set; ``--lm`` for a language model's loop)."""
+    words = ["--lm"] if recipe == LM_LOOP else []
+    for option in RECIPE_OPTIONS[recipe]:
+        if not (option.recorded or option.flag in START_SWITCHES):
+            continue
+        value = values[option.variable]
+        if not option.metavar:
+            words += [option.flag] if value == "1" else []
+        else:
+            words.append(f"{option.flag}={value}")
+    return words
+
+
+def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
+    """What the recipe evals: its variables, START_OPTIONS and ``set --`` the train arguments;
+    for ``--help``, the help and ``exit 0``."""
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    if "--help" in own or "-h" in own:
+        return f"printf '%s' {shlex.quote(recipe_parser(recipe).format_help())}\nexit 0\n"
+    values, train_args = parse_recipe_args(recipe, argv)
+    lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
+    lines.append(f"START_OPTIONS=({' '.join(map(shlex.quote, start_options(recipe, values)))})")
+    lines.append(f"set -- {' '.join(map(shlex.quote, train_args))}")
+    return "\n".join(lines) + "\n"

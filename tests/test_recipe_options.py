@@ -1,0 +1,95 @@
+"""The recipes' one option list (fairseq_san/loop/recipe_options.py): parsed for the shell,
+shown by --help, and what `fairseq-san-loop start` records."""
+
+import subprocess
+
+import pytest
+from helpers import REPO, cli_env
+
+from fairseq_san.cli.loop import build_parser, run_options
+from fairseq_san.loop.recipe_options import (
+    LM_LOOP,
+    LOOP,
+    RECIPE_OPTIONS,
+    parse_recipe_args,
+    shell_assignments,
+    start_options,
+)
+
+
+def in_bash(recipe: str, *args: str, show: str) -> subprocess.CompletedProcess:
+    """Eval what `fairseq-san-loop options` prints for ``args``, as the recipes do, then run
+    ``show``."""
+    script = (f'set -euo pipefail; OPTIONS=$(fairseq-san-loop options {recipe} "$@"); '
+              f'eval "$OPTIONS"; {show}')  # fmt: skip
+    return subprocess.run(["bash", "-c", script, "recipe", *args], env=cli_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_values_with_spaces_and_the_train_arguments_reach_the_shell_unchanged(tmp_path):
+    result = in_bash(
+        LOOP, "--data", str(tmp_path / "my data"), "--run-dir", "r", "--launcher",
+        "torchrun --nproc_per_node 8", "--warm-start", "--", "--adam-betas", "(0.9, 0.98)", "--seed", "2",
+        show='printf "%s|" "$DATA" "$LAUNCHER" "$WARM_START" "$DRY_RUN" "$THETA_SELF" "$@"',
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("|")[:-1] == [
+        str(tmp_path / "my data"), "torchrun --nproc_per_node 8", "1", "0", "0.4",
+        "--adam-betas", "(0.9, 0.98)", "--seed", "2"]  # fmt: skip
+
+
+def test_defaults_follow_the_other_options(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.en-fr.en.idx").touch()
+    values, train_args = parse_recipe_args(LOOP, ["--data", str(data), "--run-dir", "r",
+                                                  "--updates", "301"])  # fmt: skip
+    assert values["WARM_UPDATES"] == "150" and train_args == []
+    assert values["VALID_REF"] == str(data / "text" / "valid.raw.fr")
+    values, _ = parse_recipe_args(LOOP, ["--data", str(data), "--run-dir", "r", "--valid-ref", "v"])
+    assert values["VALID_REF"] == "v"
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_start_records_what_the_recipe_parsed(recipe, tmp_path):
+    """START_OPTIONS, parsed by `fairseq-san-loop start`, record the recipe's values."""
+    values, _ = parse_recipe_args(recipe, ["--data", str(tmp_path), "--run-dir", "r",
+                                           "--theta-self", "0.3", "--extend"])  # fmt: skip
+    args = build_parser().parse_args(["start", "r", *start_options(recipe, values)])
+    recorded = run_options(args, [])
+    assert args.extend and args.lm == (recipe == LM_LOOP)
+    for option in RECIPE_OPTIONS[recipe]:
+        if option.recorded and option.metavar:
+            value = values[option.variable]
+            expected = str(tmp_path) if option.flag == "--data" else value or None
+            assert recorded[option.flag] == expected, option.flag
+    assert recorded["--theta-self"] == "0.3"
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_help_lists_every_option_and_runs_nothing(recipe):
+    result = subprocess.run(["bash", str(REPO / "examples" / recipe), "--help"], env=cli_env(),
+                            cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: examples/{recipe} --data DATA --run-dir RUN")
+    for option in RECIPE_OPTIONS[recipe]:
+        assert option.flag in result.stdout
+    after = shell_assignments(recipe, ["--data", "d", "--run-dir", "r", "--", "--help"])
+    assert after.endswith("\nset -- --help\n")  # fairseq-train's --help, after --
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "d", "--run-dir", "r", "--theta", "0.3"], "unrecognized arguments: --theta 0.3"),
+        (["--data", "d"], "the following arguments are required: --run-dir"),
+        (["--data", "d", "--run-dir", "r", "--updates"], "argument --updates: expected one argument"),
+    ],
+)  # fmt: skip
+def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_path):
+    result = subprocess.run(["bash", str(REPO / "examples" / LOOP), *args], env=cli_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"{LOOP}: {message} ({LOOP} --help lists the options)"]  # fmt: skip
+    assert list(tmp_path.iterdir()) == []

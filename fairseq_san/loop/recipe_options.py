@@ -148,19 +148,25 @@ def default_valid_ref(data: str) -> str:
     return os.path.join(data, "text", f"valid.raw.{pair.split('-', 1)[1]}")
 
 
+def split_at_dashes(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(the recipe's own arguments, fairseq-train's: those after the first ``--``)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+
+
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
     and exit 2 for an unknown option, a missing one or a bad --decode-batch-size."""
-    argv = list(argv)
-    train_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    parser = recipe_parser(recipe)
-    args = parser.parse_args(argv[: len(argv) - len(train_args) - ("--" in argv)])
+    own, train_args = split_at_dashes(argv)
+    args = recipe_parser(recipe).parse_args(own)
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, option.flag[2:].replace("-", "_"))
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
-    batch_size = values.get("DECODE_BATCH_SIZE", "1")
-    if not re.fullmatch(r"[1-9][0-9]*", batch_size):
+    batch_size = values.get("DECODE_BATCH_SIZE")
+    if batch_size is not None and not re.fullmatch(r"[1-9][0-9]*", batch_size):
         print(f"{recipe}: --decode-batch-size takes a positive integer, not '{batch_size}'",
               file=sys.stderr)  # fmt: skip
         sys.exit(2)
@@ -190,7 +196,7 @@ def start_options(recipe: str, values: Dict[str, str]) -> List[str]:
 def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     """What the recipe evals: its variables, START_OPTIONS and ``set --`` the train arguments;
     for ``--help``, the help and ``exit 0``."""
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    own, _ = split_at_dashes(argv)
     if "--help" in own or "-h" in own:
         return f"printf '%s' {shlex.quote(recipe_parser(recipe).format_help())}\nexit 0\n"
     values, train_args = parse_recipe_args(recipe, argv)

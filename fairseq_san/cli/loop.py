@@ -36,6 +36,7 @@ from fairseq_san.loop.recipe_options import (
     RECIPE_OPTIONS,
     recorded_options,
     shell_assignments,
+    split_at_dashes,
 )
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
 from fairseq_san.loop.stopping import loop_stop
@@ -199,8 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(shell_assignments(argv[1], argv[2:]), end="")  # its whole command line, -- and all
         return 0
     after: List[str] = []
-    if argv[:1] and argv[0] in PASS_THROUGH and "--" in argv:
-        argv, after = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    if argv[:1] and argv[0] in PASS_THROUGH:
+        argv, after = split_at_dashes(argv)
     args = parser.parse_args(argv)
     try:
         return args.run(args, after)

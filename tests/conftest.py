@@ -57,3 +57,10 @@ def san_checkpoint(binarized_corpus, tmp_path_factory):
     result = run_cli("fairseq-train", *argv)
     assert result.returncode == 0, result.stderr[-3000:]
     return save_dir / "checkpoint_last.pt"
+
+
+def pytest_unconfigure(config):
+    """Stop the warm fairseq commands' server of this pytest process, if it started one."""
+    from warm_cli import stop_server
+
+    stop_server()

@@ -28,6 +28,7 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer import TransformerModel
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_san.models.transformer_san import TransformerSANModel
+from warm_cli import warm_bin
 
 # The test models are tiny: one thread is faster than several and avoids oversubscribing the
 # CPU cores when test files or other jobs run side by side.
@@ -451,10 +452,23 @@ def printed_commands(output: str, program: str) -> List[List[str]]:
 
 
 def cli_env() -> Dict[str, str]:
+    """The commands' environment: one thread, ``.venv/bin`` on PATH, and before it the warm
+    stand-ins of fairseq's commands (``warm_cli``; not with FAIRSEQ_SAN_TEST_COLD=1)."""
     env = dict(os.environ)
     env.update(CLI_ENV)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    warm = warm_bin(env)
+    if warm is not None:
+        env["PATH"] = f"{warm}{os.pathsep}{env['PATH']}"
     return env
+
+
+def command_path(command: str) -> Path:
+    """``.venv/bin/COMMAND``, or its warm stand-in where it has one."""
+    warm = warm_bin(cli_env())
+    if warm is not None and (warm / command).exists():
+        return warm / command
+    return BIN / command
 
 
 def run_cli(
@@ -466,7 +480,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """Run ``.venv/bin/<command> args`` from ``cwd`` (the repository root); text output captured."""
     return subprocess.run(
-        [str(BIN / command), *args],
+        [str(command_path(command)), *args],
         cwd=cwd or REPO,
         env=cli_env(),
         input=input,
@@ -485,7 +499,7 @@ def run_parallel(commands: Dict[str, Sequence[str]], timeout: int = 300) -> Dict
     logs = {name: tempfile.TemporaryFile("w+") for name in commands}
     processes = {
         name: subprocess.Popen(
-            [str(BIN / argv[0]), *argv[1:]],
+            [str(command_path(argv[0])), *argv[1:]],
             cwd=REPO,
             env=cli_env(),
             stdout=logs[name],

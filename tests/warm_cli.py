@@ -1,0 +1,345 @@
+"""fairseq's command-line tools started warm, for the tests: a fork server.
+
+Every fairseq command (``fairseq-train``, ``fairseq-generate``, ...) spends about 8 s of a 2-core
+VM importing torch, fairseq, scikit-learn and SciPy before it reads its arguments; the suite
+starts about 200 of them, so that start-up was half its time. Here one server per pytest process
+imports those once, and each command forks from it:
+
+* ``warm_bin()`` starts the server (on first use) and returns a folder of stand-ins, one per
+  fairseq console script, that the tests put first on ``PATH`` (``helpers.cli_env``);
+* a stand-in sends its argv, environment, working directory and standard streams (the file
+  descriptors themselves) to the server, which forks a runner that calls the console script's
+  entry point as ``python`` would run it (exit code, ``SystemExit``, uncaught exceptions, atexit,
+  thread shutdown), and reports how it ended; a signal sent to the stand-in is passed on, and
+  a stand-in that dies takes its runner with it;
+* what importing wrote to standard error (warnings) is written again at the start of each
+  runner's standard error, as a fresh process would write it;
+* the stand-in runs the real command, cold, where the server is not running or where the
+  environment differs in a variable read at start-up (threads, locale, Python, torch): the
+  fork would not see the change.
+
+``FAIRSEQ_SAN_TEST_COLD=1`` switches all of this off: every command starts as a process of its
+own, as users start them.
+"""
+
+import builtins
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+# Read when a process starts (by Python, torch, OpenMP, numpy, fairseq's logging): a command
+# given other values than the server's runs cold.
+START_UP_PREFIXES = ("PYTHON", "LC_", "LANG", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH",
+                     "PYTORCH", "CUDA", "LD_", "LOGLEVEL", "SKLEARN", "SCIPY", "NUMPY")  # fmt: skip
+PRELOADED = ("torch", "torch._dynamo", "fairseq", "fairseq.checkpoint_utils", "fairseq.trainer",
+             "fairseq.sequence_generator", "fairseq.options", "fairseq.hub_utils")  # fmt: skip
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
+_server: Dict[str, object] = {}
+
+
+def fairseq_console_scripts() -> Dict[str, str]:
+    """{command: "module:function"} of fairseq's own console scripts."""
+    from importlib.metadata import entry_points
+
+    return {
+        entry.name: entry.value
+        for entry in entry_points(group="console_scripts")
+        if entry.name.startswith("fairseq-") and entry.value.startswith("fairseq_cli.")
+    }
+
+
+def start_up_environment(env: Dict[str, str]) -> Dict[str, str]:
+    return {key: value for key, value in env.items() if key.startswith(START_UP_PREFIXES)}
+
+
+# --- the tests' side ----------------------------------------------------------------------------
+
+
+def warm_bin(env: Dict[str, str]) -> Optional[Path]:
+    """The stand-ins' folder, the server started with ``env`` on first use; None when
+    FAIRSEQ_SAN_TEST_COLD=1 or the server did not come up."""
+    if os.environ.get("FAIRSEQ_SAN_TEST_COLD") == "1":
+        return None
+    if "bin" not in _server:
+        _server["bin"] = _start_server(env)
+    return _server["bin"]
+
+
+def _start_server(env: Dict[str, str]) -> Optional[Path]:
+    root = Path(tempfile.mkdtemp(prefix="fairseq-warm-"))
+    address = root / "socket"
+    scripts = fairseq_console_scripts()
+    process = subprocess.Popen(
+        [sys.executable, __file__, "serve", str(address), json.dumps(scripts)], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=(root / "server.log").open("w"),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (root / "ready").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            return None
+        time.sleep(0.1)
+    _server["process"] = process
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    real_bin = Path(sys.executable).parent
+    for command in scripts:
+        stand_in = bin_dir / command
+        stand_in.write_text(
+            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            f"from warm_cli import stand_in\nstand_in({str(address)!r}, "
+            f"{str(real_bin / command)!r}, {str(root / 'environment.json')!r})\n"
+        )  # fmt: skip
+        stand_in.chmod(0o755)
+    return bin_dir
+
+
+def stop_server() -> None:
+    """Stop this pytest process's server (runners still running finish) and remove its folder."""
+    process = _server.pop("process", None)
+    bin_dir = _server.pop("bin", None)
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait()
+    if bin_dir is not None:
+        shutil.rmtree(bin_dir.parent, ignore_errors=True)
+
+
+# --- the stand-in -------------------------------------------------------------------------------
+
+
+def stand_in(address: str, real_command: str, environment_file: str) -> None:
+    """Run ``real_command`` with this process's argv in a runner forked from the server; cold
+    (exec) where that cannot give what a fresh process gives."""
+    argv = [real_command, *sys.argv[1:]]
+    try:
+        with open(environment_file, encoding="utf-8") as handle:
+            server_env = json.load(handle)
+        streams_open = all(_is_open(fd) for fd in (0, 1, 2))
+        if start_up_environment(dict(os.environ)) != server_env or not streams_open:
+            raise ConnectionError("runs cold")
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(address)
+    except OSError:
+        os.execv(sys.executable, [sys.executable, *argv])
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
+    runner = int(_read_line(connection))
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, lambda received, _frame: os.kill(runner, received))
+    how = _read_line(connection)  # "exit N" or "signal N"; empty if the server went away
+    kind, _, number = how.partition(" ")
+    if kind == "signal":
+        signal.signal(int(number), signal.SIG_DFL)
+        os.kill(os.getpid(), int(number))
+    sys.exit(int(number) if kind == "exit" else 1)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _read_line(connection: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = connection.recv(64)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+class Imports:
+    """What importing PRELOADED did that a fresh process would do again: what it wrote to
+    standard error, the log records it emitted, the ``logging.basicConfig`` calls it made (held
+    back: fairseq_cli's own call must come first, as it does in a fresh process) and the
+    environment variables it set."""
+
+    def __init__(self, capture: Path):
+        import logging
+
+        fresh = dict(os.environ)
+        self.configs: List[Dict[str, object]] = []
+        self.records: List[logging.LogRecord] = []
+        recorder = logging.Handler(logging.NOTSET)
+        recorder.emit = self.records.append
+        logging.root.addHandler(recorder)
+        logging.root.setLevel(logging.NOTSET)
+        real_basic_config = logging.basicConfig
+        logging.basicConfig = lambda **config: self.configs.append(config)
+        saved = os.dup(2)
+        with capture.open("wb") as handle:
+            os.dup2(handle.fileno(), 2)
+            try:
+                for module in PRELOADED:
+                    __import__(module)
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                logging.basicConfig = real_basic_config
+                logging.root.removeHandler(recorder)
+                logging.root.setLevel(logging.WARNING)
+        self.stderr = capture.read_bytes()
+        self.environment = {key: value for key, value in os.environ.items() if key not in fresh}
+
+    @contextlib.contextmanager
+    def replayed_where_imported(self) -> Iterator[None]:
+        """While a runner imports its entry module: replay at the module's first import of torch
+        or fairseq, where a fresh process would import them (fairseq_cli.train configures logging
+        before that, fairseq_cli.validate after)."""
+        real_import = builtins.__import__
+
+        def first_import_replays(name, *args, **kwargs):
+            if name.split(".")[0] in ("torch", "fairseq"):
+                builtins.__import__ = real_import
+                self.replay()
+            return real_import(name, *args, **kwargs)
+
+        builtins.__import__ = first_import_replays
+        try:
+            yield
+        finally:
+            if builtins.__import__ is first_import_replays:
+                builtins.__import__ = real_import
+                self.replay()
+
+    def replay(self) -> None:
+        """What went to standard error, the held-back configuration, then the records where the
+        configuration lets them through."""
+        import logging
+
+        os.write(2, self.stderr)
+        for config in self.configs:
+            logging.basicConfig(**config)
+        for record in self.records:
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                record.created = time.time()
+                logger.handle(record)
+
+
+def serve(address: str, scripts: Dict[str, str]) -> None:
+    """Import what fairseq's commands import, then fork a supervisor per stand-in."""
+    root = Path(address).parent
+    sys.path[0] = os.path.dirname(sys.executable)  # a console script's first path entry
+    (root / "environment.json").write_text(json.dumps(start_up_environment(dict(os.environ))))
+    imports = Imports(root / "import-stderr")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    listener.settimeout(1.0)
+    parent = os.getppid()
+    (root / "ready").touch()
+    while os.getppid() == parent:  # ends with the pytest process that started it
+        try:
+            connection, _ = listener.accept()
+        except socket.timeout:
+            continue
+        connection.settimeout(None)
+        if os.fork() == 0:
+            listener.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _supervise(connection, scripts, imports)
+        connection.close()
+
+
+def _supervise(connection: socket.socket, scripts: Dict[str, str], imports: Imports) -> None:
+    """Fork the runner, tell the stand-in its pid and then how it ended; kill it if the stand-in
+    goes away first."""
+    message, fds, _, _ = socket.recv_fds(connection, 8, 3)
+    size = int.from_bytes(message, "big")
+    request = b""
+    while len(request) < size:
+        request += connection.recv(size - len(request))
+    request = json.loads(request)
+    request["env"] = {**imports.environment, **request["env"]}  # torch's TORCHINDUCTOR_CACHE_DIR
+    runner = os.fork()
+    if runner == 0:
+        connection.close()
+        raise BecomeTheCommand(request, fds, scripts, imports)
+    for fd in fds:
+        os.close(fd)
+    connection.sendall(f"{runner}\n".encode())
+    connection.setblocking(False)
+    while True:
+        done, status = os.waitpid(runner, os.WNOHANG)
+        if done:
+            break
+        try:
+            if connection.recv(1) == b"":
+                os.kill(runner, signal.SIGKILL)  # the stand-in died
+        except BlockingIOError:
+            pass
+        time.sleep(0.05)
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+    connection.setblocking(True)
+    try:
+        connection.sendall(f"{how}\n".encode())
+    except OSError:
+        pass
+    os._exit(0)
+
+
+class BecomeTheCommand(Exception):
+    """Raised in a runner to leave the server's stack: the command's entry point is then called
+    from the module's top level, as a console script calls it, and the interpreter ends it
+    (exit status, uncaught exceptions, threads, atexit), with the same stack depth for warnings."""
+
+    def __init__(self, request: Dict[str, object], fds: List[int], scripts: Dict[str, str],
+                 imports: Imports):  # fmt: skip
+        super().__init__()
+        self.request, self.fds, self.scripts, self.imports = request, fds, scripts, imports
+
+    def entry_point(self):
+        """Take the command's streams, directory, environment and argv; its entry point."""
+        import importlib
+        import random
+
+        import numpy
+
+        for target, fd in enumerate(self.fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        for number in FORWARDED_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(self.request["cwd"])
+        os.environ.clear()
+        os.environ.update(self.request["env"])
+        sys.argv = list(self.request["argv"])
+        sys.path[0] = os.path.dirname(sys.argv[0])
+        random.seed()  # a fresh process draws its own
+        numpy.random.seed()
+        module, _, function = self.scripts[os.path.basename(sys.argv[0])].partition(":")
+        with self.imports.replayed_where_imported():
+            return getattr(importlib.import_module(module), function)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    try:
+        serve(sys.argv[2], json.loads(sys.argv[3]))
+    except BecomeTheCommand as runner:
+        command = runner  # called outside the except clause: no exception context to print
+    sys.exit(command.entry_point()())

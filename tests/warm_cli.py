@@ -9,11 +9,12 @@ imports those once, and each command forks from it:
   fairseq console script, that the tests put first on ``PATH`` (``helpers.cli_env``);
 * a stand-in sends its argv, environment, working directory and standard streams (the file
   descriptors themselves) to the server, which forks a runner that calls the console script's
-  entry point as ``python`` would run it (exit code, ``SystemExit``, uncaught exceptions, atexit,
-  thread shutdown), and reports how it ended; a signal sent to the stand-in is passed on, and
-  a stand-in that dies takes its runner with it;
-* what importing wrote to standard error (warnings) is written again at the start of each
-  runner's standard error, as a fresh process would write it;
+  entry point from the top level, as the script does, and the interpreter ends it (exit code,
+  uncaught exceptions, atexit, thread shutdown); the stand-in ends as it ended; a signal sent to
+  the stand-in is passed on, and a stand-in that dies takes its runner with it;
+* what the server's imports did that a fresh process would do again (``Imports``: log records,
+  logging configuration, standard error, environment variables) is replayed in each runner
+  where its command imports torch or fairseq;
 * the stand-in runs the real command, cold, where the server is not running or where the
   environment differs in a variable read at start-up (threads, locale, Python, torch): the
   fork would not see the change.
@@ -124,9 +125,13 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
     argv = [real_command, *sys.argv[1:]]
     try:
         with open(environment_file, encoding="utf-8") as handle:
-            server_env = json.load(handle)
+            server_env, set_by_imports = json.load(handle)
+        mine = start_up_environment(dict(os.environ))
+        for key, value in set_by_imports.items():  # e.g. the tests' own import of torch._dynamo
+            if mine.get(key) == value:
+                del mine[key]
         streams_open = all(_is_open(fd) for fd in (0, 1, 2))
-        if start_up_environment(dict(os.environ)) != server_env or not streams_open:
+        if mine != server_env or not streams_open:
             raise ConnectionError("runs cold")
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(address)
@@ -134,10 +139,11 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
         os.execv(sys.executable, [sys.executable, *argv])
     request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
-    runner = int(_read_line(connection))
+    replies = connection.makefile("rb")  # both lines may arrive in one read
+    runner = int(replies.readline())
     for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda received, _frame: os.kill(runner, received))
-    how = _read_line(connection)  # "exit N" or "signal N"; empty if the server went away
+    how = replies.readline().decode().strip()  # "exit N" or "signal N"; empty: the server went
     kind, _, number = how.partition(" ")
     if kind == "signal":
         signal.signal(int(number), signal.SIG_DFL)
@@ -151,19 +157,6 @@ def _is_open(fd: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def _read_line(connection: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        try:
-            chunk = connection.recv(64)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        data += chunk
-    return data.decode().strip()
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -243,8 +236,9 @@ def serve(address: str, scripts: Dict[str, str]) -> None:
     """Import what fairseq's commands import, then fork a supervisor per stand-in."""
     root = Path(address).parent
     sys.path[0] = os.path.dirname(sys.executable)  # a console script's first path entry
-    (root / "environment.json").write_text(json.dumps(start_up_environment(dict(os.environ))))
+    fresh = start_up_environment(dict(os.environ))
     imports = Imports(root / "import-stderr")
+    (root / "environment.json").write_text(json.dumps([fresh, imports.environment]))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)

@@ -278,6 +278,22 @@ def test_profile(bench_results):
     assert base["max_speedup_from_sharing"] > 1.0
 
 
+def test_matmul_peak_measures_the_precisions_asked_for_and_a_slow_product_once(monkeypatch):
+    from fairseq_san.benchmark import machine
+
+    assert set(machine.matmul_peak(torch.device("cpu"), ["fp32"])) == {"fp32"}
+    clock = iter(range(0, 1000, 2))  # every run of the work takes 2 s of this clock
+    monkeypatch.setattr(machine, "clock", lambda device: next(clock))
+    runs = []
+    assert machine._best_seconds(lambda: runs.append(1), torch.device("cpu")) == 2
+    assert len(runs) == 2  # a warm-up and one timed run, not 2 + 5
+    fast = iter(i / 1000 for i in range(1000))  # 1 ms a run
+    monkeypatch.setattr(machine, "clock", lambda device: next(fast))
+    runs.clear()
+    machine._best_seconds(lambda: runs.append(1), torch.device("cpu"))
+    assert len(runs) == 2 + 5
+
+
 @pytest.mark.slow
 def test_compute_counts(bench_results):
     """The shared system does fewer matrix multiplies per token; the same model the same."""

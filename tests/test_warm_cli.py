@@ -3,7 +3,9 @@
 * the same exit status, standard output and standard error as the real command, for a help
   page, an argument fairseq refuses with a traceback and a one-line error of the plugin;
 * a signal sent to a stand-in reaches its command; a stand-in killed takes its command with it;
-* a command whose environment changes a start-up variable runs cold.
+* a command whose environment changes a start-up variable runs cold;
+* a command's own PYTHONPATH comes first on its sys.path, warm; cold where it holds a package
+  the server has imported.
 """
 
 import os
@@ -96,3 +98,22 @@ def test_a_command_with_another_thread_count_runs_cold():
     result = run(command_path("fairseq-train"), "--no-such-option", env=env)
     assert result.returncode == 1
     assert f'File "{BIN / "fairseq-train"}"' in result.stderr
+
+
+
+def test_a_pythonpath_of_its_own_comes_first_warm_and_cold_where_it_hides_an_imported_package(
+    tmp_path,
+):
+    first = tmp_path / "first"
+    (first / "fairseq_cli").mkdir(parents=True)  # not imported by the server
+    (first / "fairseq_cli" / "__init__.py").write_text("")
+    (first / "fairseq_cli" / "train.py").write_text(
+        "import sys\n\n\ndef cli_main():\n"
+        "    print('from PYTHONPATH', 'warm' if 'torch' in sys.modules else 'cold')\n"
+    )  # fmt: skip
+    env = {**cli_env(), "PYTHONPATH": f"{first}{os.pathsep}{REPO}"}
+    for runs in ("warm", "cold"):
+        if runs == "cold":
+            (first / "numpy").mkdir()  # a numpy of its own: the server has imported numpy
+        result = run(command_path("fairseq-train"), env=env)
+        assert (result.returncode, result.stdout) == (0, f"from PYTHONPATH {runs}\n"), result.stderr

@@ -17,7 +17,8 @@ imports those once, and each command forks from it:
   where its command imports torch or fairseq;
 * the stand-in runs the real command, cold, where the server is not running or where the
   environment differs in a variable read at start-up (threads, locale, Python, torch): the
-  fork would not see the change.
+  fork would not see the change. A PYTHONPATH of its own is the exception: the runner puts its
+  folders first on ``sys.path``, unless one holds a package the server has already imported.
 
 ``FAIRSEQ_SAN_TEST_COLD=1`` switches all of this off: every command starts as a process of its
 own, as users start them.
@@ -125,11 +126,13 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
     argv = [real_command, *sys.argv[1:]]
     try:
         with open(environment_file, encoding="utf-8") as handle:
-            server_env, set_by_imports = json.load(handle)
+            server_env, set_by_imports, imported = json.load(handle)
         mine = start_up_environment(dict(os.environ))
         for key, value in set_by_imports.items():  # e.g. the tests' own import of torch._dynamo
             if mine.get(key) == value:
                 del mine[key]
+        if "PYTHONPATH" not in server_env and not _shadows(python_path(mine), imported):
+            mine.pop("PYTHONPATH", None)  # the runner puts its entries first on sys.path
         streams_open = all(_is_open(fd) for fd in (0, 1, 2))
         if mine != server_env or not streams_open:
             raise ConnectionError("runs cold")
@@ -149,6 +152,21 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
         signal.signal(int(number), signal.SIG_DFL)
         os.kill(os.getpid(), int(number))
     sys.exit(int(number) if kind == "exit" else 1)
+
+
+def python_path(env: Dict[str, str]) -> List[str]:
+    """The sys.path entries a fresh process takes from PYTHONPATH (absolute, as Python makes
+    them)."""
+    entries = env.get("PYTHONPATH", "").split(os.pathsep)
+    return [os.path.abspath(entry) for entry in entries if entry]
+
+
+def _shadows(entries: List[str], imported: List[str]) -> bool:
+    """Whether one of ``entries`` holds a package the server has imported: a fresh process would
+    import that one, the fork keeps the server's."""
+    from importlib.machinery import PathFinder
+
+    return any(PathFinder.find_spec(name, [entry]) for entry in entries for name in imported)
 
 
 def _is_open(fd: int) -> bool:
@@ -238,7 +256,8 @@ def serve(address: str, scripts: Dict[str, str]) -> None:
     sys.path[0] = os.path.dirname(sys.executable)  # a console script's first path entry
     fresh = start_up_environment(dict(os.environ))
     imports = Imports(root / "import-stderr")
-    (root / "environment.json").write_text(json.dumps([fresh, imports.environment]))
+    imported = sorted({name.split(".")[0] for name in sys.modules})
+    (root / "environment.json").write_text(json.dumps([fresh, imports.environment, imported]))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)
@@ -324,6 +343,7 @@ class BecomeTheCommand(Exception):
         os.environ.update(self.request["env"])
         sys.argv = list(self.request["argv"])
         sys.path[0] = os.path.dirname(sys.argv[0])
+        sys.path[1:1] = python_path(os.environ)  # where the server has them too, twice is once
         random.seed()  # a fresh process draws its own
         numpy.random.seed()
         module, _, function = self.scripts[os.path.basename(sys.argv[0])].partition(":")

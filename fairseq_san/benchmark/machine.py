@@ -6,7 +6,7 @@ the arithmetic bound of each precision (``matmul_peak``), and the memory bandwid
 import datetime
 import os
 import platform
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -71,9 +71,12 @@ def machine_info(device: torch.device) -> Dict:
     return info
 
 
-def matmul_peak(device: torch.device) -> Dict[str, float]:
-    """GFLOP/s of one large square matrix product per precision, at this process's threads: the
-    arithmetic bound of a decoder step, whose products are smaller and reach less of it.
+def matmul_peak(
+    device: torch.device, precisions: Optional[Iterable[str]] = None
+) -> Dict[str, float]:
+    """GFLOP/s of one large square matrix product per precision (all where ``precisions`` is
+    None), at this process's threads: the arithmetic bound of a decoder step, whose products are
+    smaller and reach less of it.
 
     fp32 and bf16 (and fp16 on a GPU) are torch's matmul; int8 on the CPU is the dynamically
     quantized linear layer that the static decoder's int8 step uses.
@@ -82,10 +85,15 @@ def matmul_peak(device: torch.device) -> Dict[str, float]:
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if device.type == "cuda":
         dtypes["fp16"] = torch.float16
+    wanted = set(precisions) if precisions is not None else {*dtypes, "int8"}
     peaks = {}
     for name, dtype in dtypes.items():
+        if name not in wanted:
+            continue
         a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
         peaks[name] = _gflops(lambda: torch.mm(a, b), size, device)
+    if "int8" not in wanted:
+        return peaks
     if device.type == "cpu" and "fbgemm" in torch.backends.quantized.supported_engines:
         from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
@@ -108,13 +116,25 @@ def _gflops(product: Callable[[], object], size: int, device: torch.device) -> f
     return 2 * size**3 / _best_seconds(product, device) / 1e9
 
 
-def _best_seconds(work: Callable[[], object], device: torch.device) -> float:
-    """Seconds of ``work`` on ``device``, the best of 5 after 2 warm-ups."""
-    for _ in range(2):
+def _best_seconds(
+    work: Callable[[], object], device: torch.device, budget_s: float = 1.0
+) -> float:
+    """Seconds of ``work`` on ``device``: the best of 5 after 2 warm-ups, or of fewer where they
+    would take more than ``budget_s`` (one run of a slow product, such as bf16 on a processor
+    without bf16 instructions, already takes seconds and varies little)."""
+    warm_up = _seconds(work, device)
+    if warm_up < budget_s:
         work()
-    best = float("inf")
+    best, spent = float("inf"), 0.0
     for _ in range(5):
-        start = clock(device)
-        work()
-        best = min(best, clock(device) - start)
+        seconds = _seconds(work, device)
+        best, spent = min(best, seconds), spent + seconds
+        if spent > budget_s:
+            break
     return best
+
+
+def _seconds(work: Callable[[], object], device: torch.device) -> float:
+    start = clock(device)
+    work()
+    return clock(device) - start

@@ -32,12 +32,12 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info(device)  # before decoding: the load average of the machine as found
-    if config.profile:
-        machine["matmul_peak_gflops"] = matmul_peak(device)  # at the workers' thread count
 
-    # Every checkpoint's overrides are checked before a worker starts; the first one's task
+    # Every checkpoint's overrides are checked before anything is measured; the first one's task
     # gives the batches' ids, the references and the detokenizer (workers collate the same).
     tasks = [load_checkpoint_task(spec, config.data) for spec in config.systems]
+    if config.profile:
+        machine["matmul_peak_gflops"] = matmul_peak(device)  # at the workers' thread count
     batches = Batches(tasks[0], config.subset, config.batch_size, torch.device("cpu"),
                       config.max_sentences)  # fmt: skip
     if not batches.ids:

@@ -207,7 +207,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
     if args.profile:
         device = torch.device(args.device)
-        peak, bandwidth = matmul_peak(device).get(args.dtype), copy_bandwidth(device)
+        peak, bandwidth = matmul_peak(device, [args.dtype]).get(args.dtype), copy_bandwidth(device)
         bounds = {
             policy: position_bound(
                 model, dictionary, samples[0], args.beam, args.length, peak, bandwidth

@@ -365,7 +365,8 @@ def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tm
     for name in ("aan", "aan-one-block"):
         for split in ("test", "test1"):
             scores = read_json(tmp_path / name / split / "score.json")
-            assert scores["sentences"] == 40 and 0.0 <= scores["bleu"] <= 100.0
+            assert scores["sentences"] == SPLITS["test_2016_flickr"]
+            assert 0.0 <= scores["bleu"] <= 100.0
     log = (tmp_path / "aan-one-block" / "test" / "generate.log").read_text(encoding="utf-8")
     assert "decoder_encdec {6}" in log  # the override reached the model
     generated = (tmp_path / "aan" / "test" / "generate-test.txt").read_text(encoding="utf-8")

@@ -413,9 +413,10 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
 
     One thread per engine and fixed lengths: on a loaded machine two threads per engine make
     torch's speed swing tenfold from pass to pass (threads waiting at barriers for a preempted
-    sibling), which no tolerance absorbs. The best of 5 repeats of each run is compared: load
-    only slows a pass down. A systematic slow-down fails every attempt; a burst of load on the
-    machine fails one at most.
+    sibling), which no tolerance absorbs. Load only slows a pass down, so the best pass of each
+    kind is compared: the best of 5 repeats in a run, the best run over up to 3 attempts (alone,
+    beside, alone, ...; the other tests' load comes and goes). A systematic slow-down fails
+    whatever the attempts.
     """
     pytest.importorskip("ctranslate2")
     data, checkpoint = bench_data
@@ -433,13 +434,14 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
         run = results["systems"]["base"]["settings"]["beam4_fixed"]
         return max(run["tokens_per_second_repeats"])
 
+    san = f"san={checkpoint}:" + json.dumps({"san_policy": POLICY})
+    alone, beside = [], []
     for attempt in range(3):
-        alone = best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2")
-        san = f"san={checkpoint}:" + json.dumps({"san_policy": POLICY})
-        beside = best_speed(tmp_path / f"beside{attempt}", "--system", san)
-        if 0.7 <= beside / alone <= 1.4:
+        alone.append(best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2"))
+        beside.append(best_speed(tmp_path / f"beside{attempt}", "--system", san))
+        if 0.7 <= max(beside) / max(alone) <= 1.4:
             break
-    assert 0.7 <= beside / alone <= 1.4, (alone, beside)
+    assert 0.7 <= max(beside) / max(alone) <= 1.4, (alone, beside)
 
 
 @pytest.mark.slow

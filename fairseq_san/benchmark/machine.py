@@ -87,14 +87,12 @@ def matmul_peak(
         dtypes["fp16"] = torch.float16
     wanted = set(precisions) if precisions is not None else {*dtypes, "int8"}
     peaks = {}
-    for name, dtype in dtypes.items():
-        if name not in wanted:
-            continue
+    selected = {name: dtype for name, dtype in dtypes.items() if name in wanted}
+    for name, dtype in selected.items():
         a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
         peaks[name] = _gflops(lambda: torch.mm(a, b), size, device)
-    if "int8" not in wanted:
-        return peaks
-    if device.type == "cpu" and "fbgemm" in torch.backends.quantized.supported_engines:
+    int8_available = device.type == "cpu" and "fbgemm" in torch.backends.quantized.supported_engines
+    if "int8" in wanted and int8_available:
         from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
         linear, x = DynamicInt8Linear(size, size), torch.randn(size, size)

@@ -26,6 +26,7 @@ from helpers import (
     build,
     build_lm,
     cli_env,
+    command_path,
     make_dictionary,
     parse_args,
     run_cli,
@@ -48,7 +49,7 @@ def trained(binarized_corpus, tmp_path_factory):
     }
     procs = {
         name: subprocess.Popen(
-            [str(BIN / "fairseq-train"),
+            [str(command_path("fairseq-train")),
              *train_argv(binarized_corpus, root / name, max_update=UPDATES, extra=extra)],
             cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
@@ -589,7 +590,7 @@ def test_interactive_on_input_that_is_not_utf8_is_one_line(
     path = tmp_path / "latin1.txt"
     path.write_bytes(NOT_UTF8)
     argv = [
-        str(BIN / "fairseq-interactive"), str(binarized_corpus), "--user-dir", "fairseq_san",
+        str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir", "fairseq_san",
         "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
     ]  # fmt: skip
     with open(path, "rb") as stdin:
@@ -1046,7 +1047,7 @@ def test_commands_without_an_option_they_need_are_one_line(binarized_corpus, tmp
     }  # fmt: skip
     processes = {
         command: subprocess.Popen(
-            [str(BIN / command), *argv, "--user-dir", "fairseq_san", "--cpu"],
+            [str(command_path(command)), *argv, "--user-dir", "fairseq_san", "--cpu"],
             cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -1,20 +1,24 @@
 """The tests' warm fairseq commands (``warm_cli``) end as the commands do when started cold.
 
 * the same exit status, standard output and standard error as the real command, for a help
-  page, an argument fairseq refuses with a traceback and a one-line error of the plugin;
+  page, an argument fairseq refuses with a traceback and a one-line error of the plugin, and
+  for two of the plugin's own commands;
 * a signal sent to a stand-in reaches its command; a stand-in killed takes its command with it;
 * a command whose environment changes a start-up variable runs cold;
 * a command's own PYTHONPATH comes first on its sys.path, warm; cold where it holds a package
-  the server has imported.
+  the server has imported;
+* a file descriptor the command inherits is open in it under the same number;
+* a command ends after its threads and exit handlers, its output flushed, with its status.
 """
 
 import os
 import re
 import signal
 import subprocess
+import textwrap
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -60,8 +64,10 @@ def supervisors() -> List[int]:
         ["fairseq-generate", "--help"],
         ["fairseq-train", "--no-such-option"],  # fairseq's own RuntimeError, a traceback
         ["fairseq-validate", "no-such-data", "--user-dir", "fairseq_san", "--path", "x.pt"],
+        ["fairseq-san-loop", "summary", "no-such-run"],  # the plugin's own: one line
+        ["fairseq-san-bench", "steps", "--help"],  # the plugin's, importing torch and fairseq
     ],
-    ids=["help", "traceback", "plugin-error"],
+    ids=["help", "traceback", "plugin-error", "plugin-command", "plugin-command-help"],
 )
 def test_a_warm_command_ends_as_the_cold_one(argv):
     warm = run(command_path(argv[0]), *argv[1:])
@@ -100,20 +106,53 @@ def test_a_command_with_another_thread_count_runs_cold():
     assert f'File "{BIN / "fairseq-train"}"' in result.stderr
 
 
+def fairseq_train_of_its_own(folder: Path, body: str) -> Dict[str, str]:
+    """An environment whose PYTHONPATH puts ``folder`` first, where a ``fairseq_cli.train`` (not
+    imported by the server) runs ``body``, in which ``how`` says whether the command runs warm
+    (torch imported) or cold."""
+    (folder / "fairseq_cli").mkdir(parents=True)
+    (folder / "fairseq_cli" / "__init__.py").write_text("")
+    (folder / "fairseq_cli" / "train.py").write_text(
+        "import atexit\nimport os\nimport sys\nimport threading\nimport time\n\n\n"
+        "def cli_main():\n    how = 'warm' if 'torch' in sys.modules else 'cold'\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    return {**cli_env(), "PYTHONPATH": f"{folder}{os.pathsep}{REPO}"}
+
 
 def test_a_pythonpath_of_its_own_comes_first_warm_and_cold_where_it_hides_an_imported_package(
     tmp_path,
 ):
     first = tmp_path / "first"
-    (first / "fairseq_cli").mkdir(parents=True)  # not imported by the server
-    (first / "fairseq_cli" / "__init__.py").write_text("")
-    (first / "fairseq_cli" / "train.py").write_text(
-        "import sys\n\n\ndef cli_main():\n"
-        "    print('from PYTHONPATH', 'warm' if 'torch' in sys.modules else 'cold')\n"
-    )  # fmt: skip
-    env = {**cli_env(), "PYTHONPATH": f"{first}{os.pathsep}{REPO}"}
+    env = fairseq_train_of_its_own(first, "print('from PYTHONPATH', how)")
     for runs in ("warm", "cold"):
         if runs == "cold":
             (first / "numpy").mkdir()  # a numpy of its own: the server has imported numpy
         result = run(command_path("fairseq-train"), env=env)
         assert (result.returncode, result.stdout) == (0, f"from PYTHONPATH {runs}\n"), result.stderr
+
+
+def test_a_descriptor_it_inherited_is_open_under_the_same_number(tmp_path):
+    """As learn_to_share.sh's lock on fd 9, which every command it starts keeps."""
+    env = fairseq_train_of_its_own(tmp_path / "first", "print(os.read(9, 64).decode(), how)")
+    (tmp_path / "lock").write_text("fd 9")
+    result = subprocess.run(
+        ["bash", "-c", 'exec "$0" 9<"$1"', str(command_path("fairseq-train")), tmp_path / "lock"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "fd 9 warm\n"), result.stderr
+
+
+def test_a_command_ends_after_its_threads_and_exit_handlers_with_its_output_flushed(tmp_path):
+    """The runner skips only the interpreter's teardown of the modules (end_without_teardown)."""
+    env = fairseq_train_of_its_own(tmp_path / "first", """
+        atexit.register(print, "at exit", how)
+        threading.Thread(target=lambda: time.sleep(0.5) or print("thread done")).start()
+        sys.stdout.write("buffered, no newline ")
+        sys.exit("a message")
+    """)  # fmt: skip
+    for how, env in (("warm", env), ("cold", {**env, "OMP_NUM_THREADS": "2"})):
+        result = run(command_path("fairseq-train"), env=env)
+        assert result.returncode == 1
+        assert result.stdout == f"buffered, no newline thread done\nat exit {how}\n"
+        assert result.stderr.endswith("a message\n")

@@ -1,20 +1,25 @@
-"""fairseq's command-line tools started warm, for the tests: a fork server.
+"""fairseq's command-line tools (and the plugin's) started warm, for the tests: a fork server.
 
 Every fairseq command (``fairseq-train``, ``fairseq-generate``, ...) spends about 8 s of a 2-core
 VM importing torch, fairseq, scikit-learn and SciPy before it reads its arguments; the suite
-starts about 200 of them, so that start-up was half its time. Here one server per pytest process
-imports those once, and each command forks from it:
+starts about 200 of them, so that start-up was half its time. The plugin's commands that read
+checkpoints (``fairseq-san-loop summary``, ``fairseq-san-bench``) import torch too. Here one
+server per pytest process imports those once, and each command forks from it:
 
 * ``warm_bin()`` starts the server (on first use) and returns a folder of stand-ins, one per
-  fairseq console script, that the tests put first on ``PATH`` (``helpers.cli_env``);
-* a stand-in sends its argv, environment, working directory and standard streams (the file
-  descriptors themselves) to the server, which forks a runner that calls the console script's
+  console script of fairseq and per command of the plugin that imports torch (``PLUGIN_WARM``),
+  that the tests put first on ``PATH`` (``helpers.cli_env``);
+* a stand-in sends its argv, environment, working directory and the file descriptors it
+  inherited (the descriptors themselves: standard streams, a recipe's lock) to the server,
+  which forks a runner that has them under the same numbers and calls the console script's
   entry point from the top level, as the script does, and the interpreter ends it (exit code,
-  uncaught exceptions, atexit, thread shutdown); the stand-in ends as it ended; a signal sent to
-  the stand-in is passed on, and a stand-in that dies takes its runner with it;
+  uncaught exceptions, atexit, thread shutdown), all but its teardown of the modules, which
+  would copy the pages shared with the server (``end_without_teardown``); the stand-in ends as
+  the runner ended; a signal sent to the stand-in is passed on, and a stand-in that dies takes
+  its runner with it;
 * what the server's imports did that a fresh process would do again (``Imports``: log records,
   logging configuration, standard error, environment variables) is replayed in each runner
-  where its command imports torch or fairseq;
+  where its command imports fairseq;
 * the stand-in runs the real command, cold, where the server is not running or where the
   environment differs in a variable read at start-up (threads, locale, Python, torch): the
   fork would not see the change. A PYTHONPATH of its own is the exception: the runner puts its
@@ -24,8 +29,10 @@ imports those once, and each command forks from it:
 own, as users start them.
 """
 
+import atexit
 import builtins
-import contextlib
+import ctypes
+import fcntl
 import json
 import os
 import shutil
@@ -36,28 +43,44 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 # Read when a process starts (by Python, torch, OpenMP, numpy, fairseq's logging): a command
 # given other values than the server's runs cold.
 START_UP_PREFIXES = ("PYTHON", "LC_", "LANG", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH",
                      "PYTORCH", "CUDA", "LD_", "LOGLEVEL", "SKLEARN", "SCIPY", "NUMPY")  # fmt: skip
+# The plugin's commands started warm, beside all of fairseq's: those that import torch, as
+# command -> its subcommands that do (None: all). The others start cold in about 0.3 s, less than
+# a runner takes to register the plugin with the server's fairseq (fairseq_san's doc: 0.4 s).
+PLUGIN_WARM = {"fairseq-san-bench": None, "fairseq-san-loop": ("summary",)}
 PRELOADED = ("torch", "torch._dynamo", "fairseq", "fairseq.checkpoint_utils", "fairseq.trainer",
              "fairseq.sequence_generator", "fairseq.options", "fairseq.hub_utils")  # fmt: skip
+MAX_FDS = 253  # descriptors one message may carry (Linux's SCM_MAX_FD); more: the command runs cold
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
 _server: Dict[str, object] = {}
+_ending: Dict[str, int] = {}  # a runner's exit status, once its command has ended with one
 
 
-def fairseq_console_scripts() -> Dict[str, str]:
-    """{command: "module:function"} of fairseq's own console scripts."""
+def console_scripts() -> Dict[str, str]:
+    """{command: "module:function"} of fairseq's console scripts and PLUGIN_WARM's."""
     from importlib.metadata import entry_points
 
     return {
         entry.name: entry.value
         for entry in entry_points(group="console_scripts")
-        if entry.name.startswith("fairseq-") and entry.value.startswith("fairseq_cli.")
+        if (entry.name.startswith("fairseq-") and entry.value.startswith("fairseq_cli."))
+        or entry.name in PLUGIN_WARM
     }
+
+
+def runs_warm(argv: List[str]) -> bool:
+    """Whether a command line's runner is faster forked (see PLUGIN_WARM)."""
+    command = os.path.basename(argv[0])
+    if command not in PLUGIN_WARM:
+        return True
+    subcommands = PLUGIN_WARM[command]
+    return subcommands is None or (len(argv) > 1 and argv[1] in subcommands)
 
 
 def start_up_environment(env: Dict[str, str]) -> Dict[str, str]:
@@ -80,7 +103,7 @@ def warm_bin(env: Dict[str, str]) -> Optional[Path]:
 def _start_server(env: Dict[str, str]) -> Optional[Path]:
     root = Path(tempfile.mkdtemp(prefix="fairseq-warm-"))
     address = root / "socket"
-    scripts = fairseq_console_scripts()
+    scripts = console_scripts()
     process = subprocess.Popen(
         [sys.executable, __file__, "serve", str(address), json.dumps(scripts)], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=(root / "server.log").open("w"),
@@ -125,6 +148,8 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
     (exec) where that cannot give what a fresh process gives."""
     argv = [real_command, *sys.argv[1:]]
     try:
+        if not runs_warm(argv):
+            raise ConnectionError("runs cold")
         with open(environment_file, encoding="utf-8") as handle:
             server_env, set_by_imports, imported = json.load(handle)
         mine = start_up_environment(dict(os.environ))
@@ -133,15 +158,16 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
                 del mine[key]
         if "PYTHONPATH" not in server_env and not _shadows(python_path(mine), imported):
             mine.pop("PYTHONPATH", None)  # the runner puts its entries first on sys.path
-        streams_open = all(_is_open(fd) for fd in (0, 1, 2))
-        if mine != server_env or not streams_open:
+        inherited = inherited_fds()
+        if mine != server_env or not {0, 1, 2} <= set(inherited) or len(inherited) > MAX_FDS:
             raise ConnectionError("runs cold")
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(address)
     except OSError:
         os.execv(sys.executable, [sys.executable, *argv])
-    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-    socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fds": inherited}
+    message = json.dumps(request).encode()
+    socket.send_fds(connection, [len(message).to_bytes(8, "big") + message], inherited)
     replies = connection.makefile("rb")  # both lines may arrive in one read
     runner = int(replies.readline())
     for number in FORWARDED_SIGNALS:
@@ -169,12 +195,17 @@ def _shadows(entries: List[str], imported: List[str]) -> bool:
     return any(PathFinder.find_spec(name, [entry]) for entry in entries for name in imported)
 
 
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
+def inherited_fds() -> List[int]:
+    """The file descriptors this process inherited (open and inheritable: standard streams, a
+    recipe's lock on fd 9): a command started cold has them under the same numbers."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):  # the listing's own descriptor is closed by now
+        try:
+            if os.get_inheritable(int(name)):
+                found.append(int(name))
+        except OSError:
+            pass
+    return sorted(found)
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -214,26 +245,21 @@ class Imports:
         self.stderr = capture.read_bytes()
         self.environment = {key: value for key, value in os.environ.items() if key not in fresh}
 
-    @contextlib.contextmanager
-    def replayed_where_imported(self) -> Iterator[None]:
-        """While a runner imports its entry module: replay at the module's first import of torch
-        or fairseq, where a fresh process would import them (fairseq_cli.train configures logging
-        before that, fairseq_cli.validate after)."""
+    def replay_at_first_import(self) -> None:
+        """Replay at the runner's first import of fairseq, where a fresh process would import it
+        (all of what is replayed is fairseq's: its modules configure logging and log as they are
+        imported): during the entry module's import for fairseq's commands (fairseq_cli.train
+        configures logging before that, fairseq_cli.validate after), when a plugin command needs
+        it (the benchmark), or never (the loop's summary reads checkpoints with torch alone)."""
         real_import = builtins.__import__
 
         def first_import_replays(name, *args, **kwargs):
-            if name.split(".")[0] in ("torch", "fairseq"):
+            if name.split(".")[0] == "fairseq":
                 builtins.__import__ = real_import
                 self.replay()
             return real_import(name, *args, **kwargs)
 
         builtins.__import__ = first_import_replays
-        try:
-            yield
-        finally:
-            if builtins.__import__ is first_import_replays:
-                builtins.__import__ = real_import
-                self.replay()
 
     def replay(self) -> None:
         """What went to standard error, the held-back configuration, then the records where the
@@ -281,7 +307,7 @@ def serve(address: str, scripts: Dict[str, str]) -> None:
 def _supervise(connection: socket.socket, scripts: Dict[str, str], imports: Imports) -> None:
     """Fork the runner, tell the stand-in its pid and then how it ended; kill it if the stand-in
     goes away first."""
-    message, fds, _, _ = socket.recv_fds(connection, 8, 3)
+    message, fds, _, _ = socket.recv_fds(connection, 8, MAX_FDS)
     size = int.from_bytes(message, "big")
     request = b""
     while len(request) < size:
@@ -325,6 +351,17 @@ class BecomeTheCommand(Exception):
         super().__init__()
         self.request, self.fds, self.scripts, self.imports = request, fds, scripts, imports
 
+    def place_fds(self) -> None:
+        """Each received descriptor under the number it had in the stand-in: first all above
+        those numbers, so that no placement closes one not yet placed."""
+        above = max([*self.request["fds"], *self.fds]) + 1
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in self.fds]
+        for fd in self.fds:
+            os.close(fd)
+        for target, fd in zip(self.request["fds"], moved):
+            os.dup2(fd, target)
+            os.close(fd)
+
     def entry_point(self):
         """Take the command's streams, directory, environment and argv; its entry point."""
         import importlib
@@ -332,9 +369,7 @@ class BecomeTheCommand(Exception):
 
         import numpy
 
-        for target, fd in enumerate(self.fds):
-            os.dup2(fd, target)
-            os.close(fd)
+        self.place_fds()
         for number in FORWARDED_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -347,13 +382,57 @@ class BecomeTheCommand(Exception):
         random.seed()  # a fresh process draws its own
         numpy.random.seed()
         module, _, function = self.scripts[os.path.basename(sys.argv[0])].partition(":")
-        with self.imports.replayed_where_imported():
-            return getattr(importlib.import_module(module), function)
+        if module.startswith("fairseq_san."):
+            # The plugin registers with the server's fairseq as it is imported (fairseq_san's
+            # doc), which is not an import of fairseq that a fresh process makes.
+            importlib.import_module("fairseq_san")
+        self.imports.replay_at_first_import()
+        return getattr(importlib.import_module(module), function)
+
+
+def exit_status(code: object) -> int:
+    """The status a process ends with after ``SystemExit(code)`` (a code neither None nor an int
+    the interpreter prints before it ends: status 1)."""
+    if code is None:
+        return 0
+    return code & 0xFF if isinstance(code, int) else 1
+
+
+def end_without_teardown() -> None:
+    """At exit, last (registered before anything else): end a runner whose command has an exit
+    status there, its streams flushed, without the interpreter's teardown of every module,
+    which writes to nearly every page the runner shares with the server (copy-on-write): 3.2 s
+    of a 2-core VM per command, against 0.2 s. The command's own exit handlers have run and the
+    interpreter has waited for its threads. Without a status (KeyboardInterrupt: the interpreter
+    ends by the signal), or with a stream that cannot be flushed (the interpreter says so and
+    exits 120), the interpreter goes on."""
+    if "status" not in _ending:
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None and not stream.closed:
+                stream.flush()
+    except OSError:
+        return
+    ctypes.CDLL(None).fflush(None)  # C's stdio buffers (extensions' printf), as exit() does
+    os._exit(_ending["status"])
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    atexit.register(end_without_teardown)
     try:
         serve(sys.argv[2], json.loads(sys.argv[3]))
     except BecomeTheCommand as runner:
         command = runner  # called outside the except clause: no exception context to print
-    sys.exit(command.entry_point()())
+    else:
+        sys.exit(0)  # the server, its pytest process gone
+    try:
+        status = command.entry_point()()
+    except SystemExit as exit:
+        _ending["status"] = exit_status(exit.code)
+        raise
+    except Exception:
+        _ending["status"] = 1  # the interpreter prints the traceback first
+        raise
+    _ending["status"] = exit_status(status)
+    sys.exit(status)

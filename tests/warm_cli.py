@@ -59,7 +59,7 @@ MAX_FDS = 253  # descriptors one message may carry (Linux's SCM_MAX_FD); more: t
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)  # fmt: skip
 _server: Dict[str, object] = {}
-_ending: Dict[str, int] = {}  # a runner's exit status, once its command has ended with one
+exit_code: Optional[int] = None  # a runner's, once its command has ended with one
 
 
 def console_scripts() -> Dict[str, str]:
@@ -406,7 +406,7 @@ def end_without_teardown() -> None:
     interpreter has waited for its threads. Without a status (KeyboardInterrupt: the interpreter
     ends by the signal), or with a stream that cannot be flushed (the interpreter says so and
     exits 120), the interpreter goes on."""
-    if "status" not in _ending:
+    if exit_code is None:
         return
     try:
         for stream in (sys.stdout, sys.stderr):
@@ -415,7 +415,7 @@ def end_without_teardown() -> None:
     except OSError:
         return
     ctypes.CDLL(None).fflush(None)  # C's stdio buffers (extensions' printf), as exit() does
-    os._exit(_ending["status"])
+    os._exit(exit_code)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
@@ -429,10 +429,10 @@ if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
     try:
         status = command.entry_point()()
     except SystemExit as exit:
-        _ending["status"] = exit_status(exit.code)
+        exit_code = exit_status(exit.code)
         raise
     except Exception:
-        _ending["status"] = 1  # the interpreter prints the traceback first
+        exit_code = 1  # the interpreter prints the traceback first
         raise
-    _ending["status"] = exit_status(status)
+    exit_code = exit_status(status)
     sys.exit(status)

@@ -80,13 +80,15 @@ def test_a_warm_command_ends_as_the_cold_one(argv):
 
 
 def test_a_signal_reaches_the_command_and_a_killed_stand_in_takes_its_command_along(tmp_path):
+    unwritten = tmp_path / "unwritten"
+    os.mkfifo(unwritten)  # opening it for reading waits for a writer, which never comes
     for sent in (signal.SIGTERM, signal.SIGKILL):
         stand_in = subprocess.Popen(
-            [str(command_path("fairseq-preprocess")), "--only-source", "--trainpref", "/dev/stdin",
-             "--destdir", str(tmp_path / sent.name), "--workers", "1"],
-            cwd=REPO, env=cli_env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            [str(command_path("fairseq-preprocess")), "--only-source", "--workers", "1",
+             "--trainpref", str(unwritten), "--destdir", str(tmp_path / sent.name)],
+            cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip  (reads standard input until it closes)
+        )  # fmt: skip
         deadline = time.monotonic() + 60
         while not supervisors() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -96,7 +98,6 @@ def test_a_signal_reaches_the_command_and_a_killed_stand_in_takes_its_command_al
         while supervisors() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not supervisors(), f"the command outlived its stand-in ({sent.name})"
-        stand_in.stdin.close()
 
 
 def test_a_command_with_another_thread_count_runs_cold():

@@ -83,6 +83,14 @@ def make_generator(decoder: str, model, dictionary, beam: int, length: int):
     )
 
 
+def dictionary_of(size: int) -> Dictionary:
+    """A dictionary of ``size`` symbols: fairseq's special ones, then w0, w1, ..."""
+    dictionary = Dictionary()
+    for index in range(size - len(dictionary)):
+        dictionary.add_symbol(f"w{index}")
+    return dictionary
+
+
 def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
     """``count`` batches of random source sentences (seed 0), ``source_length`` tokens each."""
     generator = torch.Generator().manual_seed(0)
@@ -182,9 +190,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if problem:
         parser.error(problem)
     torch.set_num_threads(args.threads)
-    dictionary = Dictionary()
-    for index in range(args.vocab - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = dictionary_of(args.vocab)
     samples = [
         {"net_input": {k: v.to(args.device) for k, v in sample["net_input"].items()}}
         for sample in batches(dictionary, args.batches, args.batch, args.source_length)

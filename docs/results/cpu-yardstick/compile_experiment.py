@@ -15,7 +15,6 @@ import time
 import torch
 import torch._inductor.config as inductor_config
 
-from fairseq.data import Dictionary
 from fairseq_san.benchmark import step_timer as speed
 from fairseq_san.static_decoding import StaticSequenceGenerator
 from fairseq_san.static_decoding.step import StaticDecoderStep
@@ -44,9 +43,7 @@ def main() -> None:
     inductor_config.freezing = True
     inductor_config.cpp.weight_prepack = True
     policy = sys.argv[1] if len(sys.argv) > 1 else "baseline"
-    dictionary = Dictionary()
-    for index in range(8000 - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = speed.dictionary_of(8000)
     samples = list(speed.batches(dictionary, 2, 16, 16))
     model = speed.build_model("transformer_san_small", speed.POLICIES[policy], dictionary)
     settings = dict(beam_size=4, min_len=LENGTH, max_len_a=0, max_len_b=LENGTH)

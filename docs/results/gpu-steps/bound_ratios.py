@@ -9,7 +9,6 @@ Batch 16, beam 4 (64 hypotheses), 40 positions, sources of 30 tokens; the device
 enter the ratios (here 1 GFLOP/s and 1 GB/s stand in).
 """
 
-from fairseq.data import Dictionary
 
 from fairseq_san.benchmark import step_timer
 
@@ -21,19 +20,12 @@ POLICIES = {
 }
 
 
-def dictionary_of(size: int) -> Dictionary:
-    dictionary = Dictionary()
-    for index in range(size - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
-    return dictionary
-
-
 def main() -> None:
     print("| architecture | vocabulary | policy | GFLOP / position | decoder weights, MB | "
           "baseline / policy, FLOP | baseline / policy, bytes |")  # fmt: skip
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for vocabulary in (8000, 32000):
-        dictionary = dictionary_of(vocabulary)
+        dictionary = step_timer.dictionary_of(vocabulary)
         sample = next(step_timer.batches(dictionary, 1, 16, 30))
         for arch in ("transformer_san_small", "transformer_san_base"):
             bounds = {

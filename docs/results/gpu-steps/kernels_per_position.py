@@ -18,7 +18,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fairseq.data import Dictionary
-from fairseq_san.benchmark.step_timer import POLICIES, batches, build_model, make_generator
+from fairseq_san.benchmark.step_timer import (
+    POLICIES,
+    batches,
+    build_model,
+    dictionary_of,
+    make_generator,
+)
 
 # Operators that launch no kernel: views, shape queries and allocations without a fill.
 NO_KERNEL = {
@@ -70,9 +76,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dictionary = Dictionary()
-    for index in range(8000 - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = dictionary_of(8000)
     for policy in POLICIES:
         ops = per_position(policy, args.length, dictionary)
         print(f"{policy}: {sum(ops.values()):.0f} kernel-launching operators per position")

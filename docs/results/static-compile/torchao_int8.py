@@ -16,7 +16,6 @@ import statistics
 import torch
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
-from fairseq.data import Dictionary
 from fairseq_san.benchmark import step_timer
 from fairseq_san.static_decoding import StaticSequenceGenerator
 from fairseq_san.static_decoding.execution import compiled
@@ -42,9 +41,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    dictionary = Dictionary()
-    for index in range(8000 - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = step_timer.dictionary_of(8000)
     samples = list(step_timer.batches(dictionary, 2, 16, 16))
     policy = step_timer.POLICIES["san-6-6"]
     model = step_timer.build_model("transformer_san_small", policy, dictionary)

@@ -590,8 +590,8 @@ def test_interactive_on_input_that_is_not_utf8_is_one_line(
     path = tmp_path / "latin1.txt"
     path.write_bytes(NOT_UTF8)
     argv = [
-        str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir", "fairseq_san",
-        "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
+        str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
+        "fairseq_san", "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
     ]  # fmt: skip
     with open(path, "rb") as stdin:
         result = subprocess.run(

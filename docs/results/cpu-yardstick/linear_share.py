@@ -21,7 +21,6 @@ from typing import Dict, List
 import torch
 from torch.ao.nn.quantized import dynamic as quantized_dynamic
 
-from fairseq.data import Dictionary
 from fairseq_san.benchmark import step_timer
 from fairseq_san.benchmark.machine import processor
 from fairseq_san.static_decoding.precision import PackedLinear
@@ -29,17 +28,22 @@ from fairseq_san.static_decoding.precision import PackedLinear
 LENGTH, BATCH, BATCHES = 20, 16, 2
 SYSTEMS = [("baseline", "fairseq"), ("san-6-6", "fairseq"), ("san-6-6", "static-fp32"),
            ("san-6-6", "static-int8")]  # fmt: skip
-linear_seconds: Dict[str, float] = defaultdict(float)
+
+
+class LinearClock:
+    """Seconds spent in the linear layers since the last reset."""
+
+    seconds = 0.0
 
 
 def timed(layer: type) -> None:
-    """Add the time of every call of ``layer`` to ``linear_seconds["now"]``."""
+    """Add the time of every call of ``layer`` to ``LinearClock.seconds``."""
     forward = layer.forward
 
     def timed_forward(self, x):
         start = time.perf_counter()
         y = forward(self, x)
-        linear_seconds["now"] += time.perf_counter() - start
+        LinearClock.seconds += time.perf_counter() - start
         return y
 
     layer.forward = timed_forward
@@ -53,9 +57,7 @@ def main() -> None:
     torch.set_num_threads(2)
     timed(PackedLinear)
     timed(quantized_dynamic.Linear)
-    dictionary = Dictionary()
-    for index in range(8000 - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = step_timer.dictionary_of(8000)
     samples = list(step_timer.batches(dictionary, BATCHES, BATCH, 16))
     models = {p: step_timer.build_model("transformer_san_small", step_timer.POLICIES[p], dictionary)
               for p in ("baseline", "san-6-6")}  # fmt: skip
@@ -69,12 +71,12 @@ def main() -> None:
             generator.generate(None, samples[0])  # warm-up
         for _ in range(args.rounds):
             for system, generator in generators.items():
-                linear_seconds["now"] = 0.0
+                LinearClock.seconds = 0.0
                 start = time.perf_counter()
                 for sample in samples:
                     generator.generate(None, sample)
                 total[system].append((time.perf_counter() - start) / steps * 1e3)
-                linear[system].append(linear_seconds["now"] / steps * 1e3)
+                linear[system].append(LinearClock.seconds / steps * 1e3)
     report(args, total, linear)
 
 

@@ -4,7 +4,8 @@
 # from its checkpoint_last.pt when run again (finished systems are skipped).
 #
 #   docs/results/lm-multi30k/run.sh [STEP...]   (steps: data loop baselines fixed learned loop_kv
-#                                                eval speed table policies same; all: each in turn)
+#                                                eval speed table policies same speed_kv_loop;
+#                                                all: each in turn but speed_kv_loop)
 # loop, loop_kv, fixed and baselines need only the data and may run at once (one thread each),
 # learned needs the loop's policy: run.sh data; run.sh loop & run.sh loop_kv & run.sh fixed &
 # run.sh baselines & wait; run.sh learned eval speed table policies. speed runs alone: the clock
@@ -108,20 +109,41 @@ step_eval() {  # the loss of every test sentence, per trained system and seed
   done
 }
 
-step_speed() {  # greedy generation, seed 1 of each system, fairseq's generator and the static
-  mkdir -p "$HERE/speed"   # decoder, each in its own process; 3 rounds interleaved (the machine
-  for round in 1 2 3; do   # is shared): table.py takes each one's best
+# time_speed OUT NAME=CHECKPOINT...: greedy generation with fairseq's generator and the static
+# decoder, each system and decoder in its own process; 3 rounds interleaved (the machine is
+# shared): table.py takes each one's best.
+time_speed() {
+  local out=$1 round batch pair decoding
+  shift
+  mkdir -p "$out"
+  for round in 1 2 3; do
     for batch in 1 16; do
-      for name in $SYSTEMS; do
+      for pair in "$@"; do
         for decoding in fairseq static; do
-          local ckpt out=$HERE/speed/$name-$decoding-b$batch-r$round.json
-          ckpt=$(checkpoint "$name" 1)
-          [ -f "$ckpt" ] && [ ! -f "$out" ] || continue
-          python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" --decoding "$decoding" -o "$out"
+          local name=${pair%%=*} ckpt=${pair#*=}
+          local file=$out/$name-$decoding-b$batch-r$round.json
+          [ -f "$ckpt" ] && [ ! -f "$file" ] || continue
+          python "$HERE/lm_eval.py" speed "$ckpt" "$DATA" --batch "$batch" --decoding "$decoding" -o "$file"
         done
       done
     done
   done
+}
+
+step_speed() {  # seed 1 of each system
+  local pairs=() name
+  for name in $SYSTEMS; do pairs+=("$name=$(checkpoint "$name" 1)"); done
+  time_speed "$HERE/speed" "${pairs[@]}"
+}
+
+# The KV loop's three iterations side by side: iteration 0 is the baseline and iteration 1
+# kv-learned, bit for bit; iteration 2 was trained after the speed runs above.
+step_speed_kv_loop() {
+  local loop=$RUNS/loop-kv out=$HERE/kv-loop-speed
+  time_speed "$out/speed" "baseline=$loop/iter0/checkpoints/checkpoint_best.pt" \
+    "kv-learned=$loop/iter1/checkpoints/checkpoint_best.pt" \
+    "kv-iteration2=$loop/iter2/checkpoints/checkpoint_best.pt"
+  python "$HERE/table.py" speed "$out" > "$out/table.md"
 }
 
 step_table() {  # the tables, the training logs, and the loop's record, matrices and heatmaps

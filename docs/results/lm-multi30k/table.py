@@ -2,6 +2,7 @@
 and the generation speeds (speed/) that run.sh wrote.
 
     python docs/results/lm-multi30k/table.py RUNS_DIR RESULTS_DIR > table.md
+    python docs/results/lm-multi30k/table.py speed RESULTS_DIR     # the speed table alone
 
 Test perplexity per seed, its mean and standard deviation (statistics.stdev, over seeds), and a
 paired bootstrap over test sentences of system minus baseline (per-sentence losses averaged over
@@ -202,6 +203,26 @@ def same_outputs(speeds, name: str, decoding: str) -> str:
     return f"{same}/{total}" if total else "-"
 
 
+def speed_rows(speeds) -> list:
+    """Rows of the speed table for the systems timed in ``speeds``, in the table's order, their
+    policies read from the checkpoints the timings name (no per-sentence losses needed)."""
+    rows = []
+    for name in SYSTEMS:
+        timed = [speed for key, speed in speeds.items() if key[0] == name]
+        if timed:
+            model_cfg = load_state(timed[0]["checkpoint"])["cfg"]["model"]
+            policy = load_policy(model_cfg.san_policy or "{}").get("decoder_self")
+            rows.append({"name": name, "policy": policy, "share": model_cfg.san_self_share})
+    return rows
+
+
+def print_speed_header(speeds) -> None:
+    processor = next(iter(speeds.values()), {}).get("processor", "-")
+    threads = next(iter(speeds.values()), {}).get("threads", "-")
+    print(f"Processor: {processor}, {threads} thread(s). Greedy generation (prompts of 16 tokens, "
+          "64 generated), each system and decoder in its own process:\n")  # fmt: skip
+
+
 def main(runs: str, results: str) -> None:
     rows, losses, by_seed, tokens = system_rows(runs, results)
     speeds = best_speeds(results)
@@ -215,4 +236,9 @@ def main(runs: str, results: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "speed":
+        timings = best_speeds(sys.argv[2])
+        print_speed_header(timings)
+        print_speed_table(speed_rows(timings), timings)
+    else:
+        main(sys.argv[1], sys.argv[2])

@@ -107,6 +107,11 @@ def best_speeds(results: str) -> dict:
     return speeds
 
 
+def decoder_self_policy(model_cfg):
+    """The block sizes of a checkpoint's decoder self-attention policy (None: no sharing)."""
+    return load_policy(model_cfg.san_policy or "{}").get("decoder_self")
+
+
 def system_rows(runs: str, results: str):
     """(rows of the perplexity table, per-sentence losses per system, perplexity per seed)."""
     rows, losses, by_seed, tokens = [], {}, {}, []
@@ -127,7 +132,7 @@ def system_rows(runs: str, results: str):
         by_seed[name] = dict(zip((seed for seed, _ in seeds), ppls))
         rows.append({
             "name": name,
-            "policy": load_policy(model_cfg.san_policy or "{}").get("decoder_self"),
+            "policy": decoder_self_policy(model_cfg),
             "share": model_cfg.san_self_share,
             "seeds": [seed for seed, _ in seeds],
             "ppls": ppls,
@@ -211,7 +216,7 @@ def speed_rows(speeds) -> list:
         timed = [speed for key, speed in speeds.items() if key[0] == name]
         if timed:
             model_cfg = load_state(timed[0]["checkpoint"])["cfg"]["model"]
-            policy = load_policy(model_cfg.san_policy or "{}").get("decoder_self")
+            policy = decoder_self_policy(model_cfg)
             rows.append({"name": name, "policy": policy, "share": model_cfg.san_self_share})
     return rows
 

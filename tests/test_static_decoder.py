@@ -599,6 +599,17 @@ def test_options_that_would_be_ignored_are_refused(task, options, message):
     assert str(refused.value).startswith(message)
 
 
+def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
+    """fairseq's generator asserts on these (a traceback); the static decoder names the option."""
+    model = build(dictionary=DICTIONARY)[0]
+    with pytest.raises(UsageError, match="^--temperature 0: it must be greater than 0$"):
+        task.build_generator([model], generation_args(san_decoding="static", temperature=0))
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
+    longest = r"^--min-len 12 is above the longest output of a batch of source length 7 \(10: "
+    with pytest.raises(UsageError, match=longest + r"--max-len-a 0 x 7 \+ --max-len-b 10"):
+        static_generate(model, 2, src_tokens, src_lengths, min_len=12, max_len_a=0, max_len_b=10)
+
+
 def test_ensembles_and_lm_fusion_are_refused(task):
     model = build(dictionary=DICTIONARY)[0]
     args = generation_args(san_decoding="static")
@@ -788,6 +799,35 @@ def test_the_nbest_lists_are_read_from_the_device_in_a_few_reads():
     search.final_lengths.copy_(torch.tensor([[1, 2, 3, 4, 4]]))
     lengths = [len(hypothesis["tokens"]) for hypothesis in search.hypotheses()[0]]
     assert lengths == [1, 3, 2]  # the tie (-1) in slot order; slot 3 and the spare are not stored
+
+
+def test_tensor_steps_keep_minus_infinity_where_int_steps_do():
+    """The device path turns NaN into -inf on every score (fairseq's rule) and must leave -inf as
+    it is: torch's nan_to_num makes it the dtype's lowest finite number by default, and a
+    forbidden EOS (before min_len) would then rank above NaN's -inf and finish hypotheses (on the
+    host path too, once a NaN is among the candidates). Where one row of each sentence has one
+    finite token and the rest are NaN, int and tensor steps give the same n-best, and no
+    hypothesis ends before min_len."""
+    from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+
+    eos, vocab, beam, max_len = DICTIONARY.eos(), len(DICTIONARY), 4, 5
+    min_len = 3
+    settings = SearchSettings(beam, min_len, max_len, 1.0, True, 0.0, DICTIONARY.pad(),
+                              DICTIONARY.unk(), eos)  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    table = torch.log_softmax(torch.randn(max_len + 1, 2 * beam, vocab, generator=generator), -1)
+    table[1] = float("nan")
+    table[1, ::beam, eos + 1] = -1.0  # the first hypothesis of each sentence: one finite token
+    searches = [TensorBeamSearch(settings, 2, eos, "cpu") for _ in range(2)]
+    for step in range(max_len + 1):
+        for search, position in zip(searches, (step, torch.tensor([step]))):
+            search.advance(step if step == 0 else position, table[step].clone())  # 0: an int
+    int_steps, tensor_steps = (search.hypotheses() for search in searches)
+    for ours, theirs in zip(int_steps, tensor_steps):
+        assert [h["tokens"].tolist() for h in ours] == [h["tokens"].tolist() for h in theirs]
+        assert min(len(h["tokens"]) for h in ours) > min_len
+        assert torch.equal(torch.stack([h["score"] for h in ours]),
+                           torch.stack([h["score"] for h in theirs]))  # fmt: skip
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["int-steps", "tensor-steps"])

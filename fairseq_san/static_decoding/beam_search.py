@@ -34,9 +34,10 @@ What differs is the bookkeeping, not the result:
 The step may be a Python int or a (1,) long tensor on the device. With a tensor, ``advance`` does
 not read anything back to the host: its shapes and control flow do not depend on the step, so
 the decoder step, ``advance`` and the caches' reordering can be captured as one CUDA graph and
-replayed at every position (graphs.py); the caller reads ``done`` after it. With an int (the
-CPU's path), it skips the finishing when no candidate finishes and returns None once every
-sentence is done.
+replayed at every position (graphs.py); the caller reads ``done`` after it. With an int (every
+step on the CPU; on a GPU position 0, the eager and fixed executions, a language model's
+prompt), it skips the finishing when no candidate finishes and returns None once every sentence
+is done.
 """
 
 import math
@@ -55,6 +56,13 @@ Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the de
 def synced(step: Step) -> bool:
     """Whether ``step`` is a Python int (the host knows it) rather than a device tensor."""
     return isinstance(step, int)
+
+
+def nan_to_minus_inf_(scores: Tensor) -> Tensor:
+    """fairseq's ``lprobs[lprobs != lprobs] = -inf``, in place and without a host sync; -inf stays
+    -inf (``nan_to_num``'s default would make it the dtype's lowest finite number, a score that
+    beam search would rank, finish and store as a real one)."""
+    return scores.nan_to_num_(nan=-math.inf, posinf=math.inf, neginf=-math.inf)
 
 
 def column(tensor: Tensor, step: Step) -> Tensor:
@@ -117,7 +125,8 @@ class TensorBeamSearch:
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam
         self.candidate_offsets = torch.arange(2 * s.beam, device=device)
         self.earlier = torch.ones(s.beam, s.beam, dtype=torch.bool, device=device).tril(-1)
-        self.not_eos = torch.ones(1, dtype=torch.bool, device=device)  # resized by _constrain
+        # resized by _constrain_on_device
+        self.not_eos = torch.ones(1, dtype=torch.bool, device=device)
         self.limit = torch.empty(1, dtype=torch.long, device=device)  # max_len, for tensor steps
         # Finished hypotheses, slot j of sentence i = the j-th fairseq finalized for it; slot
         # ``beam`` is spare: what is not stored is written there (no host sync to leave it out).
@@ -254,10 +263,10 @@ class TensorBeamSearch:
         flat = self._continuations(step, lprobs)
         k = min(2 * self.settings.beam, flat.size(1) - 1)
         if not synced(step):  # no host sync: fairseq's NaN -> -inf, on every score
-            flat.nan_to_num_(nan=-math.inf)
+            nan_to_minus_inf_(flat)
         cand_scores, cand_flat = torch.topk(flat, k)
         if synced(step) and bool(cand_scores.isnan().any()):  # topk ranks NaN first
-            cand_scores, cand_flat = torch.topk(flat.nan_to_num_(nan=-math.inf), k)
+            cand_scores, cand_flat = torch.topk(nan_to_minus_inf_(flat), k)
         cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
         return cand_scores, cand_rows, cand_flat.fmod(vocab)
 
@@ -266,7 +275,7 @@ class TensorBeamSearch:
         fairseq's order (``beam`` draws from the first one at step 0): their cumulative scores,
         rows and tokens, (sentences, beam) each."""
         s = self.settings
-        lprobs = lprobs.nan_to_num_(nan=-math.inf).view(self.sentences, -1, lprobs.size(1))
+        lprobs = nan_to_minus_inf_(lprobs).view(self.sentences, -1, lprobs.size(1))
         if step == 0:  # every hypothesis is the first one
             lprobs = lprobs[:, :1].expand(-1, s.beam, -1)
         else:

@@ -6,10 +6,10 @@ The rows of ``EXECUTIONS`` (read by the generator, its tests and the step timer)
   (row copies and length slicing), fixed on a GPU (no host sync in the step or the reordering);
 * ``fixed``: eager in the fixed layout on any device (what ``compile`` and ``graph`` run);
 * ``compile``: torch.compile of the fixed-layout step (``fullgraph=True``, static shapes: one
-  compilation per (rows, length bucket), none across positions); its linear layers are left
-  to the compiler (inductor packs frozen weights itself), not packed by ``precision.py``; not
-  offered on the command line (slower than ``eager`` where measured), reached by the step
-  timer, the benchmark's overrides and the tests;
+  compilation per (rows, length bucket, source bucket), none across positions); its linear
+  layers are left to the compiler (inductor packs frozen weights itself), not packed by
+  ``precision.py``; not offered on the command line (slower than ``eager`` where measured),
+  reached by the step timer, the benchmark's overrides and the tests;
 * ``graph``: the fixed-layout step captured as one CUDA graph per (rows, length bucket) and
   replayed (graphs.py), on caches kept per shape across batches; CUDA only, the default there;
 * ``compile-graph``: the compiled step captured as CUDA graphs: a captured position on a GPU is

@@ -97,7 +97,7 @@ class StaticSequenceGenerator(nn.Module):
         if len(models) != 1:
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
         if temperature <= 0:
-            raise ValueError("--temperature must be greater than 0")
+            raise UsageError(f"--temperature {temperature}: it must be greater than 0")
         self.model = models[0]
         self.model.eval()
         device = next(self.model.parameters()).device
@@ -245,7 +245,12 @@ class StaticSequenceGenerator(nn.Module):
         at least ``min_len``."""
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         if self.min_len > max_len:
-            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+            raise UsageError(
+                f"--min-len {self.min_len} is above the longest output of a batch of source length "
+                f"{src_len} ({max_len}: --max-len-a {self.max_len_a} x {src_len} + --max-len-b "
+                f"{self.max_len_b}, at most the model's positions - 1): lower --min-len or raise "
+                "--max-len-b"
+            )
         return max_len
 
     def _table(self, max_len: int, fixed: bool) -> int:

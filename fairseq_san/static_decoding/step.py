@@ -280,7 +280,8 @@ class StaticDecoderStep(nn.Module):
         self.embed_scale = float(decoder.embed_scale)
         self.project_in_dim = _optional_linear(decoder.project_in_dim)
         self.layernorm_embedding = copy_module(decoder.layernorm_embedding)
-        self._positions_of = decoder.embed_positions  # not a submodule: the step never casts it
+        # the model's own module, called once per batch (``prepare``): precision.py never casts it
+        self._positions_of = decoder.embed_positions
         self.register_buffer("positions", torch.empty(0), persistent=False)
         self.heads = decoder.layers[0].self_attn.num_heads
         self.self_slots, self.aan_layers = 0, 0

@@ -17,6 +17,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
+from fairseq_san.errors import UsageError
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
 from fairseq_san.policy import KIND_MODULES, KINDS
@@ -30,7 +31,7 @@ def attention_modules(model: nn.Module) -> Dict[str, Optional[List[MultiheadAtte
     if not hasattr(stacks["decoder"], "layers") or (
         stacks["encoder"] is not None and not hasattr(stacks["encoder"], "layers")
     ):
-        raise ValueError(
+        raise UsageError(
             "the SAN analysis needs a transformer (model.decoder.layers, and model.encoder.layers "
             f"when it has an encoder); got {type(model).__name__}"
         )
@@ -170,7 +171,11 @@ class LayerAnalysis:
         there (the learn-to-share loop takes it as the analysis being done).
         """
         if self.sentences == 0:
-            raise RuntimeError("SAN analysis: no sentences were analysed, nothing to write")
+            raise UsageError(
+                "SAN analysis: no sentences were analysed (--san-analysis-max-sentences takes "
+                "sentence ids 0..N-1; were they filtered out, by --max-positions with "
+                "--skip-invalid-size-inputs-valid-test?): nothing to write"
+            )
         os.makedirs(directory, exist_ok=True)
         matrices = {
             kind: None if self.js.get(kind) is None else self.js[kind].matrix() for kind in KINDS

@@ -276,6 +276,19 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     assert {path.name for path in tmp_path.iterdir()} == expected
 
 
+def test_an_analysis_of_no_sentences_is_one_usage_error(tmp_path):
+    """Sentences 0..N-1 (--san-analysis-max-sentences) all filtered out: fairseq-validate ran its
+    batches, and the analysis names the likely cause in one line instead of writing nothing."""
+    from fairseq_san.analysis import LayerAnalysis
+    from fairseq_san.errors import UsageError
+
+    analysis = LayerAnalysis(max_sentences=2, save_sentences=1)
+    assert analysis.rows({"id": torch.tensor([5, 7])}).numel() == 0
+    with pytest.raises(UsageError, match="no sentences were analysed .*--san-analysis-max-sen"):
+        analysis.write(str(tmp_path), {"subset": "valid"})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_language_model_has_decoder_self_attention_only(tmp_path):
     """transformer_lm_san (no encoder): the JS of its decoder self-attention, the other kinds
     null; a SAN block's layers have the same S, so their JS is 0."""

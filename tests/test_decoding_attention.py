@@ -2,6 +2,7 @@
 ``--san-decoding fast``): same translations as fairseq's step, same state dict and training.
 """
 
+from argparse import Namespace
 from typing import Dict
 
 import pytest
@@ -72,6 +73,31 @@ def test_fast_decoding_gives_the_same_translations(argv):
     assert any(getattr(m, "beam_size", 1) == 4 for m in fast.decoder.modules())
 
 
+def test_fast_decoding_asked_for_by_the_generator_decodes_in_eval_mode_at_each_beam():
+    """fairseq-generate makes the model ready for inference (eval mode, ``train`` disabled) before
+    the task builds the generator, where ``--san-decoding fast`` rebuilds fairseq's attention:
+    the new modules must be in eval mode too (else no fast step and attention dropout while
+    decoding), and a beam-1 generator after a beam-4 one must not keep beam 4 (fairseq sets a
+    model's beam size only above 1). Each beam's n-best must be the plain model's."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    plain, _ = build(["--attention-dropout", "0.3"], dictionary=DICT, seed=101)
+    fast, _ = build(["--attention-dropout", "0.3"], dictionary=DICT, seed=101)
+    fast.make_generation_fast_()
+    task = TranslationSANTask(TranslationSANConfig(), DICT, DICT)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 6, 4], seed=103)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    for beam in (4, 1):
+        options = dict(beam=beam, max_len_a=0, max_len_b=10, min_len=1)
+        expected = generate(plain, DICT, src_tokens, src_lengths, **options)
+        generator = task.build_generator([fast], Namespace(san_decoding="fast", **options))
+        steps = count_fast_steps(fast.decoder)
+        with torch.no_grad():
+            actual = generator.generate([fast], sample)
+        assert_same_hypotheses(expected, actual, atol=ATOL)
+        assert steps["_self_step"] > 0 and steps["_encoder_step"] > 0
+
+
 def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq():
     """The flag changes no parameter, and outside incremental decoding nothing changes at all."""
     plain, _ = build([], dictionary=DICT, seed=101)
@@ -124,3 +150,18 @@ def test_fast_attention_step_equals_fairseq_step(beam, need_head_weights):
                 module.reorder_incremental_state(state, order)
         fast_step = "_self_step" if kind == "self_attention" else "_encoder_step"
         assert steps[fast_step] == 3, (kind, steps)  # the fast step ran, not fairseq's
+
+
+def test_rebuilt_attention_keeps_an_extra_key_value_bias_or_refuses_it():
+    """fairseq's attention with add_bias_kv: fast decoding's module keeps the learned biases
+    (the same output), a shared module refuses them (its block's S would not cover them)."""
+    from fairseq_san.models.transformer_san import rebuild_attention
+    from fairseq_san.modules.shared_attention import BlockLeaderAttention, BlockShare
+
+    torch.manual_seed(0)
+    old = MultiheadAttention(16, 4, self_attention=True, add_bias_kv=True).eval()
+    new = rebuild_attention(old, DecodingAttention)
+    x = torch.randn(5, 2, 16)
+    assert torch.equal(old(x, x, x)[0], new(x, x, x)[0])
+    with pytest.raises(ValueError, match="does not support add_bias_kv"):
+        rebuild_attention(old, BlockLeaderAttention, block=BlockShare())

@@ -2,11 +2,12 @@
 by attention weights (SAN) or by keys and values (CLA); with no policy it is transformer_lm."""
 
 import json
+import re
 
 import pytest
 import torch
 
-from helpers import build_lm, count_parameters, make_dictionary, target_prefixes
+from helpers import StandInTask, build_lm, count_parameters, make_dictionary, target_prefixes
 from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
 from fairseq_san.modules.shared_attention import SharedWeightsAttention
@@ -114,6 +115,40 @@ def test_kv_followers_use_the_leaders_keys_and_values():
 def test_bad_policies_are_refused(argv, message):
     with pytest.raises(PolicyError, match=message):
         build_lm(argv)
+
+
+@pytest.mark.parametrize(
+    "override, value, message",
+    [
+        ("san_encoder_self_policy", "6", "san_encoder_self_policy '6' is an option of "
+         "transformer_san"),
+        ("decoder_self_attention_type", "aan", "decoder_self_attention_type 'aan' is an option of"),
+        ("san_fast_decoding", True, "san_fast_decoding True is an option of transformer_san"),
+        ("san_self_share", "KV", "san_self_share 'KV' (from --model-overrides or a keyword "
+         "argument) is not valid; valid values: weights, kv"),
+    ],
+)  # fmt: skip
+def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(override, value, message):
+    """--model-overrides (or a hub keyword) sets options the parser never checked: a translation
+    model's option would be ignored, a value outside san_self_share's choices a KeyError."""
+    from fairseq_san.errors import UsageError
+
+    _, args = build_lm(["--san-decoder-self-policy", "3,3"])
+    setattr(args, override, value)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        TransformerLMSANModel.build_model(args, StandInTask(DICT))
+
+
+def test_analysis_of_a_model_whose_task_cannot_analyse_is_refused():
+    """fairseq-validate --san-analysis-dir on a language model trained with --task
+    language_modeling: that task has no analysis and would write nothing; one error names the
+    override that switches the task."""
+    from fairseq_san.errors import UsageError
+
+    _, args = build_lm(["--san-decoder-self-policy", "3,3"])
+    args.san_analysis_dir = "analysis"
+    with pytest.raises(UsageError, match="--san-analysis-dir needs the task language_modeling_san"):
+        TransformerLMSANModel.build_model(args, StandInTask(DICT))
 
 
 @pytest.mark.parametrize("trained, loaded", [("weights", "kv"), ("kv", "weights")])

@@ -40,6 +40,7 @@ from fairseq_san.models.checkpoint_policy import (
     policy_of_state_dict,
 )
 from fairseq_san.models.transformer_san import (
+    check_analysis_task,
     check_policy_fits_model,
     check_san_options,
     share_attention,
@@ -73,7 +74,9 @@ class TransformerLMSANModel(TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         check_san_options(args)
+        check_no_translation_options(args)
         check_language_modeling_task(task)
+        check_analysis_task(args, task, needed="language_modeling_san")
         lm_san_base_architecture(args)
         checkpoints.stamp(args)
         policy = resolve_lm_policy(args)
@@ -97,10 +100,25 @@ class TransformerLMSANModel(TransformerLanguageModel):
         self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
     ):
         """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
-        that shares otherwise (less, or K/V instead of S) is refused in one line."""
+        that shares otherwise (more than the model, or K/V instead of S) is refused in one line."""
         check_checkpoint_fits(self, state_dict)
         drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
+
+
+def check_no_translation_options(args) -> None:
+    """Refuse a translation model's option (from ``--model-overrides`` or a hub keyword) set to
+    anything but its default: a language model has no encoder, encoder-decoder attention, AAN or
+    fast step, and would ignore it silently (``check_no_lm_options`` is the mirror)."""
+    lm_names = {option.name for option in options.LM_OPTIONS}
+    for option in options.MODEL_OPTIONS:
+        value = getattr(args, option.name, None)
+        if option.name not in lm_names and value is not None and value != option.default:
+            raise UsageError(
+                f"{option.name} {value!r} is an option of transformer_san (translation); "
+                "transformer_lm_san shares decoder self-attention only (san_policy, "
+                "san_decoder_self_policy, san_self_share): drop it"
+            )
 
 
 def check_language_modeling_task(task) -> None:
@@ -151,7 +169,7 @@ def self_share_of_state_dict(state_dict: Dict, blocks: List[int]) -> str:
 
 def check_checkpoint_fits(model: TransformerLMSANModel, state_dict: Dict) -> None:
     """Refuse a translation model's checkpoint, one of other dictionaries, or shared another way
-    (K/V or S) or with less sharing than the model.
+    (K/V or S) or with more sharing than the model.
 
     A model can decode a checkpoint under a policy that shares more (the unused projections are
     dropped), never less, and never with the other kind of sharing: the checkpoint's following

@@ -42,7 +42,11 @@ logger = logging.getLogger(__name__)
 POLICY_FLAGS = {kind: option.name for kind, option in options.POLICY_OPTIONS.items()}
 # The model's options that take one of a few values. argparse checks them on the command line;
 # --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
-CHOICES = {option.name: option.choices for option in options.MODEL_OPTIONS if option.choices}
+CHOICES = {
+    option.name: option.choices
+    for option in options.MODEL_OPTIONS + (options.SELF_SHARE,)
+    if option.choices
+}
 
 
 class TransformerSANDecoder(TransformerDecoderBase):
@@ -259,15 +263,19 @@ def share_attention(
 
 
 def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> MultiheadAttention:
-    """A ``module_class`` shaped like ``old`` that takes over the projections it keeps.
+    """A ``module_class`` shaped like ``old`` that takes over the projections it keeps, in
+    ``old``'s mode: a model made ready for inference (fairseq-generate) no longer passes
+    ``eval()`` on to its modules, and a module left in training mode would drop attention out.
 
     Moving the projection modules keeps their values and anything fairseq attached to them
     (quant-noise hooks).
     """
-    new = module_class(**extra, **attention_kwargs(old))
+    new = module_class(**extra, **attention_kwargs(old)).train(old.training)
     for name, _ in list(new.named_children()):
         if name.endswith("_proj"):
             setattr(new, name, getattr(old, name))
+    if old.bias_k is not None:  # parameters, not modules: only fast decoding's module keeps them
+        new.bias_k, new.bias_v = old.bias_k, old.bias_v
     return new
 
 
@@ -365,14 +373,16 @@ def check_translation_task(task: FairseqTask) -> None:
         )
 
 
-def check_analysis_task(args: argparse.Namespace, task: FairseqTask) -> None:
+def check_analysis_task(
+    args: argparse.Namespace, task: FairseqTask, needed: str = "translation_san"
+) -> None:
     """Refuse ``--san-analysis-dir`` for a model whose task has no analysis options.
 
     fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
-    keys that task's config has, so on a checkpoint trained with another task than
-    ``translation_san`` the analysis would be silently skipped. fairseq sets every flag on the
-    model's arguments, though, so the model checks; the message gives the override that switches
-    the task.
+    keys that task's config has, so on a checkpoint trained with another task than ``needed``
+    (``language_modeling_san`` for a language model) the analysis would be silently skipped.
+    fairseq sets every flag on the model's arguments, though, so the model checks; the message
+    gives the override that switches the task.
     """
     cfg = getattr(task, "cfg", None)
     if not getattr(args, "san_analysis_dir", None) or hasattr(cfg, "san_analysis_dir"):
@@ -385,9 +395,9 @@ def check_analysis_task(args: argparse.Namespace, task: FairseqTask) -> None:
         if getattr(args, option.name, None) is not None
     }
     trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
-    override = {"task": {"_name": "translation_san", **given}}
+    override = {"task": {"_name": needed, **given}}
     raise UsageError(
-        f"--san-analysis-dir needs the task translation_san, but this checkpoint was trained "
+        f"--san-analysis-dir needs the task {needed}, but this checkpoint was trained "
         f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
         f'task with --model-overrides "{override!r}"'
     )

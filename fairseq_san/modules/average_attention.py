@@ -39,8 +39,9 @@ def gated_average(
 class AverageAttention(nn.Module):
     """Cumulative average + FFN (Eq. 4) and input/forget gating (Eq. 5).
 
-    ``num_heads``, ``head_dim`` and ``_get_input_buffer`` mirror MultiheadAttention,
-    since fairseq's TransformerDecoderLayerBase reads them from its self-attention.
+    ``_get_input_buffer`` mirrors MultiheadAttention's (fairseq's TransformerDecoderLayerBase
+    calls it on its self-attention), ``num_heads`` and ``head_dim`` its shape (one "head" of
+    the model's width: what the static decoder's step reads).
     """
 
     def __init__(

@@ -4,7 +4,8 @@ once per block of adjacent layers and reused by the layers above.
 A block of layers m..m+pi-1 is served by one ``BlockShare``:
 
 * ``BlockLeaderAttention`` (layer m) is fairseq's MultiheadAttention; it also publishes its
-  weights S^m (Eq. 1) and its per-head context A^m = S^m V^m (Eq. 2) to the block.
+  weights S^m = s(Q^m, K^m) (Eq. 1 and 3) and its per-head context A^m = S^m V^m (Eq. 2) to
+  the block.
 * ``SharedWeightsAttention`` (a following layer) reuses S^m (Eq. 4) with its own V and output
   projections and has no q_proj/k_proj. Used for self-attention, and for encoder-decoder attention
   with ``--san-encdec-share weights`` (the paper's Table 4, "shared V: no").
@@ -30,7 +31,8 @@ from fairseq_san.modules.decoding_attention import DecodingAttention
 class AttentionRole(enum.Enum):
     """What an attention module computes in a sharing block (read by the static decoder's step).
 
-    FULL: its own S and A (no sharing); LEADER: its own, published to the block (Eq. 1-2);
+    FULL: its own S and A (no sharing); LEADER: its own, published to the block (S^m and A^m,
+    Eq. 1-3; for KV sharing, its keys and values);
     WEIGHTS: the block's S with its own V (Eq. 4); CONTEXT: the block's A (Eq. 5);
     KEYS_VALUES: its own queries over the block's keys and values (cross-layer KV sharing,
     ``modules.kv_shared_attention``).
@@ -88,7 +90,8 @@ def unfused_static_kv(static_kv: bool, incremental_state: Optional[IncrementalSt
 
 
 def attention_kwargs(attention: MultiheadAttention) -> dict:
-    """Constructor arguments that rebuild a module shaped like ``attention``."""
+    """Constructor arguments that rebuild a module shaped like ``attention`` (a shared module
+    refuses its extra key/value bias or zero attention: the block's S would not cover them)."""
     return dict(
         embed_dim=attention.embed_dim,
         num_heads=attention.num_heads,
@@ -96,6 +99,8 @@ def attention_kwargs(attention: MultiheadAttention) -> dict:
         vdim=attention.vdim,
         dropout=attention.dropout_module.p,
         bias=attention.out_proj.bias is not None,
+        add_bias_kv=attention.bias_k is not None,
+        add_zero_attn=attention.add_zero_attn,
         self_attention=attention.self_attention,
         encoder_decoder_attention=attention.encoder_decoder_attention,
     )
@@ -104,7 +109,8 @@ def attention_kwargs(attention: MultiheadAttention) -> dict:
 class _SharedAttentionBase(DecodingAttention):
     """fairseq's MultiheadAttention wired to a sharing block, minus the projections in ``DROPPED``.
 
-    The first layer of a block takes the fast decoding path of ``DecodingAttention`` when it is on.
+    ``BlockLeaderAttention`` takes the fast decoding path of ``DecodingAttention`` when it is on
+    (the KV-sharing modules have a forward of their own).
     """
 
     DROPPED: Tuple[str, ...] = ()
@@ -184,7 +190,7 @@ class BlockLeaderAttention(_SharedAttentionBase):
             attn_mask=attn_mask,
             before_softmax=True,
         )
-        weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1: S^m
+        weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1 and 3: S^m
         context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2: A^m
         self.block.publish(weights, context)
         if before_softmax:  # fairseq's contract: the logits and values; the block has S^m, A^m
@@ -237,7 +243,8 @@ class SharedWeightsAttention(_FollowerAttention):
     """A following layer that reuses S^m (Eq. 4): only its own V and output projections.
 
     In incremental decoding a self-attention layer caches its values only (no keys); an
-    encoder-decoder layer caches the values of the encoder output once per sentence.
+    encoder-decoder layer caches the values of the encoder output, once per sentence with
+    ``--san-decoding fast`` (else once per hypothesis, as fairseq's).
     """
 
     DROPPED = ("q_proj", "k_proj")

@@ -110,7 +110,11 @@ class AttentionAnalysisTask:
             return
         analysis, self._analysis = self._analysis, None
         if analysis is None:
-            raise RuntimeError(f"SAN analysis: subset '{self._subset}' had no batches")
+            raise UsageError(
+                f"SAN analysis: subset '{self._subset}' had no batches (an empty subset, or every "
+                "sentence filtered out by --max-positions with "
+                "--skip-invalid-size-inputs-valid-test): nothing to analyse"
+            )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
         analysis.write(
             self.cfg.san_analysis_dir,

@@ -7,7 +7,7 @@ and ``--san-decoder-execution``.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
@@ -28,6 +28,15 @@ class StaticDecoderConfig(FairseqDataclass):
     san_decoder_execution: Optional[ChoiceEnum(offered_executions())] = option_field(
         options.DECODER_EXECUTION
     )
+
+
+def set_beam_sizes(models: Sequence, beam_size: int) -> None:
+    """Tell each model the generator's beam, 1 included: fairseq's SequenceGenerator does only
+    above 1, so a model that decoded with beam k before (the hub, the benchmark) would keep k,
+    and ``--san-decoding fast`` would take every k-th encoder row for a sentence's."""
+    for model in models:
+        if hasattr(model, "set_beam_size"):
+            model.set_beam_size(beam_size)
 
 
 class DecodingTask:
@@ -52,7 +61,7 @@ class DecodingTask:
 
         ``args`` (the generation options) may carry ``san_decoding`` (or the deprecated
         ``san_decoder``), ``san_decoder_precision`` and ``san_decoder_execution`` themselves
-        (the benchmark does); otherwise the task's options decide.
+        (the benchmark sets ``san_decoding``); otherwise the task's options decide.
         """
         if getattr(self, "analysing", False):  # the analysis runs in valid_step only
             raise UsageError(
@@ -65,9 +74,11 @@ class DecodingTask:
             for model in models:
                 if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
                     model.set_decoding(decoding)
-            return super().build_generator(
+            generator = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
+            set_beam_sizes(models, getattr(generator, "beam_size", 1))
+            return generator
         return self.static_generator()(
             models,
             self.target_dictionary,

@@ -46,7 +46,8 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     --san-analysis-dir "$dir/analysis"
   if [ ! -f "$dir/valid.json" ]; then
     fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$ckpt" \
-      --gen-subset valid --max-tokens 4096 --num-workers 0 > "$dir/eval-lm-valid.log" 2>&1
+      --gen-subset valid --max-tokens 4096 --num-workers 0 > "$dir/eval-lm-valid.log" 2>&1 \
+      || { tail -5 "$dir/eval-lm-valid.log" >&2; exit 1; }
     fairseq-san-loop perplexity "$dir/eval-lm-valid.log" -o "$dir/valid.json"
   fi
   mkdir -p "$next"

@@ -51,8 +51,9 @@ class Option:
         return flag_of(self.name)
 
     def add_argument(self, parser) -> None:
-        """Add to an argparse parser or group; the value stays None unless given (fairseq's
-        architecture functions fill the defaults, so that a checkpoint's own values win)."""
+        """Add to an argparse parser or group; the value stays None unless given (a switch:
+        False), and fairseq's architecture functions fill the defaults, so that a checkpoint's
+        own values win."""
         if self.default is False:
             parser.add_argument(self.flag, action="store_true", help=self.help)
         else:

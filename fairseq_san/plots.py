@@ -206,7 +206,7 @@ def speed_curves(panels: Dict[str, SpeedSeries], xlabel: str, path: str) -> None
         for system, points in series.items():
             if not points:
                 continue
-            xs, speeds, labels = zip(*points)
+            xs, speeds, _ = zip(*points)
             ax.plot(xs, speeds, marker="o", linewidth=1, label=system)
             for x, speed, label in points:
                 if label:

@@ -12,11 +12,11 @@ learning policies needs neither torch nor fairseq.
 
 import json
 import math
-import os
 import re
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from fairseq_san.errors import UsageError
+from fairseq_san.files import write_text
 
 
 
@@ -225,11 +225,8 @@ def dump_policy(policy: dict) -> str:
 def write_policy(policy: dict, path: str) -> None:
     """Write ``dump_policy(policy)`` to ``path`` through a temporary file: the learn-to-share
     loop takes an existing policy file as learned, so a stopped write must leave none."""
-    text = dump_policy(policy)
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(path + ".tmp", path)
+        write_text(path, dump_policy(policy))
     except OSError as err:
         raise PolicyError(f'cannot write policy file "{path}": {err}') from None
 
@@ -336,22 +333,22 @@ def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optiona
     """
     averaged: dict[str, Optional[list]] = {}
     for kind in KINDS:
-        found = {name: analysis.get(kind) for name, analysis in zip(names, analyses)}
-        present = {name: js for name, js in found.items() if js is not None}
-        if not present:
+        found = [(name, analysis.get(kind)) for name, analysis in zip(names, analyses)]
+        present = [(name, js) for name, js in found if js is not None]  # a list: a file given
+        if not present:  # twice counts twice
             averaged[kind] = None
             continue
         if len(present) < len(found):
-            missing = next(name for name in found if name not in present)
-            raise PolicyError(f"{kind}: {missing} has no JS matrix but {next(iter(present))} "
-                              "has one; average analyses of one architecture only")  # fmt: skip
+            missing = next(name for name, js in found if js is None)
+            raise PolicyError(f"{kind}: {missing} has no JS matrix but {present[0][0]} has one; "
+                              "average analyses of one architecture only")  # fmt: skip
         matrices = []
-        for name, js in present.items():
+        for name, js in present:
             try:
                 matrices.append(check_js(js))
             except PolicyError as err:
                 raise PolicyError(f"{kind} of {name}: {err}") from None
-        sizes = {name: len(matrix) for name, matrix in zip(present, matrices)}
+        sizes = {name: len(matrix) for (name, _), matrix in zip(present, matrices)}
         if len(set(sizes.values())) > 1:
             raise PolicyError(f"{kind}: matrices of different sizes ({sizes}); average analyses "
                               "of one architecture only")  # fmt: skip

@@ -121,3 +121,25 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
     assert "decoder.layers.1.self_attn.q_proj.weight" in keys
     assert "decoder.layers.2.self_attn.q_proj.weight" not in keys
     assert "decoder.layers.1.encoder_attn.v_proj.weight" not in keys
+
+
+def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tmp_path):
+    """fairseq-san-cpu-ranks returns 128 + N for a rank killed by signal N (not Popen's -N, which
+    sys.exit turns into 256 - N), after the other ranks have stopped and their logs are closed."""
+    import signal
+    import sys
+    import time
+
+    from fairseq_san.cli.cpu_ranks import run_ranks
+
+    rank_1_kills_itself = (
+        "import os, signal, sys, time\n"
+        "rank = sys.argv[sys.argv.index('--distributed-rank') + 1]\n"
+        "print('rank', rank, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL) if rank == '1' else time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    code = run_ranks([sys.executable, "-c", rank_1_kills_itself], 2, str(tmp_path))
+    assert code == 128 + signal.SIGKILL
+    assert time.monotonic() - started < 30  # rank 0 was stopped, not waited out
+    assert (tmp_path / "rank-1.log").read_text() == "rank 1\n"

@@ -55,9 +55,17 @@ def test_anything_but_a_literal_is_refused(text):
         evaluate(text)
 
 
-def test_non_strings_are_refused():
+def test_non_strings_are_refused_as_eval_refuses_them():
+    """A TypeError too, as eval's: fairseq's ``utils.eval_bool`` catches it for a value that is
+    already a bool (its default then, as with eval)."""
+    from fairseq import utils
+
     with pytest.raises(NotALiteral):
         evaluate(compile("1", "<x>", "eval"))
+    with pytest.raises(TypeError):
+        evaluate(True)
+    assert utils.eval_bool(True, default="unchanged") == "unchanged"
+    assert utils.eval_bool("True") is True
 
 
 def fairseq_defaults():

@@ -123,6 +123,23 @@ def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
     assert "Stopped" not in write_summary(run_dir)
 
 
+def test_rows_of_an_older_loop_json_lack_the_newer_score_columns(tmp_path, monkeypatch):
+    """A loop.json written before a score column existed (perplexity, chrF) is read with those
+    cells empty ("-"), not a KeyError: its rows are the only record of iterations whose
+    checkpoints are gone."""
+    import fairseq_san.loop.summary as summary
+
+    run_dir = run_dir_with(tmp_path, NONE, EVEN)
+    rows = [{"iteration": k, "policy": "-", "parameters": 1, "num_updates": 1, "train_seconds": 60,
+             "valid_loss": 4.0, "bleu": 30.0, "signature": None} for k in range(2)]  # fmt: skip
+    (tmp_path / "loop.json").write_text(json.dumps(rows))
+    monkeypatch.setattr(summary, "iteration_dirs", lambda run_dir: [])  # no checkpoints here
+    written = write_summary(run_dir)
+    assert "| 1 | - | 1 | 1 | 1 min | 4.000 | 30.00 | - |" in written
+    rewritten = json.loads((tmp_path / "loop.json").read_text())
+    assert [row["perplexity"] for row in rewritten] == [None, None]
+
+
 def two_groups(first: int, js_between: float) -> list:
     """JS of six layers trained in two sharing blocks, layers 1..first and the rest: 0 within a
     block (its layers attend alike), ``js_between`` across."""

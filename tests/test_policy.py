@@ -493,6 +493,10 @@ def test_mean_js_averages_each_kind_element_by_element():
     same = mean_js([{"decoder_self": PAPER_SELF}] * 3, ["a", "b", "c"])["decoder_self"]
     assert learn_blocks(same, 0.5) == [1, 5]
     assert sum(same, []) == pytest.approx(sum(PAPER_SELF, []))
+    # A file given twice weighs twice (each analysis the same), not once.
+    twice = mean_js([analyses[0], analyses[1], analyses[1]], ["a.json", "b.json", "b.json"])
+    expected = [[2 * value / 3 for value in row] for row in PAPER_SELF]
+    assert sum(twice["decoder_self"], []) == pytest.approx(sum(expected, []))
 
 
 @pytest.mark.parametrize(

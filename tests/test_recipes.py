@@ -459,6 +459,12 @@ def test_score_identical_text_is_bleu_100(tmp_path):
     )  # fmt: skip
     assert short.returncode == 2
     assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
+    # A folder that takes no new file: one error line after the scores, exit 2.
+    unwritable = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", "/proc/scores.json")
+    assert unwritable.stderr.strip().splitlines()[-1] == (
+        "fairseq-san-score: error: -o /proc/scores.json: cannot write it: No such file or directory"
+    )
+    assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
 
 
 NBEST_OUTPUT = """\

@@ -21,7 +21,9 @@ raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded 
   if [ -n "${MULTI30K_DIR:-}" ]; then
     echo "$MULTI30K_DIR/$name"
   else
-    [ -f "$TEXT/$name" ] || curl -fsL -o "$TEXT/$name" "$MULTI30K_URL/$name" || {
+    # into NAME.part, renamed when complete: a stopped download is fetched again, not reused
+    [ -f "$TEXT/$name" ] || { curl -fsL -o "$TEXT/$name.part" "$MULTI30K_URL/$name" &&
+      mv "$TEXT/$name.part" "$TEXT/$name"; } || {
       echo "prepare.sh: cannot download $MULTI30K_URL/$name (set MULTI30K_DIR to a local copy)" >&2
       return 1; }
     echo "$TEXT/$name"

@@ -25,9 +25,10 @@ shift 3
 USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
 
 parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
+  # OVERRIDES start at the first ":{", as fairseq-san-bench reads a system: a path may hold ":"
   name=${1%%=*} rest=${1#*=}
-  checkpoint=${rest%%:*} overrides="{}"
-  [ "$rest" = "$checkpoint" ] || overrides=${rest#*:}
+  checkpoint=${rest%%:\{*} overrides="{}"
+  [ "$rest" = "$checkpoint" ] || overrides="{${rest#*:\{}"
 }
 for spec in "$@"; do  # every checkpoint before decoding any
   parse "$spec"

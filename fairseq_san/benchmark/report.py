@@ -229,9 +229,9 @@ def _compute_cells(
     return [_fmt(mflop, ".1f"), _fmt(ratio, ".2f"), _fmt(rate, ".1f"), share]
 
 
-def _fmt(value, spec: str = ".1f", missing: str = "-") -> str:
+def _fmt(value, spec: str = ".1f") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return missing
+        return "-"
     return format(value, spec)
 
 

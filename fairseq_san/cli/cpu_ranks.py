@@ -38,11 +38,13 @@ def rank_command(command: List[str], world_size: int, rank: int, port: int) -> L
 
 
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
-    """Start every rank, wait for all; the first failure's exit code ends the others."""
+    """Start every rank, wait for all; the first failure ends the others, and its exit code is
+    returned (128 + N for a rank killed by signal N, as a shell reports it)."""
     port = free_port()
-    processes = []
+    processes, logs = [], []
     for rank in range(world_size):
         output = None if rank == 0 else open(os.path.join(log_dir, f"rank-{rank}.log"), "w")
+        logs += [output] if output else []
         processes.append(
             subprocess.Popen(rank_command(command, world_size, rank, port), stdout=output, stderr=output)
         )
@@ -55,7 +57,11 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     for process in processes:
         if process.poll() is None:
             process.terminate()
-    return failed[0] if failed else 0
+    for process in processes:
+        process.wait()
+    for log in logs:
+        log.close()
+    return (128 - failed[0] if failed[0] < 0 else failed[0]) if failed else 0
 
 
 def fairseq_commands() -> List[str]:

@@ -6,12 +6,12 @@ detokenized text (output that still holds subword pieces is refused); the refere
 """
 
 import argparse
-import json
 import os
 import sys
 from typing import List, Optional
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.files import write_json
 from fairseq_san.scoring import corpus_scores, read_generate_output, read_lines
 
 
@@ -34,7 +34,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")
     print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}")
     if args.output:
-        write_scores(scores, args.output)
+        try:
+            write_json(args.output, scores)
+        except OSError as err:  # a folder that takes no new file (read-only, /proc)
+            parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
 
 
 def output_problem(path: str) -> Optional[str]:
@@ -45,15 +48,6 @@ def output_problem(path: str) -> Optional[str]:
     if os.path.isdir(path):
         return "is a folder: name the JSON file to write"
     return None
-
-
-def write_scores(scores: dict, path: str) -> None:
-    """Write the JSON through a temporary file: the learn-to-share loop takes a complete file
-    as its step being done, so a stopped write must leave none."""
-    with open(path + ".tmp", "w", encoding="utf-8") as out:
-        json.dump(scores, out, indent=2)
-        out.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,11 @@ class NotALiteral(UsageError):
     """A configuration string that is not a literal, so it is not evaluated."""
 
 
+class NotAString(NotALiteral, TypeError):
+    """A configuration value that is not a string (a code object, say): a TypeError as well, as
+    ``eval`` raises for a bool or None, which fairseq's callers catch (``utils.eval_bool``)."""
+
+
 def shown(text: str) -> str:
     """The first characters of a refused value, quoted, for one line of error."""
     text = " ".join(str(text).split())
@@ -71,7 +76,7 @@ def evaluate(source: Any, globals: Any = None, locals: Any = None) -> Any:  # no
     ``globals`` and ``locals`` are accepted and ignored: a literal has no names to look up.
     """
     if not isinstance(source, str):
-        raise NotALiteral(f"refusing to evaluate {type(source).__name__} as Python")
+        raise NotAString(f"refusing to evaluate {type(source).__name__} as Python")
     try:
         tree = ast.parse(source.strip(), mode="eval")
         return _value(tree.body)

@@ -13,13 +13,21 @@ from typing import List
 from fairseq_san.loop.run_record import digest
 
 
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes, read 1 MiB at a time (``hashlib.file_digest`` needs Python
+    3.11; the plugin installs on older ones)."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
 def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str]) -> str:
     """One line of JSON that names what decoding ``split`` of ``data`` with ``checkpoint`` and
     ``generate_args`` depends on."""
-    with open(checkpoint, "rb") as handle:
-        checkpoint_sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
     return json.dumps({
-        "checkpoint_sha256": checkpoint_sha256,
+        "checkpoint_sha256": file_sha256(checkpoint),
         "data_sha256": digest(data),
         "split": split,
         "generate_args": generate_args,

@@ -1,11 +1,11 @@
 """A language model's validation score for the learn-to-share loop: the perplexity that
 ``fairseq-eval-lm`` prints, kept as ``valid.json`` (``examples/learn_to_share_lm.sh``)."""
 
-import json
 import re
 from typing import Dict
 
 from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.files import write_json
 
 # fairseq-eval-lm's last lines: "Evaluated 15,188 tokens in 3.2s (...)" and
 # "Loss (base 2): 5.0, Perplexity: 32.1".
@@ -31,8 +31,8 @@ def read_perplexity(log: str) -> Dict[str, float]:
 
 
 def write_perplexity(log: str, output: str) -> Dict[str, float]:
-    """``read_perplexity(log)`` written to ``output`` as JSON."""
+    """``read_perplexity(log)`` written to ``output`` as JSON, whole or not at all (the LM recipe
+    takes the file as the step done)."""
     score = read_perplexity(log)
-    with open(output, "w", encoding="utf-8") as out:
-        json.dump(score, out, indent=2)
+    write_json(output, score)
     return score

@@ -25,6 +25,7 @@ import re
 import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
+from fairseq_san.files import write_json
 
 from fairseq_san.policy import LN2, write_policy
 
@@ -231,11 +232,7 @@ def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:
 
 def write_record(run_dir: str, options: Options) -> None:
     """Write run.json through a temporary file: a stopped write leaves the old record."""
-    path = record_path(run_dir)
-    with open(path + ".tmp", "w", encoding="utf-8") as out:
-        json.dump({"options": options, "content": digests(options)}, out, indent=2)
-        out.write("\n")
-    os.replace(path + ".tmp", path)
+    write_json(record_path(run_dir), {"options": options, "content": digests(options)})
 
 
 def started(run_dir: str) -> bool:

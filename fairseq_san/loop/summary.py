@@ -16,6 +16,7 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.files import write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import (
@@ -27,6 +28,8 @@ from fairseq_san.policy import (
 )
 
 ITERATION_DIR = re.compile(r"iter(\d+)$")
+# Scores a row may lack when an older loop.json recorded it (before the column existed).
+SCORES = ("bleu", "chrf", "signature", "perplexity")
 
 
 def iteration_dirs(run_dir: str) -> List[str]:
@@ -157,13 +160,18 @@ def with_learned(run_dir: str, row: Dict[str, object]) -> Dict[str, object]:
 
 
 def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
-    """The rows of ``RUN_DIR/loop.json`` whose iteration folder is still there."""
+    """The rows of ``RUN_DIR/loop.json`` whose iteration folder is still there, with None for
+    the scores that an older summary did not record."""
     path = os.path.join(run_dir, "loop.json")
     rows = read_json(path, list) or []
     if not all(isinstance(row, dict) and "iteration" in row for row in rows):
         raise UsageError(f"{path} is not a loop summary (a list of iteration rows): delete it to "
                          "rebuild it from the checkpoints")  # fmt: skip
-    return [row for row in rows if os.path.isdir(os.path.join(run_dir, f"iter{row['iteration']}"))]
+    return [
+        {**dict.fromkeys(SCORES), **row}
+        for row in rows
+        if os.path.isdir(os.path.join(run_dir, f"iter{row['iteration']}"))
+    ]
 
 
 def shown(value, fmt: str = "{}") -> str:
@@ -213,8 +221,6 @@ def write_summary(run_dir: str) -> str:
     stop = loop_stop(run_dir, rows[-1]["iteration"])
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
     table += "" if stop is None else f"\nStopped: {stop}.\n"
-    with open(os.path.join(run_dir, "loop.md"), "w", encoding="utf-8") as out:
-        out.write(table)
-    with open(os.path.join(run_dir, "loop.json"), "w", encoding="utf-8") as out:
-        json.dump(rows, out, indent=2)
+    write_text(os.path.join(run_dir, "loop.md"), table)
+    write_json(os.path.join(run_dir, "loop.json"), rows)
     return table

@@ -1,0 +1,19 @@
+"""Files that the learn-to-share loop takes as a step done (policies, scores, run records,
+summaries): each is written whole or not at all, through a temporary file beside it and one
+rename, so that a stopped write leaves the old file or none, never a truncated one. Pure Python:
+the policy tools import it without torch."""
+
+import json
+import os
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``."""
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def write_json(path: str, value) -> None:
+    """``value`` as indented JSON, one newline at the end, written as ``write_text`` does."""
+    write_text(path, json.dumps(value, indent=2) + "\n")

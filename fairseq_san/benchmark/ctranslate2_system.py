@@ -81,8 +81,11 @@ class CTranslate2System:
             length_penalty=options.lenpen,
             return_scores=False,
         )
-        if setting.mode == "fixed":
-            kwargs.update(min_decoding_length=setting.length, max_decoding_length=setting.length)
+        fixed = setting.mode == "fixed"
+        if fixed:  # CTranslate2 never emits EOS at its length limit: L + 1 tokens are the
+            # L + 1 decoder steps of fairseq's L tokens and EOS (a limit of L ran one step less)
+            length = setting.length + 1
+            kwargs.update(min_decoding_length=length, max_decoding_length=length)
         dictionary = self.task.target_dictionary
         seconds, tokens, sentences = 0.0, 0, 0
         hypotheses = {} if keep_hypotheses else None
@@ -96,7 +99,8 @@ class CTranslate2System:
             results = self.translator.translate_batch(sources, **kwargs)
             seconds += clock(self.device) - start
             sentences += len(results)
-            tokens += sum(len(r.hypotheses[0]) + 1 for r in results)  # + eos, as fairseq counts
+            # the steps decoded: the tokens, and natural lengths' EOS (fairseq counts it too)
+            tokens += sum(len(r.hypotheses[0]) + (not fixed) for r in results)
             if hypotheses is not None:
                 for sample_id, result in zip(sample["id"].tolist(), results):
                     hypotheses[sample_id] = [dictionary.index(t) for t in result.hypotheses[0]]

@@ -25,8 +25,9 @@ def header(results: Dict) -> str:
     config, machine = results["config"], results["machine"]
     length = config["fixed_length"]
     fixed = (
-        f" Fixed lengths: every hypothesis {length} tokens + eos (mean reference length "
-        f"{config['mean_reference_length']:.1f})."
+        f" Fixed lengths: every hypothesis {length} tokens + eos (CTranslate2: {length + 1} "
+        "tokens, the same decoder steps: it emits no EOS at its length limit; mean reference "
+        f"length {config['mean_reference_length']:.1f})."
         if "fixed" in config["modes"]
         else ""
     )

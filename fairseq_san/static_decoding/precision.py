@@ -25,7 +25,7 @@ generator runs the model's own encoder (fairseq's outputs exactly). The model st
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import copy
 import logging
@@ -148,9 +148,14 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def replace_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
-    """Replace, in place, every nn.Linear below ``module`` by ``make(linear)``."""
+def replace_linears(
+    module: nn.Module, make: Callable[[nn.Linear], nn.Module], skip: Sequence[str] = ()
+) -> nn.Module:
+    """Replace, in place, every nn.Linear below ``module`` by ``make(linear)``, but the children
+    of ``module`` named in ``skip`` (converted otherwise: the step's output projection)."""
     for name, child in module.named_children():
+        if name in skip:
+            continue
         if type(child) is nn.Linear:
             setattr(module, name, make(child))
         else:
@@ -193,7 +198,7 @@ def apply_precision(step: nn.Module, precision: str, pack: bool = True) -> nn.Mo
         step = to_bfloat16_step(step)
     dtype = row.linear or step.dtype
     output_projection = linear_kernel(row.logits or dtype, device, pack)(step.output_projection)
-    replace_linears(step, linear_kernel(dtype, device, pack))
+    replace_linears(step, linear_kernel(dtype, device, pack), skip=("output_projection",))
     step.output_projection = output_projection
     return step
 

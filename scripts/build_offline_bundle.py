@@ -36,11 +36,11 @@ TARGET_SIDE = Path(__file__).resolve().parent / "offline_bundle"  # activate.sh,
 MIB = 1 << 20
 NO_CACHE = shutil.ignore_patterns("__pycache__")
 
-# The GPU machine's own packages: never shipped, checked by install.py.
-MACHINE_PROVIDES = ("torch", "numpy")
+# The GPU machine's own packages: never shipped, checked by install.py. matplotlib: every
+# attention analysis draws its heatmaps (the learn-to-share loop's fairseq-validate).
+MACHINE_PROVIDES = ("torch", "numpy", "matplotlib")
 # Requirements of fairseq-san or fairseq-fixed that translation never imports, left out for size.
 LEFT_OUT = {
-    "matplotlib": "figures only (fairseq-san-plot-js): draw them where matplotlib is",
     "torchaudio": "fairseq's speech tasks only",
     "scikit-learn": "imported only by the fairseq modules in FAIRSEQ_LEFT_OUT",
     "cffi": "never imported by fairseq",

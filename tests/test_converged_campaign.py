@@ -134,7 +134,9 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert record[2:5] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
         (tar,) = printed_commands(output, "tar")
         assert tar[tar.index("-C") + 1] == dry_env["RUNS"] and "--exclude=*.pt" in tar
-        assert value(tar, "czf") == f"{dry_env['OUT']}/converged-{name}.tar.gz"
+        archive = f"{dry_env['OUT']}/converged-{name}.tar.gz"
+        assert value(tar, "czf") == archive + ".part"  # renamed when whole
+        assert printed_commands(output, "mv") == [["mv", archive + ".part", archive]]
 
     en_de = trainings(outputs["en-de"])
     stage1 = [("en-de/loop", 0), ("en-de/baseline-s2", 0), ("en-de/baseline-s3", 0),
@@ -211,21 +213,25 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
 
 
 def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_env, tmp_path):
-    """The slice's own tar command on a toy RUNS: what a later call needs and the paired test
-    reads travels; Figure 5's attention dumps (one per checkpoint) and checkpoints do not."""
-    (tar,) = printed_commands(campaign("tables", "--dry-run", env=dry_env), "tar")
+    """The slice's own tar and mv commands on a toy RUNS: what a later call needs and the paired
+    test reads travels; Figure 5's attention dumps and heatmaps (per checkpoint) and checkpoints
+    do not."""
+    output = campaign("tables", "--dry-run", env=dry_env)
+    (tar,), (move,) = printed_commands(output, "tar"), printed_commands(output, "mv")
     runs, out = Path(dry_env["RUNS"]), Path(dry_env["OUT"])
     loop = "en-de/baseline-s5"
     kept = [f"{loop}/iter0/analysis/attention-decoder_self.npz", f"{loop}/iter0/analysis/js.json",
             f"{loop}/figure5/checkpoint_1_100/js.json",
             f"{loop}/test-bleu/iter0/test/generate-test.txt"]
     left = [f"{loop}/figure5/checkpoint_1_100/attention-decoder_self.npz",
+            f"{loop}/figure5/checkpoint_1_100/js-decoder_self.png",
             f"{loop}/iter0/checkpoints/checkpoint_best.pt"]  # fmt: skip
     for name in kept + left:
         (runs / name).parent.mkdir(parents=True, exist_ok=True)
         (runs / name).write_text("x")
     out.mkdir()
     subprocess.run(tar, check=True)
+    subprocess.run(move, check=True)
     with tarfile.open(out / "converged-tables.tar.gz") as archive:
         names = {name.removeprefix("./") for name in archive.getnames()}
     assert set(kept) <= names and not names & set(left)
@@ -765,6 +771,14 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"fairseq-san: error: {refused}: made by another run.sh")
+    truncated = tmp_path / "cut" / "converged-tables.tar.gz"  # a call killed while packing
+    truncated.parent.mkdir()
+    truncated.write_bytes(refused.read_bytes()[: refused.stat().st_size // 2])
+    result = subprocess.run(["bash", str(RUN), "collect", str(truncated)], cwd=REPO, env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"fairseq-san: error: {truncated}: unreadable archive")
 
 
 def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):

@@ -22,13 +22,15 @@ from helpers import REPO, load_builder, train_argv
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def machine_with_only_torch(root: Path) -> Dict[str, str]:
-    """A fresh virtual environment (no system site-packages) that sees, of this one, only torch,
-    numpy, pip and setuptools with their requirements; the environment variables that make it the
-    ``python3`` on PATH and keep pip off every index and configuration."""
+def machine_with_its_own_packages(root: Path) -> Dict[str, str]:
+    """A fresh virtual environment (no system site-packages) that sees, of this one, only what a
+    GPU machine provides (the builder's MACHINE_PROVIDES: torch, numpy, matplotlib), pip and
+    setuptools, with their requirements; the environment variables that make it the ``python3``
+    on PATH and keep pip off every index and configuration."""
     site = root / "machine-site"
     site.mkdir()
-    for dist in load_builder().dependencies(["torch", "numpy", "pip", "setuptools"], PYTHON):
+    builder = load_builder()
+    for dist in builder.dependencies([*builder.MACHINE_PROVIDES, "pip", "setuptools"], PYTHON):
         tops = {Path(str(file)).parts[0] for file in dist.files if not str(file).startswith("..")}
         for top in tops:
             source = Path(dist.locate_file(top))
@@ -75,7 +77,7 @@ def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
         fairseq-san-policy --help
         python -m pytest --version
     """
-    environment = machine_with_only_torch(tmp_path)
+    environment = machine_with_its_own_packages(tmp_path)
     result = subprocess.run(
         ["bash", "-c", script], cwd=work, env=environment, capture_output=True, text=True,
         timeout=400,

@@ -471,7 +471,7 @@ class Slice:
             self.new_checkpoints(run_dir, folder)
             if not last:
                 time.sleep(POLL_S)
-        # matplotlib is not in the offline bundle: collect draws it again
+        # drawn here from the analyses so far; collect draws it again from every js.json
         self.run(self.figure5_command(folder))
 
     def new_checkpoints(self, run_dir: str, folder: str) -> None:
@@ -562,8 +562,9 @@ class Slice:
 
     def pack(self) -> None:
         """After every job: the provenance, then one archive of RUNS for OUT: no checkpoints,
-        nor the attention that Figure 5's analyses dump (about 240 kB per checkpoint; their JS
-        matrices, js.json, go)."""
+        nor the attention and heatmaps that Figure 5's analyses write (about 390 kB per
+        checkpoint; their JS matrices, js.json, go). Written to a temporary name and renamed: a
+        call killed while packing leaves no truncated archive under the real one."""
         self.wait()
         settings = [word for setting in self.s.recorded for word in ("--setting", setting)]
         self.run_or_stop([
@@ -572,11 +573,13 @@ class Slice:
             "--", self.s.run_sh, self.s.slice,
         ])  # fmt: skip
         excluded = ["*.pt", "checkpoints", "generate-valid.txt", "generate.log", "last",
-                    "*.partial", "figure5/*.npz"]  # fmt: skip
+                    "*.partial", "figure5/*.npz", "figure5/*.png"]  # fmt: skip
+        archive = os.path.join(self.s.out, f"converged-{self.s.slice}.tar.gz")
         self.run_or_stop([
-            "tar", "czf", os.path.join(self.s.out, f"converged-{self.s.slice}.tar.gz"),
+            "tar", "czf", archive + ".part",
             *(f"--exclude={pattern}" for pattern in excluded), "-C", self.s.runs, ".",
         ])  # fmt: skip
+        self.run_or_stop(["mv", archive + ".part", archive])
 
 
 def clock() -> str:
@@ -720,8 +723,10 @@ def main(argv: List[str]) -> int:
     run = Slice(settings)
     run.makedirs(settings.runs)
     run.makedirs(settings.out)
-    SLICE_RUNNERS[name](run)
-    run.pack()
+    try:
+        SLICE_RUNNERS[name](run)
+    finally:  # what ran is packed, also when the schedule stops on an error
+        run.pack()
     return 0
 
 

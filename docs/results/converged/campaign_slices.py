@@ -1,8 +1,9 @@
 """What ``docs/results/converged/campaign_run.py`` (run.sh) asks while it runs a slice of the
 converged campaign, and what it prints as commands of its own.
 
-A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one call of a lent GPU that trains its
-systems, tests them and packs one archive; the archive is later collected on another machine.
+A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one or two calls of a lent GPU that
+train its systems, test them and pack one archive each; the archives are later collected on
+another machine.
 
     python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
@@ -165,8 +166,8 @@ def check_archive(archive: str, sha256: str) -> None:
         raise UsageError(f"{archive}: not a slice archive (converged-SLICE*.tar.gz, {SLICES})")
     try:
         records = archive_provenance(archive)
-    except (OSError, tarfile.TarError, ValueError) as err:
-        raise UsageError(f"{archive}: unreadable archive ({err})") from err
+    except (OSError, EOFError, tarfile.TarError, ValueError) as err:  # EOFError: truncated
+        raise UsageError(f"{archive}: unreadable archive ({err or type(err).__name__})") from err
     if not records:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
     for provenance in records:

@@ -28,9 +28,10 @@
 #            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
 #            natural lengths; all the call has left, as its compilations (20-30 s a shape, four
 #            shapes a model for En->De's first 128 sentences) are the warm-up.
-# The log goes to LOG ($OUT/gpu-steps.txt) line by line, the benchmarks' results to
-# $OUT/gpu-steps.tar.gz, so that a call cut short still returns what ran. LEFT_S (600): the
-# seconds the call has; a part that would not fit in what is left is skipped, and says so.
+# The log goes to LOG ($OUT/gpu-steps.txt) line by line, so that a call cut short still returns
+# what ran; the benchmarks' results are written outside $OUT (at most 8 files come back) and
+# packed into $OUT/gpu-steps.tar.gz at the end. LEFT_S (600): the seconds the call has; a part
+# that would not fit in what is left is skipped, and says so, so the archive is written in time.
 #
 #   export FAIRSEQ_SAN_PREFIX=/tmp/fairseq-san; source build/offline-bundle/activate.sh &&
 #     LEFT_S=$((590 - SECONDS)) docs/results/gpu-steps/run.sh
@@ -48,7 +49,7 @@ CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 PAIR=${PAIR:-en-de}  # the language pair of BASE and SAN
 DATA=data-bin/multi30k.$PAIR
 [ -d "$DATA" ] || DATA=build/offline-bundle/data-bin/multi30k.$PAIR
-BENCH=$OUT/gpu-steps
+BENCH=$(mktemp -d)/gpu-steps  # packed at the end: its files are too many to come back one by one
 TIMER=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --policies baseline san-6-6)
 STEPS=("${TIMER[@]}" --rounds 3 --decoders fairseq static-fp32-fixed static-fp32-graph)
 mkdir -p "$OUT" "$BENCH"
@@ -159,5 +160,5 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
     esac
   done
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"
-tar czf "$OUT/gpu-steps.tar.gz" -C "$OUT" gpu-steps
+tar czf "$OUT/gpu-steps.tar.gz" -C "$(dirname "$BENCH")" gpu-steps
 tail -n 60 "$LOG"

@@ -77,7 +77,7 @@ for ((k = 0; k < MAX_ITERATIONS; k++)); do
     [ -f "$dir/trained" ] || train "$dir" "$k"
   else
     echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-    ln -sfn "iter$k" "$RUN_DIR/last"  # the iteration in hand (trained below): the loop's result at its end
+    ln -sfn "iter$k" "$RUN_DIR/last"  # this iteration (trained below): the loop's result at its end
     if [ ! -f "$dir/trained" ]; then
       train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
       touch "$dir/trained"

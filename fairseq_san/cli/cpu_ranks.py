@@ -61,7 +61,10 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
         process.wait()
     for log in logs:
         log.close()
-    return (128 - failed[0] if failed[0] < 0 else failed[0]) if failed else 0
+    if not failed:
+        return 0
+    code = failed[0]
+    return 128 - code if code < 0 else code  # killed by signal N: Popen's -N, a shell's 128 + N
 
 
 def fairseq_commands() -> List[str]:

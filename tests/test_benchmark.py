@@ -406,6 +406,62 @@ def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+def test_the_processor_is_named_with_its_identity():
+    """Two hosts that a virtual machine names alike ("AMD EPYC") are told apart by family, model,
+    stepping and clock; reports of earlier runs, without the identity, still read."""
+    from fairseq_san.benchmark.machine import processor_identity
+    from fairseq_san.benchmark.report import processor_line
+
+    fields = {"cpu family": "25", "model": "17", "stepping": "1", "cpu MHz": "2596.140"}
+    assert processor_identity(fields) == "family 25, model 17, stepping 1, 2596 MHz"
+    assert processor_identity({}) == ""
+    machine = {"cpu": "AMD EPYC", "cpu_identity": "family 25, model 17", "cpu_flags": ["avx2"],
+               "torch_cpu_capability": "AVX2"}  # fmt: skip
+    assert processor_line(machine) == "AMD EPYC (family 25, model 17; avx2; torch kernels AVX2)"
+    del machine["cpu_identity"]
+    assert processor_line(machine) == "AMD EPYC (avx2; torch kernels AVX2)"
+
+
+def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_data, tmp_path):
+    """One line naming the system and its limit, before any decoding (it was an assertion deep in
+    fairseq's generator, a worker's traceback)."""
+    data, checkpoint = bench_data
+    result = run_cli(
+        "fairseq-san-bench", "--data", str(data), "--out-dir", str(tmp_path / "out"),
+        "--system", f"base={checkpoint}", "--fixed-length", "2000", "--modes", "fixed", "--cpu",
+        "--no-ctranslate2", timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san-bench: error: fixed length 2000: system base decodes at most 1023 tokens "
+        "(its max_target_positions 1024 less one): give a smaller --fixed-length"
+    )
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_bleu_without_a_sentencepiece_model_is_noted_in_the_report(bench_data, tmp_path):
+    """A data folder without spm.model: BLEU on the dictionary's tokens, said in the log and the
+    report's notes (not comparable with BLEU on detokenized text)."""
+    data, checkpoint = bench_data
+    pieces = tmp_path / "data"
+    shutil.copytree(data, pieces, ignore=shutil.ignore_patterns("spm.model", "text"))
+    out = tmp_path / "out"
+    result = run_cli(
+        "fairseq-san-bench", "--data", str(pieces), "--out-dir", str(out), "--system",
+        f"base={checkpoint}", "--modes", "natural", "--beams", "1", "--repeats", "1",
+        "--max-sentences", "4", "--no-profile", "--no-ctranslate2", "--cpu", "--threads", "1",
+        timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no sentencepiece model (--spm, DATA/spm.model)" in result.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["spm_model"] is None
+    assert any(note.startswith("no sentencepiece model") for note in results["notes"])
+    assert "- no sentencepiece model (--spm, DATA/spm.model): BLEU and chrF are scored" in (
+        (out / "results.md").read_text()
+    )
+
+
 @pytest.mark.slow
 def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     """The baseline decodes as fast alone as beside SAN and CTranslate2 (with

@@ -33,6 +33,7 @@ CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code li
 sys.path.insert(0, str(CAMPAIGN))
 from helpers import PREPARE, prepare_env, run_script, snapshot, write_fake_multi30k
 from campaign_run import preset_args
+from campaign_slices import CODE
 
 RUN = REPO / "docs" / "results" / "converged" / "run.sh"
 PRESET = REPO / "examples" / "presets" / "gpu-converge.args"
@@ -740,6 +741,12 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     results = tmp_path / "results"
     results.mkdir()
     env = dict(dry_env, RESULTS=str(results), DATA_ROOT=str(tmp_path / "made" / "data"))
+    result = subprocess.run(["bash", str(RUN), "collect"], cwd=REPO, env=env, capture_output=True,
+                            text=True)  # made on this CPU: refused unless asked for  # fmt: skip
+    assert result.returncode == 2 and not list(results.iterdir())
+    (line,) = result.stderr.strip().splitlines()
+    assert line.endswith("(a toy run's archive), refused: ALLOW_CPU_ARCHIVES=1 collects it anyway")
+    env["ALLOW_CPU_ARCHIVES"] = "1"
     output = campaign("collect", env=env)
     assert "== collected" in output and (results / "summary.json").is_file()
     assert (results / "figure2.png").read_bytes()[:4] == b"\x89PNG"  # campaign_figures.py
@@ -756,13 +763,14 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
         (seed, test_set) for seed in (1, 2) for test_set in TEST_SETS}  # fmt: skip
     (record,) = summary["slices"]
     assert record["command"] == [str(RUN), "en-de"] and record["gpu"]
-    code = RUN.read_bytes() + (CAMPAIGN / "campaign_run.py").read_bytes()
+    code = b"".join(path.read_bytes() for path in (RUN, *(CAMPAIGN / name for name in CODE)))
     assert record["code_sha256"] == hashlib.sha256(code).hexdigest()
     assert "## Where each slice ran" in (results / "summary.md").read_text()
 
     other = tmp_path / "other" / "run.sh"  # the same run.sh, another scheduler beside it
     other.parent.mkdir()
     other.write_text(RUN.read_text())
+    shutil.copy(CAMPAIGN / "campaign_slices.py", other.parent)
     (other.parent / "campaign_run.py").write_text((CAMPAIGN / "campaign_run.py").read_text() + "# changed\n")
     shutil.rmtree(runs / "provenance")
     refused = toy_archive(tmp_path / "elsewhere", runs, "pairs", run_sh=other)
@@ -880,7 +888,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     env.update(
         PRESET=str(cpu_preset), DATA_ROOT=str(root / "data"), RESULTS=str(results), SEEDS="2",
         TRAIN_EXTRA=TINY_TRAIN, SHARED=str(root / "shared"), CAP_MIN="1", DECODE_BATCH_SIZE="4",
-        ONLY="en-de/loop en-de/baseline-s2 en-de/san-s2",
+        ONLY="en-de/loop en-de/baseline-s2 en-de/san-s2", ALLOW_CPU_ARCHIVES="1",
     )  # fmt: skip
     outputs = {}
     env.update(RUNS=str(root / "first" / "runs"), OUT=str(root / "shared" / "converged"))

@@ -99,6 +99,8 @@ class FairseqSystem:
                 model_cfg, "decoder_self_attention_type", "dot"
             ),
             "no_cache": bool(getattr(decoder, "recompute_prefix", False)),
+            # fairseq's generator stops one token short of the decoder's positions
+            "max_output_tokens": self.model.max_decoder_positions() - 1,
             "params": sum(p.numel() for p in self.model.parameters()),
             "decoder_params": sum(p.numel() for p in decoder.parameters()),
             "encoder_params": sum(p.numel() for p in self.model.encoder.parameters()),
@@ -176,7 +178,11 @@ class FairseqSystem:
         return result
 
     def profile(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
+        """The step profile of one pass, after an untimed pass of the first batch: a generator
+        built for this setting allocates its caches (on a GPU, captures its graphs) in its first
+        pass, which the timed passes never see."""
         generator = self._generator(setting, options)
+        generator.generate([self.model], batches.samples[0])
         profiler = self._profiler(generator)
         with profiler:
             for sample in batches.samples:
@@ -186,13 +192,16 @@ class FairseqSystem:
         return profiler.summary()
 
     def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
-        """Matrix-multiply FLOPs of decoding the first batch, per output token: the work a
-        decoding engine cannot skip without changing the model.
+        """Matrix-multiply FLOPs of decoding one batch, per output token: the work a decoding
+        engine cannot skip without changing the model. The batch of median source length (the
+        batches are sorted by it): the encoder's and the encoder-decoder attention's share grow
+        with the source, so the shortest batch would undercount the subset's.
 
         The static decoder is counted at fp32 whatever its precision: FlopCounterMode does not
         count int8's quantized linear layers, and every precision does the same multiplies; and
         eager: a replayed CUDA graph dispatches no operator to count."""
         generator = self._generator(setting, options, precision="fp32", execution="eager")
-        flops, output = matmul_flops(lambda: generator.generate([self.model], batches.samples[0]))
+        sample = batches.samples[len(batches.samples) // 2]
+        flops, output = matmul_flops(lambda: generator.generate([self.model], sample))
         tokens = sum(len(nbest[0]["tokens"]) for nbest in output)
         return {"flops": flops, "tokens": tokens, "mflop_per_token": flops / tokens / 1e6}

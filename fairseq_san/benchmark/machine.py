@@ -27,30 +27,46 @@ def choose_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-def processor() -> Tuple[str, List[str]]:
-    """(model name, the CPU_FLAGS it has) from /proc/cpuinfo; the platform's name elsewhere."""
-    model, flags = platform.processor() or platform.machine(), set()
+def processor() -> Tuple[str, List[str], str]:
+    """(model name, the CPU_FLAGS it has, its identity) from /proc/cpuinfo; the platform's name
+    elsewhere. The identity (``family 25, model 17, stepping 1, 2596 MHz``) tells apart two hosts
+    that a virtual machine names alike ("AMD EPYC"), whose speeds differ."""
+    model, flags, fields = platform.processor() or platform.machine(), set(), {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
+                key, value = key.strip(), value.strip()
+                if key == "model name":
+                    model = value
+                elif key in ("cpu family", "model", "stepping", "cpu MHz"):
+                    fields[key] = value
+                elif key == "flags":
                     flags = set(value.split())
                     break
     except OSError:
         pass
-    return model, [flag for flag in CPU_FLAGS if flag in flags]
+    return model, [flag for flag in CPU_FLAGS if flag in flags], processor_identity(fields)
+
+
+def processor_identity(fields: Dict[str, str]) -> str:
+    """``family F, model M, stepping S, N MHz`` from /proc/cpuinfo's fields, those it has."""
+    parts = [f"{name} {fields[key]}" for key, name in
+             (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"))
+             if key in fields]  # fmt: skip
+    if "cpu MHz" in fields:
+        parts.append(f"{float(fields['cpu MHz']):.0f} MHz")
+    return ", ".join(parts)
 
 
 def machine_info(device: torch.device) -> Dict:
     import sacrebleu
 
-    cpu, flags = processor()
+    cpu, flags, identity = processor()
     info = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "cpu": cpu,
+        "cpu_identity": identity,
         "cpu_flags": flags,
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),

@@ -49,11 +49,13 @@ def header(results: Dict) -> str:
 
 
 def processor_line(machine: Dict) -> str:
-    """``AMD EPYC (avx2, avx512f, ...; torch kernels AVX512)``."""
+    """``AMD EPYC (family 25, model 17, stepping 1, 2596 MHz; avx2, avx512f, ...; torch kernels
+    AVX512)``."""
+    identity = f"{machine['cpu_identity']}; " if machine.get("cpu_identity") else ""
     flags = ", ".join(machine.get("cpu_flags") or []) or "no AVX flags"
     capability = machine.get("torch_cpu_capability")
     kernels = f"; torch kernels {capability}" if capability else ""
-    return f"{machine['cpu']} ({flags}{kernels})"
+    return f"{machine['cpu']} ({identity}{flags}{kernels})"
 
 
 def main_table(results: Dict) -> str:

@@ -20,6 +20,11 @@ from fairseq_san.benchmark.workers import WorkerPool
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
+UNDETOKENIZED = (
+    "no sentencepiece model (--spm, DATA/spm.model): BLEU and chrF are scored on the target "
+    "dictionary's tokens as they are, comparable within this run only"
+)
+
 
 def run_benchmark(config: BenchmarkConfig) -> Dict:
     """Decode, time, score and profile every system; write results.{json,md} and the plots."""
@@ -48,11 +53,16 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
 
     with WorkerPool(config, baseline, device) as pool:
         assert set(pool.sentences.values()) == {len(batches.ids)}, pool.sentences
+        if "fixed" in config.modes:
+            check_fixed_length(pool.systems, fixed_length)
         machine["torch_threads"] = pool.torch_threads
         notes: List[str] = []
         if pool.ctranslate2.get("note"):
             notes.append("CTranslate2 row: " + pool.ctranslate2["note"])
             logger.warning("CTranslate2 row skipped: %s", pool.ctranslate2["note"])
+        if "natural" in config.modes and text.spm_model is None:
+            notes.append(UNDETOKENIZED)
+            logger.warning(UNDETOKENIZED)
         systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
         for beam in config.beams:
             for mode in config.modes:
@@ -83,6 +93,18 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     }
     write_results(results, out_dir)
     return results
+
+
+def check_fixed_length(systems: Dict[str, Dict], length: int) -> None:
+    """ValueError unless every system can decode ``length`` tokens and EOS (its
+    ``max_output_tokens``; CTranslate2's rows have none of their own: the baseline's)."""
+    for name, info in systems.items():
+        limit = info.get("max_output_tokens")
+        if limit is not None and length > limit:
+            raise ValueError(
+                f"fixed length {length}: system {name} decodes at most {limit} tokens (its "
+                f"max_target_positions {limit + 1} less one): give a smaller --fixed-length"
+            )
 
 
 def config_record(

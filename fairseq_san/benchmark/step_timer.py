@@ -30,8 +30,9 @@ import fairseq_san.models  # noqa: F401
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
-from fairseq_san.benchmark.machine import copy_bandwidth, matmul_peak
+from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
+from fairseq_san.benchmark.report import processor_line
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding import StaticSequenceGenerator
@@ -205,6 +206,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             )
     times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
     reference = times[next(iter(times))]
+    machine = machine_info(torch.device(args.device))
+    gpu = f", {machine['gpu']}" if "gpu" in machine else ""
+    print(f"Processor: {processor_line(machine)}{gpu}; torch {machine['torch']}")
     print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
           f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "
           f"the first row (median of per-round ratios)")  # fmt: skip

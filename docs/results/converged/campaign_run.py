@@ -45,7 +45,8 @@ held-out translation stopped at the deadline leaves what it wrote and is not red
 same machine from RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
 without what did not finish (checkpoints never travel). ``collect`` unpacks the archives given
 and SHARED/converged/converged-SLICE*.tar.gz, each only after checking that it records this
-run.sh and this file (sha256) running its slice, then writes summary.json, summary.md,
+run.sh, this file and campaign_slices.py (sha256) running its slice on a GPU (ALLOW_CPU_ARCHIVES=1:
+also a toy run's archive, made without one), then writes summary.json, summary.md,
 headline.md and the Figure 2 heatmaps (campaign_figures.py).
 
 Environment (run.sh's callers set these): OUT (archive folder; runs), RUNS
@@ -693,7 +694,9 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
         print(f"run.sh collect: no archive given and none in {s.shared}/converged", file=sys.stderr)
         return 2
     here = os.path.relpath(HERE)
-    run.run_or_stop([*CAMPAIGN_SLICES, "collect", s.results, "--run-sh", run_sh, *archives])
+    allow_cpu = ["--allow-cpu"] if os.environ.get("ALLOW_CPU_ARCHIVES") == "1" else []
+    run.run_or_stop([*CAMPAIGN_SLICES, "collect", s.results, "--run-sh", run_sh, *allow_cpu,
+                     *archives])  # fmt: skip
     summary = os.path.join(s.results, "summary.json")
     run.run_or_stop(["python", os.path.join(here, "campaign_summary.py"), s.results,
                      "--data-root", s.data_root, "-o", summary])  # fmt: skip

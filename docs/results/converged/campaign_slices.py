@@ -6,16 +6,17 @@ train its systems, test them and pack one archive each; the archives are later c
 another machine.
 
     python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
-    python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE ARCHIVE...
+    python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE [--allow-cpu] ARCHIVE...
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
-  sha256 of the campaign's code (run.sh and campaign_run.py), the dates, the GPU (nvidia-smi),
-  the settings, the run dirs it holds;
+  sha256 of the campaign's code that runs on the GPU machine (``CODE``), the dates, the GPU
+  (nvidia-smi), the settings, the run dirs it holds;
 * ``collect``: unpacks archives into RESULTS after checking, for every archive first, that its
-  provenance names one of the SLICES run by this very code; refuses with one line otherwise;
-  then gzips the test sets' hypotheses (``compress_hypotheses``);
+  provenance names one of the SLICES run by this very code on a GPU (``--allow-cpu``: also an
+  archive made without one, a toy run's); refuses with one line otherwise; then gzips the test
+  sets' hypotheses (``compress_hypotheses``);
 * ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
   sets' decoding settings, and keeps the detokenized hypotheses as
   ``PAIR/SYSTEM/heldout/NAME.hyp`` (one line per source line, the count checked);
@@ -69,6 +70,9 @@ DEVICE_MIB = 64  # what one call of the device tool takes: the working tree and 
 MIB = 1 << 20
 SLICES = ("en-de", "pairs", "tables", "bench")
 PROVENANCE = "provenance"
+# What runs a slice besides run.sh (the scheduler, and this file's record and heldout): a change to
+# any of them refuses the archives it did not make.
+CODE = ("campaign_run.py", "campaign_slices.py")
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
 # batch size, DECODE_BATCH_SIZE there, is --batch-size here).
@@ -78,9 +82,9 @@ DECODING = (
 
 
 def code_sha256(run_sh: str) -> str:
-    """The sha256 of the campaign's code: run.sh, then the scheduler beside it (campaign_run.py)."""
+    """The sha256 of the campaign's code: run.sh, then the files of ``CODE`` beside it."""
     digest = hashlib.sha256()
-    for path in (run_sh, os.path.join(os.path.dirname(run_sh), "campaign_run.py")):
+    for path in (run_sh, *(os.path.join(os.path.dirname(run_sh), name) for name in CODE)):
         with open(path, "rb") as handle:
             digest.update(handle.read())
     return digest.hexdigest()
@@ -157,9 +161,9 @@ def archive_provenance(archive: str) -> List[dict]:
         return [json.load(tar.extractfile(member)) for member in members]
 
 
-def check_archive(archive: str, sha256: str) -> None:
+def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     """UsageError (one line) unless the archive was packed by this code (``code_sha256``) running
-    its slice."""
+    its slice, on a GPU unless ``allow_cpu``."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
     if not found:
@@ -182,13 +186,21 @@ def check_archive(archive: str, sha256: str) -> None:
                 f"{archive}: recorded command {' '.join(command)!r} is not "
                 f"'run.sh {found.group(1)}', refused"
             )
+        if provenance.get("gpu", "none") == "none" and not allow_cpu:
+            raise UsageError(
+                f"{archive}: made where nvidia-smi named no GPU (a toy run's archive), refused: "
+                "ALLOW_CPU_ARCHIVES=1 collects it anyway"
+            )
 
 
-def collect(results: str, run_sh: str, archives: Sequence[str]) -> List[str]:
-    """Check every archive, then unpack each into ``results``; the archives unpacked."""
+def collect(
+    results: str, run_sh: str, archives: Sequence[str], allow_cpu: bool = False
+) -> List[str]:
+    """Check every archive (``check_archive``), then unpack each into ``results``; the archives
+    unpacked."""
     digest = code_sha256(run_sh)
     for archive in archives:
-        check_archive(archive, digest)
+        check_archive(archive, digest, allow_cpu)
     for archive in archives:
         with tarfile.open(archive) as tar:
             tar.extractall(results, filter="data")
@@ -384,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     col = commands.add_parser("collect", help="check and unpack slice archives into RESULTS")
     col.add_argument("results")
     col.add_argument("--run-sh", required=True)
+    col.add_argument("--allow-cpu", action="store_true", help="also archives made without a GPU")
     col.add_argument("archives", nargs="+")
     held = commands.add_parser("heldout", help="translate the held-out sources")
     held.add_argument("run_dir")
@@ -405,7 +418,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(record(args.runs, args.slice, args.run_sh, args.slice_command, args.started,
                          settings))  # fmt: skip
         elif args.command == "collect":
-            for archive in collect(args.results, args.run_sh, args.archives):
+            for archive in collect(args.results, args.run_sh, args.archives, args.allow_cpu):
                 print(f"== collected {archive}")
             print(travel_report())
         elif args.command == "heldout":

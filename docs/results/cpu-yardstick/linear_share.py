@@ -81,8 +81,8 @@ def main() -> None:
 
 
 def report(args, total: Dict[tuple, List[float]], linear: Dict[tuple, List[float]]) -> None:
-    name, _ = processor()
-    print(f"{name}, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
+    name, _, identity = processor()
+    print(f"{name} ({identity}), torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
           f"2 threads; beam {args.beam}, batch {BATCH}, {LENGTH} positions, {args.rounds} rounds, "
           "medians; ms per step")  # fmt: skip
     print("| policy | decoder | step | linear layers | the rest | x fairseq baseline | "

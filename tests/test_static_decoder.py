@@ -217,6 +217,25 @@ def test_compiled_step_compiles_once_per_shape(name):
     assert len(graphs) == 1
 
 
+def test_int8_in_a_compiled_step_is_one_error_before_any_compilation():
+    """torch.compile cannot trace torch.ao's quantized linear layers: int8 with the compile
+    execution (the benchmark's override, the step timer's row) was a traceback from inside dynamo
+    at the first batch; now the generator refuses it when built, and the step timer offers no
+    such row."""
+    from fairseq_san.benchmark.step_timer import STATIC_DECODERS
+
+    def never(graph, inputs):
+        raise AssertionError("compiled")
+
+    model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0]
+    way_out = "choose the execution eager or fixed for int8, or another precision"
+    with pytest.raises(StaticDecoderError, match=rf"int8 in a compiled step .*; {way_out}$"):
+        StaticSequenceGenerator([model], DICTIONARY, precision="int8", execution="compile",
+                                compile_backend=never)  # fmt: skip
+    assert "static-int8-fixed" in STATIC_DECODERS and "static-bf16-compile" in STATIC_DECODERS
+    assert "static-int8-compile" not in STATIC_DECODERS
+
+
 def test_compiled_step_compiles_every_batch_size_past_dynamos_default_limit():
     """Nine batch sizes are nine shapes of the compiled step (one per number of rows), past
     dynamo's default limit of 8 compilations (an error under fullgraph=True, met on an H100 by a

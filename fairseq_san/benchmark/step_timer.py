@@ -46,10 +46,11 @@ POLICIES = {
 # The static decoder at each (precision, execution) of its tables: static-PRECISION for the
 # eager step, static-PRECISION-EXECUTION for another execution (static-fp32-compile).
 SUFFIX = {execution: "" if execution == "eager" else f"-{execution}" for execution in EXECUTIONS}
-STATIC_DECODERS = {
+STATIC_DECODERS = {  # but int8 compiled (precision.check_compiled_precision)
     f"static-{precision}{SUFFIX[execution]}": (precision, execution)
     for execution in EXECUTIONS
     for precision in PRECISIONS
+    if not (EXECUTIONS[execution].compiles and PRECISIONS[precision].quantized)
 }
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # fairseq's generator, then the eager static decoder at each precision (the default run).

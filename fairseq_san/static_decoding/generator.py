@@ -36,6 +36,7 @@ from fairseq_san.static_decoding.graphs import (
 )
 from fairseq_san.static_decoding.precision import (
     apply_precision,
+    check_compiled_precision,
     check_device,
     convert_encoder,
     warn_if_slower_than_fp32,
@@ -104,6 +105,7 @@ class StaticSequenceGenerator(nn.Module):
         check_device(precision, device)
         warn_if_slower_than_fp32(precision, device)
         self.execution = execution_for(execution, device)
+        check_compiled_precision(precision, self.execution.compiles)
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
         )

@@ -256,6 +256,19 @@ def check_device(precision: str, device: torch.device) -> None:
         )
 
 
+def check_compiled_precision(precision: str, compiles: bool) -> None:
+    """StaticDecoderError for a quantized precision (int8) in a compiled step: torch.ao's
+    quantized linear layers keep their packed weights in a TorchScript object, which torch.compile
+    cannot trace (with ``fullgraph=True`` a traceback from inside dynamo)."""
+    row = PRECISIONS.get(str(precision))
+    if row is not None and row.quantized and compiles:
+        raise StaticDecoderError(
+            f"--san-decoder-precision {precision} in a compiled step (torch.compile cannot trace "
+            "torch.ao's quantized linear layers)",
+            f"choose the execution eager or fixed for {precision}, or another precision",
+        )
+
+
 def warn_if_slower_than_fp32(precision: str, device: torch.device) -> None:
     """Log a warning where a bfloat16 precision runs on a CPU without oneDNN's bfloat16 kernels
     (see module doc): the user asked for speed and would get a slower decoder."""

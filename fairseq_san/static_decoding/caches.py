@@ -160,7 +160,7 @@ class Position:
     span: int = 1
 
     @classmethod
-    def at(cls, index: Union[int, Tensor], length: Optional[int], dtype: torch.dtype):
+    def at(cls, index: Union[int, Tensor], length: Optional[int], dtype: torch.dtype) -> "Position":
         """The position ``index``: sliced for an int, fixed over ``length`` for a tensor."""
         if isinstance(index, int):
             return cls(index, index + 1)

@@ -17,9 +17,12 @@ the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a
 per shape.
 """
 
+from argparse import Namespace
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
+from fairseq.data import Dictionary
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
@@ -59,8 +62,12 @@ UNSUPPORTED_OPTIONS = [
     ("lm_path", bool),
 ]
 
+# fairseq's generation options as ``task.build_generator`` receives them: ``cfg.generation`` (a
+# DictConfig of GenerationConfig) from fairseq's commands, an argparse Namespace from older code.
+GenerationArgs = Union[Namespace, DictConfig]
 
-def check_generation_options(args, allowed: Tuple[str, ...] = ()) -> None:
+
+def check_generation_options(args: GenerationArgs, allowed: Tuple[str, ...] = ()) -> None:
     """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
     (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours), and a
     UsageError for a sampling limit without ``--sampling``, which fairseq's generator refuses too
@@ -151,7 +158,7 @@ class StaticSequenceGenerator(nn.Module):
     @torch.no_grad()
     def generate(
         self,
-        models,
+        models: Optional[List[nn.Module]],
         sample: Dict[str, Dict[str, Tensor]],
         prefix_tokens: Optional[Tensor] = None,
         constraints: Optional[Tensor] = None,
@@ -336,8 +343,8 @@ def drop_done_sentences(
 
 def build_static_generator(
     models: List[nn.Module],
-    tgt_dict,
-    args,
+    tgt_dict: Dictionary,
+    args: GenerationArgs,
     precision: str = "fp32",
     seq_gen_cls: Optional[type] = None,
     extra_gen_cls_kwargs: Optional[Dict] = None,
@@ -356,7 +363,7 @@ def check_generator_arguments(
     seq_gen_cls: Optional[type],
     extra_gen_cls_kwargs: Optional[Dict],
     prefix_allowed_tokens_fn: Optional[Callable],
-    args,
+    args: GenerationArgs,
 ) -> None:
     """StaticDecoderError for the arguments of ``task.build_generator`` besides the options that
     ask for another generator (a class, language model fusion, constrained beam search)."""
@@ -373,7 +380,7 @@ def check_generator_arguments(
 
 
 def generator_options(
-    args,
+    args: GenerationArgs,
     precision: str,
     execution: Optional[str],
     seq_gen_cls: Optional[type] = None,

@@ -51,7 +51,9 @@ logger = logging.getLogger(__name__)
 Capture = Callable[[Callable[[], None], int, Callable[[], None]], Callable[[], None]]
 
 
-def capture_cuda_graph(body: Callable[[], None], warmup: int, restore: Callable[[], None]):
+def capture_cuda_graph(
+    body: Callable[[], None], warmup: int, restore: Callable[[], None]
+) -> Callable[[], None]:
     """``body`` warmed up on a side stream, then captured as one CUDA graph; its ``replay``."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -18,16 +18,21 @@ layer), values only for a SAN follower (it reuses the block's attention weights 
 cross-layer KV follower (it attends over the block's keys and values with its own queries).
 """
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
+from fairseq.data import Dictionary
 from fairseq.search import Sampling
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_san.static_decoding.beam_search import SearchSettings
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
+from fairseq_san.static_decoding.generator import (
+    GenerationArgs,
+    StaticSequenceGenerator,
+    generator_options,
+)
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
 LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
@@ -53,7 +58,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
     @torch.no_grad()
     def generate(
         self,
-        models,
+        models: Optional[List[nn.Module]],
         sample: Dict[str, Dict[str, Tensor]],
         prefix_tokens: Optional[Tensor] = None,
         constraints: Optional[Tensor] = None,
@@ -117,13 +122,13 @@ class StaticLMGenerator(StaticSequenceGenerator):
 
 
 def build_static_lm_generator(
-    models,
-    tgt_dict,
-    args,
+    models: List[nn.Module],
+    tgt_dict: Dictionary,
+    args: GenerationArgs,
     precision: str = "fp32",
     seq_gen_cls: Optional[type] = None,
     extra_gen_cls_kwargs: Optional[Dict] = None,
-    prefix_allowed_tokens_fn=None,
+    prefix_allowed_tokens_fn: Optional[Callable] = None,
     execution: Optional[str] = None,
 ) -> StaticLMGenerator:
     """The static decoder of a language model for fairseq's generation options ``args``, or

@@ -307,7 +307,11 @@ class StaticDecoderStep(nn.Module):
         return self.embed_tokens.dtype
 
     def prepare(
-        self, encoder_out: Optional[Tensor], source_padding: Optional[Tensor], cache, positions: int
+        self,
+        encoder_out: Optional[Tensor],
+        source_padding: Optional[Tensor],
+        cache: DecoderCache,
+        positions: int,
     ) -> None:
         """Project the encoder output for every encoder-decoder attention (a language model has
         none: ``encoder_out`` None); the position table for ``positions`` positions."""
@@ -315,7 +319,9 @@ class StaticDecoderStep(nn.Module):
             self._project_encoder(encoder_out, source_padding, cache)
         self._extend_positions(positions, self.embed_tokens.device)
 
-    def _project_encoder(self, encoder_out: Tensor, source_padding: Optional[Tensor], cache) -> None:
+    def _project_encoder(
+        self, encoder_out: Tensor, source_padding: Optional[Tensor], cache: DecoderCache
+    ) -> None:
         encoder_out = encoder_out.to(self.dtype)
         cache.sentences = encoder_out.size(1)
         if cache.fixed:
@@ -347,7 +353,7 @@ class StaticDecoderStep(nn.Module):
         cache: DecoderCache,
         temperature: float = 1.0,
         length: Optional[int] = None,
-    ):
+    ) -> Tensor:
         """Log-probabilities (hypotheses, vocabulary), float32, of the token after ``tokens``
         (hypotheses,) at position ``step``; writes position ``step`` of the caches. ``step``: an
         int (sliced layout) or a (1,) long tensor attending over ``length`` positions (fixed)."""

@@ -503,9 +503,13 @@ class Slice:
     def smoke(self) -> None:
         """Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time: fairseq's own
         spawning (it asserts world size <= GPUs), then torchrun, which fairseq maps to device
-        rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that)."""
+        rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that). Each
+        capped at JOB_S (else SMOKE_JOB_S) seconds, its training's wall cap too: a run needs no
+        more time than its command may take."""
+        job_s = self.s.limits.job_s or SMOKE_JOB_S
+        cap_min = min(self.s.limits.cap_min, job_s / 60)
         limits = dataclasses.replace(
-            self.s.limits, job_s=self.s.limits.job_s or SMOKE_JOB_S, eval_s=0, evaluate=False
+            self.s.limits, cap_min=cap_min, job_s=job_s, eval_s=0, evaluate=False
         )
         runs = [("smoke/spawn-gloo", [], ["--distributed-world-size", "2", "--ddp-backend",
                  "pytorch_ddp", "--distributed-backend", "gloo", "--max-update", "100"])]

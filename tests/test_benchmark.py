@@ -534,11 +534,15 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
         (["--vocab", "3"], "--vocab 3: must be more than the 4 special symbols"),
         (["--decoders", "static-fp32-graph"],
          "--decoders static-fp32-graph: its execution 'graph' does not run on cpu"),
+        (["--length", "1100"], "--length 1100: transformer_san_small decodes at most 1023 tokens"),
+        (["--source-length", "1100"],
+         "--source-length 1100: transformer_san_small reads at most 1024"),
     ],
 )  # fmt: skip
 def test_step_timer_refuses_bad_arguments_in_one_line(capsys, argv, said):
-    """Before any model is built (they were a reshape or random_ traceback, or timings of 0
-    steps)."""
+    """Before anything is timed, most before any model is built (they were a reshape or random_
+    traceback, or timings of 0 steps); lengths beyond the model's positions once its first model
+    is built (fairseq's generator's assertion, an index error in the encoder's embeddings)."""
     from fairseq_san.cli.bench import main
 
     with pytest.raises(SystemExit) as exit:

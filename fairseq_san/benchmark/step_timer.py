@@ -201,6 +201,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     for policy in args.policies:
         models[policy] = build_model(args.arch, POLICIES[policy], dictionary)
         models[policy] = models[policy].to(args.device, DTYPES[args.dtype])
+        problem = length_problem(models[policy], args)
+        if problem:
+            parser.error(problem)
         for decoder in args.decoders:
             configs[f"{policy} {decoder}"] = make_generator(
                 decoder, models[policy], dictionary, args.beam, args.length
@@ -248,6 +251,19 @@ def argument_problem(args) -> Optional[str]:
             return (
                 f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
             )
+    return None
+
+
+def length_problem(model, args) -> Optional[str]:
+    """A ``--length`` or ``--source-length`` beyond the positions of the model built for them, in
+    one line (fairseq's generator asserts on the first; the encoder's embeddings fail on the
+    second)."""
+    target_limit = model.max_decoder_positions() - 1  # fairseq's generator stops one short
+    if args.length > target_limit:
+        return f"--length {args.length}: {args.arch} decodes at most {target_limit} tokens"
+    source_limit = model.encoder.max_positions()
+    if args.source_length > source_limit:
+        return f"--source-length {args.source_length}: {args.arch} reads at most {source_limit}"
     return None
 
 

@@ -45,6 +45,12 @@ def checkpoint_keys(state: Dict) -> Set[str]:
     return keys - {"_name"}
 
 
+def max_output_tokens(model) -> int:
+    """The most tokens fairseq's generator decodes with ``model`` before EOS: one short of the
+    decoder's positions."""
+    return model.max_decoder_positions() - 1
+
+
 def load_checkpoint_task(spec: SystemSpec, data: str):
     """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
     if not os.path.isfile(spec.checkpoint):
@@ -99,8 +105,7 @@ class FairseqSystem:
                 model_cfg, "decoder_self_attention_type", "dot"
             ),
             "no_cache": bool(getattr(decoder, "recompute_prefix", False)),
-            # fairseq's generator stops one token short of the decoder's positions
-            "max_output_tokens": self.model.max_decoder_positions() - 1,
+            "max_output_tokens": max_output_tokens(self.model),
             "params": sum(p.numel() for p in self.model.parameters()),
             "decoder_params": sum(p.numel() for p in decoder.parameters()),
             "encoder_params": sum(p.numel() for p in self.model.encoder.parameters()),

@@ -30,6 +30,7 @@ import fairseq_san.models  # noqa: F401
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
+from fairseq_san.benchmark.fairseq_system import max_output_tokens
 from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.benchmark.report import processor_line
@@ -258,7 +259,7 @@ def length_problem(model, args) -> Optional[str]:
     """A ``--length`` or ``--source-length`` beyond the positions of the model built for them, in
     one line (fairseq's generator asserts on the first; the encoder's embeddings fail on the
     second)."""
-    target_limit = model.max_decoder_positions() - 1  # fairseq's generator stops one short
+    target_limit = max_output_tokens(model)
     if args.length > target_limit:
         return f"--length {args.length}: {args.arch} decodes at most {target_limit} tokens"
     source_limit = model.encoder.max_positions()

@@ -66,46 +66,27 @@ train() {  # train ITER_DIR ITERATION
     "${start[@]}" "${EXTRA_ARGS[@]}"
 }
 
-USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
-EXTRA_ARGS=("$@")
+analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its attention on valid
+  run fairseq-validate "$DATA" --user-dir "$USER_DIR" --task translation_san --path "$2" \
+    --valid-subset valid --max-tokens 4096 --san-analysis-dir "$1/analysis"
+}
 
-for ((k = 0; k < MAX_ITERATIONS; k++)); do
-  dir=$RUN_DIR/iter$k next=$RUN_DIR/iter$((k + 1))
-  ckpt=$dir/checkpoints/checkpoint_best.pt
-  if [ "$DRY_RUN" = 1 ]; then  # writes nothing: not even P_0, the train log or RUN/last
-    echo "== iteration $k (dry run)"
-    [ -f "$dir/trained" ] || train "$dir" "$k"
-  else
-    echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-    ln -sfn "iter$k" "$RUN_DIR/last"  # this iteration (trained below): the loop's result at its end
-    if [ ! -f "$dir/trained" ]; then
-      train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
-      touch "$dir/trained"
-    fi
-  fi
-  [ -f "$dir/analysis/js.json" ] || run fairseq-validate "$DATA" --user-dir "$USER_DIR" \
-    --task translation_san --path "$ckpt" --valid-subset valid --max-tokens 4096 \
-    --san-analysis-dir "$dir/analysis"
-  if [ ! -f "$dir/valid.json" ]; then
-    run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset valid \
-      --beam 4 --batch-size "$DECODE_BATCH_SIZE" --max-len-a 1.2 --max-len-b 10 \
-      --required-batch-size-multiple 1 \
-      --post-process "$POST_PROCESS" \
-      --scoring sacrebleu \
-      --results-path "$dir"
-    run fairseq-san-score "$dir/generate-valid.txt" --reference "$VALID_REF" -o "$dir/valid.json"
-  fi
-  [ "$DRY_RUN" = 1 ] || mkdir -p "$next"
-  # Learned once: the policy that iteration k+1 is (or will be) trained with is never rewritten.
-  [ -f "$next/policy.json" ] || run fairseq-san-policy "$dir/analysis/js.json" "${THETAS[@]}" \
-    -o "$next/policy.json"
-  if [ "$DRY_RUN" = 1 ]; then
-    echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until it equals $dir/policy.json)"
-    exit 0
-  fi
-  status=0
-  fairseq-san-loop settled "$RUN_DIR" "$k" || status=$?  # exit 0: it says why the loop stops
-  [ "$status" -le 1 ] || exit "$status"
-  [ "$status" = 1 ] || break
-done
-fairseq-san-loop summary "$RUN_DIR"
+score() {  # score ITER_DIR CHECKPOINT: BLEU and chrF of its translation of valid
+  run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$2" --gen-subset valid \
+    --beam 4 --batch-size "$DECODE_BATCH_SIZE" --max-len-a 1.2 --max-len-b 10 \
+    --required-batch-size-multiple 1 \
+    --post-process "$POST_PROCESS" \
+    --scoring sacrebleu \
+    --results-path "$1"
+  run fairseq-san-score "$1/generate-valid.txt" --reference "$VALID_REF" -o "$1/valid.json"
+}
+
+learn() {  # learn JS_JSON POLICY: P_{k+1} at the thresholds THETAS (Eq. 6)
+  run fairseq-san-policy "$1" "${THETAS[@]}" -o "$2"
+}
+
+USER_DIR=$(fairseq-san-loop user-dir)
+EXTRA_ARGS=("$@")
+# shellcheck source=examples/learn_to_share_loop.sh
+source "$(dirname "$0")/learn_to_share_loop.sh"
+learn_to_share_loop

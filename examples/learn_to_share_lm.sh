@@ -27,35 +27,32 @@ mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
 # Locks RUN_DIR; checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
 fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --lock-fd 9 -- "$@"
 
-USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+USER_DIR=$(fairseq-san-loop user-dir)
 LM=(--task language_modeling_san --sample-break-mode eos)
+TRAIN_ARGS=("$@")
 
-for ((k = 0; k < MAX_ITERATIONS; k++)); do
-  dir=$RUN_DIR/iter$k next=$RUN_DIR/iter$((k + 1))
-  ckpt=$dir/checkpoints/checkpoint_best.pt
-  echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-  ln -sfn "iter$k" "$RUN_DIR/last"
-  if [ ! -f "$dir/trained" ]; then
-    fairseq-train "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
-      --san-policy "$dir/policy.json" --san-self-share "$SELF_SHARE" \
-      --save-dir "$dir/checkpoints" "$@" 2>&1 | tee -a "$dir/train.log"
-    touch "$dir/trained"
-  fi
-  [ -f "$dir/analysis/js.json" ] || fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" \
-    --path "$ckpt" --valid-subset valid --max-tokens 4096 --num-workers 0 \
-    --san-analysis-dir "$dir/analysis"
-  if [ ! -f "$dir/valid.json" ]; then
-    fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$ckpt" \
-      --gen-subset valid --max-tokens 4096 --num-workers 0 > "$dir/eval-lm-valid.log" 2>&1 \
-      || { tail -5 "$dir/eval-lm-valid.log" >&2; exit 1; }
-    fairseq-san-loop perplexity "$dir/eval-lm-valid.log" -o "$dir/valid.json"
-  fi
-  mkdir -p "$next"
-  [ -f "$next/policy.json" ] || fairseq-san-policy "$dir/analysis/js.json" \
-    --theta-decoder-self "$THETA_SELF" -o "$next/policy.json"
-  status=0
-  fairseq-san-loop settled "$RUN_DIR" "$k" || status=$?  # exit 0: it says why the loop stops
-  [ "$status" -le 1 ] || exit "$status"
-  [ "$status" = 1 ] || break
-done
-fairseq-san-loop summary "$RUN_DIR"
+train() {  # train ITER_DIR ITERATION
+  fairseq-train "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
+    --san-policy "$1/policy.json" --san-self-share "$SELF_SHARE" \
+    --save-dir "$1/checkpoints" "${TRAIN_ARGS[@]}"
+}
+
+analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its self-attention on valid
+  fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" --valid-subset valid \
+    --max-tokens 4096 --num-workers 0 --san-analysis-dir "$1/analysis"
+}
+
+score() {  # score ITER_DIR CHECKPOINT: its perplexity on valid
+  fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" \
+    --gen-subset valid --max-tokens 4096 --num-workers 0 > "$1/eval-lm-valid.log" 2>&1 \
+    || { tail -5 "$1/eval-lm-valid.log" >&2; exit 1; }
+  fairseq-san-loop perplexity "$1/eval-lm-valid.log" -o "$1/valid.json"
+}
+
+learn() {  # learn JS_JSON POLICY: P_{k+1} at THETA_SELF (Eq. 6)
+  fairseq-san-policy "$1" --theta-decoder-self "$THETA_SELF" -o "$2"
+}
+
+# shellcheck source=examples/learn_to_share_loop.sh
+source "$(dirname "$0")/learn_to_share_loop.sh"
+learn_to_share_loop

@@ -32,6 +32,7 @@ import torch
 from fairseq_san.loop.summary import format_theta_ranges
 from fairseq_san.policy import theta_ranges
 from helpers import (
+    BIN,
     EN_WORDS,
     LM_PREPARE,
     ONE_BLOCK,
@@ -419,6 +420,23 @@ def test_same_policy_exit_codes(tmp_path):
     assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
     missing = run_cli("fairseq-san-loop", "same-policy", a, str(tmp_path / "missing.json"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_user_dir_is_the_package_folder_that_fairseq_imports(tmp_path):
+    """What the recipes give --user-dir, from any folder: fairseq imports the plugin from it."""
+    printed = run_cli("fairseq-san-loop", "user-dir", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    folder = printed.stdout.strip()
+    assert os.path.isabs(folder) and os.path.isfile(os.path.join(folder, "__init__.py"))
+    imported = subprocess.run(
+        [str(BIN / "python"), "-c",
+         "import sys; from argparse import Namespace; from fairseq import utils; "
+         "utils.import_user_module(Namespace(user_dir=sys.argv[1])); "
+         "from fairseq.models import ARCH_MODEL_REGISTRY; print('transformer_san' in ARCH_MODEL_REGISTRY)",
+         folder],
+        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert imported.stdout.strip().splitlines()[-1] == "True", imported.stderr
 
 
 GENERATE_OUTPUT = """\

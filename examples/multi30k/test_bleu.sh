@@ -22,7 +22,7 @@ shift 3
 [[ ${DECODE_BATCH_SIZE:-16} =~ ^[1-9][0-9]*$ ]] ||
   { echo "test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer," \
     "not '$DECODE_BATCH_SIZE'" >&2; exit 2; }
-USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+USER_DIR=$(fairseq-san-loop user-dir)
 
 parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
   # OVERRIDES start at the first ":{", as fairseq-san-bench reads a system: a path may hold ":"

@@ -46,6 +46,6 @@ FINAL=$RUN/final
 run curl -fsSL -o "$WORK/average_checkpoints.py" "$FAIRSEQ_RAW/scripts/average_checkpoints.py"
 run python "$WORK/average_checkpoints.py" --inputs "$RUN/last/checkpoints" \
   --num-update-checkpoints 5 --output "$FINAL.pt"
-USER_DIR=$(python -c 'import fairseq_san, os; print(os.path.dirname(fairseq_san.__file__))')
+USER_DIR=$(fairseq-san-loop user-dir)
 run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
   --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"

@@ -18,7 +18,8 @@
 * ``perplexity LOG -o valid.json``: a language model's validation perplexity from the output of
   ``fairseq-eval-lm`` (``examples/learn_to_share_lm.sh``; ``fairseq_san.loop.perplexity``);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
-  updates/s, tokens/s, why each stopped, validation loss.
+  updates/s, tokens/s, why each stopped, validation loss;
+* ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``.
 """
 
 import argparse
@@ -27,6 +28,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
+import fairseq_san
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.decode_key import decode_key
@@ -144,6 +146,11 @@ def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def run_user_dir(args: argparse.Namespace, after: List[str]) -> int:
+    print(os.path.dirname(os.path.abspath(fairseq_san.__file__)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The subcommands, each with the function that runs it (``run``)."""
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
@@ -184,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity.add_argument("log", help="the output of fairseq-eval-lm")
     perplexity.add_argument("-o", "--output", required=True, help="write the JSON here")
     perplexity.set_defaults(run=run_perplexity)
+    user_dir = commands.add_parser("user-dir", help="print the folder fairseq's --user-dir takes")
+    user_dir.set_defaults(run=run_user_dir)
     return parser
 
 

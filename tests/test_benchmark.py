@@ -213,6 +213,7 @@ def test_outputs_written(bench_results):
     assert isinstance(machine["cpu_flags"], list)
     assert f"Processor: {machine['cpu']} (" in report
     assert machine["torch_cpu_capability"] in report
+    assert f"large CPU buffers: {machine['huge_pages']}." in report
     assert results["config"]["sentences"] == 12
     assert results["bleu_signature"].startswith("nrefs:1")
     assert results["config"]["spm_model"].endswith("spm.model")
@@ -420,6 +421,26 @@ def test_the_processor_is_named_with_its_identity():
     assert processor_line(machine) == "AMD EPYC (family 25, model 17; avx2; torch kernels AVX2)"
     del machine["cpu_identity"]
     assert processor_line(machine) == "AMD EPYC (avx2; torch kernels AVX2)"
+
+
+def test_the_report_says_whether_large_buffers_had_huge_pages(tmp_path, monkeypatch):
+    """torch's THP_MEM_ALLOC_ENABLE and the kernel's mode change a CPU decoder's speed (page
+    faults): a report names both; reports of earlier runs, without them, still read."""
+    from fairseq_san.benchmark import machine
+    from fairseq_san.benchmark.report import huge_pages_clause
+
+    kernel = tmp_path / "enabled"
+    kernel.write_text("always [madvise] never\n")
+    monkeypatch.setattr(machine, "KERNEL_THP", str(kernel))
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")
+    recorded = machine.huge_pages()
+    assert recorded == "THP_MEM_ALLOC_ENABLE=1, kernel transparent huge pages madvise"
+    assert huge_pages_clause({"huge_pages": recorded}) == f"; large CPU buffers: {recorded}"
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    monkeypatch.setattr(machine, "KERNEL_THP", str(tmp_path / "missing"))
+    unset = "THP_MEM_ALLOC_ENABLE=unset, kernel transparent huge pages unknown"
+    assert machine.huge_pages() == unset
+    assert huge_pages_clause({}) == ""
 
 
 def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_data, tmp_path):

@@ -59,6 +59,26 @@ def processor_identity(fields: Dict[str, str]) -> str:
     return ", ".join(parts)
 
 
+# The kernel's transparent huge pages mode: [always], [madvise] (where a program asks) or [never].
+KERNEL_THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def huge_pages() -> str:
+    """Whether torch backs its large CPU buffers (2 MB and more) with 2 MB pages: torch's own
+    switch ``THP_MEM_ALLOC_ENABLE`` (1: madvise them), read by every engine's process, and the
+    kernel's mode. Each first write of a fresh 4 KiB page is a fault, tens to thousands a decoder
+    step on a 2-core VM, fewer or more with the switch (docs/results/cpu-yardstick/thp-2026-11-29):
+    a report says which setting it ran with."""
+    switch = os.environ.get("THP_MEM_ALLOC_ENABLE", "unset")
+    try:
+        with open(KERNEL_THP, encoding="utf-8") as handle:
+            modes = handle.read().split()
+        kernel = next((mode.strip("[]") for mode in modes if mode.startswith("[")), "unknown")
+    except OSError:
+        kernel = "unknown"
+    return f"THP_MEM_ALLOC_ENABLE={switch}, kernel transparent huge pages {kernel}"
+
+
 def machine_info(device: torch.device) -> Dict:
     import sacrebleu
 
@@ -69,6 +89,7 @@ def machine_info(device: torch.device) -> Dict:
         "cpu_identity": identity,
         "cpu_flags": flags,
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "huge_pages": huge_pages(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

@@ -42,10 +42,16 @@ def header(results: Dict) -> str:
         f"Processor: {processor_line(machine)}; threads per engine: {machine['torch_threads']}; "
         f"device {machine['device']}{gpu}; torch {machine['torch']}, fairseq "
         f"{machine['fairseq']}; {machine['date']}; load average at start "
-        f"{machine.get('load_average')}.",
+        f"{machine.get('load_average')}" + huge_pages_clause(machine) + ".",
         f"BLEU: `{results.get('bleu_signature') or '-'}`; "
         f"chrF: `{results.get('chrf_signature') or '-'}`; references: {config['references']}.",
     ])  # fmt: skip
+
+
+def huge_pages_clause(machine: Dict) -> str:
+    """``; large CPU buffers: THP_MEM_ALLOC_ENABLE=1, ...`` (machine.huge_pages), for reports that
+    recorded it (since 2026-11-29)."""
+    return f"; large CPU buffers: {machine['huge_pages']}" if machine.get("huge_pages") else ""
 
 
 def processor_line(machine: Dict) -> str:

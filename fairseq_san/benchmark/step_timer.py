@@ -33,7 +33,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_san.benchmark.fairseq_system import max_output_tokens
 from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
-from fairseq_san.benchmark.report import processor_line
+from fairseq_san.benchmark.report import huge_pages_clause, processor_line
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding import StaticSequenceGenerator
@@ -213,7 +213,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     reference = times[next(iter(times))]
     machine = machine_info(torch.device(args.device))
     gpu = f", {machine['gpu']}" if "gpu" in machine else ""
-    print(f"Processor: {processor_line(machine)}{gpu}; torch {machine['torch']}")
+    pages = huge_pages_clause(machine)
+    print(f"Processor: {processor_line(machine)}{gpu}; torch {machine['torch']}{pages}")
     print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
           f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "
           f"the first row (median of per-round ratios)")  # fmt: skip

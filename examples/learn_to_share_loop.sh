@@ -2,7 +2,7 @@
 # learn_to_share_lm.sh (language model); not run on its own. Each recipe defines what a step is:
 #
 #   train ITER_DIR K            fairseq-train under ITER_DIR/policy.json (P_k)
-#   analyze ITER_DIR CHECKPOINT the layers' attention on the validation set: ITER_DIR/analysis/js.json
+#   analyze ITER_DIR CHECKPOINT the layers' attention on valid: ITER_DIR/analysis/js.json
 #   score ITER_DIR CHECKPOINT   the validation score: ITER_DIR/valid.json
 #   learn JS_JSON POLICY        P_{k+1} from the JS matrices (Eq. 6)
 #
@@ -20,7 +20,8 @@ learn_to_share_loop() {
       [ -f "$dir/trained" ] || train "$dir" "$k"
     else
       echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-      ln -sfn "iter$k" "$RUN_DIR/last"  # this iteration (trained below): the loop's result at its end
+      # This iteration (trained below): the loop's result at its end.
+      ln -sfn "iter$k" "$RUN_DIR/last"
       if [ ! -f "$dir/trained" ]; then
         train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
         touch "$dir/trained"

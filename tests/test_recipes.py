@@ -432,7 +432,8 @@ def test_user_dir_is_the_package_folder_that_fairseq_imports(tmp_path):
         [str(BIN / "python"), "-c",
          "import sys; from argparse import Namespace; from fairseq import utils; "
          "utils.import_user_module(Namespace(user_dir=sys.argv[1])); "
-         "from fairseq.models import ARCH_MODEL_REGISTRY; print('transformer_san' in ARCH_MODEL_REGISTRY)",
+         "from fairseq.models import ARCH_MODEL_REGISTRY; "
+         "print('transformer_san' in ARCH_MODEL_REGISTRY)",
          folder],
         cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240,
     )  # fmt: skip

@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_san", "fairseq_san.*"]),
-    python_requires=">=3.8",
+    python_requires=">=3.9",  # list[int] annotations (policy.py); tested on 3.11 and 3.12
     install_requires=[
         # fairseq 0.12.2 from PyPI does not import on Python >= 3.11; fairseq-fixed installs
         # the `fairseq` package from fairseq main with only the dataclass fix applied.

@@ -1,7 +1,8 @@
 """fairseq-san: Shared Attention Networks (Xiao et al., IJCAI 2019) as a fairseq plugin.
 
-``import fairseq_san`` (or ``--user-dir fairseq_san``) registers the model ``transformer_san``,
-its named architectures and the task ``translation_san`` with fairseq, whatever the import order:
+``import fairseq_san`` (or ``--user-dir fairseq_san``) registers the models ``transformer_san``
+and ``transformer_lm_san``, their named architectures and the tasks ``translation_san`` and
+``language_modeling_san`` with fairseq, whatever the import order:
 at once when fairseq is already imported, else the moment it is (fairseq's registries do not
 exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-policy``) therefore
 stay fast and torch-free: importing them imports neither fairseq nor torch.

@@ -81,17 +81,6 @@ class PairwiseJS:
             self._sums[pairs[1], pairs[0]] += values
         self._count += heads * int(query_mask.sum())
 
-    def merge(self, other: "PairwiseJS") -> "PairwiseJS":
-        """Add ``other``'s sums and count into this one (to combine shards); returns self."""
-        if other.num_layers != self.num_layers:
-            raise ValueError(
-                f"cannot merge PairwiseJS with {other.num_layers} layers "
-                f"into one with {self.num_layers}"
-            )
-        self._sums += other._sums
-        self._count += other._count
-        return self
-
     def matrix(self) -> list[list[float]]:
         """Symmetric L x L matrix of mean JS divergences in nats, 0 on the diagonal."""
         if self._count == 0:

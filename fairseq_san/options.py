@@ -62,6 +62,14 @@ class Option:
             )
 
 
+def fill_defaults(args, options: Tuple[Option, ...]) -> None:
+    """Set each of ``options`` that ``args`` lacks or holds as None to its default (what a model's
+    architecture function does: ``add_argument`` leaves an option not given None)."""
+    for option in options:
+        if getattr(args, option.name, None) is None:
+            setattr(args, option.name, option.default)
+
+
 def option_field(option: Option, help: str = ""):
     """The dataclass field of ``option`` (fairseq's task and model options are dataclass fields)."""
     return field(default=option.default, metadata={"help": help or option.help})
@@ -123,8 +131,10 @@ SELF_SHARE = Option(
     default=WEIGHTS,
     choices=(WEIGHTS, KV),
 )
+SHARE_NAMES = {WEIGHTS: "SAN attention weights", KV: "cross-layer KV sharing"}
 # The options of the decoder-only language model (transformer_lm_san): one policy kind.
-LM_OPTIONS = (MODEL_OPTIONS[0], POLICY_OPTIONS["decoder_self"], SELF_SHARE)
+LM_KIND = "decoder_self"
+LM_OPTIONS = (MODEL_OPTIONS[0], POLICY_OPTIONS[LM_KIND], SELF_SHARE)
 
 DECODING = Option(
     "san_decoding",

@@ -110,7 +110,7 @@ def test_pairwise_identical_layers_give_zero():
     assert acc.count == 2 * 4 * 3
 
 
-def test_streamed_equals_all_in_memory_and_merge():
+def test_streamed_equals_all_in_memory():
     g = torch.Generator().manual_seed(4)
     L, H = 3, 2
     batches = []  # (attn, mask) with different B, T, S per batch
@@ -144,13 +144,6 @@ def test_streamed_equals_all_in_memory_and_merge():
     assert streamed.count == whole.count == H * int(all_mask.sum())
     assert torch.allclose(torch.tensor(streamed.matrix()), torch.tensor(whole.matrix()), atol=1e-12)
 
-    shards = [PairwiseJS(L) for _ in batches]
-    for shard, (attn, mask) in zip(shards, batches):
-        shard.update(attn, mask)
-    merged = shards[0].merge(shards[1]).merge(shards[2])
-    assert merged.count == whole.count
-    assert torch.allclose(torch.tensor(merged.matrix()), torch.tensor(whole.matrix()), atol=1e-12)
-
 
 def test_masked_query_positions_are_ignored():
     g = torch.Generator().manual_seed(5)
@@ -180,8 +173,6 @@ def test_bad_shapes_raise():
         acc.update(torch.rand(3, 2, 1, 4, 2), torch.ones(2, 4))
     with pytest.raises(ValueError, match="no query positions"):
         acc.matrix()
-    with pytest.raises(ValueError, match="merge"):
-        acc.merge(PairwiseJS(2))
     with pytest.raises(ValueError, match="num_layers"):
         PairwiseJS(0)
     assert acc.count == 0

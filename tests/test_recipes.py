@@ -7,7 +7,7 @@
   ``--cpu-ranks``;
 * ``examples/wmt14_en_de/run.sh --dry-run``;
 * AAN + SAN through fairseq-train / fairseq-generate;
-* ``fairseq-san-loop same-policy`` and ``fairseq-san-score``.
+* ``fairseq-san-loop show`` and ``fairseq-san-score``.
 
 The prepared corpus and the first loop run are shared by the module. Everything is tiny (32-dim
 models, 10-20 updates) so that the file runs in a few minutes on two CPU cores.
@@ -400,25 +400,24 @@ def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
     assert not (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
 
 
-# --- fairseq-san-loop same-policy, fairseq-san-score ------------------------------------------
+# --- fairseq-san-loop show, fairseq-san-score ---------------------------------------------------
 
 
-def test_same_policy_exit_codes(tmp_path):
+def test_show_prints_a_policy_in_the_papers_notation_and_refuses_bad_files(tmp_path):
     def policy(name: str, text: str) -> str:
         (tmp_path / name).write_text(text)
         return str(tmp_path / name)
 
     a = policy("a.json", '{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}')
     same = policy("same.json", '{"decoder_encdec": "3,3", "decoder_self": [1, 5]}')
-    other = policy("other.json", '{"decoder_self": [1, 5], "decoder_encdec": [6]}')
-    bad = policy("bad.json", '{"decoder_self": [1, 5],')
-    assert run_cli("fairseq-san-loop", "same-policy", a, a).returncode == 0
-    assert run_cli("fairseq-san-loop", "same-policy", a, same).returncode == 0
-    assert run_cli("fairseq-san-loop", "same-policy", a, other).returncode == 1
-    malformed = run_cli("fairseq-san-loop", "same-policy", a, bad)
+    shown = run_cli("fairseq-san-loop", "show", a)
+    assert shown.returncode == 0, shown.stderr
+    assert "decoder_self {1,5}" in shown.stdout and "decoder_encdec {3,3}" in shown.stdout
+    assert run_cli("fairseq-san-loop", "show", same).stdout == shown.stdout
+    malformed = run_cli("fairseq-san-loop", "show", policy("bad.json", '{"decoder_self": [1, 5],'))
     assert malformed.returncode == 2
     assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
-    missing = run_cli("fairseq-san-loop", "same-policy", a, str(tmp_path / "missing.json"))
+    missing = run_cli("fairseq-san-loop", "show", str(tmp_path / "missing.json"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
 
 

@@ -52,6 +52,16 @@ def test_followers_drop_exactly_two_projections(share):
         assert not set(dropped) & set(names)
 
 
+def test_a_share_left_unset_is_san_attention_weights():
+    """``san_self_share`` None (an override or a keyword set to None) means its default, as the
+    architecture function fills every option left unset."""
+    _, args = build_lm(["--san-decoder-self-policy", "3,3"])
+    args.san_self_share = None
+    model = TransformerLMSANModel.build_model(args, StandInTask(DICT))
+    assert model.self_share == "weights"
+    assert isinstance(model.decoder.layers[1].self_attn, SharedWeightsAttention)
+
+
 @pytest.mark.parametrize("share", ["weights", "kv"])
 def test_incremental_decoding_equals_the_full_forward(share):
     model, _ = build_lm(["--san-decoder-self-policy", "2,4", "--san-self-share", share])

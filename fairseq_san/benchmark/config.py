@@ -16,7 +16,9 @@ from fairseq_san import options
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.options import flag_of
 
-MODES = ("natural", "fixed")
+# Output lengths: where each sentence ends (EOS or the length limit), or a fixed number of tokens.
+NATURAL, FIXED = "natural", "fixed"
+MODES = (NATURAL, FIXED)
 
 # Engines, each timed in worker processes of its own (see ``workers``).
 FAIRSEQ = "fairseq"
@@ -174,7 +176,7 @@ class Setting:
     @classmethod
     def of(cls, beam: int, mode: str, fixed_length: int) -> "Setting":
         """The setting of ``beam`` and ``mode``, with ``fixed_length`` in fixed mode only."""
-        return cls(beam, mode, fixed_length if mode == "fixed" else None)
+        return cls(beam, mode, fixed_length if mode == FIXED else None)
 
     @property
     def key(self) -> str:
@@ -182,7 +184,7 @@ class Setting:
         return f"beam{self.beam}_{self.mode}"
 
     def generation_args(self, max_len_a: float, max_len_b: int, lenpen: float):
-        if self.mode == "fixed":
+        if self.mode == FIXED:
             return argparse.Namespace(
                 beam=self.beam, min_len=self.length, max_len_a=0, max_len_b=self.length,
                 lenpen=lenpen,

@@ -14,7 +14,8 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from fairseq_san.benchmark.config import CTRANSLATE2, BenchmarkConfig, precision_label
+from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, BenchmarkConfig
+from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.fairseq_system import FairseqSystem
 from fairseq_san.benchmark.timing import PassResult, clock
 
@@ -81,7 +82,7 @@ class CTranslate2System:
             length_penalty=options.lenpen,
             return_scores=False,
         )
-        fixed = setting.mode == "fixed"
+        fixed = setting.mode == FIXED
         if fixed:  # CTranslate2 never emits EOS at its length limit: L + 1 tokens are the
             # L + 1 decoder steps of fairseq's L tokens and EOS (a limit of L ran one step less)
             length = setting.length + 1
@@ -91,7 +92,7 @@ class CTranslate2System:
         hypotheses = {} if keep_hypotheses else None
         for index, sample in enumerate(batches.samples):
             sources = self._source_tokens(index, sample)
-            if setting.mode == "natural":  # fairseq's limit: a * (padded source length) + b
+            if setting.mode == NATURAL:  # fairseq's limit: a * (padded source length) + b
                 source_length = sample["net_input"]["src_tokens"].size(1)
                 limit = options.max_len_a * source_length + options.max_len_b
                 kwargs["max_decoding_length"] = int(limit)

@@ -16,10 +16,7 @@ from typing import Dict, Set
 
 import torch
 
-import fairseq  # noqa: F401  (must come before fairseq_san.models so that the models register)
-import fairseq_san.models  # noqa: F401  (registers transformer_san)
-import fairseq_san.tasks  # noqa: F401  (registers translation_san)
-from fairseq import checkpoint_utils, tasks
+from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import precision_label

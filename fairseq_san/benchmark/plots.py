@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Dict
 
 from fairseq_san import plots
+from fairseq_san.benchmark.config import NATURAL
 from fairseq_san.benchmark.report import setting_run
 
 
@@ -24,7 +25,7 @@ def plot_speed_vs_bleu(results: Dict, path: Path) -> None:
     """Paper Figure 4 (right): tokens/s against BLEU, one point per beam size (natural lengths)."""
     series = {}
     for name, system in results["systems"].items():
-        runs = [(b, setting_run(system, b, "natural")) for b in results["config"]["beams"]]
+        runs = [(b, setting_run(system, b, NATURAL)) for b in results["config"]["beams"]]
         series[name] = [
             (run["bleu"], run["tokens_per_second"], f"b{b}")
             for b, run in runs

@@ -3,7 +3,7 @@
 import math
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.benchmark.config import STATIC
+from fairseq_san.benchmark.config import FIXED, NATURAL, STATIC
 from fairseq_san.benchmark.meters import PARTS
 from fairseq_san.static_decoding.precision import PRECISIONS
 
@@ -12,7 +12,7 @@ def markdown_report(results: Dict) -> str:
     config = results["config"]
     sections = [header(results), main_table(results)]
     sections += [speed_table(results, mode) for mode in config["modes"]]
-    if "natural" in config["modes"]:
+    if NATURAL in config["modes"]:
         sections.append(bleu_table(results))
     sections += [profile_table(results, mode) for mode in config["modes"]]
     if results.get("notes"):
@@ -28,7 +28,7 @@ def header(results: Dict) -> str:
         f" Fixed lengths: every hypothesis {length} tokens + eos (CTranslate2: {length + 1} "
         "tokens, the same decoder steps: it emits no EOS at its length limit; mean reference "
         f"length {config['mean_reference_length']:.1f})."
-        if "fixed" in config["modes"]
+        if FIXED in config["modes"]
         else ""
     )
     gpu = f" ({machine['gpu']})" if machine.get("gpu") else ""
@@ -84,7 +84,7 @@ def main_table(results: Dict) -> str:
         _row(["---"] * len(header_cells)),
     ]
     for name, system in systems.items():
-        natural = setting_run(system, beam, "natural")
+        natural = setting_run(system, beam, NATURAL)
         cells = [*_identity(name, system), _fmt(natural.get("bleu"), ".2f"),
                  _fmt(natural.get("chrf"), ".2f"),
                  _percent(natural.get("agreement_with_baseline")),
@@ -128,7 +128,7 @@ def bleu_table(results: Dict) -> str:
         _row(["---"] * (1 + len(beams))),
     ]
     for name, system in results["systems"].items():
-        cells = [_fmt(setting_run(system, b, "natural").get("bleu"), ".2f") for b in beams]
+        cells = [_fmt(setting_run(system, b, NATURAL).get("bleu"), ".2f") for b in beams]
         lines.append(_row([name] + cells))
     return "\n".join(lines)
 

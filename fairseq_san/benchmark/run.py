@@ -9,7 +9,8 @@ from typing import Dict, List
 
 import torch
 
-from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, check_config
+from fairseq_san.benchmark.config import FAIRSEQ, FIXED, NATURAL, BenchmarkConfig, Setting
+from fairseq_san.benchmark.config import check_config
 from fairseq_san.benchmark.data import Batches, TextSide
 from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
 from fairseq_san.benchmark.machine import choose_device, machine_info, matmul_peak
@@ -53,14 +54,14 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
 
     with WorkerPool(config, baseline, device) as pool:
         assert set(pool.sentences.values()) == {len(batches.ids)}, pool.sentences
-        if "fixed" in config.modes:
+        if FIXED in config.modes:
             check_fixed_length(pool.systems, fixed_length)
         machine["torch_threads"] = pool.torch_threads
         notes: List[str] = []
         if pool.ctranslate2.get("note"):
             notes.append("CTranslate2 row: " + pool.ctranslate2["note"])
             logger.warning("CTranslate2 row skipped: %s", pool.ctranslate2["note"])
-        if "natural" in config.modes and text.spm_model is None:
+        if NATURAL in config.modes and text.spm_model is None:
             notes.append(UNDETOKENIZED)
             logger.warning(UNDETOKENIZED)
         systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
@@ -71,7 +72,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
                 for name, run in runs.items():
                     systems[name]["settings"][setting.key] = run
         fairseq_names = [name for name in pool.names if pool.engine(name) == FAIRSEQ]
-        cache_mode = "fixed" if "fixed" in config.modes else "natural"
+        cache_mode = FIXED if FIXED in config.modes else NATURAL
         _measure_caches(pool, fairseq_names, systems, config, cache_mode, fixed_length)
         # The beam of the main table and of the profile: --table-beam when it was timed.
         profile_beam = config.table_beam if config.table_beam in config.beams else config.beams[0]

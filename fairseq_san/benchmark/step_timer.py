@@ -25,8 +25,6 @@ from typing import Dict, List, Optional
 
 import torch
 
-import fairseq  # noqa: F401  (before fairseq_san, so that the models register)
-import fairseq_san.models  # noqa: F401
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.benchmark.config import FAIRSEQ, BenchmarkConfig, Setting, fairseq_twins
+from fairseq_san.benchmark.config import FAIRSEQ, NATURAL, BenchmarkConfig, Setting
+from fairseq_san.benchmark.config import fairseq_twins
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
@@ -64,7 +65,7 @@ def time_setting(
     for name in names:
         warm = pool.call(
             name, "decode", setting, config.decode,
-            keep_hypotheses=setting.mode == "natural",
+            keep_hypotheses=setting.mode == NATURAL,
             measure_cache=pool.engine(name) == FAIRSEQ,
         )  # fmt: skip
         runs[name] = _run_record(setting, warm)

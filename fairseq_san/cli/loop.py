@@ -3,7 +3,6 @@
 ``examples/learn_to_share.sh`` runs fairseq's commands; this command answers its questions:
 
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
-* ``same-policy A B``: exit 0 when two policy files share alike;
 * ``settled RUN_DIR K``: exit 0, saying why, when the loop stops after iteration K: the policy K
   learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes;
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
@@ -45,10 +44,6 @@ from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
 from fairseq_san.policy import format_policy, load_policy
-
-
-def same_policy(first: str, second: str) -> bool:
-    return load_policy(first) == load_policy(second)
 
 
 # The recipes' options that make a run what it is, as they spell them; paths are absolute. A
@@ -96,10 +91,6 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
 def run_show(args: argparse.Namespace, after: List[str]) -> int:
     print(format_policy(load_policy(args.policy)))
     return 0
-
-
-def run_same_policy(args: argparse.Namespace, after: List[str]) -> int:
-    return 0 if same_policy(args.first, args.second) else 1
 
 
 def run_settled(args: argparse.Namespace, after: List[str]) -> int:
@@ -155,10 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
     """The subcommands, each with the function that runs it (``run``)."""
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    same = commands.add_parser("same-policy", help="exit 0 when two policy files are equal")
-    same.add_argument("first")
-    same.add_argument("second")
-    same.set_defaults(run=run_same_policy)
     settled = commands.add_parser(
         "settled", help="exit 0, saying why, when the policy iteration K learned is not new"
     )

@@ -6,7 +6,9 @@ checkpoint's parameter names say its policy; AAN's gate says its decoder self-at
 model can load a checkpoint when its own policy shares at least as much (each trained block inside
 one of its blocks): the projections it no longer uses are dropped on load; a policy that shares
 less lacks trained projections. Its embeddings must have the checkpoint's vocabulary sizes, and it
-must be the same kind of model (with an encoder or without: a language model).
+must be the same kind of model (with an encoder or without: a language model). What a block's
+following layers kept says how they shared: own V (SAN's weights S) or own Q (a language model's
+keys and values, ``--san-self-share kv``).
 """
 
 import json
@@ -15,6 +17,7 @@ from typing import Dict, List, Optional
 
 from torch import nn
 
+from fairseq_san import options
 from fairseq_san import policy as san_policy
 from fairseq_san.checkpoints import VocabularyMismatch
 from fairseq_san.errors import UsageError
@@ -202,10 +205,60 @@ def encdec_share(state_dict: Dict, policy: Dict) -> Optional[str]:
 
 def shares_encdec_weights_only(state_dict: Dict, policy: Dict) -> bool:
     """Whether shared encoder-decoder layers kept their own V (``--san-encdec-share weights``)."""
-    blocks = policy["decoder_encdec"]
+    return followers_keep(state_dict, policy["decoder_encdec"], "encoder_attn", "v_proj")
+
+
+def followers_keep(state_dict: Dict, blocks: List[int], attention: str, projection: str) -> bool:
+    """Whether the following layers of the decoder's ``blocks`` kept their own ``projection`` of
+    ``attention`` (``decoder.layers.I.ATTENTION.PROJECTION``): what a follower keeps says what it
+    shared with its block's first layer."""
     leaders = san_policy.block_leaders(blocks, sum(blocks))
     return any(
-        f"decoder.layers.{index}.encoder_attn.v_proj.weight" in state_dict
+        f"decoder.layers.{index}.{attention}.{projection}.weight" in state_dict
         for index, leader in enumerate(leaders)
         if index != leader
     )
+
+
+def self_share(state_dict: Dict, blocks: List[int]) -> str:
+    """How a language model's shared decoder self-attention was trained (``--san-self-share``):
+    followers with their own Q took the leader's K/V (``kv``), else its weights S (``weights``)."""
+    own_query = followers_keep(state_dict, blocks, "self_attn", "q_proj")
+    return options.KV if own_query else options.WEIGHTS
+
+
+def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
+    """A language model's ``check_checkpoint_fits``: refuse a translation model's checkpoint, one
+    of other dictionaries, or shared another way (K/V or S) or with more sharing than the model.
+
+    A model can decode a checkpoint under a policy that shares more (the unused projections are
+    dropped), never less, and never with the other kind of sharing: the checkpoint's following
+    layers were trained without the projections that the other kind needs.
+    """
+    check_checkpoint_model_kind(model, state_dict)
+    check_checkpoint_vocabulary(model, state_dict)
+    layers = {"decoder": len(model.decoder.layers), "encoder": 0}
+    own = model.state_dict()
+    trained = policy_of_state_dict(state_dict, layers).get(options.LM_KIND)
+    wanted = policy_of_state_dict(own, layers).get(options.LM_KIND)
+    trained_share = trained and self_share(state_dict, trained)
+    flags = (
+        f"--san-policy '{json.dumps({options.LM_KIND: trained})}' --san-self-share {trained_share}"
+        if trained
+        else "--san-policy '{}'"
+    )
+    if trained and wanted and trained_share != model.self_share:
+        raise san_policy.PolicyError(
+            f"the checkpoint was trained with {options.SHARE_NAMES[trained_share]} "
+            f"(--san-self-share {trained_share}), this model is built with "
+            f"{options.SHARE_NAMES[model.self_share]} (--san-self-share {model.self_share}): its "
+            f"following layers lack the projections that needs; decode it with {flags}"
+        )
+    needed = missing_projections(own, state_dict)
+    if needed:
+        raise san_policy.PolicyError(
+            f"the checkpoint was trained with more attention sharing (decoder_self "
+            f"{trained}) than this model ({wanted}): it has no projections for "
+            f"{', '.join(needed)}. To continue training or decode it, pass {flags}, or a "
+            "policy that shares at least as much"
+        )

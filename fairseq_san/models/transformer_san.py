@@ -10,7 +10,7 @@ the new policy does not use are dropped from the checkpoint on load.
 
 import argparse
 import logging
-from typing import Dict, Iterable, List, Optional, Type
+from typing import Dict, Iterable, List, Optional, Tuple, Type
 
 from fairseq.data import Dictionary
 from fairseq.models import register_model, register_model_architecture
@@ -25,8 +25,15 @@ from torch import Tensor, nn
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, drop_unused_projections
+from fairseq_san.models.option_checks import (
+    check_analysis_task,
+    check_decoder_overrides,
+    check_no_lm_options,
+    check_policy_fits_model,
+    check_san_options,
+    check_translation_task,
+)
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -40,13 +47,6 @@ from fairseq_san.modules.shared_attention import (
 logger = logging.getLogger(__name__)
 
 POLICY_FLAGS = {kind: option.name for kind, option in options.POLICY_OPTIONS.items()}
-# The model's options that take one of a few values. argparse checks them on the command line;
-# --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
-CHOICES = {
-    option.name: option.choices
-    for option in options.MODEL_OPTIONS + (options.SELF_SHARE,)
-    if option.choices
-}
 
 
 class TransformerSANDecoder(TransformerDecoderBase):
@@ -113,10 +113,11 @@ class TransformerSANModel(TransformerModel):
         check_no_lm_options(args)
         check_translation_task(task)
         check_analysis_task(args, task)
-        check_generation_options(args, task)
+        check_decoder_overrides(args, task)
         san_base_architecture(args)
         checkpoints.stamp(args)
-        policy = resolve_model_policy(args)
+        layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
+        policy = resolve_model_policy(args, layers)
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":
             use_average_attention(model.decoder.layers)
@@ -173,57 +174,32 @@ class TransformerSANModel(TransformerModel):
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 
-def resolve_model_policy(args: argparse.Namespace) -> Dict[str, List[int]]:
-    """The policy from ``--san-policy`` and the per-kind flags, checked against the layer counts.
+def resolve_model_policy(
+    args: argparse.Namespace, layers: Dict[str, int], kinds: Tuple[str, ...] = san_policy.KINDS
+) -> Dict[str, List[int]]:
+    """The policy from ``--san-policy`` and the per-kind flags, checked against the layer counts
+    (``layers``: per stack, "encoder" and "decoder").
 
-    The resolved policy is written back into ``args`` as JSON text so that the checkpoint carries
-    it and ``fairseq-generate`` rebuilds the same model with no extra flag.
+    A model with fewer attention kinds (``kinds``: a language model's decoder self-attention only)
+    refuses a policy key of another kind. The resolved policy is written back into ``args`` as
+    JSON text so that the checkpoint carries it and ``fairseq-generate`` rebuilds the same model
+    with no extra flag.
     """
-    flags = {kind: getattr(args, flag, None) for kind, flag in POLICY_FLAGS.items()}
+    flags = {kind: getattr(args, POLICY_FLAGS[kind], None) for kind in kinds}
     policy = san_policy.resolve_policy(getattr(args, "san_policy", None), flags)
-    layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
+    others = [kind for kind in policy if kind not in kinds]
+    if others:
+        raise san_policy.PolicyError(
+            f'policy key "{others[0]}" is for encoder-decoder models: a language model '
+            '(transformer_lm_san) shares only decoder self-attention ("decoder_self")'
+        )
     for kind, blocks in policy.items():
         san_policy.validate_blocks(blocks, layers[san_policy.KIND_MODULES[kind][0]], kind)
     check_policy_fits_model(policy, args)
     args.san_policy = san_policy.dump_policy(policy)
-    for flag in POLICY_FLAGS.values():
-        setattr(args, flag, None)
+    for kind in kinds:
+        setattr(args, POLICY_FLAGS[kind], None)
     return policy
-
-
-# Model options that sharing cannot work with, and why; the first entry names the policy kinds.
-INCOMPATIBLE_OPTIONS = [
-    (san_policy.KINDS, "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
-    (san_policy.KINDS, "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
-    # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
-    (
-        san_policy.KINDS,
-        "offload_activations",
-        "activation checkpointing recomputes layers top-down in backward, after their block",
-    ),
-    (
-        san_policy.KINDS,
-        "checkpoint_activations",
-        "activation checkpointing recomputes layers top-down in backward, after their block",
-    ),
-    (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),
-    (("decoder_encdec",), "no_cross_attention", "there is no encoder-decoder attention"),
-]
-
-
-def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
-    """Raise PolicyError for a policy the model's other options make impossible."""
-    if "decoder_self" in policy and getattr(args, "decoder_self_attention_type", "") == "aan":
-        raise san_policy.PolicyError(
-            "a decoder_self sharing policy cannot be combined with "
-            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
-        )
-    for kinds, option, reason in INCOMPATIBLE_OPTIONS:
-        shared = [kind for kind in kinds if kind in policy]
-        if shared and getattr(args, option, False):
-            raise san_policy.PolicyError(
-                f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"
-            )
 
 
 def follower_class(kind: str, args: argparse.Namespace) -> Type[MultiheadAttention]:
@@ -307,41 +283,6 @@ def use_average_attention(layers: Iterable[nn.Module]) -> None:
         layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
 
 
-def check_san_options(args: argparse.Namespace) -> None:
-    """Refuse an unknown ``san_*`` option, naming the nearest known one, and a value outside
-    an option's ``CHOICES``, naming the valid ones.
-
-    fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
-    the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
-    """
-    for name, valid in CHOICES.items():
-        value = getattr(args, name, None)
-        if value is not None and value not in valid:
-            raise UsageError(
-                f"{name} {value!r} (from --model-overrides or a keyword argument) is not valid; "
-                f"valid values: {', '.join(valid)}"
-            )
-    known = options.option_names()
-    for name in vars(args):
-        if name.replace("-", "_").startswith("san_") and name not in known:
-            hint = nearest_key_hint(name.replace("-", "_"), known)
-            raise UsageError(
-                f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
-            )
-
-
-def check_no_lm_options(args: argparse.Namespace) -> None:
-    """Refuse ``san_self_share`` (from ``--model-overrides``), which only a language model reads:
-    a translation model shares attention weights S, and would ignore it silently."""
-    value = getattr(args, options.SELF_SHARE.name, None)
-    if value is not None:
-        raise UsageError(
-            f"{options.SELF_SHARE.name} {value!r} is an option of transformer_lm_san (decoder-only "
-            "language models); transformer_san shares the attention weights S (or the context "
-            "A, --san-encdec-share): drop it"
-        )
-
-
 def model_decoding(args: argparse.Namespace) -> str:
     """The decoding the model applies to itself (``options.MODEL_DECODINGS``) from its options.
 
@@ -359,82 +300,9 @@ def model_decoding(args: argparse.Namespace) -> str:
     return decoding if decoding in options.MODEL_DECODINGS else options.FAIRSEQ
 
 
-def check_translation_task(task: FairseqTask) -> None:
-    """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
-    fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
-    from fairseq.tasks.language_modeling import LanguageModelingTask
-
-    if isinstance(task, LanguageModelingTask):
-        raise UsageError(
-            f"transformer_san is a translation model (encoder and decoder), and the task "
-            f"{type(task).__name__} models language: train a language model with --arch "
-            "transformer_lm_san (or transformer_lm_san_small), or decode this checkpoint with "
-            "--task translation_san"
-        )
-
-
-def check_analysis_task(
-    args: argparse.Namespace, task: FairseqTask, needed: str = "translation_san"
-) -> None:
-    """Refuse ``--san-analysis-dir`` for a model whose task has no analysis options.
-
-    fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
-    keys that task's config has, so on a checkpoint trained with another task than ``needed``
-    (``language_modeling_san`` for a language model) the analysis would be silently skipped.
-    fairseq sets every flag on the model's arguments, though, so the model checks; the message
-    gives the override that switches the task.
-    """
-    cfg = getattr(task, "cfg", None)
-    if not getattr(args, "san_analysis_dir", None) or hasattr(cfg, "san_analysis_dir"):
-        return
-    from fairseq.tasks import TASK_REGISTRY
-
-    given = {
-        option.name: getattr(args, option.name)
-        for option in options.ANALYSIS_OPTIONS
-        if getattr(args, option.name, None) is not None
-    }
-    trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
-    override = {"task": {"_name": needed, **given}}
-    raise UsageError(
-        f"--san-analysis-dir needs the task {needed}, but this checkpoint was trained "
-        f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
-        f'task with --model-overrides "{override!r}"'
-    )
-
-
-def check_generation_options(args: argparse.Namespace, task: FairseqTask) -> None:
-    """Refuse a decoder option among the model's options that the task does not apply.
-
-    ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
-    and fairseq-interactive build the generator from the task of their command line, which never
-    reads the model's ``san_decoding`` static or ``san_decoder_precision``: they would be
-    accepted and ignored. A value other than the default that the task does not have is refused
-    with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``).
-    """
-    cfg = getattr(task, "cfg", None)
-    if cfg is None:
-        return
-    for option in options.DECODER_OPTIONS:
-        given = getattr(args, option.name, None)
-        applied = getattr(cfg, option.name, None) or option.default
-        if given is None or str(given) in (str(option.default), str(applied)):
-            continue
-        if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
-            continue
-        flag, value = options.current_flag(option, given)
-        raise UsageError(
-            f"{option.name} '{given}' is a model option here (--model-overrides or the "
-            f"checkpoint), which does not choose the decoder: this command decodes with "
-            f"'{applied}'. Pass {flag} {value} on the command line (with --task "
-            "translation_san) instead"
-        )
-
-
 def san_base_architecture(args: argparse.Namespace) -> None:
     """fairseq's transformer defaults plus no sharing."""
-    for option in options.MODEL_OPTIONS:
-        setattr(args, option.name, getattr(args, option.name, None) or option.default)
+    options.fill_defaults(args, options.MODEL_OPTIONS)
     base_architecture(args)
 
 

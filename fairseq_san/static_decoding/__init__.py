@@ -14,7 +14,8 @@ fairseq's SequenceGenerator, without its per-step overhead.
   (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in and the option checks;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
-  pass; greedy, beam or sampling).
+  pass; greedy, beam or sampling);
+* ``errors.py``: what the static decoder refuses, in one line (``StaticDecoderError``).
 """
 
 from fairseq_san.static_decoding.errors import StaticDecoderError

@@ -1,0 +1,194 @@
+"""A SAN model's options checked before it is built: one line naming the problem, where fairseq
+would fail deep inside or silently ignore the option.
+
+``--model-overrides`` and ``from_pretrained``'s keywords set any key on a checkpoint's arguments,
+unchecked; fairseq-validate and fairseq-generate pass flags the model or the task may not read.
+Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``build_model``.
+"""
+
+import argparse
+from typing import Dict, List
+
+from fairseq.tasks import FairseqTask
+
+from fairseq_san import options
+from fairseq_san import policy as san_policy
+from fairseq_san.errors import UsageError, nearest_key_hint
+
+# The model's options that take one of a few values. argparse checks them on the command line;
+# --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
+CHOICES = {
+    option.name: option.choices
+    for option in options.MODEL_OPTIONS + (options.SELF_SHARE,)
+    if option.choices
+}
+
+
+def check_san_options(args: argparse.Namespace) -> None:
+    """Refuse an unknown ``san_*`` option, naming the nearest known one, and a value outside
+    an option's ``CHOICES``, naming the valid ones.
+
+    fairseq sets every key of ``--model-overrides`` (or every keyword of ``from_pretrained``) on
+    the checkpoint's arguments, known or not, so a typo would otherwise decode another model.
+    """
+    for name, valid in CHOICES.items():
+        value = getattr(args, name, None)
+        if value is not None and value not in valid:
+            raise UsageError(
+                f"{name} {value!r} (from --model-overrides or a keyword argument) is not valid; "
+                f"valid values: {', '.join(valid)}"
+            )
+    known = options.option_names()
+    for name in vars(args):
+        if name.replace("-", "_").startswith("san_") and name not in known:
+            hint = nearest_key_hint(name.replace("-", "_"), known)
+            raise UsageError(
+                f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
+            )
+
+
+def check_no_lm_options(args: argparse.Namespace) -> None:
+    """Refuse ``san_self_share`` (from ``--model-overrides``), which only a language model reads:
+    a translation model shares attention weights S, and would ignore it silently."""
+    value = getattr(args, options.SELF_SHARE.name, None)
+    if value is not None:
+        raise UsageError(
+            f"{options.SELF_SHARE.name} {value!r} is an option of transformer_lm_san (decoder-only "
+            "language models); transformer_san shares the attention weights S (or the context "
+            "A, --san-encdec-share): drop it"
+        )
+
+
+def check_no_translation_options(args: argparse.Namespace) -> None:
+    """Refuse a translation model's option (from ``--model-overrides`` or a hub keyword) set to
+    anything but its default: a language model has no encoder, encoder-decoder attention, AAN or
+    fast step, and would ignore it silently (``check_no_lm_options`` is the mirror)."""
+    lm_names = {option.name for option in options.LM_OPTIONS}
+    for option in options.MODEL_OPTIONS:
+        value = getattr(args, option.name, None)
+        if option.name not in lm_names and value is not None and value != option.default:
+            raise UsageError(
+                f"{option.name} {value!r} is an option of transformer_san (translation); "
+                "transformer_lm_san shares decoder self-attention only (san_policy, "
+                "san_decoder_self_policy, san_self_share): drop it"
+            )
+
+
+def check_language_modeling_task(task: FairseqTask) -> None:
+    """Refuse a translation task: it would give the language model its target dictionary and fail
+    on the embeddings' sizes, which reads as "other dictionaries"."""
+    from fairseq.tasks.translation import TranslationTask
+
+    if isinstance(task, TranslationTask):
+        raise UsageError(
+            f"transformer_lm_san is a language model (a decoder only), and the task "
+            f"{type(task).__name__} translates: use --task language_modeling_san with the "
+            "model's data (fairseq-preprocess --only-source, examples/lm/prepare.sh)"
+        )
+
+
+def check_translation_task(task: FairseqTask) -> None:
+    """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
+    fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    if isinstance(task, LanguageModelingTask):
+        raise UsageError(
+            f"transformer_san is a translation model (encoder and decoder), and the task "
+            f"{type(task).__name__} models language: train a language model with --arch "
+            "transformer_lm_san (or transformer_lm_san_small), or decode this checkpoint with "
+            "--task translation_san"
+        )
+
+
+def check_analysis_task(
+    args: argparse.Namespace, task: FairseqTask, needed: str = "translation_san"
+) -> None:
+    """Refuse ``--san-analysis-dir`` for a model whose task has no analysis options.
+
+    fairseq-validate builds the task saved in the checkpoint and gives command-line flags only to
+    keys that task's config has, so on a checkpoint trained with another task than ``needed``
+    (``language_modeling_san`` for a language model) the analysis would be silently skipped.
+    fairseq sets every flag on the model's arguments, though, so the model checks; the message
+    gives the override that switches the task.
+    """
+    cfg = getattr(task, "cfg", None)
+    if not getattr(args, "san_analysis_dir", None) or hasattr(cfg, "san_analysis_dir"):
+        return
+    from fairseq.tasks import TASK_REGISTRY
+
+    given = {
+        option.name: getattr(args, option.name)
+        for option in options.ANALYSIS_OPTIONS
+        if getattr(args, option.name, None) is not None
+    }
+    trained = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None)
+    override = {"task": {"_name": needed, **given}}
+    raise UsageError(
+        f"--san-analysis-dir needs the task {needed}, but this checkpoint was trained "
+        f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
+        f'task with --model-overrides "{override!r}"'
+    )
+
+
+def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None:
+    """Refuse a decoder option among the model's options that the task does not apply.
+
+    ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
+    and fairseq-interactive build the generator from the task of their command line, which never
+    reads the model's ``san_decoding`` static or ``san_decoder_precision``: they would be
+    accepted and ignored. A value other than the default that the task does not have is refused
+    with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``).
+    """
+    cfg = getattr(task, "cfg", None)
+    if cfg is None:
+        return
+    for option in options.DECODER_OPTIONS:
+        given = getattr(args, option.name, None)
+        applied = getattr(cfg, option.name, None) or option.default
+        if given is None or str(given) in (str(option.default), str(applied)):
+            continue
+        if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
+            continue
+        flag, value = options.current_flag(option, given)
+        raise UsageError(
+            f"{option.name} '{given}' is a model option here (--model-overrides or the "
+            f"checkpoint), which does not choose the decoder: this command decodes with "
+            f"'{applied}'. Pass {flag} {value} on the command line (with --task "
+            "translation_san) instead"
+        )
+
+
+# Model options that sharing cannot work with, and why; the first entry names the policy kinds.
+INCOMPATIBLE_OPTIONS = [
+    (san_policy.KINDS, "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (san_policy.KINDS, "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
+    (
+        san_policy.KINDS,
+        "offload_activations",
+        "activation checkpointing recomputes layers top-down in backward, after their block",
+    ),
+    (
+        san_policy.KINDS,
+        "checkpoint_activations",
+        "activation checkpointing recomputes layers top-down in backward, after their block",
+    ),
+    (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),
+    (("decoder_encdec",), "no_cross_attention", "there is no encoder-decoder attention"),
+]
+
+
+def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
+    """Raise PolicyError for a policy the model's other options make impossible."""
+    if "decoder_self" in policy and getattr(args, "decoder_self_attention_type", "") == "aan":
+        raise san_policy.PolicyError(
+            "a decoder_self sharing policy cannot be combined with "
+            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
+        )
+    for kinds, option, reason in INCOMPATIBLE_OPTIONS:
+        shared = [kind for kind in kinds if kind in policy]
+        if shared and getattr(args, option, False):
+            raise san_policy.PolicyError(
+                f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"
+            )

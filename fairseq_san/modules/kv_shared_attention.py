@@ -115,8 +115,6 @@ class KVFollowerAttention(_KVAttention):
 
     role = AttentionRole.KEYS_VALUES
 
-    DROPPED = ("k_proj", "v_proj")
-
     def _keys_values(
         self,
         query: Tensor,

@@ -17,7 +17,7 @@ through another module's incremental state (which fairseq keys per module instan
 """
 
 import enum
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -43,6 +43,23 @@ class AttentionRole(enum.Enum):
     WEIGHTS = "weights"
     CONTEXT = "context"
     KEYS_VALUES = "keys_values"
+
+
+# The q/k/v projections a module of each role keeps (each keeps its output projection): what a
+# shared module drops, what the static decoder's step copies and caches. A new role is a new row.
+PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+KEPT_PROJECTIONS: Dict[AttentionRole, Tuple[str, ...]] = {
+    AttentionRole.FULL: PROJECTIONS,
+    AttentionRole.LEADER: PROJECTIONS,
+    AttentionRole.WEIGHTS: ("v_proj",),
+    AttentionRole.CONTEXT: (),
+    AttentionRole.KEYS_VALUES: ("q_proj",),
+}
+
+
+def dropped_projections(role: AttentionRole) -> Tuple[str, ...]:
+    """The q/k/v projections a module of ``role`` does not have."""
+    return tuple(name for name in PROJECTIONS if name not in KEPT_PROJECTIONS[role])
 
 
 def attention_role(module: MultiheadAttention) -> AttentionRole:
@@ -107,19 +124,20 @@ def attention_kwargs(attention: MultiheadAttention) -> dict:
 
 
 class _SharedAttentionBase(DecodingAttention):
-    """fairseq's MultiheadAttention wired to a sharing block, minus the projections in ``DROPPED``.
+    """fairseq's MultiheadAttention wired to a sharing block, minus the projections its ``role``
+    does not keep (``KEPT_PROJECTIONS``).
 
     ``BlockLeaderAttention`` takes the fast decoding path of ``DecodingAttention`` when it is on
     (the KV-sharing modules have a forward of their own).
     """
 
-    DROPPED: Tuple[str, ...] = ()
+    role: AttentionRole
 
     def __init__(self, block: BlockShare, releases_block: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         if self.bias_k is not None or self.add_zero_attn:
             raise ValueError("shared attention does not support add_bias_kv or add_zero_attn")
-        for name in self.DROPPED:
+        for name in dropped_projections(self.role):
             delattr(self, name)
         self.block = block
         self.releases_block = releases_block
@@ -247,7 +265,6 @@ class SharedWeightsAttention(_FollowerAttention):
     ``--san-decoding fast`` (else once per hypothesis, as fairseq's).
     """
 
-    DROPPED = ("q_proj", "k_proj")
     role = AttentionRole.WEIGHTS
 
     def _context(
@@ -290,7 +307,6 @@ class SharedContextAttention(_FollowerAttention):
     It has no q, k or v projections and caches nothing.
     """
 
-    DROPPED = ("q_proj", "k_proj", "v_proj")
     role = AttentionRole.CONTEXT
 
     def _context(

@@ -32,7 +32,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
-from fairseq_san.modules.shared_attention import AttentionRole
+from fairseq_san.modules.shared_attention import KEPT_PROJECTIONS, AttentionRole
 from fairseq_san.modules.shared_attention import attention_role as module_role
 from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_source
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -79,6 +79,13 @@ def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn
     return linear
 
 
+def kept_projections(module: MultiheadAttention, names: Tuple[str, ...]) -> nn.Linear:
+    """The projections ``names`` of ``module`` as one Linear, side by side, the query's scaling
+    folded into q."""
+    scales = [module.scaling if name == "q_proj" else 1.0 for name in names]
+    return copy_linear(*(getattr(module, name) for name in names), scales=scales)
+
+
 def _scaled(tensor: Tensor, scale: float) -> Tensor:
     """``tensor`` times ``scale``, detached; the same storage when ``scale`` is 1."""
     return tensor.detach() * scale if scale != 1.0 else tensor.detach()
@@ -103,20 +110,12 @@ class SelfAttentionStep(nn.Module):
         super().__init__()
         self.role = attention_role(module)
         self.heads = module.num_heads
-        self.slot = slot  # keys, then values (values only for WEIGHTS, none for KEYS_VALUES)
-        if self.role == WEIGHTS:
-            self.v = copy_linear(module.v_proj)
-        elif self.role == KEYS_VALUES:
-            self.q = copy_linear(module.q_proj, scales=[module.scaling])
-        else:
-            self.qkv = copy_linear(
-                module.q_proj, module.k_proj, module.v_proj, scales=[module.scaling, 1.0, 1.0]
-            )
+        # the kept q/k/v side by side: q, k, v (FULL, LEADER), v (WEIGHTS), q (KEYS_VALUES)
+        self.projections = kept_projections(module, KEPT_PROJECTIONS[self.role])
+        # the kept keys, then values in cache slots from ``slot`` on (values only for WEIGHTS)
+        self.slot = slot
+        self.cache_slots = sum(name != "q_proj" for name in KEPT_PROJECTIONS[self.role])
         self.out = copy_linear(module.out_proj)
-
-    @property
-    def cache_slots(self) -> int:
-        return {WEIGHTS: 1, KEYS_VALUES: 0}.get(self.role, 2)
 
     def _per_head(self, x: Tensor, rows: int, parts: int) -> Tensor:
         """(rows * span, parts * embed) -> (parts, rows, heads, span, head_dim)."""
@@ -139,16 +138,16 @@ class SelfAttentionStep(nn.Module):
         positions, embed = x.shape  # rows x span
         rows = positions // at.span
         states = cache.self_attention.tensor
+        projected = self.projections(x)
         if self.role == WEIGHTS:
-            at.write(cache, self.slot, self._per_head(self.v(x), rows, 1))
+            at.write(cache, self.slot, self._per_head(projected, rows, 1))
             context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         elif self.role == KEYS_VALUES:  # the block leader's keys and values, own queries
-            query = self._queries(self.q(x), rows)
+            query = self._queries(projected, rows)
             _, context = self._attend(query, at, states, shared["self slot"])
         else:
-            qkv = self.qkv(x)
-            at.write(cache, self.slot, self._per_head(qkv[:, embed:], rows, 2))
-            query = self._queries(qkv[:, :embed], rows)
+            at.write(cache, self.slot, self._per_head(projected[:, embed:], rows, 2))
+            query = self._queries(projected[:, :embed], rows)
             weights, context = self._attend(query, at, states, self.slot)
             if self.role == LEADER:
                 shared["self"], shared["self slot"] = (weights, context), self.slot
@@ -182,23 +181,21 @@ class EncoderAttentionStep(nn.Module):
         super().__init__()
         self.role = attention_role(module)
         self.heads = module.num_heads
-        if self.role in (FULL, LEADER):
-            self.q = copy_linear(module.q_proj, scales=[module.scaling])
-            self.kv = copy_linear(module.k_proj, module.v_proj)
-        elif self.role == WEIGHTS:
-            self.v = copy_linear(module.v_proj)
+        kept = KEPT_PROJECTIONS[self.role]
+        # queries per step; the kept keys and values (k and v, or v alone) once per source
+        self.q = kept_projections(module, ("q_proj",)) if "q_proj" in kept else None
+        self.states = tuple(name for name in kept if name != "q_proj")
+        self.kv = kept_projections(module, self.states) if self.states else None
         self.out = copy_linear(module.out_proj)
         self.slot = -1
 
     def project(self, encoder_out: Tensor, encoder: List[Tensor]) -> None:
         """Append to ``encoder`` this module's keys/values of ``encoder_out`` (source, sentences,
         embed), each as (sentences * heads, source, head_dim)."""
-        states = encoder_out.transpose(0, 1)
-        if self.role == CONTEXT:
+        if self.kv is None:  # CONTEXT: the block's A, nothing of its own
             return
         self.slot = len(encoder)
-        projected = [self.v(states)] if self.role == WEIGHTS else self.kv(states).chunk(2, dim=-1)
-        for x in projected:
+        for x in self.kv(encoder_out.transpose(0, 1)).chunk(len(self.states), dim=-1):
             per_head = split_heads(x, self.heads)
             encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
 

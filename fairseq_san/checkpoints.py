@@ -1,7 +1,8 @@
 """Our loading of checkpoints: one line naming the file when one cannot be loaded; the plugin's stamp.
 
 A file that cannot be loaded because it is missing, a directory, empty, truncated (not a complete
-``torch.save`` archive) or holds a global outside torch's safe allow-list raises
+``torch.save`` archive), holds a global outside torch's safe allow-list or is not a fairseq
+checkpoint (a state dict alone, another object, an archive torch cannot read) raises
 ``CheckpointError`` (``explained``), one line naming the file and the problem, which the plugin
 prints as ``fairseq-san: error: ...``; other failures propagate unchanged. fairseq's own loaders
 get the same explanations from ``fairseq_san.fairseq_fixes.safe_loading``. ``load_state`` is the
@@ -92,7 +93,30 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         )
     if not zipfile.is_zipfile(path):
         return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
-    return None
+    return content_problem(path)
+
+
+def content_problem(path: str) -> Optional[str]:
+    """Why a zip archive at ``path`` is not a fairseq checkpoint (a dict with ``model`` and
+    ``cfg`` or ``args``), read again with torch's safe loader; None when it is one."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        return "its pickle cannot be read: the archive is damaged, or torch.save did not write it"
+    except Exception as error:  # a zip archive without torch's layout
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return f"the file is not a readable torch.save archive ({reason.split('  (')[0][:100]})"
+    if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
+        return None
+    if isinstance(state, dict):
+        keys = sorted(str(key) for key in state)
+        held = f"a dict (keys: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+    else:
+        held = f"a {type(state).__name__}"
+    return (
+        f"it holds {held}, not a fairseq checkpoint: a dict with 'model' and 'cfg' (a model's "
+        "state dict alone is not one; fairseq-train saves checkpoints)"
+    )
 
 
 def unsafe_globals(path: str, error: Exception) -> List[str]:
@@ -101,7 +125,10 @@ def unsafe_globals(path: str, error: Exception) -> List[str]:
     if not isinstance(error, pickle.UnpicklingError):
         return []
     if zipfile.is_zipfile(path):
-        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        try:
+            return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except pickle.UnpicklingError:  # a damaged pickle, no global to name: content_problem
+            return []
     return re.findall(r"Unsupported global: GLOBAL (\S+) was not an allowed global", str(error))
 
 
@@ -110,7 +137,7 @@ def explained(*paths: str) -> Iterator[None]:
     """Turn a failure to load ``paths`` into a CheckpointError when one of the files explains it."""
     try:
         yield
-    except CheckpointError:
+    except UsageError:  # said already, in one line (CheckpointError, the model's own checks)
         raise
     except Exception as error:
         for path in paths:

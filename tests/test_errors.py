@@ -990,8 +990,17 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          ["data", "--task", "translation", "--arch", "transformer", "--san-decoder-self-policy=6"],
          "fairseq-x --arch transformer has no option --san-decoder-self-policy: it is an option "
          "of --arch transformer_san or --arch transformer_lm_san"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--beam", "0"],
+         "--beam 0: it must be at least 1"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--nbest", "0"],
+         "--nbest 0: it must be at least 1"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "3", "--beam", "2"],
+         "--nbest 3 is more than --beam 2: the search keeps 2 hypotheses per sentence"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--lenpen", "nan"],
+         "--lenpen nan: it must be a finite number"),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-analysis-dir", "js"], None),
     ],
@@ -999,8 +1008,9 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
 def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     """fairseq's own failures: a bare RuntimeError (no --arch), KeyError: None (validate without
     --task), a TypeError at loading (no --path), a file '@@ ' or an IndexError at the first <unk>
-    (--replace-unk); argparse's usage and "unrecognized arguments" for a plugin option under a
-    task or model without it."""
+    (--replace-unk); a ZeroDivisionError or slice error (--beam 0, --nbest 0), NaN scores
+    (--lenpen nan), fewer hypotheses than --nbest; argparse's usage and "unrecognized arguments"
+    for a plugin option under a task or model without it."""
     from fairseq import options
 
     from fairseq_san.errors import UsageError

@@ -10,9 +10,11 @@
 """
 
 import fractions
+import io
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -234,6 +236,50 @@ def test_empty_or_truncated_checkpoint_is_one_line_naming_it(
     with pytest.raises(checkpoints.CheckpointError) as error:  # our own commands' loader
         checkpoints.load_state(str(broken))
     assert str(error.value) == expected
+
+
+def damaged_pickle(path) -> None:
+    """A torch.save archive of a checkpoint-shaped dict whose pickle is overwritten with zeros."""
+    buffer = io.BytesIO()
+    torch.save({"model": {}, "cfg": {}}, buffer)
+    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for entry in source.infolist():
+            data = source.read(entry)
+            damaged = entry.filename.endswith("data.pkl")
+            archive.writestr(entry, bytes(len(data)) if damaged else data)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("state dict", "it holds a dict (keys: decoder.w, encoder.w), not a fairseq checkpoint: a "
+                       "dict with 'model' and 'cfg' (a model's state dict alone is not one; "
+                       "fairseq-train saves checkpoints)"),
+        ("list", "it holds a list, not a fairseq checkpoint"),
+        ("other zip", "the file is not a readable torch.save archive ("),
+        ("damaged pickle", "its pickle cannot be read: the archive is damaged, or torch.save did "
+                           "not write it"),
+    ],
+)  # fmt: skip
+def test_a_file_that_is_not_a_fairseq_checkpoint_is_one_line_naming_it(tmp_path, content, problem):
+    """fairseq's loader failed with KeyError: 'best_loss' (a state dict), a TypeError (a list),
+    torch's RuntimeError or UnpicklingError (an archive torch cannot read)."""
+    from fairseq import checkpoint_utils
+
+    path = tmp_path / "file.pt"
+    if content == "state dict":
+        torch.save({"encoder.w": torch.zeros(1), "decoder.w": torch.zeros(1)}, path)
+    elif content == "list":
+        torch.save([torch.zeros(1)], path)
+    elif content == "other zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "not a checkpoint")
+    else:
+        damaged_pickle(path)
+    with pytest.raises(checkpoints.CheckpointError) as error:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(error.value).startswith(f"cannot load checkpoint {path}: {problem}"), error.value
 
 
 @pytest.mark.slow

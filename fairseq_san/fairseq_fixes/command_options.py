@@ -19,12 +19,17 @@ A plugin option given to a task or model that does not have it (``fairseq-valida
 translation --san-analysis-dir DIR``) got argparse's usage text and "unrecognized arguments"; it
 is now one line naming the plugin's tasks or models that have the option.
 
+``--beam 0`` or ``--nbest 0`` failed with a ``ZeroDivisionError`` or a slice error inside the
+generators, ``--lenpen nan`` printed NaN scores, and ``--nbest`` above ``--beam`` printed fewer
+hypotheses than asked.
+
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
 """
 
 import argparse
 import functools
+import math
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
@@ -95,12 +100,32 @@ def refuse_unrecognized(
 
 
 def check_parsed(args: argparse.Namespace, command: str) -> None:
-    """Refuse parsed arguments without the ``--path`` the command loads, or with
-    ``--replace-unk``."""
+    """Refuse parsed arguments without the ``--path`` the command loads, with ``--replace-unk``,
+    or with search numbers that no search can follow."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
+    check_search_numbers(args)
+
+
+def check_search_numbers(args: argparse.Namespace) -> None:
+    """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
+    n-best than the beam keeps (fewer would be printed), and a length or unknown-word penalty that
+    is not a number (NaN scores, printed as translations)."""
+    beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
+    for flag, value in (("--beam", beam), ("--nbest", nbest)):
+        if value < 1:
+            raise UsageError(f"{flag} {value}: it must be at least 1")
+    if nbest > beam:
+        raise UsageError(
+            f"--nbest {nbest} is more than --beam {beam}: the search keeps {beam} hypotheses "
+            "per sentence (with --sampling, --beam samples); pass --beam at least --nbest"
+        )
+    for flag in ("lenpen", "unkpen"):
+        value = getattr(args, flag, 0.0)
+        if not math.isfinite(value):
+            raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:

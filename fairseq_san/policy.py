@@ -327,12 +327,15 @@ def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optiona
     """The element-wise mean of several analyses' JS matrices, per kind (e.g. of several seeds'
     models, whose policies learned one by one may differ; each analysis weighs the same).
 
-    ``names`` name the analyses in errors. A kind is null where every analysis has it null or
-    lacks it; null in some and a matrix in others (an AAN beside a Transformer), or matrices of
+    ``names`` name the analyses in errors. A kind is left out where every analysis lacks it (as
+    in each of them: a threshold for it is then refused), null where every analysis has it null
+    or lacks it; null in some and a matrix in others (an AAN beside a Transformer), or matrices of
     different sizes, is an error: they are not analyses of one architecture.
     """
     averaged: dict[str, Optional[list]] = {}
     for kind in KINDS:
+        if not any(kind in analysis for analysis in analyses):
+            continue
         found = [(name, analysis.get(kind)) for name, analysis in zip(names, analyses)]
         present = [(name, js) for name, js in found if js is not None]  # a list: a file given
         if not present:  # twice counts twice

@@ -653,6 +653,7 @@ LM_PREPARE = REPO / "examples" / "lm" / "prepare.sh"
 
 
 LOOP = REPO / "examples" / "learn_to_share.sh"
+LM_LOOP = REPO / "examples" / "learn_to_share_lm.sh"
 
 
 TEST_BLEU = REPO / "examples" / "multi30k" / "test_bleu.sh"

@@ -91,3 +91,35 @@ def test_decode_time_policy_may_share_more_never_less(trained, requested, loads)
     else:
         with pytest.raises(PolicyError, match="more attention sharing"):
             model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
+
+
+@pytest.mark.parametrize(
+    "trained, said",
+    [
+        (["--decoder-layers", "3"], "the checkpoint has 3 decoder layers, this model 6 "
+                                    "(--decoder-layers): it was trained with another architecture"),
+        (["--decoder-ffn-embed-dim", "48"], "the checkpoint's decoder.layers.0.fc1.weight has shape "
+                                            "(48, 16), this model's (32, 16): it was trained with "
+                                            "another architecture"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_of_another_size_is_named_by_its_first_difference(trained, said):
+    """fairseq listed every missing key or mismatched shape in a traceback."""
+    from fairseq_san.errors import UsageError
+
+    other, _ = build(trained, dictionary=DICT)
+    model, _ = build(dictionary=DICT)
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(other.state_dict(), strict=True, model_cfg=None)
+    assert str(error.value).startswith(said), str(error.value)
+
+
+def test_a_language_models_checkpoint_of_another_size_is_named():
+    from helpers import build_lm
+
+    from fairseq_san.errors import UsageError
+
+    other, _ = build_lm(["--decoder-layers", "4"], dictionary=DICT)
+    model, _ = build_lm(dictionary=DICT)
+    with pytest.raises(UsageError, match="the checkpoint has 4 decoder layers, this model 6"):
+        model.load_state_dict(other.state_dict(), strict=True, model_cfg=None)

@@ -485,11 +485,12 @@ def test_mean_js_averages_each_kind_element_by_element():
     analyses = [{"decoder_self": PAPER_SELF, "sentences": 10},
                 {"decoder_self": other, "encoder_self": None}]  # fmt: skip
     averaged = mean_js(analyses, ["a.json", "b.json"])
-    assert averaged == {
+    assert averaged == {  # decoder_encdec: in no analysis, so not in their mean either
         "decoder_self": [[0.75 * value for value in row] for row in PAPER_SELF],
-        "decoder_encdec": None,
         "encoder_self": None,
     }
+    with pytest.raises(PolicyError, match="no JS matrix for decoder_encdec, but a theta is given"):
+        learn_policy(averaged, {"decoder_self": 0.5, "decoder_encdec": 0.5})
     same = mean_js([{"decoder_self": PAPER_SELF}] * 3, ["a", "b", "c"])["decoder_self"]
     assert learn_blocks(same, 0.5) == [1, 5]
     assert sum(same, []) == pytest.approx(sum(PAPER_SELF, []))

@@ -16,6 +16,7 @@ from typing import List
 import pytest
 
 from helpers import (
+    LM_LOOP,
     LM_PREPARE,
     LOOP,
     PREPARE,
@@ -74,6 +75,26 @@ def test_loop_with_a_missing_data_directory_is_one_line(tmp_path):
     (line,) = lines(result.stderr)
     assert line == f"fairseq-san-loop: error: no data directory {data.resolve()} (--data)"
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("recipe", ["translation", "language model"])
+def test_loop_with_a_run_dir_that_is_a_file_is_one_line(tmp_path, recipe):
+    """mkdir, then the lock, failed on it: "File exists", then "Bad file descriptor"."""
+    run_dir = tmp_path / "run"
+    run_dir.write_text("a file")
+    if recipe == "translation":
+        result = run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir))
+    else:
+        data = tmp_path / "lm"
+        data.mkdir()
+        (data / "dict.txt").write_text("word 1\n")
+        result = run_script(LM_LOOP, "--data", str(data), "--run-dir", str(run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"fairseq-san-loop: error: {run_dir.resolve()} is a file; --run-dir names a directory "
+        "(made when missing)"
+    ]
+    assert run_dir.read_text() == "a file"
 
 
 def test_loop_on_a_directory_without_binarized_data_is_one_line(tmp_path):
@@ -236,6 +257,21 @@ def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
     result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), f"a={tmp_path}/a.pt")
     assert result.returncode == 1
     assert lines(result.stderr) == [f"test_bleu.sh: no data directory {data}"]
+
+
+def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
+    """En->De data has English references too (text/test.raw.en): asked for "en", fairseq-generate
+    would translate into German and score it against English, BLEU 0 and exit 0."""
+    data = fake_data(tmp_path / "data")
+    (data / "text" / "test.raw.en").write_text("A dog .\n")
+    checkpoint = tmp_path / "a.pt"
+    checkpoint.write_bytes(b"not decoded")
+    result = run_script(TEST_BLEU, str(data), "en", str(tmp_path / "out"), f"a={checkpoint}")
+    assert result.returncode == 1
+    assert lines(result.stderr) == [
+        f"test_bleu.sh: {data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the "
+        "target language of the pair"
+    ]
 
 
 # --- prepare.sh -------------------------------------------------------------------------------

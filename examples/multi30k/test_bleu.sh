@@ -19,6 +19,9 @@ shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
 [ -d "$DATA" ] || { echo "test_bleu.sh: no data directory $DATA" >&2; exit 1; }
 [ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
+compgen -G "$DATA/test.*-$TGT.$TGT.idx" > /dev/null ||  # else German scored against English
+  { echo "test_bleu.sh: $DATA does not translate into '$TGT' (no test.SRC-$TGT.$TGT.idx):" \
+    "TGT is the target language of the pair" >&2; exit 1; }
 [[ ${DECODE_BATCH_SIZE:-16} =~ ^[1-9][0-9]*$ ]] ||
   { echo "test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer," \
     "not '$DECODE_BATCH_SIZE'" >&2; exit 2; }

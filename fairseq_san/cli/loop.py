@@ -39,7 +39,8 @@ from fairseq_san.loop.recipe_options import (
     shell_assignments,
     split_at_dashes,
 )
-from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, start_run
+from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, check_run_dir
+from fairseq_san.loop.run_record import start_run
 from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
@@ -111,6 +112,7 @@ def run_summary(args: argparse.Namespace, after: List[str]) -> int:
 def run_start(args: argparse.Namespace, after: List[str]) -> int:
     """Check the inputs only (--check-inputs), or lock the run dir and record its options."""
     options = run_options(args, after)
+    check_run_dir(args.run_dir)
     if args.check_inputs:
         check_inputs(options, dry_run=False)
     else:

@@ -130,6 +130,13 @@ def check_values(options: Options) -> None:
             raise RunError(f"{option} {value}: must be {what}")
 
 
+def check_run_dir(run_dir: str) -> None:
+    """Refuse a run dir that exists and is not a directory (mkdir and the lock would fail on it,
+    naming neither the option nor the cause)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise RunError(f"{run_dir} is a file; --run-dir names a directory (made when missing)")
+
+
 def check_inputs(options: Options, dry_run: bool) -> None:
     """The inputs exist; a dry run (a recipe read before its data exist) only notes it."""
     problem = input_problem(options)

@@ -26,6 +26,11 @@ PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
 )
+LAYER_KEY = re.compile(r"^(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.")
+ANOTHER_SIZE = (
+    "it was trained with another architecture; build the model it was trained with (its --arch "
+    "and size flags when training on, no size keys in --model-overrides when decoding)"
+)
 # Only the average attention network (``modules.average_attention``) has a gate.
 AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
@@ -58,6 +63,7 @@ def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     """
     check_checkpoint_model_kind(model, state_dict)
     check_checkpoint_vocabulary(model, state_dict)
+    check_checkpoint_size(model, state_dict)
     check_checkpoint_attention_type(model, state_dict)
     check_checkpoint_has_projections(model, state_dict)
 
@@ -98,6 +104,36 @@ def check_checkpoint_vocabulary(model: nn.Module, state_dict: Dict) -> None:
         f"dictionary {shown}; use the dictionaries the model was trained with (its data "
         "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
     )
+
+
+def stack_depths(state_dict: Dict) -> Dict[str, int]:
+    """The number of layers of each stack (``encoder``, ``decoder``) a state dict holds."""
+    depths: Dict[str, int] = {}
+    for key in state_dict:
+        found = LAYER_KEY.match(key)
+        if found:
+            stack, index = found.group("stack"), int(found.group("layer"))
+            depths[stack] = max(depths.get(stack, 0), index + 1)
+    return depths
+
+
+def check_checkpoint_size(model: nn.Module, state_dict: Dict) -> None:
+    """Refuse a checkpoint of another size than the model (layers, widths), naming the first
+    difference, instead of fairseq's list of every mismatched shape."""
+    trained, built = stack_depths(state_dict), stack_depths(model.state_dict())
+    for stack in sorted(set(trained) & set(built)):
+        if trained[stack] != built[stack]:
+            raise UsageError(
+                f"the checkpoint has {trained[stack]} {stack} layers, this model "
+                f"{built[stack]} (--{stack}-layers): {ANOTHER_SIZE}"
+            )
+    own = model.state_dict()
+    for key, tensor in state_dict.items():
+        if key in own and tuple(own[key].shape) != tuple(tensor.shape):
+            raise UsageError(
+                f"the checkpoint's {key} has shape {tuple(tensor.shape)}, this model's "
+                f"{tuple(own[key].shape)}: {ANOTHER_SIZE}"
+            )
 
 
 def decoder_self_attention_type(state_dict: Dict) -> str:
@@ -237,6 +273,7 @@ def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     """
     check_checkpoint_model_kind(model, state_dict)
     check_checkpoint_vocabulary(model, state_dict)
+    check_checkpoint_size(model, state_dict)
     layers = {"decoder": len(model.decoder.layers), "encoder": 0}
     own = model.state_dict()
     trained = policy_of_state_dict(state_dict, layers).get(options.LM_KIND)

@@ -18,6 +18,7 @@ Everything else keeps its traceback. Pure Python: the policy tools import it wit
 
 import contextlib
 import difflib
+import glob
 import os
 import re
 import sys
@@ -108,6 +109,21 @@ def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
     return missing in given or os.path.dirname(missing) in given
 
 
+def missing_path_said(exc: OSError) -> str:
+    """The missing path and why; for a language model's ``dict.txt`` missing from translation
+    data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it), what each
+    kind of data needs."""
+    said = f"{exc.filename}: {exc.strerror}"
+    folder, name = os.path.split(str(exc.filename))
+    if name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
+        said += (
+            f"; {folder} holds translation data (dict.SRC.txt, dict.TGT.txt), and a language "
+            "model's task reads fairseq-preprocess --only-source output (examples/lm/prepare.sh); "
+            "a translation checkpoint is scored with fairseq-generate or fairseq-validate"
+        )
+    return said
+
+
 def excepthook(previous: Callable) -> Callable:
     """A ``sys.excepthook`` that prints bad input as one line and defers to ``previous``."""
 
@@ -117,7 +133,7 @@ def excepthook(previous: Callable) -> Callable:
         if usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)
         elif names_a_command_line_path(exc, sys.argv[1:]):
-            print(f"{PREFIX}{exc.filename}: {exc.strerror}", file=sys.stderr)
+            print(PREFIX + missing_path_said(exc), file=sys.stderr)
         elif said is not None:
             print(PREFIX + said, file=sys.stderr)
         else:

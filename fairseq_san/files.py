@@ -9,9 +9,15 @@ import os
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``."""
-    with open(path + ".tmp", "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(path + ".tmp", path)
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except OSError:  # no partial file left beside path (path a directory, a full disk)
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
 
 
 def write_json(path: str, value) -> None:

@@ -12,6 +12,7 @@ learning policies needs neither torch nor fairseq.
 
 import json
 import math
+import os
 import re
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -133,6 +134,8 @@ def load_json_object(path: str, what: str) -> dict:
             f'{what} "{path}": malformed JSON at line {err.lineno} '
             f"column {err.colno}: {err.msg}"
         ) from None
+    except RecursionError:
+        raise PolicyError(f'{what} "{path}": JSON nested too deeply to be one') from None
     except (OSError, UnicodeDecodeError) as err:
         raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
     if not isinstance(data, dict):
@@ -141,6 +144,14 @@ def load_json_object(path: str, what: str) -> dict:
             f"got {type(data).__name__}"
         )
     return data
+
+
+def looks_like_blocks(spec: str) -> bool:
+    """Whether ``spec``, given where a policy is read, is block sizes (``[1,5]``, ``1,5``, ``6``)
+    rather than a file name: it is no file, and reads as a JSON list or numbers."""
+    text = spec.strip()
+    numbers = text.replace(",", "").replace(" ", "")
+    return not os.path.exists(spec) and (text.startswith("[") or numbers.isdigit())
 
 
 def load_policy(spec: Union[str, dict]) -> Policy:
@@ -165,6 +176,14 @@ def load_policy(spec: Union[str, dict]) -> Policy:
             raise PolicyError(
                 f"policy {spec!r}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
             ) from None
+        except RecursionError:
+            raise PolicyError(f"policy {spec[:40]!r}...: JSON nested too deeply") from None
+    elif looks_like_blocks(spec):
+        raise PolicyError(
+            f"policy {spec!r}: a policy is a JSON object of block sizes per kind, e.g. "
+            '\'{"decoder_self": [1, 5]}\', or a file holding one; the per-kind flags '
+            "(--san-decoder-self-policy 1,5) take block sizes alone"
+        )
     else:
         source = f'policy file "{spec}"'
         data = load_json_object(spec, "policy file")

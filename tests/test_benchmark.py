@@ -558,6 +558,13 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
         (["--length", "1100"], "--length 1100: transformer_san_small decodes at most 1023 tokens"),
         (["--source-length", "1100"],
          "--source-length 1100: transformer_san_small reads at most 1024"),
+        (["--dtype", "fp16", "--decoders", "static-int8"],
+         "--decoders static-int8 casts or quantizes a float32 model; --dtype fp16 makes the "
+         "model's weights another precision already: leave --dtype fp32"),
+        (["--arch", "transformer"], "argument --arch: invalid choice: 'transformer' (choose from "
+                                    "'transformer_aan_base', 'transformer_aan_small', "
+                                    "'transformer_san', 'transformer_san_base', "
+                                    "'transformer_san_small')"),
     ],
 )  # fmt: skip
 def test_step_timer_refuses_bad_arguments_in_one_line(capsys, argv, said):

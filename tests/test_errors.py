@@ -854,6 +854,16 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
     monkeypatch.setattr("sys.argv", ["fairseq-train", str(a_file), "--cpu"])
     excepthook(traceback_printer)(NotADirectoryError, error, None)
     assert capsys.readouterr().err == f"fairseq-san: error: {a_file}: Not a directory\n"
+    (tmp_path / "dict.en.txt").write_text("word 1\n")  # translation data, read as an LM's
+    error = FileNotFoundError(2, "No such file or directory", str(tmp_path / "dict.txt"))
+    monkeypatch.setattr("sys.argv", ["fairseq-eval-lm", str(tmp_path), "--path", "mt.pt"])
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err == (
+        f"fairseq-san: error: {tmp_path}/dict.txt: No such file or directory; {tmp_path} holds "
+        "translation data (dict.SRC.txt, dict.TGT.txt), and a language model's task reads "
+        "fairseq-preprocess --only-source output (examples/lm/prepare.sh); a translation "
+        "checkpoint is scored with fairseq-generate or fairseq-validate\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -159,6 +159,24 @@ def test_load_policy_missing(tmp_path):
     assert str(err.value) == f'policy file "{path}" not found'
 
 
+@pytest.mark.parametrize("spec", ["[1,5]", "1,5", "6"])
+def test_load_policy_of_block_sizes_alone_says_what_a_policy_is(spec):
+    """Block sizes where a policy is read (``--san-policy '[1,5]'``) read as a file name before."""
+    with pytest.raises(PolicyError) as err:
+        load_policy(spec)
+    assert str(err.value).startswith(f"policy {spec!r}: a policy is a JSON object of block sizes")
+
+
+def test_load_policy_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PolicyError) as err:
+        load_policy(str(path))
+    assert str(err.value) == f'policy file "{path}": JSON nested too deeply to be one'
+    with pytest.raises(PolicyError, match="JSON nested too deeply"):
+        load_policy('{"decoder_self": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
 def test_load_policy_malformed_json(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{\n  "decoder_self": [1, 5\n}\n')
@@ -669,6 +687,18 @@ def test_cli_bad_js_file(tmp_path):
         assert result.returncode == 2
         assert "Traceback" not in result.stderr
         assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: {message}"
+
+
+def test_cli_output_that_is_a_directory_leaves_no_temporary_file(js_file, tmp_path):
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
+                            "0.5", "-o", str(folder))  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        f'fairseq-san-policy: error: cannot write policy file "{folder}"'
+    )
+    assert not (tmp_path / "policies.tmp").exists() and not list(folder.iterdir())
 
 
 def test_cli_does_not_write_output_on_error(js_file, tmp_path):

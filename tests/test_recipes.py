@@ -625,6 +625,26 @@ def test_spm_on_non_utf8_input_names_the_file(spm_model, tmp_path):
     assert line.startswith(f"fairseq-san-spm: error: {text} is not UTF-8 text"), line
 
 
+def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_path):
+    """sentencepiece said ``INTERNAL: src/trainer_interface.cc(467) [!sentences_.empty()]``."""
+    empty = tmp_path / "empty.en"
+    empty.write_text("\n \n")
+    result = run_cli("fairseq-san-spm", "train", str(empty), "--model-prefix", str(tmp_path / "m"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"fairseq-san-spm: error: {empty} has no sentence to learn subwords from"
+    )
+    text = tmp_path / "text.en"
+    text.write_text("a man walks\n")
+    result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", str(tmp_path / "m"),
+                     "--vocab-size", "0")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san-spm train: error: argument --vocab-size: 0 is not a positive integer"
+    )
+    assert not list(tmp_path.glob("m.*"))
+
+
 # --- WMT14 dry run ----------------------------------------------------------------------------
 
 

@@ -63,6 +63,13 @@ class StandInTask:
         self.source_dictionary = self.target_dictionary = dictionary
 
 
+def san_architectures() -> List[str]:
+    """The named architectures of ``transformer_san`` (the policies' flags are its options)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(name for name, cls in ARCH_MODEL_REGISTRY.items() if cls is TransformerSANModel)
+
+
 def build_model(arch: str, policy: List[str], dictionary: Dictionary):
     """A random-weight ``arch`` (seed 1) with the sharing flags ``policy``, in eval mode."""
     parser = options.get_training_parser()
@@ -168,7 +175,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
     )
-    parser.add_argument("--arch", default="transformer_san_small")
+    parser.add_argument("--arch", default="transformer_san_small", choices=san_architectures())
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
@@ -246,10 +253,15 @@ def argument_problem(args) -> Optional[str]:
     if args.device == "cuda" and not torch.cuda.is_available():
         return "--device cuda: no GPU is available to torch here"
     for decoder in args.decoders:
-        execution = STATIC_DECODERS.get(decoder, (None, "eager"))[1]
+        precision, execution = STATIC_DECODERS.get(decoder, (None, "eager"))
         if args.device not in EXECUTIONS[execution].devices:
             return (
                 f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
+            )
+        if precision is not None and precision != "fp32" and args.dtype != "fp32":
+            return (
+                f"--decoders {decoder} casts or quantizes a float32 model; --dtype {args.dtype} "
+                "makes the model's weights another precision already: leave --dtype fp32"
             )
     return None
 

@@ -16,6 +16,8 @@ from fairseq_san.errors import UsageError, utf8_text
 def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
     import sentencepiece as spm
 
+    check_training_text(inputs)
+
     spm.SentencePieceTrainer.train(
         input=",".join(inputs),
         model_prefix=model_prefix,
@@ -28,6 +30,22 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
         unk_id=0,
         minloglevel=2,
     )
+
+
+def check_training_text(inputs: List[str]) -> None:
+    """Refuse inputs with no sentence (sentencepiece says ``INTERNAL: ... !sentences_.empty()``)."""
+    for path in inputs:
+        with utf8_text(path), open(path, encoding="utf-8") as lines:
+            if not any(line.strip() for line in lines):
+                raise UsageError(f"{path} has no sentence to learn subwords from")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
 
 
 def encode(model: str, source: str, target: str) -> None:
@@ -64,7 +82,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     learn = commands.add_parser("train", help="learn a joint model from raw text files")
     learn.add_argument("inputs", nargs="+", help="raw text files, one sentence per line")
     learn.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
-    learn.add_argument("--vocab-size", type=int, default=8000)
+    learn.add_argument("--vocab-size", type=positive_int, default=8000)
     learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
     for name, text in (("encode", "raw text -> pieces"), ("decode", "pieces -> raw text")):
         sub = commands.add_parser(name, help=text)

@@ -21,7 +21,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import torch
 
@@ -80,7 +80,9 @@ def build_model(arch: str, policy: List[str], dictionary: Dictionary):
     return TransformerSANModel.build_model(args, StandInTask(dictionary)).eval()
 
 
-def make_generator(decoder: str, model, dictionary, beam: int, length: int):
+def make_generator(
+    decoder: str, model: TransformerSANModel, dictionary: Dictionary, beam: int, length: int
+) -> Union[SequenceGenerator, StaticSequenceGenerator]:
     """A generator (fairseq or one of ``STATIC_DECODERS``) decoding exactly ``length`` tokens."""
     settings = dict(beam_size=beam, min_len=length, max_len_a=0, max_len_b=length)
     if decoder == "fairseq":
@@ -171,7 +173,7 @@ def position_bound(
     )
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
     )
@@ -193,6 +195,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="the model's")
     parser.add_argument("--profile", action="store_true")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     problem = argument_problem(args)
     if problem:
@@ -215,6 +222,13 @@ def main(argv: Optional[List[str]] = None) -> None:
                 decoder, models[policy], dictionary, args.beam, args.length
             )
     times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
+    print_times(times, args)
+    if args.profile:
+        print_profiles(configs, models, times, dictionary, samples[0], args)
+
+
+def print_times(times: Dict[str, List[float]], args: argparse.Namespace) -> None:
+    """The processor, the settings, then ms per step and the speed-up over the first row."""
     reference = times[next(iter(times))]
     machine = machine_info(torch.device(args.device))
     gpu = f", {machine['gpu']}" if "gpu" in machine else ""
@@ -226,24 +240,28 @@ def main(argv: Optional[List[str]] = None) -> None:
     for name, values in times.items():
         ratio = statistics.median(r / v for r, v in zip(reference, values))
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
-    if args.profile:
-        device = torch.device(args.device)
-        peak, bandwidth = matmul_peak(device, [args.dtype]).get(args.dtype), copy_bandwidth(device)
-        bounds = {
-            policy: position_bound(
-                model, dictionary, samples[0], args.beam, args.length, peak, bandwidth
-            )
-            for policy, model in models.items()
-        }
-        for name, generator in configs.items():
-            bound = bounds[name.split()[0]]
-            print_profile(name, generator, samples[0], args.length + 1, bound)
-            step_ms = statistics.median(times[name])
-            print(f"{name}: bound {bound.describe()} per position; the timed step "
-                  f"{step_ms:.3f} ms, {step_ms / bound.ms:.1f}x the bound")  # fmt: skip
 
 
-def argument_problem(args) -> Optional[str]:
+def print_profiles(
+    configs: Dict, models: Dict, times: Dict[str, List[float]], dictionary: Dictionary,
+    sample: Dict, args: argparse.Namespace,
+) -> None:  # fmt: skip
+    """``--profile``: each system's profile of one batch, against its position's bound."""
+    device = torch.device(args.device)
+    peak, bandwidth = matmul_peak(device, [args.dtype]).get(args.dtype), copy_bandwidth(device)
+    bounds = {
+        policy: position_bound(model, dictionary, sample, args.beam, args.length, peak, bandwidth)
+        for policy, model in models.items()
+    }
+    for name, generator in configs.items():
+        bound = bounds[name.split()[0]]
+        print_profile(name, generator, sample, args.length + 1, bound)
+        step_ms = statistics.median(times[name])
+        print(f"{name}: bound {bound.describe()} per position; the timed step "
+              f"{step_ms:.3f} ms, {step_ms / bound.ms:.1f}x the bound")  # fmt: skip
+
+
+def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """What is wrong with the step timer's arguments, in one line, before any model is built."""
     for name in ("beam", "batch", "batches", "length", "source_length", "rounds", "threads"):
         if getattr(args, name) < 1:
@@ -266,7 +284,7 @@ def argument_problem(args) -> Optional[str]:
     return None
 
 
-def length_problem(model, args) -> Optional[str]:
+def length_problem(model: TransformerSANModel, args: argparse.Namespace) -> Optional[str]:
     """A ``--length`` or ``--source-length`` beyond the positions of the model built for them, in
     one line (fairseq's generator asserts on the first; the encoder's embeddings fail on the
     second)."""

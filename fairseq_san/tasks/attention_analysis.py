@@ -23,17 +23,18 @@ from fairseq_san.errors import UsageError
 from fairseq_san.options import option_field
 
 logger = logging.getLogger(__name__)
-ANALYSIS = {option.name: option for option in options.ANALYSIS_OPTIONS}
 
 
 @dataclass
 class AnalysisConfig(FairseqDataclass):
     """The options of ``--san-analysis-dir``, in the config of every task with the hook."""
 
-    san_analysis_dir: Optional[str] = option_field(ANALYSIS["san_analysis_dir"])
-    san_analysis_max_sentences: Optional[int] = option_field(ANALYSIS["san_analysis_max_sentences"])
-    san_analysis_save_sentences: int = option_field(ANALYSIS["san_analysis_save_sentences"])
-    san_analysis_log_interval: int = option_field(ANALYSIS["san_analysis_log_interval"])
+    san_analysis_dir: Optional[str] = option_field(options.OPTIONS["san_analysis_dir"])
+    san_analysis_max_sentences: Optional[int] = option_field(
+        options.OPTIONS["san_analysis_max_sentences"]
+    )
+    san_analysis_save_sentences: int = option_field(options.OPTIONS["san_analysis_save_sentences"])
+    san_analysis_log_interval: int = option_field(options.OPTIONS["san_analysis_log_interval"])
 
 
 class AttentionAnalysisTask:

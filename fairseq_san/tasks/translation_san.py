@@ -62,13 +62,12 @@ from fairseq_san.tasks.attention_analysis import (
 )
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
 
-DECODER = {option.name: option for option in options.DECODER_OPTIONS}
-
-
 @dataclass
 class TranslationSANConfig(TranslationConfig, AnalysisConfig, StaticDecoderConfig):
     san_decoding: ChoiceEnum(options.DECODINGS) = option_field(options.DECODING)
-    san_decoder: ChoiceEnum(DECODER["san_decoder"].choices) = option_field(DECODER["san_decoder"])
+    san_decoder: ChoiceEnum(options.OPTIONS["san_decoder"].choices) = option_field(
+        options.OPTIONS["san_decoder"]
+    )
 
 
 @register_task("translation_san", dataclass=TranslationSANConfig)

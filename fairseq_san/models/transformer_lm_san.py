@@ -67,9 +67,7 @@ class TransformerLMSANModel(TransformerLanguageModel):
             option.add_argument(parser)  # in fairseq's group: a nested one is deprecated
 
     @classmethod
-    def build_model(
-        cls, args: argparse.Namespace, task: FairseqTask
-    ) -> "TransformerLMSANModel":
+    def build_model(cls, args: argparse.Namespace, task: FairseqTask) -> "TransformerLMSANModel":
         check_san_options(args)
         check_no_translation_options(args)
         check_language_modeling_task(task)

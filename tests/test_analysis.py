@@ -180,6 +180,29 @@ def test_plot_js(runs, tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_figure5_curves_are_js_of_each_layer_to_the_reference_over_training():
+    """``fairseq-san-plot-js``'s points: per kind, JS(reference, layer) of each analysis at its
+    training step (not JS(layer, layer), 0, nor another kind's); None for a kind no analysis has."""
+    from fairseq_san.cli.plot_js import curves
+
+    def matrix(scale: float) -> List[List[float]]:
+        return [[0.0 if i == j else scale * (i + j) / 10 for j in range(3)] for i in range(3)]
+
+    early, late = matrix(1.0), matrix(0.5)
+    analyses = [
+        ("a/js.json", {"num_updates": 10, "decoder_self": early, "decoder_encdec": late}),
+        ("b/js.json", {"num_updates": 40, "decoder_self": late, "decoder_encdec": None}),
+    ]
+    panels = curves(analyses, reference=1, layers=[2, 3])
+    assert panels["decoder_self"] == {
+        2: [(10, early[0][1]), (40, late[0][1])],
+        3: [(10, early[0][2]), (40, late[0][2])],
+    }
+    assert panels["decoder_encdec"] == {2: [(10, late[0][1])], 3: [(10, late[0][2])]}
+    only_self = [(path, {**data, "decoder_encdec": None}) for path, data in analyses]
+    assert curves(only_self, reference=1, layers=[2])["decoder_encdec"] is None
+
+
 @pytest.mark.slow
 def test_plot_js_errors(runs, tmp_path):
     output = tmp_path / "fig5.png"

@@ -103,7 +103,12 @@ def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained
     assert tasks  # imported for the side effect of registering the translation task
 
 
-def test_generate_without_cache_gives_the_same_translations(binarized_corpus, trained, generated):
+def test_the_deprecated_no_cache_override_gives_the_same_translations(
+    binarized_corpus, trained, generated
+):
+    """``--model-overrides "{'san_no_cache': True}"``, the key of checkpoints and commands from
+    before ``--san-decoding no-cache`` (whose own test is in test_static_decoder.py), still decodes
+    without the cache, to the same translations."""
     checkpoint, _ = trained["sharing"]
     cached = generated
     uncached = fairseq_generate(

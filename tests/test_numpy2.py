@@ -26,11 +26,15 @@ def test_language_model_blocks_break_at_eos():
 
 
 def test_translation_with_batch_buckets():
+    """The buckets are the "lower" percentiles fairseq asks for with numpy 1.x's ``interpolation``
+    (numpy 2's ``method``): lengths 3, 4, 6, 10, 11 in 3 buckets pad to 4, 6 and 11, where the
+    default (linear) percentiles would be 4.67, 8.67 and 11."""
     dictionary = make_dictionary()
-    sentences = [torch.tensor(s) for s in SENTENCES]
-    sizes = np.array([len(s) for s in SENTENCES])
+    sentences = [torch.tensor([5] * (length - 1) + [2]) for length in (3, 4, 6, 10, 11)]
+    sizes = np.array([len(s) for s in sentences])
     dataset = LanguagePairDataset(
-        sentences, sizes, dictionary, sentences, sizes, dictionary, num_buckets=2
+        sentences, sizes, dictionary, sentences, sizes, dictionary, num_buckets=3
     )
-    assert dataset.buckets is not None
+    assert list(dataset.src.buckets) == [4, 6, 11]
+    assert dataset.bucketed_num_tokens.tolist() == [4, 4, 6, 11, 11]
     assert dataset.bucketed_num_tokens.dtype.kind == "i"

@@ -158,19 +158,22 @@ def test_length_buckets():
         length_bucket(0)
 
 
-def test_fixed_layout_reorders_without_host_sync(monkeypatch):
-    """The fixed layout follows beam search with whole-tensor gathers: never the sliced layout's
-    row copies (whose ``nonzero().tolist()`` is a host sync per step)."""
+def test_fixed_layout_reorders_without_row_copies(monkeypatch):
+    """The fixed layout follows beam search with whole-tensor gathers, never the sliced layout's
+    row copies (whose ``nonzero().tolist()`` is a host sync per step; that no host sync is left
+    is ``test_whole_position_captured_...``'s), and finds the sliced layout's n-best."""
     from fairseq_san.static_decoding.caches import Reorderable
+
+    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    sliced = static_generate(model, 4, src_tokens, src_lengths, max_len_b=12)
 
     def refuse(*args, **kwargs):
         raise AssertionError("row copies in the fixed layout")
 
     monkeypatch.setattr(Reorderable, "copy_rows", refuse)
-    model = decisive(build(MODELS["aan-san"], dictionary=DICTIONARY, seed=1)[0])
-    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
     fixed = static_generate(model, 4, src_tokens, src_lengths, execution="fixed", max_len_b=12)
-    assert all(len(nbest) == 4 for nbest in fixed)
+    assert_same_hypotheses(sliced, fixed, atol=1e-5)
 
 
 @pytest.mark.parametrize("fixed_address", [False, True])
@@ -627,6 +630,46 @@ def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
     longest = r"^--min-len 12 is above the longest output of a batch of source length 7 \(10: "
     with pytest.raises(UsageError, match=longest + r"--max-len-a 0 x 7 \+ --max-len-b 10"):
         static_generate(model, 2, src_tokens, src_lengths, min_len=12, max_len_a=0, max_len_b=10)
+
+
+@pytest.mark.parametrize(
+    "argv, change, named",
+    [
+        (["--adaptive-softmax-cutoff", "10"], None, "--adaptive-softmax-cutoff"),
+        (["--quant-noise-pq", "0.1"], None, "quant-noise"),
+        ([], "attn_ln", r"decoder layers with attn_ln \(--scale-\* options\)"),
+        ([], "ffn_layernorm", r"decoder layers with ffn_layernorm \(--scale-\* options\)"),
+        (["--cross-self-attention"], None, "--cross-self-attention"),
+        ([], "heads", "decoder layers with different numbers of heads"),
+        ([], "bias_kv", "attention with add_bias_kv or add_zero_attn"),
+    ],
+)  # fmt: skip
+def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
+    """Each would decode something other than fairseq's model: one line naming it, when the
+    generator is built."""
+    model = build(argv, dictionary=DICTIONARY)[0]
+    if change in ("attn_ln", "ffn_layernorm"):  # NormFormer's layer norms (fairseq's scale_attn,
+        setattr(model.decoder.layers[1], change, torch.nn.LayerNorm(16))  # scale_fc: no flags)
+    elif change == "heads":  # a layer of its own width per head (not a flag of fairseq's)
+        model.decoder.layers[2].self_attn.num_heads //= 2
+    elif change == "bias_kv":
+        attention = model.decoder.layers[0].self_attn
+        attention.bias_k = attention.bias_v = torch.nn.Parameter(torch.zeros(1, 1, 16))
+    with pytest.raises(StaticDecoderError, match=f"not support {named}; "):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=2)
+
+
+def test_other_generators_and_constraints_are_refused(task):
+    """``task.build_generator``'s own arguments: a generator class of the caller's, or a function
+    restricting each step's tokens (constrained beam search), which the static search ignores."""
+    from fairseq.sequence_generator import SequenceGeneratorWithAlignment
+
+    model = build(dictionary=DICTIONARY)[0]
+    args = generation_args(san_decoding="static")
+    with pytest.raises(StaticDecoderError, match=r"a custom generator class \(SequenceGeneratorWit"):
+        task.build_generator([model], args, seq_gen_cls=SequenceGeneratorWithAlignment)
+    with pytest.raises(StaticDecoderError, match="prefix_allowed_tokens_fn"):
+        task.build_generator([model], args, prefix_allowed_tokens_fn=lambda batch, ids: [4])
 
 
 def test_ensembles_and_lm_fusion_are_refused(task):

@@ -284,7 +284,6 @@ def expected_parameters(self_followers: int = 0, encdec_followers: int = 0, shar
 @pytest.mark.parametrize(
     "argv, followers",
     [
-        ([], (0, 0, "output")),
         (["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"], (4, 4, "output")),
         (
             ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3",
@@ -294,7 +293,7 @@ def expected_parameters(self_followers: int = 0, encdec_followers: int = 0, shar
         (["--san-decoder-self-policy", "6", "--san-decoder-encdec-policy", "6"], (5, 5, "output")),
         (["--san-encoder-self-policy", "2,4"], (0, 0, "output")),
     ],
-    ids=["no-sharing", "self15-encdec33", "self15-encdec33-weights", "self6-encdec6", "enc24"],
+    ids=["self15-encdec33", "self15-encdec33-weights", "self6-encdec6", "enc24"],  # none: below
 )  # fmt: skip
 def test_parameter_counts_transformer_san_small(argv, followers):
     dictionary = make_dictionary(V)
@@ -303,7 +302,7 @@ def test_parameter_counts_transformer_san_small(argv, followers):
     expected = expected_parameters(*followers)
     if "--san-encoder-self-policy" in argv:
         expected -= 4 * 2 * LINEAR  # {2,4}: 1 + 3 following encoder layers without q/k
-    print(f"transformer_san_small {' '.join(argv) or '(no sharing)'}: {count_parameters(model):,}")
+    print(f"transformer_san_small {' '.join(argv)}: {count_parameters(model):,}")
     assert count_parameters(model) == expected
 
 

@@ -300,12 +300,13 @@ def _ffn(layer, x: Tensor) -> Tensor:
 def reference_forward(model, src_tokens, src_lengths, prev, policy: Dict, share: str = "output"):
     """The model's logits recomputed from its parameters with the equations of section 3.2.
 
-    Post-norm layers (fairseq's default). A following layer of a self-attention block uses the
-    leader's S with its own V (Eq. 5); a following encoder-decoder layer uses the leader's
-    A = S V (Eq. 6), or with ``share="weights"`` the leader's S with its own V.
+    Post-norm layers (fairseq's default) or pre-norm (``--*-normalize-before``: each sub-layer
+    reads its normalized input, each stack ends with its own layer norm). A following layer of a
+    self-attention block uses the leader's S with its own V (Eq. 4); a following encoder-decoder
+    layer uses the leader's A = S V (Eq. 5), or with ``share="weights"`` the leader's S with its
+    own V.
     """
     encoder, decoder = model.encoder, model.decoder
-    assert decoder.layer_norm is None and encoder.layer_norm is None  # post-norm
     with torch.no_grad():
         # Encoder.
         pad = src_tokens.eq(encoder.padding_idx)
@@ -315,13 +316,17 @@ def reference_forward(model, src_tokens, src_lengths, prev, policy: Dict, share:
         leaders = reference_leaders(policy.get("encoder_self"), len(encoder.layers))
         shared = {}
         for index, layer in enumerate(encoder.layers):
-            attn = layer.self_attn
-            if leaders[index] == index:
-                shared[index] = _weights(attn, x, x, None, pad)
-            context = torch.bmm(shared[leaders[index]], _heads(attn, attn.v_proj(x)))
-            x = layer.self_attn_layer_norm(x + _output(attn, context, x.size(0), x.size(1)))
-            x = layer.final_layer_norm(x + _ffn(layer, x))
-        enc = x
+            attn, first = layer.self_attn, leaders[index] == index
+
+            def encoder_self(h, attn=attn, index=index, first=first):
+                if first:
+                    shared[index] = _weights(attn, h, h, None, pad)
+                context = torch.bmm(shared[leaders[index]], _heads(attn, attn.v_proj(h)))
+                return _output(attn, context, h.size(0), h.size(1))
+
+            x = _residual(layer, x, layer.self_attn_layer_norm, encoder_self)
+            x = _residual(layer, x, layer.final_layer_norm, lambda h: _ffn(layer, h))
+        enc = x if encoder.layer_norm is None else encoder.layer_norm(x)
 
         # Decoder.
         length, bsz = prev.size(1), prev.size(0)
@@ -332,25 +337,36 @@ def reference_forward(model, src_tokens, src_lengths, prev, policy: Dict, share:
         cross_leaders = reference_leaders(policy.get("decoder_encdec"), len(decoder.layers))
         self_s, cross_s, cross_a = {}, {}, {}
         for index, layer in enumerate(decoder.layers):
-            attn = layer.self_attn
-            if self_leaders[index] == index:
-                self_s[index] = _weights(attn, y, y, causal, None)
-            context = torch.bmm(self_s[self_leaders[index]], _heads(attn, attn.v_proj(y)))
-            y = layer.self_attn_layer_norm(y + _output(attn, context, length, bsz))
 
-            attn = layer.encoder_attn
-            leader = cross_leaders[index]
-            if leader == index:
-                cross_s[index] = _weights(attn, y, enc, None, pad)
-                cross_a[index] = torch.bmm(cross_s[index], _heads(attn, attn.v_proj(enc)))
-                context = cross_a[index]
-            elif share == "output":
-                context = cross_a[leader]  # Eq. 6: A^{m+i} = A^m
-            else:
-                context = torch.bmm(cross_s[leader], _heads(attn, attn.v_proj(enc)))
-            y = layer.encoder_attn_layer_norm(y + _output(attn, context, length, bsz))
-            y = layer.final_layer_norm(y + _ffn(layer, y))
+            def decoder_self(h, attn=layer.self_attn, index=index):
+                if self_leaders[index] == index:
+                    self_s[index] = _weights(attn, h, h, causal, None)
+                context = torch.bmm(self_s[self_leaders[index]], _heads(attn, attn.v_proj(h)))
+                return _output(attn, context, length, bsz)
+
+            def encoder_decoder(h, attn=layer.encoder_attn, index=index):
+                leader = cross_leaders[index]
+                if leader == index:
+                    cross_s[index] = _weights(attn, h, enc, None, pad)
+                    cross_a[index] = torch.bmm(cross_s[index], _heads(attn, attn.v_proj(enc)))
+                    context = cross_a[index]
+                elif share == "output":
+                    context = cross_a[leader]  # Eq. 5: A^{m+i} = A^m
+                else:
+                    context = torch.bmm(cross_s[leader], _heads(attn, attn.v_proj(enc)))
+                return _output(attn, context, length, bsz)
+
+            y = _residual(layer, y, layer.self_attn_layer_norm, decoder_self)
+            y = _residual(layer, y, layer.encoder_attn_layer_norm, encoder_decoder)
+            y = _residual(layer, y, layer.final_layer_norm, lambda h: _ffn(layer, h))
+        if decoder.layer_norm is not None:
+            y = decoder.layer_norm(y)
         return decoder.output_layer(y.transpose(0, 1))
+
+
+def _residual(layer, x: Tensor, norm, body) -> Tensor:
+    """A residual sub-layer: ``x + body(norm(x))`` (pre-norm) or ``norm(x + body(x))``."""
+    return x + body(norm(x)) if layer.normalize_before else norm(x + body(x))
 
 
 # --- beam search ------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ def policy_of(argv: Sequence[str]) -> Dict[str, List[int]]:
 
 
 @pytest.mark.parametrize(
-    "name", ["self15-encdec33-enc24", "self222-encdec6-weights", "self33-encdec15"]
-)
+    "name",
+    ["self15-encdec33-enc24", "self222-encdec6-weights", "self33-encdec15",
+     "self33-encdec15-prenorm"],
+)  # fmt: skip
 def test_forward_matches_paper_equations(name):
     argv = POLICIES[name]
     model, _ = build(argv, dictionary=DICT, seed=5)

@@ -120,14 +120,14 @@ def stack_depths(state_dict: Dict) -> Dict[str, int]:
 def check_checkpoint_size(model: nn.Module, state_dict: Dict) -> None:
     """Refuse a checkpoint of another size than the model (layers, widths), naming the first
     difference, instead of fairseq's list of every mismatched shape."""
-    trained, built = stack_depths(state_dict), stack_depths(model.state_dict())
+    own = model.state_dict()
+    trained, built = stack_depths(state_dict), stack_depths(own)
     for stack in sorted(set(trained) & set(built)):
         if trained[stack] != built[stack]:
             raise UsageError(
                 f"the checkpoint has {trained[stack]} {stack} layers, this model "
                 f"{built[stack]} (--{stack}-layers): {ANOTHER_SIZE}"
             )
-    own = model.state_dict()
     for key, tensor in state_dict.items():
         if key in own and tuple(own[key].shape) != tuple(tensor.shape):
             raise UsageError(

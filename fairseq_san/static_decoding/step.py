@@ -184,8 +184,8 @@ class EncoderAttentionStep(nn.Module):
         kept = KEPT_PROJECTIONS[self.role]
         # queries per step; the kept keys and values (k and v, or v alone) once per source
         self.q = kept_projections(module, ("q_proj",)) if "q_proj" in kept else None
-        self.states = tuple(name for name in kept if name != "q_proj")
-        self.kv = kept_projections(module, self.states) if self.states else None
+        self.kv_names = tuple(name for name in kept if name != "q_proj")
+        self.kv = kept_projections(module, self.kv_names) if self.kv_names else None
         self.out = copy_linear(module.out_proj)
         self.slot = -1
 
@@ -195,7 +195,7 @@ class EncoderAttentionStep(nn.Module):
         if self.kv is None:  # CONTEXT: the block's A, nothing of its own
             return
         self.slot = len(encoder)
-        for x in self.kv(encoder_out.transpose(0, 1)).chunk(len(self.states), dim=-1):
+        for x in self.kv(encoder_out.transpose(0, 1)).chunk(len(self.kv_names), dim=-1):
             per_head = split_heads(x, self.heads)
             encoder.append(per_head.reshape(-1, per_head.size(2), per_head.size(3)))
 

@@ -782,6 +782,53 @@ def weight_dtype(linear: torch.nn.Module) -> torch.dtype:
     return linear.packed.dtype if isinstance(linear, PackedLinear) else linear.weight.dtype
 
 
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_candidates_from_chunks_give_fairseqs_nbest(name, monkeypatch):
+    """The search's candidates taken from the best chunks of scores (``best_of_rows``, chunks of
+    2 here so that the tiny vocabulary takes that path at every step after the first, whose
+    candidates are one hypothesis' vocabulary) give SequenceGenerator's n-best."""
+    from fairseq_san.static_decoding import beam_search
+
+    chunked = []
+
+    def best_of_rows(scores, k):
+        if scores.size(1) > len(DICTIONARY):  # beam x vocabulary: after the first step
+            chunked.append(scores.size(1) // 2 >= 4 * k)
+        return beam_search_best_of_rows(scores, k, chunk=2)
+
+    beam_search_best_of_rows = beam_search.best_of_rows
+    monkeypatch.setattr(beam_search, "best_of_rows", best_of_rows)
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    for beam in (1, 4, 8):
+        for settings in SETTINGS:
+            expected = generate(model, DICTIONARY, src_tokens, src_lengths, beam, **settings)
+            actual = static_generate(model, beam, src_tokens, src_lengths, **settings)
+            assert_same_hypotheses(expected, actual)
+    assert chunked and all(chunked), chunked
+
+
+@pytest.mark.parametrize("width", [640, 650, 64 * 16])
+def test_best_of_rows_equals_topk(width):
+    """The k best scores of each row from its best chunks: torch.topk's values and columns
+    (distinct scores), with -inf, a row of NaN first as topk ranks it, and widths after the last
+    whole chunk."""
+    from fairseq_san.static_decoding.beam_search import best_of_rows
+
+    scores = torch.randn(5, width, generator=torch.Generator().manual_seed(width))
+    scores[1, ::3] = float("-inf")
+    scores[2, :600] = float("-inf")  # the best of row 2 lie in few chunks
+    scores[3, -3:] += 10.0  # and those of row 3 after the last whole chunk (width 650)
+    scores[4, 7] = float("nan")
+    for k in (1, 8, 16):
+        expected = torch.topk(scores, k)
+        values, columns = best_of_rows(scores, k, chunk=8)
+        assert torch.equal(values[:4], expected.values[:4])
+        assert torch.equal(columns[:4], expected.indices[:4])
+        assert values[4, 0].isnan() and columns[4, 0] == 7
+        assert torch.equal(values[4, 1:], expected.values[4, 1:])
+
+
 def test_children_keep_their_parents_rows():
     """A hypothesis continuing a parent takes the parent's row if it is the first to continue it,
     a row left free otherwise: every parent row keeps its state, so caches copy only the others."""

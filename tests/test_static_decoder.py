@@ -863,8 +863,11 @@ def test_search_without_its_done_sentences_gives_the_same_nbest():
 
     beam, max_len, eos, vocab = 2, 8, DICTIONARY.eos(), len(DICTIONARY)
     finish_at = [3, 1, 5, 2, 6, 4]  # the step at which each sentence has only EOS left
-    table = torch.log_softmax(torch.randn(max_len + 1, len(finish_at), beam, vocab), dim=-1)
+    shape, seeded = (max_len + 1, len(finish_at), beam, vocab), torch.Generator().manual_seed(0)
+    logits = torch.randn(*shape, generator=seeded)
+    table = torch.log_softmax(logits, dim=-1)
     for sentence, step in enumerate(finish_at):
+        table[:step, sentence, :, eos] = float("-inf")  # no EOS before
         table[step, sentence] = float("-inf")
         table[step, sentence, :, eos] = 0.0
     pad, unk = DICTIONARY.pad(), DICTIONARY.unk()

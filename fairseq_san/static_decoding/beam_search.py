@@ -430,7 +430,7 @@ def best_of_rows(scores: Tensor, k: int, chunk: int = CHUNK) -> Tuple[Tensor, Te
     if scores.is_cuda or whole < 4 * k:
         return torch.topk(scores, k)
     maxima = scores[:, : whole * chunk].reshape(rows, whole, chunk).amax(dim=2)
-    chunks = torch.topk(maxima, k, sorted=False).indices.sort(dim=1).values
+    chunks = torch.topk(maxima, k, sorted=False).indices
     offsets = torch.arange(chunk, device=scores.device)
     columns = (chunks.unsqueeze(2) * chunk + offsets).view(rows, -1)
     if whole * chunk < width:

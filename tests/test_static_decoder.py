@@ -789,14 +789,13 @@ def test_candidates_from_chunks_give_fairseqs_nbest(name, monkeypatch):
     candidates are one hypothesis' vocabulary) give SequenceGenerator's n-best."""
     from fairseq_san.static_decoding import beam_search
 
-    chunked = []
+    chunked, original = [], beam_search.best_of_rows
 
     def best_of_rows(scores, k):
         if scores.size(1) > len(DICTIONARY):  # beam x vocabulary: after the first step
             chunked.append(scores.size(1) // 2 >= 4 * k)
-        return beam_search_best_of_rows(scores, k, chunk=2)
+        return original(scores, k, chunk=2)
 
-    beam_search_best_of_rows = beam_search.best_of_rows
     monkeypatch.setattr(beam_search, "best_of_rows", best_of_rows)
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)

@@ -421,10 +421,10 @@ def best_of_rows(scores: Tensor, k: int, chunk: int = CHUNK) -> Tuple[Tensor, Te
     another order), on the CPU from the ``k`` chunks of ``chunk`` consecutive scores with the
     largest maxima, and the scores after the last whole chunk: each of the ``k`` best lies there
     (were its chunk not among them, ``k`` other chunks would each hold a score at least as
-    large). At beam 20 a batch of 16 sentences has (16, 20 x 8,000) candidates: torch.topk's
-    pass over all of them took 1.8-2.0 ms of a 24-27 ms step on a 2-core AMD EPYC, these three
-    smaller ones 0.3 ms
-    (docs/results/cpu-yardstick/topk-2026-11-29). On a GPU (launch-bound) torch.topk stays."""
+    large). At beam 20 a batch of 16 sentences has (16, 20 x 8,000) candidates: a step's top-k
+    took 1.8-2.0 ms of its 24-27 ms on a 2-core AMD EPYC with torch.topk over all of them, 0.3 ms
+    this way (docs/results/cpu-yardstick/topk-2026-11-29). On a GPU (launch-bound) torch.topk
+    stays, and so it does where the chunks would hold a large share of the scores anyway."""
     rows, width = scores.shape
     whole = width // chunk
     if scores.is_cuda or whole < 4 * k:

@@ -59,6 +59,11 @@ def stamp(args) -> None:
         args.plugin = PLUGIN
 
 
+def is_stamped(args) -> bool:
+    """Whether a model's configuration is a checkpoint's (``stamp`` ran when it was built)."""
+    return getattr(args, "plugin", None) is not None
+
+
 def check_safe_loading() -> None:
     """Refuse, in one line, to read any checkpoint where torch.load without ``weights_only``
     (fairseq's call) would unpickle it, running whatever code the file names."""

@@ -25,6 +25,8 @@ import sys
 from typing import Callable, Collection, Iterator, Optional
 
 PREFIX = "fairseq-san: error: "
+# Where a checkpoint's options that no command-line parser checked came from.
+OVERRIDE_SOURCE = "(from --model-overrides or a keyword argument)"
 # fairseq's errors for bad input on its command line whose message names the problem (fairseq
 # main): (exception type, pattern of the message). They are printed as one line, not a traceback.
 FAIRSEQ_BAD_INPUT = [

@@ -390,20 +390,30 @@ def test_static_decoder_rows(bench_results):
 
 
 @pytest.mark.slow
-def test_unknown_override_key_stops_the_benchmark(bench_data, tmp_path):
-    """A typo in a system's overrides is one line naming the nearest key, before any decoding."""
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"san_polcy": POLICY}, "system san: override of {checkpoint}: unknown key 'san_polcy' "
+                                r"\(did you mean 'san_policy'\?\)"),
+        ({"encoder_layers": "2"}, r"encoder_layers '2' \(system san's overrides\) is of type str, "
+                                  "but encoder_layers takes an int"),
+    ],
+    ids=["misspelt key", "wrong type"],
+)  # fmt: skip
+def test_bad_override_stops_the_benchmark(bench_data, tmp_path, overrides, said):
+    """A typo or a wrong type in a system's overrides is one line naming it, before any worker
+    starts (a wrong type failed in the worker, naming no system)."""
     data, checkpoint = bench_data
     result = run_cli(
         "fairseq-san-bench", "--data", str(data), "--out-dir", str(tmp_path / "out"),
         "--system", f"base={checkpoint}",
-        "--system", f"san={checkpoint}:" + json.dumps({"san_polcy": POLICY}), "--cpu",
+        "--system", f"san={checkpoint}:" + json.dumps(overrides), "--cpu",
         timeout=120,
     )  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"fairseq-san-bench: error: system san: override of {checkpoint}: "
-        "unknown key 'san_polcy' (did you mean 'san_policy'?)"
-    )
+    error = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch("fairseq-san-bench: error: " + said.format(checkpoint=re.escape(str(checkpoint))) + ".*",
+                        error), error  # fmt: skip
     assert not (tmp_path / "out" / "results.json").exists()
 
 

@@ -147,6 +147,125 @@ def test_unknown_san_key_without_a_near_one_lists_the_valid_keys():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("{'decoder_layerz': 3}", "unknown option 'decoder_layerz'.*did you mean 'decoder_layers'"),
+        ("{'encoder_layers': '2'}", r"encoder_layers '2' .*is of type str, but encoder_layers takes"
+                                    r" an int \(this checkpoint has \{'encoder_layers': 2\}\)"),
+    ],
+    ids=["misspelt key", "wrong type"],
+)  # fmt: skip
+def test_model_overrides_fairseq_ignores_or_fails_on_are_one_line(
+    binarized_corpus, trained, override, said
+):
+    """fairseq sets any key: a misspelt one decoded the model as trained, a '2' for an int failed
+    in the encoder's constructor (TypeError)."""
+    result = validate(binarized_corpus, trained["san"] / "checkpoint_last.pt",
+                      "--model-overrides", override)  # fmt: skip
+    assert re.search(said, assert_one_line_error(result))
+    assert VALIDATION_STARTED not in result.stdout + result.stderr
+
+
+def checkpoint_configuration(arch: str = "transformer_san"):
+    """The configuration of a checkpoint of ``arch`` as fairseq saves it (cfg.model: the training
+    arguments, an argparse.Namespace); ``arch`` transformer_lm_san: a language model's."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = build_lm()[1] if arch == "transformer_lm_san" else parse_args(arch, TINY)
+    return convert_namespace_to_omegaconf(args)
+
+
+def override(cfg, overrides):
+    """What load_checkpoint_to_cpu does with --model-overrides (through the plugin's check)."""
+    from fairseq import checkpoint_utils
+
+    checkpoint_utils.overwrite_args_by_name(cfg, overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"decoder_layerz": 3}, "unknown option 'decoder_layerz' .*did you mean 'decoder_layers'"),
+        ({"zzqx": 1}, "unknown option 'zzqx' .*fairseq would ignore it; check its spelling"),
+        ({"encoder_layers": "6"}, r"encoder_layers '6' .*is of type str, but encoder_layers takes an"
+                                  r" int \(this checkpoint has \{'encoder_layers': 2\}\)"),
+        ({"encoder_layers": True}, "encoder_layers True .*is of type bool, but .*takes an int"),
+        ({"encoder_embed_dim": 16.0}, "encoder_embed_dim 16.0 .*is of type float, but .*an int"),
+        ({"dropout": "high"}, "dropout 'high' .*is of type str, but dropout takes a number"),
+        ({"no_scale_embedding": "False"}, "no_scale_embedding 'False' .*takes True or False"),
+        ({"activation_fn": "swish"}, "activation_fn 'swish' .*valid values: relu, gelu"),
+        ({"model": {"dropout": 0.2}}, r"model \{'dropout': 0.2\} .*fairseq does not read this "
+                                      r"checkpoint's model options from a dict.*\{'dropout': 0.2\}"),
+        ({"task": {"_name": "translation_san", "sourc_lang": "en"}},
+         "unknown option 'task.sourc_lang' .*did you mean 'task.source_lang'"),
+    ],
+    ids=["misspelt", "unknown", "text for int", "bool for int", "float for int", "text for float",
+         "text for switch", "outside choices", "model as a dict", "misspelt in a group"],
+)  # fmt: skip
+def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError, match=said):
+        override(checkpoint_configuration(), overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"dropout": 0, "encoder_layers": 3, "share_all_embeddings": True, "activation_fn": "gelu"},
+        {"share_all_embeddings": 1, "no_scale_embedding": 0},  # as Python reads them
+        {"beam": 3, "data": "elsewhere", "max_tokens": None},  # generation, task, dataset
+        {"bpe": "sentencepiece", "sentencepiece_model": "spm.model"},  # a component switched on
+        {"task": {"_name": "translation_san", "san_analysis_dir": "js"}},  # a group replaced
+        {"generation_args": {"beam": 2}},  # from_pretrained reads it after loading
+    ],
+    ids=["model", "0 and 1 for switches", "other groups", "component", "group", "hub keyword"],
+)  # fmt: skip
+def test_overrides_fairseq_applies_are_applied(overrides):
+    cfg = checkpoint_configuration()
+    override(cfg, overrides)
+    for key, value in overrides.items():
+        if not isinstance(value, dict):
+            assert getattr(cfg.model, key) == value
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"base_shuffle": False},  # its trained value, though the option is declared an int
+        {"max_source_positions": 2048},  # fairseq-generate --lm-path: the translation overrides
+        {"decoder_self_attention_type": "dot"},  # left to the model (check_no_translation_options)
+    ],
+)
+def test_a_language_models_overrides_fairseq_applies_are_applied(overrides):
+    cfg = checkpoint_configuration("transformer_lm_san")
+    override(cfg, overrides)
+    assert vars(cfg.model).items() >= overrides.items()
+
+
+def test_overrides_of_other_models_checkpoints_are_left_to_fairseq():
+    cfg = checkpoint_configuration("transformer")
+    override(cfg, {"decoder_layerz": 3})
+    assert cfg.model.decoder_layerz == 3
+
+
+def test_encdec_share_weights_without_encdec_sharing_is_a_warning(caplog):
+    """Not an error: the loop passes the same flags to every iteration, the first unshared; and
+    only when trained: the checkpoint's model, rebuilt to decode, says nothing."""
+    warning = "--san-encdec-share weights has no effect"
+    for policy in ([], ["--san-decoder-encdec-policy", "1,1,1,1,1,1"]):
+        caplog.clear()
+        _, args = build(["--san-encdec-share", "weights", *policy])
+        assert warning in caplog.text
+    caplog.clear()
+    build_model(args)  # the arguments a checkpoint saved
+    build(["--san-encdec-share", "weights", "--san-decoder-encdec-policy", "3,3"])
+    build(["--san-decoder-encdec-policy", "1,1,1,1,1,1"])
+    assert warning not in caplog.text
+
+
+@pytest.mark.slow
 def test_decoder_in_model_overrides_is_refused_with_the_flag_that_works(binarized_corpus, trained):
     result = run_cli(
         "fairseq-generate", str(binarized_corpus),

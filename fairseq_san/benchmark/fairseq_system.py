@@ -6,10 +6,10 @@ trained with ``--task translation`` take it too).
 
 The checkpoint's configuration decides which model overrides are valid: ``checkpoint_keys``
 lists them, and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides)
-before any worker starts, so that a typo stops the benchmark at once.
+before any worker starts, so that a typo, or a value the model's option cannot take
+(``fairseq_fixes.model_overrides``), stops the benchmark at once.
 """
 
-import argparse
 import os
 from contextlib import nullcontext
 from typing import Dict, Set
@@ -22,6 +22,7 @@ from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
+from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
@@ -31,14 +32,9 @@ from fairseq_san.static_decoding.caches import DecoderCache
 
 def checkpoint_keys(state: Dict) -> Set[str]:
     """The keys fairseq's ``arg_overrides`` can change in a loaded checkpoint's configuration."""
-    keys: Set[str] = set()
-    if state.get("args") is not None:
+    keys = set(configuration_keys(state.get("cfg")))
+    if state.get("args") is not None:  # a checkpoint of an older fairseq (args, no cfg)
         keys |= set(vars(state["args"]))
-    for group in (state.get("cfg") or {}).values():
-        if isinstance(group, argparse.Namespace):
-            keys |= set(vars(group))
-        elif hasattr(group, "keys"):
-            keys |= set(group.keys())
     return keys - {"_name"}
 
 
@@ -55,6 +51,7 @@ def load_checkpoint_task(spec: SystemSpec, data: str):
         raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} {problem}")
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
+    check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")
     return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
 
 

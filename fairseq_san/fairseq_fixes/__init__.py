@@ -31,6 +31,7 @@ from fairseq_san.fairseq_fixes import (
     interactive_input,
     last_batch,
     literal_eval,
+    model_overrides,
     numpy2,
     one_line_errors,
     restore_file,
@@ -39,8 +40,8 @@ from fairseq_san.fairseq_fixes import (
 )
 
 FIXES = (
-    literal_eval, safe_loading, last_batch, numpy2, interactive_input, clean_exit, restore_file,
-    command_options, tokens_per_sample, one_line_errors,
+    literal_eval, safe_loading, model_overrides, last_batch, numpy2, interactive_input, clean_exit,
+    restore_file, command_options, tokens_per_sample, one_line_errors,
 )
 
 

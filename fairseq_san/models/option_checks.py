@@ -7,13 +7,16 @@ Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``
 """
 
 import argparse
+import logging
 from typing import Dict, List
 
 from fairseq.tasks import FairseqTask
 
-from fairseq_san import options
+from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import UsageError, nearest_key_hint
+from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
+
+logger = logging.getLogger(__name__)
 
 # The model's options that take one of a few values. argparse checks them on the command line;
 # --model-overrides and the hub's keywords set them unchecked, so ``check_san_options`` does.
@@ -35,7 +38,7 @@ def check_san_options(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and value not in valid:
             raise UsageError(
-                f"{name} {value!r} (from --model-overrides or a keyword argument) is not valid; "
+                f"{name} {value!r} {OVERRIDE_SOURCE} is not valid; "
                 f"valid values: {', '.join(valid)}"
             )
     known = options.option_names()
@@ -43,7 +46,7 @@ def check_san_options(args: argparse.Namespace) -> None:
         if name.replace("-", "_").startswith("san_") and name not in known:
             hint = nearest_key_hint(name.replace("-", "_"), known)
             raise UsageError(
-                f"unknown option '{name}' (from --model-overrides or a keyword argument): {hint}"
+                f"unknown option '{name}' {OVERRIDE_SOURCE}: {hint}"
             )
 
 
@@ -192,3 +195,20 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespa
             raise san_policy.PolicyError(
                 f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"
             )
+
+
+def warn_unused_encdec_share(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
+    """Log that ``--san-encdec-share weights`` changes nothing: no block of the policy shares
+    encoder-decoder attention. A warning, not an error: the loop recipes pass the same flags to
+    every iteration, and the first trains without a policy (a later one may learn none). Only
+    for a model built from the command line: a checkpoint's was warned of when it trained."""
+    if getattr(args, "san_encdec_share", None) != "weights" or checkpoints.is_stamped(args):
+        return
+    if any(size > 1 for size in policy.get("decoder_encdec", [])):
+        return
+    logger.warning(
+        "--san-encdec-share weights has no effect: this model shares no encoder-decoder "
+        "attention (attention sharing: %s); it applies to decoder_encdec blocks of 2 or more "
+        "layers",
+        san_policy.format_policy(policy) or "none",
+    )

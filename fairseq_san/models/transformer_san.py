@@ -33,6 +33,7 @@ from fairseq_san.models.option_checks import (
     check_policy_fits_model,
     check_san_options,
     check_translation_task,
+    warn_unused_encdec_share,
 )
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
@@ -115,9 +116,10 @@ class TransformerSANModel(TransformerModel):
         check_analysis_task(args, task)
         check_decoder_overrides(args, task)
         san_base_architecture(args)
-        checkpoints.stamp(args)
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)
+        warn_unused_encdec_share(policy, args)
+        checkpoints.stamp(args)
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":
             use_average_attention(model.decoder.layers)

@@ -1,0 +1,204 @@
+"""``--model-overrides`` checked against the checkpoint they change, for the plugin's models: a key
+that nothing reads, or a value the option cannot take, is one line naming it.
+
+Upstream behaviour corrected: ``checkpoint_utils.load_checkpoint_to_cpu`` hands the overrides
+(``--model-overrides``, the keywords of the hub's ``from_pretrained``) to
+``fairseq.dataclass.utils.overwrite_args_by_name``, which sets every key on the model's
+``argparse.Namespace`` unchecked. A misspelt key (``decoder_layerz``), or a dict for the model
+(``{'model': {'dropout': 0.2}}``), is ignored, and the model decoded as it was trained; a value of
+another type (``'6'`` for ``encoder_layers``) fails deep inside the model's construction
+(``TypeError: 'str' object cannot be interpreted as an integer``) or, for a switch
+(``'False'``), silently turns it on. Checked: every key, and the keys of a group given as a dict
+(``{'task': {...}}``); the type of the model's options that take an int, a number or True/False,
+and the choices of those that have them. The plugin's own options are checked where the model is
+built (``models.option_checks``), with their hints. Other models' checkpoints, and an older
+fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
+"""
+
+import argparse
+import functools
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
+
+from omegaconf import DictConfig
+
+from fairseq_san import options
+from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+# Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
+HUB_KEYWORDS = {"generation_args"}
+
+
+def plugin_model_classes() -> Tuple[type, ...]:
+    """The plugin's registered models (``transformer_san``, ``transformer_lm_san``)."""
+    from fairseq.models import MODEL_REGISTRY
+
+    return tuple(cls for cls in MODEL_REGISTRY.values() if cls.__module__.startswith("fairseq_san."))
+
+
+def plugin_model_class(model_cfg: Any) -> Optional[type]:
+    """The plugin's model that ``model_cfg`` (a checkpoint's ``cfg.model``) was trained as, or
+    None for another model."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    model_class = ARCH_MODEL_REGISTRY.get(getattr(model_cfg, "arch", None))
+    return model_class if model_class in plugin_model_classes() else None
+
+
+def model_options(model_class: type) -> Dict[str, argparse.Action]:
+    """The options of ``model_class`` (its ``add_args``), by name."""
+    parser = argparse.ArgumentParser(add_help=False)
+    model_class.add_args(parser)
+    return {action.dest: action for action in parser._actions}
+
+
+def configuration_keys(cfg: Any) -> Iterator[str]:
+    """The option names a checkpoint's configuration holds, in each of its groups (a dataclass
+    group, or a legacy ``argparse.Namespace`` of the training arguments)."""
+    if isinstance(cfg, argparse.Namespace):
+        yield from vars(cfg)
+    elif isinstance(cfg, DictConfig):
+        for key in cfg.keys():
+            # "key in cfg" is False for a mandatory value not set ("???")
+            if key in cfg and isinstance(cfg[key], (DictConfig, argparse.Namespace)):
+                yield from configuration_keys(cfg[key])
+            else:
+                yield key
+
+
+def component_fields(group: Optional[str] = None, name: Optional[str] = None) -> Set[str]:
+    """The options of fairseq's registered components (tokenizer, BPE, criterion, scorer, ...),
+    which an override may switch on (``{'bpe': 'sentencepiece', 'sentencepiece_model': ...}``);
+    with ``group`` and ``name``, those of that one (``task``, ``translation_san``)."""
+    from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    registries = {key: registry["dataclass_registry"] for key, registry in REGISTRIES.items()}
+    registries["task"] = TASK_DATACLASS_REGISTRY
+    if group is not None:
+        dataclass = registries.get(group, {}).get(name)
+        return set(dataclass.__dataclass_fields__) if dataclass else set()
+    return {
+        field
+        for registry in REGISTRIES.values()
+        for dataclass in registry["dataclass_registry"].values()
+        for field in dataclass.__dataclass_fields__
+    }
+
+
+def check_known(
+    key: str, known: Set[str], hints: Set[str], source: str, group: str = ""
+) -> None:
+    """Refuse an override key that nothing in ``known`` has: fairseq would ignore it. The hint
+    names the nearest of ``hints`` (the checkpoint's own options, not every component's);
+    ``group`` is the group whose dict holds ``key``."""
+    if key in known:
+        return
+    near = nearest_key(key, hints)
+    hint = f"did you mean '{group}{near}'?" if near else "check its spelling"
+    raise UsageError(
+        f"unknown option '{group}{key}' {source}: neither this checkpoint's model nor any "
+        f"fairseq component has it, and fairseq would ignore it; {hint}"
+    )
+
+
+def wanted_type(action: argparse.Action) -> Optional[Tuple[type, str]]:
+    """(accepted Python type, its name in a message) for an option that takes an int, a number
+    or True/False; None for the others (text, lists), whose type is not checked."""
+    if action.nargs == 0 and isinstance(action.const, bool):  # store_true, store_false
+        return bool, "True or False"
+    if action.type is int:
+        return int, "an int"
+    if action.type is float:
+        return (int, float), "a number"
+    return None
+
+
+def fits(value: Any, accepted, trained: Any) -> bool:
+    """Whether ``value`` can stand where an option takes ``accepted``: that type (True/False not
+    for a number, 0/1 for True/False), or the type of the checkpoint's own value (``trained``)."""
+    if trained is not None and type(value) is type(trained):
+        return True
+    if accepted is bool:
+        return isinstance(value, bool) or value in (0, 1)
+    return isinstance(value, accepted) and not isinstance(value, bool)
+
+
+def check_value(key: str, value: Any, action: argparse.Action, trained: Any, source: str) -> None:
+    """Refuse a value the model's option ``action`` cannot take: another type, or a value
+    outside its choices. None is left to the model (several options are optional)."""
+    if value is None:
+        return
+    wanted = wanted_type(action)
+    if wanted is not None and not fits(value, wanted[0], trained):
+        example = "" if trained is None else f" (this checkpoint has {{'{key}': {trained!r}}})"
+        raise UsageError(
+            f"{key} {value!r} {source} is of type {type(value).__name__}, but {key} takes "
+            f"{wanted[1]}{example}"
+        )
+    if action.choices and value not in action.choices:
+        raise UsageError(
+            f"{key} {value!r} {source} is not valid; valid values: "
+            f"{', '.join(map(str, action.choices))}"
+        )
+
+
+def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse a dict for a group that fairseq would not read key by key (the model's options,
+    an ``argparse.Namespace``), and a key of the dict that the group has not (nor the component
+    its ``_name`` switches to)."""
+    held = cfg[group] if group in cfg else None
+    if isinstance(held, argparse.Namespace):
+        example = ", ".join(f"'{key}': {value!r}" for key, value in overrides.items())
+        raise UsageError(
+            f"{group} {overrides!r} {source}: fairseq does not read this checkpoint's {group} "
+            f"options from a dict, and would ignore it; give each as a key of its own: "
+            f"{{{example}}}"
+        )
+    if not isinstance(held, DictConfig):
+        return
+    name = overrides.get("_name", held.get("_name"))
+    known = set(held.keys()) | component_fields(group, name) | {"_name"}
+    for key in overrides:
+        check_known(key, known, set(held.keys()), source, group=f"{group}.")
+
+
+def check_overrides(
+    cfg: DictConfig, overrides: Dict[str, Any], source: str = OVERRIDE_SOURCE
+) -> None:
+    """Refuse an override of a plugin's checkpoint (``cfg``, before it is overwritten) that
+    fairseq would ignore or that the model's option cannot take; ``source`` says where the
+    overrides came from."""
+    model_cfg = cfg.get("model")
+    own_class = plugin_model_class(model_cfg) if overrides else None
+    if own_class is None:
+        return
+    own = model_options(own_class)
+    held = set(configuration_keys(cfg))
+    # Any plugin model's options: fairseq-generate --lm-path gives the translation model's
+    # overrides to the language model too; the models check their own.
+    plugin = set(options.OPTIONS).union(*(model_options(cls) for cls in plugin_model_classes()))
+    known = held | set(cfg.keys()) | plugin | component_fields() | HUB_KEYWORDS
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            check_group(cfg, key, value, source)
+            continue
+        check_known(key, known, held | set(own), source)
+        if key in own and key not in options.OPTIONS:
+            check_value(key, value, own[key], getattr(model_cfg, key, None), source)
+
+
+def _checking(overwrite_args_by_name):
+    @functools.wraps(overwrite_args_by_name)
+    def wrapper(cfg, overrides, *args, **kwargs):
+        check_overrides(cfg, overrides)
+        return overwrite_args_by_name(cfg, overrides, *args, **kwargs)
+
+    return wrapper
+
+
+def install() -> None:
+    """Check overrides where ``load_checkpoint_to_cpu`` applies them (idempotent)."""
+    from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
+
+    wrap_once(checkpoint_utils, "overwrite_args_by_name", _checking)

@@ -37,6 +37,11 @@ FAIRSEQ_BAD_INPUT = [
     (NotImplementedError, r"Unknown post_process option: .*"),
     (AssertionError, r"--sampling-top[kp] requires --sampling"),
     (AssertionError, r"--sampling requires --nbest to be equal to --beam"),  # generate, interactive
+    (ValueError, r"DiverseBeamSearch requires --beam to be divisible by the number of groups"),
+    (AssertionError, r"--batch-size cannot be larger than --buffer-size"),  # interactive
+    (Exception, r"Size of sample #\d+ is invalid \(=.*\) since max_positions=.*, skip this "
+                r"example with --skip-invalid-size-inputs-valid-test"),  # input too long
+    (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
 ]
 
 

@@ -8,7 +8,16 @@ import os
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``."""
+    """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``.
+
+    A symbolic link's target is written (the link stays); a path that exists and is no regular
+    file or folder (``/dev/stdout``, a pipe) is written directly: a rename would replace it.
+    """
+    if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        return
+    path = os.path.realpath(path)
     temporary = path + ".tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as out:

@@ -1,9 +1,10 @@
 """BLEU and chrF with sacrebleu on detokenized text, with the signatures printed beside scores."""
 
+import contextlib
 import gzip
 import re
 import zlib
-from typing import Dict, List, TextIO
+from typing import Dict, Iterator, List, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 
@@ -14,34 +15,46 @@ GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 SUBWORD_MARKS = {"\u2581": "sentencepiece", "@@ ": "subword_nmt"}
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def open_text(path: str) -> TextIO:
-    """``path`` opened as UTF-8 text, through gzip where its name ends in ``.gz`` (kept
-    hypotheses are stored compressed: docs/results/converged)."""
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+    """``path`` opened as UTF-8 text, through gzip where it is gzip-compressed (kept hypotheses
+    are: docs/results/converged; so are Multi30k's raw files), a byte-order mark dropped (it
+    would stick to the first sentence and lower its score)."""
+    with open(path, "rb") as raw:
+        compressed = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    return (gzip.open if compressed else open)(path, "rt", encoding="utf-8-sig")
+
+
+@contextlib.contextmanager
+def text_lines(path: str) -> Iterator[TextIO]:
+    """The lines of ``path`` (``open_text``); text that is not UTF-8, or a gzip file cut short,
+    is a UsageError naming the file."""
+    try:
+        with utf8_text(path), open_text(path) as lines:
+            yield lines
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise UsageError(
+            f"{path} is not a whole gzip file ({err}): compress it again, or give the text "
+            "uncompressed"
+        ) from None
 
 
 def read_generate_output(path: str) -> List[str]:
     """The best detokenized hypothesis (the first ``D-`` line) of each sentence, in corpus order;
-    ``path`` may be gzip-compressed (``.gz``).
+    ``path`` may be gzip-compressed.
 
     With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first. Text that
     still holds subword marks is refused: it was not detokenized, and its score would mean
     nothing.
     """
     by_id: Dict[int, str] = {}
-    try:
-        with utf8_text(path), open_text(path) as lines:
-            for line in lines:
-                match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
-                if match:
-                    by_id.setdefault(int(match.group(1)), match.group(2))
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise UsageError(
-            f"{path} is not a whole gzip file ({err}): compress it again, or give the text "
-            "uncompressed"
-        ) from None
+    with text_lines(path) as lines:
+        for line in lines:
+            match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
+            if match:
+                by_id.setdefault(int(match.group(1)), match.group(2))
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
     missing = sorted(set(range(max(by_id) + 1)) - set(by_id))
@@ -62,8 +75,9 @@ def read_generate_output(path: str) -> List[str]:
 
 
 def read_lines(path: str) -> List[str]:
-    """The lines of a reference file; an empty one is refused."""
-    with utf8_text(path), open(path, encoding="utf-8") as lines:
+    """The lines of a reference file (``open_text``: it may be gzip-compressed, as Multi30k's
+    raw files are); an empty one is refused."""
+    with text_lines(path) as lines:
         found = [line.rstrip("\n") for line in lines]
     if not found:
         raise UsageError(f"{path} is empty: give the raw references, one sentence per line")

@@ -999,6 +999,16 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "--sampling-topp requires --sampling"),
         (AssertionError("--sampling requires --nbest to be equal to --beam"),
          "--sampling requires --nbest to be equal to --beam"),
+        (ValueError("DiverseBeamSearch requires --beam to be divisible by the number of groups"),
+         "DiverseBeamSearch requires --beam to be divisible by the number of groups"),
+        (AssertionError("--batch-size cannot be larger than --buffer-size"),
+         "--batch-size cannot be larger than --buffer-size"),
+        (Exception("Size of sample #0 is invalid (=(1501, 0)) since max_positions=(1024, 1024), "
+                   "skip this example with --skip-invalid-size-inputs-valid-test"),
+         "Size of sample #0 is invalid (=(1501, 0)) since max_positions=(1024, 1024), skip this "
+         "example with --skip-invalid-size-inputs-valid-test"),
+        (AssertionError("Sentences lengths should not exceed max_tokens=5"),
+         "Sentences lengths should not exceed max_tokens=5"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -1127,6 +1137,14 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "--nbest 3 is more than --beam 2: the search keeps 2 hypotheses per sentence"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--lenpen", "nan"],
          "--lenpen nan: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--max-len-a", "inf"],
+         "--max-len-a inf: it must be a finite number"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--temperature", "nan"],
+         "--temperature nan: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--sampling-topp", "nan"],
+         "--sampling-topp nan: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--diversity-rate=-inf"],
+         "--diversity-rate -inf: it must be a finite number"),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
@@ -1138,7 +1156,8 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     """fairseq's own failures: a bare RuntimeError (no --arch), KeyError: None (validate without
     --task), a TypeError at loading (no --path), a file '@@ ' or an IndexError at the first <unk>
     (--replace-unk); a ZeroDivisionError or slice error (--beam 0, --nbest 0), NaN scores
-    (--lenpen nan), fewer hypotheses than --nbest; argparse's usage and "unrecognized arguments"
+    (--lenpen nan), a ValueError converting NaN or an OverflowError (--max-len-a), an
+    option silently off (--sampling-topp nan), fewer hypotheses than --nbest; argparse's usage and "unrecognized arguments"
     for a plugin option under a task or model without it."""
     from fairseq import options
 

@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,25 @@ def test_dump_and_write_round_trip(tmp_path):
     assert load_policy(path) == policy
     with pytest.raises(PolicyError, match='unknown attention kind "cross"'):
         dump_policy({"cross": [6]})
+
+
+def test_write_follows_a_link_and_writes_into_a_pipe(tmp_path):
+    """The write through a temporary file and a rename replaced a symbolic link (its target kept
+    the old policy) and, as root, a device such as /dev/stdout with a plain file."""
+    policy = {"decoder_self": [1, 5]}
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("{}")
+    link.symlink_to(target)
+    write_policy(policy, str(link))
+    assert link.is_symlink() and load_policy(str(target)) == policy
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_text()), daemon=True)
+    reader.start()
+    write_policy(policy, str(pipe))
+    reader.join(timeout=10)
+    assert pipe.is_fifo() and read == [dump_policy(policy)]
 
 
 def test_format_policy():

@@ -386,6 +386,23 @@ def test_test_bleu_missing_checkpoint_is_one_clear_error(data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("spec", ["..={checkpoint}", "a/b={checkpoint}", "={checkpoint}",
+                                  "{checkpoint}"])  # fmt: skip
+def test_test_bleu_name_that_is_no_folder_name_is_one_clear_error(data, tmp_path, spec):
+    """NAME is the folder whose splits are replaced: '..' replaced OUT_DIR/../test; a bare
+    checkpoint path was taken as NAME."""
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_text("")
+    spec = spec.format(checkpoint=checkpoint)
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), spec, env=cli_env())
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"test_bleu.sh: '{spec}': give NAME=CHECKPOINT, NAME a folder name (not empty, '.' or "
+        "'..', no '/')"
+    )
+
+
+@pytest.mark.slow
 def test_aan_with_a_decoder_self_policy_is_one_clear_error(data, tmp_path):
     policy = ["--san-decoder-self-policy", "1,5"]
     argv = train_argv(data, tmp_path / "checkpoints", 10, [*AAN, *policy])
@@ -561,21 +578,35 @@ def test_score_refuses_output_with_a_sentence_missing(tmp_path, generated, refer
     assert missing in line, line
 
 
-def test_score_reads_gzip_compressed_output_and_names_a_broken_one(tmp_path):
-    """Kept hypotheses are stored gzip-compressed (docs/results/converged): a ``.gz`` scores as
-    its text does; a truncated one, or plain text named ``.gz``, is one error line."""
-    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+def test_score_reads_gzip_compressed_files_and_names_a_broken_one(tmp_path):
+    """Kept hypotheses are stored gzip-compressed (docs/results/converged), and so are Multi30k's
+    raw references: either file scores as its text does, whatever its name (a compressed
+    reference was "not UTF-8 text: convert it with iconv"); a truncated one is one error line."""
     packed = gzip.compress(GENERATE_OUTPUT.encode("utf-8"))
-    for content, needle in ((packed, None), (packed[: len(packed) // 2], "Compressed file ended"),
-                            (GENERATE_OUTPUT.encode("utf-8"), "Not a gzipped file")):  # fmt: skip
-        (tmp_path / "generate-test.txt.gz").write_bytes(content)
+    references = gzip.compress(REFERENCES.encode("utf-8"))
+    for output, reference, needle in (
+        (packed, REFERENCES.encode("utf-8"), None),
+        (GENERATE_OUTPUT.encode("utf-8"), references, None),  # plain text named .gz
+        (packed, references, None),
+        (packed[: len(packed) // 2], references, "generate-test.txt.gz is not a whole gzip file "
+                                                 "(Compressed file ended"),
+        (packed, references[: len(references) // 2], "ref.de is not a whole gzip file"),
+    ):  # fmt: skip
+        (tmp_path / "generate-test.txt.gz").write_bytes(output)
+        (tmp_path / "ref.de").write_bytes(reference)
         result = run_cli("fairseq-san-score", str(tmp_path / "generate-test.txt.gz"),
                          "--reference", str(tmp_path / "ref.de"))  # fmt: skip
         if needle is None:
             assert result.returncode == 0 and result.stdout.startswith("BLEU = 100.00 "), result.stderr
             continue
-        line = one_error_line(result, "fairseq-san-score")
-        assert "generate-test.txt.gz is not a whole gzip file" in line and needle in line, line
+        assert needle in one_error_line(result, "fairseq-san-score")
+
+
+def test_score_ignores_a_byte_order_mark(tmp_path):
+    """A reference (or output) saved with a UTF-8 byte-order mark scored BLEU 86.28 against its
+    own text: the mark stuck to the first sentence."""
+    result = score(tmp_path, "\ufeff" + GENERATE_OUTPUT, "\ufeff" + REFERENCES)
+    assert result.returncode == 0 and result.stdout.startswith("BLEU = 100.00 "), result.stderr
 
 
 @pytest.mark.parametrize("output, needle", [("missing/scores.json", "no folder"), (".", "is a folder")])

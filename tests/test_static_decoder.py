@@ -610,11 +610,14 @@ def test_unsupported_option_is_named(task, options, named):
          "static (deprecated: --san-decoding static) choose two decoders: pass --san-decoding "
          "alone"),
         (dict(san_decoding="static", sampling_topk=5), "--sampling-topk needs --sampling"),
+        (dict(sampling=True, sampling_topk=25, beam=2, nbest=2), "--sampling-topk 25 is more than "
+         "the target dictionary's 24 entries: pass at most 24"),
     ],
 )  # fmt: skip
 def test_options_that_would_be_ignored_are_refused(task, options, message):
     """Each was accepted and decoded as if it had not been given (fp32 fairseq decoding, the fast
-    step, or beam search instead of sampling)."""
+    step, or beam search instead of sampling), or failed inside torch (a top-k above the
+    vocabulary)."""
     model = build(dictionary=DICTIONARY)[0]
     with pytest.raises(UsageError) as refused:
         task.build_generator([model], generation_args(**options))

@@ -35,6 +35,10 @@ parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
 }
 for spec in "$@"; do  # every checkpoint before decoding any
   parse "$spec"
+  # NAME is a folder of OUT_DIR, whose splits are replaced: ".." would replace OUT_DIR/../test
+  [[ $spec == *=* && -n $name && $name != */* && $name != . && $name != .. ]] ||
+    { echo "test_bleu.sh: '$spec': give NAME=CHECKPOINT, NAME a folder name (not empty, '.'" \
+      "or '..', no '/')" >&2; exit 2; }
   [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
 done
 

@@ -19,9 +19,11 @@ from fairseq_san.scoring import corpus_scores, read_generate_output, read_lines
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "generate_output", help="fairseq-generate's stdout, saved to a file (gzip-compressed if .gz)"
+        "generate_output", help="fairseq-generate's stdout, saved to a file (may be gzip-compressed)"
     )
-    parser.add_argument("--reference", required=True, help="raw reference text, one per line")
+    parser.add_argument(
+        "--reference", required=True, help="raw reference text, one per line (may be gzip-compressed)"
+    )
     parser.add_argument("-o", "--output", help="also write the scores as JSON here")
     args = parser.parse_args(argv)
     problem = args.output and output_problem(args.output)

@@ -109,10 +109,19 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_search_numbers(args)
 
 
+# The search's real-valued options; NaN or infinity gives NaN scores printed as translations
+# (the penalties), a traceback inside the generators (max_len_a, temperature) or an option
+# silently off (sampling_topp, diversity_rate).
+FINITE_SEARCH_NUMBERS = (
+    "lenpen", "unkpen", "max_len_a", "temperature", "sampling_topp", "diversity_rate",
+    "diverse_beam_strength", "lm_weight",
+)
+
+
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
-    n-best than the beam keeps (fewer would be printed), and a length or unknown-word penalty that
-    is not a number (NaN scores, printed as translations)."""
+    n-best than the beam keeps (fewer would be printed), and any of ``FINITE_SEARCH_NUMBERS``
+    that is not a finite number."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if value < 1:
@@ -122,9 +131,9 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             f"--nbest {nbest} is more than --beam {beam}: the search keeps {beam} hypotheses "
             "per sentence (with --sampling, --beam samples); pass --beam at least --nbest"
         )
-    for flag in ("lenpen", "unkpen"):
+    for flag in FINITE_SEARCH_NUMBERS:
         value = getattr(args, flag, 0.0)
-        if not math.isfinite(value):
+        if value is not None and not math.isfinite(value):
             raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
 
 

@@ -70,6 +70,7 @@ class DecodingTask:
             )
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
+        self.check_sampling_topk(args)
         if decoding != options.STATIC:
             for model in models:
                 if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
@@ -117,6 +118,16 @@ class DecodingTask:
                     f"command decodes with --san-decoding {decoding}: add --san-decoding static, "
                     f"or drop {option.flag}"
                 )
+
+    def check_sampling_topk(self, args) -> None:
+        """Refuse ``--sampling-topk`` above the target dictionary's size: fairseq's search fails
+        inside torch's topk ("selected index k out of range")."""
+        topk, entries = getattr(args, "sampling_topk", -1), len(self.target_dictionary)
+        if getattr(args, "sampling", False) and topk > entries:
+            raise UsageError(
+                f"--sampling-topk {topk} is more than the target dictionary's {entries} entries: "
+                f"pass at most {entries} (or -1, sampling from all of them)"
+            )
 
     def decoding_option(self, args, option: options.Option) -> object:
         """``option`` of the generation options, else of the task's config, else its default (a

@@ -119,6 +119,19 @@ def validate_blocks(blocks: Blocks, num_layers: int, kind: str) -> Blocks:
     return list(blocks)
 
 
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object, which ``json`` would read as its last value."""
+
+
+def unique_object(pairs: list) -> dict:
+    """``json``'s ``object_pairs_hook``: the object, or DuplicateKey naming a key given twice."""
+    keys = [key for key, _ in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise DuplicateKey(twice)
+    return dict(pairs)
+
+
 def load_json_object(path: str, what: str) -> dict:
     """Read a JSON file whose top level must be an object.
 
@@ -126,9 +139,11 @@ def load_json_object(path: str, what: str) -> dict:
     """
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = json.load(handle, object_pairs_hook=unique_object)
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None
+    except DuplicateKey as err:
+        raise PolicyError(f'{what} "{path}": key "{err}" is given twice') from None
     except json.JSONDecodeError as err:
         raise PolicyError(
             f'{what} "{path}": malformed JSON at line {err.lineno} '
@@ -171,7 +186,9 @@ def load_policy(spec: Union[str, dict]) -> Policy:
     elif spec.lstrip().startswith("{"):
         source = "policy"
         try:
-            data = json.loads(spec)
+            data = json.loads(spec, object_pairs_hook=unique_object)
+        except DuplicateKey as err:
+            raise PolicyError(f'policy {spec!r}: key "{err}" is given twice') from None
         except json.JSONDecodeError as err:
             raise PolicyError(
                 f"policy {spec!r}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"

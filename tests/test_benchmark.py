@@ -503,7 +503,8 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     sibling), which no tolerance absorbs. Load only slows a pass down, so the best pass of each
     kind is compared: the best of 5 repeats in a run, the best run over up to 3 attempts (alone,
     beside, alone, ...; the other tests' load comes and goes). A systematic slow-down fails
-    whatever the attempts.
+    whatever the attempts. Only a slow-down beside the others is the fault: the baseline faster
+    beside them (1.48x in one CI run) says that the other tests' load hit the runs alone.
     """
     pytest.importorskip("ctranslate2")
     data, checkpoint = bench_data
@@ -526,9 +527,9 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     for attempt in range(3):
         alone.append(best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2"))
         beside.append(best_speed(tmp_path / f"beside{attempt}", "--system", san))
-        if 0.7 <= max(beside) / max(alone) <= 1.4:
+        if max(beside) / max(alone) >= 0.7:
             break
-    assert 0.7 <= max(beside) / max(alone) <= 1.4, (alone, beside)
+    assert max(beside) / max(alone) >= 0.7, (alone, beside)
 
 
 @pytest.mark.slow

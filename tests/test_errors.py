@@ -1145,6 +1145,10 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "--sampling-topp nan: it must be a finite number"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--diversity-rate=-inf"],
          "--diversity-rate -inf: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size=-1"],
+         "--batch-size -1: it must be at least 1"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],
+         "--max-tokens 0: it must be at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
@@ -1157,7 +1161,8 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     --task), a TypeError at loading (no --path), a file '@@ ' or an IndexError at the first <unk>
     (--replace-unk); a ZeroDivisionError or slice error (--beam 0, --nbest 0), NaN scores
     (--lenpen nan), a ValueError converting NaN or an OverflowError (--max-len-a), an
-    option silently off (--sampling-topp nan), fewer hypotheses than --nbest; argparse's usage and "unrecognized arguments"
+    option silently off (--sampling-topp nan), no batch limit at all (--batch-size -1), fewer
+    hypotheses than --nbest; argparse's usage and "unrecognized arguments"
     for a plugin option under a task or model without it."""
     from fairseq import options
 

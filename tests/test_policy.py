@@ -186,6 +186,18 @@ def test_load_policy_malformed_json(tmp_path):
     assert str(err.value).startswith(f'policy file "{path}": malformed JSON at line 3 column 1')
 
 
+def test_load_policy_with_a_key_given_twice_is_refused(tmp_path):
+    """json reads the last of the two: the file looked like one policy and was another."""
+    text = '{"decoder_self": [6], "decoder_encdec": [3, 3], "decoder_self": [1, 5]}'
+    path = tmp_path / "twice.json"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as err:
+        load_policy(str(path))
+    assert str(err.value) == f'policy file "{path}": key "decoder_self" is given twice'
+    with pytest.raises(PolicyError, match='key "decoder_self" is given twice$'):
+        load_policy(text)
+
+
 def test_load_policy_not_an_object(tmp_path):
     path = write_json(tmp_path / "list.json", [1, 5])
     with pytest.raises(PolicyError) as err:

@@ -674,6 +674,13 @@ def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_pat
         "fairseq-san-spm train: error: argument --vocab-size: 0 is not a positive integer"
     )
     assert not list(tmp_path.glob("m.*"))
+    result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", f"{tmp_path}/")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-spm train: error: argument --model-prefix: {tmp_path}/ names a folder: add "
+        f"a file name, e.g. {tmp_path}/spm"
+    )
+    assert not list(tmp_path.glob(".model"))
 
 
 # --- WMT14 dry run ----------------------------------------------------------------------------

@@ -48,6 +48,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def model_prefix(text: str) -> str:
+    """argparse type: a prefix that ends in a file name (``data/spm``): ``data/`` would write the
+    hidden files ``data/.model`` and ``data/.vocab``."""
+    if not os.path.basename(text):
+        raise argparse.ArgumentTypeError(
+            f"{text} names a folder: add a file name, e.g. {os.path.join(text, 'spm')}"
+        )
+    return text
+
+
 def encode(model: str, source: str, target: str) -> None:
     import sentencepiece as spm
 
@@ -81,7 +91,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     learn = commands.add_parser("train", help="learn a joint model from raw text files")
     learn.add_argument("inputs", nargs="+", help="raw text files, one sentence per line")
-    learn.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
+    learn.add_argument(
+        "--model-prefix", required=True, type=model_prefix,
+        help="writes PREFIX.model and PREFIX.vocab",
+    )  # fmt: skip
     learn.add_argument("--vocab-size", type=positive_int, default=8000)
     learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
     for name, text in (("encode", "raw text -> pieces"), ("decode", "pieces -> raw text")):

@@ -106,7 +106,17 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
+    check_batch_sizes(args)
     check_search_numbers(args)
+
+
+def check_batch_sizes(args: argparse.Namespace) -> None:
+    """Refuse a batch size or token budget below 1: fairseq reads -1 as no limit at all, and 0
+    fails deep inside its batching."""
+    for flag in ("batch_size", "max_tokens", "batch_size_valid", "max_tokens_valid"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise UsageError(f"{flag_of(flag)} {value}: it must be at least 1")
 
 
 # The search's real-valued options; NaN or infinity gives NaN scores printed as translations

@@ -199,9 +199,11 @@ def override(cfg, overrides):
                                       r"checkpoint's model options from a dict.*\{'dropout': 0.2\}"),
         ({"task": {"_name": "translation_san", "sourc_lang": "en"}},
          "unknown option 'task.sourc_lang' .*did you mean 'task.source_lang'"),
+        ({"encoder_layers": {"value": 3}}, "encoder_layers {'value': 3} .*is of type dict"),
     ],
     ids=["misspelt", "unknown", "text for int", "bool for int", "float for int", "text for float",
-         "text for switch", "outside choices", "model as a dict", "misspelt in a group"],
+         "text for switch", "outside choices", "model as a dict", "misspelt in a group",
+         "dict for int"],
 )  # fmt: skip
 def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
     from fairseq_san.errors import UsageError
@@ -219,8 +221,10 @@ def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said)
         {"bpe": "sentencepiece", "sentencepiece_model": "spm.model"},  # a component switched on
         {"task": {"_name": "translation_san", "san_analysis_dir": "js"}},  # a group replaced
         {"generation_args": {"beam": 2}},  # from_pretrained reads it after loading
+        {"san_policy": {"decoder_self": [1, 5]}},  # the hub's keyword (policy.load_policy)
     ],
-    ids=["model", "0 and 1 for switches", "other groups", "component", "group", "hub keyword"],
+    ids=["model", "0 and 1 for switches", "other groups", "component", "group", "hub keyword",
+         "policy as a dict"],
 )  # fmt: skip
 def test_overrides_fairseq_applies_are_applied(overrides):
     cfg = checkpoint_configuration()

@@ -180,7 +180,7 @@ def check_overrides(
     plugin = set(options.OPTIONS).union(*(model_options(cls) for cls in plugin_model_classes()))
     known = held | set(cfg.keys()) | plugin | component_fields() | HUB_KEYWORDS
     for key, value in overrides.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key in cfg.keys():
             check_group(cfg, key, value, source)
             continue
         check_known(key, known, held | set(own), source)

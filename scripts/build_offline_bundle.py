@@ -19,6 +19,7 @@ import email.parser
 import hashlib
 import importlib.metadata
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -318,13 +319,25 @@ def git_commit() -> str:
     return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
+def is_bundle(folder: Path) -> bool:
+    """Whether ``folder`` holds a bundle that ``build`` wrote (its manifest and activate.sh), which
+    a new build may replace; any other folder is kept."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(manifest, dict)
+        and "fairseq_san_commit" in manifest
+        and (folder / "activate.sh").is_file()
+    )
+
+
 def build(args: argparse.Namespace) -> Path:
     out: Path = args.out
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if out.exists() and any(out.iterdir()):
-        if not (out / "manifest.json").exists():
-            fail(f"{out} exists and is not a bundle: choose another --out")
-        shutil.rmtree(out)
+        shutil.rmtree(out)  # a bundle: parse_args refused any other folder
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
 
@@ -402,6 +415,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for data in args.data:
         if not any(data.glob("dict.*.txt")):
             parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt)")
+    names = [data.resolve().name for data in args.data]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # each is copied to BUNDLE/data-bin/NAME
+        parser.error(f"--data: two data directories named {twice}: give each once, each its own name")
+    if not (math.isfinite(args.max_mib) and args.max_mib > 0):
+        parser.error(f"--max-mib {args.max_mib:g}: must be a positive number")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file: name a folder for the bundle")
+    if args.out.is_dir() and any(args.out.iterdir()) and not is_bundle(args.out):
+        parser.error(f"--out {args.out} holds files that are not a bundle: choose another --out")
     return args
 
 

@@ -124,6 +124,39 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
     assert not (tmp_path / "prefix").exists()
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--out", "{tmp}/file"], "--out {tmp}/file is a file: name a folder for the bundle"),
+        (["--out", "{tmp}/notes"], "--out {tmp}/notes holds files that are not a bundle"),
+        (["--out", "{tmp}/manifest-only"], "--out {tmp}/manifest-only holds files that are not a"),
+        (["--data", "{tmp}/a/data", "--data", "{tmp}/b/data"],
+         "--data: two data directories named data: give each once"),
+        (["--max-mib", "nan"], "--max-mib nan: must be a positive number"),
+        (["--max-mib", "-5"], "--max-mib -5: must be a positive number"),
+    ],
+    ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
+         "max-mib nan", "max-mib negative"],
+)  # fmt: skip
+def test_bundle_options_that_would_lose_files_or_limits_are_refused(tmp_path, capsys, argv, said):
+    """A folder holding any manifest.json was deleted as a bundle; --out a file, two data folders
+    of one name failed with tracebacks (the second after the whole build); --max-mib nan lifted
+    the limit."""
+    (tmp_path / "file").write_text("")
+    for folder in ("notes", "manifest-only"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    (tmp_path / "manifest-only" / "manifest.json").write_text("{}")
+    for side in ("a", "b"):
+        (tmp_path / side / "data").mkdir(parents=True)
+        (tmp_path / side / "data" / "dict.en.txt").write_text("a 1\n")
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    with pytest.raises(SystemExit):
+        load_builder().parse_args(argv)
+    assert said.format(tmp=tmp_path) in capsys.readouterr().err
+    assert (tmp_path / "notes" / "notes.txt").exists()
+
+
 def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
     builder = load_builder()
     (tmp_path / "wheels").mkdir()

@@ -67,6 +67,20 @@ def test_start_records_what_the_recipe_parsed(recipe, tmp_path):
 
 
 @pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+@pytest.mark.parametrize("empty", ["--data", "--run-dir"])
+def test_an_empty_data_or_run_dir_is_one_line(recipe, empty, tmp_path, capsys):
+    """An empty --data was read as none (a TypeError in start's input check); an empty
+    --run-dir printed the dry run's commands at "/" and stopped a real run on a closed file."""
+    argv = {"--data": str(tmp_path), "--run-dir": "r", empty: ""}
+    with pytest.raises(SystemExit) as exit:
+        parse_recipe_args(recipe, [word for pair in argv.items() for word in pair])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == (
+        f"{recipe}: {empty} is empty: name a folder ({recipe} --help lists the options)\n"
+    )
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
 def test_help_lists_every_option_and_runs_nothing(recipe):
     result = subprocess.run(["bash", str(REPO / "examples" / recipe), "--help"], env=cli_env(),
                             cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip

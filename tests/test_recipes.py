@@ -149,6 +149,31 @@ def test_prepare_again_does_nothing(prepared, multi30k_raw):
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("script, argv, vocab, status, said", [
+    (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "
+     "train.de-en.de.idx): choose another OUT_DIR"),
+    (PREPARE, ["en", "fr", "{out}"], None, 1, "holds other data than en->fr translation data"),
+    (PREPARE, ["en", "de", "{out}"], "7", 1,
+     f"holds a vocabulary of {VOCAB_SIZE} pieces, not VOCAB_SIZE=7"),
+    (LM_PREPARE, ["{out}"], None, 1, "holds other data than language-modelling data (no dict.txt)"),
+    (PREPARE, ["en", "de", "{out}", "extra"], None, 2, "usage: prepare.sh SRC TGT [OUT_DIR]"),
+])  # fmt: skip
+def test_prepare_into_a_folder_of_other_data_is_one_line(
+    prepared, multi30k_raw, script, argv, vocab, status, said
+):
+    """A finished folder of other data (another pair or direction, vocabulary or kind) was
+    "ready", and the run went on with data other than asked for."""
+    out, _ = prepared
+    before = snapshot(out)
+    env = prepare_env(multi30k_raw)
+    if vocab:
+        env["VOCAB_SIZE"] = vocab
+    result = run_script(script, *[arg.format(out=out) for arg in argv], env=env)
+    assert result.returncode == status and said in result.stderr, output_of(result)[-3000:]
+    assert snapshot(out) == before
+
+
 # --- the learn-to-share loop ------------------------------------------------------------------
 
 
@@ -693,6 +718,22 @@ def last_values(argv: List[str]) -> Dict[str, str]:
         if word.startswith("--"):
             values[word] = argv[index + 1]
     return values
+
+
+@pytest.mark.parametrize("argv, status, said", [
+    (["{work}", "--dry-run"], 0, None),  # --dry-run after WORK_DIR was a real run
+    (["--dry-run", "{work}", "--bogus"], 2, "run.sh: unknown option --bogus"),
+    (["--dry-run", "{work}", "{work}2"], 2, "run.sh: one WORK_DIR only"),
+])  # fmt: skip
+def test_wmt14_arguments_in_any_order_or_unknown(tmp_path, argv, status, said):
+    work = tmp_path / "wmt14"
+    result = run_script(WMT14, *[arg.format(work=work) for arg in argv], timeout=120)
+    assert result.returncode == status, output_of(result)[-3000:]
+    assert not work.exists()  # printed, not made
+    if said:
+        assert result.stderr.startswith(said), result.stderr
+    else:
+        assert printed_commands(output_of(result), "curl")
 
 
 def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):

@@ -11,12 +11,15 @@
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
 
+[ $# -le 1 ] || { echo "usage: examples/lm/prepare.sh [OUT_DIR]" >&2; exit 2; }
 OUT=${1:-data-bin/multi30k.en-lm}
+GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-2000}
 TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 
 if [ -f "$OUT/.done" ]; then
+  check_prepared "$OUT" dict.txt "language-modelling data" "$GIVEN_VOCAB_SIZE"
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi

@@ -12,11 +12,14 @@ source "$(dirname "$0")/raw_files.sh"
 
 SRC=${1:?usage: prepare.sh SRC TGT [OUT_DIR]}
 TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
+[ $# -le 3 ] || { echo "usage: prepare.sh SRC TGT [OUT_DIR]" >&2; exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
+GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
 TEXT=$OUT/text
 
 if [ -f "$OUT/.done" ]; then
+  check_prepared "$OUT" "train.$SRC-$TGT.$SRC.idx" "$SRC->$TGT translation data" "$GIVEN_VOCAB_SIZE"
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi

@@ -16,6 +16,20 @@ check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, be
   done
 }
 
+check_prepared() {  # check_prepared OUT FILE WHAT [VOCAB_SIZE]: a finished OUT holds WHAT
+  # (its FILE) and, where VOCAB_SIZE is given, that many pieces; else the run would go on with
+  # other data than asked for
+  local out=$1 file=$2 what=$3 vocab=${4:-} pieces
+  [ -f "$out/$file" ] || {
+    echo "prepare.sh: $out holds other data than $what (no $file): choose another OUT_DIR" >&2
+    exit 1; }
+  pieces=$(wc -l < "$out/spm.vocab" 2>/dev/null || echo unknown)
+  [ -z "$vocab" ] || [ "$pieces" = "$vocab" ] || {
+    echo "prepare.sh: $out holds a vocabulary of $pieces pieces, not VOCAB_SIZE=$vocab:" \
+      "choose another OUT_DIR" >&2
+    exit 1; }
+}
+
 raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)
   local name=$1.$2.gz
   if [ -n "${MULTI30K_DIR:-}" ]; then

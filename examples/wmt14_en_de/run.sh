@@ -12,9 +12,16 @@
 # training pair, not the paper's newstest2013). BLEU is on tokenized text with the BPE removed.
 set -euo pipefail
 
-DRY_RUN=0
-[ "${1:-}" = "--dry-run" ] && { DRY_RUN=1; shift; }
-WORK=${1:-wmt14_en_de}
+USAGE="usage: examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]"
+DRY_RUN=0 WORK=
+for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken for a real run
+  case $arg in
+    --dry-run) DRY_RUN=1 ;;
+    -*) echo "run.sh: unknown option $arg; $USAGE" >&2; exit 2 ;;
+    *) [ -z "$WORK" ] || { echo "run.sh: one WORK_DIR only; $USAGE" >&2; exit 2; }; WORK=$arg ;;
+  esac
+done
+WORK=${WORK:-wmt14_en_de}
 FAIRSEQ_RAW=https://raw.githubusercontent.com/facebookresearch/fairseq/main
 DATA=$WORK/data-bin
 RUN=$WORK/run

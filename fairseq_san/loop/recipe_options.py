@@ -160,7 +160,11 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
     and exit 2 for an unknown option, a missing one or a bad --decode-batch-size."""
     own, train_args = split_at_dashes(argv)
-    args = recipe_parser(recipe).parse_args(own)
+    parser = recipe_parser(recipe)
+    args = parser.parse_args(own)
+    for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
+        if getattr(args, flag[2:].replace("-", "_")) == "":
+            parser.error(f"{flag} is empty: name a folder")
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, option.flag[2:].replace("-", "_"))

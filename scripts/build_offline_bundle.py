@@ -337,7 +337,9 @@ def build(args: argparse.Namespace) -> Path:
     out: Path = args.out
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if out.exists() and any(out.iterdir()):
-        shutil.rmtree(out)  # a bundle: parse_args refused any other folder
+        if not is_bundle(out):
+            fail(f"--out {out} holds files that are not a bundle: choose another --out")
+        shutil.rmtree(out)
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
 
@@ -423,8 +425,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--max-mib {args.max_mib:g}: must be a positive number")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} is a file: name a folder for the bundle")
-    if args.out.is_dir() and any(args.out.iterdir()) and not is_bundle(args.out):
-        parser.error(f"--out {args.out} holds files that are not a bundle: choose another --out")
     return args
 
 

@@ -151,10 +151,12 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(tmp_path, ca
         (tmp_path / side / "data").mkdir(parents=True)
         (tmp_path / side / "data" / "dict.en.txt").write_text("a 1\n")
     argv = [arg.format(tmp=tmp_path) for arg in argv]
-    with pytest.raises(SystemExit):
-        load_builder().parse_args(argv)
-    assert said.format(tmp=tmp_path) in capsys.readouterr().err
+    builder = load_builder()
+    with pytest.raises(SystemExit) as error:
+        builder.build(builder.parse_args(argv))  # refused before anything is built or removed
+    assert said.format(tmp=tmp_path) in capsys.readouterr().err + str(error.value)
     assert (tmp_path / "notes" / "notes.txt").exists()
+    assert not (tmp_path / "manifest-only" / "wheels").exists()
 
 
 def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):

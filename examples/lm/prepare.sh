@@ -7,7 +7,8 @@
 #
 # MULTI30K_DIR holds {train,val,test_2016_flickr}.en.gz; without it the raw files are downloaded
 # from the public multi30k/dataset repository. Splits: train, valid (val), test (test_2016_flickr).
-# Re-running skips the work already done. VOCAB_SIZE (default 2000) sets the vocabulary.
+# Re-running skips the work already done (a finished OUT_DIR of other data is refused).
+# VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
 

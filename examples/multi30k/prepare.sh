@@ -6,7 +6,8 @@
 # MULTI30K_DIR holds {train,val,test_2016_flickr,test_2017_flickr}.LANG.gz; without it the raw
 # files are downloaded from the public multi30k/dataset repository. Splits: train, valid (val),
 # test (test_2016_flickr) and test1 (test_2017_flickr, when it exists for the pair).
-# Re-running skips the work already done. VOCAB_SIZE (default 8000) sets the joint vocabulary.
+# Re-running skips the work already done (a finished OUT_DIR of other data is refused).
+# VOCAB_SIZE (default 8000) sets the joint vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
 

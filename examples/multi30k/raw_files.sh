@@ -1,6 +1,7 @@
 # Sourced by the prepare.sh recipes: where Multi30k's gzipped raw files (SPLIT.LANG.gz) are.
 # MULTI30K_DIR holds them; unset, each is downloaded into $TEXT from the public multi30k/dataset
-# repository. The caller sets $splits ("raw name:fairseq split ...") and $TEXT.
+# repository. The caller sets $splits ("raw name:fairseq split ...") and $TEXT. check_prepared
+# says whether a finished OUT_DIR holds the data asked for.
 MULTI30K_URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
 
 check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, before writing anything
@@ -23,7 +24,7 @@ check_prepared() {  # check_prepared OUT FILE WHAT [VOCAB_SIZE]: a finished OUT 
   [ -f "$out/$file" ] || {
     echo "prepare.sh: $out holds other data than $what (no $file): choose another OUT_DIR" >&2
     exit 1; }
-  pieces=$(wc -l < "$out/spm.vocab" 2>/dev/null || echo unknown)
+  pieces=$(wc -l 2>/dev/null < "$out/spm.vocab" || echo unknown)
   [ -z "$vocab" ] || [ "$pieces" = "$vocab" ] || {
     echo "prepare.sh: $out holds a vocabulary of $pieces pieces, not VOCAB_SIZE=$vocab:" \
       "choose another OUT_DIR" >&2

@@ -173,11 +173,12 @@ def check_overrides(
     own_class = plugin_model_class(model_cfg) if overrides else None
     if own_class is None:
         return
-    own = model_options(own_class)
+    by_class = {model_class: model_options(model_class) for model_class in plugin_model_classes()}
+    own = by_class[own_class]
     held = set(configuration_keys(cfg))
     # Any plugin model's options: fairseq-generate --lm-path gives the translation model's
     # overrides to the language model too; the models check their own.
-    plugin = set(options.OPTIONS).union(*(model_options(cls) for cls in plugin_model_classes()))
+    plugin = set(options.OPTIONS).union(*by_class.values())
     known = held | set(cfg.keys()) | plugin | component_fields() | HUB_KEYWORDS
     for key, value in overrides.items():
         if isinstance(value, dict) and key in cfg.keys():

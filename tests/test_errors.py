@@ -1134,9 +1134,9 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "fairseq-x --arch transformer has no option --san-decoder-self-policy: it is an option "
          "of --arch transformer_san or --arch transformer_lm_san"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--beam", "0"],
-         "--beam 0: it must be at least 1"),
+         "--beam 0: it must be an integer of at least 1"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--nbest", "0"],
-         "--nbest 0: it must be at least 1"),
+         "--nbest 0: it must be an integer of at least 1"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "3", "--beam", "2"],
          "--nbest 3 is more than --beam 2: the search keeps 2 hypotheses per sentence"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--lenpen", "nan"],

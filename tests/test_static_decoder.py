@@ -6,6 +6,7 @@ batch finish at different steps and the n-best lists are not decided by rounding
 """
 
 import argparse
+import math
 import subprocess
 import sys
 from functools import partial
@@ -622,6 +623,46 @@ def test_options_that_would_be_ignored_are_refused(task, options, message):
     with pytest.raises(UsageError) as refused:
         task.build_generator([model], generation_args(**options))
     assert str(refused.value).startswith(message)
+
+
+def hub_generation_args(**keywords):
+    """The generation config that the hub's translate()/generate() hands build_generator: a
+    checkpoint's GenerationConfig (untyped, as fairseq reads it back) with each keyword set on
+    it, unchecked."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from omegaconf import OmegaConf, open_dict
+
+    args = OmegaConf.create(OmegaConf.to_container(OmegaConf.structured(GenerationConfig)))
+    with open_dict(args):
+        for key, value in keywords.items():
+            setattr(args, key, value)
+    return args
+
+
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        (dict(bema=1), "unknown generation option 'bema' (a keyword of translate(), sample() or "
+         "generate()): did you mean 'beam'?"),
+        (dict(zzz=1), "unknown generation option 'zzz' (a keyword of translate(), sample() or "
+         "generate()): see fairseq's GenerationConfig"),
+        (dict(lenpen=math.nan), "--lenpen nan: it must be a finite number"),
+        (dict(lenpen="1.0"), "--lenpen 1.0: it must be a finite number"),
+        (dict(beam=-1), "--beam -1: it must be an integer of at least 1"),
+        (dict(beam="4"), "--beam '4': it must be an integer of at least 1"),
+        (dict(beam=4.5), "--beam 4.5: it must be an integer of at least 1"),
+    ],
+    ids=["misspelt", "unknown", "nan", "text for a number", "negative beam", "text beam",
+         "fractional beam"],
+)  # fmt: skip
+def test_hub_keywords_a_search_cannot_take_are_refused(task, keywords, message):
+    """The hub's keywords reach the generator unparsed: a misspelt one decoded at the default
+    beam, lenpen=nan gave NaN scores, a beam of -1, "4" or 4.5 failed inside fairseq."""
+    model = build(dictionary=DICTIONARY)[0]
+    with pytest.raises(UsageError) as refused:
+        task.build_generator([model], hub_generation_args(**keywords))
+    assert str(refused.value) == message
+    assert task.build_generator([model], hub_generation_args(beam=2, lenpen=0.5))
 
 
 def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):

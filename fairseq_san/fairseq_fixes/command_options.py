@@ -134,8 +134,8 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     that is not a finite number."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
-        if value < 1:
-            raise UsageError(f"{flag} {value}: it must be at least 1")
+        if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
+            raise UsageError(f"{flag} {value!r}: it must be an integer of at least 1")
     if nbest > beam:
         raise UsageError(
             f"--nbest {nbest} is more than --beam {beam}: the search keeps {beam} hypotheses "
@@ -143,8 +143,16 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         )
     for flag in FINITE_SEARCH_NUMBERS:
         value = getattr(args, flag, 0.0)
-        if value is not None and not math.isfinite(value):
+        if value is not None and not (is_number(value) and math.isfinite(value)):
             raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
+
+
+def is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.configs import GenerationConfig
+from omegaconf import DictConfig
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, nearest_key
+from fairseq_san.fairseq_fixes.command_options import check_search_numbers
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
@@ -37,6 +40,25 @@ def set_beam_sizes(models: Sequence, beam_size: int) -> None:
     for model in models:
         if hasattr(model, "set_beam_size"):
             model.set_beam_size(beam_size)
+
+
+def check_generation_args(args) -> None:
+    """Refuse a generation option that no generator reads and search numbers that no search can
+    follow (``check_search_numbers``, which the command line ran as it parsed). Only the hub's
+    ``translate()``/``generate()`` keywords reach here unparsed: fairseq sets each on its
+    generation config, so a misspelt one (``bema=1``) was ignored and ``lenpen=nan`` gave NaN
+    scores."""
+    if isinstance(args, DictConfig):
+        known = set(GenerationConfig.__dataclass_fields__) | set(options.OPTIONS)
+        for key in args.keys():
+            if key not in known:
+                near = nearest_key(key, known)
+                raise UsageError(
+                    f"unknown generation option '{key}' (a keyword of translate(), sample() or "
+                    f"generate()): "
+                    + (f"did you mean '{near}'?" if near else "see fairseq's GenerationConfig")
+                )
+    check_search_numbers(args)
 
 
 class DecodingTask:
@@ -68,6 +90,7 @@ class DecodingTask:
                 "--san-analysis-dir is for fairseq-validate: a command that decodes would "
                 "ignore it"
             )
+        check_generation_args(args)
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
         self.check_sampling_topk(args)

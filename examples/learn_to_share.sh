@@ -22,9 +22,10 @@ OPTIONS=$(fairseq-san-loop options learn_to_share.sh "$@")
 eval "$OPTIONS"
 
 # One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
-# this script and the last of them (fairseq-train too) end. Missing inputs stop before RUN exists.
+# this script and the last of them (fairseq-train too) end. A bad value (--updates -5) or a
+# missing input stops before RUN exists.
 if [ "$DRY_RUN" = 0 ]; then
-  fairseq-san-loop start "$RUN_DIR" --data="$DATA" --valid-ref="$VALID_REF" --check-inputs
+  fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
   mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
   START_OPTIONS+=(--lock-fd 9)
 fi

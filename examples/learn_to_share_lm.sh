@@ -21,8 +21,9 @@ OPTIONS=$(fairseq-san-loop options learn_to_share_lm.sh "$@")
 eval "$OPTIONS"
 
 # One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
-# this script and the last of them (fairseq-train too) end. Missing data stops before RUN exists.
-fairseq-san-loop start "$RUN_DIR" --lm --data="$DATA" --check-inputs
+# this script and the last of them (fairseq-train too) end. A bad value (--theta-self 2) or
+# missing data stops before RUN exists.
+fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
 mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
 # Locks RUN_DIR; checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
 fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --lock-fd 9 -- "$@"

@@ -55,10 +55,15 @@ def nearest_key(key: str, valid: Collection[str]) -> Optional[str]:
     return near[0] if near else None
 
 
-def nearest_key_hint(key: str, valid: Collection[str]) -> str:
-    """"did you mean 'K'?" for the valid key nearest to a misspelt one, else the list."""
+def nearest_key_hint(
+    key: str, valid: Collection[str], fallback: Optional[str] = None, prefix: str = ""
+) -> str:
+    """"did you mean 'K'?" for the valid key nearest to a misspelt one (written after
+    ``prefix``), else ``fallback``, else the list of valid keys."""
     near = nearest_key(key, valid)
-    return f"did you mean '{near}'?" if near else f"valid: {', '.join(sorted(valid))}"
+    if near:
+        return f"did you mean '{prefix}{near}'?"
+    return fallback or f"valid: {', '.join(sorted(valid))}"
 
 
 @contextlib.contextmanager

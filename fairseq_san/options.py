@@ -50,6 +50,10 @@ class Option:
     def flag(self) -> str:
         return flag_of(self.name)
 
+    def is_set(self, value: object) -> bool:
+        """Whether ``value`` of this option was given: neither left out (None) nor its default."""
+        return value is not None and str(value) != str(self.default)
+
     def add_argument(self, parser) -> None:
         """Add to an argparse parser or group; the value stays None unless given (a switch:
         False), and fairseq's architecture functions fill the defaults, so that a checkpoint's

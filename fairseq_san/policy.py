@@ -226,9 +226,15 @@ def resolve_policy(
     """Merge a policy (file, JSON text or dict: ``load_policy``) with per-kind flags; flags win.
 
     A flag of None means "not given" and keeps the file's value; a flag of
-    "none" switches sharing off for that kind.
+    "none" switches sharing off for that kind. An empty policy text is refused: it is what an
+    unset shell variable gives (``--san-policy "$POLICY"``), and it trained unshared unsaid.
     """
-    policy = {} if policy_spec is None or policy_spec == "" else load_policy(policy_spec)
+    if isinstance(policy_spec, str) and not policy_spec.strip():
+        raise PolicyError(
+            f"policy {policy_spec!r} is empty: leave --san-policy out to share nothing, or "
+            "give a policy file or JSON text such as '{\"decoder_self\": [6]}'"
+        )
+    policy = {} if policy_spec is None else load_policy(policy_spec)
     for kind, value in flags.items():
         _check_kind(kind)
         if value is None:

@@ -8,6 +8,7 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -808,6 +809,18 @@ def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, progr
     assert not (tmp_path / "logs").exists()
 
 
+def test_more_cpu_ranks_than_cores_is_one_line(tmp_path, capsys):
+    """Each rank is a training process: a thousand of them started (and logged) without a word."""
+    cores = len(os.sched_getaffinity(0))
+    line = cpu_ranks(capsys, str(cores + 1), "--log-dir", str(tmp_path / "logs"), "--", "true")
+    assert line == (
+        f"fairseq-san-cpu-ranks: error: {cores + 1} ranks on {cores} CPU cores: each rank is a "
+        f"training process, and more than one per core only share them (slower, more memory); "
+        f"pass at most {cores} (--update-freq trains the batch of more ranks)"
+    )
+    assert not (tmp_path / "logs").exists()
+
+
 def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("a file\n")
@@ -1153,6 +1166,38 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "--batch-size -1: it must be at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],
          "--max-tokens 0: it must be at least 1"),
+        ("get_validation_parser",
+         ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
+         "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "
+         "it would be ignored"),
+        ("get_eval_lm_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
+                                "--san-decoder-precision", "bf16"],
+         "--san-decoder-precision bf16: fairseq-x decodes nothing (it scores"),
+        ("get_training_parser", ["data", "--task", "translation_san", "--arch", "transformer_san",
+                                 "--san-decoder-precision", "int8"],
+         "--san-decoder-precision int8: fairseq-x decodes nothing without --eval-bleu"),
+        ("get_training_parser", ["data", "--task", "translation_san", "--arch", "transformer_san",
+                                 "--san-analysis-dir", "js"],
+         "--san-analysis-dir is for fairseq-validate (its teacher-forced pass): fairseq-x would "
+         "analyse nothing"),
+        ("get_eval_lm_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
+                                "--san-analysis-dir", "js"],
+         "--san-analysis-dir is for fairseq-validate"),
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-analysis-max-sentences", "5"],
+         "--san-analysis-max-sentences 5 is an option of --san-analysis-dir: add "
+         "--san-analysis-dir DIR (fairseq-validate), or drop --san-analysis-max-sentences"),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-analysis-save-sentences", "0"],
+         "--san-analysis-save-sentences 0 is an option of --san-analysis-dir"),
+        ("get_training_parser", ["data", "--task", "translation_san", "--arch", "transformer_san",
+                                 "--eval-bleu", "--san-decoding", "static"], None),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-decoding", "static", "--san-decoder-precision", "bf16"],
+         None),
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-analysis-dir", "js", "--san-analysis-max-sentences", "5"],
+         None),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
@@ -1167,7 +1212,9 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     (--lenpen nan), a ValueError converting NaN or an OverflowError (--max-len-a), an
     option silently off (--sampling-topp nan), no batch limit at all (--batch-size -1), fewer
     hypotheses than --nbest; argparse's usage and "unrecognized arguments"
-    for a plugin option under a task or model without it."""
+    for a plugin option under a task or model without it; a plugin option accepted and ignored
+    (a decoder's where nothing decodes, the analysis's outside fairseq-validate or without its
+    folder)."""
     from fairseq import options
 
     from fairseq_san.errors import UsageError
@@ -1255,3 +1302,21 @@ def test_language_modelling_refuses_a_sample_size_no_sample_fits(task, tokens, p
     with pytest.raises(UsageError) as error:
         TASK_REGISTRY[task](config, make_dictionary())
     assert str(error.value) == said
+
+
+@pytest.mark.parametrize("overrides", ["null", "[]", "san_decoding=static"])
+def test_bench_overrides_that_are_no_json_object_are_named_as_such(tmp_path, overrides):
+    """``a=CKPT:null`` was read as a checkpoint named ``CKPT:null``, called missing."""
+    from fairseq_san.benchmark.config import parse_system
+    from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
+
+    checkpoint = tmp_path / "a.pt"
+    checkpoint.write_bytes(b"")
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint_task(parse_system(f"a={checkpoint}:{overrides}"), str(tmp_path))
+    assert str(refused.value) == (
+        f"system a: {overrides!r} after checkpoint {checkpoint} is no overrides: write them as a "
+        f'JSON object, e.g. a={checkpoint}:{{"san_decoding": "static"}}'
+    )
+    with pytest.raises(ValueError, match=f"^system a: checkpoint {tmp_path}/b.pt:null does not"):
+        load_checkpoint_task(parse_system(f"a={tmp_path}/b.pt:null"), str(tmp_path))

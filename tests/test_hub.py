@@ -112,3 +112,61 @@ def test_interactive_decodes_with_the_checkpoints_policy_by_default(workdir):
     shared = interactive(workdir, sentences, "--model-overrides", repr({"san_policy": POLICY}))
     assert sorted(trained) == sorted(shared) == [0, 1]  # one translation per input line
     assert [trained[i][1] for i in (0, 1)] != pytest.approx([shared[i][1] for i in (0, 1)])
+
+
+def load(workdir: Path, **keywords):
+    """The trained model through from_pretrained, as the README loads it."""
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    return TransformerSANModel.from_pretrained(
+        str(workdir / "checkpoints"), checkpoint_file="checkpoint_best.pt",
+        data_name_or_path=str(workdir / DATA), bpe="sentencepiece",
+        sentencepiece_model=str(workdir / DATA / "spm.model"), **keywords,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_hub_keywords_are_checked_whatever_the_task(workdir):
+    """fairseq's translation task (a transformer_san model trained with fairseq-train's default
+    task) decoded a misspelt keyword at the default beam and san_decoding='static' with
+    fairseq's generator; a model's option given to translate() was ignored by every task."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_san.errors import UsageError
+
+    fairseqs = load(workdir, task={"_name": "translation"})
+    assert type(fairseqs.task) is TranslationTask
+    assert len(fairseqs.translate(["tok1 tok2 tok3"], beam=2)) == 1
+    with pytest.raises(UsageError, match="^unknown generation option 'bema' .*did you mean 'beam'"):
+        fairseqs.translate(["tok1 tok2 tok3"], bema=1)
+    with pytest.raises(UsageError) as refused:
+        fairseqs.translate(["tok1 tok2 tok3"], san_decoding="static")
+    assert str(refused.value) == (
+        "san_decoding='static' is an option of the task translation_san, and this model's task "
+        "is translation, whose generator would ignore it: load it with "
+        "from_pretrained(..., task={'_name': 'translation_san'})"
+    )
+    with pytest.raises(UsageError, match="^san_policy is an option of the model, which"):
+        load(workdir).translate(["tok1 tok2 tok3"], san_policy=POLICY)
+
+
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        (dict(task="translation"), "task='translation': from_pretrained takes a group as a "
+         "dict of its options, and fairseq would ignore a name; switch it with "
+         "task={'_name': 'translation'}"),
+        (dict(tokenizer="mosse"), "tokenizer 'mosse' (from --model-overrides or a keyword "
+         "argument) is not one of fairseq's tokenizer components: did you mean 'moses'?"),
+    ],
+)  # fmt: skip
+@pytest.mark.slow
+def test_a_component_or_group_that_fairseq_would_ignore_or_fail_on_is_refused(
+    workdir, keywords, message
+):
+    """task='translation' left the task as trained; a name no component has was a KeyError."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        load(workdir, **keywords)
+    assert str(refused.value) == message

@@ -201,11 +201,16 @@ def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
     assert busy.returncode == 2 and "is in use by another" in busy.stderr
 
 
-def test_the_loop_without_binarized_data_stops_in_one_line(tmp_path):
+@pytest.mark.parametrize("present", [(), ("dict.txt",)])
+def test_the_loop_without_binarized_data_stops_in_one_line(tmp_path, present):
+    """A dictionary without the binarized sentences (train.idx) failed after the run dir was
+    made, with the usage text of ``fairseq-san-loop start``."""
+    for name in present:
+        (tmp_path / name).write_text("tok 1\n")
     result = lm_loop(tmp_path, tmp_path / "run")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
+    assert result.stderr.strip().splitlines() == [
         f"fairseq-san-loop: error: {tmp_path} holds no fairseq-preprocess --only-source output "
-        "(dict.txt): run examples/lm/prepare.sh first (--data)"
-    )
+        "(dict.txt, train.idx): run examples/lm/prepare.sh first (--data)"
+    ]
     assert not (tmp_path / "run").exists()

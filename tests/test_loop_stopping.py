@@ -91,6 +91,11 @@ def test_the_settled_command(tmp_path):
     assert missing.stderr.splitlines()[-1] == (
         f"fairseq-san-loop: error: {tmp_path / 'nowhere'}: no such run directory"
     )
+    negative = run_cli("fairseq-san-loop", "settled", run_dir, "-1")
+    assert negative.returncode == 2  # it exited 1 without a word: "the policy is new"
+    assert negative.stderr.splitlines()[-1] == (
+        "fairseq-san-loop settled: error: argument K: -1: an iteration is 0 or more"
+    )
 
 
 def test_decode_key_of_missing_data_is_one_line(tmp_path):

@@ -244,6 +244,13 @@ def test_resolve_policy_without_file():
         resolve_policy(None, {"decoder_self": "1,x"})
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_policy_is_refused_not_read_as_no_sharing(empty):
+    """``--san-policy "$POLICY"`` with the variable unset trained a model without sharing."""
+    with pytest.raises(PolicyError, match=f"^policy {empty!r} is empty: leave --san-policy out"):
+        resolve_policy(empty, {"decoder_self": None})
+
+
 def test_dump_and_write_round_trip(tmp_path):
     policy = {"decoder_encdec": [3, 3], "decoder_self": [1, 5]}
     text = dump_policy(policy)

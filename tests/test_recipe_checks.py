@@ -5,6 +5,7 @@ before any file is written. The checks need no trained model: a data directory h
 empty files with the names that fairseq-preprocess and prepare.sh write.
 """
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -114,6 +115,130 @@ def test_loop_with_a_bad_decode_batch_size_is_one_line(tmp_path):
     assert lines(result.stderr) == [
         "learn_to_share.sh: --decode-batch-size takes a positive integer, not '0'"]  # fmt: skip
     assert not run_dir.exists()
+
+
+def lm_data(directory: Path) -> Path:
+    """A language model's binarized text, as far as the recipe checks it: DATA/dict.txt and
+    DATA/train.idx."""
+    directory.mkdir()
+    (directory / "dict.txt").write_text("word 1\n")
+    (directory / "train.idx").write_bytes(b"")
+    return directory
+
+
+def recipe_run(tmp_path: Path, recipe: Path, run_dir: Path, *options: str):
+    """Run the translation or the language model's recipe on fake data with these options."""
+    if recipe == LOOP:
+        return run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir, *options))
+    data = lm_data(tmp_path / "lm")
+    return run_script(LM_LOOP, "--data", str(data), "--run-dir", str(run_dir), *options)
+
+
+@pytest.mark.parametrize(
+    "recipe, arch, said",
+    [
+        (LOOP, "transformer_lm_san_small",
+         "learn_to_share.sh: --arch transformer_lm_san_small is a language model: train it with "
+         "examples/learn_to_share_lm.sh (learn_to_share.sh trains a translation model, e.g. "
+         "--arch transformer_san_small)"),
+        (LM_LOOP, "transformer_san_small",
+         "learn_to_share_lm.sh: --arch transformer_san_small is a translation model: train it "
+         "with examples/learn_to_share.sh (learn_to_share_lm.sh trains a language model, e.g. "
+         "--arch transformer_lm_san_small)"),
+    ],
+)  # fmt: skip
+def test_a_recipe_given_the_other_recipes_model_is_one_line(tmp_path, recipe, arch, said):
+    """It failed inside fairseq-train (unrecognized arguments: --share-all-embeddings), the run
+    dir made and its options recorded."""
+    run_dir = tmp_path / "run"
+    result = recipe_run(tmp_path, recipe, run_dir, "--arch", arch)
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [said]
+    assert ran_nothing(output_of(result)) and not run_dir.exists()
+
+
+def test_the_recipes_architectures_are_the_plugins():
+    """recipe_options.ARCHITECTURES (pure Python) is what fairseq's registry holds for each
+    recipe's model: a new named architecture is added there too."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_san.loop.recipe_options import ARCHITECTURES
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    for recipe, model in ((LOOP, TransformerSANModel), (LM_LOOP, TransformerLMSANModel)):
+        registered = {name for name, cls in ARCH_MODEL_REGISTRY.items() if cls is model}
+        assert set(ARCHITECTURES[recipe.name]) == registered, recipe.name
+
+
+@pytest.mark.parametrize(
+    "recipe, option, value, said",
+    [
+        (LOOP, "--updates", "-5", "must be a whole number of at least 1"),
+        (LOOP, "--theta-encdec", "abc", "must be a number in [0, ln 2 = 0.6931]"),
+        (LM_LOOP, "--theta-self", "2", "must be a number in [0, ln 2 = 0.6931]"),
+        (LM_LOOP, "--max-iterations", "0", "must be a whole number of at least 1"),
+    ],
+)
+def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said):
+    """The values were checked after the run dir and its .lock were made: an empty run dir with
+    a .lock was left behind."""
+    run_dir = tmp_path / "runs" / "run"
+    result = recipe_run(tmp_path, recipe, run_dir, option, value)
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [f"fairseq-san-loop: error: {option} {value}: {said}"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_refused_value_leaves_a_run_dir_in_use_and_its_lock_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(run_dir / ".lock", "a") as held:  # another loop's, still running
+        fcntl.flock(held, fcntl.LOCK_EX)
+        before = snapshot(run_dir)
+        result = recipe_run(tmp_path, LOOP, run_dir, "--updates", "-5")
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [
+            "fairseq-san-loop: error: --updates -5: must be a whole number of at least 1"]
+        assert snapshot(run_dir) == before
+        with open(run_dir / ".lock", "a") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still locked by `held`
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (["--warm-updates", "500"],
+         "learn_to_share.sh: --warm-updates 500 without --warm-start: it sets a warm-started "
+         "iteration's updates; add --warm-start, or drop --warm-updates (--updates sets each "
+         "iteration's)"),
+        (["--launcher", "torchrun --nproc_per_node 2", "--cpu-ranks", "2"],
+         "learn_to_share.sh: --launcher 'torchrun --nproc_per_node 2' and --cpu-ranks 2 both say "
+         "how fairseq-train starts (--cpu-ranks would win, the launcher unused): give one"),
+    ],
+)  # fmt: skip
+def test_an_option_the_loop_would_not_read_is_one_line(tmp_path, options, said):
+    """Both were ignored silently (--cpu-ranks chose the launch; --warm-updates is read only for
+    a warm-started iteration), also in a dry run."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    for dry_run in ([], ["--dry-run"]):
+        result = run_script(LOOP, *loop_args(data, run_dir, *options, *dry_run))
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [said]
+        assert not run_dir.exists()
+
+
+def test_the_options_read_with_another_are_taken_with_it(tmp_path):
+    """--warm-updates with --warm-start, --launcher with --cpu-ranks 0 (one process)."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    for options, printed in (
+        (["--warm-start", "--warm-updates", "7"], "+ fairseq-train "),
+        (["--launcher", "torchrun --nproc_per_node 2", "--cpu-ranks", "0"],
+         "+ torchrun --nproc_per_node 2 "),
+    ):  # fmt: skip
+        result = run_script(LOOP, *loop_args(data, run_dir, *options, "--dry-run"))
+        assert result.returncode == 0, output_of(result)[-3000:]
+        assert printed in result.stderr, result.stderr[-3000:]
 
 
 def test_loop_dry_run_writes_nothing(tmp_path):

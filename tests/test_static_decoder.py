@@ -651,13 +651,16 @@ def hub_generation_args(**keywords):
         (dict(beam=-1), "--beam -1: it must be an integer of at least 1"),
         (dict(beam="4"), "--beam '4': it must be an integer of at least 1"),
         (dict(beam=4.5), "--beam 4.5: it must be an integer of at least 1"),
+        (dict(san_policy="{}"), "san_policy is an option of the model, which translate(), "
+         "sample() and generate() cannot change: give it to from_pretrained(..., san_policy=...)"),
     ],
     ids=["misspelt", "unknown", "nan", "text for a number", "negative beam", "text beam",
-         "fractional beam"],
+         "fractional beam", "model option"],
 )  # fmt: skip
 def test_hub_keywords_a_search_cannot_take_are_refused(task, keywords, message):
     """The hub's keywords reach the generator unparsed: a misspelt one decoded at the default
-    beam, lenpen=nan gave NaN scores, a beam of -1, "4" or 4.5 failed inside fairseq."""
+    beam, lenpen=nan gave NaN scores, a beam of -1, "4" or 4.5 failed inside fairseq, a model's
+    option was ignored."""
     model = build(dictionary=DICTIONARY)[0]
     with pytest.raises(UsageError) as refused:
         task.build_generator([model], hub_generation_args(**keywords))

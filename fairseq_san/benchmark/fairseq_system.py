@@ -44,9 +44,21 @@ def max_output_tokens(model) -> int:
     return model.max_decoder_positions() - 1
 
 
+def check_overrides_written_as_json(spec: SystemSpec) -> None:
+    """ValueError for overrides that are no JSON object (``a=CKPT:null``, ``a=CKPT:[]``): they
+    were read as part of the checkpoint's name, called missing."""
+    checkpoint, _, rest = spec.checkpoint.rpartition(":")
+    if checkpoint and os.path.isfile(checkpoint):
+        raise ValueError(
+            f"system {spec.name}: {rest!r} after checkpoint {checkpoint} is no overrides: write "
+            f"them as a JSON object, e.g. {spec.name}={checkpoint}:{{\"san_decoding\": \"static\"}}"
+        )
+
+
 def load_checkpoint_task(spec: SystemSpec, data: str):
     """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
     if not os.path.isfile(spec.checkpoint):
+        check_overrides_written_as_json(spec)
         problem = "is a directory" if os.path.isdir(spec.checkpoint) else "does not exist"
         raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} {problem}")
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})

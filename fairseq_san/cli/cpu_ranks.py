@@ -85,6 +85,13 @@ def command_problem(program: str) -> Optional[str]:
     return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's share)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
@@ -95,6 +102,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not command or args.world_size < 1:
         parser.error("give a world size >= 1 and a command after --")
+    cores = available_cores()
+    if args.world_size > cores:
+        parser.error(
+            f"{args.world_size} ranks on {cores} CPU cores: each rank is a training process, "
+            f"and more than one per core only share them (slower, more memory); pass at most "
+            f"{cores} (--update-freq trains the batch of more ranks)"
+        )
     problem = command_problem(command[0])
     if problem:
         parser.error(problem)

@@ -40,7 +40,7 @@ from fairseq_san.loop.recipe_options import (
     split_at_dashes,
 )
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, check_run_dir
-from fairseq_san.loop.run_record import start_run
+from fairseq_san.loop.run_record import check_values, start_run
 from fairseq_san.loop.stopping import loop_stop
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
@@ -70,7 +70,8 @@ def add_start_parser(commands) -> None:
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")
     start.add_argument("--dry-run", action="store_true", help="check only; write nothing")
     start.add_argument("--check-inputs", action="store_true",
-                       help="check --data and --valid-ref only (exit 2 if missing); write nothing")
+                       help="check the values, --data and --valid-ref only (exit 2 if bad or "
+                       "missing); write nothing, lock nothing")  # fmt: skip
     start.add_argument("--lock-fd", type=int, metavar="FD",
                        help="lock RUN_DIR/.lock, open on this file descriptor, for the whole run")
     start.set_defaults(run=run_start)
@@ -110,10 +111,13 @@ def run_summary(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_start(args: argparse.Namespace, after: List[str]) -> int:
-    """Check the inputs only (--check-inputs), or lock the run dir and record its options."""
+    """Check the values and inputs only (--check-inputs: what the recipes run before they make
+    the run dir and its lock, so a refused run leaves nothing), or lock the run dir and record its
+    options."""
     options = run_options(args, after)
     check_run_dir(args.run_dir)
     if args.check_inputs:
+        check_values(options)
         check_inputs(options, dry_run=False)
     else:
         start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
@@ -144,6 +148,14 @@ def run_user_dir(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def iteration(text: str) -> int:
+    """argparse type: an iteration of the loop, 0 or more (-1 exited 1, read as "not settled")."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: an iteration is 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The subcommands, each with the function that runs it (``run``)."""
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
@@ -152,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         "settled", help="exit 0, saying why, when the policy iteration K learned is not new"
     )
     settled.add_argument("run_dir")
-    settled.add_argument("iteration", type=int, metavar="K")
+    settled.add_argument("iteration", type=iteration, metavar="K")
     settled.set_defaults(run=run_settled)
     show = commands.add_parser("show", help="print a policy file in the paper's notation")
     show.add_argument("policy")

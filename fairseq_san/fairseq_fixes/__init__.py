@@ -9,6 +9,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``safe_loading``: torch's safe loader accepts fairseq checkpoints (``argparse.Namespace``), a
   checkpoint that cannot be loaded is one line naming the file, one with code in a field that
   fairseq evaluates is refused;
+* ``model_overrides``: ``--model-overrides`` and the hub's keywords for a checkpoint of the
+  plugin's models are checked against it: a key nothing reads, a value its option cannot take or
+  an unregistered component is refused (fairseq ignored or failed on them);
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
@@ -19,7 +22,7 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   is not there (it trained from scratch, or printed a traceback);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
   ``--replace-unk`` (which fairseq 0.12 cannot honour), or with a plugin option that its task or
-  model does not have, is refused as it is parsed;
+  model does not have or that it would ignore, is refused as it is parsed;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.

@@ -23,6 +23,12 @@ is now one line naming the plugin's tasks or models that have the option.
 generators, ``--lenpen nan`` printed NaN scores, and ``--nbest`` above ``--beam`` printed fewer
 hypotheses than asked.
 
+A plugin option that the command would accept and ignore is refused: the static decoder's and
+``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
+without ``--eval-bleu``), ``--san-analysis-dir`` outside fairseq-validate (fairseq-train stopped
+at its first update; fairseq-eval-lm created the folder and wrote nothing) and the analysis's
+other options without it.
+
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
 """
@@ -34,7 +40,7 @@ from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
-from fairseq_san.options import flag_of
+from fairseq_san.options import ANALYSIS_OPTIONS, DECODER_OPTIONS, Option, flag_of
 
 # Options fairseq's parser needs before it can add their own options: {dest: what to pass}.
 NEEDED_TO_PARSE = {
@@ -108,6 +114,51 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
         raise UsageError(REPLACE_UNK)
     check_batch_sizes(args)
     check_search_numbers(args)
+    check_plugin_options_used(args, command)
+
+
+def command_kind(args: argparse.Namespace) -> str:
+    """What the parsed command does, told by its options (its name may be anything: ``python -m
+    fairseq_cli.train``): "decode" (generate, interactive), "train", "eval-lm" or "validate"."""
+    if hasattr(args, "beam"):
+        return "decode"
+    if hasattr(args, "max_epoch"):
+        return "train"
+    if hasattr(args, "output_word_probs"):
+        return "eval-lm"
+    return "validate"
+
+
+def check_plugin_options_used(args: argparse.Namespace, command: str) -> None:
+    """Refuse a plugin option that ``command`` accepts (its task has it) and would ignore: a
+    decoder's option where nothing decodes, the analysis outside fairseq-validate, and the
+    analysis's options without ``--san-analysis-dir``."""
+    kind = command_kind(args)
+    decodes = kind == "decode" or getattr(args, "eval_bleu", False)
+    for option in DECODER_OPTIONS:
+        if not decodes and given(args, option):
+            why = "without --eval-bleu" if kind == "train" else "(it scores with teacher forcing)"
+            raise UsageError(
+                f"{option.flag} {getattr(args, option.name)}: {command} decodes nothing {why}, "
+                "so it would be ignored; pass it to fairseq-generate or fairseq-interactive"
+            )
+    analysis_dir, *analysis_options = ANALYSIS_OPTIONS
+    if kind != "validate" and given(args, analysis_dir):
+        raise UsageError(
+            f"--san-analysis-dir is for fairseq-validate (its teacher-forced pass): {command} "
+            "would analyse nothing"
+        )
+    for option in analysis_options:
+        if given(args, option) and not given(args, analysis_dir):
+            raise UsageError(
+                f"{option.flag} {getattr(args, option.name)} is an option of --san-analysis-dir: "
+                f"add --san-analysis-dir DIR (fairseq-validate), or drop {option.flag}"
+            )
+
+
+def given(args: argparse.Namespace, option: Option) -> bool:
+    """Whether the command line set ``option`` to another value than its default."""
+    return option.is_set(getattr(args, option.name, None))
 
 
 def check_batch_sizes(args: argparse.Namespace) -> None:

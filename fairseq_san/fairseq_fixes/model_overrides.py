@@ -10,7 +10,8 @@ another type (``'6'`` for ``encoder_layers``) fails deep inside the model's cons
 (``TypeError: 'str' object cannot be interpreted as an integer``) or, for a switch
 (``'False'``), silently turns it on. Checked: every key, and the keys of a group given as a dict
 (``{'task': {...}}``); the type of the model's options that take an int, a number or True/False,
-and the choices of those that have them. The plugin's own options are checked where the model is
+and the choices of those that have them; a component's name that fairseq has not registered
+(``bpe='bogus'``: a ``KeyError`` when the hub built it). The plugin's own options are checked where the model is
 built (``models.option_checks``), with their hints. Other models' checkpoints, and an older
 fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
 """
@@ -22,7 +23,7 @@ from typing import Any, Dict, Iterator, Optional, Set, Tuple
 from omegaconf import DictConfig
 
 from fairseq_san import options
-from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key
+from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
@@ -94,8 +95,7 @@ def check_known(
     ``group`` is the group whose dict holds ``key``."""
     if key in known:
         return
-    near = nearest_key(key, hints)
-    hint = f"did you mean '{group}{near}'?" if near else "check its spelling"
+    hint = nearest_key_hint(key, hints, fallback="check its spelling", prefix=group)
     raise UsageError(
         f"unknown option '{group}{key}' {source}: neither this checkpoint's model nor any "
         f"fairseq component has it, and fairseq would ignore it; {hint}"
@@ -163,6 +163,20 @@ def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: 
         check_known(key, known, set(held.keys()), source, group=f"{group}.")
 
 
+def check_component_name(group: str, value: Any, source: str) -> None:
+    """Refuse a name that fairseq has not registered for a component (``bpe='bogus'``: a
+    ``KeyError`` when the hub builds it). fairseq-validate's own overrides name the task and
+    other groups from its command line, whose parser took registered names only."""
+    from fairseq.registry import REGISTRIES
+
+    components = REGISTRIES.get(group, {}).get("registry", {})
+    if components and isinstance(value, str) and value not in components:
+        raise UsageError(
+            f"{group} {value!r} {source} is not one of fairseq's {group} components: "
+            + nearest_key_hint(value, components)
+        )
+
+
 def check_overrides(
     cfg: DictConfig, overrides: Dict[str, Any], source: str = OVERRIDE_SOURCE
 ) -> None:
@@ -183,6 +197,9 @@ def check_overrides(
     for key, value in overrides.items():
         if isinstance(value, dict) and key in cfg.keys():
             check_group(cfg, key, value, source)
+            continue
+        if key in cfg.keys():
+            check_component_name(key, value, source)
             continue
         check_known(key, known, held | set(own), source)
         if key in own and key not in options.OPTIONS:

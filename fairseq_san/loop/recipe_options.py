@@ -6,7 +6,10 @@ prints shell assignments for the recipe to ``eval``: one variable per option (``
 is ``THETA_SELF``; a switch is 1 or 0), ``START_OPTIONS``, the options that make a run what it
 is, as ``fairseq-san-loop start`` records them in ``RUN/run.json`` (``recorded``), and ``set --``
 with the fairseq-train arguments after ``--``. The same list gives ``RECIPE --help`` and the
-options ``start`` accepts, so an option is added in one place.
+options ``start`` accepts, so an option is added in one place. What one option cannot say alone
+is refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
+option that another makes unread (``--warm-updates`` without ``--warm-start``, ``--launcher``
+beside ``--cpu-ranks``).
 """
 
 import argparse
@@ -74,12 +77,12 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
         MAX_ITERATIONS,
         _switch("--warm-start", "iteration k+1 starts from iteration k's model, unused "
                 "projections dropped", recorded=True),  # fmt: skip
-        RecipeOption("--warm-updates", "", "updates of a warm-started iteration (default: "
-                     "updates / 2)", "N"),  # fmt: skip
+        RecipeOption("--warm-updates", "", "updates of a warm-started iteration, with "
+                     "--warm-start (default: updates / 2)", "N"),  # fmt: skip
         RecipeOption("--cpu-ranks", "0", "train with N CPU processes, one per rank (gloo, "
                      "legacy_ddp)", "N"),  # fmt: skip
         RecipeOption("--launcher", "", "prefix for fairseq-train, e.g. \"torchrun "
-                     "--nproc_per_node 8\"", "CMD"),  # fmt: skip
+                     "--nproc_per_node 8\" (not with --cpu-ranks N)", "CMD"),  # fmt: skip
         RecipeOption("--post-process", "sentencepiece", "how fairseq-generate detokenizes, e.g. "
                      "subword_nmt", "P"),  # fmt: skip
         RecipeOption("--decode-batch-size", "16", "sentences per batch of the validation BLEU's "
@@ -101,6 +104,18 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
         EXTEND,
     ),
 }
+
+
+# The plugin's named architectures, by the recipe that trains them, and what each recipe's model
+# is. fairseq's ARCH_MODEL_REGISTRY holds them once fairseq is imported (seconds, with torch), so
+# they are listed here, in pure Python; a test fails when the registry differs. The other
+# recipe's model would fail only inside fairseq-train (unrecognized arguments), its run dir made.
+ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
+    LOOP: ("transformer_san", "transformer_san_base", "transformer_san_small",
+           "transformer_aan_base", "transformer_aan_small"),
+    LM_LOOP: ("transformer_lm_san", "transformer_lm_san_small"),
+}  # fmt: skip
+MODEL_KIND = {LOOP: "a translation model", LM_LOOP: "a language model"}
 
 
 def recorded_options() -> List[RecipeOption]:
@@ -156,9 +171,50 @@ def split_at_dashes(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
 
 
+def default_of(recipe: str, flag: str) -> str:
+    """The default of one of the recipe's options."""
+    return next(option.default for option in RECIPE_OPTIONS[recipe] if option.flag == flag)
+
+
+def refuse(recipe: str, message: str) -> NoReturn:
+    """One line naming the problem and the fix, and exit 2 (argparse's status for a bad option)."""
+    print(f"{recipe}: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_architecture(recipe: str, arch: str) -> None:
+    """Refuse the other recipe's model (``ARCHITECTURES``); an architecture neither recipe
+    names is left to fairseq-train (its own message: invalid choice)."""
+    for other, names in ARCHITECTURES.items():
+        if other != recipe and arch in names:
+            refuse(recipe, f"--arch {arch} is {MODEL_KIND[other]}: train it with "
+                   f"examples/{other} ({recipe} trains {MODEL_KIND[recipe]}, e.g. "
+                   f"--arch {default_of(recipe, '--arch')})")  # fmt: skip
+
+
+def is_positive(count: str) -> bool:
+    """A whole number of at least 1 (``--cpu-ranks`` 0, the default, is one process; a value
+    that is no count is refused by ``fairseq-san-loop start``, naming it)."""
+    return count.strip().isdigit() and int(count) > 0
+
+
+def check_unread(recipe: str, values: Dict[str, str]) -> None:
+    """Refuse an option that another one leaves unread (the recipe would ignore it silently):
+    --warm-updates without --warm-start, --launcher with --cpu-ranks N (N CPU processes win)."""
+    if values.get("WARM_UPDATES") and values.get("WARM_START") == "0":
+        refuse(recipe, f"--warm-updates {values['WARM_UPDATES']} without --warm-start: it sets "
+               "a warm-started iteration's updates; add --warm-start, or drop --warm-updates "
+               "(--updates sets each iteration's)")  # fmt: skip
+    if values.get("LAUNCHER") and is_positive(values.get("CPU_RANKS", "")):
+        refuse(recipe, f"--launcher {shlex.quote(values['LAUNCHER'])} and --cpu-ranks "
+               f"{values['CPU_RANKS']} both say how fairseq-train starts (--cpu-ranks would "
+               "win, the launcher unused): give one")  # fmt: skip
+
+
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
-    and exit 2 for an unknown option, a missing one or a bad --decode-batch-size."""
+    and exit 2 for an unknown option, a missing one, a bad --decode-batch-size, the other
+    recipe's --arch or an option that another leaves unread."""
     own, train_args = split_at_dashes(argv)
     parser = recipe_parser(recipe)
     args = parser.parse_args(own)
@@ -171,9 +227,9 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
     batch_size = values.get("DECODE_BATCH_SIZE")
     if batch_size is not None and not re.fullmatch(r"[1-9][0-9]*", batch_size):
-        print(f"{recipe}: --decode-batch-size takes a positive integer, not '{batch_size}'",
-              file=sys.stderr)  # fmt: skip
-        sys.exit(2)
+        refuse(recipe, f"--decode-batch-size takes a positive integer, not '{batch_size}'")
+    check_architecture(recipe, values["ARCH"])
+    check_unread(recipe, values)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         values["WARM_UPDATES"] = str(int(updates) // 2) if updates.isdigit() else updates

@@ -53,10 +53,11 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
     if not os.path.isdir(data):
         return f"no data directory {data} (--data)", f"no data directory {data}"
     if options.get("--lm"):
-        if not os.path.isfile(os.path.join(data, "dict.txt")):
+        binarized = ("dict.txt", "train.idx")
+        if not all(os.path.isfile(os.path.join(data, name)) for name in binarized):
             return (
-                f"{data} holds no fairseq-preprocess --only-source output (dict.txt): run "
-                "examples/lm/prepare.sh first (--data)",
+                f"{data} holds no fairseq-preprocess --only-source output (dict.txt, train.idx): "
+                "run examples/lm/prepare.sh first (--data)",
                 f"no binarized data in {data}",
             )
         return None

@@ -31,6 +31,7 @@ from fairseq.models.transformer_lm import (
 from torch import Tensor
 
 from fairseq_san import checkpoints, options
+from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, drop_unused_projections
 from fairseq_san.models.option_checks import (
@@ -55,7 +56,7 @@ SHARES = {
 
 
 @register_model("transformer_lm_san")
-class TransformerLMSANModel(TransformerLanguageModel):
+class TransformerLMSANModel(HubModel, TransformerLanguageModel):
     """A decoder-only language model whose adjacent layers share attention weights or K/V."""
 
     num_updates: Optional[int] = None

@@ -24,6 +24,7 @@ from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san import checkpoints, options
+from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, drop_unused_projections
 from fairseq_san.models.option_checks import (
@@ -94,7 +95,7 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
 
 @register_model("transformer_san")
-class TransformerSANModel(TransformerModel):
+class TransformerSANModel(HubModel, TransformerModel):
     """A Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A,
     Eq. 5)."""
 

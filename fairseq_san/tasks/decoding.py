@@ -14,7 +14,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError, nearest_key
+from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.fairseq_fixes.command_options import check_search_numbers
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
@@ -33,6 +33,10 @@ class StaticDecoderConfig(FairseqDataclass):
     )
 
 
+# The options a task's generator reads from the generation config (the hub's keywords).
+DECODER_OPTION_NAMES = tuple(option.name for option in options.DECODER_OPTIONS)
+
+
 def set_beam_sizes(models: Sequence, beam_size: int) -> None:
     """Tell each model the generator's beam, 1 included: fairseq's SequenceGenerator does only
     above 1, so a model that decoded with beam k before (the hub, the benchmark) would keep k,
@@ -46,17 +50,21 @@ def check_generation_args(args) -> None:
     """Refuse a generation option that no generator reads and search numbers that no search can
     follow (``check_search_numbers``, which the command line ran as it parsed). Only the hub's
     ``translate()``/``generate()`` keywords reach here unparsed: fairseq sets each on its
-    generation config, so a misspelt one (``bema=1``) was ignored and ``lenpen=nan`` gave NaN
-    scores."""
+    generation config, so a misspelt one (``bema=1``) was ignored, a model's option
+    (``san_policy``) too, and ``lenpen=nan`` gave NaN scores."""
     if isinstance(args, DictConfig):
-        known = set(GenerationConfig.__dataclass_fields__) | set(options.OPTIONS)
+        known = set(GenerationConfig.__dataclass_fields__) | set(DECODER_OPTION_NAMES)
         for key in args.keys():
+            if key in options.OPTIONS and key not in known:
+                raise UsageError(
+                    f"{key} is an option of the model, which translate(), sample() and "
+                    f"generate() cannot change: give it to from_pretrained(..., {key}=...)"
+                )
             if key not in known:
-                near = nearest_key(key, known)
                 raise UsageError(
                     f"unknown generation option '{key}' (a keyword of translate(), sample() or "
-                    f"generate()): "
-                    + (f"did you mean '{near}'?" if near else "see fairseq's GenerationConfig")
+                    "generate()): "
+                    + nearest_key_hint(key, known, fallback="see fairseq's GenerationConfig")
                 )
     check_search_numbers(args)
 
@@ -134,8 +142,7 @@ class DecodingTask:
         ignored."""
         for option in (options.DECODER_PRECISION, options.DECODER_EXECUTION):
             value = self.decoding_option(args, option)
-            given = value is not None and str(value) != str(option.default)
-            if given and decoding != options.STATIC:
+            if option.is_set(value) and decoding != options.STATIC:
                 raise UsageError(
                     f"{option.flag} {value} is an option of --san-decoding static, and this "
                     f"command decodes with --san-decoding {decoding}: add --san-decoding static, "

@@ -1192,6 +1192,11 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
          "--san-analysis-save-sentences 0 is an option of --san-analysis-dir"),
         ("get_training_parser", ["data", "--task", "translation_san", "--arch", "transformer_san",
                                  "--eval-bleu", "--san-decoding", "static"], None),
+        ("get_training_parser", ["data", "--task", "translation_san", "--arch", "transformer_san",
+                                 "--san-decoding", "fast"], None),  # the model applies it
+        ("get_training_parser", ["data", "--task", "language_modeling_san", "--arch",
+                                 "transformer_lm_san", "--san-decoding", "static"],
+         "--san-decoding static: fairseq-x decodes nothing (it trains), so it would be ignored"),
         ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
                                    "--san-decoding", "static", "--san-decoder-precision", "bf16"],
          None),

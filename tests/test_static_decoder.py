@@ -613,6 +613,9 @@ def test_unsupported_option_is_named(task, options, named):
         (dict(san_decoding="static", sampling_topk=5), "--sampling-topk needs --sampling"),
         (dict(sampling=True, sampling_topk=25, beam=2, nbest=2), "--sampling-topk 25 is more than "
          "the target dictionary's 24 entries: pass at most 24"),
+        (dict(san_decoding="fast", score_reference=True), "--san-decoding fast with "
+         "--score-reference: scoring the references is one teacher-forced pass, which decodes "
+         "nothing; drop --san-decoding"),
     ],
 )  # fmt: skip
 def test_options_that_would_be_ignored_are_refused(task, options, message):
@@ -653,9 +656,13 @@ def hub_generation_args(**keywords):
         (dict(beam=4.5), "--beam 4.5: it must be an integer of at least 1"),
         (dict(san_policy="{}"), "san_policy is an option of the model, which translate(), "
          "sample() and generate() cannot change: give it to from_pretrained(..., san_policy=...)"),
+        (dict(san_fast_decoding=True), "san_fast_decoding is deprecated: pass san_decoding='fast'"),
+        (dict(san_analysis_dir="js"), "san_analysis_dir is an option of the attention analysis, "
+         "which runs in fairseq-validate only: translate(), sample() and generate() would ignore "
+         "it"),
     ],
     ids=["misspelt", "unknown", "nan", "text for a number", "negative beam", "text beam",
-         "fractional beam", "model option"],
+         "fractional beam", "model option", "deprecated option", "analysis option"],
 )  # fmt: skip
 def test_hub_keywords_a_search_cannot_take_are_refused(task, keywords, message):
     """The hub's keywords reach the generator unparsed: a misspelt one decoded at the default

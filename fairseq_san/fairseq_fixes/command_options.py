@@ -25,9 +25,11 @@ hypotheses than asked.
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
 ``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
-without ``--eval-bleu``), ``--san-analysis-dir`` outside fairseq-validate (fairseq-train stopped
-at its first update; fairseq-eval-lm created the folder and wrote nothing) and the analysis's
-other options without it.
+without ``--eval-bleu``; fairseq-train keeps ``--san-decoding fast`` and ``no-cache``, which the
+model applies to itself and its checkpoint keeps), ``--san-analysis-dir`` outside
+fairseq-validate (fairseq-train stopped at its first update; fairseq-eval-lm created the folder
+and wrote nothing) and the analysis's other options without it. Only a value other than the
+option's default is seen as given.
 
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
@@ -40,7 +42,14 @@ from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
-from fairseq_san.options import ANALYSIS_OPTIONS, DECODER_OPTIONS, Option, flag_of
+from fairseq_san.options import (
+    ANALYSIS_OPTIONS,
+    DECODER_OPTIONS,
+    DECODING,
+    MODEL_DECODINGS,
+    Option,
+    flag_of,
+)
 
 # Options fairseq's parser needs before it can add their own options: {dest: what to pass}.
 NEEDED_TO_PARSE = {
@@ -134,19 +143,22 @@ def check_plugin_options_used(args: argparse.Namespace, command: str) -> None:
     decoder's option where nothing decodes, the analysis outside fairseq-validate, and the
     analysis's options without ``--san-analysis-dir``."""
     kind = command_kind(args)
-    decodes = kind == "decode" or getattr(args, "eval_bleu", False)
     for option in DECODER_OPTIONS:
-        if not decodes and given(args, option):
-            why = "without --eval-bleu" if kind == "train" else "(it scores with teacher forcing)"
+        if given(args, option) and not decodes_with(args, kind, option):
+            value = getattr(args, option.name)
+            why = "(it scores with teacher forcing)"
+            if kind == "train":
+                why = "without --eval-bleu" if hasattr(args, "eval_bleu") else "(it trains)"
             raise UsageError(
-                f"{option.flag} {getattr(args, option.name)}: {command} decodes nothing {why}, "
-                "so it would be ignored; pass it to fairseq-generate or fairseq-interactive"
+                f"{option.flag} {value}: {command} decodes nothing {why}, so it would be "
+                "ignored; pass it to fairseq-generate or fairseq-interactive"
             )
     analysis_dir, *analysis_options = ANALYSIS_OPTIONS
     if kind != "validate" and given(args, analysis_dir):
         raise UsageError(
             f"--san-analysis-dir is for fairseq-validate (its teacher-forced pass): {command} "
-            "would analyse nothing"
+            "would analyse nothing; drop it, and run fairseq-validate DATA --task translation_san "
+            "(or language_modeling_san) --path CKPT --san-analysis-dir DIR"
         )
     for option in analysis_options:
         if given(args, option) and not given(args, analysis_dir):
@@ -154,6 +166,15 @@ def check_plugin_options_used(args: argparse.Namespace, command: str) -> None:
                 f"{option.flag} {getattr(args, option.name)} is an option of --san-analysis-dir: "
                 f"add --san-analysis-dir DIR (fairseq-validate), or drop {option.flag}"
             )
+
+
+def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:
+    """Whether a command of ``kind`` reads ``option``: one that decodes, or fairseq-train for
+    ``--eval-bleu``; fairseq-train also for a decoding the model applies to itself
+    (``--san-decoding fast``: the checkpoint keeps it, and decodes with it)."""
+    if kind == "decode" or getattr(args, "eval_bleu", False):
+        return True
+    return kind == "train" and option is DECODING and args.san_decoding in MODEL_DECODINGS
 
 
 def given(args: argparse.Namespace, option: Option) -> bool:

@@ -25,8 +25,9 @@ import re
 import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
-from fairseq_san.files import write_json
 
+from fairseq_san.cli.cpu_ranks import available_cores
+from fairseq_san.files import write_json
 from fairseq_san.policy import LN2, write_policy
 
 RECORD = "run.json"
@@ -129,6 +130,9 @@ def check_values(options: Options) -> None:
             continue
         if value is not None and not fits(str(value)):
             raise RunError(f"{option} {value}: must be {what}")
+    ranks, cores = int(options.get("--cpu-ranks") or 0), available_cores()
+    if ranks > cores:  # fairseq-san-cpu-ranks refuses it, after the run dir is made
+        raise RunError(f"--cpu-ranks {ranks}: more ranks than the {cores} CPU cores here")
 
 
 def check_run_dir(run_dir: str) -> None:

@@ -56,10 +56,7 @@ def check_generation_args(args) -> None:
         known = set(GenerationConfig.__dataclass_fields__) | set(DECODER_OPTION_NAMES)
         for key in args.keys():
             if key in options.OPTIONS and key not in known:
-                raise UsageError(
-                    f"{key} is an option of the model, which translate(), sample() and "
-                    f"generate() cannot change: give it to from_pretrained(..., {key}=...)"
-                )
+                raise UsageError(plugin_option_misplaced(options.OPTIONS[key]))
             if key not in known:
                 raise UsageError(
                     f"unknown generation option '{key}' (a keyword of translate(), sample() or "
@@ -67,6 +64,33 @@ def check_generation_args(args) -> None:
                     + nearest_key_hint(key, known, fallback="see fairseq's GenerationConfig")
                 )
     check_search_numbers(args)
+
+
+def check_scoring(args, decoding: str) -> None:
+    """Refuse a decoding of the model with ``--score-reference``: fairseq scores the references
+    in one teacher-forced pass, which decodes nothing (the static decoder refuses it too)."""
+    if getattr(args, "score_reference", False) and decoding in (options.NO_CACHE, options.FAST):
+        raise UsageError(
+            f"--san-decoding {decoding} with --score-reference: scoring the references is one "
+            "teacher-forced pass, which decodes nothing; drop --san-decoding"
+        )
+
+
+def plugin_option_misplaced(option: options.Option) -> str:
+    """Why a plugin option that is no decoder's does nothing as a keyword of ``translate()``,
+    and where it goes."""
+    if option.alias_of is not None:
+        target, value = option.alias_of
+        return f"{option.name} is deprecated: pass {target}='{value}'"
+    if option in options.ANALYSIS_OPTIONS:
+        return (
+            f"{option.name} is an option of the attention analysis, which runs in "
+            "fairseq-validate only: translate(), sample() and generate() would ignore it"
+        )
+    return (
+        f"{option.name} is an option of the model, which translate(), sample() and generate() "
+        f"cannot change: give it to from_pretrained(..., {option.name}=...)"
+    )
 
 
 class DecodingTask:
@@ -101,6 +125,7 @@ class DecodingTask:
         check_generation_args(args)
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
+        check_scoring(args, decoding)
         self.check_sampling_topk(args)
         if decoding != options.STATIC:
             for model in models:

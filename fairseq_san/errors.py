@@ -42,6 +42,7 @@ FAIRSEQ_BAD_INPUT = [
     (Exception, r"Size of sample #\d+ is invalid \(=.*\) since max_positions=.*, skip this "
                 r"example with --skip-invalid-size-inputs-valid-test"),  # input too long
     (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
+    (AssertionError, r"min_len cannot be larger than max_len, please adjust these!"),  # --min-len
 ]
 
 

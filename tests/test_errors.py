@@ -1026,6 +1026,8 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "example with --skip-invalid-size-inputs-valid-test"),
         (AssertionError("Sentences lengths should not exceed max_tokens=5"),
          "Sentences lengths should not exceed max_tokens=5"),
+        (AssertionError("min_len cannot be larger than max_len, please adjust these!"),
+         "min_len cannot be larger than max_len, please adjust these!"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -1203,6 +1205,25 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
         ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
                                    "--san-analysis-dir", "js", "--san-analysis-max-sentences", "5"],
          None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--temperature", "0"],
+         "--temperature 0.0: it must be greater than 0 (greedy decoding is --beam 1 without "
+         "--sampling)"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--sampling",
+                                               "--sampling-topk", "1", "--sampling-topp", "0.9"],
+         "--sampling-topk 1 and --sampling-topp 0.9: fairseq's sampling keeps the top-p tokens "
+         "and ignores top-k; pass one"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--bf16"],
+         "--bf16: fairseq-x does not apply it (fairseq converts a model to evaluate it with "
+         "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding static "
+         "--san-decoder-precision bf16"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--bf16"], "--bf16: fairseq-x does not"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--bf16"], None),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-decoder-self-policy", "2"],
+         "fairseq-x has no option --san-decoder-self-policy: it is an option of --arch "
+         "transformer_san or --arch transformer_lm_san, set when the model is trained; a "
+         "checkpoint takes another value with --model-overrides \"{'san_decoder_self_policy': "
+         "VALUE}\""),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),

@@ -62,6 +62,18 @@ def test_full_batches_keep_the_multiple_and_the_order():
     assert [b.tolist() for b in batches] == [list(range(8)), list(range(8, SENTENCES))]
 
 
+def test_no_sentence_to_batch_is_one_usage_error():
+    """Every sentence skipped (--skip-invalid-size-inputs-valid-test): fairseq's drop of the last
+    batch read b[-1] of none, an IndexError (and fairseq-generate then divided by 0 sentences)."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError, match="^no sentence to batch: the subset is empty, or every "):
+        data_utils.batch_by_size(
+            np.arange(0), lambda i: 1, num_tokens_vec=np.arange(0), max_tokens=1000,
+            required_batch_size_multiple=8,
+        )  # fmt: skip
+
+
 # --- fairseq-generate ------------------------------------------------------------------------
 
 

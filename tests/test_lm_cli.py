@@ -3,6 +3,7 @@ the analysis, fairseq-interactive and the hub; the one-line refusals (slow: runs
 
 import fcntl
 import json
+import re
 
 import pytest
 
@@ -53,6 +54,28 @@ def test_eval_lm_gives_the_perplexity(trained, tmp_path):
                     "-o", str(tmp_path / "valid.json"))  # fmt: skip
     assert score.returncode == 0, score.stderr
     assert 1 < json.loads((tmp_path / "valid.json").read_text())["perplexity"] < 200
+
+
+@pytest.mark.parametrize(
+    "options, fix",
+    [([], "pass --tokens-per-sample 16 or fewer (its default, 1024, is for models with as many"),
+     (["--tokens-per-sample", "24"], "pass --tokens-per-sample 16 or fewer")],
+)  # fmt: skip
+def test_eval_lm_refuses_samples_longer_than_the_model(trained, options, fix):
+    """fairseq-eval-lm skipped them with a warning and printed the perplexity of the rest: of
+    nothing (1.00) with its default --tokens-per-sample for a model of fewer positions."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
+        str(checkpoints["san"]), "--gen-subset", "test", "--cpu", *options,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"fairseq-san: error: \d+ of the \d+ samples are longer than the model's 16 positions, "
+        r"and fairseq-eval-lm would skip them \(the perplexity of the rest\): " + re.escape(fix)
+        + ".*", last
+    ), last
 
 
 def test_analysis_writes_the_decoder_self_attention_js(trained, tmp_path):

@@ -676,10 +676,16 @@ def test_hub_keywords_a_search_cannot_take_are_refused(task, keywords, message):
 
 
 def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
-    """fairseq's generator asserts on these (a traceback); the static decoder names the option."""
+    """fairseq's generator asserts on these (a traceback); the static decoder names the option,
+    also where it is built without the task (the benchmark)."""
+    from fairseq_san.static_decoding.generator import StaticSequenceGenerator
+
     model = build(dictionary=DICTIONARY)[0]
-    with pytest.raises(UsageError, match="^--temperature 0: it must be greater than 0$"):
+    refused = r"^--temperature 0: it must be greater than 0 \(greedy decoding is --beam 1 without"
+    with pytest.raises(UsageError, match=refused):
         task.build_generator([model], generation_args(san_decoding="static", temperature=0))
+    with pytest.raises(UsageError, match=refused):
+        StaticSequenceGenerator([model], DICTIONARY, temperature=0)
     src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
     longest = r"^--min-len 12 is above the longest output of a batch of source length 7 \(10: "
     with pytest.raises(UsageError, match=longest + r"--max-len-a 0 x 7 \+ --max-len-b 10"):

@@ -165,15 +165,24 @@ def test_analysis_of_a_model_whose_task_cannot_analyse_is_refused():
 def test_a_checkpoint_shared_the_other_way_is_refused(trained, loaded):
     source, _ = build_lm(["--san-decoder-self-policy", "3,3", "--san-self-share", trained])
     target, _ = build_lm(["--san-decoder-self-policy", "3,3", "--san-self-share", loaded])
-    with pytest.raises(PolicyError, match=f"trained with .*--san-self-share {trained}\\), this model"):
+    with pytest.raises(PolicyError, match=f"trained with .*--san-self-share {trained}\\), this model"
+                       ) as refused:  # fmt: skip
         target.load_state_dict(source.state_dict())
+    assert str(refused.value).endswith(  # decoding takes no --san-* flag: what decoding needs
+        f"""To continue training it, pass --san-policy '{{"decoder_self": [3, 3]}}' """
+        f"--san-self-share {trained}; to decode it, leave san_self_share out of --model-overrides."
+    )
 
 
 def test_a_checkpoint_that_shares_more_is_refused_and_one_that_shares_less_loads():
     more, _ = build_lm(["--san-decoder-self-policy", "6"], seed=1)
     less, _ = build_lm(["--san-decoder-self-policy", "3,3"], seed=2)
-    with pytest.raises(PolicyError, match="more attention sharing"):
+    with pytest.raises(PolicyError, match="more attention sharing") as refused:
         less.load_state_dict(more.state_dict())
+    assert str(refused.value).endswith(
+        """To continue training it, pass --san-policy '{"decoder_self": [6]}' --san-self-share """
+        "weights; to decode it, use a policy that shares at least as much as the checkpoint's."
+    )
     source = less.state_dict()
     more.load_state_dict(dict(source))  # decoding with more sharing drops projections
     kept = more.state_dict()

@@ -20,8 +20,10 @@ translation --san-analysis-dir DIR``) got argparse's usage text and "unrecognize
 is now one line naming the plugin's tasks or models that have the option.
 
 ``--beam 0`` or ``--nbest 0`` failed with a ``ZeroDivisionError`` or a slice error inside the
-generators, ``--lenpen nan`` printed NaN scores, and ``--nbest`` above ``--beam`` printed fewer
-hypotheses than asked.
+generators, ``--lenpen nan`` printed NaN scores, ``--nbest`` above ``--beam`` printed fewer
+hypotheses than asked, ``--temperature 0`` failed on fairseq's assertion, ``--sampling-topk``
+beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), and ``--bf16``
+was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only).
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
 ``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
@@ -105,6 +107,13 @@ def refuse_unrecognized(
         owners = plugin_owners(flag) if flag.startswith("--san-") else []
         if owners:
             option = owners[0].split()[0]  # --task or --arch
+            if option == "--arch" and hasattr(args, "path"):  # a command that loads a model
+                raise UsageError(
+                    f"{parser.prog} has no option {flag}: it is an option of "
+                    f"{' or '.join(owners)}, set when the model is trained; a checkpoint takes "
+                    f"another value with --model-overrides \"{{'{flag[2:].replace('-', '_')}': "
+                    "VALUE}\""
+                )
             here = f"{option} {getattr(args, option[2:], None)}"
             raise UsageError(
                 f"{parser.prog} {here} has no option {flag}: it is an option of "
@@ -124,6 +133,12 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_batch_sizes(args)
     check_search_numbers(args)
     check_plugin_options_used(args, command)
+    if getattr(args, "bf16", False) and command_kind(args) != "train":
+        raise UsageError(
+            f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
+            "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
+            "static --san-decoder-precision bf16"
+        )
 
 
 def command_kind(args: argparse.Namespace) -> str:
@@ -217,6 +232,22 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, flag, 0.0)
         if value is not None and not (is_number(value) and math.isfinite(value)):
             raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
+    check_temperature(getattr(args, "temperature", 1.0))
+    topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
+    if topk > 0 and topp > 0:
+        raise UsageError(
+            f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
+            "top-p tokens and ignores top-k; pass one"
+        )
+
+
+def check_temperature(temperature: float) -> None:
+    """Refuse a temperature of 0 or less (fairseq's generator asserts it: a traceback)."""
+    if temperature <= 0:
+        raise UsageError(
+            f"--temperature {temperature}: it must be greater than 0 (greedy decoding is --beam 1 "
+            "without --sampling)"
+        )
 
 
 def is_integer(value: object) -> bool:

@@ -18,7 +18,10 @@ batches are consecutive runs of the ordered indices); fairseq's other batches, s
 of the required size, are unchanged. It applies to training too: nothing in translation needs
 the drop, and there it loses the same batch every epoch (the longest sentences, since translation
 batches are built once over length-sorted indices), as silently as in evaluation. Fixed-shape
-batching (``fixed_shapes``) never drops and is left alone.
+batching (``fixed_shapes``) never drops and is left alone. No indices at all (every sentence
+filtered out by ``--skip-invalid-size-inputs-valid-test``, or an empty subset) are one line
+saying so: the drop failed on them with an ``IndexError`` (and without it fairseq-generate
+divides by zero sentences).
 """
 
 import functools
@@ -26,7 +29,15 @@ import inspect
 
 import numpy as np
 
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+NOTHING_TO_BATCH = (
+    "no sentence to batch: the subset is empty, or every sentence is longer than the model's "
+    "positions and was skipped (--skip-invalid-size-inputs-valid-test); raise "
+    "--max-source-positions/--max-target-positions to the model's, or for a language model pass "
+    "--sample-break-mode eos or a --tokens-per-sample within its positions"
+)
 
 
 def keeping_last_batch(batch_by_size):
@@ -41,6 +52,8 @@ def keeping_last_batch(batch_by_size):
         if not isinstance(indices, np.ndarray):  # an iterator would be consumed by fairseq
             indices = np.fromiter(indices, dtype=np.int64, count=-1)
             call.arguments["indices"] = indices
+        if len(indices) == 0:  # fairseq's drop reads b[-1] of no batches: an IndexError
+            raise UsageError(NOTHING_TO_BATCH)
         batches = batch_by_size(*call.args, **call.kwargs)
         covered = sum(len(batch) for batch in batches)
         if call.arguments["fixed_shapes"] is None and covered < len(indices):

@@ -289,13 +289,14 @@ def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
             f"the checkpoint was trained with {options.SHARE_NAMES[trained_share]} "
             f"(--san-self-share {trained_share}), this model is built with "
             f"{options.SHARE_NAMES[model.self_share]} (--san-self-share {model.self_share}): its "
-            f"following layers lack the projections that needs; decode it with {flags}"
+            f"following layers lack the projections that needs. To continue training it, pass "
+            f"{flags}; to decode it, leave san_self_share out of --model-overrides."
         )
     needed = missing_projections(own, state_dict)
     if needed:
         raise san_policy.PolicyError(
             f"the checkpoint was trained with more attention sharing (decoder_self "
             f"{trained}) than this model ({wanted}): it has no projections for "
-            f"{', '.join(needed)}. To continue training or decode it, pass {flags}, or a "
-            "policy that shares at least as much"
+            f"{', '.join(needed)}. To continue training it, pass {flags}; to decode it, use a "
+            "policy that shares at least as much as the checkpoint's."
         )

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.command_options import check_temperature
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
@@ -104,8 +105,7 @@ class StaticSequenceGenerator(nn.Module):
         super().__init__()
         if len(models) != 1:
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
-        if temperature <= 0:
-            raise UsageError(f"--temperature {temperature}: it must be greater than 0")
+        check_temperature(temperature)
         self.model = models[0]
         self.model.eval()
         device = next(self.model.parameters()).device

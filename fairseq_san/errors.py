@@ -43,6 +43,7 @@ FAIRSEQ_BAD_INPUT = [
                 r"example with --skip-invalid-size-inputs-valid-test"),  # input too long
     (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
     (AssertionError, r"min_len cannot be larger than max_len, please adjust these!"),  # --min-len
+    (ValueError, r"--share-all-embeddings requires a joined dictionary"),  # preprocess's flag
 ]
 
 

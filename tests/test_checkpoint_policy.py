@@ -65,6 +65,22 @@ def test_decode_time_policy_sharing_less_than_the_checkpoint_fails():
         assert f"decoder.layers.{layer}.self_attn" not in message
 
 
+def test_a_policy_whose_blocks_moved_is_named_as_such_not_as_sharing_less():
+    """{3,3} -> {4,2} (what the loop may learn next, warm-started from the last iteration):
+    both share four layers, but layer 5 led no block in the checkpoint; it was called "more
+    attention sharing", and the advice to decode with at least as much could not help."""
+    trained, _ = build(["--san-decoder-self-policy", "3,3"], dictionary=DICT)
+    moved, _ = build(["--san-decoder-self-policy", "4,2"], dictionary=DICT)
+    with pytest.raises(PolicyError) as error:
+        moved.load_state_dict(trained.state_dict(), strict=True, model_cfg=None)
+    assert str(error.value).startswith(
+        "the checkpoint's attention sharing (decoder_self {3,3}  decoder_encdec none  "
+        "encoder_self none) and this model's (decoder_self {4,2}  decoder_encdec none  "
+        "encoder_self none) have blocks with other borders: it has no projections for "
+        "decoder.layers.4.self_attn, which followed a block's first layer in the checkpoint."
+    )
+
+
 @pytest.mark.parametrize(
     "trained, requested, loads",
     [
@@ -89,7 +105,9 @@ def test_decode_time_policy_may_share_more_never_less(trained, requested, loads)
     if loads:
         model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
     else:
-        with pytest.raises(PolicyError, match="more attention sharing"):
+        moved = (trained, requested) == ("3,3", "2,2,2")  # layer 3 led no block of the checkpoint
+        said = "blocks with other borders" if moved else "more attention sharing"
+        with pytest.raises(PolicyError, match=said):
             model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
 
 

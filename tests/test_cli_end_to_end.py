@@ -133,9 +133,10 @@ def test_model_overrides_policy_sharing_more_than_the_checkpoint(binarized_corpu
     assert len(best_hypotheses(result.stdout)) == 20
 
 
-def test_model_overrides_policy_sharing_less_than_the_checkpoint_fails(
+def test_model_overrides_policy_that_moves_the_checkpoints_blocks_fails(
     binarized_corpus, trained, tmp_path
 ):
+    """{1,5} -> {3,3}: layer 4 would lead a block, and followed one in the checkpoint."""
     checkpoint, _ = trained["sharing"]
     policy = tmp_path / "less.json"
     policy.write_text(json.dumps({"decoder_self": [3, 3], "decoder_encdec": [3, 3]}))
@@ -144,7 +145,7 @@ def test_model_overrides_policy_sharing_less_than_the_checkpoint_fails(
     )
     assert result.returncode != 0
     assert not best_hypotheses(result.stdout)
-    error_lines = [line for line in result.stderr.splitlines() if "more attention sharing" in line]
+    error_lines = [line for line in result.stderr.splitlines() if "other borders" in line]
     assert len(error_lines) == 1, result.stderr[-3000:]
     assert "decoder.layers.3.self_attn" in error_lines[0]
     assert "decoder.layers.1.self_attn" not in error_lines[0]

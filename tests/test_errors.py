@@ -1028,6 +1028,8 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "Sentences lengths should not exceed max_tokens=5"),
         (AssertionError("min_len cannot be larger than max_len, please adjust these!"),
          "min_len cannot be larger than max_len, please adjust these!"),
+        (ValueError("--share-all-embeddings requires a joined dictionary"),
+         "--share-all-embeddings requires a joined dictionary"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -1096,6 +1098,13 @@ def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
          "checkpoint_last.pt"),
         (dict(finetune_from_model="{tmp}/nope.pt"), "--finetune-from-model {tmp}/nope.pt: no such "
          "file"),
+        (dict(finetune_from_model="{tmp}/here.pt", reset_optimizer=True), "--finetune-from-model "
+         "resets the optimizer, learning-rate scheduler, meters and data loader itself: drop "
+         "--reset-optimizer"),
+        (dict(finetune_from_model="{tmp}/here.pt", restore_file="{tmp}/here.pt"),
+         "--finetune-from-model {tmp}/here.pt and --restore-file {tmp}/here.pt both name the "
+         "checkpoint to start from: give one (--restore-file resumes a run, --finetune-from-model "
+         "starts a new one from a checkpoint's weights)"),
         (dict(restore_file="{tmp}/here.pt"), None),
         (dict(), None),  # fairseq's default: SAVE_DIR/checkpoint_last.pt, or a first run
     ],
@@ -1114,13 +1123,35 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
     cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
                           save_dir=str(tmp_path / "save"))  # fmt: skip
     for name, value in flags.items():
-        setattr(cfg, name, value.format(tmp=tmp_path))
+        setattr(cfg, name, value.format(tmp=tmp_path) if isinstance(value, str) else value)
     if said is None:
         check_checkpoint_flags(cfg)
         return
     with pytest.raises(UsageError) as refused:
         checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix=""))
     assert str(refused.value) == said.format(tmp=tmp_path)
+
+
+def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path):
+    """Resuming under a policy that shares more: the model loads (its unused projections
+    dropped), then torch refused the optimizer's state with a traceback."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.restore_file import _checking
+
+    def load_checkpoint(cfg, trainer):  # torch's own error, as the trainer meets it
+        saved = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))] * 1).state_dict()
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1)) for _ in range(2)]).load_state_dict(
+            saved
+        )
+
+    cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
+                          save_dir=str(tmp_path))  # fmt: skip
+    with pytest.raises(UsageError, match="add --reset-optimizer to resume its weights"):
+        _checking(load_checkpoint)(cfg, SimpleNamespace(checkpoint_suffix=""))
 
 
 # --- options fairseq's commands need and leave unchecked --------------------------------------
@@ -1346,3 +1377,39 @@ def test_bench_overrides_that_are_no_json_object_are_named_as_such(tmp_path, ove
     )
     with pytest.raises(ValueError, match=f"^system a: checkpoint {tmp_path}/b.pt:null does not"):
         load_checkpoint_task(parse_system(f"a={tmp_path}/b.pt:null"), str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "flags, cuda, xla, said",
+    [
+        (dict(fp16=True), False, False, "--fp16: fairseq-train's fp16 training needs a GPU"),
+        (dict(fp16=True, cpu=True), True, False, "--fp16: fairseq-train's fp16 training needs"),
+        (dict(bf16=True, tpu=True), True, False, "--bf16: fairseq-train trains in bf16 on a TPU"),
+        (dict(fp16=True), True, False, None),
+        (dict(fp16=True, memory_efficient_fp16=True), False, False, None),  # trains on the CPU
+        (dict(bf16=True, tpu=True), False, True, None),
+    ],
+)  # fmt: skip
+def test_half_precision_training_without_its_device_is_one_line(flags, cuda, xla, said):
+    """fairseq's trainer failed on them after loading data and model: "Torch not compiled with
+    CUDA enabled" (--fp16), "'NoneType' object has no attribute 'xla_device'" (--bf16)."""
+    from types import SimpleNamespace
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.half_precision import check_half_precision
+
+    common = SimpleNamespace(**{**dict(fp16=False, bf16=False, memory_efficient_fp16=False,
+                                       cpu=False, tpu=False), **flags})  # fmt: skip
+    if said is None:
+        check_half_precision(common, cuda, xla)
+        return
+    with pytest.raises(UsageError, match="^" + re.escape(said)):
+        check_half_precision(common, cuda, xla)
+
+
+def test_half_precision_is_checked_where_the_trainer_is_built():
+    from fairseq.trainer import Trainer
+
+    from fairseq_san.fairseq_fixes import half_precision
+
+    assert Trainer.__init__.wrapped_by is half_precision._checking

@@ -159,8 +159,9 @@ def test_a_run_restored_elsewhere_resumes_with_its_data_at_another_path(first_ru
 
 def test_other_data_at_another_path_is_refused(first_run, data, tmp_path):
     run_dir, moved, iterations = restored(first_run, data, tmp_path)
-    with open(moved / "dict.de.txt", "a", encoding="utf-8") as vocabulary:
-        vocabulary.write("neu 1\n")  # another vocabulary: another experiment
+    for language in ("en", "de"):  # another (joined) vocabulary: another experiment
+        with open(moved / f"dict.{language}.txt", "a", encoding="utf-8") as vocabulary:
+            vocabulary.write("neu 1\n")
     before = snapshot(run_dir)
     result = run_loop(moved, run_dir, "--max-iterations", iterations, updates=10)
     assert result.returncode == 2, output_of(result)[-3000:]

@@ -192,6 +192,22 @@ def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said
     assert not (tmp_path / "runs").exists()
 
 
+def test_data_without_a_joined_dictionary_is_refused_before_the_run_dir(tmp_path):
+    """The recipe trains with --share-all-embeddings: fairseq's ValueError came after the run dir,
+    its run.json and iter0 were made."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    (data / "dict.en.txt").write_text("dog 3\n")
+    (data / "dict.de.txt").write_text("Hund 3\n")
+    result = run_script(LOOP, *loop_args(data, run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"fairseq-san-loop: error: {data}: dict.en.txt and dict.de.txt differ, and the recipe "
+        "ties the source and target embeddings (--share-all-embeddings): binarize with "
+        "fairseq-preprocess --joined-dictionary (examples/multi30k/prepare.sh does)"
+    ]
+    assert not run_dir.exists()
+
+
 def test_a_refused_value_leaves_a_run_dir_in_use_and_its_lock_alone(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

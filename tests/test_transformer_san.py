@@ -384,6 +384,9 @@ def test_no_policy_is_stored_as_explicit_nulls():
         (["--arch", "transformer_aan_small"] + ["--san-policy", '{"decoder_self": [6]}'], "aan"),
         (["--san-decoder-self-policy", "1,5", "--decoder-layerdrop", "0.1"], "LayerDrop"),
         (["--san-encoder-self-policy", "2", "--encoder-layerdrop", "0.2"], "LayerDrop"),
+        (["--san-decoder-encdec-policy", "6", "--decoder-layerdrop", "0.2"], "LayerDrop"),
+        (["--arch", "transformer_aan_small", "--cross-self-attention"],
+         "--cross-self-attention cannot be combined with --decoder-self-attention-type aan"),
     ],
 )  # fmt: skip
 def test_bad_policy_input(argv, message):
@@ -393,6 +396,17 @@ def test_bad_policy_input(argv, message):
     with pytest.raises(PolicyError) as error:
         build(argv, arch=arch, dictionary=DICT)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--san-decoder-self-policy", "2,4", "--encoder-layerdrop", "0.2"],
+     ["--san-encoder-self-policy", "2", "--decoder-layerdrop", "0.2"]],
+)  # fmt: skip
+def test_layerdrop_of_the_other_stack_goes_with_sharing(argv):
+    """LayerDrop skips layers of its own stack only: the other stack's blocks keep their first
+    layer (it was refused, 'LayerDrop may skip the first layer of a block')."""
+    build(argv, dictionary=DICT)
 
 
 def test_bad_policy_files(tmp_path):

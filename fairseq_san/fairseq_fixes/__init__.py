@@ -20,6 +20,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
+* ``half_precision``: fairseq-train refuses ``--fp16`` or ``--bf16`` on the CPU (tracebacks in
+  fairseq's trainer);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
   ``--replace-unk`` (which fairseq 0.12 cannot honour), or with a plugin option that its task or
   model does not have or that it would ignore, is refused as it is parsed;
@@ -31,6 +33,7 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 from fairseq_san.fairseq_fixes import (
     clean_exit,
     command_options,
+    half_precision,
     interactive_input,
     last_batch,
     literal_eval,
@@ -44,7 +47,7 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, safe_loading, model_overrides, last_batch, numpy2, interactive_input, clean_exit,
-    restore_file, command_options, tokens_per_sample, one_line_errors,
+    restore_file, half_precision, command_options, tokens_per_sample, one_line_errors,
 )
 
 

@@ -5,6 +5,11 @@ Upstream behaviour corrected: ``fairseq.checkpoint_utils.load_checkpoint`` treat
 not exist as "No existing checkpoint found" and trains from scratch, so a mistyped path silently
 throws away the run it meant to continue; a missing ``--finetune-from-model`` is a ``ValueError``
 traceback. Either is now one line naming the flag (``UsageError``) before anything is trained.
+So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag (fairseq's
+``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
+optimizer state is for other parameters than the model's (resuming under a policy that shares
+more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
+resumes.
 """
 
 import functools
@@ -12,8 +17,12 @@ import os
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.options import flag_of
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: SAVE_DIR/checkpoint_last.pt
+RESETS = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader")
+# torch's error when an optimizer state has other parameter groups than the optimizer's.
+OPTIMIZER_MISMATCH = "loaded state dict contains a parameter group that doesn't match the size"
 
 
 def check_checkpoint_flags(cfg, suffix: str = "") -> None:
@@ -28,6 +37,18 @@ def check_checkpoint_flags(cfg, suffix: str = "") -> None:
             )
     last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
     finetune = cfg.finetune_from_model
+    if finetune and restore != DEFAULT_RESTORE_FILE:
+        raise UsageError(
+            f"--finetune-from-model {finetune} and --restore-file {restore} both name the "
+            "checkpoint to start from: give one (--restore-file resumes a run, "
+            "--finetune-from-model starts a new one from a checkpoint's weights)"
+        )
+    resets = [flag for flag in RESETS if getattr(cfg, flag, False)]
+    if finetune and resets:
+        raise UsageError(
+            f"--finetune-from-model resets the optimizer, learning-rate scheduler, meters and "
+            f"data loader itself: drop {' '.join(flag_of(flag) for flag in resets)}"
+        )
     if finetune and restore == DEFAULT_RESTORE_FILE and not os.path.exists(last):
         if not os.path.isfile(finetune):
             raise UsageError(f"--finetune-from-model {finetune}: no such file")
@@ -37,7 +58,16 @@ def _checking(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
         check_checkpoint_flags(cfg, trainer.checkpoint_suffix or "")
-        return load_checkpoint(cfg, trainer, **passthrough_args)
+        try:
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        except ValueError as err:
+            if OPTIMIZER_MISMATCH not in str(err):
+                raise
+            raise UsageError(
+                "the checkpoint's optimizer state is for other parameters than this model's (a "
+                "policy that shares more than the checkpoint's drops attention projections): "
+                "add --reset-optimizer to resume its weights with a new optimizer"
+            ) from None
 
     return wrapper
 

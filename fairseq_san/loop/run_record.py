@@ -62,11 +62,20 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
                 f"no binarized data in {data}",
             )
         return None
-    if not glob.glob(os.path.join(data, "train.*-*.*.idx")):
+    binarized = glob.glob(os.path.join(data, "train.*-*.*.idx"))
+    if not binarized:
         return (
             f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "
             "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)",
             f"no binarized data in {data}",
+        )
+    differing = differing_dictionaries(data, os.path.basename(binarized[0]).split(".")[1])
+    if differing:
+        return (
+            f"{data}: {' and '.join(differing)} differ, and the recipe ties the source and target "
+            "embeddings (--share-all-embeddings): binarize with fairseq-preprocess "
+            "--joined-dictionary (examples/multi30k/prepare.sh does)",
+            f"separate dictionaries in {data}",
         )
     if not os.path.isfile(reference):
         return (
@@ -75,6 +84,20 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
             f"no validation references {reference}",
         )
     return None
+
+
+def differing_dictionaries(data: str, pair: str) -> Optional[Tuple[str, str]]:
+    """The dictionaries of language ``pair`` ("en-de") in ``data`` when they differ (data
+    binarized without ``--joined-dictionary``), else None."""
+    names = tuple(f"dict.{language}.txt" for language in pair.split("-"))
+    paths = [os.path.join(data, name) for name in names]
+    if not all(os.path.isfile(path) for path in paths):
+        return None
+    contents = []
+    for path in paths:
+        with open(path, "rb") as handle:
+            contents.append(handle.read())
+    return names if contents[0] != contents[1] else None
 
 
 def is_theta(text: str) -> bool:

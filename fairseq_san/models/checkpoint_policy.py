@@ -205,12 +205,34 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
             f"projections for {', '.join(modules)}. To continue training it, pass {flags}; to "
             "decode it, leave san_encdec_share out of --model-overrides."
         )
+    if not refines(built, trained, layers):
+        raise san_policy.PolicyError(
+            f"the checkpoint's attention sharing ({san_policy.format_policy(trained)}) and this "
+            f"model's ({san_policy.format_policy(built)}) have blocks with other borders: it has "
+            f"no projections for {', '.join(modules)}, which followed a block's first layer in the "
+            f"checkpoint. To continue training it, pass {flags}; to decode it, use a policy "
+            "whose blocks each join whole blocks of the checkpoint's."
+        )
     raise san_policy.PolicyError(
         f"the checkpoint was trained with more attention sharing "
         f"({san_policy.format_policy(trained)}) than this model "
         f"({san_policy.format_policy(built)}): it has no projections "
         f"for {', '.join(modules)}. To continue training it, pass {flags}; to decode it, use a "
         "policy that shares at least as much as the checkpoint's."
+    )
+
+
+def block_starts(policy: Dict, kind: str, layers: Dict[str, int]) -> set:
+    """The first layers of the blocks of ``kind`` under ``policy`` (every layer when unshared)."""
+    return set(san_policy.block_leaders(policy.get(kind), layers[san_policy.KIND_TABLE[kind].stack]))
+
+
+def refines(built: Dict, trained: Dict, layers: Dict[str, int]) -> bool:
+    """Whether ``built`` splits each block of ``trained`` only at its borders or inside it, for
+    every kind: a model that shares less than the checkpoint, not one whose blocks moved."""
+    return all(
+        block_starts(trained, kind, layers) <= block_starts(built, kind, layers)
+        for kind in san_policy.KINDS
     )
 
 

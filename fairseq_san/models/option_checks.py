@@ -162,10 +162,16 @@ def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None
         )
 
 
+
+def kinds_of(stack: str) -> tuple:
+    """The policy kinds whose layers are in ``stack`` ("encoder" or "decoder")."""
+    return tuple(name for name, kind in san_policy.KIND_TABLE.items() if kind.stack == stack)
+
+
 # Model options that sharing cannot work with, and why; the first entry names the policy kinds.
 INCOMPATIBLE_OPTIONS = [
-    (san_policy.KINDS, "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
-    (san_policy.KINDS, "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (kinds_of("encoder"), "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (kinds_of("decoder"), "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
     # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
     (
         san_policy.KINDS,
@@ -184,10 +190,16 @@ INCOMPATIBLE_OPTIONS = [
 
 def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
     """Raise PolicyError for a policy the model's other options make impossible."""
-    if "decoder_self" in policy and getattr(args, "decoder_self_attention_type", "") == "aan":
+    aan = getattr(args, "decoder_self_attention_type", "") == "aan"
+    if "decoder_self" in policy and aan:
         raise san_policy.PolicyError(
             "a decoder_self sharing policy cannot be combined with "
             "--decoder-self-attention-type aan (AAN has no attention weights to share)"
+        )
+    if aan and getattr(args, "cross_self_attention", False):
+        raise san_policy.PolicyError(
+            "--cross-self-attention cannot be combined with --decoder-self-attention-type aan: "
+            "AAN averages the target prefix and has no keys to add the encoder output to"
         )
     for kinds, option, reason in INCOMPATIBLE_OPTIONS:
         shared = [kind for kind in kinds if kind in policy]

@@ -452,6 +452,11 @@ def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
     return blocks
 
 
+def stack_kinds(stack: str) -> tuple[str, ...]:
+    """The attention kinds whose layers are in ``stack`` ("encoder" or "decoder")."""
+    return tuple(name for name, kind in KIND_TABLE.items() if kind.stack == stack)
+
+
 def _check_stack_sizes(js_by_kind: dict) -> None:
     """Matrices of one stack (decoder self and encoder-decoder attention) must have one size.
 
@@ -462,7 +467,7 @@ def _check_stack_sizes(js_by_kind: dict) -> None:
         kind: len(js_by_kind[kind]) for kind in KINDS if isinstance(js_by_kind.get(kind), list)
     }
     for stack in dict.fromkeys(kind.stack for kind in KIND_TABLE.values()):
-        kinds = [kind for kind in sizes if KIND_TABLE[kind].stack == stack]
+        kinds = [kind for kind in stack_kinds(stack) if kind in sizes]
         if len({sizes[kind] for kind in kinds}) > 1:
             first, second = kinds[0], kinds[1]
             raise PolicyError(

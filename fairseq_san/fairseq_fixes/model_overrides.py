@@ -11,9 +11,9 @@ another type (``'6'`` for ``encoder_layers``) fails deep inside the model's cons
 (``'False'``), silently turns it on. Checked: every key, and the keys of a group given as a dict
 (``{'task': {...}}``); the type of the model's options that take an int, a number or True/False,
 and the choices of those that have them; a component's name that fairseq has not registered
-(``bpe='bogus'``: a ``KeyError`` when the hub built it). The plugin's own options are checked where the model is
-built (``models.option_checks``), with their hints. Other models' checkpoints, and an older
-fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
+(``bpe='bogus'``: a ``KeyError`` when the hub built it). The plugin's own options are checked
+where the model is built (``models.option_checks``), with their hints. Other models'
+checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
 """
 
 import argparse

@@ -162,16 +162,11 @@ def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None
         )
 
 
-
-def kinds_of(stack: str) -> tuple:
-    """The policy kinds whose layers are in ``stack`` ("encoder" or "decoder")."""
-    return tuple(name for name, kind in san_policy.KIND_TABLE.items() if kind.stack == stack)
-
-
 # Model options that sharing cannot work with, and why; the first entry names the policy kinds.
+LAYERDROP = "LayerDrop may skip the first layer of a block"
 INCOMPATIBLE_OPTIONS = [
-    (kinds_of("encoder"), "encoder_layerdrop", "LayerDrop may skip the first layer of a block"),
-    (kinds_of("decoder"), "decoder_layerdrop", "LayerDrop may skip the first layer of a block"),
+    (san_policy.stack_kinds("encoder"), "encoder_layerdrop", LAYERDROP),
+    (san_policy.stack_kinds("decoder"), "decoder_layerdrop", LAYERDROP),
     # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
     (
         san_policy.KINDS,

@@ -132,8 +132,9 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
         raise UsageError(REPLACE_UNK)
     check_batch_sizes(args)
     check_search_numbers(args)
-    check_plugin_options_used(args, command)
-    if getattr(args, "bf16", False) and command_kind(args) != "train":
+    kind = command_kind(args)
+    check_plugin_options_used(args, command, kind)
+    if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
             "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
@@ -153,11 +154,10 @@ def command_kind(args: argparse.Namespace) -> str:
     return "validate"
 
 
-def check_plugin_options_used(args: argparse.Namespace, command: str) -> None:
-    """Refuse a plugin option that ``command`` accepts (its task has it) and would ignore: a
-    decoder's option where nothing decodes, the analysis outside fairseq-validate, and the
-    analysis's options without ``--san-analysis-dir``."""
-    kind = command_kind(args)
+def check_plugin_options_used(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse a plugin option that ``command`` (of ``kind``: ``command_kind``) accepts (its task
+    has it) and would ignore: a decoder's option where nothing decodes, the analysis outside
+    fairseq-validate, and the analysis's options without ``--san-analysis-dir``."""
     for option in DECODER_OPTIONS:
         if given(args, option) and not decodes_with(args, kind, option):
             value = getattr(args, option.name)

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Sequence, Tuple
 
+from fairseq_san.loop.run_record import is_count
+
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
 
@@ -192,12 +194,6 @@ def check_architecture(recipe: str, arch: str) -> None:
                    f"--arch {default_of(recipe, '--arch')})")  # fmt: skip
 
 
-def is_positive(count: str) -> bool:
-    """A whole number of at least 1 (``--cpu-ranks`` 0, the default, is one process; a value
-    that is no count is refused by ``fairseq-san-loop start``, naming it)."""
-    return count.strip().isdigit() and int(count) > 0
-
-
 def check_unread(recipe: str, values: Dict[str, str]) -> None:
     """Refuse an option that another one leaves unread (the recipe would ignore it silently):
     --warm-updates without --warm-start, --launcher with --cpu-ranks N (N CPU processes win)."""
@@ -205,7 +201,9 @@ def check_unread(recipe: str, values: Dict[str, str]) -> None:
         refuse(recipe, f"--warm-updates {values['WARM_UPDATES']} without --warm-start: it sets "
                "a warm-started iteration's updates; add --warm-start, or drop --warm-updates "
                "(--updates sets each iteration's)")  # fmt: skip
-    if values.get("LAUNCHER") and is_positive(values.get("CPU_RANKS", "")):
+    # --cpu-ranks 0, the default, is one process; a value that is no count is refused by
+    # fairseq-san-loop start, naming it.
+    if values.get("LAUNCHER") and is_count(1)(values.get("CPU_RANKS", "")):
         refuse(recipe, f"--launcher {shlex.quote(values['LAUNCHER'])} and --cpu-ranks "
                f"{values['CPU_RANKS']} both say how fairseq-train starts (--cpu-ranks would "
                "win, the launcher unused): give one")  # fmt: skip

@@ -17,6 +17,7 @@ itself was killed. A second loop is refused before it writes anything.
 """
 
 import fcntl
+import filecmp
 import glob
 import hashlib
 import json
@@ -93,11 +94,7 @@ def differing_dictionaries(data: str, pair: str) -> Optional[Tuple[str, str]]:
     paths = [os.path.join(data, name) for name in names]
     if not all(os.path.isfile(path) for path in paths):
         return None
-    contents = []
-    for path in paths:
-        with open(path, "rb") as handle:
-            contents.append(handle.read())
-    return names if contents[0] != contents[1] else None
+    return None if filecmp.cmp(*paths, shallow=False) else names
 
 
 def is_theta(text: str) -> bool:

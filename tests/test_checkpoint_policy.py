@@ -1,5 +1,6 @@
 """Tests for the policy read back from a checkpoint (``fairseq_san.models.checkpoint_policy``):
-a decode-time policy may share more than the checkpoint, never less.
+a decode-time policy may share more than the checkpoint, never less; a fine-tuned model may have
+any policy.
 """
 
 from collections import OrderedDict
@@ -141,3 +142,138 @@ def test_a_language_models_checkpoint_of_another_size_is_named():
     model, _ = build_lm(dictionary=DICT)
     with pytest.raises(UsageError, match="the checkpoint has 4 decoder layers, this model 6"):
         model.load_state_dict(other.state_dict(), strict=True, model_cfg=None)
+
+
+# --- fine-tuning (--finetune-from-model, the loop's --warm-start) under another policy -----------
+
+
+def fine_tune(model, checkpoint) -> dict:
+    """Load ``checkpoint``'s parameters into ``model`` as fairseq-train's --finetune-from-model
+    does (``fairseq_fixes.restore_file`` marks that load); the state dict loaded."""
+    from fairseq_san.models.checkpoint_policy import fine_tuning
+
+    state_dict = OrderedDict((key, value.clone()) for key, value in checkpoint.state_dict().items())
+    with fine_tuning():
+        model.load_state_dict(state_dict, strict=True, model_cfg=None)
+    return checkpoint.state_dict()
+
+
+def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(caplog):
+    """{3,3} -> {4,2}, what the warm-started loop may learn next: layer 5 (index 4) followed
+    layer 4's block and used its S (Eq. 4); it now leads a block and starts from those q/k.
+    Loading the same checkpoint to decode or resume is still refused (tests above)."""
+    trained, _ = build(policy_argv("3,3", "2,2,2"), dictionary=DICT, seed=61)
+    model, _ = build(policy_argv("4,2", "2,4"), dictionary=DICT, seed=62)
+    with caplog.at_level("INFO", logger="fairseq_san.models.checkpoint_policy"):
+        source = fine_tune(model, trained)
+    loaded = model.state_dict()
+    for proj in ("q_proj", "k_proj"):
+        for param in ("weight", "bias"):
+            new = f"decoder.layers.4.self_attn.{proj}.{param}"
+            assert torch.equal(loaded[new], source[f"decoder.layers.3.self_attn.{proj}.{param}"])
+    assert set(loaded) - set(source) == {
+        f"decoder.layers.4.self_attn.{p}_proj.{w}" for p in "qk" for w in ("weight", "bias")
+    }
+    for key in set(loaded) & set(source):
+        assert torch.equal(loaded[key], source[key]), key
+    assert caplog.messages == [
+        "fine-tuning under another policy: decoder.layers.4.self_attn starts with "
+        "decoder.layers.3.self_attn's q_proj, k_proj"
+    ]
+
+
+@pytest.mark.parametrize(
+    "trained, requested",
+    [("6", "1,5"), ("3,3", "2,2,2"), ("1,5", None), ("2,4", "2,2,2"), ("6", "1,1,1,1,1,1")],
+)
+def test_fine_tuning_loads_a_checkpoint_under_any_policy(trained, requested):
+    """Each pair that cannot decode (sharing less, or moved blocks) can be fine-tuned from: every
+    layer's projections come from its block's leader in the checkpoint."""
+    from fairseq_san import policy as san_policy
+
+    checkpoint, _ = build(policy_argv(trained, trained), dictionary=DICT, seed=63)
+    model, _ = build(policy_argv(requested, requested), dictionary=DICT, seed=64)
+    source = fine_tune(model, checkpoint)
+    blocks = [int(size) for size in trained.split(",")]
+    leaders = san_policy.block_leaders(blocks, 6)
+    for key, value in model.state_dict().items():
+        layer = key.split(".")[2] if key.startswith("decoder.layers.") else None
+        if key in source:
+            assert torch.equal(value, source[key]), key
+        else:
+            assert layer is not None, key
+            leader_key = key.replace(f"layers.{layer}.", f"layers.{leaders[int(layer)]}.", 1)
+            assert torch.equal(value, source[leader_key]), key
+
+
+def test_fine_tuning_from_shared_context_to_shared_weights_starts_v_from_the_leader():
+    """--san-encdec-share output -> weights: the following layers had no V (they reused A^m,
+    Eq. 5); under Eq. 4 each needs its own and starts from the leader's."""
+    checkpoint, _ = build(["--san-decoder-encdec-policy", "3,3"], dictionary=DICT, seed=65)
+    model, _ = build(
+        ["--san-decoder-encdec-policy", "3,3", "--san-encdec-share", "weights"],
+        dictionary=DICT,
+        seed=66,
+    )
+    source = fine_tune(model, checkpoint)
+    loaded = model.state_dict()
+    for layer, leader in ((1, 0), (2, 0), (4, 3), (5, 3)):
+        for param in ("weight", "bias"):
+            key = f"decoder.layers.{layer}.encoder_attn.v_proj.{param}"
+            assert key not in source
+            assert torch.equal(loaded[key], source[key.replace(f".{layer}.", f".{leader}.")])
+
+
+@pytest.mark.parametrize("trained_share, requested_share", [("kv", "weights"), ("weights", "kv")])
+def test_fine_tuning_a_language_model_may_change_what_its_layers_share(
+    trained_share, requested_share
+):
+    """K/V sharing keeps each follower's Q, S sharing its V: the one lacking starts from the
+    leader's (decoding refuses the other kind of sharing: test_transformer_lm_san.py)."""
+    from helpers import build_lm
+
+    policy = ["--san-decoder-self-policy", "2,4"]
+    checkpoint, _ = build_lm([*policy, "--san-self-share", trained_share], dictionary=DICT)
+    model, _ = build_lm([*policy, "--san-self-share", requested_share], dictionary=DICT, seed=2)
+    source = fine_tune(model, checkpoint)
+    needed = "v_proj" if requested_share == "weights" else "q_proj"
+    loaded = model.state_dict()
+    for layer, leader in ((1, 0), (3, 2), (4, 2), (5, 2)):
+        key = f"decoder.layers.{layer}.self_attn.{needed}.weight"
+        assert key not in source
+        assert torch.equal(loaded[key], source[key.replace(f".{layer}.", f".{leader}.")])
+
+
+def test_fine_tuning_still_refuses_a_checkpoint_of_another_model():
+    from fairseq_san.checkpoints import VocabularyMismatch
+
+    checkpoint, _ = build(policy_argv("6", "6"), dictionary=make_dictionary(30))
+    model, _ = build(policy_argv("1,5", None), dictionary=DICT)
+    with pytest.raises(VocabularyMismatch, match="other dictionaries"):
+        fine_tune(model, checkpoint)
+
+
+@pytest.mark.parametrize(
+    "last_exists, continue_once, fine_tunes",
+    [(False, None, True), (True, None, False), (False, "other.pt", False)],
+)
+def test_only_the_finetune_checkpoints_load_starts_from_its_blocks(
+    tmp_path, last_exists, continue_once, fine_tunes
+):
+    """fairseq loads --finetune-from-model only on a first launch (no checkpoint_last.pt in
+    --save-dir, no --continue-once); resuming the run must match its own policy again."""
+    from types import SimpleNamespace
+
+    from fairseq_san.fairseq_fixes.restore_file import _checking
+    from fairseq_san.models.checkpoint_policy import is_fine_tuning
+
+    (tmp_path / "start.pt").write_bytes(b"")
+    if last_exists:
+        (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    cfg = SimpleNamespace(restore_file="checkpoint_last.pt", save_dir=str(tmp_path),
+                          finetune_from_model=str(tmp_path / "start.pt"),
+                          continue_once=continue_once)  # fmt: skip
+    loading = _checking(lambda cfg, trainer: is_fine_tuning())
+    seen = loading(cfg, SimpleNamespace(checkpoint_suffix=""))
+    assert seen is fine_tunes
+    assert not is_fine_tuning()

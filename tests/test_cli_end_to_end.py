@@ -151,3 +151,25 @@ def test_model_overrides_policy_that_moves_the_checkpoints_blocks_fails(
     assert "decoder.layers.1.self_attn" not in error_lines[0]
     # A PolicyError is a user error: one line, no traceback.
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_fine_tuning_under_a_policy_whose_blocks_moved_trains(binarized_corpus, trained, tmp_path):
+    """What the learn-to-share loop's --warm-start does when P_k+1 moves P_k's blocks:
+    fairseq-train --finetune-from-model under {3,3}/{2,4} from the {1,5}/{3,3} checkpoint (which
+    decoding refuses: the test above). Layer 4 followed layer 2's block: it starts with its q/k."""
+    checkpoint, _ = trained["sharing"]
+    moved = ["--san-decoder-self-policy", "3,3", "--san-decoder-encdec-policy", "2,4"]
+    start = ["--finetune-from-model", str(checkpoint), *moved]
+    argv = train_argv(binarized_corpus, tmp_path, 2, start)
+    output = run_parallel({"fine-tuned": ["fairseq-train", *argv]})["fine-tuned"]
+    assert "attention sharing: decoder_self {3,3}  decoder_encdec {2,4}" in output
+    started = [line.split("fine-tuning under another policy: ")[1] for line in output.splitlines()
+               if "fine-tuning under another policy" in line]  # fmt: skip
+    assert started == [
+        "decoder.layers.2.encoder_attn starts with decoder.layers.0.encoder_attn's q_proj, k_proj, "
+        "v_proj",
+        "decoder.layers.3.self_attn starts with decoder.layers.1.self_attn's q_proj, k_proj",
+    ]
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+    assert "decoder.layers.3.self_attn.k_proj.weight" in state["model"]

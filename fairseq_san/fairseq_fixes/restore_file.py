@@ -9,9 +9,11 @@ So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag
 ``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
 optimizer state is for other parameters than the model's (resuming under a policy that shares
 more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
-resumes.
+resumes. While the ``--finetune-from-model`` checkpoint loads, the plugin's models start from it
+under any policy (``models.checkpoint_policy.fine_tuning``).
 """
 
+import contextlib
 import functools
 import os
 
@@ -35,7 +37,6 @@ def check_checkpoint_flags(cfg, suffix: str = "") -> None:
                 f"--restore-file {path}: no such file (fairseq would train from scratch); leave "
                 f"the flag out to resume from --save-dir's {DEFAULT_RESTORE_FILE}"
             )
-    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
     finetune = cfg.finetune_from_model
     if finetune and restore != DEFAULT_RESTORE_FILE:
         raise UsageError(
@@ -49,17 +50,29 @@ def check_checkpoint_flags(cfg, suffix: str = "") -> None:
             f"--finetune-from-model resets the optimizer, learning-rate scheduler, meters and "
             f"data loader itself: drop {' '.join(flag_of(flag) for flag in resets)}"
         )
-    if finetune and restore == DEFAULT_RESTORE_FILE and not os.path.exists(last):
-        if not os.path.isfile(finetune):
-            raise UsageError(f"--finetune-from-model {finetune}: no such file")
+    if fine_tunes(cfg, suffix) and not os.path.isfile(finetune):
+        raise UsageError(f"--finetune-from-model {finetune}: no such file")
+
+
+def fine_tunes(cfg, suffix: str = "") -> bool:
+    """Whether fairseq-train starts from ``--finetune-from-model``: given, no run to resume
+    (``--save-dir``'s ``checkpoint_last.pt``) and no ``--continue-once`` (which fairseq prefers)."""
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+    first_launch = not os.path.exists(last) and getattr(cfg, "continue_once", None) is None
+    return bool(cfg.finetune_from_model) and first_launch
 
 
 def _checking(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
-        check_checkpoint_flags(cfg, trainer.checkpoint_suffix or "")
+        from fairseq_san.models.checkpoint_policy import fine_tuning
+
+        suffix = trainer.checkpoint_suffix or ""
+        check_checkpoint_flags(cfg, suffix)
+        loading = fine_tuning() if fine_tunes(cfg, suffix) else contextlib.nullcontext()
         try:
-            return load_checkpoint(cfg, trainer, **passthrough_args)
+            with loading:
+                return load_checkpoint(cfg, trainer, **passthrough_args)
         except ValueError as err:
             if OPTIMIZER_MISMATCH not in str(err):
                 raise

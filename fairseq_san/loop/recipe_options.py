@@ -77,8 +77,9 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
                      "is not shared)", "T"),  # fmt: skip
         RecipeOption("--updates", "3000", "training updates per iteration", "N"),
         MAX_ITERATIONS,
-        _switch("--warm-start", "iteration k+1 starts from iteration k's model, unused "
-                "projections dropped", recorded=True),  # fmt: skip
+        _switch("--warm-start", "iteration k+1 fine-tunes iteration k's model (unused "
+                "projections dropped, a new leader's from its old leader's)",
+                recorded=True),  # fmt: skip
         RecipeOption("--warm-updates", "", "updates of a warm-started iteration, with "
                      "--warm-start (default: updates / 2)", "N"),  # fmt: skip
         RecipeOption("--cpu-ranks", "0", "train with N CPU processes, one per rank (gloo, "

@@ -9,11 +9,18 @@ less lacks trained projections. Its embeddings must have the checkpoint's vocabu
 must be the same kind of model (with an encoder or without: a language model). What a block's
 following layers kept says how they shared: own V (SAN's weights S) or own Q (a language model's
 keys and values, ``--san-self-share kv``).
+
+Fine-tuning (``--finetune-from-model``, the learn-to-share loop's ``--warm-start``) may change the
+policy freely: a layer that leads a block in the model but followed one in the checkpoint starts
+from the projections of the checkpoint's block leader, the ones its attention was computed with.
 """
 
+import contextlib
+import contextvars
 import json
+import logging
 import re
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from torch import nn
 
@@ -21,6 +28,8 @@ from fairseq_san import options
 from fairseq_san import policy as san_policy
 from fairseq_san.checkpoints import VocabularyMismatch
 from fairseq_san.errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
@@ -61,11 +70,79 @@ def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     of model, the dictionaries, the decoder self-attention type, the encoder-decoder share mode or
     the policy.
     """
+    check_checkpoint_model(model, state_dict)
+    check_checkpoint_has_projections(model, state_dict)
+
+
+def check_checkpoint_model(model: nn.Module, state_dict: Dict) -> None:
+    """Refuse a checkpoint of another model than ``model`` whatever its policy: the other kind
+    of model, other dictionaries, another size or decoder self-attention type."""
     check_checkpoint_model_kind(model, state_dict)
     check_checkpoint_vocabulary(model, state_dict)
     check_checkpoint_size(model, state_dict)
     check_checkpoint_attention_type(model, state_dict)
-    check_checkpoint_has_projections(model, state_dict)
+
+
+_FINE_TUNING = contextvars.ContextVar("fine_tuning", default=False)
+
+
+@contextlib.contextmanager
+def fine_tuning() -> Iterator[None]:
+    """While fairseq-train loads its ``--finetune-from-model`` checkpoint (set by
+    ``fairseq_fixes.restore_file``): the model then starts from it under any policy."""
+    token = _FINE_TUNING.set(True)
+    try:
+        yield
+    finally:
+        _FINE_TUNING.reset(token)
+
+
+def is_fine_tuning() -> bool:
+    return _FINE_TUNING.get()
+
+
+def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
+    """Fill in ``state_dict`` the projections ``model``'s policy needs and the checkpoint's lacks,
+    from the checkpoint's leader of that layer's block: a fine-tuned model's policy may share
+    less than the checkpoint's, or move its blocks (``{3,3}`` -> ``{4,2}``), or change what
+    following layers share (``--san-encdec-share``, ``--san-self-share``).
+
+    A layer that followed a block used the leader's S (Eq. 4) or A (Eq. 5), computed with the
+    leader's projections; starting its own from them is the nearest start to what it computed.
+    A checkpoint of another model (kind, dictionaries, size, attention type) is still refused.
+    """
+    check_checkpoint_model(model, state_dict)
+    own = model.state_dict()
+    layers = {"encoder": 0, **stack_depths(own)}
+    trained = policy_of_state_dict(state_dict, layers)
+    found_keys = filter(None, map(PROJECTION_KEY.match, own))
+    lacking = [found for found in found_keys if found[0] not in state_dict]
+    started: Dict[tuple, List[str]] = {}
+    for found in sorted(lacking, key=equation_order):
+        module, source = found.group("module"), checkpoint_leader_module(found, trained, layers)
+        leader_key = found[0].replace(module, source, 1)
+        if leader_key in state_dict:
+            state_dict[found[0]] = state_dict[leader_key].clone()
+            started.setdefault((module, source), []).append(found.group("proj"))
+    for (module, source), projections in started.items():
+        logger.info(
+            "fine-tuning under another policy: %s starts with %s's %s",
+            module, source, ", ".join(dict.fromkeys(projections)),
+        )  # fmt: skip
+
+
+def equation_order(found: re.Match) -> tuple:
+    """Projection keys (``PROJECTION_KEY`` matches) by module, then q, k, v."""
+    return found.group("module"), "qkv".index(found.group("proj")[0]), found[0]
+
+
+def checkpoint_leader_module(found: re.Match, trained: Dict, layers: Dict[str, int]) -> str:
+    """The attention module (``decoder.layers.3.self_attn``) that led, in the checkpoint, the
+    block of the module of ``found`` (a ``PROJECTION_KEY`` match); itself where it led one."""
+    stack, attention, layer = found.group("stack"), found.group("attn"), int(found.group("layer"))
+    kind = next(k for k, module in san_policy.KIND_MODULES.items() if module == (stack, attention))
+    leader = san_policy.block_leaders(trained.get(kind), layers[stack])[layer]
+    return f"{stack}.layers.{leader}.{attention}"
 
 
 def has_encoder(state_dict: Dict) -> bool:

@@ -33,7 +33,12 @@ from torch import Tensor
 from fairseq_san import checkpoints, options
 from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, drop_unused_projections
+from fairseq_san.models.checkpoint_policy import (
+    check_lm_checkpoint_fits,
+    drop_unused_projections,
+    is_fine_tuning,
+    start_from_checkpoint_blocks,
+)
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_language_modeling_task,
@@ -97,8 +102,12 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
     ):
         """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
-        that shares otherwise (more than the model, or K/V instead of S) is refused in one line."""
-        check_lm_checkpoint_fits(self, state_dict)
+        that shares otherwise (more than the model, or K/V instead of S) is refused in one line.
+        One it is fine-tuned from may have any policy: its blocks start the projections it lacks."""
+        if is_fine_tuning():
+            start_from_checkpoint_blocks(self, state_dict)
+        else:
+            check_lm_checkpoint_fits(self, state_dict)
         drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 

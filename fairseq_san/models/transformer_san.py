@@ -26,7 +26,12 @@ from torch import Tensor, nn
 from fairseq_san import checkpoints, options
 from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, drop_unused_projections
+from fairseq_san.models.checkpoint_policy import (
+    check_checkpoint_fits,
+    drop_unused_projections,
+    is_fine_tuning,
+    start_from_checkpoint_blocks,
+)
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_decoder_overrides,
@@ -170,9 +175,13 @@ class TransformerSANModel(HubModel, TransformerModel):
         """Load a checkpoint, dropping projections the current policy no longer uses.
 
         A checkpoint this model cannot load (other dictionaries or attention type, more sharing)
-        gets a one-line error naming the cause instead of fairseq's list of keys and shapes.
+        gets a one-line error naming the cause instead of fairseq's list of keys and shapes. One
+        it is fine-tuned from may have any policy: the projections it lacks start from its blocks.
         """
-        check_checkpoint_fits(self, state_dict)
+        if is_fine_tuning():
+            start_from_checkpoint_blocks(self, state_dict)
+        else:
+            check_checkpoint_fits(self, state_dict)
         drop_unused_projections(self, state_dict)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 

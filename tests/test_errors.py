@@ -8,7 +8,6 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 
 import argparse
 import json
-import os
 import re
 import shlex
 import shutil
@@ -811,7 +810,9 @@ def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, progr
 
 def test_more_cpu_ranks_than_cores_is_one_line(tmp_path, capsys):
     """Each rank is a training process: a thousand of them started (and logged) without a word."""
-    cores = len(os.sched_getaffinity(0))
+    from fairseq_san.cores import available_cores
+
+    cores = available_cores()
     line = cpu_ranks(capsys, str(cores + 1), "--log-dir", str(tmp_path / "logs"), "--", "true")
     assert line == (
         f"fairseq-san-cpu-ranks: error: {cores + 1} ranks on {cores} CPU cores: each rank is a "

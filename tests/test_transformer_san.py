@@ -381,11 +381,15 @@ def test_no_policy_is_stored_as_explicit_nulls():
         (["--san-policy", '{"decoder_self": [1.0, 5]}'], "block sizes must be positive integers"),
         (["--san-policy", '{"decoder_self": []}'], "needs at least one block"),
         (AAN + ["--san-decoder-self-policy", "1,5"], "cannot be combined with --decoder-self-attention-type aan"),
-        (["--arch", "transformer_aan_small"] + ["--san-policy", '{"decoder_self": [6]}'], "aan"),
+        (["--arch", "transformer_aan_small"] + ["--san-policy", '{"decoder_self": [6]}'],
+         "a decoder_self sharing policy cannot be combined with --arch transformer_aan_small (the "
+         "average attention network in the decoder): AAN has no attention weights to share"),
         (["--san-decoder-self-policy", "1,5", "--decoder-layerdrop", "0.1"], "LayerDrop"),
         (["--san-encoder-self-policy", "2", "--encoder-layerdrop", "0.2"], "LayerDrop"),
         (["--san-decoder-encdec-policy", "6", "--decoder-layerdrop", "0.2"], "LayerDrop"),
-        (["--arch", "transformer_aan_small", "--cross-self-attention"],
+        (["--arch", "transformer_aan_small", "--cross-self-attention"],  # the architecture's AAN
+         "--cross-self-attention cannot be combined with --arch transformer_aan_small"),
+        (AAN + ["--cross-self-attention"],
          "--cross-self-attention cannot be combined with --decoder-self-attention-type aan"),
     ],
 )  # fmt: skip

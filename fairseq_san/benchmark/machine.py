@@ -12,6 +12,7 @@ import torch
 
 import fairseq
 from fairseq_san.benchmark.timing import clock
+from fairseq_san.cores import available_cores
 
 # Processor flags (/proc/cpuinfo) that decide the speed of fp32, bf16 and int8 matmuls.
 CPU_FLAGS = (
@@ -91,7 +92,7 @@ def machine_info(device: torch.device) -> Dict:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "huge_pages": huge_pages(),
         "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpus_usable": available_cores(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import List, Optional
 
+from fairseq_san.cores import available_cores
 from fairseq_san.errors import nearest_key
 
 
@@ -83,13 +84,6 @@ def command_problem(program: str) -> Optional[str]:
         return f"{program} is not executable"
     near = nearest_key(os.path.basename(program), fairseq_commands())
     return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity: a container's share)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:

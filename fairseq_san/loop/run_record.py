@@ -27,7 +27,7 @@ import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from fairseq_san.cli.cpu_ranks import available_cores
+from fairseq_san.cores import available_cores
 from fairseq_san.files import write_json
 from fairseq_san.policy import LN2, write_policy
 

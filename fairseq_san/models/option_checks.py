@@ -183,18 +183,27 @@ INCOMPATIBLE_OPTIONS = [
 ]
 
 
+def aan_flag(args: argparse.Namespace) -> str:
+    """What made the decoder's self-attention AAN, as the user wrote it: an AAN architecture
+    (``transformer_aan_small`` sets the type) or the flag itself."""
+    arch = getattr(args, "arch", "") or ""
+    if arch.startswith("transformer_aan"):
+        return f"--arch {arch} (the average attention network in the decoder)"
+    return "--decoder-self-attention-type aan"
+
+
 def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
     """Raise PolicyError for a policy the model's other options make impossible."""
     aan = getattr(args, "decoder_self_attention_type", "") == "aan"
     if "decoder_self" in policy and aan:
         raise san_policy.PolicyError(
-            "a decoder_self sharing policy cannot be combined with "
-            "--decoder-self-attention-type aan (AAN has no attention weights to share)"
+            f"a decoder_self sharing policy cannot be combined with {aan_flag(args)}: AAN has no "
+            "attention weights to share"
         )
     if aan and getattr(args, "cross_self_attention", False):
         raise san_policy.PolicyError(
-            "--cross-self-attention cannot be combined with --decoder-self-attention-type aan: "
-            "AAN averages the target prefix and has no keys to add the encoder output to"
+            f"--cross-self-attention cannot be combined with {aan_flag(args)}: AAN averages the "
+            "target prefix and has no keys to add the encoder output to"
         )
     for kinds, option, reason in INCOMPATIBLE_OPTIONS:
         shared = [kind for kind in kinds if kind in policy]

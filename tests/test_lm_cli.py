@@ -56,26 +56,55 @@ def test_eval_lm_gives_the_perplexity(trained, tmp_path):
     assert 1 < json.loads((tmp_path / "valid.json").read_text())["perplexity"] < 200
 
 
-@pytest.mark.parametrize(
-    "options, fix",
-    [([], "pass --tokens-per-sample 16 or fewer (its default, 1024, is for models with as many"),
-     (["--tokens-per-sample", "24"], "pass --tokens-per-sample 16 or fewer")],
-)  # fmt: skip
-def test_eval_lm_refuses_samples_longer_than_the_model(trained, options, fix):
-    """fairseq-eval-lm skipped them with a warning and printed the perplexity of the rest: of
-    nothing (1.00) with its default --tokens-per-sample for a model of fewer positions."""
+def eval_lm(trained, *options: str):
+    """fairseq-eval-lm of the SAN language model on the test split, with ``options``."""
     data, checkpoints = trained
-    result = run_cli(
+    return run_cli(
         "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
         str(checkpoints["san"]), "--gen-subset", "test", "--cpu", *options,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options, fix",
+    [([], "pass --tokens-per-sample 16 or fewer (its default, 1024, is for models with as many"),
+     (["--tokens-per-sample", "24"], "pass --tokens-per-sample 16 or fewer"),
+     (["--tokens-per-sample", "20", "--context-window", "8"],
+      "pass --tokens-per-sample 16 or fewer (with --context-window, it counts the context)")],
+)  # fmt: skip
+def test_eval_lm_refuses_samples_longer_than_the_model(trained, options, fix):
+    """fairseq-eval-lm skipped them with a warning and printed the perplexity of the rest: of
+    nothing (1.00) with its default --tokens-per-sample for a model of fewer positions. With a
+    context window (20 - 8 tokens scored after 8 of context) it fed 20 tokens to a model of 16
+    positions without a word (sinusoidal positions extend themselves)."""
+    result = eval_lm(trained, *options)
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"fairseq-san: error: \d+ of the \d+ samples are longer than the model's 16 positions, "
+        r"fairseq-san: error: \d+ of the \d+ samples are longer than the model's 16 positions"
+        r"( with the --context-window 8 tokens of context before each)?, "
         r"and fairseq-eval-lm would skip them \(the perplexity of the rest\): " + re.escape(fix)
         + ".*", last
     ), last
+
+
+def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
+    """16 tokens a sample, 8 of them context: every sample fits the model's 16 positions."""
+    result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Loss (base 2)" in result.stdout + result.stderr
+
+
+def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained):
+    """fairseq-eval-lm takes the window from the sample size before the task sees it: the
+    refusal named --tokens-per-sample 0."""
+    result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "8")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --context-window 8 leaves no tokens of --tokens-per-sample 8 to "
+        "score: fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; "
+        "pass a --context-window below --tokens-per-sample"
+    )
 
 
 def test_analysis_writes_the_decoder_self_attention_js(trained, tmp_path):
@@ -106,6 +135,24 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
     assert long.stderr.strip().splitlines()[-1] == (
         "fairseq-san: error: a prompt of 20 tokens is longer than the model's 16 positions "
         "leave room for (the start token and one generated token): shorten it to at most 14 tokens"
+    )
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
+    """Both decoders printed the prompt cut to --max-len-b tokens as the hypothesis."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
+        "--max-len-b", "5", "--san-decoding", decoding, input=" ".join(["tok1"] * 12) + "\n",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert not any(line.startswith("H-") for line in result.stdout.splitlines())
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: a prompt of 12 tokens is longer than --max-len-b 5 allows: the "
+        "output would be the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the "
+        "prompt)"
     )
 
 

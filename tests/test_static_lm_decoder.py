@@ -307,3 +307,92 @@ def test_a_decoder_with_encoder_attention_has_no_prefill():
     step = StaticDecoderStep(build([])[0].decoder)
     with pytest.raises(StaticDecoderError, match="prefill with AAN or encoder-decoder attention"):
         step.check_prefill()
+
+
+# --- the task's refusal of a prompt that fills the output length (--max-len-b) ---------------
+
+GENERATORS = {"fairseq": SequenceGenerator, "static": StaticLMGenerator}
+
+
+def lm_task():
+    """(language_modeling_san's task, a tiny model of 16 positions it built): the task keeps the
+    model's positions for ``check_prompt``."""
+    from fairseq_san.tasks.language_modeling_san import (
+        LanguageModelingSANConfig,
+        LanguageModelingSANTask,
+    )
+
+    task = LanguageModelingSANTask(LanguageModelingSANConfig(tokens_per_sample=16), DICT)
+    _, args = build_lm(["--tokens-per-sample", "16"], dictionary=DICT)
+    return task, task.build_model(args).eval()
+
+
+def best_tokens(hypotheses) -> list:
+    return [hypos[0]["tokens"].tolist() for hypos in hypotheses]
+
+
+CUT = (
+    "a prompt of 12 tokens is longer than --max-len-b 5 allows: the output would be the prompt "
+    "cut to 5 tokens; raise --max-len-b above 12 (it counts the prompt)"
+)
+
+
+@pytest.mark.parametrize("decoder", list(GENERATORS))
+@pytest.mark.parametrize(
+    "lengths, max_len, kept, said",
+    [((12,), dict(max_len_b=5), 5, CUT),
+     ((3, 12), dict(max_len_b=5), 5, CUT),  # the longest prompt of the batch
+     ((12,), dict(max_len_b=12), 12, "a prompt of 12 tokens is as long as --max-len-b 12 allows: "
+      "the output would be the prompt, nothing generated; raise --max-len-b above 12 (it counts "
+      "the prompt)"),
+     ((3,), dict(max_len_a=0.5, max_len_b=1), 3, "a prompt of 3 tokens is as long as --max-len-a "
+      "0.5 x 4 + --max-len-b 1 (= 3 tokens) allows: the output would be the prompt, nothing "
+      "generated; raise --max-len-b above 1 (it counts the prompt)")],
+)  # fmt: skip
+def test_a_prompt_that_fills_the_output_length_is_refused(decoder, lengths, max_len, kept, said):
+    """Both generators force prompt tokens below --max-len-a x width + --max-len-b only, then
+    end the output: the hypothesis of the longest prompt was its first ``kept`` tokens, printed
+    as a generation (the prompt cut, or alone). The task refuses it before decoding."""
+    task, model = lm_task()
+    generator = GENERATORS[decoder]([model], DICT, beam_size=1, **max_len)
+    prefix = prompts(lengths)
+    longest = best_tokens(generate(generator, model, prefix))[-1]
+    assert longest == prefix[-1, :kept].tolist() + [DICT.eos()]
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(generator, [model], sample_of(prefix))
+    assert str(refused.value) == said
+
+
+@pytest.mark.parametrize("decoder", list(GENERATORS))
+def test_a_prompt_with_room_under_the_output_length_decodes_alike(decoder):
+    """A prompt one token shorter than --max-len-b: one token generated, fairseq's output."""
+    task, model = lm_task()
+    prefix = prompts((12, 4))
+    generator = GENERATORS[decoder]([model], DICT, beam_size=1, max_len_b=13, min_len=13)
+    hypotheses = best_tokens(task.inference_step(generator, [model], sample_of(prefix)))
+    theirs = SequenceGenerator([model], DICT, beam_size=1, max_len_b=13, min_len=13)
+    assert hypotheses == best_tokens(generate(theirs, model, prefix))
+    assert hypotheses[0][:12] == prefix[0].tolist() and len(hypotheses[0]) == 14  # one generated
+
+
+def test_the_prompt_checked_is_the_one_the_generator_forces():
+    """fairseq-generate --prefix-size 3 on a 15-token sentence (16 positions): the prompt is 3
+    tokens, not the sentence (refused before as 15 tokens leaving no position to generate in);
+    --max-len-b 3 leaves it no room. --score-reference forces no prompt: it scores the sentence."""
+    from fairseq.sequence_scorer import SequenceScorer
+
+    task, model = lm_task()
+    sentence = prompts((15,))
+    sample = sample_of(sentence)
+    prefix = sentence[:, :3]
+    generator = SequenceGenerator([model], DICT, beam_size=1, max_len_b=10, min_len=6)
+    hypotheses = best_tokens(task.inference_step(generator, [model], sample, prefix_tokens=prefix))
+    assert hypotheses[0][:3] == prefix[0].tolist() and len(hypotheses[0]) > 6
+    short = SequenceGenerator([model], DICT, beam_size=1, max_len_b=3)
+    with pytest.raises(UsageError, match=r"^a prompt of 3 tokens is as long as --max-len-b 3 "):
+        task.inference_step(short, [model], sample, prefix_tokens=prefix)
+    scored = {**sample, "target": torch.cat([sentence, torch.tensor([[DICT.eos()]])], dim=1)}
+    hypotheses = task.inference_step(SequenceScorer(DICT), [model], scored)
+    assert hypotheses[0][0]["positional_scores"].numel() == 16
+    with pytest.raises(UsageError, match=r"^a prompt of 15 tokens is longer than the model's 16 "):
+        task.inference_step(generator, [model], sample)  # the sentence is the prompt

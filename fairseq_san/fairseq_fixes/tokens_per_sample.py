@@ -14,13 +14,22 @@ a sample longer than the model's positions (``--tokens-per-sample`` 1024, its de
 of 128 positions) is skipped with one warning among the log's lines, and the perplexity printed
 is that of the rest (1.00 of no token when none is left).
 
+fairseq-eval-lm takes ``--context-window`` from ``--tokens-per-sample`` before it sets up the
+task, so a window as large as the sample size was refused naming a size the user never gave:
+``--tokens-per-sample 0`` for ``--context-window 8 --tokens-per-sample 8`` (and -4 for a window
+of 4 beside a size of 0).
+
 ``install()`` wraps ``LanguageModelingTask.__init__`` so that the task refuses either in one line
 naming both options (``UsageError``) before any data is read, and
 ``LanguageModelingTask.eval_lm_dataloader`` so that fairseq-eval-lm refuses samples longer than
-the model's positions before it evaluates any.
+the model's positions before it evaluates any. When fairseq-eval-lm is the running command, its
+``main`` is wrapped too, so that a ``--context-window`` that leaves no token to score is refused
+naming the sizes given (``check_context_window``), before ``main`` takes one from the other.
 """
 
 import functools
+import sys
+from argparse import Namespace
 from typing import Callable, Optional
 
 import numpy as np
@@ -57,40 +66,92 @@ def _checking(init: Callable) -> Callable:
     return wrapper
 
 
-def check_samples_fit(dataset, positions: object, break_mode: str) -> None:
+def check_context_window(window: int, tokens: int) -> None:
+    """Refuse fairseq-eval-lm's ``--tokens-per-sample`` ``tokens`` below 1, or a
+    ``--context-window`` ``window`` that leaves none of them to score, naming the sizes given."""
+    check_tokens_per_sample(tokens, None)
+    if window >= tokens:
+        raise UsageError(
+            f"--context-window {window} leaves no tokens of --tokens-per-sample {tokens} to score: "
+            "fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; "
+            "pass a --context-window below --tokens-per-sample"
+        )
+
+
+def _checking_window(main: Callable) -> Callable:
+    """fairseq-eval-lm's ``main``, after ``check_context_window`` of its config (before ``main``
+    takes the window from the sample size)."""
+
+    @functools.wraps(main)
+    def wrapper(cfg, **kwargs):
+        if isinstance(cfg, Namespace):
+            from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+            cfg = convert_namespace_to_omegaconf(cfg)
+        check_context_window(cfg.eval_lm.context_window, cfg.task.tokens_per_sample)
+        return main(cfg, **kwargs)
+
+    return wrapper
+
+
+def check_samples_fit(dataset, positions: object, break_mode: str, context_window: int = 0) -> None:
     """Refuse samples of ``dataset`` longer than the model's ``positions`` (an int for a language
-    model), which fairseq-eval-lm would skip; ``break_mode`` is ``--sample-break-mode``."""
+    model), which fairseq-eval-lm would skip; ``break_mode`` is ``--sample-break-mode``. With a
+    ``--context-window`` C a sample is fed after up to C tokens of the ones before it
+    (``LMContextWindowDataset``): that many more positions, which fairseq never checks."""
     if not isinstance(positions, int) or not hasattr(dataset, "sizes"):
         return
-    longer = int(np.sum(np.asarray(dataset.sizes) > positions))
+    longer = int(np.sum(np.asarray(dataset.sizes) + context_window > positions))
     if not longer:
         return
-    fix = f"pass --tokens-per-sample {positions} or fewer (its default, 1024, is for models with "
-    fix += "as many positions)"
+    raise UsageError(
+        f"{longer} of the {len(dataset)} samples are longer than the model's {positions} "
+        f"positions{context_said(context_window)}, and fairseq-eval-lm would skip them (the "
+        f"perplexity of the rest): {samples_fix(positions, break_mode, context_window)}"
+    )
+
+
+def context_said(context_window: int) -> str:
+    """How the context window lengthens a sample, for ``check_samples_fit``'s message."""
+    if not context_window:
+        return ""
+    return f" with the --context-window {context_window} tokens of context before each"
+
+
+def samples_fix(positions: int, break_mode: str, context_window: int) -> str:
+    """What makes every sample fit ``positions``, for ``check_samples_fit``'s message."""
     if break_mode == "eos":  # a sample is one sentence
         fix = "with --sample-break-mode eos a sample is a sentence: pass --sample-break-mode none"
         fix += f" (blocks of --tokens-per-sample, at most {positions})"
-    raise UsageError(
-        f"{longer} of the {len(dataset)} samples are longer than the model's {positions} "
-        f"positions, and fairseq-eval-lm would skip them (the perplexity of the rest): {fix}"
-    )
+        return fix + (", or a smaller --context-window" if context_window else "")
+    fix = f"pass --tokens-per-sample {positions} or fewer ("
+    if context_window:
+        return fix + "with --context-window, it counts the context)"
+    return fix + "its default, 1024, is for models with as many positions)"
 
 
 def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
     """The task's ``eval_lm_dataloader``, after ``check_samples_fit``."""
 
     @functools.wraps(eval_lm_dataloader)
-    def wrapper(self, dataset, *args, max_positions=None, **kwargs):
-        check_samples_fit(dataset, max_positions, getattr(self.args, "sample_break_mode", None))
-        return eval_lm_dataloader(self, dataset, *args, max_positions=max_positions, **kwargs)
+    def wrapper(self, dataset, *args, max_positions=None, context_window=0, **kwargs):
+        break_mode = getattr(self.args, "sample_break_mode", None)
+        check_samples_fit(dataset, max_positions, break_mode, context_window)
+        return eval_lm_dataloader(
+            self, dataset, *args, max_positions=max_positions, context_window=context_window,
+            **kwargs,
+        )  # fmt: skip
 
     return wrapper
 
 
 def install() -> None:
-    """Check the language-modelling task's sample size when it is set up, and fairseq-eval-lm's
-    samples against the model's positions (idempotent)."""
+    """Check the language-modelling task's sample size when it is set up, fairseq-eval-lm's
+    samples against the model's positions, and its context window when it runs (idempotent)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     wrap_once(LanguageModelingTask, "__init__", _checking)
     wrap_once(LanguageModelingTask, "eval_lm_dataloader", _checking_samples)
+    eval_lm = sys.modules.get("fairseq_cli.eval_lm")
+    if getattr(eval_lm, "main", None) is not None:
+        wrap_once(eval_lm, "main", _checking_window)

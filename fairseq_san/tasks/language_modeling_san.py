@@ -11,13 +11,15 @@ sample attention, as ``translation_san`` does for its three kinds (``tasks.atten
 ``--san-decoding static`` generates with the static decoder (``static_decoding.lm_generator``:
 the prompt prefilled in one pass, then greedy, beam or sampling steps; the same greedy output as
 fairseq's generator). A prompt as long as the model's positions or longer is refused in one line
-before decoding.
+before decoding, and so is one that leaves no room for a generated token under ``--max-len-b``
+(fairseq's generators would print the prompt, cut to that length).
 """
 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum
+from fairseq.sequence_scorer import SequenceScorer
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 from torch import Tensor, nn
@@ -36,6 +38,30 @@ from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
 @dataclass
 class LanguageModelingSANConfig(LanguageModelingConfig, AnalysisConfig, StaticDecoderConfig):
     san_decoding: ChoiceEnum(options.LM_DECODING.choices) = option_field(options.LM_DECODING)
+
+
+def check_room(tokens: int, generator: object, src_len: int) -> None:
+    """Refuse a prompt of ``tokens`` tokens that fills ``generator``'s longest output
+    (``--max-len-a`` x ``src_len``, the batch's width, + ``--max-len-b``, the prompt included):
+    fairseq's generator (and the static decoder) forces prompt tokens below that length only,
+    then ends the output, which would be the prompt, cut, without a generated token.
+    ``--match-source-len`` replaces that length."""
+    if not tokens or getattr(generator, "match_source_len", False):
+        return
+    max_len_a, max_len_b = generator.max_len_a, generator.max_len_b
+    limit = int(max_len_a * src_len + max_len_b)
+    if tokens < limit:
+        return
+    allows = f"--max-len-b {max_len_b}"
+    if max_len_a:
+        allows = f"--max-len-a {max_len_a} x {src_len} + {allows} (= {limit} tokens)"
+    longer = f"longer than {allows} allows: the output would be the prompt cut to {limit} tokens"
+    if tokens == limit:
+        longer = f"as long as {allows} allows: the output would be the prompt, nothing generated"
+    raise UsageError(
+        f"a prompt of {tokens} tokens is {longer}; raise --max-len-b above "
+        f"{tokens - limit + max_len_b} (it counts the prompt)"
+    )
 
 
 @register_task("language_modeling_san", dataclass=LanguageModelingSANConfig)
@@ -91,9 +117,26 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         prefix_tokens: Optional[Tensor] = None,
         constraints: Optional[Tensor] = None,
     ):
-        """fairseq's, after ``check_prompt`` (the batch's width counts the start token)."""
-        self.check_prompt(sample["net_input"]["src_tokens"].size(1) - 1)
+        """fairseq's, after ``check_prompt`` and ``check_room`` of the longest prompt that the
+        generator forces (a scorer, ``--score-reference``, forces none: it scores sentences)."""
+        if not isinstance(generator, SequenceScorer):
+            tokens = self.prompt_length(sample, prefix_tokens)
+            self.check_prompt(tokens)
+            check_room(tokens, generator, sample["net_input"]["src_tokens"].size(1))
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def prompt_length(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> int:
+        """The longest prompt of the batch as fairseq's ``inference_step`` forces it:
+        ``prefix_tokens`` (fairseq-generate's ``--prefix-size``), else the batch's tokens after
+        their start token (fairseq-interactive's and the hub's prompts, or whole sentences)."""
+        dictionary = self.source_dictionary
+        if prefix_tokens is None:
+            prefix_tokens = sample["net_input"]["src_tokens"]
+            bos = getattr(self.args, "add_bos_token", False)
+            start = dictionary.bos() if bos else dictionary.eos()
+            if prefix_tokens.nelement() and prefix_tokens[:, 0].eq(start).all():
+                prefix_tokens = prefix_tokens[:, 1:]
+        return int(prefix_tokens.ne(dictionary.pad()).sum(dim=1).max())
 
     def static_generator(self) -> Callable:
         from fairseq_san.static_decoding.lm_generator import build_static_lm_generator

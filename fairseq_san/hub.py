@@ -8,8 +8,8 @@ fairseq's do not, and a ``transformer_san`` model trained with fairseq-train's d
 (``translation``) decoded a misspelt ``bema=1`` at the default beam, and ``san_decoding="static"``
 with fairseq's generator. ``SANHubInterface`` checks the keywords before any task sees them and
 refuses the plugin's decoding options where the task cannot honour them. ``from_pretrained``
-(the plugin's models', ``models.hub_model``) returns it, and refuses a group's name as a keyword
-(``task='translation_san'``), which fairseq ignored.
+(the plugin's models', ``models.hub_model``) returns it; its keywords are checked where
+``--model-overrides`` are (``fairseq_fixes.model_overrides``).
 """
 
 import copy
@@ -84,15 +84,9 @@ def from_pretrained(
     **kwargs,
 ) -> SANHubInterface:
     """fairseq's ``from_pretrained`` (``BaseFairseqModel``'s) for ``model_class``, with the
-    plugin's interface; a group's name as a keyword (``task='translation_san'``) is refused:
-    fairseq ignored it, and the checkpoint kept the task it was trained with."""
-    for group in ("task", "model"):
-        if isinstance(kwargs.get(group), str):
-            raise UsageError(
-                f"{group}={kwargs[group]!r}: from_pretrained takes a group as a dict of its "
-                f"options, and fairseq would ignore a name; switch it with "
-                f"{group}={{'_name': {kwargs[group]!r}}}"
-            )
+    plugin's interface. Its keywords are the checkpoint's overrides, checked as
+    ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation_san'``,
+    which fairseq ignored, is refused there)."""
     loaded = hub_utils.from_pretrained(
         model_name_or_path,
         checkpoint_file,

@@ -1414,3 +1414,261 @@ def test_half_precision_is_checked_where_the_trainer_is_built():
     from fairseq_san.fairseq_fixes import half_precision
 
     assert Trainer.__init__.wrapped_by is half_precision._checking
+
+
+@pytest.mark.parametrize(
+    "window, tokens, said",
+    [
+        (8, 8, "--context-window 8 leaves no tokens of --tokens-per-sample 8 to score: "
+         "fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; pass a "
+         "--context-window below --tokens-per-sample"),
+        (12, 8, "--context-window 12 leaves no tokens of --tokens-per-sample 8 to score: "),
+        (4, 0, "--tokens-per-sample 0: must be at least 1 "),
+    ],
+)  # fmt: skip
+def test_eval_lm_names_the_sizes_given_for_a_context_window_that_leaves_nothing(
+    window, tokens, said
+):
+    """fairseq-eval-lm's main takes --context-window from --tokens-per-sample before the task
+    checks it: the refusal named --tokens-per-sample 0 (or -4), a size the user never gave. It
+    is refused with the sizes given, before main changes them."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import eval_lm
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes import tokens_per_sample
+
+    tokens_per_sample.install()  # as when fairseq-eval-lm loads the plugin
+    assert eval_lm.main.wrapped_by is tokens_per_sample._checking_window
+    args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
+        "data", "--path", "model.pt", "--context-window", str(window),
+        "--tokens-per-sample", str(tokens)])  # fmt: skip
+    cfg = convert_namespace_to_omegaconf(args)
+    with pytest.raises(UsageError, match="^" + re.escape(said)):
+        eval_lm.main(cfg)
+    assert cfg.task.tokens_per_sample == tokens
+
+
+def test_eval_lm_with_a_context_window_below_the_sample_size_runs_as_fairseq():
+    from argparse import Namespace
+
+    from fairseq_san.fairseq_fixes.tokens_per_sample import _checking_window
+
+    seen = []
+    main = _checking_window(lambda cfg, **kwargs: seen.append((cfg, kwargs)))
+    cfg = Namespace(context_window=7, tokens_per_sample=8, task="language_modeling")
+    main(cfg, extra=1)  # fairseq's main takes a Namespace too
+    assert seen[0][0].eval_lm.context_window == 7 and seen[0][0].task.tokens_per_sample == 8
+    assert seen[0][1] == {"extra": 1}
+
+
+# --- a name where fairseq reads a group's dict, and fairseq's model on a SAN checkpoint ----------
+
+
+def label_smoothed_configuration():
+    """A checkpoint's configuration whose criterion has options cross_entropy has not."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    flags = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+    return convert_namespace_to_omegaconf(parse_args("transformer_san", TINY + flags))
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"task": "translation_san"}, "task 'translation_san' (from --model-overrides or a keyword "
+         "argument): fairseq takes this checkpoint's task as a dict of its options, and would "
+         "ignore a name; switch it with {'task': {'_name': 'translation_san'}} (fairseq-generate "
+         "and fairseq-interactive decode with their own --task instead)"),
+        ({"criterion": "label_smoothed_cross_entropy"}, "criterion 'label_smoothed_cross_entropy' "
+         "(from --model-overrides or a keyword argument): fairseq takes this checkpoint's "
+         "criterion as a dict of its options, and would ignore a name; switch it with "
+         "{'criterion': {'_name': 'label_smoothed_cross_entropy'}}"),
+        ({"generation": "sampling"}, "generation 'sampling' (from --model-overrides or a keyword "
+         "argument): generation is a group of options, not a component fairseq could switch, and "
+         "it would ignore the name; give its options in a dict, e.g. {'generation': {'beam': 5}}"),
+        ({"model": "transformer"}, "model 'transformer' (from --model-overrides or a keyword "
+         "argument): fairseq builds this checkpoint's model as it was trained (transformer_san), "
+         "and would ignore it; leave model out of the overrides"),
+        ({"arch": "transformer_san_small"}, "arch 'transformer_san_small' (from --model-overrides "
+         "or a keyword argument): fairseq builds this checkpoint's model as it was trained "
+         "(transformer_san), and would ignore it; leave arch out of the overrides"),
+        ({"path": "x.pt", "task": "translation_san",
+          "model_overrides": "{'task': 'translation_san'}"},
+         "task 'translation_san' (from --model-overrides or a keyword argument): fairseq takes"),
+        ({"_name": "transformer"}, "_name 'transformer' (from --model-overrides or a keyword "
+         "argument): fairseq would give every group of this checkpoint's configuration that name "
+         "(its model, its task, ...); leave it out, and name a group's component in that group's "
+         "dict ({'task': {'_name': ...}})"),
+    ],
+    ids=["task", "component", "group of options", "model", "arch", "fairseq-validate's",
+         "every group"],
+)  # fmt: skip
+def test_a_name_fairseq_would_ignore_for_a_group_or_the_model_is_refused(overrides, said):
+    """fairseq switches a group the checkpoint holds only from a dict, and builds the model its
+    _name saved: {'task': 'translation_san'} decoded with the checkpoint's task; a _name of the
+    overrides' own named every group, and fairseq built another model."""
+    from fairseq_san.errors import UsageError
+
+    cfg = checkpoint_configuration()
+    with pytest.raises(UsageError) as refused:
+        override(cfg, overrides)
+    assert str(refused.value).startswith(said)
+    assert cfg.task._name == "translation" and cfg.model.arch == "transformer_san"
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [{"criterion": "cross_entropy"}, {"criterion": {"_name": "cross_entropy"}}],
+    ids=["name", "dict"],
+)
+def test_a_switch_to_a_component_without_the_groups_options_is_refused(switch):
+    """fairseq-validate failed on it: omegaconf's "Key 'label_smoothing' not in
+    'CrossEntropyCriterionConfig'", a traceback."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        override(label_smoothed_configuration(), switch)
+    assert str(refused.value) == (
+        "criterion 'cross_entropy' (from --model-overrides or a keyword argument): this "
+        "checkpoint's criterion (label_smoothed_cross_entropy) has options that cross_entropy has "
+        "not (ignore_prefix_size, label_smoothing, report_accuracy): fairseq keeps them, and "
+        "fails on them where it builds the criterion; it cannot switch this checkpoint's "
+        "criterion to cross_entropy"
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, group, name",
+    [
+        ({"task": "translation", "arch": "transformer_san", "model": "transformer_san"},
+         "task", "translation"),  # the checkpoint's own: fairseq leaves them as they are
+        ({"path": "x.pt", "task": "translation_san"},
+         "task", "translation"),  # fairseq-validate's own --task, not the user's
+        ({"path": "x.pt", "task": "translation_san", "model_overrides": "{'beam': 2}"},
+         "task", "translation"),
+        ({"task": {"_name": "translation_san"}}, "task", "translation_san"),
+        ({"criterion": {"_name": "label_smoothed_cross_entropy"}}, "criterion",
+         "label_smoothed_cross_entropy"),  # every option of cross_entropy's is one of its
+        ({"tokenizer": "moses"}, "tokenizer", "moses"),  # an unset group takes a name
+    ],
+    ids=["own names", "validate's task", "validate's task and overrides", "task dict",
+         "component dict", "unset group"],
+)  # fmt: skip
+def test_names_and_switches_fairseq_applies_are_applied(overrides, group, name):
+    cfg = checkpoint_configuration()
+    override(cfg, overrides)
+    assert cfg[group]._name == name
+
+
+@pytest.mark.slow
+def test_a_task_name_in_validates_model_overrides_is_one_line(binarized_corpus, trained):
+    """fairseq-validate decoded the translation checkpoint with its own task, silently."""
+    checkpoint = trained["plain"] / "checkpoint_last.pt"
+    override = "{'task': 'translation_san'}"
+    result = validate(binarized_corpus, checkpoint, "--model-overrides", override)
+    assert_one_line_error(result, "task 'translation_san'", "switch it with {'task': {'_name'")
+    assert VALIDATION_STARTED not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "trained_flags, flags",
+    [
+        (["--san-decoder-self-policy", "1,5"], "--san-policy '{\"decoder_self\": [1, 5]}'"),
+        (["--san-decoder-encdec-policy", "3,3", "--san-encdec-share", "weights"],
+         "--san-policy '{\"decoder_encdec\": [3, 3]}' --san-encdec-share weights"),
+        (["--decoder-self-attention-type", "aan", "--san-encoder-self-policy", "2"],
+         "--san-policy '{\"encoder_self\": [2]}' --decoder-self-attention-type aan"),
+    ],
+    ids=["decoder self", "encoder-decoder weights", "aan"],
+)  # fmt: skip
+def test_fairseqs_transformer_on_a_shared_checkpoint_names_the_plugins_model(trained_flags, flags):
+    """fairseq-train --arch transformer --restore-file of a SAN checkpoint: torch's list of
+    missing k_proj keys, re-raised as "please ensure that the architectures match"."""
+    from helpers import build_fairseq_transformer
+
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build(trained_flags)
+    theirs, _ = build_fairseq_transformer()
+    with pytest.raises(UsageError) as refused:
+        theirs.load_state_dict(trained.state_dict())
+    message = str(refused.value)
+    assert re.match(r"the checkpoint was trained with (attention sharing|the average attention)"
+                    r".*, which this model \(TransformerModel\) has not: the checkpoint has no "
+                    r"projections for \S+\.layers\.\d\.", message)  # fmt: skip
+    given = message.partition("To continue training it, pass ")[2]
+    assert given == f"--task translation_san --arch transformer_san {flags}"
+    rebuilt, _ = build(shlex.split(given))
+    rebuilt.load_state_dict(trained.state_dict())  # strict: every parameter, nothing dropped
+
+
+def test_fairseqs_language_model_on_a_shared_checkpoint_names_the_plugins_model():
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build_lm(["--san-decoder-self-policy", "2,4", "--san-self-share", "kv"])
+    theirs, _ = build_lm(arch="transformer_lm")
+    with pytest.raises(UsageError) as refused:
+        theirs.load_state_dict(trained.state_dict())
+    assert str(refused.value) == (
+        "the checkpoint was trained with attention sharing (decoder_self {2,4}), which this model "
+        "(TransformerLanguageModel) has not: the checkpoint has no projections for "
+        "decoder.layers.1.self_attn, decoder.layers.3.self_attn, decoder.layers.4.self_attn, "
+        "decoder.layers.5.self_attn. To continue training it, pass --task language_modeling_san "
+        "--arch transformer_lm_san --san-policy '{\"decoder_self\": [2, 4]}' --san-self-share kv"
+    )
+
+
+def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plugins_model():
+    """--finetune-from-model: the plugin's model starts from the checkpoint under any policy."""
+    from helpers import build_fairseq_transformer
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.checkpoint_policy import fine_tuning
+
+    trained, _ = build(["--san-decoder-self-policy", "1,5"])
+    theirs, _ = build_fairseq_transformer()
+    with fine_tuning(), pytest.raises(UsageError) as refused:
+        theirs.load_state_dict(trained.state_dict())
+    given = str(refused.value).partition(". To fine-tune from it, pass ")[2]
+    assert given == (
+        "--task translation_san --arch transformer_san and any policy (with none, each layer "
+        "starts from the projections of its block)"
+    )
+    unshared, _ = build(shlex.split(given.partition(" and ")[0]))
+    with fine_tuning():
+        unshared.load_state_dict(trained.state_dict())
+
+
+def test_fairseqs_own_errors_for_other_checkpoints_are_left_as_they_are():
+    from helpers import build_fairseq_transformer
+
+    theirs, _ = build_fairseq_transformer()
+    theirs.load_state_dict(build()[0].state_dict())  # unshared: fairseq's transformer loads it
+    other_vocabulary, _ = build(dictionary=make_dictionary(30))
+    with pytest.raises(RuntimeError, match="size mismatch for encoder.embed_tokens.weight"):
+        theirs.load_state_dict(other_vocabulary.state_dict())
+
+
+def test_fairseqs_models_name_a_plugin_checkpoint_where_they_load_it():
+    from fairseq.models import BaseFairseqModel
+
+    from fairseq_san.fairseq_fixes import shared_checkpoints
+
+    assert BaseFairseqModel.load_state_dict.wrapped_by is shared_checkpoints._naming
+
+
+@pytest.mark.slow
+def test_fairseq_train_of_fairseqs_transformer_from_a_shared_checkpoint_is_one_line(
+    binarized_corpus, trained, tmp_path
+):
+    argv = train_argv(binarized_corpus, tmp_path / "transformer")
+    argv[argv.index("transformer_san")] = "transformer"
+    checkpoint = str(trained["san"] / "checkpoint_last.pt")
+    result = run_cli("fairseq-train", *argv, "--finetune-from-model", checkpoint)
+    assert_one_line_error(
+        result, "attention sharing (decoder_self {1,5})", "this model (TransformerModel)",
+        "To fine-tune from it, pass --task translation_san --arch transformer_san",
+    )
+    assert "architectures match" not in result.stderr

@@ -153,9 +153,14 @@ def test_hub_keywords_are_checked_whatever_the_task(workdir):
 @pytest.mark.parametrize(
     "keywords, message",
     [
-        (dict(task="translation"), "task='translation': from_pretrained takes a group as a "
-         "dict of its options, and fairseq would ignore a name; switch it with "
-         "task={'_name': 'translation'}"),
+        (dict(task="translation"), "task 'translation' (from --model-overrides or a keyword "
+         "argument): fairseq takes this checkpoint's task as a dict of its options, and would "
+         "ignore a name; switch it with {'task': {'_name': 'translation'}} (fairseq-generate and "
+         "fairseq-interactive decode with their own --task instead)"),
+        (dict(task="translation_san"), None),  # the checkpoint's own task: fairseq's no-op
+        (dict(model="transformer"), "model 'transformer' (from --model-overrides or a keyword "
+         "argument): fairseq builds this checkpoint's model as it was trained (transformer_san), "
+         "and would ignore it; leave model out of the overrides"),
         (dict(tokenizer="mosse"), "tokenizer 'mosse' (from --model-overrides or a keyword "
          "argument) is not one of fairseq's tokenizer components: did you mean 'moses'?"),
     ],
@@ -167,6 +172,9 @@ def test_a_component_or_group_that_fairseq_would_ignore_or_fail_on_is_refused(
     """task='translation' left the task as trained; a name no component has was a KeyError."""
     from fairseq_san.errors import UsageError
 
+    if message is None:
+        assert load(workdir, **keywords).translate(["tok1 tok2 tok3"])
+        return
     with pytest.raises(UsageError) as refused:
         load(workdir, **keywords)
     assert str(refused.value) == message

@@ -10,8 +10,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   checkpoint that cannot be loaded is one line naming the file, one with code in a field that
   fairseq evaluates is refused;
 * ``model_overrides``: ``--model-overrides`` and the hub's keywords for a checkpoint of the
-  plugin's models are checked against it: a key nothing reads, a value its option cannot take or
-  an unregistered component is refused (fairseq ignored or failed on them);
+  plugin's models are checked against it: a key nothing reads, a value its option cannot take,
+  an unregistered component, a name for a group or the model that fairseq would ignore, or a
+  switch to a component without the group's options is refused (fairseq ignored or failed on
+  them);
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
@@ -20,13 +22,18 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
+* ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint
+  trained with attention sharing or AAN in one line naming the plugin's model that loads it
+  (fairseq's "please ensure that the architectures match" traceback);
 * ``half_precision``: fairseq-train refuses ``--fp16`` or ``--bf16`` on the CPU (tracebacks in
   fairseq's trainer);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
   ``--replace-unk`` (which fairseq 0.12 cannot honour), or with a plugin option that its task or
   model does not have or that it would ignore, is refused as it is parsed;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
-  above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample);
+  above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
+  and fairseq-eval-lm samples longer than the model's positions, the context window included,
+  or a ``--context-window`` that leaves nothing of them to score;
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -42,12 +49,14 @@ from fairseq_san.fairseq_fixes import (
     one_line_errors,
     restore_file,
     safe_loading,
+    shared_checkpoints,
     tokens_per_sample,
 )
 
 FIXES = (
     literal_eval, safe_loading, model_overrides, last_batch, numpy2, interactive_input, clean_exit,
-    restore_file, half_precision, command_options, tokens_per_sample, one_line_errors,
+    restore_file, shared_checkpoints, half_precision, command_options, tokens_per_sample,
+    one_line_errors,
 )
 
 

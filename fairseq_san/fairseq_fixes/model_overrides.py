@@ -5,12 +5,19 @@ Upstream behaviour corrected: ``checkpoint_utils.load_checkpoint_to_cpu`` hands 
 (``--model-overrides``, the keywords of the hub's ``from_pretrained``) to
 ``fairseq.dataclass.utils.overwrite_args_by_name``, which sets every key on the model's
 ``argparse.Namespace`` unchecked. A misspelt key (``decoder_layerz``), or a dict for the model
-(``{'model': {'dropout': 0.2}}``), is ignored, and the model decoded as it was trained; a value of
-another type (``'6'`` for ``encoder_layers``) fails deep inside the model's construction
-(``TypeError: 'str' object cannot be interpreted as an integer``) or, for a switch
-(``'False'``), silently turns it on. Checked: every key, and the keys of a group given as a dict
-(``{'task': {...}}``); the type of the model's options that take an int, a number or True/False,
-and the choices of those that have them; a component's name that fairseq has not registered
+(``{'model': {'dropout': 0.2}}``), is ignored, and the model decoded as it was trained; so is a
+name for a group the checkpoint holds as a dict of options (``{'task': 'translation_san'}``:
+fairseq switches such a group only from a dict, ``{'task': {'_name': 'translation_san'}}``, and
+takes a name only for an unset one, ``{'bpe': 'sentencepiece'}``), and another model
+(``{'arch': 'transformer'}``: fairseq builds the model named by the ``_name`` it saved), while
+a ``_name`` of their own renames every group, the model too. A value of another type (``'6'`` for
+``encoder_layers``) fails deep inside the model's construction (``TypeError: 'str' object cannot
+be interpreted as an integer``) or, for a switch (``'False'``), silently turns it on. Checked:
+every key, and the keys of a group given as a dict (``{'task': {...}}``); a name given for a
+group or the model, other than the checkpoint's own, and a ``_name`` of their own; a switch to
+a component that lacks some of the group's options (omegaconf's ``ConfigKeyError`` where fairseq
+builds it); the type of the model's options that take an int, a number or True/False, and the
+choices of those that have them; a component's name that fairseq has not registered
 (``bpe='bogus'``: a ``KeyError`` when the hub built it). The plugin's own options are checked
 where the model is built (``models.option_checks``), with their hints. Other models'
 checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
@@ -24,10 +31,13 @@ from omegaconf import DictConfig
 
 from fairseq_san import options
 from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
+from fairseq_san.fairseq_fixes.literal_eval import evaluate
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
 HUB_KEYWORDS = {"generation_args"}
+# Where a checkpoint's task is not the one that decodes it (load_model_ensemble's task).
+OWN_TASK = " (fairseq-generate and fairseq-interactive decode with their own --task instead)"
 
 
 def plugin_model_classes() -> Tuple[type, ...]:
@@ -157,10 +167,30 @@ def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: 
         )
     if not isinstance(held, DictConfig):
         return
+    if "_name" in overrides:
+        check_switch(held, group, overrides["_name"], source)
     name = overrides.get("_name", held.get("_name"))
     known = set(held.keys()) | component_fields(group, name) | {"_name"}
     for key in overrides:
         check_known(key, known, set(held.keys()), source, group=f"{group}.")
+
+
+def check_switch(held: DictConfig, group: str, name: Any, source: str) -> None:
+    """Refuse switching a component the checkpoint holds (``held``) to one that lacks some of
+    its options: fairseq keeps them, and fails on them where it builds the component
+    (omegaconf's ``ConfigKeyError``), save for the task, whose loader drops them."""
+    check_component_name(group, name, source)
+    if group == "task" or held.get("_name") in (None, name):
+        return
+    fields = component_fields(group, name)
+    lacking = sorted(key for key in held.keys() if key != "_name" and key not in fields)
+    if not lacking:
+        return
+    raise UsageError(
+        f"{group} {name!r} {source}: this checkpoint's {group} ({held.get('_name')}) has options "
+        f"that {name} has not ({', '.join(lacking)}): fairseq keeps them, and fails on them "
+        f"where it builds the {group}; it cannot switch this checkpoint's {group} to {name}"
+    )
 
 
 def check_component_name(group: str, value: Any, source: str) -> None:
@@ -175,6 +205,80 @@ def check_component_name(group: str, value: Any, source: str) -> None:
             f"{group} {value!r} {source} is not one of fairseq's {group} components: "
             + nearest_key_hint(value, components)
         )
+
+
+def model_name(model_cfg: Any) -> Optional[str]:
+    """The model fairseq builds for a checkpoint (``models.build_model``): the ``_name`` its
+    configuration saved, else its ``arch``."""
+    return getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+
+
+def check_model_name(key: str, value: Any, model_cfg: Any, source: str) -> None:
+    """Refuse another model (``{'arch': 'transformer'}``, ``{'model': 'transformer'}``) than the
+    one fairseq builds for the checkpoint: it builds the one its ``_name`` names, and reads
+    ``arch`` only without it (``model`` never)."""
+    if value == model_name(model_cfg) or (key == "arch" and not getattr(model_cfg, "_name", None)):
+        return
+    raise UsageError(
+        f"{key} {value!r} {source}: fairseq builds this checkpoint's model as it was trained "
+        f"({model_name(model_cfg)}), and would ignore it; leave {key} out of the overrides"
+    )
+
+
+def an_option(group: DictConfig) -> Tuple[str, Any]:
+    """(name, value) of the first option a group of a checkpoint's configuration has set."""
+    # "key in group" is False for a mandatory value not set ("???")
+    return next((key, group[key]) for key in group.keys() if key in group and key != "_name")
+
+
+def check_group_name(cfg: DictConfig, group: str, value: str, source: str) -> None:
+    """Refuse a name for a group the checkpoint holds, other than its own: fairseq takes a name
+    only for an unset group (``{'bpe': 'sentencepiece'}``) and ignores it for the others: a
+    component (switched only from a dict, ``{'task': {'_name': ...}}``), a plain group of options
+    (``generation``), the model (built as its ``_name`` says)."""
+    held = cfg[group] if group in cfg else None
+    if isinstance(held, argparse.Namespace):
+        check_model_name(group, value, held, source)
+    if not isinstance(held, DictConfig) or value == held.get("_name"):
+        return
+    if held.get("_name") is None:
+        key, example = an_option(held)
+        raise UsageError(
+            f"{group} {value!r} {source}: {group} is a group of options, not a component "
+            f"fairseq could switch, and it would ignore the name; give its options in a dict, "
+            f"e.g. {{'{group}': {{'{key}': {example!r}}}}}"
+        )
+    check_switch(held, group, value, source)
+    raise UsageError(
+        f"{group} {value!r} {source}: fairseq takes this checkpoint's {group} as a dict of its "
+        f"options, and would ignore a name; switch it with {{'{group}': {{'_name': {value!r}}}}}"
+        + (OWN_TASK if group == "task" else "")
+    )
+
+
+def given_overrides(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """The overrides the user gave. fairseq-validate's are the options of its command line
+    (``--path``, ``--task NAME``), updated with its ``--model-overrides``, which it keeps as text
+    (``model_overrides``); no other caller's hold ``path``."""
+    if "path" not in overrides:
+        return overrides
+    return evaluate(overrides.get("model_overrides", "{}"))
+
+
+def check_names(cfg: DictConfig, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse a name the user gave for a group or the model that fairseq would ignore, and a
+    ``_name`` of its own: fairseq sets it on every group (the model it builds, the task, ...)."""
+    for key, value in given_overrides(overrides).items():
+        if key == "_name":
+            raise UsageError(
+                f"_name {value!r} {source}: fairseq would give every group of this checkpoint's "
+                "configuration that name (its model, its task, ...); leave it out, and name a "
+                "group's component in that group's dict ({'task': {'_name': ...}})"
+            )
+        if key == "arch":
+            check_model_name(key, value, cfg.model, source)
+        elif key in cfg.keys() and isinstance(value, str):
+            check_group_name(cfg, key, value, source)
 
 
 def check_overrides(
@@ -204,6 +308,7 @@ def check_overrides(
         check_known(key, known, held | set(own), source)
         if key in own and key not in options.OPTIONS:
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
+    check_names(cfg, overrides, source)
 
 
 def _checking(overwrite_args_by_name):

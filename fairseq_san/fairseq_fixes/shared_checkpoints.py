@@ -1,0 +1,115 @@
+"""fairseq's own models (``--arch transformer``, ``transformer_lm``) given a checkpoint trained
+with attention sharing or the average attention network: one line naming the plugin's model.
+
+Upstream behaviour corrected: ``fairseq-train --arch transformer --restore-file`` (or
+``--finetune-from-model``) of a ``transformer_san`` checkpoint trained with a sharing policy
+fails in torch's ``load_state_dict`` (``RuntimeError``: every missing
+``decoder.layers.N.self_attn.k_proj.weight`` of the layers that followed a block), which
+fairseq's trainer re-raises as "Cannot load model parameters from checkpoint ...; please ensure
+that the architectures match", a traceback. Only the first layer of a block has query/key
+projections (``modules.shared_attention``); AAN's decoder has no self-attention projections at
+all. When a model that is not the plugin's fails to load such a checkpoint, the error names its
+sharing and the flags of the plugin's model that loads it; any other failure is fairseq's own.
+"""
+
+import functools
+import json
+from typing import Dict, List, Optional
+
+from torch import nn
+
+from fairseq_san import options
+from fairseq_san import policy as san_policy
+from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.model_overrides import plugin_model_classes
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+# Each function imports fairseq_san.models.checkpoint_policy where it uses it: importing
+# fairseq_san.models imports fairseq, which registers the plugin, and so these fixes.
+
+
+def trained_with(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
+    """What of the plugin's models a checkpoint was trained with (sharing ``policy``, AAN)."""
+    from fairseq_san.models.checkpoint_policy import decoder_self_attention_type
+
+    blocks = (f"{kind} {san_policy.format_blocks(sizes)}" for kind, sizes in policy.items())
+    features = [f"attention sharing ({', '.join(blocks)})"] if policy else []
+    if decoder_self_attention_type(state_dict) == "aan":
+        features.append("the average attention network (decoder self-attention aan)")
+    return features
+
+
+def plugin_model_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> str:
+    """The flags of the plugin's model that a checkpoint was saved from: its kind's task and
+    arch, its policy, and how its following layers shared."""
+    from fairseq_san.models.checkpoint_policy import (
+        MODEL_KINDS,
+        decoder_self_attention_type,
+        encdec_share,
+        has_encoder,
+        self_share,
+    )
+
+    translation = has_encoder(state_dict)
+    flags = [MODEL_KINDS[translation][2]]
+    if policy:
+        flags.append(f"--san-policy '{json.dumps(policy)}'")
+    if not translation and options.LM_KIND in policy:
+        flags.append(f"--san-self-share {self_share(state_dict, policy[options.LM_KIND])}")
+    share = encdec_share(state_dict, policy)
+    if share is not None:
+        flags.append(f"--san-encdec-share {share}")
+    if decoder_self_attention_type(state_dict) == "aan":
+        flags.append("--decoder-self-attention-type aan")
+    return " ".join(flags)
+
+
+def plugin_checkpoint_problem(model: nn.Module, state_dict: Dict) -> Optional[str]:
+    """Why ``model``, not one of the plugin's, cannot load a checkpoint of the plugin's (trained
+    with sharing or AAN): it lacks projections the model has; None for any other checkpoint."""
+    from fairseq_san.models.checkpoint_policy import (
+        is_fine_tuning,
+        missing_projections,
+        policy_of_state_dict,
+        stack_depths,
+    )
+
+    if isinstance(model, plugin_model_classes()):
+        return None
+    modules = missing_projections(model.state_dict(), state_dict)
+    policy = policy_of_state_dict(state_dict, {"encoder": 0, **stack_depths(state_dict)})
+    features = trained_with(state_dict, policy)
+    if not modules or not features:
+        return None
+    fix = (
+        f"To fine-tune from it, pass {plugin_model_flags(state_dict, {})} and any policy (with "
+        "none, each layer starts from the projections of its block)"
+        if is_fine_tuning()
+        else f"To continue training it, pass {plugin_model_flags(state_dict, policy)}"
+    )
+    return (
+        f"the checkpoint was trained with {' and '.join(features)}, which this model "
+        f"({type(model).__name__}) has not: the checkpoint has no projections for "
+        f"{', '.join(modules)}. {fix}"
+    )
+
+
+def _naming(load_state_dict):
+    @functools.wraps(load_state_dict)
+    def wrapper(model, state_dict, *args, **kwargs):
+        try:
+            return load_state_dict(model, state_dict, *args, **kwargs)
+        except RuntimeError:
+            problem = plugin_checkpoint_problem(model, state_dict)
+            if problem is None:
+                raise
+            raise UsageError(problem) from None
+
+    return wrapper
+
+
+def install() -> None:
+    """Name a plugin's checkpoint where fairseq's models fail to load it (idempotent)."""
+    from fairseq.models import BaseFairseqModel
+
+    wrap_once(BaseFairseqModel, "load_state_dict", _naming)

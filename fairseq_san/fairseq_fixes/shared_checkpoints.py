@@ -13,12 +13,10 @@ sharing and the flags of the plugin's model that loads it; any other failure is 
 """
 
 import functools
-import json
 from typing import Dict, List, Optional
 
 from torch import nn
 
-from fairseq_san import options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.model_overrides import plugin_model_classes
@@ -41,24 +39,17 @@ def trained_with(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
 
 def plugin_model_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> str:
     """The flags of the plugin's model that a checkpoint was saved from: its kind's task and
-    arch, its policy, and how its following layers shared."""
+    arch, its sharing (``policy``, none when empty) and its decoder self-attention type."""
     from fairseq_san.models.checkpoint_policy import (
         MODEL_KINDS,
         decoder_self_attention_type,
-        encdec_share,
         has_encoder,
-        self_share,
+        sharing_flags,
     )
 
-    translation = has_encoder(state_dict)
-    flags = [MODEL_KINDS[translation][2]]
+    flags = [MODEL_KINDS[has_encoder(state_dict)][2]]
     if policy:
-        flags.append(f"--san-policy '{json.dumps(policy)}'")
-    if not translation and options.LM_KIND in policy:
-        flags.append(f"--san-self-share {self_share(state_dict, policy[options.LM_KIND])}")
-    share = encdec_share(state_dict, policy)
-    if share is not None:
-        flags.append(f"--san-encdec-share {share}")
+        flags += sharing_flags(state_dict, policy)
     if decoder_self_attention_type(state_dict) == "aan":
         flags.append("--decoder-self-attention-type aan")
     return " ".join(flags)

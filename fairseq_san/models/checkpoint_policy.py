@@ -234,14 +234,23 @@ def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
 
 def trained_model_flags(model: nn.Module, state_dict: Dict) -> str:
     """The command-line flags that build the model a checkpoint was saved from."""
-    trained = policy_of_state_dict(state_dict, layer_counts(model))
-    flags = f"--san-policy '{json.dumps(trained)}'"
-    share = encdec_share(state_dict, trained)
-    if share is not None:
-        flags += f" --san-encdec-share {share}"
+    flags = sharing_flags(state_dict, policy_of_state_dict(state_dict, layer_counts(model)))
     types = [decoder_self_attention_type(sd) for sd in (state_dict, model.state_dict())]
     if types != ["dot", "dot"]:  # an AAN architecture sets aan: dot must then be given
-        flags += f" --decoder-self-attention-type {types[0]}"
+        flags.append(f"--decoder-self-attention-type {types[0]}")
+    return " ".join(flags)
+
+
+def sharing_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
+    """The flags that rebuild a checkpoint's sharing: its ``policy`` (read from its parameters)
+    and what its following layers shared (``--san-encdec-share``, a language model's
+    ``--san-self-share``)."""
+    flags = [f"--san-policy '{json.dumps(policy)}'"]
+    if options.LM_KIND in policy and not has_encoder(state_dict):
+        flags.append(f"--san-self-share {self_share(state_dict, policy[options.LM_KIND])}")
+    share = encdec_share(state_dict, policy)
+    if share is not None:
+        flags.append(f"--san-encdec-share {share}")
     return flags
 
 
@@ -378,11 +387,7 @@ def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     trained = policy_of_state_dict(state_dict, layers).get(options.LM_KIND)
     wanted = policy_of_state_dict(own, layers).get(options.LM_KIND)
     trained_share = trained and self_share(state_dict, trained)
-    flags = (
-        f"--san-policy '{json.dumps({options.LM_KIND: trained})}' --san-self-share {trained_share}"
-        if trained
-        else "--san-policy '{}'"
-    )
+    flags = " ".join(sharing_flags(state_dict, {options.LM_KIND: trained} if trained else {}))
     if trained and wanted and trained_share != model.self_share:
         raise san_policy.PolicyError(
             f"the checkpoint was trained with {options.SHARE_NAMES[trained_share]} "

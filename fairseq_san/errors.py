@@ -44,6 +44,9 @@ FAIRSEQ_BAD_INPUT = [
     (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
     (AssertionError, r"min_len cannot be larger than max_len, please adjust these!"),  # --min-len
     (ValueError, r"--share-all-embeddings requires a joined dictionary"),  # preprocess's flag
+    # resuming with another --criterion or --optimizer than the checkpoint's
+    (AssertionError, r"(Criterion|Optimizer) does not match; please reset the optimizer "
+                     r"\(--reset-optimizer\)\. \w+ vs \w+"),
 ]
 
 

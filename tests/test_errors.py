@@ -1031,6 +1031,10 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "min_len cannot be larger than max_len, please adjust these!"),
         (ValueError("--share-all-embeddings requires a joined dictionary"),
          "--share-all-embeddings requires a joined dictionary"),
+        (AssertionError("Criterion does not match; please reset the optimizer (--reset-optimizer)"
+                        ". LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion"),
+         "Criterion does not match; please reset the optimizer (--reset-optimizer). "
+         "LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -1259,6 +1263,29 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                   "{'task': {'_name': 'translation_san'}}"],
+         "--model-overrides key 'task': fairseq-x builds only the model from the checkpoint's "
+         "configuration (its task options come from its own command line), so it would be "
+         "ignored; pass --task NAME and the task's options as flags (e.g. --task translation_san)"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                               "{'generation': {'beam': 2}, 'dropout': 0.1}"],
+         "--model-overrides key 'generation': fairseq-x builds only the model from the "
+         "checkpoint's configuration (its generation options come from its own command line), so "
+         "it would be ignored; pass the generation options as flags (--beam 5, ...)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                   "{'bpe': 'sentencepiece'}"],
+         "--model-overrides key 'bpe': fairseq-x builds only the model"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                   "{'criterion': {'label_smoothing': 0.2}}"],
+         "--model-overrides key 'criterion': fairseq-x builds only the model from the checkpoint's "
+         "configuration (its criterion options come from its own command line), so it would be "
+         "ignored; drop it, or give the criterion options as flags of fairseq-x"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                   "{'san_policy': 'p.json', 'encoder_layers': 6}"], None),
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--model-overrides", "{'task': {'_name': 'translation_san'}}"],
+         None),  # fairseq-validate loads the checkpoint's task, overrides applied
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-analysis-dir", "js"], None),
     ],

@@ -43,6 +43,7 @@ import math
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.options import (
     ANALYSIS_OPTIONS,
@@ -53,6 +54,17 @@ from fairseq_san.options import (
     flag_of,
 )
 
+# Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
+TASKS_IGNORING_SAVED_TASK = (
+    "translation", "translation_san", "language_modeling", "language_modeling_san",
+)  # fmt: skip
+# What to pass instead of a group in a decoding command's --model-overrides.
+GROUP_FLAGS = {
+    "task": "pass --task NAME and the task's options as flags (e.g. --task translation_san)",
+    "generation": "pass the generation options as flags (--beam 5, ...)",
+    "bpe": "pass --bpe NAME and its options as flags",
+    "tokenizer": "pass --tokenizer NAME and its options as flags",
+}
 # Options fairseq's parser needs before it can add their own options: {dest: what to pass}.
 NEEDED_TO_PARSE = {
     "arch": "the model to train, e.g. --arch transformer_san_small (translation) or "
@@ -134,6 +146,8 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_search_numbers(args)
     kind = command_kind(args)
     check_plugin_options_used(args, command, kind)
+    if kind == "decode":
+        check_decoding_overrides(args, command)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
@@ -181,6 +195,34 @@ def check_plugin_options_used(args: argparse.Namespace, command: str, kind: str)
                 f"{option.flag} {getattr(args, option.name)} is an option of --san-analysis-dir: "
                 f"add --san-analysis-dir DIR (fairseq-validate), or drop {option.flag}"
             )
+
+
+def check_decoding_overrides(args: argparse.Namespace, command: str) -> None:
+    """Refuse a configuration group other than the model's in fairseq-generate's or
+    fairseq-interactive's ``--model-overrides``: they set up the task, the generator and the
+    tokenizers from their own command line, and build only the model from the checkpoint's
+    configuration (fairseq-generate also hands the task's group to ``load_dataset``, which the
+    translation and language-modelling tasks ignore)."""
+    from dataclasses import fields
+
+    from fairseq.dataclass.configs import FairseqConfig
+
+    try:
+        overrides = evaluate(getattr(args, "model_overrides", "{}"))
+    except NotALiteral:
+        return  # refused where fairseq evaluates it (fairseq_fixes.literal_eval)
+    if not isinstance(overrides, dict):
+        return
+    groups = {field.name for field in fields(FairseqConfig)} - {"model"}
+    for key in (key for key in overrides if key in groups):
+        if key == "task" and getattr(args, "task", None) not in TASKS_IGNORING_SAVED_TASK:
+            continue
+        advice = GROUP_FLAGS.get(key, f"drop it, or give the {key} options as flags of {command}")
+        raise UsageError(
+            f"--model-overrides key '{key}': {command} builds only the model from the "
+            f"checkpoint's configuration (its {key} options come from its own command line), so "
+            f"it would be ignored; {advice}"
+        )
 
 
 def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:

@@ -85,8 +85,8 @@ def from_pretrained(
 ) -> SANHubInterface:
     """fairseq's ``from_pretrained`` (``BaseFairseqModel``'s) for ``model_class``, with the
     plugin's interface. Its keywords are the checkpoint's overrides, checked as
-    ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation_san'``,
-    which fairseq ignored, is refused there)."""
+    ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation'`` for a
+    checkpoint of another task, which fairseq ignored, is refused there)."""
     loaded = hub_utils.from_pretrained(
         model_name_or_path,
         checkpoint_file,

@@ -177,7 +177,7 @@ def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(c
     for key in set(loaded) & set(source):
         assert torch.equal(loaded[key], source[key]), key
     assert caplog.messages == [
-        "fine-tuning under another policy: decoder.layers.4.self_attn starts with "
+        "fine-tuning from a checkpoint that shared otherwise: decoder.layers.4.self_attn starts with "
         "decoder.layers.3.self_attn's q_proj, k_proj"
     ]
 
@@ -277,3 +277,20 @@ def test_only_the_finetune_checkpoints_load_starts_from_its_blocks(
     seen = loading(cfg, SimpleNamespace(checkpoint_suffix=""))
     assert seen is fine_tunes
     assert not is_fine_tuning()
+
+
+def test_fine_tuning_moves_an_encoder_block_as_a_decoder_one():
+    """Encoder self-attention {3,3} -> {4,2}: layer 5 (index 4) followed layer 4's block; it
+    starts with layer 4's q/k and keeps its own V (Eq. 4 shares S, not V)."""
+    checkpoint, _ = build(policy_argv(None, None, "3,3"), dictionary=DICT, seed=67)
+    model, _ = build(policy_argv(None, None, "4,2"), dictionary=DICT, seed=68)
+    source = fine_tune(model, checkpoint)
+    loaded = model.state_dict()
+    assert set(loaded) - set(source) == {
+        f"encoder.layers.4.self_attn.{p}_proj.{w}" for p in "qk" for w in ("weight", "bias")
+    }
+    for proj in ("q_proj", "k_proj"):
+        key = f"encoder.layers.4.self_attn.{proj}.weight"
+        assert torch.equal(loaded[key], source[key.replace(".4.", ".3.")])
+    assert torch.equal(loaded["encoder.layers.4.self_attn.v_proj.weight"],
+                       source["encoder.layers.4.self_attn.v_proj.weight"])  # fmt: skip

@@ -163,8 +163,8 @@ def test_fine_tuning_under_a_policy_whose_blocks_moved_trains(binarized_corpus, 
     argv = train_argv(binarized_corpus, tmp_path, 2, start)
     output = run_parallel({"fine-tuned": ["fairseq-train", *argv]})["fine-tuned"]
     assert "attention sharing: decoder_self {3,3}  decoder_encdec {2,4}" in output
-    started = [line.split("fine-tuning under another policy: ")[1] for line in output.splitlines()
-               if "fine-tuning under another policy" in line]  # fmt: skip
+    started = [line.split("fine-tuning from a checkpoint that shared otherwise: ")[1] for line in output.splitlines()
+               if "fine-tuning from a checkpoint that shared otherwise" in line]  # fmt: skip
     assert started == [
         "decoder.layers.2.encoder_attn starts with decoder.layers.0.encoder_attn's q_proj, k_proj, "
         "v_proj",

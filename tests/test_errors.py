@@ -1266,20 +1266,27 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                    "{'task': {'_name': 'translation_san'}}"],
          "--model-overrides key 'task': fairseq-x builds only the model from the checkpoint's "
-         "configuration (its task options come from its own command line), so it would be "
-         "ignored; pass --task NAME and the task's options as flags (e.g. --task translation_san)"),
+         "configuration and takes its task from its own command line, so the key would be "
+         "ignored; pass --task NAME and the task's options as flags (--task translation_san or "
+         "language_modeling_san, ...)"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--model-overrides",
+                                "{'task': {'tokens_per_sample': 64}}"],
+         "--model-overrides key 'task': fairseq-x builds only the model"),
+        ("get_generation_parser", ["data", "--task", "speech_to_text", "--path", "c.pt",
+                                   "--model-overrides", "{'task': {'data': 'x'}}"],
+         None),  # fairseq-generate hands it to this task's load_dataset
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                                "{'generation': {'beam': 2}, 'dropout': 0.1}"],
          "--model-overrides key 'generation': fairseq-x builds only the model from the "
-         "checkpoint's configuration (its generation options come from its own command line), so "
-         "it would be ignored; pass the generation options as flags (--beam 5, ...)"),
+         "checkpoint's configuration and takes its generation from its own command line, so the "
+         "key would be ignored; pass the generation options as flags (--beam 5, ...)"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                    "{'bpe': 'sentencepiece'}"],
          "--model-overrides key 'bpe': fairseq-x builds only the model"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                    "{'criterion': {'label_smoothing': 0.2}}"],
          "--model-overrides key 'criterion': fairseq-x builds only the model from the checkpoint's "
-         "configuration (its criterion options come from its own command line), so it would be "
+         "configuration and takes its criterion from its own command line, so the key would be "
          "ignored; drop it, or give the criterion options as flags of fairseq-x"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                    "{'san_policy': 'p.json', 'encoder_layers': 6}"], None),
@@ -1361,10 +1368,8 @@ def test_commands_without_an_option_they_need_are_one_line(binarized_corpus, tmp
 @pytest.mark.parametrize(
     "task, tokens, positions, said",
     [
-        ("language_modeling", 0, None, "--tokens-per-sample 0: must be at least 1 "
-         "(fairseq-eval-lm counts it after taking --context-window from it)"),
-        ("language_modeling_san", -3, None, "--tokens-per-sample -3: must be at least 1 "
-         "(fairseq-eval-lm counts it after taking --context-window from it)"),
+        ("language_modeling", 0, None, "--tokens-per-sample 0: must be at least 1"),
+        ("language_modeling_san", -3, None, "--tokens-per-sample -3: must be at least 1"),
         ("language_modeling", 64, 32,
          "--tokens-per-sample 64 is more than --max-target-positions 32, the model's positions: "
          "no sample that long fits the model; lower --tokens-per-sample to at most 32, or leave "
@@ -1444,17 +1449,19 @@ def test_half_precision_is_checked_where_the_trainer_is_built():
 
 
 @pytest.mark.parametrize(
-    "window, tokens, said",
+    "window, tokens, extra, said",
     [
-        (8, 8, "--context-window 8 leaves no tokens of --tokens-per-sample 8 to score: "
+        (8, 8, [], "--context-window 8 leaves no tokens of --tokens-per-sample 8 to score: "
          "fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; pass a "
          "--context-window below --tokens-per-sample"),
-        (12, 8, "--context-window 12 leaves no tokens of --tokens-per-sample 8 to score: "),
-        (4, 0, "--tokens-per-sample 0: must be at least 1 "),
+        (12, 8, [], "--context-window 12 leaves no tokens of --tokens-per-sample 8 to score: "),
+        (4, 0, [], "--tokens-per-sample 0: must be at least 1"),
+        (8, 40, ["--max-target-positions", "16"],  # it named --tokens-per-sample 32
+         "--tokens-per-sample 40 is more than --max-target-positions 16"),
     ],
 )  # fmt: skip
 def test_eval_lm_names_the_sizes_given_for_a_context_window_that_leaves_nothing(
-    window, tokens, said
+    window, tokens, extra, said
 ):
     """fairseq-eval-lm's main takes --context-window from --tokens-per-sample before the task
     checks it: the refusal named --tokens-per-sample 0 (or -4), a size the user never gave. It
@@ -1470,11 +1477,36 @@ def test_eval_lm_names_the_sizes_given_for_a_context_window_that_leaves_nothing(
     assert eval_lm.main.wrapped_by is tokens_per_sample._checking_window
     args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
         "data", "--path", "model.pt", "--context-window", str(window),
-        "--tokens-per-sample", str(tokens)])  # fmt: skip
+        "--tokens-per-sample", str(tokens), *extra])  # fmt: skip
     cfg = convert_namespace_to_omegaconf(args)
     with pytest.raises(UsageError, match="^" + re.escape(said)):
         eval_lm.main(cfg)
     assert cfg.task.tokens_per_sample == tokens
+
+
+@pytest.mark.parametrize(
+    "sizes, positions, block, refused",
+    [
+        ([10, 14, 12, 11], 16, 8, 0),  # eos: the context fills each sample up to 8 + 8 = 16
+        ([10, 14, 12, 11], 15, 8, 4),  # ... which 15 positions do not hold
+        ([20, 9], 24, 8, 0),  # a sentence longer than 8 + 8 gets no context: 20 fits 24
+        ([8, 8, 8], 15, 8, 3),  # samples of 8 after 8 of context
+    ],
+)  # fmt: skip
+def test_eval_lm_samples_are_measured_with_the_context_they_are_fed(
+    sizes, positions, block, refused
+):
+    """LMContextWindowDataset feeds a sample after up to C tokens of the ones before it, and no
+    more than fill --tokens-per-sample (block + C): max(L, min(L + C, block + C)) positions."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.tokens_per_sample import check_samples_fit
+
+    dataset = type("Samples", (), {"sizes": sizes, "__len__": lambda self: len(sizes)})()
+    if not refused:
+        check_samples_fit(dataset, positions, "eos", 8, block)
+        return
+    with pytest.raises(UsageError, match=f"^{refused} of the {len(sizes)} samples are longer"):
+        check_samples_fit(dataset, positions, "eos", 8, block)
 
 
 def test_eval_lm_with_a_context_window_below_the_sample_size_runs_as_fairseq():
@@ -1484,7 +1516,8 @@ def test_eval_lm_with_a_context_window_below_the_sample_size_runs_as_fairseq():
 
     seen = []
     main = _checking_window(lambda cfg, **kwargs: seen.append((cfg, kwargs)))
-    cfg = Namespace(context_window=7, tokens_per_sample=8, task="language_modeling")
+    cfg = Namespace(context_window=7, tokens_per_sample=8, task="language_modeling",
+                    max_target_positions=None)  # fmt: skip
     main(cfg, extra=1)  # fairseq's main takes a Namespace too
     assert seen[0][0].eval_lm.context_window == 7 and seen[0][0].task.tokens_per_sample == 8
     assert seen[0][1] == {"extra": 1}
@@ -1506,8 +1539,7 @@ def label_smoothed_configuration():
     [
         ({"task": "translation_san"}, "task 'translation_san' (from --model-overrides or a keyword "
          "argument): fairseq takes this checkpoint's task as a dict of its options, and would "
-         "ignore a name; switch it with {'task': {'_name': 'translation_san'}} (fairseq-generate "
-         "and fairseq-interactive decode with their own --task instead)"),
+         "ignore a name; switch it with {'task': {'_name': 'translation_san'}}"),
         ({"criterion": "label_smoothed_cross_entropy"}, "criterion 'label_smoothed_cross_entropy' "
          "(from --model-overrides or a keyword argument): fairseq takes this checkpoint's "
          "criterion as a dict of its options, and would ignore a name; switch it with "

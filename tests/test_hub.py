@@ -155,8 +155,7 @@ def test_hub_keywords_are_checked_whatever_the_task(workdir):
     [
         (dict(task="translation"), "task 'translation' (from --model-overrides or a keyword "
          "argument): fairseq takes this checkpoint's task as a dict of its options, and would "
-         "ignore a name; switch it with {'task': {'_name': 'translation'}} (fairseq-generate and "
-         "fairseq-interactive decode with their own --task instead)"),
+         "ignore a name; switch it with {'task': {'_name': 'translation'}}"),
         (dict(task="translation_san"), None),  # the checkpoint's own task: fairseq's no-op
         (dict(model="transformer"), "model 'transformer' (from --model-overrides or a keyword "
          "argument): fairseq builds this checkpoint's model as it was trained (transformer_san), "

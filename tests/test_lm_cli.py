@@ -152,7 +152,7 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
     assert result.stderr.strip().splitlines()[-1] == (
         "fairseq-san: error: a prompt of 12 tokens is longer than --max-len-b 5 allows: the "
         "output would be the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the "
-        "prompt)"
+        "prompt) (without --prefix-size, fairseq-generate prompts with each whole sample)"
     )
 
 

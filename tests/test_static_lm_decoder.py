@@ -331,9 +331,11 @@ def best_tokens(hypotheses) -> list:
     return [hypos[0]["tokens"].tolist() for hypos in hypotheses]
 
 
+# Prompts that are the batch's samples (fairseq-interactive's lines, fairseq-generate's sentences).
+WHOLE = " (without --prefix-size, fairseq-generate prompts with each whole sample)"
 CUT = (
     "a prompt of 12 tokens is longer than --max-len-b 5 allows: the output would be the prompt "
-    "cut to 5 tokens; raise --max-len-b above 12 (it counts the prompt)"
+    "cut to 5 tokens; raise --max-len-b above 12 (it counts the prompt)" + WHOLE
 )
 
 
@@ -344,10 +346,10 @@ CUT = (
      ((3, 12), dict(max_len_b=5), 5, CUT),  # the longest prompt of the batch
      ((12,), dict(max_len_b=12), 12, "a prompt of 12 tokens is as long as --max-len-b 12 allows: "
       "the output would be the prompt, nothing generated; raise --max-len-b above 12 (it counts "
-      "the prompt)"),
+      "the prompt)" + WHOLE),
      ((3,), dict(max_len_a=0.5, max_len_b=1), 3, "a prompt of 3 tokens is as long as --max-len-a "
       "0.5 x 4 + --max-len-b 1 (= 3 tokens) allows: the output would be the prompt, nothing "
-      "generated; raise --max-len-b above 1 (it counts the prompt)")],
+      "generated; raise --max-len-b above 1 (it counts the prompt)" + WHOLE)],
 )  # fmt: skip
 def test_a_prompt_that_fills_the_output_length_is_refused(decoder, lengths, max_len, kept, said):
     """Both generators force prompt tokens below --max-len-a x width + --max-len-b only, then
@@ -389,8 +391,10 @@ def test_the_prompt_checked_is_the_one_the_generator_forces():
     hypotheses = best_tokens(task.inference_step(generator, [model], sample, prefix_tokens=prefix))
     assert hypotheses[0][:3] == prefix[0].tolist() and len(hypotheses[0]) > 6
     short = SequenceGenerator([model], DICT, beam_size=1, max_len_b=3)
-    with pytest.raises(UsageError, match=r"^a prompt of 3 tokens is as long as --max-len-b 3 "):
+    with pytest.raises(UsageError) as refused:
         task.inference_step(short, [model], sample, prefix_tokens=prefix)
+    assert str(refused.value).startswith("a prompt of 3 tokens is as long as --max-len-b 3 ")
+    assert str(refused.value).endswith("(it counts the prompt)")  # --prefix-size's prompt
     scored = {**sample, "target": torch.cat([sentence, torch.tensor([[DICT.eos()]])], dim=1)}
     hypotheses = task.inference_step(SequenceScorer(DICT), [model], scored)
     assert hypotheses[0][0]["positional_scores"].numel() == 16

@@ -40,6 +40,7 @@ fix (``UsageError``) before anything is loaded.
 import argparse
 import functools
 import math
+from dataclasses import fields
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
@@ -58,9 +59,10 @@ from fairseq_san.options import (
 TASKS_IGNORING_SAVED_TASK = (
     "translation", "translation_san", "language_modeling", "language_modeling_san",
 )  # fmt: skip
-# What to pass instead of a group in a decoding command's --model-overrides.
+# What to pass instead of a group in the --model-overrides of a command that does not read it.
 GROUP_FLAGS = {
-    "task": "pass --task NAME and the task's options as flags (e.g. --task translation_san)",
+    "task": "pass --task NAME and the task's options as flags (--task translation_san or "
+    "language_modeling_san, ...)",
     "generation": "pass the generation options as flags (--beam 5, ...)",
     "bpe": "pass --bpe NAME and its options as flags",
     "tokenizer": "pass --tokenizer NAME and its options as flags",
@@ -146,8 +148,8 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_search_numbers(args)
     kind = command_kind(args)
     check_plugin_options_used(args, command, kind)
-    if kind == "decode":
-        check_decoding_overrides(args, command)
+    if kind in ("decode", "eval-lm"):
+        check_overrides_read(args, command, kind)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
@@ -197,14 +199,13 @@ def check_plugin_options_used(args: argparse.Namespace, command: str, kind: str)
             )
 
 
-def check_decoding_overrides(args: argparse.Namespace, command: str) -> None:
-    """Refuse a configuration group other than the model's in fairseq-generate's or
-    fairseq-interactive's ``--model-overrides``: they set up the task, the generator and the
-    tokenizers from their own command line, and build only the model from the checkpoint's
-    configuration (fairseq-generate also hands the task's group to ``load_dataset``, which the
-    translation and language-modelling tasks ignore)."""
-    from dataclasses import fields
-
+def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse a configuration group other than the model's in the ``--model-overrides`` of
+    fairseq-generate, fairseq-interactive or fairseq-eval-lm (``kind`` "decode" or "eval-lm"):
+    they set up the task, the generator and the tokenizers from their own command line and build
+    only the model from the checkpoint's configuration. fairseq-generate also hands the task's
+    group to ``load_dataset``, which the translation and language-modelling tasks ignore (and to
+    the ``--lm-path`` model's own task, a use left alone)."""
     from fairseq.dataclass.configs import FairseqConfig
 
     try:
@@ -215,13 +216,14 @@ def check_decoding_overrides(args: argparse.Namespace, command: str) -> None:
         return
     groups = {field.name for field in fields(FairseqConfig)} - {"model"}
     for key in (key for key in overrides if key in groups):
-        if key == "task" and getattr(args, "task", None) not in TASKS_IGNORING_SAVED_TASK:
+        task_unread = kind == "eval-lm" or getattr(args, "task", None) in TASKS_IGNORING_SAVED_TASK
+        if key == "task" and not task_unread:
             continue
         advice = GROUP_FLAGS.get(key, f"drop it, or give the {key} options as flags of {command}")
         raise UsageError(
             f"--model-overrides key '{key}': {command} builds only the model from the "
-            f"checkpoint's configuration (its {key} options come from its own command line), so "
-            f"it would be ignored; {advice}"
+            f"checkpoint's configuration and takes its {key} from its own command line, so the "
+            f"key would be ignored; {advice}"
         )
 
 

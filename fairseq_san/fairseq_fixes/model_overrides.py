@@ -36,8 +36,6 @@ from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
 HUB_KEYWORDS = {"generation_args"}
-# Where a checkpoint's task is not the one that decodes it (load_model_ensemble's task).
-OWN_TASK = " (fairseq-generate and fairseq-interactive decode with their own --task instead)"
 
 
 def plugin_model_classes() -> Tuple[type, ...]:
@@ -252,7 +250,6 @@ def check_group_name(cfg: DictConfig, group: str, value: str, source: str) -> No
     raise UsageError(
         f"{group} {value!r} {source}: fairseq takes this checkpoint's {group} as a dict of its "
         f"options, and would ignore a name; switch it with {{'{group}': {{'_name': {value!r}}}}}"
-        + (OWN_TASK if group == "task" else "")
     )
 
 

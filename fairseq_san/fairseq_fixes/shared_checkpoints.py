@@ -42,7 +42,7 @@ def plugin_model_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> str:
     arch, its sharing (``policy``, none when empty) and its decoder self-attention type."""
     from fairseq_san.models.checkpoint_policy import (
         MODEL_KINDS,
-        decoder_self_attention_type,
+        attention_type_flags,
         has_encoder,
         sharing_flags,
     )
@@ -50,9 +50,7 @@ def plugin_model_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> str:
     flags = [MODEL_KINDS[has_encoder(state_dict)][2]]
     if policy:
         flags += sharing_flags(state_dict, policy)
-    if decoder_self_attention_type(state_dict) == "aan":
-        flags.append("--decoder-self-attention-type aan")
-    return " ".join(flags)
+    return " ".join(flags + attention_type_flags(state_dict))
 
 
 def plugin_checkpoint_problem(model: nn.Module, state_dict: Dict) -> Optional[str]:

@@ -42,10 +42,7 @@ def check_tokens_per_sample(tokens: int, positions: Optional[int]) -> None:
     """Refuse ``--tokens-per-sample`` ``tokens`` below 1 or above ``--max-target-positions``
     ``positions`` (None: not given, the model then takes ``tokens`` as its positions)."""
     if tokens < 1:
-        raise UsageError(
-            f"--tokens-per-sample {tokens}: must be at least 1 (fairseq-eval-lm counts it after "
-            "taking --context-window from it)"
-        )
+        raise UsageError(f"--tokens-per-sample {tokens}: must be at least 1")
     if positions is not None and tokens > positions:
         raise UsageError(
             f"--tokens-per-sample {tokens} is more than --max-target-positions {positions}, the "
@@ -66,10 +63,11 @@ def _checking(init: Callable) -> Callable:
     return wrapper
 
 
-def check_context_window(window: int, tokens: int) -> None:
-    """Refuse fairseq-eval-lm's ``--tokens-per-sample`` ``tokens`` below 1, or a
+def check_context_window(window: int, tokens: int, positions: Optional[int]) -> None:
+    """Refuse fairseq-eval-lm's ``--tokens-per-sample`` ``tokens`` below 1 or above
+    ``--max-target-positions`` ``positions`` (a sample with its context is that long), or a
     ``--context-window`` ``window`` that leaves none of them to score, naming the sizes given."""
-    check_tokens_per_sample(tokens, None)
+    check_tokens_per_sample(tokens, positions)
     if window >= tokens:
         raise UsageError(
             f"--context-window {window} leaves no tokens of --tokens-per-sample {tokens} to score: "
@@ -88,20 +86,28 @@ def _checking_window(main: Callable) -> Callable:
             from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
             cfg = convert_namespace_to_omegaconf(cfg)
-        check_context_window(cfg.eval_lm.context_window, cfg.task.tokens_per_sample)
+        task = cfg.task
+        positions = getattr(task, "max_target_positions", None)
+        check_context_window(cfg.eval_lm.context_window, task.tokens_per_sample, positions)
         return main(cfg, **kwargs)
 
     return wrapper
 
 
-def check_samples_fit(dataset, positions: object, break_mode: str, context_window: int = 0) -> None:
+def check_samples_fit(
+    dataset, positions: object, break_mode: str, context_window: int = 0, block: int = 0
+) -> None:
     """Refuse samples of ``dataset`` longer than the model's ``positions`` (an int for a language
     model), which fairseq-eval-lm would skip; ``break_mode`` is ``--sample-break-mode``. With a
-    ``--context-window`` C a sample is fed after up to C tokens of the ones before it
-    (``LMContextWindowDataset``): that many more positions, which fairseq never checks."""
+    ``--context-window`` C a sample is fed after up to C tokens of the ones before it, no more than
+    fill ``block`` + C (``block``: ``--tokens-per-sample`` after eval-lm took C from it;
+    ``LMContextWindowDataset``): positions fairseq never checks."""
     if not isinstance(positions, int) or not hasattr(dataset, "sizes"):
         return
-    longer = int(np.sum(np.asarray(dataset.sizes) + context_window > positions))
+    sizes = np.asarray(dataset.sizes)
+    if context_window:
+        sizes = np.maximum(sizes, np.minimum(sizes + context_window, block + context_window))
+    longer = int(np.sum(sizes > positions))
     if not longer:
         return
     raise UsageError(
@@ -136,7 +142,8 @@ def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
     @functools.wraps(eval_lm_dataloader)
     def wrapper(self, dataset, *args, max_positions=None, context_window=0, **kwargs):
         break_mode = getattr(self.args, "sample_break_mode", None)
-        check_samples_fit(dataset, max_positions, break_mode, context_window)
+        block = self.args.tokens_per_sample
+        check_samples_fit(dataset, max_positions, break_mode, context_window, block)
         return eval_lm_dataloader(
             self, dataset, *args, max_positions=max_positions, context_window=context_window,
             **kwargs,

@@ -20,7 +20,7 @@ import contextvars
 import json
 import logging
 import re
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from torch import nn
 
@@ -40,6 +40,8 @@ ANOTHER_SIZE = (
     "it was trained with another architecture; build the model it was trained with (its --arch "
     "and size flags when training on, no size keys in --model-overrides when decoding)"
 )
+# Training under another policy from a checkpoint (``start_from_checkpoint_blocks``).
+FINE_TUNE = "to train this policy from it, start a new run with --finetune-from-model"
 # Only the average attention network (``modules.average_attention``) has a gate.
 AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
@@ -98,7 +100,19 @@ def fine_tuning() -> Iterator[None]:
 
 
 def is_fine_tuning() -> bool:
+    """Whether the checkpoint being loaded is fairseq-train's ``--finetune-from-model``."""
     return _FINE_TUNING.get()
+
+
+def fit_checkpoint(model: nn.Module, state_dict: Dict, check: Callable) -> None:
+    """Make ``state_dict`` fit ``model``'s policy: a fine-tuning checkpoint's lacking projections
+    started from its blocks, any other's ``check``-ed (refused in one line if it cannot fit);
+    then the projections the policy does not use dropped."""
+    if is_fine_tuning():
+        start_from_checkpoint_blocks(model, state_dict)
+    else:
+        check(model, state_dict)
+    drop_unused_projections(model, state_dict)
 
 
 def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
@@ -118,7 +132,7 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
     found_keys = filter(None, map(PROJECTION_KEY.match, own))
     lacking = [found for found in found_keys if found[0] not in state_dict]
     started: Dict[tuple, List[str]] = {}
-    for found in sorted(lacking, key=equation_order):
+    for found in sorted(lacking, key=projection_order):
         module, source = found.group("module"), checkpoint_leader_module(found, trained, layers)
         leader_key = found[0].replace(module, source, 1)
         if leader_key in state_dict:
@@ -126,14 +140,15 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
             started.setdefault((module, source), []).append(found.group("proj"))
     for (module, source), projections in started.items():
         logger.info(
-            "fine-tuning under another policy: %s starts with %s's %s",
+            "fine-tuning from a checkpoint that shared otherwise: %s starts with %s's %s",
             module, source, ", ".join(dict.fromkeys(projections)),
         )  # fmt: skip
 
 
-def equation_order(found: re.Match) -> tuple:
-    """Projection keys (``PROJECTION_KEY`` matches) by module, then q, k, v."""
-    return found.group("module"), "qkv".index(found.group("proj")[0]), found[0]
+def projection_order(found: re.Match) -> tuple:
+    """Projection keys (``PROJECTION_KEY`` matches) by stack, layer, module, then q, k, v."""
+    layer, module = int(found.group("layer")), found.group("attn")
+    return found.group("stack"), layer, module, "qkv".index(found.group("proj")[0]), found[0]
 
 
 def checkpoint_leader_module(found: re.Match, trained: Dict, layers: Dict[str, int]) -> str:
@@ -235,10 +250,16 @@ def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
 def trained_model_flags(model: nn.Module, state_dict: Dict) -> str:
     """The command-line flags that build the model a checkpoint was saved from."""
     flags = sharing_flags(state_dict, policy_of_state_dict(state_dict, layer_counts(model)))
-    types = [decoder_self_attention_type(sd) for sd in (state_dict, model.state_dict())]
-    if types != ["dot", "dot"]:  # an AAN architecture sets aan: dot must then be given
-        flags.append(f"--decoder-self-attention-type {types[0]}")
-    return " ".join(flags)
+    built = decoder_self_attention_type(model.state_dict())
+    return " ".join(flags + attention_type_flags(state_dict, built))
+
+
+def attention_type_flags(state_dict: Dict, built: str = "dot") -> List[str]:
+    """The ``--decoder-self-attention-type`` that rebuilds a checkpoint's decoder self-attention,
+    unless it and the model's (``built``) are both dot-product (an AAN architecture sets aan, so
+    dot must then be given)."""
+    trained = decoder_self_attention_type(state_dict)
+    return [] if trained == built == "dot" else [f"--decoder-self-attention-type {trained}"]
 
 
 def sharing_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
@@ -296,15 +317,15 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
             f"the checkpoint's attention sharing ({san_policy.format_policy(trained)}) and this "
             f"model's ({san_policy.format_policy(built)}) have blocks with other borders: it has "
             f"no projections for {', '.join(modules)}, which followed a block's first layer in the "
-            f"checkpoint. To continue training it, pass {flags}; to decode it, use a policy "
-            "whose blocks each join whole blocks of the checkpoint's."
+            f"checkpoint. To continue training it, pass {flags}; {FINE_TUNE}; to decode it, use a "
+            "policy whose blocks each join whole blocks of the checkpoint's."
         )
     raise san_policy.PolicyError(
         f"the checkpoint was trained with more attention sharing "
         f"({san_policy.format_policy(trained)}) than this model "
         f"({san_policy.format_policy(built)}): it has no projections "
-        f"for {', '.join(modules)}. To continue training it, pass {flags}; to decode it, use a "
-        "policy that shares at least as much as the checkpoint's."
+        f"for {', '.join(modules)}. To continue training it, pass {flags}; {FINE_TUNE}; to "
+        "decode it, use a policy that shares at least as much as the checkpoint's."
     )
 
 

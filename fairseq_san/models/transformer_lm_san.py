@@ -33,12 +33,7 @@ from torch import Tensor
 from fairseq_san import checkpoints, options
 from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import (
-    check_lm_checkpoint_fits,
-    drop_unused_projections,
-    is_fine_tuning,
-    start_from_checkpoint_blocks,
-)
+from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, fit_checkpoint
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_language_modeling_task,
@@ -104,11 +99,7 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
         that shares otherwise (more than the model, or K/V instead of S) is refused in one line.
         One it is fine-tuned from may have any policy: its blocks start the projections it lacks."""
-        if is_fine_tuning():
-            start_from_checkpoint_blocks(self, state_dict)
-        else:
-            check_lm_checkpoint_fits(self, state_dict)
-        drop_unused_projections(self, state_dict)
+        fit_checkpoint(self, state_dict, check_lm_checkpoint_fits)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 

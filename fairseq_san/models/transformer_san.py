@@ -26,12 +26,7 @@ from torch import Tensor, nn
 from fairseq_san import checkpoints, options
 from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import (
-    check_checkpoint_fits,
-    drop_unused_projections,
-    is_fine_tuning,
-    start_from_checkpoint_blocks,
-)
+from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, fit_checkpoint
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_decoder_overrides,
@@ -178,11 +173,7 @@ class TransformerSANModel(HubModel, TransformerModel):
         gets a one-line error naming the cause instead of fairseq's list of keys and shapes. One
         it is fine-tuned from may have any policy: the projections it lacks start from its blocks.
         """
-        if is_fine_tuning():
-            start_from_checkpoint_blocks(self, state_dict)
-        else:
-            check_checkpoint_fits(self, state_dict)
-        drop_unused_projections(self, state_dict)
+        fit_checkpoint(self, state_dict, check_checkpoint_fits)
         return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 

@@ -40,12 +40,13 @@ class LanguageModelingSANConfig(LanguageModelingConfig, AnalysisConfig, StaticDe
     san_decoding: ChoiceEnum(options.LM_DECODING.choices) = option_field(options.LM_DECODING)
 
 
-def check_room(tokens: int, generator: object, src_len: int) -> None:
+def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool) -> None:
     """Refuse a prompt of ``tokens`` tokens that fills ``generator``'s longest output
     (``--max-len-a`` x ``src_len``, the batch's width, + ``--max-len-b``, the prompt included):
     fairseq's generator (and the static decoder) forces prompt tokens below that length only,
     then ends the output, which would be the prompt, cut, without a generated token.
-    ``--match-source-len`` replaces that length."""
+    ``--match-source-len`` replaces that length. ``whole_samples``: the prompts are the batch's
+    samples (no ``--prefix-size``), which fairseq-generate's user did not type as prompts."""
     if not tokens or getattr(generator, "match_source_len", False):
         return
     max_len_a, max_len_b = generator.max_len_a, generator.max_len_b
@@ -58,9 +59,10 @@ def check_room(tokens: int, generator: object, src_len: int) -> None:
     longer = f"longer than {allows} allows: the output would be the prompt cut to {limit} tokens"
     if tokens == limit:
         longer = f"as long as {allows} allows: the output would be the prompt, nothing generated"
+    whole = " (without --prefix-size, fairseq-generate prompts with each whole sample)"
     raise UsageError(
         f"a prompt of {tokens} tokens is {longer}; raise --max-len-b above "
-        f"{tokens - limit + max_len_b} (it counts the prompt)"
+        f"{tokens - limit + max_len_b} (it counts the prompt){whole if whole_samples else ''}"
     )
 
 
@@ -122,7 +124,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         if not isinstance(generator, SequenceScorer):
             tokens = self.prompt_length(sample, prefix_tokens)
             self.check_prompt(tokens)
-            check_room(tokens, generator, sample["net_input"]["src_tokens"].size(1))
+            width = sample["net_input"]["src_tokens"].size(1)
+            check_room(tokens, generator, width, whole_samples=prefix_tokens is None)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
     def prompt_length(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> int:

@@ -501,10 +501,12 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     One thread per engine and fixed lengths: on a loaded machine two threads per engine make
     torch's speed swing tenfold from pass to pass (threads waiting at barriers for a preempted
     sibling), which no tolerance absorbs. Load only slows a pass down, so the best pass of each
-    kind is compared: the best of 5 repeats in a run, the best run over up to 3 attempts (alone,
-    beside, alone, ...; the other tests' load comes and goes). A systematic slow-down fails
-    whatever the attempts. Only a slow-down beside the others is the fault: the baseline faster
-    beside them (1.48x in one CI run) says that the other tests' load hit the runs alone.
+    run is taken (of 5 repeats), and each run beside the others is compared with the run alone
+    just before it, under the same load, over up to 3 attempts (the other tests' load comes and
+    goes: comparing the best of all runs alone with the best beside failed once, 1,653 tok/s
+    alone in a lull of a training beside the CI, against 870 and 1,016 in the other runs alone).
+    A systematic slow-down fails every attempt. Only a slow-down beside the others is the fault:
+    the baseline faster beside them (1.48x in one CI run) says that load hit the run alone.
     """
     pytest.importorskip("ctranslate2")
     data, checkpoint = bench_data
@@ -523,13 +525,13 @@ def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
         return max(run["tokens_per_second_repeats"])
 
     san = f"san={checkpoint}:" + json.dumps({"san_policy": POLICY})
-    alone, beside = [], []
+    ratios = []
     for attempt in range(3):
-        alone.append(best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2"))
-        beside.append(best_speed(tmp_path / f"beside{attempt}", "--system", san))
-        if max(beside) / max(alone) >= 0.7:
+        alone = best_speed(tmp_path / f"alone{attempt}", "--no-ctranslate2")
+        ratios.append(best_speed(tmp_path / f"beside{attempt}", "--system", san) / alone)
+        if ratios[-1] >= 0.7:
             break
-    assert max(beside) / max(alone) >= 0.7, (alone, beside)
+    assert max(ratios) >= 0.7, ratios
 
 
 @pytest.mark.slow

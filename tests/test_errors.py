@@ -1261,6 +1261,20 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          "checkpoint takes another value with --model-overrides \"{'san_decoder_self_policy': "
          "VALUE}\""),
         ("get_training_parser", ["data", "--arch", "transformer_san"], None),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
+                                 "1000,3000", "--criterion", "label_smoothed_cross_entropy"],
+         "--adaptive-softmax-cutoff trains with --criterion adaptive_loss only: with "
+         "label_smoothed_cross_entropy the first update fails in autograd (fairseq's adaptive "
+         "softmax changes in place the log-probabilities it needs); pass --criterion adaptive_loss "
+         "--ddp-backend legacy_ddp, or drop --adaptive-softmax-cutoff"),
+        ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                 "language_modeling", "--adaptive-softmax-cutoff", "1000",
+                                 "--criterion", "adaptive_loss"],
+         "--criterion adaptive_loss does not train with --ddp-backend pytorch_ddp (PyTorch's "
+         "DistributedDataParallel, fairseq-train's default): pass --ddp-backend legacy_ddp"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
+                                 "1000,3000", "--criterion", "adaptive_loss", "--ddp-backend",
+                                 "legacy_ddp"], None),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",

@@ -22,8 +22,10 @@ is now one line naming the plugin's tasks or models that have the option.
 ``--beam 0`` or ``--nbest 0`` failed with a ``ZeroDivisionError`` or a slice error inside the
 generators, ``--lenpen nan`` printed NaN scores, ``--nbest`` above ``--beam`` printed fewer
 hypotheses than asked, ``--temperature 0`` failed on fairseq's assertion, ``--sampling-topk``
-beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), and ``--bf16``
-was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only).
+beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), ``--bf16``
+was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
+``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
+``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
 ``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
@@ -148,6 +150,8 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_search_numbers(args)
     kind = command_kind(args)
     check_plugin_options_used(args, command, kind)
+    if kind == "train":
+        check_adaptive_softmax(args)
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
     if getattr(args, "bf16", False) and kind != "train":
@@ -155,6 +159,29 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
             "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
             "static --san-decoder-precision bf16"
+        )
+
+
+def check_adaptive_softmax(args: argparse.Namespace) -> None:
+    """Refuse ``--adaptive-softmax-cutoff`` with another criterion than ``adaptive_loss`` (the
+    first update failed in autograd: fairseq's adaptive softmax changes in place the
+    log-probabilities that the other criteria keep for the backward pass), and ``adaptive_loss``
+    with PyTorch's DistributedDataParallel, the default ``--ddp-backend`` (fairseq's exception,
+    after loading the data)."""
+    if not getattr(args, "adaptive_softmax_cutoff", None):
+        return
+    if args.criterion != "adaptive_loss":
+        raise UsageError(
+            f"--adaptive-softmax-cutoff trains with --criterion adaptive_loss only: with "
+            f"{args.criterion} the first update fails in autograd (fairseq's adaptive softmax "
+            "changes in place the log-probabilities it needs); pass --criterion adaptive_loss "
+            "--ddp-backend legacy_ddp, or drop --adaptive-softmax-cutoff"
+        )
+    if args.ddp_backend in ("c10d", "pytorch_ddp"):
+        raise UsageError(
+            f"--criterion adaptive_loss does not train with --ddp-backend {args.ddp_backend} "
+            "(PyTorch's DistributedDataParallel, fairseq-train's default): pass --ddp-backend "
+            "legacy_ddp"
         )
 
 

@@ -241,11 +241,10 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
         return  # refused where fairseq evaluates it (fairseq_fixes.literal_eval)
     if not isinstance(overrides, dict):
         return
-    groups = {field.name for field in fields(FairseqConfig)} - {"model"}
-    for key in (key for key in overrides if key in groups):
-        task_unread = kind == "eval-lm" or getattr(args, "task", None) in TASKS_IGNORING_SAVED_TASK
-        if key == "task" and not task_unread:
-            continue
+    unread = {field.name for field in fields(FairseqConfig)} - {"model"}
+    if kind != "eval-lm" and getattr(args, "task", None) not in TASKS_IGNORING_SAVED_TASK:
+        unread.discard("task")  # fairseq-generate hands it to this task's load_dataset
+    for key in (key for key in overrides if key in unread):
         advice = GROUP_FLAGS.get(key, f"drop it, or give the {key} options as flags of {command}")
         raise UsageError(
             f"--model-overrides key '{key}': {command} builds only the model from the "

@@ -31,25 +31,47 @@ def _register() -> None:
 
 
 class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
-    """An import hook that finds ``fairseq`` as usual and registers once it has been executed."""
+    """An import hook that registers once fairseq is imported and no module of ours is half run.
+
+    Our attention modules and the analysis subclass fairseq's classes, so importing one of them
+    first imports fairseq; registering at that moment would import the models, which import
+    that very module, half run (a circular import). Registration therefore waits until every
+    module of ours that was being executed has finished.
+    """
+
+    def __init__(self) -> None:
+        self.executing = 0  # modules of ours (and fairseq) whose code is running now
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "fairseq":
+        if fullname != "fairseq" and not fullname.startswith(__name__ + "."):
             return None
-        sys.meta_path.remove(self)  # fairseq is imported once; find it without this hook
-        spec = importlib.util.find_spec(fullname)
+        spec = self._spec_of_the_other_finders(fullname, path, target)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenRegister(spec.loader)
+            spec.loader = _ThenRegister(spec.loader, self)
         return spec
+
+    def _spec_of_the_other_finders(self, fullname, path, target):
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    return spec
+        return None
+
+    def register_when_ready(self) -> None:
+        if self.executing == 0 and "fairseq" in sys.modules and self in sys.meta_path:
+            sys.meta_path.remove(self)
+            _register()
 
 
 class _ThenRegister(importlib.abc.Loader):
-    """fairseq's own loader, followed by ``_register()``."""
+    """A module's own loader, then ``register_when_ready()``."""
 
-    def __init__(self, loader) -> None:
+    def __init__(self, loader, hook: _RegisterAfterFairseq) -> None:
         self.loader = loader
+        self.hook = hook
 
-    def __getattr__(self, name):  # resources and the like: fairseq's loader answers
+    def __getattr__(self, name):  # resources and the like: the module's loader answers
         return getattr(self.loader, name)
 
     def create_module(self, spec):
@@ -57,8 +79,12 @@ class _ThenRegister(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__loader__ = module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        _register()
+        self.hook.executing += 1
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.hook.executing -= 1
+        self.hook.register_when_ready()
 
 
 if "fairseq" in sys.modules:

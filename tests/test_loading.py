@@ -58,8 +58,14 @@ REGISTERED = (
         "from fairseq_san.static_decoding import StaticSequenceGenerator\n",
         "from fairseq_san.models.transformer_san import TransformerSANModel\n",
         "from fairseq_san.benchmark.meters import matmul_flops\n",
+        "from fairseq_san.analysis import AttentionCapture\n",
+        "from fairseq_san.modules.shared_attention import BlockLeaderAttention\n",
+        "from fairseq_san.modules.average_attention import AverageAttention\n",
     ],
-    ids=["plugin first", "fairseq first", "static decoder first", "model first", "meters first"],
+    ids=[
+        "plugin first", "fairseq first", "static decoder first", "model first", "meters first",
+        "analysis first", "shared attention first", "average attention first",
+    ],
 )  # fmt: skip
 def test_import_registers_model_architectures_and_task(imports):
     result = python(imports + REGISTERED)

@@ -706,14 +706,19 @@ def test_interactive_input_that_is_not_utf8_is_named(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", ["stdin", "--input"])
+@pytest.mark.parametrize(
+    "source, program",
+    [("stdin", ["fairseq-interactive"]), ("--input", ["fairseq-interactive"]),
+     ("stdin", ["python", "-m", "fairseq_cli.interactive"])],
+    ids=["stdin", "--input", "python -m, stdin"],
+)  # fmt: skip
 def test_interactive_on_input_that_is_not_utf8_is_one_line(
-    binarized_corpus, trained, tmp_path, source
+    binarized_corpus, trained, tmp_path, source, program
 ):
     path = tmp_path / "latin1.txt"
     path.write_bytes(NOT_UTF8)
     argv = [
-        str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
+        str(command_path(program[0])), *program[1:], str(binarized_corpus), "--user-dir",
         "fairseq_san", "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
     ]  # fmt: skip
     with open(path, "rb") as stdin:

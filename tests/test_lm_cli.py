@@ -56,12 +56,14 @@ def test_eval_lm_gives_the_perplexity(trained, tmp_path):
     assert 1 < json.loads((tmp_path / "valid.json").read_text())["perplexity"] < 200
 
 
-def eval_lm(trained, *options: str):
-    """fairseq-eval-lm of the SAN language model on the test split, with ``options``."""
+def eval_lm(trained, *options: str, command: str = "fairseq-eval-lm"):
+    """fairseq-eval-lm of the SAN language model on the test split, with ``options``; ``command``
+    "python -m" runs it as ``python -m fairseq_cli.eval_lm``."""
     data, checkpoints = trained
+    program = ["python", "-m", "fairseq_cli.eval_lm"] if command == "python -m" else [command]
     return run_cli(
-        "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
-        str(checkpoints["san"]), "--gen-subset", "test", "--cpu", *options,
+        *program, str(data), "--user-dir", "fairseq_san", "--path", str(checkpoints["san"]),
+        "--gen-subset", "test", "--cpu", *options,
     )  # fmt: skip
 
 
@@ -95,10 +97,11 @@ def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
     assert "Loss (base 2)" in result.stdout + result.stderr
 
 
-def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained):
+@pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
+def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained, command):
     """fairseq-eval-lm takes the window from the sample size before the task sees it: the
-    refusal named --tokens-per-sample 0."""
-    result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "8")
+    refusal named --tokens-per-sample 0 (also where the command runs as ``__main__``)."""
+    result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "8", command=command)
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "fairseq-san: error: --context-window 8 leaves no tokens of --tokens-per-sample 8 to "

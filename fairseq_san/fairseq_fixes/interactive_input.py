@@ -17,7 +17,7 @@ import functools
 import sys
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 STDIN = "-"
 
@@ -49,6 +49,6 @@ def strict_utf8(buffered_read):
 
 def install() -> None:
     """Wrap fairseq-interactive's ``buffered_read`` when that command runs (idempotent)."""
-    interactive = sys.modules.get("fairseq_cli.interactive")
+    interactive = running_command("fairseq_cli.interactive")
     if getattr(interactive, "buffered_read", None) is not None:
         wrap_once(interactive, "buffered_read", strict_utf8)

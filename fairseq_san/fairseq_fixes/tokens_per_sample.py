@@ -28,14 +28,13 @@ naming the sizes given (``check_context_window``), before ``main`` takes one fro
 """
 
 import functools
-import sys
 from argparse import Namespace
 from typing import Callable, Optional
 
 import numpy as np
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 
 def check_tokens_per_sample(tokens: int, positions: Optional[int]) -> None:
@@ -159,6 +158,6 @@ def install() -> None:
 
     wrap_once(LanguageModelingTask, "__init__", _checking)
     wrap_once(LanguageModelingTask, "eval_lm_dataloader", _checking_samples)
-    eval_lm = sys.modules.get("fairseq_cli.eval_lm")
+    eval_lm = running_command("fairseq_cli.eval_lm")
     if getattr(eval_lm, "main", None) is not None:
         wrap_once(eval_lm, "main", _checking_window)

@@ -1,6 +1,8 @@
 """How a fix changes a function of fairseq: it wraps it, once per process."""
 
-from typing import Callable
+import sys
+from types import ModuleType
+from typing import Callable, Optional
 
 
 def wrap_once(owner: object, name: str, wrap: Callable[[Callable], Callable]) -> None:
@@ -12,3 +14,13 @@ def wrap_once(owner: object, name: str, wrap: Callable[[Callable], Callable]) ->
     wrapped = wrap(current)
     wrapped.wrapped_by = wrap
     setattr(owner, name, wrapped)
+
+
+def running_command(module_name: str) -> Optional[ModuleType]:
+    """The module of a fairseq command (``fairseq_cli.eval_lm``) if this process imported it, also
+    where it runs as ``__main__`` (``python -m fairseq_cli.eval_lm``: its functions are looked up
+    there, not in a module of that name)."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) == module_name:
+        return main
+    return sys.modules.get(module_name)

@@ -9,6 +9,7 @@ own (test_shared_attention.py, test_decoding_attention.py, test_checkpoint_polic
 test_average_attention.py).
 """
 
+import argparse
 import copy
 import json
 import math
@@ -400,6 +401,21 @@ def test_bad_policy_input(argv, message):
     with pytest.raises(PolicyError) as error:
         build(argv, arch=arch, dictionary=DICT)
     assert message in str(error.value)
+
+
+def test_an_aan_architecture_is_told_by_what_it_sets_not_by_its_name(monkeypatch):
+    """An architecture of one's own on top of ``transformer_aan_small`` is named as what made the
+    decoder AAN; one whose name merely starts like it is not."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from fairseq_san.models.option_checks import aan_flag
+
+    registry = ARCH_CONFIG_REGISTRY
+    monkeypatch.setitem(registry, "my_aan", registry["transformer_aan_small"])
+    monkeypatch.setitem(registry, "transformer_aan_x", registry["transformer_san"])
+    assert aan_flag(argparse.Namespace(arch="my_aan")).startswith("--arch my_aan (the average")
+    said = aan_flag(argparse.Namespace(arch="transformer_aan_x"))
+    assert said == "--decoder-self-attention-type aan"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import argparse
 import logging
 from typing import Dict, List
 
+from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
 
 from fairseq_san import checkpoints, options
@@ -183,11 +184,22 @@ INCOMPATIBLE_OPTIONS = [
 ]
 
 
+def architecture_sets_aan(arch: str) -> bool:
+    """Whether the named architecture's defaults make the decoder's self-attention AAN
+    (``transformer_aan_small``, or any architecture registered on top of one)."""
+    set_defaults = ARCH_CONFIG_REGISTRY.get(arch)
+    if set_defaults is None:
+        return False
+    defaults = argparse.Namespace()
+    set_defaults(defaults)
+    return getattr(defaults, "decoder_self_attention_type", None) == "aan"
+
+
 def aan_flag(args: argparse.Namespace) -> str:
     """What made the decoder's self-attention AAN, as the user wrote it: an AAN architecture
-    (``transformer_aan_small`` sets the type) or the flag itself."""
+    or the flag itself."""
     arch = getattr(args, "arch", "") or ""
-    if arch.startswith("transformer_aan"):
+    if architecture_sets_aan(arch):
         return f"--arch {arch} (the average attention network in the decoder)"
     return "--decoder-self-attention-type aan"
 

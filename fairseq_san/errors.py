@@ -95,11 +95,49 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
 
 
 def fairseqs_bad_input(exc: BaseException) -> Optional[str]:
-    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), else None."""
+    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), else None; a
+    criterion or optimizer that does not match the checkpoint's is also said as options."""
     for kind, pattern in FAIRSEQ_BAD_INPUT:
         if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
-            return str(exc)
+            return str(exc) + component_options_said(str(exc))
     return None
+
+
+# Where fairseq registers each component a checkpoint's optimizer history names by class, and
+# the options that choose fairseq's optimizer wrappers (the class recorded when one was given).
+COMPONENT_REGISTRIES = {
+    "Criterion": ("fairseq.criterions", "CRITERION_REGISTRY", "--criterion"),
+    "Optimizer": ("fairseq.optim", "OPTIMIZER_REGISTRY", "--optimizer"),
+}
+OPTIMIZER_WRAPPERS = {
+    "FP16Optimizer": "--fp16 or --bf16",
+    "MemoryEfficientFP16Optimizer": "--memory-efficient-fp16 or --memory-efficient-bf16",
+    "AMPOptimizer": "--amp",
+}
+
+
+def component_option(component: str, class_name: str) -> str:
+    """``--criterion cross_entropy`` for fairseq's class ``CrossEntropyCriterion`` (read from
+    fairseq's registry where fairseq is imported), else the class name."""
+    if class_name in OPTIMIZER_WRAPPERS:
+        return OPTIMIZER_WRAPPERS[class_name]
+    module, registry, flag = COMPONENT_REGISTRIES[component]
+    classes = getattr(sys.modules.get(module), registry, {})
+    names = [name for name, cls in classes.items() if cls.__name__ == class_name]
+    return f"{flag} {names[0]}" if len(names) == 1 else class_name
+
+
+def component_options_said(message: str) -> str:
+    """For fairseq's "Criterion does not match ... A vs B" (A: the checkpoint's, B: this run's),
+    the two as command-line options; else nothing."""
+    match = re.fullmatch(r"(Criterion|Optimizer) does not match; .* (\w+) vs (\w+)", message)
+    if match is None:
+        return ""
+    component, saved, given = match.groups()
+    return (
+        f" (the checkpoint's {component_option(component, saved)}, this run's "
+        f"{component_option(component, given)})"
+    )
 
 
 def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str]:

@@ -1039,7 +1039,12 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
         (AssertionError("Criterion does not match; please reset the optimizer (--reset-optimizer)"
                         ". LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion"),
          "Criterion does not match; please reset the optimizer (--reset-optimizer). "
-         "LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion"),
+         "LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion (the checkpoint's "
+         "--criterion label_smoothed_cross_entropy, this run's --criterion cross_entropy)"),
+        (AssertionError("Optimizer does not match; please reset the optimizer (--reset-optimizer)"
+                        ". FairseqAdam vs FP16Optimizer"),
+         "Optimizer does not match; please reset the optimizer (--reset-optimizer). FairseqAdam vs "
+         "FP16Optimizer (the checkpoint's --optimizer adam, this run's --fp16 or --bf16)"),
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],
@@ -1047,6 +1052,9 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
 def test_fairseqs_own_bad_input_errors_are_one_line(capsys, monkeypatch, error, said):
     """fairseq's messages that already name the problem (errors.FAIRSEQ_BAD_INPUT), without the
     traceback; anything else keeps it."""
+    import fairseq.criterions  # noqa: F401  (the registries that name a criterion or optimizer)
+    import fairseq.optim  # noqa: F401
+
     from fairseq_san.errors import excepthook
 
     def traceback_printer(*args):

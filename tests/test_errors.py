@@ -1221,6 +1221,9 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "
          "it would be ignored"),
+        ("get_validation_parser",  # its default, given: ignored all the same
+         ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding=fairseq"],
+         "--san-decoding fairseq: fairseq-x decodes nothing (it scores with teacher forcing)"),
         ("get_eval_lm_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
                                 "--san-decoder-precision", "bf16"],
          "--san-decoder-precision bf16: fairseq-x decodes nothing (it scores"),

@@ -32,8 +32,8 @@ A plugin option that the command would accept and ignore is refused: the static 
 without ``--eval-bleu``; fairseq-train keeps ``--san-decoding fast`` and ``no-cache``, which the
 model applies to itself and its checkpoint keeps), ``--san-analysis-dir`` outside
 fairseq-validate (fairseq-train stopped at its first update; fairseq-eval-lm created the folder
-and wrote nothing) and the analysis's other options without it. Only a value other than the
-option's default is seen as given.
+and wrote nothing) and the analysis's other options without it. An option is given where the command line names it
+(``--san-decoding fairseq`` too, its default).
 
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
@@ -42,6 +42,7 @@ fix (``UsageError``) before anything is loaded.
 import argparse
 import functools
 import math
+import sys
 from dataclasses import fields
 from typing import Callable, List, Optional
 
@@ -139,9 +140,9 @@ def refuse_unrecognized(
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
 
 
-def check_parsed(args: argparse.Namespace, command: str) -> None:
-    """Refuse parsed arguments without the ``--path`` the command loads, with ``--replace-unk``,
-    or with search numbers that no search can follow."""
+def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> None:
+    """Refuse arguments (``argv``, parsed as ``args``) without the ``--path`` the command loads,
+    with ``--replace-unk``, or with search numbers that no search can follow."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
@@ -149,7 +150,7 @@ def check_parsed(args: argparse.Namespace, command: str) -> None:
     check_batch_sizes(args)
     check_search_numbers(args)
     kind = command_kind(args)
-    check_plugin_options_used(args, command, kind)
+    check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
         check_adaptive_softmax(args)
     if kind in ("decode", "eval-lm"):
@@ -197,12 +198,14 @@ def command_kind(args: argparse.Namespace) -> str:
     return "validate"
 
 
-def check_plugin_options_used(args: argparse.Namespace, command: str, kind: str) -> None:
+def check_plugin_options_used(
+    args: argparse.Namespace, command: str, kind: str, argv: List[str]
+) -> None:
     """Refuse a plugin option that ``command`` (of ``kind``: ``command_kind``) accepts (its task
-    has it) and would ignore: a decoder's option where nothing decodes, the analysis outside
+    has it) and ``argv`` gives, and would ignore: a decoder's option where nothing decodes, the analysis outside
     fairseq-validate, and the analysis's options without ``--san-analysis-dir``."""
     for option in DECODER_OPTIONS:
-        if given(args, option) and not decodes_with(args, kind, option):
+        if given(argv, option) and not decodes_with(args, kind, option):
             value = getattr(args, option.name)
             why = "(it scores with teacher forcing)"
             if kind == "train":
@@ -212,14 +215,14 @@ def check_plugin_options_used(args: argparse.Namespace, command: str, kind: str)
                 "ignored; pass it to fairseq-generate or fairseq-interactive"
             )
     analysis_dir, *analysis_options = ANALYSIS_OPTIONS
-    if kind != "validate" and given(args, analysis_dir):
+    if kind != "validate" and given(argv, analysis_dir):
         raise UsageError(
             f"--san-analysis-dir is for fairseq-validate (its teacher-forced pass): {command} "
             "would analyse nothing; drop it, and run fairseq-validate DATA --task translation_san "
             "(or language_modeling_san) --path CKPT --san-analysis-dir DIR"
         )
     for option in analysis_options:
-        if given(args, option) and not given(args, analysis_dir):
+        if given(argv, option) and not given(argv, analysis_dir):
             raise UsageError(
                 f"{option.flag} {getattr(args, option.name)} is an option of --san-analysis-dir: "
                 f"add --san-analysis-dir DIR (fairseq-validate), or drop {option.flag}"
@@ -262,9 +265,10 @@ def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:
     return kind == "train" and option is DECODING and args.san_decoding in MODEL_DECODINGS
 
 
-def given(args: argparse.Namespace, option: Option) -> bool:
-    """Whether the command line set ``option`` to another value than its default."""
-    return option.is_set(getattr(args, option.name, None))
+def given(argv: List[str], option: Option) -> bool:
+    """Whether the command line ``argv`` names ``option`` (``--flag V`` or ``--flag=V``; fairseq's
+    parsers take no abbreviations)."""
+    return any(arg == option.flag or arg.startswith(option.flag + "=") for arg in argv)
 
 
 def check_batch_sizes(args: argparse.Namespace) -> None:
@@ -352,7 +356,8 @@ def _checking(parse_args_and_arch: Callable) -> Callable:
         if strict:
             parsed, extra = parsed
             refuse_unrecognized(parser, parsed, extra)
-        check_parsed(parsed[0] if isinstance(parsed, tuple) else parsed, parser.prog)
+        argv = sys.argv[1:] if input_args is None else list(input_args)
+        check_parsed(parsed[0] if isinstance(parsed, tuple) else parsed, parser.prog, argv)
         return parsed
 
     return wrapper

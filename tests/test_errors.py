@@ -1299,6 +1299,12 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          "configuration and takes its task from its own command line, so the key would be "
          "ignored; pass --task NAME and the task's options as flags (--task translation_san or "
          "language_modeling_san, ...)"),
+        ("get_generation_parser", ["data", "--task", "translation", "--path", "c.pt", "--lm-path",
+                                   "lm.pt", "--model-overrides", "{'task': {'data': 'lm-data'}}"],
+         None),  # the language model's task reads it
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt",
+                                               "--model-overrides", "{'task': {'data': 'x'}}"],
+         "--model-overrides key 'task': fairseq-x builds only the model"),  # no LM is loaded
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--model-overrides",
                                 "{'task': {'tokens_per_sample': 64}}"],
          "--model-overrides key 'task': fairseq-x builds only the model"),

@@ -234,8 +234,8 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
     fairseq-generate, fairseq-interactive or fairseq-eval-lm (``kind`` "decode" or "eval-lm"):
     they set up the task, the generator and the tokenizers from their own command line and build
     only the model from the checkpoint's configuration. fairseq-generate also hands the task's
-    group to ``load_dataset``, which the translation and language-modelling tasks ignore (and to
-    the ``--lm-path`` model's own task, a use left alone)."""
+    group to ``load_dataset``, which the translation and language-modelling tasks ignore, and to
+    the ``--lm-path`` language model, whose task is built from it."""
     from fairseq.dataclass.configs import FairseqConfig
 
     try:
@@ -247,6 +247,8 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
     unread = {field.name for field in fields(FairseqConfig)} - {"model"}
     if kind != "eval-lm" and getattr(args, "task", None) not in TASKS_IGNORING_SAVED_TASK:
         unread.discard("task")  # fairseq-generate hands it to this task's load_dataset
+    if getattr(args, "lm_path", None) is not None and not hasattr(args, "buffer_size"):
+        unread.discard("task")  # and builds the --lm-path model's task from it (interactive: not)
     for key in (key for key in overrides if key in unread):
         advice = GROUP_FLAGS.get(key, f"drop it, or give the {key} options as flags of {command}")
         raise UsageError(

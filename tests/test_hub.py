@@ -148,6 +148,12 @@ def test_hub_keywords_are_checked_whatever_the_task(workdir):
     )
     with pytest.raises(UsageError, match="^san_policy is an option of the model, which"):
         load(workdir).translate(["tok1 tok2 tok3"], san_policy=POLICY)
+    with pytest.raises(UsageError) as refused:  # fairseq's generator decoded it
+        load(workdir).translate(["tok1 tok2 tok3"], san_decoding="statc")
+    assert str(refused.value) == (
+        "san_decoding='statc' is not one of this task's choices (fairseq, no-cache, fast, "
+        "static): did you mean 'static'?"
+    )
 
 
 @pytest.mark.parametrize(

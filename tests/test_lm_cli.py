@@ -209,6 +209,23 @@ def test_the_hub_samples(trained):
     assert hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="static") == sampled
 
 
+def test_the_hub_refuses_a_decoding_the_language_model_has_not(trained):
+    """A keyword reaches the task unparsed: fairseq's generator ran for any value."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    data, checkpoints = trained
+    hub = TransformerLMSANModel.from_pretrained(
+        str(checkpoints["kv"].parent), "checkpoint_last.pt", str(data)
+    )
+    with pytest.raises(UsageError) as refused:
+        hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="fast")
+    assert str(refused.value) == (
+        "san_decoding='fast' is not one of this task's choices (fairseq, static): pass one of "
+        "them"
+    )
+
+
 @pytest.mark.parametrize("trained_with, override", [("san", "kv"), ("kv", "weights")])
 def test_another_kind_of_sharing_is_refused_in_one_line(trained, trained_with, override):
     data, checkpoints = trained

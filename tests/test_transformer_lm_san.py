@@ -149,6 +149,30 @@ def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(overri
         TransformerLMSANModel.build_model(args, StandInTask(DICT))
 
 
+@pytest.mark.parametrize(
+    "decoding, message",
+    [("static", "san_decoding 'static' is a model option here (--model-overrides or the "
+      "checkpoint), which does not choose the decoder: this command decodes with 'fairseq'. Pass "
+      "--san-decoding static on the command line (with --task language_modeling_san) instead"),
+     ("fast", "san_decoding 'fast' (from --model-overrides or a keyword argument) is not a "
+      "decoding of this model: pass one of fairseq, static as --san-decoding (with --task "
+      "language_modeling_san)")],
+)  # fmt: skip
+def test_a_decoding_in_the_language_models_overrides_is_refused(decoding, message):
+    """fairseq-generate builds the generator from its own task: the language model ignored
+    ``--model-overrides "{'san_decoding': 'static'}"`` (the translation model refused it)."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.language_modeling_san import LanguageModelingSANConfig
+
+    _, args = build_lm(["--san-decoder-self-policy", "3,3"])
+    args.san_decoding = decoding
+    task = StandInTask(DICT)
+    task.cfg = LanguageModelingSANConfig()
+    with pytest.raises(UsageError) as refused:
+        TransformerLMSANModel.build_model(args, task)
+    assert str(refused.value) == message
+
+
 def test_analysis_of_a_model_whose_task_cannot_analyse_is_refused():
     """fairseq-validate --san-analysis-dir on a language model trained with --task
     language_modeling: that task has no analysis and would write nothing; one error names the

@@ -135,14 +135,21 @@ def check_analysis_task(
     )
 
 
-def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None:
+def check_decoder_overrides(
+    args: argparse.Namespace,
+    task: FairseqTask,
+    switch: options.Option = options.DECODING,
+    plugin_task: str = "translation_san",
+) -> None:
     """Refuse a decoder option among the model's options that the task does not apply.
 
     ``--model-overrides`` sets its keys on the checkpoint's configuration, but fairseq-generate
     and fairseq-interactive build the generator from the task of their command line, which never
     reads the model's ``san_decoding`` static or ``san_decoder_precision``: they would be
     accepted and ignored. A value other than the default that the task does not have is refused
-    with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``).
+    with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``);
+    a decoding outside ``switch``'s choices (a language model's: ``options.LM_DECODING``) is
+    refused as such.
     """
     cfg = getattr(task, "cfg", None)
     if cfg is None:
@@ -152,6 +159,12 @@ def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None
         applied = getattr(cfg, option.name, None) or option.default
         if given is None or str(given) in (str(option.default), str(applied)):
             continue
+        if option is options.DECODING and str(given) not in switch.choices:
+            raise UsageError(
+                f"{option.name} '{given}' {OVERRIDE_SOURCE} is not a decoding of this model: "
+                f"pass one of {', '.join(switch.choices)} as --san-decoding (with --task "
+                f"{plugin_task})"
+            )
         if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
             continue
         flag, value = options.current_flag(option, given)
@@ -159,7 +172,7 @@ def check_decoder_overrides(args: argparse.Namespace, task: FairseqTask) -> None
             f"{option.name} '{given}' is a model option here (--model-overrides or the "
             f"checkpoint), which does not choose the decoder: this command decodes with "
             f"'{applied}'. Pass {flag} {value} on the command line (with --task "
-            "translation_san) instead"
+            f"{plugin_task}) instead"
         )
 
 

@@ -36,6 +36,7 @@ from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, fit_checkpoint
 from fairseq_san.models.option_checks import (
     check_analysis_task,
+    check_decoder_overrides,
     check_language_modeling_task,
     check_no_translation_options,
     check_san_options,
@@ -73,6 +74,7 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         check_no_translation_options(args)
         check_language_modeling_task(task)
         check_analysis_task(args, task, needed="language_modeling_san")
+        check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
         lm_san_base_architecture(args)
         checkpoints.stamp(args)
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))

@@ -76,6 +76,17 @@ def check_scoring(args, decoding: str) -> None:
         )
 
 
+def check_choice(option: options.Option, value: str) -> None:
+    """Refuse a value outside ``option``'s choices: the command line's parser checks them, the
+    hub's keywords (``translate(..., san_decoding=...)``) reach the task unchecked."""
+    if value not in option.choices:
+        raise UsageError(
+            f"{option.name}={value!r} is not one of this task's choices "
+            f"({', '.join(option.choices)}): "
+            + nearest_key_hint(value, option.choices, fallback="pass one of them")
+        )
+
+
 def plugin_option_misplaced(option: options.Option) -> str:
     """Why a plugin option that is no decoder's does nothing as a keyword of ``translate()``,
     and where it goes."""
@@ -96,6 +107,9 @@ def plugin_option_misplaced(option: options.Option) -> str:
 class DecodingTask:
     """A fairseq task mixin: ``build_generator`` by ``--san-decoding`` (see module doc). The task
     names its static decoder's builder (``static_generator``)."""
+
+    # The task's --san-decoding (a language model's offers fewer decodings: options.LM_DECODING).
+    decoding_switch: options.Option = options.DECODING
 
     def static_generator(self) -> Callable:
         """``build_static_generator`` or its language-model counterpart (imported when needed:
@@ -151,8 +165,10 @@ class DecodingTask:
         """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there
         gives way to the deprecated ``--san-decoder static``, and another decoding beside it is
         refused."""
-        decoding = str(self.decoding_option(args, options.DECODING))
+        decoding = str(self.decoding_option(args, self.decoding_switch))
         legacy = self.decoding_option(args, options.OPTIONS["san_decoder"])
+        check_choice(self.decoding_switch, decoding)
+        check_choice(options.OPTIONS["san_decoder"], str(legacy))
         if decoding == options.FAIRSEQ:
             return options.deprecated_value("san_decoder", legacy) or decoding
         if str(legacy) == options.STATIC and decoding != options.STATIC:

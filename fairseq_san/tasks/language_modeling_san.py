@@ -71,6 +71,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     """``language_modeling`` with the attention analysis of ``--san-analysis-dir`` and
     ``--san-decoding static`` (``tasks.decoding``)."""
 
+    decoding_switch = options.LM_DECODING
+
     def __init__(self, args, dictionary, output_dictionary=None, targets=None) -> None:
         check_analysis_options(args)
         super().__init__(args, dictionary, output_dictionary, targets)

@@ -278,10 +278,11 @@ def format_blocks(blocks: Optional[Blocks]) -> str:
     return "none" if blocks is None else "{" + ",".join(map(str, blocks)) + "}"
 
 
-def format_policy(policy: dict) -> str:
-    """One-line summary in the paper's notation, e.g. ``decoder_self {1,5}``."""
-    kinds = _normalized(policy).items()
-    return "  ".join(f"{kind} {format_blocks(blocks)}" for kind, blocks in kinds)
+def format_policy(policy: dict, kinds: Sequence[str] = KINDS) -> str:
+    """One-line summary in the paper's notation, e.g. ``decoder_self {1,5}``, of ``kinds`` (a
+    language model has ``decoder_self`` only)."""
+    blocks = _normalized(policy)
+    return "  ".join(f"{kind} {format_blocks(blocks[kind])}" for kind in kinds)
 
 
 def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:

@@ -201,11 +201,14 @@ def test_a_checkpoint_shared_the_other_way_is_refused(trained, loaded):
 def test_a_checkpoint_that_shares_more_is_refused_and_one_that_shares_less_loads():
     more, _ = build_lm(["--san-decoder-self-policy", "6"], seed=1)
     less, _ = build_lm(["--san-decoder-self-policy", "3,3"], seed=2)
-    with pytest.raises(PolicyError, match="more attention sharing") as refused:
+    with pytest.raises(PolicyError) as refused:
         less.load_state_dict(more.state_dict())
-    assert str(refused.value).endswith(
-        """To continue training it, pass --san-policy '{"decoder_self": [6]}' --san-self-share """
-        "weights; to decode it, use a policy that shares at least as much as the checkpoint's."
+    assert str(refused.value) == (
+        "the checkpoint was trained with more attention sharing (decoder_self {6}) than this "
+        "model (decoder_self {3,3}): it has no projections for decoder.layers.3.self_attn. To "
+        """continue training it, pass --san-policy '{"decoder_self": [6]}' --san-self-share """
+        "weights; to train this policy from it, start a new run with --finetune-from-model; to "
+        "decode it, use a policy that shares at least as much as the checkpoint's."
     )
     source = less.state_dict()
     more.load_state_dict(dict(source))  # decoding with more sharing drops projections
@@ -215,6 +218,20 @@ def test_a_checkpoint_that_shares_more_is_refused_and_one_that_shares_less_loads
     }  # layer 4 led a block of 3,3; under {6} it follows layer 1
     for key, value in kept.items():
         assert torch.equal(value, source[key]), key
+
+
+def test_a_checkpoint_whose_blocks_moved_is_refused_as_such():
+    """{3,3} -> {4,2}: neither shares more; it was said as "more attention sharing"."""
+    trained, _ = build_lm(["--san-decoder-self-policy", "3,3"], seed=1)
+    moved, _ = build_lm(["--san-decoder-self-policy", "4,2"], seed=2)
+    with pytest.raises(PolicyError) as refused:
+        moved.load_state_dict(trained.state_dict())
+    assert str(refused.value).startswith(
+        "the checkpoint's attention sharing (decoder_self {3,3}) and this model's (decoder_self "
+        "{4,2}) have blocks with other borders: it has no projections for "
+        "decoder.layers.4.self_attn, which followed a block's first layer in the checkpoint."
+    )
+    assert "start a new run with --finetune-from-model" in str(refused.value)
 
 
 def test_the_resolved_policy_is_kept_in_the_arguments_for_the_checkpoint():

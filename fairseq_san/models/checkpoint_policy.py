@@ -276,7 +276,18 @@ def sharing_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
 
 
 def layer_counts(model: nn.Module) -> Dict[str, int]:
-    return {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
+    """The layers of each stack of ``model``; a language model's encoder has none."""
+    return {"encoder": 0, **stack_depths(model.state_dict())}
+
+
+def model_kinds(own: Dict) -> List[str]:
+    """The kinds of attention a model (``own``, its state dict) has: a language model's decoder
+    has self-attention only."""
+    return [
+        kind
+        for kind, (stack, attention) in san_policy.KIND_MODULES.items()
+        if any(key.startswith(f"{stack}.layers.0.{attention}.") for key in own)
+    ]
 
 
 def missing_projections(own: Dict, state_dict: Dict) -> List[str]:
@@ -301,9 +312,11 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     modules = missing_projections(own, state_dict)
     if not modules:
         return
-    layers = layer_counts(model)
+    layers, kinds = layer_counts(model), model_kinds(own)
     trained, built = policy_of_state_dict(state_dict, layers), policy_of_state_dict(own, layers)
     flags = trained_model_flags(model, state_dict)
+    trained_shown = san_policy.format_policy(trained, kinds)
+    built_shown = san_policy.format_policy(built, kinds)
     if trained == built and encdec_share(state_dict, trained) != encdec_share(own, built):
         raise san_policy.PolicyError(
             f"the checkpoint shares the encoder-decoder attention output "
@@ -314,16 +327,15 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
         )
     if not refines(built, trained, layers):
         raise san_policy.PolicyError(
-            f"the checkpoint's attention sharing ({san_policy.format_policy(trained)}) and this "
-            f"model's ({san_policy.format_policy(built)}) have blocks with other borders: it has "
+            f"the checkpoint's attention sharing ({trained_shown}) and this model's "
+            f"({built_shown}) have blocks with other borders: it has "
             f"no projections for {', '.join(modules)}, which followed a block's first layer in the "
             f"checkpoint. To continue training it, pass {flags}; {FINE_TUNE}; to decode it, use a "
             "policy whose blocks each join whole blocks of the checkpoint's."
         )
     raise san_policy.PolicyError(
-        f"the checkpoint was trained with more attention sharing "
-        f"({san_policy.format_policy(trained)}) than this model "
-        f"({san_policy.format_policy(built)}): it has no projections "
+        f"the checkpoint was trained with more attention sharing ({trained_shown}) than this "
+        f"model ({built_shown}): it has no projections "
         f"for {', '.join(modules)}. To continue training it, pass {flags}; {FINE_TUNE}; to "
         "decode it, use a policy that shares at least as much as the checkpoint's."
     )
@@ -393,35 +405,21 @@ def self_share(state_dict: Dict, blocks: List[int]) -> str:
 
 
 def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
-    """A language model's ``check_checkpoint_fits``: refuse a translation model's checkpoint, one
-    of other dictionaries, or shared another way (K/V or S) or with more sharing than the model.
-
-    A model can decode a checkpoint under a policy that shares more (the unused projections are
-    dropped), never less, and never with the other kind of sharing: the checkpoint's following
-    layers were trained without the projections that the other kind needs.
-    """
-    check_checkpoint_model_kind(model, state_dict)
-    check_checkpoint_vocabulary(model, state_dict)
-    check_checkpoint_size(model, state_dict)
-    layers = {"decoder": len(model.decoder.layers), "encoder": 0}
-    own = model.state_dict()
+    """A language model's ``check_checkpoint_fits``: also refuse a checkpoint shared the other
+    way (K/V or S): its following layers were trained without the projections that the other
+    kind of sharing needs."""
+    check_checkpoint_model(model, state_dict)
+    layers = layer_counts(model)
     trained = policy_of_state_dict(state_dict, layers).get(options.LM_KIND)
-    wanted = policy_of_state_dict(own, layers).get(options.LM_KIND)
+    wanted = policy_of_state_dict(model.state_dict(), layers).get(options.LM_KIND)
     trained_share = trained and self_share(state_dict, trained)
-    flags = " ".join(sharing_flags(state_dict, {options.LM_KIND: trained} if trained else {}))
     if trained and wanted and trained_share != model.self_share:
         raise san_policy.PolicyError(
             f"the checkpoint was trained with {options.SHARE_NAMES[trained_share]} "
             f"(--san-self-share {trained_share}), this model is built with "
             f"{options.SHARE_NAMES[model.self_share]} (--san-self-share {model.self_share}): its "
             f"following layers lack the projections that needs. To continue training it, pass "
-            f"{flags}; to decode it, leave san_self_share out of --model-overrides."
+            f"{trained_model_flags(model, state_dict)}; to decode it, leave san_self_share out "
+            "of --model-overrides."
         )
-    needed = missing_projections(own, state_dict)
-    if needed:
-        raise san_policy.PolicyError(
-            f"the checkpoint was trained with more attention sharing (decoder_self "
-            f"{trained}) than this model ({wanted}): it has no projections for "
-            f"{', '.join(needed)}. To continue training it, pass {flags}; to decode it, use a "
-            "policy that shares at least as much as the checkpoint's."
-        )
+    check_checkpoint_has_projections(model, state_dict)

@@ -251,5 +251,5 @@ def warn_unused_encdec_share(policy: Dict[str, List[int]], args: argparse.Namesp
         "--san-encdec-share weights has no effect: this model shares no encoder-decoder "
         "attention (attention sharing: %s); it applies to decoder_encdec blocks of 2 or more "
         "layers",
-        san_policy.format_policy(policy) or "none",
+        san_policy.format_policy(policy),
     )

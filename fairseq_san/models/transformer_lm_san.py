@@ -85,7 +85,7 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         model.self_share = args.san_self_share
         logger.info(
             "attention sharing: %s (%s)",
-            san_policy.format_policy(policy),
+            san_policy.format_policy(policy, (KIND,)),
             options.SHARE_NAMES[args.san_self_share] if policy else "none",
         )
         return model

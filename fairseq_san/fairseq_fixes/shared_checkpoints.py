@@ -58,15 +58,15 @@ def plugin_checkpoint_problem(model: nn.Module, state_dict: Dict) -> Optional[st
     with sharing or AAN): it lacks projections the model has; None for any other checkpoint."""
     from fairseq_san.models.checkpoint_policy import (
         is_fine_tuning,
+        layers_of,
         missing_projections,
         policy_of_state_dict,
-        stack_depths,
     )
 
     if isinstance(model, plugin_model_classes()):
         return None
     modules = missing_projections(model.state_dict(), state_dict)
-    policy = policy_of_state_dict(state_dict, {"encoder": 0, **stack_depths(state_dict)})
+    policy = policy_of_state_dict(state_dict, layers_of(state_dict))
     features = trained_with(state_dict, policy)
     if not modules or not features:
         return None

@@ -127,7 +127,7 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
     """
     check_checkpoint_model(model, state_dict)
     own = model.state_dict()
-    layers = {"encoder": 0, **stack_depths(own)}
+    layers = layers_of(own)
     trained = policy_of_state_dict(state_dict, layers)
     found_keys = filter(None, map(PROJECTION_KEY.match, own))
     lacking = [found for found in found_keys if found[0] not in state_dict]
@@ -249,7 +249,8 @@ def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
 
 def trained_model_flags(model: nn.Module, state_dict: Dict) -> str:
     """The command-line flags that build the model a checkpoint was saved from."""
-    flags = sharing_flags(state_dict, policy_of_state_dict(state_dict, layer_counts(model)))
+    layers = layers_of(model.state_dict())
+    flags = sharing_flags(state_dict, policy_of_state_dict(state_dict, layers))
     built = decoder_self_attention_type(model.state_dict())
     return " ".join(flags + attention_type_flags(state_dict, built))
 
@@ -275,9 +276,9 @@ def sharing_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
     return flags
 
 
-def layer_counts(model: nn.Module) -> Dict[str, int]:
-    """The layers of each stack of ``model``; a language model's encoder has none."""
-    return {"encoder": 0, **stack_depths(model.state_dict())}
+def layers_of(state_dict: Dict) -> Dict[str, int]:
+    """The layers of each stack a model's state dict holds; a language model's encoder has none."""
+    return {"encoder": 0, **stack_depths(state_dict)}
 
 
 def model_kinds(own: Dict) -> List[str]:
@@ -312,7 +313,7 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     modules = missing_projections(own, state_dict)
     if not modules:
         return
-    layers, kinds = layer_counts(model), model_kinds(own)
+    layers, kinds = layers_of(own), model_kinds(own)
     trained, built = policy_of_state_dict(state_dict, layers), policy_of_state_dict(own, layers)
     flags = trained_model_flags(model, state_dict)
     trained_shown = san_policy.format_policy(trained, kinds)
@@ -409,9 +410,9 @@ def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
     way (K/V or S): its following layers were trained without the projections that the other
     kind of sharing needs."""
     check_checkpoint_model(model, state_dict)
-    layers = layer_counts(model)
-    trained = policy_of_state_dict(state_dict, layers).get(options.LM_KIND)
-    wanted = policy_of_state_dict(model.state_dict(), layers).get(options.LM_KIND)
+    own = model.state_dict()
+    trained = policy_of_state_dict(state_dict, layers_of(own)).get(options.LM_KIND)
+    wanted = policy_of_state_dict(own, layers_of(own)).get(options.LM_KIND)
     trained_share = trained and self_share(state_dict, trained)
     if trained and wanted and trained_share != model.self_share:
         raise san_policy.PolicyError(

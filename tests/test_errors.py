@@ -813,6 +813,19 @@ def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, progr
     assert not (tmp_path / "logs").exists()
 
 
+def test_cpu_ranks_log_that_cannot_be_written_is_one_line_before_any_rank_starts(
+    tmp_path, capsys
+):
+    """Rank 0 was started before rank 1's log was opened: a traceback, and rank 0 left running
+    (in a real run, waiting at the rendezvous for ever)."""
+    logs, started = tmp_path / "logs", tmp_path / "rank-0-started"
+    (logs / "rank-1.log").mkdir(parents=True)  # a log that cannot be opened, even by root
+    rank = f"import pathlib; pathlib.Path({str(started)!r}).touch()"
+    line = cpu_ranks(capsys, "2", "--log-dir", str(logs), "--", sys.executable, "-c", rank)
+    assert line == f"fairseq-san-cpu-ranks: error: {logs / 'rank-1.log'}: Is a directory"
+    assert not started.exists()
+
+
 def test_more_cpu_ranks_than_cores_is_one_line(tmp_path, capsys):
     """Each rank is a training process: a thousand of them started (and logged) without a word."""
     from fairseq_san.cores import available_cores

@@ -38,33 +38,52 @@ def rank_command(command: List[str], world_size: int, rank: int, port: int) -> L
     ]
 
 
-def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
-    """Start every rank, wait for all; the first failure ends the others, and its exit code is
-    returned (128 + N for a rank killed by signal N, as a shell reports it)."""
-    port = free_port()
-    processes, logs = [], []
-    for rank in range(world_size):
-        output = None if rank == 0 else open(os.path.join(log_dir, f"rank-{rank}.log"), "w")
-        logs += [output] if output else []
-        processes.append(
-            subprocess.Popen(rank_command(command, world_size, rank, port), stdout=output, stderr=output)
-        )
+def open_rank_logs(log_dir: str, world_size: int) -> List:
+    """``log_dir``/rank-R.log for each rank R > 0, all opened before any rank starts."""
+    logs = []
+    try:
+        for rank in range(1, world_size):
+            logs.append(open(os.path.join(log_dir, f"rank-{rank}.log"), "w"))
+    except OSError:
+        for log in logs:
+            log.close()
+        raise
+    return logs
+
+
+def first_failure(processes: List[subprocess.Popen]) -> Optional[int]:
+    """Wait until every process has exited 0 (None) or one has failed (its exit code)."""
     while True:
         codes = [process.poll() for process in processes]
         failed = [code for code in codes if code not in (None, 0)]
-        if failed or all(code == 0 for code in codes):
-            break
+        if failed:
+            return failed[0]
+        if all(code == 0 for code in codes):
+            return None
         time.sleep(0.5)
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        process.wait()
-    for log in logs:
-        log.close()
-    if not failed:
+
+
+def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
+    """Start every rank, wait for all; the first failure (or an interrupt) ends the others, and
+    its exit code is returned (128 + N for a rank killed by signal N, as a shell reports it)."""
+    port = free_port()
+    logs = open_rank_logs(log_dir, world_size)
+    processes = []
+    try:
+        for rank, output in enumerate([None] + logs):
+            rank_argv = rank_command(command, world_size, rank, port)
+            processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output))
+        code = first_failure(processes)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            process.wait()
+        for log in logs:
+            log.close()
+    if code is None:
         return 0
-    code = failed[0]
     return 128 - code if code < 0 else code  # killed by signal N: Popen's -N, a shell's 128 + N
 
 
@@ -112,7 +131,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(args.log_dir, exist_ok=True)
     except OSError as err:
         parser.error(f"--log-dir {args.log_dir} cannot be created: {err.strerror or err}")
-    return run_ranks(command, args.world_size, args.log_dir)
+    try:
+        return run_ranks(command, args.world_size, args.log_dir)
+    except OSError as err:  # a rank's log cannot be written, or its command not started
+        parser.error(f"{err.filename}: {err.strerror or err}")
 
 
 if __name__ == "__main__":

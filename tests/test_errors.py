@@ -1210,6 +1210,11 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          ["data", "--task", "translation", "--arch", "transformer", "--san-decoder-self-policy=6"],
          "fairseq-x --arch transformer has no option --san-decoder-self-policy: it is an option "
          "of --arch transformer_san or --arch transformer_lm_san"),
+        ("get_training_parser",
+         ["data", "--task", "translation", "--arch", "transformer", "--decoder-self-attention-type",
+          "aan"],
+         "fairseq-x --arch transformer has no option --decoder-self-attention-type: it is an "
+         "option of --arch transformer_san"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--beam", "0"],
          "--beam 0: it must be an integer of at least 1"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--nbest", "0"],

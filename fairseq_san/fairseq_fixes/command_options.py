@@ -54,6 +54,7 @@ from fairseq_san.options import (
     DECODER_OPTIONS,
     DECODING,
     MODEL_DECODINGS,
+    OPTIONS,
     Option,
     flag_of,
 )
@@ -97,16 +98,25 @@ def missing_to_parse(
     return None
 
 
+# The flags of the plugin's options (a fairseq model's own flag missing from another model is
+# argparse's to refuse).
+PLUGIN_FLAGS = {option.flag for option in OPTIONS.values()}
+
+
 def plugin_owners(flag: str) -> List[str]:
     """The plugin's tasks and models that add ``flag`` to a parser, as ``--task NAME`` and
     ``--arch NAME`` (registered models, not their size variants)."""
     from fairseq.models import MODEL_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
+    from fairseq_san.models import MODELS
+    from fairseq_san.tasks import TASKS
+
     owners = []
-    for option, registry in (("--task", TASK_REGISTRY), ("--arch", MODEL_REGISTRY)):
+    searched = (("--task", TASK_REGISTRY, TASKS), ("--arch", MODEL_REGISTRY, MODELS))
+    for option, registry, plugins in searched:
         for name, cls in registry.items():
-            if cls.__module__.startswith("fairseq_san."):
+            if cls in plugins:
                 probe = argparse.ArgumentParser(add_help=False)
                 cls.add_args(probe)
                 if flag in probe._option_string_actions:
@@ -121,7 +131,7 @@ def refuse_unrecognized(
     is a UsageError naming the plugin's tasks or models that have it."""
     for argument in extra:
         flag = argument.split("=", 1)[0]
-        owners = plugin_owners(flag) if flag.startswith("--san-") else []
+        owners = plugin_owners(flag) if flag in PLUGIN_FLAGS else []
         if owners:
             option = owners[0].split()[0]  # --task or --arch
             if option == "--arch" and hasattr(args, "path"):  # a command that loads a model

@@ -40,9 +40,9 @@ HUB_KEYWORDS = {"generation_args"}
 
 def plugin_model_classes() -> Tuple[type, ...]:
     """The plugin's registered models (``transformer_san``, ``transformer_lm_san``)."""
-    from fairseq.models import MODEL_REGISTRY
+    from fairseq_san.models import MODELS
 
-    return tuple(cls for cls in MODEL_REGISTRY.values() if cls.__module__.startswith("fairseq_san."))
+    return MODELS
 
 
 def plugin_model_class(model_cfg: Any) -> Optional[type]:

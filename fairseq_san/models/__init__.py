@@ -1,3 +1,7 @@
 """Models registered with fairseq."""
 
-from . import transformer_lm_san, transformer_san  # noqa: F401
+from .transformer_lm_san import TransformerLMSANModel
+from .transformer_san import TransformerSANModel
+
+# The plugin's models: those its options, checks and checkpoints belong to.
+MODELS = (TransformerSANModel, TransformerLMSANModel)

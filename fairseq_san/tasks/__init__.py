@@ -1,2 +1,7 @@
 """Tasks registered with fairseq."""
-from . import language_modeling_san, translation_san  # noqa: F401
+
+from .language_modeling_san import LanguageModelingSANTask
+from .translation_san import TranslationSANTask
+
+# The plugin's tasks: those its options belong to.
+TASKS = (TranslationSANTask, LanguageModelingSANTask)

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
+from fairseq_san.errors import UsageError
 from fairseq_san.policy import KIND_TABLE, KINDS
 
 logger = logging.getLogger(__name__)
@@ -239,3 +240,17 @@ def deprecated_value(name: str, value: object) -> Optional[str]:
             meant,
         )
     return meant
+
+
+def chosen_decoding(decoding: str, legacy: object) -> str:
+    """What ``san_decoding`` and the deprecated ``san_decoder`` (``legacy``) choose together:
+    the default ``fairseq`` gives way to ``san_decoder`` static (warned once); another decoding
+    beside it is refused."""
+    if decoding == FAIRSEQ:
+        return deprecated_value("san_decoder", legacy) or decoding
+    if str(legacy) == STATIC and decoding != STATIC:
+        raise UsageError(
+            f"--san-decoding {decoding} and --san-decoder static (deprecated: --san-decoding "
+            "static) choose two decoders: pass --san-decoding alone"
+        )
+    return decoding

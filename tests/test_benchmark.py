@@ -142,6 +142,20 @@ def test_bad_decoder_or_precision_is_named(overrides, message):
     assert str(error.value) == f"system s: override of m.pt: {message}"
 
 
+def test_two_decoders_are_refused_as_the_task_refuses_them():
+    """``san_decoding`` fast beside the deprecated ``san_decoder`` static: the benchmark decoded
+    with the static decoder, where fairseq-generate refuses the pair."""
+    from fairseq_san.benchmark.config import SystemSpec
+
+    spec = SystemSpec("s", "m.pt", {"san_decoding": "fast", "san_decoder": "static"})
+    with pytest.raises(ValueError) as error:
+        spec.check_overrides({"san_policy"}, ("fp32",))
+    assert str(error.value) == (
+        "system s: override of m.pt: --san-decoding fast and --san-decoder static (deprecated: "
+        "--san-decoding static) choose two decoders: pass --san-decoding alone"
+    )
+
+
 def test_every_option_default_comes_from_the_config():
     """The parser writes no default of its own: a bare command line gives BenchmarkConfig's."""
     from fairseq_san.benchmark.config import BenchmarkConfig, SystemSpec

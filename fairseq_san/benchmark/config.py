@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence
 
 from fairseq_san import options
-from fairseq_san.errors import nearest_key_hint
+from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.options import flag_of
 
 # Output lengths: where each sentence ends (EOS or the length limit), or a fixed number of tokens.
@@ -79,10 +79,11 @@ class SystemSpec:
 
     @property
     def decoder(self) -> str:
-        """``static`` (``san_decoding``, or the deprecated ``san_decoder``) or ``fairseq``."""
-        if self.overrides.get(options.DECODING.name) == STATIC:
-            return STATIC
-        return self.overrides.get("san_decoder", FAIRSEQ)
+        """``static`` (``san_decoding``, or the deprecated ``san_decoder``) or ``fairseq`` (the
+        generator of the model's own decodings)."""
+        decoding = self.overrides.get(options.DECODING.name, FAIRSEQ)
+        chosen = options.chosen_decoding(decoding, self.overrides.get("san_decoder", FAIRSEQ))
+        return STATIC if chosen == STATIC else FAIRSEQ
 
     @property
     def decoder_precision(self) -> str:
@@ -115,8 +116,13 @@ class SystemSpec:
                 f"{what}: san_decoding {decoding!r} needs a transformer_san checkpoint (this "
                 "model would decode as fairseq's)"
             )
-        if self.decoder not in DECODERS:
-            raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {self.decoder!r}")
+        legacy = self.overrides.get("san_decoder", FAIRSEQ)
+        if legacy not in DECODERS:
+            raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {legacy!r}")
+        try:
+            options.chosen_decoding(decoding, legacy)
+        except UsageError as two_decoders:
+            raise ValueError(f"{what}: {two_decoders}") from None
         for key in ("san_decoder_execution", "san_decoder_precision"):
             if key in self.overrides and self.decoder != STATIC:
                 raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')

@@ -169,14 +169,7 @@ class DecodingTask:
         legacy = self.decoding_option(args, options.OPTIONS["san_decoder"])
         check_choice(self.decoding_switch, decoding)
         check_choice(options.OPTIONS["san_decoder"], str(legacy))
-        if decoding == options.FAIRSEQ:
-            return options.deprecated_value("san_decoder", legacy) or decoding
-        if str(legacy) == options.STATIC and decoding != options.STATIC:
-            raise UsageError(
-                f"--san-decoding {decoding} and --san-decoder static (deprecated: --san-decoding "
-                "static) choose two decoders: pass --san-decoding alone"
-            )
-        return decoding
+        return options.chosen_decoding(decoding, legacy)
 
     def check_decoder_options(self, args, decoding: str) -> None:
         """Refuse the static decoder's options with another decoding: they would be accepted and

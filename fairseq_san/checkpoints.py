@@ -34,6 +34,7 @@ import torch
 
 import fairseq_san
 from fairseq_san.errors import UsageError
+from fairseq_san.policy import is_policy_text
 
 PLUGIN = f"fairseq-san {fairseq_san.__version__}"
 # Switches torch's safe loader off for every torch.load that does not ask for it, fairseq's too;
@@ -166,7 +167,7 @@ def refuse_policy_file_in(path: str, state: dict, overrides: Optional[dict]) -> 
         stored = model.get("san_policy")
     else:
         stored = getattr(model, "san_policy", None)
-    if isinstance(stored, str) and stored.strip() and not stored.lstrip().startswith("{"):
+    if isinstance(stored, str) and stored.strip() and not is_policy_text(stored):
         raise CheckpointError(
             f"checkpoint {path}: cfg.model.san_policy = {stored[:40]!r} is a file name; a "
             "checkpoint stores its policy as JSON text, and only the command line may name a "

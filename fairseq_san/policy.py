@@ -132,6 +132,21 @@ def unique_object(pairs: list) -> dict:
     return dict(pairs)
 
 
+def parsed_json(read: Callable[[], object], shown: str) -> object:
+    """``read()``'s JSON (parsed with ``unique_object``), its errors a PolicyError after
+    ``shown`` (what was read: ``policy file "p.json"``)."""
+    try:
+        return read()
+    except DuplicateKey as err:
+        raise PolicyError(f'{shown}: key "{err}" is given twice') from None
+    except json.JSONDecodeError as err:
+        raise PolicyError(
+            f"{shown}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
+        ) from None
+    except RecursionError:
+        raise PolicyError(f"{shown}: JSON nested too deeply to be one") from None
+
+
 def load_json_object(path: str, what: str) -> dict:
     """Read a JSON file whose top level must be an object.
 
@@ -139,18 +154,11 @@ def load_json_object(path: str, what: str) -> dict:
     """
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle, object_pairs_hook=unique_object)
+            data = parsed_json(
+                lambda: json.load(handle, object_pairs_hook=unique_object), f'{what} "{path}"'
+            )
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None
-    except DuplicateKey as err:
-        raise PolicyError(f'{what} "{path}": key "{err}" is given twice') from None
-    except json.JSONDecodeError as err:
-        raise PolicyError(
-            f'{what} "{path}": malformed JSON at line {err.lineno} '
-            f"column {err.colno}: {err.msg}"
-        ) from None
-    except RecursionError:
-        raise PolicyError(f'{what} "{path}": JSON nested too deeply to be one') from None
     except (OSError, UnicodeDecodeError) as err:
         raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
     if not isinstance(data, dict):
@@ -159,6 +167,11 @@ def load_json_object(path: str, what: str) -> dict:
             f"got {type(data).__name__}"
         )
     return data
+
+
+def is_policy_text(spec: str) -> bool:
+    """Whether ``spec`` is a policy as JSON text (how a checkpoint stores one), not a file name."""
+    return spec.lstrip().startswith("{")
 
 
 def looks_like_blocks(spec: str) -> bool:
@@ -183,18 +196,10 @@ def load_policy(spec: Union[str, dict]) -> Policy:
             f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
             '{"decoder_self": [1, 5]}'
         )
-    elif spec.lstrip().startswith("{"):
+    elif is_policy_text(spec):
         source = "policy"
-        try:
-            data = json.loads(spec, object_pairs_hook=unique_object)
-        except DuplicateKey as err:
-            raise PolicyError(f'policy {spec!r}: key "{err}" is given twice') from None
-        except json.JSONDecodeError as err:
-            raise PolicyError(
-                f"policy {spec!r}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
-            ) from None
-        except RecursionError:
-            raise PolicyError(f"policy {spec[:40]!r}...: JSON nested too deeply") from None
+        shown = f"policy {spec!r}" if len(spec) <= 80 else f"policy {spec[:40]!r}..."
+        data = parsed_json(lambda: json.loads(spec, object_pairs_hook=unique_object), shown)
     elif looks_like_blocks(spec):
         raise PolicyError(
             f"policy {spec!r}: a policy is a JSON object of block sizes per kind, e.g. "

@@ -326,7 +326,7 @@ def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     return leaders
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     """True for int and float values, but not bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -348,7 +348,7 @@ def check_js(js: object) -> list[list[float]]:
                 f"JS matrix is not square: row {i} has {len(row)} values but there are {size} rows"
             )
         for j, value in enumerate(row):
-            if not _is_number(value) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):
                 raise PolicyError(
                     f"JS matrix value [{i}][{j}] = {value!r} is not a finite number"
                 )
@@ -411,7 +411,7 @@ def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optiona
 
 def _check_theta(theta: object) -> float:
     """Check a sharing threshold; sim values of interest lie in [0, ln 2]."""
-    if not _is_number(theta) or not 0.0 <= theta <= LN2:
+    if not is_number(theta) or not 0.0 <= theta <= LN2:
         raise PolicyError(f"theta {theta!r} must be a number in [0, ln 2 = {LN2:.4f}]")
     return float(theta)
 

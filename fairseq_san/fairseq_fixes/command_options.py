@@ -58,6 +58,7 @@ from fairseq_san.options import (
     Option,
     flag_of,
 )
+from fairseq_san.policy import is_number
 
 # Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
 TASKS_IGNORING_SAVED_TASK = (
@@ -338,10 +339,6 @@ def check_temperature(temperature: float) -> None:
 
 def is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:

@@ -6,21 +6,10 @@ A decoded split is reused only for the very same checkpoint (its bytes, wherever
 model overrides among them); anything else decodes again.
 """
 
-import hashlib
 import json
 from typing import List
 
-from fairseq_san.loop.run_record import digest
-
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes, read 1 MiB at a time (``hashlib.file_digest`` needs Python
-    3.11; the plugin installs on older ones)."""
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
+from fairseq_san.loop.run_record import digest, file_sha256
 
 
 def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str]) -> str:

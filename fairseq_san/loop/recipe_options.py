@@ -13,7 +13,6 @@ beside ``--cpu-ranks``).
 """
 
 import argparse
-import glob
 import os
 import re
 import shlex
@@ -21,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Sequence, Tuple
 
-from fairseq_san.loop.run_record import is_count
+from fairseq_san.loop.run_record import binarized_pair, is_count
 
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
@@ -161,8 +160,7 @@ def recipe_parser(recipe: str) -> RecipeParser:
 def default_valid_ref(data: str) -> str:
     """DATA/text/valid.raw.TGT, TGT read from fairseq's binarized names (train.SRC-TGT.LANG.idx);
     DATA/text/valid.raw. when there are none (``start`` then names what is missing)."""
-    names = sorted(glob.glob(os.path.join(data, "train.*-*.*.idx")))
-    pair = os.path.basename(names[0]).split(".")[1] if names else "-"
+    pair = binarized_pair(data) or "-"
     return os.path.join(data, "text", f"valid.raw.{pair.split('-', 1)[1]}")
 
 

@@ -63,14 +63,14 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
                 f"no binarized data in {data}",
             )
         return None
-    binarized = glob.glob(os.path.join(data, "train.*-*.*.idx"))
-    if not binarized:
+    pair = binarized_pair(data)
+    if pair is None:
         return (
             f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "
             "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)",
             f"no binarized data in {data}",
         )
-    differing = differing_dictionaries(data, os.path.basename(binarized[0]).split(".")[1])
+    differing = differing_dictionaries(data, pair)
     if differing:
         return (
             f"{data}: {' and '.join(differing)} differ, and the recipe ties the source and target "
@@ -85,6 +85,13 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
             f"no validation references {reference}",
         )
     return None
+
+
+def binarized_pair(data: str) -> Optional[str]:
+    """The language pair (``en-de``) of fairseq's binarized translation data in ``data``
+    (``train.SRC-TGT.LANG.idx``; the first in name order where there are several), or None."""
+    names = sorted(glob.glob(os.path.join(data, "train.*-*.*.idx")))
+    return os.path.basename(names[0]).split(".")[1] if names else None
 
 
 def differing_dictionaries(data: str, pair: str) -> Optional[Tuple[str, str]]:
@@ -202,8 +209,22 @@ def digest(path: str) -> str:
     sha = hashlib.sha256()
     for name in files:
         sha.update(os.path.basename(name).encode() + b"\0")
-        with open(name, "rb") as handle:
-            sha.update(handle.read())
+        hash_bytes(sha, name)
+    return sha.hexdigest()
+
+
+def hash_bytes(sha, path: str) -> None:
+    """Feed a file's bytes to ``sha``, 1 MiB at a time (``hashlib.file_digest`` needs Python
+    3.11; the plugin installs on older ones)."""
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(chunk)
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes."""
+    sha = hashlib.sha256()
+    hash_bytes(sha, path)
     return sha.hexdigest()
 
 

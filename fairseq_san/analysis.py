@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from fairseq_san.errors import UsageError
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
-from fairseq_san.policy import KIND_MODULES, KINDS
+from fairseq_san.policy import KIND_MODULES, KIND_TABLE, KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class LayerAnalysis:
         for kind, matrix in matrices.items():
             if matrix is None:
                 continue
-            title = f"{kind.replace('_', ' ')}: JS divergence (nats), {self.sentences} sentences"
+            title = f"{KIND_TABLE[kind].title}: JS divergence (nats), {self.sentences} sentences"
             plots.js_heatmap(matrix, os.path.join(directory, f"js-{kind}.png"), title=title)
             saved = self.saved[kind]
             np.savez(

@@ -166,8 +166,6 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1 (3 or more for stable medians)")
     try:
         config = config_from_args(args, shlex.join([PROG, *argv]))
     except ValueError as err:

@@ -1,15 +1,14 @@
 """A clean exit for fairseq's commands: fairseq's background batch loaders stop first.
 
-Upstream behaviour corrected: ``fairseq.data.iterators.BufferedIterator`` (fairseq main)
-prefetches in a daemon thread that nothing stops before the interpreter exits.
-
-fairseq's ``BufferedIterator`` prefetches batches in a daemon thread (``BackgroundConsumer``).
-When training stops mid-epoch (``--max-update``), that thread can still be collating a batch
-when the interpreter exits. CPython up to 3.13 ends a daemon thread with ``pthread_exit`` when it
-asks for the GIL during finalization; inside torch's C++ code (a ``noexcept`` GIL guard) that
-unwinding calls ``std::terminate``: "terminate called without an active exception", exit status
-134, after the final checkpoint was written. So at exit, before finalization, each live loader
-is told to stop after the batch it is making, and its queue is drained until it has ended.
+Upstream behaviour corrected: fairseq's ``fairseq.data.iterators.BufferedIterator`` (fairseq
+main) prefetches batches in a daemon thread (``BackgroundConsumer``) that nothing stops before
+the interpreter exits. When training stops mid-epoch (``--max-update``), that thread can still be
+collating a batch when the interpreter exits. CPython up to 3.13 ends a daemon thread with
+``pthread_exit`` when it asks for the GIL during finalization; inside torch's C++ code (a
+``noexcept`` GIL guard) that unwinding calls ``std::terminate``: "terminate called without an
+active exception", exit status 134, after the final checkpoint was written. So at exit, before
+finalization, each live loader is told to stop after the batch it is making, and its queue is
+drained until it has ended.
 """
 
 import atexit
@@ -22,6 +21,8 @@ STOP_SECONDS = 60.0  # a loader waiting longer on its data workers is left as it
 
 
 def stop_background_loaders(timeout: float = STOP_SECONDS) -> None:
+    """Tell each of fairseq's live background loaders to stop after its batch, and drain its
+    queue until it has ended (at most ``timeout`` seconds in all)."""
     iterators = sys.modules.get("fairseq.data.iterators")
     if iterators is None:
         return

@@ -152,8 +152,10 @@ def refuse_unrecognized(
 
 
 def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> None:
-    """Refuse arguments (``argv``, parsed as ``args``) without the ``--path`` the command loads,
-    with ``--replace-unk``, or with search numbers that no search can follow."""
+    """Refuse arguments (``argv``, parsed as ``args``) that the command cannot honour: no
+    ``--path`` where it loads one, ``--replace-unk``, batch sizes below 1, search numbers no search
+    can follow, a plugin option it would ignore, an adaptive softmax fairseq-train cannot train,
+    ``--model-overrides`` groups it would not read, ``--bf16`` outside fairseq-train."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:

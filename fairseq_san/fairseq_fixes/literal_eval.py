@@ -164,9 +164,9 @@ def refuse_code_in(path: str, state: Mapping) -> None:
 
 def _plain(config: Any) -> Any:
     """omegaconf's DictConfig (fairseq's ``cfg``) as plain dicts, without resolving anything."""
-    if type(config).__name__ == "DictConfig":
-        from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
+    if isinstance(config, DictConfig):
         return OmegaConf.to_container(config, resolve=False)
     return config
 

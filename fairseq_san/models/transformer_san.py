@@ -39,6 +39,7 @@ from fairseq_san.models.option_checks import (
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
+    PROJECTIONS,
     BlockLeaderAttention,
     BlockShare,
     SharedContextAttention,
@@ -250,8 +251,9 @@ def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> M
     (quant-noise hooks).
     """
     new = module_class(**extra, **attention_kwargs(old)).train(old.training)
-    for name, _ in list(new.named_children()):
-        if name.endswith("_proj"):
+    kept = dict(new.named_children())
+    for name in (*PROJECTIONS, "out_proj"):
+        if name in kept:
             setattr(new, name, getattr(old, name))
     if old.bias_k is not None:  # parameters, not modules: only fast decoding's module keeps them
         new.bias_k, new.bias_v = old.bias_k, old.bias_v

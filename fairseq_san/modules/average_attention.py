@@ -44,20 +44,14 @@ class AverageAttention(nn.Module):
     the model's width: what the static decoder's step reads).
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        ffn_embed_dim: int,
-        dropout: float = 0.0,
-        activation_fn: str = "relu",
-    ):
+    def __init__(self, embed_dim: int, ffn_embed_dim: int, dropout: float = 0.0):
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = 1
         self.head_dim = embed_dim
         self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
         self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)
-        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.activation_fn = utils.get_activation_fn("relu")  # AAN's FFN (Zhang et al., 2018)
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.gate = nn.Linear(2 * embed_dim, 2 * embed_dim)
 

@@ -69,7 +69,8 @@ def check_generation_args(args) -> None:
 def check_scoring(args, decoding: str) -> None:
     """Refuse a decoding of the model with ``--score-reference``: fairseq scores the references
     in one teacher-forced pass, which decodes nothing (the static decoder refuses it too)."""
-    if getattr(args, "score_reference", False) and decoding in (options.NO_CACHE, options.FAST):
+    model_decoding = decoding in options.MODEL_DECODINGS and decoding != options.FAIRSEQ
+    if getattr(args, "score_reference", False) and model_decoding:
         raise UsageError(
             f"--san-decoding {decoding} with --score-reference: scoring the references is one "
             "teacher-forced pass, which decodes nothing; drop --san-decoding"

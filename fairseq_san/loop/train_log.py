@@ -6,7 +6,8 @@ Reads logs written with ``--log-format json`` (a resumed run appends to the same
 
 import json
 import re
-from typing import Dict, List, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.summary import shown
@@ -22,6 +23,65 @@ STOPS = (
 )
 CUMULATIVE = re.compile(r"cumulative_training_time: ([\d.]+) >")
 
+@dataclass
+class TrainLogFacts:
+    """What the lines of a fairseq-train log have said so far (``read_train_log``)."""
+
+    params: Optional[int] = None
+    updates: Optional[int] = None
+    epochs: Optional[int] = None
+    stop: str = "unknown"
+    walls: List[float] = field(default_factory=list)
+    curve: List[Tuple[int, float]] = field(default_factory=list)
+    ups: List[float] = field(default_factory=list)
+    wps: List[float] = field(default_factory=list)
+
+    def read_line(self, line: str) -> None:
+        """The model's size, a stop or a wall time, where ``line`` says one."""
+        found = PARAMS.search(line)
+        if found and self.params is None:
+            self.params = int(found.group(1).replace(",", ""))
+        for marker, reason in STOPS:
+            if marker in line:
+                self.stop = reason
+        for pattern in (DONE, CUMULATIVE):
+            found = pattern.search(line)
+            if found:
+                seconds = float(found.group(1))
+                self.walls.append(seconds * 3600 if pattern is CUMULATIVE else seconds)
+
+    def read_record(self, tag: str, record: dict) -> None:
+        """A ``train_inner``, ``train`` or ``valid`` record (KeyError, ValueError, ... where it
+        lacks what such a record has)."""
+        self.epochs = record.get("epoch", self.epochs)
+        if tag == "valid":
+            point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
+            self.curve.append(point)
+            self.updates = max(self.updates or 0, point[0])
+            return
+        prefix = "" if tag == "train_inner" else "train_"
+        self.updates = max(self.updates or 0, int(float(record[f"{prefix}num_updates"])))
+        self.walls.append(float(record[f"{prefix}wall"]))
+        if tag == "train_inner":
+            self.ups.append(float(record["ups"]))
+            self.wps.append(float(record["wps"]))
+
+    def summary(self) -> Dict[str, object]:
+        best = min(self.curve, key=lambda point: point[1]) if self.curve else (None, None)
+        return {
+            "params": self.params,
+            "updates": self.updates,
+            "epochs": self.epochs,
+            "wall_s": max(self.walls) if self.walls else None,
+            "stop": self.stop,
+            "best_valid_loss": best[1],
+            "best_updates": best[0],
+            "valid_curve": self.curve,
+            "updates_per_s": sum(self.ups) / len(self.ups) if self.ups else None,
+            "tokens_per_s": sum(self.wps) / len(self.wps) if self.wps else None,
+        }
+
+
 def read_train_log(path: str) -> Dict[str, object]:
     """Facts of one fairseq-train log written with ``--log-format json`` (resumed runs append).
 
@@ -29,61 +89,22 @@ def read_train_log(path: str) -> Dict[str, object]:
     time at a wall-cap stop, and "done training in"; ``stop`` says what ended the training
     ("patience", "wall cap", "max update", or "unknown" for a run that was killed).
     """
-    params = updates = epochs = None
-    walls: List[float] = []
-    curve: List[Tuple[int, float]] = []
-    ups: List[float] = []
-    wps: List[float] = []
-    stop = "unknown"
+    facts = TrainLogFacts()
     with open(path, encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, 1):
-            found = PARAMS.search(line)
-            if found and params is None:
-                params = int(found.group(1).replace(",", ""))
-            for marker, reason in STOPS:
-                if marker in line:
-                    stop = reason
-            for pattern in (DONE, CUMULATIVE):
-                found = pattern.search(line)
-                if found:
-                    seconds = float(found.group(1))
-                    walls.append(seconds * 3600 if pattern is CUMULATIVE else seconds)
+            facts.read_line(line)
             found = RECORD.search(line)
             if not found:
                 continue
             tag = found.group(1)
             try:
-                record = json.loads(found.group(2))
-                epochs = record.get("epoch", epochs)
-                if tag == "valid":
-                    point = (int(float(record["valid_num_updates"])), float(record["valid_loss"]))
-                    curve.append(point)
-                    updates = max(updates or 0, point[0])
-                    continue
-                prefix = "" if tag == "train_inner" else "train_"
-                updates = max(updates or 0, int(float(record[f"{prefix}num_updates"])))
-                walls.append(float(record[f"{prefix}wall"]))
-                if tag == "train_inner":
-                    ups.append(float(record["ups"]))
-                    wps.append(float(record["wps"]))
+                facts.read_record(tag, json.loads(found.group(2)))
             except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise UsageError(
                     f"{path} line {number}: not a fairseq-train {tag} record "
                     f"(--log-format json): {type(err).__name__}: {err}"
                 ) from None
-    best = min(curve, key=lambda point: point[1]) if curve else (None, None)
-    return {
-        "params": params,
-        "updates": updates,
-        "epochs": epochs,
-        "wall_s": max(walls) if walls else None,
-        "stop": stop,
-        "best_valid_loss": best[1],
-        "best_updates": best[0],
-        "valid_curve": curve,
-        "updates_per_s": sum(ups) / len(ups) if ups else None,
-        "tokens_per_s": sum(wps) / len(wps) if wps else None,
-    }
+    return facts.summary()
 
 
 def train_log_table(paths: Sequence[str]) -> str:

@@ -333,6 +333,28 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 1
 
 
+def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monkeypatch):
+    """With --max-tokens nearly every batch has a shape of its own, and each kept a cache (and
+    graphs) until the GPU's memory ran out: beyond KEPT_SHAPES the least recently used shape's
+    cache and search are freed with every graph, and the batches after it, the freed shape's
+    too, decode as the eager fixed step."""
+    from fairseq_san.static_decoding import generator
+
+    monkeypatch.setattr(generator, "KEPT_SHAPES", 2)
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    graphed = graphed_translator(model, replay_by_calling([]), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sentences in (6, 5, 4, 6):
+        src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS[:sentences], sentences)
+        sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+        expected = eager.generate([model], sample)
+        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
+    assert [key[0] for key in graphed._caches] == [4, 6]  # 5 was the least recently used
+    assert sorted(key[0] for key in graphed._searches) == [4, 6]
+    assert len(graphed.run_search_step.replays) == 1  # captured again after the last eviction
+
+
 @pytest.mark.parametrize("name", LAYOUT_MODELS)
 def test_whole_position_captured_with_the_search_equals_the_int_position_search(name):
     """A position as the GPU captures it (the step, beam search with the position as a tensor and

@@ -137,6 +137,21 @@ def test_positions_after_the_longest_prompt_are_captured_with_the_search(system)
         assert len(captures) == 2 and len(graphed._searches) == len(graphed._caches) == 1
 
 
+def test_a_kept_cache_starts_the_next_batch_clean():
+    """A language model's cache kept for its shape was never zeroed between batches (only the
+    encoder's hand-over did it, for translation): a NaN left in a slot by one batch turned the
+    next batch's masked positions (weight 0 times NaN) into NaN."""
+    model = language_model("san 2,4")
+    options = dict(beam_size=4, max_len_b=14)
+    graphed = graphed_lm(model, replay_by_calling([]), **options)
+    for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
+        prefix = prompts(lengths, seed)
+        theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+        assert_same_hypotheses(generate(graphed, model, prefix), theirs, ATOL)
+        for cache in graphed._caches.values():
+            cache.self_attention.tensor.fill_(float("nan"))  # what an earlier batch may leave
+
+
 def test_compiled_step_captured_for_a_language_model_gives_fairseqs_output():
     """``compile-graph``, offered to language models too (CUDA only; on the CPU a counting
     backend stands in for inductor, and a stand-in capture for CUDA's, without the host-sync

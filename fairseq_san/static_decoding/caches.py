@@ -241,18 +241,23 @@ class DecoderCache:
         if self.fixed and self.self_attention is not None:
             self.slot_axes = slot_axes(self.self_attention.tensor)
 
+    def reset(self) -> None:
+        """Zero what a batch wrote (self-attention slots, AAN sums), as when allocated: a cache
+        kept for its shape starts the next batch clean (a masked position must hold no NaN)."""
+        for state in (self.self_attention, self.sums):
+            if state is not None:
+                state.tensor.zero_()
+
     def hold_encoder(self, encoder: List[Tensor], source_padding: Optional[Tensor]) -> None:
         """Take a batch's encoder state: copied into the tensors this cache already holds when it
-        is reused for another batch of its shape (a captured step reads their memory, and its
-        self-attention slots are zeroed again), else held as given."""
+        is reused for another batch of its shape (a captured step reads their memory), else held
+        as given."""
         if not self.encoder:
             self.encoder, self.source_padding = encoder, source_padding
             return
         padding = [] if source_padding is None else [(self.source_padding, source_padding)]
         for held, new in list(zip(self.encoder, encoder)) + padding:
             held.copy_(new)
-        if self.self_attention is not None:
-            self.self_attention.tensor.zero_()
 
     def reorder(self, order: Tensor, written: int) -> None:
         """Follow beam search: row i takes row ``order[i]``'s state (``written`` positions).

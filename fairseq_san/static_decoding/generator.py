@@ -14,10 +14,11 @@ sentences leave the batch once at most half are live (``drop_done_sentences``). 
 runs (eager in the device's layout, fixed layout, compiled, CUDA graphs) is a row of
 ``execution.EXECUTIONS``; with CUDA graphs a position is one replay of the step, ``advance`` and
 the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a beam search kept
-per shape.
+per shape (the ``KEPT_SHAPES`` used last), reset for each batch.
 """
 
 from argparse import Namespace
+from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -81,6 +82,13 @@ def check_generation_options(args: GenerationArgs, allowed: Tuple[str, ...] = ()
             raise UsageError(f"{flag_of(limit)} needs --sampling")
 
 
+# The shapes (sentences, positions, source length bucket) whose cache, beam search and CUDA graphs
+# are kept for the next batch of that shape; beyond them the least recently used are freed: a
+# kept cache of a base model at 128 sentences, beam 4 and 256 positions takes gigabytes, and with
+# --max-tokens nearly every batch has a shape of its own.
+KEPT_SHAPES = 4
+
+
 class StaticSequenceGenerator(nn.Module):
     """Beam search with fairseq's semantics over a static-shape decoder step (see module doc)."""
 
@@ -126,7 +134,7 @@ class StaticSequenceGenerator(nn.Module):
         )
         # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
         # captured).
-        self._caches: Dict[Tuple, DecoderCache] = {}
+        self._caches: "OrderedDict[Tuple, DecoderCache]" = OrderedDict()
         self._searches: Dict[Tuple, TensorBeamSearch] = {}
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
@@ -278,6 +286,8 @@ class StaticSequenceGenerator(nn.Module):
         sentences, the positions and the source's length bucket, 0 without a source), reused."""
         key = (sentences, positions, source)
         if key in self._caches:
+            self._caches.move_to_end(key)
+            self._caches[key].reset()
             return self._caches[key]
         step = self.step
         cache = allocate_cache(
@@ -293,8 +303,19 @@ class StaticSequenceGenerator(nn.Module):
             fixed_address=self.execution.graphs,
         )
         if self.execution.graphs:
-            self._caches[key] = cache
+            self._keep(key, cache)
         return cache
+
+    def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:
+        """Keep ``cache`` for its shape (``key``); beyond ``KEPT_SHAPES`` shapes, free the least
+        recently used one's cache and beam search, and every captured graph (one may read them)."""
+        if len(self._caches) >= KEPT_SHAPES:
+            oldest, _ = self._caches.popitem(last=False)
+            if all(kept[:2] != oldest[:2] for kept in self._caches):
+                self._searches.pop(oldest[:2], None)
+            for runner in (self.run_first_step, self.run_step, self.run_search_step):
+                runner.replays.clear()
+        self._caches[key] = cache
 
     def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:
         """The step at ``position``: an int in the sliced layout; in the fixed one, written into

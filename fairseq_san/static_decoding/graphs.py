@@ -27,7 +27,8 @@ was captured on) each:
    static buffers, replay, return the static output.
 
 Capture needs address-stable state: the generator keeps one cache (and one beam search) per
-shape across batches (``fixed_address``: reordering copies back into the same memory). A capture
+shape across batches (``fixed_address``: reordering copies back into the same memory), for its
+``KEPT_SHAPES`` shapes used last; freeing one frees every graph. A capture
 that fails is logged once per key and that key runs eagerly: slower, never wrong.
 
 The capture itself is a function argument (``capture_cuda_graph`` on a GPU), so that the

@@ -581,7 +581,8 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
         (["--length", "0"], "--length 0: must be at least 1"),
         (["--vocab", "3"], "--vocab 3: must be more than the 4 special symbols"),
         (["--decoders", "static-fp32-graph"],
-         "--decoders static-fp32-graph: its execution 'graph' does not run on cpu"),
+         "--decoders static-fp32-graph: precision 'fp32' in execution 'graph' does not run on "
+         "cpu"),
         (["--length", "1100"], "--length 1100: transformer_san_small decodes at most 1023 tokens"),
         (["--source-length", "1100"],
          "--source-length 1100: transformer_san_small reads at most 1024"),
@@ -605,6 +606,26 @@ def test_step_timer_refuses_bad_arguments_in_one_line(capsys, argv, said):
     assert exit.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"fairseq-san-bench steps: error: {said}"
+    )
+
+
+def test_step_timer_offers_and_defaults_to_decoders_that_run_on_the_device(monkeypatch, capsys):
+    """On a GPU the default decoders held static-int8 (CPU only): the run failed once its models
+    were built; static-int8-graph (CPU precision, GPU execution) ran nowhere."""
+    from fairseq_san.benchmark.step_timer import STATIC_DECODERS, default_decoders
+    from fairseq_san.cli.bench import main
+
+    assert "static-int8" in default_decoders("cpu")
+    assert default_decoders("cuda") == [
+        "fairseq", "static-fp32", "static-bf16", "static-bf16-fp32-logits", "static-bf16-full"
+    ]
+    assert "static-int8-graph" not in STATIC_DECODERS and "static-int8-fixed" in STATIC_DECODERS
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    with pytest.raises(SystemExit):
+        main(["steps", "--device", "cuda", "--decoders", "fairseq", "static-int8"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "fairseq-san-bench steps: error: --decoders static-int8: precision 'int8' in execution "
+        "'eager' does not run on cuda"
     )
 
 

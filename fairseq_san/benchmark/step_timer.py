@@ -4,7 +4,8 @@ static decoder at each of its precisions (``--san-decoding static``), for profil
 Random-weight models (no checkpoint needed), fixed-length decoding (min_len = max_len = L, so
 every system does the same number of steps), random source sentences. Configurations are timed
 interleaved, round after round, in one process, so that a busy machine slows them alike; the
-table gives the median over rounds and the ratio to fairseq's baseline of the same round.
+table gives the median over rounds and the ratio to the first row of the same round (fairseq's
+generator on the first of ``--policies`` where ``--decoders`` starts with it, as by default).
 
     fairseq-san-bench steps [--arch transformer_san_small] [--beam 4]
         [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
@@ -21,7 +22,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -45,15 +46,33 @@ POLICIES = {
 # The static decoder at each (precision, execution) of its tables: static-PRECISION for the
 # eager step, static-PRECISION-EXECUTION for another execution (static-fp32-compile).
 SUFFIX = {execution: "" if execution == "eager" else f"-{execution}" for execution in EXECUTIONS}
-STATIC_DECODERS = {  # but int8 compiled (precision.check_compiled_precision)
+
+
+def devices_of(precision: str, execution: str) -> Tuple[str, ...]:
+    """The devices a precision runs on in an execution: both tables' (none for a quantized
+    precision in a compiled step: precision.check_compiled_precision)."""
+    if EXECUTIONS[execution].compiles and PRECISIONS[precision].quantized:
+        return ()
+    return tuple(d for d in EXECUTIONS[execution].devices if d in PRECISIONS[precision].devices)
+
+
+STATIC_DECODERS = {  # the pairs that run on some device
     f"static-{precision}{SUFFIX[execution]}": (precision, execution)
     for execution in EXECUTIONS
     for precision in PRECISIONS
-    if not (EXECUTIONS[execution].compiles and PRECISIONS[precision].quantized)
+    if devices_of(precision, execution)
 }
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# fairseq's generator, then the eager static decoder at each precision (the default run).
-DECODERS = ["fairseq", *(name for name, (_, e) in STATIC_DECODERS.items() if e == "eager")]
+
+
+def default_decoders(device: str) -> List[str]:
+    """fairseq's generator, then the eager static decoder at each precision ``device`` runs."""
+    eager = [
+        name
+        for name, (precision, execution) in STATIC_DECODERS.items()
+        if execution == "eager" and device in devices_of(precision, execution)
+    ]
+    return ["fairseq", *eager]
 
 
 class StandInTask:
@@ -187,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--decoders", nargs="+", default=DECODERS, choices=["fairseq", *STATIC_DECODERS]
-    )
+        "--decoders", nargs="+", choices=["fairseq", *STATIC_DECODERS],
+        help="default: fairseq and the eager static decoder at each precision of --device",
+    )  # fmt: skip
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument(
         "--device", default="cpu", choices=["cpu", "cuda"], help="static-*-graph: cuda only"
@@ -201,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.decoders = args.decoders or default_decoders(args.device)
     problem = argument_problem(args)
     if problem:
         parser.error(problem)
@@ -271,12 +292,13 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
     if args.device == "cuda" and not torch.cuda.is_available():
         return "--device cuda: no GPU is available to torch here"
     for decoder in args.decoders:
-        precision, execution = STATIC_DECODERS.get(decoder, (None, "eager"))
-        if args.device not in EXECUTIONS[execution].devices:
+        precision, execution = STATIC_DECODERS.get(decoder, ("fp32", "eager"))
+        if args.device not in devices_of(precision, execution):
             return (
-                f"--decoders {decoder}: its execution {execution!r} does not run on {args.device}"
+                f"--decoders {decoder}: precision {precision!r} in execution {execution!r} does "
+                f"not run on {args.device}"
             )
-        if precision is not None and precision != "fp32" and args.dtype != "fp32":
+        if precision != "fp32" and args.dtype != "fp32":
             return (
                 f"--decoders {decoder} casts or quantizes a float32 model; --dtype {args.dtype} "
                 "makes the model's weights another precision already: leave --dtype fp32"

@@ -11,6 +11,7 @@ from helpers import (
     REPO,
     TINY_LM,
     best_hypotheses,
+    cli_env,
     lm_train_argv,
     output_of,
     preprocess_lm,
@@ -263,6 +264,29 @@ def lm_loop(data, run, *options: str):
         REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
         "--arch", "transformer_lm_san", *options, "--", *LOOP_TRAINING,
     )  # fmt: skip
+
+
+def test_the_loop_trains_with_the_measured_recipe_where_no_arguments_follow(trained, tmp_path):
+    """The README's command (no fairseq-train arguments after --) stopped at once ("Must
+    specify batch size"): the recipe trains with the measured recipe, at most --updates
+    updates, and the arguments after -- come last (fairseq takes the last value)."""
+    data, _ = trained
+    stub, argv_file = tmp_path / "bin" / "fairseq-train", tmp_path / "argv"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\nexit 3\n')
+    stub.chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{stub.parent}:{env['PATH']}"
+    result = run_script(
+        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir",
+        str(tmp_path / "run"), "--updates", "7", "--", "--lr", "1e-4", env=env,
+    )  # fmt: skip
+    assert result.returncode != 0  # the stand-in fairseq-train fails: the loop stops
+    argv = argv_file.read_text().splitlines()
+    assert argv[argv.index("--max-update") + 1] == "7"
+    assert argv[argv.index("--optimizer") + 1] == "adam" and "--patience" in argv
+    assert argv[argv.index("--max-tokens") + 1] == "4096"
+    assert argv[-2:] == ["--lr", "1e-4"]
 
 
 def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):

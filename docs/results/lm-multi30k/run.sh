@@ -19,7 +19,8 @@ THETA=${THETA:-0.5}                    # theta of the learned decoder self-atten
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 
-# The training recipe of every system (learn_to_share_lm.sh uses the same, from fairseq_san.loop).
+# The training recipe of every system (learn_to_share_lm.sh trains with it by default since
+# 2026-11-30; the runs here passed it after --).
 TRAIN_ARGS=(
   --task language_modeling_san --arch transformer_lm_san_small --sample-break-mode eos
   --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.0

@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from helpers import preprocess, run_cli, train_argv, write_corpus
+from helpers import make_dictionary, preprocess, run_cli, train_argv, write_corpus
 
 POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
 STATIC = {"san_decoder": "static"}
@@ -352,6 +352,33 @@ def test_ctranslate2_row_or_note(bench_results):
 
 
 @pytest.mark.slow
+def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
+    """fairseq decodes at most the model's positions but one, whatever ``a * source + b`` allows;
+    CTranslate2 was given the uncapped limit, and the two engines decoded different lengths."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import NATURAL, Setting
+    from fairseq_san.benchmark.ctranslate2_system import CTranslate2System
+
+    asked = []
+
+    def translate_batch(sources, **kwargs):
+        asked.append(kwargs["max_decoding_length"])
+        return [SimpleNamespace(hypotheses=[["w0"]]) for _ in sources]
+
+    system = object.__new__(CTranslate2System)
+    dictionary = make_dictionary()
+    system.device, system._sources, system.max_output_tokens = torch.device("cpu"), {}, 15
+    system.task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    system.translator = SimpleNamespace(translate_batch=translate_batch)
+    sample = {"net_input": {"src_tokens": torch.full((2, 10), 5)}, "id": torch.tensor([0, 1])}
+    batches = SimpleNamespace(samples=[sample], batch_size=2)
+    for max_len_b, cap in ((100, 15), (4, 14)):  # 1.0 * 10 + b, at most 15
+        options = SimpleNamespace(max_len_a=1.0, max_len_b=max_len_b, lenpen=1.0)
+        system.decode(batches, Setting(4, NATURAL), options)
+        assert asked[-1] == cap
+
+
 def test_every_row_has_its_precision(bench_results):
     out_dir, results = bench_results
     precisions = {name: system["precision"] for name, system in results["systems"].items()}

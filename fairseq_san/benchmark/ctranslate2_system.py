@@ -16,7 +16,7 @@ import torch
 
 from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, BenchmarkConfig
 from fairseq_san.benchmark.config import precision_label
-from fairseq_san.benchmark.fairseq_system import FairseqSystem
+from fairseq_san.benchmark.fairseq_system import FairseqSystem, max_output_tokens
 from fairseq_san.benchmark.timing import PassResult, clock
 
 CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
@@ -37,6 +37,7 @@ class CTranslate2System:
         self.device = base.device
         self.task = base.task
         self.compute_type = compute_type
+        self.max_output_tokens = max_output_tokens(base.model)  # fairseq's cap of a natural length
         self.translator = ctranslate2.Translator(
             str(model_dir),
             device="cuda" if self.device.type == "cuda" else "cpu",
@@ -92,10 +93,11 @@ class CTranslate2System:
         hypotheses = {} if keep_hypotheses else None
         for index, sample in enumerate(batches.samples):
             sources = self._source_tokens(index, sample)
-            if setting.mode == NATURAL:  # fairseq's limit: a * (padded source length) + b
+            if setting.mode == NATURAL:  # fairseq's limit: a * (padded source length) + b,
+                # at most the model's positions but one
                 source_length = sample["net_input"]["src_tokens"].size(1)
                 limit = options.max_len_a * source_length + options.max_len_b
-                kwargs["max_decoding_length"] = int(limit)
+                kwargs["max_decoding_length"] = min(int(limit), self.max_output_tokens)
             start = clock(self.device)
             results = self.translator.translate_batch(sources, **kwargs)
             seconds += clock(self.device) - start

@@ -63,10 +63,11 @@ FAIRSEQ_LEFT_OUT = (
     "fairseq/criterions/sentence_prediction.py",
     "fairseq/criterions/sentence_prediction_adapters.py",
 )
+PROG = "build_offline_bundle.py"  # its errors, argparse's too, start with "PROG: error:"
 
 
 def fail(message: str) -> None:
-    sys.exit(f"fairseq-san: error: {message}")
+    sys.exit(f"{PROG}: error: {message}")
 
 
 def run(*command: str, cwd: Optional[Path] = None) -> None:
@@ -382,7 +383,7 @@ def build(args: argparse.Namespace) -> Path:
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="build_offline_bundle.py",
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="On the GPU machine: source BUNDLE/activate.sh (docs/offline-bundle.md).",
     )

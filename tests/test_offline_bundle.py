@@ -117,7 +117,7 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"fairseq-san: error: this bundle is for Python 3.1 and {sys.executable} is {PYTHON}: "
+        f"install.py: error: this bundle is for Python 3.1 and {sys.executable} is {PYTHON}: "
         f"set PYTHON to a Python 3.1 that has torch, or rebuild the bundle with --python-version "
         f"{PYTHON}"
     ]
@@ -167,5 +167,5 @@ def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         builder.check_size(tmp_path, max_mib=2)
     assert str(error.value) == (
-        f"fairseq-san: error: the bundle {tmp_path} is 3.0 MiB, over --max-mib 2 (MiB: wheels 3.0)"
+        f"build_offline_bundle.py: error: the bundle {tmp_path} is 3.0 MiB, over --max-mib 2 (MiB: wheels 3.0)"
     )

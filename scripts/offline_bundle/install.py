@@ -24,10 +24,11 @@ from typing import Dict, List
 
 BUNDLE = Path(__file__).resolve().parent
 STAMP = "bundle-manifest.json"  # in the prefix: the manifest of the bundle installed there
+PROG = "install.py"  # its errors, argparse's too, start with "PROG: error:"
 
 
 def fail(message: str) -> None:
-    sys.exit(f"fairseq-san: error: {message}")
+    sys.exit(f"{PROG}: error: {message}")
 
 
 def check_machine(manifest: dict) -> None:
@@ -122,7 +123,7 @@ def install(prefix: Path, manifest: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("prefix", nargs="?", type=Path)
     parser.add_argument("--build-extensions", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
 from packaging.requirements import Requirement
+from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,6 +150,15 @@ def repack(
 def is_pure(dist: importlib.metadata.Distribution) -> bool:
     wheel = dist.read_text("WHEEL") or ""
     return "Root-Is-Purelib: true" in wheel
+
+
+def repackable(dist: importlib.metadata.Distribution, python: str, platform: str) -> bool:
+    """Whether the installed ``dist`` runs on the target (``python``, ``platform``) as it is: pure
+    Python, or compiled here for that Python and a platform this machine runs (else its wheel
+    for the target is downloaded)."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    runs_here = platform in {tag.platform for tag in sys_tags()}
+    return is_pure(dist) or (python == here and runs_here)
 
 
 def download(name: str, version: str, wheels: Path, python: str, platform: str) -> None:
@@ -336,7 +346,6 @@ def is_bundle(folder: Path) -> bool:
 
 def build(args: argparse.Namespace) -> Path:
     out: Path = args.out
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if out.exists() and any(out.iterdir()):
         if not is_bundle(out):
             fail(f"--out {out} holds files that are not a bundle: choose another --out")
@@ -352,7 +361,7 @@ def build(args: argparse.Namespace) -> Path:
         if name == FAIRSEQ:
             sdist = fairseq_sdist(dist.version, args.fairseq_sdist, args.cache)
             fairseq_wheel(dist, extension_sources(sdist, dist.version), wheels)
-        elif is_pure(dist) or args.python_version == here:
+        elif repackable(dist, args.python_version, args.platform):
             repack(dist, wheels)
         else:
             download(name, dist.version, wheels, args.python_version, args.platform)

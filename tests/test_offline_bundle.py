@@ -159,6 +159,27 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(tmp_path, ca
     assert not (tmp_path / "manifest-only" / "wheels").exists()
 
 
+@pytest.mark.parametrize(
+    "wheel, python, platform, repacked",
+    [("Root-Is-Purelib: true", "3.1", "macosx_11_0_arm64", True),  # pure: anywhere
+     ("Root-Is-Purelib: false", PYTHON, "manylinux_2_28_x86_64", True),  # compiled for here
+     ("Root-Is-Purelib: false", PYTHON, "manylinux_2_28_aarch64", False),  # this Python, not here
+     ("Root-Is-Purelib: false", "3.1", "manylinux_2_28_x86_64", False)],  # another Python
+)  # fmt: skip
+def test_a_compiled_package_is_repacked_only_for_this_python_and_platform(
+    wheel, python, platform, repacked
+):
+    """--platform was ignored for this machine's Python: its x86-64 binaries were repacked into
+    a bundle for another platform, which failed only on the GPU machine."""
+    from types import SimpleNamespace
+
+    if platform == "manylinux_2_28_x86_64" and os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 platform of this machine's")
+    builder = load_builder()
+    dist = SimpleNamespace(read_text=lambda name: wheel)
+    assert builder.repackable(dist, python, platform) == repacked
+
+
 def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
     builder = load_builder()
     (tmp_path / "wheels").mkdir()

@@ -345,6 +345,9 @@ def is_bundle(folder: Path) -> bool:
 
 
 def build(args: argparse.Namespace) -> Path:
+    """The bundle in ``--out``: wheels of the plugin and what it needs beyond the GPU machine's
+    own packages, fairseq as sources to compile there, the recipes, data, held-out sources,
+    activate.sh, install.py and the manifest."""
     out: Path = args.out
     if out.exists() and any(out.iterdir()):
         if not is_bundle(out):

@@ -21,6 +21,7 @@ CPU_FLAGS = (
 
 
 def choose_device(name: str) -> torch.device:
+    """The benchmark's device: cuda (``--gpu``), cpu, or auto (a GPU where torch has one)."""
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ValueError("--gpu: CUDA is not available")
@@ -81,6 +82,7 @@ def huge_pages() -> str:
 
 
 def machine_info(device: torch.device) -> Dict:
+    """What a report names of the machine: date, processor, GPU, library versions, load."""
     import sacrebleu
 
     cpu, flags, identity = processor()

@@ -9,6 +9,7 @@ from fairseq_san.static_decoding.precision import PRECISIONS
 
 
 def markdown_report(results: Dict) -> str:
+    """results.md: the header, the main table, speed, BLEU and profile tables, the notes."""
     config = results["config"]
     sections = [header(results), main_table(results)]
     sections += [speed_table(results, mode) for mode in config["modes"]]

@@ -71,6 +71,8 @@ class TransformerSANDecoder(TransformerDecoderBase):
         alignment_layer: Optional[int] = None,
         alignment_heads: Optional[int] = None,
     ):
+        """fairseq's, or with ``recompute_prefix`` (``--san-decoding no-cache``) the whole prefix
+        recomputed without the cache at each step, its last position returned."""
         if not (self.recompute_prefix and incremental_state is not None):
             return super().extract_features(
                 prev_output_tokens,

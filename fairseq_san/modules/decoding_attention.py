@@ -110,6 +110,9 @@ class DecodingAttention(MultiheadAttention):
         before_softmax: bool,
         need_head_weights: bool,
     ):
+        """One step of self-attention: q, k and v in one fused projection, the new key and value
+        appended to the cache, attention over them (scaled_dot_product_attention where no weights
+        are asked for)."""
         hypotheses = query.size(1)
         weight, bias = self._fused_projection()
         q, k, v = F.linear(query, weight, bias).split(self.embed_dim, dim=-1)
@@ -160,6 +163,8 @@ class DecodingAttention(MultiheadAttention):
         before_softmax: bool,
         need_head_weights: bool,
     ):
+        """One step of encoder-decoder attention: keys and values projected once per source
+        sentence at the first step (cached), every hypothesis of a sentence attending over them."""
         hypotheses = query.size(1)
         saved = self._get_input_buffer(incremental_state)
         if saved.get("prev_key") is None:

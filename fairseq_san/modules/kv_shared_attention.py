@@ -84,6 +84,7 @@ class KVLeaderAttention(_KVAttention):
         key_padding_mask: Optional[Tensor],
         incremental_state: Optional[IncrementalState],
     ) -> KeysValues:
+        """Its own keys and values of ``query`` (appended to the cached ones when decoding)."""
         keys = self._split_heads(self.k_proj(query))
         values = self._split_heads(self.v_proj(query))
         padding = key_padding_mask

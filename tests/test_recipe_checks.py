@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -27,6 +27,7 @@ from helpers import (
     loop_args,
     output_of,
     prepare_env,
+    run_cli,
     run_script,
     snapshot,
     write_fake_multi30k,
@@ -351,16 +352,22 @@ with open(f"{value('--results-path')}/generate-{value('--gen-subset')}.txt", "w"
 """
 
 
+def fake_generate(folder: Path) -> Tuple[Path, Dict[str, str]]:
+    """(``folder``, the commands' environment with ``folder`` first on PATH) where ``folder``
+    holds the stand-in fairseq-generate, which records its calls in fairseq-generate.calls."""
+    folder.mkdir()
+    (folder / "fairseq-generate").write_text(f"#!{sys.executable}\n{FAKE_GENERATE}")
+    (folder / "fairseq-generate").chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
+    return folder, env
+
+
 def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_path):
     """A decoded split is reused only for the same checkpoint bytes, overrides and data; here
     fairseq-generate is a stand-in that records its calls."""
     data = fake_data(tmp_path / "data")
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "fairseq-generate").write_text(f"#!{sys.executable}\n{FAKE_GENERATE}")
-    (fake / "fairseq-generate").chmod(0o755)
-    env = cli_env()
-    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    fake, env = fake_generate(tmp_path / "bin")
     checkpoint, out = tmp_path / "model.pt", tmp_path / "out"
     checkpoint.write_bytes(b"first model")
 
@@ -417,6 +424,95 @@ def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
         f"test_bleu.sh: {data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the "
         "target language of the pair"
     ]
+
+
+
+def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path):
+    """The systems as fairseq-san-loop test-systems reads them reach fairseq-generate: a path
+    that holds ':', overrides from the first ':{', none as '{}'; every system decoded."""
+    data = fake_data(tmp_path / "data")
+    fake, env = fake_generate(tmp_path / "bin")
+    (tmp_path / "at:12").mkdir()
+    checkpoint, out = tmp_path / "at:12" / "model.pt", tmp_path / "out"
+    checkpoint.write_bytes(b"a model")
+    systems = [f"a={checkpoint}:{{'san_no_cache': True}}", f"b={checkpoint}"]
+    result = run_script(TEST_BLEU, str(data), "de", str(out), *systems, env=env)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert [line for line in result.stdout.splitlines() if line.startswith("== ")] == [
+        "== a test", "== b test"
+    ]  # fmt: skip
+    calls = (fake / "fairseq-generate.calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert f"--path {checkpoint} " in calls[0] and f"--path {checkpoint} " in calls[1]
+    assert "--model-overrides {'san_no_cache': True} " in calls[0]
+    assert "--model-overrides {} " in calls[1]
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b"]
+
+
+def check_systems(*args: str) -> subprocess.CompletedProcess:
+    return run_cli("fairseq-san-loop", "test-systems", *args)
+
+
+def test_test_systems_prints_one_line_per_system(tmp_path):
+    """NAME, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first ':{' (a path may
+    hold ':'), '{}' without them."""
+    data = fake_data(tmp_path / "data")
+    (tmp_path / "at:12").mkdir()
+    checkpoint = tmp_path / "at:12" / "model.pt"
+    checkpoint.write_bytes(b"weights")
+    policy = "{'san_policy': '{\"decoder_self\": [6]}', 'san_no_cache': True}"
+    result = check_systems(str(data), "de", f"base={checkpoint}", f"p1={checkpoint}:{policy}",
+                          "--batch-size", "32")  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"base\t{checkpoint}\t{{}}\np1\t{checkpoint}\t{policy}\n"
+
+
+REFUSED_NAME = "'{spec}': give NAME=CHECKPOINT, NAME a folder name (not empty, '.' or '..', no '/')"
+
+
+@pytest.mark.parametrize("spec", ["..={checkpoint}", ".={checkpoint}", "a/b={checkpoint}",
+                                  "={checkpoint}", "{checkpoint}", "a="])  # fmt: skip
+def test_test_systems_refuses_a_name_that_is_no_folder_name(tmp_path, spec):
+    data = fake_data(tmp_path / "data")
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"weights")
+    spec = spec.format(checkpoint=checkpoint)
+    result = check_systems(str(data), "de", spec)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert lines(result.stderr) == ["test_bleu.sh: " + REFUSED_NAME.format(spec=spec)]
+
+
+def test_test_systems_refusals_are_one_line_each(tmp_path):
+    """Each refusal, in the order test_bleu.sh checked them: exit 1 for a file that is not
+    there, 2 for bad usage; nothing printed on stdout, not even the systems before the bad one."""
+    data = fake_data(tmp_path / "data")
+    (data / "text" / "test.raw.en").write_text("A dog .\n")  # En->De data has both references
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"weights")
+    good, missing = f"a={checkpoint}", tmp_path / "missing.pt"
+    cases = [
+        ((str(tmp_path / "nowhere"), "de", good), 1,
+         f"no data directory {tmp_path / 'nowhere'}"),
+        ((str(data), "fr", good), 1, f"no {data}/text/test.raw.fr (run prepare.sh)"),
+        ((str(data), "en", good), 1,
+         f"{data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the target "
+         "language of the pair"),
+        ((str(data), "de", good, "--batch-size", "16x"), 2,
+         "DECODE_BATCH_SIZE must be a positive integer, not '16x'"),
+        ((str(data), "de", good, "--batch-size", "0"), 2,
+         "DECODE_BATCH_SIZE must be a positive integer, not '0'"),
+        ((str(data), "de", good, "--batch-size", ""), 2,
+         "DECODE_BATCH_SIZE must be a positive integer, not ''"),
+        ((str(data), "de", good, f"b={missing}"), 1, f"b: no checkpoint {missing}"),
+        ((str(data), "de", good, f"b={missing}:{{'san_no_cache': True}}"), 1,
+         f"b: no checkpoint {missing}"),
+        ((str(data), "de", good, f"a\tb={checkpoint}"), 2,
+         f"'a\\tb={checkpoint}': NAME=CHECKPOINT[:OVERRIDES] must hold no tab or line break"),
+    ]  # fmt: skip
+    for args, status, message in cases:
+        result = check_systems(*args)
+        assert (result.returncode, result.stdout) == (status, ""), args
+        assert lines(result.stderr) == [f"test_bleu.sh: {message}"], args
 
 
 # --- prepare.sh -------------------------------------------------------------------------------

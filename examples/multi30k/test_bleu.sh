@@ -17,35 +17,14 @@ USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
 DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
 shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
-[ -d "$DATA" ] || { echo "test_bleu.sh: no data directory $DATA" >&2; exit 1; }
-[ -f "$DATA/text/test.raw.$TGT" ] || { echo "test_bleu.sh: no $DATA/text/test.raw.$TGT (run prepare.sh)" >&2; exit 1; }
-compgen -G "$DATA/test.*-$TGT.$TGT.idx" > /dev/null ||  # else German scored against English
-  { echo "test_bleu.sh: $DATA does not translate into '$TGT' (no test.SRC-$TGT.$TGT.idx):" \
-    "TGT is the target language of the pair" >&2; exit 1; }
-[[ ${DECODE_BATCH_SIZE:-16} =~ ^[1-9][0-9]*$ ]] ||
-  { echo "test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer," \
-    "not '$DECODE_BATCH_SIZE'" >&2; exit 2; }
+# Checks the data, DECODE_BATCH_SIZE and every system before decoding any; a line per system:
+# NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
+SYSTEMS=$(fairseq-san-loop test-systems --batch-size "${DECODE_BATCH_SIZE:-16}" -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)
-
-parse() {  # parse NAME=CHECKPOINT[:OVERRIDES]: sets name, checkpoint, overrides
-  # OVERRIDES start at the first ":{", as fairseq-san-bench reads a system: a path may hold ":"
-  name=${1%%=*} rest=${1#*=}
-  checkpoint=${rest%%:\{*} overrides="{}"
-  [ "$rest" = "$checkpoint" ] || overrides="{${rest#*:\{}"
-}
-for spec in "$@"; do  # every checkpoint before decoding any
-  parse "$spec"
-  # NAME is a folder of OUT_DIR, whose splits are replaced: ".." would replace OUT_DIR/../test
-  [[ $spec == *=* && -n $name && $name != */* && $name != . && $name != .. ]] ||
-    { echo "test_bleu.sh: '$spec': give NAME=CHECKPOINT, NAME a folder name (not empty, '.'" \
-      "or '..', no '/')" >&2; exit 2; }
-  [ -f "$checkpoint" ] || { echo "test_bleu.sh: $name: no checkpoint $checkpoint" >&2; exit 1; }
-done
 
 GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
   --scoring sacrebleu --post-process sentencepiece)
-for spec in "$@"; do
-  parse "$spec"
+while IFS=$'\t' read -r -u 3 name checkpoint overrides; do  # fd 3: the commands keep stdin
   for split in test test1; do
     reference=$DATA/text/$split.raw.$TGT
     [ -f "$reference" ] || continue
@@ -64,4 +43,4 @@ for spec in "$@"; do
     echo "== $name $split"
     fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"
   done
-done
+done 3<<< "$SYSTEMS"

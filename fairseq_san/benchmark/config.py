@@ -10,7 +10,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Collection, Dict, List, Optional, Sequence
+from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
@@ -154,16 +154,24 @@ def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:
     }
 
 
-def parse_system(text: str) -> SystemSpec:
-    """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (JSON from the first ``:{``)."""
+def split_system(text: str) -> Tuple[str, str, Optional[str]]:
+    """``NAME=CKPT[:OVERRIDES]`` as (NAME, CKPT, OVERRIDES from its ``{``, or None): NAME ends at
+    the first ``=`` and OVERRIDES start at the first ``:{``, so a checkpoint's path may hold ``:``.
+    How every command reads a system (the benchmark; ``fairseq-san-loop test-systems``)."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"system {text!r}: expected NAME=CHECKPOINT[:OVERRIDES_JSON]")
-    checkpoint, sep, overrides_text = rest.partition(":{")
+    checkpoint, sep, overrides = rest.partition(":{")
+    return name, checkpoint, "{" + overrides if sep else None
+
+
+def parse_system(text: str) -> SystemSpec:
+    """``NAME=CKPT`` or ``NAME=CKPT:{"san_no_cache": true}`` (JSON from the first ``:{``)."""
+    name, checkpoint, overrides_text = split_system(text)
     overrides = {}
-    if sep:
+    if overrides_text is not None:
         try:
-            overrides = json.loads("{" + overrides_text)
+            overrides = json.loads(overrides_text)
         except json.JSONDecodeError as err:
             raise ValueError(f"system {name}: overrides are not JSON: {err}") from err
         if not isinstance(overrides, dict):

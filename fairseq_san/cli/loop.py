@@ -12,6 +12,11 @@
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
   (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
   before anything runs (see ``fairseq_san.loop.run_record``).
+* ``test-systems DATA TGT NAME=CHECKPOINT[:OVERRIDES]... [--batch-size N]``: the systems that
+  ``examples/multi30k/test_bleu.sh`` scores, after the checks it makes before decoding any (the
+  data, the batch size, each NAME and checkpoint), one line each: NAME, CHECKPOINT and OVERRIDES
+  (``{}`` if none), tab-separated (``fairseq_san.loop.bleu_systems``); a refusal is one line
+  ``test_bleu.sh: ...``, exit 2 (usage) or 1 (a missing file);
 * ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
   line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
 * ``perplexity LOG -o valid.json``: a language model's validation perplexity from the output of
@@ -30,6 +35,7 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import UsageError
+from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
 from fairseq_san.loop.recipe_options import (
@@ -129,6 +135,12 @@ def run_decode_key(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def run_test_systems(args: argparse.Namespace, after: List[str]) -> int:
+    systems = bleu_systems(args.data, args.target, args.systems, args.batch_size)
+    print("".join(system.line() + "\n" for system in systems), end="")
+    return 0
+
+
 def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
     print(json.dumps(write_perplexity(args.log, args.output)))
     return 0
@@ -182,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("data", help="the binarized data directory")
     key.add_argument("split")
     key.set_defaults(run=run_decode_key)
+    systems = commands.add_parser(
+        "test-systems", help="check test_bleu.sh's inputs; print its systems, one a line"
+    )
+    systems.add_argument("data", help="the binarized data directory (prepare.sh's output)")
+    systems.add_argument("target", metavar="tgt", help="its target language")
+    systems.add_argument("systems", nargs="+", metavar="NAME=CHECKPOINT[:OVERRIDES]")
+    systems.add_argument("--batch-size", default="16", metavar="N",
+                         help="test_bleu.sh's DECODE_BATCH_SIZE, checked (default: %(default)s)")
+    systems.set_defaults(run=run_test_systems)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument(
         "logs", nargs="+", help="fairseq-train logs written with --log-format json"
@@ -215,6 +236,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args, after)
+    except SystemsError as err:  # test_bleu.sh's own refusals, named after it
+        print(f"{RECIPE}: {err}", file=sys.stderr)
+        return err.status
     except RunError as err:
         print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
         return 2

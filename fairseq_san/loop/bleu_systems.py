@@ -1,0 +1,108 @@
+"""The systems ``examples/multi30k/test_bleu.sh`` scores, checked before it decodes any
+(``fairseq-san-loop test-systems``).
+
+A system is ``NAME=CHECKPOINT[:OVERRIDES]``, read as the benchmark reads one
+(``benchmark.config.split_system``): OVERRIDES start at the first ``:{``, so a checkpoint's path
+may hold ``:``. They are fairseq's ``--model-overrides``, a Python literal, passed on as given.
+NAME is the folder of OUT_DIR whose splits are replaced, so it is a folder name: ``..`` would
+replace OUT_DIR/../test.
+
+Each refusal is one line named after the recipe, with its exit status: 2 for bad usage, 1 for a
+file that is not there.
+"""
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import List, Sequence
+
+from fairseq_san.benchmark.config import split_system
+
+RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
+USAGE, MISSING = 2, 1  # exit statuses
+NO_OVERRIDES = "{}"
+
+
+class SystemsError(Exception):
+    """What stops test_bleu.sh before it decodes anything: the line that says why, and the exit
+    status (``USAGE`` or ``MISSING``)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class System:
+    """One system to score: the folder of its splits, its checkpoint, its overrides."""
+
+    name: str
+    checkpoint: str
+    overrides: str = NO_OVERRIDES  # fairseq's --model-overrides, a Python literal dict
+
+    def line(self) -> str:
+        """``NAME<tab>CHECKPOINT<tab>OVERRIDES``, what the recipe reads."""
+        return "\t".join((self.name, self.checkpoint, self.overrides))
+
+
+def check_data(data: str, target: str) -> None:
+    """DATA is prepare.sh's output and translates into ``target``: else German would be scored
+    against English references (En->De data has both)."""
+    if not os.path.isdir(data):
+        raise SystemsError(f"no data directory {data}", MISSING)
+    reference = f"{data}/text/test.raw.{target}"
+    if not os.path.isfile(reference):
+        raise SystemsError(f"no {reference} (run prepare.sh)", MISSING)
+    lang = glob.escape(target)
+    if not glob.glob(os.path.join(glob.escape(data), f"test.*-{lang}.{lang}.idx")):
+        raise SystemsError(
+            f"{data} does not translate into '{target}' (no test.SRC-{target}.{target}.idx): "
+            "TGT is the target language of the pair",
+            MISSING,
+        )
+
+
+def check_batch_size(value: str) -> None:
+    """DECODE_BATCH_SIZE, as the shell gives it: a positive integer."""
+    if not re.fullmatch(r"[1-9][0-9]*", value):
+        raise SystemsError(
+            f"DECODE_BATCH_SIZE must be a positive integer, not '{value}'", USAGE
+        )
+
+
+def is_folder_name(name: str) -> bool:
+    """Whether ``name`` names a folder of OUT_DIR itself (not empty, '.', '..', no '/')."""
+    return bool(name) and "/" not in name and name not in (".", "..")
+
+
+def parse_bleu_system(spec: str) -> System:
+    """``NAME=CHECKPOINT[:OVERRIDES]`` as a System; SystemsError for a NAME that is no folder
+    name or a field that the recipe could not read back from one line."""
+    try:
+        name, checkpoint, overrides = split_system(spec)
+    except ValueError:
+        name = ""  # no "=", NAME or CHECKPOINT
+    if not is_folder_name(name):
+        raise SystemsError(
+            f"'{spec}': give NAME=CHECKPOINT, NAME a folder name (not empty, '.' or '..', no '/')",
+            USAGE,
+        )
+    if re.search(r"[\t\n]", spec):  # the recipe reads one line a system, tab-separated
+        raise SystemsError(f"{spec!r}: NAME=CHECKPOINT[:OVERRIDES] must hold no tab or line break",
+                           USAGE)  # fmt: skip
+    return System(name, checkpoint, NO_OVERRIDES if overrides is None else overrides)
+
+
+def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:
+    """The systems to score, after every check test_bleu.sh makes before decoding: the data,
+    the batch size, then each system and its checkpoint, in that order."""
+    check_data(data, target)
+    check_batch_size(batch_size)
+    systems = []
+    for spec in specs:
+        system = parse_bleu_system(spec)
+        if not os.path.isfile(system.checkpoint):
+            raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
+        systems.append(system)
+    return systems

@@ -295,12 +295,11 @@ class DecoderCache:
         """A cache for positions 0..positions-1 with one row per sentence (all its hypotheses are
         the same there: position 0, a language model's prompt), sharing this one's encoder state;
         ``spread`` copies it back to every row. The one of the last call when its shape is the
-        same (AAN's sums zeroed again)."""
+        same, reset."""
         shape = (self.sentences, positions)
         if self.first is not None and self.first[0] == shape:
             kept = self.first[1]
-            if kept.sums is not None:
-                kept.sums.tensor.zero_()
+            kept.reset()
             return kept
         self.first = (shape, self._first_step(positions))
         return self.first[1]

@@ -3,8 +3,8 @@
 ``import fairseq_san`` (or ``--user-dir fairseq_san``) registers the models ``transformer_san``
 and ``transformer_lm_san``, their named architectures and the tasks ``translation_san`` and
 ``language_modeling_san`` with fairseq, whatever the import order:
-at once when fairseq is already imported, else the moment it is (fairseq's registries do not
-exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-policy``) therefore
+at once when fairseq is already imported, else once it is and no module of ours is half run
+(fairseq's registries do not exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-policy``) therefore
 stay fast and torch-free: importing them imports neither fairseq nor torch.
 
 Registering also changes, for the whole process, what fairseq does where it would otherwise lose
@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.metadata
 import importlib.util
 import sys
+import threading
 
 try:
     __version__ = importlib.metadata.version("fairseq-san")
@@ -36,11 +37,15 @@ class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
     Our attention modules and the analysis subclass fairseq's classes, so importing one of them
     first imports fairseq; registering at that moment would import the models, which import
     that very module, half run (a circular import). Registration therefore waits until every
-    module of ours that was being executed has finished.
+    module of ours that was being executed (in the importing thread) has finished, failed or not.
     """
 
     def __init__(self) -> None:
-        self.executing = 0  # modules of ours (and fairseq) whose code is running now
+        self.running = threading.local()  # per thread: modules of ours (and fairseq) executing
+        self.removing = threading.Lock()
+        # fairseq's code has run to its end (in sys.modules it may still be running, in another
+        # thread, and registering then would import the models from a half-imported fairseq).
+        self.fairseq_imported = False
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "fairseq" and not fullname.startswith(__name__ + "."):
@@ -58,10 +63,21 @@ class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
                     return spec
         return None
 
+    def executing(self, change: int = 0) -> int:
+        """How many of our modules this thread is executing, after adding ``change``."""
+        self.running.count = getattr(self.running, "count", 0) + change
+        return self.running.count
+
     def register_when_ready(self) -> None:
-        if self.executing == 0 and "fairseq" in sys.modules and self in sys.meta_path:
+        """Register (once, whichever thread comes first) when fairseq is imported and this thread
+        executes no module of ours."""
+        if self.executing() or not self.fairseq_imported:
+            return
+        with self.removing:
+            if self not in sys.meta_path:
+                return
             sys.meta_path.remove(self)
-            _register()
+        _register()
 
 
 class _ThenRegister(importlib.abc.Loader):
@@ -79,12 +95,14 @@ class _ThenRegister(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__loader__ = module.__spec__.loader = self.loader
-        self.hook.executing += 1
+        self.hook.executing(+1)
         try:
             self.loader.exec_module(module)
-        finally:
-            self.hook.executing -= 1
-        self.hook.register_when_ready()
+            if module.__name__ == "fairseq":
+                self.hook.fairseq_imported = True
+        finally:  # a failed import registers too: fairseq may be imported, and used, after it
+            self.hook.executing(-1)
+            self.hook.register_when_ready()
 
 
 if "fairseq" in sys.modules:

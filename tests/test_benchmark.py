@@ -647,6 +647,7 @@ def test_step_timer_offers_and_defaults_to_decoders_that_run_on_the_device(monke
         "fairseq", "static-fp32", "static-bf16", "static-bf16-fp32-logits", "static-bf16-full"
     ]
     assert "static-int8-graph" not in STATIC_DECODERS and "static-int8-fixed" in STATIC_DECODERS
+    assert default_decoders("cuda", "fp16") == ["fairseq", "static-fp32"]  # an fp16 model
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     with pytest.raises(SystemExit):
         main(["steps", "--device", "cuda", "--decoders", "fairseq", "static-int8"])

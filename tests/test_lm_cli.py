@@ -266,7 +266,8 @@ def lm_loop(data, run, *options: str):
     )  # fmt: skip
 
 
-def test_the_loop_trains_with_the_measured_recipe_where_no_arguments_follow(trained, tmp_path):
+@pytest.mark.parametrize("after", [[], ["--", "--lr", "1e-4"]], ids=["nothing after --", "--lr"])
+def test_the_loop_trains_with_the_measured_recipe(trained, tmp_path, after):
     """The README's command (no fairseq-train arguments after --) stopped at once ("Must
     specify batch size"): the recipe trains with the measured recipe, at most --updates
     updates, and the arguments after -- come last (fairseq takes the last value)."""
@@ -279,14 +280,14 @@ def test_the_loop_trains_with_the_measured_recipe_where_no_arguments_follow(trai
     env["PATH"] = f"{stub.parent}:{env['PATH']}"
     result = run_script(
         REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir",
-        str(tmp_path / "run"), "--updates", "7", "--", "--lr", "1e-4", env=env,
+        str(tmp_path / "run"), "--updates", "7", *after, env=env,
     )  # fmt: skip
     assert result.returncode != 0  # the stand-in fairseq-train fails: the loop stops
     argv = argv_file.read_text().splitlines()
     assert argv[argv.index("--max-update") + 1] == "7"
     assert argv[argv.index("--optimizer") + 1] == "adam" and "--patience" in argv
     assert argv[argv.index("--max-tokens") + 1] == "4096"
-    assert argv[-2:] == ["--lr", "1e-4"]
+    assert argv[-2:] == (after[1:] or ["--log-interval", "50"])
 
 
 def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):

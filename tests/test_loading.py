@@ -73,6 +73,62 @@ def test_import_registers_model_architectures_and_task(imports):
     assert result.stdout.split() == ["True"] * 4
 
 
+# A module of ours, found by a finder of the test's: ``exec_module`` is its code.
+FAKE_MODULE = (
+    "import importlib.abc, importlib.util, sys, threading, time\n"
+    "import fairseq_san\n"
+    "class Fake(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'fairseq_san.fake':\n"
+    "            return importlib.util.spec_from_loader(name, self)\n"
+    "    def create_module(self, spec):\n"
+    "        return None\n"
+    "sys.meta_path.append(Fake())\n"
+)
+
+
+def test_a_module_of_ours_that_fails_to_import_leaves_the_plugin_registered():
+    """One of our modules imported fairseq, then failed (a missing optional dependency): the
+    hook waited for it to finish and never registered, for the rest of the process."""
+    result = python(
+        FAKE_MODULE
+        + "def exec_module(self, module):\n"
+        "    import fairseq\n"
+        "    raise ImportError('optional dependency missing')\n"
+        "Fake.exec_module = exec_module\n"
+        "try:\n"
+        "    import fairseq_san.fake\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+        + REGISTERED
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == "optional dependency missing"
+    assert result.stdout.split()[-4:] == ["True"] * 4
+
+
+def test_a_module_of_ours_executing_in_another_thread_does_not_delay_registration():
+    """The count of our modules being executed was one for all threads: while another thread
+    ran one (even a pure-Python one), this thread's ``import fairseq`` registered nothing."""
+    result = python(
+        FAKE_MODULE
+        + "started, release = threading.Event(), threading.Event()\n"
+        "def exec_module(self, module):\n"
+        "    started.set()\n"
+        "    release.wait(60)\n"
+        "Fake.exec_module = exec_module\n"
+        "other = threading.Thread(target=lambda: __import__('fairseq_san.fake'))\n"
+        "other.start()\n"
+        "started.wait(60)\n"
+        "import fairseq\n"
+        + REGISTERED
+        + "release.set()\n"
+        "other.join()\n"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True"] * 4
+
+
 def test_policy_modules_do_not_import_torch():
     result = python(
         "import sys, fairseq_san.policy, fairseq_san.cli.policy\n"

@@ -396,12 +396,13 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_pa
     assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
 
 
-def test_test_bleu_with_a_bad_batch_size_is_one_line(tmp_path):
+@pytest.mark.parametrize("size", ["16x", "-x"])  # "-x" was read by argparse as an option
+def test_test_bleu_with_a_bad_batch_size_is_one_line(tmp_path, size):
     data = fake_data(tmp_path / "data")
-    env = {**cli_env(), "DECODE_BATCH_SIZE": "16x"}
+    env = {**cli_env(), "DECODE_BATCH_SIZE": size}
     result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), f"a={tmp_path}/a.pt", env=env)
     assert result.returncode == 2
-    assert lines(result.stderr) == ["test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer, not '16x'"]
+    assert lines(result.stderr) == [f"test_bleu.sh: DECODE_BATCH_SIZE must be a positive integer, not '{size}'"]
 
 
 def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
@@ -587,3 +588,19 @@ def test_the_recipes_post_process_values_are_fairseqs():
     assert named == set(POST_PROCESS)
     for symbol in POST_PROCESS:
         data_utils.post_process("a b", symbol)  # raises NotImplementedError for an unknown one
+
+
+@pytest.mark.parametrize("recorded", [{"--updates": None}, {}], ids=["null", "absent"])
+def test_a_record_made_before_the_recipe_had_an_option_resumes_at_its_default(recorded):
+    """learn_to_share_lm.sh gained --updates (20000): a run recorded before held it as null, and
+    every re-run of it was refused ("made with no --updates, not --updates 20000"). At the
+    default it resumes; at another value it is refused as before."""
+    from fairseq_san.loop.recipe_options import LM_LOOP, recipe_defaults
+    from fairseq_san.loop.run_record import RunError, compare
+
+    defaults = recipe_defaults(LM_LOOP)
+    old = {"--lm": True, "--theta-self": "0.5", **recorded}
+    now = {"--lm": True, "--theta-self": "0.5", "--updates": defaults["--updates"]}
+    assert compare("RUN", old, now, {}, False, defaults) == []
+    with pytest.raises(RunError, match="made with no --updates, not --updates 500"):
+        compare("RUN", old, {**now, "--updates": "500"}, {}, False, defaults)

@@ -19,7 +19,7 @@ shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
 # Checks the data, DECODE_BATCH_SIZE and every system before decoding any; a line per system:
 # NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
-SYSTEMS=$(fairseq-san-loop test-systems --batch-size "${DECODE_BATCH_SIZE:-16}" -- "$DATA" "$TGT" "$@")
+SYSTEMS=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)
 
 GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1

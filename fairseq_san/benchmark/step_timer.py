@@ -65,12 +65,14 @@ STATIC_DECODERS = {  # the pairs that run on some device
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def default_decoders(device: str) -> List[str]:
-    """fairseq's generator, then the eager static decoder at each precision ``device`` runs."""
+def default_decoders(device: str, dtype: str = "fp32") -> List[str]:
+    """fairseq's generator, then the eager static decoder at each precision ``device`` runs (at
+    fp32 only for a model of another ``dtype``: the others cast or quantize an fp32 model)."""
     eager = [
         name
         for name, (precision, execution) in STATIC_DECODERS.items()
         if execution == "eager" and device in devices_of(precision, execution)
+        and (dtype == "fp32" or precision == "fp32")
     ]
     return ["fairseq", *eager]
 
@@ -207,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--decoders", nargs="+", choices=["fairseq", *STATIC_DECODERS],
-        help="default: fairseq and the eager static decoder at each precision of --device",
+        help="default: fairseq and the eager static decoder at each precision of --device "
+        "(fp32 only with another --dtype)",
     )  # fmt: skip
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument(
@@ -221,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.decoders = args.decoders or default_decoders(args.device)
+    args.decoders = args.decoders or default_decoders(args.device, args.dtype)
     problem = argument_problem(args)
     if problem:
         parser.error(problem)

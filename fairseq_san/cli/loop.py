@@ -39,8 +39,10 @@ from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
 from fairseq_san.loop.recipe_options import (
+    LM_LOOP,
     LOOP,
     RECIPE_OPTIONS,
+    recipe_defaults,
     recorded_options,
     shell_assignments,
     split_at_dashes,
@@ -126,7 +128,8 @@ def run_start(args: argparse.Namespace, after: List[str]) -> int:
         check_values(options)
         check_inputs(options, dry_run=False)
     else:
-        start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd)
+        defaults = recipe_defaults(LM_LOOP if args.lm else LOOP)
+        start_run(args.run_dir, options, args.extend, args.dry_run, args.lock_fd, defaults)
     return 0
 
 

@@ -122,6 +122,11 @@ ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
 MODEL_KIND = {LOOP: "a translation model", LM_LOOP: "a language model"}
 
 
+def recipe_defaults(recipe: str) -> Dict[str, str]:
+    """``recipe``'s options that have a default, with it (as the run record holds values)."""
+    return {option.flag: option.default for option in RECIPE_OPTIONS[recipe] if option.default}
+
+
 def recorded_options() -> List[RecipeOption]:
     """The options that ``RUN/run.json`` records: the translation loop's, then the language
     model's own, in the recipes' order."""

@@ -232,20 +232,31 @@ def digests(options: Options) -> Dict[str, str]:
     return {name: digest(options[name]) for name in CONTENT if options.get(name)}
 
 
-def differences(recorded: Options, options: Options, content: Dict[str, str]) -> List[str]:
-    """The options that differ; a ``CONTENT`` path differs only where its content does."""
+def differences(
+    recorded: Options, options: Options, content: Dict[str, str], defaults: Options
+) -> List[str]:
+    """The options that differ; a ``CONTENT`` path differs only where its content does, and an
+    option the record lacks or holds as None (written before the recipe had it: a recipe records
+    every option it has) only where it is not at its default now (``defaults``)."""
     return [
         name for name in options
         if recorded.get(name) != options[name]
         and not (content.get(name) and options[name] and content[name] == digest(options[name]))
+        and not (recorded.get(name) is None and name in defaults
+                 and options[name] == defaults[name])
     ]  # fmt: skip
 
 
 def compare(
-    run_dir: str, recorded: Options, options: Options, content: Dict[str, str], extend: bool
+    run_dir: str,
+    recorded: Options,
+    options: Options,
+    content: Dict[str, str],
+    extend: bool,
+    defaults: Options,
 ) -> List[str]:
     """The options that change (only ``EXTENDABLE`` ones, with ``extend``); else RunError."""
-    changed = differences(recorded, options, content)
+    changed = differences(recorded, options, content, defaults)
     if not changed:
         return []
     fixed = [name for name in changed if name not in EXTENDABLE]
@@ -316,8 +327,10 @@ def start_run(
     extend: bool = False,
     dry_run: bool = False,
     lock_fd: Optional[int] = None,
+    defaults: Optional[Options] = None,
 ) -> None:
-    """Check the inputs; lock ``run_dir`` on ``lock_fd`` (see ``lock_run``); check its record;
+    """Check the inputs; lock ``run_dir`` on ``lock_fd`` (see ``lock_run``); check its record
+    (``defaults``: the recipe's options' defaults, for a record made before it had one);
     record the options and P_0 (not in a dry run). Raises RunError, with the line to print,
     where the run must not go on."""
     check_values(options)
@@ -326,7 +339,7 @@ def start_run(
         lock_run(run_dir, lock_fd)
     recorded, content = read_record(run_dir) or (None, {})
     if recorded is not None and started(run_dir):
-        changed = compare(run_dir, recorded, options, content, extend)
+        changed = compare(run_dir, recorded, options, content, extend, defaults or {})
         if changed and not dry_run:
             print(f"fairseq-san-loop: extending {run_dir}: "
                   f"{' '.join(shown(name, options[name]) for name in changed)}",

@@ -2,9 +2,9 @@
 
 ``import fairseq_san`` (or ``--user-dir fairseq_san``) registers the models ``transformer_san``
 and ``transformer_lm_san``, their named architectures and the tasks ``translation_san`` and
-``language_modeling_san`` with fairseq, whatever the import order:
-at once when fairseq is already imported, else once it is and no module of ours is half run
-(fairseq's registries do not exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-policy``) therefore
+``language_modeling_san`` with fairseq, whatever the import order: at once when fairseq is
+already imported, else once it is and no module of ours is half run (fairseq's registries do not
+exist before). The pure-Python parts (``fairseq_san.policy``, ``fairseq-san-policy``) therefore
 stay fast and torch-free: importing them imports neither fairseq nor torch.
 
 Registering also changes, for the whole process, what fairseq does where it would otherwise lose

@@ -32,8 +32,8 @@ A plugin option that the command would accept and ignore is refused: the static 
 without ``--eval-bleu``; fairseq-train keeps ``--san-decoding fast`` and ``no-cache``, which the
 model applies to itself and its checkpoint keeps), ``--san-analysis-dir`` outside
 fairseq-validate (fairseq-train stopped at its first update; fairseq-eval-lm created the folder
-and wrote nothing) and the analysis's other options without it. An option is given where the command line names it
-(``--san-decoding fairseq`` too, its default).
+and wrote nothing) and the analysis's other options without it. An option is given where the
+command line names it (``--san-decoding fairseq`` too, its default).
 
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.
@@ -215,8 +215,9 @@ def check_plugin_options_used(
     args: argparse.Namespace, command: str, kind: str, argv: List[str]
 ) -> None:
     """Refuse a plugin option that ``command`` (of ``kind``: ``command_kind``) accepts (its task
-    has it) and ``argv`` gives, and would ignore: a decoder's option where nothing decodes, the analysis outside
-    fairseq-validate, and the analysis's options without ``--san-analysis-dir``."""
+    has it) and ``argv`` gives, and would ignore: a decoder's option where nothing decodes, the
+    analysis outside fairseq-validate, and the analysis's options without
+    ``--san-analysis-dir``."""
     for option in DECODER_OPTIONS:
         if given(argv, option) and not decodes_with(args, kind, option):
             value = getattr(args, option.name)

@@ -30,6 +30,12 @@ class Kind(NamedTuple):
     keys: str
     title: str
 
+    @property
+    def attends_to_fixed_memory(self) -> bool:
+        """Whether every layer attends over the same keys and values (another stack's output):
+        then a block may share the attention's whole output A (Eq. 5), not only S (Eq. 4)."""
+        return self.keys != self.stack
+
 
 # The attention kinds, each with its own policy: a new kind is one new row.
 KIND_TABLE = {

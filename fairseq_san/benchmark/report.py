@@ -158,24 +158,37 @@ def profile_table(results: Dict, mode: str) -> str:
     peaks = results["machine"].get("matmul_peak_gflops") or {}
     base = profiled.get(results["baseline"])
     for name, prof in profiled.items():
-        step, whole = prof["decoder_step_share"], prof["generate_share"]
-        lines.append(
-            f"| {' | '.join(_identity(name, systems[name]))} "
-            f"| {_fmt(prof['ms_per_step'], '.3f')} "
-            + "".join(f"| {_fmt(100 * step[p], '.1f')}% " for p in (*PARTS, "rest"))
-            + "".join(
-                f"| {_fmt(100 * whole[p], '.1f')}% "
-                for p in ("encoder", "cache_reorder", "search_and_other")
-            )
-            + f"| {_fmt(prof.get('overhead'), '.2f')}x | "
-            + " | ".join(
-                _compute_cells(
-                    prof, base, setting_run(systems[name], prof["beam"], mode),
-                    peaks.get(peak_precision(systems[name].get("precision", ""))),
-                )
-            )  # fmt: skip
-            + " |"
-        )
+        system = systems[name]
+        peak = peaks.get(peak_precision(system.get("precision", "")))
+        lines.append(_profile_row(name, system, prof, base, mode, peak))
+    static = any(systems[name].get("decoder") == STATIC for name in profiled)
+    return "\n".join(lines + _profile_notes(base, peaks, static))
+
+
+def _profile_row(
+    name: str, system: Dict, prof: Dict, base: Optional[Dict], mode: str, peak: Optional[float]
+) -> str:
+    """One system's row of the profile table: shares of the step, of the decode, and FLOPs."""
+    step, whole = prof["decoder_step_share"], prof["generate_share"]
+    compute = _compute_cells(prof, base, setting_run(system, prof["beam"], mode), peak)
+    cells = [
+        *_identity(name, system),
+        _fmt(prof["ms_per_step"], ".3f"),
+        *(f"{_fmt(100 * step[part], '.1f')}%" for part in (*PARTS, "rest")),
+        *(
+            f"{_fmt(100 * whole[part], '.1f')}%"
+            for part in ("encoder", "cache_reorder", "search_and_other")
+        ),
+        f"{_fmt(prof.get('overhead'), '.2f')}x",
+        *compute,
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _profile_notes(base: Optional[Dict], peaks: Dict, static: bool) -> List[str]:
+    """The paragraphs under the profile table: the baseline's attention share, what ``of peak``
+    divides by, and how static rows are timed."""
+    lines = []
     if base:
         lines += [
             "",
@@ -195,7 +208,7 @@ def profile_table(results: Dict, mode: str) -> str:
             + ", ".join(f"{name} {_fmt(value, '.0f')}" for name, value in peaks.items())
             + "). A step's products are small (batch x beam rows), so it reaches less of it.",
         ]
-    if any(systems[name].get("decoder") == STATIC for name in profiled):
+    if static:
         lines += [
             "",
             "Static rows: the same hooks time the static decoder's step modules; it projects "
@@ -204,7 +217,7 @@ def profile_table(results: Dict, mode: str) -> str:
             "is counted at fp32 (the same multiplies at every precision; torch does not count "
             "int8's).",
         ]
-    return "\n".join(lines)
+    return lines
 
 
 def _identity(name: str, system: Dict) -> List[str]:

@@ -57,20 +57,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         if FIXED in config.modes:
             check_fixed_length(pool.systems, fixed_length)
         machine["torch_threads"] = pool.torch_threads
-        notes: List[str] = []
-        if pool.ctranslate2.get("note"):
-            notes.append("CTranslate2 row: " + pool.ctranslate2["note"])
-            logger.warning("CTranslate2 row skipped: %s", pool.ctranslate2["note"])
-        if NATURAL in config.modes and text.spm_model is None:
-            notes.append(UNDETOKENIZED)
-            logger.warning(UNDETOKENIZED)
-        systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
-        for beam in config.beams:
-            for mode in config.modes:
-                setting = Setting.of(beam, mode, fixed_length)
-                runs = time_setting(pool, pool.names, baseline, setting, config, text)
-                for name, run in runs.items():
-                    systems[name]["settings"][setting.key] = run
+        notes = _skip_notes(pool, config, text)
+        systems = _time_settings(pool, baseline, config, text, fixed_length)
         fairseq_names = [name for name in pool.names if pool.engine(name) == FAIRSEQ]
         cache_mode = FIXED if FIXED in config.modes else NATURAL
         _measure_caches(pool, fairseq_names, systems, config, cache_mode, fixed_length)
@@ -94,6 +82,32 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     }
     write_results(results, out_dir)
     return results
+
+
+def _skip_notes(pool: WorkerPool, config: BenchmarkConfig, text: TextSide) -> List[str]:
+    """The report's notes on what could not be measured as asked (each also logged)."""
+    notes = []
+    if pool.ctranslate2.get("note"):
+        notes.append("CTranslate2 row: " + pool.ctranslate2["note"])
+        logger.warning("CTranslate2 row skipped: %s", pool.ctranslate2["note"])
+    if NATURAL in config.modes and text.spm_model is None:
+        notes.append(UNDETOKENIZED)
+        logger.warning(UNDETOKENIZED)
+    return notes
+
+
+def _time_settings(
+    pool: WorkerPool, baseline: str, config: BenchmarkConfig, text: TextSide, fixed_length: int
+) -> Dict[str, Dict]:
+    """Every system's record, with its runs at each (beam, mode) setting under ``settings``."""
+    systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
+    for beam in config.beams:
+        for mode in config.modes:
+            setting = Setting.of(beam, mode, fixed_length)
+            runs = time_setting(pool, pool.names, baseline, setting, config, text)
+            for name, run in runs.items():
+                systems[name]["settings"][setting.key] = run
+    return systems
 
 
 def check_fixed_length(systems: Dict[str, Dict], length: int) -> None:

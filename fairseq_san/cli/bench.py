@@ -59,11 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
         "per-step timer on random weights.",
         formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--data", required=True, help="fairseq-binarized data directory")
-    parser.add_argument(
-        "--subset", help="subset to decode (test, test1, valid)"
-    )
-    parser.add_argument(
+    add_input_options(parser.add_argument_group("what is decoded"))
+    add_decoding_options(parser.add_argument_group("how it is decoded"))
+    add_report_options(parser.add_argument_group("what is measured and written"))
+    parser.set_defaults(**option_defaults())
+    return parser
+
+
+def add_input_options(group: argparse._ArgumentGroup) -> None:
+    """The data, the systems and the references."""
+    group.add_argument("--data", required=True, help="fairseq-binarized data directory")
+    group.add_argument("--subset", help="subset to decode (test, test1, valid)")
+    group.add_argument(
         "--system", dest="systems", action="append", required=True, metavar="NAME=CKPT[:JSON]",
         help="a system: a checkpoint and optional model overrides as a JSON object, e.g. "
         "'nocache=base.pt:{\"san_decoding\": \"no-cache\"}' or "
@@ -73,17 +80,41 @@ def build_parser() -> argparse.ArgumentParser:
         "choose how it is decoded, "
         "e.g. 'static=base.pt:{\"san_decoding\": \"static\"}'; repeat the flag",
     )  # fmt: skip
-    parser.add_argument("--baseline", help="name of the reference system (default: the first)")
-    parser.add_argument("--beams", type=int, nargs="+", help="beam sizes to time")
-    parser.add_argument(
-        "--batch-size", type=int, help="sentences per batch"
-    )
-    parser.add_argument(
-        "--repeats", type=int, help="timed passes per system (3 or more for stable medians)"
-    )
-    parser.add_argument("--out-dir", required=True, help="where the results are written")
-    parser.add_argument("--max-sentences", type=int, help="decode only the first N sentences")
-    device = parser.add_mutually_exclusive_group()
+    group.add_argument("--baseline", help="name of the reference system (default: the first)")
+    group.add_argument("--max-sentences", type=int, help="decode only the first N sentences")
+    group.add_argument(
+        "--spm", dest="spm_model", metavar="MODEL", type=lambda v: "" if v == "none" else v,
+        help="sentencepiece model that detokenizes hypotheses (default: DATA/spm.model if it "
+        "exists; 'none': join the tokens with spaces)",
+    )  # fmt: skip
+    group.add_argument(
+        "--references", metavar="FILE",
+        help="raw reference file (default: DATA/text/SUBSET.raw.TGT if it exists, else the "
+        "binarized targets detokenized like the hypotheses)",
+    )  # fmt: skip
+    group.add_argument(
+        "--no-ctranslate2", dest="ctranslate2", action="store_false",
+        help="do not add the baseline converted to CTranslate2 (skipped anyway when "
+        "ctranslate2 is not installed)",
+    )  # fmt: skip
+
+
+def add_decoding_options(group: argparse._ArgumentGroup) -> None:
+    """Beams, batches, output lengths and the device."""
+    group.add_argument("--beams", type=int, nargs="+", help="beam sizes to time")
+    group.add_argument("--batch-size", type=int, help="sentences per batch")
+    group.add_argument(
+        "--modes", nargs="+", choices=MODES,
+        help="natural output lengths, and/or every hypothesis forced to --fixed-length tokens",
+    )  # fmt: skip
+    group.add_argument(
+        "--fixed-length", type=int, metavar="L",
+        help="output length of the fixed mode (default: the mean reference length)",
+    )  # fmt: skip
+    group.add_argument("--max-len-a", type=float, help="natural lengths: at most a*x+b tokens")
+    group.add_argument("--max-len-b", type=int, help="natural lengths: at most a*x+b tokens")
+    group.add_argument("--lenpen", type=float, help="length penalty")
+    device = group.add_mutually_exclusive_group()
     device.add_argument(
         "--cpu", dest="device", action="store_const", const="cpu",
         help="decode on the CPU even with a GPU (default: the GPU where there is one)",
@@ -92,58 +123,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu", dest="device", action="store_const", const="cuda",
         help="decode on the GPU (fail without one)",
     )  # fmt: skip
-    parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
-    parser.add_argument(
+    group.add_argument("--fp16", action="store_true", help="half precision (GPU)")
+    group.add_argument(
         "--threads", type=int, help="torch and CTranslate2 CPU threads (default: torch's choice)"
     )
-    parser.add_argument(
-        "--modes", nargs="+", choices=MODES,
-        help="natural output lengths, and/or every hypothesis forced to --fixed-length tokens",
-    )  # fmt: skip
-    parser.add_argument(
-        "--fixed-length", type=int, metavar="L",
-        help="output length of the fixed mode (default: the mean reference length)",
-    )  # fmt: skip
-    parser.add_argument(
+
+
+def add_report_options(group: argparse._ArgumentGroup) -> None:
+    """Repeats, the tables' beams, the profile and the output directory."""
+    group.add_argument(
+        "--repeats", type=int, help="timed passes per system (3 or more for stable medians)"
+    )
+    group.add_argument("--out-dir", required=True, help="where the results are written")
+    group.add_argument(
         "--cache-beams", type=int, nargs="*",
         help="beam sizes whose decoding-cache peak the table shows (measured also when not in "
         "--beams)",
     )  # fmt: skip
-    parser.add_argument(
+    group.add_argument(
         "--table-beam", type=int,
         help="beam size of the main table and the profile (the first of --beams if not there)",
     )  # fmt: skip
-    parser.add_argument(
+    group.add_argument(
         "--no-profile", dest="profile", action="store_false", help="skip the per-step profile"
     )
-    parser.add_argument(
-        "--spm", dest="spm_model", metavar="MODEL", type=lambda v: "" if v == "none" else v,
-        help="sentencepiece model that detokenizes hypotheses (default: DATA/spm.model if it "
-        "exists; 'none': join the tokens with spaces)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--references", metavar="FILE",
-        help="raw reference file (default: DATA/text/SUBSET.raw.TGT if it exists, else the "
-        "binarized targets detokenized like the hypotheses)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-len-a", type=float,
-        help="natural lengths: at most a*x+b tokens",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-len-b", type=int,
-        help="natural lengths: at most a*x+b tokens",
-    )  # fmt: skip
-    parser.add_argument(
-        "--lenpen", type=float, help="length penalty"
-    )
-    parser.add_argument(
-        "--no-ctranslate2", dest="ctranslate2", action="store_false",
-        help="do not add the baseline converted to CTranslate2 (skipped anyway when "
-        "ctranslate2 is not installed)",
-    )  # fmt: skip
-    parser.set_defaults(**option_defaults())
-    return parser
 
 
 def config_from_args(args: argparse.Namespace, command: str) -> BenchmarkConfig:

@@ -27,8 +27,9 @@ RESETS = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_datalo
 OPTIMIZER_MISMATCH = "loaded state dict contains a parameter group that doesn't match the size"
 
 
-def check_checkpoint_flags(cfg, suffix: str = "") -> None:
-    """UsageError for a restore or fine-tuning checkpoint that fairseq would look for in vain."""
+def check_checkpoint_flags(cfg, suffix: str = "", starts_fine_tuning: bool = False) -> None:
+    """UsageError for a restore or fine-tuning checkpoint that fairseq would look for in vain;
+    ``starts_fine_tuning`` is ``fine_tunes(cfg, suffix)``, which the caller has asked."""
     restore = cfg.restore_file
     if restore != DEFAULT_RESTORE_FILE:
         path = restore.replace(".pt", suffix + ".pt") if suffix else restore
@@ -50,7 +51,7 @@ def check_checkpoint_flags(cfg, suffix: str = "") -> None:
             f"--finetune-from-model resets the optimizer, learning-rate scheduler, meters and "
             f"data loader itself: drop {' '.join(flag_of(flag) for flag in resets)}"
         )
-    if fine_tunes(cfg, suffix) and not os.path.isfile(finetune):
+    if starts_fine_tuning and not os.path.isfile(finetune):
         raise UsageError(f"--finetune-from-model {finetune}: no such file")
 
 
@@ -68,8 +69,9 @@ def _checking(load_checkpoint):
         from fairseq_san.models.checkpoint_policy import fine_tuning
 
         suffix = trainer.checkpoint_suffix or ""
-        check_checkpoint_flags(cfg, suffix)
-        loading = fine_tuning() if fine_tunes(cfg, suffix) else contextlib.nullcontext()
+        starts_fine_tuning = fine_tunes(cfg, suffix)
+        check_checkpoint_flags(cfg, suffix, starts_fine_tuning)
+        loading = fine_tuning() if starts_fine_tuning else contextlib.nullcontext()
         try:
             with loading:
                 return load_checkpoint(cfg, trainer, **passthrough_args)

@@ -129,6 +129,43 @@ def test_a_module_of_ours_executing_in_another_thread_does_not_delay_registratio
     assert result.stdout.split() == ["True"] * 4
 
 
+def test_fairseq_half_imported_in_another_thread_is_not_registered_with():
+    """While one thread runs fairseq's own import, another thread that finished a module of ours
+    found "fairseq" in sys.modules and registered the models from a half-imported fairseq. A
+    stand-in fairseq that pauses half-way shows who registers, and when: the importing thread,
+    once fairseq has run to its end."""
+    result = python(
+        "import importlib.abc, importlib.util, sys, threading\n"
+        "import fairseq_san\n"
+        "registered = []\n"
+        "fairseq_san._register = lambda: registered.append(\n"
+        "    (threading.current_thread().name, getattr(sys.modules['fairseq'], 'ran', False)))\n"
+        "started, release = threading.Event(), threading.Event()\n"
+        "class HalfWay(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'fairseq':\n"
+        "            return importlib.util.spec_from_loader(name, self)\n"
+        "    def create_module(self, spec):\n"
+        "        return None\n"
+        "    def exec_module(self, module):\n"
+        "        started.set()\n"
+        "        release.wait(60)\n"
+        "        module.ran = True\n"
+        "sys.meta_path.insert(1, HalfWay())\n"
+        "def other():\n"
+        "    started.wait(60)\n"
+        "    import fairseq_san.policy\n"
+        "    release.set()\n"
+        "thread = threading.Thread(target=other, name='other')\n"
+        "thread.start()\n"
+        "import fairseq\n"
+        "thread.join()\n"
+        "print(registered)\n"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[('MainThread', True)]"
+
+
 def test_policy_modules_do_not_import_torch():
     result = python(
         "import sys, fairseq_san.policy, fairseq_san.cli.policy\n"

@@ -15,6 +15,7 @@ from helpers import (
     BEAM_BATCH,
     assert_same_hypotheses,
     build,
+    decoder_logits,
     favour_eos,
     generate,
     make_dictionary,
@@ -23,6 +24,7 @@ from helpers import (
     shrank,
     source_batch,
     staggering_eos_bonus,
+    target_prefixes,
 )
 from fairseq_san.modules.decoding_attention import DecodingAttention
 
@@ -112,6 +114,25 @@ def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq():
         expected = plain(src_tokens, src_lengths, prev)[0]
         actual = fast(src_tokens, src_lengths, prev)[0]
     assert torch.equal(expected, actual)
+
+
+@pytest.mark.parametrize(
+    "argv", [policy_argv("2,4", "3,3"), policy_argv("2,4", "3,3", share="weights")],
+    ids=["san-output", "san-weights"],
+)  # fmt: skip
+@pytest.mark.parametrize("sentences", [5, 4])
+def test_a_generators_beam_does_not_reach_a_full_sequence_pass(argv, sentences):
+    """fairseq-train --eval-bleu --san-decoding fast builds a beam-5 generator before training:
+    the beam stayed on the attention modules, and every training forward after it attended each
+    sentence to every fifth sentence's encoder output (or failed, at 4 sentences)."""
+    model, _ = build(argv + ["--dropout", "0"], dictionary=DICT, seed=104)
+    src_tokens, src_lengths = source_batch(DICT, [5, 9, 3, 7, 4][:sentences], seed=105)
+    prev = target_prefixes(DICT, sentences, 6, seed=106)
+    model.train()
+    expected = decoder_logits(model, src_tokens, src_lengths, prev)
+    model.set_decoding("fast")
+    model.set_beam_size(5)
+    assert torch.equal(decoder_logits(model, src_tokens, src_lengths, prev), expected)
 
 
 @pytest.mark.parametrize("need_head_weights", [False, True])

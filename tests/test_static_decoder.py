@@ -320,15 +320,19 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     cache) and one for the positions after it, both reused by a second batch on the cache kept
     for its shape, and the eager fixed step's n-best (AAN's running sums restored after the
     warm-up runs; tokens and position copied into the static buffers; the second batch's encoder
-    state copied into the kept cache)."""
+    state copied into the kept cache). The first batch's n-best is checked after the second
+    batch decoded in the memory kept for their shape (fairseq-interactive's buffer holds it)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     captures = []
     graphed = graphed_translator(model, replay_by_calling(captures), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
-    for sample in two_batches():
-        expected = eager.generate([model], sample)
-        assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
+    decoded = [
+        (eager.generate([model], sample), graphed.generate([model], sample))
+        for sample in two_batches()
+    ]
+    for expected, actual in decoded:
+        assert_same_hypotheses(expected, actual, atol=1e-6)
     assert len(captures) == 2 and len(graphed._caches) == 1 and len(graphed._searches) == 1
     assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 1
 

@@ -59,18 +59,30 @@ class DecodingAttention(MultiheadAttention):
                     query, incremental_state, need_weights or need_head_weights,
                     before_softmax, need_head_weights,
                 )  # fmt: skip
-        return super().forward(
-            query,
-            key,
-            value,
-            key_padding_mask=key_padding_mask,
-            incremental_state=incremental_state,
-            need_weights=need_weights,
-            static_kv=static_kv,
-            attn_mask=attn_mask,
-            before_softmax=before_softmax,
-            need_head_weights=need_head_weights,
-        )
+        beam, self.beam_size = self.beam_size, self._beam(incremental_state)
+        try:
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
+            )
+        finally:
+            self.beam_size = beam
+
+    def _beam(self, incremental_state: Optional[IncrementalState]) -> int:
+        """The generator's beam (``set_beam_size``) in a decoding step, 1 in a full-sequence pass.
+
+        fairseq's forward reads ``beam_size`` whatever the pass and keeps every k-th row of the
+        encoder output; a training or scoring pass after the generator was built (fairseq-train
+        ``--eval-bleu``) has one row per sentence, and would attend to other sentences' keys."""
+        return self.beam_size if incremental_state is not None else 1
 
     def _takes_fast_path(self, query, incremental_state, attn_mask, key_padding_mask) -> bool:
         """One decoding step in eval mode, with nothing the fast path does not implement."""
@@ -168,7 +180,7 @@ class DecodingAttention(MultiheadAttention):
         hypotheses = query.size(1)
         saved = self._get_input_buffer(incremental_state)
         if saved.get("prev_key") is None:
-            saved = self._project_sentences(key, key_padding_mask, hypotheses)
+            saved = self._project_sentences(key, key_padding_mask, hypotheses, incremental_state)
             self._set_input_buffer(incremental_state, saved)
         keys, values = saved["prev_key"], saved["prev_value"]  # (sentences, heads, src, d)
         sentences, src_len = keys.size(0), keys.size(2)
@@ -190,22 +202,32 @@ class DecodingAttention(MultiheadAttention):
         per_head = weights.permute(1, 0, 2, 3).reshape(self.num_heads, hypotheses, 1, src_len)
         return out, self._fairseq_weights(per_head, need_head_weights)
 
-    def _one_per_sentence(self, states: Optional[Tensor], hypotheses: int) -> Optional[Tensor]:
+    def _one_per_sentence(
+        self,
+        states: Optional[Tensor],
+        hypotheses: int,
+        incremental_state: Optional[IncrementalState],
+    ) -> Optional[Tensor]:
         """Encoder states (src, hyps, embed) once per source sentence when beam search shares
         them (``set_beam_size``), as fairseq's beamable attention does."""
-        if states is None or self.beam_size == 1 or states.size(1) != hypotheses:
+        beam = self._beam(incremental_state)
+        if states is None or beam == 1 or states.size(1) != hypotheses:
             return states
-        return states[:, :: self.beam_size]
+        return states[:, ::beam]
 
     def _project_sentences(
-        self, key: Optional[Tensor], key_padding_mask: Optional[Tensor], hypotheses: int
+        self,
+        key: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        hypotheses: int,
+        incremental_state: IncrementalState,
     ) -> Dict[str, Optional[Tensor]]:
         """Keys/values of the encoder output, once per source sentence (first step only)."""
         if key is None:
             raise RuntimeError("encoder-decoder attention: first step without the encoder output")
         if key_padding_mask is not None and key.size(1) == hypotheses:
             key_padding_mask = key_padding_mask[:: self.beam_size]
-        key = self._one_per_sentence(key, hypotheses)
+        key = self._one_per_sentence(key, hypotheses, incremental_state)
         src_len, sentences = key.size(0), key.size(1)
 
         def per_head(x: Tensor) -> Tensor:

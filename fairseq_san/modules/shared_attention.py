@@ -276,7 +276,9 @@ class SharedWeightsAttention(_FollowerAttention):
         incremental_state: Optional[IncrementalState],
         static_kv: bool,
     ) -> Tensor:
-        source = query if self.self_attention else self._one_per_sentence(value, query.size(1))
+        source = query
+        if not self.self_attention:
+            source = self._one_per_sentence(value, query.size(1), incremental_state)
         values = self._values(source, incremental_state, static_kv)
         return self._weighted_values(self.dropout_module(weights), values)  # Eq. 2, S^m of Eq. 4
 

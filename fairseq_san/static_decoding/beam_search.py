@@ -121,6 +121,7 @@ class TensorBeamSearch:
         # that a search kept for a shape serves later batches with other max_len (``restart``).
         rows, width = sentences * s.beam, positions or s.max_len + 1
         self.sentences = sentences
+        self.fixed_address = fixed_address
         # bos + tokens + eos; cumulative scores. fixed_address: see Reorderable (CUDA graphs).
         self.tokens = Reorderable((rows, width + 1), torch.long, device, fixed_address=fixed_address)
         self.scores = Reorderable((rows, width), torch.float32, device, fixed_address=fixed_address)
@@ -388,32 +389,41 @@ class TensorBeamSearch:
 
     def _nbests(self, sentences: Sequence[int]) -> List[List[Dict[str, Tensor]]]:
         """Per sentence of ``sentences`` (indices in the search), its finished hypotheses by
-        descending score, ties in the order they finished (fairseq sorts them stably), as views of
-        the final tensors. Three reads from the device whatever the batch size (one per sentence
-        costs a host sync each on a GPU)."""
+        descending score, ties in the order they finished, as views of the final tensors (of a
+        copy when the search is kept for the next batch of its shape, which would overwrite them
+        while a caller still holds these: fairseq-interactive's buffer, the hub). Three reads
+        from the device whatever the batch size (one per sentence costs a host sync each on a
+        GPU)."""
         slots = torch.arange(self.final_scores.size(1), device=self.final_scores.device)
         stored = slots < self.final_count.unsqueeze(1)  # the spare slot never is
         scores = self.final_scores.masked_fill(~stored, -math.inf)
         ranked = torch.sort(scores, dim=1, descending=True, stable=True).indices
         counts, lengths = self.final_count.tolist(), self.final_lengths.tolist()
         ranked = ranked.tolist()
+        finals = (self.final_tokens, self.final_scores, self.final_positional)
+        if self.fixed_address:
+            finals = tuple(final.clone() for final in finals)
         return [
             [
-                self._hypothesis(sentence, slot, lengths[sentence][slot])
+                hypothesis(*finals, sentence, slot, lengths[sentence][slot])
                 for slot in ranked[sentence][: counts[sentence]]
             ]
             for sentence in sentences
         ]
 
-    def _hypothesis(self, sentence: int, slot: int, length: int) -> Dict[str, Tensor]:
-        """fairseq's record of the finished hypothesis in ``slot`` of ``sentence``."""
-        return {
-            "tokens": self.final_tokens[sentence, slot, :length],
-            "score": self.final_scores[sentence, slot],
-            "attention": torch.empty(0),
-            "alignment": torch.empty(0),
-            "positional_scores": self.final_positional[sentence, slot, :length],
-        }
+
+def hypothesis(
+    tokens: Tensor, scores: Tensor, positional: Tensor, sentence: int, slot: int, length: int
+) -> Dict[str, Tensor]:
+    """fairseq's record of the finished hypothesis in ``slot`` of ``sentence``, from the search's
+    final tokens, scores and positional scores."""
+    return {
+        "tokens": tokens[sentence, slot, :length],
+        "score": scores[sentence, slot],
+        "attention": torch.empty(0),
+        "alignment": torch.empty(0),
+        "positional_scores": positional[sentence, slot, :length],
+    }
 
 
 def best_of_rows(scores: Tensor, k: int, chunk: int = CHUNK) -> Tuple[Tensor, Tensor]:

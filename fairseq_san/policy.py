@@ -20,7 +20,6 @@ from fairseq_san.errors import UsageError
 from fairseq_san.files import write_text
 
 
-
 class Kind(NamedTuple):
     """An attention kind: the stack whose layers it governs (its queries come from there), the
     attention module of each layer, the stack its keys come from, and its name in prose."""

@@ -135,6 +135,20 @@ def test_a_generators_beam_does_not_reach_a_full_sequence_pass(argv, sentences):
     assert torch.equal(decoder_logits(model, src_tokens, src_lengths, prev), expected)
 
 
+def test_fast_decoding_of_a_model_built_in_inference_mode():
+    """A model built under torch.inference_mode has inference tensors, which count no in-place
+    writes: the fused projection's check for changed weights raised "Inference tensors do not
+    track version counter" at the first step."""
+    plain, _ = build([], dictionary=DICT, seed=107)
+    with torch.inference_mode():
+        fast, _ = build(["--san-fast-decoding"], dictionary=DICT, seed=107)
+    src_tokens, src_lengths = source_batch(DICT, [4, 6], seed=108)
+    expected = generate(plain, DICT, src_tokens, src_lengths, beam=3, max_len_b=8)
+    with torch.inference_mode():
+        actual = generate(fast, DICT, src_tokens, src_lengths, beam=3, max_len_b=8)
+    assert_same_hypotheses(expected, actual, atol=ATOL)
+
+
 @pytest.mark.parametrize("need_head_weights", [False, True])
 @pytest.mark.parametrize("beam", [1, 3])
 def test_fast_attention_step_equals_fairseq_step(beam, need_head_weights):

@@ -19,6 +19,7 @@ from helpers import (
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
+    build_lm,
     NoHostSync,
     calls_of,
     capture_without_host_sync,
@@ -766,6 +767,35 @@ def test_ensembles_and_lm_fusion_are_refused(task):
         task.build_generator([model, model], args)
     with pytest.raises(StaticDecoderError, match="--lm-path"):
         task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
+
+
+def test_a_language_model_given_to_the_translation_generator_names_the_lm_one():
+    """From Python: an AttributeError ("'NoneType' object has no attribute ...") at the first
+    batch before."""
+    language_model = build_lm([], dictionary=DICTIONARY)[0]
+    with pytest.raises(StaticDecoderError, match="StaticLMGenerator"):
+        StaticSequenceGenerator([language_model], DICTIONARY)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_generator_built_before_training_decodes_with_the_trained_weights(precision):
+    """fairseq-train --eval-bleu builds its generator once, then trains: the step's fused,
+    converted and packed copies kept the first weights while the rest followed the model. The
+    step is built again when a weight has changed, and only then."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    sample = next(two_batches())
+    settings = dict(beam_size=4, max_len_b=12, precision=precision)
+    built_early = StaticSequenceGenerator([model], DICTIONARY, **settings)
+    built_early.generate([model], sample)
+    step = built_early.step
+    built_early.generate([model], sample)
+    assert built_early.step is step
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():  # an optimizer's step: in place
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    expected = StaticSequenceGenerator([model], DICTIONARY, **settings).generate([model], sample)
+    assert_same_hypotheses(expected, built_early.generate([model], sample), atol=1e-6)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "bf16-fp32-logits", "bf16-full", "int8"])

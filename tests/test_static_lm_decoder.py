@@ -94,6 +94,23 @@ def test_beam_search_with_a_prompt_equals_fairseqs(system):
     assert_same_hypotheses(ours, theirs, ATOL)
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_prompt_ending_in_eos_finishes_every_hypothesis_as_fairseqs(beam):
+    """fairseq-generate --prefix-size N forces a language model's targets, EOS included when a
+    sentence is shorter than N: forcing had left all hypotheses but the first at -inf, so EOS
+    finished one and beam search failed at max_len; fairseq copies the first hypothesis to the
+    others. EOS inside the prompt every sentence has (its one pass) and after it."""
+    model = language_model("san 2,4")
+    prefix = prompts((6, 6, 6), seed=3)
+    prefix[0, 2], prefix[0, 3:] = DICT.eos(), DICT.pad()
+    prefix[1, 4], prefix[1, 5:] = DICT.eos(), DICT.pad()
+    options = dict(beam_size=beam, max_len_b=12)
+    theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+    ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
+    assert_same_hypotheses(ours, theirs, ATOL)
+    assert [len(hypos) for hypos in ours] == [beam] * 3
+
+
 @pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
 def test_done_prompts_leave_the_batch_and_the_output_stays_fairseqs(system, monkeypatch):
     """Prompts whose search is done leave the batch (here as soon as one is), caches and search

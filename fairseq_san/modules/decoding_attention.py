@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from fairseq_san.modules import IncrementalState
+from fairseq_san.modules import IncrementalState, weights_key
 
 
 class DecodingAttention(MultiheadAttention):
@@ -109,7 +109,7 @@ class DecodingAttention(MultiheadAttention):
         params += [getattr(self, f"{n}_proj").bias for n in "qkv"]
         if any(p is None for p in params):
             raise ValueError("fast decoding needs q/k/v projections with biases")
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = weights_key(params)
         if self._fused is None or self._fused[0] != key:
             self._fused = (key, torch.cat(params[:3]).detach(), torch.cat(params[3:]).detach())
         return self._fused[1], self._fused[2]

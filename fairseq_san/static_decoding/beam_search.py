@@ -221,6 +221,8 @@ class TensorBeamSearch:
         if not on_host and (s.sampling is not None or self.prefix is not None):
             raise ValueError("sampling and prefix tokens take int steps (the host's position)")
         lprobs = self._constrain(step, lprobs)
+        if self.prefix is not None and on_host:
+            self._replicate_first_hypothesis(step, lprobs)
         if s.sampling is not None:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
         else:
@@ -344,6 +346,23 @@ class TensorBeamSearch:
         kept = lprobs.gather(1, column)  # padding (no prefix token there) is already -inf
         lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
         lprobs.scatter_(1, column, kept)
+
+    def _replicate_first_hypothesis(self, step: int, lprobs: Tensor) -> None:
+        """Where a sentence's forced prefix token at ``step`` is EOS, give every row of it the
+        first hypothesis' tokens, scores and log-probabilities (fairseq's
+        ``replicate_first_beam``): forcing the prefix left the other hypotheses at -inf, so EOS
+        would finish one of ``beam`` and the others never (step 0 ranks the first row only)."""
+        if not 0 < step < min(self.prefix.size(1), self.settings.max_len):
+            return
+        forced = self.prefix[:, step].eq(self.settings.eos)
+        if not bool(forced.any()):
+            return
+        beam = self.settings.beam
+        offsets = self.row_offsets[forced]  # (sentences forced, 1)
+        rows = (offsets + self.candidate_offsets[:beam]).reshape(-1)
+        firsts = (offsets.squeeze(1) + self.beam_rows[forced, 0]).repeat_interleave(beam)
+        for tensor in (self.tokens.tensor, self.scores.tensor, lprobs):
+            tensor[rows] = tensor[firsts]
 
     def _finish(self, step: Step, finishing: Tensor, rows: Tensor, scores: Tensor) -> None:
         """Store the EOS candidates ``finishing`` (sentences, beam) of live sentences, in candidate

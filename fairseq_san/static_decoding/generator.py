@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.command_options import check_temperature
+from fairseq_san.modules import weights_key
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
@@ -92,6 +93,9 @@ KEPT_SHAPES = 4
 class StaticSequenceGenerator(nn.Module):
     """Beam search with fairseq's semantics over a static-shape decoder step (see module doc)."""
 
+    # Whether the model must have an encoder: translation's does, a language model's not.
+    needs_encoder = True
+
     def __init__(
         self,
         models: List[nn.Module],
@@ -115,27 +119,21 @@ class StaticSequenceGenerator(nn.Module):
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
         check_temperature(temperature)
         self.model = models[0]
+        if self.needs_encoder and getattr(self.model, "encoder", None) is None:
+            raise StaticDecoderError(
+                "a model without an encoder in StaticSequenceGenerator",
+                "StaticLMGenerator decodes a language model (the task language_modeling_san "
+                "builds it)",
+            )
         self.model.eval()
         device = next(self.model.parameters()).device
         check_device(precision, device)
         warn_if_slower_than_fp32(precision, device)
         self.execution = execution_for(execution, device)
         check_compiled_precision(precision, self.execution.compiles)
-        self.step = apply_precision(
-            StaticDecoderStep(self.model.decoder), precision, pack=self.execution.pack
-        )
-        # The encoder at this precision (a language model has none).
-        encoder = getattr(self.model, "encoder", None)
-        self.encoder = (
-            None if encoder is None else convert_encoder(encoder, precision, self.execution.pack)
-        )
-        self.run_first_step, self.run_step, self.run_search_step = self.runners(
-            compile_backend, capture
-        )
-        # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
-        # captured).
-        self._caches: "OrderedDict[Tuple, DecoderCache]" = OrderedDict()
-        self._searches: Dict[Tuple, TensorBeamSearch] = {}
+        self.precision = precision
+        self.compile_backend, self.capture = compile_backend, capture
+        self.build_from_weights()
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -145,7 +143,35 @@ class StaticSequenceGenerator(nn.Module):
         self.max_len = max_len or self.model.max_decoder_positions()
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
-        self.precision = precision
+
+    def build_from_weights(self) -> None:
+        """The step and the encoder from the model's weights as they are now (copies of some:
+        fused, converted, packed, captured), with no cache or search kept."""
+        self.step = apply_precision(
+            StaticDecoderStep(self.model.decoder), self.precision, pack=self.execution.pack
+        )
+        # The encoder at this precision (a language model has none).
+        encoder = getattr(self.model, "encoder", None)
+        self.encoder = (
+            None
+            if encoder is None
+            else convert_encoder(encoder, self.precision, self.execution.pack)
+        )
+        self.run_first_step, self.run_step, self.run_search_step = self.runners(
+            self.compile_backend, self.capture
+        )
+        # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
+        # captured).
+        self._caches: "OrderedDict[Tuple, DecoderCache]" = OrderedDict()
+        self._searches: Dict[Tuple, TensorBeamSearch] = {}
+        self.built_from = weights_key(self.model.parameters())
+
+    def follow_the_weights(self) -> None:
+        """Build the step again where the model's weights changed since it was built: fairseq-train
+        ``--eval-bleu`` builds its generator once, then trains, and the step's copies would
+        decode with the weights of the start (the others shared, read as they are now)."""
+        if weights_key(self.model.parameters()) != self.built_from:
+            self.build_from_weights()
 
     def runners(
         self, compile_backend: Union[str, Callable], capture: Capture
@@ -177,6 +203,7 @@ class StaticSequenceGenerator(nn.Module):
             raise StaticDecoderError("--prefix-size (prefix tokens)")
         if constraints is not None:
             raise StaticDecoderError("--constraints")
+        self.follow_the_weights()
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]

@@ -41,6 +41,8 @@ LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
+    needs_encoder = False
+
     def __init__(
         self,
         models,
@@ -68,6 +70,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         ``prefix_tokens``, padded on the right), its n-best continuations, the prompt included."""
         if constraints is not None:
             raise StaticDecoderError("--constraints")
+        self.follow_the_weights()
         src_tokens = sample["net_input"]["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
         max_len = self._max_len(src_len)

@@ -126,13 +126,9 @@ class StaticSequenceGenerator(nn.Module):
                 "builds it)",
             )
         self.model.eval()
-        device = next(self.model.parameters()).device
-        check_device(precision, device)
-        warn_if_slower_than_fp32(precision, device)
-        self.execution = execution_for(execution, device)
-        check_compiled_precision(precision, self.execution.compiles)
-        self.precision = precision
+        self.precision, self.execution_asked = precision, execution
         self.compile_backend, self.capture = compile_backend, capture
+        self.device: Optional[torch.device] = None
         self.build_from_weights()
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
@@ -146,7 +142,15 @@ class StaticSequenceGenerator(nn.Module):
 
     def build_from_weights(self) -> None:
         """The step and the encoder from the model's weights as they are now (copies of some:
-        fused, converted, packed, captured), with no cache or search kept."""
+        fused, converted, packed, captured), with no cache or search kept; the execution for
+        the device they are on."""
+        device = next(self.model.parameters()).device
+        if device != self.device:  # fairseq-train builds --eval-bleu's generator on the CPU
+            self.device = device
+            check_device(self.precision, device)
+            warn_if_slower_than_fp32(self.precision, device)
+            self.execution = execution_for(self.execution_asked, device)
+            check_compiled_precision(self.precision, self.execution.compiles)
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), self.precision, pack=self.execution.pack
         )

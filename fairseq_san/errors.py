@@ -152,11 +152,15 @@ def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str
     return f"{value!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
 
 
+# Errors of a path that is missing or of the wrong kind: a folder for a file
+# (fairseq-interactive --input DIR), a file for a folder (fairseq-generate --results-path FILE).
+PATH_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
+
+
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
-    """Whether ``exc`` is a FileNotFoundError (or NotADirectoryError) for a path given on the
-    command line, or for a file in a directory given there (a data directory without its
-    ``dict.LANG.txt``)."""
-    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)) or not exc.filename:
+    """Whether ``exc`` is one of ``PATH_ERRORS`` for a path given on the command line, or for a
+    file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
+    if not isinstance(exc, PATH_ERRORS) or not exc.filename:
         return False
     missing = os.path.normpath(str(exc.filename))
     # fairseq takes several data directories as DIR1:DIR2
@@ -164,11 +168,15 @@ def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
     return missing in given or os.path.dirname(missing) in given
 
 
-def missing_path_said(exc: OSError) -> str:
-    """The missing path and why; for a language model's ``dict.txt`` missing from translation
-    data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it), what each
-    kind of data needs."""
+def path_error_said(exc: OSError) -> str:
+    """The path and what is wrong with it; for a language model's ``dict.txt`` missing from
+    translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it),
+    what each kind of data needs."""
     said = f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, FileExistsError):
+        return said + " (a file, where the command makes a folder)"
+    if isinstance(exc, IsADirectoryError):
+        return said + " (the command reads a file there)"
     folder, name = os.path.split(str(exc.filename))
     if name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
         said += (
@@ -188,7 +196,7 @@ def excepthook(previous: Callable) -> Callable:
         if usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)
         elif names_a_command_line_path(exc, sys.argv[1:]):
-            print(PREFIX + missing_path_said(exc), file=sys.stderr)
+            print(PREFIX + path_error_said(exc), file=sys.stderr)
         elif said is not None:
             print(PREFIX + said, file=sys.stderr)
         else:

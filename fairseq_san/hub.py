@@ -13,6 +13,8 @@ refuses the plugin's decoding options where the task cannot honour them. ``from_
 """
 
 import copy
+import os
+import urllib.parse
 from typing import Any, Callable, Dict, Optional
 
 from fairseq import hub_utils
@@ -22,6 +24,9 @@ from omegaconf import DictConfig, open_dict
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.tasks.decoding import DECODER_OPTION_NAMES, DecodingTask, check_generation_args
+
+# The URL schemes fairseq's ``file_utils.cached_path`` downloads.
+REMOTE_SCHEMES = ("http", "https", "s3")
 
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
@@ -87,11 +92,26 @@ def from_pretrained(
     plugin's interface. Its keywords are the checkpoint's overrides, checked as
     ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation'`` for a
     checkpoint of another task, which fairseq ignored, is refused there)."""
+    archive_map = model_class.hub_models()
+    check_folder(model_name_or_path, archive_map, "model_name_or_path")
+    if not str(data_name_or_path).startswith("."):  # else inside the model's folder
+        check_folder(data_name_or_path, archive_map, "data_name_or_path")
     loaded = hub_utils.from_pretrained(
         model_name_or_path,
         checkpoint_file,
         data_name_or_path,
-        archive_map=model_class.hub_models(),
+        archive_map=archive_map,
         **kwargs,
     )
     return SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
+
+
+def check_folder(path, archive_map: Dict, keyword: str) -> None:
+    """UsageError for a local ``path`` that is not there: fairseq's ``load_archive_file`` logs
+    that it found nothing and returns None, and ``from_pretrained`` fails later with a
+    ``TypeError``. A name of ``archive_map`` or a URL is fairseq's to fetch."""
+    text = str(path)
+    if text in archive_map or urllib.parse.urlparse(text).scheme in REMOTE_SCHEMES:
+        return
+    if not os.path.exists(text):
+        raise UsageError(f"from_pretrained({keyword}={text!r}): no such folder")

@@ -153,12 +153,13 @@ def parsed_json(read: Callable[[], object], shown: str) -> object:
 
 
 def load_json_object(path: str, what: str) -> dict:
-    """Read a JSON file whose top level must be an object.
+    """Read a JSON file whose top level must be an object (UTF-8, with or without the byte-order
+    mark some editors write).
 
     ``what`` names the file in error messages (e.g. "policy file").
     """
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             data = parsed_json(
                 lambda: json.load(handle, object_pairs_hook=unique_object), f'{what} "{path}"'
             )

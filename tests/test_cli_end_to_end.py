@@ -76,6 +76,19 @@ def test_generate_takes_the_policy_from_the_checkpoint(generated):
     assert len(best_hypotheses(generated.stdout)) == 20
 
 
+def test_generate_translates_the_shard_it_is_given(binarized_corpus, trained, generated):
+    """fairseq-generate --num-shards 2 --shard-id K translated the whole subset in each shard."""
+    checkpoint, _ = trained["sharing"]
+    shards = [
+        fairseq_generate(binarized_corpus, checkpoint, "--batch-size", "4", "--num-shards", "2",
+                         "--shard-id", str(shard))
+        for shard in (0, 1)
+    ]  # fmt: skip
+    ids = [set(best_hypotheses(shard.stdout)) for shard in shards]
+    assert ids[0] and ids[1] and not ids[0] & ids[1], ids
+    assert ids[0] | ids[1] == set(best_hypotheses(generated.stdout))
+
+
 def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained):
     """What fairseq-generate loads (checkpoint_utils.load_model_ensemble), in process."""
     import fairseq_san  # noqa: F401

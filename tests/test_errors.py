@@ -648,6 +648,32 @@ def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
         task.load_dataset("test")
 
 
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (dict(eval_bleu_args="notjson"), "--eval-bleu-args 'notjson' is not JSON (Expecting value: "
+         "line 1 column 1 (char 0)): e.g. '{\"beam\": 4}'"),
+        (dict(eval_bleu_detok_args="[1]"), "--eval-bleu-detok-args '[1]': it must be a JSON "
+         "object, e.g. '{\"moses_no_escape\": true}'"),
+        (dict(eval_bleu_args='{"bema": 2}'), "unknown generation option 'bema' (a key of "
+         "--eval-bleu-args): did you mean 'beam'?"),
+        (dict(eval_bleu_args='{"san_policy": "{}"}'), "san_policy in --eval-bleu-args is no "
+         "generation option: pass --san-policy to fairseq-train itself"),
+    ],
+    ids=["not JSON", "not an object", "misspelt", "model option"],
+)  # fmt: skip
+def test_eval_bleu_options_are_checked_before_training(options, said):
+    """fairseq-train read them with json.loads (a traceback) and set each key of
+    --eval-bleu-args unchecked: {"bema": 2} decoded validation BLEU at the default beam."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    dictionary = make_dictionary()
+    with pytest.raises(UsageError) as refused:
+        TranslationSANTask(TranslationSANConfig(eval_bleu=True, **options), dictionary, dictionary)
+    assert str(refused.value) == said
+
+
 def test_analysis_in_training_is_a_usage_error(tmp_path):
     from fairseq_san.errors import UsageError
 
@@ -675,12 +701,19 @@ def test_a_negative_number_of_saved_sentences_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_analysis_of_two_subsets_is_one_line(binarized_corpus, trained, tmp_path):
+def test_analysis_of_two_subsets_is_one_line_before_any_is_analysed(
+    binarized_corpus, trained, tmp_path
+):
+    """It was refused at the second subset, after the first had been analysed and written."""
     result = validate(
         binarized_corpus, trained["san"] / "checkpoint_last.pt",
         "--san-analysis-dir", str(tmp_path / "js"), "--valid-subset", "valid,test",
     )  # fmt: skip
-    assert_one_line_error(result, "one subset per run", "run fairseq-validate once per subset")
+    assert_one_line_error(
+        result, "--san-analysis-dir analyses one subset per run, and --valid-subset valid,test "
+        "names 2: run fairseq-validate once per subset"
+    )  # fmt: skip
+    assert not (tmp_path / "js").exists()
 
 
 NOT_UTF8 = b"tok1 tok2 \xff tok3\n"
@@ -989,6 +1022,56 @@ def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
     assert "--warm-updates 0: must be a whole number of at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, error, said",
+    [
+        (["fairseq-interactive", "DATA", "--input", "{tmp}"],
+         IsADirectoryError(21, "Is a directory", "{tmp}"),
+         "{tmp}: Is a directory (the command reads a file there)"),
+        (["fairseq-generate", "DATA", "--results-path", "{tmp}/afile"],
+         FileExistsError(17, "File exists", "{tmp}/afile"),
+         "{tmp}/afile: File exists (a file, where the command makes a folder)"),
+    ],
+    ids=["interactive --input DIR", "generate --results-path FILE"],
+)  # fmt: skip
+def test_a_command_line_path_of_the_wrong_kind_is_one_line(
+    tmp_path, capsys, monkeypatch, argv, error, said
+):
+    """A folder where fairseq reads a file, a file where it makes a folder: tracebacks before."""
+    from fairseq_san.errors import excepthook
+
+    error.filename = error.filename.format(tmp=tmp_path)
+    monkeypatch.setattr("sys.argv", [arg.format(tmp=tmp_path) for arg in argv])
+    excepthook(lambda *args: print("Traceback", file=sys.stderr))(type(error), error, None)
+    assert capsys.readouterr().err == f"fairseq-san: error: {said.format(tmp=tmp_path)}\n"
+
+
+@pytest.mark.parametrize(
+    "shards, said",
+    [((2, 2, 1, 0), "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
+     ((0, 0, 1, 0), "--shard-id 0 of --num-shards 0: the shards are 0 to N - 1, N at least 1"),
+     ((2, 1, 4, 1), "--num-shards 2 --shard-id 1 and --distributed-world-size 4 "
+      "--distributed-rank 1 name two shardings: give --num-shards and --shard-id only"),
+     ((2, 1, 1, 0), None), ((2, 1, 2, 1), None), ((1, 0, 3, 2), None)],
+)  # fmt: skip
+def test_generation_shards_are_the_ones_named(shards, said):
+    """fairseq-generate sharded by --distributed-world-size/--distributed-rank only: every
+    --num-shards job translated the whole subset."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.generation_shards import apply_shards
+
+    names = ("num_shards", "shard_id", "distributed_world_size", "distributed_rank")
+    args = argparse.Namespace(**dict(zip(names, shards)))
+    if said is not None:
+        with pytest.raises(UsageError) as refused:
+            apply_shards(args)
+        assert str(refused.value) == said
+        return
+    apply_shards(args)
+    expected = shards[2:] if shards[0] == 1 else shards[:2]
+    assert (args.distributed_world_size, args.distributed_rank) == expected
+
+
 def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
     """fairseq's task looks for DATA/dict.LANG.txt deep inside its set-up."""
     from fairseq_san.errors import excepthook
@@ -1229,6 +1312,13 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          "--temperature nan: it must be a finite number"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--sampling-topp", "nan"],
          "--sampling-topp nan: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--sampling", "--sampling-topp", "2"],
+         "--sampling-topp 2.0: it must be in (0, 1] (-1, the default, samples from every token)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--sampling", "--sampling-topk=-5"],
+         "--sampling-topk -5: it must be an integer of at least 1 (-1, the default, samples from "
+         "every token)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--sampling", "--sampling-topk", "0"],
+         "--sampling-topk 0: it must be an integer of at least 1"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--diversity-rate=-inf"],
          "--diversity-rate -inf: it must be a finite number"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size=-1"],

@@ -183,3 +183,17 @@ def test_a_component_or_group_that_fairseq_would_ignore_or_fail_on_is_refused(
     with pytest.raises(UsageError) as refused:
         load(workdir, **keywords)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("missing", ["model_name_or_path", "data_name_or_path"])
+def test_a_folder_that_is_not_there_is_named(tmp_path, missing):
+    """fairseq's load_archive_file returned None for it, and from_pretrained failed later with a
+    TypeError deep inside fairseq (hub_utils, utils.split_paths)."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    paths = {"model_name_or_path": str(tmp_path), "data_name_or_path": str(tmp_path)}
+    paths[missing] = str(tmp_path / "nowhere")
+    with pytest.raises(UsageError) as refused:
+        TransformerSANModel.from_pretrained(checkpoint_file="checkpoint_best.pt", **paths)
+    assert str(refused.value) == f"from_pretrained({missing}={paths[missing]!r}): no such folder"

@@ -91,6 +91,12 @@ def test_the_settled_command(tmp_path):
     assert missing.stderr.splitlines()[-1] == (
         f"fairseq-san-loop: error: {tmp_path / 'nowhere'}: no such run directory"
     )
+    unlearned = run_cli("fairseq-san-loop", "settled", run_dir, "3")
+    assert unlearned.returncode == 2  # it exited 1 without a word: "the policy is new"
+    assert unlearned.stderr.splitlines()[-1] == (
+        f"fairseq-san-loop: error: {tmp_path / 'iter4' / 'policy.json'}: iteration 3 has learned "
+        "no policy yet (fairseq-san-policy writes it)"
+    )
     negative = run_cli("fairseq-san-loop", "settled", run_dir, "-1")
     assert negative.returncode == 2  # it exited 1 without a word: "the policy is new"
     assert negative.stderr.splitlines()[-1] == (

@@ -129,6 +129,9 @@ def test_load_policy(tmp_path):
     )
     assert load_policy(path) == {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
     assert load_policy(write_json(tmp_path / "empty.json", {})) == {}
+    marked = tmp_path / "bom.json"  # a byte-order mark (Notepad): "Unexpected UTF-8 BOM" before
+    marked.write_bytes(b"\xef\xbb\xbf" + Path(path).read_bytes())
+    assert load_policy(str(marked)) == {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
 
 
 def test_load_policy_from_json_text():

@@ -681,6 +681,10 @@ def hub_generation_args(**keywords):
         (dict(beam=-1), "--beam -1: it must be an integer of at least 1"),
         (dict(beam="4"), "--beam '4': it must be an integer of at least 1"),
         (dict(beam=4.5), "--beam 4.5: it must be an integer of at least 1"),
+        (dict(sampling=True, sampling_topp=2.0), "--sampling-topp 2.0: it must be in (0, 1] (-1, "
+         "the default, samples from every token)"),
+        (dict(sampling=True, sampling_topk="5"), "--sampling-topk '5': it must be an integer of "
+         "at least 1 (-1, the default, samples from every token)"),
         (dict(san_policy="{}"), "san_policy is an option of the model, which translate(), "
          "sample() and generate() cannot change: give it to from_pretrained(..., san_policy=...)"),
         (dict(san_fast_decoding=True), "san_fast_decoding is deprecated: pass san_decoding='fast'"),
@@ -689,7 +693,7 @@ def hub_generation_args(**keywords):
          "it"),
     ],
     ids=["misspelt", "unknown", "nan", "text for a number", "negative beam", "text beam",
-         "fractional beam", "model option", "deprecated option", "analysis option"],
+         "fractional beam", "top-p above 1", "text top-k", "model option", "deprecated option", "analysis option"],
 )  # fmt: skip
 def test_hub_keywords_a_search_cannot_take_are_refused(task, keywords, message):
     """The hub's keywords reach the generator unparsed: a misspelt one decoded at the default

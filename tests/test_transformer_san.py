@@ -30,6 +30,7 @@ from helpers import (
     assert_same_hypotheses,
     build,
     build_fairseq_transformer,
+    build_lm,
     count_parameters,
     decoder_logits,
     generate,
@@ -401,6 +402,20 @@ def test_bad_policy_input(argv, message):
     with pytest.raises(PolicyError) as error:
         build(argv, arch=arch, dictionary=DICT)
     assert message in str(error.value)
+
+
+def test_attention_heads_that_do_not_divide_the_embedding_are_one_error():
+    """fairseq's MultiheadAttention asserted it ("embed_dim must be divisible by num_heads") or
+    divided by zero: a traceback from fairseq-train."""
+    from fairseq_san.errors import UsageError
+
+    said = "--decoder-attention-heads 3 does not divide --decoder-embed-dim"
+    with pytest.raises(UsageError, match=said):
+        build(["--decoder-attention-heads", "3"], dictionary=DICT)
+    with pytest.raises(UsageError, match="--encoder-attention-heads 0 does not divide"):
+        build(["--encoder-attention-heads", "0"], dictionary=DICT)
+    with pytest.raises(UsageError, match=said):
+        build_lm(["--decoder-attention-heads", "3"], dictionary=DICT)
 
 
 def test_an_aan_architecture_is_told_by_what_it_sets_not_by_its_name(monkeypatch):

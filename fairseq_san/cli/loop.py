@@ -4,7 +4,8 @@
 
 * ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
 * ``settled RUN_DIR K``: exit 0, saying why, when the loop stops after iteration K: the policy K
-  learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes;
+  learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes; exit 2 when
+  K has learned none (``RUN_DIR/iter<K+1>/policy.json``);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
   training time) as ``RUN_DIR/loop.md``, also printed (``fairseq_san.loop.summary``);
 * ``options RECIPE ARGS...``: the recipe's command line parsed with its option list, printed as
@@ -49,7 +50,7 @@ from fairseq_san.loop.recipe_options import (
 )
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, check_run_dir
 from fairseq_san.loop.run_record import check_values, start_run
-from fairseq_san.loop.stopping import loop_stop
+from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import write_summary
 from fairseq_san.loop.train_log import train_log_table
 from fairseq_san.policy import format_policy, load_policy
@@ -107,6 +108,12 @@ def run_settled(args: argparse.Namespace, after: List[str]) -> int:
     """Exit 0, saying why, when the loop stops after iteration K; 1 while its policy changes."""
     if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
         raise UsageError(f"{args.run_dir}: no such run directory")
+    learned = policy_path(args.run_dir, args.iteration + 1)
+    if not os.path.isfile(learned):  # nor would it say this: "the policy is new"
+        raise UsageError(
+            f"{learned}: iteration {args.iteration} has learned no policy yet "
+            "(fairseq-san-policy writes it)"
+        )
     stop = loop_stop(args.run_dir, args.iteration)
     if stop is not None:
         print(f"== {stop}")

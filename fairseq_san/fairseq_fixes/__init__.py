@@ -34,12 +34,15 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and fairseq-eval-lm samples longer than the model's positions, the context window included,
   or a ``--context-window`` that leaves nothing of them to score;
+* ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
+  ``--shard-id`` name (it translated the whole subset in every shard);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
 from fairseq_san.fairseq_fixes import (
     clean_exit,
     command_options,
+    generation_shards,
     half_precision,
     interactive_input,
     last_batch,
@@ -56,7 +59,7 @@ from fairseq_san.fairseq_fixes import (
 FIXES = (
     literal_eval, safe_loading, model_overrides, last_batch, numpy2, interactive_input, clean_exit,
     restore_file, shared_checkpoints, half_precision, command_options, tokens_per_sample,
-    one_line_errors,
+    generation_shards, one_line_errors,
 )
 
 

@@ -22,7 +22,8 @@ is now one line naming the plugin's tasks or models that have the option.
 ``--beam 0`` or ``--nbest 0`` failed with a ``ZeroDivisionError`` or a slice error inside the
 generators, ``--lenpen nan`` printed NaN scores, ``--nbest`` above ``--beam`` printed fewer
 hypotheses than asked, ``--temperature 0`` failed on fairseq's assertion, ``--sampling-topk``
-beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), ``--bf16``
+beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), a top-p outside
+(0, 1] or a top-k below 1 sampled from every token, ``--bf16``
 was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
 ``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
@@ -32,7 +33,8 @@ A plugin option that the command would accept and ignore is refused: the static 
 without ``--eval-bleu``; fairseq-train keeps ``--san-decoding fast`` and ``no-cache``, which the
 model applies to itself and its checkpoint keeps), ``--san-analysis-dir`` outside
 fairseq-validate (fairseq-train stopped at its first update; fairseq-eval-lm created the folder
-and wrote nothing) and the analysis's other options without it. An option is given where the
+and wrote nothing), the analysis's other options without it, and with it more than one
+``--valid-subset`` (the second was refused after the first had been analysed). An option is given where the
 command line names it (``--san-decoding fairseq`` too, its default).
 
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
@@ -235,6 +237,12 @@ def check_plugin_options_used(
             "would analyse nothing; drop it, and run fairseq-validate DATA --task translation_san "
             "(or language_modeling_san) --path CKPT --san-analysis-dir DIR"
         )
+    subsets = getattr(args, "valid_subset", "").split(",")
+    if kind == "validate" and given(argv, analysis_dir) and len(subsets) > 1:
+        raise UsageError(
+            f"--san-analysis-dir analyses one subset per run, and --valid-subset "
+            f"{args.valid_subset} names {len(subsets)}: run fairseq-validate once per subset"
+        )
     for option in analysis_options:
         if given(argv, option) and not given(argv, analysis_dir):
             raise UsageError(
@@ -324,6 +332,16 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
     check_temperature(getattr(args, "temperature", 1.0))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
+    if not is_integer(topk) or (topk != -1 and topk < 1):
+        raise UsageError(
+            f"--sampling-topk {topk!r}: it must be an integer of at least 1 (-1, the default, "
+            "samples from every token)"
+        )
+    if topp != -1 and not 0 < topp <= 1:
+        raise UsageError(
+            f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
+            "token)"
+        )
     if topk > 0 and topp > 0:
         raise UsageError(
             f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "

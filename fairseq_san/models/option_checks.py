@@ -8,7 +8,7 @@ Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``
 
 import argparse
 import logging
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
@@ -133,6 +133,22 @@ def check_analysis_task(
         f"with --task {trained or type(task).__name__}, which fairseq-validate keeps: switch its "
         f'task with --model-overrides "{override!r}"'
     )
+
+
+def check_attention_heads(args: argparse.Namespace, stacks: Tuple[str, ...]) -> None:
+    """Refuse a count of attention heads below 1 or that does not divide its stack's embedding
+    size (each head takes embed/heads of it): fairseq's MultiheadAttention asserts it, a
+    traceback."""
+    for stack in stacks:
+        heads = getattr(args, f"{stack}_attention_heads")
+        embed = getattr(args, f"{stack}_embed_dim")
+        if heads < 1 or embed % heads:
+            divisors = [d for d in range(1, min(embed, 64) + 1) if embed % d == 0]
+            raise UsageError(
+                f"--{stack}-attention-heads {heads} does not divide --{stack}-embed-dim {embed} "
+                f"(each head takes an equal part of it): pick one of "
+                f"{', '.join(map(str, divisors[-6:]))}, or another --{stack}-embed-dim"
+            )
 
 
 def check_decoder_overrides(

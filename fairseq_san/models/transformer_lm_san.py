@@ -36,6 +36,7 @@ from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, fit_checkpoint
 from fairseq_san.models.option_checks import (
     check_analysis_task,
+    check_attention_heads,
     check_decoder_overrides,
     check_language_modeling_task,
     check_no_translation_options,
@@ -76,6 +77,7 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         check_analysis_task(args, task, needed="language_modeling_san")
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
         lm_san_base_architecture(args)
+        check_attention_heads(args, ("decoder",))
         checkpoints.stamp(args)
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
         model = super().build_model(args, task)

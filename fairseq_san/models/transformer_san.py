@@ -29,6 +29,7 @@ from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, fit_checkpoint
 from fairseq_san.models.option_checks import (
     check_analysis_task,
+    check_attention_heads,
     check_decoder_overrides,
     check_no_lm_options,
     check_policy_fits_model,
@@ -120,6 +121,7 @@ class TransformerSANModel(HubModel, TransformerModel):
         check_analysis_task(args, task)
         check_decoder_overrides(args, task)
         san_base_architecture(args)
+        check_attention_heads(args, ("encoder", "decoder"))
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)
         warn_unused_encdec_share(policy, args)

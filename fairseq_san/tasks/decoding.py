@@ -7,7 +7,7 @@ and ``--san-decoder-execution``.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
@@ -53,17 +53,26 @@ def check_generation_args(args) -> None:
     generation config, so a misspelt one (``bema=1``) was ignored, a model's option
     (``san_policy``) too, and ``lenpen=nan`` gave NaN scores."""
     if isinstance(args, DictConfig):
-        known = set(GenerationConfig.__dataclass_fields__) | set(DECODER_OPTION_NAMES)
-        for key in args.keys():
-            if key in options.OPTIONS and key not in known:
-                raise UsageError(plugin_option_misplaced(options.OPTIONS[key]))
-            if key not in known:
-                raise UsageError(
-                    f"unknown generation option '{key}' (a keyword of translate(), sample() or "
-                    "generate()): "
-                    + nearest_key_hint(key, known, fallback="see fairseq's GenerationConfig")
-                )
+        check_generation_keys(
+            args.keys(), "a keyword of translate(), sample() or generate()", plugin_option_misplaced
+        )
     check_search_numbers(args)
+
+
+def check_generation_keys(
+    keys: Iterable[str], where: str, misplaced: Callable[[options.Option], str]
+) -> None:
+    """Refuse a key that names no generation option (``where`` says what it was given as),
+    naming the nearest; a plugin option that is not a decoder's with ``misplaced``'s words."""
+    known = set(GenerationConfig.__dataclass_fields__) | set(DECODER_OPTION_NAMES)
+    for key in keys:
+        if key in options.OPTIONS and key not in known:
+            raise UsageError(misplaced(options.OPTIONS[key]))
+        if key not in known:
+            raise UsageError(
+                f"unknown generation option '{key}' ({where}): "
+                + nearest_key_hint(key, known, fallback="see fairseq's GenerationConfig")
+            )
 
 
 def check_scoring(args, decoding: str) -> None:

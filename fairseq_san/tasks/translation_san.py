@@ -43,6 +43,7 @@ subset is analysed and in the loss, however batches are sized
 (``fairseq_san.fairseq_fixes.last_batch``). One subset per run, in a single process (no distributed validation).
 """
 
+import json
 from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
 
@@ -60,7 +61,8 @@ from fairseq_san.tasks.attention_analysis import (
     AttentionAnalysisTask,
     check_analysis_options,
 )
-from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
+from fairseq_san.errors import UsageError
+from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig, check_generation_keys
 
 @dataclass
 class TranslationSANConfig(TranslationConfig, AnalysisConfig, StaticDecoderConfig):
@@ -81,6 +83,7 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         self, cfg: TranslationSANConfig, src_dict: Dictionary, tgt_dict: Dictionary
     ) -> None:
         check_analysis_options(cfg)
+        check_eval_bleu_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
         self.start_analysis()
 
@@ -96,3 +99,28 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         from fairseq_san.static_decoding import build_static_generator
 
         return build_static_generator
+
+
+def check_eval_bleu_options(cfg: TranslationSANConfig) -> None:
+    """Refuse ``--eval-bleu-args`` or ``--eval-bleu-detok-args`` that is not a JSON object, and a
+    key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
+    ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
+    decoded validation BLEU at the default beam."""
+    if not cfg.eval_bleu:
+        return
+    for flag, text, example in (
+        ("--eval-bleu-args", cfg.eval_bleu_args, '{"beam": 4}'),
+        ("--eval-bleu-detok-args", cfg.eval_bleu_detok_args, '{"moses_no_escape": true}'),
+    ):
+        try:
+            value = json.loads(text or "{}")
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{flag} {text!r} is not JSON ({error}): e.g. '{example}'") from None
+        if not isinstance(value, dict):
+            raise UsageError(f"{flag} {text!r}: it must be a JSON object, e.g. '{example}'")
+    check_generation_keys(
+        json.loads(cfg.eval_bleu_args or "{}"),
+        "a key of --eval-bleu-args",
+        lambda option: f"{option.name} in --eval-bleu-args is no generation option: pass "
+        f"{option.flag} to fairseq-train itself",
+    )

@@ -1,0 +1,52 @@
+"""fairseq-generate translates the shard that ``--num-shards`` and ``--shard-id`` name.
+
+Upstream behaviour corrected: fairseq-generate's help says ``--num-shards N``: "shard generation
+over N shards" and ``--shard-id K``: "id of the shard to generate (id < num_shards)", but its batch
+iterator takes its shards from ``--distributed-world-size`` and ``--distributed-rank`` (1 and 0
+in fairseq-generate), so each of N jobs translated the whole subset: N copies of one output, and
+a shard id out of range was accepted. ``install()`` wraps fairseq-generate's ``main`` when that
+command runs: the two options become the iterator's shards (fairseq-eval-lm reads them so
+already), and a shard id out of range, or shards given both ways and different, is one line.
+"""
+
+import argparse
+import functools
+
+from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
+
+
+def apply_shards(args: argparse.Namespace) -> None:
+    """Set fairseq-generate's shards (``distributed_world_size``, ``distributed_rank``) from
+    ``--num-shards`` and ``--shard-id``; UsageError for a shard that does not exist."""
+    shards, shard = args.num_shards, args.shard_id
+    if shards < 1 or not 0 <= shard < shards:
+        raise UsageError(
+            f"--shard-id {shard} of --num-shards {shards}: the shards are 0 to N - 1, N at least 1"
+        )
+    if shards == 1:
+        return
+    world, rank = args.distributed_world_size, args.distributed_rank
+    if (world, rank) not in ((1, 0), (shards, shard)):
+        raise UsageError(
+            f"--num-shards {shards} --shard-id {shard} and --distributed-world-size {world} "
+            f"--distributed-rank {rank} name two shardings: give --num-shards and --shard-id only"
+        )
+    args.distributed_world_size, args.distributed_rank = shards, shard
+
+
+def _sharding(main):
+    @functools.wraps(main)
+    def wrapper(cfg, *args, **kwargs):
+        if isinstance(cfg, argparse.Namespace):  # the command line's (cli_main)
+            apply_shards(cfg)
+        return main(cfg, *args, **kwargs)
+
+    return wrapper
+
+
+def install() -> None:
+    """Wrap fairseq-generate's ``main`` when that command runs (idempotent)."""
+    generate = running_command("fairseq_cli.generate")
+    if getattr(generate, "main", None) is not None:
+        wrap_once(generate, "main", _sharding)

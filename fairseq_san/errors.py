@@ -173,10 +173,10 @@ def path_error_said(exc: OSError) -> str:
     translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it),
     what each kind of data needs."""
     said = f"{exc.filename}: {exc.strerror}"
-    if isinstance(exc, FileExistsError):
+    if isinstance(exc, FileExistsError) and os.path.isfile(exc.filename):
         return said + " (a file, where the command makes a folder)"
     if isinstance(exc, IsADirectoryError):
-        return said + " (the command reads a file there)"
+        return said + " (a folder, where the command needs a file)"
     folder, name = os.path.split(str(exc.filename))
     if name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
         said += (

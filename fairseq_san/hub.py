@@ -25,9 +25,6 @@ from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.tasks.decoding import DECODER_OPTION_NAMES, DecodingTask, check_generation_args
 
-# The URL schemes fairseq's ``file_utils.cached_path`` downloads.
-REMOTE_SCHEMES = ("http", "https", "s3")
-
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
     """fairseq's hub interface, refusing a generation keyword that no generator would follow."""
@@ -109,9 +106,9 @@ def from_pretrained(
 def check_folder(path, archive_map: Dict, keyword: str) -> None:
     """UsageError for a local ``path`` that is not there: fairseq's ``load_archive_file`` logs
     that it found nothing and returns None, and ``from_pretrained`` fails later with a
-    ``TypeError``. A name of ``archive_map`` or a URL is fairseq's to fetch."""
+    ``TypeError``. A name of ``archive_map`` or a URL (any scheme) is fairseq's to fetch."""
     text = str(path)
-    if text in archive_map or urllib.parse.urlparse(text).scheme in REMOTE_SCHEMES:
+    if text in archive_map or urllib.parse.urlparse(text).scheme:
         return
     if not os.path.exists(text):
-        raise UsageError(f"from_pretrained({keyword}={text!r}): no such folder")
+        raise UsageError(f"from_pretrained({keyword}={text!r}): no such file or folder")

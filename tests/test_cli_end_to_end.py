@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from helpers import REPO, best_hypotheses, fairseq_generate, run_parallel, train_argv
+from helpers import REPO, best_hypotheses, fairseq_generate, run_cli, run_parallel, train_argv
 
 SHARING = ["--san-decoder-self-policy", "1,5", "--san-decoder-encdec-policy", "3,3"]
 SHARING_LOG = "attention sharing: decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
@@ -186,3 +186,19 @@ def test_fine_tuning_under_a_policy_whose_blocks_moved_trains(binarized_corpus, 
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 2
     assert "decoder.layers.3.self_attn.k_proj.weight" in state["model"]
+
+
+def test_training_validates_with_the_static_decoder(binarized_corpus, tmp_path):
+    """fairseq-train --eval-bleu --san-decoding static: the generator is built before training
+    (told the training device), its step at the first validation and again after the weights
+    changed; each validation reports a BLEU."""
+    argv = train_argv(binarized_corpus, tmp_path / "save", 4, ["--task", "translation_san"])
+    argv = [arg for arg in argv if arg != "--disable-validation"] + [
+        "--validate-interval-updates", "2", "--eval-bleu", "--san-decoding", "static",
+        "--eval-bleu-args", '{"beam": 2, "max_len_a": 1, "max_len_b": 5}',
+    ]  # fmt: skip
+    result = run_cli("fairseq-train", *argv)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    validations = re.findall(r"valid on 'valid' subset .*\| bleu [\d.]+ .*num_updates (\d+)", output)
+    assert validations == ["2", "4"], output[-3000:]

@@ -651,27 +651,38 @@ def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
 @pytest.mark.parametrize(
     "options, said",
     [
-        (dict(eval_bleu_args="notjson"), "--eval-bleu-args 'notjson' is not JSON (Expecting value: "
-         "line 1 column 1 (char 0)): e.g. '{\"beam\": 4}'"),
-        (dict(eval_bleu_detok_args="[1]"), "--eval-bleu-detok-args '[1]': it must be a JSON "
+        (["--eval-bleu-args", "notjson"], "--eval-bleu-args 'notjson' is not JSON (Expecting "
+         "value: line 1 column 1 (char 0)): e.g. '{\"beam\": 4}'"),
+        (["--eval-bleu-detok-args", "[1]"], "--eval-bleu-detok-args '[1]': it must be a JSON "
          "object, e.g. '{\"moses_no_escape\": true}'"),
-        (dict(eval_bleu_args='{"bema": 2}'), "unknown generation option 'bema' (a key of "
+        (["--eval-bleu-args", '{"bema": 2}'], "unknown generation option 'bema' (a key of "
          "--eval-bleu-args): did you mean 'beam'?"),
-        (dict(eval_bleu_args='{"san_policy": "{}"}'), "san_policy in --eval-bleu-args is no "
+        (["--eval-bleu-args", '{"san_policy": "{}"}'], "san_policy in --eval-bleu-args is no "
          "generation option: pass --san-policy to fairseq-train itself"),
+        (["--eval-bleu-args", '{"beam": 2, "san_decoding": "static"}'], None),
     ],
-    ids=["not JSON", "not an object", "misspelt", "model option"],
+    ids=["not JSON", "not an object", "misspelt", "model option", "good"],
 )  # fmt: skip
-def test_eval_bleu_options_are_checked_before_training(options, said):
+def test_eval_bleu_options_are_checked_as_fairseq_train_parses_them(options, said):
     """fairseq-train read them with json.loads (a traceback) and set each key of
-    --eval-bleu-args unchecked: {"bema": 2} decoded validation BLEU at the default beam."""
+    --eval-bleu-args unchecked: {"bema": 2} decoded validation BLEU at the default beam. Not
+    where a checkpoint that keeps them loads (fairseq-validate, the hub): nothing decodes there."""
+    from fairseq import options as fairseq_options
+
     from fairseq_san.errors import UsageError
     from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
 
-    dictionary = make_dictionary()
+    argv = ["data", "--arch", "transformer_san", "--task", "translation_san", "--eval-bleu"]
+    parser = fairseq_options.get_training_parser()
+    if said is None:
+        fairseq_options.parse_args_and_arch(parser, argv + options)
+        return
     with pytest.raises(UsageError) as refused:
-        TranslationSANTask(TranslationSANConfig(eval_bleu=True, **options), dictionary, dictionary)
+        fairseq_options.parse_args_and_arch(parser, argv + options)
     assert str(refused.value) == said
+    dictionary = make_dictionary()
+    config = TranslationSANConfig(eval_bleu=True, eval_bleu_args='{"bema": 2}')
+    TranslationSANTask(config, dictionary, dictionary)  # a checkpoint's task: not checked
 
 
 def test_analysis_in_training_is_a_usage_error(tmp_path):
@@ -1022,54 +1033,29 @@ def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
     assert "--warm-updates 0: must be a whole number of at least 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "argv, error, said",
-    [
-        (["fairseq-interactive", "DATA", "--input", "{tmp}"],
-         IsADirectoryError(21, "Is a directory", "{tmp}"),
-         "{tmp}: Is a directory (the command reads a file there)"),
-        (["fairseq-generate", "DATA", "--results-path", "{tmp}/afile"],
-         FileExistsError(17, "File exists", "{tmp}/afile"),
-         "{tmp}/afile: File exists (a file, where the command makes a folder)"),
-    ],
-    ids=["interactive --input DIR", "generate --results-path FILE"],
-)  # fmt: skip
-def test_a_command_line_path_of_the_wrong_kind_is_one_line(
-    tmp_path, capsys, monkeypatch, argv, error, said
-):
-    """A folder where fairseq reads a file, a file where it makes a folder: tracebacks before."""
+def test_a_folder_where_a_file_is_read_is_one_line(tmp_path, capsys, monkeypatch):
+    """fairseq-interactive --input DIR: an IsADirectoryError traceback before."""
     from fairseq_san.errors import excepthook
 
-    error.filename = error.filename.format(tmp=tmp_path)
-    monkeypatch.setattr("sys.argv", [arg.format(tmp=tmp_path) for arg in argv])
+    error = IsADirectoryError(21, "Is a directory", str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["fairseq-interactive", "DATA", "--input", str(tmp_path)])
     excepthook(lambda *args: print("Traceback", file=sys.stderr))(type(error), error, None)
-    assert capsys.readouterr().err == f"fairseq-san: error: {said.format(tmp=tmp_path)}\n"
+    said = f"{tmp_path}: Is a directory (a folder, where the command needs a file)"
+    assert capsys.readouterr().err == f"fairseq-san: error: {said}\n"
 
 
-@pytest.mark.parametrize(
-    "shards, said",
-    [((2, 2, 1, 0), "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
-     ((0, 0, 1, 0), "--shard-id 0 of --num-shards 0: the shards are 0 to N - 1, N at least 1"),
-     ((2, 1, 4, 1), "--num-shards 2 --shard-id 1 and --distributed-world-size 4 "
-      "--distributed-rank 1 name two shardings: give --num-shards and --shard-id only"),
-     ((2, 1, 1, 0), None), ((2, 1, 2, 1), None), ((1, 0, 3, 2), None)],
-)  # fmt: skip
-def test_generation_shards_are_the_ones_named(shards, said):
-    """fairseq-generate sharded by --distributed-world-size/--distributed-rank only: every
-    --num-shards job translated the whole subset."""
-    from fairseq_san.errors import UsageError
-    from fairseq_san.fairseq_fixes.generation_shards import apply_shards
-
-    names = ("num_shards", "shard_id", "distributed_world_size", "distributed_rank")
-    args = argparse.Namespace(**dict(zip(names, shards)))
-    if said is not None:
-        with pytest.raises(UsageError) as refused:
-            apply_shards(args)
-        assert str(refused.value) == said
-        return
-    apply_shards(args)
-    expected = shards[2:] if shards[0] == 1 else shards[:2]
-    assert (args.distributed_world_size, args.distributed_rank) == expected
+def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
+    """fairseq-generate --results-path FILE: os.makedirs' FileExistsError traceback before
+    (the folder is made before anything is read)."""
+    results = tmp_path / "afile"
+    results.write_text("")
+    result = run_cli(
+        "fairseq-generate", str(tmp_path), "--user-dir", "fairseq_san", "--path", "c.pt",
+        "--results-path", str(results),
+    )  # fmt: skip
+    assert_one_line_error(
+        result, f"{results}: File exists (a file, where the command makes a folder)"
+    )
 
 
 def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
@@ -1239,7 +1225,7 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
     for name, value in flags.items():
         setattr(cfg, name, value.format(tmp=tmp_path) if isinstance(value, str) else value)
     if said is None:
-        check_checkpoint_flags(cfg)
+        check_checkpoint_flags(cfg, "", False)
         return
     with pytest.raises(UsageError) as refused:
         checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix=""))

@@ -196,4 +196,4 @@ def test_a_folder_that_is_not_there_is_named(tmp_path, missing):
     paths[missing] = str(tmp_path / "nowhere")
     with pytest.raises(UsageError) as refused:
         TransformerSANModel.from_pretrained(checkpoint_file="checkpoint_best.pt", **paths)
-    assert str(refused.value) == f"from_pretrained({missing}={paths[missing]!r}): no such folder"
+    assert str(refused.value) == f"from_pretrained({missing}={paths[missing]!r}): no such file or folder"

@@ -802,6 +802,38 @@ def test_a_generator_built_before_training_decodes_with_the_trained_weights(prec
     assert_same_hypotheses(expected, built_early.generate([model], sample), atol=1e-6)
 
 
+def test_a_generator_told_its_device_checks_against_it_and_builds_at_the_first_batch():
+    """fairseq-train builds --eval-bleu's generator on the CPU, then moves the model to the GPU:
+    the static decoder checked its options against the CPU (refusing --san-decoder-execution
+    graph, accepting int8 until the first validation). Told the device, it checks against it at
+    once and builds its step at the first batch, on the model as it is then."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    cuda = torch.device("cuda")
+    with pytest.raises(StaticDecoderError, match="int8 on a GPU"):
+        StaticSequenceGenerator([model], DICTIONARY, precision="int8", device=cuda)
+    waiting = StaticSequenceGenerator([model], DICTIONARY, execution="graph", device=cuda)
+    assert waiting.built_from is None and not hasattr(waiting, "step")
+    here = StaticSequenceGenerator([model], DICTIONARY, device=torch.device("cpu"))
+    assert here.built_from is not None  # already where it decodes: built at once
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_generator_built_before_the_model_moved_decodes_as_one_built_after():
+    """fairseq-train --eval-bleu --san-decoding static on a GPU: the generator is built on the
+    CPU model, told the GPU; the first batch, after the model moved, builds the step there (CUDA
+    graphs) and gives the n-best of a generator built after the move."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    early = StaticSequenceGenerator([model], DICTIONARY, device=torch.device("cuda"), **settings)
+    model.cuda()
+    after = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    for sample in two_batches():
+        sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
+        expected = after.generate([model], sample)
+        assert_same_hypotheses(expected, early.generate([model], sample), atol=1e-5)
+    assert early.execution.graphs
+
+
 @pytest.mark.parametrize("precision", ["bf16", "bf16-fp32-logits", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
     """bf16 / bf16-fp32-logits / bf16-full / int8 steps compute in that precision (the output

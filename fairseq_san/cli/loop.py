@@ -105,7 +105,8 @@ def run_show(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_settled(args: argparse.Namespace, after: List[str]) -> int:
-    """Exit 0, saying why, when the loop stops after iteration K; 1 while its policy changes."""
+    """Exit 0, saying why, when the loop stops after iteration K; 1 while its policy changes;
+    2 (a UsageError) when there is no run or K has learned no policy."""
     if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
         raise UsageError(f"{args.run_dir}: no such run directory")
     learned = policy_path(args.run_dir, args.iteration + 1)

@@ -168,6 +168,10 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
         check_adaptive_softmax(args)
+        if getattr(args, "eval_bleu", False) and args.task == "translation_san":
+            from fairseq_san.tasks.translation_san import check_eval_bleu_options
+
+            check_eval_bleu_options(args)
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
     if getattr(args, "bf16", False) and kind != "train":

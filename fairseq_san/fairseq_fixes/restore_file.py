@@ -27,7 +27,7 @@ RESETS = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_datalo
 OPTIMIZER_MISMATCH = "loaded state dict contains a parameter group that doesn't match the size"
 
 
-def check_checkpoint_flags(cfg, suffix: str = "", starts_fine_tuning: bool = False) -> None:
+def check_checkpoint_flags(cfg, suffix: str, starts_fine_tuning: bool) -> None:
     """UsageError for a restore or fine-tuning checkpoint that fairseq would look for in vain;
     ``starts_fine_tuning`` is ``fine_tunes(cfg, suffix)``, which the caller has asked."""
     restore = cfg.restore_file

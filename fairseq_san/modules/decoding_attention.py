@@ -226,7 +226,7 @@ class DecodingAttention(MultiheadAttention):
         if key is None:
             raise RuntimeError("encoder-decoder attention: first step without the encoder output")
         if key_padding_mask is not None and key.size(1) == hypotheses:
-            key_padding_mask = key_padding_mask[:: self.beam_size]
+            key_padding_mask = key_padding_mask[:: self._beam(incremental_state)]
         key = self._one_per_sentence(key, hypotheses, incremental_state)
         src_len, sentences = key.size(0), key.size(1)
 

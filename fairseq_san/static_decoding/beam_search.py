@@ -221,7 +221,7 @@ class TensorBeamSearch:
         if not on_host and (s.sampling is not None or self.prefix is not None):
             raise ValueError("sampling and prefix tokens take int steps (the host's position)")
         lprobs = self._constrain(step, lprobs)
-        if self.prefix is not None and on_host:
+        if self.prefix is not None:  # int steps only (above)
             self._replicate_first_hypothesis(step, lprobs)
         if s.sampling is not None:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)

@@ -113,7 +113,11 @@ class StaticSequenceGenerator(nn.Module):
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
         capture: Capture = capture_cuda_graph,
+        device: Optional[torch.device] = None,
     ) -> None:
+        """``device``: the one it decodes on where the model is not there yet (fairseq-train
+        builds ``--eval-bleu``'s generator before it moves the model): the options are checked
+        against it at once, and the step is built at the first batch."""
         super().__init__()
         if len(models) != 1:
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
@@ -128,8 +132,11 @@ class StaticSequenceGenerator(nn.Module):
         self.model.eval()
         self.precision, self.execution_asked = precision, execution
         self.compile_backend, self.capture = compile_backend, capture
-        self.device: Optional[torch.device] = None
-        self.build_from_weights()
+        model_device = next(self.model.parameters()).device
+        self.choose_execution(torch.device(device) if device is not None else model_device)
+        self.built_from: Optional[tuple] = None
+        if model_device.type == self.device_type:
+            self.build_from_weights()
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -140,17 +147,22 @@ class StaticSequenceGenerator(nn.Module):
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
 
+    def choose_execution(self, device: torch.device) -> None:
+        """The execution of the step on ``device`` (``--san-decoder-execution``, or the device's
+        default), after checking that the precision and the execution run there."""
+        check_device(self.precision, device)
+        warn_if_slower_than_fp32(self.precision, device)
+        self.execution = execution_for(self.execution_asked, device)
+        check_compiled_precision(self.precision, self.execution.compiles)
+        self.device_type = device.type
+
     def build_from_weights(self) -> None:
         """The step and the encoder from the model's weights as they are now (copies of some:
         fused, converted, packed, captured), with no cache or search kept; the execution for
         the device they are on."""
         device = next(self.model.parameters()).device
-        if device != self.device:  # fairseq-train builds --eval-bleu's generator on the CPU
-            self.device = device
-            check_device(self.precision, device)
-            warn_if_slower_than_fp32(self.precision, device)
-            self.execution = execution_for(self.execution_asked, device)
-            check_compiled_precision(self.precision, self.execution.compiles)
+        if device.type != self.device_type:  # moved since (a hub user's model.cuda())
+            self.choose_execution(device)
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), self.precision, pack=self.execution.pack
         )
@@ -174,7 +186,7 @@ class StaticSequenceGenerator(nn.Module):
         """Build the step again where the model's weights changed since it was built: fairseq-train
         ``--eval-bleu`` builds its generator once, then trains, and the step's copies would
         decode with the weights of the start (the others shared, read as they are now)."""
-        if weights_key(self.model.parameters()) != self.built_from:
+        if self.built_from is None or weights_key(self.model.parameters()) != self.built_from:
             self.build_from_weights()
 
     def runners(
@@ -402,13 +414,15 @@ def build_static_generator(
     extra_gen_cls_kwargs: Optional[Dict] = None,
     prefix_allowed_tokens_fn: Optional[Callable] = None,
     execution: Optional[str] = None,
+    device: Optional[torch.device] = None,
 ) -> StaticSequenceGenerator:
     """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
-    receives), or StaticDecoderError naming the first option it does not support."""
+    receives), or StaticDecoderError naming the first option it does not support; ``device``:
+    see ``StaticSequenceGenerator``."""
     options = generator_options(
         args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
     )
-    return StaticSequenceGenerator(models, tgt_dict, **options)
+    return StaticSequenceGenerator(models, tgt_dict, device=device, **options)
 
 
 def check_generator_arguments(

@@ -53,9 +53,14 @@ class StaticLMGenerator(StaticSequenceGenerator):
         **kwargs,
     ) -> None:
         super().__init__(models, tgt_dict, **kwargs)
-        self.step.check_prefill()  # refused here, before any batch
         # fairseq's own search draws the samples; built once, every batch's search takes it
         self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
+
+    def build_from_weights(self) -> None:
+        """The translation generator's, refusing a model the prefill cannot run (when it is
+        built, before any batch)."""
+        super().build_from_weights()
+        self.step.check_prefill()
 
     @torch.no_grad()
     def generate(
@@ -133,13 +138,15 @@ def build_static_lm_generator(
     extra_gen_cls_kwargs: Optional[Dict] = None,
     prefix_allowed_tokens_fn: Optional[Callable] = None,
     execution: Optional[str] = None,
+    device: Optional[torch.device] = None,
 ) -> StaticLMGenerator:
     """The static decoder of a language model for fairseq's generation options ``args``, or
-    StaticDecoderError naming the first option it does not support."""
+    StaticDecoderError naming the first option it does not support; ``device``: see
+    ``StaticSequenceGenerator``."""
     options = generator_options(
         args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn,
         allowed=LM_GENERATION_OPTIONS,
     )  # fmt: skip
     sampling = bool(getattr(args, "sampling", False))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
-    return StaticLMGenerator(models, tgt_dict, sampling, topk, topp, **options)
+    return StaticLMGenerator(models, tgt_dict, sampling, topk, topp, device=device, **options)

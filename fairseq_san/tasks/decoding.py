@@ -9,6 +9,7 @@ and ``--san-decoder-execution``.
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
@@ -120,6 +121,9 @@ class DecodingTask:
 
     # The task's --san-decoding (a language model's offers fewer decodings: options.LM_DECODING).
     decoding_switch: options.Option = options.DECODING
+    # The device a static decoder decodes on where the model is not there yet, None where it is
+    # (``TranslationSANTask.build_model``: fairseq-train's --eval-bleu generator).
+    decoding_device: Optional[torch.device] = None
 
     def static_generator(self) -> Callable:
         """``build_static_generator`` or its language-model counterpart (imported when needed:
@@ -169,6 +173,7 @@ class DecodingTask:
             extra_gen_cls_kwargs,
             prefix_allowed_tokens_fn,
             self.decoding_option(args, options.DECODER_EXECUTION),
+            device=self.decoding_device,
         )
 
     def decoding(self, args) -> str:

@@ -45,8 +45,9 @@ subset is analysed and in the loss, however batches are sized
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
+import torch
 from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
@@ -62,6 +63,7 @@ from fairseq_san.tasks.attention_analysis import (
     check_analysis_options,
 )
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import running_command
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig, check_generation_keys
 
 @dataclass
@@ -83,7 +85,6 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         self, cfg: TranslationSANConfig, src_dict: Dictionary, tgt_dict: Dictionary
     ) -> None:
         check_analysis_options(cfg)
-        check_eval_bleu_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
         self.start_analysis()
 
@@ -95,32 +96,53 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         stacks = {"decoder": tgt_mask, "encoder": src_mask}
         return {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
 
+    def build_model(self, cfg, from_checkpoint: bool = False):
+        """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
+        model to its device: a static decoder is told that device (``decoding_device``)."""
+        if running_command("fairseq_cli.train") is None:
+            return super().build_model(cfg, from_checkpoint)
+        self.decoding_device = training_device(cfg)
+        try:
+            return super().build_model(cfg, from_checkpoint)
+        finally:
+            self.decoding_device = None
+
     def static_generator(self) -> Callable:
         from fairseq_san.static_decoding import build_static_generator
 
         return build_static_generator
 
 
-def check_eval_bleu_options(cfg: TranslationSANConfig) -> None:
+def training_device(cfg) -> torch.device:
+    """The device fairseq-train's trainer moves the model to: CUDA where there is one, unless
+    ``--cpu`` (a legacy model's ``cfg`` holds every command-line option)."""
+    return torch.device(
+        "cuda" if torch.cuda.is_available() and not getattr(cfg, "cpu", False) else "cpu"
+    )
+
+
+def check_eval_bleu_options(args) -> None:
     """Refuse ``--eval-bleu-args`` or ``--eval-bleu-detok-args`` that is not a JSON object, and a
     key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
     ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
-    decoded validation BLEU at the default beam."""
-    if not cfg.eval_bleu:
-        return
-    for flag, text, example in (
-        ("--eval-bleu-args", cfg.eval_bleu_args, '{"beam": 4}'),
-        ("--eval-bleu-detok-args", cfg.eval_bleu_detok_args, '{"moses_no_escape": true}'),
-    ):
-        try:
-            value = json.loads(text or "{}")
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{flag} {text!r} is not JSON ({error}): e.g. '{example}'") from None
-        if not isinstance(value, dict):
-            raise UsageError(f"{flag} {text!r}: it must be a JSON object, e.g. '{example}'")
+    decoded validation BLEU at the default beam. For fairseq-train's command line only: a
+    checkpoint keeps them, and loading it builds no generator from them that decodes."""
+    generation = json_object("--eval-bleu-args", args.eval_bleu_args, '{"beam": 4}')
+    json_object("--eval-bleu-detok-args", args.eval_bleu_detok_args, '{"moses_no_escape": true}')
     check_generation_keys(
-        json.loads(cfg.eval_bleu_args or "{}"),
+        generation,
         "a key of --eval-bleu-args",
         lambda option: f"{option.name} in --eval-bleu-args is no generation option: pass "
         f"{option.flag} to fairseq-train itself",
     )
+
+
+def json_object(flag: str, text: Optional[str], example: str) -> dict:
+    """The JSON object ``text`` given as ``flag`` ("{}" when empty), or a UsageError."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{flag} {text!r} is not JSON ({error}): e.g. '{example}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} {text!r}: it must be a JSON object, e.g. '{example}'")
+    return value

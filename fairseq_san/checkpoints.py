@@ -38,7 +38,7 @@ from fairseq_san.policy import is_policy_text
 
 PLUGIN = f"fairseq-san {fairseq_san.__version__}"
 # Switches torch's safe loader off for every torch.load that does not ask for it, fairseq's too;
-# torch reads it as set for these values (torch.serialization).
+# torch reads it as set for these values, in any case (torch.serialization lower-cases it).
 UNSAFE_LOADING_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 TORCH_TRUE_VALUES = ("1", "y", "yes", "true")
 # The first torch whose torch.load defaults to the safe loader (pytorch/pytorch#137602).
@@ -68,7 +68,7 @@ def is_stamped(args) -> bool:
 def check_safe_loading() -> None:
     """Refuse, in one line, to read any checkpoint where torch.load without ``weights_only``
     (fairseq's call) would unpickle it, running whatever code the file names."""
-    if os.getenv(UNSAFE_LOADING_VARIABLE, "0") in TORCH_TRUE_VALUES:
+    if os.getenv(UNSAFE_LOADING_VARIABLE, "0").lower() in TORCH_TRUE_VALUES:
         raise CheckpointError(
             f"{UNSAFE_LOADING_VARIABLE} is set: it switches torch's safe loader off, so a "
             "checkpoint could run code as it is read; fairseq-san reads checkpoints only with "

@@ -48,9 +48,11 @@ def test_literals_evaluate_as_python_does(text):
     "text",
     ["__import__('os').system('true')", "open('/etc/passwd')", "x", "[1][0]", "(1).real",
      "[i for i in range(3)]", "lambda: 1", "{**{}}", "2 ** 8", "[0] * 10 ** 9", "[0] * 200000",
-     "-'a'", "1 if True else 2", ""],
+     "-'a'", "1 if True else 2", "", "1+" * 995 + "1", "-" * 100000 + "1"],
 )  # fmt: skip
 def test_anything_but_a_literal_is_refused(text):
+    """Nested too deeply for the parser, the last two were a RecursionError or MemoryError
+    traceback."""
     with pytest.raises(NotALiteral, match="refusing to evaluate"):
         evaluate(text)
 

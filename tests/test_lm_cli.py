@@ -99,6 +99,19 @@ def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
 
 
 @pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
+def test_eval_lm_runs_no_code_from_its_model_overrides(trained, tmp_path, command):
+    """fairseq-eval-lm eval()s --model-overrides; run as ``python -m fairseq_cli.eval_lm`` it is
+    ``__main__``, which the literal-only evaluation skipped: the code ran."""
+    marker = tmp_path / "ran"
+    result = eval_lm(
+        trained, "--model-overrides", f"open({str(marker)!r}, 'w') and {{}}", command=command
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "refusing to evaluate" in result.stderr.strip().splitlines()[-1]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
 def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained, command):
     """fairseq-eval-lm takes the window from the sample size before the task sees it: the
     refusal named --tokens-per-sample 0 (also where the command runs as ``__main__``)."""

@@ -80,7 +80,10 @@ def evaluate(source: Any, globals: Any = None, locals: Any = None) -> Any:  # no
     try:
         tree = ast.parse(source.strip(), mode="eval")
         return _value(tree.body)
-    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError) as error:
+    except (
+        SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError,
+        MemoryError,  # nested too deeply for the parser ("-" * 100000 + "1")
+    ) as error:  # fmt: skip
         raise NotALiteral(
             f"refusing to evaluate {shown(source)} as Python: fairseq evaluates this "
             "configuration string, and fairseq-san accepts only literals (numbers, strings, "
@@ -173,9 +176,9 @@ def _plain(config: Any) -> Any:
 
 def calls_eval(module: types.ModuleType) -> bool:
     """Whether ``module``'s code looks up the name ``eval`` (as a builtin or an attribute)."""
-    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    spec = getattr(module, "__spec__", None)
     try:
-        code = loader.get_code(module.__name__)
+        code = spec.loader.get_code(spec.name)
     except Exception:  # not a source or bytecode module (an alias, a C extension)
         return False
     return code is not None and _names_eval(code)
@@ -188,7 +191,10 @@ def _names_eval(code: types.CodeType) -> bool:
 
 
 def fairseq_modules() -> Iterator[types.ModuleType]:
+    """fairseq's imported modules, a command run as ``python -m fairseq_cli.NAME`` included (it
+    is ``__main__``, named by its spec)."""
     for name, module in list(sys.modules.items()):
+        name = getattr(getattr(module, "__spec__", None), "name", None) or name
         if name.split(".")[0] in ("fairseq", "fairseq_cli") and module is not None:
             yield module
 

@@ -98,6 +98,8 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
             "fairseq-san reads nothing else"
         )
     if not zipfile.is_zipfile(path):
+        if content_problem(path) is None:  # torch's legacy format, readable: not the cause
+            return None
         return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
     return content_problem(path)
 

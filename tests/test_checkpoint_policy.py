@@ -11,6 +11,7 @@ import torch
 from helpers import (
     ATOL,
     build,
+    build_fairseq_transformer,
     decoder_logits,
     make_dictionary,
     max_diff,
@@ -19,6 +20,7 @@ from helpers import (
     source_batch,
     target_prefixes,
 )
+from fairseq_san.fairseq_fixes.shared_checkpoints import plugin_checkpoint_problem
 from fairseq_san.policy import PolicyError
 
 DICT = make_dictionary(24)
@@ -294,3 +296,12 @@ def test_fine_tuning_moves_an_encoder_block_as_a_decoder_one():
         assert torch.equal(loaded[key], source[key.replace(".4.", ".3.")])
     assert torch.equal(loaded["encoder.layers.4.self_attn.v_proj.weight"],
                        source["encoder.layers.4.self_attn.v_proj.weight"])  # fmt: skip
+
+
+def test_a_state_dict_with_no_decoder_layers_is_no_plugin_checkpoint():
+    """fairseq's own model failing to load another model's state dict (RoBERTa's
+    encoder.sentence_encoder.layers.N, an encoder-only model): the plugin's explanation raised
+    KeyError: 'decoder' in place of fairseq's error listing the keys."""
+    model = build_fairseq_transformer([], dictionary=make_dictionary())[0]
+    roberta = {"encoder.sentence_encoder.layers.0.self_attn.k_proj.weight": torch.zeros(1)}
+    assert plugin_checkpoint_problem(model, roberta) is None

@@ -1524,6 +1524,16 @@ def test_language_modelling_refuses_a_sample_size_no_sample_fits(task, tokens, p
     assert str(error.value) == said
 
 
+def test_a_negative_context_window_is_refused():
+    """fairseq-eval-lm read --context-window -4 as no context, without a word."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.tokens_per_sample import check_context_window
+
+    check_context_window(0, 16, 16)
+    with pytest.raises(UsageError, match=r"^--context-window -4: it must be 0 \(no context\)"):
+        check_context_window(-4, 16, 16)
+
+
 @pytest.mark.parametrize("overrides", ["null", "[]", "san_decoding=static"])
 def test_bench_overrides_that_are_no_json_object_are_named_as_such(tmp_path, overrides):
     """``a=CKPT:null`` was read as a checkpoint named ``CKPT:null``, called missing."""
@@ -1861,3 +1871,18 @@ def test_fairseq_train_of_fairseqs_transformer_from_a_shared_checkpoint_is_one_l
         "To fine-tune from it, pass --task translation_san --arch transformer_san",
     )
     assert "architectures match" not in result.stderr
+
+
+def test_a_task_name_that_no_task_has_is_refused():
+    """{'task': {'_name': 'bogus'}} passed (the task is not among fairseq's REGISTRIES), and the
+    hub then failed on fairseq's long "Could not infer task type" assertion."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.model_overrides import check_component_name
+
+    check_component_name("task", "translation_san", "(from --model-overrides)")
+    with pytest.raises(UsageError) as refused:
+        check_component_name("task", "translaton_san", "(from --model-overrides)")
+    assert str(refused.value) == (
+        "task 'translaton_san' (from --model-overrides) is not one of fairseq's task components: "
+        "did you mean 'translation_san'?"
+    )

@@ -475,6 +475,21 @@ def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     )
 
 
+def test_an_error_after_a_legacy_format_checkpoint_loaded_is_not_blamed_on_the_file(tmp_path):
+    """Any failure while a checkpoint in torch's legacy format was in use (a model that cannot
+    take its weights, say) was said as "the file is not a complete torch.save archive
+    (truncated ...)": the file is read again first, and only a file that does not read is."""
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model": {}, "cfg": {}}, legacy, _use_new_zipfile_serialization=False)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        with checkpoints.explained(str(legacy)):
+            raise RuntimeError("size mismatch for decoder.embed_tokens.weight")
+    legacy.write_bytes(legacy.read_bytes()[:40])  # truncated: that is the cause
+    with pytest.raises(checkpoints.CheckpointError, match="not a complete torch.save archive"):
+        with checkpoints.explained(str(legacy)):
+            raise RuntimeError("unexpected EOF")
+
+
 def test_model_overrides_that_are_not_a_dict_are_one_line(code_in_a_pickle):
     """fairseq-generate passes --model-overrides "[1, 2]" on as it is; fairseq's loader then failed
     on its .items(). The plugin refuses it before reading the file."""

@@ -159,13 +159,31 @@ def test_a_run_restored_elsewhere_resumes_with_its_data_at_another_path(first_ru
 
 def test_other_data_at_another_path_is_refused(first_run, data, tmp_path):
     run_dir, moved, iterations = restored(first_run, data, tmp_path)
-    for language in ("en", "de"):  # another (joined) vocabulary: another experiment
-        with open(moved / f"dict.{language}.txt", "a", encoding="utf-8") as vocabulary:
-            vocabulary.write("neu 1\n")
-    before = snapshot(run_dir)
-    result = run_loop(moved, run_dir, "--max-iterations", iterations, updates=10)
-    assert result.returncode == 2, output_of(result)[-3000:]
-    (line,) = error_lines(result.stderr)
+    line = refused_after_a_new_vocabulary(run_dir, moved, iterations)
     assert line.startswith(ERROR) and f"--data {data.resolve()}, not {moved.resolve()}" in line
     assert "--valid-ref" not in line  # the references are the same file, copied
+
+
+def test_other_data_at_the_same_path_is_refused(first_run, data, tmp_path):
+    """Data binarized again in the folder the run was recorded with resumed without a word: a
+    path was compared by content only where it had changed."""
+    run_dir, moved, iterations = restored(first_run, data, tmp_path)
+    result = run_loop(moved, run_dir, "--max-iterations", iterations, updates=10)
+    assert result.returncode == 0, output_of(result)[-3000:]  # the record follows the data
+    line = refused_after_a_new_vocabulary(run_dir, moved, iterations)
+    said = f"--data {moved.resolve()} as it was then (its content has changed since)"
+    assert line.startswith(ERROR) and said in line, line
+
+
+def refused_after_a_new_vocabulary(run_dir: Path, data: Path, iterations: str) -> str:
+    """The one error line of the loop resumed on ``data`` with a word added to its (joined)
+    vocabulary: another experiment; the run dir is left as it was."""
+    for language in ("en", "de"):
+        with open(data / f"dict.{language}.txt", "a", encoding="utf-8") as vocabulary:
+            vocabulary.write("neu 1\n")
+    before = snapshot(run_dir)
+    result = run_loop(data, run_dir, "--max-iterations", iterations, updates=10)
+    assert result.returncode == 2, output_of(result)[-3000:]
     assert snapshot(run_dir) == before
+    (line,) = error_lines(result.stderr)
+    return line

@@ -45,6 +45,8 @@ def test_defaults_follow_the_other_options(tmp_path):
     values, train_args = parse_recipe_args(LOOP, ["--data", str(data), "--run-dir", "r",
                                                   "--updates", "301"])  # fmt: skip
     assert values["WARM_UPDATES"] == "150" and train_args == []
+    values, _ = parse_recipe_args(LOOP, ["--data", str(data), "--run-dir", "r", "--updates", "1"])
+    assert values["WARM_UPDATES"] == "1"  # half of 1 was 0: "--warm-updates 0" refused
     assert values["VALID_REF"] == str(data / "text" / "valid.raw.fr")
     values, _ = parse_recipe_args(LOOP, ["--data", str(data), "--run-dir", "r", "--valid-ref", "v"])
     assert values["VALID_REF"] == "v"

@@ -64,8 +64,9 @@ def first_failure(processes: List[subprocess.Popen]) -> Optional[int]:
 
 
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
-    """Start every rank, wait for all; the first failure (or an interrupt) ends the others, and
-    its exit code is returned (128 + N for a rank killed by signal N, as a shell reports it)."""
+    """Start every rank, wait for all; the first failure ends the others, and its exit code is
+    returned (128 + N for a rank killed by signal N, as a shell reports it). An interrupt ends
+    them too, and goes on up."""
     port = free_port()
     logs = open_rank_logs(log_dir, world_size)
     processes = []

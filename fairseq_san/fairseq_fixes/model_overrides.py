@@ -196,8 +196,9 @@ def check_component_name(group: str, value: Any, source: str) -> None:
     ``KeyError`` when the hub builds it). fairseq-validate's own overrides name the task and
     other groups from its command line, whose parser took registered names only."""
     from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_REGISTRY  # not among REGISTRIES
 
-    components = REGISTRIES.get(group, {}).get("registry", {})
+    components = TASK_REGISTRY if group == "task" else REGISTRIES.get(group, {}).get("registry", {})
     if components and isinstance(value, str) and value not in components:
         raise UsageError(
             f"{group} {value!r} {source} is not one of fairseq's {group} components: "

@@ -67,6 +67,8 @@ def check_context_window(window: int, tokens: int, positions: Optional[int]) -> 
     ``--max-target-positions`` ``positions`` (a sample with its context is that long), or a
     ``--context-window`` ``window`` that leaves none of them to score, naming the sizes given."""
     check_tokens_per_sample(tokens, positions)
+    if window < 0:  # fairseq reads it as no context
+        raise UsageError(f"--context-window {window}: it must be 0 (no context) or more")
     if window >= tokens:
         raise UsageError(
             f"--context-window {window} leaves no tokens of --tokens-per-sample {tokens} to score: "

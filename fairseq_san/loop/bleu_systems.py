@@ -91,17 +91,37 @@ def parse_bleu_system(spec: str) -> System:
     if re.search(r"[\t\n]", spec):  # the recipe reads one line a system, tab-separated
         raise SystemsError(f"{spec!r}: NAME=CHECKPOINT[:OVERRIDES] must hold no tab or line break",
                            USAGE)  # fmt: skip
+    if overrides is not None:
+        check_overrides(name, overrides)
     return System(name, checkpoint, NO_OVERRIDES if overrides is None else overrides)
+
+
+def check_overrides(name: str, overrides: str) -> None:
+    """OVERRIDES a literal dict, as fairseq-generate reads ``--model-overrides`` (the plugin's
+    literal-only evaluation): else the systems before this one were decoded for nothing."""
+    from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
+
+    try:
+        value = evaluate(overrides)
+    except NotALiteral as error:
+        raise SystemsError(f"{name}: {error}", USAGE) from None
+    if not isinstance(value, dict):
+        raise SystemsError(f"{name}: OVERRIDES {overrides} is not a dict", USAGE)
 
 
 def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:
     """The systems to score, after every check test_bleu.sh makes before decoding: the data,
-    the batch size, then each system and its checkpoint, in that order."""
+    the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict; its
+    checkpoint), in that order."""
     check_data(data, target)
     check_batch_size(batch_size)
     systems = []
     for spec in specs:
         system = parse_bleu_system(spec)
+        if system.name in (earlier.name for earlier in systems):
+            raise SystemsError(
+                f"{system.name}: two systems of that NAME (each writes OUT_DIR/NAME)", USAGE
+            )
         if not os.path.isfile(system.checkpoint):
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
         systems.append(system)

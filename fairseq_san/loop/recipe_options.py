@@ -236,7 +236,8 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_unread(recipe, values)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
-        values["WARM_UPDATES"] = str(int(updates) // 2) if updates.isdigit() else updates
+        # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)
+        values["WARM_UPDATES"] = str(max(1, int(updates) // 2)) if updates.isdigit() else updates
     if "VALID_REF" in values and not values["VALID_REF"]:
         values["VALID_REF"] = default_valid_ref(values["DATA"])
     return values, train_args

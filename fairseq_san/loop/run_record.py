@@ -235,16 +235,25 @@ def digests(options: Options) -> Dict[str, str]:
 def differences(
     recorded: Options, options: Options, content: Dict[str, str], defaults: Options
 ) -> List[str]:
-    """The options that differ; a ``CONTENT`` path differs only where its content does, and an
-    option the record lacks or holds as None (written before the recipe had it: a recipe records
-    every option it has) only where it is not at its default now (``defaults``)."""
+    """The options that differ; a ``CONTENT`` path where its content does (wherever it is: data
+    binarized again in the same folder differs), and an option the record lacks or holds as None
+    (written before the recipe had it: a recipe records every option it has) only where it is
+    not at its default now (``defaults``)."""
     return [
-        name for name in options
-        if recorded.get(name) != options[name]
-        and not (content.get(name) and options[name] and content[name] == digest(options[name]))
-        and not (recorded.get(name) is None and name in defaults
-                 and options[name] == defaults[name])
+        name for name in options if differs(name, recorded, options, content, defaults)
     ]  # fmt: skip
+
+
+def differs(
+    name: str, recorded: Options, options: Options, content: Dict[str, str], defaults: Options
+) -> bool:
+    """Whether option ``name`` differs from its record (see ``differences``)."""
+    now = options[name]
+    if content.get(name) and now:
+        return content[name] != digest(now)
+    if recorded.get(name) is None and name in defaults:
+        return now != defaults[name]
+    return recorded.get(name) != now
 
 
 def compare(
@@ -263,7 +272,12 @@ def compare(
     if extend and not fixed:
         return changed
     refused = fixed if extend else changed
-    what = "; ".join(contrast(name, recorded.get(name), options[name]) for name in refused)
+    what = "; ".join(
+        f"{name} {options[name]} as it was then (its content has changed since)"
+        if recorded.get(name) == options[name]
+        else contrast(name, recorded.get(name), options[name])
+        for name in refused
+    )
     advice = "start a new run with another --run-dir"
     if extend:
         advice += f" (--extend changes only {', '.join(EXTENDABLE)})"

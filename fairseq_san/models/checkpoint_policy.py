@@ -277,8 +277,9 @@ def sharing_flags(state_dict: Dict, policy: Dict[str, List[int]]) -> List[str]:
 
 
 def layers_of(state_dict: Dict) -> Dict[str, int]:
-    """The layers of each stack a model's state dict holds; a language model's encoder has none."""
-    return {"encoder": 0, **stack_depths(state_dict)}
+    """The layers of each stack a model's state dict holds; a language model's encoder has none,
+    another model's (RoBERTa's ``encoder.sentence_encoder``) maybe neither."""
+    return {"encoder": 0, "decoder": 0, **stack_depths(state_dict)}
 
 
 def model_kinds(own: Dict) -> List[str]:

@@ -117,6 +117,25 @@ def test_decode_key_of_missing_data_is_one_line(tmp_path):
     )
 
 
+def test_decode_key_follows_the_splits_sentences(tmp_path):
+    """A test set edited with its sentences' lengths kept has the same dictionaries and index
+    files: its stale decoding was reused. A split that is not there is named."""
+    from fairseq_san.loop.decode_key import decode_key
+
+    checkpoint, data = tmp_path / "model.pt", tmp_path / "data"
+    checkpoint.write_bytes(b"weights")
+    data.mkdir()
+    for name in ("dict.en.txt", "dict.de.txt", "test.en-de.en.idx", "test.en-de.de.idx",
+                 "test.en-de.en.bin", "test.en-de.de.bin"):
+        (data / name).write_bytes(name.encode())  # fmt: skip
+    key = decode_key(str(checkpoint), str(data), "test", ["--beam", "4"])
+    assert decode_key(str(checkpoint), str(data), "test", ["--beam", "4"]) == key
+    (data / "test.en-de.en.bin").write_bytes(b"other words")
+    assert decode_key(str(checkpoint), str(data), "test", ["--beam", "4"]) != key
+    with pytest.raises(FileNotFoundError, match=r"no binarized split 'test1' \(test1\.\*\.bin\)"):
+        decode_key(str(checkpoint), str(data), "test1", [])
+
+
 def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
     """Below the table, once the newest row's learned policy stops the loop."""
     import fairseq_san.loop.summary as summary

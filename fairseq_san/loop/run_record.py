@@ -206,6 +206,11 @@ def digest(path: str) -> str:
         files += sorted(glob.glob(os.path.join(path, "*.idx")))
     if not files:  # the digest of nothing would match any other missing data
         raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict.*.txt)")
+    return files_sha256(files)
+
+
+def files_sha256(files: List[str]) -> str:
+    """sha256 of ``files``' names and bytes, in the order given."""
     sha = hashlib.sha256()
     for name in files:
         sha.update(os.path.basename(name).encode() + b"\0")

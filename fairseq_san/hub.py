@@ -90,9 +90,9 @@ def from_pretrained(
     ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation'`` for a
     checkpoint of another task, which fairseq ignored, is refused there)."""
     archive_map = model_class.hub_models()
-    check_folder(model_name_or_path, archive_map, "model_name_or_path")
+    check_local_path(model_name_or_path, archive_map, "model_name_or_path")
     if not str(data_name_or_path).startswith("."):  # else inside the model's folder
-        check_folder(data_name_or_path, archive_map, "data_name_or_path")
+        check_local_path(data_name_or_path, archive_map, "data_name_or_path")
     loaded = hub_utils.from_pretrained(
         model_name_or_path,
         checkpoint_file,
@@ -103,7 +103,7 @@ def from_pretrained(
     return SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
 
 
-def check_folder(path, archive_map: Dict, keyword: str) -> None:
+def check_local_path(path, archive_map: Dict, keyword: str) -> None:
     """UsageError for a local ``path`` that is not there: fairseq's ``load_archive_file`` logs
     that it found nothing and returns None, and ``from_pretrained`` fails later with a
     ``TypeError``. A name of ``archive_map`` or a URL (any scheme) is fairseq's to fetch."""

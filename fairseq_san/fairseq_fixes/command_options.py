@@ -34,8 +34,8 @@ without ``--eval-bleu``; fairseq-train keeps ``--san-decoding fast`` and ``no-ca
 model applies to itself and its checkpoint keeps), ``--san-analysis-dir`` outside
 fairseq-validate (fairseq-train stopped at its first update; fairseq-eval-lm created the folder
 and wrote nothing), the analysis's other options without it, and with it more than one
-``--valid-subset`` (the second was refused after the first had been analysed). An option is given where the
-command line names it (``--san-decoding fairseq`` too, its default).
+``--valid-subset`` (the second was refused after the first had been analysed). An option is
+given where the command line names it (``--san-decoding fairseq`` too, its default).
 
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded.

@@ -186,7 +186,7 @@ class StaticSequenceGenerator(nn.Module):
         """Build the step again where the model's weights changed since it was built: fairseq-train
         ``--eval-bleu`` builds its generator once, then trains, and the step's copies would
         decode with the weights of the start (the others shared, read as they are now)."""
-        if self.built_from is None or weights_key(self.model.parameters()) != self.built_from:
+        if weights_key(self.model.parameters()) != self.built_from:  # None: not built yet
             self.build_from_weights()
 
     def runners(

@@ -99,9 +99,8 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
     def build_model(self, cfg, from_checkpoint: bool = False):
         """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
         model to its device: a static decoder is told that device (``decoding_device``)."""
-        if running_command("fairseq_cli.train") is None:
-            return super().build_model(cfg, from_checkpoint)
-        self.decoding_device = training_device(cfg)
+        if running_command("fairseq_cli.train") is not None:
+            self.decoding_device = training_device(cfg)
         try:
             return super().build_model(cfg, from_checkpoint)
         finally:

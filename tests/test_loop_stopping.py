@@ -113,7 +113,7 @@ def test_decode_key_of_missing_data_is_one_line(tmp_path):
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
         f"fairseq-san-loop: error: {tmp_path / 'nodata'}: no such file, nor a data directory "
-        "(dict.*.txt)"
+        "(dict*.txt)"
     )
 
 

@@ -611,3 +611,16 @@ def test_a_record_made_before_the_recipe_had_an_option_resumes_at_its_default(re
     assert compare("RUN", old, now, {}, False, defaults) == []
     with pytest.raises(RunError, match="made with no --updates, not --updates 500"):
         compare("RUN", old, {**now, "--updates": "500"}, {}, False, defaults)
+
+
+def test_a_language_models_data_digest_covers_its_dictionary(tmp_path):
+    """fairseq-preprocess --only-source writes ``dict.txt``, not ``dict.LANG.txt``: a language
+    model's data re-binarized with another vocabulary (the same sentence lengths) resumed its run
+    as the same data."""
+    from fairseq_san.loop.run_record import digest
+
+    for name in ("dict.txt", "train.idx", "valid.idx"):
+        (tmp_path / name).write_text(name)
+    before = digest(str(tmp_path))
+    (tmp_path / "dict.txt").write_text("another vocabulary")
+    assert digest(str(tmp_path)) != before

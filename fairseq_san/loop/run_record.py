@@ -198,14 +198,16 @@ def contrast(name: str, was: object, now: object) -> str:
 
 
 def digest(path: str) -> str:
-    """sha256 of a file, or of a data directory's dictionaries and index files (names and bytes:
-    the vocabulary and every sentence's length), what identifies binarized data wherever it is."""
+    """sha256 of a file, or of a data directory's dictionaries (a translation's ``dict.LANG.txt``,
+    a language model's ``dict.txt``) and index files (names and bytes: the vocabulary and every
+    sentence's length), what identifies binarized data wherever it is."""
     files = [path]
     if not os.path.isfile(path):
-        files = sorted(glob.glob(os.path.join(path, "dict.*.txt")))
+        files = sorted(glob.glob(os.path.join(path, "dict.txt")))
+        files += sorted(glob.glob(os.path.join(path, "dict.*.txt")))
         files += sorted(glob.glob(os.path.join(path, "*.idx")))
     if not files:  # the digest of nothing would match any other missing data
-        raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict.*.txt)")
+        raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict*.txt)")
     return files_sha256(files)
 
 

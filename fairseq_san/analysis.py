@@ -6,6 +6,7 @@ The tasks' ``valid_step`` drives it (``fairseq_san.tasks.attention_analysis``, f
 in ``fairseq_san.tasks.translation_san``); the JS itself is ``fairseq_san.js``.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -168,7 +169,9 @@ class LayerAnalysis:
 
         Everything is written into a temporary folder inside ``directory`` and moved into place
         with js.json last, so that js.json in ``directory`` means every file of the analysis is
-        there (the learn-to-share loop takes it as the analysis being done).
+        there (the learn-to-share loop takes it as the analysis being done). A kind without
+        attention here loses the files an earlier analysis in ``directory`` left of it: they
+        would stand beside a js.json that says it has none.
         """
         if self.sentences == 0:
             raise UsageError(
@@ -184,6 +187,10 @@ class LayerAnalysis:
             names = self._write_kinds(partial, matrices)
             with open(os.path.join(partial, "js.json"), "w", encoding="utf-8") as handle:
                 handle.write(_dump_json(dict(matrices, sentences=self.sentences, **meta)))
+            for kind in (kind for kind, matrix in matrices.items() if matrix is None):
+                for name in (f"js-{kind}.png", f"attention-{kind}.npz"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(directory, name))
             for name in names + ["js.json"]:
                 os.replace(os.path.join(partial, name), os.path.join(directory, name))
 

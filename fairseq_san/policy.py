@@ -427,12 +427,14 @@ def similarity_matrix(js: list[list[float]]) -> list[list[float]]:
     return [[LN2 - value for value in row] for row in check_js(js)]
 
 
-def _block_sim(mu: list[list[float]], m: int, n: int) -> float:
-    """Eq. 6 on a checked similarity matrix; see ``block_similarity``."""
+def _block_sim(js: list[list[float]], m: int, n: int) -> float:
+    """Eq. 6 on a checked JS matrix (see ``block_similarity``), as ln 2 less the block's mean JS:
+    the mean of mu = ln 2 - JS, which summing the mus in floats put an ulp below ln 2 for layers
+    of JS 0 (not one block at theta = ln 2)."""
     if m == n:
         return LN2
-    total = sum(mu[i][j] for i in range(m, n + 1) for j in range(m, n + 1) if i != j)
-    return total / ((n - m + 1) * (n - m))
+    pairs = [js[i][j] for i in range(m, n + 1) for j in range(m, n + 1) if i != j]
+    return LN2 - math.fsum(pairs) / len(pairs)
 
 
 def block_similarity(js: list[list[float]], m: int, n: int) -> float:
@@ -442,10 +444,10 @@ def block_similarity(js: list[list[float]], m: int, n: int) -> float:
     block has no pairs; it gets ln 2, the similarity of a layer to itself
     (JS = 0), so it qualifies for every theta in [0, ln 2].
     """
-    mu = similarity_matrix(js)
-    if not 0 <= m <= n < len(mu):
-        raise PolicyError(f"block {m}..{n} is not within layers 0..{len(mu) - 1}")
-    return _block_sim(mu, m, n)
+    js = check_js(js)
+    if not 0 <= m <= n < len(js):
+        raise PolicyError(f"block {m}..{n} is not within layers 0..{len(js) - 1}")
+    return _block_sim(js, m, n)
 
 
 def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
@@ -454,11 +456,11 @@ def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
     From the bottom layer up, take the biggest block whose sim (Eq. 6) is at
     least theta, then continue above it. A larger theta shares less.
     """
-    mu = similarity_matrix(js)
+    js = check_js(js)
     theta = _check_theta(theta)
     blocks, m = [], 0
-    while m < len(mu):
-        n = max(end for end in range(m, len(mu)) if _block_sim(mu, m, end) >= theta)
+    while m < len(js):
+        n = max(end for end in range(m, len(js)) if _block_sim(js, m, end) >= theta)
         blocks.append(n - m + 1)
         m = n + 1
     return blocks
@@ -543,12 +545,12 @@ def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
     the largest sim passed over and at most the smallest sim taken. How near theta lies to either
     end says how near the learned policy is to another one.
     """
-    mu = similarity_matrix(js)
+    js = check_js(js)
     taken, passed_over, m = [], [], 0
     for size in learn_blocks(js, theta):
         n = m + size - 1
-        taken.append((_block_sim(mu, m, n), (m, n)))
-        passed_over.extend((_block_sim(mu, m, end), (m, end)) for end in range(n + 1, len(mu)))
+        taken.append((_block_sim(js, m, n), (m, n)))
+        passed_over.extend((_block_sim(js, m, end), (m, end)) for end in range(n + 1, len(js)))
         m = n + 1
     high, high_block = min(taken)
     low, low_block = max(passed_over, default=(None, None))

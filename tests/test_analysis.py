@@ -171,6 +171,26 @@ def test_translation_checkpoint_analysed_with_model_overrides(runs):
 
 
 @pytest.mark.slow
+def test_fairseqs_own_transformer_is_analysed_at_its_training_step(runs, binarized_corpus, tmp_path):
+    """fairseq's ``transformer`` keeps no ``num_updates`` (the plugin's models do): its js.json
+    said null, and fairseq-san-plot-js refused it. The step is read from the checkpoint."""
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(runs["last"]))
+    state["cfg"] = OmegaConf.to_container(state["cfg"])  # as fairseq saves it
+    state["cfg"]["model"]._name = state["cfg"]["model"].arch = "transformer"  # a Namespace
+    plain = tmp_path / "transformer.pt"
+    torch.save(state, plain)
+    analysis = tmp_path / "js"
+    task = {"_name": "translation_san", "san_analysis_dir": str(analysis)}
+    result = run_cli(*validate(binarized_corpus, plain, analysis, "--batch-size", "8",
+                               "--model-overrides", repr({"task": task})))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert load_js(analysis)["num_updates"] == 40
+
+
+@pytest.mark.slow
 def test_plot_js(runs, tmp_path):
     output = tmp_path / "fig5.png"
     result = run_cli(
@@ -328,9 +348,13 @@ def test_a_language_model_has_decoder_self_attention_only(tmp_path):
     sample = {"id": torch.arange(3), "net_input": {"src_tokens": tokens}}
     mask = tokens.ne(dictionary.pad())
     analysis.add_masked(capture, sample, analysis.rows(sample), {"decoder_self": (mask, mask)})
+    stale = [tmp_path / name for name in ("js-decoder_encdec.png", "attention-encoder_self.npz")]
+    for path in stale:  # a translation model's analysis in the folder before
+        path.write_bytes(b"another model's")
     analysis.write(str(tmp_path), {"subset": "valid"})
     js = json.loads((tmp_path / "js.json").read_text())
     assert js["decoder_encdec"] is None and js["encoder_self"] is None
+    assert not any(path.exists() for path in stale)  # beside a js.json that says there is none
     assert js["decoder_self"][0][1] == pytest.approx(0, abs=1e-6)
     assert js["decoder_self"][0][2] > 0.001
     assert (tmp_path / "js-decoder_self.png").exists()

@@ -293,6 +293,82 @@ def test_profile(bench_results):
     assert base["max_speedup_from_sharing"] > 1.0
 
 
+@pytest.mark.parametrize(
+    "overrides, generator_execution, in_place_of",
+    [
+        ({}, "", None),  # fairseq's decoder
+        ({**STATIC}, "", None),  # the device's own: eager on the CPU
+        ({**STATIC, "san_decoder_execution": "fixed"}, "", None),
+        ({**STATIC, "san_decoder_execution": "compile"}, "eager", "compile"),
+    ],
+)
+def test_a_static_row_that_compiles_or_replays_graphs_is_profiled_eager(
+    monkeypatch, overrides, generator_execution, in_place_of
+):
+    """A replayed CUDA graph calls no module's hook: the bench slice's graph rows were profiled
+    with no step counted (ms/step NaN), or captured with the profiler's syncs inside (a failed
+    capture, eager steps mixed in). They are profiled eager, the row says so, and the pass is
+    warmed over every batch first, as the timed passes are."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import parse_system
+    from fairseq_san.benchmark.fairseq_system import FairseqSystem
+
+    built, decoded = [], []
+    system = FairseqSystem.__new__(FairseqSystem)  # no checkpoint: the generator stands in
+    system.spec = parse_system("s=model.pt:" + json.dumps(overrides))
+    system.device, system.model = torch.device("cpu"), None
+    generator = SimpleNamespace(generate=lambda models, sample: decoded.append(sample))
+
+    class Profiler:
+        generate_seconds = 0.0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            decoded.append("profiled")
+
+        def summary(self):
+            return {"steps": 1}
+
+    monkeypatch.setattr(
+        system, "_generator",
+        lambda setting, options, execution="": built.append(execution) or generator,
+    )  # fmt: skip
+    monkeypatch.setattr(system, "_profiler", lambda generator: Profiler())
+    summary = system.profile(SimpleNamespace(samples=["a", "b"]), None, None)
+    assert built == [generator_execution]
+    assert summary == {"steps": 1, "eager_in_place_of": in_place_of}
+    assert decoded == ["a", "b", "a", "b", "profiled"]  # warmed over every batch
+
+
+def test_fixed_lengths_alone_draw_no_speed_against_bleu(monkeypatch, tmp_path):
+    """Fixed lengths have no BLEU: ``--modes fixed`` drew an empty speed-vs-BLEU figure."""
+    pytest.importorskip("matplotlib")
+    from fairseq_san.benchmark import run
+
+    drawn = []
+    monkeypatch.setattr(run, "markdown_report", lambda results: "")
+    monkeypatch.setattr(run, "plot_speed_vs_beam", lambda results, path: drawn.append(path.name))
+    monkeypatch.setattr(run, "plot_speed_vs_bleu", lambda results, path: drawn.append(path.name))
+    run.write_results({"config": {"modes": ["fixed"]}}, tmp_path)
+    assert drawn == ["speed_vs_beam.png"]
+    run.write_results({"config": {"modes": ["fixed", "natural"]}}, tmp_path)
+    assert drawn[1:] == ["speed_vs_beam.png", "speed_vs_bleu.png"]
+
+
+def test_the_report_names_ctranslate2s_fixed_length_only_beside_its_row():
+    from fairseq_san.benchmark.report import fixed_lengths_said
+
+    config = {"modes": ["fixed"], "fixed_length": 12, "mean_reference_length": 11.6}
+    assert fixed_lengths_said(config, ctranslate2=False) == (
+        " Fixed lengths: every hypothesis 12 tokens + eos (mean reference length 11.6)."
+    )
+    assert "(CTranslate2: 13 tokens, the same decoder steps" in fixed_lengths_said(config, True)
+    assert fixed_lengths_said({**config, "modes": ["natural"]}, True) == ""
+
+
 def test_matmul_peak_measures_the_precisions_asked_for_and_a_slow_product_once(monkeypatch):
     from fairseq_san.benchmark import machine
 
@@ -438,8 +514,13 @@ def test_static_decoder_rows(bench_results):
                                 r"\(did you mean 'san_policy'\?\)"),
         ({"encoder_layers": "2"}, r"encoder_layers '2' \(system san's overrides\) is of type str, "
                                   "but encoder_layers takes an int"),
+        ({**STATIC, "san_decoder_execution": "graph"},
+         "system san: --san-decoding static does not support the execution 'graph' on CPU; "
+         "choose --san-decoder-execution eager or fixed on CPU"),
+        ({**STATIC, "san_decoder_execution": "foo"},
+         "system san: --san-decoding static does not support the execution 'foo'; choose"),
     ],
-    ids=["misspelt key", "wrong type"],
+    ids=["misspelt key", "wrong type", "graph on the CPU", "unknown execution"],
 )  # fmt: skip
 def test_bad_override_stops_the_benchmark(bench_data, tmp_path, overrides, said):
     """A typo or a wrong type in a system's overrides is one line naming it, before any worker
@@ -512,11 +593,12 @@ def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_da
 
 
 def test_bleu_without_a_sentencepiece_model_is_noted_in_the_report(bench_data, tmp_path):
-    """A data folder without spm.model: BLEU on the dictionary's tokens, said in the log and the
+    """A data folder without spm.model: BLEU on the dictionary's tokens, against the binarized
+    targets (raw references were read where DATA/text held them), said in the log and the
     report's notes (not comparable with BLEU on detokenized text)."""
     data, checkpoint = bench_data
     pieces = tmp_path / "data"
-    shutil.copytree(data, pieces, ignore=shutil.ignore_patterns("spm.model", "text"))
+    shutil.copytree(data, pieces, ignore=shutil.ignore_patterns("spm.model"))
     out = tmp_path / "out"
     result = run_cli(
         "fairseq-san-bench", "--data", str(pieces), "--out-dir", str(out), "--system",
@@ -528,6 +610,8 @@ def test_bleu_without_a_sentencepiece_model_is_noted_in_the_report(bench_data, t
     assert "no sentencepiece model (--spm, DATA/spm.model)" in result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["spm_model"] is None
+    # Not the raw text of DATA/text, which the dictionary's tokens ("▁Ein ▁Mann") never match.
+    assert results["config"]["references"] == "binarized targets, detokenized like hypotheses"
     assert any(note.startswith("no sentencepiece model") for note in results["notes"])
     assert "- no sentencepiece model (--spm, DATA/spm.model): BLEU and chrF are scored" in (
         (out / "results.md").read_text()

@@ -137,11 +137,14 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
                 assert value(words, "--batch-size") == "128"
         (record,) = printed_commands(output, "campaign_slices.py")[-1:]
         assert record[2:5] == ["record", dry_env["RUNS"], "--slice"] and record[-2:] == [str(RUN), name]
-        (tar,) = printed_commands(output, "tar")
+        # Packed after the first stage too: a call stopped later still returns that archive.
+        tars = printed_commands(output, "tar")
+        assert len(tars) >= 2 and all(tar == tars[0] for tar in tars), name
+        tar = tars[0]
         assert tar[tar.index("-C") + 1] == dry_env["RUNS"] and "--exclude=*.pt" in tar
         archive = f"{dry_env['OUT']}/converged-{name}.tar.gz"
         assert value(tar, "czf") == archive + ".part"  # renamed when whole
-        assert printed_commands(output, "mv") == [["mv", archive + ".part", archive]]
+        assert printed_commands(output, "mv") == [["mv", archive + ".part", archive]] * len(tars)
 
     en_de = trainings(outputs["en-de"])
     stage1 = [("en-de/loop", 0), ("en-de/baseline-s2", 0), ("en-de/baseline-s3", 0),
@@ -222,7 +225,7 @@ def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_en
     test reads travels; Figure 5's attention dumps and heatmaps (per checkpoint) and checkpoints
     do not."""
     output = campaign("tables", "--dry-run", env=dry_env)
-    (tar,), (move,) = printed_commands(output, "tar"), printed_commands(output, "mv")
+    tar, move = printed_commands(output, "tar")[-1], printed_commands(output, "mv")[-1]
     runs, out = Path(dry_env["RUNS"]), Path(dry_env["OUT"])
     loop = "en-de/baseline-s5"
     kept = [f"{loop}/iter0/analysis/attention-decoder_self.npz", f"{loop}/iter0/analysis/js.json",
@@ -406,6 +409,7 @@ def test_the_loop_ends_where_another_run_dir_trained_its_next_policy_with_its_re
     output = campaign("pairs", "--dry-run", env=dry_env)
     assert trainings(output) == pairs_stage(0) + pairs_stage(1) + MEAN_SAN
     assert "iteration 1's policy was trained by uniform-4-2 with the loop's recipe" in output
+    toy_references(tmp_path, ["x"])
     summary = write_summary(str(results), str(tmp_path), str(results / "summary.json"))
     assert summary["loop_ends"]["en-de"] == [
         {"loop": "loop", "iteration": 1, "learned_policy": later, "trained_by": "uniform-4-2"}]
@@ -529,13 +533,19 @@ REFERENCES = [f"a small dog number {i} runs in the park" for i in range(40)]
 SAN_POLICY = {"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": None}
 
 
+def toy_references(data_root: Path, references: List[str]) -> None:
+    """The En->De test sets' raw references under ``data_root``, as prepare.sh writes them."""
+    text = data_root / "multi30k.en-de" / "text"
+    text.mkdir(parents=True, exist_ok=True)
+    for split in ("test", "test1"):
+        (text / f"{split}.raw.de").write_text("\n".join(references) + "\n")
+
+
 def toy_en_de(root: Path) -> Path:
     """The results dir and data root of a collected en-de slice: 2 seeds of baseline and SAN;
     SAN translates every sentence right, the baseline drops words from half of them."""
-    results, data = root / "results", root / "data" / "multi30k.en-de" / "text"
-    data.mkdir(parents=True)
-    for split in ("test", "test1"):
-        (data / f"{split}.raw.de").write_text("\n".join(REFERENCES) + "\n")
+    results = root / "results"
+    toy_references(root / "data", REFERENCES)
     worse = [ref if i % 2 else " ".join(ref.split()[:4]) for i, ref in enumerate(REFERENCES)]
     toy_system(results / "en-de" / "loop", 0, {}, 30.0, worse)
     toy_system(results / "en-de" / "loop", 1, SAN_POLICY, 40.0, REFERENCES)
@@ -548,6 +558,20 @@ def toy_en_de(root: Path) -> Path:
         (results / "en-de" / label / "heldout").mkdir(parents=True)
         (results / "en-de" / label / "heldout" / "test_2018_flickr.hyp").write_text("Ein Hund.\n")
     return results
+
+
+def test_a_paired_test_without_its_reference_stops_the_summary(tmp_path):
+    """data-bin holding only the pair a GPU call took: the other pairs' paired tests vanished
+    from summary.json and headline.md without a word."""
+    from campaign_summary import write_summary
+
+    from fairseq_san.errors import UsageError
+
+    results = toy_en_de(tmp_path)
+    with pytest.raises(UsageError, match=r"^en-de: no reference .*/nowhere/multi30k.en-de/text/"
+                       r"test.raw.de for the paired test of san on test: prepare the pair "
+                       r"\(examples/multi30k/prepare.sh en de\)"):  # fmt: skip
+        write_summary(str(results), str(tmp_path / "nowhere"), str(results / "summary.json"))
 
 
 def test_headline_table_from_a_collected_en_de_slice(tmp_path):
@@ -740,6 +764,8 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
         analysis = runs / "en-de" / "baseline-s5" / "figure5" / f"checkpoint_{step // 100}_{step}"
         analysis.mkdir(parents=True)
         (analysis / "js.json").write_text(json.dumps({**PAPER_JS, "num_updates": step}))
+    # An analysis stopped at the deadline: its folder without js.json (plot-js exited 2 on it).
+    (runs / "en-de" / "baseline-s5" / "figure5" / "checkpoint_3_300").mkdir()
     shared = Path(dry_env["SHARED"])
     toy_archive(shared / "converged", runs, "en-de")
     results = tmp_path / "results"
@@ -831,6 +857,27 @@ def test_archive_of_another_slice_command_is_refused(tmp_path):
     archive.rename(renamed)
     with pytest.raises(UsageError, match="is not 'run.sh bench', refused"):
         check_archive(str(renamed), code_sha256(str(RUN)))
+
+
+def test_a_gpu_archive_of_toy_models_is_refused(tmp_path, monkeypatch):
+    """TRAIN_EXTRA (the tests' tiny sizes) on a GPU made an archive that collect took as the
+    converged campaign's."""
+    import campaign_slices
+    from campaign_slices import check_archive, code_sha256, record
+    from fairseq_san.errors import UsageError
+
+    monkeypatch.setattr(campaign_slices, "gpu_name", lambda: "NVIDIA H200")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    record(str(runs), "tables", str(RUN), [str(RUN), "tables"], "2026-11-30T06:00:00",
+           {"TRAIN_EXTRA": "--encoder-layers 1"})  # fmt: skip
+    archive = tmp_path / "converged-tables.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+    with pytest.raises(UsageError, match=r"made with TRAIN_EXTRA '--encoder-layers 1' \(fairseq-"
+                       "train arguments put last: a toy run's sizes\), refused: ALLOW_CPU"):  # fmt: skip
+        check_archive(str(archive), code_sha256(str(RUN)))
+    check_archive(str(archive), code_sha256(str(RUN)), allow_cpu=True)
 
 
 def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):

@@ -702,12 +702,15 @@ def test_analysis_in_a_command_that_decodes_is_a_usage_error(tmp_path):
         analysis_task(tmp_path).build_generator([model], argparse.Namespace(beam=1))
 
 
-def test_a_negative_number_of_saved_sentences_is_a_usage_error(tmp_path):
+@pytest.mark.parametrize("option", ["san_analysis_save_sentences", "san_analysis_log_interval"])
+def test_a_negative_analysis_count_is_a_usage_error(tmp_path, option):
+    """A negative log interval logged nothing, without a word."""
     from fairseq_san.errors import UsageError
     from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
 
-    config = TranslationSANConfig(data=str(tmp_path), san_analysis_save_sentences=-2)
-    with pytest.raises(UsageError, match="^--san-analysis-save-sentences -2: must be 0 or more$"):
+    config = TranslationSANConfig(data=str(tmp_path), **{option: -2})
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(UsageError, match=f"^{flag} -2: must be 0 or more$"):
         TranslationSANTask(config, make_dictionary(), make_dictionary())
 
 
@@ -813,6 +816,35 @@ def test_plot_js_on_a_bad_matrix_is_one_line(tmp_path, capsys, matrix, said):
                    "--reference-layer", "1", "--layers", "2")  # fmt: skip
     assert line.startswith("fairseq-san-plot-js: error: ") and said in line, line
     assert f"{analysis}/js.json" in line
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys):
+    """Two analyses at one step (the same checkpoint twice, or two models) were stacked points;
+    analyses of other subsets mixed; a layer asked for twice plotted every point twice."""
+    first = write_analysis(tmp_path / "step10", SQUARE)
+    again = write_analysis(tmp_path / "again", SQUARE)
+    unnamed = tmp_path / "step30"  # written before js.json named its subset: any
+    unnamed.mkdir()
+    (unnamed / "js.json").write_text(json.dumps({"num_updates": 30, "decoder_self": SQUARE}))
+    later = tmp_path / "step20"
+    later.mkdir()
+    (later / "js.json").write_text(json.dumps({"num_updates": 20, "decoder_self": SQUARE,
+                                               "subset": "test"}))  # fmt: skip
+    out = ["-o", str(tmp_path / "f.png"), "--reference-layer", "1"]
+    assert plot_js(capsys, first, again, *out, "--layers", "2") == (
+        f"fairseq-san-plot-js: error: {first}/js.json and {again}/js.json are both at step 10: one "
+        "analysis per training step (the same checkpoint twice?)"
+    )
+    (Path(first) / "js.json").write_text(json.dumps({"num_updates": 10, "decoder_self": SQUARE,
+                                                    "subset": "valid"}))  # fmt: skip
+    assert plot_js(capsys, first, str(unnamed), str(later), *out, "--layers", "2") == (
+        f"fairseq-san-plot-js: error: analyses of different subsets (valid in {first}/js.json, "
+        f"test in {later}/js.json): analyse one subset throughout"
+    )
+    assert plot_js(capsys, first, *out, "--layers", "2", "3", "2") == (
+        "fairseq-san-plot-js: error: --layers: layer 2 is given twice"
+    )
     assert not (tmp_path / "f.png").exists()
 
 
@@ -923,6 +955,13 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--references", "{tmp}"], "--references {tmp}: is a directory"),
         (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
         (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
+        (["--beams", "1", "1"], "--beams: 1 is given twice"),
+        (["--modes", "natural", "natural"], "--modes: natural is given twice"),
+        (["--cache-beams", "4", "20", "4"], "--cache-beams: 4 is given twice"),
+        (["--references", "{tmp}/notes.txt"], "--references {tmp}/notes.txt: without a "
+         "sentencepiece model (--spm, DATA/spm.model) the hypotheses are the dictionary's tokens"),
+        (["--references", "{tmp}/notes.txt", "--spm", "none"], "--references {tmp}/notes.txt: "
+         "without a sentencepiece model"),
     ],
 )
 def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
@@ -1174,7 +1213,7 @@ def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
 
 def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
     """``fairseq-san-policy JS | head -1``: the reader gone, the command ends with the status of SIGPIPE, as a
-    Unix tool does, with nothing on stderr (no BrokenPipeError traceback)."""
+    Unix tool does, with nothing more on stderr (no BrokenPipeError traceback)."""
     import signal
 
     from paper import PAPER_ENCDEC, PAPER_SELF
@@ -1187,7 +1226,9 @@ def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
                                stderr=subprocess.PIPE)  # fmt: skip
     process.stdout.close()  # the reader stops before the command writes
     _, stderr = process.communicate(timeout=120)
-    assert stderr.decode() == "" and process.returncode == 128 + signal.SIGPIPE
+    # Only the note that Figure 2b is not in nats (its values above ln 2), on stderr before.
+    assert [line.split(":")[1] for line in stderr.decode().splitlines()] == [" note"]
+    assert process.returncode == 128 + signal.SIGPIPE
 
 
 @pytest.mark.parametrize(
@@ -1537,19 +1578,21 @@ def test_a_negative_context_window_is_refused():
 @pytest.mark.parametrize("overrides", ["null", "[]", "san_decoding=static"])
 def test_bench_overrides_that_are_no_json_object_are_named_as_such(tmp_path, overrides):
     """``a=CKPT:null`` was read as a checkpoint named ``CKPT:null``, called missing."""
+    import torch
+
     from fairseq_san.benchmark.config import parse_system
     from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
 
     checkpoint = tmp_path / "a.pt"
     checkpoint.write_bytes(b"")
     with pytest.raises(ValueError) as refused:
-        load_checkpoint_task(parse_system(f"a={checkpoint}:{overrides}"), str(tmp_path))
+        load_checkpoint_task(parse_system(f"a={checkpoint}:{overrides}"), str(tmp_path), torch.device("cpu"))
     assert str(refused.value) == (
         f"system a: {overrides!r} after checkpoint {checkpoint} is no overrides: write them as a "
         f'JSON object, e.g. a={checkpoint}:{{"san_decoding": "static"}}'
     )
     with pytest.raises(ValueError, match=f"^system a: checkpoint {tmp_path}/b.pt:null does not"):
-        load_checkpoint_task(parse_system(f"a={tmp_path}/b.pt:null"), str(tmp_path))
+        load_checkpoint_task(parse_system(f"a={tmp_path}/b.pt:null"), str(tmp_path), torch.device("cpu"))
 
 
 @pytest.mark.parametrize(

@@ -698,6 +698,56 @@ def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp
     )
 
 
+def test_cli_takes_an_analysis_folder_for_its_js_json(js_file, tmp_path, capsys):
+    """fairseq-san-plot-js takes the folders --san-analysis-dir wrote; so does the learner (it
+    said '[Errno 21] Is a directory')."""
+    policy_main([str(tmp_path), "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5"])
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
+    )
+
+
+def test_cli_refuses_to_write_the_policy_over_its_analysis(js_file, tmp_path, capsys):
+    before = (tmp_path / "js.json").read_text()
+    for output in (js_file, str(tmp_path / "." / "js.json")):
+        with pytest.raises(SystemExit) as stopped:
+            policy_main([str(tmp_path), "--theta-decoder-self", "0.5", "-o", output])
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"fairseq-san-policy: error: -o {output}: it is an input (JS_JSON): name another file"
+        )
+    assert (tmp_path / "js.json").read_text() == before
+
+
+def test_cli_refuses_a_file_with_no_js_matrix(tmp_path, capsys):
+    """A policy file (every kind null) given for an analysis learned "no sharing", exit 0."""
+    policy = write_json(tmp_path / "policy.json", {kind: None for kind in KINDS})
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([policy, "--theta-decoder-self", "0.5"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {policy}: no JS matrix (keys decoder_self, decoder_encdec, "
+        "encoder_self null or missing): give the js.json that fairseq-validate --san-analysis-dir "
+        "writes"
+    )
+
+
+def test_cli_notes_js_values_above_ln2(tmp_path, capsys):
+    """The analysis writes nats (at most ln 2); a matrix in bits (the paper's Figure 2b holds
+    0.7986) meets thresholds in nats: said on stderr, for the kinds learned only."""
+    bits = write_json(tmp_path / "bits.json", {"decoder_self": [[0, 0.9], [0.9, 0]],
+                                               "decoder_encdec": [[0, 0.8], [0.8, 0]]})  # fmt: skip
+    policy_main([bits, "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().err.splitlines() == [
+        "fairseq-san-policy: note: decoder_self holds JS values above ln 2 = 0.6931, the largest "
+        "in nats (what fairseq-validate --san-analysis-dir writes): values in bits would meet "
+        "thresholds in nats"
+    ]
+    nats = write_json(tmp_path / "nats.json", {"decoder_self": [[0, 0.6], [0.6, 0]]})
+    policy_main([nats, "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -750,3 +800,14 @@ def test_cli_does_not_write_output_on_error(js_file, tmp_path):
     )
     assert result.returncode == 2
     assert not out.exists()
+
+
+@pytest.mark.parametrize("layers", [6, 7, 8])
+def test_layers_of_identical_attention_are_one_block_at_theta_ln2(layers):
+    """JS 0 between every pair: sim = ln 2 (Eq. 6), so one block at every theta up to ln 2.
+    Summing the pairs' mu = ln 2 - 0 in floats landed an ulp below ln 2: {5,1} at theta ln 2
+    for a trained {6} model."""
+    zeros = [[0.0] * layers for _ in range(layers)]
+    assert block_similarity(zeros, 0, layers - 1) == LN2
+    assert learn_blocks(zeros, LN2) == [layers]
+    assert theta_range(zeros, LN2).high == LN2

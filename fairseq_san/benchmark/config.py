@@ -283,8 +283,19 @@ def check_numbers(config: BenchmarkConfig) -> None:
         )
 
 
+def check_given_once(config: BenchmarkConfig) -> None:
+    """ValueError for a beam or mode listed twice: it was timed twice, the second run overwriting
+    the first, and its column printed twice."""
+    for name in ("beams", "modes", "cache_beams"):
+        values = list(getattr(config, name))
+        twice = next((value for i, value in enumerate(values) if value in values[:i]), None)
+        if twice is not None:
+            raise ValueError(f"{flag_of(name)}: {twice} is given twice")
+
+
 def check_paths(config: BenchmarkConfig) -> None:
-    """ValueError for a data directory or a given file that is missing or of the wrong kind."""
+    """ValueError for a data directory or a given file that is missing or of the wrong kind, or
+    raw references without the sentencepiece model that would make hypotheses text."""
     if not os.path.isdir(config.data):
         raise ValueError(f"--data {config.data}: no such directory")
     if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
@@ -293,6 +304,32 @@ def check_paths(config: BenchmarkConfig) -> None:
         if path and not os.path.isfile(path):
             problem = "is a directory" if os.path.isdir(path) else "no such file"
             raise ValueError(f"{flag} {path}: {problem}")
+    if config.references and not sentencepiece_model(config):
+        raise ValueError(
+            f"--references {config.references}: without a sentencepiece model (--spm, "
+            "DATA/spm.model) the hypotheses are the dictionary's tokens, which raw text does not "
+            "compare with: give --spm MODEL, or drop --references (the binarized targets are "
+            "then the references)"
+        )
+
+
+def sentencepiece_model(config: BenchmarkConfig) -> Optional[str]:
+    """The model that detokenizes hypotheses: ``--spm``, else ``DATA/spm.model`` where it exists;
+    None without one (``--spm none``)."""
+    if config.spm_model is not None:
+        return config.spm_model or None
+    default = os.path.join(config.data, "spm.model")
+    return default if os.path.exists(default) else None
+
+
+def references_file(config: BenchmarkConfig, target_language: str) -> Optional[str]:
+    """The raw references: ``--references``, else ``DATA/text/SUBSET.raw.TGT`` where it exists
+    and hypotheses are detokenized (raw text and the dictionary's tokens would not compare);
+    None: the binarized targets, detokenized like the hypotheses."""
+    if config.references is not None or not sentencepiece_model(config):
+        return config.references or None
+    default = os.path.join(config.data, "text", f"{config.subset}.raw.{target_language}")
+    return default if os.path.exists(default) else None
 
 
 def check_config(config: BenchmarkConfig) -> str:
@@ -310,6 +347,7 @@ def check_config(config: BenchmarkConfig) -> str:
         raise ValueError(f"modes must be among {MODES}, got {list(config.modes)}")
     if not config.beams:
         raise ValueError("--beams: give at least one beam size")
+    check_given_once(config)
     check_numbers(config)
     check_paths(config)
     return baseline

@@ -5,13 +5,12 @@ BLEU and chrF with sacrebleu on detokenized text: sentencepiece-decoded hypothes
 raw reference file.
 """
 
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import torch
 from fairseq import utils
 
-from fairseq_san.benchmark.config import BenchmarkConfig
+from fairseq_san.benchmark.config import BenchmarkConfig, references_file, sentencepiece_model
 from fairseq_san.errors import UsageError
 from fairseq_san.scoring import corpus_scores, read_lines
 
@@ -92,18 +91,11 @@ class TextSide:
     """Detokenizer, references and scoring of one benchmark."""
 
     def __init__(self, config: BenchmarkConfig, task, batches: Batches):
-        data = Path(config.data)
-        spm_model = config.spm_model
-        if spm_model is None:
-            spm_model = str(data / "spm.model") if (data / "spm.model").exists() else ""
-        references = config.references
-        if references is None:
-            default = data / "text" / f"{config.subset}.raw.{task.cfg.target_lang}"
-            references = str(default) if default.exists() else ""
-        self.spm_model = spm_model or None
+        self.spm_model = sentencepiece_model(config)
+        references = references_file(config, task.cfg.target_lang)
         self.references_source = references or "binarized targets, detokenized like hypotheses"
         self.detokenize = Detokenizer(task.target_dictionary, self.spm_model)
-        self.references = load_references(references or None, batches, self.detokenize)
+        self.references = load_references(references, batches, self.detokenize)
         self.ids = batches.ids
         self.signatures: Dict[str, str] = {}
 

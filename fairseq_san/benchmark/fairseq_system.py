@@ -12,7 +12,7 @@ before any worker starts, so that a typo, or a value the model's option cannot t
 
 import os
 from contextlib import nullcontext
-from typing import Dict, Set
+from typing import Dict, Optional, Set
 
 import torch
 
@@ -27,7 +27,10 @@ from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
+from fairseq_san.static_decoding import StaticDecoderError
 from fairseq_san.static_decoding.caches import DecoderCache
+from fairseq_san.static_decoding.execution import Execution
+from fairseq_san.static_decoding.generator import checked_execution
 
 
 def checkpoint_keys(state: Dict) -> Set[str]:
@@ -55,8 +58,9 @@ def check_overrides_written_as_json(spec: SystemSpec) -> None:
         )
 
 
-def load_checkpoint_task(spec: SystemSpec, data: str):
-    """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore."""
+def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
+    """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore,
+    or a static decoder's choice that does not run on ``device``."""
     if not os.path.isfile(spec.checkpoint):
         check_overrides_written_as_json(spec)
         problem = "is a directory" if os.path.isdir(spec.checkpoint) else "does not exist"
@@ -64,7 +68,24 @@ def load_checkpoint_task(spec: SystemSpec, data: str):
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")
+    check_static_choices(spec, device)
     return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+
+
+def check_static_choices(spec: SystemSpec, device: torch.device) -> None:
+    """ValueError for a static decoder's precision or execution that does not run on ``device``
+    (else met at the system's first decode, after every worker has loaded)."""
+    if spec.decoder != STATIC:
+        return
+    try:
+        checked_execution(spec.decoder_precision, execution_asked(spec), device)
+    except StaticDecoderError as err:
+        raise ValueError(f"system {spec.name}: {err}") from None
+
+
+def execution_asked(spec: SystemSpec) -> Optional[str]:
+    """The static decoder's execution that ``spec`` names (None: the device's default)."""
+    return spec.overrides.get(DECODER_EXECUTION.name)
 
 
 class FairseqSystem:
@@ -189,18 +210,30 @@ class FairseqSystem:
         return result
 
     def profile(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
-        """The step profile of one pass, after an untimed pass of the first batch: a generator
-        built for this setting allocates its caches (on a GPU, captures its graphs) in its first
-        pass, which the timed passes never see."""
-        generator = self._generator(setting, options)
-        generator.generate([self.model], batches.samples[0])
+        """The step profile of one pass, after an untimed one, as the timed passes: a generator
+        built for this setting allocates its caches in its first pass of each batch shape.
+
+        A static decoder that replays CUDA graphs or runs a compiled step is profiled eager
+        (``eager_in_place_of`` names its own execution): a replayed graph calls no module's
+        hooks, and the profiler's device syncs cannot be captured or compiled."""
+        own = self.static_execution()
+        in_place_of = own.name if own is not None and (own.graphs or own.compiles) else None
+        generator = self._generator(setting, options, execution="eager" if in_place_of else "")
+        for sample in batches.samples:
+            generator.generate([self.model], sample)
         profiler = self._profiler(generator)
         with profiler:
             for sample in batches.samples:
                 start = clock(self.device)
                 generator.generate([self.model], sample)
                 profiler.generate_seconds += clock(self.device) - start
-        return profiler.summary()
+        return {**profiler.summary(), "eager_in_place_of": in_place_of}
+
+    def static_execution(self) -> Optional[Execution]:
+        """The static decoder's execution on this system's device; None for fairseq's decoder."""
+        if self.spec.decoder != STATIC:
+            return None
+        return checked_execution(self.spec.decoder_precision, execution_asked(self.spec), self.device)
 
     def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
         """Matrix-multiply FLOPs of decoding one batch, per output token: the work a decoding

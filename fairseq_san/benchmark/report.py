@@ -3,7 +3,7 @@
 import math
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.benchmark.config import FIXED, NATURAL, STATIC
+from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, STATIC
 from fairseq_san.benchmark.meters import PARTS
 from fairseq_san.static_decoding.precision import PRECISIONS
 
@@ -21,17 +21,29 @@ def markdown_report(results: Dict) -> str:
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
+def fixed_lengths_said(config: Dict, ctranslate2: bool) -> str:
+    """The header's sentence on fixed lengths ("" without them); CTranslate2's count of tokens
+    where it has a row."""
+    if FIXED not in config["modes"]:
+        return ""
+    length = config["fixed_length"]
+    engine = (
+        f"CTranslate2: {length + 1} tokens, the same decoder steps: it emits no EOS at its length "
+        "limit; "
+        if ctranslate2
+        else ""
+    )
+    return (
+        f" Fixed lengths: every hypothesis {length} tokens + eos ({engine}mean reference length "
+        f"{config['mean_reference_length']:.1f})."
+    )
+
+
 def header(results: Dict) -> str:
     """Title, command, what was decoded and how, the machine, the scores' signatures."""
     config, machine = results["config"], results["machine"]
-    length = config["fixed_length"]
-    fixed = (
-        f" Fixed lengths: every hypothesis {length} tokens + eos (CTranslate2: {length + 1} "
-        "tokens, the same decoder steps: it emits no EOS at its length limit; mean reference "
-        f"length {config['mean_reference_length']:.1f})."
-        if FIXED in config["modes"]
-        else ""
-    )
+    ctranslate2 = any(s.get("kind") == CTRANSLATE2 for s in results["systems"].values())
+    fixed = fixed_lengths_said(config, ctranslate2)
     gpu = f" ({machine['gpu']})" if machine.get("gpu") else ""
     return "\n\n".join([
         "# SAN decoding benchmark",
@@ -171,8 +183,11 @@ def _profile_row(
     """One system's row of the profile table: shares of the step, of the decode, and FLOPs."""
     step, whole = prof["decoder_step_share"], prof["generate_share"]
     compute = _compute_cells(prof, base, setting_run(system, prof["beam"], mode), peak)
+    identity = _identity(name, system)
+    if prof.get("eager_in_place_of"):  # a graph-replaying or compiled step calls no hook
+        identity[1] += f" (profiled eager; timed {prof['eager_in_place_of']})"
     cells = [
-        *_identity(name, system),
+        *identity,
         _fmt(prof["ms_per_step"], ".3f"),
         *(f"{_fmt(100 * step[part], '.1f')}%" for part in (*PARTS, "rest")),
         *(
@@ -215,7 +230,9 @@ def _profile_notes(base: Optional[Dict], peaks: Dict, static: bool) -> List[str]
             "the encoder-decoder keys/values once per batch before the first step (in "
             "search+other; fairseq does it in the first step's enc-dec attn). Their MFLOP/token "
             "is counted at fp32 (the same multiplies at every precision; torch does not count "
-            "int8's).",
+            "int8's). A row that replays CUDA graphs or compiles its step is profiled eager "
+            "(a replayed graph calls no hook): its shares are the eager step's, and it has no "
+            "hook overhead.",
         ]
     return lines
 

@@ -41,7 +41,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
 
     # Every checkpoint's overrides are checked before anything is measured; the first one's task
     # gives the batches' ids, the references and the detokenizer (workers collate the same).
-    tasks = [load_checkpoint_task(spec, config.data) for spec in config.systems]
+    tasks = [load_checkpoint_task(spec, config.data, device) for spec in config.systems]
     if config.profile:
         machine["matmul_peak_gflops"] = matmul_peak(device)  # at the workers' thread count
     batches = Batches(tasks[0], config.subset, config.batch_size, torch.device("cpu"),
@@ -174,14 +174,17 @@ def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None
         for name in names:
             summary = pool.call(name, "profile", setting, config.decode)
             timed = systems[name]["settings"][setting.key]["seconds"]
-            summary["overhead"] = summary["generate_seconds"] / median(timed)
+            if summary["eager_in_place_of"] is None:  # else not the hooks' cost alone
+                summary["overhead"] = summary["generate_seconds"] / median(timed)
             summary["compute"] = pool.call(name, "count_flops", setting, config.decode)
             systems[name].setdefault("profile", {})[mode] = {"beam": beam, **summary}
 
 
 def write_results(results: Dict, out_dir: Path) -> None:
-    """results.json (strict JSON), results.md and the two figures in ``out_dir``; the figures
-    only where matplotlib is installed (the offline bundle for GPU machines leaves it out)."""
+    """results.json (strict JSON), results.md and the figures in ``out_dir``: speed against
+    beam, and against BLEU where natural lengths were decoded (fixed ones have no BLEU); the
+    figures only where matplotlib is installed (the offline bundle for GPU machines leaves it
+    out)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
         json.dump(finite(results), handle, indent=2, allow_nan=False)
@@ -191,7 +194,8 @@ def write_results(results: Dict, out_dir: Path) -> None:
         logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
         return
     plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
-    plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
+    if NATURAL in results["config"]["modes"]:
+        plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
 
 
 def finite(value):

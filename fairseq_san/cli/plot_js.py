@@ -70,6 +70,27 @@ def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
             )
 
 
+def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
+    """PlotError for analyses that are not one model's series: two at one training step (the
+    same checkpoint twice, or two models: their points were stacked), or of different subsets
+    (where they name theirs); or a layer asked for twice."""
+    twice = next((layer for i, layer in enumerate(layers) if layer in layers[:i]), None)
+    if twice is not None:
+        raise PlotError(f"--layers: layer {twice} is given twice")
+    at_step: Dict[int, str] = {}
+    for path, data in analyses:
+        earlier = at_step.setdefault(data["num_updates"], path)
+        if earlier != path:
+            raise PlotError(
+                f"{earlier} and {path} are both at step {data['num_updates']}: one analysis per "
+                "training step (the same checkpoint twice?)"
+            )
+    named = [(path, data["subset"]) for path, data in analyses if data.get("subset")]  # older: none
+    if len({subset for _, subset in named}) > 1:
+        named = ", ".join(f"{subset} in {path}" for path, subset in named)
+        raise PlotError(f"analyses of different subsets ({named}): analyse one subset throughout")
+
+
 def curves(
     analyses: List[Tuple[str, dict]], reference: int, layers: List[int]
 ) -> Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]]:
@@ -113,6 +134,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         check_output(args.output)
         analyses = [(os.path.join(d, "js.json"), read_analysis(d)) for d in args.dirs]
+        check_one_series(analyses, args.layers)
         panels = curves(analyses, args.reference_layer, args.layers)
         if all(series is None for series in panels.values()):
             raise PlotError("no decoder attention matrices in the given js.json files")

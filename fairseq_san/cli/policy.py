@@ -16,6 +16,7 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 """
 
 import argparse
+import os
 import sys
 from typing import Optional
 
@@ -70,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JS_JSON",
         nargs="+",
         help="JSON object with a layer-by-layer JS divergence matrix per kind "
-        f"({', '.join(KINDS)}); several (say, the analyses of several seeds) are averaged "
-        "element-wise before the policy is learned",
+        f"({', '.join(KINDS)}), or the --san-analysis-dir that holds it (js.json); several (say, "
+        "the analyses of several seeds) are averaged element-wise before the policy is learned",
     )
     add_theta_flags(parser)
     parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
@@ -122,6 +123,41 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
     return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
 
 
+def analysis_file(path: str) -> str:
+    """``path``, or the js.json in it where it is an analysis folder (``--san-analysis-dir``)."""
+    return os.path.join(path, "js.json") if os.path.isdir(path) else path
+
+
+def same_file(first: str, second: str) -> bool:
+    """Whether two paths name one file (or would: the same path, not yet there)."""
+    if os.path.exists(first) and os.path.exists(second):
+        return os.path.samefile(first, second)
+    return os.path.abspath(first) == os.path.abspath(second)
+
+
+def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:
+    """PolicyError for analyses with no JS matrix (every kind null or missing): a policy file
+    given for an analysis learned "no sharing" without a word."""
+    if not any(isinstance(js_by_kind.get(kind), list) for kind in KINDS):
+        raise PolicyError(
+            f"{', '.join(paths)}: no JS matrix (keys {', '.join(KINDS)} null or missing): give "
+            "the js.json that fairseq-validate --san-analysis-dir writes"
+        )
+
+
+def warn_of_bits(js_by_kind: dict) -> None:
+    """A note on stderr where a (checked) JS value is above ln 2, the largest in nats (what the
+    analysis writes): values in bits (up to 1) then meet thresholds in nats."""
+    for kind, rows in js_by_kind.items():
+        if any(value > LN2 for row in rows for value in row):
+            print(
+                f"fairseq-san-policy: note: {kind} holds JS values above ln 2 = {LN2:.4f}, the "
+                "largest in nats (what fairseq-validate --san-analysis-dir writes): values in "
+                "bits would meet thresholds in nats",
+                file=sys.stderr,
+            )
+
+
 @quiet_when_output_closes
 def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
@@ -130,10 +166,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # add_theta_flags' values
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
+    paths = [analysis_file(path) for path in args.js_json]
+    if args.output and any(same_file(args.output, path) for path in paths):
+        parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
     try:
-        analyses = [load_json_object(path, "JS file") for path in args.js_json]
-        js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, args.js_json)
+        analyses = [load_json_object(path, "JS file") for path in paths]
+        js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)
+        check_some_matrix(js_by_kind, paths)
         policy = learn_policy(js_by_kind, thetas)
+        warn_of_bits({kind: js_by_kind[kind] for kind in policy})  # the matrices checked
         ranges = theta_ranges(js_by_kind, thetas) if args.explain else {}
         if args.output:
             write_policy(policy, args.output)

@@ -33,7 +33,7 @@ from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.execution import compiled, execution_for
+from fairseq_san.static_decoding.execution import Execution, compiled, execution_for
 from fairseq_san.static_decoding.graphs import (
     Capture,
     GraphedSearchStep,
@@ -68,6 +68,16 @@ UNSUPPORTED_OPTIONS = [
 # fairseq's generation options as ``task.build_generator`` receives them: ``cfg.generation`` (a
 # DictConfig of GenerationConfig) from fairseq's commands, an argparse Namespace from older code.
 GenerationArgs = Union[Namespace, DictConfig]
+
+
+def checked_execution(precision: str, asked: Optional[str], device: torch.device) -> Execution:
+    """The execution of the step at ``precision`` on ``device`` (``asked``, the name given to
+    ``--san-decoder-execution``, or None: the device's default); StaticDecoderError where the
+    precision, the execution or the two together do not run there."""
+    check_device(precision, device)
+    execution = execution_for(asked, device)
+    check_compiled_precision(precision, execution.compiles)
+    return execution
 
 
 def check_generation_options(args: GenerationArgs, allowed: Tuple[str, ...] = ()) -> None:
@@ -148,12 +158,9 @@ class StaticSequenceGenerator(nn.Module):
         self.unk_penalty, self.temperature = unk_penalty, temperature
 
     def choose_execution(self, device: torch.device) -> None:
-        """The execution of the step on ``device`` (``--san-decoder-execution``, or the device's
-        default), after checking that the precision and the execution run there."""
-        check_device(self.precision, device)
+        """The execution of the step on ``device`` (``checked_execution``)."""
+        self.execution = checked_execution(self.precision, self.execution_asked, device)
         warn_if_slower_than_fp32(self.precision, device)
-        self.execution = execution_for(self.execution_asked, device)
-        check_compiled_precision(self.precision, self.execution.compiles)
         self.device_type = device.type
 
     def build_from_weights(self) -> None:

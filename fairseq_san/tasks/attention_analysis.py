@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
+from fairseq import checkpoint_utils
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import OmegaConf
 from torch import Tensor, nn
@@ -117,13 +118,12 @@ class AttentionAnalysisTask:
                 "--skip-invalid-size-inputs-valid-test): nothing to analyse"
             )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
+        num_updates = self._num_updates
+        if num_updates is None:  # a model that does not keep it (fairseq's own transformer)
+            num_updates = checkpoint_num_updates(checkpoint)
         analysis.write(
             self.cfg.san_analysis_dir,
-            {
-                "checkpoint": checkpoint,
-                "num_updates": self._num_updates,
-                "subset": self._subset,
-            },
+            {"checkpoint": checkpoint, "num_updates": num_updates, "subset": self._subset},
         )
         self._analysed_subset = self._subset
         logger.info(
@@ -144,9 +144,10 @@ def check_analysis_options(cfg) -> None:
             f"--san-analysis-max-sentences {limit}: must be at least 1 "
             "(leave it out to analyse every sentence)"
         )
-    saved = cfg.san_analysis_save_sentences
-    if saved is not None and saved < 0:
-        raise UsageError(f"--san-analysis-save-sentences {saved}: must be 0 or more")
+    for name in ("san_analysis_save_sentences", "san_analysis_log_interval"):
+        value = getattr(cfg, name)
+        if value is not None and value < 0:
+            raise UsageError(f"{options.flag_of(name)} {value}: must be 0 or more")
     directory = cfg.san_analysis_dir
     if not directory:
         return
@@ -159,6 +160,15 @@ def check_analysis_options(cfg) -> None:
         raise UsageError(
             f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
         ) from None
+
+
+def checkpoint_num_updates(path: Optional[str]) -> Optional[int]:
+    """The training step the checkpoint at ``path`` was saved at (its last optimizer record), for
+    Figure 5's x axis (``fairseq-san-plot-js``); None without one."""
+    if not path or not os.path.isfile(path):  # an ensemble's "a.pt:b.pt", or no path
+        return None
+    history = checkpoint_utils.load_checkpoint_to_cpu(path).get("optimizer_history") or [{}]
+    return history[-1].get("num_updates")
 
 
 def _root_config_value(cfg, key: str):

@@ -61,9 +61,10 @@ ending together on an H100), DECODE_BATCH_SIZE (sentences per batch of every dec
 fairseq's beam search costs about the same per step on a GPU at 16 and 128), SLICE_S (seconds
 the slice may take, 540: every job is stopped at that deadline, then the archive is packed),
 JOB_S (seconds one job may take), SEEDS ("2 3": the en-de slice's other seeds), STAGE2_SEED (4:
-the baseline seed of en-de's stage 2), BENCH_S (100: the seconds below which a batch size of the
-bench slice's benchmark does not start; each takes about 85-115 s on an H100, scaled from
-gpu-steps' end-to-end runs), TABLES_RUNS (runs/converged/tables: where bench looks for the tables
+the baseline seed of en-de's stage 2), BENCH_S (140: the seconds below which a batch size of the
+bench slice's benchmark does not start; each takes about 85-115 s on an H100 without its
+profile, --no-profile, scaled from gpu-steps' end-to-end runs, and writes its results only at
+its end), TABLES_RUNS (runs/converged/tables: where bench looks for the tables
 slice's models), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs), EVALUATE (0: no
 test sets nor held-out sources), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
 tiny sizes).
@@ -146,7 +147,7 @@ class Settings:
             "CAP_MIN": "2.5" if bench else "6.5", "UPDATES": "1000000" if bench else "3000",
             "EVAL_S": "130", "DECODE_BATCH_SIZE": "128", "SLICE_S": "540",
             "PRESET": "examples/presets/gpu-converge.args", "SEEDS": "2 3", "STAGE2_SEED": "4",
-            "ONLY": "", "TRAIN_EXTRA": "", "BENCH_S": "100", "JOB_S": "", "EVALUATE": "1",
+            "ONLY": "", "TRAIN_EXTRA": "", "BENCH_S": "140", "JOB_S": "", "EVALUATE": "1",
         }  # fmt: skip
         text.update({name: os.environ[name] for name in text if os.environ.get(name)})
         get = os.environ.get
@@ -252,6 +253,13 @@ class Slice:
         while any(job.is_alive() for job in self.jobs):
             for job in list(self.jobs):
                 job.join()
+
+    def finish_stage(self) -> None:
+        """Wait for the stage's jobs, then pack what they left (``pack``): a call that the device
+        stops in the next stage, before its own last archive, still returns this one."""
+        self.wait()
+        self.pack()
+        self.stage_jobs = 0
 
     def selected(self, name: str) -> bool:
         return not self.s.only or name in self.s.only
@@ -472,8 +480,6 @@ class Slice:
             self.new_checkpoints(run_dir, folder)
             if not last:
                 time.sleep(POLL_S)
-        # drawn here from the analyses so far; collect draws it again from every js.json
-        self.run(self.figure5_command(folder))
 
     def new_checkpoints(self, run_dir: str, folder: str) -> None:
         """Analyse ``run_dir``'s interval checkpoints not analysed yet, 2 at a time."""
@@ -492,9 +498,11 @@ class Slice:
                     job.join()
 
     def figure5_command(self, folder: str) -> List[str]:
-        """Figure 5's plot of the analyses in ``folder``'s subfolders."""
-        pattern = os.path.join(folder, "*", "")
-        analyses = sorted(glob.glob(pattern)) or [pattern]
+        """Figure 5's plot of the analyses in ``folder``'s subfolders that were written whole (an
+        analysis stopped at a deadline leaves its folder without js.json)."""
+        pattern = os.path.join(folder, "*", "js.json")
+        analyses = [os.path.dirname(path) + os.sep for path in sorted(glob.glob(pattern))]
+        analyses = analyses or [os.path.dirname(pattern) + os.sep]
         return ["fairseq-san-plot-js", *analyses, "--reference-layer", "4", "--layers", "5", "6",
                 "-o", os.path.join(folder, "js_vs_steps.png")]  # fmt: skip
 
@@ -560,8 +568,10 @@ class Slice:
                 "--subset", "test", "--batch-size", str(batch), "--max-sentences", str(sentences),
                 "--beams", "4", "20", "--modes", "natural", "fixed", "--cache-beams", "4", "20",
                 "--repeats", "3", "--max-len-a", "1.2", "--max-len-b", "10", "--no-ctranslate2",
+                "--no-profile",
                 *systems, "--out-dir", os.path.join(folder, f"batch{batch}"),
             ], self.s.limits))  # fmt: skip
+            self.pack()  # a call stopped in the next batch size still returns this one
 
     # --- the archive ---------------------------------------------------------------------------
 
@@ -601,7 +611,7 @@ def en_de(run: Slice) -> None:
         run.system(f"en-de/baseline-s{seed}", "en-de", SMALL, None, 0, train_args=["--seed", seed])
     uniform = os.path.join(HERE, "policy-uniform-6-6.json")
     run.system("en-de/uniform-6-6", "en-de", SMALL, uniform, 0)
-    run.wait()
+    run.finish_stage()
     run.loop("en-de", 1)
     learned = os.path.join(s.runs, "en-de", "loop", "iter1", "policy.json")
     for seed in s.seeds:
@@ -617,8 +627,7 @@ def pairs(run: Slice) -> None:
     for pair in others:
         run.loop(pair, 0)
     run.again("en-de")
-    run.wait()
-    run.stage_jobs = 0
+    run.finish_stage()
     for pair in others:
         run.loop(pair, 1)
     if not run.again("en-de"):  # the fourth place: the loop while it runs, else the mean's SAN
@@ -644,8 +653,7 @@ def tables(run: Slice) -> None:
     run.system("en-de/aan-san", "en-de", AAN, os.path.join(policies, "aan-san.json"), 0)  # 6
     run.system("en-de/own-v", "en-de", SMALL, learned, 0,
                train_args=["--san-encdec-share", "weights"])  # Table 4  # fmt: skip
-    run.wait()
-    run.stage_jobs = 0
+    run.finish_stage()
     thetas = [os.path.join(policies, f"theta-{a}-{b}.json") for a, b in TABLE_3_THETAS]
     if not s.dry_run:  # Table 3: what no system trained yet
         pair_dirs = [os.path.join(s.results, "en-de"), os.path.join(s.runs, "en-de")]
@@ -678,7 +686,7 @@ def bench(run: Slice) -> None:
     run.system("en-de/baseline-bench", "en-de", SMALL, None, 0)
     run.system("en-de/san-bench", "en-de", SMALL, learned, 0)  # the headline SAN's policy
     run.system("en-de/aan-san-bench", "en-de", AAN, policy, 0)
-    run.wait()
+    run.finish_stage()
     trained = ("baseline-bench", "san-bench", "aan-san-bench")
     run.benchmark(*(os.path.join(s.runs, "en-de", name) for name in trained))
 

@@ -128,7 +128,8 @@ def record(
     runs: str, slice_name: str, run_sh: str, command: Sequence[str], started: str,
     settings: Dict[str, str],
 ) -> str:  # fmt: skip
-    """Write the slice's provenance into ``runs/provenance/`` and return its path."""
+    """Write the call's provenance into ``runs/provenance/`` and return its path: one record per
+    call, named by its start (``started``), written again by each of its archives."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     provenance = {
         "slice": slice_name,
@@ -143,7 +144,8 @@ def record(
     }
     folder = os.path.join(runs, PROVENANCE)
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{slice_name}-{now.strftime('%Y%m%dT%H%M%SZ')}.json")
+    stamp = datetime.datetime.fromisoformat(started).strftime("%Y%m%dT%H%M%SZ")
+    path = os.path.join(folder, f"{slice_name}-{stamp}.json")
     with open(path, "w", encoding="utf-8") as out:
         json.dump(provenance, out, indent=1)
         out.write("\n")
@@ -163,7 +165,7 @@ def archive_provenance(archive: str) -> List[dict]:
 
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     """UsageError (one line) unless the archive was packed by this code (``code_sha256``) running
-    its slice, on a GPU unless ``allow_cpu``."""
+    its slice, on a GPU and with the preset's models (no TRAIN_EXTRA) unless ``allow_cpu``."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
     if not found:
@@ -190,6 +192,12 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
             raise UsageError(
                 f"{archive}: made where nvidia-smi named no GPU (a toy run's archive), refused: "
                 "ALLOW_CPU_ARCHIVES=1 collects it anyway"
+            )
+        extra = (provenance.get("settings") or {}).get("TRAIN_EXTRA")
+        if extra and not allow_cpu:
+            raise UsageError(
+                f"{archive}: made with TRAIN_EXTRA {extra!r} (fairseq-train arguments put last: "
+                "a toy run's sizes), refused: ALLOW_CPU_ARCHIVES=1 collects it anyway"
             )
 
 

@@ -493,13 +493,22 @@ def paired_test(
     pair: str, runs: Sequence[Tuple[str, int]], split: str, data_root: str, name: str
 ) -> Optional[Dict[str, object]]:
     """``paired_bootstrap`` of the second (run dir, iteration) of ``runs`` (called ``name``)
-    against the first on test set ``split``; None where hypotheses or reference are not at hand."""
+    against the first on test set ``split``; None where the hypotheses are not at hand, and a
+    UsageError where they are and the reference is not (the test would vanish from the summary
+    without a word: data-bin holding only the pair that a GPU call took)."""
     from fairseq_san.scoring import read_generate_output, read_lines
 
     paths = [hypotheses_file(run_dir, iteration, split) for run_dir, iteration in runs]
-    reference = reference_file(data_root, pair, split)
-    if not all(os.path.exists(path) for path in paths + [reference]):
+    if not all(os.path.exists(path) for path in paths):
         return None
+    reference = reference_file(data_root, pair, split)
+    if not os.path.exists(reference):
+        source, target = pair.split("-")
+        raise UsageError(
+            f"{pair}: no reference {reference} for the paired test of {name} on {split}: "
+            f"prepare the pair (examples/multi30k/prepare.sh {source} {target}) or give the "
+            "--data-root that holds it"
+        )
     hyps = [read_generate_output(path) for path in paths]
     return paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=name)
 

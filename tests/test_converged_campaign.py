@@ -958,6 +958,7 @@ def test_tiny_en_de_slice_summary_has_the_schema_caps_curves_and_heldout(tiny):
     assert [(row["system"], row["seed"]) for row in rows] == [
         ("baseline", 1), ("baseline", 2), ("san", 1), ("san", 2)]  # fmt: skip
     learned = json.loads((results / "en-de" / "loop" / "iter1" / "policy.json").read_text())
+    assert len(summary["training"]["en-de"]) == len(rows) == 4
     for row, training in zip(rows, summary["training"]["en-de"]):
         assert set(row) == SCHEMA_KEYS | {"heldout"}
         assert row["updates"] == 20 and row["wall_s"] > 0  # --max-update 20

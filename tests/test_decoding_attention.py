@@ -100,20 +100,26 @@ def test_fast_decoding_asked_for_by_the_generator_decodes_in_eval_mode_at_each_b
         assert steps["_self_step"] > 0 and steps["_encoder_step"] > 0
 
 
-def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq():
-    """The flag changes no parameter, and outside incremental decoding nothing changes at all."""
-    plain, _ = build([], dictionary=DICT, seed=101)
-    fast, _ = build(["--san-fast-decoding"], dictionary=DICT, seed=102)
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq(mode):
+    """The flag changes no parameter, and outside incremental decoding nothing changes at all:
+    the same output in evaluation and in training (dropout 0), and the same gradients."""
+    plain, _ = build(["--dropout", "0"], dictionary=DICT, seed=101)
+    fast, _ = build(["--san-fast-decoding", "--dropout", "0"], dictionary=DICT, seed=102)
     assert plain.state_dict().keys() == fast.state_dict().keys()
     fast.load_state_dict(plain.state_dict(), strict=True, model_cfg=None)
     assert isinstance(fast.decoder.layers[0].self_attn, DecodingAttention)
+    assert not isinstance(plain.decoder.layers[0].self_attn, DecodingAttention)
     src_tokens, src_lengths = source_batch(DICT, [5, 3], seed=7)
     prev = source_batch(DICT, [4, 4], seed=8)[0]
-    plain.eval(), fast.eval()
-    with torch.no_grad():
-        expected = plain(src_tokens, src_lengths, prev)[0]
-        actual = fast(src_tokens, src_lengths, prev)[0]
+    getattr(plain, mode)(), getattr(fast, mode)()
+    expected = plain(src_tokens, src_lengths, prev)[0]
+    actual = fast(src_tokens, src_lengths, prev)[0]
     assert torch.equal(expected, actual)
+    expected.logsumexp(-1).sum().backward()
+    actual.logsumexp(-1).sum().backward()
+    for (name, weight), other in zip(plain.named_parameters(), fast.parameters()):
+        assert torch.equal(weight.grad, other.grad), name
 
 
 @pytest.mark.parametrize(

@@ -230,8 +230,9 @@ def test_overrides_fairseq_applies_are_applied(overrides):
     cfg = checkpoint_configuration()
     override(cfg, overrides)
     for key, value in overrides.items():
-        if not isinstance(value, dict):
-            assert getattr(cfg.model, key) == value
+        assert getattr(cfg.model, key) == value  # dicts too (it asserted only the others)
+        if key in cfg and isinstance(value, dict):  # a group (task): replaced by the dict
+            assert {name: cfg[key][name] for name in value} == value
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ the analysis, fairseq-interactive and the hub; the one-line refusals (slow: runs
 
 import fcntl
 import json
+import logging
 import re
 
 import pytest
@@ -183,9 +184,10 @@ def test_the_static_decoder_generates_what_fairseq_does(trained, sharing):
             str(checkpoints[sharing]), "--gen-subset", "test", "--prefix-size", "3", "--beam", "1",
             "--min-len", "6", "--max-len-b", "10", "--batch-size", "8", "--cpu"]  # fmt: skip
     outputs = {}
-    for decoding in ("fairseq", "static"):
+    for decoding, generator in (("fairseq", "SequenceGenerator"), ("static", "StaticLMGenerator")):
         result = run_cli(*argv, "--san-decoding", decoding)
         assert result.returncode == 0, result.stderr[-3000:]
+        assert f"SAN decoding: {decoding} ({generator}" in result.stderr  # not fairseq's twice
         outputs[decoding] = best_hypotheses(result.stdout)
     ours, theirs = outputs["static"], outputs["fairseq"]
     assert len(ours) == 20  # the test sentences
@@ -211,7 +213,7 @@ def test_the_static_decoder_of_a_language_model_refuses_options_it_lacks(trained
     )
 
 
-def test_the_hub_samples(trained):
+def test_the_hub_samples(trained, caplog):
     from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 
     data, checkpoints = trained
@@ -220,7 +222,9 @@ def test_the_hub_samples(trained):
     )
     sampled = hub.sample("tok1 tok2", beam=1, max_len_b=6)
     assert sampled.startswith("tok1 tok2")
-    assert hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="static") == sampled
+    with caplog.at_level(logging.INFO, logger="fairseq_san.tasks.decoding"):
+        assert hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="static") == sampled
+    assert "SAN decoding: static (StaticLMGenerator" in caplog.text  # not fairseq's twice
 
 
 def test_the_hub_refuses_a_decoding_the_language_model_has_not(trained):

@@ -89,7 +89,8 @@ def static_generate(model, beam: int, src_tokens, src_lengths, **kwargs):
 def test_same_nbest_as_fairseq(name, monkeypatch):
     """Same n-best tokens, scores and positional scores as SequenceGenerator, beams 1/4/8, with
     done sentences leaving the batch on the way (caches and search, as fairseq's batch; here as
-    soon as one is done, so that every batch shrinks)."""
+    soon as one is done: the batches shrink for every model whose sentences end at different
+    steps, checked below)."""
     from fairseq_san.static_decoding import generator
     from fairseq_san.static_decoding.caches import DecoderCache
 
@@ -749,6 +750,10 @@ def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
         attention.bias_k = attention.bias_v = torch.nn.Parameter(torch.zeros(1, 1, 16))
     with pytest.raises(StaticDecoderError, match=f"not support {named}; "):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=2)
+    # Built before the model moves to its device (fairseq-train --eval-bleu), the step waits for
+    # the first batch; the refusal came then, at the first validation, after training began.
+    with pytest.raises(StaticDecoderError, match=f"not support {named}; "):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=2, device=torch.device("cuda"))
 
 
 def test_other_generators_and_constraints_are_refused(task):
@@ -942,14 +947,22 @@ def test_candidates_from_chunks_give_fairseqs_nbest(name, monkeypatch):
     candidates are one hypothesis' vocabulary) give SequenceGenerator's n-best."""
     from fairseq_san.static_decoding import beam_search
 
-    chunked, original = [], beam_search.best_of_rows
+    chunked, calls = [], []  # per step after the first: whether the chunks' path ran
+    rows, chunks = beam_search.best_of_rows, beam_search.best_of_chunks
 
     def best_of_rows(scores, k):
+        before = len(calls)
+        best = rows(scores, k, chunk=2)
         if scores.size(1) > len(DICTIONARY):  # beam x vocabulary: after the first step
-            chunked.append(scores.size(1) // 2 >= 4 * k)
-        return original(scores, k, chunk=2)
+            chunked.append(len(calls) > before)
+        return best
+
+    def best_of_chunks(scores, k, chunk):
+        calls.append(k)
+        return chunks(scores, k, chunk)
 
     monkeypatch.setattr(beam_search, "best_of_rows", best_of_rows)
+    monkeypatch.setattr(beam_search, "best_of_chunks", best_of_chunks)
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
     for beam in (1, 4, 8):
@@ -961,11 +974,16 @@ def test_candidates_from_chunks_give_fairseqs_nbest(name, monkeypatch):
 
 
 @pytest.mark.parametrize("width", [640, 650, 64 * 16])
-def test_best_of_rows_equals_topk(width):
+def test_best_of_rows_equals_topk(width, monkeypatch):
     """The k best scores of each row from its best chunks: torch.topk's values and columns
     (distinct scores), with -inf, a row of NaN first as topk ranks it, and widths after the last
-    whole chunk."""
+    whole chunk; the chunks' path taken (torch.topk itself is the other)."""
+    from fairseq_san.static_decoding import beam_search
     from fairseq_san.static_decoding.beam_search import best_of_rows
+
+    chunked, chunks = [], beam_search.best_of_chunks
+    monkeypatch.setattr(beam_search, "best_of_chunks",
+                        lambda *args: chunked.append(True) or chunks(*args))  # fmt: skip
 
     scores = torch.randn(5, width, generator=torch.Generator().manual_seed(width))
     scores[1, ::3] = float("-inf")
@@ -979,6 +997,7 @@ def test_best_of_rows_equals_topk(width):
         assert torch.equal(columns[:4], expected.indices[:4])
         assert values[4, 0].isnan() and columns[4, 0] == 7
         assert torch.equal(values[4, 1:], expected.values[4, 1:])
+    assert chunked == [True] * 3
 
 
 def test_children_keep_their_parents_rows():
@@ -1207,9 +1226,13 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     and says once what replaces it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
+    assert "SAN decoding: fairseq (SequenceGenerator)" in fairseq.stderr
+    said = {"no-cache": "no-cache (SequenceGenerator)", "fast": "fast (SequenceGenerator)",
+            "static": "static (StaticSequenceGenerator, precision fp32, execution eager)"}
     for decoding in ("no-cache", "fast", "static"):
         result = generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding)
         assert result.returncode == 0, result.stderr[-3000:]
+        assert f"SAN decoding: {said[decoding]}" in result.stderr  # not fairseq's with itself
         assert assert_same_output(fairseq.stdout, result.stdout) == 40, decoding
         assert "is deprecated: use --san-decoding" not in result.stderr
     old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
@@ -1231,6 +1254,7 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
 
     fairseq, static = interactive(), interactive("--san-decoding", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
+    assert "SAN decoding: static (StaticSequenceGenerator" in static.stderr
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
 
 
@@ -1269,14 +1293,18 @@ def test_bfloat16_on_a_cpu_without_its_kernels_is_a_warning(monkeypatch, caplog,
                 assert warned[0].endswith("--san-decoder-precision int8 or fp32 decode faster")
 
 
-def test_a_bfloat16_generator_warns_where_this_cpu_lacks_the_kernels(caplog):
-    """The generator checks the machine it runs on (the warning's own cases: the test above)."""
-    from fairseq_san.static_decoding.precision import can_pack
+@pytest.mark.parametrize("kernels", [True, False])
+def test_a_bfloat16_generator_warns_where_this_cpu_lacks_the_kernels(caplog, monkeypatch, kernels):
+    """The generator checks the machine it runs on (the warning's own cases: the test above);
+    the machine stands in, with and without oneDNN's bfloat16 kernels (on this one, with them,
+    the test could not fail)."""
+    from fairseq_san.static_decoding import precision
 
+    monkeypatch.setattr(precision, "can_pack", lambda device, dtype: kernels)
     model = build([], dictionary=DICTIONARY)[0]
     StaticSequenceGenerator([model], DICTIONARY, beam_size=2, precision="bf16")
     warned = [r for r in caplog.records if "on a CPU without bfloat16 kernels" in r.getMessage()]
-    assert len(warned) == (not can_pack(torch.device("cpu"), torch.bfloat16))
+    assert len(warned) == (not kernels)
 
 
 def test_reduced_precision_of_a_model_not_in_float32_names_the_way_out():

@@ -32,9 +32,12 @@ def incremental(model, tokens):
 
 
 def test_without_policy_it_is_fairseqs_transformer_lm():
-    theirs, _ = build_lm(arch="transformer_lm")
-    ours, _ = build_lm()
+    """fairseq's weights loaded into the plugin's model give fairseq's logits (built from other
+    seeds, so that the load is what makes them equal)."""
+    theirs, _ = build_lm(arch="transformer_lm", seed=1)
+    ours, _ = build_lm(seed=2)
     assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert not torch.equal(ours.decoder.layers[0].fc1.weight, theirs.decoder.layers[0].fc1.weight)
     ours.load_state_dict(theirs.state_dict())
     tokens = target_prefixes(DICT, 3, 7)
     torch.testing.assert_close(logits(ours, tokens), logits(theirs, tokens), atol=0, rtol=0)

@@ -454,10 +454,16 @@ def best_of_rows(scores: Tensor, k: int, chunk: int = CHUNK) -> Tuple[Tensor, Te
     took 1.8-2.0 ms of its 24-27 ms on a 2-core AMD EPYC with torch.topk over all of them, 0.3 ms
     this way (docs/results/cpu-yardstick/topk-2026-11-29). On a GPU (launch-bound) torch.topk
     stays, and so it does where the chunks would hold a large share of the scores anyway."""
+    if scores.is_cuda or scores.size(1) // chunk < 4 * k:
+        return torch.topk(scores, k)
+    return best_of_chunks(scores, k, chunk)
+
+
+def best_of_chunks(scores: Tensor, k: int, chunk: int) -> Tuple[Tensor, Tensor]:
+    """``best_of_rows`` on the CPU: ``torch.topk`` over the ``k`` chunks with the largest maxima
+    and the scores after the last whole chunk."""
     rows, width = scores.shape
     whole = width // chunk
-    if scores.is_cuda or whole < 4 * k:
-        return torch.topk(scores, k)
     maxima = scores[:, : whole * chunk].reshape(rows, whole, chunk).amax(dim=2)
     chunks = torch.topk(maxima, k, sorted=False).indices
     offsets = torch.arange(chunk, device=scores.device)

@@ -127,7 +127,8 @@ class StaticSequenceGenerator(nn.Module):
     ) -> None:
         """``device``: the one it decodes on where the model is not there yet (fairseq-train
         builds ``--eval-bleu``'s generator before it moves the model): the options are checked
-        against it at once, and the step is built at the first batch."""
+        against it at once, and so is the model (what the step refuses), whose step is built at
+        the first batch."""
         super().__init__()
         if len(models) != 1:
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
@@ -147,6 +148,8 @@ class StaticSequenceGenerator(nn.Module):
         self.built_from: Optional[tuple] = None
         if model_device.type == self.device_type:
             self.build_from_weights()
+        else:  # the model's refusals now, not at the first validation, after training began
+            StaticDecoderStep(self.model.decoder)
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}

@@ -6,6 +6,7 @@ translation, the model's own ``no-cache`` and ``fast``) keeps fairseq's Sequence
 and ``--san-decoder-execution``.
 """
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -20,6 +21,8 @@ from fairseq_san.fairseq_fixes.command_options import check_search_numbers
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -163,8 +166,9 @@ class DecodingTask:
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
             set_beam_sizes(models, getattr(generator, "beam_size", 1))
+            logger.info("SAN decoding: %s (%s)", decoding, type(generator).__name__)
             return generator
-        return self.static_generator()(
+        generator = self.static_generator()(
             models,
             self.target_dictionary,
             args,
@@ -175,6 +179,11 @@ class DecodingTask:
             self.decoding_option(args, options.DECODER_EXECUTION),
             device=self.decoding_device,
         )
+        logger.info(
+            "SAN decoding: static (%s, precision %s, execution %s)", type(generator).__name__,
+            generator.precision, generator.execution.name,
+        )  # fmt: skip
+        return generator
 
     def decoding(self, args) -> str:
         """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there

@@ -296,7 +296,7 @@ def format_policy(policy: dict, kinds: Sequence[str] = KINDS) -> str:
     return "  ".join(f"{kind} {format_blocks(blocks[kind])}" for kind in kinds)
 
 
-def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
+def block_starts(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     """First-layer index of every block (0-based); every layer when unshared."""
     if blocks is None:
         return list(range(num_layers))
@@ -311,10 +311,10 @@ def _leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     return starts
 
 
-def blocks_from_leaders(leaders: Sequence[int], num_layers: int) -> Blocks:
-    """The block sizes whose first layers are ``leaders`` (0-based, ascending, from 0)."""
-    ends = list(leaders[1:]) + [num_layers]
-    return [end - start for start, end in zip(leaders, ends)]
+def blocks_from_starts(starts: Sequence[int], num_layers: int) -> Blocks:
+    """The block sizes whose first layers are ``starts`` (0-based, ascending, from 0)."""
+    ends = list(starts[1:]) + [num_layers]
+    return [end - start for start, end in zip(starts, ends)]
 
 
 def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
@@ -324,7 +324,7 @@ def block_leaders(blocks: Optional[Blocks], num_layers: int) -> list[int]:
     S^m, or A^m for encoder-decoder attention), e.g.
     [1, 5] -> [0, 1, 1, 1, 1, 1].
     """
-    starts = _leaders(blocks, num_layers)
+    starts = block_starts(blocks, num_layers)
     leaders = []
     for index, start in enumerate(starts):
         end = starts[index + 1] if index + 1 < len(starts) else num_layers
@@ -420,11 +420,6 @@ def _check_theta(theta: object) -> float:
     if not is_number(theta) or not 0.0 <= theta <= LN2:
         raise PolicyError(f"theta {theta!r} must be a number in [0, ln 2 = {LN2:.4f}]")
     return float(theta)
-
-
-def similarity_matrix(js: list[list[float]]) -> list[list[float]]:
-    """mu(i, j) = ln 2 - JS(i, j), the similarity of layers i and j (section 3.3)."""
-    return [[LN2 - value for value in row] for row in check_js(js)]
 
 
 def _block_sim(js: list[list[float]], m: int, n: int) -> float:

@@ -1075,7 +1075,7 @@ def test_loop_start_checks_warm_updates_only_with_warm_start(tmp_path, capsys):
 
 def test_a_folder_where_a_file_is_read_is_one_line(tmp_path, capsys, monkeypatch):
     """fairseq-interactive --input DIR: an IsADirectoryError traceback before."""
-    from fairseq_san.errors import excepthook
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
 
     error = IsADirectoryError(21, "Is a directory", str(tmp_path))
     monkeypatch.setattr("sys.argv", ["fairseq-interactive", "DATA", "--input", str(tmp_path)])
@@ -1100,7 +1100,7 @@ def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
 
 def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
     """fairseq's task looks for DATA/dict.LANG.txt deep inside its set-up."""
-    from fairseq_san.errors import excepthook
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
 
     def traceback_printer(*args):
         print("Traceback (most recent call last):", file=sys.stderr)
@@ -1172,12 +1172,12 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
     ],
 )  # fmt: skip
 def test_fairseqs_own_bad_input_errors_are_one_line(capsys, monkeypatch, error, said):
-    """fairseq's messages that already name the problem (errors.FAIRSEQ_BAD_INPUT), without the
+    """fairseq's messages that already name the problem (one_line_errors.FAIRSEQ_BAD_INPUT), without the
     traceback; anything else keeps it."""
     import fairseq.criterions  # noqa: F401  (the registries that name a criterion or optimizer)
     import fairseq.optim  # noqa: F401
 
-    from fairseq_san.errors import excepthook
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
 
     def traceback_printer(*args):
         print("Traceback (most recent call last):", file=sys.stderr)
@@ -1193,7 +1193,7 @@ def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
     value given on the command line; a SyntaxError elsewhere keeps its traceback."""
     import ast
 
-    from fairseq_san.errors import excepthook
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
 
     def traceback_printer(*args):
         print("Traceback (most recent call last):", file=sys.stderr)

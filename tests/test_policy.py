@@ -29,7 +29,6 @@ from fairseq_san.policy import (
     parse_blocks,
     policy_segments,
     resolve_policy,
-    similarity_matrix,
     theta_range,
     theta_ranges,
     validate_blocks,
@@ -327,12 +326,6 @@ def test_paper_figure_2_gives_paper_policies():
         {"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC},
         {"decoder_self": 0.5, "decoder_encdec": 0.5, "encoder_self": None},
     ) == {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
-
-
-def test_similarity_matrix_is_ln2_minus_js():
-    mu = similarity_matrix(PAPER_SELF)
-    assert mu[0][1] == pytest.approx(LN2 - 0.5429)
-    assert mu[3][3] == pytest.approx(LN2)
 
 
 def test_block_similarity_matches_hand_computation():

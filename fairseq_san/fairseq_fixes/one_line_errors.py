@@ -3,15 +3,176 @@
 Upstream behaviour corrected: fairseq's commands have no hook for a plugin's errors, so an error
 the plugin raises while fairseq sets up (a bad policy, a refused checkpoint) or a missing path
 named on the command line surfaces as a traceback from deep inside fairseq. ``install()`` chains
-``fairseq_san.errors.excepthook`` (what is printed, and when) in front of ``sys.excepthook``.
+``excepthook`` in front of ``sys.excepthook`` when fairseq loads the plugin (``--user-dir``). It
+prints as one line
+
+* a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
+  exception: its trainer turns any error while loading a checkpoint into "please ensure that
+  the architectures match", with ours as the context;
+* a missing file or directory that the command line names (e.g. a data directory), or a missing
+  file in a directory it names (a data directory without a dictionary), which fairseq's tasks
+  hit deep inside their set-up;
+* fairseq's own bad-input errors whose message already says what is wrong
+  (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax.
+
+Everything else keeps its traceback.
 """
 
+import glob
+import os
+import re
 import sys
+from typing import Callable, Optional
 
-from fairseq_san import errors
+from fairseq_san.errors import PREFIX, UsageError
+
+# fairseq's errors for bad input on its command line whose message names the problem (fairseq
+# main): (exception type, pattern of the message). They are printed as one line, not a traceback.
+FAIRSEQ_BAD_INPUT = [
+    (FileNotFoundError, r"Dataset not found: \S+ \(.*\)"),  # --gen-subset / --valid-subset
+    (Exception, r"Could not infer language pair, please provide it explicitly"),  # no data there
+    (AssertionError, r"Must specify batch size either with --max-tokens or --batch-size"),
+    (ValueError, r"optimizer is required!"),
+    (NotImplementedError, r"Unknown post_process option: .*"),
+    (AssertionError, r"--sampling-top[kp] requires --sampling"),
+    (AssertionError, r"--sampling requires --nbest to be equal to --beam"),  # generate, interactive
+    (ValueError, r"DiverseBeamSearch requires --beam to be divisible by the number of groups"),
+    (AssertionError, r"--batch-size cannot be larger than --buffer-size"),  # interactive
+    (Exception, r"Size of sample #\d+ is invalid \(=.*\) since max_positions=.*, skip this "
+                r"example with --skip-invalid-size-inputs-valid-test"),  # input too long
+    (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
+    (AssertionError, r"min_len cannot be larger than max_len, please adjust these!"),  # --min-len
+    (ValueError, r"--share-all-embeddings requires a joined dictionary"),  # preprocess's flag
+    # resuming with another --criterion or --optimizer than the checkpoint's
+    (AssertionError, r"(Criterion|Optimizer) does not match; please reset the optimizer "
+                     r"\(--reset-optimizer\)\. \w+ vs \w+"),
+]
+
+
+def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
+    """``exc`` or the UsageError it was raised from or while handling, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UsageError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def fairseqs_bad_input(exc: BaseException) -> Optional[str]:
+    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), else None; a
+    criterion or optimizer that does not match the checkpoint's is also said as options."""
+    for kind, pattern in FAIRSEQ_BAD_INPUT:
+        if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
+            return str(exc) + component_options_said(str(exc))
+    return None
+
+
+# Where fairseq registers each component a checkpoint's optimizer history names by class, and
+# the options that choose fairseq's optimizer wrappers (the class recorded when one was given).
+COMPONENT_REGISTRIES = {
+    "Criterion": ("fairseq.criterions", "CRITERION_REGISTRY", "--criterion"),
+    "Optimizer": ("fairseq.optim", "OPTIMIZER_REGISTRY", "--optimizer"),
+}
+OPTIMIZER_WRAPPERS = {
+    "FP16Optimizer": "--fp16 or --bf16",
+    "MemoryEfficientFP16Optimizer": "--memory-efficient-fp16 or --memory-efficient-bf16",
+    "AMPOptimizer": "--amp",
+}
+
+
+def component_option(component: str, class_name: str) -> str:
+    """``--criterion cross_entropy`` for fairseq's class ``CrossEntropyCriterion`` (read from
+    fairseq's registry where fairseq is imported), else the class name."""
+    if class_name in OPTIMIZER_WRAPPERS:
+        return OPTIMIZER_WRAPPERS[class_name]
+    module, registry, flag = COMPONENT_REGISTRIES[component]
+    classes = getattr(sys.modules.get(module), registry, {})
+    names = [name for name, cls in classes.items() if cls.__name__ == class_name]
+    return f"{flag} {names[0]}" if len(names) == 1 else class_name
+
+
+def component_options_said(message: str) -> str:
+    """For fairseq's "Criterion does not match ... A vs B" (A: the checkpoint's, B: this run's),
+    the two as command-line options; else nothing."""
+    match = re.fullmatch(r"(Criterion|Optimizer) does not match; .* (\w+) vs (\w+)", message)
+    if match is None:
+        return ""
+    component, saved, given = match.groups()
+    return (
+        f" (the checkpoint's {component_option(component, saved)}, this run's "
+        f"{component_option(component, given)})"
+    )
+
+
+def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str]:
+    """A SyntaxError from fairseq's ``ast.literal_eval`` of a value given on the command line
+    (``--model-overrides "{'san_policy': "``), said as one line naming the value."""
+    if not isinstance(exc, SyntaxError) or exc.text is None:
+        return None
+    given = {arg.strip() for arg in argv}
+    if exc.text.strip() not in given:
+        return None
+    value = exc.text.strip()
+    return f"{value!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
+
+
+# Errors of a path that is missing or of the wrong kind: a folder for a file
+# (fairseq-interactive --input DIR), a file for a folder (fairseq-generate --results-path FILE).
+PATH_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
+
+
+def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
+    """Whether ``exc`` is one of ``PATH_ERRORS`` for a path given on the command line, or for a
+    file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
+    if not isinstance(exc, PATH_ERRORS) or not exc.filename:
+        return False
+    missing = os.path.normpath(str(exc.filename))
+    # fairseq takes several data directories as DIR1:DIR2
+    given = {os.path.normpath(part) for arg in argv for part in arg.split(os.pathsep) if part}
+    return missing in given or os.path.dirname(missing) in given
+
+
+def path_error_said(exc: OSError) -> str:
+    """The path and what is wrong with it; for a language model's ``dict.txt`` missing from
+    translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it),
+    what each kind of data needs."""
+    said = f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, FileExistsError) and os.path.isfile(exc.filename):
+        return said + " (a file, where the command makes a folder)"
+    if isinstance(exc, IsADirectoryError):
+        return said + " (a folder, where the command needs a file)"
+    folder, name = os.path.split(str(exc.filename))
+    if name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
+        said += (
+            f"; {folder} holds translation data (dict.SRC.txt, dict.TGT.txt), and a language "
+            "model's task reads fairseq-preprocess --only-source output (examples/lm/prepare.sh); "
+            "a translation checkpoint is scored with fairseq-generate or fairseq-validate"
+        )
+    return said
+
+
+def excepthook(previous: Callable) -> Callable:
+    """A ``sys.excepthook`` that prints bad input as one line and defers to ``previous``."""
+
+    def hook(exc_type, exc, traceback):
+        usage = usage_error_in_chain(exc)
+        said = fairseqs_bad_input(exc) or malformed_command_line_value(exc, sys.argv[1:])
+        if usage is not None:
+            print(PREFIX + str(usage), file=sys.stderr)
+        elif names_a_command_line_path(exc, sys.argv[1:]):
+            print(PREFIX + path_error_said(exc), file=sys.stderr)
+        elif said is not None:
+            print(PREFIX + said, file=sys.stderr)
+        else:
+            previous(exc_type, exc, traceback)
+
+    hook.prints_one_line = True
+    return hook
 
 
 def install() -> None:
     """Print the plugin's usage errors as one line, for this process (idempotent)."""
     if not getattr(sys.excepthook, "prints_one_line", False):
-        sys.excepthook = errors.excepthook(sys.excepthook)
+        sys.excepthook = excepthook(sys.excepthook)

@@ -343,16 +343,16 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     )
 
 
-def block_starts(policy: Dict, kind: str, layers: Dict[str, int]) -> set:
+def starts_of(policy: Dict, kind: str, layers: Dict[str, int]) -> set:
     """The first layers of the blocks of ``kind`` under ``policy`` (every layer when unshared)."""
-    return set(san_policy.block_leaders(policy.get(kind), layers[san_policy.KIND_TABLE[kind].stack]))
+    return set(san_policy.block_starts(policy.get(kind), layers[san_policy.KIND_TABLE[kind].stack]))
 
 
 def refines(built: Dict, trained: Dict, layers: Dict[str, int]) -> bool:
     """Whether ``built`` splits each block of ``trained`` only at its borders or inside it, for
     every kind: a model that shares less than the checkpoint, not one whose blocks moved."""
     return all(
-        block_starts(trained, kind, layers) <= block_starts(built, kind, layers)
+        starts_of(trained, kind, layers) <= starts_of(built, kind, layers)
         for kind in san_policy.KINDS
     )
 
@@ -365,13 +365,13 @@ def policy_of_state_dict(state_dict: Dict, layers: Dict[str, int]) -> Dict[str, 
     """
     policy = {}
     for kind, (stack, attr) in san_policy.KIND_MODULES.items():
-        leaders = [
+        starts = [
             index
             for index in range(layers[stack])
             if f"{stack}.layers.{index}.{attr}.k_proj.weight" in state_dict
         ]
-        if 0 < len(leaders) < layers[stack]:
-            policy[kind] = san_policy.blocks_from_leaders(leaders, layers[stack])
+        if 0 < len(starts) < layers[stack]:
+            policy[kind] = san_policy.blocks_from_starts(starts, layers[stack])
     return policy
 
 

@@ -52,8 +52,8 @@ KIND = options.LM_KIND
 
 # What each --san-self-share replaces a block's layers with: share_attention's keyword arguments.
 SHARES = {
-    options.WEIGHTS: dict(follower=SharedWeightsAttention),
-    options.KV: dict(follower=KVFollowerAttention, leader_class=KVLeaderAttention),
+    options.WEIGHTS: dict(follower_class=SharedWeightsAttention),
+    options.KV: dict(follower_class=KVFollowerAttention, leader_class=KVLeaderAttention),
 }
 
 

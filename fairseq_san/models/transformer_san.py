@@ -50,8 +50,6 @@ from fairseq_san.modules.shared_attention import (
 
 logger = logging.getLogger(__name__)
 
-POLICY_FLAGS = {kind: option.name for kind, option in options.POLICY_OPTIONS.items()}
-
 
 class TransformerSANDecoder(TransformerDecoderBase):
     """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
@@ -193,7 +191,7 @@ def resolve_model_policy(
     JSON text so that the checkpoint carries it and ``fairseq-generate`` rebuilds the same model
     with no extra flag.
     """
-    flags = {kind: getattr(args, POLICY_FLAGS[kind], None) for kind in kinds}
+    flags = {kind: getattr(args, options.POLICY_OPTIONS[kind].name, None) for kind in kinds}
     policy = san_policy.resolve_policy(getattr(args, "san_policy", None), flags)
     others = [kind for kind in policy if kind not in kinds]
     if others:
@@ -206,7 +204,7 @@ def resolve_model_policy(
     check_policy_fits_model(policy, args)
     args.san_policy = san_policy.dump_policy(policy)
     for kind in kinds:
-        setattr(args, POLICY_FLAGS[kind], None)
+        setattr(args, options.POLICY_OPTIONS[kind].name, None)
     return policy
 
 
@@ -222,13 +220,14 @@ def share_attention(
     layers: nn.ModuleList,
     attr: str,
     blocks: List[int],
-    follower: Type[MultiheadAttention],
+    follower_class: Type[MultiheadAttention],
     leader_class: Type[MultiheadAttention] = BlockLeaderAttention,
 ) -> None:
     """Replace attention module ``attr`` of ``layers`` so that each block shares its first layer's.
 
-    ``leader_class`` and ``follower``, which one ``BlockShare`` per block connects, say what is
-    shared: SAN's S or A (the defaults), or keys and values (``modules.kv_shared_attention``).
+    ``leader_class`` and ``follower_class``, which one ``BlockShare`` per block connects, say
+    what is shared: SAN's S or A (the defaults), or keys and values
+    (``modules.kv_shared_attention``).
     """
     leaders = san_policy.block_leaders(blocks, len(layers))
     for index, leader in enumerate(leaders):
@@ -240,7 +239,7 @@ def share_attention(
             block = BlockShare()
             module_class: Type[MultiheadAttention] = leader_class
         else:
-            module_class = follower
+            module_class = follower_class
         is_last = index + 1 == len(leaders) or leaders[index + 1] != leader
         old = getattr(layers[index], attr)
         new = rebuild_attention(old, module_class, block=block, releases_block=is_last)

@@ -19,13 +19,13 @@ from fairseq import utils
 from torch import Tensor
 
 from fairseq_san.modules import IncrementalState
-from fairseq_san.modules.shared_attention import AttentionRole, BlockShare, _SharedAttentionBase
+from fairseq_san.modules.shared_attention import AttentionRole, BlockMemberAttention, BlockShare
 
 # (keys, values) as (batch * heads, len, head_dim) and the key padding mask (batch, len) or None.
 KeysValues = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 
-class _KVAttention(_SharedAttentionBase):
+class _KVAttention(BlockMemberAttention):
     """Scaled dot-product self-attention of this layer's queries over a block's keys and values."""
 
     def __init__(self, block: BlockShare, releases_block: bool = False, **kwargs) -> None:

@@ -123,7 +123,7 @@ def attention_kwargs(attention: MultiheadAttention) -> dict:
     )
 
 
-class _SharedAttentionBase(DecodingAttention):
+class BlockMemberAttention(DecodingAttention):
     """fairseq's MultiheadAttention wired to a sharing block, minus the projections its ``role``
     does not keep (``KEPT_PROJECTIONS``).
 
@@ -179,7 +179,7 @@ class _SharedAttentionBase(DecodingAttention):
         return self._fairseq_weights(per_head.transpose(1, 0), need_head_weights)
 
 
-class BlockLeaderAttention(_SharedAttentionBase):
+class BlockLeaderAttention(BlockMemberAttention):
     """The first layer of a block: fairseq's attention, plus S^m and A^m published to the block."""
 
     role = AttentionRole.LEADER
@@ -217,7 +217,7 @@ class BlockLeaderAttention(_SharedAttentionBase):
         return self._merge_heads(context, tgt_len, bsz), returned
 
 
-class _FollowerAttention(_SharedAttentionBase):
+class _FollowerAttention(BlockMemberAttention):
     """A following layer of a block: its output comes from the block's S^m and A^m."""
 
     def forward(

@@ -14,7 +14,7 @@ class StaticDecoderError(UsageError):
     only that choice is the problem (an execution or a precision this device does not run).
 
     A UsageError, so that the plugin's command-line hook prints it as one line, like the other
-    errors of bad input (fairseq_san/errors.py).
+    errors of bad input (``fairseq_fixes.one_line_errors``).
     """
 
     def __init__(self, what: str, way_out: str = FAIRSEQS_DECODER) -> None:

@@ -23,7 +23,7 @@ is now one line naming the plugin's tasks or models that have the option.
 generators, ``--lenpen nan`` printed NaN scores, ``--nbest`` above ``--beam`` printed fewer
 hypotheses than asked, ``--temperature 0`` failed on fairseq's assertion, ``--sampling-topk``
 beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), a top-p outside
-(0, 1] or a top-k below 1 sampled from every token, ``--bf16``
+(0, 1] or a top-k below 1 sampled from every token (the checks: ``generation_options``), ``--bf16``
 was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
 ``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
@@ -43,7 +43,6 @@ fix (``UsageError``) before anything is loaded.
 
 import argparse
 import functools
-import math
 import sys
 from dataclasses import fields
 from typing import Callable, List, Optional
@@ -51,6 +50,7 @@ from typing import Callable, List, Optional
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.generation_options import check_search_numbers
 from fairseq_san.options import (
     ANALYSIS_OPTIONS,
     DECODER_OPTIONS,
@@ -60,7 +60,6 @@ from fairseq_san.options import (
     Option,
     flag_of,
 )
-from fairseq_san.policy import is_number
 
 # Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
 TASKS_IGNORING_SAVED_TASK = (
@@ -306,64 +305,6 @@ def check_batch_sizes(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise UsageError(f"{flag_of(flag)} {value}: it must be at least 1")
-
-
-# The search's real-valued options; NaN or infinity gives NaN scores printed as translations
-# (the penalties), a traceback inside the generators (max_len_a, temperature) or an option
-# silently off (sampling_topp, diversity_rate).
-FINITE_SEARCH_NUMBERS = (
-    "lenpen", "unkpen", "max_len_a", "temperature", "sampling_topp", "diversity_rate",
-    "diverse_beam_strength", "lm_weight",
-)
-
-
-def check_search_numbers(args: argparse.Namespace) -> None:
-    """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
-    n-best than the beam keeps (fewer would be printed), and any of ``FINITE_SEARCH_NUMBERS``
-    that is not a finite number."""
-    beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
-    for flag, value in (("--beam", beam), ("--nbest", nbest)):
-        if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
-            raise UsageError(f"{flag} {value!r}: it must be an integer of at least 1")
-    if nbest > beam:
-        raise UsageError(
-            f"--nbest {nbest} is more than --beam {beam}: the search keeps {beam} hypotheses "
-            "per sentence (with --sampling, --beam samples); pass --beam at least --nbest"
-        )
-    for flag in FINITE_SEARCH_NUMBERS:
-        value = getattr(args, flag, 0.0)
-        if value is not None and not (is_number(value) and math.isfinite(value)):
-            raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
-    check_temperature(getattr(args, "temperature", 1.0))
-    topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
-    if not is_integer(topk) or (topk != -1 and topk < 1):
-        raise UsageError(
-            f"--sampling-topk {topk!r}: it must be an integer of at least 1 (-1, the default, "
-            "samples from every token)"
-        )
-    if topp != -1 and not 0 < topp <= 1:
-        raise UsageError(
-            f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
-            "token)"
-        )
-    if topk > 0 and topp > 0:
-        raise UsageError(
-            f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
-            "top-p tokens and ignores top-k; pass one"
-        )
-
-
-def check_temperature(temperature: float) -> None:
-    """Refuse a temperature of 0 or less (fairseq's generator asserts it: a traceback)."""
-    if temperature <= 0:
-        raise UsageError(
-            f"--temperature {temperature}: it must be greater than 0 (greedy decoding is --beam 1 "
-            "without --sampling)"
-        )
-
-
-def is_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:

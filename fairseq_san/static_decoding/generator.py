@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.command_options import check_temperature
+from fairseq_san.generation_options import check_temperature
 from fairseq_san.modules import weights_key
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch

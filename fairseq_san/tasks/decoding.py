@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.fairseq_fixes.command_options import check_search_numbers
+from fairseq_san.generation_options import check_search_numbers
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help

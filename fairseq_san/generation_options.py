@@ -1,0 +1,69 @@
+"""The generation options' values checked, wherever they come from: fairseq's command line
+(``fairseq_fixes.command_options``, as it parses), the hub's keywords (``tasks.decoding``) and
+the static decoder's own arguments. Pure Python.
+"""
+
+import argparse
+import math
+
+from fairseq_san.errors import UsageError
+from fairseq_san.options import flag_of
+from fairseq_san.policy import is_number
+
+
+# The search's real-valued options; NaN or infinity gives NaN scores printed as translations
+# (the penalties), a traceback inside the generators (max_len_a, temperature) or an option
+# silently off (sampling_topp, diversity_rate).
+FINITE_SEARCH_NUMBERS = (
+    "lenpen", "unkpen", "max_len_a", "temperature", "sampling_topp", "diversity_rate",
+    "diverse_beam_strength", "lm_weight",
+)
+
+
+def check_search_numbers(args: argparse.Namespace) -> None:
+    """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
+    n-best than the beam keeps (fewer would be printed), and any of ``FINITE_SEARCH_NUMBERS``
+    that is not a finite number."""
+    beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
+    for flag, value in (("--beam", beam), ("--nbest", nbest)):
+        if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
+            raise UsageError(f"{flag} {value!r}: it must be an integer of at least 1")
+    if nbest > beam:
+        raise UsageError(
+            f"--nbest {nbest} is more than --beam {beam}: the search keeps {beam} hypotheses "
+            "per sentence (with --sampling, --beam samples); pass --beam at least --nbest"
+        )
+    for flag in FINITE_SEARCH_NUMBERS:
+        value = getattr(args, flag, 0.0)
+        if value is not None and not (is_number(value) and math.isfinite(value)):
+            raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
+    check_temperature(getattr(args, "temperature", 1.0))
+    topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
+    if not is_integer(topk) or (topk != -1 and topk < 1):
+        raise UsageError(
+            f"--sampling-topk {topk!r}: it must be an integer of at least 1 (-1, the default, "
+            "samples from every token)"
+        )
+    if topp != -1 and not 0 < topp <= 1:
+        raise UsageError(
+            f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
+            "token)"
+        )
+    if topk > 0 and topp > 0:
+        raise UsageError(
+            f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
+            "top-p tokens and ignores top-k; pass one"
+        )
+
+
+def check_temperature(temperature: float) -> None:
+    """Refuse a temperature of 0 or less (fairseq's generator asserts it: a traceback)."""
+    if temperature <= 0:
+        raise UsageError(
+            f"--temperature {temperature}: it must be greater than 0 (greedy decoding is --beam 1 "
+            "without --sampling)"
+        )
+
+
+def is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

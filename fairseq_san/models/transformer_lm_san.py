@@ -17,7 +17,6 @@ the model *is* fairseq's ``transformer_lm``: same parameter names, same outputs.
 
 import argparse
 import logging
-from typing import Dict, Optional
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
@@ -28,12 +27,10 @@ from fairseq.models.transformer_lm import (
     TransformerLanguageModelConfig,
     base_lm_architecture,
 )
-from torch import Tensor
 
 from fairseq_san import checkpoints, options
-from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits, fit_checkpoint
+from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_attention_heads,
@@ -42,6 +39,7 @@ from fairseq_san.models.option_checks import (
     check_no_translation_options,
     check_san_options,
 )
+from fairseq_san.models.san_model import SANModel
 from fairseq_san.models.transformer_san import resolve_model_policy, share_attention
 from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
 from fairseq_san.modules.shared_attention import SharedWeightsAttention
@@ -58,10 +56,10 @@ SHARES = {
 
 
 @register_model("transformer_lm_san")
-class TransformerLMSANModel(HubModel, TransformerLanguageModel):
+class TransformerLMSANModel(SANModel, TransformerLanguageModel):
     """A decoder-only language model whose adjacent layers share attention weights or K/V."""
 
-    num_updates: Optional[int] = None
+    checkpoint_check = staticmethod(check_lm_checkpoint_fits)
 
     @classmethod
     def add_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -92,19 +90,6 @@ class TransformerLMSANModel(HubModel, TransformerLanguageModel):
         )
         return model
 
-    def set_num_updates(self, num_updates: int) -> None:
-        """Keep the training step for the analysis (``tasks.language_modeling_san``)."""
-        super().set_num_updates(num_updates)
-        self.num_updates = num_updates
-
-    def load_state_dict(
-        self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
-    ):
-        """Load a checkpoint, dropping projections the current policy no longer uses; a checkpoint
-        that shares otherwise (more than the model, or K/V instead of S) is refused in one line.
-        One it is fine-tuned from may have any policy: its blocks start the projections it lacks."""
-        fit_checkpoint(self, state_dict, check_lm_checkpoint_fits)
-        return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 
 def lm_san_base_architecture(args: argparse.Namespace) -> None:

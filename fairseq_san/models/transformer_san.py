@@ -21,12 +21,11 @@ from fairseq.models.transformer import (
 )
 from fairseq.modules import MultiheadAttention
 from fairseq.tasks import FairseqTask
-from torch import Tensor, nn
+from torch import nn
 
 from fairseq_san import checkpoints, options
-from fairseq_san.models.hub_model import HubModel
 from fairseq_san import policy as san_policy
-from fairseq_san.models.checkpoint_policy import check_checkpoint_fits, fit_checkpoint
+from fairseq_san.models.checkpoint_policy import check_checkpoint_fits
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_attention_heads,
@@ -37,6 +36,7 @@ from fairseq_san.models.option_checks import (
     check_translation_task,
     warn_unused_encdec_share,
 )
+from fairseq_san.models.san_model import SANModel
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -97,11 +97,11 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
 
 @register_model("transformer_san")
-class TransformerSANModel(HubModel, TransformerModel):
+class TransformerSANModel(SANModel, TransformerModel):
     """A Transformer whose adjacent layers share attention weights (S, Eq. 4) or outputs (A,
     Eq. 5)."""
 
-    num_updates: Optional[int] = None
+    checkpoint_check = staticmethod(check_checkpoint_fits)
 
     @classmethod
     def add_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -161,23 +161,6 @@ class TransformerSANModel(HubModel, TransformerModel):
         if self.fast_decoding:
             self.decoder.set_beam_size(beam_size)
 
-    def set_num_updates(self, num_updates: int) -> None:
-        """Keep the training step: fairseq sets it from the checkpoint when it loads the model,
-        and the SAN analysis (``translation_san``) reports it."""
-        super().set_num_updates(num_updates)
-        self.num_updates = num_updates
-
-    def load_state_dict(
-        self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
-    ):
-        """Load a checkpoint, dropping projections the current policy no longer uses.
-
-        A checkpoint this model cannot load (other dictionaries or attention type, more sharing)
-        gets a one-line error naming the cause instead of fairseq's list of keys and shapes. One
-        it is fine-tuned from may have any policy: the projections it lacks start from its blocks.
-        """
-        fit_checkpoint(self, state_dict, check_checkpoint_fits)
-        return super().load_state_dict(state_dict, strict, model_cfg, args)
 
 
 def resolve_model_policy(

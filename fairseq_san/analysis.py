@@ -2,8 +2,8 @@
 distributions under teacher forcing and stream the JS divergence between layers.
 
 The tasks' ``valid_step`` drives it (``fairseq_san.tasks.attention_analysis``, for
-``translation_san`` and ``language_modeling_san``; the command and the files it writes are described
-in ``fairseq_san.tasks.translation_san``); the JS itself is ``fairseq_san.js``.
+``translation_san`` and ``language_modeling_san``, which also describes the command and the
+files it writes); the JS itself is ``fairseq_san.js``.
 """
 
 import contextlib

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import UsageError
+from fairseq_san.files import write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import write_perplexity
@@ -160,8 +161,7 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
 def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
     table = train_log_table(args.logs)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(table)
+        write_text(args.output, table)  # whole or not at all, as the loop's other files
     print(table, end="")
     return 0
 

@@ -1,8 +1,9 @@
 """``fairseq-san-spm``: a joint sentencepiece model for the recipes (train, encode, decode).
 
 The paper uses a joint BPE vocabulary shared by source and target; ``train`` learns one
-sentencepiece model on the concatenation of both sides. ``decode`` turns fairseq-generate's
-hypotheses back into detokenized text for sacrebleu.
+sentencepiece model on the concatenation of both sides. ``decode`` turns pieces back into text
+(a file of hypotheses decoded without it; the recipes let fairseq-generate do it,
+``--post-process sentencepiece``).
 """
 
 import argparse

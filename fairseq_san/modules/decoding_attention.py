@@ -123,8 +123,8 @@ class DecodingAttention(MultiheadAttention):
         need_head_weights: bool,
     ):
         """One step of self-attention: q, k and v in one fused projection, the new key and value
-        appended to the cache, attention over them (scaled_dot_product_attention where no weights
-        are asked for)."""
+        appended to the cache, attention over them (S = Softmax(QK^T / sqrt(d_k)), A = SV: paper
+        Eqs. 1-2; scaled_dot_product_attention where no weights are asked for)."""
         hypotheses = query.size(1)
         weight, bias = self._fused_projection()
         q, k, v = F.linear(query, weight, bias).split(self.embed_dim, dim=-1)
@@ -175,8 +175,9 @@ class DecodingAttention(MultiheadAttention):
         before_softmax: bool,
         need_head_weights: bool,
     ):
-        """One step of encoder-decoder attention: keys and values projected once per source
-        sentence at the first step (cached), every hypothesis of a sentence attending over them."""
+        """One step of encoder-decoder attention (paper Eqs. 1-2): keys and values projected once
+        per source sentence at the first step (cached), every hypothesis of a sentence attending
+        over them."""
         hypotheses = query.size(1)
         saved = self._get_input_buffer(incremental_state)
         if saved.get("prev_key") is None:

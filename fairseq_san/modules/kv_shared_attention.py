@@ -46,6 +46,8 @@ class _KVAttention(BlockMemberAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        """Paper Eqs. 1-2 with this layer's Q and the block's K and V: S = Softmax(QK^T /
+        sqrt(d_k)), A = SV, in fairseq's MultiheadAttention's signature and outputs."""
         tgt_len, bsz, _ = query.size()
         keys, values, padding = self._keys_values(query, key_padding_mask, incremental_state)
         queries = self._split_heads(self.q_proj(query) * self.scaling)

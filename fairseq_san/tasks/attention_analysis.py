@@ -1,9 +1,39 @@
 """The ``--san-analysis-dir`` hook of a task: fairseq-validate's teacher-forced passes also feed
 ``fairseq_san.analysis.LayerAnalysis``, which writes the JS matrices at the end of the subset.
-
 ``translation_san`` and ``language_modeling_san`` both inherit ``AttentionAnalysisTask``; each
-says which tokens of a batch are real (``analysis_masks``). The files written and the options are
-described in ``tasks.translation_san``.
+says which tokens of a batch are real (``analysis_masks``).
+
+The analysis (paper section 3.1, Figure 2) runs in ``fairseq-validate``: with teacher forcing it
+collects the per-head attention distributions of every layer for decoder self-attention,
+encoder-decoder attention and encoder self-attention, and streams the JS divergence between every
+pair of layers (``fairseq_san.js.PairwiseJS``, in nats; memory does not grow with the number of
+sentences)::
+
+    fairseq-validate DATA --user-dir fairseq_san --task translation_san --path CKPT \\
+        --valid-subset valid --san-analysis-dir DIR [--san-analysis-max-sentences N]
+
+At the end of the subset DIR holds
+
+* ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
+  "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid"}``; a kind without
+  attention weights (decoder self-attention replaced by AAN; a language model's
+  encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the
+  checkpoint was saved at (the plugin's models keep what fairseq read when it loaded them;
+  another model's is read from the checkpoint). It is the input of ``fairseq-san-policy``;
+  ``fairseq-san-plot-js`` plots a series of them against training steps;
+* ``js-<kind>.png``: the matrices drawn like the paper's Figure 2 (dark = similar);
+* ``attention-<kind>.npz``: the weights of sentences 0..K-1 of the subset
+  (``--san-analysis-save-sentences K``, default 4), one array ``sentence_<i>`` per sentence,
+  shaped (layers, heads, queries, keys), without padding.
+
+Sentences are identified by their index in the subset (line number from 0).
+``--san-analysis-max-sentences N`` analyses sentences 0..N-1 (not the first batches, which
+fairseq fills by length), so results do not depend on batching; the validation loss still
+covers the whole subset. ``--san-analysis-log-interval`` (default 100; 0: never) logs progress
+every that many analysed batches, besides fairseq's progress bar. A bad ``--san-analysis-dir``
+or a negative count stops at task set-up, before any batch. Every sentence of the subset is
+analysed and in the loss, however batches are sized (``fairseq_san.fairseq_fixes.last_batch``).
+One subset per run, in a single process (no distributed validation).
 """
 
 import logging

@@ -1,46 +1,15 @@
-"""``translation_san``: fairseq's translation task plus the layer-similarity analysis of SAN.
+"""``translation_san``: fairseq's translation task plus the layer-similarity analysis of SAN
+(``--san-analysis-dir``: how it runs and what it writes, ``tasks.attention_analysis``) and the
+plugin's decoders (``tasks.decoding``).
 
-Training is exactly ``--task translation``. The analysis (paper section 3.1, Figure 2) runs in
-``fairseq-validate``: with teacher forcing it collects the per-head attention distributions of
-every layer for decoder self-attention, encoder-decoder attention and encoder self-attention, and
-streams the JS divergence between every pair of layers (``fairseq_san.js.PairwiseJS``, in nats;
-memory does not grow with the number of sentences)::
-
-    fairseq-validate DATA --user-dir fairseq_san --task translation_san --path CKPT \\
-        --valid-subset valid --san-analysis-dir DIR [--san-analysis-max-sentences N]
-
-At the end of the subset DIR holds
-
-* ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
-  "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid"}``; a kind without
-  attention weights (decoder self-attention replaced by AAN) is ``null``. ``num_updates`` is the
-  training step fairseq read from the checkpoint when it loaded the model (a ``transformer_san``
-  model keeps it; ``null`` for other models). It is the input of
-  ``fairseq-san-policy``; ``fairseq-san-plot-js`` plots a series of them against training steps;
-* ``js-<kind>.png``: the matrices drawn like the paper's Figure 2 (dark = similar);
-* ``attention-<kind>.npz``: the weights of sentences 0..K-1 of the subset
-  (``--san-analysis-save-sentences K``, default 4), one array ``sentence_<i>`` per sentence,
-  shaped (layers, heads, queries, keys), without padding.
-
-Sentences are identified by their index in the subset (line number from 0).
-``--san-analysis-max-sentences N`` analyses sentences 0..N-1 (not the first batches, which
-fairseq fills by length), so results do not depend on batching; the validation loss still
-covers the whole subset. ``--san-analysis-log-interval`` (default 100) logs progress every that
-many analysed batches, besides fairseq's progress bar.
-
-The checkpoint must have been trained with ``--task translation_san``. fairseq-validate builds
-the task from the checkpoint's saved task config and applies command-line flags only to keys that
-config already has, so for a checkpoint trained with ``--task translation`` the flag
-``--task translation_san`` does not change the task. A ``transformer_san`` model then stops
-before validating, printing the override that switches the task:
-``--model-overrides "{'task': {'_name': 'translation_san', 'san_analysis_dir': 'DIR'}}"``
+Training is exactly ``--task translation``. The checkpoint to analyse must have been trained with
+``--task translation_san``. fairseq-validate builds the task from the checkpoint's saved task
+config and applies command-line flags only to keys that config already has, so for a checkpoint
+trained with ``--task translation`` the flag ``--task translation_san`` does not change the task.
+A ``transformer_san`` model then stops before validating, printing the override that switches the
+task: ``--model-overrides "{'task': {'_name': 'translation_san', 'san_analysis_dir': 'DIR'}}"``
 (add ``'san_analysis_max_sentences': N`` etc. inside the same dict; the other
-``--san-analysis-*`` flags are not applied in that case). A bad ``--san-analysis-dir`` or
-``--san-analysis-max-sentences`` stops at task set-up, before any batch.
-
-The capture and the per-layer analysis live in ``fairseq_san.analysis``. Every sentence of the
-subset is analysed and in the loss, however batches are sized
-(``fairseq_san.fairseq_fixes.last_batch``). One subset per run, in a single process (no distributed validation).
+``--san-analysis-*`` flags are not applied in that case).
 """
 
 import json

@@ -187,12 +187,12 @@ class LayerAnalysis:
             names = self._write_kinds(partial, matrices)
             with open(os.path.join(partial, "js.json"), "w", encoding="utf-8") as handle:
                 handle.write(_dump_json(dict(matrices, sentences=self.sentences, **meta)))
-            for kind in (kind for kind, matrix in matrices.items() if matrix is None):
-                for name in (f"js-{kind}.png", f"attention-{kind}.npz"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(directory, name))
             for name in names + ["js.json"]:
                 os.replace(os.path.join(partial, name), os.path.join(directory, name))
+        for kind in (kind for kind, matrix in matrices.items() if matrix is None):
+            for name in (f"js-{kind}.png", f"attention-{kind}.npz"):  # after js.json says so
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(directory, name))
 
     def _write_kinds(self, directory: str, matrices: Dict[str, Optional[list]]) -> List[str]:
         """The heatmap and the saved weights of every kind with attention; their file names."""

@@ -764,8 +764,10 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
         analysis = runs / "en-de" / "baseline-s5" / "figure5" / f"checkpoint_{step // 100}_{step}"
         analysis.mkdir(parents=True)
         (analysis / "js.json").write_text(json.dumps({**PAPER_JS, "num_updates": step}))
-    # An analysis stopped at the deadline: its folder without js.json (plot-js exited 2 on it).
+    # An analysis stopped at the deadline: its folder without js.json (plot-js exited 2 on it),
+    # beside finished ones and alone (a call stopped during its first analysis).
     (runs / "en-de" / "baseline-s5" / "figure5" / "checkpoint_3_300").mkdir()
+    (runs / "en-de" / "baseline-s6" / "figure5" / "checkpoint_1_100").mkdir(parents=True)
     shared = Path(dry_env["SHARED"])
     toy_archive(shared / "converged", runs, "en-de")
     results = tmp_path / "results"

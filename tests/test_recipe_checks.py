@@ -624,3 +624,18 @@ def test_a_language_models_data_digest_covers_its_dictionary(tmp_path):
     before = digest(str(tmp_path))
     (tmp_path / "dict.txt").write_text("another vocabulary")
     assert digest(str(tmp_path)) != before
+
+
+def test_a_language_models_run_recorded_before_its_dictionary_counted_resumes(tmp_path):
+    """Records made before the digest read ``dict.txt`` hold the digest of the index files: the
+    same data, resumed (refused with "its content has changed since" until it was accepted)."""
+    from fairseq_san.loop.run_record import differs, digest, files_sha256
+
+    for name in ("dict.txt", "train.idx", "valid.idx"):
+        (tmp_path / name).write_text(name)
+    old = files_sha256([str(tmp_path / "train.idx"), str(tmp_path / "valid.idx")])
+    options = {"--data": str(tmp_path)}
+    for recorded in (old, digest(str(tmp_path))):
+        assert not differs("--data", options, options, {"--data": recorded}, {})
+    (tmp_path / "train.idx").write_text("other sentences")
+    assert differs("--data", options, options, {"--data": old}, {})

@@ -31,7 +31,8 @@ measured, and how:
   incremental state, or the static decoder's preallocated tensors); one more pass per system
   timing the parts of a decoder step; the matrix-multiply FLOPs per output token, whose ratio
   to the baseline's is the speed-up a system would reach at the baseline's FLOP rate.
-  ``overhead`` compares the profiled pass with the timed passes.
+  ``overhead`` compares the profiled pass with the timed passes (none for a row profiled eager in
+  place of its graphs or compiled step).
 * **CTranslate2** (``ctranslate2_system``): the baseline converted, as float32 and int8.
 
 Modules, one concept each: ``config`` (systems, settings, defaults; no torch), ``fairseq_system``

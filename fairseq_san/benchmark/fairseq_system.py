@@ -213,12 +213,13 @@ class FairseqSystem:
         """The step profile of one pass, after an untimed one, as the timed passes: a generator
         built for this setting allocates its caches in its first pass of each batch shape.
 
-        A static decoder that replays CUDA graphs or runs a compiled step is profiled eager
-        (``eager_in_place_of`` names its own execution): a replayed graph calls no module's
-        hooks, and the profiler's device syncs cannot be captured or compiled."""
+        A static decoder that replays CUDA graphs or runs a compiled step is profiled uncompiled
+        and uncaptured in the same cache layout, the ``fixed`` execution (``eager_in_place_of``
+        names its own): a replayed graph calls no module's hooks, and the profiler's device syncs
+        cannot be captured or compiled."""
         own = self.static_execution()
         in_place_of = own.name if own is not None and (own.graphs or own.compiles) else None
-        generator = self._generator(setting, options, execution="eager" if in_place_of else "")
+        generator = self._generator(setting, options, execution="fixed" if in_place_of else "")
         for sample in batches.samples:
             generator.generate([self.model], sample)
         profiler = self._profiler(generator)

@@ -185,7 +185,7 @@ def _profile_row(
     compute = _compute_cells(prof, base, setting_run(system, prof["beam"], mode), peak)
     identity = _identity(name, system)
     if prof.get("eager_in_place_of"):  # a graph-replaying or compiled step calls no hook
-        identity[1] += f" (profiled eager; timed {prof['eager_in_place_of']})"
+        identity[1] += f" (profiled eager, fixed layout; timed {prof['eager_in_place_of']})"
     cells = [
         *identity,
         _fmt(prof["ms_per_step"], ".3f"),
@@ -230,9 +230,9 @@ def _profile_notes(base: Optional[Dict], peaks: Dict, static: bool) -> List[str]
             "the encoder-decoder keys/values once per batch before the first step (in "
             "search+other; fairseq does it in the first step's enc-dec attn). Their MFLOP/token "
             "is counted at fp32 (the same multiplies at every precision; torch does not count "
-            "int8's). A row that replays CUDA graphs or compiles its step is profiled eager "
-            "(a replayed graph calls no hook): its shares are the eager step's, and it has no "
-            "hook overhead.",
+            "int8's). A row that replays CUDA graphs or compiles its step is profiled eager in "
+            "the same cache layout (a replayed graph calls no hook): its shares are that eager "
+            "step's, and it has no hook overhead.",
         ]
     return lines
 

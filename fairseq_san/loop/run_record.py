@@ -203,12 +203,25 @@ def digest(path: str) -> str:
     sentence's length), what identifies binarized data wherever it is."""
     files = [path]
     if not os.path.isfile(path):
-        files = sorted(glob.glob(os.path.join(path, "dict.txt")))
-        files += sorted(glob.glob(os.path.join(path, "dict.*.txt")))
-        files += sorted(glob.glob(os.path.join(path, "*.idx")))
+        files = sorted(glob.glob(os.path.join(path, "dict.txt"))) + translation_data_files(path)
     if not files:  # the digest of nothing would match any other missing data
         raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict*.txt)")
     return files_sha256(files)
+
+
+def translation_data_files(data: str) -> List[str]:
+    """A data directory's ``dict.LANG.txt`` and index files, in name order."""
+    return sorted(glob.glob(os.path.join(data, "dict.*.txt"))) + sorted(
+        glob.glob(os.path.join(data, "*.idx"))
+    )
+
+
+def recorded_digests(path: str) -> Tuple[str, ...]:
+    """The digests of ``path`` that a record may hold: ``digest``'s, and for a language model's
+    data the one of records made before it counted ``dict.txt`` (2026-11-30), which resume."""
+    if os.path.isfile(path) or not os.path.isfile(os.path.join(path, "dict.txt")):
+        return (digest(path),)
+    return digest(path), files_sha256(translation_data_files(path))
 
 
 def files_sha256(files: List[str]) -> str:
@@ -257,7 +270,7 @@ def differs(
     """Whether option ``name`` differs from its record (see ``differences``)."""
     now = options[name]
     if content.get(name) and now:
-        return content[name] != digest(now)
+        return content[name] not in recorded_digests(now)
     if recorded.get(name) is None and name in defaults:
         return now != defaults[name]
     return recorded.get(name) != now

@@ -127,8 +127,9 @@ class StaticSequenceGenerator(nn.Module):
     ) -> None:
         """``device``: the one it decodes on where the model is not there yet (fairseq-train
         builds ``--eval-bleu``'s generator before it moves the model): the options are checked
-        against it at once, and so is the model (what the step refuses), whose step is built at
-        the first batch."""
+        against it at once, and so are the model's layers (what the step refuses), whose step is
+        built at the first batch (the precision against the model's dtype is checked then:
+        fairseq-train's ``--fp16`` half-precision model, ``check_eval_bleu_precision``)."""
         super().__init__()
         if len(models) != 1:
             raise StaticDecoderError("ensembles (more than one checkpoint in --path)")

@@ -18,9 +18,9 @@ At the end of the subset DIR holds
   "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid"}``; a kind without
   attention weights (decoder self-attention replaced by AAN; a language model's
   encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the
-  checkpoint was saved at (the plugin's models keep what fairseq read when it loaded them;
-  another model's is read from the checkpoint). It is the input of ``fairseq-san-policy``;
-  ``fairseq-san-plot-js`` plots a series of them against training steps;
+  checkpoint was saved at, as fairseq read it when it loaded the model. The file is the input
+  of ``fairseq-san-policy``; ``fairseq-san-plot-js`` plots a series of them against training
+  steps;
 * ``js-<kind>.png``: the matrices drawn like the paper's Figure 2 (dark = similar);
 * ``attention-<kind>.npz``: the weights of sentences 0..K-1 of the subset
   (``--san-analysis-save-sentences K``, default 4), one array ``sentence_<i>`` per sentence,
@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from fairseq import checkpoint_utils
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import OmegaConf
 from torch import Tensor, nn
@@ -98,6 +97,15 @@ class AttentionAnalysisTask:
         self._subset = split
         return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
 
+    def build_model(self, cfg, from_checkpoint: bool = False) -> nn.Module:
+        """The task's model, keeping the training step that fairseq sets on it as it loads the
+        checkpoint (``num_updates``, Figure 5's x axis): fairseq's own models pass it on to
+        their modules and keep none (the plugin's keep it themselves)."""
+        model = super().build_model(cfg, from_checkpoint)
+        if self.analysing:
+            keep_num_updates(model)
+        return model
+
     def train_step(self, *args, **kwargs) -> Tuple[Tensor, int, dict]:
         if self.analysing:
             raise UsageError("--san-analysis-dir is for fairseq-validate, not for training")
@@ -148,12 +156,9 @@ class AttentionAnalysisTask:
                 "--skip-invalid-size-inputs-valid-test): nothing to analyse"
             )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
-        num_updates = self._num_updates
-        if num_updates is None:  # a model that does not keep it (fairseq's own transformer)
-            num_updates = checkpoint_num_updates(checkpoint)
         analysis.write(
             self.cfg.san_analysis_dir,
-            {"checkpoint": checkpoint, "num_updates": num_updates, "subset": self._subset},
+            {"checkpoint": checkpoint, "num_updates": self._num_updates, "subset": self._subset},
         )
         self._analysed_subset = self._subset
         logger.info(
@@ -192,13 +197,15 @@ def check_analysis_options(cfg) -> None:
         ) from None
 
 
-def checkpoint_num_updates(path: Optional[str]) -> Optional[int]:
-    """The training step the checkpoint at ``path`` was saved at (its last optimizer record), for
-    Figure 5's x axis (``fairseq-san-plot-js``); None without one."""
-    if not path or not os.path.isfile(path):  # an ensemble's "a.pt:b.pt", or no path
-        return None
-    history = checkpoint_utils.load_checkpoint_to_cpu(path).get("optimizer_history") or [{}]
-    return history[-1].get("num_updates")
+def keep_num_updates(model: nn.Module) -> None:
+    """``model.set_num_updates`` also keeping the step as ``model.num_updates``."""
+    set_num_updates = model.set_num_updates
+
+    def keeping(num_updates: int) -> None:
+        set_num_updates(num_updates)
+        model.num_updates = num_updates
+
+    model.set_num_updates = keeping
 
 
 def _root_config_value(cfg, key: str):

@@ -103,6 +103,29 @@ def check_eval_bleu_options(args) -> None:
         lambda option: f"{option.name} in --eval-bleu-args is no generation option: pass "
         f"{option.flag} to fairseq-train itself",
     )
+    check_eval_bleu_precision(args, generation)
+
+
+def check_eval_bleu_precision(args, generation: dict) -> None:
+    """Refuse a static decoder's reduced precision for ``--eval-bleu`` where fairseq-train trains
+    the model in half precision (``--fp16``, ``--bf16``): the static decoder converts a float32
+    model only, and said so at the first validation, after training had begun."""
+    if not (getattr(args, "fp16", False) or getattr(args, "bf16", False)):
+        return
+
+    def given(option: options.Option):
+        return generation.get(option.name, getattr(args, option.name, option.default))
+
+    legacy = given(options.OPTIONS["san_decoder"])
+    decoding = options.chosen_decoding(str(given(options.DECODING)), legacy)
+    precision = given(options.DECODER_PRECISION)
+    if decoding == options.STATIC and precision != "fp32":
+        half = "--fp16" if getattr(args, "fp16", False) else "--bf16"
+        raise UsageError(
+            f"--san-decoder-precision {precision} for --eval-bleu with {half}: fairseq-train "
+            "trains the model in half precision, and the static decoder converts a float32 model "
+            "only; leave --san-decoder-precision out (it decodes in the model's own precision)"
+        )
 
 
 def json_object(flag: str, text: Optional[str], example: str) -> dict:

@@ -45,8 +45,9 @@ held-out translation stopped at the deadline leaves what it wrote and is not red
 same machine from RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
 without what did not finish (checkpoints never travel). ``collect`` unpacks the archives given
 and SHARED/converged/converged-SLICE*.tar.gz, each only after checking that it records this
-run.sh, this file and campaign_slices.py (sha256) running its slice on a GPU (ALLOW_CPU_ARCHIVES=1:
-also a toy run's archive, made without one), then writes summary.json, summary.md,
+run.sh, this file and campaign_slices.py (sha256) running its slice on a GPU with the preset's
+models (ALLOW_CPU_ARCHIVES=1: also a toy run's archive, made without one or with TRAIN_EXTRA), then
+writes summary.json, summary.md,
 headline.md and the Figure 2 heatmaps (campaign_figures.py).
 
 Environment (run.sh's callers set these): OUT (archive folder; runs), RUNS
@@ -205,6 +206,8 @@ class Slice:
         self.jobs: List[Job] = []
         self.stage_jobs = 0  # systems the current stage started
         self.printing = threading.Lock()
+        self.commands = 0  # commands run (printed, with --dry-run)
+        self.packed_after: Optional[int] = None  # ``commands`` when the last archive was packed
 
     # --- printing, running, waiting -----------------------------------------------------------
 
@@ -216,6 +219,7 @@ class Slice:
         """Print ``+ COMMAND`` (``> LOG``); run it unless --dry-run, its output into ``out`` or
         LOG; its exit status."""
         self.say("+ " + shlex.join(words) + (f" > {shlex.quote(log)}" if log else ""), out)
+        self.commands += 1
         if self.s.dry_run:
             return 0
         if log:
@@ -502,7 +506,6 @@ class Slice:
         analysis stopped at a deadline leaves its folder without js.json)."""
         pattern = os.path.join(folder, "*", "js.json")
         analyses = [os.path.dirname(path) + os.sep for path in sorted(glob.glob(pattern))]
-        analyses = analyses or [os.path.dirname(pattern) + os.sep]
         return ["fairseq-san-plot-js", *analyses, "--reference-layer", "4", "--layers", "5", "6",
                 "-o", os.path.join(folder, "js_vs_steps.png")]  # fmt: skip
 
@@ -579,8 +582,11 @@ class Slice:
         """After every job: the provenance, then one archive of RUNS for OUT: no checkpoints,
         nor the attention and heatmaps that Figure 5's analyses write (about 390 kB per
         checkpoint; their JS matrices, js.json, go). Written to a temporary name and renamed: a
-        call killed while packing leaves no truncated archive under the real one."""
+        call killed while packing leaves no truncated archive under the real one. Nothing ran
+        since the last archive: nothing to pack (the call's margin after its deadline kept)."""
         self.wait()
+        if self.packed_after == self.commands:
+            return
         settings = [word for setting in self.s.recorded for word in ("--setting", setting)]
         self.run_or_stop([
             *CAMPAIGN_SLICES, "record", self.s.runs, "--slice", self.s.slice,
@@ -595,6 +601,7 @@ class Slice:
             *(f"--exclude={pattern}" for pattern in excluded), "-C", self.s.runs, ".",
         ])  # fmt: skip
         self.run_or_stop(["mv", archive + ".part", archive])
+        self.packed_after = self.commands
 
 
 def clock() -> str:
@@ -714,7 +721,8 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
                      "--data-root", s.data_root, "-o", summary])  # fmt: skip
     run.run_or_stop(["python", os.path.join(here, "campaign_figures.py"), s.results])
     for folder in sorted(glob.glob(os.path.join(s.results, "*", "*", "figure5", ""))):
-        run.run_or_stop(run.figure5_command(folder))
+        if glob.glob(os.path.join(folder, "*", "js.json")):  # else no analysis finished
+            run.run_or_stop(run.figure5_command(folder))
     return 0
 
 

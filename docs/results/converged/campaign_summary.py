@@ -507,7 +507,7 @@ def paired_test(
         raise UsageError(
             f"{pair}: no reference {reference} for the paired test of {name} on {split}: "
             f"prepare the pair (examples/multi30k/prepare.sh {source} {target}) or give the "
-            "--data-root that holds it"
+            "data root that holds it (--data-root; run.sh collect: DATA_ROOT)"
         )
     hyps = [read_generate_output(path) for path in paths]
     return paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=name)

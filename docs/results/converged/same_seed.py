@@ -14,6 +14,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from campaign_summary import TEST_SPLITS, paired_test  # noqa: E402
 
+from fairseq_san.errors import UsageError  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -26,9 +28,12 @@ def main() -> None:
     args = parser.parse_args()
     runs = [(os.path.join(args.results, args.pair, run), 0) for run in (args.other, args.system)]
     for split, test_set in TEST_SPLITS.items():
-        result = paired_test(args.pair, runs, split, args.data_root, args.system)
+        try:
+            result = paired_test(args.pair, runs, split, args.data_root, args.system)
+        except UsageError as err:  # hypotheses without their reference
+            parser.error(str(err))
         if result is None:
-            print(f"{test_set}: no hypotheses or reference", file=sys.stderr)
+            print(f"{test_set}: no hypotheses", file=sys.stderr)
             continue
         print(json.dumps({"test_set": test_set, "against": args.other, **result}))
 

@@ -7,7 +7,7 @@ Pure Python: the policy tools import it without torch.
 
 import contextlib
 import difflib
-from typing import Collection, Iterator, Optional
+from typing import Collection, Hashable, Iterator, Optional, Sequence
 
 PREFIX = "fairseq-san: error: "
 # Where a checkpoint's options that no command-line parser checked came from.
@@ -16,6 +16,17 @@ OVERRIDE_SOURCE = "(from --model-overrides or a keyword argument)"
 
 class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
+
+
+def repeated(values: Sequence[Hashable]) -> Optional[Hashable]:
+    """The first value that ``values`` holds twice (a key, a beam, a layer given twice), or
+    None."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
+    return None
 
 
 def nearest_key(key: str, valid: Collection[str]) -> Optional[str]:

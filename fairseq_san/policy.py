@@ -16,7 +16,7 @@ import os
 import re
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, repeated
 from fairseq_san.files import write_text
 
 
@@ -131,7 +131,7 @@ class DuplicateKey(ValueError):
 def unique_object(pairs: list) -> dict:
     """``json``'s ``object_pairs_hook``: the object, or DuplicateKey naming a key given twice."""
     keys = [key for key, _ in pairs]
-    twice = next((key for key in keys if keys.count(key) > 1), None)
+    twice = repeated(keys)
     if twice is not None:
         raise DuplicateKey(twice)
     return dict(pairs)

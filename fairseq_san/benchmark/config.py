@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError, nearest_key_hint
+from fairseq_san.errors import UsageError, nearest_key_hint, repeated
 from fairseq_san.options import flag_of
 
 # Output lengths: where each sentence ends (EOS or the length limit), or a fixed number of tokens.
@@ -287,8 +287,7 @@ def check_given_once(config: BenchmarkConfig) -> None:
     """ValueError for a beam or mode listed twice: it was timed twice, the second run overwriting
     the first, and its column printed twice."""
     for name in ("beams", "modes", "cache_beams"):
-        values = list(getattr(config, name))
-        twice = next((value for i, value in enumerate(values) if value in values[:i]), None)
+        twice = repeated(getattr(config, name))
         if twice is not None:
             raise ValueError(f"{flag_of(name)}: {twice} is given twice")
 

@@ -30,6 +30,8 @@ UNDETOKENIZED = (
 def run_benchmark(config: BenchmarkConfig) -> Dict:
     """Decode, time, score and profile every system; write results.{json,md} and the plots."""
     baseline = check_config(config)
+    if config.repeats < 3:
+        logger.warning("--repeats %d: medians need 3 or more", config.repeats)
     if config.threads:
         torch.set_num_threads(config.threads)  # the workers take the same count
     device = choose_device(config.device)

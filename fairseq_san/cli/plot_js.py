@@ -14,6 +14,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.errors import repeated
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import PolicyError, check_js, load_json_object
 
@@ -74,7 +75,7 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
     """PlotError for analyses that are not one model's series: two at one training step (the
     same checkpoint twice, or two models: their points were stacked), or of different subsets
     (where they name theirs); or a layer asked for twice."""
-    twice = next((layer for i, layer in enumerate(layers) if layer in layers[:i]), None)
+    twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")
     at_step: Dict[int, str] = {}

@@ -172,8 +172,9 @@ def test_translation_checkpoint_analysed_with_model_overrides(runs):
 
 @pytest.mark.slow
 def test_fairseqs_own_transformer_is_analysed_at_its_training_step(runs, binarized_corpus, tmp_path):
-    """fairseq's ``transformer`` keeps no ``num_updates`` (the plugin's models do): its js.json
-    said null, and fairseq-san-plot-js refused it. The step is read from the checkpoint."""
+    """fairseq's ``transformer`` keeps no ``num_updates`` (the plugin's models kept it
+    themselves): its js.json said null, and fairseq-san-plot-js refused it. The analysis task
+    keeps the step fairseq sets on any model as it loads the checkpoint."""
     from fairseq import checkpoint_utils
     from omegaconf import OmegaConf
 

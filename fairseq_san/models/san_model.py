@@ -1,9 +1,8 @@
 """What the plugin's two models (``transformer_san``, ``transformer_lm_san``) add to fairseq's
-the same way, as a mixin before fairseq's model class: the hub interface (``HubModel``), the
-training step kept for the attention analysis, and a checkpoint fitted to the model's sharing
-policy before fairseq loads it."""
+the same way, as a mixin before fairseq's model class: the hub interface (``HubModel``) and a
+checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
-from typing import Callable, ClassVar, Dict, Optional
+from typing import Callable, ClassVar, Dict
 
 from torch import Tensor
 
@@ -15,14 +14,7 @@ class SANModel(HubModel):
     """A model mixin; ``checkpoint_check(model, state_dict)`` refuses, in one line, a checkpoint
     whose sharing this model cannot load (``models.checkpoint_policy``)."""
 
-    num_updates: Optional[int] = None
     checkpoint_check: ClassVar[Callable]
-
-    def set_num_updates(self, num_updates: int) -> None:
-        """Keep the training step: fairseq sets it from the checkpoint when it loads the model,
-        and the attention analysis (``tasks.attention_analysis``) reports it."""
-        super().set_num_updates(num_updates)
-        self.num_updates = num_updates
 
     def load_state_dict(
         self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None

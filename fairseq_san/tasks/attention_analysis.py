@@ -99,8 +99,8 @@ class AttentionAnalysisTask:
 
     def build_model(self, cfg, from_checkpoint: bool = False) -> nn.Module:
         """The task's model, keeping the training step that fairseq sets on it as it loads the
-        checkpoint (``num_updates``, Figure 5's x axis): fairseq's own models pass it on to
-        their modules and keep none (the plugin's keep it themselves)."""
+        checkpoint (``num_updates``, Figure 5's x axis): fairseq's models pass it on to their
+        modules and keep none."""
         model = super().build_model(cfg, from_checkpoint)
         if self.analysing:
             keep_num_updates(model)

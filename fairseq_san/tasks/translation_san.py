@@ -33,6 +33,7 @@ from fairseq_san.tasks.attention_analysis import (
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command
+from fairseq_san.static_decoding.precision import PRECISIONS
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig, check_generation_keys
 
 @dataclass
@@ -114,12 +115,18 @@ def check_eval_bleu_precision(args, generation: dict) -> None:
         return
 
     def given(option: options.Option):
-        return generation.get(option.name, getattr(args, option.name, option.default))
+        """``--eval-bleu-args``' value, else the command line's, else the default (None: unset,
+        as ``DecodingTask.decoding_option`` reads it)."""
+        for value in (generation.get(option.name), getattr(args, option.name, None)):
+            if value is not None:
+                return value
+        return option.default
 
     legacy = given(options.OPTIONS["san_decoder"])
     decoding = options.chosen_decoding(str(given(options.DECODING)), legacy)
     precision = given(options.DECODER_PRECISION)
-    if decoding == options.STATIC and precision != "fp32":
+    row = PRECISIONS.get(str(precision))  # its linear layers in a dtype of their own: float32 in
+    if decoding == options.STATIC and row is not None and row.linear is not None:
         half = "--fp16" if getattr(args, "fp16", False) else "--bf16"
         raise UsageError(
             f"--san-decoder-precision {precision} for --eval-bleu with {half}: fairseq-train "

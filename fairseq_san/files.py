@@ -32,3 +32,11 @@ def write_text(path: str, text: str) -> None:
 def write_json(path: str, value) -> None:
     """``value`` as indented JSON, one newline at the end, written as ``write_text`` does."""
     write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def same_file(first: str, second: str) -> bool:
+    """Whether two paths name one file (or would: one path, through links, not yet there); an
+    output that is its input would be emptied or overwritten before it is read."""
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)

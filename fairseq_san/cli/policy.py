@@ -21,6 +21,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.files import same_file
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -126,13 +127,6 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
 def analysis_file(path: str) -> str:
     """``path``, or the js.json in it where it is an analysis folder (``--san-analysis-dir``)."""
     return os.path.join(path, "js.json") if os.path.isdir(path) else path
-
-
-def same_file(first: str, second: str) -> bool:
-    """Whether two paths name one file (or would: the same path, not yet there)."""
-    if os.path.exists(first) and os.path.exists(second):
-        return os.path.samefile(first, second)
-    return os.path.abspath(first) == os.path.abspath(second)
 
 
 def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:

@@ -12,6 +12,7 @@ import sys
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.files import same_file
 
 
 def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
@@ -76,10 +77,7 @@ def decode(model: str, source: str, target: str) -> None:
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
     """Write ``convert`` of every line of ``source`` to ``target``, a file other than ``source``
     (opening the output would empty it before it is read)."""
-    same = os.path.realpath(source) == os.path.realpath(target) or (
-        os.path.exists(target) and os.path.samefile(source, target)
-    )
-    if same:
+    if same_file(source, target):
         raise UsageError(f"{target} is the input file too: write to another file")
     with utf8_text(source), open(source, encoding="utf-8") as lines, \
             open(target, "w", encoding="utf-8") as out:  # fmt: skip

@@ -501,11 +501,13 @@ class Slice:
                 if job is not None:
                     job.join()
 
-    def figure5_command(self, folder: str) -> List[str]:
+    def figure5_command(self, folder: str) -> Optional[List[str]]:
         """Figure 5's plot of the analyses in ``folder``'s subfolders that were written whole (an
-        analysis stopped at a deadline leaves its folder without js.json)."""
+        analysis stopped at a deadline leaves its folder without js.json); None without one."""
         pattern = os.path.join(folder, "*", "js.json")
         analyses = [os.path.dirname(path) + os.sep for path in sorted(glob.glob(pattern))]
+        if not analyses:
+            return None
         return ["fairseq-san-plot-js", *analyses, "--reference-layer", "4", "--layers", "5", "6",
                 "-o", os.path.join(folder, "js_vs_steps.png")]  # fmt: skip
 
@@ -721,8 +723,9 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
                      "--data-root", s.data_root, "-o", summary])  # fmt: skip
     run.run_or_stop(["python", os.path.join(here, "campaign_figures.py"), s.results])
     for folder in sorted(glob.glob(os.path.join(s.results, "*", "*", "figure5", ""))):
-        if glob.glob(os.path.join(folder, "*", "js.json")):  # else no analysis finished
-            run.run_or_stop(run.figure5_command(folder))
+        command = run.figure5_command(folder)
+        if command is not None:
+            run.run_or_stop(command)
     return 0
 
 

@@ -21,16 +21,9 @@ set -euo pipefail
 OPTIONS=$(fairseq-san-loop options learn_to_share.sh "$@")
 eval "$OPTIONS"
 
-# One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
-# this script and the last of them (fairseq-train too) end. A bad value (--updates -5) or a
-# missing input stops before RUN exists.
-if [ "$DRY_RUN" = 0 ]; then
-  fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
-  mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
-  START_OPTIONS+=(--lock-fd 9)
-fi
-# Locks RUN_DIR; checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
-fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" -- "$@"
+# shellcheck source=examples/learn_to_share_loop.sh
+source "$(dirname "$0")/learn_to_share_loop.sh"
+start_loop "$@"
 
 # Training defaults for a small corpus (Multi30k); anything after -- overrides them.
 TRAIN_ARGS=(
@@ -44,27 +37,9 @@ TRAIN_ARGS=(
 THETAS=(--theta-decoder-self "$THETA_SELF" --theta-decoder-encdec "$THETA_ENCDEC")
 [ -n "$THETA_ENCODER" ] && THETAS+=(--theta-encoder-self "$THETA_ENCODER")
 
-run() {  # run COMMAND...: print it; execute it unless --dry-run
-  { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2
-  [ "$DRY_RUN" = 1 ] || "$@"
-}
-
 train() {  # train ITER_DIR ITERATION
-  local dir=$1 k=$2 updates=$UPDATES start=()
-  if [ "$WARM_START" = 1 ] && [ "$k" -gt 0 ]; then
-    updates=$WARM_UPDATES
-    start=(--finetune-from-model "$RUN_DIR/iter$((k - 1))/checkpoints/checkpoint_best.pt")
-  fi
-  local launch=(fairseq-train)
-  if [ "$CPU_RANKS" -gt 0 ]; then
-    launch=(fairseq-san-cpu-ranks "$CPU_RANKS" --log-dir "$dir" -- fairseq-train)
-  elif [ -n "$LAUNCHER" ]; then
-    read -r -a launch <<< "$LAUNCHER"
-    launch+=("$(command -v fairseq-train)")
-  fi
-  run "${launch[@]}" "$DATA" --user-dir "$USER_DIR" "${TRAIN_ARGS[@]}" \
-    --san-policy "$dir/policy.json" --max-update "$updates" --save-dir "$dir/checkpoints" \
-    "${start[@]}" "${EXTRA_ARGS[@]}"
+  train_with "$1" "$2" "$DATA" --user-dir "$USER_DIR" "${TRAIN_ARGS[@]}" \
+    --san-policy "$1/policy.json" --save-dir "$1/checkpoints"
 }
 
 analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its attention on valid
@@ -87,7 +62,4 @@ learn() {  # learn JS_JSON POLICY: P_{k+1} at the thresholds THETAS (Eq. 6)
 }
 
 USER_DIR=$(fairseq-san-loop user-dir)
-EXTRA_ARGS=("$@")
-# shellcheck source=examples/learn_to_share_loop.sh
-source "$(dirname "$0")/learn_to_share_loop.sh"
 learn_to_share_loop

@@ -6,7 +6,8 @@
 # perplexity (fairseq-eval-lm) instead of BLEU. Running the same command again resumes: finished
 # steps are skipped, fairseq continues from checkpoint_last.pt. RUN/run.json records the options
 # the run was made with: a re-run with other options stops before anything runs
-# (fairseq-san-loop start --lm), and one loop runs in RUN at a time.
+# (fairseq-san-loop start --lm), and one loop runs in RUN at a time. --warm-start, --cpu-ranks,
+# --launcher and --dry-run are the translation loop's (examples/learn_to_share_loop.sh).
 #
 #   examples/learn_to_share_lm.sh --data DATA --run-dir RUN [options] [-- fairseq-train args]
 #
@@ -15,18 +16,14 @@
 # training recipe below).
 set -euo pipefail
 
-# ARCH, THETA_SELF, SELF_SHARE, ... (one per option), START_OPTIONS (what RUN_DIR/run.json
+# ARCH, THETA_SELF, SELF_SHARE, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json
 # records); "$@" becomes the fairseq-train arguments. A bad option stops here, in one line.
 OPTIONS=$(fairseq-san-loop options learn_to_share_lm.sh "$@")
 eval "$OPTIONS"
 
-# One loop per run dir: RUN/.lock stays locked on fd 9, which every command below inherits, until
-# this script and the last of them (fairseq-train too) end. A bad value (--theta-self 2) or
-# missing data stops before RUN exists.
-fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
-mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
-# Locks RUN_DIR; checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
-fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --lock-fd 9 -- "$@"
+# shellcheck source=examples/learn_to_share_loop.sh
+source "$(dirname "$0")/learn_to_share_loop.sh"
+start_loop "$@"
 
 USER_DIR=$(fairseq-san-loop user-dir)
 LM=(--task language_modeling_san --sample-break-mode eos)
@@ -36,34 +33,35 @@ TRAIN_ARGS=(
   --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.0
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 3e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
-  --max-tokens 4096 --max-update "$UPDATES" --patience 5
+  --max-tokens 4096 --patience 5
   --validate-interval-updates 100 --save-interval-updates 100 --keep-interval-updates 1
   --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50
-  "$@"
 )
 
-train() {  # train ITER_DIR ITERATION
-  fairseq-train "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
+train() {  # train ITER_DIR ITERATION: --updates at most, then the arguments after --
+  train_with "$1" "$2" "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
     --san-policy "$1/policy.json" --san-self-share "$SELF_SHARE" \
     --save-dir "$1/checkpoints" "${TRAIN_ARGS[@]}"
 }
 
 analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its self-attention on valid
-  fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" --valid-subset valid \
+  run fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" --valid-subset valid \
     --max-tokens 4096 --num-workers 0 --san-analysis-dir "$1/analysis"
 }
 
+run_logged() {  # run_logged LOG COMMAND...: as run, its output to LOG, the last lines if it fails
+  { printf '+'; printf ' %q' "${@:2}"; printf ' > %q 2>&1\n' "$1"; } >&2
+  [ "$DRY_RUN" = 1 ] || "${@:2}" > "$1" 2>&1 || { tail -5 "$1" >&2; exit 1; }
+}
+
 score() {  # score ITER_DIR CHECKPOINT: its perplexity on valid
-  fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" \
-    --gen-subset valid --max-tokens 4096 --num-workers 0 > "$1/eval-lm-valid.log" 2>&1 \
-    || { tail -5 "$1/eval-lm-valid.log" >&2; exit 1; }
-  fairseq-san-loop perplexity "$1/eval-lm-valid.log" -o "$1/valid.json"
+  run_logged "$1/eval-lm-valid.log" fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" \
+    --path "$2" --gen-subset valid --max-tokens 4096 --num-workers 0
+  run fairseq-san-loop perplexity "$1/eval-lm-valid.log" -o "$1/valid.json"
 }
 
 learn() {  # learn JS_JSON POLICY: P_{k+1} at THETA_SELF (Eq. 6)
-  fairseq-san-policy "$1" --theta-decoder-self "$THETA_SELF" -o "$2"
+  run fairseq-san-policy "$1" --theta-decoder-self "$THETA_SELF" -o "$2"
 }
 
-# shellcheck source=examples/learn_to_share_loop.sh
-source "$(dirname "$0")/learn_to_share_loop.sh"
 learn_to_share_loop

@@ -1,17 +1,57 @@
 # The iterations of learn to share (paper Figure 3), sourced by learn_to_share.sh (translation) and
 # learn_to_share_lm.sh (language model); not run on its own. Each recipe defines what a step is:
 #
-#   train ITER_DIR K            fairseq-train under ITER_DIR/policy.json (P_k)
+#   train ITER_DIR K            fairseq-train under ITER_DIR/policy.json (P_k), through train_with
 #   analyze ITER_DIR CHECKPOINT the layers' attention on valid: ITER_DIR/analysis/js.json
 #   score ITER_DIR CHECKPOINT   the validation score: ITER_DIR/valid.json
 #   learn JS_JSON POLICY        P_{k+1} from the JS matrices (Eq. 6)
 #
-# and sets RUN_DIR, MAX_ITERATIONS and, for a dry run that prints iteration 0's commands, DRY_RUN=1.
-# A step whose output exists is skipped, so running the recipe again resumes; the loop stops when
-# the learned policy is not new (fairseq-san-loop settled says why) and writes RUN_DIR/loop.md.
+# and has set, from fairseq-san-loop options, RUN_DIR, START_OPTIONS, MAX_ITERATIONS, UPDATES, the
+# start options (WARM_START, WARM_UPDATES, CPU_RANKS, LAUNCHER) and DRY_RUN (1: print iteration
+# 0's commands, write nothing); start_loop keeps the fairseq-train arguments (EXTRA_ARGS). A step whose output exists is skipped, so running the recipe again
+# resumes; the loop stops when the learned policy is not new (fairseq-san-loop settled says why)
+# and writes RUN_DIR/loop.md.
+
+start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_DIR, record the run
+  # One loop per run dir: RUN/.lock stays locked on fd 9, which every command after this inherits,
+  # until the recipe and the last of them (fairseq-train too) end. A bad value (--updates -5) or
+  # a missing input stops before RUN exists. A dry run checks and writes nothing.
+  if [ "$DRY_RUN" = 0 ]; then
+    fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
+    mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
+    START_OPTIONS+=(--lock-fd 9)
+  fi
+  # Checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.
+  fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" -- "$@"
+  EXTRA_ARGS=("$@")
+}
+
+run() {  # run COMMAND...: print it; execute it unless --dry-run
+  { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+train_with() {  # train_with ITER_DIR K ARGS...: fairseq-train ARGS for iteration K
+  # In one process, --cpu-ranks N CPU processes or under --launcher; with --warm-start, iteration
+  # K > 0 fine-tunes K-1's best model for --warm-updates. The recipe's arguments after -- come
+  # last: fairseq takes an option's last value.
+  local dir=$1 k=$2 updates=$UPDATES start=() launch=(fairseq-train)
+  shift 2
+  if [ "$WARM_START" = 1 ] && [ "$k" -gt 0 ]; then
+    updates=$WARM_UPDATES
+    start=(--finetune-from-model "$RUN_DIR/iter$((k - 1))/checkpoints/checkpoint_best.pt")
+  fi
+  if [ "$CPU_RANKS" -gt 0 ]; then
+    launch=(fairseq-san-cpu-ranks "$CPU_RANKS" --log-dir "$dir" -- fairseq-train)
+  elif [ -n "$LAUNCHER" ]; then
+    read -r -a launch <<< "$LAUNCHER"
+    launch+=("$(command -v fairseq-train)")
+  fi
+  run "${launch[@]}" "$@" --max-update "$updates" "${start[@]}" "${EXTRA_ARGS[@]}"
+}
 
 learn_to_share_loop() {
-  local k dir next checkpoint status dry_run=${DRY_RUN:-0}
+  local k dir next checkpoint status dry_run=$DRY_RUN
   for ((k = 0; k < MAX_ITERATIONS; k++)); do
     dir=$RUN_DIR/iter$k next=$RUN_DIR/iter$((k + 1))
     checkpoint=$dir/checkpoints/checkpoint_best.pt
@@ -20,12 +60,12 @@ learn_to_share_loop() {
       [ -f "$dir/trained" ] || train "$dir" "$k"
     else
       echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-      # This iteration (trained below): the loop's result at its end.
-      ln -sfn "iter$k" "$RUN_DIR/last"
       if [ ! -f "$dir/trained" ]; then
         train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
         touch "$dir/trained"
       fi
+      # The last trained iteration: the loop's result at its end.
+      ln -sfn "iter$k" "$RUN_DIR/last"
     fi
     [ -f "$dir/analysis/js.json" ] || analyze "$dir" "$checkpoint"
     [ -f "$dir/valid.json" ] || score "$dir" "$checkpoint"

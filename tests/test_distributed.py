@@ -83,31 +83,38 @@ def test_torch_ddp_with_sharing_uses_every_parameter():
     mp.spawn(_ddp_worker, args=(free_port(),), nprocs=WORLD_SIZE, join=True)
 
 
-def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
-    save_dir = tmp_path / "checkpoints"
-    port = free_port()
+def train_two_ranks(corpus, save_dir, max_update: int) -> dict:
+    """fairseq-train as two gloo ranks, one process each: {"rank R": its output}."""
     common = train_argv(
-        binarized_corpus,
+        corpus,
         save_dir,
-        max_update=6,
+        max_update=max_update,
         extra=[
             "--san-decoder-self-policy", "1,5",
             "--san-decoder-encdec-policy", "3,3",
             "--distributed-backend", "gloo",
             "--ddp-backend", "legacy_ddp",
-            "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+            "--distributed-init-method", f"tcp://127.0.0.1:{free_port()}",
             "--distributed-world-size", str(WORLD_SIZE),
             "--distributed-no-spawn",
             "--max-tokens", "500",
         ],
     )  # fmt: skip
-    logs = run_parallel(
+    return run_parallel(
         {
             f"rank {rank}": ["fairseq-train", *common, "--distributed-rank", str(rank)]
             for rank in range(WORLD_SIZE)
         },
         timeout=240,
     )
+
+
+def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
+    """Two ranks train, then resume from their checkpoint_last.pt: rank 0 reads it and sends it
+    to rank 1, which read it with torch's safe loader and failed on what fairseq put in it
+    (``fairseq_fixes.checkpoint_broadcast``)."""
+    save_dir = tmp_path / "checkpoints"
+    logs = train_two_ranks(binarized_corpus, save_dir, max_update=6)
     assert "distributed init (rank 1)" in logs["rank 0"] + logs["rank 1"]
     assert "num_updates 6" in logs["rank 0"] or "done training" in logs["rank 0"]
     checkpoint = save_dir / "checkpoint_last.pt"
@@ -121,6 +128,11 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
     assert "decoder.layers.1.self_attn.q_proj.weight" in keys
     assert "decoder.layers.2.self_attn.q_proj.weight" not in keys
     assert "decoder.layers.1.encoder_attn.v_proj.weight" not in keys
+
+    logs = train_two_ranks(binarized_corpus, save_dir, max_update=8)
+    assert f"Loaded checkpoint {checkpoint} (epoch" in logs["rank 0"]
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 8
 
 
 def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tmp_path):

@@ -7,7 +7,10 @@ import logging
 import re
 
 import pytest
+from fairseq import checkpoint_utils
 
+from fairseq_san.cores import available_cores
+from fairseq_san.policy import block_leaders
 from helpers import (
     REPO,
     TINY_LM,
@@ -271,7 +274,7 @@ def test_an_encoder_decoder_policy_key_is_refused_in_one_line(trained, tmp_path)
 
 LOOP_TRAINING = (
     *TINY_LM, "--tokens-per-sample", "16", "--optimizer", "adam", "--lr", "0.005",
-    "--max-tokens", "500", "--max-update", "20", "--cpu", "--num-workers", "0",
+    "--max-tokens", "500", "--cpu", "--num-workers", "0",
     "--no-epoch-checkpoints", "--log-format", "simple",
 )  # fmt: skip
 
@@ -279,14 +282,14 @@ LOOP_TRAINING = (
 def lm_loop(data, run, *options: str):
     return run_script(
         REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir", str(run),
-        "--arch", "transformer_lm_san", *options, "--", *LOOP_TRAINING,
+        "--arch", "transformer_lm_san", "--updates", "20", *options, "--", *LOOP_TRAINING,
     )  # fmt: skip
 
 
 @pytest.mark.parametrize("after", [[], ["--", "--lr", "1e-4"]], ids=["nothing after --", "--lr"])
 def test_the_loop_trains_with_the_measured_recipe(trained, tmp_path, after):
     """The README's command (no fairseq-train arguments after --) stopped at once ("Must
-    specify batch size"): the recipe trains with the measured recipe, at most --updates
+    specify batch size"): the recipe trains with the measured recipe, then at most --updates
     updates, and the arguments after -- come last (fairseq takes the last value)."""
     data, _ = trained
     stub, argv_file = tmp_path / "bin" / "fairseq-train", tmp_path / "argv"
@@ -300,11 +303,12 @@ def test_the_loop_trains_with_the_measured_recipe(trained, tmp_path, after):
         str(tmp_path / "run"), "--updates", "7", *after, env=env,
     )  # fmt: skip
     assert result.returncode != 0  # the stand-in fairseq-train fails: the loop stops
+    assert not (tmp_path / "run" / "last").exists()  # it names the last trained iteration
     argv = argv_file.read_text().splitlines()
     assert argv[argv.index("--max-update") + 1] == "7"
     assert argv[argv.index("--optimizer") + 1] == "adam" and "--patience" in argv
     assert argv[argv.index("--max-tokens") + 1] == "4096"
-    assert argv[-2:] == (after[1:] or ["--log-interval", "50"])
+    assert argv[-2:] == (after[1:] or ["--max-update", "7"])
 
 
 def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
@@ -331,6 +335,31 @@ def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
         fcntl.flock(lock, fcntl.LOCK_EX)
         busy = lm_loop(data, run, "--theta-self", "0.6", "--max-iterations", "2")
     assert busy.returncode == 2 and "is in use by another" in busy.stderr
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="--cpu-ranks 2 needs two CPU cores")
+def test_the_loop_trains_on_two_cpu_ranks_and_warm_starts(trained, tmp_path):
+    """--cpu-ranks and --warm-start, the translation loop's, in the language model's: iteration 0
+    trains as two CPU processes, iteration 1 fine-tunes iteration 0's best model for
+    --warm-updates, without the projections that P_1 does not use."""
+    data, _ = trained
+    run = tmp_path / "run"
+    result = lm_loop(data, run, "--theta-self", "0.6", "--max-iterations", "2", "--cpu-ranks",
+                     "2", "--warm-start", "--warm-updates", "5")  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-4000:]
+    assert "distributed init (rank 1)" in (run / "iter0" / "rank-1.log").read_text()
+    best = [run / f"iter{k}" / "checkpoints" / "checkpoint_best.pt" for k in (0, 1)]
+    state0, state1 = (checkpoint_utils.load_checkpoint_to_cpu(str(path)) for path in best)
+    assert state0["cfg"]["distributed_training"]["distributed_world_size"] == 2
+    assert state1["optimizer_history"][-1]["num_updates"] == 5  # --warm-updates
+    log = (run / "iter1" / "train.log").read_text()
+    assert f"loading pretrained model from {best[0]}" in log
+    followers = [layer for layer, leader in enumerate(block_leaders(
+        read_json(run / "iter1" / "policy.json")["decoder_self"], 6)) if layer != leader]
+    assert followers  # theta 0.6 shares: P_1 drops projections
+    dropped = {f"decoder.layers.{layer}.self_attn.{name}_proj.{param}"
+               for layer in followers for name in "qk" for param in ("weight", "bias")}  # fmt: skip
+    assert set(state1["model"]) == set(state0["model"]) - dropped
 
 
 @pytest.mark.parametrize("present", [(), ("dict.txt",)])

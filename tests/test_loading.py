@@ -11,6 +11,7 @@
 
 import fractions
 import io
+import pickle
 import re
 import subprocess
 import sys
@@ -197,6 +198,35 @@ def test_safe_loader_loads_fairseq_and_san_checkpoints(trained, name):
     state = torch.load(trained[name], map_location="cpu", weights_only=True)
     assert state["cfg"]["model"].arch == {"fairseq": "transformer", "san": "transformer_san"}[name]
     assert state["model"]["encoder.embed_tokens.weight"].dim() == 2
+
+
+@pytest.mark.slow
+def test_a_loaded_checkpoint_reaches_the_other_ranks_through_the_safe_loader(san_checkpoint):
+    """A distributed fairseq-train that resumes sends rank 0's loaded checkpoint to the other
+    ranks (``broadcast_object``: tensors split out, the rest saved and read with torch.load); the
+    safe loader refused what fairseq put in it, and every other rank failed."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils
+    from omegaconf import OmegaConf
+
+    from fairseq_san.fairseq_fixes.checkpoint_broadcast import _through_safe_loader
+
+    def received(obj, src_rank, group, dist_device):  # a receiving rank's end of the broadcast
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        buffer.seek(0)
+        return torch.load(buffer, map_location="cpu")
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint))
+    tensors = []
+    sent = utils._split_tensors_from_obj(state, tensors)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        received(sent, 0, None, None)
+    got = utils._put_tensors_in_obj(_through_safe_loader(received)(sent, 0, None, None), tensors)
+    assert OmegaConf.is_config(got["cfg"]) and got["cfg"] == state["cfg"]
+    assert got["cfg"].model.san_policy == state["cfg"].model.san_policy  # a Namespace in it
+    assert got["model"].keys() == state["model"].keys()
+    assert all(torch.equal(got["model"][key], value) for key, value in state["model"].items())
 
 
 @pytest.mark.slow

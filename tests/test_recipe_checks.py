@@ -124,18 +124,27 @@ def test_loop_with_a_bad_decode_batch_size_is_one_line(tmp_path):
 def lm_data(directory: Path) -> Path:
     """A language model's binarized text, as far as the recipe checks it: DATA/dict.txt and
     DATA/train.idx."""
-    directory.mkdir()
+    directory.mkdir(parents=True)
     (directory / "dict.txt").write_text("word 1\n")
     (directory / "train.idx").write_bytes(b"")
     return directory
 
 
+def recipe_data(directory: Path, recipe: Path) -> Path:
+    """Fake inputs of the translation or the language model's recipe, in ``directory``."""
+    return fake_data(directory / "data") if recipe == LOOP else lm_data(directory / "lm")
+
+
+def recipe_args(recipe: Path, data: Path, run_dir: Path, *options: str) -> List[str]:
+    if recipe == LOOP:
+        return loop_args(data, run_dir, *options)
+    return ["--data", str(data), "--run-dir", str(run_dir), *options]
+
+
 def recipe_run(tmp_path: Path, recipe: Path, run_dir: Path, *options: str):
     """Run the translation or the language model's recipe on fake data with these options."""
-    if recipe == LOOP:
-        return run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir, *options))
-    data = lm_data(tmp_path / "lm")
-    return run_script(LM_LOOP, "--data", str(data), "--run-dir", str(run_dir), *options)
+    data = recipe_data(tmp_path, recipe)
+    return run_script(recipe, *recipe_args(recipe, data, run_dir, *options))
 
 
 @pytest.mark.parametrize(
@@ -226,61 +235,64 @@ def test_a_refused_value_leaves_a_run_dir_in_use_and_its_lock_alone(tmp_path):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still locked by `held`
 
 
+BOTH = pytest.mark.parametrize("recipe", [LOOP, LM_LOOP], ids=["translation", "lm"])
+
+
+@BOTH
 @pytest.mark.parametrize(
     "options, said",
     [
         (["--warm-updates", "500"],
-         "learn_to_share.sh: --warm-updates 500 without --warm-start: it sets a warm-started "
-         "iteration's updates; add --warm-start, or drop --warm-updates (--updates sets each "
-         "iteration's)"),
+         "{recipe}: --warm-updates 500 without --warm-start: it sets a warm-started iteration's "
+         "updates; add --warm-start, or drop --warm-updates (--updates sets each iteration's)"),
         (["--launcher", "torchrun --nproc_per_node 2", "--cpu-ranks", "2"],
-         "learn_to_share.sh: --launcher 'torchrun --nproc_per_node 2' and --cpu-ranks 2 both say "
-         "how fairseq-train starts (--cpu-ranks would win, the launcher unused): give one"),
+         "{recipe}: --launcher 'torchrun --nproc_per_node 2' and --cpu-ranks 2 both say how "
+         "fairseq-train starts (--cpu-ranks would win, the launcher unused): give one"),
     ],
 )  # fmt: skip
-def test_an_option_the_loop_would_not_read_is_one_line(tmp_path, options, said):
+def test_an_option_the_loop_would_not_read_is_one_line(tmp_path, recipe, options, said):
     """Both were ignored silently (--cpu-ranks chose the launch; --warm-updates is read only for
     a warm-started iteration), also in a dry run."""
-    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    run_dir = tmp_path / "run"
     for dry_run in ([], ["--dry-run"]):
-        result = run_script(LOOP, *loop_args(data, run_dir, *options, *dry_run))
+        result = recipe_run(tmp_path / f"inputs{len(dry_run)}", recipe, run_dir, *options,
+                            *dry_run)  # fmt: skip
         assert result.returncode == 2, output_of(result)[-3000:]
-        assert lines(result.stderr) == [said]
+        assert lines(result.stderr) == [said.format(recipe=recipe.name)]
         assert not run_dir.exists()
 
 
-def test_the_options_read_with_another_are_taken_with_it(tmp_path):
-    """--warm-updates with --warm-start, --launcher with --cpu-ranks 0 (one process)."""
-    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
-    for options, printed in (
+@BOTH
+def test_the_options_read_with_another_are_taken_with_it(tmp_path, recipe):
+    """--warm-updates with --warm-start, --launcher with --cpu-ranks 0 (one process); --cpu-ranks
+    2 starts fairseq-train as two CPU processes."""
+    run_dir = tmp_path / "run"
+    for number, (options, printed) in enumerate((
         (["--warm-start", "--warm-updates", "7"], "+ fairseq-train "),
         (["--launcher", "torchrun --nproc_per_node 2", "--cpu-ranks", "0"],
          "+ torchrun --nproc_per_node 2 "),
-    ):  # fmt: skip
-        result = run_script(LOOP, *loop_args(data, run_dir, *options, "--dry-run"))
+        (["--cpu-ranks", str(min(2, CORES))],
+         f"+ fairseq-san-cpu-ranks {min(2, CORES)} --log-dir {run_dir}/iter0 -- fairseq-train "),
+    )):  # fmt: skip
+        result = recipe_run(tmp_path / f"inputs{number}", recipe, run_dir, *options, "--dry-run")
         assert result.returncode == 0, output_of(result)[-3000:]
         assert printed in result.stderr, result.stderr[-3000:]
 
 
-def test_loop_dry_run_writes_nothing(tmp_path):
-    data = fake_data(tmp_path / "data")
-    before = snapshot(tmp_path)
+@BOTH
+def test_loop_dry_run_writes_nothing(tmp_path, recipe):
+    """It prints iteration 0's commands, each step's, and creates no file or folder."""
     run_dir = tmp_path / "runs" / "run"
-    result = run_script(LOOP, *loop_args(data, run_dir, "--dry-run"))
+    data = recipe_data(tmp_path, recipe)
+    before = snapshot(tmp_path)
+    result = run_script(recipe, *recipe_args(recipe, data, run_dir, "--dry-run"))
     assert result.returncode == 0, output_of(result)[-3000:]
-    assert "+ fairseq-train " in result.stderr  # it printed the commands
+    printed = [line.split()[1] for line in result.stderr.splitlines() if line.startswith("+ ")]
+    assert printed[:3] == ["fairseq-train", "fairseq-validate", printed[2]]
+    assert printed[-1] == "fairseq-san-policy", printed
+    assert "(dry run: iteration 1 repeats these commands" in result.stdout
     assert not (tmp_path / "runs").exists()
     assert snapshot(tmp_path) == before
-
-
-def test_loop_dry_run_without_data_says_so_and_prints_the_commands(tmp_path):
-    """A dry run is how a recipe is read before its data exist (wmt14_en_de/run.sh)."""
-    data = tmp_path / "data-bin"
-    result = run_script(LOOP, *loop_args(data, tmp_path / "run", "--dry-run"))
-    assert result.returncode == 0, output_of(result)[-3000:]
-    assert f"(dry run: no data directory {data.resolve()} yet)" in result.stderr
-    assert "+ fairseq-train " in result.stderr
-    assert not list(tmp_path.iterdir())
 
 
 def fake_fairseq_train(directory: Path) -> Path:
@@ -611,6 +623,43 @@ def test_a_record_made_before_the_recipe_had_an_option_resumes_at_its_default(re
     assert compare("RUN", old, now, {}, False, defaults) == []
     with pytest.raises(RunError, match="made with no --updates, not --updates 500"):
         compare("RUN", old, {**now, "--updates": "500"}, {}, False, defaults)
+
+
+def test_a_language_models_run_recorded_before_its_start_options_resumes():
+    """learn_to_share_lm.sh gained the translation loop's start options: a run recorded before
+    held --warm-updates as null, which has no default (half of --updates), and every re-run was
+    refused ("made with no --warm-updates, not --warm-updates 10000"). An option read only with
+    another is compared only where that one is on."""
+    from fairseq_san.loop.recipe_options import LM_LOOP, recipe_defaults
+    from fairseq_san.loop.run_record import RunError, compare
+
+    defaults = recipe_defaults(LM_LOOP)
+    old = {"--lm": True, "--updates": "20000", "--warm-start": False, "--warm-updates": None,
+           "--cpu-ranks": None, "--launcher": None}  # fmt: skip
+    now = {**old, "--warm-updates": "10000", "--cpu-ranks": "0"}
+    assert compare("RUN", old, now, {}, False, defaults) == []
+    with pytest.raises(RunError, match="made with no --warm-start, not --warm-start"):
+        compare("RUN", old, {**now, "--warm-start": True}, {}, False, defaults)
+    warm = {**now, "--warm-start": True}
+    with pytest.raises(RunError, match="made with --warm-updates 10000, not 7"):
+        compare("RUN", warm, {**warm, "--warm-updates": "7"}, {}, False, defaults)
+
+
+def test_extend_may_not_lower_max_iterations_below_the_trained_ones(tmp_path):
+    """--extend --max-iterations 1 on a run that trained two was taken: the loop stopped after
+    iteration 0 and pointed RUN/last there, while loop.md still said it stopped after 1."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    for k in (0, 1):
+        (tmp_path / f"iter{k}").mkdir()
+        (tmp_path / f"iter{k}" / "trained").touch()
+    recorded = {"--max-iterations": "3"}
+    with pytest.raises(RunError, match=f"--max-iterations 1: {tmp_path} has trained 2 "
+                       "iterations already; --extend raises the limit"):  # fmt: skip
+        compare(str(tmp_path), recorded, {"--max-iterations": "1"}, {}, True, {})
+    for allowed in ("2", "5"):
+        changed = compare(str(tmp_path), recorded, {"--max-iterations": allowed}, {}, True, {})
+        assert changed == ["--max-iterations"]
 
 
 def test_a_language_models_data_digest_covers_its_dictionary(tmp_path):

@@ -9,6 +9,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``safe_loading``: torch's safe loader accepts fairseq checkpoints (``argparse.Namespace``), a
   checkpoint that cannot be loaded is one line naming the file, one with code in a field that
   fairseq evaluates is refused;
+* ``checkpoint_broadcast``: a distributed fairseq-train that starts from a checkpoint sends it
+  from rank 0 to the others in a form the safe loader reads (every other rank failed);
 * ``model_overrides``: ``--model-overrides`` and the hub's keywords for a checkpoint of the
   plugin's models are checked against it: a key nothing reads, a value its option cannot take,
   an unregistered component, a name for a group or the model that fairseq would ignore, or a
@@ -40,6 +42,7 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 """
 
 from fairseq_san.fairseq_fixes import (
+    checkpoint_broadcast,
     clean_exit,
     command_options,
     generation_shards,
@@ -57,9 +60,9 @@ from fairseq_san.fairseq_fixes import (
 )
 
 FIXES = (
-    literal_eval, safe_loading, model_overrides, last_batch, numpy2, interactive_input, clean_exit,
-    restore_file, shared_checkpoints, half_precision, command_options, tokens_per_sample,
-    generation_shards, one_line_errors,
+    literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
+    interactive_input, clean_exit, restore_file, shared_checkpoints, half_precision,
+    command_options, tokens_per_sample, generation_shards, one_line_errors,
 )
 
 

@@ -61,6 +61,20 @@ EXTEND = _switch("--extend", "allow a re-run to change --max-iterations (the onl
 MAX_ITERATIONS = RecipeOption("--max-iterations", "3", "stop after K trained iterations even if "
                               "the policy still changes", "K")  # fmt: skip
 THETA_SELF = RecipeOption("--theta-self", "0.4", "theta for decoder self-attention", "T")
+DRY_RUN = _switch("--dry-run", "print the commands of the first iteration instead of running "
+                  "them; writes nothing")  # fmt: skip
+# How each iteration's fairseq-train starts: from scratch or from the last model, in one process
+# or several. Both recipes take them (examples/learn_to_share_loop.sh reads them).
+STARTS = (
+    _switch("--warm-start", "iteration k+1 fine-tunes iteration k's model (unused projections "
+            "dropped, a new leader's from its old leader's)", recorded=True),
+    RecipeOption("--warm-updates", "", "updates of a warm-started iteration, with --warm-start "
+                 "(default: updates / 2)", "N"),
+    RecipeOption("--cpu-ranks", "0", "train with N CPU processes, one per rank (gloo, "
+                 "legacy_ddp)", "N"),
+    RecipeOption("--launcher", "", "prefix for fairseq-train, e.g. \"torchrun "
+                 "--nproc_per_node 8\" (not with --cpu-ranks N)", "CMD"),
+)  # fmt: skip
 
 RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
     LOOP: (
@@ -76,23 +90,14 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
                      "is not shared)", "T"),  # fmt: skip
         RecipeOption("--updates", "3000", "training updates per iteration", "N"),
         MAX_ITERATIONS,
-        _switch("--warm-start", "iteration k+1 fine-tunes iteration k's model (unused "
-                "projections dropped, a new leader's from its old leader's)",
-                recorded=True),  # fmt: skip
-        RecipeOption("--warm-updates", "", "updates of a warm-started iteration, with "
-                     "--warm-start (default: updates / 2)", "N"),  # fmt: skip
-        RecipeOption("--cpu-ranks", "0", "train with N CPU processes, one per rank (gloo, "
-                     "legacy_ddp)", "N"),  # fmt: skip
-        RecipeOption("--launcher", "", "prefix for fairseq-train, e.g. \"torchrun "
-                     "--nproc_per_node 8\" (not with --cpu-ranks N)", "CMD"),  # fmt: skip
+        *STARTS,
         RecipeOption("--post-process", "sentencepiece", "how fairseq-generate detokenizes, e.g. "
                      "subword_nmt", "P"),  # fmt: skip
         RecipeOption("--decode-batch-size", "16", "sentences per batch of the validation BLEU's "
                      "decoding (on a GPU, 128 takes about an eighth of the time)", "N",
                      recorded=False),  # fmt: skip
         EXTEND,
-        _switch("--dry-run", "print the commands of the first iteration instead of running "
-                "them; writes nothing"),  # fmt: skip
+        DRY_RUN,
     ),
     LM_LOOP: (
         _required("--data", "DATA", "the binarized text (examples/lm/prepare.sh)"),
@@ -105,7 +110,9 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
         RecipeOption("--updates", "20000", "training updates per iteration at most (--patience 5 "
                      "stops a converged one sooner: about 2,000 updates on Multi30k)", "N"),
         MAX_ITERATIONS,
+        *STARTS,
         EXTEND,
+        DRY_RUN,
     ),
 }
 

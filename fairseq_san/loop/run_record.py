@@ -269,6 +269,9 @@ def differs(
 ) -> bool:
     """Whether option ``name`` differs from its record (see ``differences``)."""
     now = options[name]
+    switch = READ_WITH.get(name)
+    if switch and not options.get(switch) and not recorded.get(switch):
+        return False  # unread then and now (a record made before the recipe had it holds None)
     if content.get(name) and now:
         return content[name] not in recorded_digests(now)
     if recorded.get(name) is None and name in defaults:
@@ -290,6 +293,7 @@ def compare(
         return []
     fixed = [name for name in changed if name not in EXTENDABLE]
     if extend and not fixed:
+        check_not_below_trained(run_dir, options)
         return changed
     refused = fixed if extend else changed
     what = "; ".join(
@@ -304,6 +308,18 @@ def compare(
     elif not fixed:
         advice = f"pass --extend to change {', '.join(changed)}, or {advice}"
     raise RunError(f"{run_dir} was made with {what} ({record_path(run_dir)}): {advice}")
+
+
+def check_not_below_trained(run_dir: str, options: Options) -> None:
+    """RunError for a --max-iterations below the iterations ``run_dir`` has trained: the loop
+    would stop before them, its summary and ``RUN/last`` no longer the run's."""
+    trained = len(glob.glob(os.path.join(run_dir, "iter*", "trained")))
+    wanted = int(str(options["--max-iterations"]))
+    if wanted < trained:
+        raise RunError(
+            f"--max-iterations {wanted}: {run_dir} has trained {trained} iterations already; "
+            "--extend raises the limit (start a new run with another --run-dir for fewer)"
+        )
 
 
 def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:

@@ -10,10 +10,12 @@
 # speed ratio and the learned policy are the point. RUN_DIR (runs/demo) keeps everything; running
 # again resumes. UPDATES (100) sets the updates per iteration.
 set -euo pipefail
+# A relative MULTI30K_DIR or RUN_DIR names a folder of the caller's directory, not the repository.
+[ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m "$MULTI30K_DIR")
+RUN=$(realpath -m "${RUN_DIR:-$(dirname "$0")/../runs/demo}")
 cd "$(dirname "$0")/.."
 
 DATA=data-bin/multi30k.en-de
-RUN=${RUN_DIR:-runs/demo}
 UPDATES=${UPDATES:-100}
 
 examples/multi30k/prepare.sh en de "$DATA"

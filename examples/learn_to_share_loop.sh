@@ -7,10 +7,11 @@
 #   learn JS_JSON POLICY        P_{k+1} from the JS matrices (Eq. 6)
 #
 # and has set, from fairseq-san-loop options, RUN_DIR, START_OPTIONS, MAX_ITERATIONS, UPDATES, the
-# start options (WARM_START, WARM_UPDATES, CPU_RANKS, LAUNCHER) and DRY_RUN (1: print iteration
-# 0's commands, write nothing); start_loop keeps the fairseq-train arguments (EXTRA_ARGS). A step whose output exists is skipped, so running the recipe again
-# resumes; the loop stops when the learned policy is not new (fairseq-san-loop settled says why)
-# and writes RUN_DIR/loop.md.
+# start options (WARM_START, WARM_UPDATES, CPU_RANKS, LAUNCHER and its LAUNCHER_WORDS) and DRY_RUN
+# (1: print iteration 0's commands, write nothing); start_loop keeps the fairseq-train arguments
+# (EXTRA_ARGS). A step whose output exists is skipped, so running the recipe again resumes; the
+# loop stops when the learned policy is not new (fairseq-san-loop settled says why) and writes
+# RUN_DIR/loop.md.
 
 start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_DIR, record the run
   # One loop per run dir: RUN/.lock stays locked on fd 9, which every command after this inherits,
@@ -44,42 +45,58 @@ train_with() {  # train_with ITER_DIR K ARGS...: fairseq-train ARGS for iteratio
   if [ "$CPU_RANKS" -gt 0 ]; then
     launch=(fairseq-san-cpu-ranks "$CPU_RANKS" --log-dir "$dir" -- fairseq-train)
   elif [ -n "$LAUNCHER" ]; then
-    read -r -a launch <<< "$LAUNCHER"
-    launch+=("$(command -v fairseq-train)")
+    launch=("${LAUNCHER_WORDS[@]}" "$(command -v fairseq-train)")
   fi
   run "${launch[@]}" "$@" --max-update "$updates" "${start[@]}" "${EXTRA_ARGS[@]}"
 }
 
+iteration_done() {  # iteration_done ITER_DIR NEXT_DIR: every step of the iteration has its output
+  [ -f "$1/trained" ] && [ -f "$1/analysis/js.json" ] && [ -f "$1/valid.json" ] \
+    && [ -f "$2/policy.json" ]
+}
+
+run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K not yet done
+  local dir=$1 next=$2 k=$3 checkpoint=$1/checkpoints/checkpoint_best.pt
+  if [ "$DRY_RUN" = 1 ]; then  # writes nothing: not even P_0, the train log or RUN/last
+    echo "== iteration $k (dry run)"
+    [ -f "$dir/trained" ] || train "$dir" "$k"
+  else
+    echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
+    if [ ! -f "$dir/trained" ]; then
+      train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
+      touch "$dir/trained"
+    fi
+    # The last trained iteration: the loop's result at its end.
+    ln -sfn "iter$k" "$RUN_DIR/last"
+  fi
+  [ -f "$dir/analysis/js.json" ] || analyze "$dir" "$checkpoint"
+  [ -f "$dir/valid.json" ] || score "$dir" "$checkpoint"
+  [ "$DRY_RUN" = 1 ] || mkdir -p "$next"
+  # Learned once: the policy that iteration k+1 is (or will be) trained with is never rewritten.
+  [ -f "$next/policy.json" ] || learn "$dir/analysis/js.json" "$next/policy.json"
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until" \
+      "it equals $dir/policy.json)"
+    exit 0
+  fi
+}
+
 learn_to_share_loop() {
-  local k dir next checkpoint status dry_run=$DRY_RUN
+  local k dir next status
   for ((k = 0; k < MAX_ITERATIONS; k++)); do
     dir=$RUN_DIR/iter$k next=$RUN_DIR/iter$((k + 1))
-    checkpoint=$dir/checkpoints/checkpoint_best.pt
-    if [ "$dry_run" = 1 ]; then  # writes nothing: not even P_0, the train log or RUN/last
-      echo "== iteration $k (dry run)"
-      [ -f "$dir/trained" ] || train "$dir" "$k"
-    else
-      echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
-      if [ ! -f "$dir/trained" ]; then
-        train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
-        touch "$dir/trained"
-      fi
-      # The last trained iteration: the loop's result at its end.
-      ln -sfn "iter$k" "$RUN_DIR/last"
-    fi
-    [ -f "$dir/analysis/js.json" ] || analyze "$dir" "$checkpoint"
-    [ -f "$dir/valid.json" ] || score "$dir" "$checkpoint"
-    [ "$dry_run" = 1 ] || mkdir -p "$next"
-    # Learned once: the policy that iteration k+1 is (or will be) trained with is never rewritten.
-    [ -f "$next/policy.json" ] || learn "$dir/analysis/js.json" "$next/policy.json"
-    if [ "$dry_run" = 1 ]; then
-      echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until it equals $dir/policy.json)"
-      exit 0
+    # A dry run of a resumed run prints the first iteration that has steps left.
+    if [ "$DRY_RUN" = 0 ] || ! iteration_done "$dir" "$next"; then
+      run_iteration "$dir" "$next" "$k"
     fi
     status=0
     fairseq-san-loop settled "$RUN_DIR" "$k" || status=$?  # exit 0: it says why the loop stops
     [ "$status" -le 1 ] || exit "$status"
     [ "$status" = 1 ] || break
   done
-  fairseq-san-loop summary "$RUN_DIR"
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "(dry run: the iterations of $RUN_DIR are done; a real run writes its summary)"
+  else
+    fairseq-san-loop summary "$RUN_DIR"
+  fi
 }

@@ -164,16 +164,38 @@ def refuse_policy_file_in(path: str, state: dict, overrides: Optional[dict]) -> 
     or a file whose first key the error would then print)."""
     if "san_policy" in (overrides or {}):
         return  # the user's value, not the checkpoint's
-    model = (state.get("cfg") or {}).get("model") or state.get("args")
-    if isinstance(model, dict):
-        stored = model.get("san_policy")
-    else:
-        stored = getattr(model, "san_policy", None)
+    stored = stored_value(state, "model", "san_policy")
     if isinstance(stored, str) and stored.strip() and not is_policy_text(stored):
         raise CheckpointError(
             f"checkpoint {path}: cfg.model.san_policy = {stored[:40]!r} is a file name; a "
             "checkpoint stores its policy as JSON text, and only the command line may name a "
             "policy file: refused"
+        )
+
+
+def stored_value(state: dict, group: str, name: str) -> object:
+    """Option ``name`` of a checkpoint's ``group`` ("model", "task") configuration, or of its
+    ``args`` (checkpoints saved before fairseq's dataclass configurations); None if unset."""
+    node = (state.get("cfg") or {}).get(group) or state.get("args")
+    if isinstance(node, dict) or hasattr(node, "keys"):  # a dict or an omegaconf DictConfig
+        return node.get(name)
+    return getattr(node, name, None)
+
+
+def refuse_analysis_dir_in(path: str, state: dict, overrides: Optional[dict]) -> None:
+    """Refuse a checkpoint that stores ``san_analysis_dir``: fairseq-validate and the hub build
+    the task from the checkpoint's configuration, so it chose a folder that they created and
+    wrote into. Training refuses the option; only the command line names the folder."""
+    overrides = overrides or {}
+    task = overrides.get("task") if isinstance(overrides.get("task"), dict) else {}
+    if overrides.get("san_analysis_dir") is not None or task.get("san_analysis_dir") is not None:
+        return  # the user's value ({'task': {...}}: the whole group), not the checkpoint's
+    stored = stored_value(state, "task", "san_analysis_dir")
+    if stored:
+        raise CheckpointError(
+            f"checkpoint {path}: cfg.task.san_analysis_dir = {str(stored)[:60]!r} names a folder "
+            "to write to; training does not store one, and only the command line may name it "
+            "(--san-analysis-dir): refused"
         )
 
 

@@ -7,9 +7,20 @@ to the checkpoint's task. The plugin's tasks check it (``tasks.decoding.check_ge
 fairseq's do not, and a ``transformer_san`` model trained with fairseq-train's default task
 (``translation``) decoded a misspelt ``bema=1`` at the default beam, and ``san_decoding="static"``
 with fairseq's generator. ``SANHubInterface`` checks the keywords before any task sees them and
-refuses the plugin's decoding options where the task cannot honour them. ``from_pretrained``
+refuses the plugin's decoding options where the task cannot honour them, and the generation
+options that no generator it builds reads (``UNREAD_BY_HUB``: ``nbest``, which fairseq-generate
+applies by slicing, returned every hypothesis of the beam; ``prefix_size`` and ``lm_path``
+changed nothing). ``from_pretrained``
 (the plugin's models', ``models.hub_model``) returns it; its keywords are checked where
-``--model-overrides`` are (``fairseq_fixes.model_overrides``).
+``--model-overrides`` are (``fairseq_fixes.model_overrides``), its ``generation_args`` (which
+fairseq set on the generation config unchecked: a misspelt key failed only at ``translate()``,
+``san_decoding`` under fairseq's task was ignored) as the keywords of ``translate()``, at load.
+
+It takes local folders only. fairseq's ``file_utils.load_archive_file`` downloads a URL (or a
+name of the model's ``hub_models()``), and unpacks it or a local archive file with
+``tarfile.extractall`` unfiltered (a member ``model/../../x`` is written outside the folder, a
+``.pth`` file into site-packages: code run at the next start), then deletes the archive: a
+received archive could write anywhere. The user unpacks it and passes the folder.
 """
 
 import copy
@@ -23,11 +34,65 @@ from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
-from fairseq_san.tasks.decoding import DECODER_OPTION_NAMES, DecodingTask, check_generation_args
+from fairseq_san.tasks.decoding import (
+    DECODER_OPTION_NAMES,
+    DecodingTask,
+    check_generation_args,
+    check_generation_keys,
+    plugin_option_misplaced,
+)
+
+# How a key of from_pretrained's generation_args is named in a message.
+GENERATION_ARGS_KEY = "a key of from_pretrained's generation_args"
+GIVEN_AS_GENERATION_ARGS = " (in from_pretrained's generation_args)"
+
+# Why the hub would ignore a generation option that none of its generators reads, and what to do
+# instead: fairseq-generate, fairseq-interactive or other tasks' generators read these, and
+# fairseq's hub decoded as without them. AT_BUILD's are read as the hub is built.
+ITERATIVE_REFINEMENT = (
+    "it is an option of fairseq's iterative refinement (--task translation_lev), not of these "
+    "models: drop it"
+)
+SPEECH = (
+    "it is an option of fairseq's speech tasks (speech_to_text, speech_to_speech), not of these "
+    "models: drop it"
+)
+AT_BUILD = (
+    "the hub applies it to the models as it builds them: give it to from_pretrained(..., "
+    "generation_args={{'{key}': ...}})"
+)
+LM_FUSION = (
+    "the hub fuses no language model: decode with fairseq-generate --lm-path LM --lm-weight W"
+)
+UNREAD_BY_HUB = {
+    "nbest": "generate() returns every hypothesis of the beam, best first (translate() and "
+    "sample() the best one): slice them, hypos[:N]",
+    "prefix_size": "a language model continues the whole text it is given (give it only the "
+    "prefix), and a translation model gets no target prefix here (fairseq-generate "
+    "--prefix-size N takes one from the references)",
+    "lm_path": LM_FUSION,
+    "lm_weight": LM_FUSION,
+    "print_step": "it prints the steps of fairseq's iterative refinement (fairseq-generate), "
+    "which these models do not take: drop it",
+    "replace_unk": "the hub replaces no unknown word (nor can fairseq 0.12: its generators "
+    "return no per-word alignment): drop it",
+    "sacrebleu": "it is how fairseq-generate scores BLEU, and the hub scores nothing: drop it",
+    "no_early_stop": "fairseq reads it nowhere (deprecated): drop it",
+    "no_seed_provided": "fairseq's commands set it for themselves: drop it",
+    **dict.fromkeys(("no_beamable_mm", "retain_dropout", "retain_dropout_modules"), AT_BUILD),
+    **dict.fromkeys(
+        ("iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
+         "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
+         "decoding_format"),
+        ITERATIVE_REFINEMENT,
+    ),  # fmt: skip
+    **dict.fromkeys(("beam_mt", "max_len_a_mt", "max_len_b_mt", "lenpen_mt", "eos_token"), SPEECH),
+}
 
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
-    """fairseq's hub interface, refusing a generation keyword that no generator would follow."""
+    """fairseq's hub interface, refusing a generation keyword that no generator would follow
+    (``check_read_by_hub``, ``check_generation_args``)."""
 
     def generate(
         self,
@@ -41,6 +106,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
     ):
         """fairseq's ``generate``, after its keywords (``kwargs``: the generation config's)
         are checked."""
+        check_read_by_hub(kwargs)
         check_generation_args(self.generation_config(beam, kwargs))
         self.check_plugin_keywords(kwargs)
         return super().generate(
@@ -62,9 +128,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 setattr(config, key, value)
         return config
 
-    def check_plugin_keywords(self, keywords: Dict[str, Any]) -> None:
+    def check_plugin_keywords(self, keywords: Dict[str, Any], given_as: str = "") -> None:
         """Refuse a plugin's decoding option for a checkpoint of fairseq's own task, whose
-        generator would ignore it."""
+        generator would ignore it; ``given_as`` says where it was given, after it."""
         if isinstance(self.task, DecodingTask):
             return
         for key, value in keywords.items():
@@ -75,10 +141,56 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                     else "translation_san"
                 )
                 raise UsageError(
-                    f"{key}={value!r} is an option of the task {plugin_task}, and this "
+                    f"{key}={value!r}{given_as} is an option of the task {plugin_task}, and this "
                     f"model's task is {self.cfg.task._name}, whose generator would ignore it: "
                     f"load it with from_pretrained(..., task={{'_name': '{plugin_task}'}})"
                 )
+
+    def check_loaded_generation_args(self, generation_args: Dict[str, Any]) -> None:
+        """Refuse, once the model is loaded, ``from_pretrained``'s ``generation_args`` that no
+        search can follow (fairseq has set them on the generation config) or that this task's
+        generator would ignore: fairseq's decoded with them, or failed at ``translate()``."""
+        check_generation_args(self.cfg.generation)
+        self.check_plugin_keywords(generation_args, GIVEN_AS_GENERATION_ARGS)
+
+
+def check_generation_arg_keys(generation_args: Any) -> None:
+    """Refuse ``from_pretrained``'s ``generation_args`` if it is no dict of generation options:
+    fairseq sets each on the generation config unchecked."""
+    if not isinstance(generation_args, dict):
+        raise UsageError(
+            f"from_pretrained(generation_args={generation_args!r}): it takes a dict of "
+            "generation options, e.g. generation_args={'beam': 4}"
+        )
+    check_generation_keys(generation_args, GENERATION_ARGS_KEY, misplaced_in_generation_args)
+    check_read_by_hub(generation_args, GIVEN_AS_GENERATION_ARGS, at_build=True)
+
+
+def check_read_by_hub(keywords: Dict[str, Any], given_as: str = "", at_build: bool = False) -> None:
+    """Refuse a generation keyword that no generator the hub builds reads (``UNREAD_BY_HUB``):
+    fairseq's hub set it on the generation config and decoded as without it. ``given_as`` says
+    where it was given, after it; ``at_build``: ``from_pretrained``'s ``generation_args``, which
+    the hub also applies to the models as it builds them (``AT_BUILD``)."""
+    for key, value in keywords.items():
+        why = UNREAD_BY_HUB.get(key)
+        if why is not None and not (at_build and why is AT_BUILD):
+            raise UsageError(f"{key}={value!r}{given_as} would be ignored: {why.format(key=key)}")
+
+
+def misplaced_in_generation_args(option: options.Option) -> str:
+    """Why a plugin option that is no decoder's does nothing in ``generation_args``."""
+    if option.alias_of is not None:
+        return plugin_option_misplaced(option)  # deprecated: the option to pass instead
+    given = f"{option.name}{GIVEN_AS_GENERATION_ARGS}"
+    if option in options.ANALYSIS_OPTIONS:
+        return (
+            f"{given} is an option of the attention analysis, which runs in fairseq-validate "
+            "only: the generation would ignore it"
+        )
+    return (
+        f"{given} is an option of the model, not of the generation: give it to "
+        f"from_pretrained(..., {option.name}=...)"
+    )
 
 
 def from_pretrained(
@@ -88,27 +200,78 @@ def from_pretrained(
     """fairseq's ``from_pretrained`` (``BaseFairseqModel``'s) for ``model_class``, with the
     plugin's interface. Its keywords are the checkpoint's overrides, checked as
     ``--model-overrides`` are (``fairseq_fixes.model_overrides``: ``task='translation'`` for a
-    checkpoint of another task, which fairseq ignored, is refused there)."""
+    checkpoint of another task, which fairseq ignored, is refused there); ``generation_args``
+    as the keywords of ``translate()``. The model and its data are local folders only."""
+    generation_args = kwargs.get("generation_args") or {}
+    check_generation_arg_keys(generation_args)
     archive_map = model_class.hub_models()
-    check_local_path(model_name_or_path, archive_map, "model_name_or_path")
-    if not str(data_name_or_path).startswith("."):  # else inside the model's folder
-        check_local_path(data_name_or_path, archive_map, "data_name_or_path")
+    model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
+    data_path = data_folder(data_name_or_path, model_path, archive_map)
     loaded = hub_utils.from_pretrained(
-        model_name_or_path,
-        checkpoint_file,
-        data_name_or_path,
-        archive_map=archive_map,
+        model_path,
+        str(checkpoint_file),
+        data_path,
+        archive_map=None,  # model_path is a folder: fairseq would map one named as an archive
         **kwargs,
     )
-    return SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    if generation_args:
+        hub.check_loaded_generation_args(generation_args)
+    return hub
 
 
-def check_local_path(path, archive_map: Dict, keyword: str) -> None:
-    """UsageError for a local ``path`` that is not there: fairseq's ``load_archive_file`` logs
-    that it found nothing and returns None, and ``from_pretrained`` fails later with a
-    ``TypeError``. A name of ``archive_map`` or a URL (any scheme) is fairseq's to fetch."""
+def local_folder(path, archive_map: Dict, keyword: str) -> str:
+    """``path`` (text or a ``pathlib.Path``) as an absolute folder, else a UsageError: fairseq's
+    ``load_archive_file`` would download a URL or a name of ``archive_map`` and unpack it, and
+    unpack a local file, with ``tarfile.extractall`` unfiltered (a member ``../x`` is written
+    outside the folder: code, in site-packages) and then delete the archive; for a path that is
+    not there it returned None, and ``from_pretrained`` failed later with a ``TypeError``."""
     text = str(path)
+    if os.path.isdir(text):
+        return os.path.abspath(text)
+    unpack = (
+        "unpack it yourself into a folder you choose (mkdir MODEL && tar -xf ARCHIVE -C MODEL) "
+        "and pass the folder"
+    )
     if text in archive_map or urllib.parse.urlparse(text).scheme:
-        return
-    if not os.path.exists(text):
-        raise UsageError(f"from_pretrained({keyword}={text!r}): no such file or folder")
+        raise UsageError(
+            f"from_pretrained({keyword}={text!r}): a name or URL of an archive to download, "
+            "which fairseq would unpack unchecked (a member may be written anywhere); download "
+            f"it, {unpack}"
+        )
+    if os.path.isfile(text):
+        advice = file_advice(text, keyword, unpack)
+        raise UsageError(f"from_pretrained({keyword}={text!r}) is a file, not a folder: {advice}")
+    raise UsageError(f"from_pretrained({keyword}={text!r}): no such file or folder")
+
+
+def file_advice(path: str, keyword: str, unpack: str) -> str:
+    """What to pass instead of the file ``path``: a checkpoint's folder and name, or an archive's
+    unpacked folder (fairseq would unpack it itself, unchecked, and replace it with the
+    folder)."""
+    if keyword == "model_name_or_path" and path.endswith(".pt"):
+        folder, name = os.path.split(path)
+        folder = folder or "."
+        return f"pass its folder and name: from_pretrained({folder!r}, checkpoint_file={name!r})"
+    return (
+        "an archive, which fairseq would unpack unchecked (a member may be written anywhere) "
+        f"and then delete; {unpack}"
+    )
+
+
+def data_folder(data_name_or_path, model_path: str, archive_map: Dict) -> str:
+    """The data folder as fairseq reads ``data_name_or_path``: inside the model's folder for a
+    path that starts with "." (the default, ".": the model's folder itself), else as given; a
+    UsageError naming where it looked if that is no folder."""
+    text = str(data_name_or_path)
+    if not text.startswith("."):
+        return local_folder(text, archive_map, "data_name_or_path")
+    resolved = os.path.abspath(os.path.join(model_path, text))
+    if not os.path.isdir(resolved):
+        raise UsageError(
+            f"from_pretrained(data_name_or_path={text!r}): no such folder {resolved}: fairseq "
+            f"takes a data path that starts with '.' inside the model's folder ({model_path}); "
+            "for a folder elsewhere, pass its absolute path (or one without the leading '.', "
+            "from the working directory)"
+        )
+    return resolved

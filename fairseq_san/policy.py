@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import stat
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from fairseq_san.errors import UsageError, repeated
@@ -56,6 +57,8 @@ LN2 = math.log(2.0)  # the largest JS divergence, in nats (the unit of fairseq_s
 JS_MAX = 1.0
 
 TOLERANCE = 1e-6
+
+POLICY_FILE_LIMIT = 1_000_000  # bytes: a policy file holds a few block sizes per kind
 
 Blocks = list[int]
 Policy = dict[str, Blocks]
@@ -152,21 +155,38 @@ def parsed_json(read: Callable[[], object], shown: str) -> object:
         raise PolicyError(f"{shown}: JSON nested too deeply to be one") from None
 
 
-def load_json_object(path: str, what: str) -> dict:
-    """Read a JSON file whose top level must be an object (UTF-8, with or without the byte-order
-    mark some editors write).
-
-    ``what`` names the file in error messages (e.g. "policy file").
-    """
+def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
+    """The text of the regular file ``path`` (UTF-8, with or without the byte-order mark some
+    editors write), at most ``limit`` bytes (None: any size); ``what`` names it in errors. A
+    device or a pipe (``/dev/zero``) was read until memory ran out."""
     try:
-        with open(path, encoding="utf-8-sig") as handle:
-            data = parsed_json(
-                lambda: json.load(handle, object_pairs_hook=unique_object), f'{what} "{path}"'
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+            raise PolicyError(f'{what} "{path}" is {kind}, not a file: give a JSON file')
+        with open(path, "rb") as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise PolicyError(
+                f'{what} "{path}" is over {limit:,} bytes, more than a {what} holds: check the path'
             )
+        return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None
     except (OSError, UnicodeDecodeError) as err:
         raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
+
+
+def load_json_object(path: str, what: str, limit: Optional[int] = None) -> dict:
+    """Read a JSON file whose top level must be an object (``read_small_file``: a regular file,
+    at most ``limit`` bytes).
+
+    ``what`` names the file in error messages (e.g. "policy file").
+    """
+    text = read_small_file(path, what, limit)
+    data = parsed_json(
+        lambda: json.loads(text, object_pairs_hook=unique_object), f'{what} "{path}"'
+    )
     if not isinstance(data, dict):
         raise PolicyError(
             f'{what} "{path}": top level must be a JSON object, '
@@ -214,7 +234,7 @@ def load_policy(spec: Union[str, dict]) -> Policy:
         )
     else:
         source = f'policy file "{spec}"'
-        data = load_json_object(spec, "policy file")
+        data = load_json_object(spec, "policy file", POLICY_FILE_LIMIT)
     unknown = [key for key in data if key not in KINDS]
     if unknown:
         raise PolicyError(

@@ -10,9 +10,13 @@ from fairseq_san.errors import UsageError, utf8_text
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 
-# Subword marks left in fairseq-generate's D- lines when it ran without --post-process, and the
-# value that removes them. One row per segmentation.
-SUBWORD_MARKS = {"\u2581": "sentencepiece", "@@ ": "subword_nmt"}
+# Subword marks left in fairseq-generate's D- lines when it ran without --post-process (the mark as
+# shown, how it is found: subword-nmt's "@@" also ends a line), and the value that removes them.
+# One row per segmentation.
+SUBWORD_MARKS = {
+    ("\u2581", re.compile("\u2581")): "sentencepiece",
+    ("@@", re.compile(r"@@( |$)")): "subword_nmt",
+}
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -64,11 +68,11 @@ def read_generate_output(path: str) -> List[str]:
             f"{max(by_id)} missing): score the whole subset (fairseq-generate must not skip "
             "sentences, and the file must be complete)"
         )
-    for mark, post_process in SUBWORD_MARKS.items():
-        piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if mark in text), None)
+    for (mark, pattern), post_process in SUBWORD_MARKS.items():
+        piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if pattern.search(text)), None)
         if piece:
             raise UsageError(
-                f"{path}: {piece} holds {post_process} pieces ({mark.strip()!r}): rerun "
+                f"{path}: {piece} holds {post_process} pieces ({mark!r}): rerun "
                 f"fairseq-generate with --post-process {post_process}, or detokenize"
             )
     return [by_id[i] for i in sorted(by_id)]
@@ -84,6 +88,21 @@ def read_lines(path: str) -> List[str]:
     return found
 
 
+def count_mismatch_cause(hypotheses: int, references: List[str]) -> str:
+    """What to do about a count mismatch: references that end in empty lines beyond the
+    hypotheses (a blank line at the end of the file) are named as such."""
+    kept = len(references)
+    while kept and references[kept - 1] == "":
+        kept -= 1
+    empty_tail = len(references) - kept
+    if empty_tail and kept == hypotheses:
+        return (
+            f"the references end with {empty_tail} empty line(s): remove them (a sentence "
+            "per line, no blank line at the end)"
+        )
+    return "score the whole subset (fairseq-generate must not skip sentences)"
+
+
 def corpus_scores(hypotheses: List[str], references: List[str]) -> Dict[str, object]:
     """BLEU and chrF of ``hypotheses`` against one reference each, with sacrebleu signatures."""
     from sacrebleu.metrics import BLEU, CHRF
@@ -91,7 +110,7 @@ def corpus_scores(hypotheses: List[str], references: List[str]) -> Dict[str, obj
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: "
-            "score the whole subset (fairseq-generate must not skip sentences)"
+            + count_mismatch_cause(len(hypotheses), references)
         )
     bleu, chrf = BLEU(), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])

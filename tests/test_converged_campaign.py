@@ -1100,6 +1100,41 @@ def test_read_train_log_follows_a_resumed_wall_capped_run(tmp_path):
     assert facts["updates_per_s"] == 11 and facts["tokens_per_s"] == 1100
 
 
+def test_read_train_log_reads_the_simple_format_as_the_json_one(tmp_path):
+    """The same stats written by fairseq's simple progress bar (the recipes' --log-format) and by
+    its JSON bar give the same facts."""
+    from fairseq_san.loop.train_log import read_train_log
+
+    start = "2026-11-26 10:00:00 | INFO | fairseq_cli.train | num. model params: 1,234 (...)\n"
+    simple, json_log = tmp_path / "simple.log", tmp_path / "json.log"
+    simple.write_text(
+        start
+        + "2026-11-26 10:00:01 | INFO | train_inner | epoch 001:     25 / 117 loss=9.1, "
+        "nll_loss=9, ppl=550, wps=1000, ups=10, wpb=400, bsz=30, num_updates=25, lr=5e-05, "
+        "gnorm=2.1, train_wall=10, wall=12\n"
+        "2026-11-26 10:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.5 | "
+        "nll_loss 6.4 | ppl 85.4 | wps 1900 | wpb 204.5 | bsz 10.5 | num_updates 30\n"
+        "2026-11-26 10:00:02 | INFO | train | epoch 001 | loss 7.1 | nll_loss 7.1 | ppl 139.6 | "
+        "wps 8676.4 | ups 7.14 | wpb 1250.7 | bsz 66.7 | num_updates 30 | lr 0.0009 | gnorm 1.8 "
+        "| train_wall 0 | wall 14\n"
+        "2026-11-26 10:00:02 | INFO | fairseq_cli.train | done training in 14.5 seconds\n"
+    )  # fmt: skip
+    def record(tag: str, **fields) -> str:
+        return f"2026-11-26 10:00:02 | INFO | {tag} | {json.dumps(fields)}\n"
+
+    json_log.write_text(
+        start
+        + record("train_inner", epoch=1, num_updates="25", ups="10", wps="1000", wall="12")
+        + record("valid", epoch=1, valid_loss="6.5", valid_num_updates="30")
+        + record("train", epoch=1, train_num_updates="30", train_wall="14")
+        + "2026-11-26 10:00:02 | INFO | fairseq_cli.train | done training in 14.5 seconds\n"
+    )
+    facts = read_train_log(str(simple))
+    assert facts == read_train_log(str(json_log))
+    assert facts["updates"] == 30 and facts["epochs"] == 1 and facts["wall_s"] == 14.5
+    assert facts["valid_curve"] == [(30, 6.5)] and facts["updates_per_s"] == 10
+
+
 def test_permutation_test_over_seeds_counts_the_splits_as_extreme_as_the_observed_one():
     """3 against 4 seeds: 35 splits. 1, 2, 3 against 4-7 (difference -3.5) and its opposite
     5, 6, 7 against 1-4 (+3.5) are the two most extreme; equal scores give p = 1."""

@@ -135,7 +135,7 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
     assert state["optimizer_history"][-1]["num_updates"] == 8
 
 
-def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tmp_path):
+def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tmp_path, capsys):
     """fairseq-san-cpu-ranks returns 128 + N for a rank killed by signal N (not Popen's -N, which
     sys.exit turns into 256 - N), after the other ranks have stopped and their logs are closed."""
     import signal
@@ -155,3 +155,53 @@ def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tm
     assert code == 128 + signal.SIGKILL
     assert time.monotonic() - started < 30  # rank 0 was stopped, not waited out
     assert (tmp_path / "rank-1.log").read_text() == "rank 1\n"
+    # The failure is named, with the end of the failed rank's log (it was in the log alone).
+    assert capsys.readouterr().err.splitlines() == [
+        f"fairseq-san-cpu-ranks: rank 1 failed (exit {128 + signal.SIGKILL}): see "
+        f"{tmp_path / 'rank-1.log'}",
+        "  rank 1",
+    ]
+
+
+def test_terminating_the_launcher_stops_its_ranks(tmp_path):
+    """SIGTERM (a job killed, a session ended) left both ranks running, re-parented to init and
+    still holding the run's lock: it now ends them as an interrupt does, with the shell's status
+    for a terminated process."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from helpers import command_path
+
+    writes_pid_and_waits = (
+        "import os, sys, time\n"
+        "rank = sys.argv[sys.argv.index('--distributed-rank') + 1]\n"
+        f"open(os.path.join({str(tmp_path)!r}, 'pid-' + rank), 'w').write(str(os.getpid()))\n"
+        "time.sleep(120)\n"
+    )
+    launcher = subprocess.Popen([str(command_path("fairseq-san-cpu-ranks")), "2", "--log-dir",
+                                 str(tmp_path), "--", sys.executable, "-c", writes_pid_and_waits])
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(path.read_text()) for path in tmp_path.glob("pid-*")]
+    assert len(pids) == 2
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_each_rank_gets_its_share_of_the_cores_as_threads(monkeypatch):
+    """Every rank started a thread per core: two ranks on two cores trained about ten times
+    slower than with a thread each. A value the user set is kept."""
+    from fairseq_san.cli import cpu_ranks
+
+    monkeypatch.setattr(cpu_ranks, "available_cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    environment = cpu_ranks.rank_environment(2)
+    assert environment["OMP_NUM_THREADS"] == "4" and environment["MKL_NUM_THREADS"] == "3"
+    assert cpu_ranks.rank_environment(16)["OMP_NUM_THREADS"] == "1"

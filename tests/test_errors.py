@@ -249,6 +249,43 @@ def test_a_language_models_overrides_fairseq_applies_are_applied(overrides):
     assert vars(cfg.model).items() >= overrides.items()
 
 
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"bpe": {"_name": "sentencepiece", "sentencepiece_model": "spm.model"}},
+         "bpe {'_name': 'sentencepiece', 'sentencepiece_model': 'spm.model'} (from "
+         "--model-overrides or a keyword argument): this checkpoint has no bpe, and fairseq "
+         "switches one on by its name only, not from a dict, with its options as keys of their "
+         "own: {'bpe': 'sentencepiece', 'sentencepiece_model': 'spm.model'}"),
+        ({"tokenizer": {"moses_source_lang": "en"}}, "tokenizer {'moses_source_lang': 'en'} (from "
+         "--model-overrides or a keyword argument): this checkpoint has no tokenizer, and fairseq "
+         "switches one on by its name only, not from a dict, with its options as keys of their "
+         "own: {'tokenizer': NAME, 'moses_source_lang': 'en'}"),
+        ({"path": "x.pt", "tokenizer": {"_name": "moses"},
+          "model_overrides": "{'tokenizer': {'_name': 'moses'}}"},
+         "tokenizer {'_name': 'moses'} (from --model-overrides or a keyword argument): this "
+         "checkpoint has no tokenizer, and fairseq switches one on by its name only, not from a "
+         "dict, with its options as keys of their own: {'tokenizer': 'moses'}"),
+        ({1: 2}, "key 1 (from --model-overrides or a keyword argument) is of type int: options "
+         "are named by text, e.g. {'dropout': 0.1}"),
+        ({"task": {("a",): 2}}, "key ('a',) in task (from --model-overrides or a keyword "
+         "argument) is of type tuple: options are named by text, e.g. {'dropout': 0.1}"),
+    ],
+    ids=["bpe", "tokenizer without a name", "fairseq-validate's", "int key", "tuple key in group"],
+)  # fmt: skip
+def test_an_override_fairseq_fails_on_with_a_type_error_is_refused(overrides, said):
+    """A dict for a component the checkpoint has none of: ``TypeError: unhashable type: 'dict'``
+    in fairseq's overwrite_args_by_name (it looks the dict up in the registry); a key that is no
+    text: ``TypeError: 'int' object is not iterable`` from the hint's difflib."""
+    from fairseq_san.errors import UsageError
+
+    cfg = checkpoint_configuration()
+    with pytest.raises(UsageError) as refused:
+        override(cfg, overrides)
+    assert str(refused.value) == said
+    assert cfg.bpe is None and cfg.tokenizer is None
+
+
 def test_overrides_of_other_models_checkpoints_are_left_to_fairseq():
     cfg = checkpoint_configuration("transformer")
     override(cfg, {"decoder_layerz": 3})
@@ -1030,7 +1067,7 @@ def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, re
     log.write_text(f"2024 | INFO | fairseq_cli.train | start\n2024 | INFO | valid | {record}\n")
     line = usage_error(main, capsys, "train-log", str(log))
     expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
-    assert line.startswith(expected + "(--log-format json): " + said), line
+    assert line.startswith(expected + "(--log-format json or simple): " + said), line
 
 
 def test_loop_train_log_of_a_file_that_is_not_a_training_log_is_one_line(tmp_path, capsys):
@@ -1041,7 +1078,8 @@ def test_loop_train_log_of_a_file_that_is_not_a_training_log_is_one_line(tmp_pat
     line = usage_error(main, capsys, "train-log", str(log))
     assert line == (
         f"fairseq-san-loop: error: {log}: no fairseq-train record in it: not the log of "
-        "fairseq-train --log-format json (or a training stopped before its first update)"
+        "fairseq-train --log-format json or simple (or a training stopped before its first "
+        "update)"
     )
 
 
@@ -1218,6 +1256,25 @@ def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fairseq-generate", "data"])
     excepthook(traceback_printer)(SyntaxError, raised.value, None)
     assert capsys.readouterr().err.startswith("Traceback")
+
+
+def test_a_malformed_model_overrides_value_given_with_an_equals_sign_is_one_line(
+    capsys, monkeypatch
+):
+    """``--model-overrides={...`` is one argument: its SyntaxError kept its traceback."""
+    import ast
+
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    value = "{'dropout': 0.1"
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", "data", f"--model-overrides={value}"])
+    with pytest.raises(SyntaxError) as raised:
+        ast.literal_eval(value)
+    excepthook(lambda *args: None)(SyntaxError, raised.value, None)
+    assert capsys.readouterr().err == (
+        "fairseq-san: error: \"{'dropout': 0.1\" is not a Python literal ('{' was never closed): "
+        "check the quotes and brackets\n"
+    )
 
 
 def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
@@ -1499,6 +1556,51 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     with pytest.raises(UsageError) as error:
         options.parse_args_and_arch(built, argv)
     assert str(error.value).startswith(said), str(error.value)
+
+
+NOT_A_LITERAL = (
+    "--model-overrides: refusing to evaluate {} as Python: fairseq evaluates this configuration "
+    "string, and fairseq-san accepts only literals (numbers, strings, tuples, lists, dicts; + - * "
+    "/ between them): {}"
+)
+
+
+@pytest.mark.parametrize(
+    "parser, overrides, said",
+    [
+        ("get_generation_parser", ["--model-overrides", "{'dropout': foo}"],
+         NOT_A_LITERAL.format('"{\'dropout\': foo}"', "Name is not a literal")),
+        ("get_interactive_generation_parser",
+         ["--model-overrides", "{'dropout': __import__('os').getcwd()}"],
+         NOT_A_LITERAL.format('"{\'dropout\': __import__(\'os\').getcwd()}"',
+                              "Call is not a literal")),
+        ("get_generation_parser", ["--model-overrides={'dropout': 0.1"],
+         NOT_A_LITERAL.format('"{\'dropout\': 0.1"', "'{' was never closed (<unknown>, line 1)")),
+        ("get_generation_parser", ["--model-overrides", "{'dropout': 1/10}"],
+         "--model-overrides \"{'dropout': 1/10}\": fairseq-x reads it with Python's "
+         "ast.literal_eval, which takes no arithmetic (+ - * / between values); write each value "
+         "out"),
+        ("get_eval_lm_parser", ["--model-overrides", "{'dropout': 1/10}"], None),  # its eval
+    ],
+    ids=["name", "call", "unclosed, with =", "arithmetic", "arithmetic in eval-lm"],
+)  # fmt: skip
+def test_model_overrides_the_command_cannot_read_are_one_line_as_parsed(parser, overrides, said):
+    """fairseq-generate and fairseq-interactive read --model-overrides with ast.literal_eval: a
+    name or a call ended in ``ValueError: malformed node or string``, an unclosed brace given
+    with ``=`` in a SyntaxError, tracebacks."""
+    from fairseq import options
+
+    from fairseq_san.errors import UsageError
+
+    built = getattr(options, parser)()
+    built.prog = "fairseq-x"
+    argv = ["data", "--path", "c.pt", *overrides]
+    if said is None:
+        options.parse_args_and_arch(built, argv)
+        return
+    with pytest.raises(UsageError) as error:
+        options.parse_args_and_arch(built, argv)
+    assert str(error.value) == said
 
 
 def test_an_unknown_option_that_is_not_the_plugins_is_left_to_argparse(capsys):
@@ -1938,3 +2040,96 @@ def test_a_task_name_that_no_task_has_is_refused():
         "task 'translaton_san' (from --model-overrides) is not one of fairseq's task components: "
         "did you mean 'translation_san'?"
     )
+
+
+# --- --san-analysis-dir on a checkpoint of fairseq's own model and task ----------------------
+
+# The plugin's task that analyses each of fairseq's own tasks.
+ANALYSING_TASK = {"translation": "translation_san", "language_modeling": "language_modeling_san"}
+
+
+@pytest.fixture(scope="module")
+def fairseqs_own(binarized_corpus, tmp_path_factory):
+    """{fairseq's task: fairseq-validate's arguments for a checkpoint of fairseq's own model
+    trained with it, under the plugin's task}: ``transformer`` (translation), ``transformer_lm``
+    (language_modeling), 3 updates each."""
+    from helpers import lm_train_argv, preprocess_lm, write_corpus
+
+    root = tmp_path_factory.mktemp("fairseqs-own")
+    lm_data = preprocess_lm(write_corpus(root / "raw"), root / "lm-bin")
+    translation = train_argv(binarized_corpus, root / "translation", 3)
+    translation[translation.index("transformer_san")] = "transformer"
+    lm = lm_train_argv(lm_data, root / "lm", max_update=3)
+    lm[lm.index("language_modeling_san")] = "language_modeling"
+    lm[lm.index("transformer_lm_san")] = "transformer_lm"
+    for argv in (translation, lm):
+        result = run_cli("fairseq-train", *argv)
+        assert result.returncode == 0, result.stderr[-3000:]
+    common = ["--user-dir", "fairseq_san", "--valid-subset", "valid", "--cpu", "--num-workers", "0"]
+    return {
+        "translation": [str(binarized_corpus), "--task", "translation_san", "--batch-size", "8",
+                        "--path", str(root / "translation" / "checkpoint_last.pt"), *common],
+        "language_modeling": [str(lm_data), "--task", "language_modeling_san",
+                              "--sample-break-mode", "eos", "--max-tokens", "500",
+                              "--path", str(root / "lm" / "checkpoint_last.pt"), *common],
+    }  # fmt: skip
+
+
+def printed_override(line: str) -> str:
+    """The ``--model-overrides`` value that an error line tells the user to pass."""
+    override = re.search(r'--model-overrides "([^"]+)"', line)
+    assert override, line
+    return override.group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trained_task", ["translation", "language_modeling"])
+def test_analysis_of_fairseqs_own_task_names_the_override_that_analyses(
+    fairseqs_own, tmp_path, trained_task
+):
+    """fairseq-validate keeps the checkpoint's task, and fairseq's own has no analysis hook nor
+    the option: it validated, exited 0 and wrote nothing (fairseq's models do not check it)."""
+    import ast
+
+    argv, analysis = fairseqs_own[trained_task], tmp_path / "js"
+    flags = ["--san-analysis-dir", str(analysis), "--san-analysis-max-sentences", "5"]
+    result = run_cli("fairseq-validate", *argv, *flags)
+    line = assert_one_line_error(
+        result, f"--san-analysis-dir needs the task {ANALYSING_TASK[trained_task]}",
+        f"trained with --task {trained_task}, which fairseq-validate keeps",
+    )  # fmt: skip
+    assert VALIDATION_STARTED not in result.stdout + result.stderr
+    assert not analysis.exists()
+    override = printed_override(line)
+    assert ast.literal_eval(override) == {"task": {
+        "_name": ANALYSING_TASK[trained_task], "san_analysis_dir": str(analysis),
+        "san_analysis_max_sentences": 5,
+    }}  # fmt: skip
+    fixed = run_cli("fairseq-validate", *argv, "--model-overrides", override)
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
+    assert json.loads((analysis / "js.json").read_text())["sentences"] == 5
+
+
+@pytest.mark.slow
+def test_a_task_dict_in_the_overrides_that_drops_the_analysis_flags_is_refused(
+    fairseqs_own, tmp_path
+):
+    """A ``'task'`` dict in --model-overrides sets only its own keys on the task, and fairseq
+    then gives the task none of the flags: the plugin's task validated without analysing."""
+    import ast
+
+    argv, analysis = fairseqs_own["translation"], tmp_path / "js"
+    switched = ["--model-overrides", "{'task': {'_name': 'translation_san'}}"]
+    result = run_cli("fairseq-validate", *argv, "--san-analysis-dir", str(analysis), *switched)
+    line = assert_one_line_error(
+        result, f"--san-analysis-dir {analysis}: the 'task' dict of --model-overrides",
+        "put them in that dict",
+    )  # fmt: skip
+    assert VALIDATION_STARTED not in result.stdout + result.stderr
+    override = printed_override(line)
+    assert ast.literal_eval(override) == {
+        "task": {"_name": "translation_san", "san_analysis_dir": str(analysis)}
+    }
+    fixed = run_cli("fairseq-validate", *argv, "--model-overrides", override)
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
+    assert json.loads((analysis / "js.json").read_text())["sentences"] == 30

@@ -7,11 +7,14 @@ the decode-time policy it passes as a keyword.
 """
 
 import ast
+import io
 import json
 import math
 import re
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -197,3 +200,209 @@ def test_a_folder_that_is_not_there_is_named(tmp_path, missing):
     with pytest.raises(UsageError) as refused:
         TransformerSANModel.from_pretrained(checkpoint_file="checkpoint_best.pt", **paths)
     assert str(refused.value) == f"from_pretrained({missing}={paths[missing]!r}): no such file or folder"
+
+
+def write_archive(path: Path, *members: str) -> Path:
+    """A .tar.gz holding one byte under each name of ``members`` (``model/../../x`` too)."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name in members:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"x"))
+    return path
+
+
+def from_pretrained(*args, **keywords):
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    return TransformerSANModel.from_pretrained(*args, **keywords)
+
+
+@pytest.mark.parametrize("keyword", ["model_name_or_path", "data_name_or_path"])
+def test_an_archive_is_refused_untouched(tmp_path, monkeypatch, keyword):
+    """fairseq unpacked it with tarfile.extractall, unfiltered (a member ``model/../../x`` was
+    written outside its temporary folder: code, as a .pth file in site-packages), then deleted
+    it and put the folder in its place."""
+    from fairseq_san.errors import UsageError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where fairseq unpacked
+    (tmp_path / "tmp").mkdir()
+    archive = write_archive(
+        tmp_path / "model.tar.gz", "model/checkpoint_best.pt", "model/../../ESCAPED"
+    )
+    before = archive.read_bytes()
+    paths = {"model_name_or_path": str(tmp_path), "data_name_or_path": str(tmp_path)}
+    paths[keyword] = str(archive)
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(checkpoint_file="checkpoint_best.pt", **paths)
+    assert str(refused.value) == (
+        f"from_pretrained({keyword}={str(archive)!r}) is a file, not a folder: an archive, which "
+        "fairseq would unpack unchecked (a member may be written anywhere) and then delete; "
+        "unpack it yourself into a folder you choose (mkdir MODEL && tar -xf ARCHIVE -C MODEL) "
+        "and pass the folder"
+    )
+    assert archive.is_file() and archive.read_bytes() == before
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["model.tar.gz", "tmp"]
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ("https://127.0.0.1:9/model.tar.gz", "a name or URL of an archive to download, which "
+         "fairseq would unpack unchecked (a member may be written anywhere); download it, unpack "
+         "it yourself into a folder you choose"),
+        ("transformer.wmt16.en-de", "a name or URL of an archive to download"),  # fairseq's map
+        ("CKPT/checkpoint_best.pt", "is a file, not a folder: pass its folder and name: "
+         "from_pretrained('CKPT', checkpoint_file='checkpoint_best.pt')"),
+    ],
+    ids=["URL", "hosted name", "checkpoint file"],
+)  # fmt: skip
+def test_a_model_that_is_no_local_folder_is_refused(tmp_path, given, said):
+    """fairseq downloaded and unpacked a URL or a name of its archive map, and took a checkpoint
+    file for an archive (tarfile's ``CompressionError: unknown compression type 'pt'``)."""
+    from fairseq_san.errors import UsageError
+
+    (tmp_path / "CKPT").mkdir()
+    (tmp_path / "CKPT" / "checkpoint_best.pt").write_bytes(b"x")
+    given = given.replace("CKPT", str(tmp_path / "CKPT"))
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(given, "checkpoint_best.pt", data_name_or_path=str(tmp_path))
+    message = str(refused.value)
+    assert message.startswith(f"from_pretrained(model_name_or_path={given!r})")
+    assert said.replace("CKPT", str(tmp_path / "CKPT")) in message
+
+
+def test_a_data_path_starting_with_a_dot_is_looked_for_in_the_models_folder(tmp_path, monkeypatch):
+    """fairseq joins it to the model's folder: a FileNotFoundError for CKPT/data before."""
+    from fairseq_san.errors import UsageError
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        from_pretrained("ckpt", checkpoint_file="checkpoint_best.pt", data_name_or_path="./data")
+    assert str(refused.value) == (
+        f"from_pretrained(data_name_or_path='./data'): no such folder {tmp_path / 'ckpt' / 'data'}"
+        f": fairseq takes a data path that starts with '.' inside the model's folder "
+        f"({tmp_path / 'ckpt'}); for a folder elsewhere, pass its absolute path (or one without "
+        "the leading '.', from the working directory)"
+    )
+
+
+@pytest.mark.parametrize(
+    "generation_args, said",
+    [
+        ({"bema": 3}, "unknown generation option 'bema' (a key of from_pretrained's "
+         "generation_args): did you mean 'beam'?"),
+        ({"san_policy": POLICY}, "san_policy (in from_pretrained's generation_args) is an option "
+         "of the model, not of the generation: give it to from_pretrained(..., san_policy=...)"),
+        ([("beam", 2)], "from_pretrained(generation_args=[('beam', 2)]): it takes a dict of "
+         "generation options, e.g. generation_args={'beam': 4}"),
+    ],
+    ids=["misspelt", "model option", "no dict"],
+)  # fmt: skip
+def test_generation_args_are_checked_before_loading(tmp_path, generation_args, said):
+    """fairseq set them on the generation config unchecked: a misspelt key failed at translate(),
+    blaming "a keyword of translate()"."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), generation_args=generation_args)  # nothing to load there
+    assert str(refused.value) == said
+
+
+@pytest.mark.slow
+def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_its_task(
+    san_checkpoint, binarized_corpus
+):
+    """pathlib.Path arguments failed in fairseq (``'PosixPath' object has no attribute
+    'startswith'``); under fairseq's task, ``generation_args={'san_decoding': 'static'}`` loaded
+    and decoded with fairseq's generator, silently."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_san.errors import UsageError
+
+    folder, name = san_checkpoint.parent, Path(san_checkpoint.name)
+    loaded = from_pretrained(folder, checkpoint_file=name, data_name_or_path=binarized_corpus,
+                             generation_args={"beam": 2})  # fmt: skip
+    assert loaded.cfg.generation.beam == 2 and len(loaded.translate(["tok1 tok2"])) > 0
+    fairseqs = {"_name": "translation"}
+    fairseq_task = from_pretrained(folder, name, binarized_corpus, task=fairseqs).task
+    assert type(fairseq_task) is TranslationTask
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(folder, name, binarized_corpus, task=fairseqs,
+                        generation_args={"san_decoding": "static"})  # fmt: skip
+    assert str(refused.value) == (
+        "san_decoding='static' (in from_pretrained's generation_args) is an option of the task "
+        "translation_san, and this model's task is translation, whose generator would ignore it: "
+        "load it with from_pretrained(..., task={'_name': 'translation_san'})"
+    )
+    with pytest.raises(UsageError, match=r"^--beam 0: it must be an integer of at least 1$"):
+        from_pretrained(folder, name, binarized_corpus, generation_args={"beam": 0})
+
+
+@pytest.fixture(scope="module")
+def language_model(tmp_path_factory):
+    """A transformer_lm_san hub of --task language_modeling_san, trained 3 updates on one side
+    of the synthetic corpus."""
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+    from helpers import lm_train_argv, preprocess_lm
+
+    root = tmp_path_factory.mktemp("hub-lm")
+    data = preprocess_lm(write_corpus(root / "raw"), root / "data-bin")
+    result = run_cli("fairseq-train", *lm_train_argv(data, root / "lm", max_update=3))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return TransformerLMSANModel.from_pretrained(str(root / "lm"), "checkpoint_last.pt", str(data))
+
+
+NBEST_IGNORED = (
+    "nbest=1 would be ignored: generate() returns every hypothesis of the beam, best first "
+    "(translate() and sample() the best one): slice them, hypos[:N]"
+)
+
+
+@pytest.mark.slow
+def test_generation_keywords_no_generator_of_the_hub_reads_are_refused(
+    san_checkpoint, binarized_corpus, language_model
+):
+    """fairseq's hub sets every keyword on its generation config, and only fairseq-generate and
+    fairseq-interactive read these: ``nbest=1`` with ``beam=3`` returned 3 hypotheses,
+    ``prefix_size`` and ``lm_path`` decoded as without them."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sentence = hub.encode("tok1 tok2 tok3")
+    with pytest.raises(UsageError) as refused:
+        hub.generate([sentence], beam=3, nbest=1)
+    assert str(refused.value) == NBEST_IGNORED
+    assert len(hub.generate([sentence], beam=3)[0]) == 3  # the beam's, for the caller to slice
+    with pytest.raises(UsageError, match=r"^lm_path='lm\.pt' would be ignored: the hub fuses no "):
+        hub.translate("tok1 tok2 tok3", lm_path="lm.pt", lm_weight=0.5)
+    with pytest.raises(UsageError) as refused:
+        hub.translate("tok1 tok2 tok3", retain_dropout=True)
+    assert str(refused.value) == (
+        "retain_dropout=True would be ignored: the hub applies it to the models as it builds "
+        "them: give it to from_pretrained(..., generation_args={'retain_dropout': ...})"
+    )
+    with pytest.raises(UsageError) as refused:
+        language_model.sample("tok1 tok2 tok3", beam=1, max_len_b=8, prefix_size=1)
+    assert str(refused.value) == (
+        "prefix_size=1 would be ignored: a language model continues the whole text it is given "
+        "(give it only the prefix), and a translation model gets no target prefix here "
+        "(fairseq-generate --prefix-size N takes one from the references)"
+    )
+    assert language_model.sample("tok1 tok2", beam=1, max_len_b=8).startswith("tok1 tok2")
+
+
+def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
+    """``generation_args`` are the keywords of every call: those no generator reads were ignored
+    too, except the ones the hub applies to the models as it builds them."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.hub import check_generation_arg_keys
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), generation_args={"beam": 3, "nbest": 1})  # nothing there
+    assert str(refused.value) == NBEST_IGNORED.replace(
+        "nbest=1", "nbest=1 (in from_pretrained's generation_args)"
+    )
+    check_generation_arg_keys({"retain_dropout": True, "no_beamable_mm": True})

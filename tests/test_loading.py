@@ -487,6 +487,38 @@ def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
     assert stored.san_policy.lstrip().startswith("{")  # what the plugin itself stores
 
 
+@pytest.mark.slow
+def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line_may(
+    binarized_corpus, san_checkpoint, tmp_path
+):
+    """fairseq-validate and the hub build the task from the checkpoint's configuration: a stored
+    ``san_analysis_dir`` (training refuses the option) made them create that folder and write the
+    analysis into it, with no flag given."""
+    from fairseq import checkpoint_utils
+
+    planted = tmp_path / "planted" / "by" / "checkpoint"
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["cfg"]["task"]["san_analysis_dir"] = str(planted)
+    storing = tmp_path / "storing.pt"
+    torch.save(state, storing)
+    said = (
+        f"checkpoint {storing}: cfg.task.san_analysis_dir = {str(planted)[:60]!r} names a folder "
+        "to write to; training does not store one, and only the command line may name it "
+        "(--san-analysis-dir): refused"
+    )
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(said)):
+        checkpoint_utils.load_checkpoint_to_cpu(str(storing))
+    result = run_cli("fairseq-validate", str(binarized_corpus), "--user-dir", "fairseq_san",
+                     "--task", "translation_san", "--path", str(storing), "--cpu",
+                     "--max-tokens", "500")  # fmt: skip
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san: error: {said}")  # fmt: skip
+    assert not (tmp_path / "planted").exists()
+    chosen = tmp_path / "chosen"
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(storing), {"san_analysis_dir": str(chosen)})
+    assert loaded["cfg"]["task"].san_analysis_dir == str(chosen)
+
+
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     """torch.save(..., _use_new_zipfile_serialization=False), as old fairseq checkpoints are: the
     global is named, not "truncated" (the archive check is for zip files only)."""

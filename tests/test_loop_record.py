@@ -111,6 +111,25 @@ def test_extend_may_not_change_a_training_option(first_run, data):
     assert snapshot(first_run) == before
 
 
+def test_a_dry_run_of_a_resumed_run_prints_its_next_iteration(first_run, data):
+    """It printed iteration 0 (all done: no command) and said iteration 1 would repeat them: the
+    commands of the first iteration with steps left are printed, and nothing is written."""
+    before = snapshot(first_run)
+    result = run_loop(data, first_run, "--extend", "--max-iterations", "2", "--dry-run",
+                      updates=10)  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert "== iteration 1 (dry run)" in result.stdout
+    assert "== iteration 0" not in result.stdout
+    trainings = [c for c in fairseq_commands(result.stderr) if c.startswith("+ fairseq-train ")]
+    assert len(trainings) == 1 and str(first_run / "iter1" / "policy.json") in trainings[0]
+    assert snapshot(first_run) == before
+    done = run_loop(data, first_run, "--dry-run", "--max-iterations", "1", updates=10)
+    assert done.returncode == 0, output_of(done)[-3000:]
+    assert not fairseq_commands(output_of(done))
+    assert f"(dry run: the iterations of {first_run} are done" in done.stdout
+    assert snapshot(first_run) == before
+
+
 def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, data):
     policy = first_run / "iter1" / "policy.json"
     learned = (policy.read_bytes(), policy.stat().st_mtime_ns)
@@ -128,12 +147,13 @@ def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, d
 
 
 def test_options_may_change_until_a_checkpoint_is_written(data, tmp_path):
-    """A first attempt that fails before training (here: an unknown architecture) is corrected
-    by running again with the right option, in the same run directory."""
+    """A first attempt that fails before training (here: a fairseq-train option that does not
+    exist) is corrected by running again with the right options, in the same run directory."""
     run_dir = tmp_path / "run"
-    failed = run_loop(data, run_dir, "--arch", "transformer_sun", updates=10)
+    failed = run_script(LOOP, *loop_args(data, run_dir, updates=10), "--no-such-option")
     assert failed.returncode != 0
-    assert read_json(run_dir / "run.json")["options"]["--arch"] == "transformer_sun"
+    recorded = read_json(run_dir / "run.json")["options"]["fairseq-train arguments after --"]
+    assert recorded[-1] == "--no-such-option"
     result = run_loop(data, run_dir, "--dry-run", updates=10)
     assert result.returncode == 0, output_of(result)[-3000:]
     assert "+ fairseq-train " in result.stderr

@@ -200,6 +200,44 @@ def test_load_policy_with_a_key_given_twice_is_refused(tmp_path):
         load_policy(text)
 
 
+def test_load_policy_of_a_device_reads_nothing():
+    """``--model-overrides "{'san_policy': '/dev/zero'}"`` read until the process was killed for
+    its memory (run with 1 GiB, in a process of its own)."""
+    code = (
+        "import resource\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\n"
+        "from fairseq_san.policy import PolicyError, load_policy\n"
+        "try:\n"
+        "    load_policy('/dev/zero')\n"
+        "except PolicyError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.stdout == (
+        'policy file "/dev/zero" is a device, pipe or socket, not a file: give a JSON file\n'
+    ), result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("what", ["folder", "large file"])
+def test_load_policy_of_no_policy_file_is_refused_before_it_is_read(tmp_path, what):
+    """A folder said "[Errno 21] Is a directory"; a file of any size was read whole."""
+    path = tmp_path / "policy.json"
+    if what == "folder":
+        path.mkdir()
+        said = f'policy file "{path}" is a folder, not a file: give a JSON file'
+    else:
+        path.write_text('{"decoder_self": [6]}' + " " * 1_000_000)
+        said = (
+            f'policy file "{path}" is over 1,000,000 bytes, more than a policy file holds: '
+            "check the path"
+        )
+    with pytest.raises(PolicyError) as err:
+        load_policy(str(path))
+    assert str(err.value) == said
+
+
 def test_load_policy_not_an_object(tmp_path):
     path = write_json(tmp_path / "list.json", [1, 5])
     with pytest.raises(PolicyError) as err:

@@ -158,11 +158,17 @@ def recipe_run(tmp_path: Path, recipe: Path, run_dir: Path, *options: str):
          "learn_to_share_lm.sh: --arch transformer_san_small is a translation model: train it "
          "with examples/learn_to_share.sh (learn_to_share_lm.sh trains a language model, e.g. "
          "--arch transformer_lm_san_small)"),
+        (LOOP, "transformer_san_smal",
+         "learn_to_share.sh: --arch transformer_san_smal: not one of the plugin's models that "
+         "learn_to_share.sh trains; did you mean 'transformer_san_small'?"),
+        (LM_LOOP, "transformer_lm_san_smal",
+         "learn_to_share_lm.sh: --arch transformer_lm_san_smal: not one of the plugin's models "
+         "that learn_to_share_lm.sh trains; did you mean 'transformer_lm_san_small'?"),
     ],
 )  # fmt: skip
 def test_a_recipe_given_the_other_recipes_model_is_one_line(tmp_path, recipe, arch, said):
-    """It failed inside fairseq-train (unrecognized arguments: --share-all-embeddings), the run
-    dir made and its options recorded."""
+    """It failed inside fairseq-train (unrecognized arguments: --share-all-embeddings; a misspelt
+    one: a hundred lines of usage and choices), the run dir made and its options recorded."""
     run_dir = tmp_path / "run"
     result = recipe_run(tmp_path, recipe, run_dir, "--arch", arch)
     assert result.returncode == 2, output_of(result)[-3000:]
@@ -192,6 +198,7 @@ def test_the_recipes_architectures_are_the_plugins():
         (LM_LOOP, "--theta-self", "2", "must be a number in [0, ln 2 = 0.6931]"),
         (LM_LOOP, "--max-iterations", "0", "must be a whole number of at least 1"),
         (LOOP, "--cpu-ranks", str(CORES + 1), f"more ranks than the {CORES} CPU cores here"),
+        (LM_LOOP, "--self-share", "bogus", "must be weights (SAN) or kv (CLA)"),
     ],
 )
 def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said):
@@ -202,6 +209,48 @@ def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said
     assert result.returncode == 2, output_of(result)[-3000:]
     assert lines(result.stderr) == [f"fairseq-san-loop: error: {option} {value}: {said}"]
     assert not (tmp_path / "runs").exists()
+
+
+def binarize_valid_target(data: Path, sentences: int) -> None:
+    """DATA/valid.en-de.de.{bin,idx} of ``sentences`` sentences, as fairseq-preprocess writes."""
+    import numpy
+    import torch
+    from fairseq.data import indexed_dataset
+
+    builder = indexed_dataset.MMapIndexedDatasetBuilder(
+        str(data / "valid.en-de.de.bin"), dtype=numpy.int32
+    )
+    for _ in range(sentences):
+        builder.add_item(torch.IntTensor([4, 5, 2]))
+    builder.finalize(str(data / "valid.en-de.de.idx"))
+
+
+@pytest.mark.parametrize(
+    "reference, said",
+    [
+        ("valid.raw.de", "--valid-ref {text}/valid.raw.de has 3 lines, the valid split of {data} "
+         "2 sentences: give the raw target side of the valid split"),
+        ("valid.raw.en", "--valid-ref {text}/valid.raw.en is the source side of the valid split "
+         "({text}/valid.raw.en): give the target side, valid.raw.de"),
+    ],
+)  # fmt: skip
+def test_references_that_are_not_the_valid_splits_are_refused_before_the_run_dir(
+    tmp_path, reference, said
+):
+    """Another split's references (their line count) or the source side failed or scored
+    nonsense only after iteration 0 had trained, and the run then refused another --valid-ref."""
+    data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
+    binarize_valid_target(data, 2)
+    (data / "text" / "valid.raw.de").write_text("Ein Hund .\nEine Katze .\nDrei .\n")
+    (data / "text" / "valid.raw.en").write_text("A dog .\nA cat .\n")
+    path = data.resolve() / "text" / reference
+    result = run_script(LOOP, *loop_args(data, run_dir, "--valid-ref", str(path)))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    text = data.resolve() / "text"
+    assert lines(result.stderr) == [
+        "fairseq-san-loop: error: " + said.format(text=text, data=data.resolve())
+    ]
+    assert not run_dir.exists()
 
 
 def test_data_without_a_joined_dictionary_is_refused_before_the_run_dir(tmp_path):
@@ -271,6 +320,8 @@ def test_the_options_read_with_another_are_taken_with_it(tmp_path, recipe):
         (["--warm-start", "--warm-updates", "7"], "+ fairseq-train "),
         (["--launcher", "torchrun --nproc_per_node 2", "--cpu-ranks", "0"],
          "+ torchrun --nproc_per_node 2 "),
+        (["--launcher", "torchrun --rdzv-conf 'timeout=900 join_timeout=60'"],
+         "+ torchrun --rdzv-conf timeout=900\\ join_timeout=60 "),  # one word, as quoted
         (["--cpu-ranks", str(min(2, CORES))],
          f"+ fairseq-san-cpu-ranks {min(2, CORES)} --log-dir {run_dir}/iter0 -- fairseq-train "),
     )):  # fmt: skip
@@ -527,6 +578,16 @@ def test_test_systems_refusals_are_one_line_each(tmp_path):
          "b: refusing to evaluate \"{'san_no_cache': open('x')}\" as Python"),
         ((str(data), "de", good, f"b={checkpoint}:{{1, 2}}"), 2,
          "b: OVERRIDES {1, 2} is not a dict"),
+        ((str(data), "de", good, f"b={checkpoint}:{{'san_decoding': 'static'}}"), 2,
+         "b: OVERRIDES set san_decoding 'static', which chooses the decoder: test_bleu.sh decodes "
+         "with fairseq's generator; score that decoder with fairseq-generate --task "
+         "translation_san --san-decoding static and fairseq-san-score"),
+        ((str(data), "de", good, f"b={checkpoint}:{{'san_decoder': 'static'}}"), 2,
+         "b: OVERRIDES set san_decoder 'static', which chooses the decoder: test_bleu.sh decodes "
+         "with fairseq's generator; score that decoder with fairseq-generate --task "
+         "translation_san --san-decoding static"),
+        ((str(data), "de", good, f"b={checkpoint}:{{'san_decoder_precision': 'int8'}}"), 2,
+         "b: OVERRIDES set san_decoder_precision 'int8', which chooses the decoder"),
     ]  # fmt: skip
     for args, status, message in cases:
         result = check_systems(*args)
@@ -552,6 +613,15 @@ def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path, recipe):
     result = run_script(script, *args(out), env=prepare_env(raw))
     assert result.returncode == 1
     assert lines(result.stderr) == [f"prepare.sh: MULTI30K_DIR={raw}: no such directory"]
+    assert not out.exists()
+
+
+def test_prepare_of_one_language_into_itself_is_one_line(tmp_path):
+    """``prepare.sh en en`` made an en-en copy task, which the loop then trained."""
+    raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
+    result = run_script(PREPARE, "en", "en", str(out), env=prepare_env(raw))
+    assert result.returncode == 2
+    assert lines(result.stderr) == ["prepare.sh: SRC and TGT are both en: give two languages"]
     assert not out.exists()
 
 
@@ -643,6 +713,25 @@ def test_a_language_models_run_recorded_before_its_start_options_resumes():
     warm = {**now, "--warm-start": True}
     with pytest.raises(RunError, match="made with --warm-updates 10000, not 7"):
         compare("RUN", warm, {**warm, "--warm-updates": "7"}, {}, False, defaults)
+
+
+@pytest.mark.parametrize("was_lm", [True, False], ids=["lm run", "translation run"])
+def test_a_run_dir_of_the_other_recipe_is_named_as_such(was_lm):
+    """The language model's recipe on a translation run listed ten differing options, the first
+    "made with no --lm, not --lm"; the translation recipe never said the run was a language
+    model's."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    lm, translation = {"--lm": True, "--theta-self": "0.4"}, {"--theta-self": "0.4"}
+    recorded, now = (lm, translation) if was_lm else (translation, lm)
+    made = ("a language model's run (learn_to_share_lm.sh)" if was_lm
+            else "a translation run (learn_to_share.sh)")  # fmt: skip
+    with pytest.raises(RunError) as refused:
+        compare("RUN", recorded, now, {}, False, {})
+    assert str(refused.value) == (
+        f"RUN is {made} (RUN/run.json): resume it with that recipe, or start a new run with "
+        "another --run-dir"
+    )
 
 
 def test_extend_may_not_lower_max_iterations_below_the_trained_ones(tmp_path):

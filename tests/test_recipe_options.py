@@ -109,3 +109,12 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
     assert result.stderr.splitlines() == [
         f"{LOOP}: {message} ({LOOP} --help lists the options)"]  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):
+    """--launcher is split as a shell splits it (quotes kept together): an open quote is named."""
+    with pytest.raises(SystemExit) as exit_info:
+        shell_assignments(LOOP, ["--data", "d", "--run-dir", "r", "--launcher", "torchrun 'x"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{LOOP}: --launcher torchrun 'x: No closing quotation"]  # fmt: skip

@@ -254,6 +254,24 @@ def test_loop_summary(loop_run):
 
 
 @pytest.mark.slow
+def test_train_log_reads_the_loops_own_logs(loop_run):
+    """The recipes train with --log-format simple; train-log read only JSON records and gave
+    a row of dashes for these logs, with exit 0."""
+    from fairseq_san.loop.train_log import read_train_log
+
+    run_dir, _ = loop_run
+    for k in (0, 1):
+        log = read_train_log(str(run_dir / f"iter{k}" / "train.log"))
+        best = torch.load(run_dir / f"iter{k}" / "checkpoints" / "checkpoint_best.pt",
+                          weights_only=True)  # fmt: skip
+        assert log["updates"] == 20 and log["stop"] == "max update"
+        assert log["epochs"] >= 1 and log["wall_s"] > 0  # no train_inner line: 20 < 25 updates
+        assert log["best_valid_loss"] == pytest.approx(best["extra_state"]["best"], abs=5e-4)
+        assert [update for update, _ in log["valid_curve"]] == sorted(
+            update for update, _ in log["valid_curve"])  # fmt: skip
+
+
+@pytest.mark.slow
 def test_loop_again_skips_everything_and_changes_nothing(loop_run, data):
     run_dir, first = loop_run
     before = snapshot(run_dir)
@@ -519,6 +537,11 @@ def test_score_identical_text_is_bleu_100(tmp_path):
     )  # fmt: skip
     assert short.returncode == 2
     assert "2 hypotheses but 1 references" in short.stderr and "Traceback" not in short.stderr
+    # One more, empty, line at the end: named as such (not "must not skip sentences").
+    blank = score(tmp_path, GENERATE_OUTPUT, REFERENCES + "\n")
+    assert one_error_line(blank, "fairseq-san-score").endswith(
+        "2 hypotheses but 3 references: the references end with 1 empty line(s): remove them (a "
+        "sentence per line, no blank line at the end)")  # fmt: skip
     # A folder that takes no new file: one error line after the scores, exit 2.
     unwritable = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", "/proc/scores.json")
     assert unwritable.stderr.strip().splitlines()[-1] == (
@@ -569,6 +592,7 @@ def test_score_of_nbest_output_is_the_best_hypothesis(tmp_path):
 @pytest.mark.parametrize("post_process, generated", [
     ("sentencepiece", GENERATE_OUTPUT.replace("D-1\t-0.31\tDie Katze", "D-1\t-0.31\t▁Die ▁Katze")),
     ("subword_nmt", "D-0\t-0.2\tEin Ma@@ nn geht .\nD-1\t-0.3\tDie Katze sitzt .\n"),
+    ("subword_nmt", "D-0\t-0.2\tEin Mann geht .\nD-1\t-0.3\tDie Katze sitzt@@\n"),  # at the end
 ])  # fmt: skip
 def test_score_refuses_text_that_was_not_detokenized(tmp_path, post_process, generated):
     line = one_error_line(score(tmp_path, generated, REFERENCES), "fairseq-san-score")

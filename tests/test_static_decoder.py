@@ -756,6 +756,21 @@ def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=2, device=torch.device("cuda"))
 
 
+@pytest.mark.parametrize("argv", [["--decoder-output-dim", "8"], ["--decoder-output-dim", "24",
+                                  "--san-decoder-self-policy", "2,4"]])  # fmt: skip
+def test_an_output_width_other_than_the_layers_decodes_as_fairseqs(argv):
+    """--decoder-output-dim: the layers' output projected (project_out_dim) before the vocabulary,
+    as fairseq's decoder does; the caches stay as wide as the layers. (A translation decoder's
+    input width is always its layers': it has no --decoder-input-dim.)"""
+    model = decisive(build(argv, dictionary=DICTIONARY)[0])
+    assert model.decoder.project_out_dim is not None
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    for beam in (1, 4):
+        expected = generate(model, DICTIONARY, src_tokens, src_lengths, beam, max_len_b=12)
+        assert_same_hypotheses(expected, static_generate(model, beam, src_tokens, src_lengths,
+                                                         max_len_b=12))  # fmt: skip
+
+
 def test_other_generators_and_constraints_are_refused(task):
     """``task.build_generator``'s own arguments: a generator class of the caller's, or a function
     restricting each step's tokens (constrained beam search), which the static search ignores."""

@@ -335,6 +335,42 @@ def test_options_it_cannot_honour_are_named(overrides, message):
         build_static_lm_generator([language_model("baseline")], DICT, options(**overrides))
 
 
+# Input and output widths other than the layers' (fairseq's transformer_lm defaults them to 512
+# whatever --decoder-embed-dim: project_in_dim and project_out_dim).
+OTHER_WIDTHS = ["--decoder-input-dim", "8", "--decoder-output-dim", "24"]
+
+
+@pytest.mark.parametrize("arch", ["transformer_lm", "transformer_lm_san"])
+def test_input_and_output_widths_other_than_the_layers_decode_as_fairseqs(arch):
+    """The caches are as wide as the layers (--decoder-embed-dim), not as the input embeddings:
+    sized by the input's width, the first prompt's keys did not fit them (a RuntimeError)."""
+    model, _ = build_lm(OTHER_WIDTHS, arch=arch, dictionary=DICT)
+    assert model.decoder.project_in_dim is not None and model.decoder.project_out_dim is not None
+    with torch.no_grad():
+        model.decoder.embed_tokens.weight.mul_(4)
+    prefix = prompts((2, 5, 3))
+    for beam in (1, 3):
+        options = dict(beam_size=beam, max_len_b=12)
+        theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+        ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
+        assert_same_hypotheses(ours, theirs, ATOL)
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [(["--adaptive-input", "--adaptive-input-cutoff", "10,20"], "--adaptive-input"),
+     (["--character-embeddings", "--character-filters", "[(1, 4), (2, 8)]",
+       "--character-embedding-dim", "4", "--char-embedder-highway-layers", "1"],
+      "--character-embeddings")],
+)  # fmt: skip
+def test_input_embeddings_other_than_one_table_are_refused(argv, named):
+    """The step looks a token's vector up in one table: an AttributeError ('AdaptiveInput'
+    object has no attribute 'weight') when the generator was built, before."""
+    model, _ = build_lm(argv, arch="transformer_lm", dictionary=DICT)
+    with pytest.raises(StaticDecoderError, match=f"^--san-decoding static does not support {named}; "):
+        StaticLMGenerator([model], DICT, beam_size=2)
+
+
 def test_a_decoder_with_encoder_attention_has_no_prefill():
     step = StaticDecoderStep(build([])[0].decoder)
     with pytest.raises(StaticDecoderError, match="prefill with AAN or encoder-decoder attention"):
@@ -432,3 +468,31 @@ def test_the_prompt_checked_is_the_one_the_generator_forces():
     assert hypotheses[0][0]["positional_scores"].numel() == 16
     with pytest.raises(UsageError, match=r"^a prompt of 15 tokens is longer than the model's 16 "):
         task.inference_step(generator, [model], sample)  # the sentence is the prompt
+
+
+def test_a_sentence_to_score_may_fill_the_positions_that_a_prompt_may_not():
+    """The hub's ``score`` builds a scorer, then the dataset of its sentences: one of 15 tokens
+    (16 positions with its start token) was refused as a prompt that left no position to
+    generate in; fairseq scores it. One of 16 does not fit: one line. A prompt keeps its rule."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    task, model = lm_task()
+
+    def dataset(length: int):
+        """The hub's sentence of ``length`` tokens, as ``encode`` gives it (EOS at its end)."""
+        sentence = torch.cat([prompts((length,))[0], torch.tensor([DICT.eos()])])
+        return task.build_dataset_for_inference([sentence], [len(sentence)])
+
+    scorer = task.build_generator([model], GenerationConfig(score_reference=True))
+    sentences = dataset(15)
+    scored = task.inference_step(scorer, [model], sentences.collater([sentences[0]]))
+    assert scored[0][0]["positional_scores"].numel() == 15
+    with pytest.raises(UsageError) as refused:
+        dataset(16)
+    assert str(refused.value) == (
+        "a sentence of 16 tokens is longer than the model's 16 positions hold (after the start "
+        "token): shorten it to at most 15 tokens"
+    )
+    task.build_generator([model], GenerationConfig(beam=1))
+    with pytest.raises(UsageError, match=r"^a prompt of 15 tokens is longer than the model's 16 "):
+        dataset(15)

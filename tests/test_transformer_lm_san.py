@@ -7,7 +7,14 @@ import re
 import pytest
 import torch
 
-from helpers import StandInTask, build_lm, count_parameters, make_dictionary, target_prefixes
+from helpers import (
+    TINY_LM,
+    StandInTask,
+    build_lm,
+    count_parameters,
+    make_dictionary,
+    target_prefixes,
+)
 from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
 from fairseq_san.modules.shared_attention import SharedWeightsAttention
@@ -38,6 +45,44 @@ def test_without_policy_it_is_fairseqs_transformer_lm():
     ours, _ = build_lm(seed=2)
     assert list(ours.state_dict()) == list(theirs.state_dict())
     assert not torch.equal(ours.decoder.layers[0].fc1.weight, theirs.decoder.layers[0].fc1.weight)
+    ours.load_state_dict(theirs.state_dict())
+    tokens = target_prefixes(DICT, 3, 7)
+    torch.testing.assert_close(logits(ours, tokens), logits(theirs, tokens), atol=0, rtol=0)
+
+
+def build_as_fairseq_train(arch: str, argv=(), seed: int = 1):
+    """``arch`` built as fairseq-train builds it from its command line: parsed (the architecture
+    function applied), converted to its configuration (a dataclass model, as fairseq's
+    ``transformer_lm``, takes its dataclass's defaults for the fields not given), then built by
+    fairseq's ``build_model`` as the task's does. In eval mode."""
+    from fairseq import models
+    from fairseq import options as fairseq_options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = fairseq_options.get_training_parser()
+    args = fairseq_options.parse_args_and_arch(
+        parser, ["unused-data-dir", "--task", "language_modeling", "--arch", arch, *TINY_LM, *argv]
+    )
+    torch.manual_seed(seed)
+    return models.build_model(convert_namespace_to_omegaconf(args).model, StandInTask(DICT)).eval()
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["--decoder-normalize-before"], ["--character-embeddings", "--character-filters",
+                                                  "[(1, 4), (2, 8)]"]],
+)  # fmt: skip
+def test_from_the_same_command_line_it_is_fairseqs_transformer_lm(argv):
+    """``--arch transformer_lm`` takes its dataclass's defaults (fairseq registers no
+    architecture function for it): input and output widths of 512 whatever --decoder-embed-dim
+    (projected to the layers'), post-norm, the character embedder's settings. The plugin applied
+    ``base_lm_architecture`` instead: another model, so a transformer_lm checkpoint was refused by
+    --finetune-from-model with the same flags, and --character-embeddings failed
+    (AttributeError: 'character_filters'). Same shapes, and fairseq's weights give its logits."""
+    theirs = build_as_fairseq_train("transformer_lm", argv, seed=1)
+    ours = build_as_fairseq_train("transformer_lm_san", argv, seed=2)
+    shapes = {key: value.shape for key, value in theirs.state_dict().items()}
+    assert {key: value.shape for key, value in ours.state_dict().items()} == shapes
+    assert ours.decoder.embed_dim == DIM and ours.decoder.output_embed_dim == 512
     ours.load_state_dict(theirs.state_dict())
     tokens = target_prefixes(DICT, 3, 7)
     torch.testing.assert_close(logits(ours, tokens), logits(theirs, tokens), atol=0, rtol=0)
@@ -243,3 +288,53 @@ def test_the_resolved_policy_is_kept_in_the_arguments_for_the_checkpoint():
     assert args.san_decoder_self_policy is None and args.san_self_share == "kv"
     rebuilt, _ = build_lm(["--san-policy", args.san_policy, "--san-self-share", "kv"])
     assert isinstance(rebuilt.decoder.layers[4].self_attn, KVFollowerAttention)
+
+
+def test_pruned_layers_load_as_into_fairseqs_transformer_lm():
+    """``--model-overrides "{'decoder_layers_to_keep': '0,2,4'}"``: fairseq prunes the checkpoint
+    as it loads it; the plugin checked the whole checkpoint first (6 layers for a model of 3) and
+    refused it as another architecture."""
+    trained, _ = build_lm(arch="transformer_lm", seed=1)
+    pruned = {}
+    for arch in ("transformer_lm", "transformer_lm_san"):
+        model, args = build_lm(["--decoder-layers-to-keep", "0,2,4"], arch=arch, seed=2)
+        model.load_state_dict(dict(trained.state_dict()), model_cfg=args)
+        pruned[arch] = model
+    assert len(pruned["transformer_lm_san"].decoder.layers) == 3
+    assert torch.equal(pruned["transformer_lm_san"].decoder.layers[1].fc1.weight,
+                       trained.decoder.layers[2].fc1.weight)  # fmt: skip
+    tokens = target_prefixes(DICT, 3, 7)
+    torch.testing.assert_close(
+        logits(pruned["transformer_lm_san"], tokens), logits(pruned["transformer_lm"], tokens),
+        atol=0, rtol=0,
+    )  # fmt: skip
+
+
+def test_pruning_layers_of_a_sharing_model_is_refused():
+    """The policy's blocks count the layers before pruning: "policy [2, 4] sums to 6 but there
+    are 3 layers" came from deep inside the build, naming neither."""
+    with pytest.raises(PolicyError) as refused:
+        build_lm(["--san-decoder-self-policy", "2,4", "--decoder-layers-to-keep", "0,2,4"])
+    assert str(refused.value).startswith(
+        "decoder_self sharing cannot be combined with --decoder-layers-to-keep (pruning layers)"
+    )
+
+
+UNUSED_KV = "--san-self-share kv has no effect: this model shares no decoder self-attention"
+
+
+@pytest.mark.parametrize(
+    "policy, warned",
+    [([], True), (["--san-decoder-self-policy", "1,1,1,1,1,1"], True),
+     (["--san-decoder-self-policy", "2,4"], False)],
+)  # fmt: skip
+def test_kv_sharing_without_a_policy_is_a_warning(policy, warned, caplog):
+    """``--san-self-share kv`` with no block of 2 or more layers changes nothing: said, as
+    ``--san-encdec-share weights`` is for a translation model; not for a checkpoint's model (its
+    arguments, saved, rebuild it to decode)."""
+    _, args = build_lm(["--san-self-share", "kv", *policy])
+    assert (UNUSED_KV in caplog.text) == warned
+    caplog.clear()
+    TransformerLMSANModel.build_model(args, StandInTask(DICT))
+    build_lm(policy)  # SAN's weights, the default
+    assert UNUSED_KV not in caplog.text

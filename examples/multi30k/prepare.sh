@@ -14,6 +14,8 @@ source "$(dirname "$0")/raw_files.sh"
 SRC=${1:?usage: prepare.sh SRC TGT [OUT_DIR]}
 TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
 [ $# -le 3 ] || { echo "usage: prepare.sh SRC TGT [OUT_DIR]" >&2; exit 2; }
+[ "$SRC" != "$TGT" ] || { echo "prepare.sh: SRC and TGT are both $SRC: give two languages" >&2
+  exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
 GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}

@@ -10,6 +10,8 @@
 # tested on: --dry-run prints every command instead. Data: fairseq's own WMT14 En-De preparation
 # script (Moses tokenization, 40k joint BPE, newstest2014 test; its validation set is every 100th
 # training pair, not the paper's newstest2013). BLEU is on tokenized text with the BPE removed.
+# Running it again resumes: the data's preparation and binarizing, once finished
+# (WORK_DIR/.done-*), and the loop's finished steps are skipped.
 set -euo pipefail
 
 USAGE="usage: examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]"
@@ -33,14 +35,28 @@ run() {  # run COMMAND...: print it; execute it unless --dry-run
   [ "$DRY_RUN" = 1 ] || "$@"
 }
 
-run mkdir -p "$WORK"
-run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
-run bash -c "cd '$WORK' && bash prepare-wmt14en2de.sh"
-run fairseq-preprocess --source-lang en --target-lang de --joined-dictionary \
-  --trainpref "$WORK/wmt14_en_de/train" --validpref "$WORK/wmt14_en_de/valid" \
-  --testpref "$WORK/wmt14_en_de/test" --destdir "$DATA" --workers 16
+done_before() {  # done_before STEP: whether a run before this one finished STEP (not in a dry run)
+  [ "$DRY_RUN" = 0 ] && [ -f "$WORK/.done-$1" ]
+}
 
-run bash -c "sed -r 's/(@@ )|(@@ ?\$)//g' '$WORK/wmt14_en_de/valid.de' > '$WORK/wmt14_en_de/valid.ref.de'"
+finished() {  # finished STEP: a re-run skips STEP (hours of tokenizing and BPE, the binarizing)
+  [ "$DRY_RUN" = 1 ] || touch "$WORK/.done-$1"
+}
+
+run mkdir -p "$WORK"
+if ! done_before prepare; then
+  run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
+  run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh' _ "$WORK"
+  finished prepare
+fi
+if ! done_before preprocess; then
+  run fairseq-preprocess --source-lang en --target-lang de --joined-dictionary \
+    --trainpref "$WORK/wmt14_en_de/train" --validpref "$WORK/wmt14_en_de/valid" \
+    --testpref "$WORK/wmt14_en_de/test" --destdir "$DATA" --workers 16
+  finished preprocess
+fi
+
+run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/wmt14_en_de/valid.de" > "$1/wmt14_en_de/valid.ref.de"' _ "$WORK"
 
 # The loop (it prints its own commands); the options after -- override its small-corpus defaults.
 "$(dirname "$0")/../learn_to_share.sh" "${DRY[@]}" --data "$DATA" --run-dir "$RUN" \

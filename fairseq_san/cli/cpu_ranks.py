@@ -2,19 +2,24 @@
 
 fairseq's ``pytorch_ddp`` backend and ``torchrun`` both assume GPUs; on CPU, distributed training
 works as one process per rank with gloo, ``legacy_ddp`` and a TCP rendezvous on 127.0.0.1. This
-starts those processes with the right flags, waits for all, and stops the rest if one fails.
-Rank 0 writes to this terminal; rank R > 0 to ``--log-dir``/rank-R.log.
+starts those processes with the right flags, each with its share of the cores as its threads (as
+torchrun sets ``OMP_NUM_THREADS``: every rank would otherwise start a thread per core, and N ranks
+compete for the cores, about ten times slower), waits for all, and stops the rest if one fails,
+naming it, or if this process is interrupted or terminated. Rank 0 writes to this terminal; rank
+R > 0 to ``--log-dir``/rank-R.log.
 """
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import nearest_key
@@ -51,30 +56,81 @@ def open_rank_logs(log_dir: str, world_size: int) -> List:
     return logs
 
 
-def first_failure(processes: List[subprocess.Popen]) -> Optional[int]:
-    """Wait until every process has exited 0 (None) or one has failed (its exit code)."""
+def first_failure(processes: List[subprocess.Popen]) -> Optional[Tuple[int, int]]:
+    """Wait until every process has exited 0 (None) or one has failed: (its rank, its exit
+    code), the first found to have failed."""
     while True:
         codes = [process.poll() for process in processes]
-        failed = [code for code in codes if code not in (None, 0)]
-        if failed:
-            return failed[0]
+        for rank, code in enumerate(codes):
+            if code not in (None, 0):
+                return rank, code
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.5)
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def rank_environment(world_size: int) -> Dict[str, str]:
+    """This environment with each rank's share of the cores as its threads, unless the user set
+    them: N ranks of a thread per core each would compete for the cores."""
+    environment = dict(os.environ)
+    threads = str(max(1, available_cores() // world_size))
+    for variable in THREAD_VARIABLES:
+        environment.setdefault(variable, threads)
+    return environment
+
+
+def _exit_on_signal(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def exiting_on_termination() -> Iterator[None]:
+    """SIGTERM and SIGHUP end this process as an interrupt does, through ``finally`` blocks, so
+    that the ranks it started are stopped (they were left running, holding the run's lock)."""
+    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def shell_status(code: int) -> int:
+    """An exit status as a shell reports it: 128 + N for a process killed by signal N (Popen's
+    -N, which sys.exit would turn into 256 - N)."""
+    return 128 - code if code < 0 else code
+
+
+def say_failure(rank: int, code: int, log_dir: str) -> None:
+    """Name the rank that failed first and, for a rank > 0, the end of its log (rank 0's output
+    is on this terminal already)."""
+    where = "" if rank == 0 else f": see {os.path.join(log_dir, f'rank-{rank}.log')}"
+    print(f"fairseq-san-cpu-ranks: rank {rank} failed (exit {shell_status(code)}){where}",
+          file=sys.stderr)  # fmt: skip
+    if rank > 0:
+        with open(os.path.join(log_dir, f"rank-{rank}.log"), errors="replace") as log:
+            tail = log.readlines()[-5:]
+        sys.stderr.writelines(f"  {line}" for line in tail)
+
+
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
-    """Start every rank, wait for all; the first failure ends the others, and its exit code is
-    returned (128 + N for a rank killed by signal N, as a shell reports it). An interrupt ends
-    them too, and goes on up."""
+    """Start every rank, wait for all; the first failure ends the others, is named, and its exit
+    code returned (``shell_status``). An interrupt or a termination ends them too, and goes on
+    up."""
     port = free_port()
     logs = open_rank_logs(log_dir, world_size)
     processes = []
+    environment = rank_environment(world_size)
     try:
-        for rank, output in enumerate([None] + logs):
-            rank_argv = rank_command(command, world_size, rank, port)
-            processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output))
-        code = first_failure(processes)
+        with exiting_on_termination():
+            for rank, output in enumerate([None] + logs):
+                rank_argv = rank_command(command, world_size, rank, port)
+                processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
+                                                  env=environment))  # fmt: skip
+            failure = first_failure(processes)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -83,9 +139,10 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
             process.wait()
         for log in logs:
             log.close()
-    if code is None:
+    if failure is None:
         return 0
-    return 128 - code if code < 0 else code  # killed by signal N: Popen's -N, a shell's 128 + N
+    say_failure(*failure, log_dir)
+    return shell_status(failure[1])
 
 
 def fairseq_commands() -> List[str]:

@@ -37,19 +37,28 @@ and wrote nothing), the analysis's other options without it, and with it more th
 ``--valid-subset`` (the second was refused after the first had been analysed). An option is
 given where the command line names it (``--san-decoding fairseq`` too, its default).
 
+A ``--model-overrides`` that fairseq-generate or fairseq-interactive cannot read (a name, a call,
+arithmetic, an unclosed brace: a traceback from their ``ast.literal_eval``) is one line naming it.
+
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
-fix (``UsageError``) before anything is loaded.
+fix (``UsageError``) before anything is loaded. It also wraps fairseq-validate's ``main`` (where
+that command runs), whose ``checkpoint_utils.load_model_ensemble_and_task`` keeps the checkpoint's
+task and gives ``--san-analysis-dir`` only to a task that has it: on a checkpoint of fairseq's own
+``translation`` or ``language_modeling`` task (or with a ``'task'`` dict in ``--model-overrides``)
+it validated, exited 0 and wrote nothing; once the task is built, before the validation pass, that
+is one line naming the override that analyses (``attention_analysis.check_analysis_applied``).
 """
 
 import argparse
+import ast
 import functools
 import sys
 from dataclasses import fields
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
-from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
+from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import check_search_numbers
 from fairseq_san.options import (
     ANALYSIS_OPTIONS,
@@ -263,10 +272,7 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
     the ``--lm-path`` language model, whose task is built from it."""
     from fairseq.dataclass.configs import FairseqConfig
 
-    try:
-        overrides = evaluate(getattr(args, "model_overrides", "{}"))
-    except NotALiteral:
-        return  # refused where fairseq evaluates it (fairseq_fixes.literal_eval)
+    overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, kind)
     if not isinstance(overrides, dict):
         return
     unread = {field.name for field in fields(FairseqConfig)} - {"model"}
@@ -281,6 +287,26 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
             f"checkpoint's configuration and takes its {key} from its own command line, so the "
             f"key would be ignored; {advice}"
         )
+
+
+def read_overrides(text: str, command: str, kind: str) -> Any:
+    """``--model-overrides`` as ``command`` reads it, else a UsageError naming it.
+    fairseq-generate and fairseq-interactive (``kind`` "decode") read it with ``ast.literal_eval``,
+    whose ``ValueError: malformed node or string`` (a name, a call, arithmetic) or
+    ``SyntaxError`` was a traceback; fairseq-eval-lm with ``eval``: literals, and ``+ - * /``
+    between them (``literal_eval.evaluate``)."""
+    try:
+        overrides = evaluate(text)
+        if kind == "decode":
+            ast.literal_eval(text)
+    except NotALiteral as error:
+        raise UsageError(f"--model-overrides: {error}") from None
+    except ValueError:
+        raise UsageError(
+            f"--model-overrides {shown(text)}: {command} reads it with Python's ast.literal_eval, "
+            "which takes no arithmetic (+ - * / between values); write each value out"
+        ) from None
+    return overrides
 
 
 def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:
@@ -338,8 +364,45 @@ def _checking(parse_args_and_arch: Callable) -> Callable:
     return wrapper
 
 
+def _analysing(main: Callable) -> Callable:
+    """fairseq-validate's ``main``, loading its checkpoint with ``checking_analysis``'s loader (for
+    this call only: other fixes wrap fairseq's loader for good)."""
+
+    @functools.wraps(main)
+    def wrapper(cfg, *args, **kwargs):
+        from fairseq import checkpoint_utils
+
+        load = checkpoint_utils.load_model_ensemble_and_task
+        checkpoint_utils.load_model_ensemble_and_task = checking_analysis(load)
+        try:
+            return main(cfg, *args, **kwargs)
+        finally:
+            checkpoint_utils.load_model_ensemble_and_task = load
+
+    return wrapper
+
+
+def checking_analysis(load_model_ensemble_and_task: Callable) -> Callable:
+    """fairseq's ensemble loader, refusing a ``--san-analysis-dir`` among its ``arg_overrides``
+    (fairseq-validate's flags) that the task it built would ignore."""
+
+    @functools.wraps(load_model_ensemble_and_task)
+    def loading(filenames, arg_overrides=None, *args, **kwargs):
+        from fairseq_san.tasks.attention_analysis import check_analysis_applied
+
+        loaded = load_model_ensemble_and_task(filenames, arg_overrides, *args, **kwargs)
+        check_analysis_applied(loaded[2], arg_overrides)
+        return loaded
+
+    return loading
+
+
 def install() -> None:
-    """Check the options of fairseq's commands as they are parsed (idempotent)."""
+    """Check the options of fairseq's commands as they are parsed, and fairseq-validate's analysis
+    once the checkpoint's task is built (idempotent)."""
     from fairseq import options
 
     wrap_once(options, "parse_args_and_arch", _checking)
+    validate = running_command("fairseq_cli.validate")
+    if getattr(validate, "main", None) is not None:
+        wrap_once(validate, "main", _analysing)

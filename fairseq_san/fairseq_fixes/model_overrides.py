@@ -18,9 +18,12 @@ group or the model, other than the checkpoint's own, and a ``_name`` of their ow
 a component that lacks some of the group's options (omegaconf's ``ConfigKeyError`` where fairseq
 builds it); the type of the model's options that take an int, a number or True/False, and the
 choices of those that have them; a component's name that fairseq has not registered
-(``bpe='bogus'``: a ``KeyError`` when the hub built it). The plugin's own options are checked
-where the model is built (``models.option_checks``), with their hints. Other models'
-checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq loads them.
+(``bpe='bogus'``: a ``KeyError`` when the hub built it); a dict for a component the checkpoint
+has none of (``{'bpe': {'_name': 'sentencepiece'}}``: ``TypeError: unhashable type: 'dict'``,
+fairseq takes its name); a key that is no text (``{1: 2}``: a ``TypeError``). The plugin's
+own options are checked where the model is built (``models.option_checks``), with their hints.
+Other models' checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq
+loads them.
 """
 
 import argparse
@@ -101,12 +104,25 @@ def check_known(
     """Refuse an override key that nothing in ``known`` has: fairseq would ignore it. The hint
     names the nearest of ``hints`` (the checkpoint's own options, not every component's);
     ``group`` is the group whose dict holds ``key``."""
+    check_text_key(key, source, group)
     if key in known:
         return
     hint = nearest_key_hint(key, hints, fallback="check its spelling", prefix=group)
     raise UsageError(
         f"unknown option '{group}{key}' {source}: neither this checkpoint's model nor any "
         f"fairseq component has it, and fairseq would ignore it; {hint}"
+    )
+
+
+def check_text_key(key: Any, source: str, group: str = "") -> None:
+    """Refuse a key that is no text (``{1: 2}``): no option is named so, and the hint's difflib
+    failed on it (``TypeError: 'int' object is not iterable``)."""
+    if isinstance(key, str):
+        return
+    where = f" in {group.rstrip('.')}" if group else ""
+    raise UsageError(
+        f"key {key!r}{where} {source} is of type {type(key).__name__}: options are named by "
+        "text, e.g. {'dropout': 0.1}"
     )
 
 
@@ -157,12 +173,13 @@ def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: 
     its ``_name`` switches to)."""
     held = cfg[group] if group in cfg else None
     if isinstance(held, argparse.Namespace):
-        example = ", ".join(f"'{key}': {value!r}" for key, value in overrides.items())
         raise UsageError(
             f"{group} {overrides!r} {source}: fairseq does not read this checkpoint's {group} "
             f"options from a dict, and would ignore it; give each as a key of its own: "
-            f"{{{example}}}"
+            f"{{{as_keys(overrides)}}}"
         )
+    if held is None:
+        check_unset_component(group, overrides, source)
     if not isinstance(held, DictConfig):
         return
     if "_name" in overrides:
@@ -171,6 +188,30 @@ def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: 
     known = set(held.keys()) | component_fields(group, name) | {"_name"}
     for key in overrides:
         check_known(key, known, set(held.keys()), source, group=f"{group}.")
+
+
+def as_keys(overrides: Dict[str, Any]) -> str:
+    """``overrides`` as keys of the overrides' own dict, without its braces."""
+    return ", ".join(f"{key!r}: {value!r}" for key, value in overrides.items())
+
+
+def check_unset_component(group: str, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse a dict for a component the checkpoint has none of (``{'bpe': {'_name':
+    'sentencepiece'}}``): fairseq looks the dict up in the component's registry (``TypeError:
+    unhashable type: 'dict'``); it switches one on by its name, whose options it reads from the
+    overrides' own keys."""
+    from fairseq.registry import REGISTRIES
+
+    if group not in REGISTRIES:
+        return
+    given = {key: value for key, value in overrides.items() if key != "_name"}
+    name = repr(overrides["_name"]) if "_name" in overrides else "NAME"
+    example = ", ".join(filter(None, [f"'{group}': {name}", as_keys(given)]))
+    raise UsageError(
+        f"{group} {overrides!r} {source}: this checkpoint has no {group}, and fairseq switches "
+        f"one on by its name only, not from a dict, with its options as keys of their own: "
+        f"{{{example}}}"
+    )
 
 
 def check_switch(held: DictConfig, group: str, name: Any, source: str) -> None:

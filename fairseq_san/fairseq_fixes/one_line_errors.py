@@ -108,14 +108,20 @@ def component_options_said(message: str) -> str:
 
 def malformed_command_line_value(exc: BaseException, argv: list) -> Optional[str]:
     """A SyntaxError from fairseq's ``ast.literal_eval`` of a value given on the command line
-    (``--model-overrides "{'san_policy': "``), said as one line naming the value."""
+    (``--model-overrides "{'san_policy': "``, or ``--model-overrides={...``), said as one line
+    naming the value."""
     if not isinstance(exc, SyntaxError) or exc.text is None:
         return None
-    given = {arg.strip() for arg in argv}
+    given = {arg.strip() for arg in argv} | {value.strip() for value in flag_values(argv)}
     if exc.text.strip() not in given:
         return None
     value = exc.text.strip()
     return f"{value!r} is not a Python literal ({exc.msg}): check the quotes and brackets"
+
+
+def flag_values(argv: list) -> list:
+    """The values given as ``--flag=value`` in ``argv``."""
+    return [arg.split("=", 1)[1] for arg in argv if arg.startswith("--") and "=" in arg]
 
 
 # Errors of a path that is missing or of the wrong kind: a folder for a file

@@ -14,7 +14,8 @@ which refuses a missing file before reading it: a file that cannot be loaded is 
 it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose configuration holds a
 string that fairseq would ``eval()`` and that is not a literal is refused before any model is
 built (``literal_eval.refuse_code_in``): the safe loader lets such strings through; so is one
-whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``). Where the
+whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``) or that stores
+a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``). Where the
 safe loader would not be used (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no
 checkpoint is read at all (``checkpoints.check_safe_loading``).
 """
@@ -28,6 +29,7 @@ from fairseq_san.checkpoints import (
     VocabularyMismatch,
     check_safe_loading,
     explained,
+    refuse_analysis_dir_in,
     refuse_policy_file_in,
 )
 from fairseq_san.errors import UsageError
@@ -55,6 +57,7 @@ def _explaining(load_checkpoint_to_cpu):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         refuse_code_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
+        refuse_analysis_dir_in(path, state, arg_overrides)
         return state
 
     return wrapper

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import List, Sequence
 
 from fairseq_san.benchmark.config import split_system
+from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
 USAGE, MISSING = 2, 1  # exit statuses
@@ -107,6 +108,24 @@ def check_overrides(name: str, overrides: str) -> None:
         raise SystemsError(f"{name}: {error}", USAGE) from None
     if not isinstance(value, dict):
         raise SystemsError(f"{name}: OVERRIDES {overrides} is not a dict", USAGE)
+    check_no_decoder_choice(name, value)
+
+
+def check_no_decoder_choice(name: str, overrides: dict) -> None:
+    """No override that chooses the decoder (the static one, its precision or execution):
+    fairseq-generate takes those from its command line, which test_bleu.sh fixes, and refused
+    them only when it reached this system, after the systems before it were decoded."""
+    for option in DECODER_OPTIONS:
+        given = overrides.get(option.name)
+        if not option.is_set(given) or (option is DECODING and str(given) in MODEL_DECODINGS):
+            continue
+        flag, meant = current_flag(option, given)
+        raise SystemsError(
+            f"{name}: OVERRIDES set {option.name} '{given}', which chooses the decoder: "
+            f"{RECIPE} decodes with fairseq's generator; score that decoder with fairseq-generate "
+            f"--task translation_san {flag} {meant} and fairseq-san-score",
+            USAGE,
+        )
 
 
 def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:

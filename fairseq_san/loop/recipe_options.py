@@ -4,9 +4,10 @@
 ``fairseq-san-loop options RECIPE ARGS...``, which parses it with the recipe's list below and
 prints shell assignments for the recipe to ``eval``: one variable per option (``--theta-self``
 is ``THETA_SELF``; a switch is 1 or 0), ``START_OPTIONS``, the options that make a run what it
-is, as ``fairseq-san-loop start`` records them in ``RUN/run.json`` (``recorded``), and ``set --``
-with the fairseq-train arguments after ``--``. The same list gives ``RECIPE --help`` and the
-options ``start`` accepts, so an option is added in one place. What one option cannot say alone
+is, as ``fairseq-san-loop start`` records them in ``RUN/run.json`` (``recorded``),
+``LAUNCHER_WORDS`` (``--launcher`` as a shell splits it) and ``set --`` with the fairseq-train
+arguments after ``--``. The same list gives ``RECIPE --help`` and the options ``start``
+accepts, so an option is added in one place. What one option cannot say alone
 is refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
 option that another makes unread (``--warm-updates`` without ``--warm-start``, ``--launcher``
 beside ``--cpu-ranks``).
@@ -20,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Sequence, Tuple
 
+from fairseq_san.errors import nearest_key_hint
 from fairseq_san.loop.run_record import binarized_pair, is_count
 
 LOOP = "learn_to_share.sh"
@@ -198,13 +200,17 @@ def refuse(recipe: str, message: str) -> NoReturn:
 
 
 def check_architecture(recipe: str, arch: str) -> None:
-    """Refuse the other recipe's model (``ARCHITECTURES``); an architecture neither recipe
-    names is left to fairseq-train (its own message: invalid choice)."""
+    """Refuse the other recipe's model and any other that the recipe's own list
+    (``ARCHITECTURES``) lacks: fairseq-train would refuse it after the run dir was made, with a
+    hundred lines of usage and choices (and fairseq's own models take no sharing policy)."""
     for other, names in ARCHITECTURES.items():
         if other != recipe and arch in names:
             refuse(recipe, f"--arch {arch} is {MODEL_KIND[other]}: train it with "
                    f"examples/{other} ({recipe} trains {MODEL_KIND[recipe]}, e.g. "
                    f"--arch {default_of(recipe, '--arch')})")  # fmt: skip
+    if arch not in ARCHITECTURES[recipe]:
+        refuse(recipe, f"--arch {arch}: not one of the plugin's models that {recipe} trains; "
+               + nearest_key_hint(arch, ARCHITECTURES[recipe]))  # fmt: skip
 
 
 def check_unread(recipe: str, values: Dict[str, str]) -> None:
@@ -250,6 +256,15 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     return values, train_args
 
 
+def launcher_words(recipe: str, values: Dict[str, str]) -> List[str]:
+    """--launcher's words as a shell splits them, quotes kept ("torchrun --rdzv-conf 'a=b c'"):
+    the recipe read them split at every space."""
+    try:
+        return shlex.split(values["LAUNCHER"])
+    except ValueError as error:
+        refuse(recipe, f"--launcher {values['LAUNCHER']}: {error}")
+
+
 def start_options(recipe: str, values: Dict[str, str]) -> List[str]:
     """The recorded options and ``START_SWITCHES`` as ``fairseq-san-loop start`` takes them (a
     switch only when set; ``--lm`` for a language model's loop)."""
@@ -274,5 +289,8 @@ def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     values, train_args = parse_recipe_args(recipe, argv)
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append(f"START_OPTIONS=({' '.join(map(shlex.quote, start_options(recipe, values)))})")
+    if "LAUNCHER" in values:
+        words = launcher_words(recipe, values)
+        lines.append(f"LAUNCHER_WORDS=({' '.join(map(shlex.quote, words))})")
     lines.append(f"set -- {' '.join(map(shlex.quote, train_args))}")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
 from fairseq_san.files import write_json
+from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
 
 RECORD = "run.json"
@@ -84,6 +85,52 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
             "--valid-ref FILE (the raw target side of the valid split)",
             f"no validation references {reference}",
         )
+    problem = reference_problem(data, pair, reference)
+    return None if problem is None else (problem, problem)
+
+
+# fairseq's binarized index (``MMapIndexedDataset.Index``): its magic, then a version (8 bytes)
+# and a dtype code (1 byte) before the number of sentences (8 bytes, little-endian).
+INDEX_MAGIC = b"MMIDIDX\x00\x00"
+INDEX_COUNT_AT = len(INDEX_MAGIC) + 8 + 1
+
+
+def split_size(data: str, pair: str, split: str = "valid") -> Optional[int]:
+    """The number of sentences of ``split``'s target side in ``data``, from its index; None where
+    there is no index in fairseq's mmap format to read it from."""
+    target = pair.split("-", 1)[1]
+    try:
+        with open(os.path.join(data, f"{split}.{pair}.{target}.idx"), "rb") as index:
+            header = index.read(INDEX_COUNT_AT + 8)
+    except OSError:
+        return None
+    if not header.startswith(INDEX_MAGIC) or len(header) < INDEX_COUNT_AT + 8:
+        return None
+    return int.from_bytes(header[INDEX_COUNT_AT:], "little")
+
+
+def line_count(path: str) -> int:
+    with open(path, "rb") as text:
+        return sum(1 for _ in text)
+
+
+def reference_problem(data: str, pair: str, reference: str) -> Optional[str]:
+    """Why ``reference`` cannot be the valid split's references: another number of lines than
+    its sentences, or its source side. Found only after iteration 0 had trained, the run could
+    not then take another --valid-ref."""
+    size = split_size(data, pair)
+    lines = line_count(reference)
+    if size is not None and lines != size:
+        return (
+            f"--valid-ref {reference} has {lines} lines, the valid split of {data} {size} "
+            "sentences: give the raw target side of the valid split"
+        )
+    source = os.path.join(data, "text", f"valid.raw.{pair.split('-', 1)[0]}")
+    if os.path.isfile(source) and filecmp.cmp(source, reference, shallow=False):
+        return (
+            f"--valid-ref {reference} is the source side of the valid split ({source}): give "
+            f"the target side, valid.raw.{pair.split('-', 1)[1]}"
+        )
     return None
 
 
@@ -134,6 +181,7 @@ CHECKED = {
     "--max-iterations": ("a whole number of at least 1", is_count(1)),
     "--warm-updates": ("a whole number of at least 1", is_count(1)),
     "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
+    "--self-share": ("weights (SAN) or kv (CLA)", SELF_SHARE.choices.__contains__),
     "--post-process": (
         "one that fairseq-generate knows (sentencepiece, subword_nmt, none, ...)",
         POST_PROCESS.__contains__,
@@ -288,6 +336,7 @@ def compare(
     defaults: Options,
 ) -> List[str]:
     """The options that change (only ``EXTENDABLE`` ones, with ``extend``); else RunError."""
+    check_same_recipe(run_dir, recorded, options)
     changed = differences(recorded, options, content, defaults)
     if not changed:
         return []
@@ -308,6 +357,17 @@ def compare(
     elif not fixed:
         advice = f"pass --extend to change {', '.join(changed)}, or {advice}"
     raise RunError(f"{run_dir} was made with {what} ({record_path(run_dir)}): {advice}")
+
+
+def check_same_recipe(run_dir: str, recorded: Options, options: Options) -> None:
+    """RunError for a run dir of the other recipe: its every option differed, listed one by one,
+    and a translation run was never said to be one."""
+    was_lm, is_lm = bool(recorded.get("--lm")), bool(options.get("--lm"))
+    if was_lm != is_lm:
+        made = "a language model's run (learn_to_share_lm.sh)" if was_lm else (
+            "a translation run (learn_to_share.sh)")
+        raise RunError(f"{run_dir} is {made} ({record_path(run_dir)}): resume it with that "
+                       "recipe, or start a new run with another --run-dir")  # fmt: skip
 
 
 def check_not_below_trained(run_dir: str, options: Options) -> None:

@@ -1,19 +1,27 @@
 """What a fairseq-train log says about a training: updates, wall time, speed, why it stopped, the
 validation-loss curve; and several logs side by side (``fairseq-san-loop train-log``).
 
-Reads logs written with ``--log-format json`` (a resumed run appends to the same log).
+Reads logs written with ``--log-format json`` or ``simple`` (the recipes'; a resumed run appends
+to the same log).
 """
 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.loop.summary import shown
 
 # fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
 RECORD = re.compile(r"\| INFO \| (train_inner|train|valid) \| (\{.*\})\s*$")
+# Its simple one: "<time> | INFO | train_inner | epoch 001:   25 / 117 loss=9.1, ..., wall=12",
+# and at an epoch's end or a validation "... | train | epoch 001 | loss 7.1 | ... | wall 1".
+SIMPLE = re.compile(r"\| INFO \| (train_inner|train|valid) \| epoch (\d+)(.*)$")
+INNER_STAT = re.compile(r"(\w+)=([^,\s]+)")
+STAT = re.compile(r"(\w+) (\S+)")
+# The JSON bar names a train or valid record's stats after its tag; the simple bar does not.
+STAT_PREFIX = {"train_inner": "", "train": "train_", "valid": "valid_"}
 PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
 DONE = re.compile(r"done training in ([\d.]+) seconds")
 STOPS = (
@@ -82,8 +90,28 @@ class TrainLogFacts:
         }
 
 
+def simple_record(tag: str, epoch: str, stats: str) -> dict:
+    """A line of fairseq's simple progress bar as the JSON bar's record of the same stats."""
+    if tag == "train_inner":
+        pairs = INNER_STAT.findall(stats)
+    else:
+        pairs = [found.groups() for found in map(STAT.fullmatch, stats.split(" | ")) if found]
+    return {"epoch": int(epoch), **{STAT_PREFIX[tag] + key: value for key, value in pairs}}
+
+
+def find_record(line: str) -> Optional[Tuple[str, Callable[[], dict]]]:
+    """(tag, a reader of its record) where ``line`` is a progress bar's train or valid line."""
+    found = RECORD.search(line)
+    if found:
+        return found.group(1), lambda: json.loads(found.group(2))
+    found = SIMPLE.search(line)
+    if found:
+        return found.group(1), lambda: simple_record(*found.groups())
+    return None
+
+
 def read_train_log(path: str) -> Dict[str, object]:
-    """Facts of one fairseq-train log written with ``--log-format json`` (resumed runs append).
+    """Facts of one fairseq-train log (``--log-format json`` or ``simple``; resumed runs append).
 
     ``wall_s`` is fairseq's own clock: the largest of its wall meter, the cumulative training
     time at a wall-cap stop, and "done training in"; ``stop`` says what ended the training
@@ -93,16 +121,16 @@ def read_train_log(path: str) -> Dict[str, object]:
     with open(path, encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, 1):
             facts.read_line(line)
-            found = RECORD.search(line)
+            found = find_record(line)
             if not found:
                 continue
-            tag = found.group(1)
+            tag, record = found
             try:
-                facts.read_record(tag, json.loads(found.group(2)))
+                facts.read_record(tag, record())
             except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise UsageError(
                     f"{path} line {number}: not a fairseq-train {tag} record "
-                    f"(--log-format json): {type(err).__name__}: {err}"
+                    f"(--log-format json or simple): {type(err).__name__}: {err}"
                 ) from None
     return facts.summary()
 
@@ -119,7 +147,7 @@ def train_log_table(paths: Sequence[str]) -> str:
         if log["updates"] is None and log["params"] is None:
             raise UsageError(
                 f"{path}: no fairseq-train record in it: not the log of fairseq-train "
-                "--log-format json (or a training stopped before its first update)"
+                "--log-format json or simple (or a training stopped before its first update)"
             )
         last = log["valid_curve"][-1][1] if log["valid_curve"] else None
         lines.append(

@@ -4,6 +4,8 @@ checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
 from typing import Callable, ClassVar, Dict
 
+from fairseq.checkpoint_utils import prune_state_dict
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from torch import Tensor
 
 from fairseq_san.models.checkpoint_policy import fit_checkpoint
@@ -24,7 +26,12 @@ class SANModel(HubModel):
         A checkpoint this model cannot load (other dictionaries or attention type, more sharing,
         K/V shared instead of S) gets a one-line error naming the cause instead of fairseq's list
         of keys and shapes. One it is fine-tuned from may have any policy: the projections it
-        lacks start from its blocks.
+        lacks start from its blocks. The layers ``--*-layers-to-keep`` keeps are pruned first, as
+        fairseq does, so that the checkpoint is checked against the pruned model.
         """
+        if model_cfg is None and args is not None:
+            model_cfg = convert_namespace_to_omegaconf(args).model
+        # fairseq's pruning clears ``*_layers_to_keep`` in ``model_cfg``: its own, below, keeps all
+        state_dict = prune_state_dict(state_dict, model_cfg)
         fit_checkpoint(self, state_dict, type(self).checkpoint_check)
-        return super().load_state_dict(state_dict, strict, model_cfg, args)
+        return super().load_state_dict(state_dict, strict, model_cfg)

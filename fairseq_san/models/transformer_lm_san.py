@@ -12,11 +12,13 @@ what a block's following layers take from its first layer:
   (``modules.kv_shared_attention``).
 
 Both drop two projections per following layer (q/k or k/v). With no policy nothing is replaced and
-the model *is* fairseq's ``transformer_lm``: same parameter names, same outputs.
+the model *is* fairseq's ``transformer_lm``: built from the same command line (``lm_san_defaults``),
+same parameter names and shapes, same outputs.
 """
 
 import argparse
 import logging
+from typing import Dict, List
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
@@ -74,10 +76,12 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         check_language_modeling_task(task)
         check_analysis_task(args, task, needed="language_modeling_san")
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
-        lm_san_base_architecture(args)
+        lm_san_defaults(args)
         check_attention_heads(args, ("decoder",))
-        checkpoints.stamp(args)
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
+        check_no_pruning(policy, args)
+        warn_unused_self_share(policy, args)
+        checkpoints.stamp(args)
         model = super().build_model(args, task)
         if KIND in policy:
             shares = SHARES[args.san_self_share]
@@ -91,23 +95,64 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         return model
 
 
+def check_no_pruning(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
+    """Refuse ``--decoder-layers-to-keep`` (or its ``--model-overrides`` key) with a sharing
+    policy: the policy's blocks count the layers before pruning, and a kept follower may lose
+    the first layer of its block (as LayerDrop may skip it, which sharing refuses too)."""
+    if KIND in policy and getattr(args, "decoder_layers_to_keep", None):
+        raise san_policy.PolicyError(
+            f"{KIND} sharing cannot be combined with --decoder-layers-to-keep (pruning layers): "
+            "the policy's blocks count the layers before pruning, which may drop a block's first "
+            "layer"
+        )
 
-def lm_san_base_architecture(args: argparse.Namespace) -> None:
-    """fairseq's ``transformer_lm`` defaults plus no sharing."""
+
+def warn_unused_self_share(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
+    """Log that ``--san-self-share kv`` changes nothing: no block of the policy shares decoder
+    self-attention. A warning, as ``option_checks.warn_unused_encdec_share`` gives for
+    ``--san-encdec-share`` (the loop recipes pass the same flags to every iteration, the first
+    without a policy); only for a model built from the command line, not a checkpoint's."""
+    if getattr(args, options.SELF_SHARE.name, None) != options.KV or checkpoints.is_stamped(args):
+        return
+    if any(size > 1 for size in policy.get(KIND, [])):
+        return
+    logger.warning(
+        "--san-self-share kv has no effect: this model shares no decoder self-attention "
+        "(attention sharing: %s); it applies to decoder_self blocks of 2 or more layers",
+        san_policy.format_policy(policy, (KIND,)),
+    )
+
+
+def lm_san_defaults(args: argparse.Namespace) -> None:
+    """Fill what ``args`` lacks: no sharing, and each field of fairseq's
+    ``TransformerLanguageModelConfig`` its dataclass default, as fairseq-train's configuration
+    fills them for ``--arch transformer_lm`` (a dataclass model: ``base_lm_architecture`` is its
+    named architectures', ``transformer_lm_big`` ...). Fields the dataclass takes from the task's
+    or the common options (``${task.tokens_per_sample}``) are those options'."""
     options.fill_defaults(args, options.LM_OPTIONS)
-    base_lm_architecture(args)
+    defaults = TransformerLanguageModelConfig()
+    for name in TransformerLanguageModelConfig.__dataclass_fields__:
+        value = getattr(defaults, name)
+        interpolated = isinstance(value, str) and value.startswith("${")
+        if not name.startswith("_") and not interpolated and not hasattr(args, name):
+            setattr(args, name, value)
 
 
 @register_model_architecture("transformer_lm_san", "transformer_lm_san")
 def transformer_lm_san(args: argparse.Namespace) -> None:
-    """fairseq's ``transformer_lm``: 6 layers, 512 dims, FFN 2048, 8 heads."""
-    lm_san_base_architecture(args)
+    """fairseq's ``transformer_lm`` as ``--arch transformer_lm`` builds it: its dataclass's
+    defaults (``lm_san_defaults``, in ``build_model``): 6 layers, 512 dims, FFN 2048, 8 heads,
+    post-norm, input and output widths 512 whatever --decoder-embed-dim."""
+    options.fill_defaults(args, options.LM_OPTIONS)
 
 
 @register_model_architecture("transformer_lm_san", "transformer_lm_san_small")
 def transformer_lm_san_small(args: argparse.Namespace) -> None:
-    """CPU scale: 6 layers, 64 dims, FFN 256, 4 heads (Multi30k English converges in minutes)."""
+    """CPU scale: 6 layers, 64 dims, FFN 256, 4 heads (Multi30k English converges in minutes);
+    the rest ``base_lm_architecture``'s, as for fairseq's named architectures (pre-norm, input
+    and output widths the layers')."""
     args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", 64)
     args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 256)
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
-    lm_san_base_architecture(args)
+    options.fill_defaults(args, options.LM_OPTIONS)
+    base_lm_architecture(args)

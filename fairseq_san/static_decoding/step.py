@@ -272,7 +272,7 @@ class StaticDecoderStep(nn.Module):
     def __init__(self, decoder: TransformerDecoderBase) -> None:
         super().__init__()
         check_decoder(decoder)
-        self.embed_dim = decoder.embed_tokens.embedding_dim
+        self.embed_dim = decoder.embed_dim  # the layers' width (the input's is projected to it)
         self.embed_tokens = nn.Parameter(decoder.embed_tokens.weight.detach(), requires_grad=False)
         self.embed_scale = float(decoder.embed_scale)
         self.project_in_dim = _optional_linear(decoder.project_in_dim)
@@ -404,5 +404,21 @@ def check_decoder(decoder: nn.Module) -> None:
         raise StaticDecoderError(f"decoders of type {type(decoder).__name__}")
     if decoder.adaptive_softmax is not None:
         raise StaticDecoderError("--adaptive-softmax-cutoff")
+    if not isinstance(decoder.embed_tokens, nn.Embedding):
+        raise StaticDecoderError(input_embedding_option(decoder.embed_tokens))
     if decoder.quant_noise is not None:
         raise StaticDecoderError("quant-noise")
+
+
+# fairseq's input embeddings that are not one table of vectors (``transformer_lm``'s options).
+INPUT_EMBEDDING_OPTIONS = {
+    "AdaptiveInput": "--adaptive-input",
+    "CharacterTokenEmbedder": "--character-embeddings",
+}
+
+
+def input_embedding_option(module: nn.Module) -> str:
+    """The option that gave the decoder ``module`` as its input embeddings, for the step's
+    refusal: it looks a token's vector up in one table (nn.Embedding)."""
+    name = type(module).__name__
+    return INPUT_EMBEDDING_OPTIONS.get(name, f"input embeddings of type {name}")

@@ -31,16 +31,20 @@ Sentences are identified by their index in the subset (line number from 0).
 fairseq fills by length), so results do not depend on batching; the validation loss still
 covers the whole subset. ``--san-analysis-log-interval`` (default 100; 0: never) logs progress
 every that many analysed batches, besides fairseq's progress bar. A bad ``--san-analysis-dir``
-or a negative count stops at task set-up, before any batch. Every sentence of the subset is
-analysed and in the loss, however batches are sized (``fairseq_san.fairseq_fixes.last_batch``).
+or a negative count stops at task set-up, before any batch; one that the checkpoint's task would
+not read (fairseq's own ``translation`` or ``language_modeling``, or a ``'task'`` dict in
+``--model-overrides``) stops once the task is built, naming the override that analyses
+(``check_analysis_applied``). Every sentence of the subset is analysed and in the loss, however
+batches are sized (``fairseq_san.fairseq_fixes.last_batch``).
 One subset per run, in a single process (no distributed validation).
 """
 
+import argparse
 import logging
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -195,6 +199,42 @@ def check_analysis_options(cfg) -> None:
         raise UsageError(
             f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
         ) from None
+
+
+def check_analysis_applied(task, overrides: Optional[Dict[str, Any]]) -> None:
+    """Refuse ``--san-analysis-dir`` among ``overrides`` (fairseq-validate's flags, with its
+    ``--model-overrides``) when ``task``, built from the checkpoint, will not analyse.
+
+    fairseq-validate keeps the checkpoint's task and sets a flag only where its config has the
+    key: fairseq's own tasks (``translation``, ``language_modeling``) have none, and a ``'task'``
+    dict in ``--model-overrides`` takes the flags' place; either way the validation ran and wrote
+    nothing. A plugin model refuses the first case as it is built (``check_analysis_task``);
+    fairseq's own models do not, so the command checks the task it built.
+    """
+    overrides = overrides or {}
+    directory = overrides.get("san_analysis_dir")
+    if not directory or getattr(task, "analysing", False):
+        return
+    given = {
+        option.name: overrides[option.name]
+        for option in options.ANALYSIS_OPTIONS
+        if overrides.get(option.name) is not None
+    }
+    if isinstance(task, AttentionAnalysisTask):
+        task_dict = overrides["task"] if isinstance(overrides.get("task"), dict) else {}
+        override = {"task": {**task_dict, **given}}
+        raise UsageError(
+            f"--san-analysis-dir {directory}: the 'task' dict of --model-overrides sets the "
+            "task's options, and fairseq-validate drops those given as flags, so it would not "
+            f'analyse; put them in that dict: --model-overrides "{override!r}"'
+        )
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    from fairseq_san.models.option_checks import check_analysis_task
+
+    language_model = isinstance(task, LanguageModelingTask)
+    needed = "language_modeling_san" if language_model else "translation_san"
+    check_analysis_task(argparse.Namespace(**given), task, needed)
 
 
 def keep_num_updates(model: nn.Module) -> None:

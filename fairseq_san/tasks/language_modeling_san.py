@@ -12,7 +12,8 @@ sample attention, as ``translation_san`` does for its three kinds (``tasks.atten
 the prompt prefilled in one pass, then greedy, beam or sampling steps; the same greedy output as
 fairseq's generator). A prompt as long as the model's positions or longer is refused in one line
 before decoding, and so is one that leaves no room for a generated token under ``--max-len-b``
-(fairseq's generators would print the prompt, cut to that length).
+(fairseq's generators would print the prompt, cut to that length). A sentence to score (the
+hub's ``score``) needs no room after it: it is refused only when the positions do not hold it.
 """
 
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         check_analysis_options(args)
         super().__init__(args, dictionary, output_dictionary, targets)
         self.cfg = args
+        self.scoring = False  # whether the last generator built scores (``build_generator``)
         self.start_analysis()
 
     def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
@@ -103,14 +105,34 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 f"most {positions - 2} tokens"
             )
 
+    def check_sentence(self, tokens: int) -> None:
+        """Refuse a sentence to score of ``tokens`` tokens (without the end-of-sentence token)
+        that the model's positions do not hold after its start token: fairseq's batching would
+        refuse it with the sizes of its samples."""
+        positions = getattr(self, "positions", None)
+        if positions is not None and tokens + 1 > positions:
+            raise UsageError(
+                f"a sentence of {tokens} tokens is longer than the model's {positions} positions "
+                f"hold (after the start token): shorten it to at most {positions - 1} tokens"
+            )
+
+    def build_generator(self, models: List[nn.Module], args, *rest, **keywords):
+        """The decoding task's generator; the task keeps whether it scores sentences (the hub's
+        ``score``, ``--score-reference``) for ``build_dataset_for_inference``."""
+        generator = super().build_generator(models, args, *rest, **keywords)
+        self.scoring = isinstance(generator, SequenceScorer)
+        return generator
+
     def build_dataset_for_inference(
         self, src_tokens: List[Tensor], src_lengths: List[int], **kwargs
     ):
-        """fairseq-interactive's and the hub's prompts, checked (``check_prompt``) without the
-        end-of-sentence token that fairseq strips from them."""
+        """fairseq-interactive's and the hub's prompts (``check_prompt``), or the sentences the
+        hub's ``score`` scores (``check_sentence``: no token generated after them), checked
+        without the end-of-sentence token that fairseq strips from them."""
+        check = self.check_sentence if self.scoring else self.check_prompt
         eos = self.source_dictionary.eos()
         for tokens in src_tokens:
-            self.check_prompt(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
+            check(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
         return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
 
     def inference_step(

@@ -8,10 +8,10 @@
 #
 # and has set, from fairseq-san-loop options, RUN_DIR, START_OPTIONS, MAX_ITERATIONS, UPDATES, the
 # start options (WARM_START, WARM_UPDATES, CPU_RANKS, LAUNCHER and its LAUNCHER_WORDS) and DRY_RUN
-# (1: print iteration 0's commands, write nothing); start_loop keeps the fairseq-train arguments
-# (EXTRA_ARGS). A step whose output exists is skipped, so running the recipe again resumes; the
-# loop stops when the learned policy is not new (fairseq-san-loop settled says why) and writes
-# RUN_DIR/loop.md.
+# (1: print the first unfinished iteration's commands, write nothing); start_loop keeps the
+# fairseq-train arguments (EXTRA_ARGS). A step whose output exists is skipped, so running the
+# recipe again resumes; the loop stops when the learned policy is not new (fairseq-san-loop
+# settled says why) and writes RUN_DIR/loop.md.
 
 start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_DIR, record the run
   # One loop per run dir: RUN/.lock stays locked on fd 9, which every command after this inherits,

@@ -183,19 +183,21 @@ def stored_value(state: dict, group: str, name: str) -> object:
 
 
 def refuse_analysis_dir_in(path: str, state: dict, overrides: Optional[dict]) -> None:
-    """Refuse a checkpoint that stores ``san_analysis_dir``: fairseq-validate and the hub build
-    the task from the checkpoint's configuration, so it chose a folder that they created and
-    wrote into. Training refuses the option; only the command line names the folder."""
+    """Refuse a checkpoint that stores ``san_analysis_dir`` unless the user gives one (None too):
+    fairseq-validate and the hub build the task from the checkpoint's configuration, so it
+    chose a folder that they created and wrote into. fairseq-train refuses the option now (it
+    took it before 2026-11-29); only the command line names the folder."""
     overrides = overrides or {}
     task = overrides.get("task") if isinstance(overrides.get("task"), dict) else {}
-    if overrides.get("san_analysis_dir") is not None or task.get("san_analysis_dir") is not None:
-        return  # the user's value ({'task': {...}}: the whole group), not the checkpoint's
+    if "san_analysis_dir" in overrides or "san_analysis_dir" in task:
+        return  # the user's value, None too ({'task': {...}}: the group), not the checkpoint's
     stored = stored_value(state, "task", "san_analysis_dir")
     if stored:
         raise CheckpointError(
             f"checkpoint {path}: cfg.task.san_analysis_dir = {str(stored)[:60]!r} names a folder "
-            "to write to; training does not store one, and only the command line may name it "
-            "(--san-analysis-dir): refused"
+            "to write to, which only the command line may name: refused (load it with "
+            "--san-analysis-dir DIR, or with --model-overrides \"{'san_analysis_dir': None}\" "
+            "to analyse nothing)"
         )
 
 

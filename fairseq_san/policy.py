@@ -156,12 +156,13 @@ def parsed_json(read: Callable[[], object], shown: str) -> object:
 
 
 def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
-    """The text of the regular file ``path`` (UTF-8, with or without the byte-order mark some
-    editors write), at most ``limit`` bytes (None: any size); ``what`` names it in errors. A
-    device or a pipe (``/dev/zero``) was read until memory ran out."""
+    """The text of ``path`` (UTF-8, with or without the byte-order mark some editors write); with
+    a ``limit``, a regular file of at most ``limit`` bytes (a policy given as ``/dev/zero`` was
+    read until memory ran out), without one any file, a pipe too (``<(zcat js.json.gz)``);
+    ``what`` names it in errors."""
     try:
         mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode) or (limit is not None and not stat.S_ISREG(mode)):
             kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
             raise PolicyError(f'{what} "{path}" is {kind}, not a file: give a JSON file')
         with open(path, "rb") as handle:

@@ -163,6 +163,27 @@ def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tm
     ]
 
 
+def test_every_rank_found_failed_is_named_its_peers_first(tmp_path, capsys):
+    """Rank 1 failed, then rank 0 lost its peer (gloo: "connection closed by peer"): rank 0 alone
+    was named, rank 1's cause left in its log unmentioned."""
+    import sys
+
+    from fairseq_san.cli.cpu_ranks import run_ranks
+
+    fails_by_rank = (
+        "import sys, time\n"
+        "rank = sys.argv[sys.argv.index('--distributed-rank') + 1]\n"
+        "time.sleep(0.05 if rank == '1' else 0.3)\n"
+        "print('rank', rank, 'gives up', flush=True)\n"
+        "sys.exit(7 if rank == '1' else 1)\n"
+    )
+    code = run_ranks([sys.executable, "-c", fails_by_rank], 2, str(tmp_path))
+    said = [line for line in capsys.readouterr().err.splitlines() if "failed" in line]
+    assert said[0] == (f"fairseq-san-cpu-ranks: rank 1 failed (exit 7): see "
+                       f"{tmp_path / 'rank-1.log'}")  # fmt: skip
+    assert code == 7
+
+
 def test_terminating_the_launcher_stops_its_ranks(tmp_path):
     """SIGTERM (a job killed, a session ended) left both ranks running, re-parented to init and
     still holding the run's lock: it now ends them as an interrupt does, with the shell's status

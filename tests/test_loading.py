@@ -503,8 +503,9 @@ def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line
     torch.save(state, storing)
     said = (
         f"checkpoint {storing}: cfg.task.san_analysis_dir = {str(planted)[:60]!r} names a folder "
-        "to write to; training does not store one, and only the command line may name it "
-        "(--san-analysis-dir): refused"
+        "to write to, which only the command line may name: refused (load it with "
+        "--san-analysis-dir DIR, or with --model-overrides \"{'san_analysis_dir': None}\" to "
+        "analyse nothing)"
     )
     with pytest.raises(checkpoints.CheckpointError, match=re.escape(said)):
         checkpoint_utils.load_checkpoint_to_cpu(str(storing))
@@ -517,6 +518,8 @@ def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line
     chosen = tmp_path / "chosen"
     loaded = checkpoint_utils.load_checkpoint_to_cpu(str(storing), {"san_analysis_dir": str(chosen)})
     assert loaded["cfg"]["task"].san_analysis_dir == str(chosen)
+    cleared = checkpoint_utils.load_checkpoint_to_cpu(str(storing), {"san_analysis_dir": None})
+    assert cleared["cfg"]["task"].san_analysis_dir is None
 
 
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):

@@ -842,3 +842,18 @@ def test_layers_of_identical_attention_are_one_block_at_theta_ln2(layers):
     assert block_similarity(zeros, 0, layers - 1) == LN2
     assert learn_blocks(zeros, LN2) == [layers]
     assert theta_range(zeros, LN2).high == LN2
+
+
+def test_an_analysis_is_read_from_a_pipe(tmp_path):
+    """A JS file has no size cap, and may come through a pipe (``<(zcat js.json.gz)``): only a
+    policy file must be a regular file (a device was read until memory ran out)."""
+    import threading
+
+    from fairseq_san.policy import load_json_object
+
+    pipe = tmp_path / "js.fifo"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text('{"decoder_self": [[0.0]]}'))
+    writer.start()
+    assert load_json_object(str(pipe), "analysis file") == {"decoder_self": [[0.0]]}
+    writer.join()

@@ -67,22 +67,26 @@ def build_as_fairseq_train(arch: str, argv=(), seed: int = 1):
     return models.build_model(convert_namespace_to_omegaconf(args).model, StandInTask(DICT)).eval()
 
 
+# What base_lm_architecture sets that fairseq's dataclass defaults do not: pre-norm, and input and
+# output widths the layers' (DIM).
+NAMED_ARCHITECTURE = ["--decoder-normalize-before", "--decoder-input-dim", str(DIM),
+                      "--decoder-output-dim", str(DIM)]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "argv", [[], ["--decoder-normalize-before"], ["--character-embeddings", "--character-filters",
-                                                  "[(1, 4), (2, 8)]"]],
+    "argv", [[], ["--character-embeddings", "--character-filters", "[(1, 4), (2, 8)]"]],
 )  # fmt: skip
-def test_from_the_same_command_line_it_is_fairseqs_transformer_lm(argv):
-    """``--arch transformer_lm`` takes its dataclass's defaults (fairseq registers no
-    architecture function for it): input and output widths of 512 whatever --decoder-embed-dim
-    (projected to the layers'), post-norm, the character embedder's settings. The plugin applied
-    ``base_lm_architecture`` instead: another model, so a transformer_lm checkpoint was refused by
-    --finetune-from-model with the same flags, and --character-embeddings failed
-    (AttributeError: 'character_filters'). Same shapes, and fairseq's weights give its logits."""
-    theirs = build_as_fairseq_train("transformer_lm", argv, seed=1)
+def test_it_is_fairseqs_transformer_lm_as_its_named_architectures_build_it(argv):
+    """fairseq-train's bare ``--arch transformer_lm`` takes its dataclass's defaults (post-norm,
+    input and output widths 512); the plugin's, as fairseq's named architectures, those of
+    ``base_lm_architecture``: fairseq's given them as flags is the same model (same shapes, and
+    fairseq's weights give its logits). --character-embeddings failed (AttributeError:
+    'character_filters', a field base_lm_architecture leaves unset)."""
+    theirs = build_as_fairseq_train("transformer_lm", [*NAMED_ARCHITECTURE, *argv], seed=1)
     ours = build_as_fairseq_train("transformer_lm_san", argv, seed=2)
     shapes = {key: value.shape for key, value in theirs.state_dict().items()}
     assert {key: value.shape for key, value in ours.state_dict().items()} == shapes
-    assert ours.decoder.embed_dim == DIM and ours.decoder.output_embed_dim == 512
+    assert ours.decoder.embed_dim == DIM and ours.decoder.output_embed_dim == DIM
     ours.load_state_dict(theirs.state_dict())
     tokens = target_prefixes(DICT, 3, 7)
     torch.testing.assert_close(logits(ours, tokens), logits(theirs, tokens), atol=0, rtol=0)

@@ -56,17 +56,18 @@ def open_rank_logs(log_dir: str, world_size: int) -> List:
     return logs
 
 
-def first_failure(processes: List[subprocess.Popen]) -> Optional[Tuple[int, int]]:
-    """Wait until every process has exited 0 (None) or one has failed: (its rank, its exit
-    code), the first found to have failed."""
+def first_failures(processes: List[subprocess.Popen]) -> List[Tuple[int, int]]:
+    """Wait until every process has exited 0 (an empty list) or some have failed: (rank, exit
+    code) of each found failed at the first look that found one, ranks > 0 first (a failure of
+    rank 0 is often its peers' loss: gloo's "connection closed by peer")."""
     while True:
         codes = [process.poll() for process in processes]
-        for rank, code in enumerate(codes):
-            if code not in (None, 0):
-                return rank, code
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            return sorted(failed, key=lambda failure: failure[0] == 0)
         if all(code == 0 for code in codes):
-            return None
-        time.sleep(0.5)
+            return []
+        time.sleep(0.1)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -105,8 +106,8 @@ def shell_status(code: int) -> int:
 
 
 def say_failure(rank: int, code: int, log_dir: str) -> None:
-    """Name the rank that failed first and, for a rank > 0, the end of its log (rank 0's output
-    is on this terminal already)."""
+    """Name a rank that failed and, for a rank > 0, the end of its log (rank 0's output is on
+    this terminal already)."""
     where = "" if rank == 0 else f": see {os.path.join(log_dir, f'rank-{rank}.log')}"
     print(f"fairseq-san-cpu-ranks: rank {rank} failed (exit {shell_status(code)}){where}",
           file=sys.stderr)  # fmt: skip
@@ -117,9 +118,9 @@ def say_failure(rank: int, code: int, log_dir: str) -> None:
 
 
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
-    """Start every rank, wait for all; the first failure ends the others, is named, and its exit
-    code returned (``shell_status``). An interrupt or a termination ends them too, and goes on
-    up."""
+    """Start every rank, wait for all; a failure ends the others, each rank found failed is
+    named, and the first one's exit code returned (``shell_status``). An interrupt or a
+    termination ends them too, and goes on up."""
     port = free_port()
     logs = open_rank_logs(log_dir, world_size)
     processes = []
@@ -130,7 +131,7 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
                 rank_argv = rank_command(command, world_size, rank, port)
                 processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
                                                   env=environment))  # fmt: skip
-            failure = first_failure(processes)
+            failures = first_failures(processes)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -139,10 +140,9 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
             process.wait()
         for log in logs:
             log.close()
-    if failure is None:
-        return 0
-    say_failure(*failure, log_dir)
-    return shell_status(failure[1])
+    for rank, code in failures:
+        say_failure(rank, code, log_dir)
+    return shell_status(failures[0][1]) if failures else 0
 
 
 def fairseq_commands() -> List[str]:

@@ -63,8 +63,8 @@ EXTEND = _switch("--extend", "allow a re-run to change --max-iterations (the onl
 MAX_ITERATIONS = RecipeOption("--max-iterations", "3", "stop after K trained iterations even if "
                               "the policy still changes", "K")  # fmt: skip
 THETA_SELF = RecipeOption("--theta-self", "0.4", "theta for decoder self-attention", "T")
-DRY_RUN = _switch("--dry-run", "print the commands of the first iteration instead of running "
-                  "them; writes nothing")  # fmt: skip
+DRY_RUN = _switch("--dry-run", "print the commands of the first iteration with steps left "
+                  "instead of running them; writes nothing")  # fmt: skip
 # How each iteration's fairseq-train starts: from scratch or from the last model, in one process
 # or several. Both recipes take them (examples/learn_to_share_loop.sh reads them).
 STARTS = (

@@ -12,8 +12,8 @@ what a block's following layers take from its first layer:
   (``modules.kv_shared_attention``).
 
 Both drop two projections per following layer (q/k or k/v). With no policy nothing is replaced and
-the model *is* fairseq's ``transformer_lm``: built from the same command line (``lm_san_defaults``),
-same parameter names and shapes, same outputs.
+the model *is* fairseq's ``transformer_lm`` as its named architectures build it
+(``lm_san_base_architecture``): same parameter names and shapes, same outputs.
 """
 
 import argparse
@@ -76,7 +76,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         check_language_modeling_task(task)
         check_analysis_task(args, task, needed="language_modeling_san")
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
-        lm_san_defaults(args)
+        lm_san_base_architecture(args)
         check_attention_heads(args, ("decoder",))
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
         check_no_pruning(policy, args)
@@ -123,13 +123,27 @@ def warn_unused_self_share(policy: Dict[str, List[int]], args: argparse.Namespac
     )
 
 
-def lm_san_defaults(args: argparse.Namespace) -> None:
-    """Fill what ``args`` lacks: no sharing, and each field of fairseq's
-    ``TransformerLanguageModelConfig`` its dataclass default, as fairseq-train's configuration
-    fills them for ``--arch transformer_lm`` (a dataclass model: ``base_lm_architecture`` is its
-    named architectures', ``transformer_lm_big`` ...). Fields the dataclass takes from the task's
-    or the common options (``${task.tokens_per_sample}``) are those options'."""
+def lm_san_base_architecture(args: argparse.Namespace) -> None:
+    """fairseq's ``transformer_lm`` defaults as its named architectures set them
+    (``base_lm_architecture``: pre-norm, input and output widths the layers'), plus no sharing;
+    a field that function leaves unset (the character embedder's) its dataclass default.
+
+    fairseq-train's bare ``--arch transformer_lm`` takes its dataclass's defaults instead
+    (post-norm, input and output widths 512): the same model as this one with
+    ``--decoder-normalize-before --decoder-input-dim D --decoder-output-dim D`` (D the
+    ``--decoder-embed-dim``). Checkpoints of this model were all built this way: resuming one
+    builds the same model again.
+    """
     options.fill_defaults(args, options.LM_OPTIONS)
+    base_lm_architecture(args)
+    fill_dataclass_defaults(args)
+
+
+def fill_dataclass_defaults(args: argparse.Namespace) -> None:
+    """Give each field of ``TransformerLanguageModelConfig`` that ``args`` lacks its dataclass
+    default (``--character-embeddings`` failed on ``character_filters``); fields the dataclass
+    takes from the task's or the common options (``${task.tokens_per_sample}``) are those
+    options'."""
     defaults = TransformerLanguageModelConfig()
     for name in TransformerLanguageModelConfig.__dataclass_fields__:
         value = getattr(defaults, name)
@@ -140,19 +154,15 @@ def lm_san_defaults(args: argparse.Namespace) -> None:
 
 @register_model_architecture("transformer_lm_san", "transformer_lm_san")
 def transformer_lm_san(args: argparse.Namespace) -> None:
-    """fairseq's ``transformer_lm`` as ``--arch transformer_lm`` builds it: its dataclass's
-    defaults (``lm_san_defaults``, in ``build_model``): 6 layers, 512 dims, FFN 2048, 8 heads,
-    post-norm, input and output widths 512 whatever --decoder-embed-dim."""
-    options.fill_defaults(args, options.LM_OPTIONS)
+    """fairseq's ``transformer_lm`` as its named architectures define it: 6 layers, 512 dims, FFN
+    2048, 8 heads, pre-norm (``lm_san_base_architecture``)."""
+    lm_san_base_architecture(args)
 
 
 @register_model_architecture("transformer_lm_san", "transformer_lm_san_small")
 def transformer_lm_san_small(args: argparse.Namespace) -> None:
-    """CPU scale: 6 layers, 64 dims, FFN 256, 4 heads (Multi30k English converges in minutes);
-    the rest ``base_lm_architecture``'s, as for fairseq's named architectures (pre-norm, input
-    and output widths the layers')."""
+    """CPU scale: 6 layers, 64 dims, FFN 256, 4 heads (Multi30k English converges in minutes)."""
     args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", 64)
     args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 256)
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
-    options.fill_defaults(args, options.LM_OPTIONS)
-    base_lm_architecture(args)
+    lm_san_base_architecture(args)

@@ -22,8 +22,8 @@ FINITE_SEARCH_NUMBERS = (
 
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
-    n-best than the beam keeps (fewer would be printed), and any of ``FINITE_SEARCH_NUMBERS``
-    that is not a finite number."""
+    n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
+    is not a finite number, and a diverse beam strength without the groups that read it."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
@@ -48,6 +48,13 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
             "token)"
+        )
+    groups = getattr(args, "diverse_beam_groups", -1)
+    strength = getattr(args, "diverse_beam_strength", 0.5)
+    if strength is not None and strength != 0.5 and not (is_integer(groups) and groups > 0):
+        raise UsageError(
+            f"--diverse-beam-strength {strength} is read only by diverse beam search: pass "
+            "--diverse-beam-groups G as well (the search ignored it)"
         )
     if topk > 0 and topp > 0:
         raise UsageError(

@@ -107,6 +107,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """fairseq's ``generate``, after its keywords (``kwargs``: the generation config's)
         are checked."""
         check_read_by_hub(kwargs)
+        self.check_call(kwargs, inference_step_args)
         check_generation_args(self.generation_config(beam, kwargs))
         self.check_plugin_keywords(kwargs)
         return super().generate(
@@ -118,6 +119,25 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             prefix_allowed_tokens_fn,
             **kwargs,
         )
+
+    def check_call(self, keywords: Dict[str, Any], inference_step_args: Optional[dict]) -> None:
+        """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them
+        deep inside: a TypeError, an IndexError)."""
+        if keywords.get("score_reference"):
+            raise UsageError(
+                "score_reference=True: the hub gives its scorer no reference to score; score a "
+                "translation with fairseq-generate --score-reference, a text with score()"
+            )
+        if keywords.get("constraints") and not (inference_step_args or {}).get("constraints"):
+            raise UsageError(
+                f"constraints={keywords['constraints']!r}: constrained decoding needs the "
+                "constraint tokens, inference_step_args={'constraints': ...} (fairseq's "
+                "data_utils.pack_constraints)"
+            )
+        if keywords.get("print_alignment") and isinstance(self.task, LanguageModelingTask):
+            raise UsageError(
+                "print_alignment: a language model has no source to align its output to"
+            )
 
     def generation_config(self, beam: int, keywords: Dict[str, Any]) -> DictConfig:
         """The generation config fairseq's ``generate`` builds from ``beam`` and ``keywords``."""

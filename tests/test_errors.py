@@ -1414,6 +1414,9 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          "--sampling-topk 0: it must be an integer of at least 1"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--diversity-rate=-inf"],
          "--diversity-rate -inf: it must be a finite number"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--diverse-beam-strength", "0.9"],
+         "--diverse-beam-strength 0.9 is read only by diverse beam search: pass "
+         "--diverse-beam-groups G as well (the search ignored it)"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size=-1"],
          "--batch-size -1: it must be at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],

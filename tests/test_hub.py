@@ -394,6 +394,26 @@ def test_generation_keywords_no_generator_of_the_hub_reads_are_refused(
     assert language_model.sample("tok1 tok2", beam=1, max_len_b=8).startswith("tok1 tok2")
 
 
+def test_keywords_the_hub_cannot_follow_are_one_line(
+    san_checkpoint, binarized_corpus, language_model
+):
+    """fairseq's hub failed on these deep inside (TypeError, IndexError) or ignored them."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    for keywords, said in (
+        ({"score_reference": True}, "score_reference=True: the hub gives its scorer no reference"),
+        ({"constraints": "ordered"}, "constraints='ordered': constrained decoding needs the "
+         "constraint tokens, inference_step_args={'constraints': ...}"),
+        ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
+         "beam search"),
+    ):  # fmt: skip
+        with pytest.raises(UsageError, match="^" + re.escape(said)):
+            hub.translate("tok1 tok2 tok3", **keywords)
+    with pytest.raises(UsageError, match="^print_alignment: a language model has no source"):
+        language_model.sample("tok1 tok2", beam=1, max_len_b=8, print_alignment="hard")
+
+
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
     """``generation_args`` are the keywords of every call: those no generator reads were ignored
     too, except the ones the hub applies to the models as it builds them."""

@@ -319,8 +319,9 @@ def test_pruning_layers_of_a_sharing_model_is_refused():
     are 3 layers" came from deep inside the build, naming neither."""
     with pytest.raises(PolicyError) as refused:
         build_lm(["--san-decoder-self-policy", "2,4", "--decoder-layers-to-keep", "0,2,4"])
-    assert str(refused.value).startswith(
-        "decoder_self sharing cannot be combined with --decoder-layers-to-keep (pruning layers)"
+    assert str(refused.value) == (
+        "decoder_self sharing cannot be combined with --decoder-layers-to-keep: pruning layers may "
+        "drop a block's first layer, and the policy's blocks count the layers before pruning"
     )
 
 

@@ -389,6 +389,10 @@ def test_no_policy_is_stored_as_explicit_nulls():
         (["--san-decoder-self-policy", "1,5", "--decoder-layerdrop", "0.1"], "LayerDrop"),
         (["--san-encoder-self-policy", "2", "--encoder-layerdrop", "0.2"], "LayerDrop"),
         (["--san-decoder-encdec-policy", "6", "--decoder-layerdrop", "0.2"], "LayerDrop"),
+        (["--san-decoder-self-policy", "3,3", "--decoder-layers-to-keep", "0,2,4"],
+         "decoder_self sharing cannot be combined with --decoder-layers-to-keep: pruning layers"),
+        (["--san-encoder-self-policy", "2", "--encoder-layers-to-keep", "0"],
+         "encoder_self sharing cannot be combined with --encoder-layers-to-keep: pruning layers"),
         (["--arch", "transformer_aan_small", "--cross-self-attention"],  # the architecture's AAN
          "--cross-self-attention cannot be combined with --arch transformer_aan_small"),
         (AAN + ["--cross-self-attention"],

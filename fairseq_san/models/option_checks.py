@@ -194,9 +194,15 @@ def check_decoder_overrides(
 
 # Model options that sharing cannot work with, and why; the first entry names the policy kinds.
 LAYERDROP = "LayerDrop may skip the first layer of a block"
+PRUNING = (
+    "pruning layers may drop a block's first layer, and the policy's blocks count the layers "
+    "before pruning"
+)
 INCOMPATIBLE_OPTIONS = [
     (san_policy.stack_kinds("encoder"), "encoder_layerdrop", LAYERDROP),
     (san_policy.stack_kinds("decoder"), "decoder_layerdrop", LAYERDROP),
+    (san_policy.stack_kinds("encoder"), "encoder_layers_to_keep", PRUNING),
+    (san_policy.stack_kinds("decoder"), "decoder_layers_to_keep", PRUNING),
     # --offload-activations turns --checkpoint-activations on: named first, it is the flag given.
     (
         san_policy.KINDS,

@@ -79,7 +79,6 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         lm_san_base_architecture(args)
         check_attention_heads(args, ("decoder",))
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
-        check_no_pruning(policy, args)
         warn_unused_self_share(policy, args)
         checkpoints.stamp(args)
         model = super().build_model(args, task)
@@ -93,18 +92,6 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
             options.SHARE_NAMES[args.san_self_share] if policy else "none",
         )
         return model
-
-
-def check_no_pruning(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:
-    """Refuse ``--decoder-layers-to-keep`` (or its ``--model-overrides`` key) with a sharing
-    policy: the policy's blocks count the layers before pruning, and a kept follower may lose
-    the first layer of its block (as LayerDrop may skip it, which sharing refuses too)."""
-    if KIND in policy and getattr(args, "decoder_layers_to_keep", None):
-        raise san_policy.PolicyError(
-            f"{KIND} sharing cannot be combined with --decoder-layers-to-keep (pruning layers): "
-            "the policy's blocks count the layers before pruning, which may drop a block's first "
-            "layer"
-        )
 
 
 def warn_unused_self_share(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:

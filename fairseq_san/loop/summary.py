@@ -72,10 +72,13 @@ TIED_EMBEDDINGS = {
 def parameter_count(state: Dict) -> int:
     """Numbers in a checkpoint's model, each tied or shared tensor counted once; fairseq's
     ``version`` buffers are not parameters (the count equals fairseq-train's "num. model params")."""
-    cfg = state.get("cfg")
-    flags = cfg.get("model") if cfg is not None else state.get("args")
+    from fairseq_san.checkpoints import stored_value
+
     tied = {
-        key for flag, keys in TIED_EMBEDDINGS.items() if getattr(flags, flag, False) for key in keys
+        key
+        for flag, keys in TIED_EMBEDDINGS.items()
+        if stored_value(state, "model", flag)
+        for key in keys
     }
     storages = {
         tensor.data_ptr(): tensor.numel()

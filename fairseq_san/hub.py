@@ -92,20 +92,40 @@ UNREAD_BY_HUB = {
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
     """fairseq's hub interface, refusing a generation keyword that no generator would follow
-    (``check_read_by_hub``, ``check_generation_args``)."""
+    (``check_read_by_hub``, ``check_generation_args``), and decoding with the beam of
+    ``from_pretrained``'s ``generation_args`` where a call gives none (fairseq's calls always
+    passed their own default, 5 or 1, over it)."""
+
+    loaded_beam: Optional[int] = None  # from_pretrained's generation_args['beam'], if given
+
+    def beam_or_default(self, beam: Optional[int], default: int) -> int:
+        """The call's ``beam``, else the one the model was loaded with, else fairseq's default
+        for the call."""
+        if beam is not None:
+            return beam
+        return self.loaded_beam if self.loaded_beam is not None else default
+
+    def translate(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
+        """fairseq's ``translate`` (beam 5 unless given here or at load)."""
+        return super().translate(sentences, self.beam_or_default(beam, 5), verbose, **kwargs)
+
+    def sample(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
+        """fairseq's ``sample`` (beam 1 unless given here or at load)."""
+        return super().sample(sentences, self.beam_or_default(beam, 1), verbose, **kwargs)
 
     def generate(
         self,
         tokenized_sentences,
-        beam: int = 5,
+        beam: Optional[int] = None,
         verbose: bool = False,
         skip_invalid_size_inputs: bool = False,
         inference_step_args: Optional[dict] = None,
         prefix_allowed_tokens_fn: Optional[Callable] = None,
         **kwargs,
     ):
-        """fairseq's ``generate``, after its keywords (``kwargs``: the generation config's)
-        are checked."""
+        """fairseq's ``generate`` (beam 5 unless given here or at load), after its keywords
+        (``kwargs``: the generation config's) are checked."""
+        beam = self.beam_or_default(beam, 5)
         check_read_by_hub(kwargs)
         self.check_call(kwargs, inference_step_args)
         check_generation_args(self.generation_config(beam, kwargs))
@@ -123,10 +143,12 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
     def check_call(self, keywords: Dict[str, Any], inference_step_args: Optional[dict]) -> None:
         """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them
         deep inside: a TypeError, an IndexError)."""
-        if keywords.get("score_reference"):
+        language_model = isinstance(self.task, LanguageModelingTask)
+        if keywords.get("score_reference") and not language_model:
             raise UsageError(
-                "score_reference=True: the hub gives its scorer no reference to score; score a "
-                "translation with fairseq-generate --score-reference, a text with score()"
+                "score_reference=True (score() sets it): the hub gives a translation model's "
+                "scorer no reference to score; score translations with fairseq-generate "
+                "--score-reference (score() scores texts with a language model)"
             )
         if keywords.get("constraints") and not (inference_step_args or {}).get("constraints"):
             raise UsageError(
@@ -134,7 +156,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 "constraint tokens, inference_step_args={'constraints': ...} (fairseq's "
                 "data_utils.pack_constraints)"
             )
-        if keywords.get("print_alignment") and isinstance(self.task, LanguageModelingTask):
+        if keywords.get("print_alignment") and language_model:
             raise UsageError(
                 "print_alignment: a language model has no source to align its output to"
             )
@@ -237,6 +259,7 @@ def from_pretrained(
     hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     if generation_args:
         hub.check_loaded_generation_args(generation_args)
+        hub.loaded_beam = generation_args.get("beam")
     return hub
 
 

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cli_env, run_cli, train_argv, write_corpus
+from helpers import REPO, cli_env, lm_train_argv, run_cli, train_argv, write_corpus
 
 POLICY = '{"decoder_self": [6], "decoder_encdec": [6]}'
 DATA = "data-bin/multi30k.en-de"  # where examples/multi30k/prepare.sh en de writes
 
 
-def readme_python_example() -> str:
-    """The README's Python block that calls from_pretrained."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+def python_example(doc: str = "README.md") -> str:
+    """The Python block of ``doc`` (a page of the repository) that calls from_pretrained."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / doc).read_text(), re.S)
     found = [block for block in blocks if "from_pretrained" in block]
-    assert len(found) == 1, "the README has one Python example of from_pretrained"
+    assert len(found) == 1, f"{doc} has one Python example of from_pretrained"
     return found[0]
 
 
@@ -79,7 +79,7 @@ def interactive(workdir: Path, lines, *extra: str) -> dict:
 
 @pytest.mark.slow
 def test_readme_python_example_translates_as_fairseq_interactive(workdir):
-    example = readme_python_example()
+    example = python_example()
     assert f"san_policy='{POLICY}'" in example  # the decode-time policy, passed as a keyword
     sentences = ast.literal_eval(re.search(r"\.translate\((\[.*?\])", example).group(1))
     check = (
@@ -341,6 +341,34 @@ def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_i
         from_pretrained(folder, name, binarized_corpus, generation_args={"beam": 0})
 
 
+@pytest.mark.slow
+def test_lm_page_python_example_samples_and_scores(multi30k_raw, tmp_path):
+    """docs/lm.md's example, verbatim, on a language model trained a few updates on the toy
+    Multi30k as examples/lm/prepare.sh prepares it, in the folders the page names: its
+    ``score()`` was refused (the translation models' score_reference rule)."""
+    from helpers import LM_PREPARE, output_of, prepare_env, run_script
+
+    data = tmp_path / "data-bin" / "multi30k.en-lm"
+    prepared = run_script(LM_PREPARE, str(data), env=prepare_env(multi30k_raw))
+    assert prepared.returncode == 0, output_of(prepared)[-3000:]
+    argv = lm_train_argv(data, tmp_path / "checkpoints", "--tokens-per-sample", "64", max_update=5)
+    trained = run_cli("fairseq-train", *argv)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    check = (
+        "\nimport json\n"
+        "sampled, scored = lm.sample('A man is', beam=1), lm.score('A man is riding a bike.')\n"
+        "print(json.dumps([sampled, scored['positional_scores'].tolist()]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", python_example("docs/lm.md") + check], cwd=tmp_path,
+        env=cli_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    sampled, scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sampled.startswith("A man is") and len(sampled) > len("A man is")
+    assert len(scores) >= 6 and all(score <= 0 for score in scores)  # a score for each piece
+
+
 @pytest.fixture(scope="module")
 def language_model(tmp_path_factory):
     """A transformer_lm_san hub of --task language_modeling_san, trained 3 updates on one side
@@ -402,7 +430,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
 
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
     for keywords, said in (
-        ({"score_reference": True}, "score_reference=True: the hub gives its scorer no reference"),
+        ({"score_reference": True}, "score_reference=True (score() sets it): the hub gives a "
+         "translation model's scorer no reference"),
         ({"constraints": "ordered"}, "constraints='ordered': constrained decoding needs the "
          "constraint tokens, inference_step_args={'constraints': ...}"),
         ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
@@ -412,6 +441,36 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
             hub.translate("tok1 tok2 tok3", **keywords)
     with pytest.raises(UsageError, match="^print_alignment: a language model has no source"):
         language_model.sample("tok1 tok2", beam=1, max_len_b=8, print_alignment="hard")
+    with pytest.raises(UsageError, match=r"^score_reference=True \(score\(\) sets it\)"):
+        hub.score("tok1 tok2 tok3")
+
+
+def test_a_language_model_scores_texts(language_model):
+    """The hub's ``score()`` (``generate(score_reference=True)``) scores each token of a text (as
+    fairseq's language models' hub does, its end-of-sentence token stripped): it was refused with
+    the translation models' score_reference."""
+    scored = language_model.score(["tok1 tok2 tok3", "tok2"])
+    assert [len(hypo["positional_scores"]) for hypo in scored] == [3, 1]
+    assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
+
+
+@pytest.mark.slow
+def test_calls_decode_with_the_beam_given_at_load(san_checkpoint, binarized_corpus):
+    """``generation_args={'beam': N}``: translate(), sample() and generate() passed their own
+    default beam (5, 1, 5) over it; a call's own beam still wins."""
+    loaded = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                             generation_args={"beam": 2})  # fmt: skip
+    fairseqs = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sentence = loaded.encode("tok1 tok2 tok3")
+    assert len(loaded.generate([sentence])[0]) == 2
+    assert len(loaded.generate([sentence], beam=3)[0]) == 3
+    assert len(fairseqs.generate([sentence])[0]) == 5
+    searched = []
+    loaded.generate = lambda tokens, beam, *rest, **keywords: searched.append(beam) or [
+        [{"tokens": tokens[0]}]
+    ]
+    loaded.translate("tok1 tok2"), loaded.sample("tok1 tok2"), loaded.translate("tok1", beam=4)
+    assert searched == [2, 2, 4]
 
 
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):

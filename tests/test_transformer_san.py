@@ -408,6 +408,59 @@ def test_bad_policy_input(argv, message):
     assert message in str(error.value)
 
 
+def test_pruned_layers_load_as_the_layers_kept():
+    """``--encoder-layers-to-keep 1 --decoder-layers-to-keep 0,2,4`` (no policy) builds and loads
+    a whole checkpoint pruned, as the same layers renamed load into a model of those sizes:
+    fairseq's transformer failed on the parsed list (``'list' object has no attribute
+    'split'``)."""
+    trained, _ = build_fairseq_transformer(dictionary=DICT, seed=1)
+    state = dict(trained.state_dict())
+    pruned, args = build(["--encoder-layers-to-keep", "1", "--decoder-layers-to-keep", "0,2,4"],
+                         dictionary=DICT, seed=2)  # fmt: skip
+    pruned.load_state_dict(dict(state), model_cfg=args)
+    kept = {"encoder.layers.1.": "encoder.layers.0.", **{
+        f"decoder.layers.{old}.": f"decoder.layers.{new}." for new, old in enumerate((0, 2, 4))
+    }}  # fmt: skip
+    renamed = {}
+    for key, value in state.items():
+        prefix = next((old for old in kept if key.startswith(old)), None)
+        if prefix is not None:
+            renamed[kept[prefix] + key[len(prefix):]] = value
+        elif ".layers." not in key:
+            renamed[key] = value
+    small, _ = build(["--encoder-layers", "1", "--decoder-layers", "3"], dictionary=DICT, seed=3)
+    small.load_state_dict(renamed)
+    assert (len(pruned.encoder.layers), len(pruned.decoder.layers)) == (1, 3)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3])
+    prev = target_prefixes(DICT, 2, 4)
+    torch.testing.assert_close(decoder_logits(pruned, src_tokens, src_lengths, prev),
+                               decoder_logits(small, src_tokens, src_lengths, prev),
+                               atol=0, rtol=0)  # fmt: skip
+
+
+def test_layers_to_keep_of_one_stack_leave_the_other_whole():
+    """fairseq's pruning dropped every layer of the stack given no layers to keep (the encoder's,
+    for ``--decoder-layers-to-keep`` alone), which then failed as another architecture; a model
+    trained with the option stores its kept layers and was pruned again as it loaded; a layer the
+    checkpoint has not was a missing layer."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build_fairseq_transformer(dictionary=DICT, seed=1)
+    pruned, args = build(["--decoder-layers-to-keep", "1,3"], dictionary=DICT, seed=2)
+    pruned.load_state_dict(dict(trained.state_dict()), model_cfg=args)
+    assert torch.equal(pruned.encoder.layers[1].fc1.weight, trained.encoder.layers[1].fc1.weight)
+    assert torch.equal(pruned.decoder.layers[1].fc1.weight, trained.decoder.layers[3].fc1.weight)
+    again, args = build(["--decoder-layers-to-keep", "1,3"], dictionary=DICT, seed=3)
+    again.load_state_dict(dict(pruned.state_dict()), model_cfg=args)  # stored pruned
+    assert torch.equal(again.decoder.layers[1].fc1.weight, trained.decoder.layers[3].fc1.weight)
+    beyond, args = build(["--decoder-layers-to-keep", "0,6"], dictionary=DICT)
+    with pytest.raises(UsageError) as refused:
+        beyond.load_state_dict(dict(trained.state_dict()), model_cfg=args)
+    assert str(refused.value) == (
+        "--decoder-layers-to-keep 0,6: the checkpoint has 6 decoder layers, 0 to 5"
+    )
+
+
 def test_attention_heads_that_do_not_divide_the_embedding_are_one_error():
     """fairseq's MultiheadAttention asserted it ("embed_dim must be divisible by num_heads") or
     divided by zero: a traceback from fairseq-train."""

@@ -2,12 +2,16 @@
 the same way, as a mixin before fairseq's model class: the hub interface (``HubModel``) and a
 checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
+import contextlib
+import re
 from typing import Callable, ClassVar, Dict
 
 from fairseq.checkpoint_utils import prune_state_dict
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from omegaconf import DictConfig, open_dict
 from torch import Tensor
 
+from fairseq_san.errors import UsageError
 from fairseq_san.models.checkpoint_policy import fit_checkpoint
 from fairseq_san.models.hub_model import HubModel
 
@@ -32,6 +36,50 @@ class SANModel(HubModel):
         if model_cfg is None and args is not None:
             model_cfg = convert_namespace_to_omegaconf(args).model
         # fairseq's pruning clears ``*_layers_to_keep`` in ``model_cfg``: its own, below, keeps all
-        state_dict = prune_state_dict(state_dict, model_cfg)
+        state_dict = prune_state_dict(state_dict, pruning_config(model_cfg, state_dict))
         fit_checkpoint(self, state_dict, type(self).checkpoint_check)
         return super().load_state_dict(state_dict, strict, model_cfg)
+
+
+STACKS = ("encoder", "decoder")
+
+
+def stored_layers(state_dict: Dict[str, Tensor], stack: str) -> int:
+    """How many layers of ``stack`` the checkpoint holds."""
+    found = (re.match(rf"{stack}\.layers\.(\d+)\.", key) for key in state_dict)
+    return len({match.group(1) for match in found if match})
+
+
+def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
+    """``model_cfg`` with the ``--*-layers-to-keep`` that fairseq's ``prune_state_dict`` can apply
+    to this checkpoint, checked against its layers.
+
+    fairseq's pruning drops every layer of a stack given none (the encoder's, where only the
+    decoder's layers to keep are given): that stack keeps all its layers here. A stack already
+    stored pruned (a model trained with the option saves its kept layers, and the option with
+    them) is not pruned again. A layer the checkpoint has not is one error naming it.
+    """
+    if model_cfg is None:
+        return model_cfg
+    kept = {stack: getattr(model_cfg, f"{stack}_layers_to_keep", None) for stack in STACKS}
+    stored = {stack: stored_layers(state_dict, stack) for stack in STACKS}
+    for stack, layers in kept.items():
+        if not layers:
+            continue
+        numbers = [int(layer) for layer in str(layers).split(",")]
+        if len(numbers) == stored[stack]:
+            kept[stack] = None  # stored pruned
+        elif max(numbers) >= stored[stack]:
+            raise UsageError(
+                f"--{stack}-layers-to-keep {layers}: the checkpoint has {stored[stack]} "
+                f"{stack} layers, 0 to {stored[stack] - 1}"
+            )
+    if any(kept.values()):
+        for stack in STACKS:
+            if not kept[stack] and stored[stack]:
+                kept[stack] = ",".join(str(layer) for layer in range(stored[stack]))
+    with open_dict(model_cfg) if isinstance(model_cfg, DictConfig) else contextlib.ExitStack():
+        for stack in STACKS:
+            if hasattr(model_cfg, f"{stack}_layers_to_keep"):
+                setattr(model_cfg, f"{stack}_layers_to_keep", kept[stack])
+    return model_cfg

@@ -51,6 +51,19 @@ from fairseq_san.modules.shared_attention import (
 logger = logging.getLogger(__name__)
 
 
+def layers_to_keep_as_text(args: argparse.Namespace) -> None:
+    """``--encoder-layers-to-keep 0,2`` as fairseq's transformer reads it, "0,2".
+
+    fairseq's parser turns the option into a list of ints (its dataclass field's type), and its
+    transformer's ``build_model`` and ``checkpoint_utils.prune_state_dict`` split it as text:
+    fairseq's own ``--arch transformer`` fails with ``'list' object has no attribute 'split'``;
+    ``--model-overrides`` gives text."""
+    for stack in ("encoder", "decoder"):
+        kept = getattr(args, f"{stack}_layers_to_keep", None)
+        if isinstance(kept, (list, tuple)):
+            setattr(args, f"{stack}_layers_to_keep", ",".join(str(layer) for layer in kept))
+
+
 class TransformerSANDecoder(TransformerDecoderBase):
     """fairseq's decoder, plus the paper's "Baseline-Cache" mode (Table 6).
 
@@ -119,6 +132,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         check_analysis_task(args, task)
         check_decoder_overrides(args, task)
         san_base_architecture(args)
+        layers_to_keep_as_text(args)
         check_attention_heads(args, ("encoder", "decoder"))
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)

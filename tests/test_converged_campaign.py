@@ -640,6 +640,15 @@ def test_same_seed_pairs_two_systems_that_summary_does_not(tmp_path):
         ("test_2016_flickr", "baseline-s2", "san-s2 better"),
         ("test_2017_flickr", "baseline-s2", "san-s2 better"),
     ]
+    command[3:5] = ["loop:0", "loop:1"]  # a loop's iterations: seed 1's baseline and SAN
+    done = subprocess.run(command, capture_output=True, text=True, env=cli_env(), check=True)
+    tests = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(t["against"], t["system"], t["verdict"]) for t in tests] == [
+        ("loop:0", "loop:1", "loop:1 better")
+    ] * 2
+    command[3] = "loop:first"
+    refused = subprocess.run(command, capture_output=True, text=True, env=cli_env())
+    assert refused.returncode == 2 and "loop:first: give RUN or RUN:ITERATION" in refused.stderr
 
 
 def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):

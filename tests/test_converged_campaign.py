@@ -14,6 +14,7 @@
 
 import gzip
 import hashlib
+import io
 import json
 import re
 import shutil
@@ -889,6 +890,44 @@ def test_a_gpu_archive_of_toy_models_is_refused(tmp_path, monkeypatch):
                        "train arguments put last: a toy run's sizes\), refused: ALLOW_CPU"):  # fmt: skip
         check_archive(str(archive), code_sha256(str(RUN)))
     check_archive(str(archive), code_sha256(str(RUN)), allow_cpu=True)
+
+
+@pytest.mark.parametrize(
+    "kind,name,said",
+    [
+        ("file", "campaign_summary.py", "is outside a pair's folder, provenance/ and smoke/"),
+        ("file", "en-de/loop/evil.py", "is a program or a checkpoint"),
+        ("file", "en-de/../../outside.json", "lies outside the archive's folder"),
+        ("symlink", "en-de/link", "is a link or a special file"),
+        ("hardlink", "en-de/hard", "is a link or a special file"),
+        ("fifo", "en-de/fifo", "is a link or a special file"),
+    ],
+)  # fmt: skip
+def test_an_archive_member_collect_must_not_unpack_is_refused(tmp_path, monkeypatch, kind, name,
+                                                               said):  # fmt: skip
+    """collect unpacked an archive into the folder of run.sh and then ran its programs
+    (campaign_summary.py): a member at the top, a program, a path out or a link (which Python's
+    tarfile "data" filter does not always stop) is refused before anything is unpacked; the
+    provenance, text in the archive, proves nothing."""
+    import campaign_slices
+    from campaign_slices import check_archive, code_sha256, record
+    from fairseq_san.errors import UsageError
+
+    monkeypatch.setattr(campaign_slices, "gpu_name", lambda: "NVIDIA H200")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    record(str(runs), "en-de", str(RUN), [str(RUN), "en-de"], "2026-11-30T06:00:00", {})
+    archive = tmp_path / "converged-en-de.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+        member = tarfile.TarInfo(name)
+        member.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE,
+                       "hardlink": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE}[kind]  # fmt: skip
+        member.linkname = "/etc/passwd" if kind in ("symlink", "hardlink") else ""
+        tar.addfile(member, io.BytesIO(b"") if kind == "file" else None)
+    with pytest.raises(UsageError) as refused:
+        check_archive(str(archive), code_sha256(str(RUN)))
+    assert str(refused.value) == f"{archive}: member {name!r} {said}: refused"
 
 
 def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):

@@ -74,6 +74,12 @@ PROVENANCE = "provenance"
 # any of them refuses the archives it did not make.
 CODE = ("campaign_run.py", "campaign_slices.py")
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
+# What an archive may hold, as collect unpacks it into the folder of run.sh and its programs:
+# folders and regular files only (a link may point anywhere, and Python's tarfile "data" filter
+# can be walked around with chains of them: CVE-2025-4517), under a pair's folder, the
+# provenance or the multi-GPU smoke runs, and no program.
+TOP_FOLDER = re.compile(r"^([a-z]{2}-[a-z]{2}|%s|smoke)$" % PROVENANCE)
+PROGRAM_SUFFIXES = (".py", ".pyc", ".pth", ".sh", ".so", ".pt")
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
 # batch size, DECODE_BATCH_SIZE there, is --batch-size here).
 DECODING = (
@@ -163,15 +169,43 @@ def archive_provenance(archive: str) -> List[dict]:
         return [json.load(tar.extractfile(member)) for member in members]
 
 
+def member_problem(member: tarfile.TarInfo) -> Optional[str]:
+    """Why collect must not unpack ``member`` of an archive (``TOP_FOLDER``), or None."""
+    parts = [part for part in member.name.split("/") if part not in ("", ".")]
+    if not (member.isfile() or member.isdir()):
+        return "is a link or a special file"
+    if member.name.startswith("/") or ".." in parts:
+        return "lies outside the archive's folder"
+    if parts and not TOP_FOLDER.match(parts[0]):
+        return "is outside a pair's folder, provenance/ and smoke/"
+    if member.isfile() and parts[-1].endswith(PROGRAM_SUFFIXES):
+        return "is a program or a checkpoint"
+    return None
+
+
+def check_members(archive: str) -> None:
+    """UsageError naming the first member of ``archive`` that collect must not unpack."""
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            problem = member_problem(member)
+            if problem is not None:
+                raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
+
+
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
-    """UsageError (one line) unless the archive was packed by this code (``code_sha256``) running
-    its slice, on a GPU and with the preset's models (no TRAIN_EXTRA) unless ``allow_cpu``."""
+    """UsageError (one line) unless the archive holds only run dirs' data (``check_members``) and
+    was packed by this code (``code_sha256``) running its slice, on a GPU and with the preset's
+    models (no TRAIN_EXTRA) unless ``allow_cpu``. The provenance is text in the archive, written
+    by whoever packed it: it tells slices apart, it does not prove where they ran."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
     if not found:
         raise UsageError(f"{archive}: not a slice archive (converged-SLICE*.tar.gz, {SLICES})")
     try:
+        check_members(archive)
         records = archive_provenance(archive)
+    except UsageError:
+        raise
     except (OSError, EOFError, tarfile.TarError, ValueError) as err:  # EOFError: truncated
         raise UsageError(f"{archive}: unreadable archive ({err or type(err).__name__})") from err
     if not records:

@@ -24,6 +24,7 @@ index 1 out of range`` before anything is printed. docs/troubleshooting.md expla
 
 import argparse
 import contextlib
+import logging
 import os
 import pickle
 import re
@@ -31,10 +32,13 @@ import zipfile
 from typing import Iterator, List, Optional
 
 import torch
+from omegaconf import DictConfig, open_dict
 
 import fairseq_san
 from fairseq_san.errors import UsageError
 from fairseq_san.policy import is_policy_text
+
+logger = logging.getLogger(__name__)
 
 PLUGIN = f"fairseq-san {fairseq_san.__version__}"
 # Switches torch's safe loader off for every torch.load that does not ask for it, fairseq's too;
@@ -180,6 +184,35 @@ def stored_value(state: dict, group: str, name: str) -> object:
     if isinstance(node, dict) or hasattr(node, "keys"):  # a dict or an omegaconf DictConfig
         return node.get(name)
     return getattr(node, name, None)
+
+
+# Files a model's options name that its build reads and its checkpoint's weights then replace.
+EMBEDDING_FILES = ("encoder_embed_path", "decoder_embed_path")
+
+
+def drop_embedding_files_in(path: str, state: dict, overrides: Optional[dict]) -> None:
+    """Unset the pretrained-embedding files a checkpoint stores (``--encoder-embed-path``), unless
+    the user gives them: fairseq's build read whatever file the checkpoint named (a pipe hung
+    every command, a folder or another file was a traceback, a file of the trainer's machine
+    missing), only for the checkpoint's own embeddings to replace what it read."""
+    for name in EMBEDDING_FILES:
+        stored = stored_value(state, "model", name)
+        if stored and name not in (overrides or {}):
+            logger.info("checkpoint %s: its %s %r is not read (its embeddings are in it)",
+                        path, name, stored)  # fmt: skip
+            set_stored_value(state, "model", name, None)
+
+
+def set_stored_value(state: dict, group: str, name: str, value: object) -> None:
+    """Set option ``name`` of a checkpoint's ``group`` configuration and of its ``args``."""
+    for node in ((state.get("cfg") or {}).get(group), state.get("args")):
+        if isinstance(node, DictConfig):
+            with open_dict(node):
+                node[name] = value
+        elif isinstance(node, dict):
+            node[name] = value
+        elif node is not None and hasattr(node, name):
+            setattr(node, name, value)
 
 
 def refuse_analysis_dir_in(path: str, state: dict, overrides: Optional[dict]) -> None:

@@ -256,11 +256,49 @@ def from_pretrained(
         archive_map=None,  # model_path is a folder: fairseq would map one named as an archive
         **kwargs,
     )
+    check_stored_files(loaded["args"], kwargs, model_path)
     hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     if generation_args:
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
     return hub
+
+
+# The options of fairseq's bpe and tokenizers that name a file (or a URL) the hub reads as it
+# starts.
+BPE_FILE_OPTIONS = (
+    "sentencepiece_model", "sentencepiece_model_path", "bpe_codes", "bpe_vocab",
+    "bpe_vocab_file", "bpe_merges", "gpt2_encoder_json", "gpt2_vocab_bpe",
+)  # fmt: skip
+
+
+def check_stored_files(cfg: DictConfig, keywords: Dict[str, Any], model_path: str) -> None:
+    """Refuse a file that the checkpoint, not the user, names for the hub to read as it starts
+    (its bpe's model, codes or vocabulary) outside the model folder: fairseq read whatever the
+    checkpoint named (a pipe hung it, a URL was fetched). The alignment dictionary of a stored
+    ``--replace-unk``, which the hub loads and never uses, is not read."""
+    for group in ("bpe", "tokenizer"):
+        node = cfg.get(group) or {}
+        for key in BPE_FILE_OPTIONS:
+            value = node.get(key)
+            if key in keywords or not isinstance(value, str) or value in ("", "???"):
+                continue
+            if "://" in value or not is_inside(value, model_path):
+                raise UsageError(
+                    f"the checkpoint names the file {key}={value!r} for its {group} "
+                    f"{node.get('_name')!r}, outside the model folder: the hub reads only the files "
+                    f"you name and the model folder's: give from_pretrained(..., {key}='PATH')"
+                )
+    if cfg.generation.get("replace_unk") and "replace_unk" not in (
+        keywords.get("generation_args") or {}
+    ):
+        with open_dict(cfg.generation):
+            cfg.generation.replace_unk = None
+
+
+def is_inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies inside ``folder`` (links resolved)."""
+    return os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
 
 
 def local_folder(path, archive_map: Dict, keyword: str) -> str:

@@ -7,9 +7,11 @@ the decode-time policy it passes as a keyword.
 """
 
 import ast
+import functools
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -126,6 +128,38 @@ def load(workdir: Path, **keywords):
         data_name_or_path=str(workdir / DATA), bpe="sentencepiece",
         sentencepiece_model=str(workdir / DATA / "spm.model"), **keywords,
     )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_files_the_checkpoint_names_for_the_hub_are_not_read(workdir):
+    """fairseq's hub read the bpe model and the --replace-unk dictionary that the checkpoint's
+    configuration names: a pipe hung from_pretrained, any file was parsed, a URL fetched."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    pipe = workdir / "pipe"
+    if not pipe.exists():
+        os.mkfifo(pipe)
+    state = torch.load(workdir / "checkpoints" / "checkpoint_best.pt", weights_only=True)
+    state["cfg"]["bpe"] = {"_name": "sentencepiece", "sentencepiece_model": str(pipe),
+                           "sentencepiece_enable_sampling": False, "sentencepiece_alpha": None}
+    state["cfg"]["generation"]["replace_unk"] = str(pipe)
+    stored = workdir / "stored"
+    stored.mkdir(exist_ok=True)
+    torch.save(state, stored / "checkpoint.pt")
+    load = functools.partial(TransformerSANModel.from_pretrained, str(stored), "checkpoint.pt",
+                             str(workdir / DATA))  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        load()
+    assert str(refused.value) == (
+        f"the checkpoint names the file sentencepiece_model={str(pipe)!r} for its bpe "
+        "'sentencepiece', outside the model folder: the hub reads only the files you name and "
+        "the model folder's: give from_pretrained(..., sentencepiece_model='PATH')"
+    )
+    model = load(sentencepiece_model=str(workdir / DATA / "spm.model"))  # replace_unk: not read
+    assert model.cfg.generation.replace_unk is None and model.translate("tok1 tok2")
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@
 
 import fractions
 import io
+import os
 import pickle
 import re
 import subprocess
@@ -520,6 +521,35 @@ def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line
     assert loaded["cfg"]["task"].san_analysis_dir == str(chosen)
     cleared = checkpoint_utils.load_checkpoint_to_cpu(str(storing), {"san_analysis_dir": None})
     assert cleared["cfg"]["task"].san_analysis_dir is None
+
+
+@pytest.mark.slow
+def test_the_embedding_files_a_checkpoint_names_are_not_read(binarized_corpus, san_checkpoint,
+                                                             tmp_path):  # fmt: skip
+    """fairseq's build read the ``--encoder-embed-path`` a checkpoint stores, whose weights then
+    replaced what it read: a pipe hung fairseq-generate, a folder was a traceback. The stored
+    names are unset; a name the user gives is theirs."""
+    from fairseq import checkpoint_utils
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["cfg"]["model"].encoder_embed_path = str(pipe)
+    state["cfg"]["model"].decoder_embed_path = str(tmp_path)
+    naming = tmp_path / "naming.pt"
+    torch.save(state, naming)
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(naming))["cfg"]["model"]
+    assert (loaded.encoder_embed_path, loaded.decoder_embed_path) == (None, None)
+    given = checkpoint_utils.load_checkpoint_to_cpu(str(naming), {"encoder_embed_path": "e.txt"})
+    assert given["cfg"]["model"].encoder_embed_path == "e.txt"
+    outputs = []
+    for path in (san_checkpoint, naming):
+        result = run_cli("fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san",
+                         "--path", str(path), "--cpu", "--beam", "2", "--max-len-b", "5",
+                         timeout=120)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs.append(sorted(line for line in result.stdout.splitlines() if line[:2] == "H-"))
+    assert outputs[0] == outputs[1] and outputs[0]
 
 
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):

@@ -15,7 +15,9 @@ it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose config
 string that fairseq would ``eval()`` and that is not a literal is refused before any model is
 built (``literal_eval.refuse_code_in``): the safe loader lets such strings through; so is one
 whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``) or that stores
-a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``). Where the
+a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``); the
+pretrained-embedding files it names are not read (``checkpoints.drop_embedding_files_in``: its
+weights replace them). Where the
 safe loader would not be used (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no
 checkpoint is read at all (``checkpoints.check_safe_loading``).
 """
@@ -28,6 +30,7 @@ import torch
 from fairseq_san.checkpoints import (
     VocabularyMismatch,
     check_safe_loading,
+    drop_embedding_files_in,
     explained,
     refuse_analysis_dir_in,
     refuse_policy_file_in,
@@ -58,6 +61,7 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_code_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
         refuse_analysis_dir_in(path, state, arg_overrides)
+        drop_embedding_files_in(path, state, arg_overrides)
         return state
 
     return wrapper

@@ -153,6 +153,8 @@ def parsed_json(read: Callable[[], object], shown: str) -> object:
         ) from None
     except RecursionError:
         raise PolicyError(f"{shown}: JSON nested too deeply to be one") from None
+    except ValueError as err:  # an integer of more digits than Python converts (4,300)
+        raise PolicyError(f"{shown}: {str(err).split(';')[0]}") from None
 
 
 def read_small_file(path: str, what: str, limit: Optional[int]) -> str:

@@ -802,8 +802,12 @@ def test_cli_bad_input_exits_2(js_file, args, message):
 def test_cli_bad_js_file(tmp_path):
     bad = tmp_path / "js.json"
     bad.write_text('{"decoder_self": [[0, .5], [.5, 0]]}')
+    huge = tmp_path / "huge.json"  # json's int() refused it with a traceback
+    huge.write_text('{"decoder_self": [[0, 1' + "0" * 5000 + '], [0, 0]]}')
     for path, message in [
         (str(bad), f'JS file "{bad}": malformed JSON at line 1 column 23: Expecting value'),
+        (str(huge), f'JS file "{huge}": Exceeds the limit (4300 digits) for integer string '
+         "conversion: value has 5001 digits"),
         (str(tmp_path / "missing.json"), f'JS file "{tmp_path / "missing.json"}" not found'),
     ]:
         result = run_policy_cli(path, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")

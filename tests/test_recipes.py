@@ -923,10 +923,11 @@ def test_summary_over_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
 
 def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
     scores = iteration_with_checkpoint(tmp_path / "run") / "valid.json"
-    scores.write_text('{"bleu": 12.5, "chrf": 3')
-    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
-    line = one_error_line(result, "fairseq-san-loop")
-    assert f"{scores} is not valid JSON" in line, line
+    for text in ('{"bleu": 12.5, "chrf": 3', '{"bleu": 1' + "0" * 5000 + "}"):  # int(): traceback
+        scores.write_text(text)
+        result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+        line = one_error_line(result, "fairseq-san-loop")
+        assert f"{scores} is not valid JSON" in line, line
 
 
 def test_summary_keeps_the_recorded_row_of_an_iteration_whose_checkpoint_is_gone(tmp_path):

@@ -101,9 +101,11 @@ def read_json(path: str, expected: type = dict):
     try:
         with utf8_text(path), open(path, encoding="utf-8") as handle:
             found = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path} is not valid JSON ({err}): truncated? delete it and rerun the "
-                         "step that writes it") from None  # fmt: skip
+    except UsageError:  # not UTF-8, named
+        raise
+    except ValueError as err:  # malformed, or an integer longer than Python converts
+        raise UsageError(f"{path} is not valid JSON ({str(err).split(';')[0]}): truncated? "
+                         "delete it and rerun the step that writes it") from None  # fmt: skip
     if not isinstance(found, expected):
         raise UsageError(f"{path} holds a JSON {type(found).__name__}, not a {expected.__name__}")
     return found

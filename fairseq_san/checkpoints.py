@@ -29,10 +29,11 @@ import os
 import pickle
 import re
 import zipfile
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
 from fairseq_san.errors import UsageError
@@ -88,6 +89,8 @@ def check_safe_loading() -> None:
 
 def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
+    if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
+        return interpolation_problem(getattr(error, "full_key", None) or "a field")
     if os.path.isdir(path):
         return "it is a directory; a checkpoint is a file (for example DIR/checkpoint_best.pt)"
     if not os.path.exists(path):
@@ -106,6 +109,38 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
             return None
         return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
     return content_problem(path)
+
+
+def interpolation_problem(field: str) -> str:
+    return (
+        f"its configuration's {field} is an omegaconf interpolation (${{...}}), which fairseq "
+        "resolves before it saves one: not a configuration fairseq wrote"
+    )
+
+
+def refuse_interpolations_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint whose configuration holds an omegaconf interpolation: fairseq saves
+    its configuration resolved, and one resolved as it loads failed deep in omegaconf (a missing
+    key) or took values from the environment (``${oc.env:...}``)."""
+    for field, value in stored_strings(state.get("cfg")):
+        if "${" in value:
+            raise CheckpointError(f"cannot load checkpoint {path}: {interpolation_problem(field)}")
+
+
+def stored_strings(node: object, name: str = "") -> Iterator[Tuple[str, str]]:
+    """(dotted name, text) of every string in a checkpoint's configuration, unresolved."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, argparse.Namespace):
+        node = vars(node)
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from stored_strings(value, f"{name}.{key}" if name else str(key))
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from stored_strings(value, f"{name}[{index}]")
+    elif isinstance(node, str):
+        yield name, node
 
 
 def content_problem(path: str) -> Optional[str]:

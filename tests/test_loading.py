@@ -552,6 +552,30 @@ def test_the_embedding_files_a_checkpoint_names_are_not_read(binarized_corpus, s
     assert outputs[0] == outputs[1] and outputs[0]
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [("source_lang", "${nope.key}"), ("data", "${oc.env:HOME}"), ("data", "${broken")],
+    ids=["missing key", "environment", "unparsable"],
+)  # fmt: skip
+def test_an_interpolation_in_a_checkpoints_configuration_is_refused(san_checkpoint, tmp_path,
+                                                                    field, value):  # fmt: skip
+    """fairseq saves its configuration resolved; an interpolation resolved as the checkpoint
+    loaded failed deep in omegaconf (InterpolationKeyError) or read the environment."""
+    from fairseq import checkpoint_utils
+
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["cfg"]["task"][field] = value
+    planted = tmp_path / "planted.pt"
+    torch.save(state, planted)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(planted))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {planted}: its configuration's task.{field} is an omegaconf "
+        "interpolation (${...}), which fairseq resolves before it saves one: not a configuration "
+        "fairseq wrote"
+    )
+
+
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     """torch.save(..., _use_new_zipfile_serialization=False), as old fairseq checkpoints are: the
     global is named, not "truncated" (the archive check is for zip files only)."""

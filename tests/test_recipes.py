@@ -149,6 +149,39 @@ def test_prepare_again_does_nothing(prepared, multi30k_raw):
     assert snapshot(out) == before
 
 
+STOPPED_PREPROCESS = """#!/usr/bin/env bash
+# fairseq-preprocess stopped after its first dictionary (Ctrl-C)
+while [ $# -gt 0 ]; do [ "$1" = --destdir ] && destdir=$2; shift; done
+mkdir -p "$destdir" && echo "w 1" > "$destdir/dict.en.txt" && exit 130
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, argv", [(PREPARE, ["en", "de"]), (LM_PREPARE, [])])
+def test_prepare_stopped_inside_fairseq_preprocess_runs_again(multi30k_raw, tmp_path, script,
+                                                              argv):  # fmt: skip
+    """A run stopped inside fairseq-preprocess left its dictionary in OUT_DIR, and every run
+    after it failed on it (FileExistsError, a traceback) until the folder was deleted."""
+    out = tmp_path / "data-bin"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "fairseq-preprocess").write_text(STOPPED_PREPROCESS)
+    (shim / "fairseq-preprocess").chmod(0o755)
+    env = prepare_env(multi30k_raw)
+    stopped = run_script(script, *argv, str(out), env={**env, "PATH": f"{shim}:{env['PATH']}"})
+    assert stopped.returncode == 130 and not (out / ".done").exists()
+    again = run_script(script, *argv, str(out), env=env)
+    assert again.returncode == 0, output_of(again)[-3000:]
+    assert f"prepare.sh: done: {out}" in again.stdout and not (out / ".binarizing").exists()
+    (out / ".done").unlink()  # a folder of dictionaries that no run of prepare.sh finished
+    refused = run_script(script, *argv, str(out), env=env)
+    assert refused.returncode == 1 and re.fullmatch(
+        f"prepare.sh: {re.escape(str(out))} holds binarized data \\({re.escape(str(out))}/dict"
+        "[.a-z]*txt\\) that prepare.sh did not finish: choose another OUT_DIR\n",
+        refused.stderr,
+    ), refused.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

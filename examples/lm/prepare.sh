@@ -7,7 +7,8 @@
 #
 # MULTI30K_DIR holds {train,val,test_2016_flickr}.en.gz; without it the raw files are downloaded
 # from the public multi30k/dataset repository. Splits: train, valid (val), test (test_2016_flickr).
-# Re-running skips the work already done (a finished OUT_DIR of other data is refused).
+# Re-running a finished OUT_DIR does nothing (one of other data is refused); a stopped run is
+# prepared again from the start.
 # VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
@@ -24,6 +25,7 @@ if [ -f "$OUT/.done" ]; then
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi
+check_unfinished "$OUT"
 check_multi30k_dir en
 mkdir -p "$TEXT"
 echo "prepare.sh: raw text into $TEXT"
@@ -39,7 +41,7 @@ for pair in $splits; do
   fairseq-san-spm encode --model "$OUT/spm.model" "$TEXT/$split.raw.en" "$TEXT/$split.en"
 done
 
-fairseq-preprocess --only-source --trainpref "$TEXT/train.en" --validpref "$TEXT/valid.en" \
-  --testpref "$TEXT/test.en" --destdir "$OUT" --workers 1
+binarize "$OUT" --only-source --trainpref "$TEXT/train.en" --validpref "$TEXT/valid.en" \
+  --testpref "$TEXT/test.en" --workers 1
 touch "$OUT/.done"
 echo "prepare.sh: done: $OUT"

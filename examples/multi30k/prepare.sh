@@ -6,7 +6,8 @@
 # MULTI30K_DIR holds {train,val,test_2016_flickr,test_2017_flickr}.LANG.gz; without it the raw
 # files are downloaded from the public multi30k/dataset repository. Splits: train, valid (val),
 # test (test_2016_flickr) and test1 (test_2017_flickr, when it exists for the pair).
-# Re-running skips the work already done (a finished OUT_DIR of other data is refused).
+# Re-running a finished OUT_DIR does nothing (one of other data is refused); a stopped run is
+# prepared again from the start.
 # VOCAB_SIZE (default 8000) sets the joint vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
@@ -27,6 +28,7 @@ if [ -f "$OUT/.done" ]; then
   exit 0
 fi
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
+check_unfinished "$OUT"
 check_multi30k_dir "$SRC" "$TGT"
 mkdir -p "$TEXT"
 
@@ -54,8 +56,7 @@ done
 
 testpref=$TEXT/test
 case $splits in *test1*) testpref=$testpref,$TEXT/test1 ;; esac
-fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
-  --trainpref "$TEXT/train" --validpref "$TEXT/valid" --testpref "$testpref" \
-  --destdir "$OUT" --workers 2
+binarize "$OUT" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+  --trainpref "$TEXT/train" --validpref "$TEXT/valid" --testpref "$testpref" --workers 2
 touch "$OUT/.done"
 echo "prepare.sh: done: $OUT"

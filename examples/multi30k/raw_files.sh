@@ -1,7 +1,9 @@
 # Sourced by the prepare.sh recipes: where Multi30k's gzipped raw files (SPLIT.LANG.gz) are.
 # MULTI30K_DIR holds them; unset, each is downloaded into $TEXT from the public multi30k/dataset
 # repository. The caller sets $splits ("raw name:fairseq split ...") and $TEXT. check_prepared
-# says whether a finished OUT_DIR holds the data asked for.
+# says whether a finished OUT_DIR holds the data asked for, check_unfinished that an unfinished
+# one holds none that binarize did not write, binarize runs fairseq-preprocess so that a stopped
+# run leaves none.
 MULTI30K_URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
 
 check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, before writing anything
@@ -43,4 +45,27 @@ raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded 
       return 1; }
     echo "$TEXT/$name"
   fi
+}
+
+check_unfinished() {  # check_unfinished OUT: an OUT without .done holds no dictionary (binarize
+  # moves its files in just before .done is written): one there is other data, which
+  # fairseq-preprocess would refuse to write over
+  local out=$1 found
+  [ -d "$out" ] || return 0
+  found=$(find "$out" -maxdepth 1 -name 'dict*.txt' | head -1)
+  [ -z "$found" ] || {
+    echo "prepare.sh: $out holds binarized data ($found) that prepare.sh did not finish:" \
+      "choose another OUT_DIR" >&2
+    exit 1; }
+}
+
+binarize() {  # binarize OUT FAIRSEQ_PREPROCESS_ARGS...: into OUT/.binarizing, then moved into
+  # OUT: a run stopped inside fairseq-preprocess left its dictionaries there, and every run after
+  # it failed on them (FileExistsError); now it starts that step again
+  local out=$1
+  shift
+  rm -rf "$out/.binarizing"
+  fairseq-preprocess "$@" --destdir "$out/.binarizing"
+  mv "$out/.binarizing"/* "$out/"
+  rmdir "$out/.binarizing"
 }

@@ -9,6 +9,7 @@ from typing import Dict, Iterator, List, TextIO
 from fairseq_san.errors import UsageError, utf8_text
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
+GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 
 # Subword marks left in fairseq-generate's D- lines when it ran without --post-process (the mark as
 # shown, how it is found: subword-nmt's "@@" also ends a line), and the value that removes them.
@@ -76,6 +77,38 @@ def read_generate_output(path: str) -> List[str]:
                 f"fairseq-generate with --post-process {post_process}, or detokenize"
             )
     return [by_id[i] for i in sorted(by_id)]
+
+
+def read_generate_targets(path: str) -> Dict[int, str]:
+    """The target each sentence had in fairseq-generate's output (its ``T-`` lines, post-processed
+    as the hypotheses are), by sentence id; none without references."""
+    with text_lines(path) as lines:
+        found = (GENERATE_TARGET.match(line.rstrip("\n")) for line in lines)
+        return {int(match.group(1)): match.group(2) for match in found if match}
+
+
+def check_references(output: str, reference: str, references: List[str]) -> None:
+    """Refuse references that are not those of the subset fairseq-generate decoded into
+    ``output``: where its targets (``T-`` lines) are detokenized text with no unknown word, at
+    least half of them must read as the reference file's lines (spaces aside). Another split of
+    the same size (test and test1 of Multi30k, 1,000 lines each) or the source side scored
+    without a word."""
+    targets = read_generate_targets(output)
+    comparable = {
+        i: text for i, text in targets.items()
+        if i < len(references) and "<unk>" not in text
+        and not any(pattern.search(text) for _, pattern in SUBWORD_MARKS)
+    }  # fmt: skip
+    differing = [i for i, text in sorted(comparable.items()) if text.split() != references[i].split()]
+    if 2 * len(differing) > len(comparable):
+        first = differing[0]
+        raise UsageError(
+            f"{reference} does not hold the references of {output}: {len(differing)} of its "
+            f"{len(comparable)} targets (T- lines) differ from it, the first at line {first + 1} "
+            f"(T-{first}: {comparable[first][:50]!r}, the reference: {references[first][:50]!r}): "
+            "give the raw references of the subset decoded (--gen-subset test1: "
+            "text/test1.raw.TGT)"
+        )
 
 
 def read_lines(path: str) -> List[str]:

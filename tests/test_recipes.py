@@ -56,6 +56,13 @@ from helpers import (
 )
 
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
+# The fairseq commit whose prepare-wmt14en2de.sh the recipe runs (its last change), and the sha256
+# of that file.
+WMT14_PREPARE_URL = (
+    "https://raw.githubusercontent.com/facebookresearch/fairseq/"
+    "13d9e2baf8a67339bcdb25af18538630f7fa128f"
+)
+WMT14_PREPARE_SHA256 = "d34382e7986f6fdaede569edc7a5c15670ed4583867fb847436f423bb3865a41"
 
 NO_SHARING = {"decoder_self": None, "decoder_encdec": None, "encoder_self": None}
 DONE_LINE = "== the policy did not change: done after iteration 1"
@@ -684,6 +691,37 @@ def test_score_reads_gzip_compressed_files_and_names_a_broken_one(tmp_path):
         assert needle in one_error_line(result, "fairseq-san-score")
 
 
+TARGETED_OUTPUT = """\
+S-0\t▁a ▁man
+T-0\tEin Mann geht .
+D-0\t-0.2\tEin Mann geht .
+S-1\t▁the ▁cat
+T-1\tDie <unk> sitzt .
+D-1\t-0.3\tDie Katze sitzt .
+S-2\t▁two ▁dogs
+T-2\tZwei  Hunde laufen .
+D-2\t-0.3\tZwei Hunde rennen .
+"""
+
+
+def test_score_refuses_references_of_another_subset(tmp_path):
+    """test and test1 of Multi30k have 1,000 lines each: the other split's references (or the
+    source side) scored without a word; fairseq-generate's own targets (T- lines, detokenized,
+    unknown words aside) tell them apart."""
+    right = "Ein Mann geht .\nDie Katze sitzt .\nZwei Hunde laufen .\n"
+    assert score(tmp_path, TARGETED_OUTPUT, right).returncode == 0
+    one_off = "Ein Mann geht .\nDie Katze sitzt .\nDrei Hunde laufen .\n"  # 1 of 2 compared
+    assert score(tmp_path, TARGETED_OUTPUT, one_off).returncode == 0
+    other = "Eine Frau liest .\nDie Katze sitzt .\nEin Kind spielt .\n"
+    line = one_error_line(score(tmp_path, TARGETED_OUTPUT, other), "fairseq-san-score")
+    assert line == (
+        f"fairseq-san-score: error: {tmp_path / 'ref.de'} does not hold the references of "
+        f"{tmp_path / 'generate-test.txt'}: 2 of its 2 targets (T- lines) differ from it, the "
+        "first at line 1 (T-0: 'Ein Mann geht .', the reference: 'Eine Frau liest .'): give the "
+        "raw references of the subset decoded (--gen-subset test1: text/test1.raw.TGT)"
+    )
+
+
 def test_score_ignores_a_byte_order_mark(tmp_path):
     """A reference (or output) saved with a UTF-8 byte-order mark scored BLEU 86.28 against its
     own text: the mark stuck to the first sentence."""
@@ -798,9 +836,12 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     result = run_script(WMT14, "--dry-run", str(work), timeout=120)
     output = output_of(result)
     assert result.returncode == 0, output[-4000:]
-    # Data: fairseq's preparation script, downloaded and run; one joint dictionary.
-    curls = printed_commands(output, "curl")
-    assert any(a[-1].endswith("examples/translation/prepare-wmt14en2de.sh") for a in curls)
+    # Data: fairseq's preparation script at a fixed commit, downloaded, checked and run; one joint
+    # dictionary. Nothing else is downloaded: no code from a branch.
+    (curl,) = printed_commands(output, "curl")
+    assert curl[-1] == f"{WMT14_PREPARE_URL}/examples/translation/prepare-wmt14en2de.sh"
+    (check,) = printed_commands(output, "sha256sum")
+    assert check[1] == curl[curl.index("-o") + 1] and WMT14_PREPARE_SHA256 in check
     assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in printed_commands(output, "bash"))
     (preprocess,) = printed_commands(output, "fairseq-preprocess")
     assert "--joined-dictionary" in preprocess
@@ -824,10 +865,12 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     policy_flags = last_values(policy)
     assert policy_flags["--theta-decoder-self"] == "0.4"
     assert policy_flags["--theta-decoder-encdec"] == "0.5"
-    # The final model: the average of the last 5 checkpoints, beam 4, batch 16.
-    assert any(a[-1].endswith("scripts/average_checkpoints.py") for a in curls)
-    average = [a for a in printed_commands(output, "python") if a[1].endswith("average_checkpoints.py")]
+    # The final model: the average of the last 5 checkpoints (the plugin's command, which reads
+    # them with torch's safe loader), beam 4, batch 16.
+    assert not printed_commands(output, "python")
+    average = printed_commands(output, "fairseq-san-average")
     assert len(average) == 1 and last_values(average[0])["--num-update-checkpoints"] == "5"
+    assert last_values(average[0])["--inputs"] == str(work / "run" / "last" / "checkpoints")
     generates = printed_commands(output, "fairseq-generate")
     final = [a for a in generates if last_values(a)["--gen-subset"] == "test"]
     assert len(final) == 1
@@ -837,6 +880,31 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert "(dry run: iteration 1 repeats these commands" in output
     # Nothing was downloaded, trained or written.
     assert not work.exists(), sorted(work.rglob("*"))
+
+
+def test_wmt14_runs_no_preparation_script_but_the_pinned_one(tmp_path):
+    """A download that is not fairseq's file at the pinned commit is refused in one line and
+    removed, before it runs (a stand-in curl writes another script)."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    curl = fake_bin / "curl"
+    curl.write_text(
+        '#!/usr/bin/env bash\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        'printf \'touch "%s"\\n\' "$(dirname "$out")/ran" > "$out"\n'
+    )
+    curl.chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{fake_bin}{os.pathsep}{env['PATH']}"
+    work = tmp_path / "wmt14"
+    result = run_script(WMT14, str(work), env=env, timeout=120)
+    script = work / "prepare-wmt14en2de.sh"
+    assert result.returncode == 1, output_of(result)[-3000:]
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"run.sh: {script} has sha256 "), result.stderr
+    assert f"not {WMT14_PREPARE_SHA256}" in last and last.endswith("not run, removed")
+    assert not (work / "ran").exists() and not script.exists()
+    assert not printed_commands(output_of(result), "fairseq-preprocess")
 
 
 def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):

@@ -3,6 +3,8 @@
 Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` lines hold
 detokenized text (output that still holds subword pieces is refused); the references are the raw
 (untokenized) files. With ``--nbest N`` the first, best hypothesis of each sentence is scored.
+References that are not the decoded subset's (most of the output's detokenized ``T-`` lines read
+otherwise) are refused.
 """
 
 import argparse
@@ -12,7 +14,12 @@ from typing import List, Optional
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.files import write_json
-from fairseq_san.scoring import corpus_scores, read_generate_output, read_lines
+from fairseq_san.scoring import (
+    check_references,
+    corpus_scores,
+    read_generate_output,
+    read_lines,
+)
 
 
 @quiet_when_output_closes
@@ -30,7 +37,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
-        scores = corpus_scores(read_generate_output(args.generate_output), read_lines(args.reference))
+        hypotheses, references = read_generate_output(args.generate_output), read_lines(args.reference)
+        if len(hypotheses) == len(references):  # else corpus_scores says what differs
+            check_references(args.generate_output, args.reference, references)
+        scores = corpus_scores(hypotheses, references)
     except (OSError, ValueError) as err:
         parser.error(str(err))
     print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")

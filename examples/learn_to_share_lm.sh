@@ -51,7 +51,7 @@ analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its self-attentio
 
 run_logged() {  # run_logged LOG COMMAND...: as run, its output to LOG, the last lines if it fails
   { printf '+'; printf ' %q' "${@:2}"; printf ' > %q 2>&1\n' "$1"; } >&2
-  [ "$DRY_RUN" = 1 ] || "${@:2}" > "$1" 2>&1 || { tail -5 "$1" >&2; exit 1; }
+  [ "$DRY_RUN" = 1 ] || "${@:2}" > "$1" 2>&1 || { fairseq-san-loop log-tail "$1" >&2; exit 1; }
 }
 
 score() {  # score ITER_DIR CHECKPOINT: its perplexity on valid

@@ -460,6 +460,20 @@ def test_test_bleu_scores_both_test_sets_of_each_system(data, aan_checkpoint, tm
     assert again.stdout == result.stdout  # decoded splits are rescored, not decoded again
 
 
+def test_a_failed_commands_log_tail_leaves_fairseqs_configuration_out(tmp_path):
+    """test_bleu.sh and the language model's recipe print the end of a failed command's log:
+    fairseq's configuration (kilobytes on one line) came before the error and buried it."""
+    log = tmp_path / "generate.log"
+    configuration = "INFO:fairseq_cli.generate:{'_name': None, 'common': {" + "'x': 1, " * 900 + "}}"
+    log.write_text(f"INFO:fairseq.tasks:a\n{configuration}\nINFO:b\nfairseq-san: error: why\n")
+    result = run_cli("fairseq-san-loop", "log-tail", str(log))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "INFO:fairseq.tasks:a\nINFO:b\nfairseq-san: error: why\n"
+    assert run_cli("fairseq-san-loop", "log-tail", str(log), "-n", "1").stdout == (
+        "fairseq-san: error: why\n"
+    )
+
+
 @pytest.mark.slow
 def test_test_bleu_missing_checkpoint_is_one_clear_error(data, tmp_path):
     result = run_script(TEST_BLEU, str(data), "de", str(tmp_path), f"x={tmp_path}/none.pt",

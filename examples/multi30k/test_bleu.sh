@@ -36,7 +36,8 @@ while IFS=$'\t' read -r -u 3 name checkpoint overrides; do  # fd 3: the commands
       rm -rf "$dir.partial" && mkdir -p "$dir.partial"
       fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" --gen-subset "$split" \
         --model-overrides "$overrides" "${GENERATE[@]}" --results-path "$dir.partial" \
-        > "$dir.partial/generate.log" 2>&1 || { tail -5 "$dir.partial/generate.log" >&2; exit 1; }
+        > "$dir.partial/generate.log" 2>&1 || {
+        fairseq-san-loop log-tail "$dir.partial/generate.log" >&2; exit 1; }
       echo "$key" > "$dir.partial/decoded-by.json"
       rm -rf "$dir" && mv "$dir.partial" "$dir"
     fi

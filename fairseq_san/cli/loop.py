@@ -24,12 +24,15 @@
   ``fairseq-eval-lm`` (``examples/learn_to_share_lm.sh``; ``fairseq_san.loop.perplexity``);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss;
-* ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``.
+* ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``;
+* ``log-tail LOG``: the last lines of a fairseq command's log that failed, without the
+  configuration fairseq prints first (one line of kilobytes that buried the error after it).
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Dict, List, Optional
 
@@ -226,7 +229,24 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity.set_defaults(run=run_perplexity)
     user_dir = commands.add_parser("user-dir", help="print the folder fairseq's --user-dir takes")
     user_dir.set_defaults(run=run_user_dir)
+    log_tail = commands.add_parser(
+        "log-tail", help="the last lines of a failed command's log, its configuration left out"
+    )
+    log_tail.add_argument("log", help="the command's output")
+    log_tail.add_argument("-n", "--lines", type=int, default=5, help="(default: %(default)s)")
+    log_tail.set_defaults(run=run_log_tail)
     return parser
+
+
+# The configuration fairseq's commands log as they start: a dict's text, kilobytes on one line.
+FAIRSEQ_CONFIGURATION = re.compile(r"\{'_name': ")
+
+
+def run_log_tail(args: argparse.Namespace, after: List[str]) -> int:
+    with open(args.log, encoding="utf-8", errors="replace") as log:
+        kept = [line for line in log if not FAIRSEQ_CONFIGURATION.search(line)]
+    print("".join(kept[-args.lines:]), end="")
+    return 0
 
 
 # The subcommands whose arguments after -- are another command's (fairseq-train's, or

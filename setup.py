@@ -36,6 +36,7 @@ setup(
             "fairseq-san-score = fairseq_san.cli.score:main",
             "fairseq-san-loop = fairseq_san.cli.loop:main",
             "fairseq-san-cpu-ranks = fairseq_san.cli.cpu_ranks:main",
+            "fairseq-san-average = fairseq_san.cli.average:main",
         ],
     },
 )

@@ -32,7 +32,7 @@ def test_setup_declares_the_commands():
     the regex to read nothing, that test would run no case and pass unseen."""
     assert set(COMMANDS) == {
         "fairseq-san-policy", "fairseq-san-plot-js", "fairseq-san-spm", "fairseq-san-bench",
-        "fairseq-san-score", "fairseq-san-loop", "fairseq-san-cpu-ranks",
+        "fairseq-san-score", "fairseq-san-loop", "fairseq-san-cpu-ranks", "fairseq-san-average",
     }  # fmt: skip
 
 

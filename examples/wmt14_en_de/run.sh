@@ -11,7 +11,9 @@
 # script (Moses tokenization, 40k joint BPE, newstest2014 test; its validation set is every 100th
 # training pair, not the paper's newstest2013). BLEU is on tokenized text with the BPE removed.
 # Running it again resumes: the data's preparation and binarizing, once finished
-# (WORK_DIR/.done-*), and the loop's finished steps are skipped.
+# (WORK_DIR/.done-*), and the loop's finished steps are skipped. The preparation script is
+# fairseq's at a fixed commit, run only if its sha256 is the one pinned here; the checkpoints are
+# averaged by fairseq-san-average, which reads them with torch's safe loader.
 set -euo pipefail
 
 USAGE="usage: examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]"
@@ -24,7 +26,11 @@ for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken fo
   esac
 done
 WORK=${WORK:-wmt14_en_de}
-FAIRSEQ_RAW=https://raw.githubusercontent.com/facebookresearch/fairseq/main
+# fairseq's examples/translation/prepare-wmt14en2de.sh as of its last change (2019-11-07), at that
+# commit: downloaded, checked against its sha256, then run.
+FAIRSEQ_COMMIT=13d9e2baf8a67339bcdb25af18538630f7fa128f
+FAIRSEQ_RAW=https://raw.githubusercontent.com/facebookresearch/fairseq/$FAIRSEQ_COMMIT
+PREPARE_SHA256=d34382e7986f6fdaede569edc7a5c15670ed4583867fb847436f423bb3865a41
 DATA=$WORK/data-bin
 RUN=$WORK/run
 DRY=()
@@ -39,6 +45,18 @@ done_before() {  # done_before STEP: whether a run before this one finished STEP
   [ "$DRY_RUN" = 0 ] && [ -f "$WORK/.done-$1" ]
 }
 
+check_sha256() {  # check_sha256 FILE SHA256: refuse, in one line, a download that is not pinned
+  printf '+ sha256sum %q  # must be %s\n' "$1" "$2" >&2
+  [ "$DRY_RUN" = 0 ] || return 0
+  local sum
+  sum=$(sha256sum "$1") && sum=${sum%% *}
+  if [ "$sum" != "$2" ]; then
+    rm -f "$1"
+    echo "run.sh: $1 has sha256 ${sum:-?}, not $2 (fairseq $FAIRSEQ_COMMIT's): not run, removed" >&2
+    exit 1
+  fi
+}
+
 finished() {  # finished STEP: a re-run skips STEP (hours of tokenizing and BPE, the binarizing)
   [ "$DRY_RUN" = 1 ] || touch "$WORK/.done-$1"
 }
@@ -46,6 +64,7 @@ finished() {  # finished STEP: a re-run skips STEP (hours of tokenizing and BPE,
 run mkdir -p "$WORK"
 if ! done_before prepare; then
   run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
+  check_sha256 "$WORK/prepare-wmt14en2de.sh" "$PREPARE_SHA256"
   run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh' _ "$WORK"
   finished prepare
 fi
@@ -66,9 +85,8 @@ run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/wmt14_en_de/valid.de" > "$1/wmt14_
   --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
 
 FINAL=$RUN/final
-run curl -fsSL -o "$WORK/average_checkpoints.py" "$FAIRSEQ_RAW/scripts/average_checkpoints.py"
-run python "$WORK/average_checkpoints.py" --inputs "$RUN/last/checkpoints" \
-  --num-update-checkpoints 5 --output "$FINAL.pt"
+run fairseq-san-average --inputs "$RUN/last/checkpoints" --num-update-checkpoints 5 \
+  --output "$FINAL.pt"
 USER_DIR=$(fairseq-san-loop user-dir)
 run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
   --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"

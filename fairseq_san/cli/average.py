@@ -1,0 +1,229 @@
+"""``fairseq-san-average``: one checkpoint whose parameters are the mean of several checkpoints'.
+
+What fairseq's ``scripts/average_checkpoints.py`` computes, with its options: ``--inputs`` names
+checkpoint files, or one folder whose newest N checkpoints ``--num-update-checkpoints N``
+(``checkpoint_E_U.pt``, written by ``--save-interval-updates``) or ``--num-epoch-checkpoints N``
+(``checkpointE.pt``) choose, at most ``--checkpoint-upper-bound`` updates or epochs. The average
+keeps the other fields (configuration, optimizer state, ...) of the first checkpoint: the newest,
+of a folder. Half-precision parameters are averaged and written in float32, integer ones rounded
+down, as fairseq does. Unlike fairseq's script, each checkpoint is read with torch's safe loader
+(``fairseq_san.checkpoints.load_state``): on torch >= 2.6 that script refuses every fairseq
+checkpoint, and with the safe loader switched off, reading one could run code.
+"""
+
+import argparse
+import logging
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from fairseq_san.cli.subwords import positive_int
+from fairseq_san.errors import UsageError, repeated
+from fairseq_san.files import same_file
+
+if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
+    from torch import Tensor
+
+PROG = "fairseq-san-average"
+logger = logging.getLogger(__name__)
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # as fairseq-san-bench's
+
+# The checkpoints a folder holds, as fairseq names them (the regexes of its script); group 1 is
+# the number that orders them.
+NAMES = {
+    "update": (re.compile(r"checkpoint_\d+_(\d+)\.pt"), "checkpoint_<epoch>_<updates>.pt"),
+    "epoch": (re.compile(r"checkpoint(\d+)\.pt"), "checkpoint<epoch>.pt"),
+}
+
+
+def newest_checkpoints(folder: str, count: int, kind: str, upper_bound: Optional[int]) -> List[str]:
+    """The ``count`` newest checkpoints of ``kind`` ("update" or "epoch") in ``folder``, newest
+    first, none beyond ``upper_bound`` updates or epochs (fairseq's ``last_n_checkpoints``)."""
+    pattern, form = NAMES[kind]
+    try:
+        names = os.listdir(folder)
+    except OSError as err:
+        raise UsageError(f"--inputs {folder}: cannot list it: {err.strerror or err}") from None
+    found = sorted(
+        ((int(match.group(1)), name) for name in names if (match := pattern.fullmatch(name))),
+        reverse=True,
+    )
+    bound = "" if upper_bound is None else f" of at most {upper_bound} {kind}s"
+    kept = [name for number, name in found if upper_bound is None or number <= upper_bound]
+    if not kept:
+        raise UsageError(
+            f"--inputs {folder} has no {form} checkpoint{bound}"
+            + (" (fairseq-train --save-interval-updates writes them)" if kind == "update" else "")
+        )
+    if len(kept) < count:
+        raise UsageError(
+            f"--inputs {folder} has {len(kept)} {form} checkpoint(s){bound}, fewer than the "
+            f"{count} to average: {', '.join(kept)}"
+        )
+    return [os.path.join(folder, name) for name in kept[:count]]
+
+
+def input_paths(args: argparse.Namespace) -> List[str]:
+    """The checkpoints to average: the files ``--inputs`` names, or the newest N of its folder."""
+    if args.num_update_checkpoints is None and args.num_epoch_checkpoints is None:
+        folders = [path for path in args.inputs if os.path.isdir(path)]
+        if folders:
+            raise UsageError(
+                f"--inputs {folders[0]} is a folder: give --num-update-checkpoints N or "
+                "--num-epoch-checkpoints N to average its newest N checkpoints, or name the files"
+            )
+        twice = repeated([os.path.realpath(path) for path in args.inputs])
+        if twice is not None:
+            raise UsageError(f"--inputs names {twice} twice: each checkpoint counts once")
+        return args.inputs
+    kind = "update" if args.num_update_checkpoints is not None else "epoch"
+    count = args.num_update_checkpoints or args.num_epoch_checkpoints
+    if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
+        raise UsageError(
+            f"--num-{kind}-checkpoints averages the newest checkpoints of one folder: give "
+            f"--inputs DIR, not {' '.join(args.inputs)}"
+        )
+    return newest_checkpoints(args.inputs[0], count, kind, args.checkpoint_upper_bound)
+
+
+def output_problem(output: str, inputs: List[str]) -> Optional[str]:
+    """Why the average cannot be written to ``output``, checked before any checkpoint is read;
+    None if it can."""
+    for path in inputs:
+        if same_file(output, path):
+            return f"is the input {path}: write the average to another file"
+    if os.path.isdir(output):
+        return "is a folder: name the checkpoint file to write"
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        return f"no folder {folder} (create it first)"
+    return None
+
+
+def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:
+    """The model parameters of checkpoint ``path``'s contents ``state``, refused in one line
+    when ``state`` is no fairseq checkpoint."""
+    import torch
+
+    from fairseq_san.checkpoints import CheckpointError, content_problem
+
+    model = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
+        problem = content_problem(path) or "its 'model' is not a dict of tensors"
+        raise CheckpointError(f"cannot average checkpoint {path}: {problem}")
+    return model
+
+
+def shape_mismatch(
+    reference: Dict[str, Tuple[int, ...]], parameters: Dict[str, "Tensor"]
+) -> Optional[str]:
+    """How ``parameters`` differ from ``reference``'s names and shapes, or None if they do not."""
+    missing = [name for name in reference if name not in parameters]
+    extra = [name for name in parameters if name not in reference]
+    for names, what in ((missing, "lacks"), (extra, "has an extra")):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            return f"it {what} parameter {names[0]}{more}"
+    for name, shape in reference.items():
+        if tuple(parameters[name].shape) != shape:
+            return f"its {name} has shape {tuple(parameters[name].shape)}, not {shape}"
+    return None
+
+
+def average(paths: List[str]) -> dict:
+    """The first checkpoint of ``paths``, its model's parameters replaced by their mean over all
+    of them (fairseq's ``average_checkpoints``); each is read with torch's safe loader."""
+    import torch
+
+    from fairseq_san.checkpoints import CheckpointError, load_state
+
+    first, reference, sums = None, {}, {}
+    for index, path in enumerate(paths, 1):
+        logger.info("reading checkpoint %d/%d: %s", index, len(paths), path)
+        state = load_state(path)
+        parameters = model_parameters(path, state)
+        if first is None:
+            first = state
+            reference = {name: tuple(tensor.shape) for name, tensor in parameters.items()}
+        mismatch = shape_mismatch(reference, parameters)
+        if mismatch:
+            raise CheckpointError(
+                f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "
+                "checkpoints of one training run"
+            )
+        for name, tensor in parameters.items():
+            if tensor.dtype in (torch.float16, torch.bfloat16):  # fairseq: half, summed in float32
+                tensor = tensor.float()
+            if name in sums:
+                sums[name] += tensor
+            else:
+                sums[name] = tensor.clone()  # a copy: shared with others, or mapped from the file
+    for name, total in sums.items():
+        if total.is_floating_point():
+            total.div_(len(paths))
+        else:
+            total.floor_divide_(len(paths))
+    first["model"] = {name: sums[name] for name in reference}
+    return first
+
+
+def save(state: dict, output: str) -> None:
+    """Write ``state`` to ``output`` whole or not at all: through ``output.tmp`` and a rename."""
+    import torch
+
+    temporary = output + ".tmp"
+    try:
+        torch.save(state, temporary)
+        os.replace(temporary, output)
+    except BaseException as err:  # no partial file left beside output (a full disk, an interrupt)
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        if isinstance(err, (OSError, RuntimeError)):  # a read-only folder; torch's writer failed
+            lines = str(err).strip().splitlines() or [type(err).__name__]
+            reason = getattr(err, "strerror", None) or lines[0]
+            raise UsageError(f"cannot write {output}: {reason}") from None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--inputs", required=True, nargs="+", metavar="PATH",
+        help="checkpoint files, or with --num-*-checkpoints one folder of them",
+    )  # fmt: skip
+    parser.add_argument("--output", required=True, metavar="FILE", help="the averaged checkpoint")
+    newest = parser.add_mutually_exclusive_group()
+    for kind, (_, form) in NAMES.items():  # --num-update-checkpoints, --num-epoch-checkpoints
+        newest.add_argument(f"--num-{kind}-checkpoints", type=positive_int, metavar="N",
+                            help=f"average the N newest {form} of the --inputs folder")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint-upper-bound", type=int, metavar="K",
+        help="with --num-*-checkpoints: only checkpoints of at most K updates (or epochs)",
+    )  # fmt: skip
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.checkpoint_upper_bound is not None and not (
+        args.num_update_checkpoints or args.num_epoch_checkpoints
+    ):
+        parser.error("--checkpoint-upper-bound needs --num-update-checkpoints or "
+                     "--num-epoch-checkpoints")  # fmt: skip
+    logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, stream=sys.stderr)  # progress
+    try:
+        paths = input_paths(args)
+        problem = output_problem(args.output, paths)
+        if problem:
+            raise UsageError(f"--output {args.output} {problem}")
+        logger.info("averaging %d checkpoint(s): %s", len(paths), ", ".join(paths))
+        save(average(paths), args.output)
+    except UsageError as err:  # a CheckpointError among them
+        sys.exit(f"{PROG}: error: {err}")
+    logger.info("wrote %s, the average of %d checkpoint(s)", args.output, len(paths))
+
+
+if __name__ == "__main__":
+    main()

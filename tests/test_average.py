@@ -1,0 +1,283 @@
+"""``fairseq-san-average``: the mean of checkpoints' parameters, read with torch's safe loader.
+
+A tiny model trained 3 updates with ``--save-interval-updates 1`` leaves three update checkpoints;
+the newest two are averaged (as examples/wmt14_en_de/run.sh averages the newest five), and the
+average must be their exact mean, keep the newest checkpoint's other fields and load with
+fairseq-generate. Bad input is one line ``fairseq-san-average: error: ...``, and nothing is written.
+"""
+
+import datetime
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+
+from fairseq_san.checkpoints import load_state
+from fairseq_san.cli import average
+from helpers import best_hypotheses, fairseq_generate, run_cli, train_argv
+
+PREFIX = "fairseq-san-average: error: "
+UPDATE_CHECKPOINT = re.compile(r"checkpoint_\d+_(\d+)\.pt")
+
+
+def update_checkpoints(folder: Path) -> Dict[int, Path]:
+    """{updates: path} of the checkpoint_E_U.pt files in ``folder``."""
+    found = {}
+    for path in folder.iterdir():
+        match = UPDATE_CHECKPOINT.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+def refusal(argv: List[str]) -> str:
+    """The one line ``fairseq-san-average`` exits with, run in this process."""
+    with pytest.raises(SystemExit) as exit:
+        average.main(argv)
+    message = exit.value.code
+    assert isinstance(message, str) and "\n" not in message, message
+    assert message.startswith(PREFIX), message
+    return message[len(PREFIX) :]
+
+
+def save_changed(source: Path, target: Path, change) -> Path:
+    """A copy of checkpoint ``source`` at ``target``, its contents passed through ``change``."""
+    state = load_state(str(source))
+    change(state)
+    torch.save(state, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def checkpoints(binarized_corpus, tmp_path_factory) -> Path:
+    """A save dir with the update checkpoints of a tiny model's updates 1, 2 and 3."""
+    save_dir = tmp_path_factory.mktemp("average") / "checkpoints"
+    argv = train_argv(binarized_corpus, save_dir, 3, ["--save-interval-updates", "1"])
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(update_checkpoints(save_dir)) == [1, 2, 3], sorted(save_dir.iterdir())
+    return save_dir
+
+
+@pytest.fixture(scope="module")
+def averaged(checkpoints, tmp_path_factory):
+    """(the average of the newest two update checkpoints, fairseq-san-average's result)."""
+    output = tmp_path_factory.mktemp("averaged") / "final.pt"
+    result = run_cli(
+        "fairseq-san-average", "--inputs", str(checkpoints), "--num-update-checkpoints", "2",
+        "--output", str(output),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output, result
+
+
+@pytest.mark.slow
+def test_average_is_the_mean_of_the_newest_two(checkpoints, averaged):
+    output, result = averaged
+    by_update = update_checkpoints(checkpoints)
+    newest, before = (load_state(str(by_update[u])) for u in (3, 2))
+    mean = load_state(str(output))
+    assert any(not torch.equal(newest["model"][n], t) for n, t in before["model"].items())
+    assert list(mean["model"]) == list(newest["model"])
+    for name, tensor in mean["model"].items():
+        assert tensor.dtype == newest["model"][name].dtype, name
+        expected = (newest["model"][name] + before["model"][name]) / 2
+        torch.testing.assert_close(tensor, expected, msg=name)
+    # The newest checkpoint's other fields: its configuration, its place in training.
+    assert mean["optimizer_history"] == newest["optimizer_history"]
+    assert mean["optimizer_history"][-1]["num_updates"] == 3
+    assert vars(mean["cfg"]["model"]) == vars(newest["cfg"]["model"])
+    assert set(mean) == set(newest)
+    # Not the oldest: its parameters differ from the mean's.
+    oldest = load_state(str(by_update[1]))
+    assert any(not torch.equal(oldest["model"][n], t) for n, t in mean["model"].items())
+    assert str(by_update[3]) in result.stderr and str(by_update[2]) in result.stderr
+    assert not output.with_name("final.pt.tmp").exists()
+
+
+@pytest.mark.slow
+def test_named_files_average_as_the_folder_does(checkpoints, averaged, tmp_path):
+    by_update = update_checkpoints(checkpoints)
+    output = tmp_path / "named.pt"
+    average.main(["--inputs", str(by_update[3]), str(by_update[2]), "--output", str(output)])
+    folder, named = load_state(str(averaged[0])), load_state(str(output))
+    for name, tensor in folder["model"].items():
+        assert torch.equal(named["model"][name], tensor), name
+
+
+@pytest.mark.slow
+def test_fairseq_generate_loads_the_average(binarized_corpus, averaged):
+    result = fairseq_generate(binarized_corpus, averaged[0])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(best_hypotheses(result.stdout)) == 20  # every test sentence
+
+
+@pytest.mark.slow
+def test_half_precision_is_averaged_in_float32(checkpoints, tmp_path):
+    """fairseq's script sums half-precision parameters in float32 and writes them so."""
+    by_update = update_checkpoints(checkpoints)
+
+    def to_half(state: dict) -> None:
+        state["model"] = {name: t.half() for name, t in state["model"].items()}
+
+    halves = [save_changed(by_update[u], tmp_path / f"half{u}.pt", to_half) for u in (2, 3)]
+    output = tmp_path / "mean.pt"
+    average.main(["--inputs", *map(str, halves), "--output", str(output)])
+    first, second = (load_state(str(path))["model"] for path in halves)
+    for name, tensor in load_state(str(output))["model"].items():
+        assert tensor.dtype == torch.float32, name
+        torch.testing.assert_close(tensor, (first[name].float() + second[name].float()) / 2)
+
+
+# --- bad input: one line, nothing written ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options, said", [
+    (["--num-update-checkpoints", "4"], "has 3 checkpoint_<epoch>_<updates>.pt checkpoint(s), "
+                                        "fewer than the 4 to average"),
+    (["--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"],
+     "has 1 checkpoint_<epoch>_<updates>.pt checkpoint(s) of at most 1 updates, fewer than the 2"),
+    (["--num-update-checkpoints", "1", "--checkpoint-upper-bound", "0"],
+     "has no checkpoint_<epoch>_<updates>.pt checkpoint of at most 0 updates"),
+    (["--num-epoch-checkpoints", "1"], "has no checkpoint<epoch>.pt checkpoint"),
+    ([], "is a folder: give --num-update-checkpoints N or --num-epoch-checkpoints N"),
+])  # fmt: skip
+def test_a_folder_without_enough_checkpoints_is_refused(checkpoints, tmp_path, options, said):
+    output = tmp_path / "mean.pt"
+    message = refusal(["--inputs", str(checkpoints), *options, "--output", str(output)])
+    assert said in message
+    assert not output.exists()
+
+
+@pytest.mark.slow
+def test_a_folder_without_checkpoints_is_refused(tmp_path):
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # not an update checkpoint
+    message = refusal(["--inputs", str(tmp_path), "--num-update-checkpoints", "1",
+                       "--output", str(tmp_path / "mean.pt")])  # fmt: skip
+    assert message == (
+        f"--inputs {tmp_path} has no checkpoint_<epoch>_<updates>.pt checkpoint "
+        "(fairseq-train --save-interval-updates writes them)"
+    )
+
+
+def drop_a_parameter(state: dict) -> None:
+    state["model"].pop(sorted(state["model"])[0])
+
+
+def widen_a_parameter(state: dict) -> None:
+    name = sorted(state["model"])[-1]
+    state["model"][name] = torch.zeros(*state["model"][name].shape, 2)
+
+
+def add_an_unsafe_global(state: dict) -> None:
+    state["extra"] = datetime.date(2026, 1, 1)  # not on torch's safe loader's allow-list
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, said", [
+    (drop_a_parameter, "is not of the model of {first}: it lacks parameter "),
+    (widen_a_parameter, "is not of the model of {first}: its "),
+    (add_an_unsafe_global, "cannot load checkpoint {other}: it contains datetime.date, which "
+                           "torch's safe loader (weights_only) refuses"),
+])  # fmt: skip
+def test_a_checkpoint_of_another_model_or_unsafe_is_refused(checkpoints, tmp_path, change, said):
+    first = update_checkpoints(checkpoints)[3]
+    other = save_changed(update_checkpoints(checkpoints)[2], tmp_path / "other.pt", change)
+    output = tmp_path / "mean.pt"
+    message = refusal(["--inputs", str(first), str(other), "--output", str(output)])
+    assert said.format(first=first, other=other) in message
+    assert not output.exists() and not (tmp_path / "mean.pt.tmp").exists()
+
+
+@pytest.mark.slow
+def test_an_output_that_is_an_input_is_refused(checkpoints):
+    by_update = update_checkpoints(checkpoints)
+    before = by_update[3].read_bytes()
+    output = f"{checkpoints}/./{by_update[3].name}"  # the same file, spelt otherwise
+    message = refusal(["--inputs", str(checkpoints), "--num-update-checkpoints", "2",
+                       "--output", output])  # fmt: skip
+    assert message == (
+        f"--output {output} is the input {by_update[3]}: write the average to another file"
+    )
+    assert by_update[3].read_bytes() == before
+
+
+@pytest.mark.slow
+def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
+    newest = str(update_checkpoints(checkpoints)[3])
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint\n")
+    missing = tmp_path / "missing.pt"
+    weights = tmp_path / "weights.pt"
+    torch.save(load_state(newest)["model"], weights)  # a state dict alone
+    output = str(tmp_path / "mean.pt")
+    assert refusal(["--inputs", newest, str(missing), "--output", output]) == (
+        f"cannot load checkpoint {missing}: no such file"
+    )
+    assert refusal(["--inputs", newest, str(text), "--output", output]).startswith(
+        f"cannot load checkpoint {text}: "
+    )
+    assert "not a fairseq checkpoint" in refusal(["--inputs", str(weights), "--output", output])
+    assert refusal(["--inputs", newest, newest, "--output", output]) == (
+        f"--inputs names {newest} twice: each checkpoint counts once"
+    )
+    assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
+        f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"
+    )
+    assert not (tmp_path / "mean.pt").exists()
+
+
+@pytest.mark.slow
+def test_the_unsafe_loader_is_refused(checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    message = refusal(["--inputs", str(checkpoints), "--num-update-checkpoints", "2",
+                       "--output", str(tmp_path / "mean.pt")])  # fmt: skip
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set" in message
+
+
+@pytest.mark.slow
+def test_the_command_says_a_refusal_in_one_line(checkpoints, tmp_path):
+    """As a user runs it: standard error holds the progress lines and one error line."""
+    result = run_cli("fairseq-san-average", "--inputs", str(checkpoints),
+                     "--num-update-checkpoints", "5", "--output", str(tmp_path / "mean.pt"))
+    newest_first = [update_checkpoints(checkpoints)[u].name for u in (3, 2, 1)]
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{PREFIX}--inputs {checkpoints} has 3 checkpoint_<epoch>_<updates>.pt checkpoint(s), "
+        f"fewer than the 5 to average: {', '.join(newest_first)}"
+    ]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--inputs", "a.pt"], "the following arguments are required: --output"),
+    (["--inputs", "d", "--output", "o.pt", "--num-update-checkpoints", "2",
+      "--num-epoch-checkpoints", "2"], "not allowed with argument"),
+    (["--inputs", "d", "--output", "o.pt", "--num-update-checkpoints", "0"],
+     "0 is not a positive integer"),
+    (["--inputs", "a.pt", "--output", "o.pt", "--checkpoint-upper-bound", "5"],
+     "--checkpoint-upper-bound needs --num-update-checkpoints or --num-epoch-checkpoints"),
+])  # fmt: skip
+def test_bad_options_are_usage_errors(argv, said, capsys):
+    with pytest.raises(SystemExit) as exit:
+        average.main(argv)
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("fairseq-san-average: error: ") and said in error, error
+
+
+def test_num_checkpoints_need_one_folder(tmp_path):
+    files = [tmp_path / "a.pt", tmp_path / "b.pt"]
+    message = refusal(["--inputs", *map(str, files), "--num-update-checkpoints", "2",
+                       "--output", str(tmp_path / "o.pt")])  # fmt: skip
+    assert message.startswith("--num-update-checkpoints averages the newest checkpoints of one")
+
+
+def test_the_parser_keeps_fairseqs_option_names():
+    """The options of fairseq's scripts/average_checkpoints.py that the recipe and users give."""
+    options = {o for action in average.build_parser()._actions for o in action.option_strings}
+    assert {"--inputs", "--output", "--num-update-checkpoints", "--num-epoch-checkpoints",
+            "--checkpoint-upper-bound"} <= options  # fmt: skip
+

@@ -2136,3 +2136,27 @@ def test_a_task_dict_in_the_overrides_that_drops_the_analysis_flags_is_refused(
     fixed = run_cli("fairseq-validate", *argv, "--model-overrides", override)
     assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
     assert json.loads((analysis / "js.json").read_text())["sentences"] == 30
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        ("w1 5\nbadline\n", "Incorrect dictionary format, expected '<token> <cnt> [flags]': \"badline \""),
+        ("w1 5\nw1 3\n", "Duplicate word found when loading Dictionary: 'w1'."),
+        (b"w1 5\n\xe9 3\n", "Incorrect encoding detected in"),
+    ],
+    ids=["no count", "twice", "not UTF-8"],
+)  # fmt: skip
+def test_a_dictionary_fairseq_cannot_read_is_named(tmp_path, text, said):
+    """fairseq's Dictionary raised ValueError, RuntimeError or a bare Exception naming neither
+    the file nor what to do: a traceback from every command that loads the data."""
+    from fairseq.data import Dictionary
+
+    from fairseq_san.errors import UsageError
+
+    path = tmp_path / "dict.en.txt"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(UsageError) as refused:
+        Dictionary.load(str(path))
+    assert str(refused.value).startswith(f"dictionary {path} cannot be read: {said}")
+    assert str(refused.value).endswith("(give the dict.*.txt that fairseq-preprocess wrote)")

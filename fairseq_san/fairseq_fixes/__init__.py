@@ -38,6 +38,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   or a ``--context-window`` that leaves nothing of them to score;
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
   ``--shard-id`` name (it translated the whole subset in every shard);
+* ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks
+  naming neither the file nor the line's problem);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -45,6 +47,7 @@ from fairseq_san.fairseq_fixes import (
     checkpoint_broadcast,
     clean_exit,
     command_options,
+    dictionary_files,
     generation_shards,
     half_precision,
     interactive_input,
@@ -62,7 +65,7 @@ from fairseq_san.fairseq_fixes import (
 FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     interactive_input, clean_exit, restore_file, shared_checkpoints, half_precision,
-    command_options, tokens_per_sample, generation_shards, one_line_errors,
+    command_options, tokens_per_sample, generation_shards, dictionary_files, one_line_errors,
 )
 
 

@@ -7,18 +7,27 @@ import json
 import os
 
 
-def write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str, replace_link: bool = False) -> None:
     """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``.
 
-    A symbolic link's target is written (the link stays); a path that exists and is no regular
-    file or folder (``/dev/stdout``, a pipe) is written directly: a rename would replace it.
+    A symbolic link's target is written (the link stays), unless ``replace_link``: the files a
+    run dir keeps for itself (its record, its summary), where a link in a run dir received from
+    elsewhere would have had the loop overwrite whatever it points to. A path that exists and is
+    no regular file or folder (``/dev/stdout``, a pipe) is written directly: a rename would
+    replace it.
     """
-    if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+    if replace_link and os.path.islink(path):
+        folder, name = os.path.split(path)
+        path = os.path.join(os.path.realpath(folder or "."), name)
+    elif os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
         with open(path, "w", encoding="utf-8") as out:
             out.write(text)
         return
-    path = os.path.realpath(path)
+    else:
+        path = os.path.realpath(path)
     temporary = path + ".tmp"
+    if os.path.islink(temporary):  # opening it would write wherever it points
+        os.remove(temporary)
     try:
         with open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
@@ -29,9 +38,9 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
-def write_json(path: str, value) -> None:
+def write_json(path: str, value, replace_link: bool = False) -> None:
     """``value`` as indented JSON, one newline at the end, written as ``write_text`` does."""
-    write_text(path, json.dumps(value, indent=2) + "\n")
+    write_text(path, json.dumps(value, indent=2) + "\n", replace_link)
 
 
 def same_file(first: str, second: str) -> bool:

@@ -1036,6 +1036,22 @@ def test_summary_over_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "run" / "loop.md").exists()
 
 
+def test_summary_replaces_links_in_the_run_dir_and_writes_no_file_they_name(tmp_path):
+    """A run dir received from elsewhere with loop.md (or loop.md.tmp) linked to another file:
+    the summary wrote the loop's table into that file."""
+    run_dir = tmp_path / "run"
+    iteration_with_checkpoint(run_dir)
+    victims = {name: tmp_path / f"victim-{name}" for name in ("loop.md", "loop.json.tmp")}
+    for name, victim in victims.items():
+        victim.write_text("precious\n")
+        (run_dir / name).symlink_to(victim)
+    result = run_cli("fairseq-san-loop", "summary", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert all(victim.read_text() == "precious\n" for victim in victims.values())
+    assert not (run_dir / "loop.md").is_symlink() and "| iter |" in (run_dir / "loop.md").read_text()
+    assert not (run_dir / "loop.json.tmp").exists() and (run_dir / "loop.json").is_file()
+
+
 def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
     scores = iteration_with_checkpoint(tmp_path / "run") / "valid.json"
     for text in ('{"bleu": 12.5, "chrf": 3', '{"bleu": 1' + "0" * 5000 + "}"):  # int(): traceback

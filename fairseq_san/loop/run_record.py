@@ -406,7 +406,8 @@ def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:
 
 def write_record(run_dir: str, options: Options) -> None:
     """Write run.json through a temporary file: a stopped write leaves the old record."""
-    write_json(record_path(run_dir), {"options": options, "content": digests(options)})
+    write_json(record_path(run_dir), {"options": options, "content": digests(options)},
+               replace_link=True)  # fmt: skip
 
 
 def started(run_dir: str) -> bool:

@@ -226,6 +226,6 @@ def write_summary(run_dir: str) -> str:
     stop = loop_stop(run_dir, rows[-1]["iteration"])
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
     table += "" if stop is None else f"\nStopped: {stop}.\n"
-    write_text(os.path.join(run_dir, "loop.md"), table)
-    write_json(os.path.join(run_dir, "loop.json"), rows)
+    write_text(os.path.join(run_dir, "loop.md"), table, replace_link=True)
+    write_json(os.path.join(run_dir, "loop.json"), rows, replace_link=True)
     return table

@@ -1052,6 +1052,25 @@ def test_summary_replaces_links_in_the_run_dir_and_writes_no_file_they_name(tmp_
     assert not (run_dir / "loop.json.tmp").exists() and (run_dir / "loop.json").is_file()
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [("optimizer_history", []), ("extra_state", {"best": "x"}), ("model", None)],
+)  # fmt: skip
+def test_summary_over_a_checkpoint_without_fairseqs_training_record_is_one_line(tmp_path, field,
+                                                                                 value):  # fmt: skip
+    """IndexError, ValueError or TypeError tracebacks from a checkpoint whose fields are not those
+    fairseq-train stores."""
+    import torch
+
+    checkpoint = iteration_with_checkpoint(tmp_path / "run") / "checkpoints" / "checkpoint_best.pt"
+    state = torch.load(checkpoint, weights_only=True)
+    state[field] = value
+    torch.save(state, checkpoint)
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(tmp_path / "run")),
+                          "fairseq-san-loop")  # fmt: skip
+    assert f"checkpoint {checkpoint} lacks what fairseq-train stores (" in line, line
+
+
 def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
     scores = iteration_with_checkpoint(tmp_path / "run") / "valid.json"
     for text in ('{"bleu": 12.5, "chrf": 3', '{"bleu": 1' + "0" * 5000 + "}"):  # int(): traceback

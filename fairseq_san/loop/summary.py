@@ -51,13 +51,19 @@ def checkpoint_facts(path: str) -> Dict[str, object]:
     from fairseq_san.checkpoints import load_state
 
     state = load_state(path)
-    extra = state.get("extra_state", {})
-    return {
-        "parameters": parameter_count(state),
-        "valid_loss": as_number(extra.get("best")),
-        "num_updates": state["optimizer_history"][-1].get("num_updates"),
-        "train_seconds": as_number(extra.get("previous_training_time")),
-    }
+    try:
+        extra = state.get("extra_state") or {}
+        return {
+            "parameters": parameter_count(state),
+            "valid_loss": as_number(extra.get("best")),
+            "num_updates": state["optimizer_history"][-1].get("num_updates"),
+            "train_seconds": as_number(extra.get("previous_training_time")),
+        }
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        raise UsageError(
+            f"checkpoint {path} lacks what fairseq-train stores ({type(err).__name__}: {err}): "
+            "was it written by fairseq-train?"
+        ) from None
 
 
 # Embeddings fairseq ties when the model flag is set. A checkpoint saved from a GPU holds each as

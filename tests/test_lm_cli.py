@@ -321,7 +321,9 @@ def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):
     assert read_json(run / "iter0" / "valid.json")["perplexity"] > 1
     assert sum(read_json(run / "iter1" / "policy.json")["decoder_self"]) == 6  # learned, 6 layers
     assert (run / "iter1" / "trained").exists()
-    assert "| valid ppl |" in (run / "loop.md").read_text()
+    table = (run / "loop.md").read_text()
+    assert "| valid ppl |" in table and "| 0 | decoder_self none | " in table
+    assert "decoder_encdec" not in table and "encoder_self" not in table  # kinds it has not
     options = read_json(run / "run.json")["options"]
     assert options["--lm"] is True and options["--theta-self"] == "0.6"
     assert options["--self-share"] == "weights" and "--valid-ref" in options

@@ -19,7 +19,9 @@ from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
 from fairseq_san.loop.stopping import loop_stop, policy_path
+from fairseq_san.options import LM_KIND
 from fairseq_san.policy import (
+    KINDS,
     ThetaRange,
     format_policy,
     learn_policy,
@@ -117,13 +119,14 @@ def read_json(path: str, expected: type = dict):
     return found
 
 
-def iteration_row(iteration_dir: str) -> Dict[str, object]:
+def iteration_row(iteration_dir: str, kinds: Sequence[str] = KINDS) -> Dict[str, object]:
+    """An iteration's row from its checkpoint and files, its policy as ``kinds`` (the model's)."""
     facts = checkpoint_facts(best_checkpoint(iteration_dir))
     score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
     iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
     return {
         "iteration": iteration,
-        "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json"))),
+        "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json")), kinds),
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
         "signature": score.get("bleu_signature"),
@@ -132,10 +135,10 @@ def iteration_row(iteration_dir: str) -> Dict[str, object]:
     }
 
 
-def learned_policy(run_dir: str, iteration: int) -> str:
+def learned_policy(run_dir: str, iteration: int, kinds: Sequence[str] = KINDS) -> str:
     """The policy iteration ``iteration`` learned (``iter<k+1>/policy.json``), "-" if none yet."""
     path = policy_path(run_dir, iteration + 1)
-    return format_policy(load_policy(path)) if os.path.exists(path) else "-"
+    return format_policy(load_policy(path), kinds) if os.path.exists(path) else "-"
 
 
 def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, ThetaRange]]:
@@ -159,13 +162,13 @@ def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
     return "  ".join(f"{kind} {ThetaRange(*same)}" for kind, same in ranges.items())
 
 
-def with_learned(run_dir: str, row: Dict[str, object]) -> Dict[str, object]:
+def with_learned(run_dir: str, row: Dict[str, object], kinds: Sequence[str] = KINDS) -> Dict[str, object]:
     """``row`` with the policy its iteration learned, as it is now, and that policy's range of
     theta (a recorded row's may be older than the next iteration's policy file)."""
     iteration = row["iteration"]
     return {
         **row,
-        "learned": learned_policy(run_dir, iteration),
+        "learned": learned_policy(run_dir, iteration, kinds),
         "learned_for": format_theta_ranges(learned_theta_ranges(run_dir, iteration)),
     }
 
@@ -221,12 +224,22 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_kinds(run_dir: str) -> Sequence[str]:
+    """The attention kinds of the run's model: a language model's run (its record's ``--lm``,
+    learn_to_share_lm.sh) has decoder self-attention only."""
+    record = read_record(run_dir)
+    return (LM_KIND,) if record is not None and record[0].get("--lm") else KINDS
+
+
 def write_summary(run_dir: str) -> str:
     """Write loop.md and loop.json: a row per trained iteration, from its checkpoint, else as the
     earlier summary recorded it (with the policy it learned brought up to date)."""
+    kinds = model_kinds(run_dir)
     by_iteration = {row["iteration"]: row for row in recorded_rows(run_dir)}
-    by_iteration.update({row["iteration"]: row for row in map(iteration_row, iteration_dirs(run_dir))})
-    rows = [with_learned(run_dir, by_iteration[iteration]) for iteration in sorted(by_iteration)]
+    by_iteration.update(
+        {row["iteration"]: row for row in (iteration_row(d, kinds) for d in iteration_dirs(run_dir))}
+    )
+    rows = [with_learned(run_dir, by_iteration[k], kinds) for k in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
     stop = loop_stop(run_dir, rows[-1]["iteration"])

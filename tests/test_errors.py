@@ -1213,6 +1213,7 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
                         ". FairseqAdam vs FP16Optimizer"),
          "Optimizer does not match; please reset the optimizer (--reset-optimizer). FairseqAdam vs "
          "FP16Optimizer (the checkpoint's --optimizer adam, this run's --fp16 or --bf16)"),
+        (KeyboardInterrupt(), "interrupted"),  # Ctrl-C: fairseq-validate printed a traceback
         (AssertionError("beam size mismatch"), None),  # not bad input: a traceback
         (Exception("Could not infer language pair, please provide it explicitly; and more"), None),
     ],

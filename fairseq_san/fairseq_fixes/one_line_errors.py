@@ -13,7 +13,9 @@ prints as one line
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
   hit deep inside their set-up;
 * fairseq's own bad-input errors whose message already says what is wrong
-  (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax.
+  (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax;
+* an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
+  wherever they were (the exit status stays the interrupt's).
 
 Everything else keeps its traceback.
 """
@@ -165,7 +167,9 @@ def excepthook(previous: Callable) -> Callable:
     def hook(exc_type, exc, traceback):
         usage = usage_error_in_chain(exc)
         said = fairseqs_bad_input(exc) or malformed_command_line_value(exc, sys.argv[1:])
-        if usage is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            print(PREFIX + "interrupted", file=sys.stderr)
+        elif usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)
         elif names_a_command_line_path(exc, sys.argv[1:]):
             print(PREFIX + path_error_said(exc), file=sys.stderr)

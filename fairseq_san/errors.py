@@ -29,9 +29,10 @@ def repeated(values: Sequence[Hashable]) -> Optional[Hashable]:
     return None
 
 
-def nearest_key(key: str, valid: Collection[str]) -> Optional[str]:
-    """The valid key nearest to a misspelt one (difflib), if one is near."""
-    near = difflib.get_close_matches(key, sorted(valid), n=1)
+def nearest_key(key: str, valid: Collection[str], cutoff: float = 0.6) -> Optional[str]:
+    """The valid key nearest to a misspelt one (difflib), if one is near (``cutoff``: how near,
+    difflib's ratio)."""
+    near = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=cutoff)
     return near[0] if near else None
 
 

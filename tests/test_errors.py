@@ -1392,6 +1392,11 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
           "aan"],
          "fairseq-x --arch transformer has no option --decoder-self-attention-type: it is an "
          "option of --arch transformer_san"),
+        ("get_training_parser",  # argparse's usage text, hundreds of lines, then the flag
+         ["data", "--task", "translation_san", "--arch", "transformer_san",
+          "--san-decoder-self-polcy", "1,5"],
+         "fairseq-x has no option --san-decoder-self-polcy: did you mean "
+         "--san-decoder-self-policy?"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--beam", "0"],
          "--beam 0: it must be an integer of at least 1"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--nbest", "0"],
@@ -1609,7 +1614,8 @@ def test_model_overrides_the_command_cannot_read_are_one_line_as_parsed(parser, 
 
 def test_an_unknown_option_that_is_not_the_plugins_is_left_to_argparse(capsys):
     """Only the plugin's options are named with their tasks or models: any other unknown option
-    gets argparse's own usage and exit status 2, as without the plugin."""
+    with no near one (--bogus: --eos is not near enough) gets argparse's own usage and exit
+    status 2, as without the plugin."""
     from fairseq import options
 
     parser = options.get_training_parser()

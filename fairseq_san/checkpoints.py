@@ -221,6 +221,24 @@ def stored_value(state: dict, group: str, name: str) -> object:
     return getattr(node, name, None)
 
 
+def language_model_in(state: dict) -> Optional[str]:
+    """``task T, arch A`` where a checkpoint's configuration (read, not built) is a language
+    model's: its task models language or its architecture is a language model; else None."""
+    from fairseq import tasks
+    from fairseq.models import ARCH_MODEL_REGISTRY, FairseqLanguageModel
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    task = stored_value(state, "task", "_name") or stored_value(state, "task", "task")
+    arch = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
+    task_class = tasks.TASK_REGISTRY.get(task)
+    model_class = ARCH_MODEL_REGISTRY.get(arch)
+    if (task_class is not None and issubclass(task_class, LanguageModelingTask)) or (
+        model_class is not None and issubclass(model_class, FairseqLanguageModel)
+    ):
+        return f"task {task}, arch {arch}"
+    return None
+
+
 # Files a model's options name that its build reads and its checkpoint's weights then replace.
 EMBEDDING_FILES = ("encoder_embed_path", "decoder_embed_path")
 

@@ -224,6 +224,56 @@ def test_figure5_curves_are_js_of_each_layer_to_the_reference_over_training():
     assert curves(only_self, reference=1, layers=[2])["decoder_encdec"] is None
 
 
+def uniform_js(layers: int) -> List[List[float]]:
+    return [[0.0 if i == j else 0.1 for j in range(layers)] for i in range(layers)]
+
+
+def write_js(directory: Path, steps: int, **kinds) -> str:
+    """An analysis folder whose js.json holds ``kinds`` (layer counts, None: no weights) as
+    fairseq-validate --san-analysis-dir writes them, at training step ``steps``."""
+    directory.mkdir()
+    matrices = {kind: layers and uniform_js(layers) for kind, layers in kinds.items()}
+    analysis = {**matrices, "sentences": 30, "checkpoint": "c.pt", "num_updates": steps,
+                "subset": "valid"}  # fmt: skip
+    (directory / "js.json").write_text(json.dumps(analysis))
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    "other, described",
+    [
+        ({"decoder_self": 6, "decoder_encdec": None, "encoder_self": None},
+         "decoder_self 6 layers, no decoder_encdec, no encoder_self"),  # a language model
+        ({"decoder_self": 6, "decoder_encdec": 6, "encoder_self": 6},
+         "decoder_self 6 layers, decoder_encdec 6 layers, encoder_self 6 layers"),
+        ({"decoder_self": None, "decoder_encdec": 6, "encoder_self": 2},
+         "no decoder_self, decoder_encdec 6 layers, encoder_self 2 layers"),  # AAN
+        ({"decoder_self": 4, "decoder_encdec": 4, "encoder_self": 2},
+         "decoder_self 4 layers, decoder_encdec 4 layers, encoder_self 2 layers"),
+    ],
+    ids=["language model", "encoder layers", "AAN", "decoder layers"],
+)  # fmt: skip
+def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, described):
+    """A translation model's analysis and a language model's were drawn as one Self-Attention
+    curve ("2 checkpoints"): analyses of models of other kinds of attention or layer counts
+    (what fairseq-san-policy refuses to average) are one line naming both."""
+    from fairseq_san.cli.plot_js import main
+
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    later = write_js(tmp_path / "a-later", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    mixed = write_js(tmp_path / "b", 30, **other)
+    output = tmp_path / "mix.png"
+    with pytest.raises(SystemExit) as stopped:
+        main([first, later, mixed, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-plot-js: error: {first}/js.json (decoder_self 6 layers, decoder_encdec 6 "
+        f"layers, encoder_self 2 layers) and {mixed}/js.json ({described}) are analyses of "
+        "different models: plot the checkpoints of one model"
+    )
+    assert not output.exists()
+
+
 @pytest.mark.slow
 def test_plot_js_errors(runs, tmp_path):
     output = tmp_path / "fig5.png"

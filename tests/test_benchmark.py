@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from helpers import make_dictionary, preprocess, run_cli, train_argv, write_corpus
+from helpers import lm_train_argv, make_dictionary, preprocess, preprocess_lm, run_cli, train_argv
+from helpers import write_corpus
 
 POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
 STATIC = {"san_decoder": "static"}
@@ -619,6 +620,63 @@ def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_da
         "(its max_target_positions 1024 less one): give a smaller --fixed-length"
     )
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.fixture(scope="module")
+def language_model(binarized_corpus, tmp_path_factory):
+    """(monolingual data: fairseq-preprocess --only-source of the corpus's source side, a
+    transformer_lm_san checkpoint trained 2 updates on it)."""
+    root = tmp_path_factory.mktemp("bench-lm")
+    data = preprocess_lm(binarized_corpus.parent / "raw", root / "lm-bin")
+    result = run_cli("fairseq-train", *lm_train_argv(data, root / "ckpt", max_update=2))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, root / "ckpt" / "checkpoint_last.pt"
+
+
+TRANSLATION_ONLY = (
+    "fairseq-san-bench: error: the benchmark times translation models on translation data "
+    "(binarized by fairseq-preprocess with a source and a target language): "
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "data, model", [("lm", "lm"), ("translation", "lm"), ("lm", "translation")]
+)
+def test_a_language_model_or_its_data_stops_the_benchmark_before_any_checkpoint_loads(
+    binarized_corpus, san_checkpoint, language_model, tmp_path, monkeypatch, data, model
+):  # fmt: skip
+    """The benchmark times translation: a language model on its data failed in the batches
+    (``'MonolingualDataset' object has no attribute 'src_sizes'``), on translation data without
+    dict.txt, and a translation model on a language model's data with fairseq's "Could not infer
+    language pair" (as ``fairseq-san: error``). One line names each of the two that is not
+    translation's, before a checkpoint is loaded into a task or the output folder is made."""
+    from fairseq_san.benchmark import run
+    from fairseq_san.cli import bench
+
+    def loaded(*args):
+        raise AssertionError("a checkpoint was loaded into a task")
+
+    monkeypatch.setattr(run, "load_checkpoint_task", loaded)
+    lm_data, lm_checkpoint = language_model
+    data_dir = lm_data if data == "lm" else binarized_corpus
+    checkpoint = lm_checkpoint if model == "lm" else san_checkpoint
+    out = tmp_path / "out"
+    systems = ["--system", f"a={checkpoint}"]
+    if data == model == "lm":  # a checkpoint of two systems is read once, both named
+        systems += ["--system", f"b={checkpoint}"]
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--data", str(data_dir), *systems, "--out-dir", str(out), "--cpu"])
+    said = []
+    if data == "lm":
+        said.append(f"--data {lm_data} is monolingual data (dict.txt: fairseq-preprocess "
+                    "--only-source)")  # fmt: skip
+    if model == "lm":
+        who = "systems a, b" if data == model else "system a"
+        said.append(f"{who}: checkpoint {lm_checkpoint} is a language model (task "
+                    "language_modeling_san, arch transformer_lm_san)")  # fmt: skip
+    assert stopped.value.code == TRANSLATION_ONLY + "; ".join(said)
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -46,6 +46,24 @@ def trained(tmp_path_factory):
     return data, checkpoints
 
 
+def test_test_bleu_refuses_a_language_model_before_decoding_any_system(trained, tmp_path):
+    """test_bleu.sh's checks (fairseq-san-loop test-systems) took a language model's checkpoint,
+    which failed only when its turn to decode came, after the systems before it."""
+    _, checkpoints = trained
+    data = tmp_path / "data"
+    (data / "text").mkdir(parents=True)
+    (data / "text" / "test.raw.de").write_text("Ein Hund .\n")
+    (data / "test.en-de.de.idx").write_bytes(b"")
+    result = run_cli("fairseq-san-loop", "test-systems", str(data), "de",
+                     f"lm={checkpoints['kv']}")  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip().splitlines()[-1] == (  # after fairseq's import-time log line
+        f"test_bleu.sh: lm: {checkpoints['kv']} is a language model (task language_modeling_san, "
+        "arch transformer_lm_san): test_bleu.sh scores translation models (a language model's "
+        "perplexity: fairseq-eval-lm)"
+    )
+
+
 def test_eval_lm_gives_the_perplexity(trained, tmp_path):
     data, checkpoints = trained
     result = run_cli(

@@ -729,6 +729,32 @@ def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp
     )
 
 
+def test_cli_warns_that_a_theta_for_attention_the_analysis_has_not_is_ignored(tmp_path, capsys):
+    """A language model's analysis (encoder-decoder and encoder attention null) took
+    --theta-decoder-encdec and --theta-encoder-self without a word; decoder self-attention's
+    theta is required, so an AAN's analysis (null) takes it silently."""
+    lm = write_json(tmp_path / "lm.json",
+                    {"decoder_self": PAPER_SELF, "decoder_encdec": None, "encoder_self": None})
+    policy_main([lm, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+                 "--theta-encoder-self", "0.25"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == (
+        "decoder_self {1,5}  decoder_encdec none  encoder_self none"
+    )
+    assert captured.err.splitlines() == [
+        "fairseq-san-policy: warning: --theta-decoder-encdec 0.5 is ignored: the analysis has no "
+        f"encoder-decoder attention (decoder_encdec is null in {lm}; a language model has no "
+        "encoder)",
+        "fairseq-san-policy: warning: --theta-encoder-self 0.25 is ignored: the analysis has no "
+        f"encoder self-attention (encoder_self is null in {lm}; a language model has no encoder)",
+    ]
+    aan = write_json(tmp_path / "aan.json", {"decoder_self": None, "decoder_encdec": PAPER_SELF,
+                                             "encoder_self": PAPER_SELF})  # fmt: skip
+    policy_main([aan, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+                 "--theta-encoder-self", "0.5"])  # fmt: skip
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_takes_an_analysis_folder_for_its_js_json(js_file, tmp_path, capsys):
     """fairseq-san-plot-js takes the folders --san-analysis-dir wrote; so does the learner (it
     said '[Errno 21] Is a directory')."""

@@ -1,13 +1,16 @@
 """Decoding-speed benchmark of SAN systems (paper Figure 4 and Table 6): ``fairseq-san-bench``.
 
-A *system* is a fairseq checkpoint plus optional model overrides: the same checkpoint decoded
-with ``{"san_decoding": "no-cache"}`` is the paper's "Baseline-Cache" system, and a checkpoint trained
-without sharing decoded with ``{"san_policy": "..."}`` is a decode-time sharing policy. An
-override the checkpoint's configuration does not have is an error that names the nearest valid
-key. The decoder's options choose the decoder instead of changing the model:
-``{"san_decoding": "static", "san_decoder_precision": "bf16"}`` decodes the checkpoint with the
-static-shape decoder (``fairseq_san.static_decoding``, at a precision of its table), otherwise
-fairseq's SequenceGenerator decodes it; every row shows its decoder and precision. Every system
+It times translation models on translation data (binarized by fairseq-preprocess with a source
+and a target language); a language model, or its data, is refused before anything loads
+(``fairseq_system.check_translation``). A *system* is a fairseq checkpoint plus optional model
+overrides: the same checkpoint decoded with ``{"san_decoding": "no-cache"}`` is the paper's
+"Baseline-Cache" system, and a checkpoint trained without sharing decoded with
+``{"san_policy": "..."}`` is a decode-time sharing policy. An override the checkpoint's
+configuration does not have is an error that names the nearest valid key. The decoder's options
+choose the decoder instead of changing the model: ``{"san_decoding": "static",
+"san_decoder_precision": "bf16"}`` decodes the checkpoint with the static-shape decoder
+(``fairseq_san.static_decoding``, at a precision of its table), otherwise fairseq's
+SequenceGenerator decodes it; every row shows its decoder and precision. Every system
 decodes the same pre-collated batches of one subset, so data loading is never timed. What is
 measured, and how:
 

@@ -6,6 +6,7 @@ line takes every default from the dataclasses here, the one place they are writt
 
 import argparse
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -310,6 +311,22 @@ def check_paths(config: BenchmarkConfig) -> None:
             "compare with: give --spm MODEL, or drop --references (the binarized targets are "
             "then the references)"
         )
+
+
+# What the benchmark decodes, said where a language model or its data is given.
+TRANSLATION_ONLY = (
+    "the benchmark times translation models on translation data (binarized by fairseq-preprocess "
+    "with a source and a target language)"
+)
+
+
+def monolingual_data(data: str) -> bool:
+    """Whether ``data`` holds a language model's data: fairseq-preprocess --only-source output
+    (``dict.txt``) and no file of a language pair (``SPLIT.SRC-TGT.LANG.idx``), from which
+    fairseq's translation task infers the languages."""
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        return False
+    return not glob.glob(os.path.join(glob.escape(data), "*.*-*.*.idx"))
 
 
 def sentencepiece_model(config: BenchmarkConfig) -> Optional[str]:

@@ -7,21 +7,25 @@ trained with ``--task translation`` take it too).
 The checkpoint's configuration decides which model overrides are valid: ``checkpoint_keys``
 lists them, and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides)
 before any worker starts, so that a typo, or a value the model's option cannot take
-(``fairseq_fixes.model_overrides``), stops the benchmark at once.
+(``fairseq_fixes.model_overrides``), stops the benchmark at once. Before that,
+``check_translation`` refuses a language model or its data (the benchmark times translation),
+from the data's files and each checkpoint's stored task and architecture.
 """
 
 import os
 from contextlib import nullcontext
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import torch
 
 from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
+from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, monolingual_data
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
+from fairseq_san.checkpoints import language_model_in, load_state
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION
@@ -58,13 +62,41 @@ def check_overrides_written_as_json(spec: SystemSpec) -> None:
         )
 
 
-def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
-    """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore,
-    or a static decoder's choice that does not run on ``device``."""
+def check_checkpoint_file(spec: SystemSpec) -> None:
+    """ValueError unless ``spec``'s checkpoint is a file."""
     if not os.path.isfile(spec.checkpoint):
         check_overrides_written_as_json(spec)
         problem = "is a directory" if os.path.isdir(spec.checkpoint) else "does not exist"
         raise ValueError(f"system {spec.name}: checkpoint {spec.checkpoint} {problem}")
+
+
+def check_translation(config: BenchmarkConfig) -> None:
+    """ValueError naming monolingual data and every checkpoint of a language model, before any
+    checkpoint is loaded into a task (fairseq's tasks failed on them in their own words: a
+    missing ``dict.txt``, "Could not infer language pair", a dataset without ``src_sizes``).
+    Each checkpoint's configuration is read, memory-mapped, without its model being built."""
+    problems: List[str] = []
+    if monolingual_data(config.data):
+        problems.append(
+            f"--data {config.data} is monolingual data (dict.txt: fairseq-preprocess --only-source)"
+        )
+    systems: Dict[str, List[str]] = {}
+    for spec in config.systems:
+        check_checkpoint_file(spec)
+        systems.setdefault(spec.checkpoint, []).append(spec.name)
+    for checkpoint, names in systems.items():
+        model = language_model_in(load_state(checkpoint))
+        if model is not None:
+            named = f"system {names[0]}" if len(names) == 1 else f"systems {', '.join(names)}"
+            problems.append(f"{named}: checkpoint {checkpoint} is a language model ({model})")
+    if problems:
+        raise ValueError(f"{TRANSLATION_ONLY}: {'; '.join(problems)}")
+
+
+def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
+    """The task of ``spec``'s checkpoint on ``data``; ValueError for an override it would ignore,
+    or a static decoder's choice that does not run on ``device``."""
+    check_checkpoint_file(spec)
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")

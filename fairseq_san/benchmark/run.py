@@ -12,7 +12,7 @@ import torch
 from fairseq_san.benchmark.config import FAIRSEQ, FIXED, NATURAL, BenchmarkConfig, Setting
 from fairseq_san.benchmark.config import check_config
 from fairseq_san.benchmark.data import Batches, TextSide
-from fairseq_san.benchmark.fairseq_system import load_checkpoint_task
+from fairseq_san.benchmark.fairseq_system import check_translation, load_checkpoint_task
 from fairseq_san.benchmark.machine import choose_device, machine_info, matmul_peak
 from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
 from fairseq_san.benchmark.report import markdown_report
@@ -30,6 +30,7 @@ UNDETOKENIZED = (
 def run_benchmark(config: BenchmarkConfig) -> Dict:
     """Decode, time, score and profile every system; write results.{json,md} and the plots."""
     baseline = check_config(config)
+    check_translation(config)  # before anything is made or loaded: language models refused
     if config.repeats < 3:
         logger.warning("--repeats %d: medians need 3 or more", config.repeats)
     if config.threads:

@@ -52,7 +52,9 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Benchmark the decoding of SAN systems (Xiao et al. 2019, Figure 4, Table 6): "
+        description="Benchmark the decoding of SAN translation systems (Xiao et al. 2019, Figure "
+        "4, Table 6) on translation data (fairseq-preprocess with a source and a target language; "
+        "language models are refused): "
         "speed at several beam sizes with natural and fixed output lengths, BLEU/chrF, "
         "parameters, decoding-cache size and a per-step profile. Each engine (fairseq, "
         "CTranslate2) decodes in a process of its own. 'fairseq-san-bench steps --help': the "
@@ -68,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_input_options(group: argparse._ArgumentGroup) -> None:
     """The data, the systems and the references."""
-    group.add_argument("--data", required=True, help="fairseq-binarized data directory")
+    group.add_argument(
+        "--data", required=True,
+        help="fairseq-binarized translation data directory (fairseq-preprocess --source-lang "
+        "SRC --target-lang TGT; not a language model's --only-source data)",
+    )  # fmt: skip
     group.add_argument("--subset", help="subset to decode (test, test1, valid)")
     group.add_argument(
         "--system", dest="systems", action="append", required=True, metavar="NAME=CKPT[:JSON]",

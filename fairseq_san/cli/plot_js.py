@@ -3,7 +3,9 @@
 Takes one analysis directory per checkpoint (written by ``fairseq-validate --task translation_san
 --san-analysis-dir DIR``), reads ``DIR/js.json`` and plots, for decoder self-attention and
 encoder-decoder attention, the JS divergence between a reference layer and other layers against
-the checkpoint's training steps (``num_updates``). Layers are numbered from 1.
+the checkpoint's training steps (``num_updates``). Layers are numbered from 1. The analyses are
+one model's series: one per training step, of one subset, of one model (the same kinds of
+attention and layer counts, as fairseq-san-policy averages them); anything else is refused.
 
     fairseq-san-plot-js analysis/step*/ -o fig5.png --reference-layer 4 --layers 5 6
 """
@@ -16,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import repeated
 from fairseq_san.plots import DECODER_PANELS, figure_formats
-from fairseq_san.policy import PolicyError, check_js, load_json_object
+from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
 
 
 class PlotError(ValueError):
@@ -73,8 +75,9 @@ def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
     """PlotError for analyses that are not one model's series: two at one training step (the
-    same checkpoint twice, or two models: their points were stacked), or of different subsets
-    (where they name theirs); or a layer asked for twice."""
+    same checkpoint twice, or two models: their points were stacked), of different subsets
+    (where they name theirs), or of different models (``check_one_model``); or a layer asked
+    for twice."""
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")
@@ -90,6 +93,43 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
     if len({subset for _, subset in named}) > 1:
         named = ", ".join(f"{subset} in {path}" for path, subset in named)
         raise PlotError(f"analyses of different subsets ({named}): analyse one subset throughout")
+    check_matrices(analyses)
+    check_one_model(analyses)
+
+
+def check_matrices(analyses: List[Tuple[str, dict]]) -> None:
+    """PlotError naming the file and the kind of a JS matrix that is not one (``check_js``)."""
+    for path, data in analyses:
+        for kind in KINDS:
+            if data.get(kind) is not None:
+                try:
+                    check_js(data[kind])
+                except PolicyError as err:
+                    raise PlotError(f"{path}: {kind}: {err}") from None
+
+
+def model_of(data: dict) -> str:
+    """What an analysis records about its model: the layers of each kind of attention, or that
+    it has none (a language model: no encoder; AAN: no decoder self-attention weights)."""
+    return ", ".join(
+        f"{kind} {len(data[kind])} layers" if data.get(kind) is not None else f"no {kind}"
+        for kind in KINDS
+    )
+
+
+def check_one_model(analyses: List[Tuple[str, dict]]) -> None:
+    """PlotError naming the first analysis and one of another model: kinds of attention or
+    layer counts that differ, which fairseq-san-policy refuses to average (``mean_js``); their
+    points were drawn as one curve. The matrices are checked (``check_matrices``)."""
+    (first_path, first), *others = analyses
+    for path, data in others:
+        try:
+            mean_js([first, data], [first_path, path])
+        except PolicyError:
+            raise PlotError(
+                f"{first_path} ({model_of(first)}) and {path} ({model_of(data)}) are analyses of "
+                "different models: plot the checkpoints of one model"
+            ) from None
 
 
 def curves(
@@ -97,7 +137,8 @@ def curves(
 ) -> Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]]:
     """Per panel kind, ``{layer: [(steps, JS(reference, layer)), ...]}``, or None without weights.
 
-    A kind counts as without weights only if no analysis has a matrix for it.
+    A kind counts as without weights only if no analysis has a matrix for it. The matrices are
+    checked (``check_matrices``).
     """
     panels: Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]] = {}
     for kind, _ in DECODER_PANELS:
@@ -106,10 +147,6 @@ def curves(
             matrix = data.get(kind)
             if matrix is None:
                 continue
-            try:
-                matrix = check_js(matrix)
-            except PolicyError as err:
-                raise PlotError(f"{path}: {kind}: {err}") from None
             _check_layers([reference, *layers], len(matrix), kind, path)
             for layer in layers:
                 series[layer].append((data["num_updates"], float(matrix[reference - 1][layer - 1])))

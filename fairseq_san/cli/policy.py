@@ -3,8 +3,10 @@
 Reads the pairwise JS divergence matrices of a trained model's attention
 layers (a JSON object with one square matrix per attention kind; other keys
 are ignored) and applies the block search of section 3.3 with one threshold
-theta per kind. Kinds without a theta are not shared. Several files are
-averaged first: the policy one seed's model learns may not be another's.
+theta per kind. Kinds without a theta are not shared; a theta for a kind the
+analysis has no attention of (null: a language model's encoder-decoder and
+encoder attention) is ignored, with a warning. Several files are averaged
+first: the policy one seed's model learns may not be another's.
 
     fairseq-san-policy js.json --theta-decoder-self 0.5 \\
         --theta-decoder-encdec 0.5 -o policy.json
@@ -43,6 +45,8 @@ from fairseq_san.policy import (
 )
 
 
+PROG = "fairseq-san-policy"
+
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required (every model has it).
 THETA_FLAG = {"help": "default: not shared"}
@@ -63,7 +67,7 @@ def add_theta_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options; one theta flag per attention kind."""
     parser = argparse.ArgumentParser(
-        prog="fairseq-san-policy",
+        prog=PROG,
         description="Learn a SAN sharing policy (Xiao et al. 2019, section 3.3) "
         "from pairwise JS divergences between layers.",
     )
@@ -145,11 +149,29 @@ def warn_of_bits(js_by_kind: dict) -> None:
     for kind, rows in js_by_kind.items():
         if any(value > LN2 for row in rows for value in row):
             print(
-                f"fairseq-san-policy: note: {kind} holds JS values above ln 2 = {LN2:.4f}, the "
+                f"{PROG}: note: {kind} holds JS values above ln 2 = {LN2:.4f}, the "
                 "largest in nats (what fairseq-validate --san-analysis-dir writes): values in "
                 "bits would meet thresholds in nats",
                 file=sys.stderr,
             )
+
+
+def warn_of_ignored_thetas(js_by_kind: dict, thetas: dict, paths: list[str]) -> None:
+    """A warning on stderr for each theta given for a kind of attention the analysis has none of
+    (null: a language model has no encoder-decoder or encoder attention), which is therefore
+    ignored. Not for decoder self-attention, whose theta is required (an AAN's analysis has no
+    weights of it, and the policy leaves it unshared)."""
+    for kind, theta in thetas.items():
+        required = THETA_FLAGS.get(kind, {}).get("required", False)
+        if theta is None or required or kind not in js_by_kind or js_by_kind[kind] is not None:
+            continue
+        title = KIND_TABLE[kind].title
+        model = "; a language model has no encoder" if KIND_TABLE[kind].keys == "encoder" else ""
+        print(
+            f"{PROG}: warning: {flag_of(f'theta_{kind}')} {theta:g} is ignored: the analysis has "
+            f"no {title} ({kind} is null in {', '.join(paths)}{model})",
+            file=sys.stderr,
+        )
 
 
 @quiet_when_output_closes
@@ -168,6 +190,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)
         check_some_matrix(js_by_kind, paths)
         policy = learn_policy(js_by_kind, thetas)
+        warn_of_ignored_thetas(js_by_kind, thetas, paths)
         warn_of_bits({kind: js_by_kind[kind] for kind in policy})  # the matrices checked
         ranges = theta_ranges(js_by_kind, thetas) if args.explain else {}
         if args.output:

@@ -128,10 +128,29 @@ def check_no_decoder_choice(name: str, overrides: dict) -> None:
         )
 
 
+def check_translation_model(system: System) -> None:
+    """A language model's checkpoint refused (its configuration read, not built): it failed only
+    when its turn to decode came, after the systems before it had been decoded. A file that is
+    no checkpoint is left to fairseq-generate, which names it in one line."""
+    from fairseq_san.checkpoints import CheckpointError, language_model_in, load_state
+
+    try:
+        state = load_state(system.checkpoint)
+    except CheckpointError:
+        return
+    model = language_model_in(state)
+    if model is not None:
+        raise SystemsError(
+            f"{system.name}: {system.checkpoint} is a language model ({model}): {RECIPE} "
+            "scores translation models (a language model's perplexity: fairseq-eval-lm)",
+            USAGE,
+        )
+
+
 def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:
     """The systems to score, after every check test_bleu.sh makes before decoding: the data,
     the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict; its
-    checkpoint), in that order."""
+    checkpoint, a translation model's), in that order."""
     check_data(data, target)
     check_batch_size(batch_size)
     systems = []
@@ -143,5 +162,6 @@ def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) 
             )
         if not os.path.isfile(system.checkpoint):
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
+        check_translation_model(system)
         systems.append(system)
     return systems

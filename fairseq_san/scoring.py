@@ -3,6 +3,7 @@
 import contextlib
 import gzip
 import re
+import unicodedata
 import zlib
 from typing import Dict, Iterator, List, TextIO
 
@@ -89,8 +90,8 @@ def read_generate_targets(path: str) -> Dict[int, str]:
 
 def check_references(output: str, reference: str, references: List[str]) -> None:
     """Refuse references that are not those of the subset fairseq-generate decoded into
-    ``output``: where its targets (``T-`` lines) are detokenized text with no unknown word, at
-    least half of them must read as the reference file's lines (spaces aside). Another split of
+    ``output``: where its targets (``T-`` lines) have no unknown word or subword mark, at least
+    half of them must read as the reference file's lines (``comparable_text``). Another split of
     the same size (test and test1 of Multi30k, 1,000 lines each) or the source side scored
     without a word."""
     targets = read_generate_targets(output)
@@ -99,16 +100,26 @@ def check_references(output: str, reference: str, references: List[str]) -> None
         if i < len(references) and "<unk>" not in text
         and not any(pattern.search(text) for _, pattern in SUBWORD_MARKS)
     }  # fmt: skip
-    differing = [i for i, text in sorted(comparable.items()) if text.split() != references[i].split()]
+    differing = [
+        i for i, text in sorted(comparable.items())
+        if comparable_text(text) != comparable_text(references[i])
+    ]  # fmt: skip
     if 2 * len(differing) > len(comparable):
         first = differing[0]
         raise UsageError(
-            f"{reference} does not hold the references of {output}: {len(differing)} of its "
-            f"{len(comparable)} targets (T- lines) differ from it, the first at line {first + 1} "
+            f"{reference} is not the reference of {output}: {len(differing)} of its "
+            f"{len(comparable)} targets (T- lines) read otherwise, the first at line {first + 1} "
             f"(T-{first}: {comparable[first][:50]!r}, the reference: {references[first][:50]!r}): "
             "give the raw references of the subset decoded (--gen-subset test1: "
             "text/test1.raw.TGT)"
         )
+
+
+def comparable_text(text: str) -> str:
+    """``text`` as a target and its reference agree: NFKC-normalized, as sentencepiece normalizes
+    what it encodes (a full-width comma becomes ","), without spaces, which a tokenizer adds
+    (Moses' "man , in" for "man, in")."""
+    return "".join(unicodedata.normalize("NFKC", text).split())
 
 
 def read_lines(path: str) -> List[str]:

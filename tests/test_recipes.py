@@ -465,13 +465,14 @@ def test_a_failed_commands_log_tail_leaves_fairseqs_configuration_out(tmp_path):
     fairseq's configuration (kilobytes on one line) came before the error and buried it."""
     log = tmp_path / "generate.log"
     configuration = "INFO:fairseq_cli.generate:{'_name': None, 'common': {" + "'x': 1, " * 900 + "}}"
-    log.write_text(f"INFO:fairseq.tasks:a\n{configuration}\nINFO:b\nfairseq-san: error: why\n")
+    other_format = "2026-11-30 12:00:00 | INFO | fairseq_cli.train | {'_name': None, 'common': {}}"
+    error = "fairseq-san: error: ... switch it with {'task': {'_name': 'translation_san'}}"
+    log.write_text(f"INFO:fairseq.tasks:a\n{configuration}\n{other_format}\nINFO:b\n{error}\n")
     result = run_cli("fairseq-san-loop", "log-tail", str(log))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "INFO:fairseq.tasks:a\nINFO:b\nfairseq-san: error: why\n"
-    assert run_cli("fairseq-san-loop", "log-tail", str(log), "-n", "1").stdout == (
-        "fairseq-san: error: why\n"
-    )
+    assert result.stdout == f"INFO:fairseq.tasks:a\nINFO:b\n{error}\n"
+    assert run_cli("fairseq-san-loop", "log-tail", str(log), "-n", "1").stdout == f"{error}\n"
+    assert run_cli("fairseq-san-loop", "log-tail", str(log), "-n", "0").returncode == 2
 
 
 @pytest.mark.slow
@@ -724,13 +725,16 @@ def test_score_refuses_references_of_another_subset(tmp_path):
     unknown words aside) tell them apart."""
     right = "Ein Mann geht .\nDie Katze sitzt .\nZwei Hunde laufen .\n"
     assert score(tmp_path, TARGETED_OUTPUT, right).returncode == 0
+    normalized = TARGETED_OUTPUT.replace("T-0\tEin Mann geht .", "T-0\tEin Mann , geht")
+    raw = "Ein Mann\uff0cgeht\nDie Katze sitzt .\nZwei Hunde laufen.\n"  # full-width comma, no spaces
+    assert score(tmp_path, normalized, raw).returncode == 0  # sentencepiece's NFKC, a tokenizer
     one_off = "Ein Mann geht .\nDie Katze sitzt .\nDrei Hunde laufen .\n"  # 1 of 2 compared
     assert score(tmp_path, TARGETED_OUTPUT, one_off).returncode == 0
     other = "Eine Frau liest .\nDie Katze sitzt .\nEin Kind spielt .\n"
     line = one_error_line(score(tmp_path, TARGETED_OUTPUT, other), "fairseq-san-score")
     assert line == (
-        f"fairseq-san-score: error: {tmp_path / 'ref.de'} does not hold the references of "
-        f"{tmp_path / 'generate-test.txt'}: 2 of its 2 targets (T- lines) differ from it, the "
+        f"fairseq-san-score: error: {tmp_path / 'ref.de'} is not the reference of "
+        f"{tmp_path / 'generate-test.txt'}: 2 of its 2 targets (T- lines) read otherwise, the "
         "first at line 1 (T-0: 'Ein Mann geht .', the reference: 'Eine Frau liest .'): give the "
         "raw references of the subset decoded (--gen-subset test1: text/test1.raw.TGT)"
     )

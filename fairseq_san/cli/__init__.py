@@ -1,5 +1,6 @@
 """Command-line entry points of fairseq-san."""
 
+import argparse
 import functools
 import os
 import signal
@@ -29,3 +30,11 @@ def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Resul
             sys.exit(128 + signal.SIGPIPE)
 
     return run
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value

@@ -18,7 +18,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from fairseq_san.cli.subwords import positive_int
+from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, repeated
 from fairseq_san.files import same_file
 

@@ -37,7 +37,7 @@ import sys
 from typing import Dict, List, Optional
 
 import fairseq_san
-from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.cli import positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError
 from fairseq_san.files import write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
@@ -233,13 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
         "log-tail", help="the last lines of a failed command's log, its configuration left out"
     )
     log_tail.add_argument("log", help="the command's output")
-    log_tail.add_argument("-n", "--lines", type=int, default=5, help="(default: %(default)s)")
+    log_tail.add_argument("-n", "--lines", type=positive_int, default=5,
+                          help="(default: %(default)s)")  # fmt: skip
     log_tail.set_defaults(run=run_log_tail)
     return parser
 
 
-# The configuration fairseq's commands log as they start: a dict's text, kilobytes on one line.
-FAIRSEQ_CONFIGURATION = re.compile(r"\{'_name': ")
+# The configuration fairseq's commands log as they start, a dict's text, kilobytes on one line,
+# in either of fairseq's log formats (an error of the plugin's may quote "{'_name': ...}" too).
+FAIRSEQ_CONFIGURATION = re.compile(r"(^INFO:fairseq_cli\.\w+:| \| fairseq_cli\.\w+ \| )\{'_name': ")
 
 
 def run_log_tail(args: argparse.Namespace, after: List[str]) -> int:

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Callable, List, Optional
 
+from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import same_file
 
@@ -40,14 +41,6 @@ def check_training_text(inputs: List[str]) -> None:
         with utf8_text(path), open(path, encoding="utf-8") as lines:
             if not any(line.strip() for line in lines):
                 raise UsageError(f"{path} has no sentence to learn subwords from")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def model_prefix(text: str) -> str:

@@ -272,6 +272,10 @@ BPE_FILE_OPTIONS = (
 )  # fmt: skip
 
 
+# The files fairseq's from_pretrained takes from the model folder for the bpe, by these names.
+FOLDER_FILES = ("sentencepiece.bpe.model", "code", "bpecodes", "merges.txt", "vocab.json")
+
+
 def check_stored_files(cfg: DictConfig, keywords: Dict[str, Any], model_path: str) -> None:
     """Refuse a file that the checkpoint, not the user, names for the hub to read as it starts
     (its bpe's model, codes or vocabulary) outside the model folder: fairseq read whatever the
@@ -279,15 +283,19 @@ def check_stored_files(cfg: DictConfig, keywords: Dict[str, Any], model_path: st
     ``--replace-unk``, which the hub loads and never uses, is not read."""
     for group in ("bpe", "tokenizer"):
         node = cfg.get(group) or {}
+        named = keywords.get(group)  # bpe={'_name': ..., 'sentencepiece_model': ...} names too
+        given = set(keywords) | (set(named) if isinstance(named, dict) else set())
         for key in BPE_FILE_OPTIONS:
             value = node.get(key)
-            if key in keywords or not isinstance(value, str) or value in ("", "???"):
+            if key in given or not isinstance(value, str) or value in ("", "???"):
                 continue
             if "://" in value or not is_inside(value, model_path):
+                where = "a URL" if "://" in value else "a file outside the model folder"
                 raise UsageError(
-                    f"the checkpoint names the file {key}={value!r} for its {group} "
-                    f"{node.get('_name')!r}, outside the model folder: the hub reads only the files "
-                    f"you name and the model folder's: give from_pretrained(..., {key}='PATH')"
+                    f"the checkpoint names {key}={value!r} for its {group} "
+                    f"{node.get('_name')!r}, {where}: the hub reads only the files you name and "
+                    f"those fairseq finds in the model folder ({', '.join(FOLDER_FILES)}): give "
+                    f"from_pretrained(..., {key}='PATH')"
                 )
     if cfg.generation.get("replace_unk") and "replace_unk" not in (
         keywords.get("generation_args") or {}

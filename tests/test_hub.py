@@ -154,12 +154,16 @@ def test_files_the_checkpoint_names_for_the_hub_are_not_read(workdir):
     with pytest.raises(UsageError) as refused:
         load()
     assert str(refused.value) == (
-        f"the checkpoint names the file sentencepiece_model={str(pipe)!r} for its bpe "
-        "'sentencepiece', outside the model folder: the hub reads only the files you name and "
-        "the model folder's: give from_pretrained(..., sentencepiece_model='PATH')"
+        f"the checkpoint names sentencepiece_model={str(pipe)!r} for its bpe 'sentencepiece', a "
+        "file outside the model folder: the hub reads only the files you name and those fairseq "
+        "finds in the model folder (sentencepiece.bpe.model, code, bpecodes, merges.txt, "
+        "vocab.json): give from_pretrained(..., sentencepiece_model='PATH')"
     )
-    model = load(sentencepiece_model=str(workdir / DATA / "spm.model"))  # replace_unk: not read
+    spm = str(workdir / DATA / "spm.model")
+    model = load(sentencepiece_model=spm)  # replace_unk: not read
     assert model.cfg.generation.replace_unk is None and model.translate("tok1 tok2")
+    named = load(bpe={"_name": "sentencepiece", "sentencepiece_model": spm})  # fairseq's group form
+    assert named.translate("tok1 tok2") == model.translate("tok1 tok2")
 
 
 @pytest.mark.slow

@@ -444,6 +444,7 @@ def test_layers_to_keep_of_one_stack_leave_the_other_whole():
     trained with the option stores its kept layers and was pruned again as it loaded; a layer the
     checkpoint has not was a missing layer."""
     from fairseq_san.errors import UsageError
+    from fairseq_san.models.san_model import kept_layers
 
     trained, _ = build_fairseq_transformer(dictionary=DICT, seed=1)
     pruned, args = build(["--decoder-layers-to-keep", "1,3"], dictionary=DICT, seed=2)
@@ -453,6 +454,14 @@ def test_layers_to_keep_of_one_stack_leave_the_other_whole():
     again, args = build(["--decoder-layers-to-keep", "1,3"], dictionary=DICT, seed=3)
     again.load_state_dict(dict(pruned.state_dict()), model_cfg=args)  # stored pruned
     assert torch.equal(again.decoder.layers[1].fc1.weight, trained.decoder.layers[3].fc1.weight)
+    for bad in ("-1", "0,0"):  # every layer pruned; a layer twice
+        with pytest.raises(UsageError) as refused:
+            build([f"--decoder-layers-to-keep={bad}"], dictionary=DICT)
+        assert str(refused.value) == (
+            f"--decoder-layers-to-keep {bad}: give distinct layer numbers from 0, e.g. 0,2,4"
+        )
+    with pytest.raises(UsageError, match=r"^--decoder-layers-to-keep a: give distinct layer"):
+        kept_layers("decoder", "a")  # --model-overrides text: int() deep in fairseq's pruning
     beyond, args = build(["--decoder-layers-to-keep", "0,6"], dictionary=DICT)
     with pytest.raises(UsageError) as refused:
         beyond.load_state_dict(dict(trained.state_dict()), model_cfg=args)

@@ -2,9 +2,10 @@
 the same way, as a mixin before fairseq's model class: the hub interface (``HubModel``) and a
 checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
+import argparse
 import contextlib
 import re
-from typing import Callable, ClassVar, Dict
+from typing import Callable, ClassVar, Dict, List
 
 from fairseq.checkpoint_utils import prune_state_dict
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -44,6 +45,37 @@ class SANModel(HubModel):
 STACKS = ("encoder", "decoder")
 
 
+def kept_layers(stack: str, value: object) -> List[int]:
+    """The layers ``--STACK-layers-to-keep`` names: text ("0,2,4", as ``--model-overrides`` and
+    fairseq's builds take it) or the list fairseq's parser makes of it; a UsageError for anything
+    but distinct layer numbers (fairseq failed on int() deep in its pruning, or pruned every
+    layer for a negative one)."""
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    parts = text.split(",")
+    try:
+        layers = [int(str(part).strip()) for part in parts]
+    except ValueError:
+        layers = []
+    if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+        raise UsageError(
+            f"--{stack}-layers-to-keep {text}: give distinct layer numbers from 0, e.g. 0,2,4"
+        )
+    return layers
+
+
+def layers_to_keep_as_text(args: argparse.Namespace) -> None:
+    """``--encoder-layers-to-keep 0,2`` checked (``kept_layers``) and as fairseq's models read
+    it, "0,2": fairseq's parser turns the option into a list of ints (its dataclass field's
+    type), and its transformer's ``build_model`` and ``checkpoint_utils.prune_state_dict`` split
+    it as text (fairseq's own ``--arch transformer`` fails with ``'list' object has no attribute
+    'split'``); ``--model-overrides`` gives text."""
+    for stack in STACKS:
+        value = getattr(args, f"{stack}_layers_to_keep", None)
+        if value:
+            layers = kept_layers(stack, value)
+            setattr(args, f"{stack}_layers_to_keep", ",".join(str(layer) for layer in layers))
+
+
 def stored_layers(state_dict: Dict[str, Tensor], stack: str) -> int:
     """How many layers of ``stack`` the checkpoint holds."""
     found = (re.match(rf"{stack}\.layers\.(\d+)\.", key) for key in state_dict)
@@ -66,7 +98,7 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
     for stack, layers in kept.items():
         if not layers:
             continue
-        numbers = [int(layer) for layer in str(layers).split(",")]
+        numbers = kept_layers(stack, layers)
         if len(numbers) == stored[stack]:
             kept[stack] = None  # stored pruned
         elif max(numbers) >= stored[stack]:

@@ -36,7 +36,7 @@ from fairseq_san.models.option_checks import (
     check_translation_task,
     warn_unused_encdec_share,
 )
-from fairseq_san.models.san_model import SANModel
+from fairseq_san.models.san_model import SANModel, layers_to_keep_as_text
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -49,19 +49,6 @@ from fairseq_san.modules.shared_attention import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def layers_to_keep_as_text(args: argparse.Namespace) -> None:
-    """``--encoder-layers-to-keep 0,2`` as fairseq's transformer reads it, "0,2".
-
-    fairseq's parser turns the option into a list of ints (its dataclass field's type), and its
-    transformer's ``build_model`` and ``checkpoint_utils.prune_state_dict`` split it as text:
-    fairseq's own ``--arch transformer`` fails with ``'list' object has no attribute 'split'``;
-    ``--model-overrides`` gives text."""
-    for stack in ("encoder", "decoder"):
-        kept = getattr(args, f"{stack}_layers_to_keep", None)
-        if isinstance(kept, (list, tuple)):
-            setattr(args, f"{stack}_layers_to_keep", ",".join(str(layer) for layer in kept))
 
 
 class TransformerSANDecoder(TransformerDecoderBase):

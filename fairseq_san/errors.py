@@ -29,6 +29,12 @@ def repeated(values: Sequence[Hashable]) -> Optional[Hashable]:
     return None
 
 
+def json_error(error: ValueError) -> str:
+    """What json's ``error`` says of the text, without Python's advice to raise its limit on the
+    digits of an integer (``sys.set_int_max_str_digits``), which a user cannot follow."""
+    return str(error).split(";")[0]
+
+
 def nearest_key(key: str, valid: Collection[str], cutoff: float = 0.6) -> Optional[str]:
     """The valid key nearest to a misspelt one (difflib), if one is near (``cutoff``: how near,
     difflib's ratio)."""

@@ -11,12 +11,12 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
     """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``.
 
     A symbolic link's target is written (the link stays), unless ``replace_link``: the files a
-    run dir keeps for itself (its record, its summary), where a link in a run dir received from
-    elsewhere would have had the loop overwrite whatever it points to. A path that exists and is
-    no regular file or folder (``/dev/stdout``, a pipe) is written directly: a rename would
-    replace it.
+    run dir keeps for itself (its record, its summary), where a link or a pipe in a run dir
+    received from elsewhere would have had the loop overwrite whatever it points to, or wait on
+    the pipe. Otherwise a path that exists and is no regular file or folder (``/dev/stdout``, a
+    pipe) is written directly: a rename would replace it.
     """
-    if replace_link and os.path.islink(path):
+    if replace_link and (os.path.islink(path) or os.path.exists(path) and not os.path.isfile(path)):
         folder, name = os.path.split(path)
         path = os.path.join(os.path.realpath(folder or "."), name)
     elif os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):

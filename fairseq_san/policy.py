@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from fairseq_san.errors import UsageError, repeated
+from fairseq_san.errors import UsageError, json_error, repeated
 from fairseq_san.files import write_text
 
 
@@ -154,7 +154,7 @@ def parsed_json(read: Callable[[], object], shown: str) -> object:
     except RecursionError:
         raise PolicyError(f"{shown}: JSON nested too deeply to be one") from None
     except ValueError as err:  # an integer of more digits than Python converts (4,300)
-        raise PolicyError(f"{shown}: {str(err).split(';')[0]}") from None
+        raise PolicyError(f"{shown}: {json_error(err)}") from None
 
 
 def read_small_file(path: str, what: str, limit: Optional[int]) -> str:

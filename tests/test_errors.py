@@ -1427,6 +1427,8 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
          "--batch-size -1: it must be at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],
          "--max-tokens 0: it must be at least 1"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens-valid", "0"],
+         "--max-tokens-valid 0: it must be at least 1"),  # given as text: a TypeError before
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "
@@ -1610,6 +1612,18 @@ def test_model_overrides_the_command_cannot_read_are_one_line_as_parsed(parser, 
     with pytest.raises(UsageError) as error:
         options.parse_args_and_arch(built, argv)
     assert str(error.value) == said
+
+
+def test_validation_batch_sizes_given_as_text_by_fairseqs_parser_are_checked():
+    """fairseq parses --max-tokens-valid and --batch-size-valid as text (their default is an
+    interpolation of the training ones): the check compared text with 1 and failed with a
+    TypeError, so fairseq-train could not take them at all."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, ["data", "--arch", "transformer_san",
+                                                "--max-tokens-valid", "100", "--batch-size-valid", "8"])
+    assert (int(args.max_tokens_valid), int(args.batch_size_valid)) == (100, 8)
 
 
 def test_an_unknown_option_that_is_not_the_plugins_is_left_to_argparse(capsys):

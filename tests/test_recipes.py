@@ -180,7 +180,11 @@ def test_prepare_stopped_inside_fairseq_preprocess_runs_again(multi30k_raw, tmp_
     again = run_script(script, *argv, str(out), env=env)
     assert again.returncode == 0, output_of(again)[-3000:]
     assert f"prepare.sh: done: {out}" in again.stdout and not (out / ".binarizing").exists()
-    (out / ".done").unlink()  # a folder of dictionaries that no run of prepare.sh finished
+    (out / ".done").unlink()  # stopped between binarizing and .done: prepared again
+    again = run_script(script, *argv, str(out), env=env)
+    assert again.returncode == 0 and (out / ".done").exists(), output_of(again)[-3000:]
+    (out / ".done").unlink()
+    (out / ".binarized").unlink()  # a folder of dictionaries that no run of prepare.sh wrote
     refused = run_script(script, *argv, str(out), env=env)
     assert refused.returncode == 1 and re.fullmatch(
         f"prepare.sh: {re.escape(str(out))} holds binarized data \\({re.escape(str(out))}/dict"
@@ -1054,6 +1058,16 @@ def test_summary_replaces_links_in_the_run_dir_and_writes_no_file_they_name(tmp_
     assert all(victim.read_text() == "precious\n" for victim in victims.values())
     assert not (run_dir / "loop.md").is_symlink() and "| iter |" in (run_dir / "loop.md").read_text()
     assert not (run_dir / "loop.json.tmp").exists() and (run_dir / "loop.json").is_file()
+    (run_dir / "loop.md").unlink()
+    os.mkfifo(run_dir / "loop.md")  # opened for writing, it waited for a reader
+    assert run_cli("fairseq-san-loop", "summary", str(run_dir), timeout=60).returncode == 0
+    assert (run_dir / "loop.md").is_file()
+    (run_dir / "loop.json").unlink()
+    os.mkfifo(run_dir / "loop.json")  # read, it waited for a writer
+    refused = run_cli("fairseq-san-loop", "summary", str(run_dir), timeout=60)
+    assert one_error_line(refused, "fairseq-san-loop").endswith(
+        f"{run_dir / 'loop.json'} is not a regular file: delete it and rerun the step that writes it"
+    )
 
 
 @pytest.mark.parametrize(

@@ -47,11 +47,11 @@ raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded 
   fi
 }
 
-check_unfinished() {  # check_unfinished OUT: an OUT without .done holds no dictionary (binarize
-  # moves its files in just before .done is written): one there is other data, which
-  # fairseq-preprocess would refuse to write over
+check_unfinished() {  # check_unfinished OUT: an OUT without .done holds no dictionary but one
+  # that binarize moved in (its .binarized: a run stopped before .done): another is other data,
+  # which fairseq-preprocess would refuse to write over
   local out=$1 found
-  [ -d "$out" ] || return 0
+  [ -d "$out" ] && [ ! -f "$out/.binarized" ] || return 0
   found=$(find "$out" -maxdepth 1 -name 'dict*.txt' | head -1)
   [ -z "$found" ] || {
     echo "prepare.sh: $out holds binarized data ($found) that prepare.sh did not finish:" \
@@ -66,6 +66,7 @@ binarize() {  # binarize OUT FAIRSEQ_PREPROCESS_ARGS...: into OUT/.binarizing, t
   shift
   rm -rf "$out/.binarizing"
   fairseq-preprocess "$@" --destdir "$out/.binarizing"
+  touch "$out/.binarized"  # the dictionaries in OUT are binarize's from here on
   mv "$out/.binarizing"/* "$out/"
   rmdir "$out/.binarizing"
 }

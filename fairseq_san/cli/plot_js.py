@@ -120,7 +120,7 @@ def model_of(data: dict) -> str:
 def check_one_model(analyses: List[Tuple[str, dict]]) -> None:
     """PlotError naming the first analysis and one of another model: kinds of attention or
     layer counts that differ, which fairseq-san-policy refuses to average (``mean_js``); their
-    points were drawn as one curve. The matrices are checked (``check_matrices``)."""
+    points were drawn as one curve. Called after ``check_matrices``, which names a bad matrix."""
     (first_path, first), *others = analyses
     for path, data in others:
         try:
@@ -137,8 +137,8 @@ def curves(
 ) -> Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]]:
     """Per panel kind, ``{layer: [(steps, JS(reference, layer)), ...]}``, or None without weights.
 
-    A kind counts as without weights only if no analysis has a matrix for it. The matrices are
-    checked (``check_matrices``).
+    A kind counts as without weights only if no analysis has a matrix for it. The analyses have
+    passed ``check_one_series`` (their matrices checked).
     """
     panels: Dict[str, Optional[Dict[int, List[Tuple[int, float]]]]] = {}
     for kind, _ in DECODER_PANELS:

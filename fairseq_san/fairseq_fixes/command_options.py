@@ -337,10 +337,17 @@ def given(argv: List[str], option: Option) -> bool:
 
 def check_batch_sizes(args: argparse.Namespace) -> None:
     """Refuse a batch size or token budget below 1: fairseq reads -1 as no limit at all, and 0
-    fails deep inside its batching."""
+    fails deep inside its batching. fairseq's parser gives the validation ones as text (their
+    default is the training one's, an interpolation)."""
     for flag in ("batch_size", "max_tokens", "batch_size_valid", "max_tokens_valid"):
         value = getattr(args, flag, None)
-        if value is not None and value < 1:
+        if value is None:
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{flag_of(flag)} {value}: it must be an integer") from None
+        if number < 1:
             raise UsageError(f"{flag_of(flag)} {value}: it must be at least 1")
 
 

@@ -387,6 +387,9 @@ def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
     path = record_path(run_dir)
     if not os.path.exists(path):
         return None
+    if not os.path.isfile(path):  # a pipe or a device in a received run dir: read forever
+        raise RunError(f"{path} is not a regular file: restore it, or start a new run with "
+                       "another --run-dir")  # fmt: skip
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)

@@ -6,7 +6,8 @@ checkpoint files, or one folder whose newest N checkpoints ``--num-update-checkp
 (``checkpointE.pt``) choose, at most ``--checkpoint-upper-bound`` updates or epochs. The average
 keeps the other fields (configuration, optimizer state, ...) of the first checkpoint: the newest,
 of a folder. Half-precision parameters (float16, as fairseq's script does, and bfloat16) are
-averaged and written in float32, integer ones rounded down as fairseq's script does. Unlike fairseq's script, each checkpoint is read with torch's safe loader
+averaged and written in float32, integer ones rounded down as fairseq's script does. Unlike
+fairseq's script, each checkpoint is read with torch's safe loader
 (``fairseq_san.checkpoints.load_state``): on torch >= 2.6 that script refuses every fairseq
 checkpoint, and with the safe loader switched off, reading one could run code.
 """

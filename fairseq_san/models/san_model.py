@@ -51,9 +51,8 @@ def kept_layers(stack: str, value: object) -> List[int]:
     but distinct layer numbers (fairseq failed on int() deep in its pruning, or pruned every
     layer for a negative one)."""
     text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    parts = text.split(",")
     try:
-        layers = [int(str(part).strip()) for part in parts]
+        layers = [int(part) for part in text.split(",")]
     except ValueError:
         layers = []
     if not layers or min(layers) < 0 or len(set(layers)) != len(layers):

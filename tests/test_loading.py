@@ -458,6 +458,16 @@ def test_a_checkpoint_of_other_dictionaries_is_named_by_fairseqs_loader(tmp_path
     assert str(error.value) == f"checkpoint {path}: the checkpoint was trained with other dictionaries"
 
 
+def planted_checkpoint(source: Path, target: Path, group: str, **values) -> Path:
+    """``source`` saved as ``target`` with options of its ``group`` configuration ("model",
+    "task") set to ``values``: what a checkpoint from elsewhere may store."""
+    state = torch.load(source, map_location="cpu", weights_only=True)
+    for name, value in values.items():
+        checkpoints.set_stored_value(state, group, name, value)
+    torch.save(state, target)
+    return target
+
+
 @pytest.mark.slow
 def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
     san_checkpoint, tmp_path
@@ -468,10 +478,8 @@ def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
 
     secret = tmp_path / "secret.json"
     secret.write_text('{"the-secret": 1}')
-    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
-    state["cfg"]["model"].san_policy = str(secret)
-    naming = tmp_path / "naming.pt"
-    torch.save(state, naming)
+    naming = planted_checkpoint(san_checkpoint, tmp_path / "naming.pt", "model",
+                                san_policy=str(secret))  # fmt: skip
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoint_utils.load_checkpoint_to_cpu(str(naming))
     assert str(refused.value) == (
@@ -498,10 +506,8 @@ def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line
     from fairseq import checkpoint_utils
 
     planted = tmp_path / "planted" / "by" / "checkpoint"
-    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
-    state["cfg"]["task"]["san_analysis_dir"] = str(planted)
-    storing = tmp_path / "storing.pt"
-    torch.save(state, storing)
+    storing = planted_checkpoint(san_checkpoint, tmp_path / "storing.pt", "task",
+                                 san_analysis_dir=str(planted))  # fmt: skip
     said = (
         f"checkpoint {storing}: cfg.task.san_analysis_dir = {str(planted)[:60]!r} names a folder "
         "to write to, which only the command line may name: refused (load it with "
@@ -533,11 +539,8 @@ def test_the_embedding_files_a_checkpoint_names_are_not_read(binarized_corpus, s
 
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
-    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
-    state["cfg"]["model"].encoder_embed_path = str(pipe)
-    state["cfg"]["model"].decoder_embed_path = str(tmp_path)
-    naming = tmp_path / "naming.pt"
-    torch.save(state, naming)
+    naming = planted_checkpoint(san_checkpoint, tmp_path / "naming.pt", "model",
+                                encoder_embed_path=str(pipe), decoder_embed_path=str(tmp_path))
     loaded = checkpoint_utils.load_checkpoint_to_cpu(str(naming))["cfg"]["model"]
     assert (loaded.encoder_embed_path, loaded.decoder_embed_path) == (None, None)
     given = checkpoint_utils.load_checkpoint_to_cpu(str(naming), {"encoder_embed_path": "e.txt"})
@@ -563,10 +566,7 @@ def test_an_interpolation_in_a_checkpoints_configuration_is_refused(san_checkpoi
     loaded failed deep in omegaconf (InterpolationKeyError) or read the environment."""
     from fairseq import checkpoint_utils
 
-    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
-    state["cfg"]["task"][field] = value
-    planted = tmp_path / "planted.pt"
-    torch.save(state, planted)
+    planted = planted_checkpoint(san_checkpoint, tmp_path / "planted.pt", "task", **{field: value})
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoint_utils.load_checkpoint_to_cpu(str(planted))
     assert str(refused.value) == (

@@ -37,7 +37,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
-        hypotheses, references = read_generate_output(args.generate_output), read_lines(args.reference)
+        hypotheses = read_generate_output(args.generate_output)
+        references = read_lines(args.reference)
         if len(hypotheses) == len(references):  # else corpus_scores says what differs
             check_references(args.generate_output, args.reference, references)
         scores = corpus_scores(hypotheses, references)

@@ -137,7 +137,8 @@ def plugin_owners(flag: str) -> List[str]:
 
 
 # How near (difflib's ratio) an unknown flag must be to one of the command's to be named as what
-# was meant: --san-decoder-self-polcy is 0.98 from --san-decoder-self-policy, --bogus 0.67 from --eos.
+# was meant: --san-decoder-self-polcy is 0.98 from --san-decoder-self-policy, --bogus 0.67 from
+# --eos.
 MISSPELT = 0.85
 
 
@@ -165,7 +166,8 @@ def refuse_unrecognized(
             )
     for argument in extra:
         flag = argument.split("=", 1)[0]
-        near = nearest_key(flag, parser._option_string_actions, MISSPELT) if flag[:2] == "--" else None
+        flags = parser._option_string_actions
+        near = nearest_key(flag, flags, MISSPELT) if flag.startswith("--") else None
         if near is not None:  # argparse printed its whole usage (hundreds of lines), then this
             raise UsageError(f"{parser.prog} has no option {flag}: did you mean {near}?")
     if extra:

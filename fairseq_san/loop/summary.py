@@ -166,7 +166,9 @@ def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
     return "  ".join(f"{kind} {ThetaRange(*same)}" for kind, same in ranges.items())
 
 
-def with_learned(run_dir: str, row: Dict[str, object], kinds: Sequence[str] = KINDS) -> Dict[str, object]:
+def with_learned(
+    run_dir: str, row: Dict[str, object], kinds: Sequence[str] = KINDS
+) -> Dict[str, object]:
     """``row`` with the policy its iteration learned, as it is now, and that policy's range of
     theta (a recorded row's may be older than the next iteration's policy file)."""
     iteration = row["iteration"]
@@ -240,9 +242,9 @@ def write_summary(run_dir: str) -> str:
     earlier summary recorded it (with the policy it learned brought up to date)."""
     kinds = model_kinds(run_dir)
     by_iteration = {row["iteration"]: row for row in recorded_rows(run_dir)}
-    by_iteration.update(
-        {row["iteration"]: row for row in (iteration_row(d, kinds) for d in iteration_dirs(run_dir))}
-    )
+    for folder in iteration_dirs(run_dir):
+        row = iteration_row(folder, kinds)
+        by_iteration[row["iteration"]] = row
     rows = [with_learned(run_dir, by_iteration[k], kinds) for k in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")

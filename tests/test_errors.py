@@ -27,6 +27,7 @@ from helpers import (
     build_lm,
     cli_env,
     command_path,
+    fairseq_generate,
     make_dictionary,
     parse_args,
     run_cli,
@@ -551,6 +552,67 @@ def test_a_translation_model_in_a_language_modelling_task_is_refused():
                        "decoder., and the task StandInLanguageModelingTask models language: train "
                        "a language model with --arch transformer_lm_san"):  # fmt: skip
         TransformerSANModel.build_model(parse_args("transformer_san", TINY), task)
+
+
+class StandInTranslationTask(StandInTask):
+    """A stand-in task with fairseq's ``-s``/``-t`` in its configuration."""
+
+    def __init__(self, source_lang, target_lang):
+        super().__init__(make_dictionary())
+        self.cfg = argparse.Namespace(source_lang=source_lang, target_lang=target_lang)
+
+
+def test_a_model_records_the_language_pair_it_was_built_for():
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    args = parse_args("transformer_san", TINY)
+    TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))
+    assert args.language_pair == "en-de"
+    TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))  # the same pair
+    assert args.language_pair == "en-de"
+
+
+def test_a_checkpoint_asked_for_the_reverse_direction_is_refused():
+    """On joined dictionaries (the recipes') fairseq decoded -s de -t en with an En->De
+    checkpoint silently: German read as English."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    args = parse_args("transformer_san", TINY)
+    args.language_pair = "en-de"
+    with pytest.raises(UsageError, match="^this checkpoint was trained to translate en into de "
+                       r"\(its cfg.model.language_pair 'en-de'\), and the task asks for de into "
+                       "en: give -s en -t de$"):  # fmt: skip
+        TransformerSANModel.build_model(args, StandInTranslationTask("de", "en"))
+
+
+def test_another_language_pair_than_the_reverse_is_logged(caplog):
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    args = parse_args("transformer_san", TINY)
+    args.language_pair = "en-de"
+    TransformerSANModel.build_model(args, StandInTranslationTask("src", "tgt"))
+    assert "this checkpoint was trained on en-de, the task reads src-tgt" in caplog.text
+    assert args.language_pair == "en-de"
+
+
+def test_a_checkpoint_without_a_recorded_pair_decodes_either_way():
+    """Checkpoints made before the pair was recorded, and tasks without languages."""
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    args = parse_args("transformer_san", TINY)
+    TransformerSANModel.build_model(args, StandInTask(make_dictionary()))
+    assert getattr(args, "language_pair", None) is None
+    TransformerSANModel.build_model(args, StandInTranslationTask("de", "en"))
+
+
+@pytest.mark.slow
+def test_generate_in_the_reverse_direction_is_one_line(binarized_corpus, trained):
+    """fairseq infers the pair from the data's file names (src-tgt) and keeps it out of the
+    checkpoint's task configuration; the model records it."""
+    checkpoint = trained["plain"] / "checkpoint_last.pt"
+    result = fairseq_generate(binarized_corpus, checkpoint, "-s", "tgt", "-t", "src")
+    assert_one_line_error(result, "trained to translate src into tgt", "give -s src -t tgt")
 
 
 def test_a_language_model_in_a_translation_task_is_refused():

@@ -8,7 +8,7 @@ Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``
 
 import argparse
 import logging
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
@@ -103,6 +103,40 @@ def check_translation_task(task: FairseqTask) -> None:
             "transformer_lm_san (or transformer_lm_san_small), or decode this checkpoint with "
             "--task translation_san"
         )
+
+
+def task_language_pair(task: FairseqTask) -> Optional[str]:
+    """The task's ``SOURCE-TARGET`` (fairseq's ``-s``/``-t``, or the pair it inferred from the
+    data's file names), or None for a task without languages."""
+    cfg = getattr(task, "cfg", None)
+    source, target = getattr(cfg, "source_lang", None), getattr(cfg, "target_lang", None)
+    return f"{source}-{target}" if source and target else None
+
+
+def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
+    """Refuse to decode a checkpoint in the direction opposite to its training's.
+
+    The recipes' dictionaries are joined, so fairseq would read ``-s de -t en`` with an En->De
+    checkpoint without a complaint and translate German as though it were English: a silently
+    wrong result. ``checkpoints.stamp`` records the pair a model was trained on (checkpoints
+    made before it carry none and are not checked); another pair than the reverse (a folder
+    whose files use other language codes) is only logged.
+    """
+    trained, requested = getattr(args, checkpoints.LANGUAGE_PAIR, None), task_language_pair(task)
+    if trained is None or requested is None or trained == requested:
+        return
+    source, target = trained.split("-", 1)
+    if requested == f"{target}-{source}":
+        raise UsageError(
+            f"this checkpoint was trained to translate {source} into {target} (its "
+            f"cfg.model.{checkpoints.LANGUAGE_PAIR} {trained!r}), and the task asks for "
+            f"{target} into {source}: give -s {source} -t {target}"
+        )
+    logger.warning(
+        "this checkpoint was trained on %s, the task reads %s (its -s/-t or data file names)",
+        trained,
+        requested,
+    )
 
 
 def check_analysis_task(

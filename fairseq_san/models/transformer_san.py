@@ -33,7 +33,9 @@ from fairseq_san.models.option_checks import (
     check_no_lm_options,
     check_policy_fits_model,
     check_san_options,
+    check_language_pair,
     check_translation_task,
+    task_language_pair,
     warn_unused_encdec_share,
 )
 from fairseq_san.models.san_model import SANModel, layers_to_keep_as_text
@@ -116,6 +118,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         check_san_options(args)
         check_no_lm_options(args)
         check_translation_task(task)
+        check_language_pair(args, task)
         check_analysis_task(args, task)
         check_decoder_overrides(args, task)
         san_base_architecture(args)
@@ -124,7 +127,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)
         warn_unused_encdec_share(policy, args)
-        checkpoints.stamp(args)
+        checkpoints.stamp(args, task_language_pair(task))
         model = super().build_model(args, task)
         if args.decoder_self_attention_type == "aan":
             use_average_attention(model.decoder.layers)

@@ -470,6 +470,29 @@ def test_layers_to_keep_of_one_stack_leave_the_other_whole():
     )
 
 
+def test_layers_to_keep_at_decoding_are_told_from_a_stack_stored_pruned():
+    """A stack holding as many layers as ``--decoder-layers-to-keep`` names was taken as stored
+    pruned: a 2-layer checkpoint given ``0,5`` decoded both its layers without a word. A model
+    records the layers its training kept; a checkpoint made before that record is taken as
+    stored pruned by the count alone."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    trained, args = build(["--decoder-layers", "2"], dictionary=DICT, seed=1)
+    assert args.training_layers_to_keep == {"encoder": None, "decoder": None}
+    overridden = copy.deepcopy(args)  # the checkpoint's configuration, --model-overrides applied
+    overridden.decoder_layers_to_keep = "0,5"
+    model = TransformerSANModel.build_model(overridden, StandInTask(DICT))
+    with pytest.raises(UsageError) as refused:
+        model.load_state_dict(dict(trained.state_dict()), model_cfg=overridden)
+    assert str(refused.value) == (
+        "--decoder-layers-to-keep 0,5: the checkpoint has 2 decoder layers, 0 to 1"
+    )
+    del overridden.training_layers_to_keep  # a checkpoint made before the record
+    model = TransformerSANModel.build_model(overridden, StandInTask(DICT))
+    model.load_state_dict(dict(trained.state_dict()), model_cfg=overridden)
+
+
 def test_attention_heads_that_do_not_divide_the_embedding_are_one_error():
     """fairseq's MultiheadAttention asserted it ("embed_dim must be divisible by num_heads") or
     divided by zero: a traceback from fairseq-train."""

@@ -12,6 +12,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import DictConfig, open_dict
 from torch import Tensor
 
+from fairseq_san import checkpoints
 from fairseq_san.errors import UsageError
 from fairseq_san.models.checkpoint_policy import fit_checkpoint
 from fairseq_san.models.hub_model import HubModel
@@ -43,6 +44,8 @@ class SANModel(HubModel):
 
 
 STACKS = ("encoder", "decoder")
+# The model configuration's key for the layers to keep a model was trained with, per stack.
+TRAINING_PRUNING = "training_layers_to_keep"
 
 
 def kept_layers(stack: str, value: object) -> List[int]:
@@ -75,6 +78,17 @@ def layers_to_keep_as_text(args: argparse.Namespace) -> None:
             setattr(args, f"{stack}_layers_to_keep", ",".join(str(layer) for layer in layers))
 
 
+def record_training_pruning(args: argparse.Namespace) -> None:
+    """Record in a model being trained (not a checkpoint's configuration, which carries the
+    plugin's stamp) the layers ``--*-layers-to-keep`` keeps, as text, None for a stack kept
+    whole: fairseq saves the option with a stack it stored pruned, and ``pruning_config`` tells
+    that stack from an unpruned one of the same size given the option at decoding."""
+    if not checkpoints.is_stamped(args):
+        setattr(args, TRAINING_PRUNING, {
+            stack: getattr(args, f"{stack}_layers_to_keep", None) or None for stack in STACKS
+        })  # fmt: skip
+
+
 def stored_layers(state_dict: Dict[str, Tensor], stack: str) -> int:
     """How many layers of ``stack`` the checkpoint holds."""
     found = (re.match(rf"{stack}\.layers\.(\d+)\.", key) for key in state_dict)
@@ -88,17 +102,20 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
     fairseq's pruning drops every layer of a stack given none (the encoder's, where only the
     decoder's layers to keep are given): that stack keeps all its layers here. A stack already
     stored pruned (a model trained with the option saves its kept layers, and the option with
-    them) is not pruned again. A layer the checkpoint has not is one error naming it.
+    them) is not pruned again: it holds as many layers as it keeps, and keeps the layers its
+    training kept (``record_training_pruning``; a checkpoint made before that record is taken
+    as stored pruned by the count alone). A layer the checkpoint has not is one error naming it.
     """
     if model_cfg is None:
         return model_cfg
     kept = {stack: getattr(model_cfg, f"{stack}_layers_to_keep", None) for stack in STACKS}
     stored = {stack: stored_layers(state_dict, stack) for stack in STACKS}
+    trained = getattr(model_cfg, TRAINING_PRUNING, None)
     for stack, layers in kept.items():
         if not layers:
             continue
         numbers = kept_layers(stack, layers)
-        if len(numbers) == stored[stack]:
+        if len(numbers) == stored[stack] and (trained is None or trained.get(stack) == layers):
             kept[stack] = None  # stored pruned
         elif max(numbers) >= stored[stack]:
             raise UsageError(

@@ -41,7 +41,11 @@ from fairseq_san.models.option_checks import (
     check_no_translation_options,
     check_san_options,
 )
-from fairseq_san.models.san_model import SANModel, layers_to_keep_as_text
+from fairseq_san.models.san_model import (
+    SANModel,
+    layers_to_keep_as_text,
+    record_training_pruning,
+)
 from fairseq_san.models.transformer_san import resolve_model_policy, share_attention
 from fairseq_san.modules.kv_shared_attention import KVFollowerAttention, KVLeaderAttention
 from fairseq_san.modules.shared_attention import SharedWeightsAttention
@@ -78,6 +82,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
         lm_san_base_architecture(args)
         layers_to_keep_as_text(args)
+        record_training_pruning(args)
         check_attention_heads(args, ("decoder",))
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
         warn_unused_self_share(policy, args)

@@ -38,7 +38,11 @@ from fairseq_san.models.option_checks import (
     task_language_pair,
     warn_unused_encdec_share,
 )
-from fairseq_san.models.san_model import SANModel, layers_to_keep_as_text
+from fairseq_san.models.san_model import (
+    SANModel,
+    layers_to_keep_as_text,
+    record_training_pruning,
+)
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -123,6 +127,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         check_decoder_overrides(args, task)
         san_base_architecture(args)
         layers_to_keep_as_text(args)
+        record_training_pruning(args)
         check_attention_heads(args, ("encoder", "decoder"))
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)

@@ -1,10 +1,14 @@
 """Files that the learn-to-share loop takes as a step done (policies, scores, run records,
 summaries): each is written whole or not at all, through a temporary file beside it and one
-rename, so that a stopped write leaves the old file or none, never a truncated one. Pure Python:
-the policy tools import it without torch."""
+rename, so that a stopped write leaves the old file or none, never a truncated one; and read
+back with one line naming a file that is not what was written. Pure Python: the policy tools
+import it without torch."""
 
 import json
 import os
+from typing import Type
+
+from fairseq_san.errors import UsageError, json_error
 
 
 def write_text(path: str, text: str, replace_link: bool = False) -> None:
@@ -49,3 +53,25 @@ def same_file(first: str, second: str) -> bool:
     if os.path.realpath(first) == os.path.realpath(second):
         return True
     return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)
+
+
+def read_json(path: str, fix: str, error: Type[Exception] = UsageError) -> object:
+    """The JSON value ``write_json`` wrote to ``path``, None where there is no file.
+
+    A folder, pipe or device (a pipe in a run dir received from elsewhere would be read forever),
+    bytes that are not UTF-8 and text that is not JSON (truncated; an integer longer than Python
+    converts) are one ``error`` naming the file and ending with ``fix``, what to do.
+    """
+    if not os.path.exists(path):
+        return None
+    if not os.path.isfile(path):
+        raise error(f"{path} is not a regular file: {fix}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except UnicodeDecodeError as err:
+        raise error(f"{path} is not UTF-8 text ({err.reason}): {fix}") from None
+    except ValueError as err:
+        raise error(f"{path} is not valid JSON ({json_error(err)}): truncated? {fix}") from None
+    except OSError as err:
+        raise error(f"{path} cannot be read ({err.strerror}): {fix}") from None

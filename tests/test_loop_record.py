@@ -207,3 +207,37 @@ def refused_after_a_new_vocabulary(run_dir: Path, data: Path, iterations: str) -
     assert snapshot(run_dir) == before
     (line,) = error_lines(result.stderr)
     return line
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (None, "is not a regular file: restore it"),  # a pipe: read forever before
+        (b'{"options": {"--data": "d"', "is not valid JSON (Expecting"),
+        (b'{"options": "\xe9"}', "is not UTF-8 text (invalid continuation byte): restore it"),
+        (b"[1, 2]", "is not a run record (no options): restore it"),
+        (b'{"options": {}, "content": 3}', "is not a run record (no options): restore it"),
+    ],
+)  # fmt: skip
+def test_a_run_record_that_is_not_one_is_one_line(tmp_path, content, said):
+    """A run dir received from elsewhere, or a record cut short: one RunError naming the file."""
+    import os
+
+    from fairseq_san.loop.run_record import RunError, read_record, record_path
+
+    path = record_path(str(tmp_path))
+    if content is None:
+        os.mkfifo(path)
+    else:
+        Path(path).write_bytes(content)
+    with pytest.raises(RunError) as refused:
+        read_record(str(tmp_path))
+    assert str(refused.value).startswith(f"{path} "), refused.value
+    assert said in str(refused.value), refused.value
+    assert str(refused.value).endswith("start a new run with another --run-dir")
+
+
+def test_no_run_record_is_none(tmp_path):
+    from fairseq_san.loop.run_record import read_record
+
+    assert read_record(str(tmp_path)) is None

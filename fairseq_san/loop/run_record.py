@@ -20,7 +20,6 @@ import fcntl
 import filecmp
 import glob
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -28,7 +27,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
-from fairseq_san.files import write_json
+from fairseq_san.files import read_json, write_json
 from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
 
@@ -385,18 +384,14 @@ def check_not_below_trained(run_dir: str, options: Options) -> None:
 def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
     """The recorded options and the content digests of their paths (none in older records)."""
     path = record_path(run_dir)
-    if not os.path.exists(path):
+    fix = "restore it, or start a new run with another --run-dir"
+    record = read_json(path, fix, RunError)
+    if record is None:
         return None
-    if not os.path.isfile(path):  # a pipe or a device in a received run dir: read forever
-        raise RunError(f"{path} is not a regular file: restore it, or start a new run with "
-                       "another --run-dir")  # fmt: skip
     try:
-        with open(path, encoding="utf-8") as handle:
-            record = json.load(handle)
         return record["options"], dict(record.get("content", {}))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise RunError(f"{path} cannot be read ({err}): restore it, or start a new run with "
-                       "another --run-dir") from None  # fmt: skip
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise RunError(f"{path} is not a run record (no options): {fix}") from None
 
 
 def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:

@@ -10,12 +10,12 @@ next iteration) keeps the row the earlier summary recorded.
 """
 
 import glob
-import json
 import os
 import re
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.errors import UsageError, json_error, utf8_text
+from fairseq_san.errors import UsageError
+from fairseq_san import files
 from fairseq_san.files import write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
 from fairseq_san.loop.stopping import loop_stop, policy_path
@@ -104,21 +104,8 @@ def as_number(value) -> Optional[float]:
 def read_json(path: str, expected: type = dict):
     """The JSON value in ``path`` (an object unless ``expected`` says otherwise), None if there is
     no file; a file that is not one (truncated, say) is a UsageError naming it."""
-    if not os.path.exists(path):
-        return None
-    if not os.path.isfile(path):  # a pipe or a device in a received run dir: read forever
-        raise UsageError(
-            f"{path} is not a regular file: delete it and rerun the step that writes it"
-        )
-    try:
-        with utf8_text(path), open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
-    except UsageError:  # not UTF-8, named
-        raise
-    except ValueError as err:  # malformed, or an integer longer than Python converts
-        raise UsageError(f"{path} is not valid JSON ({json_error(err)}): truncated? "
-                         "delete it and rerun the step that writes it") from None  # fmt: skip
-    if not isinstance(found, expected):
+    found = files.read_json(path, "delete it and rerun the step that writes it")
+    if found is not None and not isinstance(found, expected):
         raise UsageError(f"{path} holds a JSON {type(found).__name__}, not a {expected.__name__}")
     return found
 

@@ -582,7 +582,7 @@ def test_a_checkpoint_asked_for_the_reverse_direction_is_refused():
     args.language_pair = "en-de"
     with pytest.raises(UsageError, match="^this checkpoint was trained to translate en into de "
                        r"\(its cfg.model.language_pair 'en-de'\), and the task asks for de into "
-                       "en: give -s en -t de$"):  # fmt: skip
+                       "en: give -s en -t de .from_pretrained: source_lang='en', target_lang='de'.$"):  # fmt: skip
         TransformerSANModel.build_model(args, StandInTranslationTask("de", "en"))
 
 

@@ -523,3 +523,19 @@ def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path)
         "nbest=1", "nbest=1 (in from_pretrained's generation_args)"
     )
     check_generation_arg_keys({"retain_dropout": True, "no_beamable_mm": True})
+
+
+def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binarized_corpus):
+    """The hub takes the languages from its keywords (or the data's file names): the reverse of
+    the checkpoint's decoded silently on joined dictionaries."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        source_lang="tgt", target_lang="src")  # fmt: skip
+    assert str(refused.value).endswith(
+        "give -s src -t tgt (from_pretrained: source_lang='src', target_lang='tgt')"
+    )
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                          source_lang="src", target_lang="tgt")  # fmt: skip
+    assert hub.translate("tok1 tok2 tok3", beam=1)

@@ -130,7 +130,8 @@ def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
         raise UsageError(
             f"this checkpoint was trained to translate {source} into {target} (its "
             f"cfg.model.{checkpoints.LANGUAGE_PAIR} {trained!r}), and the task asks for "
-            f"{target} into {source}: give -s {source} -t {target}"
+            f"{target} into {source}: give -s {source} -t {target} (from_pretrained: "
+            f"source_lang={source!r}, target_lang={target!r})"
         )
     logger.warning(
         "this checkpoint was trained on %s, the task reads %s (its -s/-t or data file names)",

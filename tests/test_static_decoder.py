@@ -735,6 +735,8 @@ def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
         (["--cross-self-attention"], None, "--cross-self-attention"),
         ([], "heads", "decoder layers with different numbers of heads"),
         ([], "bias_kv", "attention with add_bias_kv or add_zero_attn"),
+        ([], "attention", "decoder attention of type Identity"),
+        ([], "decoder", "decoders of type Sequential"),
     ],
 )  # fmt: skip
 def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
@@ -748,6 +750,10 @@ def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
     elif change == "bias_kv":
         attention = model.decoder.layers[0].self_attn
         attention.bias_k = attention.bias_v = torch.nn.Parameter(torch.zeros(1, 1, 16))
+    elif change == "attention":  # a module of one's own in a layer
+        model.decoder.layers[3].encoder_attn = torch.nn.Identity()
+    elif change == "decoder":
+        model.decoder = torch.nn.Sequential(torch.nn.Linear(16, 16))
     with pytest.raises(StaticDecoderError, match=f"not support {named}; "):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=2)
     # Built before the model moves to its device (fairseq-train --eval-bleu), the step waits for

@@ -12,10 +12,12 @@ fairseq's SequenceGenerator, without its per-step overhead.
   an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
-* ``generator.py``: the SequenceGenerator drop-in and the option checks;
+* ``generator.py``: the SequenceGenerator drop-in;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam or sampling);
-* ``errors.py``: what the static decoder refuses, in one line (``StaticDecoderError``).
+* ``support.py``: what the static decoder refuses, one list per kind checked in one place
+  (generation options, ``build_generator``'s arguments, decoders);
+* ``errors.py``: the one error it refuses with (``StaticDecoderError``).
 """
 
 from fairseq_san.static_decoding.errors import StaticDecoderError

@@ -4,7 +4,7 @@ It takes the arguments fairseq's ``task.build_generator`` passes and returns the
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
 ``task.inference_step`` use it unchanged. ``build_static_generator`` is what
 ``--san-decoding static`` calls: it refuses, with one error naming the option, every generation
-option the static decoder does not implement.
+option the static decoder does not implement (``support.UNSUPPORTED_OPTIONS``).
 
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
@@ -17,19 +17,16 @@ the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a
 per shape (the ``KEPT_SHAPES`` used last), reset for each batch.
 """
 
-from argparse import Namespace
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.data import Dictionary
-from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
 from fairseq_san.generation_options import check_temperature
 from fairseq_san.modules import weights_key
-from fairseq_san.options import flag_of
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -48,27 +45,12 @@ from fairseq_san.static_decoding.precision import (
     warn_if_slower_than_fp32,
 )
 from fairseq_san.static_decoding.step import StaticDecoderStep
-
-# Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
-# (option, test of its value that means "in use").
-UNSUPPORTED_OPTIONS = [
-    ("sampling", bool),
-    ("diverse_beam_groups", lambda v: v is not None and v > 0),
-    ("diversity_rate", lambda v: v is not None and v > -1),
-    ("match_source_len", bool),
-    ("no_repeat_ngram_size", lambda v: v is not None and v > 0),
-    ("constraints", bool),
-    ("prefix_size", lambda v: v is not None and v > 0),
-    ("retain_dropout", bool),
-    ("print_alignment", bool),
-    ("score_reference", bool),
-    ("lm_path", bool),
-]
-
-# fairseq's generation options as ``task.build_generator`` receives them: ``cfg.generation`` (a
-# DictConfig of GenerationConfig) from fairseq's commands, an argparse Namespace from older code.
-GenerationArgs = Union[Namespace, DictConfig]
-
+from fairseq_san.static_decoding.support import (
+    GenerationArgs,
+    check_decoder,
+    check_generation_options,
+    check_generator_arguments,
+)
 
 def checked_execution(precision: str, asked: Optional[str], device: torch.device) -> Execution:
     """The execution of the step at ``precision`` on ``device`` (``asked``, the name given to
@@ -78,19 +60,6 @@ def checked_execution(precision: str, asked: Optional[str], device: torch.device
     execution = execution_for(asked, device)
     check_compiled_precision(precision, execution.compiles)
     return execution
-
-
-def check_generation_options(args: GenerationArgs, allowed: Tuple[str, ...] = ()) -> None:
-    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
-    (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours), and a
-    UsageError for a sampling limit without ``--sampling``, which fairseq's generator refuses too
-    (a static decoder would run beam search)."""
-    for option, in_use in UNSUPPORTED_OPTIONS:
-        if option not in allowed and in_use(getattr(args, option, None)):
-            raise StaticDecoderError(flag_of(option))
-    for limit in ("sampling_topk", "sampling_topp"):
-        if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):
-            raise UsageError(f"{flag_of(limit)} needs --sampling")
 
 
 # The shapes (sentences, positions, source length bucket) whose cache, beam search and CUDA graphs
@@ -150,7 +119,7 @@ class StaticSequenceGenerator(nn.Module):
         if model_device.type == self.device_type:
             self.build_from_weights()
         else:  # the model's refusals now, not at the first validation, after training began
-            StaticDecoderStep(self.model.decoder)
+            check_decoder(self.model.decoder)
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.symbols_to_strip_from_output = {self.eos}
@@ -434,26 +403,6 @@ def build_static_generator(
         args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
     )
     return StaticSequenceGenerator(models, tgt_dict, device=device, **options)
-
-
-def check_generator_arguments(
-    seq_gen_cls: Optional[type],
-    extra_gen_cls_kwargs: Optional[Dict],
-    prefix_allowed_tokens_fn: Optional[Callable],
-    args: GenerationArgs,
-) -> None:
-    """StaticDecoderError for the arguments of ``task.build_generator`` besides the options that
-    ask for another generator (a class, language model fusion, constrained beam search)."""
-    if seq_gen_cls is not None:
-        raise StaticDecoderError(f"a custom generator class ({seq_gen_cls.__name__})")
-    if prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None):
-        raise StaticDecoderError("prefix_allowed_tokens_fn (constrained beam search)")
-    extra = dict(extra_gen_cls_kwargs or {})
-    if extra.pop("lm_model", None) is not None:
-        raise StaticDecoderError("--lm-path (language model fusion)")
-    extra.pop("lm_weight", None)
-    if extra:
-        raise StaticDecoderError(f"generator options {sorted(extra)}")
 
 
 def generator_options(

@@ -28,11 +28,8 @@ from torch import Tensor, nn
 from fairseq_san.static_decoding.beam_search import SearchSettings
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
-from fairseq_san.static_decoding.generator import (
-    GenerationArgs,
-    StaticSequenceGenerator,
-    generator_options,
-)
+from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
+from fairseq_san.static_decoding.support import GenerationArgs
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
 LM_GENERATION_OPTIONS = ("sampling", "prefix_size")

@@ -14,7 +14,9 @@ hypothesis, the same function as fairseq's incremental ``decoder.forward`` follo
   output) with the query scaling folded in, so that ``precision.py`` can cast or quantize every
   linear layer of the step without touching the model;
 * all state lives in a ``DecoderCache`` (caches.py) indexed by position: no per-step allocation
-  of caches, no dictionaries of incremental state.
+  of caches, no dictionaries of incremental state;
+* a decoder it does not reproduce exactly is refused before it is read
+  (``support.DECODER_CHECKS``).
 
 The position is a Python int (the sliced layout, the CPU's) or a device tensor with a length
 bucket (the fixed layout: torch.compile, CUDA graphs); the modules read and write the cache
@@ -33,9 +35,10 @@ from torch import Tensor, nn
 
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
 from fairseq_san.modules.shared_attention import KEPT_PROJECTIONS, AttentionRole
-from fairseq_san.modules.shared_attention import attention_role as module_role
+from fairseq_san.modules.shared_attention import attention_role
 from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_source
 from fairseq_san.static_decoding.errors import StaticDecoderError
+from fairseq_san.static_decoding.support import check_decoder
 
 # What a block leader hands to its followers in one step: S (weights) and A (per-head context),
 # per kind of attention ("self", "encdec"), and the cache slot of its keys ("self slot").
@@ -44,17 +47,6 @@ Shared = Dict[str, Union[Tuple[Tensor, Tensor], int]]
 FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER
 WEIGHTS, CONTEXT = AttentionRole.WEIGHTS, AttentionRole.CONTEXT
 KEYS_VALUES = AttentionRole.KEYS_VALUES
-
-
-def attention_role(module: nn.Module) -> AttentionRole:
-    """The role of a decoder attention module (see module doc); StaticDecoderError for a module
-    the step does not reproduce."""
-    if not isinstance(module, MultiheadAttention):
-        raise StaticDecoderError(f"decoder attention of type {type(module).__name__}")
-    role = module_role(module)
-    if role == FULL and (module.bias_k is not None or module.add_zero_attn):
-        raise StaticDecoderError("attention with add_bias_kv or add_zero_attn")
-    return role
 
 
 def copy_linear(*sources: nn.Linear, scales: Optional[List[float]] = None) -> nn.Linear:
@@ -231,11 +223,6 @@ class LayerStep(nn.Module):
 
     def __init__(self, layer: nn.Module, self_attention: nn.Module) -> None:
         super().__init__()
-        for extra in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
-            if getattr(layer, extra, None) is not None:
-                raise StaticDecoderError(f"decoder layers with {extra} (--scale-* options)")
-        if getattr(layer, "cross_self_attention", False):
-            raise StaticDecoderError("--cross-self-attention")
         self.normalize_before = layer.normalize_before
         self.self_attn = self_attention
         self.self_attn_layer_norm = copy_module(layer.self_attn_layer_norm)
@@ -288,8 +275,6 @@ class StaticDecoderStep(nn.Module):
                 attention = AverageAttentionStep(layer.self_attn, self.aan_layers)
                 self.aan_layers += 1
             else:
-                if layer.self_attn.num_heads != self.heads:
-                    raise StaticDecoderError("decoder layers with different numbers of heads")
                 attention = SelfAttentionStep(layer.self_attn, self.self_slots)
                 self.self_slots += attention.cache_slots
             layers.append(LayerStep(layer, attention))
@@ -396,29 +381,3 @@ class StaticDecoderStep(nn.Module):
 
 def _optional_linear(module: Optional[nn.Module]) -> Optional[nn.Linear]:
     return None if module is None else copy_linear(module)
-
-
-def check_decoder(decoder: nn.Module) -> None:
-    """Raise StaticDecoderError for a decoder the step does not reproduce exactly."""
-    if not isinstance(decoder, TransformerDecoderBase):
-        raise StaticDecoderError(f"decoders of type {type(decoder).__name__}")
-    if decoder.adaptive_softmax is not None:
-        raise StaticDecoderError("--adaptive-softmax-cutoff")
-    if not isinstance(decoder.embed_tokens, nn.Embedding):
-        raise StaticDecoderError(input_embedding_option(decoder.embed_tokens))
-    if decoder.quant_noise is not None:
-        raise StaticDecoderError("quant-noise")
-
-
-# fairseq's input embeddings that are not one table of vectors (``transformer_lm``'s options).
-INPUT_EMBEDDING_OPTIONS = {
-    "AdaptiveInput": "--adaptive-input",
-    "CharacterTokenEmbedder": "--character-embeddings",
-}
-
-
-def input_embedding_option(module: nn.Module) -> str:
-    """The option that gave the decoder ``module`` as its input embeddings, for the step's
-    refusal: it looks a token's vector up in one table (nn.Embedding)."""
-    name = type(module).__name__
-    return INPUT_EMBEDDING_OPTIONS.get(name, f"input embeddings of type {name}")

@@ -90,6 +90,11 @@ POLICY_OPTIONS = {
     for kind in KINDS
 }
 
+# What a following layer of a block shares with the block's first layer: SAN's attention output
+# A = S V (encoder-decoder attention, Eq. 5), its attention weights S with the layer's own V
+# (Eq. 4), or cross-layer KV sharing (CLA: the leader's K and V, the layer's own Q).
+OUTPUT, WEIGHTS, KV = "output", "weights", "kv"
+
 MODEL_OPTIONS = (
     Option(
         "san_policy",
@@ -102,8 +107,8 @@ MODEL_OPTIONS = (
         "san_encdec_share",
         "encoder-decoder sharing: the attention output A = S V (Eq. 5, default) "
         "or only the weights S, each layer keeping its own V projection",
-        default="output",
-        choices=("output", "weights"),
+        default=OUTPUT,
+        choices=(OUTPUT, WEIGHTS),
     ),
     Option(
         "decoder_self_attention_type",
@@ -126,8 +131,7 @@ MODEL_OPTIONS = (
 )
 
 # How a following layer of a decoder self-attention block shares with the block's first layer:
-# SAN's attention weights S (own V), or cross-layer KV sharing (CLA: the leader's K and V, own Q).
-WEIGHTS, KV = "weights", "kv"
+# SAN's attention weights S (own V), or cross-layer KV sharing.
 SELF_SHARE = Option(
     "san_self_share",
     "decoder self-attention sharing of a block's following layers: the attention weights S of "

@@ -12,6 +12,7 @@ from helpers import (
     ATOL,
     build,
     build_fairseq_transformer,
+    build_lm,
     decoder_logits,
     make_dictionary,
     max_diff,
@@ -136,8 +137,6 @@ def test_a_checkpoint_of_another_size_is_named_by_its_first_difference(trained, 
 
 
 def test_a_language_models_checkpoint_of_another_size_is_named():
-    from helpers import build_lm
-
     from fairseq_san.errors import UsageError
 
     other, _ = build_lm(["--decoder-layers", "4"], dictionary=DICT)
@@ -305,3 +304,28 @@ def test_a_state_dict_with_no_decoder_layers_is_no_plugin_checkpoint():
     model = build_fairseq_transformer([], dictionary=make_dictionary())[0]
     roberta = {"encoder.sentence_encoder.layers.0.self_attn.k_proj.weight": torch.zeros(1)}
     assert plugin_checkpoint_problem(model, roberta) is None
+
+
+@pytest.mark.parametrize(
+    "argv, lm, share",
+    [
+        (["--san-decoder-encdec-policy", "3,3"], False, "output"),
+        (["--san-decoder-encdec-policy", "3,3", "--san-encdec-share", "weights"], False, "weights"),
+        (["--san-decoder-self-policy", "2,4"], True, "weights"),
+        (["--san-decoder-self-policy", "2,4", "--san-self-share", "kv"], True, "kv"),
+    ],
+)  # fmt: skip
+def test_what_following_layers_shared_is_read_from_the_projections_they_kept(argv, lm, share):
+    """Each role of a following layer keeps other projections (KEPT_PROJECTIONS): a checkpoint
+    says how its blocks shared; projections no role keeps are no SAN checkpoint."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.checkpoint_policy import followers_share
+
+    model = (build_lm if lm else build)(argv, dictionary=DICT)[0]
+    attention = "self_attn" if lm else "encoder_attn"
+    state = model.state_dict()
+    assert followers_share(state, [2, 4] if lm else [3, 3], attention) == share
+    for name in ("q_proj", "k_proj", "v_proj"):  # a follower with all three: no role
+        state.setdefault(f"decoder.layers.1.{attention}.{name}.weight", torch.zeros(1))
+    with pytest.raises(UsageError, match="keep the projections q_proj, k_proj, v_proj, which no"):
+        followers_share(state, [1, 5], attention)

@@ -1,8 +1,9 @@
 """Which sharing policy a saved model was trained with, read from its parameters, and whether a
 model can load it.
 
-Only the first layer of a block has query/key projections (``modules.shared_attention``), so a
-checkpoint's parameter names say its policy; AAN's gate says its decoder self-attention type. A
+Only the first layer of a block has a key projection, and each role of a following layer keeps
+other projections (``modules.shared_attention.KEPT_PROJECTIONS``), so a checkpoint's parameter
+names say its policy and how its blocks shared; AAN's gate says its decoder self-attention type. A
 model can load a checkpoint when its own policy shares at least as much (each trained block inside
 one of its blocks): the projections it no longer uses are dropped on load; a policy that shares
 less lacks trained projections. Its embeddings must have the checkpoint's vocabulary sizes, and it
@@ -28,6 +29,12 @@ from fairseq_san import options
 from fairseq_san import policy as san_policy
 from fairseq_san.checkpoints import VocabularyMismatch
 from fairseq_san.errors import UsageError
+from fairseq_san.modules.shared_attention import (
+    LEADER_PROJECTION,
+    PROJECTIONS,
+    AttentionRole,
+    follower_role,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +54,13 @@ AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
 # The embeddings whose rows are the source and the target dictionary.
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+# The option value (``--san-encdec-share``, ``--san-self-share``) that gives a block's following
+# layers each role.
+SHARE_OF_ROLE = {
+    AttentionRole.WEIGHTS: options.WEIGHTS,
+    AttentionRole.CONTEXT: options.OUTPUT,
+    AttentionRole.KEYS_VALUES: options.KV,
+}
 # A model with an encoder translates, one without is a language model: {has an encoder: (what it
 # is, its checkpoints, the flags that train it)}.
 MODEL_KINDS = {
@@ -360,15 +374,15 @@ def refines(built: Dict, trained: Dict, layers: Dict[str, int]) -> bool:
 def policy_of_state_dict(state_dict: Dict, layers: Dict[str, int]) -> Dict[str, List[int]]:
     """The sharing policy a model's parameters were saved with.
 
-    The first layer of a block is the only one with a k_proj (``modules.shared_attention``); a
-    kind without any (AAN) or with one in every layer is not shared.
+    The first layer of a block is the only one with its ``LEADER_PROJECTION`` (k_proj); a kind
+    without any (AAN) or with one in every layer is not shared.
     """
     policy = {}
     for kind, (stack, attr) in san_policy.KIND_MODULES.items():
         starts = [
             index
             for index in range(layers[stack])
-            if f"{stack}.layers.{index}.{attr}.k_proj.weight" in state_dict
+            if f"{stack}.layers.{index}.{attr}.{LEADER_PROJECTION}.weight" in state_dict
         ]
         if 0 < len(starts) < layers[stack]:
             policy[kind] = san_policy.blocks_from_starts(starts, layers[stack])
@@ -379,31 +393,33 @@ def encdec_share(state_dict: Dict, policy: Dict) -> Optional[str]:
     """The ``--san-encdec-share`` mode of shared encoder-decoder attention; None when unshared."""
     if "decoder_encdec" not in policy:
         return None
-    return "weights" if shares_encdec_weights_only(state_dict, policy) else "output"
-
-
-def shares_encdec_weights_only(state_dict: Dict, policy: Dict) -> bool:
-    """Whether shared encoder-decoder layers kept their own V (``--san-encdec-share weights``)."""
-    return followers_keep(state_dict, policy["decoder_encdec"], "encoder_attn", "v_proj")
-
-
-def followers_keep(state_dict: Dict, blocks: List[int], attention: str, projection: str) -> bool:
-    """Whether the following layers of the decoder's ``blocks`` kept their own ``projection`` of
-    ``attention`` (``decoder.layers.I.ATTENTION.PROJECTION``): what a follower keeps says what it
-    shared with its block's first layer."""
-    leaders = san_policy.block_leaders(blocks, sum(blocks))
-    return any(
-        f"decoder.layers.{index}.{attention}.{projection}.weight" in state_dict
-        for index, leader in enumerate(leaders)
-        if index != leader
-    )
+    return followers_share(state_dict, policy["decoder_encdec"], "encoder_attn")
 
 
 def self_share(state_dict: Dict, blocks: List[int]) -> str:
-    """How a language model's shared decoder self-attention was trained (``--san-self-share``):
-    followers with their own Q took the leader's K/V (``kv``), else its weights S (``weights``)."""
-    own_query = followers_keep(state_dict, blocks, "self_attn", "q_proj")
-    return options.KV if own_query else options.WEIGHTS
+    """How a language model's shared decoder self-attention was trained (``--san-self-share``)."""
+    return followers_share(state_dict, blocks, "self_attn")
+
+
+def followers_share(state_dict: Dict, blocks: List[int], attention: str) -> str:
+    """What the following layers of the decoder's ``blocks`` of ``attention`` shared with their
+    block's first layer (``SHARE_OF_ROLE``): their role, read from the projections they kept
+    (``KEPT_PROJECTIONS``)."""
+    leaders = san_policy.block_leaders(blocks, sum(blocks))
+    followers = [index for index, leader in enumerate(leaders) if index != leader]
+    kept = tuple(
+        name
+        for name in PROJECTIONS
+        if any(f"decoder.layers.{index}.{attention}.{name}.weight" in state_dict
+               for index in followers)
+    )  # fmt: skip
+    role = follower_role(kept)
+    if role is None:
+        raise UsageError(
+            f"the checkpoint's following decoder layers of {attention} keep the projections "
+            f"{', '.join(kept)}, which no way of sharing leaves: it was not saved by a SAN model"
+        )
+    return SHARE_OF_ROLE[role]
 
 
 def check_lm_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:

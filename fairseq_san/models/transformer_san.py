@@ -203,7 +203,7 @@ def resolve_model_policy(
 def follower_class(kind: str, args: argparse.Namespace) -> Type[MultiheadAttention]:
     """The module of a layer that reuses its block's attention: S (Eq. 4) or A (Eq. 5), the
     latter where ``--san-encdec-share output`` asks it and the kind allows it."""
-    if san_policy.KIND_TABLE[kind].attends_to_fixed_memory and args.san_encdec_share == "output":
+    if san_policy.KIND_TABLE[kind].attends_to_fixed_memory and args.san_encdec_share == options.OUTPUT:
         return SharedContextAttention
     return SharedWeightsAttention
 

@@ -57,6 +57,26 @@ KEPT_PROJECTIONS: Dict[AttentionRole, Tuple[str, ...]] = {
 }
 
 
+# The roles of a block's following layers: each keeps other projections, so that a checkpoint's
+# parameter names say which (``follower_role``).
+FOLLOWER_ROLES = (AttentionRole.WEIGHTS, AttentionRole.CONTEXT, AttentionRole.KEYS_VALUES)
+
+
+# The projection a block's first layer keeps and no following layer does (k_proj): where a
+# checkpoint's blocks start.
+LEADER_PROJECTION = next(
+    name
+    for name in KEPT_PROJECTIONS[AttentionRole.LEADER]
+    if not any(name in KEPT_PROJECTIONS[role] for role in FOLLOWER_ROLES)
+)
+
+
+def follower_role(kept: Tuple[str, ...]) -> Optional[AttentionRole]:
+    """The role of a following layer that keeps the projections ``kept`` (in ``PROJECTIONS``
+    order), None for a combination no role keeps."""
+    return next((role for role in FOLLOWER_ROLES if KEPT_PROJECTIONS[role] == kept), None)
+
+
 def dropped_projections(role: AttentionRole) -> Tuple[str, ...]:
     """The q/k/v projections a module of ``role`` does not have."""
     return tuple(name for name in PROJECTIONS if name not in KEPT_PROJECTIONS[role])

@@ -6,6 +6,13 @@ which drops their unused projections. With no policy nothing is replaced and the
 fairseq's transformer. The same step lets a trained model decode under a policy that shares
 more than it was trained with (``--model-overrides "{'san_policy': ...}"``): the projections
 the new policy does not use are dropped from the checkpoint on load.
+
+Why modules are replaced after the build rather than built by the layers' hooks
+(``build_self_attention``, as fairseq's linformer example does): one mechanism then serves the
+policy, AAN, ``--san-decoding fast`` (switched by the task after the model is loaded) and the
+language model (fairseq's ``TransformerLanguageModel.build_model`` has no hook for its decoder
+class), and fairseq's construction, parameter initialization included, is left as it is: a
+model without a policy is fairseq's, parameter for parameter.
 """
 
 import argparse

@@ -13,9 +13,9 @@ fairseq calls ``torch.load`` without ``weights_only``, which means the safe load
 2.6 and only while ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is not set.
 
 Checkpoints made with the plugin carry its name and version (``PLUGIN``) in ``cfg.model.plugin``
-(``stamp``), so that a checkpoint says what it needs to be loaded, and a translation model's
-languages in ``cfg.model.language_pair``, so that it can refuse the reverse direction. fairseq's own error cannot
-say it: loading a SAN checkpoint without the plugin first fails in torch's safe loader (nothing
+(``stamp``), so that a checkpoint says what it needs to be loaded (and a translation model's
+languages in ``cfg.model.language_pair``, so that it can refuse the reverse direction).
+fairseq's own error cannot say what a checkpoint needs: loading a SAN checkpoint without the plugin first fails in torch's safe loader (nothing
 allowed ``argparse.Namespace``), and where the file is read (the safe loader off, or a fairseq
 that loads with ``weights_only=False``) ``fairseq.models.build_model`` formats its "Could not
 infer model type" message with ``str.format`` over the model config's text, whose ``'{}'``
@@ -62,14 +62,14 @@ class VocabularyMismatch(UsageError):
     knows the file, adds its path: ``fairseq_fixes.safe_loading``)."""
 
 
-def stamp(args, language_pair: Optional[str] = None) -> None:
+def stamp(args, language_pair: Optional[Tuple[str, str]] = None) -> None:
     """Record the plugin in a model's (argparse) configuration, which fairseq saves as cfg.model,
-    and a translation model's ``language_pair`` (``SOURCE-TARGET``) where none is recorded yet:
-    fairseq's own task configuration keeps ``-s``/``-t`` only where they were given."""
+    and a translation model's ``language_pair`` (``[SOURCE, TARGET]``) where none is recorded
+    yet: fairseq's own task configuration keeps ``-s``/``-t`` only where they were given."""
     if isinstance(args, argparse.Namespace):
         args.plugin = PLUGIN
         if language_pair is not None and getattr(args, LANGUAGE_PAIR, None) is None:
-            setattr(args, LANGUAGE_PAIR, language_pair)
+            setattr(args, LANGUAGE_PAIR, list(language_pair))
 
 
 def is_stamped(args) -> bool:

@@ -55,12 +55,16 @@ def same_file(first: str, second: str) -> bool:
     return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)
 
 
-def read_json(path: str, fix: str, error: Type[Exception] = UsageError) -> object:
-    """The JSON value ``write_json`` wrote to ``path``, None where there is no file.
+def read_json(
+    path: str, fix: str, error: Type[Exception] = UsageError, expected: type = dict
+) -> object:
+    """The JSON value ``write_json`` wrote to ``path`` (an object unless ``expected`` says
+    otherwise), None where there is no file.
 
     A folder, pipe or device (a pipe in a run dir received from elsewhere would be read forever),
-    bytes that are not UTF-8 and text that is not JSON (truncated; an integer longer than Python
-    converts) are one ``error`` naming the file and ending with ``fix``, what to do.
+    bytes that are not UTF-8, text that is not JSON (truncated; an integer longer than Python
+    converts) and a value of another type (``null`` too: it is no missing file) are one
+    ``error`` naming the file and ending with ``fix``, what to do.
     """
     if not os.path.exists(path):
         return None
@@ -68,10 +72,19 @@ def read_json(path: str, fix: str, error: Type[Exception] = UsageError) -> objec
         raise error(f"{path} is not a regular file: {fix}")
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            value = json.load(handle)
     except UnicodeDecodeError as err:
         raise error(f"{path} is not UTF-8 text ({err.reason}): {fix}") from None
     except ValueError as err:
         raise error(f"{path} is not valid JSON ({json_error(err)}): truncated? {fix}") from None
     except OSError as err:
         raise error(f"{path} cannot be read ({err.strerror}): {fix}") from None
+    if not isinstance(value, expected):
+        found, wanted = JSON_TYPES.get(type(value), type(value).__name__), JSON_TYPES[expected]
+        raise error(f"{path} holds a JSON {found}, not a JSON {wanted}: {fix}")
+    return value
+
+
+# JSON's names of the types json.load returns, for errors.
+JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+              float: "number", type(None): "null"}  # fmt: skip

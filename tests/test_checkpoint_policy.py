@@ -325,7 +325,8 @@ def test_what_following_layers_shared_is_read_from_the_projections_they_kept(arg
     attention = "self_attn" if lm else "encoder_attn"
     state = model.state_dict()
     assert followers_share(state, [2, 4] if lm else [3, 3], attention) == share
-    for name in ("q_proj", "k_proj", "v_proj"):  # a follower with all three: no role
-        state.setdefault(f"decoder.layers.1.{attention}.{name}.weight", torch.zeros(1))
+    follower = 4  # a follower of the model's own blocks, given all three: no role keeps them
+    for name in ("q_proj", "k_proj", "v_proj"):
+        state.setdefault(f"decoder.layers.{follower}.{attention}.{name}.weight", torch.zeros(1))
     with pytest.raises(UsageError, match="keep the projections q_proj, k_proj, v_proj, which no"):
-        followers_share(state, [1, 5], attention)
+        followers_share(state, [2, 4] if lm else [3, 3], attention)

@@ -567,43 +567,68 @@ def test_a_model_records_the_language_pair_it_was_built_for():
 
     args = parse_args("transformer_san", TINY)
     TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))
-    assert args.language_pair == "en-de"
+    assert args.language_pair == ["en", "de"]
     TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))  # the same pair
-    assert args.language_pair == "en-de"
+    assert args.language_pair == ["en", "de"]
 
 
-def test_a_checkpoint_asked_for_the_reverse_direction_is_refused():
+@pytest.mark.parametrize(
+    "trained, asked",
+    [(["en", "de"], ("de", "en")), (["pt-br", "en"], ("en", "pt-br"))],  # fairseq takes pt-br
+)
+def test_a_checkpoint_asked_for_the_reverse_direction_is_refused(trained, asked):
     """On joined dictionaries (the recipes') fairseq decoded -s de -t en with an En->De
     checkpoint silently: German read as English."""
     from fairseq_san.errors import UsageError
     from fairseq_san.models.transformer_san import TransformerSANModel
 
     args = parse_args("transformer_san", TINY)
-    args.language_pair = "en-de"
-    with pytest.raises(UsageError, match="^this checkpoint was trained to translate en into de "
-                       r"\(its cfg.model.language_pair 'en-de'\), and the task asks for de into "
-                       "en: give -s en -t de .from_pretrained: source_lang='en', target_lang='de'.$"):  # fmt: skip
-        TransformerSANModel.build_model(args, StandInTranslationTask("de", "en"))
+    args.language_pair = trained
+    source, target = trained
+    with pytest.raises(UsageError) as refused:
+        TransformerSANModel.build_model(args, StandInTranslationTask(*asked))
+    assert str(refused.value) == (
+        f"this checkpoint was trained to translate {source} into {target} (its "
+        f"cfg.model.language_pair), and the task asks for {target} into {source}: give "
+        f"-s {source} -t {target} (source_lang='{source}', target_lang='{target}' to "
+        "from_pretrained or in a fairseq-san-bench system's JSON)"
+    )
 
 
 def test_another_language_pair_than_the_reverse_is_logged(caplog):
     from fairseq_san.models.transformer_san import TransformerSANModel
 
     args = parse_args("transformer_san", TINY)
-    args.language_pair = "en-de"
+    args.language_pair = ["en", "de"]
     TransformerSANModel.build_model(args, StandInTranslationTask("src", "tgt"))
-    assert "this checkpoint was trained on en-de, the task reads src-tgt" in caplog.text
-    assert args.language_pair == "en-de"
+    assert "this checkpoint was trained on en->de, the task reads src->tgt" in caplog.text
+    assert args.language_pair == ["en", "de"]
 
 
-def test_a_checkpoint_without_a_recorded_pair_decodes_either_way():
-    """Checkpoints made before the pair was recorded, and tasks without languages."""
+@pytest.mark.parametrize("value", ["en-de", ["en"], 3])
+def test_a_language_pair_override_that_is_no_pair_is_one_line(value):
+    from fairseq_san.errors import UsageError
     from fairseq_san.models.transformer_san import TransformerSANModel
 
     args = parse_args("transformer_san", TINY)
-    TransformerSANModel.build_model(args, StandInTask(make_dictionary()))
-    assert getattr(args, "language_pair", None) is None
-    TransformerSANModel.build_model(args, StandInTranslationTask("de", "en"))
+    args.language_pair = value
+    with pytest.raises(UsageError, match=r"^language_pair .* \(from --model-overrides or a "
+                       r"keyword argument\) is no language pair: give \['SOURCE', 'TARGET'\], "
+                       "or None to decode in either direction$"):  # fmt: skip
+        TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))
+
+
+@pytest.mark.parametrize("task", [StandInTask(make_dictionary()), StandInTranslationTask("de", "en")])
+def test_a_checkpoint_without_a_recorded_pair_decodes_in_either_direction(task):
+    """Checkpoints made before the pair was recorded (or with --model-overrides
+    "{'language_pair': None}"), and tasks without languages."""
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    args = parse_args("transformer_san", TINY)
+    args.language_pair = None
+    TransformerSANModel.build_model(args, task)
+    recorded = ["de", "en"] if isinstance(task, StandInTranslationTask) else None
+    assert args.language_pair == recorded
 
 
 @pytest.mark.slow

@@ -534,7 +534,8 @@ def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binari
         from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                         source_lang="tgt", target_lang="src")  # fmt: skip
     assert str(refused.value).endswith(
-        "give -s src -t tgt (from_pretrained: source_lang='src', target_lang='tgt')"
+        "give -s src -t tgt (source_lang='src', target_lang='tgt' to from_pretrained or in a "
+        "fairseq-san-bench system's JSON)"
     )
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                           source_lang="src", target_lang="tgt")  # fmt: skip

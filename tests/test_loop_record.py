@@ -215,8 +215,10 @@ def refused_after_a_new_vocabulary(run_dir: Path, data: Path, iterations: str) -
         (None, "is not a regular file: restore it"),  # a pipe: read forever before
         (b'{"options": {"--data": "d"', "is not valid JSON (Expecting"),
         (b'{"options": "\xe9"}', "is not UTF-8 text (invalid continuation byte): restore it"),
-        (b"[1, 2]", "is not a run record (no options): restore it"),
-        (b'{"options": {}, "content": 3}', "is not a run record (no options): restore it"),
+        (b"[1, 2]", "holds a JSON array, not a JSON object: restore it"),
+        (b"null", "holds a JSON null, not a JSON object: restore it"),  # no missing record
+        (b'{"options": {}, "content": 3}', "is not a run record (its options or content are no "
+         "objects): restore it"),
     ],
 )  # fmt: skip
 def test_a_run_record_that_is_not_one_is_one_line(tmp_path, content, said):

@@ -1128,7 +1128,7 @@ def test_summary_over_a_loop_json_that_is_not_a_summary_is_one_line_naming_it(tm
     (tmp_path / "run" / "loop.json").write_text('{"iteration": 0}')
     result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
     line = one_error_line(result, "fairseq-san-loop")
-    assert "loop.json holds a JSON dict, not a list" in line, line
+    assert "loop.json holds a JSON object, not a JSON array" in line, line
 
 
 def test_summary_does_not_count_fairseqs_version_buffers(tmp_path):

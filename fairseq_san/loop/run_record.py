@@ -388,10 +388,10 @@ def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
     record = read_json(path, fix, RunError)
     if record is None:
         return None
-    try:
-        return record["options"], dict(record.get("content", {}))
-    except (AttributeError, KeyError, TypeError, ValueError):
-        raise RunError(f"{path} is not a run record (no options): {fix}") from None
+    options, content = record.get("options"), record.get("content", {})
+    if not isinstance(options, dict) or not isinstance(content, dict):
+        raise RunError(f"{path} is not a run record (its options or content are no objects): {fix}")
+    return options, content
 
 
 def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:

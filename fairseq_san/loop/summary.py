@@ -104,10 +104,7 @@ def as_number(value) -> Optional[float]:
 def read_json(path: str, expected: type = dict):
     """The JSON value in ``path`` (an object unless ``expected`` says otherwise), None if there is
     no file; a file that is not one (truncated, say) is a UsageError naming it."""
-    found = files.read_json(path, "delete it and rerun the step that writes it")
-    if found is not None and not isinstance(found, expected):
-        raise UsageError(f"{path} holds a JSON {type(found).__name__}, not a {expected.__name__}")
-    return found
+    return files.read_json(path, "delete it and rerun the step that writes it", expected=expected)
 
 
 def iteration_row(iteration_dir: str, kinds: Sequence[str] = KINDS) -> Dict[str, object]:

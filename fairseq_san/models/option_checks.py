@@ -8,7 +8,7 @@ Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``
 
 import argparse
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
@@ -105,12 +105,29 @@ def check_translation_task(task: FairseqTask) -> None:
         )
 
 
-def task_language_pair(task: FairseqTask) -> Optional[str]:
-    """The task's ``SOURCE-TARGET`` (fairseq's ``-s``/``-t``, or the pair it inferred from the
-    data's file names), or None for a task without languages."""
+LanguagePair = Tuple[str, str]
+
+
+def task_language_pair(task: FairseqTask) -> Optional[LanguagePair]:
+    """The task's source and target languages (fairseq's ``-s``/``-t``, or the pair it inferred
+    from the data's file names), or None for a task without languages."""
     cfg = getattr(task, "cfg", None)
     source, target = getattr(cfg, "source_lang", None), getattr(cfg, "target_lang", None)
-    return f"{source}-{target}" if source and target else None
+    return (source, target) if source and target else None
+
+
+def trained_language_pair(args: argparse.Namespace) -> Optional[LanguagePair]:
+    """The languages recorded in a checkpoint's configuration (``checkpoints.stamp``), None where
+    none are; a UsageError for a value ``--model-overrides`` set that is no pair."""
+    value = getattr(args, checkpoints.LANGUAGE_PAIR, None)
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2:
+        raise UsageError(
+            f"{checkpoints.LANGUAGE_PAIR} {value!r} {OVERRIDE_SOURCE} is no language pair: give "
+            "['SOURCE', 'TARGET'], or None to decode in either direction"
+        )
+    return (str(value[0]), str(value[1]))
 
 
 def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
@@ -122,21 +139,22 @@ def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
     made before it carry none and are not checked); another pair than the reverse (a folder
     whose files use other language codes) is only logged.
     """
-    trained, requested = getattr(args, checkpoints.LANGUAGE_PAIR, None), task_language_pair(task)
+    trained, requested = trained_language_pair(args), task_language_pair(task)
     if trained is None or requested is None or trained == requested:
         return
-    source, target = trained.split("-", 1)
-    if requested == f"{target}-{source}":
+    source, target = trained
+    if requested == (target, source):
         raise UsageError(
             f"this checkpoint was trained to translate {source} into {target} (its "
-            f"cfg.model.{checkpoints.LANGUAGE_PAIR} {trained!r}), and the task asks for "
-            f"{target} into {source}: give -s {source} -t {target} (from_pretrained: "
-            f"source_lang={source!r}, target_lang={target!r})"
+            f"cfg.model.{checkpoints.LANGUAGE_PAIR}), and the task asks for {target} into "
+            f"{source}: give -s {source} -t {target} (source_lang={source!r}, "
+            f"target_lang={target!r} to from_pretrained or in a fairseq-san-bench system's JSON)"
         )
     logger.warning(
-        "this checkpoint was trained on %s, the task reads %s (its -s/-t or data file names)",
-        trained,
-        requested,
+        "this checkpoint was trained on %s->%s, the task reads %s->%s (its -s/-t or its data's "
+        "file names)",
+        *trained,
+        *requested,
     )
 
 

@@ -5,7 +5,7 @@ checkpoint fitted to the model's sharing policy before fairseq loads it."""
 import argparse
 import contextlib
 import re
-from typing import Callable, ClassVar, Dict, List
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional
 
 from fairseq.checkpoint_utils import prune_state_dict
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -13,7 +13,7 @@ from omegaconf import DictConfig, open_dict
 from torch import Tensor
 
 from fairseq_san import checkpoints
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import OVERRIDE_SOURCE, UsageError
 from fairseq_san.models.checkpoint_policy import fit_checkpoint
 from fairseq_san.models.hub_model import HubModel
 
@@ -89,6 +89,19 @@ def record_training_pruning(args: argparse.Namespace) -> None:
         })  # fmt: skip
 
 
+def training_pruning(model_cfg) -> Optional[Mapping]:
+    """The layers to keep recorded by ``record_training_pruning``, None where none are (a
+    checkpoint made before the record); a UsageError for a value ``--model-overrides`` set
+    that is no mapping of stacks."""
+    trained = getattr(model_cfg, TRAINING_PRUNING, None)
+    if trained is not None and not isinstance(trained, Mapping):
+        raise UsageError(
+            f"{TRAINING_PRUNING} {trained!r} {OVERRIDE_SOURCE} is not the layers to keep per "
+            "stack ({'encoder': None, 'decoder': '0,2'}): leave it out of --model-overrides"
+        )
+    return trained
+
+
 def stored_layers(state_dict: Dict[str, Tensor], stack: str) -> int:
     """How many layers of ``stack`` the checkpoint holds."""
     found = (re.match(rf"{stack}\.layers\.(\d+)\.", key) for key in state_dict)
@@ -110,7 +123,7 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
         return model_cfg
     kept = {stack: getattr(model_cfg, f"{stack}_layers_to_keep", None) for stack in STACKS}
     stored = {stack: stored_layers(state_dict, stack) for stack in STACKS}
-    trained = getattr(model_cfg, TRAINING_PRUNING, None)
+    trained = training_pruning(model_cfg)
     for stack, layers in kept.items():
         if not layers:
             continue

@@ -15,12 +15,13 @@ fairseq calls ``torch.load`` without ``weights_only``, which means the safe load
 Checkpoints made with the plugin carry its name and version (``PLUGIN``) in ``cfg.model.plugin``
 (``stamp``), so that a checkpoint says what it needs to be loaded (and a translation model's
 languages in ``cfg.model.language_pair``, so that it can refuse the reverse direction).
-fairseq's own error cannot say what a checkpoint needs: loading a SAN checkpoint without the plugin first fails in torch's safe loader (nothing
-allowed ``argparse.Namespace``), and where the file is read (the safe loader off, or a fairseq
-that loads with ``weights_only=False``) ``fairseq.models.build_model`` formats its "Could not
-infer model type" message with ``str.format`` over the model config's text, whose ``'{}'``
-values (fairseq's ``eval_bleu_args``, ``optimizer_overrides``) raise ``IndexError: Replacement
-index 1 out of range`` before anything is printed. docs/troubleshooting.md explains both.
+fairseq's own error cannot say what a checkpoint needs: loading a SAN checkpoint without the
+plugin first fails in torch's safe loader (nothing allowed ``argparse.Namespace``), and where
+the file is read (the safe loader off, or a fairseq that loads with ``weights_only=False``)
+``fairseq.models.build_model`` formats its "Could not infer model type" message with
+``str.format`` over the model config's text, whose ``'{}'`` values (fairseq's
+``eval_bleu_args``, ``optimizer_overrides``) raise ``IndexError: Replacement index 1 out of
+range`` before anything is printed. docs/troubleshooting.md explains both.
 """
 
 import argparse

@@ -55,6 +55,11 @@ def same_file(first: str, second: str) -> bool:
     return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)
 
 
+# JSON's names of the types json.load returns, for errors.
+JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+              float: "number", type(None): "null"}  # fmt: skip
+
+
 def read_json(
     path: str, fix: str, error: Type[Exception] = UsageError, expected: type = dict
 ) -> object:
@@ -84,7 +89,3 @@ def read_json(
         raise error(f"{path} holds a JSON {found}, not a JSON {wanted}: {fix}")
     return value
 
-
-# JSON's names of the types json.load returns, for errors.
-JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-              float: "number", type(None): "null"}  # fmt: skip

@@ -618,7 +618,9 @@ def test_a_language_pair_override_that_is_no_pair_is_one_line(value):
         TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))
 
 
-@pytest.mark.parametrize("task", [StandInTask(make_dictionary()), StandInTranslationTask("de", "en")])
+@pytest.mark.parametrize(
+    "task", [StandInTask(make_dictionary()), StandInTranslationTask("de", "en")]
+)
 def test_a_checkpoint_without_a_recorded_pair_decodes_in_either_direction(task):
     """Checkpoints made before the pair was recorded (or with --model-overrides
     "{'language_pair': None}"), and tasks without languages."""

@@ -14,8 +14,8 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.errors import UsageError
 from fairseq_san import files
+from fairseq_san.errors import UsageError
 from fairseq_san.files import write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
 from fairseq_san.loop.stopping import loop_stop, policy_path

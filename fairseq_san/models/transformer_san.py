@@ -37,10 +37,10 @@ from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_attention_heads,
     check_decoder_overrides,
+    check_language_pair,
     check_no_lm_options,
     check_policy_fits_model,
     check_san_options,
-    check_language_pair,
     check_translation_task,
     task_language_pair,
     warn_unused_encdec_share,
@@ -210,7 +210,8 @@ def resolve_model_policy(
 def follower_class(kind: str, args: argparse.Namespace) -> Type[MultiheadAttention]:
     """The module of a layer that reuses its block's attention: S (Eq. 4) or A (Eq. 5), the
     latter where ``--san-encdec-share output`` asks it and the kind allows it."""
-    if san_policy.KIND_TABLE[kind].attends_to_fixed_memory and args.san_encdec_share == options.OUTPUT:
+    shares_output = args.san_encdec_share == options.OUTPUT
+    if san_policy.KIND_TABLE[kind].attends_to_fixed_memory and shares_output:
         return SharedContextAttention
     return SharedWeightsAttention
 

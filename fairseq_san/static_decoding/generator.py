@@ -52,6 +52,7 @@ from fairseq_san.static_decoding.support import (
     check_generator_arguments,
 )
 
+
 def checked_execution(precision: str, asked: Optional[str], device: torch.device) -> Execution:
     """The execution of the step at ``precision`` on ``device`` (``asked``, the name given to
     ``--san-decoder-execution``, or None: the device's default); StaticDecoderError where the

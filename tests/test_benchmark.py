@@ -372,6 +372,41 @@ def test_a_systems_ratio_is_its_speed_over_the_baselines_in_each_repeat():
     assert runs["fast"]["tokens_per_second"] == 200.0  # the median of 200, 66.7 and 400
 
 
+def test_a_speed_up_over_ctranslate2_is_the_median_of_its_per_repeat_ratios():
+    """Published by hand as a ratio of two medians (passes timed apart paired), which read a
+    noisy run's 2.90 as 3.66; the report now gives the per-repeat median beside every row."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import BenchmarkConfig, Setting, parse_system
+    from fairseq_san.benchmark.report import ctranslate2_table
+    from fairseq_san.benchmark.timing import PassResult, time_setting
+
+    seconds = {  # a warm-up, then 3 repeats of 100 tokens each
+        "base": iter([1.0, 1.0, 1.0, 1.0]),
+        "static": iter([1.0, 1 / 3, 0.25, 1.0]),  # 300, 400, 100 tok/s: median 300
+        "ct2": iter([1.0, 1.0, 0.25, 2.0]),  # 100, 400, 50 tok/s: median 100
+    }
+    pool = SimpleNamespace(
+        call=lambda name, *args, **kwargs: PassResult(next(seconds[name]), 100, 4),
+        engine=lambda name: "ctranslate2" if name == "ct2" else "fairseq",
+    )
+    names = ["base", "static", "ct2"]
+    config = BenchmarkConfig(data="d", out_dir="o", repeats=3,
+                             systems=[parse_system(f"{name}=a.pt") for name in names])  # fmt: skip
+    runs = time_setting(pool, names, "base", Setting.of(4, "fixed", 10), config, None)
+    assert runs["static"]["ratio_to"]["ct2"] == pytest.approx(2.0)  # 3, 1, 2: not 300 / 100
+    assert runs["ct2"]["ratio_to"]["ct2"] == 1.0
+    systems = {
+        "static": {"decoder": "static", "precision": "int8",
+                   "settings": {"beam4_fixed": runs["static"]}},
+        "ct2": {"kind": "ctranslate2", "decoder": "ctranslate2", "precision": "int8",
+                "settings": {"beam4_fixed": runs["ct2"]}},
+    }  # fmt: skip
+    table = ctranslate2_table({"config": {"beams": [4]}, "systems": systems}, "fixed")
+    assert "| static | static | int8 | 2.00 |" in table
+    assert ctranslate2_table({"config": {"beams": [4]}, "systems": {}}, "fixed") == ""
+
+
 def test_fixed_lengths_alone_draw_no_speed_against_bleu(monkeypatch, tmp_path):
     """Fixed lengths have no BLEU: ``--modes fixed`` drew an empty speed-vs-BLEU figure."""
     pytest.importorskip("matplotlib")
@@ -479,8 +514,22 @@ def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
     batches = SimpleNamespace(samples=[sample], batch_size=2)
     for max_len_b, cap in ((100, 15), (4, 14)):  # 1.0 * 10 + b, at most 15
         options = SimpleNamespace(max_len_a=1.0, max_len_b=max_len_b, lenpen=1.0)
-        system.decode(batches, Setting(4, NATURAL), options)
+        decoded = system.decode(batches, Setting(4, NATURAL), options)
         assert asked[-1] == cap
+        assert decoded.tokens == 2 * 2  # one token and EOS per sentence
+    at_limit = SimpleNamespace(max_len_a=0.0, max_len_b=1, lenpen=1.0)  # the token, no EOS
+    assert system.decode(batches, Setting(4, NATURAL), at_limit).tokens == 2
+
+
+def test_ctranslate2_steps_are_counted_as_decoded():
+    """A hypothesis that reached CTranslate2's limit decoded no EOS: counted as one more step,
+    CTranslate2 read too fast where sentences hit the limit (a 1-token limit: 2x)."""
+    from fairseq_san.benchmark.ctranslate2_system import decoded_steps
+
+    assert decoded_steps(3, 10, fixed=False) == 4  # ended by EOS, a step of its own
+    assert decoded_steps(10, 10, fixed=False) == 10  # stopped at the limit: no EOS
+    assert decoded_steps(1, 1, fixed=False) == 1
+    assert decoded_steps(15, 15, fixed=True) == 15  # fixed lengths: L + 1 steps, no EOS
 
 
 @pytest.mark.slow
@@ -882,3 +931,12 @@ def test_report_and_plots_do_not_import_each_other():
         return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
 
     assert "fairseq_san.benchmark.plots" not in imports("report")
+
+
+def test_fewer_than_three_repeats_are_said_to_give_no_medians():
+    """The header said "1 timed repeats (medians; ...)" for a single pass."""
+    from fairseq_san.benchmark.report import timed_repeats
+
+    assert timed_repeats(3) == "3 timed repeats, medians"
+    assert timed_repeats(1) == "1 timed repeat: no medians, speeds not comparable"
+    assert timed_repeats(2) == "2 timed repeats: no medians, speeds not comparable"

@@ -102,12 +102,20 @@ class CTranslate2System:
             results = self.translator.translate_batch(sources, **kwargs)
             seconds += clock(self.device) - start
             sentences += len(results)
-            # the steps decoded: the tokens, and natural lengths' EOS (fairseq counts it too)
-            tokens += sum(len(r.hypotheses[0]) + (not fixed) for r in results)
+            limit = kwargs["max_decoding_length"]
+            tokens += sum(decoded_steps(len(r.hypotheses[0]), limit, fixed) for r in results)
             if hypotheses is not None:
                 for sample_id, result in zip(sample["id"].tolist(), results):
                     hypotheses[sample_id] = [dictionary.index(t) for t in result.hypotheses[0]]
         return PassResult(seconds, tokens, sentences, hypotheses)
+
+
+def decoded_steps(length: int, limit: int, fixed: bool) -> int:
+    """The decoder steps behind a CTranslate2 hypothesis of ``length`` tokens (EOS left out),
+    counted as fairseq's tokens count its steps: at natural lengths the EOS step too, where the
+    hypothesis ended before ``limit`` (``max_decoding_length``); one that reached it decoded no
+    EOS (fairseq forces one there, in a step of its own, which its count holds)."""
+    return length + (not fixed and length < limit)
 
 
 def ctranslate2_systems(

@@ -1,7 +1,7 @@
 """The benchmark's outputs: results.json, and results.md with one function per table."""
 
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, STATIC
 from fairseq_san.benchmark.meters import PARTS
@@ -13,6 +13,7 @@ def markdown_report(results: Dict) -> str:
     config = results["config"]
     sections = [header(results), main_table(results)]
     sections += [speed_table(results, mode) for mode in config["modes"]]
+    sections += [ctranslate2_table(results, mode) for mode in config["modes"]]
     if NATURAL in config["modes"]:
         sections.append(bleu_table(results))
     sections += [profile_table(results, mode) for mode in config["modes"]]
@@ -39,6 +40,15 @@ def fixed_lengths_said(config: Dict, ctranslate2: bool) -> str:
     )
 
 
+def timed_repeats(repeats: int) -> str:
+    """How the speeds were timed: medians of ``repeats`` passes, or, for fewer than 3, said to
+    be no medians (a speed of one or two passes is not the benchmark's figure)."""
+    if repeats >= 3:
+        return f"{repeats} timed repeats, medians"
+    timed = "1 timed repeat" if repeats == 1 else f"{repeats} timed repeats"
+    return f"{timed}: no medians, speeds not comparable"
+
+
 def header(results: Dict) -> str:
     """Title, command, what was decoded and how, the machine, the scores' signatures."""
     config, machine = results["config"], results["machine"]
@@ -49,9 +59,8 @@ def header(results: Dict) -> str:
         "# SAN decoding benchmark",
         f"`{results['command']}`",
         f"{config['subset']} of `{config['data']}`: {config['sentences']} sentences, batches of "
-        f"{config['batch_size']}, {config['repeats']} timed repeats (medians; the systems "
-        f"interleaved; {config.get('isolation', 'one process')}), baseline "
-        f"**{results['baseline']}**." + fixed,
+        f"{config['batch_size']}, {timed_repeats(config['repeats'])} (the systems interleaved; "
+        f"{config.get('isolation', 'one process')}), baseline **{results['baseline']}**." + fixed,
         f"Processor: {processor_line(machine)}; threads per engine: {machine['torch_threads']}; "
         f"device {machine['device']}{gpu}; torch {machine['torch']}, fairseq "
         f"{machine['fairseq']}; {machine['date']}; load average at start "
@@ -112,23 +121,48 @@ def main_table(results: Dict) -> str:
     return "\n".join(lines)
 
 
-def speed_table(results: Dict, mode: str) -> str:
-    """Tokens/s (and the ratio to the baseline) at every beam size, in one length mode."""
+def beam_table(results: Dict, title: str, cell: Callable[[Dict], str], mode: str) -> str:
+    """A table of one length mode: a row per system, a column per beam size, each cell
+    ``cell(the system's record of that setting)``."""
     beams = results["config"]["beams"]
     lines = [
-        f"## Speed vs beam ({mode} lengths): tokens/s (x baseline)",
+        f"## {title}",
         "",
         _row(["system", "decoder", "precision"] + [f"beam {b}" for b in beams]),
         _row(["---"] * (3 + len(beams))),
     ]
     for name, system in results["systems"].items():
-        cells = _identity(name, system)
-        for b in beams:
-            run = setting_run(system, b, mode)
-            speed, ratio = run.get("tokens_per_second"), run.get("ratio_to_baseline")
-            cells.append(f"{_fmt(speed)} ({_fmt(ratio, '.2f')})")
+        cells = _identity(name, system) + [cell(setting_run(system, b, mode)) for b in beams]
         lines.append(_row(cells))
     return "\n".join(lines)
+
+
+def speed_table(results: Dict, mode: str) -> str:
+    """Tokens/s (and the ratio to the baseline) at every beam size, in one length mode."""
+
+    def speed(run: Dict) -> str:
+        return f"{_fmt(run.get('tokens_per_second'))} ({_fmt(run.get('ratio_to_baseline'), '.2f')})"
+
+    title = f"Speed vs beam ({mode} lengths): tokens/s (x baseline)"
+    return beam_table(results, title, speed, mode)
+
+
+def ctranslate2_table(results: Dict, mode: str) -> str:
+    """Each system's speed-up over each CTranslate2 row at every beam size (the median of the
+    per-repeat ratios, as over the baseline); empty without CTranslate2 rows."""
+    references = [name for name, s in results["systems"].items() if s.get("kind") == CTRANSLATE2]
+    if not references:
+        return ""
+
+    def over(run: Dict) -> str:
+        ratios = run.get("ratio_to", {})
+        return " / ".join(_fmt(ratios.get(reference), ".2f") for reference in references)
+
+    title = (
+        f"Speed over CTranslate2 ({mode} lengths): x {' / x '.join(references)} (median of the "
+        "per-repeat ratios)"
+    )
+    return beam_table(results, title, over, mode)
 
 
 def bleu_table(results: Dict) -> str:

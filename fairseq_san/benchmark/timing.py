@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san.benchmark.config import FAIRSEQ, NATURAL, BenchmarkConfig, Setting
+from fairseq_san.benchmark.config import CTRANSLATE2, FAIRSEQ, NATURAL, BenchmarkConfig, Setting
 from fairseq_san.benchmark.config import fairseq_twins
 
 logger = logging.getLogger("fairseq_san.benchmark")
@@ -94,9 +94,21 @@ def time_setting(
     for run in runs.values():
         speeds = run["tokens_per_second_repeats"]
         run["tokens_per_second"] = median(speeds)
-        run["ratio_repeats"] = [a / b if b > 0 else float("nan") for a, b in zip(speeds, base)]
+        run["ratio_repeats"] = per_repeat_ratios(speeds, base)
         run["ratio_to_baseline"] = median(run["ratio_repeats"])
+    for reference in (name for name in names if pool.engine(name) == CTRANSLATE2):
+        theirs = runs[reference]["tokens_per_second_repeats"]
+        for run in runs.values():
+            ratios = per_repeat_ratios(run["tokens_per_second_repeats"], theirs)
+            run.setdefault("ratio_to", {})[reference] = median(ratios)
     return runs
+
+
+def per_repeat_ratios(speeds: Sequence[float], reference: Sequence[float]) -> List[float]:
+    """Repeat i of one system over repeat i of another, timed side by side (interleaved): the
+    ratios whose median is a speed-up (not the ratio of the two medians, which pairs passes
+    timed apart)."""
+    return [a / b if b > 0 else float("nan") for a, b in zip(speeds, reference)]
 
 
 def _run_record(setting: Setting, warm: PassResult) -> Dict:

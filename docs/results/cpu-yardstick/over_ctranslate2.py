@@ -1,0 +1,81 @@
+"""The README's "best over CTranslate2 int8" column, as the benchmark computes every other ratio:
+the median of the per-repeat ratios (repeat i of one system over repeat i of the other, timed
+interleaved), not the ratio of the two medians. "Best" is SAN {6}/{6}'s static decoder at int8
+or bf16-full, whichever reads faster over fairseq's baseline in that run and beam. Runs made
+before commit 0c155f4 counted CTranslate2 15 tokens for the 14 steps it decoded: its speed there
+is divided by 15/14 (the correction the yardstick's page states).
+
+    python docs/results/cpu-yardstick/over_ctranslate2.py > docs/results/cpu-yardstick/over-ctranslate2.txt
+"""
+
+import json
+import os
+import statistics
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The runs of each row of the README's table, as its links name them.
+ROWS = {
+    "AMD EPYC, AVX-512, 2026-11-27/28": [
+        "encoder-2026-11-27/all", "encoder-2026-11-27/run2/all", "final-2026-11-27/all",
+        "rerun-2026-11-28/all",
+    ],
+    "AMD EPYC Zen 4, 2026-11-29": [
+        "avx512-2026-11-29/all", "avx512-2026-11-29/run2/all", "thp-2026-11-29/default-1",
+        "thp-2026-11-29/default-2", "thp-2026-11-29/thp-1", "thp-2026-11-29/thp-2",
+    ],
+    "Zen 4 after the top-k (05c39b5)": [
+        "topk-2026-11-29/yardstick/all", "topk-2026-11-29/yardstick-2/all",
+    ],
+    "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
+}  # fmt: skip
+BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")
+CT2_INT8 = "baseline (CTranslate2 int8)"
+FIXED_REPORT = "CTranslate2: 15 tokens"  # in the reports of runs made with 0c155f4's fix
+EOS_CORRECTION = 15 / 14
+
+
+def setting(results: Dict, system: str, beam: int) -> Dict:
+    return results["systems"][system]["settings"][f"beam{beam}_fixed"]
+
+
+def over_ctranslate2(folder: str, beam: int) -> Dict[str, float]:
+    """The best static row of one run over CTranslate2 int8: per-repeat median, ratio of medians."""
+    with open(os.path.join(HERE, folder, "results.json"), encoding="utf-8") as handle:
+        results = json.load(handle)
+    with open(os.path.join(HERE, folder, "results.md"), encoding="utf-8") as handle:
+        correction = 1.0 if FIXED_REPORT in handle.read() else EOS_CORRECTION
+    present = [name for name in BEST if name in results["systems"]]
+    best = max(present, key=lambda name: setting(results, name, beam)["ratio_to_baseline"])
+    ours = setting(results, best, beam)["tokens_per_second_repeats"]
+    theirs = setting(results, CT2_INT8, beam)["tokens_per_second_repeats"]
+    per_repeat = [a / b * correction for a, b in zip(ours, theirs)]
+    return {
+        "best": best,
+        "median_of_ratios": statistics.median(per_repeat),
+        "ratio_of_medians": statistics.median(ours) / statistics.median(theirs) * correction,
+        "corrected": correction != 1.0,
+    }
+
+
+def main() -> None:
+    for row, folders in ROWS.items():
+        print(f"## {row}")
+        ranges: Dict[int, List[float]] = {4: [], 20: []}
+        for folder in folders:
+            cells = []
+            for beam in (4, 20):
+                found = over_ctranslate2(folder, beam)
+                ranges[beam].append(found["median_of_ratios"])
+                precision = found["best"].replace("san-6-6-static-", "")
+                cells.append(f"beam {beam}: {found['median_of_ratios']:.2f} (ratio of medians "
+                             f"{found['ratio_of_medians']:.2f}; {precision})")  # fmt: skip
+            note = ", x 15/14" if found["corrected"] else ""
+            print(f"- {folder}{note}: " + "; ".join(cells))
+        print("range, beam 4 / beam 20: " + " / ".join(
+            f"{min(values):.2f}-{max(values):.2f}" for values in ranges.values()))  # fmt: skip
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -594,16 +594,17 @@ def summary_markdown(summary: Dict[str, object]) -> str:
         for system, sets in summary["seeds"].get(pair, {}).items():
             for test_set, stat in sets.items():
                 lines.append(
-                    f"- {system}, {test_set}: mean BLEU {stat['mean']:.2f}, std {stat['std']:.2f} "
-                    f"over {stat['n']} seeds"
+                    f"- {system}, {test_set}: mean BLEU {stat['mean']:.2f}, sample std "
+                    f"{stat['std']:.2f} over {stat['n']} seeds"
                 )
         for test in summary["seed_tests"].get(pair, []):
             interval = test["interval_95"] or "none (too few seeds)"
             lines.append(
                 f"- {test['system']} minus {test['against']} over seeds, {test['test_set']}: "
                 f"{test['difference']:+.2f} BLEU ({test['seeds']} against {test['against_seeds']} "
-                f"seeds), exact permutation test over {test['splits']} splits: p = "
-                f"{test['p_value']}, 95% interval {interval}"
+                f"seeds), exact two-sided permutation test over {test['splits']} splits: p = "
+                f"{test['p_value']}, 95% interval {interval} (nominal: p moves in steps of "
+                f"1/{test['splits']}; a shift of location assumed)"
             )
         for test in summary["paired_bootstrap"].get(pair, []):
             against = (
@@ -613,8 +614,9 @@ def summary_markdown(summary: Dict[str, object]) -> str:
             )
             lines.append(
                 f"- {test['system']} minus {against}, {test['test_set']}: "
-                f"{test['difference']:+.2f} BLEU, 95% interval {test['interval_95']}, "
-                f"p = {test['p_value']}: **{test['verdict']}** (`{test['signature']}`)"
+                f"{test['difference']:+.2f} BLEU, 95% interval {test['interval_95']}: "
+                f"**{test['verdict']}** (the verdict is the interval's; sacreBLEU's paired-"
+                f"bootstrap p = {test['p_value']}; `{test['signature']}`)"
             )
         if pair in summary["budget"]:
             lines.append(f"- Budget: {summary['budget'][pair]}.")

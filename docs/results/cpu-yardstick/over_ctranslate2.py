@@ -10,8 +10,9 @@ is divided by 15/14 (the correction the yardstick's page states).
 
 import json
 import os
-import statistics
 from typing import Dict, List
+
+from fairseq_san.benchmark.timing import median, per_repeat_ratios
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The runs of each row of the README's table, as its links name them.
@@ -49,11 +50,10 @@ def over_ctranslate2(folder: str, beam: int) -> Dict[str, float]:
     best = max(present, key=lambda name: setting(results, name, beam)["ratio_to_baseline"])
     ours = setting(results, best, beam)["tokens_per_second_repeats"]
     theirs = setting(results, CT2_INT8, beam)["tokens_per_second_repeats"]
-    per_repeat = [a / b * correction for a, b in zip(ours, theirs)]
     return {
         "best": best,
-        "median_of_ratios": statistics.median(per_repeat),
-        "ratio_of_medians": statistics.median(ours) / statistics.median(theirs) * correction,
+        "median_of_ratios": median(per_repeat_ratios(ours, theirs)) * correction,
+        "ratio_of_medians": median(ours) / median(theirs) * correction,
         "corrected": correction != 1.0,
     }
 

@@ -11,9 +11,10 @@ import glob
 import json
 import os
 import re
-import statistics
 import sys
 from typing import Dict, Tuple
+
+from fairseq_san.benchmark.timing import median, per_repeat_ratios
 
 PASS = re.compile(r"(.+)-(fairseq|static)-b(\d+)-r(\d+)\.json$")
 
@@ -32,8 +33,9 @@ def passes(folder: str) -> Dict[Tuple[str, str, int, int], float]:
 def median_ratio(speeds: Dict, system: Tuple[str, str, int], reference: Tuple[str, str, int]):
     """The median over rounds of system / reference, and the per-round ratios."""
     rounds = sorted({key[3] for key in speeds if key[:3] == system})
-    ratios = [speeds[(*system, r)] / speeds[(*reference, r)] for r in rounds]
-    return statistics.median(ratios), ratios
+    ratios = per_repeat_ratios([speeds[(*system, r)] for r in rounds],
+                               [speeds[(*reference, r)] for r in rounds])  # fmt: skip
+    return median(ratios), ratios
 
 
 def main(folders) -> None:

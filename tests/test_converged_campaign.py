@@ -1196,6 +1196,25 @@ def test_permutation_test_over_seeds_counts_the_splits_as_extreme_as_the_observe
     assert permutation_p([1, 2, 4], [3, 5, 6, 7]) == pytest.approx(4 / 35)
 
 
+def test_budget_is_stated_for_each_seed_that_trained_a_baseline_and_san():
+    """A wall cap may stop one seed's baseline and not another's: each seed gets its statement,
+    and a seed without both systems (baseline seed 4 here) gets none."""
+    from campaign_summary import seed_budgets
+
+    def system(name, seed, updates, stop):
+        return {"system": name, "seed": seed, "updates": updates, "wall_s": 300.0}, {"stop": stop}
+
+    rows = [
+        system("baseline", 1, 2841, "wall cap"), system("san", 1, 3000, "max update"),
+        system("baseline", 2, 3000, "max update"), system("san", 2, 3000, "max update"),
+        system("baseline", 4, 3000, "max update"), system("uniform", 4, 3000, "max update"),
+    ]  # fmt: skip
+    first, second = seed_budgets(rows).split("; seed ")
+    assert first.startswith("seed 1: mixed stopping (baseline: wall cap, SAN: max update;")
+    assert second.startswith("2: equal updates") and "seed 4" not in seed_budgets(rows)
+    assert seed_budgets(rows[4:]) == ""
+
+
 def test_permutation_interval_holds_the_shifts_the_test_does_not_reject():
     """The interval is the test inverted: its ends are not rejected at 5%, a step beyond each is;
     with 2 seeds against 2 no shift can be rejected, so there is none."""

@@ -459,6 +459,19 @@ def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str
     return f"mixed stopping ({stopped}; {facts})"
 
 
+def seed_budgets(rows: List[Tuple[dict, dict]]) -> str:
+    """``budget_statement`` of each seed that trained both a baseline and SAN, seed by seed
+    (their stops may differ: a wall cap stops one seed's baseline and not another's)."""
+    by_seed: Dict[int, Dict[str, Tuple[dict, dict]]] = {}
+    for row, training in rows:
+        by_seed.setdefault(row["seed"], {})[row["system"]] = (row, training)
+    return "; ".join(
+        f"seed {seed}: {budget_statement(systems['baseline'], systems['san'])}"
+        for seed, systems in sorted(by_seed.items())
+        if "baseline" in systems and "san" in systems
+    )
+
+
 def hypotheses_file(run_dir: str, iteration: int, split: str) -> str:
     """Where a run dir's iteration keeps its translation of the test set ``split``, as collected."""
     return os.path.join(run_dir, "test-bleu", f"iter{iteration}", split, f"generate-{split}.txt.gz")
@@ -545,12 +558,8 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
     summary["paired_bootstrap"] = {
         pair: significance(pair, rows, data_root) for pair, rows in systems.items()
     }
-    budgets = {}
-    for pair, rows in systems.items():
-        first = {row["system"]: (row, training) for row, training in rows if row["seed"] == 1}
-        if "baseline" in first and "san" in first:
-            budgets[pair] = budget_statement(first["baseline"], first["san"])
-    summary["budget"] = budgets
+    budgets = {pair: seed_budgets(rows) for pair, rows in systems.items()}
+    summary["budget"] = {pair: statement for pair, statement in budgets.items() if statement}
     summary["loop_ends"] = {pair: loop_ends(results_dir, pair) for pair in systems}
     summary["slices"] = slice_records(results_dir)
     return summary

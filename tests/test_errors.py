@@ -1451,6 +1451,71 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
         _checking(load_checkpoint)(cfg, SimpleNamespace(checkpoint_suffix=""))
 
 
+def resume_from_pair(tmp_path, trained, asked, **flags):
+    """The plugin's load_checkpoint resuming a save dir whose last checkpoint recorded
+    ``trained`` (as a model's configuration does), for a task asking for ``asked``; whether
+    fairseq's own load ran."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from fairseq_san.fairseq_fixes.restore_file import _checking
+
+    save_dir = tmp_path / "save"
+    save_dir.mkdir()
+    torch.save({"cfg": {"model": {"language_pair": trained}}, "model": {}},
+               save_dir / "checkpoint_last.pt")  # fmt: skip
+    loaded = []
+    cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
+                          save_dir=str(save_dir), **flags)  # fmt: skip
+    trainer = SimpleNamespace(checkpoint_suffix="", task=StandInTranslationTask(*asked))
+    _checking(lambda cfg, trainer: loaded.append(True))(cfg, trainer)
+    return bool(loaded)
+
+
+def test_resuming_a_run_in_the_reverse_direction_is_refused_before_it_loads(tmp_path):
+    """fairseq-train -s de -t en in the save dir of an En->De run trained that model on De->En
+    data: its model is built from the command line, which check_language_pair accepts."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        resume_from_pair(tmp_path, ["en", "de"], ("de", "en"))
+    path = tmp_path / "save" / "checkpoint_last.pt"
+    assert str(refused.value) == (
+        f"{path} was trained to translate en into de (its cfg.model.language_pair), and this run "
+        "reads de into en: give -s en -t de to resume it, or another --save-dir for a new run "
+        f"(--finetune-from-model {path} to start it from these weights)"
+    )
+
+
+@pytest.mark.parametrize(
+    "trained, asked, flags",
+    [
+        (["en", "de"], ("en", "de"), {}),
+        (["en", "de"], ("en", "fr"), {}),  # another pair: the model's vocabulary checks
+        (None, ("de", "en"), {}),  # a checkpoint made before the record
+        (["en", "de"], ("de", "en"), {"reset_optimizer": True}),  # a new run from its weights
+    ],
+)
+def test_resuming_in_the_same_direction_or_restarting_from_the_weights_loads(
+    tmp_path, caplog, trained, asked, flags
+):
+    assert resume_from_pair(tmp_path, trained, asked, **flags)
+    logged = "was trained on en->de; this run trains de->en from its weights" in caplog.text
+    assert logged == bool(flags)
+
+
+@pytest.mark.slow
+def test_train_resumed_in_the_reverse_direction_is_one_line(binarized_corpus, trained, tmp_path):
+    save_dir = tmp_path / "resume"
+    shutil.copytree(trained["plain"], save_dir)
+    reverse = ["-s", "tgt", "-t", "src"]
+    more = train_argv(binarized_corpus, save_dir, max_update=UPDATES + 2, extra=reverse)
+    result = run_cli("fairseq-train", *more)
+    assert_one_line_error(result, "was trained to translate src into tgt", "give -s src -t tgt")
+    assert "num_updates" not in result.stdout + result.stderr
+
+
 # --- options fairseq's commands need and leave unchecked --------------------------------------
 
 

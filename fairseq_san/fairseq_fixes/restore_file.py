@@ -9,14 +9,19 @@ So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag
 ``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
 optimizer state is for other parameters than the model's (resuming under a policy that shares
 more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
-resumes. While the ``--finetune-from-model`` checkpoint loads, the plugin's models start from it
-under any policy (``models.checkpoint_policy.fine_tuning``).
+resumes. A run resumed in the direction opposite to its checkpoint's (``-s de -t en`` in the
+save dir of an En->De run: on joined dictionaries fairseq trained on) is refused in one line
+(``option_checks.check_resumed_language_pair``). While the ``--finetune-from-model`` checkpoint
+loads, the plugin's models start from it under any policy
+(``models.checkpoint_policy.fine_tuning``).
 """
 
 import contextlib
 import functools
 import os
+from typing import Optional
 
+from fairseq_san import checkpoints
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.options import flag_of
@@ -27,12 +32,22 @@ RESETS = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_datalo
 OPTIMIZER_MISMATCH = "loaded state dict contains a parameter group that doesn't match the size"
 
 
+def last_checkpoint(cfg, suffix: str) -> str:
+    """``--save-dir``'s last checkpoint, which fairseq-train resumes from by default."""
+    return os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+
+
+def restore_path(cfg, suffix: str) -> str:
+    """The file a ``--restore-file`` other than the default names (fairseq adds the suffix)."""
+    return cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
+
+
 def check_checkpoint_flags(cfg, suffix: str, starts_fine_tuning: bool) -> None:
     """UsageError for a restore or fine-tuning checkpoint that fairseq would look for in vain;
     ``starts_fine_tuning`` is ``fine_tunes(cfg, suffix)``, which the caller has asked."""
     restore = cfg.restore_file
     if restore != DEFAULT_RESTORE_FILE:
-        path = restore.replace(".pt", suffix + ".pt") if suffix else restore
+        path = restore_path(cfg, suffix)
         if not os.path.isfile(path):
             raise UsageError(
                 f"--restore-file {path}: no such file (fairseq would train from scratch); leave "
@@ -58,9 +73,32 @@ def check_checkpoint_flags(cfg, suffix: str, starts_fine_tuning: bool) -> None:
 def fine_tunes(cfg, suffix: str = "") -> bool:
     """Whether fairseq-train starts from ``--finetune-from-model``: given, no run to resume
     (``--save-dir``'s ``checkpoint_last.pt``) and no ``--continue-once`` (which fairseq prefers)."""
-    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
-    first_launch = not os.path.exists(last) and getattr(cfg, "continue_once", None) is None
+    first_launch = not os.path.exists(last_checkpoint(cfg, suffix))
+    first_launch = first_launch and getattr(cfg, "continue_once", None) is None
     return bool(cfg.finetune_from_model) and first_launch
+
+
+def resumed_checkpoint(cfg, suffix: str) -> Optional[str]:
+    """The checkpoint fairseq-train resumes from when it does not fine-tune: ``--restore-file``,
+    else ``--save-dir``'s last one, else ``--continue-once`` (on a first launch); None if none."""
+    if cfg.restore_file != DEFAULT_RESTORE_FILE:
+        return restore_path(cfg, suffix)
+    last = last_checkpoint(cfg, suffix)
+    return last if os.path.isfile(last) else getattr(cfg, "continue_once", None)
+
+
+def check_resumed_pair(cfg, task, suffix: str) -> None:
+    """``option_checks.check_resumed_language_pair`` on the checkpoint the run resumes from (its
+    configuration read memory-mapped: its weights are read once, by fairseq)."""
+    from fairseq_san.models.option_checks import check_resumed_language_pair
+
+    path = resumed_checkpoint(cfg, suffix)
+    if path is None or task is None or not os.path.isfile(path):
+        return  # nothing to resume (fairseq says so of a --continue-once that is not there)
+    state = checkpoints.load_state(path)
+    stored = checkpoints.stored_value(state, "model", checkpoints.LANGUAGE_PAIR)
+    restarts = any(getattr(cfg, flag, False) for flag in RESETS)
+    check_resumed_language_pair(path, stored, task, restarts)
 
 
 def _checking(load_checkpoint):
@@ -71,6 +109,8 @@ def _checking(load_checkpoint):
         suffix = trainer.checkpoint_suffix or ""
         starts_fine_tuning = fine_tunes(cfg, suffix)
         check_checkpoint_flags(cfg, suffix, starts_fine_tuning)
+        if not starts_fine_tuning:
+            check_resumed_pair(cfg, getattr(trainer, "task", None), suffix)
         loading = fine_tuning() if starts_fine_tuning else contextlib.nullcontext()
         try:
             with loading:
@@ -88,7 +128,8 @@ def _checking(load_checkpoint):
 
 
 def install() -> None:
-    """Check fairseq-train's checkpoint flags before it loads (idempotent)."""
+    """Check fairseq-train's checkpoint flags, and the pair of the run it resumes, before it
+    loads (idempotent)."""
     from fairseq import checkpoint_utils
 
     wrap_once(checkpoint_utils, "load_checkpoint", _checking)

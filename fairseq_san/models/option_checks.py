@@ -158,6 +158,35 @@ def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
     )
 
 
+def check_resumed_language_pair(
+    path: str, stored: object, task: FairseqTask, restarts: bool
+) -> None:
+    """Refuse to resume fairseq-train from ``path``, whose model recorded the pair ``stored``
+    (``checkpoints.stamp``), in the opposite direction.
+
+    A resumed run's model is built from the command line, so ``check_language_pair`` never sees
+    the checkpoint's record, and on joined dictionaries the run would go on training an En->De
+    model on De->En data. A run that only starts from the checkpoint's weights (``restarts``:
+    a ``--reset-*`` flag, fairseq's older way to fine-tune) may reverse the pair: logged.
+    """
+    if isinstance(stored, str) or not isinstance(stored, Sequence) or len(stored) != 2:
+        return  # no record (a checkpoint made before it), or none this check can read
+    trained, requested = (str(stored[0]), str(stored[1])), task_language_pair(task)
+    if requested is None or requested != trained[::-1]:
+        return
+    source, target = trained
+    if restarts:
+        logger.warning("%s was trained on %s->%s; this run trains %s->%s from its weights",
+                       path, *trained, *requested)  # fmt: skip
+        return
+    raise UsageError(
+        f"{path} was trained to translate {source} into {target} (its "
+        f"cfg.model.{checkpoints.LANGUAGE_PAIR}), and this run reads {target} into {source}: "
+        f"give -s {source} -t {target} to resume it, or another --save-dir for a new run "
+        f"(--finetune-from-model {path} to start it from these weights)"
+    )
+
+
 def check_analysis_task(
     args: argparse.Namespace, task: FairseqTask, needed: str = "translation_san"
 ) -> None:

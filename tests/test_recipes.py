@@ -865,6 +865,18 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     (check,) = printed_commands(output, "sha256sum")
     assert check[1] == curl[curl.index("-o") + 1] and WMT14_PREPARE_SHA256 in check
     assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in printed_commands(output, "bash"))
+    # The tools that script clones, cloned first at pinned commits (it leaves them there).
+    pinned = {command[2]: command[-1] for command in printed_commands(output, "git")
+              if command[3:5] == ["checkout", "-q"]}  # fmt: skip
+    assert pinned == {
+        str(work / "mosesdecoder"): "34452895f350bf097b21ee514a529a1dc542243c",
+        str(work / "subword-nmt"): "92d6139d07d30e12735a0af9e7f7f925ebe62c54",
+    }
+    printed = [line for line in output.splitlines() if line.startswith("+ ")]
+    steps = [i for i, line in enumerate(printed)
+             if "checkout -q" in line or "bash\\ prepare" in line]  # fmt: skip
+    assert len(steps) == 3 and "checkout -q" not in printed[steps[-1]]  # pinned, then run
+    assert len([command for command in printed_commands(output, "git") if "clone" in command]) == 2
     (preprocess,) = printed_commands(output, "fairseq-preprocess")
     assert "--joined-dictionary" in preprocess
     # Training: section 4.1 of the paper, 8 GPUs.

@@ -12,7 +12,8 @@
 # training pair, not the paper's newstest2013). BLEU is on tokenized text with the BPE removed.
 # Running it again resumes: the data's preparation and binarizing, once finished
 # (WORK_DIR/.done-*), and the loop's finished steps are skipped. The preparation script is
-# fairseq's at a fixed commit, run only if its sha256 is the one pinned here; the checkpoints are
+# fairseq's at a fixed commit, run only if its sha256 is the one pinned here, with Moses and
+# subword-nmt at pinned commits; the checkpoints are
 # averaged by fairseq-san-average, which reads them with torch's safe loader.
 set -euo pipefail
 
@@ -31,6 +32,11 @@ WORK=${WORK:-wmt14_en_de}
 FAIRSEQ_COMMIT=13d9e2baf8a67339bcdb25af18538630f7fa128f
 FAIRSEQ_RAW=https://raw.githubusercontent.com/facebookresearch/fairseq/$FAIRSEQ_COMMIT
 PREPARE_SHA256=d34382e7986f6fdaede569edc7a5c15670ed4583867fb847436f423bb3865a41
+# That script clones Moses and subword-nmt from their default branches: they are cloned first, at
+# these commits (their newest on 2026-11-30), so its own clones find them there and leave them
+# ("fatal: destination path ... already exists", which it ignores).
+MOSES_COMMIT=34452895f350bf097b21ee514a529a1dc542243c
+SUBWORD_NMT_COMMIT=92d6139d07d30e12735a0af9e7f7f925ebe62c54
 DATA=$WORK/data-bin
 RUN=$WORK/run
 DRY=()
@@ -57,6 +63,11 @@ check_sha256() {  # check_sha256 FILE SHA256: refuse, in one line, a download th
   fi
 }
 
+pinned_clone() {  # pinned_clone URL DIR COMMIT: WORK/DIR at COMMIT (cloned unless there)
+  [ -d "$WORK/$2/.git" ] || run git clone -q "$1" "$WORK/$2"
+  run git -C "$WORK/$2" checkout -q "$3"
+}
+
 finished() {  # finished STEP: a re-run skips STEP (hours of tokenizing and BPE, the binarizing)
   [ "$DRY_RUN" = 1 ] || touch "$WORK/.done-$1"
 }
@@ -65,6 +76,8 @@ run mkdir -p "$WORK"
 if ! done_before prepare; then
   run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
   check_sha256 "$WORK/prepare-wmt14en2de.sh" "$PREPARE_SHA256"
+  pinned_clone https://github.com/moses-smt/mosesdecoder.git mosesdecoder "$MOSES_COMMIT"
+  pinned_clone https://github.com/rsennrich/subword-nmt.git subword-nmt "$SUBWORD_NMT_COMMIT"
   run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh' _ "$WORK"
   finished prepare
 fi

@@ -24,6 +24,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
+* ``resumed_training``: a resumed fairseq-train batches as the run it continues did, and stops
+  before it trains past a limit its checkpoint had reached (it drifted, and took one update
+  more);
 * ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint
   trained with attention sharing or AAN in one line naming the plugin's model that loads it
   (fairseq's "please ensure that the architectures match" traceback);
@@ -57,6 +60,7 @@ from fairseq_san.fairseq_fixes import (
     numpy2,
     one_line_errors,
     restore_file,
+    resumed_training,
     safe_loading,
     shared_checkpoints,
     tokens_per_sample,
@@ -64,8 +68,9 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
-    interactive_input, clean_exit, restore_file, shared_checkpoints, half_precision,
-    command_options, tokens_per_sample, generation_shards, dictionary_files, one_line_errors,
+    interactive_input, clean_exit, restore_file, resumed_training, shared_checkpoints,
+    half_precision, command_options, tokens_per_sample, generation_shards, dictionary_files,
+    one_line_errors,
 )
 
 

@@ -19,7 +19,8 @@ start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_D
   # a missing input stops before RUN exists. A dry run checks and writes nothing.
   if [ "$DRY_RUN" = 0 ]; then
     fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
-    mkdir -p "$RUN_DIR" && exec 9>>"$RUN_DIR/.lock"
+    mkdir -p "$RUN_DIR"  # alone: set -e stops nothing whose failure an && follows
+    exec 9>>"$RUN_DIR/.lock"
     START_OPTIONS+=(--lock-fd 9)
   fi
   # Checks RUN_DIR/run.json; records the options, creates RUN_DIR/iter0 with P_0.

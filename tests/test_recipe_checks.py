@@ -102,6 +102,19 @@ def test_loop_with_a_run_dir_that_is_a_file_is_one_line(tmp_path, recipe):
     assert run_dir.read_text() == "a file"
 
 
+def test_loop_with_a_run_dir_under_a_file_is_one_line(tmp_path):
+    """mkdir failed, and the recipe went on to the lock: the loop's usage, then "Bad file
+    descriptor"."""
+    (tmp_path / "afile").write_text("a file")
+    run_dir = tmp_path / "afile" / "run"
+    result = run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"fairseq-san-loop: error: --run-dir {run_dir.resolve()}: {tmp_path / 'afile'} is a file, "
+        "so no directory can be made there"
+    ]
+
+
 def test_loop_on_a_directory_without_binarized_data_is_one_line(tmp_path):
     data, run_dir = tmp_path / "raw", tmp_path / "run"
     data.mkdir()

@@ -210,10 +210,17 @@ def check_values(options: Options) -> None:
 
 
 def check_run_dir(run_dir: str) -> None:
-    """Refuse a run dir that exists and is not a directory (mkdir and the lock would fail on it,
-    naming neither the option nor the cause)."""
+    """Refuse a run dir that exists and is not a directory, or under a file (mkdir and the lock
+    would fail on it, naming neither the option nor the cause)."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise RunError(f"{run_dir} is a file; --run-dir names a directory (made when missing)")
+    parent = os.path.dirname(os.path.abspath(run_dir))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise RunError(
+            f"--run-dir {run_dir}: {parent} is a file, so no directory can be made there"
+        )
 
 
 def check_inputs(options: Options, dry_run: bool) -> None:

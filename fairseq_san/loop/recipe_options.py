@@ -96,8 +96,10 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
         RecipeOption("--post-process", "sentencepiece", "how fairseq-generate detokenizes, e.g. "
                      "subword_nmt", "P"),  # fmt: skip
         RecipeOption("--decode-batch-size", "16", "sentences per batch of the validation BLEU's "
-                     "decoding (on a GPU, 128 takes about an eighth of the time)", "N",
-                     recorded=False),  # fmt: skip
+                     "decoding (on a GPU, 128 takes about an eighth of the time); not recorded: "
+                     "another value for a run dir changes no policy, but the validation scores "
+                     "decoded with it may differ a little (fairseq's length limit reads a batch's "
+                     "longest source)", "N", recorded=False),  # fmt: skip
         EXTEND,
         DRY_RUN,
     ),

@@ -96,3 +96,28 @@ def test_batches_are_those_of_the_first_epoch_unless_fairseq_rebuilds_them(rebui
     assert iterator.epoch == 4
     assert iterator.built_at == (4 if rebuild_batches else 1)
     assert epochs_set == ([] if rebuild_batches else [4])
+
+
+def test_a_checkpoint_copy_stopped_midway_leaves_the_previous_file(tmp_path, monkeypatch):
+    """fairseq copied checkpoint_last.pt in place: a run killed then left a truncated file that
+    every rerun stopped on."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_san.fairseq_fixes import checkpoint_copies
+
+    new, last = tmp_path / "checkpoint_best.pt", tmp_path / "checkpoint_last.pt"
+    new.write_bytes(b"new" * 1000)
+    last.write_bytes(b"previous")
+    assert checkpoint_utils.PathManager.copy(str(new), str(last), overwrite=True)
+    assert last.read_bytes() == new.read_bytes()
+
+    def stopped(source, destination):  # the first bytes written, then the run is killed
+        Path(destination).write_bytes(b"ne")
+        raise KeyboardInterrupt
+
+    last.write_bytes(b"previous")
+    monkeypatch.setattr(checkpoint_copies.shutil, "copyfile", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_utils.PathManager.copy(str(new), str(last), overwrite=True)
+    assert last.read_bytes() == b"previous"
+    assert not checkpoint_utils.PathManager.copy(str(new), str(last))  # fairseq's overwrite=False

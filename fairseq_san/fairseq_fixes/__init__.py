@@ -27,6 +27,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``resumed_training``: a resumed fairseq-train batches as the run it continues did, and stops
   before it trains past a limit its checkpoint had reached (it drifted, and took one update
   more);
+* ``checkpoint_copies``: fairseq-train's copies of a checkpoint (``checkpoint_last.pt``) are whole
+  or absent (a run stopped while copying left a truncated file that stopped every rerun);
 * ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint
   trained with attention sharing or AAN in one line naming the plugin's model that loads it
   (fairseq's "please ensure that the architectures match" traceback);
@@ -48,6 +50,7 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 
 from fairseq_san.fairseq_fixes import (
     checkpoint_broadcast,
+    checkpoint_copies,
     clean_exit,
     command_options,
     dictionary_files,
@@ -68,9 +71,9 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
-    interactive_input, clean_exit, restore_file, resumed_training, shared_checkpoints,
-    half_precision, command_options, tokens_per_sample, generation_shards, dictionary_files,
-    one_line_errors,
+    interactive_input, clean_exit, restore_file, resumed_training, checkpoint_copies,
+    shared_checkpoints, half_precision, command_options, tokens_per_sample, generation_shards,
+    dictionary_files, one_line_errors,
 )
 
 

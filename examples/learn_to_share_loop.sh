@@ -62,7 +62,9 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
     echo "== iteration $k (dry run)"
     [ -f "$dir/trained" ] || train "$dir" "$k"
   else
-    echo "== iteration $k: policy $(fairseq-san-loop show "$dir/policy.json")"
+    local policy  # assigned apart: set -e stops on a policy file that cannot be read
+    policy=$(fairseq-san-loop show "$dir/policy.json")
+    echo "== iteration $k: policy $policy"
     if [ ! -f "$dir/trained" ]; then
       train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
       touch "$dir/trained"

@@ -1142,6 +1142,26 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
         load_references(str(path), StandInBatches(20, 4), detokenize=None)
 
 
+def loop_error(capsys, *argv: str) -> str:
+    """The one line fairseq-san-loop wrote for bad input (exit status 2): no usage text, which
+    is for a command line that does not parse."""
+    from fairseq_san.cli.loop import main
+
+    assert main(list(argv)) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    return line
+
+
+def test_a_policy_file_fairseq_san_loop_cannot_read_is_one_line(tmp_path, capsys):
+    """The loop prints an iteration's policy with ``show``: its usage text came first."""
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"decoder_self": [1, 5],')
+    assert loop_error(capsys, "show", str(policy)) == (
+        f'fairseq-san-loop: error: policy file "{policy}": malformed JSON at line 1 column 25: '
+        "Expecting property name enclosed in double quotes"
+    )
+
+
 @pytest.mark.parametrize(
     "record, said",
     [
@@ -1150,21 +1170,17 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
     ],
 )
 def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, record, said):
-    from fairseq_san.cli.loop import main
-
     log = tmp_path / "train.log"
     log.write_text(f"2024 | INFO | fairseq_cli.train | start\n2024 | INFO | valid | {record}\n")
-    line = usage_error(main, capsys, "train-log", str(log))
+    line = loop_error(capsys, "train-log", str(log))
     expected = f"fairseq-san-loop: error: {log} line 2: not a fairseq-train valid record "
     assert line.startswith(expected + "(--log-format json or simple): " + said), line
 
 
 def test_loop_train_log_of_a_file_that_is_not_a_training_log_is_one_line(tmp_path, capsys):
-    from fairseq_san.cli.loop import main
-
     log = tmp_path / "notes.txt"
     log.write_text("BLEU 35.2 after 4 minutes\n")
-    line = usage_error(main, capsys, "train-log", str(log))
+    line = loop_error(capsys, "train-log", str(log))
     assert line == (
         f"fairseq-san-loop: error: {log}: no fairseq-train record in it: not the log of "
         "fairseq-train --log-format json or simple (or a training stopped before its first "

@@ -272,11 +272,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemsError as err:  # test_bleu.sh's own refusals, named after it
         print(f"{RECIPE}: {err}", file=sys.stderr)
         return err.status
-    except RunError as err:
-        print(f"fairseq-san-loop: error: {err}", file=sys.stderr)
+    except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
+        print(f"fairseq-san-loop: error: {err}", file=sys.stderr)  # one line: no usage text
         return 2
-    except (UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a malformed log
-        parser.error(str(err))
 
 
 if __name__ == "__main__":

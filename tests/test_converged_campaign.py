@@ -1209,7 +1209,7 @@ def test_budget_is_stated_for_each_seed_that_trained_a_baseline_and_san():
         system("baseline", 2, 3000, "max update"), system("san", 2, 3000, "max update"),
         system("baseline", 4, 3000, "max update"), system("uniform", 4, 3000, "max update"),
     ]  # fmt: skip
-    first, second = seed_budgets(rows).split("; seed ")
+    first, second = seed_budgets(rows).split(" | seed ")
     assert first.startswith("seed 1: mixed stopping (baseline: wall cap, SAN: max update;")
     assert second.startswith("2: equal updates") and "seed 4" not in seed_budgets(rows)
     assert seed_budgets(rows[4:]) == ""

@@ -1478,7 +1478,7 @@ def resume_from_pair(tmp_path, trained, asked, **flags):
     from fairseq_san.fairseq_fixes.restore_file import _checking
 
     save_dir = tmp_path / "save"
-    save_dir.mkdir()
+    save_dir.mkdir(exist_ok=True)
     torch.save({"cfg": {"model": {"language_pair": trained}}, "model": {}},
                save_dir / "checkpoint_last.pt")  # fmt: skip
     loaded = []
@@ -1489,13 +1489,15 @@ def resume_from_pair(tmp_path, trained, asked, **flags):
     return bool(loaded)
 
 
-def test_resuming_a_run_in_the_reverse_direction_is_refused_before_it_loads(tmp_path):
+@pytest.mark.parametrize("flags", [{}, {"reset_dataloader": True, "reset_meters": True}])
+def test_resuming_a_run_in_the_reverse_direction_is_refused_before_it_loads(tmp_path, flags):
     """fairseq-train -s de -t en in the save dir of an En->De run trained that model on De->En
-    data: its model is built from the command line, which check_language_pair accepts."""
+    data: its model is built from the command line, which check_language_pair accepts. A new
+    data loader or meters still resume the run (fairseq advises --reset-dataloader)."""
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError) as refused:
-        resume_from_pair(tmp_path, ["en", "de"], ("de", "en"))
+        resume_from_pair(tmp_path, ["en", "de"], ("de", "en"), **flags)
     path = tmp_path / "save" / "checkpoint_last.pt"
     assert str(refused.value) == (
         f"{path} was trained to translate en into de (its cfg.model.language_pair), and this run "

@@ -4,6 +4,8 @@ checkpoint had reached."""
 
 import hashlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,9 +13,10 @@ import pytest
 import torch
 
 import helpers  # noqa: F401  (imports fairseq, then the plugin)
-from helpers import run_cli, train_argv
+from helpers import REPO, cli_env, run_cli, train_argv
 
-UPDATES, STOPPED_AT = 30, 13  # the synthetic corpus: about 2 updates an epoch
+UPDATES = 30  # the synthetic corpus: 4 updates an epoch
+STOPS = {"mid-epoch": 14, "epoch end": 12}
 
 
 def train(data: Path, save_dir: Path, updates: int) -> str:
@@ -31,22 +34,62 @@ def weights(save_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def resumed(binarized_corpus, tmp_path_factory):
-    """{"whole": a run of UPDATES updates, "resumed": the same run stopped at STOPPED_AT and
-    resumed to UPDATES, "log": the resumed run's output}."""
+    """{"whole": a run of UPDATES updates and its output; each of STOPS: the same run stopped
+    there and resumed to UPDATES, and the resumed run's output}."""
     root = tmp_path_factory.mktemp("resumed")
-    train(binarized_corpus, root / "whole", UPDATES)
-    train(binarized_corpus, root / "resumed", STOPPED_AT)
-    log = train(binarized_corpus, root / "resumed", UPDATES)
-    return {"whole": root / "whole", "resumed": root / "resumed", "log": log}
+    runs = {"whole": (root / "whole", train(binarized_corpus, root / "whole", UPDATES))}
+    for name, stop in STOPS.items():
+        train(binarized_corpus, root / name, stop)
+        runs[name] = (root / name, train(binarized_corpus, root / name, UPDATES))
+    return runs
 
 
 @pytest.mark.slow
-def test_a_resumed_run_trains_the_model_of_the_run_it_continues(resumed):
-    """fairseq main rebuilt the batches with seed + the epoch it resumed at: the same sentences
-    in another order, and the resumed model drifted (0.038 at most on this corpus)."""
-    loaded = re.search(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)", resumed["log"])
-    assert loaded and int(loaded.group(1)) > 1 and int(loaded.group(2)) == STOPPED_AT
-    whole, continued = weights(resumed["whole"]), weights(resumed["resumed"])
+def test_an_uninterrupted_run_trains_every_epoch_in_turn(resumed):
+    """The first version of the fix renumbered fairseq's cached iterator each epoch: epochs 1, 3,
+    5, ... (a review found it)."""
+    epochs = re.findall(r"begin training epoch (\d+)", resumed["whole"][1])
+    assert [int(epoch) for epoch in epochs] == list(range(1, len(epochs) + 1))
+    assert len(epochs) == 8  # 30 updates at 4 an epoch
+
+
+# fairseq-train with the fix's wrappers taken off again: fairseq's own behaviour.
+WITHOUT_THE_FIX = """
+import sys
+import fairseq_cli.train as cli
+from fairseq.tasks.fairseq_task import FairseqTask
+from fairseq_san.fairseq_fixes import resumed_training  # the plugin's fixes are installed
+resumed_training.install = lambda: None  # and this one kept off when the command imports it
+FairseqTask.get_batch_iterator = FairseqTask.get_batch_iterator.__wrapped__
+cli.train = cli.train.__wrapped__
+sys.argv = ["fairseq-train", *sys.argv[1:]]
+sys.exit(cli.cli_main())
+"""
+
+
+@pytest.mark.slow
+def test_the_fix_leaves_an_uninterrupted_run_as_fairseq_trains_it(
+    binarized_corpus, resumed, tmp_path
+):
+    """The fix may change only resumed runs: the same weights as fairseq's own behaviour."""
+    save_dir = tmp_path / "fairseq"
+    argv = train_argv(binarized_corpus, save_dir, max_update=UPDATES)
+    result = subprocess.run([sys.executable, "-c", WITHOUT_THE_FIX, *argv], cwd=REPO,
+                            env=cli_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    whole, fairseq = weights(resumed["whole"][0]), weights(save_dir)
+    assert all(torch.equal(whole[name], fairseq[name]) for name in whole)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", STOPS)
+def test_a_resumed_run_trains_the_model_of_the_run_it_continues(resumed, stop):
+    """fairseq main rebuilt the batches with seed + the epoch it resumed at: other batches, and
+    the resumed model drifted from the uninterrupted one."""
+    save_dir, log = resumed[stop]
+    loaded = re.search(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)", log)
+    assert loaded and int(loaded.group(1)) > 1 and int(loaded.group(2)) == STOPS[stop]
+    whole, continued = weights(resumed["whole"][0]), weights(save_dir)
     assert whole.keys() == continued.keys()
     assert all(torch.equal(whole[name], continued[name]) for name in whole)
 
@@ -55,47 +98,57 @@ def test_a_resumed_run_trains_the_model_of_the_run_it_continues(resumed):
 def test_a_run_resumed_at_its_max_update_trains_nothing(binarized_corpus, resumed):
     """fairseq took one update past --max-update and saved it over checkpoint_last.pt: what a
     rerun of a recipe stopped after its fairseq-train had finished trained."""
-    last = resumed["resumed"] / "checkpoint_last.pt"
+    last = resumed["mid-epoch"][0] / "checkpoint_last.pt"
     before = hashlib.sha256(last.read_bytes()).hexdigest()
-    output = train(binarized_corpus, resumed["resumed"], UPDATES)
-    assert f"the checkpoint has reached --max-update {UPDATES} ({UPDATES} updates)" in output
+    output = train(binarized_corpus, last.parent, UPDATES)
+    assert f"the checkpoint has its --max-update {UPDATES} updates: nothing to train" in output
     assert hashlib.sha256(last.read_bytes()).hexdigest() == before
 
 
-@pytest.mark.parametrize(
-    "updates, hours, limit",
-    [(30, 0.0, "--max-update 30"), (29, 0.0, None), (29, 2.5, "--stop-time-hours 2"),
-     (29, 1.5, None)],
-)  # fmt: skip
-def test_the_limit_a_checkpoint_has_reached(updates, hours, limit):
-    from fairseq_san.fairseq_fixes.resumed_training import reached_limit
+def test_only_the_first_epoch_of_a_process_stops_at_a_max_update_reached():
+    """Later epochs stop as fairseq stops them (inside its train, after a validation)."""
+    from fairseq_san.fairseq_fixes.resumed_training import _stopping_at_max_update
 
-    cfg = SimpleNamespace(optimization=SimpleNamespace(max_update=30, stop_time_hours=2))
-    trainer = SimpleNamespace(
-        get_num_updates=lambda: updates, cumulative_training_time=lambda: hours * 3600
-    )
-    assert reached_limit(cfg, trainer) == limit
+    trained = []
+    train = _stopping_at_max_update(lambda *args: trained.append(True) or ([1.0], False))
+    cfg = SimpleNamespace(optimization=SimpleNamespace(max_update=30))
+    for updates in (30, 30):
+        train(cfg, SimpleNamespace(get_num_updates=lambda: updates), None, None)
+    assert trained == [True]  # the second call, a later epoch, is fairseq's
+    train = _stopping_at_max_update(lambda *args: trained.append(True) or ([1.0], False))
+    train(cfg, SimpleNamespace(get_num_updates=lambda: 29), None, None)
+    assert trained == [True, True]
 
 
-@pytest.mark.parametrize("rebuild_batches", [False, True])
-def test_batches_are_those_of_the_first_epoch_unless_fairseq_rebuilds_them(rebuild_batches):
-    """Where fairseq builds the batches anew each epoch, the epoch's own seed is fairseq's."""
+class StandInDataset:
+    def __init__(self):
+        self.epochs_set = []
+
+    def set_epoch(self, epoch):
+        self.epochs_set.append(epoch)
+
+
+@pytest.mark.parametrize("case", ["builds once", "rebuilds each epoch", "cached"])
+def test_batches_are_those_of_the_first_epoch_where_fairseq_builds_them_once(case):
+    """Where fairseq builds the batches anew each epoch, the epoch's own seed is fairseq's; an
+    iterator it has cached (every epoch after the first of a process) is returned as it is."""
     from fairseq_san.fairseq_fixes.resumed_training import _batching_as_the_first_epoch
 
-    epochs_set = []
-    dataset = SimpleNamespace(set_epoch=epochs_set.append)
+    dataset = StandInDataset()
 
     def get_batch_iterator(self, dataset, epoch=1, disable_iterator_cache=False,
                            update_epoch_batch_itr=False):  # fmt: skip
         return SimpleNamespace(built_at=epoch, epoch=epoch)
 
     task = SimpleNamespace(
-        cfg=SimpleNamespace(rebuild_batches=rebuild_batches), can_reuse_epoch_itr=lambda _: True
+        cfg=SimpleNamespace(rebuild_batches=case == "rebuilds each epoch"),
+        can_reuse_epoch_itr=lambda _: True,
+        dataset_to_epoch_iter={dataset: None} if case == "cached" else {},
     )
     iterator = _batching_as_the_first_epoch(get_batch_iterator)(task, dataset, epoch=4)
     assert iterator.epoch == 4
-    assert iterator.built_at == (4 if rebuild_batches else 1)
-    assert epochs_set == ([] if rebuild_batches else [4])
+    assert iterator.built_at == (1 if case == "builds once" else 4)
+    assert dataset.epochs_set == ([4] if case == "builds once" else [])
 
 
 def test_a_checkpoint_copy_stopped_midway_leaves_the_previous_file(tmp_path, monkeypatch):
@@ -120,4 +173,18 @@ def test_a_checkpoint_copy_stopped_midway_leaves_the_previous_file(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         checkpoint_utils.PathManager.copy(str(new), str(last), overwrite=True)
     assert last.read_bytes() == b"previous"
+    assert not list(tmp_path.glob("*.partial-copy"))  # nothing left of the copy stopped
     assert not checkpoint_utils.PathManager.copy(str(new), str(last))  # fairseq's overwrite=False
+
+
+def test_a_checkpoint_copy_writes_through_a_link(tmp_path):
+    """As fairseq's copy did: the link stays, the file it names gets the checkpoint."""
+    from fairseq import checkpoint_utils
+
+    new, target, link = tmp_path / "new.pt", tmp_path / "elsewhere.pt", tmp_path / "last.pt"
+    new.write_bytes(b"new")
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    assert checkpoint_utils.PathManager.copy(str(new), str(link), overwrite=True)
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["elsewhere.pt", "last.pt", "new.pt"]

@@ -8,8 +8,8 @@ that copy (seconds for a checkpoint of hundreds of MB) left a truncated ``checkp
 and every later fairseq-train in that save dir stopped on it ("not a complete torch.save
 archive") until the file was removed by hand, though the complete checkpoint was beside it.
 Local copies are now made under a temporary name in the same folder and renamed over the
-destination (``os.replace``: atomic); paths that fairseq cannot rename (iopath's remote ones)
-are copied as fairseq does.
+destination (``os.replace``: atomic; a link is written through, as fairseq's copy did); paths
+that fairseq cannot rename (iopath's remote ones) are copied as fairseq does.
 """
 
 import os
@@ -30,9 +30,14 @@ def _copying_whole_files(path_manager):
                 return path_manager.copy(src_path, dst_path, overwrite=overwrite)
             if not overwrite and os.path.exists(dst_path):
                 return False
-            partial = dst_path + PARTIAL_SUFFIX
-            shutil.copyfile(src_path, partial)
-            os.replace(partial, dst_path)
+            destination = os.path.realpath(dst_path)  # a link is written through, as fairseq's
+            partial = destination + PARTIAL_SUFFIX
+            try:
+                shutil.copyfile(src_path, partial)
+                os.replace(partial, destination)
+            finally:  # a copy stopped by an exception leaves nothing (a killed one: the partial)
+                if os.path.exists(partial):
+                    os.remove(partial)
             return True
 
     return WholeCopies

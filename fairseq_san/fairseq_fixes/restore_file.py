@@ -97,7 +97,9 @@ def check_resumed_pair(cfg, task, suffix: str) -> None:
         return  # nothing to resume (fairseq says so of a --continue-once that is not there)
     state = checkpoints.load_state(path)
     stored = checkpoints.stored_value(state, "model", checkpoints.LANGUAGE_PAIR)
-    restarts = any(getattr(cfg, flag, False) for flag in RESETS)
+    # --reset-dataloader or --reset-meters alone resume a run (fairseq advises the first after a
+    # change of data); a new optimizer starts a new one from the checkpoint's weights.
+    restarts = bool(getattr(cfg, "reset_optimizer", False))
     check_resumed_language_pair(path, stored, task, restarts)
 
 

@@ -167,7 +167,7 @@ def check_resumed_language_pair(
     A resumed run's model is built from the command line, so ``check_language_pair`` never sees
     the checkpoint's record, and on joined dictionaries the run would go on training an En->De
     model on De->En data. A run that only starts from the checkpoint's weights (``restarts``:
-    a ``--reset-*`` flag, fairseq's older way to fine-tune) may reverse the pair: logged.
+    ``--reset-optimizer``, fairseq's older way to fine-tune) may reverse the pair: logged.
     """
     if isinstance(stored, str) or not isinstance(stored, Sequence) or len(stored) != 2:
         return  # no record (a checkpoint made before it), or none this check can read

@@ -465,7 +465,7 @@ def seed_budgets(rows: List[Tuple[dict, dict]]) -> str:
     by_seed: Dict[int, Dict[str, Tuple[dict, dict]]] = {}
     for row, training in rows:
         by_seed.setdefault(row["seed"], {})[row["system"]] = (row, training)
-    return "; ".join(
+    return " | ".join(  # a statement holds "; " itself
         f"seed {seed}: {budget_statement(systems['baseline'], systems['san'])}"
         for seed, systems in sorted(by_seed.items())
         if "baseline" in systems and "san" in systems

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import List
 
 import pytest
 import torch
@@ -62,6 +63,10 @@ from fairseq_san.fairseq_fixes import resumed_training  # the plugin's fixes are
 resumed_training.install = lambda: None  # and this one kept off when the command imports it
 FairseqTask.get_batch_iterator = FairseqTask.get_batch_iterator.__wrapped__
 cli.train = cli.train.__wrapped__
+from fairseq import checkpoint_utils
+from fairseq.trainer import Trainer
+Trainer.save_checkpoint = Trainer.save_checkpoint.__wrapped__
+checkpoint_utils.load_checkpoint = checkpoint_utils.load_checkpoint.__wrapped__
 sys.argv = ["fairseq-train", *sys.argv[1:]]
 sys.exit(cli.cli_main())
 """
@@ -105,17 +110,53 @@ def test_a_run_resumed_at_its_max_update_trains_nothing(binarized_corpus, resume
     assert hashlib.sha256(last.read_bytes()).hexdigest() == before
 
 
+def patience_argv(data: Path, save_dir: Path, updates: int) -> List[str]:
+    """Validation every 2 updates (not at an epoch's end), a "better" loss the larger (so none
+    after the first): the run stops early at update 2 + 2 x PATIENCE."""
+    argv = train_argv(data, save_dir, max_update=updates)
+    return [word for word in argv if word != "--disable-validation"] + [
+        "--validate-interval-updates", "2", "--validate-interval", "1000",
+        "--patience", str(PATIENCE), "--maximize-best-checkpoint-metric",
+        "--required-batch-size-multiple", "1",
+    ]  # fmt: skip
+
+
+PATIENCE = 2
+
+
+@pytest.mark.slow
+def test_a_resumed_run_counts_its_patience_on(binarized_corpus, tmp_path):
+    """fairseq saved no patience count: the resumed run counted from zero, and trained on past
+    the update where the uninterrupted one stopped (10 instead of 6 here)."""
+    def run(save_dir: Path, updates: int) -> str:
+        result = run_cli("fairseq-train", *patience_argv(binarized_corpus, save_dir, updates))
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        return result.stdout + result.stderr
+
+    stopped = f"early stop since valid performance hasn't improved for last {PATIENCE} runs"
+    assert stopped in run(tmp_path / "whole", UPDATES)
+    run(tmp_path / "resumed", 4)  # saved after its second validation: one without improvement
+    assert stopped in run(tmp_path / "resumed", UPDATES)
+    for name in ("whole", "resumed"):
+        state = torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=True)
+        assert state["optimizer_history"][-1]["num_updates"] == 2 + 2 * PATIENCE
+    again = run(tmp_path / "resumed", UPDATES)
+    assert f"the checkpoint has no better validation for --patience {PATIENCE}" in again
+
+
 def test_only_the_first_epoch_of_a_process_stops_at_a_max_update_reached():
     """Later epochs stop as fairseq stops them (inside its train, after a validation)."""
-    from fairseq_san.fairseq_fixes.resumed_training import _stopping_at_max_update
+    from fairseq_san.fairseq_fixes.resumed_training import _stopping_at_a_reached_limit
 
     trained = []
-    train = _stopping_at_max_update(lambda *args: trained.append(True) or ([1.0], False))
-    cfg = SimpleNamespace(optimization=SimpleNamespace(max_update=30))
+    train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
+    cfg = SimpleNamespace(
+        optimization=SimpleNamespace(max_update=30), checkpoint=SimpleNamespace(patience=0)
+    )
     for updates in (30, 30):
         train(cfg, SimpleNamespace(get_num_updates=lambda: updates), None, None)
     assert trained == [True]  # the second call, a later epoch, is fairseq's
-    train = _stopping_at_max_update(lambda *args: trained.append(True) or ([1.0], False))
+    train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
     train(cfg, SimpleNamespace(get_num_updates=lambda: 29), None, None)
     assert trained == [True, True]
 

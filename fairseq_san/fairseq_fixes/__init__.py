@@ -24,9 +24,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
-* ``resumed_training``: a resumed fairseq-train batches as the run it continues did, and stops
-  before it trains past a limit its checkpoint had reached (it drifted, and took one update
-  more);
+* ``resumed_training``: a resumed fairseq-train batches as the run it continues did, counts its
+  ``--patience`` on from the checkpoint, and stops before it trains past a limit its checkpoint
+  had reached (it drifted, counted from zero, and took one update more);
 * ``checkpoint_copies``: fairseq-train's copies of a checkpoint (``checkpoint_last.pt``) are whole
   or absent (a run stopped while copying left a truncated file that stopped every rerun);
 * ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint

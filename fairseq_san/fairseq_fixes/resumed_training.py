@@ -18,9 +18,15 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   ``checkpoint_last.pt`` and ``checkpoint_best.pt``. It now stops before it trains, at the first
   epoch of the process only (later epochs stop as fairseq stops them).
 
-A run stopped by ``--patience`` or ``--stop-time-hours`` still trains on when resumed: fairseq
-saves no patience count, and the time reached is each rank's own clock (ranks that disagreed
-would wait for each other forever).
+* **The patience.** fairseq-train's ``--patience`` counts the validations since the best one in
+  attributes of ``should_stop_early``, which no checkpoint saved: a resumed run counted from
+  zero, and one that had stopped trained ``--patience`` validations more. The count and the best
+  validation are now saved with the checkpoint (``extra_state``) and restored with it (not with
+  ``--reset-optimizer`` or ``--reset-meters``, as fairseq restores its best checkpoint's score);
+  a run resumed after its patience ran out trains nothing.
+
+A run stopped by ``--stop-time-hours`` still trains on when resumed: the time reached is each
+rank's own clock (ranks that disagreed would wait for each other forever).
 """
 
 import functools
@@ -68,6 +74,40 @@ def _batching_as_the_first_epoch(get_batch_iterator):
     return wrapper
 
 
+PATIENCE_STATE = "fairseq_san_patience"  # extra_state's key: should_stop_early's attributes
+
+
+def _saving_the_patience(save_checkpoint):
+    @functools.wraps(save_checkpoint)
+    def wrapper(self, filename, extra_state):
+        counted = running_command("fairseq_cli.train").should_stop_early
+        if hasattr(counted, "num_runs"):
+            extra_state[PATIENCE_STATE] = {"best": counted.best, "num_runs": counted.num_runs}
+        return save_checkpoint(self, filename, extra_state)
+
+    return wrapper
+
+
+def _restoring_the_patience(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def wrapper(cfg, trainer, **passthrough_args):
+        extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
+        saved = (extra_state or {}).get(PATIENCE_STATE)
+        if saved is not None and not (cfg.reset_optimizer or cfg.reset_meters):
+            counted = running_command("fairseq_cli.train").should_stop_early
+            counted.best, counted.num_runs = saved["best"], saved["num_runs"]
+        return extra_state, epoch_itr
+
+    return wrapper
+
+
+def out_of_patience(cfg) -> bool:
+    """Whether the run's validations had not improved for ``--patience`` when it was saved."""
+    counted = getattr(running_command("fairseq_cli.train"), "should_stop_early", None)
+    patience = cfg.checkpoint.patience
+    return patience > 0 and getattr(counted, "num_runs", 0) >= patience
+
+
 def reached_max_update(cfg, trainer) -> bool:
     """Whether a run resumed from a checkpoint has its ``--max-update`` updates already (fairseq's
     ``validate_and_save`` checks after an update; the count is every rank's)."""
@@ -75,27 +115,35 @@ def reached_max_update(cfg, trainer) -> bool:
     return bool(max_update) and trainer.get_num_updates() >= max_update
 
 
-def _stopping_at_max_update(train):
+def _stopping_at_a_reached_limit(train):
     first_call = [True]  # the epoch a resumed run starts with; later ones stop as fairseq does
 
     @functools.wraps(train)
     def wrapper(cfg, trainer, task, epoch_itr):
         resuming, first_call[0] = first_call[0], False
-        if not (resuming and reached_max_update(cfg, trainer)):
+        if resuming and reached_max_update(cfg, trainer):
+            reached = f"its --max-update {cfg.optimization.max_update} updates"
+        elif resuming and out_of_patience(cfg):
+            reached = f"no better validation for --patience {cfg.checkpoint.patience}"
+        else:
             return train(cfg, trainer, task, epoch_itr)
-        logger.info("the checkpoint has its --max-update %d updates: nothing to train",
-                    cfg.optimization.max_update)  # fmt: skip
+        logger.info("the checkpoint has %s: nothing to train", reached)
         return [None], True  # fairseq's (valid losses, should stop)
 
     return wrapper
 
 
 def install() -> None:
-    """Batch a resumed run as its first epoch did; stop fairseq-train before it trains past a
-    --max-update its checkpoint has (idempotent)."""
+    """Batch a resumed run as its first epoch did; keep fairseq-train's patience count with its
+    checkpoints; stop it before it trains past a limit its checkpoint had reached (idempotent)."""
     from fairseq.tasks.fairseq_task import FairseqTask
 
     wrap_once(FairseqTask, "get_batch_iterator", _batching_as_the_first_epoch)
     train = running_command("fairseq_cli.train")
     if getattr(train, "train", None) is not None:
-        wrap_once(train, "train", _stopping_at_max_update)
+        from fairseq import checkpoint_utils
+        from fairseq.trainer import Trainer
+
+        wrap_once(train, "train", _stopping_at_a_reached_limit)
+        wrap_once(Trainer, "save_checkpoint", _saving_the_patience)
+        wrap_once(checkpoint_utils, "load_checkpoint", _restoring_the_patience)

@@ -142,6 +142,12 @@ def test_a_resumed_run_counts_its_patience_on(binarized_corpus, tmp_path):
         assert state["optimizer_history"][-1]["num_updates"] == 2 + 2 * PATIENCE
     again = run(tmp_path / "resumed", UPDATES)
     assert f"the checkpoint has no better validation for --patience {PATIENCE}" in again
+    # A new run from its weights (the loop's --warm-start) counts its own validations.
+    argv = patience_argv(binarized_corpus, tmp_path / "new", UPDATES)
+    parent = str(tmp_path / "whole" / "checkpoint_last.pt")
+    result = run_cli("fairseq-train", *argv, "--finetune-from-model", parent)
+    new = result.stdout + result.stderr
+    assert result.returncode == 0 and stopped in new and "nothing to train" not in new, new[-3000:]
 
 
 def test_only_the_first_epoch_of_a_process_stops_at_a_max_update_reached():

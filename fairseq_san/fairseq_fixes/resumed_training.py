@@ -21,9 +21,10 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
 * **The patience.** fairseq-train's ``--patience`` counts the validations since the best one in
   attributes of ``should_stop_early``, which no checkpoint saved: a resumed run counted from
   zero, and one that had stopped trained ``--patience`` validations more. The count and the best
-  validation are now saved with the checkpoint (``extra_state``) and restored with it (not with
-  ``--reset-optimizer`` or ``--reset-meters``, as fairseq restores its best checkpoint's score);
-  a run resumed after its patience ran out trains nothing.
+  validation are now saved with the checkpoint (``extra_state``) and restored with it when the
+  run resumes (not for a new run from its weights: ``--finetune-from-model``,
+  ``--reset-optimizer`` or ``--reset-meters``, where fairseq does not restore its best score
+  either); a run resumed after its patience ran out trains nothing.
 
 A run stopped by ``--stop-time-hours`` still trains on when resumed: the time reached is each
 rank's own clock (ranks that disagreed would wait for each other forever).
@@ -77,10 +78,16 @@ def _batching_as_the_first_epoch(get_batch_iterator):
 PATIENCE_STATE = "fairseq_san_patience"  # extra_state's key: should_stop_early's attributes
 
 
+def patience_counter():
+    """fairseq-train's ``should_stop_early``, whose attributes ``best`` and ``num_runs`` count the
+    validations since the best one (None outside fairseq-train)."""
+    return getattr(running_command("fairseq_cli.train"), "should_stop_early", None)
+
+
 def _saving_the_patience(save_checkpoint):
     @functools.wraps(save_checkpoint)
     def wrapper(self, filename, extra_state):
-        counted = running_command("fairseq_cli.train").should_stop_early
+        counted = patience_counter()
         if hasattr(counted, "num_runs"):
             extra_state[PATIENCE_STATE] = {"best": counted.best, "num_runs": counted.num_runs}
         return save_checkpoint(self, filename, extra_state)
@@ -91,10 +98,16 @@ def _saving_the_patience(save_checkpoint):
 def _restoring_the_patience(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
+        from fairseq_san.fairseq_fixes.restore_file import fine_tunes
+
+        # A new run from another's weights counts its own (fairseq resets the optimizer and
+        # meters of a --finetune-from-model itself, not in cfg).
+        new_run = cfg.reset_optimizer or cfg.reset_meters
+        new_run = new_run or fine_tunes(cfg, trainer.checkpoint_suffix or "")
         extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
         saved = (extra_state or {}).get(PATIENCE_STATE)
-        if saved is not None and not (cfg.reset_optimizer or cfg.reset_meters):
-            counted = running_command("fairseq_cli.train").should_stop_early
+        counted = patience_counter()
+        if saved is not None and counted is not None and not new_run:
             counted.best, counted.num_runs = saved["best"], saved["num_runs"]
         return extra_state, epoch_itr
 
@@ -103,9 +116,8 @@ def _restoring_the_patience(load_checkpoint):
 
 def out_of_patience(cfg) -> bool:
     """Whether the run's validations had not improved for ``--patience`` when it was saved."""
-    counted = getattr(running_command("fairseq_cli.train"), "should_stop_early", None)
     patience = cfg.checkpoint.patience
-    return patience > 0 and getattr(counted, "num_runs", 0) >= patience
+    return patience > 0 and getattr(patience_counter(), "num_runs", 0) >= patience
 
 
 def reached_max_update(cfg, trainer) -> bool:

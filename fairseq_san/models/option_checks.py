@@ -116,18 +116,26 @@ def task_language_pair(task: FairseqTask) -> Optional[LanguagePair]:
     return (source, target) if source and target else None
 
 
+def as_language_pair(value: object) -> Optional[LanguagePair]:
+    """``value`` (a recorded ``language_pair``) as (source, target), or None if it is no pair."""
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2:
+        return None
+    return (str(value[0]), str(value[1]))
+
+
 def trained_language_pair(args: argparse.Namespace) -> Optional[LanguagePair]:
     """The languages recorded in a checkpoint's configuration (``checkpoints.stamp``), None where
     none are; a UsageError for a value ``--model-overrides`` set that is no pair."""
     value = getattr(args, checkpoints.LANGUAGE_PAIR, None)
     if value is None:
         return None
-    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2:
+    pair = as_language_pair(value)
+    if pair is None:
         raise UsageError(
             f"{checkpoints.LANGUAGE_PAIR} {value!r} {OVERRIDE_SOURCE} is no language pair: give "
             "['SOURCE', 'TARGET'], or None to decode in either direction"
         )
-    return (str(value[0]), str(value[1]))
+    return pair
 
 
 def check_language_pair(args: argparse.Namespace, task: FairseqTask) -> None:
@@ -169,10 +177,9 @@ def check_resumed_language_pair(
     model on De->En data. A run that only starts from the checkpoint's weights (``restarts``:
     ``--reset-optimizer``, fairseq's older way to fine-tune) may reverse the pair: logged.
     """
-    if isinstance(stored, str) or not isinstance(stored, Sequence) or len(stored) != 2:
-        return  # no record (a checkpoint made before it), or none this check can read
-    trained, requested = (str(stored[0]), str(stored[1])), task_language_pair(task)
-    if requested is None or requested != trained[::-1]:
+    trained, requested = as_language_pair(stored), task_language_pair(task)
+    if trained is None or requested is None or requested != trained[::-1]:
+        # no record (a checkpoint made before it, or none this check can read), or no reverse
         return
     source, target = trained
     if restarts:

@@ -20,6 +20,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_leaves
 
 import fairseq  # noqa: F401  (must come before fairseq_san so that the models register)
 import fairseq_san.models  # noqa: F401  (registers transformer_san and its architectures)
@@ -813,23 +814,6 @@ def counting_backend(graphs: list):
     return backend
 
 
-def replay_by_calling(captures: list, fail: bool = False):
-    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
-    does, records the capture in ``captures``, and replays by calling ``body`` again (which reads
-    the same static buffers, as a graph would); ``fail``: capture raises, as CUDA can."""
-
-    def capture(body, warmup, restore):
-        for _ in range(warmup):
-            body()
-            restore()
-        captures.append(body)
-        if fail:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        return body
-
-    return capture
-
-
 class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
     """Fails on every operation that reads a device value back to the host (``item``, ``bool``,
     ``nonzero``, boolean-mask indexing, ``tolist``): what a CUDA graph cannot capture, checked
@@ -860,16 +844,59 @@ class NoHostSync(torch.utils._python_dispatch.TorchDispatchMode):
         return super().__exit__(*exc)
 
 
-def capture_without_host_sync(captures: list):
-    """``replay_by_calling``, every run of the body under ``NoHostSync``."""
-    calling = replay_by_calling(captures)
+class RecordedGraph(NoHostSync):
+    """What a CUDA graph keeps of a captured body, on the CPU: every operator the body ran, with
+    the tensors it ran on (no host sync among them: NoHostSync). ``replay`` runs those operators
+    again on the same tensors without the Python around them, so what the body decided on the
+    host at capture (a Python number, a tensor an attribute held then) stays as it was, as in a
+    graph; an operator's new output is copied into the tensor it returned at capture (a graph's
+    outputs live at fixed addresses)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operators: List[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        output = super().__torch_dispatch__(func, types, args, kwargs)
+        self.operators.append((func, args, kwargs or {}, output))
+        return output
+
+    def replay(self) -> None:
+        for func, args, kwargs, recorded in self.operators:
+            output = func(*args, **kwargs)
+            for new, old in zip(tree_leaves(output), tree_leaves(recorded)):
+                if isinstance(old, Tensor) and not same_memory(new, old):
+                    old.copy_(new)
+
+
+def same_memory(first: Tensor, second: Tensor) -> bool:
+    """Whether two tensors are the same view of the same memory."""
+    return (first.data_ptr(), first.shape, first.stride()) == (
+        second.data_ptr(), second.shape, second.stride()
+    )  # fmt: skip
+
+
+def recording_capture(captures: list, fail: bool = False, record: bool = True):
+    """A stand-in for ``graphs.capture_cuda_graph`` on the CPU: warms ``body`` up as the GPU one
+    does, records one run of it (``RecordedGraph``, appended to ``captures``) and returns its
+    replay; ``fail``: capture raises, as CUDA can. ``record`` False: replays by calling ``body``
+    again (torch.compile runs no compiled code under a dispatch mode such as the recording)."""
 
     def capture(body, warmup, restore):
-        def checked() -> None:
-            with NoHostSync():
+        for _ in range(warmup):
+            body()
+            restore()
+        if record:
+            graph = RecordedGraph()
+            with graph:
                 body()
-
-        return calling(checked, warmup, restore)
+            replay = graph.replay
+        else:
+            replay = body
+        captures.append(replay)
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return replay
 
     return capture
 

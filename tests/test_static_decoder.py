@@ -22,12 +22,11 @@ from helpers import (
     build_lm,
     NoHostSync,
     calls_of,
-    capture_without_host_sync,
     generate,
     counting_backend,
     graphed_generator,
     make_dictionary,
-    replay_by_calling,
+    recording_capture,
     run_cli,
     source_batch,
     train_argv,
@@ -327,7 +326,7 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     captures = []
-    graphed = graphed_translator(model, replay_by_calling(captures), **settings)
+    graphed = graphed_translator(model, recording_capture(captures), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     decoded = [
         (eager.generate([model], sample), graphed.generate([model], sample))
@@ -342,23 +341,45 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
 def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monkeypatch):
     """With --max-tokens nearly every batch has a shape of its own, and each kept a cache (and
     graphs) until the GPU's memory ran out: beyond KEPT_SHAPES the least recently used shape's
-    cache and search are freed with every graph, and the batches after it, the freed shape's
-    too, decode as the eager fixed step."""
+    cache and search are freed with the graphs that read them, and the batches after it, the
+    freed shape's too, decode as the eager fixed step. The kept shapes keep their graphs (every
+    graph was dropped at each eviction: with shapes in rotation every batch captured again)."""
     from fairseq_san.static_decoding import generator
 
     monkeypatch.setattr(generator, "KEPT_SHAPES", 2)
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
-    graphed = graphed_translator(model, replay_by_calling([]), **settings)
+    captures = []
+    graphed = graphed_translator(model, recording_capture(captures), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
-    for sentences in (6, 5, 4, 6):
+    captured = []
+    for sentences in (6, 5, 4, 6, 4):
         src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS[:sentences], sentences)
         sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
         expected = eager.generate([model], sample)
+        before = len(captures)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
-    assert [key[0] for key in graphed._caches] == [4, 6]  # 5 was the least recently used
+        captured.append(len(captures) - before)
+    assert captured == [2, 2, 2, 2, 0]  # 6 again after its eviction; 4 kept, with its graphs
+    assert [key[0] for key in graphed._caches] == [6, 4]  # 5 was the least recently used
     assert sorted(key[0] for key in graphed._searches) == [4, 6]
-    assert len(graphed.run_search_step.replays) == 1  # captured again after the last eviction
+    assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 2
+
+
+def test_a_batch_outside_inference_mode_after_one_inside_it():
+    """A hub user's batch under torch.inference_mode, then one outside it: the cache and search
+    kept from the first (CUDA graphs) are ordinary tensors that the second may write (made in
+    inference mode, the second batch stopped: "Inplace update to inference tensor outside
+    InferenceMode"); both decode as the eager fixed step."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    with torch.inference_mode():
+        graphed = graphed_translator(model, recording_capture([]), **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    first, second = two_batches()
+    with torch.inference_mode():
+        assert_same_hypotheses(eager.generate([model], first), graphed.generate([model], first))
+    assert_same_hypotheses(eager.generate([model], second), graphed.generate([model], second))
 
 
 @pytest.mark.parametrize("name", LAYOUT_MODELS)
@@ -374,7 +395,7 @@ def test_whole_position_captured_with_the_search_equals_the_int_position_search(
         for settings in (dict(max_len_a=1, max_len_b=3, len_penalty=0.5), SETTINGS[2], SETTINGS[3]):
             captures = []
             graphed = graphed_translator(
-                model, capture_without_host_sync(captures), beam_size=beam, **settings
+                model, recording_capture(captures), beam_size=beam, **settings
             )
             on_host = StaticSequenceGenerator(
                 [model], DICTIONARY, beam_size=beam, execution="fixed", **settings
@@ -468,7 +489,8 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
 
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_a=1, max_len_b=4)  # the second batch decodes longer
-    graphed = graphed_translator(model, replay_by_calling(captures), execution="compile-graph",
+    calling = recording_capture(captures, record=False)  # dynamo compiles nothing under a record
+    graphed = graphed_translator(model, calling, execution="compile-graph",
                                  compile_backend=counting_backend(graphs), **settings)  # fmt: skip
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     for sample in two_batches():
@@ -479,20 +501,39 @@ def test_compiled_step_inside_the_captured_position_compiles_and_captures_once_p
 
 
 def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
-    """A capture that fails is logged once per shape and that shape runs eagerly: same n-best
-    (two shapes: position 0's step, one row per sentence, and the positions after it)."""
+    """A capture that fails is logged and its shape runs eagerly: same n-best; no capture is
+    tried after it (a failed CUDA capture leaves the device's state in doubt), the next shape
+    (the positions after position 0's step) logged as running eagerly too."""
     model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
     captures = []
     settings = dict(beam_size=4, max_len_b=12)
-    graphed = graphed_translator(model, replay_by_calling(captures, fail=True), **settings)
+    graphed = graphed_translator(model, recording_capture(captures, fail=True), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
     with caplog.at_level("WARNING", logger="fairseq_san.static_decoding.graphs"):
         for sample in two_batches():
             expected = eager.generate([model], sample)
             assert_same_hypotheses(expected, graphed.generate([model], sample))
-    assert len(captures) == 2
+    assert len(captures) == 1
     assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 2
+    assert caplog.text.count("an earlier capture failed: operation not permitted") == 1
     assert "runs eagerly" in caplog.text
+
+
+def test_the_stand_in_capture_keeps_what_the_body_read_on_the_host():
+    """The CPU tests' stand-in for CUDA graph capture replays what it recorded, as a graph does:
+    a tensor's new values are read, a Python number changed since capture is not (a stand-in
+    that called the body again saw it, and passed a step that read the batch's max_len on the
+    host instead of the search's tensor)."""
+    limit, values, out = {"max_len": 3}, torch.zeros(4), torch.empty(4)
+
+    def body() -> None:
+        torch.add(values, limit["max_len"], out=out)
+
+    replay = recording_capture([])(body, 1, lambda: None)
+    values.fill_(1)
+    limit["max_len"] = 10
+    replay()
+    assert out.tolist() == [4.0] * 4
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -517,6 +558,56 @@ def test_cuda_graph_equals_eager(name, dtype, atol):
     assert len(replays) == 2 and None not in replays.values()
     first = graphed.run_first_step.replays
     assert len(first) == 1 and None not in first.values()
+
+
+# A position whose beam search reads a value back to the host, which CUDA cannot capture: its
+# capture fails on a GPU. Run in a process of its own (a failed capture may leave the CUDA context
+# unusable: torch's own tests of capture errors say so).
+FAILING_CAPTURE = """
+import logging, sys
+import torch
+sys.path.insert(0, {tests!r})
+from helpers import assert_same_hypotheses, build
+from test_static_decoder import DICTIONARY, MODELS, decisive, two_batches
+from fairseq_san.static_decoding import StaticSequenceGenerator
+from fairseq_san.static_decoding.beam_search import TensorBeamSearch
+
+logging.basicConfig()
+advance = TensorBeamSearch.advance
+
+
+def advance_with_a_host_sync(self, step, lprobs):
+    float(lprobs.sum())
+    return advance(self, step, lprobs)
+
+
+TensorBeamSearch.advance = advance_with_a_host_sync
+model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0]).cuda()
+settings = dict(beam_size=4, max_len_b=12)
+graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
+eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+for sample in two_batches():
+    sample = {{"net_input": {{k: v.cuda() for k, v in sample["net_input"].items()}}}}
+    expected = eager.generate([model], sample)
+    assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-4)
+assert torch.cuda.current_stream() == torch.cuda.default_stream()
+assert list(graphed.run_search_step.replays.values()) == [None]
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_capture_that_fails_falls_back_to_eager(tmp_path):
+    """On a GPU, a capture that CUDA refuses (a host sync in the captured position) is logged,
+    and the process decodes on: the eager fixed step's n-best, on the caller's stream
+    (``torch.cuda.graph`` leaves its capture stream current when ending a capture fails)."""
+    script = tmp_path / "failing_capture.py"
+    script.write_text(FAILING_CAPTURE.format(tests=str(Path(__file__).parent)))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "capture of the static decoder step failed" in result.stderr
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -17,11 +17,10 @@ from helpers import (
     build,
     build_lm,
     calls_of,
-    capture_without_host_sync,
     counting_backend,
     graphed_generator,
     make_dictionary,
-    replay_by_calling,
+    recording_capture,
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding.caches import allocate_cache
@@ -145,7 +144,7 @@ def test_positions_after_the_longest_prompt_are_captured_with_the_search(system)
     for beam in (1, 4):
         captures = []
         options = dict(beam_size=beam, max_len_b=14)
-        graphed = graphed_lm(model, capture_without_host_sync(captures), **options)
+        graphed = graphed_lm(model, recording_capture(captures), **options)
         for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
             prefix = prompts(lengths, seed)
             theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
@@ -160,7 +159,7 @@ def test_a_kept_cache_starts_the_next_batch_clean():
     next batch's masked positions (weight 0 times NaN) into NaN."""
     model = language_model("san 2,4")
     options = dict(beam_size=4, max_len_b=14)
-    graphed = graphed_lm(model, replay_by_calling([]), **options)
+    graphed = graphed_lm(model, recording_capture([]), **options)
     for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
         prefix = prompts(lengths, seed)
         theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
@@ -171,15 +170,17 @@ def test_a_kept_cache_starts_the_next_batch_clean():
 
 def test_compiled_step_captured_for_a_language_model_gives_fairseqs_output():
     """``compile-graph``, offered to language models too (CUDA only; on the CPU a counting
-    backend stands in for inductor, and a stand-in capture for CUDA's, without the host-sync
-    check, under which dynamo compiles nothing): fairseq's beam output with ragged prompts; two
-    captures (the forced positions' step alone, and the search's) of a step compiled once, as
-    both run it on the same rows; a second batch of the same shape compiles nothing more."""
+    backend stands in for inductor, and a stand-in capture for CUDA's that replays by calling
+    the step again: dynamo compiles nothing under the recording one): fairseq's beam output
+    with ragged prompts; two captures (the forced positions' step alone, and the search's) of a
+    step compiled once, as both run it on the same rows; a second batch of the same shape
+    compiles nothing more."""
     graphs, captures = [], []
 
     model = language_model("san 2,4")
     options = dict(beam_size=4, max_len_b=14)
-    graphed = graphed_lm(model, replay_by_calling(captures), execution="compile-graph",
+    calling = recording_capture(captures, record=False)
+    graphed = graphed_lm(model, calling, execution="compile-graph",
                          compile_backend=counting_backend(graphs), **options)  # fmt: skip
     for lengths, seed in (((2, 6, 4), 0), ((5, 1, 3), 1)):
         prefix = prompts(lengths, seed)
@@ -194,7 +195,7 @@ def test_sampling_with_cuda_graphs_captures_the_step_alone():
     model = language_model("san 2,4")
     options = dict(beam_size=2, max_len_b=12, sampling=True, sampling_topk=5)
     captures = []
-    graphed = graphed_lm(model, capture_without_host_sync(captures), **options)
+    graphed = graphed_lm(model, recording_capture(captures), **options)
     eager = StaticLMGenerator([model], DICT, execution="fixed", **options)
     prefix = prompts((3, 3, 3, 3))
     torch.manual_seed(1)

@@ -36,6 +36,9 @@ from fairseq_san.static_decoding.graphs import (
     GraphedSearchStep,
     GraphedStep,
     capture_cuda_graph,
+    forget_memory,
+    held_memory,
+    until_one_fails,
 )
 from fairseq_san.static_decoding.precision import (
     apply_precision,
@@ -66,7 +69,10 @@ def checked_execution(precision: str, asked: Optional[str], device: torch.device
 # The shapes (sentences, positions, source length bucket) whose cache, beam search and CUDA graphs
 # are kept for the next batch of that shape; beyond them the least recently used are freed: a
 # kept cache of a base model at 128 sentences, beam 4 and 256 positions takes gigabytes, and with
-# --max-tokens nearly every batch has a shape of its own.
+# --max-tokens nearly every batch has a shape of its own. ``generate`` runs outside
+# torch.inference_mode, so that what it keeps is made of ordinary tensors: kept from a batch
+# decoded inside it, a batch outside could not write them ("Inplace update to inference tensor
+# outside InferenceMode").
 KEPT_SHAPES = 4
 
 
@@ -179,13 +185,16 @@ class StaticSequenceGenerator(nn.Module):
         positions after it: the step, compiled where the execution compiles it; with CUDA graphs
         the whole position captured around it (``GraphedSearchStep``), and the step alone for
         positions whose search needs the host's position (sampling, a language model's prompt
-        forcing: ``TensorBeamSearch.takes_tensor_steps``)."""
+        forcing: ``TensorBeamSearch.takes_tensor_steps``). Once a capture failed, every runner
+        runs eagerly (``graphs.until_one_fails``)."""
         step = compiled(self.step, compile_backend) if self.execution.compiles else self.step
         if not self.execution.graphs:
             return self.step, step, None
+        capture = until_one_fails(capture)
         first = GraphedStep(self.step, capture)
         return first, GraphedStep(step, capture), GraphedSearchStep(step, capture)
 
+    @torch.inference_mode(False)  # see KEPT_SHAPES
     @torch.no_grad()
     def generate(
         self,
@@ -332,13 +341,16 @@ class StaticSequenceGenerator(nn.Module):
 
     def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:
         """Keep ``cache`` for its shape (``key``); beyond ``KEPT_SHAPES`` shapes, free the least
-        recently used one's cache and beam search, and every captured graph (one may read them)."""
+        recently used one's cache (its beam search too where no kept cache shares it) and the
+        graphs that read them; the other shapes keep theirs."""
         if len(self._caches) >= KEPT_SHAPES:
-            oldest, _ = self._caches.popitem(last=False)
+            oldest, freed_cache = self._caches.popitem(last=False)
+            freed = held_memory(freed_cache)
             if all(kept[:2] != oldest[:2] for kept in self._caches):
-                self._searches.pop(oldest[:2], None)
+                search = self._searches.pop(oldest[:2], None)
+                freed += [] if search is None else search.state()
             for runner in (self.run_first_step, self.run_step, self.run_search_step):
-                runner.replays.clear()
+                forget_memory(runner.replays, freed)
         self._caches[key] = cache
 
     def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:

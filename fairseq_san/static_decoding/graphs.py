@@ -28,11 +28,13 @@ was captured on) each:
 
 Capture needs address-stable state: the generator keeps one cache (and one beam search) per
 shape across batches (``fixed_address``: reordering copies back into the same memory), for its
-``KEPT_SHAPES`` shapes used last; freeing one frees every graph. A capture
-that fails is logged once per key and that key runs eagerly: slower, never wrong.
+``KEPT_SHAPES`` shapes used last; freeing one frees the graphs that read it
+(``forget_memory``). A capture that fails is logged and its key runs eagerly, and so does every
+later key (``until_one_fails``): slower, never wrong.
 
 The capture itself is a function argument (``capture_cuda_graph`` on a GPU), so that the
-bookkeeping around it runs in the CPU tests with a stand-in that replays by calling again.
+bookkeeping around it runs in the CPU tests with a stand-in that records the operators of one
+run of the body and replays them on the same tensors, without the Python around them.
 """
 
 import logging
@@ -55,18 +57,56 @@ Capture = Callable[[Callable[[], None], int, Callable[[], None]], Callable[[], N
 def capture_cuda_graph(
     body: Callable[[], None], warmup: int, restore: Callable[[], None]
 ) -> Callable[[], None]:
-    """``body`` warmed up on a side stream, then captured as one CUDA graph; its ``replay``."""
+    """``body`` warmed up on a side stream, then captured as one CUDA graph; its ``replay``.
+
+    The capture refuses only this thread's operations that it cannot record
+    (``capture_error_mode="thread_local"``): fairseq's data loader pins memory in threads of its
+    own while the generator captures, and CUDA's default mode would invalidate the capture for
+    those (pytorch/pytorch#146924). Where warm-up or capture raises, the caller's stream is
+    current again and has waited for the side stream, so its eager fall-back runs after every
+    kernel of the warm-up (``torch.cuda.graph`` leaves its capture stream current when ending
+    the capture fails)."""
+    current = torch.cuda.current_stream()
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            body()
-            restore()
-    torch.cuda.current_stream().wait_stream(stream)
+    stream.wait_stream(current)
+    try:
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                body()
+                restore()
+    finally:
+        current.wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            body()
+    finally:
+        torch.cuda.set_stream(current)
     return graph.replay
+
+
+def until_one_fails(capture: Capture) -> Capture:
+    """``capture``, refusing every capture after one failed (a generator's runners share it): a
+    failed CUDA capture leaves the device in a state that another is better not built on, and
+    the same step would fail again; the generator then runs eagerly, slower, never wrong."""
+    failures: List[str] = []
+
+    def capture_unless_one_failed(body, warmup, restore):
+        if failures:
+            raise RuntimeError(f"an earlier capture failed: {failures[0]}")
+        try:
+            return capture(body, warmup, restore)
+        except RuntimeError as error:
+            failures.append(first_line(error))
+            raise
+
+    return capture_unless_one_failed
+
+
+def first_line(error: Exception) -> str:
+    """The first line of an error's message (CUDA's run on), or its type's name."""
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def mutable_state(cache: DecoderCache) -> List[Tensor]:
@@ -112,11 +152,25 @@ def capture_or_none(
     except RuntimeError as error:
         logger.warning(
             "CUDA graph capture of the static decoder step failed for %s (%s); this shape runs "
-            "eagerly", what, str(error).splitlines()[0] if str(error) else error,
+            "eagerly", what, first_line(error),
         )  # fmt: skip
         run = None
     restore()
     return run
+
+
+def held_memory(cache: DecoderCache) -> List[Tensor]:
+    """Every tensor of ``cache`` that a captured step reads, its first-step cache's included."""
+    first = [] if cache.first is None else read_state(cache.first[1])
+    return read_state(cache) + first
+
+
+def forget_memory(replays: Dict[Tuple, object], freed: List[Tensor]) -> None:
+    """Drop the replays whose key (``graph_key``) reads one of ``freed``: memory about to be
+    freed, which a graph would go on reading; the others keep their graphs."""
+    addresses = {tensor.data_ptr() for tensor in freed}
+    for key in [key for key in replays if any(read[0] in addresses for read in key[-1])]:
+        del replays[key]
 
 
 @dataclass

@@ -59,6 +59,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         super().build_from_weights()
         self.step.check_prefill()
 
+    @torch.inference_mode(False)  # see KEPT_SHAPES
     @torch.no_grad()
     def generate(
         self,

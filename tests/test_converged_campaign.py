@@ -887,7 +887,7 @@ def test_a_gpu_archive_of_toy_models_is_refused(tmp_path, monkeypatch):
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(runs, arcname=".")
     with pytest.raises(UsageError, match=r"made with TRAIN_EXTRA '--encoder-layers 1' \(fairseq-"
-                       "train arguments put last: a toy run's sizes\), refused: ALLOW_CPU"):  # fmt: skip
+                       r"train arguments put last: a toy run's sizes\), refused: ALLOW_CPU"):  # fmt: skip
         check_archive(str(archive), code_sha256(str(RUN)))
     check_archive(str(archive), code_sha256(str(RUN)), allow_cpu=True)
 
@@ -928,6 +928,75 @@ def test_an_archive_member_collect_must_not_unpack_is_refused(tmp_path, monkeypa
     with pytest.raises(UsageError) as refused:
         check_archive(str(archive), code_sha256(str(RUN)))
     assert str(refused.value) == f"{archive}: member {name!r} {said}: refused"
+
+
+def gpu_archive(tmp_path, monkeypatch, slice_name: str = "en-de"):
+    """A run dir with a GPU's provenance record for ``slice_name`` (what collect accepts)."""
+    import campaign_slices
+
+    monkeypatch.setattr(campaign_slices, "gpu_name", lambda: "NVIDIA H200")
+    runs = tmp_path / "runs"
+    (runs / slice_name).mkdir(parents=True)
+    campaign_slices.record(str(runs), slice_name, str(RUN), [str(RUN), slice_name],
+                           "2026-11-30T06:00:00", {})  # fmt: skip
+    return runs
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
+def test_an_archive_that_unpacks_to_more_than_a_slice_is_refused(tmp_path, monkeypatch):
+    """A received archive of 357 bytes unpacked a 20 GiB sparse file, and one of 300 KB of gzip
+    300 MB, filling the disk of whoever collected it: a sparse member is refused, and so is an
+    archive whose members add up to more than UNPACKED_MIB, before anything is unpacked."""
+    import campaign_slices
+    from campaign_slices import check_archive, code_sha256
+    from fairseq_san.errors import UsageError
+
+    runs = gpu_archive(tmp_path, monkeypatch)
+    with open(runs / "en-de" / "hypotheses.txt", "wb") as sparse:
+        sparse.truncate(3 << 20)
+    archive = tmp_path / "converged-en-de.tar.gz"
+    subprocess.run(["tar", "--format=gnu", "-S", "-czf", archive, "-C", runs, "."], check=True)
+    with pytest.raises(UsageError, match=r"member './en-de/hypotheses.txt' is a sparse file: "):
+        check_archive(str(archive), code_sha256(str(RUN)))
+    subprocess.run(["tar", "-czf", archive, "-C", runs, "."], check=True)  # written out whole
+    monkeypatch.setattr(campaign_slices, "UNPACKED_MIB", 2)
+    with pytest.raises(UsageError, match=r"unpacks to 3 MiB, more than a slice's results \(2 MiB"):
+        check_archive(str(archive), code_sha256(str(RUN)))
+    monkeypatch.setattr(campaign_slices, "UNPACKED_MIB", 4)
+    check_archive(str(archive), code_sha256(str(RUN)))
+
+
+@pytest.mark.parametrize(
+    "record, said",
+    [
+        ([1, 2], "is a JSON list, not an object"),
+        ({"command": {"a": 1}}, "has a command that is not a list of strings"),
+        ({"command": ["run.sh", 1]}, "has a command that is not a list of strings"),
+        ({"settings": [1]}, "has settings that are not an object"),
+    ],
+)
+def test_a_provenance_record_of_another_shape_is_one_line(tmp_path, monkeypatch, record, said):
+    """Provenance records of the wrong shape stopped collect in a traceback (AttributeError,
+    TypeError; RecursionError for JSON nested 100,000 deep): one line each."""
+    from campaign_slices import check_archive, code_sha256
+    from fairseq_san.errors import UsageError
+
+    runs = gpu_archive(tmp_path, monkeypatch)
+    (recorded,) = (runs / "provenance").glob("*.json")
+    if isinstance(record, dict):
+        record = {**json.loads(recorded.read_text()), **record}
+    recorded.write_text(json.dumps(record))
+    archive = tmp_path / "converged-en-de.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+    with pytest.raises(UsageError) as refused:
+        check_archive(str(archive), code_sha256(str(RUN)))
+    assert str(refused.value) == f"{archive}: provenance record {said}: refused"
+    recorded.write_text("[" * 100000 + "]" * 100000)
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+    with pytest.raises(UsageError, match="unreadable archive"):
+        check_archive(str(archive), code_sha256(str(RUN)))
 
 
 def test_heldout_hypotheses_must_match_the_sources_line_by_line(tmp_path, monkeypatch):

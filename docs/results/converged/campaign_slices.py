@@ -80,6 +80,10 @@ ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$
 # provenance or the multi-GPU smoke runs, and no program.
 TOP_FOLDER = re.compile(r"^([a-z]{2}-[a-z]{2}|%s|smoke)$" % PROVENANCE)
 PROGRAM_SUFFIXES = (".py", ".pyc", ".pth", ".sh", ".so", ".pt")
+# The most an archive may unpack to: a slice's logs and hypotheses are a few MB, and what collect
+# commits travels to every later GPU call (DEVICE_MIB); a received archive asking more is refused
+# before anything is written (a few KB of gzip can unpack to gigabytes).
+UNPACKED_MIB = 256
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
 # batch size, DECODE_BATCH_SIZE there, is --batch-size here).
 DECODING = (
@@ -166,7 +170,24 @@ def archive_provenance(archive: str) -> List[dict]:
             if member.isfile() and os.path.normpath(member.name).startswith(PROVENANCE + "/")
             and member.name.endswith(".json")
         ]  # fmt: skip
-        return [json.load(tar.extractfile(member)) for member in members]
+        records = [json.load(tar.extractfile(member)) for member in members]
+    for record in records:
+        problem = provenance_problem(record)
+        if problem is not None:
+            raise UsageError(f"{archive}: provenance record {problem}: refused")
+    return records
+
+
+def provenance_problem(record) -> Optional[str]:
+    """Why a provenance record read from an archive is not one that ``record`` writes, or None."""
+    if not isinstance(record, dict):
+        return f"is a JSON {type(record).__name__}, not an object"
+    command = record.get("command", [])
+    if not (isinstance(command, list) and all(isinstance(word, str) for word in command)):
+        return "has a command that is not a list of strings"
+    if not isinstance(record.get("settings", {}), dict):
+        return "has settings that are not an object"
+    return None
 
 
 def member_problem(member: tarfile.TarInfo) -> Optional[str]:
@@ -174,6 +195,8 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
     parts = [part for part in member.name.split("/") if part not in ("", ".")]
     if not (member.isfile() or member.isdir()):
         return "is a link or a special file"
+    if member.issparse():
+        return "is a sparse file"
     if member.name.startswith("/") or ".." in parts:
         return "lies outside the archive's folder"
     if parts and not TOP_FOLDER.match(parts[0]):
@@ -184,12 +207,20 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
 
 
 def check_members(archive: str) -> None:
-    """UsageError naming the first member of ``archive`` that collect must not unpack."""
+    """UsageError naming the first member of ``archive`` that collect must not unpack, or the
+    size of the whole where it is above ``UNPACKED_MIB``."""
     with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            problem = member_problem(member)
-            if problem is not None:
-                raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
+        members = tar.getmembers()
+    for member in members:
+        problem = member_problem(member)
+        if problem is not None:
+            raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
+    unpacked = sum(member.size for member in members if member.isfile())
+    if unpacked > UNPACKED_MIB * MIB:
+        raise UsageError(
+            f"{archive}: unpacks to {unpacked / MIB:.0f} MiB, more than a slice's results "
+            f"({UNPACKED_MIB} MiB at most): refused"
+        )
 
 
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
@@ -206,7 +237,8 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
         records = archive_provenance(archive)
     except UsageError:
         raise
-    except (OSError, EOFError, tarfile.TarError, ValueError) as err:  # EOFError: truncated
+    # EOFError: truncated; RecursionError: JSON nested too deep
+    except (OSError, EOFError, tarfile.TarError, ValueError, RecursionError) as err:
         raise UsageError(f"{archive}: unreadable archive ({err or type(err).__name__})") from err
     if not records:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")

@@ -174,6 +174,14 @@ def content_problem(path: str) -> Optional[str]:
     )
 
 
+# How torch's safe loader names the global it refused: one outside its allow-list, and one of a
+# module it blocks outright (os, posix, subprocess, ...).
+UNSAFE_GLOBAL = re.compile(
+    r"Unsupported global: GLOBAL (\S+) was not an allowed global"
+    r"|unsupported GLOBAL (\S+) whose module \S+ is blocked"
+)
+
+
 def unsafe_globals(path: str, error: Exception) -> List[str]:
     """The globals outside the safe loader's allow-list that made loading ``path`` fail: listed
     from the archive, or for a file in torch's legacy (not zip) format, the one the error names."""
@@ -184,7 +192,8 @@ def unsafe_globals(path: str, error: Exception) -> List[str]:
             return torch.serialization.get_unsafe_globals_in_checkpoint(path)
         except pickle.UnpicklingError:  # a damaged pickle, no global to name: content_problem
             return []
-    return re.findall(r"Unsupported global: GLOBAL (\S+) was not an allowed global", str(error))
+    return [found.group(1) or found.group(2) for found in UNSAFE_GLOBAL.finditer(str(error))]
+
 
 
 @contextlib.contextmanager

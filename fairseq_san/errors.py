@@ -10,8 +10,11 @@ import difflib
 from typing import Collection, Hashable, Iterator, Optional, Sequence
 
 PREFIX = "fairseq-san: error: "
-# Where a checkpoint's options that no command-line parser checked came from.
+# Where a checkpoint's options that no command-line parser checked came from: the overrides
+# fairseq sets on its configuration, and any value of the configuration it built (a file edited or
+# made by hand holds values fairseq-train would have refused).
 OVERRIDE_SOURCE = "(from --model-overrides or a keyword argument)"
+STORED_SOURCE = "(from the checkpoint, --model-overrides or a keyword argument)"
 
 
 class UsageError(ValueError):

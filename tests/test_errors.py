@@ -612,8 +612,8 @@ def test_a_language_pair_override_that_is_no_pair_is_one_line(value):
 
     args = parse_args("transformer_san", TINY)
     args.language_pair = value
-    with pytest.raises(UsageError, match=r"^language_pair .* \(from --model-overrides or a "
-                       r"keyword argument\) is no language pair: give \['SOURCE', 'TARGET'\], "
+    with pytest.raises(UsageError, match=r"^language_pair .* \(from the checkpoint, --model-"
+                       r"overrides or a keyword argument\) is no language pair: give \['SOURCE', 'TARGET'\], "
                        "or None to decode in either direction$"):  # fmt: skip
         TransformerSANModel.build_model(args, StandInTranslationTask("en", "de"))
 

@@ -594,6 +594,36 @@ def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     )
 
 
+class MakesADirectory:
+    """Unpickled, it calls os.mkdir (posix.mkdir: a module torch's safe loader blocks)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.path),))
+
+
+def test_code_in_torchs_legacy_format_is_named_not_blamed_on_a_truncation(tmp_path):
+    """A legacy-format checkpoint whose pickle calls os.mkdir: refused, nothing made, and the
+    global named (torch 2.13 words a blocked module's global as "unsupported GLOBAL posix.mkdir
+    whose module posix is blocked", which was said as a truncated file)."""
+    from fairseq import checkpoint_utils
+
+    marker = tmp_path / "ran"
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model": {}, "payload": MakesADirectory(marker)}, legacy,
+               _use_new_zipfile_serialization=False)  # fmt: skip
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(legacy))
+    assert not marker.exists()
+    assert re.fullmatch(
+        rf"cannot load checkpoint {re.escape(str(legacy))}: it contains \w+\.mkdir, which "
+        r"torch's safe loader \(weights_only\) refuses; .*",
+        str(refused.value),
+    )
+
+
 def test_an_error_after_a_legacy_format_checkpoint_loaded_is_not_blamed_on_the_file(tmp_path):
     """Any failure while a checkpoint in torch's legacy format was in use (a model that cannot
     take its weights, say) was said as "the file is not a complete torch.save archive

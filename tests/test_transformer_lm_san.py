@@ -186,8 +186,8 @@ def test_bad_policies_are_refused(argv, message):
          "transformer_san"),
         ("decoder_self_attention_type", "aan", "decoder_self_attention_type 'aan' is an option of"),
         ("san_fast_decoding", True, "san_fast_decoding True is an option of transformer_san"),
-        ("san_self_share", "KV", "san_self_share 'KV' (from --model-overrides or a keyword "
-         "argument) is not valid; valid values: weights, kv"),
+        ("san_self_share", "KV", "san_self_share 'KV' (from the checkpoint, --model-overrides or "
+         "a keyword argument) is not valid; valid values: weights, kv"),
     ],
 )  # fmt: skip
 def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(override, value, message):
@@ -206,8 +206,8 @@ def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(overri
     [("static", "san_decoding 'static' is a model option here (--model-overrides or the "
       "checkpoint), which does not choose the decoder: this command decodes with 'fairseq'. Pass "
       "--san-decoding static on the command line (with --task language_modeling_san) instead"),
-     ("fast", "san_decoding 'fast' (from --model-overrides or a keyword argument) is not a "
-      "decoding of this model: pass one of fairseq, static as --san-decoding (with --task "
+     ("fast", "san_decoding 'fast' (from the checkpoint, --model-overrides or a keyword argument) "
+      "is not a decoding of this model: pass one of fairseq, static as --san-decoding (with --task "
       "language_modeling_san)")],
 )  # fmt: skip
 def test_a_decoding_in_the_language_models_overrides_is_refused(decoding, message):

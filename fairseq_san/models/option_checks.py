@@ -15,7 +15,7 @@ from fairseq.tasks import FairseqTask
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
+from fairseq_san.errors import STORED_SOURCE, UsageError, nearest_key_hint
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def check_san_options(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and value not in valid:
             raise UsageError(
-                f"{name} {value!r} {OVERRIDE_SOURCE} is not valid; "
+                f"{name} {value!r} {STORED_SOURCE} is not valid; "
                 f"valid values: {', '.join(valid)}"
             )
     known = options.option_names()
@@ -47,7 +47,7 @@ def check_san_options(args: argparse.Namespace) -> None:
         if name.replace("-", "_").startswith("san_") and name not in known:
             hint = nearest_key_hint(name.replace("-", "_"), known)
             raise UsageError(
-                f"unknown option '{name}' {OVERRIDE_SOURCE}: {hint}"
+                f"unknown option '{name}' {STORED_SOURCE}: {hint}"
             )
 
 
@@ -132,7 +132,7 @@ def trained_language_pair(args: argparse.Namespace) -> Optional[LanguagePair]:
     pair = as_language_pair(value)
     if pair is None:
         raise UsageError(
-            f"{checkpoints.LANGUAGE_PAIR} {value!r} {OVERRIDE_SOURCE} is no language pair: give "
+            f"{checkpoints.LANGUAGE_PAIR} {value!r} {STORED_SOURCE} is no language pair: give "
             "['SOURCE', 'TARGET'], or None to decode in either direction"
         )
     return pair
@@ -266,7 +266,7 @@ def check_decoder_overrides(
             continue
         if option is options.DECODING and str(given) not in switch.choices:
             raise UsageError(
-                f"{option.name} '{given}' {OVERRIDE_SOURCE} is not a decoding of this model: "
+                f"{option.name} '{given}' {STORED_SOURCE} is not a decoding of this model: "
                 f"pass one of {', '.join(switch.choices)} as --san-decoding (with --task "
                 f"{plugin_task})"
             )

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, open_dict
 from torch import Tensor
 
 from fairseq_san import checkpoints
-from fairseq_san.errors import OVERRIDE_SOURCE, UsageError
+from fairseq_san.errors import STORED_SOURCE, UsageError
 from fairseq_san.models.checkpoint_policy import fit_checkpoint
 from fairseq_san.models.hub_model import HubModel
 
@@ -96,7 +96,7 @@ def training_pruning(model_cfg) -> Optional[Mapping]:
     trained = getattr(model_cfg, TRAINING_PRUNING, None)
     if trained is not None and not isinstance(trained, Mapping):
         raise UsageError(
-            f"{TRAINING_PRUNING} {trained!r} {OVERRIDE_SOURCE} is not the layers to keep per "
+            f"{TRAINING_PRUNING} {trained!r} {STORED_SOURCE} is not the layers to keep per "
             "stack ({'encoder': None, 'decoder': '0,2'}): leave it out of --model-overrides"
         )
     return trained

@@ -304,6 +304,38 @@ def refuse_analysis_dir_in(path: str, state: dict, overrides: Optional[dict]) ->
         )
 
 
+def stored_layers(state_dict: dict, stack: str) -> int:
+    """How many layers of ``stack`` ("encoder", "decoder") a checkpoint's weights hold."""
+    found = (re.match(rf"{stack}\.layers\.(\d+)\.", str(key)) for key in state_dict)
+    return len({match.group(1) for match in found if match})
+
+
+def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint whose configuration (overrides applied) asks for more layers of a stack
+    than its weights hold, or for a count that is no number of layers: fairseq builds every
+    configured layer before it reads the weights, so a file saying 1,000,000 decoder layers ran
+    until killed, and a smaller excess failed after the build (missing weights)."""
+    weights = state.get("model")
+    if not isinstance(weights, dict):
+        return
+    for stack in ("encoder", "decoder"):
+        configured = stored_value(state, "model", f"{stack}_layers")
+        if configured is None:
+            continue
+        if isinstance(configured, bool) or not isinstance(configured, int) or configured < 1:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its configuration's {stack}_layers "
+                f"{configured!r} is no number of layers"
+            )
+        stored = stored_layers(weights, stack)
+        if stored and configured > stored:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its configuration asks for {configured} {stack} "
+                f"layers, its weights hold {stored}: not a checkpoint that fairseq-train wrote "
+                f"(or --model-overrides sets {stack}_layers)"
+            )
+
+
 def load_state(path: str) -> dict:
     """A checkpoint's contents on the CPU, with torch's safe loader (memory-mapped if possible)."""
     from fairseq_san.fairseq_fixes.safe_loading import allow_fairseq_globals

@@ -277,6 +277,34 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
     )
 
 
+@pytest.mark.parametrize(
+    "layers, said",
+    [
+        (10**6, r"its configuration asks for 1000000 decoder layers, its weights hold \d+: not "
+                r"a checkpoint that fairseq-train wrote \(or --model-overrides sets "
+                r"decoder_layers\)"),
+        ("2", "its configuration's decoder_layers '2' is no number of layers"),
+        (0, "its configuration's decoder_layers 0 is no number of layers"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
+    binarized_corpus, san_checkpoint, tmp_path, layers, said
+):
+    """fairseq builds every layer a checkpoint's configuration asks for before it reads the
+    weights: a received file saying 1,000,000 decoder layers ran fairseq-generate until it was
+    killed, and a count that was no number failed deep inside it. One line, before any build."""
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["cfg"]["model"].decoder_layers = layers
+    odd = tmp_path / "odd.pt"
+    torch.save(state, odd)
+    stderr = generate_error(binarized_corpus, odd)
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert re.fullmatch(
+        rf"fairseq-san: error: cannot load checkpoint {re.escape(str(odd))}: {said}",
+        stderr.strip().splitlines()[-1],
+    )
+
+
 class WritesAFile:
     """Unpickled, it opens ``path`` for writing: what a checkpoint that runs code would do."""
 

@@ -489,7 +489,7 @@ def test_layers_to_keep_at_decoding_are_told_from_a_stack_stored_pruned():
         "--decoder-layers-to-keep 0,5: the checkpoint has 2 decoder layers, 0 to 1"
     )
     overridden.training_layers_to_keep = "0,5"  # --model-overrides, no mapping of stacks
-    with pytest.raises(UsageError, match=r"^training_layers_to_keep '0,5' \(from --model-"):
+    with pytest.raises(UsageError, match=r"^training_layers_to_keep '0,5' \(from the checkpoint, "):
         TransformerSANModel.build_model(overridden, StandInTask(DICT)).load_state_dict(
             dict(trained.state_dict()), model_cfg=overridden
         )

@@ -4,7 +4,6 @@ checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
 import argparse
 import contextlib
-import re
 from typing import Callable, ClassVar, Dict, List, Mapping, Optional
 
 from fairseq.checkpoint_utils import prune_state_dict
@@ -102,12 +101,6 @@ def training_pruning(model_cfg) -> Optional[Mapping]:
     return trained
 
 
-def stored_layers(state_dict: Dict[str, Tensor], stack: str) -> int:
-    """How many layers of ``stack`` the checkpoint holds."""
-    found = (re.match(rf"{stack}\.layers\.(\d+)\.", key) for key in state_dict)
-    return len({match.group(1) for match in found if match})
-
-
 def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
     """``model_cfg`` with the ``--*-layers-to-keep`` that fairseq's ``prune_state_dict`` can apply
     to this checkpoint, checked against its layers.
@@ -122,7 +115,7 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
     if model_cfg is None:
         return model_cfg
     kept = {stack: getattr(model_cfg, f"{stack}_layers_to_keep", None) for stack in STACKS}
-    stored = {stack: stored_layers(state_dict, stack) for stack in STACKS}
+    stored = {stack: checkpoints.stored_layers(state_dict, stack) for stack in STACKS}
     trained = training_pruning(model_cfg)
     for stack, layers in kept.items():
         if not layers:

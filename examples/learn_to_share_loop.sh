@@ -18,7 +18,7 @@ start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_D
   # until the recipe and the last of them (fairseq-train too) end. A bad value (--updates -5) or
   # a missing input stops before RUN exists. A dry run checks and writes nothing.
   if [ "$DRY_RUN" = 0 ]; then
-    fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs
+    fairseq-san-loop start "$RUN_DIR" "${START_OPTIONS[@]}" --check-inputs -- "$@"
     mkdir -p "$RUN_DIR"  # alone: set -e stops nothing whose failure an && follows
     exec 9>>"$RUN_DIR/.lock"
     START_OPTIONS+=(--lock-fd 9)

@@ -288,6 +288,17 @@ def _normalized(policy: dict) -> dict[str, Optional[Blocks]]:
     return {kind: parse_blocks(policy.get(kind), kind) for kind in KINDS}
 
 
+def shared_blocks(policy: dict) -> dict[str, Blocks]:
+    """The kinds of ``policy`` where some layers share, with their blocks: a kind whose every
+    block is one layer (``{1,1,1,1,1,1}``, what a theta near ln 2 learns) shares nothing, as a
+    kind left out does, so two policies that share the same layers compare equal."""
+    return {
+        kind: blocks
+        for kind, blocks in _normalized(policy).items()
+        if blocks is not None and any(size > 1 for size in blocks)
+    }
+
+
 def dump_policy(policy: dict) -> str:
     """Policy as JSON text that ``load_policy`` reads back.
 

@@ -60,6 +60,17 @@ def test_a_learned_policy_can_split_a_block_that_shares_its_attention():
     assert learn_blocks(js, 0.5) == [4, 1, 1]
 
 
+def test_every_layer_a_block_of_its_own_is_no_sharing(tmp_path):
+    """A theta near ln 2 learns {1,1,1,1,1,1}: no layer shares, as in iteration 0 (no policy),
+    and the loop trained iteration 1 again, the same weights bit for bit. It stops there, and
+    a policy that adds such a kind to another's is the other's."""
+    singles = {"decoder_self": [1] * 6}
+    assert loop_stop(run_dir_with(tmp_path / "lm", {}, singles), 0) == Stop(0, 0)
+    assert loop_stop(run_dir_with(tmp_path / "mt", NONE, EVEN, {**EVEN, "encoder_self": [1] * 6}),
+                     1) == Stop(1, 1)  # fmt: skip
+    assert loop_stop(run_dir_with(tmp_path / "new", {}, {"decoder_self": [1] * 4 + [2]}), 0) is None
+
+
 def test_a_new_policy_goes_on(tmp_path):
     run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN)
     assert loop_stop(run_dir, 1) is None

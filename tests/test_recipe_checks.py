@@ -224,6 +224,83 @@ def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "recipe, option, default",
+    [(LM_LOOP, "--theta-self", "0.4"), (LOOP, "--theta-encdec", "0.5"),
+     (LM_LOOP, "--updates", "20000"), (LM_LOOP, "--self-share", "weights"),
+     (LOOP, "--max-iterations", "3")],
+)  # fmt: skip
+def test_an_emptied_option_with_a_default_leaves_no_run_dir(tmp_path, recipe, option, default):
+    """``--theta-self ""`` was read as unset: the loop trained and analysed iteration 0, then
+    fairseq-san-policy failed on the empty theta, and the rerun with a theta was refused (the
+    record said none); ``--updates ""`` failed inside fairseq-train, the run dir made."""
+    run_dir = tmp_path / "runs" / "run"
+    result = recipe_run(tmp_path, recipe, run_dir, option, "")
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"{recipe.name}: {option} is empty: give {option_metavar(recipe, option)}, or leave the "
+        f"option out for its default ({default})"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def option_metavar(recipe: Path, flag: str) -> str:
+    from fairseq_san.loop.recipe_options import RECIPE_OPTIONS
+
+    return next(option.metavar for option in RECIPE_OPTIONS[recipe.name] if option.flag == flag)
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_skipping_long_valid_sentences_in_training_is_refused_before_the_run_dir(tmp_path,
+                                                                                 recipe):  # fmt: skip
+    """Given after -- (as fairseq-train's error about a long valid sentence advises), training
+    skipped the sentence, and the loop's analysis and scores then failed on it, with iteration 0
+    trained and the train arguments fixed in its run dir."""
+    run_dir = tmp_path / "runs" / "run"
+    result = recipe_run(tmp_path, recipe, run_dir, "--", "--skip-invalid-size-inputs-valid-test")
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        "fairseq-san-loop: error: --skip-invalid-size-inputs-valid-test (after --): the loop's "
+        "attention analysis and scores read every valid sentence, and would fail on those "
+        "training skipped; let the model take them (--tokens-per-sample for a language model, "
+        "--max-source-positions and --max-target-positions for translation)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_rerun_spelling_a_number_otherwise_is_the_same_run():
+    """"--theta-self 0.60" against a run made with 0.6, "--updates 0100" against 100: refused as
+    other values."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    old = {"--lm": True, "--theta-self": "0.6", "--updates": "100", "--arch": "a"}
+    assert compare("RUN", old, {**old, "--theta-self": "0.60", "--updates": "0100"}, {}, False,
+                   {}) == []  # fmt: skip
+    with pytest.raises(RunError, match="made with --theta-self 0.6, not 0.61"):
+        compare("RUN", old, {**old, "--theta-self": "0.61"}, {}, False, {})
+
+
+def test_a_link_to_a_file_in_a_run_dir_is_refused_before_the_loop_writes(tmp_path):
+    """A run dir received from elsewhere with iter1/policy.json linked to another file (or to
+    nothing): the loop wrote the learned policy through the link. A link to a folder is
+    followed, and RUN/last is the loop's own."""
+    from fairseq_san.loop.run_record import RunError, check_no_file_links
+
+    run_dir = tmp_path / "run"
+    (run_dir / "iter1").mkdir(parents=True)
+    (tmp_path / "disk").mkdir()
+    (run_dir / "iter0").symlink_to(tmp_path / "disk")
+    (run_dir / "last").symlink_to("iter1")
+    check_no_file_links(str(run_dir))
+    (run_dir / "iter1" / "policy.json").symlink_to("/nonexistent")
+    with pytest.raises(RunError) as refused:
+        check_no_file_links(str(run_dir))
+    assert str(refused.value) == (
+        f"{run_dir}/iter1/policy.json is a symbolic link to /nonexistent: the loop writes its run "
+        "dir's files in place, and would write there; replace it with the file"
+    )
+
+
 def binarize_valid_target(data: Path, sentences: int) -> None:
     """DATA/valid.en-de.de.{bin,idx} of ``sentences`` sentences, as fairseq-preprocess writes."""
     import numpy

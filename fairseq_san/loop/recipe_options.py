@@ -230,6 +230,16 @@ def check_unread(recipe: str, values: Dict[str, str]) -> None:
                "win, the launcher unused): give one")  # fmt: skip
 
 
+def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
+    """Refuse an empty value for an option that has a default (``--theta-self ""``): the run
+    record reads an empty value as unset, and the recipe failed later, after training (an empty
+    theta) or inside fairseq-train, with the run dir made."""
+    for option in RECIPE_OPTIONS[recipe]:
+        if option.metavar and option.default and getattr(args, option.variable.lower()) == "":
+            refuse(recipe, f"{option.flag} is empty: give {option.metavar}, or leave the option "
+                   f"out for its default ({option.default})")  # fmt: skip
+
+
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
     and exit 2 for an unknown option, a missing one, a bad --decode-batch-size, the other
@@ -240,6 +250,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
         if getattr(args, flag[2:].replace("-", "_")) == "":
             parser.error(f"{flag} is empty: name a folder")
+    check_not_emptied(recipe, args)
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, option.flag[2:].replace("-", "_"))

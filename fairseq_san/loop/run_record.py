@@ -194,6 +194,12 @@ THETA_OPTIONS = {
 }
 # Options read only with another one (the recipe computes --warm-updates from --updates anyway).
 READ_WITH = {"--warm-updates": "--warm-start"}
+# Options that are numbers: "0.60" is the run's "0.6", "0100" its "100".
+NUMBERS = ("--theta-self", "--theta-encdec", "--theta-encoder", "--updates", "--max-iterations",
+           "--warm-updates", "--cpu-ranks")  # fmt: skip
+# fairseq-train's option to skip valid sentences longer than the model takes: the loop's
+# analysis and scores read every valid sentence, and failed on those after training.
+SKIP_INVALID_VALID = "--skip-invalid-size-inputs-valid-test"
 
 
 def check_values(options: Options) -> None:
@@ -204,6 +210,13 @@ def check_values(options: Options) -> None:
             continue
         if value is not None and not fits(str(value)):
             raise RunError(f"{option} {value}: must be {what}")
+    if SKIP_INVALID_VALID in (options.get(TRAIN_ARGS) or []):
+        raise RunError(
+            f"{SKIP_INVALID_VALID} (after --): the loop's attention analysis and scores read every "
+            "valid sentence, and would fail on those training skipped; let the model take them "
+            "(--tokens-per-sample for a language model, --max-source-positions and "
+            "--max-target-positions for translation)"
+        )
     ranks, cores = int(options.get("--cpu-ranks") or 0), available_cores()
     if ranks > cores:  # fairseq-san-cpu-ranks refuses it, after the run dir is made
         raise RunError(f"--cpu-ranks {ranks}: more ranks than the {cores} CPU cores here")
@@ -221,6 +234,22 @@ def check_run_dir(run_dir: str) -> None:
         raise RunError(
             f"--run-dir {run_dir}: {parent} is a file, so no directory can be made there"
         )
+
+
+def check_no_file_links(run_dir: str) -> None:
+    """RunError naming a symbolic link in ``run_dir`` to a file or to nothing: the loop writes its
+    steps' files in place (policies, scores, logs), so through such a link (a run dir received
+    from elsewhere) it wrote wherever the link pointed. A link to a folder (checkpoints on another
+    disk) is followed; ``RUN/last`` is the loop's own."""
+    own = os.path.join(run_dir, "last")
+    for folder, folders, files in os.walk(run_dir):
+        for name in files + folders:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) and not os.path.isdir(path) and path != own:
+                raise RunError(
+                    f"{path} is a symbolic link to {os.readlink(path)}: the loop writes its run "
+                    "dir's files in place, and would write there; replace it with the file"
+                )
 
 
 def check_inputs(options: Options, dry_run: bool) -> None:
@@ -329,8 +358,18 @@ def differs(
     if content.get(name) and now:
         return content[name] not in recorded_digests(now)
     if recorded.get(name) is None and name in defaults:
-        return now != defaults[name]
-    return recorded.get(name) != now
+        return not same_value(name, now, defaults[name])
+    return not same_value(name, recorded.get(name), now)
+
+
+def same_value(name: str, was: object, now: object) -> bool:
+    """Whether two values of option ``name`` are the same: as numbers for ``NUMBERS``."""
+    if name in NUMBERS and isinstance(was, str) and isinstance(now, str):
+        try:
+            return float(was) == float(now)
+        except ValueError:
+            pass
+    return was == now
 
 
 def compare(
@@ -453,6 +492,7 @@ def start_run(
     check_inputs(options, dry_run)
     if lock_fd is not None:
         lock_run(run_dir, lock_fd)
+    check_no_file_links(run_dir)
     recorded, content = read_record(run_dir) or (None, {})
     if recorded is not None and started(run_dir):
         changed = compare(run_dir, recorded, options, content, extend, defaults or {})

@@ -10,7 +10,8 @@ theta, the five do not), and KV sharing (``--self-share kv``) leaves every layer
 attention. Trained from scratch with the same data, seed and options, iteration k + 1 would then
 repeat iteration j, and the loop would cycle through j..k without end, so that stops it too. A
 warm-started loop (``--warm-start``) starts each iteration from the one before: there a repeated
-policy is a new model, and only the plain case stops it.
+policy is a new model, and only the plain case stops it. Policies are compared by the layers that
+share (``policy.shared_blocks``): every layer a block of its own is no sharing, iteration 0's.
 """
 
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fairseq_san.loop.run_record import read_record
-from fairseq_san.policy import load_policy
+from fairseq_san.policy import load_policy, shared_blocks
 
 
 def policy_path(run_dir: str, iteration: int) -> str:
@@ -57,10 +58,10 @@ def loop_stop(run_dir: str, iteration: int) -> Optional[Stop]:
     learned_path = policy_path(run_dir, iteration + 1)
     if not os.path.exists(learned_path):
         return None
-    learned = load_policy(learned_path)
+    learned = shared_blocks(load_policy(learned_path))
     earliest = iteration if warm_started(run_dir) else 0
     for trained in range(iteration, earliest - 1, -1):
         path = policy_path(run_dir, trained)
-        if os.path.exists(path) and load_policy(path) == learned:
+        if os.path.exists(path) and shared_blocks(load_policy(path)) == learned:
             return Stop(iteration, trained)
     return None

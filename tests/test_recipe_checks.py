@@ -251,8 +251,9 @@ def option_metavar(recipe: Path, flag: str) -> str:
 
 
 @pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
-def test_skipping_long_valid_sentences_in_training_is_refused_before_the_run_dir(tmp_path,
-                                                                                 recipe):  # fmt: skip
+def test_skipping_long_valid_sentences_in_training_is_refused_before_the_run_dir(
+    tmp_path, recipe
+):
     """Given after -- (as fairseq-train's error about a long valid sentence advises), training
     skipped the sentence, and the loop's analysis and scores then failed on it, with iteration 0
     trained and the train arguments fixed in its run dir."""

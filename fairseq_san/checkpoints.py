@@ -162,7 +162,7 @@ def content_problem(path: str) -> Optional[str]:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return f"the file is not a readable torch.save archive ({reason.split('  (')[0][:100]})"
     if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
-        return None
+        return configuration_problem(state)
     if isinstance(state, dict):
         keys = sorted(str(key) for key in state)
         held = f"a dict (keys: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
@@ -172,6 +172,60 @@ def content_problem(path: str) -> Optional[str]:
         f"it holds {held}, not a fairseq checkpoint: a dict with 'model' and 'cfg' (a model's "
         "state dict alone is not one; fairseq-train saves checkpoints)"
     )
+
+
+def configuration_problem(state: dict) -> Optional[str]:
+    """Why a checkpoint's fields (read back after loading it failed) are not those fairseq-train
+    saves, or None: a configuration or weights of another type, a model or task that nothing
+    registered (fairseq's "Could not infer" failed on formatting, ``IndexError``), or a value
+    of another type than the plugin's model option takes (a traceback from inside the model)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+
+    cfg, args = state.get("cfg"), state.get("args")
+    fields = {"model": (state["model"], dict), "cfg": (cfg, (dict, DictConfig)),
+              "args": (args, argparse.Namespace),
+              "optimizer_history": (state.get("optimizer_history", []), list)}  # fmt: skip
+    for name, (value, wanted) in fields.items():
+        if value is not None and not isinstance(value, wanted):
+            return f"its '{name}' is a {type(value).__name__}, not what fairseq-train saves there"
+    if cfg is None and args is None:
+        return "it holds no configuration ('cfg' and 'args' are None)"
+    model_cfg = (cfg or {}).get("model") or args
+    if not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
+        return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
+    model = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
+    if model is not None and model not in ARCH_MODEL_REGISTRY and model not in MODEL_REGISTRY:
+        return f"its model {model!r} is not one that fairseq or a --user-dir given registers"
+    task = stored_value(state, "task", "_name") or stored_value(state, "task", "task")
+    if task is not None and task not in TASK_REGISTRY:
+        return f"its task {task!r} is not one that fairseq or a --user-dir given registers"
+    return None
+
+
+def refuse_stored_values_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint of a plugin model whose configuration holds a value that fairseq's
+    option would not take (another type, outside its choices; overrides applied): fairseq-train's
+    parser checked them, a file made by hand may hold anything, and such a value failed inside
+    the model as it decoded (``dropout`` "abc": ``TypeError`` in its first forward). The plugin's
+    own options are checked where the model is built (``models.option_checks``)."""
+    from fairseq_san import options
+    from fairseq_san.fairseq_fixes.model_overrides import (
+        check_value,
+        model_options,
+        plugin_model_class,
+    )
+
+    model_cfg = (state.get("cfg") or {}).get("model") or state.get("args")
+    model_class = plugin_model_class(model_cfg)
+    if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
+        return
+    for key, action in model_options(model_class).items():
+        if key in vars(model_cfg) and key not in options.OPTIONS:
+            try:
+                check_value(key, getattr(model_cfg, key), action, None, "(in the checkpoint)")
+            except UsageError as problem:
+                raise CheckpointError(f"cannot load checkpoint {path}: {problem}") from None
 
 
 # How torch's safe loader names the global it refused: one outside its allow-list, and one of a

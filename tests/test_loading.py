@@ -305,6 +305,54 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
     )
 
 
+def set_model_option(name: str, value):
+    def change(state: dict) -> None:
+        setattr(state["cfg"]["model"], name, value)
+
+    return change
+
+
+def set_field(name: str, value):
+    def change(state: dict) -> None:
+        state[name] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (set_field("cfg", [1, 2]), "its 'cfg' is a list, not what fairseq-train saves there"),
+        (set_field("cfg", None), "it holds no configuration ('cfg' and 'args' are None)"),
+        (set_field("model", [1]), "its 'model' is a list, not what fairseq-train saves there"),
+        (set_field("optimizer_history", "x"),
+         "its 'optimizer_history' is a str, not what fairseq-train saves there"),
+        (set_model_option("_name", "no_such_model"),
+         "its model 'no_such_model' is not one that fairseq or a --user-dir given registers"),
+        (set_model_option("dropout", "abc"),
+         "dropout 'abc' (in the checkpoint) is of type str, but dropout takes a number"),
+        (set_model_option("activation_fn", "sigmoidal"),
+         "activation_fn 'sigmoidal' (in the checkpoint) is not valid; valid values: relu, gelu"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(
+    binarized_corpus, san_checkpoint, tmp_path, change, said
+):
+    """A received file whose configuration or weights are of other types, name a model nothing
+    registered, or hold a value the model's option would not take: tracebacks from inside fairseq
+    (omegaconf's KeyValidationError, "Neither args nor cfg exist", IndexError on formatting
+    "Could not infer model type") or from the model's first forward (dropout "abc")."""
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    change(state)
+    odd = tmp_path / "odd.pt"
+    torch.save(state, odd)
+    stderr = generate_error(binarized_corpus, odd)
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith(
+        f"fairseq-san: error: cannot load checkpoint {odd}: {said}"
+    )
+
+
 class WritesAFile:
     """Unpickled, it opens ``path`` for writing: what a checkpoint that runs code would do."""
 

@@ -461,7 +461,7 @@ def test_a_run_dir_in_use_is_refused_also_after_the_loop_was_killed(tmp_path):
         while not pid_file.exists() and time.monotonic() < deadline and holder.poll() is None:
             time.sleep(0.2)
         assert pid_file.exists(), "the first loop did not reach fairseq-train"
-        expected = (f"fairseq-san-loop: error: {run_dir} is in use by another learn_to_share.sh "
+        expected = (f"fairseq-san-loop: error: {run_dir} is in use by another learn-to-share loop "
                     "or a command it started that still runs")  # fmt: skip
         for moment in ("running", "loop killed, its fairseq-train running"):
             before = snapshot(run_dir)

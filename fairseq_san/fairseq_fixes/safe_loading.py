@@ -18,9 +18,10 @@ whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``)
 a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``); the
 pretrained-embedding files it names are not read (``checkpoints.drop_embedding_files_in``: its
 weights replace them), and one whose configuration holds an omegaconf interpolation
-(``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved) or asks for
+(``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
-builds them all first) is refused. Where the safe loader would not be used (torch before 2.6,
+builds them all first) or holds a value a plugin model's option would not take
+(``checkpoints.refuse_stored_values_in``) is refused. Where the safe loader would not be used (torch before 2.6,
 or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
 (``checkpoints.check_safe_loading``).
 """
@@ -38,6 +39,7 @@ from fairseq_san.checkpoints import (
     refuse_analysis_dir_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
+    refuse_stored_values_in,
     refuse_policy_file_in,
 )
 from fairseq_san.errors import UsageError
@@ -66,6 +68,7 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_code_in(path, state)
         refuse_interpolations_in(path, state)
         refuse_layers_beyond_weights_in(path, state)
+        refuse_stored_values_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
         refuse_analysis_dir_in(path, state, arg_overrides)
         drop_embedding_files_in(path, state, arg_overrides)

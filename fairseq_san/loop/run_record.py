@@ -470,7 +470,7 @@ def lock_run(run_dir: str, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise RunError(
-            f"{run_dir} is in use by another learn_to_share.sh or a command it started that "
+            f"{run_dir} is in use by another learn-to-share loop or a command it started that "
             f"still runs, e.g. fairseq-train ({path} is locked; `fuser -v {path}` shows them): "
             "wait for it to end or stop it; two loops would train into the same checkpoints"
         ) from None

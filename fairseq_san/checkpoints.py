@@ -192,7 +192,7 @@ def configuration_problem(state: dict) -> Optional[str]:
     if cfg is None and args is None:
         return "it holds no configuration ('cfg' and 'args' are None)"
     model_cfg = (cfg or {}).get("model") or args
-    if not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
+    if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
     model = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
     if model is not None and model not in ARCH_MODEL_REGISTRY and model not in MODEL_REGISTRY:
@@ -204,16 +204,18 @@ def configuration_problem(state: dict) -> Optional[str]:
 
 
 def refuse_stored_values_in(path: str, state: dict) -> None:
-    """Refuse a checkpoint of a plugin model whose configuration holds a value that fairseq's
-    option would not take (another type, outside its choices; overrides applied): fairseq-train's
-    parser checked them, a file made by hand may hold anything, and such a value failed inside
-    the model as it decoded (``dropout`` "abc": ``TypeError`` in its first forward). The plugin's
-    own options are checked where the model is built (``models.option_checks``)."""
+    """Refuse a checkpoint of a plugin model whose configuration holds text where the model's
+    option takes a number or True/False, or text outside the option's choices: fairseq-train's
+    parser wrote neither, and such a value failed inside the model as it decoded (``dropout``
+    "abc": ``TypeError`` in its first forward). Only text is checked: fairseq's dataclass
+    options (a language model's) store other types than their parser's (``base_shuffle`` False
+    for an int). The plugin's own options are checked where the model is built
+    (``models.option_checks``)."""
     from fairseq_san import options
     from fairseq_san.fairseq_fixes.model_overrides import (
-        check_value,
         model_options,
         plugin_model_class,
+        wanted_type,
     )
 
     model_cfg = (state.get("cfg") or {}).get("model") or state.get("args")
@@ -221,11 +223,21 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
     if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
         return
     for key, action in model_options(model_class).items():
-        if key in vars(model_cfg) and key not in options.OPTIONS:
-            try:
-                check_value(key, getattr(model_cfg, key), action, None, "(in the checkpoint)")
-            except UsageError as problem:
-                raise CheckpointError(f"cannot load checkpoint {path}: {problem}") from None
+        value = getattr(model_cfg, key, None)
+        if not isinstance(value, str) or key in options.OPTIONS:
+            continue
+        wanted = wanted_type(action)
+        if wanted is not None:
+            problem = f"is text, but {key} takes {wanted[1]}"
+        elif action.choices and all(isinstance(c, str) for c in action.choices):
+            if value in action.choices:
+                continue
+            problem = f"is not one of {', '.join(action.choices)}"
+        else:
+            continue
+        raise CheckpointError(
+            f"cannot load checkpoint {path}: {key} {value!r} (in the checkpoint) {problem}"
+        )
 
 
 # How torch's safe loader names the global it refused: one outside its allow-list, and one of a

@@ -330,9 +330,9 @@ def set_field(name: str, value):
         (set_model_option("_name", "no_such_model"),
          "its model 'no_such_model' is not one that fairseq or a --user-dir given registers"),
         (set_model_option("dropout", "abc"),
-         "dropout 'abc' (in the checkpoint) is of type str, but dropout takes a number"),
+         "dropout 'abc' (in the checkpoint) is text, but dropout takes a number"),
         (set_model_option("activation_fn", "sigmoidal"),
-         "activation_fn 'sigmoidal' (in the checkpoint) is not valid; valid values: relu, gelu"),
+         "activation_fn 'sigmoidal' (in the checkpoint) is not one of relu, gelu"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(

@@ -474,6 +474,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "constraint tokens, inference_step_args={'constraints': ...}"),
         ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
          "beam search"),
+        ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
+         "--san-decoder-execution compile: choose one of eager, fixed, graph, compile-graph"),
     ):  # fmt: skip
         with pytest.raises(UsageError, match="^" + re.escape(said)):
             hub.translate("tok1 tok2 tok3", **keywords)

@@ -197,7 +197,8 @@ class DecodingTask:
 
     def check_decoder_options(self, args, decoding: str) -> None:
         """Refuse the static decoder's options with another decoding: they would be accepted and
-        ignored."""
+        ignored; and an execution that the command line does not offer (the hub's keyword took
+        ``compile``, measured slower than eager, and compiled it again at every call)."""
         for option in (options.DECODER_PRECISION, options.DECODER_EXECUTION):
             value = self.decoding_option(args, option)
             if option.is_set(value) and decoding != options.STATIC:
@@ -206,6 +207,12 @@ class DecodingTask:
                     f"command decodes with --san-decoding {decoding}: add --san-decoding static, "
                     f"or drop {option.flag}"
                 )
+        execution = self.decoding_option(args, options.DECODER_EXECUTION)
+        if options.DECODER_EXECUTION.is_set(execution) and execution not in offered_executions():
+            raise UsageError(
+                f"{options.DECODER_EXECUTION.flag} {execution}: choose one of "
+                f"{', '.join(offered_executions())}"
+            )
 
     def check_sampling_topk(self, args) -> None:
         """Refuse ``--sampling-topk`` above the target dictionary's size: fairseq's search fails

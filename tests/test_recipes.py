@@ -1056,6 +1056,56 @@ def test_summary_over_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "run" / "loop.md").exists()
 
 
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("parameters", "x", "its parameters is 'x', not int"),
+        ("signature", [1], "its signature is [1], not str or null"),
+        ("train_seconds", "x", "its train_seconds is 'x', not int or float or null"),
+        ("valid_loss", True, "its valid_loss is True, not int or float or null"),
+    ],
+)  # fmt: skip
+def test_summary_over_a_recorded_row_of_other_types_is_one_line(tmp_path, field, value, said):
+    """loop.json of a run dir received from elsewhere: ValueError (format), TypeError
+    (unhashable) tracebacks from the table."""
+    run_dir = tmp_path / "run"
+    iteration_with_checkpoint(run_dir)
+    assert run_cli("fairseq-san-loop", "summary", str(run_dir)).returncode == 0
+    (run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt").unlink()  # the row is read back
+    rows = json.loads((run_dir / "loop.json").read_text())
+    rows[0][field] = value
+    (run_dir / "loop.json").write_text(json.dumps(rows))
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        f"fairseq-san-loop: error: {run_dir / 'loop.json'}: the row of iteration 0: {said}: "
+        "delete it to rebuild it from the checkpoints"
+    )
+
+
+def test_summary_over_scores_or_thresholds_of_other_types_is_one_line(tmp_path):
+    """valid.json {"bleu": "high"} (a ValueError formatting it) and run.json's --theta-self "abc"
+    (a ValueError converting it), in a run dir received from elsewhere."""
+    run_dir = tmp_path / "run"
+    iteration = iteration_with_checkpoint(run_dir)
+    (iteration / "valid.json").write_text(json.dumps({"bleu": "high"}))
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        f"fairseq-san-loop: error: {iteration / 'valid.json'}: its bleu is 'high', not int or "
+        "float or null: delete it and rerun the step that writes it"
+    )
+    (iteration / "valid.json").write_text(json.dumps({"bleu": 12.5}))
+    (run_dir / "run.json").write_text(json.dumps({"options": {"--theta-self": "abc"}}))
+    (run_dir / "iter1").mkdir()
+    (run_dir / "iter1" / "policy.json").write_text(json.dumps(NO_SHARING))
+    (iteration / "analysis").mkdir()
+    (iteration / "analysis" / "js.json").write_text("{}")
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        "fairseq-san-loop: error: run.json records --theta-self 'abc', which is no threshold: a "
+        "record the recipe did not write; delete it and rerun the recipe"
+    )
+
+
 def test_summary_replaces_links_in_the_run_dir_and_writes_no_file_they_name(tmp_path):
     """A run dir received from elsewhere with loop.md (or loop.md.tmp) linked to another file:
     the summary wrote the loop's table into that file."""

@@ -441,7 +441,13 @@ def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
 
 
 def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:
-    """The thresholds the loop learns each kind's policy with; None (unset) is not shared."""
+    """The thresholds the loop learns each kind's policy with; None (unset) is not shared. A
+    recorded value that is no threshold (a record edited by hand) is a RunError."""
+    for option in THETA_OPTIONS.values():
+        value = options.get(option)
+        if value and not is_theta(str(value)):
+            raise RunError(f"{RECORD} records {option} {value!r}, which is no threshold: a record "
+                           "the recipe did not write; delete it and rerun the recipe")  # fmt: skip
     return {
         kind: float(options[option]) if options.get(option) else None
         for kind, option in THETA_OPTIONS.items()

@@ -32,6 +32,29 @@ from fairseq_san.policy import (
 ITERATION_DIR = re.compile(r"iter(\d+)$")
 # Scores a row may lack when an older loop.json recorded it (before the column existed).
 SCORES = ("bleu", "chrf", "signature", "perplexity")
+NUMBER, TEXT, NONE = (int, float), (str,), (type(None),)
+# What each field of a loop.json row holds (what ``iteration_row`` and ``with_learned`` write),
+# and of an iteration's valid.json: checked where a run dir received from elsewhere is read,
+# before the table formats them.
+ROW_FIELDS = {
+    "iteration": (int,), "policy": TEXT, "parameters": (int,), "num_updates": (int,) + NONE,
+    "train_seconds": NUMBER + NONE, "valid_loss": NUMBER + NONE, "bleu": NUMBER + NONE,
+    "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE, "signature": TEXT + NONE,
+    "learned": TEXT, "learned_for": TEXT,
+}  # fmt: skip
+SCORE_FIELDS = {"bleu": NUMBER + NONE, "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE,
+                "bleu_signature": TEXT + NONE}  # fmt: skip
+
+
+def field_problem(value: Dict[str, object], fields: Dict[str, tuple]) -> Optional[str]:
+    """The first field of ``value`` that holds another type than ``fields`` says (True is no
+    number), or None."""
+    for name, types in fields.items():
+        held = value.get(name)
+        if name in value and (not isinstance(held, types) or isinstance(held, bool)):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"its {name} is {held!r}, not {wanted}"
+    return None
 
 
 def iteration_dirs(run_dir: str) -> List[str]:
@@ -110,7 +133,11 @@ def read_json(path: str, expected: type = dict):
 def iteration_row(iteration_dir: str, kinds: Sequence[str] = KINDS) -> Dict[str, object]:
     """An iteration's row from its checkpoint and files, its policy as ``kinds`` (the model's)."""
     facts = checkpoint_facts(best_checkpoint(iteration_dir))
-    score = read_json(os.path.join(iteration_dir, "valid.json")) or {}
+    score_path = os.path.join(iteration_dir, "valid.json")
+    score = read_json(score_path) or {}
+    problem = field_problem(score, SCORE_FIELDS)
+    if problem is not None:
+        raise UsageError(f"{score_path}: {problem}: delete it and rerun the step that writes it")
     iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
     return {
         "iteration": iteration,
@@ -171,6 +198,11 @@ def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
     if not all(isinstance(row, dict) and "iteration" in row for row in rows):
         raise UsageError(f"{path} is not a loop summary (a list of iteration rows): delete it to "
                          "rebuild it from the checkpoints")  # fmt: skip
+    for row in rows:
+        problem = field_problem(row, ROW_FIELDS)
+        if problem is not None:
+            raise UsageError(f"{path}: the row of iteration {row['iteration']!r}: {problem}: "
+                             "delete it to rebuild it from the checkpoints")  # fmt: skip
     return [
         {**dict.fromkeys(SCORES), **row}
         for row in rows

@@ -33,6 +33,7 @@ from helpers import (
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.static_decoding import StaticDecoderError, StaticSequenceGenerator
+from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.precision import PackedLinear, apply_precision, can_pack
 from fairseq_san.static_decoding.step import StaticDecoderStep
 
@@ -517,6 +518,32 @@ def test_graph_capture_failure_falls_back_to_eager_and_says_so(caplog):
     assert caplog.text.count("CUDA graph capture of the static decoder step failed") == 2
     assert caplog.text.count("an earlier capture failed: operation not permitted") == 1
     assert "runs eagerly" in caplog.text
+
+
+def test_a_batch_decodes_in_inference_mode_but_with_cuda_graphs(monkeypatch):
+    """The CPU's executions keep nothing across batches and decode in torch.inference_mode (its
+    operators skip autograd's bookkeeping: a faster step); CUDA graphs keep their caches, which
+    must stay writable by a batch outside it. Either way the n-best are ordinary tensors, which
+    fairseq-generate may change in place (it divides the positional scores by ln 2)."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
+    settings = dict(beam_size=4, max_len_b=12)
+    modes = []
+    advance = TensorBeamSearch.advance
+
+    def recording_the_mode(search, step, lprobs):
+        modes.append(torch.is_inference_mode_enabled())
+        return advance(search, step, lprobs)
+
+    monkeypatch.setattr(TensorBeamSearch, "advance", recording_the_mode)
+    eager = StaticSequenceGenerator([model], DICTIONARY, **settings)
+    graphed = graphed_translator(model, recording_capture([]), **settings)
+    for generator, in_inference_mode in ((eager, True), (graphed, False)):
+        modes.clear()
+        for nbest in generator.generate([model], next(two_batches())):
+            for hypothesis in nbest:
+                assert not any(value.is_inference() for value in hypothesis.values())
+                hypothesis["positional_scores"].div_(math.log(2))
+        assert modes and set(modes) == {in_inference_mode}
 
 
 def test_the_stand_in_capture_keeps_what_the_body_read_on_the_host():

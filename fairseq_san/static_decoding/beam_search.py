@@ -401,10 +401,15 @@ class TensorBeamSearch:
 
     def hypotheses(self) -> List[List[Dict[str, Tensor]]]:
         """fairseq's output: per sentence of the batch, its finished hypotheses by descending
-        score."""
+        score; called outside torch.inference_mode, ordinary tensors where the search ran in it
+        (fairseq-generate divides the positional scores in place, which an inference tensor
+        refuses outside that mode)."""
         results = dict(self.set_aside)
         results.update(zip(self.origin.tolist(), self._nbests(range(self.sentences))))
-        return [results[original] for original in range(len(results))]
+        return [
+            [ordinary(hypothesis) for hypothesis in results[original]]
+            for original in range(len(results))
+        ]
 
     def _nbests(self, sentences: Sequence[int]) -> List[List[Dict[str, Tensor]]]:
         """Per sentence of ``sentences`` (indices in the search), its finished hypotheses by
@@ -429,6 +434,13 @@ class TensorBeamSearch:
             ]
             for sentence in sentences
         ]
+
+
+def ordinary(hypothesis: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """``hypothesis`` with a copy of each tensor made in torch.inference_mode."""
+    return {
+        key: value.clone() if value.is_inference() else value for key, value in hypothesis.items()
+    }
 
 
 def hypothesis(

@@ -25,7 +25,7 @@ from fairseq.data import Dictionary
 from fairseq.search import Sampling
 from torch import Tensor, nn
 
-from fairseq_san.static_decoding.beam_search import SearchSettings
+from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
@@ -59,21 +59,20 @@ class StaticLMGenerator(StaticSequenceGenerator):
         super().build_from_weights()
         self.step.check_prefill()
 
-    @torch.inference_mode(False)  # see KEPT_SHAPES
-    @torch.no_grad()
-    def generate(
-        self,
-        models: Optional[List[nn.Module]],
-        sample: Dict[str, Dict[str, Tensor]],
-        prefix_tokens: Optional[Tensor] = None,
-        constraints: Optional[Tensor] = None,
-        bos_token: Optional[int] = None,
-    ) -> List[List[Dict[str, Tensor]]]:
-        """fairseq's ``SequenceGenerator.generate`` for a language model: per prompt (the rows of
-        ``prefix_tokens``, padded on the right), its n-best continuations, the prompt included."""
+    def check_arguments(self, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]):
+        """StaticDecoderError for constraints (a prompt, ``prefix_tokens``, is what it takes)."""
         if constraints is not None:
             raise StaticDecoderError("--constraints")
-        self.follow_the_weights()
+
+    def decode(
+        self,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor],
+        bos_token: Optional[int],
+    ) -> TensorBeamSearch:
+        """fairseq's ``SequenceGenerator.generate`` for a language model, to the end of the batch:
+        per prompt (the rows of ``prefix_tokens``, padded on the right), its n-best continuations,
+        the prompt included, in the search returned."""
         src_tokens = sample["net_input"]["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
         max_len = self._max_len(src_len)
@@ -98,12 +97,12 @@ class StaticLMGenerator(StaticSequenceGenerator):
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         for position in range(known + 1):  # every row of a sentence holds the same prompt
             if search.advance(position, self._rows(prefilled[:, position], position)) is None:
-                return search.hypotheses()
+                return search
         for position in range(known + 1, max_len + 1):
             search.release_prefix(position)  # past the longest prompt: captured with CUDA graphs
             if self._position(search, position, index, cache):
                 break
-        return search.hypotheses()
+        return search
 
     def _known_positions(self, prefix_tokens: Optional[Tensor], max_len: int) -> int:
         """How many prompt tokens every sentence has (no padding), up to ``max_len`` (fairseq

@@ -57,6 +57,21 @@ def test_anything_but_a_literal_is_refused(text):
         evaluate(text)
 
 
+def test_how_deep_a_literal_may_nest_does_not_depend_on_the_recursion_limit():
+    """"1+1+...+1" 996 deep was refused by the interpreter's recursion limit, and taken in a
+    process where torch's inductor had raised it to 2000 (the full test run found it)."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 5000))
+    try:
+        with pytest.raises(NotALiteral, match="nested more than 100 deep"):
+            evaluate("1+" * 995 + "1")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert evaluate("1+" * 99 + "1") == 100
+
+
 def test_non_strings_are_refused_as_eval_refuses_them():
     """A TypeError too, as eval's: fairseq's ``utils.eval_bool`` catches it for a value that is
     already a bool (its default then, as with eval)."""

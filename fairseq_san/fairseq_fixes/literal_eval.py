@@ -52,6 +52,10 @@ EVALUATED_FIELDS = frozenset(
     }
 )
 MAX_ITEMS = 100_000  # the longest sequence ``*`` may build: no memory exhaustion from a string
+# The deepest nesting a literal may have: fairseq's strings are a tuple or a list deep; the
+# interpreter's recursion limit, which a library may raise (torch's inductor does), decided
+# before, so that "1+1+...+1" 996 deep was refused in one process and taken in another.
+MAX_DEPTH = 100
 SHOWN_CHARACTERS = 40  # of a refused value, in the error
 
 
@@ -108,18 +112,24 @@ _ARITHMETIC = {
 }
 
 
-def _value(node: ast.AST) -> Any:
+def _value(node: ast.AST, depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested more than {MAX_DEPTH} deep")
+    deeper = depth + 1
     if isinstance(node, ast.Constant):
         return node.value
     if type(node) in _SEQUENCES:
-        return _SEQUENCES[type(node)](_value(item) for item in node.elts)
+        return _SEQUENCES[type(node)](_value(item, deeper) for item in node.elts)
     if isinstance(node, ast.Dict) and None not in node.keys:  # None: a ``**`` unpacking
-        return {_value(key): _value(value) for key, value in zip(node.keys, node.values)}
+        return {
+            _value(key, deeper): _value(value, deeper)
+            for key, value in zip(node.keys, node.values)
+        }
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
-        operand = _number(_value(node.operand))
+        operand = _number(_value(node.operand, deeper))
         return operand if isinstance(node.op, ast.UAdd) else -operand
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        left, right = _value(node.left), _value(node.right)
+        left, right = _value(node.left, deeper), _value(node.right, deeper)
         _bounded(left, right)
         return _ARITHMETIC[type(node.op)](left, right)
     raise ValueError(f"{type(node).__name__} is not a literal")

@@ -112,11 +112,12 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
             "fairseq checkpoints need only argparse.Namespace, which fairseq-san allows, and "
             "fairseq-san reads nothing else"
         )
-    if not zipfile.is_zipfile(path):
-        if content_problem(path) is None:  # torch's legacy format, readable: not the cause
-            return None
-        return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
-    return content_problem(path)
+    state, unreadable = read_back(path)
+    if unreadable is not None:
+        if not zipfile.is_zipfile(path):  # torch's legacy format, read as far as it goes
+            return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
+        return unreadable
+    return checkpoint_problem(state, error)
 
 
 def interpolation_problem(field: str) -> str:
@@ -152,17 +153,33 @@ def stored_strings(node: object, name: str = "") -> Iterator[Tuple[str, str]]:
 
 
 def content_problem(path: str) -> Optional[str]:
-    """Why a zip archive at ``path`` is not a fairseq checkpoint (a dict with ``model`` and
-    ``cfg`` or ``args``), read again with torch's safe loader; None when it is one."""
+    """Why the file at ``path`` is not a fairseq checkpoint (a dict with ``model`` and ``cfg``
+    or ``args`` of the types fairseq-train saves), read again with torch's safe loader; None
+    when it is one."""
+    state, unreadable = read_back(path)
+    return unreadable if unreadable is not None else checkpoint_problem(state)
+
+
+def read_back(path: str) -> Tuple[object, Optional[str]]:
+    """(contents, None) of the file at ``path`` read with torch's safe loader, or (None, why it
+    cannot be read)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True), None
     except pickle.UnpicklingError:
-        return "its pickle cannot be read: the archive is damaged, or torch.save did not write it"
+        return None, (
+            "its pickle cannot be read: the archive is damaged, or torch.save did not write it"
+        )
     except Exception as error:  # a zip archive without torch's layout
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return f"the file is not a readable torch.save archive ({reason.split('  (')[0][:100]})"
+        reason = reason.split("  (")[0][:100]
+        return None, f"the file is not a readable torch.save archive ({reason})"
+
+
+def checkpoint_problem(state: object, error: Optional[Exception] = None) -> Optional[str]:
+    """Why ``state`` (a file's contents) is not a fairseq checkpoint, or None (``error``: the
+    failure it is read back for, see ``configuration_problem``)."""
     if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
-        return configuration_problem(state)
+        return configuration_problem(state, error)
     if isinstance(state, dict):
         keys = sorted(str(key) for key in state)
         held = f"a dict (keys: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
@@ -174,14 +191,11 @@ def content_problem(path: str) -> Optional[str]:
     )
 
 
-def configuration_problem(state: dict) -> Optional[str]:
-    """Why a checkpoint's fields (read back after loading it failed) are not those fairseq-train
-    saves, or None: a configuration or weights of another type, a model or task that nothing
-    registered (fairseq's "Could not infer" failed on formatting, ``IndexError``), or a value
-    of another type than the plugin's model option takes (a traceback from inside the model)."""
-    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
-    from fairseq.tasks import TASK_REGISTRY
-
+def configuration_problem(state: dict, error: Optional[Exception] = None) -> Optional[str]:
+    """Why a checkpoint's fields are not those fairseq-train saves, or None: a configuration or
+    weights of another type; where loading failed in fairseq's lookup of the model or task it
+    names (``error``: "Could not infer ...", or the ``IndexError`` formatting that message), a
+    model or task that nothing registered."""
     cfg, args = state.get("cfg"), state.get("args")
     fields = {"model": (state["model"], dict), "cfg": (cfg, (dict, DictConfig)),
               "args": (args, argparse.Namespace),
@@ -194,6 +208,22 @@ def configuration_problem(state: dict) -> Optional[str]:
     model_cfg = (cfg or {}).get("model") or args
     if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
+    return unregistered_name(state) if failed_lookup(error) else None
+
+
+def failed_lookup(error: Optional[Exception]) -> bool:
+    """Whether ``error`` is fairseq's failure to find a model or task by the name a checkpoint
+    stores (``models.build_model``, ``tasks.setup_task``)."""
+    text = str(error)
+    formatting = isinstance(error, IndexError) and "Replacement index" in text
+    return formatting or "Could not infer" in text
+
+
+def unregistered_name(state: dict) -> Optional[str]:
+    """The model or task a checkpoint names that nothing registered, said; None if none."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+
     model = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
     if model is not None and model not in ARCH_MODEL_REGISTRY and model not in MODEL_REGISTRY:
         return f"its model {model!r} is not one that fairseq or a --user-dir given registers"
@@ -378,7 +408,7 @@ def stored_layers(state_dict: dict, stack: str) -> int:
 
 def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose configuration (overrides applied) asks for more layers of a stack
-    than its weights hold, or for a count that is no number of layers: fairseq builds every
+    than its weights hold, or for a negative count: fairseq builds every
     configured layer before it reads the weights, so a file saying 1,000,000 decoder layers ran
     until killed, and a smaller excess failed after the build (missing weights)."""
     weights = state.get("model")
@@ -386,9 +416,13 @@ def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
         return
     for stack in ("encoder", "decoder"):
         configured = stored_value(state, "model", f"{stack}_layers")
-        if configured is None:
+        # text: fairseq's convolutional models give each layer's shape there; a stack built
+        # from --*-layers-to-keep has that many layers, whatever the count beside it
+        if isinstance(configured, bool) or not isinstance(configured, int):
             continue
-        if isinstance(configured, bool) or not isinstance(configured, int) or configured < 1:
+        if stored_value(state, "model", f"{stack}_layers_to_keep"):
+            continue
+        if configured < 0:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: its configuration's {stack}_layers "
                 f"{configured!r} is no number of layers"

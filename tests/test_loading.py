@@ -9,6 +9,7 @@
   it.
 """
 
+import argparse
 import fractions
 import io
 import os
@@ -283,8 +284,8 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
         (10**6, r"its configuration asks for 1000000 decoder layers, its weights hold \d+: not "
                 r"a checkpoint that fairseq-train wrote \(or --model-overrides sets "
                 r"decoder_layers\)"),
-        ("2", "its configuration's decoder_layers '2' is no number of layers"),
-        (0, "its configuration's decoder_layers 0 is no number of layers"),
+        ("2", r"decoder_layers '2' \(in the checkpoint\) is text, but decoder_layers takes an int"),
+        (-1, "its configuration's decoder_layers -1 is no number of layers"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
@@ -303,6 +304,48 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
         rf"fairseq-san: error: cannot load checkpoint {re.escape(str(odd))}: {said}",
         stderr.strip().splitlines()[-1],
     )
+
+
+def test_layer_counts_that_fairseq_builds_otherwise_are_not_refused():
+    """What the layer check must let through (the review of the check found the first two
+    refused): fairseq's convolutional models give their layers as text; a stack trained with
+    --decoder-layers-to-keep holds the kept layers beside the count it was given (a dataclass
+    model, fairseq's transformer_lm, saves the count unchanged); an empty stack."""
+    weights = {f"decoder.layers.{i}.w": torch.zeros(1) for i in range(2)}
+    for model_cfg in (
+        argparse.Namespace(arch="fconv_wmt_en_de", encoder_layers="[(512, 3)] * 9 + [(1024, 3)]",
+                           decoder_layers="[(512, 3)] * 9"),  # fmt: skip
+        argparse.Namespace(arch="transformer_lm", decoder_layers=4, decoder_layers_to_keep="0,1"),
+        argparse.Namespace(arch="transformer", encoder_layers=0, decoder_layers=2),
+    ):
+        checkpoints.refuse_layers_beyond_weights_in("x.pt", {"model": weights, "args": model_cfg})
+    with pytest.raises(checkpoints.CheckpointError, match="asks for 3 decoder layers, its weights "
+                       "hold 2"):  # fmt: skip
+        checkpoints.refuse_layers_beyond_weights_in(
+            "x.pt", {"model": weights, "args": argparse.Namespace(decoder_layers=3)}
+        )
+
+
+def test_a_failure_is_blamed_on_an_unregistered_name_only_where_fairseq_looked_it_up(tmp_path):
+    """A checkpoint naming a task nothing registered, loaded with the task given on the command
+    line, failed on something else (a size mismatch): the review of the explanation found it said
+    "its task ... is not one that fairseq ... registers", hiding the cause. It names the task only
+    where fairseq's lookup failed; a legacy-format file naming an unregistered model is named so,
+    not "truncated"."""
+    state = {"model": {}, "cfg": {"model": argparse.Namespace(arch="no_such_model"),
+                                  "task": {"_name": "no_such_task"}}}  # fmt: skip
+    for legacy in (False, True):
+        path = tmp_path / f"odd-{legacy}.pt"
+        torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+        assert checkpoints.problem_with(str(path), RuntimeError("size mismatch for w")) is None
+        assert checkpoints.problem_with(
+            str(path), IndexError("Replacement index 1 out of range for positional args tuple")
+        ) == "its model 'no_such_model' is not one that fairseq or a --user-dir given registers"
+    state["cfg"]["model"].arch = "transformer"
+    torch.save(state, tmp_path / "task.pt")
+    assert checkpoints.problem_with(
+        str(tmp_path / "task.pt"), AssertionError("Could not infer task type from {...}")
+    ) == "its task 'no_such_task' is not one that fairseq or a --user-dir given registers"
 
 
 def set_model_option(name: str, value):

@@ -81,6 +81,8 @@ class StaticSequenceGenerator(nn.Module):
 
     # Whether the model must have an encoder: translation's does, a language model's not.
     needs_encoder = True
+    # Whether generate takes prefix tokens: a language model's prompts, not translation.
+    takes_prompts = False
 
     def __init__(
         self,
@@ -219,8 +221,8 @@ class StaticSequenceGenerator(nn.Module):
         return search.hypotheses()
 
     def check_arguments(self, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]):
-        """StaticDecoderError for what ``generate`` is given that translation does not take."""
-        if prefix_tokens is not None:
+        """StaticDecoderError for what ``generate`` is given that the decoder does not take."""
+        if prefix_tokens is not None and not self.takes_prompts:
             raise StaticDecoderError("--prefix-size (prefix tokens)")
         if constraints is not None:
             raise StaticDecoderError("--constraints")

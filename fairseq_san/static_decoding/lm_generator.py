@@ -27,7 +27,6 @@ from torch import Tensor, nn
 
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
-from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
 from fairseq_san.static_decoding.support import GenerationArgs
 
@@ -39,6 +38,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
     needs_encoder = False
+    takes_prompts = True
 
     def __init__(
         self,
@@ -58,11 +58,6 @@ class StaticLMGenerator(StaticSequenceGenerator):
         built, before any batch)."""
         super().build_from_weights()
         self.step.check_prefill()
-
-    def check_arguments(self, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]):
-        """StaticDecoderError for constraints (a prompt, ``prefix_tokens``, is what it takes)."""
-        if constraints is not None:
-            raise StaticDecoderError("--constraints")
 
     def decode(
         self,

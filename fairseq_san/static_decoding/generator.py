@@ -69,10 +69,10 @@ def checked_execution(precision: str, asked: Optional[str], device: torch.device
 # The shapes (sentences, positions, source length bucket) whose cache, beam search and CUDA graphs
 # are kept for the next batch of that shape; beyond them the least recently used are freed: a
 # kept cache of a base model at 128 sentences, beam 4 and 256 positions takes gigabytes, and with
-# --max-tokens nearly every batch has a shape of its own. ``generate`` runs outside
-# torch.inference_mode, so that what it keeps is made of ordinary tensors: kept from a batch
-# decoded inside it, a batch outside could not write them ("Inplace update to inference tensor
-# outside InferenceMode").
+# --max-tokens nearly every batch has a shape of its own. ``generate`` decodes with CUDA graphs
+# outside torch.inference_mode (whatever its caller's mode), so that what it keeps is made of
+# ordinary tensors: kept from a batch decoded inside it, a batch outside could not write them
+# ("Inplace update to inference tensor outside InferenceMode").
 KEPT_SHAPES = 4
 
 

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, first_line
 from fairseq_san.policy import is_policy_text
 
 logger = logging.getLogger(__name__)
@@ -170,8 +170,7 @@ def read_back(path: str) -> Tuple[object, Optional[str]]:
             "its pickle cannot be read: the archive is damaged, or torch.save did not write it"
         )
     except Exception as error:  # a zip archive without torch's layout
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        reason = reason.split("  (")[0][:100]
+        reason = first_line(error).split("  (")[0][:100]
         return None, f"the file is not a readable torch.save archive ({reason})"
 
 
@@ -205,7 +204,7 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
             return f"its '{name}' is a {type(value).__name__}, not what fairseq-train saves there"
     if cfg is None and args is None:
         return "it holds no configuration ('cfg' and 'args' are None)"
-    model_cfg = (cfg or {}).get("model") or args
+    model_cfg = stored_group(state, "model")
     if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
     return unregistered_name(state) if failed_lookup(error) else None
@@ -248,7 +247,7 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
         wanted_type,
     )
 
-    model_cfg = (state.get("cfg") or {}).get("model") or state.get("args")
+    model_cfg = stored_group(state, "model")
     model_class = plugin_model_class(model_cfg)
     if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
         return
@@ -291,7 +290,6 @@ def unsafe_globals(path: str, error: Exception) -> List[str]:
     return [found.group(1) or found.group(2) for found in UNSAFE_GLOBAL.finditer(str(error))]
 
 
-
 @contextlib.contextmanager
 def explained(*paths: str) -> Iterator[None]:
     """Turn a failure to load ``paths`` into a CheckpointError when one of the files explains it."""
@@ -325,10 +323,16 @@ def refuse_policy_file_in(path: str, state: dict, overrides: Optional[dict]) -> 
         )
 
 
+def stored_group(state: dict, group: str) -> object:
+    """A checkpoint's ``group`` ("model", "task") configuration, or its ``args`` (checkpoints
+    saved before fairseq's dataclass configurations); None if neither."""
+    return (state.get("cfg") or {}).get(group) or state.get("args")
+
+
 def stored_value(state: dict, group: str, name: str) -> object:
     """Option ``name`` of a checkpoint's ``group`` ("model", "task") configuration, or of its
     ``args`` (checkpoints saved before fairseq's dataclass configurations); None if unset."""
-    node = (state.get("cfg") or {}).get(group) or state.get("args")
+    node = stored_group(state, group)
     if isinstance(node, dict) or hasattr(node, "keys"):  # a dict or an omegaconf DictConfig
         return node.get(name)
     return getattr(node, name, None)
@@ -408,9 +412,9 @@ def stored_layers(state_dict: dict, stack: str) -> int:
 
 def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose configuration (overrides applied) asks for more layers of a stack
-    than its weights hold, or for a negative count: fairseq builds every
-    configured layer before it reads the weights, so a file saying 1,000,000 decoder layers ran
-    until killed, and a smaller excess failed after the build (missing weights)."""
+    than its weights hold, or for a negative count: fairseq builds every configured layer before
+    it reads the weights, so a file saying 1,000,000 decoder layers ran until killed, and a
+    smaller excess failed after the build (missing weights)."""
     weights = state.get("model")
     if not isinstance(weights, dict):
         return

@@ -17,6 +17,12 @@ OVERRIDE_SOURCE = "(from --model-overrides or a keyword argument)"
 STORED_SOURCE = "(from the checkpoint, --model-overrides or a keyword argument)"
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (torch's and CUDA's run on), or its type's name."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 

@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
-from fairseq_san.errors import UsageError, repeated
+from fairseq_san.errors import UsageError, first_line, repeated
 from fairseq_san.files import same_file
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -181,8 +181,7 @@ def save(state: dict, output: str) -> None:
         if os.path.exists(temporary):
             os.remove(temporary)
         if isinstance(err, (OSError, RuntimeError)):  # a read-only folder; torch's writer failed
-            lines = str(err).strip().splitlines() or [type(err).__name__]
-            reason = getattr(err, "strerror", None) or lines[0]
+            reason = getattr(err, "strerror", None) or first_line(err)
             raise UsageError(f"cannot write {output}: {reason}") from None
         raise
 

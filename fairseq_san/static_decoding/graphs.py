@@ -44,6 +44,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from fairseq_san.errors import first_line
 from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache
 
@@ -101,12 +102,6 @@ def until_one_fails(capture: Capture) -> Capture:
             raise
 
     return capture_unless_one_failed
-
-
-def first_line(error: Exception) -> str:
-    """The first line of an error's message (CUDA's run on), or its type's name."""
-    text = str(error)
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def mutable_state(cache: DecoderCache) -> List[Tensor]:

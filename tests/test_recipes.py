@@ -53,6 +53,7 @@ from helpers import (
     run_script,
     snapshot,
     train_argv,
+    write_corpus,
 )
 
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
@@ -860,11 +861,19 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert result.returncode == 0, output[-4000:]
     # Data: fairseq's preparation script at a fixed commit, downloaded, checked and run; one joint
     # dictionary. Nothing else is downloaded: no code from a branch.
-    (curl,) = printed_commands(output, "curl")
+    *archives, curl = printed_commands(output, "curl")
     assert curl[-1] == f"{WMT14_PREPARE_URL}/examples/translation/prepare-wmt14en2de.sh"
     (check,) = printed_commands(output, "sha256sum")
     assert check[1] == curl[curl.index("-o") + 1] and WMT14_PREPARE_SHA256 in check
-    assert any("bash prepare-wmt14en2de.sh" in " ".join(a) for a in printed_commands(output, "bash"))
+    # WMT14's data (--icml17: news commentary v9 into wmt14_en_de/; without it, WMT17's v12 into
+    # wmt17_en_de/, which the recipe does not read), each archive downloaded whole before it runs.
+    assert any("bash prepare-wmt14en2de.sh --icml17" in " ".join(a)
+               for a in printed_commands(output, "bash"))  # fmt: skip
+    assert [url.rsplit("/", 1)[1] for *_, url in archives] == [
+        "training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
+        "training-parallel-nc-v9.tgz", "dev.tgz", "test-full.tgz",
+    ]  # fmt: skip
+    assert all(command[command.index("-o") + 1].endswith(".partial") for command in archives)
     # The tools that script clones, cloned first at pinned commits (it leaves them there).
     pinned = {command[2]: command[-1] for command in printed_commands(output, "git")
               if command[3:5] == ["checkout", "-q"]}  # fmt: skip
@@ -916,22 +925,49 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert not work.exists(), sorted(work.rglob("*"))
 
 
+# What fairseq's preparation script reads from the WMT14 archives (under WORK/orig).
+WMT14_CORPORA = [
+    f"{corpus}.{language}"
+    for corpus in ("training/europarl-v7.de-en", "commoncrawl.de-en",
+                   "training/news-commentary-v9.de-en")
+    for language in ("en", "de")
+] + ["test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"]  # fmt: skip
+
+
+def wmt14_stand_ins(tmp_path: Path, corpora: Sequence[str] = WMT14_CORPORA, stubs=()) -> dict:
+    """The environment of a real run of the WMT14 recipe with stand-ins for the network: curl
+    writes every archive as a tgz of ``corpora`` (one line each) and the preparation script as one
+    that is not fairseq's (it would touch WORK/ran), logging each URL to ``tmp_path/curl.log``; git
+    clones make empty repositories. ``stubs``: commands that fail (exit 3) when run."""
+    tree = tmp_path / "archive"
+    for name in corpora:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("a line\n")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    commands = {
+        "curl": 'url=${!#}; echo "$url" >> "%s"\n'
+                'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+                'case $url in\n'
+                '  *.tgz) tar -czf "$out" -C "%s" . ;;\n'
+                '  *) printf \'touch "%%s"\\n\' "$(dirname "$out")/ran" > "$out" ;;\n'
+                'esac\n' % (tmp_path / "curl.log", tree),
+        "git": '[ "$1" = clone ] && mkdir -p "${!#}/.git"; exit 0\n',
+        **{name: 'echo "stand-in $0" >&2; exit 3\n' for name in stubs},
+    }  # fmt: skip
+    for name, body in commands.items():
+        (fake_bin / name).write_text("#!/usr/bin/env bash\n" + body)
+        (fake_bin / name).chmod(0o755)
+    env = cli_env()
+    env["PATH"] = f"{fake_bin}{os.pathsep}{env['PATH']}"
+    return env
+
+
 def test_wmt14_runs_no_preparation_script_but_the_pinned_one(tmp_path):
     """A download that is not fairseq's file at the pinned commit is refused in one line and
     removed, before it runs (a stand-in curl writes another script)."""
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    curl = fake_bin / "curl"
-    curl.write_text(
-        '#!/usr/bin/env bash\n'
-        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
-        'printf \'touch "%s"\\n\' "$(dirname "$out")/ran" > "$out"\n'
-    )
-    curl.chmod(0o755)
-    env = cli_env()
-    env["PATH"] = f"{fake_bin}{os.pathsep}{env['PATH']}"
     work = tmp_path / "wmt14"
-    result = run_script(WMT14, str(work), env=env, timeout=120)
+    result = run_script(WMT14, str(work), env=wmt14_stand_ins(tmp_path), timeout=120)
     script = work / "prepare-wmt14en2de.sh"
     assert result.returncode == 1, output_of(result)[-3000:]
     last = result.stderr.splitlines()[-1]
@@ -939,6 +975,93 @@ def test_wmt14_runs_no_preparation_script_but_the_pinned_one(tmp_path):
     assert f"not {WMT14_PREPARE_SHA256}" in last and last.endswith("not run, removed")
     assert not (work / "ran").exists() and not script.exists()
     assert not printed_commands(output_of(result), "fairseq-preprocess")
+
+
+def test_wmt14_downloads_each_archive_once_and_refuses_one_without_its_corpus(tmp_path):
+    """fairseq's preparation script takes any file of an archive's name as downloaded, unpacks
+    only what it downloads, and goes on without a corpus it cannot read (CommonCrawl, half of
+    WMT14's pairs, was dropped after an interrupted download): the recipe downloads each archive
+    whole, once, and refuses in one line to prepare without every corpus."""
+    corpora = [name for name in WMT14_CORPORA if not name.startswith("commoncrawl")]
+    env = wmt14_stand_ins(tmp_path, corpora)
+    work = tmp_path / "wmt14"
+    for _ in range(2):  # the second run downloads and unpacks nothing again
+        result = run_script(WMT14, str(work), env=env, timeout=120)
+        assert result.returncode == 1, output_of(result)[-3000:]
+        assert result.stderr.splitlines()[-1] == (
+            f"run.sh: {work}/orig/commoncrawl.de-en.en is missing or empty after unpacking its "
+            "archive"
+        )
+    urls = (tmp_path / "curl.log").read_text().split()
+    assert len(urls) == len(set(urls)) == 5 and "training-parallel-nc-v9.tgz" in urls[2]
+    assert not list(work.rglob("*.partial")) and not (work / "prepare-wmt14en2de.sh").exists()
+
+
+def wmt14_prepared(work: Path, raw: Path) -> Path:
+    """WORK as fairseq's preparation script leaves it (finished): wmt14_en_de/{code, train, valid,
+    test}.{en,de} from ``write_corpus``'s files."""
+    prepared = work / "wmt14_en_de"
+    prepared.mkdir(parents=True)
+    (prepared / "code").write_text("#version: 0.2\n")
+    for split in ("train", "valid", "test"):
+        shutil.copy(raw / f"{split}.src", prepared / f"{split}.en")
+        shutil.copy(raw / f"{split}.tgt", prepared / f"{split}.de")
+    (work / ".done-prepare").touch()
+    return prepared
+
+
+def test_wmt14_refuses_to_binarize_an_uneven_preparation(tmp_path):
+    """The preparation script exits 0 whatever failed (without python on PATH every file it
+    writes is empty): what it left is checked before anything is binarized."""
+    work = tmp_path / "wmt14"
+    prepared = wmt14_prepared(work, write_corpus(tmp_path / "raw"))
+    lines = (prepared / "valid.de").read_text().splitlines(keepends=True)
+    (prepared / "valid.de").write_text("".join(lines[:-1]))
+    result = run_script(WMT14, str(work), env=wmt14_stand_ins(tmp_path), timeout=120)
+    assert result.returncode == 1, output_of(result)[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        f"run.sh: {prepared}/valid.en has {len(lines)} lines, valid.de {len(lines) - 1}: not a "
+        "parallel corpus"
+    )
+    assert not (work / "data-bin").exists() and not (work / ".done-preprocess").exists()
+
+
+def test_wmt14_binarizes_again_after_an_interrupted_binarizing(tmp_path):
+    """fairseq-preprocess refuses a folder that holds a dictionary: an interrupted binarizing
+    (its dictionary written, no .done-preprocess) stopped every re-run with a traceback. The
+    re-run binarizes whole (the loop after it stands in: it fails)."""
+    work = tmp_path / "wmt14"
+    wmt14_prepared(work, write_corpus(tmp_path / "raw"))
+    for left in ("data-bin", "data-bin.partial"):
+        (work / left).mkdir()
+        (work / left / "dict.en.txt").write_text("tok0 1\n")
+    env = wmt14_stand_ins(tmp_path, stubs=("fairseq-san-loop", "fairseq-train"))
+    result = run_script(WMT14, str(work), env=env, timeout=240)
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "stand-in" in result.stderr  # the loop started: past the binarizing
+    assert (work / ".done-preprocess").exists() and not (work / "data-bin.partial").exists()
+    binarized = {path.name for path in (work / "data-bin").iterdir()}
+    assert {"dict.en.txt", "dict.de.txt", "train.en-de.en.bin", "test.en-de.de.idx"} <= binarized
+    assert len((work / "data-bin" / "dict.en.txt").read_text().splitlines()) > 1
+
+
+def test_wmt14_refuses_a_real_run_without_its_tools(tmp_path):
+    """Without fairseq's commands (or curl, perl, python...) on PATH, hours of downloads and
+    tokenizing ran before "fairseq-preprocess: command not found"."""
+    env = {**cli_env(), "PATH": "/usr/bin:/bin"}
+    work = tmp_path / "wmt14"
+    result = run_script(WMT14, str(work), env=env, timeout=120)
+    assert result.returncode == 1
+    assert re.fullmatch(r"run\.sh: \S+ not found on PATH \(activate the environment of make "
+                        r"setup\)\n", result.stderr), result.stderr  # fmt: skip
+    assert not work.exists()
+
+
+def test_wmt14_refuses_a_work_dir_with_a_colon(tmp_path):
+    """fairseq reads DATA1:DATA2 as two data directories."""
+    work = tmp_path / "wmt:14"
+    result = run_script(WMT14, "--dry-run", str(work), timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith(f"run.sh: WORK_DIR {work} holds ':'")
 
 
 def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):

@@ -8,12 +8,13 @@
 #
 # It needs 8 GPUs and days of training, so it cannot run on the CPU machines this project is
 # tested on: --dry-run prints every command instead. Data: fairseq's own WMT14 En-De preparation
-# script (Moses tokenization, 40k joint BPE, newstest2014 test; its validation set is every 100th
-# training pair, not the paper's newstest2013). BLEU is on tokenized text with the BPE removed.
-# Running it again resumes: the data's preparation and binarizing, once finished
-# (WORK_DIR/.done-*), and the loop's finished steps are skipped. The preparation script is
-# fairseq's at a fixed commit, run only if its sha256 is the one pinned here, with Moses and
-# subword-nmt at pinned commits; the checkpoints are
+# script with --icml17 (Moses tokenization, 40k joint BPE, newstest2014 test; its validation set
+# is every 100th training pair, not the paper's newstest2013). BLEU is on tokenized text with the
+# BPE removed.
+# Running it again resumes: the archives downloaded whole, the data's preparation and binarizing,
+# once finished (WORK_DIR/.done-*), and the loop's finished steps are skipped. The preparation
+# script is fairseq's at a fixed commit, run only if its sha256 is the one pinned here, with Moses
+# and subword-nmt at pinned commits; the checkpoints are
 # averaged by fairseq-san-average, which reads them with torch's safe loader.
 set -euo pipefail
 
@@ -27,6 +28,9 @@ for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken fo
   esac
 done
 WORK=${WORK:-wmt14_en_de}
+case $WORK in  # fairseq reads DATA1:DATA2 as two data directories
+  *:*) echo "run.sh: WORK_DIR $WORK holds ':', which fairseq reads between two data directories" >&2; exit 2 ;;
+esac
 # fairseq's examples/translation/prepare-wmt14en2de.sh as of its last change (2019-11-07), at that
 # commit: downloaded, checked against its sha256, then run.
 FAIRSEQ_COMMIT=13d9e2baf8a67339bcdb25af18538630f7fa128f
@@ -37,6 +41,24 @@ PREPARE_SHA256=d34382e7986f6fdaede569edc7a5c15670ed4583867fb847436f423bb3865a41
 # ("fatal: destination path ... already exists", which it ignores).
 MOSES_COMMIT=34452895f350bf097b21ee514a529a1dc542243c
 SUBWORD_NMT_COMMIT=92d6139d07d30e12735a0af9e7f7f925ebe62c54
+# The archives that script reads with --icml17 (WMT14's training data; without it, WMT17's news
+# commentary into wmt17_en_de/), downloaded here first, each whole or not at all: the script takes
+# any file of an archive's name as downloaded, unpacks only what it downloaded itself, and goes on
+# without a corpus it cannot read.
+ARCHIVES=(
+  http://statmt.org/wmt13/training-parallel-europarl-v7.tgz
+  http://statmt.org/wmt13/training-parallel-commoncrawl.tgz
+  http://statmt.org/wmt14/training-parallel-nc-v9.tgz
+  http://data.statmt.org/wmt17/translation-task/dev.tgz
+  http://statmt.org/wmt14/test-full.tgz
+)
+# What it reads from them (under WORK_DIR/orig), and what it writes (WORK_DIR/wmt14_en_de).
+CORPORA=(training/europarl-v7.de-en commoncrawl.de-en training/news-commentary-v9.de-en)
+TEST_SGM=(test-full/newstest2014-deen-src.en.sgm test-full/newstest2014-deen-ref.de.sgm)
+PREPARED=$WORK/wmt14_en_de
+# The commands a real run needs, checked before hours of downloads and tokenizing.
+TOOLS=(curl git tar perl python sha256sum fairseq-preprocess fairseq-train fairseq-san-loop
+  fairseq-san-average fairseq-generate)
 DATA=$WORK/data-bin
 RUN=$WORK/run
 DRY=()
@@ -51,6 +73,11 @@ done_before() {  # done_before STEP: whether a run before this one finished STEP
   [ "$DRY_RUN" = 0 ] && [ -f "$WORK/.done-$1" ]
 }
 
+refuse() {  # refuse MESSAGE: one line, exit 1
+  echo "run.sh: $1" >&2
+  exit 1
+}
+
 check_sha256() {  # check_sha256 FILE SHA256: refuse, in one line, a download that is not pinned
   printf '+ sha256sum %q  # must be %s\n' "$1" "$2" >&2
   [ "$DRY_RUN" = 0 ] || return 0
@@ -58,8 +85,7 @@ check_sha256() {  # check_sha256 FILE SHA256: refuse, in one line, a download th
   sum=$(sha256sum "$1") && sum=${sum%% *}
   if [ "$sum" != "$2" ]; then
     rm -f "$1"
-    echo "run.sh: $1 has sha256 ${sum:-?}, not $2 (fairseq $FAIRSEQ_COMMIT's): not run, removed" >&2
-    exit 1
+    refuse "$1 has sha256 ${sum:-?}, not $2 (fairseq $FAIRSEQ_COMMIT's): not run, removed"
   fi
 }
 
@@ -68,32 +94,89 @@ pinned_clone() {  # pinned_clone URL DIR COMMIT: WORK/DIR at COMMIT (cloned unle
   run git -C "$WORK/$2" checkout -q "$3"
 }
 
-finished() {  # finished STEP: a re-run skips STEP (hours of tokenizing and BPE, the binarizing)
+finished() {  # finished STEP: a re-run skips STEP (downloads, hours of tokenizing and BPE, the binarizing)
   [ "$DRY_RUN" = 1 ] || touch "$WORK/.done-$1"
 }
 
-run mkdir -p "$WORK"
+check_tools() {  # refuse a real run without a command it needs
+  local tool
+  for tool in "${TOOLS[@]}"; do
+    command -v "$tool" > /dev/null || refuse "$tool not found on PATH (activate the environment of make setup)"
+  done
+}
+
+download() {  # download URL: WORK/orig/NAME whole, then unpacked there; skips what a run before did
+  local name=${1##*/}
+  if ! done_before "download-$name"; then
+    run curl -fSL -o "$WORK/orig/$name.partial" "$1"
+    run mv "$WORK/orig/$name.partial" "$WORK/orig/$name"
+    finished "download-$name"
+  fi
+  if ! done_before "unpack-$name"; then
+    run tar -xzf "$WORK/orig/$name" -C "$WORK/orig"
+    finished "unpack-$name"
+  fi
+}
+
+check_corpora() {  # refuse to prepare without every file the preparation script reads
+  [ "$DRY_RUN" = 0 ] || return 0
+  local corpus language file
+  for corpus in "${CORPORA[@]}"; do
+    for language in en de; do
+      file=$WORK/orig/$corpus.$language
+      [ -s "$file" ] || refuse "$file is missing or empty after unpacking its archive"
+    done
+  done
+  for file in "${TEST_SGM[@]}"; do
+    [ -s "$WORK/orig/$file" ] || refuse "$WORK/orig/$file is missing or empty after unpacking its archive"
+  done
+}
+
+check_prepared() {  # refuse to binarize what the preparation left empty or uneven
+  [ "$DRY_RUN" = 0 ] || return 0
+  local split en de
+  [ -s "$PREPARED/code" ] || refuse "$PREPARED/code (the BPE codes) is missing or empty: the preparation failed (its output above)"
+  for split in train valid test; do
+    [ -s "$PREPARED/$split.en" ] && [ -s "$PREPARED/$split.de" ] ||
+      refuse "$PREPARED/$split.en or .de is missing or empty: the preparation failed (its output above)"
+    en=$(wc -l < "$PREPARED/$split.en") de=$(wc -l < "$PREPARED/$split.de")
+    [ "$en" = "$de" ] || refuse "$PREPARED/$split.en has $en lines, $split.de $de: not a parallel corpus"
+  done
+}
+
+[ "$DRY_RUN" = 1 ] || check_tools
+run mkdir -p "$WORK/orig"
 if ! done_before prepare; then
+  for url in "${ARCHIVES[@]}"; do
+    download "$url"
+  done
+  check_corpora
   run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
   check_sha256 "$WORK/prepare-wmt14en2de.sh" "$PREPARE_SHA256"
   pinned_clone https://github.com/moses-smt/mosesdecoder.git mosesdecoder "$MOSES_COMMIT"
   pinned_clone https://github.com/rsennrich/subword-nmt.git subword-nmt "$SUBWORD_NMT_COMMIT"
-  run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh' _ "$WORK"
+  run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh --icml17' _ "$WORK"
+  check_prepared
   finished prepare
 fi
 if ! done_before preprocess; then
+  check_prepared
+  # Into a folder of its own, renamed when whole: fairseq-preprocess refuses a folder that holds
+  # a dictionary, so an interrupted binarizing stopped every re-run.
+  run rm -rf "$DATA" "$DATA.partial"
   run fairseq-preprocess --source-lang en --target-lang de --joined-dictionary \
-    --trainpref "$WORK/wmt14_en_de/train" --validpref "$WORK/wmt14_en_de/valid" \
-    --testpref "$WORK/wmt14_en_de/test" --destdir "$DATA" --workers 16
+    --trainpref "$PREPARED/train" --validpref "$PREPARED/valid" \
+    --testpref "$PREPARED/test" --destdir "$DATA.partial" --workers 16
+  run mv "$DATA.partial" "$DATA"
   finished preprocess
 fi
 
-run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/wmt14_en_de/valid.de" > "$1/wmt14_en_de/valid.ref.de"' _ "$WORK"
+run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "$PREPARED"
 
 # The loop (it prints its own commands); the options after -- override its small-corpus defaults.
 "$(dirname "$0")/../learn_to_share.sh" "${DRY[@]}" --data "$DATA" --run-dir "$RUN" \
   --arch transformer_san_base --theta-self 0.4 --theta-encdec 0.5 --updates 100000 \
-  --valid-ref "$WORK/wmt14_en_de/valid.ref.de" --post-process subword_nmt \
+  --valid-ref "$PREPARED/valid.ref.de" --post-process subword_nmt \
   -- --distributed-world-size 8 --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
   --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
 

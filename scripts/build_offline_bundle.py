@@ -27,11 +27,15 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from packaging.requirements import Requirement
-from packaging.tags import sys_tags
-from packaging.utils import canonicalize_name
+try:
+    from packaging.requirements import Requirement
+    from packaging.tags import sys_tags
+    from packaging.utils import canonicalize_name
+except ImportError as missing:  # a Python without the project installed
+    sys.exit(f"build_offline_bundle.py: error: {missing}: run this with the project's Python "
+             "(.venv/bin/python after make setup)")
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_SIDE = Path(__file__).resolve().parent / "offline_bundle"  # activate.sh, install.py
@@ -236,15 +240,27 @@ def fairseq_sdist(version: str, given: Optional[Path], cache: Path) -> Path:
     return sdist
 
 
+def opened_sdist(sdist: Path) -> Tuple[tarfile.TarFile, List[tarfile.TarInfo]]:
+    """The sdist and its members, or one error line for a file that is no whole .tar.gz (a
+    download into --cache that was cut short stays there)."""
+    try:
+        archive = tarfile.open(sdist)
+        return archive, archive.getmembers()
+    except (tarfile.TarError, EOFError, OSError) as error:
+        fail(f"{sdist} is not a whole .tar.gz ({error}): remove it, or give fairseq-fixed's sdist "
+             "with --fairseq-sdist")
+
+
 def extension_sources(sdist: Path, version: str) -> Dict[str, bytes]:
     """EXTENSIONS' sources from the sdist, each .pyx with the C++ that Cython makes of it."""
     from Cython.Build import cythonize
     from setuptools import Extension
 
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(sdist) as archive:
+    archive, members = opened_sdist(sdist)
+    with tempfile.TemporaryDirectory() as tmp, archive:
         top = f"fairseq_fixed-{version}"
         wanted = {f"{top}/{source}" for sources in EXTENSIONS.values() for source in sources}
-        members = [member for member in archive.getmembers() if member.name in wanted]
+        members = [member for member in members if member.name in wanted]
         if len(members) != len(wanted):
             fail(f"{sdist} lacks some of {sorted(wanted)}: is it fairseq-fixed {version}?")
         archive.extractall(tmp, members=members, filter="data")
@@ -315,14 +331,20 @@ def size_mib(path: Path) -> float:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / MIB
 
 
-def check_size(bundle: Path, max_mib: float) -> float:
-    """The bundle's size in MiB; stops with an error when it is over ``max_mib``."""
+def check_size(bundle: Path, max_mib: float, named: Optional[Path] = None) -> float:
+    """The bundle's size in MiB; stops with an error, naming it ``named`` (default: its folder),
+    when it is over ``max_mib``."""
     size = size_mib(bundle)
     if size > max_mib:
         folders = sorted(part for part in bundle.iterdir() if part.is_dir())
         parts = ", ".join(f"{part.name} {size_mib(part):.1f}" for part in folders)
-        fail(f"the bundle {bundle} is {size:.1f} MiB, over --max-mib {max_mib:g} (MiB: {parts})")
+        fail(f"the bundle {named or bundle} is {size:.1f} MiB, over --max-mib {max_mib:g} "
+             f"(MiB: {parts})")
     return size
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def git_commit() -> str:
@@ -344,18 +366,54 @@ def is_bundle(folder: Path) -> bool:
     )
 
 
-def build(args: argparse.Namespace) -> Path:
-    """The bundle in ``--out``: wheels of the plugin and what it needs beyond the GPU machine's
-    own packages, fairseq as sources to compile there, the recipes, data, held-out sources,
-    activate.sh, install.py and the manifest."""
-    out: Path = args.out
-    if out.exists() and any(out.iterdir()):
-        if not is_bundle(out):
-            fail(f"--out {out} holds files that are not a bundle: choose another --out")
-        shutil.rmtree(out)
-    wheels = out / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+# What a build writes into a bundle, and what sourcing its activate.sh adds there (the default
+# prefix): a rebuild replaces a folder that holds only these.
+BUNDLE_ENTRIES = {
+    "wheels", "examples", "data-bin", "heldout", "activate.sh", "install.py", "manifest.json",
+    "prefix", "prefix.partial",
+}  # fmt: skip
 
+
+def check_replaceable(out: Path) -> None:
+    """Stop before anything is built where a build would delete what it did not write: a folder
+    that holds no bundle, or a bundle that holds more (a run dir made inside it)."""
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not is_bundle(out):
+        fail(f"--out {out} holds files that are not a bundle: choose another --out")
+    others = sorted(entry.name for entry in out.iterdir() if entry.name not in BUNDLE_ENTRIES)
+    if others:
+        fail(f"--out {out} holds {', '.join(others)}, which no build writes: move it out of the "
+             "bundle, or choose another --out")
+
+
+def build(args: argparse.Namespace) -> Path:
+    """The bundle in ``--out``, built in ``--out``.partial and renamed when whole and within
+    ``--max-mib``: a build that fails, is stopped or is too large leaves the bundle before it as
+    it was (it was deleted first, and a rerun refused what was left)."""
+    out: Path = args.out
+    check_replaceable(out)
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        fill(partial, args)
+        check_size(partial, args.max_mib, named=out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    partial.rename(out)
+    return out
+
+
+def fill(bundle: Path, args: argparse.Namespace) -> None:
+    """Write the bundle into ``bundle``: wheels of the plugin and what it needs beyond the GPU
+    machine's own packages, fairseq as sources to compile there, the recipes, data, held-out
+    sources, activate.sh, install.py and the manifest (each wheel's sha256: install.py installs
+    again where a wheel changed)."""
+    wheels = bundle / "wheels"
+    wheels.mkdir(parents=True)
     plugin = plugin_wheel(wheels)
     requirements = wheel_requirements(plugin) + (["pytest"] if args.tests else [])
     shipped = dependencies(requirements, args.python_version, skip=(*MACHINE_PROVIDES, *LEFT_OUT))
@@ -370,12 +428,12 @@ def build(args: argparse.Namespace) -> Path:
             download(name, dist.version, wheels, args.python_version, args.platform)
         print(f"  {name} {dist.version}")
 
-    shutil.copytree(REPO / "examples", out / "examples", ignore=NO_CACHE)
+    shutil.copytree(REPO / "examples", bundle / "examples", ignore=NO_CACHE)
     for data in args.data:
-        copy_data(data, out / "data-bin" / data.resolve().name)
-    heldout = copy_heldout(args.heldout, out / "heldout") if args.heldout else []
+        copy_data(data, bundle / "data-bin" / data.resolve().name)
+    heldout = copy_heldout(args.heldout, bundle / "heldout") if args.heldout else []
     for name in ("activate.sh", "install.py"):
-        shutil.copy2(TARGET_SIDE / name, out / name)
+        shutil.copy2(TARGET_SIDE / name, bundle / name)
     manifest = {
         "python": args.python_version,
         "platform": args.platform,
@@ -385,12 +443,31 @@ def build(args: argparse.Namespace) -> Path:
         "fairseq_left_out": list(FAIRSEQ_LEFT_OUT),
         "distributions": {canonicalize_name(d.metadata["Name"]): d.version for d in shipped},
         "extensions": compiled_sources(),
-        "wheels": sorted(wheel.name for wheel in wheels.glob("*.whl")),
+        "wheels": {wheel.name: sha256(wheel) for wheel in sorted(wheels.glob("*.whl"))},
         "heldout": heldout,
         "tests": args.tests,
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    return out
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """argparse errors for an --out that a build cannot replace safely: a file, a folder below a
+    file, one that holds the current folder or the repository, or one that holds --data or
+    --heldout (deleted before they were copied)."""
+    out = args.out.resolve()
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {args.out} is a file: name a folder for the bundle")
+    above = next(folder for folder in out.parents if folder.exists())
+    if not above.is_dir():
+        parser.error(f"--out {args.out}: {above} is a file")
+    for folder in (Path.cwd(), REPO):
+        if folder == out or out in folder.parents:
+            parser.error(f"--out {args.out} holds {folder}: name a folder of its own for the bundle")
+    inputs = [("--data", data) for data in args.data] + [("--heldout", args.heldout)]
+    for option, path in inputs:
+        if path is not None and (path.resolve() == out or out in path.resolve().parents):
+            parser.error(f"{option} {path} lies in --out {args.out}, which a build replaces: "
+                         "copy it elsewhere first")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -436,8 +513,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--data: two data directories named {twice}: give each once, each its own name")
     if not (math.isfinite(args.max_mib) and args.max_mib > 0):
         parser.error(f"--max-mib {args.max_mib:g}: must be a positive number")
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out {args.out} is a file: name a folder for the bundle")
+    check_out(parser, args)
     return args
 
 
@@ -445,13 +521,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
     print(f"build_offline_bundle.py: wheels for Python {args.python_version}:")
     bundle = build(args)
-    size = check_size(bundle, args.max_mib)
-    print(f"build_offline_bundle.py: {bundle} is {size:.1f} MiB")
+    print(f"build_offline_bundle.py: {bundle} is {size_mib(bundle):.1f} MiB")
     if args.archive:
-        archive = bundle.with_name(bundle.name + ".tar.gz")
-        with tarfile.open(archive, "w:gz") as tar:
-            tar.add(bundle, arcname=bundle.name)
+        archive = write_archive(bundle)
         print(f"build_offline_bundle.py: {archive} is {archive.stat().st_size / MIB:.1f} MiB")
+
+
+def write_archive(bundle: Path) -> Path:
+    """BUNDLE.tar.gz, written whole or not at all; where it fails, the archive of an earlier
+    bundle is removed (it would pass for this one)."""
+    archive = bundle.with_name(bundle.name + ".tar.gz")
+    partial = archive.with_name(archive.name + ".partial")
+    try:
+        with tarfile.open(partial, "w:gz") as tar:
+            tar.add(bundle, arcname=bundle.name)
+        partial.replace(archive)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        archive.unlink(missing_ok=True)
+        raise
+    return archive
 
 
 if __name__ == "__main__":

@@ -778,13 +778,18 @@ def read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def load_builder():
-    """scripts/build_offline_bundle.py as a module (it is a script, not a package module)."""
-    path = REPO / "scripts" / "build_offline_bundle.py"
-    spec = importlib.util.spec_from_file_location("build_offline_bundle", path)
+def load_script(relative: str):
+    """A script of the repository (``scripts/...py``, not a package module) as a module."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_builder():
+    """scripts/build_offline_bundle.py as a module."""
+    return load_script("scripts/build_offline_bundle.py")
 
 
 def calls_of(monkeypatch, owner, method: str) -> list:

@@ -6,6 +6,8 @@ setuptools), as the GPU machine has, with pip barred from any index. There fairs
 with the plugin from the bundle, and the plugin's commands run.
 """
 
+import gzip
+import hashlib
 import json
 import os
 import shlex
@@ -17,7 +19,7 @@ from typing import Dict
 
 import pytest
 
-from helpers import REPO, load_builder, train_argv
+from helpers import REPO, load_builder, load_script, train_argv
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -134,14 +136,24 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
          "--data: two data directories named data: give each once"),
         (["--max-mib", "nan"], "--max-mib nan: must be a positive number"),
         (["--max-mib", "-5"], "--max-mib -5: must be a positive number"),
+        (["--out", "{tmp}/file/bundle"], "--out {tmp}/file/bundle: {tmp}/file is a file"),
+        (["--out", "{tmp}"], "--out {tmp} holds {tmp}: name a folder of its own"),  # cwd
+        (["--out", "{tmp}/a", "--data", "{tmp}/a/data"],
+         "--data {tmp}/a/data lies in --out {tmp}/a, which a build replaces"),
+        (["--out", "{tmp}/a", "--heldout", "{tmp}/a/heldout"],
+         "--heldout {tmp}/a/heldout lies in --out {tmp}/a, which a build replaces"),
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
-         "max-mib nan", "max-mib negative"],
+         "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
+         "data in out", "heldout in out"],
 )  # fmt: skip
-def test_bundle_options_that_would_lose_files_or_limits_are_refused(tmp_path, capsys, argv, said):
+def test_bundle_options_that_would_lose_files_or_limits_are_refused(
+    tmp_path, capsys, monkeypatch, argv, said
+):
     """A folder holding any manifest.json was deleted as a bundle; --out a file, two data folders
     of one name failed with tracebacks (the second after the whole build); --max-mib nan lifted
-    the limit."""
+    the limit; --data in --out was deleted before it was copied, --out . deleted the folder's
+    files, then failed."""
     (tmp_path / "file").write_text("")
     for folder in ("notes", "manifest-only"):
         (tmp_path / folder).mkdir()
@@ -150,8 +162,11 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(tmp_path, ca
     for side in ("a", "b"):
         (tmp_path / side / "data").mkdir(parents=True)
         (tmp_path / side / "data" / "dict.en.txt").write_text("a 1\n")
+    (tmp_path / "a" / "heldout").mkdir()
+    (tmp_path / "a" / "heldout" / "h.en").write_text("a sentence\n")
     argv = [arg.format(tmp=tmp_path) for arg in argv]
     builder = load_builder()
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as error:
         builder.build(builder.parse_args(argv))  # refused before anything is built or removed
     assert said.format(tmp=tmp_path) in capsys.readouterr().err + str(error.value)
@@ -190,3 +205,110 @@ def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
     assert str(error.value) == (
         f"build_offline_bundle.py: error: the bundle {tmp_path} is 3.0 MiB, over --max-mib 2 (MiB: wheels 3.0)"
     )
+
+
+def quick_builder(monkeypatch, fails: bool = False):
+    """The builder with a plugin wheel of a few bytes and nothing else to ship (or, ``fails``, a
+    plugin wheel that fails to build): a build in a second."""
+    builder = load_builder()
+
+    def plugin_wheel(wheels: Path) -> Path:
+        if fails:
+            builder.fail("building the plugin's wheel failed")
+        wheel = wheels / "fairseq_san-0-py3-none-any.whl"
+        wheel.write_bytes(b"a wheel")
+        return wheel
+
+    monkeypatch.setattr(builder, "plugin_wheel", plugin_wheel)
+    monkeypatch.setattr(builder, "wheel_requirements", lambda wheel: [])
+    monkeypatch.setattr(builder, "dependencies", lambda *args, **kwargs: [])
+    return builder
+
+
+def test_a_failed_or_too_large_build_leaves_the_bundle_before_it(tmp_path, monkeypatch):
+    """The build deleted --out first and wrote the manifest last: a build that failed (or was
+    stopped) left a folder that every rerun refused as "not a bundle", and one over --max-mib a
+    complete-looking bundle."""
+    out = tmp_path / "bundle"
+    builder = quick_builder(monkeypatch)
+    builder.main(["--out", str(out)])
+    before = (out / "manifest.json").read_text()
+    assert json.loads(before)["wheels"] == {
+        "fairseq_san-0-py3-none-any.whl": hashlib.sha256(b"a wheel").hexdigest()
+    }
+    with pytest.raises(SystemExit) as error:
+        builder.main(["--out", str(out), "--max-mib", "0.000001"])
+    assert str(error.value).startswith(f"build_offline_bundle.py: error: the bundle {out} is ")
+    with pytest.raises(SystemExit):
+        quick_builder(monkeypatch, fails=True).main(["--out", str(out)])
+    assert (out / "manifest.json").read_text() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bundle"]  # no bundle.partial
+    builder.main(["--out", str(out), "--archive"])  # a rebuild replaces it
+    assert (tmp_path / "bundle.tar.gz").is_file() and not (tmp_path / "bundle.partial").exists()
+
+
+def test_a_bundle_holding_more_than_a_build_writes_is_not_replaced(tmp_path, monkeypatch):
+    """A rebuild deleted the whole folder, with the runs the docs' flow makes inside it."""
+    out = tmp_path / "bundle"
+    builder = quick_builder(monkeypatch)
+    builder.main(["--out", str(out)])
+    (out / "prefix").mkdir()  # activate.sh's default prefix: the build's own
+    (out / "runs" / "en-de").mkdir(parents=True)
+    with pytest.raises(SystemExit) as error:
+        builder.main(["--out", str(out)])
+    assert str(error.value) == (
+        f"build_offline_bundle.py: error: --out {out} holds runs, which no build writes: move it "
+        "out of the bundle, or choose another --out"
+    )
+    assert (out / "runs" / "en-de").is_dir()
+
+
+def test_an_sdist_cut_short_is_one_line(tmp_path):
+    """A download into --cache that was cut short stays there: tarfile's traceback at every build."""
+    sdist = tmp_path / "fairseq_fixed-0.12.3.1.tar.gz"
+    sdist.write_bytes(gzip.compress(b"x" * 5000)[:200])
+    with pytest.raises(SystemExit) as error:
+        load_builder().extension_sources(sdist, "0.12.3.1")
+    assert str(error.value).startswith(f"build_offline_bundle.py: error: {sdist} is not a whole "
+                                       ".tar.gz (")  # fmt: skip
+    assert str(error.value).endswith("remove it, or give fairseq-fixed's sdist with --fairseq-sdist")
+
+
+def test_a_prefix_is_installed_again_for_another_bundle_or_python(tmp_path):
+    """A prefix was kept when its manifest equalled the bundle's: same commit and wheel names, so
+    a rebuilt bundle of a changed working tree (or another PYTHON) ran the old install."""
+    installer = load_script("scripts/offline_bundle/install.py")
+    manifest = {"wheels": {"a.whl": "1" * 64}}
+    prefix = tmp_path / "prefix"
+    assert not installer.installed(prefix, manifest)  # none yet
+    prefix.mkdir()
+    stamp = prefix / installer.STAMP
+    stamp.write_text(json.dumps(installer.stamped(manifest)))
+    assert installer.installed(prefix, manifest)
+    assert not installer.installed(prefix, {"wheels": {"a.whl": "2" * 64}})  # another wheel
+    stamp.write_text(json.dumps({**manifest, "installed_with": "/usr/bin/python3.0"}))
+    assert not installer.installed(prefix, manifest)  # another Python
+    stamp.write_text('{"wheels": ')  # cut short
+    assert not installer.installed(prefix, manifest)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as error:
+        installer.installed(tmp_path / "file", manifest)
+    assert str(error.value) == f"install.py: error: {tmp_path}/file is a file: set FAIRSEQ_SAN_PREFIX to a folder"
+
+
+def test_activate_takes_a_relative_prefix_and_any_cdpath(tmp_path):
+    """A relative FAIRSEQ_SAN_PREFIX went onto PATH as given (lost after a cd); with CDPATH set,
+    cd printed the folder and the bundle's path held two lines."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy2(REPO / "scripts" / "offline_bundle" / "activate.sh", bundle)
+    (bundle / "install.py").write_text("import sys; print(sys.argv[1])\n")  # stands in
+    work = tmp_path / "work"
+    work.mkdir()
+    script = "CDPATH=.:/tmp; FAIRSEQ_SAN_PREFIX=relative; source ../bundle/activate.sh; echo $PATH"
+    result = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
+                            env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    installed_into, path = result.stdout.splitlines()
+    assert installed_into == f"{work}/relative"
+    assert path.startswith(f"{work}/relative/bin:")

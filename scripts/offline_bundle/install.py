@@ -4,7 +4,8 @@ The bundle, made by scripts/build_offline_bundle.py on a connected machine, hold
 fairseq's extension sources. This installs the wheels with pip (no index, no dependency
 resolution: the bundle is the complete set), compiles the extensions in the prefix with the
 machine's C++ compiler, writes PREFIX/bin/python (the recipes call ``python``), and checks that
-everything imports. A prefix that already holds this bundle is left as it is.
+everything imports. A prefix that already holds this bundle, installed with this Python, is left
+as it is; another bundle (a wheel of other bytes) or another Python installs it again.
 
     python3 install.py PREFIX
 """
@@ -116,10 +117,29 @@ def install(prefix: Path, manifest: dict) -> None:
     run(command, "compiling fairseq's extensions", cwd=partial)
     write_python(partial)
     check_imports(partial, manifest)
-    (partial / STAMP).write_text(json.dumps(manifest, indent=1) + "\n")
+    (partial / STAMP).write_text(json.dumps(stamped(manifest), indent=1) + "\n")
     if prefix.exists():
         shutil.rmtree(prefix)
     partial.rename(prefix)
+
+
+def stamped(manifest: dict) -> dict:
+    """What a prefix records of its install: the bundle's manifest and the Python it ran."""
+    return {**manifest, "installed_with": sys.executable}
+
+
+def installed(prefix: Path, manifest: dict) -> bool:
+    """Whether ``prefix`` holds this bundle installed with this Python; a prefix of another
+    kind (a file, a folder of something else) is refused in one line."""
+    stamp = prefix / STAMP
+    if prefix.exists() and not prefix.is_dir():
+        fail(f"{prefix} is a file: set FAIRSEQ_SAN_PREFIX to a folder")
+    if prefix.exists() and any(prefix.iterdir()) and not stamp.is_file():
+        fail(f"{prefix} exists and holds no bundle: set FAIRSEQ_SAN_PREFIX to a new folder")
+    try:
+        return json.loads(stamp.read_text()) == stamped(manifest)
+    except (OSError, ValueError):  # none yet, or one cut short: install (again)
+        return False
 
 
 def main() -> None:
@@ -134,11 +154,8 @@ def main() -> None:
         parser.error("PREFIX is required")
     manifest = json.loads((BUNDLE / "manifest.json").read_text())
     prefix = args.prefix.resolve()
-    stamp = prefix / STAMP
-    if stamp.exists() and json.loads(stamp.read_text()) == manifest:
+    if installed(prefix, manifest):
         return
-    if prefix.exists() and any(prefix.iterdir()) and not stamp.exists():
-        fail(f"{prefix} exists and holds no bundle: set FAIRSEQ_SAN_PREFIX to a new folder")
     check_machine(manifest)
     print(f"install.py: installing the bundle into {prefix} (once)", file=sys.stderr)
     install(prefix, manifest)

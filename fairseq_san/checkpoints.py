@@ -31,7 +31,7 @@ import os
 import pickle
 import re
 import zipfile
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -61,6 +61,40 @@ class CheckpointError(UsageError):
 class VocabularyMismatch(UsageError):
     """A checkpoint trained with other dictionaries than the data's (fairseq's loader, which
     knows the file, adds its path: ``fairseq_fixes.safe_loading``)."""
+
+
+# The embeddings whose rows are the entries of each dictionary.
+EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+# torch's load_state_dict error for a weight of another shape than the model's.
+SIZE_MISMATCH = re.compile(
+    r"size mismatch for (\S+): copying a param with shape torch\.Size\(\[(\d+)(?:, \d+)*\]\) "
+    r"from checkpoint, the shape in current model is torch\.Size\(\[(\d+)(?:, \d+)*\]\)"
+)
+
+
+def vocabulary_mismatch(sizes: Dict[str, Tuple[int, int]]) -> Optional[VocabularyMismatch]:
+    """The error for embeddings of other sizes than the data's dictionaries (``sizes``: side ->
+    (rows trained, entries in the data's dictionary)), or None where they all match."""
+    if all(trained == built for trained, built in sizes.values()):
+        return None
+    shown = ", ".join(f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items())
+    return VocabularyMismatch(
+        f"the checkpoint was trained with other dictionaries than the data's: entries per "
+        f"dictionary {shown}; use the dictionaries the model was trained with (its data "
+        "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
+    )
+
+
+def vocabulary_mismatch_in(error: BaseException) -> Optional[VocabularyMismatch]:
+    """The VocabularyMismatch that torch's ``load_state_dict`` error says, where embeddings are
+    among the weights of other shapes (fairseq's own models load without the plugin's check)."""
+    keys = {key: side for side, key in EMBEDDINGS.items()}
+    sizes = {
+        keys[key]: (int(trained), int(built))
+        for key, trained, built in SIZE_MISMATCH.findall(str(error))
+        if key in keys
+    }
+    return vocabulary_mismatch(sizes) if isinstance(error, RuntimeError) and sizes else None
 
 
 def stamp(args, language_pair: Optional[Tuple[str, str]] = None) -> None:
@@ -109,8 +143,8 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
     if unsafe:
         return (
             f"it contains {', '.join(unsafe)}, which torch's safe loader (weights_only) refuses; "
-            "fairseq checkpoints need only argparse.Namespace, which fairseq-san allows, and "
-            "fairseq-san reads nothing else"
+            "fairseq checkpoints need only argparse.Namespace and numpy's arrays, which "
+            "fairseq-san allows, and fairseq-san reads nothing else"
         )
     state, unreadable = read_back(path)
     if unreadable is not None:

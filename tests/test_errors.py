@@ -14,9 +14,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import List
 
 import pytest
+import torch
 
 from helpers import (
     BIN,
@@ -1064,6 +1066,7 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
 
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
+    (data / "dict.src.txt").write_text("a 1\n")
     argv = ["--data", str(data), "--system", f"a={tmp_path / 'a.pt'}",
             "--out-dir", str(tmp_path / "out"), "--repeats", "1", *extra]  # fmt: skip
     with pytest.raises(SystemExit) as exit:
@@ -1089,6 +1092,10 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),
         (["--references", "{tmp}"], "--references {tmp}: is a directory"),
         (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
+        (["--data", "{tmp}/notes.txt"], "--data {tmp}/notes.txt: a file, not a directory"),
+        (["--data", "{tmp}"], "--data {tmp}: not a binarized data directory (no dict.*.txt"),
+        (["--system", "a (CTranslate2 int8)={tmp}/a.pt"], "system 'a (CTranslate2 int8)': names "
+         "ending in '(CTranslate2 TYPE)' are the benchmark's own CTranslate2 rows"),
         (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
         (["--beams", "1", "1"], "--beams: 1 is given twice"),
         (["--modes", "natural", "natural"], "--modes: natural is given twice"),
@@ -1140,6 +1147,89 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
     path.write_bytes(content)
     with pytest.raises(ValueError, match=re.escape(f"--references {path} {said}")):
         load_references(str(path), StandInBatches(20, 4), detokenize=None)
+
+
+def test_bench_output_folder_is_checked_before_anything_is_decoded(tmp_path):
+    """A folder that cannot take the results failed after the whole benchmark had run, every
+    measurement lost."""
+    from fairseq_san.benchmark.run import check_writable
+
+    (tmp_path / "results.json").mkdir()
+    with pytest.raises(ValueError) as refused:
+        check_writable(tmp_path)
+    assert str(refused.value) == (
+        f"--out-dir {tmp_path}: results.json there is a folder, where the results go"
+    )
+
+
+def test_bench_natural_lengths_that_allow_no_token_are_refused():
+    """--max-len-a 0.1 --max-len-b 0: fairseq's "min_len cannot be larger than max_len" in the
+    worker, a traceback inside a traceback."""
+    from fairseq_san.benchmark.config import BenchmarkConfig, DecodeOptions
+    from fairseq_san.benchmark.run import check_natural_lengths
+
+    batches = SimpleNamespace(samples=[
+        {"net_input": {"src_lengths": torch.tensor(lengths)}} for lengths in ([3, 2], [9, 8])
+    ])  # fmt: skip
+    for a, b, allowed in ((0.1, 0, False), (0.34, 0, True), (0, 1, True)):
+        decode = DecodeOptions(max_len_a=a, max_len_b=b)
+        config = BenchmarkConfig(data="d", systems=[], out_dir="o", decode=decode)
+        if allowed:
+            check_natural_lengths(batches, config)
+            continue
+        with pytest.raises(ValueError) as refused:
+            check_natural_lengths(batches, config)
+        assert str(refused.value) == (
+            "--max-len-a 0.1 --max-len-b 0: natural lengths allow no token for a batch whose "
+            "longest source has 3 tokens (int(a*x+b) = 0); give a larger --max-len-b"
+        )
+
+
+def test_a_bench_worker_that_died_is_one_line():
+    """A worker killed mid-run: "[Errno 104] Connection reset by peer", or a RuntimeError's
+    traceback while it loaded."""
+    import multiprocessing
+
+    from fairseq_san.benchmark.workers import Worker, WorkerDied
+
+    worker = Worker.__new__(Worker)
+    worker.engine = "fairseq"
+    worker.conn, other_end = multiprocessing.Pipe()
+    other_end.close()
+    worker.process = SimpleNamespace(join=lambda timeout: None, exitcode=-9)
+    for ask in (worker.receive, lambda: worker.call("base", "decode", (), {})):
+        with pytest.raises(WorkerDied, match=r"^the fairseq worker died \(exit code -9\)$"):
+            ask()
+
+
+@pytest.mark.parametrize("content", [[1, 2, 3], {"model": 1, "cfg": "x"}])
+def test_bench_file_that_is_no_checkpoint_is_one_line(tmp_path, content):
+    """torch.save([1, 2, 3]): AttributeError: 'list' object has no attribute 'get'."""
+    from fairseq_san.benchmark.config import BenchmarkConfig, SystemSpec
+    from fairseq_san.benchmark.fairseq_system import check_translation
+
+    path = tmp_path / "list.pt"
+    torch.save(content, path)
+    config = BenchmarkConfig(data=str(tmp_path), out_dir="o", systems=[SystemSpec("a", str(path))])
+    with pytest.raises(ValueError, match=f"^system a: cannot load checkpoint {path}: its? "):
+        check_translation(config)
+
+
+@pytest.mark.slow
+def test_bench_subset_without_its_target_side_is_one_line(binarized_corpus, san_checkpoint, tmp_path):
+    """A subset binarized from its source side only: TypeError: 'NoneType' object is not
+    subscriptable, in the parent."""
+    data = tmp_path / "data"
+    shutil.copytree(binarized_corpus, data)
+    for target in data.glob("test.*.tgt.*"):
+        target.unlink()
+    result = run_cli("fairseq-san-bench", "--data", str(data), "--system", f"a={san_checkpoint}",
+                     "--out-dir", str(tmp_path / "out"), "--cpu", "--no-ctranslate2", timeout=120)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-bench: error: --subset test of {data} has no target side (binarized "
+        "without test.tgt): binarize it with its references"
+    )
 
 
 def loop_error(capsys, *argv: str) -> str:
@@ -2195,9 +2285,26 @@ def test_fairseqs_own_errors_for_other_checkpoints_are_left_as_they_are():
 
     theirs, _ = build_fairseq_transformer()
     theirs.load_state_dict(build()[0].state_dict())  # unshared: fairseq's transformer loads it
-    other_vocabulary, _ = build(dictionary=make_dictionary(30))
-    with pytest.raises(RuntimeError, match="size mismatch for encoder.embed_tokens.weight"):
+    other_width, _ = build(["--encoder-ffn-embed-dim", "24"])
+    with pytest.raises(RuntimeError, match="size mismatch for encoder.layers.0.fc1.weight"):
+        theirs.load_state_dict(other_width.state_dict())
+
+
+def test_fairseqs_transformer_of_another_vocabulary_names_the_dictionary_sizes():
+    """fairseq-generate of a ``transformer`` checkpoint on another data directory: torch's size
+    mismatch of the embeddings (and fairseq-san-bench: two tracebacks, its worker's inside)."""
+    from helpers import build_fairseq_transformer
+
+    from fairseq_san.checkpoints import VocabularyMismatch
+
+    theirs, _ = build_fairseq_transformer()
+    other_vocabulary, _ = build_fairseq_transformer(dictionary=make_dictionary(48))
+    with pytest.raises(VocabularyMismatch) as refused:
         theirs.load_state_dict(other_vocabulary.state_dict())
+    assert str(refused.value).startswith(
+        "the checkpoint was trained with other dictionaries than the data's: entries per "
+        "dictionary source 48 (data: 24), target 48 (data: 24); use the dictionaries"
+    )
 
 
 def test_fairseqs_models_name_a_plugin_checkpoint_where_they_load_it():

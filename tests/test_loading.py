@@ -25,7 +25,7 @@ import torch
 
 import fairseq_san
 from fairseq_san import checkpoints
-from helpers import REPO, cli_env, run_cli, train_argv
+from helpers import REPO, cli_env, fairseq_generate, run_cli, train_argv
 
 UNSAFE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
@@ -274,8 +274,40 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
         generate_error(binarized_corpus, foreign),
         f"fairseq-san: error: cannot load checkpoint {foreign}: it contains fractions.Fraction, "
         "which torch's safe loader (weights_only) refuses; fairseq checkpoints need only "
-        "argparse.Namespace, which fairseq-san allows, and fairseq-san reads nothing else",
+        "argparse.Namespace and numpy's arrays, which fairseq-san allows, and fairseq-san reads "
+        "nothing else",
     )
+
+
+def test_numpy_arrays_of_numbers_load_and_of_objects_do_not(tmp_path):
+    """fairseq's translation task keeps --eval-bleu's statistics as numpy arrays in a
+    checkpoint's metrics: the safe loader refused every such checkpoint, to resume or decode.
+    An array of objects (any Python object inside) stays refused."""
+    import numpy
+
+    from fairseq_san.checkpoints import load_state
+
+    metrics = {"_bleu_counts": numpy.array([3, 2, 1, 0]), "_bleu_totals": numpy.array([4.0]),
+               "score": numpy.float32(1.5), "flags": numpy.array([True])}  # fmt: skip
+    path = tmp_path / "metrics.pt"
+    torch.save({"extra_state": {"metrics": {"valid": metrics}}}, path)
+    loaded = load_state(str(path))["extra_state"]["metrics"]["valid"]
+    assert all(numpy.array_equal(loaded[key], value) for key, value in metrics.items())
+    torch.save({"extra_state": {"odd": numpy.array([print], dtype=object)}}, path)
+    with pytest.raises(checkpoints.UsageError, match="which torch's safe loader"):
+        load_state(str(path))
+
+
+@pytest.mark.slow
+def test_a_run_with_eval_bleu_resumes_and_decodes(binarized_corpus, tmp_path):
+    save_dir = tmp_path / "checkpoints"
+    extra = ["--task", "translation_san", "--eval-bleu", "--eval-bleu-args", '{"beam": 1}']
+    for updates in (2, 4):
+        result = run_cli("fairseq-train", *train_argv(binarized_corpus, save_dir, updates, extra))
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "num_updates 4" in result.stdout + result.stderr
+    decoded = fairseq_generate(binarized_corpus, save_dir / "checkpoint_last.pt")
+    assert decoded.returncode == 0, decoded.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -698,16 +730,15 @@ def test_an_interpolation_in_a_checkpoints_configuration_is_refused(san_checkpoi
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     """torch.save(..., _use_new_zipfile_serialization=False), as old fairseq checkpoints are: the
     global is named, not "truncated" (the archive check is for zip files only)."""
-    import numpy
     from fairseq import checkpoint_utils
 
     legacy = tmp_path / "legacy.pt"
-    torch.save({"model": {}, "best": numpy.float64(1.5)}, legacy,
+    torch.save({"model": {}, "best": fractions.Fraction(1, 3)}, legacy,
                _use_new_zipfile_serialization=False)  # fmt: skip
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoint_utils.load_checkpoint_to_cpu(str(legacy))
     assert re.fullmatch(
-        rf"cannot load checkpoint {re.escape(str(legacy))}: it contains numpy\S*\.scalar, which "
+        rf"cannot load checkpoint {re.escape(str(legacy))}: it contains fractions\.Fraction, which "
         r"torch's safe loader \(weights_only\) refuses; .*",
         str(refused.value),
     )

@@ -10,6 +10,7 @@ import glob
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +25,9 @@ MODES = (NATURAL, FIXED)
 # Engines, each timed in worker processes of its own (see ``workers``).
 FAIRSEQ = "fairseq"
 CTRANSLATE2 = "ctranslate2"
+# The name of the baseline's CTranslate2 row of each compute type, and what no system may be named.
+CTRANSLATE2_NAME = "{base} (CTranslate2 {compute_type})"
+CTRANSLATE2_ROW = re.compile(r"\(CTranslate2 \w+\)$")
 
 # Decoders of the fairseq engine: fairseq's SequenceGenerator, or the static-shape decoder.
 STATIC = options.STATIC
@@ -297,7 +301,13 @@ def check_paths(config: BenchmarkConfig) -> None:
     """ValueError for a data directory or a given file that is missing or of the wrong kind, or
     raw references without the sentencepiece model that would make hypotheses text."""
     if not os.path.isdir(config.data):
-        raise ValueError(f"--data {config.data}: no such directory")
+        problem = "a file, not a directory" if os.path.exists(config.data) else "no such directory"
+        raise ValueError(f"--data {config.data}: {problem}")
+    if not glob.glob(os.path.join(glob.escape(config.data), "dict*.txt")):
+        raise ValueError(
+            f"--data {config.data}: not a binarized data directory (no dict.*.txt: "
+            "fairseq-preprocess writes them)"
+        )
     if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
         raise ValueError(f"--out-dir {config.out_dir} is a file, not a directory")
     for flag, path in (("--spm", config.spm_model), ("--references", config.references)):
@@ -355,6 +365,12 @@ def check_config(config: BenchmarkConfig) -> str:
         raise ValueError("no system to benchmark")
     if len(set(names)) != len(names):
         raise ValueError(f"system names must be unique: {names}")
+    taken = next((name for name in names if CTRANSLATE2_ROW.search(name)), None)
+    if taken is not None:  # a CTranslate2 row of that name replaced the system in the results
+        raise ValueError(
+            f"system {taken!r}: names ending in '(CTranslate2 TYPE)' are the benchmark's own "
+            "CTranslate2 rows; name it otherwise"
+        )
     baseline = config.baseline or names[0]
     if baseline not in names:
         raise ValueError(f"baseline {baseline!r} is not one of the systems {names}")

@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, BenchmarkConfig
-from fairseq_san.benchmark.config import precision_label
+from fairseq_san.benchmark.config import CTRANSLATE2_NAME, precision_label
 from fairseq_san.benchmark.fairseq_system import FairseqSystem, max_output_tokens
 from fairseq_san.benchmark.timing import PassResult, clock
 
@@ -33,7 +33,7 @@ class CTranslate2System:
     def __init__(self, base: FairseqSystem, model_dir: Path, compute_type: str, threads: int):
         import ctranslate2
 
-        self.name = f"{base.name} (CTranslate2 {compute_type})"
+        self.name = CTRANSLATE2_NAME.format(base=base.name, compute_type=compute_type)
         self.device = base.device
         self.task = base.task
         self.compute_type = compute_type

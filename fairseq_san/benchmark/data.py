@@ -24,6 +24,11 @@ class Batches:
     ):  # fmt: skip
         task.load_dataset(subset, combine=False)
         dataset = task.dataset(subset)
+        if dataset.tgt is None:  # BLEU's references and the mean output length come from it
+            raise ValueError(
+                f"--subset {subset} of {task.cfg.data} has no target side (binarized without "
+                f"{subset}.{task.cfg.target_lang}): binarize it with its references"
+            )
         count = len(dataset) if max_sentences is None else min(max_sentences, len(dataset))
         ids = sorted(range(count), key=lambda i: (int(dataset.src_sizes[i]), i))
         self.dataset = dataset

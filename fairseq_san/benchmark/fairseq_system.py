@@ -25,7 +25,7 @@ from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, mono
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
-from fairseq_san.checkpoints import language_model_in, load_state
+from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION
@@ -85,7 +85,11 @@ def check_translation(config: BenchmarkConfig) -> None:
         check_checkpoint_file(spec)
         systems.setdefault(spec.checkpoint, []).append(spec.name)
     for checkpoint, names in systems.items():
-        model = language_model_in(load_state(checkpoint))
+        state = load_state(checkpoint)
+        problem = checkpoint_problem(state)
+        if problem is not None:
+            raise ValueError(f"system {names[0]}: cannot load checkpoint {checkpoint}: {problem}")
+        model = language_model_in(state)
         if model is not None:
             named = f"system {names[0]}" if len(names) == 1 else f"systems {', '.join(names)}"
             problems.append(f"{named}: checkpoint {checkpoint} is a language model ({model})")

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import logging
 import math
+import tempfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -18,6 +19,7 @@ from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
 from fairseq_san.benchmark.report import markdown_report
 from fairseq_san.benchmark.timing import median, time_setting
 from fairseq_san.benchmark.workers import WorkerPool
+from fairseq_san.files import write_text
 
 logger = logging.getLogger("fairseq_san.benchmark")
 
@@ -40,6 +42,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         raise ValueError("--fp16 needs a GPU")
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir)  # else every measurement is lost at the end
     machine = machine_info(device)  # before decoding: the load average of the machine as found
 
     # Every checkpoint's overrides are checked before anything is measured; the first one's task
@@ -51,6 +54,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
                       config.max_sentences)  # fmt: skip
     if not batches.ids:
         raise ValueError(f"subset {config.subset} is empty")
+    if NATURAL in config.modes:
+        check_natural_lengths(batches, config)
     text = TextSide(config, tasks[0], batches)
     fixed_length = config.fixed_length or max(1, round(batches.mean_target_length()))
     del tasks
@@ -183,16 +188,49 @@ def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None
             systems[name].setdefault("profile", {})[mode] = {"beam": beam, **summary}
 
 
+# What a benchmark writes into --out-dir (the figures only where matplotlib is installed).
+RESULT_FILES = ("results.json", "results.md")
+FIGURES = ("speed_vs_beam.png", "speed_vs_bleu.png")
+
+
+def check_writable(out_dir: Path) -> None:
+    """ValueError for an --out-dir the results cannot be written to (read-only, or one of their
+    names taken by a folder), before anything is decoded."""
+    for name in RESULT_FILES + FIGURES:
+        if (out_dir / name).is_dir():
+            raise ValueError(f"--out-dir {out_dir}: {name} there is a folder, where the results go")
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out-dir {out_dir}: cannot write there ({err.strerror})") from None
+
+
+def check_natural_lengths(batches: Batches, config: BenchmarkConfig) -> None:
+    """ValueError where --max-len-a/-b allow no token for a batch (fairseq asserts "min_len
+    cannot be larger than max_len" inside the worker): int(a * x + b) >= 1 for the longest
+    source x of every batch, as fairseq's SequenceGenerator computes it."""
+    a, b = config.decode.max_len_a, config.decode.max_len_b
+    shortest = min(int(sample["net_input"]["src_lengths"].max()) for sample in batches.samples)
+    if int(a * shortest + b) < 1:
+        raise ValueError(
+            f"--max-len-a {a} --max-len-b {b}: natural lengths allow no token for a batch whose "
+            f"longest source has {shortest} tokens (int(a*x+b) = {int(a * shortest + b)}); give a "
+            "larger --max-len-b"
+        )
+
+
 def write_results(results: Dict, out_dir: Path) -> None:
     """results.json (strict JSON), results.md and the figures in ``out_dir``: speed against
     beam, and against BLEU where natural lengths were decoded (fixed ones have no BLEU); the
     figures only where matplotlib is installed (the offline bundle for GPU machines leaves it
-    out)."""
+    out). Each file is written whole or not at all; an earlier run's figures are removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "results.json", "w", encoding="utf-8") as handle:
-        json.dump(finite(results), handle, indent=2, allow_nan=False)
-        handle.write("\n")
-    (out_dir / "results.md").write_text(markdown_report(results), encoding="utf-8")
+    text = json.dumps(finite(results), indent=2, allow_nan=False) + "\n"
+    write_text(str(out_dir / "results.json"), text)
+    write_text(str(out_dir / "results.md"), markdown_report(results))
+    for name in FIGURES:
+        (out_dir / name).unlink(missing_ok=True)
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
         return

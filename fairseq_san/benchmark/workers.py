@@ -40,6 +40,12 @@ from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.fairseq_system import FairseqSystem
 
 logger = logging.getLogger("fairseq_san.benchmark")
+# How the other end of a pipe going away shows: end of file, or the connection reset.
+PIPE_GONE = (EOFError, ConnectionResetError, BrokenPipeError)
+
+
+class WorkerDied(RuntimeError):
+    """A worker process that ended before it answered (killed, out of memory)."""
 
 
 @dataclass
@@ -73,7 +79,17 @@ def _build(job: WorkerJob) -> Tuple[List, Batches, Dict]:
 
 
 def _serve(conn, job: WorkerJob) -> None:
-    """The worker's loop: build, say ready, then run ``(system, method, args, kwargs)`` calls."""
+    """The worker's loop: build, say ready, then run ``(system, method, args, kwargs)`` calls.
+    A parent that is gone or interrupted (Ctrl-C reaches the workers too) ends it quietly: the
+    parent says what happened."""
+    try:
+        _answer(conn, job)
+    except (*PIPE_GONE, KeyboardInterrupt):
+        return
+
+
+def _answer(conn, job: WorkerJob) -> None:
+    """``_serve``'s loop."""
     try:
         systems, batches, info = _build(job)
     except Exception as err:  # noqa: BLE001  (reported to the parent, which raises it)
@@ -87,10 +103,7 @@ def _serve(conn, job: WorkerJob) -> None:
     }))  # fmt: skip
     by_name = {system.name: system for system in systems}
     while True:
-        try:
-            request = conn.recv()
-        except EOFError:  # the parent is gone
-            return
+        request = conn.recv()
         if request is None:
             return
         name, method, args, kwargs = request
@@ -126,11 +139,8 @@ class Worker:
     def receive(self):
         try:
             tag, payload = self.conn.recv()
-        except EOFError:
-            self.process.join(timeout=5)
-            raise RuntimeError(
-                f"the {self.engine} worker died (exit code {self.process.exitcode})"
-            ) from None
+        except PIPE_GONE:
+            raise self._died() from None
         if tag == "value_error":
             raise ValueError(payload)
         if tag == "crash":
@@ -138,8 +148,15 @@ class Worker:
         return payload
 
     def call(self, name: str, method: str, args: Tuple, kwargs: Dict):
-        self.conn.send((name, method, args, kwargs))
+        try:
+            self.conn.send((name, method, args, kwargs))
+        except PIPE_GONE:
+            raise self._died() from None
         return self.receive()
+
+    def _died(self) -> WorkerDied:
+        self.process.join(timeout=5)
+        return WorkerDied(f"the {self.engine} worker died (exit code {self.process.exitcode})")
 
     def close(self) -> None:
         if self.process.is_alive():

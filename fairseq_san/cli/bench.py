@@ -187,11 +187,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     from fairseq_san.benchmark.report import markdown_report
     from fairseq_san.benchmark.run import run_benchmark
+    from fairseq_san.benchmark.workers import WorkerDied
 
     try:
         results = run_benchmark(config)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, WorkerDied) as err:
         sys.exit(f"{PROG}: error: {err}")
+    except KeyboardInterrupt:  # the workers end quietly; no results are written
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        sys.exit(130)
     print(markdown_report(results), end="")
 
 

@@ -3,9 +3,11 @@
 Upstream behaviour corrected: ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` calls
 ``torch.load`` without ``weights_only``; since torch 2.6 (pytorch/pytorch#137602) that means the
 safe loader, which refuses every fairseq checkpoint: its ``cfg.model`` is an
-``argparse.Namespace``, not on torch's allow-list. ``install()`` allows exactly that one global
-(``FAIRSEQ_GLOBALS``), so no command needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which would
-switch the safe loader off for the whole process.
+``argparse.Namespace``, not on torch's allow-list. ``install()`` allows exactly that global and
+numpy's arrays and scalars (``fairseq_globals``: the translation task's BLEU statistics of
+``--eval-bleu``, kept in the checkpoint's metrics, are numpy arrays; such a checkpoint could
+neither resume nor decode), so no command needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which
+would switch the safe loader off for the whole process.
 
 It also wraps ``load_checkpoint_to_cpu``, through which every fairseq command (generate,
 validate, interactive, train's ``--restore-file`` and ``--finetune-from-model``, the hub's
@@ -28,6 +30,7 @@ or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
 
 import argparse
 import functools
+from typing import List
 
 import torch
 
@@ -46,13 +49,31 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
-FAIRSEQ_GLOBALS = [argparse.Namespace]
+# numpy's dtypes of booleans, integers, floats and complex numbers (character codes): what
+# arrays of numbers need. Not the object dtype: its arrays hold any Python object.
+NUMERIC_DTYPES = "?bBhHiIlLqQefdgFDG"
+
+
+def fairseq_globals() -> List[object]:
+    """What fairseq's checkpoints hold beyond tensors and Python's containers: the
+    ``argparse.Namespace`` of ``cfg.model``, and numpy's arrays and scalars of numbers
+    (``--eval-bleu``'s statistics), each of numpy's functions under its name in numpy 2 and in
+    numpy 1, whichever wrote the file. None of them runs code."""
+    import numpy
+
+    multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+    dtypes = [type(numpy.dtype(code)) for code in NUMERIC_DTYPES]
+    found: List[object] = [argparse.Namespace, numpy.ndarray, numpy.dtype, *dtypes]
+    for name in ("_reconstruct", "scalar"):
+        function = getattr(multiarray, name)
+        found += [(function, f"numpy.{package}.multiarray.{name}") for package in ("_core", "core")]
+    return found
 
 
 def allow_fairseq_globals() -> None:
     """Add what fairseq checkpoints need to torch's safe loader's allow-list (idempotent)."""
-    missing = [g for g in FAIRSEQ_GLOBALS if g not in torch.serialization.get_safe_globals()]
-    torch.serialization.add_safe_globals(missing)
+    allowed = torch.serialization.get_safe_globals()
+    torch.serialization.add_safe_globals([g for g in fairseq_globals() if g not in allowed])
 
 
 def _explaining(load_checkpoint_to_cpu):

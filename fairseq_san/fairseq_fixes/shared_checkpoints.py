@@ -9,7 +9,10 @@ fairseq's trainer re-raises as "Cannot load model parameters from checkpoint ...
 that the architectures match", a traceback. Only the first layer of a block has query/key
 projections (``modules.shared_attention``); AAN's decoder has no self-attention projections at
 all. When a model that is not the plugin's fails to load such a checkpoint, the error names its
-sharing and the flags of the plugin's model that loads it; any other failure is fairseq's own.
+sharing and the flags of the plugin's model that loads it. A checkpoint of other dictionaries
+than the data's is said as the plugin's models say it (``checkpoints.vocabulary_mismatch``: the
+entries of each dictionary), not as torch's size mismatch of the embeddings (fairseq-generate of
+a ``transformer`` on another data directory); any other failure is fairseq's own.
 """
 
 import functools
@@ -18,6 +21,7 @@ from typing import Dict, List, Optional
 from torch import nn
 
 from fairseq_san import policy as san_policy
+from fairseq_san.checkpoints import vocabulary_mismatch_in
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.model_overrides import plugin_model_classes
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
@@ -88,11 +92,14 @@ def _naming(load_state_dict):
     def wrapper(model, state_dict, *args, **kwargs):
         try:
             return load_state_dict(model, state_dict, *args, **kwargs)
-        except RuntimeError:
+        except RuntimeError as error:
             problem = plugin_checkpoint_problem(model, state_dict)
-            if problem is None:
-                raise
-            raise UsageError(problem) from None
+            if problem is not None:
+                raise UsageError(problem) from None
+            mismatch = vocabulary_mismatch_in(error)
+            if mismatch is not None:
+                raise mismatch from None
+            raise
 
     return wrapper
 

@@ -27,7 +27,7 @@ from torch import nn
 
 from fairseq_san import options
 from fairseq_san import policy as san_policy
-from fairseq_san.checkpoints import VocabularyMismatch
+from fairseq_san.checkpoints import EMBEDDINGS, vocabulary_mismatch
 from fairseq_san.errors import UsageError
 from fairseq_san.modules.shared_attention import (
     LEADER_PROJECTION,
@@ -53,7 +53,6 @@ FINE_TUNE = "to train this policy from it, start a new run with --finetune-from-
 AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
 # The embeddings whose rows are the source and the target dictionary.
-EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
 # The option value (``--san-encdec-share``, ``--san-self-share``) that gives a block's following
 # layers each role.
 SHARE_OF_ROLE = {
@@ -200,16 +199,9 @@ def check_checkpoint_vocabulary(model: nn.Module, state_dict: Dict) -> None:
         for side, key in EMBEDDINGS.items()
         if key in state_dict and key in own
     }
-    if all(trained == built for trained, built in sizes.values()):
-        return
-    shown = ", ".join(
-        f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items()
-    )
-    raise VocabularyMismatch(
-        f"the checkpoint was trained with other dictionaries than the data's: entries per "
-        f"dictionary {shown}; use the dictionaries the model was trained with (its data "
-        "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
-    )
+    mismatch = vocabulary_mismatch(sizes)
+    if mismatch is not None:
+        raise mismatch
 
 
 def stack_depths(state_dict: Dict) -> Dict[str, int]:

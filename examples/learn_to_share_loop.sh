@@ -67,6 +67,10 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
     echo "== iteration $k: policy $policy"
     if [ ! -f "$dir/trained" ]; then
       train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
+      if [ ! -f "$checkpoint" ]; then  # else marked trained, and every re-run skipped training
+        echo "learn_to_share: iteration $k: fairseq-train ended without $checkpoint (its output: $dir/train.log)" >&2
+        exit 1
+      fi
       touch "$dir/trained"
     fi
     # The last trained iteration: the loop's result at its end.

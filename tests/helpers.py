@@ -778,6 +778,16 @@ def read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def stand_in_fairseq_train(folder: Path, code: str, name: str = "fairseq-train") -> Path:
+    """An executable named fairseq-train (or ``name``) in ``folder`` that runs the Python
+    ``code`` (what fairseq-san-cpu-ranks starts, fast): its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    program = folder / name
+    program.write_text(f"#!{sys.executable}\n{code}")
+    program.chmod(0o755)
+    return program
+
+
 def load_script(relative: str):
     """A script of the repository (``scripts/...py``, not a package module) as a module."""
     path = REPO / relative

@@ -190,10 +190,9 @@ def test_terminating_the_launcher_stops_its_ranks(tmp_path):
     for a terminated process."""
     import signal
     import subprocess
-    import sys
     import time
 
-    from helpers import command_path
+    from helpers import command_path, stand_in_fairseq_train
 
     writes_pid_and_waits = (
         "import os, sys, time\n"
@@ -201,8 +200,9 @@ def test_terminating_the_launcher_stops_its_ranks(tmp_path):
         f"open(os.path.join({str(tmp_path)!r}, 'pid-' + rank), 'w').write(str(os.getpid()))\n"
         "time.sleep(120)\n"
     )
+    program = stand_in_fairseq_train(tmp_path / "bin", writes_pid_and_waits)
     launcher = subprocess.Popen([str(command_path("fairseq-san-cpu-ranks")), "2", "--log-dir",
-                                 str(tmp_path), "--", sys.executable, "-c", writes_pid_and_waits])
+                                 str(tmp_path), "--", str(program)])
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -33,6 +33,7 @@ from helpers import (
     make_dictionary,
     parse_args,
     run_cli,
+    stand_in_fairseq_train,
     train_argv,
 )
 
@@ -1026,6 +1027,14 @@ def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, progr
     assert not (tmp_path / "logs").exists()
 
 
+def test_cpu_ranks_command_installed_off_path_is_said_so(tmp_path, capsys, monkeypatch):
+    """It said "command not found: fairseq-train; did you mean 'fairseq-train'?"."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    line = cpu_ranks(capsys, "2", "--log-dir", str(tmp_path), "--", "fairseq-train", "data")
+    assert line == ("fairseq-san-cpu-ranks: error: command not found: fairseq-train (not on PATH: "
+                    "activate the environment of make setup)")  # fmt: skip
+
+
 def test_cpu_ranks_log_that_cannot_be_written_is_one_line_before_any_rank_starts(
     tmp_path, capsys
 ):
@@ -1034,7 +1043,8 @@ def test_cpu_ranks_log_that_cannot_be_written_is_one_line_before_any_rank_starts
     logs, started = tmp_path / "logs", tmp_path / "rank-0-started"
     (logs / "rank-1.log").mkdir(parents=True)  # a log that cannot be opened, even by root
     rank = f"import pathlib; pathlib.Path({str(started)!r}).touch()"
-    line = cpu_ranks(capsys, "2", "--log-dir", str(logs), "--", sys.executable, "-c", rank)
+    program = stand_in_fairseq_train(tmp_path / "bin", rank)
+    line = cpu_ranks(capsys, "2", "--log-dir", str(logs), "--", str(program))
     assert line == f"fairseq-san-cpu-ranks: error: {logs / 'rank-1.log'}: Is a directory"
     assert not started.exists()
 
@@ -1056,8 +1066,98 @@ def test_more_cpu_ranks_than_cores_is_one_line(tmp_path, capsys):
 def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("a file\n")
-    line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", "true")
+    program = stand_in_fairseq_train(tmp_path / "bin", "")
+    line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", str(program))
     assert line == f"fairseq-san-cpu-ranks: error: --log-dir {notes} is a file, not a directory"
+
+
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        (["{generate}", "data"], "it runs fairseq-train only, not fairseq-generate: decode "
+         "and validate in one process (each rank would decode a part of the data)"),
+        (["{train}", "data", "--ddp-backend", "c10d"], "--ddp-backend: set by "
+         "fairseq-san-cpu-ranks for its ranks; leave it out"),
+        (["{train}", "data", "--distributed-world-size=4"], "--distributed-world-size: set by "
+         "fairseq-san-cpu-ranks for its ranks; leave it out"),
+        (["{train}", "data", "--bf16"], "--bf16: fairseq trains in bf16 on a TPU only, and the "
+         "ranks train on the CPU; leave it out (fp32)"),
+    ],
+    ids=["generate", "ddp backend", "world size", "bf16"],
+)  # fmt: skip
+def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
+    tmp_path, capsys, command, said
+):
+    """fairseq-generate's ranks each translated a part of the data, its BLEU that part's; the
+    launcher's options silently overrode the user's; --bf16 failed in each rank's TPU set-up."""
+    program = stand_in_fairseq_train(tmp_path / "bin", "")
+    generate = stand_in_fairseq_train(tmp_path / "bin", "", name="fairseq-generate")
+    argv = [arg.format(train=program, generate=generate) for arg in command]
+    line = cpu_ranks(capsys, "2", "--log-dir", str(tmp_path / "logs"), "--", *argv)
+    assert line == f"fairseq-san-cpu-ranks: error: {said}"
+
+
+def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
+    from fairseq_san.cli import cpu_ranks as launcher
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "run_ranks", interrupted)
+    program = stand_in_fairseq_train(tmp_path / "bin", "")
+    assert launcher.main(["2", "--log-dir", str(tmp_path), "--", str(program)]) == 130
+    assert capsys.readouterr().err == "fairseq-san-cpu-ranks: interrupted\n"
+
+
+def test_a_stopped_rank_is_killed_after_the_grace(tmp_path):
+    """A rank stopped (SIGSTOP) does not run its handler of the termination (fairseq-train's ranks
+    exit cleanly on SIGTERM), and the launcher waited for ever."""
+    import signal
+    import time
+
+    from fairseq_san.cli.cpu_ranks import stop
+
+    handles_termination = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    rank = subprocess.Popen([sys.executable, "-c", handles_termination], stdout=subprocess.PIPE)
+    assert rank.stdout.readline() == b"ready\n"
+    rank.send_signal(signal.SIGSTOP)
+    started = time.monotonic()
+    stop([rank], grace=0.5)
+    assert rank.returncode == -signal.SIGKILL and time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    "size, said",
+    [
+        ("0", "--distributed-world-size 0: must be at least 1"),
+        ("-1", "--distributed-world-size -1: must be at least 1"),
+        ("2", "--distributed-world-size 2: fairseq-train starts one process per GPU, and this "
+         "machine has 0; on CPUs, start the ranks with fairseq-san-cpu-ranks 2 -- fairseq-train "
+         "... (the learn-to-share recipes: --cpu-ranks 2)"),
+    ],
+)  # fmt: skip
+def test_a_world_size_fairseq_train_cannot_start_is_one_line(size, said, monkeypatch):
+    """0 or below: no training process, exit 0; more ranks than GPUs: fairseq's assertion."""
+    from fairseq_san.errors import UsageError
+
+    for name in ("MASTER_ADDR", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(UsageError) as refused:
+        parse_args("transformer_san", ["--cpu", "--distributed-world-size", size])
+    assert str(refused.value) == said
+
+
+def test_ranks_started_by_a_launcher_parse():
+    """fairseq-san-cpu-ranks gives each rank the rendezvous (--distributed-init-method)."""
+    rank = ["--cpu", "--distributed-world-size", "2", "--distributed-rank", "1",
+            "--distributed-init-method", "tcp://127.0.0.1:1", "--distributed-no-spawn"]  # fmt: skip
+    assert parse_args("transformer_san", rank).distributed_world_size == 2
 
 
 def bench_error(tmp_path: Path, *extra: str) -> str:

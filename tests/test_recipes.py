@@ -35,6 +35,7 @@ from helpers import (
     BIN,
     EN_WORDS,
     LM_PREPARE,
+    LOOP,
     ONE_BLOCK,
     PREPARE,
     REPO,
@@ -44,6 +45,7 @@ from helpers import (
     best_hypotheses,
     cli_env,
     fairseq_generate,
+    loop_args,
     output_of,
     prepare_env,
     printed_commands,
@@ -229,6 +231,21 @@ def loop_run(data, tmp_path_factory):
     result = run_loop(data, run_dir, "--max-iterations", "3")
     assert result.returncode == 0, output_of(result)[-6000:]
     return run_dir, result
+
+
+@pytest.mark.slow
+def test_a_training_that_saved_no_checkpoint_is_not_marked_trained(data, tmp_path):
+    """fairseq-train exiting 0 without a checkpoint (--no-save; --distributed-world-size 0 did
+    too) was marked trained: every re-run skipped training and failed at the analysis."""
+    run_dir = tmp_path / "run"
+    result = run_script(LOOP, *loop_args(data, run_dir, "--max-iterations", "1"), "--no-save")
+    assert result.returncode == 1, output_of(result)[-3000:]
+    checkpoint = run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt"
+    assert result.stderr.splitlines()[-1] == (
+        f"learn_to_share: iteration 0: fairseq-train ended without {checkpoint} (its output: "
+        f"{run_dir / 'iter0'}/train.log)"
+    )
+    assert not (run_dir / "iter0" / "trained").exists()
 
 
 @pytest.mark.slow

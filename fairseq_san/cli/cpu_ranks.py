@@ -1,4 +1,4 @@
-"""``fairseq-san-cpu-ranks N -- COMMAND ...``: run a fairseq command as N CPU processes, one per rank.
+"""``fairseq-san-cpu-ranks N -- fairseq-train ...``: train as N CPU processes, one per rank.
 
 fairseq's ``pytorch_ddp`` backend and ``torchrun`` both assume GPUs; on CPU, distributed training
 works as one process per rank with gloo, ``legacy_ddp`` and a TCP rendezvous on 127.0.0.1. This
@@ -7,6 +7,12 @@ torchrun sets ``OMP_NUM_THREADS``: every rank would otherwise start a thread per
 compete for the cores, about ten times slower), waits for all, and stops the rest if one fails,
 naming it, or if this process is interrupted or terminated. Rank 0 writes to this terminal; rank
 R > 0 to ``--log-dir``/rank-R.log.
+
+It runs fairseq-train only: fairseq-generate's ranks each translated a part of the data (the
+terminal showed half the sentences and their BLEU), and fairseq-validate's gathered results on
+CUDA. The options it sets for the ranks are refused in the command (they were overridden
+silently), and so is ``--bf16`` (fairseq's bf16 training is a TPU's: each rank failed in fairseq's
+TPU set-up).
 """
 
 import argparse
@@ -41,6 +47,35 @@ def rank_command(command: List[str], world_size: int, rank: int, port: int) -> L
         "--distributed-no-spawn",
         "--distributed-rank", str(rank),
     ]
+
+
+# The options rank_command sets (but --cpu, which means the same given twice), and what fairseq
+# cannot train on CPU ranks.
+SET_FOR_THE_RANKS = ("--distributed-backend", "--ddp-backend", "--distributed-init-method",
+                     "--distributed-world-size", "--distributed-no-spawn", "--distributed-rank")  # fmt: skip
+NOT_ON_CPU_RANKS = {
+    "--bf16": "fairseq trains in bf16 on a TPU only",
+    "--tpu": "fairseq's TPU training",
+    "--fp16": "fairseq's fp16 training needs a GPU",
+}
+
+
+def command_arguments_problem(command: List[str]) -> Optional[str]:
+    """Why the ranks cannot run ``command``: another program than fairseq-train, an option the
+    ranks are given, or one they cannot train with; else None."""
+    if os.path.basename(command[0]) != "fairseq-train":
+        return (
+            f"it runs fairseq-train only, not {os.path.basename(command[0])}: decode and validate "
+            "in one process (each rank would decode a part of the data)"
+        )
+    given = {arg.split("=", 1)[0] for arg in command[1:] if arg.startswith("--")}
+    for flag in SET_FOR_THE_RANKS:
+        if flag in given:
+            return f"{flag}: set by fairseq-san-cpu-ranks for its ranks; leave it out"
+    for flag, why in NOT_ON_CPU_RANKS.items():
+        if flag in given:
+            return f"{flag}: {why}, and the ranks train on the CPU; leave it out (fp32)"
+    return None
 
 
 def open_rank_logs(log_dir: str, world_size: int) -> List:
@@ -117,6 +152,21 @@ def say_failure(rank: int, code: int, log_dir: str) -> None:
         sys.stderr.writelines(f"  {line}" for line in tail)
 
 
+def stop(processes: List[subprocess.Popen], grace: float = 10.0) -> None:
+    """Terminate the processes still running; kill those that have not ended ``grace`` seconds
+    later (a stopped rank ignored the termination, and this waited for it forever)."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     """Start every rank, wait for all; a failure ends the others, each rank found failed is
     named, and the first one's exit code returned (``shell_status``). An interrupt or a
@@ -133,11 +183,7 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
                                                   env=environment))  # fmt: skip
             failures = first_failures(processes)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            process.wait()
+        stop(processes)
         for log in logs:
             log.close()
     for rank, code in failures:
@@ -160,6 +206,8 @@ def command_problem(program: str) -> Optional[str]:
     if os.sep in program and os.path.exists(program):
         return f"{program} is not executable"
     near = nearest_key(os.path.basename(program), fairseq_commands())
+    if near == program:  # installed, where PATH does not lead
+        return f"command not found: {program} (not on PATH: activate the environment of make setup)"
     return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")
 
 
@@ -180,7 +228,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"and more than one per core only share them (slower, more memory); pass at most "
             f"{cores} (--update-freq trains the batch of more ranks)"
         )
-    problem = command_problem(command[0])
+    problem = command_problem(command[0]) or command_arguments_problem(command)
     if problem:
         parser.error(problem)
     if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
@@ -193,6 +241,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_ranks(command, args.world_size, args.log_dir)
     except OSError as err:  # a rank's log cannot be written, or its command not started
         parser.error(f"{err.filename}: {err.strerror or err}")
+    except KeyboardInterrupt:  # the ranks are stopped (run_ranks); no traceback of this one
+        print("fairseq-san-cpu-ranks: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), 
 was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
 ``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
+fairseq-train with ``--distributed-world-size`` 0 or below trained nothing and exited 0, and with
+more ranks than GPUs (``--cpu`` included) and no launcher asserted "world size is N but have M
+available devices": one line, naming ``fairseq-san-cpu-ranks`` for CPUs.
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
 ``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
@@ -53,6 +56,7 @@ is one line naming the override that analyses (``attention_analysis.check_analys
 import argparse
 import ast
 import functools
+import os
 import sys
 from dataclasses import fields
 from typing import Any, Callable, List, Optional
@@ -189,6 +193,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
         check_adaptive_softmax(args)
+        check_world_size(args)
         if getattr(args, "eval_bleu", False) and args.task == "translation_san":
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
@@ -200,6 +205,32 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
             "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
             "static --san-decoder-precision bf16"
+        )
+
+
+# Environment variables by which fairseq finds the ranks' rendezvous itself (torchrun's, Slurm's).
+LAUNCHED = (("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"), ("SLURM_STEP_NODELIST",),
+            ("SLURM_JOB_NODELIST",))  # fmt: skip
+
+
+def check_world_size(args: argparse.Namespace) -> None:
+    """Refuse a world size below 1 (fairseq started no training process and exited 0), and, where
+    fairseq would start the ranks itself (no --distributed-init-method, no launcher, no TPU), more
+    ranks than GPUs: it asserted, and on CPUs only fairseq-san-cpu-ranks starts ranks."""
+    import torch
+
+    size = getattr(args, "distributed_world_size", 1)
+    if size < 1:
+        raise UsageError(f"--distributed-world-size {size}: must be at least 1")
+    gpus = torch.cuda.device_count()
+    launched = any(all(name in os.environ for name in names) for names in LAUNCHED)
+    if size > gpus and size > 1 and not (
+        args.distributed_init_method or args.tpu or args.pipeline_model_parallel or launched
+    ):
+        raise UsageError(
+            f"--distributed-world-size {size}: fairseq-train starts one process per GPU, and "
+            f"this machine has {gpus}; on CPUs, start the ranks with fairseq-san-cpu-ranks {size} "
+            f"-- fairseq-train ... (the learn-to-share recipes: --cpu-ranks {size})"
         )
 
 

@@ -6,6 +6,12 @@ iteration if any parameter took no part in the loss; every parameter must get a 
 """
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -184,14 +190,9 @@ def test_every_rank_found_failed_is_named_its_peers_first(tmp_path, capsys):
     assert code == 7
 
 
-def test_terminating_the_launcher_stops_its_ranks(tmp_path):
-    """SIGTERM (a job killed, a session ended) left both ranks running, re-parented to init and
-    still holding the run's lock: it now ends them as an interrupt does, with the shell's status
-    for a terminated process."""
-    import signal
-    import subprocess
-    import time
-
+def launched_ranks_waiting(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:
+    """fairseq-san-cpu-ranks started with two stand-in ranks that wait: the launcher and the
+    ranks' process IDs, once both run."""
     from helpers import command_path, stand_in_fairseq_train
 
     writes_pid_and_waits = (
@@ -202,17 +203,44 @@ def test_terminating_the_launcher_stops_its_ranks(tmp_path):
     )
     program = stand_in_fairseq_train(tmp_path / "bin", writes_pid_and_waits)
     launcher = subprocess.Popen([str(command_path("fairseq-san-cpu-ranks")), "2", "--log-dir",
-                                 str(tmp_path), "--", str(program)])
+                                 str(tmp_path), "--", str(program)])  # fmt: skip
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     pids = [int(path.read_text()) for path in tmp_path.glob("pid-*")]
     assert len(pids) == 2
+    return launcher, pids
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not a zombie: a dead rank's parent, init, reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_terminating_the_launcher_stops_its_ranks(tmp_path):
+    """SIGTERM (a job killed, a session ended) left both ranks running, re-parented to init and
+    still holding the run's lock: it now ends them as an interrupt does, with the shell's status
+    for a terminated process."""
+    launcher, pids = launched_ranks_waiting(tmp_path)
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert not any(alive(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_killing_the_launcher_ends_its_ranks(tmp_path):
+    """SIGKILL of the launcher (no finally runs) left its ranks training, re-parented to init."""
+    launcher, pids = launched_ranks_waiting(tmp_path)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_each_rank_gets_its_share_of_the_cores_as_threads(monkeypatch):

@@ -17,6 +17,7 @@ TPU set-up).
 
 import argparse
 import contextlib
+import ctypes
 import importlib.metadata
 import os
 import shutil
@@ -167,6 +168,17 @@ def stop(processes: List[subprocess.Popen], grace: float = 10.0) -> None:
             process.wait()
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_the_launcher() -> None:
+    """In a rank, before it runs (Linux): the kernel terminates it when the launcher dies, also
+    by SIGKILL, which no ``finally`` outlives (its ranks trained on, re-parented to init, holding
+    the learn-to-share loop's lock)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     """Start every rank, wait for all; a failure ends the others, each rank found failed is
     named, and the first one's exit code returned (``shell_status``). An interrupt or a
@@ -180,7 +192,8 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
             for rank, output in enumerate([None] + logs):
                 rank_argv = rank_command(command, world_size, rank, port)
                 processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
-                                                  env=environment))  # fmt: skip
+                                                  env=environment,
+                                                  preexec_fn=end_with_the_launcher))  # fmt: skip
             failures = first_failures(processes)
     finally:
         stop(processes)

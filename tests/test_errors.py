@@ -1252,13 +1252,19 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
 def test_bench_output_folder_is_checked_before_anything_is_decoded(tmp_path):
     """A folder that cannot take the results failed after the whole benchmark had run, every
     measurement lost."""
-    from fairseq_san.benchmark.run import check_writable
+    from fairseq_san.benchmark.run import writable_out_dir
 
     (tmp_path / "results.json").mkdir()
     with pytest.raises(ValueError) as refused:
-        check_writable(tmp_path)
+        writable_out_dir(tmp_path)
     assert str(refused.value) == (
         f"--out-dir {tmp_path}: results.json there is a folder, where the results go"
+    )
+    (tmp_path / "notes.txt").write_text("a file\n")
+    with pytest.raises(ValueError) as refused:
+        writable_out_dir(tmp_path / "notes.txt" / "out")
+    assert str(refused.value) == (
+        f"--out-dir {tmp_path}/notes.txt/out: cannot make it (Not a directory)"
     )
 
 

@@ -179,7 +179,8 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
 
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
-    """Both decoders printed the prompt cut to --max-len-b tokens as the hypothesis."""
+    """Both decoders printed the prompt cut to --max-len-b tokens as the hypothesis. A typed
+    prompt gets no word on fairseq-generate's --prefix-size (it said one)."""
     data, checkpoints = trained
     result = run_cli(
         "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
@@ -191,7 +192,7 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
     assert result.stderr.strip().splitlines()[-1] == (
         "fairseq-san: error: a prompt of 12 tokens is longer than --max-len-b 5 allows: the "
         "output would be the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the "
-        "prompt) (without --prefix-size, fairseq-generate prompts with each whole sample)"
+        "prompt)"
     )
 
 

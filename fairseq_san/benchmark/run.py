@@ -40,9 +40,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     device = choose_device(config.device)
     if config.fp16 and device.type != "cuda":
         raise ValueError("--fp16 needs a GPU")
-    out_dir = Path(config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_writable(out_dir)  # else every measurement is lost at the end
+    out_dir = writable_out_dir(Path(config.out_dir))  # else every measurement is lost at the end
     machine = machine_info(device)  # before decoding: the load average of the machine as found
 
     # Every checkpoint's overrides are checked before anything is measured; the first one's task
@@ -193,9 +191,14 @@ RESULT_FILES = ("results.json", "results.md")
 FIGURES = ("speed_vs_beam.png", "speed_vs_bleu.png")
 
 
-def check_writable(out_dir: Path) -> None:
-    """ValueError for an --out-dir the results cannot be written to (read-only, or one of their
-    names taken by a folder), before anything is decoded."""
+def writable_out_dir(out_dir: Path) -> Path:
+    """``out_dir``, made where missing; ValueError for one the results cannot be written to (it
+    cannot be made, is read-only, or one of their names is a folder there), before anything is
+    decoded."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out-dir {out_dir}: cannot make it ({err.strerror})") from None
     for name in RESULT_FILES + FIGURES:
         if (out_dir / name).is_dir():
             raise ValueError(f"--out-dir {out_dir}: {name} there is a folder, where the results go")
@@ -204,6 +207,7 @@ def check_writable(out_dir: Path) -> None:
             pass
     except OSError as err:
         raise ValueError(f"--out-dir {out_dir}: cannot write there ({err.strerror})") from None
+    return out_dir
 
 
 def check_natural_lengths(batches: Batches, config: BenchmarkConfig) -> None:

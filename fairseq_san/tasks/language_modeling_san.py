@@ -79,6 +79,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         super().__init__(args, dictionary, output_dictionary, targets)
         self.cfg = args
         self.scoring = False  # whether the last generator built scores (``build_generator``)
+        self.typed_prompts = False  # whether prompts come from build_dataset_for_inference
         self.start_analysis()
 
     def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
@@ -130,6 +131,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         hub's ``score`` scores (``check_sentence``: no token generated after them), checked
         without the end-of-sentence token that fairseq strips from them."""
         check = self.check_sentence if self.scoring else self.check_prompt
+        self.typed_prompts = not self.scoring
         eos = self.source_dictionary.eos()
         for tokens in src_tokens:
             check(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
@@ -149,7 +151,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
             tokens = self.prompt_length(sample, prefix_tokens)
             self.check_prompt(tokens)
             width = sample["net_input"]["src_tokens"].size(1)
-            check_room(tokens, generator, width, whole_samples=prefix_tokens is None)
+            whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
+            check_room(tokens, generator, width, whole_samples)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
     def prompt_length(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> int:

@@ -77,7 +77,9 @@ def vocabulary_mismatch(sizes: Dict[str, Tuple[int, int]]) -> Optional[Vocabular
     (rows trained, entries in the data's dictionary)), or None where they all match."""
     if all(trained == built for trained, built in sizes.values()):
         return None
-    shown = ", ".join(f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items())
+    shown = ", ".join(
+        f"{side} {trained} (data: {built})" for side, (trained, built) in sizes.items()
+    )
     return VocabularyMismatch(
         f"the checkpoint was trained with other dictionaries than the data's: entries per "
         f"dictionary {shown}; use the dictionaries the model was trained with (its data "
@@ -144,7 +146,7 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         return (
             f"it contains {', '.join(unsafe)}, which torch's safe loader (weights_only) refuses; "
             "fairseq checkpoints need only argparse.Namespace and numpy's arrays, which "
-            "fairseq-san allows, and fairseq-san reads nothing else"
+            "fairseq-san reads as data, and fairseq-san reads nothing else"
         )
     state, unreadable = read_back(path)
     if unreadable is not None:
@@ -481,6 +483,22 @@ def load_state(path: str) -> dict:
     check_safe_loading()
     allow_fairseq_globals()
     with explained(path):
-        return torch.load(
+        state = torch.load(
             path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True
         )
+    return numpy_restored_in(path, state)
+
+
+def numpy_restored_in(path: str, state: object) -> object:
+    """``state`` with the numpy values that torch's safe loader read as records made numpy's
+    (``safe_numpy``); a CheckpointError naming ``path`` for one that is not of numbers."""
+    from fairseq_san.safe_numpy import PickleRefused, numpy_restored
+
+    try:
+        return numpy_restored(state)
+    except PickleRefused as refused:
+        raise CheckpointError(f"cannot load checkpoint {path}: it holds {refused}") from None
+    except RecursionError:
+        raise CheckpointError(
+            f"cannot load checkpoint {path}: its containers nest too deep"
+        ) from None

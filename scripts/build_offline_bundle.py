@@ -366,8 +366,9 @@ def is_bundle(folder: Path) -> bool:
     )
 
 
-# What a build writes into a bundle, and what sourcing its activate.sh adds there (the default
-# prefix): a rebuild replaces a folder that holds only these.
+# What a build writes into a bundle, and what sourcing its activate.sh adds there (its default
+# prefix, BUNDLE/prefix, which install.py writes as prefix.partial first): a rebuild replaces a
+# folder that holds only these.
 BUNDLE_ENTRIES = {
     "wheels", "examples", "data-bin", "heldout", "activate.sh", "install.py", "manifest.json",
     "prefix", "prefix.partial",

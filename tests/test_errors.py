@@ -1017,6 +1017,7 @@ def cpu_ranks(capsys, *argv: str) -> str:
         ("zzqx-no-such-command", "command not found: zzqx-no-such-command"),
         ("{tmp}", "{tmp} is a directory, not a command"),
         ("{tmp}/notes.txt", "{tmp}/notes.txt is not executable"),
+        ("{tmp}/fairseq-train", "no such file: {tmp}/fairseq-train"),
     ],
 )
 def test_cpu_ranks_command_that_cannot_start_is_one_line(tmp_path, capsys, program, said):
@@ -1081,9 +1082,11 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
         (["{train}", "data", "--distributed-world-size=4"], "--distributed-world-size: set by "
          "fairseq-san-cpu-ranks for its ranks; leave it out"),
         (["{train}", "data", "--bf16"], "--bf16: fairseq trains in bf16 on a TPU only, and the "
-         "ranks train on the CPU; leave it out (fp32)"),
+         "ranks train on the CPU (in fp32); leave it out"),
+        (["{train}", "data", "--memory-efficient-fp16"], "--memory-efficient-fp16: fairseq's "
+         "fp16 training needs a GPU, and the ranks train on the CPU (in fp32); leave it out"),
     ],
-    ids=["generate", "ddp backend", "world size", "bf16"],
+    ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said
@@ -1139,6 +1142,9 @@ def test_a_stopped_rank_is_killed_after_the_grace(tmp_path):
         ("2", "--distributed-world-size 2: fairseq-train starts one process per GPU, and this "
          "machine has 0; on CPUs, start the ranks with fairseq-san-cpu-ranks 2 -- fairseq-train "
          "... (the learn-to-share recipes: --cpu-ranks 2)"),
+        ("3", "--distributed-world-size 3: fairseq-train starts one process per GPU, and this "
+         "machine has 2; give at most 2, or start the ranks with torchrun (the learn-to-share "
+         "recipes: --launcher) or --distributed-init-method"),
     ],
 )  # fmt: skip
 def test_a_world_size_fairseq_train_cannot_start_is_one_line(size, said, monkeypatch):
@@ -1147,7 +1153,7 @@ def test_a_world_size_fairseq_train_cannot_start_is_one_line(size, said, monkeyp
 
     for name in ("MASTER_ADDR", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if size == "3" else 0)
     with pytest.raises(UsageError) as refused:
         parse_args("transformer_san", ["--cpu", "--distributed-world-size", size])
     assert str(refused.value) == said

@@ -20,6 +20,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 
@@ -220,6 +221,7 @@ def test_a_loaded_checkpoint_reaches_the_other_ranks_through_the_safe_loader(san
         return torch.load(buffer, map_location="cpu")
 
     state = checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint))
+    state["extra_state"]["bleu_counts"] = numpy.array([3, 2, 1])  # --eval-bleu's statistics
     tensors = []
     sent = utils._split_tensors_from_obj(state, tensors)
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
@@ -229,6 +231,7 @@ def test_a_loaded_checkpoint_reaches_the_other_ranks_through_the_safe_loader(san
     assert got["cfg"].model.san_policy == state["cfg"].model.san_policy  # a Namespace in it
     assert got["model"].keys() == state["model"].keys()
     assert all(torch.equal(got["model"][key], value) for key, value in state["model"].items())
+    assert numpy.array_equal(got["extra_state"]["bleu_counts"], [3, 2, 1])
 
 
 @pytest.mark.slow
@@ -274,28 +277,84 @@ def test_checkpoint_with_a_foreign_global_is_one_line_naming_it(
         generate_error(binarized_corpus, foreign),
         f"fairseq-san: error: cannot load checkpoint {foreign}: it contains fractions.Fraction, "
         "which torch's safe loader (weights_only) refuses; fairseq checkpoints need only "
-        "argparse.Namespace and numpy's arrays, which fairseq-san allows, and fairseq-san reads "
-        "nothing else",
+        "argparse.Namespace and numpy's arrays, which fairseq-san reads as data, and fairseq-san "
+        "reads nothing else",
     )
 
 
-def test_numpy_arrays_of_numbers_load_and_of_objects_do_not(tmp_path):
+# numpy values as fairseq's checkpoints hold them (--eval-bleu's statistics, a best score).
+NUMPY_VALUES = {
+    "counts": numpy.array([3, 2, 1, 0]), "totals": numpy.array([4.0, 3.0]),
+    "flags": numpy.array([True, False]), "big_endian": numpy.array([1, 2], dtype=">i4"),
+    "fortran": numpy.asfortranarray(numpy.arange(6.0).reshape(2, 3)),
+    "complex": numpy.array([1 + 2j]),
+    "best": numpy.float64(1.5), "score": numpy.float32(2.5), "count": numpy.int64(7),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_numpy_arrays_and_scalars_of_numbers_load_as_they_were_saved(tmp_path, legacy):
     """fairseq's translation task keeps --eval-bleu's statistics as numpy arrays in a
-    checkpoint's metrics: the safe loader refused every such checkpoint, to resume or decode.
-    An array of objects (any Python object inside) stays refused."""
-    import numpy
-
-    from fairseq_san.checkpoints import load_state
-
-    metrics = {"_bleu_counts": numpy.array([3, 2, 1, 0]), "_bleu_totals": numpy.array([4.0]),
-               "score": numpy.float32(1.5), "flags": numpy.array([True])}  # fmt: skip
+    checkpoint's metrics: the safe loader refused every such checkpoint, to resume or decode."""
     path = tmp_path / "metrics.pt"
-    torch.save({"extra_state": {"metrics": {"valid": metrics}}}, path)
-    loaded = load_state(str(path))["extra_state"]["metrics"]["valid"]
-    assert all(numpy.array_equal(loaded[key], value) for key, value in metrics.items())
-    torch.save({"extra_state": {"odd": numpy.array([print], dtype=object)}}, path)
-    with pytest.raises(checkpoints.UsageError, match="which torch's safe loader"):
-        load_state(str(path))
+    shared = [numpy.array([9])]
+    shared.append(shared)  # a cycle: visited once
+    torch.save({"extra_state": {"metrics": {"valid": NUMPY_VALUES}}, "shared": shared}, path,
+               _use_new_zipfile_serialization=not legacy)  # fmt: skip
+    state = checkpoints.load_state(str(path))
+    loaded = state["extra_state"]["metrics"]["valid"]
+    for name, value in NUMPY_VALUES.items():
+        assert type(loaded[name]) is type(value) and loaded[name].dtype == value.dtype, name
+        assert numpy.array_equal(loaded[name], value) and loaded[name].shape == value.shape, name
+    assert loaded["fortran"].flags.f_contiguous
+    assert numpy.array_equal(state["shared"][0], [9]) and state["shared"][1] is state["shared"]
+
+
+class PickledAs:
+    """Unpickles as ``function(*arguments)`` (then ``state`` by BUILD, where given): a pickle
+    that numpy's own objects would not write."""
+
+    def __init__(self, function, arguments: tuple, state=None):
+        self.made = (function, arguments) if state is None else (function, arguments, state)
+
+    def __reduce__(self):
+        return self.made
+
+
+def object_dtype():
+    return PickledAs(numpy.dtype, ("O",))
+
+
+# Pickles of numpy's names that ran numpy's constructors (a security review's files): an object
+# array over an address of the file's choosing (a segfault as it loaded, inside a set), 2**62
+# elements over one byte (a hang), a dtype copy given a field 1 TiB past its item, a 16 GiB
+# object array, an object array given as a list.
+CRAFTED = {
+    "object array over an address": PickledAs(numpy.ndarray, ((1,), "O", b"\x40" * 8)),
+    "2**62 elements over a byte": PickledAs(numpy.ndarray, ((2**62,), "u1", b"A", 0, (0,))),
+    "a field past the item": PickledAs(
+        numpy.ndarray, ((1,), PickledAs(numpy.dtype, ("f8", False, True), (
+            3, "<", None, ("a",), {"a": (numpy.dtype("<u8"), 1 << 40)}, 8, 8, 0)), b"A" * 8)),
+    "16 GiB of objects": PickledAs(numpy._core.multiarray._reconstruct,
+                                   (numpy.ndarray, (2**31,), "O")),
+    "objects from a list": PickledAs(numpy._core.multiarray._reconstruct,
+                                     (numpy.ndarray, (0,), "b"),
+                                     (1, (2,), object_dtype(), False, [{"k": 1}, "s"])),
+    "fewer bytes than the shape": PickledAs(numpy._core.multiarray._reconstruct,
+                                            (numpy.ndarray, (0,), "b"),
+                                            (1, (4,), PickledAs(numpy.dtype, ("i8", False, True)),
+                                             False, b"\0" * 8)),
+    "an object scalar": PickledAs(numpy._core.multiarray.scalar, (object_dtype(), b"\0" * 8)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("crafted", list(CRAFTED))
+def test_numpy_values_no_numpy_pickle_holds_are_refused_in_one_line(tmp_path, crafted):
+    path = tmp_path / "crafted.pt"
+    torch.save({"model": {}, "extra_state": {"x": CRAFTED[crafted]}}, path)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoints.load_state(str(path))
+    assert str(refused.value).startswith(f"cannot load checkpoint {path}: it holds a numpy ")
 
 
 @pytest.mark.slow

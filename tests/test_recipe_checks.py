@@ -269,6 +269,20 @@ def test_skipping_long_valid_sentences_in_training_is_refused_before_the_run_dir
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_arguments_cpu_ranks_refuse_are_refused_before_the_run_dir(tmp_path, recipe):
+    """--cpu-ranks with -- --fp16 (the GPU preset's) was refused by fairseq-san-cpu-ranks at the
+    first training, the run dir made and locked."""
+    run_dir = tmp_path / "runs" / "run"
+    result = recipe_run(tmp_path, recipe, run_dir, "--cpu-ranks", "1", "--", "--fp16")
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        "fairseq-san-loop: error: --cpu-ranks 1 (fairseq-san-cpu-ranks): --fp16: fairseq's fp16 "
+        "training needs a GPU, and the ranks train on the CPU (in fp32); leave it out"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_rerun_spelling_a_number_otherwise_is_the_same_run():
     """"--theta-self 0.60" against a run made with 0.6, "--updates 0100" against 100: refused as
     other values."""

@@ -187,8 +187,8 @@ def _profile(pool, names, systems, config, beam: int, fixed_length: int) -> None
 
 
 # What a benchmark writes into --out-dir (the figures only where matplotlib is installed).
-RESULT_FILES = ("results.json", "results.md")
-FIGURES = ("speed_vs_beam.png", "speed_vs_bleu.png")
+RESULTS_JSON, RESULTS_MD = RESULT_FILES = ("results.json", "results.md")
+SPEED_VS_BEAM, SPEED_VS_BLEU = FIGURES = ("speed_vs_beam.png", "speed_vs_bleu.png")
 
 
 def writable_out_dir(out_dir: Path) -> Path:
@@ -215,12 +215,12 @@ def check_natural_lengths(batches: Batches, config: BenchmarkConfig) -> None:
     cannot be larger than max_len" inside the worker): int(a * x + b) >= 1 for the longest
     source x of every batch, as fairseq's SequenceGenerator computes it."""
     a, b = config.decode.max_len_a, config.decode.max_len_b
-    shortest = min(int(sample["net_input"]["src_lengths"].max()) for sample in batches.samples)
-    if int(a * shortest + b) < 1:
+    narrowest = min(int(sample["net_input"]["src_lengths"].max()) for sample in batches.samples)
+    if int(a * narrowest + b) < 1:
         raise ValueError(
             f"--max-len-a {a} --max-len-b {b}: natural lengths allow no token for a batch whose "
-            f"longest source has {shortest} tokens (int(a*x+b) = {int(a * shortest + b)}); give a "
-            "larger --max-len-b"
+            f"longest source has {narrowest} tokens (int(a*x+b) = {int(a * narrowest + b)}); "
+            "give a larger --max-len-b"
         )
 
 
@@ -228,19 +228,19 @@ def write_results(results: Dict, out_dir: Path) -> None:
     """results.json (strict JSON), results.md and the figures in ``out_dir``: speed against
     beam, and against BLEU where natural lengths were decoded (fixed ones have no BLEU); the
     figures only where matplotlib is installed (the offline bundle for GPU machines leaves it
-    out). Each file is written whole or not at all; an earlier run's figures are removed."""
+    out). The results are written whole or not at all; an earlier run's figures are removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(finite(results), indent=2, allow_nan=False) + "\n"
-    write_text(str(out_dir / "results.json"), text)
-    write_text(str(out_dir / "results.md"), markdown_report(results))
+    write_text(str(out_dir / RESULTS_JSON), text)
+    write_text(str(out_dir / RESULTS_MD), markdown_report(results))
     for name in FIGURES:
         (out_dir / name).unlink(missing_ok=True)
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
         return
-    plot_speed_vs_beam(results, out_dir / "speed_vs_beam.png")
+    plot_speed_vs_beam(results, out_dir / SPEED_VS_BEAM)
     if NATURAL in results["config"]["modes"]:
-        plot_speed_vs_bleu(results, out_dir / "speed_vs_bleu.png")
+        plot_speed_vs_bleu(results, out_dir / SPEED_VS_BLEU)
 
 
 def finite(value):

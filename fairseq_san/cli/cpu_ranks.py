@@ -11,8 +11,8 @@ R > 0 to ``--log-dir``/rank-R.log.
 It runs fairseq-train only: fairseq-generate's ranks each translated a part of the data (the
 terminal showed half the sentences and their BLEU), and fairseq-validate's gathered results on
 CUDA. The options it sets for the ranks are refused in the command (they were overridden
-silently), and so is ``--bf16`` (fairseq's bf16 training is a TPU's: each rank failed in fairseq's
-TPU set-up).
+silently), and so are the precisions the ranks cannot train in: bf16 (fairseq's is a TPU's: each
+rank failed in fairseq's TPU set-up) and fp16 (a GPU's).
 """
 
 import argparse
@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import nearest_key
@@ -52,12 +52,16 @@ def rank_command(command: List[str], world_size: int, rank: int, port: int) -> L
 
 # The options rank_command sets (but --cpu, which means the same given twice), and what fairseq
 # cannot train on CPU ranks.
-SET_FOR_THE_RANKS = ("--distributed-backend", "--ddp-backend", "--distributed-init-method",
-                     "--distributed-world-size", "--distributed-no-spawn", "--distributed-rank")  # fmt: skip
+SET_FOR_THE_RANKS = (
+    "--distributed-backend", "--ddp-backend", "--distributed-init-method",
+    "--distributed-world-size", "--distributed-no-spawn", "--distributed-rank",
+)  # fmt: skip
 NOT_ON_CPU_RANKS = {
     "--bf16": "fairseq trains in bf16 on a TPU only",
+    "--memory-efficient-bf16": "fairseq trains in bf16 on a TPU only",
     "--tpu": "fairseq's TPU training",
     "--fp16": "fairseq's fp16 training needs a GPU",
+    "--memory-efficient-fp16": "fairseq's fp16 training needs a GPU",
 }
 
 
@@ -75,7 +79,7 @@ def command_arguments_problem(command: List[str]) -> Optional[str]:
             return f"{flag}: set by fairseq-san-cpu-ranks for its ranks; leave it out"
     for flag, why in NOT_ON_CPU_RANKS.items():
         if flag in given:
-            return f"{flag}: {why}, and the ranks train on the CPU; leave it out (fp32)"
+            return f"{flag}: {why}, and the ranks train on the CPU (in fp32); leave it out"
     return None
 
 
@@ -171,12 +175,20 @@ def stop(processes: List[subprocess.Popen], grace: float = 10.0) -> None:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def end_with_the_launcher() -> None:
-    """In a rank, before it runs (Linux): the kernel terminates it when the launcher dies, also
-    by SIGKILL, which no ``finally`` outlives (its ranks trained on, re-parented to init, holding
-    the learn-to-share loop's lock)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def ending_with_this_process() -> Optional[Callable[[], None]]:
+    """What a rank runs before its program (Linux; elsewhere None): the kernel terminates it when
+    this process dies, also by SIGKILL, which no ``finally`` outlives (its ranks trained on,
+    re-parented to init, holding the learn-to-share loop's lock). ``prctl`` is looked up here, in
+    the parent: loading a library in a child forked from threads can deadlock."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, launcher = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def end_with_the_launcher() -> None:
+        if prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0 or os.getppid() != launcher:
+            os._exit(1)  # no parent-death signal, or the launcher died before it was set
+
+    return end_with_the_launcher
 
 
 def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
@@ -187,13 +199,14 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     logs = open_rank_logs(log_dir, world_size)
     processes = []
     environment = rank_environment(world_size)
+    before_each_rank = ending_with_this_process()
     try:
         with exiting_on_termination():
             for rank, output in enumerate([None] + logs):
                 rank_argv = rank_command(command, world_size, rank, port)
                 processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
                                                   env=environment,
-                                                  preexec_fn=end_with_the_launcher))  # fmt: skip
+                                                  preexec_fn=before_each_rank))  # fmt: skip
             failures = first_failures(processes)
     finally:
         stop(processes)
@@ -214,11 +227,12 @@ def command_problem(program: str) -> Optional[str]:
     """Why ``program`` cannot be started as a command, or None."""
     if shutil.which(program) is not None:
         return None
-    if os.sep in program and os.path.isdir(program):
-        return f"{program} is a directory, not a command"
-    if os.sep in program and os.path.exists(program):
-        return f"{program} is not executable"
-    near = nearest_key(os.path.basename(program), fairseq_commands())
+    if os.sep in program:  # a path: no command of PATH is meant
+        if os.path.isdir(program):
+            return f"{program} is a directory, not a command"
+        exists = os.path.exists(program)
+        return f"{program} is not executable" if exists else f"no such file: {program}"
+    near = nearest_key(program, fairseq_commands())
     if near == program:  # installed, where PATH does not lead
         return f"command not found: {program} (not on PATH: activate the environment of make setup)"
     return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")

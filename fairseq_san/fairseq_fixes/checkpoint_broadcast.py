@@ -10,7 +10,8 @@ tensors' ``_TensorPlaceholder``. Every rank but 0 failed ("Weights only load fai
 the job, on the GPU (nccl) as on the CPU (``fairseq-san-cpu-ranks``). The configuration now
 travels as the plain container that fairseq saves in checkpoints, made a ``DictConfig`` again on
 arrival, and ``_TensorPlaceholder`` (an index) is allowed while the ranks read it: the safe loader
-stays on, and no rank runs code it receives.
+stays on, and no rank runs code it receives. numpy's values (``--eval-bleu``'s statistics) arrive
+as the records of ``fairseq_san.safe_numpy`` and are made numpy's again.
 """
 
 import functools
@@ -20,6 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.safe_numpy import numpy_restored
 
 # The key of the dict that stands for a configuration in transit (fairseq sends no such key).
 CONFIG_KEY = "__fairseq_san_omegaconf__"
@@ -55,7 +57,8 @@ def _through_safe_loader(broadcast_object_slow):
     @functools.wraps(broadcast_object_slow)
     def wrapper(obj, src_rank, group, dist_device):
         with torch.serialization.safe_globals([_TensorPlaceholder]):
-            return restored(broadcast_object_slow(plain(obj), src_rank, group, dist_device))
+            received = broadcast_object_slow(plain(obj), src_rank, group, dist_device)
+        return restored(numpy_restored(received))
 
     return wrapper
 

@@ -227,10 +227,16 @@ def check_world_size(args: argparse.Namespace) -> None:
     if size > gpus and size > 1 and not (
         args.distributed_init_method or args.tpu or args.pipeline_model_parallel or launched
     ):
+        way_out = (
+            f"give at most {gpus}, or start the ranks with torchrun (the learn-to-share recipes: "
+            "--launcher) or --distributed-init-method"
+            if gpus
+            else f"on CPUs, start the ranks with fairseq-san-cpu-ranks {size} -- fairseq-train "
+            f"... (the learn-to-share recipes: --cpu-ranks {size})"
+        )
         raise UsageError(
             f"--distributed-world-size {size}: fairseq-train starts one process per GPU, and "
-            f"this machine has {gpus}; on CPUs, start the ranks with fairseq-san-cpu-ranks {size} "
-            f"-- fairseq-train ... (the learn-to-share recipes: --cpu-ranks {size})"
+            f"this machine has {gpus}; {way_out}"
         )
 
 

@@ -3,11 +3,12 @@
 Upstream behaviour corrected: ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` calls
 ``torch.load`` without ``weights_only``; since torch 2.6 (pytorch/pytorch#137602) that means the
 safe loader, which refuses every fairseq checkpoint: its ``cfg.model`` is an
-``argparse.Namespace``, not on torch's allow-list. ``install()`` allows exactly that global and
-numpy's arrays and scalars (``fairseq_globals``: the translation task's BLEU statistics of
-``--eval-bleu``, kept in the checkpoint's metrics, are numpy arrays; such a checkpoint could
-neither resume nor decode), so no command needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which
-would switch the safe loader off for the whole process.
+``argparse.Namespace``, not on torch's allow-list. ``install()`` allows exactly that global, and
+numpy's names as stand-ins that record arrays and scalars as data (``fairseq_san.safe_numpy``: the
+translation task's BLEU statistics of ``--eval-bleu``, kept in the checkpoint's metrics, are numpy
+arrays; such a checkpoint could neither resume nor decode), so no command needs
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, which would switch the safe loader off for the whole
+process.
 
 It also wraps ``load_checkpoint_to_cpu``, through which every fairseq command (generate,
 validate, interactive, train's ``--restore-file`` and ``--finetune-from-model``, the hub's
@@ -39,6 +40,7 @@ from fairseq_san.checkpoints import (
     check_safe_loading,
     drop_embedding_files_in,
     explained,
+    numpy_restored_in,
     refuse_analysis_dir_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
@@ -48,26 +50,14 @@ from fairseq_san.checkpoints import (
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
-
-# numpy's dtypes of booleans, integers, floats and complex numbers (character codes): what
-# arrays of numbers need. Not the object dtype: its arrays hold any Python object.
-NUMERIC_DTYPES = "?bBhHiIlLqQefdgFDG"
-
+from fairseq_san.safe_numpy import STAND_INS
 
 def fairseq_globals() -> List[object]:
     """What fairseq's checkpoints hold beyond tensors and Python's containers: the
-    ``argparse.Namespace`` of ``cfg.model``, and numpy's arrays and scalars of numbers
-    (``--eval-bleu``'s statistics), each of numpy's functions under its name in numpy 2 and in
-    numpy 1, whichever wrote the file. None of them runs code."""
-    import numpy
-
-    multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
-    dtypes = [type(numpy.dtype(code)) for code in NUMERIC_DTYPES]
-    found: List[object] = [argparse.Namespace, numpy.ndarray, numpy.dtype, *dtypes]
-    for name in ("_reconstruct", "scalar"):
-        function = getattr(multiarray, name)
-        found += [(function, f"numpy.{package}.multiarray.{name}") for package in ("_core", "core")]
-    return found
+    ``argparse.Namespace`` of ``cfg.model``, and numpy's arrays and scalars (``--eval-bleu``'s
+    statistics), whose names stand for records that ``safe_numpy.numpy_restored`` makes numpy's
+    values of numbers after loading (numpy's own constructors would run from the pickle)."""
+    return [argparse.Namespace, *STAND_INS]
 
 
 def allow_fairseq_globals() -> None:
@@ -86,6 +76,7 @@ def _explaining(load_checkpoint_to_cpu):
             )
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
+        state = numpy_restored_in(path, state)
         refuse_code_in(path, state)
         refuse_interpolations_in(path, state)
         refuse_layers_beyond_weights_in(path, state)

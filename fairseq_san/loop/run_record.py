@@ -217,9 +217,20 @@ def check_values(options: Options) -> None:
             "(--tokens-per-sample for a language model, --max-source-positions and "
             "--max-target-positions for translation)"
         )
+    check_cpu_ranks(options)
+
+
+def check_cpu_ranks(options: Options) -> None:
+    """RunError for what fairseq-san-cpu-ranks would refuse at the first training, after the run
+    dir is made: more ranks than cores, and arguments after -- that its ranks cannot take."""
+    from fairseq_san.cli.cpu_ranks import command_arguments_problem
+
     ranks, cores = int(options.get("--cpu-ranks") or 0), available_cores()
-    if ranks > cores:  # fairseq-san-cpu-ranks refuses it, after the run dir is made
+    if ranks > cores:
         raise RunError(f"--cpu-ranks {ranks}: more ranks than the {cores} CPU cores here")
+    problem = ranks and command_arguments_problem(["fairseq-train", *options.get(TRAIN_ARGS, [])])
+    if problem:
+        raise RunError(f"--cpu-ranks {ranks} (fairseq-san-cpu-ranks): {problem}")
 
 
 def check_run_dir(run_dir: str) -> None:

@@ -52,7 +52,6 @@ FINE_TUNE = "to train this policy from it, start a new run with --finetune-from-
 # Only the average attention network (``modules.average_attention``) has a gate.
 AAN_KEY = re.compile(r"^decoder\.layers\.\d+\.self_attn\.gate\.weight$")
 ATTENTION_TYPES = {"dot": "dot-product attention", "aan": "the average attention network"}
-# The embeddings whose rows are the source and the target dictionary.
 # The option value (``--san-encdec-share``, ``--san-self-share``) that gives a block's following
 # layers each role.
 SHARE_OF_ROLE = {

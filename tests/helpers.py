@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -776,6 +777,13 @@ def run_loop(data: Path, run_dir: Path, *options: str, updates: int = 20):
 
 def read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (a test's rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def stand_in_fairseq_train(folder: Path, code: str, name: str = "fairseq-train") -> Path:

@@ -19,8 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from helpers import build, make_dictionary, run_parallel, source_batch, train_argv
-from fairseq_san.cli.cpu_ranks import free_port
+from helpers import build, free_port, make_dictionary, run_parallel, source_batch, train_argv
 
 WORLD_SIZE = 2
 DDP_MODELS = {

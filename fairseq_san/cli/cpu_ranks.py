@@ -1,7 +1,7 @@
 """``fairseq-san-cpu-ranks N -- fairseq-train ...``: train as N CPU processes, one per rank.
 
 fairseq's ``pytorch_ddp`` backend and ``torchrun`` both assume GPUs; on CPU, distributed training
-works as one process per rank with gloo, ``legacy_ddp`` and a TCP rendezvous on 127.0.0.1. This
+works as one process per rank with gloo, ``legacy_ddp`` and a rendezvous in a file. This
 starts those processes with the right flags, each with its share of the cores as its threads (as
 torchrun sets ``OMP_NUM_THREADS``: every rank would otherwise start a thread per core, and N ranks
 compete for the cores, about ten times slower), waits for all, and stops the rest if one fails,
@@ -22,9 +22,9 @@ import importlib.metadata
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -32,18 +32,14 @@ from fairseq_san.cores import available_cores
 from fairseq_san.errors import nearest_key
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def rank_command(command: List[str], world_size: int, rank: int, port: int) -> List[str]:
+def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str) -> List[str]:
+    """``command`` as rank ``rank``, meeting the others through the file ``rendezvous`` (gloo's
+    file store: a TCP port found free here could be taken before rank 0 bound it)."""
     return command + [
         "--cpu",
         "--distributed-backend", "gloo",
         "--ddp-backend", "legacy_ddp",
-        "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        "--distributed-init-method", f"file://{rendezvous}",
         "--distributed-world-size", str(world_size),
         "--distributed-no-spawn",
         "--distributed-rank", str(rank),
@@ -195,15 +191,15 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     """Start every rank, wait for all; a failure ends the others, each rank found failed is
     named, and the first one's exit code returned (``shell_status``). An interrupt or a
     termination ends them too, and goes on up."""
-    port = free_port()
     logs = open_rank_logs(log_dir, world_size)
     processes = []
     environment = rank_environment(world_size)
     before_each_rank = ending_with_this_process()
+    meeting = tempfile.mkdtemp(prefix="fairseq-san-ranks-")
     try:
         with exiting_on_termination():
             for rank, output in enumerate([None] + logs):
-                rank_argv = rank_command(command, world_size, rank, port)
+                rank_argv = rank_command(command, world_size, rank, f"{meeting}/rendezvous")
                 processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
                                                   env=environment,
                                                   preexec_fn=before_each_rank))  # fmt: skip
@@ -212,6 +208,7 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
         stop(processes)
         for log in logs:
             log.close()
+        shutil.rmtree(meeting, ignore_errors=True)
     for rank, code in failures:
         say_failure(rank, code, log_dir)
     return shell_status(failures[0][1]) if failures else 0

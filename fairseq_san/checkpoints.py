@@ -153,7 +153,18 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         if not zipfile.is_zipfile(path):  # torch's legacy format, read as far as it goes
             return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
         return unreadable
-    return checkpoint_problem(state, error)
+    return numpy_where_fairseq_computes(state, error) or checkpoint_problem(state, error)
+
+
+def numpy_where_fairseq_computes(state: object, error: Exception) -> Optional[str]:
+    """Where fairseq's loader failed on a numpy value (a record of ``safe_numpy``: fairseq reads
+    the file before the plugin restores them) in a field it computes with, the field; else
+    None. fairseq-train saves plain numbers there (``train_iterator.epoch``, ...)."""
+    from fairseq_san.safe_numpy import RECORDS, numpy_field
+
+    if not isinstance(error, TypeError) or not any(r.__name__ in str(error) for r in RECORDS):
+        return None
+    return f"its {numpy_field(state)} is a numpy value where fairseq-train saves a plain number"
 
 
 def interpolation_problem(field: str) -> str:
@@ -240,6 +251,9 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
             return f"its '{name}' is a {type(value).__name__}, not what fairseq-train saves there"
     if cfg is None and args is None:
         return "it holds no configuration ('cfg' and 'args' are None)"
+    numpy_value = numpy_in_configuration(state)
+    if numpy_value is not None:
+        return numpy_value
     model_cfg = stored_group(state, "model")
     if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
@@ -495,10 +509,33 @@ def numpy_restored_in(path: str, state: object) -> object:
     from fairseq_san.safe_numpy import PickleRefused, numpy_restored
 
     try:
-        return numpy_restored(state)
+        restored = numpy_restored(state)
     except PickleRefused as refused:
         raise CheckpointError(f"cannot load checkpoint {path}: it holds {refused}") from None
     except RecursionError:
         raise CheckpointError(
             f"cannot load checkpoint {path}: its containers nest too deep"
         ) from None
+    problem = isinstance(restored, dict) and numpy_in_configuration(restored)
+    if problem:
+        raise CheckpointError(f"cannot load checkpoint {path}: {problem}")
+    return restored
+
+
+def numpy_in_configuration(state: dict) -> Optional[str]:
+    """Why a checkpoint's configuration (``cfg``, ``args``) is not fairseq-train's: a numpy value
+    in it (fairseq saves them in the metrics only; its code would compare them with numbers); or
+    None."""
+    from fairseq_san.safe_numpy import numpy_field
+
+    for name in ("cfg", "args"):
+        config = state.get(name)
+        if isinstance(config, DictConfig):
+            config = OmegaConf.to_container(config, resolve=False)
+        field = numpy_field(config)
+        if field is not None:
+            return (
+                f"its configuration's {name}.{field} is a numpy value, which fairseq-train never "
+                "saves there"
+            )
+    return None

@@ -26,6 +26,7 @@ range`` before anything is printed. docs/troubleshooting.md explains both.
 
 import argparse
 import contextlib
+import itertools
 import logging
 import os
 import pickle
@@ -39,6 +40,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
 from fairseq_san.errors import UsageError, first_line
+from fairseq_san.pickled_fields import fields, shown
 from fairseq_san.policy import is_policy_text
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,8 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
         return interpolation_problem(getattr(error, "full_key", None) or "a field")
+    if isinstance(error, RecursionError):  # fairseq's omegaconf walked its configuration
+        return "its configuration's containers nest too deep or hold themselves"
     if os.path.isdir(path):
         return "it is a directory; a checkpoint is a file (for example DIR/checkpoint_best.pt)"
     if not os.path.exists(path):
@@ -184,19 +188,11 @@ def refuse_interpolations_in(path: str, state: dict) -> None:
 
 
 def stored_strings(node: object, name: str = "") -> Iterator[Tuple[str, str]]:
-    """(dotted name, text) of every string in a checkpoint's configuration, unresolved."""
+    """(dotted name, text) of every string in a checkpoint's configuration, unresolved, each of
+    its objects read once (``pickled_fields``)."""
     if isinstance(node, DictConfig):
         node = OmegaConf.to_container(node, resolve=False)
-    if isinstance(node, argparse.Namespace):
-        node = vars(node)
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from stored_strings(value, f"{name}.{key}" if name else str(key))
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from stored_strings(value, f"{name}[{index}]")
-    elif isinstance(node, str):
-        yield name, node
+    return ((field, value) for field, _, value in fields(node, name) if isinstance(value, str))
 
 
 def content_problem(path: str) -> Optional[str]:
@@ -227,8 +223,9 @@ def checkpoint_problem(state: object, error: Optional[Exception] = None) -> Opti
     if isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state):
         return configuration_problem(state, error)
     if isinstance(state, dict):
-        keys = sorted(str(key) for key in state)
-        held = f"a dict (keys: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+        keys = sorted(key[:40] if isinstance(key, str) else shown(key)
+                      for key in itertools.islice(state, 50))  # fmt: skip
+        held = f"a dict (keys: {', '.join(keys[:3])}{', ...' if len(state) > 3 else ''})"
     else:
         held = f"a {type(state).__name__}"
     return (
@@ -506,7 +503,7 @@ def load_state(path: str) -> dict:
 def numpy_restored_in(path: str, state: object) -> object:
     """``state`` with the numpy values that torch's safe loader read as records made numpy's
     (``safe_numpy``); a CheckpointError naming ``path`` for one that is not of numbers."""
-    from fairseq_san.safe_numpy import PickleRefused, numpy_restored
+    from fairseq_san.safe_numpy import MALFORMED, PickleRefused, numpy_restored
 
     try:
         restored = numpy_restored(state)
@@ -515,6 +512,11 @@ def numpy_restored_in(path: str, state: object) -> object:
     except RecursionError:
         raise CheckpointError(
             f"cannot load checkpoint {path}: its containers nest too deep"
+        ) from None
+    except (*MALFORMED, MemoryError) as error:
+        raise CheckpointError(
+            f"cannot load checkpoint {path}: it holds what torch.save of fairseq's objects does "
+            f"not write ({type(error).__name__})"
         ) from None
     problem = isinstance(restored, dict) and numpy_in_configuration(restored)
     if problem:

@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy
 
+from fairseq_san.pickled_fields import fields, shown
+
 # The kinds of numpy dtype a checkpoint's arrays may have: booleans, integers, floats, complex.
 NUMERIC_KINDS = "biufc"
 MAX_DIMENSIONS = 32  # numpy's own limit is 64
@@ -38,12 +40,6 @@ MALFORMED = (TypeError, ValueError, AttributeError, OverflowError, UnicodeError)
 
 class PickleRefused(ValueError):
     """A numpy value in a pickle that is not an array or a scalar of numbers from its bytes."""
-
-
-def shown(value: object) -> str:
-    """``repr(value)``, at most 40 characters (a pickle's text may be a megabyte)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class PickledDtype:
@@ -184,10 +180,11 @@ class Restoring:
             value[:] = [self.restored(item) for item in value]
         elif type(value) is tuple:
             return self.remember(value, tuple(self.restored(item) for item in value))
-        elif isinstance(value, argparse.Namespace):
+        elif isinstance(value, argparse.Namespace):  # its attributes' names are the pickle's
             self.remember(value, value)
-            for name, item in vars(value).items():
-                setattr(value, name, self.restored(item))
+            attributes = vars(value)
+            for name in attributes:
+                attributes[name] = self.restored(attributes[name])
         elif isinstance(value, (set, frozenset)) and any(isinstance(v, RECORDS) for v in value):
             raise PickleRefused("a numpy value in a set")
         return value
@@ -222,20 +219,8 @@ def numpy_restored(value: Any) -> Any:
 
 def numpy_field(value: Any, where: str = "") -> Optional[str]:
     """The first field of ``value`` (dicts, lists, tuples, namespaces) that holds a numpy value or
-    a record of one, named like ``model.dropout``; None where none does. Each object once."""
-    seen: set = set()
-    pending = [(value, where)]
-    while pending:
-        node, name = pending.pop()
-        if isinstance(node, (*RECORDS, numpy.ndarray, numpy.generic)):
+    a record of one, named like ``model.dropout``; None where none does."""
+    for name, _, item in fields(value, where):
+        if isinstance(item, (*RECORDS, numpy.ndarray, numpy.generic)):
             return name or "itself"
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, argparse.Namespace):
-            node = vars(node)
-        if isinstance(node, dict):
-            pending.extend((item, f"{name}.{key}".lstrip(".")) for key, item in node.items())
-        elif isinstance(node, (list, tuple)):
-            pending.extend((item, f"{name}[{index}]") for index, item in enumerate(node))
     return None

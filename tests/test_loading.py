@@ -393,6 +393,65 @@ def test_a_pickle_refers_to_an_object_as_often_as_it_likes_and_it_is_walked_once
     assert all(loaded is arrays[0] for loaded in arrays) and numpy.array_equal(arrays[0], array)
 
 
+def received(**fields) -> dict:
+    """A checkpoint as fairseq's loader reads it, with ``fields`` in place of its own."""
+    history = [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {},
+                "num_updates": 0}]  # fmt: skip
+    config = {"model": argparse.Namespace(arch="transformer", _name="transformer"),
+              "task": {"_name": "translation"}, "common": {}}  # fmt: skip
+    return {"model": {}, "cfg": config, "optimizer_history": history, "extra_state": {}, **fields}
+
+
+def test_a_configuration_a_pickle_refers_to_many_times_is_read_once(tmp_path):
+    """The third security review: a dict of dicts shared at 40 levels inside cfg.model (a
+    kilobyte) hung the checks of strings fairseq evaluates; a key of a megabyte shared above
+    100,000 values asked for its dotted name 100,000 times; a shape of tuples shared at 40
+    levels hung the message that named it; a namespace whose attribute was named 1 was a
+    TypeError."""
+    import time
+
+    from fairseq import checkpoint_utils
+
+    shared = {"adam_betas": "(0.9, 0.98)"}
+    for _ in range(40):
+        shared = {"a": shared, "b": shared}
+    odd = argparse.Namespace()
+    vars(odd)[1] = numpy.array([1])  # the safe loader fills a namespace's __dict__ as it is told
+    state = received(extra_state={"odd": odd, "long": {"k" * 1_000_000: [None] * 100_000}})
+    state["cfg"]["model"].nested = shared
+    path = tmp_path / "shared.pt"
+    torch.save(state, path)
+    started = time.monotonic()
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert time.monotonic() - started < 20
+    assert numpy.array_equal(vars(loaded["extra_state"]["odd"])[1], [1])
+    shape = ()
+    for _ in range(40):
+        shape = (shape, shape)
+    torch.save({"model": {}, "x": PickledAs(numpy._core.multiarray._reconstruct,
+                                            (numpy.ndarray, (0,), "b"),
+                                            (1, shape, PickledAs(numpy.dtype, ("i8",)), False,
+                                             b"\\0" * 8))}, path)  # fmt: skip
+    with pytest.raises(checkpoints.CheckpointError, match=r"^cannot load checkpoint .* of shape "):
+        checkpoints.load_state(str(path))
+
+
+def test_a_configuration_that_holds_itself_is_one_line(tmp_path):
+    """fairseq's omegaconf raised a RecursionError traceback."""
+    from fairseq import checkpoint_utils
+
+    state = received()
+    state["cfg"]["common"]["me"] = state["cfg"]["common"]
+    path = tmp_path / "cycle.pt"
+    torch.save(state, path)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {path}: its configuration's containers nest too deep or hold "
+        "themselves"
+    )
+
+
 def test_numpy_in_a_configuration_is_one_line(tmp_path):
     """fairseq-train saves numbers there, never numpy's; fairseq's loader compared a numpy record
     of train_iterator.epoch with a number (a TypeError) before the plugin restored it."""
@@ -407,10 +466,8 @@ def test_numpy_in_a_configuration_is_one_line(tmp_path):
         "which fairseq-train never saves there"
     )
     args = argparse.Namespace(arch="transformer", task="translation")
-    history = [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {},
-                "num_updates": 0}]  # fmt: skip
-    torch.save({"model": {}, "args": args, "cfg": None, "optimizer_history": history,
-                "extra_state": {"train_iterator": {"epoch": numpy.int64(1)}}}, path)  # fmt: skip
+    torch.save(received(args=args, cfg=None,
+                        extra_state={"train_iterator": {"epoch": numpy.int64(1)}}), path)  # fmt: skip
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert str(refused.value) == (

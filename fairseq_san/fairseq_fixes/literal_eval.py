@@ -23,11 +23,11 @@ Two guards, both installed for the process by ``install()``:
 import ast
 import sys
 import types
-from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any, Iterator, Tuple
 
 from fairseq_san.errors import UsageError
+from fairseq_san.pickled_fields import fields
 
 # Fields whose string values fairseq passes to eval(), directly or through utils.eval_str_list /
 # eval_str_dict / eval_bool (fairseq main, 2024). A test reads fairseq's installed source and
@@ -150,17 +150,11 @@ def _bounded(left: Any, right: Any) -> None:
 
 
 def evaluated_fields(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
-    """(dotted name, value) of every string field of ``config`` that fairseq evaluates."""
-    if isinstance(config, Namespace):
-        config = vars(config)
-    if not isinstance(config, Mapping):
-        return
-    for key, value in config.items():
-        name = f"{prefix}.{key}"
-        if isinstance(value, str) and key in EVALUATED_FIELDS:
+    """(dotted name, value) of every string field of ``config`` that fairseq evaluates, each of
+    its objects read once (``pickled_fields``: a received file may refer to one many times)."""
+    for name, key, value in fields(config, prefix):
+        if isinstance(value, str) and isinstance(key, str) and key in EVALUATED_FIELDS:
             yield name, value
-        elif isinstance(value, (Mapping, Namespace)):
-            yield from evaluated_fields(value, name)
 
 
 def refuse_code_in(path: str, state: Mapping) -> None:

@@ -35,7 +35,7 @@ import zipfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
@@ -190,8 +190,6 @@ def refuse_interpolations_in(path: str, state: dict) -> None:
 def stored_strings(node: object, name: str = "") -> Iterator[Tuple[str, str]]:
     """(dotted name, text) of every string in a checkpoint's configuration, unresolved, each of
     its objects read once (``pickled_fields``)."""
-    if isinstance(node, DictConfig):
-        node = OmegaConf.to_container(node, resolve=False)
     return ((field, value) for field, _, value in fields(node, name) if isinstance(value, str))
 
 
@@ -531,10 +529,7 @@ def numpy_in_configuration(state: dict) -> Optional[str]:
     from fairseq_san.safe_numpy import numpy_field
 
     for name in ("cfg", "args"):
-        config = state.get(name)
-        if isinstance(config, DictConfig):
-            config = OmegaConf.to_container(config, resolve=False)
-        field = numpy_field(config)
+        field = numpy_field(state.get(name))
         if field is not None:
             return (
                 f"its configuration's {name}.{field} is a numpy value, which fairseq-train never "

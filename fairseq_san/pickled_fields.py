@@ -12,6 +12,8 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any, Iterator, Tuple
 
+from omegaconf import DictConfig, OmegaConf
+
 NAME_CHARS = 200
 # How a pickle's value is shown in a name or a message: never built whole (a tuple of a thousand
 # references to one megabyte string would be a gigabyte of text).
@@ -29,7 +31,10 @@ def shown(value: object) -> str:
 def fields(node: Any, name: str = "") -> Iterator[Tuple[str, Any, Any]]:
     """(dotted name, key, value) of every value below ``node``'s mappings, namespaces, lists and
     tuples (``key``: its key or index), depth first in order; a container that the walk met
-    before is not entered again."""
+    before is not entered again. An omegaconf configuration (fairseq's ``cfg``) is read as the
+    plain containers it holds, unresolved."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=False)
     seen = set()
     pending = [(name, None, node)]
     while pending:

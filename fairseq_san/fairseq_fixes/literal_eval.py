@@ -161,21 +161,12 @@ def refuse_code_in(path: str, state: Mapping) -> None:
     """Raise NotALiteral, naming ``path`` and the field, for a checkpoint whose configuration holds
     a string that fairseq would evaluate and that is not a literal."""
     for section in ("cfg", "args"):
-        for name, value in evaluated_fields(_plain(state.get(section)), section):
+        for name, value in evaluated_fields(state.get(section), section):
             if not is_literal(value):
                 raise NotALiteral(
                     f"checkpoint {path}: {name} = {shown(value)} is not a literal; fairseq "
                     "evaluates this field as Python, so the checkpoint could run code: refused"
                 )
-
-
-def _plain(config: Any) -> Any:
-    """omegaconf's DictConfig (fairseq's ``cfg``) as plain dicts, without resolving anything."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=False)
-    return config
 
 
 def calls_eval(module: types.ModuleType) -> bool:

@@ -15,7 +15,8 @@ tuple of ... shared at every level took time doubling with each level), each rec
 array however often it is referred to, and two records may not share their bytes (a file of
 one megabyte asked for gigabytes of copies). The bytes are the pickle's own (``bytes``, or the
 latin-1 text of numpy's pickles at protocol 2; not a ``bytearray``, which a pickle can make of
-any size), so what is restored is no larger than the file.
+any size), so the arrays' bytes are the file's, each used once (short ones, up to SHAREABLE
+bytes, may be shared).
 """
 
 import argparse

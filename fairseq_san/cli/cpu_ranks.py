@@ -48,10 +48,9 @@ def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str
 
 # The options rank_command sets (but --cpu, which means the same given twice), and what fairseq
 # cannot train on CPU ranks.
-SET_FOR_THE_RANKS = (
-    "--distributed-backend", "--ddp-backend", "--distributed-init-method",
-    "--distributed-world-size", "--distributed-no-spawn", "--distributed-rank",
-)  # fmt: skip
+SET_FOR_THE_RANKS = tuple(
+    arg for arg in rank_command([], 1, 0, "") if arg.startswith("--") and arg != "--cpu"
+)
 NOT_ON_CPU_RANKS = {
     "--bf16": "fairseq trains in bf16 on a TPU only",
     "--memory-efficient-bf16": "fairseq trains in bf16 on a TPU only",

@@ -1,0 +1,91 @@
+"""ms and page faults a step of a decoder with glibc's default malloc thresholds and with those
+``keep_freed_memory`` sets, each run a process of its own, the two alternating round after
+round (the setting is process-wide and cannot be undone). The step timer's synthetic batch at
+the Multi30k vocabulary's size (7,796 words): ``transformer_san_small``, random weights,
+16 sentences, 14 tokens + EOS.
+
+    PYTHONPATH=. python docs/results/cpu-yardstick/host-memory-2026-11-30/ab.py ROUNDS BEAM DECODER...
+
+DECODER: ``fairseq`` (fairseq's SequenceGenerator, the baseline model) or a static decoder of
+``fairseq-san-bench steps`` (``static-int8``: SAN {6}/{6}). "default": glibc's moving thresholds
+as the process starts with them (the static decoder's call replaced by a no-op); "kept": the
+thresholds ``keep_freed_memory`` sets (fairseq's run calls it before decoding).
+"""
+
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+VOCABULARY, BATCH, LENGTH, WARM_UPS, DECODES = 7796, 16, 14, 2, 4
+
+
+def measure(decoder: str, beam: int, kept: bool) -> None:
+    """One decoder's ms and page faults a step, printed as one line (the child process)."""
+    import torch
+
+    from fairseq_san.benchmark import step_timer
+    from fairseq_san.static_decoding import generator as static_generator
+    from fairseq_san.static_decoding.host_memory import keep_freed_memory
+
+    if not kept:
+        static_generator.keep_freed_memory = lambda: False
+    elif decoder == "fairseq":
+        keep_freed_memory()
+    torch.set_num_threads(2)
+    dictionary = step_timer.dictionary_of(VOCABULARY)
+    sample = next(iter(step_timer.batches(dictionary, 1, BATCH, 16)))
+    policy = "baseline" if decoder == "fairseq" else "san-6-6"
+    model = step_timer.build_model(
+        "transformer_san_small", step_timer.POLICIES[policy], dictionary
+    )
+    generator = step_timer.make_generator(decoder, model, dictionary, beam, LENGTH)
+    with torch.no_grad():
+        for _ in range(WARM_UPS):
+            generator.generate([model], sample)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        for _ in range(DECODES):
+            generator.generate([model], sample)
+        seconds = time.perf_counter() - start
+    steps = DECODES * (LENGTH + 1)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    print(f"{seconds / steps * 1e3:.3f} {faults / steps:.0f}")
+
+
+def run(decoder: str, beam: int, kept: bool) -> tuple:
+    """(ms, page faults) a step of one child process."""
+    command = [sys.executable, __file__, "--child", decoder, str(beam), str(int(kept))]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    ms, faults = result.stdout.split()[-2:]
+    return float(ms), float(faults)
+
+
+def main(rounds: int, beam: int, decoders: list) -> None:
+    for decoder in decoders:
+        runs = {False: [], True: []}
+        for _ in range(rounds):
+            for kept in (False, True):
+                runs[kept].append(run(decoder, beam, kept))
+        ratios = [default[0] / kept[0] for default, kept in zip(runs[False], runs[True])]
+        for kept in (False, True):
+            ms = [each[0] for each in runs[kept]]
+            faults = [each[1] for each in runs[kept]]
+            print(
+                f"{decoder} beam {beam} {'kept   ' if kept else 'default'}: ms a step "
+                f"{' '.join(f'{m:.2f}' for m in ms)} (median {statistics.median(ms):.2f}), "
+                f"page faults a step {statistics.median(faults):.0f}"
+            )
+        print(
+            f"{decoder} beam {beam} default / kept, per round: "
+            f"{' '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--child":
+        measure(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
+    else:
+        main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

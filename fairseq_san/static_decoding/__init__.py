@@ -12,7 +12,6 @@ fairseq's SequenceGenerator, without its per-step overhead.
   an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
-* ``host_memory.py``: on the CPU, glibc keeps the memory a step frees for the next one;
 * ``generator.py``: the SequenceGenerator drop-in;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam or sampling);

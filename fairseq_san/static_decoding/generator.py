@@ -40,7 +40,6 @@ from fairseq_san.static_decoding.graphs import (
     held_memory,
     until_one_fails,
 )
-from fairseq_san.static_decoding.host_memory import keep_freed_memory
 from fairseq_san.static_decoding.precision import (
     apply_precision,
     check_compiled_precision,
@@ -153,8 +152,6 @@ class StaticSequenceGenerator(nn.Module):
         device = next(self.model.parameters()).device
         if device.type != self.device_type:  # moved since (a hub user's model.cuda())
             self.choose_execution(device)
-        if device.type == "cpu":
-            keep_freed_memory()
         self.step = apply_precision(
             StaticDecoderStep(self.model.decoder), self.precision, pack=self.execution.pack
         )

@@ -28,6 +28,16 @@ ROWS = {
     "Zen 4 after the top-k (05c39b5)": [
         "topk-2026-11-29/yardstick/all", "topk-2026-11-29/yardstick-2/all",
     ],
+    "Zen 4 in torch.inference_mode (256726c)": ["inference-mode-2026-11-30/yardstick/all"],
+    "Zen 4, freed memory kept (5901ee1)": [
+        "host-memory-2026-11-30/yardstick/all", "host-memory-2026-11-30/yardstick-2/all",
+        "host-memory-2026-11-30/yardstick-pairs/after-1/all",
+        "host-memory-2026-11-30/yardstick-pairs/after-2/all",
+    ],
+    "Zen 4, the code before it in the same pairs (53503cb)": [
+        "host-memory-2026-11-30/yardstick-pairs/before-1/all",
+        "host-memory-2026-11-30/yardstick-pairs/before-2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")
@@ -58,13 +68,20 @@ def over_ctranslate2(folder: str, beam: int) -> Dict[str, float]:
     }
 
 
+def beams_of(folder: str) -> List[int]:
+    """The beams (4, 20) a run timed at fixed lengths (the yardstick's pairs: 20 only)."""
+    with open(os.path.join(HERE, folder, "results.json"), encoding="utf-8") as handle:
+        settings = json.load(handle)["systems"][CT2_INT8]["settings"]
+    return [beam for beam in (4, 20) if f"beam{beam}_fixed" in settings]
+
+
 def main() -> None:
     for row, folders in ROWS.items():
         print(f"## {row}")
         ranges: Dict[int, List[float]] = {4: [], 20: []}
         for folder in folders:
             cells = []
-            for beam in (4, 20):
+            for beam in beams_of(folder):
                 found = over_ctranslate2(folder, beam)
                 ranges[beam].append(found["median_of_ratios"])
                 precision = found["best"].replace("san-6-6-static-", "")
@@ -73,7 +90,8 @@ def main() -> None:
             note = ", x 15/14" if found["corrected"] else ""
             print(f"- {folder}{note}: " + "; ".join(cells))
         print("range, beam 4 / beam 20: " + " / ".join(
-            f"{min(values):.2f}-{max(values):.2f}" for values in ranges.values()))  # fmt: skip
+            f"{min(values):.2f}-{max(values):.2f}" if values else "-"
+            for values in ranges.values()))  # fmt: skip
         print()
 
 

@@ -1,6 +1,7 @@
-"""ms and page faults a step of a decoder with glibc's default malloc thresholds and with those
-``keep_freed_memory`` sets, each run a process of its own, the two alternating round after
-round (the setting is process-wide and cannot be undone). The step timer's synthetic batch at
+"""ms and page faults a step of a decoder with glibc's default malloc thresholds and with them
+raised (mmap threshold 1 GiB, trim threshold 2 GiB: what commit 5901ee1's ``keep_freed_memory``
+set, reverted since), each run a process of its own, the two alternating round after round (the
+setting is process-wide and cannot be undone). The step timer's synthetic batch at
 the Multi30k vocabulary's size (7,796 words): ``transformer_san_small``, random weights,
 16 sentences, 14 tokens + EOS.
 
@@ -8,10 +9,12 @@ the Multi30k vocabulary's size (7,796 words): ``transformer_san_small``, random 
 
 DECODER: ``fairseq`` (fairseq's SequenceGenerator, the baseline model) or a static decoder of
 ``fairseq-san-bench steps`` (``static-int8``: SAN {6}/{6}). "default": glibc's moving thresholds
-as the process starts with them (the static decoder's call replaced by a no-op); "kept": the
-thresholds ``keep_freed_memory`` sets (fairseq's run calls it before decoding).
+as the process starts with them; "kept": the two raised before decoding. (ab.txt was made with
+5901ee1, whose static decoder raised them itself and whose "default" runs replaced that call by a
+no-op: the same two settings.)
 """
 
+import ctypes
 import resource
 import statistics
 import subprocess
@@ -19,6 +22,14 @@ import sys
 import time
 
 VOCABULARY, BATCH, LENGTH, WARM_UPS, DECODES = 7796, 16, 14, 2, 4
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
+
+
+def keep_freed_memory() -> None:
+    """glibc's mmap and trim thresholds raised: freed buffers stay in the heap for reuse."""
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    assert mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 and mallopt(M_TRIM_THRESHOLD, 1 << 31) == 1
 
 
 def measure(decoder: str, beam: int, kept: bool) -> None:
@@ -26,12 +37,8 @@ def measure(decoder: str, beam: int, kept: bool) -> None:
     import torch
 
     from fairseq_san.benchmark import step_timer
-    from fairseq_san.static_decoding import generator as static_generator
-    from fairseq_san.static_decoding.host_memory import keep_freed_memory
 
-    if not kept:
-        static_generator.keep_freed_memory = lambda: False
-    elif decoder == "fairseq":
+    if kept:
         keep_freed_memory()
     torch.set_num_threads(2)
     dictionary = step_timer.dictionary_of(VOCABULARY)

@@ -63,7 +63,7 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
     [ -f "$dir/trained" ] || train "$dir" "$k"
   else
     local policy  # assigned apart: set -e stops on a policy file that cannot be read
-    policy=$(fairseq-san-loop show "$dir/policy.json")
+    policy=$(fairseq-san-loop show "$dir/policy.json" --run-dir "$RUN_DIR")
     echo "== iteration $k: policy $policy"
     if [ ! -f "$dir/trained" ]; then
       train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"

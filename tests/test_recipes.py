@@ -29,6 +29,7 @@ from typing import Dict, List, Sequence
 import pytest
 import torch
 
+from fairseq_san.loop.run_record import write_record
 from fairseq_san.loop.summary import format_theta_ranges
 from fairseq_san.policy import theta_ranges
 from helpers import (
@@ -556,6 +557,28 @@ def test_show_prints_a_policy_in_the_papers_notation_and_refuses_bad_files(tmp_p
     assert "malformed JSON" in malformed.stderr and "Traceback" not in malformed.stderr
     missing = run_cli("fairseq-san-loop", "show", str(tmp_path / "missing.json"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_show_prints_the_kinds_of_the_runs_model(tmp_path):
+    """With --run-dir, a language model's run (its record's --lm) shows decoder_self alone; a
+    translation run, or a folder without a record, the three kinds."""
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"decoder_self": [2, 4]}')
+    lm_run, translation_run = tmp_path / "lm", tmp_path / "mt"
+    lm_run.mkdir(), translation_run.mkdir()
+    write_record(str(lm_run), {"--lm": True, "--theta-self": "0.5"})
+    write_record(str(translation_run), {"--theta-self": "0.5"})
+
+    def shown(*run_dir: str) -> str:
+        result = run_cli("fairseq-san-loop", "show", str(policy), *run_dir)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    assert shown("--run-dir", str(lm_run)) == "decoder_self {2,4}"
+    three = "decoder_self {2,4}  decoder_encdec none  encoder_self none"
+    assert shown("--run-dir", str(translation_run)) == three
+    assert shown("--run-dir", str(tmp_path / "no-record")) == three
+    assert shown() == three
 
 
 def test_user_dir_is_the_package_folder_that_fairseq_imports(tmp_path):

@@ -2,7 +2,8 @@
 
 ``examples/learn_to_share.sh`` runs fairseq's commands; this command answers its questions:
 
-* ``show POLICY``: the policy in the paper's notation, e.g. ``decoder_self {1,5}``;
+* ``show POLICY [--run-dir RUN_DIR]``: the policy in the paper's notation, e.g.
+  ``decoder_self {1,5}``, of the kinds the run's model has;
 * ``settled RUN_DIR K``: exit 0, saying why, when the loop stops after iteration K: the policy K
   learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes; exit 2 when
   K has learned none (``RUN_DIR/iter<K+1>/policy.json``);
@@ -55,9 +56,9 @@ from fairseq_san.loop.recipe_options import (
 from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, check_run_dir
 from fairseq_san.loop.run_record import check_values, start_run
 from fairseq_san.loop.stopping import loop_stop, policy_path
-from fairseq_san.loop.summary import write_summary
+from fairseq_san.loop.summary import model_kinds, write_summary
 from fairseq_san.loop.train_log import train_log_table
-from fairseq_san.policy import format_policy, load_policy
+from fairseq_san.policy import KINDS, format_policy, load_policy
 
 
 # The recipes' options that make a run what it is, as they spell them; paths are absolute. A
@@ -104,7 +105,10 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
 
 
 def run_show(args: argparse.Namespace, after: List[str]) -> int:
-    print(format_policy(load_policy(args.policy)))
+    """The policy in the paper's notation, its kinds the run's model's where --run-dir names it
+    (a language model's run: decoder self-attention alone, not two kinds it lacks as "none")."""
+    kinds = KINDS if args.run_dir is None else model_kinds(args.run_dir)
+    print(format_policy(load_policy(args.policy), kinds))
     return 0
 
 
@@ -194,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     settled.set_defaults(run=run_settled)
     show = commands.add_parser("show", help="print a policy file in the paper's notation")
     show.add_argument("policy")
+    show.add_argument(
+        "--run-dir",
+        help="the loop's run: only the attention kinds its model has (a language model's run, "
+        "learn_to_share_lm.sh: decoder_self)",
+    )
     show.set_defaults(run=run_show)
     summary = commands.add_parser("summary", help="write RUN_DIR/loop.md and loop.json")
     summary.add_argument("run_dir")

@@ -159,7 +159,8 @@ def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tm
     code = run_ranks([sys.executable, "-c", rank_1_kills_itself], 2, str(tmp_path))
     assert code == 128 + signal.SIGKILL
     assert time.monotonic() - started < 30  # rank 0 was stopped, not waited out
-    assert (tmp_path / "rank-1.log").read_text() == "rank 1\n"
+    header, output = (tmp_path / "rank-1.log").read_text().splitlines()
+    assert header.startswith("== fairseq-san-cpu-ranks: rank 1 of 2, started ") and output == "rank 1"
     # The failure is named, with the end of the failed rank's log (it was in the log alone).
     assert capsys.readouterr().err.splitlines() == [
         f"fairseq-san-cpu-ranks: rank 1 failed (exit {128 + signal.SIGKILL}): see "
@@ -187,6 +188,30 @@ def test_every_rank_found_failed_is_named_its_peers_first(tmp_path, capsys):
     assert said[0] == (f"fairseq-san-cpu-ranks: rank 1 failed (exit 7): see "
                        f"{tmp_path / 'rank-1.log'}")  # fmt: skip
     assert code == 7
+
+
+def test_a_rerun_appends_to_the_rank_logs_and_names_its_own_failure(tmp_path, capsys):
+    """A second run in the same folder (a resumed one) keeps the first run's rank logs; the
+    failure it names shows the end of its own part of the log, not the first run's."""
+    import sys
+
+    from fairseq_san.cli.cpu_ranks import run_ranks
+
+    prints_then_fails = (
+        "import sys\n"
+        "rank, run = sys.argv[sys.argv.index('--distributed-rank') + 1], sys.argv[1]\n"
+        "print('run', run, 'rank', rank, flush=True)\n"
+        "sys.exit(3 if rank == '1' else 0)\n"
+    )
+    for run in ("first", "second"):
+        assert run_ranks([sys.executable, "-c", prints_then_fails, run], 2, str(tmp_path)) == 3
+        tail = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
+        assert tail == [f"  run {run} rank 1"]
+    lines = (tmp_path / "rank-1.log").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("== ")] == [
+        "run first rank 1", "run second rank 1",
+    ]
+    assert len(lines) == 4
 
 
 def launched_ranks_waiting(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:

@@ -6,7 +6,8 @@ starts those processes with the right flags, each with its share of the cores as
 torchrun sets ``OMP_NUM_THREADS``: every rank would otherwise start a thread per core, and N ranks
 compete for the cores, about ten times slower), waits for all, and stops the rest if one fails,
 naming it, or if this process is interrupted or terminated. Rank 0 writes to this terminal; rank
-R > 0 to ``--log-dir``/rank-R.log.
+R > 0 to ``--log-dir``/rank-R.log, after the logs of earlier runs there (a resumed run keeps the
+interrupted one's), each run's part under a line of its own (``RUN_HEADER``).
 
 It runs fairseq-train only: fairseq-generate's ranks each translated a part of the data (the
 terminal showed half the sentences and their BLEU), and fairseq-validate's gathered results on
@@ -78,12 +79,21 @@ def command_arguments_problem(command: List[str]) -> Optional[str]:
     return None
 
 
+# The line each run's part of a rank's log begins with.
+RUN_HEADER = "== fairseq-san-cpu-ranks: "
+
+
 def open_rank_logs(log_dir: str, world_size: int) -> List:
-    """``log_dir``/rank-R.log for each rank R > 0, all opened before any rank starts."""
+    """``log_dir``/rank-R.log for each rank R > 0, all opened (to append: the earlier runs' logs
+    stay) before any rank starts, this run's part begun with ``RUN_HEADER``."""
     logs = []
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
     try:
         for rank in range(1, world_size):
-            logs.append(open(os.path.join(log_dir, f"rank-{rank}.log"), "w"))
+            log = open(os.path.join(log_dir, f"rank-{rank}.log"), "a")
+            logs.append(log)
+            log.write(f"{RUN_HEADER}rank {rank} of {world_size}, started {started}\n")
+            log.flush()
     except OSError:
         for log in logs:
             log.close()
@@ -148,7 +158,9 @@ def say_failure(rank: int, code: int, log_dir: str) -> None:
           file=sys.stderr)  # fmt: skip
     if rank > 0:
         with open(os.path.join(log_dir, f"rank-{rank}.log"), errors="replace") as log:
-            tail = log.readlines()[-5:]
+            lines = log.readlines()
+        this_run = [i for i, line in enumerate(lines) if line.startswith(RUN_HEADER)][-1:]
+        tail = lines[this_run[0] + 1 if this_run else 0 :][-5:]
         sys.stderr.writelines(f"  {line}" for line in tail)
 
 

@@ -159,8 +159,8 @@ def say_failure(rank: int, code: int, log_dir: str) -> None:
     if rank > 0:
         with open(os.path.join(log_dir, f"rank-{rank}.log"), errors="replace") as log:
             lines = log.readlines()
-        this_run = [i for i, line in enumerate(lines) if line.startswith(RUN_HEADER)][-1:]
-        tail = lines[this_run[0] + 1 if this_run else 0 :][-5:]
+        headers = [i for i, line in enumerate(lines) if line.startswith(RUN_HEADER)]
+        tail = lines[headers[-1] + 1 if headers else 0 :][-5:]
         sys.stderr.writelines(f"  {line}" for line in tail)
 
 

@@ -822,6 +822,28 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
     assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
 
 
+def test_step_timer_counts_the_page_faults_of_each_configuration():
+    """A generator that touches a fresh 64 MiB mapping per batch is counted its pages (16,384 of
+    4 KiB, fewer if huge); one that allocates nothing, none to speak of."""
+    import mmap
+
+    from fairseq_san.benchmark.step_timer import time_rounds
+
+    class Touches:
+        def generate(self, models, sample):
+            with mmap.mmap(-1, 64 << 20) as fresh:
+                fresh[:: mmap.PAGESIZE] = b"x" * (len(fresh) // mmap.PAGESIZE)
+
+    class Idle:
+        def generate(self, models, sample):
+            pass
+
+    times, faults = time_rounds({"touches": Touches(), "idle": Idle()}, [None], 2, 4)
+    assert set(times) == set(faults) == {"touches", "idle"}
+    assert min(faults["touches"]) >= 32 / 4  # 64 MiB in 2 MiB pages at the least, over 4 steps
+    assert max(faults["idle"]) < 1
+
+
 @pytest.mark.parametrize(
     "argv, said",
     [

@@ -5,7 +5,9 @@ Random-weight models (no checkpoint needed), fixed-length decoding (min_len = ma
 every system does the same number of steps), random source sentences. Configurations are timed
 interleaved, round after round, in one process, so that a busy machine slows them alike; the
 table gives the median over rounds and the ratio to the first row of the same round (fairseq's
-generator on the first of ``--policies`` where ``--decoders`` starts with it, as by default).
+generator on the first of ``--policies`` where ``--decoders`` starts with it, as by default),
+and each row's page faults per step (a step that faults its buffers in again is slower in this
+process than in another: read them before a row's speed).
 
     fairseq-san-bench steps [--arch transformer_san_small] [--beam 4]
         [--batch 16] [--length 20] [--rounds 5] [--threads 2] [--profile]
@@ -19,6 +21,7 @@ measured copy bandwidth, whichever is longer.
 """
 
 import argparse
+import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -134,11 +137,23 @@ def batches(dictionary: Dictionary, count: int, batch: int, source_length: int):
         yield {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
 
 
-def time_rounds(configs: Dict, samples: List, rounds: int, steps: int) -> Dict[str, List[float]]:
-    """ms per step of each generator of ``configs`` (name -> generator) decoding ``samples``
-    (``steps`` steps in all), after one warm-up batch each (printed: it holds any compilation),
-    interleaved round after round: one value per round."""
+def minor_faults() -> int:
+    """Page faults of this process so far that needed no disk (a freed buffer's pages given
+    back to the kernel and touched again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def time_rounds(
+    configs: Dict, samples: List, rounds: int, steps: int
+) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
+    """(ms per step, page faults per step) of each generator of ``configs`` (name -> generator)
+    decoding ``samples`` (``steps`` steps in all), after one warm-up batch each (printed: it
+    holds any compilation), interleaved round after round: one value per round. The faults show
+    a step that gives its buffers back to the kernel and faults them in again, which can cost a
+    CPU step a third of its time in one process and nothing in another
+    (docs/results/cpu-yardstick/host-memory-2026-11-30)."""
     times: Dict[str, List[float]] = {name: [] for name in configs}
+    faults: Dict[str, List[float]] = {name: [] for name in configs}
     with torch.no_grad():
         for name, generator in configs.items():
             start = time.perf_counter()
@@ -146,11 +161,12 @@ def time_rounds(configs: Dict, samples: List, rounds: int, steps: int) -> Dict[s
             print(f"{name:24s} warm-up {time.perf_counter() - start:7.1f} s", flush=True)
         for _ in range(rounds):
             for name, generator in configs.items():
-                start = time.perf_counter()
+                faulted, start = minor_faults(), time.perf_counter()
                 for sample in samples:
                     generator.generate(None, sample)  # ends with a host sync (its n-best)
                 times[name].append((time.perf_counter() - start) / steps * 1e3)
-    return times
+                faults[name].append((minor_faults() - faulted) / steps)
+    return times, faults
 
 
 @dataclass
@@ -245,14 +261,17 @@ def main(argv: Optional[List[str]] = None) -> None:
             configs[f"{policy} {decoder}"] = make_generator(
                 decoder, models[policy], dictionary, args.beam, args.length
             )
-    times = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
-    print_times(times, args)
+    times, faults = time_rounds(configs, samples, args.rounds, args.batches * (args.length + 1))
+    print_times(times, faults, args)
     if args.profile:
         print_profiles(configs, models, times, dictionary, samples[0], args)
 
 
-def print_times(times: Dict[str, List[float]], args: argparse.Namespace) -> None:
-    """The processor, the settings, then ms per step and the speed-up over the first row."""
+def print_times(
+    times: Dict[str, List[float]], faults: Dict[str, List[float]], args: argparse.Namespace
+) -> None:
+    """The processor, the settings, then ms per step, the speed-up over the first row and the
+    page faults per step."""
     reference = times[next(iter(times))]
     machine = machine_info(torch.device(args.device))
     gpu = f", {machine['gpu']}" if "gpu" in machine else ""
@@ -260,10 +279,11 @@ def print_times(times: Dict[str, List[float]], args: argparse.Namespace) -> None
     print(f"Processor: {processor_line(machine)}{gpu}; torch {machine['torch']}{pages}")
     print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
           f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "
-          f"the first row (median of per-round ratios)")  # fmt: skip
+          f"the first row (median of per-round ratios), page faults per step (median)")  # fmt: skip
     for name, values in times.items():
         ratio = statistics.median(r / v for r, v in zip(reference, values))
-        print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x")
+        print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x  "
+              f"{statistics.median(faults[name]):7,.0f} page faults/step")  # fmt: skip
 
 
 def print_profiles(

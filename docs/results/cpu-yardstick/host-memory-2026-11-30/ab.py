@@ -11,17 +11,16 @@ DECODER: ``fairseq`` (fairseq's SequenceGenerator, the baseline model) or a stat
 ``fairseq-san-bench steps`` (``static-int8``: SAN {6}/{6}). "default": glibc's moving thresholds
 as the process starts with them; "kept": the two raised before decoding. (ab.txt was made with
 5901ee1, whose static decoder raised them itself and whose "default" runs replaced that call by a
-no-op: the same two settings.)
+no-op: the same two settings; and with a loop of its own: two warm-ups, then the four decodes
+timed as one. Now the step timer's ``time_rounds`` times them: one warm-up, the median of four.)
 """
 
 import ctypes
-import resource
 import statistics
 import subprocess
 import sys
-import time
 
-VOCABULARY, BATCH, LENGTH, WARM_UPS, DECODES = 7796, 16, 14, 2, 4
+VOCABULARY, BATCH, LENGTH, DECODES = 7796, 16, 14, 4
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
 
 
@@ -48,17 +47,8 @@ def measure(decoder: str, beam: int, kept: bool) -> None:
         "transformer_san_small", step_timer.POLICIES[policy], dictionary
     )
     generator = step_timer.make_generator(decoder, model, dictionary, beam, LENGTH)
-    with torch.no_grad():
-        for _ in range(WARM_UPS):
-            generator.generate([model], sample)
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        start = time.perf_counter()
-        for _ in range(DECODES):
-            generator.generate([model], sample)
-        seconds = time.perf_counter() - start
-    steps = DECODES * (LENGTH + 1)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    print(f"{seconds / steps * 1e3:.3f} {faults / steps:.0f}")
+    times, faults = step_timer.time_rounds({decoder: generator}, [sample], DECODES, LENGTH + 1)
+    print(f"{statistics.median(times[decoder]):.3f} {statistics.median(faults[decoder]):.0f}")
 
 
 def run(decoder: str, beam: int, kept: bool) -> tuple:

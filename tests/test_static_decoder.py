@@ -128,6 +128,47 @@ def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):
     assert kept and all(count <= len(SOURCE_LENGTHS) // 2 for count in kept), kept
 
 
+@pytest.mark.parametrize("execution", ["eager", "fixed"])
+def test_batches_decode_in_the_memory_of_the_batches_before(execution):
+    """One generator, batches of other sizes in turn (stale states of the batch before in the
+    memory each takes): fairseq's n-best each time; the self-attention state and the steps'
+    log-probabilities of a batch that fits in the memory kept (a quarter more than the batch that
+    took it) are there, not new."""
+    model = decisive(build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=1)[0])
+    generator = StaticSequenceGenerator(
+        [model], DICTIONARY, beam_size=4, max_len_b=12, execution=execution
+    )
+    memories = []
+    for lengths in ([5, 9, 3, 7, 6, 2], [5, 9, 3], [4, 8, 2, 6, 6, 3, 5], [3, 5, 7, 9, 2, 4, 6, 8]):
+        src_tokens, src_lengths = source_batch(DICTIONARY, lengths, seed=len(lengths))
+        sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+        expected = generate(model, DICTIONARY, src_tokens, src_lengths, 4, max_len_b=12)
+        assert_same_hypotheses(expected, generator.generate([model], sample))
+        memories.append((generator._memory.memory, generator._log_probs_memory.memory))
+    # 24 rows take memory for 30; 12 and 28 fit in it; 32 take new memory
+    for kept in zip(*memories):
+        assert kept[0] is kept[1] is kept[2] and kept[3] is not kept[0]
+
+
+def test_kept_memory_is_new_for_another_dtype_or_inference_mode():
+    """What ``KeptMemory`` hands out: the start of its memory where that fits the shape, dtype,
+    device and inference mode; new memory otherwise (an inference tensor cannot be written
+    outside inference mode)."""
+    from fairseq_san.static_decoding.caches import KeptMemory
+
+    kept = KeptMemory()
+    with torch.inference_mode():
+        first = kept.take((2, 3, 4), torch.float32, "cpu")
+        assert kept.take((4, 5), torch.float32, "cpu").data_ptr() == first.data_ptr()
+        assert kept.memory.numel() == 30  # 24 and a quarter more
+        assert kept.take((31,), torch.float32, "cpu").data_ptr() != first.data_ptr()
+        bfloat16 = kept.take((4,), torch.bfloat16, "cpu")
+        assert bfloat16.dtype == torch.bfloat16 and kept.memory.dtype == torch.bfloat16
+    outside = kept.take((4,), torch.bfloat16, "cpu")
+    assert not outside.is_inference() and outside.data_ptr() != bfloat16.data_ptr()
+    outside.zero_()
+
+
 # The position-independent (fixed-layout) step against the sliced one: every attention role.
 LAYOUT_MODELS = ["baseline", "san-1,5-3,3", "san-6-6", "san-encdec-weights", "aan", "aan-san"]
 
@@ -1110,6 +1151,53 @@ def test_candidates_from_chunks_give_fairseqs_nbest(name, monkeypatch):
             actual = static_generate(model, beam, src_tokens, src_lengths, **settings)
             assert_same_hypotheses(expected, actual)
     assert chunked and all(chunked), chunked
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_log_probs_in_blocks_of_rows_give_fairseqs_nbest(name, monkeypatch):
+    """On the CPU the output projection and the log-softmax run on blocks of rows (5 here, so
+    that a step at beams 4 and 8 has several, the last one short), with a temperature too:
+    SequenceGenerator's n-best."""
+    from fairseq_san.static_decoding import step
+
+    monkeypatch.setattr(step, "LOG_PROBS_BLOCK_BYTES", 4 * len(DICTIONARY) * 5)
+    blocks = calls_of(monkeypatch, StaticDecoderStep, "_log_probs")
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    for beam in (4, 8):
+        for settings in (SETTINGS[2], dict(max_len_b=10, temperature=0.7)):
+            expected = generate(model, DICTIONARY, src_tokens, src_lengths, beam, **settings)
+            actual = static_generate(model, beam, src_tokens, src_lengths, **settings)
+            assert_same_hypotheses(expected, actual)
+    sizes = {len(x) for x, _, _ in blocks}  # 6 sentences x 4 or 8: 24 or 48 rows, 6 at first
+    assert max(sizes) == 5 and len(sizes) > 1, sizes
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-full", "int8"])
+def test_log_probs_in_blocks_of_rows_at_reduced_precision(precision, monkeypatch):
+    """The blocks' log-probabilities at each reduced precision: those of the whole rows at once
+    (int8: close to them, each block's activations quantized with its own range)."""
+    from fairseq_san.static_decoding import step as step_module
+    from fairseq_san.static_decoding.caches import allocate_cache
+
+    model = build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=2)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6, 5, 3, 7], seed=3)
+    encoder_out = model.encoder(src_tokens, src_lengths)
+    step = apply_precision(StaticDecoderStep(model.decoder), precision)
+    tokens = torch.tensor([DICTIONARY.eos(), 7, 9, 11, 8])
+    lprobs = {}
+    for rows in (2, 5):
+        monkeypatch.setattr(step_module, "LOG_PROBS_BLOCK_BYTES", 4 * len(DICTIONARY) * rows)
+        cache = allocate_cache(
+            5, 1, step.self_slots, step.heads, step.aan_layers, step.embed_dim, step.dtype, "cpu"
+        )
+        padding = encoder_out["encoder_padding_mask"][0]
+        step.prepare(encoder_out["encoder_out"][0], padding, cache, 1)
+        with torch.no_grad():
+            lprobs[rows] = step(tokens, 0, cache)
+    atol = 0.05 if precision == "int8" else 1e-6
+    torch.testing.assert_close(lprobs[2], lprobs[5], atol=atol, rtol=0)
+    assert lprobs[2].dtype == torch.float32 and lprobs[2].shape == (5, len(DICTIONARY))
 
 
 @pytest.mark.parametrize("width", [640, 650, 64 * 16])

@@ -57,8 +57,12 @@ class Reorderable:
         dim: int = 0,
         length_dim: Optional[int] = None,
         fixed_address: bool = False,
+        memory: Optional["KeptMemory"] = None,
     ) -> None:
-        self.tensor = torch.empty(shape, dtype=dtype, device=device)
+        if memory is None:
+            self.tensor = torch.empty(shape, dtype=dtype, device=device)
+        else:
+            self.tensor = memory.take(shape, dtype, device)
         self._spare: Optional[Tensor] = None  # allocated by the first ``reorder``
         self.dim, self.length_dim = dim, length_dim
         # A captured CUDA graph reads the tensor it was captured with: ``reorder`` copies back.
@@ -106,6 +110,36 @@ class Reorderable:
         # tensor measured 5-13x slower (they copy slice by slice, and all of it twice).
         for row, source in zip(moved.tolist(), order[moved].tolist()):
             written.select(self.dim, row).copy_(written.select(self.dim, source))
+
+
+class KeptMemory:
+    """The memory of one batch's tensor (its self-attention state, its steps' log-probabilities),
+    kept for the next batches (executions without CUDA graphs): at beam 20 such a tensor is tens
+    of megabytes, which the C library maps anew for each batch (each step, for log-probabilities)
+    and the kernel faults in page by page as it is written (SAN {6}/{6} at batch 16: about 600
+    faults a step for its state; docs/results/cpu-yardstick/log-probs-2026-12-01). A larger batch
+    takes new memory, a quarter more than it needs, so that the slightly longer outputs of the
+    batches after it (fairseq sorts them by source length) fit in it too."""
+
+    HEADROOM = 1.25
+
+    def __init__(self) -> None:
+        self.memory: Optional[Tensor] = None
+
+    def take(self, shape: Sequence[int], dtype: torch.dtype, device) -> Tensor:
+        """An uninitialised tensor of ``shape`` at the start of the kept memory (a batch holds it
+        until the next batch takes it)."""
+        size = math.prod(shape)
+        held = self.memory
+        if not (
+            held is not None
+            and held.numel() >= size
+            and held.dtype == dtype
+            and held.device == torch.device(device)
+            and held.is_inference() == torch.is_inference_mode_enabled()
+        ):
+            held = self.memory = torch.empty(int(size * self.HEADROOM), dtype=dtype, device=device)
+        return held[:size].view(shape)
 
 
 def sentence_rows(sentences: Tensor, per_sentence: int) -> Tensor:
@@ -229,6 +263,10 @@ class DecoderCache:
     sentences: int = 0
     source_padding: Optional[Tensor] = None
     fixed: bool = False
+    # Where a CPU step writes its log-probabilities (rows, vocabulary), float32; None: a new
+    # tensor at each step. A generator that reads each step's before the next gives it one, so
+    # that a step's result is not memory mapped anew and faulted in (step.py).
+    log_probs: Optional[Tensor] = None
     slot_axes: Optional[Tuple[Tensor, Tensor, Tensor]] = field(init=False, default=None)
     # ``first_step``'s cache and its (sentences, positions), kept for the next batch of a cache
     # kept per shape (its memory is what a captured position 0 reads).
@@ -347,13 +385,15 @@ def allocate_cache(
     device: torch.device,
     fixed: bool = False,
     fixed_address: bool = False,
+    memory: Optional[KeptMemory] = None,
 ) -> DecoderCache:
     """An empty cache for ``hypotheses`` rows and outputs of up to ``positions`` tokens, in the
-    sliced or ``fixed`` layout (module doc; ``fixed_address``: see Reorderable)."""
+    sliced or ``fixed`` layout (module doc; ``fixed_address``: see Reorderable), its
+    self-attention state in ``memory`` where given."""
     self_attention = None
     if self_slots:
         shape = (self_slots, hypotheses, heads, positions, embed_dim // heads)
-        self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address)
+        self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address, memory)
         if fixed:
             self_attention.tensor.zero_()
     # fairseq's AAN keeps its running sums in float32 whatever the model's precision.

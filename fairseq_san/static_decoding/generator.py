@@ -28,7 +28,8 @@ from fairseq_san.errors import UsageError
 from fairseq_san.generation_options import check_temperature
 from fairseq_san.modules import weights_key
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
-from fairseq_san.static_decoding.caches import DecoderCache, allocate_cache, length_bucket
+from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, allocate_cache
+from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import Execution, compiled, execution_for
 from fairseq_san.static_decoding.graphs import (
@@ -169,6 +170,9 @@ class StaticSequenceGenerator(nn.Module):
         # captured).
         self._caches: "OrderedDict[Tuple, DecoderCache]" = OrderedDict()
         self._searches: Dict[Tuple, TensorBeamSearch] = {}
+        # The memory of the other executions' self-attention state and log-probabilities, from
+        # batch to batch.
+        self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
         self.built_from = weights_key(self.model.parameters())
 
     def follow_the_weights(self) -> None:
@@ -339,8 +343,10 @@ class StaticSequenceGenerator(nn.Module):
     def _cache(
         self, sentences: int, positions: int, fixed: bool, device: torch.device, source: int = 0
     ) -> DecoderCache:
-        """An empty cache for a batch; with CUDA graphs, the one kept for its shape (the
-        sentences, the positions and the source's length bucket, 0 without a source), reused."""
+        """An empty cache for a batch: with CUDA graphs, the one kept for its shape (the
+        sentences, the positions and the source's length bucket, 0 without a source), reused;
+        else a new one, its self-attention state (and on the CPU its steps' log-probabilities) in
+        the memory of the batches before (``KeptMemory``)."""
         key = (sentences, positions, source)
         if key in self._caches:
             self._caches.move_to_end(key)
@@ -358,9 +364,13 @@ class StaticSequenceGenerator(nn.Module):
             device,
             fixed=fixed,
             fixed_address=self.execution.graphs,
+            memory=None if self.execution.graphs else self._memory,
         )
         if self.execution.graphs:
             self._keep(key, cache)
+        elif device.type == "cpu":  # decode reads each step's log-probabilities before the next
+            shape = (sentences * self.beam_size, step.vocabulary)
+            cache.log_probs = self._log_probs_memory.take(shape, torch.float32, device)
         return cache
 
     def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:

@@ -44,6 +44,14 @@ from fairseq_san.static_decoding.support import check_decoder
 # per kind of attention ("self", "encdec"), and the cache slot of its keys ("self slot").
 Shared = Dict[str, Union[Tuple[Tensor, Tensor], int]]
 
+# On the CPU the output projection and the log-softmax run on blocks of rows of about this
+# size (float32 log-probabilities), each block's written into the step's result (the cache's
+# ``log_probs`` where the generator gives one): at beam 20 the whole products are buffers of
+# megabytes (int8's int32 accumulator, the logits) that glibc may give back to the kernel when
+# they are freed, each page then faulted in again at the next step, while a block's stay in the
+# processor's cache (docs/results/cpu-yardstick/log-probs-2026-12-01).
+LOG_PROBS_BLOCK_BYTES = 1 << 20
+
 FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER
 WEIGHTS, CONTEXT = AttentionRole.WEIGHTS, AttentionRole.CONTEXT
 KEYS_VALUES = AttentionRole.KEYS_VALUES
@@ -282,6 +290,7 @@ class StaticDecoderStep(nn.Module):
         self.layer_norm = copy_module(decoder.layer_norm)
         self.project_out_dim = _optional_linear(decoder.project_out_dim)
         self.output_projection = copy_linear(decoder.output_projection)
+        self.vocabulary = decoder.output_projection.out_features
 
     @property
     def dtype(self) -> torch.dtype:
@@ -373,10 +382,24 @@ class StaticDecoderStep(nn.Module):
             x = self.layer_norm(x)
         if self.project_out_dim is not None:
             x = self.project_out_dim(x)
+        if x.device.type != "cpu" or torch.compiler.is_compiling():
+            return self._log_probs(x, temperature)
+        rows = x.size(0)
+        if cache.log_probs is None:
+            log_probs = x.new_empty(rows, self.vocabulary, dtype=torch.float32)
+        else:
+            log_probs = cache.log_probs[:rows]
+        block = max(1, LOG_PROBS_BLOCK_BYTES // (4 * self.vocabulary))
+        for start in range(0, rows, block):
+            self._log_probs(x[start : start + block], temperature, log_probs[start : start + block])
+        return log_probs
+
+    def _log_probs(self, x: Tensor, temperature: float, out: Optional[Tensor] = None) -> Tensor:
+        """Log-probabilities (rows, vocabulary), float32, of the last layer's output ``x``."""
         logits = self.output_projection(x)
         if temperature != 1.0:
             logits = logits / temperature
-        return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=out)
 
 
 def _optional_linear(module: Optional[nn.Module]) -> Optional[nn.Linear]:

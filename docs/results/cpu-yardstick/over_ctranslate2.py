@@ -38,6 +38,15 @@ ROWS = {
         "host-memory-2026-11-30/yardstick-pairs/before-1/all",
         "host-memory-2026-11-30/yardstick-pairs/before-2/all",
     ],
+    "Zen 4, log-probabilities in blocks, memory kept (dde5128)": [
+        "log-probs-2026-12-01/yardstick/all",
+        "log-probs-2026-12-01/yardstick-pairs/after-1/all",
+        "log-probs-2026-12-01/yardstick-pairs/after-2/all",
+    ],
+    "Zen 4, the code before it in the same pairs (b325e6a)": [
+        "log-probs-2026-12-01/yardstick-pairs/before-1/all",
+        "log-probs-2026-12-01/yardstick-pairs/before-2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The step timer, A/B: the code before the blocked log-probabilities and the kept memory (BEFORE, a worktree on
+# PYTHONPATH: git worktree add /tmp/before b325e6a) and this checkout's, alternating, ROUNDS
+# rounds (3), each a process of its own, beams 4 and 20; ms and page faults per step.
+#
+#   BEFORE=/tmp/before docs/results/cpu-yardstick/log-probs-2026-12-01/steps.sh > steps.txt
+cd "$(dirname "$0")/../../../.."
+export PATH=$PWD/.venv/bin:$PATH
+for round in $(seq "${ROUNDS:-3}"); do
+  for side in before after; do
+    tree=${BEFORE:-/tmp/before}; [ $side = after ] && tree=$PWD
+    echo "== round $round $side $(date -u +%H:%M:%S)"
+    PYTHONPATH=$tree fairseq-san-bench steps --decoders fairseq static-fp32 static-int8 static-bf16-full \
+      --policies baseline san-6-6 --rounds 3 --batches 4 --length 40 2>&1 | grep -E 'ms/step|Processor'
+    PYTHONPATH=$tree fairseq-san-bench steps --beam 20 --decoders fairseq static-fp32 static-int8 static-bf16-full \
+      --policies baseline san-6-6 --rounds 3 --batches 4 --length 20 2>&1 | grep -E 'ms/step'
+  done
+done
+echo "== done $(date -u +%H:%M:%S)"

@@ -384,11 +384,16 @@ class StaticDecoderStep(nn.Module):
             x = self.project_out_dim(x)
         if x.device.type != "cpu" or torch.compiler.is_compiling():
             return self._log_probs(x, temperature)
+        return self._log_probs_in_blocks(x, temperature, cache.log_probs)
+
+    def _log_probs_in_blocks(self, x: Tensor, temperature: float, out: Optional[Tensor]) -> Tensor:
+        """``_log_probs`` of blocks of rows of ``x`` (``LOG_PROBS_BLOCK_BYTES``), each written
+        into ``out`` (its first rows; a new tensor where None)."""
         rows = x.size(0)
-        if cache.log_probs is None:
+        if out is None:
             log_probs = x.new_empty(rows, self.vocabulary, dtype=torch.float32)
         else:
-            log_probs = cache.log_probs[:rows]
+            log_probs = out[:rows]
         block = max(1, LOG_PROBS_BLOCK_BYTES // (4 * self.vocabulary))
         for start in range(0, rows, block):
             self._log_probs(x[start : start + block], temperature, log_probs[start : start + block])

@@ -29,7 +29,7 @@ RUN=${RUN_DIR:-runs/cpu-yardstick}
 OUT=${OUT:-docs/results/cpu-yardstick}
 UPDATES=${UPDATES:-20} SENTENCES=${SENTENCES:-128} REPEATS=${REPEATS:-3} BEAMS=${BEAMS:-4 20}
 MODES=${MODES:-fixed}
-STATIC='"san_decoder": "static"'
+STATIC='"san_decoding": "static"'
 LOGITS32='"san_decoder_precision": "bf16-fp32-logits"'
 
 examples/multi30k/prepare.sh en de "$DATA"

@@ -40,6 +40,7 @@ ROWS = {
     ],
     "Zen 4, log-probabilities in blocks, memory kept (dde5128)": [
         "log-probs-2026-12-01/yardstick/all",
+        "log-probs-2026-12-01/yardstick-2/all",
         "log-probs-2026-12-01/yardstick-pairs/after-1/all",
         "log-probs-2026-12-01/yardstick-pairs/after-2/all",
     ],

@@ -1019,12 +1019,24 @@ def test_cuda_generator_built_before_the_model_moved_decodes_as_one_built_after(
     assert early.execution.graphs
 
 
+def prepared_cache(step: StaticDecoderStep, encoder_out, rows: int, positions: int):
+    """A sliced CPU cache for ``rows`` hypotheses and ``positions`` positions, prepared by
+    ``step`` for ``encoder_out`` (its encoder-decoder keys and values)."""
+    from fairseq_san.static_decoding.caches import allocate_cache
+
+    cache = allocate_cache(
+        rows, positions, step.self_slots, step.heads, step.aan_layers, step.embed_dim,
+        step.dtype, "cpu",
+    )
+    padding = encoder_out["encoder_padding_mask"][0]
+    step.prepare(encoder_out["encoder_out"][0], padding, cache, positions)
+    return cache
+
+
 @pytest.mark.parametrize("precision", ["bf16", "bf16-fp32-logits", "bf16-full", "int8"])
 def test_reduced_precision_step(precision):
     """bf16 / bf16-fp32-logits / bf16-full / int8 steps compute in that precision (the output
     projection of bf16-fp32-logits in fp32), close to fp32, and leave the model as is."""
-    from fairseq_san.static_decoding.caches import allocate_cache
-
     model = build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY)[0]
     before = {k: v.clone() for k, v in model.state_dict().items()}
     src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=3)
@@ -1032,11 +1044,7 @@ def test_reduced_precision_step(precision):
     steps = {p: apply_precision(StaticDecoderStep(model.decoder), p) for p in ("fp32", precision)}
     lprobs = {}
     for name, step in steps.items():
-        cache = allocate_cache(
-            2, 3, step.self_slots, step.heads, step.aan_layers, step.embed_dim, step.dtype, "cpu"
-        )
-        padding = encoder_out["encoder_padding_mask"][0]
-        step.prepare(encoder_out["encoder_out"][0], padding, cache, 3)
+        cache = prepared_cache(step, encoder_out, rows=2, positions=3)
         for position, token in enumerate([DICTIONARY.eos(), 7, 9]):
             out = step(torch.full((2,), token), position, cache)
         lprobs[name] = out
@@ -1178,7 +1186,6 @@ def test_log_probs_in_blocks_of_rows_at_reduced_precision(precision, monkeypatch
     """The blocks' log-probabilities at each reduced precision: those of the whole rows at once
     (int8: close to them, each block's activations quantized with its own range)."""
     from fairseq_san.static_decoding import step as step_module
-    from fairseq_san.static_decoding.caches import allocate_cache
 
     model = build(MODELS["san-6-6"], dictionary=DICTIONARY, seed=2)[0]
     src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6, 5, 3, 7], seed=3)
@@ -1188,11 +1195,7 @@ def test_log_probs_in_blocks_of_rows_at_reduced_precision(precision, monkeypatch
     lprobs = {}
     for rows in (2, 5):
         monkeypatch.setattr(step_module, "LOG_PROBS_BLOCK_BYTES", 4 * len(DICTIONARY) * rows)
-        cache = allocate_cache(
-            5, 1, step.self_slots, step.heads, step.aan_layers, step.embed_dim, step.dtype, "cpu"
-        )
-        padding = encoder_out["encoder_padding_mask"][0]
-        step.prepare(encoder_out["encoder_out"][0], padding, cache, 1)
+        cache = prepared_cache(step, encoder_out, rows=5, positions=1)
         with torch.no_grad():
             lprobs[rows] = step(tokens, 0, cache)
     atol = 0.05 if precision == "int8" else 1e-6

@@ -28,8 +28,12 @@ from fairseq_san.errors import UsageError
 from fairseq_san.generation_options import check_temperature
 from fairseq_san.modules import weights_key
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
-from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, allocate_cache
-from fairseq_san.static_decoding.caches import length_bucket
+from fairseq_san.static_decoding.caches import (
+    DecoderCache,
+    KeptMemory,
+    allocate_cache,
+    length_bucket,
+)
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import Execution, compiled, execution_for
 from fairseq_san.static_decoding.graphs import (

@@ -48,8 +48,8 @@ Shared = Dict[str, Union[Tuple[Tensor, Tensor], int]]
 # size (float32 log-probabilities), each block's written into the step's result (the cache's
 # ``log_probs`` where the generator gives one): at beam 20 the whole products are buffers of
 # megabytes (int8's int32 accumulator, the logits) that glibc may give back to the kernel when
-# they are freed, each page then faulted in again at the next step, while a block's stay in the
-# processor's cache (docs/results/cpu-yardstick/log-probs-2026-12-01).
+# they are freed, each page then faulted in again at the next step, while a block's buffers stay
+# in the processor's cache (docs/results/cpu-yardstick/log-probs-2026-12-01).
 LOG_PROBS_BLOCK_BYTES = 1 << 20
 
 FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER

@@ -110,6 +110,53 @@ def test_a_run_resumed_at_its_max_update_trains_nothing(binarized_corpus, resume
     assert hashlib.sha256(last.read_bytes()).hexdigest() == before
 
 
+def trained_for(checkpoint: Path, seconds: float) -> None:
+    """Make ``checkpoint`` say that its run had trained for ``seconds`` (fairseq's
+    ``previous_training_time``): a cap of --stop-time-hours passed without waiting for it."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state["extra_state"]["previous_training_time"] = seconds
+    torch.save(state, checkpoint)
+
+
+def updates_in(checkpoint: Path) -> int:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return state["optimizer_history"][-1]["num_updates"]
+
+
+@pytest.mark.slow
+def test_a_run_resumed_past_its_stop_time_trains_nothing(binarized_corpus, tmp_path):
+    """fairseq checks --stop-time-hours after an update: a run resumed from a checkpoint saved
+    past its cap trained one update more and saved it. A larger cap trains on."""
+    save_dir, last = tmp_path / "run", tmp_path / "run" / "checkpoint_last.pt"
+    train(binarized_corpus, save_dir, 4)
+    trained_for(last, 3600)
+    before = hashlib.sha256(last.read_bytes()).hexdigest()
+    argv = train_argv(binarized_corpus, save_dir, max_update=8)
+    for cap, updates in (("0.5", 4), ("2", 8)):
+        result = run_cli("fairseq-train", *argv, "--stop-time-hours", cap)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        assert updates_in(last) == updates, cap
+        stopped = f"the checkpoint has 1.0000 hours of training, past its --stop-time-hours {cap}"
+        assert (stopped in output) == (cap == "0.5"), output[-3000:]
+        if cap == "0.5":
+            assert hashlib.sha256(last.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.slow
+def test_a_new_run_from_another_s_weights_counts_its_own_training_time(binarized_corpus, tmp_path):
+    """fairseq gave a --finetune-from-model run the training time of the run it started from:
+    with a --stop-time-hours that run had passed, it trained one update."""
+    parent = tmp_path / "parent" / "checkpoint_last.pt"
+    train(binarized_corpus, parent.parent, 4)
+    trained_for(parent, 3600)
+    argv = train_argv(binarized_corpus, tmp_path / "child", max_update=8)
+    result = run_cli("fairseq-train", *argv, "--stop-time-hours", "0.5",
+                     "--finetune-from-model", str(parent))  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert updates_in(tmp_path / "child" / "checkpoint_last.pt") == 8
+
+
 def patience_argv(data: Path, save_dir: Path, updates: int) -> List[str]:
     """Validation every 2 updates (not at an epoch's end), a "better" loss the larger (so none
     after the first): the run stops early at update 2 + 2 x PATIENCE."""
@@ -150,21 +197,30 @@ def test_a_resumed_run_counts_its_patience_on(binarized_corpus, tmp_path):
     assert result.returncode == 0 and stopped in new and "nothing to train" not in new, new[-3000:]
 
 
-def test_only_the_first_epoch_of_a_process_stops_at_a_max_update_reached():
-    """Later epochs stop as fairseq stops them (inside its train, after a validation)."""
+def test_only_the_first_epoch_of_a_process_stops_at_a_limit_reached():
+    """Later epochs stop as fairseq stops them (inside its train, after a validation); the
+    first stops at a --max-update reached and at a --stop-time-hours passed, not before."""
     from fairseq_san.fairseq_fixes.resumed_training import _stopping_at_a_reached_limit
 
     trained = []
     train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
     cfg = SimpleNamespace(
-        optimization=SimpleNamespace(max_update=30), checkpoint=SimpleNamespace(patience=0)
+        optimization=SimpleNamespace(max_update=30, stop_time_hours=0.5),
+        checkpoint=SimpleNamespace(patience=0),
     )
     for updates in (30, 30):
         train(cfg, SimpleNamespace(get_num_updates=lambda: updates), None, None)
     assert trained == [True]  # the second call, a later epoch, is fairseq's
+    for first_epoch in (
+        SimpleNamespace(get_num_updates=lambda: 29),
+        SimpleNamespace(get_num_updates=lambda: 29, _previous_training_time=1799),
+    ):
+        train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
+        train(cfg, first_epoch, None, None)
+    assert trained == [True, True, True]
     train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
-    train(cfg, SimpleNamespace(get_num_updates=lambda: 29), None, None)
-    assert trained == [True, True]
+    train(cfg, SimpleNamespace(get_num_updates=lambda: 29, _previous_training_time=1801), None, None)
+    assert trained == [True, True, True]  # past the cap of 0.5 hours
 
 
 class StandInDataset:

@@ -26,8 +26,13 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   ``--reset-optimizer`` or ``--reset-meters``, where fairseq does not restore its best score
   either); a run resumed after its patience ran out trains nothing.
 
-A run stopped by ``--stop-time-hours`` still trains on when resumed: the time reached is each
-rank's own clock (ranks that disagreed would wait for each other forever).
+* **The wall-time cap.** ``--stop-time-hours`` is checked after an update too, against the
+  training time a checkpoint keeps (``previous_training_time``), so a run resumed from a
+  checkpoint saved at its cap trained one update more and saved it. It now stops before it
+  trains when the checkpoint's training time is past the cap. That time is the same on every
+  rank (fairseq keeps the mean over the ranks and saves it); a larger cap trains on. A new run
+  from another's weights (as for the patience) counts its own time from zero: fairseq gave it
+  the time of the run it started from.
 """
 
 import functools
@@ -95,16 +100,20 @@ def _saving_the_patience(save_checkpoint):
     return wrapper
 
 
-def _restoring_the_patience(load_checkpoint):
+def _restoring_the_run_state(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
         from fairseq_san.fairseq_fixes.restore_file import fine_tunes
 
-        # A new run from another's weights counts its own (fairseq resets the optimizer and
-        # meters of a --finetune-from-model itself, not in cfg).
+        # A new run from another's weights counts its own validations and training time
+        # (fairseq resets the optimizer and meters of a --finetune-from-model itself, not in
+        # cfg, and gave it the time of the run it started from: at a --stop-time-hours that run
+        # had passed, it trained one update).
         new_run = cfg.reset_optimizer or cfg.reset_meters
         new_run = new_run or fine_tunes(cfg, trainer.checkpoint_suffix or "")
         extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
+        if new_run:
+            trainer._previous_training_time = 0
         saved = (extra_state or {}).get(PATIENCE_STATE)
         counted = patience_counter()
         if saved is not None and counted is not None and not new_run:
@@ -127,6 +136,19 @@ def reached_max_update(cfg, trainer) -> bool:
     return bool(max_update) and trainer.get_num_updates() >= max_update
 
 
+def reached_stop_time(cfg, trainer) -> bool:
+    """Whether a run resumed from a checkpoint had trained past ``--stop-time-hours`` when it was
+    saved (fairseq's ``should_stop`` checks after an update; the checkpoint's training time,
+    which fairseq's trainer keeps as ``_previous_training_time``, is every rank's)."""
+    cap_hours = cfg.optimization.stop_time_hours
+    return cap_hours > 0 and trained_hours(trainer) > cap_hours
+
+
+def trained_hours(trainer) -> float:
+    """The training time of the checkpoint ``trainer`` resumed from, in hours (0: a new run)."""
+    return getattr(trainer, "_previous_training_time", 0) / 3600
+
+
 def _stopping_at_a_reached_limit(train):
     first_call = [True]  # the epoch a resumed run starts with; later ones stop as fairseq does
 
@@ -135,6 +157,9 @@ def _stopping_at_a_reached_limit(train):
         resuming, first_call[0] = first_call[0], False
         if resuming and reached_max_update(cfg, trainer):
             reached = f"its --max-update {cfg.optimization.max_update} updates"
+        elif resuming and reached_stop_time(cfg, trainer):
+            reached = (f"{trained_hours(trainer):.4f} hours of training, past its "
+                       f"--stop-time-hours {cfg.optimization.stop_time_hours}")  # fmt: skip
         elif resuming and out_of_patience(cfg):
             reached = f"no better validation for --patience {cfg.checkpoint.patience}"
         else:
@@ -147,7 +172,8 @@ def _stopping_at_a_reached_limit(train):
 
 def install() -> None:
     """Batch a resumed run as its first epoch did; keep fairseq-train's patience count with its
-    checkpoints; stop it before it trains past a limit its checkpoint had reached (idempotent)."""
+    checkpoints; stop it before it trains past a limit its checkpoint had reached; a new run from
+    another's weights counts its own training time (idempotent)."""
     from fairseq.tasks.fairseq_task import FairseqTask
 
     wrap_once(FairseqTask, "get_batch_iterator", _batching_as_the_first_epoch)
@@ -158,4 +184,4 @@ def install() -> None:
 
         wrap_once(train, "train", _stopping_at_a_reached_limit)
         wrap_once(Trainer, "save_checkpoint", _saving_the_patience)
-        wrap_once(checkpoint_utils, "load_checkpoint", _restoring_the_patience)
+        wrap_once(checkpoint_utils, "load_checkpoint", _restoring_the_run_state)

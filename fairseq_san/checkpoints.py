@@ -135,6 +135,10 @@ def check_safe_loading() -> None:
 
 def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
+    from fairseq_san.safe_numpy import PickleRefused
+
+    if isinstance(error, PickleRefused):  # a stand-in refused its arguments as the file loaded
+        return f"it holds {error}"
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
         return interpolation_problem(getattr(error, "full_key", None) or "a field")
     if isinstance(error, RecursionError):  # fairseq's omegaconf walked its configuration

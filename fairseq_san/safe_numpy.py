@@ -146,12 +146,25 @@ def own_bytes(data: object, dtype: numpy.dtype, shape: Tuple[int, ...]) -> bytes
     return data
 
 
-# What torch's safe loader gets for numpy's names, in numpy 2 (numpy._core) and 1 (numpy.core).
-STAND_INS: List[Tuple[type, str]] = [
+def empty_bytes(*arguments: object) -> bytes:
+    """``bytes()``, as pickle's protocol 2 (torch.save's) writes an empty bytes value: the data of
+    an empty numpy array (other bytes come as latin-1 text). Any argument is refused:
+    ``bytes(2**40)`` would allocate a terabyte as the file loads."""
+    if arguments:
+        raise PickleRefused(
+            f"builtins.bytes{shown(arguments)}: a pickle of numpy's data calls it without arguments"
+        )
+    return b""
+
+
+# What torch's safe loader gets for numpy's names, in numpy 2 (numpy._core) and 1 (numpy.core),
+# and for the name pickles give an empty array's bytes.
+STAND_INS: List[Tuple[object, str]] = [
     (PickledArray, "numpy.ndarray"),
     (PickledDtype, "numpy.dtype"),
     *[(PickledArray, f"numpy.{package}.multiarray._reconstruct") for package in ("_core", "core")],
     *[(PickledScalar, f"numpy.{package}.multiarray.scalar") for package in ("_core", "core")],
+    (empty_bytes, "builtins.bytes"),
 ]
 RECORDS = (PickledArray, PickledScalar, PickledDtype)
 

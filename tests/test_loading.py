@@ -289,6 +289,7 @@ NUMPY_VALUES = {
     "fortran": numpy.asfortranarray(numpy.arange(6.0).reshape(2, 3)),
     "complex": numpy.array([1 + 2j]),
     "best": numpy.float64(1.5), "score": numpy.float32(2.5), "count": numpy.int64(7),
+    "empty": numpy.array([]), "no_rows": numpy.zeros((0, 3), dtype=numpy.int64),  # bytes()
 }  # fmt: skip
 
 
@@ -374,6 +375,20 @@ def test_numpy_values_no_numpy_pickle_holds_are_refused_in_one_line(tmp_path, cr
         checkpoints.load_state(str(path))
     assert str(refused.value).startswith(f"cannot load checkpoint {path}: it holds ")
     assert "numpy" in str(refused.value)
+
+
+@pytest.mark.parametrize("size", [1, 2**40])
+def test_bytes_are_called_with_no_arguments_or_refused_in_one_line(tmp_path, size):
+    """An empty numpy array's data is ``bytes()`` in a pickle (the safe loader refused every
+    checkpoint with one); ``bytes(2**40)`` would allocate a terabyte."""
+    path = tmp_path / "bytes.pt"
+    torch.save({"model": {}, "extra_state": {"x": PickledAs(bytes, (size,))}}, path)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoints.load_state(str(path))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {path}: it holds builtins.bytes({size},): a pickle of numpy's "
+        "data calls it without arguments"
+    )
 
 
 def test_a_pickle_refers_to_an_object_as_often_as_it_likes_and_it_is_walked_once(tmp_path):

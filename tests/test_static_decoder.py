@@ -190,6 +190,33 @@ def test_fixed_layout_equals_sliced(name):
             assert_same_hypotheses(sliced, fixed, atol=1e-5, rtol=1e-6)
 
 
+@pytest.mark.parametrize("length", [1, 6, 7, 20])
+def test_one_query_products_equal_bmm_on_either_side_of_torchs_scalar_loop(length, monkeypatch):
+    """``caches.bmm`` of one query (a step's Q K^T and S V over a cache slot's first
+    ``length`` positions, 64 per head): torch.bmm's values; torch.bmm itself at or above
+    SMALL_PRODUCT multiply-adds a matrix (64 x 7 = 448), the broadcast sum below it; several
+    queries, another dtype and torch.bmm's result on other shapes go to torch.bmm."""
+    from fairseq_san.static_decoding.caches import SMALL_PRODUCT, bmm
+
+    generator = torch.Generator().manual_seed(length)
+    cache = torch.randn(3, 10, 4, 24, 64, generator=generator)  # slots, rows, heads, positions
+    keys = cache[0, :, :, :length].reshape(40, length, 64)  # a view, as Position.read gives
+    values = cache[1, :, :, :length].view(40, length, 64)
+    query = torch.randn(40, 1, 64, generator=generator)
+    weights = torch.softmax(torch.randn(40, 1, length, generator=generator), dim=-1)
+    torch_bmm, calls = torch.bmm, []
+    monkeypatch.setattr(torch, "bmm", lambda a, b: calls.append(a.shape) or torch_bmm(a, b))
+    for a, b in ((query, keys.transpose(1, 2)), (weights, values)):
+        product = bmm(a, b)
+        assert product.shape == (40, 1, b.size(2))
+        torch.testing.assert_close(product, torch_bmm(a, b), rtol=1e-5, atol=1e-5)
+    assert len(calls) == (0 if 64 * length < SMALL_PRODUCT else 2)
+    calls.clear()
+    bmm(query.repeat(1, 2, 1), keys.transpose(1, 2))
+    bmm(weights.double(), values.double())
+    assert len(calls) == 2
+
+
 def test_length_buckets():
     """A fixed-layout step attends over the smallest bucket that holds its positions."""
     from fairseq_san.static_decoding.caches import length_bucket

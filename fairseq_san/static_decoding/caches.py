@@ -177,6 +177,24 @@ def pad_source(encoder_out: Tensor, padding: Optional[Tensor]) -> Tuple[Tensor, 
     return padded, mask
 
 
+# ATen's CPU bmm multiplies matrices of fewer multiply-adds than this (m x k x n) in a scalar loop
+# (``baddbmm_cpu_kernel``), not in a BLAS batch: a step's attention over its first positions.
+SMALL_PRODUCT = 400
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.bmm(a, b)`` for (batch, m, k) by (batch, k, n). One query (m = 1) on the CPU in
+    float32 below SMALL_PRODUCT is a broadcast product and a sum instead: torch's scalar loop
+    took 1.6-4x as long at a step's shapes and cache layouts (a beam-20 step's 1,280 products of
+    1 x 64 by 64 x L, or 1 x L by L x 64, for L <= 6: docs/results/cpu-yardstick/
+    small-products-2026-12-01)."""
+    m, k = a.shape[1:]
+    small = m == 1 and k * b.size(2) < SMALL_PRODUCT
+    if small and a.device.type == "cpu" and a.dtype == torch.float32:
+        return (a.transpose(1, 2) * b).sum(1, keepdim=True)
+    return torch.bmm(a, b)
+
+
 @dataclass
 class Position:
     """Where a step writes its cache slot and how far it attends (see module doc).
@@ -237,7 +255,7 @@ class Position:
     def logits(self, query: Tensor, keys: Tensor) -> Tensor:
         """``query @ keys^T`` (batch, span, length), masked (fixed layout, prefill)."""
         if self.mask is None:
-            return torch.bmm(query, keys.transpose(1, 2))
+            return bmm(query, keys.transpose(1, 2))
         return torch.baddbmm(self.mask, query, keys.transpose(1, 2))
 
     def count(self) -> Union[int, Tensor]:

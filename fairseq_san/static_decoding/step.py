@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
 from fairseq_san.modules.shared_attention import KEPT_PROJECTIONS, AttentionRole
 from fairseq_san.modules.shared_attention import attention_role
-from fairseq_san.static_decoding.caches import DecoderCache, Position, pad_source
+from fairseq_san.static_decoding.caches import DecoderCache, Position, bmm, pad_source
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.support import check_decoder
 
@@ -132,7 +132,7 @@ class SelfAttentionStep(nn.Module):
         """Eq. 1-2 over the keys and values of cache slots ``slot``, ``slot + 1``: S and A."""
         logits = at.logits(query, at.read(states[slot]))
         weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
-        return weights, torch.bmm(weights, at.read(states[slot + 1]))  # Eq. 2
+        return weights, bmm(weights, at.read(states[slot + 1]))  # Eq. 2
 
     def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
         positions, embed = x.shape  # rows x span
@@ -141,7 +141,7 @@ class SelfAttentionStep(nn.Module):
         projected = self.projections(x)
         if self.role == WEIGHTS:
             at.write(cache, self.slot, self._per_head(projected, rows, 1))
-            context = torch.bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
+            context = bmm(shared["self"][0], at.read(states[self.slot]))  # Eq. 4: S^m V^n
         elif self.role == KEYS_VALUES:  # the block leader's keys and values, own queries
             query = self._queries(projected, rows)
             _, context = self._attend(query, at, states, shared["self slot"])
@@ -207,18 +207,18 @@ class EncoderAttentionStep(nn.Module):
         if self.role == CONTEXT:
             context = shared["encdec"][1]  # Eq. 5: A^m
         elif self.role == WEIGHTS:
-            context = torch.bmm(shared["encdec"][0], cache.encoder[self.slot])  # Eq. 4
+            context = bmm(shared["encdec"][0], cache.encoder[self.slot])  # Eq. 4
         else:
             query = self.q(x).view(sentences, beam, heads, -1).transpose(1, 2)
             query = query.reshape(sentences * heads, beam, -1)
             keys, values = cache.encoder[self.slot], cache.encoder[self.slot + 1]
-            logits = torch.bmm(query, keys.transpose(1, 2))
+            logits = bmm(query, keys.transpose(1, 2))
             if cache.source_padding is not None:
                 logits = logits.view(sentences, heads, beam, -1)
                 logits = logits.masked_fill(cache.source_padding, float("-inf"))
                 logits = logits.view(sentences * heads, beam, -1)
             weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)  # Eq. 1
-            context = torch.bmm(weights, values)  # Eq. 2
+            context = bmm(weights, values)  # Eq. 2
             if self.role == LEADER:
                 shared["encdec"] = (weights, context)
         # (sentences * heads, beam, head_dim) -> (hypotheses, embed), hypothesis-major.

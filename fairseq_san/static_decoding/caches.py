@@ -185,8 +185,8 @@ SMALL_PRODUCT = 400
 def bmm(a: Tensor, b: Tensor) -> Tensor:
     """``torch.bmm(a, b)`` for (batch, m, k) by (batch, k, n). One query (m = 1) on the CPU in
     float32 below SMALL_PRODUCT is a broadcast product and a sum instead: torch's scalar loop
-    took 1.6-4x as long at a step's shapes and cache layouts (a beam-20 step's 1,280 products of
-    1 x 64 by 64 x L, or 1 x L by L x 64, for L <= 6: docs/results/cpu-yardstick/
+    took 1.3-3.5x as long at a beam-20 step's shapes and cache layouts (1,280 products of 1 x 64
+    by 64 x L, or 1 x L by L x 64, for L <= 6: docs/results/cpu-yardstick/
     small-products-2026-12-01)."""
     m, k = a.shape[1:]
     small = m == 1 and k * b.size(2) < SMALL_PRODUCT

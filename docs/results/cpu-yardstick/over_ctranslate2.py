@@ -48,6 +48,10 @@ ROWS = {
         "log-probs-2026-12-01/yardstick-pairs/before-1/all",
         "log-probs-2026-12-01/yardstick-pairs/before-2/all",
     ],
+    "Zen 4, one-query products below torch's bmm loop (3634613)": [
+        "small-products-2026-12-01/yardstick/all",
+        "small-products-2026-12-01/yardstick-2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")

@@ -66,6 +66,7 @@ cli.train = cli.train.__wrapped__
 from fairseq import checkpoint_utils
 from fairseq.trainer import Trainer
 Trainer.save_checkpoint = Trainer.save_checkpoint.__wrapped__
+Trainer.get_train_iterator = Trainer.get_train_iterator.__wrapped__
 checkpoint_utils.load_checkpoint = checkpoint_utils.load_checkpoint.__wrapped__
 sys.argv = ["fairseq-train", *sys.argv[1:]]
 sys.exit(cli.cli_main())
@@ -96,6 +97,27 @@ def test_a_resumed_run_trains_the_model_of_the_run_it_continues(resumed, stop):
     assert loaded and int(loaded.group(1)) > 1 and int(loaded.group(2)) == STOPS[stop]
     whole, continued = weights(resumed["whole"][0]), weights(save_dir)
     assert whole.keys() == continued.keys()
+    assert all(torch.equal(whole[name], continued[name]) for name in whole)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_seeded_by_epoch_trains_the_model_of_the_run_it_continues(
+    binarized_corpus, tmp_path
+):
+    """With --update-ordered-indices-seed fairseq seeds a run's batches with seed + the epoch it
+    starts at (and keeps them): a run resumed at epoch 4 shuffled with seed + 4 where the run it
+    continues shuffled with seed + 1, and drifted from it (a review measured it)."""
+    seeded = ["--update-ordered-indices-seed"]
+
+    def run(save_dir: Path, updates: int) -> None:
+        argv = train_argv(binarized_corpus, save_dir, max_update=updates, extra=seeded)
+        result = run_cli("fairseq-train", *argv)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+    run(tmp_path / "whole", UPDATES)
+    run(tmp_path / "resumed", STOPS["mid-epoch"])
+    run(tmp_path / "resumed", UPDATES)
+    whole, continued = weights(tmp_path / "whole"), weights(tmp_path / "resumed")
     assert all(torch.equal(whole[name], continued[name]) for name in whole)
 
 

@@ -10,8 +10,10 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   under ``numpy_seed(seed)``, whatever the epoch). The learn-to-share loop reruns a stopped
   iteration this way, and a policy learned near a threshold could change with it. A resumed run
   now builds its batches as its first epoch did (an iterator fairseq has cached is left as it
-  is). Where fairseq builds them anew each epoch (sharded data, ``--update-ordered-indices-seed``)
-  nothing changes; a review measured a run with ``--update-ordered-indices-seed`` still drifting.
+  is), with its first epoch's seed too: ``--update-ordered-indices-seed`` makes the trainer's
+  seed the run's seed + the epoch (and a run resumed at epoch 4 shuffled with seed + 4 where the
+  run it continues had seed + 1). Where fairseq builds them anew each epoch (sharded data,
+  ``--update-epoch-batch-itr``, ``--grouped-shuffling``) nothing changes.
 * **The limit.** ``fairseq_cli.train.train`` takes an update before it checks ``--max-update``,
   so a run resumed from a checkpoint that had reached it (its recipe stopped after fairseq-train
   had finished, before it could note so) trained one update more and saved it over
@@ -35,6 +37,7 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   the time of the run it started from.
 """
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -44,6 +47,9 @@ from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 logger = logging.getLogger(__name__)
 
 FIRST_EPOCH = 1  # fairseq's epochs count from 1
+# True while fairseq's trainer builds the training batches with --update-ordered-indices-seed:
+# the seed it gives the task is then the run's seed + the epoch (Trainer.get_train_iterator).
+SEED_PLUS_EPOCH = contextvars.ContextVar("fairseq_san_seed_plus_epoch", default=False)
 
 
 def builds_batches_once(task, call: inspect.BoundArguments) -> bool:
@@ -72,10 +78,24 @@ def _batching_as_the_first_epoch(get_batch_iterator):
         logger.info("resuming at epoch %d: the batches of epoch %d, as the run made them",
                     epoch, FIRST_EPOCH)  # fmt: skip
         call.arguments["epoch"] = FIRST_EPOCH
+        if SEED_PLUS_EPOCH.get():  # the trainer's seed + epoch: the first epoch's seed
+            call.arguments["seed"] += FIRST_EPOCH - epoch
         iterator = get_batch_iterator(*call.args, **call.kwargs)
         iterator.epoch = epoch  # what fairseq's constructor would have set: the epoch to resume
         call.arguments["dataset"].set_epoch(epoch)
         return iterator
+
+    return wrapper
+
+
+def _noting_the_seed_plus_epoch(get_train_iterator):
+    @functools.wraps(get_train_iterator)
+    def wrapper(self, *args, **kwargs):
+        noted = SEED_PLUS_EPOCH.set(bool(self.cfg.dataset.update_ordered_indices_seed))
+        try:
+            return get_train_iterator(self, *args, **kwargs)
+        finally:
+            SEED_PLUS_EPOCH.reset(noted)
 
     return wrapper
 
@@ -183,5 +203,6 @@ def install() -> None:
         from fairseq.trainer import Trainer
 
         wrap_once(train, "train", _stopping_at_a_reached_limit)
+        wrap_once(Trainer, "get_train_iterator", _noting_the_seed_plus_epoch)
         wrap_once(Trainer, "save_checkpoint", _saving_the_patience)
         wrap_once(checkpoint_utils, "load_checkpoint", _restoring_the_run_state)

@@ -133,12 +133,25 @@ def check_safe_loading() -> None:
         )
 
 
+class SharedConfiguration(ValueError):
+    """A checkpoint's configuration that holds one dict, list or tuple at two places."""
+
+    def __init__(self, second_place: str) -> None:
+        super().__init__(
+            f"its configuration holds one container at two places (the second: {second_place}), "
+            "which fairseq-train never saves and omegaconf would copy at every place (a "
+            "kilobyte of pickle can be more nodes than memory holds)"
+        )
+
+
 def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
     from fairseq_san.safe_numpy import PickleRefused
 
     if isinstance(error, PickleRefused):  # a stand-in refused its arguments as the file loaded
         return f"it holds {error}"
+    if isinstance(error, SharedConfiguration):
+        return str(error)
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
         return interpolation_problem(getattr(error, "full_key", None) or "a field")
     if isinstance(error, RecursionError):  # fairseq's omegaconf walked its configuration

@@ -10,7 +10,7 @@ here: every dict, list, tuple and namespace once, every name at most ``NAME_CHAR
 import reprlib
 from argparse import Namespace
 from collections.abc import Mapping
-from typing import Any, Iterator, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -48,6 +48,32 @@ def fields(node: Any, name: str = "") -> Iterator[Tuple[str, Any, Any]]:
         below = [(child_name(name, item_key, isinstance(children, Mapping)), item_key, item)
                  for item_key, item in items]  # fmt: skip
         pending.extend(reversed(below))
+
+
+def shared_container(node: Any, name: str = "") -> Optional[str]:
+    """The name of the first non-empty dict, list or tuple below ``node`` (through dicts, lists
+    and tuples: what omegaconf copies into a configuration) that is held at a second place, or
+    None. omegaconf copies a shared one at every place: lists of lists shared at 40 levels, a
+    kilobyte of pickle, would be 2**40 nodes. One inside itself is left to omegaconf, which
+    refuses it (a RecursionError); empty ones are skipped (Python keeps one empty tuple)."""
+    seen, open_ = set(), set()  # visited; being visited (the containers above the current one)
+    pending = [(name, node, False)]
+    while pending:
+        name, value, leaving = pending.pop()
+        if leaving:
+            open_.discard(id(value))
+            continue
+        if not isinstance(value, (dict, list, tuple)) or not value or id(value) in open_:
+            continue
+        if id(value) in seen:
+            return name
+        seen.add(id(value))
+        open_.add(id(value))
+        pending.append((name, value, True))
+        mapping = isinstance(value, dict)
+        items = list(value.items() if mapping else enumerate(value))
+        pending.extend((child_name(name, key, mapping), item, False) for key, item in reversed(items))
+    return None
 
 
 def child_name(parent: str, key: Any, mapping: bool) -> str:

@@ -451,6 +451,38 @@ def test_a_configuration_a_pickle_refers_to_many_times_is_read_once(tmp_path):
         checkpoints.load_state(str(path))
 
 
+@pytest.mark.parametrize("kind", [list, tuple, dict])
+def test_a_configuration_holding_one_container_at_two_places_is_one_line(tmp_path, kind):
+    """omegaconf copies a shared container at every place it is held: lists (tuples, dicts) of
+    two references to one below them, 40 levels deep (a kilobyte), hung fairseq's loader (at 14
+    levels it took 4 s). A fresh container at each place is what fairseq-train saves."""
+    import time
+
+    from fairseq import checkpoint_utils
+
+    shared = kind() if kind is not dict else {"x": 1}
+    for _ in range(40):
+        shared = kind([shared, shared]) if kind is not dict else {"a": shared, "b": shared}
+    state = received()
+    state["cfg"]["common"]["nested"] = shared
+    path = tmp_path / "shared.pt"
+    torch.save(state, path)
+    started = time.monotonic()
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert time.monotonic() - started < 10
+    # the innermost empty list or tuple is not counted: the first shared one is a level above
+    second = "cfg.common.nested" + (".a" * 39 + ".b" if kind is dict else "[0]" * 38 + "[1]")
+    assert str(refused.value).startswith(
+        f"cannot load checkpoint {path}: its configuration holds one container at two places "
+        f"(the second: {second}), which fairseq-train never saves"
+    )
+    state["cfg"]["common"]["nested"] = [[1, 2], [1, 2], (), ()]  # equal, not one; Python's ()
+    torch.save(state, path)
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert list(loaded["cfg"]["common"]["nested"][0]) == [1, 2]
+
+
 def test_a_configuration_that_holds_itself_is_one_line(tmp_path):
     """fairseq's omegaconf raised a RecursionError traceback."""
     from fairseq import checkpoint_utils

@@ -36,6 +36,7 @@ from typing import List
 import torch
 
 from fairseq_san.checkpoints import (
+    SharedConfiguration,
     VocabularyMismatch,
     check_safe_loading,
     drop_embedding_files_in,
@@ -50,6 +51,7 @@ from fairseq_san.checkpoints import (
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.pickled_fields import shared_container
 from fairseq_san.safe_numpy import STAND_INS
 
 def fairseq_globals() -> List[object]:
@@ -105,10 +107,28 @@ def _explaining_ensemble(load_model_ensemble_and_task):
     return wrapper
 
 
+def _refusing_shared_containers(omegaconf: type) -> type:
+    """The OmegaConf of ``checkpoint_utils`` (where ``load_checkpoint_to_cpu`` makes a loaded
+    checkpoint's configuration one), whose ``create`` first refuses a configuration holding one
+    dict, list or tuple at two places (``pickled_fields.shared_container``): omegaconf copies it
+    at every place, so lists of lists shared at 40 levels, a kilobyte, hung fairseq's loader."""
+
+    class CheckedOmegaConf(omegaconf):
+        @staticmethod
+        def create(*args, **kwargs):
+            second_place = shared_container(args[0], "cfg") if args else None
+            if second_place is not None:
+                raise SharedConfiguration(second_place)
+            return omegaconf.create(*args, **kwargs)
+
+    return CheckedOmegaConf
+
+
 def install() -> None:
     """Let torch's safe loader load fairseq checkpoints; explain failures (idempotent)."""
     from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
 
     allow_fairseq_globals()
+    wrap_once(checkpoint_utils, "OmegaConf", _refusing_shared_containers)
     wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _explaining)
     wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _explaining_ensemble)

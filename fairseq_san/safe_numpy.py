@@ -186,7 +186,7 @@ class Restoring:
         if isinstance(value, dict):
             self.remember(value, value)  # before its items: a cycle comes back to it
             for key in value:
-                if isinstance(key, RECORDS):
+                if holds_record(key):
                     raise PickleRefused("a numpy value as a key of a dict")
                 value[key] = self.restored(value[key])
         elif isinstance(value, list):
@@ -199,7 +199,7 @@ class Restoring:
             attributes = vars(value)
             for name in attributes:
                 attributes[name] = self.restored(attributes[name])
-        elif isinstance(value, (set, frozenset)) and any(isinstance(v, RECORDS) for v in value):
+        elif isinstance(value, (set, frozenset)) and holds_record(value):
             raise PickleRefused("a numpy value in a set")
         return value
 
@@ -223,10 +223,25 @@ class Restoring:
             raise PickleRefused(f"a numpy value numpy would not write ({shown(error)})") from None
 
 
+def holds_record(value: Any) -> bool:
+    """Whether ``value`` (a set's item or a dict's key, or a set) is or holds, through tuples and
+    frozensets (what a set or a key can hold), a record: one there cannot be made numpy's (an
+    array is not hashable) and would stay a record. Each container is looked into once."""
+    seen, pending = set(), [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, RECORDS):
+            return True
+        if isinstance(item, (tuple, set, frozenset)) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item)
+    return False
+
+
 def numpy_restored(value: Any) -> Any:
     """``value`` (a loaded pickle) with each numpy record in its dicts, lists, tuples and
     namespaces made numpy's array, scalar or dtype; PickleRefused for a record that is not one of
-    numbers, or one in a set or as a dict's key. Containers are changed in place (tuples made
+    numbers, or one in a set or a dict's key (inside its tuples too). Containers are changed in place (tuples made
     anew); each object is visited once."""
     return Restoring().restored(value)
 

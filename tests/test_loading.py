@@ -364,6 +364,9 @@ CRAFTED.update({
     "a key of a dict": {PickledAs(numpy._core.multiarray.scalar,
                                   (PickledAs(numpy.dtype, ("i8", False, True)), b"\0" * 8)): 1},
     "in a set": {over_bytes(b"\0" * 100)},
+    # The fourth: records inside tuples in a set or a key stayed records, not refused.
+    "in a tuple in a set": {(1, (over_bytes(b"\0" * 8),))},
+    "in a tuple as a key": {(2, (over_bytes(b"\1" * 8),)): 1},
 })  # fmt: skip
 
 

@@ -72,7 +72,8 @@ def shared_container(node: Any, name: str = "") -> Optional[str]:
         pending.append((name, value, True))
         mapping = isinstance(value, dict)
         items = list(value.items() if mapping else enumerate(value))
-        pending.extend((child_name(name, key, mapping), item, False) for key, item in reversed(items))
+        below = [(child_name(name, key, mapping), item, False) for key, item in items]
+        pending.extend(reversed(below))
     return None
 
 

@@ -241,7 +241,8 @@ def test_only_the_first_epoch_of_a_process_stops_at_a_limit_reached():
         train(cfg, first_epoch, None, None)
     assert trained == [True, True, True]
     train = _stopping_at_a_reached_limit(lambda *args: trained.append(True) or ([1.0], False))
-    train(cfg, SimpleNamespace(get_num_updates=lambda: 29, _previous_training_time=1801), None, None)
+    past_the_cap = SimpleNamespace(get_num_updates=lambda: 29, _previous_training_time=1801)
+    train(cfg, past_the_cap, None, None)
     assert trained == [True, True, True]  # past the cap of 0.5 hours
 
 

@@ -24,6 +24,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy
+import torch
 
 from fairseq_san.pickled_fields import fields, shown
 
@@ -194,9 +195,9 @@ class Restoring:
             value[:] = [self.restored(item) for item in value]
         elif type(value) is tuple:
             return self.remember(value, tuple(self.restored(item) for item in value))
-        elif isinstance(value, argparse.Namespace):  # its attributes' names are the pickle's
-            self.remember(value, value)
-            attributes = vars(value)
+        elif isinstance(value, argparse.Namespace) or has_attributes(value):
+            self.remember(value, value)  # a namespace, or a tensor the pickle gave attributes
+            attributes = vars(value)  # their names are the pickle's
             for name in attributes:
                 attributes[name] = self.restored(attributes[name])
         elif isinstance(value, (set, frozenset)) and holds_record(value):
@@ -223,6 +224,12 @@ class Restoring:
             raise PickleRefused(f"a numpy value numpy would not write ({shown(error)})") from None
 
 
+def has_attributes(value: Any) -> bool:
+    """Whether ``value`` is a tensor with attributes of its own (a pickle's BUILD can set them;
+    torch.save of a state dict writes none), which may hold records like a namespace's."""
+    return isinstance(value, torch.Tensor) and bool(value.__dict__)
+
+
 def holds_record(value: Any) -> bool:
     """Whether ``value`` (a set's item or a dict's key, or a set) is or holds, through tuples and
     frozensets (what a set or a key can hold), a record: one there cannot be made numpy's (an
@@ -239,8 +246,8 @@ def holds_record(value: Any) -> bool:
 
 
 def numpy_restored(value: Any) -> Any:
-    """``value`` (a loaded pickle) with each numpy record in its dicts, lists, tuples and
-    namespaces made numpy's array, scalar or dtype; PickleRefused for a record that is not one of
+    """``value`` (a loaded pickle) with each numpy record in its dicts, lists, tuples,
+    namespaces and tensors' attributes made numpy's array, scalar or dtype; PickleRefused for a record that is not one of
     numbers, or one in a set or a dict's key (inside its tuples too). Containers are changed in
     place (tuples made anew); each object is visited once."""
     return Restoring().restored(value)

@@ -300,9 +300,12 @@ def test_numpy_arrays_and_scalars_of_numbers_load_as_they_were_saved(tmp_path, l
     path = tmp_path / "metrics.pt"
     shared = [numpy.array([9])]
     shared.append(shared)  # a cycle: visited once
-    torch.save({"extra_state": {"metrics": {"valid": NUMPY_VALUES}}, "shared": shared}, path,
-               _use_new_zipfile_serialization=not legacy)  # fmt: skip
+    tensor = torch.zeros(2)
+    tensor.note = numpy.array([1, 2])  # a tensor's attribute: it stayed a record
+    torch.save({"extra_state": {"metrics": {"valid": NUMPY_VALUES}}, "shared": shared,
+                "tensor": tensor}, path, _use_new_zipfile_serialization=not legacy)  # fmt: skip
     state = checkpoints.load_state(str(path))
+    assert numpy.array_equal(state["tensor"].note, [1, 2])
     loaded = state["extra_state"]["metrics"]["valid"]
     for name, value in NUMPY_VALUES.items():
         assert type(loaded[name]) is type(value) and loaded[name].dtype == value.dtype, name

@@ -247,9 +247,9 @@ def holds_record(value: Any) -> bool:
 
 def numpy_restored(value: Any) -> Any:
     """``value`` (a loaded pickle) with each numpy record in its dicts, lists, tuples,
-    namespaces and tensors' attributes made numpy's array, scalar or dtype; PickleRefused for a record that is not one of
-    numbers, or one in a set or a dict's key (inside its tuples too). Containers are changed in
-    place (tuples made anew); each object is visited once."""
+    namespaces and tensors' attributes made numpy's array, scalar or dtype; PickleRefused for a
+    record that is not one of numbers, or one in a set or a dict's key (inside its tuples too).
+    Containers are changed in place (tuples made anew); each object is visited once."""
     return Restoring().restored(value)
 
 

@@ -27,6 +27,7 @@ from helpers import (
     loop_args,
     output_of,
     prepare_env,
+    read_json,
     run_cli,
     run_script,
     snapshot,
@@ -818,6 +819,59 @@ def test_a_language_models_run_recorded_before_its_start_options_resumes():
     warm = {**now, "--warm-start": True}
     with pytest.raises(RunError, match="made with --warm-updates 10000, not 7"):
         compare("RUN", warm, {**warm, "--warm-updates": "7"}, {}, False, defaults)
+
+
+def translation_data(directory: Path) -> Path:
+    """A binarized En-De directory whose files hold their own names, and valid references."""
+    fake_data(directory)
+    for name in ("dict.en.txt", "dict.de.txt"):
+        (directory / name).write_text("Hund 1\n")
+    for path in directory.glob("*.*-*.*.*"):
+        path.write_bytes(path.name.encode())
+    return directory
+
+
+def test_the_data_digest_covers_the_sentences(tmp_path):
+    """Data binarized again with the same vocabulary and every sentence's length (its index
+    files) but other tokens resumed a run as the same data: the digest read no ``.bin``."""
+    from fairseq_san.loop.run_record import RunError, compare, digest, digests
+
+    data = translation_data(tmp_path / "data")
+    options = {"--data": str(data)}
+    recorded = digests(options)
+    assert compare("RUN", options, options, recorded, False, {}) == []
+    before = digest(str(data))
+    (data / "train.en-de.de.bin").write_bytes(b"other tokens")
+    assert digest(str(data)) != before
+    with pytest.raises(RunError, match="its content has changed since"):
+        compare("RUN", options, options, recorded, False, {})
+
+
+def test_a_run_recorded_before_the_digest_read_the_sentences_resumes_and_is_recorded_anew(
+    tmp_path,
+):
+    """A record of the digest of dictionaries and index files alone (before 2026-12-01) is the
+    same data; the resumed run records the digest that reads the sentences too."""
+    from fairseq_san.files import write_json
+    from fairseq_san.loop.run_record import (
+        data_files,
+        digest,
+        files_sha256,
+        record_path,
+        start_run,
+    )
+
+    data = translation_data(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    (run_dir / "iter0").mkdir(parents=True)
+    (run_dir / "iter0" / "trained").touch()
+    options = {"--data": str(data), "--valid-ref": str(data / "text" / "valid.raw.de")}
+    old = files_sha256(data_files(str(data)))
+    content = {"--data": old, "--valid-ref": digest(options["--valid-ref"])}
+    write_json(record_path(str(run_dir)), {"options": options, "content": content})
+    start_run(str(run_dir), options)
+    assert read_json(Path(record_path(str(run_dir))))["content"]["--data"] == digest(str(data))
+    assert digest(str(data)) != old
 
 
 @pytest.mark.parametrize("was_lm", [True, False], ids=["lm run", "translation run"])

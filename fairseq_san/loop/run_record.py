@@ -293,14 +293,17 @@ def contrast(name: str, was: object, now: object) -> str:
 
 def digest(path: str) -> str:
     """sha256 of a file, or of a data directory's dictionaries (a translation's ``dict.LANG.txt``,
-    a language model's ``dict.txt``) and index files (names and bytes: the vocabulary and every
-    sentence's length), what identifies binarized data wherever it is."""
-    files = [path]
-    if not os.path.isfile(path):
-        files = sorted(glob.glob(os.path.join(path, "dict.txt"))) + translation_data_files(path)
+    a language model's ``dict.txt``), index files and sentences (names and bytes: the vocabulary,
+    every sentence's length and its tokens), what identifies binarized data wherever it is."""
+    files = [path] if os.path.isfile(path) else data_files(path) + sentence_files(path)
     if not files:  # the digest of nothing would match any other missing data
         raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict*.txt)")
     return files_sha256(files)
+
+
+def data_files(data: str) -> List[str]:
+    """A data directory's ``dict.txt``, ``dict.LANG.txt`` and index files, in name order."""
+    return sorted(glob.glob(os.path.join(data, "dict.txt"))) + translation_data_files(data)
 
 
 def translation_data_files(data: str) -> List[str]:
@@ -310,12 +313,21 @@ def translation_data_files(data: str) -> List[str]:
     )
 
 
+def sentence_files(data: str) -> List[str]:
+    """A data directory's binarized sentences (``*.bin``), in name order."""
+    return sorted(glob.glob(os.path.join(data, "*.bin")))
+
+
 def recorded_digests(path: str) -> Tuple[str, ...]:
-    """The digests of ``path`` that a record may hold: ``digest``'s, and for a language model's
-    data the one of records made before it counted ``dict.txt`` (2026-11-30), which resume."""
-    if os.path.isfile(path) or not os.path.isfile(os.path.join(path, "dict.txt")):
+    """The digests of ``path`` that a record may hold: ``digest``'s, and those of records made
+    before it counted the sentences (2026-12-01) and, for a language model's data, ``dict.txt``
+    (2026-11-30), which resume (and are recorded anew: ``start_run``)."""
+    if os.path.isfile(path):
         return (digest(path),)
-    return digest(path), files_sha256(translation_data_files(path))
+    older = [files_sha256(data_files(path))]
+    if os.path.isfile(os.path.join(path, "dict.txt")):
+        older.append(files_sha256(translation_data_files(path)))
+    return (digest(path), *older)
 
 
 def files_sha256(files: List[str]) -> str:
@@ -526,5 +538,5 @@ def start_run(
     os.makedirs(os.path.dirname(first), exist_ok=True)
     if not os.path.exists(first):
         write_policy({}, first)  # P_0: nothing shared
-    if recorded != options:
+    if recorded != options or content != digests(options):
         write_record(run_dir, options)

@@ -2,10 +2,11 @@
 
 import contextlib
 import gzip
+import io
 import re
 import unicodedata
 import zlib
-from typing import Dict, Iterator, List, TextIO
+from typing import Dict, Iterator, List, NamedTuple, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 
@@ -27,10 +28,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 def open_text(path: str) -> TextIO:
     """``path`` opened as UTF-8 text, through gzip where it is gzip-compressed (kept hypotheses
     are: docs/results/converged; so are Multi30k's raw files), a byte-order mark dropped (it
-    would stick to the first sentence and lower its score)."""
-    with open(path, "rb") as raw:
-        compressed = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-    return (gzip.open if compressed else open)(path, "rt", encoding="utf-8-sig")
+    would stick to the first sentence and lower its score). The file is opened once and its
+    first bytes peeked at, not read: a pipe (``--reference <(zcat ref.gz)``) cannot be read again."""
+    raw = open(path, "rb")
+    if raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC:
+        return gzip.open(raw, "rt", encoding="utf-8-sig")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig")
 
 
 @contextlib.contextmanager
@@ -47,20 +50,32 @@ def text_lines(path: str) -> Iterator[TextIO]:
         ) from None
 
 
-def read_generate_output(path: str) -> List[str]:
-    """The best detokenized hypothesis (the first ``D-`` line) of each sentence, in corpus order;
-    ``path`` may be gzip-compressed.
+class GenerateOutput(NamedTuple):
+    """What fairseq-generate printed: the best detokenized hypothesis of each sentence, in corpus
+    order, and each sentence's target (its ``T-`` line), by sentence id (none without
+    references)."""
 
-    With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first. Text that
-    still holds subword marks is refused: it was not detokenized, and its score would mean
-    nothing.
+    hypotheses: List[str]
+    targets: Dict[int, str]
+
+
+def read_generate(path: str) -> GenerateOutput:
+    """fairseq-generate's output in ``path`` (gzip-compressed or not, a pipe too: read once).
+
+    The best hypothesis is a sentence's first ``D-`` line (with ``--nbest N`` fairseq-generate
+    prints N hypotheses per sentence, best first). Text that still holds subword marks is
+    refused: it was not detokenized, and its score would mean nothing.
     """
     by_id: Dict[int, str] = {}
+    targets: Dict[int, str] = {}
     with text_lines(path) as lines:
         for line in lines:
             match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
             if match:
                 by_id.setdefault(int(match.group(1)), match.group(2))
+            target = GENERATE_TARGET.match(line.rstrip("\n"))
+            if target:
+                targets[int(target.group(1))] = target.group(2)
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
     missing = sorted(set(range(max(by_id) + 1)) - set(by_id))
@@ -77,24 +92,23 @@ def read_generate_output(path: str) -> List[str]:
                 f"{path}: {piece} holds {post_process} pieces ({mark!r}): rerun "
                 f"fairseq-generate with --post-process {post_process}, or detokenize"
             )
-    return [by_id[i] for i in sorted(by_id)]
+    return GenerateOutput([by_id[i] for i in sorted(by_id)], targets)
 
 
-def read_generate_targets(path: str) -> Dict[int, str]:
-    """The target each sentence had in fairseq-generate's output (its ``T-`` lines, post-processed
-    as the hypotheses are), by sentence id; none without references."""
-    with text_lines(path) as lines:
-        found = (GENERATE_TARGET.match(line.rstrip("\n")) for line in lines)
-        return {int(match.group(1)): match.group(2) for match in found if match}
+def read_generate_output(path: str) -> List[str]:
+    """The best detokenized hypothesis of each sentence in fairseq-generate's output, in corpus
+    order (``read_generate``)."""
+    return read_generate(path).hypotheses
 
 
-def check_references(output: str, reference: str, references: List[str]) -> None:
+def check_references(
+    output: str, targets: Dict[int, str], reference: str, references: List[str]
+) -> None:
     """Refuse references that are not those of the subset fairseq-generate decoded into
-    ``output``: where its targets (``T-`` lines) have no unknown word or subword mark, at least
+    ``output``: where its ``targets`` (``T-`` lines) have no unknown word or subword mark, at least
     half of them must read as the reference file's lines (``comparable_text``). Another split of
     the same size (test and test1 of Multi30k, 1,000 lines each) or the source side scored
     without a word."""
-    targets = read_generate_targets(output)
     comparable = {
         i: text for i, text in targets.items()
         if i < len(references) and "<unk>" not in text

@@ -785,6 +785,45 @@ def test_score_refuses_references_of_another_subset(tmp_path):
     )
 
 
+def score_through_pipes(tmp_path: Path, generated: bytes, references: bytes):
+    """fairseq-san-score given both files through bash's process substitution (``<(cat FILE)``),
+    as one gives ``--reference <(zcat ref.de.gz)``: pipes, which can be read once only."""
+    (tmp_path / "generate-test.txt").write_bytes(generated)
+    (tmp_path / "ref.de").write_bytes(references)
+    return subprocess.run(
+        ["bash", "-c", 'fairseq-san-score <(cat "$1") --reference <(cat "$2")', "bash",
+         str(tmp_path / "generate-test.txt"), str(tmp_path / "ref.de")],
+        env=cli_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+def test_score_reads_its_files_from_pipes(tmp_path):
+    """A file's first bytes were read to look for gzip's magic and the file opened again: from a
+    pipe the reference read as empty ("/dev/fd/62 is empty"), the output as "no D- lines"; and
+    the output's targets (the reference check) were read in a second pass, from the emptied pipe,
+    so other references scored without a word."""
+    right = "Ein Mann geht .\nDie Katze sitzt .\nZwei Hunde laufen .\n"
+    for references in (right.encode(), gzip.compress(right.encode())):
+        result = score_through_pipes(tmp_path, TARGETED_OUTPUT.encode(), references)
+        assert result.returncode == 0 and result.stdout.startswith("BLEU = "), result.stderr
+    packed = gzip.compress(TARGETED_OUTPUT.encode())
+    assert score_through_pipes(tmp_path, packed, right.encode()).returncode == 0
+    other = "Eine Frau liest .\nDie Katze sitzt .\nEin Kind spielt .\n"
+    result = score_through_pipes(tmp_path, TARGETED_OUTPUT.encode(), other.encode())
+    assert "is not the reference of /dev/fd/" in one_error_line(result, "fairseq-san-score")
+
+
+def test_score_names_a_file_it_cannot_read(tmp_path):
+    """A missing reference was "[Errno 2] No such file or directory: 'PATH'"."""
+    for missing, said in ((tmp_path / "none.de", "No such file or directory"),
+                          (tmp_path, "Is a directory")):  # fmt: skip
+        (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
+        result = run_cli("fairseq-san-score", str(tmp_path / "generate-test.txt"),
+                         "--reference", str(missing))  # fmt: skip
+        line = one_error_line(result, "fairseq-san-score")
+        assert line == f"fairseq-san-score: error: {missing}: {said}"
+
+
 def test_score_ignores_a_byte_order_mark(tmp_path):
     """A reference (or output) saved with a UTF-8 byte-order mark scored BLEU 86.28 against its
     own text: the mark stuck to the first sentence."""

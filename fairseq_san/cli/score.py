@@ -17,7 +17,7 @@ from fairseq_san.files import write_json
 from fairseq_san.scoring import (
     check_references,
     corpus_scores,
-    read_generate_output,
+    read_generate,
     read_lines,
 )
 
@@ -37,12 +37,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
-        hypotheses = read_generate_output(args.generate_output)
+        output = read_generate(args.generate_output)
         references = read_lines(args.reference)
-        if len(hypotheses) == len(references):  # else corpus_scores says what differs
-            check_references(args.generate_output, args.reference, references)
-        scores = corpus_scores(hypotheses, references)
-    except (OSError, ValueError) as err:
+        if len(output.hypotheses) == len(references):  # else corpus_scores says what differs
+            check_references(args.generate_output, output.targets, args.reference, references)
+        scores = corpus_scores(output.hypotheses, references)
+    except OSError as err:  # a missing file, a folder: named as fairseq's commands name them
+        parser.error(f"{err.filename}: {err.strerror or err}")
+    except ValueError as err:
         parser.error(str(err))
     print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")
     print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}")

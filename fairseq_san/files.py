@@ -6,7 +6,7 @@ import it without torch."""
 
 import json
 import os
-from typing import Type
+from typing import Optional, Type
 
 from fairseq_san.errors import UsageError, json_error
 
@@ -45,6 +45,17 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
 def write_json(path: str, value, replace_link: bool = False) -> None:
     """``value`` as indented JSON, one newline at the end, written as ``write_text`` does."""
     write_text(path, json.dumps(value, indent=2) + "\n", replace_link)
+
+
+def output_problem(path: str, what: str) -> Optional[str]:
+    """Why a command cannot write ``what`` (named so in the message: "the JSON file") to ``path``,
+    said before it works, not after: a folder, or in a folder that is not there; else None."""
+    if os.path.isdir(path):
+        return f"is a folder: name {what} to write"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"no folder {folder} (create it first)"
+    return None
 
 
 def same_file(first: str, second: str) -> bool:

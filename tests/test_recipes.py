@@ -878,6 +878,48 @@ def test_spm_on_non_utf8_input_names_the_file(spm_model, tmp_path):
     assert line.startswith(f"fairseq-san-spm: error: {text} is not UTF-8 text"), line
 
 
+def test_spm_train_learns_from_a_pipe_what_it_learns_from_the_file(spm_model, tmp_path):
+    """The check for empty inputs read a pipe's first lines (``<(cat train.en train.de)``), which
+    sentencepiece then never saw: a vocabulary learned from the rest, without a word."""
+    text = spm_model.parent / "train.txt"
+    result = subprocess.run(
+        ["bash", "-c", 'fairseq-san-spm train <(cat "$1") --model-prefix "$2" --vocab-size 60',
+         "bash", str(text), str(tmp_path / "piped")],
+        env=cli_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    learned = (tmp_path / "piped.vocab").read_text(encoding="utf-8")
+    assert learned == spm_model.with_suffix(".vocab").read_text(encoding="utf-8")
+
+
+def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
+    """sentencepiece's own errors were printed as they came: "INTERNAL: src/trainer_interface.cc(744)
+    [(trainer_spec_.vocab_size()) == (model_proto->pieces_size())] Vocabulary size too high...";
+    a missing folder for the model was said only after training."""
+    text = spm_model.parent / "train.txt"
+    cases = [
+        (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "100000"),
+         r"--vocab-size 100000: this text has too few distinct pieces for it; \d+ at most"),
+        (("train", str(text), "--model-prefix", str(tmp_path / "none" / "m")),
+         f"--model-prefix {tmp_path / 'none' / 'm'}: no folder {tmp_path / 'none'} "
+         r"\(create it first\)"),
+        (("train", str(tmp_path / "none.txt"), "--model-prefix", str(tmp_path / "m")),
+         f"{tmp_path / 'none.txt'}: No such file or directory"),
+        (("encode", "--model", str(text), str(text), str(tmp_path / "out")),
+         f"{text} is not a sentencepiece model: give --model the .model file that train wrote"),
+        (("encode", "--model", str(tmp_path / "none.model"), str(text), str(tmp_path / "out")),
+         f"{tmp_path / 'none.model'}: No such file or directory"),
+        (("decode", "--model", str(spm_model), str(text), str(tmp_path / "none" / "out")),
+         f"{tmp_path / 'none' / 'out'}: No such file or directory"),
+    ]  # fmt: skip
+    for args, said in cases:
+        result = run_cli("fairseq-san-spm", *args)
+        assert result.returncode == 1 and result.stdout == "", result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert re.fullmatch(f"fairseq-san-spm: error: {said}", line), line
+    assert not list(tmp_path.glob("m.*"))
+
+
 def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_path):
     """sentencepiece said ``INTERNAL: src/trainer_interface.cc(467) [!sentences_.empty()]``."""
     empty = tmp_path / "empty.en"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, first_line, repeated
+from fairseq_san import files
 from fairseq_san.files import same_file
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -94,12 +95,7 @@ def output_problem(output: str, inputs: List[str]) -> Optional[str]:
     for path in inputs:
         if same_file(output, path):
             return f"is the input {path}: write the average to another file"
-    if os.path.isdir(output):
-        return "is a folder: name the checkpoint file to write"
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        return f"no folder {folder} (create it first)"
-    return None
+    return files.output_problem(output, "the checkpoint file")
 
 
 def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:

@@ -8,12 +8,11 @@ otherwise) are refused.
 """
 
 import argparse
-import os
 import sys
 from typing import List, Optional
 
 from fairseq_san.cli import quiet_when_output_closes
-from fairseq_san.files import write_json
+from fairseq_san.files import output_problem, write_json
 from fairseq_san.scoring import (
     check_references,
     corpus_scores,
@@ -33,7 +32,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     parser.add_argument("-o", "--output", help="also write the scores as JSON here")
     args = parser.parse_args(argv)
-    problem = args.output and output_problem(args.output)
+    problem = args.output and output_problem(args.output, "the JSON file")
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
@@ -53,16 +52,6 @@ def main(argv: Optional[List[str]] = None) -> None:
             write_json(args.output, scores)
         except OSError as err:  # a folder that takes no new file (read-only, /proc)
             parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
-
-
-def output_problem(path: str) -> Optional[str]:
-    """Why the scores cannot be written to ``path``, checked before scoring; None if they can."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return f"no folder {folder} (create it first)"
-    if os.path.isdir(path):
-        return "is a folder: name the JSON file to write"
-    return None
 
 
 if __name__ == "__main__":

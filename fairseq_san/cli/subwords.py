@@ -8,18 +8,42 @@ sentencepiece model on the concatenation of both sides. ``decode`` turns pieces 
 
 import argparse
 import os
+import re
+import stat
 import sys
 from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, utf8_text
-from fairseq_san.files import same_file
+from fairseq_san.files import output_problem, same_file
+
+# sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
+SENTENCEPIECE_ERRORS = {
+    re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)"):
+        "--vocab-size {0}: this text has too few distinct pieces for it; {1} at most",
+    re.compile(r"could not parse ModelProto from (.*)"):
+        "{0} is not a sentencepiece model: give --model the .model file that train wrote",
+    re.compile(r"\[!sentences_\.empty\(\)\]"): "no sentence to learn subwords from",
+    re.compile(r'NOT_FOUND: "(.*)": (.*)'): "{0}: {1}",
+}  # fmt: skip
+
+
+def sentencepiece_problem(error: RuntimeError) -> str:
+    """sentencepiece's ``error`` in the command's words where ``SENTENCEPIECE_ERRORS`` has them."""
+    for pattern, said in SENTENCEPIECE_ERRORS.items():
+        found = pattern.search(str(error))
+        if found:
+            return said.format(*found.groups())
+    return str(error)
 
 
 def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
     import sentencepiece as spm
 
     check_training_text(inputs)
+    problem = output_problem(f"{model_prefix}.model", "the model")
+    if problem:  # sentencepiece would say so after it trained
+        raise UsageError(f"--model-prefix {model_prefix}: {problem}")
 
     spm.SentencePieceTrainer.train(
         input=",".join(inputs),
@@ -36,8 +60,12 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
 
 
 def check_training_text(inputs: List[str]) -> None:
-    """Refuse inputs with no sentence (sentencepiece says ``INTERNAL: ... !sentences_.empty()``)."""
+    """Refuse a file with no sentence (sentencepiece says ``INTERNAL: ... !sentences_.empty()``).
+    Only regular files are looked into: sentencepiece reads each input itself, and what was read
+    of a pipe (``<(cat train.en train.de)``) would be missing from the text it learns from."""
     for path in inputs:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            continue
         with utf8_text(path), open(path, encoding="utf-8") as lines:
             if not any(line.strip() for line in lines):
                 raise UsageError(f"{path} has no sentence to learn subwords from")
@@ -106,7 +134,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             encode(args.model, args.source, args.target)
         else:
             decode(args.model, args.source, args.target)
-    except (OSError, RuntimeError, UsageError) as err:
+    except OSError as err:
+        sys.exit(f"fairseq-san-spm: error: {err.filename}: {err.strerror or err}")
+    except RuntimeError as err:
+        sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err)}")
+    except UsageError as err:
         sys.exit(f"fairseq-san-spm: error: {err}")
 
 

@@ -23,6 +23,14 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def file_error(error: OSError) -> str:
+    """An error of the file system as the commands say it: the path, then the system's words
+    (``data/ref.de: No such file or directory``), not Python's ``[Errno 2] ...``."""
+    if error.filename is None or not error.strerror:
+        return str(error)
+    return f"{error.filename}: {error.strerror}"
+
+
 class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 

@@ -22,24 +22,24 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
     """
     if replace_link and (os.path.islink(path) or os.path.exists(path) and not os.path.isfile(path)):
         folder, name = os.path.split(path)
-        path = os.path.join(os.path.realpath(folder or "."), name)
+        written = os.path.join(os.path.realpath(folder or "."), name)
     elif os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
         with open(path, "w", encoding="utf-8") as out:
             out.write(text)
         return
     else:
-        path = os.path.realpath(path)
-    temporary = path + ".tmp"
+        written = os.path.realpath(path)
+    temporary = written + ".tmp"
     if os.path.islink(temporary):  # opening it would write wherever it points
         os.remove(temporary)
     try:
         with open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
-        os.replace(temporary, path)
-    except OSError:  # no partial file left beside path (path a directory, a full disk)
+        os.replace(temporary, written)
+    except OSError as err:  # no partial file left beside it (a directory there, a full disk)
         if os.path.exists(temporary):
             os.remove(temporary)
-        raise
+        raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
 
 
 def write_json(path: str, value, replace_link: bool = False) -> None:

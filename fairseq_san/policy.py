@@ -315,7 +315,7 @@ def write_policy(policy: dict, path: str) -> None:
     try:
         write_text(path, dump_policy(policy))
     except OSError as err:
-        raise PolicyError(f'cannot write policy file "{path}": {err}') from None
+        raise PolicyError(f'cannot write policy file "{path}": {err.strerror or err}') from None
 
 
 def format_blocks(blocks: Optional[Blocks]) -> str:

@@ -4,6 +4,7 @@
 import pytest
 
 from fairseq_san.errors import UsageError
+from helpers import run_cli
 from fairseq_san.loop.perplexity import read_perplexity
 from fairseq_san.loop.summary import summary_table
 
@@ -39,3 +40,19 @@ def test_the_loop_table_shows_perplexity_for_a_language_model_and_bleu_otherwise
     assert "| valid ppl | learned policy |" in lm and "| 34.86 |" in lm and "BLEU" not in lm.split("\n")[0]
     mt = summary_table([row(0, bleu=30.0)])
     assert "| valid BLEU | valid chrF |" in mt and "ppl" not in mt
+
+
+def test_an_output_the_loop_cannot_write_is_named_as_given(tmp_path):
+    """fairseq-san-loop perplexity -o into a missing folder said "[Errno 2] No such file or
+    directory: 'OUT.json.tmp'", the temporary file the write goes through; a folder, "'DIR.tmp'
+    -> 'DIR'". No temporary file is left."""
+    log = tmp_path / "eval.log"
+    log.write_text(EVAL_LM)
+    (tmp_path / "folder").mkdir()
+    for output, said in ((tmp_path / "none" / "ppl.json", "No such file or directory"),
+                         (tmp_path / "folder", "Is a directory")):  # fmt: skip
+        result = run_cli("fairseq-san-loop", "perplexity", str(log), "-o", str(output))
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr.strip() == f"fairseq-san-loop: error: {output}: {said}"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["eval.log", "folder"]
+    assert not list((tmp_path / "folder").iterdir())

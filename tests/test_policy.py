@@ -325,6 +325,15 @@ def test_write_follows_a_link_and_writes_into_a_pipe(tmp_path):
     assert pipe.is_fifo() and read == [dump_policy(policy)]
 
 
+def test_a_policy_that_cannot_be_written_is_named_not_its_temporary_file():
+    """The error named the temporary file: "[Errno 2] No such file or directory: 'P.json.tmp'"."""
+    with pytest.raises(PolicyError) as refused:
+        write_policy({"decoder_self": [6]}, "/proc/policy.json")  # no new file under /proc
+    assert str(refused.value) == (
+        'cannot write policy file "/proc/policy.json": No such file or directory'
+    )
+
+
 def test_format_policy():
     policy = {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
     assert format_policy(policy) == "decoder_self {1,5}  decoder_encdec {3,3}  encoder_self none"
@@ -843,14 +852,17 @@ def test_cli_bad_js_file(tmp_path):
 
 
 def test_cli_output_that_is_a_directory_leaves_no_temporary_file(js_file, tmp_path):
+    """An output it cannot write is said before learning, as the path given: a folder or a
+    missing one were "[Errno 21] Is a directory: 'DIR.tmp' -> 'DIR'", the temporary name."""
     folder = tmp_path / "policies"
     folder.mkdir()
-    result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
-                            "0.5", "-o", str(folder))  # fmt: skip
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1].startswith(
-        f'fairseq-san-policy: error: cannot write policy file "{folder}"'
-    )
+    for output, said in ((folder, "is a folder: name the policy file to write"),
+                         (tmp_path / "none" / "p.json",
+                          f"no folder {tmp_path / 'none'} (create it first)")):  # fmt: skip
+        result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
+                                "0.5", "-o", str(output))  # fmt: skip
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: -o {output}: {said}"
     assert not (tmp_path / "policies.tmp").exists() and not list(folder.iterdir())
 
 

@@ -30,7 +30,7 @@ import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
-from fairseq_san.errors import nearest_key
+from fairseq_san.errors import file_error, nearest_key
 
 
 def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str) -> List[str]:
@@ -275,7 +275,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run_ranks(command, args.world_size, args.log_dir)
     except OSError as err:  # a rank's log cannot be written, or its command not started
-        parser.error(f"{err.filename}: {err.strerror or err}")
+        parser.error(file_error(err))
     except KeyboardInterrupt:  # the ranks are stopped (run_ranks); no traceback of this one
         print("fairseq-san-cpu-ranks: interrupted", file=sys.stderr)
         return 130

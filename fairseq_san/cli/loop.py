@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 
 import fairseq_san
 from fairseq_san.cli import positive_int, quiet_when_output_closes
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
@@ -282,7 +282,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{RECIPE}: {err}", file=sys.stderr)
         return err.status
     except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
-        print(f"fairseq-san-loop: error: {err}", file=sys.stderr)  # one line: no usage text
+        said = file_error(err) if isinstance(err, OSError) else err
+        print(f"fairseq-san-loop: error: {said}", file=sys.stderr)  # one line: no usage text
         return 2
 
 

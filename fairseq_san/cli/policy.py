@@ -23,7 +23,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import quiet_when_output_closes
-from fairseq_san.files import same_file
+from fairseq_san.files import output_problem, same_file
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -185,6 +185,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     paths = [analysis_file(path) for path in args.js_json]
     if args.output and any(same_file(args.output, path) for path in paths):
         parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
+    problem = args.output and output_problem(args.output, "the policy file")
+    if problem:
+        parser.error(f"-o {args.output}: {problem}")
     try:
         analyses = [load_json_object(path, "JS file") for path in paths]
         js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)

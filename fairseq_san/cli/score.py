@@ -12,6 +12,7 @@ import sys
 from typing import List, Optional
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.errors import file_error
 from fairseq_san.files import output_problem, write_json
 from fairseq_san.scoring import (
     check_references,
@@ -41,8 +42,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         if len(output.hypotheses) == len(references):  # else corpus_scores says what differs
             check_references(args.generate_output, output.targets, args.reference, references)
         scores = corpus_scores(output.hypotheses, references)
-    except OSError as err:  # a missing file, a folder: named as fairseq's commands name them
-        parser.error(f"{err.filename}: {err.strerror or err}")
+    except OSError as err:  # a missing file, a folder
+        parser.error(file_error(err))
     except ValueError as err:
         parser.error(str(err))
     print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")

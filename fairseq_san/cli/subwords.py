@@ -14,7 +14,7 @@ import sys
 from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
-from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.errors import UsageError, file_error, utf8_text
 from fairseq_san.files import output_problem, same_file
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
@@ -135,7 +135,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         else:
             decode(args.model, args.source, args.target)
     except OSError as err:
-        sys.exit(f"fairseq-san-spm: error: {err.filename}: {err.strerror or err}")
+        sys.exit(f"fairseq-san-spm: error: {file_error(err)}")
     except RuntimeError as err:
         sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err)}")
     except UsageError as err:

@@ -90,6 +90,18 @@ def check_scoring(args, decoding: str) -> None:
         )
 
 
+def check_no_iteration_history(args) -> None:
+    """Refuse ``--retain-iter-history``: only fairseq's iterative refinement generator (for
+    non-autoregressive models) keeps a history of its iterations, and fairseq-generate read it
+    from these models' hypotheses, failing with ``KeyError: 'history'`` after the first batch."""
+    if getattr(args, "retain_iter_history", False):
+        raise UsageError(
+            "--retain-iter-history keeps the iterations of a non-autoregressive model's "
+            "refinement (--task translation_lev); this model decodes left to right and has "
+            "none: drop it"
+        )
+
+
 def check_choice(option: options.Option, value: str) -> None:
     """Refuse a value outside ``option``'s choices: the command line's parser checks them, the
     hub's keywords (``translate(..., san_decoding=...)``) reach the task unchecked."""
@@ -154,6 +166,7 @@ class DecodingTask:
                 "ignore it"
             )
         check_generation_args(args)
+        check_no_iteration_history(args)
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
         check_scoring(args, decoding)

@@ -830,15 +830,18 @@ def test_unsupported_option_is_named(task, options, named):
         (dict(san_decoding="fast", score_reference=True), "--san-decoding fast with "
          "--score-reference: scoring the references is one teacher-forced pass, which decodes "
          "nothing; drop --san-decoding"),
-        (dict(retain_iter_history=True), "--retain-iter-history keeps the iterations of a "
-         "non-autoregressive model's refinement"),
-        (dict(san_decoding="static", retain_iter_history=True), "--retain-iter-history keeps"),
+        (dict(retain_iter_history=True), "--retain-iter-history is an option of fairseq's "
+         "iterative refinement of non-autoregressive models (--task translation_lev); this model "
+         "decodes left to right, without it: drop it"),
+        (dict(san_decoding="static", print_step=True), "--print-step is an option of fairseq's"),
+        (dict(iter_decode_max_iter=3), "--iter-decode-max-iter is an option of fairseq's"),
     ],
 )  # fmt: skip
 def test_options_that_would_be_ignored_are_refused(task, options, message):
     """Each was accepted and decoded as if it had not been given (fp32 fairseq decoding, the fast
     step, or beam search instead of sampling), or failed inside torch (a top-k above the
-    vocabulary) or fairseq-generate (``KeyError: 'history'``, from --retain-iter-history)."""
+    vocabulary) or fairseq-generate (``KeyError: 'history'`` from --retain-iter-history,
+    ``'steps'`` from --print-step)."""
     model = build(dictionary=DICTIONARY)[0]
     with pytest.raises(UsageError) as refused:
         task.build_generator([model], generation_args(**options))

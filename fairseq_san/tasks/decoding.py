@@ -90,16 +90,31 @@ def check_scoring(args, decoding: str) -> None:
         )
 
 
-def check_no_iteration_history(args) -> None:
-    """Refuse ``--retain-iter-history``: only fairseq's iterative refinement generator (for
-    non-autoregressive models) keeps a history of its iterations, and fairseq-generate read it
-    from these models' hypotheses, failing with ``KeyError: 'history'`` after the first batch."""
-    if getattr(args, "retain_iter_history", False):
-        raise UsageError(
-            "--retain-iter-history keeps the iterations of a non-autoregressive model's "
-            "refinement (--task translation_lev); this model decodes left to right and has "
-            "none: drop it"
-        )
+# The options of fairseq's iterative refinement generator (non-autoregressive models, --task
+# translation_lev), with their defaults. A left-to-right model's generator ignores them, and
+# fairseq-generate fails on two of them after the first batch: it reads the hypotheses'
+# refinement history (--retain-iter-history, KeyError: 'history') and steps (--print-step).
+REFINEMENT_OPTIONS = {
+    name: GenerationConfig.__dataclass_fields__[name].default
+    for name in (
+        "iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
+        "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
+        "print_step",
+    )
+}  # fmt: skip
+
+
+def check_no_refinement_options(args) -> None:
+    """Refuse an option of iterative refinement (``REFINEMENT_OPTIONS``) set away from its
+    default: these models decode left to right."""
+    for name, default in REFINEMENT_OPTIONS.items():
+        value = getattr(args, name, default)
+        if value != default:
+            raise UsageError(
+                f"{options.flag_of(name)} is an option of fairseq's iterative refinement of "
+                "non-autoregressive models (--task translation_lev); this model decodes left to "
+                "right, without it: drop it"
+            )
 
 
 def check_choice(option: options.Option, value: str) -> None:
@@ -166,7 +181,7 @@ class DecodingTask:
                 "ignore it"
             )
         check_generation_args(args)
-        check_no_iteration_history(args)
+        check_no_refinement_options(args)
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
         check_scoring(args, decoding)

@@ -144,6 +144,12 @@ class SharedConfiguration(ValueError):
         )
 
 
+NOT_A_FILE = (
+    "it is no regular file (a pipe or a device): torch reads a checkpoint from a file it can seek "
+    "in; write it to a file first"
+)
+
+
 def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
     from fairseq_san.safe_numpy import PickleRefused
@@ -160,6 +166,8 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         return "it is a directory; a checkpoint is a file (for example DIR/checkpoint_best.pt)"
     if not os.path.exists(path):
         return "no such file" if isinstance(error, OSError) else None
+    if not os.path.isfile(path):  # a pipe (--path <(zcat ckpt.pt.gz)) reads as 0 bytes
+        return NOT_A_FILE
     if os.path.getsize(path) == 0:
         return "the file is empty (0 bytes; was saving it interrupted?)"
     unsafe = unsafe_globals(path, error)
@@ -508,6 +516,9 @@ def load_state(path: str) -> dict:
 
     check_safe_loading()
     allow_fairseq_globals()
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        # a pipe: is_zipfile would read it, and torch.load wait for another writer to open it
+        raise CheckpointError(f"cannot load checkpoint {path}: {NOT_A_FILE}")
     with explained(path):
         state = torch.load(
             path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True

@@ -1050,3 +1050,19 @@ def test_installing_the_fixes_again_wraps_nothing_twice():
     fairseq_fixes.install()
     fairseq_fixes.install()
     assert wrapped_now() == wrapped
+
+
+def test_a_checkpoint_given_through_a_pipe_is_one_line_naming_it(tmp_path):
+    """``--path <(zcat checkpoint.pt.gz)``: fairseq's loader failed on a file it cannot seek in,
+    and the error said the file was empty (a pipe's size is 0); the plugin's own loader read the
+    pipe to look for a zip archive and then waited for another writer to open it again."""
+    pipe = tmp_path / "checkpoint.pt"
+    os.mkfifo(pipe)
+    expected = f"cannot load checkpoint {pipe}: {checkpoints.NOT_A_FILE}"
+    assert checkpoints.NOT_A_FILE.startswith("it is no regular file (a pipe or a device)")
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoints.load_state(str(pipe))  # nothing writes the pipe: a read would wait forever
+    assert str(refused.value) == expected
+    assert checkpoints.problem_with(str(pipe), RuntimeError("not seekable")) == (
+        checkpoints.NOT_A_FILE
+    )

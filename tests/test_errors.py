@@ -959,7 +959,8 @@ def test_plot_js_on_a_bad_matrix_is_one_line(tmp_path, capsys, matrix, said):
 
 def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys):
     """Two analyses at one step (the same checkpoint twice, or two models) were stacked points;
-    analyses of other subsets mixed; a layer asked for twice plotted every point twice."""
+    analyses of other subsets mixed; a layer asked for twice plotted every point twice, and one
+    analysis given twice its points."""
     first = write_analysis(tmp_path / "step10", SQUARE)
     again = write_analysis(tmp_path / "again", SQUARE)
     unnamed = tmp_path / "step30"  # written before js.json named its subset: any
@@ -983,6 +984,11 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
     assert plot_js(capsys, first, *out, "--layers", "2", "3", "2") == (
         "fairseq-san-plot-js: error: --layers: layer 2 is given twice"
     )
+    for twice in (first, f"{first}/"):  # the same analysis given twice was drawn twice
+        assert plot_js(capsys, first, str(unnamed), twice, *out, "--layers", "2") == (
+            f"fairseq-san-plot-js: error: {first}/js.json is given twice: one analysis per "
+            "training step"
+        )
     assert not (tmp_path / "f.png").exists()
 
 

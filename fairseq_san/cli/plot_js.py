@@ -74,13 +74,16 @@ def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
 
 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
-    """PlotError for analyses that are not one model's series: two at one training step (the
-    same checkpoint twice, or two models: their points were stacked), of different subsets
+    """PlotError for analyses that are not one model's series: one given twice, two at one
+    training step (the same checkpoint twice, or two models: their points were stacked), of different subsets
     (where they name theirs), or of different models (``check_one_model``); or a layer asked
     for twice."""
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")
+    given_twice = repeated([os.path.realpath(path) for path, _ in analyses])
+    if given_twice is not None:  # its points were drawn twice, at one step
+        raise PlotError(f"{given_twice} is given twice: one analysis per training step")
     at_step: Dict[int, str] = {}
     for path, data in analyses:
         earlier = at_step.setdefault(data["num_updates"], path)

@@ -728,6 +728,22 @@ def test_cli_learns_from_the_mean_of_several_analyses(tmp_path, capsys):
     assert lines[0] == format_policy({"decoder_encdec": expected})
 
 
+def test_cli_refuses_an_analysis_given_twice(tmp_path, capsys):
+    """The mean counted an analysis given twice (a file and its folder, a seed's listed twice) as
+    two seeds' without a word."""
+    folder = tmp_path / "seed1"
+    folder.mkdir()
+    analysis = write_json(folder / "js.json", {"decoder_encdec": PAPER_ENCDEC})
+    other = write_json(tmp_path / "b.json", {"decoder_encdec": shifted(PAPER_ENCDEC, 0.06)})
+    for given in ([analysis, other, analysis], [str(folder), analysis]):
+        with pytest.raises(SystemExit) as refused:
+            policy_main([*given, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5"])
+        assert refused.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"fairseq-san-policy: error: {analysis} is given twice: give each analysis once"
+        )
+
+
 def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp_path, capsys):
     """A language model's js.json has no encoder-decoder attention (null): no theta for it."""
     lm = tmp_path / "js.json"

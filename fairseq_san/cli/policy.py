@@ -23,6 +23,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.errors import repeated
 from fairseq_san.files import output_problem, same_file
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
@@ -183,6 +184,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
     paths = [analysis_file(path) for path in args.js_json]
+    twice = repeated([os.path.realpath(path) for path in paths])
+    if twice is not None:  # the mean of several analyses would count it twice
+        parser.error(f"{twice} is given twice: give each analysis once")
     if args.output and any(same_file(args.output, path) for path in paths):
         parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
     problem = args.output and output_problem(args.output, "the policy file")

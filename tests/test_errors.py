@@ -8,11 +8,13 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import List
@@ -1233,6 +1235,22 @@ def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):
     garbage.write_text("not a model\n")
     with pytest.raises(ValueError, match=f"sentencepiece model {garbage} cannot be loaded"):
         Detokenizer(make_dictionary(), str(garbage))
+
+
+def test_bench_references_may_come_through_a_pipe(tmp_path):
+    """``--references <(zcat test.de.gz)`` was "no such file" (a pipe is no regular file); the
+    references are read once, and a pipe read there gives them."""
+    from fairseq_san.benchmark.config import readable_file
+    from fairseq_san.benchmark.data import load_references
+
+    pipe = tmp_path / "references"
+    os.mkfifo(pipe)
+    assert readable_file(str(pipe), pipe=True) and not readable_file(str(pipe), pipe=False)
+    assert not readable_file(str(tmp_path), pipe=True)
+    writer = threading.Thread(target=lambda: pipe.write_text("a\nb\nc\n"), daemon=True)
+    writer.start()
+    assert load_references(str(pipe), StandInBatches(3, 2), detokenize=None) == ["a", "b"]
+    writer.join(timeout=10)
 
 
 class StandInBatches:

@@ -297,6 +297,14 @@ def check_given_once(config: BenchmarkConfig) -> None:
             raise ValueError(f"{flag_of(name)}: {twice} is given twice")
 
 
+def readable_file(path: str, pipe: bool) -> bool:
+    """Whether ``path`` is a file, or with ``pipe`` anything but a folder that is there: the
+    references are read once, so a pipe will do (``--references <(zcat test.de.gz)``)."""
+    if pipe:
+        return os.path.exists(path) and not os.path.isdir(path)
+    return os.path.isfile(path)
+
+
 def check_paths(config: BenchmarkConfig) -> None:
     """ValueError for a data directory or a given file that is missing or of the wrong kind, or
     raw references without the sentencepiece model that would make hypotheses text."""
@@ -311,7 +319,7 @@ def check_paths(config: BenchmarkConfig) -> None:
     if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
         raise ValueError(f"--out-dir {config.out_dir} is a file, not a directory")
     for flag, path in (("--spm", config.spm_model), ("--references", config.references)):
-        if path and not os.path.isfile(path):
+        if path and not readable_file(path, pipe=flag == "--references"):
             problem = "is a directory" if os.path.isdir(path) else "no such file"
             raise ValueError(f"{flag} {path}: {problem}")
     if config.references and not sentencepiece_model(config):

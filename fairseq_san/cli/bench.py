@@ -95,7 +95,7 @@ def add_input_options(group: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
     group.add_argument(
         "--references", metavar="FILE",
-        help="raw reference file (default: DATA/text/SUBSET.raw.TGT if it exists and hypotheses "
+        help="raw reference file, gzip-compressed or not, a pipe too (default: DATA/text/SUBSET.raw.TGT if it exists and hypotheses "
         "are detokenized, else the binarized targets detokenized like the hypotheses; refused "
         "without a sentencepiece model)",
     )  # fmt: skip

@@ -95,9 +95,9 @@ def add_input_options(group: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
     group.add_argument(
         "--references", metavar="FILE",
-        help="raw reference file, gzip-compressed or not, a pipe too (default: DATA/text/SUBSET.raw.TGT if it exists and hypotheses "
-        "are detokenized, else the binarized targets detokenized like the hypotheses; refused "
-        "without a sentencepiece model)",
+        help="raw reference file, gzip-compressed or not, a pipe too (default: "
+        "DATA/text/SUBSET.raw.TGT if it exists and hypotheses are detokenized, else the binarized "
+        "targets detokenized like the hypotheses; refused without a sentencepiece model)",
     )  # fmt: skip
     group.add_argument(
         "--no-ctranslate2", dest="ctranslate2", action="store_false",

@@ -29,7 +29,8 @@ def open_text(path: str) -> TextIO:
     """``path`` opened as UTF-8 text, through gzip where it is gzip-compressed (kept hypotheses
     are: docs/results/converged; so are Multi30k's raw files), a byte-order mark dropped (it
     would stick to the first sentence and lower its score). The file is opened once and its
-    first bytes peeked at, not read: a pipe (``--reference <(zcat ref.gz)``) cannot be read again."""
+    first bytes peeked at, not read: a pipe (``--reference <(zcat ref.gz)``) cannot be read
+    again."""
     raw = open(path, "rb")
     if raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC:
         return gzip.open(raw, "rt", encoding="utf-8-sig")

@@ -75,9 +75,9 @@ def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
     """PlotError for analyses that are not one model's series: one given twice, two at one
-    training step (the same checkpoint twice, or two models: their points were stacked), of different subsets
-    (where they name theirs), or of different models (``check_one_model``); or a layer asked
-    for twice."""
+    training step (the same checkpoint twice, or two models: their points were stacked), of
+    different subsets (where they name theirs), or of different models (``check_one_model``);
+    or a layer asked for twice."""
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")

@@ -36,6 +36,7 @@ from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.tasks.decoding import (
     DECODER_OPTION_NAMES,
+    REFINEMENT_OPTIONS,
     DecodingTask,
     check_generation_args,
     check_generation_keys,
@@ -72,22 +73,28 @@ UNREAD_BY_HUB = {
     "--prefix-size N takes one from the references)",
     "lm_path": LM_FUSION,
     "lm_weight": LM_FUSION,
-    "print_step": "it prints the steps of fairseq's iterative refinement (fairseq-generate), "
-    "which these models do not take: drop it",
     "replace_unk": "the hub replaces no unknown word (nor can fairseq 0.12: its generators "
     "return no per-word alignment): drop it",
     "sacrebleu": "it is how fairseq-generate scores BLEU, and the hub scores nothing: drop it",
     "no_early_stop": "fairseq reads it nowhere (deprecated): drop it",
     "no_seed_provided": "fairseq's commands set it for themselves: drop it",
     **dict.fromkeys(("no_beamable_mm", "retain_dropout", "retain_dropout_modules"), AT_BUILD),
-    **dict.fromkeys(
-        ("iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
-         "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
-         "decoding_format"),
-        ITERATIVE_REFINEMENT,
-    ),  # fmt: skip
+    **dict.fromkeys(REFINEMENT_OPTIONS, ITERATIVE_REFINEMENT),
     **dict.fromkeys(("beam_mt", "max_len_a_mt", "max_len_b_mt", "lenpen_mt", "eos_token"), SPEECH),
 }
+
+
+def check_texts(sentences: Any) -> None:
+    """TypeError naming an item of ``sentences`` that is no text: a translation or sample is of a
+    text or a list of texts (sentencepiece said "Input must be str or bytes", of no item)."""
+    if isinstance(sentences, str):
+        return
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, (str, bytes)):  # bytes: UTF-8, as sentencepiece reads them
+            raise TypeError(
+                f"sentence {index} is {type(sentence).__name__} {sentence!r:.40}, not text: "
+                "translate() and sample() take a text or a list of texts"
+            )
 
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
@@ -110,7 +117,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         return super().translate(sentences, self.beam_or_default(beam, 5), verbose, **kwargs)
 
     def sample(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
-        """fairseq's ``sample`` (beam 1 unless given here or at load)."""
+        """fairseq's ``sample`` (beam 1 unless given here or at load), of a text or a list of
+        texts (``check_texts``)."""
+        check_texts(sentences)
         return super().sample(sentences, self.beam_or_default(beam, 1), verbose, **kwargs)
 
     def generate(
@@ -130,6 +139,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         self.check_call(kwargs, inference_step_args)
         check_generation_args(self.generation_config(beam, kwargs))
         self.check_plugin_keywords(kwargs)
+        if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
+            return []  # nothing to decode (fairseq's batching failed on no sentence)
         return super().generate(
             tokenized_sentences,
             beam,

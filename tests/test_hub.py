@@ -513,6 +513,29 @@ def test_calls_decode_with_the_beam_given_at_load(san_checkpoint, binarized_corp
     assert searched == [2, 2, 4]
 
 
+@pytest.mark.slow
+def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
+    san_checkpoint, binarized_corpus, language_model
+):
+    """translate([]) failed in fairseq's batching, in the plugin's words for a command line's
+    empty subset ("no sentence to batch ... --skip-invalid-size-inputs-valid-test"); an item
+    that is no text failed in sentencepiece ("Input must be str or bytes"), not saying which.
+    The keywords are still checked."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    for model in (hub, language_model):
+        assert model.translate([]) == [] and model.sample(()) == [] and model.generate([]) == []
+    with pytest.raises(UsageError, match="^unknown generation option 'bema'"):
+        hub.translate([], bema=3)
+    with pytest.raises(TypeError) as refused:
+        hub.translate(["tok1 tok2", None])
+    assert str(refused.value) == (
+        "sentence 1 is NoneType None, not text: translate() and sample() take a text or a list "
+        "of texts"
+    )
+
+
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
     """``generation_args`` are the keywords of every call: those no generator reads were ignored
     too, except the ones the hub applies to the models as it builds them."""

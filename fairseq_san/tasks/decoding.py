@@ -99,7 +99,7 @@ REFINEMENT_OPTIONS = {
     for name in (
         "iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
         "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
-        "print_step",
+        "print_step", "decoding_format",
     )
 }  # fmt: skip
 

@@ -71,10 +71,11 @@ def read_generate(path: str) -> GenerateOutput:
     targets: Dict[int, str] = {}
     with text_lines(path) as lines:
         for line in lines:
-            match = GENERATE_DETOKENIZED.match(line.rstrip("\n"))
+            text = line.rstrip("\n")
+            match = GENERATE_DETOKENIZED.match(text)
             if match:
                 by_id.setdefault(int(match.group(1)), match.group(2))
-            target = GENERATE_TARGET.match(line.rstrip("\n"))
+            target = GENERATE_TARGET.match(text)
             if target:
                 targets[int(target.group(1))] = target.group(2)
     if not by_id:

@@ -19,9 +19,9 @@ import re
 import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from fairseq_san import files
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, first_line, repeated
-from fairseq_san import files
 from fairseq_san.files import same_file
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help

@@ -477,10 +477,13 @@ def recorded_thetas(options: Options) -> Dict[str, Optional[float]]:
     }
 
 
-def write_record(run_dir: str, options: Options) -> None:
-    """Write run.json through a temporary file: a stopped write leaves the old record."""
-    write_json(record_path(run_dir), {"options": options, "content": digests(options)},
-               replace_link=True)  # fmt: skip
+def write_record(
+    run_dir: str, options: Options, content: Optional[Dict[str, str]] = None
+) -> None:
+    """Write run.json, with ``content`` (``digests(options)``, computed here where not given),
+    through a temporary file: a stopped write leaves the old record."""
+    record = {"options": options, "content": digests(options) if content is None else content}
+    write_json(record_path(run_dir), record, replace_link=True)
 
 
 def started(run_dir: str) -> bool:
@@ -538,5 +541,6 @@ def start_run(
     os.makedirs(os.path.dirname(first), exist_ok=True)
     if not os.path.exists(first):
         write_policy({}, first)  # P_0: nothing shared
-    if recorded != options or content != digests(options):
-        write_record(run_dir, options)
+    current = digests(options)  # an older record's digest is recorded anew
+    if recorded != options or content != current:
+        write_record(run_dir, options, current)

@@ -4,9 +4,9 @@
 import pytest
 
 from fairseq_san.errors import UsageError
-from helpers import run_cli
 from fairseq_san.loop.perplexity import read_perplexity
 from fairseq_san.loop.summary import summary_table
+from helpers import run_cli
 
 EVAL_LM = (
     "INFO:fairseq_cli.eval_lm:Evaluated 15,188 tokens in 2.1s (7232.38 tokens/s)\n"

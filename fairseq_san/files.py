@@ -39,6 +39,8 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
     except OSError as err:  # no partial file left beside it (a directory there, a full disk)
         if os.path.exists(temporary):
             os.remove(temporary)
+        if err.errno is None:
+            raise
         raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
 
 

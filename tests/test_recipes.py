@@ -905,6 +905,8 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
          r"\(create it first\)"),
         (("train", str(tmp_path / "none.txt"), "--model-prefix", str(tmp_path / "m")),
          f"{tmp_path / 'none.txt'}: No such file or directory"),
+        (("train", str(tmp_path), "--model-prefix", str(tmp_path / "m")),
+         f"{tmp_path}: Is a directory"),
         (("encode", "--model", str(text), str(text), str(tmp_path / "out")),
          f"{text} is not a sentencepiece model: give --model the .model file that train wrote"),
         (("encode", "--model", str(tmp_path / "none.model"), str(text), str(tmp_path / "out")),

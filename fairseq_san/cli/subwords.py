@@ -64,7 +64,8 @@ def check_training_text(inputs: List[str]) -> None:
     Only regular files are looked into: sentencepiece reads each input itself, and what was read
     of a pipe (``<(cat train.en train.de)``) would be missing from the text it learns from."""
     for path in inputs:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        mode = os.stat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder fails here, as one
             continue
         with utf8_text(path), open(path, encoding="utf-8") as lines:
             if not any(line.strip() for line in lines):

@@ -7,6 +7,7 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -206,10 +207,13 @@ def override(cfg, overrides):
         ({"task": {"_name": "translation_san", "sourc_lang": "en"}},
          "unknown option 'task.sourc_lang' .*did you mean 'task.source_lang'"),
         ({"encoder_layers": {"value": 3}}, "encoder_layers {'value': 3} .*is of type dict"),
+        ({"dropout": 1.5}, r"dropout 1.5 .*is out of range: it must be in \[0, 1\]"),
+        ({"decoder_attention_heads": 0},
+         "decoder_attention_heads 0 .*is out of range: it must be an integer of at least 1"),
     ],
     ids=["misspelt", "unknown", "text for int", "bool for int", "float for int", "text for float",
          "text for switch", "outside choices", "model as a dict", "misspelt in a group",
-         "dict for int"],
+         "dict for int", "dropout out of range", "no heads"],
 )  # fmt: skip
 def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
     from fairseq_san.errors import UsageError
@@ -1566,6 +1570,40 @@ def test_fairseqs_own_bad_input_errors_are_one_line(capsys, monkeypatch, error, 
     assert capsys.readouterr().err == expected + "\n"
 
 
+@pytest.mark.parametrize(
+    "bpe, given, said",
+    [
+        ("sentencepiece", "missing.model", "file {dir}/missing.model not found"),
+        ("sentencepiece", "", 'FAILED_PRECONDITION: "{dir}": Is a directory'),
+        ("sentencepiece", "dict.txt", "INTERNAL: could not parse ModelProto from {dir}/dict.txt"),
+        ("fastbpe", "dict.txt", "Please install fastBPE with: pip install fastBPE"),
+    ],
+    ids=["missing", "a folder", "not a model", "package not installed"],
+)
+def test_fairseqs_errors_for_a_bpe_are_one_line(capsys, monkeypatch, tmp_path, bpe, given, said):
+    """A --sentencepiece-model or --bpe-codes that is missing, a folder or no model, and a --bpe
+    whose package is not installed: fairseq-interactive printed fairseq's or sentencepiece's
+    traceback. The errors are fairseq's own (its encoders build the --bpe)."""
+    from fairseq.data import encoders
+
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    if bpe == "fastbpe" and importlib.util.find_spec("fastBPE") is not None:
+        pytest.skip("fastBPE is installed")
+    (tmp_path / "dict.txt").write_text("word 1\n")
+    path = str(tmp_path / given) if given else str(tmp_path)
+    args = argparse.Namespace(bpe=bpe, sentencepiece_model=path, bpe_codes=path)
+    with pytest.raises(Exception) as error:
+        encoders.build_bpe(args)
+
+    def traceback_printer(*args):
+        print("Traceback (most recent call last):", file=sys.stderr)
+
+    monkeypatch.setattr("sys.argv", ["fairseq-interactive", "data-bin/x", "--bpe", bpe])
+    excepthook(traceback_printer)(error.type, error.value, None)
+    assert capsys.readouterr().err == f"fairseq-san: error: {said.format(dir=tmp_path)}\n"
+
+
 def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
     """fairseq-generate reads --model-overrides with ast.literal_eval: its SyntaxError names the
     value given on the command line; a SyntaxError elsewhere keeps its traceback."""
@@ -1763,6 +1801,9 @@ def test_train_resumed_in_the_reverse_direction_is_one_line(binarized_corpus, tr
 # --- options fairseq's commands need and leave unchecked --------------------------------------
 
 
+TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
+
+
 @pytest.mark.parametrize(
     "parser, argv, said",
     [
@@ -1822,11 +1863,47 @@ def test_train_resumed_in_the_reverse_direction_is_one_line(binarized_corpus, tr
          "--diverse-beam-strength 0.9 is read only by diverse beam search: pass "
          "--diverse-beam-groups G as well (the search ignored it)"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size=-1"],
-         "--batch-size -1: it must be at least 1"),
+         "--batch-size -1: it must be an integer of at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],
-         "--max-tokens 0: it must be at least 1"),
+         "--max-tokens 0: it must be an integer of at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens-valid", "0"],
-         "--max-tokens-valid 0: it must be at least 1"),  # given as text: a TypeError before
+         "--max-tokens-valid 0: it must be an integer of at least 1"),  # given as text: a TypeError before
+        # fairseq's numbers out of their range: a traceback far inside, or another run silently
+        (TRAIN, SAN + ["--update-freq", "1,0"],
+         "--update-freq 0: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--log-interval", "0"],
+         "--log-interval 0: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--encoder-embed-dim", "0"],
+         "--encoder-embed-dim 0: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--lr=-1"], "--lr -1: it must be greater than 0"),  # trained nothing
+        (TRAIN, SAN + ["--max-epoch=-1"],
+         "--max-epoch -1: it must be an integer of at least 0 (0: no limit)"),
+        (TRAIN, SAN + ["--dropout", "1.5"], "--dropout 1.5: it must be in [0, 1]"),
+        (TRAIN, SAN + ["--activation-dropout=-1"], "--activation-dropout -1: it must be in [0, 1]"),
+        (TRAIN, SAN + ["--seed=-1"], "--seed -1: it must be an integer in [0, 4294967295]"),
+        (TRAIN, SAN + ["--num-workers=-1"], "--num-workers -1: it must be an integer of at least 0"),
+        (TRAIN, SAN + ["--optimizer", "adam", "--adam-betas", "(0.9, 1.5)"],
+         "--adam-betas 1.5: it must be in [0, 1)"),
+        (TRAIN, SAN + ["--optimizer", "adam", "--weight-decay=-0.1"],
+         "--weight-decay -0.1: it must be at least 0"),
+        (TRAIN, SAN + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "1.5"],
+         "--label-smoothing 1.5: it must be in [0, 1)"),
+        (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "0"],
+         "--warmup-updates 0: it must be an integer of at least 1 (--lr-scheduler inverse_sqrt "
+         "divides by it)"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--warmup-updates", "0",
+                       "--total-num-update", "10"], None),
+        (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
+         "--seed -1: it must be an integer in [0, 4294967295]"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--tokenizer", "moses"],
+         "--tokenizer moses needs --source-lang and --target-lang: fairseq gives the tokenizer "
+         "its languages from the command line, before it reads them from the data (e.g. "
+         "--source-lang en --target-lang de)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--tokenizer", "moses", "-t", "de"],
+         "--tokenizer moses needs --source-lang: "),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--tokenizer", "moses",
+                                               "-s", "en", "-t", "de"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "

@@ -506,7 +506,7 @@ def test_attention_heads_that_do_not_divide_the_embedding_are_one_error():
     said = "--decoder-attention-heads 3 does not divide --decoder-embed-dim"
     with pytest.raises(UsageError, match=said):
         build(["--decoder-attention-heads", "3"], dictionary=DICT)
-    with pytest.raises(UsageError, match="--encoder-attention-heads 0 does not divide"):
+    with pytest.raises(UsageError, match="--encoder-attention-heads 0: it must be an integer of"):
         build(["--encoder-attention-heads", "0"], dictionary=DICT)
     with pytest.raises(UsageError, match=said):
         build_lm(["--decoder-attention-heads", "3"], dictionary=DICT)

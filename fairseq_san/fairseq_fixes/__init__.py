@@ -35,8 +35,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``half_precision``: fairseq-train refuses ``--fp16`` or ``--bf16`` on the CPU (tracebacks in
   fairseq's trainer);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
-  ``--replace-unk`` (which fairseq 0.12 cannot honour), or with a plugin option that its task or
-  model does not have or that it would ignore, is refused as it is parsed;
+  ``--replace-unk`` (which fairseq 0.12 cannot honour), with a number out of its range
+  (``option_ranges``: ``--update-freq 0``, ``--dropout 1.5``), ``--tokenizer moses`` without its
+  languages, or with a plugin option that its task or model does not have or that it would
+  ignore, is refused as it is parsed;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and fairseq-eval-lm samples longer than the model's positions, the context window included,

@@ -30,7 +30,10 @@ was ignored by every command but fairseq-train (they convert a model with ``--fp
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
 fairseq-train with ``--distributed-world-size`` 0 or below trained nothing and exited 0, and with
 more ranks than GPUs (``--cpu`` included) and no launcher asserted "world size is N but have M
-available devices": one line, naming ``fairseq-san-cpu-ranks`` for CPUs.
+available devices": one line, naming ``fairseq-san-cpu-ranks`` for CPUs. A number out of its
+range (``--update-freq 0``, ``--dropout 1.5``, ``--lr -1``: ``option_ranges``) and
+``--tokenizer moses`` without ``--source-lang`` and ``--target-lang`` (hydra's "Error merging
+override tokenizer.source_lang=null") are one line too.
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
 ``--san-decoding`` where nothing decodes (fairseq-validate, fairseq-eval-lm, fairseq-train
@@ -63,6 +66,7 @@ from typing import Any, Callable, List, Optional
 
 from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
+from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import check_search_numbers
 from fairseq_san.options import (
@@ -180,15 +184,18 @@ def refuse_unrecognized(
 
 def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> None:
     """Refuse arguments (``argv``, parsed as ``args``) that the command cannot honour: no
-    ``--path`` where it loads one, ``--replace-unk``, batch sizes below 1, search numbers no search
-    can follow, a plugin option it would ignore, an adaptive softmax fairseq-train cannot train,
-    ``--model-overrides`` groups it would not read, ``--bf16`` outside fairseq-train."""
+    ``--path`` where it loads one, ``--replace-unk``, numbers out of their range (batch sizes,
+    rates, sizes: ``option_ranges``), search numbers no search can follow, a Moses tokenizer
+    without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
+    cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
+    fairseq-train."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
-    check_batch_sizes(args)
+    check_option_ranges(args)
     check_search_numbers(args)
+    check_tokenizer_languages(args)
     kind = command_kind(args)
     check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
@@ -205,6 +212,23 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
             "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
             "static --san-decoder-precision bf16"
+        )
+
+
+def check_tokenizer_languages(args: argparse.Namespace) -> None:
+    """Refuse ``--tokenizer moses`` without the languages on a translation task: fairseq builds
+    the tokenizer's configuration from ``--source-lang`` and ``--target-lang`` before its task
+    reads them from the data, and failed on the missing ones (hydra's "Error merging override
+    tokenizer.source_lang=null")."""
+    if getattr(args, "tokenizer", None) != "moses":
+        return
+    missing = [flag_of(name) for name in ("source_lang", "target_lang")
+               if hasattr(args, name) and getattr(args, name) is None]  # fmt: skip
+    if missing:
+        raise UsageError(
+            f"--tokenizer moses needs {' and '.join(missing)}: fairseq gives the tokenizer its "
+            "languages from the command line, before it reads them from the data (e.g. "
+            "--source-lang en --target-lang de)"
         )
 
 
@@ -372,22 +396,6 @@ def given(argv: List[str], option: Option) -> bool:
     """Whether the command line ``argv`` names ``option`` (``--flag V`` or ``--flag=V``; fairseq's
     parsers take no abbreviations)."""
     return any(arg == option.flag or arg.startswith(option.flag + "=") for arg in argv)
-
-
-def check_batch_sizes(args: argparse.Namespace) -> None:
-    """Refuse a batch size or token budget below 1: fairseq reads -1 as no limit at all, and 0
-    fails deep inside its batching. fairseq's parser gives the validation ones as text (their
-    default is the training one's, an interpolation)."""
-    for flag in ("batch_size", "max_tokens", "batch_size_valid", "max_tokens_valid"):
-        value = getattr(args, flag, None)
-        if value is None:
-            continue
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"{flag_of(flag)} {value}: it must be an integer") from None
-        if number < 1:
-            raise UsageError(f"{flag_of(flag)} {value}: it must be at least 1")
 
 
 def _checking(parse_args_and_arch: Callable) -> Callable:

@@ -16,8 +16,8 @@ be interpreted as an integer``) or, for a switch (``'False'``), silently turns i
 every key, and the keys of a group given as a dict (``{'task': {...}}``); a name given for a
 group or the model, other than the checkpoint's own, and a ``_name`` of their own; a switch to
 a component that lacks some of the group's options (omegaconf's ``ConfigKeyError`` where fairseq
-builds it); the type of the model's options that take an int, a number or True/False, and the
-choices of those that have them; a component's name that fairseq has not registered
+builds it); the type of the model's options that take an int, a number or True/False, the choices of
+those that have them, and the range of those that have one (``option_ranges``); a component's name that fairseq has not registered
 (``bpe='bogus'``: a ``KeyError`` when the hub built it); a dict for a component the checkpoint
 has none of (``{'bpe': {'_name': 'sentencepiece'}}``: ``TypeError: unhashable type: 'dict'``,
 fairseq takes its name); a key that is no text (``{1: 2}``: a ``TypeError``). The plugin's
@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 from fairseq_san import options
 from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
+from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES, given_values, out_of_range
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
@@ -149,8 +150,9 @@ def fits(value: Any, accepted, trained: Any) -> bool:
 
 
 def check_value(key: str, value: Any, action: argparse.Action, trained: Any, source: str) -> None:
-    """Refuse a value the model's option ``action`` cannot take: another type, or a value
-    outside its choices. None is left to the model (several options are optional)."""
+    """Refuse a value the model's option ``action`` cannot take: another type, a value outside
+    its choices or its range (``option_ranges``: ``dropout`` 1.5 failed at the first forward
+    pass with ``--retain-dropout``). None is left to the model (several options are optional)."""
     if value is None:
         return
     wanted = wanted_type(action)
@@ -165,6 +167,9 @@ def check_value(key: str, value: Any, action: argparse.Action, trained: Any, sou
             f"{key} {value!r} {source} is not valid; valid values: "
             f"{', '.join(map(str, action.choices))}"
         )
+    valid = OPTION_RANGES.get(key)
+    if valid is not None and out_of_range(given_values(value), valid):
+        raise UsageError(f"{key} {value!r} {source} is out of range: it must be {valid.said()}")
 
 
 def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: str) -> None:

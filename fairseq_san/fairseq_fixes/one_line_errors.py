@@ -48,6 +48,13 @@ FAIRSEQ_BAD_INPUT = [
     # resuming with another --criterion or --optimizer than the checkpoint's
     (AssertionError, r"(Criterion|Optimizer) does not match; please reset the optimizer "
                      r"\(--reset-optimizer\)\. \w+ vs \w+"),
+    # a file a --bpe or --tokenizer reads (--bpe-codes, --sentencepiece-model): fairseq's
+    # cached_path, then sentencepiece's own errors on a folder or a file that is not its model
+    (OSError, r"file .+ not found"),
+    (RuntimeError, r'FAILED_PRECONDITION: ".+": Is a directory'),
+    (RuntimeError, r"INTERNAL: could not parse ModelProto from .+"),
+    # a --bpe, --tokenizer or --scoring whose Python package is not installed
+    (ImportError, r"Please install .+"),
 ]
 
 

@@ -1,0 +1,131 @@
+"""fairseq's numeric options checked against the values they can take, as a command parses them.
+
+Upstream behaviour corrected: fairseq's parser takes any number for these options, and a value
+out of range failed far from the cause or trained another run than the one asked for:
+
+* a traceback deep inside fairseq, numpy or torch: ``--update-freq 0`` and ``--log-interval 0``
+  (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
+  ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
+  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adam-betas
+  '(0.9, 1.5)'`` ("math domain error");
+* silently another run: ``--lr -1`` and ``--max-epoch -1`` trained nothing and exited 0,
+  ``--label-smoothing`` outside [0, 1) and ``--weight-decay -1`` trained towards other targets,
+  ``--activation-dropout -1`` trained without dropout.
+
+``check_option_ranges`` refuses each in one line naming the flag and its range; the command-line
+checks (``command_options.check_parsed``) call it for every command, each option checked where
+the command has it. Batch sizes are here too: fairseq reads -1 as no limit at all, and 0 fails
+deep inside its batching.
+"""
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Iterable, List
+
+from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
+from fairseq_san.options import flag_of
+from fairseq_san.policy import is_number
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values an option can take: ``low`` to ``high``, each end in or out (``*_open``)."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    note: str = ""
+
+    def holds(self, value: object) -> bool:
+        if not is_number(value) or (self.integer and not is_whole(value)):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def said(self) -> str:
+        """The range in words: "an integer of at least 1", "in [0, 1)", "greater than 0"."""
+        low, high = shown_value(self.low), shown_value(self.high)
+        if self.high < math.inf:
+            opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"in {opening}{low}, {high}{closing}"
+            text = f"an integer {text}" if self.integer else text
+        elif self.low_open:
+            text = f"greater than {low}"
+        else:
+            text = f"an integer of at least {low}" if self.integer else f"at least {low}"
+        return text + (f" ({self.note})" if self.note else "")
+
+
+POSITIVE_INTEGER = Range(1, integer=True)
+COUNT = Range(0, integer=True)
+PROBABILITY = Range(0, 1)
+UNLIMITED_AT_0 = Range(0, integer=True, note="0: no limit")
+
+# fairseq's options (argparse dests) and their ranges. An option given as a list (--lr 0.1,0.01,
+# --update-freq 1,2) is checked value by value.
+OPTION_RANGES = {
+    **dict.fromkeys(
+        ("max_tokens", "batch_size", "max_tokens_valid", "batch_size_valid", "update_freq",
+         "log_interval", "required_batch_size_multiple", "encoder_embed_dim", "decoder_embed_dim",
+         "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
+         "decoder_attention_heads"),
+        POSITIVE_INTEGER,
+    ),
+    **dict.fromkeys(("num_workers", "warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
+    **dict.fromkeys(("max_epoch", "max_update"), UNLIMITED_AT_0),
+    **dict.fromkeys(
+        ("dropout", "attention_dropout", "activation_dropout", "relu_dropout",
+         "encoder_layerdrop", "decoder_layerdrop"),
+        PROBABILITY,
+    ),
+    "seed": Range(0, 2**32 - 1, integer=True),
+    "lr": Range(0, low_open=True),
+    "weight_decay": Range(0),
+    "label_smoothing": Range(0, 1, high_open=True),
+    "adam_betas": Range(0, 1, high_open=True),
+}  # fmt: skip
+# --lr-scheduler inverse_sqrt divides by the warm-up's length.
+INVERSE_SQRT_WARMUP = Range(1, integer=True, note="--lr-scheduler inverse_sqrt divides by it")
+
+
+def given_values(value: object) -> List[object]:
+    """The numbers an option's parsed ``value`` holds: one, a list's, or a literal string's
+    (fairseq's parser keeps ``--adam-betas`` and the validation batch sizes as text)."""
+    if isinstance(value, str):
+        try:
+            value = evaluate(value)
+        except (NotALiteral, SyntaxError, ValueError):  # literal_eval's fix says why, in one line
+            return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def out_of_range(values: Iterable[object], valid: Range) -> List[object]:
+    return [value for value in values if not valid.holds(value)]
+
+
+def check_option_ranges(args: argparse.Namespace) -> None:
+    """Refuse a value of ``OPTION_RANGES`` outside its range, naming the flag, the value given
+    and the range; and a warm-up below 1 update with ``--lr-scheduler inverse_sqrt``."""
+    for name, valid in OPTION_RANGES.items():
+        value = getattr(args, name, None)
+        if name == "warmup_updates" and getattr(args, "lr_scheduler", None) == "inverse_sqrt":
+            valid = INVERSE_SQRT_WARMUP
+        if value is None or isinstance(value, bool):
+            continue
+        bad = out_of_range(given_values(value), valid)
+        if bad:
+            raise UsageError(f"{flag_of(name)} {shown_value(bad[0])}: it must be {valid.said()}")
+
+
+def is_whole(value: float) -> bool:
+    return math.isfinite(value) and value == int(value)
+
+
+def shown_value(value: object) -> str:
+    """A number as the command line would give it: 0, not 0.0; 1e-05 as Python writes it."""
+    return str(int(value)) if is_number(value) and is_whole(value) else str(value)

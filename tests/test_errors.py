@@ -1509,6 +1509,16 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
         "fairseq-preprocess --only-source output (examples/lm/prepare.sh); a translation "
         "checkpoint is scored with fairseq-generate or fairseq-validate\n"
     )
+    # fairseq-generate --lm-path loads the language model with the decoded data's dict.txt
+    monkeypatch.setattr("sys.argv", ["fairseq-generate", str(tmp_path), "--path", "mt.pt",
+                                     "--lm-path", "lm.pt", "--lm-weight", "0.5"])
+    excepthook(traceback_printer)(FileNotFoundError, error, None)
+    assert capsys.readouterr().err == (
+        f"fairseq-san: error: {tmp_path}/dict.txt: No such file or directory; fairseq-generate "
+        "loads the --lm-path language model with the dictionary of the data it decodes, "
+        f"{tmp_path}/dict.txt: the language model must be of the target language, trained with "
+        "the target's dictionary (dict.TGT.txt), copied there as dict.txt\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -1532,6 +1542,11 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
         (Exception("Size of sample #0 is invalid (=(1501, 0)) since max_positions=(1024, 1024), "
                    "skip this example with --skip-invalid-size-inputs-valid-test"),
          "Size of sample #0 is invalid (=(1501, 0)) since max_positions=(1024, 1024), skip this "
+         "example with --skip-invalid-size-inputs-valid-test"),
+        (Exception("Size of sample #907 is invalid (=(np.int32(8), np.int32(14))) since "
+                   "max_positions=(1024, 10), skip this example with "
+                   "--skip-invalid-size-inputs-valid-test"),  # numpy 2's scalars
+         "Size of sample #907 is invalid (=(8, 14)) since max_positions=(1024, 10), skip this "
          "example with --skip-invalid-size-inputs-valid-test"),
         (AssertionError("Sentences lengths should not exceed max_tokens=5"),
          "Sentences lengths should not exceed max_tokens=5"),
@@ -1867,7 +1882,7 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],
          "--max-tokens 0: it must be an integer of at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens-valid", "0"],
-         "--max-tokens-valid 0: it must be an integer of at least 1"),  # given as text: a TypeError before
+         "--max-tokens-valid 0: it must be an integer of at least 1"),  # text: a TypeError before
         # fairseq's numbers out of their range: a traceback far inside, or another run silently
         (TRAIN, SAN + ["--update-freq", "1,0"],
          "--update-freq 0: it must be an integer of at least 1"),
@@ -1881,7 +1896,8 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--dropout", "1.5"], "--dropout 1.5: it must be in [0, 1]"),
         (TRAIN, SAN + ["--activation-dropout=-1"], "--activation-dropout -1: it must be in [0, 1]"),
         (TRAIN, SAN + ["--seed=-1"], "--seed -1: it must be an integer in [0, 4294967295]"),
-        (TRAIN, SAN + ["--num-workers=-1"], "--num-workers -1: it must be an integer of at least 0"),
+        (TRAIN, SAN + ["--num-workers=-1"],
+         "--num-workers -1: it must be an integer of at least 0"),
         (TRAIN, SAN + ["--optimizer", "adam", "--adam-betas", "(0.9, 1.5)"],
          "--adam-betas 1.5: it must be in [0, 1)"),
         (TRAIN, SAN + ["--optimizer", "adam", "--weight-decay=-0.1"],
@@ -1904,6 +1920,14 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--tokenizer moses needs --source-lang: "),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--tokenizer", "moses",
                                                "-s", "en", "-t", "de"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--print-step"],  # KeyError: 'steps'
+         "--print-step is an option of fairseq's iterative refinement of non-autoregressive "
+         "models (--task translation_lev); this model decodes left to right, without it: drop it"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--task",
+                                               "language_modeling", "--iter-decode-max-iter", "3"],
+         "--iter-decode-max-iter is an option of fairseq's iterative refinement"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--task", "translation_lev",
+                                   "--print-step", "--retain-iter-history"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "
@@ -2673,3 +2697,23 @@ def test_a_dictionary_fairseq_cannot_read_is_named(tmp_path, text, said):
         Dictionary.load(str(path))
     assert str(refused.value).startswith(f"dictionary {path} cannot be read: {said}")
     assert str(refused.value).endswith("(give the dict.*.txt that fairseq-preprocess wrote)")
+
+
+def test_a_fusion_language_model_over_another_dictionary_is_refused():
+    """fairseq-generate --lm-path: a language model over another vocabulary failed at the first
+    step of the search (a size mismatch in the fused log-probabilities), and one over as many
+    other tokens fused the scores of other words silently; the target's own dictionary fuses."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.errors import UsageError
+
+    target = make_dictionary(24)
+    model, _ = build(dictionary=target)
+    other_words = make_dictionary(24)
+    other_words.symbols[-1] = "other"  # as many entries, one other word
+    for lm_dictionary in (make_dictionary(30), other_words):
+        lm, _ = build_lm(dictionary=lm_dictionary)
+        with pytest.raises(UsageError, match=r"^--lm-path: the language model's dictionary \("):
+            SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)
+    lm, _ = build_lm(dictionary=make_dictionary(24))
+    SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)

@@ -47,6 +47,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--shard-id`` name (it translated the whole subset in every shard);
 * ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks
   naming neither the file nor the line's problem);
+* ``lm_fusion``: fairseq-generate refuses an ``--lm-path`` language model whose dictionary is not
+  the target's (a traceback at the first step, or scores of other words fused silently);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -61,6 +63,7 @@ from fairseq_san.fairseq_fixes import (
     interactive_input,
     last_batch,
     literal_eval,
+    lm_fusion,
     model_overrides,
     numpy2,
     one_line_errors,
@@ -75,7 +78,7 @@ FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     interactive_input, clean_exit, restore_file, resumed_training, checkpoint_copies,
     shared_checkpoints, half_precision, command_options, tokens_per_sample, generation_shards,
-    dictionary_files, one_line_errors,
+    dictionary_files, lm_fusion, one_line_errors,
 )
 
 

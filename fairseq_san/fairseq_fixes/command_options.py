@@ -188,7 +188,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     rates, sizes: ``option_ranges``), search numbers no search can follow, a Moses tokenizer
     without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
     cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
-    fairseq-train."""
+    fairseq-train, iterative refinement's options where the task decodes left to right."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
@@ -207,12 +207,30 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
             check_eval_bleu_options(args)
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
+    if kind == "decode":
+        check_refinement_options(args)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
             "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
             "static --san-decoder-precision bf16"
         )
+
+
+def check_refinement_options(args: argparse.Namespace) -> None:
+    """Refuse an option of iterative refinement (``--print-step``, ``--iter-decode-max-iter``,
+    ...) under a task that decodes left to right: only ``translation_lev`` builds the generator
+    that reads them, fairseq's ``translation`` ignored them, and fairseq-generate failed after
+    the first batch on two (``KeyError: 'steps'``, ``'history'``). The plugin's tasks refuse
+    them also from the hub's keywords (``tasks.decoding``)."""
+    from fairseq.tasks import TASK_REGISTRY
+    from fairseq.tasks.translation_lev import TranslationLevenshteinTask
+
+    from fairseq_san.tasks.decoding import check_no_refinement_options
+
+    task = TASK_REGISTRY.get(getattr(args, "task", None))
+    if task is not None and not issubclass(task, TranslationLevenshteinTask):
+        check_no_refinement_options(args)
 
 
 def check_tokenizer_languages(args: argparse.Namespace) -> None:

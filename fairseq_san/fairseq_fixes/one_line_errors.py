@@ -74,8 +74,14 @@ def fairseqs_bad_input(exc: BaseException) -> Optional[str]:
     criterion or optimizer that does not match the checkpoint's is also said as options."""
     for kind, pattern in FAIRSEQ_BAD_INPUT:
         if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
-            return str(exc) + component_options_said(str(exc))
+            return without_numpy_reprs(str(exc)) + component_options_said(str(exc))
     return None
+
+
+def without_numpy_reprs(message: str) -> str:
+    """numpy 2's scalars as the numbers they hold: fairseq formats sizes it read from numpy
+    arrays, "(=(np.int32(8), np.int32(14)))" for "(=(8, 14))"."""
+    return re.sub(r"np\.\w+\(([^()]*)\)", r"\1", message)
 
 
 # Where fairseq registers each component a checkpoint's optimizer history names by class, and
@@ -149,17 +155,24 @@ def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
     return missing in given or os.path.dirname(missing) in given
 
 
-def path_error_said(exc: OSError) -> str:
+def path_error_said(exc: OSError, argv: list) -> str:
     """The path and what is wrong with it; for a language model's ``dict.txt`` missing from
-    translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it),
-    what each kind of data needs."""
+    translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it,
+    or fairseq-generate's ``--lm-path``), what each kind of data needs."""
     said = f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, FileExistsError) and os.path.isfile(exc.filename):
         return said + " (a file, where the command makes a folder)"
     if isinstance(exc, IsADirectoryError):
         return said + " (a folder, where the command needs a file)"
     folder, name = os.path.split(str(exc.filename))
-    if name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
+    if name == "dict.txt" and any(arg.split("=")[0] == "--lm-path" for arg in argv):
+        said += (
+            f"; fairseq-generate loads the --lm-path language model with the dictionary of the "
+            f"data it decodes, {folder}/dict.txt: the language model must be of the target "
+            "language, trained with the target's dictionary (dict.TGT.txt), copied there as "
+            "dict.txt"
+        )
+    elif name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
         said += (
             f"; {folder} holds translation data (dict.SRC.txt, dict.TGT.txt), and a language "
             "model's task reads fairseq-preprocess --only-source output (examples/lm/prepare.sh); "
@@ -179,7 +192,7 @@ def excepthook(previous: Callable) -> Callable:
         elif usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)
         elif names_a_command_line_path(exc, sys.argv[1:]):
-            print(PREFIX + path_error_said(exc), file=sys.stderr)
+            print(PREFIX + path_error_said(exc, sys.argv[1:]), file=sys.stderr)
         elif said is not None:
             print(PREFIX + said, file=sys.stderr)
         else:

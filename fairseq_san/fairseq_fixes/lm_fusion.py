@@ -1,0 +1,46 @@
+"""fairseq-generate's ``--lm-path`` language model checked against the target's dictionary.
+
+Upstream behaviour corrected: fairseq-generate loads the ``--lm-path`` model with the ``dict.txt``
+of the data it decodes and adds the model's log-probabilities to the translation's token by token
+(shallow fusion, ``--lm-weight``), unchecked: a language model over another vocabulary failed at
+the first step of the search ("The size of tensor a (7800) must match the size of tensor b
+(1984)"), and one over as many other tokens fused the scores of other words, without a word.
+``install()`` wraps ``SequenceGenerator.__init__`` (its subclasses' too): a language model whose
+dictionary is not the target's is one line.
+"""
+
+import functools
+
+from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+
+def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
+    """Refuse a fusion language model whose decoder's dictionary is not ``tgt_dict`` entry for
+    entry (the search adds its scores to the target's, index by index)."""
+    lm_dict = getattr(getattr(lm_model, "decoder", None), "dictionary", None)
+    if lm_dict is None or lm_dict.symbols == tgt_dict.symbols:
+        return
+    raise UsageError(
+        f"--lm-path: the language model's dictionary ({len(lm_dict)} entries) is not the "
+        f"target's ({len(tgt_dict)} entries): shallow fusion adds the two models' scores token "
+        "by token, so the language model must be trained on the target language with the "
+        "target's dictionary (DATA/dict.TGT.txt, which fairseq-generate reads as DATA/dict.txt)"
+    )
+
+
+def _checking(init):
+    @functools.wraps(init)
+    def wrapper(self, models, tgt_dict, *args, **kwargs):
+        if kwargs.get("lm_model") is not None:
+            check_lm_dictionary(kwargs["lm_model"], tgt_dict)
+        return init(self, models, tgt_dict, *args, **kwargs)
+
+    return wrapper
+
+
+def install() -> None:
+    """Wrap ``SequenceGenerator.__init__`` (idempotent)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    wrap_once(SequenceGenerator, "__init__", _checking)

@@ -1,4 +1,5 @@
-"""Every console command of setup.py answers --help at once: without importing fairseq.
+"""Every console command of setup.py answers --help at once: without importing fairseq; fairseq's
+commands, with the plugin loaded, list the options of the components their command line chose.
 
 Each command runs in a fresh interpreter that lists the fairseq modules loaded after --help.
 """
@@ -59,3 +60,34 @@ def test_bench_help_shows_a_default_only_where_there_is_a_value():
     assert not re.findall(r"\(default: (?:None|True|False|auto)\)", text)
     assert "--batch-size BATCH_SIZE sentences per batch (default: 16)" in text
     assert "(default: the first)" in text and "(default: the first) (default:" not in text
+
+
+@pytest.mark.parametrize(
+    "parser, argv, listed",
+    [
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--task", "translation_san"],
+         ["--san-decoder-self-policy", "--san-decoding", "--encoder-layers"]),
+        ("get_training_parser", ["--arch", "transformer_lm_san", "--task", "language_modeling_san",
+                                 "--criterion", "label_smoothed_cross_entropy"],
+         ["--san-decoder-self-policy", "--label-smoothing", "--tokens-per-sample"]),  # no data
+        ("get_generation_parser", ["data", "--task", "translation_san"],
+         ["--san-decoding", "--san-decoder-precision"]),
+        ("get_training_parser", [], ["--arch", "--task"]),  # nothing chosen: fairseq's own help
+        ("get_training_parser", ["--arch", "nosuch"], ["--arch", "--task"]),
+    ],
+)  # fmt: skip
+def test_fairseqs_help_lists_the_chosen_components_options(capsys, parser, argv, listed):
+    """fairseq printed its help at its first parse, before it added the options of --arch, --task,
+    --criterion, ...: the plugin's were never listed (nor the chosen model's)."""
+    from fairseq import options
+
+    import fairseq_san  # noqa: F401  (registers the plugin, as --user-dir does)
+
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as exit:
+            options.parse_args_and_arch(getattr(options, parser)(), [*argv, flag])
+        assert exit.value.code == 0
+        printed = capsys.readouterr()
+        assert printed.out.startswith("usage: ") and not printed.err, printed.err
+        for option in listed:
+            assert f"{option} " in printed.out, option

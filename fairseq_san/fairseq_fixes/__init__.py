@@ -38,7 +38,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--replace-unk`` (which fairseq 0.12 cannot honour), with a number out of its range
   (``option_ranges``: ``--update-freq 0``, ``--dropout 1.5``), ``--tokenizer moses`` without its
   languages, or with a plugin option that its task or model does not have or that it would
-  ignore, is refused as it is parsed;
+  ignore, is refused as it is parsed; ``--help`` lists the options of the model, task and other
+  components the command line chose (fairseq printed its help before it added them);
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and fairseq-eval-lm samples longer than the model's positions, the context window included,

@@ -47,6 +47,10 @@ given where the command line names it (``--san-decoding fairseq`` too, its defau
 A ``--model-overrides`` that fairseq-generate or fairseq-interactive cannot read (a name, a call,
 arithmetic, an unclosed brace: a traceback from their ``ast.literal_eval``) is one line naming it.
 
+fairseq's ``--help`` printed its help at its first parse, before it added the options of the
+chosen ``--arch``, ``--task``, ``--criterion``, ...: the plugin's options were never listed. It
+lists them now (``print_help_of_components``).
+
 ``install()`` wraps ``parse_args_and_arch``: each of these is one line naming the option and the
 fix (``UsageError``) before anything is loaded. It also wraps fairseq-validate's ``main`` (where
 that command runs), whose ``checkpoint_utils.load_model_ensemble_and_task`` keeps the checkpoint's
@@ -58,11 +62,13 @@ is one line naming the override that analyses (``attention_analysis.check_analys
 
 import argparse
 import ast
+import contextlib
 import functools
+import io
 import os
 import sys
 from dataclasses import fields
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, NoReturn, Optional
 
 from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
@@ -416,6 +422,32 @@ def given(argv: List[str], option: Option) -> bool:
     return any(arg == option.flag or arg.startswith(option.flag + "=") for arg in argv)
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+def print_help_of_components(
+    parse_args_and_arch: Callable,
+    parser: argparse.ArgumentParser,
+    argv: List[str],
+    modify_parser: Optional[Callable],
+) -> NoReturn:
+    """Print the command's help with the options of the components the command line chose
+    (``--arch``, ``--task``, ``--criterion``, ``--optimizer``, ...), then exit.
+
+    fairseq's parser printed its help at its first parse, before it adds those options: the
+    plugin's (``--san-decoder-self-policy``, ``--san-decoding``) and the chosen model's were never
+    listed. fairseq's own parse runs first without the help flag (a stand-in for the data
+    directory where none is given); whatever it cannot parse leaves the help as fairseq's."""
+    rest = [arg for arg in argv if arg not in HELP_FLAGS]
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            parse_args_and_arch(parser, ["DATA", *rest], True, False, modify_parser)
+        except (Exception, SystemExit):  # argparse exits on what it cannot parse
+            pass
+    parser.print_help()
+    raise SystemExit(0)
+
+
 def _checking(parse_args_and_arch: Callable) -> Callable:
     """fairseq's parser, refusing what ``missing_to_parse``, ``refuse_unrecognized`` and
     ``check_parsed`` find."""
@@ -424,6 +456,9 @@ def _checking(parse_args_and_arch: Callable) -> Callable:
     def wrapper(
         parser, input_args=None, parse_known=False, suppress_defaults=False, modify_parser=None
     ):
+        argv = sys.argv[1:] if input_args is None else list(input_args)
+        if any(arg in HELP_FLAGS for arg in argv):
+            print_help_of_components(parse_args_and_arch, parser, argv, modify_parser)
         # A strict parse runs as a known-args one, so that refuse_unrecognized sees the rest.
         strict = not parse_known and not suppress_defaults
         try:
@@ -440,7 +475,6 @@ def _checking(parse_args_and_arch: Callable) -> Callable:
         if strict:
             parsed, extra = parsed
             refuse_unrecognized(parser, parsed, extra)
-        argv = sys.argv[1:] if input_args is None else list(input_args)
         check_parsed(parsed[0] if isinstance(parsed, tuple) else parsed, parser.prog, argv)
         return parsed
 

@@ -24,6 +24,7 @@ received archive could write anywhere. The user unpacks it and passes the folder
 """
 
 import copy
+import glob
 import os
 import urllib.parse
 from typing import Any, Callable, Dict, Optional
@@ -260,13 +261,19 @@ def from_pretrained(
     archive_map = model_class.hub_models()
     model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
     data_path = data_folder(data_name_or_path, model_path, archive_map)
-    loaded = hub_utils.from_pretrained(
-        model_path,
-        str(checkpoint_file),
-        data_path,
-        archive_map=None,  # model_path is a folder: fairseq would map one named as an archive
-        **kwargs,
-    )
+    try:
+        loaded = hub_utils.from_pretrained(
+            model_path,
+            str(checkpoint_file),
+            data_path,
+            archive_map=None,  # model_path is a folder: fairseq would map one named as an archive
+            **kwargs,
+        )
+    except Exception as error:
+        problem = data_problem(data_name_or_path, data_path, error)
+        if problem is not None:
+            raise UsageError(problem) from error
+        raise
     check_stored_files(loaded["args"], kwargs, model_path)
     hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     if generation_args:
@@ -356,6 +363,37 @@ def file_advice(path: str, keyword: str, unpack: str) -> str:
     return (
         "an archive, which fairseq would unpack unchecked (a member may be written anywhere) "
         f"and then delete; {unpack}"
+    )
+
+
+def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optional[str]:
+    """What is wrong with the data folder where loading failed on its dictionaries (``error``):
+    none there, or the other kind of model's (a translation's dict.SRC.txt and dict.TGT.txt, a
+    language model's dict.txt); None for another failure."""
+    translation = glob.glob(os.path.join(glob.escape(data_path), "dict.*.txt"))
+    language_model = os.path.isfile(os.path.join(data_path, "dict.txt"))
+    said = f"from_pretrained(data_name_or_path={str(data_name_or_path)!r}): {data_path} holds "
+    if isinstance(error, FileNotFoundError) and os.path.basename(str(error.filename)) == "dict.txt":
+        if translation:  # a language model's task on a translation's data
+            return said + (
+                "a translation's data (dict.SRC.txt, dict.TGT.txt), and this checkpoint is a "
+                "language model, whose task reads dict.txt (fairseq-preprocess --only-source "
+                "output: examples/lm/prepare.sh): give its data"
+            )
+    elif str(error) != "Could not infer language pair, please provide it explicitly":
+        return None
+    elif language_model:  # a translation task on a language model's data
+        return said + (
+            "a language model's data (dict.txt), and this checkpoint translates, which needs "
+            "dict.SRC.txt and dict.TGT.txt: give its data"
+        )
+    if translation or language_model:
+        return None
+    default = " (the default, '.', is the model's folder)" if str(data_name_or_path) == "." else ""
+    return said + (
+        "no dictionary (dict.SRC.txt and dict.TGT.txt of a translation's data, dict.txt of a "
+        f"language model's){default}: give the binarized data the model was trained on, or a "
+        "folder with its dictionaries"
     )
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -565,3 +566,36 @@ def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binari
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                           source_lang="src", target_lang="tgt")  # fmt: skip
     assert hub.translate("tok1 tok2 tok3", beam=1)
+
+
+def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized_corpus, tmp_path):
+    """The data folder's default, '.', is the model's folder, which holds no dictionary: fairseq's
+    "Could not infer language pair, please provide it explicitly"; a language model's data
+    (dict.txt) for a translation checkpoint: the same line; translation data for a language
+    model: a FileNotFoundError for DATA/dict.txt."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.hub import data_problem
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name)
+    assert str(refused.value) == (
+        f"from_pretrained(data_name_or_path='.'): {san_checkpoint.parent} holds no dictionary "
+        "(dict.SRC.txt and dict.TGT.txt of a translation's data, dict.txt of a language model's) "
+        "(the default, '.', is the model's folder): give the binarized data the model was "
+        "trained on, or a folder with its dictionaries"
+    )
+    shutil.copy(binarized_corpus / "dict.src.txt", tmp_path / "dict.txt")  # a language model's
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, str(tmp_path))
+    assert str(refused.value) == (
+        f"from_pretrained(data_name_or_path={str(tmp_path)!r}): {tmp_path} holds a language "
+        "model's data (dict.txt), and this checkpoint translates, which needs dict.SRC.txt and "
+        "dict.TGT.txt: give its data"
+    )
+    missing = FileNotFoundError(2, "No such file or directory", str(binarized_corpus / "dict.txt"))
+    assert data_problem(binarized_corpus, str(binarized_corpus), missing).endswith(
+        "holds a translation's data (dict.SRC.txt, dict.TGT.txt), and this checkpoint is a "
+        "language model, whose task reads dict.txt (fairseq-preprocess --only-source output: "
+        "examples/lm/prepare.sh): give its data"
+    )
+    assert data_problem(binarized_corpus, str(binarized_corpus), ValueError("other")) is None

@@ -370,19 +370,22 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     """What is wrong with the data folder where loading failed on its dictionaries (``error``):
     none there, or the other kind of model's (a translation's dict.SRC.txt and dict.TGT.txt, a
     language model's dict.txt); None for another failure."""
+    no_lm_dictionary = isinstance(error, FileNotFoundError) and (
+        os.path.basename(str(error.filename)) == "dict.txt"
+    )
+    no_language_pair = str(error) == "Could not infer language pair, please provide it explicitly"
+    if not (no_lm_dictionary or no_language_pair):
+        return None
     translation = glob.glob(os.path.join(glob.escape(data_path), "dict.*.txt"))
     language_model = os.path.isfile(os.path.join(data_path, "dict.txt"))
     said = f"from_pretrained(data_name_or_path={str(data_name_or_path)!r}): {data_path} holds "
-    if isinstance(error, FileNotFoundError) and os.path.basename(str(error.filename)) == "dict.txt":
-        if translation:  # a language model's task on a translation's data
-            return said + (
-                "a translation's data (dict.SRC.txt, dict.TGT.txt), and this checkpoint is a "
-                "language model, whose task reads dict.txt (fairseq-preprocess --only-source "
-                "output: examples/lm/prepare.sh): give its data"
-            )
-    elif str(error) != "Could not infer language pair, please provide it explicitly":
-        return None
-    elif language_model:  # a translation task on a language model's data
+    if no_lm_dictionary and translation:
+        return said + (
+            "a translation's data (dict.SRC.txt, dict.TGT.txt), and this checkpoint is a "
+            "language model, whose task reads dict.txt (fairseq-preprocess --only-source "
+            "output: examples/lm/prepare.sh): give its data"
+        )
+    if no_language_pair and language_model:
         return said + (
             "a language model's data (dict.txt), and this checkpoint translates, which needs "
             "dict.SRC.txt and dict.TGT.txt: give its data"

@@ -16,12 +16,13 @@ be interpreted as an integer``) or, for a switch (``'False'``), silently turns i
 every key, and the keys of a group given as a dict (``{'task': {...}}``); a name given for a
 group or the model, other than the checkpoint's own, and a ``_name`` of their own; a switch to
 a component that lacks some of the group's options (omegaconf's ``ConfigKeyError`` where fairseq
-builds it); the type of the model's options that take an int, a number or True/False, the choices of
-those that have them, and the range of those that have one (``option_ranges``); a component's name that fairseq has not registered
-(``bpe='bogus'``: a ``KeyError`` when the hub built it); a dict for a component the checkpoint
-has none of (``{'bpe': {'_name': 'sentencepiece'}}``: ``TypeError: unhashable type: 'dict'``,
-fairseq takes its name); a key that is no text (``{1: 2}``: a ``TypeError``). The plugin's
-own options are checked where the model is built (``models.option_checks``), with their hints.
+builds it); the type of the model's options that take an int, a number or True/False, the
+choices of those that have them, and the range of those that have one (``option_ranges``); a
+component's name that fairseq has not registered (``bpe='bogus'``: a ``KeyError`` when the hub
+built it); a dict for a component the checkpoint has none of (``{'bpe': {'_name':
+'sentencepiece'}}``: ``TypeError: unhashable type: 'dict'``, fairseq takes its name); a key that
+is no text (``{1: 2}``: a ``TypeError``). The plugin's own options are checked where the model
+is built (``models.option_checks``), with their hints.
 Other models' checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq
 loads them.
 """

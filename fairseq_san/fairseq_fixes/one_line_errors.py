@@ -167,7 +167,7 @@ def path_error_said(exc: OSError, argv: list) -> str:
     folder, name = os.path.split(str(exc.filename))
     if name == "dict.txt" and any(arg.split("=")[0] == "--lm-path" for arg in argv):
         said += (
-            f"; fairseq-generate loads the --lm-path language model with the dictionary of the "
+            "; fairseq-generate loads the --lm-path language model with the dictionary of the "
             f"data it decodes, {folder}/dict.txt: the language model must be of the target "
             "language, trained with the target's dictionary (dict.TGT.txt), copied there as "
             "dict.txt"

@@ -1,12 +1,14 @@
-"""BLEU and chrF with sacrebleu on detokenized text, with the signatures printed beside scores."""
+"""BLEU and chrF with sacrebleu on detokenized text, with the signatures printed beside scores;
+sacreBLEU's paired bootstrap of one system against another, with the interval of the difference."""
 
 import contextlib
 import gzip
 import io
+import os
 import re
 import unicodedata
 import zlib
-from typing import Dict, Iterator, List, NamedTuple, TextIO
+from typing import Dict, Iterator, List, NamedTuple, Sequence, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 
@@ -182,3 +184,81 @@ def corpus_scores(hypotheses: List[str], references: List[str]) -> Dict[str, obj
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
+
+
+def sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]):
+    """BLEU's sufficient statistics of each sentence (matches and totals per n-gram order,
+    hypothesis and reference lengths), from sacreBLEU's public sentence scores: summed over any
+    set of sentences they give that set's corpus BLEU."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(effective_order=True)  # counts as the corpus's; only a sentence's score differs
+    rows = []
+    for hypothesis, reference in zip(hypotheses, references):
+        score = metric.sentence_score(hypothesis, [reference])
+        rows.append([*score.counts, *score.totals, score.sys_len, score.ref_len])
+    return np.array(rows, dtype=np.int64)
+
+
+def corpus_bleu(statistics_sum: Sequence[int]) -> float:
+    """Corpus BLEU (sacreBLEU's defaults, as ``BLEU().corpus_score``) from summed
+    ``sentence_statistics``."""
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU()
+    order = metric.max_ngram_order
+    counts, totals = statistics_sum[:order], statistics_sum[order : 2 * order]
+    sys_len, ref_len = statistics_sum[2 * order :]
+    return BLEU.compute_bleu(
+        [int(c) for c in counts], [int(t) for t in totals], int(sys_len), int(ref_len),
+        smooth_method=metric.smooth_method, smooth_value=metric.smooth_value,
+        max_ngram_order=order,
+    ).score  # fmt: skip
+
+
+def paired_bootstrap(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    samples: int = 1000,
+    name: str = "system",
+) -> Dict[str, object]:
+    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` (called ``name``) against
+    ``baseline``, plus the 95% interval of the BLEU difference over resamples of the test set (the
+    same sentences for both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict:
+    "NAME better" or "NAME worse" only when that interval excludes 0, else "inconclusive"."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest(
+        [("baseline", list(baseline)), (name, list(system))], {"BLEU": BLEU()},
+        [list(references)], test_type="bs", n_samples=samples,
+    )  # fmt: skip
+    signatures, results = test()
+    base, other = results["BLEU"]
+    seed = int(os.environ.get("SACREBLEU_SEED", "12345"))
+    resamples = np.random.default_rng(seed).choice(len(baseline), size=(samples, len(baseline)))
+    stats = [sentence_statistics(hyps, references) for hyps in (baseline, system)]
+    differences = [
+        corpus_bleu(stats[1][rows].sum(0)) - corpus_bleu(stats[0][rows].sum(0))
+        for rows in resamples
+    ]
+    low, high = (float(x) for x in np.percentile(differences, [2.5, 97.5]))
+    verdict = f"{name} better" if low > 0 else f"{name} worse" if high < 0 else "inconclusive"
+    return {
+        "system": name,
+        "baseline_bleu": rounded(base.score),
+        "system_bleu": rounded(other.score),
+        "difference": rounded(other.score - base.score),
+        "interval_95": [rounded(low), rounded(high)],
+        "p_value": round(other.p_value, 4),
+        "verdict": verdict,
+        "signature": str(signatures["BLEU"]),
+    }
+
+
+def rounded(score: float) -> float:
+    """``score`` to 2 decimals, as sacreBLEU prints them; -0.0 as 0.0."""
+    return round(score, 2) + 0.0

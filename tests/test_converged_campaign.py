@@ -1315,7 +1315,7 @@ def test_bootstrap_statistics_give_sacrebleus_corpus_bleu_on_any_resample():
     on any set of sentences they must give exactly ``BLEU().corpus_score``."""
     import random
 
-    from campaign_summary import corpus_bleu, sentence_statistics
+    from fairseq_san.scoring import corpus_bleu, sentence_statistics
     from sacrebleu.metrics import BLEU
 
     rng = random.Random(0)

@@ -727,6 +727,57 @@ def test_score_refuses_output_with_a_sentence_missing(tmp_path, generated, refer
     assert missing in line, line
 
 
+SENTENCES = [f"ein mann {word} mit {n} hunden im park ." for n, word in
+             enumerate(["geht", "läuft", "steht", "sitzt", "spielt"] * 6)]  # fmt: skip
+
+
+def generate_output(hypotheses: List[str]) -> str:
+    """fairseq-generate's output (D- and T- lines) of ``hypotheses`` for ``SENTENCES``."""
+    lines = [f"T-{i}\t{reference}\nD-{i}\t-0.5\t{hypothesis}\n"
+             for i, (hypothesis, reference) in enumerate(zip(hypotheses, SENTENCES))]  # fmt: skip
+    return "".join(lines)
+
+
+def test_score_compares_two_systems_by_paired_bootstrap(tmp_path):
+    """--baseline: the BLEU difference, its 95% interval and a verdict that says better or worse
+    only where the interval excludes 0 (sacreBLEU's paired bootstrap, as the converged campaign
+    tests its systems)."""
+    (tmp_path / "ref.de").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    truncated = [" ".join(sentence.split()[:-3]) for sentence in SENTENCES]
+    for name, hypotheses in (("exact.txt", SENTENCES), ("short.txt", truncated)):
+        (tmp_path / name).write_text(generate_output(hypotheses), encoding="utf-8")
+
+    def compare(system: str, baseline: str):
+        result = run_cli(
+            "fairseq-san-score", str(tmp_path / system), "--baseline", str(tmp_path / baseline),
+            "--reference", str(tmp_path / "ref.de"), "--bootstrap-samples", "200",
+            "-o", str(tmp_path / "scores.json"),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[-1], read_json(tmp_path / "scores.json")
+
+    line, scores = compare("exact.txt", "short.txt")
+    test = scores["paired_bootstrap"]
+    assert test["system_bleu"] == 100.0 and 0 < test["baseline_bleu"] < 100
+    assert test["interval_95"][0] > 0 and test["verdict"] == f"{tmp_path / 'exact.txt'} better"
+    assert line == (
+        f"against --baseline {tmp_path / 'short.txt'} (paired bootstrap, 200 samples): BLEU "
+        f"100.00 vs {test['baseline_bleu']:.2f}, difference {test['difference']:+.2f} (95% "
+        f"interval {test['interval_95'][0]:+.2f} to {test['interval_95'][1]:+.2f}, p = "
+        f"{test['p_value']:.4f}): {test['verdict']}"
+    )
+    assert compare("short.txt", "exact.txt")[1]["paired_bootstrap"]["verdict"].endswith(" worse")
+    same = compare("exact.txt", "exact.txt")[1]["paired_bootstrap"]
+    assert (same["difference"], same["interval_95"], same["verdict"]) == (0.0, [0.0, 0.0],
+                                                                          "inconclusive")
+    # A baseline of another subset (one sentence fewer): one line naming it.
+    (tmp_path / "fewer.txt").write_text(generate_output(SENTENCES[:-1]), encoding="utf-8")
+    result = run_cli("fairseq-san-score", str(tmp_path / "exact.txt"), "--baseline",
+                     str(tmp_path / "fewer.txt"), "--reference", str(tmp_path / "ref.de"))
+    assert one_error_line(result, "fairseq-san-score").startswith(
+        f"fairseq-san-score: error: {tmp_path / 'fewer.txt'}: 29 hypotheses but 30 references: ")
+
+
 def test_score_reads_gzip_compressed_files_and_names_a_broken_one(tmp_path):
     """Kept hypotheses are stored gzip-compressed (docs/results/converged), and so are Multi30k's
     raw references: either file scores as its text does, whatever its name (a compressed

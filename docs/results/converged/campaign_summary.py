@@ -9,7 +9,8 @@ of the newest iteration in ``test-bleu/iter<k>/{test,test1}/score.json``). This 
 * ``campaign_systems``: one row per pair and system in the campaign's schema (first
   "baseline", the learned-policy SAN "san", other systems by their run dir's name);
 * ``seed_statistics`` and ``paired_bootstrap``: mean and standard deviation over seeds, and
-  sacreBLEU's paired bootstrap of every other system (SAN, uniform, the tables' rows) minus the
+  sacreBLEU's paired bootstrap (``fairseq_san.scoring``, ``fairseq-san-score --baseline``'s) of
+  every other system (SAN, uniform, the tables' rows) minus the
   baseline of its seed (and, where that one trained for other updates, minus every baseline that
   trained for as many: ``pairings``), with a verdict;
 * ``seed_tests``: SAN (and every system of several seeds) minus the baseline over seeds, and a
@@ -53,6 +54,7 @@ from fairseq_san.loop.summary import (
 )
 from fairseq_san.loop.train_log import read_train_log
 from fairseq_san.policy import Policy, format_policy, load_policy
+from fairseq_san.scoring import paired_bootstrap
 
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
@@ -364,78 +366,6 @@ def seed_tests(seeds: Dict[str, Dict[str, dict]]) -> List[dict]:
                     "interval_95": permutation_interval(stat["bleu"], against),
                 })  # fmt: skip
     return tests
-
-
-def sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]):
-    """BLEU's sufficient statistics of each sentence (matches and totals per n-gram order,
-    hypothesis and reference lengths), from sacreBLEU's public sentence scores: summed over any
-    set of sentences they give that set's corpus BLEU."""
-    import numpy as np
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU(effective_order=True)  # counts as the corpus's; only a sentence's score differs
-    rows = []
-    for hypothesis, reference in zip(hypotheses, references):
-        score = metric.sentence_score(hypothesis, [reference])
-        rows.append([*score.counts, *score.totals, score.sys_len, score.ref_len])
-    return np.array(rows, dtype=np.int64)
-
-
-def corpus_bleu(statistics_sum: Sequence[int]) -> float:
-    """Corpus BLEU (sacreBLEU's defaults, as ``BLEU().corpus_score``) from summed
-    ``sentence_statistics``."""
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU()
-    order = metric.max_ngram_order
-    counts, totals = statistics_sum[:order], statistics_sum[order : 2 * order]
-    sys_len, ref_len = statistics_sum[2 * order :]
-    return BLEU.compute_bleu(
-        [int(c) for c in counts], [int(t) for t in totals], int(sys_len), int(ref_len),
-        smooth_method=metric.smooth_method, smooth_value=metric.smooth_value,
-        max_ngram_order=order,
-    ).score  # fmt: skip
-
-
-def paired_bootstrap(
-    baseline: Sequence[str],
-    system: Sequence[str],
-    references: Sequence[str],
-    samples: int = 1000,
-    name: str = "san",
-) -> Dict[str, object]:
-    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` (called ``name``) against
-    ``baseline``, plus the 95% interval of the BLEU difference over resamples of the test set (the
-    same sentences for both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict:
-    "NAME better" or "NAME worse" only when that interval excludes 0, else "inconclusive"."""
-    import numpy as np
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    test = PairedTest(
-        [("baseline", list(baseline)), ("san", list(system))], {"BLEU": BLEU()},
-        [list(references)], test_type="bs", n_samples=samples,
-    )  # fmt: skip
-    signatures, results = test()
-    base, other = results["BLEU"]
-    seed = int(os.environ.get("SACREBLEU_SEED", "12345"))
-    resamples = np.random.default_rng(seed).choice(len(baseline), size=(samples, len(baseline)))
-    stats = [sentence_statistics(hyps, references) for hyps in (baseline, system)]
-    differences = [
-        corpus_bleu(stats[1][rows].sum(0)) - corpus_bleu(stats[0][rows].sum(0)) for rows in resamples
-    ]
-    low, high = (float(x) for x in np.percentile(differences, [2.5, 97.5]))
-    verdict = f"{name} better" if low > 0 else f"{name} worse" if high < 0 else "inconclusive"
-    return {
-        "system": name,
-        "baseline_bleu": round(base.score, 2),
-        "system_bleu": round(other.score, 2),
-        "difference": round(other.score - base.score, 2),
-        "interval_95": [round(low, 2), round(high, 2)],
-        "p_value": round(other.p_value, 4),
-        "verdict": verdict,
-        "signature": str(signatures["BLEU"]),
-    }
 
 
 def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str:

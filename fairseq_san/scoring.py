@@ -4,11 +4,14 @@ sacreBLEU's paired bootstrap of one system against another, with the interval of
 import contextlib
 import gzip
 import io
+import itertools
+import math
 import os
 import re
+import statistics
 import unicodedata
 import zlib
-from typing import Dict, Iterator, List, NamedTuple, Sequence, TextIO
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 
@@ -262,3 +265,61 @@ def paired_bootstrap(
 def rounded(score: float) -> float:
     """``score`` to 2 decimals, as sacreBLEU prints them; -0.0 as 0.0."""
     return round(score, 2) + 0.0
+
+
+# The resolution, in BLEU, of the seed-level interval (the permutation test inverted on a grid).
+SHIFT_STEP = 0.01
+
+
+def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
+    """The two-sided exact permutation test over seeds: the share of the splits of the pooled
+    scores into groups of these sizes whose difference of means is at least as far from 0 as the
+    observed one (the observed split counted)."""
+    pooled, size = list(system) + list(baseline), len(system)
+    total, rest = sum(pooled), len(baseline)
+    observed = abs(statistics.mean(system) - statistics.mean(baseline))
+    sums = (sum(chosen) for chosen in itertools.combinations(pooled, size))
+    extreme = sum(abs(first / size - (total - first) / rest) >= observed - 1e-9 for first in sums)
+    return extreme / math.comb(len(pooled), size)
+
+
+def permutation_interval(
+    system: Sequence[float], baseline: Sequence[float], level: float = 0.95
+) -> Optional[List[float]]:
+    """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
+    the system's scores minus d are not rejected against the baseline's at 1 - ``level``: the
+    permutation test's confidence interval for the difference of means. None when no shift can
+    be rejected (too few seeds: 2 against 2 give 6 splits, p never below 1/3)."""
+    alpha = 1 - level
+    splits = math.comb(len(system) + len(baseline), len(system))
+    # Far from the observed difference only its own split (and its mirror, for equal sizes) is
+    # as extreme: the smallest p the test can give.
+    if (2 if len(system) == len(baseline) else 1) / splits > alpha:
+        return None
+    observed = round((statistics.mean(system) - statistics.mean(baseline)) / SHIFT_STEP)
+
+    def accepted(steps: int) -> bool:
+        return permutation_p([score - steps * SHIFT_STEP for score in system], baseline) > alpha
+
+    bounds = []
+    for direction in (-1, 1):
+        steps = observed
+        while accepted(steps + direction):
+            steps += direction
+        bounds.append(round(steps * SHIFT_STEP, 2))
+    return bounds
+
+
+def seed_comparison(system: Sequence[float], baseline: Sequence[float]) -> Dict[str, object]:
+    """``system``'s BLEU over seeds against ``baseline``'s: the difference of the means, the exact
+    permutation test's p (over ``splits`` splits of the pooled scores) and its 95% interval (None:
+    too few seeds for one). The spread of training, which a paired bootstrap on one pair of
+    models does not see, is in this interval."""
+    return {
+        "seeds": len(system), "against_seeds": len(baseline),
+        "difference": rounded(statistics.mean(system) - statistics.mean(baseline)),
+        "p_value": round(permutation_p(system, baseline), 4),
+        "splits": math.comb(len(system) + len(baseline), len(system)),
+        "interval_95": permutation_interval(system, baseline),
+    }  # fmt: skip
+

@@ -1255,7 +1255,7 @@ def test_read_train_log_reads_the_simple_format_as_the_json_one(tmp_path):
 def test_permutation_test_over_seeds_counts_the_splits_as_extreme_as_the_observed_one():
     """3 against 4 seeds: 35 splits. 1, 2, 3 against 4-7 (difference -3.5) and its opposite
     5, 6, 7 against 1-4 (+3.5) are the two most extreme; equal scores give p = 1."""
-    from campaign_summary import permutation_p
+    from fairseq_san.scoring import permutation_p
 
     assert permutation_p([1, 2, 3], [4, 5, 6, 7]) == pytest.approx(2 / 35)
     assert permutation_p([5, 6, 7], [1, 2, 3, 4]) == pytest.approx(2 / 35)
@@ -1287,7 +1287,8 @@ def test_budget_is_stated_for_each_seed_that_trained_a_baseline_and_san():
 def test_permutation_interval_holds_the_shifts_the_test_does_not_reject():
     """The interval is the test inverted: its ends are not rejected at 5%, a step beyond each is;
     with 2 seeds against 2 no shift can be rejected, so there is none."""
-    from campaign_summary import SHIFT_STEP, permutation_interval, permutation_p, seed_tests
+    from campaign_summary import seed_tests
+    from fairseq_san.scoring import SHIFT_STEP, permutation_interval, permutation_p
 
     san, baseline = [37.81, 37.85, 37.78, 36.5], [37.2, 36.77, 37.18, 37.41]
     low, high = permutation_interval(san, baseline)

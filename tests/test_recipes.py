@@ -778,6 +778,51 @@ def test_score_compares_two_systems_by_paired_bootstrap(tmp_path):
         f"fairseq-san-score: error: {tmp_path / 'fewer.txt'}: 29 hypotheses but 30 references: ")
 
 
+def test_score_compares_seeds_by_the_exact_permutation_test(tmp_path):
+    """Several outputs on either side are one system's seeds: each file's scores, the paired
+    bootstrap of each seed against the baseline's of its place, and the permutation test of the
+    seeds' BLEU (its 95% interval only where the seeds allow one: 3 against 3 cannot reject)."""
+    (tmp_path / "ref.de").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    names = {"san": [], "base": []}
+    for seed in range(4):
+        for system, cut in (("san", 1), ("base", 3)):  # the baseline drops more words
+            hypotheses = [" ".join(sentence.split()[:-cut]) if i % 4 != seed else sentence
+                          for i, sentence in enumerate(SENTENCES)]  # fmt: skip
+            path = tmp_path / f"{system}{seed}.txt"
+            path.write_text(generate_output(hypotheses), encoding="utf-8")
+            names[system].append(str(path))
+
+    def compare(seeds: int):
+        result = run_cli(
+            "fairseq-san-score", *names["san"][:seeds], "--baseline", *names["base"][:seeds],
+            "--reference", str(tmp_path / "ref.de"), "--bootstrap-samples", "100",
+            "-o", str(tmp_path / "scores.json"),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines(), read_json(tmp_path / "scores.json")
+
+    lines, scores = compare(4)
+    assert [file["file"] for file in scores["systems"] + scores["baselines"]] == (
+        names["san"] + names["base"])  # fmt: skip
+    assert [test["verdict"] for test in scores["paired_bootstrap"]] == [
+        f"{name} better" for name in names["san"]]  # fmt: skip
+    seeds = scores["seeds"]
+    assert (seeds["seeds"], seeds["against_seeds"], seeds["splits"]) == (4, 4, 70)
+    assert seeds["p_value"] == round(2 / 70, 4)  # every san seed above every baseline seed
+    low, high = seeds["interval_95"]
+    assert 0 < low <= seeds["difference"] <= high
+    assert lines[0] == f"{names['san'][0]}: BLEU = {scores['systems'][0]['bleu']:.2f}  chrF = " + (
+        f"{scores['systems'][0]['chrf']:.2f}")  # fmt: skip
+    assert lines[-1] == (
+        f"over seeds (4 against 4, exact permutation test): mean BLEU difference "
+        f"{seeds['difference']:+.2f} (95% interval {low:+.2f} to {high:+.2f}, p = 0.0286 over 70 "
+        "splits)"
+    )
+    lines, scores = compare(3)
+    assert scores["seeds"]["interval_95"] is None
+    assert lines[-1].endswith("(too few seeds for a 95% interval, p = 0.1000 over 20 splits)")
+
+
 def test_score_reads_gzip_compressed_files_and_names_a_broken_one(tmp_path):
     """Kept hypotheses are stored gzip-compressed (docs/results/converged), and so are Multi30k's
     raw references: either file scores as its text does, whatever its name (a compressed

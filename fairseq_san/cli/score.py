@@ -6,13 +6,16 @@ detokenized text (output that still holds subword pieces is refused); the refere
 References that are not the decoded subset's (most of the output's detokenized ``T-`` lines read
 otherwise) are refused. With ``--baseline`` another system's output of the same subset is
 compared with it by sacreBLEU's paired bootstrap: the BLEU difference, its 95% interval and a
-verdict (better or worse only where the interval excludes 0), the test a claim of one system
-over another needs (one training run spreads by about 1 BLEU).
+verdict (better or worse only where the interval excludes 0). Several outputs on either side are
+a system's seeds: each is compared with the baseline's of its place, and the seeds' BLEU by the
+exact permutation test (``scoring.seed_comparison``), whose interval holds the spread of
+training (one run spreads by about 1 BLEU at small budgets), which a bootstrap on one pair of
+models does not see.
 """
 
 import argparse
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
@@ -25,28 +28,13 @@ from fairseq_san.scoring import (
     paired_bootstrap,
     read_generate,
     read_lines,
+    seed_comparison,
 )
 
 
 @quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "generate_output", help="fairseq-generate's stdout, saved to a file (may be gzip-compressed)"
-    )
-    parser.add_argument(
-        "--reference", required=True, help="raw reference text, one per line (may be gzip-compressed)"
-    )
-    parser.add_argument(
-        "--baseline", metavar="GENERATE_OUTPUT",
-        help="another system's fairseq-generate output of the same subset: compare the two by "
-        "sacreBLEU's paired bootstrap",
-    )  # fmt: skip
-    parser.add_argument(
-        "--bootstrap-samples", type=int, default=1000, metavar="N",
-        help="resamples of the paired bootstrap (default: 1000, sacreBLEU's)",
-    )  # fmt: skip
-    parser.add_argument("-o", "--output", help="also write the scores as JSON here")
+    parser = build_parser()
     args = parser.parse_args(argv)
     problem = args.output and output_problem(args.output, "the JSON file")
     if problem:
@@ -54,30 +42,89 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.bootstrap_samples < 1:
         parser.error(f"--bootstrap-samples {args.bootstrap_samples}: must be at least 1")
     try:
-        generated = read_generate(args.generate_output)
-        references = read_lines(args.reference)
-        hypotheses = checked_hypotheses(args.generate_output, generated, args.reference, references)
-        scores = corpus_scores(hypotheses, references)
-        if args.baseline is not None:
-            baseline = checked_hypotheses(
-                args.baseline, read_generate(args.baseline), args.reference, references
-            )
-            scores["paired_bootstrap"] = paired_bootstrap(
-                baseline, hypotheses, references, args.bootstrap_samples, name=args.generate_output
-            )
+        scores, lines = scored(args)
     except OSError as err:  # a missing file, a folder
         parser.error(file_error(err))
     except ValueError as err:
         parser.error(str(err))
-    print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}")
-    print(f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}")
-    if args.baseline is not None:
-        print(comparison_line(scores["paired_bootstrap"], args.baseline, args.bootstrap_samples))
+    print("\n".join(lines))
     if args.output:
         try:
             write_json(args.output, scores)
         except OSError as err:  # a folder that takes no new file (read-only, /proc)
             parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "generate_output", nargs="+",
+        help="fairseq-generate's stdout, saved to a file (may be gzip-compressed); several: one "
+        "system's seeds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reference", required=True,
+        help="raw reference text, one per line (may be gzip-compressed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--baseline", metavar="GENERATE_OUTPUT", nargs="+",
+        help="another system's fairseq-generate output of the same subset (several: its seeds): "
+        "compared by sacreBLEU's paired bootstrap (seed by seed, in the order given) and, with "
+        "several seeds, by the exact permutation test of the seeds' BLEU",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bootstrap-samples", type=int, default=1000, metavar="N",
+        help="resamples of the paired bootstrap (default: 1000, sacreBLEU's)",
+    )  # fmt: skip
+    parser.add_argument("-o", "--output", help="also write the scores as JSON here")
+    return parser
+
+
+def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
+    """(the JSON, the printed lines) of the outputs ``args`` names: one file's scores as before;
+    with ``--baseline``, the paired bootstrap of each seed against the baseline's of its place;
+    with several seeds on either side, each file's scores and the seeds' permutation test."""
+    generated = {path: read_generate(path) for path in args.generate_output + (args.baseline or [])}
+    references = read_lines(args.reference)
+    systems, baselines = (
+        [scored_file(path, generated[path], args.reference, references) for path in paths]
+        for paths in (args.generate_output, args.baseline or [])
+    )
+    several = len(systems) > 1 or len(baselines) > 1
+    if several:
+        scores: Dict[str, object] = {"systems": systems, "baselines": baselines}
+        lines = [f"{file['file']}: BLEU = {file['bleu']:.2f}  chrF = {file['chrf']:.2f}"
+                 for file in systems + baselines]  # fmt: skip
+        lines += [f"BLEU {systems[0]['bleu_signature']}", f"chrF {systems[0]['chrf_signature']}"]
+    else:
+        scores = {key: value for key, value in systems[0].items() if key != "hypotheses"}
+        lines = [f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}",
+                 f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}"]  # fmt: skip
+    tests = [
+        paired_bootstrap(base["hypotheses"], system["hypotheses"], references,
+                         args.bootstrap_samples, name=system["file"])
+        for system, base in zip(systems, baselines)
+    ]  # fmt: skip
+    lines += [comparison_line(test, base["file"], args.bootstrap_samples)
+              for test, base in zip(tests, baselines)]  # fmt: skip
+    if tests:
+        scores["paired_bootstrap"] = tests if several else tests[0]
+    if several and baselines:
+        bleus = [[file["bleu"] for file in side] for side in (systems, baselines)]
+        scores["seeds"] = seed_comparison(*bleus)
+        lines.append(seeds_line(scores["seeds"]))
+    for file in systems + baselines:
+        file.pop("hypotheses")
+    return scores, lines
+
+
+def scored_file(
+    path: str, generated: GenerateOutput, reference: str, references: List[str]
+) -> Dict[str, object]:
+    """BLEU and chrF of one fairseq-generate output (``path``, read as ``generated``), its
+    hypotheses kept for the tests."""
+    hypotheses = checked_hypotheses(path, generated, reference, references)
+    return {"file": path, **corpus_scores(hypotheses, references), "hypotheses": hypotheses}
 
 
 def checked_hypotheses(
@@ -103,6 +150,20 @@ def comparison_line(test: Dict[str, object], baseline: str, samples: int) -> str
         f"{test['system_bleu']:.2f} vs {test['baseline_bleu']:.2f}, difference "
         f"{test['difference']:+.2f} (95% interval {low:+.2f} to {high:+.2f}, p = "
         f"{test['p_value']:.4f}): {test['verdict']}"
+    )
+
+
+def seeds_line(test: Dict[str, object]) -> str:
+    """The seeds' permutation test in one line."""
+    interval = test["interval_95"]
+    said = (
+        f"95% interval {interval[0]:+.2f} to {interval[1]:+.2f}" if interval
+        else "too few seeds for a 95% interval"
+    )  # fmt: skip
+    return (
+        f"over seeds ({test['seeds']} against {test['against_seeds']}, exact permutation test): "
+        f"mean BLEU difference {test['difference']:+.2f} ({said}, p = {test['p_value']:.4f} over "
+        f"{test['splits']} splits)"
     )
 
 

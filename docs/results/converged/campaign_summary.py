@@ -34,9 +34,7 @@ system of that name, seed 1. A system's held-out hypotheses are in ``PAIR/LABEL/
 
 import argparse
 import glob
-import itertools
 import json
-import math
 import os
 import re
 import statistics
@@ -54,7 +52,7 @@ from fairseq_san.loop.summary import (
 )
 from fairseq_san.loop.train_log import read_train_log
 from fairseq_san.policy import Policy, format_policy, load_policy
-from fairseq_san.scoring import paired_bootstrap
+from fairseq_san.scoring import paired_bootstrap, seed_comparison
 
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
@@ -299,49 +297,6 @@ def seed_statistics(rows: Sequence[dict]) -> Dict[str, Dict[str, dict]]:
     return stats
 
 
-# The resolution, in BLEU, of the seed-level interval (the permutation test inverted on a grid).
-SHIFT_STEP = 0.01
-
-
-def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
-    """The two-sided exact permutation test over seeds: the share of the splits of the pooled
-    scores into groups of these sizes whose difference of means is at least as far from 0 as the
-    observed one (the observed split counted)."""
-    pooled, size = list(system) + list(baseline), len(system)
-    total, rest = sum(pooled), len(baseline)
-    observed = abs(statistics.mean(system) - statistics.mean(baseline))
-    sums = (sum(chosen) for chosen in itertools.combinations(pooled, size))
-    extreme = sum(abs(first / size - (total - first) / rest) >= observed - 1e-9 for first in sums)
-    return extreme / math.comb(len(pooled), size)
-
-
-def permutation_interval(
-    system: Sequence[float], baseline: Sequence[float], level: float = 0.95
-) -> Optional[List[float]]:
-    """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
-    the system's scores minus d are not rejected against the baseline's at 1 - ``level``: the
-    permutation test's confidence interval for the difference of means. None when no shift can
-    be rejected (too few seeds: 2 against 2 give 6 splits, p never below 1/3)."""
-    alpha = 1 - level
-    splits = math.comb(len(system) + len(baseline), len(system))
-    # Far from the observed difference only its own split (and its mirror, for equal sizes) is
-    # as extreme: the smallest p the test can give.
-    if (2 if len(system) == len(baseline) else 1) / splits > alpha:
-        return None
-    observed = round((statistics.mean(system) - statistics.mean(baseline)) / SHIFT_STEP)
-
-    def accepted(steps: int) -> bool:
-        return permutation_p([score - steps * SHIFT_STEP for score in system], baseline) > alpha
-
-    bounds = []
-    for direction in (-1, 1):
-        steps = observed
-        while accepted(steps + direction):
-            steps += direction
-        bounds.append(round(steps * SHIFT_STEP, 2))
-    return bounds
-
-
 def seed_tests(seeds: Dict[str, Dict[str, dict]]) -> List[dict]:
     """Every system of several seeds minus the baseline's seeds and, for a SAN of another policy
     (``san-NAME``: the mean policy's), minus SAN's seeds too (which policy is better), per test
@@ -359,11 +314,7 @@ def seed_tests(seeds: Dict[str, Dict[str, dict]]) -> List[dict]:
                 against = seeds[reference][test_set]["bleu"]
                 tests.append({
                     "system": system, "against": reference, "test_set": test_set,
-                    "seeds": stat["n"], "against_seeds": len(against),
-                    "difference": round(statistics.mean(stat["bleu"]) - statistics.mean(against), 2),
-                    "p_value": round(permutation_p(stat["bleu"], against), 4),
-                    "splits": math.comb(stat["n"] + len(against), stat["n"]),
-                    "interval_95": permutation_interval(stat["bleu"], against),
+                    **seed_comparison(stat["bleu"], against),
                 })  # fmt: skip
     return tests
 

@@ -84,47 +84,50 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     """(the JSON, the printed lines) of the outputs ``args`` names: one file's scores as before;
     with ``--baseline``, the paired bootstrap of each seed against the baseline's of its place;
     with several seeds on either side, each file's scores and the seeds' permutation test."""
-    generated = {path: read_generate(path) for path in args.generate_output + (args.baseline or [])}
+    paths = args.generate_output + (args.baseline or [])
+    generated = {path: read_generate(path) for path in paths}
     references = read_lines(args.reference)
     systems, baselines = (
-        [scored_file(path, generated[path], args.reference, references) for path in paths]
-        for paths in (args.generate_output, args.baseline or [])
+        [checked_hypotheses(path, generated[path], args.reference, references) for path in side]
+        for side in (args.generate_output, args.baseline or [])
     )
+    files = [
+        {"file": path, **corpus_scores(hypotheses, references)}
+        for path, hypotheses in zip(paths, systems + baselines)
+    ]
     several = len(systems) > 1 or len(baselines) > 1
-    if several:
-        scores: Dict[str, object] = {"systems": systems, "baselines": baselines}
-        lines = [f"{file['file']}: BLEU = {file['bleu']:.2f}  chrF = {file['chrf']:.2f}"
-                 for file in systems + baselines]  # fmt: skip
-        lines += [f"BLEU {systems[0]['bleu_signature']}", f"chrF {systems[0]['chrf_signature']}"]
-    else:
-        scores = {key: value for key, value in systems[0].items() if key != "hypotheses"}
-        lines = [f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}",
-                 f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}"]  # fmt: skip
+    scores, lines = files_report(files, len(systems)) if several else file_report(files[0])
     tests = [
-        paired_bootstrap(base["hypotheses"], system["hypotheses"], references,
-                         args.bootstrap_samples, name=system["file"])
-        for system, base in zip(systems, baselines)
-    ]  # fmt: skip
-    lines += [comparison_line(test, base["file"], args.bootstrap_samples)
-              for test, base in zip(tests, baselines)]  # fmt: skip
+        paired_bootstrap(base, system, references, args.bootstrap_samples, name=name)
+        for system, base, name in zip(systems, baselines, args.generate_output)
+    ]
+    lines += [comparison_line(test, name, args.bootstrap_samples)
+              for test, name in zip(tests, args.baseline or [])]  # fmt: skip
     if tests:
         scores["paired_bootstrap"] = tests if several else tests[0]
     if several and baselines:
-        bleus = [[file["bleu"] for file in side] for side in (systems, baselines)]
-        scores["seeds"] = seed_comparison(*bleus)
+        bleus = [file["bleu"] for file in files]
+        scores["seeds"] = seed_comparison(bleus[: len(systems)], bleus[len(systems) :])
         lines.append(seeds_line(scores["seeds"]))
-    for file in systems + baselines:
-        file.pop("hypotheses")
     return scores, lines
 
 
-def scored_file(
-    path: str, generated: GenerateOutput, reference: str, references: List[str]
-) -> Dict[str, object]:
-    """BLEU and chrF of one fairseq-generate output (``path``, read as ``generated``), its
-    hypotheses kept for the tests."""
-    hypotheses = checked_hypotheses(path, generated, reference, references)
-    return {"file": path, **corpus_scores(hypotheses, references), "hypotheses": hypotheses}
+def file_report(scores: Dict[str, object]) -> Tuple[Dict[str, object], List[str]]:
+    """One output's JSON and lines: BLEU and chrF, each with its signature."""
+    lines = [f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}",
+             f"chrF = {scores['chrf']:.2f}  {scores['chrf_signature']}"]  # fmt: skip
+    return dict(scores), lines
+
+
+def files_report(
+    files: List[Dict[str, object]], systems: int
+) -> Tuple[Dict[str, object], List[str]]:
+    """Several outputs' JSON (the first ``systems`` the system's seeds, the rest the baseline's)
+    and lines: each file's BLEU and chrF, then the signatures."""
+    lines = [f"{file['file']}: BLEU = {file['bleu']:.2f}  chrF = {file['chrf']:.2f}"
+             for file in files]  # fmt: skip
+    lines += [f"BLEU {files[0]['bleu_signature']}", f"chrF {files[0]['chrf_signature']}"]
+    return {"systems": files[:systems], "baselines": files[systems:]}, lines
 
 
 def checked_hypotheses(

@@ -1928,6 +1928,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--iter-decode-max-iter is an option of fairseq's iterative refinement"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--task", "translation_lev",
                                    "--print-step", "--retain-iter-history"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--constraints"],  # a TypeError
+         "--constraints: fairseq-x has no constraints to decode with (its data hold none); give "
+         "them to fairseq-interactive, after a tab on each input line, or leave --constraints "
+         "out"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--constraints",
+                                               "unordered"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "

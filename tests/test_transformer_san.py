@@ -650,3 +650,25 @@ def test_encdec_policy_without_cross_attention_is_a_policy_error():
     with pytest.raises(PolicyError) as error:
         build(["--no-cross-attention", "--san-decoder-encdec-policy", "3,3"], dictionary=DICT)
     assert "decoder_encdec" in str(error.value)
+
+
+def test_diverse_beam_search_decodes_a_batch_whatever_its_sentence_ids():
+    """fairseq's DiverseBeamSearch looked its groups' overlap up by the sentences' ids as if they
+    were positions in the batch: an IndexError at the second step where an id reached the batch's
+    size (fairseq-generate's batches, the hub's). The n-best lists must not depend on the ids."""
+    from fairseq.search import DiverseBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=3)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2])
+
+    def decode(sentence_ids):
+        sample = {"id": torch.tensor(sentence_ids),
+                  "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+        search = DiverseBeamSearch(DICT, num_groups=2, diversity_strength=2.0)
+        generator = SequenceGenerator([model], DICT, beam_size=4, max_len_b=8,
+                                      search_strategy=search)  # fmt: skip
+        with torch.no_grad():
+            return generator.generate([model], sample)
+
+    assert_same_hypotheses(decode([0, 1, 2, 3]), decode([264, 7, 1013, 3]))

@@ -50,6 +50,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   naming neither the file nor the line's problem);
 * ``lm_fusion``: fairseq-generate refuses an ``--lm-path`` language model whose dictionary is not
   the target's (a traceback at the first step, or scores of other words fused silently);
+* ``diverse_beam_search``: ``--diverse-beam-groups`` looks its groups' overlap up by the batch's
+  positions (it took sentence ids for them: an IndexError at the second step of most batches);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -59,6 +61,7 @@ from fairseq_san.fairseq_fixes import (
     clean_exit,
     command_options,
     dictionary_files,
+    diverse_beam_search,
     generation_shards,
     half_precision,
     interactive_input,
@@ -79,7 +82,7 @@ FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     interactive_input, clean_exit, restore_file, resumed_training, checkpoint_copies,
     shared_checkpoints, half_precision, command_options, tokens_per_sample, generation_shards,
-    dictionary_files, lm_fusion, one_line_errors,
+    dictionary_files, lm_fusion, diverse_beam_search, one_line_errors,
 )
 
 

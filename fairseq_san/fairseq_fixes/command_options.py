@@ -194,7 +194,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     rates, sizes: ``option_ranges``), search numbers no search can follow, a Moses tokenizer
     without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
     cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
-    fairseq-train, iterative refinement's options where the task decodes left to right."""
+    fairseq-train, iterative refinement's options where the task decodes left to right,
+    ``--constraints`` where no constraint can be given."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
@@ -215,6 +216,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_overrides_read(args, command, kind)
     if kind == "decode":
         check_refinement_options(args)
+        check_constraints_given(args, command)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
@@ -237,6 +239,20 @@ def check_refinement_options(args: argparse.Namespace) -> None:
     task = TASK_REGISTRY.get(getattr(args, "task", None))
     if task is not None and not issubclass(task, TranslationLevenshteinTask):
         check_no_refinement_options(args)
+
+
+def check_constraints_given(args: argparse.Namespace, command: str) -> None:
+    """Refuse ``--constraints`` where no constraint can be given: fairseq-interactive reads them
+    after tabs on each input line, fairseq-generate's binarized data hold none, and fairseq's
+    constrained search failed on its first batch ("TypeError: 'NoneType' object is not
+    iterable")."""
+    reads_constraints = hasattr(args, "buffer_size")  # fairseq-interactive's own options
+    if getattr(args, "constraints", None) and not reads_constraints:
+        raise UsageError(
+            f"--constraints: {command} has no constraints to decode with (its data hold none); "
+            "give them to fairseq-interactive, after a tab on each input line, or leave "
+            "--constraints out"
+        )
 
 
 def check_tokenizer_languages(args: argparse.Namespace) -> None:

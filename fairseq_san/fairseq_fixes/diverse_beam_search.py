@@ -1,0 +1,50 @@
+"""fairseq's diverse beam search (``--diverse-beam-groups``) on batches whose sentence ids are not
+their positions.
+
+Upstream behaviour corrected: ``DiverseBeamSearch.step`` keeps the overlap between its groups per
+sentence of the batch (``group_overlap``, one row per position at the batch's first step) and
+looks rows up by ``original_batch_idxs``, which ``SequenceGenerator`` fills with the sample's
+sentence ids (``sample["id"]``): the corpus's ids, not positions in the batch. fairseq-generate
+failed at the second step of any batch holding a sentence id at least the batch's size
+("IndexError: index 264 is out of bounds for dimension 0 with size 128"): every batch but a
+first one in corpus order, with fairseq's decoder (``--san-decoding fairseq`` and ``fast``) and
+the hub; where no id was that large, the rows read were those of other sentences than their own.
+``install()`` wraps the step: the ids are mapped to the positions they held at the batch's first
+step.
+"""
+
+import functools
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+
+def positions_of(ids: Tensor, first_step_ids: Tensor) -> Tensor:
+    """The position each of ``ids`` held among the batch's ``first_step_ids`` (unique ids)."""
+    order = torch.argsort(first_step_ids)
+    return order[torch.searchsorted(first_step_ids[order], ids)]
+
+
+def _by_position(step):
+    @functools.wraps(step)
+    def wrapper(
+        self, step_number, lprobs, scores, prev_output_tokens=None,
+        original_batch_idxs: Optional[Tensor] = None,
+    ):  # fmt: skip
+        if original_batch_idxs is not None:
+            if step_number == 0:
+                self.first_step_ids = original_batch_idxs.clone()
+            original_batch_idxs = positions_of(original_batch_idxs, self.first_step_ids)
+        return step(self, step_number, lprobs, scores, prev_output_tokens, original_batch_idxs)
+
+    return wrapper
+
+
+def install() -> None:
+    """Wrap ``DiverseBeamSearch.step`` (idempotent)."""
+    from fairseq.search import DiverseBeamSearch
+
+    wrap_once(DiverseBeamSearch, "step", _by_position)

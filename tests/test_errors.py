@@ -1934,6 +1934,18 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "out"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--constraints",
                                                "unordered"], None),
+        # the best checkpoint kept by a metric the wrong way round, silently; or never logged
+        (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
+                       "bleu"],
+         "--best-checkpoint-metric bleu without --maximize-best-checkpoint-metric: fairseq would "
+         "keep the lowest bleu as checkpoint_best.pt; add the flag"),
+        (TRAIN, SAN + ["--maximize-best-checkpoint-metric"],
+         "--maximize-best-checkpoint-metric with --best-checkpoint-metric loss: fairseq would keep "
+         "the highest loss as checkpoint_best.pt; drop the flag"),
+        (TRAIN, SAN + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"],
+         "--best-checkpoint-metric bleu: the validation logs BLEU only with --eval-bleu"),
+        (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
+                       "bleu", "--maximize-best-checkpoint-metric"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "

@@ -180,12 +180,13 @@ def test_a_new_run_from_another_s_weights_counts_its_own_training_time(binarized
 
 
 def patience_argv(data: Path, save_dir: Path, updates: int) -> List[str]:
-    """Validation every 2 updates (not at an epoch's end), a "better" loss the larger (so none
-    after the first): the run stops early at update 2 + 2 x PATIENCE."""
+    """Validation every 2 updates (not at an epoch's end), by a metric that never improves after
+    the first (its sentences per batch, the same at every validation): the run stops early at
+    update 2 + 2 x PATIENCE."""
     argv = train_argv(data, save_dir, max_update=updates)
     return [word for word in argv if word != "--disable-validation"] + [
         "--validate-interval-updates", "2", "--validate-interval", "1000",
-        "--patience", str(PATIENCE), "--maximize-best-checkpoint-metric",
+        "--patience", str(PATIENCE), "--best-checkpoint-metric", "bsz",
         "--required-batch-size-multiple", "1",
     ]  # fmt: skip
 

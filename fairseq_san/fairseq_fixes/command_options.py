@@ -195,7 +195,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
     cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
     fairseq-train, iterative refinement's options where the task decodes left to right,
-    ``--constraints`` where no constraint can be given."""
+    ``--constraints`` where no constraint can be given, a best-checkpoint metric that would keep
+    the worst checkpoint."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
@@ -208,6 +209,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind == "train":
         check_adaptive_softmax(args)
         check_world_size(args)
+        check_best_checkpoint_metric(args)
         if getattr(args, "eval_bleu", False) and args.task == "translation_san":
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
@@ -252,6 +254,37 @@ def check_constraints_given(args: argparse.Namespace, command: str) -> None:
             f"--constraints: {command} has no constraints to decode with (its data hold none); "
             "give them to fairseq-interactive, after a tab on each input line, or leave "
             "--constraints out"
+        )
+
+
+# Validation metrics of fairseq's translation and language-modelling tasks, by the way they
+# improve: BLEU (logged with --eval-bleu) up; the losses and perplexity down.
+HIGHER_IS_BETTER = ("bleu",)
+LOWER_IS_BETTER = ("loss", "nll_loss", "ppl")
+
+
+def check_best_checkpoint_metric(args: argparse.Namespace) -> None:
+    """Refuse a ``--best-checkpoint-metric`` that fairseq-train would keep the worst of, or that
+    its validation does not log: ``bleu`` without ``--maximize-best-checkpoint-metric`` kept the
+    lowest BLEU as checkpoint_best.pt (and counted ``--patience`` from it), the flag with a loss
+    kept the highest loss, both silently; ``bleu`` without ``--eval-bleu`` failed with
+    ``KeyError: 'bleu'`` after the first epoch had trained."""
+    metric = args.best_checkpoint_metric
+    maximize = args.maximize_best_checkpoint_metric
+    if metric in HIGHER_IS_BETTER and not getattr(args, "eval_bleu", False):
+        raise UsageError(
+            f"--best-checkpoint-metric {metric}: the validation logs BLEU only with --eval-bleu "
+            "(translation tasks); add it, or keep the default metric, loss"
+        )
+    if metric in HIGHER_IS_BETTER and not maximize:
+        raise UsageError(
+            f"--best-checkpoint-metric {metric} without --maximize-best-checkpoint-metric: "
+            f"fairseq would keep the lowest {metric} as checkpoint_best.pt; add the flag"
+        )
+    if metric in LOWER_IS_BETTER and maximize:
+        raise UsageError(
+            f"--maximize-best-checkpoint-metric with --best-checkpoint-metric {metric}: fairseq "
+            f"would keep the highest {metric} as checkpoint_best.pt; drop the flag"
         )
 
 

@@ -1946,6 +1946,18 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--best-checkpoint-metric bleu: the validation logs BLEU only with --eval-bleu"),
         (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
                        "bleu", "--maximize-best-checkpoint-metric"], None),
+        # a run that trains nothing and exits 0: its learning rate starts at --stop-min-lr or below
+        (TRAIN, SAN + ["--lr", "1e-3", "--stop-min-lr", "1"],
+         "--stop-min-lr 1 is not below --lr 0.001: fairseq-train stops as soon as the learning "
+         "rate is at most --stop-min-lr, and would train nothing; give a lower --stop-min-lr"),
+        (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10",
+                       "--stop-min-lr", "1e-9"],
+         "--stop-min-lr 1e-09 is not below --warmup-init-lr 0, where --lr-scheduler inverse_sqrt's "
+         "warm-up starts (0 when not given): fairseq-train stops as soon as the learning rate is "
+         "at most --stop-min-lr, and would train nothing; give a lower --stop-min-lr or a "
+         "--warmup-init-lr above it"),
+        (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10",
+                       "--warmup-init-lr", "1e-7", "--stop-min-lr", "1e-9"], None),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "

@@ -72,7 +72,7 @@ from typing import Any, Callable, List, NoReturn, Optional
 
 from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
-from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges
+from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import check_search_numbers
 from fairseq_san.options import (
@@ -210,6 +210,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_adaptive_softmax(args)
         check_world_size(args)
         check_best_checkpoint_metric(args)
+        check_stop_min_lr(args)
         if getattr(args, "eval_bleu", False) and args.task == "translation_san":
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
@@ -285,6 +286,29 @@ def check_best_checkpoint_metric(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--maximize-best-checkpoint-metric with --best-checkpoint-metric {metric}: fairseq "
             f"would keep the highest {metric} as checkpoint_best.pt; drop the flag"
+        )
+
+
+def check_stop_min_lr(args: argparse.Namespace) -> None:
+    """Refuse a ``--stop-min-lr`` at or above the learning rate a run starts with: fairseq-train
+    stops before an epoch whose learning rate is at most it, so it trained nothing and exited 0.
+    The start is ``--lr``, or with ``--lr-scheduler inverse_sqrt`` and a warm-up its
+    ``--warmup-init-lr`` (0 when not given)."""
+    stop = args.stop_min_lr
+    if stop < 0:  # fairseq's default, -1: no stop
+        return
+    start, said = max(args.lr), f"--lr {shown_value(max(args.lr))}"
+    if args.lr_scheduler == "inverse_sqrt" and args.warmup_updates > 0:
+        start = max(args.warmup_init_lr, 0.0)
+        said = (
+            f"--warmup-init-lr {shown_value(start)}, where --lr-scheduler inverse_sqrt's warm-up "
+            "starts" + (" (0 when not given)" if args.warmup_init_lr < 0 else "")
+        )
+    if start <= stop:
+        raise UsageError(
+            f"--stop-min-lr {shown_value(stop)} is not below {said}: fairseq-train stops as soon "
+            "as the learning rate is at most --stop-min-lr, and would train nothing; give a "
+            "lower --stop-min-lr" + (" or a --warmup-init-lr above it" if "warmup" in said else "")
         )
 
 

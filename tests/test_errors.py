@@ -7,6 +7,7 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 """
 
 import argparse
+import gzip
 import importlib.util
 import json
 import os
@@ -894,6 +895,15 @@ def test_interactive_input_that_is_not_utf8_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", stdin)
     with pytest.raises(UsageError, match=r"standard input is not UTF-8 text \(byte 0xff"):
         list(strict_utf8(buffered_read)("-", 100))
+    # gzip-compressed: "byte 0x8b" and latin1 advice before
+    packed = tmp_path / "input.txt.gz"
+    packed.write_bytes(gzip.compress("ein Mann .\n".encode("utf-8")))
+    with pytest.raises(UsageError) as refused:
+        list(strict_utf8(buffered_read)(str(packed), 100))
+    assert str(refused.value) == (
+        f"--input {packed} is gzip-compressed; fairseq-interactive reads plain UTF-8 text: "
+        f"decompress it first (zcat {packed} | fairseq-interactive ... --input -)"
+    )
 
 
 @pytest.mark.slow
@@ -1934,6 +1944,14 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "out"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--constraints",
                                                "unordered"], None),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--results-path", "r"],
+         "--results-path: fairseq-x writes nothing there (fairseq-generate alone does); it prints "
+         "to standard output: redirect that (> FILE)"),
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--results-path", "r"], "--results-path: fairseq-x writes"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--results-path", "r"],
+         "--results-path: fairseq-x writes nothing there"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--results-path", "r"], None),
         # the best checkpoint kept by a metric the wrong way round, silently; or never logged
         (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
                        "bleu"],

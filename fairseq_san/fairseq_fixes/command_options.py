@@ -196,7 +196,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
     fairseq-train, iterative refinement's options where the task decodes left to right,
     ``--constraints`` where no constraint can be given, a best-checkpoint metric that would keep
-    the worst checkpoint."""
+    the worst checkpoint, a ``--results-path`` the command does not write."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
@@ -220,6 +220,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind == "decode":
         check_refinement_options(args)
         check_constraints_given(args, command)
+    check_results_path_written(args, command, kind)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
             f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
@@ -242,6 +243,18 @@ def check_refinement_options(args: argparse.Namespace) -> None:
     task = TASK_REGISTRY.get(getattr(args, "task", None))
     if task is not None and not issubclass(task, TranslationLevenshteinTask):
         check_no_refinement_options(args)
+
+
+def check_results_path_written(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse ``--results-path`` where the command accepts it and writes nothing there: only
+    fairseq-generate does; fairseq-interactive, fairseq-validate and fairseq-eval-lm print to
+    standard output and ignored it."""
+    generates = kind == "decode" and not hasattr(args, "buffer_size")
+    if getattr(args, "results_path", None) is not None and not generates:
+        raise UsageError(
+            f"--results-path: {command} writes nothing there (fairseq-generate alone does); it "
+            "prints to standard output: redirect that (> FILE)"
+        )
 
 
 def check_constraints_given(args: argparse.Namespace, command: str) -> None:

@@ -10,7 +10,8 @@ sentencepiece fail), a wrong translation without a word.
 The plugin cannot see the input earlier (fairseq reads it, for any ``--task``), so
 ``install()``, run when the plugin registers, wraps ``buffered_read`` once when
 fairseq-interactive is the running command: standard input is switched to strict UTF-8 and a
-decoding error becomes one line naming the input.
+decoding error becomes one line naming the input (a gzip-compressed file said as such: it was
+"byte 0x8b", with advice to convert from latin1).
 """
 
 import functools
@@ -22,9 +23,19 @@ from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 STDIN = "-"
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:
-    """The one-line error for ``source`` (a path or ``-``) that is not UTF-8 text."""
+    """The one-line error for ``source`` (a path or ``-``) that is not UTF-8 text; for
+    gzip-compressed input (its first bytes), how to decompress it."""
     name = "standard input" if source == STDIN else f"--input {source}"
+    if bytes(error.object[:2]) == GZIP_MAGIC and error.start <= 1:
+        given = "FILE" if source == STDIN else source
+        return UsageError(
+            f"{name} is gzip-compressed; fairseq-interactive reads plain UTF-8 text: decompress "
+            f"it first (zcat {given} | fairseq-interactive ... --input -)"
+        )
     byte = error.object[error.start : error.start + 1].hex()
     return UsageError(
         f"{name} is not UTF-8 text (byte 0x{byte}: {error.reason}); fairseq-interactive reads "

@@ -36,7 +36,7 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     for flag in FINITE_SEARCH_NUMBERS:
         value = getattr(args, flag, 0.0)
         if value is not None and not (is_number(value) and math.isfinite(value)):
-            raise UsageError(f"{flag_of(flag)} {value}: it must be a finite number")
+            raise UsageError(f"{flag_of(flag)} {value!r}: it must be a finite number")
     check_temperature(getattr(args, "temperature", 1.0))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
     if not is_integer(topk) or (topk != -1 and topk < 1):

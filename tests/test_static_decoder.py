@@ -870,7 +870,7 @@ def hub_generation_args(**keywords):
         (dict(zzz=1), "unknown generation option 'zzz' (a keyword of translate(), sample() or "
          "generate()): see fairseq's GenerationConfig"),
         (dict(lenpen=math.nan), "--lenpen nan: it must be a finite number"),
-        (dict(lenpen="1.0"), "--lenpen 1.0: it must be a finite number"),
+        (dict(lenpen="1.0"), "--lenpen '1.0': it must be a finite number"),  # as --beam '4'
         (dict(beam=-1), "--beam -1: it must be an integer of at least 1"),
         (dict(beam="4"), "--beam '4': it must be an integer of at least 1"),
         (dict(beam=4.5), "--beam 4.5: it must be an integer of at least 1"),

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.tasks.decoding import (
     DECODER_OPTION_NAMES,
     REFINEMENT_OPTIONS,
@@ -373,7 +374,7 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     no_lm_dictionary = isinstance(error, FileNotFoundError) and (
         os.path.basename(str(error.filename)) == "dict.txt"
     )
-    no_language_pair = str(error) == "Could not infer language pair, please provide it explicitly"
+    no_language_pair = str(error) == NO_LANGUAGE_PAIR
     if not (no_lm_dictionary or no_language_pair):
         return None
     translation = glob.glob(os.path.join(glob.escape(data_path), "dict.*.txt"))

@@ -1489,12 +1489,15 @@ def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
     )
 
 
+def traceback_printer(*args) -> None:
+    """A stand-in for the ``sys.excepthook`` that one_line_errors' hook defers to: it prints the
+    first line of a traceback."""
+    print("Traceback (most recent call last):", file=sys.stderr)
+
+
 def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys, monkeypatch):
     """fairseq's task looks for DATA/dict.LANG.txt deep inside its set-up."""
     from fairseq_san.fairseq_fixes.one_line_errors import excepthook
-
-    def traceback_printer(*args):
-        print("Traceback (most recent call last):", file=sys.stderr)
 
     missing = tmp_path / "dict.de.txt"
     error = FileNotFoundError(2, "No such file or directory", str(missing))
@@ -1586,9 +1589,6 @@ def test_fairseqs_own_bad_input_errors_are_one_line(capsys, monkeypatch, error, 
 
     from fairseq_san.fairseq_fixes.one_line_errors import excepthook
 
-    def traceback_printer(*args):
-        print("Traceback (most recent call last):", file=sys.stderr)
-
     monkeypatch.setattr("sys.argv", ["fairseq-generate", "data-bin/x", "--cpu"])
     excepthook(traceback_printer)(type(error), error, None)
     expected = "Traceback (most recent call last):" if said is None else f"fairseq-san: error: {said}"
@@ -1621,9 +1621,6 @@ def test_fairseqs_errors_for_a_bpe_are_one_line(capsys, monkeypatch, tmp_path, b
     with pytest.raises(Exception) as error:
         encoders.build_bpe(args)
 
-    def traceback_printer(*args):
-        print("Traceback (most recent call last):", file=sys.stderr)
-
     monkeypatch.setattr("sys.argv", ["fairseq-interactive", "data-bin/x", "--bpe", bpe])
     excepthook(traceback_printer)(error.type, error.value, None)
     assert capsys.readouterr().err == f"fairseq-san: error: {said.format(dir=tmp_path)}\n"
@@ -1635,9 +1632,6 @@ def test_a_malformed_model_overrides_value_is_one_line(capsys, monkeypatch):
     import ast
 
     from fairseq_san.fairseq_fixes.one_line_errors import excepthook
-
-    def traceback_printer(*args):
-        print("Traceback (most recent call last):", file=sys.stderr)
 
     value = "{'san_policy': "
     monkeypatch.setattr("sys.argv", ["fairseq-generate", "data", "--model-overrides", value])

@@ -245,11 +245,17 @@ def check_refinement_options(args: argparse.Namespace) -> None:
         check_no_refinement_options(args)
 
 
+def reads_input_lines(args: argparse.Namespace) -> bool:
+    """Whether the command is fairseq-interactive (it has its input's ``--buffer-size``), which
+    decodes lines it reads, as against fairseq-generate's binarized data."""
+    return hasattr(args, "buffer_size")
+
+
 def check_results_path_written(args: argparse.Namespace, command: str, kind: str) -> None:
     """Refuse ``--results-path`` where the command accepts it and writes nothing there: only
     fairseq-generate does; fairseq-interactive, fairseq-validate and fairseq-eval-lm print to
     standard output and ignored it."""
-    generates = kind == "decode" and not hasattr(args, "buffer_size")
+    generates = kind == "decode" and not reads_input_lines(args)
     if getattr(args, "results_path", None) is not None and not generates:
         raise UsageError(
             f"--results-path: {command} writes nothing there (fairseq-generate alone does); it "
@@ -262,8 +268,7 @@ def check_constraints_given(args: argparse.Namespace, command: str) -> None:
     after tabs on each input line, fairseq-generate's binarized data hold none, and fairseq's
     constrained search failed on its first batch ("TypeError: 'NoneType' object is not
     iterable")."""
-    reads_constraints = hasattr(args, "buffer_size")  # fairseq-interactive's own options
-    if getattr(args, "constraints", None) and not reads_constraints:
+    if getattr(args, "constraints", None) and not reads_input_lines(args):
         raise UsageError(
             f"--constraints: {command} has no constraints to decode with (its data hold none); "
             "give them to fairseq-interactive, after a tab on each input line, or leave "
@@ -310,19 +315,21 @@ def check_stop_min_lr(args: argparse.Namespace) -> None:
     stop = args.stop_min_lr
     if stop < 0:  # fairseq's default, -1: no stop
         return
-    start, said = max(args.lr), f"--lr {shown_value(max(args.lr))}"
-    if args.lr_scheduler == "inverse_sqrt" and args.warmup_updates > 0:
-        start = max(args.warmup_init_lr, 0.0)
+    warms_up = args.lr_scheduler == "inverse_sqrt" and args.warmup_updates > 0
+    start = max(args.warmup_init_lr, 0.0) if warms_up else max(args.lr)
+    if start > stop:
+        return
+    said = f"--lr {shown_value(start)}"
+    if warms_up:
         said = (
             f"--warmup-init-lr {shown_value(start)}, where --lr-scheduler inverse_sqrt's warm-up "
             "starts" + (" (0 when not given)" if args.warmup_init_lr < 0 else "")
         )
-    if start <= stop:
-        raise UsageError(
-            f"--stop-min-lr {shown_value(stop)} is not below {said}: fairseq-train stops as soon "
-            "as the learning rate is at most --stop-min-lr, and would train nothing; give a "
-            "lower --stop-min-lr" + (" or a --warmup-init-lr above it" if "warmup" in said else "")
-        )
+    raise UsageError(
+        f"--stop-min-lr {shown_value(stop)} is not below {said}: fairseq-train stops as soon as "
+        "the learning rate is at most --stop-min-lr, and would train nothing; give a lower "
+        "--stop-min-lr" + (" or a --warmup-init-lr above it" if warms_up else "")
+    )
 
 
 def check_tokenizer_languages(args: argparse.Namespace) -> None:

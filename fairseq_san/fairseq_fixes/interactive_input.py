@@ -19,11 +19,9 @@ import sys
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
+from fairseq_san.scoring import GZIP_MAGIC
 
 STDIN = "-"
-
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:

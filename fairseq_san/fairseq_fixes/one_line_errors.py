@@ -28,11 +28,15 @@ from typing import Callable, Optional
 
 from fairseq_san.errors import PREFIX, UsageError
 
+# fairseq's error where a translation task finds no dict.SRC.txt and dict.TGT.txt to name the
+# languages (its data folder holds no dictionary, or a language model's dict.txt).
+NO_LANGUAGE_PAIR = "Could not infer language pair, please provide it explicitly"
+
 # fairseq's errors for bad input on its command line whose message names the problem (fairseq
 # main): (exception type, pattern of the message). They are printed as one line, not a traceback.
 FAIRSEQ_BAD_INPUT = [
     (FileNotFoundError, r"Dataset not found: \S+ \(.*\)"),  # --gen-subset / --valid-subset
-    (Exception, r"Could not infer language pair, please provide it explicitly"),  # no data there
+    (Exception, re.escape(NO_LANGUAGE_PAIR)),  # no data there
     (AssertionError, r"Must specify batch size either with --max-tokens or --batch-size"),
     (ValueError, r"optimizer is required!"),
     (NotImplementedError, r"Unknown post_process option: .*"),

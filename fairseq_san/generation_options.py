@@ -23,7 +23,8 @@ FINITE_SEARCH_NUMBERS = (
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
-    is not a finite number, and a diverse beam strength without the groups that read it."""
+    is not a finite number, an n-gram blocking size of 1 or below 0
+    (``check_ngram_size``), and a diverse beam strength without the groups that read it."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
@@ -49,6 +50,7 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
             "token)"
         )
+    check_ngram_size(getattr(args, "no_repeat_ngram_size", 0))
     groups = getattr(args, "diverse_beam_groups", -1)
     strength = getattr(args, "diverse_beam_strength", 0.5)
     if strength is not None and strength != 0.5 and not (is_integer(groups) and groups > 0):
@@ -60,6 +62,19 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
             "top-p tokens and ignores top-k; pass one"
+        )
+
+
+def check_ngram_size(size: object) -> None:
+    """Refuse a ``--no-repeat-ngram-size`` that is not 0 (off) or at least 2: below 0 fairseq
+    turns the blocking off without a word, and 1 blocked nothing on the CPU and, with fairseq's
+    CUDA extension, every token of the prefix, the sentence's start too (the end-of-sentence
+    symbol): each translation ran to its maximum length."""
+    if size is not None and not (is_integer(size) and (size == 0 or size >= 2)):
+        raise UsageError(
+            f"--no-repeat-ngram-size {size!r}: it must be 0 (no blocking) or an integer of at "
+            "least 2 (1 would block the end of sentence too: the search counts the sentence's "
+            "start, that symbol, as a generated token)"
         )
 
 

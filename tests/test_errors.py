@@ -1881,6 +1881,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_generation_parser", ["data", "--path", "c.pt", "--diverse-beam-strength", "0.9"],
          "--diverse-beam-strength 0.9 is read only by diverse beam search: pass "
          "--diverse-beam-groups G as well (the search ignored it)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--no-repeat-ngram-size", "1"],
+         "--no-repeat-ngram-size 1: it must be 0 (no blocking) or an integer of at least 2 (1 "
+         "would block the end of sentence too"),  # nothing on the CPU, the end with CUDA's
+        ("get_interactive_generation_parser",
+         ["data", "--path", "c.pt", "--no-repeat-ngram-size=-2"],
+         "--no-repeat-ngram-size -2: it must be 0 (no blocking)"),  # off without a word
         ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size=-1"],
          "--batch-size -1: it must be an integer of at least 1"),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--max-tokens", "0"],

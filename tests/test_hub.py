@@ -475,6 +475,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "constraint tokens, inference_step_args={'constraints': ...}"),
         ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
          "beam search"),
+        ({"no_repeat_ngram_size": 1}, "--no-repeat-ngram-size 1: it must be 0 (no blocking) or "
+         "an integer of at least 2"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
          "--san-decoder-execution compile: choose one of eager, fixed, graph, compile-graph"),
     ):  # fmt: skip

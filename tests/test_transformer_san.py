@@ -672,3 +672,31 @@ def test_diverse_beam_search_decodes_a_batch_whatever_its_sentence_ids():
             return generator.generate([model], sample)
 
     assert_same_hypotheses(decode([0, 1, 2, 3]), decode([264, 7, 1013, 3]))
+
+
+def repeated_bigrams(tokens: List[int]) -> int:
+    """How many of a hypothesis's bigrams stand earlier in it too."""
+    bigrams = list(zip(tokens, tokens[1:]))
+    return len(bigrams) - len(set(bigrams))
+
+
+def test_no_repeat_ngram_size_blocks_repeated_bigrams_without_the_cuda_extension():
+    """fairseq's Python n-gram blocking (no CUDA extension: every CPU) matched the n-gram from
+    the end of the token buffer, padding, and blocked nothing: translations repeated bigrams with
+    --no-repeat-ngram-size 2 as without it (fairseq issue #5206)."""
+    from fairseq.ngram_repeat_block import NGramRepeatBlock
+
+    eos, pad = DICT.eos(), DICT.pad()
+    buffer = torch.tensor([[eos, 5, 6, 7, 5, pad, pad, pad]])  # step 4: 5 was followed by 6
+    lprobs = NGramRepeatBlock(2, use_extension=False)(buffer, torch.zeros(1, len(DICT)), 1, 1, 4)
+    assert lprobs[0].isinf().nonzero().flatten().tolist() == [6]
+
+    model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=7)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2], seed=8)
+
+    def repeats(**kwargs) -> List[int]:
+        nbest = generate(model, DICT, src_tokens, src_lengths, beam=4, max_len_b=16, **kwargs)
+        return [repeated_bigrams(hypo["tokens"].tolist()) for hypos in nbest for hypo in hypos]
+
+    assert sum(repeats()) > 0  # the model repeats bigrams: the blocking has something to do
+    assert repeats(no_repeat_ngram_size=2) == [0] * 16

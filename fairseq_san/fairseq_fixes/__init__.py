@@ -52,6 +52,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   the target's (a traceback at the first step, or scores of other words fused silently);
 * ``diverse_beam_search``: ``--diverse-beam-groups`` looks its groups' overlap up by the batch's
   positions (it took sentence ids for them: an IndexError at the second step of most batches);
+* ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
+  extension (it blocked nothing);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 """
 
@@ -69,6 +71,7 @@ from fairseq_san.fairseq_fixes import (
     literal_eval,
     lm_fusion,
     model_overrides,
+    ngram_blocking,
     numpy2,
     one_line_errors,
     restore_file,
@@ -82,7 +85,7 @@ FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     interactive_input, clean_exit, restore_file, resumed_training, checkpoint_copies,
     shared_checkpoints, half_precision, command_options, tokens_per_sample, generation_shards,
-    dictionary_files, lm_fusion, diverse_beam_search, one_line_errors,
+    dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking, one_line_errors,
 )
 
 

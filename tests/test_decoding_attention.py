@@ -100,6 +100,28 @@ def test_fast_decoding_asked_for_by_the_generator_decodes_in_eval_mode_at_each_b
         assert steps["_self_step"] > 0 and steps["_encoder_step"] > 0
 
 
+def test_fast_decoding_samples_what_fairseq_samples_from_the_same_seed():
+    """fairseq-generate seeds torch (``--seed``) before it loads the model and the task builds
+    the generator, where ``--san-decoding fast`` rebuilds fairseq's attention modules: their
+    initial weights, replaced at once, drew from that seed, so ``--sampling`` drew other samples
+    than fairseq's decoding with the same ``--seed`` (every sentence of a fairseq-generate run)."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    task = TranslationSANTask(TranslationSANConfig(), DICT, DICT)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 6, 4], seed=105)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    options = dict(beam=2, sampling=True, max_len_a=0, max_len_b=10)
+
+    def sampled(decoding: str):
+        model, _ = build(dictionary=DICT, seed=104)
+        torch.manual_seed(5)
+        generator = task.build_generator([model], Namespace(san_decoding=decoding, **options))
+        with torch.no_grad():
+            return generator.generate([model], sample)
+
+    assert_same_hypotheses(sampled("fairseq"), sampled("fast"), atol=ATOL)
+
+
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq(mode):
     """The flag changes no parameter, and outside incremental decoding nothing changes at all:

@@ -19,6 +19,7 @@ import argparse
 import logging
 from typing import Dict, Iterable, List, Optional, Tuple, Type
 
+import torch
 from fairseq.data import Dictionary
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -268,16 +269,20 @@ def use_fast_decoding(layers: Iterable[nn.Module]) -> None:
     """Switch the decoder's attention to the fast incremental path (``DecodingAttention``).
 
     Shared-attention modules already are ``DecodingAttention``; fairseq's own modules are rebuilt
-    as one, keeping their projection modules. AAN is left as it is.
+    as one, keeping their projection modules, with torch's random state kept: fairseq-generate
+    seeds it before it loads the model, and the new modules' initial weights (replaced at once)
+    drew from it, so that ``--sampling`` drew other samples than fairseq's decoding with the same
+    ``--seed``. AAN is left as it is.
     """
-    for layer in layers:
-        for attr in ("self_attn", "encoder_attn"):
-            module = getattr(layer, attr, None)
-            if type(module) is MultiheadAttention:
-                module = rebuild_attention(module, DecodingAttention)
-                setattr(layer, attr, module)
-            if isinstance(module, DecodingAttention):
-                module.fast_decoding = True
+    with torch.random.fork_rng(devices=[]):
+        for layer in layers:
+            for attr in ("self_attn", "encoder_attn"):
+                module = getattr(layer, attr, None)
+                if type(module) is MultiheadAttention:
+                    module = rebuild_attention(module, DecodingAttention)
+                    setattr(layer, attr, module)
+                if isinstance(module, DecodingAttention):
+                    module.fast_decoding = True
 
 
 def use_average_attention(layers: Iterable[nn.Module]) -> None:

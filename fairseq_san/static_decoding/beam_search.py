@@ -22,6 +22,7 @@ What differs is the bookkeeping, not the result:
 * a done sentence keeps its rows in the batch (masked: its candidates are never finished again),
   so shapes never change during a batch, until the caller drops the done sentences from the
   search and its caches together (``keep_sentences``, the CPU's path; their n-best are set aside);
+  sampling draws for the sentences not done only, as fairseq's batch holds only those;
 * finished hypotheses are written into per-sentence tensors with one scatter per step, with no
   Python loop over hypotheses or sentences (candidates that are not stored go to a spare slot);
 * a continuing hypothesis takes its parent's row when it is the parent's first continuation, and
@@ -289,8 +290,22 @@ class TensorBeamSearch:
         # fairseq reads the hypotheses' scores at step - 1 only: every column of this view.
         previous = self.scores.tensor[:, max(step - 1, 0)].view(self.sentences, s.beam)
         previous = previous.gather(1, self.beam_rows).unsqueeze(2).expand(-1, -1, max(step, 1))
-        scores, tokens, beams = s.sampling.step(step, lprobs, previous)
+        scores, tokens, beams = self._draw(step, lprobs, previous)
         return scores, self.beam_rows.gather(1, beams) + self.row_offsets, tokens
+
+    def _draw(self, step: int, lprobs: Tensor, previous: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """``Sampling.step`` on the sentences not done, as fairseq's batch holds only those: its
+        draws, one random number per row, then come from the same numbers as fairseq's (a done
+        sentence's rows drew numbers fairseq does not, and every later draw differed). A done
+        sentence's candidates are never finished: they get score -inf, padding, the first row."""
+        if not bool(self.done.any()):
+            return self.settings.sampling.step(step, lprobs, previous)
+        live = (~self.done).nonzero().squeeze(1)
+        drawn = self.settings.sampling.step(step, lprobs[live], previous[live])
+        shape = (self.sentences, self.settings.beam)
+        scores = drawn[0].new_full(shape, -math.inf).index_copy_(0, live, drawn[0])
+        tokens = drawn[1].new_full(shape, self.settings.pad).index_copy_(0, live, drawn[1])
+        return scores, tokens, drawn[2].new_zeros(shape).index_copy_(0, live, drawn[2])
 
     def _beam_index(self, lprobs: Tensor) -> Tensor:
         """Where fairseq's hypotheses are among the rows of ``lprobs`` (sentences, beam, vocab)."""

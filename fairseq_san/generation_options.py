@@ -23,8 +23,8 @@ FINITE_SEARCH_NUMBERS = (
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
-    is not a finite number, an n-gram blocking size of 1 or below 0
-    (``check_ngram_size``), and a diverse beam strength without the groups that read it."""
+    is not a finite number, an n-gram blocking size of 1 or below 0 (``check_ngram_size``), and
+    a diverse beam strength without the groups that read it."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5

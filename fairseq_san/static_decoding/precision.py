@@ -76,7 +76,9 @@ PRECISIONS: Dict[str, Precision] = {
         ),
         Precision(
             "int8", torch.qint8, torch.qint8,
-            "int8 weights per output channel, activations quantized per call",
+            "int8 weights per output channel, activations quantized per call with one scale "
+            "for the whole batch (a sentence's translation depends on the sentences decoded "
+            "beside it)",
             quantized=True, devices=("cpu",), peak="int8",
         ),
     )

@@ -295,7 +295,9 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
     before others) draws what fairseq's generator draws from the same seed, batch after batch
     (one seed for a whole fairseq-generate run). fairseq's batch holds only the sentences not
     done, so a done sentence must draw no random number: its rows drew them, and every later
-    draw differed (in fairseq-generate of Multi30k's test, 984 of 1000 samples)."""
+    draw differed (in fairseq-generate of Multi30k's test, 984 of 1,000 samples). Top-p holds
+    where both steps' probabilities agree to the last bit, as here: its nucleus's width follows
+    them (docs/lm.md)."""
     model = language_model(system)
     lengths = []
     for seed, beam, topk, topp in ((0, 1, -1, -1.0), (2, 3, -1, -1.0), (0, 3, 5, -1.0),

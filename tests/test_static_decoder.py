@@ -6,6 +6,7 @@ batch finish at different steps and the n-best lists are not decided by rounding
 """
 
 import argparse
+import itertools
 import math
 import subprocess
 import sys
@@ -111,6 +112,69 @@ def test_same_nbest_as_fairseq(name, monkeypatch):
     # in these batches).
     assert len(best_lengths) >= 3, best_lengths
     assert bool(dropped) == (name not in ("san-1,5-3,3", "aan-san")), dropped
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(name):
+    """--no-repeat-ngram-size 2 and 3 (fairseq's NGramRepeatBlock, its CPU path mended by
+    fairseq_fixes.ngram_blocking): fairseq's n-best at beams 1, 4 and 8 with the position as an
+    int (eager and fixed layouts) and as a tensor (the captured search, stand-in capture); the
+    blocking changed the best translation of many sentences."""
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    changed = 0
+    for beam, size, settings in itertools.product((1, 4, 8), (2, 3), SETTINGS[1:3]):
+        blocking = dict(no_repeat_ngram_size=size, **settings)
+        expected = generate(model, DICTIONARY, src_tokens, src_lengths, beam, **blocking)
+        for execution in ("eager", "fixed"):
+            static = static_generate(model, beam, src_tokens, src_lengths, execution=execution,
+                                     **blocking)  # fmt: skip
+            assert_same_hypotheses(expected, static)
+        graphed = graphed_translator(model, recording_capture([]), beam_size=beam, **blocking)
+        assert_same_hypotheses(expected, graphed.generate([model], sample))
+        unblocked = generate(model, DICTIONARY, src_tokens, src_lengths, beam, **settings)
+        changed += sum(a[0]["tokens"].tolist() != b[0]["tokens"].tolist()
+                       for a, b in zip(expected, unblocked))  # fmt: skip
+    assert changed >= 12, changed
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan-san"])
+def test_prefix_tokens_are_forced_as_fairseq_forces_them(name, monkeypatch):
+    """fairseq-generate --prefix-size N: the first tokens of each reference forced (EOS and
+    padding where a reference is shorter; EOS allowed before --min-len there), then beam search:
+    fairseq's n-best at beams 1, 4 and 8, a prefix of 1 and of 3 tokens, longer than max_len too,
+    with done sentences leaving the batch, the position an int (eager, fixed) or, after the
+    prefix, a tensor (the captured search, stand-in capture)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    references = torch.randint(DICTIONARY.nspecial, len(DICTIONARY), (6, 3),
+                               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    references[1, 1:] = torch.tensor([DICTIONARY.eos(), DICTIONARY.pad()])
+    references[3, 2] = DICTIONARY.eos()
+    for beam, width, settings in itertools.product(
+        (1, 4, 8), (1, 3), [SETTINGS[1], SETTINGS[3], dict(max_len_b=2)]
+    ):
+        prefix = references[:, :width]
+        with torch.no_grad():
+            fairseqs = SequenceGenerator([model], DICTIONARY, beam_size=beam, **settings)
+            expected = fairseqs.generate([model], sample, prefix_tokens=prefix)
+        for execution in ("eager", "fixed"):
+            static = StaticSequenceGenerator([model], DICTIONARY, beam_size=beam,
+                                             execution=execution, **settings)  # fmt: skip
+            assert_same_hypotheses(expected, static.generate([model], sample, prefix))
+        graphed = graphed_translator(model, recording_capture([]), beam_size=beam, **settings)
+        assert_same_hypotheses(expected, graphed.generate([model], sample, prefix))
+        assert [hypos[0]["tokens"][:1].tolist() for hypos in expected] == prefix[:, :1].tolist()
+    assert dropped  # done sentences left the batch while others were forced or searched
 
 
 def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):
@@ -636,12 +700,15 @@ def test_the_stand_in_capture_keeps_what_the_body_read_on_the_host():
     "dtype, atol", [(torch.float32, 1e-4), (torch.float16, 1e-2), (torch.bfloat16, 5e-2)]
 )
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
-def test_cuda_graph_equals_eager(name, dtype, atol):
+@pytest.mark.parametrize("ngram", [0, 2], ids=["ngram-off", "no-repeat-2"])
+def test_cuda_graph_equals_eager(name, ngram, dtype, atol):
     """On a GPU, the captured positions (step, beam search and reordering: the default there;
     position 0 the step alone) give the eager fixed step's n-best: identical tokens, scores
-    within 1e-4 at fp32; fp16 and bf16 models too; every shape captured (no fall-back)."""
+    within 1e-4 at fp32; fp16 and bf16 models too; with --no-repeat-ngram-size 2 too; every
+    shape captured (no fall-back)."""
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0]).to("cuda", dtype)
-    settings = dict(beam_size=4, min_len=33, max_len_b=40)  # buckets 32 and 64
+    # buckets 32 and 64
+    settings = dict(beam_size=4, min_len=33, max_len_b=40, no_repeat_ngram_size=ngram)
     graphed = StaticSequenceGenerator([model], DICTIONARY, **settings)
     assert graphed.execution.name == "graph"
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
@@ -774,6 +841,33 @@ def task():
     return TranslationSANTask(TranslationSANConfig(), DICTIONARY, DICTIONARY)
 
 
+def test_a_prefix_that_repeats_a_blocked_ngram_is_refused(task):
+    """fairseq-generate --prefix-size with --no-repeat-ngram-size: a prefix that repeats an
+    n-gram (the start token counts) had its forced token blocked, and fairseq's generator failed
+    at max_len with an AssertionError. One line naming the sample, the n-gram and the smallest
+    size that would not block it; a prefix without repeats decodes."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model = decisive(build(dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, [5, 4], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    prefix = torch.tensor([[5, 6, 7, 8], [9, 10, 9, 10]])
+    generator = SequenceGenerator([model], DICTIONARY, beam_size=2, no_repeat_ngram_size=2)
+    with pytest.raises(AssertionError):  # fairseq's generator alone
+        generator.generate([model], sample, prefix_tokens=prefix)
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(generator, [model], sample, prefix)
+    assert str(refused.value) == (
+        f"--no-repeat-ngram-size 2 would block the forced tokens of sample 8 (its prefix, or a "
+        f"language model's prompt): they repeat the 2-gram \"{DICTIONARY.string(prefix[1, :2])}\", "
+        "whose forced token gets no probability (the search then fails); pass "
+        "--no-repeat-ngram-size 3 or more, or 0 (no blocking)"
+    )
+    hypotheses = task.inference_step(generator, [model], sample, prefix[:, :2])
+    assert [hypos[0]["tokens"][:2].tolist() for hypos in hypotheses] == prefix[:, :2].tolist()
+
+
 def test_build_generator_chooses_the_decoder(task):
     """``san_decoder`` in the generation args (the benchmark) or the task options selects it."""
     model = build(dictionary=DICTIONARY)[0]
@@ -797,9 +891,7 @@ def test_build_generator_chooses_the_decoder(task):
     "options, named",
     [
         (dict(sampling=True), "--sampling"),
-        (dict(prefix_size=1), "--prefix-size"),
         (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
-        (dict(no_repeat_ngram_size=2), "--no-repeat-ngram-size"),
         (dict(match_source_len=True), "--match-source-len"),
         (dict(constraints="ordered"), "--constraints"),
         (dict(print_alignment="hard"), "--print-alignment"),
@@ -1464,11 +1556,11 @@ def assert_same_output(expected: str, actual: str) -> int:
 def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint):
     """Options the static decoder does not support (its n-best: the next test)."""
     refused = generate_cli(
-        binarized_corpus, checkpoint, "--san-decoding", "static", "--no-repeat-ngram-size", "2"
+        binarized_corpus, checkpoint, "--san-decoding", "static", "--match-source-len"
     )
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: --san-decoding static does not support --no-repeat-ngram-size; "
+        "fairseq-san: error: --san-decoding static does not support --match-source-len; "
         "decode with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
     )
     assert "Traceback" not in refused.stderr
@@ -1485,8 +1577,9 @@ def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint)
 
 @pytest.mark.slow
 def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
-    """Every value of --san-decoding prints fairseq's n-best; --san-decoder static still works
-    and says once what replaces it."""
+    """Every value of --san-decoding prints fairseq's n-best (static with --prefix-size and
+    --no-repeat-ngram-size too); --san-decoder static still works and says once what replaces
+    it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
     assert "SAN decoding: fairseq (SequenceGenerator)" in fairseq.stderr
@@ -1498,6 +1591,10 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
         assert f"SAN decoding: {said[decoding]}" in result.stderr  # not fairseq's with itself
         assert assert_same_output(fairseq.stdout, result.stdout) == 40, decoding
         assert "is deprecated: use --san-decoding" not in result.stderr
+    forcing = ("--prefix-size", "2", "--no-repeat-ngram-size", "2")
+    forced = [generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *forcing)
+              for decoding in ("fairseq", "static")]  # fmt: skip
+    assert assert_same_output(forced[0].stdout, forced[1].stdout) == 40
     old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
     assert old.stderr.count("--san-decoder static is deprecated: use --san-decoding static") == 1
 

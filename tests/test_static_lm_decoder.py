@@ -3,6 +3,7 @@ the same output as fairseq's SequenceGenerator (greedy, beam) given a prompt as 
 the language modelling task calls it; the prompt prefilled in one pass; V-only caches for SAN
 followers, none for KV followers; sampling restricted and seeded."""
 
+import itertools
 from functools import partial
 from types import SimpleNamespace
 
@@ -316,6 +317,32 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
     assert any(len(batch) > 1 for batch in lengths)  # sentences of a batch ended apart
 
 
+@pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
+def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(system):
+    """--no-repeat-ngram-size 2 and 3 after ragged prompts, whose n-grams count (the start token
+    too): fairseq's output with beam search (eager, and the positions after the prompts captured
+    with the search) and with top-k sampling from the same seed; the blocking changed outputs."""
+    model = language_model(system)
+    changed = 0
+    for size, beam in itertools.product((2, 3), (1, 4)):
+        prefix = prompts((3, 5, 0, 2), seed=size)
+        options = dict(beam_size=beam, max_len_b=14, no_repeat_ngram_size=size)
+        theirs = generate(SequenceGenerator([model], DICT, **options), model, prefix)
+        assert_same_hypotheses(generate(StaticLMGenerator([model], DICT, **options), model, prefix),
+                               theirs, ATOL)  # fmt: skip
+        graphed = graphed_lm(model, recording_capture([]), **options)
+        assert_same_hypotheses(generate(graphed, model, prefix), theirs, ATOL)
+        unblocked = SequenceGenerator([model], DICT, beam_size=beam, max_len_b=14)
+        changed += best_tokens(theirs) != best_tokens(generate(unblocked, model, prefix))
+        torch.manual_seed(size)
+        fairseqs = SequenceGenerator([model], DICT, search_strategy=Sampling(DICT, 5), **options)
+        theirs = generate(fairseqs, model, prefix)
+        torch.manual_seed(size)
+        ours = StaticLMGenerator([model], DICT, sampling=True, sampling_topk=5, **options)
+        assert_same_hypotheses(generate(ours, model, prefix), theirs, ATOL)
+    assert changed >= 2, changed
+
+
 def test_top_k_samples_only_among_the_k_most_probable_tokens():
     model = language_model("kv 2,2,2")
     for tokens in sampled(model, 3, sampling_topk=3):
@@ -476,6 +503,33 @@ def test_the_prompt_checked_is_the_one_the_generator_forces():
     assert hypotheses[0][0]["positional_scores"].numel() == 16
     with pytest.raises(UsageError, match=r"^a prompt of 15 tokens is longer than the model's 16 "):
         task.inference_step(generator, [model], sample)  # the sentence is the prompt
+
+
+@pytest.mark.parametrize("decoder", list(GENERATORS))
+def test_a_prompt_that_repeats_a_blocked_ngram_is_refused(decoder):
+    """Both generators force a prompt's tokens, then block repeated n-grams: a prompt that
+    repeats one (the start token counts) was left no token to take, and fairseq's generator
+    failed at the output's maximum length with an AssertionError. The task refuses it in one
+    line naming the sample, the n-gram and the smallest size that would not block it."""
+    task, model = lm_task()
+    prefix = prompts((6, 6, 4), seed=1)
+    prefix[1, 3:6] = prefix[1, 0:3]  # a 3-gram twice
+    sample = {**sample_of(prefix), "id": torch.tensor([4, 7, 9])}
+    for size in (2, 3):
+        generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=12,
+                                        no_repeat_ngram_size=size)  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            task.inference_step(generator, [model], sample)
+        repeated = DICT.string(prefix[1, : size])
+        assert str(refused.value) == (
+            f"--no-repeat-ngram-size {size} would block the forced tokens of sample 7 (its "
+            f"prefix, or a language model's prompt): they repeat the {size}-gram \"{repeated}\", "
+            "whose forced token gets no probability (the search then fails); pass "
+            "--no-repeat-ngram-size 4 or more, or 0 (no blocking)"
+        )
+    generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=12,
+                                    no_repeat_ngram_size=4)  # fmt: skip
+    assert all(len(hypos) == 2 for hypos in task.inference_step(generator, [model], sample))
 
 
 def test_a_sentence_to_score_may_fill_the_positions_that_a_prompt_may_not():

@@ -8,8 +8,8 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``graphs.py``: CUDA graphs, captured and replayed: a whole position (step, beam search,
   reordering), or the step alone where the search needs the host's position (sampling, a
   language model's prompt forcing);
-* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens) on tensors, the position
-  an int or a device tensor (no host sync: capturable);
+* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens, n-gram blocking) on
+  tensors, the position an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in;

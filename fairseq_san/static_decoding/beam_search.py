@@ -1,13 +1,14 @@
 """Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``
-(or ``Sampling``), prefix tokens included.
+(or ``Sampling``), prefix tokens and ``--no-repeat-ngram-size`` included.
 
 Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subtracted, EOS is
-forbidden before ``min_len`` and forced at ``max_len``; the top 2 x beam candidates (beam x
-vocabulary, or the first beam only at step 0) are ranked by cumulative log-probability; EOS
-candidates among the top ``beam`` are finished, with score (cumulative log-probability) /
-length ** lenpen, in candidate order, until a sentence has ``beam`` finished hypotheses (it is
-then done); the first ``beam`` non-EOS candidates continue. At the end each sentence's finished
-hypotheses are sorted by score (fairseq's n-best).
+forbidden before ``min_len`` and forced at ``max_len``; with ``no_repeat_ngram`` n, a token that
+would repeat an n-gram of its hypothesis is forbidden (fairseq's ``NGramRepeatBlock``); the top
+2 x beam candidates (beam x vocabulary, or the first beam only at step 0) are ranked by
+cumulative log-probability; EOS candidates among the top ``beam`` are finished, with score
+(cumulative log-probability) / length ** lenpen, in candidate order, until a sentence has
+``beam`` finished hypotheses (it is then done); the first ``beam`` non-EOS candidates continue.
+At the end each sentence's finished hypotheses are sorted by score (fairseq's n-best).
 
 With ``sampling`` (fairseq's ``Sampling`` search: ``--sampling``, ``--sampling-topk``,
 ``--sampling-topp``) the candidates are one token per hypothesis that it draws from its
@@ -96,6 +97,7 @@ class SearchSettings:
     unk: int
     eos: int
     sampling: Optional[Sampling] = None  # fairseq's search, which draws the candidates
+    no_repeat_ngram: int = 0  # fairseq's --no-repeat-ngram-size: 0 (off) or at least 2
 
 
 class TensorBeamSearch:
@@ -224,6 +226,8 @@ class TensorBeamSearch:
         lprobs = self._constrain(step, lprobs)
         if self.prefix is not None:  # int steps only (above)
             self._replicate_first_hypothesis(step, lprobs)
+        if s.no_repeat_ngram:
+            self._block_repeated_ngrams(step, lprobs)
         if s.sampling is not None:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
         else:
@@ -361,6 +365,26 @@ class TensorBeamSearch:
         kept = lprobs.gather(1, column)  # padding (no prefix token there) is already -inf
         lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
         lprobs.scatter_(1, column, kept)
+
+    def _block_repeated_ngrams(self, step: Step, lprobs: Tensor) -> None:
+        """fairseq's ``--no-repeat-ngram-size n`` (``NGramRepeatBlock``, as its CUDA kernel reads
+        the tokens): where a hypothesis's last n - 1 tokens (the start token included) begin an
+        n-gram it already holds, the token that ended that n-gram gets -inf. With an int step,
+        the n-grams of the tokens so far; with a tensor step (no host sync), those of the whole
+        buffer: the slots after the step hold padding, so an n-gram reaching past the step
+        blocks at most padding, which is never chosen."""
+        n, tokens = self.settings.no_repeat_ngram, self.tokens.tensor
+        if synced(step):
+            if step < n - 1:  # no n-gram ends before the step yet
+                return
+            tokens = tokens[:, : step + 1]
+        ngrams = tokens.unfold(1, n, 1)  # (rows, n-grams, n), in order of their first token
+        last = torch.arange(2 - n, 1, device=tokens.device) + step  # the last n - 1 positions
+        latest = tokens.index_select(1, last.clamp(min=0)).unsqueeze(1)
+        repeated = ngrams[:, :, :-1].eq(latest).all(dim=2)
+        blocked = torch.full_like(repeated, math.inf, dtype=lprobs.dtype)  # amin: unchanged
+        blocked.masked_fill_(repeated, -math.inf)
+        lprobs.scatter_reduce_(1, ngrams[:, :, -1], blocked, reduce="amin")
 
     def _replicate_first_hypothesis(self, step: int, lprobs: Tensor) -> None:
         """Where a sentence's forced prefix token at ``step`` is EOS, give every row of it the

@@ -86,8 +86,6 @@ class StaticSequenceGenerator(nn.Module):
 
     # Whether the model must have an encoder: translation's does, a language model's not.
     needs_encoder = True
-    # Whether generate takes prefix tokens: a language model's prompts, not translation.
-    takes_prompts = False
 
     def __init__(
         self,
@@ -102,6 +100,7 @@ class StaticSequenceGenerator(nn.Module):
         len_penalty: float = 1.0,
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
+        no_repeat_ngram_size: int = 0,
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
@@ -143,6 +142,7 @@ class StaticSequenceGenerator(nn.Module):
         self.max_len = max_len or self.model.max_decoder_positions()
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
+        self.no_repeat_ngram_size = no_repeat_ngram_size
 
     def choose_execution(self, device: torch.device) -> None:
         """The execution of the step on ``device`` (``checked_execution``)."""
@@ -221,19 +221,13 @@ class StaticSequenceGenerator(nn.Module):
         docs/results/cpu-yardstick/inference-mode-2026-11-30), except with CUDA graphs, whose
         caches are kept for the next batch (``KEPT_SHAPES``); the n-best are ordinary tensors
         (``TensorBeamSearch.hypotheses``)."""
-        self.check_arguments(prefix_tokens, constraints)
+        if constraints is not None:
+            raise StaticDecoderError("--constraints")
         self.follow_the_weights()
         # (inference_mode(False) turns gradients on: no_grad after it turns them off)
         with torch.inference_mode(not self.execution.graphs), torch.no_grad():
             search = self.decode(sample, prefix_tokens, bos_token)
         return search.hypotheses()
-
-    def check_arguments(self, prefix_tokens: Optional[Tensor], constraints: Optional[Tensor]):
-        """StaticDecoderError for what ``generate`` is given that the decoder does not take."""
-        if prefix_tokens is not None and not self.takes_prompts:
-            raise StaticDecoderError("--prefix-size (prefix tokens)")
-        if constraints is not None:
-            raise StaticDecoderError("--constraints")
 
     def decode(
         self,
@@ -241,7 +235,9 @@ class StaticSequenceGenerator(nn.Module):
         prefix_tokens: Optional[Tensor],
         bos_token: Optional[int],
     ) -> TensorBeamSearch:
-        """Beam search over a batch to its end; the search, which holds the n-best."""
+        """Beam search over a batch to its end; the search, which holds the n-best.
+        ``prefix_tokens`` (fairseq-generate's ``--prefix-size``): forced at the first positions,
+        one step each, then the positions after them as without (CUDA graphs capture those)."""
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
@@ -255,7 +251,7 @@ class StaticSequenceGenerator(nn.Module):
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, self._table(max_len, fixed))
         bos = self.eos if bos_token is None else bos_token
-        search = self._search(sentences, positions, bos, max_len, device)
+        search = self._search(sentences, positions, bos, max_len, device, prefix_tokens)
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
         # CUDA graphs the step alone replayed, on the first-step cache kept with the cache).
         first = cache.first_step()
@@ -267,6 +263,7 @@ class StaticSequenceGenerator(nn.Module):
         for position in range(1, max_len + 1):
             if finished:
                 break
+            search.release_prefix(position)
             finished = self._position(search, position, index, cache)
         return search
 
@@ -410,6 +407,7 @@ class StaticSequenceGenerator(nn.Module):
             pad=self.pad,
             unk=self.unk,
             eos=self.eos,
+            no_repeat_ngram=self.no_repeat_ngram_size,
         )
 
 
@@ -479,6 +477,7 @@ def generator_options(
         len_penalty=getattr(args, "lenpen", 1),
         unk_penalty=getattr(args, "unkpen", 0),
         temperature=getattr(args, "temperature", 1.0),
+        no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", 0) or 0,
         precision=precision,
         execution=None if execution is None else str(execution),
     )

@@ -31,14 +31,13 @@ from fairseq_san.static_decoding.generator import StaticSequenceGenerator, gener
 from fairseq_san.static_decoding.support import GenerationArgs
 
 # fairseq's generation options that the LM generator honours besides the translation one's.
-LM_GENERATION_OPTIONS = ("sampling", "prefix_size")
+LM_GENERATION_OPTIONS = ("sampling",)
 
 
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
     needs_encoder = False
-    takes_prompts = True
 
     def __init__(
         self,

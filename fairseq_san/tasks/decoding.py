@@ -8,12 +8,14 @@ and ``--san-decoder-execution``.
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
+from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
+from torch import Tensor
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
@@ -145,6 +147,53 @@ def plugin_option_misplaced(option: options.Option) -> str:
     )
 
 
+def blocked_ngram_size(generator: object) -> int:
+    """The n-gram size that ``generator`` blocks (``--no-repeat-ngram-size``; 0: none):
+    fairseq's generator keeps an ``NGramRepeatBlock``, the static decoder the number."""
+    blocker = getattr(generator, "repeat_ngram_blocker", None)
+    if blocker is not None:
+        return blocker.no_repeat_ngram_size
+    return getattr(generator, "no_repeat_ngram_size", 0) or 0
+
+
+def repeated_ngram(tokens: List[int], size: int) -> Optional[Tuple[int, ...]]:
+    """The first n-gram of ``size`` tokens that stands earlier in ``tokens`` too (None: none)."""
+    seen = set()
+    for start in range(len(tokens) - size + 1):
+        ngram = tuple(tokens[start : start + size])
+        if ngram in seen:
+            return ngram
+        seen.add(ngram)
+    return None
+
+
+def check_forced_ngrams(
+    forced: Tensor, size: int, start: int, dictionary: Dictionary, ids: Optional[Tensor]
+) -> None:
+    """Refuse forced tokens (a row per sentence after the ``start`` token, padded on the right)
+    that repeat an n-gram of ``size`` tokens, the start token counted: both generators force
+    them, then block the repeated n-gram's last token, which leaves the sentence no token to
+    take (fairseq's generator then fails at the output's maximum length: an AssertionError)."""
+    if not size:
+        return
+    for row, tokens in enumerate(forced.tolist()):
+        tokens = [start] + [token for token in tokens if token != dictionary.pad()]
+        repeated = repeated_ngram(tokens, size)
+        if repeated is None:
+            continue
+        longest = size
+        while repeated_ngram(tokens, longest + 1) is not None:
+            longest += 1
+        name = f"sample {int(ids[row])}" if ids is not None else f"row {row} of the batch"
+        raise UsageError(
+            f"--no-repeat-ngram-size {size} would block the forced tokens of {name} (its "
+            f"prefix, or a language model's prompt): they repeat the {size}-gram "
+            f"\"{dictionary.string(torch.tensor(repeated))}\", whose forced token gets no "
+            f"probability (the search then fails); pass --no-repeat-ngram-size {longest + 1} or "
+            "more, or 0 (no blocking)"
+        )
+
+
 class DecodingTask:
     """A fairseq task mixin: ``build_generator`` by ``--san-decoding`` (see module doc). The task
     names its static decoder's builder (``static_generator``)."""
@@ -212,6 +261,24 @@ class DecodingTask:
             generator.precision, generator.execution.name,
         )  # fmt: skip
         return generator
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces."""
+        forced = self.forced_tokens(sample, prefix_tokens)
+        if forced is not None:
+            size = blocked_ngram_size(generator)
+            start = self.start_token()
+            check_forced_ngrams(forced, size, start, self.target_dictionary, sample.get("id"))
+        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def forced_tokens(self, sample: dict, prefix_tokens: Optional[Tensor]) -> Optional[Tensor]:
+        """The tokens the generator forces after the start token, padded on the right:
+        fairseq-generate's ``--prefix-size`` (a language model's prompts: its task's own)."""
+        return prefix_tokens
+
+    def start_token(self) -> int:
+        """The token before the forced ones (fairseq's generator starts with EOS)."""
+        return self.target_dictionary.eos()
 
     def decoding(self, args) -> str:
         """``--san-decoding`` of the generation options, else of the task; ``fairseq`` there

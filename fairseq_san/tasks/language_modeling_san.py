@@ -145,28 +145,32 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         prefix_tokens: Optional[Tensor] = None,
         constraints: Optional[Tensor] = None,
     ):
-        """fairseq's, after ``check_prompt`` and ``check_room`` of the longest prompt that the
-        generator forces (a scorer, ``--score-reference``, forces none: it scores sentences)."""
+        """fairseq's (after ``DecodingTask``'s checks), after ``check_prompt`` and ``check_room``
+        of the longest prompt that the generator forces (a scorer, ``--score-reference``, forces
+        none: it scores sentences)."""
         if not isinstance(generator, SequenceScorer):
-            tokens = self.prompt_length(sample, prefix_tokens)
+            prompts = self.forced_tokens(sample, prefix_tokens)
+            tokens = int(prompts.ne(self.source_dictionary.pad()).sum(dim=1).max())
             self.check_prompt(tokens)
             width = sample["net_input"]["src_tokens"].size(1)
             whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
             check_room(tokens, generator, width, whole_samples)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
-    def prompt_length(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> int:
-        """The longest prompt of the batch as fairseq's ``inference_step`` forces it:
+    def start_token(self) -> int:
+        """The token before each prompt (the ``bos_token`` of fairseq's ``inference_step``)."""
+        dictionary = self.source_dictionary
+        return dictionary.bos() if getattr(self.args, "add_bos_token", False) else dictionary.eos()
+
+    def forced_tokens(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> Tensor:
+        """The batch's prompts as fairseq's ``inference_step`` forces them, padded on the right:
         ``prefix_tokens`` (fairseq-generate's ``--prefix-size``), else the batch's tokens after
         their start token (fairseq-interactive's and the hub's prompts, or whole sentences)."""
-        dictionary = self.source_dictionary
         if prefix_tokens is None:
             prefix_tokens = sample["net_input"]["src_tokens"]
-            bos = getattr(self.args, "add_bos_token", False)
-            start = dictionary.bos() if bos else dictionary.eos()
-            if prefix_tokens.nelement() and prefix_tokens[:, 0].eq(start).all():
+            if prefix_tokens.nelement() and prefix_tokens[:, 0].eq(self.start_token()).all():
                 prefix_tokens = prefix_tokens[:, 1:]
-        return int(prefix_tokens.ne(dictionary.pad()).sum(dim=1).max())
+        return prefix_tokens
 
     def static_generator(self) -> Callable:
         from fairseq_san.static_decoding.lm_generator import build_static_lm_generator

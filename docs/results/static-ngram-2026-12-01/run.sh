@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# --no-repeat-ngram-size and --prefix-size through fairseq's decoder and the static one: one
+# checkpoint (En->De, update 330 of the recipe), Multi30k's test (1,000 sentences) decoded with
+# n-gram blocking off, 2 and 3, and with the first 1 and 3 tokens of each reference forced; every
+# sentence's best hypothesis compared, and the hypotheses that repeat a word bigram counted (at
+# most 60 tokens: the weak model's outputs run long). Wall times are one run each, sequential:
+# not a benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+RUN=${RUN:-runs/int8-batch} OUT=${OUT:-runs/static-ngram}
+DATA=data-bin/multi30k.en-de
+examples/multi30k/prepare.sh en de "$DATA"
+[ -f "$RUN/iter0/checkpoints/checkpoint_3_330.pt" ] || examples/learn_to_share.sh --data "$DATA" \
+  --run-dir "$RUN" --updates 660 --max-iterations 1 -- --warmup-updates 300 \
+  --save-interval-updates 330 --num-workers 0
+mkdir -p "$OUT"
+repeating() {  # how many hypotheses of a fairseq-generate output repeat a word bigram
+  grep '^H-' "$1" | cut -f3 | python3 -c '
+import sys
+print(sum(len(set(zip(w, w[1:]))) < len(w) - 1 for w in (line.split() for line in sys.stdin)))'
+}
+decode() {  # NAME DECODING OPTION...
+  local name=$1 decoding=$2 start=$SECONDS
+  shift 2
+  fairseq-generate "$DATA" --user-dir fairseq_san --task translation_san \
+    --path "$RUN/iter0/checkpoints/checkpoint_3_330.pt" --gen-subset test --beam 5 \
+    --max-len-b 60 --batch-size 64 --post-process sentencepiece --san-decoding "$decoding" \
+    "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"
+  echo "$name: $((SECONDS - start)) s, $(grep -c '^H-' "$OUT/$name.txt") hypotheses," \
+    "$(repeating "$OUT/$name.txt") repeat a word bigram; $(tail -1 "$OUT/$name.txt")"
+}
+compare() {  # NAME OPTION...: fairseq's decoder and the static one, best hypotheses compared
+  local name=$1
+  shift
+  decode "fairseq-$name" fairseq "$@"
+  decode "static-$name" static "$@"
+  echo "$name: $(diff <(grep '^H-' "$OUT/fairseq-$name.txt" | cut -f1,3 | sort) \
+    <(grep '^H-' "$OUT/static-$name.txt" | cut -f1,3 | sort) | grep -c '^<' || true) of 1000" \
+    "best hypotheses differ between fairseq's decoder and the static one"
+}
+compare plain
+compare no-repeat-2 --no-repeat-ngram-size 2
+compare no-repeat-3 --no-repeat-ngram-size 3
+compare prefix-1 --prefix-size 1
+compare prefix-3 --prefix-size 3

@@ -177,6 +177,45 @@ def test_prefix_tokens_are_forced_as_fairseq_forces_them(name, monkeypatch):
     assert dropped  # done sentences left the batch while others were forced or searched
 
 
+@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan"])
+def test_sampling_draws_fairseqs_tokens_from_the_same_seed(name, monkeypatch):
+    """--sampling (plain, top-k, top-p; greedy and several samples per sentence): what fairseq's
+    generator draws from the same seed, batch after batch, with done sentences leaving the batch
+    (as soon as one is), the position an int (eager, fixed) or the step alone replayed (CUDA
+    graphs, stand-in capture: sampling takes the host's position). Top-p holds where both
+    steps' probabilities agree to the last bit, as here (docs/lm.md)."""
+    from fairseq.search import Sampling
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    batches = [dict(net_input=dict(zip(("src_tokens", "src_lengths"), source_batch(
+        DICTIONARY, lengths, seed=seed)))) for lengths, seed in ((SOURCE_LENGTHS, 1), ([4, 8, 2], 2))]
+    for seed, beam, topk, topp in ((0, 1, -1, -1.0), (2, 4, -1, -1.0), (0, 4, 5, -1.0),
+                                   (1, 3, -1, 0.8)):  # fmt: skip
+        settings = dict(max_len_b=12, len_penalty=0.5)
+        torch.manual_seed(seed)
+        fairseqs = SequenceGenerator([model], DICTIONARY, beam, **settings,
+                                     search_strategy=Sampling(DICTIONARY, topk, topp))  # fmt: skip
+        with torch.no_grad():
+            theirs = [fairseqs.generate([model], batch) for batch in batches]
+        sampling = dict(beam_size=beam, sampling=True, sampling_topk=topk, sampling_topp=topp)
+        for execution in ("eager", "fixed", "graph"):
+            torch.manual_seed(seed)
+            if execution == "graph":
+                ours = graphed_translator(model, recording_capture([]), **sampling, **settings)
+            else:
+                ours = StaticSequenceGenerator([model], DICTIONARY, execution=execution,
+                                               **sampling, **settings)  # fmt: skip
+            for batch, expected in zip(batches, theirs):
+                assert_same_hypotheses(expected, ours.generate([model], batch))
+    assert dropped
+
+
 def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):
     """At the default threshold a batch drops its done sentences once at most half are live,
     and translates as fairseq does."""
@@ -890,7 +929,6 @@ def test_build_generator_chooses_the_decoder(task):
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(sampling=True), "--sampling"),
         (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
         (dict(match_source_len=True), "--match-source-len"),
         (dict(constraints="ordered"), "--constraints"),
@@ -1578,8 +1616,8 @@ def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint)
 @pytest.mark.slow
 def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     """Every value of --san-decoding prints fairseq's n-best (static with --prefix-size and
-    --no-repeat-ngram-size too); --san-decoder static still works and says once what replaces
-    it."""
+    --no-repeat-ngram-size, and its samples with --sampling --seed); --san-decoder static still
+    works and says once what replaces it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
     assert "SAN decoding: fairseq (SequenceGenerator)" in fairseq.stderr
@@ -1591,10 +1629,15 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
         assert f"SAN decoding: {said[decoding]}" in result.stderr  # not fairseq's with itself
         assert assert_same_output(fairseq.stdout, result.stdout) == 40, decoding
         assert "is deprecated: use --san-decoding" not in result.stderr
-    forcing = ("--prefix-size", "2", "--no-repeat-ngram-size", "2")
-    forced = [generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *forcing)
-              for decoding in ("fairseq", "static")]  # fmt: skip
-    assert assert_same_output(forced[0].stdout, forced[1].stdout) == 40
+    for options, hypotheses in (
+        (("--prefix-size", "2", "--no-repeat-ngram-size", "2"), 40),
+        (("--sampling", "--sampling-topk", "5", "--seed", "3", "--nbest", "4"), 80),
+    ):
+        fairseqs, static = [
+            generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *options)
+            for decoding in ("fairseq", "static")
+        ]
+        assert assert_same_output(fairseqs.stdout, static.stdout) == hypotheses, options
     old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
     assert old.stderr.count("--san-decoder static is deprecated: use --san-decoding static") == 1
 

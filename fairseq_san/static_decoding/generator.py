@@ -1,4 +1,5 @@
-"""``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search).
+"""``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search,
+sampling; prefix tokens and n-gram blocking).
 
 It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
@@ -22,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.data import Dictionary
+from fairseq.search import Sampling
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
@@ -101,6 +103,9 @@ class StaticSequenceGenerator(nn.Module):
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        sampling: bool = False,
+        sampling_topk: int = -1,
+        sampling_topp: float = -1.0,
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
@@ -143,6 +148,8 @@ class StaticSequenceGenerator(nn.Module):
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
         self.no_repeat_ngram_size = no_repeat_ngram_size
+        # fairseq's own search draws the samples; built once, every batch's search takes it
+        self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
 
     def choose_execution(self, device: torch.device) -> None:
         """The execution of the step on ``device`` (``checked_execution``)."""
@@ -407,6 +414,7 @@ class StaticSequenceGenerator(nn.Module):
             pad=self.pad,
             unk=self.unk,
             eos=self.eos,
+            sampling=self.search,
             no_repeat_ngram=self.no_repeat_ngram_size,
         )
 
@@ -461,12 +469,11 @@ def generator_options(
     seq_gen_cls: Optional[type] = None,
     extra_gen_cls_kwargs: Optional[Dict] = None,
     prefix_allowed_tokens_fn: Optional[Callable] = None,
-    allowed: Tuple[str, ...] = (),
 ) -> Dict:
     """The keyword arguments of StaticSequenceGenerator from fairseq's generation options and
     ``task.build_generator``'s arguments, after refusing, with one StaticDecoderError, what the
-    decoder cannot honour (``allowed``: see ``check_generation_options``)."""
-    check_generation_options(args, allowed)
+    decoder cannot honour."""
+    check_generation_options(args)
     check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
     return dict(
         beam_size=getattr(args, "beam", 5),
@@ -478,6 +485,9 @@ def generator_options(
         unk_penalty=getattr(args, "unkpen", 0),
         temperature=getattr(args, "temperature", 1.0),
         no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", 0) or 0,
+        sampling=bool(getattr(args, "sampling", False)),
+        sampling_topk=getattr(args, "sampling_topk", -1),
+        sampling_topp=getattr(args, "sampling_topp", -1.0),
         precision=precision,
         execution=None if execution is None else str(execution),
     )

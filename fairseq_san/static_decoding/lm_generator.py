@@ -22,35 +22,17 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 from fairseq.data import Dictionary
-from fairseq.search import Sampling
 from torch import Tensor, nn
 
-from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
+from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
 from fairseq_san.static_decoding.support import GenerationArgs
-
-# fairseq's generation options that the LM generator honours besides the translation one's.
-LM_GENERATION_OPTIONS = ("sampling",)
-
 
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
     needs_encoder = False
-
-    def __init__(
-        self,
-        models,
-        tgt_dict,
-        sampling: bool = False,
-        sampling_topk: int = -1,
-        sampling_topp: float = -1.0,
-        **kwargs,
-    ) -> None:
-        super().__init__(models, tgt_dict, **kwargs)
-        # fairseq's own search draws the samples; built once, every batch's search takes it
-        self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
 
     def build_from_weights(self) -> None:
         """The translation generator's, refusing a model the prefill cannot run (when it is
@@ -114,11 +96,6 @@ class StaticLMGenerator(StaticSequenceGenerator):
             return lprobs.clone()
         return lprobs.repeat_interleave(self.beam_size, dim=0)
 
-    def _settings(self, max_len: int) -> SearchSettings:
-        settings = super()._settings(max_len)
-        settings.sampling = self.search
-        return settings
-
 
 def build_static_lm_generator(
     models: List[nn.Module],
@@ -135,9 +112,6 @@ def build_static_lm_generator(
     StaticDecoderError naming the first option it does not support; ``device``: see
     ``StaticSequenceGenerator``."""
     options = generator_options(
-        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn,
-        allowed=LM_GENERATION_OPTIONS,
-    )  # fmt: skip
-    sampling = bool(getattr(args, "sampling", False))
-    topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)
-    return StaticLMGenerator(models, tgt_dict, sampling, topk, topp, device=device, **options)
+        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+    )
+    return StaticLMGenerator(models, tgt_dict, device=device, **options)

@@ -27,7 +27,6 @@ GenerationArgs = Union[Namespace, DictConfig]
 # Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
 # (option, test of its value that means "in use").
 UNSUPPORTED_OPTIONS = [
-    ("sampling", bool),
     ("diverse_beam_groups", lambda v: v is not None and v > 0),
     ("diversity_rate", lambda v: v is not None and v > -1),
     ("match_source_len", bool),
@@ -39,13 +38,12 @@ UNSUPPORTED_OPTIONS = [
 ]
 
 
-def check_generation_options(args: GenerationArgs, allowed: Tuple[str, ...] = ()) -> None:
-    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour
-    (``allowed``: options of UNSUPPORTED_OPTIONS that a generator subclass honours), and a
-    UsageError for a sampling limit without ``--sampling``, which fairseq's generator refuses too
-    (a static decoder would run beam search)."""
+def check_generation_options(args: GenerationArgs) -> None:
+    """Raise StaticDecoderError naming the first option in ``args`` the decoder cannot honour,
+    and a UsageError for a sampling limit without ``--sampling``, which fairseq's generator
+    refuses too (a static decoder would run beam search)."""
     for option, in_use in UNSUPPORTED_OPTIONS:
-        if option not in allowed and in_use(getattr(args, option, None)):
+        if in_use(getattr(args, option, None)):
             raise StaticDecoderError(flag_of(option))
     for limit in ("sampling_topk", "sampling_topp"):
         if (getattr(args, limit, None) or -1) > 0 and not getattr(args, "sampling", False):

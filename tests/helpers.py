@@ -183,7 +183,8 @@ def assert_same_hypotheses(expected, actual, atol: float = 1e-4, rtol: float = 0
         for rank, (a, b) in enumerate(zip(nbest_a, nbest_b)):
             where = f"sentence {sent}, hypothesis {rank}"
             assert a["tokens"].tolist() == b["tokens"].tolist(), where
-            assert abs(float(a["score"]) - float(b["score"])) <= atol, where
+            score_a, score_b = float(a["score"]), float(b["score"])
+            assert score_a == score_b or abs(score_a - score_b) <= atol, where  # -inf == -inf
             torch.testing.assert_close(
                 a["positional_scores"], b["positional_scores"], atol=atol, rtol=rtol, msg=where
             )

@@ -216,6 +216,43 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(name, monkeypatch):
     assert dropped
 
 
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
+def test_match_source_len_scores_as_fairseq_scores(name, monkeypatch):
+    """--match-source-len (fairseq's task builds a LengthConstrainedBeamSearch: EOS forbidden
+    before a sentence's source length, free from it on): outputs up to the batch's longest
+    source, a hypothesis that ends after its own source's length scored -inf (fairseq's
+    finalize): fairseq's n-best at beams 1, 4 and 8, with done sentences leaving the batch, the
+    position an int (eager, fixed) or a tensor (the captured search, stand-in capture); a
+    --min-len above the longest source is one line."""
+    from fairseq.search import LengthConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    src_tokens, src_lengths = source_batch(DICTIONARY, SOURCE_LENGTHS, seed=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    scores = set()
+    for beam, settings in itertools.product((1, 4, 8), (dict(len_penalty=0.5), dict(min_len=3))):
+        matching = dict(beam_size=beam, match_source_len=True, **settings)
+        lengths = LengthConstrainedBeamSearch(DICTIONARY, 1, 0, 1, 0)  # as the task builds it
+        fairseqs = SequenceGenerator([model], DICTIONARY, search_strategy=lengths, **matching)
+        with torch.no_grad():
+            expected = fairseqs.generate([model], sample)
+        for execution in ("eager", "fixed"):
+            static = StaticSequenceGenerator([model], DICTIONARY, execution=execution, **matching)
+            assert_same_hypotheses(expected, static.generate([model], sample))
+        graphed = graphed_translator(model, recording_capture([]), **matching)
+        assert_same_hypotheses(expected, graphed.generate([model], sample))
+        scores |= {math.isinf(hypothesis["score"]) for nbest in expected for hypothesis in nbest}
+    assert scores == {True, False}
+    longest = StaticSequenceGenerator([model], DICTIONARY, match_source_len=True, min_len=11)
+    with pytest.raises(UsageError, match=r"^--min-len 11 is above the longest source of a batch "
+                       r"\(10 tokens\), the longest output --match-source-len allows: lower "):
+        longest.generate([model], sample)
+
+
 def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):
     """At the default threshold a batch drops its done sentences once at most half are live,
     and translates as fairseq does."""
@@ -930,7 +967,6 @@ def test_build_generator_chooses_the_decoder(task):
     "options, named",
     [
         (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
-        (dict(match_source_len=True), "--match-source-len"),
         (dict(constraints="ordered"), "--constraints"),
         (dict(print_alignment="hard"), "--print-alignment"),
         (dict(retain_dropout=True), "--retain-dropout"),
@@ -1594,11 +1630,11 @@ def assert_same_output(expected: str, actual: str) -> int:
 def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint):
     """Options the static decoder does not support (its n-best: the next test)."""
     refused = generate_cli(
-        binarized_corpus, checkpoint, "--san-decoding", "static", "--match-source-len"
+        binarized_corpus, checkpoint, "--san-decoding", "static", "--retain-dropout"
     )
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: --san-decoding static does not support --match-source-len; "
+        "fairseq-san: error: --san-decoding static does not support --retain-dropout; "
         "decode with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
     )
     assert "Traceback" not in refused.stderr
@@ -1616,8 +1652,8 @@ def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint)
 @pytest.mark.slow
 def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     """Every value of --san-decoding prints fairseq's n-best (static with --prefix-size and
-    --no-repeat-ngram-size, and its samples with --sampling --seed); --san-decoder static still
-    works and says once what replaces it."""
+    --no-repeat-ngram-size, --match-source-len, and its samples with --sampling --seed);
+    --san-decoder static still works and says once what replaces it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
     assert "SAN decoding: fairseq (SequenceGenerator)" in fairseq.stderr
@@ -1632,6 +1668,7 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     for options, hypotheses in (
         (("--prefix-size", "2", "--no-repeat-ngram-size", "2"), 40),
         (("--sampling", "--sampling-topk", "5", "--seed", "3", "--nbest", "4"), 80),
+        (("--match-source-len",), 40),
     ):
         fairseqs, static = [
             generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *options)

@@ -343,6 +343,27 @@ def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(system):
     assert changed >= 2, changed
 
 
+@pytest.mark.parametrize("system", ["baseline", "kv 3,1,1,1"])
+def test_match_source_len_decodes_as_fairseqs(system):
+    """--match-source-len with ragged prompts (the task's LengthConstrainedBeamSearch: EOS
+    forbidden before each sample's length, free from it on; longer hypotheses scored -inf):
+    fairseq's output, eager and with the positions after the prompts captured."""
+    from fairseq.search import LengthConstrainedBeamSearch
+
+    model = language_model(system)
+    prefix = prompts((3, 5, 0, 2), seed=1)
+    for beam in (1, 4):
+        options = dict(beam_size=beam, match_source_len=True)
+        lengths = LengthConstrainedBeamSearch(DICT, 1, 0, 1, 0)  # as the task builds it
+        fairseqs = SequenceGenerator([model], DICT, search_strategy=lengths, **options)
+        theirs = generate(fairseqs, model, prefix)
+        assert [len(hypos[0]["tokens"]) for hypos in theirs] == [5, 7, 2, 4]
+        ours = generate(StaticLMGenerator([model], DICT, **options), model, prefix)
+        assert_same_hypotheses(ours, theirs, ATOL)
+        graphed = graphed_lm(model, recording_capture([]), **options)
+        assert_same_hypotheses(generate(graphed, model, prefix), theirs, ATOL)
+
+
 def test_top_k_samples_only_among_the_k_most_probable_tokens():
     model = language_model("kv 2,2,2")
     for tokens in sampled(model, 3, sampling_topk=3):

@@ -1,10 +1,12 @@
 """Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``
-(or ``Sampling``), prefix tokens and ``--no-repeat-ngram-size`` included.
+(or ``Sampling``, or ``LengthConstrainedBeamSearch`` for ``--match-source-len``), prefix tokens
+and ``--no-repeat-ngram-size`` included.
 
 Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subtracted, EOS is
 forbidden before ``min_len`` and forced at ``max_len``; with ``no_repeat_ngram`` n, a token that
-would repeat an n-gram of its hypothesis is forbidden (fairseq's ``NGramRepeatBlock``); the top
-2 x beam candidates (beam x vocabulary, or the first beam only at step 0) are ranked by
+would repeat an n-gram of its hypothesis is forbidden (fairseq's ``NGramRepeatBlock``); with
+``match_source_len``, EOS is forbidden before a sentence's source length and free (0) from it on,
+and a hypothesis finished after it scores -inf; the top 2 x beam candidates (beam x vocabulary, or the first beam only at step 0) are ranked by
 cumulative log-probability; EOS candidates among the top ``beam`` are finished, with score
 (cumulative log-probability) / length ** lenpen, in candidate order, until a sentence has
 ``beam`` finished hypotheses (it is then done); the first ``beam`` non-EOS candidates continue.
@@ -98,6 +100,7 @@ class SearchSettings:
     eos: int
     sampling: Optional[Sampling] = None  # fairseq's search, which draws the candidates
     no_repeat_ngram: int = 0  # fairseq's --no-repeat-ngram-size: 0 (off) or at least 2
+    match_source_len: bool = False  # fairseq's --match-source-len (LengthConstrainedBeamSearch)
 
 
 class TensorBeamSearch:
@@ -106,7 +109,7 @@ class TensorBeamSearch:
     # The tensors with one entry per sentence (``keep_sentences``), besides ``prefix``.
     PER_SENTENCE = (
         "ignore", "final_tokens", "final_positional", "final_scores", "final_lengths",
-        "final_count", "done", "beam_rows", "origin",
+        "final_count", "done", "beam_rows", "origin", "source_lengths",
     )  # fmt: skip
 
     def __init__(
@@ -118,6 +121,7 @@ class TensorBeamSearch:
         prefix: Optional[Tensor] = None,
         positions: Optional[int] = None,
         fixed_address: bool = False,
+        source_lengths: Optional[Tensor] = None,
     ) -> None:
         s = settings
         # ``positions``: room for outputs of up to positions - 1 tokens (default: max_len + 1), so
@@ -146,12 +150,20 @@ class TensorBeamSearch:
         self.done = torch.empty(sentences, dtype=torch.bool, device=device)
         # The row (within its sentence) of fairseq's j-th hypothesis (place_children).
         self.beam_rows = torch.empty(sentences, s.beam, dtype=torch.long, device=device)
-        self.restart(settings, bos, prefix)
+        # Each sentence's source length, read with settings.match_source_len only.
+        self.source_lengths = torch.zeros(sentences, dtype=torch.long, device=device)
+        self.restart(settings, bos, prefix, source_lengths)
 
-    def restart(self, settings: SearchSettings, bos: int, prefix: Optional[Tensor] = None) -> None:
+    def restart(
+        self,
+        settings: SearchSettings,
+        bos: int,
+        prefix: Optional[Tensor] = None,
+        source_lengths: Optional[Tensor] = None,
+    ) -> None:
         """A new batch of the same shape, in the same memory (a captured graph reads it), with
         its own ``max_len``; ``prefix``: forced tokens per sentence (sentences, width), padding
-        where none."""
+        where none; ``source_lengths``: each sentence's, for ``match_source_len``."""
         if settings.max_len >= self.scores.tensor.size(1):
             raise ValueError(f"max_len {settings.max_len}: room for {self.scores.tensor.size(1)}")
         self.settings = settings
@@ -168,6 +180,8 @@ class TensorBeamSearch:
         self.final_count.zero_()
         self.done.zero_()
         self.beam_rows.copy_(torch.arange(self.settings.beam).expand_as(self.beam_rows))
+        if source_lengths is not None:
+            self.source_lengths.copy_(source_lengths)
         self.prefix = prefix
         # The batch's index of each sentence still searched, and the n-best of those dropped.
         self.origin = torch.arange(self.sentences, device=self.done.device)
@@ -228,6 +242,8 @@ class TensorBeamSearch:
             self._replicate_first_hypothesis(step, lprobs)
         if s.no_repeat_ngram:
             self._block_repeated_ngrams(step, lprobs)
+        if s.match_source_len:
+            self._match_source_lengths(step, lprobs)
         if s.sampling is not None:
             cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
         else:
@@ -386,6 +402,12 @@ class TensorBeamSearch:
         blocked.masked_fill_(repeated, -math.inf)
         lprobs.scatter_reduce_(1, ngrams[:, :, -1], blocked, reduce="amin")
 
+    def _match_source_lengths(self, step: Step, lprobs: Tensor) -> None:
+        """fairseq's ``LengthConstrainedBeamSearch`` as ``--match-source-len`` builds it: EOS is
+        forbidden before a sentence's source length and free (log-probability 0) from it on."""
+        eos = lprobs.view(self.sentences, -1, lprobs.size(1)).select(2, self.settings.eos)
+        eos.fill_(0).masked_fill_(self.source_lengths.gt(step).unsqueeze(1), -math.inf)
+
     def _replicate_first_hypothesis(self, step: int, lprobs: Tensor) -> None:
         """Where a sentence's forced prefix token at ``step`` is EOS, give every row of it the
         first hypothesis' tokens, scores and log-probabilities (fairseq's
@@ -425,6 +447,8 @@ class TensorBeamSearch:
             scores = scores / (
                 length**s.len_penalty if on_host else length.double().pow(s.len_penalty).float()
             )
+        if s.match_source_len:  # fairseq's finalize: a hypothesis longer than its source
+            scores = scores.masked_fill(self.source_lengths.lt(step).unsqueeze(1), -math.inf)
         self.final_scores.scatter_(1, slot, scores)
         self.final_lengths.scatter_(1, slot, torch.zeros_like(slot).add_(length))
         self.final_count += accept.sum(dim=1)

@@ -1,5 +1,5 @@
 """``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search,
-sampling; prefix tokens and n-gram blocking).
+sampling, ``--match-source-len``; prefix tokens and n-gram blocking).
 
 It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
@@ -106,6 +106,7 @@ class StaticSequenceGenerator(nn.Module):
         sampling: bool = False,
         sampling_topk: int = -1,
         sampling_topp: float = -1.0,
+        match_source_len: bool = False,
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
@@ -148,6 +149,7 @@ class StaticSequenceGenerator(nn.Module):
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
         self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.match_source_len = match_source_len
         # fairseq's own search draws the samples; built once, every batch's search takes it
         self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
 
@@ -248,7 +250,8 @@ class StaticSequenceGenerator(nn.Module):
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
-        max_len = self._max_len(src_len)
+        src_lengths = self._source_lengths(net_input)
+        max_len = self._max_len(src_len, src_lengths)
         encoder_out = self.encoder.forward_torchscript(net_input)
         padding = encoder_out["encoder_padding_mask"]
         step, device = self.step, src_tokens.device
@@ -258,7 +261,7 @@ class StaticSequenceGenerator(nn.Module):
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, self._table(max_len, fixed))
         bos = self.eos if bos_token is None else bos_token
-        search = self._search(sentences, positions, bos, max_len, device, prefix_tokens)
+        search = self._search(sentences, positions, bos, max_len, src_lengths, prefix_tokens)
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
         # CUDA graphs the step alone replayed, on the first-step cache kept with the cache).
         first = cache.first_step()
@@ -308,27 +311,54 @@ class StaticSequenceGenerator(nn.Module):
         positions: int,
         bos: int,
         max_len: int,
-        device: torch.device,
+        src_lengths: Tensor,
         prefix: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
-        """A beam search for a batch (``prefix``: a language model's prompt tokens to force), room
-        for ``positions`` (so that the tokens a compiled step reads have one layout per length
-        bucket); with CUDA graphs, the one kept for its shape, restarted."""
-        settings = self._settings(max_len)
+        """A beam search for a batch (``prefix``: tokens to force, a reference's or a language
+        model's prompt), room for ``positions`` (so that the tokens a compiled step reads have
+        one layout per length bucket); with CUDA graphs, the one kept for its shape, restarted.
+        ``src_lengths`` limit the scored lengths with ``--match-source-len``."""
+        settings, device = self._settings(max_len), src_lengths.device
+        lengths = src_lengths if self.match_source_len else None
         if not self.execution.graphs:
-            return TensorBeamSearch(settings, sentences, bos, device, prefix, positions=positions)
+            return TensorBeamSearch(
+                settings, sentences, bos, device, prefix, positions=positions, source_lengths=lengths
+            )
         key = (sentences, positions)
         if key in self._searches:
-            self._searches[key].restart(settings, bos, prefix)
+            self._searches[key].restart(settings, bos, prefix, lengths)
         else:
             self._searches[key] = TensorBeamSearch(
-                settings, sentences, bos, device, prefix, positions=positions, fixed_address=True
+                settings,
+                sentences,
+                bos,
+                device,
+                prefix,
+                positions=positions,
+                fixed_address=True,
+                source_lengths=lengths,
             )
         return self._searches[key]
 
-    def _max_len(self, src_len: int) -> int:
-        """fairseq's limit on a batch's output length (``--max-len-a/b``, the model's positions),
-        at least ``min_len``."""
+    def _source_lengths(self, net_input: Dict[str, Tensor]) -> Tensor:
+        """fairseq's source lengths: ``src_lengths``, else the tokens that are neither EOS nor
+        padding."""
+        if "src_lengths" in net_input:
+            return net_input["src_lengths"]
+        tokens = net_input["src_tokens"]
+        return (tokens.ne(self.eos) & tokens.ne(self.pad)).long().sum(dim=1)
+
+    def _max_len(self, src_len: int, src_lengths: Tensor) -> int:
+        """fairseq's limit on a batch's output length (``--max-len-a/b``, the model's positions;
+        with ``--match-source-len`` the longest source), at least ``min_len``."""
+        if self.match_source_len:
+            max_len = int(src_lengths.max())
+            if self.min_len > max_len:
+                raise UsageError(
+                    f"--min-len {self.min_len} is above the longest source of a batch ({max_len} "
+                    "tokens), the longest output --match-source-len allows: lower --min-len"
+                )
+            return max_len
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         if self.min_len > max_len:
             raise UsageError(
@@ -416,6 +446,7 @@ class StaticSequenceGenerator(nn.Module):
             eos=self.eos,
             sampling=self.search,
             no_repeat_ngram=self.no_repeat_ngram_size,
+            match_source_len=self.match_source_len,
         )
 
 
@@ -488,6 +519,7 @@ def generator_options(
         sampling=bool(getattr(args, "sampling", False)),
         sampling_topk=getattr(args, "sampling_topk", -1),
         sampling_topp=getattr(args, "sampling_topp", -1.0),
+        match_source_len=bool(getattr(args, "match_source_len", False)),
         precision=precision,
         execution=None if execution is None else str(execution),
     )

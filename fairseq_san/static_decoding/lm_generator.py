@@ -51,7 +51,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
         the prompt included, in the search returned."""
         src_tokens = sample["net_input"]["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
-        max_len = self._max_len(src_len)
+        src_lengths = self._source_lengths(sample["net_input"])
+        max_len = self._max_len(src_len, src_lengths)
         device = src_tokens.device
         bos = self.eos if bos_token is None else bos_token
         known = self._known_positions(prefix_tokens, max_len)
@@ -60,7 +61,7 @@ class StaticLMGenerator(StaticSequenceGenerator):
         cache = self._cache(sentences, positions, fixed, device)
         cache.sentences = sentences
         self.step.prepare(None, None, cache, self._table(max_len, fixed))
-        search = self._search(sentences, positions, bos, max_len, device, prefix_tokens)
+        search = self._search(sentences, positions, bos, max_len, src_lengths, prefix_tokens)
 
         # Positions 0..known: the start token and the prompt tokens every sentence has, in one
         # pass on one row per sentence (its hypotheses are all the same there).

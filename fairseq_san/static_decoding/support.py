@@ -29,7 +29,6 @@ GenerationArgs = Union[Namespace, DictConfig]
 UNSUPPORTED_OPTIONS = [
     ("diverse_beam_groups", lambda v: v is not None and v > 0),
     ("diversity_rate", lambda v: v is not None and v > -1),
-    ("match_source_len", bool),
     ("constraints", bool),
     ("retain_dropout", bool),
     ("print_alignment", bool),

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# --no-repeat-ngram-size, --prefix-size and --sampling through fairseq's decoder and the static
-# one: one checkpoint (En->De, update 330 of the recipe), Multi30k's test (1,000 sentences)
-# decoded with n-gram blocking off, 2 and 3, with the first 1 and 3 tokens of each reference
-# forced, and sampled (plain, beam 1; top-k 10, 4 samples each; one seed for the whole run);
-# every sentence's hypotheses compared, and the hypotheses that repeat a word bigram counted (at
+# --no-repeat-ngram-size, --prefix-size, --sampling and --match-source-len through fairseq's
+# decoder and the static one: one checkpoint (En->De, update 330 of the recipe), Multi30k's test
+# (1,000 sentences) decoded with n-gram blocking off, 2 and 3, with the first 1 and 3 tokens of
+# each reference forced, sampled (plain, beam 1; top-k 10, 4 samples each; one seed for the
+# whole run), and with outputs as long as the sources; every sentence's hypotheses compared, and the hypotheses that repeat a word bigram counted (at
 # most 60 tokens: the weak model's outputs run long). Wall times are one run each, sequential:
 # not a benchmark.
 set -euo pipefail
@@ -47,3 +47,4 @@ compare prefix-1 --prefix-size 1
 compare prefix-3 --prefix-size 3
 compare sampling --sampling --seed 1 --beam 1
 compare sampling-topk-10 --sampling --sampling-topk 10 --seed 1 --beam 4 --nbest 4
+compare match-source-len --match-source-len

@@ -20,11 +20,35 @@ FINITE_SEARCH_NUMBERS = (
 )
 
 
+# fairseq's search strategies, one of which its generator runs: (option, test of its value that
+# chooses it), as ``FairseqTask.build_generator`` counts them; two at once were its ValueError
+# "Provided Search parameters are mutually exclusive." (a traceback, naming no option).
+SEARCH_STRATEGIES = (
+    ("sampling", bool),
+    ("diverse_beam_groups", lambda value: is_number(value) and value > 0),
+    ("match_source_len", bool),
+    ("diversity_rate", lambda value: is_number(value) and value > 0),
+)
+
+
+def check_one_search(args: argparse.Namespace) -> None:
+    """Refuse two of ``SEARCH_STRATEGIES`` at once, naming them."""
+    chosen = [
+        flag_of(name) for name, chooses in SEARCH_STRATEGIES if chooses(getattr(args, name, None))
+    ]
+    if len(chosen) > 1:
+        raise UsageError(
+            f"{' and '.join(chosen)} each choose a search, and fairseq's generator runs one: pass "
+            "one of them"
+        )
+
+
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
-    is not a finite number, an n-gram blocking size of 1 or below 0 (``check_ngram_size``), and
-    a diverse beam strength without the groups that read it."""
+    is not a finite number, an n-gram blocking size of 1 or below 0 (``check_ngram_size``), a
+    diverse beam strength without the groups that read it, and two search strategies at once
+    (``check_one_search``)."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
@@ -63,6 +87,7 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
             "top-p tokens and ignores top-k; pass one"
         )
+    check_one_search(args)
 
 
 def check_ngram_size(size: object) -> None:

@@ -1881,6 +1881,13 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_generation_parser", ["data", "--path", "c.pt", "--diverse-beam-strength", "0.9"],
          "--diverse-beam-strength 0.9 is read only by diverse beam search: pass "
          "--diverse-beam-groups G as well (the search ignored it)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--sampling", "--match-source-len"],
+         "--sampling and --match-source-len each choose a search, and fairseq's generator runs "
+         "one: pass one of them"),  # fairseq's ValueError naming neither, a traceback
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--beam", "4",
+                                               "--diverse-beam-groups", "2", "--diversity-rate",
+                                               "0.5"],
+         "--diverse-beam-groups and --diversity-rate each choose a search"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--no-repeat-ngram-size", "1"],
          "--no-repeat-ngram-size 1: it must be 0 (no blocking) or an integer of at least 2 (1 "
          "would block the end of sentence too"),  # nothing on the CPU, the end with CUDA's

@@ -477,6 +477,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "beam search"),
         ({"no_repeat_ngram_size": 1}, "--no-repeat-ngram-size 1: it must be 0 (no blocking) or "
          "an integer of at least 2"),
+        ({"sampling": True, "match_source_len": True}, "--sampling and --match-source-len each "
+         "choose a search, and fairseq's generator runs one"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
          "--san-decoder-execution compile: choose one of eager, fixed, graph, compile-graph"),
     ):  # fmt: skip

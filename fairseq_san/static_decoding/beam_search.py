@@ -6,19 +6,20 @@ Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subt
 forbidden before ``min_len`` and forced at ``max_len``; with ``no_repeat_ngram`` n, a token that
 would repeat an n-gram of its hypothesis is forbidden (fairseq's ``NGramRepeatBlock``); with
 ``match_source_len``, EOS is forbidden before a sentence's source length and free (0) from it on,
-and a hypothesis finished after it scores -inf; the top 2 x beam candidates (beam x vocabulary, or the first beam only at step 0) are ranked by
-cumulative log-probability; EOS candidates among the top ``beam`` are finished, with score
-(cumulative log-probability) / length ** lenpen, in candidate order, until a sentence has
-``beam`` finished hypotheses (it is then done); the first ``beam`` non-EOS candidates continue.
-At the end each sentence's finished hypotheses are sorted by score (fairseq's n-best).
+and a hypothesis finished after it scores -inf; the top 2 x beam candidates (beam x vocabulary,
+or the first beam only at step 0) are ranked by cumulative log-probability; EOS candidates among
+the top ``beam`` are finished, with score (cumulative log-probability) / length ** lenpen, in
+candidate order, until a sentence has ``beam`` finished hypotheses (it is then done); the first
+``beam`` non-EOS candidates continue. At the end each sentence's finished hypotheses are sorted
+by score (fairseq's n-best).
 
 With ``sampling`` (fairseq's ``Sampling`` search: ``--sampling``, ``--sampling-topk``,
 ``--sampling-topp``) the candidates are one token per hypothesis that it draws from its
 distribution (restricted to the top k, or to the smallest set whose probability exceeds p), at
 step 0 ``beam`` tokens drawn from the first hypothesis; the rest is the same. With ``prefix``
-tokens (a language model's prompt) a hypothesis must take its prefix token at each step where it
-has one (not padding) and the step is below ``max_len``; EOS is then allowed before ``min_len``,
-as fairseq does.
+tokens (a reference's first tokens, a language model's prompt) a hypothesis must take its prefix
+token at each step where it has one (not padding) and the step is below ``max_len``; EOS is then
+allowed before ``min_len``, as fairseq does.
 
 What differs is the bookkeeping, not the result:
 

@@ -322,7 +322,7 @@ class StaticSequenceGenerator(nn.Module):
         lengths = src_lengths if self.match_source_len else None
         if not self.execution.graphs:
             return TensorBeamSearch(
-                settings, sentences, bos, device, prefix, positions=positions, source_lengths=lengths
+                settings, sentences, bos, device, prefix, positions, source_lengths=lengths
             )
         key = (sentences, positions)
         if key in self._searches:

@@ -29,6 +29,7 @@ from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
 from fairseq_san.static_decoding.support import GenerationArgs
 
+
 class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 

@@ -3,17 +3,13 @@
 # decoder and the static one: one checkpoint (En->De, update 330 of the recipe), Multi30k's test
 # (1,000 sentences) decoded with n-gram blocking off, 2 and 3, with the first 1 and 3 tokens of
 # each reference forced, sampled (plain, beam 1; top-k 10, 4 samples each; one seed for the
-# whole run), and with outputs as long as the sources; every sentence's hypotheses compared, and the hypotheses that repeat a word bigram counted (at
-# most 60 tokens: the weak model's outputs run long). Wall times are one run each, sequential:
-# not a benchmark.
+# whole run), and with outputs as long as the sources; every sentence's hypotheses compared, and
+# the hypotheses that repeat a word bigram counted (at most 60 tokens: the weak model's outputs
+# run long). Wall times are one run each, sequential: not a benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-RUN=${RUN:-runs/int8-batch} OUT=${OUT:-runs/static-options}
-DATA=data-bin/multi30k.en-de
-examples/multi30k/prepare.sh en de "$DATA"
-[ -f "$RUN/iter0/checkpoints/checkpoint_3_330.pt" ] || examples/learn_to_share.sh --data "$DATA" \
-  --run-dir "$RUN" --updates 660 --max-iterations 1 -- --warmup-updates 300 \
-  --save-interval-updates 330 --num-workers 0
+source docs/results/cpu-yardstick/weak-en-de.sh  # DATA, CHECKPOINT, differing
+OUT=${OUT:-runs/static-options}
 mkdir -p "$OUT"
 repeating() {  # how many hypotheses of a fairseq-generate output repeat a word bigram
   grep '^H-' "$1" | cut -f3 | python3 -c '
@@ -24,7 +20,7 @@ decode() {  # NAME DECODING OPTION...
   local name=$1 decoding=$2 start=$SECONDS
   shift 2
   fairseq-generate "$DATA" --user-dir fairseq_san --task translation_san \
-    --path "$RUN/iter0/checkpoints/checkpoint_3_330.pt" --gen-subset test --beam 5 \
+    --path "$CHECKPOINT" --gen-subset test --beam 5 \
     --max-len-b 60 --batch-size 64 --post-process sentencepiece --san-decoding "$decoding" \
     "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"
   echo "$name: $((SECONDS - start)) s, $(grep -c '^H-' "$OUT/$name.txt") hypotheses," \
@@ -35,8 +31,7 @@ compare() {  # NAME OPTION...: fairseq's decoder and the static one, best hypoth
   shift
   decode "fairseq-$name" fairseq "$@"
   decode "static-$name" static "$@"
-  echo "$name: $(diff <(grep '^H-' "$OUT/fairseq-$name.txt" | cut -f1,3 | sort) \
-    <(grep '^H-' "$OUT/static-$name.txt" | cut -f1,3 | sort) | grep -c '^<' || true) of" \
+  echo "$name: $(differing "$OUT/fairseq-$name.txt" "$OUT/static-$name.txt") of" \
     "$(grep -c '^H-' "$OUT/fairseq-$name.txt") hypotheses differ between fairseq's decoder and" \
     "the static one"
 }

@@ -5,17 +5,12 @@
 # batch's longest source, which would change translations with the batch at any precision).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-HERE=docs/results/cpu-yardstick/int8-batch-2026-12-01
-RUN=${RUN:-runs/int8-batch} OUT=${OUT:-$RUN/decoded}
-DATA=data-bin/multi30k.en-de
-examples/multi30k/prepare.sh en de "$DATA"
-[ -f "$RUN/iter0/checkpoints/checkpoint_3_330.pt" ] || examples/learn_to_share.sh --data "$DATA" \
-  --run-dir "$RUN" --updates 660 --max-iterations 1 -- --warmup-updates 300 \
-  --save-interval-updates 330 --num-workers 0
+source docs/results/cpu-yardstick/weak-en-de.sh  # DATA, CHECKPOINT, differing
+OUT=${OUT:-$RUN/decoded}
 mkdir -p "$OUT"
 decode() {  # NAME BATCH PRECISION
   fairseq-generate "$DATA" --user-dir fairseq_san --task translation_san \
-    --path "$RUN/iter0/checkpoints/checkpoint_3_330.pt" --gen-subset test --beam 4 \
+    --path "$CHECKPOINT" --gen-subset test --beam 4 \
     --max-len-a 0 --max-len-b 60 --post-process sentencepiece --san-decoding static \
     --batch-size "$2" --san-decoder-precision "$3" > "$OUT/$1.txt" 2> "$OUT/$1.log"
   echo "$1: $(tail -1 "$OUT/$1.txt")"
@@ -23,8 +18,7 @@ decode() {  # NAME BATCH PRECISION
 decode fp32-16 16 fp32; decode fp32-1 1 fp32
 decode int8-16 16 int8; decode int8-64 64 int8; decode int8-1 1 int8
 differ() {  # how many of the sentences' best hypotheses differ between two decodings
-  echo "$1 vs $2: $(diff <(grep '^H-' "$OUT/$1.txt" | cut -f1,3 | sort) \
-    <(grep '^H-' "$OUT/$2.txt" | cut -f1,3 | sort) | grep -c '^<') of $(grep -c '^H-' "$OUT/$1.txt") differ"
+  echo "$1 vs $2: $(differing "$OUT/$1.txt" "$OUT/$2.txt") of $(grep -c '^H-' "$OUT/$1.txt") differ"
 }
 differ fp32-1 fp32-16; differ int8-1 int8-16; differ int8-16 int8-64; differ int8-1 int8-64
 differ fp32-16 int8-16; differ fp32-16 int8-1

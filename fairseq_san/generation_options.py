@@ -47,8 +47,8 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
     is not a finite number, an n-gram blocking size of 1 or below 0 (``check_ngram_size``), a
-    diverse beam strength without the groups that read it, and two search strategies at once
-    (``check_one_search``)."""
+    diverse beam strength without the groups that read it, groups that do not divide the beam,
+    and two search strategies at once (``check_one_search``)."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
@@ -87,7 +87,29 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             f"--sampling-topk {topk} and --sampling-topp {topp}: fairseq's sampling keeps the "
             "top-p tokens and ignores top-k; pass one"
         )
+    check_diverse_beam_groups(beam, groups)
     check_one_search(args)
+
+
+def check_diverse_beam_groups(beam: int, groups: object) -> None:
+    """Refuse diverse beam search's groups where they do not divide the beam (fairseq's search
+    failed at a batch's first step, a traceback through the hub)."""
+    if is_integer(groups) and groups > 0 and beam % groups:
+        raise UsageError(
+            f"--beam {beam} is not a multiple of --diverse-beam-groups {groups}: diverse beam "
+            "search splits the beam into groups of equal size"
+        )
+
+
+def unmet_constraints(max_len: int) -> UsageError:
+    """The error for a sentence whose ``--constraints`` were not all met within its ``max_len``
+    output tokens: the search forbids the end of sentence until they are, and fairseq's
+    generator then failed its assertion ``step < max_len`` (a traceback)."""
+    return UsageError(
+        f"--constraints: a sentence's constraints were not all met within its {max_len} output "
+        "tokens (the end of sentence waits for them): raise --max-len-a or --max-len-b, or give "
+        "it fewer or shorter constraints"
+    )
 
 
 def check_ngram_size(size: object) -> None:

@@ -163,11 +163,18 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 "scorer no reference to score; score translations with fairseq-generate "
                 "--score-reference (score() scores texts with a language model)"
             )
-        if keywords.get("constraints") and not (inference_step_args or {}).get("constraints"):
+        representation = keywords.get("constraints", self.cfg.generation.get("constraints"))
+        tokens_given = (inference_step_args or {}).get("constraints") is not None
+        if representation and not tokens_given:
             raise UsageError(
-                f"constraints={keywords['constraints']!r}: constrained decoding needs the "
+                f"constraints={representation!r}: constrained decoding needs the "
                 "constraint tokens, inference_step_args={'constraints': ...} (fairseq's "
                 "data_utils.pack_constraints)"
+            )
+        if tokens_given and not representation:
+            raise UsageError(
+                "inference_step_args={'constraints': ...} needs constraints='ordered' or "
+                "'unordered' (the search that meets them)"
             )
         if keywords.get("print_alignment") and language_model:
             raise UsageError(

@@ -1881,6 +1881,10 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_generation_parser", ["data", "--path", "c.pt", "--diverse-beam-strength", "0.9"],
          "--diverse-beam-strength 0.9 is read only by diverse beam search: pass "
          "--diverse-beam-groups G as well (the search ignored it)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--beam", "5",
+                                   "--diverse-beam-groups", "2"],
+         "--beam 5 is not a multiple of --diverse-beam-groups 2: diverse beam search splits the "
+         "beam into groups of equal size"),  # fairseq's ValueError at the first step
         ("get_generation_parser", ["data", "--path", "c.pt", "--sampling", "--match-source-len"],
          "--sampling and --match-source-len each choose a search, and fairseq's generator runs "
          "one: pass one of them"),  # fairseq's ValueError naming neither, a traceback

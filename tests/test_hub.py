@@ -475,6 +475,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "constraint tokens, inference_step_args={'constraints': ...}"),
         ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
          "beam search"),
+        ({"beam": 4, "diverse_beam_groups": 3}, "--beam 4 is not a multiple of "
+         "--diverse-beam-groups 3"),  # fairseq's ValueError at the first step, a traceback
         ({"no_repeat_ngram_size": 1}, "--no-repeat-ngram-size 1: it must be 0 (no blocking) or "
          "an integer of at least 2"),
         ({"sampling": True, "match_source_len": True}, "--sampling and --match-source-len each "
@@ -488,6 +490,30 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
         language_model.sample("tok1 tok2", beam=1, max_len_b=8, print_alignment="hard")
     with pytest.raises(UsageError, match=r"^score_reference=True \(score\(\) sets it\)"):
         hub.score("tok1 tok2 tok3")
+
+
+def test_the_hub_meets_constraints_with_either_decoder(san_checkpoint, binarized_corpus):
+    """``constraints='ordered'`` with the constraint tokens in ``inference_step_args``: fairseq's
+    decoder and the static one give the same translation, holding its constraint; the tokens
+    without the representation are one line (fairseq's generator raised NotImplementedError)."""
+    import torch
+    from fairseq.token_generation_constraints import pack_constraints
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    source = hub.encode("tok1 tok2 tok3 tok4")
+    word = hub.tgt_dict.index("tok7")
+    packed = {"constraints": pack_constraints([[torch.tensor([word])]])}
+    best = [
+        hub.generate([source], beam=4, constraints="ordered", inference_step_args=packed,
+                     san_decoding=decoding)[0][0]["tokens"].tolist()
+        for decoding in ("fairseq", "static")
+    ]  # fmt: skip
+    assert best[0] == best[1] and word in best[0]
+    with pytest.raises(UsageError, match=r"^inference_step_args=\{'constraints': ...\} needs "
+                       "constraints='ordered' or 'unordered'"):  # fmt: skip
+        hub.generate([source], beam=4, inference_step_args=packed)
 
 
 def test_a_language_model_scores_texts(language_model):

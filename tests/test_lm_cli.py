@@ -226,11 +226,11 @@ def test_the_static_decoder_of_a_language_model_refuses_options_it_lacks(trained
     result = run_cli(
         "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
         "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu",
-        "--san-decoding", "static", "--diverse-beam-groups", "2", input="tok1\n",
+        "--san-decoding", "static", "--retain-dropout", input="tok1\n",
     )  # fmt: skip
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: --san-decoding static does not support --diverse-beam-groups; decode "
+        "fairseq-san: error: --san-decoding static does not support --retain-dropout; decode "
         "with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
     )
 

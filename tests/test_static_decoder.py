@@ -193,8 +193,7 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(name, monkeypatch):
     monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
     dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
-    batches = [dict(net_input=dict(zip(("src_tokens", "src_lengths"), source_batch(
-        DICTIONARY, lengths, seed=seed)))) for lengths, seed in ((SOURCE_LENGTHS, 1), ([4, 8, 2], 2))]
+    batches = list(two_batches())
     for seed, beam, topk, topp in ((0, 1, -1, -1.0), (2, 4, -1, -1.0), (0, 4, 5, -1.0),
                                    (1, 3, -1, 0.8)):  # fmt: skip
         settings = dict(max_len_b=12, len_penalty=0.5)
@@ -214,6 +213,174 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(name, monkeypatch):
             for batch, expected in zip(batches, theirs):
                 assert_same_hypotheses(expected, ours.generate([model], batch))
     assert dropped
+
+
+# Diverse searches (fairseq's task builds the search from these options): beam, groups or rate.
+DIVERSE_SEARCHES = [
+    (4, dict(diverse_beam_groups=2)),
+    (8, dict(diverse_beam_groups=2, diverse_beam_strength=1.5)),
+    (6, dict(diverse_beam_groups=3)),
+    (4, dict(diverse_beam_groups=4)),
+    (1, dict(diversity_rate=0.0)),
+    (4, dict(diversity_rate=0.5)),
+    (8, dict(diversity_rate=2.0)),
+]
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan-san"])
+def test_diverse_searches_choose_fairseqs_hypotheses(name, monkeypatch):
+    """--diverse-beam-groups (with --diverse-beam-strength) and --diversity-rate: fairseq's own
+    DiverseBeamSearch and DiverseSiblingsSearch, called on the hypotheses in fairseq's order,
+    give fairseq's n-best batch after batch (their state is per batch), with done sentences
+    leaving the batch (as soon as one is), the position an int (eager, fixed) or the step alone
+    replayed (CUDA graphs, stand-in capture: the searches take the host's position). The n-best
+    differ from beam search's, so the searches were the ones that ran."""
+    from fairseq.search import DiverseBeamSearch, DiverseSiblingsSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0])
+    batches = list(two_batches())
+    settings = dict(max_len_b=12, len_penalty=0.5)
+    for beam, diverse in DIVERSE_SEARCHES:
+        groups = diverse.get("diverse_beam_groups")
+        search = (DiverseBeamSearch(DICTIONARY, groups, diverse.get("diverse_beam_strength", 0.5))
+                  if groups else DiverseSiblingsSearch(DICTIONARY, diverse["diversity_rate"]))
+        fairseqs = SequenceGenerator([model], DICTIONARY, beam, **settings, search_strategy=search)
+        with torch.no_grad():
+            expected = [fairseqs.generate([model], batch) for batch in batches]
+        options = dict(beam_size=beam, **diverse, **settings)
+        for execution in ("eager", "fixed", "graph"):
+            if execution == "graph":
+                ours = graphed_translator(model, recording_capture([]), **options)
+            else:
+                ours = StaticSequenceGenerator([model], DICTIONARY, execution=execution, **options)
+            for batch, theirs in zip(batches, expected):
+                assert_same_hypotheses(theirs, ours.generate([model], batch))
+        if beam > 1 and diverse.get("diversity_rate", 1) > 0:
+            plain = generate(model, DICTIONARY, *batches[0]["net_input"].values(), beam, **settings)
+            assert ranked_tokens(plain) != ranked_tokens(expected[0]), (beam, diverse)
+    assert dropped
+    with pytest.raises(UsageError, match=r"^--beam 3 is not a multiple of --diverse-beam-groups 2"):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=3, diverse_beam_groups=2)
+
+
+def ranked_tokens(nbests):
+    return [[hypothesis["tokens"].tolist() for hypothesis in nbest] for nbest in nbests]
+
+
+# Per sentence of two_batches' batches, the constraints' tokens (some sentences have none).
+CONSTRAINTS = [
+    [[5, 6], [], [7, 9, 10], [11], [], [4, 5, 6]],
+    [[], [8, 12], [13], [], [6, 6], [9]],
+]
+
+
+def packed_constraints(batch: int, representation: str) -> torch.Tensor:
+    """fairseq's packed constraints for batch ``batch`` (``pack_constraints``): the unordered
+    representation gets a few one-token constraints, the ordered one a sequence of them."""
+    from fairseq.token_generation_constraints import pack_constraints
+
+    return pack_constraints([
+        [] if not tokens else [torch.tensor(tokens)] if representation == "ordered" else
+        [torch.tensor([token]) for token in tokens]
+        for tokens in CONSTRAINTS[batch]
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan-san"])
+def test_constraints_are_met_as_fairseq_meets_them(name, monkeypatch):
+    """--constraints ordered and unordered: fairseq's own LexicallyConstrainedBeamSearch, its
+    states following fairseq's hypotheses (pruned as sentences finish, updated with those that
+    continue), gives fairseq's n-best batch after batch, with done sentences leaving the batch
+    (as soon as one is), eager, fixed and with the step alone replayed (stand-in capture); the
+    best hypotheses hold their constraints, which plain beam search's did not."""
+    from fairseq.search import LexicallyConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    dropped = calls_of(monkeypatch, DecoderCache, "keep_sentences")
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0])
+    batches = list(two_batches())
+    for representation, beam in itertools.product(("ordered", "unordered"), (4, 8)):
+        search = LexicallyConstrainedBeamSearch(DICTIONARY, representation)
+        options = dict(beam_size=beam, max_len_b=12)
+        fairseqs = SequenceGenerator([model], DICTIONARY, search_strategy=search, **options)
+        constraints = [packed_constraints(index, representation) for index in range(2)]
+        with torch.no_grad():
+            expected = [fairseqs.generate([model], batch, constraints=packed)
+                        for batch, packed in zip(batches, constraints)]  # fmt: skip
+        options["constraints"] = representation
+        for execution in ("eager", "fixed", "graph"):
+            if execution == "graph":
+                ours = graphed_translator(model, recording_capture([]), **options)
+            else:
+                ours = StaticSequenceGenerator([model], DICTIONARY, execution=execution, **options)
+            for batch, packed, theirs in zip(batches, constraints, expected):
+                assert_same_hypotheses(theirs, ours.generate([model], batch, constraints=packed))
+        for index, nbests in enumerate(expected):
+            for tokens, nbest in zip(CONSTRAINTS[index], nbests):
+                assert holds(nbest[0]["tokens"].tolist(), tokens, representation), tokens
+    plain = generate(model, DICTIONARY, *batches[0]["net_input"].values(), 4, max_len_b=12)
+    assert not all(holds(nbest[0]["tokens"].tolist(), tokens, "unordered")
+                   for tokens, nbest in zip(CONSTRAINTS[0], plain))  # fmt: skip
+    assert dropped
+
+
+@pytest.mark.parametrize("name", ["baseline", "aan-san"])
+def test_prefix_allowed_tokens_restrict_as_fairseqs(name, monkeypatch):
+    """``prefix_allowed_tokens_fn`` (``task.build_generator``'s argument, the hub's; fairseq's
+    PrefixConstrainedBeamSearch): called with the same sample ids and hypotheses, in the same
+    order, as fairseq's generator calls it, it gives fairseq's n-best, with done sentences
+    leaving the batch; where it leaves a hypothesis no token at the maximum length, the search
+    stops there as fairseq's does (fewer n-best, no error)."""
+    from fairseq.search import PrefixConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import generator
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0])
+    batches = list(two_batches())
+    for batch, ids in zip(batches, ([7, 3, 12, 0, 5, 9], [1, 8, 2, 11, 4, 6])):
+        batch["id"] = torch.tensor(ids)
+
+    def allowed_after(calls, ending):
+        def allowed(batch_id, tokens):
+            calls.append((int(batch_id), tokens.tolist()))
+            last = int(tokens[-1])
+            words = [t for t in range(4, len(DICTIONARY)) if (t + last + batch_id) % 3]
+            return words + [DICTIONARY.eos()] if ending or batch_id % 2 else words
+
+        return allowed
+
+    for beam, ending in itertools.product((2, 4), (True, False)):
+        theirs, ours = [], []
+        search = PrefixConstrainedBeamSearch(DICTIONARY, allowed_after(theirs, ending))
+        fairseqs = SequenceGenerator([model], DICTIONARY, beam, max_len_b=8, search_strategy=search)
+        with torch.no_grad():
+            expected = [fairseqs.generate([model], batch) for batch in batches]
+        static = StaticSequenceGenerator([model], DICTIONARY, beam, max_len_b=8,
+                                         prefix_allowed_tokens_fn=allowed_after(ours, ending))
+        for batch, nbests in zip(batches, expected):
+            assert_same_hypotheses(nbests, static.generate([model], batch))
+        assert ours == theirs
+        assert ending or {len(nbest) for nbests in expected for nbest in nbests} == {0, beam}
+
+
+def holds(output, tokens, representation):
+    """Whether ``output`` holds the constraint ``tokens``: as one sequence (ordered), or each
+    token somewhere (unordered)."""
+    if representation == "unordered":
+        return all(output.count(token) >= tokens.count(token) for token in set(tokens))
+    return not tokens or any(output[i : i + len(tokens)] == tokens for i in range(len(output)))
 
 
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
@@ -966,8 +1133,6 @@ def test_build_generator_chooses_the_decoder(task):
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
-        (dict(constraints="ordered"), "--constraints"),
         (dict(print_alignment="hard"), "--print-alignment"),
         (dict(retain_dropout=True), "--retain-dropout"),
     ],
@@ -1135,17 +1300,42 @@ def test_an_output_width_other_than_the_layers_decodes_as_fairseqs(argv):
                                                          max_len_b=12))  # fmt: skip
 
 
-def test_other_generators_and_constraints_are_refused(task):
-    """``task.build_generator``'s own arguments: a generator class of the caller's, or a function
-    restricting each step's tokens (constrained beam search), which the static search ignores."""
+def test_build_generator_takes_fairseqs_searches_and_refuses_other_generators(task):
+    """``task.build_generator``'s own arguments: a function restricting each step's tokens and
+    ``--constraints`` give the static generator fairseq's searches for them; a generator class
+    of the caller's is refused; constraints given to a generator built without ``--constraints``
+    are one line (fairseq's generator raised NotImplementedError)."""
+    from fairseq.search import LexicallyConstrainedBeamSearch, PrefixConstrainedBeamSearch
     from fairseq.sequence_generator import SequenceGeneratorWithAlignment
 
     model = build(dictionary=DICTIONARY)[0]
     args = generation_args(san_decoding="static")
     with pytest.raises(StaticDecoderError, match=r"a custom generator class \(SequenceGeneratorWit"):
         task.build_generator([model], args, seq_gen_cls=SequenceGeneratorWithAlignment)
-    with pytest.raises(StaticDecoderError, match="prefix_allowed_tokens_fn"):
-        task.build_generator([model], args, prefix_allowed_tokens_fn=lambda batch, ids: [4])
+    allowed = task.build_generator([model], args, prefix_allowed_tokens_fn=lambda batch, ids: [4])
+    assert isinstance(allowed.search, PrefixConstrainedBeamSearch)
+    constrained = task.build_generator([model], generation_args(san_decoding="static",
+                                                                constraints="unordered"))  # fmt: skip
+    assert isinstance(constrained.search, LexicallyConstrainedBeamSearch)
+    assert constrained.search.representation == "unordered"
+    sample = next(two_batches())
+    with pytest.raises(UsageError, match="^constraints were given to a generator built without "):
+        allowed.generate([model], sample, constraints=packed_constraints(0, "ordered"))
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_constraints_not_met_within_the_maximum_length_are_one_line(task, decoding):
+    """Constraints a sentence cannot meet within its maximum output length (the search holds its
+    end of sentence back): fairseq's generator failed its assertion ``step < max_len``, a
+    traceback; both decoders now give one line naming the length and the way out."""
+    model = decisive(build(dictionary=DICTIONARY, seed=1)[0])
+    args = generation_args(san_decoding=decoding, constraints="ordered", max_len_b=2)
+    generator = task.build_generator([model], args)
+    sample = next(two_batches())
+    with pytest.raises(UsageError, match=r"^--constraints: a sentence's constraints were not all "
+                       r"met within its 2 output tokens \(the end of sentence waits for them\): "
+                       "raise --max-len-a or --max-len-b"):  # fmt: skip
+        task.inference_step(generator, [model], sample, constraints=packed_constraints(0, "ordered"))
 
 
 def test_ensembles_and_lm_fusion_are_refused(task):
@@ -1614,7 +1804,9 @@ def output_lines(stdout: str):
 
 
 def assert_same_output(expected: str, actual: str) -> int:
-    """Same hypothesis lines (text exact, scores within 1e-4); returns the number of H- lines."""
+    """Same hypothesis lines (text exact; scores, printed with 4 decimals, at most one unit of the
+    last apart: two sums in float32 may fall either side of a rounding boundary); returns the
+    number of H- lines."""
     expected_lines, actual_lines = output_lines(expected), output_lines(actual)
     assert len(expected_lines) == len(actual_lines)
     for a, b in zip(expected_lines, actual_lines):
@@ -1622,7 +1814,7 @@ def assert_same_output(expected: str, actual: str) -> int:
         assert a_fields[0] == b_fields[0] and a_fields[2:] == b_fields[2:], (a, b)
         scores_a = [float(x) for x in a_fields[1].split()]
         scores_b = [float(x) for x in b_fields[1].split()]
-        assert torch.allclose(torch.tensor(scores_a), torch.tensor(scores_b), atol=1e-4, rtol=0)
+        assert scores_a == pytest.approx(scores_b, abs=1.01e-4, rel=0)
     return sum(line.startswith("H-") for line in actual_lines)
 
 
@@ -1652,7 +1844,8 @@ def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint)
 @pytest.mark.slow
 def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     """Every value of --san-decoding prints fairseq's n-best (static with --prefix-size and
-    --no-repeat-ngram-size, --match-source-len, and its samples with --sampling --seed);
+    --no-repeat-ngram-size, --match-source-len, diverse beam search and diverse siblings, and
+    its samples with --sampling --seed);
     --san-decoder static still works and says once what replaces it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
@@ -1669,6 +1862,8 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
         (("--prefix-size", "2", "--no-repeat-ngram-size", "2"), 40),
         (("--sampling", "--sampling-topk", "5", "--seed", "3", "--nbest", "4"), 80),
         (("--match-source-len",), 40),
+        (("--diverse-beam-groups", "2", "--nbest", "4"), 80),
+        (("--diversity-rate", "0.5", "--no-repeat-ngram-size", "2"), 40),
     ):
         fairseqs, static = [
             generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *options)
@@ -1681,21 +1876,37 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
 
 @pytest.mark.slow
 def test_fairseq_interactive(binarized_corpus, checkpoint):
-    source = (binarized_corpus.parent / "raw" / "test.src").read_text()
+    """fairseq's n-best from the static decoder, and with --constraints (after a tab on each
+    input line: here the last word of each reference)."""
+    raw = binarized_corpus.parent / "raw"
+    source = (raw / "test.src").read_text()
+    last_words = [line.split()[-1] for line in (raw / "test.tgt").read_text().splitlines()]
+    constrained = "".join(
+        f"{line}\t{word}\n" for line, word in zip(source.splitlines(), last_words)
+    )
 
-    def interactive(*extra: str) -> subprocess.CompletedProcess:
+    def interactive(*extra: str, input: str = source) -> subprocess.CompletedProcess:
         return run_cli(
             "fairseq-interactive", str(binarized_corpus),
             "--user-dir", "fairseq_san", "--task", "translation_san",
             "--source-lang", "src", "--target-lang", "tgt",
             "--path", str(checkpoint), "--beam", "4", "--cpu", "--buffer-size", "4",
-            "--batch-size", "4", "--max-len-a", "1", "--max-len-b", "5", *extra, input=source,
+            "--batch-size", "4", "--max-len-a", "1", "--max-len-b", "5", *extra, input=input,
         )  # fmt: skip
 
     fairseq, static = interactive(), interactive("--san-decoding", "static")
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert "SAN decoding: static (StaticSequenceGenerator" in static.stderr
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
+    fairseqs, statics = [
+        interactive("--san-decoding", decoding, "--constraints", input=constrained)
+        for decoding in ("fairseq", "static")
+    ]
+    assert statics.returncode == 0, statics.stderr[-3000:]
+    assert assert_same_output(fairseqs.stdout, statics.stdout) == 20
+    hypotheses = [line.split("\t")[2] for line in output_lines(statics.stdout) if line[0] == "H"]
+    assert all(word in hypothesis.split() for word, hypothesis in zip(last_words, hypotheses))
+    assert output_lines(statics.stdout) != output_lines(static.stdout)
 
 
 def test_precision_table_drives_the_help_and_the_devices():

@@ -317,6 +317,58 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
     assert any(len(batch) > 1 for batch in lengths)  # sentences of a batch ended apart
 
 
+@pytest.mark.parametrize("system", ["baseline", "kv 3,1,1,1"])
+def test_diverse_searches_choose_fairseqs_continuations(system):
+    """--diverse-beam-groups and --diversity-rate after ragged prompts (fairseq's own searches,
+    forced through the prompts): fairseq's n-best, batch after batch, eager and with the
+    positions after the prompts replayed (stand-in capture)."""
+    from fairseq.search import DiverseBeamSearch, DiverseSiblingsSearch
+
+    model = language_model(system)
+    batches = [prompts((3, 5, 0, 2), seed=1), prompts((4, 1, 2), seed=2)]
+    for beam, diverse in ((4, dict(diverse_beam_groups=2)), (6, dict(diverse_beam_groups=3)),
+                          (4, dict(diversity_rate=0.5))):  # fmt: skip
+        groups = diverse.get("diverse_beam_groups")
+        search = (DiverseBeamSearch(DICT, groups, 0.5) if groups
+                  else DiverseSiblingsSearch(DICT, diverse["diversity_rate"]))  # fmt: skip
+        fairseqs = SequenceGenerator([model], DICT, beam, max_len_b=12, search_strategy=search)
+        theirs = [generate(fairseqs, model, prefix) for prefix in batches]
+        options = dict(beam_size=beam, max_len_b=12, **diverse)
+        for ours in (StaticLMGenerator([model], DICT, **options),
+                     graphed_lm(model, recording_capture([]), **options)):  # fmt: skip
+            for prefix, expected in zip(batches, theirs):
+                assert_same_hypotheses(expected, generate(ours, model, prefix), ATOL)
+
+
+@pytest.mark.parametrize("representation", ["ordered", "unordered"])
+def test_constraints_are_met_as_fairseq_meets_them(representation):
+    """--constraints after ragged prompts (fairseq's LexicallyConstrainedBeamSearch; one-token
+    constraints, in order or not: this sharp model never completes a phrase, and fairseq's
+    generator fails at max_len): fairseq's n-best, eager and with the positions after the
+    prompts replayed (stand-in capture)."""
+    from fairseq.search import LexicallyConstrainedBeamSearch
+    from fairseq.token_generation_constraints import pack_constraints
+
+    model = language_model("san 2,4")
+    prefix = prompts((3, 5, 0, 2), seed=1)
+    tokens = [[5], [], [7, 9], [11]]
+    constraints = pack_constraints([[torch.tensor([word]) for word in words] for words in tokens])
+    search = LexicallyConstrainedBeamSearch(DICT, representation)
+    fairseqs = SequenceGenerator([model], DICT, 4, max_len_b=24, search_strategy=search)
+    with torch.no_grad():
+        expected = fairseqs.generate([model], sample_of(prefix), prefix_tokens=prefix,
+                                     constraints=constraints, bos_token=DICT.eos())  # fmt: skip
+    options = dict(beam_size=4, max_len_b=24, constraints=representation)
+    for ours in (StaticLMGenerator([model], DICT, **options),
+                 graphed_lm(model, recording_capture([]), **options)):  # fmt: skip
+        actual = ours.generate([model], sample_of(prefix), prefix_tokens=prefix,
+                               constraints=constraints, bos_token=DICT.eos())  # fmt: skip
+        assert_same_hypotheses(expected, actual, ATOL)
+    for words, nbest in zip(tokens, expected):
+        best = nbest[0]["tokens"].tolist()
+        assert all(word in best for word in words), (words, best)
+
+
 @pytest.mark.parametrize("system", ["baseline", "san 2,4", "kv 3,1,1,1"])
 def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(system):
     """--no-repeat-ngram-size 2 and 3 after ragged prompts, whose n-grams count (the start token
@@ -382,8 +434,7 @@ def test_top_k_samples_only_among_the_k_most_probable_tokens():
     [
         (dict(sampling=False, sampling_topk=5), "--sampling-topk needs --sampling"),
         (dict(sampling=False, sampling_topp=0.9), "--sampling-topp needs --sampling"),
-        (dict(diverse_beam_groups=2), "--diverse-beam-groups"),
-        (dict(constraints="ordered"), "--constraints"),
+        (dict(retain_dropout=True), "--retain-dropout"),
     ],
 )
 def test_options_it_cannot_honour_are_named(overrides, message):

@@ -6,15 +6,15 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``step.py``: one decoder step over the loaded model's own weights (baseline, SAN, AAN);
 * ``execution.py``: how the step runs (eager, fixed layout, torch.compile, CUDA graphs);
 * ``graphs.py``: CUDA graphs, captured and replayed: a whole position (step, beam search,
-  reordering), or the step alone where the search needs the host's position (sampling, a
-  language model's prompt forcing);
-* ``beam_search.py``: fairseq's beam search (and sampling, prefix tokens, n-gram blocking) on
-  tensors, the position an int or a device tensor (no host sync: capturable);
+  reordering), or the step alone where the search needs the host's position (fairseq's own
+  searches: sampling, diverse beam search; a language model's prompt forcing);
+* ``beam_search.py``: fairseq's beam search (and its other searches, prefix tokens, n-gram
+  blocking) on tensors, the position an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
-  pass; greedy, beam or sampling);
+  pass; greedy, beam, sampling or diverse searches);
 * ``support.py``: what the static decoder refuses, one list per kind checked in one place
   (generation options, ``build_generator``'s arguments, decoders);
 * ``errors.py``: the one error it refuses with (``StaticDecoderError``).

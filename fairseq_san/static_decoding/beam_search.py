@@ -1,6 +1,6 @@
 """Beam search on tensors with the semantics of fairseq's ``SequenceGenerator`` + ``BeamSearch``
-(or ``Sampling``, or ``LengthConstrainedBeamSearch`` for ``--match-source-len``), prefix tokens
-and ``--no-repeat-ngram-size`` included.
+(or ``LengthConstrainedBeamSearch`` for ``--match-source-len``, or another of fairseq's own
+searches), prefix tokens and ``--no-repeat-ngram-size`` included.
 
 Per step, as fairseq does: pad is never chosen, the unknown-word penalty is subtracted, EOS is
 forbidden before ``min_len`` and forced at ``max_len``; with ``no_repeat_ngram`` n, a token that
@@ -13,20 +13,28 @@ candidate order, until a sentence has ``beam`` finished hypotheses (it is then d
 ``beam`` non-EOS candidates continue. At the end each sentence's finished hypotheses are sorted
 by score (fairseq's n-best).
 
-With ``sampling`` (fairseq's ``Sampling`` search: ``--sampling``, ``--sampling-topk``,
-``--sampling-topp``) the candidates are one token per hypothesis that it draws from its
-distribution (restricted to the top k, or to the smallest set whose probability exceeds p), at
-step 0 ``beam`` tokens drawn from the first hypothesis; the rest is the same. With ``prefix``
-tokens (a reference's first tokens, a language model's prompt) a hypothesis must take its prefix
-token at each step where it has one (not padding) and the step is below ``max_len``; EOS is then
-allowed before ``min_len``, as fairseq does.
+With ``search`` (one of fairseq's own search strategies, called on the hypotheses in fairseq's
+order) the candidates are that search's: ``Sampling`` (``--sampling``, ``--sampling-topk``,
+``--sampling-topp``) draws one token per hypothesis from its distribution (restricted to the top
+k, or to the smallest set whose probability exceeds p), at step 0 ``beam`` tokens from the first
+hypothesis; ``DiverseBeamSearch`` (``--diverse-beam-groups``) searches groups of hypotheses,
+each penalised for the tokens of the groups before it; ``DiverseSiblingsSearch``
+(``--diversity-rate``) penalises each hypothesis' k-th best continuation by k x the rate;
+``LexicallyConstrainedBeamSearch`` (``--constraints``) keeps each hypothesis' progress through
+its sentence's constraints (told which sentences finished and which candidates continue, as
+fairseq's generator tells it) and holds EOS back until they are met;
+``PrefixConstrainedBeamSearch`` (``task.build_generator``'s ``prefix_allowed_tokens_fn``) allows
+each hypothesis the tokens a function of its sample id and tokens so far returns. The rest is
+the same. With ``prefix`` tokens (a reference's first tokens, a language model's prompt)
+a hypothesis must take its prefix token at each step where it has one (not padding) and the step
+is below ``max_len``; EOS is then allowed before ``min_len``, as fairseq does.
 
 What differs is the bookkeeping, not the result:
 
 * a done sentence keeps its rows in the batch (masked: its candidates are never finished again),
   so shapes never change during a batch, until the caller drops the done sentences from the
   search and its caches together (``keep_sentences``, the CPU's path; their n-best are set aside);
-  sampling draws for the sentences not done only, as fairseq's batch holds only those;
+  fairseq's own search sees the sentences not done only, as fairseq's batch holds only those;
 * finished hypotheses are written into per-sentence tensors with one scatter per step, with no
   Python loop over hypotheses or sentences (candidates that are not stored go to a spare slot);
 * a continuing hypothesis takes its parent's row when it is the parent's first continuation, and
@@ -52,9 +60,10 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from fairseq.search import Sampling
+from fairseq.search import Search
 from torch import Tensor
 
+from fairseq_san.generation_options import unmet_constraints
 from fairseq_san.static_decoding.caches import Reorderable, sentence_rows
 
 Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the device
@@ -99,7 +108,10 @@ class SearchSettings:
     pad: int
     unk: int
     eos: int
-    sampling: Optional[Sampling] = None  # fairseq's search, which draws the candidates
+    # fairseq's search strategy that chooses the candidates (Sampling, DiverseBeamSearch,
+    # DiverseSiblingsSearch, LexicallyConstrainedBeamSearch, PrefixConstrainedBeamSearch);
+    # None: beam search, done here
+    search: Optional[Search] = None
     no_repeat_ngram: int = 0  # fairseq's --no-repeat-ngram-size: 0 (off) or at least 2
     match_source_len: bool = False  # fairseq's --match-source-len (LengthConstrainedBeamSearch)
 
@@ -110,7 +122,7 @@ class TensorBeamSearch:
     # The tensors with one entry per sentence (``keep_sentences``), besides ``prefix``.
     PER_SENTENCE = (
         "ignore", "final_tokens", "final_positional", "final_scores", "final_lengths",
-        "final_count", "done", "beam_rows", "origin", "source_lengths",
+        "final_count", "done", "beam_rows", "origin", "source_lengths", "ids",
     )  # fmt: skip
 
     def __init__(
@@ -123,6 +135,8 @@ class TensorBeamSearch:
         positions: Optional[int] = None,
         fixed_address: bool = False,
         source_lengths: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        ids: Optional[Tensor] = None,
     ) -> None:
         s = settings
         # ``positions``: room for outputs of up to positions - 1 tokens (default: max_len + 1), so
@@ -153,7 +167,7 @@ class TensorBeamSearch:
         self.beam_rows = torch.empty(sentences, s.beam, dtype=torch.long, device=device)
         # Each sentence's source length, read with settings.match_source_len only.
         self.source_lengths = torch.zeros(sentences, dtype=torch.long, device=device)
-        self.restart(settings, bos, prefix, source_lengths)
+        self.restart(settings, bos, prefix, source_lengths, constraints, ids)
 
     def restart(
         self,
@@ -161,10 +175,15 @@ class TensorBeamSearch:
         bos: int,
         prefix: Optional[Tensor] = None,
         source_lengths: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        ids: Optional[Tensor] = None,
     ) -> None:
         """A new batch of the same shape, in the same memory (a captured graph reads it), with
         its own ``max_len``; ``prefix``: forced tokens per sentence (sentences, width), padding
-        where none; ``source_lengths``: each sentence's, for ``match_source_len``."""
+        where none; ``source_lengths``: each sentence's, for ``match_source_len``;
+        ``constraints``: fairseq's packed constraints, for its search (``init_constraints``);
+        ``ids``: the sample's sentence ids, which fairseq's generator gives its search (default:
+        the positions in the batch)."""
         if settings.max_len >= self.scores.tensor.size(1):
             raise ValueError(f"max_len {settings.max_len}: room for {self.scores.tensor.size(1)}")
         self.settings = settings
@@ -186,6 +205,9 @@ class TensorBeamSearch:
         self.prefix = prefix
         # The batch's index of each sentence still searched, and the n-best of those dropped.
         self.origin = torch.arange(self.sentences, device=self.done.device)
+        self.ids = self.origin if ids is None else ids.to(self.done.device)
+        if settings.search is not None:  # fairseq's generator does it at every batch
+            settings.search.init_constraints(constraints, settings.beam)
         self.set_aside: Dict[int, List[Dict[str, Tensor]]] = {}
 
     def keep_sentences(self, sentences: Tensor) -> None:
@@ -214,9 +236,9 @@ class TensorBeamSearch:
             self.prefix = None
 
     def takes_tensor_steps(self) -> bool:
-        """Whether ``advance`` may take a tensor step: not while sampling (its draws) or forcing
-        a prefix (``release_prefix``)."""
-        return self.settings.sampling is None and self.prefix is None
+        """Whether ``advance`` may take a tensor step: not with fairseq's own search (it takes the
+        host's position; sampling's draws) or while forcing a prefix (``release_prefix``)."""
+        return self.settings.search is None and self.prefix is None
 
     def state(self) -> List[Tensor]:
         """Every tensor ``advance`` writes (what a capture's warm-up runs must restore)."""
@@ -236,8 +258,8 @@ class TensorBeamSearch:
         every sentence is done (an int ``step`` only: with a tensor, read ``done``)."""
         s = self.settings
         on_host = synced(step)
-        if not on_host and (s.sampling is not None or self.prefix is not None):
-            raise ValueError("sampling and prefix tokens take int steps (the host's position)")
+        if not on_host and (s.search is not None or self.prefix is not None):
+            raise ValueError("fairseq's searches and prefix tokens take int steps (the host's)")
         lprobs = self._constrain(step, lprobs)
         if self.prefix is not None:  # int steps only (above)
             self._replicate_first_hypothesis(step, lprobs)
@@ -245,8 +267,9 @@ class TensorBeamSearch:
             self._block_repeated_ngrams(step, lprobs)
         if s.match_source_len:
             self._match_source_lengths(step, lprobs)
-        if s.sampling is not None:
-            cand_scores, cand_rows, cand_tokens = self._sample(step, lprobs)
+        if s.search is not None:
+            searched = ~self.done  # the sentences in fairseq's batch at this step
+            cand_scores, cand_rows, cand_tokens = self._fairseq_search(step, lprobs)
         else:
             cand_scores, cand_rows, cand_tokens = self._best(step, lprobs)
 
@@ -259,6 +282,8 @@ class TensorBeamSearch:
             if on_host and bool(self.done.all()):
                 return None
         if on_host:
+            if self.search_stops(step):
+                return None
             self.check_max_len(step)
 
         # The first `beam` candidates that are not EOS continue (fairseq's active_mask).
@@ -269,6 +294,8 @@ class TensorBeamSearch:
         parents = torch.gather(cand_rows, 1, active) - self.row_offsets
         rows = place_children(parents, self.earlier)
         self.beam_rows.copy_(rows)
+        if s.search is not None:
+            self._follow_fairseq_search(searched, active)
         order = torch.empty_like(parents).scatter_(1, rows, parents + self.row_offsets).view(-1)
         self.tokens.reorder(order)
         set_column(self.tokens.tensor, step + 1, placed(cand_tokens, active, rows))
@@ -276,10 +303,20 @@ class TensorBeamSearch:
         set_column(self.scores.tensor, step, placed(cand_scores, active, rows))
         return order
 
+    def search_stops(self, step: int) -> bool:
+        """Whether fairseq's own search ends the batch at ``step`` whatever is live
+        (``stop_on_max_len``: PrefixConstrainedBeamSearch, whose allowed tokens may leave a
+        hypothesis no EOS there; those sentences get fewer hypotheses, as in fairseq)."""
+        search = self.settings.search
+        return step >= self.settings.max_len and getattr(search, "stop_on_max_len", False)
+
     def check_max_len(self, step: int) -> None:
         """RuntimeError where sentences are still live after step ``max_len`` (EOS is forced
-        there: fairseq asserts the same), so a broken search never returns short n-best lists."""
+        there: fairseq asserts the same), so a broken search never returns short n-best lists;
+        a UsageError where fairseq's constrained search held EOS back (``unmet_constraints``)."""
         if step >= self.settings.max_len:
+            if getattr(self.settings.search, "supports_constraints", False):
+                raise unmet_constraints(self.settings.max_len)
             raise RuntimeError(
                 f"beam search reached max_len {self.settings.max_len} with live sentences"
             )
@@ -298,35 +335,55 @@ class TensorBeamSearch:
         cand_rows = torch.div(cand_flat, vocab, rounding_mode="trunc") + self.row_offsets
         return cand_scores, cand_rows, cand_flat.fmod(vocab)
 
-    def _sample(self, step: int, lprobs: Tensor):
-        """Sampling's candidates, drawn by fairseq's ``Sampling`` from the hypotheses in
-        fairseq's order (``beam`` draws from the first one at step 0): their cumulative scores,
-        rows and tokens, (sentences, beam) each."""
+    def _fairseq_search(self, step: int, lprobs: Tensor):
+        """The candidates of fairseq's own search (``SearchSettings.search``), called on the
+        hypotheses in fairseq's order (at step 0 every one is the first): their cumulative
+        scores, rows and tokens, (sentences, candidates) each."""
         s = self.settings
         lprobs = nan_to_minus_inf_(lprobs).view(self.sentences, -1, lprobs.size(1))
-        if step == 0:  # every hypothesis is the first one
-            lprobs = lprobs[:, :1].expand(-1, s.beam, -1)
+        if step == 0:  # every hypothesis is the first one (a copy: searches view it flat)
+            lprobs = lprobs[:, :1].expand(-1, s.beam, -1).contiguous()
         else:
             lprobs = lprobs.gather(1, self._beam_index(lprobs))
         # fairseq reads the hypotheses' scores at step - 1 only: every column of this view.
         previous = self.scores.tensor[:, max(step - 1, 0)].view(self.sentences, s.beam)
         previous = previous.gather(1, self.beam_rows).unsqueeze(2).expand(-1, -1, max(step, 1))
-        scores, tokens, beams = self._draw(step, lprobs, previous)
+        tokens = self.tokens.tensor[:, : step + 1].view(self.sentences, s.beam, -1)
+        tokens = tokens.gather(1, self.beam_rows.unsqueeze(2).expand(-1, -1, step + 1))
+        scores, tokens, beams = self._search_live(step, lprobs, previous, tokens)
         return scores, self.beam_rows.gather(1, beams) + self.row_offsets, tokens
 
-    def _draw(self, step: int, lprobs: Tensor, previous: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """``Sampling.step`` on the sentences not done, as fairseq's batch holds only those: its
-        draws, one random number per row, then come from the same numbers as fairseq's (a done
-        sentence's rows drew numbers fairseq does not, and every later draw differed). A done
-        sentence's candidates are never finished: they get score -inf, padding, the first row."""
+    def _search_live(
+        self, step: int, lprobs: Tensor, previous: Tensor, tokens: Tensor
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """fairseq's search on the sentences not done, as fairseq's batch holds only those, with
+        their hypotheses' tokens so far (``tokens``: sentences, beam, step + 1) and their sample
+        ids, as fairseq's generator calls it: sampling's draws, one random number per row, then
+        come from the same numbers as fairseq's (a done sentence's rows drew numbers fairseq
+        does not, and every later draw differed), and the searches that keep state per sentence
+        (diverse beam search, constraints) keep it for the same sentences. A done sentence's
+        candidates are never finished: they get score -inf, padding, the first row."""
+        search = self.settings.search
         if not bool(self.done.any()):
-            return self.settings.sampling.step(step, lprobs, previous)
+            return search.step(step, lprobs, previous, tokens.flatten(0, 1), self.ids)
         live = (~self.done).nonzero().squeeze(1)
-        drawn = self.settings.sampling.step(step, lprobs[live], previous[live])
-        shape = (self.sentences, self.settings.beam)
-        scores = drawn[0].new_full(shape, -math.inf).index_copy_(0, live, drawn[0])
-        tokens = drawn[1].new_full(shape, self.settings.pad).index_copy_(0, live, drawn[1])
-        return scores, tokens, drawn[2].new_zeros(shape).index_copy_(0, live, drawn[2])
+        found = search.step(
+            step, lprobs[live], previous[live], tokens[live].flatten(0, 1), self.ids[live]
+        )
+        shape = (self.sentences, found[0].size(1))
+        scores = found[0].new_full(shape, -math.inf).index_copy_(0, live, found[0])
+        tokens = found[1].new_full(shape, self.settings.pad).index_copy_(0, live, found[1])
+        return scores, tokens, found[2].new_zeros(shape).index_copy_(0, live, found[2])
+
+    def _follow_fairseq_search(self, searched: Tensor, active: Tensor) -> None:
+        """What fairseq's generator tells its search after a step (no-ops but for constrained
+        decoding's states): the sentences that finished leave its batch (``prune_sentences``,
+        among ``searched``), and the candidates that continue, ``active`` (sentences, beam),
+        become its hypotheses, in fairseq's order (``update_constraints``)."""
+        search, live = self.settings.search, ~self.done
+        if not bool(live[searched].all()):
+            search.prune_sentences(live[searched].nonzero().squeeze(1))
+        search.update_constraints(active[live])
 
     def _beam_index(self, lprobs: Tensor) -> Tensor:
         """Where fairseq's hypotheses are among the rows of ``lprobs`` (sentences, beam, vocab)."""

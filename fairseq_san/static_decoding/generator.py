@@ -1,5 +1,6 @@
 """``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search,
-sampling, ``--match-source-len``; prefix tokens and n-gram blocking).
+sampling, diverse beam search, diverse siblings, ``--match-source-len``, ``--constraints``,
+``prefix_allowed_tokens_fn``; prefix tokens and n-gram blocking).
 
 It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
@@ -23,11 +24,18 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.data import Dictionary
-from fairseq.search import Sampling
+from fairseq.search import (
+    DiverseBeamSearch,
+    DiverseSiblingsSearch,
+    LexicallyConstrainedBeamSearch,
+    PrefixConstrainedBeamSearch,
+    Sampling,
+    Search,
+)
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
-from fairseq_san.generation_options import check_temperature
+from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
 from fairseq_san.modules import weights_key
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import (
@@ -106,7 +114,12 @@ class StaticSequenceGenerator(nn.Module):
         sampling: bool = False,
         sampling_topk: int = -1,
         sampling_topp: float = -1.0,
+        diverse_beam_groups: int = -1,
+        diverse_beam_strength: float = 0.5,
+        diversity_rate: float = -1.0,
         match_source_len: bool = False,
+        constraints: Optional[str] = None,
+        prefix_allowed_tokens_fn: Optional[Callable] = None,
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
@@ -150,8 +163,13 @@ class StaticSequenceGenerator(nn.Module):
         self.unk_penalty, self.temperature = unk_penalty, temperature
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.match_source_len = match_source_len
-        # fairseq's own search draws the samples; built once, every batch's search takes it
-        self.search = Sampling(tgt_dict, sampling_topk, sampling_topp) if sampling else None
+        # fairseq's own search chooses the candidates; built once, every batch's search takes it
+        self.search = fairseq_search(
+            tgt_dict, sampling, sampling_topk, sampling_topp, diverse_beam_groups,
+            diverse_beam_strength, match_source_len, diversity_rate, constraints,
+            prefix_allowed_tokens_fn,
+        )  # fmt: skip
+        check_diverse_beam_groups(self.beam_size, diverse_beam_groups)
 
     def choose_execution(self, device: torch.device) -> None:
         """The execution of the step on ``device`` (``checked_execution``)."""
@@ -230,12 +248,15 @@ class StaticSequenceGenerator(nn.Module):
         docs/results/cpu-yardstick/inference-mode-2026-11-30), except with CUDA graphs, whose
         caches are kept for the next batch (``KEPT_SHAPES``); the n-best are ordinary tensors
         (``TensorBeamSearch.hypotheses``)."""
-        if constraints is not None:
-            raise StaticDecoderError("--constraints")
+        if constraints is not None and not getattr(self.search, "supports_constraints", False):
+            raise UsageError(
+                "constraints were given to a generator built without --constraints (ordered or "
+                "unordered): build it with that option"
+            )
         self.follow_the_weights()
         # (inference_mode(False) turns gradients on: no_grad after it turns them off)
         with torch.inference_mode(not self.execution.graphs), torch.no_grad():
-            search = self.decode(sample, prefix_tokens, bos_token)
+            search = self.decode(sample, prefix_tokens, bos_token, constraints)
         return search.hypotheses()
 
     def decode(
@@ -243,10 +264,12 @@ class StaticSequenceGenerator(nn.Module):
         sample: Dict[str, Dict[str, Tensor]],
         prefix_tokens: Optional[Tensor],
         bos_token: Optional[int],
+        constraints: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
         """Beam search over a batch to its end; the search, which holds the n-best.
         ``prefix_tokens`` (fairseq-generate's ``--prefix-size``): forced at the first positions,
-        one step each, then the positions after them as without (CUDA graphs capture those)."""
+        one step each, then the positions after them as without (CUDA graphs capture those);
+        ``constraints``: fairseq's packed constraints (``--constraints``)."""
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
@@ -261,7 +284,10 @@ class StaticSequenceGenerator(nn.Module):
         source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, self._table(max_len, fixed))
         bos = self.eos if bos_token is None else bos_token
-        search = self._search(sentences, positions, bos, max_len, src_lengths, prefix_tokens)
+        search = self._search(
+            sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
+            sample.get("id"),
+        )  # fmt: skip
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
         # CUDA graphs the step alone replayed, on the first-step cache kept with the cache).
         first = cache.first_step()
@@ -313,30 +339,25 @@ class StaticSequenceGenerator(nn.Module):
         max_len: int,
         src_lengths: Tensor,
         prefix: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        ids: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
         """A beam search for a batch (``prefix``: tokens to force, a reference's or a language
         model's prompt), room for ``positions`` (so that the tokens a compiled step reads have
         one layout per length bucket); with CUDA graphs, the one kept for its shape, restarted.
-        ``src_lengths`` limit the scored lengths with ``--match-source-len``."""
+        ``src_lengths`` limit the scored lengths with ``--match-source-len``; ``constraints`` and
+        the sample's ``ids`` go to fairseq's own search, as its generator gives them."""
         settings, device = self._settings(max_len), src_lengths.device
         lengths = src_lengths if self.match_source_len else None
+        batch = dict(source_lengths=lengths, constraints=constraints, ids=ids)
         if not self.execution.graphs:
-            return TensorBeamSearch(
-                settings, sentences, bos, device, prefix, positions, source_lengths=lengths
-            )
+            return TensorBeamSearch(settings, sentences, bos, device, prefix, positions, **batch)
         key = (sentences, positions)
         if key in self._searches:
-            self._searches[key].restart(settings, bos, prefix, lengths)
+            self._searches[key].restart(settings, bos, prefix, **batch)
         else:
             self._searches[key] = TensorBeamSearch(
-                settings,
-                sentences,
-                bos,
-                device,
-                prefix,
-                positions=positions,
-                fixed_address=True,
-                source_lengths=lengths,
+                settings, sentences, bos, device, prefix, positions, fixed_address=True, **batch
             )
         return self._searches[key]
 
@@ -444,10 +465,41 @@ class StaticSequenceGenerator(nn.Module):
             pad=self.pad,
             unk=self.unk,
             eos=self.eos,
-            sampling=self.search,
+            search=self.search,
             no_repeat_ngram=self.no_repeat_ngram_size,
             match_source_len=self.match_source_len,
         )
+
+
+def fairseq_search(
+    tgt_dict: Dictionary,
+    sampling: bool,
+    sampling_topk: int,
+    sampling_topp: float,
+    diverse_beam_groups: int,
+    diverse_beam_strength: float,
+    match_source_len: bool,
+    diversity_rate: float,
+    constraints: Optional[str],
+    prefix_allowed_tokens_fn: Optional[Callable],
+) -> Optional[Search]:
+    """fairseq's own search strategy for these options, chosen in the order in which
+    ``FairseqTask.build_generator`` chooses it, where the static search calls it for the
+    candidates (``SearchSettings.search``); None: beam search, which the static search does
+    itself (``--match-source-len``'s rules too)."""
+    if sampling:
+        return Sampling(tgt_dict, sampling_topk, sampling_topp)
+    if diverse_beam_groups is not None and diverse_beam_groups > 0:
+        return DiverseBeamSearch(tgt_dict, diverse_beam_groups, diverse_beam_strength)
+    if match_source_len:
+        return None
+    if diversity_rate is not None and diversity_rate > -1:
+        return DiverseSiblingsSearch(tgt_dict, diversity_rate)
+    if constraints:
+        return LexicallyConstrainedBeamSearch(tgt_dict, constraints)
+    if prefix_allowed_tokens_fn is not None:
+        return PrefixConstrainedBeamSearch(tgt_dict, prefix_allowed_tokens_fn)
+    return None
 
 
 # The sliced layout drops the done sentences once the live ones are at most this share of those
@@ -505,7 +557,7 @@ def generator_options(
     ``task.build_generator``'s arguments, after refusing, with one StaticDecoderError, what the
     decoder cannot honour."""
     check_generation_options(args)
-    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, args)
+    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs)
     return dict(
         beam_size=getattr(args, "beam", 5),
         max_len_a=getattr(args, "max_len_a", 0),
@@ -519,7 +571,14 @@ def generator_options(
         sampling=bool(getattr(args, "sampling", False)),
         sampling_topk=getattr(args, "sampling_topk", -1),
         sampling_topp=getattr(args, "sampling_topp", -1.0),
+        diverse_beam_groups=getattr(args, "diverse_beam_groups", -1),
+        diverse_beam_strength=getattr(args, "diverse_beam_strength", 0.5),
+        diversity_rate=getattr(args, "diversity_rate", -1.0),
         match_source_len=bool(getattr(args, "match_source_len", False)),
+        constraints=getattr(args, "constraints", None),
+        prefix_allowed_tokens_fn=(
+            prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)
+        ),
         precision=precision,
         execution=None if execution is None else str(execution),
     )

@@ -11,8 +11,9 @@ On a GPU a decoder step is bound by kernel launches (measured on an H200: ~6 ms 
   search around each replay launched about 85 kernels and synchronised about 4 times per step,
   and set the step's time;
 * ``GraphedStep`` (translation's position 0, on one row per sentence, never compiled, and
-  positions whose search needs the host's position: sampling, a language model's prompt
-  forcing): the decoder step alone, called like the step.
+  positions whose search needs the host's position: fairseq's own searches (sampling, diverse
+  beam search), a language model's prompt forcing): the decoder step alone, called like the
+  step.
 
 Per key (``graph_key``: the rows, the length bucket, the temperature and the addresses of every
 tensor the capture reads besides the weights, so a graph is only ever replayed on the memory it

@@ -6,12 +6,13 @@ Per batch: the prompt's positions that every sentence has are prefilled in one p
 all their keys and values, and the log-probabilities after each prompt token, at once), then one
 step per position as in translation (``StaticSequenceGenerator``), where a longer prompt's tokens
 are forced. fairseq's generator feeds a prompt one token per step; the tokens and scores are the
-same. Search: greedy (``--beam 1``), beam search or sampling (``--sampling``, top-k, top-p;
-drawn by fairseq's own ``Sampling`` from torch's generator, so ``--seed`` fixes them), with
+same. Search: greedy (``--beam 1``), beam search, sampling (``--sampling``, top-k, top-p;
+drawn by fairseq's own ``Sampling`` from torch's generator, so ``--seed`` fixes them) or
+fairseq's diverse searches (``--diverse-beam-groups``, ``--diversity-rate``), with
 fairseq's rules (``beam_search.py``); in the sliced layout done prompts leave the batch after the
 prefill, as in translation. With CUDA graphs a position after the longest prompt is one captured
 position (step, search, reordering), as in translation; a ragged prompt's forced positions and
-sampling, which take the host's position, replay the step alone.
+fairseq's own searches, which take the host's position, replay the step alone.
 
 Caches (``caches.py``): keys and values for a layer with its own (no sharing, a block's first
 layer), values only for a SAN follower (it reuses the block's attention weights S), nothing for a
@@ -46,10 +47,11 @@ class StaticLMGenerator(StaticSequenceGenerator):
         sample: Dict[str, Dict[str, Tensor]],
         prefix_tokens: Optional[Tensor],
         bos_token: Optional[int],
+        constraints: Optional[Tensor] = None,
     ) -> TensorBeamSearch:
         """fairseq's ``SequenceGenerator.generate`` for a language model, to the end of the batch:
         per prompt (the rows of ``prefix_tokens``, padded on the right), its n-best continuations,
-        the prompt included, in the search returned."""
+        the prompt included, in the search returned; ``constraints`` as in translation."""
         src_tokens = sample["net_input"]["src_tokens"]
         sentences, src_len = src_tokens.size()[:2]
         src_lengths = self._source_lengths(sample["net_input"])
@@ -62,7 +64,10 @@ class StaticLMGenerator(StaticSequenceGenerator):
         cache = self._cache(sentences, positions, fixed, device)
         cache.sentences = sentences
         self.step.prepare(None, None, cache, self._table(max_len, fixed))
-        search = self._search(sentences, positions, bos, max_len, src_lengths, prefix_tokens)
+        search = self._search(
+            sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
+            sample.get("id"),
+        )  # fmt: skip
 
         # Positions 0..known: the start token and the prompt tokens every sentence has, in one
         # pass on one row per sentence (its hypotheses are all the same there).

@@ -27,9 +27,6 @@ GenerationArgs = Union[Namespace, DictConfig]
 # Generation options (fairseq's GenerationConfig names) the static decoder does not implement:
 # (option, test of its value that means "in use").
 UNSUPPORTED_OPTIONS = [
-    ("diverse_beam_groups", lambda v: v is not None and v > 0),
-    ("diversity_rate", lambda v: v is not None and v > -1),
-    ("constraints", bool),
     ("retain_dropout", bool),
     ("print_alignment", bool),
     ("score_reference", bool),
@@ -50,17 +47,12 @@ def check_generation_options(args: GenerationArgs) -> None:
 
 
 def check_generator_arguments(
-    seq_gen_cls: Optional[type],
-    extra_gen_cls_kwargs: Optional[Dict],
-    prefix_allowed_tokens_fn: Optional[Callable],
-    args: GenerationArgs,
+    seq_gen_cls: Optional[type], extra_gen_cls_kwargs: Optional[Dict]
 ) -> None:
     """StaticDecoderError for the arguments of ``task.build_generator`` besides the options that
-    ask for another generator (a class, language model fusion, constrained beam search)."""
+    ask for another generator (a class, language model fusion)."""
     if seq_gen_cls is not None:
         raise StaticDecoderError(f"a custom generator class ({seq_gen_cls.__name__})")
-    if prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None):
-        raise StaticDecoderError("prefix_allowed_tokens_fn (constrained beam search)")
     extra = dict(extra_gen_cls_kwargs or {})
     if extra.pop("lm_model", None) is not None:
         raise StaticDecoderError("--lm-path (language model fusion)")

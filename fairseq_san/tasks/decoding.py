@@ -7,6 +7,7 @@ and ``--san-decoder-execution``.
 """
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -19,7 +20,7 @@ from torch import Tensor
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.generation_options import check_search_numbers
+from fairseq_san.generation_options import check_search_numbers, unmet_constraints
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
@@ -263,13 +264,21 @@ class DecodingTask:
         return generator
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces."""
+        """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces; fairseq's
+        generator's assertion at the maximum length, where constraints held the end of sentence
+        back, as one line (``unmet_constraints``)."""
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
             start = self.start_token()
             check_forced_ngrams(forced, size, start, self.target_dictionary, sample.get("id"))
-        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        try:
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        except AssertionError as error:
+            at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
+            if constraints is None or at_max_len is None:
+                raise
+            raise unmet_constraints(int(at_max_len.group(1))) from None
 
     def forced_tokens(self, sample: dict, prefix_tokens: Optional[Tensor]) -> Optional[Tensor]:
         """The tokens the generator forces after the start token, padded on the right:

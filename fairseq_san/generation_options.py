@@ -112,6 +112,13 @@ def unmet_constraints(max_len: int) -> UsageError:
     )
 
 
+def check_no_alignment(print_alignment: object) -> None:
+    """Refuse ``--print-alignment`` for a language model (fairseq's generator failed inside its
+    alignment pass)."""
+    if print_alignment:
+        raise UsageError("--print-alignment: a language model has no source to align its output to")
+
+
 def check_ngram_size(size: object) -> None:
     """Refuse a ``--no-repeat-ngram-size`` that is not 0 (off) or at least 2: below 0 fairseq
     turns the blocking off without a word, and 1 blocked nothing on the CPU and, with fairseq's

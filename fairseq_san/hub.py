@@ -36,6 +36,7 @@ from omegaconf import DictConfig, open_dict
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
+from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
     DECODER_OPTION_NAMES,
     REFINEMENT_OPTIONS,
@@ -157,6 +158,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them
         deep inside: a TypeError, an IndexError)."""
         language_model = isinstance(self.task, LanguageModelingTask)
+        if language_model:  # fairseq's own language_modeling task too
+            check_no_alignment(keywords.get("print_alignment"))
         if keywords.get("score_reference") and not language_model:
             raise UsageError(
                 "score_reference=True (score() sets it): the hub gives a translation model's "
@@ -175,10 +178,6 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             raise UsageError(
                 "inference_step_args={'constraints': ...} needs constraints='ordered' or "
                 "'unordered' (the search that meets them)"
-            )
-        if keywords.get("print_alignment") and language_model:
-            raise UsageError(
-                "print_alignment: a language model has no source to align its output to"
             )
 
     def generation_config(self, beam: int, keywords: Dict[str, Any]) -> DictConfig:

@@ -486,7 +486,7 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
     ):  # fmt: skip
         with pytest.raises(UsageError, match="^" + re.escape(said)):
             hub.translate("tok1 tok2 tok3", **keywords)
-    with pytest.raises(UsageError, match="^print_alignment: a language model has no source"):
+    with pytest.raises(UsageError, match="^--print-alignment: a language model has no source"):
         language_model.sample("tok1 tok2", beam=1, max_len_b=8, print_alignment="hard")
     with pytest.raises(UsageError, match=r"^score_reference=True \(score\(\) sets it\)"):
         hub.score("tok1 tok2 tok3")

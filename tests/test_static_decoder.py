@@ -383,6 +383,42 @@ def holds(output, tokens, representation):
     return not tokens or any(output[i : i + len(tokens)] == tokens for i in range(len(output)))
 
 
+@pytest.mark.parametrize("name", ["baseline", "san-6-6", "san-encdec-weights", "aan-san"])
+def test_alignments_are_fairseqs(name, monkeypatch):
+    """--print-alignment hard and soft: fairseq's SequenceGeneratorWithAlignment aligns each
+    hypothesis from the attention its search recorded; the static decoder from teacher-forced
+    passes of the decoder over the n-best (here 5 hypotheses a pass, sorted by length): the
+    same hard alignments, attention and soft alignments within rounding (greedy and beam 4, two
+    batches)."""
+    from fairseq.sequence_generator import SequenceGeneratorWithAlignment
+
+    from fairseq_san.static_decoding import alignment
+
+    monkeypatch.setattr(alignment, "ROWS_PER_PASS", 5)
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=1)[0])
+    pairs = set()
+    for kind, beam in itertools.product(("hard", "soft"), (1, 4)):
+        options = dict(beam_size=beam, max_len_b=12, print_alignment=kind)
+        fairseqs = SequenceGeneratorWithAlignment([model], DICTIONARY, **options)
+        static = StaticSequenceGenerator([model], DICTIONARY, **options)
+        for batch in two_batches():
+            expected, actual = fairseqs.generate([model], batch), static.generate([model], batch)
+            assert_same_hypotheses(expected, actual)
+            for theirs, ours in zip(itertools.chain(*expected), itertools.chain(*actual)):
+                assert torch.allclose(ours["attention"], theirs["attention"], atol=1e-5)
+                if kind == "hard":
+                    assert ours["alignment"] == theirs["alignment"]
+                    pairs |= set(ours["alignment"])
+                else:
+                    assert numbers(ours["alignment"]) == pytest.approx(
+                        numbers(theirs["alignment"]), abs=2e-6)  # fmt: skip
+    assert len(pairs) > 10  # alignments of many source and target positions
+
+
+def numbers(soft_alignment):
+    return [float(p) for row in soft_alignment for p in row]
+
+
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
 def test_match_source_len_scores_as_fairseq_scores(name, monkeypatch):
     """--match-source-len (fairseq's task builds a LengthConstrainedBeamSearch: EOS forbidden
@@ -1133,7 +1169,6 @@ def test_build_generator_chooses_the_decoder(task):
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(print_alignment="hard"), "--print-alignment"),
         (dict(retain_dropout=True), "--retain-dropout"),
     ],
 )
@@ -1844,8 +1879,8 @@ def test_static_generate_refuses_what_it_cannot_do(binarized_corpus, checkpoint)
 @pytest.mark.slow
 def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
     """Every value of --san-decoding prints fairseq's n-best (static with --prefix-size and
-    --no-repeat-ngram-size, --match-source-len, diverse beam search and diverse siblings, and
-    its samples with --sampling --seed);
+    --no-repeat-ngram-size, --match-source-len, diverse beam search and diverse siblings, its
+    samples with --sampling --seed, and its alignments with --print-alignment);
     --san-decoder static still works and says once what replaces it."""
     fairseq = generate_cli(binarized_corpus, checkpoint)
     assert fairseq.returncode == 0, fairseq.stderr[-3000:]
@@ -1864,12 +1899,16 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
         (("--match-source-len",), 40),
         (("--diverse-beam-groups", "2", "--nbest", "4"), 80),
         (("--diversity-rate", "0.5", "--no-repeat-ngram-size", "2"), 40),
+        (("--print-alignment",), 40),
     ):
         fairseqs, static = [
             generate_cli(binarized_corpus, checkpoint, "--san-decoding", decoding, *options)
             for decoding in ("fairseq", "static")
         ]
         assert assert_same_output(fairseqs.stdout, static.stdout) == hypotheses, options
+        alignments = [line for line in static.stdout.splitlines() if line.startswith("A-")]
+        assert alignments == [line for line in fairseqs.stdout.splitlines() if line[:2] == "A-"]
+        assert len(alignments) == (hypotheses if "--print-alignment" in options else 0)
     old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
     assert old.stderr.count("--san-decoder static is deprecated: use --san-decoding static") == 1
 

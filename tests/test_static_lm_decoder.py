@@ -442,6 +442,24 @@ def test_options_it_cannot_honour_are_named(overrides, message):
         build_static_lm_generator([language_model("baseline")], DICT, options(**overrides))
 
 
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_alignments_of_a_language_model_are_one_line(decoding):
+    """--print-alignment: a language model has no source (fairseq's generator failed inside its
+    alignment pass); refused as the task builds either decoder, and by the static generator."""
+    from fairseq_san.tasks.language_modeling_san import (
+        LanguageModelingSANConfig,
+        LanguageModelingSANTask,
+    )
+
+    task = LanguageModelingSANTask(LanguageModelingSANConfig(tokens_per_sample=16), DICT)
+    args = options(sampling=False, print_alignment="hard", san_decoding=decoding)
+    refused = "^--print-alignment: a language model has no source to align its output to$"
+    with pytest.raises(UsageError, match=refused):
+        task.build_generator([language_model("baseline")], args)
+    with pytest.raises(UsageError, match=refused):
+        StaticLMGenerator([language_model("baseline")], DICT, print_alignment="hard")
+
+
 # Input and output widths other than the layers' (fairseq's transformer_lm defaults them to 512
 # whatever --decoder-embed-dim: project_in_dim and project_out_dim).
 OTHER_WIDTHS = ["--decoder-input-dim", "8", "--decoder-output-dim", "24"]

@@ -13,6 +13,7 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in;
+* ``alignment.py``: ``--print-alignment``, from one teacher-forced pass over the n-best;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam, sampling or diverse searches);
 * ``support.py``: what the static decoder refuses, one list per kind checked in one place

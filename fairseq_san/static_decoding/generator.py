@@ -1,6 +1,6 @@
 """``StaticSequenceGenerator``: a drop-in for fairseq's SequenceGenerator (beam and greedy search,
 sampling, diverse beam search, diverse siblings, ``--match-source-len``, ``--constraints``,
-``prefix_allowed_tokens_fn``; prefix tokens and n-gram blocking).
+``prefix_allowed_tokens_fn``; prefix tokens, n-gram blocking and ``--print-alignment``).
 
 It takes the arguments fairseq's ``task.build_generator`` passes and returns the same n-best
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from fairseq_san.errors import UsageError
 from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
 from fairseq_san.modules import weights_key
+from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import (
     DecoderCache,
@@ -120,6 +121,7 @@ class StaticSequenceGenerator(nn.Module):
         match_source_len: bool = False,
         constraints: Optional[str] = None,
         prefix_allowed_tokens_fn: Optional[Callable] = None,
+        print_alignment: Optional[str] = None,
         precision: str = "fp32",
         execution: Optional[str] = None,
         compile_backend: Union[str, Callable] = "inductor",
@@ -170,6 +172,13 @@ class StaticSequenceGenerator(nn.Module):
             prefix_allowed_tokens_fn,
         )  # fmt: skip
         check_diverse_beam_groups(self.beam_size, diverse_beam_groups)
+        self.print_alignment = self.checked_alignment(print_alignment)
+
+    def checked_alignment(self, kind: Optional[str]) -> Optional[str]:
+        """``--print-alignment``'s kind (hard or soft; None: no alignment)."""
+        if kind:
+            check_alignment_kind(str(kind))
+        return str(kind) if kind else None
 
     def choose_execution(self, device: torch.device) -> None:
         """The execution of the step on ``device`` (``checked_execution``)."""
@@ -257,7 +266,10 @@ class StaticSequenceGenerator(nn.Module):
         # (inference_mode(False) turns gradients on: no_grad after it turns them off)
         with torch.inference_mode(not self.execution.graphs), torch.no_grad():
             search = self.decode(sample, prefix_tokens, bos_token, constraints)
-        return search.hypotheses()
+        nbests = search.hypotheses()
+        if self.print_alignment:
+            add_alignments(self.model, sample, nbests, self.print_alignment, self.pad, self.eos)
+        return nbests
 
     def decode(
         self,
@@ -579,6 +591,7 @@ def generator_options(
         prefix_allowed_tokens_fn=(
             prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)
         ),
+        print_alignment=getattr(args, "print_alignment", None),
         precision=precision,
         execution=None if execution is None else str(execution),
     )

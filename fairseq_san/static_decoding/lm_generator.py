@@ -25,6 +25,7 @@ import torch
 from fairseq.data import Dictionary
 from torch import Tensor, nn
 
+from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
 from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
@@ -35,6 +36,10 @@ class StaticLMGenerator(StaticSequenceGenerator):
     """Continuations of prompts by a language model (see module doc)."""
 
     needs_encoder = False
+
+    def checked_alignment(self, kind: Optional[str]) -> None:
+        """A language model prints no alignment (``check_no_alignment``)."""
+        check_no_alignment(kind)
 
     def build_from_weights(self) -> None:
         """The translation generator's, refusing a model the prefill cannot run (when it is

@@ -28,7 +28,6 @@ GenerationArgs = Union[Namespace, DictConfig]
 # (option, test of its value that means "in use").
 UNSUPPORTED_OPTIONS = [
     ("retain_dropout", bool),
-    ("print_alignment", bool),
     ("score_reference", bool),
     ("lm_path", bool),
 ]

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
+from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.options import option_field
 from fairseq_san.tasks.attention_analysis import (
     AnalysisConfig,
@@ -119,7 +120,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
 
     def build_generator(self, models: List[nn.Module], args, *rest, **keywords):
         """The decoding task's generator; the task keeps whether it scores sentences (the hub's
-        ``score``, ``--score-reference``) for ``build_dataset_for_inference``."""
+        ``score``, ``--score-reference``) for ``build_dataset_for_inference``; no alignment
+        (``check_no_alignment``)."""
+        check_no_alignment(getattr(args, "print_alignment", None))
         generator = super().build_generator(models, args, *rest, **keywords)
         self.scoring = isinstance(generator, SequenceScorer)
         return generator

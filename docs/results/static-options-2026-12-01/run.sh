@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# --no-repeat-ngram-size, --prefix-size, --sampling, --match-source-len and the diverse searches
-# through fairseq's decoder and the static one: one checkpoint (En->De, update 330 of the recipe),
-# Multi30k's test (1,000 sentences) decoded with n-gram blocking off, 2 and 3, with the first 1
-# and 3 tokens of each reference forced, sampled (plain, beam 1; top-k 10, 4 samples each; one
-# seed for the whole run), with outputs as long as the sources, with diverse beam search (2
-# groups of 2, 4 hypotheses each) and diverse siblings (rate 0.5); every sentence's hypotheses
-# compared, and the hypotheses that repeat a word bigram counted (at most 60 tokens: the weak
-# model's outputs run long). Wall times are one run each, sequential: not a benchmark.
+# fairseq's generation options through fairseq's decoder and the static one: one checkpoint
+# (En->De, update 330 of the recipe), Multi30k's test (1,000 sentences) decoded with n-gram
+# blocking off, 2 and 3, with the first 1 and 3 tokens of each reference forced, sampled (plain,
+# beam 1; top-k 10, 4 samples each; one seed for the whole run), with outputs as long as the
+# sources, with diverse beam search (2 groups of 2, 4 hypotheses each) and diverse siblings (rate
+# 0.5), with hard alignments, and constrained (fairseq-interactive); every sentence's hypotheses
+# (and alignments) compared, and the hypotheses that repeat a word bigram counted (at most 60
+# tokens: the weak model's outputs run long). Wall times are one run each, sequential: not a
+# benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source docs/results/cpu-yardstick/weak-en-de.sh  # DATA, CHECKPOINT, differing
@@ -46,6 +47,11 @@ compare sampling-topk-10 --sampling --sampling-topk 10 --seed 1 --beam 4 --nbest
 compare match-source-len --match-source-len
 compare diverse-beam-groups --diverse-beam-groups 2 --beam 4 --nbest 4
 compare diversity-rate --diversity-rate 0.5
+compare print-alignment --print-alignment
+echo "print-alignment: $(diff <(grep '^A-' "$OUT/fairseq-print-alignment.txt" | sort) \
+  <(grep '^A-' "$OUT/static-print-alignment.txt" | sort) | grep -c '^<' || true) of" \
+  "$(grep -c '^A-' "$OUT/fairseq-print-alignment.txt") hard alignments differ between fairseq's" \
+  "decoder and the static one"
 # --constraints: fairseq-interactive (fairseq-generate has no constraints to give), each test
 # sentence constrained to contain the longest piece of its reference.
 paste "$DATA/text/test.en" <(python3 -c '

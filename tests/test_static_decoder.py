@@ -202,9 +202,9 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(name, monkeypatch):
                                      search_strategy=Sampling(DICTIONARY, topk, topp))  # fmt: skip
         with torch.no_grad():
             theirs = [fairseqs.generate([model], batch) for batch in batches]
-        sampling = dict(beam_size=beam, sampling=True, sampling_topk=topk, sampling_topp=topp)
         for execution in ("eager", "fixed", "graph"):
             torch.manual_seed(seed)
+            sampling = dict(beam_size=beam, search_strategy=Sampling(DICTIONARY, topk, topp))
             if execution == "graph":
                 ours = graphed_translator(model, recording_capture([]), **sampling, **settings)
             else:
@@ -248,13 +248,18 @@ def test_diverse_searches_choose_fairseqs_hypotheses(name, monkeypatch):
     settings = dict(max_len_b=12, len_penalty=0.5)
     for beam, diverse in DIVERSE_SEARCHES:
         groups = diverse.get("diverse_beam_groups")
-        search = (DiverseBeamSearch(DICTIONARY, groups, diverse.get("diverse_beam_strength", 0.5))
-                  if groups else DiverseSiblingsSearch(DICTIONARY, diverse["diversity_rate"]))
-        fairseqs = SequenceGenerator([model], DICTIONARY, beam, **settings, search_strategy=search)
+
+        def search():
+            if groups:
+                strength = diverse.get("diverse_beam_strength", 0.5)
+                return DiverseBeamSearch(DICTIONARY, groups, strength)
+            return DiverseSiblingsSearch(DICTIONARY, diverse["diversity_rate"])
+
+        fairseqs = SequenceGenerator([model], DICTIONARY, beam, search_strategy=search(), **settings)
         with torch.no_grad():
             expected = [fairseqs.generate([model], batch) for batch in batches]
-        options = dict(beam_size=beam, **diverse, **settings)
         for execution in ("eager", "fixed", "graph"):
+            options = dict(beam_size=beam, search_strategy=search(), **settings)
             if execution == "graph":
                 ours = graphed_translator(model, recording_capture([]), **options)
             else:
@@ -266,7 +271,8 @@ def test_diverse_searches_choose_fairseqs_hypotheses(name, monkeypatch):
             assert ranked_tokens(plain) != ranked_tokens(expected[0]), (beam, diverse)
     assert dropped
     with pytest.raises(UsageError, match=r"^--beam 3 is not a multiple of --diverse-beam-groups 2"):
-        StaticSequenceGenerator([model], DICTIONARY, beam_size=3, diverse_beam_groups=2)
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=3,
+                                search_strategy=DiverseBeamSearch(DICTIONARY, 2, 0.5))  # fmt: skip
 
 
 def ranked_tokens(nbests):
@@ -317,8 +323,8 @@ def test_constraints_are_met_as_fairseq_meets_them(name, monkeypatch):
         with torch.no_grad():
             expected = [fairseqs.generate([model], batch, constraints=packed)
                         for batch, packed in zip(batches, constraints)]  # fmt: skip
-        options["constraints"] = representation
         for execution in ("eager", "fixed", "graph"):
+            options["search_strategy"] = LexicallyConstrainedBeamSearch(DICTIONARY, representation)
             if execution == "graph":
                 ours = graphed_translator(model, recording_capture([]), **options)
             else:
@@ -367,8 +373,9 @@ def test_prefix_allowed_tokens_restrict_as_fairseqs(name, monkeypatch):
         fairseqs = SequenceGenerator([model], DICTIONARY, beam, max_len_b=8, search_strategy=search)
         with torch.no_grad():
             expected = [fairseqs.generate([model], batch) for batch in batches]
+        search = PrefixConstrainedBeamSearch(DICTIONARY, allowed_after(ours, ending))
         static = StaticSequenceGenerator([model], DICTIONARY, beam, max_len_b=8,
-                                         prefix_allowed_tokens_fn=allowed_after(ours, ending))
+                                         search_strategy=search)  # fmt: skip
         for batch, nbests in zip(batches, expected):
             assert_same_hypotheses(nbests, static.generate([model], batch))
         assert ours == theirs
@@ -1356,6 +1363,31 @@ def test_build_generator_takes_fairseqs_searches_and_refuses_other_generators(ta
     sample = next(two_batches())
     with pytest.raises(UsageError, match="^constraints were given to a generator built without "):
         allowed.generate([model], sample, constraints=packed_constraints(0, "ordered"))
+
+
+def test_the_search_is_the_one_fairseqs_task_chooses(task, monkeypatch):
+    """The static generator gets its search from fairseq's ``FairseqTask.build_generator``, as
+    fairseq's generator does, so fairseq's choice reaches it unchanged (here a search class
+    replaced in ``fairseq.search``: a copy of fairseq's choosing would have missed it); beam
+    search and --match-source-len's length-constrained search are the static search's own, and
+    a length-constrained search of other lengths is refused."""
+    from fairseq import search
+
+    class ChosenSiblingsSearch(search.DiverseSiblingsSearch):
+        pass
+
+    monkeypatch.setattr(search, "DiverseSiblingsSearch", ChosenSiblingsSearch)
+    model = build(dictionary=DICTIONARY)[0]
+    siblings = task.build_generator([model], generation_args(san_decoding="static",
+                                                             diversity_rate=0.5))  # fmt: skip
+    assert type(siblings.search) is ChosenSiblingsSearch and siblings.search.diversity_rate == 0.5
+    for options in (dict(), dict(match_source_len=True)):
+        generator = task.build_generator([model], generation_args(san_decoding="static", **options))
+        assert generator.search is None and generator.match_source_len == bool(options)
+    other_lengths = search.LengthConstrainedBeamSearch(DICTIONARY, 0, 1, 2, 3)
+    with pytest.raises(StaticDecoderError, match=r"length-constrained beam search of lengths "
+                       r"\(0, 1, 2, 3\) .*: only --match-source-len's \(1, 0, 1, 0\)"):  # fmt: skip
+        StaticSequenceGenerator([model], DICTIONARY, search_strategy=other_lengths)
 
 
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])

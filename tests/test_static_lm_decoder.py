@@ -194,10 +194,12 @@ def test_sampling_with_cuda_graphs_captures_the_step_alone():
     """Sampling draws on the host's position: its positions replay the step alone, and the
     draws, seeded, are those of the uncaptured fixed-layout step."""
     model = language_model("san 2,4")
-    options = dict(beam_size=2, max_len_b=12, sampling=True, sampling_topk=5)
+    options = dict(beam_size=2, max_len_b=12)
     captures = []
-    graphed = graphed_lm(model, recording_capture(captures), **options)
-    eager = StaticLMGenerator([model], DICT, execution="fixed", **options)
+    graphed = graphed_lm(model, recording_capture(captures), **options,
+                         search_strategy=Sampling(DICT, 5))  # fmt: skip
+    eager = StaticLMGenerator([model], DICT, execution="fixed", **options,
+                              search_strategy=Sampling(DICT, 5))  # fmt: skip
     prefix = prompts((3, 3, 3, 3))
     torch.manual_seed(1)
     expected = generate(eager, model, prefix)
@@ -274,9 +276,19 @@ def options(**overrides):
     return SimpleNamespace(**{**defaults, **overrides})
 
 
+def modeling_task():
+    """A language-modeling task of ``DICT`` (no model built)."""
+    from fairseq_san.tasks.language_modeling_san import (
+        LanguageModelingSANConfig,
+        LanguageModelingSANTask,
+    )
+
+    return LanguageModelingSANTask(LanguageModelingSANConfig(tokens_per_sample=16), DICT)
+
+
 def sampled(model, seed: int, **overrides):
     torch.manual_seed(seed)
-    generator = build_static_lm_generator([model], DICT, options(**overrides))
+    generator = build_static_lm_generator(modeling_task(), [model], options(**overrides))
     return [hypos[0]["tokens"].tolist() for hypos in generate(generator, model, prompts((3, 3, 3, 3)))]
 
 
@@ -309,8 +321,8 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
                                      search_strategy=Sampling(DICT, topk, topp))  # fmt: skip
         theirs = [generate(fairseqs, model, prefix) for prefix in batches]
         torch.manual_seed(seed)
-        ours = StaticLMGenerator([model], DICT, beam_size=beam, max_len_b=10, sampling=True,
-                                 sampling_topk=topk, sampling_topp=topp)  # fmt: skip
+        ours = StaticLMGenerator([model], DICT, beam_size=beam, max_len_b=10,
+                                 search_strategy=Sampling(DICT, topk, topp))  # fmt: skip
         for prefix, expected in zip(batches, theirs):
             assert_same_hypotheses(generate(ours, model, prefix), expected, ATOL)
         lengths += [{len(hypos[0]["tokens"]) for hypos in nbest} for nbest in theirs]
@@ -329,13 +341,18 @@ def test_diverse_searches_choose_fairseqs_continuations(system):
     for beam, diverse in ((4, dict(diverse_beam_groups=2)), (6, dict(diverse_beam_groups=3)),
                           (4, dict(diversity_rate=0.5))):  # fmt: skip
         groups = diverse.get("diverse_beam_groups")
-        search = (DiverseBeamSearch(DICT, groups, 0.5) if groups
-                  else DiverseSiblingsSearch(DICT, diverse["diversity_rate"]))  # fmt: skip
-        fairseqs = SequenceGenerator([model], DICT, beam, max_len_b=12, search_strategy=search)
+
+        def search():
+            if groups:
+                return DiverseBeamSearch(DICT, groups, 0.5)
+            return DiverseSiblingsSearch(DICT, diverse["diversity_rate"])
+
+        fairseqs = SequenceGenerator([model], DICT, beam, max_len_b=12, search_strategy=search())
         theirs = [generate(fairseqs, model, prefix) for prefix in batches]
-        options = dict(beam_size=beam, max_len_b=12, **diverse)
-        for ours in (StaticLMGenerator([model], DICT, **options),
-                     graphed_lm(model, recording_capture([]), **options)):  # fmt: skip
+        options = dict(beam_size=beam, max_len_b=12)
+        for ours in (StaticLMGenerator([model], DICT, **options, search_strategy=search()),
+                     graphed_lm(model, recording_capture([]), **options,
+                                search_strategy=search())):  # fmt: skip
             for prefix, expected in zip(batches, theirs):
                 assert_same_hypotheses(expected, generate(ours, model, prefix), ATOL)
 
@@ -358,9 +375,12 @@ def test_constraints_are_met_as_fairseq_meets_them(representation):
     with torch.no_grad():
         expected = fairseqs.generate([model], sample_of(prefix), prefix_tokens=prefix,
                                      constraints=constraints, bos_token=DICT.eos())  # fmt: skip
-    options = dict(beam_size=4, max_len_b=24, constraints=representation)
-    for ours in (StaticLMGenerator([model], DICT, **options),
-                 graphed_lm(model, recording_capture([]), **options)):  # fmt: skip
+    def constrained():
+        search = LexicallyConstrainedBeamSearch(DICT, representation)
+        return dict(beam_size=4, max_len_b=24, search_strategy=search)
+
+    for ours in (StaticLMGenerator([model], DICT, **constrained()),
+                 graphed_lm(model, recording_capture([]), **constrained())):  # fmt: skip
         actual = ours.generate([model], sample_of(prefix), prefix_tokens=prefix,
                                constraints=constraints, bos_token=DICT.eos())  # fmt: skip
         assert_same_hypotheses(expected, actual, ATOL)
@@ -390,7 +410,7 @@ def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(system):
         fairseqs = SequenceGenerator([model], DICT, search_strategy=Sampling(DICT, 5), **options)
         theirs = generate(fairseqs, model, prefix)
         torch.manual_seed(size)
-        ours = StaticLMGenerator([model], DICT, sampling=True, sampling_topk=5, **options)
+        ours = StaticLMGenerator([model], DICT, search_strategy=Sampling(DICT, 5), **options)
         assert_same_hypotheses(generate(ours, model, prefix), theirs, ATOL)
     assert changed >= 2, changed
 
@@ -438,20 +458,16 @@ def test_top_k_samples_only_among_the_k_most_probable_tokens():
     ],
 )
 def test_options_it_cannot_honour_are_named(overrides, message):
+    model = language_model("baseline")
     with pytest.raises(UsageError, match=message):
-        build_static_lm_generator([language_model("baseline")], DICT, options(**overrides))
+        build_static_lm_generator(modeling_task(), [model], options(**overrides))
 
 
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_alignments_of_a_language_model_are_one_line(decoding):
     """--print-alignment: a language model has no source (fairseq's generator failed inside its
     alignment pass); refused as the task builds either decoder, and by the static generator."""
-    from fairseq_san.tasks.language_modeling_san import (
-        LanguageModelingSANConfig,
-        LanguageModelingSANTask,
-    )
-
-    task = LanguageModelingSANTask(LanguageModelingSANConfig(tokens_per_sample=16), DICT)
+    task = modeling_task()
     args = options(sampling=False, print_alignment="hard", san_decoding=decoding)
     refused = "^--print-alignment: a language model has no source to align its output to$"
     with pytest.raises(UsageError, match=refused):

@@ -195,7 +195,7 @@ class FairseqSystem:
             args = setting.generation_args(options.max_len_a, options.max_len_b, options.lenpen)
             if self.spec.decoder == STATIC:
                 generator = build_static_generator(
-                    [self.model], self.task.target_dictionary, args, precision, execution=execution
+                    self.task, [self.model], args, precision, execution=execution
                 )
             else:
                 # translation_san: not whatever its checkpoint says (the model's own decoding is

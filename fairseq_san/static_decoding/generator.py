@@ -6,7 +6,9 @@ It takes the arguments fairseq's ``task.build_generator`` passes and returns the
 lists from ``generate(models, sample)``, so ``fairseq-generate``, ``fairseq-interactive`` and
 ``task.inference_step`` use it unchanged. ``build_static_generator`` is what
 ``--san-decoding static`` calls: it refuses, with one error naming the option, every generation
-option the static decoder does not implement (``support.UNSUPPORTED_OPTIONS``).
+option the static decoder does not implement (``support.UNSUPPORTED_OPTIONS``), then has fairseq's
+``FairseqTask.build_generator`` build it in place of SequenceGenerator, with the options and the
+search (``search_strategy``) that fairseq chooses.
 
 Per batch: the encoder runs once (the model's own), encoder-decoder keys/values are projected once
 per sentence, the caches are allocated for the longest output, and each step is one call of
@@ -20,18 +22,12 @@ per shape (the ``KEPT_SHAPES`` used last), reset for each batch.
 """
 
 from collections import OrderedDict
+from functools import partial
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
-from fairseq.data import Dictionary
-from fairseq.search import (
-    DiverseBeamSearch,
-    DiverseSiblingsSearch,
-    LexicallyConstrainedBeamSearch,
-    PrefixConstrainedBeamSearch,
-    Sampling,
-    Search,
-)
+from fairseq.search import BeamSearch, DiverseBeamSearch, LengthConstrainedBeamSearch, Search
+from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
@@ -111,16 +107,9 @@ class StaticSequenceGenerator(nn.Module):
         len_penalty: float = 1.0,
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
-        no_repeat_ngram_size: int = 0,
-        sampling: bool = False,
-        sampling_topk: int = -1,
-        sampling_topp: float = -1.0,
-        diverse_beam_groups: int = -1,
-        diverse_beam_strength: float = 0.5,
-        diversity_rate: float = -1.0,
         match_source_len: bool = False,
-        constraints: Optional[str] = None,
-        prefix_allowed_tokens_fn: Optional[Callable] = None,
+        no_repeat_ngram_size: int = 0,
+        search_strategy: Optional[Search] = None,
         print_alignment: Optional[str] = None,
         precision: str = "fp32",
         execution: Optional[str] = None,
@@ -128,7 +117,11 @@ class StaticSequenceGenerator(nn.Module):
         capture: Capture = capture_cuda_graph,
         device: Optional[torch.device] = None,
     ) -> None:
-        """``device``: the one it decodes on where the model is not there yet (fairseq-train
+        """fairseq's SequenceGenerator's arguments (``search_strategy``: fairseq's search, which
+        ``FairseqTask.build_generator`` chooses for the generation options:
+        ``build_static_generator`` has it build this generator), then the static decoder's own.
+
+        ``device``: the one it decodes on where the model is not there yet (fairseq-train
         builds ``--eval-bleu``'s generator before it moves the model): the options are checked
         against it at once, and so are the model's layers (what the step refuses), whose step is
         built at the first batch (the precision against the model's dtype is checked then:
@@ -163,15 +156,12 @@ class StaticSequenceGenerator(nn.Module):
         self.max_len = max_len or self.model.max_decoder_positions()
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
-        self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.no_repeat_ngram_size = no_repeat_ngram_size or 0
         self.match_source_len = match_source_len
-        # fairseq's own search chooses the candidates; built once, every batch's search takes it
-        self.search = fairseq_search(
-            tgt_dict, sampling, sampling_topk, sampling_topp, diverse_beam_groups,
-            diverse_beam_strength, match_source_len, diversity_rate, constraints,
-            prefix_allowed_tokens_fn,
-        )  # fmt: skip
-        check_diverse_beam_groups(self.beam_size, diverse_beam_groups)
+        # fairseq's search where it chooses the candidates; every batch's search takes it
+        self.search = candidate_search(search_strategy, match_source_len)
+        if isinstance(self.search, DiverseBeamSearch):
+            check_diverse_beam_groups(self.beam_size, self.search.num_groups)
         self.print_alignment = self.checked_alignment(print_alignment)
 
     def checked_alignment(self, kind: Optional[str]) -> Optional[str]:
@@ -483,35 +473,27 @@ class StaticSequenceGenerator(nn.Module):
         )
 
 
-def fairseq_search(
-    tgt_dict: Dictionary,
-    sampling: bool,
-    sampling_topk: int,
-    sampling_topp: float,
-    diverse_beam_groups: int,
-    diverse_beam_strength: float,
-    match_source_len: bool,
-    diversity_rate: float,
-    constraints: Optional[str],
-    prefix_allowed_tokens_fn: Optional[Callable],
-) -> Optional[Search]:
-    """fairseq's own search strategy for these options, chosen in the order in which
-    ``FairseqTask.build_generator`` chooses it, where the static search calls it for the
-    candidates (``SearchSettings.search``); None: beam search, which the static search does
-    itself (``--match-source-len``'s rules too)."""
-    if sampling:
-        return Sampling(tgt_dict, sampling_topk, sampling_topp)
-    if diverse_beam_groups is not None and diverse_beam_groups > 0:
-        return DiverseBeamSearch(tgt_dict, diverse_beam_groups, diverse_beam_strength)
-    if match_source_len:
+def candidate_search(search_strategy: Optional[Search], match_source_len: bool) -> Optional[Search]:
+    """The fairseq search that chooses the candidates at each position (``SearchSettings.search``),
+    or None where the static search chooses them itself: beam search, and --match-source-len's
+    length-constrained beam search, whose rules the static search applies (a length-constrained
+    search of other lengths is refused)."""
+    if search_strategy is None or type(search_strategy) is BeamSearch:
         return None
-    if diversity_rate is not None and diversity_rate > -1:
-        return DiverseSiblingsSearch(tgt_dict, diversity_rate)
-    if constraints:
-        return LexicallyConstrainedBeamSearch(tgt_dict, constraints)
-    if prefix_allowed_tokens_fn is not None:
-        return PrefixConstrainedBeamSearch(tgt_dict, prefix_allowed_tokens_fn)
-    return None
+    if isinstance(search_strategy, LengthConstrainedBeamSearch):
+        lengths = (search_strategy.min_len_a, search_strategy.min_len_b,
+                   search_strategy.max_len_a, search_strategy.max_len_b)  # fmt: skip
+        if not match_source_len or lengths != MATCH_SOURCE_LENGTHS:
+            raise StaticDecoderError(
+                f"a length-constrained beam search of lengths {lengths} (min_len_a, min_len_b, "
+                f"max_len_a, max_len_b): only --match-source-len's {MATCH_SOURCE_LENGTHS}"
+            )
+        return None
+    return search_strategy
+
+
+# The lengths of FairseqTask.build_generator's search for --match-source-len: the source's length.
+MATCH_SOURCE_LENGTHS = (1, 0, 1, 0)
 
 
 # The sliced layout drops the done sentences once the live ones are at most this share of those
@@ -538,8 +520,8 @@ def drop_done_sentences(
 
 
 def build_static_generator(
+    task: FairseqTask,
     models: List[nn.Module],
-    tgt_dict: Dictionary,
     args: GenerationArgs,
     precision: str = "fp32",
     seq_gen_cls: Optional[type] = None,
@@ -548,50 +530,41 @@ def build_static_generator(
     execution: Optional[str] = None,
     device: Optional[torch.device] = None,
 ) -> StaticSequenceGenerator:
-    """The static decoder for fairseq's generation options ``args`` (what ``task.build_generator``
-    receives), or StaticDecoderError naming the first option it does not support; ``device``:
-    see ``StaticSequenceGenerator``."""
-    options = generator_options(
-        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
-    )
-    return StaticSequenceGenerator(models, tgt_dict, device=device, **options)
+    """The static decoder of ``task``'s ``models`` for fairseq's generation options ``args`` (what
+    ``task.build_generator`` receives), or StaticDecoderError naming the first option it does not
+    support; ``device``: see ``StaticSequenceGenerator``."""
+    return build_with_fairseq(
+        StaticSequenceGenerator, task, models, args, precision, seq_gen_cls, extra_gen_cls_kwargs,
+        prefix_allowed_tokens_fn, execution, device,
+    )  # fmt: skip
 
 
-def generator_options(
+def build_with_fairseq(
+    generator_cls: type,
+    task: FairseqTask,
+    models: List[nn.Module],
     args: GenerationArgs,
     precision: str,
+    seq_gen_cls: Optional[type],
+    extra_gen_cls_kwargs: Optional[Dict],
+    prefix_allowed_tokens_fn: Optional[Callable],
     execution: Optional[str],
-    seq_gen_cls: Optional[type] = None,
-    extra_gen_cls_kwargs: Optional[Dict] = None,
-    prefix_allowed_tokens_fn: Optional[Callable] = None,
-) -> Dict:
-    """The keyword arguments of StaticSequenceGenerator from fairseq's generation options and
-    ``task.build_generator``'s arguments, after refusing, with one StaticDecoderError, what the
-    decoder cannot honour."""
+    device: Optional[torch.device],
+) -> StaticSequenceGenerator:
+    """``generator_cls`` built by fairseq's ``FairseqTask.build_generator`` (what fairseq's
+    translation and language-modeling tasks build their generators with) in place of fairseq's
+    SequenceGenerator, after refusing, with one StaticDecoderError, what the static decoder cannot
+    honour: it receives the options and the search (``search_strategy``) that fairseq chooses for
+    ``args``, as fairseq's generator would, a change of fairseq's included."""
     check_generation_options(args)
     check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs)
-    return dict(
-        beam_size=getattr(args, "beam", 5),
-        max_len_a=getattr(args, "max_len_a", 0),
-        max_len_b=getattr(args, "max_len_b", 200),
-        min_len=getattr(args, "min_len", 1),
-        normalize_scores=not getattr(args, "unnormalized", False),
-        len_penalty=getattr(args, "lenpen", 1),
-        unk_penalty=getattr(args, "unkpen", 0),
-        temperature=getattr(args, "temperature", 1.0),
-        no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", 0) or 0,
-        sampling=bool(getattr(args, "sampling", False)),
-        sampling_topk=getattr(args, "sampling_topk", -1),
-        sampling_topp=getattr(args, "sampling_topp", -1.0),
-        diverse_beam_groups=getattr(args, "diverse_beam_groups", -1),
-        diverse_beam_strength=getattr(args, "diverse_beam_strength", 0.5),
-        diversity_rate=getattr(args, "diversity_rate", -1.0),
-        match_source_len=bool(getattr(args, "match_source_len", False)),
-        constraints=getattr(args, "constraints", None),
-        prefix_allowed_tokens_fn=(
-            prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)
-        ),
+    static = partial(
+        generator_cls,
         print_alignment=getattr(args, "print_alignment", None),
         precision=precision,
         execution=None if execution is None else str(execution),
+        device=device,
+    )
+    return FairseqTask.build_generator(
+        task, models, args, seq_gen_cls=static, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn
     )

@@ -22,13 +22,13 @@ cross-layer KV follower (it attends over the block's keys and values with its ow
 from typing import Callable, Dict, List, Optional
 
 import torch
-from fairseq.data import Dictionary
+from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import length_bucket
-from fairseq_san.static_decoding.generator import StaticSequenceGenerator, generator_options
+from fairseq_san.static_decoding.generator import StaticSequenceGenerator, build_with_fairseq
 from fairseq_san.static_decoding.support import GenerationArgs
 
 
@@ -110,8 +110,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
 
 
 def build_static_lm_generator(
+    task: FairseqTask,
     models: List[nn.Module],
-    tgt_dict: Dictionary,
     args: GenerationArgs,
     precision: str = "fp32",
     seq_gen_cls: Optional[type] = None,
@@ -120,10 +120,10 @@ def build_static_lm_generator(
     execution: Optional[str] = None,
     device: Optional[torch.device] = None,
 ) -> StaticLMGenerator:
-    """The static decoder of a language model for fairseq's generation options ``args``, or
-    StaticDecoderError naming the first option it does not support; ``device``: see
+    """The static decoder of ``task``'s language model for fairseq's generation options ``args``,
+    or StaticDecoderError naming the first option it does not support; ``device``: see
     ``StaticSequenceGenerator``."""
-    options = generator_options(
-        args, precision, execution, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
-    )
-    return StaticLMGenerator(models, tgt_dict, device=device, **options)
+    return build_with_fairseq(
+        StaticLMGenerator, task, models, args, precision, seq_gen_cls, extra_gen_cls_kwargs,
+        prefix_allowed_tokens_fn, execution, device,
+    )  # fmt: skip

@@ -247,8 +247,8 @@ class DecodingTask:
             logger.info("SAN decoding: %s (%s)", decoding, type(generator).__name__)
             return generator
         generator = self.static_generator()(
+            self,
             models,
-            self.target_dictionary,
             args,
             self.decoding_option(args, options.DECODER_PRECISION),
             seq_gen_cls,

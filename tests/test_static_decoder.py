@@ -1405,13 +1405,61 @@ def test_constraints_not_met_within_the_maximum_length_are_one_line(task, decodi
         task.inference_step(generator, [model], sample, constraints=packed_constraints(0, "ordered"))
 
 
-def test_ensembles_and_lm_fusion_are_refused(task):
+def test_ensembles_and_other_generator_arguments_are_refused(task):
     model = build(dictionary=DICTIONARY)[0]
     args = generation_args(san_decoding="static")
     with pytest.raises(StaticDecoderError, match="ensembles"):
         task.build_generator([model, model], args)
-    with pytest.raises(StaticDecoderError, match="--lm-path"):
-        task.build_generator([model], args, extra_gen_cls_kwargs={"lm_model": model})
+    with pytest.raises(StaticDecoderError, match=r"generator options \['eos'\]"):
+        task.build_generator([model], args, extra_gen_cls_kwargs={"eos": 3})
+
+
+def fusion_language_model(dictionary=DICTIONARY):
+    """A tiny language model over ``dictionary`` whose distributions are far from uniform."""
+    language_model = build_lm([], dictionary=dictionary, seed=4)[0]
+    with torch.no_grad():
+        language_model.decoder.embed_tokens.weight.mul_(4)
+    return language_model
+
+
+@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan-san"])
+def test_a_fused_language_model_gives_fairseqs_output(task, name, monkeypatch):
+    """fairseq-generate's --lm-path and --lm-weight (shallow fusion; ``task.build_generator``'s
+    ``extra_gen_cls_kwargs``, as fairseq-generate passes them): the language model over each
+    hypothesis' tokens so far, weighted, added to the step's log-probabilities, gives fairseq's
+    n-best batch after batch, at beams 1 and 4, with done sentences leaving the batch, eager,
+    fixed and with the step alone replayed (stand-in capture); the fusion changed the output.
+    The static decoder refused --lm-path before."""
+    from fairseq_san.static_decoding import generator
+
+    monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0])
+    fusion = {"lm_model": fusion_language_model(), "lm_weight": 0.7}
+    batches = list(two_batches())
+    for beam in (1, 4):
+        args = dict(beam=beam, max_len_b=12, lenpen=0.5)
+        fairseqs = task.build_generator([model], generation_args(san_decoding="fairseq", **args),
+                                        extra_gen_cls_kwargs=fusion)  # fmt: skip
+        with torch.no_grad():
+            expected = [fairseqs.generate([model], batch) for batch in batches]
+        plain = task.build_generator([model], generation_args(san_decoding="fairseq", **args))
+        with torch.no_grad():
+            assert ranked_tokens(plain.generate([model], batches[0])) != ranked_tokens(expected[0])
+        settings = dict(beam_size=beam, max_len_b=12, len_penalty=0.5, **fusion)
+        static = task.build_generator([model], generation_args(san_decoding="static", **args),
+                                      extra_gen_cls_kwargs=fusion)  # fmt: skip
+        for ours in (static,
+                     StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings),
+                     graphed_translator(model, recording_capture([]), **settings)):  # fmt: skip
+            for batch, theirs in zip(batches, expected):
+                assert_same_hypotheses(theirs, ours.generate([model], batch))
+
+
+def test_a_fused_language_model_over_another_vocabulary_is_one_line():
+    model = build(dictionary=DICTIONARY)[0]
+    other = fusion_language_model(make_dictionary(len(DICTIONARY) + 3))
+    with pytest.raises(UsageError, match=r"^--lm-path: the language model's dictionary \("):
+        StaticSequenceGenerator([model], DICTIONARY, lm_model=other)
 
 
 def test_a_language_model_given_to_the_translation_generator_names_the_lm_one():

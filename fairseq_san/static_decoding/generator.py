@@ -31,6 +31,7 @@ from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary
 from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
 from fairseq_san.modules import weights_key
 from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
@@ -110,6 +111,8 @@ class StaticSequenceGenerator(nn.Module):
         match_source_len: bool = False,
         no_repeat_ngram_size: int = 0,
         search_strategy: Optional[Search] = None,
+        lm_model: Optional[nn.Module] = None,
+        lm_weight: float = 1.0,
         print_alignment: Optional[str] = None,
         precision: str = "fp32",
         execution: Optional[str] = None,
@@ -119,7 +122,8 @@ class StaticSequenceGenerator(nn.Module):
     ) -> None:
         """fairseq's SequenceGenerator's arguments (``search_strategy``: fairseq's search, which
         ``FairseqTask.build_generator`` chooses for the generation options:
-        ``build_static_generator`` has it build this generator), then the static decoder's own.
+        ``build_static_generator`` has it build this generator; ``lm_model`` and ``lm_weight``:
+        fairseq-generate's ``--lm-path`` model and ``--lm-weight``), then the static decoder's own.
 
         ``device``: the one it decodes on where the model is not there yet (fairseq-train
         builds ``--eval-bleu``'s generator before it moves the model): the options are checked
@@ -162,6 +166,10 @@ class StaticSequenceGenerator(nn.Module):
         self.search = candidate_search(search_strategy, match_source_len)
         if isinstance(self.search, DiverseBeamSearch):
             check_diverse_beam_groups(self.beam_size, self.search.num_groups)
+        if lm_model is not None:
+            check_lm_dictionary(lm_model, tgt_dict)
+            lm_model.eval()
+        self.lm_model, self.lm_weight = lm_model, lm_weight
         self.print_alignment = self.checked_alignment(print_alignment)
 
     def checked_alignment(self, kind: Optional[str]) -> Optional[str]:
@@ -296,6 +304,7 @@ class StaticSequenceGenerator(nn.Module):
         tokens = search.last_tokens(0)[:: self.beam_size]
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         lprobs = self.run_first_step(tokens, index, first, self.temperature, length=1)
+        lprobs = self.fused(search, 0, lprobs)
         cache.spread(first)
         finished = self._follow(search.advance(0, lprobs), cache, 1)
         for position in range(1, max_len + 1):
@@ -310,9 +319,14 @@ class StaticSequenceGenerator(nn.Module):
     ) -> bool:
         """Beam search at ``position`` > 0; whether every sentence is then done. With CUDA graphs
         one replay (step, search, reordering) and one host sync, where the search takes tensor
-        steps."""
-        if self.run_search_step is None or not search.takes_tensor_steps():
+        steps and no language model is fused (it runs eagerly between step and search)."""
+        if (
+            self.run_search_step is None
+            or not search.takes_tensor_steps()
+            or self.lm_model is not None
+        ):
             lprobs = self._step(search.last_tokens(position), position, index, cache)
+            lprobs = self.fused(search, position, lprobs)
             finished = self._follow(search.advance(position, lprobs), cache, position + 1)
             if not finished:
                 drop_done_sentences(search, cache, self.beam_size, position + 1)
@@ -324,6 +338,21 @@ class StaticSequenceGenerator(nn.Module):
             return True
         search.check_max_len(position)
         return False
+
+    def fused(self, search: TensorBeamSearch, position: int, lprobs: Tensor) -> Tensor:
+        """The step's log-probabilities at ``position`` (a row per hypothesis, or at position 0
+        per sentence) plus ``lm_weight`` times the ``--lm-path`` language model's (shallow
+        fusion), as fairseq's generator adds them: the language model runs over each row's tokens
+        so far, the start token first, and its last position's log-probabilities count. Only
+        the rows of sentences not done run it (fairseq's batch holds only those; the search reads
+        no other row's)."""
+        if self.lm_model is None:
+            return lprobs
+        rows = search.live_rows(lprobs.size(0))
+        tokens = search.tokens_so_far(position, lprobs.size(0)).index_select(0, rows)
+        output = self.lm_model(tokens)
+        lm_lprobs = self.lm_model.get_normalized_probs(output, log_probs=True, sample=None)
+        return lprobs.index_add(0, rows, (lm_lprobs[:, -1, :] * self.lm_weight).to(lprobs.dtype))
 
     def _follow(self, order: Optional[Tensor], cache: DecoderCache, written: int) -> bool:
         """The caches follow beam search's ``order`` (``written`` positions); whether every
@@ -566,5 +595,6 @@ def build_with_fairseq(
         device=device,
     )
     return FairseqTask.build_generator(
-        task, models, args, seq_gen_cls=static, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn
-    )
+        task, models, args, seq_gen_cls=static, extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+        prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+    )  # fmt: skip

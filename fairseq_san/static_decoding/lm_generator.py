@@ -84,7 +84,8 @@ class StaticLMGenerator(StaticSequenceGenerator):
         cache.spread(first)
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         for position in range(known + 1):  # every row of a sentence holds the same prompt
-            if search.advance(position, self._rows(prefilled[:, position], position)) is None:
+            lprobs = self.fused(search, position, self._rows(prefilled[:, position], position))
+            if search.advance(position, lprobs) is None:
                 return search
         for position in range(known + 1, max_len + 1):
             search.release_prefix(position)  # past the longest prompt: captured with CUDA graphs

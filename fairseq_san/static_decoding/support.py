@@ -29,7 +29,6 @@ GenerationArgs = Union[Namespace, DictConfig]
 UNSUPPORTED_OPTIONS = [
     ("retain_dropout", bool),
     ("score_reference", bool),
-    ("lm_path", bool),
 ]
 
 
@@ -48,14 +47,12 @@ def check_generation_options(args: GenerationArgs) -> None:
 def check_generator_arguments(
     seq_gen_cls: Optional[type], extra_gen_cls_kwargs: Optional[Dict]
 ) -> None:
-    """StaticDecoderError for the arguments of ``task.build_generator`` besides the options that
-    ask for another generator (a class, language model fusion)."""
+    """StaticDecoderError for the arguments of ``task.build_generator`` besides the options:
+    another generator class, or generator arguments other than fairseq-generate's language model
+    fusion (``lm_model``, ``lm_weight``: ``--lm-path``, ``--lm-weight``)."""
     if seq_gen_cls is not None:
         raise StaticDecoderError(f"a custom generator class ({seq_gen_cls.__name__})")
-    extra = dict(extra_gen_cls_kwargs or {})
-    if extra.pop("lm_model", None) is not None:
-        raise StaticDecoderError("--lm-path (language model fusion)")
-    extra.pop("lm_weight", None)
+    extra = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
     if extra:
         raise StaticDecoderError(f"generator options {sorted(extra)}")
 

@@ -12,7 +12,8 @@ fairseq's SequenceGenerator, without its per-step overhead.
   blocking) on tensors, the position an int or a device tensor (no host sync: capturable);
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
-* ``generator.py``: the SequenceGenerator drop-in;
+* ``generator.py``: the SequenceGenerator drop-in (built by fairseq's ``build_generator`` with
+  the search fairseq chooses; ``--lm-path`` shallow fusion);
 * ``alignment.py``: ``--print-alignment``, from one teacher-forced pass over the n-best;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam, sampling or diverse searches);

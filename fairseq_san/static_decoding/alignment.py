@@ -6,12 +6,13 @@ it, as ``SequenceGeneratorWithAlignment`` gives them.
 
 fairseq's generator records that attention at every step of its search; the static step does
 not compute it (with SAN the alignment layer may reuse an earlier layer's weights), so a batch
-that prints alignments pays one more pass of the decoder (the encoder's output is reused, the
-output projection skipped), at the precision of the model's weights (fp32: the same attention
-as fairseq's to rounding, whatever ``--san-decoder-precision`` searched).
+that prints alignments pays one more pass of the decoder (the output projection skipped), at
+the precision of the model's weights (fp32: the same attention as fairseq's to rounding,
+whatever ``--san-decoder-precision`` searched), over the encoder output the search used where
+the search ran the model's own encoder (fp32), else over the model's encoder's, run once.
 """
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 from fairseq import utils
@@ -39,16 +40,19 @@ def add_alignments(
     kind: str,
     pad: int,
     eos: int,
+    encoder_out: Optional[Dict] = None,
 ) -> None:
     """Give every hypothesis of ``nbests`` (per sentence of ``sample``) its ``attention``
     (source x target) and its ``alignment`` of ``kind`` (hard or soft), in place: the
     hypotheses by length, ``ROWS_PER_PASS`` a pass, so that a pass pads its rows to lengths
-    alike (one pass over a batch padded every row to the longest output)."""
+    alike (one pass over a batch padded every row to the longest output). ``encoder_out``: the
+    model's encoder's output for ``sample`` where the caller has it (else computed here)."""
     found = [
         (sentence, hypothesis) for sentence, nbest in enumerate(nbests) for hypothesis in nbest
     ]
     found.sort(key=lambda pair: len(pair[1]["tokens"]))
-    encoder_out = model.encoder.forward_torchscript(sample["net_input"])
+    if encoder_out is None:
+        encoder_out = model.encoder.forward_torchscript(sample["net_input"])
     src_tokens = sample["net_input"]["src_tokens"]
     for start in range(0, len(found), ROWS_PER_PASS):
         sentences, hypotheses = zip(*found[start : start + ROWS_PER_PASS])

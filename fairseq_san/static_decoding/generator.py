@@ -171,6 +171,7 @@ class StaticSequenceGenerator(nn.Module):
             lm_model.eval()
         self.lm_model, self.lm_weight = lm_model, lm_weight
         self.print_alignment = self.checked_alignment(print_alignment)
+        self._kept_encoder_out: Optional[Dict] = None  # see _for_alignments
 
     def checked_alignment(self, kind: Optional[str]) -> Optional[str]:
         """``--print-alignment``'s kind (hard or soft; None: no alignment)."""
@@ -266,8 +267,18 @@ class StaticSequenceGenerator(nn.Module):
             search = self.decode(sample, prefix_tokens, bos_token, constraints)
         nbests = search.hypotheses()
         if self.print_alignment:
-            add_alignments(self.model, sample, nbests, self.print_alignment, self.pad, self.eos)
+            encoder_out, self._kept_encoder_out = self._kept_encoder_out, None
+            add_alignments(
+                self.model, sample, nbests, self.print_alignment, self.pad, self.eos, encoder_out
+            )
         return nbests
+
+    def _for_alignments(self, encoder_out: Dict) -> Optional[Dict]:
+        """The batch's encoder output, kept for ``--print-alignment``'s passes where it is the
+        model's own encoder's (fp32); None where the search ran a converted copy (the passes run
+        the model's encoder themselves) or no alignment is printed."""
+        own = self.encoder is getattr(self.model, "encoder", None)
+        return encoder_out if self.print_alignment and own else None
 
     def decode(
         self,
@@ -286,6 +297,7 @@ class StaticSequenceGenerator(nn.Module):
         src_lengths = self._source_lengths(net_input)
         max_len = self._max_len(src_len, src_lengths)
         encoder_out = self.encoder.forward_torchscript(net_input)
+        self._kept_encoder_out = self._for_alignments(encoder_out)
         padding = encoder_out["encoder_padding_mask"]
         step, device = self.step, src_tokens.device
         fixed = self.execution.fixed_layout(device)

@@ -1,6 +1,8 @@
 """The cost of --print-alignment's teacher-forced passes against the static decoding of one batch
 (Multi30k's test, its first 64 sentences, beam 5, at most 60 tokens; the weak En->De checkpoint of
-weak-en-de.sh): seconds for generate() and for add_alignments() on its n-best, one run each.
+weak-en-de.sh): seconds for generate() and for add_alignments() on its n-best, one run each
+(then add_alignments() given the encoder's output, as the static decoder gives it since
+2026-12-01's evening).
 
     PATH=.venv/bin:$PATH python docs/results/static-options-2026-12-01/alignment_cost.py CHECKPOINT
 """
@@ -30,6 +32,12 @@ def main(checkpoint: str) -> None:
     aligned = time.perf_counter()
     print(f"decode {decoded - start:.2f} s, alignment passes {aligned - decoded:.2f} s "
           f"({sum(len(nbest) for nbest in nbests)} hypotheses)")
+    # Since the static decoder hands the passes its search's encoder output (fp32): without the
+    # encoder's pass.
+    encoder_out = model.encoder.forward_torchscript(sample["net_input"])
+    start = time.perf_counter()
+    add_alignments(model, sample, nbests, "hard", generator.pad, generator.eos, encoder_out)
+    print(f"alignment passes over the search's encoder output {time.perf_counter() - start:.2f} s")
 
 
 if __name__ == "__main__":

@@ -545,12 +545,7 @@ GENERATORS = {"fairseq": SequenceGenerator, "static": StaticLMGenerator}
 def lm_task():
     """(language_modeling_san's task, a tiny model of 16 positions it built): the task keeps the
     model's positions for ``check_prompt``."""
-    from fairseq_san.tasks.language_modeling_san import (
-        LanguageModelingSANConfig,
-        LanguageModelingSANTask,
-    )
-
-    task = LanguageModelingSANTask(LanguageModelingSANConfig(tokens_per_sample=16), DICT)
+    task = modeling_task()
     _, args = build_lm(["--tokens-per-sample", "16"], dictionary=DICT)
     return task, task.build_model(args).eval()
 

@@ -255,8 +255,7 @@ class TensorBeamSearch:
     def live_rows(self, rows: int) -> Tensor:
         """The indices, of ``rows`` rows (a row per hypothesis, or one per sentence), of the
         sentences not done."""
-        per_sentence = rows // self.sentences
-        return (~self.done).repeat_interleave(per_sentence).nonzero().view(-1)
+        return sentence_rows((~self.done).nonzero().view(-1), rows // self.sentences)
 
     def tokens_so_far(self, step: int, rows: int) -> Tensor:
         """The tokens before step ``step``'s, the start token first: a row per hypothesis, or, for

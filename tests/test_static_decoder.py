@@ -1418,27 +1418,31 @@ def test_ensembles_and_other_generator_arguments_are_refused(task):
         task.build_generator([model], args, extra_gen_cls_kwargs={"eos": 3})
 
 
-def fusion_language_model(dictionary=DICTIONARY):
+def fusion_language_model(dictionary=DICTIONARY, argv=()):
     """A tiny language model over ``dictionary`` whose distributions are far from uniform."""
-    language_model = build_lm([], dictionary=dictionary, seed=4)[0]
+    language_model = build_lm(argv, dictionary=dictionary, seed=4)[0]
     with torch.no_grad():
         language_model.decoder.embed_tokens.weight.mul_(4)
     return language_model
 
 
-@pytest.mark.parametrize("name", ["baseline", "san-1,5-3,3", "aan-san"])
-def test_a_fused_language_model_gives_fairseqs_output(task, name, monkeypatch):
+@pytest.mark.parametrize(
+    "name, lm_policy",
+    [("baseline", []), ("san-1,5-3,3", ["--san-decoder-self-policy", "2,4"]),
+     ("aan-san", ["--san-decoder-self-policy", "3,1,1,1", "--san-self-share", "kv"])],
+)  # fmt: skip
+def test_a_fused_language_model_gives_fairseqs_output(task, name, lm_policy, monkeypatch):
     """fairseq-generate's --lm-path and --lm-weight (shallow fusion; ``task.build_generator``'s
-    ``extra_gen_cls_kwargs``, as fairseq-generate passes them): the language model over each
-    hypothesis' tokens so far, weighted, added to the step's log-probabilities, gives fairseq's
-    n-best batch after batch, at beams 1 and 4, with done sentences leaving the batch, eager,
-    fixed and with the step alone replayed (stand-in capture); the fusion changed the output.
-    The static decoder refused --lm-path before."""
+    ``extra_gen_cls_kwargs``, as fairseq-generate passes them): the language model (baseline,
+    SAN, KV sharing) over each hypothesis' tokens so far, weighted, added to the step's
+    log-probabilities, gives fairseq's n-best batch after batch, at beams 1 and 4, with done
+    sentences leaving the batch, eager, fixed and with the step alone replayed (stand-in
+    capture); the fusion changed the output. The static decoder refused --lm-path before."""
     from fairseq_san.static_decoding import generator
 
     monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
     model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0])
-    fusion = {"lm_model": fusion_language_model(), "lm_weight": 0.7}
+    fusion = {"lm_model": fusion_language_model(argv=lm_policy), "lm_weight": 0.7}
     batches = list(two_batches())
     for beam in (1, 4):
         args = dict(beam=beam, max_len_b=12, lenpen=0.5)
@@ -1457,6 +1461,57 @@ def test_a_fused_language_model_gives_fairseqs_output(task, name, monkeypatch):
                      graphed_translator(model, recording_capture([]), **settings)):  # fmt: skip
             for batch, theirs in zip(batches, expected):
                 assert_same_hypotheses(theirs, ours.generate([model], batch))
+
+
+def test_a_fused_language_model_runs_one_token_a_position():
+    """The language model is a static step of its own whose cache follows the search: one
+    token per row at each position the translation's step runs, never fairseq's pass over the
+    whole prefix (which fairseq's generator runs at every position). The language model is
+    prepared as fairseq-generate prepares it (``make_generation_fast_``, after which its
+    ``eval()`` returns None)."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=3)[0])
+    language_model = fusion_language_model()
+    language_model.make_generation_fast_()
+    language_model.forward = None  # fairseq's pass over the prefix: not called
+    ours = StaticSequenceGenerator([model], DICTIONARY, beam_size=4, max_len_b=12,
+                                   lm_model=language_model, lm_weight=0.7)  # fmt: skip
+    steps = {"translation": [], "language model": []}
+    for name, step in (("translation", ours.step), ("language model", ours.fused_lm.step)):
+        step.register_forward_hook(lambda module, inputs, out, seen=steps[name]: seen.append(
+            (inputs[0].dim(), inputs[0].size(0))))  # fmt: skip
+    ours.generate([model], next(two_batches()))
+    assert len(steps["translation"]) > 5
+    assert steps["language model"] == steps["translation"]  # one token per row, the same rows
+    assert {dim for dim, _ in steps["language model"]} == {1}
+
+
+@pytest.mark.parametrize("precision", ["bf16-full", "int8"])
+def test_a_fused_language_model_runs_at_the_decoded_models_precision(precision):
+    """--san-decoder-precision converts the language model's step as it converts the
+    translation's (its linear layers, its activations' dtype), and fusion decodes there."""
+    model = decisive(build(MODELS["baseline"], dictionary=DICTIONARY, seed=3)[0])
+    settings = dict(beam_size=4, max_len_b=12, precision=precision)
+    language_model = fusion_language_model()
+    ours = StaticSequenceGenerator([model], DICTIONARY, lm_model=language_model, **settings)
+    fused, decoded = ours.fused_lm.step, ours.step
+    assert fused.dtype == decoded.dtype
+    assert type(fused.output_projection) is type(decoded.output_projection)
+    assert type(fused.layers[0].fc1) is type(decoded.layers[0].fc1)
+    hypotheses = ours.generate([model], next(two_batches()))
+    ends = [nbest[0]["tokens"][-1] for nbest in hypotheses]
+    assert [len(nbest) for nbest in hypotheses] == [4] * 6 and ends == [DICTIONARY.eos()] * 6
+
+
+def test_a_fused_language_model_the_step_cannot_run_is_refused_in_one_line():
+    model = build(dictionary=DICTIONARY)[0]
+    adaptive = build_lm(["--adaptive-input", "--adaptive-input-cutoff", "10,20"],
+                        arch="transformer_lm", dictionary=DICTIONARY)[0]  # fmt: skip
+    with pytest.raises(StaticDecoderError) as refused:
+        StaticSequenceGenerator([model], DICTIONARY, lm_model=adaptive)
+    assert str(refused.value) == (
+        "--san-decoding static does not support --adaptive-input in the --lm-path language "
+        "model; decode with fairseq's own decoder (--san-decoding fairseq, the default) to use it"
+    )
 
 
 def test_a_fused_language_model_over_another_vocabulary_is_one_line():

@@ -13,7 +13,9 @@ fairseq's SequenceGenerator, without its per-step overhead.
 * ``precision.py``: the step's linear layers on the CPU: packed weights; bf16 / bf16-full / int8
   (the encoder's too, on a copy, below fp32);
 * ``generator.py``: the SequenceGenerator drop-in (built by fairseq's ``build_generator`` with
-  the search fairseq chooses; ``--lm-path`` shallow fusion);
+  the search fairseq chooses);
+* ``fusion.py``: ``--lm-path`` shallow fusion, the language model a step of its own whose cache
+  follows the search (one token a position, where fairseq's runs it over the whole prefix);
 * ``alignment.py``: ``--print-alignment``, from one teacher-forced pass over the n-best;
 * ``lm_generator.py``: the same for a decoder-only language model (the prompt prefilled in one
   pass; greedy, beam, sampling or diverse searches);

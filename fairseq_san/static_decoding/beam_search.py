@@ -252,17 +252,6 @@ class TensorBeamSearch:
         """The input of step ``step``: each hypothesis' latest token (bos at step 0)."""
         return column(self.tokens.tensor, step)
 
-    def live_rows(self, rows: int) -> Tensor:
-        """The indices, of ``rows`` rows (a row per hypothesis, or one per sentence), of the
-        sentences not done."""
-        return sentence_rows((~self.done).nonzero().view(-1), rows // self.sentences)
-
-    def tokens_so_far(self, step: int, rows: int) -> Tensor:
-        """The tokens before step ``step``'s, the start token first: a row per hypothesis, or, for
-        ``rows`` of one per sentence (step 0), the sentence's first hypothesis."""
-        tokens = self.tokens.tensor[:, : step + 1]
-        return tokens if rows == tokens.size(0) else tokens[:: self.settings.beam]
-
     def advance(self, step: Step, lprobs: Tensor) -> Optional[Tensor]:
         """Take the step's log-probabilities (rows, vocabulary; at step 0, rows may also be one per
         sentence); return the order in which the decoder's caches must be reordered, or None when

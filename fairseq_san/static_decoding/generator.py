@@ -44,6 +44,7 @@ from fairseq_san.static_decoding.caches import (
 )
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import Execution, compiled, execution_for
+from fairseq_san.static_decoding.fusion import FusedLanguageModel
 from fairseq_san.static_decoding.graphs import (
     Capture,
     GraphedSearchStep,
@@ -166,10 +167,11 @@ class StaticSequenceGenerator(nn.Module):
         self.search = candidate_search(search_strategy, match_source_len)
         if isinstance(self.search, DiverseBeamSearch):
             check_diverse_beam_groups(self.beam_size, self.search.num_groups)
+        self.fused_lm: Optional[FusedLanguageModel] = None
         if lm_model is not None:
             check_lm_dictionary(lm_model, tgt_dict)
-            lm_model.eval()
-        self.lm_model, self.lm_weight = lm_model, lm_weight
+            lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
+            self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.print_alignment = self.checked_alignment(print_alignment)
         self._kept_encoder_out: Optional[Dict] = None  # see _for_alignments
 
@@ -304,7 +306,10 @@ class StaticSequenceGenerator(nn.Module):
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
         cache = self._cache(sentences, positions, fixed, device, length_bucket(src_len))
         source = encoder_out["encoder_out"][0]
-        step.prepare(source, padding[0] if padding else None, cache, self._table(max_len, fixed))
+        table = self._table(max_len, fixed)
+        step.prepare(source, padding[0] if padding else None, cache, table)
+        if self.fused_lm is not None:
+            self.fused_lm.start(sentences, self.beam_size, positions, fixed, table, device)
         bos = self.eos if bos_token is None else bos_token
         search = self._search(
             sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
@@ -316,7 +321,9 @@ class StaticSequenceGenerator(nn.Module):
         tokens = search.last_tokens(0)[:: self.beam_size]
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         lprobs = self.run_first_step(tokens, index, first, self.temperature, length=1)
-        lprobs = self.fused(search, 0, lprobs)
+        if self.fused_lm is not None:
+            shared = self.fused_lm.shared_positions(tokens.view(-1, 1))
+            lprobs = self.fused_lm.fuse(lprobs, shared[:, 0])
         cache.spread(first)
         finished = self._follow(search.advance(0, lprobs), cache, 1)
         for position in range(1, max_len + 1):
@@ -335,13 +342,17 @@ class StaticSequenceGenerator(nn.Module):
         if (
             self.run_search_step is None
             or not search.takes_tensor_steps()
-            or self.lm_model is not None
+            or self.fused_lm is not None
         ):
-            lprobs = self._step(search.last_tokens(position), position, index, cache)
-            lprobs = self.fused(search, position, lprobs)
+            tokens = search.last_tokens(position)
+            lprobs = self._step(tokens, position, index, cache)
+            if self.fused_lm is not None:
+                length = length_bucket(position + 1)
+                lm_lprobs = self.fused_lm.position(tokens, position, index, length)
+                lprobs = self.fused_lm.fuse(lprobs, lm_lprobs)
             finished = self._follow(search.advance(position, lprobs), cache, position + 1)
             if not finished:
-                drop_done_sentences(search, cache, self.beam_size, position + 1)
+                drop_done_sentences(search, self._in_use(cache), self.beam_size, position + 1)
             return finished
         index.fill_(position)
         length = length_bucket(position + 1)
@@ -351,28 +362,18 @@ class StaticSequenceGenerator(nn.Module):
         search.check_max_len(position)
         return False
 
-    def fused(self, search: TensorBeamSearch, position: int, lprobs: Tensor) -> Tensor:
-        """The step's log-probabilities at ``position`` (a row per hypothesis, or at position 0
-        per sentence) plus ``lm_weight`` times the ``--lm-path`` language model's (shallow
-        fusion), as fairseq's generator adds them: the language model runs over each row's tokens
-        so far, the start token first, and its last position's log-probabilities count. Only
-        the rows of sentences not done run it (fairseq's batch holds only those; the search reads
-        no other row's)."""
-        if self.lm_model is None:
-            return lprobs
-        rows = search.live_rows(lprobs.size(0))
-        tokens = search.tokens_so_far(position, lprobs.size(0)).index_select(0, rows)
-        output = self.lm_model(tokens)
-        lm_lprobs = self.lm_model.get_normalized_probs(output, log_probs=True, sample=None)
-        return lprobs.index_add(0, rows, (lm_lprobs[:, -1, :] * self.lm_weight).to(lprobs.dtype))
-
     def _follow(self, order: Optional[Tensor], cache: DecoderCache, written: int) -> bool:
         """The caches follow beam search's ``order`` (``written`` positions); whether every
         sentence is done (``order`` None)."""
         if order is None:
             return True
-        cache.follow(order, written, self.beam_size)
+        for in_use in self._in_use(cache):
+            in_use.follow(order, written, self.beam_size)
         return False
+
+    def _in_use(self, cache: DecoderCache) -> List[DecoderCache]:
+        """The batch's caches: the decoded model's ``cache``, the fused language model's."""
+        return [cache] if self.fused_lm is None else [cache, self.fused_lm.cache]
 
     def _search(
         self,
@@ -543,13 +544,13 @@ DROP_DONE_AT = 0.5
 
 
 def drop_done_sentences(
-    search: TensorBeamSearch, cache: DecoderCache, beam: int, written: int
+    search: TensorBeamSearch, caches: List[DecoderCache], beam: int, written: int
 ) -> None:
     """The sliced layout's batch shrinking: once at most ``DROP_DONE_AT`` of the sentences
-    searched are live, the done ones leave the search and the caches (``written`` positions), so
-    that the steps left no longer compute their rows, as fairseq's batch shrinks. The fixed
-    layout keeps its shapes (compiled steps and CUDA graphs depend on them)."""
-    if cache.fixed:
+    searched are live, the done ones leave the search and the ``caches`` (``written``
+    positions), so that the steps left no longer compute their rows, as fairseq's batch shrinks.
+    The fixed layout keeps its shapes (compiled steps and CUDA graphs depend on them)."""
+    if caches[0].fixed:
         return
     live = ~search.done
     count = int(live.sum())
@@ -557,7 +558,8 @@ def drop_done_sentences(
         return
     sentences = live.nonzero().view(-1)
     search.keep_sentences(sentences)
-    cache.keep_sentences(sentences, beam, written)
+    for cache in caches:
+        cache.keep_sentences(sentences, beam, written)
 
 
 def build_static_generator(

@@ -68,7 +68,10 @@ class StaticLMGenerator(StaticSequenceGenerator):
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
         cache = self._cache(sentences, positions, fixed, device)
         cache.sentences = sentences
-        self.step.prepare(None, None, cache, self._table(max_len, fixed))
+        table = self._table(max_len, fixed)
+        self.step.prepare(None, None, cache, table)
+        if self.fused_lm is not None:
+            self.fused_lm.start(sentences, self.beam_size, positions, fixed, table, device)
         search = self._search(
             sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
             sample.get("id"),
@@ -82,9 +85,12 @@ class StaticLMGenerator(StaticSequenceGenerator):
         first = cache.first_step(known + 1)
         prefilled = self.step.prefill(prompt, first, self.temperature)
         cache.spread(first)
+        fused = None if self.fused_lm is None else self.fused_lm.shared_positions(prompt)
         index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         for position in range(known + 1):  # every row of a sentence holds the same prompt
-            lprobs = self.fused(search, position, self._rows(prefilled[:, position], position))
+            lprobs = self._rows(prefilled[:, position], position)
+            if fused is not None:
+                lprobs = self.fused_lm.fuse(lprobs, self._rows(fused[:, position], position))
             if search.advance(position, lprobs) is None:
                 return search
         for position in range(known + 1, max_len + 1):

@@ -146,10 +146,11 @@ DECODER_CHECKS: Tuple[Callable[[nn.Module], Optional[str]], ...] = (
 )
 
 
-def check_decoder(decoder: nn.Module) -> None:
+def check_decoder(decoder: nn.Module, owner: Optional[str] = None) -> None:
     """Raise StaticDecoderError for a decoder the step does not reproduce exactly, naming the
-    first thing found (``DECODER_CHECKS``)."""
+    first thing found (``DECODER_CHECKS``) and the model it is in where not the decoded one
+    (``owner``: a fused language model)."""
     for check in DECODER_CHECKS:
         found = check(decoder)
         if found is not None:
-            raise StaticDecoderError(found)
+            raise StaticDecoderError(found if owner is None else f"{found} in {owner}")

@@ -1,0 +1,81 @@
+"""``FusedLanguageModel``: fairseq-generate's ``--lm-path`` model in the static decoder (shallow
+fusion: ``--lm-weight`` times its log-probabilities added to the decoded model's before the search
+chooses, as fairseq's SequenceGenerator adds them).
+
+fairseq's generator runs the language model over each hypothesis' whole prefix at every position
+(no incremental state), so a fused position costs a pass over every token decoded so far; on
+Multi30k's test that pass took more than half of the decoding time (docs/results/
+static-lm-fusion-2026-12-01). Here the language model is a ``StaticDecoderStep`` of its own, one
+token per hypothesis and position, with a cache (``DecoderCache``) that follows beam search as the
+decoded model's does: the same reorders, the same done sentences leaving the batch, the same
+layout. The positions every hypothesis of a sentence shares (the start token; a language model's
+known prompt tokens) run once per sentence, as the decoded model's first step does.
+"""
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, allocate_cache
+from fairseq_san.static_decoding.precision import apply_precision
+from fairseq_san.static_decoding.step import StaticDecoderStep
+from fairseq_san.static_decoding.support import check_decoder
+
+
+class FusedLanguageModel:
+    """The ``--lm-path`` model's step, its weight and its cache for the batch being decoded."""
+
+    def __init__(self, model: nn.Module, weight: float, precision: str) -> None:
+        """The step from ``model``'s decoder at the decoded model's ``precision`` (eager, its
+        linear layers packed where the device allows), or StaticDecoderError naming what the
+        step cannot reproduce in it."""
+        check_decoder(model.decoder, owner="the --lm-path language model")
+        self.step = apply_precision(StaticDecoderStep(model.decoder), precision)
+        self.weight = weight
+        self.cache: Optional[DecoderCache] = None
+        # The memory of a batch's self-attention state and log-probabilities, for the next one
+        # (the decoded model's ``KeptMemory``; never a CUDA graph's).
+        self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
+
+    def start(
+        self, sentences: int, beam: int, positions: int, fixed: bool, table: int, device
+    ) -> None:
+        """An empty cache for a batch of ``sentences`` x ``beam`` hypotheses and ``positions``
+        positions in the decoded model's layout (``fixed``), the step's position table holding
+        ``table`` positions."""
+        step, rows = self.step, sentences * beam
+        cache = allocate_cache(
+            rows, positions, step.self_slots, step.heads, step.aan_layers, step.embed_dim,
+            step.dtype, device, fixed=fixed, memory=self._memory,
+        )  # fmt: skip
+        cache.sentences = sentences
+        if device.type == "cpu":  # read before the next step, as the decoded model's
+            shape = (rows, step.vocabulary)
+            cache.log_probs = self._log_probs_memory.take(shape, torch.float32, device)
+        step.prepare(None, None, cache, table)
+        self.cache = cache
+
+    def shared_positions(self, tokens: Tensor) -> Tensor:
+        """Log-probabilities (sentences, span, vocabulary) after each of ``tokens`` (sentences,
+        span): the positions 0..span-1 that every hypothesis of a sentence shares, one row per
+        sentence, one position at a time (any decoder, AAN's included); then every hypothesis
+        takes its sentence's state."""
+        span = tokens.size(1)
+        first = self.cache.first_step(span)
+        lprobs = [self.step(tokens[:, position], position, first) for position in range(span)]
+        self.cache.spread(first)
+        return torch.stack(lprobs, dim=1)
+
+    def position(self, tokens: Tensor, position: int, index: Union[int, Tensor], length) -> Tensor:
+        """Log-probabilities (hypotheses, vocabulary) after ``tokens`` (hypotheses,) at
+        ``position``, as the decoded model's step took it: ``index`` the int position (sliced
+        layout) or the device tensor holding it, attending over ``length`` positions (fixed)."""
+        if not self.cache.fixed:
+            return self.step(tokens, position, self.cache)
+        return self.step(tokens, index, self.cache, 1.0, length)
+
+    def fuse(self, lprobs: Tensor, lm_lprobs: Tensor) -> Tensor:
+        """fairseq's arithmetic: the decoded model's ``lprobs`` plus the language model's times
+        ``--lm-weight``, row by row."""
+        return lprobs + (lm_lprobs * self.weight).to(lprobs.dtype)

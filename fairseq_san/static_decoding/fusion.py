@@ -39,8 +39,9 @@ class FusedLanguageModel:
         self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
 
     def start(
-        self, sentences: int, beam: int, positions: int, fixed: bool, table: int, device
-    ) -> None:
+        self, sentences: int, beam: int, positions: int, fixed: bool, table: int,
+        device: torch.device,
+    ) -> None:  # fmt: skip
         """An empty cache for a batch of ``sentences`` x ``beam`` hypotheses and ``positions``
         positions in the decoded model's layout (``fixed``), the step's position table holding
         ``table`` positions."""
@@ -67,7 +68,9 @@ class FusedLanguageModel:
         self.cache.spread(first)
         return torch.stack(lprobs, dim=1)
 
-    def position(self, tokens: Tensor, position: int, index: Union[int, Tensor], length) -> Tensor:
+    def position(
+        self, tokens: Tensor, position: int, index: Union[int, Tensor], length: int
+    ) -> Tensor:
         """Log-probabilities (hypotheses, vocabulary) after ``tokens`` (hypotheses,) at
         ``position``, as the decoded model's step took it: ``index`` the int position (sliced
         layout) or the device tensor holding it, attending over ``length`` positions (fixed)."""

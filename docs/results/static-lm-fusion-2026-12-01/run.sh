@@ -37,6 +37,7 @@ decode() {  # NAME DECODING OPTION...
   echo "$name: $((SECONDS - start)) s, $(grep -c '^H-' "$OUT/$name.txt") hypotheses; $(tail -1 "$OUT/$name.txt")"
 }
 decode fairseq-plain fairseq
+decode static-plain static
 for weight in 0.2 0.5; do
   decode "fairseq-fused-$weight" fairseq --lm-path "$LM" --lm-weight "$weight"
   decode "static-fused-$weight" static --lm-path "$LM" --lm-weight "$weight"

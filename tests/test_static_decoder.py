@@ -1502,6 +1502,29 @@ def test_a_fused_language_model_runs_at_the_decoded_models_precision(precision):
     assert [len(nbest) for nbest in hypotheses] == [4] * 6 and ends == [DICTIONARY.eos()] * 6
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["baseline", "aan-san"])
+def test_cuda_a_fused_language_model_gives_fairseqs_output(name):
+    """On a GPU (CUDA graphs, the default there), --lm-path fusion: the translation's step
+    replayed alone at each position, the language model's step eager between it and the search,
+    gives fairseq's n-best at beams 1 and 4; every shape captured (no fall-back)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model = decisive(build(MODELS[name], dictionary=DICTIONARY, seed=3)[0]).cuda()
+    fusion = dict(lm_model=fusion_language_model().cuda(), lm_weight=0.7)
+    for beam in (1, 4):
+        settings = dict(beam_size=beam, max_len_b=12, len_penalty=0.5, **fusion)
+        fairseqs = SequenceGenerator([model], DICTIONARY, **settings)
+        ours = StaticSequenceGenerator([model], DICTIONARY, **settings)
+        assert ours.execution.name == "graph"
+        for sample in two_batches():
+            sample = {"net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
+            with torch.no_grad():
+                expected = fairseqs.generate([model], sample)
+            assert_same_hypotheses(expected, ours.generate([model], sample), atol=1e-4)
+        assert ours.run_step.replays and None not in ours.run_step.replays.values()
+
+
 def test_a_fused_language_model_the_step_cannot_run_is_refused_in_one_line():
     model = build(dictionary=DICTIONARY)[0]
     adaptive = build_lm(["--adaptive-input", "--adaptive-input-cutoff", "10,20"],

@@ -34,8 +34,8 @@ class FusedLanguageModel:
         self.step = apply_precision(StaticDecoderStep(model.decoder), precision)
         self.weight = weight
         self.cache: Optional[DecoderCache] = None
-        # The memory of a batch's self-attention state and log-probabilities, for the next one
-        # (the decoded model's ``KeptMemory``; never a CUDA graph's).
+        # The memory of a batch's self-attention state and log-probabilities, kept for the next
+        # one, as the decoded model's (``KeptMemory``; this step is never captured in a graph).
         self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
 
     def start(

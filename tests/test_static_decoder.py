@@ -26,6 +26,7 @@ from helpers import (
     generate,
     counting_backend,
     graphed_generator,
+    lm_train_argv,
     make_dictionary,
     recording_capture,
     run_cli,
@@ -2073,6 +2074,36 @@ def test_fairseq_generate_san_decoding(binarized_corpus, checkpoint):
         assert len(alignments) == (hypotheses if "--print-alignment" in options else 0)
     old = generate_cli(binarized_corpus, checkpoint, "--san-decoder", "static")
     assert old.stderr.count("--san-decoder static is deprecated: use --san-decoding static") == 1
+
+
+@pytest.mark.slow
+def test_fairseq_generate_fuses_a_language_model(binarized_corpus, checkpoint, tmp_path):
+    """fairseq-generate --lm-path --lm-weight: fairseq's n-best from the static decoder, with the
+    language model as fairseq-generate loads and prepares it (``make_generation_fast_``, after
+    which its ``eval()`` returns None: an AttributeError in the static decoder once); the
+    fusion changed the output."""
+    raw, lm_data, lm = binarized_corpus.parent / "raw", tmp_path / "lm-bin", tmp_path / "lm"
+    preprocessed = run_cli(
+        "fairseq-preprocess", "--only-source", "--srcdict", str(binarized_corpus / "dict.tgt.txt"),
+        "--trainpref", f"{raw}/train.tgt", "--validpref", f"{raw}/valid.tgt",
+        "--destdir", str(lm_data), "--workers", "1",
+    )  # fmt: skip
+    assert preprocessed.returncode == 0, preprocessed.stderr[-3000:]
+    trained = run_cli("fairseq-train", *lm_train_argv(lm_data, lm))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    data = tmp_path / "data"  # fairseq-generate loads the language model with DATA/dict.txt
+    data.mkdir()
+    for path in binarized_corpus.iterdir():
+        (data / path.name).symlink_to(path.resolve())
+    (data / "dict.txt").symlink_to((binarized_corpus / "dict.tgt.txt").resolve())
+    fusion = ("--lm-path", str(lm / "checkpoint_last.pt"), "--lm-weight", "0.5")
+    fairseqs, static = [
+        generate_cli(data, checkpoint, "--san-decoding", decoding, *fusion)
+        for decoding in ("fairseq", "static")
+    ]
+    assert static.returncode == 0, static.stderr[-3000:]
+    assert assert_same_output(fairseqs.stdout, static.stdout) == 40
+    assert output_lines(static.stdout) != output_lines(generate_cli(data, checkpoint).stdout)
 
 
 @pytest.mark.slow

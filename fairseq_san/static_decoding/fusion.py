@@ -17,10 +17,9 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, allocate_cache
+from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory
 from fairseq_san.static_decoding.precision import apply_precision
 from fairseq_san.static_decoding.step import StaticDecoderStep
-from fairseq_san.static_decoding.support import check_decoder
 
 
 class FusedLanguageModel:
@@ -30,8 +29,8 @@ class FusedLanguageModel:
         """The step from ``model``'s decoder at the decoded model's ``precision`` (eager, its
         linear layers packed where the device allows), or StaticDecoderError naming what the
         step cannot reproduce in it."""
-        check_decoder(model.decoder, owner="the --lm-path language model")
-        self.step = apply_precision(StaticDecoderStep(model.decoder), precision)
+        step = StaticDecoderStep(model.decoder, owner="the --lm-path language model")
+        self.step = apply_precision(step, precision)
         self.weight = weight
         self.cache: Optional[DecoderCache] = None
         # The memory of a batch's self-attention state and log-probabilities, kept for the next
@@ -45,16 +44,12 @@ class FusedLanguageModel:
         """An empty cache for a batch of ``sentences`` x ``beam`` hypotheses and ``positions``
         positions in the decoded model's layout (``fixed``), the step's position table holding
         ``table`` positions."""
-        step, rows = self.step, sentences * beam
-        cache = allocate_cache(
-            rows, positions, step.self_slots, step.heads, step.aan_layers, step.embed_dim,
-            step.dtype, device, fixed=fixed, memory=self._memory,
+        cache = self.step.empty_cache(
+            sentences * beam, positions, device, fixed, memory=self._memory,
+            log_probs_memory=self._log_probs_memory,
         )  # fmt: skip
         cache.sentences = sentences
-        if device.type == "cpu":  # read before the next step, as the decoded model's
-            shape = (rows, step.vocabulary)
-            cache.log_probs = self._log_probs_memory.take(shape, torch.float32, device)
-        step.prepare(None, None, cache, table)
+        self.step.prepare(None, None, cache, table)
         self.cache = cache
 
     def shared_positions(self, tokens: Tensor) -> Tensor:

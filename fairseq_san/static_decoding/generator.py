@@ -36,12 +36,7 @@ from fairseq_san.generation_options import check_diverse_beam_groups, check_temp
 from fairseq_san.modules import weights_key
 from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
-from fairseq_san.static_decoding.caches import (
-    DecoderCache,
-    KeptMemory,
-    allocate_cache,
-    length_bucket,
-)
+from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.execution import Execution, compiled, execution_for
 from fairseq_san.static_decoding.fusion import FusedLanguageModel
@@ -455,25 +450,15 @@ class StaticSequenceGenerator(nn.Module):
             self._caches.move_to_end(key)
             self._caches[key].reset()
             return self._caches[key]
-        step = self.step
-        cache = allocate_cache(
-            sentences * self.beam_size,
-            positions,
-            step.self_slots,
-            step.heads,
-            step.aan_layers,
-            step.embed_dim,
-            step.dtype,
-            device,
-            fixed=fixed,
-            fixed_address=self.execution.graphs,
-            memory=None if self.execution.graphs else self._memory,
-        )
-        if self.execution.graphs:
+        graphs = self.execution.graphs
+        cache = self.step.empty_cache(
+            sentences * self.beam_size, positions, device, fixed, fixed_address=graphs,
+            memory=None if graphs else self._memory,
+            # decode reads each step's log-probabilities before the next
+            log_probs_memory=None if graphs else self._log_probs_memory,
+        )  # fmt: skip
+        if graphs:
             self._keep(key, cache)
-        elif device.type == "cpu":  # decode reads each step's log-probabilities before the next
-            shape = (sentences * self.beam_size, step.vocabulary)
-            cache.log_probs = self._log_probs_memory.take(shape, torch.float32, device)
         return cache
 
     def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:

@@ -36,7 +36,14 @@ from torch import Tensor, nn
 from fairseq_san.modules.average_attention import AverageAttention, gated_average
 from fairseq_san.modules.shared_attention import KEPT_PROJECTIONS, AttentionRole
 from fairseq_san.modules.shared_attention import attention_role
-from fairseq_san.static_decoding.caches import DecoderCache, Position, bmm, pad_source
+from fairseq_san.static_decoding.caches import (
+    DecoderCache,
+    KeptMemory,
+    Position,
+    allocate_cache,
+    bmm,
+    pad_source,
+)
 from fairseq_san.static_decoding.errors import StaticDecoderError
 from fairseq_san.static_decoding.support import check_decoder
 
@@ -264,9 +271,11 @@ class LayerStep(nn.Module):
 class StaticDecoderStep(nn.Module):
     """The whole decoder for one token per hypothesis: embeddings, layers, log-probabilities."""
 
-    def __init__(self, decoder: TransformerDecoderBase) -> None:
+    def __init__(self, decoder: TransformerDecoderBase, owner: Optional[str] = None) -> None:
+        """The step of ``decoder``, or StaticDecoderError naming what it cannot reproduce there
+        (and ``owner``, the model it is in, where not the decoded one: ``check_decoder``)."""
         super().__init__()
-        check_decoder(decoder)
+        check_decoder(decoder, owner)
         self.embed_dim = decoder.embed_dim  # the layers' width (the input's is projected to it)
         self.embed_tokens = nn.Parameter(decoder.embed_tokens.weight.detach(), requires_grad=False)
         self.embed_scale = float(decoder.embed_scale)
@@ -296,6 +305,29 @@ class StaticDecoderStep(nn.Module):
     def dtype(self) -> torch.dtype:
         """The dtype of activations and caches (float32 for int8 weights)."""
         return self.embed_tokens.dtype
+
+    def empty_cache(
+        self,
+        rows: int,
+        positions: int,
+        device: torch.device,
+        fixed: bool,
+        fixed_address: bool = False,
+        memory: Optional[KeptMemory] = None,
+        log_probs_memory: Optional[KeptMemory] = None,
+    ) -> DecoderCache:
+        """An empty cache of this step for ``rows`` hypotheses and ``positions`` positions
+        (``allocate_cache``'s layout and memory); on the CPU, where ``log_probs_memory`` is
+        given, the steps' log-probabilities written in it (a caller that reads each step's
+        before the next)."""
+        cache = allocate_cache(
+            rows, positions, self.self_slots, self.heads, self.aan_layers, self.embed_dim,
+            self.dtype, device, fixed=fixed, fixed_address=fixed_address, memory=memory,
+        )  # fmt: skip
+        if log_probs_memory is not None and device.type == "cpu":
+            shape = (rows, self.vocabulary)
+            cache.log_probs = log_probs_memory.take(shape, torch.float32, device)
+        return cache
 
     def prepare(
         self,

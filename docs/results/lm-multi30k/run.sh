@@ -112,7 +112,7 @@ step_eval() {  # the loss of every test sentence, per trained system and seed
 
 # time_speed OUT NAME=CHECKPOINT...: greedy generation with fairseq's generator and the static
 # decoder, each system and decoder in its own process; 3 rounds interleaved (the machine is
-# shared): table.py takes each one's best.
+# shared): table.py gives the median over rounds of the per-round ratios.
 time_speed() {
   local out=$1 round batch pair decoding
   shift

@@ -10,9 +10,11 @@ each system's seeds; 2000 resamples, seed 1): the difference, its 95% interval a
 (sentence sampling only: the spread between seeds is not in it); and the mean difference to the
 baseline trained with the same seeds.
 Speed (a second table): generated tokens per second with fairseq's generator and with the static
-decoder, the best of every round and repeat (speed/NAME-DECODING-bBATCH-rROUND.json), as ratios
-to the baseline with the same decoder and to the same system with fairseq's; and how many of the
-static decoder's greedy outputs are fairseq's.
+decoder (each round's file, speed/NAME-DECODING-bBATCH-rROUND.json, holds the fastest of its
+passes), the median over the interleaved rounds; the speed-ups by the project's rule: the median
+over rounds of the per-round ratio (round r over round r, timed side by side), the rounds' range
+in brackets, to the baseline with the same decoder and to the same system with fairseq's; and how
+many of the static decoder's greedy outputs are fairseq's (every round decodes the same tokens).
 Cache bytes per token: fp32 keys and values a decoding step keeps, all layers (SAN followers
 keep V, KV followers nothing).
 """
@@ -26,6 +28,7 @@ import re
 import statistics
 import sys
 
+from fairseq_san.benchmark.timing import median, per_repeat_ratios
 from fairseq_san.checkpoints import load_state
 from fairseq_san.loop.summary import checkpoint_facts
 from fairseq_san.policy import block_leaders, format_blocks, load_policy
@@ -93,18 +96,32 @@ def mean_losses(runs):
     return [statistics.fmean(values) for values in zip(*(run["nll"] for run in runs))]
 
 
-def best_speeds(results: str) -> dict:
-    """{(system, decoding, batch): the speed JSON with the most tokens per second}."""
-    speeds = {}
+def round_speeds(results: str) -> dict:
+    """{(system, decoding, batch): {round: its speed JSON}} from RESULTS/speed/."""
+    speeds: dict = {}
     for path in glob.glob(os.path.join(results, "speed", "*.json")):
-        match = re.match(r"(.+)-(fairseq|static)-b(\d+)-r\d+\.json$", os.path.basename(path))
-        name, decoding, batch = match.groups()
+        match = re.match(r"(.+)-(fairseq|static)-b(\d+)-r(\d+)\.json$", os.path.basename(path))
+        name, decoding, batch, round_ = match.groups()
         with open(path, encoding="utf-8") as handle:
-            speed = json.load(handle)
-        key = (name, decoding, int(batch))
-        if key not in speeds or speed["tokens_per_second"] > speeds[key]["tokens_per_second"]:
-            speeds[key] = speed
+            speeds.setdefault((name, decoding, int(batch)), {})[int(round_)] = json.load(handle)
     return speeds
+
+
+def any_timing(speeds: dict) -> dict:
+    """One timing's JSON (they all name the same processor and threads); {} where none."""
+    return next((timing for rounds in speeds.values() for timing in rounds.values()), {})
+
+
+def tokens_per_second(rounds: dict) -> list:
+    return [rounds[r]["tokens_per_second"] for r in sorted(rounds)]
+
+
+def speed_up(rounds: dict, reference: dict) -> str:
+    """The median over rounds of the per-round ratio, with the rounds' range: "1.30 (1.14-1.33)"."""
+    ratios = per_repeat_ratios(tokens_per_second(rounds), tokens_per_second(reference))
+    if len(ratios) == 1 or len(set(ratios)) == 1:
+        return f"{median(ratios):.2f}"
+    return f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def decoder_self_policy(model_cfg):
@@ -171,28 +188,26 @@ def share_text(row) -> str:
     return "-" if row["policy"] is None else row["share"]
 
 
-def print_speed_table(rows, speeds) -> None:
-    print("| system | policy | share | decoder | tok/s b1 | x baseline | x fairseq's | tok/s b16 "
-          "| x baseline | x fairseq's | greedy output = fairseq's |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        if not any(key[0] == row["name"] for key in speeds):
+def print_speed_table(speeds) -> None:
+    print("| system | decoder | tok/s b1 | x baseline | x fairseq's | tok/s b16 | x baseline | "
+          "x fairseq's | greedy output = fairseq's |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in SYSTEMS:
+        if not any(key[0] == name for key in speeds):
             continue  # not timed (the loop's KV iteration 2: trained after the speed runs)
         for decoding in DECODINGS:
             cells = []
             for batch in BATCHES:
-                speed = speeds.get((row["name"], decoding, batch))
-                if speed is None:
+                rounds = speeds.get((name, decoding, batch))
+                if rounds is None:
                     cells += ["-", "-", "-"]
                     continue
-                tps = speed["tokens_per_second"]
-                cells.append(f"{tps:.0f}")
-                for other in ((BASELINE, decoding, batch), (row["name"], "fairseq", batch)):
+                cells.append(f"{median(tokens_per_second(rounds)):.0f}")
+                for other in ((BASELINE, decoding, batch), (name, "fairseq", batch)):
                     reference = speeds.get(other)
-                    cells.append(f"{tps / reference['tokens_per_second']:.2f}" if reference else "-")
-            print(f"| {row['name']} | {format_blocks(row['policy'])} | {share_text(row)} | "
-                  f"{decoding} | {' | '.join(cells)} | "
-                  f"{same_outputs(speeds, row['name'], decoding)} |")
+                    cells.append(speed_up(rounds, reference) if reference else "-")
+            print(f"| {name} | {decoding} | {' | '.join(cells)} | "
+                  f"{same_outputs(speeds, name, decoding)} |")
 
 
 def same_outputs(speeds, name: str, decoding: str) -> str:
@@ -203,47 +218,35 @@ def same_outputs(speeds, name: str, decoding: str) -> str:
     for batch in BATCHES:
         ours, theirs = speeds.get((name, decoding, batch)), speeds.get((name, "fairseq", batch))
         if ours and theirs:
+            ours, theirs = ours[min(ours)], theirs[min(theirs)]
             same += sum(a == b for a, b in zip(ours["outputs"], theirs["outputs"]))
             total += len(theirs["outputs"])
     return f"{same}/{total}" if total else "-"
 
 
-def speed_rows(speeds) -> list:
-    """Rows of the speed table for the systems timed in ``speeds``, in the table's order, their
-    policies read from the checkpoints the timings name (no per-sentence losses needed)."""
-    rows = []
-    for name in SYSTEMS:
-        timed = [speed for key, speed in speeds.items() if key[0] == name]
-        if timed:
-            model_cfg = load_state(timed[0]["checkpoint"])["cfg"]["model"]
-            policy = decoder_self_policy(model_cfg)
-            rows.append({"name": name, "policy": policy, "share": model_cfg.san_self_share})
-    return rows
-
-
 def print_speed_header(speeds) -> None:
-    processor = next(iter(speeds.values()), {}).get("processor", "-")
-    threads = next(iter(speeds.values()), {}).get("threads", "-")
+    timing = any_timing(speeds)
+    processor, threads = timing.get("processor", "-"), timing.get("threads", "-")
     print(f"Processor: {processor}, {threads} thread(s). Greedy generation (prompts of 16 tokens, "
           "64 generated), each system and decoder in its own process:\n")  # fmt: skip
 
 
 def main(runs: str, results: str) -> None:
     rows, losses, by_seed, tokens = system_rows(runs, results)
-    speeds = best_speeds(results)
-    processor = next(iter(speeds.values()), {}).get("processor", "-")
+    speeds = round_speeds(results)
+    processor = any_timing(speeds).get("processor", "-")
     print(f"Processor: {processor}; test: test_2016_flickr, {len(tokens)} sentences, "
           f"{sum(tokens)} tokens.\n")  # fmt: skip
     print_perplexity_table(rows, losses, by_seed, tokens)
     print("\nGreedy generation (prompts of 16 tokens, 64 generated), each system and decoder in "
           "its own process:\n")
-    print_speed_table(rows, speeds)
+    print_speed_table(speeds)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "speed":
-        timings = best_speeds(sys.argv[2])
+        timings = round_speeds(sys.argv[2])
         print_speed_header(timings)
-        print_speed_table(speed_rows(timings), timings)
+        print_speed_table(timings)
     else:
         main(sys.argv[1], sys.argv[2])

@@ -762,17 +762,21 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
     assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 1
 
 
-def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monkeypatch):
+@pytest.mark.parametrize("fused", [False, True])
+def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monkeypatch, fused):
     """With --max-tokens nearly every batch has a shape of its own, and each kept a cache (and
     graphs) until the GPU's memory ran out: beyond KEPT_SHAPES the least recently used shape's
     cache and search are freed with the graphs that read them, and the batches after it, the
     freed shape's too, decode as the eager fixed step. The kept shapes keep their graphs (every
-    graph was dropped at each eviction: with shapes in rotation every batch captured again)."""
+    graph was dropped at each eviction: with shapes in rotation every batch captured again).
+    A fused language model's cache (``--lm-path``) is kept and freed with the translation's."""
     from fairseq_san.static_decoding import generator
 
     monkeypatch.setattr(generator, "KEPT_SHAPES", 2)
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
+    if fused:
+        settings.update(lm_model=fusion_language_model(), lm_weight=0.7)
     captures = []
     graphed = graphed_translator(model, recording_capture(captures), **settings)
     eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
@@ -788,6 +792,8 @@ def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monk
     assert [key[0] for key in graphed._caches] == [6, 4]  # 5 was the least recently used
     assert sorted(key[0] for key in graphed._searches) == [4, 6]
     assert len(graphed.run_first_step.replays) == len(graphed.run_search_step.replays) == 2
+    if fused:
+        assert set(graphed.fused_lm.kept) == set(graphed._caches)
 
 
 def test_a_batch_outside_inference_mode_after_one_inside_it():
@@ -1437,8 +1443,9 @@ def test_a_fused_language_model_gives_fairseqs_output(task, name, lm_policy, mon
     ``extra_gen_cls_kwargs``, as fairseq-generate passes them): the language model (baseline,
     SAN, KV sharing) over each hypothesis' tokens so far, weighted, added to the step's
     log-probabilities, gives fairseq's n-best batch after batch, at beams 1 and 4, with done
-    sentences leaving the batch, eager, fixed and with the step alone replayed (stand-in
-    capture); the fusion changed the output. The static decoder refused --lm-path before."""
+    sentences leaving the batch, eager, fixed and with each position captured whole, the
+    language model's step in it (stand-in capture, which refuses a host sync); the fusion
+    changed the output. The static decoder refused --lm-path before."""
     from fairseq_san.static_decoding import generator
 
     monkeypatch.setattr(generator, "DROP_DONE_AT", 1.0)
@@ -1457,11 +1464,17 @@ def test_a_fused_language_model_gives_fairseqs_output(task, name, lm_policy, mon
         settings = dict(beam_size=beam, max_len_b=12, len_penalty=0.5, **fusion)
         static = task.build_generator([model], generation_args(san_decoding="static", **args),
                                       extra_gen_cls_kwargs=fusion)  # fmt: skip
+        graphed = graphed_translator(model, recording_capture([]), **settings)
         for ours in (static,
                      StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings),
-                     graphed_translator(model, recording_capture([]), **settings)):  # fmt: skip
+                     graphed):  # fmt: skip
             for batch, theirs in zip(batches, expected):
                 assert_same_hypotheses(theirs, ours.generate([model], batch))
+        # the positions after 0 replayed whole (one key: both batches have one shape), the
+        # language model's step and cache in the graph, kept with the translation's
+        replays = graphed.run_search_step.replays
+        assert len(replays) == 1 and None not in replays.values() and not graphed.run_step.replays
+        assert set(graphed.fused_lm.kept) == set(graphed._caches)
 
 
 def test_a_fused_language_model_runs_one_token_a_position():
@@ -1506,8 +1519,8 @@ def test_a_fused_language_model_runs_at_the_decoded_models_precision(precision):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", ["baseline", "aan-san"])
 def test_cuda_a_fused_language_model_gives_fairseqs_output(name):
-    """On a GPU (CUDA graphs, the default there), --lm-path fusion: the translation's step
-    replayed alone at each position, the language model's step eager between it and the search,
+    """On a GPU (CUDA graphs, the default there), --lm-path fusion: each position after 0
+    replayed whole (the translation's step, the language model's, the search, the reordering)
     gives fairseq's n-best at beams 1 and 4; every shape captured (no fall-back)."""
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -1523,7 +1536,8 @@ def test_cuda_a_fused_language_model_gives_fairseqs_output(name):
             with torch.no_grad():
                 expected = fairseqs.generate([model], sample)
             assert_same_hypotheses(expected, ours.generate([model], sample), atol=1e-4)
-        assert ours.run_step.replays and None not in ours.run_step.replays.values()
+        replays = ours.run_search_step.replays
+        assert replays and None not in replays.values()
 
 
 def test_a_fused_language_model_the_step_cannot_run_is_refused_in_one_line():

@@ -419,8 +419,8 @@ def test_repeated_ngrams_are_blocked_as_fairseq_blocks_them(system):
 def test_a_fused_language_model_continues_as_fairseqs(system):
     """--lm-path and --lm-weight after ragged prompts (shallow fusion, counted at the prompts'
     forced positions too, as fairseq's generator counts it): fairseq's n-best at beams 1 and 4,
-    eager and with the positions after the prompts' replaying the step alone (stand-in
-    capture); the fusion changed the output."""
+    eager and with the positions after the prompts' captured whole, the language model's step
+    in them (stand-in capture); the fusion changed the output."""
     model, fused = language_model(system), language_model("san 2,4")
     prefix = prompts((3, 5, 0, 2), seed=1)
     for beam in (1, 4):
@@ -429,9 +429,11 @@ def test_a_fused_language_model_continues_as_fairseqs(system):
         theirs = generate(SequenceGenerator([model], DICT, **options, **fusion), model, prefix)
         plain = generate(SequenceGenerator([model], DICT, **options), model, prefix)
         assert best_tokens(plain) != best_tokens(theirs)
-        for ours in (StaticLMGenerator([model], DICT, **options, **fusion),
-                     graphed_lm(model, recording_capture([]), **options, **fusion)):  # fmt: skip
+        graphed = graphed_lm(model, recording_capture([]), **options, **fusion)
+        for ours in (StaticLMGenerator([model], DICT, **options, **fusion), graphed):
             assert_same_hypotheses(theirs, generate(ours, model, prefix), ATOL)
+        replays = graphed.run_search_step.replays
+        assert len(replays) == 1 and None not in replays.values()
 
 
 @pytest.mark.parametrize("system", ["baseline", "kv 3,1,1,1"])

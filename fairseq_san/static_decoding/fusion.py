@@ -9,10 +9,12 @@ static-lm-fusion-2026-12-01). Here the language model is a ``StaticDecoderStep``
 token per hypothesis and position, with a cache (``DecoderCache``) that follows beam search as the
 decoded model's does: the same reorders, the same done sentences leaving the batch, the same
 layout. The positions every hypothesis of a sentence shares (the start token; a language model's
-known prompt tokens) run once per sentence, as the decoded model's first step does.
+known prompt tokens) run once per sentence, as the decoded model's first step does. With CUDA
+graphs its step is captured in the decoded model's position (``graphs.GraphedSearchStep``), on a
+cache kept with the decoded model's for the batch's shape (a captured graph reads its memory).
 """
 
-from typing import Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -33,21 +35,32 @@ class FusedLanguageModel:
         self.step = apply_precision(step, precision)
         self.weight = weight
         self.cache: Optional[DecoderCache] = None
-        # The memory of a batch's self-attention state and log-probabilities, kept for the next
-        # one, as the decoded model's (``KeptMemory``; this step is never captured in a graph).
+        # With CUDA graphs, the caches kept with the decoded model's, under its cache's key.
+        self.kept: Dict[Tuple, DecoderCache] = {}
+        # Else the memory of a batch's self-attention state and log-probabilities, kept for the
+        # next one, as the decoded model's (``KeptMemory``).
         self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
 
     def start(
         self, sentences: int, beam: int, positions: int, fixed: bool, table: int,
-        device: torch.device,
+        device: torch.device, keep_as: Optional[Tuple] = None,
     ) -> None:  # fmt: skip
         """An empty cache for a batch of ``sentences`` x ``beam`` hypotheses and ``positions``
         positions in the decoded model's layout (``fixed``), the step's position table holding
-        ``table`` positions."""
-        cache = self.step.empty_cache(
-            sentences * beam, positions, device, fixed, memory=self._memory,
-            log_probs_memory=self._log_probs_memory,
-        )  # fmt: skip
+        ``table`` positions. ``keep_as``: with CUDA graphs, the key of the decoded model's cache
+        kept for the batch's shape: this one is kept with it (at a fixed address), reset."""
+        cache = self.kept.get(keep_as) if keep_as is not None else None
+        if cache is not None:
+            cache.reset()
+        else:
+            kept = keep_as is not None
+            cache = self.step.empty_cache(
+                sentences * beam, positions, device, fixed, fixed_address=kept,
+                memory=None if kept else self._memory,
+                log_probs_memory=None if kept else self._log_probs_memory,
+            )  # fmt: skip
+            if kept:
+                self.kept[keep_as] = cache
         cache.sentences = sentences
         self.step.prepare(None, None, cache, table)
         self.cache = cache
@@ -63,15 +76,11 @@ class FusedLanguageModel:
         self.cache.spread(first)
         return torch.stack(lprobs, dim=1)
 
-    def position(
-        self, tokens: Tensor, position: int, index: Union[int, Tensor], length: int
-    ) -> Tensor:
-        """Log-probabilities (hypotheses, vocabulary) after ``tokens`` (hypotheses,) at
-        ``position``, as the decoded model's step took it: ``index`` the int position (sliced
-        layout) or the device tensor holding it, attending over ``length`` positions (fixed)."""
-        if not self.cache.fixed:
-            return self.step(tokens, position, self.cache)
-        return self.step(tokens, index, self.cache, 1.0, length)
+    def position(self, tokens: Tensor, at: Union[int, Tensor], length: Optional[int]) -> Tensor:
+        """Log-probabilities (hypotheses, vocabulary) after ``tokens`` (hypotheses,) at the
+        position the decoded model's step took: ``at`` an int (sliced layout), or the (1,) device
+        tensor holding it, attending over ``length`` positions (fixed)."""
+        return self.step(tokens, at, self.cache, 1.0, length)
 
     def fuse(self, lprobs: Tensor, lm_lprobs: Tensor) -> Tensor:
         """fairseq's arithmetic: the decoded model's ``lprobs`` plus the language model's times

@@ -139,6 +139,11 @@ class StaticSequenceGenerator(nn.Module):
             )
         self.model.eval()
         self.precision, self.execution_asked = precision, execution
+        self.fused_lm: Optional[FusedLanguageModel] = None
+        if lm_model is not None:
+            check_lm_dictionary(lm_model, tgt_dict)
+            lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
+            self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.compile_backend, self.capture = compile_backend, capture
         model_device = next(self.model.parameters()).device
         self.choose_execution(torch.device(device) if device is not None else model_device)
@@ -162,11 +167,6 @@ class StaticSequenceGenerator(nn.Module):
         self.search = candidate_search(search_strategy, match_source_len)
         if isinstance(self.search, DiverseBeamSearch):
             check_diverse_beam_groups(self.beam_size, self.search.num_groups)
-        self.fused_lm: Optional[FusedLanguageModel] = None
-        if lm_model is not None:
-            check_lm_dictionary(lm_model, tgt_dict)
-            lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
-            self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.print_alignment = self.checked_alignment(print_alignment)
         self._kept_encoder_out: Optional[Dict] = None  # see _for_alignments
 
@@ -203,9 +203,11 @@ class StaticSequenceGenerator(nn.Module):
             self.compile_backend, self.capture
         )
         # Caches and searches kept across batches, per shape (CUDA graphs read the memory they
-        # captured).
+        # captured); the fused language model's caches are kept with the decoded model's.
         self._caches: "OrderedDict[Tuple, DecoderCache]" = OrderedDict()
         self._searches: Dict[Tuple, TensorBeamSearch] = {}
+        if self.fused_lm is not None:
+            self.fused_lm.kept.clear()
         # The memory of the other executions' self-attention state and log-probabilities, from
         # batch to batch.
         self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
@@ -299,12 +301,10 @@ class StaticSequenceGenerator(nn.Module):
         step, device = self.step, src_tokens.device
         fixed = self.execution.fixed_layout(device)
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
-        cache = self._cache(sentences, positions, fixed, device, length_bucket(src_len))
-        source = encoder_out["encoder_out"][0]
         table = self._table(max_len, fixed)
+        cache = self._cache(sentences, positions, fixed, device, table, length_bucket(src_len))
+        source = encoder_out["encoder_out"][0]
         step.prepare(source, padding[0] if padding else None, cache, table)
-        if self.fused_lm is not None:
-            self.fused_lm.start(sentences, self.beam_size, positions, fixed, table, device)
         bos = self.eos if bos_token is None else bos_token
         search = self._search(
             sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
@@ -332,26 +332,20 @@ class StaticSequenceGenerator(nn.Module):
         self, search: TensorBeamSearch, position: int, index, cache: DecoderCache
     ) -> bool:
         """Beam search at ``position`` > 0; whether every sentence is then done. With CUDA graphs
-        one replay (step, search, reordering) and one host sync, where the search takes tensor
-        steps and no language model is fused (it runs eagerly between step and search)."""
-        if (
-            self.run_search_step is None
-            or not search.takes_tensor_steps()
-            or self.fused_lm is not None
-        ):
+        one replay (step, fused language model, search, reordering) and one host sync, where the
+        search takes tensor steps."""
+        at, length = self._at(position, index, cache)
+        if self.run_search_step is None or not search.takes_tensor_steps():
             tokens = search.last_tokens(position)
-            lprobs = self._step(tokens, position, index, cache)
+            lprobs = self.run_step(tokens, at, cache, self.temperature, length)
             if self.fused_lm is not None:
-                length = length_bucket(position + 1)
-                lm_lprobs = self.fused_lm.position(tokens, position, index, length)
+                lm_lprobs = self.fused_lm.position(tokens, at, length)
                 lprobs = self.fused_lm.fuse(lprobs, lm_lprobs)
             finished = self._follow(search.advance(position, lprobs), cache, position + 1)
             if not finished:
                 drop_done_sentences(search, self._in_use(cache), self.beam_size, position + 1)
             return finished
-        index.fill_(position)
-        length = length_bucket(position + 1)
-        self.run_search_step(search, index, cache, self.temperature, length)
+        self.run_search_step(search, at, cache, self.temperature, length, self.fused_lm)
         if bool(search.done.all()):
             return True
         search.check_max_len(position)
@@ -439,18 +433,24 @@ class StaticSequenceGenerator(nn.Module):
         return self.max_len if fixed else max_len + 1
 
     def _cache(
-        self, sentences: int, positions: int, fixed: bool, device: torch.device, source: int = 0
-    ) -> DecoderCache:
+        self, sentences: int, positions: int, fixed: bool, device: torch.device, table: int,
+        source: int = 0,
+    ) -> DecoderCache:  # fmt: skip
         """An empty cache for a batch: with CUDA graphs, the one kept for its shape (the
         sentences, the positions and the source's length bucket, 0 without a source), reused;
         else a new one, its self-attention state (and on the CPU its steps' log-probabilities) in
-        the memory of the batches before (``KeptMemory``)."""
+        the memory of the batches before (``KeptMemory``). The fused language model's started
+        beside it, kept with it (its position table holding ``table`` positions)."""
         key = (sentences, positions, source)
+        graphs = self.execution.graphs
+        if self.fused_lm is not None:
+            self.fused_lm.start(
+                sentences, self.beam_size, positions, fixed, table, device, key if graphs else None
+            )  # fmt: skip
         if key in self._caches:
             self._caches.move_to_end(key)
             self._caches[key].reset()
             return self._caches[key]
-        graphs = self.execution.graphs
         cache = self.step.empty_cache(
             sentences * self.beam_size, positions, device, fixed, fixed_address=graphs,
             memory=None if graphs else self._memory,
@@ -463,11 +463,14 @@ class StaticSequenceGenerator(nn.Module):
 
     def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:
         """Keep ``cache`` for its shape (``key``); beyond ``KEPT_SHAPES`` shapes, free the least
-        recently used one's cache (its beam search too where no kept cache shares it) and the
-        graphs that read them; the other shapes keep theirs."""
+        recently used one's cache (the fused language model's kept with it; its beam search too
+        where no kept cache shares it) and the graphs that read them; the other shapes keep
+        theirs."""
         if len(self._caches) >= KEPT_SHAPES:
             oldest, freed_cache = self._caches.popitem(last=False)
             freed = held_memory(freed_cache)
+            if self.fused_lm is not None:
+                freed += held_memory(self.fused_lm.kept.pop(oldest))
             if all(kept[:2] != oldest[:2] for kept in self._caches):
                 search = self._searches.pop(oldest[:2], None)
                 freed += [] if search is None else search.state()
@@ -475,13 +478,15 @@ class StaticSequenceGenerator(nn.Module):
                 forget_memory(runner.replays, freed)
         self._caches[key] = cache
 
-    def _step(self, tokens: Tensor, position: int, index, cache: DecoderCache) -> Tensor:
-        """The step at ``position``: an int in the sliced layout; in the fixed one, written into
-        the device tensor ``index`` (no host sync) and attending over its length bucket."""
+    def _at(
+        self, position: int, index: Union[int, Tensor], cache: DecoderCache
+    ) -> Tuple[Union[int, Tensor], Optional[int]]:
+        """Where a step runs ``position``: (the int, None) in the sliced layout; in the fixed one,
+        (the device tensor ``index``, written with it: no host sync, its length bucket)."""
         if not cache.fixed:
-            return self.run_step(tokens, position, cache, self.temperature)
+            return position, None
         index.fill_(position)
-        return self.run_step(tokens, index, cache, self.temperature, length_bucket(position + 1))
+        return index, length_bucket(position + 1)
 
     def _settings(self, max_len: int) -> SearchSettings:
         return SearchSettings(

@@ -4,7 +4,8 @@ On a GPU a decoder step is bound by kernel launches (measured on an H200: ~6 ms 
 16 for ~0.1 ms of arithmetic); a replayed graph launches the whole step at once. Two captures:
 
 * ``GraphedSearchStep`` (beam and greedy search, translation's and a language model's after its
-  longest prompt): one position whole, the decoder step, beam
+  longest prompt): one position whole, the decoder step (and a fused ``--lm-path`` model's step,
+  added to it: ``fusion.FusedLanguageModel``), beam
   search's ``advance`` with the position as a device tensor and the caches' reordering, so that
   a position is one replay and one host sync (reading whether every sentence is done). Measured
   on an H100 before it (docs/results/gpu-steps): with the step alone captured, the eager beam
@@ -48,6 +49,7 @@ from torch import Tensor, nn
 from fairseq_san.errors import first_line
 from fairseq_san.static_decoding.beam_search import TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache
+from fairseq_san.static_decoding.fusion import FusedLanguageModel
 
 logger = logging.getLogger(__name__)
 
@@ -232,11 +234,28 @@ def advance_position(
     cache: DecoderCache,
     temperature: float,
     length: int,
+    fused: Optional[FusedLanguageModel] = None,
 ) -> None:
     """One position of beam search on the device, with no host sync: the decoder step at
-    ``index`` (a (1,) tensor), ``advance``, and the caches following the hypotheses."""
-    lprobs = step(search.last_tokens(index), index, cache, temperature, length)
-    cache.follow(search.advance(index, lprobs), length, search.settings.beam)
+    ``index`` (a (1,) tensor) and the ``fused`` language model's added to it, ``advance``, and
+    the caches following the hypotheses."""
+    tokens = search.last_tokens(index)
+    lprobs = step(tokens, index, cache, temperature, length)
+    caches = [cache]
+    if fused is not None:
+        lprobs = fused.fuse(lprobs, fused.position(tokens, index, length))
+        caches.append(fused.cache)
+    order = search.advance(index, lprobs)
+    for each in caches:
+        each.follow(order, length, search.settings.beam)
+
+
+def fused_memory(fused: Optional[FusedLanguageModel]) -> Tuple[List[Tensor], List[Tensor]]:
+    """(what a captured position reads, what it writes) of the ``fused`` language model: its
+    step's position table and its batch's cache; nothing without one."""
+    if fused is None:
+        return [], []
+    return read_state(fused.cache) + [fused.step.positions], mutable_state(fused.cache)
 
 
 class GraphedSearchStep:
@@ -249,28 +268,31 @@ class GraphedSearchStep:
         self.replays: Dict[Tuple, Optional[Tuple[Tensor, Callable[[], None]]]] = {}
 
     def __call__(self, search: TensorBeamSearch, index: Tensor, cache: DecoderCache,
-                 temperature: float, length: int) -> None:  # fmt: skip
+                 temperature: float, length: int,
+                 fused: Optional[FusedLanguageModel] = None) -> None:  # fmt: skip
         """``advance_position`` with these arguments: replayed, or captured first."""
         tokens = search.tokens.tensor
-        key = graph_key(self.step, tokens, cache, length, temperature, tuple(search.state()))
+        also = tuple(search.state() + fused_memory(fused)[0])
+        key = graph_key(self.step, tokens, cache, length, temperature, also)
         if key not in self.replays:
-            self.replays[key] = self._capture(search, index, cache, temperature, length)
+            self.replays[key] = self._capture(search, index, cache, temperature, length, fused)
         replay = self.replays[key]
         if replay is None:
-            advance_position(self.step, search, index, cache, temperature, length)
+            advance_position(self.step, search, index, cache, temperature, length, fused)
             return
         static_index, run = replay
         static_index.copy_(index)
         run()
 
-    def _capture(self, search, index, cache, temperature, length):
+    def _capture(self, search, index, cache, temperature, length, fused):
         """(static position, replay) for this key, or None (logged) where capture fails."""
         static_index = index.clone()
 
         def body() -> None:
-            advance_position(self.step, search, static_index, cache, temperature, length)
+            advance_position(self.step, search, static_index, cache, temperature, length, fused)
 
-        state = mutable_state(cache) + search.state()
-        what = f"{search.tokens.tensor.size(0)} rows, {length} positions (with beam search)"
+        state = mutable_state(cache) + search.state() + fused_memory(fused)[1]
+        searched = "beam search" if fused is None else "beam search and the fused language model"
+        what = f"{search.tokens.tensor.size(0)} rows, {length} positions (with {searched})"
         run = capture_or_none(self.capture, self.warmup, body, state, what)
         return None if run is None else (static_index, run)

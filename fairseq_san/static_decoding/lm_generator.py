@@ -66,12 +66,10 @@ class StaticLMGenerator(StaticSequenceGenerator):
         known = self._known_positions(prefix_tokens, max_len)
         fixed = self.execution.fixed_layout(device)
         positions = length_bucket(max_len + 1) if fixed else max_len + 1
-        cache = self._cache(sentences, positions, fixed, device)
-        cache.sentences = sentences
         table = self._table(max_len, fixed)
+        cache = self._cache(sentences, positions, fixed, device, table)
+        cache.sentences = sentences
         self.step.prepare(None, None, cache, table)
-        if self.fused_lm is not None:
-            self.fused_lm.start(sentences, self.beam_size, positions, fixed, table, device)
         search = self._search(
             sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
             sample.get("id"),

@@ -884,6 +884,27 @@ def test_graph_key_names_the_memory_a_graph_reads():
     assert graph_key(step, tokens, cache, 32, 1.0) != key
 
 
+@pytest.mark.parametrize("layers", [[], [torch.zeros(8, 5, 4)]])
+def test_a_kept_cache_takes_the_next_batchs_encoder_state_in_its_own_memory(layers):
+    """A cache kept for its shape holds the next batch's encoder state and padding mask in the
+    tensors it holds (a captured graph reads their memory), also where the decoder holds no
+    encoder keys or values (an empty list: its mask was replaced, and a graph captured anew at
+    every batch)."""
+    from fairseq_san.static_decoding.caches import DecoderCache
+
+    cache = DecoderCache(None, None, fixed=True)
+    first_padding = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
+    cache.hold_encoder([layer.clone() for layer in layers], first_padding)
+    held = [first_padding] + cache.encoder
+    second_padding = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    cache.hold_encoder([layer + 1 for layer in layers], second_padding)
+    assert [t.data_ptr() for t in [cache.source_padding] + cache.encoder] == [
+        t.data_ptr() for t in held
+    ]  # fmt: skip
+    assert bool(cache.source_padding.all())
+    assert all(bool(layer.eq(1).all()) for layer in cache.encoder)
+
+
 def test_fixed_step_writes_its_caches_without_building_indices():
     """A fixed-layout step at a tensor position builds one index tensor, its mask's: the caches'
     slot, row and head indices are the cache's own (on a GPU each arange is a kernel of the

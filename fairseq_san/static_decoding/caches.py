@@ -291,6 +291,9 @@ class DecoderCache:
     first: Optional[Tuple[Tuple[int, int], "DecoderCache"]] = field(
         init=False, default=None, repr=False
     )
+    # Whether a batch's encoder state is held (``hold_encoder``): a decoder without encoder
+    # keys or values holds an empty list, and its padding mask too must be copied, not replaced.
+    holds_encoder: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
         """The fixed layout's write indices (``slot_axes``), made with the cache."""
@@ -308,8 +311,9 @@ class DecoderCache:
         """Take a batch's encoder state: copied into the tensors this cache already holds when it
         is reused for another batch of its shape (a captured step reads their memory), else held
         as given."""
-        if not self.encoder:
+        if not self.holds_encoder:
             self.encoder, self.source_padding = encoder, source_padding
+            self.holds_encoder = True
             return
         padding = [] if source_padding is None else [(self.source_padding, source_padding)]
         for held, new in list(zip(self.encoder, encoder)) + padding:

@@ -55,6 +55,9 @@ ROWS = {
     "Zen 4, the same step code, two reruns at a session's end (12c81e8)": [
         "rerun-2026-12-01/all", "rerun-2026-12-01/run2/all",
     ],
+    "Zen 4, two reruns at the next session's end (78b6b6b)": [
+        "rerun-2026-12-02/all", "rerun-2026-12-02/run2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")

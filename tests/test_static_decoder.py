@@ -763,16 +763,25 @@ def test_graph_bookkeeping_replays_the_eager_step(name):
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monkeypatch, fused):
+@pytest.mark.parametrize("limit", ["shapes", "memory"])
+def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(
+    monkeypatch, limit, fused
+):
     """With --max-tokens nearly every batch has a shape of its own, and each kept a cache (and
-    graphs) until the GPU's memory ran out: beyond KEPT_SHAPES the least recently used shape's
-    cache and search are freed with the graphs that read them, and the batches after it, the
-    freed shape's too, decode as the eager fixed step. The kept shapes keep their graphs (every
-    graph was dropped at each eviction: with shapes in rotation every batch captured again).
-    A fused language model's cache (``--lm-path``) is kept and freed with the translation's."""
+    graphs) until the GPU's memory ran out: beyond KEPT_SHAPES, or beyond the memory the kept
+    caches may hold (KEPT_MEMORY of a GPU's; here 10.5 sentences' caches, which this sequence of
+    shapes meets where two shapes do), the least recently used shapes' caches and searches are
+    freed with the graphs that read them, and the batches after it, the freed shape's too,
+    decode as the eager fixed step. The kept shapes keep their graphs (every graph was dropped at
+    each eviction: with shapes in rotation every batch captured again). A fused language model's
+    cache (``--lm-path``) is kept, counted and freed with the translation's."""
     from fairseq_san.static_decoding import generator
 
-    monkeypatch.setattr(generator, "KEPT_SHAPES", 2)
+    budget = math.inf
+    if limit == "shapes":
+        monkeypatch.setattr(generator, "KEPT_SHAPES", 2)
+    else:
+        monkeypatch.setattr(generator, "kept_memory_budget", lambda device: budget)
     model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
     settings = dict(beam_size=4, max_len_b=12)
     if fused:
@@ -788,6 +797,8 @@ def test_shapes_beyond_the_kept_ones_are_freed_and_decode_as_the_eager_step(monk
         before = len(captures)
         assert_same_hypotheses(expected, graphed.generate([model], sample), atol=1e-6)
         captured.append(len(captures) - before)
+        if limit == "memory" and budget == math.inf:  # a cache's bytes go with its sentences
+            budget = 10.5 * graphed._kept_bytes() / sentences
     assert captured == [2, 2, 2, 2, 0]  # 6 again after its eviction; 4 kept, with its graphs
     assert [key[0] for key in graphed._caches] == [6, 4]  # 5 was the least recently used
     assert sorted(key[0] for key in graphed._searches) == [4, 6]

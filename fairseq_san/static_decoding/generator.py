@@ -21,6 +21,7 @@ the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a
 per shape (the ``KEPT_SHAPES`` used last), reset for each batch.
 """
 
+import math
 from collections import OrderedDict
 from functools import partial
 from typing import Callable, Dict, List, Optional, Tuple, Union
@@ -47,6 +48,7 @@ from fairseq_san.static_decoding.graphs import (
     capture_cuda_graph,
     forget_memory,
     held_memory,
+    tensor_bytes,
     until_one_fails,
 )
 from fairseq_san.static_decoding.precision import (
@@ -76,13 +78,23 @@ def checked_execution(precision: str, asked: Optional[str], device: torch.device
 
 
 # The shapes (sentences, positions, source length bucket) whose cache, beam search and CUDA graphs
-# are kept for the next batch of that shape; beyond them the least recently used are freed: a
-# kept cache of a base model at 128 sentences, beam 4 and 256 positions takes gigabytes, and with
-# --max-tokens nearly every batch has a shape of its own. ``generate`` decodes with CUDA graphs
-# outside torch.inference_mode (whatever its caller's mode), so that what it keeps is made of
-# ordinary tensors: kept from a batch decoded inside it, a batch outside could not write them
-# ("Inplace update to inference tensor outside InferenceMode").
+# are kept for the next batch of that shape; beyond them, or beyond KEPT_MEMORY of the GPU's
+# memory held by the kept caches, the least recently used are freed: a kept cache of a base model
+# at 128 sentences, beam 4 and 256 positions takes about 3 GB (four would nearly fill a 16 GB
+# GPU), and with --max-tokens nearly every batch has a shape of its own. ``generate`` decodes with
+# CUDA graphs outside torch.inference_mode (whatever its caller's mode), so that what it keeps is
+# made of ordinary tensors: kept from a batch decoded inside it, a batch outside could not write
+# them ("Inplace update to inference tensor outside InferenceMode").
 KEPT_SHAPES = 4
+KEPT_MEMORY = 0.25  # of the GPU's memory (the graphs' own memory pools are not counted)
+
+
+def kept_memory_budget(device: torch.device) -> float:
+    """The bytes the caches kept for their shapes may hold on ``device``: ``KEPT_MEMORY`` of a
+    GPU's memory; no limit elsewhere (the CPU keeps none, but in the tests' stand-in for graphs)."""
+    if device.type != "cuda":
+        return math.inf
+    return KEPT_MEMORY * torch.cuda.get_device_properties(device).total_memory
 
 
 class StaticSequenceGenerator(nn.Module):
@@ -458,25 +470,39 @@ class StaticSequenceGenerator(nn.Module):
             log_probs_memory=None if graphs else self._log_probs_memory,
         )  # fmt: skip
         if graphs:
-            self._keep(key, cache)
+            self._keep(key, cache, device)
         return cache
 
-    def _keep(self, key: Tuple[int, int, int], cache: DecoderCache) -> None:
-        """Keep ``cache`` for its shape (``key``); beyond ``KEPT_SHAPES`` shapes, free the least
-        recently used one's cache (the fused language model's kept with it; its beam search too
-        where no kept cache shares it) and the graphs that read them; the other shapes keep
-        theirs."""
-        if len(self._caches) >= KEPT_SHAPES:
-            oldest, freed_cache = self._caches.popitem(last=False)
-            freed = held_memory(freed_cache)
-            if self.fused_lm is not None:
-                freed += held_memory(self.fused_lm.kept.pop(oldest))
-            if all(kept[:2] != oldest[:2] for kept in self._caches):
-                search = self._searches.pop(oldest[:2], None)
-                freed += [] if search is None else search.state()
-            for runner in (self.run_first_step, self.run_step, self.run_search_step):
-                forget_memory(runner.replays, freed)
+    def _keep(self, key: Tuple[int, int, int], cache: DecoderCache, device: torch.device) -> None:
+        """Keep ``cache`` for its shape (``key``); beyond ``KEPT_SHAPES`` shapes, or where the kept
+        caches with it would hold more than ``kept_memory_budget`` of ``device``, free the least
+        recently used shapes (``_free_oldest``) until they do not; the other shapes keep theirs."""
+        budget = kept_memory_budget(device)
+        while self._caches and (
+            len(self._caches) >= KEPT_SHAPES or self._kept_bytes(cache) > budget
+        ):
+            self._free_oldest()
         self._caches[key] = cache
+
+    def _kept_bytes(self, *new: DecoderCache) -> int:
+        """The bytes the kept caches (and the fused language model's) hold, with ``new``."""
+        caches = [*self._caches.values(), *new]
+        if self.fused_lm is not None:  # the new shape's is kept already (``_cache``)
+            caches += list(self.fused_lm.kept.values())
+        return tensor_bytes([tensor for kept in caches for tensor in held_memory(kept)])
+
+    def _free_oldest(self) -> None:
+        """Free the least recently used shape's cache (the fused language model's kept with it;
+        its beam search too where no kept cache shares it) and the graphs that read them."""
+        oldest, freed_cache = self._caches.popitem(last=False)
+        freed = held_memory(freed_cache)
+        if self.fused_lm is not None:
+            freed += held_memory(self.fused_lm.kept.pop(oldest))
+        if all(kept[:2] != oldest[:2] for kept in self._caches):
+            search = self._searches.pop(oldest[:2], None)
+            freed += [] if search is None else search.state()
+        for runner in (self.run_first_step, self.run_step, self.run_search_step):
+            forget_memory(runner.replays, freed)
 
     def _at(
         self, position: int, index: Union[int, Tensor], cache: DecoderCache

@@ -30,9 +30,9 @@ was captured on) each:
 
 Capture needs address-stable state: the generator keeps one cache (and one beam search) per
 shape across batches (``fixed_address``: reordering copies back into the same memory), for its
-``KEPT_SHAPES`` shapes used last; freeing one frees the graphs that read it
-(``forget_memory``). A capture that fails is logged and its key runs eagerly, and so does every
-later key (``until_one_fails``): slower, never wrong.
+``KEPT_SHAPES`` shapes used last, within ``KEPT_MEMORY`` of the GPU's memory; freeing one frees
+the graphs that read it (``forget_memory``). A capture that fails is logged and its key runs
+eagerly, and so does every later key (``until_one_fails``): slower, never wrong.
 
 The capture itself is a function argument (``capture_cuda_graph`` on a GPU), so that the
 bookkeeping around it runs in the CPU tests with a stand-in that records the operators of one
@@ -161,6 +161,12 @@ def held_memory(cache: DecoderCache) -> List[Tensor]:
     """Every tensor of ``cache`` that a captured step reads, its first-step cache's included."""
     first = [] if cache.first is None else read_state(cache.first[1])
     return read_state(cache) + first
+
+
+def tensor_bytes(tensors: List[Tensor]) -> int:
+    """The bytes of ``tensors``, each memory counted once (caches share their encoder state)."""
+    distinct = {tensor.data_ptr(): tensor for tensor in tensors}
+    return sum(tensor.numel() * tensor.element_size() for tensor in distinct.values())
 
 
 def forget_memory(replays: Dict[Tuple, object], freed: List[Tensor]) -> None:

@@ -48,6 +48,7 @@ from fairseq_san.static_decoding.graphs import (
     capture_cuda_graph,
     forget_memory,
     held_memory,
+    mutable_state,
     tensor_bytes,
     until_one_fails,
 )
@@ -86,7 +87,9 @@ def checked_execution(precision: str, asked: Optional[str], device: torch.device
 # made of ordinary tensors: kept from a batch decoded inside it, a batch outside could not write
 # them ("Inplace update to inference tensor outside InferenceMode").
 KEPT_SHAPES = 4
-KEPT_MEMORY = 0.25  # of the GPU's memory (the graphs' own memory pools are not counted)
+# (what the caches' self-attention state and AAN sums hold: their encoder state and the graphs'
+# own memory pools are not counted)
+KEPT_MEMORY = 0.25
 
 
 def kept_memory_budget(device: torch.device) -> float:
@@ -485,11 +488,12 @@ class StaticSequenceGenerator(nn.Module):
         self._caches[key] = cache
 
     def _kept_bytes(self, *new: DecoderCache) -> int:
-        """The bytes the kept caches (and the fused language model's) hold, with ``new``."""
+        """The bytes of the kept caches' self-attention state and AAN sums (their bulk; a new
+        cache holds no encoder state yet), the fused language model's too, with ``new``."""
         caches = [*self._caches.values(), *new]
         if self.fused_lm is not None:  # the new shape's is kept already (``_cache``)
             caches += list(self.fused_lm.kept.values())
-        return tensor_bytes([tensor for kept in caches for tensor in held_memory(kept)])
+        return tensor_bytes([tensor for kept in caches for tensor in mutable_state(kept)])
 
     def _free_oldest(self) -> None:
         """Free the least recently used shape's cache (the fused language model's kept with it;

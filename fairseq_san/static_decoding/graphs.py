@@ -164,7 +164,7 @@ def held_memory(cache: DecoderCache) -> List[Tensor]:
 
 
 def tensor_bytes(tensors: List[Tensor]) -> int:
-    """The bytes of ``tensors``, each memory counted once (caches share their encoder state)."""
+    """The bytes of ``tensors``, each memory counted once."""
     distinct = {tensor.data_ptr(): tensor for tensor in tensors}
     return sum(tensor.numel() * tensor.element_size() for tensor in distinct.values())
 

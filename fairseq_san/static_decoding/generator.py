@@ -49,7 +49,6 @@ from fairseq_san.static_decoding.graphs import (
     forget_memory,
     held_memory,
     mutable_state,
-    tensor_bytes,
     until_one_fails,
 )
 from fairseq_san.static_decoding.precision import (
@@ -493,7 +492,7 @@ class StaticSequenceGenerator(nn.Module):
         caches = [*self._caches.values(), *new]
         if self.fused_lm is not None:  # the new shape's is kept already (``_cache``)
             caches += list(self.fused_lm.kept.values())
-        return tensor_bytes([tensor for kept in caches for tensor in mutable_state(kept)])
+        return sum(tensor.nbytes for kept in caches for tensor in mutable_state(kept))
 
     def _free_oldest(self) -> None:
         """Free the least recently used shape's cache (the fused language model's kept with it;

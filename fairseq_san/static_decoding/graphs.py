@@ -163,12 +163,6 @@ def held_memory(cache: DecoderCache) -> List[Tensor]:
     return read_state(cache) + first
 
 
-def tensor_bytes(tensors: List[Tensor]) -> int:
-    """The bytes of ``tensors``, each memory counted once."""
-    distinct = {tensor.data_ptr(): tensor for tensor in tensors}
-    return sum(tensor.numel() * tensor.element_size() for tensor in distinct.values())
-
-
 def forget_memory(replays: Dict[Tuple, object], freed: List[Tensor]) -> None:
     """Drop the replays whose key (``graph_key``) reads one of ``freed``: memory about to be
     freed, which a graph would go on reading; the others keep their graphs."""

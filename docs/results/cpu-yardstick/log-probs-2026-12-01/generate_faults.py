@@ -20,7 +20,7 @@ def timed(function, label):
         return r
     return wrapper
 for owner, name, label in ((beam_search.TensorBeamSearch, "advance", "advance"), (caches.DecoderCache, "follow", "follow"),
-    (StaticSequenceGenerator, "_step", "step"), (StaticSequenceGenerator, "decode", "decode"), (torch, "log_softmax", " log_softmax"),
+    (step_module.StaticDecoderStep, "forward", "step"), (StaticSequenceGenerator, "decode", "decode"), (torch, "log_softmax", " log_softmax"),
     (StaticSequenceGenerator, "generate", "generate (all)"), (step_module.StaticDecoderStep, "_layers", " _layers")):
     setattr(owner, name, timed(getattr(owner, name), label))
 from fairseq_cli.generate import cli_main

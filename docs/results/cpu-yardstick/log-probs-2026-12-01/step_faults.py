@@ -27,7 +27,7 @@ sample = next(iter(step_timer.batches(dictionary, 1, batch, 16)))
 model = step_timer.build_model("transformer_san_small", step_timer.POLICIES["san-6-6"], dictionary)
 generator = step_timer.make_generator(decoder, model, dictionary, beam, 14)
 for owner, name, label in ((beam_search.TensorBeamSearch, "advance", "advance"), (caches.DecoderCache, "follow", "follow"),
-    (StaticSequenceGenerator, "_step", "step"), (torch, "log_softmax", " log_softmax"), (beam_search, "best_of_rows", "  best_of_rows"),
+    (step_module.StaticDecoderStep, "forward", "step"), (torch, "log_softmax", " log_softmax"), (beam_search, "best_of_rows", "  best_of_rows"),
     (beam_search.TensorBeamSearch, "_continuations", "  continuations"), (beam_search.TensorBeamSearch, "_constrain", "  constrain"),
     (caches, "allocate_cache", "allocate_cache"), (StaticSequenceGenerator, "generate", "generate (all)")):
     setattr(owner, name, timed(getattr(owner, name), label))

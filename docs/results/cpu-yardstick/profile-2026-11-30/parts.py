@@ -14,8 +14,7 @@ import time
 import torch
 
 from fairseq_san.benchmark import step_timer
-from fairseq_san.static_decoding import beam_search, caches
-from fairseq_san.static_decoding.generator import StaticSequenceGenerator
+from fairseq_san.static_decoding import beam_search, caches, step as step_module
 
 DECODES, POSITIONS = 5, 21
 
@@ -42,7 +41,7 @@ def main(decoder: str, beam: int) -> None:
     for owner, name, label in (
         (beam_search.TensorBeamSearch, "advance", "beam search advance"),
         (caches.DecoderCache, "follow", "caches follow"),
-        (StaticSequenceGenerator, "_step", "step (all below)"),
+        (step_module.StaticDecoderStep, "forward", "step (all below)"),
         (torch, "log_softmax", "  log_softmax"),
     ):
         setattr(owner, name, timed(getattr(owner, name), seconds, label))

@@ -9,14 +9,18 @@ stay fast and torch-free: importing them imports neither fairseq nor torch.
 
 Registering also changes, for the whole process, what fairseq does where it would otherwise lose
 data, run code from a checkpoint or refuse safe input: ``fairseq_san.fairseq_fixes``, one module
-per fix.
+per fix. One fix acts here, as fairseq is imported after the plugin: its import leaves the
+process's logging to the program (``logging_left_to_the_program``).
 """
 
+import contextlib
 import importlib.abc
 import importlib.metadata
 import importlib.util
+import logging
 import sys
 import threading
+from typing import Iterator
 
 try:
     __version__ = importlib.metadata.version("fairseq-san")
@@ -29,6 +33,23 @@ def _register() -> None:
     from fairseq_san import fairseq_fixes, models, tasks  # noqa: F401  (registration)
 
     fairseq_fixes.install()
+
+
+@contextlib.contextmanager
+def logging_left_to_the_program() -> Iterator[None]:
+    """fairseq's import with ``logging.basicConfig`` doing nothing. Two of fairseq's modules
+    configure the process's logging as they are imported, which is the program's to do:
+    ``models/wav2vec/wav2vec2_classification.py`` sets the root logger to DEBUG with a handler
+    on standard error, so that every library's debug messages print (matplotlib's font search
+    wrote some 150 lines for one plot of a hub user's), and a program's own ``basicConfig``
+    after it did nothing. Where fairseq is imported before the plugin (fairseq's own commands
+    import the plugin last), its configuration stands."""
+    configure = logging.basicConfig
+    logging.basicConfig = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        logging.basicConfig = configure
 
 
 class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
@@ -96,9 +117,11 @@ class _ThenRegister(importlib.abc.Loader):
     def exec_module(self, module) -> None:
         module.__loader__ = module.__spec__.loader = self.loader
         self.hook.executing(+1)
+        fairseq = module.__name__ == "fairseq"
         try:
-            self.loader.exec_module(module)
-            if module.__name__ == "fairseq":
+            with logging_left_to_the_program() if fairseq else contextlib.nullcontext():
+                self.loader.exec_module(module)
+            if fairseq:
                 self.hook.fairseq_imported = True
         finally:  # a failed import registers too: fairseq may be imported, and used, after it
             self.hook.executing(-1)

@@ -12,6 +12,7 @@
 import argparse
 import fractions
 import io
+import logging
 import os
 import pickle
 import re
@@ -75,6 +76,26 @@ def test_import_registers_model_architectures_and_task(imports):
     result = python(imports + REGISTERED)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["True"] * 4
+
+
+def test_fairseq_imported_after_the_plugin_leaves_logging_to_the_program():
+    """fairseq's import set the root logger to DEBUG with a handler on standard error
+    (wav2vec2_classification's ``logging.basicConfig``): every library's debug messages printed
+    (matplotlib's font search, some 150 lines for one plot) and the program's own basicConfig did
+    nothing. Imported before the plugin, fairseq still does so (the first lines show it)."""
+    fairseq_first = python("import logging, fairseq, fairseq_san\nprint(logging.root.level)\n")
+    assert fairseq_first.stdout.split() == [str(logging.DEBUG)], fairseq_first.stderr[-2000:]
+    result = python(
+        "import logging, fairseq_san\n"
+        "from fairseq_san.models.transformer_san import TransformerSANModel\n"
+        "logging.getLogger('matplotlib.font_manager').debug('findfont: score')\n"
+        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s %(message)s')\n"
+        "logging.getLogger('program').info('configured by the program')\n"
+        "logging.getLogger('library').debug('below the level the program chose')\n"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "DEBUG" not in result.stderr and "findfont" not in result.stderr
+    assert "INFO program configured by the program" in result.stderr
 
 
 # A module of ours, found by a finder of the test's: ``exec_module`` is its code.

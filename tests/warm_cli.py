@@ -267,8 +267,11 @@ class Imports:
         import logging
 
         os.write(2, self.stderr)
-        for config in self.configs:
-            logging.basicConfig(**config)
+        # A command that imported the plugin first (its own) imports fairseq with basicConfig
+        # doing nothing (fairseq_san.logging_left_to_the_program), as it would in a fresh process.
+        if "fairseq_san" not in sys.modules:
+            for config in self.configs:
+                logging.basicConfig(**config)
         for record in self.records:
             logger = logging.getLogger(record.name)
             if logger.isEnabledFor(record.levelno):

@@ -55,6 +55,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
   extension (it blocked nothing);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
+
+One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
+the plugin's own commands): ``fairseq_san.logging_left_to_the_program``, fairseq's import leaves
+the process's logging alone (its wav2vec2_classification module set the root logger to DEBUG).
 """
 
 from fairseq_san.fairseq_fixes import (

@@ -37,12 +37,13 @@ def _register() -> None:
 
 @contextlib.contextmanager
 def logging_left_to_the_program() -> Iterator[None]:
-    """fairseq's import with ``logging.basicConfig`` doing nothing. Two of fairseq's modules
-    configure the process's logging as they are imported, which is the program's to do:
-    ``models/wav2vec/wav2vec2_classification.py`` sets the root logger to DEBUG with a handler
-    on standard error, so that every library's debug messages print (matplotlib's font search
-    wrote some 150 lines for one plot of a hub user's), and a program's own ``basicConfig``
-    after it did nothing. Where fairseq is imported before the plugin (fairseq's own commands
+    """fairseq's import with ``logging.basicConfig`` doing nothing. Three of fairseq's modules
+    configure the process's logging as they are imported, which is the program's to do (the
+    first one's call is the one that counts): ``models/wav2vec/wav2vec2_classification.py`` sets
+    the root logger to DEBUG with a handler on standard error, so that every library's debug
+    messages print (matplotlib's font search wrote some 150 lines for one plot of a hub user's),
+    and a program's own ``basicConfig`` after it did nothing (``tasks/text_to_speech.py`` and
+    ``frm_text_to_speech.py`` ask for INFO). Where fairseq is imported before the plugin (fairseq's own commands
     import the plugin last), its configuration stands."""
     configure = logging.basicConfig
     logging.basicConfig = lambda *args, **kwargs: None

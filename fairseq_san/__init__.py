@@ -43,8 +43,8 @@ def logging_left_to_the_program() -> Iterator[None]:
     the root logger to DEBUG with a handler on standard error, so that every library's debug
     messages print (matplotlib's font search wrote some 150 lines for one plot of a hub user's),
     and a program's own ``basicConfig`` after it did nothing (``tasks/text_to_speech.py`` and
-    ``frm_text_to_speech.py`` ask for INFO). Where fairseq is imported before the plugin (fairseq's own commands
-    import the plugin last), its configuration stands."""
+    ``frm_text_to_speech.py`` ask for INFO). Where fairseq is imported before the plugin
+    (fairseq's own commands import the plugin last), its configuration stands."""
     configure = logging.basicConfig
     logging.basicConfig = lambda *args, **kwargs: None
     try:

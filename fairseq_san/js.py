@@ -4,6 +4,12 @@ Each head is a separate channel: JS is computed per head and query position
 over the key distribution, then averaged. ``PairwiseJS`` streams the average
 for every pair of layers over batches with memory independent of their number.
 Values are in nats, so 0 <= JS <= ln 2.
+
+The paper averages over heads and says nothing of positions; every valid query position counts
+here. In decoder self-attention the first position sees only itself, so every layer gives it
+the same distribution and its JS is 0. That scales each decoder_self JS by about 1 - 1/length
+(length in tokens, end of sentence included) and so raises each similarity ln 2 - JS a little;
+it is kept so that the analyses behind the committed policies stay reproducible.
 """
 
 from typing import Optional

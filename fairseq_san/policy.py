@@ -520,8 +520,19 @@ def _check_stack_sizes(js_by_kind: dict) -> None:
             )
 
 
+def _for_kind(kind: str, function: Callable, *args):
+    """``function(*args)``, a PolicyError of it naming ``kind``."""
+    try:
+        return function(*args)
+    except PolicyError as err:
+        raise PolicyError(f"{kind}: {err}") from None
+
+
 def _per_kind(js_by_kind: dict, thetas: dict[str, Optional[float]], learn: Callable) -> dict:
     """``learn(js, theta)`` for each kind that has a theta and a JS matrix, in KINDS order."""
+    for kind in KINDS:  # a matrix's own fault (not square) before a mismatch of two
+        if isinstance(js_by_kind.get(kind), list):
+            _for_kind(kind, check_js, js_by_kind[kind])
     _check_stack_sizes(js_by_kind)
     learned = {}
     for kind, theta in thetas.items():
@@ -532,10 +543,7 @@ def _per_kind(js_by_kind: dict, thetas: dict[str, Optional[float]], learn: Calla
             raise PolicyError(f"no JS matrix for {kind}, but a theta is given for it")
         if js_by_kind[kind] is None:
             continue
-        try:
-            learned[kind] = learn(js_by_kind[kind], theta)
-        except PolicyError as err:
-            raise PolicyError(f"{kind}: {err}") from None
+        learned[kind] = _for_kind(kind, learn, js_by_kind[kind], theta)
     return {kind: learned[kind] for kind in KINDS if kind in learned}
 
 
@@ -581,8 +589,12 @@ def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
         taken.append((_block_sim(js, m, n), (m, n)))
         passed_over.extend((_block_sim(js, m, end), (m, end)) for end in range(n + 1, len(js)))
         m = n + 1
-    high, high_block = min(taken)
-    low, low_block = max(passed_over, default=(None, None))
+    high, high_block = min(taken)  # ties: the search meets the lowest start first
+    # Ties: at theta = low the search takes, at the lowest start, the largest block.
+    low, low_block = max(
+        passed_over, key=lambda sim_block: (sim_block[0], -sim_block[1][0], sim_block[1][1]),
+        default=(None, None),
+    )  # fmt: skip
     if low is not None and low < 0:  # no theta in [0, ln 2] takes that block
         low, low_block = None, None
     return ThetaRange(low, high, low_block, high_block)

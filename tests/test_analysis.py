@@ -274,6 +274,27 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
     assert not output.exists()
 
 
+def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
+    """As fairseq-san-policy does: a js.json given by its path was read as a folder
+    ("js.json/js.json" not found); a missing one names the folder that would write it."""
+    from fairseq_san.cli.plot_js import main
+
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    later = write_js(tmp_path / "b", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    output = tmp_path / "fig5.png"
+    main([f"{first}/js.json", later, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {output} (2 checkpoints)"
+    with pytest.raises(SystemExit) as stopped:
+        main([first, str(tmp_path / "c" / "js.json"), "-o", str(output)])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f'fairseq-san-plot-js: error: "{tmp_path}/c/js.json" not found: give an analysis folder '
+        f"or its js.json (fairseq-validate --task translation_san --san-analysis-dir "
+        f"{tmp_path}/c writes them)"
+    )
+
+
 @pytest.mark.slow
 def test_plot_js_errors(runs, tmp_path):
     output = tmp_path / "fig5.png"

@@ -468,6 +468,11 @@ def test_learn_policy_errors():
         learn_policy({"decoder_self": PAPER_SELF}, {"decoder_self": 0.9})
     with pytest.raises(PolicyError, match=r"^encoder_self: JS matrix is not square"):
         learn_policy({"encoder_self": [[0, 0.1]]}, {"encoder_self": 0.5})
+    # Beside a matrix of the same stack, a matrix that is not square is named as such (it read
+    # "decoder_self is 5x5 but decoder_encdec is 6x6").
+    five_rows = {"decoder_self": PAPER_SELF[:5], "decoder_encdec": PAPER_ENCDEC}
+    with pytest.raises(PolicyError, match=r"^decoder_self: JS matrix is not square: row 0 has 6"):
+        learn_policy(five_rows, {"decoder_self": 0.5, "decoder_encdec": 0.5})
 
 
 def test_learn_policy_skips_unshared_kinds_and_extra_keys():
@@ -563,6 +568,15 @@ def test_theta_range_is_exactly_where_the_same_blocks_are_learned():
             assert learn_blocks(js, same.low) != blocks
         else:
             assert learn_blocks(js, 0.0) == blocks
+
+
+def test_theta_range_names_the_block_that_forms_when_similarities_tie():
+    """Layers 2-4 and 3-4 are passed over at the same similarity: at theta = low the search
+    forms the block of the lower start, 2-4 (--explain named 3-4, a block that never forms)."""
+    js = [[0, 0.35, 0, 0.6], [0.35, 0, 0.6, 0], [0, 0.6, 0, 0.3], [0.6, 0, 0.3, 0]]
+    same = theta_range(js, 0.61)
+    assert block_similarity(js, 1, 3) == block_similarity(js, 2, 3) == same.low
+    assert learn_blocks(js, same.low) == [1, 3] and same.low_block == (1, 3)
 
 
 def test_blocks_beyond_are_the_neighbouring_policies():

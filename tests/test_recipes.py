@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 import torch
@@ -792,9 +792,11 @@ def test_score_compares_seeds_by_the_exact_permutation_test(tmp_path):
             path.write_text(generate_output(hypotheses), encoding="utf-8")
             names[system].append(str(path))
 
-    def compare(seeds: int):
+    def compare(seeds: int, baseline_seeds: Optional[int] = None):
+        baseline_seeds = seeds if baseline_seeds is None else baseline_seeds
         result = run_cli(
-            "fairseq-san-score", *names["san"][:seeds], "--baseline", *names["base"][:seeds],
+            "fairseq-san-score", *names["san"][:seeds],
+            "--baseline", *names["base"][:baseline_seeds],
             "--reference", str(tmp_path / "ref.de"), "--bootstrap-samples", "100",
             "-o", str(tmp_path / "scores.json"),
         )  # fmt: skip
@@ -821,6 +823,18 @@ def test_score_compares_seeds_by_the_exact_permutation_test(tmp_path):
     lines, scores = compare(3)
     assert scores["seeds"]["interval_95"] is None
     assert lines[-1].endswith("(too few seeds for a 95% interval, p = 0.1000 over 20 splits)")
+    # Sides of different sizes: each seed against the baseline's of its place, the one left
+    # over named (it was passed over without a word); a single baseline: against every seed.
+    lines, scores = compare(3, 4)
+    assert [test["verdict"] for test in scores["paired_bootstrap"]] == [
+        f"{name} better" for name in names["san"][:3]]  # fmt: skip
+    assert lines[-2] == (
+        f"no paired bootstrap for {names['base'][3]}: no seed of its place on the other side")
+    lines, scores = compare(3, 1)
+    assert [line.split(" (paired")[0] for line in lines if line.startswith("against")] == [
+        f"against --baseline {names['base'][0]}"] * 3  # fmt: skip
+    assert [test["verdict"] for test in scores["paired_bootstrap"]] == [
+        f"{name} better" for name in names["san"][:3]]  # fmt: skip
 
 
 def test_score_reads_gzip_compressed_files_and_names_a_broken_one(tmp_path):

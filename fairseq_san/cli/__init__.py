@@ -38,3 +38,8 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def analysis_file(path: str) -> str:
+    """``path``, or the js.json in it where it is an analysis folder (``--san-analysis-dir``)."""
+    return os.path.join(path, "js.json") if os.path.isdir(path) else path

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "dirs", nargs="+", metavar="DIR",
-        help="analysis directories holding js.json (fairseq-validate --san-analysis-dir)",
+        help="analysis directories holding js.json (fairseq-validate --san-analysis-dir), or the "
+        "js.json files",
     )  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="PNG", help="figure to write")
     parser.add_argument(
@@ -47,13 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_analysis(directory: str) -> dict:
-    """``directory``/js.json, checked to hold the training steps."""
-    path = os.path.join(directory, "js.json")
+def read_analysis(path: str) -> dict:
+    """The analysis in ``path`` (a js.json, or its folder), checked to hold the training steps."""
     if not os.path.exists(path):
+        folder = os.path.dirname(path) if path.endswith("js.json") else path
         raise PlotError(
-            f'"{path}" not found: run fairseq-validate --task translation_san '
-            f"--san-analysis-dir {directory} first"
+            f'"{path}" not found: give an analysis folder or its js.json (fairseq-validate '
+            f"--task translation_san --san-analysis-dir {folder or '.'} writes them)"
         )
     try:
         data = load_json_object(path, "analysis")
@@ -174,7 +175,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     try:
         check_output(args.output)
-        analyses = [(os.path.join(d, "js.json"), read_analysis(d)) for d in args.dirs]
+        paths = [analysis_file(path) for path in args.dirs]
+        analyses = [(path, read_analysis(path)) for path in paths]
         check_one_series(analyses, args.layers)
         panels = curves(analyses, args.reference_layer, args.layers)
         if all(series is None for series in panels.values()):

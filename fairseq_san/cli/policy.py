@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Optional
 
-from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
 from fairseq_san.files import output_problem, same_file
 from fairseq_san.options import flag_of
@@ -127,11 +127,6 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
             part += f" (at {theta:g})"
         parts.append(part)
     return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
-
-
-def analysis_file(path: str) -> str:
-    """``path``, or the js.json in it where it is an analysis folder (``--san-analysis-dir``)."""
-    return os.path.join(path, "js.json") if os.path.isdir(path) else path
 
 
 def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:

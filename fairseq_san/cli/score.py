@@ -7,10 +7,10 @@ References that are not the decoded subset's (most of the output's detokenized `
 otherwise) are refused. With ``--baseline`` another system's output of the same subset is
 compared with it by sacreBLEU's paired bootstrap: the BLEU difference, its 95% interval and a
 verdict (better or worse only where the interval excludes 0). Several outputs on either side are
-a system's seeds: each is compared with the baseline's of its place, and the seeds' BLEU by the
-exact permutation test (``scoring.seed_comparison``), whose interval holds the spread of
-training (one run spreads by about 1 BLEU at small budgets), which a bootstrap on one pair of
-models does not see.
+a system's seeds: each is compared with the baseline's of its place (a single baseline with every
+seed), and the seeds' BLEU by the exact permutation test (``scoring.seed_comparison``), whose
+interval holds the spread of training (one run spreads by about 1 BLEU at small budgets), which a
+bootstrap on one pair of models does not see.
 """
 
 import argparse
@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--baseline", metavar="GENERATE_OUTPUT", nargs="+",
         help="another system's fairseq-generate output of the same subset (several: its seeds): "
-        "compared by sacreBLEU's paired bootstrap (seed by seed, in the order given) and, with "
-        "several seeds, by the exact permutation test of the seeds' BLEU",
+        "compared by sacreBLEU's paired bootstrap (seed by seed, in the order given; one baseline: "
+        "with each seed) and, with several seeds, by the exact permutation test of the seeds' "
+        "BLEU",
     )  # fmt: skip
     parser.add_argument(
         "--bootstrap-samples", type=int, default=1000, metavar="N",
@@ -97,12 +98,15 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     ]
     several = len(systems) > 1 or len(baselines) > 1
     scores, lines = files_report(files, len(systems)) if several else file_report(files[0])
+    pairs = seed_pairs(len(systems), len(baselines))
     tests = [
-        paired_bootstrap(base, system, references, args.bootstrap_samples, name=name)
-        for system, base, name in zip(systems, baselines, args.generate_output)
-    ]
-    lines += [comparison_line(test, name, args.bootstrap_samples)
-              for test, name in zip(tests, args.baseline or [])]  # fmt: skip
+        paired_bootstrap(baselines[b], systems[s], references, args.bootstrap_samples,
+                         name=args.generate_output[s])
+        for s, b in pairs
+    ]  # fmt: skip
+    lines += [comparison_line(test, args.baseline[b], args.bootstrap_samples)
+              for test, (_, b) in zip(tests, pairs)]  # fmt: skip
+    lines += unpaired_lines(args, pairs)
     if tests:
         scores["paired_bootstrap"] = tests if several else tests[0]
     if several and baselines:
@@ -110,6 +114,26 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
         scores["seeds"] = seed_comparison(bleus[: len(systems)], bleus[len(systems) :])
         lines.append(seeds_line(scores["seeds"]))
     return scores, lines
+
+
+def seed_pairs(systems: int, baselines: int) -> List[Tuple[int, int]]:
+    """(system, baseline) of each paired bootstrap: each seed against the baseline's of its
+    place, or every seed against a single baseline."""
+    if baselines == 1:
+        return [(system, 0) for system in range(systems)]
+    return [(seed, seed) for seed in range(min(systems, baselines))]
+
+
+def unpaired_lines(args: argparse.Namespace, pairs: List[Tuple[int, int]]) -> List[str]:
+    """A line naming the outputs no paired bootstrap compares (a side with more seeds: only the
+    permutation test of the seeds sees them)."""
+    if not args.baseline:
+        return []
+    unpaired = args.generate_output[len(pairs) :] + args.baseline[len(pairs) :]
+    if not unpaired:
+        return []
+    named = ", ".join(unpaired)
+    return [f"no paired bootstrap for {named}: no seed of its place on the other side"]
 
 
 def file_report(scores: Dict[str, object]) -> Tuple[Dict[str, object], List[str]]:

@@ -122,6 +122,40 @@ def test_fast_decoding_samples_what_fairseq_samples_from_the_same_seed():
     assert_same_hypotheses(sampled("fairseq"), sampled("fast"), atol=ATOL)
 
 
+@pytest.mark.parametrize("argv", [[], policy_argv("2,4", "3,3")], ids=["baseline", "san"])
+def test_fast_decoding_keeps_the_attention_dropout_that_retain_dropout_keeps(argv):
+    """fairseq-generate --retain-dropout (Monte Carlo dropout) switches dropout on before the
+    task builds the generator: the fast step skipped attention dropout, the modules it rebuilt
+    had it off again, and SAN's modules, named after their own classes, were not among
+    ``--retain-dropout-modules MultiheadAttention``. Now every attention module keeps it and
+    decodes as fairseq does from the same seed."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    task = TranslationSANTask(TranslationSANConfig(), DICT, DICT)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 6, 4], seed=106)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    options = dict(beam=2, max_len_a=0, max_len_b=10, retain_dropout=True,
+                   retain_dropout_modules=["MultiheadAttention"], no_beamable_mm=False)  # fmt: skip
+
+    def decoded(decoding: str, seed: int):
+        model, _ = build(argv + ["--attention-dropout", "0.5", "--dropout", "0"], dictionary=DICT,
+                         seed=107)  # fmt: skip
+        model.prepare_for_inference_(Namespace(generation=Namespace(**options)))
+        generator = task.build_generator([model], Namespace(san_decoding=decoding, **options))
+        attention = [m for m in model.modules() if isinstance(m, MultiheadAttention)]
+        assert all(m.dropout_module.apply_during_inference for m in attention)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return generator.generate([model], sample)
+
+    assert_same_hypotheses(decoded("fairseq", 5), decoded("fast", 5), atol=ATOL)
+    other_seed = decoded("fast", 6)
+    assert any(
+        not torch.equal(a[0]["positional_scores"], b[0]["positional_scores"])
+        for a, b in zip(decoded("fast", 5), other_seed)
+    )  # dropout applied: another seed, other scores
+
+
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq(mode):
     """The flag changes no parameter, and outside incremental decoding nothing changes at all:

@@ -253,11 +253,13 @@ def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> M
     ``eval()`` on to its modules, and a module left in training mode would drop attention out.
 
     Moving the projection modules keeps their values and anything fairseq attached to them
-    (quant-noise hooks).
+    (quant-noise hooks); moving the dropout module keeps its name, ``MultiheadAttention``, which
+    ``--retain-dropout-modules`` selects by, and its ``--retain-dropout`` switch, set before
+    fairseq-generate builds the generator that asks for the fast step.
     """
     new = module_class(**extra, **attention_kwargs(old)).train(old.training)
     kept = dict(new.named_children())
-    for name in (*PROJECTIONS, "out_proj"):
+    for name in (*PROJECTIONS, "out_proj", "dropout_module"):
         if name in kept:
             setattr(new, name, getattr(old, name))
     if old.bias_k is not None:  # parameters, not modules: only fast decoding's module keeps them

@@ -85,11 +85,13 @@ class DecodingAttention(MultiheadAttention):
         return self.beam_size if incremental_state is not None else 1
 
     def _takes_fast_path(self, query, incremental_state, attn_mask, key_padding_mask) -> bool:
-        """One decoding step in eval mode, with nothing the fast path does not implement."""
+        """One decoding step in eval mode, with nothing the fast path does not implement
+        (attention dropout kept at inference, ``--retain-dropout``, among them)."""
         return (
             self.fast_decoding
             and incremental_state is not None
             and not self.training
+            and not self.dropout_module.apply_during_inference
             and query.size(0) == 1
             and attn_mask is None
             and self.bias_k is None

@@ -2202,6 +2202,23 @@ def test_precision_table_drives_the_help_and_the_devices():
         check_device("int8", torch.device("cuda"))
 
 
+def test_a_precision_the_device_cannot_run_is_refused_before_a_fused_lm_is_converted(
+    monkeypatch,
+):
+    """int8 asked for on a GPU with --lm-path: the language model was quantized (torch.ao's CPU
+    kernels on CUDA weights) before the device was checked, a traceback from torch."""
+    from fairseq_san.static_decoding import fusion
+
+    model, _ = build([], dictionary=DICTIONARY, seed=1)
+    lm, _ = build_lm([], dictionary=DICTIONARY, seed=4)
+    converted = []
+    monkeypatch.setattr(fusion, "apply_precision", lambda *args, **kwargs: converted.append(args))
+    with pytest.raises(StaticDecoderError, match=r"int8 on a GPU \(CPU only\)"):
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=2, precision="int8", lm_model=lm,
+                                lm_weight=0.5, device=torch.device("cuda"))  # fmt: skip
+    assert converted == []
+
+
 @pytest.mark.parametrize("kernels", [True, False])
 def test_bfloat16_on_a_cpu_without_its_kernels_is_a_warning(monkeypatch, caplog, kernels):
     """Without oneDNN's bfloat16 kernels (a CPU without AVX-512) every bfloat16 row logs that it

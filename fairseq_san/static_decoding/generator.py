@@ -153,14 +153,14 @@ class StaticSequenceGenerator(nn.Module):
             )
         self.model.eval()
         self.precision, self.execution_asked = precision, execution
-        self.fused_lm: Optional[FusedLanguageModel] = None
-        if lm_model is not None:
-            check_lm_dictionary(lm_model, tgt_dict)
-            lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
-            self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.compile_backend, self.capture = compile_backend, capture
         model_device = next(self.model.parameters()).device
         self.choose_execution(torch.device(device) if device is not None else model_device)
+        self.fused_lm: Optional[FusedLanguageModel] = None
+        if lm_model is not None:  # converted to the precision the device was checked to run
+            check_lm_dictionary(lm_model, tgt_dict)
+            lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
+            self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.built_from: Optional[tuple] = None
         if model_device.type == self.device_type:
             self.build_from_weights()

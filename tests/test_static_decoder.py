@@ -1509,6 +1509,35 @@ def test_a_fused_language_model_gives_fairseqs_output(task, name, lm_policy, mon
         assert set(graphed.fused_lm.kept) == set(graphed._caches)
 
 
+@pytest.mark.parametrize("execution", ["eager", "fixed"])
+def test_a_fused_language_model_with_fewer_learned_positions_decodes_as_fairseq(execution):
+    """A language model with learned positions, 64 of them (--tokens-per-sample 64), fused with
+    a model of 1,024: the step's table asked it for the decoded model's positions (fixed: all
+    of them; eager: the batch's max length, 200 by default), an IndexError at the first batch,
+    where fairseq runs it over the tokens so far and decodes."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    dictionary = make_dictionary()
+    model = build([], dictionary=dictionary, seed=1)[0]
+    with torch.no_grad():  # one output vector, EOS's: outputs of 2 tokens, inside 64 positions
+        last_norm = model.decoder.layers[-1].final_layer_norm
+        last_norm.weight.zero_()
+        seeded = torch.Generator().manual_seed(0)
+        last_norm.bias.copy_(torch.randn(last_norm.bias.numel(), generator=seeded))
+        model.decoder.output_projection.weight[dictionary.eos()] = 100 * last_norm.bias
+    language_model = build_lm(["--decoder-learned-pos", "--tokens-per-sample", "64"],
+                              dictionary=dictionary, seed=4)[0]  # fmt: skip
+    assert language_model.max_decoder_positions() < model.max_decoder_positions()
+    src_tokens, src_lengths = source_batch(dictionary, [4, 6], seed=1)
+    batch = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    settings = dict(beam_size=2, max_len_b=200, lm_model=language_model, lm_weight=0.5)
+    with torch.no_grad():
+        expected = SequenceGenerator([model], dictionary, **settings).generate([model], batch)
+    assert {len(hypothesis["tokens"]) for n_best in expected for hypothesis in n_best} == {2}
+    ours = StaticSequenceGenerator([model], dictionary, execution=execution, **settings)
+    assert_same_hypotheses(expected, ours.generate([model], batch))
+
+
 def test_a_fused_language_model_runs_one_token_a_position():
     """The language model is a static step of its own whose cache follows the search: one
     token per row at each position the translation's step runs, never fairseq's pass over the

@@ -361,8 +361,13 @@ class StaticDecoderStep(nn.Module):
         cache.hold_encoder(encoder, source_padding)
 
     def _extend_positions(self, positions: int, device: torch.device) -> None:
-        """Position embeddings 0..positions-1 from the model's own module (learned, sinusoidal)."""
-        if self._positions_of is None or self.positions.size(0) >= positions:
+        """Position embeddings 0..positions-1 from the model's own module (learned, sinusoidal),
+        up to as many as it has: a fused language model's may be fewer than the table of the
+        model it is fused with, and, as in fairseq, a decode fails only where it reaches them."""
+        if self._positions_of is None:
+            return
+        positions = min(positions, getattr(self._positions_of, "max_positions", positions))
+        if self.positions.size(0) >= positions:
             return
         tokens = torch.full((1, positions), self._positions_of.padding_idx + 1, device=device)
         with torch.no_grad():

@@ -81,7 +81,7 @@ def read_json(
 
     A folder, pipe or device (a pipe in a run dir received from elsewhere would be read forever),
     bytes that are not UTF-8, text that is not JSON (truncated; an integer longer than Python
-    converts) and a value of another type (``null`` too: it is no missing file) are one
+    converts; nested deeper than Python's recursion) and a value of another type (``null`` too: it is no missing file) are one
     ``error`` naming the file and ending with ``fix``, what to do.
     """
     if not os.path.exists(path):
@@ -95,6 +95,8 @@ def read_json(
         raise error(f"{path} is not UTF-8 text ({err.reason}): {fix}") from None
     except ValueError as err:
         raise error(f"{path} is not valid JSON ({json_error(err)}): truncated? {fix}") from None
+    except RecursionError:
+        raise error(f"{path} is not valid JSON (nested too deeply to be one): {fix}") from None
     except OSError as err:
         raise error(f"{path} cannot be read ({err.strerror}): {fix}") from None
     if not isinstance(value, expected):

@@ -708,19 +708,22 @@ SWITCHED_OFF = (
 
 @pytest.mark.parametrize("value", ["1", "true", "TRUE", "Yes"])  # torch lower-cases it
 def test_nothing_is_read_with_the_safe_loader_switched_off(monkeypatch, code_in_a_pickle, value):
-    """fairseq calls torch.load without weights_only, which the variable turns into pickle."""
+    """fairseq calls torch.load without weights_only, which the variable turns into pickle; so
+    does its EMA loader (fairseq-train --store-ema --ema-seed-model FILE), which ran the code."""
     from fairseq import checkpoint_utils
 
     path, marker = code_in_a_pickle
+    loaders = (checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_ema_from_checkpoint)
     monkeypatch.setenv(UNSAFE_VARIABLE, value)
-    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load_state):
+    for load in (*loaders, checkpoints.load_state):
         with pytest.raises(checkpoints.CheckpointError) as refused:
             load(str(path))
         assert str(refused.value) == SWITCHED_OFF
     assert not marker.exists()
     monkeypatch.delenv(UNSAFE_VARIABLE)
-    with pytest.raises(checkpoints.CheckpointError, match="which torch's safe loader"):
-        checkpoint_utils.load_checkpoint_to_cpu(str(path))  # the safe loader refuses it
+    for load in loaders:
+        with pytest.raises(checkpoints.CheckpointError, match="which torch's safe loader"):
+            load(str(path))  # the safe loader refuses it
     assert not marker.exists()
 
 

@@ -214,6 +214,7 @@ def refused_after_a_new_vocabulary(run_dir: Path, data: Path, iterations: str) -
     [
         (None, "is not a regular file: restore it"),  # a pipe: read forever before
         (b'{"options": {"--data": "d"', "is not valid JSON (Expecting"),
+        (b"[" * 200_000, "is not valid JSON (nested too deeply to be one)"),  # RecursionError
         (b'{"options": "\xe9"}', "is not UTF-8 text (invalid continuation byte): restore it"),
         (b"[1, 2]", "holds a JSON array, not a JSON object: restore it"),
         (b"null", "holds a JSON null, not a JSON object: restore it"),  # no missing record

@@ -24,9 +24,10 @@ weights replace them), and one whose configuration holds an omegaconf interpolat
 (``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
 builds them all first) or holds a value a plugin model's option would not take
-(``checkpoints.refuse_stored_values_in``) is refused. Where the safe loader would not be used (torch before 2.6,
-or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
-(``checkpoints.check_safe_loading``).
+(``checkpoints.refuse_stored_values_in``) is refused. Where the safe loader would not be used
+(torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
+(``checkpoints.check_safe_loading``), by either of fairseq's readers (``load_ema_from_checkpoint``,
+for ``--ema-seed-model``, calls ``torch.load`` itself).
 """
 
 import argparse
@@ -107,6 +108,21 @@ def _explaining_ensemble(load_model_ensemble_and_task):
     return wrapper
 
 
+def _loading_ema_safely(load_ema_from_checkpoint):
+    """fairseq's other reader of checkpoints, ``load_ema_from_checkpoint`` (fairseq-train
+    ``--store-ema --ema-seed-model FILE``), refused where the safe loader would not be used: it
+    calls ``torch.load`` itself, so with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set the file ran
+    the code it named; a file it cannot load is one line naming it."""
+
+    @functools.wraps(load_ema_from_checkpoint)
+    def wrapper(path, *args, **kwargs):
+        check_safe_loading()
+        with explained(path):
+            return load_ema_from_checkpoint(path, *args, **kwargs)
+
+    return wrapper
+
+
 def _refusing_shared_containers(omegaconf: type) -> type:
     """The OmegaConf of ``checkpoint_utils`` (where ``load_checkpoint_to_cpu`` makes a loaded
     checkpoint's configuration one), whose ``create`` first refuses a configuration holding one
@@ -132,3 +148,4 @@ def install() -> None:
     wrap_once(checkpoint_utils, "OmegaConf", _refusing_shared_containers)
     wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _explaining)
     wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _explaining_ensemble)
+    wrap_once(checkpoint_utils, "load_ema_from_checkpoint", _loading_ema_safely)

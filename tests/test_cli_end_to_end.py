@@ -205,3 +205,10 @@ def test_training_validates_with_the_static_decoder(binarized_corpus, tmp_path):
     assert result.returncode == 0, output[-3000:]
     validations = re.findall(r"valid on 'valid' subset .*\| bleu [\d.]+ .*num_updates (\d+)", output)
     assert validations == ["2", "4"], output[-3000:]
+    # How the training validated is not the checkpoint's decoding: it decodes with fairseq's
+    # generator too (every other decoding was refused: "san_decoding 'static' is a model option").
+    for task in ((), ("--task", "translation_san", "--san-decoding", "fairseq")):
+        generated = fairseq_generate(binarized_corpus, tmp_path / "save" / "checkpoint_last.pt",
+                                     *task)  # fmt: skip
+        assert generated.returncode == 0, generated.stderr[-3000:]
+        assert "Generate test with beam=4" in generated.stdout

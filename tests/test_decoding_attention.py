@@ -156,6 +156,25 @@ def test_fast_decoding_keeps_the_attention_dropout_that_retain_dropout_keeps(arg
     )  # dropout applied: another seed, other scores
 
 
+def test_the_log_names_the_decoding_the_model_applies(caplog):
+    """A model whose own options chose no-cache (--model-overrides, or a checkpoint trained with
+    the deprecated --san-no-cache) decodes without the cache under --san-decoding fairseq: the
+    log said "fairseq" (the paper's ~16x slower Baseline-Cache timed as fairseq's decoding)."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    task = TranslationSANTask(TranslationSANConfig(), DICT, DICT)
+    options = dict(beam=2, max_len_a=0, max_len_b=5)
+    for argv, said in (([], "fairseq (SequenceGenerator)"), (["--san-no-cache"], (
+            "no-cache (the model's own options: --model-overrides or the checkpoint) "
+            "(SequenceGenerator)"))):  # fmt: skip
+        model, _ = build(argv, dictionary=DICT, seed=108)
+        assert model.decoder.recompute_prefix == bool(argv)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="fairseq_san.tasks.decoding"):
+            task.build_generator([model], Namespace(san_decoding="fairseq", **options))
+        assert f"SAN decoding: {said}" in caplog.messages
+
+
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq(mode):
     """The flag changes no parameter, and outside incremental decoding nothing changes at all:

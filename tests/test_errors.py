@@ -223,6 +223,26 @@ def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said)
         override(checkpoint_configuration(), overrides)
 
 
+@pytest.mark.parametrize("arch", ["transformer_san", "transformer_lm_san"])
+def test_a_checkpoints_own_decoder_options_give_way_to_the_loading_command(arch):
+    """fairseq saves a legacy model's configuration as its whole training command line: trained
+    with --eval-bleu --san-decoding static (validation decoding), the checkpoint carried static
+    to every command that loaded it, which then refused every other decoding. Loaded, the
+    checkpoint's decoder options are the defaults; --model-overrides still sets them."""
+    from fairseq_san.options import DECODER_OPTIONS
+
+    trained = {"san_decoding": "static", "san_decoder": "static",
+               "san_decoder_precision": "int8", "san_decoder_execution": "fixed"}  # fmt: skip
+    for overrides, decoding in (({}, "fairseq"), ({"san_decoding": "fast"}, "fast")):
+        cfg = checkpoint_configuration(arch)
+        for name, value in trained.items():
+            setattr(cfg.model, name, value)
+        override(cfg, overrides)
+        loaded = {option.name: getattr(cfg.model, option.name) for option in DECODER_OPTIONS}
+        defaults = {option.name: option.default for option in DECODER_OPTIONS}
+        assert loaded == {**defaults, "san_decoding": decoding}
+
+
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -356,17 +356,38 @@ def check_overrides(
     check_names(cfg, overrides, source)
 
 
+def forget_training_decoding(cfg: DictConfig) -> None:
+    """A plugin checkpoint's decoder options (``options.DECODER_OPTIONS``) back to their defaults.
+
+    fairseq saves a legacy model's configuration as the whole command line of its training, the
+    task's options among it: how the training validated (``--eval-bleu --san-decoding static``)
+    is no choice of a command that loads the checkpoint, which decodes as its own options say
+    (``--san-decoding``, ``--model-overrides``). Kept, a stored ``static`` made every other
+    decoding refused (``option_checks.check_decoder_overrides``), and a stored ``no-cache``
+    outlived an explicit ``--san-decoding fairseq``. The deprecated model options
+    (``san_no_cache``, ``san_fast_decoding``) are kept: the model still applies them.
+    """
+    model_cfg = cfg.get("model")
+    if plugin_model_class(model_cfg) is None:
+        return
+    for option in options.DECODER_OPTIONS:
+        if getattr(model_cfg, option.name, None) not in (None, option.default):
+            setattr(model_cfg, option.name, option.default)
+
+
 def _checking(overwrite_args_by_name):
     @functools.wraps(overwrite_args_by_name)
     def wrapper(cfg, overrides, *args, **kwargs):
         check_overrides(cfg, overrides)
+        forget_training_decoding(cfg)
         return overwrite_args_by_name(cfg, overrides, *args, **kwargs)
 
     return wrapper
 
 
 def install() -> None:
-    """Check overrides where ``load_checkpoint_to_cpu`` applies them (idempotent)."""
+    """Check overrides where ``load_checkpoint_to_cpu`` applies them, after the checkpoint's own
+    decoder options are dropped (idempotent)."""
     from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
 
     wrap_once(checkpoint_utils, "overwrite_args_by_name", _checking)

@@ -159,17 +159,21 @@ class TransformerSANModel(SANModel, TransformerModel):
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
 
-    fast_decoding: bool = False
+    decoding: str = options.FAIRSEQ
 
     def set_decoding(self, decoding: str) -> None:
         """Decode with fairseq's step, without the incremental cache (``no-cache``) or with the
         faster attention step (``fast``): one of ``options.MODEL_DECODINGS``. The task calls this
-        for ``--san-decoding``; the model's own options (a checkpoint's, ``--model-overrides``)
-        decide at build time."""
+        for ``--san-decoding``; the model's own options (``--model-overrides``, a checkpoint's
+        deprecated ``san_no_cache``) decide at build time."""
+        self.decoding = decoding
         self.decoder.recompute_prefix = decoding == options.NO_CACHE
-        self.fast_decoding = decoding == options.FAST
         if self.fast_decoding:
             use_fast_decoding(self.decoder.layers)
+
+    @property
+    def fast_decoding(self) -> bool:
+        return self.decoding == options.FAST
 
     def set_beam_size(self, beam_size: int) -> None:
         """fairseq's SequenceGenerator calls this; with ``--san-decoding fast`` the decoder's

@@ -53,6 +53,16 @@ def set_beam_sizes(models: Sequence, beam_size: int) -> None:
             model.set_beam_size(beam_size)
 
 
+def applied_decoding(models: Sequence, asked: str) -> str:
+    """The decoding the models apply: ``asked``, or another that a model's own options chose
+    (``--model-overrides "{'san_decoding': 'no-cache'}"`` beside ``--san-decoding fairseq``),
+    said so: the log named ``asked`` whatever the model did."""
+    own = sorted({getattr(model, "decoding", asked) for model in models} - {asked})
+    if not own:
+        return asked
+    return f"{', '.join(own)} (the model's own options: --model-overrides or the checkpoint)"
+
+
 def check_generation_args(args) -> None:
     """Refuse a generation option that no generator reads and search numbers that no search can
     follow (``check_search_numbers``, which the command line ran as it parsed). Only the hub's
@@ -244,7 +254,10 @@ class DecodingTask:
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
             set_beam_sizes(models, getattr(generator, "beam_size", 1))
-            logger.info("SAN decoding: %s (%s)", decoding, type(generator).__name__)
+            logger.info(
+                "SAN decoding: %s (%s)", applied_decoding(models, decoding),
+                type(generator).__name__,
+            )  # fmt: skip
             return generator
         generator = self.static_generator()(
             self,

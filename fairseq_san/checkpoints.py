@@ -150,6 +150,13 @@ NOT_A_FILE = (
 )
 
 
+def refuse_unseekable(path: str) -> None:
+    """CheckpointError for a path that is a pipe or a device, before anything opens it: a pipe
+    without a writer (``mkfifo``) made torch.load wait forever."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise CheckpointError(f"cannot load checkpoint {path}: {NOT_A_FILE}")
+
+
 def problem_with(path: str, error: Exception) -> Optional[str]:
     """Why loading the file at ``path`` failed with ``error``, or None if the file does not say."""
     from fairseq_san.safe_numpy import PickleRefused
@@ -516,9 +523,7 @@ def load_state(path: str) -> dict:
 
     check_safe_loading()
     allow_fairseq_globals()
-    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
-        # a pipe: is_zipfile would read it, and torch.load wait for another writer to open it
-        raise CheckpointError(f"cannot load checkpoint {path}: {NOT_A_FILE}")
+    refuse_unseekable(path)  # is_zipfile would read a pipe, and torch.load wait for a writer
     with explained(path):
         state = torch.load(
             path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True

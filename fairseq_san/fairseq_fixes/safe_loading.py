@@ -48,6 +48,7 @@ from fairseq_san.checkpoints import (
     refuse_layers_beyond_weights_in,
     refuse_stored_values_in,
     refuse_policy_file_in,
+    refuse_unseekable,
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
@@ -77,6 +78,7 @@ def _explaining(load_checkpoint_to_cpu):
             raise UsageError(  # fairseq would fail on its .items() deep inside
                 f"--model-overrides {arg_overrides!r}: must be a dict, e.g. \"{{'beam': 4}}\""
             )
+        refuse_unseekable(path)
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         state = numpy_restored_in(path, state)
@@ -117,6 +119,7 @@ def _loading_ema_safely(load_ema_from_checkpoint):
     @functools.wraps(load_ema_from_checkpoint)
     def wrapper(path, *args, **kwargs):
         check_safe_loading()
+        refuse_unseekable(path)
         with explained(path):
             return load_ema_from_checkpoint(path, *args, **kwargs)
 

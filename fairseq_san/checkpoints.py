@@ -481,6 +481,25 @@ def refuse_analysis_dir_in(path: str, state: dict, overrides: Optional[dict]) ->
         )
 
 
+def refuse_eval_bleu_args_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint whose task validates with BLEU (``eval_bleu``) but stores
+    ``eval_bleu_args`` or ``eval_bleu_detok_args`` that are no JSON object: fairseq's
+    translation task reads them with ``json.loads`` where it builds the model (fairseq-validate,
+    the hub), a traceback (``translation_san.json_object`` checks fairseq-train's)."""
+    from fairseq_san.tasks.translation_san import json_object
+
+    if stored_value(state, "task", "eval_bleu") is not True:
+        return
+    for name in ("eval_bleu_args", "eval_bleu_detok_args"):
+        try:
+            json_object(f"cfg.task.{name}", stored_value(state, "task", name), "{}")
+        except UsageError as error:
+            raise CheckpointError(
+                f"checkpoint {path}: {error}; fairseq's translation task reads it as it builds "
+                "the model: refused (load it with --model-overrides \"{'eval_bleu': False}\")"
+            ) from None
+
+
 def stored_layers(state_dict: dict, stack: str) -> int:
     """How many layers of ``stack`` ("encoder", "decoder") a checkpoint's weights hold."""
     found = (re.match(rf"{stack}\.layers\.(\d+)\.", str(key)) for key in state_dict)

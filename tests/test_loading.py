@@ -903,6 +903,27 @@ def test_a_checkpoint_naming_a_policy_file_is_refused_and_the_command_line_may(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name, stored", [("eval_bleu_args", "{not json"),
+                                          ("eval_bleu_detok_args", "[1]")])  # fmt: skip
+def test_a_checkpoint_validating_bleu_with_options_that_are_no_json_is_refused(
+    san_checkpoint, tmp_path, name, stored
+):
+    """fairseq's translation task reads a checkpoint's --eval-bleu options with json.loads where
+    fairseq-validate and the hub build its model: a JSONDecodeError or TypeError traceback."""
+    from fairseq import checkpoint_utils
+
+    storing = planted_checkpoint(san_checkpoint, tmp_path / "storing.pt", "task",
+                                 eval_bleu=True, **{name: stored})  # fmt: skip
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(storing))
+    said = str(refused.value)
+    assert said.startswith(f"checkpoint {storing}: cfg.task.{name} {stored!r}"), said
+    assert said.endswith("refused (load it with --model-overrides \"{'eval_bleu': False}\")")
+    loaded = checkpoint_utils.load_checkpoint_to_cpu(str(storing), {"eval_bleu": False})
+    assert loaded["cfg"]["task"].eval_bleu is False
+
+
+@pytest.mark.slow
 def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line_may(
     binarized_corpus, san_checkpoint, tmp_path
 ):

@@ -18,7 +18,8 @@ it (``fairseq_san.checkpoints.explained``), and a loaded checkpoint whose config
 string that fairseq would ``eval()`` and that is not a literal is refused before any model is
 built (``literal_eval.refuse_code_in``): the safe loader lets such strings through; so is one
 whose stored ``san_policy`` names a file (``checkpoints.refuse_policy_file_in``) or that stores
-a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``); the
+a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``) or BLEU
+validation options that are no JSON (``checkpoints.refuse_eval_bleu_args_in``); the
 pretrained-embedding files it names are not read (``checkpoints.drop_embedding_files_in``: its
 weights replace them), and one whose configuration holds an omegaconf interpolation
 (``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
@@ -44,6 +45,7 @@ from fairseq_san.checkpoints import (
     explained,
     numpy_restored_in,
     refuse_analysis_dir_in,
+    refuse_eval_bleu_args_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
     refuse_stored_values_in,
@@ -88,6 +90,7 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_stored_values_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
         refuse_analysis_dir_in(path, state, arg_overrides)
+        refuse_eval_bleu_args_in(path, state)
         drop_embedding_files_in(path, state, arg_overrides)
         return state
 

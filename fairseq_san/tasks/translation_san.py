@@ -94,8 +94,9 @@ def check_eval_bleu_options(args) -> None:
     """Refuse ``--eval-bleu-args`` or ``--eval-bleu-detok-args`` that is not a JSON object, and a
     key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
     ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
-    decoded validation BLEU at the default beam. For fairseq-train's command line only: a
-    checkpoint keeps them, and loading it builds no generator from them that decodes."""
+    decoded validation BLEU at the default beam. For fairseq-train's command line: a checkpoint
+    keeps them, and fairseq-validate and the hub decode with them where it validates with BLEU
+    (``checkpoints.refuse_eval_bleu_args_in`` refuses those that are no JSON object)."""
     generation = json_object("--eval-bleu-args", args.eval_bleu_args, '{"beam": 4}')
     json_object("--eval-bleu-detok-args", args.eval_bleu_detok_args, '{"moses_no_escape": true}')
     check_generation_keys(

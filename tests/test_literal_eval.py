@@ -57,6 +57,18 @@ def test_anything_but_a_literal_is_refused(text):
         evaluate(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["[" + "[0] * 99999, " * 1000 + "]",  # 14 KB of text, 764 MB built: each repetition in bounds
+     "'a' * 60000 + 'b' * 60000", "[0] * 60000 + [1] * 60000"],
+)  # fmt: skip
+def test_what_a_literal_builds_is_bounded_in_all_not_per_repetition(text):
+    with pytest.raises(NotALiteral, match="repetitions or concatenations of more than 100000"):
+        evaluate(text)
+    # 25,000 + 25,000 items repeated, 50,000 concatenated: 100,000 built, the most there may be
+    assert evaluate("[0] * 25000 + [1] * 25000") == [0] * 25000 + [1] * 25000
+
+
 def test_how_deep_a_literal_may_nest_does_not_depend_on_the_recursion_limit():
     """"1+1+...+1" 996 deep was refused by the interpreter's recursion limit, and taken in a
     process where torch's inductor had raised it to 2000 (the full test run found it)."""

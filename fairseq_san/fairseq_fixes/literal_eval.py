@@ -51,7 +51,9 @@ EVALUATED_FIELDS = frozenset(
         "model_overrides",
     }
 )
-MAX_ITEMS = 100_000  # the longest sequence ``*`` may build: no memory exhaustion from a string
+# The most items a literal's repetitions and concatenations may build, counted together: no
+# memory exhaustion from a string ("[" + "[0]*99999," * 1000 + "]": 10 KB, 764 MB).
+MAX_ITEMS = 100_000
 # The deepest nesting a literal may have: fairseq's strings are a tuple or a list deep; the
 # interpreter's recursion limit, which a library may raise (torch's inductor does), decided
 # before, so that "1+1+...+1" 996 deep was refused in one process and taken in another.
@@ -83,7 +85,7 @@ def evaluate(source: Any, globals: Any = None, locals: Any = None) -> Any:  # no
         raise NotAString(f"refusing to evaluate {type(source).__name__} as Python")
     try:
         tree = ast.parse(source.strip(), mode="eval")
-        return _value(tree.body)
+        return _value(tree.body, _Budget())
     except (
         SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError,
         MemoryError,  # nested too deeply for the parser ("-" * 100000 + "1")
@@ -112,25 +114,37 @@ _ARITHMETIC = {
 }
 
 
-def _value(node: ast.AST, depth: int = 0) -> Any:
+class _Budget:
+    """The items one literal's repetitions and concatenations may still build (MAX_ITEMS)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_ITEMS
+
+    def spend(self, items: int) -> None:
+        self.left -= items
+        if self.left < 0:
+            raise ValueError(f"repetitions or concatenations of more than {MAX_ITEMS} items")
+
+
+def _value(node: ast.AST, budget: _Budget, depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         raise ValueError(f"nested more than {MAX_DEPTH} deep")
     deeper = depth + 1
     if isinstance(node, ast.Constant):
         return node.value
     if type(node) in _SEQUENCES:
-        return _SEQUENCES[type(node)](_value(item, deeper) for item in node.elts)
+        return _SEQUENCES[type(node)](_value(item, budget, deeper) for item in node.elts)
     if isinstance(node, ast.Dict) and None not in node.keys:  # None: a ``**`` unpacking
         return {
-            _value(key, deeper): _value(value, deeper)
+            _value(key, budget, deeper): _value(value, budget, deeper)
             for key, value in zip(node.keys, node.values)
         }
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
-        operand = _number(_value(node.operand, deeper))
+        operand = _number(_value(node.operand, budget, deeper))
         return operand if isinstance(node.op, ast.UAdd) else -operand
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        left, right = _value(node.left, deeper), _value(node.right, deeper)
-        _bounded(left, right)
+        left, right = _value(node.left, budget, deeper), _value(node.right, budget, deeper)
+        budget.spend(_items_built(node.op, left, right))
         return _ARITHMETIC[type(node.op)](left, right)
     raise ValueError(f"{type(node).__name__} is not a literal")
 
@@ -141,12 +155,17 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _bounded(left: Any, right: Any) -> None:
-    """Refuse a repetition (sequence * int) longer than MAX_ITEMS."""
-    for sequence, count in ((left, right), (right, left)):
-        if isinstance(sequence, (str, bytes, tuple, list)) and isinstance(count, int):
-            if count * len(sequence) > MAX_ITEMS:
-                raise ValueError(f"a repetition of more than {MAX_ITEMS} items")
+def _items_built(op: ast.operator, left: Any, right: Any) -> int:
+    """The items ``left op right`` builds, before it builds them: a repetition's (sequence *
+    int) or a concatenation's (sequence + sequence); 0 for arithmetic on numbers."""
+    sized = (str, bytes, tuple, list)
+    if isinstance(op, ast.Mult):
+        for sequence, count in ((left, right), (right, left)):
+            if isinstance(sequence, sized) and isinstance(count, int):
+                return max(count, 0) * len(sequence)
+    if isinstance(op, ast.Add) and isinstance(left, sized) and isinstance(right, sized):
+        return len(left) + len(right)
+    return 0
 
 
 def evaluated_fields(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:

@@ -510,6 +510,34 @@ def test_a_configuration_holding_one_container_at_two_places_is_one_line(tmp_pat
     assert list(loaded["cfg"]["common"]["nested"][0]) == [1, 2]
 
 
+def test_arguments_of_an_old_checkpoint_holding_one_container_at_two_places_are_one_line(
+    tmp_path,
+):
+    """A checkpoint saved before fairseq's dataclass configurations (``args``, no ``cfg``):
+    fairseq's upgrade writes every argument out as text, and a list shared at each of 18 levels
+    (a megabyte with its weights) took longer than 300 s."""
+    import time
+
+    from fairseq import checkpoint_utils
+
+    shared = [0]
+    for _ in range(40):
+        shared = [shared, shared]
+    state = received()
+    state["args"] = argparse.Namespace(arch="transformer", task="translation", source_lang=shared)
+    state["cfg"] = None
+    path = tmp_path / "old.pt"
+    torch.save(state, path)
+    started = time.monotonic()
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert time.monotonic() - started < 10
+    assert str(refused.value).startswith(
+        f"cannot load checkpoint {path}: its configuration holds one container at two places "
+        f"(the second: args.source_lang{'[0]' * 39}[1]), which fairseq-train never saves"
+    )
+
+
 def test_a_configuration_that_holds_itself_is_one_line(tmp_path):
     """fairseq's omegaconf raised a RecursionError traceback."""
     from fairseq import checkpoint_utils

@@ -146,12 +146,32 @@ def _refusing_shared_containers(omegaconf: type) -> type:
     return CheckedOmegaConf
 
 
+def _refusing_shared_arguments(upgrade_state_dict):
+    """fairseq's upgrade of a checkpoint saved before its dataclass configurations (``args``, no
+    ``cfg``), which first refuses arguments holding one dict, list or tuple at two places, as
+    ``_refusing_shared_containers`` does for ``cfg``: the upgrade writes every argument out as
+    text (``convert_namespace_to_omegaconf``), a shared list 18 levels deep in a 1 MB file
+    took longer than 300 s."""
+
+    @functools.wraps(upgrade_state_dict)
+    def wrapper(state, *args, **kwargs):
+        arguments = state.get("args") if isinstance(state, dict) else None
+        if isinstance(arguments, argparse.Namespace):
+            second_place = shared_container(vars(arguments), "args")
+            if second_place is not None:
+                raise SharedConfiguration(second_place)
+        return upgrade_state_dict(state, *args, **kwargs)
+
+    return wrapper
+
+
 def install() -> None:
     """Let torch's safe loader load fairseq checkpoints; explain failures (idempotent)."""
     from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
 
     allow_fairseq_globals()
     wrap_once(checkpoint_utils, "OmegaConf", _refusing_shared_containers)
+    wrap_once(checkpoint_utils, "_upgrade_state_dict", _refusing_shared_arguments)
     wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _explaining)
     wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _explaining_ensemble)
     wrap_once(checkpoint_utils, "load_ema_from_checkpoint", _loading_ema_safely)

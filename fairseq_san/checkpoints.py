@@ -310,19 +310,17 @@ def unregistered_name(state: dict) -> Optional[str]:
 
 
 def refuse_stored_values_in(path: str, state: dict) -> None:
-    """Refuse a checkpoint of a plugin model whose configuration holds text where the model's
-    option takes a number or True/False, or text outside the option's choices: fairseq-train's
-    parser wrote neither, and such a value failed inside the model as it decoded (``dropout``
-    "abc": ``TypeError`` in its first forward). Only text is checked: fairseq's dataclass
-    options (a language model's) store other types than their parser's (``base_shuffle`` False
-    for an int). The plugin's own options are checked where the model is built
+    """Refuse a checkpoint of a plugin model (an argparse configuration: the translation model)
+    whose configuration holds a value of another type than the model's option takes (text, a
+    float or a list for an int, text for a number or True/False), or text outside the option's
+    choices: fairseq-train's parser wrote none of them, and each failed inside the model
+    (``dropout`` "abc": ``TypeError`` in its first forward; ``decoder_layers`` 6.0 in its
+    constructor). None is left to the model (several options are optional). A language model's
+    dataclass options store other types than their parser's (``base_shuffle`` False for an
+    int), and are not checked. The plugin's own options are checked where the model is built
     (``models.option_checks``)."""
     from fairseq_san import options
-    from fairseq_san.fairseq_fixes.model_overrides import (
-        model_options,
-        plugin_model_class,
-        wanted_type,
-    )
+    from fairseq_san.fairseq_fixes.model_overrides import model_options, plugin_model_class
 
     model_cfg = stored_group(state, "model")
     model_class = plugin_model_class(model_cfg)
@@ -330,20 +328,45 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
         return
     for key, action in model_options(model_class).items():
         value = getattr(model_cfg, key, None)
-        if not isinstance(value, str) or key in options.OPTIONS:
-            continue
-        wanted = wanted_type(action)
+        problem = None if key in options.OPTIONS else stored_value_problem(key, value, action)
+        if problem is not None:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: {key} {value!r} (in the checkpoint) {problem}"
+            )
+
+
+def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint of a plugin model whose weights (``model``) are not all tensors named
+    by text, as ``state_dict()`` saves them: a number or an int key failed where the model read
+    them back (``checkpoint_policy``'s checks, a TypeError)."""
+    from fairseq_san.fairseq_fixes.model_overrides import plugin_model_class
+
+    weights = state.get("model")
+    if plugin_model_class(stored_group(state, "model")) is None or not isinstance(weights, dict):
+        return  # another model's, or not a dict: explained where fairseq fails on it
+    for key, value in weights.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its weights hold {shown(key)}, a "
+                f"{type(value).__name__}; fairseq-train saves tensors named by text"
+            )
+
+
+def stored_value_problem(key: str, value: object, action: argparse.Action) -> Optional[str]:
+    """Why a stored ``value`` is none that the option ``action`` of fairseq-train's parser would
+    have written, or None."""
+    from fairseq_san.fairseq_fixes.model_overrides import fits, wanted_type
+
+    wanted = wanted_type(action)
+    if isinstance(value, str):
         if wanted is not None:
-            problem = f"is text, but {key} takes {wanted[1]}"
-        elif action.choices and all(isinstance(c, str) for c in action.choices):
-            if value in action.choices:
-                continue
-            problem = f"is not one of {', '.join(action.choices)}"
-        else:
-            continue
-        raise CheckpointError(
-            f"cannot load checkpoint {path}: {key} {value!r} (in the checkpoint) {problem}"
-        )
+            return f"is text, but {key} takes {wanted[1]}"
+        if action.choices and all(isinstance(c, str) for c in action.choices):
+            return None if value in action.choices else f"is not one of {', '.join(action.choices)}"
+        return None
+    if value is not None and wanted is not None and not fits(value, wanted[0], None):
+        return f"is of type {type(value).__name__}, but {key} takes {wanted[1]}"
+    return None
 
 
 # How torch's safe loader names the global it refused: one outside its allow-list, and one of a

@@ -667,6 +667,13 @@ def set_model_option(name: str, value):
     return change
 
 
+def set_weight(name, value):
+    def change(state: dict) -> None:
+        state["model"][name] = value
+
+    return change
+
+
 def set_field(name: str, value):
     def change(state: dict) -> None:
         state[name] = value
@@ -688,6 +695,15 @@ def set_field(name: str, value):
          "dropout 'abc' (in the checkpoint) is text, but dropout takes a number"),
         (set_model_option("activation_fn", "sigmoidal"),
          "activation_fn 'sigmoidal' (in the checkpoint) is not one of relu, gelu"),
+        (set_model_option("encoder_embed_dim", 16.0),
+         "encoder_embed_dim 16.0 (in the checkpoint) is of type float, but encoder_embed_dim "
+         "takes an int"),
+        (set_model_option("dropout", [0.1]),
+         "dropout [0.1] (in the checkpoint) is of type list, but dropout takes a number"),
+        (set_weight("decoder.embed_tokens.weight", 5),
+         "its weights hold 'decoder.embed_tokens.weight', a int; fairseq-train saves tensors "
+         "named by text"),
+        (set_weight(7, torch.zeros(1)), "its weights hold 7, a Tensor; fairseq-train saves"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(
@@ -706,6 +722,15 @@ def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(
     assert stderr.strip().splitlines()[-1].startswith(
         f"fairseq-san: error: cannot load checkpoint {odd}: {said}"
     )
+
+
+def test_a_stored_model_name_that_is_no_text_names_no_plugin_model():
+    """``arch`` ['transformer_san'] in a received checkpoint: an unhashable-type TypeError where
+    the checks looked the name up (fairseq builds the model its ``_name`` names)."""
+    from fairseq_san.fairseq_fixes.model_overrides import plugin_model_class
+
+    assert plugin_model_class(argparse.Namespace(arch=["transformer_san"])) is None
+    assert plugin_model_class(argparse.Namespace(arch="transformer_san")) is not None
 
 
 class WritesAFile:

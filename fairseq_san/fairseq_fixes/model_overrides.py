@@ -55,7 +55,8 @@ def plugin_model_class(model_cfg: Any) -> Optional[type]:
     None for another model."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    model_class = ARCH_MODEL_REGISTRY.get(getattr(model_cfg, "arch", None))
+    arch = getattr(model_cfg, "arch", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None
     return model_class if model_class in plugin_model_classes() else None
 
 

@@ -24,8 +24,9 @@ pretrained-embedding files it names are not read (``checkpoints.drop_embedding_f
 weights replace them), and one whose configuration holds an omegaconf interpolation
 (``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
-builds them all first) or holds a value a plugin model's option would not take
-(``checkpoints.refuse_stored_values_in``) is refused. Where the safe loader would not be used
+builds them all first), holds a value a plugin model's option would not take
+(``checkpoints.refuse_stored_values_in``) or weights that are no tensors
+(``checkpoints.refuse_weights_that_are_not_in``) is refused. Where the safe loader would not be used
 (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
 (``checkpoints.check_safe_loading``), by either of fairseq's readers (``load_ema_from_checkpoint``,
 for ``--ema-seed-model``, calls ``torch.load`` itself).
@@ -51,6 +52,7 @@ from fairseq_san.checkpoints import (
     refuse_stored_values_in,
     refuse_policy_file_in,
     refuse_unseekable,
+    refuse_weights_that_are_not_in,
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
@@ -88,6 +90,7 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_interpolations_in(path, state)
         refuse_layers_beyond_weights_in(path, state)
         refuse_stored_values_in(path, state)
+        refuse_weights_that_are_not_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
         refuse_analysis_dir_in(path, state, arg_overrides)
         refuse_eval_bleu_args_in(path, state)

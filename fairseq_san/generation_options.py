@@ -5,6 +5,7 @@ the static decoder's own arguments. Pure Python.
 
 import argparse
 import math
+from typing import List
 
 from fairseq_san.errors import UsageError
 from fairseq_san.options import flag_of
@@ -109,6 +110,18 @@ def unmet_constraints(max_len: int) -> UsageError:
         f"--constraints: a sentence's constraints were not all met within its {max_len} output "
         "tokens (the end of sentence waits for them): raise --max-len-a or --max-len-b, or give "
         "it fewer or shorter constraints"
+    )
+
+
+def unfinished_prefix_ends(sentences: List[int], beam: int) -> UsageError:
+    """The error for sentences whose forced prefix holds the end of sentence (an empty target
+    with ``--prefix-size``; EOS before the source's length with ``--match-source-len``): above
+    beam 1 the search cannot finish them (at position 0 it ranks one row: one hypothesis ends,
+    the others stay at -inf), and fairseq's generator failed its assertion ``step < max_len``."""
+    return UsageError(
+        f"--prefix-size: the prefix of sentence {', '.join(map(str, sentences))} forces its end "
+        f"(EOS), which beam search at --beam {beam} cannot finish: use --beam 1, or leave out "
+        "sentences whose target is empty"
     )
 
 

@@ -1197,6 +1197,32 @@ def test_a_prefix_that_repeats_a_blocked_ngram_is_refused(task):
     assert [hypos[0]["tokens"][:2].tolist() for hypos in hypotheses] == prefix[:, :2].tolist()
 
 
+def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
+    """fairseq-generate --prefix-size on a test set with an empty target (its prefix: EOS):
+    above beam 1 neither generator can finish the sentence, fairseq's failed its assertion at
+    max_len and the static decoder raised a RuntimeError, both tracebacks. One line naming the
+    sample; at beam 1 both decode it, alike."""
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    prefix = torch.tensor([[DICTIONARY.eos(), DICTIONARY.pad()], [7, 8]])
+    said = ("--prefix-size: the prefix of sentence 3 forces its end (EOS), which beam search at "
+            "--beam 2 cannot finish: use --beam 1, or leave out sentences whose target is empty")
+    for decoding in ("fairseq", "static"):
+        generators = {beam: task.build_generator([model], generation_args(
+            san_decoding=decoding, beam=beam, max_len_b=5)) for beam in (1, 2)}  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            task.inference_step(generators[2], [model], sample, prefix)
+        assert str(refused.value) == said
+        decoded = task.inference_step(generators[1], [model], sample, prefix)
+        assert decoded[0][0]["tokens"].tolist() == [DICTIONARY.eos()]
+    with torch.no_grad():  # the search's own check, outside the task
+        with pytest.raises(UsageError, match="^--prefix-size: the prefix of sentence 0 forces"):
+            StaticSequenceGenerator([model], DICTIONARY, beam_size=2, max_len_b=5).generate(
+                [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
+
+
 def test_build_generator_chooses_the_decoder(task):
     """``san_decoder`` in the generation args (the benchmark) or the task options selects it."""
     model = build(dictionary=DICTIONARY)[0]

@@ -63,7 +63,7 @@ import torch
 from fairseq.search import Search
 from torch import Tensor
 
-from fairseq_san.generation_options import unmet_constraints
+from fairseq_san.generation_options import unfinished_prefix_ends, unmet_constraints
 from fairseq_san.static_decoding.caches import Reorderable, sentence_rows
 
 Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the device
@@ -206,6 +206,8 @@ class TensorBeamSearch:
         # The batch's index of each sentence still searched, and the n-best of those dropped.
         self.origin = torch.arange(self.sentences, device=self.done.device)
         self.ids = self.origin if ids is None else ids.to(self.done.device)
+        # The ids of the sentences whose prefix forces EOS (read only where a search fails).
+        self.ended_by_prefix = None if prefix is None else self.ids[prefix.eq(settings.eos).any(1)]
         if settings.search is not None:  # fairseq's generator does it at every batch
             settings.search.init_constraints(constraints, settings.beam)
         self.set_aside: Dict[int, List[Dict[str, Tensor]]] = {}
@@ -313,13 +315,25 @@ class TensorBeamSearch:
     def check_max_len(self, step: int) -> None:
         """RuntimeError where sentences are still live after step ``max_len`` (EOS is forced
         there: fairseq asserts the same), so a broken search never returns short n-best lists;
-        a UsageError where fairseq's constrained search held EOS back (``unmet_constraints``)."""
+        a UsageError where fairseq's constrained search held EOS back (``unmet_constraints``) or
+        a forced prefix ended a sentence (``check_prefix_ends``)."""
         if step >= self.settings.max_len:
             if getattr(self.settings.search, "supports_constraints", False):
                 raise unmet_constraints(self.settings.max_len)
+            self.check_prefix_ends()
             raise RuntimeError(
                 f"beam search reached max_len {self.settings.max_len} with live sentences"
             )
+
+    def check_prefix_ends(self) -> None:
+        """A UsageError naming the live sentences whose forced prefix holds EOS, which the
+        search cannot finish (``unfinished_prefix_ends``)."""
+        if self.ended_by_prefix is None:
+            return
+        live = self.ids[~self.done]
+        stuck = live[torch.isin(live, self.ended_by_prefix)].tolist()
+        if stuck:
+            raise unfinished_prefix_ends(stuck, self.settings.beam)
 
     def _best(self, step: Step, lprobs: Tensor):
         """Beam search's candidates (fairseq's BeamSearch): the 2 x beam best continuations of

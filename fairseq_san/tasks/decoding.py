@@ -20,7 +20,11 @@ from torch import Tensor
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
-from fairseq_san.generation_options import check_search_numbers, unmet_constraints
+from fairseq_san.generation_options import (
+    check_search_numbers,
+    unfinished_prefix_ends,
+    unmet_constraints,
+)
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
@@ -279,7 +283,8 @@ class DecodingTask:
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces; fairseq's
         generator's assertion at the maximum length, where constraints held the end of sentence
-        back, as one line (``unmet_constraints``)."""
+        back or a forced prefix ended a sentence, as one line (``unmet_constraints``,
+        ``unfinished_prefix_ends``)."""
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
@@ -289,9 +294,23 @@ class DecodingTask:
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         except AssertionError as error:
             at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
-            if constraints is None or at_max_len is None:
+            if at_max_len is None:
                 raise
-            raise unmet_constraints(int(at_max_len.group(1))) from None
+            if constraints is not None:
+                raise unmet_constraints(int(at_max_len.group(1))) from None
+            ended = self.prefix_ends(sample, prefix_tokens)
+            if not ended:
+                raise
+            raise unfinished_prefix_ends(ended, getattr(generator, "beam_size", 1)) from None
+
+    def prefix_ends(self, sample: dict, prefix_tokens: Optional[Tensor]) -> List[int]:
+        """The ids of the sentences whose forced prefix holds the end of sentence."""
+        if prefix_tokens is None:
+            return []
+        ends = prefix_tokens.eq(self.target_dictionary.eos()).any(dim=1)
+        ids = sample.get("id")
+        rows = ends.nonzero().view(-1)
+        return (ids[rows] if ids is not None else rows).tolist()
 
     def forced_tokens(self, sample: dict, prefix_tokens: Optional[Tensor]) -> Optional[Tensor]:
         """The tokens the generator forces after the start token, padded on the right:

@@ -310,15 +310,17 @@ def unregistered_name(state: dict) -> Optional[str]:
 
 
 def refuse_stored_values_in(path: str, state: dict) -> None:
-    """Refuse a checkpoint of a plugin model (an argparse configuration: the translation model)
-    whose configuration holds a value of another type than the model's option takes (text, a
-    float or a list for an int, text for a number or True/False), or text outside the option's
-    choices: fairseq-train's parser wrote none of them, and each failed inside the model
-    (``dropout`` "abc": ``TypeError`` in its first forward; ``decoder_layers`` 6.0 in its
-    constructor). None is left to the model (several options are optional). A language model's
-    dataclass options store other types than their parser's (``base_shuffle`` False for an
-    int), and are not checked. The plugin's own options are checked where the model is built
+    """Refuse a checkpoint of a plugin model whose configuration holds a value of another type
+    than the model's option takes (text, a float or a list for an int, text for a number or
+    True/False), or text outside the option's choices: fairseq-train's parser wrote none of
+    them, and each failed inside the model (``dropout`` "abc": ``TypeError`` in its first
+    forward; ``decoder_layers`` 6.0 in its constructor). None is left to the model (several
+    options are optional). A language model's options are fairseq's dataclass fields, which
+    store other types than their parser's (``base_shuffle`` False for an int): only its text
+    is checked. The plugin's own options are checked where the model is built
     (``models.option_checks``)."""
+    from fairseq.models import FairseqLanguageModel
+
     from fairseq_san import options
     from fairseq_san.fairseq_fixes.model_overrides import model_options, plugin_model_class
 
@@ -326,9 +328,12 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
     model_class = plugin_model_class(model_cfg)
     if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
         return
+    text_only = issubclass(model_class, FairseqLanguageModel)
     for key, action in model_options(model_class).items():
         value = getattr(model_cfg, key, None)
-        problem = None if key in options.OPTIONS else stored_value_problem(key, value, action)
+        if key in options.OPTIONS or (text_only and not isinstance(value, str)):
+            continue
+        problem = stored_value_problem(key, value, action)
         if problem is not None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: {key} {value!r} (in the checkpoint) {problem}"

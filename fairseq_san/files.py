@@ -81,8 +81,8 @@ def read_json(
 
     A folder, pipe or device (a pipe in a run dir received from elsewhere would be read forever),
     bytes that are not UTF-8, text that is not JSON (truncated; an integer longer than Python
-    converts; nested deeper than Python's recursion) and a value of another type (``null`` too: it is no missing file) are one
-    ``error`` naming the file and ending with ``fix``, what to do.
+    converts; nested deeper than Python's recursion) and a value of another type (``null`` too:
+    it is no missing file) are one ``error`` naming the file and ending with ``fix``, what to do.
     """
     if not os.path.exists(path):
         return None

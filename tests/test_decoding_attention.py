@@ -156,23 +156,42 @@ def test_fast_decoding_keeps_the_attention_dropout_that_retain_dropout_keeps(arg
     )  # dropout applied: another seed, other scores
 
 
-def test_the_log_names_the_decoding_the_model_applies(caplog):
-    """A model whose own options chose no-cache (--model-overrides, or a checkpoint trained with
-    the deprecated --san-no-cache) decodes without the cache under --san-decoding fairseq: the
-    log said "fairseq" (the paper's ~16x slower Baseline-Cache timed as fairseq's decoding)."""
+def test_a_model_decodes_as_the_latest_generator_asked_and_the_log_says_how(caplog):
+    """A model decodes as the generator built last asks (the hub's and the benchmark's models
+    decode several ways): one that decoded with no-cache kept recomputing the prefix when
+    fairseq's decoding was asked next, and one switched to fast kept the fast step. fairseq's
+    decoding means the model's own (a checkpoint trained with the deprecated --san-no-cache,
+    or --model-overrides), which the log names as such: it said "fairseq"."""
     from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
 
     task = TranslationSANTask(TranslationSANConfig(), DICT, DICT)
-    options = dict(beam=2, max_len_a=0, max_len_b=5)
-    for argv, said in (([], "fairseq (SequenceGenerator)"), (["--san-no-cache"], (
-            "no-cache (the model's own options: --model-overrides or the checkpoint) "
-            "(SequenceGenerator)"))):  # fmt: skip
-        model, _ = build(argv, dictionary=DICT, seed=108)
-        assert model.decoder.recompute_prefix == bool(argv)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 6, 4], seed=109)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    options = dict(beam=2, max_len_a=0, max_len_b=8)
+    own = "(the model's own options: --model-overrides or the checkpoint)"
+
+    def decode(model, decoding: str):
         caplog.clear()
         with caplog.at_level("INFO", logger="fairseq_san.tasks.decoding"):
-            task.build_generator([model], Namespace(san_decoding="fairseq", **options))
-        assert f"SAN decoding: {said}" in caplog.messages
+            generator = task.build_generator([model], Namespace(san_decoding=decoding, **options))
+        with torch.no_grad():
+            hypotheses = generator.generate([model], sample)
+        (said,) = [m for m in caplog.messages if m.startswith("SAN decoding: ")]
+        fast = {m.fast_decoding for m in model.modules() if isinstance(m, DecodingAttention)}
+        return hypotheses, said, model.decoder.recompute_prefix, fast
+
+    expected = decode(build(policy_argv("2,4"), dictionary=DICT, seed=110)[0], "fairseq")[0]
+    for argv, fairseqs in (([], ("fairseq (SequenceGenerator)", False)),
+                           (["--san-no-cache"], (f"no-cache {own} (SequenceGenerator)", True))):
+        model, _ = build(policy_argv("2,4") + argv, dictionary=DICT, seed=110)
+        for decoding, (said, recomputes, fast) in (
+            ("no-cache", ("no-cache (SequenceGenerator)", True, {False})),
+            ("fast", ("fast (SequenceGenerator)", False, {True})),
+            ("fairseq", (*fairseqs, {False})),
+        ):  # fmt: skip
+            hypotheses, *how = decode(model, decoding)
+            assert how == [f"SAN decoding: {said}", recomputes, fast], (argv, decoding)
+            assert_same_hypotheses(expected, hypotheses, atol=ATOL)
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])

@@ -147,7 +147,8 @@ class TransformerSANModel(SANModel, TransformerModel):
         for kind, blocks in policy.items():
             stack, attr = san_policy.KIND_MODULES[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
-        model.set_decoding(model_decoding(args))
+        model.own_decoding = model_decoding(args)
+        model.set_decoding(options.FAIRSEQ)
         logger.info("attention sharing: %s", san_policy.format_policy(policy))
         return model
 
@@ -159,17 +160,23 @@ class TransformerSANModel(SANModel, TransformerModel):
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
 
+    # The decoding the model's own options choose (``model_decoding``: ``--model-overrides``, a
+    # checkpoint's deprecated ``san_no_cache``), set at build; the one it applies now.
+    own_decoding: str = options.FAIRSEQ
     decoding: str = options.FAIRSEQ
 
     def set_decoding(self, decoding: str) -> None:
         """Decode with fairseq's step, without the incremental cache (``no-cache``) or with the
-        faster attention step (``fast``): one of ``options.MODEL_DECODINGS``. The task calls this
-        for ``--san-decoding``; the model's own options (``--model-overrides``, a checkpoint's
-        deprecated ``san_no_cache``) decide at build time."""
-        self.decoding = decoding
-        self.decoder.recompute_prefix = decoding == options.NO_CACHE
-        if self.fast_decoding:
-            use_fast_decoding(self.decoder.layers)
+        faster attention step (``fast``): one of ``options.MODEL_DECODINGS``; ``fairseq`` means
+        the model's own decoding. The task calls this for ``--san-decoding`` at every generator
+        it builds, so that a model decodes as the latest asked (the hub's and the benchmark's
+        models decode several ways): a model that decoded with ``no-cache`` kept recomputing
+        the prefix where fairseq's decoding was asked next."""
+        self.decoding = self.own_decoding if decoding == options.FAIRSEQ else decoding
+        self.decoder.recompute_prefix = self.decoding == options.NO_CACHE
+        use_fast_decoding(self.decoder.layers, self.fast_decoding)
+        if not self.fast_decoding:  # fairseq's step would read the fast step's beam
+            self.decoder.set_beam_size(1)
 
     @property
     def fast_decoding(self) -> bool:
@@ -271,8 +278,9 @@ def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> M
     return new
 
 
-def use_fast_decoding(layers: Iterable[nn.Module]) -> None:
-    """Switch the decoder's attention to the fast incremental path (``DecodingAttention``).
+def use_fast_decoding(layers: Iterable[nn.Module], fast: bool = True) -> None:
+    """Switch the decoder's attention to the fast incremental path (``DecodingAttention``), or
+    back to fairseq's (``fast`` False; a rebuilt module then runs fairseq's forward).
 
     Shared-attention modules already are ``DecodingAttention``; fairseq's own modules are rebuilt
     as one, keeping their projection modules, with torch's random state kept: fairseq-generate
@@ -284,11 +292,11 @@ def use_fast_decoding(layers: Iterable[nn.Module]) -> None:
         for layer in layers:
             for attr in ("self_attn", "encoder_attn"):
                 module = getattr(layer, attr, None)
-                if type(module) is MultiheadAttention:
+                if fast and type(module) is MultiheadAttention:
                     module = rebuild_attention(module, DecodingAttention)
                     setattr(layer, attr, module)
                 if isinstance(module, DecodingAttention):
-                    module.fast_decoding = True
+                    module.fast_decoding = fast
 
 
 def use_average_attention(layers: Iterable[nn.Module]) -> None:

@@ -47,8 +47,9 @@ class FusedLanguageModel:
     ) -> None:  # fmt: skip
         """An empty cache for a batch of ``sentences`` x ``beam`` hypotheses and ``positions``
         positions in the decoded model's layout (``fixed``), the step's position table holding
-        ``table`` positions, or as many as the language model has. ``keep_as``: with CUDA graphs, the key of the decoded model's cache
-        kept for the batch's shape: this one is kept with it (at a fixed address), reset."""
+        ``table`` positions, or as many as the language model has. ``keep_as``: with CUDA
+        graphs, the key of the decoded model's cache kept for the batch's shape: this one is kept
+        with it (at a fixed address), reset."""
         cache = self.kept.get(keep_as) if keep_as is not None else None
         if cache is not None:
             cache.reset()

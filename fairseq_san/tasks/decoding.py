@@ -252,7 +252,7 @@ class DecodingTask:
         self.check_sampling_topk(args)
         if decoding != options.STATIC:
             for model in models:
-                if decoding != options.FAIRSEQ and hasattr(model, "set_decoding"):
+                if hasattr(model, "set_decoding"):
                     model.set_decoding(decoding)
             generator = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn

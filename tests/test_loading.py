@@ -478,13 +478,28 @@ def test_a_configuration_a_pickle_refers_to_many_times_is_read_once(tmp_path):
         checkpoints.load_state(str(path))
 
 
+def assert_shared_container_refused_at_once(path: Path, second: str) -> None:
+    """fairseq's loader refuses the checkpoint at ``path`` within 10 s, naming ``second``, the
+    second place of a container it holds twice."""
+    import time
+
+    from fairseq import checkpoint_utils
+
+    started = time.monotonic()
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert time.monotonic() - started < 10
+    assert str(refused.value).startswith(
+        f"cannot load checkpoint {path}: its configuration holds one container at two places "
+        f"(the second: {second}), which fairseq-train never saves"
+    )
+
+
 @pytest.mark.parametrize("kind", [list, tuple, dict])
 def test_a_configuration_holding_one_container_at_two_places_is_one_line(tmp_path, kind):
     """omegaconf copies a shared container at every place it is held: lists (tuples, dicts) of
     two references to one below them, 40 levels deep (a kilobyte), hung fairseq's loader (at 14
     levels it took 4 s). A fresh container at each place is what fairseq-train saves."""
-    import time
-
     from fairseq import checkpoint_utils
 
     shared = kind() if kind is not dict else {"x": 1}
@@ -494,16 +509,9 @@ def test_a_configuration_holding_one_container_at_two_places_is_one_line(tmp_pat
     state["cfg"]["common"]["nested"] = shared
     path = tmp_path / "shared.pt"
     torch.save(state, path)
-    started = time.monotonic()
-    with pytest.raises(checkpoints.CheckpointError) as refused:
-        checkpoint_utils.load_checkpoint_to_cpu(str(path))
-    assert time.monotonic() - started < 10
     # the innermost empty list or tuple is not counted: the first shared one is a level above
     second = "cfg.common.nested" + (".a" * 39 + ".b" if kind is dict else "[0]" * 38 + "[1]")
-    assert str(refused.value).startswith(
-        f"cannot load checkpoint {path}: its configuration holds one container at two places "
-        f"(the second: {second}), which fairseq-train never saves"
-    )
+    assert_shared_container_refused_at_once(path, second)
     state["cfg"]["common"]["nested"] = [[1, 2], [1, 2], (), ()]  # equal, not one; Python's ()
     torch.save(state, path)
     loaded = checkpoint_utils.load_checkpoint_to_cpu(str(path))
@@ -516,10 +524,6 @@ def test_arguments_of_an_old_checkpoint_holding_one_container_at_two_places_are_
     """A checkpoint saved before fairseq's dataclass configurations (``args``, no ``cfg``):
     fairseq's upgrade writes every argument out as text, and a list shared at each of 18 levels
     (a megabyte with its weights) took longer than 300 s."""
-    import time
-
-    from fairseq import checkpoint_utils
-
     shared = [0]
     for _ in range(40):
         shared = [shared, shared]
@@ -528,14 +532,7 @@ def test_arguments_of_an_old_checkpoint_holding_one_container_at_two_places_are_
     state["cfg"] = None
     path = tmp_path / "old.pt"
     torch.save(state, path)
-    started = time.monotonic()
-    with pytest.raises(checkpoints.CheckpointError) as refused:
-        checkpoint_utils.load_checkpoint_to_cpu(str(path))
-    assert time.monotonic() - started < 10
-    assert str(refused.value).startswith(
-        f"cannot load checkpoint {path}: its configuration holds one container at two places "
-        f"(the second: args.source_lang{'[0]' * 39}[1]), which fairseq-train never saves"
-    )
+    assert_shared_container_refused_at_once(path, f"args.source_lang{'[0]' * 39}[1]")
 
 
 def test_a_configuration_that_holds_itself_is_one_line(tmp_path):

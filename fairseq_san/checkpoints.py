@@ -40,6 +40,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
 from fairseq_san.errors import UsageError, first_line
+from fairseq_san.pickle_globals import ALLOCATING, allocating_globals_in
 from fairseq_san.pickled_fields import fields, shown
 from fairseq_san.policy import is_policy_text
 
@@ -150,11 +151,23 @@ NOT_A_FILE = (
 )
 
 
-def refuse_unseekable(path: str) -> None:
-    """CheckpointError for a path that is a pipe or a device, before anything opens it: a pipe
-    without a writer (``mkfifo``) made torch.load wait forever."""
+def refuse_before_reading(path: str) -> None:
+    """CheckpointError for a path that is a pipe or a device, before anything opens it (a pipe
+    without a writer, ``mkfifo``, made torch.load wait forever), and for a file whose pickle
+    calls on what makes memory of any size (``pickle_globals.ALLOCATING``): torch's safe loader
+    would make it as it read the file."""
     if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
         raise CheckpointError(f"cannot load checkpoint {path}: {NOT_A_FILE}")
+    try:
+        allocating = sorted(allocating_globals_in(path)) if os.path.isfile(path) else []
+    except OSError:  # unreadable: torch.load says why
+        return
+    if allocating:
+        name = allocating[0]
+        raise CheckpointError(
+            f"cannot load checkpoint {path}: its pickle calls {name}, which makes "
+            f"{ALLOCATING[name]}: refused before torch's safe loader reads it"
+        )
 
 
 def problem_with(path: str, error: Exception) -> Optional[str]:
@@ -312,28 +325,34 @@ def unregistered_name(state: dict) -> Optional[str]:
 def refuse_stored_values_in(path: str, state: dict) -> None:
     """Refuse a checkpoint of a plugin model whose configuration holds a value of another type
     than the model's option takes (text, a float or a list for an int, text for a number or
-    True/False), or text outside the option's choices: fairseq-train's parser wrote none of
-    them, and each failed inside the model (``dropout`` "abc": ``TypeError`` in its first
-    forward; ``decoder_layers`` 6.0 in its constructor). None is left to the model (several
-    options are optional). A language model's options are fairseq's dataclass fields, which
-    store other types than their parser's (``base_shuffle`` False for an int): only its text
-    is checked. The plugin's own options are checked where the model is built
-    (``models.option_checks``)."""
+    True/False), or text outside the option's choices, or None where the architecture sets a
+    value: fairseq-train's parser wrote none of them, and each failed inside the model
+    (``dropout`` "abc": ``TypeError`` in its first forward; ``decoder_layers`` 6.0 or
+    ``decoder_attention_heads`` None in its constructor). None is left to the model where the
+    architecture sets none (several options are optional). A language model's options are
+    fairseq's dataclass fields, which store other types than their parser's (``base_shuffle``
+    False for an int): only its text and its None are checked. The plugin's own options are
+    checked where the model is built (``models.option_checks``)."""
     from fairseq.models import FairseqLanguageModel
 
     from fairseq_san import options
     from fairseq_san.fairseq_fixes.model_overrides import model_options, plugin_model_class
+    from fairseq_san.models.option_checks import architecture_defaults
 
     model_cfg = stored_group(state, "model")
     model_class = plugin_model_class(model_cfg)
     if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
         return
     text_only = issubclass(model_class, FairseqLanguageModel)
+    defaults = architecture_defaults(model_cfg.arch)
     for key, action in model_options(model_class).items():
         value = getattr(model_cfg, key, None)
-        if key in options.OPTIONS or (text_only and not isinstance(value, str)):
+        if key in vars(model_cfg) and value is None:
+            problem = unset_value_problem(model_cfg.arch, key, getattr(defaults, key, None))
+        elif key in options.OPTIONS or (text_only and not isinstance(value, str)):
             continue
-        problem = stored_value_problem(key, value, action)
+        else:
+            problem = stored_value_problem(key, value, action)
         if problem is not None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: {key} {value!r} (in the checkpoint) {problem}"
@@ -355,6 +374,15 @@ def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
                 f"cannot load checkpoint {path}: its weights hold {shown(key)}, a "
                 f"{type(value).__name__}; fairseq-train saves tensors named by text"
             )
+
+
+def unset_value_problem(arch: str, key: str, default: object) -> Optional[str]:
+    """Why a stored None for the option ``key`` is none that fairseq-train writes (the
+    architecture ``arch`` sets it to ``default`` where the command line gives nothing), or
+    None where the architecture leaves it unset too."""
+    if default is None:
+        return None
+    return f"is no value, but {arch} sets one ({default!r} where no option is given)"
 
 
 def stored_value_problem(key: str, value: object, action: argparse.Action) -> Optional[str]:
@@ -570,7 +598,7 @@ def load_state(path: str) -> dict:
 
     check_safe_loading()
     allow_fairseq_globals()
-    refuse_unseekable(path)  # is_zipfile would read a pipe, and torch.load wait for a writer
+    refuse_before_reading(path)  # is_zipfile would read a pipe, torch.load wait for a writer
     with explained(path):
         state = torch.load(
             path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True

@@ -384,7 +384,6 @@ SHARED = b"\1" * 1000
 # The second review's files: what the records' walk made of them.
 CRAFTED.update({
     "arrays sharing their bytes": [over_bytes(SHARED), over_bytes(SHARED)],  # copies of one MB
-    "bytes of a bytearray": over_bytes(bytearray(100)),  # a pickle makes one of any size
     "a key of a dict": {PickledAs(numpy._core.multiarray.scalar,
                                   (PickledAs(numpy.dtype, ("i8", False, True)), b"\0" * 8)): 1},
     "in a set": {over_bytes(b"\0" * 100)},
@@ -416,6 +415,55 @@ def test_bytes_are_called_with_no_arguments_or_refused_in_one_line(tmp_path, siz
         f"cannot load checkpoint {path}: it holds builtins.bytes({size},): a pickle of numpy's "
         "data calls it without arguments"
     )
+
+
+# Where a pickle may call bytearray: a value of its own, and the data of a numpy array.
+BYTEARRAYS = {"a value": PickledAs(bytearray, (2**40,)), "numpy's data": over_bytes(bytearray(100))}
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+@pytest.mark.parametrize("where", list(BYTEARRAYS))
+def test_a_pickle_calling_bytearray_is_refused_before_torch_reads_it(tmp_path, where, zip_format):
+    """torch's safe loader calls ``bytearray`` with the file's arguments (its own allow-list comes
+    before the plugin's stand-ins): ``bytearray(2_000_000_000)`` filled 2 GB as a file of 1.2 KB
+    loaded. Every reader of checkpoints now reads the pickle's names first, in both of torch's
+    formats, and refuses the file (here ``2**40`` would have been a MemoryError, not the line)."""
+    from fairseq import checkpoint_utils
+
+    path = tmp_path / "bytearray.pt"
+    saved = {"model": {}, "extra_state": {"x": BYTEARRAYS[where]}}
+    torch.save(saved, path, _use_new_zipfile_serialization=zip_format)
+    for load in (checkpoints.load_state, checkpoint_utils.load_checkpoint_to_cpu,
+                 checkpoint_utils.load_ema_from_checkpoint):  # fmt: skip
+        with pytest.raises(checkpoints.CheckpointError) as refused:
+            load(str(path))
+        assert str(refused.value) == (
+            f"cannot load checkpoint {path}: its pickle calls builtins.bytearray, which makes a "
+            "bytearray of any size the file asks for (fairseq saves none): refused before "
+            "torch's safe loader reads it"
+        )
+
+
+def test_the_names_a_pickle_calls_on_are_read_as_torch_reads_them(tmp_path):
+    """A zip archive is read with torch's reader whatever Python's zipfile would find in it, a
+    Python 2 name (pickle's protocol 2, torch.save's, writes ``__builtin__``) is mapped as torch
+    maps it, and a file of no pickle gives no name."""
+    from fairseq_san.pickle_globals import globals_in
+
+    path = tmp_path / "legacy.pt"
+    torch.save({"x": PickledAs(bytearray, (1,))}, path, _use_new_zipfile_serialization=False)
+    assert b"c__builtin__\nbytearray\n" in path.read_bytes()
+    assert globals_in(str(path)) == {"builtins.bytearray"}
+
+    archive = tmp_path / "archive.pt"
+    torch.save({"x": PickledAs(bytearray, (1,))}, archive)
+    with zipfile.ZipFile(archive, "a") as appended:  # Python's zipfile reads the last copy
+        appended.writestr("archive/data.pkl", pickle.dumps({"x": 1}, protocol=2))
+    assert "builtins.bytearray" in globals_in(str(archive))
+
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x80\x02not a pickle")
+    assert globals_in(str(garbage)) == set()
 
 
 def test_a_pickle_refers_to_an_object_as_often_as_it_likes_and_it_is_walked_once(tmp_path):
@@ -697,6 +745,9 @@ def set_field(name: str, value):
          "takes an int"),
         (set_model_option("dropout", [0.1]),
          "dropout [0.1] (in the checkpoint) is of type list, but dropout takes a number"),
+        (set_model_option("decoder_attention_heads", None),
+         "decoder_attention_heads None (in the checkpoint) is no value, but transformer_san sets "
+         "one (8 where no option is given)"),
         (set_weight("decoder.embed_tokens.weight", 5),
          "its weights hold 'decoder.embed_tokens.weight', a int; fairseq-train saves tensors "
          "named by text"),
@@ -718,6 +769,29 @@ def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(
     assert "Traceback" not in stderr, stderr[-3000:]
     assert stderr.strip().splitlines()[-1].startswith(
         f"fairseq-san: error: cannot load checkpoint {odd}: {said}"
+    )
+
+
+@pytest.mark.parametrize(
+    "arch", ["transformer_san_small", "transformer_aan_small", "transformer_lm_san"]
+)
+def test_a_stored_none_is_refused_where_the_architecture_sets_a_value(arch):
+    """``decoder_layers`` None in a received checkpoint was a TypeError in the model's
+    constructor (``decoder_attention_heads``, ``*_embed_dim``, ``quant_noise_pq``, ... likewise),
+    for a language model too; an option its architecture leaves None is the model's to read."""
+    from fairseq_san.models.option_checks import architecture_defaults
+
+    model = architecture_defaults(arch)
+    model.arch = arch
+    state = {"model": {}, "cfg": {"model": model}}
+    model.adaptive_softmax_cutoff = None  # the architecture leaves it unset: optional
+    checkpoints.refuse_stored_values_in("x.pt", state)
+    model.decoder_layers = None
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoints.refuse_stored_values_in("x.pt", state)
+    assert str(refused.value) == (
+        f"cannot load checkpoint x.pt: decoder_layers None (in the checkpoint) is no value, but "
+        f"{arch} sets one (6 where no option is given)"
     )
 
 

@@ -26,7 +26,9 @@ weights replace them), and one whose configuration holds an omegaconf interpolat
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
 builds them all first), holds a value a plugin model's option would not take
 (``checkpoints.refuse_stored_values_in``) or weights that are no tensors
-(``checkpoints.refuse_weights_that_are_not_in``) is refused. Where the safe loader would not be used
+(``checkpoints.refuse_weights_that_are_not_in``) is refused, as is, before torch reads it, a
+file whose pickle calls what makes memory of any size (``checkpoints.refuse_before_reading``:
+torch's own allow-list has ``bytearray``). Where the safe loader would not be used
 (torch before 2.6, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set), no checkpoint is read at all
 (``checkpoints.check_safe_loading``), by either of fairseq's readers (``load_ema_from_checkpoint``,
 for ``--ema-seed-model``, calls ``torch.load`` itself).
@@ -46,12 +48,12 @@ from fairseq_san.checkpoints import (
     explained,
     numpy_restored_in,
     refuse_analysis_dir_in,
+    refuse_before_reading,
     refuse_eval_bleu_args_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
     refuse_stored_values_in,
     refuse_policy_file_in,
-    refuse_unseekable,
     refuse_weights_that_are_not_in,
 )
 from fairseq_san.errors import UsageError
@@ -82,7 +84,7 @@ def _explaining(load_checkpoint_to_cpu):
             raise UsageError(  # fairseq would fail on its .items() deep inside
                 f"--model-overrides {arg_overrides!r}: must be a dict, e.g. \"{{'beam': 4}}\""
             )
-        refuse_unseekable(path)
+        refuse_before_reading(path)
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         state = numpy_restored_in(path, state)
@@ -125,7 +127,7 @@ def _loading_ema_safely(load_ema_from_checkpoint):
     @functools.wraps(load_ema_from_checkpoint)
     def wrapper(path, *args, **kwargs):
         check_safe_loading()
-        refuse_unseekable(path)
+        refuse_before_reading(path)
         with explained(path):
             return load_ema_from_checkpoint(path, *args, **kwargs)
 

@@ -308,15 +308,20 @@ INCOMPATIBLE_OPTIONS = [
 ]
 
 
+def architecture_defaults(arch: str) -> argparse.Namespace:
+    """What the named architecture sets where the command line gives nothing (fairseq-train
+    stores these values); empty for a name no architecture is registered under."""
+    defaults = argparse.Namespace()
+    set_defaults = ARCH_CONFIG_REGISTRY.get(arch)
+    if set_defaults is not None:
+        set_defaults(defaults)
+    return defaults
+
+
 def architecture_sets_aan(arch: str) -> bool:
     """Whether the named architecture's defaults make the decoder's self-attention AAN
     (``transformer_aan_small``, or any architecture registered on top of one)."""
-    set_defaults = ARCH_CONFIG_REGISTRY.get(arch)
-    if set_defaults is None:
-        return False
-    defaults = argparse.Namespace()
-    set_defaults(defaults)
-    return getattr(defaults, "decoder_self_attention_type", None) == "aan"
+    return getattr(architecture_defaults(arch), "decoder_self_attention_type", None) == "aan"
 
 
 def aan_flag(args: argparse.Namespace) -> str:

@@ -1048,6 +1048,31 @@ def test_a_checkpoint_validating_bleu_with_options_that_are_no_json_is_refused(
 
 
 @pytest.mark.slow
+def test_a_checkpoint_validating_bleu_with_a_misspelt_option_is_refused_where_it_decodes_bleu(
+    binarized_corpus, san_checkpoint, tmp_path
+):
+    """fairseq sets each key of a checkpoint's ``eval_bleu_args`` unchecked: ``{"bema": 2}``
+    (saved before fairseq-train checked them, or edited) made fairseq-validate report BLEU at
+    beam 1. It is refused there; the override replaces it, and fairseq-generate, which never
+    decodes with it, loads the checkpoint."""
+    storing = planted_checkpoint(san_checkpoint, tmp_path / "storing.pt", "task",
+                                 eval_bleu=True, eval_bleu_args='{"bema": 2}')  # fmt: skip
+    validate = ["fairseq-validate", str(binarized_corpus), "--user-dir", "fairseq_san",
+                "--task", "translation_san", "--path", str(storing), "--cpu", "--max-tokens", "500"]
+    refused = run_cli(*validate)
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: unknown generation option 'bema' (cfg.task.eval_bleu_args of the "
+        "checkpoint, which fairseq-validate decodes BLEU with): did you mean 'beam'? "
+        "(--model-overrides \"{'eval_bleu_args': '{\\\"beam\\\": 4}'}\" replaces them)"
+    )
+    replaced = run_cli(*validate, "--model-overrides", "{'eval_bleu_args': '{\"beam\": 2}'}")
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert re.search(r"\| bleu \d", replaced.stdout + replaced.stderr)
+    decoded = fairseq_generate(binarized_corpus, storing)
+    assert decoded.returncode == 0, decoded.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line_may(
     binarized_corpus, san_checkpoint, tmp_path
 ):

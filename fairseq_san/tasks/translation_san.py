@@ -68,7 +68,11 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
-        model to its device: a static decoder is told that device (``decoding_device``)."""
+        model to its device: a static decoder is told that device (``decoding_device``).
+        fairseq-validate first checks the BLEU options of the checkpoint's task
+        (``check_stored_eval_bleu_args``)."""
+        if running_command("fairseq_cli.validate") is not None and self.cfg.eval_bleu:
+            check_stored_eval_bleu_args(self.cfg.eval_bleu_args)
         if running_command("fairseq_cli.train") is not None:
             self.decoding_device = training_device(cfg)
         try:
@@ -106,6 +110,23 @@ def check_eval_bleu_options(args) -> None:
         f"{option.flag} to fairseq-train itself",
     )
     check_eval_bleu_precision(args, generation)
+
+
+def check_stored_eval_bleu_args(text: Optional[str]) -> None:
+    """Refuse a checkpoint's ``eval_bleu_args`` with a key that names no generation option (saved
+    before fairseq-train checked them, or edited), where fairseq-validate decodes its BLEU with
+    them: fairseq sets each key unchecked, so ``{"bema": 4}`` reported BLEU at beam 1. The other
+    commands build that generator and never decode with it: they load such a checkpoint."""
+    where = "cfg.task.eval_bleu_args of the checkpoint, which fairseq-validate decodes BLEU with"
+    replacing = "--model-overrides \"{'eval_bleu_args': '{\\\"beam\\\": 4}'}\""
+    try:
+        check_generation_keys(
+            json_object("cfg.task.eval_bleu_args", text, '{"beam": 4}'),
+            where,
+            lambda option: f"{option.name} ({where}) is no generation option",
+        )
+    except UsageError as error:
+        raise UsageError(f"{error} ({replacing} replaces them)") from None
 
 
 def check_eval_bleu_precision(args, generation: dict) -> None:

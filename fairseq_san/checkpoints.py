@@ -329,12 +329,11 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
     value: fairseq-train's parser wrote none of them, and each failed inside the model
     (``dropout`` "abc": ``TypeError`` in its first forward; ``decoder_layers`` 6.0 or
     ``decoder_attention_heads`` None in its constructor). None is left to the model where the
-    architecture sets none (several options are optional). A language model's options are
-    fairseq's dataclass fields, which store other types than their parser's (``base_shuffle``
-    False for an int): only its text and its None are checked. The plugin's own options are
-    checked where the model is built (``models.option_checks``)."""
-    from fairseq.models import FairseqLanguageModel
-
+    architecture sets none (several options are optional), and a value of the type the
+    architecture itself sets is the model's: a language model's architecture sets fairseq's
+    dataclass defaults, some of another type than their parser's (``base_shuffle`` False for an
+    int). The plugin's own options are checked where the model is built
+    (``models.option_checks``)."""
     from fairseq_san import options
     from fairseq_san.fairseq_fixes.model_overrides import model_options, plugin_model_class
     from fairseq_san.models.option_checks import architecture_defaults
@@ -343,13 +342,12 @@ def refuse_stored_values_in(path: str, state: dict) -> None:
     model_class = plugin_model_class(model_cfg)
     if not isinstance(model_cfg, argparse.Namespace) or model_class is None:
         return
-    text_only = issubclass(model_class, FairseqLanguageModel)
     defaults = architecture_defaults(model_cfg.arch)
     for key, action in model_options(model_class).items():
-        value = getattr(model_cfg, key, None)
+        value, default = getattr(model_cfg, key, None), getattr(defaults, key, None)
         if key in vars(model_cfg) and value is None:
-            problem = unset_value_problem(model_cfg.arch, key, getattr(defaults, key, None))
-        elif key in options.OPTIONS or (text_only and not isinstance(value, str)):
+            problem = unset_value_problem(model_cfg.arch, key, default)
+        elif key in options.OPTIONS or of_the_architectures_type(value, default):
             continue
         else:
             problem = stored_value_problem(key, value, action)
@@ -374,6 +372,12 @@ def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
                 f"cannot load checkpoint {path}: its weights hold {shown(key)}, a "
                 f"{type(value).__name__}; fairseq-train saves tensors named by text"
             )
+
+
+def of_the_architectures_type(value: object, default: object) -> bool:
+    """Whether ``value`` is no text and of the type of the architecture's ``default`` (text is
+    checked against the option's choices whatever the architecture sets)."""
+    return not isinstance(value, str) and default is not None and type(value) is type(default)
 
 
 def unset_value_problem(arch: str, key: str, default: object) -> Optional[str]:

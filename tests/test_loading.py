@@ -795,6 +795,26 @@ def test_a_stored_none_is_refused_where_the_architecture_sets_a_value(arch):
     )
 
 
+def test_a_language_models_stored_values_are_checked_as_its_architecture_sets_them():
+    """A language model's stored values other than text went unchecked (fairseq's dataclass
+    stores ``base_shuffle`` False for an option its parser declares an int): ``decoder_layers``
+    2.0 was a TypeError in its constructor. A value of the type its architecture sets passes."""
+    from fairseq_san.models.option_checks import architecture_defaults
+
+    model = architecture_defaults("transformer_lm_san")
+    model.arch = "transformer_lm_san"
+    state = {"model": {}, "cfg": {"model": model}}
+    assert model.base_shuffle is False
+    checkpoints.refuse_stored_values_in("lm.pt", state)
+    model.decoder_layers = 2.0
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoints.refuse_stored_values_in("lm.pt", state)
+    assert str(refused.value) == (
+        "cannot load checkpoint lm.pt: decoder_layers 2.0 (in the checkpoint) is of type float, "
+        "but decoder_layers takes an int"
+    )
+
+
 def test_a_stored_model_name_that_is_no_text_names_no_plugin_model():
     """``arch`` ['transformer_san'] in a received checkpoint: an unhashable-type TypeError where
     the checks looked the name up (fairseq builds the model its ``_name`` names)."""

@@ -216,6 +216,31 @@ def test_fast_decoding_keeps_the_state_dict_and_trains_like_fairseq(mode):
         assert torch.equal(weight.grad, other.grad), name
 
 
+def test_fast_decoding_after_an_update_of_fairseqs_optimizer_decodes_with_its_weights():
+    """fairseq's optimizers write the weights through ``.data``, which no tensor's version counts:
+    the fused q/k/v of ``--san-decoding fast`` kept the weights of fairseq-train --eval-bleu's first
+    validation for every later one. A pass in training mode drops them."""
+    from fairseq.optim.adam import Adam
+
+    plain, _ = build(["--dropout", "0"], dictionary=DICT, seed=101)
+    fast, _ = build(["--san-fast-decoding", "--dropout", "0"], dictionary=DICT, seed=102)
+    fast.load_state_dict(plain.state_dict(), strict=True, model_cfg=None)
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 6], seed=7)
+    kwargs = dict(beam=4, min_len=1, max_len_a=0, max_len_b=8)
+    generate(fast, DICT, src_tokens, src_lengths, **kwargs)  # fuses q/k/v
+    fast.train()
+    fast(src_tokens, src_lengths, src_tokens)  # fairseq-train's pass before its update
+    torch.manual_seed(0)
+    for parameter in fast.parameters():
+        parameter.grad = torch.randn_like(parameter)
+    Adam(list(fast.parameters()), lr=0.1).step()
+    fast.eval()
+    plain.load_state_dict(fast.state_dict(), strict=True, model_cfg=None)
+    expected = generate(plain, DICT, src_tokens, src_lengths, **kwargs)
+    assert_same_hypotheses(expected, generate(fast, DICT, src_tokens, src_lengths, **kwargs),
+                           atol=ATOL)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "argv", [policy_argv("2,4", "3,3"), policy_argv("2,4", "3,3", share="weights")],
     ids=["san-output", "san-weights"],

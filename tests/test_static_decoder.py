@@ -1675,6 +1675,39 @@ def test_a_generator_built_before_training_decodes_with_the_trained_weights(prec
     assert_same_hypotheses(expected, built_early.generate([model], sample), atol=1e-6)
 
 
+def train_with_fairseqs_adam(model, sample: dict) -> None:
+    """One update as fairseq-train makes it: a pass in training mode, then fairseq's Adam, which
+    writes the weights through ``.data`` (no tensor's version counts it)."""
+    from fairseq.optim.adam import Adam
+
+    net_input = sample["net_input"]
+    model.train()
+    model(net_input["src_tokens"], net_input["src_lengths"], net_input["src_tokens"])
+    torch.manual_seed(0)
+    for parameter in model.parameters():  # gradients of the size a loss gives, none NaN
+        parameter.grad = torch.randn_like(parameter)
+    Adam(list(model.parameters()), lr=0.1).step()
+    model.eval()
+
+
+def test_a_generator_follows_the_weights_that_fairseqs_optimizer_writes():
+    """fairseq's optimizers write the weights through ``.data``: the step built at fairseq-train
+    --eval-bleu's first validation decoded every later one with its first copies (fused q/k/v,
+    layer norms, positions), since no tensor's version changed. A pass in training mode since it
+    was built makes it build again."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    sample = next(two_batches())
+    settings = dict(beam_size=4, max_len_b=12)
+    built_early = StaticSequenceGenerator([model], DICTIONARY, **settings)
+    built_early.generate([model], sample)
+    train_with_fairseqs_adam(model, sample)
+    expected = StaticSequenceGenerator([model], DICTIONARY, **settings).generate([model], sample)
+    assert_same_hypotheses(expected, built_early.generate([model], sample), atol=1e-6)
+    step = built_early.step
+    built_early.generate([model], sample)
+    assert built_early.step is step  # decoding alone builds nothing
+
+
 def test_a_generator_told_its_device_checks_against_it_and_builds_at_the_first_batch():
     """fairseq-train builds --eval-bleu's generator on the CPU, then moves the model to the GPU:
     the static decoder checked its options against the CPU (refusing --san-decoder-execution

@@ -48,6 +48,8 @@ class DecodingAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        if self.training:  # fairseq's optimizer will write the weights through .data, unseen
+            self._fused = None
         if self._takes_fast_path(query, incremental_state, attn_mask, key_padding_mask):
             if self.encoder_decoder_attention and static_kv:
                 return self._encoder_step(
@@ -106,7 +108,8 @@ class DecodingAttention(MultiheadAttention):
     # --- self-attention ----------------------------------------------------------------------
 
     def _fused_projection(self) -> Tuple[Tensor, Tensor]:
-        """[W_q; W_k; W_v] and their biases, rebuilt only when a projection changed."""
+        """[W_q; W_k; W_v] and their biases, rebuilt only when a projection changed (in place,
+        ``weights_key``) or the module trained (``forward``)."""
         params = [getattr(self, f"{n}_proj").weight for n in "qkv"]
         params += [getattr(self, f"{n}_proj").bias for n in "qkv"]
         if any(p is None for p in params):

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary
 from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
-from fairseq_san.modules import weights_key
+from fairseq_san.modules import training_forwards, weights_key
 from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, length_bucket
@@ -225,13 +225,19 @@ class StaticSequenceGenerator(nn.Module):
         # The memory of the other executions' self-attention state and log-probabilities, from
         # batch to batch.
         self._memory, self._log_probs_memory = KeptMemory(), KeptMemory()
-        self.built_from = weights_key(self.model.parameters())
+        self.built_from = self.weights_now()
+
+    def weights_now(self) -> tuple:
+        """What tells the model's weights as they are now from those the step was built from:
+        their tensors' ``weights_key``, and the decoder's passes in training mode (fairseq's
+        optimizers write through ``.data``, which the key does not see)."""
+        return weights_key(self.model.parameters()), training_forwards(self.model.decoder)
 
     def follow_the_weights(self) -> None:
         """Build the step again where the model's weights changed since it was built: fairseq-train
         ``--eval-bleu`` builds its generator once, then trains, and the step's copies would
         decode with the weights of the start (the others shared, read as they are now)."""
-        if weights_key(self.model.parameters()) != self.built_from:  # None: not built yet
+        if self.weights_now() != self.built_from:  # None: not built yet
             self.build_from_weights()
 
     def runners(

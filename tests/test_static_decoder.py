@@ -1740,6 +1740,24 @@ def test_cuda_generator_built_before_the_model_moved_decodes_as_one_built_after(
     assert early.execution.graphs
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_graphs_of_a_model_on_a_gpu_that_is_not_current_decode_as_eager():
+    """A hub user's ``model.to("cuda:1")`` while ``cuda:0`` is current: the graphs captured the
+    current device's streams, empty, and their replays decoded nothing. The model's device is
+    made current while it decodes."""
+    model = decisive(build(MODELS["san-1,5-3,3"], dictionary=DICTIONARY, seed=1)[0])
+    model.to("cuda:1")
+    settings = dict(beam_size=4, max_len_b=12)
+    graphs = StaticSequenceGenerator([model], DICTIONARY, execution="graph", **settings)
+    eager = StaticSequenceGenerator([model], DICTIONARY, execution="fixed", **settings)
+    with torch.cuda.device(0):
+        for sample in two_batches():
+            sample = {"net_input": {k: v.to("cuda:1") for k, v in sample["net_input"].items()}}
+            expected = eager.generate([model], sample)
+            assert_same_hypotheses(expected, graphs.generate([model], sample), atol=1e-5)
+    assert graphs.execution.graphs
+
+
 def prepared_cache(step: StaticDecoderStep, encoder_out, rows: int, positions: int):
     """A sliced CPU cache for ``rows`` hypotheses and ``positions`` positions, prepared by
     ``step`` for ``encoder_out`` (its encoder-decoder keys and values)."""

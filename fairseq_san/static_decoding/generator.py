@@ -21,10 +21,11 @@ the caches' reordering together (``graphs.GraphedSearchStep``), on a cache and a
 per shape (the ``KEPT_SHAPES`` used last), reset for each batch.
 """
 
+import contextlib
 import math
 from collections import OrderedDict
 from functools import partial
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, ContextManager, Dict, List, Optional, Tuple, Union
 
 import torch
 from fairseq.search import BeamSearch, DiverseBeamSearch, LengthConstrainedBeamSearch, Search
@@ -97,6 +98,13 @@ def kept_memory_budget(device: torch.device) -> float:
     if device.type != "cuda":
         return math.inf
     return KEPT_MEMORY * torch.cuda.get_device_properties(device).total_memory
+
+
+def on_its_gpu(device: torch.device) -> ContextManager:
+    """``device`` the current CUDA device while the model on it decodes (nothing elsewhere): CUDA
+    graphs capture the current device's streams, and a model on ``cuda:1`` while ``cuda:0`` is
+    current (a hub user's ``model.to("cuda:1")``) captured empty graphs."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 class StaticSequenceGenerator(nn.Module):
@@ -282,7 +290,9 @@ class StaticSequenceGenerator(nn.Module):
             )
         self.follow_the_weights()
         # (inference_mode(False) turns gradients on: no_grad after it turns them off)
-        with torch.inference_mode(not self.execution.graphs), torch.no_grad():
+        with torch.inference_mode(not self.execution.graphs), torch.no_grad(), on_its_gpu(
+            next(self.model.parameters()).device
+        ):
             search = self.decode(sample, prefix_tokens, bos_token, constraints)
         nbests = search.hypotheses()
         if self.print_alignment:

@@ -45,6 +45,7 @@ OUT=${OUT:-runs/gpu-steps}
 LEFT_S=${LEFT_S:-600}
 PARTS=${PARTS:-tests e2e steps profile compile e2e-more}  # e2e-compile: a call of its own
 LOG=${LOG:-$OUT/gpu-steps.txt}
+TESTS_S=${TESTS_S:-420}  # the CUDA tests' limit: 45 tests, 113 s alone on an H100 for 32 of them
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 PAIR=${PAIR:-en-de}  # the language pair of BASE and SAN
 DATA=data-bin/multi30k.$PAIR
@@ -121,8 +122,9 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
   git log -1 --format="commit %H" 2>/dev/null || true
   for name in $PARTS; do
     case $name in
-      tests)
-        part 240 "CUDA tests" python -m pytest -p no:cacheprovider -q -rs \
+      tests)  # beside a slice's trainings: low priority, few threads; -v names a test cut short
+        part "$TESTS_S" "CUDA tests" nice -n 19 env OMP_NUM_THREADS=2 \
+          TORCHINDUCTOR_COMPILE_THREADS=2 python -m pytest -p no:cacheprovider -v -rfEs \
           tests/test_static_decoder.py tests/test_static_lm_decoder.py \
           -k "cuda or graph or whole_position or host_sync or captured" ;;
       e2e | e2e-more)

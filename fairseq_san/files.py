@@ -6,13 +6,14 @@ import it without torch."""
 
 import json
 import os
-from typing import Optional, Type
+from typing import Callable, Optional, Type
 
 from fairseq_san.errors import UsageError, json_error
 
 
-def write_text(path: str, text: str, replace_link: bool = False) -> None:
-    """Write ``text`` to ``path`` through ``path.tmp`` and ``os.replace``.
+def write_whole(path: str, write: Callable[[str], None], replace_link: bool = False) -> None:
+    """Have ``write(name)`` make the file ``path`` through ``path.tmp`` and ``os.replace``, the
+    temporary file removed where writing fails or is interrupted.
 
     A symbolic link's target is written (the link stays), unless ``replace_link``: the files a
     run dir keeps for itself (its record, its summary), where a link or a pipe in a run dir
@@ -24,8 +25,7 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
         folder, name = os.path.split(path)
         written = os.path.join(os.path.realpath(folder or "."), name)
     elif os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
+        write(path)
         return
     else:
         written = os.path.realpath(path)
@@ -33,15 +33,24 @@ def write_text(path: str, text: str, replace_link: bool = False) -> None:
     if os.path.islink(temporary):  # opening it would write wherever it points
         os.remove(temporary)
     try:
-        with open(temporary, "w", encoding="utf-8") as out:
-            out.write(text)
+        write(temporary)
         os.replace(temporary, written)
-    except OSError as err:  # no partial file left beside it (a directory there, a full disk)
+    except BaseException as err:  # no partial file left beside it (a directory there, a full disk)
         if os.path.exists(temporary):
             os.remove(temporary)
-        if err.errno is None:
-            raise
-        raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
+        if isinstance(err, OSError) and err.errno is not None:
+            raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
+        raise
+
+
+def write_text(path: str, text: str, replace_link: bool = False) -> None:
+    """Write ``text`` to ``path`` as ``write_whole`` writes a file."""
+
+    def write(name: str) -> None:
+        with open(name, "w", encoding="utf-8") as out:
+            out.write(text)
+
+    write_whole(path, write, replace_link)
 
 
 def write_json(path: str, value, replace_link: bool = False) -> None:

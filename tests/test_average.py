@@ -172,6 +172,11 @@ def widen_a_parameter(state: dict) -> None:
     state["model"][name] = torch.zeros(*state["model"][name].shape, 2)
 
 
+def make_a_float_parameter_an_integer(state: dict) -> None:
+    name = sorted(state["model"])[-1]
+    state["model"][name] = state["model"][name].long()
+
+
 def add_an_unsafe_global(state: dict) -> None:
     state["extra"] = datetime.date(2026, 1, 1)  # not on torch's safe loader's allow-list
 
@@ -180,6 +185,8 @@ def add_an_unsafe_global(state: dict) -> None:
 @pytest.mark.parametrize("change, said", [
     (drop_a_parameter, "is not of the model of {first}: it lacks parameter "),
     (widen_a_parameter, "is not of the model of {first}: its "),
+    # an integer tensor summed with a float one: a traceback, or a float by the inputs' order
+    (make_a_float_parameter_an_integer, "is not of the model of {first}: its "),
     (add_an_unsafe_global, "cannot load checkpoint {other}: it contains datetime.date, which "
                            "torch's safe loader (weights_only) refuses"),
 ])  # fmt: skip
@@ -203,6 +210,37 @@ def test_an_output_that_is_an_input_is_refused(checkpoints):
         f"--output {output} is the input {by_update[3]}: write the average to another file"
     )
     assert by_update[3].read_bytes() == before
+
+
+@pytest.mark.slow
+def test_an_input_that_the_average_would_be_written_through_is_refused(checkpoints, tmp_path):
+    """The average is written through OUTPUT.tmp: an input of that name was overwritten while it
+    was still mapped from the file, and the command died of SIGBUS, the input destroyed."""
+    by_update = update_checkpoints(checkpoints)
+    temporary = tmp_path / "mean.pt.tmp"
+    temporary.write_bytes(by_update[3].read_bytes())
+    output = tmp_path / "mean.pt"
+    message = refusal(["--inputs", str(temporary), str(by_update[2]), "--output", str(output)])
+    assert message == (
+        f"--output {output} is written through {output}.tmp first, which is the input "
+        f"{temporary}: write the average to another file"
+    )
+    assert temporary.read_bytes() == by_update[3].read_bytes()
+
+
+@pytest.mark.slow
+def test_an_output_that_is_a_link_writes_its_target(checkpoints, tmp_path):
+    """The rename replaced the link (and a device: ``--output /dev/full`` became a regular
+    file); fairseq's script, ``torch.save(path)``, writes through it."""
+    by_update = update_checkpoints(checkpoints)
+    target, link = tmp_path / "target.pt", tmp_path / "link.pt"
+    link.symlink_to(target)
+    result = run_cli("fairseq-san-average", "--inputs", str(by_update[3]), str(by_update[2]),
+                     "--output", str(link))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert link.is_symlink() and set(load_state(str(target))["model"]) == set(
+        load_state(str(by_update[3]))["model"]
+    )
 
 
 @pytest.mark.slow

@@ -650,6 +650,19 @@ def test_score_identical_text_is_bleu_100(tmp_path):
     assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
 
 
+def test_score_refuses_to_write_over_a_file_it_scores(tmp_path):
+    """``-o`` naming the reference or an output replaced it with the scores' JSON."""
+    (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
+    for named in ("ref.de", "generate-test.txt"):
+        (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+        result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", str(tmp_path / named))
+        assert one_error_line(result, "fairseq-san-score") == (
+            f"fairseq-san-score: error: -o {tmp_path / named}: is the input {tmp_path / named}: "
+            "write the scores to another file"
+        )
+        assert (tmp_path / "ref.de").read_text(encoding="utf-8") == REFERENCES
+
+
 NBEST_OUTPUT = """\
 S-0\t▁a ▁man
 H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁.
@@ -978,14 +991,20 @@ def test_spm_refuses_to_write_over_its_input(spm_model, tmp_path, command):
         assert text.read_text() == "a man walks\n"
 
 
-def test_spm_on_non_utf8_input_names_the_file(spm_model, tmp_path):
+def test_spm_on_non_utf8_input_names_the_file_and_leaves_the_output_as_it_was(spm_model,
+                                                                              tmp_path):
+    """A line that is no UTF-8 left the lines before it as the output (an earlier output
+    emptied): the output is now written whole or not at all."""
     text = tmp_path / "latin1.en"
-    text.write_bytes("a man walks \xe0 la plage\n".encode("latin-1"))
-    result = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), str(text),
-                     str(tmp_path / "out.en"))  # fmt: skip
+    text.write_bytes(b"a man walks\n" + "a man walks \xe0 la plage\n".encode("latin-1"))
+    out = tmp_path / "out.en"
+    out.write_text("earlier\n")
+    result = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), str(text), str(out))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"fairseq-san-spm: error: {text} is not UTF-8 text"), line
+    assert out.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "latin1.en", "out.en"]  # fmt: skip
 
 
 def test_spm_train_learns_from_a_pipe_what_it_learns_from_the_file(spm_model, tmp_path):

@@ -25,7 +25,7 @@ from fairseq_san.errors import UsageError, first_line, repeated
 from fairseq_san.files import same_file
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
-    from torch import Tensor
+    from torch import Tensor, dtype
 
 PROG = "fairseq-san-average"
 logger = logging.getLogger(__name__)
@@ -95,6 +95,11 @@ def output_problem(output: str, inputs: List[str]) -> Optional[str]:
     for path in inputs:
         if same_file(output, path):
             return f"is the input {path}: write the average to another file"
+        if same_file(os.path.realpath(output) + ".tmp", path):  # save's temporary file
+            return (
+                f"is written through {output}.tmp first, which is the input {path}: write the "
+                "average to another file"
+            )
     return files.output_problem(output, "the checkpoint file")
 
 
@@ -112,27 +117,41 @@ def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:
     return model
 
 
-def shape_mismatch(
-    reference: Dict[str, Tuple[int, ...]], parameters: Dict[str, "Tensor"]
+def summed(tensor: "Tensor") -> "Tensor":
+    """``tensor`` as the average sums it: half precision in float32, as fairseq's script does."""
+    import torch
+
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
+def layout(parameters: Dict[str, "Tensor"]) -> Dict[str, Tuple[Tuple[int, ...], "dtype"]]:
+    """Each parameter's shape and the data type it is summed in, by name."""
+    return {name: (tuple(t.shape), summed(t).dtype) for name, t in parameters.items()}
+
+
+def layout_mismatch(
+    reference: Dict[str, Tuple[Tuple[int, ...], "dtype"]], parameters: Dict[str, "Tensor"]
 ) -> Optional[str]:
-    """How ``parameters`` differ from ``reference``'s names and shapes, or None if they do not."""
+    """How ``parameters`` differ from ``reference``'s names, shapes and data types (half
+    precision counted as float32), or None if they do not: an integer tensor summed with a float
+    one failed in the sum or became float, by the checkpoints' order."""
     missing = [name for name in reference if name not in parameters]
     extra = [name for name in parameters if name not in reference]
     for names, what in ((missing, "lacks"), (extra, "has an extra")):
         if names:
             more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
             return f"it {what} parameter {names[0]}{more}"
-    for name, shape in reference.items():
-        if tuple(parameters[name].shape) != shape:
-            return f"its {name} has shape {tuple(parameters[name].shape)}, not {shape}"
+    for name, (shape, summed_as) in layout(parameters).items():
+        if shape != reference[name][0]:
+            return f"its {name} has shape {shape}, not {reference[name][0]}"
+        if summed_as != reference[name][1]:
+            return f"its {name} is of data type {summed_as}, not {reference[name][1]}"
     return None
 
 
 def average(paths: List[str]) -> dict:
     """The first checkpoint of ``paths``, its model's parameters replaced by their mean over all
     of them (fairseq's ``average_checkpoints``); each is read with torch's safe loader."""
-    import torch
-
     from fairseq_san.checkpoints import CheckpointError, load_state
 
     first, reference, sums = None, {}, {}
@@ -141,17 +160,15 @@ def average(paths: List[str]) -> dict:
         state = load_state(path)
         parameters = model_parameters(path, state)
         if first is None:
-            first = state
-            reference = {name: tuple(tensor.shape) for name, tensor in parameters.items()}
-        mismatch = shape_mismatch(reference, parameters)
+            first, reference = state, layout(parameters)
+        mismatch = layout_mismatch(reference, parameters)
         if mismatch:
             raise CheckpointError(
                 f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "
                 "checkpoints of one training run"
             )
         for name, tensor in parameters.items():
-            if tensor.dtype in (torch.float16, torch.bfloat16):  # fairseq: half, summed in float32
-                tensor = tensor.float()
+            tensor = summed(tensor)
             if name in sums:
                 sums[name] += tensor
             else:
@@ -166,20 +183,15 @@ def average(paths: List[str]) -> dict:
 
 
 def save(state: dict, output: str) -> None:
-    """Write ``state`` to ``output`` whole or not at all: through ``output.tmp`` and a rename."""
+    """Write ``state`` to ``output`` whole or not at all (``files.write_whole``: a link's target
+    written, a device or a pipe written through, not replaced by a rename)."""
     import torch
 
-    temporary = output + ".tmp"
     try:
-        torch.save(state, temporary)
-        os.replace(temporary, output)
-    except BaseException as err:  # no partial file left beside output (a full disk, an interrupt)
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        if isinstance(err, (OSError, RuntimeError)):  # a read-only folder; torch's writer failed
-            reason = getattr(err, "strerror", None) or first_line(err)
-            raise UsageError(f"cannot write {output}: {reason}") from None
-        raise
+        files.write_whole(output, lambda name: torch.save(state, name))
+    except (OSError, RuntimeError) as err:  # a read-only folder; torch's writer failed
+        reason = getattr(err, "strerror", None) or first_line(err)
+        raise UsageError(f"cannot write {output}: {reason}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

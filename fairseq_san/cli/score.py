@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
-from fairseq_san.files import output_problem, write_json
+from fairseq_san.files import output_problem, same_file, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
     check_references,
@@ -36,7 +36,9 @@ from fairseq_san.scoring import (
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    problem = args.output and output_problem(args.output, "the JSON file")
+    problem = args.output and (
+        input_named(args.output, args) or output_problem(args.output, "the JSON file")
+    )
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     if args.bootstrap_samples < 1:
@@ -53,6 +55,15 @@ def main(argv: Optional[List[str]] = None) -> None:
             write_json(args.output, scores)
         except OSError as err:  # a folder that takes no new file (read-only, /proc)
             parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
+
+
+def input_named(output: str, args: argparse.Namespace) -> Optional[str]:
+    """What says that ``output`` is one of the files scored (which the JSON would replace), or
+    None."""
+    for path in [args.reference, *args.generate_output, *(args.baseline or [])]:
+        if same_file(output, path):
+            return f"is the input {path}: write the scores to another file"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import output_problem, same_file
+from fairseq_san.files import output_problem, same_file, write_whole
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -98,13 +98,18 @@ def decode(model: str, source: str, target: str) -> None:
 
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
     """Write ``convert`` of every line of ``source`` to ``target``, a file other than ``source``
-    (opening the output would empty it before it is read)."""
+    (opening the output would empty it before it is read), whole or not at all
+    (``files.write_whole``): a line that is no UTF-8 left the lines before it as the output."""
     if same_file(source, target):
         raise UsageError(f"{target} is the input file too: write to another file")
-    with utf8_text(source), open(source, encoding="utf-8") as lines, \
-            open(target, "w", encoding="utf-8") as out:  # fmt: skip
-        for line in lines:
-            out.write(convert(line.rstrip("\n")) + "\n")
+
+    def write(name: str) -> None:
+        with utf8_text(source), open(source, encoding="utf-8") as lines, \
+                open(name, "w", encoding="utf-8") as out:  # fmt: skip
+            for line in lines:
+                out.write(convert(line.rstrip("\n")) + "\n")
+
+    write_whole(target, write)
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:

@@ -46,7 +46,7 @@ test-fast: setup
 	$(PYTEST) -m "not slow" tests
 
 demo: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash examples/demo.sh
+	PATH='$(CURDIR)/$(BIN)':"$$PATH" MULTI30K_DIR='$(MULTI30K_DIR)' bash examples/demo.sh
 
 clean-venv:
 	rm -rf $(VENV)

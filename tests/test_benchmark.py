@@ -671,6 +671,27 @@ def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_da
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+@pytest.mark.slow
+def test_a_subset_binarized_from_empty_files_stops_the_benchmark_in_one_line(bench_data,
+                                                                             tmp_path):
+    """fairseq's reader cannot map an empty file: a traceback from its dataset's ``__del__`` and
+    "cannot mmap an empty file", which named neither the subset nor the data."""
+    data, checkpoint = bench_data
+    empty = tmp_path / "data"
+    shutil.copytree(data, empty)
+    for binarized in empty.glob("test.*.bin"):
+        binarized.write_bytes(b"")
+    result = run_cli(
+        "fairseq-san-bench", "--data", str(empty), "--out-dir", str(tmp_path / "out"),
+        "--system", f"base={checkpoint}", "--cpu", "--no-ctranslate2", timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-bench: error: --subset test of {empty} holds no sentence "
+        "(fairseq-preprocess binarized empty files): give a subset with sentences"
+    )
+
+
 @pytest.fixture(scope="module")
 def language_model(binarized_corpus, tmp_path_factory):
     """(monolingual data: fairseq-preprocess --only-source of the corpus's source side, a

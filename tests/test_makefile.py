@@ -63,3 +63,18 @@ def test_unknown_choice_is_one_clear_error(tmp_path, value):
     assert result.returncode != 0
     assert "TORCH must be cpu, cuda or none" in result.stderr
     assert result.stdout == ""
+
+
+def test_demo_passes_a_multi30k_folder_with_spaces_as_one_word(tmp_path):
+    """``make demo MULTI30K_DIR="/data/my corpora"`` ran ``corpora`` as the command: the recipe's
+    environment is quoted."""
+    import shlex
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    result = subprocess.run(
+        ["make", "-n", "demo", f"VENV={tmp_path / 'venv'}", "MULTI30K_DIR=/data/my corpora"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    words = shlex.split(result.stdout.strip().splitlines()[-1])
+    assert "MULTI30K_DIR=/data/my corpora" in words and words[-2:] == ["bash", "examples/demo.sh"]

@@ -1297,6 +1297,30 @@ def test_wmt14_binarizes_again_after_an_interrupted_binarizing(tmp_path):
     assert len((work / "data-bin" / "dict.en.txt").read_text().splitlines()) > 1
 
 
+def test_wmt14_averages_and_decodes_once(tmp_path):
+    """Every step but the last two was skipped once finished: each re-run averaged the
+    checkpoints and decoded newstest2014 again. The recipe runs beside a loop that stands in for
+    learn_to_share.sh (finished), with stand-ins for the average and the decoding."""
+    recipe = tmp_path / "examples" / "wmt14_en_de" / "run.sh"
+    recipe.parent.mkdir(parents=True)
+    shutil.copy(WMT14, recipe)
+    (tmp_path / "examples" / "learn_to_share.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    (tmp_path / "examples" / "learn_to_share.sh").chmod(0o755)
+    work = tmp_path / "wmt14"
+    wmt14_prepared(work, write_corpus(tmp_path / "raw"))
+    (work / ".done-preprocess").touch()
+    env = wmt14_stand_ins(tmp_path)
+    calls = tmp_path / "calls.log"
+    for name in ("fairseq-san-average", "fairseq-generate"):
+        stand_in = tmp_path / "bin" / name
+        stand_in.write_text(f'#!/usr/bin/env bash\necho {name} >> "{calls}"\n')
+        stand_in.chmod(0o755)
+    for _ in range(2):
+        result = run_script(recipe, str(work), env=env, timeout=120)
+        assert result.returncode == 0, output_of(result)[-3000:]
+    assert calls.read_text().split() == ["fairseq-san-average", "fairseq-generate"]
+
+
 def test_wmt14_refuses_a_real_run_without_its_tools(tmp_path):
     """Without fairseq's commands (or curl, perl, python...) on PATH, hours of downloads and
     tokenizing ran before "fairseq-preprocess: command not found"."""

@@ -12,7 +12,8 @@
 # is every 100th training pair, not the paper's newstest2013). BLEU is on tokenized text with the
 # BPE removed.
 # Running it again resumes: the archives downloaded whole, the data's preparation and binarizing,
-# once finished (WORK_DIR/.done-*), and the loop's finished steps are skipped. The preparation
+# the average and the test's decoding, once finished (WORK_DIR/.done-*; WORK_DIR: runs/wmt14_en_de
+# by default), and the loop's finished steps are skipped. The preparation
 # script is fairseq's at a fixed commit, run only if its sha256 is the one pinned here, with Moses
 # and subword-nmt at pinned commits; the checkpoints are
 # averaged by fairseq-san-average, which reads them with torch's safe loader.
@@ -27,7 +28,7 @@ for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken fo
     *) [ -z "$WORK" ] || { echo "run.sh: one WORK_DIR only; $USAGE" >&2; exit 2; }; WORK=$arg ;;
   esac
 done
-WORK=${WORK:-wmt14_en_de}
+WORK=${WORK:-runs/wmt14_en_de}  # runs/: git-ignored, as every recipe's work
 case $WORK in  # fairseq reads DATA1:DATA2 as two data directories
   *:*) echo "run.sh: WORK_DIR $WORK holds ':', which fairseq reads between two data directories" >&2; exit 2 ;;
 esac
@@ -181,8 +182,14 @@ run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "
   --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
 
 FINAL=$RUN/final
-run fairseq-san-average --inputs "$RUN/last/checkpoints" --num-update-checkpoints 5 \
-  --output "$FINAL.pt"
-USER_DIR=$(fairseq-san-loop user-dir)
-run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
-  --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"
+if ! done_before average; then
+  run fairseq-san-average --inputs "$RUN/last/checkpoints" --num-update-checkpoints 5 \
+    --output "$FINAL.pt"
+  finished average
+fi
+if ! done_before test; then  # fairseq-generate writes its results as it goes: a marker, not them
+  USER_DIR=$(fairseq-san-loop user-dir)
+  run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
+    --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"
+  finished test
+fi

@@ -5,6 +5,7 @@ BLEU and chrF with sacrebleu on detokenized text: sentencepiece-decoded hypothes
 raw reference file.
 """
 
+import os
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -15,6 +16,18 @@ from fairseq_san.errors import UsageError
 from fairseq_san.scoring import corpus_scores, read_lines
 
 
+def binarized_empty(task, subset: str) -> bool:
+    """Whether fairseq-preprocess binarized ``subset``'s source side of ``task``'s data from an
+    empty file (in either order of the language pair that fairseq's reader tries)."""
+    source, target = task.cfg.source_lang, task.cfg.target_lang
+    data = task.cfg.data.split(os.pathsep)[0]
+    for pair in (f"{source}-{target}", f"{target}-{source}"):
+        path = os.path.join(data, f"{subset}.{pair}.{source}.bin")
+        if os.path.isfile(path):
+            return os.path.getsize(path) == 0
+    return False
+
+
 class Batches:
     """The subset's sentences, sorted by source length, collated once and moved to the device."""
 
@@ -22,6 +35,11 @@ class Batches:
         self, task, subset: str, batch_size: int, device: torch.device,
         max_sentences: Optional[int] = None,
     ):  # fmt: skip
+        if binarized_empty(task, subset):  # fairseq's reader cannot map an empty file: traceback
+            raise ValueError(
+                f"--subset {subset} of {task.cfg.data} holds no sentence (fairseq-preprocess "
+                "binarized empty files): give a subset with sentences"
+            )
         task.load_dataset(subset, combine=False)
         dataset = task.dataset(subset)
         if dataset.tgt is None:  # BLEU's references and the mean output length come from it

@@ -545,8 +545,11 @@ def refuse_eval_bleu_args_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose task validates with BLEU (``eval_bleu``) but stores
     ``eval_bleu_args`` or ``eval_bleu_detok_args`` that are no JSON object: fairseq's
     translation task reads them with ``json.loads`` where it builds the model (fairseq-validate,
-    the hub), a traceback (``translation_san.json_object`` checks fairseq-train's)."""
-    from fairseq_san.tasks.translation_san import json_object
+    the hub), a traceback (``translation_san.json_object`` checks fairseq-train's). In
+    fairseq-validate, which decodes its BLEU with them, a key that names no generation option
+    too (``translation_san.check_stored_eval_bleu_args``)."""
+    from fairseq_san.fairseq_fixes.wrapping import running_command
+    from fairseq_san.tasks.translation_san import check_stored_eval_bleu_args, json_object
 
     if stored_value(state, "task", "eval_bleu") is not True:
         return
@@ -558,6 +561,8 @@ def refuse_eval_bleu_args_in(path: str, state: dict) -> None:
                 f"checkpoint {path}: {error}; fairseq's translation task reads it as it builds "
                 "the model: refused (load it with --model-overrides \"{'eval_bleu': False}\")"
             ) from None
+    if running_command("fairseq_cli.validate") is not None:
+        check_stored_eval_bleu_args(stored_value(state, "task", "eval_bleu_args"))
 
 
 def stored_layers(state_dict: dict, stack: str) -> int:

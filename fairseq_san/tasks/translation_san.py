@@ -68,11 +68,7 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
-        model to its device: a static decoder is told that device (``decoding_device``).
-        fairseq-validate first checks the BLEU options of the checkpoint's task
-        (``check_stored_eval_bleu_args``)."""
-        if running_command("fairseq_cli.validate") is not None and self.cfg.eval_bleu:
-            check_stored_eval_bleu_args(self.cfg.eval_bleu_args)
+        model to its device: a static decoder is told that device (``decoding_device``)."""
         if running_command("fairseq_cli.train") is not None:
             self.decoding_device = training_device(cfg)
         try:
@@ -99,8 +95,9 @@ def check_eval_bleu_options(args) -> None:
     key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
     ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
     decoded validation BLEU at the default beam. For fairseq-train's command line: a checkpoint
-    keeps them, and fairseq-validate and the hub decode with them where it validates with BLEU
-    (``checkpoints.refuse_eval_bleu_args_in`` refuses those that are no JSON object)."""
+    keeps them, and fairseq-validate decodes with them where it validates with BLEU
+    (``checkpoints.refuse_eval_bleu_args_in`` refuses those that are no JSON object, and in
+    fairseq-validate a key that names no generation option)."""
     generation = json_object("--eval-bleu-args", args.eval_bleu_args, '{"beam": 4}')
     json_object("--eval-bleu-detok-args", args.eval_bleu_detok_args, '{"moses_no_escape": true}')
     check_generation_keys(
@@ -113,10 +110,11 @@ def check_eval_bleu_options(args) -> None:
 
 
 def check_stored_eval_bleu_args(text: Optional[str]) -> None:
-    """Refuse a checkpoint's ``eval_bleu_args`` with a key that names no generation option (saved
-    before fairseq-train checked them, or edited), where fairseq-validate decodes its BLEU with
-    them: fairseq sets each key unchecked, so ``{"bema": 4}`` reported BLEU at beam 1. The other
-    commands build that generator and never decode with it: they load such a checkpoint."""
+    """Refuse a checkpoint's ``eval_bleu_args`` (a JSON object) with a key that names no
+    generation option (saved before fairseq-train checked them, or edited), where fairseq-validate
+    decodes its BLEU with them (``checkpoints.refuse_eval_bleu_args_in``): fairseq sets each key
+    unchecked, so ``{"bema": 4}`` reported BLEU at beam 1. The other commands build that
+    generator and never decode with it: they load such a checkpoint."""
     where = "cfg.task.eval_bleu_args of the checkpoint, which fairseq-validate decodes BLEU with"
     replacing = "--model-overrides \"{'eval_bleu_args': '{\\\"beam\\\": 4}'}\""
     try:

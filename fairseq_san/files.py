@@ -6,7 +6,7 @@ import it without torch."""
 
 import json
 import os
-from typing import Callable, Optional, Type
+from typing import Callable, Iterable, Optional, Type
 
 from fairseq_san.errors import UsageError, json_error
 
@@ -75,6 +75,12 @@ def same_file(first: str, second: str) -> bool:
     if os.path.realpath(first) == os.path.realpath(second):
         return True
     return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)
+
+
+def input_at(output: str, inputs: Iterable[str]) -> Optional[str]:
+    """The first of ``inputs`` that ``output`` names (``same_file``), which writing ``output``
+    would replace, or None."""
+    return next((path for path in inputs if same_file(output, path)), None)
 
 
 # JSON's names of the types json.load returns, for errors.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from fairseq_san import files
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, first_line, repeated
-from fairseq_san.files import same_file
+from fairseq_san.files import input_at
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
     from torch import Tensor, dtype
@@ -92,14 +92,15 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 def output_problem(output: str, inputs: List[str]) -> Optional[str]:
     """Why the average cannot be written to ``output``, checked before any checkpoint is read;
     None if it can."""
-    for path in inputs:
-        if same_file(output, path):
-            return f"is the input {path}: write the average to another file"
-        if same_file(os.path.realpath(output) + ".tmp", path):  # save's temporary file
-            return (
-                f"is written through {output}.tmp first, which is the input {path}: write the "
-                "average to another file"
-            )
+    named = input_at(output, inputs)
+    if named:
+        return f"is the input {named}: write the average to another file"
+    named = input_at(os.path.realpath(output) + ".tmp", inputs)  # save's temporary file
+    if named:
+        return (
+            f"is written through {output}.tmp first, which is the input {named}: write the "
+            "average to another file"
+        )
     return files.output_problem(output, "the checkpoint file")
 
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
-from fairseq_san.files import output_problem, same_file
+from fairseq_san.files import input_at, output_problem
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -182,7 +182,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     twice = repeated([os.path.realpath(path) for path in paths])
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
-    if args.output and any(same_file(args.output, path) for path in paths):
+    if args.output and input_at(args.output, paths):
         parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
     problem = args.output and output_problem(args.output, "the policy file")
     if problem:

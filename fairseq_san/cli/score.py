@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
-from fairseq_san.files import output_problem, same_file, write_json
+from fairseq_san.files import input_at, output_problem, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
     check_references,
@@ -60,10 +60,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 def input_named(output: str, args: argparse.Namespace) -> Optional[str]:
     """What says that ``output`` is one of the files scored (which the JSON would replace), or
     None."""
-    for path in [args.reference, *args.generate_output, *(args.baseline or [])]:
-        if same_file(output, path):
-            return f"is the input {path}: write the scores to another file"
-    return None
+    named = input_at(output, [args.reference, *args.generate_output, *(args.baseline or [])])
+    return f"is the input {named}: write the scores to another file" if named else None
 
 
 def build_parser() -> argparse.ArgumentParser:

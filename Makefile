@@ -2,7 +2,6 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
 .PHONY: setup test test-fast demo clean-venv
 
@@ -10,8 +9,6 @@ STAMP := $(VENV)/.installed
 # Tests run by module (--dist loadscope) so that a module's fixtures are built once.
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
-
-setup: $(STAMP)
 
 # TORCH picks the torch build, installed first (a plain `torch` from PyPI is the multi-GB CUDA
 # build): cpu (default) the CPU wheel from PyTorch's CPU index; cuda the CUDA build from PyPI;
@@ -24,10 +21,20 @@ VENV_FLAGS_none := --system-site-packages
 ifeq ($(filter $(TORCH),cpu cuda none),)
 $(error TORCH must be cpu, cuda or none, not '$(TORCH)')
 endif
+# The set-up done, per torch choice; the choice a venv was made with (pip would keep its torch
+# for another: torch==2.13.0 takes the installed 2.13.0+cpu as that version).
+STAMP := $(VENV)/.installed-$(TORCH)
+MADE_WITH := $(VENV)/.torch
+
+setup: $(STAMP)
 
 # ctranslate2 is optional (the benchmark's context row); installed here so that the tests run it.
 $(STAMP): setup.py Makefile
+	@! test -f $(MADE_WITH) || test "$$(cat $(MADE_WITH))" = $(TORCH) || { echo "make setup \
+	TORCH=$(TORCH): $(VENV) was made with TORCH=$$(cat $(MADE_WITH)); make clean-venv first" >&2; \
+	exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS_$(TORCH)) $(VENV)
+	echo $(TORCH) > $(MADE_WITH)
 ifeq ($(TORCH),none)
 	$(BIN)/python -c 'import torch' || { echo "make setup TORCH=none: $(PYTHON) has no torch; use TORCH=cpu or TORCH=cuda" >&2; exit 1; }
 else

@@ -13,7 +13,7 @@
 #
 # The options, with their defaults: examples/learn_to_share_lm.sh --help (one list, in
 # fairseq_san/loop/recipe_options.py). Everything after -- goes to fairseq-train (and wins over the
-# training recipe below).
+# training recipe below); its task options (--add-bos-token, ...) to fairseq-eval-lm too.
 set -euo pipefail
 
 # ARCH, THETA_SELF, SELF_SHARE, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json
@@ -38,6 +38,11 @@ TRAIN_ARGS=(
   --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50
 )
 
+# fairseq-eval-lm builds its task from its own command line, not from the checkpoint: the task
+# options the training was given (--tokens-per-sample, and --add-bos-token ... after --)
+SCORE_WORDS=$(fairseq-san-loop lm-task-args -- "${TRAIN_ARGS[@]}" "${EXTRA_ARGS[@]}")
+eval "SCORE_TASK=($SCORE_WORDS)"
+
 train() {  # train ITER_DIR ITERATION: --updates at most, then the arguments after --
   train_with "$1" "$2" "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \
     --san-policy "$1/policy.json" --san-self-share "$SELF_SHARE" \
@@ -56,7 +61,7 @@ run_logged() {  # run_logged LOG COMMAND...: as run, its output to LOG, the last
 
 score() {  # score ITER_DIR CHECKPOINT: its perplexity on valid
   run_logged "$1/eval-lm-valid.log" fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" "${LM[@]}" \
-    --path "$2" --gen-subset valid --max-tokens 4096 --num-workers 0
+    "${SCORE_TASK[@]}" --path "$2" --gen-subset valid --max-tokens 4096 --num-workers 0
   run fairseq-san-loop perplexity "$1/eval-lm-valid.log" -o "$1/valid.json"
 }
 

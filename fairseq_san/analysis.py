@@ -156,7 +156,10 @@ class LayerAnalysis:
             if kind not in self.js:
                 self.js[kind] = PairwiseJS(attn.size(0))
                 self.saved[kind] = {}
-            self.js[kind].update(attn, queries)
+            try:
+                self.js[kind].update(attn, queries)
+            except ValueError as error:  # a diverged model's weights: no js.json to learn from
+                raise UsageError(f"SAN analysis of {KIND_TABLE[kind].title}: {error}") from None
             for b, sentence in enumerate(ids):
                 if sentence < self.save_sentences:
                     kept = attn[:, b][:, :, queries[b]][:, :, :, keys[b]]

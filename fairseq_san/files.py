@@ -29,7 +29,7 @@ def write_whole(path: str, write: Callable[[str], None], replace_link: bool = Fa
         return
     else:
         written = os.path.realpath(path)
-    temporary = written + ".tmp"
+    temporary = temporary_path(written)
     if os.path.islink(temporary):  # opening it would write wherever it points
         os.remove(temporary)
     try:
@@ -41,6 +41,11 @@ def write_whole(path: str, write: Callable[[str], None], replace_link: bool = Fa
         if isinstance(err, OSError) and err.errno is not None:
             raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
         raise
+
+
+def temporary_path(written: str) -> str:
+    """The temporary file through which ``write_whole`` makes ``written`` (a real path)."""
+    return written + ".tmp"
 
 
 def write_text(path: str, text: str, replace_link: bool = False) -> None:
@@ -86,6 +91,12 @@ def input_at(output: str, inputs: Iterable[str]) -> Optional[str]:
 # JSON's names of the types json.load returns, for errors.
 JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
               float: "number", type(None): "null"}  # fmt: skip
+
+
+def line_text(line: str) -> str:
+    r"""A line read with ``newline="\n"`` without its end, "\n" or Windows' "\r\n". Text is
+    read so (as sacreBLEU reads it) where a bare "\r" inside a sentence must not make two."""
+    return line.rstrip("\r\n")
 
 
 def read_json(

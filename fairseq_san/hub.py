@@ -375,8 +375,9 @@ def file_advice(path: str, keyword: str, unpack: str) -> str:
 
 def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optional[str]:
     """What is wrong with the data folder where loading failed on its dictionaries (``error``):
-    none there, or the other kind of model's (a translation's dict.SRC.txt and dict.TGT.txt, a
-    language model's dict.txt); None for another failure."""
+    none there, the other kind of model's (a translation's dict.SRC.txt and dict.TGT.txt, a
+    language model's dict.txt), or a translation's dictionaries without the data whose file
+    names give fairseq the language pair; None for another failure."""
     no_lm_dictionary = isinstance(error, FileNotFoundError) and (
         os.path.basename(str(error.filename)) == "dict.txt"
     )
@@ -397,6 +398,15 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
             "a language model's data (dict.txt), and this checkpoint translates, which needs "
             "dict.SRC.txt and dict.TGT.txt: give its data"
         )
+    if no_language_pair and translation:
+        languages = sorted(dictionary_language(path) for path in translation)
+        example = ", ".join(f"{side}={language!r}" for side, language in
+                            zip(("source_lang", "target_lang"), languages))  # fmt: skip
+        return said + (
+            f"the dictionaries of {', '.join(languages)} and no binarized data whose names "
+            "say which language is the source (train.SRC-TGT.*): give the pair the model "
+            f"translates, from_pretrained(..., {example})"
+        )
     if translation or language_model:
         return None
     default = " (the default, '.', is the model's folder)" if str(data_name_or_path) == "." else ""
@@ -405,6 +415,11 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
         f"language model's){default}: give the binarized data the model was trained on, or a "
         "folder with its dictionaries"
     )
+
+
+def dictionary_language(path: str) -> str:
+    """The language of a translation's dictionary file (``dict.de.txt``: de)."""
+    return os.path.basename(path)[len("dict."):-len(".txt")]
 
 
 def data_folder(data_name_or_path, model_path: str, archive_map: Dict) -> str:

@@ -35,11 +35,30 @@ def js_divergence(p: Tensor, q: Tensor, dim: int = -1) -> Tensor:
     return js.clamp(0.0, LN2)
 
 
+# How far a real query's weights may sum from 1: bfloat16 weights round each entry to 2**-8 of it.
+SUM_TOLERANCE = 1e-2
+
+
+def check_distributions(attn: Tensor, keep: Tensor) -> None:
+    """ValueError naming the first layer (from 1) whose weights at a real query position (``keep``,
+    (B, 1, T)) are no distribution over the keys: not finite (a diverged model), negative, or
+    summing to other than 1. Its JS would be NaN, or a wrong value clamped into [0, ln 2]."""
+    sums = attn.sum(-1)  # (L, B, H, T); NaN where an entry is NaN or infinities cancel
+    wrong = ~((sums - 1.0).abs() <= SUM_TOLERANCE) | (attn < 0).any(-1) | ~attn.isfinite().all(-1)
+    layers = (wrong & keep).flatten(1).any(1)
+    if layers.any():
+        layer = int(layers.nonzero()[0]) + 1
+        raise ValueError(
+            f"the attention weights of layer {layer} are no distribution over the keys at a real "
+            "query position (NaN, infinite or negative, or not summing to 1)"
+        )
+
+
 class PairwiseJS:
     """Streaming mean JS divergence between the attention weights of every pair of layers."""
 
     def __init__(self, num_layers: int) -> None:
-        if not isinstance(num_layers, int) or num_layers < 1:
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
         self.num_layers = num_layers
         self._sums = torch.zeros(num_layers, num_layers, dtype=torch.float64)
@@ -54,7 +73,8 @@ class PairwiseJS:
         """Add one batch of attention probabilities.
 
         ``attn`` is (L, B, H, T, S): layers, batch, heads, queries, keys; each
-        row sums to 1 over its valid keys and padded keys have probability 0.
+        row sums to 1 over its valid keys and padded keys have probability 0 (a real query's
+        row that does not is a ValueError: ``check_distributions``).
         ``query_mask`` is a (B, T) bool tensor, True for real query positions;
         the others are ignored (their rows may hold anything). ``None`` counts all.
         """
@@ -76,6 +96,7 @@ class PairwiseJS:
             raise ValueError(f"query_mask must be a bool tensor, got dtype {query_mask.dtype}")
         keep = query_mask.to(attn.device)[:, None, :]  # (B, 1, T), broadcast over heads
         attn = attn.to(torch.float64)
+        check_distributions(attn, keep)
         pairs = torch.triu_indices(num_layers, num_layers, offset=1)
         sums = [
             torch.where(keep, js_divergence(attn[i], attn[j]), 0.0).sum()

@@ -14,6 +14,7 @@ import zlib
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.files import line_text
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
@@ -31,15 +32,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_text(path: str) -> TextIO:
-    """``path`` opened as UTF-8 text, through gzip where it is gzip-compressed (kept hypotheses
+    r"""``path`` opened as UTF-8 text, through gzip where it is gzip-compressed (kept hypotheses
     are: docs/results/converged; so are Multi30k's raw files), a byte-order mark dropped (it
     would stick to the first sentence and lower its score). The file is opened once and its
     first bytes peeked at, not read: a pipe (``--reference <(zcat ref.gz)``) cannot be read
-    again."""
+    again. Lines end at "\n" alone, as sacreBLEU reads them: a bare "\r" inside a sentence
+    would make two of it (``line_text`` drops a Windows line end's "\r")."""
     raw = open(path, "rb")
     if raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC:
-        return gzip.open(raw, "rt", encoding="utf-8-sig")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig")
+        return gzip.open(raw, "rt", encoding="utf-8-sig", newline="\n")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="\n")
 
 
 @contextlib.contextmanager
@@ -76,7 +78,7 @@ def read_generate(path: str) -> GenerateOutput:
     targets: Dict[int, str] = {}
     with text_lines(path) as lines:
         for line in lines:
-            text = line.rstrip("\n")
+            text = line_text(line)
             match = GENERATE_DETOKENIZED.match(text)
             if match:
                 by_id.setdefault(int(match.group(1)), match.group(2))
@@ -147,7 +149,7 @@ def read_lines(path: str) -> List[str]:
     """The lines of a reference file (``open_text``: it may be gzip-compressed, as Multi30k's
     raw files are); an empty one is refused."""
     with text_lines(path) as lines:
-        found = [line.rstrip("\n") for line in lines]
+        found = [line_text(line) for line in lines]
     if not found:
         raise UsageError(f"{path} is empty: give the raw references, one sentence per line")
     return found

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers import build, run_cli, run_parallel, source_batch, target_prefixes, train_argv
-from fairseq_san.policy import KINDS, LN2
+from fairseq_san.policy import KIND_TABLE, KINDS, LN2
 
 LAYERS = {"decoder_self": 6, "decoder_encdec": 6, "encoder_self": 2}  # train_argv's model
 HEADS = 4
@@ -274,6 +274,22 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
     assert not output.exists()
 
 
+def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
+    """"L4 vs L4" was drawn, a flat line at 0."""
+    from fairseq_san.cli.plot_js import main
+
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    output = tmp_path / "fig5.png"
+    with pytest.raises(SystemExit) as stopped:
+        main([first, "-o", str(output), "--reference-layer", "4", "--layers", "4", "5"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fairseq-san-plot-js: error: --layers 4 is the --reference-layer: its JS with itself is "
+        "0; give the other layers"
+    )
+    assert not output.exists()
+
+
 def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
     """As fairseq-san-policy does: a js.json given by its path was read as a folder
     ("js.json/js.json" not found); a missing one names the folder that would write it."""
@@ -356,23 +372,30 @@ def test_average_attention_has_no_decoder_self_weights():
     assert capture.stacked("decoder_encdec").shape[0] == 6
 
 
-def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
-    """Stopped while drawing the second kind's heatmap, the analysis leaves no js.json (which the
-    loop takes as the analysis being done); written again, every file is there."""
-    from fairseq_san import plots
-    from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+def analysed_batch(model, analysis) -> tuple:
+    """``add_masked``'s arguments for ``padded_batch`` through ``model``, captured."""
+    from fairseq_san.analysis import AttentionCapture
     from fairseq_san.tasks.translation_san import TranslationSANTask
 
-    model, _ = build()
     dictionary = model.decoder.dictionary
     net_input = padded_batch(dictionary)
-    analysis = LayerAnalysis(max_sentences=None, save_sentences=2)
     with torch.no_grad(), AttentionCapture(model) as capture:
         model(**net_input)
     sample = {"id": torch.arange(3), "net_input": net_input}
     rows = analysis.rows(sample)
     task = SimpleNamespace(src_dict=dictionary, tgt_dict=dictionary)  # what analysis_masks reads
-    analysis.add_masked(capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows))
+    return capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows)
+
+
+def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
+    """Stopped while drawing the second kind's heatmap, the analysis leaves no js.json (which the
+    loop takes as the analysis being done); written again, every file is there."""
+    from fairseq_san import plots
+    from fairseq_san.analysis import LayerAnalysis
+
+    model, _ = build()
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=2)
+    analysis.add_masked(*analysed_batch(model, analysis))
     draw = plots.js_heatmap
 
     def stopped_at_encdec(matrix, path, **kwargs):
@@ -389,6 +412,24 @@ def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     expected = {"js.json"} | {f"{stem}-{kind}.{ext}" for kind in KINDS
                               for stem, ext in (("js", "png"), ("attention", "npz"))}  # fmt: skip
     assert {path.name for path in tmp_path.iterdir()} == expected
+
+
+def test_a_diverged_models_attention_is_one_usage_error_and_no_analysis(tmp_path):
+    """NaN weights (a diverged model) were written into js.json as bare NaN, and the learn-to-
+    share loop took the file as a finished analysis and failed on it at every rerun."""
+    from fairseq_san.analysis import LayerAnalysis
+    from fairseq_san.errors import UsageError
+
+    model, _ = build()
+    with torch.no_grad():
+        model.decoder.layers[-1].encoder_attn.k_proj.weight.fill_(float("nan"))
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=2)
+    with pytest.raises(UsageError) as refused:
+        analysis.add_masked(*analysed_batch(model, analysis))
+    assert str(refused.value).startswith(
+        f"SAN analysis of {KIND_TABLE['decoder_encdec'].title}: the attention weights of layer 6 "
+        "are no distribution over the keys at a real query position"
+    )
 
 
 def test_an_analysis_of_no_sentences_is_one_usage_error(tmp_path):

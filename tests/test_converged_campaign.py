@@ -48,9 +48,11 @@ TINY_TRAIN = (
 TEST_SETS = ["test_2016_flickr", "test_2017_flickr"]
 
 
-def campaign(slice_name: str, *args: str, env: Dict[str, str], timeout: int = 600) -> str:
+def campaign(
+    slice_name: str, *args: str, env: Dict[str, str], timeout: int = 600, script: str = str(RUN)
+) -> str:
     result = subprocess.run(
-        ["bash", str(RUN), slice_name, *args], cwd=REPO, env=env, capture_output=True, text=True,
+        ["bash", script, slice_name, *args], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=timeout,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
@@ -250,13 +252,14 @@ def test_a_system_without_time_for_its_cap_and_evaluation_waits_for_the_next_cal
     """With less time left than CAP_MIN + EVAL_S, no system starts (each says so) and the call
     still packs its archive: the slice's next call runs them. The provenance it packs names the
     plugin that ran: this checkout's, also where an installed one comes first on PYTHONPATH (as
-    the bundle's wheel does on the GPU machine, possibly older than the tree sent there)."""
+    the bundle's wheel does on the GPU machine, possibly older than the tree sent there), and
+    where CDPATH is set (with it, cd printed the folder, which PYTHONPATH took too)."""
     stale = tmp_path / "prefix" / "fairseq_san"
     stale.mkdir(parents=True)
     (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
     env = {**dry_env, "SLICE_S": "100", "CAP_MIN": "1", "EVAL_S": "60", "RESULTS": str(tmp_path / "results"),
-           "PYTHONPATH": str(stale.parent)}  # fmt: skip
-    output = campaign("en-de", env=env)
+           "PYTHONPATH": str(stale.parent), "CDPATH": "."}  # fmt: skip
+    output = campaign("en-de", env=env, script=str(RUN.relative_to(REPO)))  # as CDPATH looks up
     assert printed_commands(output, "learn_to_share.sh") == []
     for name in ("loop", "baseline-s2", "baseline-s3", "uniform-6-6"):
         assert f"== en-de/{name}: not started: " in output and "it needs 120 (CAP_MIN, EVAL_S)" in output

@@ -23,6 +23,11 @@ from pathlib import Path
 
 argv = sys.argv[1:]
 record = {{"argv": argv}}
+archive = Path(os.environ["OUT"], "gpu-steps.tar.gz")
+if archive.exists():  # what a call cut short during this part would bring back
+    import tarfile
+    with tarfile.open(archive) as packed:
+        record["returned_before"] = sorted(n for n in packed.getnames() if n.endswith(".json"))
 if argv[:1] != ["steps"]:
     from fairseq_san.benchmark.config import fairseq_twins
     from fairseq_san.cli.bench import build_parser, config_from_args
@@ -30,6 +35,8 @@ if argv[:1] != ["steps"]:
     config = config_from_args(build_parser().parse_args(argv), "stand-in")
     record.update(systems={{s.name: s.overrides for s in config.systems}},
                   twins=fairseq_twins(config.systems), fp16=config.fp16, out=config.out_dir)
+    if Path(config.out_dir).name == os.environ.get("FAIL_OUT"):
+        sys.exit(3)
     Path(config.out_dir).mkdir(parents=True)
     (Path(config.out_dir) / "results.json").write_text("{{}}")
 with open(os.environ["BENCH_RECORD"], "a") as handle:
@@ -37,10 +44,12 @@ with open(os.environ["BENCH_RECORD"], "a") as handle:
 """
 
 
-def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True):
+def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True,
+               data: bool = True, status: int = 0):  # fmt: skip
     """Run the script in ``tmp_path`` with stand-ins; (its stdout, the benchmark calls). As on the
     GPU machine, an installed plugin comes first on PYTHONPATH (the bundle's wheel, possibly older
-    than the tree): here one that cannot be imported, so that only this checkout's can run."""
+    than the tree): here one that cannot be imported, so that only this checkout's can run; and
+    CDPATH is set, with which cd prints the folder it changes to."""
     stale = tmp_path / "prefix" / "fairseq_san"
     stale.mkdir(parents=True, exist_ok=True)
     (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
@@ -56,13 +65,21 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
             checkpoint = runs / run_dir / "iter0/checkpoints/checkpoint_best.pt"
             checkpoint.parent.mkdir(parents=True)
             checkpoint.write_bytes(b"")
+    if data:
+        (tmp_path / f"data-bin/multi30k.{os.environ.get('PAIR', 'en-de')}").mkdir(
+            parents=True, exist_ok=True)  # fmt: skip
     record = tmp_path / "bench.jsonl"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BENCH_RECORD": str(record),
            "OUT": str(tmp_path / "out"), "CHECKPOINTS": str(runs), "PARTS": parts,
-           "LEFT_S": str(left_s), "PYTHONPATH": str(stale.parent)}  # fmt: skip
-    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True,
+           "LEFT_S": str(left_s), "PYTHONPATH": str(stale.parent),
+           "CDPATH": f".:{REPO.parent}"}  # fmt: skip
+    checkout = tmp_path / "checkout"  # a relative path, as cd looks up in CDPATH
+    if not checkout.exists():
+        checkout.symlink_to(REPO)
+    script = str(Path(checkout.name, SCRIPT.relative_to(REPO)))
+    done = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == status, done.stderr
     lines = record.read_text().splitlines() if record.exists() else []
     return done.stdout, [json.loads(line) for line in lines]
 
@@ -107,6 +124,32 @@ def test_what_does_not_fit_or_has_no_models_is_skipped_and_said(tmp_path):
     assert "== skipped (under 120 s left): e2e: fp32, beam 4, batch 128" in stdout
     assert "== skipped (under 110 s left): e2e: fp32, beam 4, batch 16" in stdout
     assert len(calls) == 5 and "skipped" not in stdout.split("== steps")[1]
+
+
+def test_a_failed_part_is_said_and_what_ran_before_it_comes_back(tmp_path, monkeypatch):
+    """The benchmarks' results were packed only at the end, so that a call cut short brought back
+    none of them; and the script exited 0 whatever failed. Each part's results are packed as it
+    ends; a failed part is logged and makes the exit status 1."""
+    monkeypatch.setenv("FAIL_OUT", "fp32-batch16")
+    stdout, calls = run_checks(tmp_path, "e2e", status=1)
+    first = "gpu-steps/fp32-batch128/results.json"
+    assert [call.get("returned_before") for call in calls] == [None]  # the failing call: no record
+    assert "== failed (exit 3): e2e: fp32, beam 4, batch 16, 128 sentences" in stdout
+    with tarfile.open(tmp_path / "out/gpu-steps.tar.gz") as archive:
+        assert [n for n in archive.getnames() if n.endswith(".json")] == [first]
+    monkeypatch.delenv("FAIL_OUT")
+    stdout, calls = run_checks(tmp_path / "whole", "e2e")
+    assert [call.get("returned_before") for call in calls] == [None, [first]]
+
+
+def test_end_to_end_without_the_data_is_skipped_before_any_decoding(tmp_path):
+    """Without the pair's binarized data (none here, none in the bundle) the end-to-end parts
+    failed only as they decoded, after the tests' minutes."""
+    stdout, calls = run_checks(tmp_path, "e2e e2e-more e2e-compile", data=False)
+    assert calls == []
+    for part in ("e2e", "e2e-more"):
+        assert f"== skipped: {part} (no data-bin/multi30k.en-de, here or in the bundle" in stdout
+    assert "== skipped: e2e-compile (no " in stdout
 
 
 def test_end_to_end_decodes_the_checkpoints_named_by_base_and_san(tmp_path, monkeypatch):

@@ -601,8 +601,8 @@ def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binari
 def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized_corpus, tmp_path):
     """The data folder's default, '.', is the model's folder, which holds no dictionary: fairseq's
     "Could not infer language pair, please provide it explicitly"; a language model's data
-    (dict.txt) for a translation checkpoint: the same line; translation data for a language
-    model: a FileNotFoundError for DATA/dict.txt."""
+    (dict.txt) for a translation checkpoint: the same line, as for a translation's dictionaries
+    alone; translation data for a language model: a FileNotFoundError for DATA/dict.txt."""
     from fairseq_san.errors import UsageError
     from fairseq_san.hub import data_problem
 
@@ -621,6 +621,17 @@ def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized
         f"from_pretrained(data_name_or_path={str(tmp_path)!r}): {tmp_path} holds a language "
         "model's data (dict.txt), and this checkpoint translates, which needs dict.SRC.txt and "
         "dict.TGT.txt: give its data"
+    )
+    dictionaries = tmp_path / "dictionaries"  # no train.SRC-TGT.* to infer the pair from
+    dictionaries.mkdir()
+    for language in ("src", "tgt"):
+        shutil.copy(binarized_corpus / f"dict.{language}.txt", dictionaries)
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, str(dictionaries))
+    assert str(refused.value).endswith(
+        f"{dictionaries} holds the dictionaries of src, tgt and no binarized data whose names say "
+        "which language is the source (train.SRC-TGT.*): give the pair the model translates, "
+        "from_pretrained(..., source_lang='src', target_lang='tgt')"
     )
     missing = FileNotFoundError(2, "No such file or directory", str(binarized_corpus / "dict.txt"))
     assert data_problem(binarized_corpus, str(binarized_corpus), missing).endswith(

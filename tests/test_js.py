@@ -175,4 +175,24 @@ def test_bad_shapes_raise():
         acc.matrix()
     with pytest.raises(ValueError, match="num_layers"):
         PairwiseJS(0)
+    with pytest.raises(ValueError, match="num_layers"):  # was a TypeError from torch.zeros
+        PairwiseJS(True)
     assert acc.count == 0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5, 3.0, 0.0])
+def test_weights_that_are_no_distribution_at_a_real_query_are_refused(value):
+    """A diverged model's NaN reached js.json (written as bare NaN, which the loop then took as a
+    finished analysis); negative weights gave NaN, weights summing to 3 or 0 a JS clamped to ln 2
+    or halved. The layer is named; the same value at a padded query position is ignored."""
+    g = torch.Generator().manual_seed(6)
+    attn = _random_attn(3, 2, 2, 4, 5, [5, 3], g)
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    ignored = attn.clone()
+    ignored[1, 1, 0, 3] = value
+    acc = PairwiseJS(3)
+    acc.update(ignored, mask)
+    broken = attn.clone()
+    broken[1, 1, 0, 1] = value
+    with pytest.raises(ValueError, match="layer 2 are no distribution over the keys"):
+        PairwiseJS(3).update(broken, mask)

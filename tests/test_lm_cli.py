@@ -5,6 +5,7 @@ import fcntl
 import json
 import logging
 import re
+import shlex
 
 import pytest
 from fairseq import checkpoint_utils
@@ -328,6 +329,25 @@ def test_the_loop_trains_with_the_measured_recipe(trained, tmp_path, after):
     assert argv[argv.index("--optimizer") + 1] == "adam" and "--patience" in argv
     assert argv[argv.index("--max-tokens") + 1] == "4096"
     assert argv[-2:] == (after[1:] or ["--max-update", "7"])
+
+
+def test_the_loop_scores_perplexity_with_the_task_options_it_trained_with(trained, tmp_path):
+    """fairseq-eval-lm builds its task from its command line, not from the checkpoint: a model
+    trained with -- --add-bos-token was scored without it (20.28 against 20.58 with it, on a tiny
+    model), and the recipe's own --tokens-per-sample 128 was not given either. Only the task's
+    options are passed (fairseq-eval-lm refuses fairseq-train's --lr)."""
+    data, _ = trained
+    result = run_script(
+        REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir",
+        str(tmp_path / "run"), "--dry-run", "--", "--add-bos-token", "--lr", "1e-4",
+        "--tokens-per-sample=64",
+    )  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-3000:]
+    (command,) = [line for line in result.stderr.splitlines() if "fairseq-eval-lm" in line]
+    words = shlex.split(command)
+    scored = words[words.index("--sample-break-mode"):words.index("--path")]
+    assert scored == ["--sample-break-mode", "eos", "--tokens-per-sample", "128",
+                      "--add-bos-token", "--tokens-per-sample=64"]  # fmt: skip
 
 
 def test_the_loop_learns_a_policy_scored_by_perplexity(trained, tmp_path):

@@ -147,6 +147,32 @@ def test_decode_key_follows_the_splits_sentences(tmp_path):
         decode_key(str(checkpoint), str(data), "test1", [])
 
 
+def test_decode_key_follows_the_files_the_overrides_name(tmp_path, monkeypatch):
+    """test_bleu.sh with NAME=CKPT:{'san_policy': 'policy.json'} only rescored its earlier
+    decoding after another policy was written to policy.json (the overrides' text unchanged), and
+    so with the same name from another folder, another file."""
+    from fairseq_san.loop.decode_key import decode_key
+
+    checkpoint, data = tmp_path / "model.pt", tmp_path / "data"
+    checkpoint.write_bytes(b"weights")
+    data.mkdir()
+    for name in ("dict.en.txt", "dict.de.txt", "test.en-de.en.bin", "test.en-de.de.bin"):
+        (data / name).write_bytes(name.encode())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    overrides = ["--model-overrides", "{'san_policy': 'policy.json'}", "--beam", "4"]
+    (tmp_path / "a" / "policy.json").write_text('{"decoder_self": [6]}')
+    key = decode_key(str(checkpoint), str(data), "test", overrides)
+    assert decode_key(str(checkpoint), str(data), "test", overrides) == key
+    (tmp_path / "a" / "policy.json").write_text('{"decoder_self": [1, 1, 1, 1, 1, 1]}')
+    rewritten = decode_key(str(checkpoint), str(data), "test", overrides)
+    assert rewritten != key
+    monkeypatch.chdir(tmp_path / "b")
+    (tmp_path / "b" / "policy.json").write_text('{"decoder_self": [1, 1, 1, 1, 1, 1]}')
+    assert decode_key(str(checkpoint), str(data), "test", overrides) not in (key, rewritten)
+
+
 def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
     """Below the table, once the newest row's learned policy stops the loop."""
     import fairseq_san.loop.summary as summary

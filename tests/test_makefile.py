@@ -78,3 +78,24 @@ def test_demo_passes_a_multi30k_folder_with_spaces_as_one_word(tmp_path):
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout.strip().splitlines()[-1])
     assert "MULTI30K_DIR=/data/my corpora" in words and words[-2:] == ["bash", "examples/demo.sh"]
+
+
+def test_another_torch_for_a_made_venv_is_refused(tmp_path):
+    """``make setup TORCH=cuda`` on a venv made with the CPU build said "Nothing to be done", and
+    with its stamp stale pip kept torch 2.13.0+cpu as torch==2.13.0: the CPU build stayed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")  # nothing may run it
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".torch").write_text("cpu\n")
+    (venv / ".installed-cpu").touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    result = subprocess.run(
+        ["make", "setup", f"VENV={venv}", "TORCH=cuda"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"make setup TORCH=cuda: {venv} was made with TORCH=cpu; make clean-venv first"
+    )
+    assert sorted(path.name for path in venv.iterdir()) == [".installed-cpu", ".torch", "bin"]

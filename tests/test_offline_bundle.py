@@ -207,6 +207,35 @@ def test_bundle_over_the_size_limit_is_an_error(tmp_path, capsys):
     )
 
 
+def test_the_size_limit_holds_the_working_tree_that_travels_with_the_bundle(
+    tmp_path, monkeypatch
+):
+    """The 64 MiB a device call takes hold the working tree and the carried bundle: a bundle of
+    27 MiB beside a tree of 38 passed the builder's check and could not be sent. The tree is what
+    git tracks or does not ignore, the bundle itself left out (ignored or not); a bundle built
+    outside the checkout travels with none."""
+    builder = load_builder()
+    repo = tmp_path / "repo"
+    (repo / "build").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("/ignored\n")
+    for name, mib in (("tracked", 2), ("untracked", 1), ("ignored", 4), ("bundle/wheel", 8)):
+        (repo / name).parent.mkdir(exist_ok=True)
+        (repo / name).write_bytes(b"\0" * (mib << 20))
+    subprocess.run(["git", "-C", str(repo), "add", "tracked"], check=True)
+    monkeypatch.setattr(builder, "REPO", repo)
+    travels = builder.travelling_tree_mib(repo / "bundle")
+    assert travels == 3.0 + len("/ignored\n") / 2**20  # tracked, untracked and .gitignore
+    assert builder.travelling_tree_mib(tmp_path / "elsewhere") == 0.0
+    with pytest.raises(SystemExit) as error:
+        builder.check_size(repo / "bundle", max_mib=10, tree_mib=travels)
+    assert str(error.value) == (
+        f"build_offline_bundle.py: error: the bundle {repo / 'bundle'} is 8.0 MiB, and the "
+        "working tree that travels with it 3.0 MiB: 11.0, over --max-mib 10 (MiB: )"
+    )
+    assert builder.check_size(repo / "bundle", max_mib=12, tree_mib=travels) == 8.0
+
+
 def quick_builder(monkeypatch, fails: bool = False):
     """The builder with a plugin wheel of a few bytes and nothing else to ship (or, ``fails``, a
     plugin wheel that fails to build): a build in a second."""
@@ -239,6 +268,13 @@ def test_a_failed_or_too_large_build_leaves_the_bundle_before_it(tmp_path, monke
     with pytest.raises(SystemExit) as error:
         builder.main(["--out", str(out), "--max-mib", "0.000001"])
     assert str(error.value).startswith(f"build_offline_bundle.py: error: the bundle {out} is ")
+    monkeypatch.setattr(builder, "travelling_tree_mib", lambda folder: 63.99 * (folder == out))
+    with pytest.raises(SystemExit) as error:
+        builder.main(["--out", str(out)])
+    assert "and the working tree that travels with it 64.0 MiB: 64.0, over --max-mib 64" in str(
+        error.value)  # fmt: skip
+    monkeypatch.undo()
+    builder = quick_builder(monkeypatch)
     with pytest.raises(SystemExit):
         quick_builder(monkeypatch, fails=True).main(["--out", str(out)])
     assert (out / "manifest.json").read_text() == before

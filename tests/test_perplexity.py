@@ -27,6 +27,26 @@ def test_a_log_without_the_result_is_one_error(tmp_path):
         read_perplexity(str(log))
 
 
+@pytest.mark.parametrize(
+    "lines, said",
+    [
+        ("Evaluated 15,188 tokens in 2.1s\nLoss (base 2): nan, Perplexity: nan\n",
+         "the perplexity is nan: the model diverged"),
+        ("Evaluated 15,188 tokens in 2.1s\nLoss (base 2): inf, Perplexity: inf\n",
+         "the perplexity is inf: the model diverged"),
+        ("Evaluated 0 tokens in 0.0s\nLoss (base 2): 0.0000, Perplexity: 1.00\n",
+         "fairseq-eval-lm evaluated 0 tokens"),
+    ],
+    ids=["nan", "inf", "no tokens"],
+)  # fmt: skip
+def test_a_result_that_is_no_score_is_named(tmp_path, lines, said):
+    """A diverged model's "nan" was said to be no result line at all; 0 tokens scored 1.00."""
+    log = tmp_path / "eval.log"
+    log.write_text(lines)
+    with pytest.raises(UsageError, match=said):
+        read_perplexity(str(log))
+
+
 def row(iteration, perplexity=None, bleu=None):
     return dict(
         iteration=iteration, policy="decoder_self none", learned="-", learned_for="-", parameters=1000,

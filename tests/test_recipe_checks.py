@@ -581,6 +581,30 @@ def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
     assert lines(result.stderr) == [f"test_bleu.sh: no data directory {data}"]
 
 
+def test_test_bleu_on_data_whose_path_holds_a_colon_is_one_line(tmp_path):
+    """fairseq-generate read "d:x" as two data directories and named "d" as missing."""
+    data = fake_data(tmp_path / "d:x")
+    result = run_script(TEST_BLEU, str(data), "de", str(tmp_path / "out"), f"a={tmp_path}/a.pt")
+    assert result.returncode == 2
+    assert lines(result.stderr) == [
+        f"test_bleu.sh: DATA {data} holds ':', which fairseq reads between two data directories: "
+        "give a path without one (a link to it)"
+    ]
+
+
+@pytest.mark.parametrize("out", ["data,v2", "data:v2"])
+def test_prepare_into_a_folder_whose_name_lists_files_is_one_line(multi30k_raw, tmp_path, out):
+    """sentencepiece's input= and fairseq-preprocess's --testpref split "data,v2" at the comma:
+    "fairseq-san-spm: error: data: No such file or directory", after the text was unpacked."""
+    result = run_script(PREPARE, "en", "de", str(tmp_path / out), env=prepare_env(multi30k_raw))
+    assert result.returncode == 2
+    assert lines(result.stderr) == [
+        f"prepare.sh: OUT_DIR {tmp_path / out} holds ',' or ':', which sentencepiece and fairseq "
+        "read between two files (or data directories): choose another"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
     """En->De data has English references too (text/test.raw.en): asked for "en", fairseq-generate
     would translate into German and score it against English, BLEU 0 and exit 0."""
@@ -763,6 +787,32 @@ def test_prepare_without_multi30k_dir_downloads_and_names_a_failed_download(tmp_
     ]
     assert url in (tmp_path / "curl.log").read_text()
     assert not list(out.glob("*.bin"))
+
+
+def test_prepare_stops_where_test_2017_fails_to_download(multi30k_raw, tmp_path):
+    """test_2017_flickr was looked for by downloading it, errors hidden: a failed download (a
+    timeout) made a pair without test1, and .done kept it so. The repository has test_2017 for
+    en, de and fr: its download failing stops the recipe, as any other download does."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "data-bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text(
+        "#!/bin/sh\n"  # curl -fsL -o FILE URL: FILE from MULTI30K, test_2017 timing out
+        f'echo "$4" >> {tmp_path}/curl.log\n'
+        'case $4 in */test_2017_flickr.*) exit 28 ;; esac\n'
+        f'cp "{multi30k_raw}/${{4##*/}}" "$3"\n'
+    )  # fmt: skip
+    (bin_dir / "curl").chmod(0o755)
+    env = prepare_env(tmp_path)
+    del env["MULTI30K_DIR"]
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    result = run_script(PREPARE, "en", "de", str(out), env=env)
+    url = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+    assert result.returncode == 1
+    assert lines(result.stderr)[-1] == (
+        f"prepare.sh: cannot download {url}/test_2017_flickr.en.gz (set MULTI30K_DIR to a local "
+        "copy)"
+    )
+    assert not (out / ".done").exists()
 
 
 def test_the_recipes_post_process_values_are_fairseqs():

@@ -954,6 +954,16 @@ def test_score_ignores_a_byte_order_mark(tmp_path):
     assert result.returncode == 0 and result.stdout.startswith("BLEU = 100.00 "), result.stderr
 
 
+def test_score_ends_lines_at_newlines_only(tmp_path):
+    """A bare carriage return inside a sentence made two lines of it (Python's universal
+    newlines): its hypothesis was cut short, its reference a count mismatch. sacreBLEU ends
+    lines at newlines only; a Windows line end still scores as one."""
+    generated = GENERATE_OUTPUT.replace("Die Katze sitzt", "Die Katze\rsitzt")
+    references = REFERENCES.replace("Die Katze sitzt", "Die Katze\rsitzt")
+    result = score(tmp_path, generated, references.replace("\n", "\r\n"))
+    assert result.returncode == 0 and result.stdout.startswith("BLEU = 100.00 "), result.stderr
+
+
 @pytest.mark.parametrize("output, needle", [("missing/scores.json", "no folder"), (".", "is a folder")])
 def test_score_into_a_missing_folder_is_one_line_before_scoring(tmp_path, output, needle):
     result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", str(tmp_path / output))
@@ -1005,6 +1015,18 @@ def test_spm_on_non_utf8_input_names_the_file_and_leaves_the_output_as_it_was(sp
     assert line.startswith(f"fairseq-san-spm: error: {text} is not UTF-8 text"), line
     assert out.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == [
         "latin1.en", "out.en"]  # fmt: skip
+
+
+def test_spm_encode_keeps_the_inputs_line_count(spm_model, tmp_path):
+    """A bare carriage return inside a sentence made two lines of it, and the two sides of a
+    corpus no longer paired line by line; sentencepiece reads it as a space."""
+    text = tmp_path / "text.en"
+    text.write_bytes(b"a man\rwalks\r\na man walks\n")
+    out = tmp_path / "out.en"
+    result = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), str(text), str(out))
+    assert result.returncode == 0, output_of(result)[-3000:]
+    first, second = out.read_bytes().decode("utf-8").split("\n")[:-1]
+    assert first == second and "\r" not in first
 
 
 def test_spm_train_learns_from_a_pipe_what_it_learns_from_the_file(spm_model, tmp_path):

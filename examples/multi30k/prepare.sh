@@ -18,6 +18,10 @@ TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
 [ "$SRC" != "$TGT" ] || { echo "prepare.sh: SRC and TGT are both $SRC: give two languages" >&2
   exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
+case $OUT in  # sentencepiece's input= and fairseq-preprocess's --testpref list files with ','
+  *[,:]*) echo "prepare.sh: OUT_DIR $OUT holds ',' or ':', which sentencepiece and fairseq read" \
+    "between two files (or data directories): choose another" >&2; exit 2 ;;
+esac
 GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
 TEXT=$OUT/text
@@ -32,8 +36,7 @@ check_unfinished "$OUT"
 check_multi30k_dir "$SRC" "$TGT"
 mkdir -p "$TEXT"
 
-if [ -f "$(raw_file test_2017_flickr "$SRC" 2>/dev/null)" ] && \
-   [ -f "$(raw_file test_2017_flickr "$TGT" 2>/dev/null)" ]; then
+if has_test_2017 "$SRC" && has_test_2017 "$TGT"; then
   splits="$splits test_2017_flickr:test1"
 fi
 

@@ -9,8 +9,8 @@
 # --model-overrides, e.g. a decode-time policy:
 #   "base+P1=ckpt.pt:{'san_policy': '{\"decoder_self\": [6], \"decoder_encdec\": [6]}'}"
 # Writes OUT_DIR/NAME/SPLIT/{generate-SPLIT.txt,score.json,decoded-by.json}. A split decoded from
-# the same checkpoint (its bytes), data and options (decoded-by.json) is only rescored; anything
-# else decodes it again.
+# the same checkpoint (its bytes), data and options, the bytes of files OVERRIDES name included
+# (decoded-by.json), is only rescored; anything else decodes it again.
 set -euo pipefail
 
 USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."

@@ -95,10 +95,11 @@ def output_problem(output: str, inputs: List[str]) -> Optional[str]:
     named = input_at(output, inputs)
     if named:
         return f"is the input {named}: write the average to another file"
-    named = input_at(os.path.realpath(output) + ".tmp", inputs)  # save's temporary file
+    temporary = files.temporary_path(os.path.realpath(output))  # save's, files.write_whole's
+    named = input_at(temporary, inputs)
     if named:
         return (
-            f"is written through {output}.tmp first, which is the input {named}: write the "
+            f"is written through {temporary} first, which is the input {named}: write the "
             "average to another file"
         )
     return files.output_problem(output, "the checkpoint file")

@@ -23,6 +23,9 @@
   line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
 * ``perplexity LOG -o valid.json``: a language model's validation perplexity from the output of
   ``fairseq-eval-lm`` (``examples/learn_to_share_lm.sh``; ``fairseq_san.loop.perplexity``);
+* ``lm-task-args -- TRAIN_ARGS``: the language-modelling task's options among fairseq-train's
+  arguments, shell-quoted on one line, for the recipe's ``fairseq-eval-lm`` (which builds its
+  task from its command line, not from the checkpoint; ``fairseq_san.loop.perplexity``);
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss;
 * ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``;
@@ -34,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 from typing import Dict, List, Optional
 
@@ -43,7 +47,7 @@ from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
-from fairseq_san.loop.perplexity import write_perplexity
+from fairseq_san.loop.perplexity import task_arguments, write_perplexity
 from fairseq_san.loop.recipe_options import (
     LM_LOOP,
     LOOP,
@@ -165,6 +169,11 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
+    print(shlex.join(task_arguments(after)))
+    return 0
+
+
 def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
     table = train_log_table(args.logs)
     if args.output:
@@ -236,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity.add_argument("log", help="the output of fairseq-eval-lm")
     perplexity.add_argument("-o", "--output", required=True, help="write the JSON here")
     perplexity.set_defaults(run=run_perplexity)
+    task_args = commands.add_parser(
+        "lm-task-args", help="the language-modelling task's options among fairseq-train's "
+        "arguments (after --), for fairseq-eval-lm"
+    )  # fmt: skip
+    task_args.set_defaults(run=run_lm_task_args)
     user_dir = commands.add_parser("user-dir", help="print the folder fairseq's --user-dir takes")
     user_dir.set_defaults(run=run_user_dir)
     log_tail = commands.add_parser(
@@ -262,7 +276,7 @@ def run_log_tail(args: argparse.Namespace, after: List[str]) -> int:
 
 # The subcommands whose arguments after -- are another command's (fairseq-train's, or
 # fairseq-generate's).
-PASS_THROUGH = ("start", "decode-key")
+PASS_THROUGH = ("start", "decode-key", "lm-task-args")
 
 
 @quiet_when_output_closes

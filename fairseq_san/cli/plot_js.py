@@ -175,6 +175,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     try:
         check_output(args.output)
+        if args.reference_layer in args.layers:  # a flat line at 0
+            raise PlotError(
+                f"--layers {args.reference_layer} is the --reference-layer: its JS with itself "
+                "is 0; give the other layers"
+            )
         paths = [analysis_file(path) for path in args.dirs]
         analyses = [(path, read_analysis(path)) for path in paths]
         check_one_series(analyses, args.layers)

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import output_problem, same_file, write_whole
+from fairseq_san.files import line_text, output_problem, same_file, write_whole
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -99,15 +99,17 @@ def decode(model: str, source: str, target: str) -> None:
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
     """Write ``convert`` of every line of ``source`` to ``target``, a file other than ``source``
     (opening the output would empty it before it is read), whole or not at all
-    (``files.write_whole``): a line that is no UTF-8 left the lines before it as the output."""
+    (``files.write_whole``): a line that is no UTF-8 left the lines before it as the output.
+    A line ends at a newline only (``files.line_text``), so that the output has the input's
+    line count, which its other side's file shares."""
     if same_file(source, target):
         raise UsageError(f"{target} is the input file too: write to another file")
 
     def write(name: str) -> None:
-        with utf8_text(source), open(source, encoding="utf-8") as lines, \
+        with utf8_text(source), open(source, encoding="utf-8", newline="\n") as lines, \
                 open(name, "w", encoding="utf-8") as out:  # fmt: skip
             for line in lines:
-                out.write(convert(line.rstrip("\n")) + "\n")
+                out.write(convert(line_text(line)) + "\n")
 
     write_whole(target, write)
 

@@ -50,6 +50,11 @@ class System:
 def check_data(data: str, target: str) -> None:
     """DATA is prepare.sh's output and translates into ``target``: else German would be scored
     against English references (En->De data has both)."""
+    if ":" in data:  # fairseq-generate would read the directory before it
+        raise SystemsError(
+            f"DATA {data} holds ':', which fairseq reads between two data directories: give a "
+            "path without one (a link to it)", USAGE,
+        )  # fmt: skip
     if not os.path.isdir(data):
         raise SystemsError(f"no data directory {data}", MISSING)
     reference = f"{data}/text/test.raw.{target}"

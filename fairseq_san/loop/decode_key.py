@@ -3,13 +3,14 @@ a split it decoded, and compares before reusing it.
 
 A decoded split is reused only for the very same checkpoint (its bytes, wherever it is), data
 (``run_record.digest``: dictionaries, index files and sentences, every split's), split and
-fairseq-generate options (the model overrides among them); anything else decodes again.
+fairseq-generate options (the model overrides among them, and the bytes of each file they name:
+a policy file); anything else decodes again.
 """
 
 import glob
 import json
 import os
-from typing import List
+from typing import Dict, Iterator, List
 
 from fairseq_san.loop.run_record import digest, file_sha256
 
@@ -24,7 +25,38 @@ def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str])
         "data_sha256": data_sha256,
         "split": split,
         "generate_args": generate_args,
+        "override_files_sha256": override_files(generate_args),
     })  # fmt: skip
+
+
+def override_files(generate_args: List[str]) -> Dict[str, str]:
+    """The sha256 of each file that ``--model-overrides`` names, by its real path: the overrides'
+    text says which file (``{'san_policy': 'policy.json'}``), not what it holds, and a split
+    decoded under an earlier policy written to the same file was only rescored."""
+    from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
+
+    given = [value for flag, value in zip(generate_args, generate_args[1:])
+             if flag == "--model-overrides"]  # fmt: skip
+    try:
+        overrides = evaluate(given[-1]) if given else {}
+    except NotALiteral:  # test-systems refuses it before any decoding
+        return {}
+    return {
+        os.path.realpath(text): file_sha256(text)
+        for text in strings_in(overrides) if os.path.isfile(text)
+    }  # fmt: skip
+
+
+def strings_in(value: object) -> Iterator[str]:
+    """Every string among ``value``, a literal (dicts' keys left out), at any depth."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, (list, tuple, set)):
+        for item in value:
+            yield from strings_in(item)
 
 
 def check_split(data: str, split: str) -> None:

@@ -14,6 +14,7 @@ set -euo pipefail
 HERE=$(dirname "${BASH_SOURCE[0]}")
 # This checkout's plugin runs, not the bundle's wheel of it: activate.sh installs one that may be
 # older than the tree the device tool sent, and fairseq-san-* would import it.
-export PYTHONPATH="$(cd "$HERE/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+# (CDPATH unset: with it, cd prints the folder it found, and PYTHONPATH would hold that line too)
+export PYTHONPATH="$(CDPATH= cd -- "$HERE/../../.." > /dev/null && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 exec python "$HERE/campaign_run.py" "${BASH_SOURCE[0]}" "$@"

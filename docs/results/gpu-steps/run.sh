@@ -30,8 +30,9 @@
 #            shapes a model for En->De's first 128 sentences) are the warm-up.
 # The log goes to LOG ($OUT/gpu-steps.txt) line by line, so that a call cut short still returns
 # what ran; the benchmarks' results are written outside $OUT (at most 8 files come back) and
-# packed into $OUT/gpu-steps.tar.gz at the end. LEFT_S (600): the seconds the call has; a part
-# that would not fit in what is left is skipped, and says so, so the archive is written in time.
+# packed into $OUT/gpu-steps.tar.gz after each part, so that a call cut short loses only the part
+# it was in. LEFT_S (580): the seconds the call has; a part that would not fit in what is left is
+# skipped, and says so. The exit status is 1 where a part failed (the log says which).
 #
 #   export FAIRSEQ_SAN_PREFIX=/tmp/fairseq-san; source build/offline-bundle/activate.sh &&
 #     LEFT_S=$((590 - SECONDS)) docs/results/gpu-steps/run.sh
@@ -40,9 +41,11 @@ set -uo pipefail
 
 # This checkout's plugin runs, not the bundle's wheel of it: activate.sh installs one that may be
 # older than the tree the device tool sent, and fairseq-san-* would import it.
-export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+# (CDPATH unset: with it, cd prints the folder it found, and PYTHONPATH would hold that line too)
+CHECKOUT=$(CDPATH= cd -- "$(dirname "${BASH_SOURCE[0]}")/../../.." > /dev/null && pwd)
+export PYTHONPATH="$CHECKOUT${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-runs/gpu-steps}
-LEFT_S=${LEFT_S:-600}
+LEFT_S=${LEFT_S:-580}
 PARTS=${PARTS:-tests e2e steps profile compile e2e-more}  # e2e-compile: a call of its own
 LOG=${LOG:-$OUT/gpu-steps.txt}
 TESTS_S=${TESTS_S:-420}  # the CUDA tests' limit: 45 tests, 113 s alone on an H100 for 32 of them
@@ -55,15 +58,24 @@ TIMER=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --policies 
 STEPS=("${TIMER[@]}" --rounds 3 --decoders fairseq static-fp32-fixed static-fp32-graph)
 mkdir -p "$OUT" "$BENCH"
 
+FAILED=$BENCH/failed-parts  # a line per part that failed: the exit status
+
 part() {  # part SECONDS TITLE COMMAND...: run COMMAND under a SECONDS timeout if they are left
-  local seconds=$1 title=$2
+  local seconds=$1 title=$2 status=0
   shift 2
   if [ $((LEFT_S - SECONDS)) -lt "$seconds" ]; then
     echo "== skipped (under $seconds s left): $title"
     return
   fi
   echo "== $title (at ${SECONDS} s, up to $seconds s)"
-  timeout "$seconds" "$@"
+  timeout "$seconds" "$@" || status=$?
+  [ "$status" = 0 ] || echo "== failed (exit $status): $title" | tee -a "$FAILED"
+  pack
+}
+
+pack() {  # the benchmarks' results so far into $OUT/gpu-steps.tar.gz, replaced whole
+  tar czf "$OUT/gpu-steps.tar.gz.tmp" --exclude failed-parts -C "$(dirname "$BENCH")" gpu-steps &&
+    mv "$OUT/gpu-steps.tar.gz.tmp" "$OUT/gpu-steps.tar.gz"
 }
 
 rest_or() {  # rest_or SECONDS: what is left of the call but 10 s for the archive, at least SECONDS
@@ -132,6 +144,11 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
           echo "== skipped: $name (no $BASE or $SAN: the en-de slice did not train them here)"
           continue
         fi
+        if [ ! -d "$DATA" ]; then
+          echo "== skipped: $name (no data-bin/multi30k.$PAIR, here or in the bundle: build" \
+            "it with --data data-bin/multi30k.$PAIR)"
+          continue
+        fi
         if [ "$name" = e2e ]; then
           e2e 120 "fp32, beam 4, batch 128, every test sentence" fp32-batch128 128 1000 4
           e2e 110 "fp32, beam 4, batch 16, 128 sentences" fp32-batch16 16 128 4
@@ -153,7 +170,11 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
         part 60 "profile: fp32, beam 4, batch 16, captured positions" \
           "${TIMER[@]}" --rounds 1 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
       e2e-compile)
-        if [ -f "$SAN" ]; then e2e_compile; else echo "== skipped: e2e-compile (no $SAN)"; fi ;;
+        if [ ! -f "$SAN" ] || [ ! -d "$DATA" ]; then
+          echo "== skipped: e2e-compile (no $SAN, or no data-bin/multi30k.$PAIR)"
+        else
+          e2e_compile
+        fi ;;
       compile)  # a second call's only part: it takes what the call has left (150 s at least)
         part "$(rest_or 150)" "compile: fp32, beam 4, batch 16, the compiled step captured" \
           "${TIMER[@]}" --rounds 3 --decoders static-fp32-graph static-fp32-compile-graph \
@@ -162,5 +183,6 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
     esac
   done
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"
-tar czf "$OUT/gpu-steps.tar.gz" -C "$(dirname "$BENCH")" gpu-steps
+pack
 tail -n 60 "$LOG"
+[ ! -s "$FAILED" ]

@@ -21,6 +21,7 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,6 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 try:
     from packaging.requirements import Requirement
-    from packaging.tags import sys_tags
     from packaging.utils import canonicalize_name
 except ImportError as missing:  # a Python without the project installed
     sys.exit(f"build_offline_bundle.py: error: {missing}: run this with the project's Python "
@@ -159,11 +159,37 @@ def is_pure(dist: importlib.metadata.Distribution) -> bool:
 
 def repackable(dist: importlib.metadata.Distribution, python: str, platform: str) -> bool:
     """Whether the installed ``dist`` runs on the target (``python``, ``platform``) as it is: pure
-    Python, or compiled here for that Python and a platform this machine runs (else its wheel
-    for the target is downloaded)."""
+    Python, or compiled here for that Python by a wheel whose platform tags include one the
+    target runs (else its wheel for the target is downloaded)."""
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    runs_here = platform in {tag.platform for tag in sys_tags()}
-    return is_pure(dist) or (python == here and runs_here)
+    wheel = dist.read_text("WHEEL") or ""
+    return is_pure(dist) or (python == here and runs_on(wheel_tag(wheel), platform))
+
+
+# manylinux's first names for the glibc they need (PEP 600).
+LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
+
+
+def runs_on(tag: str, platform: str) -> bool:
+    """Whether a wheel of the compressed ``tag`` (``wheel_tag``) runs on ``platform``: one of its
+    platforms is ``platform``, or a manylinux of the same architecture and an older glibc (a
+    manylinux_2_31 wheel installed here does not run on manylinux_2_28)."""
+    target = manylinux_glibc(platform)
+    for own in tag.rsplit("-", 1)[-1].split("."):
+        needs = manylinux_glibc(own)
+        if own == platform or (target and needs and needs[1] == target[1] and needs <= target):
+            return True
+    return False
+
+
+def manylinux_glibc(platform: str) -> Optional[Tuple[Tuple[int, int], str]]:
+    """((glibc major, minor), architecture) of a manylinux platform tag, None for another."""
+    found = MANYLINUX.fullmatch(platform)
+    if found:
+        return (int(found.group(1)), int(found.group(2))), found.group(3)
+    legacy, _, arch = platform.partition("_")
+    return (LEGACY_MANYLINUX[legacy], arch) if legacy in LEGACY_MANYLINUX else None
 
 
 def download(name: str, version: str, wheels: Path, python: str, platform: str) -> None:

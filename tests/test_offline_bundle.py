@@ -174,22 +174,29 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     assert not (tmp_path / "manifest-only" / "wheels").exists()
 
 
+COMPILED = "Root-Is-Purelib: false\nTag: cp311-cp311-{}\n"
+
+
 @pytest.mark.parametrize(
     "wheel, python, platform, repacked",
     [("Root-Is-Purelib: true", "3.1", "macosx_11_0_arm64", True),  # pure: anywhere
-     ("Root-Is-Purelib: false", PYTHON, "manylinux_2_28_x86_64", True),  # compiled for here
-     ("Root-Is-Purelib: false", PYTHON, "manylinux_2_28_aarch64", False),  # this Python, not here
-     ("Root-Is-Purelib: false", "3.1", "manylinux_2_28_x86_64", False)],  # another Python
+     (COMPILED.format("manylinux_2_17_x86_64"), PYTHON, "manylinux_2_28_x86_64", True),
+     (COMPILED.format("manylinux2014_x86_64"), PYTHON, "manylinux_2_28_x86_64", True),
+     (COMPILED.format("manylinux_2_31_x86_64"), PYTHON, "manylinux_2_28_x86_64", False),  # newer
+     (COMPILED.format("linux_x86_64"), PYTHON, "manylinux_2_28_x86_64", False),  # built here
+     (COMPILED.format("manylinux_2_17_x86_64"), PYTHON, "manylinux_2_28_aarch64", False),
+     (COMPILED.format("manylinux_2_17_x86_64"), "3.1", "manylinux_2_28_x86_64", False)],
+    ids=["pure", "older glibc", "manylinux2014", "newer glibc", "linux", "other architecture",
+         "other Python"],
 )  # fmt: skip
-def test_a_compiled_package_is_repacked_only_for_this_python_and_platform(
+def test_a_compiled_package_is_repacked_only_where_its_wheel_runs_on_the_target(
     wheel, python, platform, repacked
 ):
     """--platform was ignored for this machine's Python: its x86-64 binaries were repacked into
-    a bundle for another platform, which failed only on the GPU machine."""
+    a bundle for another platform, which failed only on the GPU machine; and a wheel for a newer
+    glibc than the target's was repacked where this machine ran it."""
     from types import SimpleNamespace
 
-    if platform == "manylinux_2_28_x86_64" and os.uname().machine != "x86_64":
-        pytest.skip("an x86-64 platform of this machine's")
     builder = load_builder()
     dist = SimpleNamespace(read_text=lambda name: wheel)
     assert builder.repackable(dist, python, platform) == repacked

@@ -99,3 +99,25 @@ def test_another_torch_for_a_made_venv_is_refused(tmp_path):
         f"make setup TORCH=cuda: {venv} was made with TORCH=cpu; make clean-venv first"
     )
     assert sorted(path.name for path in venv.iterdir()) == [".installed-cpu", ".torch", "bin"]
+
+
+@pytest.mark.parametrize("system_packages, torch_build", [(False, "cuda"), (True, "none")])
+def test_a_venv_made_before_the_record_keeps_its_torch(tmp_path, system_packages, torch_build):
+    """A venv made with TORCH=cuda (or none) before .torch recorded the choice: make setup,
+    TORCH=cpu by default, would have installed the CPU build over its torch."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")  # torch, not a +cpu build
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / "pyvenv.cfg").write_text(
+        f"include-system-site-packages = {str(system_packages).lower()}\n"
+    )
+    (venv / ".installed").touch()  # the stamp before the choice was recorded
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    result = subprocess.run(["make", "setup", f"VENV={venv}"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"make setup TORCH=cpu: {venv} was made with TORCH={torch_build}; make clean-venv first"
+    )
+    assert (venv / ".torch").read_text() == f"{torch_build}\n"

@@ -5,7 +5,7 @@ the static decoder's own arguments. Pure Python.
 
 import argparse
 import math
-from typing import List
+from typing import List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.options import flag_of
@@ -92,12 +92,16 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     check_one_search(args)
 
 
-def check_diverse_beam_groups(beam: int, groups: object) -> None:
+def check_diverse_beam_groups(beam: int, groups: object, given: Optional[int] = None) -> None:
     """Refuse diverse beam search's groups where they do not divide the beam (fairseq's search
-    failed at a batch's first step, a traceback through the hub)."""
+    failed at a batch's first step, a traceback through the hub); ``given``: the beam asked for,
+    where the generator capped it at the target dictionary's entries less padding."""
     if is_integer(groups) and groups > 0 and beam % groups:
+        said = f"--beam {beam}"
+        if given is not None and given != beam:
+            said = f"--beam {given}, capped at {beam} (the target dictionary's entries but one),"
         raise UsageError(
-            f"--beam {beam} is not a multiple of --diverse-beam-groups {groups}: diverse beam "
+            f"{said} is not a multiple of --diverse-beam-groups {groups}: diverse beam "
             "search splits the beam into groups of equal size"
         )
 

@@ -57,6 +57,33 @@ def test_decode_time_policy_drops_unused_projections():
     assert max_diff(expected, decoder_logits(shared, src_tokens, src_lengths, prev)) <= ATOL
 
 
+@pytest.mark.parametrize("share", ["output", "weights"])
+def test_a_pre_norm_decoders_following_layers_have_no_query_norm(share):
+    """A pre-norm decoder layer normalizes its encoder-decoder attention's input, the query only;
+    a following layer ignores its query, so its norm got no gradient (fairseq's DDP stopped) and
+    was counted among the parameters. The model has none there; a checkpoint that has (trained
+    sharing less, or before the norms were dropped) loads, and computes what it computed."""
+    argv = ["--decoder-normalize-before", "--san-encdec-share", share]
+    unshared, _ = build(argv, dictionary=DICT, seed=53)
+    shared, _ = build([*argv, *policy_argv(None, "3,3")], dictionary=DICT, seed=54)
+    norms = {f"decoder.layers.{i}.encoder_attn_layer_norm.{w}" for i in (1, 2, 4, 5)
+             for w in ("weight", "bias")}  # fmt: skip
+    assert norms <= set(unshared.state_dict()) and not norms & set(shared.state_dict())
+    src_tokens, src_lengths = source_batch(DICT, [5, 2], seed=1)
+    prev = target_prefixes(DICT, 2, 6, seed=2)
+    shared(src_tokens, src_lengths, prev)[0].pow(2).mean().backward()
+    assert [name for name, p in shared.named_parameters() if p.grad is None] == []
+    with torch.no_grad():
+        for name in norms:  # not the leaders' norms: they would change the output if read
+            unshared.state_dict()[name].add_(1.0)
+    shared.load_state_dict(OrderedDict(unshared.state_dict()), strict=True, model_cfg=None)
+    rebuilt, _ = build([*argv, *policy_argv(None, "3,3")], dictionary=DICT, seed=55)
+    without = OrderedDict((k, v) for k, v in unshared.state_dict().items() if k not in norms)
+    rebuilt.load_state_dict(without, strict=True, model_cfg=None)
+    assert torch.equal(decoder_logits(shared, src_tokens, src_lengths, prev),
+                       decoder_logits(rebuilt, src_tokens, src_lengths, prev))  # fmt: skip
+
+
 def test_decode_time_policy_sharing_less_than_the_checkpoint_fails():
     more, _ = build(["--san-decoder-self-policy", "6"], dictionary=DICT)
     less, _ = build(["--san-decoder-self-policy", "1,5"], dictionary=DICT)
@@ -183,17 +210,19 @@ def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(c
     ]
 
 
+@pytest.mark.parametrize("norm", [[], ["--decoder-normalize-before"]], ids=["post", "pre"])
 @pytest.mark.parametrize(
     "trained, requested",
     [("6", "1,5"), ("3,3", "2,2,2"), ("1,5", None), ("2,4", "2,2,2"), ("6", "1,1,1,1,1,1")],
 )
-def test_fine_tuning_loads_a_checkpoint_under_any_policy(trained, requested):
+def test_fine_tuning_loads_a_checkpoint_under_any_policy(trained, requested, norm):
     """Each pair that cannot decode (sharing less, or moved blocks) can be fine-tuned from: every
-    layer's projections come from its block's leader in the checkpoint."""
+    layer's projections come from its block's leader in the checkpoint, and so does a pre-norm
+    layer's query norm, which a following layer had not."""
     from fairseq_san import policy as san_policy
 
-    checkpoint, _ = build(policy_argv(trained, trained), dictionary=DICT, seed=63)
-    model, _ = build(policy_argv(requested, requested), dictionary=DICT, seed=64)
+    checkpoint, _ = build([*norm, *policy_argv(trained, trained)], dictionary=DICT, seed=63)
+    model, _ = build([*norm, *policy_argv(requested, requested)], dictionary=DICT, seed=64)
     source = fine_tune(model, checkpoint)
     blocks = [int(size) for size in trained.split(",")]
     leaders = san_policy.block_leaders(blocks, 6)

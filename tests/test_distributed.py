@@ -33,6 +33,14 @@ DDP_MODELS = {
     "aan-encdec33": [
         "--decoder-self-attention-type", "aan", "--san-decoder-encdec-policy", "3,3",
     ],
+    # pre-norm: a following layer's query norm had no gradient, and DDP stopped at step 2
+    "prenorm-encdec33": [
+        "--decoder-normalize-before", "--san-decoder-encdec-policy", "3,3",
+    ],
+    "prenorm-weights-encdec6": [
+        "--decoder-normalize-before", "--san-decoder-encdec-policy", "6",
+        "--san-encdec-share", "weights",
+    ],
 }  # fmt: skip
 STEPS = 3
 

@@ -55,7 +55,7 @@ MODELS = {
         "--decoder-learned-pos",
         "--layernorm-embedding",
         "--share-decoder-input-output-embed",
-        "--san-decoder-self-policy", "3,3",
+        "--san-decoder-self-policy", "3,3", "--san-decoder-encdec-policy", "2,4",
     ],
 }  # fmt: skip
 
@@ -274,6 +274,12 @@ def test_diverse_searches_choose_fairseqs_hypotheses(name, monkeypatch):
     with pytest.raises(UsageError, match=r"^--beam 3 is not a multiple of --diverse-beam-groups 2"):
         StaticSequenceGenerator([model], DICTIONARY, beam_size=3,
                                 search_strategy=DiverseBeamSearch(DICTIONARY, 2, 0.5))  # fmt: skip
+    capped = len(DICTIONARY) + 1  # a beam above the dictionary's entries but one: capped there
+    with pytest.raises(UsageError, match=rf"^--beam {capped}, capped at {len(DICTIONARY) - 1} "
+                       r"\(the target dictionary's entries but one\), is not a multiple of "
+                       rf"--diverse-beam-groups {capped}"):  # fmt: skip
+        StaticSequenceGenerator([model], DICTIONARY, beam_size=capped,
+                                search_strategy=DiverseBeamSearch(DICTIONARY, capped, 0.5))
 
 
 def ranked_tokens(nbests):
@@ -466,6 +472,28 @@ def test_match_source_len_scores_as_fairseq_scores(name, monkeypatch):
     with pytest.raises(UsageError, match=r"^--min-len 11 is above the longest source of a batch "
                        r"\(10 tokens\), the longest output --match-source-len allows: lower "):
         longest.generate([model], sample)
+
+
+def test_match_source_len_decodes_past_the_models_positions_as_fairseq_does():
+    """A source longer than --max-target-positions: fairseq's sinusoidal positions grow on
+    demand, and the fixed layout's table (the model's positions) was indexed past its end (an
+    IndexError, the GPU's graph execution's too)."""
+    from fairseq.search import LengthConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    short = ["--decoder-layers", "2", "--encoder-layers", "1", "--max-target-positions", "4"]
+    model = build(short, dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [2, 8], seed=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    matching = dict(beam_size=2, max_len_b=5, match_source_len=True)
+    lengths = LengthConstrainedBeamSearch(DICTIONARY, 1, 0, 1, 0)
+    fairseqs = SequenceGenerator([model], DICTIONARY, search_strategy=lengths, **matching)
+    with torch.no_grad():
+        expected = fairseqs.generate([model], sample)
+    assert max(len(nbest[0]["tokens"]) for nbest in expected) > 4
+    for execution in ("eager", "fixed"):
+        static = StaticSequenceGenerator([model], DICTIONARY, execution=execution, **matching)
+        assert_same_hypotheses(expected, static.generate([model], sample))
 
 
 def test_batches_shrink_once_half_their_sentences_are_done(monkeypatch):

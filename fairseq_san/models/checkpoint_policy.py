@@ -42,6 +42,11 @@ PROJECTION_KEY = re.compile(
     r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
 )
+# A pre-norm decoder layer's encoder-decoder attention norm, which a following layer of a block
+# has not (``transformer_san.drop_unused_query_norms``).
+QUERY_NORM_KEY = re.compile(
+    r"^decoder\.layers\.(?P<layer>\d+)\.encoder_attn_layer_norm\.(weight|bias)$"
+)
 LAYER_KEY = re.compile(r"^(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.")
 ANOTHER_SIZE = (
     "it was trained with another architecture; build the model it was trained with (its --arch "
@@ -71,9 +76,11 @@ MODEL_KINDS = {
 
 def drop_unused_projections(model: nn.Module, state_dict: Dict) -> None:
     """Remove from ``state_dict`` the projections ``model`` no longer has: a decode-time policy
-    that shares more than the checkpoint leaves its followers' projections unused."""
+    that shares more than the checkpoint leaves its followers' projections unused (and a pre-norm
+    follower's query norm, which a checkpoint made before it was dropped holds too)."""
     own_keys = set(model.state_dict())
-    for key in [k for k in state_dict if PROJECTION_KEY.match(k) and k not in own_keys]:
+    unused = (PROJECTION_KEY, QUERY_NORM_KEY)
+    for key in [k for k in state_dict if k not in own_keys and any(p.match(k) for p in unused)]:
         del state_dict[key]
 
 
@@ -155,6 +162,20 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
             "fine-tuning from a checkpoint that shared otherwise: %s starts with %s's %s",
             module, source, ", ".join(dict.fromkeys(projections)),
         )  # fmt: skip
+    start_query_norms(own, state_dict, trained, layers)
+
+
+def start_query_norms(own: Dict, state_dict: Dict, trained: Dict, layers: Dict[str, int]) -> None:
+    """Fill in ``state_dict`` the pre-norm query norms ``own`` (the model's state dict) has and
+    the checkpoint's lacks (its following layers had none) from the checkpoint's block leader."""
+    leaders = san_policy.block_leaders(trained.get("decoder_encdec"), layers["decoder"])
+    for key in own:
+        found = QUERY_NORM_KEY.match(key)
+        if found and key not in state_dict:
+            source = f"decoder.layers.{leaders[int(found.group('layer'))]}."
+            leader_key = key.replace(f"decoder.layers.{found.group('layer')}.", source, 1)
+            if leader_key in state_dict:
+                state_dict[key] = state_dict[leader_key].clone()
 
 
 def projection_order(found: re.Match) -> tuple:

@@ -147,6 +147,8 @@ class TransformerSANModel(SANModel, TransformerModel):
         for kind, blocks in policy.items():
             stack, attr = san_policy.KIND_MODULES[kind]
             share_attention(getattr(model, stack).layers, attr, blocks, follower_class(kind, args))
+        if args.decoder_normalize_before and policy.get("decoder_encdec"):
+            drop_unused_query_norms(model.decoder.layers, policy["decoder_encdec"])
         model.own_decoding = model_decoding(args)
         model.set_decoding(options.FAIRSEQ)
         logger.info("attention sharing: %s", san_policy.format_policy(policy))
@@ -256,6 +258,18 @@ def share_attention(
         old = getattr(layers[index], attr)
         new = rebuild_attention(old, module_class, block=block, releases_block=is_last)
         setattr(layers[index], attr, new)
+
+
+def drop_unused_query_norms(layers: nn.ModuleList, blocks: List[int]) -> None:
+    """Replace by the identity the encoder-decoder attention's layer norm of each following
+    layer of a pre-norm decoder's ``blocks``: the norm makes only the attention's query, and a
+    following layer uses its leader's S (Eq. 4) or A (Eq. 5), never its own query, so the norm's
+    parameters got no gradient (fairseq's DDP, ``find_unused_parameters`` off, stopped at the
+    first update) and were counted as the model's. A post-norm layer normalizes its output: kept.
+    """
+    for index, leader in enumerate(san_policy.block_leaders(blocks, len(layers))):
+        if index != leader:
+            layers[index].encoder_attn_layer_norm = nn.Identity()
 
 
 def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> MultiheadAttention:

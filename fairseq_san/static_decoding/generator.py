@@ -188,7 +188,7 @@ class StaticSequenceGenerator(nn.Module):
         # fairseq's search where it chooses the candidates; every batch's search takes it
         self.search = candidate_search(search_strategy, match_source_len)
         if isinstance(self.search, DiverseBeamSearch):
-            check_diverse_beam_groups(self.beam_size, self.search.num_groups)
+            check_diverse_beam_groups(self.beam_size, self.search.num_groups, given=beam_size)
         self.print_alignment = self.checked_alignment(print_alignment)
         self._kept_encoder_out: Optional[Dict] = None  # see _for_alignments
 
@@ -459,8 +459,10 @@ class StaticSequenceGenerator(nn.Module):
         captured graphs read one table whatever the batch (replacing it for a longer batch made
         dynamo compile, and CUDA graphs capture, every shape again: on an H100 a benchmark's 128
         test sentences hit dynamo's limit of 8 compilations, docs/results/gpu-steps). Sliced
-        layout: the batch's own positions."""
-        return self.max_len if fixed else max_len + 1
+        layout: the batch's own positions. ``--match-source-len`` may decode past the model's
+        positions (a source longer than them): the table then holds the batch's, as fairseq's
+        sinusoidal positions grow (learned ones fail in both, where a decode reaches them)."""
+        return max(self.max_len, max_len + 1) if fixed else max_len + 1
 
     def _cache(
         self, sentences: int, positions: int, fixed: bool, device: torch.device, table: int,

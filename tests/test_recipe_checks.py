@@ -620,7 +620,6 @@ def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
     ]
 
 
-
 def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path):
     """The systems as fairseq-san-loop test-systems reads them reach fairseq-generate: a path
     that holds ':', overrides from the first ':{', none as '{}'; every system decoded."""

@@ -51,7 +51,6 @@ def write_perplexity(log: str, output: str) -> Dict[str, float]:
     return score
 
 
-
 def task_arguments(train_args: List[str]) -> List[str]:
     """The options of fairseq's language-modelling task among ``train_args`` (fairseq-train's
     arguments), each with its value, in order: fairseq-eval-lm builds its task from its own

@@ -192,7 +192,6 @@ class TransformerSANModel(SANModel, TransformerModel):
             self.decoder.set_beam_size(beam_size)
 
 
-
 def resolve_model_policy(
     args: argparse.Namespace, layers: Dict[str, int], kinds: Tuple[str, ...] = san_policy.KINDS
 ) -> Dict[str, List[int]]:

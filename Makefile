@@ -27,7 +27,7 @@ STAMP := $(VENV)/.installed-$(TORCH)
 MADE_WITH := $(VENV)/.torch
 # A venv made before MADE_WITH was kept: its choice read from the venv (the system's packages,
 # or the build of its torch), so that a CUDA venv is not given the CPU build.
-MAKE_WITH_OF_OLD_VENV := { if grep -q '^include-system-site-packages = true' $(VENV)/pyvenv.cfg; \
+OLD_VENV_TORCH := { if grep -q '^include-system-site-packages = true' $(VENV)/pyvenv.cfg; \
 	then echo none; elif $(BIN)/python -c 'import sys, torch; sys.exit(torch.__version__.endswith("+cpu"))'; \
 	then echo cuda; else echo cpu; fi; }
 
@@ -35,7 +35,7 @@ setup: $(STAMP)
 
 # ctranslate2 is optional (the benchmark's context row); installed here so that the tests run it.
 $(STAMP): setup.py Makefile
-	@test -f $(MADE_WITH) || ! test -x $(BIN)/python || $(MAKE_WITH_OF_OLD_VENV) > $(MADE_WITH)
+	@test -f $(MADE_WITH) || ! test -x $(BIN)/python || $(OLD_VENV_TORCH) > $(MADE_WITH)
 	@! test -f $(MADE_WITH) || test "$$(cat $(MADE_WITH))" = $(TORCH) || { echo "make setup \
 	TORCH=$(TORCH): $(VENV) was made with TORCH=$$(cat $(MADE_WITH)); make clean-venv first" >&2; \
 	exit 2; }

@@ -43,9 +43,10 @@ PROJECTION_KEY = re.compile(
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
 )
 # A pre-norm decoder layer's encoder-decoder attention norm, which a following layer of a block
-# has not (``transformer_san.drop_unused_query_norms``).
+# has not (``transformer_san.drop_unused_query_norms``); its groups are PROJECTION_KEY's.
 QUERY_NORM_KEY = re.compile(
-    r"^decoder\.layers\.(?P<layer>\d+)\.encoder_attn_layer_norm\.(weight|bias)$"
+    r"^(?P<module>(?P<stack>decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>encoder_attn))"
+    r"_layer_norm\.(weight|bias)$"
 )
 LAYER_KEY = re.compile(r"^(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.")
 ANOTHER_SIZE = (
@@ -168,14 +169,12 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
 def start_query_norms(own: Dict, state_dict: Dict, trained: Dict, layers: Dict[str, int]) -> None:
     """Fill in ``state_dict`` the pre-norm query norms ``own`` (the model's state dict) has and
     the checkpoint's lacks (its following layers had none) from the checkpoint's block leader."""
-    leaders = san_policy.block_leaders(trained.get("decoder_encdec"), layers["decoder"])
-    for key in own:
-        found = QUERY_NORM_KEY.match(key)
-        if found and key not in state_dict:
-            source = f"decoder.layers.{leaders[int(found.group('layer'))]}."
-            leader_key = key.replace(f"decoder.layers.{found.group('layer')}.", source, 1)
+    for found in filter(None, map(QUERY_NORM_KEY.match, own)):
+        if found[0] not in state_dict:
+            source = checkpoint_leader_module(found, trained, layers)
+            leader_key = found[0].replace(found.group("module"), source, 1)
             if leader_key in state_dict:
-                state_dict[key] = state_dict[leader_key].clone()
+                state_dict[found[0]] = state_dict[leader_key].clone()
 
 
 def projection_order(found: re.Match) -> tuple:
@@ -186,7 +185,8 @@ def projection_order(found: re.Match) -> tuple:
 
 def checkpoint_leader_module(found: re.Match, trained: Dict, layers: Dict[str, int]) -> str:
     """The attention module (``decoder.layers.3.self_attn``) that led, in the checkpoint, the
-    block of the module of ``found`` (a ``PROJECTION_KEY`` match); itself where it led one."""
+    block of the module of ``found`` (a ``PROJECTION_KEY`` or ``QUERY_NORM_KEY`` match); itself
+    where it led one."""
     stack, attention, layer = found.group("stack"), found.group("attn"), int(found.group("layer"))
     kind = next(k for k, module in san_policy.KIND_MODULES.items() if module == (stack, attention))
     leader = san_policy.block_leaders(trained.get(kind), layers[stack])[layer]

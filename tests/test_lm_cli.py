@@ -333,9 +333,9 @@ def test_the_loop_trains_with_the_measured_recipe(trained, tmp_path, after):
 
 def test_the_loop_scores_perplexity_with_the_task_options_it_trained_with(trained, tmp_path):
     """fairseq-eval-lm builds its task from its command line, not from the checkpoint: a model
-    trained with -- --add-bos-token was scored without it (20.28 against 20.58 with it, on a tiny
-    model), and the recipe's own --tokens-per-sample 128 was not given either. Only the task's
-    options are passed (fairseq-eval-lm refuses fairseq-train's --lr)."""
+    trained with -- --add-bos-token was scored without it (another perplexity than its own), and
+    the recipe's own --tokens-per-sample 128 was not given either. Only the task's options are
+    passed (fairseq-eval-lm refuses fairseq-train's --lr)."""
     data, _ = trained
     result = run_script(
         REPO / "examples" / "learn_to_share_lm.sh", "--data", str(data), "--run-dir",

@@ -129,6 +129,19 @@ def unfinished_prefix_ends(sentences: List[int], beam: int) -> UsageError:
     )
 
 
+def exhausted_ngrams(size: int, min_len: int) -> UsageError:
+    """The error for a sentence left with no token to choose: ``--no-repeat-ngram-size`` had
+    blocked every continuation while ``--min-len`` held the end of sentence back (a small target
+    dictionary runs out first); fairseq's generator failed its assertion ``step < max_len``, its
+    sampling inside torch's multinomial."""
+    return UsageError(
+        f"--no-repeat-ngram-size {size} with --min-len {min_len}: a sentence had no token left "
+        f"to choose (each continuation repeated a {size}-gram, and the end of sentence waits for "
+        "--min-len; a small target dictionary runs out first): lower --min-len, or raise "
+        "--no-repeat-ngram-size"
+    )
+
+
 def check_no_alignment(print_alignment: object) -> None:
     """Refuse ``--print-alignment`` for a language model (fairseq's generator failed inside its
     alignment pass)."""

@@ -1251,6 +1251,67 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
                 [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
 
 
+def small_vocabulary_task():
+    """A translation_san task, a tiny model and a batch over a 6-entry dictionary (2 words)."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    dictionary = make_dictionary(6)
+    model = build(dictionary=dictionary, seed=1)[0]
+    src_tokens, src_lengths = source_batch(dictionary, [4, 6, 3], seed=1)
+    sample = {"id": torch.tensor([0, 1, 2]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    return TranslationSANTask(TranslationSANConfig(), dictionary, dictionary), model, sample
+
+
+def test_searches_of_twice_the_beam_refuse_a_smaller_dictionary():
+    """--diversity-rate and --constraints take the 2 x beam best tokens of a hypothesis: above
+    the target dictionary's entries both decoders failed inside torch's topk ("selected index k
+    out of range"). One line, before decoding; at the largest beam it names, both decode."""
+    from fairseq.token_generation_constraints import pack_constraints
+
+    task, model, sample = small_vocabulary_task()
+    constraints = pack_constraints([[torch.tensor([4])], [torch.tensor([5])], []])
+    for flag, search, keywords in (("--diversity-rate", dict(diversity_rate=0.5), {}),
+                                   ("--constraints", dict(constraints="ordered"),
+                                    dict(constraints=constraints))):  # fmt: skip
+        for decoding in ("fairseq", "static"):
+            with pytest.raises(UsageError) as refused:
+                task.build_generator([model], generation_args(san_decoding=decoding, **search))
+            assert str(refused.value) == (
+                f"{flag} with --beam 4: its search takes the 2 x beam best tokens of each "
+                "hypothesis, more than the target dictionary's 6 entries: pass --beam 3 or less"
+            )
+            generator = task.build_generator(
+                [model], generation_args(san_decoding=decoding, beam=3, **search)
+            )
+            with torch.no_grad():
+                decoded = task.inference_step(generator, [model], sample, **keywords)
+            assert len(decoded) == 3 and all(decoded)
+
+
+def test_ngram_blocking_that_leaves_no_token_before_min_len_is_one_line():
+    """--no-repeat-ngram-size with --min-len on a small dictionary: a sentence whose every
+    continuation repeats an n-gram while EOS waits for --min-len has no token left; fairseq's
+    generator failed its assertion at max_len, the static decoder raised a RuntimeError, and
+    sampling failed in torch's multinomial in both. One line; with a shorter --min-len both
+    decode."""
+    task, model, sample = small_vocabulary_task()
+    said = ("--no-repeat-ngram-size 2 with --min-len 10: a sentence had no token left to choose "
+            "(each continuation repeated a 2-gram, and the end of sentence waits for --min-len; "
+            "a small target dictionary runs out first): lower --min-len, or raise "
+            "--no-repeat-ngram-size")  # fmt: skip
+    for decoding, search in itertools.product(("fairseq", "static"), ({}, dict(sampling=True))):
+        settings = dict(san_decoding=decoding, beam=2, no_repeat_ngram_size=2, max_len_b=12)
+        generator = task.build_generator([model], generation_args(min_len=10, **settings))
+        torch.manual_seed(0)
+        with torch.no_grad(), pytest.raises(UsageError) as refused:
+            task.inference_step(generator, [model], sample)
+        assert str(refused.value) == said, (decoding, search)
+        generator = task.build_generator([model], generation_args(min_len=2, **settings))
+        with torch.no_grad():
+            assert len(task.inference_step(generator, [model], sample)) == 3
+
+
 def test_build_generator_chooses_the_decoder(task):
     """``san_decoder`` in the generation args (the benchmark) or the task options selects it."""
     model = build(dictionary=DICTIONARY)[0]

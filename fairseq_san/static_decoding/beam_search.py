@@ -63,7 +63,11 @@ import torch
 from fairseq.search import Search
 from torch import Tensor
 
-from fairseq_san.generation_options import unfinished_prefix_ends, unmet_constraints
+from fairseq_san.generation_options import (
+    exhausted_ngrams,
+    unfinished_prefix_ends,
+    unmet_constraints,
+)
 from fairseq_san.static_decoding.caches import Reorderable, sentence_rows
 
 Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the device
@@ -315,14 +319,18 @@ class TensorBeamSearch:
     def check_max_len(self, step: int) -> None:
         """RuntimeError where sentences are still live after step ``max_len`` (EOS is forced
         there: fairseq asserts the same), so a broken search never returns short n-best lists;
-        a UsageError where fairseq's constrained search held EOS back (``unmet_constraints``) or
-        a forced prefix ended a sentence (``check_prefix_ends``)."""
-        if step >= self.settings.max_len:
-            if getattr(self.settings.search, "supports_constraints", False):
-                raise unmet_constraints(self.settings.max_len)
+        a UsageError where fairseq's constrained search held EOS back (``unmet_constraints``),
+        a forced prefix ended a sentence (``check_prefix_ends``) or n-gram blocking left no token
+        before ``min_len`` (``exhausted_ngrams``)."""
+        s = self.settings
+        if step >= s.max_len:
+            if getattr(s.search, "supports_constraints", False):
+                raise unmet_constraints(s.max_len)
             self.check_prefix_ends()
+            if s.no_repeat_ngram and s.min_len > 1:
+                raise exhausted_ngrams(s.no_repeat_ngram, s.min_len)
             raise RuntimeError(
-                f"beam search reached max_len {self.settings.max_len} with live sentences"
+                f"beam search reached max_len {s.max_len} with live sentences"
             )
 
     def check_prefix_ends(self) -> None:

@@ -22,6 +22,7 @@ from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.generation_options import (
     check_search_numbers,
+    exhausted_ngrams,
     unfinished_prefix_ends,
     unmet_constraints,
 )
@@ -171,6 +172,14 @@ def blocked_ngram_size(generator: object) -> int:
     return getattr(generator, "no_repeat_ngram_size", 0) or 0
 
 
+def check_ngrams_left_tokens(generator: object) -> None:
+    """Where ``generator`` blocks n-grams and holds the end of sentence back for ``--min-len``,
+    the search that failed had no token left to choose (``exhausted_ngrams``): raise that."""
+    size, min_len = blocked_ngram_size(generator), getattr(generator, "min_len", 1)
+    if size and min_len > 1:
+        raise exhausted_ngrams(size, min_len) from None
+
+
 def repeated_ngram(tokens: List[int], size: int) -> Optional[Tuple[int, ...]]:
     """The first n-gram of ``size`` tokens that stands earlier in ``tokens`` too (None: none)."""
     seen = set()
@@ -250,6 +259,7 @@ class DecodingTask:
         self.check_decoder_options(args, decoding)
         check_scoring(args, decoding)
         self.check_sampling_topk(args)
+        self.check_candidate_searches(args)
         if decoding != options.STATIC:
             for model in models:
                 if hasattr(model, "set_decoding"):
@@ -283,8 +293,9 @@ class DecodingTask:
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces; fairseq's
         generator's assertion at the maximum length, where constraints held the end of sentence
-        back or a forced prefix ended a sentence, as one line (``unmet_constraints``,
-        ``unfinished_prefix_ends``)."""
+        back, a forced prefix ended a sentence or n-gram blocking left no token, as one line
+        (``unmet_constraints``, ``unfinished_prefix_ends``, ``check_ngrams_left_tokens``); so
+        too sampling from no token."""
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
@@ -299,9 +310,14 @@ class DecodingTask:
             if constraints is not None:
                 raise unmet_constraints(int(at_max_len.group(1))) from None
             ended = self.prefix_ends(sample, prefix_tokens)
-            if not ended:
-                raise
-            raise unfinished_prefix_ends(ended, getattr(generator, "beam_size", 1)) from None
+            if ended:
+                raise unfinished_prefix_ends(ended, getattr(generator, "beam_size", 1)) from None
+            check_ngrams_left_tokens(generator)
+            raise
+        except RuntimeError as error:
+            if "invalid multinomial distribution" in str(error):  # sampling from no token
+                check_ngrams_left_tokens(generator)
+            raise
 
     def prefix_ends(self, sample: dict, prefix_tokens: Optional[Tensor]) -> List[int]:
         """The ids of the sentences whose forced prefix holds the end of sentence."""
@@ -359,6 +375,22 @@ class DecodingTask:
                 f"--sampling-topk {topk} is more than the target dictionary's {entries} entries: "
                 f"pass at most {entries} (or -1, sampling from all of them)"
             )
+
+    def check_candidate_searches(self, args) -> None:
+        """Refuse ``--diversity-rate`` and ``--constraints`` where twice the beam is above the
+        target dictionary's entries: their searches take the 2 x beam best tokens of a
+        hypothesis and failed inside torch's topk ("selected index k out of range")."""
+        beam, entries = getattr(args, "beam", 5), len(self.target_dictionary)
+        rate = getattr(args, "diversity_rate", -1.0)
+        chosen = (("--diversity-rate", rate is not None and rate > 0),
+                  ("--constraints", bool(getattr(args, "constraints", None))))  # fmt: skip
+        for flag, searched in chosen:
+            if searched and 2 * beam > entries:
+                raise UsageError(
+                    f"{flag} with --beam {beam}: its search takes the 2 x beam best tokens of "
+                    f"each hypothesis, more than the target dictionary's {entries} entries: pass "
+                    f"--beam {entries // 2} or less"
+                )
 
     def decoding_option(self, args, option: options.Option) -> object:
         """``option`` of the generation options, else of the task's config, else its default (a

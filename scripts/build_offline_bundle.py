@@ -375,21 +375,23 @@ def check_size(bundle: Path, max_mib: float, named: Optional[Path] = None,
     return size
 
 
-def travelling_tree_mib(out: Path) -> float:
-    """The size in MiB of the working tree that a device call sends beside a bundle at ``out``
-    (the files git tracks or does not ignore: the 64 MiB the device tool takes hold both), 0
-    where ``out`` lies outside this checkout (or it is no git checkout): no call carries it."""
-    if REPO not in out.resolve().parents:
+def travelling_tree_mib(out: Path, repo: Optional[Path] = None) -> float:
+    """The size in MiB of the working tree of checkout ``repo`` (default: this one) that a
+    device call sends beside a bundle at ``out`` (the files git tracks or does not ignore: the
+    64 MiB the device tool takes hold both), 0 where ``out`` lies outside the checkout (or it is
+    no git checkout): no call carries it. The converged campaign's collect reports it too."""
+    repo = (repo or REPO).resolve()
+    if repo not in out.resolve().parents:
         return 0.0
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO, capture_output=True,
+        cwd=repo, capture_output=True,
     )  # fmt: skip
     if listed.returncode != 0:
         return 0.0
     bundle = out.resolve()
     own = (bundle, bundle.with_name(bundle.name + ".partial"))  # counted as the bundle, if listed
-    paths = (REPO / os.fsdecode(name) for name in listed.stdout.split(b"\0") if name)
+    paths = (repo / os.fsdecode(name) for name in listed.stdout.split(b"\0") if name)
     return sum(
         path.stat().st_size for path in paths
         if path.is_file() and not any(path.resolve().is_relative_to(folder) for folder in own)

@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import fairseq_san
@@ -295,27 +296,21 @@ def compress_hypotheses(results: str) -> None:
         os.remove(path)
 
 
-def files_mib(paths: Sequence[str]) -> float:
-    """The size of the files among ``paths``, in MiB (what the device tool counts)."""
-    return sum(os.path.getsize(path) for path in paths if os.path.isfile(path)) / MIB
-
-
 def travel_report(repo: str = REPO, bundle: str = BUNDLE) -> str:
     """What a slice's call sends to the GPU machine, against the device tool's DEVICE_MIB: the
-    working tree (the files git tracks or does not ignore, collected results included) and the
+    working tree (the builder's ``travelling_tree_mib``: collected results included) and the
     bundle it carries. Printed by ``collect``, where the tree grows, so that the next session
-    builds a bundle that fits (``--data`` of the pairs its slice needs only)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=repo, capture_output=True, check=True,
-    ).stdout.split(b"\0")  # fmt: skip
-    tree = files_mib([os.path.join(repo, os.fsdecode(name)) for name in listed if name])
-    carried = os.path.join(repo, bundle)
+    builds a bundle that fits (``--data`` of the pairs its slice needs only). The builder is
+    imported here only: it needs ``packaging``, which a GPU machine running a slice may lack."""
+    sys.path.append(os.path.join(REPO, "scripts"))
+    from build_offline_bundle import size_mib, travelling_tree_mib
+
+    carried = Path(repo, bundle)
+    tree = travelling_tree_mib(carried, Path(repo))
     line = f"== the working tree that travels to a GPU call is {tree:.1f} MiB"
-    if not os.path.isdir(carried):
+    if not carried.is_dir():
         return f"{line} of {DEVICE_MIB} (no {bundle} yet)"
-    walked = [os.path.join(root, name) for root, _, names in os.walk(carried) for name in names]
-    total = tree + files_mib(walked)
+    total = tree + size_mib(carried)
     line += f", with {bundle} {total:.1f} MiB of {DEVICE_MIB}"
     if total > DEVICE_MIB:
         line += ": over, so rebuild the bundle with the --data of the next slice's pairs only"

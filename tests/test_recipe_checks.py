@@ -779,7 +779,7 @@ def test_prepare_without_multi30k_dir_downloads_and_names_a_failed_download(tmp_
     del env["MULTI30K_DIR"]
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     result = run_script(script, *args(out), env=env)
-    url = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/train.en.gz"
+    url = "https://github.com/multi30k/dataset/raw/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/train.en.gz"
     assert result.returncode == 1
     assert lines(result.stderr) == [
         f"prepare.sh: cannot download {url} (set MULTI30K_DIR to a local copy)"
@@ -805,7 +805,7 @@ def test_prepare_stops_where_test_2017_fails_to_download(multi30k_raw, tmp_path)
     del env["MULTI30K_DIR"]
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     result = run_script(PREPARE, "en", "de", str(out), env=env)
-    url = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+    url = "https://github.com/multi30k/dataset/raw/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
     assert result.returncode == 1
     assert lines(result.stderr)[-1] == (
         f"prepare.sh: cannot download {url}/test_2017_flickr.en.gz (set MULTI30K_DIR to a local "

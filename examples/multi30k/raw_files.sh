@@ -4,7 +4,10 @@
 # says whether a finished OUT_DIR holds the data asked for, check_unfinished that an unfinished
 # one holds none that binarize did not write, binarize runs fairseq-preprocess so that a stopped
 # run leaves none.
-MULTI30K_URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
+# The commit that ../shared/data/multi30k's README names (its files byte for byte): master may
+# move on, and the published figures would then come from other data.
+MULTI30K_COMMIT=a3d2e0d26b56f3846f66a952536ffed4e401d05a
+MULTI30K_URL=https://github.com/multi30k/dataset/raw/$MULTI30K_COMMIT/data/task1/raw
 
 has_test_2017() {  # has_test_2017 LANG: whether test_2017_flickr has LANG: in MULTI30K_DIR, or
   # in the repository, which has it for en, de and fr (not cs): a download that fails is then an

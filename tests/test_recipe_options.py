@@ -111,6 +111,38 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("recipe, given, message", [
+    (LOOP, ["--san-policy", "p.json"], "--san-policy after --: the recipe sets it itself (each "
+     "iteration's policy: P_0 shares nothing, then the learned one), and fairseq would take the "
+     "value after -- instead, unrecorded: leave it out"),
+    (LOOP, ["--san-decoder-self-policy=1,5"], "--san-decoder-self-policy after --: the recipe "
+     "sets it itself (each iteration's policy"),
+    (LOOP, ["--cpu", "--save-dir", "x"], "--save-dir after --: the recipe sets it itself (each "
+     "iteration's checkpoints, under --run-dir)"),
+    (LOOP, ["--arch", "transformer_san_base"], "--arch after --: the recipe sets it itself (the "
+     "model, from its own --arch), and fairseq would take the value after -- instead, "
+     "unrecorded: give --arch before --"),
+    (LM_LOOP, ["--san-self-share", "kv"], "--san-self-share after --: the recipe sets it itself "
+     "(from its own --self-share)"),
+])  # fmt: skip
+def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
+    recipe, given, message, tmp_path
+):
+    """learn_to_share.sh ... -- --san-policy FILE trained every iteration under FILE while
+    loop.md named the loop's own policies (fairseq takes an option's last value): refused in
+    one line before anything runs, as are the checkpoints' folder and the model."""
+    result = subprocess.run(
+        ["bash", str(REPO / "examples" / recipe), "--data", "d", "--run-dir", "r", "--", *given],
+        env=cli_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"{recipe}: {message}")
+    assert list(tmp_path.iterdir()) == []
+    allowed = parse_recipe_args(recipe, ["--data", "d", "--run-dir", "r", "--", "--seed", "2"])
+    assert allowed[1] == ["--seed", "2"]
+
+
 def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):
     """--launcher is split as a shell splits it (quotes kept together): an open quote is named."""
     with pytest.raises(SystemExit) as exit_info:

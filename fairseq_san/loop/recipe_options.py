@@ -10,7 +10,8 @@ arguments after ``--``. The same list gives ``RECIPE --help`` and the options ``
 accepts, so an option is added in one place. What one option cannot say alone
 is refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
 option that another makes unread (``--warm-updates`` without ``--warm-start``, ``--launcher``
-beside ``--cpu-ranks``).
+beside ``--cpu-ranks``), and, after ``--``, a fairseq-train option the recipe sets itself
+(``SET_BY_THE_RECIPE``: the policy, the checkpoints' folder, the model).
 """
 
 import argparse
@@ -23,6 +24,7 @@ from typing import Dict, List, NoReturn, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.loop.run_record import binarized_pair, is_count
+from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE
 
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
@@ -132,6 +134,21 @@ ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
 }  # fmt: skip
 MODEL_KIND = {LOOP: "a translation model", LM_LOOP: "a language model"}
 
+# fairseq-train's options that a recipe sets itself, with what it sets and how to change that.
+# After --, where fairseq takes an option's last value, one would override the recipe's while its
+# record says otherwise (loop.md naming the policy that was not the one trained).
+POLICY_SET = ("each iteration's policy: P_0 shares nothing, then the learned one", "leave it out")
+SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
+    recipe: {
+        **{option.flag: POLICY_SET for option in (OPTIONS["san_policy"], *POLICY_OPTIONS.values())},
+        "--save-dir": ("each iteration's checkpoints, under --run-dir", "leave it out"),
+        "--arch": ("the model, from its own --arch", "give --arch before --"),
+        **({SELF_SHARE.flag: ("from its own --self-share", "give --self-share before --")}
+           if recipe == LM_LOOP else {}),  # fmt: skip
+    }
+    for recipe in (LOOP, LM_LOOP)
+}
+
 
 def recipe_defaults(recipe: str) -> Dict[str, str]:
     """``recipe``'s options that have a default, with it (as the run record holds values)."""
@@ -240,6 +257,17 @@ def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
                    f"out for its default ({option.default})")  # fmt: skip
 
 
+def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
+    """Refuse, after --, a fairseq-train option that the recipe sets itself
+    (``SET_BY_THE_RECIPE``): it would win over the recipe's, unrecorded."""
+    for word in train_args:
+        flag = word.split("=", 1)[0]
+        if flag in SET_BY_THE_RECIPE[recipe]:
+            what, fix = SET_BY_THE_RECIPE[recipe][flag]
+            refuse(recipe, f"{flag} after --: the recipe sets it itself ({what}), and fairseq "
+                   f"would take the value after -- instead, unrecorded: {fix}")  # fmt: skip
+
+
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
     and exit 2 for an unknown option, a missing one, a bad --decode-batch-size, the other
@@ -260,6 +288,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
         refuse(recipe, f"--decode-batch-size takes a positive integer, not '{batch_size}'")
     check_architecture(recipe, values["ARCH"])
     check_unread(recipe, values)
+    check_train_args(recipe, train_args)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)

@@ -11,13 +11,14 @@ import re
 import statistics
 import unicodedata
 import zlib
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, TextIO
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import line_text
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
+GENERATE_SOURCE = re.compile(r"^S-(\d+)\t")
 
 # Subword marks left in fairseq-generate's D- lines when it ran without --post-process (the mark as
 # shown, how it is found: subword-nmt's "@@" also ends a line), and the value that removes them.
@@ -76,6 +77,7 @@ def read_generate(path: str) -> GenerateOutput:
     """
     by_id: Dict[int, str] = {}
     targets: Dict[int, str] = {}
+    sources: Set[int] = set()
     with text_lines(path) as lines:
         for line in lines:
             text = line_text(line)
@@ -85,6 +87,9 @@ def read_generate(path: str) -> GenerateOutput:
             target = GENERATE_TARGET.match(text)
             if target:
                 targets[int(target.group(1))] = target.group(2)
+            source = GENERATE_SOURCE.match(text)
+            if source:
+                check_one_source(path, int(source.group(1)), sources)
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
     missing = sorted(set(range(max(by_id) + 1)) - set(by_id))
@@ -102,6 +107,17 @@ def read_generate(path: str) -> GenerateOutput:
                 f"fairseq-generate with --post-process {post_process}, or detokenize"
             )
     return GenerateOutput([by_id[i] for i in sorted(by_id)], targets)
+
+
+def check_one_source(path: str, sentence: int, seen: Set[int]) -> None:
+    """Refuse a second ``S-`` line of ``sentence`` (one per sentence, whatever ``--nbest``): two
+    fairseq-generate outputs in one file (``>>``), of which the first D- lines were scored."""
+    if sentence in seen:
+        raise UsageError(
+            f"{path}: sentence {sentence} is there twice (two S-{sentence} lines): two "
+            "fairseq-generate outputs in one file? Score each run's own file"
+        )
+    seen.add(sentence)
 
 
 def read_generate_output(path: str) -> List[str]:

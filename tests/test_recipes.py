@@ -740,6 +740,19 @@ def test_score_refuses_output_with_a_sentence_missing(tmp_path, generated, refer
     assert missing in line, line
 
 
+def test_score_refuses_two_generate_outputs_appended_into_one_file(tmp_path):
+    """fairseq-generate ... >> out twice: the first run's D- lines were scored, the second's
+    read as n-best lists. A sentence's second S- line is one line naming it; n-best output,
+    whose S- line is one per sentence, is scored (``test_score_of_nbest_output_...``)."""
+    second = GENERATE_OUTPUT.replace("Die Katze sitzt", "Der Hund liegt")
+    line = one_error_line(score(tmp_path, GENERATE_OUTPUT + second, REFERENCES),
+                          "fairseq-san-score")  # fmt: skip
+    assert line == (
+        f"fairseq-san-score: error: {tmp_path / 'generate-test.txt'}: sentence 1 is there twice "
+        "(two S-1 lines): two fairseq-generate outputs in one file? Score each run's own file"
+    )
+
+
 SENTENCES = [f"ein mann {word} mit {n} hunden im park ." for n, word in
              enumerate(["geht", "läuft", "steht", "sitzt", "spielt"] * 6)]  # fmt: skip
 
@@ -1064,6 +1077,11 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
          f"{tmp_path / 'none.model'}: No such file or directory"),
         (("decode", "--model", str(spm_model), str(text), str(tmp_path / "none" / "out")),
          f"{tmp_path / 'none' / 'out'}: No such file or directory"),
+        # the input missing, or a folder: named (the output was, an error inside its writing)
+        (("encode", "--model", str(spm_model), str(tmp_path / "none.txt"), str(tmp_path / "out")),
+         f"{tmp_path / 'none.txt'}: No such file or directory"),
+        (("decode", "--model", str(spm_model), str(tmp_path), str(tmp_path / "out")),
+         f"{tmp_path}: Is a directory"),
     ]  # fmt: skip
     for args, said in cases:
         result = run_cli("fairseq-san-spm", *args)
@@ -1091,13 +1109,14 @@ def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_pat
         "fairseq-san-spm train: error: argument --vocab-size: 0 is not a positive integer"
     )
     assert not list(tmp_path.glob("m.*"))
-    result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", f"{tmp_path}/")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"fairseq-san-spm train: error: argument --model-prefix: {tmp_path}/ names a folder: add "
-        f"a file name, e.g. {tmp_path}/spm"
-    )
-    assert not list(tmp_path.glob(".model"))
+    for folder in (f"{tmp_path}/", f"{tmp_path}/.", f"{tmp_path}/.."):  # "." wrote "..model"
+        result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", folder)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"fairseq-san-spm train: error: argument --model-prefix: {folder} names a folder: "
+            f"add a file name, e.g. {os.path.join(folder, 'spm')}"
+        )
+    assert not list(tmp_path.glob(".*model"))
 
 
 # --- WMT14 dry run ----------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def check_training_text(inputs: List[str]) -> None:
 def model_prefix(text: str) -> str:
     """argparse type: a prefix that ends in a file name (``data/spm``): ``data/`` would write the
     hidden files ``data/.model`` and ``data/.vocab``."""
-    if not os.path.basename(text):
+    if os.path.basename(text) in ("", os.curdir, os.pardir):
         raise argparse.ArgumentTypeError(
             f"{text} names a folder: add a file name, e.g. {os.path.join(text, 'spm')}"
         )
@@ -104,14 +104,15 @@ def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> No
     line count, which its other side's file shares."""
     if same_file(source, target):
         raise UsageError(f"{target} is the input file too: write to another file")
+    # opened before the output: write_whole names the output in an error inside ``write``
+    with utf8_text(source), open(source, encoding="utf-8", newline="\n") as lines:
 
-    def write(name: str) -> None:
-        with utf8_text(source), open(source, encoding="utf-8", newline="\n") as lines, \
-                open(name, "w", encoding="utf-8") as out:  # fmt: skip
-            for line in lines:
-                out.write(convert(line_text(line)) + "\n")
+        def write(name: str) -> None:
+            with open(name, "w", encoding="utf-8") as out:
+                for line in lines:
+                    out.write(convert(line_text(line)) + "\n")
 
-    write_whole(target, write)
+        write_whole(target, write)
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:

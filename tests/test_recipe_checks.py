@@ -74,6 +74,22 @@ def test_loop_without_validation_references_stops_before_training(tmp_path):
     assert not run_dir.exists()
 
 
+def test_loop_start_by_hand_without_validation_references_is_one_line(tmp_path):
+    """``fairseq-san-loop start RUN --data DATA --check-inputs`` with no --valid-ref (the
+    recipes pass their default): a TypeError inside os.path.isfile(None)."""
+    data = fake_data(tmp_path / "data", valid_reference=False)
+    result = run_cli("fairseq-san-loop", "start", str(tmp_path / "run"), "--data", str(data),
+                     "--check-inputs")  # fmt: skip
+    assert result.returncode == 2, output_of(result)[-3000:]
+    (line,) = lines(result.stderr)
+    assert line == (
+        "fairseq-san-loop: error: no --valid-ref: a translation run scores its validation BLEU "
+        "against the raw target side of the valid split (examples/multi30k/prepare.sh writes "
+        "DATA/text/valid.raw.TGT)"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_loop_with_a_missing_data_directory_is_one_line(tmp_path):
     data, run_dir = tmp_path / "data-bin" / "typo", tmp_path / "run"
     result = run_script(LOOP, *loop_args(data, run_dir))

@@ -78,6 +78,12 @@ def input_problem(options: Options) -> Optional[Tuple[str, str]]:
             "--joined-dictionary (examples/multi30k/prepare.sh does)",
             f"separate dictionaries in {data}",
         )
+    if reference is None:  # the recipes pass their default: fairseq-san-loop start by hand
+        return (
+            "no --valid-ref: a translation run scores its validation BLEU against the raw target "
+            "side of the valid split (examples/multi30k/prepare.sh writes DATA/text/valid.raw.TGT)",
+            "no validation references (--valid-ref)",
+        )
     if not os.path.isfile(reference):
         return (
             f"no validation references {reference}: run examples/multi30k/prepare.sh, or pass "

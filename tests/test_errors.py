@@ -2796,3 +2796,25 @@ def test_a_fusion_language_model_over_another_dictionary_is_refused():
             SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)
     lm, _ = build_lm(dictionary=make_dictionary(24))
     SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)
+
+
+def test_a_translation_model_as_the_fusion_language_model_is_refused():
+    """--lm-path naming a translation checkpoint: its decoder has the target's dictionary, and
+    both decoders failed at the first step (fairseq's a TypeError, the forward wanting a source;
+    the static decoder an IndexError in its caches). One line, in either."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.static_decoding import StaticSequenceGenerator
+
+    target = make_dictionary(24)
+    model, _ = build(dictionary=target)
+    translation, _ = build(dictionary=target, seed=2)
+    for generator in (SequenceGenerator, StaticSequenceGenerator):
+        with pytest.raises(UsageError) as refused:
+            generator([model], target, beam_size=2, lm_model=translation, lm_weight=0.5)
+        assert str(refused.value) == (
+            "--lm-path: the model is a TransformerSANModel, not a language model: give a "
+            "checkpoint of --task language_modeling_san (examples/learn_to_share_lm.sh) trained "
+            "on the target language"
+        )

@@ -6,7 +6,7 @@ of the data it decodes and adds the model's log-probabilities to the translation
 the first step of the search ("The size of tensor a (7800) must match the size of tensor b
 (1984)"), and one over as many other tokens fused the scores of other words, without a word.
 ``install()`` wraps ``SequenceGenerator.__init__`` (its subclasses' too): a language model whose
-dictionary is not the target's is one line.
+dictionary is not the target's is one line, and so is a model that is no language model.
 """
 
 import functools
@@ -16,8 +16,18 @@ from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 
 def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
-    """Refuse a fusion language model whose decoder's dictionary is not ``tgt_dict`` entry for
-    entry (the search adds its scores to the target's, index by index)."""
+    """Refuse a fusion model that is no language model (a translation model's decoder has the
+    target's dictionary, and its forward wants a source: a TypeError at the first step, an
+    IndexError in the static decoder), and a language model whose decoder's dictionary is not
+    ``tgt_dict`` entry for entry (the search adds its scores to the target's, index by index)."""
+    from fairseq.models import FairseqLanguageModel
+
+    if not isinstance(lm_model, FairseqLanguageModel):
+        raise UsageError(
+            f"--lm-path: the model is a {type(lm_model).__name__}, not a language model: give a "
+            "checkpoint of --task language_modeling_san (examples/learn_to_share_lm.sh) trained "
+            "on the target language"
+        )
     lm_dict = getattr(getattr(lm_model, "decoder", None), "dictionary", None)
     if lm_dict is None or lm_dict.symbols == tgt_dict.symbols:
         return

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Optional
 from fairseq import hub_utils
 from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
+from omegaconf.errors import ValidationError
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
@@ -43,6 +44,7 @@ from fairseq_san.tasks.decoding import (
     DecodingTask,
     check_generation_args,
     check_generation_keys,
+    invalid_choice,
     plugin_option_misplaced,
 )
 
@@ -277,7 +279,7 @@ def from_pretrained(
             **kwargs,
         )
     except Exception as error:
-        problem = data_problem(data_name_or_path, data_path, error)
+        problem = data_problem(data_name_or_path, data_path, error) or invalid_value(error)
         if problem is not None:
             raise UsageError(problem) from error
         raise
@@ -415,6 +417,21 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
         f"language model's){default}: give the binarized data the model was trained on, or a "
         "folder with its dictionaries"
     )
+
+
+def invalid_value(error: Exception) -> Optional[str]:
+    """The error for a keyword whose value its config field cannot take, where omegaconf's
+    ValidationError spans lines (the field's key and config class): a plugin option's choice as
+    ``translate()`` names it (``invalid_choice``: ``san_decoding='statik'``), another the first
+    line of omegaconf's, naming the keyword; None for another error."""
+    key = getattr(error, "full_key", None)
+    if not isinstance(error, ValidationError) or not key:
+        return None
+    option = options.OPTIONS.get(key)
+    if option is not None and option.choices:
+        return invalid_choice(option, str(error.value))
+    first_line = str(getattr(error, "msg", error)).splitlines()[0]
+    return f"from_pretrained(..., {key}={error.value!r}): {first_line}"
 
 
 def dictionary_language(path: str) -> str:

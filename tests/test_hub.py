@@ -640,3 +640,26 @@ def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized
         "examples/lm/prepare.sh): give its data"
     )
     assert data_problem(binarized_corpus, str(binarized_corpus), ValueError("other")) is None
+
+
+def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, binarized_corpus):
+    """from_pretrained(..., san_decoding='statik') (or in the task's dict) raised omegaconf's
+    ValidationError over three lines; translate()'s keyword had the one line. Now both, and
+    another option outside its choices is omegaconf's first line, naming the keyword."""
+    from fairseq_san.errors import UsageError
+
+    said = ("san_decoding='statik' is not one of this task's choices (fairseq, no-cache, fast, "
+            "static): did you mean 'static'?")  # fmt: skip
+    for keywords in (dict(san_decoding="statik"),
+                     dict(task={"_name": "translation_san", "san_decoding": "statik"})):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                            **keywords)  # fmt: skip
+        assert str(refused.value) == said
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        san_decoder_precision="bf17")  # fmt: skip
+    assert str(refused.value).startswith(
+        "from_pretrained(..., san_decoder_precision='bf17'): Invalid value 'bf17', expected one "
+        "of [fp32, "
+    )

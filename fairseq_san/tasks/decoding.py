@@ -139,11 +139,16 @@ def check_choice(option: options.Option, value: str) -> None:
     """Refuse a value outside ``option``'s choices: the command line's parser checks them, the
     hub's keywords (``translate(..., san_decoding=...)``) reach the task unchecked."""
     if value not in option.choices:
-        raise UsageError(
-            f"{option.name}={value!r} is not one of this task's choices "
-            f"({', '.join(option.choices)}): "
-            + nearest_key_hint(value, option.choices, fallback="pass one of them")
-        )
+        raise UsageError(invalid_choice(option, value))
+
+
+def invalid_choice(option: options.Option, value: str) -> str:
+    """The error for ``value`` outside ``option``'s choices, with the nearest one."""
+    return (
+        f"{option.name}={value!r} is not one of this task's choices "
+        f"({', '.join(option.choices)}): "
+        + nearest_key_hint(value, option.choices, fallback="pass one of them")
+    )
 
 
 def plugin_option_misplaced(option: options.Option) -> str:

@@ -650,8 +650,8 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
 
     said = ("san_decoding='statik' is not one of this task's choices (fairseq, no-cache, fast, "
             "static): did you mean 'static'?")  # fmt: skip
-    for keywords in (dict(san_decoding="statik"),
-                     dict(task={"_name": "translation_san", "san_decoding": "statik"})):  # fmt: skip
+    in_task = {"_name": "translation_san", "san_decoding": "statik"}
+    for keywords in (dict(san_decoding="statik"), dict(task=in_task)):
         with pytest.raises(UsageError) as refused:
             from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                             **keywords)  # fmt: skip

@@ -741,6 +741,30 @@ def test_test_systems_refusals_are_one_line_each(tmp_path):
         assert len(said) == 1 and said[0].startswith(f"test_bleu.sh: {message}"), args
 
 
+def test_test_systems_checks_overrides_against_the_checkpoint(tmp_path, san_checkpoint):
+    """OVERRIDES that fairseq-generate would refuse (a key nothing reads, a policy file that is
+    not there, a policy of other layers) were refused only at their system's turn, after the
+    systems before it had been decoded: now before any."""
+    data = fake_data(tmp_path / "data")
+    good = f"a={san_checkpoint}"
+    cases = [
+        ("{'san_polcy': '{\"decoder_self\": [6]}'}",
+         "b: unknown option 'san_polcy' in OVERRIDES: neither this checkpoint's model nor any "
+         "fairseq component has it, and fairseq would ignore it; did you mean 'san_policy'?"),
+        (f"{{'san_policy': '{tmp_path / 'nope.json'}'}}",
+         f"b: policy file \"{tmp_path / 'nope.json'}\" not found"),
+        ("{'san_policy': '{\"decoder_self\": [1, 4]}'}",
+         "b: decoder_self policy [1, 4] sums to 5 but the decoder has 6 layers"),
+    ]  # fmt: skip
+    for overrides, message in cases:
+        result = check_systems(str(data), "de", good, f"b={san_checkpoint}:{overrides}")
+        assert (result.returncode, result.stdout) == (2, ""), overrides
+        assert lines(result.stderr) == [f"test_bleu.sh: {message}"], overrides
+    shares = "{'san_policy': '{\"decoder_self\": [1, 5]}'}"
+    result = check_systems(str(data), "de", good, f"b={san_checkpoint}:{shares}")
+    assert result.returncode == 0, result.stderr
+
+
 # --- prepare.sh -------------------------------------------------------------------------------
 
 

@@ -17,7 +17,8 @@ USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
 DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
 shift 3
 [ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
-# Checks the data, DECODE_BATCH_SIZE and every system before decoding any; a line per system:
+# Checks the data, DECODE_BATCH_SIZE and every system (its OVERRIDES against its checkpoint too)
+# before decoding any; a line per system:
 # NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
 SYSTEMS=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)

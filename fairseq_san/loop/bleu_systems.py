@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import List, Sequence
 
 from fairseq_san.benchmark.config import split_system
+from fairseq_san.errors import UsageError
 from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
@@ -134,13 +135,16 @@ def check_no_decoder_choice(name: str, overrides: dict) -> None:
 
 
 def check_translation_model(system: System) -> None:
-    """A language model's checkpoint refused (its configuration read, not built): it failed only
-    when its turn to decode came, after the systems before it had been decoded. A file that is
-    no checkpoint is left to fairseq-generate, which names it in one line."""
-    from fairseq_san.checkpoints import CheckpointError, language_model_in, load_state
+    """A language model's checkpoint refused (its configuration read, not built), and OVERRIDES
+    that its fairseq-generate would refuse (``check_overrides_for``): each failed only when its
+    turn to decode came, after the systems before it had been decoded. A file that is no
+    checkpoint is left to fairseq-generate, which names it in one line."""
+    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+
+    from fairseq_san.checkpoints import CheckpointError, language_model_in
 
     try:
-        state = load_state(system.checkpoint)
+        state = load_checkpoint_to_cpu(system.checkpoint)  # its configuration as fairseq's
     except CheckpointError:
         return
     model = language_model_in(state)
@@ -150,6 +154,28 @@ def check_translation_model(system: System) -> None:
             "scores translation models (a language model's perplexity: fairseq-eval-lm)",
             USAGE,
         )
+    check_overrides_for(system, state)
+
+
+def check_overrides_for(system: System, state: dict) -> None:
+    """OVERRIDES checked against the checkpoint as fairseq-generate's ``--model-overrides``
+    are (``model_overrides.check_overrides``: a key nothing reads, a value its option cannot
+    take), and a ``san_policy`` it names read (a file that is not there, or no policy) and
+    checked against the model's layers."""
+    from fairseq_san.fairseq_fixes.literal_eval import evaluate
+    from fairseq_san.fairseq_fixes.model_overrides import check_overrides
+    from fairseq_san.policy import KIND_TABLE, load_policy, validate_blocks
+
+    overrides, model = evaluate(system.overrides), state["cfg"].model
+    try:
+        check_overrides(state["cfg"], overrides, source="in OVERRIDES")
+        if overrides.get("san_policy") is not None:
+            for kind, blocks in load_policy(overrides["san_policy"]).items():
+                layers = getattr(model, f"{KIND_TABLE[kind].stack}_layers", None)
+                if layers is not None:
+                    validate_blocks(blocks, layers, kind)
+    except (UsageError, ValueError) as error:
+        raise SystemsError(f"{system.name}: {error}", USAGE) from None
 
 
 def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:

@@ -828,6 +828,21 @@ def test_cli_refuses_a_file_with_no_js_matrix(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("value, shown", [("abc", "str 'abc'"), ({"a": 1}, "dict {'a': 1}")])
+def test_cli_names_a_kind_that_is_no_matrix(tmp_path, capsys, value, shown):
+    """A kind holding text or a dict was read as missing: "no JS matrix (keys ... null or
+    missing)", beside the matrix the file does hold, or alone."""
+    analysis = write_json(tmp_path / "js.json", {"decoder_self": value,
+                                                 "decoder_encdec": [[0, 0.1], [0.1, 0]]})
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([analysis, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {analysis}: decoder_self is {shown}, not a JS matrix (a "
+        "list of rows) or null"
+    )
+
+
 def test_cli_notes_js_values_above_ln2(tmp_path, capsys):
     """The analysis writes nats (at most ln 2); a matrix in bits (the paper's Figure 2b holds
     0.7986) meets thresholds in nats: said on stderr, for the kinds learned only."""

@@ -131,7 +131,15 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
 
 def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:
     """PolicyError for analyses with no JS matrix (every kind null or missing): a policy file
-    given for an analysis learned "no sharing" without a word."""
+    given for an analysis learned "no sharing" without a word; and for a kind that is neither a
+    matrix nor null (text, a dict), which read as missing."""
+    for kind in KINDS:
+        value = js_by_kind.get(kind)
+        if value is not None and not isinstance(value, list):
+            raise PolicyError(
+                f"{', '.join(paths)}: {kind} is {type(value).__name__} {value!r:.40}, not a JS "
+                "matrix (a list of rows) or null"
+            )
     if not any(isinstance(js_by_kind.get(kind), list) for kind in KINDS):
         raise PolicyError(
             f"{', '.join(paths)}: no JS matrix (keys {', '.join(KINDS)} null or missing): give "

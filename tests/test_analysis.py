@@ -290,6 +290,21 @@ def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
     assert not output.exists()
 
 
+@pytest.mark.parametrize("steps", [-5, "10", None, True])
+def test_plot_js_refuses_an_analysis_without_training_steps(tmp_path, capsys, steps):
+    """-5 was drawn at step -5 (of a count that starts at 0)."""
+    from fairseq_san.cli.plot_js import main
+
+    first = write_js(tmp_path / "a", steps, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    with pytest.raises(SystemExit) as stopped:
+        main([first, "-o", str(tmp_path / "fig5.png")])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f'fairseq-san-plot-js: error: "{first}/js.json" has no training steps ("num_updates": '
+        f"{steps!r})"
+    )
+
+
 def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
     """As fairseq-san-policy does: a js.json given by its path was read as a folder
     ("js.json/js.json" not found); a missing one names the folder that would write it."""

@@ -61,7 +61,7 @@ def read_analysis(path: str) -> dict:
     except PolicyError as err:
         raise PlotError(str(err)) from None
     steps = data.get("num_updates")
-    if not isinstance(steps, int) or isinstance(steps, bool):
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
         raise PlotError(f'"{path}" has no training steps ("num_updates": {steps!r})')
     return data
 

@@ -27,7 +27,7 @@ import copy
 import glob
 import os
 import urllib.parse
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from fairseq import hub_utils
 from fairseq.tasks.language_modeling import LanguageModelingTask
@@ -89,17 +89,26 @@ UNREAD_BY_HUB = {
 }
 
 
-def check_texts(sentences: Any) -> None:
-    """TypeError naming an item of ``sentences`` that is no text: a translation or sample is of a
-    text or a list of texts (sentencepiece said "Input must be str or bytes", of no item)."""
+def checked_texts(sentences: Any) -> Union[str, List[Union[str, bytes]]]:
+    """``sentences``, a text or a list of its texts: a TypeError naming an item that is no text
+    (sentencepiece said "Input must be str or bytes", of no item), or ``sentences`` where it is
+    neither. Any iterable is read once, into the list: a generator that the check had read
+    translated to ``[]``."""
     if isinstance(sentences, str):
-        return
-    for index, sentence in enumerate(sentences):
+        return sentences
+    if isinstance(sentences, bytes) or not isinstance(sentences, Iterable):
+        raise TypeError(
+            f"sentences is {type(sentences).__name__} {sentences!r:.40}: translate() and "
+            "sample() take a text (str) or a list of texts"
+        )
+    texts = list(sentences)
+    for index, sentence in enumerate(texts):
         if not isinstance(sentence, (str, bytes)):  # bytes: UTF-8, as sentencepiece reads them
             raise TypeError(
                 f"sentence {index} is {type(sentence).__name__} {sentence!r:.40}, not text: "
                 "translate() and sample() take a text or a list of texts"
             )
+    return texts
 
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
@@ -123,9 +132,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
 
     def sample(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
         """fairseq's ``sample`` (beam 1 unless given here or at load), of a text or a list of
-        texts (``check_texts``)."""
-        check_texts(sentences)
-        return super().sample(sentences, self.beam_or_default(beam, 1), verbose, **kwargs)
+        texts (``checked_texts``)."""
+        texts = checked_texts(sentences)
+        return super().sample(texts, self.beam_or_default(beam, 1), verbose, **kwargs)
 
     def generate(
         self,

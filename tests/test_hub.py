@@ -565,6 +565,23 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
         "sentence 1 is NoneType None, not text: translate() and sample() take a text or a list "
         "of texts"
     )
+    with pytest.raises(TypeError) as refused:
+        hub.translate(7)
+    assert str(refused.value) == (
+        "sentences is int 7: translate() and sample() take a text (str) or a list of texts"
+    )
+
+
+def test_sentences_from_a_generator_are_translated(san_checkpoint, binarized_corpus,
+                                                   language_model):  # fmt: skip
+    """translate((line for line in lines)) returned [], the check of its items having read the
+    generator; fairseq's own sample() reads any iterable once."""
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    texts = ["tok1 tok2 tok3", "tok4 tok5"]
+    expected = hub.translate(texts, beam=2)
+    assert len(expected) == 2
+    assert hub.translate((text for text in texts), beam=2) == expected
+    assert len(language_model.sample(iter(["tok1"]), beam=1, max_len_b=3)) == 1
 
 
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):

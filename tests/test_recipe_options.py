@@ -124,6 +124,11 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
      "unrecorded: give --arch before --"),
     (LM_LOOP, ["--san-self-share", "kv"], "--san-self-share after --: the recipe sets it itself "
      "(from its own --self-share)"),
+    (LM_LOOP, ["--task", "language_modeling"], "--task after --: the recipe sets it itself "
+     "(language_modeling_san, which its analysis and scoring need)"),
+    (LOOP, ["--task=translation"], "--task after --: the recipe sets it itself "
+     "(translation_san, which its analysis and scoring need), and fairseq would take the value "
+     "after -- instead, unrecorded: leave it out"),
 ])  # fmt: skip
 def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     recipe, given, message, tmp_path

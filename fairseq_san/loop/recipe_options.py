@@ -11,7 +11,7 @@ accepts, so an option is added in one place. What one option cannot say alone
 is refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
 option that another makes unread (``--warm-updates`` without ``--warm-start``, ``--launcher``
 beside ``--cpu-ranks``), and, after ``--``, a fairseq-train option the recipe sets itself
-(``SET_BY_THE_RECIPE``: the policy, the checkpoints' folder, the model).
+(``SET_BY_THE_RECIPE``: the policy, the checkpoints' folder, the model, the task).
 """
 
 import argparse
@@ -134,6 +134,7 @@ ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
 }  # fmt: skip
 MODEL_KIND = {LOOP: "a translation model", LM_LOOP: "a language model"}
 
+TASKS = {LOOP: "translation_san", LM_LOOP: "language_modeling_san"}  # what each recipe trains
 # fairseq-train's options that a recipe sets itself, with what it sets and how to change that.
 # After --, where fairseq takes an option's last value, one would override the recipe's while its
 # record says otherwise (loop.md naming the policy that was not the one trained).
@@ -143,6 +144,7 @@ SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
         **{option.flag: POLICY_SET for option in (OPTIONS["san_policy"], *POLICY_OPTIONS.values())},
         "--save-dir": ("each iteration's checkpoints, under --run-dir", "leave it out"),
         "--arch": ("the model, from its own --arch", "give --arch before --"),
+        "--task": (f"{TASKS[recipe]}, which its analysis and scoring need", "leave it out"),
         **({SELF_SHARE.flag: ("from its own --self-share", "give --self-share before --")}
            if recipe == LM_LOOP else {}),  # fmt: skip
     }

@@ -132,6 +132,20 @@ def test_loop_with_a_run_dir_under_a_file_is_one_line(tmp_path):
     ]
 
 
+def test_loop_with_a_run_dir_holding_a_colon_is_one_line(tmp_path):
+    """fairseq-generate reads ':' in --path between an ensemble's checkpoints: iteration 0
+    trained, then its validation BLEU failed ("cannot load checkpoint .../runs/en-de-14"), at
+    every rerun. Refused before the run dir is made."""
+    run_dir = tmp_path / "runs" / "en-de-14:05"
+    result = run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"fairseq-san-loop: error: --run-dir {run_dir.resolve()} holds ':', which "
+        "fairseq-generate reads between two checkpoints (an ensemble): choose a path without one"
+    ]
+    assert not run_dir.exists()
+
+
 def test_loop_on_a_directory_without_binarized_data_is_one_line(tmp_path):
     data, run_dir = tmp_path / "raw", tmp_path / "run"
     data.mkdir()
@@ -637,12 +651,12 @@ def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
 
 
 def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path):
-    """The systems as fairseq-san-loop test-systems reads them reach fairseq-generate: a path
-    that holds ':', overrides from the first ':{', none as '{}'; every system decoded."""
+    """The systems as fairseq-san-loop test-systems reads them reach fairseq-generate: overrides
+    from the first ':{', none as '{}'; every system decoded."""
     data = fake_data(tmp_path / "data")
     fake, env = fake_generate(tmp_path / "bin")
-    (tmp_path / "at:12").mkdir()
-    checkpoint, out = tmp_path / "at:12" / "model.pt", tmp_path / "out"
+    (tmp_path / "at-12").mkdir()
+    checkpoint, out = tmp_path / "at-12" / "model.pt", tmp_path / "out"
     checkpoint.write_bytes(b"a model")
     systems = [f"a={checkpoint}:{{'san_no_cache': True}}", f"b={checkpoint}"]
     result = run_script(TEST_BLEU, str(data), "de", str(out), *systems, env=env)
@@ -663,11 +677,11 @@ def check_systems(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_test_systems_prints_one_line_per_system(tmp_path):
-    """NAME, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first ':{' (a path may
-    hold ':'), '{}' without them."""
+    """NAME, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first ':{', '{}'
+    without them."""
     data = fake_data(tmp_path / "data")
-    (tmp_path / "at:12").mkdir()
-    checkpoint = tmp_path / "at:12" / "model.pt"
+    (tmp_path / "at-12").mkdir()
+    checkpoint = tmp_path / "at-12" / "model.pt"
     checkpoint.write_bytes(b"weights")
     policy = "{'san_policy': '{\"decoder_self\": [6]}', 'san_no_cache': True}"
     result = check_systems(str(data), "de", f"base={checkpoint}", f"p1={checkpoint}:{policy}",
@@ -713,6 +727,10 @@ def test_test_systems_refusals_are_one_line_each(tmp_path):
         ((str(data), "de", good, "--batch-size", ""), 2,
          "DECODE_BATCH_SIZE must be a positive integer, not ''"),
         ((str(data), "de", good, f"b={missing}"), 1, f"b: no checkpoint {missing}"),
+        # fairseq-generate reads ':' between an ensemble's checkpoints: "cannot load .../at"
+        ((str(data), "de", good, f"b={tmp_path}/at:12/model.pt:{{'beam': 2}}"), 2,
+         f"b: CHECKPOINT {tmp_path}/at:12/model.pt holds ':', which fairseq-generate reads "
+         "between two checkpoints (an ensemble): give a path without one (a link to it)"),
         ((str(data), "de", good, f"b={missing}:{{'san_no_cache': True}}"), 1,
          f"b: no checkpoint {missing}"),
         ((str(data), "de", good, f"a\tb={checkpoint}"), 2,

@@ -57,7 +57,13 @@ from fairseq_san.loop.recipe_options import (
     shell_assignments,
     split_at_dashes,
 )
-from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, check_inputs, check_run_dir
+from fairseq_san.loop.run_record import (
+    TRAIN_ARGS,
+    RunError,
+    check_inputs,
+    check_no_path_separator,
+    check_run_dir,
+)
 from fairseq_san.loop.run_record import check_values, start_run
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import model_kinds, write_summary
@@ -144,6 +150,8 @@ def run_start(args: argparse.Namespace, after: List[str]) -> int:
     options."""
     options = run_options(args, after)
     check_run_dir(args.run_dir)
+    if not args.lm:  # a language model's loop scores with fairseq-eval-lm, which reads no ':'
+        check_no_path_separator(args.run_dir)
     if args.check_inputs:
         check_values(options)
         check_inputs(options, dry_run=False)

@@ -2,8 +2,9 @@
 (``fairseq-san-loop test-systems``).
 
 A system is ``NAME=CHECKPOINT[:OVERRIDES]``, read as the benchmark reads one
-(``benchmark.config.split_system``): OVERRIDES start at the first ``:{``, so a checkpoint's path
-may hold ``:``. They are fairseq's ``--model-overrides``, a Python literal, passed on as given.
+(``benchmark.config.split_system``): OVERRIDES start at the first ``:{``. A checkpoint's path
+holding ``:`` is refused: fairseq-generate reads it between the checkpoints of an ensemble.
+OVERRIDES are fairseq's ``--model-overrides``, a Python literal, passed on as given.
 NAME is the folder of OUT_DIR whose splits are replaced, so it is a folder name: ``..`` would
 replace OUT_DIR/../test.
 
@@ -191,6 +192,12 @@ def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) 
             raise SystemsError(
                 f"{system.name}: two systems of that NAME (each writes OUT_DIR/NAME)", USAGE
             )
+        if ":" in system.checkpoint:  # fairseq-generate would load the path before it
+            raise SystemsError(
+                f"{system.name}: CHECKPOINT {system.checkpoint} holds ':', which fairseq-generate "
+                "reads between two checkpoints (an ensemble): give a path without one (a link "
+                "to it)", USAGE,
+            )  # fmt: skip
         if not os.path.isfile(system.checkpoint):
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
         check_translation_model(system)

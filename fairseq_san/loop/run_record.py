@@ -253,6 +253,17 @@ def check_run_dir(run_dir: str) -> None:
         )
 
 
+def check_no_path_separator(run_dir: str) -> None:
+    """Refuse a translation run dir holding ':': the loop scores each iteration with
+    fairseq-generate --path RUN/iterK/checkpoints/checkpoint_best.pt, which reads ':' between
+    the checkpoints of an ensemble and failed after iteration 0 had trained, at every rerun."""
+    if ":" in run_dir:
+        raise RunError(
+            f"--run-dir {run_dir} holds ':', which fairseq-generate reads between two checkpoints "
+            "(an ensemble): choose a path without one"
+        )
+
+
 def check_no_file_links(run_dir: str) -> None:
     """RunError naming a symbolic link in ``run_dir`` to a file or to nothing: the loop writes its
     steps' files in place (policies, scores, logs), so through such a link (a run dir received

@@ -1983,6 +1983,17 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--results-path", "r"],
          "--results-path: fairseq-x writes nothing there"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--results-path", "r"], None),
+        # fairseq-interactive loaded no --lm-path model, forced no prefix (both silently), and
+        # failed with KeyError: 'target' on --score-reference
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt",
+                                               "--lm-weight", "0.5"],
+         "--lm-path: fairseq-x would ignore it: it fuses no language model (fairseq-generate "
+         "--lm-path does)"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--prefix-size", "2"],
+         "--prefix-size: fairseq-x would ignore it: it forces no prefix of its input"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--score-reference"],
+         "--score-reference: fairseq-x would ignore it: its input has no reference to score"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--prefix-size", "2"], None),
         # the best checkpoint kept by a metric the wrong way round, silently; or never logged
         (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
                        "bleu"],

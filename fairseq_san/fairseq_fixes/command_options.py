@@ -220,6 +220,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind == "decode":
         check_refinement_options(args)
         check_constraints_given(args, command)
+        check_read_by_interactive(args, command)
     check_results_path_written(args, command, kind)
     if getattr(args, "bf16", False) and kind != "train":
         raise UsageError(
@@ -274,6 +275,27 @@ def check_constraints_given(args: argparse.Namespace, command: str) -> None:
             "give them to fairseq-interactive, after a tab on each input line, or leave "
             "--constraints out"
         )
+
+
+# fairseq-generate's options that fairseq-interactive accepts and does not follow: it loads no
+# --lm-path model, forces no prefix, and has no reference to score (KeyError: 'target').
+UNREAD_BY_INTERACTIVE = {
+    "lm_path": "it fuses no language model (fairseq-generate --lm-path does)",
+    "prefix_size": "it forces no prefix of its input (fairseq-generate --prefix-size forces the "
+    "reference's; a language model's prompt is the input line itself)",
+    "score_reference": "its input has no reference to score (fairseq-generate --score-reference "
+    "scores a test set's)",
+}
+
+
+def check_read_by_interactive(args: argparse.Namespace, command: str) -> None:
+    """Refuse an option of ``UNREAD_BY_INTERACTIVE`` given to fairseq-interactive: it decoded as
+    without it, or failed on its first batch (``--score-reference``)."""
+    if not reads_input_lines(args):
+        return
+    for name, why in UNREAD_BY_INTERACTIVE.items():
+        if getattr(args, name, None):
+            raise UsageError(f"{flag_of(name)}: {command} would ignore it: {why}")
 
 
 # Validation metrics of fairseq's translation and language-modelling tasks, by the way they

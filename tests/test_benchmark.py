@@ -597,8 +597,14 @@ def test_static_decoder_rows(bench_results):
          "choose --san-decoder-execution eager or fixed on CPU"),
         ({**STATIC, "san_decoder_execution": "foo"},
          "system san: --san-decoding static does not support the execution 'foo'; choose"),
+        # the checkpoint's configuration holds them: every row decoded as the baseline, 100%
+        ({"sampling": True, "temperature": 5.0},
+         "system san: override 'sampling' is a generation option, which the benchmark sets for "
+         r"every system alike \(--beams, --lenpen, --max-len-a, --max-len-b, ...\): the "
+         "overrides take the model's options and san_decoding, "),
     ],
-    ids=["misspelt key", "wrong type", "graph on the CPU", "unknown execution"],
+    ids=["misspelt key", "wrong type", "graph on the CPU", "unknown execution",
+         "generation option"],
 )  # fmt: skip
 def test_bad_override_stops_the_benchmark(bench_data, tmp_path, overrides, said):
     """A typo or a wrong type in a system's overrides is one line naming it, before any worker

@@ -19,10 +19,11 @@ from typing import Dict, List, Optional, Set
 import torch
 
 from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
+from fairseq.dataclass.configs import GenerationConfig
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, monolingual_data
-from fairseq_san.benchmark.config import precision_label
+from fairseq_san.benchmark.config import GENERATION_KEYS, precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
@@ -43,6 +44,21 @@ def checkpoint_keys(state: Dict) -> Set[str]:
     if state.get("args") is not None:  # a checkpoint of an older fairseq (args, no cfg)
         keys |= set(vars(state["args"]))
     return keys - {"_name"}
+
+
+def check_no_generation_options(spec: SystemSpec, cfg) -> None:
+    """ValueError for an override that is one of fairseq's generation options (``sampling``,
+    ``beam``, ``max_len_b``) and none of the model's: the checkpoint's configuration holds them,
+    so they passed as its keys, and every system decoded with the benchmark's own options."""
+    model_keys = set(configuration_keys(cfg.model))
+    for key in spec.overrides:
+        if key in GenerationConfig.__dataclass_fields__ and key not in model_keys:
+            raise ValueError(
+                f"system {spec.name}: override {key!r} is a generation option, which the "
+                "benchmark sets for every system alike (--beams, --lenpen, --max-len-a, "
+                "--max-len-b, ...): the overrides take the model's options and "
+                f"{', '.join(GENERATION_KEYS)}"
+            )
 
 
 def max_output_tokens(model) -> int:
@@ -102,6 +118,7 @@ def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
     or a static decoder's choice that does not run on ``device``."""
     check_checkpoint_file(spec)
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
+    check_no_generation_options(spec, state["cfg"])
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")
     check_static_choices(spec, device)

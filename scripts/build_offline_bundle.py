@@ -558,13 +558,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not (args.python_version.count(".") == 1 and args.python_version.replace(".", "").isdigit()):
         parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")
+    if tuple(map(int, args.python_version.split("."))) < (3, 11):  # setup.py's requirement
+        parser.error(f"--python-version {args.python_version}: the bundle ships fairseq-fixed, "
+                     "which the project installs on Python 3.11 or newer (PyPI's fairseq below)")
     if args.fairseq_sdist is not None and not args.fairseq_sdist.is_file():
         parser.error(f"--fairseq-sdist {args.fairseq_sdist}: no such file")
     if args.heldout is not None and not any(args.heldout.glob("*.en")):
         parser.error(f"--heldout {args.heldout}: no held-out sources (*.en) there")
     for data in args.data:
-        if not any(data.glob("dict.*.txt")):
-            parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt)")
+        if not (any(data.glob("dict.*.txt")) or (data / "dict.txt").is_file()):  # LM: dict.txt
+            parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt or "
+                         "dict.txt)")  # fmt: skip
     names = [data.resolve().name for data in args.data]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice is not None:  # each is copied to BUNDLE/data-bin/NAME

@@ -142,10 +142,15 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
          "--data {tmp}/a/data lies in --out {tmp}/a, which a build replaces"),
         (["--out", "{tmp}/a", "--heldout", "{tmp}/a/heldout"],
          "--heldout {tmp}/a/heldout lies in --out {tmp}/a, which a build replaces"),
+        # "fairseq is not installed here: run this with the project's Python", which it was
+        (["--python-version", "3.10"], "--python-version 3.10: the bundle ships fairseq-fixed, "
+         "which the project installs on Python 3.11 or newer (PyPI's fairseq below)"),
+        (["--data", "{tmp}/a/heldout"], "--data {tmp}/a/heldout: not a binarized data directory "
+         "(no dict.*.txt or dict.txt)"),
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
-         "data in out", "heldout in out"],
+         "data in out", "heldout in out", "python below 3.11", "no dictionary"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     tmp_path, capsys, monkeypatch, argv, said
@@ -172,6 +177,17 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     assert said.format(tmp=tmp_path) in capsys.readouterr().err + str(error.value)
     assert (tmp_path / "notes" / "notes.txt").exists()
     assert not (tmp_path / "manifest-only" / "wheels").exists()
+
+
+def test_a_language_models_data_is_a_data_directory(tmp_path, monkeypatch):
+    """examples/lm/prepare.sh writes dict.txt alone: --data refused it (no dict.*.txt), so
+    learn_to_share_lm.sh's data could not travel."""
+    lm_data = tmp_path / "lm"
+    lm_data.mkdir()
+    (lm_data / "dict.txt").write_text("a 1\n")
+    monkeypatch.chdir(tmp_path)
+    args = load_builder().parse_args(["--out", str(tmp_path / "bundle"), "--data", str(lm_data)])
+    assert args.data == [lm_data]
 
 
 COMPILED = "Root-Is-Purelib: false\nTag: cp311-cp311-{}\n"

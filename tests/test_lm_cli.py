@@ -114,6 +114,21 @@ def test_eval_lm_refuses_samples_longer_than_the_model(trained, options, fix):
     ), last
 
 
+@pytest.mark.parametrize("task", [[], ["--task", "language_modeling_san"]])
+def test_eval_lm_refuses_another_add_bos_token_than_the_models(trained, task):
+    """fairseq-eval-lm builds its task from its own command line: a model trained without
+    --add-bos-token was scored with a start token it never saw (and one trained with it
+    without), another perplexity, silently. fairseq's language_modeling task (eval-lm's
+    default) too."""
+    result = eval_lm(trained, *task, "--add-bos-token", "--tokens-per-sample", "16")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: the model was trained without --add-bos-token, and this command's "
+        "task has it (the commands that load a language model build their task from their own "
+        "command line): drop --add-bos-token"
+    )
+
+
 def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
     """16 tokens a sample, 8 of them context: every sample fits the model's 16 positions."""
     result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "16")

@@ -91,6 +91,24 @@ def check_language_modeling_task(task: FairseqTask) -> None:
         )
 
 
+def check_bos_token(args: argparse.Namespace, task: FairseqTask) -> None:
+    """Refuse a language model whose ``--add-bos-token`` (a checkpoint's keeps its training's) is
+    not its task's: fairseq-eval-lm, -generate and -interactive build their task from their own
+    command line, and scored or decoded the model's inputs without the start token it learned
+    with, or with one it never saw, without a word (a training gives both the same value)."""
+    trained = getattr(args, "add_bos_token", None)
+    task_cfg = getattr(task, "args", None) or getattr(task, "cfg", None)
+    given = getattr(task_cfg, "add_bos_token", None)
+    if trained is None or given is None or bool(trained) == bool(given):
+        return
+    raise UsageError(
+        f"the model was trained {'with' if trained else 'without'} --add-bos-token, and this "
+        f"command's task {'lacks' if trained else 'has'} it (the commands that load a language "
+        f"model build their task from their own command line): "
+        f"{'add' if trained else 'drop'} --add-bos-token"
+    )
+
+
 def check_translation_task(task: FairseqTask) -> None:
     """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
     fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""

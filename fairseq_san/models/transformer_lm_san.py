@@ -36,6 +36,7 @@ from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits
 from fairseq_san.models.option_checks import (
     check_analysis_task,
     check_attention_heads,
+    check_bos_token,
     check_decoder_overrides,
     check_language_modeling_task,
     check_no_translation_options,
@@ -78,6 +79,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         check_san_options(args)
         check_no_translation_options(args)
         check_language_modeling_task(task)
+        check_bos_token(args, task)
         check_analysis_task(args, task, needed="language_modeling_san")
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
         lm_san_base_architecture(args)

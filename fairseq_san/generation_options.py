@@ -47,7 +47,8 @@ def check_one_search(args: argparse.Namespace) -> None:
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
-    is not a finite number, an n-gram blocking size of 1 or below 0 (``check_ngram_size``), a
+    is not a finite number, a ``--max-len-b`` or ``--min-len`` that is no count (the hub's
+    ``max_len_b=inf``: an OverflowError), an n-gram blocking size of 1 or below 0 (``check_ngram_size``), a
     diverse beam strength without the groups that read it, groups that do not divide the beam,
     and two search strategies at once (``check_one_search``)."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
@@ -76,6 +77,10 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             "token)"
         )
     check_ngram_size(getattr(args, "no_repeat_ngram_size", 0))
+    for flag, default in (("max_len_b", 200), ("min_len", 1)):  # the hub's: inf, 2.5, "10"
+        value = getattr(args, flag, default)
+        if not is_integer(value) or value < 0:
+            raise UsageError(f"{flag_of(flag)} {value!r}: it must be an integer of at least 0")
     groups = getattr(args, "diverse_beam_groups", -1)
     strength = getattr(args, "diverse_beam_strength", 0.5)
     if strength is not None and strength != 0.5 and not (is_integer(groups) and groups > 0):

@@ -45,6 +45,7 @@ from fairseq_san.tasks.decoding import (
     check_generation_args,
     check_generation_keys,
     invalid_choice,
+    min_len_above_max_len,
     plugin_option_misplaced,
 )
 
@@ -151,19 +152,25 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         beam = self.beam_or_default(beam, 5)
         check_read_by_hub(kwargs)
         self.check_call(kwargs, inference_step_args)
-        check_generation_args(self.generation_config(beam, kwargs))
+        config = self.generation_config(beam, kwargs)
+        check_generation_args(config)
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)
-        return super().generate(
-            tokenized_sentences,
-            beam,
-            verbose,
-            skip_invalid_size_inputs,
-            inference_step_args,
-            prefix_allowed_tokens_fn,
-            **kwargs,
-        )
+        try:
+            return super().generate(
+                tokenized_sentences,
+                beam,
+                verbose,
+                skip_invalid_size_inputs,
+                inference_step_args,
+                prefix_allowed_tokens_fn,
+                **kwargs,
+            )
+        except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
+            if str(error).startswith("min_len cannot be larger than max_len"):
+                raise min_len_above_max_len(config) from None
+            raise
 
     def check_call(self, keywords: Dict[str, Any], inference_step_args: Optional[dict]) -> None:
         """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them

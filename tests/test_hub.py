@@ -680,3 +680,25 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
         "from_pretrained(..., san_decoder_precision='bf17'): Invalid value 'bf17', expected one "
         "of [fp32, "
     )
+
+
+def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binarized_corpus):
+    """min_len above a batch's longest output was fairseq's AssertionError ("min_len cannot be
+    larger than max_len, please adjust these!"), max_len_b=inf an OverflowError, in either
+    task's hub; now one line each, naming the options."""
+    from fairseq_san.errors import UsageError
+
+    said = ("--min-len 10 is above the longest output of a batch (--max-len-a 0 x its source "
+            "length + --max-len-b 5, at most the model's positions - 1): lower --min-len or "
+            "raise --max-len-b")  # fmt: skip
+    for task in ("translation_san", "translation"):
+        hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                              task={"_name": task})  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            hub.translate("tok1 tok2", beam=2, min_len=10, max_len_b=5, max_len_a=0)
+        assert str(refused.value) == said, task
+        for keywords, shown in ((dict(max_len_b=float("inf")), "--max-len-b inf"),
+                                (dict(min_len=2.5), "--min-len 2.5")):  # fmt: skip
+            with pytest.raises(UsageError) as refused:
+                hub.translate("tok1 tok2", beam=2, **keywords)
+            assert str(refused.value) == f"{shown}: it must be an integer of at least 0"

@@ -177,6 +177,18 @@ def blocked_ngram_size(generator: object) -> int:
     return getattr(generator, "no_repeat_ngram_size", 0) or 0
 
 
+def min_len_above_max_len(settings: object) -> UsageError:
+    """The error for fairseq's generator's assertion that ``--min-len`` is at most a batch's
+    longest output, of ``settings`` (a generator or the generation config: ``min_len``,
+    ``max_len_a``, ``max_len_b``): the command line's ``one_line_errors`` said only that, the
+    hub raised it."""
+    return UsageError(
+        f"--min-len {settings.min_len} is above the longest output of a batch (--max-len-a "
+        f"{settings.max_len_a} x its source length + --max-len-b {settings.max_len_b}, at most "
+        "the model's positions - 1): lower --min-len or raise --max-len-b"
+    )
+
+
 def check_ngrams_left_tokens(generator: object) -> None:
     """Where ``generator`` blocks n-grams and holds the end of sentence back for ``--min-len``,
     the search that failed had no token left to choose (``exhausted_ngrams``): raise that."""
@@ -309,6 +321,8 @@ class DecodingTask:
         try:
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         except AssertionError as error:
+            if str(error).startswith("min_len cannot be larger than max_len"):
+                raise min_len_above_max_len(generator) from None
             at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
             if at_max_len is None:
                 raise

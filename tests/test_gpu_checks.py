@@ -46,10 +46,10 @@ with open(os.environ["BENCH_RECORD"], "a") as handle:
 
 def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True,
                data: bool = True, status: int = 0):  # fmt: skip
-    """Run the script in ``tmp_path`` with stand-ins; (its stdout, the benchmark calls). As on the
-    GPU machine, an installed plugin comes first on PYTHONPATH (the bundle's wheel, possibly older
-    than the tree): here one that cannot be imported, so that only this checkout's can run; and
-    CDPATH is set, with which cd prints the folder it changes to."""
+    """Run the script in ``tmp_path`` with stand-ins; (its output, stdout then stderr, the
+    benchmark calls). As on the GPU machine, an installed plugin comes first on PYTHONPATH (the
+    bundle's wheel, possibly older than the tree): here one that cannot be imported, so that only
+    this checkout's can run; and CDPATH is set, with which cd prints the folder it changes to."""
     stale = tmp_path / "prefix" / "fairseq_san"
     stale.mkdir(parents=True, exist_ok=True)
     (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
@@ -81,7 +81,7 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == status, done.stderr
     lines = record.read_text().splitlines() if record.exists() else []
-    return done.stdout, [json.loads(line) for line in lines]
+    return done.stdout + done.stderr, [json.loads(line) for line in lines]
 
 
 @pytest.mark.parametrize("parts", ["e2e", "e2e-more"])
@@ -228,3 +228,18 @@ def test_e2e_compile_part_decodes_compiled_graphs_beside_graphs_and_fairseq(
     monkeypatch.setenv("SAN", str(tmp_path / "absent.pt"))
     stdout, calls = run_checks(tmp_path / "none", "e2e-compile")
     assert calls == [] and "== skipped: e2e-compile (no " in stdout
+
+
+@pytest.mark.parametrize("parts, left_s, said", [
+    ("e2e e2e-compiled", 600, "run.sh: unknown part e2e-compiled (PARTS takes: tests e2e steps "
+     "profile compile e2e-more e2e-compile)"),
+    ("profile", "abc", "run.sh: LEFT_S=abc: a whole number of seconds"),
+])  # fmt: skip
+def test_an_unknown_part_or_a_limit_that_is_no_count_stops_before_anything_runs(
+    tmp_path, parts, left_s, said
+):
+    """A misspelt part was logged ("== unknown part") and the call exited 0, having run the
+    others; LEFT_S=abc was bash's "unbound variable" inside a part, exit 0 too."""
+    output, calls = run_checks(tmp_path, parts, left_s=left_s, status=2)
+    assert output.strip().splitlines() == [said]
+    assert calls == [] and not (tmp_path / "out").exists()

@@ -49,6 +49,18 @@ LEFT_S=${LEFT_S:-580}
 PARTS=${PARTS:-tests e2e steps profile compile e2e-more}  # e2e-compile: a call of its own
 LOG=${LOG:-$OUT/gpu-steps.txt}
 TESTS_S=${TESTS_S:-420}  # the CUDA tests' limit: 45 tests, 113 s alone on an H100 for 32 of them
+KNOWN_PARTS="tests e2e steps profile compile e2e-more e2e-compile"
+for name in $PARTS; do  # before anything runs: a misspelt part ran nothing, and exited 0
+  case " $KNOWN_PARTS " in
+    *" $name "*) ;;
+    *) echo "run.sh: unknown part $name (PARTS takes: $KNOWN_PARTS)" >&2; exit 2 ;;
+  esac
+done
+for limit in LEFT_S TESTS_S; do
+  case ${!limit} in
+    '' | *[!0-9]*) echo "run.sh: $limit=${!limit}: a whole number of seconds" >&2; exit 2 ;;
+  esac
+done
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 PAIR=${PAIR:-en-de}  # the language pair of BASE and SAN
 DATA=data-bin/multi30k.$PAIR
@@ -179,7 +191,6 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
         part "$(rest_or 150)" "compile: fp32, beam 4, batch 16, the compiled step captured" \
           "${TIMER[@]}" --rounds 3 --decoders static-fp32-graph static-fp32-compile-graph \
           --beam 4 --batch 16 --profile ;;
-      *) echo "== unknown part $name (tests, e2e, steps, profile, compile, e2e-more, e2e-compile)" ;;
     esac
   done
 } 2>&1 | grep --line-buffered -v "^INFO" > "$LOG"

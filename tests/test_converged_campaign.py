@@ -109,6 +109,28 @@ def dry_env(tmp_path) -> Dict[str, str]:
     return env
 
 
+@pytest.mark.parametrize("setting, said", [
+    ("UPDATES=abc", "UPDATES=abc: a whole number, at least 1"),  # a traceback
+    ("CAP_MIN=6,5", "CAP_MIN=6,5: a number, above 0"),
+    ("EVALUATE=yes", "EVALUATE=yes: 1 (test every system) or 0 (none)"),  # tested none
+    ("SEEDS=2,3", "seed 2,3 (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"),
+])  # fmt: skip
+def test_a_setting_no_slice_can_run_with_is_one_line(dry_env, setting, said):
+    name, value = setting.split("=", 1)
+    result = subprocess.run(["bash", str(RUN), "en-de", "--dry-run"], cwd=REPO,
+                            env={**dry_env, name: value}, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
+    assert result.stderr.strip().splitlines() == [f"run.sh: {said}"]
+
+
+def test_a_run_dir_of_only_the_slice_never_asks_for_is_said(dry_env):
+    """ONLY=en-de/baselin-s2 (misspelt) ran nothing, and the call exited 0 without a word."""
+    output = campaign("en-de", "--dry-run", env={**dry_env, "ONLY": "en-de/baselin-s2"})
+    assert ("== note: ONLY names no run dir that the en-de slice asked for: en-de/baselin-s2 (it "
+            "asked for: en-de/baseline-s2 en-de/baseline-s3 ") in output  # fmt: skip
+
+
 def dry_runs(env: Dict[str, str]) -> Dict[str, str]:
     return {name: campaign(name, "--dry-run", env=env) for name in ("en-de", "pairs", "tables", "bench")}
 

@@ -68,12 +68,15 @@ profile, --no-profile, scaled from gpu-steps' end-to-end runs, and writes its re
 its end), TABLES_RUNS (runs/converged/tables: where bench looks for the tables
 slice's models), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs), EVALUATE (0: no
 test sets nor held-out sources), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
-tiny sizes).
+tiny sizes). A setting no slice can run with (a number that is none, EVALUATE other than 0 or
+1, a seed that is no integer) stops the call in one line, exit 2; a run dir of ONLY that the
+slice never asked for is said at its end (a dry run says it before a GPU call).
 """
 
 import dataclasses
 import datetime
 import glob
+import math
 import os
 import shlex
 import shutil
@@ -81,7 +84,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, IO, List, Optional, Sequence
+from typing import IO, Callable, Dict, List, Optional, Sequence
 
 from campaign_slices import SLICES, restore, unsettled, untrained
 
@@ -97,6 +100,10 @@ POLL_S = 10  # how often Figure 5 looks for new checkpoints
 # The settings a slice's provenance keeps.
 RECORDED = ("CAP_MIN", "UPDATES", "EVAL_S", "DECODE_BATCH_SIZE", "SLICE_S", "PRESET", "SEEDS",
             "STAGE2_SEED", "ONLY", "TRAIN_EXTRA")  # fmt: skip
+
+
+class SettingError(ValueError):
+    """A setting of the environment that no slice can run with."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +158,9 @@ class Settings:
             "ONLY": "", "TRAIN_EXTRA": "", "BENCH_S": "140", "JOB_S": "", "EVALUATE": "1",
         }  # fmt: skip
         text.update({name: os.environ[name] for name in text if os.environ.get(name)})
+        problem = setting_problem(text)
+        if problem is not None:
+            raise SettingError(problem)
         get = os.environ.get
         data_root = get("DATA_ROOT") or "data-bin"
         if not get("DATA_ROOT") and not os.path.isdir(os.path.join(data_root, "multi30k.en-de")):
@@ -177,6 +187,35 @@ class Settings:
             tables_runs=get("TABLES_RUNS") or os.path.join("runs", "converged", "tables"),
             recorded=[f"{name}={text[name]}" for name in RECORDED],
         )  # fmt: skip
+
+
+# The settings that are numbers: whole counts at least 1 (0 for BENCH_S: every batch size
+# starts), seconds or minutes above 0 (EVAL_S: at least 0); JOB_S may be unset.
+COUNTS = {"UPDATES": 1, "DECODE_BATCH_SIZE": 1, "SLICE_S": 1, "BENCH_S": 0, "JOB_S": 1}
+AMOUNTS = {"CAP_MIN": 0.0, "EVAL_S": -1.0}  # above these
+
+
+def setting_problem(text: Dict[str, str]) -> Optional[str]:
+    """What is wrong with the settings as given (``text``), before anything runs: a number that
+    is none (UPDATES=abc was a traceback), EVALUATE other than 0 or 1 (EVALUATE=yes tested no
+    system), a seed that is no integer (SEEDS=2,3 made run dir baseline-s2,3)."""
+    for name, least in COUNTS.items():
+        value = text[name]
+        if not (value.isdigit() and int(value) >= least) and (value or name != "JOB_S"):
+            return f"{name}={value}: a whole number, at least {least}"
+    for name, above in AMOUNTS.items():
+        try:
+            amount = float(text[name])
+        except ValueError:
+            amount = math.nan
+        if not (math.isfinite(amount) and amount > above):
+            return f"{name}={text[name]}: a number, {'above 0' if above == 0 else 'at least 0'}"
+    if text["EVALUATE"] not in ("0", "1"):
+        return f"EVALUATE={text['EVALUATE']}: 1 (test every system) or 0 (none)"
+    for seed in [*text["SEEDS"].split(), text["STAGE2_SEED"]]:
+        if not seed.isdigit():
+            return f"seed {seed} (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"
+    return None
 
 
 def preset_args(path: str) -> List[str]:
@@ -208,6 +247,7 @@ class Slice:
         self.printing = threading.Lock()
         self.commands = 0  # commands run (printed, with --dry-run)
         self.packed_after: Optional[int] = None  # ``commands`` when the last archive was packed
+        self.asked: List[str] = []  # the run dirs the slice's schedule asked for (``selected``)
 
     # --- printing, running, waiting -----------------------------------------------------------
 
@@ -266,7 +306,18 @@ class Slice:
         self.stage_jobs = 0
 
     def selected(self, name: str) -> bool:
+        self.asked.append(name)
         return not self.s.only or name in self.s.only
+
+    def unknown_only(self) -> List[str]:
+        """The run dirs of ONLY that the slice's schedule never asked for: a misspelt one ran
+        nothing without a word (a dry run shows it before a GPU call). A real call may leave out
+        one whose turn depends on what ran (Table 3's thresholds whose policy a system has), and
+        the bench slice asks for none of the tables slice's models that it benchmarks: said, not
+        refused; nothing where it asked for no run dir at all."""
+        if not self.asked:
+            return []
+        return [name for name in self.s.only if name not in self.asked]
 
     # --- systems ------------------------------------------------------------------------------
 
@@ -743,7 +794,11 @@ def main(argv: List[str]) -> int:
         what = f"unknown argument {rest[0]}" if name in SLICE_RUNNERS else f"unknown slice {name}"
         print(f"run.sh: {what} ({USAGE})", file=sys.stderr)
         return 2
-    settings = Settings.from_environment(name, dry_run=bool(rest), run_sh=run_sh)
+    try:
+        settings = Settings.from_environment(name, dry_run=bool(rest), run_sh=run_sh)
+    except SettingError as error:
+        print(f"run.sh: {error}", file=sys.stderr)
+        return 2
     # examples/multi30k/test_bleu.sh reads its batch size from the environment
     os.environ["DECODE_BATCH_SIZE"] = str(settings.decode_batch_size)
     run = Slice(settings)
@@ -753,6 +808,10 @@ def main(argv: List[str]) -> int:
         SLICE_RUNNERS[name](run)
     finally:  # what ran is packed, also when the schedule stops on an error
         run.pack()
+    unknown = run.unknown_only()
+    if unknown:  # said, not refused: a real call's schedule may leave one out (``unknown_only``)
+        run.say(f"== note: ONLY names no run dir that the {name} slice asked for: "
+                f"{' '.join(unknown)} (it asked for: {' '.join(sorted(set(run.asked)))})")
     return 0
 
 

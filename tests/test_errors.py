@@ -1982,6 +1982,8 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                                    "--results-path", "r"], "--results-path: fairseq-x writes"),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--results-path", "r"],
          "--results-path: fairseq-x writes nothing there"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--softmax-batch", "-5"],  # assert
+         "--softmax-batch -5: it must be an integer of at least 1"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--results-path", "r"], None),
         # fairseq-interactive loaded no --lm-path model, forced no prefix (both silently), and
         # failed with KeyError: 'target' on --score-reference

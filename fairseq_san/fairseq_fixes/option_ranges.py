@@ -73,7 +73,7 @@ OPTION_RANGES = {
         ("max_tokens", "batch_size", "max_tokens_valid", "batch_size_valid", "update_freq",
          "log_interval", "required_batch_size_multiple", "encoder_embed_dim", "decoder_embed_dim",
          "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
-         "decoder_attention_heads"),
+         "decoder_attention_heads", "softmax_batch"),
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("num_workers", "warmup_updates", "encoder_layers", "decoder_layers"), COUNT),

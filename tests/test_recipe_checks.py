@@ -119,29 +119,22 @@ def test_loop_with_a_run_dir_that_is_a_file_is_one_line(tmp_path, recipe):
     assert run_dir.read_text() == "a file"
 
 
-def test_loop_with_a_run_dir_under_a_file_is_one_line(tmp_path):
-    """mkdir failed, and the recipe went on to the lock: the loop's usage, then "Bad file
-    descriptor"."""
+@pytest.mark.parametrize("where, said", [
+    ("afile/run", "--run-dir {run}: {tmp}/afile is a file, so no directory can be made there"),
+    ("runs/en-de-14:05", "--run-dir {run} holds ':', which fairseq-generate reads between two "
+     "checkpoints (an ensemble): choose a path without one"),
+])  # fmt: skip
+def test_loop_with_a_run_dir_it_cannot_use_is_one_line(tmp_path, where, said):
+    """Under a file, mkdir failed and the recipe went on to the lock: the loop's usage, then "Bad
+    file descriptor". Holding ':', iteration 0 trained, then its validation BLEU failed
+    (fairseq-generate reads ':' in --path between an ensemble's checkpoints: "cannot load
+    checkpoint .../runs/en-de-14"), at every rerun. Each refused before the run dir is made."""
     (tmp_path / "afile").write_text("a file")
-    run_dir = tmp_path / "afile" / "run"
+    run_dir = tmp_path / where
     result = run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir))
     assert result.returncode == 2, output_of(result)[-3000:]
     assert lines(result.stderr) == [
-        f"fairseq-san-loop: error: --run-dir {run_dir.resolve()}: {tmp_path / 'afile'} is a file, "
-        "so no directory can be made there"
-    ]
-
-
-def test_loop_with_a_run_dir_holding_a_colon_is_one_line(tmp_path):
-    """fairseq-generate reads ':' in --path between an ensemble's checkpoints: iteration 0
-    trained, then its validation BLEU failed ("cannot load checkpoint .../runs/en-de-14"), at
-    every rerun. Refused before the run dir is made."""
-    run_dir = tmp_path / "runs" / "en-de-14:05"
-    result = run_script(LOOP, *loop_args(fake_data(tmp_path / "data"), run_dir))
-    assert result.returncode == 2, output_of(result)[-3000:]
-    assert lines(result.stderr) == [
-        f"fairseq-san-loop: error: --run-dir {run_dir.resolve()} holds ':', which "
-        "fairseq-generate reads between two checkpoints (an ensemble): choose a path without one"
+        "fairseq-san-loop: error: " + said.format(run=run_dir.resolve(), tmp=tmp_path)
     ]
     assert not run_dir.exists()
 

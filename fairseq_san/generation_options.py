@@ -48,9 +48,9 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
     is not a finite number, a ``--max-len-b`` or ``--min-len`` that is no count (the hub's
-    ``max_len_b=inf``: an OverflowError), an n-gram blocking size of 1 or below 0 (``check_ngram_size``), a
-    diverse beam strength without the groups that read it, groups that do not divide the beam,
-    and two search strategies at once (``check_one_search``)."""
+    ``max_len_b=inf``: an OverflowError), an n-gram blocking size of 1 or below 0
+    (``check_ngram_size``), a diverse beam strength without the groups that read it, groups that
+    do not divide the beam, and two search strategies at once (``check_one_search``)."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5

@@ -525,6 +525,18 @@ def test_a_language_model_scores_texts(language_model):
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
 
 
+def test_an_empty_sentence_to_score_is_refused(language_model):
+    """score(["tok1", ""]) scored the empty one NaN (the mean of no token's score), silently."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        language_model.score(["tok1 tok2", ""])
+    assert str(refused.value) == (
+        "an empty sentence to score: a language model scores a sentence's tokens (not its end), "
+        "and its score would be NaN; leave it out"
+    )
+
+
 @pytest.mark.slow
 def test_calls_decode_with_the_beam_given_at_load(san_checkpoint, binarized_corpus):
     """``generation_args={'beam': N}``: translate(), sample() and generate() passed their own

@@ -109,8 +109,14 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
 
     def check_sentence(self, tokens: int) -> None:
         """Refuse a sentence to score of ``tokens`` tokens (without the end-of-sentence token)
-        that the model's positions do not hold after its start token: fairseq's batching would
-        refuse it with the sizes of its samples."""
+        that the model's positions do not hold after its start token (fairseq's batching would
+        refuse it with the sizes of its samples), or that has none (the hub's ``score('')``: the
+        mean of no token's score, NaN)."""
+        if tokens == 0:
+            raise UsageError(
+                "an empty sentence to score: a language model scores a sentence's tokens (not its "
+                "end), and its score would be NaN; leave it out"
+            )
         positions = getattr(self, "positions", None)
         if positions is not None and tokens + 1 > positions:
             raise UsageError(

@@ -112,6 +112,7 @@ def dry_env(tmp_path) -> Dict[str, str]:
 @pytest.mark.parametrize("setting, said", [
     ("UPDATES=abc", "UPDATES=abc: a whole number, at least 1"),  # a traceback
     ("CAP_MIN=6,5", "CAP_MIN=6,5: a number, above 0"),
+    ("EVAL_S=-0.5", "EVAL_S=-0.5: a number, at least 0"),  # passed its "above -1" bound
     ("EVALUATE=yes", "EVALUATE=yes: 1 (test every system) or 0 (none)"),  # tested none
     ("SEEDS=2,3", "seed 2,3 (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"),
 ])  # fmt: skip

@@ -189,10 +189,10 @@ class Settings:
         )  # fmt: skip
 
 
-# The settings that are numbers: whole counts at least 1 (0 for BENCH_S: every batch size
-# starts), seconds or minutes above 0 (EVAL_S: at least 0); JOB_S may be unset.
+# The settings that are numbers: whole counts, at least 1 (0 for BENCH_S: every batch size
+# starts; JOB_S may be unset), and minutes or seconds (CAP_MIN above 0, EVAL_S at least 0).
 COUNTS = {"UPDATES": 1, "DECODE_BATCH_SIZE": 1, "SLICE_S": 1, "BENCH_S": 0, "JOB_S": 1}
-AMOUNTS = {"CAP_MIN": 0.0, "EVAL_S": -1.0}  # above these
+AMOUNTS = {"CAP_MIN": "above 0", "EVAL_S": "at least 0"}
 
 
 def setting_problem(text: Dict[str, str]) -> Optional[str]:
@@ -201,15 +201,17 @@ def setting_problem(text: Dict[str, str]) -> Optional[str]:
     system), a seed that is no integer (SEEDS=2,3 made run dir baseline-s2,3)."""
     for name, least in COUNTS.items():
         value = text[name]
-        if not (value.isdigit() and int(value) >= least) and (value or name != "JOB_S"):
+        if name == "JOB_S" and not value:
+            continue
+        if not (value.isdigit() and int(value) >= least):
             return f"{name}={value}: a whole number, at least {least}"
-    for name, above in AMOUNTS.items():
+    for name, bound in AMOUNTS.items():
         try:
             amount = float(text[name])
         except ValueError:
             amount = math.nan
-        if not (math.isfinite(amount) and amount > above):
-            return f"{name}={text[name]}: a number, {'above 0' if above == 0 else 'at least 0'}"
+        if not (math.isfinite(amount) and (amount > 0 if bound == "above 0" else amount >= 0)):
+            return f"{name}={text[name]}: a number, {bound}"
     if text["EVALUATE"] not in ("0", "1"):
         return f"EVALUATE={text['EVALUATE']}: 1 (test every system) or 0 (none)"
     for seed in [*text["SEEDS"].split(), text["STAGE2_SEED"]]:

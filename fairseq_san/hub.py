@@ -45,6 +45,7 @@ from fairseq_san.tasks.decoding import (
     check_generation_args,
     check_generation_keys,
     invalid_choice,
+    is_min_len_assertion,
     min_len_above_max_len,
     plugin_option_misplaced,
 )
@@ -168,7 +169,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 **kwargs,
             )
         except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
-            if str(error).startswith("min_len cannot be larger than max_len"):
+            if is_min_len_assertion(error):
                 raise min_len_above_max_len(config) from None
             raise
 

@@ -177,6 +177,12 @@ def blocked_ngram_size(generator: object) -> int:
     return getattr(generator, "no_repeat_ngram_size", 0) or 0
 
 
+def is_min_len_assertion(error: AssertionError) -> bool:
+    """Whether ``error`` is fairseq's generator's assertion that ``--min-len`` is at most a
+    batch's longest output ("min_len cannot be larger than max_len, please adjust these!")."""
+    return str(error).startswith("min_len cannot be larger than max_len")
+
+
 def min_len_above_max_len(settings: object) -> UsageError:
     """The error for fairseq's generator's assertion that ``--min-len`` is at most a batch's
     longest output, of ``settings`` (a generator or the generation config: ``min_len``,
@@ -321,7 +327,7 @@ class DecodingTask:
         try:
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         except AssertionError as error:
-            if str(error).startswith("min_len cannot be larger than max_len"):
+            if is_min_len_assertion(error):
                 raise min_len_above_max_len(generator) from None
             at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
             if at_max_len is None:

@@ -134,6 +134,18 @@ def unfinished_prefix_ends(sentences: List[int], beam: int) -> UsageError:
     )
 
 
+def whole_targets_forced(sentences: List[int]) -> str:
+    """The warning for sentences whose forced prefix holds their whole target, its end of
+    sentence included (a target no longer than ``--prefix-size``): fairseq's generator returns
+    the target as the hypothesis, which fairseq-generate then scores as a translation."""
+    return (
+        f"--prefix-size: the prefix of sentence {', '.join(map(str, sentences))} holds its whole "
+        "target (its end of sentence included), which the search forces: its hypothesis is its "
+        "reference, and the BLEU score counts it as translated; pass a smaller --prefix-size "
+        "(said of the first batch with such sentences only)"
+    )
+
+
 def exhausted_ngrams(size: int, min_len: int) -> UsageError:
     """The error for a sentence left with no token to choose: ``--no-repeat-ngram-size`` had
     blocked every continuation while ``--min-len`` held the end of sentence back (a small target

@@ -10,7 +10,9 @@ with fairseq's generator. ``SANHubInterface`` checks the keywords before any tas
 refuses the plugin's decoding options where the task cannot honour them, and the generation
 options that no generator it builds reads (``UNREAD_BY_HUB``: ``nbest``, which fairseq-generate
 applies by slicing, returned every hypothesis of the beam; ``prefix_size`` and ``lm_path``
-changed nothing). ``from_pretrained``
+changed nothing), and names a sentence longer than the model's positions in its own words
+(fairseq's message named a command-line flag, ``--skip-invalid-size-inputs-valid-test``).
+``from_pretrained``
 (the plugin's models', ``models.hub_model``) returns it; its keywords are checked where
 ``--model-overrides`` are (``fairseq_fixes.model_overrides``), its ``generation_args`` (which
 fairseq set on the generation config unchecked: a misspelt key failed only at ``translate()``,
@@ -26,6 +28,7 @@ received archive could write anywhere. The user unpacks it and passes the folder
 import copy
 import glob
 import os
+import re
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
@@ -113,6 +116,29 @@ def checked_texts(sentences: Any) -> Union[str, List[Union[str, bytes]]]:
     return texts
 
 
+# fairseq's batching's message for a sentence longer than the model's positions.
+TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid ")
+
+
+def too_long_sentence(error: Exception) -> Optional[int]:
+    """The index of the sentence that fairseq's batching found longer than the model's
+    positions (``data_utils.filter_by_size``, a plain Exception), else None."""
+    found = TOO_LONG.match(str(error))
+    return int(found.group(1)) if type(error) is Exception and found else None
+
+
+def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError:
+    """The error for sentence ``index`` of ``length`` tokens, more than a model of
+    ``max_positions`` (a translation model's: source, target) reads."""
+    limit = max_positions[0] if isinstance(max_positions, tuple) else max_positions
+    return UsageError(
+        f"sentence {index} is {length} tokens long (its end of sentence included), and the "
+        f"model reads at most {limit}: shorten or split it, or pass "
+        "skip_invalid_size_inputs=True to leave such sentences out (fairseq then returns no "
+        "item for them, and the list is shorter than the sentences)"
+    )
+
+
 class SANHubInterface(hub_utils.GeneratorHubInterface):
     """fairseq's hub interface, refusing a generation keyword that no generator would follow
     (``check_read_by_hub``, ``check_generation_args``), and decoding with the beam of
@@ -172,6 +198,12 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             if is_min_len_assertion(error):
                 raise min_len_above_max_len(config) from None
             raise
+        except Exception as error:  # fairseq's batching
+            index = too_long_sentence(error)
+            if index is None:
+                raise
+            length, limit = len(tokenized_sentences[index]), self.max_positions
+            raise sentence_too_long(index, length, limit) from None
 
     def check_call(self, keywords: Dict[str, Any], inference_step_args: Optional[dict]) -> None:
         """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them

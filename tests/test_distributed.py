@@ -235,7 +235,7 @@ def launched_ranks_waiting(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]
     )
     program = stand_in_fairseq_train(tmp_path / "bin", writes_pid_and_waits)
     launcher = subprocess.Popen([str(command_path("fairseq-san-cpu-ranks")), "2", "--log-dir",
-                                 str(tmp_path), "--", str(program)])  # fmt: skip
+                                 str(tmp_path), "--", str(program), "--arch", "x"])  # fmt: skip
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

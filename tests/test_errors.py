@@ -1087,7 +1087,7 @@ def test_cpu_ranks_log_that_cannot_be_written_is_one_line_before_any_rank_starts
     (logs / "rank-1.log").mkdir(parents=True)  # a log that cannot be opened, even by root
     rank = f"import pathlib; pathlib.Path({str(started)!r}).touch()"
     program = stand_in_fairseq_train(tmp_path / "bin", rank)
-    line = cpu_ranks(capsys, "2", "--log-dir", str(logs), "--", str(program))
+    line = cpu_ranks(capsys, "2", "--log-dir", str(logs), "--", str(program), "-a", "x")
     assert line == f"fairseq-san-cpu-ranks: error: {logs / 'rank-1.log'}: Is a directory"
     assert not started.exists()
 
@@ -1110,7 +1110,7 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("a file\n")
     program = stand_in_fairseq_train(tmp_path / "bin", "")
-    line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", str(program))
+    line = cpu_ranks(capsys, "2", "--log-dir", str(notes), "--", str(program), "--arch=x")
     assert line == f"fairseq-san-cpu-ranks: error: --log-dir {notes} is a file, not a directory"
 
 
@@ -1127,14 +1127,19 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
          "ranks train on the CPU (in fp32); leave it out"),
         (["{train}", "data", "--memory-efficient-fp16"], "--memory-efficient-fp16: fairseq's "
          "fp16 training needs a GPU, and the ranks train on the CPU (in fp32); leave it out"),
+        (["{train}", "data", "--user-dir", "fairseq_san"], "fairseq-train needs --arch, the "
+         "model to train (e.g. --user-dir fairseq_san --arch transformer_san_small; --user-dir "
+         "loads the plugin's models)"),
     ],
-    ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16"],
+    ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "no arch"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said
 ):
     """fairseq-generate's ranks each translated a part of the data, its BLEU that part's; the
-    launcher's options silently overrode the user's; --bf16 failed in each rank's TPU set-up."""
+    launcher's options silently overrode the user's; --bf16 failed in each rank's TPU set-up;
+    without --arch, each rank printed fairseq's traceback of a RuntimeError without a message
+    (the plugin's check of it runs only where --user-dir has loaded the plugin)."""
     program = stand_in_fairseq_train(tmp_path / "bin", "")
     generate = stand_in_fairseq_train(tmp_path / "bin", "", name="fairseq-generate")
     argv = [arg.format(train=program, generate=generate) for arg in command]
@@ -1150,7 +1155,7 @@ def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(launcher, "run_ranks", interrupted)
     program = stand_in_fairseq_train(tmp_path / "bin", "")
-    assert launcher.main(["2", "--log-dir", str(tmp_path), "--", str(program)]) == 130
+    assert launcher.main(["2", "--log-dir", str(tmp_path), "--", str(program), "-ax"]) == 130
     assert capsys.readouterr().err == "fairseq-san-cpu-ranks: interrupted\n"
 
 

@@ -596,6 +596,27 @@ def test_sentences_from_a_generator_are_translated(san_checkpoint, binarized_cor
     assert len(language_model.sample(iter(["tok1"]), beam=1, max_len_b=3)) == 1
 
 
+def test_a_sentence_longer_than_the_models_positions_is_named(san_checkpoint, binarized_corpus):
+    """fairseq's batching said "Size of sample #1 is invalid (=(np.int64(P + 1), 0)) since
+    max_positions=(P, P), skip this example with --skip-invalid-size-inputs-valid-test": a flag
+    of fairseq-generate's, which the hub has not; its keyword still skips."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    limit = hub.max_positions[0]
+    texts = ["tok1 tok2", " ".join(["tok3"] * limit)]  # with its end of sentence: limit + 1
+    with pytest.raises(UsageError) as refused:
+        hub.translate(texts, beam=2, max_len_b=3)
+    assert str(refused.value) == (
+        f"sentence 1 is {limit + 1} tokens long (its end of sentence included), and the model "
+        f"reads at most {limit}: shorten or split it, or pass skip_invalid_size_inputs=True to "
+        "leave such sentences out (fairseq then returns no item for them, and the list is "
+        "shorter than the sentences)"
+    )
+    kept = hub.translate(texts, beam=2, max_len_b=3, skip_invalid_size_inputs=True)
+    assert kept == hub.translate(texts[:1], beam=2, max_len_b=3)
+
+
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
     """``generation_args`` are the keywords of every call: those no generator reads were ignored
     too, except the ones the hub applies to the models as it builds them."""

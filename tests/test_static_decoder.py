@@ -7,6 +7,7 @@ batch finish at different steps and the n-best lists are not decided by rounding
 
 import argparse
 import itertools
+import logging
 import math
 import subprocess
 import sys
@@ -1249,6 +1250,36 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
         with pytest.raises(UsageError, match="^--prefix-size: the prefix of sentence 0 forces"):
             StaticSequenceGenerator([model], DICTIONARY, beam_size=2, max_len_b=5).generate(
                 [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_prefixes_that_force_whole_targets_are_named_once(decoding, caplog):
+    """fairseq-generate --prefix-size longer than a target forces the whole target, EOS
+    included: at beam 1 its hypothesis is its reference, scored as a translation, without a
+    word. A warning names the first batch's such sentences, once a task."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    task = TranslationSANTask(TranslationSANConfig(), DICTIONARY, DICTIONARY)
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6, 5], seed=1)
+    sample = {"id": torch.tensor([3, 8, 9]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    eos, pad = DICTIONARY.eos(), DICTIONARY.pad()
+    prefix = torch.tensor([[7, eos, pad], [7, 8, 9], [5, 6, eos]])
+    generator = task.build_generator([model], generation_args(
+        san_decoding=decoding, beam=1, max_len_b=5))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
+        decoded = task.inference_step(generator, [model], sample, prefix)
+        task.inference_step(generator, [model], sample, prefix)
+    assert [hypos[0]["tokens"].tolist() for hypos in (decoded[0], decoded[2])] == [
+        [7, eos], [5, 6, eos]
+    ]
+    assert [record.getMessage() for record in caplog.records] == [
+        "--prefix-size: the prefix of sentence 3, 9 holds its whole target (its end of sentence "
+        "included), which the search forces: its hypothesis is its reference, and the BLEU score "
+        "counts it as translated; pass a smaller --prefix-size (said of the first batch with "
+        "such sentences only)"
+    ]
 
 
 def small_vocabulary_task():

@@ -63,7 +63,8 @@ NOT_ON_CPU_RANKS = {
 
 def command_arguments_problem(command: List[str]) -> Optional[str]:
     """Why the ranks cannot run ``command``: another program than fairseq-train, an option the
-    ranks are given, or one they cannot train with; else None."""
+    ranks are given, one they cannot train with, or no ``--arch`` (which the plugin's own check
+    of fairseq-train's options names only where ``--user-dir`` loads it); else None."""
     if os.path.basename(command[0]) != "fairseq-train":
         return (
             f"it runs fairseq-train only, not {os.path.basename(command[0])}: decode and validate "
@@ -76,6 +77,12 @@ def command_arguments_problem(command: List[str]) -> Optional[str]:
     for flag, why in NOT_ON_CPU_RANKS.items():
         if flag in given:
             return f"{flag}: {why}, and the ranks train on the CPU (in fp32); leave it out"
+    short_arch = any(arg.startswith("-a") for arg in command[1:])  # -a NAME, -aNAME
+    if "--arch" not in given and not short_arch:
+        return (
+            "fairseq-train needs --arch, the model to train (e.g. --user-dir fairseq_san --arch "
+            "transformer_san_small; --user-dir loads the plugin's models)"
+        )
     return None
 
 

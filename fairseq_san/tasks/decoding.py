@@ -25,6 +25,7 @@ from fairseq_san.generation_options import (
     exhausted_ngrams,
     unfinished_prefix_ends,
     unmet_constraints,
+    whole_targets_forced,
 )
 from fairseq_san.options import option_field
 from fairseq_san.static_decoding.execution import offered_executions
@@ -250,6 +251,8 @@ class DecodingTask:
     # The device a static decoder decodes on where the model is not there yet, None where it is
     # (``TranslationSANTask.build_model``: fairseq-train's --eval-bleu generator).
     decoding_device: Optional[torch.device] = None
+    # Whether a batch's prefixes that force whole targets were named (once a task).
+    whole_targets_said: bool = False
 
     def static_generator(self) -> Callable:
         """``build_static_generator`` or its language-model counterpart (imported when needed:
@@ -318,14 +321,18 @@ class DecodingTask:
         generator's assertion at the maximum length, where constraints held the end of sentence
         back, a forced prefix ended a sentence or n-gram blocking left no token, as one line
         (``unmet_constraints``, ``unfinished_prefix_ends``, ``check_ngrams_left_tokens``); so
-        too sampling from no token."""
+        too sampling from no token. Prefixes that force whole targets (fairseq decodes them
+        as their references) are named in a warning, the first batch's."""
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
             start = self.start_token()
             check_forced_ngrams(forced, size, start, self.target_dictionary, sample.get("id"))
+        ended = self.prefix_ends(sample, prefix_tokens)
         try:
-            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+            hypotheses = super().inference_step(
+                generator, models, sample, prefix_tokens, constraints
+            )
         except AssertionError as error:
             if is_min_len_assertion(error):
                 raise min_len_above_max_len(generator) from None
@@ -334,7 +341,6 @@ class DecodingTask:
                 raise
             if constraints is not None:
                 raise unmet_constraints(int(at_max_len.group(1))) from None
-            ended = self.prefix_ends(sample, prefix_tokens)
             if ended:
                 raise unfinished_prefix_ends(ended, getattr(generator, "beam_size", 1)) from None
             check_ngrams_left_tokens(generator)
@@ -343,6 +349,10 @@ class DecodingTask:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
                 check_ngrams_left_tokens(generator)
             raise
+        if ended and not self.whole_targets_said:
+            logger.warning(whole_targets_forced(ended))
+            self.whole_targets_said = True
+        return hypotheses
 
     def prefix_ends(self, sample: dict, prefix_tokens: Optional[Tensor]) -> List[int]:
         """The ids of the sentences whose forced prefix holds the end of sentence."""

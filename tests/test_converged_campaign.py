@@ -857,6 +857,31 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     assert line.startswith(f"fairseq-san: error: {truncated}: unreadable archive")
 
 
+def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
+    """A slice's second call on a fresh machine retrains an unfinished baseline from scratch; its
+    Figure 5 analyses were unpacked over the first call's, whose later steps (another training's)
+    stayed in the plot. An archive without that run's Figure 5 leaves it as it is."""
+    from campaign_slices import collect
+
+    def archive_of(call: str, steps, slice_name: str = "tables") -> Path:
+        runs = tmp_path / call / "runs"
+        for step in steps:
+            analysis = runs / "en-de" / "baseline-s5" / "figure5" / f"checkpoint_1_{step}"
+            analysis.mkdir(parents=True)
+            (analysis / "js.json").write_text(json.dumps({"call": call, "num_updates": step}))
+        (runs / "en-de").mkdir(parents=True, exist_ok=True)
+        return toy_archive(tmp_path / call / "out", runs, slice_name)
+
+    first = archive_of("first", (100, 200, 300))
+    second = archive_of("second", (100,))
+    bench = archive_of("bench", (), "bench")
+    results = tmp_path / "results"
+    collect(str(results), str(RUN), [str(first), str(second), str(bench)], allow_cpu=True)
+    figure5 = results / "en-de" / "baseline-s5" / "figure5"
+    assert [path.name for path in figure5.iterdir()] == ["checkpoint_1_100"]
+    assert json.loads((figure5 / "checkpoint_1_100" / "js.json").read_text())["call"] == "second"
+
+
 def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):
     """The files git tracks or does not ignore, and the bundle, against the device's limit."""
     import campaign_slices

@@ -271,16 +271,31 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
 def collect(
     results: str, run_sh: str, archives: Sequence[str], allow_cpu: bool = False
 ) -> List[str]:
-    """Check every archive (``check_archive``), then unpack each into ``results``; the archives
-    unpacked."""
+    """Check every archive (``check_archive``), then unpack each into ``results``, in order, a
+    run's Figure 5 analyses replaced whole (``figure5_folders``); the archives unpacked."""
     digest = code_sha256(run_sh)
     for archive in archives:
         check_archive(archive, digest, allow_cpu)
     for archive in archives:
         with tarfile.open(archive) as tar:
+            for folder in figure5_folders(tar.getnames()):
+                shutil.rmtree(os.path.join(results, folder), ignore_errors=True)
             tar.extractall(results, filter="data")
     compress_hypotheses(results)
     return list(archives)
+
+
+def figure5_folders(members: Sequence[str]) -> List[str]:
+    """The Figure 5 folders (``PAIR/RUN/figure5``) that an archive's ``members`` hold. Each is
+    whole in the archive of the call that wrote it last: a call on a fresh machine retrains an
+    unfinished baseline from scratch (``restore`` keeps finished iterations only), and its
+    analyses unpacked over an earlier call's left that training's later steps in the plot."""
+    folders = set()
+    for member in members:
+        parts = os.path.normpath(member).split(os.sep)
+        if len(parts) >= 3 and parts[2] == "figure5":
+            folders.add(os.path.join(*parts[:3]))
+    return sorted(folders)
 
 
 def compress_hypotheses(results: str) -> None:

@@ -98,8 +98,9 @@ OUTPUT, WEIGHTS, KV = "output", "weights", "kv"
 MODEL_OPTIONS = (
     Option(
         "san_policy",
-        'sharing policy: a JSON file or JSON text, e.g. {"decoder_self": [1, 5], '
-        '"decoder_encdec": [3, 3], "encoder_self": [6]}; keys optional, block sizes bottom-up',
+        'sharing policy: a JSON file or JSON text, e.g. {"decoder_self": [1, 5]}, block sizes '
+        'bottom-up; a translation model takes "decoder_encdec" and "encoder_self" too (each key '
+        'optional), a language model "decoder_self" only',
         metavar="FILE_OR_JSON",
     ),
     *POLICY_OPTIONS.values(),

@@ -63,8 +63,7 @@ NOT_ON_CPU_RANKS = {
 
 def command_arguments_problem(command: List[str]) -> Optional[str]:
     """Why the ranks cannot run ``command``: another program than fairseq-train, an option the
-    ranks are given, one they cannot train with, or no ``--arch`` (which the plugin's own check
-    of fairseq-train's options names only where ``--user-dir`` loads it); else None."""
+    ranks are given, or one they cannot train with; else None."""
     if os.path.basename(command[0]) != "fairseq-train":
         return (
             f"it runs fairseq-train only, not {os.path.basename(command[0])}: decode and validate "
@@ -77,13 +76,22 @@ def command_arguments_problem(command: List[str]) -> Optional[str]:
     for flag, why in NOT_ON_CPU_RANKS.items():
         if flag in given:
             return f"{flag}: {why}, and the ranks train on the CPU (in fp32); leave it out"
-    short_arch = any(arg.startswith("-a") for arg in command[1:])  # -a NAME, -aNAME
-    if "--arch" not in given and not short_arch:
-        return (
-            "fairseq-train needs --arch, the model to train (e.g. --user-dir fairseq_san --arch "
-            "transformer_san_small; --user-dir loads the plugin's models)"
-        )
     return None
+
+
+def missing_arch(command: List[str]) -> Optional[str]:
+    """Why fairseq-train cannot run ``command``, which names no ``--arch``: each rank printed
+    fairseq's traceback of a RuntimeError without a message (the plugin's own check of
+    fairseq-train's options runs only where ``--user-dir`` has loaded it); else None. (The
+    recipes check their user's arguments with ``command_arguments_problem`` alone: they add
+    ``--arch`` themselves.)"""
+    given = {arg.split("=", 1)[0] for arg in command[1:]}
+    if "--arch" in given or any(arg.startswith("-a") for arg in given):  # -a NAME, -aNAME
+        return None
+    return (
+        "fairseq-train needs --arch, the model to train (e.g. --user-dir fairseq_san --arch "
+        "transformer_san_small; --user-dir loads the plugin's models)"
+    )
 
 
 # The line each run's part of a rank's log begins with.
@@ -270,7 +278,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"and more than one per core only share them (slower, more memory); pass at most "
             f"{cores} (--update-freq trains the batch of more ranks)"
         )
-    problem = command_problem(command[0]) or command_arguments_problem(command)
+    problem = (
+        command_problem(command[0]) or command_arguments_problem(command) or missing_arch(command)
+    )
     if problem:
         parser.error(problem)
     if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):

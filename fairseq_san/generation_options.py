@@ -122,12 +122,17 @@ def unmet_constraints(max_len: int) -> UsageError:
     )
 
 
-def unfinished_prefix_ends(sentences: List[int], beam: int) -> UsageError:
-    """The error for sentences whose forced prefix holds the end of sentence (an empty target
-    with ``--prefix-size``; EOS before the source's length with ``--match-source-len``): above
-    beam 1 the search cannot finish them (at position 0 it ranks one row: one hypothesis ends,
-    the others stay at -inf), and fairseq's generator failed its assertion ``step < max_len``."""
-    return UsageError(
+class PrefixEndsUnfinished(UsageError):
+    """``unfinished_prefix_ends``'s error, which a task words again for the tokens it forces (a
+    language model's prompts) and for every such sentence of its batch."""
+
+
+def unfinished_prefix_ends(sentences: List[int], beam: int) -> PrefixEndsUnfinished:
+    """The error for sentences whose forced prefix begins with the end of sentence (an empty
+    target with ``--prefix-size``): above beam 1 the search cannot finish them (at position 0
+    it ranks one row: one hypothesis ends, the others stay at -inf; a later EOS ends every
+    hypothesis), and fairseq's generator failed its assertion ``step < max_len``."""
+    return PrefixEndsUnfinished(
         f"--prefix-size: the prefix of sentence {', '.join(map(str, sentences))} forces its end "
         f"(EOS), which beam search at --beam {beam} cannot finish: use --beam 1, or leave out "
         "sentences whose target is empty"

@@ -1230,12 +1230,13 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
     """fairseq-generate --prefix-size on a test set with an empty target (its prefix: EOS):
     above beam 1 neither generator can finish the sentence, fairseq's failed its assertion at
     max_len and the static decoder raised a RuntimeError, both tracebacks. One line naming the
-    sample; at beam 1 both decode it, alike."""
+    sample, not one whose prefix ends later (its whole target: the search finishes it); at beam
+    1 both decode it, alike."""
     model = build(dictionary=DICTIONARY, seed=1)[0]
     src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=1)
     sample = {"id": torch.tensor([3, 8]),
               "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
-    prefix = torch.tensor([[DICTIONARY.eos(), DICTIONARY.pad()], [7, 8]])
+    prefix = torch.tensor([[DICTIONARY.eos(), DICTIONARY.pad()], [7, DICTIONARY.eos()]])
     said = ("--prefix-size: the prefix of sentence 3 forces its end (EOS), which beam search at "
             "--beam 2 cannot finish: use --beam 1, or leave out sentences whose target is empty")
     for decoding in ("fairseq", "static"):
@@ -1318,6 +1319,28 @@ def test_searches_of_twice_the_beam_refuse_a_smaller_dictionary():
             with torch.no_grad():
                 decoded = task.inference_step(generator, [model], sample, **keywords)
             assert len(decoded) == 3 and all(decoded)
+
+
+def test_diverse_groups_must_divide_the_capped_beam_in_both_decoders():
+    """Both generators cap the beam at the target dictionary's entries but one (5 of 6): 2
+    groups divide --beam 6, not the 5 searched; fairseq's diverse search failed at the first
+    step with a message naming no number, the static decoder refused it in one line. The same
+    line from both; groups that divide both beams decode."""
+    task, model, sample = small_vocabulary_task()
+    for decoding in ("fairseq", "static"):
+        with pytest.raises(UsageError) as refused:
+            task.build_generator([model], generation_args(
+                san_decoding=decoding, beam=6, diverse_beam_groups=2))  # fmt: skip
+        assert str(refused.value) == (
+            "--beam 6, capped at 5 (the target dictionary's entries but one), is not a multiple "
+            "of --diverse-beam-groups 2: diverse beam search splits the beam into groups of "
+            "equal size"
+        )
+        generator = task.build_generator([model], generation_args(
+            san_decoding=decoding, beam=10, diverse_beam_groups=5))  # fmt: skip
+        with torch.no_grad():
+            decoded = task.inference_step(generator, [model], sample)
+        assert [len(hypos) for hypos in decoded] == [5, 5, 5]
 
 
 def test_ngram_blocking_that_leaves_no_token_before_min_len_is_one_line():

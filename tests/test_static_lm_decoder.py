@@ -4,6 +4,7 @@ the language modelling task calls it; the prompt prefilled in one pass; V-only c
 followers, none for KV followers; sampling restricted and seeded."""
 
 import itertools
+import logging
 from functools import partial
 from types import SimpleNamespace
 
@@ -652,6 +653,47 @@ def test_a_prompt_that_repeats_a_blocked_ngram_is_refused(decoder):
     generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=12,
                                     no_repeat_ngram_size=4)  # fmt: skip
     assert all(len(hypos) == 2 for hypos in task.inference_step(generator, [model], sample))
+
+
+@pytest.mark.parametrize("decoder", list(GENERATORS))
+def test_prompts_that_hold_the_end_of_sentence_are_named(decoder, caplog):
+    """fairseq-generate without --prefix-size prompts a language model with each whole sample,
+    which can hold sentence ends (the blocks of --sample-break-mode none; with --add-bos-token,
+    mode eos begins each sample with one): the search forces the EOS and ends the hypothesis
+    there, without a word; above beam 1 a prompt that begins with it failed, fairseq's generator
+    at its maximum length (a traceback), the static decoder naming --prefix-size, not given.
+    A warning (once a task) where they decode; one line naming the prompts that begin so."""
+    task, model = lm_task()
+    prefix = prompts((6, 6, 4), seed=1)
+    prefix[1, 3] = DICT.eos()
+    sample = {**sample_of(prefix), "id": torch.tensor([4, 7, 9])}
+    generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=12)
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
+        decoded = best_tokens(task.inference_step(generator, [model], sample))
+        task.inference_step(generator, [model], sample)
+    assert decoded[1] == prefix[1, :4].tolist()  # the prompt up to its EOS, nothing generated
+    whole = (
+        " (without --prefix-size, fairseq-generate prompts a language model with each whole "
+        "sample: with --add-bos-token, --sample-break-mode eos begins each with the end of the "
+        "sentence before it, and the blocks of the other modes hold sentence ends)"
+    )
+    assert [record.getMessage() for record in caplog.records] == [
+        f"the prompt of sample 7{whole} holds the end of sentence (EOS), which the search "
+        "forces: the hypothesis ends there, with no token generated; pass --prefix-size N to "
+        "prompt with each sample's first N target tokens (said of the first batch with such "
+        "prompts only)"
+    ]
+    prefix[2, 0] = DICT.eos()
+    sample = {**sample_of(prefix), "id": torch.tensor([4, 7, 9])}
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(generator, [model], sample)
+    assert str(refused.value) == (
+        f"the prompt of sample 9{whole} begins with the end of sentence (EOS), which beam search "
+        "at --beam 2 cannot finish: pass --prefix-size N to prompt with each sample's first N "
+        "target tokens (at --beam 1 the hypothesis ends at once, with no token generated)"
+    )
+    greedy = GENERATORS[decoder]([model], DICT, beam_size=1, max_len_b=12)
+    assert best_tokens(task.inference_step(greedy, [model], sample))[2] == [DICT.eos()]
 
 
 def test_a_sentence_to_score_may_fill_the_positions_that_a_prompt_may_not():

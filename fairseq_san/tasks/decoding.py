@@ -13,6 +13,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq.data import Dictionary
+from fairseq.search import DiverseBeamSearch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
@@ -21,8 +22,10 @@ from torch import Tensor
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.generation_options import (
+    check_diverse_beam_groups,
     check_search_numbers,
     exhausted_ngrams,
+    PrefixEndsUnfinished,
     unfinished_prefix_ends,
     unmet_constraints,
     whole_targets_forced,
@@ -57,6 +60,15 @@ def set_beam_sizes(models: Sequence, beam_size: int) -> None:
     for model in models:
         if hasattr(model, "set_beam_size"):
             model.set_beam_size(beam_size)
+
+
+def check_capped_beam_groups(generator: object, beam_asked: int) -> None:
+    """Refuse diverse beam search's groups where they do not divide the beam that fairseq's
+    generator capped (at the target dictionary's entries but one): its search failed at the
+    first step with a message naming no number; the static decoder checks the same."""
+    search = getattr(generator, "search", None)
+    if isinstance(search, DiverseBeamSearch):
+        check_diverse_beam_groups(generator.beam_size, search.num_groups, given=beam_asked)
 
 
 def applied_decoding(models: Sequence, asked: str) -> str:
@@ -251,8 +263,8 @@ class DecodingTask:
     # The device a static decoder decodes on where the model is not there yet, None where it is
     # (``TranslationSANTask.build_model``: fairseq-train's --eval-bleu generator).
     decoding_device: Optional[torch.device] = None
-    # Whether a batch's prefixes that force whole targets were named (once a task).
-    whole_targets_said: bool = False
+    # Whether a batch's forced tokens that hold the end of sentence were named (once a task).
+    forced_ends_said: bool = False
 
     def static_generator(self) -> Callable:
         """``build_static_generator`` or its language-model counterpart (imported when needed:
@@ -293,6 +305,7 @@ class DecodingTask:
             generator = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
+            check_capped_beam_groups(generator, getattr(args, "beam", 1))
             set_beam_sizes(models, getattr(generator, "beam_size", 1))
             logger.info(
                 "SAN decoding: %s (%s)", applied_decoding(models, decoding),
@@ -319,16 +332,16 @@ class DecodingTask:
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces; fairseq's
         generator's assertion at the maximum length, where constraints held the end of sentence
-        back, a forced prefix ended a sentence or n-gram blocking left no token, as one line
-        (``unmet_constraints``, ``unfinished_prefix_ends``, ``check_ngrams_left_tokens``); so
-        too sampling from no token. Prefixes that force whole targets (fairseq decodes them
-        as their references) are named in a warning, the first batch's."""
+        back, forced tokens began with it or n-gram blocking left no token, as one line
+        (``unmet_constraints``, ``forced_ends_refused``, ``check_ngrams_left_tokens``); so too
+        sampling from no token. Forced tokens that hold the end of sentence (the search ends
+        their hypotheses there) are named in a warning, the first batch's
+        (``forced_ends_warning``)."""
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
             start = self.start_token()
             check_forced_ngrams(forced, size, start, self.target_dictionary, sample.get("id"))
-        ended = self.prefix_ends(sample, prefix_tokens)
         try:
             hypotheses = super().inference_step(
                 generator, models, sample, prefix_tokens, constraints
@@ -341,27 +354,52 @@ class DecodingTask:
                 raise
             if constraints is not None:
                 raise unmet_constraints(int(at_max_len.group(1))) from None
-            if ended:
-                raise unfinished_prefix_ends(ended, getattr(generator, "beam_size", 1)) from None
+            self.check_forced_starts(generator, sample, forced, prefix_tokens)
             check_ngrams_left_tokens(generator)
+            raise
+        except PrefixEndsUnfinished:  # the static search's own check, worded by the task
+            self.check_forced_starts(generator, sample, forced, prefix_tokens)
             raise
         except RuntimeError as error:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
                 check_ngrams_left_tokens(generator)
             raise
-        if ended and not self.whole_targets_said:
-            logger.warning(whole_targets_forced(ended))
-            self.whole_targets_said = True
+        ended = self.rows_with_eos(sample, forced)
+        if ended and not self.forced_ends_said:
+            logger.warning(self.forced_ends_warning(ended, prefix_tokens))
+            self.forced_ends_said = True
         return hypotheses
 
-    def prefix_ends(self, sample: dict, prefix_tokens: Optional[Tensor]) -> List[int]:
-        """The ids of the sentences whose forced prefix holds the end of sentence."""
-        if prefix_tokens is None:
+    def check_forced_starts(
+        self, generator, sample: dict, forced: Optional[Tensor], prefix_tokens: Optional[Tensor]
+    ) -> None:
+        """Refuse the batch's sentences whose forced tokens begin with the end of sentence,
+        which the search (above beam 1) cannot finish (``forced_ends_refused``)."""
+        started = self.rows_with_eos(sample, None if forced is None else forced[:, :1])
+        if started:
+            beam = getattr(generator, "beam_size", 1)
+            raise self.forced_ends_refused(started, beam, prefix_tokens) from None
+
+    def rows_with_eos(self, sample: dict, tokens: Optional[Tensor]) -> List[int]:
+        """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""
+        if tokens is None:
             return []
-        ends = prefix_tokens.eq(self.target_dictionary.eos()).any(dim=1)
+        ends = tokens.eq(self.target_dictionary.eos()).any(dim=1)
         ids = sample.get("id")
         rows = ends.nonzero().view(-1)
         return (ids[rows] if ids is not None else rows).tolist()
+
+    def forced_ends_refused(
+        self, sentences: List[int], beam: int, prefix_tokens: Optional[Tensor]
+    ) -> UsageError:
+        """The error for ``sentences`` whose forced tokens begin with the end of sentence: here
+        ``--prefix-size``'s, of an empty target (``unfinished_prefix_ends``)."""
+        return unfinished_prefix_ends(sentences, beam)
+
+    def forced_ends_warning(self, sentences: List[int], prefix_tokens: Optional[Tensor]) -> str:
+        """The warning for ``sentences`` whose forced tokens hold the end of sentence: here
+        ``--prefix-size``'s, of a whole target (``whole_targets_forced``)."""
+        return whole_targets_forced(sentences)
 
     def forced_tokens(self, sample: dict, prefix_tokens: Optional[Tensor]) -> Optional[Tensor]:
         """The tokens the generator forces after the start token, padded on the right:

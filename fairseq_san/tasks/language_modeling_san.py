@@ -68,6 +68,26 @@ def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool
     )
 
 
+def prompts_of(sentences: List[int], whole_samples: bool) -> str:
+    """The prompts of ``sentences``, and where fairseq-generate's come from (``whole_samples``:
+    no ``--prefix-size``) and why they can hold the end of sentence."""
+    said = f"the prompt of sample {', '.join(map(str, sentences))}"
+    if not whole_samples:
+        return said
+    return (
+        f"{said} (without --prefix-size, fairseq-generate prompts a language model with each "
+        "whole sample: with --add-bos-token, --sample-break-mode eos begins each with the end of "
+        "the sentence before it, and the blocks of the other modes hold sentence ends)"
+    )
+
+
+def remedy(whole_samples: bool) -> str:
+    """How to prompt without the end of sentence."""
+    if whole_samples:
+        return "pass --prefix-size N to prompt with each sample's first N target tokens"
+    return "leave the end-of-sentence symbol out of the prompt"
+
+
 @register_task("language_modeling_san", dataclass=LanguageModelingSANConfig)
 class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModelingTask):
     """``language_modeling`` with the attention analysis of ``--san-analysis-dir`` and
@@ -165,6 +185,32 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
             whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
             check_room(tokens, generator, width, whole_samples)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def forced_ends_refused(
+        self, sentences: List[int], beam: int, prefix_tokens: Optional[Tensor]
+    ) -> UsageError:
+        """``--prefix-size``'s error, or the prompts' (which fairseq's generator failed at its
+        maximum length, a traceback)."""
+        if prefix_tokens is not None:
+            return super().forced_ends_refused(sentences, beam, prefix_tokens)
+        whole_samples = not self.typed_prompts
+        return UsageError(
+            f"{prompts_of(sentences, whole_samples)} begins with the end of sentence (EOS), "
+            f"which beam search at --beam {beam} cannot finish: {remedy(whole_samples)} (at "
+            "--beam 1 the hypothesis ends at once, with no token generated)"
+        )
+
+    def forced_ends_warning(self, sentences: List[int], prefix_tokens: Optional[Tensor]) -> str:
+        """``--prefix-size``'s warning, or the prompts' (the search forces their end of
+        sentence and ends the hypothesis there: fairseq's output lacked a word why)."""
+        if prefix_tokens is not None:
+            return super().forced_ends_warning(sentences, prefix_tokens)
+        whole_samples = not self.typed_prompts
+        return (
+            f"{prompts_of(sentences, whole_samples)} holds the end of sentence (EOS), which the "
+            "search forces: the hypothesis ends there, with no token generated; "
+            f"{remedy(whole_samples)} (said of the first batch with such prompts only)"
+        )
 
     def start_token(self) -> int:
         """The token before each prompt (the ``bos_token`` of fairseq's ``inference_step``)."""

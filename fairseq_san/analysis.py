@@ -8,7 +8,6 @@ files it writes); the JS itself is ``fairseq_san.js``.
 
 import contextlib
 import json
-import logging
 import os
 import tempfile
 from typing import Dict, List, Optional, Tuple
@@ -22,8 +21,6 @@ from fairseq_san.errors import UsageError
 from fairseq_san.js import PairwiseJS
 from fairseq_san.modules.shared_attention import unfused_static_kv
 from fairseq_san.policy import KIND_MODULES, KIND_TABLE, KINDS
-
-logger = logging.getLogger(__name__)
 
 
 def attention_modules(model: nn.Module) -> Dict[str, Optional[List[MultiheadAttention]]]:

@@ -42,7 +42,6 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
-    DECODER_OPTION_NAMES,
     REFINEMENT_OPTIONS,
     DecodingTask,
     check_generation_args,
@@ -246,7 +245,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         if isinstance(self.task, DecodingTask):
             return
         for key, value in keywords.items():
-            if key in DECODER_OPTION_NAMES and options.OPTIONS[key].is_set(value):
+            if key in options.DECODER_OPTION_NAMES and options.OPTIONS[key].is_set(value):
                 plugin_task = (
                     "language_modeling_san"
                     if isinstance(self.task, LanguageModelingTask)

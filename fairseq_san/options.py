@@ -208,6 +208,10 @@ ANALYSIS_OPTIONS = (
     ),
 )
 
+# The options a task's generator reads from the generation config (the hub's keywords, a
+# benchmark system's overrides).
+DECODER_OPTION_NAMES = tuple(option.name for option in DECODER_OPTIONS)
+
 OPTIONS: Dict[str, Option] = {
     option.name: option
     for option in MODEL_OPTIONS + (SELF_SHARE,) + DECODER_OPTIONS + ANALYSIS_OPTIONS

@@ -302,13 +302,14 @@ def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
 
 
 def permutation_interval(
-    system: Sequence[float], baseline: Sequence[float], level: float = 0.95
+    system: Sequence[float], baseline: Sequence[float]
 ) -> Optional[List[float]]:
     """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
-    the system's scores minus d are not rejected against the baseline's at 1 - ``level``: the
-    permutation test's confidence interval for the difference of means. None when no shift can
-    be rejected (too few seeds: 2 against 2 give 6 splits, p never below 1/3)."""
-    alpha = 1 - level
+    the system's scores minus d are not rejected against the baseline's at 0.05: the
+    permutation test's 95% confidence interval for the difference of means (``interval_95``).
+    None when no shift can be rejected (too few seeds: 2 against 2 give 6 splits, p never below
+    1/3)."""
+    alpha = 0.05
     splits = math.comb(len(system) + len(baseline), len(system))
     # Far from the observed difference only its own split (and its mirror, for equal sizes) is
     # as extreme: the smallest p the test can give.

@@ -129,6 +129,85 @@ def test_eval_lm_refuses_another_add_bos_token_than_the_models(trained, task):
     )
 
 
+def test_validate_and_the_hub_refuse_another_add_bos_token_than_the_models(trained):
+    """fairseq-validate gives its command line to the checkpoint as overrides, the hub its
+    keywords: the model's options took --add-bos-token with the task's, so the model's check
+    found them equal, and the samples were scored after a start token the model never saw
+    (another perplexity, without a word)."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-validate", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--valid-subset", "test",
+        "--max-tokens", "500", "--cpu", "--add-bos-token", "--tokens-per-sample", "15",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: the model was trained without --add-bos-token, and this command's "
+        "task has it (the commands that load a language model build their task from their own "
+        "command line): drop --add-bos-token"
+    )
+    with pytest.raises(UsageError) as refused:
+        TransformerLMSANModel.from_pretrained(
+            str(checkpoints["san"].parent), "checkpoint_last.pt", str(data), add_bos_token=True
+        )
+    assert str(refused.value) == (
+        "add_bos_token=True (from --model-overrides or a keyword argument): the model was "
+        "trained without --add-bos-token, and would be fed its samples after a start token it "
+        "never saw: leave add_bos_token out"
+    )
+
+
+def test_a_start_token_takes_a_position_of_its_own(trained, tmp_path):
+    """--add-bos-token puts a start token before each sample after fairseq measured it: a block
+    of --sample-break-mode none as long as the positions (the model's default: the sample size)
+    failed training with learned positions (IndexError), and eval-lm's check let such samples
+    through. The model takes a position more for it; the checks count it. The model learned to
+    predict the start token after itself (fairseq's dataset): generating from it is warned."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.tokens_per_sample import check_tokens_per_sample
+    from fairseq_san.tasks.language_modeling_san import START_TOKEN_GENERATED
+
+    data, _ = trained
+    bos = ["--add-bos-token", "--sample-break-mode", "none", "--decoder-learned-pos"]
+    argv = lm_train_argv(data, tmp_path / "bos", *bos, max_update=2)
+    trained_bos = run_cli("fairseq-train", *argv)
+    assert trained_bos.returncode == 0, trained_bos.stderr[-3000:]
+
+    def eval_bos(tokens: int):
+        return run_cli(
+            "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
+            str(tmp_path / "bos" / "checkpoint_last.pt"), "--gen-subset", "test", "--cpu",
+            "--add-bos-token", "--sample-break-mode", "none", "--tokens-per-sample", str(tokens),
+        )  # fmt: skip
+
+    assert eval_bos(16).returncode == 0
+    interactive = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(tmp_path / "bos" / "checkpoint_last.pt"),
+        "--add-bos-token", "--tokens-per-sample", "16", "--cpu", "--max-len-b", "8",
+        input="tok1 tok2\n",
+    )  # fmt: skip
+    assert interactive.returncode == 0, interactive.stderr[-3000:]
+    assert START_TOKEN_GENERATED in interactive.stderr  # what the model learned, said
+    refused = eval_bos(17)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "pass --tokens-per-sample 16 or fewer (the position of --add-bos-token's start token is "
+        "one of the model's)"
+    )
+    with pytest.raises(UsageError) as too_long:
+        check_tokens_per_sample(16, 16, start=1)
+    assert str(too_long.value) == (
+        "--tokens-per-sample 16 and --add-bos-token's start token (17 in all) is more than "
+        "--max-target-positions 16, the model's positions: no sample that long fits the model; "
+        "lower --tokens-per-sample to at most 15, or leave --max-target-positions out (it then "
+        "follows --tokens-per-sample)"
+    )
+
+
 def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
     """16 tokens a sample, 8 of them context: every sample fits the model's 16 positions."""
     result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "16")

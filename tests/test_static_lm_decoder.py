@@ -696,6 +696,36 @@ def test_prompts_that_hold_the_end_of_sentence_are_named(decoder, caplog):
     assert best_tokens(task.inference_step(greedy, [model], sample))[2] == [DICT.eos()]
 
 
+@pytest.mark.parametrize("decoder", list(GENERATORS))
+def test_a_prompt_that_begins_with_the_end_of_sentence_beside_others_is_one_line(decoder):
+    """Blocks of --sample-break-mode none hold sentence ends, and the first begins with one:
+    where the others' ends come later, fairseq's generator failed at that first forced EOS with
+    a message-less AssertionError (its traceback), not at its maximum length. One line naming
+    the prompt that begins with it."""
+    task, model = lm_task()
+    prefix = prompts((12, 12), seed=1)
+    prefix[0, 0] = prefix[0, 5] = prefix[1, 3] = DICT.eos()
+    sample = {**sample_of(prefix), "id": torch.tensor([4, 7])}
+    generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=14)
+    with pytest.raises(UsageError, match="^the prompt of sample 4 .* begins with the end of"):
+        task.inference_step(generator, [model], sample)
+
+
+def test_scoring_the_targets_warns_of_no_forced_end(caplog):
+    """--score-reference scores each sample whole and forces nothing: the warning that a
+    prompt's end of sentence ends its hypothesis was printed for every such run."""
+    from fairseq.sequence_scorer import SequenceScorer
+
+    task, model = lm_task()
+    prefix = prompts((6, 6), seed=1)
+    prefix[1, 3] = DICT.eos()
+    sample = {**sample_of(prefix), "target": prefix.clone(), "id": torch.tensor([4, 7])}
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
+        scored = task.inference_step(SequenceScorer(DICT), [model], sample)
+    assert [len(hypos) for hypos in scored] == [1, 1]
+    assert not caplog.records
+
+
 def test_a_sentence_to_score_may_fill_the_positions_that_a_prompt_may_not():
     """The hub's ``score`` builds a scorer, then the dataset of its sentences: one of 15 tokens
     (16 positions with its start token) was refused as a prompt that left no position to

@@ -33,11 +33,6 @@ CTRANSLATE2_ROW = re.compile(r"\(CTranslate2 \w+\)$")
 STATIC = options.STATIC
 DECODERS = (FAIRSEQ, STATIC)
 
-# System override keys of the decoder's options (translation_san's ``--san-decoding`` and
-# ``--san-decoder-precision``). ``san_decoding`` static (or the deprecated ``san_decoder``) and
-# the precision choose the generator: the benchmark takes them out of the overrides before
-# fairseq loads the checkpoint; the other decodings are the model's own.
-GENERATION_KEYS = tuple(option.name for option in options.DECODER_OPTIONS)
 
 # Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
 PRECISION_LABELS = {
@@ -67,7 +62,9 @@ class SystemSpec:
     """``NAME=CKPT[:OVERRIDES_JSON]`` from the command line.
 
     ``overrides`` holds model options (given to fairseq when it loads the checkpoint) and the
-    GENERATION_KEYS (the decoder and its precision, given to the generator).
+    decoder's options (``options.DECODER_OPTION_NAMES``: ``san_decoding`` static, or the
+    deprecated ``san_decoder``, and the precision choose the generator, and are taken out of the
+    overrides before fairseq loads the checkpoint; the other decodings are the model's own).
     """
 
     name: str
@@ -77,7 +74,8 @@ class SystemSpec:
     @property
     def model_overrides(self) -> Dict:
         """The overrides fairseq applies to the model: all but the generator's."""
-        overrides = {k: v for k, v in self.overrides.items() if k not in GENERATION_KEYS}
+        decoder = options.DECODER_OPTION_NAMES
+        overrides = {k: v for k, v in self.overrides.items() if k not in decoder}
         if self.overrides.get(options.DECODING.name) in options.MODEL_DECODINGS:
             overrides[options.DECODING.name] = self.overrides[options.DECODING.name]
         return overrides
@@ -104,7 +102,7 @@ class SystemSpec:
         unread on a legacy argparse namespace), so a typo would silently decode the wrong system.
         """
         what = f"system {self.name}: override of {self.checkpoint}"
-        keys = set(valid) | set(GENERATION_KEYS)
+        keys = set(valid) | set(options.DECODER_OPTION_NAMES)
         san = "san_policy" in valid  # a transformer_san checkpoint: every option of the plugin
         if san:
             keys |= set(options.option_names())

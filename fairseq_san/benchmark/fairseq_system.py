@@ -23,13 +23,13 @@ from fairseq.dataclass.configs import GenerationConfig
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, monolingual_data
-from fairseq_san.benchmark.config import GENERATION_KEYS, precision_label
+from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.policy import load_policy
-from fairseq_san.options import DECODER_EXECUTION
+from fairseq_san.options import DECODER_EXECUTION, DECODER_OPTION_NAMES
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding import StaticDecoderError
@@ -57,7 +57,7 @@ def check_no_generation_options(spec: SystemSpec, cfg) -> None:
                 f"system {spec.name}: override {key!r} is a generation option, which the "
                 "benchmark sets for every system alike (--beams, --lenpen, --max-len-a, "
                 "--max-len-b, ...): the overrides take the model's options and "
-                f"{', '.join(GENERATION_KEYS)}"
+                f"{', '.join(DECODER_OPTION_NAMES)}"
             )
 
 

@@ -24,7 +24,6 @@ can hang.
 """
 
 import importlib.util
-import logging
 import multiprocessing
 import os
 import sys
@@ -39,7 +38,6 @@ from fairseq_san.benchmark.ctranslate2_system import CTRANSLATE2_MISSING, ctrans
 from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.fairseq_system import FairseqSystem
 
-logger = logging.getLogger("fairseq_san.benchmark")
 # How the other end of a pipe going away shows: end of file, or the connection reset.
 PIPE_GONE = (EOFError, ConnectionResetError, BrokenPipeError)
 

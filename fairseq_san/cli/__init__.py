@@ -9,6 +9,9 @@ from typing import Callable, TypeVar
 
 Result = TypeVar("Result")
 
+# fairseq's log format, for the commands with a progress log (fairseq-san-bench, -average).
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+
 
 def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Result]:
     """``main`` of a command that prints its results, ending quietly when the program reading

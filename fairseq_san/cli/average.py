@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san import files
-from fairseq_san.cli import positive_int
+from fairseq_san.cli import LOG_FORMAT, positive_int
 from fairseq_san.errors import UsageError, first_line, repeated
 from fairseq_san.files import input_at
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
 
 PROG = "fairseq-san-average"
 logger = logging.getLogger(__name__)
-LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # as fairseq-san-bench's
 
 # The checkpoints a folder holds, as fairseq names them (the regexes of its script); group 1 is
 # the number that orders them.

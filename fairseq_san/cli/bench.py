@@ -25,6 +25,7 @@ import sys
 from typing import Dict, List, Optional
 
 from fairseq_san import options
+from fairseq_san.cli import LOG_FORMAT
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import parse_system
 
@@ -181,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except ValueError as err:
         parser.error(str(err))
     logging.basicConfig(
-        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        format=LOG_FORMAT,
         level=logging.INFO,
         stream=sys.stderr,
     )

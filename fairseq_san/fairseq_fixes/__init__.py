@@ -15,7 +15,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   plugin's models are checked against it: a key nothing reads, a value its option cannot take,
   an unregistered component, a name for a group or the model that fairseq would ignore, or a
   switch to a component without the group's options is refused (fairseq ignored or failed on
-  them);
+  them), and so is a language model's ``add_bos_token`` unlike its training (fairseq-validate's
+  command line, the hub's keyword: another perplexity, silently);
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
@@ -43,7 +44,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and fairseq-eval-lm samples longer than the model's positions, the context window included,
-  or a ``--context-window`` that leaves nothing of them to score;
+  or a ``--context-window`` that leaves nothing of them to score; its samples' sizes count
+  ``--add-bos-token``'s start token (a sample as long as the positions was one too long);
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
   ``--shard-id`` name (it translated the whole subset in every shard);
 * ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks

@@ -327,6 +327,22 @@ def check_names(cfg: DictConfig, overrides: Dict[str, Any], source: str) -> None
             check_group_name(cfg, key, value, source)
 
 
+def check_bos_override(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse an ``add_bos_token`` unlike the language model's training. fairseq sets it on the
+    model's options and the task's alike, which the model's own check then finds equal
+    (``option_checks.check_bos_token``): fairseq-validate, whose overrides are its command line
+    (``--add-bos-token`` given or not), and the hub's keyword scored the samples with another
+    start token than the model learned with (another perplexity), without a word."""
+    from fairseq_san.models.option_checks import bos_token_unlike_training
+
+    trained = getattr(model_cfg, "add_bos_token", None)
+    given = overrides.get("add_bos_token")
+    if trained is None or given is None or bool(trained) == bool(given):
+        return
+    command_line = "path" in overrides  # fairseq-validate's (``given_overrides``)
+    raise bos_token_unlike_training(bool(trained), "" if command_line else source)
+
+
 def check_overrides(
     cfg: DictConfig, overrides: Dict[str, Any], source: str = OVERRIDE_SOURCE
 ) -> None:
@@ -355,6 +371,7 @@ def check_overrides(
         if key in own and key not in options.OPTIONS:
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
     check_names(cfg, overrides, source)
+    check_bos_override(model_cfg, overrides, source)
 
 
 def forget_training_decoding(cfg: DictConfig) -> None:

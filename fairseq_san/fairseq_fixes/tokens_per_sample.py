@@ -19,6 +19,11 @@ task, so a window as large as the sample size was refused naming a size the user
 ``--tokens-per-sample 0`` for ``--context-window 8 --tokens-per-sample 8`` (and -4 for a window
 of 4 beside a size of 0).
 
+With ``--add-bos-token`` each sample is fed after a start token that its size leaves out: a
+sample as long as the model's positions passed every check and was one token too long for them
+(an ``IndexError`` with learned positions, in training, fairseq-validate and fairseq-eval-lm).
+The sizes now count it, and so does the check of ``--tokens-per-sample``.
+
 ``install()`` wraps ``LanguageModelingTask.__init__`` so that the task refuses either in one line
 naming both options (``UsageError``) before any data is read, and
 ``LanguageModelingTask.eval_lm_dataloader`` so that fairseq-eval-lm refuses samples longer than
@@ -37,18 +42,25 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 
-def check_tokens_per_sample(tokens: int, positions: Optional[int]) -> None:
-    """Refuse ``--tokens-per-sample`` ``tokens`` below 1 or above ``--max-target-positions``
-    ``positions`` (None: not given, the model then takes ``tokens`` as its positions)."""
+def check_tokens_per_sample(tokens: int, positions: Optional[int], start: int = 0) -> None:
+    """Refuse ``--tokens-per-sample`` ``tokens`` below 1 or, after ``start`` start tokens (1 with
+    ``--add-bos-token``), above ``--max-target-positions`` ``positions`` (None: not given, the
+    model then takes ``tokens`` as its positions, and one more for a start token)."""
     if tokens < 1:
         raise UsageError(f"--tokens-per-sample {tokens}: must be at least 1")
-    if positions is not None and tokens > positions:
+    if positions is not None and tokens + start > positions:
+        with_start = f" and --add-bos-token's start token ({tokens + start} in all)" * start
         raise UsageError(
-            f"--tokens-per-sample {tokens} is more than --max-target-positions {positions}, the "
-            "model's positions: no sample that long fits the model; lower --tokens-per-sample to "
-            f"at most {positions}, or leave --max-target-positions out (it then follows "
-            "--tokens-per-sample)"
+            f"--tokens-per-sample {tokens}{with_start} is more than --max-target-positions "
+            f"{positions}, the model's positions: no sample that long fits the model; lower "
+            f"--tokens-per-sample to at most {positions - start}, or leave "
+            "--max-target-positions out (it then follows --tokens-per-sample)"
         )
+
+
+def start_tokens(task_cfg: object) -> int:
+    """The tokens before each sample that its size leaves out: 1 with ``--add-bos-token``."""
+    return int(bool(getattr(task_cfg, "add_bos_token", False)))
 
 
 def _checking(init: Callable) -> Callable:
@@ -56,17 +68,21 @@ def _checking(init: Callable) -> Callable:
 
     @functools.wraps(init)
     def wrapper(self, args, *rest, **kwargs):
-        check_tokens_per_sample(args.tokens_per_sample, getattr(args, "max_target_positions", None))
+        positions = getattr(args, "max_target_positions", None)
+        check_tokens_per_sample(args.tokens_per_sample, positions, start_tokens(args))
         init(self, args, *rest, **kwargs)
 
     return wrapper
 
 
-def check_context_window(window: int, tokens: int, positions: Optional[int]) -> None:
-    """Refuse fairseq-eval-lm's ``--tokens-per-sample`` ``tokens`` below 1 or above
-    ``--max-target-positions`` ``positions`` (a sample with its context is that long), or a
-    ``--context-window`` ``window`` that leaves none of them to score, naming the sizes given."""
-    check_tokens_per_sample(tokens, positions)
+def check_context_window(
+    window: int, tokens: int, positions: Optional[int], start: int = 0
+) -> None:
+    """Refuse fairseq-eval-lm's ``--tokens-per-sample`` ``tokens`` below 1 or, after ``start``
+    start tokens, above ``--max-target-positions`` ``positions`` (a sample with its context is
+    that long), or a ``--context-window`` ``window`` that leaves none of them to score, naming
+    the sizes given."""
+    check_tokens_per_sample(tokens, positions, start)
     if window < 0:  # fairseq reads it as no context
         raise UsageError(f"--context-window {window}: it must be 0 (no context) or more")
     if window >= tokens:
@@ -89,20 +105,27 @@ def _checking_window(main: Callable) -> Callable:
             cfg = convert_namespace_to_omegaconf(cfg)
         task = cfg.task
         positions = getattr(task, "max_target_positions", None)
-        check_context_window(cfg.eval_lm.context_window, task.tokens_per_sample, positions)
+        window = cfg.eval_lm.context_window
+        check_context_window(window, task.tokens_per_sample, positions, start_tokens(task))
         return main(cfg, **kwargs)
 
     return wrapper
 
 
 def check_samples_fit(
-    dataset, positions: object, break_mode: str, context_window: int = 0, block: int = 0
+    dataset,
+    positions: object,
+    break_mode: str,
+    context_window: int = 0,
+    block: int = 0,
+    start: int = 0,
 ) -> None:
     """Refuse samples of ``dataset`` longer than the model's ``positions`` (an int for a language
     model), which fairseq-eval-lm would skip; ``break_mode`` is ``--sample-break-mode``. With a
     ``--context-window`` C a sample is fed after up to C tokens of the ones before it, no more than
     fill ``block`` + C (``block``: ``--tokens-per-sample`` after eval-lm took C from it;
-    ``LMContextWindowDataset``): positions fairseq never checks."""
+    ``LMContextWindowDataset``): positions fairseq never checks. ``start``: the start tokens
+    that the sizes count (``_sized_with_start_tokens``), for the message."""
     if not isinstance(positions, int) or not hasattr(dataset, "sizes"):
         return
     sizes = np.asarray(dataset.sizes)
@@ -114,7 +137,7 @@ def check_samples_fit(
     raise UsageError(
         f"{longer} of the {len(dataset)} samples are longer than the model's {positions} "
         f"positions{context_said(context_window)}, and fairseq-eval-lm would skip them (the "
-        f"perplexity of the rest): {samples_fix(positions, break_mode, context_window)}"
+        f"perplexity of the rest): {samples_fix(positions, break_mode, context_window, start)}"
     )
 
 
@@ -125,15 +148,19 @@ def context_said(context_window: int) -> str:
     return f" with the --context-window {context_window} tokens of context before each"
 
 
-def samples_fix(positions: int, break_mode: str, context_window: int) -> str:
-    """What makes every sample fit ``positions``, for ``check_samples_fit``'s message."""
+def samples_fix(positions: int, break_mode: str, context_window: int, start: int = 0) -> str:
+    """What makes every sample fit ``positions``, for ``check_samples_fit``'s message; ``start``:
+    the start tokens before each sample (``start_tokens``), which its size counts."""
+    block = positions - start
     if break_mode == "eos":  # a sample is one sentence
         fix = "with --sample-break-mode eos a sample is a sentence: pass --sample-break-mode none"
-        fix += f" (blocks of --tokens-per-sample, at most {positions})"
+        fix += f" (blocks of --tokens-per-sample, at most {block})"
         return fix + (", or a smaller --context-window" if context_window else "")
-    fix = f"pass --tokens-per-sample {positions} or fewer ("
+    fix = f"pass --tokens-per-sample {block} or fewer ("
     if context_window:
         return fix + "with --context-window, it counts the context)"
+    if start:
+        return fix + "the position of --add-bos-token's start token is one of the model's)"
     return fix + "its default, 1024, is for models with as many positions)"
 
 
@@ -144,7 +171,8 @@ def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
     def wrapper(self, dataset, *args, max_positions=None, context_window=0, **kwargs):
         break_mode = getattr(self.args, "sample_break_mode", None)
         block = self.args.tokens_per_sample
-        check_samples_fit(dataset, max_positions, break_mode, context_window, block)
+        start = start_tokens(self.args)
+        check_samples_fit(dataset, max_positions, break_mode, context_window, block, start)
         return eval_lm_dataloader(
             self, dataset, *args, max_positions=max_positions, context_window=context_window,
             **kwargs,
@@ -153,13 +181,33 @@ def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
     return wrapper
 
 
+def _sized_with_start_tokens(load_dataset: Callable) -> Callable:
+    """The task's ``load_dataset``, its samples' sizes counting ``--add-bos-token``'s start token,
+    which fairseq's ``MonolingualDataset`` puts before each sample after it measured them: every
+    check of sizes against the model's positions (training's filter, fairseq-validate's refusal,
+    ``check_samples_fit``) let through a sample as long as the positions, one token too long
+    (``IndexError`` with learned positions; sinusoidal ones extended themselves silently)."""
+
+    @functools.wraps(load_dataset)
+    def wrapper(self, split, *args, **kwargs):
+        loaded = load_dataset(self, split, *args, **kwargs)
+        start = start_tokens(self.args)
+        if start and split in self.datasets:
+            self.datasets[split].sizes = np.asarray(self.datasets[split].sizes) + start
+        return loaded
+
+    return wrapper
+
+
 def install() -> None:
     """Check the language-modelling task's sample size when it is set up, fairseq-eval-lm's
-    samples against the model's positions, and its context window when it runs (idempotent)."""
+    samples against the model's positions, and its context window when it runs; count the start
+    token in the sizes of the samples it loads (idempotent)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     wrap_once(LanguageModelingTask, "__init__", _checking)
     wrap_once(LanguageModelingTask, "eval_lm_dataloader", _checking_samples)
+    wrap_once(LanguageModelingTask, "load_dataset", _sized_with_start_tokens)
     eval_lm = running_command("fairseq_cli.eval_lm")
     if getattr(eval_lm, "main", None) is not None:
         wrap_once(eval_lm, "main", _checking_window)

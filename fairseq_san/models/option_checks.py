@@ -101,7 +101,20 @@ def check_bos_token(args: argparse.Namespace, task: FairseqTask) -> None:
     given = getattr(task_cfg, "add_bos_token", None)
     if trained is None or given is None or bool(trained) == bool(given):
         return
-    raise UsageError(
+    raise bos_token_unlike_training(bool(trained))
+
+
+def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:
+    """The error for a language model loaded with another ``--add-bos-token`` than ``trained``
+    with: by the command line, or by ``override`` (where it says so, an override's source)."""
+    if override:
+        fed = "without the start token it learned with" if trained else "after a start token"
+        return UsageError(
+            f"add_bos_token={not trained} {override}: the model was trained "
+            f"{'with' if trained else 'without'} --add-bos-token, and would be fed its samples "
+            f"{fed}{'' if trained else ' it never saw'}: leave add_bos_token out"
+        )
+    return UsageError(
         f"the model was trained {'with' if trained else 'without'} --add-bos-token, and this "
         f"command's task {'lacks' if trained else 'has'} it (the commands that load a language "
         f"model build their task from their own command line): "

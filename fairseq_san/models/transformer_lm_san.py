@@ -62,6 +62,16 @@ SHARES = {
 }
 
 
+def positions_for_start_token(args: argparse.Namespace) -> None:
+    """One position more than ``--tokens-per-sample`` where ``--add-bos-token`` puts a start token
+    before each sample and ``--max-target-positions`` is not given: fairseq's language model then
+    takes the sample size as its positions, and a full block (``--sample-break-mode none``) was
+    one token too long for them (an ``IndexError`` in training with learned positions)."""
+    given = getattr(args, "max_target_positions", None)
+    if given is None and getattr(args, "add_bos_token", False):
+        args.max_target_positions = args.tokens_per_sample + 1
+
+
 @register_model("transformer_lm_san")
 class TransformerLMSANModel(SANModel, TransformerLanguageModel):
     """A decoder-only language model whose adjacent layers share attention weights or K/V."""
@@ -83,6 +93,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         check_analysis_task(args, task, needed="language_modeling_san")
         check_decoder_overrides(args, task, options.LM_DECODING, "language_modeling_san")
         lm_san_base_architecture(args)
+        positions_for_start_token(args)
         layers_to_keep_as_text(args)
         record_training_pruning(args)
         check_attention_heads(args, ("decoder",))

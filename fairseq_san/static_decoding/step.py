@@ -59,7 +59,7 @@ Shared = Dict[str, Union[Tuple[Tensor, Tensor], int]]
 # in the processor's cache (docs/results/cpu-yardstick/log-probs-2026-12-01).
 LOG_PROBS_BLOCK_BYTES = 1 << 20
 
-FULL, LEADER = AttentionRole.FULL, AttentionRole.LEADER
+LEADER = AttentionRole.LEADER
 WEIGHTS, CONTEXT = AttentionRole.WEIGHTS, AttentionRole.CONTEXT
 KEYS_VALUES = AttentionRole.KEYS_VALUES
 

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 import torch
 from fairseq.data import Dictionary
 from fairseq.search import DiverseBeamSearch
+from fairseq.sequence_scorer import SequenceScorer
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
@@ -48,9 +49,6 @@ class StaticDecoderConfig(FairseqDataclass):
         options.DECODER_EXECUTION
     )
 
-
-# The options a task's generator reads from the generation config (the hub's keywords).
-DECODER_OPTION_NAMES = tuple(option.name for option in options.DECODER_OPTIONS)
 
 
 def set_beam_sizes(models: Sequence, beam_size: int) -> None:
@@ -99,7 +97,7 @@ def check_generation_keys(
 ) -> None:
     """Refuse a key that names no generation option (``where`` says what it was given as),
     naming the nearest; a plugin option that is not a decoder's with ``misplaced``'s words."""
-    known = set(GenerationConfig.__dataclass_fields__) | set(DECODER_OPTION_NAMES)
+    known = set(GenerationConfig.__dataclass_fields__) | set(options.DECODER_OPTION_NAMES)
     for key in keys:
         if key in options.OPTIONS and key not in known:
             raise UsageError(misplaced(options.OPTIONS[key]))
@@ -334,9 +332,13 @@ class DecodingTask:
         generator's assertion at the maximum length, where constraints held the end of sentence
         back, forced tokens began with it or n-gram blocking left no token, as one line
         (``unmet_constraints``, ``forced_ends_refused``, ``check_ngrams_left_tokens``); so too
-        sampling from no token. Forced tokens that hold the end of sentence (the search ends
-        their hypotheses there) are named in a warning, the first batch's
-        (``forced_ends_warning``)."""
+        its message-less assertion at the first forced token (rows of a batch whose forced
+        tokens begin with the end of sentence beside rows whose do not) and sampling from no
+        token. Forced tokens that hold the end of sentence (the search ends their hypotheses
+        there) are named in a warning, the first batch's (``forced_ends_warning``); not where
+        ``--score-reference`` scores the targets, which forces nothing."""
+        if isinstance(generator, SequenceScorer):
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
@@ -350,12 +352,12 @@ class DecodingTask:
             if is_min_len_assertion(error):
                 raise min_len_above_max_len(generator) from None
             at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
-            if at_max_len is None:
-                raise
-            if constraints is not None:
+            if at_max_len is not None and constraints is not None:
                 raise unmet_constraints(int(at_max_len.group(1))) from None
+            # at the maximum length, or (a message-less assertion) at the first forced token
             self.check_forced_starts(generator, sample, forced, prefix_tokens)
-            check_ngrams_left_tokens(generator)
+            if at_max_len is not None:
+                check_ngrams_left_tokens(generator)
             raise
         except PrefixEndsUnfinished:  # the static search's own check, worded by the task
             self.check_forced_starts(generator, sample, forced, prefix_tokens)

@@ -16,6 +16,7 @@ before decoding, and so is one that leaves no room for a generated token under `
 hub's ``score``) needs no room after it: it is refused only when the positions do not hold it.
 """
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -35,6 +36,19 @@ from fairseq_san.tasks.attention_analysis import (
     check_analysis_options,
 )
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig
+
+
+logger = logging.getLogger(__name__)
+
+# fairseq's MonolingualDataset puts --add-bos-token's start token before each sample's target as
+# well as before its input: the model learns the start token after the start token.
+START_TOKEN_GENERATED = (
+    "this language model was trained with --add-bos-token: fairseq's dataset puts the start "
+    "token <s> before each sample's targets too, so the model learned to predict <s> after <s>; "
+    "a prompt's first token is scored where the model expects <s> (low), an empty prompt "
+    "generates <s> over and over (printed as nothing), and fairseq-generate's --prefix-size N "
+    "forces the target's <s> and its first N - 1 tokens"
+)
 
 
 @dataclass
@@ -101,6 +115,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.cfg = args
         self.scoring = False  # whether the last generator built scores (``build_generator``)
         self.typed_prompts = False  # whether prompts come from build_dataset_for_inference
+        self.start_token_said = False  # whether START_TOKEN_GENERATED was logged
         self.start_analysis()
 
     def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
@@ -151,6 +166,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         check_no_alignment(getattr(args, "print_alignment", None))
         generator = super().build_generator(models, args, *rest, **keywords)
         self.scoring = isinstance(generator, SequenceScorer)
+        if not self.scoring and self.args.add_bos_token and not self.start_token_said:
+            logger.warning(START_TOKEN_GENERATED)
+            self.start_token_said = True
         return generator
 
     def build_dataset_for_inference(

@@ -50,7 +50,6 @@ class StaticDecoderConfig(FairseqDataclass):
     )
 
 
-
 def set_beam_sizes(models: Sequence, beam_size: int) -> None:
     """Tell each model the generator's beam, 1 included: fairseq's SequenceGenerator does only
     above 1, so a model that decoded with beam k before (the hub, the benchmark) would keep k,

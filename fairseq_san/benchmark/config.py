@@ -33,7 +33,6 @@ CTRANSLATE2_ROW = re.compile(r"\(CTranslate2 \w+\)$")
 STATIC = options.STATIC
 DECODERS = (FAIRSEQ, STATIC)
 
-
 # Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
 PRECISION_LABELS = {
     "float32": "fp32",

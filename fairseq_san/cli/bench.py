@@ -25,9 +25,9 @@ import sys
 from typing import Dict, List, Optional
 
 from fairseq_san import options
-from fairseq_san.cli import LOG_FORMAT
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import parse_system
+from fairseq_san.cli import LOG_FORMAT
 
 PROG = "fairseq-san-bench"
 

@@ -108,11 +108,14 @@ def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:
     """The error for a language model loaded with another ``--add-bos-token`` than ``trained``
     with: by the command line, or by ``override`` (where it says so, an override's source)."""
     if override:
-        fed = "without the start token it learned with" if trained else "after a start token"
+        fed = (
+            "without the start token it learned with" if trained
+            else "after a start token it never saw"
+        )  # fmt: skip
         return UsageError(
             f"add_bos_token={not trained} {override}: the model was trained "
             f"{'with' if trained else 'without'} --add-bos-token, and would be fed its samples "
-            f"{fed}{'' if trained else ' it never saw'}: leave add_bos_token out"
+            f"{fed}: leave add_bos_token out"
         )
     return UsageError(
         f"the model was trained {'with' if trained else 'without'} --add-bos-token, and this "

@@ -33,6 +33,12 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def name_of(flag: str) -> str:
+    """The option (argparse's dest, a config field) of a command-line flag: ``--max-len-a`` ->
+    ``max_len_a`` (``flag_of``'s inverse)."""
+    return flag[2:].replace("-", "_")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its name (``san_x`` is the flag ``--san-x``), help, default and choices.

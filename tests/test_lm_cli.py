@@ -272,6 +272,24 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
     )
 
 
+@pytest.mark.parametrize("buffer", [[], ["--buffer-size", "2", "--batch-size", "2"]])
+def test_interactive_names_a_prompt_by_its_output_number(trained, buffer):
+    """fairseq-interactive numbers its output across buffers (S-2 for the third line), each
+    buffer's dataset from 0: the warning of a prompt that holds EOS named the third line
+    "sample 0" at the default --buffer-size 1."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
+        "--max-len-b", "8", *buffer, input="tok1 tok2\ntok2 tok3\ntok1 </s> tok2\n",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [line[:4] for line in result.stdout.splitlines() if line.startswith("S-")] == [
+        "S-0\t", "S-1\t", "S-2\t"
+    ]
+    assert "the prompt of sample 2 holds the end of sentence (EOS)" in result.stderr
+
+
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
     """Both decoders printed the prompt cut to --max-len-b tokens as the hypothesis. A typed

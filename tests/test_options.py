@@ -26,6 +26,17 @@ def warn_again(monkeypatch):
     monkeypatch.setattr(options, "_warned", set())
 
 
+def test_a_flag_and_its_option_name_are_each_others_inverse():
+    """argparse's dest of each plugin flag is the option's name (what ``name_of`` reads)."""
+    for model in (TransformerSANModel, TransformerLMSANModel):
+        parser = argparse.ArgumentParser(add_help=False)
+        model.add_args(parser)
+        for action in parser._actions:
+            assert options.name_of(options.flag_of(action.dest)) == action.dest
+            assert options.flag_of(action.dest) in action.option_strings
+    assert options.name_of("--max-len-a") == "max_len_a"
+
+
 def test_option_names_are_the_model_flags_and_the_task_fields():
     """What the throwaway parser used to find: every ``san_*`` flag and task field (translation
     and language model), and no more."""

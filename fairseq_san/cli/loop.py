@@ -68,6 +68,7 @@ from fairseq_san.loop.run_record import check_values, start_run
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import model_kinds, write_summary
 from fairseq_san.loop.train_log import train_log_table
+from fairseq_san.options import name_of
 from fairseq_san.policy import KINDS, format_policy, load_policy
 
 
@@ -106,7 +107,7 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
     run records ``--lm`` and its own options (a translation run's record has neither)."""
     options: Dict[str, object] = {"--lm": True} if args.lm else {}
     for option in RUN_OPTIONS + (LM_RUN_OPTIONS if args.lm else ()):
-        value = getattr(args, option[2:].replace("-", "_"))
+        value = getattr(args, name_of(option))
         if option in ("--data", "--valid-ref") and value:
             value = os.path.abspath(value)
         options[option] = None if value == "" else value

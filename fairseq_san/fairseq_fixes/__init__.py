@@ -21,7 +21,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
 * ``interactive_input``: fairseq-interactive's input that is not UTF-8 is one line naming it,
-  also on standard input (where the locale may turn it into unknown words);
+  also on standard input (where the locale may turn it into unknown words); the plugin's
+  messages name its sentences as its output numbers them (S-N);
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);

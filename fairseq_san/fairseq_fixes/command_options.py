@@ -83,6 +83,7 @@ from fairseq_san.options import (
     OPTIONS,
     Option,
     flag_of,
+    name_of,
 )
 
 # Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
@@ -170,10 +171,9 @@ def refuse_unrecognized(
                 raise UsageError(
                     f"{parser.prog} has no option {flag}: it is an option of "
                     f"{' or '.join(owners)}, set when the model is trained; a checkpoint takes "
-                    f"another value with --model-overrides \"{{'{flag[2:].replace('-', '_')}': "
-                    "VALUE}\""
+                    f"another value with --model-overrides \"{{'{name_of(flag)}': VALUE}}\""
                 )
-            here = f"{option} {getattr(args, option[2:], None)}"
+            here = f"{option} {getattr(args, name_of(option), None)}"
             raise UsageError(
                 f"{parser.prog} {here} has no option {flag}: it is an option of "
                 f"{' or '.join(owners)}"

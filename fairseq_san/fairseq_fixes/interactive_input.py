@@ -12,10 +12,17 @@ The plugin cannot see the input earlier (fairseq reads it, for any ``--task``), 
 fairseq-interactive is the running command: standard input is switched to strict UTF-8 and a
 decoding error becomes one line naming the input (a gzip-compressed file said as such: it was
 "byte 0x8b", with advice to convert from latin1).
+
+fairseq-interactive numbers its output across buffers (``S-N``: the lines read before the
+buffer, plus the id in the buffer's batches), and gives the task samples without ids: the
+plugin's messages named a sentence by its row in the batch ("sample 0" for every line at the
+default ``--buffer-size 1``). ``install()`` also wraps ``make_batches``, which tells a plugin
+task (a ``DecodingTask``) the ids of each batch as the output numbers them.
 """
 
 import functools
 import sys
+import weakref
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
@@ -56,8 +63,29 @@ def strict_utf8(buffered_read):
     return wrapper
 
 
+def numbered_across_buffers(make_batches):
+    """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
+    each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
+    buffers before ``lines``."""
+    lines_before = weakref.WeakKeyDictionary()  # task -> its lines in the buffers before
+
+    @functools.wraps(make_batches)
+    def wrapper(lines, cfg, task, *rest, **keywords):
+        numbered = hasattr(task, "interactive_ids")
+        before = lines_before.get(task, 0)
+        for batch in make_batches(lines, cfg, task, *rest, **keywords):
+            if numbered:
+                task.interactive_ids = batch.ids + before
+            yield batch
+        lines_before[task] = before + len(lines)
+
+    return wrapper
+
+
 def install() -> None:
-    """Wrap fairseq-interactive's ``buffered_read`` when that command runs (idempotent)."""
+    """Wrap fairseq-interactive's ``buffered_read`` and ``make_batches`` when that command runs
+    (idempotent)."""
     interactive = running_command("fairseq_cli.interactive")
     if getattr(interactive, "buffered_read", None) is not None:
         wrap_once(interactive, "buffered_read", strict_utf8)
+        wrap_once(interactive, "make_batches", numbered_across_buffers)

@@ -24,7 +24,7 @@ from typing import Dict, List, NoReturn, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.loop.run_record import binarized_pair, is_count
-from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE
+from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, name_of
 
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
@@ -278,12 +278,12 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     parser = recipe_parser(recipe)
     args = parser.parse_args(own)
     for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
-        if getattr(args, flag[2:].replace("-", "_")) == "":
+        if getattr(args, name_of(flag)) == "":
             parser.error(f"{flag} is empty: name a folder")
     check_not_emptied(recipe, args)
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
-        value = getattr(args, option.flag[2:].replace("-", "_"))
+        value = getattr(args, name_of(option.flag))
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
     batch_size = values.get("DECODE_BATCH_SIZE")
     if batch_size is not None and not re.fullmatch(r"[1-9][0-9]*", batch_size):

@@ -262,6 +262,9 @@ class DecodingTask:
     decoding_device: Optional[torch.device] = None
     # Whether a batch's forced tokens that hold the end of sentence were named (once a task).
     forced_ends_said: bool = False
+    # fairseq-interactive's ids of the batch it decodes, as its output numbers them (S-N): the
+    # samples it builds hold none (set by ``fairseq_fixes.interactive_input``).
+    interactive_ids: Optional[Tensor] = None
 
     def static_generator(self) -> Callable:
         """``build_static_generator`` or its language-model counterpart (imported when needed:
@@ -341,8 +344,8 @@ class DecodingTask:
         forced = self.forced_tokens(sample, prefix_tokens)
         if forced is not None:
             size = blocked_ngram_size(generator)
-            start = self.start_token()
-            check_forced_ngrams(forced, size, start, self.target_dictionary, sample.get("id"))
+            start, ids = self.start_token(), self.output_ids(sample)
+            check_forced_ngrams(forced, size, start, self.target_dictionary, ids)
         try:
             hypotheses = super().inference_step(
                 generator, models, sample, prefix_tokens, constraints
@@ -386,9 +389,14 @@ class DecodingTask:
         if tokens is None:
             return []
         ends = tokens.eq(self.target_dictionary.eos()).any(dim=1)
-        ids = sample.get("id")
+        ids = self.output_ids(sample)
         rows = ends.nonzero().view(-1)
         return (ids[rows] if ids is not None else rows).tolist()
+
+    def output_ids(self, sample: dict) -> Optional[Tensor]:
+        """The sample's sentence ids as the command's output numbers them (fairseq-interactive's
+        samples hold none: ``interactive_ids``), None where they are not known."""
+        return sample.get("id", self.interactive_ids)
 
     def forced_ends_refused(
         self, sentences: List[int], beam: int, prefix_tokens: Optional[Tensor]

@@ -239,6 +239,16 @@ def write_js(directory: Path, steps: int, **kinds) -> str:
     return str(directory)
 
 
+def plot_js_refusal(argv: List[str], capsys) -> str:
+    """The last line of fairseq-san-plot-js's usage error (exit status 2) for ``argv``."""
+    from fairseq_san.cli.plot_js import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
 @pytest.mark.parametrize(
     "other, described",
     [
@@ -257,16 +267,12 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
     """A translation model's analysis and a language model's were drawn as one Self-Attention
     curve ("2 checkpoints"): analyses of models of other kinds of attention or layer counts
     (what fairseq-san-policy refuses to average) are one line naming both."""
-    from fairseq_san.cli.plot_js import main
-
     first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
     later = write_js(tmp_path / "a-later", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
     mixed = write_js(tmp_path / "b", 30, **other)
     output = tmp_path / "mix.png"
-    with pytest.raises(SystemExit) as stopped:
-        main([first, later, mixed, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
+    argv = [first, later, mixed, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
+    assert plot_js_refusal(argv, capsys) == (
         f"fairseq-san-plot-js: error: {first}/js.json (decoder_self 6 layers, decoder_encdec 6 "
         f"layers, encoder_self 2 layers) and {mixed}/js.json ({described}) are analyses of "
         "different models: plot the checkpoints of one model"
@@ -276,14 +282,10 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
 
 def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
     """"L4 vs L4" was drawn, a flat line at 0."""
-    from fairseq_san.cli.plot_js import main
-
     first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
     output = tmp_path / "fig5.png"
-    with pytest.raises(SystemExit) as stopped:
-        main([first, "-o", str(output), "--reference-layer", "4", "--layers", "4", "5"])
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
+    argv = [first, "-o", str(output), "--reference-layer", "4", "--layers", "4", "5"]
+    assert plot_js_refusal(argv, capsys) == (
         "fairseq-san-plot-js: error: --layers 4 is the --reference-layer: its JS with itself is "
         "0; give the other layers"
     )
@@ -293,15 +295,21 @@ def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
 @pytest.mark.parametrize("steps", [-5, "10", None, True])
 def test_plot_js_refuses_an_analysis_without_training_steps(tmp_path, capsys, steps):
     """-5 was drawn at step -5 (of a count that starts at 0)."""
-    from fairseq_san.cli.plot_js import main
-
     first = write_js(tmp_path / "a", steps, decoder_self=6, decoder_encdec=6, encoder_self=2)
-    with pytest.raises(SystemExit) as stopped:
-        main([first, "-o", str(tmp_path / "fig5.png")])
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
+    assert plot_js_refusal([first, "-o", str(tmp_path / "fig5.png")], capsys) == (
         f'fairseq-san-plot-js: error: "{first}/js.json" has no training steps ("num_updates": '
         f"{steps!r})"
+    )
+
+
+def test_plot_js_names_a_default_layer_a_smaller_model_lacks(tmp_path, capsys):
+    """The defaults are the paper's six layers: a three-layer model's analyses were refused for
+    "layer 4", which the user never gave."""
+    first = write_js(tmp_path / "a", 10, decoder_self=3, decoder_encdec=3, encoder_self=2)
+    assert plot_js_refusal([first, "-o", str(tmp_path / "fig5.png")], capsys) == (
+        f"fairseq-san-plot-js: error: --reference-layer: layer 4 (the default) is out of range: "
+        f"decoder_self in {first}/js.json has 3 layers (1..3); give --reference-layer and "
+        "--layers among them"
     )
 
 
@@ -316,10 +324,8 @@ def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
     main([f"{first}/js.json", later, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote {output} (2 checkpoints)"
-    with pytest.raises(SystemExit) as stopped:
-        main([first, str(tmp_path / "c" / "js.json"), "-o", str(output)])
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
+    argv = [first, str(tmp_path / "c" / "js.json"), "-o", str(output)]
+    assert plot_js_refusal(argv, capsys) == (
         f'fairseq-san-plot-js: error: "{tmp_path}/c/js.json" not found: give an analysis folder '
         f"or its js.json (fairseq-validate --task translation_san --san-analysis-dir "
         f"{tmp_path}/c writes them)"
@@ -333,7 +339,11 @@ def test_plot_js_errors(runs, tmp_path):
         "fairseq-san-plot-js", str(runs["small"]), "-o", str(output), "--layers", "5", "7"
     )
     assert bad_layer.returncode == 2
-    assert "layer 7 is out of range" in bad_layer.stderr and "1..6" in bad_layer.stderr
+    assert bad_layer.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-plot-js: error: --layers: layer 7 is out of range: decoder_self in "
+        f"{runs['small']}/js.json has 6 layers (1..6); give --reference-layer and --layers among "
+        "them"
+    )
     missing = run_cli("fairseq-san-plot-js", str(tmp_path / "nowhere"), "-o", str(output))
     assert missing.returncode == 2 and "js.json" in missing.stderr and "not found" in missing.stderr
     assert not output.exists()
@@ -399,7 +409,22 @@ def analysed_batch(model, analysis) -> tuple:
     sample = {"id": torch.arange(3), "net_input": net_input}
     rows = analysis.rows(sample)
     task = SimpleNamespace(src_dict=dictionary, tgt_dict=dictionary)  # what analysis_masks reads
-    return capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows)
+    return capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows, model)
+
+
+def test_cross_self_attention_keeps_the_source_keys_of_a_saved_sentence():
+    """With --cross-self-attention the decoder's self-attention attends over the source, then
+    the target: saving a sentence's weights failed (an IndexError: the target's mask taken as the
+    keys' mask)."""
+    from fairseq_san.analysis import LayerAnalysis
+
+    model, _ = build(["--cross-self-attention"])
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=3)
+    analysis.add_masked(*analysed_batch(model, analysis))
+    saved = analysis.saved["decoder_self"]
+    assert saved[1].shape[-2:] == (3, 3 + 3)  # 3 target queries; 3 source and 3 target keys
+    assert saved[0].shape[-2:] == (6, 6 + 6)  # (the source's EOS counted)
+    assert np.allclose(saved[1].sum(-1), 1, atol=1e-5)  # no key of the padding left out
 
 
 def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):

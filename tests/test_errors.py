@@ -10,6 +10,7 @@ import argparse
 import gzip
 import importlib.util
 import json
+import logging
 import os
 import re
 import shlex
@@ -796,6 +797,21 @@ def analysis_task(tmp_path: Path):
     return TranslationSANTask(config, make_dictionary(), make_dictionary())
 
 
+def test_analysis_of_a_checkpoint_trained_with_eval_bleu_leaves_the_bleu_out(tmp_path, caplog):
+    """fairseq-validate keeps the checkpoint's task, whose --eval-bleu built a generator with
+    the model, which the analysis refused ("a command that decodes"): the learn-to-share loop
+    stopped at the analysis of any run trained with --eval-bleu."""
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    config = TranslationSANConfig(data=str(tmp_path), san_analysis_dir=str(tmp_path / "js"),
+                                  eval_bleu=True, eval_bleu_args='{"beam": 2}')  # fmt: skip
+    task = TranslationSANTask(config, make_dictionary(), make_dictionary())
+    with caplog.at_level(logging.INFO, logger="fairseq_san.tasks.attention_analysis"):
+        task.build_model(parse_args("transformer_san", TINY))
+    assert not task.cfg.eval_bleu and not hasattr(task, "sequence_generator")
+    assert "the checkpoint's --eval-bleu left out (no BLEU computed)" in caplog.text
+
+
 def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
     from fairseq_san.errors import UsageError
 
@@ -824,9 +840,11 @@ def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
         (["--bf16", "--eval-bleu-args", '{"san_decoding": "static", "san_decoder_precision": '
           '"int8"}'], "--san-decoder-precision int8 for --eval-bleu with --bf16: fairseq-train"),
         (["--fp16", "--san-decoding", "static"], None),  # decodes the half-precision model
+        (["--memory-efficient-fp16", "--san-decoding", "static", "--san-decoder-precision",
+          "int8"], "--san-decoder-precision int8 for --eval-bleu with --memory-efficient-fp16: "),
     ],
     ids=["not JSON", "not an object", "misspelt", "model option", "good", "fp16 and bf16",
-         "bf16 and int8 in the args", "fp16 alone"],
+         "bf16 and int8 in the args", "fp16 alone", "the flag given named"],
 )  # fmt: skip
 def test_eval_bleu_options_are_checked_as_fairseq_train_parses_them(options, said):
     """fairseq-train read them with json.loads (a traceback) and set each key of
@@ -2770,6 +2788,30 @@ def test_a_task_dict_in_the_overrides_that_drops_the_analysis_flags_is_refused(
     fixed = run_cli("fairseq-validate", *argv, "--model-overrides", override)
     assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
     assert json.loads((analysis / "js.json").read_text())["sentences"] == 30
+
+
+def test_a_binarized_subset_of_no_sentence_is_named(tmp_path):
+    """fairseq-preprocess writes an empty .bin for an input of no lines, which numpy cannot map:
+    every command loading it ended in "ValueError: cannot mmap an empty file" (no file named)."""
+    import numpy as np
+    from fairseq.data import data_utils, indexed_dataset
+
+    from fairseq_san.errors import UsageError
+
+    prefix = str(tmp_path / "test.en-de.en")
+    indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16).finalize(
+        prefix + ".idx"
+    )
+    with pytest.raises(UsageError) as refused:
+        data_utils.load_indexed_dataset(prefix, make_dictionary(), "mmap")
+    assert str(refused.value) == (
+        f"{prefix}.bin holds no sentence (fairseq-preprocess wrote it from an empty file): give "
+        "that subset sentences, or name another (--valid-subset, --gen-subset)"
+    )
+    builder = indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    builder.add_item(torch.tensor([5, 2]))
+    builder.finalize(prefix + ".idx")
+    assert len(data_utils.load_indexed_dataset(prefix, make_dictionary(), "mmap")) == 1
 
 
 @pytest.mark.parametrize(

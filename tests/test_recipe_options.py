@@ -129,6 +129,14 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
     (LOOP, ["--task=translation"], "--task after --: the recipe sets it itself "
      "(translation_san, which its analysis and scoring need), and fairseq would take the value "
      "after -- instead, unrecorded: leave it out"),
+    (LOOP, ["--cross-self-attention"], "--cross-self-attention after --: fairseq-train refuses "
+     "it beside sharing decoder self-attention, which the loop learns (iteration 0 would train, "
+     "then iteration 1 stop at its policy): leave it out"),
+    (LOOP, ["--encoder-layerdrop", "0.2"], "--encoder-layerdrop after --: fairseq-train refuses "
+     "it beside sharing the encoder's attention"),
+    (LM_LOOP, ["--decoder-layerdrop=0.1", "--seed", "2"], "--decoder-layerdrop after --"),
+    (LM_LOOP, ["--checkpoint-activations"], "--checkpoint-activations after --: fairseq-train "
+     "refuses it beside sharing any attention"),
 ])  # fmt: skip
 def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     recipe, given, message, tmp_path
@@ -146,6 +154,8 @@ def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     assert list(tmp_path.iterdir()) == []
     allowed = parse_recipe_args(recipe, ["--data", "d", "--run-dir", "r", "--", "--seed", "2"])
     assert allowed[1] == ["--seed", "2"]
+    no_drop = ["--data", "d", "--run-dir", "r", "--", "--decoder-layerdrop", "0", "--seed", "2"]
+    assert parse_recipe_args(recipe, no_drop)[1] == no_drop[5:]  # LayerDrop 0 drops nothing
 
 
 def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):

@@ -1452,6 +1452,24 @@ def test_summary_counts_tied_embeddings_saved_as_copies_once(tmp_path):
     assert row["parameters"] == 10 * 4 + 8 * 4
 
 
+def test_summary_shows_no_loss_of_a_checkpoint_chosen_by_bleu(tmp_path):
+    """With --best-checkpoint-metric bleu fairseq stores the best BLEU where the summary read the
+    best validation loss: loop.md showed a valid loss of 0.040 (a BLEU of 0.04)."""
+    iteration = iteration_with_checkpoint(tmp_path / "run")
+    checkpoint = iteration / "checkpoints" / "checkpoint_best.pt"
+    state = torch.load(checkpoint)
+    state["cfg"] = {"checkpoint": {"best_checkpoint_metric": "bleu"}}
+    torch.save(state, checkpoint)
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = read_json(tmp_path / "run" / "loop.json")
+    assert row["valid_loss"] is None and row["num_updates"] == 10
+    state["cfg"] = {"checkpoint": {"best_checkpoint_metric": "loss"}}
+    torch.save(state, checkpoint)
+    assert run_cli("fairseq-san-loop", "summary", str(tmp_path / "run")).returncode == 0
+    assert read_json(tmp_path / "run" / "loop.json")[0]["valid_loss"] == 6.25
+
+
 def test_summary_of_a_distributed_training_checkpoint(tmp_path):
     """fairseq stores previous_training_time as a tensor after distributed training
     (trainer._cumulative_training_time = all-reduced total / world size); loop.json must still

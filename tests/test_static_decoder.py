@@ -1199,6 +1199,20 @@ def task():
     return TranslationSANTask(TranslationSANConfig(), DICTIONARY, DICTIONARY)
 
 
+@pytest.mark.parametrize("half, said", [(False, "fp32"),
+                                         (True, "fp32: the model's own, float16")])  # fmt: skip
+def test_the_log_names_the_half_precision_a_model_decodes_in(task, half, said, caplog):
+    """After fairseq-generate's --fp16 (the model converted to float16) the static decoder
+    decodes in float16, whose sums differ from fairseq's: the log said "precision fp32"."""
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    model = model.half() if half else model
+    with caplog.at_level(logging.INFO, logger="fairseq_san.tasks.decoding"):
+        task.build_generator([model], generation_args(san_decoding="static"))
+    assert f"SAN decoding: static (StaticSequenceGenerator, precision {said}, execution " in (
+        caplog.text
+    )
+
+
 def test_a_prefix_that_repeats_a_blocked_ngram_is_refused(task):
     """fairseq-generate --prefix-size with --no-repeat-ngram-size: a prefix that repeats an
     n-gram (the start token counts) had its forced token blocked, and fairseq's generator failed
@@ -1703,6 +1717,39 @@ def test_a_fused_language_model_with_fewer_learned_positions_decodes_as_fairseq(
     with torch.no_grad():
         expected = SequenceGenerator([model], dictionary, **settings).generate([model], batch)
     assert {len(hypothesis["tokens"]) for n_best in expected for hypothesis in n_best} == {2}
+    ours = StaticSequenceGenerator([model], dictionary, execution=execution, **settings)
+    assert_same_hypotheses(expected, ours.generate([model], batch))
+
+
+@pytest.mark.parametrize("execution", ["eager", "fixed"])
+def test_outputs_stop_at_a_fused_language_models_positions(execution, caplog):
+    """Outputs that would run past the fused language model's 8 learned positions (its model
+    never ends a sentence): fairseq caps the output at the translation model's positions only,
+    and both decoders failed with an IndexError at the language model's ninth position. Capped
+    at its positions now, as fairseq caps them at the translation model's, and said."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    dictionary = make_dictionary()
+    model = build([], dictionary=dictionary, seed=1)[0]
+    with torch.no_grad():  # one output vector, far from EOS's: no sentence ends
+        last_norm = model.decoder.layers[-1].final_layer_norm
+        last_norm.weight.zero_()
+        seeded = torch.Generator().manual_seed(0)
+        last_norm.bias.copy_(torch.randn(last_norm.bias.numel(), generator=seeded))
+        model.decoder.output_projection.weight[dictionary.eos()] = -100 * last_norm.bias
+    language_model = build_lm(["--decoder-learned-pos", "--tokens-per-sample", "8"],
+                              dictionary=dictionary, seed=4)[0]  # fmt: skip
+    src_tokens, src_lengths = source_batch(dictionary, [4, 6], seed=1)
+    batch = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    settings = dict(beam_size=2, max_len_b=200, lm_model=language_model, lm_weight=0.5)
+    with caplog.at_level(logging.INFO, logger="fairseq_san.fairseq_fixes.lm_fusion"), \
+            torch.no_grad():  # fmt: skip
+        expected = SequenceGenerator([model], dictionary, **settings).generate([model], batch)
+    assert {len(hypothesis["tokens"]) for n_best in expected for hypothesis in n_best} == {8}
+    assert caplog.messages == [
+        "--lm-path: the language model has 8 positions, fewer than the 1024 the translation "
+        "allows: outputs are at most 7 tokens"
+    ]
     ours = StaticSequenceGenerator([model], dictionary, execution=execution, **settings)
     assert_same_hypotheses(expected, ours.generate([model], batch))
 

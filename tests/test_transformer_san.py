@@ -393,6 +393,8 @@ def test_no_policy_is_stored_as_explicit_nulls():
          "decoder_self sharing cannot be combined with --decoder-layers-to-keep: pruning layers"),
         (["--san-encoder-self-policy", "2", "--encoder-layers-to-keep", "0"],
          "encoder_self sharing cannot be combined with --encoder-layers-to-keep: pruning layers"),
+        (["--san-decoder-self-policy", "1,1,1,1,1,1", "--decoder-layers-to-keep", "0,2,4"],
+         "decoder_self sharing cannot be combined with --decoder-layers-to-keep: pruning layers"),
         (["--arch", "transformer_aan_small", "--cross-self-attention"],  # the architecture's AAN
          "--cross-self-attention cannot be combined with --arch transformer_aan_small"),
         (AAN + ["--cross-self-attention"],
@@ -530,11 +532,15 @@ def test_an_aan_architecture_is_told_by_what_it_sets_not_by_its_name(monkeypatch
 @pytest.mark.parametrize(
     "argv",
     [["--san-decoder-self-policy", "2,4", "--encoder-layerdrop", "0.2"],
-     ["--san-encoder-self-policy", "2", "--decoder-layerdrop", "0.2"]],
+     ["--san-encoder-self-policy", "2", "--decoder-layerdrop", "0.2"],
+     ["--san-encoder-self-policy", "1,1", "--encoder-layerdrop", "0.2"],
+     ["--san-decoder-self-policy", "1,1,1,1,1,1", "--checkpoint-activations"],
+     ["--san-decoder-encdec-policy", "1,1,1,1,1,1", "--decoder-layerdrop", "0.2"]],
 )  # fmt: skip
 def test_layerdrop_of_the_other_stack_goes_with_sharing(argv):
     """LayerDrop skips layers of its own stack only: the other stack's blocks keep their first
-    layer (it was refused, 'LayerDrop may skip the first layer of a block')."""
+    layer (it was refused, 'LayerDrop may skip the first layer of a block'). A policy of one-layer
+    blocks (what a theta near ln 2 learns) shares nothing: it was refused as sharing."""
     build(argv, dictionary=DICT)
 
 
@@ -700,3 +706,18 @@ def test_no_repeat_ngram_size_blocks_repeated_bigrams_without_the_cuda_extension
 
     assert sum(repeats()) > 0  # the model repeats bigrams: the blocking has something to do
     assert repeats(no_repeat_ngram_size=2) == [0] * 16
+
+
+def test_sampling_takes_no_output_from_a_row_blocking_left_no_token():
+    """At the maximum length fairseq's generator forces the end of sentence on every row, also
+    on hypotheses that sampled it before and go on, ignored; n-gram blocking takes it away where
+    the n-gram it ends repeats theirs, and Sampling.step failed in torch's multinomial for the
+    whole batch ("invalid multinomial distribution"). Such a row draws EOS, scored -inf."""
+    from fairseq.search import Sampling
+
+    torch.manual_seed(0)
+    lprobs = torch.log_softmax(torch.randn(2, 3, len(DICT)), dim=-1)
+    lprobs[1, 2] = -math.inf  # sentence 1's third hypothesis: no token left
+    drawn, tokens, beams = Sampling(DICT).step(2, lprobs, torch.zeros(2, 3, 4))
+    assert tokens[1, 2] == DICT.eos() and drawn[1, 2] == -math.inf
+    assert int(drawn.isfinite().sum()) == 5 and beams.tolist() == [[0, 1, 2]] * 2

@@ -20,6 +20,9 @@ from fairseq_san.errors import repeated
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
 
+# The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
+DEFAULT_REFERENCE, DEFAULT_LAYERS = 4, (5, 6)
+
 
 class PlotError(ValueError):
     """Bad input to the plot; the message names the file or flag."""
@@ -38,12 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="PNG", help="figure to write")
     parser.add_argument(
-        "--reference-layer", type=int, default=4, metavar="L",
-        help="layer the others are compared with, from 1 (default: 4)",
+        "--reference-layer", type=int, default=DEFAULT_REFERENCE, metavar="L",
+        help=f"layer the others are compared with, from 1 (default: {DEFAULT_REFERENCE})",
     )  # fmt: skip
     parser.add_argument(
-        "--layers", type=int, nargs="+", default=[5, 6], metavar="L",
-        help="layers to plot, from 1 (default: 5 6)",
+        "--layers", type=int, nargs="+", default=list(DEFAULT_LAYERS), metavar="L",
+        help=f"layers to plot, from 1 (default: {' '.join(map(str, DEFAULT_LAYERS))})",
     )  # fmt: skip
     return parser
 
@@ -66,11 +69,17 @@ def read_analysis(path: str) -> dict:
     return data
 
 
-def _check_layers(layers: List[int], size: int, kind: str, path: str) -> None:
-    for layer in layers:
+def check_layers(reference: int, layers: List[int], size: int, kind: str, path: str) -> None:
+    """PlotError naming the option (and whether it is the default, the paper's six layers)
+    whose layer ``kind``'s matrix in ``path``, of ``size`` layers, lacks."""
+    asked = [("--reference-layer", reference, reference == DEFAULT_REFERENCE)]
+    asked += [("--layers", layer, tuple(layers) == DEFAULT_LAYERS) for layer in layers]
+    for flag, layer, default in asked:
         if not 1 <= layer <= size:
             raise PlotError(
-                f"layer {layer} is out of range: {kind} in {path} has {size} layers (1..{size})"
+                f"{flag}: layer {layer}{' (the default)' if default else ''} is out of range: "
+                f"{kind} in {path} has {size} layers (1..{size}); give --reference-layer and "
+                "--layers among them"
             )
 
 
@@ -151,7 +160,7 @@ def curves(
             matrix = data.get(kind)
             if matrix is None:
                 continue
-            _check_layers([reference, *layers], len(matrix), kind, path)
+            check_layers(reference, layers, len(matrix), kind, path)
             for layer in layers:
                 series[layer].append((data["num_updates"], float(matrix[reference - 1][layer - 1])))
         panels[kind] = series if any(series.values()) else None

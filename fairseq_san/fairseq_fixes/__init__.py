@@ -20,6 +20,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
+* ``empty_subsets``: a binarized subset of no sentence is one line naming its file (numpy's
+  "cannot mmap an empty file" traceback);
 * ``interactive_input``: fairseq-interactive's input that is not UTF-8 is one line naming it,
   also on standard input (where the locale may turn it into unknown words); the plugin's
   messages name its sentences as its output numbers them (S-N);
@@ -56,7 +58,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``diverse_beam_search``: ``--diverse-beam-groups`` looks its groups' overlap up by the batch's
   positions (it took sentence ids for them: an IndexError at the second step of most batches);
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
-  extension (it blocked nothing);
+  extension (it blocked nothing), and ``--sampling`` beside it draws no output from a hypothesis
+  left no token (its end of sentence blocked at the maximum length: a multinomial error);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -71,6 +74,7 @@ from fairseq_san.fairseq_fixes import (
     command_options,
     dictionary_files,
     diverse_beam_search,
+    empty_subsets,
     generation_shards,
     half_precision,
     interactive_input,
@@ -90,9 +94,10 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
-    interactive_input, clean_exit, restore_file, resumed_training, checkpoint_copies,
-    shared_checkpoints, half_precision, command_options, tokens_per_sample, generation_shards,
-    dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking, one_line_errors,
+    empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
+    checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
+    generation_shards, dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking,
+    one_line_errors,
 )
 
 

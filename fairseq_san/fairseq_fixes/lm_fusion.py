@@ -6,13 +6,19 @@ of the data it decodes and adds the model's log-probabilities to the translation
 the first step of the search ("The size of tensor a (7800) must match the size of tensor b
 (1984)"), and one over as many other tokens fused the scores of other words, without a word.
 ``install()`` wraps ``SequenceGenerator.__init__`` (its subclasses' too): a language model whose
-dictionary is not the target's is one line, and so is a model that is no language model.
+dictionary is not the target's is one line, and so is a model that is no language model. The
+output's length is capped at the language model's positions too, as fairseq caps it at the
+translation model's: a language model of fewer learned positions failed with an ``IndexError``
+at the first longer output.
 """
 
 import functools
+import logging
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+
+logger = logging.getLogger(__name__)
 
 
 def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
@@ -39,12 +45,27 @@ def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
     )
 
 
+def positions_with(lm_model: object, max_len: int) -> int:
+    """A generator's ``max_len`` (the decoded model's positions, or ``--max-len``'s cap) capped
+    at the positions of its fusion model ``lm_model``, with a line where that lowers it."""
+    positions = lm_model.max_decoder_positions()
+    if positions < max_len:
+        logger.info(
+            "--lm-path: the language model has %d positions, fewer than the %d the translation "
+            "allows: outputs are at most %d tokens", positions, max_len, positions - 1,
+        )  # fmt: skip
+    return min(positions, max_len)
+
+
 def _checking(init):
     @functools.wraps(init)
     def wrapper(self, models, tgt_dict, *args, **kwargs):
-        if kwargs.get("lm_model") is not None:
-            check_lm_dictionary(kwargs["lm_model"], tgt_dict)
-        return init(self, models, tgt_dict, *args, **kwargs)
+        lm_model = kwargs.get("lm_model")
+        if lm_model is not None:
+            check_lm_dictionary(lm_model, tgt_dict)
+        init(self, models, tgt_dict, *args, **kwargs)
+        if lm_model is not None:
+            self.max_len = positions_with(lm_model, self.max_len)
 
     return wrapper
 

@@ -152,6 +152,19 @@ SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
 }
 
 
+# fairseq-train's options that the plugin refuses beside sharing the attention named
+# (models/option_checks.py): the loop learns sharing, so its iteration 0 trained and iteration 1
+# stopped. A LayerDrop of 0 drops nothing.
+NO_SHARING_BESIDE = {
+    "--encoder-layerdrop": "the encoder's attention",
+    "--decoder-layerdrop": "the decoder's attention",
+    "--encoder-layers-to-keep": "the encoder's attention",
+    "--decoder-layers-to-keep": "the decoder's attention",
+    "--checkpoint-activations": "any attention", "--offload-activations": "any attention",
+    "--cross-self-attention": "decoder self-attention",
+}  # fmt: skip
+
+
 def recipe_defaults(recipe: str) -> Dict[str, str]:
     """``recipe``'s options that have a default, with it (as the run record holds values)."""
     return {option.flag: option.default for option in RECIPE_OPTIONS[recipe] if option.default}
@@ -270,6 +283,31 @@ def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
                    f"would take the value after -- instead, unrecorded: {fix}")  # fmt: skip
 
 
+def check_sharing_allowed(recipe: str, train_args: Sequence[str]) -> None:
+    """Refuse, after --, an option that fairseq-train refuses beside sharing the attention that
+    the loop learns to share (``NO_SHARING_BESIDE``): iteration 0 trained, then iteration 1
+    stopped at its policy."""
+    for at, word in enumerate(train_args):
+        flag, equals, value = word.partition("=")
+        if flag not in NO_SHARING_BESIDE:
+            continue
+        if not equals and flag.endswith("-layerdrop"):
+            value = train_args[at + 1] if at + 1 < len(train_args) else ""
+        if flag.endswith("-layerdrop") and is_zero(value):
+            continue
+        refuse(recipe, f"{flag} after --: fairseq-train refuses it beside sharing "
+               f"{NO_SHARING_BESIDE[flag]}, which the loop learns (iteration 0 would train, then "
+               "iteration 1 stop at its policy): leave it out")  # fmt: skip
+
+
+def is_zero(value: str) -> bool:
+    """Whether ``value`` is a number equal to 0."""
+    try:
+        return float(value) == 0
+    except ValueError:
+        return False
+
+
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
     and exit 2 for an unknown option, a missing one, a bad --decode-batch-size, the other
@@ -291,6 +329,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_architecture(recipe, values["ARCH"])
     check_unread(recipe, values)
     check_train_args(recipe, train_args)
+    check_sharing_allowed(recipe, train_args)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)

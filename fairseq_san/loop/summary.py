@@ -72,15 +72,18 @@ def best_checkpoint(iteration_dir: str) -> str:
 
 
 def checkpoint_facts(path: str) -> Dict[str, object]:
-    """Parameters, best validation loss, updates and training seconds stored in a checkpoint."""
-    from fairseq_san.checkpoints import load_state
+    """Parameters, best validation loss, updates and training seconds stored in a checkpoint.
+    The loss is None where fairseq-train chose the best checkpoint by another metric
+    (``--best-checkpoint-metric bleu``): it stores that metric's best, not the loss."""
+    from fairseq_san.checkpoints import load_state, stored_value
 
     state = load_state(path)
     try:
         extra = state.get("extra_state") or {}
+        by_loss = (stored_value(state, "checkpoint", "best_checkpoint_metric") or "loss") == "loss"
         return {
             "parameters": parameter_count(state),
-            "valid_loss": as_number(extra.get("best")),
+            "valid_loss": as_number(extra.get("best")) if by_loss else None,
             "num_updates": state["optimizer_history"][-1].get("num_updates"),
             "train_seconds": as_number(extra.get("previous_training_time")),
         }
@@ -240,8 +243,8 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
             f"{row['learned_for']} |"
         )
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
-    lines += ["", "Train time is fairseq's training clock stored in the checkpoint; a warm-started "
-              "iteration's includes the iteration it started from."]
+    lines += ["", "Train time is fairseq's training clock stored in the checkpoint (a warm-started "
+              "iteration's counts its own training only)."]
     lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures] if signatures else []
     return "\n".join(lines) + "\n"
 

@@ -380,8 +380,10 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespa
             f"--cross-self-attention cannot be combined with {aan_flag(args)}: AAN averages the "
             "target prefix and has no keys to add the encoder output to"
         )
+    sharing = san_policy.shared_blocks(policy)  # {1,1,1} shares nothing
     for kinds, option, reason in INCOMPATIBLE_OPTIONS:
-        shared = [kind for kind in kinds if kind in policy]
+        # A pruned stack has fewer layers than any policy of it counts, shared or not.
+        shared = [kind for kind in kinds if kind in (policy if reason is PRUNING else sharing)]
         if shared and getattr(args, option, False):
             raise san_policy.PolicyError(
                 f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"

@@ -33,7 +33,7 @@ from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary
+from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary, positions_with
 from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
 from fairseq_san.modules import training_forwards, weights_key
 from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
@@ -181,6 +181,8 @@ class StaticSequenceGenerator(nn.Module):
         self.beam_size = min(beam_size, self.vocab_size - 1)  # pad is never selected
         self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
         self.max_len = max_len or self.model.max_decoder_positions()
+        if lm_model is not None:
+            self.max_len = positions_with(lm_model, self.max_len)
         self.normalize_scores, self.len_penalty = normalize_scores, len_penalty
         self.unk_penalty, self.temperature = unk_penalty, temperature
         self.no_repeat_ngram_size = no_repeat_ngram_size or 0

@@ -88,8 +88,11 @@ class AttentionAnalysisTask:
     def analysing(self) -> bool:
         return bool(self.cfg.san_analysis_dir)
 
-    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
-        """(query mask, key mask) of ``rows`` per attention kind: which tokens are not padding."""
+    def analysis_masks(
+        self, sample: dict, rows: Tensor, model: nn.Module
+    ) -> Dict[str, Tuple[Tensor, Tensor]]:
+        """(query mask, key mask) of ``rows`` per attention kind of ``model``: which tokens are
+        not padding."""
         raise NotImplementedError
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs) -> None:
@@ -104,11 +107,22 @@ class AttentionAnalysisTask:
     def build_model(self, cfg, from_checkpoint: bool = False) -> nn.Module:
         """The task's model, keeping the training step that fairseq sets on it as it loads the
         checkpoint (``num_updates``, Figure 5's x axis): fairseq's models pass it on to their
-        modules and keep none."""
+        modules and keep none. A checkpoint trained with ``--eval-bleu`` is analysed without
+        it (``leave_bleu_out``)."""
+        if self.analysing:
+            self.leave_bleu_out()
         model = super().build_model(cfg, from_checkpoint)
         if self.analysing:
             keep_num_updates(model)
         return model
+
+    def leave_bleu_out(self) -> None:
+        """Turn off the ``--eval-bleu`` that fairseq-validate takes from the checkpoint's task: it
+        would build a generator (refused where the task analyses) and decode every batch of the
+        subset, which the analysis does not read (fairseq-validate's loss is kept)."""
+        if getattr(self.cfg, "eval_bleu", False):
+            logger.info("SAN analysis: the checkpoint's --eval-bleu left out (no BLEU computed)")
+            self.cfg.eval_bleu = False
 
     def train_step(self, *args, **kwargs) -> Tuple[Tensor, int, dict]:
         if self.analysing:
@@ -140,7 +154,7 @@ class AttentionAnalysisTask:
         model.eval()
         with torch.no_grad(), AttentionCapture(model) as capture:
             model(**sample["net_input"])
-        analysis.add_masked(capture, sample, rows, self.analysis_masks(sample, rows))
+        analysis.add_masked(capture, sample, rows, self.analysis_masks(sample, rows, model))
         interval = self.cfg.san_analysis_log_interval
         if interval > 0 and analysis.batches % interval == 0:
             logger.info(

@@ -18,7 +18,7 @@ from fairseq.sequence_scorer import SequenceScorer
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import DictConfig
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
@@ -251,6 +251,15 @@ def check_forced_ngrams(
         )
 
 
+def precision_said(precision: object, model: nn.Module) -> str:
+    """The static decoder's ``precision`` as the log names it: fp32 decodes the model in its
+    own dtype, which is half precision after fairseq's ``--fp16``/``--bf16`` conversion."""
+    dtype = next(model.parameters()).dtype
+    if str(precision) != "fp32" or dtype == torch.float32:
+        return str(precision)
+    return f"fp32: the model's own, {str(dtype).replace('torch.', '')}"
+
+
 class DecodingTask:
     """A fairseq task mixin: ``build_generator`` by ``--san-decoding`` (see module doc). The task
     names its static decoder's builder (``static_generator``)."""
@@ -325,7 +334,7 @@ class DecodingTask:
         )
         logger.info(
             "SAN decoding: static (%s, precision %s, execution %s)", type(generator).__name__,
-            generator.precision, generator.execution.name,
+            precision_said(generator.precision, models[0]), generator.execution.name,
         )  # fmt: skip
         return generator
 

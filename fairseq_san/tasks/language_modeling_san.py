@@ -118,7 +118,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.start_token_said = False  # whether START_TOKEN_GENERATED was logged
         self.start_analysis()
 
-    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
+    def analysis_masks(
+        self, sample: dict, rows: Tensor, model: nn.Module
+    ) -> Dict[str, Tuple[Tensor, Tensor]]:
         """The tokens of the model's input that are not padding."""
         tokens = sample["net_input"]["src_tokens"].index_select(0, rows)
         mask = tokens.ne(self.source_dictionary.pad())

@@ -21,7 +21,7 @@ from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_san import options
 from fairseq_san.options import option_field
@@ -58,13 +58,20 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         self.start_analysis()
 
-    def analysis_masks(self, sample: dict, rows: Tensor) -> Dict[str, Tuple[Tensor, Tensor]]:
-        """Source and target tokens that are not padding, for the three kinds."""
+    def analysis_masks(
+        self, sample: dict, rows: Tensor, model: nn.Module
+    ) -> Dict[str, Tuple[Tensor, Tensor]]:
+        """Source and target tokens that are not padding, for the three kinds; with
+        ``--cross-self-attention`` the decoder's self-attention keys are the source's tokens,
+        then the target's (fairseq's decoder layer)."""
         net_input = sample["net_input"]
         src_mask = net_input["src_tokens"].index_select(0, rows).ne(self.src_dict.pad())
         tgt_mask = net_input["prev_output_tokens"].index_select(0, rows).ne(self.tgt_dict.pad())
         stacks = {"decoder": tgt_mask, "encoder": src_mask}
-        return {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
+        masks = {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
+        if getattr(model.decoder, "cross_self_attention", False):
+            masks["decoder_self"] = (tgt_mask, torch.cat([src_mask, tgt_mask], dim=1))
+        return masks
 
     def build_model(self, cfg, from_checkpoint: bool = False):
         """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
@@ -127,6 +134,10 @@ def check_stored_eval_bleu_args(text: Optional[str]) -> None:
         raise UsageError(f"{error} ({replacing} replaces them)") from None
 
 
+# fairseq-train's half-precision flags, each memory-efficient one before the flag it implies.
+HALF_PRECISION_FLAGS = ("--memory-efficient-fp16", "--memory-efficient-bf16", "--fp16", "--bf16")
+
+
 def check_eval_bleu_precision(args, generation: dict) -> None:
     """Refuse a static decoder's reduced precision for ``--eval-bleu`` where fairseq-train trains
     the model in half precision (``--fp16``, ``--bf16``): the static decoder converts a float32
@@ -147,7 +158,7 @@ def check_eval_bleu_precision(args, generation: dict) -> None:
     precision = given(options.DECODER_PRECISION)
     row = PRECISIONS.get(str(precision))  # its linear layers in a dtype of their own: float32 in
     if decoding == options.STATIC and row is not None and row.linear is not None:
-        half = "--fp16" if getattr(args, "fp16", False) else "--bf16"
+        half = next(flag for flag in HALF_PRECISION_FLAGS if getattr(args, options.name_of(flag)))
         raise UsageError(
             f"--san-decoder-precision {precision} for --eval-bleu with {half}: fairseq-train "
             "trains the model in half precision, and the static decoder converts a float32 model "

@@ -6,6 +6,9 @@ import it without torch."""
 
 import json
 import os
+import shutil
+import sys
+import tempfile
 from typing import Callable, Iterable, Optional, Type
 
 from fairseq_san.errors import UsageError, json_error
@@ -18,14 +21,16 @@ def write_whole(path: str, write: Callable[[str], None], replace_link: bool = Fa
     A symbolic link's target is written (the link stays), unless ``replace_link``: the files a
     run dir keeps for itself (its record, its summary), where a link or a pipe in a run dir
     received from elsewhere would have had the loop overwrite whatever it points to, or wait on
-    the pipe. Otherwise a path that exists and is no regular file or folder (``/dev/stdout``, a
-    pipe) is written directly: a rename would replace it.
+    the pipe. Otherwise a pipe, a device or an open descriptor (``/dev/stdout``) is written
+    through (``write_through``): a rename would replace it.
     """
     if replace_link and (os.path.islink(path) or os.path.exists(path) and not os.path.isfile(path)):
         folder, name = os.path.split(path)
         written = os.path.join(os.path.realpath(folder or "."), name)
-    elif os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
-        write(path)
+    elif descriptor_of(path) is not None or os.path.exists(path) and not (
+        os.path.isfile(path) or os.path.isdir(path)
+    ):
+        write_through(path, write, descriptor_of(path))
         return
     else:
         written = os.path.realpath(path)
@@ -41,6 +46,36 @@ def write_whole(path: str, write: Callable[[str], None], replace_link: bool = Fa
         if isinstance(err, OSError) and err.errno is not None:
             raise OSError(err.errno, err.strerror, path) from None  # the path given, not .tmp
         raise
+
+
+def descriptor_of(path: str) -> Optional[int]:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), or None: the file the shell opened for ``> log``, which a rename would
+    replace and a second open would write over."""
+    name = os.path.abspath(path)
+    prefixes = ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/")
+    for _ in range(40):  # the kernel's own limit on links followed
+        number = next((name[len(p):] for p in prefixes if name.startswith(p)), "")
+        if number.isdigit():
+            return int(number)
+        if not os.path.islink(name):
+            return None
+        name = os.path.normpath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
+def write_through(path: str, write: Callable[[str], None], descriptor: Optional[int]) -> None:
+    """Have ``write`` make a temporary file, then copy it into ``path`` (a pipe, a device) or this
+    process's ``descriptor`` after what it printed: whole or not at all there too, and at the
+    descriptor's own place in a file (a second open would write over the lines printed there)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryDirectory() as folder:
+        staged = os.path.join(folder, "output")
+        write(staged)
+        target = open(os.dup(descriptor), "wb") if descriptor is not None else open(path, "wb")
+        with open(staged, "rb") as source, target:
+            shutil.copyfileobj(source, target)
 
 
 def temporary_path(written: str) -> str:

@@ -32,11 +32,26 @@ SEARCH_STRATEGIES = (
 )
 
 
+# The searches fairseq's generator chooses before the constrained one (a diversity rate from
+# above -1, its default), whose constraints were then its NotImplementedError "Target-side
+# constraints were provided, but search method doesn't support them" (a traceback).
+BEFORE_CONSTRAINTS = SEARCH_STRATEGIES[:-1] + (
+    ("diversity_rate", lambda value: is_number(value) and value > -1),
+)
+
+
 def check_one_search(args: argparse.Namespace) -> None:
-    """Refuse two of ``SEARCH_STRATEGIES`` at once, naming them."""
+    """Refuse two of ``SEARCH_STRATEGIES`` at once, or ``--constraints`` with one of
+    ``BEFORE_CONSTRAINTS``, naming them."""
     chosen = [
         flag_of(name) for name, chooses in SEARCH_STRATEGIES if chooses(getattr(args, name, None))
     ]
+    if getattr(args, "constraints", None):
+        chosen = ["--constraints"] + [
+            flag_of(name)
+            for name, chooses in BEFORE_CONSTRAINTS
+            if chooses(getattr(args, name, None))
+        ]
     if len(chosen) > 1:
         raise UsageError(
             f"{' and '.join(chosen)} each choose a search, and fairseq's generator runs one: pass "
@@ -162,6 +177,17 @@ def exhausted_ngrams(size: int, min_len: int) -> UsageError:
         "--min-len; a small target dictionary runs out first): lower --min-len, or raise "
         "--no-repeat-ngram-size"
     )
+
+
+# --print-alignment's choices (fairseq's): the alignment drawn from a hypothesis' attention.
+ALIGNMENT_KINDS = ("hard", "soft")
+
+
+def check_alignment_kind(kind: object) -> None:
+    """Refuse a ``--print-alignment`` other than hard or soft (None or False: no alignment): the
+    hub's ``print_alignment=True`` failed inside fairseq's generator (``AttributeError``)."""
+    if kind and kind not in ALIGNMENT_KINDS:
+        raise UsageError(f"--print-alignment {str(kind)!r}: choose hard or soft")
 
 
 def check_no_alignment(print_alignment: object) -> None:

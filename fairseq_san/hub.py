@@ -32,13 +32,16 @@ import re
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
+import torch
 from fairseq import hub_utils
+from fairseq.data import Dictionary
 from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import ValidationError
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
@@ -93,11 +96,12 @@ UNREAD_BY_HUB = {
 }
 
 
-def checked_texts(sentences: Any) -> Union[str, List[Union[str, bytes]]]:
+def checked_texts(sentences: Any) -> Union[str, List[str]]:
     """``sentences``, a text or a list of its texts: a TypeError naming an item that is no text
     (sentencepiece said "Input must be str or bytes", of no item), or ``sentences`` where it is
     neither. Any iterable is read once, into the list: a generator that the check had read
-    translated to ``[]``."""
+    translated to ``[]``. Bytes are read as UTF-8 (fairseq's tokenizers without a bpe failed on
+    them: "cannot use a string pattern on a bytes-like object")."""
     if isinstance(sentences, str):
         return sentences
     if isinstance(sentences, bytes) or not isinstance(sentences, Iterable):
@@ -107,12 +111,41 @@ def checked_texts(sentences: Any) -> Union[str, List[Union[str, bytes]]]:
         )
     texts = list(sentences)
     for index, sentence in enumerate(texts):
-        if not isinstance(sentence, (str, bytes)):  # bytes: UTF-8, as sentencepiece reads them
+        if not isinstance(sentence, (str, bytes)):
             raise TypeError(
                 f"sentence {index} is {type(sentence).__name__} {sentence!r:.40}, not text: "
                 "translate() and sample() take a text or a list of texts"
             )
+        if isinstance(sentence, bytes):
+            try:
+                texts[index] = sentence.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UsageError(
+                    f"sentence {index} is bytes that are not UTF-8 ({err.reason}): give text"
+                ) from None
     return texts
+
+
+def check_token_ids(sentences: Any, dictionary: Dictionary) -> None:
+    """Refuse what ``generate()`` cannot decode: an item that is no 1-D tensor of token ids, one
+    of no token, an id outside ``dictionary`` (fairseq failed deep inside: "'list' object has no
+    attribute 'numel'", an IndexError, "cannot reshape tensor of 0 elements")."""
+    for index, tokens in enumerate(sentences):
+        if not (torch.is_tensor(tokens) and tokens.dim() == 1 and tokens.dtype == torch.long):
+            raise TypeError(
+                f"sentence {index} is {type(tokens).__name__} {tokens!r:.40}: generate() takes "
+                "a list of 1-D torch.long tensors of token ids (encode() makes them)"
+            )
+        if tokens.numel() == 0:
+            raise UsageError(
+                f"sentence {index} holds no token: encode() ends each with the end of sentence"
+            )
+        outside = tokens[(tokens < 0) | (tokens >= len(dictionary))]
+        if outside.numel():
+            raise UsageError(
+                f"sentence {index} holds token id {int(outside[0])}, outside the model's "
+                f"dictionary (0..{len(dictionary) - 1}): encode() the text with this model"
+            )
 
 
 # fairseq's batching's message for a sentence longer than the model's positions.
@@ -124,6 +157,29 @@ def too_long_sentence(error: Exception) -> Optional[int]:
     positions (``data_utils.filter_by_size``, a plain Exception), else None."""
     found = TOO_LONG.match(str(error))
     return int(found.group(1)) if type(error) is Exception and found else None
+
+
+# fairseq's batching's assertion for a sentence longer than a batch's --max-tokens.
+OVER_MAX_TOKENS = re.compile(r"Sentences lengths should not exceed max_tokens=(\d+)")
+
+
+def sentence_over_max_tokens(error: AssertionError, sentences: Any) -> Optional[UsageError]:
+    """The error naming the first of ``sentences`` longer than a batch holds, where ``error`` is
+    fairseq's assertion that one is (the hub batches by the checkpoint's training --max-tokens),
+    else None."""
+    found = OVER_MAX_TOKENS.search(str(error))
+    if not found:
+        return None
+    limit = int(found.group(1))
+    over = [(index, len(tokens)) for index, tokens in enumerate(sentences) if len(tokens) > limit]
+    if not over:
+        return None
+    index, length = over[0]
+    return UsageError(
+        f"sentence {index} is {length} tokens long (its end of sentence included), and a batch "
+        f"holds at most {limit} (max_tokens, by default the training's --max-tokens): load the "
+        f"model with from_pretrained(..., max_tokens={length}) or more"
+    )
 
 
 def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError:
@@ -183,6 +239,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)
+        if not (torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1):
+            check_token_ids(tokenized_sentences, self.task.source_dictionary)  # else: as a batch
         try:
             return super().generate(
                 tokenized_sentences,
@@ -196,6 +254,13 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
             if is_min_len_assertion(error):
                 raise min_len_above_max_len(config) from None
+            over_batch = sentence_over_max_tokens(error, tokenized_sentences)
+            if over_batch is not None:
+                raise over_batch from None
+            raise
+        except UsageError as error:  # every sentence skipped: none left to batch
+            if skip_invalid_size_inputs and str(error) == NOTHING_TO_BATCH:
+                return []
             raise
         except Exception as error:  # fairseq's batching
             index = too_long_sentence(error)
@@ -318,6 +383,8 @@ def from_pretrained(
     archive_map = model_class.hub_models()
     model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
     data_path = data_folder(data_name_or_path, model_path, archive_map)
+    folder_files = [os.path.join(model_path, name) for name in FOLDER_FILES]
+    check_regular_files(folder_files + glob.glob(os.path.join(glob.escape(data_path), "dict*.txt")))
     try:
         loaded = hub_utils.from_pretrained(
             model_path,
@@ -372,11 +439,24 @@ def check_stored_files(cfg: DictConfig, keywords: Dict[str, Any], model_path: st
                     f"those fairseq finds in the model folder ({', '.join(FOLDER_FILES)}): give "
                     f"from_pretrained(..., {key}='PATH')"
                 )
+            check_regular_files([value])
     if cfg.generation.get("replace_unk") and "replace_unk" not in (
         keywords.get("generation_args") or {}
     ):
         with open_dict(cfg.generation):
             cfg.generation.replace_unk = None
+
+
+def check_regular_files(paths: List[str]) -> None:
+    """Refuse a pipe or a device among ``paths``, the files of a received model and its data that
+    the hub reads as it starts: reading a pipe without a writer hung ``from_pretrained`` (tar
+    recreates a pipe it unpacks)."""
+    for path in paths:
+        if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+            raise UsageError(
+                f"{path} is no regular file (a pipe or a device), and from_pretrained would read "
+                "it: give the model's folder with the file itself"
+            )
 
 
 def is_inside(path: str, folder: str) -> bool:
@@ -426,12 +506,16 @@ def file_advice(path: str, keyword: str, unpack: str) -> str:
 def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optional[str]:
     """What is wrong with the data folder where loading failed on its dictionaries (``error``):
     none there, the other kind of model's (a translation's dict.SRC.txt and dict.TGT.txt, a
-    language model's dict.txt), or a translation's dictionaries without the data whose file
-    names give fairseq the language pair; None for another failure."""
-    no_lm_dictionary = isinstance(error, FileNotFoundError) and (
-        os.path.basename(str(error.filename)) == "dict.txt"
+    language model's dict.txt), a translation's dictionaries without the data whose file names
+    give fairseq the language pair, or without the one of a language the checkpoint names (its
+    ``-s``/``-t``, which fairseq read unchecked: a ``FileNotFoundError``); None for another
+    failure."""
+    missing = os.path.basename(str(error.filename)) if isinstance(error, FileNotFoundError) else ""
+    no_lm_dictionary = missing == "dict.txt"
+    no_language_dictionary = missing.startswith("dict.") and missing.endswith(".txt") and (
+        not no_lm_dictionary
     )
-    no_language_pair = str(error) == NO_LANGUAGE_PAIR
+    no_language_pair = str(error) == NO_LANGUAGE_PAIR or no_language_dictionary
     if not (no_lm_dictionary or no_language_pair):
         return None
     translation = glob.glob(os.path.join(glob.escape(data_path), "dict.*.txt"))
@@ -447,6 +531,13 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
         return said + (
             "a language model's data (dict.txt), and this checkpoint translates, which needs "
             "dict.SRC.txt and dict.TGT.txt: give its data"
+        )
+    if no_language_dictionary and translation:
+        languages = sorted(dictionary_language(path) for path in translation)
+        return said + (
+            f"no {missing}, the dictionary of {dictionary_language(missing)}, which the model "
+            f"translates (it holds those of {', '.join(languages)}): give the binarized data "
+            "the model was trained on"
         )
     if no_language_pair and translation:
         languages = sorted(dictionary_language(path) for path in translation)

@@ -238,6 +238,20 @@ def corpus_bleu(statistics_sum: Sequence[int]) -> float:
     ).score  # fmt: skip
 
 
+def sacrebleu_seed() -> Optional[int]:
+    """SACREBLEU_SEED read as sacreBLEU reads it (12345 unless set; "None", any case: a random
+    seed), a value it cannot read a ValueError naming it (sacreBLEU's named nothing)."""
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    if seed.lower() == "none":
+        return None
+    try:
+        return int(seed)
+    except ValueError:
+        raise ValueError(
+            f"SACREBLEU_SEED={seed!r}: give an integer, or None for a random seed"
+        ) from None
+
+
 def paired_bootstrap(
     baseline: Sequence[str],
     system: Sequence[str],
@@ -253,13 +267,13 @@ def paired_bootstrap(
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
+    seed = sacrebleu_seed()
     test = PairedTest(
         [("baseline", list(baseline)), (name, list(system))], {"BLEU": BLEU()},
         [list(references)], test_type="bs", n_samples=samples,
     )  # fmt: skip
     signatures, results = test()
     base, other = results["BLEU"]
-    seed = int(os.environ.get("SACREBLEU_SEED", "12345"))
     resamples = np.random.default_rng(seed).choice(len(baseline), size=(samples, len(baseline)))
     stats = [sentence_statistics(hyps, references) for hyps in (baseline, system)]
     differences = [

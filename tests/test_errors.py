@@ -1935,6 +1935,14 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                                                "--diverse-beam-groups", "2", "--diversity-rate",
                                                "0.5"],
          "--diverse-beam-groups and --diversity-rate each choose a search"),
+        # constraints with a search chosen before the constrained one: fairseq's
+        # NotImplementedError at the first batch (a diversity rate of 0 chooses one too)
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--constraints",
+                                               "--sampling"],
+         "--constraints and --sampling each choose a search, and fairseq's generator runs one"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--constraints", "ordered",
+                                   "--diversity-rate", "0"],
+         "--constraints and --diversity-rate each choose a search"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--no-repeat-ngram-size", "1"],
          "--no-repeat-ngram-size 1: it must be 0 (no blocking) or an integer of at least 2 (1 "
          "would block the end of sentence too"),  # nothing on the CPU, the end with CUDA's
@@ -2095,6 +2103,10 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding static "
          "--san-decoder-precision bf16"),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--bf16"], "--bf16: fairseq-x does not"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--amp"],
+         "--amp: fairseq-x does not apply it (fairseq's automatic mixed precision is its "
+         "trainer's), and would run in fp32"),  # the output was fp32's, without a word
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--amp"], None),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--bf16"], None),
         ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
                                    "--san-decoder-self-policy", "2"],
@@ -2609,6 +2621,35 @@ def test_fairseqs_language_model_on_a_shared_checkpoint_names_the_plugins_model(
         "decoder.layers.5.self_attn. To continue training it, pass --task language_modeling_san "
         "--arch transformer_lm_san --san-policy '{\"decoder_self\": [2, 4]}' --san-self-share kv"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides, advice",
+    [
+        ({"san_policy": '{"decoder_self": [3]}'},
+         "attention sharing needs a model trained as transformer_san or transformer_lm_san"),
+        ({"san_decoding": "no-cache"},
+         "give --san-decoding on the command line (with --task translation_san)"),
+    ],
+)  # fmt: skip
+def test_a_plugin_option_in_the_overrides_of_fairseqs_own_model_is_refused(overrides, advice):
+    """fairseq's transformer decoded as trained with either, without a word: no sharing, and
+    fairseq's generator."""
+    from omegaconf import OmegaConf
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.model_overrides import check_overrides
+
+    cfg = OmegaConf.create({"model": {"_name": "transformer", "arch": "transformer"}})
+    with pytest.raises(UsageError) as refused:
+        check_overrides(cfg, overrides)
+    (key, value), = overrides.items()
+    assert str(refused.value) == (
+        f"{key}={value!r} (from --model-overrides or a keyword argument): this checkpoint's "
+        "model (transformer) is none of the plugin's and reads no option of it, and fairseq "
+        f"would decode it as trained; {advice}"
+    )
+    check_overrides(cfg, {"san_policy": None, "beam": 4})  # no plugin option set: as before
 
 
 def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plugins_model():

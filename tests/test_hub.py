@@ -167,6 +167,29 @@ def test_files_the_checkpoint_names_for_the_hub_are_not_read(workdir):
     assert named.translate("tok1 tok2") == model.translate("tok1 tok2")
 
 
+def test_a_pipe_in_a_received_model_or_its_data_is_refused(san_checkpoint, binarized_corpus,
+                                                          tmp_path):  # fmt: skip
+    """A model folder's sentencepiece.bpe.model or a data folder's dictionary that is a pipe (tar
+    recreates one) hung from_pretrained, reading it."""
+    from fairseq_san.errors import UsageError
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(san_checkpoint, model / "checkpoint.pt")
+    data = tmp_path / "data"
+    shutil.copytree(binarized_corpus, data)
+    for pipe in (model / "sentencepiece.bpe.model", data / "dict.tgt.txt"):
+        pipe.unlink(missing_ok=True)
+        os.mkfifo(pipe)
+        with pytest.raises(UsageError) as refused:
+            from_pretrained(model, "checkpoint.pt", data)
+        assert str(refused.value) == (
+            f"{pipe} is no regular file (a pipe or a device), and from_pretrained would read it: "
+            "give the model's folder with the file itself"
+        )
+        pipe.unlink()
+
+
 @pytest.mark.slow
 def test_hub_keywords_are_checked_whatever_the_task(workdir):
     """fairseq's translation task (a transformer_san model trained with fairseq-train's default
@@ -481,6 +504,7 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "an integer of at least 2"),
         ({"sampling": True, "match_source_len": True}, "--sampling and --match-source-len each "
          "choose a search, and fairseq's generator runs one"),
+        ({"print_alignment": True}, "--print-alignment 'True': choose hard or soft"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
          "--san-decoder-execution compile: choose one of eager, fixed, graph, compile-graph"),
     ):  # fmt: skip
@@ -582,6 +606,36 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
     assert str(refused.value) == (
         "sentences is int 7: translate() and sample() take a text (str) or a list of texts"
     )
+    assert hub.translate([b"tok1 tok2"], beam=2) == hub.translate(["tok1 tok2"], beam=2)
+    with pytest.raises(UsageError) as refused:
+        hub.translate([b"\xff tok1"])
+    assert str(refused.value) == (
+        "sentence 0 is bytes that are not UTF-8 (invalid start byte): give text"
+    )
+
+
+def test_generate_names_a_sentence_that_is_no_token_ids(san_checkpoint, binarized_corpus):
+    """fairseq failed deep inside: a list of ints "'list' object has no attribute 'numel'", an id
+    beyond the dictionary an IndexError, an empty tensor "cannot reshape tensor of 0 elements"."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    size = len(hub.task.source_dictionary)
+    for sentences, error, said in (
+        ([[5, 6, 2]], TypeError, "sentence 0 is list [5, 6, 2]: generate() takes a list of 1-D "
+         "torch.long tensors of token ids (encode() makes them)"),
+        ([hub.encode("tok1"), torch.tensor([size, 2])], UsageError, f"sentence 1 holds token id "
+         f"{size}, outside the model's dictionary (0..{size - 1}): encode() the text with this "
+         "model"),
+        ([torch.tensor([], dtype=torch.long)], UsageError, "sentence 0 holds no token: encode() "
+         "ends each with the end of sentence"),
+    ):  # fmt: skip
+        with pytest.raises(error) as refused:
+            hub.generate(sentences, beam=2)
+        assert str(refused.value) == said
+    assert hub.generate(hub.encode("tok1 tok2"), beam=2)[0]["tokens"].dim() == 1
 
 
 def test_sentences_from_a_generator_are_translated(san_checkpoint, binarized_corpus,
@@ -615,6 +669,19 @@ def test_a_sentence_longer_than_the_models_positions_is_named(san_checkpoint, bi
     )
     kept = hub.translate(texts, beam=2, max_len_b=3, skip_invalid_size_inputs=True)
     assert kept == hub.translate(texts[:1], beam=2, max_len_b=3)
+    # every sentence skipped: no item (it was the command line's "no sentence to batch")
+    assert hub.translate(texts[1:], beam=2, skip_invalid_size_inputs=True) == []
+    # within the positions, beyond a batch: fairseq's AssertionError "Sentences lengths should
+    # not exceed max_tokens=8"
+    small_batches = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                                     max_tokens=8)  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        small_batches.translate(["tok1 tok2", " ".join(["tok3"] * 9)], beam=2, max_len_b=3)
+    assert str(refused.value) == (
+        "sentence 1 is 10 tokens long (its end of sentence included), and a batch holds at most 8 "
+        "(max_tokens, by default the training's --max-tokens): load the model with "
+        "from_pretrained(..., max_tokens=10) or more"
+    )
 
 
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
@@ -663,6 +730,23 @@ def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized
         "(dict.SRC.txt and dict.TGT.txt of a translation's data, dict.txt of a language model's) "
         "(the default, '.', is the model's folder): give the binarized data the model was "
         "trained on, or a folder with its dictionaries"
+    )
+    with pytest.raises(UsageError) as refused:  # the pair given: FileNotFoundError dict.src.txt
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, source_lang="src",
+                        target_lang="tgt")  # fmt: skip
+    assert str(refused.value).startswith(
+        f"from_pretrained(data_name_or_path='.'): {san_checkpoint.parent} holds no dictionary "
+    )
+    one_side = tmp_path / "one-side"
+    one_side.mkdir()
+    shutil.copy(binarized_corpus / "dict.src.txt", one_side)
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, str(one_side),
+                        source_lang="src", target_lang="tgt")  # fmt: skip
+    assert str(refused.value) == (
+        f"from_pretrained(data_name_or_path={str(one_side)!r}): {one_side} holds no "
+        "dict.tgt.txt, the dictionary of tgt, which the model translates (it holds those of "
+        "src): give the binarized data the model was trained on"
     )
     shutil.copy(binarized_corpus / "dict.src.txt", tmp_path / "dict.txt")  # a language model's
     with pytest.raises(UsageError) as refused:

@@ -325,6 +325,24 @@ def test_write_follows_a_link_and_writes_into_a_pipe(tmp_path):
     assert pipe.is_fifo() and read == [dump_policy(policy)]
 
 
+@pytest.mark.parametrize("opened", ["a", "w"], ids=[">> log", "> log"])
+def test_a_policy_written_to_dev_stdout_lands_after_what_was_printed(tmp_path, opened):
+    """`fairseq-san-policy ... -o /dev/stdout >> log`: /dev/stdout names the log itself, which the
+    rename replaced (the lines the shell and the command wrote before were lost)."""
+    log = tmp_path / "log"
+    log.write_text("earlier\n")
+    program = (
+        "from fairseq_san.policy import write_policy\n"
+        "print('printed')\n"
+        "write_policy({'decoder_self': [6]}, '/dev/stdout')\n"
+        "print('after')\n"
+    )
+    with open(log, opened) as output:
+        subprocess.run([sys.executable, "-c", program], stdout=output, check=True)
+    earlier = "earlier\n" if opened == "a" else ""
+    assert log.read_text() == f"{earlier}printed\n{dump_policy({'decoder_self': [6]})}after\n"
+
+
 def test_a_policy_that_cannot_be_written_is_named_not_its_temporary_file():
     """The error named the temporary file: "[Errno 2] No such file or directory: 'P.json.tmp'"."""
     with pytest.raises(PolicyError) as refused:

@@ -90,6 +90,29 @@ def test_loop_start_by_hand_without_validation_references_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry run"])
+def test_loop_inputs_of_the_wrong_kind_are_refused_in_a_dry_run_too(tmp_path, dry_run):
+    """A dry run noted a file given as --data as "no data directory ... yet", a folder given as
+    --valid-ref as "no validation references ... yet", a translation's data for a language
+    model "no binarized data ... yet": preparing the data changes none of them."""
+    data = fake_data(tmp_path / "data")
+    for options, said in (
+        (["--data", str(data / "text" / "test.raw.de")],
+         f"--data {data}/text/test.raw.de is no folder: give the folder of fairseq-preprocess "
+         "output"),
+        (["--data", str(data), "--valid-ref", str(data / "text")],
+         f"--valid-ref {data}/text is a folder: give the file of the valid split's raw target "
+         "sentences (DATA/text/valid.raw.TGT)"),
+        (["--data", str(data), "--lm"],  # a translation's data for a language model's run
+         f"{data} holds no fairseq-preprocess --only-source output (dict.txt, train.idx): run "
+         "examples/lm/prepare.sh first (--data)"),
+    ):  # fmt: skip
+        result = run_cli("fairseq-san-loop", "start", str(tmp_path / "run"), *options, *dry_run)
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [f"fairseq-san-loop: error: {said}"]
+        assert not (tmp_path / "run").exists()
+
+
 def test_loop_with_a_missing_data_directory_is_one_line(tmp_path):
     data, run_dir = tmp_path / "data-bin" / "typo", tmp_path / "run"
     result = run_script(LOOP, *loop_args(data, run_dir))

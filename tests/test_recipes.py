@@ -804,6 +804,42 @@ def test_score_compares_two_systems_by_paired_bootstrap(tmp_path):
         f"fairseq-san-score: error: {tmp_path / 'fewer.txt'}: 29 hypotheses but 30 references: ")
 
 
+def test_score_refuses_an_output_given_twice_and_reads_sacrebleus_seed(tmp_path, monkeypatch):
+    """One output given twice was scored as two seeds (a permutation test over 3 splits of one
+    run); sacreBLEU's own SACREBLEU_SEED=None (a random seed) was "invalid literal for int()";
+    resamples beyond the memory a numpy traceback."""
+    (tmp_path / "ref.de").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    output, baseline = tmp_path / "san.txt", tmp_path / "base.txt"
+    output.write_text(generate_output(SENTENCES), encoding="utf-8")
+    baseline.write_text(generate_output([s.split()[0] for s in SENTENCES]), encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(output)
+    reference = ("--reference", str(tmp_path / "ref.de"))
+    for given, named in (
+        ((str(output), str(tmp_path / "link.txt"), "--baseline", str(baseline)), str(output)),
+        ((str(output), "--baseline", str(baseline), str(baseline)), f"--baseline {baseline}"),
+    ):
+        result = run_cli("fairseq-san-score", *given, *reference)
+        assert one_error_line(result, "fairseq-san-score") == (
+            f"fairseq-san-score: error: {named} is given twice: give each seed's output once"
+        )
+    compared = (str(output), "--baseline", str(baseline), *reference)
+    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "1000000000000")
+    assert one_error_line(result, "fairseq-san-score") == (
+        "fairseq-san-score: error: --bootstrap-samples 1000000000000: too many resamples of this "
+        "test set for this machine's memory; lower it (sacreBLEU's default: 1000)"
+    )
+    monkeypatch.setenv("SACREBLEU_SEED", "None")
+    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
+    assert result.returncode == 0 and result.stdout.splitlines()[-1].endswith(" better"), (
+        result.stderr)  # fmt: skip
+    monkeypatch.setenv("SACREBLEU_SEED", "seven")
+    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
+    assert one_error_line(result, "fairseq-san-score") == (
+        "fairseq-san-score: error: SACREBLEU_SEED='seven': give an integer, or None for a random "
+        "seed"
+    )
+
+
 def test_score_compares_seeds_by_the_exact_permutation_test(tmp_path):
     """Several outputs on either side are one system's seeds: each file's scores, the paired
     bootstrap of each seed against the baseline's of its place, and the permutation test of the
@@ -1056,14 +1092,33 @@ def test_spm_train_learns_from_a_pipe_what_it_learns_from_the_file(spm_model, tm
     assert learned == spm_model.with_suffix(".vocab").read_text(encoding="utf-8")
 
 
+def test_spm_train_on_a_pipe_of_blank_lines_is_one_line(tmp_path):
+    """sentencepiece said ``INTERNAL: src/trainer_interface.cc(576) [(all_chars_count) > (0)]``
+    (the same text in a file is refused before sentencepiece reads it)."""
+    result = subprocess.run(
+        ["bash", "-c", "fairseq-san-spm train <(printf '\\n  \\n') --model-prefix \"$1\"", "bash",
+         str(tmp_path / "m")],
+        env=cli_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == "fairseq-san-spm: error: no sentence to learn subwords from"
+
+
 def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     """sentencepiece's own errors were printed as they came: "INTERNAL: src/trainer_interface.cc(744)
     [(trainer_spec_.vocab_size()) == (model_proto->pieces_size())] Vocabulary size too high...";
     a missing folder for the model was said only after training."""
     text = spm_model.parent / "train.txt"
+    comma = tmp_path / "x,y.en"  # read as x and y.en, or "x: No such file or directory"
+    comma.write_text(text.read_text())
     cases = [
         (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "100000"),
          r"--vocab-size 100000: this text has too few distinct pieces for it; \d+ at most"),
+        (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "5"),
+         r"--vocab-size 5: this text needs at least \d+, a piece for each of its characters"),
+        (("train", str(comma), "--model-prefix", str(tmp_path / "m")),
+         f"{comma}: sentencepiece reads a name holding ',' as two files: rename it, or give a "
+         "link to it under a name without one"),
         (("train", str(text), "--model-prefix", str(tmp_path / "none" / "m")),
          f"--model-prefix {tmp_path / 'none' / 'm'}: no folder {tmp_path / 'none'} "
          r"\(create it first\)"),

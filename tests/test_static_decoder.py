@@ -1520,7 +1520,7 @@ def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
     [
         (["--adaptive-softmax-cutoff", "10", "--criterion", "adaptive_loss", "--ddp-backend",
           "legacy_ddp"], None, "--adaptive-softmax-cutoff"),  # how fairseq-train trains it
-        (["--quant-noise-pq", "0.1"], None, "quant-noise"),
+        (["--quant-noise-pq", "0.1"], None, "--quant-noise-pq"),
         ([], "attn_ln", r"decoder layers with attn_ln \(--scale-\* options\)"),
         ([], "ffn_layernorm", r"decoder layers with ffn_layernorm \(--scale-\* options\)"),
         (["--cross-self-attention"], None, "--cross-self-attention"),

@@ -14,11 +14,12 @@ bootstrap on one pair of models does not see.
 """
 
 import argparse
+import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
-from fairseq_san.errors import file_error
+from fairseq_san.errors import file_error, repeated
 from fairseq_san.files import input_at, output_problem, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
@@ -43,12 +44,21 @@ def main(argv: Optional[List[str]] = None) -> None:
         parser.error(f"-o {args.output}: {problem}")
     if args.bootstrap_samples < 1:
         parser.error(f"--bootstrap-samples {args.bootstrap_samples}: must be at least 1")
+    for side, outputs in (("", args.generate_output), ("--baseline ", args.baseline or [])):
+        twice = repeated([os.path.realpath(path) for path in outputs])
+        if twice is not None:  # the seeds' permutation test would count it as two runs
+            parser.error(f"{side}{twice} is given twice: give each seed's output once")
     try:
         scores, lines = scored(args)
     except OSError as err:  # a missing file, a folder
         parser.error(file_error(err))
     except ValueError as err:
         parser.error(str(err))
+    except MemoryError:  # sacreBLEU's resamples: a matrix of samples x sentences
+        parser.error(
+            f"--bootstrap-samples {args.bootstrap_samples}: too many resamples of this test set "
+            "for this machine's memory; lower it (sacreBLEU's default: 1000)"
+        )
     print("\n".join(lines))
     if args.output:
         try:

@@ -23,7 +23,10 @@ SENTENCEPIECE_ERRORS = {
         "--vocab-size {0}: this text has too few distinct pieces for it; {1} at most",
     re.compile(r"could not parse ModelProto from (.*)"):
         "{0} is not a sentencepiece model: give --model the .model file that train wrote",
-    re.compile(r"\[!sentences_\.empty\(\)\]"): "no sentence to learn subwords from",
+    re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)"):
+        "--vocab-size {0}: this text needs at least {1}, a piece for each of its characters",
+    re.compile(r"\[!sentences_\.empty\(\)\]|\[\(all_chars_count\) > \(0\)\]"):
+        "no sentence to learn subwords from",
     re.compile(r'NOT_FOUND: "(.*)": (.*)'): "{0}: {1}",
 }  # fmt: skip
 
@@ -60,10 +63,17 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
 
 
 def check_training_text(inputs: List[str]) -> None:
-    """Refuse a file with no sentence (sentencepiece says ``INTERNAL: ... !sentences_.empty()``).
-    Only regular files are looked into: sentencepiece reads each input itself, and what was read
-    of a pipe (``<(cat train.en train.de)``) would be missing from the text it learns from."""
+    """Refuse a name holding "," (sentencepiece reads its inputs as one comma-separated list:
+    ``x,y.en`` was read as ``x`` and ``y.en``) and a file with no sentence (sentencepiece says
+    ``INTERNAL: ... !sentences_.empty()``). Only regular files are looked into: sentencepiece
+    reads each input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be
+    missing from the text it learns from."""
     for path in inputs:
+        if "," in path:
+            raise UsageError(
+                f"{path}: sentencepiece reads a name holding ',' as two files: rename it, or "
+                "give a link to it under a name without one"
+            )
         mode = os.stat(path).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder fails here, as one
             continue

@@ -188,13 +188,20 @@ def refuse_unrecognized(
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
 
 
+# Precisions that only fairseq's trainer applies: another command ran in fp32 without a word.
+TRAINERS_PRECISIONS = {
+    "bf16": "fairseq converts a model to evaluate it with --fp16 only",
+    "amp": "fairseq's automatic mixed precision is its trainer's",
+}
+
+
 def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> None:
     """Refuse arguments (``argv``, parsed as ``args``) that the command cannot honour: no
     ``--path`` where it loads one, ``--replace-unk``, numbers out of their range (batch sizes,
     rates, sizes: ``option_ranges``), search numbers no search can follow, a Moses tokenizer
     without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
-    cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` outside
-    fairseq-train, iterative refinement's options where the task decodes left to right,
+    cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` or ``--amp``
+    outside fairseq-train, iterative refinement's options where the task decodes left to right,
     ``--constraints`` where no constraint can be given, a best-checkpoint metric that would keep
     the worst checkpoint, a ``--results-path`` the command does not write."""
     if hasattr(args, "path") and args.path is None:
@@ -222,11 +229,13 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_constraints_given(args, command)
         check_read_by_interactive(args, command)
     check_results_path_written(args, command, kind)
-    if getattr(args, "bf16", False) and kind != "train":
+    trainers_precision = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
+    if trainers_precision and kind != "train":
+        name = trainers_precision[0]
         raise UsageError(
-            f"--bf16: {command} does not apply it (fairseq converts a model to evaluate it with "
-            "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding "
-            "static --san-decoder-precision bf16"
+            f"--{name}: {command} does not apply it ({TRAINERS_PRECISIONS[name]}), and would run "
+            "in fp32; pass --fp16, or decode with --san-decoding static --san-decoder-precision "
+            "bf16"
         )
 
 

@@ -352,6 +352,7 @@ def check_overrides(
     model_cfg = cfg.get("model")
     own_class = plugin_model_class(model_cfg) if overrides else None
     if own_class is None:
+        check_no_plugin_option(model_cfg, overrides, source)
         return
     by_class = {model_class: model_options(model_class) for model_class in plugin_model_classes()}
     own = by_class[own_class]
@@ -372,6 +373,27 @@ def check_overrides(
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
     check_names(cfg, overrides, source)
     check_bos_override(model_cfg, overrides, source)
+
+
+def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse a plugin's model or decoding option among the overrides of a checkpoint of another
+    model (fairseq's own ``transformer``): its model reads none of them, and fairseq decoded it
+    as trained, without a word (a policy that shared nothing, fairseq's generator)."""
+    arch = getattr(model_cfg, "arch", None) or "another model"
+    for key, value in given_overrides(overrides).items():
+        option = options.OPTIONS.get(key)
+        if option is None or option in options.ANALYSIS_OPTIONS or not option.is_set(value):
+            continue
+        advice = (
+            f"give {options.flag_of(key)} on the command line (with --task translation_san)"
+            if option in options.DECODER_OPTIONS
+            else "attention sharing needs a model trained as transformer_san or "
+            "transformer_lm_san"
+        )
+        raise UsageError(
+            f"{key}={value!r} {source}: this checkpoint's model ({arch}) is none of the plugin's "
+            f"and reads no option of it, and fairseq would decode it as trained; {advice}"
+        )
 
 
 def forget_training_decoding(cfg: DictConfig) -> None:

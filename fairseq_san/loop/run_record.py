@@ -48,19 +48,30 @@ def record_path(run_dir: str) -> str:
     return os.path.join(run_dir, RECORD)
 
 
-def input_problem(options: Options) -> Optional[Tuple[str, str]]:
+def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
     """(error, dry-run note) for a missing data directory, binarized data or references (a
-    language model's run, ``--lm``, has no references: its loop scores perplexity)."""
+    language model's run, ``--lm``, has no references: its loop scores perplexity); no note for
+    a path of the wrong kind (a file for --data, a folder for --valid-ref), which preparing the
+    data would not change: a dry run refuses it too."""
     data, reference = options["--data"], options.get("--valid-ref")
+    if os.path.exists(data) and not os.path.isdir(data):
+        return f"--data {data} is no folder: give the folder of fairseq-preprocess output", None
+    if reference is not None and os.path.isdir(reference):
+        return (
+            f"--valid-ref {reference} is a folder: give the file of the valid split's raw "
+            "target sentences (DATA/text/valid.raw.TGT)",
+            None,
+        )
     if not os.path.isdir(data):
         return f"no data directory {data} (--data)", f"no data directory {data}"
     if options.get("--lm"):
         binarized = ("dict.txt", "train.idx")
         if not all(os.path.isfile(os.path.join(data, name)) for name in binarized):
+            translation = binarized_pair(data) is not None  # preparing it makes no LM data
             return (
                 f"{data} holds no fairseq-preprocess --only-source output (dict.txt, train.idx): "
                 "run examples/lm/prepare.sh first (--data)",
-                f"no binarized data in {data}",
+                None if translation else f"no binarized data in {data}",
             )
         return None
     pair = binarized_pair(data)
@@ -285,9 +296,10 @@ def check_inputs(options: Options, dry_run: bool) -> None:
     problem = input_problem(options)
     if problem is None:
         return
-    if not dry_run:
-        raise RunError(problem[0])
-    print(f"(dry run: {problem[1]} yet)", file=sys.stderr)
+    error, note = problem
+    if not dry_run or note is None:
+        raise RunError(error)
+    print(f"(dry run: {note} yet)", file=sys.stderr)
 
 
 def shown(name: str, value: object) -> str:

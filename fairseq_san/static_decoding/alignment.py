@@ -19,18 +19,10 @@ from fairseq import utils
 from fairseq.data import data_utils
 from torch import Tensor, nn
 
-from fairseq_san.errors import UsageError
-
 # Hypotheses a teacher-forced pass takes (about a batch of 64 sentences at beam 1, of 16 at 4).
 ROWS_PER_PASS = 64
-# --print-alignment's choices: fairseq's functions from attention to alignment.
+# fairseq's functions from attention to alignment, by --print-alignment's choice.
 EXTRACTORS = {"hard": utils.extract_hard_alignment, "soft": utils.extract_soft_alignment}
-
-
-def check_alignment_kind(kind: str) -> None:
-    """Refuse a ``--print-alignment`` other than hard or soft (fairseq's choices)."""
-    if kind not in EXTRACTORS:
-        raise UsageError(f"--print-alignment {kind!r}: choose hard or soft")
 
 
 def add_alignments(

@@ -34,9 +34,13 @@ from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary, positions_with
-from fairseq_san.generation_options import check_diverse_beam_groups, check_temperature
+from fairseq_san.generation_options import (
+    check_alignment_kind,
+    check_diverse_beam_groups,
+    check_temperature,
+)
 from fairseq_san.modules import training_forwards, weights_key
-from fairseq_san.static_decoding.alignment import add_alignments, check_alignment_kind
+from fairseq_san.static_decoding.alignment import add_alignments
 from fairseq_san.static_decoding.beam_search import SearchSettings, TensorBeamSearch
 from fairseq_san.static_decoding.caches import DecoderCache, KeptMemory, length_bucket
 from fairseq_san.static_decoding.errors import StaticDecoderError
@@ -196,8 +200,7 @@ class StaticSequenceGenerator(nn.Module):
 
     def checked_alignment(self, kind: Optional[str]) -> Optional[str]:
         """``--print-alignment``'s kind (hard or soft; None: no alignment)."""
-        if kind:
-            check_alignment_kind(str(kind))
+        check_alignment_kind(kind)
         return str(kind) if kind else None
 
     def choose_execution(self, device: torch.device) -> None:

@@ -86,7 +86,7 @@ def input_embeddings(decoder: TransformerDecoderBase) -> Optional[str]:
 
 
 def quant_noise(decoder: TransformerDecoderBase) -> Optional[str]:
-    return "quant-noise" if decoder.quant_noise is not None else None
+    return "--quant-noise-pq" if decoder.quant_noise is not None else None
 
 
 def scaled_layers(decoder: TransformerDecoderBase) -> Optional[str]:

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.generation_options import (
+    check_alignment_kind,
     check_diverse_beam_groups,
     check_search_numbers,
     exhausted_ngrams,
@@ -89,6 +90,7 @@ def check_generation_args(args) -> None:
             args.keys(), "a keyword of translate(), sample() or generate()", plugin_option_misplaced
         )
     check_search_numbers(args)
+    check_alignment_kind(getattr(args, "print_alignment", None))
 
 
 def check_generation_keys(

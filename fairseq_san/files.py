@@ -24,13 +24,14 @@ def write_whole(path: str, write: Callable[[str], None], replace_link: bool = Fa
     the pipe. Otherwise a pipe, a device or an open descriptor (``/dev/stdout``) is written
     through (``write_through``): a rename would replace it.
     """
+    descriptor = descriptor_of(path)
     if replace_link and (os.path.islink(path) or os.path.exists(path) and not os.path.isfile(path)):
         folder, name = os.path.split(path)
         written = os.path.join(os.path.realpath(folder or "."), name)
-    elif descriptor_of(path) is not None or os.path.exists(path) and not (
+    elif descriptor is not None or os.path.exists(path) and not (
         os.path.isfile(path) or os.path.isdir(path)
     ):
-        write_through(path, write, descriptor_of(path))
+        write_through(path, write, descriptor)
         return
     else:
         written = os.path.realpath(path)

@@ -2650,6 +2650,9 @@ def test_a_plugin_option_in_the_overrides_of_fairseqs_own_model_is_refused(overr
         f"would decode it as trained; {advice}"
     )
     check_overrides(cfg, {"san_policy": None, "beam": 4})  # no plugin option set: as before
+    language_model = OmegaConf.create({"model": {"_name": "transformer_lm",
+                                                 "arch": "transformer_lm"}})  # fmt: skip
+    check_overrides(language_model, overrides)  # --lm-path: the translation model's overrides
 
 
 def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plugins_model():

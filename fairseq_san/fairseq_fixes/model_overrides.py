@@ -376,10 +376,17 @@ def check_overrides(
 
 
 def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:
-    """Refuse a plugin's model or decoding option among the overrides of a checkpoint of another
-    model (fairseq's own ``transformer``): its model reads none of them, and fairseq decoded it
-    as trained, without a word (a policy that shared nothing, fairseq's generator)."""
-    arch = getattr(model_cfg, "arch", None) or "another model"
+    """Refuse a plugin's model or decoding option among the overrides of a translation
+    checkpoint of another model (fairseq's own ``transformer``): its model reads none of them,
+    and fairseq decoded it as trained, without a word (a policy that shared nothing, fairseq's
+    generator). Not a language model's: fairseq-generate ``--lm-path`` gives it the translation
+    model's overrides."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
+
+    arch = getattr(model_cfg, "arch", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None
+    if not (isinstance(model_class, type) and issubclass(model_class, FairseqEncoderDecoderModel)):
+        return
     for key, value in given_overrides(overrides).items():
         option = options.OPTIONS.get(key)
         if option is None or option in options.ANALYSIS_OPTIONS or not option.is_set(value):

@@ -1238,6 +1238,7 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     (data / "dict.src.txt").write_text("a 1\n")
+    (data / "test.src-tgt.src.idx").write_bytes(b"")  # the subset is there
     argv = ["--data", str(data), "--system", f"a={tmp_path / 'a.pt'}",
             "--out-dir", str(tmp_path / "out"), "--repeats", "1", *extra]  # fmt: skip
     with pytest.raises(SystemExit) as exit:
@@ -1268,6 +1269,9 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--system", "a (CTranslate2 int8)={tmp}/a.pt"], "system 'a (CTranslate2 int8)': names "
          "ending in '(CTranslate2 TYPE)' are the benchmark's own CTranslate2 rows"),
         (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
+        (["--subset", "test7"], "--subset test7: no such subset in {tmp}/data (it holds: test)"),
+        (["--system", "a|b={tmp}/a.pt"], "system 'a|b': a name may not hold '|' or a line break "
+         "(the report's tables are Markdown)"),
         (["--beams", "1", "1"], "--beams: 1 is given twice"),
         (["--modes", "natural", "natural"], "--modes: natural is given twice"),
         (["--cache-beams", "4", "20", "4"], "--cache-beams: 4 is given twice"),
@@ -1283,6 +1287,21 @@ def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
     error = bench_error(tmp_path, *extra)
     assert error.startswith("fairseq-san-bench: error: ") and "\n" not in error
     assert said.format(tmp=tmp_path) in error, error
+
+
+def test_bench_option_errors_come_before_fairseq_logs_anything(tmp_path):
+    """The options' checks ran after fairseq's import, whose INFO line ("Please install
+    tensorboardX") came before every error."""
+    argv = ["--data", str(tmp_path), "--system", f"a={tmp_path / 'a.pt'}", "--repeats", "0",
+            "--out-dir", str(tmp_path / "out")]
+    (tmp_path / "dict.src.txt").write_text("a 1\n")
+    (tmp_path / "test.src-tgt.src.idx").write_bytes(b"")
+    result = subprocess.run(
+        [sys.executable, "-c", f"from fairseq_san.cli.bench import main; main({argv!r})"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == "fairseq-san-bench: error: --repeats 0: must be at least 1\n"
 
 
 def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):
@@ -1393,6 +1412,32 @@ def test_a_bench_worker_that_died_is_one_line():
     for ask in (worker.receive, lambda: worker.call("base", "decode", (), {})):
         with pytest.raises(WorkerDied, match=r"^the fairseq worker died \(exit code -9\)$"):
             ask()
+
+
+def test_bench_workers_stop_at_once_when_the_run_ends_early():
+    """A SIGTERM to fairseq-san-bench left its workers decoding on their own (re-parented to
+    init) until their request ended: now it ends the run as an interrupt does, and leaving the
+    pool on an exception stops each worker without waiting for its request."""
+    import multiprocessing
+    import signal
+    import time
+
+    from fairseq_san.benchmark.workers import Worker, WorkerPool
+    from fairseq_san.cli import exiting_on_termination
+
+    worker = Worker.__new__(Worker)
+    worker.engine = "fairseq"
+    worker.conn, other_end = multiprocessing.Pipe()
+    worker.process = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    worker.process.start()
+    pool = WorkerPool.__new__(WorkerPool)
+    pool.workers = [worker]
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as ended, pool, exiting_on_termination():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert not worker.process.is_alive() and time.monotonic() - started < 10
+    other_end.close()
 
 
 @pytest.mark.parametrize("content", [[1, 2, 3], {"model": 1, "cfg": "x"}])

@@ -302,6 +302,21 @@ def readable_file(path: str, pipe: bool) -> bool:
     return os.path.isfile(path)
 
 
+def pair_subsets(data: str) -> List[str]:
+    """The subsets of a language pair's binarized files in ``data`` (``SUBSET.SRC-TGT.LANG``)."""
+    files = glob.glob(os.path.join(glob.escape(data), "*.*-*.*"))
+    return sorted({os.path.basename(path).split(".")[0] for path in files})
+
+
+def check_subset(data: str, subset: str) -> None:
+    """ValueError for a subset that ``data`` does not hold (fairseq's "Dataset not found" named
+    no option); a language model's data is left to the check that refuses it by name."""
+    subsets = pair_subsets(data)
+    if subset not in subsets and not monolingual_data(data):
+        held = ", ".join(subsets) or "none"
+        raise ValueError(f"--subset {subset}: no such subset in {data} (it holds: {held})")
+
+
 def check_paths(config: BenchmarkConfig) -> None:
     """ValueError for a data directory or a given file that is missing or of the wrong kind, or
     raw references without the sentencepiece model that would make hypotheses text."""
@@ -313,6 +328,7 @@ def check_paths(config: BenchmarkConfig) -> None:
             f"--data {config.data}: not a binarized data directory (no dict.*.txt: "
             "fairseq-preprocess writes them)"
         )
+    check_subset(config.data, config.subset)
     if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
         raise ValueError(f"--out-dir {config.out_dir} is a file, not a directory")
     for flag, path in (("--spm", config.spm_model), ("--references", config.references)):
@@ -363,6 +379,17 @@ def references_file(config: BenchmarkConfig, target_language: str) -> Optional[s
     return default if os.path.exists(default) else None
 
 
+def check_table_cells(names: Sequence[str]) -> None:
+    """ValueError for a system name that would break a row of results.md: a ``|`` starts a new
+    cell (every value moved a column right) and a line break a new line."""
+    for name in names:
+        if "|" in name or not name.isprintable():
+            raise ValueError(
+                f"system {name!r}: a name may not hold '|' or a line break (the report's tables "
+                "are Markdown); name it otherwise"
+            )
+
+
 def check_config(config: BenchmarkConfig) -> str:
     """Validate the configuration; return the baseline's name."""
     names = [spec.name for spec in config.systems]
@@ -370,6 +397,7 @@ def check_config(config: BenchmarkConfig) -> str:
         raise ValueError("no system to benchmark")
     if len(set(names)) != len(names):
         raise ValueError(f"system names must be unique: {names}")
+    check_table_cells(names)
     taken = next((name for name in names if CTRANSLATE2_ROW.search(name)), None)
     if taken is not None:  # a CTranslate2 row of that name replaced the system in the results
         raise ValueError(

@@ -156,8 +156,9 @@ class Worker:
         self.process.join(timeout=5)
         return WorkerDied(f"the {self.engine} worker died (exit code {self.process.exitcode})")
 
-    def close(self) -> None:
-        if self.process.is_alive():
+    def close(self, at_once: bool = False) -> None:
+        """End the worker: after its current request, or ``at_once`` (an interrupt, an error)."""
+        if self.process.is_alive() and not at_once:
             try:
                 self.conn.send(None)
             except (BrokenPipeError, OSError):
@@ -192,7 +193,7 @@ class WorkerPool:
             for worker in list(self.workers):
                 self._register(worker, worker.receive())
         except BaseException:
-            self.close()
+            self.close(at_once=True)
             raise
 
     def _register(self, worker: Worker, ready: Dict) -> None:
@@ -224,14 +225,14 @@ class WorkerPool:
         """The process that decodes ``name``: its pid and whether it imported ctranslate2."""
         return self._worker_of[name].call(None, "process", (), {})
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         for worker in self.workers:
-            worker.close()
+            worker.close(at_once)
         self.workers = []
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(at_once=exc_type is not None)  # a failed or ended run waits for no request
         return False

@@ -1,11 +1,12 @@
 """Command-line entry points of fairseq-san."""
 
 import argparse
+import contextlib
 import functools
 import os
 import signal
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 Result = TypeVar("Result")
 
@@ -33,6 +34,23 @@ def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Resul
             sys.exit(128 + signal.SIGPIPE)
 
     return run
+
+
+def _exit_on_signal(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def exiting_on_termination() -> Iterator[None]:
+    """SIGTERM and SIGHUP end this process as an interrupt does, through ``finally`` blocks, so
+    that the processes it started are stopped (fairseq-san-cpu-ranks' ranks were left running,
+    holding the run's lock; the benchmark's workers went on decoding)."""
+    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def positive_int(text: str) -> int:

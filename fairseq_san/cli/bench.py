@@ -26,8 +26,8 @@ from typing import Dict, List, Optional
 
 from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
-from fairseq_san.benchmark.config import parse_system
-from fairseq_san.cli import LOG_FORMAT
+from fairseq_san.benchmark.config import check_config, parse_system
+from fairseq_san.cli import LOG_FORMAT, exiting_on_termination
 
 PROG = "fairseq-san-bench"
 
@@ -181,6 +181,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         config = config_from_args(args, shlex.join([PROG, *argv]))
     except ValueError as err:
         parser.error(str(err))
+    try:  # the options' own checks, before fairseq's import logs anything
+        check_config(config)
+    except ValueError as err:
+        sys.exit(f"{PROG}: error: {err}")
     logging.basicConfig(
         format=LOG_FORMAT,
         level=logging.INFO,
@@ -191,7 +195,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     from fairseq_san.benchmark.workers import WorkerDied
 
     try:
-        results = run_benchmark(config)
+        with exiting_on_termination():  # a SIGTERM stops the workers too
+            results = run_benchmark(config)
     except (ValueError, OSError, WorkerDied) as err:
         sys.exit(f"{PROG}: error: {err}")
     except KeyboardInterrupt:  # the workers end quietly; no results are written

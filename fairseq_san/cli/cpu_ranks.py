@@ -17,7 +17,6 @@ rank failed in fairseq's TPU set-up) and fp16 (a GPU's).
 """
 
 import argparse
-import contextlib
 import ctypes
 import importlib.metadata
 import os
@@ -27,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
+from fairseq_san.cli import exiting_on_termination
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import file_error, nearest_key
 
@@ -141,22 +141,6 @@ def rank_environment(world_size: int) -> Dict[str, str]:
     for variable in THREAD_VARIABLES:
         environment.setdefault(variable, threads)
     return environment
-
-
-def _exit_on_signal(signum: int, frame) -> None:
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def exiting_on_termination() -> Iterator[None]:
-    """SIGTERM and SIGHUP end this process as an interrupt does, through ``finally`` blocks, so
-    that the ranks it started are stopped (they were left running, holding the run's lock)."""
-    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def shell_status(code: int) -> int:

@@ -2523,6 +2523,7 @@ def test_bfloat16_on_a_cpu_without_its_kernels_is_a_warning(monkeypatch, caplog,
     from fairseq_san.static_decoding import precision as precisions
 
     monkeypatch.setattr(precisions, "can_pack", lambda device, dtype: kernels)
+    monkeypatch.setattr(precisions, "bfloat16_emulated", lambda device: False)
     for name, row in precisions.PRECISIONS.items():
         for device in ("cpu", "cuda"):
             caplog.clear()
@@ -2543,10 +2544,38 @@ def test_a_bfloat16_generator_warns_where_this_cpu_lacks_the_kernels(caplog, mon
     from fairseq_san.static_decoding import precision
 
     monkeypatch.setattr(precision, "can_pack", lambda device, dtype: kernels)
+    monkeypatch.setattr(precision, "bfloat16_emulated", lambda device: False)
     model = build([], dictionary=DICTIONARY)[0]
     StaticSequenceGenerator([model], DICTIONARY, beam_size=2, precision="bf16")
     warned = [r for r in caplog.records if "on a CPU without bfloat16 kernels" in r.getMessage()]
     assert len(warned) == (not kernels)
+
+
+@pytest.mark.parametrize(
+    "capability, avx512_bf16, amx, emulated",
+    [("AVX512", False, False, True), ("AVX512", True, False, False),
+     ("AVX512", False, True, False), ("SVE256", False, False, False)],
+)  # fmt: skip
+def test_bfloat16_emulated_by_onednn_is_a_warning(monkeypatch, caplog, capability, avx512_bf16,
+                                                  amx, emulated):
+    """An Intel Ice Lake (AVX-512, no AVX512-BF16, no AMX) has oneDNN's bfloat16 kernels, which
+    emulate it there: the bfloat16 rows ran at about half fp32's speed without a word (0.93x
+    fairseq against the static fp32 row's 1.72x, docs/results/cpu-yardstick/icelake-2026-12-04).
+    A processor with the instructions, or not an x86 one, is not warned of."""
+    from fairseq_san.static_decoding import precision as precisions
+
+    monkeypatch.setattr(precisions, "can_pack", lambda device, dtype: True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert precisions.bfloat16_emulated(torch.device("cpu")) == emulated
+    precisions.warn_if_slower_than_fp32("bf16-full", torch.device("cpu"))
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ([
+        f"--san-decoder-precision bf16-full on a CPU without bfloat16 instructions (torch's CPU "
+        f"capability: {capability}, without AVX512-BF16 or AMX: oneDNN emulates them): its "
+        "products run slower than at fp32 here; --san-decoder-precision int8 or fp32 decode faster"
+    ] if emulated else [])  # fmt: skip
 
 
 def test_reduced_precision_of_a_model_not_in_float32_names_the_way_out():

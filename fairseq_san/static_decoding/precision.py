@@ -13,7 +13,9 @@ float32 except in ``bf16-full``. bfloat16 products use AVX512-BF16 or AMX where 
 them; int8 is torch's dynamic quantization (VNNI). A CPU without AVX-512 has no oneDNN bfloat16
 kernels: torch's generic ones there are several times slower than fp32, so the bfloat16 rows
 log a warning (``warn_if_slower_than_fp32``; measured:
-docs/results/cpu-yardstick/avx2-2026-11-28). ``bf16-fp32-logits`` exists because the logits
+docs/results/cpu-yardstick/avx2-2026-11-28); so do they where oneDNN emulates bfloat16 (AVX-512
+without AVX512-BF16 or AMX, ``bfloat16_emulated``: about half fp32's speed, measured:
+docs/results/cpu-yardstick/icelake-2026-12-04). ``bf16-fp32-logits`` exists because the logits
 decide beam search, and bfloat16's 8-bit mantissa moves them enough to change the best
 hypothesis of many sentences (measured: docs/results/cpu-yardstick).
 
@@ -271,19 +273,37 @@ def check_compiled_precision(precision: str, compiles: bool) -> None:
         )
 
 
+def bfloat16_emulated(device: torch.device) -> bool:
+    """Whether oneDNN's bfloat16 kernels run here without bfloat16 instructions: an x86 CPU with
+    AVX-512 but neither AVX512-BF16 nor AMX (Intel Ice Lake), where they convert to float32 and
+    back and run at about half fp32's speed (docs/results/cpu-yardstick/icelake-2026-12-04)."""
+    if not can_pack(device, torch.bfloat16):
+        return False
+    x86 = torch.backends.cpu.get_cpu_capability().startswith("AVX")
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return x86 and not native
+
+
 def warn_if_slower_than_fp32(precision: str, device: torch.device) -> None:
-    """Log a warning where a bfloat16 precision runs on a CPU without oneDNN's bfloat16 kernels
-    (see module doc): the user asked for speed and would get a slower decoder."""
+    """Log a warning where a bfloat16 precision runs on a CPU without oneDNN's bfloat16 kernels,
+    or with kernels that emulate bfloat16 (see module doc): the user asked for speed and would
+    get a slower decoder."""
     row = PRECISIONS.get(str(precision))
     if row is None or row.peak != "bf16" or device.type != "cpu":
         return
+    capability = torch.backends.cpu.get_cpu_capability()
     if not can_pack(device, torch.bfloat16):
-        capability = torch.backends.cpu.get_cpu_capability()
-        logger.warning(
-            f"--san-decoder-precision {precision} on a CPU without bfloat16 kernels (torch's "
-            f"CPU capability: {capability}; oneDNN's need AVX-512 or AMX): its products run "
-            "slower than at fp32 here; --san-decoder-precision int8 or fp32 decode faster"
-        )
+        cpu = f"without bfloat16 kernels (torch's CPU capability: {capability}; oneDNN's need "
+        cpu += "AVX-512 or AMX)"
+    elif bfloat16_emulated(device):
+        cpu = f"without bfloat16 instructions (torch's CPU capability: {capability}, without "
+        cpu += "AVX512-BF16 or AMX: oneDNN emulates them)"
+    else:
+        return
+    logger.warning(
+        f"--san-decoder-precision {precision} on a CPU {cpu}: its products run slower than at "
+        "fp32 here; --san-decoder-precision int8 or fp32 decode faster"
+    )
 
 
 def linear_kernel(

@@ -58,6 +58,9 @@ ROWS = {
     "Zen 4, two reruns at the next session's end (78b6b6b)": [
         "rerun-2026-12-02/all", "rerun-2026-12-02/run2/all",
     ],
+    "Intel Ice Lake, AVX-512 without AVX512-BF16 (8059694, 3f8eb97)": [
+        "icelake-2026-12-04/all", "icelake-2026-12-04/run2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")

@@ -61,6 +61,9 @@ ROWS = {
     "Intel Ice Lake, AVX-512 without AVX512-BF16 (8059694, 3f8eb97)": [
         "icelake-2026-12-04/all", "icelake-2026-12-04/run2/all",
     ],
+    "Intel family 6 model 207, AVX512-BF16 without AMX (aacbac6)": [
+        "emerald-2026-12-04/all", "emerald-2026-12-04/run2/all",
+    ],
     "AMD EPYC, AVX2 only": ["avx2-2026-11-28/all", "avx2-2026-11-29/all"],
 }  # fmt: skip
 BEST = ("san-6-6-static-int8", "san-6-6-static-bf16-full")

@@ -101,7 +101,10 @@ def write_json(path: str, value, replace_link: bool = False) -> None:
 
 def output_problem(path: str, what: str) -> Optional[str]:
     """Why a command cannot write ``what`` (named so in the message: "the JSON file") to ``path``,
-    said before it works, not after: a folder, or in a folder that is not there; else None."""
+    said before it works, not after: no name, a folder, or in a folder that is not there; else
+    None."""
+    if not path:
+        return f"is empty: name {what} to write"
     if os.path.isdir(path):
         return f"is a folder: name {what} to write"
     folder = os.path.dirname(os.path.abspath(path))

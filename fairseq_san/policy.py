@@ -65,6 +65,8 @@ Policy = dict[str, Blocks]
 BlocksValue = Union[str, Sequence[int], None]
 
 _BLOCKS_STRING = re.compile(r"\s*\d+\s*(,\s*\d+\s*)*")
+# The paper's notation, as fairseq-san-policy prints a policy: "{1,5}".
+_BRACED_BLOCKS = re.compile(r"\s*\{(" + _BLOCKS_STRING.pattern + r")\}\s*")
 
 
 class PolicyError(UsageError):
@@ -97,6 +99,10 @@ def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
         if text == "" or text.lower() == "none":
             return None
         shown = f'"{value}"'
+        bare = unbraced_blocks(text)
+        if bare is not None:
+            without = f'write the block sizes without braces: "{bare}"'
+            raise PolicyError(f"{_label(kind)} {shown}: {without}")
         valid = _BLOCKS_STRING.fullmatch(text) is not None
         blocks = [int(size) for size in text.split(",")] if valid else []
     elif isinstance(value, (list, tuple)):
@@ -203,6 +209,13 @@ def is_policy_text(spec: str) -> bool:
     return spec.lstrip().startswith("{")
 
 
+def unbraced_blocks(text: str) -> Optional[str]:
+    """The block sizes of the paper's notation ("{1,5}", which fairseq-san-policy prints) without
+    their braces ("1,5"), or None: a user who copies that notation is told what to write."""
+    found = _BRACED_BLOCKS.fullmatch(text)
+    return found.group(1).strip() if found else None
+
+
 def looks_like_blocks(spec: str) -> bool:
     """Whether ``spec``, given where a policy is read, is block sizes (``[1,5]``, ``1,5``, ``6``)
     rather than a file name: it is no file, and reads as a JSON list or numbers."""
@@ -224,6 +237,11 @@ def load_policy(spec: Union[str, dict]) -> Policy:
         raise PolicyError(
             f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
             '{"decoder_self": [1, 5]}'
+        )
+    elif unbraced_blocks(spec) is not None:
+        raise PolicyError(
+            f"policy {spec!r}: the paper's notation; a policy is a JSON object of block sizes per "
+            f'kind, e.g. \'{{"decoder_self": [{unbraced_blocks(spec)}]}}\', or a file holding one'
         )
     elif is_policy_text(spec):
         source = "policy"

@@ -265,6 +265,10 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
     assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
         f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"
     )
+    # An empty name (an unset variable) was the working directory: "cannot write : Is a directory".
+    assert refusal(["--inputs", newest, "--output", ""]) == (
+        "--output  is empty: name the checkpoint file to write"
+    )
     assert not (tmp_path / "mean.pt").exists()
 
 

@@ -95,6 +95,24 @@ def test_parse_blocks_rejects_empty_list_and_other_types():
         parse_blocks(1.5)
 
 
+def test_the_papers_braced_notation_says_what_to_write():
+    """fairseq-san-policy prints "{1,5}"; copied into a flag it was "block sizes must be positive
+    integers", into --san-policy "malformed JSON"."""
+    from fairseq_san.policy import load_policy
+
+    with pytest.raises(PolicyError) as err:
+        parse_blocks(" {1, 5} ", "decoder_self")
+    assert str(err.value) == (
+        'decoder_self policy " {1, 5} ": write the block sizes without braces: "1, 5"'
+    )
+    with pytest.raises(PolicyError) as err:
+        load_policy("{6}")
+    assert str(err.value) == (
+        "policy '{6}': the paper's notation; a policy is a JSON object of block sizes per kind, "
+        'e.g. \'{"decoder_self": [6]}\', or a file holding one'
+    )
+
+
 def test_parse_blocks_default_label():
     with pytest.raises(PolicyError) as err:
         parse_blocks("x")
@@ -916,12 +934,14 @@ def test_cli_bad_js_file(tmp_path):
 
 def test_cli_output_that_is_a_directory_leaves_no_temporary_file(js_file, tmp_path):
     """An output it cannot write is said before learning, as the path given: a folder or a
-    missing one were "[Errno 21] Is a directory: 'DIR.tmp' -> 'DIR'", the temporary name."""
+    missing one were "[Errno 21] Is a directory: 'DIR.tmp' -> 'DIR'", the temporary name; an
+    empty one (-o "$UNSET") wrote nothing, with exit status 0."""
     folder = tmp_path / "policies"
     folder.mkdir()
     for output, said in ((folder, "is a folder: name the policy file to write"),
                          (tmp_path / "none" / "p.json",
-                          f"no folder {tmp_path / 'none'} (create it first)")):  # fmt: skip
+                          f"no folder {tmp_path / 'none'} (create it first)"),
+                         ("", "is empty: name the policy file to write")):  # fmt: skip
         result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
                                 "0.5", "-o", str(output))  # fmt: skip
         assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -663,6 +663,14 @@ def test_score_refuses_to_write_over_a_file_it_scores(tmp_path):
         assert (tmp_path / "ref.de").read_text(encoding="utf-8") == REFERENCES
 
 
+def test_score_refuses_an_empty_output_name(tmp_path):
+    """``-o ""`` (an unset variable) scored, wrote nothing and exited 0."""
+    result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", "")
+    assert one_error_line(result, "fairseq-san-score") == (
+        "fairseq-san-score: error: -o : is empty: name the JSON file to write"
+    )
+
+
 NBEST_OUTPUT = """\
 S-0\t▁a ▁man
 H-0\t-0.25\t▁Ein ▁Mann ▁geht ▁.

@@ -190,9 +190,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     twice = repeated([os.path.realpath(path) for path in paths])
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
-    if args.output and input_at(args.output, paths):
+    if args.output is not None and input_at(args.output, paths):
         parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
-    problem = args.output and output_problem(args.output, "the policy file")
+    problem = args.output is not None and output_problem(args.output, "the policy file")
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:

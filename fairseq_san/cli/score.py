@@ -37,7 +37,7 @@ from fairseq_san.scoring import (
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    problem = args.output and (
+    problem = args.output is not None and (
         input_named(args.output, args) or output_problem(args.output, "the JSON file")
     )
     if problem:

@@ -238,10 +238,10 @@ def load_policy(spec: Union[str, dict]) -> Policy:
             f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
             '{"decoder_self": [1, 5]}'
         )
-    elif unbraced_blocks(spec) is not None:
+    elif (bare := unbraced_blocks(spec)) is not None:
         raise PolicyError(
             f"policy {spec!r}: the paper's notation; a policy is a JSON object of block sizes per "
-            f'kind, e.g. \'{{"decoder_self": [{unbraced_blocks(spec)}]}}\', or a file holding one'
+            f'kind, e.g. \'{{"decoder_self": [{bare}]}}\', or a file holding one'
         )
     elif is_policy_text(spec):
         source = "policy"

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Callable, Iterable, Optional, Type
+from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, Type, Union
 
 from fairseq_san.errors import UsageError, json_error
 
@@ -119,6 +119,30 @@ def same_file(first: str, second: str) -> bool:
     if os.path.realpath(first) == os.path.realpath(second):
         return True
     return os.path.exists(first) and os.path.exists(second) and os.path.samefile(first, second)
+
+
+def file_identity(path: str) -> Union[Tuple[int, int], str]:
+    """What tells files apart: the device and inode of one that exists (a hard link is the file
+    it links to), else the real path."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return stat.st_dev, stat.st_ino
+
+
+def file_given_twice(paths: Sequence[str]) -> Optional[str]:
+    """The first of ``paths`` that names a file named before it, through symbolic or hard links,
+    as its real path (with the earlier one's where the names differ), or None: an input given
+    twice would count twice."""
+    earlier: Dict[Union[Tuple[int, int], str], str] = {}
+    for path in paths:
+        real, identity = os.path.realpath(path), file_identity(path)
+        if identity in earlier:
+            first = earlier[identity]
+            return real if first == real else f"{real} (one file with {first})"
+        earlier[identity] = real
+    return None
 
 
 def input_at(output: str, inputs: Iterable[str]) -> Optional[str]:

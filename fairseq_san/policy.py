@@ -224,6 +224,16 @@ def looks_like_blocks(spec: str) -> bool:
     return not os.path.exists(spec) and (text.startswith("[") or numbers.isdigit())
 
 
+def holds_js_matrices(data: dict) -> bool:
+    """Whether ``data``, read as a policy, is an analysis (js.json): a kind's value is a matrix,
+    a list of rows, where a policy has block sizes."""
+    return any(
+        isinstance(data.get(kind), list) and data[kind]
+        and all(isinstance(row, list) for row in data[kind])
+        for kind in KINDS
+    )  # fmt: skip
+
+
 def load_policy(spec: Union[str, dict]) -> Policy:
     """Read a policy from a JSON file, from JSON text (``spec`` starting with "{") or a dict.
 
@@ -256,6 +266,11 @@ def load_policy(spec: Union[str, dict]) -> Policy:
     else:
         source = f'policy file "{spec}"'
         data = load_json_object(spec, "policy file", POLICY_FILE_LIMIT)
+    if holds_js_matrices(data):
+        raise PolicyError(
+            f"{source} holds JS matrices (an analysis, what fairseq-validate --san-analysis-dir "
+            "writes), not block sizes: learn a policy from it with fairseq-san-policy"
+        )
     unknown = [key for key in data if key not in KINDS]
     if unknown:
         raise PolicyError(

@@ -199,6 +199,52 @@ def test_a_checkpoint_of_another_model_or_unsafe_is_refused(checkpoints, tmp_pat
     assert not output.exists() and not (tmp_path / "mean.pt.tmp").exists()
 
 
+def add_a_mask(value: bool):
+    """A change that adds a boolean buffer (a mask) holding ``value``."""
+
+    def change(state: dict) -> None:
+        state["model"]["decoder.mask"] = torch.tensor([True, value])
+
+    return change
+
+
+@pytest.mark.slow
+def test_a_boolean_tensor_is_kept_where_the_checkpoints_agree(checkpoints, tmp_path):
+    """A boolean buffer (a mask) failed with a traceback (floor_divide_ on bool); it is no sum:
+    the average keeps it where every checkpoint holds the same, and refuses it where not."""
+    by_update = update_checkpoints(checkpoints)
+    masked = [save_changed(by_update[u], tmp_path / f"masked{u}.pt", add_a_mask(False))
+              for u in (2, 3)]  # fmt: skip
+    output = tmp_path / "mean.pt"
+    average.main(["--inputs", *map(str, masked), "--output", str(output)])
+    mask = load_state(str(output))["model"]["decoder.mask"]
+    assert mask.dtype == torch.bool and mask.tolist() == [True, False]
+    other = save_changed(by_update[2], tmp_path / "other.pt", add_a_mask(True))
+    assert refusal(["--inputs", str(masked[1]), str(other), "--output", str(output)]) == (
+        f"checkpoint {other}: its boolean decoder.mask differs from that of {masked[1]}, and a "
+        "mean of booleans is none: average checkpoints whose boolean tensors agree"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_checkpoint_holding_nan_or_infinity_is_refused(checkpoints, tmp_path, bad):
+    """A diverged training's checkpoint was averaged silently, every mean it entered NaN."""
+    by_update = update_checkpoints(checkpoints)
+    name = next(n for n in sorted(load_state(str(by_update[2]))["model"]) if "layers" in n)
+
+    def spoil(state: dict) -> None:
+        state["model"][name].view(-1)[0] = bad
+
+    spoilt = save_changed(by_update[2], tmp_path / "spoilt.pt", spoil)
+    output = tmp_path / "mean.pt"
+    assert refusal(["--inputs", str(by_update[3]), str(spoilt), "--output", str(output)]) == (
+        f"checkpoint {spoilt}: its {name} holds NaN or infinite values (the training diverged?), "
+        "which every mean would take: leave it out of the average"
+    )
+    assert not output.exists()
+
+
 @pytest.mark.slow
 def test_an_output_that_is_an_input_is_refused(checkpoints):
     by_update = update_checkpoints(checkpoints)
@@ -261,6 +307,11 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
     assert "not a fairseq checkpoint" in refusal(["--inputs", str(weights), "--output", output])
     assert refusal(["--inputs", newest, newest, "--output", output]) == (
         f"--inputs names {newest} twice: each checkpoint counts once"
+    )
+    hard_link = tmp_path / "hard.pt"  # another name of the same file: it weighed twice
+    hard_link.hardlink_to(newest)
+    assert refusal(["--inputs", newest, str(hard_link), "--output", output]) == (
+        f"--inputs names {hard_link} (one file with {newest}) twice: each checkpoint counts once"
     )
     assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
         f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"

@@ -1049,8 +1049,12 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
 @pytest.mark.parametrize(
     "output, said",
     [
-        ("no-folder/f.png", "cannot write {}: No such file or directory"),
-        ("a-folder.png", "cannot write {}: Is a directory"),
+        # said before any analysis is read, not after drawing
+        ("no-folder/f.png", "-o {}: no folder {}/no-folder (create it first)"),
+        ("a-folder.png", "-o {}: is a folder: name the figure to write"),
+        ("", "-o {}: is empty: name the figure to write"),
+        ("step10/js.json", "-o {}: end the name in a figure format's extension"),
+        ("step10/js.png", "-o {}: it is an input (DIR): name another file"),
         ("figure", "-o {}: end the name in a figure format's extension (avif, eps"),
         ("figure.xyz", "-o {}: end the name in a figure format's extension"),
     ],
@@ -1058,10 +1062,14 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
 def test_plot_js_output_it_cannot_write_is_one_line(tmp_path, capsys, output, said):
     (tmp_path / "a-folder.png").mkdir()
     analysis = write_analysis(tmp_path / "step10", SQUARE)
-    path = str(tmp_path / output)
-    line = plot_js(capsys, analysis, "-o", path, "--reference-layer", "1", "--layers", "2", "3")
-    assert line.startswith("fairseq-san-plot-js: error: " + said.format(path)), line
+    named_png = tmp_path / "step10" / "js.png"  # an analysis whose name is a figure's
+    named_png.write_text((tmp_path / "step10" / "js.json").read_text())
+    path = str(tmp_path / output) if output else ""
+    line = plot_js(capsys, analysis, str(named_png), "-o", path, "--reference-layer", "1",
+                   "--layers", "2", "3")  # fmt: skip
+    assert line.startswith("fairseq-san-plot-js: error: " + said.format(path, tmp_path)), line
     assert not (tmp_path / "figure.png").exists()  # matplotlib's default format is not added
+    assert json.loads(named_png.read_text())["decoder_self"] == SQUARE
 
 
 def cpu_ranks(capsys, *argv: str) -> str:
@@ -1772,6 +1780,33 @@ def test_a_command_whose_reader_stops_ends_quietly(tmp_path):
     # Only the note that Figure 2b is not in nats (its values above ln 2), on stderr before.
     assert [line.split(":")[1] for line in stderr.decode().splitlines()] == [" note"]
     assert process.returncode == 128 + signal.SIGPIPE
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", ["policy", "loop", "bench"])
+def test_a_command_whose_output_cannot_be_written_says_so_in_one_line(tmp_path, command):
+    """``fairseq-san-policy JS > /dev/full``: an OSError traceback from print, exit 1 (the
+    loop's subcommands: "[Errno 28] ..." as its own error, exit 2). Now one line naming the
+    standard output and the system's reason, status 1, as coreutils' ``echo hi > /dev/full``."""
+    from paper import PAPER_ENCDEC, PAPER_SELF
+
+    js = tmp_path / "js.json"
+    js.write_text(json.dumps({"decoder_self": PAPER_SELF, "decoder_encdec": PAPER_ENCDEC}))
+    name, argv = {
+        "policy": ("fairseq-san-policy", [str(BIN / "fairseq-san-policy"), str(js),
+                                          "--theta-decoder-self", "0.4", "--map", "0.3"]),
+        "loop": ("fairseq-san-loop", [str(BIN / "fairseq-san-loop"), "show",
+                                      '{"decoder_self": [2, 4]}']),
+        # the benchmark's report, printed after its workers have ended
+        "bench": ("-c", [sys.executable, "-c", "from fairseq_san.cli.bench import print_report; "
+                         "print_report('| engine |\\n' * 3)"]),
+    }[command]  # fmt: skip
+    with open("/dev/full", "w") as full:
+        process = subprocess.run(argv, cwd=REPO, env=cli_env(), stdout=full,
+                                 stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    said = [line for line in process.stderr.splitlines() if ": note: " not in line]
+    assert said == [f"{name}: error: cannot write the standard output: No space left on device"]
+    assert process.returncode == 1
 
 
 @pytest.mark.parametrize(

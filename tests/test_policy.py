@@ -273,6 +273,22 @@ def test_load_policy_unknown_key(tmp_path):
     )
 
 
+@pytest.mark.parametrize("extra", [{"num_updates": 660, "subset": "valid"}, {}])
+def test_load_policy_of_an_analysis_says_to_learn_one(tmp_path, extra):
+    """A js.json given where a policy is read (``fairseq-san-loop show``, ``--san-policy``) was
+    'unknown key "num_updates"', or without it "[[0, 0.54, ...]]: block sizes must be positive
+    integers"."""
+    path = write_json(tmp_path / "js.json", {**extra, "decoder_self": PAPER_SELF,
+                                             "decoder_encdec": PAPER_ENCDEC})  # fmt: skip
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value) == (
+        f'policy file "{path}" holds JS matrices (an analysis, what fairseq-validate '
+        "--san-analysis-dir writes), not block sizes: learn a policy from it with "
+        "fairseq-san-policy"
+    )
+
+
 def test_load_policy_bad_value(tmp_path):
     path = write_json(tmp_path / "p.json", {"decoder_encdec": [3, 0, 3]})
     with pytest.raises(PolicyError) as err:
@@ -792,6 +808,14 @@ def test_cli_refuses_an_analysis_given_twice(tmp_path, capsys):
         assert capsys.readouterr().err.splitlines()[-1] == (
             f"fairseq-san-policy: error: {analysis} is given twice: give each analysis once"
         )
+    hard_link = tmp_path / "hard.json"  # another name of the same file: counted twice
+    os.link(analysis, hard_link)
+    with pytest.raises(SystemExit):
+        policy_main([analysis, str(hard_link), "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {hard_link} (one file with {analysis}) is given twice: give "
+        "each analysis once"
+    )
 
 
 def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp_path, capsys):

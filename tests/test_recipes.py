@@ -821,9 +821,12 @@ def test_score_refuses_an_output_given_twice_and_reads_sacrebleus_seed(tmp_path,
     output.write_text(generate_output(SENTENCES), encoding="utf-8")
     baseline.write_text(generate_output([s.split()[0] for s in SENTENCES]), encoding="utf-8")
     (tmp_path / "link.txt").symlink_to(output)
+    os.link(output, tmp_path / "hard.txt")
     reference = ("--reference", str(tmp_path / "ref.de"))
     for given, named in (
         ((str(output), str(tmp_path / "link.txt"), "--baseline", str(baseline)), str(output)),
+        ((str(output), str(tmp_path / "hard.txt"), "--baseline", str(baseline)),
+         f"{tmp_path / 'hard.txt'} (one file with {output})"),
         ((str(output), "--baseline", str(baseline), str(baseline)), f"--baseline {baseline}"),
     ):
         result = run_cli("fairseq-san-score", *given, *reference)

@@ -14,24 +14,69 @@ Result = TypeVar("Result")
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
 
+class OutputError(OSError):
+    """A write to standard output failed for a reason other than a closed pipe (a full disk,
+    ``> /dev/full``)."""
+
+
+class _CheckedOutput:
+    """Standard output as a command writes it: a failed write or flush raised as OutputError,
+    told apart from the command's other errors of the file system; a closed pipe stays a
+    BrokenPipeError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._checked(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._checked(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    @staticmethod
+    def _checked(call: Callable[..., Result], *args) -> Result:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise OutputError(err.errno, err.strerror) from None
+
+
+def _drop_unwritten_output() -> None:
+    """Point standard output at /dev/null: Python flushes it again at exit, which would fail
+    again (the Python docs' recipe, "Note on SIGPIPE")."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Result]:
     """``main`` of a command that prints its results, ending quietly when the program reading
     them stops (``fairseq-san-policy JS ... --map 0.1 | head -2``) with the status a shell gives
-    a command killed by SIGPIPE, as Unix tools do, instead of a BrokenPipeError traceback. Only
-    for commands whose one pipe is their output (not the benchmark, whose workers talk through
-    pipes)."""
+    a command killed by SIGPIPE, as Unix tools do, instead of a BrokenPipeError traceback; an
+    output that cannot be written (``> /dev/full``) is one line and status 1, as coreutils' are.
+    Only where the one pipe is the output (the benchmark's report, not its run: its workers talk
+    through pipes)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs) -> Result:
+        stdout = sys.stdout
+        sys.stdout = _CheckedOutput(stdout)
         try:
             result = main(*args, **kwargs)
             sys.stdout.flush()
             return result
         except BrokenPipeError:
-            # Python flushes stdout again at exit: point it at /dev/null (the Python docs'
-            # recipe, "Note on SIGPIPE").
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _drop_unwritten_output()
             sys.exit(128 + signal.SIGPIPE)
+        except OutputError as err:
+            _drop_unwritten_output()
+            prog = os.path.basename(sys.argv[0])  # argparse's default prog, the command's name
+            sys.exit(f"{prog}: error: cannot write the standard output: {err.strerror}")
+        finally:
+            sys.stdout = stdout
 
     return run
 

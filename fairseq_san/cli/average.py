@@ -6,7 +6,9 @@ checkpoint files, or one folder whose newest N checkpoints ``--num-update-checkp
 (``checkpointE.pt``) choose, at most ``--checkpoint-upper-bound`` updates or epochs. The average
 keeps the other fields (configuration, optimizer state, ...) of the first checkpoint: the newest,
 of a folder. Half-precision parameters (float16, as fairseq's script does, and bfloat16) are
-averaged and written in float32, integer ones rounded down as fairseq's script does. Unlike
+averaged and written in float32, integer ones rounded down as fairseq's script does; a boolean
+tensor (a mask) is kept where every checkpoint holds the same, and a parameter holding a NaN or an
+infinity is refused (a diverged training's checkpoint would make every mean one). Unlike
 fairseq's script, each checkpoint is read with torch's safe loader
 (``fairseq_san.checkpoints.load_state``): on torch >= 2.6 that script refuses every fairseq
 checkpoint, and with the safe loader switched off, reading one could run code.
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san import files
 from fairseq_san.cli import LOG_FORMAT, positive_int
-from fairseq_san.errors import UsageError, first_line, repeated
+from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import input_at
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -74,7 +76,7 @@ def input_paths(args: argparse.Namespace) -> List[str]:
                 f"--inputs {folders[0]} is a folder: give --num-update-checkpoints N or "
                 "--num-epoch-checkpoints N to average its newest N checkpoints, or name the files"
             )
-        twice = repeated([os.path.realpath(path) for path in args.inputs])
+        twice = files.file_given_twice(args.inputs)
         if twice is not None:
             raise UsageError(f"--inputs names {twice} twice: each checkpoint counts once")
         return args.inputs
@@ -150,6 +152,50 @@ def layout_mismatch(
     return None
 
 
+def non_finite_parameter(parameters: Dict[str, "Tensor"]) -> Optional[str]:
+    """The first floating-point parameter holding a NaN or an infinity (a training that
+    diverged), which would make every mean it enters one too; None if there is none."""
+    import torch
+
+    return next(
+        (name for name, tensor in parameters.items()
+         if tensor.is_floating_point() and not torch.isfinite(tensor).all()),
+        None,
+    )  # fmt: skip
+
+
+def add_to_sums(sums: Dict[str, "Tensor"], parameters: Dict[str, "Tensor"], path: str,
+                first_path: str) -> None:  # fmt: skip
+    """Add checkpoint ``path``'s ``parameters`` to ``sums``. A boolean tensor (a mask) is kept,
+    not summed (a mean of booleans is none): it must be that of the first checkpoint."""
+    import torch
+
+    from fairseq_san.checkpoints import CheckpointError
+
+    for name, tensor in parameters.items():
+        tensor = summed(tensor)
+        if name not in sums:
+            sums[name] = tensor.clone()  # a copy: shared with others, or mapped from the file
+        elif tensor.dtype != torch.bool:
+            sums[name] += tensor
+        elif not torch.equal(sums[name], tensor):
+            raise CheckpointError(
+                f"checkpoint {path}: its boolean {name} differs from that of {first_path}, and a "
+                "mean of booleans is none: average checkpoints whose boolean tensors agree"
+            )
+
+
+def divide(total: "Tensor", count: int) -> None:
+    """``total`` made the mean of ``count`` checkpoints' values in place: rounded down for
+    integers, as fairseq's script does; a boolean tensor, kept not summed, as it is."""
+    import torch
+
+    if total.is_floating_point():
+        total.div_(count)
+    elif total.dtype != torch.bool:
+        total.floor_divide_(count)
+
+
 def average(paths: List[str]) -> dict:
     """The first checkpoint of ``paths``, its model's parameters replaced by their mean over all
     of them (fairseq's ``average_checkpoints``); each is read with torch's safe loader."""
@@ -168,17 +214,15 @@ def average(paths: List[str]) -> dict:
                 f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "
                 "checkpoints of one training run"
             )
-        for name, tensor in parameters.items():
-            tensor = summed(tensor)
-            if name in sums:
-                sums[name] += tensor
-            else:
-                sums[name] = tensor.clone()  # a copy: shared with others, or mapped from the file
-    for name, total in sums.items():
-        if total.is_floating_point():
-            total.div_(len(paths))
-        else:
-            total.floor_divide_(len(paths))
+        broken = non_finite_parameter(parameters)
+        if broken is not None:
+            raise CheckpointError(
+                f"checkpoint {path}: its {broken} holds NaN or infinite values (the training "
+                "diverged?), which every mean would take: leave it out of the average"
+            )
+        add_to_sums(sums, parameters, path, paths[0])
+    for total in sums.values():
+        divide(total, len(paths))
     first["model"] = {name: sums[name] for name in reference}
     return first
 

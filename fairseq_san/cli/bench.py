@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import check_config, parse_system
-from fairseq_san.cli import LOG_FORMAT, exiting_on_termination
+from fairseq_san.cli import LOG_FORMAT, exiting_on_termination, quiet_when_output_closes
 
 PROG = "fairseq-san-bench"
 
@@ -202,7 +202,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     except KeyboardInterrupt:  # the workers end quietly; no results are written
         print(f"{PROG}: interrupted", file=sys.stderr)
         sys.exit(130)
-    print(markdown_report(results), end="")
+    print_report(markdown_report(results))
+
+
+@quiet_when_output_closes  # the workers have ended: standard output is the one pipe left
+def print_report(report: str) -> None:
+    """The results' tables on standard output, as the last thing the benchmark does."""
+    print(report, end="")
 
 
 if __name__ == "__main__":

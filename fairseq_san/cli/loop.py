@@ -42,7 +42,7 @@ import sys
 from typing import Dict, List, Optional
 
 import fairseq_san
-from fairseq_san.cli import positive_int, quiet_when_output_closes
+from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
@@ -304,6 +304,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemsError as err:  # test_bleu.sh's own refusals, named after it
         print(f"{RECIPE}: {err}", file=sys.stderr)
         return err.status
+    except (BrokenPipeError, OutputError):  # standard output's: quiet_when_output_closes says it
+        raise
     except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
         said = file_error(err) if isinstance(err, OSError) else err
         print(f"fairseq-san-loop: error: {said}", file=sys.stderr)  # one line: no usage text

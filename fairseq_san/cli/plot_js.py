@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
+from fairseq_san.files import file_given_twice, input_at, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
 
@@ -91,7 +92,7 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")
-    given_twice = repeated([os.path.realpath(path) for path, _ in analyses])
+    given_twice = file_given_twice([path for path, _ in analyses])
     if given_twice is not None:  # its points were drawn twice, at one step
         raise PlotError(f"{given_twice} is given twice: one analysis per training step")
     at_step: Dict[int, str] = {}
@@ -167,14 +168,21 @@ def curves(
     return panels
 
 
-def check_output(path: str) -> None:
-    """The figure's name ends in a format matplotlib writes (it would add ".png" to any other)."""
+def check_output(path: str, inputs: List[str]) -> None:
+    """The figure can be written to ``path``, said before any analysis is read: a name, in a
+    folder that is there, ending in a format matplotlib writes (it would add ".png" to any
+    other), and no input (a js.json named so was overwritten)."""
+    problem = output_problem(path, "the figure")
+    if problem:
+        raise PlotError(f"-o {path}: {problem}")
     extension = os.path.splitext(path)[1][1:].lower()
     formats = figure_formats()
     if extension not in formats:
         raise PlotError(
             f"-o {path}: end the name in a figure format's extension ({', '.join(formats)})"
         )
+    if input_at(path, inputs):
+        raise PlotError(f"-o {path}: it is an input (DIR): name another file")
 
 
 @quiet_when_output_closes
@@ -183,13 +191,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_output(args.output)
+        paths = [analysis_file(path) for path in args.dirs]
+        check_output(args.output, paths)
         if args.reference_layer in args.layers:  # a flat line at 0
             raise PlotError(
                 f"--layers {args.reference_layer} is the --reference-layer: its JS with itself "
                 "is 0; give the other layers"
             )
-        paths = [analysis_file(path) for path in args.dirs]
         analyses = [(path, read_analysis(path)) for path in paths]
         check_one_series(analyses, args.layers)
         panels = curves(analyses, args.reference_layer, args.layers)

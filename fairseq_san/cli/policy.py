@@ -18,13 +18,11 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 """
 
 import argparse
-import os
 import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.errors import repeated
-from fairseq_san.files import input_at, output_problem
+from fairseq_san.files import file_given_twice, input_at, output_problem
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -187,7 +185,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
     paths = [analysis_file(path) for path in args.js_json]
-    twice = repeated([os.path.realpath(path) for path in paths])
+    twice = file_given_twice(paths)
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
     if args.output is not None and input_at(args.output, paths):

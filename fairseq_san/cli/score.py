@@ -14,13 +14,12 @@ bootstrap on one pair of models does not see.
 """
 
 import argparse
-import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
-from fairseq_san.errors import file_error, repeated
-from fairseq_san.files import input_at, output_problem, write_json
+from fairseq_san.errors import file_error
+from fairseq_san.files import file_given_twice, input_at, output_problem, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
     check_references,
@@ -45,7 +44,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.bootstrap_samples < 1:
         parser.error(f"--bootstrap-samples {args.bootstrap_samples}: must be at least 1")
     for side, outputs in (("", args.generate_output), ("--baseline ", args.baseline or [])):
-        twice = repeated([os.path.realpath(path) for path in outputs])
+        twice = file_given_twice(outputs)
         if twice is not None:  # the seeds' permutation test would count it as two runs
             parser.error(f"{side}{twice} is given twice: give each seed's output once")
     try:

@@ -25,6 +25,16 @@ def available_cores(cgroup: Path = CGROUP, membership: Path = MEMBERSHIP) -> int
     return min(cores, max(1, math.ceil(quota))) if quota else cores
 
 
+def threads_problem(threads: int) -> Optional[str]:
+    """Why ``--threads`` cannot time decoding here, or None: more threads than the host has
+    processors (``os.cpu_count()``) is a typo, which torch took as an overflow or OpenMP as an
+    allocation it could not make (the process aborted)."""
+    processors = os.cpu_count() or 1
+    if threads > processors:
+        return f"--threads {threads}: more than the {processors} processors of this machine"
+    return None
+
+
 def cpu_quota(cgroup: Path = CGROUP, membership: Path = MEMBERSHIP) -> Optional[float]:
     """Cores' worth of CPU time the process's cgroups allow (the smallest quota / period of its
     own and those above it); None when unlimited or unreadable."""

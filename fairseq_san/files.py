@@ -75,8 +75,13 @@ def write_through(path: str, write: Callable[[str], None], descriptor: Optional[
         staged = os.path.join(folder, "output")
         write(staged)
         target = open(os.dup(descriptor), "wb") if descriptor is not None else open(path, "wb")
-        with open(staged, "rb") as source, target:
-            shutil.copyfileobj(source, target)
+        try:
+            with open(staged, "rb") as source, target:
+                shutil.copyfileobj(source, target)
+        except OSError as err:  # a full device (/dev/full): the path given, not the descriptor
+            if err.errno is None:
+                raise
+            raise OSError(err.errno, err.strerror, path) from None
 
 
 def temporary_path(written: str) -> str:

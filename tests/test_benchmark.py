@@ -877,6 +877,11 @@ def test_step_timer_counts_the_page_faults_of_each_configuration():
         (["--beam", "0"], "--beam 0: must be at least 1"),
         (["--length", "0"], "--length 0: must be at least 1"),
         (["--vocab", "3"], "--vocab 3: must be more than the 4 special symbols"),
+        # fairseq searches at most vocab - 1 hypotheses: the report said "beam 50" of beam 5
+        (["--vocab", "6", "--beam", "50"], "--beam 50: fairseq's search keeps at most --vocab "
+         "minus 1 hypotheses (5); raise --vocab or lower --beam"),
+        (["--threads", "99999999999"], "--threads 99999999999: more than the "
+         f"{os.cpu_count()} processors of this machine"),
         (["--decoders", "static-fp32-graph"],
          "--decoders static-fp32-graph: precision 'fp32' in execution 'graph' does not run on "
          "cpu"),

@@ -1259,6 +1259,9 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
     [
         (["--threads", "0"], "--threads 0: must be at least 1"),
         (["--threads", "-1"], "--threads -1: must be at least 1"),
+        # torch's "Overflow when unpacking long", or OpenMP aborting the process
+        (["--threads", "99999999999"], "--threads 99999999999: more than the "
+         f"{os.cpu_count()} processors of this machine"),
         (["--max-sentences", "0"], "--max-sentences 0: must be at least 1"),
         (["--fixed-length", "-5"], "--fixed-length -5: must be at least 1"),
         (["--table-beam", "0"], "--table-beam 0: must be at least 1"),
@@ -1496,6 +1499,85 @@ def test_a_policy_file_fairseq_san_loop_cannot_read_is_one_line(tmp_path, capsys
         f'fairseq-san-loop: error: policy file "{policy}": malformed JSON at line 1 column 25: '
         "Expecting property name enclosed in double quotes"
     )
+
+
+def valid_record(updates: int, loss: str) -> str:
+    """A fairseq-train ``valid`` line of the JSON progress bar."""
+    fields = {"epoch": 1, "valid_loss": loss, "valid_num_updates": str(updates)}
+    return f"2026-12-04 10:00:00 | INFO | valid | {json.dumps(fields)}\n"
+
+
+def test_loop_train_log_takes_no_nan_for_the_best_loss(tmp_path):
+    """A first validation loss of NaN (a diverged start) was the "best valid loss": min() keeps
+    a NaN that comes first."""
+    from fairseq_san.loop.train_log import read_train_log
+
+    log = tmp_path / "train.log"
+    log.write_text(valid_record(10, "nan") + valid_record(20, "9.0") + valid_record(30, "7.0"))
+    facts = read_train_log(str(log))
+    assert (facts["best_valid_loss"], facts["best_updates"]) == (7.0, 30)
+    log.write_text(valid_record(10, "nan"))
+    assert read_train_log(str(log))["best_valid_loss"] is None
+
+
+def test_loop_outputs_that_are_their_inputs_are_refused(tmp_path, capsys):
+    """``train-log train.log -o train.log`` and ``perplexity eval.log -o eval.log`` replaced the
+    log with the table or the JSON (exit 0); a missing folder or an empty name was said after
+    reading, in Python's words (": Is a directory")."""
+    log = tmp_path / "train.log"
+    log.write_text(valid_record(10, "7.0"))
+    before = log.read_text()
+    eval_log = tmp_path / "eval.log"
+    eval_log.write_text("2026 | INFO | fairseq_cli.eval_lm | Loss (base 2): 5.0, Perplexity: 32\n")
+    for argv, said in (
+        (["train-log", str(log), "-o", str(log)], f"-o {log} is the input {log}: name another "
+         "file"),
+        (["perplexity", str(eval_log), "-o", str(eval_log)], f"-o {eval_log} is the input "
+         f"{eval_log}: name another file"),
+        (["train-log", str(log), "-o", str(tmp_path / "no" / "t.md")], f"-o {tmp_path}/no/t.md "
+         f"no folder {tmp_path}/no (create it first)"),
+        (["perplexity", str(eval_log), "-o", ""], "-o  is empty: name the JSON file to write"),
+    ):  # fmt: skip
+        assert loop_error(capsys, *argv) == f"fairseq-san-loop: error: {said}"
+    assert log.read_text() == before and "Perplexity" in eval_log.read_text()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_loop_output_on_a_full_device_is_named(tmp_path, capsys):
+    """``train-log LOG -o /dev/full`` said "[Errno 28] No space left on device", naming no
+    file."""
+    log = tmp_path / "train.log"
+    log.write_text(valid_record(10, "7.0"))
+    assert loop_error(capsys, "train-log", str(log), "-o", "/dev/full") == (
+        "fairseq-san-loop: error: /dev/full: No space left on device"
+    )
+
+
+def test_loop_show_of_a_run_dir_that_is_not_there_is_refused(tmp_path, capsys):
+    """A mistyped --run-dir showed every kind (a language model's run shows one), exit 0."""
+    assert loop_error(capsys, "show", '{"decoder_self": [2, 4]}', "--run-dir",
+                      str(tmp_path / "nope")) == (  # fmt: skip
+        f"fairseq-san-loop: error: --run-dir {tmp_path / 'nope'}: no such run directory"
+    )
+
+
+def test_a_lock_descriptor_that_is_not_open_is_one_line(tmp_path):
+    """``start --lock-fd 99`` with nothing open on 99 said "[Errno 9] Bad file descriptor"."""
+    from fairseq_san.loop.run_record import LOCK, RunError, lock_run
+
+    lock = tmp_path / LOCK
+    lock.touch()
+    closed = os.open(os.devnull, os.O_RDONLY)
+    os.close(closed)
+    with pytest.raises(RunError) as refused:
+        lock_run(str(tmp_path), closed)
+    assert str(refused.value) == (
+        f"--lock-fd {closed}: no file is open on it; the recipes open {lock} on it first "
+        f"(exec {closed}>>{lock})"
+    )
+    with open(tmp_path / "other", "w") as other:
+        with pytest.raises(RunError, match=f"file descriptor {other.fileno()} is not open on"):
+            lock_run(str(tmp_path), other.fileno())
 
 
 @pytest.mark.parametrize(

@@ -839,6 +839,28 @@ def test_score_refuses_an_output_given_twice_and_reads_sacrebleus_seed(tmp_path,
         "fairseq-san-score: error: --bootstrap-samples 1000000000000: too many resamples of this "
         "test set for this machine's memory; lower it (sacreBLEU's default: 1000)"
     )
+    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "10" * 12)
+    assert one_error_line(result, "fairseq-san-score").startswith(  # an OverflowError traceback
+        f"fairseq-san-score: error: --bootstrap-samples {'10' * 12}: too many resamples of this "
+    )
+    # One resample gave an "interval" that was that resample, and a verdict "better" at p = 0.5.
+    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "39")
+    assert one_error_line(result, "fairseq-san-score") == (
+        "fairseq-san-score: error: --bootstrap-samples 39: a 95% interval needs at least 40 "
+        "resamples, 2.5% of them beyond each end (sacreBLEU's default: 1000)"
+    )
+    # One run a seed of both sides: the permutation test counted it for both systems (one
+    # output against itself stays a check: test_score_compares_two_systems_by_paired_bootstrap).
+    hard = tmp_path / "hard.txt"
+    for given, named in (
+        ((str(output), "--baseline", str(baseline), str(output)), str(output)),
+        ((str(output), "--baseline", str(baseline), str(hard)), f"{hard} (one file with {output})"),
+    ):
+        result = run_cli("fairseq-san-score", *given, *reference)
+        assert one_error_line(result, "fairseq-san-score") == (
+            f"fairseq-san-score: error: {named} is both a seed of the system and of the "
+            "--baseline: give each run on one side"
+        )
     monkeypatch.setenv("SACREBLEU_SEED", "None")
     result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
     assert result.returncode == 0 and result.stdout.splitlines()[-1].endswith(" better"), (
@@ -1061,6 +1083,38 @@ def test_spm_refuses_to_write_over_its_input(spm_model, tmp_path, command):
         assert text.read_text() == "a man walks\n"
 
 
+def test_spm_refuses_to_write_over_its_model_or_training_text(spm_model, tmp_path):
+    """``encode --model m.model src m.model`` replaced the model with the encoded text, and
+    ``train corp.vocab --model-prefix corp`` the training text with the vocabulary (exit 0)."""
+    model = tmp_path / "m.model"
+    model.write_bytes(spm_model.read_bytes())
+    text = tmp_path / "corp.vocab"
+    text.write_text((spm_model.parent / "train.txt").read_text())
+    before = text.read_text()
+    for args, said in (
+        (("encode", "--model", str(model), str(text), str(model)),
+         f"{model} is the --model: write to another file"),
+        (("train", str(text), "--model-prefix", str(tmp_path / "corp"), "--vocab-size", "60"),
+         f"--model-prefix {tmp_path / 'corp'}: {text} is an input, which training would "
+         "replace: give another prefix"),
+    ):  # fmt: skip
+        result = run_cli("fairseq-san-spm", *args)
+        assert result.returncode == 1 and result.stderr.strip() == f"fairseq-san-spm: error: {said}"
+    assert model.read_bytes() == spm_model.read_bytes() and text.read_text() == before
+    assert not (tmp_path / "corp.model").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_spm_output_on_a_full_device_is_named(spm_model, tmp_path):
+    """``encode SRC /dev/full`` said "[Errno 28] No space left on device", naming no file."""
+    text = tmp_path / "text.en"
+    text.write_text("a man walks\n")
+    result = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), str(text),
+                     "/dev/full")  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == "fairseq-san-spm: error: /dev/full: No space left on device"
+
+
 def test_spm_on_non_utf8_input_names_the_file_and_leaves_the_output_as_it_was(spm_model,
                                                                               tmp_path):
     """A line that is no UTF-8 left the lines before it as the output (an earlier output
@@ -1112,7 +1166,10 @@ def test_spm_train_on_a_pipe_of_blank_lines_is_one_line(tmp_path):
         env=cli_env(), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr.strip() == "fairseq-san-spm: error: no sentence to learn subwords from"
+    said = result.stderr.strip()  # the pipe named as bash names it
+    assert re.fullmatch(
+        r"fairseq-san-spm: error: no sentence to learn subwords from in /dev/fd/\d+", said
+    ), said
 
 
 def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
@@ -1122,6 +1179,8 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     text = spm_model.parent / "train.txt"
     comma = tmp_path / "x,y.en"  # read as x and y.en, or "x: No such file or directory"
     comma.write_text(text.read_text())
+    empty_model = tmp_path / "empty.model"
+    empty_model.write_bytes(b"")
     cases = [
         (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "100000"),
          r"--vocab-size 100000: this text has too few distinct pieces for it; \d+ at most"),
@@ -1142,7 +1201,21 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
         (("encode", "--model", str(tmp_path / "none.model"), str(text), str(tmp_path / "out")),
          f"{tmp_path / 'none.model'}: No such file or directory"),
         (("decode", "--model", str(spm_model), str(text), str(tmp_path / "none" / "out")),
-         f"{tmp_path / 'none' / 'out'}: No such file or directory"),
+         f"{tmp_path / 'none' / 'out'}: no folder {tmp_path / 'none'} \\(create it first\\)"),
+        (("decode", "--model", str(spm_model), str(text), ""),
+         "'': is empty: name the output file to write"),
+        # sentencepiece's "FAILED_PRECONDITION: ... Is a directory", "INTERNAL: unk is not
+        # defined." (/dev/null, an empty file), "INVALID_ARGUMENT: cannot parse ... as int"
+        (("encode", "--model", str(tmp_path), str(text), str(tmp_path / "out")),
+         f"--model {tmp_path} is not a file: give the .model file that train wrote"),
+        (("encode", "--model", "/dev/null", str(text), str(tmp_path / "out")),
+         "--model /dev/null is not a file: give the .model file that train wrote"),
+        (("encode", "--model", str(empty_model), str(text), str(tmp_path / "out")),
+         f"{empty_model} is not a sentencepiece model: give --model the .model file that train "
+         "wrote"),
+        (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size",
+          "99999999999"),
+         r"--vocab-size 99999999999: more than sentencepiece takes \(2147483647 at most\)"),
         # the input missing, or a folder: named (the output was, an error inside its writing)
         (("encode", "--model", str(spm_model), str(tmp_path / "none.txt"), str(tmp_path / "out")),
          f"{tmp_path / 'none.txt'}: No such file or directory"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san import options
+from fairseq_san.cores import threads_problem
 from fairseq_san.errors import UsageError, nearest_key_hint, repeated
 from fairseq_san.options import flag_of
 
@@ -269,6 +270,8 @@ def check_numbers(config: BenchmarkConfig) -> None:
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ValueError(f"{flag_of(name)} {value}: must be at least 1")
+    if config.threads is not None and threads_problem(config.threads):
+        raise ValueError(threads_problem(config.threads))
     for name in COUNT_LISTS:
         below = [value for value in getattr(config, name) if value < 1]
         if below:

@@ -36,6 +36,7 @@ from fairseq_san.benchmark.fairseq_system import max_output_tokens
 from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.benchmark.report import huge_pages_clause, processor_line
+from fairseq_san.cores import threads_problem
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.options import flag_of
 from fairseq_san.static_decoding import StaticSequenceGenerator
@@ -312,6 +313,13 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
             return f"{flag_of(name)} {getattr(args, name)}: must be at least 1"
     if args.vocab < len(Dictionary()) + 1:
         return f"--vocab {args.vocab}: must be more than the {len(Dictionary())} special symbols"
+    if args.beam > args.vocab - 1:  # fairseq's search keeps at most vocab - 1: the report lied
+        return (
+            f"--beam {args.beam}: fairseq's search keeps at most --vocab minus 1 hypotheses "
+            f"({args.vocab - 1}); raise --vocab or lower --beam"
+        )
+    if threads_problem(args.threads):
+        return threads_problem(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         return "--device cuda: no GPU is available to torch here"
     for decoder in args.decoders:

@@ -44,7 +44,7 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
-from fairseq_san.files import write_text
+from fairseq_san.files import input_at, output_problem, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import task_arguments, write_perplexity
@@ -118,6 +118,8 @@ def run_options(args: argparse.Namespace, train_args: List[str]) -> Dict[str, ob
 def run_show(args: argparse.Namespace, after: List[str]) -> int:
     """The policy in the paper's notation, its kinds the run's model's where --run-dir names it
     (a language model's run: decoder self-attention alone, not two kinds it lacks as "none")."""
+    if args.run_dir is not None and not os.path.isdir(args.run_dir):  # every kind, silently
+        raise UsageError(f"--run-dir {args.run_dir}: no such run directory")
     kinds = KINDS if args.run_dir is None else model_kinds(args.run_dir)
     print(format_policy(load_policy(args.policy), kinds))
     return 0
@@ -173,7 +175,17 @@ def run_test_systems(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def check_output(output: str, inputs: List[str], what: str) -> None:
+    """UsageError where ``-o output`` cannot be written, said before any input is read: it is an
+    input (the log it was made from was replaced), or ``files.output_problem``'s reasons."""
+    named = input_at(output, inputs)
+    problem = f"is the input {named}: name another file" if named else output_problem(output, what)
+    if problem:
+        raise UsageError(f"-o {output} {problem}")
+
+
 def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
+    check_output(args.output, [args.log], "the JSON file")
     print(json.dumps(write_perplexity(args.log, args.output)))
     return 0
 
@@ -184,6 +196,8 @@ def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
+    if args.output is not None:
+        check_output(args.output, args.logs, "the table")
     table = train_log_table(args.logs)
     if args.output:
         write_text(args.output, table)  # whole or not at all, as the loop's other files

@@ -32,6 +32,10 @@ from fairseq_san.scoring import (
 )
 
 
+# The fewest resamples of the paired bootstrap with one beyond each end of the 95% interval.
+MIN_BOOTSTRAP_SAMPLES = 40
+
+
 @quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
@@ -41,19 +45,28 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     if problem:
         parser.error(f"-o {args.output}: {problem}")
-    if args.bootstrap_samples < 1:
-        parser.error(f"--bootstrap-samples {args.bootstrap_samples}: must be at least 1")
+    if args.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:  # 1 gave an "interval" of one resample
+        parser.error(
+            f"--bootstrap-samples {args.bootstrap_samples}: a 95% interval needs at least "
+            f"{MIN_BOOTSTRAP_SAMPLES} resamples, 2.5% of them beyond each end (sacreBLEU's "
+            "default: 1000)"
+        )
     for side, outputs in (("", args.generate_output), ("--baseline ", args.baseline or [])):
         twice = file_given_twice(outputs)
         if twice is not None:  # the seeds' permutation test would count it as two runs
             parser.error(f"{side}{twice} is given twice: give each seed's output once")
+    seeds = args.generate_output + (args.baseline or [])
+    both = file_given_twice(seeds) if len(seeds) > 2 else None  # one against itself: a check
+    if both is not None:  # the permutation test would count one run as both systems' seed
+        parser.error(f"{both} is both a seed of the system and of the --baseline: give each "
+                     "run on one side")  # fmt: skip
     try:
         scores, lines = scored(args)
     except OSError as err:  # a missing file, a folder
         parser.error(file_error(err))
     except ValueError as err:
         parser.error(str(err))
-    except MemoryError:  # sacreBLEU's resamples: a matrix of samples x sentences
+    except (MemoryError, OverflowError):  # the resamples: a matrix of samples x sentences
         parser.error(
             f"--bootstrap-samples {args.bootstrap_samples}: too many resamples of this test set "
             "for this machine's memory; lower it (sacreBLEU's default: 1000)"

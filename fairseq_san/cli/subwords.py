@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import line_text, output_problem, same_file, write_whole
+from fairseq_san.files import input_at, line_text, output_problem, same_file, write_whole
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -23,20 +23,25 @@ SENTENCEPIECE_ERRORS = {
         "--vocab-size {0}: this text has too few distinct pieces for it; {1} at most",
     re.compile(r"could not parse ModelProto from (.*)"):
         "{0} is not a sentencepiece model: give --model the .model file that train wrote",
+    re.compile(r"unk is not defined"):  # an empty file
+        "{inputs} is not a sentencepiece model: give --model the .model file that train wrote",
     re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)"):
         "--vocab-size {0}: this text needs at least {1}, a piece for each of its characters",
     re.compile(r"\[!sentences_\.empty\(\)\]|\[\(all_chars_count\) > \(0\)\]"):
-        "no sentence to learn subwords from",
+        "no sentence to learn subwords from in {inputs}",
     re.compile(r'NOT_FOUND: "(.*)": (.*)'): "{0}: {1}",
+    re.compile(r'cannot parse "(\d+)" as int'):
+        "--vocab-size {0}: more than sentencepiece takes (2147483647 at most)",
 }  # fmt: skip
 
 
-def sentencepiece_problem(error: RuntimeError) -> str:
-    """sentencepiece's ``error`` in the command's words where ``SENTENCEPIECE_ERRORS`` has them."""
+def sentencepiece_problem(error: Exception, inputs: List[str]) -> str:
+    """sentencepiece's ``error`` in the command's words where ``SENTENCEPIECE_ERRORS`` has them
+    (``inputs``: the files it read, named where it found no sentence in them)."""
     for pattern, said in SENTENCEPIECE_ERRORS.items():
         found = pattern.search(str(error))
         if found:
-            return said.format(*found.groups())
+            return said.format(*found.groups(), inputs=", ".join(inputs))
     return str(error)
 
 
@@ -44,9 +49,12 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
     import sentencepiece as spm
 
     check_training_text(inputs)
-    problem = output_problem(f"{model_prefix}.model", "the model")
-    if problem:  # sentencepiece would say so after it trained
-        raise UsageError(f"--model-prefix {model_prefix}: {problem}")
+    for output in (f"{model_prefix}.model", f"{model_prefix}.vocab"):
+        named = input_at(output, inputs)  # the text sentencepiece learns from, replaced
+        problem = (f"{output} is an input, which training would replace: give another prefix"
+                   if named else output_problem(output, "the model"))  # fmt: skip
+        if problem:  # sentencepiece would say so after it trained
+            raise UsageError(f"--model-prefix {model_prefix}: {problem}")
 
     spm.SentencePieceTrainer.train(
         input=",".join(inputs),
@@ -92,28 +100,39 @@ def model_prefix(text: str) -> str:
     return text
 
 
-def encode(model: str, source: str, target: str) -> None:
+def load_model(model: str, source: str, target: str):
+    """The sentencepiece processor of ``model``, once ``target`` is known to be writable and none
+    of the inputs (the model was replaced by the encoded text); a model that is no file (a
+    folder, /dev/null) refused in the command's words, not sentencepiece's."""
     import sentencepiece as spm
 
-    processor = spm.SentencePieceProcessor(model_file=model)
+    if same_file(source, target):
+        raise UsageError(f"{target} is the input file too: write to another file")
+    if same_file(model, target):
+        raise UsageError(f"{target} is the --model: write to another file")
+    problem = output_problem(target, "the output file")
+    if problem:
+        raise UsageError(f"{target or repr(target)}: {problem}")
+    if os.path.exists(model) and not os.path.isfile(model):
+        raise UsageError(f"--model {model} is not a file: give the .model file that train wrote")
+    return spm.SentencePieceProcessor(model_file=model)
+
+
+def encode(model: str, source: str, target: str) -> None:
+    processor = load_model(model, source, target)
     rewrite_lines(source, target, lambda line: " ".join(processor.encode(line, out_type=str)))
 
 
 def decode(model: str, source: str, target: str) -> None:
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(model_file=model)
+    processor = load_model(model, source, target)
     rewrite_lines(source, target, lambda line: processor.decode(line.split()))
 
 
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
-    """Write ``convert`` of every line of ``source`` to ``target``, a file other than ``source``
-    (opening the output would empty it before it is read), whole or not at all
-    (``files.write_whole``): a line that is no UTF-8 left the lines before it as the output.
-    A line ends at a newline only (``files.line_text``), so that the output has the input's
-    line count, which its other side's file shares."""
-    if same_file(source, target):
-        raise UsageError(f"{target} is the input file too: write to another file")
+    """Write ``convert`` of every line of ``source`` to ``target`` (checked by ``load_model``),
+    whole or not at all (``files.write_whole``): a line that is no UTF-8 left the lines before
+    it as the output. A line ends at a newline only (``files.line_text``), so that the output
+    has the input's line count, which its other side's file shares."""
     # opened before the output: write_whole names the output in an error inside ``write``
     with utf8_text(source), open(source, encoding="utf-8", newline="\n") as lines:
 
@@ -155,8 +174,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             decode(args.model, args.source, args.target)
     except OSError as err:
         sys.exit(f"fairseq-san-spm: error: {file_error(err)}")
-    except RuntimeError as err:
-        sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err)}")
+    except (RuntimeError, ValueError) as err:  # sentencepiece's
+        inputs = args.inputs if args.command == "train" else [args.model]
+        sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err, inputs)}")
     except UsageError as err:
         sys.exit(f"fairseq-san-spm: error: {err}")
 

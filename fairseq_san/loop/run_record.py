@@ -525,7 +525,12 @@ def lock_run(run_dir: str, fd: int) -> None:
     """Lock ``RUN/.lock``, open on ``fd``, for as long as any process keeps ``fd`` open (a flock
     belongs to the open file, which the recipe's commands inherit); RunError if it is locked."""
     path = os.path.join(run_dir, LOCK)
-    if not os.path.samestat(os.fstat(fd), os.stat(path)):
+    try:
+        opened = os.fstat(fd)
+    except OSError:  # "[Errno 9] Bad file descriptor"
+        raise RunError(f"--lock-fd {fd}: no file is open on it; the recipes open {path} on "
+                       f"it first (exec {fd}>>{path})") from None  # fmt: skip
+    if not os.path.exists(path) or not os.path.samestat(opened, os.stat(path)):
         raise RunError(f"file descriptor {fd} is not open on {path}")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -6,6 +6,7 @@ to the same log).
 """
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -75,7 +76,9 @@ class TrainLogFacts:
             self.wps.append(float(record["wps"]))
 
     def summary(self) -> Dict[str, object]:
-        best = min(self.curve, key=lambda point: point[1]) if self.curve else (None, None)
+        # NaN (a diverged evaluation) is never the best: min() kept a NaN that came first
+        numbers = [point for point in self.curve if not math.isnan(point[1])]
+        best = min(numbers, key=lambda point: point[1]) if numbers else (None, None)
         return {
             "params": self.params,
             "updates": self.updates,

@@ -150,6 +150,13 @@ def test_decode_time_policy_may_share_more_never_less(trained, requested, loads)
         (["--decoder-ffn-embed-dim", "48"], "the checkpoint's decoder.layers.0.fc1.weight has shape "
                                             "(48, 16), this model's (32, 16): it was trained with "
                                             "another architecture"),
+        # torch's "Missing key(s) in state_dict: ..." with every key, a traceback from loading
+        (["--decoder-normalize-before"], "the checkpoint has decoder.layer_norm.weight (and 1 "
+                                         "more), which this model has not: it was trained with "
+                                         "other layer options"),
+        (["--layernorm-embedding"], "the checkpoint has encoder.layernorm_embedding.weight (and 3 "
+                                    "more), which this model has not: it was trained with other "
+                                    "layer options"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_of_another_size_is_named_by_its_first_difference(trained, said):
@@ -161,6 +168,21 @@ def test_a_checkpoint_of_another_size_is_named_by_its_first_difference(trained, 
     with pytest.raises(UsageError) as error:
         model.load_state_dict(other.state_dict(), strict=True, model_cfg=None)
     assert str(error.value).startswith(said), str(error.value)
+
+
+def test_a_checkpoint_without_a_layer_of_the_model_is_named():
+    """``--model-overrides "{'decoder_learned_pos': True}"`` on a model trained without: torch's
+    list of missing keys in a traceback."""
+    from fairseq_san.errors import UsageError
+
+    other, _ = build(dictionary=DICT)
+    model, _ = build(["--decoder-learned-pos"], dictionary=DICT)
+    with pytest.raises(UsageError) as error:
+        model.load_state_dict(other.state_dict(), strict=True, model_cfg=None)
+    assert str(error.value).startswith(
+        "the checkpoint lacks decoder.embed_positions.weight, which this model has: it was "
+        "trained with other layer options (--encoder-normalize-before, --decoder-normalize-before"
+    ), str(error.value)
 
 
 def test_a_language_models_checkpoint_of_another_size_is_named():

@@ -970,6 +970,49 @@ def test_interactive_on_input_that_is_not_utf8_is_one_line(
     assert "H-0" not in result.stdout
 
 
+@pytest.mark.slow
+def test_interactive_refuses_a_constraint_of_an_unknown_word(binarized_corpus, trained):
+    """``--constraints`` with a word the target dictionary has not: fairseq forced <unk> into
+    the translation (C-1 <unk>, exit 0). A known word's constraint is met as before."""
+    argv = [str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
+            "fairseq_san", "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
+            "--beam", "4", "--constraints", "--buffer-size", "1"]  # fmt: skip
+    text = "tok1 tok2 tok3\ttok2\ntok1 tok3\ttok1\tzzz-unknown\n"
+    result = subprocess.run(argv, input=text, cwd=REPO, env=cli_env(), capture_output=True,
+                            text=True, timeout=240)  # fmt: skip
+    assert_one_line_error(
+        result, "--constraints: a phrase of sentence S-1 holds a word that is not in the target "
+        "dictionary, which fairseq would force into the translation as <unk>: give words of the "
+        "target vocabulary (as --bpe and --tokenizer make them)"
+    )  # fmt: skip
+    assert "C-0\ttok2" in result.stdout and "<unk>" not in result.stdout
+
+
+@pytest.mark.slow
+def test_fairseq_generate_whose_output_cannot_be_written_ends_without_a_traceback(
+    binarized_corpus, trained
+):
+    """``fairseq-generate ... | head -1``: a BrokenPipeError traceback from fairseq_cli/generate.py,
+    now the quiet end of a Unix tool (the status of SIGPIPE); ``> /dev/full``: an OSError
+    traceback, now one line."""
+    import signal
+
+    command = shlex.join([
+        str(command_path("fairseq-generate")), str(binarized_corpus), "--user-dir", "fairseq_san",
+        "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu", "--gen-subset", "test",
+        "--beam", "2", "--batch-size", "1",
+    ])  # fmt: skip
+    piped = subprocess.run(["bash", "-c", f"{command} | head -1; exit ${{PIPESTATUS[0]}}"],
+                           cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                           timeout=240)  # fmt: skip
+    assert piped.returncode == 128 + signal.SIGPIPE, piped.stderr[-3000:]
+    assert "Traceback" not in piped.stderr and "Exception ignored" not in piped.stderr
+    if os.path.exists("/dev/full"):
+        full = subprocess.run(["bash", "-c", f"{command} > /dev/full"], cwd=REPO, env=cli_env(),
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert_one_line_error(full, "cannot write the output: No space left on device")
+
+
 def usage_error(main, capsys, *argv: str) -> str:
     """The last line a console command's ``main`` wrote when it exited with status 2."""
     with pytest.raises(SystemExit) as exit:
@@ -1665,6 +1708,12 @@ def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
     assert_one_line_error(
         result, f"{results}: File exists (a file, where the command makes a folder)"
     )
+    if os.path.exists("/dev/full"):  # a device: "File exists" alone
+        result = run_cli("fairseq-generate", str(tmp_path), "--user-dir", "fairseq_san",
+                         "--path", "c.pt", "--results-path", "/dev/full")  # fmt: skip
+        assert_one_line_error(
+            result, "/dev/full: File exists (not a folder, where the command makes a folder)"
+        )
 
 
 def traceback_printer(*args) -> None:
@@ -1745,6 +1794,10 @@ def test_a_missing_file_in_a_command_line_directory_is_one_line(tmp_path, capsys
          "min_len cannot be larger than max_len, please adjust these!"),
         (ValueError("--share-all-embeddings requires a joined dictionary"),
          "--share-all-embeddings requires a joined dictionary"),
+        # --model-overrides "{'decoder_embed_dim': 64}": a traceback from fairseq's build
+        (ValueError("--share-all-embeddings requires --encoder-embed-dim to match "
+                    "--decoder-embed-dim"),
+         "--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim"),
         (AssertionError("Criterion does not match; please reset the optimizer (--reset-optimizer)"
                         ". LabelSmoothedCrossEntropyCriterion vs CrossEntropyCriterion"),
          "Criterion does not match; please reset the optimizer (--reset-optimizer). "

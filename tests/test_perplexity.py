@@ -65,14 +65,16 @@ def test_the_loop_table_shows_perplexity_for_a_language_model_and_bleu_otherwise
 def test_an_output_the_loop_cannot_write_is_named_as_given(tmp_path):
     """fairseq-san-loop perplexity -o into a missing folder said "[Errno 2] No such file or
     directory: 'OUT.json.tmp'", the temporary file the write goes through; a folder, "'DIR.tmp'
-    -> 'DIR'". No temporary file is left."""
+    -> 'DIR'". Both are said before the log is read now. No temporary file is left."""
     log = tmp_path / "eval.log"
     log.write_text(EVAL_LM)
     (tmp_path / "folder").mkdir()
-    for output, said in ((tmp_path / "none" / "ppl.json", "No such file or directory"),
-                         (tmp_path / "folder", "Is a directory")):  # fmt: skip
+    for output, said in (
+        (tmp_path / "none" / "ppl.json", f"no folder {tmp_path / 'none'} (create it first)"),
+        (tmp_path / "folder", "is a folder: name the JSON file to write"),
+    ):
         result = run_cli("fairseq-san-loop", "perplexity", str(log), "-o", str(output))
         assert result.returncode == 2 and result.stdout == "", result.stderr
-        assert result.stderr.strip() == f"fairseq-san-loop: error: {output}: {said}"
+        assert result.stderr.strip() == f"fairseq-san-loop: error: -o {output} {said}"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["eval.log", "folder"]
     assert not list((tmp_path / "folder").iterdir())

@@ -565,7 +565,7 @@ def test_show_prints_the_kinds_of_the_runs_model(tmp_path):
     policy = tmp_path / "policy.json"
     policy.write_text('{"decoder_self": [2, 4]}')
     lm_run, translation_run = tmp_path / "lm", tmp_path / "mt"
-    lm_run.mkdir(), translation_run.mkdir()
+    lm_run.mkdir(), translation_run.mkdir(), (tmp_path / "no-record").mkdir()
     write_record(str(lm_run), {"--lm": True, "--theta-self": "0.5"})
     write_record(str(translation_run), {"--theta-self": "0.5"})
 

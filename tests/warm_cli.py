@@ -401,6 +401,17 @@ def exit_status(code: object) -> int:
     return code & 0xFF if isinstance(code, int) else 1
 
 
+def uncaught_status(error: Exception) -> int:
+    """Print ``error`` as the interpreter does an uncaught exception (``sys.excepthook``) and
+    give the status it then ends with: 1, or that of a SystemExit the hook raises (the plugin's
+    for a reader that stopped: the status of SIGPIPE)."""
+    try:
+        sys.excepthook(type(error), error, error.__traceback__)
+    except SystemExit as exit:
+        return exit_status(exit.code)
+    return 1
+
+
 def end_without_teardown() -> None:
     """At exit, last (registered before anything else): end a runner whose command has an exit
     status there, its streams flushed, without the interpreter's teardown of every module,
@@ -434,8 +445,8 @@ if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
     except SystemExit as exit:
         exit_code = exit_status(exit.code)
         raise
-    except Exception:
-        exit_code = 1  # the interpreter prints the traceback first
-        raise
+    except Exception as error:
+        exit_code = uncaught_status(error)
+        raise SystemExit(exit_code) from None  # printed: nothing more to print
     exit_code = exit_status(status)
     sys.exit(status)

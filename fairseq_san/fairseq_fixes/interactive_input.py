@@ -17,7 +17,9 @@ fairseq-interactive numbers its output across buffers (``S-N``: the lines read b
 buffer, plus the id in the buffer's batches), and gives the task samples without ids: the
 plugin's messages named a sentence by its row in the batch ("sample 0" for every line at the
 default ``--buffer-size 1``). ``install()`` also wraps ``make_batches``, which tells a plugin
-task (a ``DecodingTask``) the ids of each batch as the output numbers them.
+task (a ``DecodingTask``) the ids of each batch as the output numbers them, and refuses a
+``--constraints`` phrase holding a word that the target dictionary has not (fairseq forced the
+unknown word into the translation).
 """
 
 import functools
@@ -63,10 +65,28 @@ def strict_utf8(buffered_read):
     return wrapper
 
 
+def check_constraints_known(batch, dictionary, before: int) -> None:
+    """Refuse a ``--constraints`` phrase of ``batch`` holding a word that the target
+    ``dictionary`` has not (``before``: the lines of the buffers before it, for its S-N):
+    fairseq encodes it as the unknown word and forces that into the translation silently."""
+    if batch.constraints is None:
+        return
+    # packed (fairseq's pack_constraints): each row a count, then the phrases' tokens
+    rows = (batch.constraints[:, 1:] == dictionary.unk()).any(dim=1).nonzero().flatten()
+    if len(rows):
+        raise UsageError(
+            f"--constraints: a phrase of sentence S-{int(batch.ids[rows[0]]) + before} holds a "
+            f"word that is not in the target dictionary, which fairseq would force into the "
+            f"translation as {dictionary.unk_word}: give words of the target vocabulary (as "
+            "--bpe and --tokenizer make them)"
+        )
+
+
 def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
-    buffers before ``lines``."""
+    buffers before ``lines``; and refuses constraints of unknown words
+    (``check_constraints_known``)."""
     lines_before = weakref.WeakKeyDictionary()  # task -> its lines in the buffers before
 
     @functools.wraps(make_batches)
@@ -74,6 +94,7 @@ def numbered_across_buffers(make_batches):
         numbered = hasattr(task, "interactive_ids")
         before = lines_before.get(task, 0)
         for batch in make_batches(lines, cfg, task, *rest, **keywords):
+            check_constraints_known(batch, task.target_dictionary, before)
             if numbered:
                 task.interactive_ids = batch.ids + before
             yield batch

@@ -15,18 +15,26 @@ prints as one line
 * fairseq's own bad-input errors whose message already says what is wrong
   (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax;
 * an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
-  wherever they were (the exit status stays the interrupt's).
+  wherever they were (the exit status stays the interrupt's);
+* an output that cannot be written: a reader that stopped (``fairseq-generate ... | head``) ends
+  the command quietly with the status of SIGPIPE, as Unix tools end; a full device or disk
+  (``> /dev/full``) is one line.
 
 Everything else keeps its traceback.
 """
 
+import errno
 import glob
 import os
 import re
+import signal
 import sys
 from typing import Callable, Optional
 
 from fairseq_san.errors import PREFIX, UsageError
+
+# The errors of a write to an output with no room left: a full device or disk, a quota.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 # fairseq's error where a translation task finds no dict.SRC.txt and dict.TGT.txt to name the
 # languages (its data folder holds no dictionary, or a language model's dict.txt).
@@ -49,6 +57,9 @@ FAIRSEQ_BAD_INPUT = [
     (AssertionError, r"Sentences lengths should not exceed max_tokens=\d+"),  # --max-tokens
     (AssertionError, r"min_len cannot be larger than max_len, please adjust these!"),  # --min-len
     (ValueError, r"--share-all-embeddings requires a joined dictionary"),  # preprocess's flag
+    # a width given one stack in --model-overrides (or fairseq-train's flags)
+    (ValueError, r"--share-all-embeddings requires --encoder-embed-dim to match "
+                 r"--decoder-embed-dim"),
     # resuming with another --criterion or --optimizer than the checkpoint's
     (AssertionError, r"(Criterion|Optimizer) does not match; please reset the optimizer "
                      r"\(--reset-optimizer\)\. \w+ vs \w+"),
@@ -164,8 +175,9 @@ def path_error_said(exc: OSError, argv: list) -> str:
     translation data (``dict.SRC.txt``, ``dict.TGT.txt``: fairseq-eval-lm's default task on it,
     or fairseq-generate's ``--lm-path``), what each kind of data needs."""
     said = f"{exc.filename}: {exc.strerror}"
-    if isinstance(exc, FileExistsError) and os.path.isfile(exc.filename):
-        return said + " (a file, where the command makes a folder)"
+    if isinstance(exc, FileExistsError) and not os.path.isdir(exc.filename):
+        kind = "a file" if os.path.isfile(exc.filename) else "not a folder"  # /dev/full
+        return said + f" ({kind}, where the command makes a folder)"
     if isinstance(exc, IsADirectoryError):
         return said + " (a folder, where the command needs a file)"
     folder, name = os.path.split(str(exc.filename))
@@ -185,13 +197,32 @@ def path_error_said(exc: OSError, argv: list) -> str:
     return said
 
 
+def output_that_cannot_be_written(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that failed on an output with no room (``> /dev/full``, a full
+    disk): an error of the device that names no file, as a write to an open file is. What
+    fairseq-generate and -interactive print goes through ``print``, which names none."""
+    return isinstance(exc, OSError) and exc.filename is None and exc.errno in NO_ROOM
+
+
+def drop_unwritten_output() -> None:
+    """Point standard output at /dev/null: Python flushes it again at exit, which would fail
+    again ("Exception ignored ... BrokenPipeError")."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def excepthook(previous: Callable) -> Callable:
     """A ``sys.excepthook`` that prints bad input as one line and defers to ``previous``."""
 
     def hook(exc_type, exc, traceback):
         usage = usage_error_in_chain(exc)
         said = fairseqs_bad_input(exc) or malformed_command_line_value(exc, sys.argv[1:])
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, BrokenPipeError):  # ``fairseq-generate ... | head``: the reader left
+            drop_unwritten_output()
+            raise SystemExit(128 + signal.SIGPIPE)  # quietly, as Unix tools end
+        if output_that_cannot_be_written(exc):
+            drop_unwritten_output()
+            print(f"{PREFIX}cannot write the output: {exc.strerror}", file=sys.stderr)
+        elif isinstance(exc, KeyboardInterrupt):
             print(PREFIX + "interrupted", file=sys.stderr)
         elif usage is not None:
             print(PREFIX + str(usage), file=sys.stderr)

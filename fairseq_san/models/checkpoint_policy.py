@@ -53,6 +53,14 @@ ANOTHER_SIZE = (
     "it was trained with another architecture; build the model it was trained with (its --arch "
     "and size flags when training on, no size keys in --model-overrides when decoding)"
 )
+# torch's refusal of a state dict whose keys are not the model's (``strict``): its key lists.
+KEY_LIST = re.compile(r'(Missing|Unexpected) key\(s\) in state_dict: ((?:"[^"]*"(?:, )?)+)')
+ANOTHER_LAYOUT = (
+    "it was trained with other layer options (--encoder-normalize-before, "
+    "--decoder-normalize-before, --encoder-learned-pos, --decoder-learned-pos, "
+    "--layernorm-embedding, ...); build the model it was trained with (leave those keys out of "
+    "--model-overrides when decoding)"
+)
 # Training under another policy from a checkpoint (``start_from_checkpoint_blocks``).
 FINE_TUNE = "to train this policy from it, start a new run with --finetune-from-model"
 # Only the average attention network (``modules.average_attention``) has a gate.
@@ -252,6 +260,20 @@ def check_checkpoint_size(model: nn.Module, state_dict: Dict) -> None:
                 f"the checkpoint's {key} has shape {tuple(tensor.shape)}, this model's "
                 f"{tuple(own[key].shape)}: {ANOTHER_SIZE}"
             )
+
+
+def key_mismatch(error: RuntimeError) -> Optional[str]:
+    """torch's refusal of a checkpoint's keys (``load_state_dict``'s "Missing key(s) ...", every
+    key listed) as one line naming the first and the likely cause; None for any other error.
+    Called after the checks above, which name a policy's, size's or kind's difference."""
+    found = KEY_LIST.search(str(error))
+    if found is None:
+        return None
+    keys = re.findall(r'"([^"]*)"', found.group(2))
+    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+    said = "lacks" if found.group(1) == "Missing" else "has"
+    other = "this model has" if said == "lacks" else "this model has not"
+    return f"the checkpoint {said} {keys[0]}{more}, which {other}: {ANOTHER_LAYOUT}"
 
 
 def decoder_self_attention_type(state_dict: Dict) -> str:

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from fairseq_san import checkpoints
 from fairseq_san.errors import STORED_SOURCE, UsageError
-from fairseq_san.models.checkpoint_policy import fit_checkpoint
+from fairseq_san.models.checkpoint_policy import fit_checkpoint, key_mismatch
 from fairseq_san.models.hub_model import HubModel
 
 
@@ -39,7 +39,13 @@ class SANModel(HubModel):
         # fairseq's pruning clears ``*_layers_to_keep`` in ``model_cfg``: its own, below, keeps all
         state_dict = prune_state_dict(state_dict, pruning_config(model_cfg, state_dict))
         fit_checkpoint(self, state_dict, type(self).checkpoint_check)
-        return super().load_state_dict(state_dict, strict, model_cfg)
+        try:
+            return super().load_state_dict(state_dict, strict, model_cfg)
+        except RuntimeError as err:  # torch's list of every key (another layer option)
+            problem = key_mismatch(err)
+            if problem is None:
+                raise
+            raise UsageError(problem) from None
 
 
 STACKS = ("encoder", "decoder")

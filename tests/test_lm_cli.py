@@ -228,6 +228,18 @@ def test_eval_lm_runs_no_code_from_its_model_overrides(trained, tmp_path, comman
     assert not marker.exists()
 
 
+def test_eval_lm_refuses_a_post_norm_override_the_architecture_ignores(trained):
+    """``--model-overrides "{'decoder_normalize_before': False}"`` gave the perplexity of the
+    pre-norm model: fairseq's base_lm_architecture sets the option True whatever it is given."""
+    result = eval_lm(trained, "--model-overrides", "{'decoder_normalize_before': False}")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: decoder_normalize_before False (from --model-overrides or a keyword "
+        "argument): transformer_lm_san always has decoder_normalize_before True (fairseq's "
+        "base_lm_architecture sets it), so the value would be ignored: leave it out"
+    )
+
+
 @pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
 def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained, command):
     """fairseq-eval-lm takes the window from the sample size before the task sees it: the

@@ -343,6 +343,28 @@ def check_bos_override(model_cfg: Any, overrides: Dict[str, Any], source: str) -
     raise bos_token_unlike_training(bool(trained), "" if command_line else source)
 
 
+# Options a plugin model's architecture sets whatever they are given (fairseq's
+# base_lm_architecture: "Model training is not stable without this"), by the model's registered
+# name: an override of another value was ignored without a word.
+SET_BY_ARCHITECTURE = {"transformer_lm_san": {"decoder_normalize_before": True}}
+
+
+def check_not_set_by_architecture(
+    model_class: type, overrides: Dict[str, Any], source: str
+) -> None:
+    """Refuse an override of an option that ``model_class``'s architecture sets itself
+    (``SET_BY_ARCHITECTURE``) to another value than the one it sets."""
+    from fairseq.models import MODEL_REGISTRY
+
+    name = next((name for name, cls in MODEL_REGISTRY.items() if cls is model_class), None)
+    for key, fixed in SET_BY_ARCHITECTURE.get(name, {}).items():
+        if key in overrides and overrides[key] != fixed:
+            raise UsageError(
+                f"{key} {overrides[key]!r} {source}: {name} always has {key} {fixed!r} (fairseq's "
+                "base_lm_architecture sets it), so the value would be ignored: leave it out"
+            )
+
+
 def check_overrides(
     cfg: DictConfig, overrides: Dict[str, Any], source: str = OVERRIDE_SOURCE
 ) -> None:
@@ -373,6 +395,7 @@ def check_overrides(
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
     check_names(cfg, overrides, source)
     check_bos_override(model_cfg, overrides, source)
+    check_not_set_by_architecture(own_class, overrides, source)
 
 
 def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:

@@ -324,6 +324,8 @@ def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
     main([f"{first}/js.json", later, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote {output} (2 checkpoints)"
+    main([first, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {output} (1 checkpoint)"
     argv = [first, str(tmp_path / "c" / "js.json"), "-o", str(output)]
     assert plot_js_refusal(argv, capsys) == (
         f'fairseq-san-plot-js: error: "{tmp_path}/c/js.json" not found: give an analysis folder '

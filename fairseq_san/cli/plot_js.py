@@ -211,7 +211,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         js_training_curves(panels, args.reference_layer, args.output)
     except OSError as err:
         parser.error(f"cannot write {args.output}: {err.strerror or err}")
-    print(f"wrote {args.output} ({len(analyses)} checkpoints)", file=sys.stderr)
+    count = f"{len(analyses)} checkpoint" + ("s" if len(analyses) > 1 else "")
+    print(f"wrote {args.output} ({count})", file=sys.stderr)
 
 
 if __name__ == "__main__":

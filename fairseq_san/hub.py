@@ -380,6 +380,12 @@ def from_pretrained(
     as the keywords of ``translate()``. The model and its data are local folders only."""
     generation_args = kwargs.get("generation_args") or {}
     check_generation_arg_keys(generation_args)
+    if "beam" in kwargs:  # fairseq's hub decodes with generate()'s beam (5), not the config's
+        raise UsageError(
+            f"from_pretrained(beam={kwargs['beam']!r}): the hub decodes with the beam of "
+            f"generation_args or of each call: pass generation_args={{'beam': "
+            f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
+        )
     archive_map = model_class.hub_models()
     model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
     data_path = data_folder(data_name_or_path, model_path, archive_map)

@@ -1013,6 +1013,21 @@ def test_fairseq_generate_whose_output_cannot_be_written_ends_without_a_tracebac
         assert_one_line_error(full, "cannot write the output: No space left on device")
 
 
+@pytest.mark.slow
+def test_generate_refuses_a_decoding_option_in_its_model_overrides(binarized_corpus, trained):
+    """``--model-overrides "{'beam': 3}"`` set the stored configuration, and fairseq-generate
+    decoded with its own --beam (test_bleu.sh's ``NAME=CKPT:{'beam': 3}``), without a word."""
+    result = run_cli(
+        "fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san", "--path",
+        str(trained["plain"] / "checkpoint_last.pt"), "--cpu", "--gen-subset", "test",
+        "--model-overrides", "{'beam': 3}",
+    )  # fmt: skip
+    assert_one_line_error(
+        result, "beam 3 (from --model-overrides) is a decoding option, which fairseq-generate "
+        "takes from its own command line, not the checkpoint's: pass --beam instead"
+    )  # fmt: skip
+
+
 def usage_error(main, capsys, *argv: str) -> str:
     """The last line a console command's ``main`` wrote when it exited with status 2."""
     with pytest.raises(SystemExit) as exit:

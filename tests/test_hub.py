@@ -373,6 +373,19 @@ def test_generation_args_are_checked_before_loading(tmp_path, generation_args, s
     assert str(refused.value) == said
 
 
+def test_a_beam_keyword_of_from_pretrained_is_refused(tmp_path):
+    """``from_pretrained(..., beam=3)`` set the stored configuration's beam, which translate()
+    never reads (fairseq's generate() has its own default, 5): five hypotheses, without a word."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), beam=3)  # refused before anything is loaded
+    assert str(refused.value) == (
+        "from_pretrained(beam=3): the hub decodes with the beam of generation_args or of each "
+        "call: pass generation_args={'beam': 3}, or translate(..., beam=3)"
+    )
+
+
 @pytest.mark.slow
 def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_its_task(
     san_checkpoint, binarized_corpus

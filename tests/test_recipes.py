@@ -1514,10 +1514,14 @@ def test_wmt14_refuses_a_real_run_without_its_tools(tmp_path):
 
 
 def test_wmt14_refuses_a_work_dir_with_a_colon(tmp_path):
-    """fairseq reads DATA1:DATA2 as two data directories."""
-    work = tmp_path / "wmt:14"
-    result = run_script(WMT14, "--dry-run", str(work), timeout=120)
-    assert result.returncode == 2 and result.stderr.startswith(f"run.sh: WORK_DIR {work} holds ':'")
+    """fairseq reads DATA1:DATA2 as two data directories; fairseq-preprocess --validpref X,Y as
+    two prefixes (a traceback after the download and the preparation)."""
+    for name, said in (("wmt:14", "holds ':'"), ("wmt,14", "holds ','")):
+        work = tmp_path / name
+        result = run_script(WMT14, "--dry-run", str(work), timeout=120)
+        assert result.returncode == 2 and result.stderr.startswith(
+            f"run.sh: WORK_DIR {work} {said}"
+        ), result.stderr
 
 
 def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):

@@ -29,8 +29,9 @@ for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken fo
   esac
 done
 WORK=${WORK:-runs/wmt14_en_de}  # runs/: git-ignored, as every recipe's work
-case $WORK in  # fairseq reads DATA1:DATA2 as two data directories
+case $WORK in  # fairseq reads DATA1:DATA2 as two data directories, and X,Y as two prefixes
   *:*) echo "run.sh: WORK_DIR $WORK holds ':', which fairseq reads between two data directories" >&2; exit 2 ;;
+  *,*) echo "run.sh: WORK_DIR $WORK holds ',', which fairseq-preprocess reads between two file prefixes" >&2; exit 2 ;;
 esac
 # fairseq's examples/translation/prepare-wmt14en2de.sh as of its last change (2019-11-07), at that
 # commit: downloaded, checked against its sha256, then run.

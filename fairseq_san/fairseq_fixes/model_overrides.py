@@ -37,7 +37,7 @@ from fairseq_san import options
 from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
 from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES, given_values, out_of_range
-from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 # Keywords of the hub's from_pretrained that fairseq reads outside the configuration.
 HUB_KEYWORDS = {"generation_args"}
@@ -343,6 +343,32 @@ def check_bos_override(model_cfg: Any, overrides: Dict[str, Any], source: str) -
     raise bos_token_unlike_training(bool(trained), "" if command_line else source)
 
 
+# The fairseq commands that decode with the generation options of their own command line, not
+# those of the checkpoint's configuration that --model-overrides sets.
+DECODING_COMMANDS = {"fairseq_cli.generate": "fairseq-generate",
+                     "fairseq_cli.interactive": "fairseq-interactive"}  # fmt: skip
+
+
+def check_no_decoding_option(overrides: Dict[str, Any], own: Set[str]) -> None:
+    """Refuse a generation option (``beam``, ``lenpen``, ...) in fairseq-generate's or
+    -interactive's ``--model-overrides``: it sets the checkpoint's stored configuration, and the
+    command decodes with its own command line's (test_bleu.sh's ``NAME=CKPT:{'beam': 3}``
+    decoded at beam 4, without a word). ``own``: the model's options, which stay allowed."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    command = next((name for module, name in DECODING_COMMANDS.items()
+                    if running_command(module) is not None), None)  # fmt: skip
+    if command is None:
+        return
+    for key, value in overrides.items():
+        if key in GenerationConfig.__dataclass_fields__ and key not in own:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(
+                f"{key} {value!r} (from --model-overrides) is a decoding option, which {command} "
+                f"takes from its own command line, not the checkpoint's: pass {flag} instead"
+            )
+
+
 # Options a plugin model's architecture sets whatever they are given (fairseq's
 # base_lm_architecture: "Model training is not stable without this"), by the model's registered
 # name: an override of another value was ignored without a word.
@@ -396,6 +422,7 @@ def check_overrides(
     check_names(cfg, overrides, source)
     check_bos_override(model_cfg, overrides, source)
     check_not_set_by_architecture(own_class, overrides, source)
+    check_no_decoding_option(overrides, set(own) | set(options.OPTIONS))
 
 
 def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:

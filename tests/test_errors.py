@@ -2281,6 +2281,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--warmup-init-lr above it"),
         (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10",
                        "--warmup-init-lr", "1e-7", "--stop-min-lr", "1e-9"], None),
+        # fairseq-train logged a ModuleNotFoundError, trained nothing and exited 0
+        pytest.param(TRAIN, SAN + ["--write-checkpoints-asynchronously"],
+                     "--write-checkpoints-asynchronously needs the iopath package, which is not "
+                     "installed: fairseq-train would train nothing and exit 0",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("iopath") is not None,
+                                              reason="iopath is installed")),
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static"],
          "--san-decoding static: fairseq-x decodes nothing (it scores with teacher forcing), so "

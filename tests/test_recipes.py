@@ -197,6 +197,21 @@ def test_prepare_stopped_inside_fairseq_preprocess_runs_again(multi30k_raw, tmp_
     ), refused.stderr
 
 
+@pytest.mark.parametrize("script, usage", [
+    (PREPARE, "usage: prepare.sh SRC TGT [OUT_DIR]"),
+    (REPO / "examples" / "multi30k" / "test_bleu.sh",
+     "usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."),
+])  # fmt: skip
+def test_recipes_say_their_usage(script, usage):
+    """``--help``, or too few arguments, printed bash's "prepare.sh: line 16: 2: usage: ..."
+    (status 1)."""
+    helped = run_script(script, "--help", timeout=60)
+    assert (helped.returncode, helped.stdout) == (0, usage + "\n"), output_of(helped)
+    for argv in ([], ["en"]):
+        short = run_script(script, *argv, timeout=60)
+        assert (short.returncode, short.stderr) == (2, usage + "\n"), output_of(short)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

@@ -12,9 +12,10 @@
 set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
 
-SRC=${1:?usage: prepare.sh SRC TGT [OUT_DIR]}
-TGT=${2:?usage: prepare.sh SRC TGT [OUT_DIR]}
-[ $# -le 3 ] || { echo "usage: prepare.sh SRC TGT [OUT_DIR]" >&2; exit 2; }
+USAGE="usage: prepare.sh SRC TGT [OUT_DIR]"
+case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
+[ $# -ge 2 ] && [ $# -le 3 ] || { echo "$USAGE" >&2; exit 2; }  # not bash's "line 16: 2: usage"
+SRC=$1 TGT=$2
 [ "$SRC" != "$TGT" ] || { echo "prepare.sh: SRC and TGT are both $SRC: give two languages" >&2
   exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}

@@ -14,9 +14,10 @@
 set -euo pipefail
 
 USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
-DATA=${1:?$USAGE} TGT=${2:?$USAGE} OUT=${3:?$USAGE}
+case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
+[ $# -ge 4 ] || { echo "$USAGE" >&2; exit 2; }  # not bash's "line 17: 2: usage"
+DATA=$1 TGT=$2 OUT=$3
 shift 3
-[ $# -gt 0 ] || { echo "$USAGE" >&2; exit 2; }
 # Checks the data, DECODE_BATCH_SIZE and every system (its OVERRIDES against its checkpoint too)
 # before decoding any; a line per system:
 # NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.

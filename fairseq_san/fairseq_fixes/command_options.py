@@ -218,6 +218,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_world_size(args)
         check_best_checkpoint_metric(args)
         check_stop_min_lr(args)
+        check_asynchronous_checkpoints(args)
         if getattr(args, "eval_bleu", False) and args.task == "translation_san":
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
@@ -361,6 +362,22 @@ def check_stop_min_lr(args: argparse.Namespace) -> None:
         "the learning rate is at most --stop-min-lr, and would train nothing; give a lower "
         "--stop-min-lr" + (" or a --warmup-init-lr above it" if warms_up else "")
     )
+
+
+def check_asynchronous_checkpoints(args: argparse.Namespace) -> None:
+    """Refuse ``--write-checkpoints-asynchronously`` without the iopath package it writes with:
+    fairseq-train logged the error with a traceback and returned, having trained nothing, with
+    exit status 0."""
+    import importlib.util
+
+    if getattr(args, "write_checkpoints_asynchronously", False) and (
+        importlib.util.find_spec("iopath") is None
+    ):
+        raise UsageError(
+            "--write-checkpoints-asynchronously needs the iopath package, which is not "
+            "installed: fairseq-train would train nothing and exit 0; leave the flag out (or "
+            "pip install iopath)"
+        )
 
 
 def check_tokenizer_languages(args: argparse.Namespace) -> None:

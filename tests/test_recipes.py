@@ -212,6 +212,24 @@ def test_recipes_say_their_usage(script, usage):
         assert (short.returncode, short.stderr) == (2, usage + "\n"), output_of(short)
 
 
+
+def test_the_lm_recipe_says_its_usage(tmp_path):
+    """``examples/lm/prepare.sh --help`` took the option for OUT_DIR: "mkdir: unrecognized option
+    '--help/text'" (status 1); an option of another recipe made a folder of that name."""
+    usage = "usage: examples/lm/prepare.sh [OUT_DIR]"
+
+    def run(option: str) -> subprocess.CompletedProcess:  # in tmp_path: what it makes stays there
+        return subprocess.run(["bash", str(LM_PREPARE), option], cwd=tmp_path, env=cli_env(),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    helped = run("--help")
+    assert (helped.returncode, helped.stdout) == (0, usage + "\n"), output_of(helped)
+    other = run("--vocab-size")
+    assert (other.returncode, other.stderr) == (
+        2, f"prepare.sh: unknown option --vocab-size; {usage}\n"), output_of(other)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

@@ -13,7 +13,12 @@
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
 
-[ $# -le 1 ] || { echo "usage: examples/lm/prepare.sh [OUT_DIR]" >&2; exit 2; }
+USAGE="usage: examples/lm/prepare.sh [OUT_DIR]"
+case ${1:-} in
+  -h | --help) echo "$USAGE"; exit 0 ;;
+  -*) echo "prepare.sh: unknown option $1; $USAGE" >&2; exit 2 ;;  # mkdir made "--x/text"
+esac
+[ $# -le 1 ] || { echo "$USAGE" >&2; exit 2; }
 OUT=${1:-data-bin/multi30k.en-lm}
 GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-2000}

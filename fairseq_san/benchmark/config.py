@@ -270,8 +270,8 @@ def check_numbers(config: BenchmarkConfig) -> None:
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ValueError(f"{flag_of(name)} {value}: must be at least 1")
-    if config.threads is not None and threads_problem(config.threads):
-        raise ValueError(threads_problem(config.threads))
+    if config.threads is not None and (problem := threads_problem(config.threads)):
+        raise ValueError(problem)
     for name in COUNT_LISTS:
         below = [value for value in getattr(config, name) if value < 1]
         if below:

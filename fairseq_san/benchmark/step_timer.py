@@ -318,8 +318,8 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
             f"--beam {args.beam}: fairseq's search keeps at most --vocab minus 1 hypotheses "
             f"({args.vocab - 1}); raise --vocab or lower --beam"
         )
-    if threads_problem(args.threads):
-        return threads_problem(args.threads)
+    if problem := threads_problem(args.threads):
+        return problem
     if args.device == "cuda" and not torch.cuda.is_available():
         return "--device cuda: no GPU is available to torch here"
     for decoder in args.decoders:

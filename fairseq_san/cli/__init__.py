@@ -46,9 +46,10 @@ class _CheckedOutput:
             raise OutputError(err.errno, err.strerror) from None
 
 
-def _drop_unwritten_output() -> None:
+def drop_unwritten_output() -> None:
     """Point standard output at /dev/null: Python flushes it again at exit, which would fail
-    again (the Python docs' recipe, "Note on SIGPIPE")."""
+    again (the Python docs' recipe, "Note on SIGPIPE"). Also for fairseq's commands
+    (``fairseq_fixes.one_line_errors``)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
@@ -69,10 +70,10 @@ def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Resul
             sys.stdout.flush()
             return result
         except BrokenPipeError:
-            _drop_unwritten_output()
+            drop_unwritten_output()
             sys.exit(128 + signal.SIGPIPE)
         except OutputError as err:
-            _drop_unwritten_output()
+            drop_unwritten_output()
             prog = os.path.basename(sys.argv[0])  # argparse's default prog, the command's name
             sys.exit(f"{prog}: error: cannot write the standard output: {err.strerror}")
         finally:

@@ -31,6 +31,7 @@ import signal
 import sys
 from typing import Callable, Optional
 
+from fairseq_san.cli import drop_unwritten_output
 from fairseq_san.errors import PREFIX, UsageError
 
 # The errors of a write to an output with no room left: a full device or disk, a quota.
@@ -202,12 +203,6 @@ def output_that_cannot_be_written(exc: BaseException) -> bool:
     disk): an error of the device that names no file, as a write to an open file is. What
     fairseq-generate and -interactive print goes through ``print``, which names none."""
     return isinstance(exc, OSError) and exc.filename is None and exc.errno in NO_ROOM
-
-
-def drop_unwritten_output() -> None:
-    """Point standard output at /dev/null: Python flushes it again at exit, which would fail
-    again ("Exception ignored ... BrokenPipeError")."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def excepthook(previous: Callable) -> Callable:

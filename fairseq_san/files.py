@@ -104,12 +104,15 @@ def write_json(path: str, value, replace_link: bool = False) -> None:
     write_text(path, json.dumps(value, indent=2) + "\n", replace_link)
 
 
-def output_problem(path: str, what: str) -> Optional[str]:
+def output_problem(path: str, what: str, inputs: Iterable[str] = ()) -> Optional[str]:
     """Why a command cannot write ``what`` (named so in the message: "the JSON file") to ``path``,
-    said before it works, not after: no name, a folder, or in a folder that is not there; else
-    None."""
+    said before it works, not after: no name, one of its ``inputs`` (which writing would replace
+    before it is read), a folder, or in a folder that is not there; else None."""
     if not path:
         return f"is empty: name {what} to write"
+    named = input_at(path, inputs)
+    if named:
+        return f"is the input {named}: write {what} to another file"
     if os.path.isdir(path):
         return f"is a folder: name {what} to write"
     folder = os.path.dirname(os.path.abspath(path))

@@ -318,7 +318,7 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
     )
     # An empty name (an unset variable) was the working directory: "cannot write : Is a directory".
     assert refusal(["--inputs", newest, "--output", ""]) == (
-        "--output  is empty: name the checkpoint file to write"
+        "--output  is empty: name the average to write"
     )
     assert not (tmp_path / "mean.pt").exists()
 

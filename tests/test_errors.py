@@ -1111,8 +1111,9 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
         ("no-folder/f.png", "-o {}: no folder {}/no-folder (create it first)"),
         ("a-folder.png", "-o {}: is a folder: name the figure to write"),
         ("", "-o {}: is empty: name the figure to write"),
-        ("step10/js.json", "-o {}: end the name in a figure format's extension"),
-        ("step10/js.png", "-o {}: it is an input (DIR): name another file"),
+        ("step10/js.json", "-o {}: is the input {}/step10/js.json: write the figure to another"),
+        ("step10/js.txt", "-o {}: end the name in a figure format's extension"),
+        ("step10/js.png", "-o {}: is the input {}/step10/js.png: write the figure to another"),
         ("figure", "-o {}: end the name in a figure format's extension (avif, eps"),
         ("figure.xyz", "-o {}: end the name in a figure format's extension"),
     ],
@@ -1588,10 +1589,10 @@ def test_loop_outputs_that_are_their_inputs_are_refused(tmp_path, capsys):
     eval_log = tmp_path / "eval.log"
     eval_log.write_text("2026 | INFO | fairseq_cli.eval_lm | Loss (base 2): 5.0, Perplexity: 32\n")
     for argv, said in (
-        (["train-log", str(log), "-o", str(log)], f"-o {log} is the input {log}: name another "
-         "file"),
+        (["train-log", str(log), "-o", str(log)], f"-o {log} is the input {log}: write the "
+         "table to another file"),
         (["perplexity", str(eval_log), "-o", str(eval_log)], f"-o {eval_log} is the input "
-         f"{eval_log}: name another file"),
+         f"{eval_log}: write the JSON file to another file"),
         (["train-log", str(log), "-o", str(tmp_path / "no" / "t.md")], f"-o {tmp_path}/no/t.md "
          f"no folder {tmp_path}/no (create it first)"),
         (["perplexity", str(eval_log), "-o", ""], "-o  is empty: name the JSON file to write"),

@@ -870,7 +870,8 @@ def test_cli_refuses_to_write_the_policy_over_its_analysis(js_file, tmp_path, ca
             policy_main([str(tmp_path), "--theta-decoder-self", "0.5", "-o", output])
         assert stopped.value.code == 2
         assert capsys.readouterr().err.splitlines()[-1] == (
-            f"fairseq-san-policy: error: -o {output}: it is an input (JS_JSON): name another file"
+            f"fairseq-san-policy: error: -o {output}: is the input {tmp_path}/js.json: write the "
+            "policy to another file"
         )
     assert (tmp_path / "js.json").read_text() == before
 
@@ -962,10 +963,10 @@ def test_cli_output_that_is_a_directory_leaves_no_temporary_file(js_file, tmp_pa
     empty one (-o "$UNSET") wrote nothing, with exit status 0."""
     folder = tmp_path / "policies"
     folder.mkdir()
-    for output, said in ((folder, "is a folder: name the policy file to write"),
+    for output, said in ((folder, "is a folder: name the policy to write"),
                          (tmp_path / "none" / "p.json",
                           f"no folder {tmp_path / 'none'} (create it first)"),
-                         ("", "is empty: name the policy file to write")):  # fmt: skip
+                         ("", "is empty: name the policy to write")):  # fmt: skip
         result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
                                 "0.5", "-o", str(output))  # fmt: skip
         assert result.returncode == 2 and "Traceback" not in result.stderr

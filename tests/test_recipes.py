@@ -700,7 +700,7 @@ def test_score_refuses_an_empty_output_name(tmp_path):
     """``-o ""`` (an unset variable) scored, wrote nothing and exited 0."""
     result = score(tmp_path, GENERATE_OUTPUT, REFERENCES, "-o", "")
     assert one_error_line(result, "fairseq-san-score") == (
-        "fairseq-san-score: error: -o : is empty: name the JSON file to write"
+        "fairseq-san-score: error: -o : is empty: name the scores to write"
     )
 
 
@@ -1111,7 +1111,8 @@ def test_spm_refuses_to_write_over_its_input(spm_model, tmp_path, command):
                          str(target))  # fmt: skip
         assert result.returncode == 1 and result.stdout == ""
         assert result.stderr.strip() == (
-            f"fairseq-san-spm: error: {target} is the input file too: write to another file"
+            f"fairseq-san-spm: error: {target}: is the input {text}: write the output file to "
+            "another file"
         )
         assert text.read_text() == "a man walks\n"
 
@@ -1126,10 +1127,10 @@ def test_spm_refuses_to_write_over_its_model_or_training_text(spm_model, tmp_pat
     before = text.read_text()
     for args, said in (
         (("encode", "--model", str(model), str(text), str(model)),
-         f"{model} is the --model: write to another file"),
+         f"{model}: is the input {model}: write the output file to another file"),
         (("train", str(text), "--model-prefix", str(tmp_path / "corp"), "--vocab-size", "60"),
-         f"--model-prefix {tmp_path / 'corp'}: {text} is an input, which training would "
-         "replace: give another prefix"),
+         f"--model-prefix {tmp_path / 'corp'}: is the input {text}: write the model to another "
+         "file"),
     ):  # fmt: skip
         result = run_cli("fairseq-san-spm", *args)
         assert result.returncode == 1 and result.stderr.strip() == f"fairseq-san-spm: error: {said}"

@@ -93,9 +93,6 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 def output_problem(output: str, inputs: List[str]) -> Optional[str]:
     """Why the average cannot be written to ``output``, checked before any checkpoint is read;
     None if it can."""
-    named = input_at(output, inputs)
-    if named:
-        return f"is the input {named}: write the average to another file"
     temporary = files.temporary_path(os.path.realpath(output))  # save's, files.write_whole's
     named = input_at(temporary, inputs)
     if named:
@@ -103,7 +100,7 @@ def output_problem(output: str, inputs: List[str]) -> Optional[str]:
             f"is written through {temporary} first, which is the input {named}: write the "
             "average to another file"
         )
-    return files.output_problem(output, "the checkpoint file")
+    return files.output_problem(output, "the average", inputs)
 
 
 def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:

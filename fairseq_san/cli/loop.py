@@ -44,7 +44,7 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
-from fairseq_san.files import input_at, output_problem, write_text
+from fairseq_san.files import output_problem, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import task_arguments, write_perplexity
@@ -178,8 +178,7 @@ def run_test_systems(args: argparse.Namespace, after: List[str]) -> int:
 def check_output(output: str, inputs: List[str], what: str) -> None:
     """UsageError where ``-o output`` cannot be written, said before any input is read: it is an
     input (the log it was made from was replaced), or ``files.output_problem``'s reasons."""
-    named = input_at(output, inputs)
-    problem = f"is the input {named}: name another file" if named else output_problem(output, what)
+    problem = output_problem(output, what, inputs)
     if problem:
         raise UsageError(f"-o {output} {problem}")
 

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
-from fairseq_san.files import file_given_twice, input_at, output_problem
+from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
 
@@ -172,7 +172,7 @@ def check_output(path: str, inputs: List[str]) -> None:
     """The figure can be written to ``path``, said before any analysis is read: a name, in a
     folder that is there, ending in a format matplotlib writes (it would add ".png" to any
     other), and no input (a js.json named so was overwritten)."""
-    problem = output_problem(path, "the figure")
+    problem = output_problem(path, "the figure", inputs)
     if problem:
         raise PlotError(f"-o {path}: {problem}")
     extension = os.path.splitext(path)[1][1:].lower()
@@ -181,8 +181,6 @@ def check_output(path: str, inputs: List[str]) -> None:
         raise PlotError(
             f"-o {path}: end the name in a figure format's extension ({', '.join(formats)})"
         )
-    if input_at(path, inputs):
-        raise PlotError(f"-o {path}: it is an input (DIR): name another file")
 
 
 @quiet_when_output_closes

@@ -22,7 +22,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.files import file_given_twice, input_at, output_problem
+from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -188,9 +188,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     twice = file_given_twice(paths)
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
-    if args.output is not None and input_at(args.output, paths):
-        parser.error(f"-o {args.output}: it is an input (JS_JSON): name another file")
-    problem = args.output is not None and output_problem(args.output, "the policy file")
+    problem = args.output is not None and output_problem(args.output, "the policy", paths)
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:

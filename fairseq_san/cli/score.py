@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
-from fairseq_san.files import file_given_twice, input_at, output_problem, write_json
+from fairseq_san.files import file_given_twice, output_problem, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
     check_references,
@@ -40,9 +40,8 @@ MIN_BOOTSTRAP_SAMPLES = 40
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    problem = args.output is not None and (
-        input_named(args.output, args) or output_problem(args.output, "the JSON file")
-    )
+    inputs = [args.reference, *args.generate_output, *(args.baseline or [])]
+    problem = args.output is not None and output_problem(args.output, "the scores", inputs)
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     if args.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:  # 1 gave an "interval" of one resample
@@ -77,13 +76,6 @@ def main(argv: Optional[List[str]] = None) -> None:
             write_json(args.output, scores)
         except OSError as err:  # a folder that takes no new file (read-only, /proc)
             parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
-
-
-def input_named(output: str, args: argparse.Namespace) -> Optional[str]:
-    """What says that ``output`` is one of the files scored (which the JSON would replace), or
-    None."""
-    named = input_at(output, [args.reference, *args.generate_output, *(args.baseline or [])])
-    return f"is the input {named}: write the scores to another file" if named else None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import input_at, line_text, output_problem, same_file, write_whole
+from fairseq_san.files import line_text, output_problem, write_whole
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -50,9 +50,7 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
 
     check_training_text(inputs)
     for output in (f"{model_prefix}.model", f"{model_prefix}.vocab"):
-        named = input_at(output, inputs)  # the text sentencepiece learns from, replaced
-        problem = (f"{output} is an input, which training would replace: give another prefix"
-                   if named else output_problem(output, "the model"))  # fmt: skip
+        problem = output_problem(output, "the model", inputs)  # an input: the text it learns
         if problem:  # sentencepiece would say so after it trained
             raise UsageError(f"--model-prefix {model_prefix}: {problem}")
 
@@ -106,11 +104,7 @@ def load_model(model: str, source: str, target: str):
     folder, /dev/null) refused in the command's words, not sentencepiece's."""
     import sentencepiece as spm
 
-    if same_file(source, target):
-        raise UsageError(f"{target} is the input file too: write to another file")
-    if same_file(model, target):
-        raise UsageError(f"{target} is the --model: write to another file")
-    problem = output_problem(target, "the output file")
+    problem = output_problem(target, "the output file", [source, model])
     if problem:
         raise UsageError(f"{target or repr(target)}: {problem}")
     if os.path.exists(model) and not os.path.isfile(model):

@@ -673,6 +673,47 @@ def test_generate_in_the_reverse_direction_is_one_line(binarized_corpus, trained
     assert_one_line_error(result, "trained to translate src into tgt", "give -s src -t tgt")
 
 
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ({"source_lang": "tgt"}, "-s tgt (source_lang='tgt') without -t: fairseq reads the "
+         "language pair from the data's file names where one is missing (src->tgt in {data}) "
+         "and would have ignored -s; give -t too (target_lang)"),
+        ({"target_lang": "xx"}, "-t xx (target_lang='xx') without -s: fairseq reads the "
+         "language pair from the data's file names where one is missing (src->tgt in {data}) "
+         "and would have ignored -t; give -s too (source_lang)"),
+        ({"source_lang": "src"}, None),  # the data's own: kept
+        ({"source_lang": "tgt", "target_lang": "src"}, None),  # both: fairseq reads them
+    ],
+)
+def test_a_language_given_alone_that_the_data_would_override_is_refused(
+    binarized_corpus, given, said
+):
+    """fairseq read the pair from the data's file names whenever one language was missing:
+    ``-s tgt`` alone decoded src->tgt silently (fairseq-generate, fairseq-train, the hub)."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    from fairseq_san.errors import UsageError
+
+    cfg = TranslationConfig(data=str(binarized_corpus), **given)
+    if said is None:
+        task = TranslationTask.setup_task(cfg)
+        assert (task.cfg.source_lang, task.cfg.target_lang) == (
+            given["source_lang"], given.get("target_lang", "tgt"),
+        )  # fmt: skip
+        return
+    with pytest.raises(UsageError) as refused:
+        TranslationTask.setup_task(cfg)  # the plugin's translation_san inherits it
+    assert str(refused.value) == said.format(data=binarized_corpus)
+
+
+@pytest.mark.slow
+def test_generate_with_a_source_language_alone_is_one_line(binarized_corpus, trained):
+    checkpoint = trained["plain"] / "checkpoint_last.pt"
+    result = fairseq_generate(binarized_corpus, checkpoint, "-s", "tgt")
+    assert_one_line_error(result, "-s tgt (source_lang='tgt') without -t", "give -t too")
+
+
 def test_a_language_model_in_a_translation_task_is_refused():
     """fairseq-generate on translation data with a language model's checkpoint: the sizes of
     the embeddings differed, which read as "other dictionaries"."""

@@ -60,6 +60,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
   extension (it blocked nothing), and ``--sampling`` beside it draws no output from a hypothesis
   left no token (its end of sentence blocked at the maximum length: a multinomial error);
+* ``language_pair``: a translation task given ``--source-lang`` or ``--target-lang`` alone
+  refuses a data folder whose file names give another (fairseq read the pair from them and
+  ignored the language given);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -78,6 +81,7 @@ from fairseq_san.fairseq_fixes import (
     generation_shards,
     half_precision,
     interactive_input,
+    language_pair,
     last_batch,
     literal_eval,
     lm_fusion,
@@ -97,7 +101,7 @@ FIXES = (
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
     generation_shards, dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking,
-    one_line_errors,
+    language_pair, one_line_errors,
 )
 
 

@@ -24,3 +24,14 @@ def running_command(module_name: str) -> Optional[ModuleType]:
     if getattr(getattr(main, "__spec__", None), "name", None) == module_name:
         return main
     return sys.modules.get(module_name)
+
+
+def wrap_classmethod_once(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> None:
+    """``wrap_once`` for a classmethod of ``owner``: its function is wrapped, and stays a
+    classmethod that subclasses inherit."""
+    current = owner.__dict__[name].__func__
+    if getattr(current, "wrapped_by", None) is wrap:
+        return
+    wrapped = wrap(current)
+    wrapped.wrapped_by = wrap
+    setattr(owner, name, classmethod(wrapped))

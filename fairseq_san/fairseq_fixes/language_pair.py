@@ -1,0 +1,55 @@
+"""A translation task decodes and trains the language pair it is given, or refuses.
+
+Upstream behaviour corrected: fairseq's ``TranslationTask.setup_task`` reads the language pair
+from the data's file names (``train.SRC-TGT.*``) whenever ``--source-lang`` or ``--target-lang``
+is missing, and so ignored the one given alone: ``fairseq-generate -s de`` on En-De data decoded
+En->De, ``-s xx`` of a language the data has not decoded too, and the hub's
+``from_pretrained(..., source_lang='de')`` as well, silently. ``install()`` wraps it (the plugin's
+``translation_san`` inherits it): a language given alone that is not the one the data's names
+give is one line naming both.
+"""
+
+import functools
+from typing import Optional, Tuple
+
+from fairseq.tasks.translation import TranslationTask
+
+from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.wrapping import wrap_classmethod_once
+
+SIDES = (("-s", "source_lang", "-t", "target_lang"), ("-t", "target_lang", "-s", "source_lang"))
+
+
+def check_given_language_kept(
+    given: Tuple[Optional[str], Optional[str]], read: Tuple[str, str], data: str
+) -> None:
+    """Refuse a pair ``read`` from the data's file names that is not the one language ``given``
+    alone (source, target) asked for."""
+    if (given[0] is None) == (given[1] is None):
+        return  # both given (fairseq reads them), or neither (the data's pair is wanted)
+    side = 0 if given[0] is not None else 1
+    if given[side] == read[side]:
+        return
+    flag, keyword, other_flag, other_keyword = SIDES[side]
+    raise UsageError(
+        f"{flag} {given[side]} ({keyword}={given[side]!r}) without {other_flag}: fairseq reads "
+        f"the language pair from the data's file names where one is missing ({read[0]}->"
+        f"{read[1]} in {data}) and would have ignored {flag}; give {other_flag} too "
+        f"({other_keyword})"
+    )
+
+
+def _keeping_the_given_language(setup_task):
+    @functools.wraps(setup_task)
+    def wrapper(cls, cfg, **kwargs):
+        given = (cfg.source_lang, cfg.target_lang)
+        task = setup_task(cls, cfg, **kwargs)
+        check_given_language_kept(given, (cfg.source_lang, cfg.target_lang), cfg.data)
+        return task
+
+    return wrapper
+
+
+def install() -> None:
+    """Wrap ``TranslationTask.setup_task`` (idempotent)."""
+    wrap_classmethod_once(TranslationTask, "setup_task", _keeping_the_given_language)

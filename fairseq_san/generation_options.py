@@ -62,7 +62,8 @@ def check_one_search(args: argparse.Namespace) -> None:
 def check_search_numbers(args: argparse.Namespace) -> None:
     """Refuse ``--beam`` or ``--nbest`` below 1 (a traceback far inside the generators), more
     n-best than the beam keeps (fewer would be printed), any of ``FINITE_SEARCH_NUMBERS`` that
-    is not a finite number, a ``--max-len-b`` or ``--min-len`` that is no count (the hub's
+    is not a finite number, sampling's top-k or top-p without ``--sampling`` (fairseq asserted),
+    a ``--max-len-b`` or ``--min-len`` that is no count (the hub's
     ``max_len_b=inf``: an OverflowError), an n-gram blocking size of 1 or below 0
     (``check_ngram_size``), a diverse beam strength without the groups that read it, groups that
     do not divide the beam, and two search strategies at once (``check_one_search``)."""
@@ -91,6 +92,12 @@ def check_search_numbers(args: argparse.Namespace) -> None:
             f"--sampling-topp {topp}: it must be in (0, 1] (-1, the default, samples from every "
             "token)"
         )
+    for flag, value in (("--sampling-topk", topk), ("--sampling-topp", topp)):
+        if value > 0 and not getattr(args, "sampling", False):  # fairseq's assertion
+            raise UsageError(
+                f"{flag} {value} is read by sampling only: pass --sampling too (the hub's "
+                "sampling=True), or leave it out"
+            )
     check_ngram_size(getattr(args, "no_repeat_ngram_size", 0))
     for flag, default in (("max_len_b", 200), ("min_len", 1)):  # the hub's: inf, 2.5, "10"
         value = getattr(args, flag, default)

@@ -27,6 +27,7 @@ received archive could write anywhere. The user unpacks it and passes the folder
 
 import copy
 import glob
+import inspect
 import os
 import re
 import urllib.parse
@@ -35,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 import torch
 from fairseq import hub_utils
 from fairseq.data import Dictionary
+from fairseq.dataclass.configs import GenerationConfig
 from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import ValidationError
@@ -45,10 +47,12 @@ from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
+    CALL_KEYWORD,
     REFINEMENT_OPTIONS,
     DecodingTask,
     check_generation_args,
     check_generation_keys,
+    check_generation_value_types,
     invalid_choice,
     is_min_len_assertion,
     min_len_above_max_len,
@@ -106,15 +110,15 @@ def checked_texts(sentences: Any) -> Union[str, List[str]]:
         return sentences
     if isinstance(sentences, bytes) or not isinstance(sentences, Iterable):
         raise TypeError(
-            f"sentences is {type(sentences).__name__} {sentences!r:.40}: translate() and "
-            "sample() take a text (str) or a list of texts"
+            f"sentences is {type(sentences).__name__} {sentences!r:.40}: translate(), sample() "
+            "and score() take a text (str) or a list of texts"
         )
     texts = list(sentences)
     for index, sentence in enumerate(texts):
         if not isinstance(sentence, (str, bytes)):
             raise TypeError(
                 f"sentence {index} is {type(sentence).__name__} {sentence!r:.40}, not text: "
-                "translate() and sample() take a text or a list of texts"
+                "translate(), sample() and score() take a text or a list of texts"
             )
         if isinstance(sentence, bytes):
             try:
@@ -126,10 +130,22 @@ def checked_texts(sentences: Any) -> Union[str, List[str]]:
     return texts
 
 
-def check_token_ids(sentences: Any, dictionary: Dictionary) -> None:
-    """Refuse what ``generate()`` cannot decode: an item that is no 1-D tensor of token ids, one
-    of no token, an id outside ``dictionary`` (fairseq failed deep inside: "'list' object has no
-    attribute 'numel'", an IndexError, "cannot reshape tensor of 0 elements")."""
+def checked_token_ids(sentences: Any, dictionary: Dictionary) -> List["torch.Tensor"]:
+    """``sentences`` as a list (a generator is read once), after refusing what ``generate()``
+    cannot decode: no list of sentences (None, a 0-d tensor: "iteration over a 0-d tensor"), an
+    item that is no 1-D tensor of token ids, one of no token, an id outside ``dictionary``
+    (fairseq failed deep inside: "'list' object has no attribute 'numel'", an IndexError,
+    "cannot reshape tensor of 0 elements")."""
+    if (
+        isinstance(sentences, (str, bytes))
+        or not isinstance(sentences, Iterable)
+        or (torch.is_tensor(sentences) and sentences.dim() == 0)
+    ):
+        raise TypeError(
+            f"tokenized_sentences is {type(sentences).__name__} {sentences!r:.40}: generate() "
+            "takes a list of 1-D torch.long tensors of token ids (encode() makes them), or one"
+        )
+    sentences = list(sentences)
     for index, tokens in enumerate(sentences):
         if not (torch.is_tensor(tokens) and tokens.dim() == 1 and tokens.dtype == torch.long):
             raise TypeError(
@@ -146,6 +162,41 @@ def check_token_ids(sentences: Any, dictionary: Dictionary) -> None:
                 f"sentence {index} holds token id {int(outside[0])}, outside the model's "
                 f"dictionary (0..{len(dictionary) - 1}): encode() the text with this model"
             )
+    return sentences
+
+
+def check_generate_arguments(
+    skip_invalid_size_inputs: Any,
+    inference_step_args: Any,
+    prefix_allowed_tokens_fn: Any,
+    step_keywords: List[str],
+) -> None:
+    """Refuse ``generate()``'s own arguments that fairseq used unchecked: a
+    ``skip_invalid_size_inputs`` that is no bool (the text "False" is true: sentences were left
+    out), ``inference_step_args`` that are no dict or name what the task's ``inference_step``
+    (taking ``step_keywords``) does not take, a ``prefix_allowed_tokens_fn`` that cannot be
+    called (TypeErrors deep inside the search)."""
+    if not isinstance(skip_invalid_size_inputs, bool):
+        raise TypeError(
+            f"skip_invalid_size_inputs={skip_invalid_size_inputs!r}: pass True or False"
+        )
+    if inference_step_args is not None:
+        if not isinstance(inference_step_args, dict):
+            raise TypeError(
+                f"inference_step_args={inference_step_args!r:.40}: pass a dict of the task's "
+                f"inference_step keywords ({', '.join(step_keywords)})"
+            )
+        unknown = sorted(set(inference_step_args) - set(step_keywords))
+        if unknown:
+            raise UsageError(
+                f"inference_step_args={{'{unknown[0]}': ...}}: the task's inference_step takes "
+                f"{', '.join(step_keywords)}"
+            )
+    if prefix_allowed_tokens_fn is not None and not callable(prefix_allowed_tokens_fn):
+        raise TypeError(
+            f"prefix_allowed_tokens_fn={prefix_allowed_tokens_fn!r:.40}: pass a function of "
+            "(batch id, prefix tokens) returning the allowed token ids, or None"
+        )
 
 
 # fairseq's batching's message for a sentence longer than the model's positions.
@@ -232,7 +283,14 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """fairseq's ``generate`` (beam 5 unless given here or at load), after its keywords
         (``kwargs``: the generation config's) are checked."""
         beam = self.beam_or_default(beam, 5)
+        check_generate_arguments(
+            skip_invalid_size_inputs,
+            inference_step_args,
+            prefix_allowed_tokens_fn,
+            self.inference_step_keywords(),
+        )
         check_read_by_hub(kwargs)
+        check_generation_value_types(kwargs, CALL_KEYWORD)
         self.check_call(kwargs, inference_step_args)
         config = self.generation_config(beam, kwargs)
         check_generation_args(config)
@@ -240,7 +298,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)
         if not (torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1):
-            check_token_ids(tokenized_sentences, self.task.source_dictionary)  # else: as a batch
+            dictionary = self.task.source_dictionary  # else: one sentence, decoded as a batch
+            tokenized_sentences = checked_token_ids(tokenized_sentences, dictionary)
         try:
             return super().generate(
                 tokenized_sentences,
@@ -268,6 +327,25 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 raise
             length, limit = len(tokenized_sentences[index]), self.max_positions
             raise sentence_too_long(index, length, limit) from None
+
+    def score(self, sentences, replace_newline_with_eos: bool = False, **kwargs):
+        """fairseq's ``score`` (a language model's), of a text or a list of texts
+        (``checked_texts``), refusing a search's keyword: it scores the sentences as they are
+        and ignored ``lenpen``, ``temperature``, ``beam``."""
+        for key, value in kwargs.items():
+            if key == "beam" or key in GenerationConfig.__dataclass_fields__:
+                raise UsageError(
+                    f"{key}={value!r} would be ignored: score() scores the sentences as they are, "
+                    "by no search: drop it"
+                )
+        texts = checked_texts(sentences)
+        return super().score(texts, replace_newline_with_eos=replace_newline_with_eos, **kwargs)
+
+    def inference_step_keywords(self) -> List[str]:
+        """The keywords the task's ``inference_step`` takes besides the generator, the models and
+        the batch (``prefix_tokens``, ``constraints``)."""
+        parameters = inspect.signature(self.task.inference_step).parameters
+        return [name for name in parameters if name not in ("generator", "models", "sample")]
 
     def check_call(self, keywords: Dict[str, Any], inference_step_args: Optional[dict]) -> None:
         """Refuse keywords that the hub reads but cannot follow here (fairseq failed on them
@@ -339,6 +417,7 @@ def check_generation_arg_keys(generation_args: Any) -> None:
             "generation options, e.g. generation_args={'beam': 4}"
         )
     check_generation_keys(generation_args, GENERATION_ARGS_KEY, misplaced_in_generation_args)
+    check_generation_value_types(generation_args, GENERATION_ARGS_KEY)
     check_read_by_hub(generation_args, GIVEN_AS_GENERATION_ARGS, at_build=True)
 
 

@@ -562,6 +562,24 @@ def test_a_language_model_scores_texts(language_model):
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
 
 
+def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):
+    """score() runs no search, and fairseq's ignored ``lenpen``, ``temperature`` and ``beam``:
+    the same score; ``score(b"...")`` scored the bytes' numbers (a TypeError inside the
+    tokenizer)."""
+    from fairseq_san.errors import UsageError
+
+    for keywords in ({"lenpen": 2.0}, {"temperature": 5.0}, {"beam": 3}):
+        (key, value), = keywords.items()
+        with pytest.raises(UsageError) as refused:
+            language_model.score("tok1 tok2", **keywords)
+        assert str(refused.value) == (
+            f"{key}={value!r} would be ignored: score() scores the sentences as they are, by no "
+            "search: drop it"
+        )
+    with pytest.raises(TypeError, match=r"^sentences is bytes b'tok1': translate\(\), sample"):
+        language_model.score(b"tok1")
+
+
 def test_an_empty_sentence_to_score_is_refused(language_model):
     """score(["tok1", ""]) scored the empty one NaN (the mean of no token's score), silently."""
     from fairseq_san.errors import UsageError
@@ -611,13 +629,14 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
     with pytest.raises(TypeError) as refused:
         hub.translate(["tok1 tok2", None])
     assert str(refused.value) == (
-        "sentence 1 is NoneType None, not text: translate() and sample() take a text or a list "
-        "of texts"
+        "sentence 1 is NoneType None, not text: translate(), sample() and score() take a text or "
+        "a list of texts"
     )
     with pytest.raises(TypeError) as refused:
         hub.translate(7)
     assert str(refused.value) == (
-        "sentences is int 7: translate() and sample() take a text (str) or a list of texts"
+        "sentences is int 7: translate(), sample() and score() take a text (str) or a list of "
+        "texts"
     )
     assert hub.translate([b"tok1 tok2"], beam=2) == hub.translate(["tok1 tok2"], beam=2)
     with pytest.raises(UsageError) as refused:
@@ -644,11 +663,76 @@ def test_generate_names_a_sentence_that_is_no_token_ids(san_checkpoint, binarize
          "model"),
         ([torch.tensor([], dtype=torch.long)], UsageError, "sentence 0 holds no token: encode() "
          "ends each with the end of sentence"),
+        (torch.tensor(5), TypeError, "tokenized_sentences is Tensor tensor(5): generate() takes a "
+         "list of 1-D torch.long tensors of token ids (encode() makes them), or one"),
+        (None, TypeError, "tokenized_sentences is NoneType None: generate() takes a list of 1-D "
+         "torch.long tensors of token ids (encode() makes them), or one"),
     ):  # fmt: skip
         with pytest.raises(error) as refused:
             hub.generate(sentences, beam=2)
         assert str(refused.value) == said
     assert hub.generate(hub.encode("tok1 tok2"), beam=2)[0]["tokens"].dim() == 1
+    from_a_generator = hub.generate((hub.encode(text) for text in ["tok1", "tok2"]), beam=2)
+    assert len(from_a_generator) == 2  # read once, by the check
+
+
+def test_generates_own_arguments_are_checked(san_checkpoint, binarized_corpus):
+    """fairseq used them unchecked: ``skip_invalid_size_inputs="False"`` (a true text) left
+    long sentences out, an unknown ``inference_step_args`` key or a number for
+    ``prefix_allowed_tokens_fn`` failed deep inside the search."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sentence = hub.encode("tok1 tok2")
+    for arguments, error, said in (
+        ({"skip_invalid_size_inputs": "False"}, TypeError, "skip_invalid_size_inputs='False': "
+         "pass True or False"),
+        ({"inference_step_args": {"prefix": 1}}, UsageError, "inference_step_args={'prefix': "
+         "...}: the task's inference_step takes prefix_tokens, constraints"),
+        ({"inference_step_args": [1]}, TypeError, "inference_step_args=[1]: pass a dict of the "
+         "task's inference_step keywords (prefix_tokens, constraints)"),
+        ({"prefix_allowed_tokens_fn": 5}, TypeError, "prefix_allowed_tokens_fn=5: pass a function "
+         "of (batch id, prefix tokens) returning the allowed token ids, or None"),
+    ):  # fmt: skip
+        with pytest.raises(error) as refused:
+            hub.generate([sentence], beam=2, **arguments)
+        assert str(refused.value) == said
+
+
+@pytest.mark.parametrize(
+    "keywords, said",
+    [
+        ({"sampling": "False"}, "sampling='False' (a keyword of translate(), sample() or "
+         "generate()): it takes True or False (leave it out for fairseq's default, False)"),
+        ({"unnormalized": "False"}, "unnormalized='False' (a keyword of translate(), sample() or "
+         "generate()): it takes True or False (leave it out for fairseq's default, False)"),
+        ({"lenpen": None}, "lenpen=None (a keyword of translate(), sample() or generate()): it "
+         "takes a number (leave it out for fairseq's default, 1)"),
+        ({"min_len": 1.5}, "min_len=1.5 (a keyword of translate(), sample() or generate()): it "
+         "takes an integer (leave it out for fairseq's default, 1)"),
+        ({"sampling_topk": 3}, "--sampling-topk 3 is read by sampling only: pass --sampling too "
+         "(the hub's sampling=True), or leave it out"),  # fairseq's assertion
+    ],
+)
+def test_a_keyword_value_its_option_cannot_take_is_refused(
+    san_checkpoint, binarized_corpus, keywords, said
+):
+    """fairseq set the hub's keywords on its generation config unchecked: a text is true, so
+    ``sampling='False'`` sampled and ``unnormalized='False'`` left the scores unnormalized;
+    ``lenpen=None`` failed deep inside the search."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    with pytest.raises(UsageError) as refused:
+        hub.translate("tok1 tok2", beam=2, **keywords)
+    assert str(refused.value) == said
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        generation_args=keywords)  # fmt: skip
+    assert str(refused.value) == said.replace(
+        "a keyword of translate(), sample() or generate()", "a key of from_pretrained's "
+        "generation_args"
+    )
 
 
 def test_sentences_from_a_generator_are_translated(san_checkpoint, binarized_corpus,
@@ -827,8 +911,10 @@ def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binar
         with pytest.raises(UsageError) as refused:
             hub.translate("tok1 tok2", beam=2, min_len=10, max_len_b=5, max_len_a=0)
         assert str(refused.value) == said, task
-        for keywords, shown in ((dict(max_len_b=float("inf")), "--max-len-b inf"),
-                                (dict(min_len=2.5), "--min-len 2.5")):  # fmt: skip
+        for keywords, shown in ((dict(max_len_b=float("inf")), "max_len_b=inf"),
+                                (dict(min_len=2.5), "min_len=2.5")):  # fmt: skip
             with pytest.raises(UsageError) as refused:
                 hub.translate("tok1 tok2", beam=2, **keywords)
-            assert str(refused.value) == f"{shown}: it must be an integer of at least 0"
+            assert str(refused.value).startswith(
+                f"{shown} (a keyword of translate(), sample() or generate()): it takes an integer"
+            )

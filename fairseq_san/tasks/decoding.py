@@ -8,8 +8,9 @@ and ``--san-decoder-execution``.
 
 import logging
 import re
+import typing
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq.data import Dictionary
@@ -27,12 +28,14 @@ from fairseq_san.generation_options import (
     check_diverse_beam_groups,
     check_search_numbers,
     exhausted_ngrams,
+    is_integer,
     PrefixEndsUnfinished,
     unfinished_prefix_ends,
     unmet_constraints,
     whole_targets_forced,
 )
 from fairseq_san.options import option_field
+from fairseq_san.policy import is_number
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
@@ -79,6 +82,10 @@ def applied_decoding(models: Sequence, asked: str) -> str:
     return f"{', '.join(own)} (the model's own options: --model-overrides or the checkpoint)"
 
 
+# How a keyword of the hub's calls is named in a message.
+CALL_KEYWORD = "a keyword of translate(), sample() or generate()"
+
+
 def check_generation_args(args) -> None:
     """Refuse a generation option that no generator reads and search numbers that no search can
     follow (``check_search_numbers``, which the command line ran as it parsed). Only the hub's
@@ -87,7 +94,7 @@ def check_generation_args(args) -> None:
     (``san_policy``) too, and ``lenpen=nan`` gave NaN scores."""
     if isinstance(args, DictConfig):
         check_generation_keys(
-            args.keys(), "a keyword of translate(), sample() or generate()", plugin_option_misplaced
+            args.keys(), CALL_KEYWORD, plugin_option_misplaced
         )
     check_search_numbers(args)
     check_alignment_kind(getattr(args, "print_alignment", None))
@@ -106,6 +113,45 @@ def check_generation_keys(
             raise UsageError(
                 f"unknown generation option '{key}' ({where}): "
                 + nearest_key_hint(key, known, fallback="see fairseq's GenerationConfig")
+            )
+
+
+# What a GenerationConfig field of each type takes, as a message says it, and the test of a value.
+VALUE_KINDS = {
+    bool: ("True or False", lambda value: isinstance(value, bool)),
+    int: ("an integer", is_integer),
+    float: ("a number", is_number),
+    str: ("a text", lambda value: isinstance(value, str)),
+}
+
+
+def field_kind(field_type: Any) -> Tuple[Optional[type], bool]:
+    """The base type of a GenerationConfig field's type and whether it is Optional; None for a
+    type this check leaves alone (``Any``, a choice, whose check names the choices)."""
+    arguments = typing.get_args(field_type)
+    optional = typing.get_origin(field_type) is typing.Union and type(None) in arguments
+    base = next(a for a in arguments if a is not type(None)) if optional else field_type
+    return (base if base in VALUE_KINDS else None), optional  # a ChoiceEnum's: where it is read
+
+
+def check_generation_value_types(keywords: Dict[str, Any], where: str) -> None:
+    """Refuse a keyword (``where`` says what it was given as) whose value its GenerationConfig
+    field cannot take. fairseq set the hub's keywords on the config unchecked: ``sampling=
+    'False'`` sampled and ``unnormalized='False'`` left scores unnormalized (a text is true),
+    and ``lenpen=None`` failed deep inside the search."""
+    fields = GenerationConfig.__dataclass_fields__
+    for key, value in keywords.items():
+        if key not in fields:
+            continue
+        base, optional = field_kind(fields[key].type)
+        if base is None or (value is None and optional):
+            continue
+        takes, accepts = VALUE_KINDS[base]
+        if value is None or not accepts(value):
+            default = fields[key].default
+            raise UsageError(
+                f"{key}={value!r} ({where}): it takes {takes} (leave it out for fairseq's "
+                f"default, {default!r})"
             )
 
 

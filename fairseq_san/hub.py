@@ -37,6 +37,7 @@ import torch
 from fairseq import hub_utils
 from fairseq.data import Dictionary
 from fairseq.dataclass.configs import GenerationConfig
+from fairseq.models import FairseqLanguageModel
 from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import ValidationError
@@ -484,11 +485,28 @@ def from_pretrained(
             raise UsageError(problem) from error
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
+    check_model_kind(model_class, loaded["models"][0], checkpoint_file)
     hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     if generation_args:
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
     return hub
+
+
+def check_model_kind(model_class: type, model: torch.nn.Module, checkpoint_file) -> None:
+    """Refuse a language model loaded with a translation model's ``from_pretrained``, or the
+    reverse: fairseq returned the checkpoint's own kind of hub, and ``translate()`` continued
+    the text, ``sample()`` of a language model's class translated it."""
+    wanted = issubclass(model_class, FairseqLanguageModel)
+    if isinstance(model, FairseqLanguageModel) == wanted:
+        return
+    kinds = ("translation model", "language model")
+    loader = "TransformerLMSANModel" if not wanted else "TransformerSANModel"
+    raise UsageError(
+        f"{checkpoint_file} is a {kinds[not wanted]} ({type(model).__name__}), and "
+        f"{model_class.__name__}.from_pretrained loads {kinds[wanted]}s: load it with "
+        f"{loader}.from_pretrained"
+    )
 
 
 # The options of fairseq's bpe and tokenizers that name a file (or a URL) the hub reads as it

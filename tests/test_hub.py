@@ -795,6 +795,28 @@ def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path)
     check_generation_arg_keys({"retain_dropout": True, "no_beamable_mm": True})
 
 
+def test_a_checkpoint_of_the_other_kind_of_model_is_refused(
+    san_checkpoint, binarized_corpus, language_model
+):
+    """fairseq's from_pretrained returned the checkpoint's own kind of hub whatever class loaded
+    it: TransformerLMSANModel.from_pretrained of a translation checkpoint translated in
+    ``sample()``, and the reverse continued a text in ``translate()``."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    with pytest.raises(UsageError) as refused:
+        TransformerLMSANModel.from_pretrained(str(san_checkpoint.parent), san_checkpoint.name,
+                                              str(binarized_corpus))  # fmt: skip
+    assert str(refused.value) == (
+        f"{san_checkpoint.name} is a translation model (TransformerSANModel), and "
+        "TransformerLMSANModel.from_pretrained loads language models: load it with "
+        "TransformerSANModel.from_pretrained"
+    )
+    folder, data = language_model.cfg.checkpoint.save_dir, language_model.cfg.task.data
+    with pytest.raises(UsageError, match=r"^checkpoint_last\.pt is a language model \("):
+        from_pretrained(folder, "checkpoint_last.pt", data)
+
+
 def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binarized_corpus):
     """The hub takes the languages from its keywords (or the data's file names): the reverse of
     the checkpoint's decoded silently on joined dictionaries."""

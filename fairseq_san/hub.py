@@ -40,12 +40,12 @@ from fairseq.dataclass.configs import GenerationConfig
 from fairseq.models import FairseqLanguageModel
 from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
-from omegaconf.errors import ValidationError
+from omegaconf.errors import MissingMandatoryValue, ValidationError
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
-from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
+from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR, missing_component_option
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
     CALL_KEYWORD,
@@ -486,7 +486,10 @@ def from_pretrained(
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
-    hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    try:
+        hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    except MissingMandatoryValue as error:  # its bpe or tokenizer without a file it reads
+        raise UsageError(missing_component_option(error, as_keyword=True)) from None
     if generation_args:
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")

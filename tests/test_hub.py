@@ -131,6 +131,33 @@ def load(workdir: Path, **keywords):
     )  # fmt: skip
 
 
+def test_a_bpe_without_its_model_is_one_line(workdir):
+    """``--bpe sentencepiece`` without ``--sentencepiece-model`` (and the hub's
+    ``bpe='sentencepiece'`` alone): omegaconf's MissingMandatoryValue, a traceback from the
+    bpe's set-up."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    with pytest.raises(UsageError) as refused:
+        TransformerSANModel.from_pretrained(
+            str(workdir / "checkpoints"), checkpoint_file="checkpoint_best.pt",
+            data_name_or_path=str(workdir / DATA), bpe="sentencepiece",
+        )  # fmt: skip
+    assert str(refused.value) == (
+        "bpe='sentencepiece' needs sentencepiece_model: give from_pretrained(..., "
+        "sentencepiece_model=...)"
+    )
+    result = run_cli(
+        "fairseq-interactive", DATA, "--user-dir", str(REPO / "fairseq_san"),
+        "--path", "checkpoints/checkpoint_best.pt", "--bpe", "sentencepiece",
+        input="tok1 tok2\n", cwd=workdir,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "fairseq-san: error: --bpe sentencepiece needs --sentencepiece-model"
+    )
+
+
 @pytest.mark.slow
 def test_files_the_checkpoint_names_for_the_hub_are_not_read(workdir):
     """fairseq's hub read the bpe model and the --replace-unk dictionary that the checkpoint's

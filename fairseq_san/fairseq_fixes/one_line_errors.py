@@ -13,7 +13,8 @@ prints as one line
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
   hit deep inside their set-up;
 * fairseq's own bad-input errors whose message already says what is wrong
-  (``FAIRSEQ_BAD_INPUT``), and a ``--model-overrides`` that is not Python literal syntax;
+  (``FAIRSEQ_BAD_INPUT``), a ``--model-overrides`` that is not Python literal syntax, and a
+  component chosen without an option it needs (``--bpe sentencepiece`` without its model);
 * an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
   wherever they were (the exit status stays the interrupt's);
 * an output that cannot be written: a reader that stopped (``fairseq-generate ... | head``) ends
@@ -33,6 +34,7 @@ from typing import Callable, Optional
 
 from fairseq_san.cli import drop_unwritten_output
 from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.options import flag_of
 
 # The errors of a write to an output with no room left: a full device or disk, a quota.
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -198,6 +200,31 @@ def path_error_said(exc: OSError, argv: list) -> str:
     return said
 
 
+def missing_component_option(exc: BaseException, as_keyword: bool = False) -> Optional[str]:
+    """What a component chosen without an option it cannot do without needs (``--bpe
+    sentencepiece`` without ``--sentencepiece-model``: omegaconf's MissingMandatoryValue, a
+    traceback from the component's set-up), said as the command line's flags or, ``as_keyword``,
+    the hub's keywords; None for another error."""
+    from fairseq.registry import REGISTRIES
+    from omegaconf.errors import MissingMandatoryValue
+
+    if not isinstance(exc, MissingMandatoryValue) or not exc.full_key:
+        return None
+    key = str(exc.full_key).split(".")[-1]
+    chosen = [
+        (group, name)
+        for group, registry in REGISTRIES.items()
+        for name, config in registry["dataclass_registry"].items()
+        if config is exc.object_type
+    ]
+    if not chosen:
+        return None
+    group, name = chosen[0]
+    if as_keyword:
+        return f"{group}={name!r} needs {key}: give from_pretrained(..., {key}=...)"
+    return f"--{group} {name} needs {flag_of(key)}"
+
+
 def output_that_cannot_be_written(exc: BaseException) -> bool:
     """Whether ``exc`` is a write that failed on an output with no room (``> /dev/full``, a full
     disk): an error of the device that names no file, as a write to an open file is. What
@@ -210,7 +237,11 @@ def excepthook(previous: Callable) -> Callable:
 
     def hook(exc_type, exc, traceback):
         usage = usage_error_in_chain(exc)
-        said = fairseqs_bad_input(exc) or malformed_command_line_value(exc, sys.argv[1:])
+        said = (
+            fairseqs_bad_input(exc)
+            or malformed_command_line_value(exc, sys.argv[1:])
+            or missing_component_option(exc)
+        )
         if isinstance(exc, BrokenPipeError):  # ``fairseq-generate ... | head``: the reader left
             drop_unwritten_output()
             raise SystemExit(128 + signal.SIGPIPE)  # quietly, as Unix tools end

@@ -89,14 +89,21 @@ def _check_kind(kind: str) -> None:
 def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
     """Parse block sizes from a flag string ("1,5") or a list of ints.
 
-    None, "" and "none" mean no sharing and give None, so a command-line flag
-    can switch sharing off for a kind that a policy file shares.
+    None and "none" mean no sharing and give None, so a command-line flag can switch sharing
+    off for a kind that a policy file shares. An empty text is refused: it is what an unset
+    shell variable gives (``--san-decoder-self-policy "$BLOCKS"``), and it unshared the kind
+    unsaid.
     """
     if value is None:
         return None
     if isinstance(value, str):
         text = value.strip()
-        if text == "" or text.lower() == "none":
+        if text == "":
+            raise PolicyError(
+                f'{_label(kind)} "{value}" is empty: give block sizes such as "1,5", or "none" '
+                "to share nothing"
+            )
+        if text.lower() == "none":
             return None
         shown = f'"{value}"'
         bare = unbraced_blocks(text)

@@ -54,7 +54,6 @@ def write_json(path: Path, data) -> str:
         ([3, 3], [3, 3]),
         ((2, 2, 2), [2, 2, 2]),
         (None, None),
-        ("", None),
         ("none", None),
         ("None", None),
     ],
@@ -306,6 +305,20 @@ def test_resolve_policy_flag_wins_over_file(tmp_path):
     )
     flags = {"decoder_self": "2,4", "decoder_encdec": None, "encoder_self": "none"}
     assert resolve_policy(path, flags) == {"decoder_self": [2, 4], "decoder_encdec": [3, 3]}
+
+
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_flag_is_refused_not_read_as_no_sharing(tmp_path, empty):
+    """``--san-decoder-self-policy "$BLOCKS"`` with the variable unset unshared the kind that
+    ``--san-policy`` shares, unsaid; "none" still switches it off."""
+    path = write_json(tmp_path / "p.json", {"decoder_self": [1, 5]})
+    with pytest.raises(PolicyError) as refused:
+        resolve_policy(path, {"decoder_self": empty})
+    assert str(refused.value) == (
+        f'decoder_self policy "{empty}" is empty: give block sizes such as "1,5", or "none" to '
+        "share nothing"
+    )
+    assert resolve_policy(path, {"decoder_self": "none"}) == {}
 
 
 def test_resolve_policy_without_file():

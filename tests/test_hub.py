@@ -844,6 +844,33 @@ def test_a_checkpoint_of_the_other_kind_of_model_is_refused(
         from_pretrained(folder, "checkpoint_last.pt", data)
 
 
+@pytest.mark.parametrize(
+    "key, value", [("decoder_attention_heads", 1), ("cross_self_attention", True),
+                   ("activation_fn", "gelu")],
+)  # fmt: skip
+def test_an_override_that_changes_what_the_weights_compute_is_refused(
+    san_checkpoint, binarized_corpus, key, value
+):
+    """More heads over the same projections, cross-attention over the target too, another
+    activation: the weights loaded, and the model decoded another function, without a word
+    (--model-overrides alike)."""
+    from fairseq_san import checkpoints
+    from fairseq_san.errors import UsageError
+
+    trained = getattr(checkpoints.load_state(str(san_checkpoint))["cfg"]["model"], key)
+    assert trained != value
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        **{key: value})  # fmt: skip
+    assert str(refused.value) == (
+        f"{key} {value!r} (from --model-overrides or a keyword argument): this checkpoint was "
+        f"trained with {key} {trained!r}, and its weights fit either, so the model would "
+        "compute another function than it learned: leave it out"
+    )
+    from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                    **{key: trained})  # fmt: skip
+
+
 def test_the_reverse_direction_of_a_checkpoint_is_refused(san_checkpoint, binarized_corpus):
     """The hub takes the languages from its keywords (or the data's file names): the reverse of
     the checkpoint's decoded silently on joined dictionaries."""

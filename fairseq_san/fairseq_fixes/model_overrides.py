@@ -8,7 +8,9 @@ Upstream behaviour corrected: ``checkpoint_utils.load_checkpoint_to_cpu`` hands 
 (``{'model': {'dropout': 0.2}}``), is ignored, and the model decoded as it was trained; so is a
 name for a group the checkpoint holds as a dict of options (``{'task': 'translation_san'}``:
 fairseq switches such a group only from a dict, ``{'task': {'_name': 'translation_san'}}``, and
-takes a name only for an unset one, ``{'bpe': 'sentencepiece'}``), and another model
+takes a name only for an unset one, ``{'bpe': 'sentencepiece'}``), an option that changes what the model computes
+and none of its weights (``decoder_attention_heads``, ``cross_self_attention``: another
+function of the same weights), and another model
 (``{'arch': 'transformer'}``: fairseq builds the model named by the ``_name`` it saved), while
 a ``_name`` of their own renames every group, the model too. A value of another type (``'6'`` for
 ``encoder_layers``) fails deep inside the model's construction (``TypeError: 'str' object cannot
@@ -391,6 +393,27 @@ def check_not_set_by_architecture(
             )
 
 
+# Model options that change what the model computes and none of its weights: another value than
+# the training's loads the same weights into another function (more heads over the same
+# projections, cross-attention over the target too, another activation), without a word.
+WEIGHTLESS_OPTIONS = (
+    "encoder_attention_heads", "decoder_attention_heads", "cross_self_attention", "activation_fn",
+    "no_scale_embedding", "no_token_positional_embeddings",
+)  # fmt: skip
+
+
+def check_weightless_options(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:
+    """Refuse an override of one of ``WEIGHTLESS_OPTIONS`` unlike the checkpoint's training."""
+    for key in WEIGHTLESS_OPTIONS:
+        trained = getattr(model_cfg, key, None)
+        if key in overrides and trained is not None and overrides[key] != trained:
+            raise UsageError(
+                f"{key} {overrides[key]!r} {source}: this checkpoint was trained with {key} "
+                f"{trained!r}, and its weights fit either, so the model would compute another "
+                "function than it learned: leave it out"
+            )
+
+
 def check_overrides(
     cfg: DictConfig, overrides: Dict[str, Any], source: str = OVERRIDE_SOURCE
 ) -> None:
@@ -422,6 +445,7 @@ def check_overrides(
     check_names(cfg, overrides, source)
     check_bos_override(model_cfg, overrides, source)
     check_not_set_by_architecture(own_class, overrides, source)
+    check_weightless_options(model_cfg, overrides, source)
     check_no_decoding_option(overrides, set(own) | set(options.OPTIONS))
 
 

@@ -7,6 +7,7 @@ empty files with the names that fairseq-preprocess and prepare.sh write.
 
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,6 +114,87 @@ def test_loop_inputs_of_the_wrong_kind_are_refused_in_a_dry_run_too(tmp_path, dr
         assert not (tmp_path / "run").exists()
 
 
+def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_too(tmp_path):
+    """Both directions in one folder: the recipe scored against one pair's references and
+    fairseq-train trained the other (the folder's listing order), and failed after training; a
+    path with ':' (fairseq's several folders) and data without a valid split failed after the run
+    dir was made; a language model's data for the translation loop was noted "no binarized data
+    yet" by a dry run, which preparing would not change."""
+    both = fake_data(tmp_path / "both")
+    for language in ("en", "de"):
+        (both / f"train.de-en.{language}.idx").touch()
+    no_valid = fake_data(tmp_path / "no-valid")
+    (no_valid / "valid.en-de.de.idx").unlink()
+    (tmp_path / "a:b").symlink_to(fake_data(tmp_path / "data"))
+    for data, said in (
+        (both, f"{both} holds the binarized pairs de-en, en-de, and fairseq-train would take one "
+         "of them by the folder's listing order: give a folder with one pair"),
+        (no_valid, f"{no_valid} holds no valid split (valid.en-de.de.idx): the loop validates, "
+         "analyses and scores on it; binarize one with fairseq-preprocess --validpref"),
+        (tmp_path / "a:b", f"--data {tmp_path}/a:b holds ':', which fairseq reads between two "
+         "data folders: choose a path without one"),
+        (lm_data(tmp_path / "lm"), f"{tmp_path}/lm holds no fairseq-preprocess output "
+         "(train.SRC-TGT.LANG.idx): run examples/multi30k/prepare.sh or fairseq-preprocess first "
+         "(--data) (it holds a language model's data: examples/learn_to_share_lm.sh trains on "
+         "it)"),
+    ):  # fmt: skip
+        result = run_script(LOOP, "--data", str(data), "--run-dir", str(tmp_path / "run"),
+                            "--valid-ref", str(tmp_path / "data" / "text" / "valid.raw.de"),
+                            "--dry-run")  # fmt: skip
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [f"fairseq-san-loop: error: {said}"]
+        assert ran_nothing(output_of(result)) and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_what_the_recipe_sets_itself_is_refused_after_dashes_in_any_spelling(tmp_path, recipe):
+    """``-- -a transformer_aan_small`` (fairseq's alias of --arch) trained another model than
+    run.json recorded, and ``-- --max-update 50`` other updates than --updates, exit 0."""
+    for words, said in (
+        (["-a", "x"], "-a after --: the recipe sets it itself (the model, from its own --arch), "
+         "and fairseq would take the value after -- instead, unrecorded: give --arch before --"),
+        (["--max-update=50"], "--max-update after --: the recipe sets it itself (each "
+         "iteration's updates, from --updates (--warm-updates)), and fairseq would take the "
+         "value after -- instead, unrecorded: give --updates before --"),
+    ):  # fmt: skip
+        result = recipe_run(tmp_path, recipe, tmp_path / "run", "--", *words)
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [f"{recipe.name}: {said}"]
+        assert not (tmp_path / "run").exists()
+        shutil.rmtree(tmp_path / ("data" if recipe == LOOP else "lm"))
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_counts_are_decimal_ascii_and_paths_no_options(tmp_path, recipe):
+    """bash read --max-iterations 010 as octal 8 (and 08 as its error, the loop not run) while
+    the check and the record read 10; a full-width --cpu-ranks ２ passed the check and bash
+    ignored it (one process); a --run-dir starting with '-' was read as an option of the loop's
+    own commands (its usage printed)."""
+    data = recipe_data(tmp_path, recipe)
+    result = run_script(recipe, *recipe_args(recipe, data, tmp_path / "run", "--max-iterations",
+                                             "08", "--dry-run"))  # fmt: skip
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert "value too great" not in output_of(result) and "== iteration 0 (dry run)" in (
+        result.stdout
+    )
+    options = dict(line.split("=", 1) for line in run_cli(
+        "fairseq-san-loop", "options", recipe.name, *recipe_args(recipe, data, tmp_path / "run",
+                                                                  "--max-iterations", "010")
+    ).stdout.splitlines() if "=" in line and not line.startswith(("set", "START")))  # fmt: skip
+    assert options["MAX_ITERATIONS"] == "10"
+    result = run_script(recipe, *recipe_args(recipe, data, tmp_path / "run", "--cpu-ranks", "２"))
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        "fairseq-san-loop: error: --cpu-ranks ２: must be a whole number (0: one process)"
+    ]
+    result = run_script(recipe, "--data", str(data), "--run-dir=-run")
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        f"{recipe.name}: --run-dir -run starts with '-', which the commands the recipe runs "
+        "would read as an option: give ./-run"
+    ]
+
+
 def test_loop_with_a_missing_data_directory_is_one_line(tmp_path):
     data, run_dir = tmp_path / "data-bin" / "typo", tmp_path / "run"
     result = run_script(LOOP, *loop_args(data, run_dir))
@@ -182,11 +264,12 @@ def test_loop_with_a_bad_decode_batch_size_is_one_line(tmp_path):
 
 
 def lm_data(directory: Path) -> Path:
-    """A language model's binarized text, as far as the recipe checks it: DATA/dict.txt and
-    DATA/train.idx."""
+    """A language model's binarized text, as far as the recipe checks it: DATA/dict.txt,
+    DATA/train.idx and DATA/valid.idx."""
     directory.mkdir(parents=True)
     (directory / "dict.txt").write_text("word 1\n")
     (directory / "train.idx").write_bytes(b"")
+    (directory / "valid.idx").write_bytes(b"")
     return directory
 
 

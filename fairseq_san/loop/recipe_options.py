@@ -144,6 +144,9 @@ SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
         **{option.flag: POLICY_SET for option in (OPTIONS["san_policy"], *POLICY_OPTIONS.values())},
         "--save-dir": ("each iteration's checkpoints, under --run-dir", "leave it out"),
         "--arch": ("the model, from its own --arch", "give --arch before --"),
+        "-a": ("the model, from its own --arch", "give --arch before --"),  # fairseq's --arch
+        "--max-update": ("each iteration's updates, from --updates (--warm-updates)",
+                         "give --updates before --"),  # fmt: skip
         "--task": (f"{TASKS[recipe]}, which its analysis and scoring need", "leave it out"),
         **({SELF_SHARE.flag: ("from its own --self-share", "give --self-share before --")}
            if recipe == LM_LOOP else {}),  # fmt: skip
@@ -262,6 +265,23 @@ def check_unread(recipe: str, values: Dict[str, str]) -> None:
                "win, the launcher unused): give one")  # fmt: skip
 
 
+# The recipe's options that bash computes with: decimal counts given to the shell ("010" is 10, as
+# Python and the run record read it; bash read 8, and "08" was its error, the loop not run).
+COUNTS = ("--updates", "--max-iterations", "--warm-updates", "--cpu-ranks", "--decode-batch-size")
+# The recipe's paths, which the commands it runs take as arguments.
+PATHS = ("--data", "--run-dir", "--valid-ref")
+
+
+def check_no_leading_dash(recipe: str, args: argparse.Namespace) -> None:
+    """Refuse a path that starts with '-': the commands the recipe runs read it as an option
+    (fairseq-san-loop printed its usage, missing the run dir)."""
+    for flag in PATHS:
+        value = getattr(args, name_of(flag), "")
+        if value.startswith("-"):
+            refuse(recipe, f"{flag} {value} starts with '-', which the commands the recipe runs "
+                   f"would read as an option: give ./{value}")  # fmt: skip
+
+
 def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
     """Refuse an empty value for an option that has a default (``--theta-self ""``): the run
     record reads an empty value as unset, and the recipe failed later, after training (an empty
@@ -318,11 +338,14 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
         if getattr(args, name_of(flag)) == "":
             parser.error(f"{flag} is empty: name a folder")
+    check_no_leading_dash(recipe, args)
     check_not_emptied(recipe, args)
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, name_of(option.flag))
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
+        if option.flag in COUNTS and re.fullmatch(r"\s*[0-9]+\s*", value):
+            values[option.variable] = str(int(value))  # bash reads "010" as octal 8
     batch_size = values.get("DECODE_BATCH_SIZE")
     if batch_size is not None and not re.fullmatch(r"[1-9][0-9]*", batch_size):
         refuse(recipe, f"--decode-batch-size takes a positive integer, not '{batch_size}'")

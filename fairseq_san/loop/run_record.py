@@ -56,6 +56,12 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
     data, reference = options["--data"], options.get("--valid-ref")
     if os.path.exists(data) and not os.path.isdir(data):
         return f"--data {data} is no folder: give the folder of fairseq-preprocess output", None
+    if ":" in data:  # fairseq trains on DIR1:DIR2 in turn (sharded data)
+        return (
+            f"--data {data} holds ':', which fairseq reads between two data folders: choose a "
+            "path without one",
+            None,
+        )
     if reference is not None and os.path.isdir(reference):
         return (
             f"--valid-ref {reference} is a folder: give the file of the valid split's raw "
@@ -73,14 +79,28 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
                 "run examples/lm/prepare.sh first (--data)",
                 None if translation else f"no binarized data in {data}",
             )
-        return None
-    pair = binarized_pair(data)
-    if pair is None:
+        return no_valid_split(data, ("valid.idx",))
+    pairs = binarized_pairs(data)
+    if not pairs:
+        language_model = os.path.isfile(os.path.join(data, "dict.txt"))  # preparing makes none
         return (
             f"{data} holds no fairseq-preprocess output (train.SRC-TGT.LANG.idx): run "
-            "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)",
-            f"no binarized data in {data}",
+            "examples/multi30k/prepare.sh or fairseq-preprocess first (--data)"
+            + (" (it holds a language model's data: examples/learn_to_share_lm.sh trains on it)"
+               if language_model else ""),
+            None if language_model else f"no binarized data in {data}",
+        )  # fmt: skip
+    if len(pairs) > 1:  # fairseq takes one in the folder's listing order, the recipe another
+        return (
+            f"{data} holds the binarized pairs {', '.join(pairs)}, and fairseq-train would take "
+            "one of them by the folder's listing order: give a folder with one pair",
+            None,
         )
+    pair = pairs[0]
+    problem = no_valid_split(data, tuple(f"valid.{pair}.{language}.idx"
+                                         for language in pair.split("-")))  # fmt: skip
+    if problem is not None:
+        return problem
     differing = differing_dictionaries(data, pair)
     if differing:
         return (
@@ -150,11 +170,32 @@ def reference_problem(data: str, pair: str, reference: str) -> Optional[str]:
     return None
 
 
+def binarized_pairs(data: str) -> List[str]:
+    """The language pairs (``en-de``) of fairseq's binarized translation data in ``data``
+    (``train.SRC-TGT.LANG.idx``), in name order."""
+    names = glob.glob(os.path.join(glob.escape(data), "train.*-*.*.idx"))
+    return sorted({os.path.basename(name).split(".")[1] for name in names})
+
+
 def binarized_pair(data: str) -> Optional[str]:
-    """The language pair (``en-de``) of fairseq's binarized translation data in ``data``
-    (``train.SRC-TGT.LANG.idx``; the first in name order where there are several), or None."""
-    names = sorted(glob.glob(os.path.join(data, "train.*-*.*.idx")))
-    return os.path.basename(names[0]).split(".")[1] if names else None
+    """The language pair of ``data``'s binarized translation data (the first in name order
+    where there are several: ``input_problem`` refuses them), or None."""
+    pairs = binarized_pairs(data)
+    return pairs[0] if pairs else None
+
+
+def no_valid_split(data: str, names: Tuple[str, ...]) -> Optional[Tuple[str, Optional[str]]]:
+    """(error, dry-run note) where ``data`` lacks one of the valid split's index files
+    ``names``: the loop's analysis and scores read it, and fairseq-train failed on its missing
+    "valid" after the run dir was made."""
+    missing = [name for name in names if not os.path.isfile(os.path.join(data, name))]
+    if not missing:
+        return None
+    return (
+        f"{data} holds no valid split ({missing[0]}): the loop validates, analyses and scores "
+        "on it; binarize one with fairseq-preprocess --validpref",
+        None,
+    )
 
 
 def differing_dictionaries(data: str, pair: str) -> Optional[Tuple[str, str]]:
@@ -177,7 +218,7 @@ def is_theta(text: str) -> bool:
 
 def is_count(low: int) -> Callable[[str], bool]:
     """Whether a text is a whole number of at least ``low``."""
-    return lambda text: re.fullmatch(r"\s*\d+\s*", text) is not None and int(text) >= low
+    return lambda text: re.fullmatch(r"\s*[0-9]+\s*", text) is not None and int(text) >= low
 
 
 # fairseq-generate's --post-process values (fairseq.data.data_utils.post_process; a test reads
@@ -567,8 +608,9 @@ def start_run(
                   f"{' '.join(shown(name, options[name]) for name in changed)}",
                   file=sys.stderr)  # fmt: skip
     elif recorded is None and started(run_dir):
+        doing = "a real run records these" if dry_run else "recording these"
         print(f"fairseq-san-loop: {run_dir} has no {RECORD} (made before runs recorded their "
-              "options): recording these", file=sys.stderr)  # fmt: skip
+              f"options): {doing}", file=sys.stderr)  # fmt: skip
     if dry_run:
         return
     first = os.path.join(run_dir, "iter0", "policy.json")

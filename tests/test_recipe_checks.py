@@ -882,6 +882,39 @@ def test_test_systems_checks_overrides_against_the_checkpoint(tmp_path, san_chec
     assert result.returncode == 0, result.stderr
 
 
+def test_test_systems_checks_dictionaries_and_out_dir(tmp_path, san_checkpoint,
+                                                     binarized_corpus):  # fmt: skip
+    """A checkpoint of other dictionaries than DATA's failed only in its fairseq-generate, after
+    the systems before it were decoded; an OUT_DIR that is a file, or starts with '-', failed in
+    mkdir or rm, with their messages."""
+    from fairseq.data import Dictionary
+
+    data = fake_data(tmp_path / "data")
+    (data / "dict.en.txt").write_text("a 1\nb 1\n")
+    (data / "dict.de.txt").write_text("a 1\nb 1\n")
+    rows = len(Dictionary.load(str(binarized_corpus / "dict.src.txt")))
+    result = check_systems(str(data), "de", f"a={san_checkpoint}")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert lines(result.stderr) == [
+        f"test_bleu.sh: a: {san_checkpoint}: the checkpoint was trained with other dictionaries "
+        f"than the data's: entries per dictionary source {rows} (data: 6), target {rows} (data: "
+        "6); use the dictionaries the model was trained with (its data directory, or "
+        "fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
+    ]
+    for side, language in (("src", "en"), ("tgt", "de")):
+        shutil.copy(binarized_corpus / f"dict.{side}.txt", data / f"dict.{language}.txt")
+    assert check_systems(str(data), "de", f"a={san_checkpoint}").returncode == 0
+    (tmp_path / "file").touch()
+    for out, said in (
+        (str(tmp_path / "file"), f"OUT_DIR {tmp_path}/file is a file: give a folder (made when "
+         "missing)"),
+        ("-out", "OUT_DIR -out starts with '-', which the commands the recipe runs would read as "
+         "an option: give ./-out"),
+    ):  # fmt: skip
+        result = check_systems(f"--out-dir={out}", "--", str(data), "de", f"a={san_checkpoint}")
+        assert (result.returncode, lines(result.stderr)) == (2, [f"test_bleu.sh: {said}"])
+
+
 # --- prepare.sh -------------------------------------------------------------------------------
 
 
@@ -900,6 +933,31 @@ def test_prepare_with_a_missing_multi30k_dir_is_one_line(tmp_path, recipe):
     assert result.returncode == 1
     assert lines(result.stderr) == [f"prepare.sh: MULTI30K_DIR={raw}: no such directory"]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_into_what_is_no_folder_name_or_with_no_vocabulary_size_is_one_line(
+    tmp_path, recipe
+):
+    """An OUT_DIR that is a file (mkdir's "Not a directory"), one starting with '-' (mkdir's
+    "unrecognized option"), and VOCAB_SIZE=abc (fairseq-san-spm's usage, naming --vocab-size,
+    after the raw text was written)."""
+    script, args, _ = PREPARE_RECIPES[recipe]
+    raw = write_fake_multi30k(tmp_path / "multi30k")
+    (tmp_path / "file").touch()
+    env = prepare_env(raw)
+    for out, vocab, said in (
+        (tmp_path / "file", "30", f"prepare.sh: OUT_DIR {tmp_path}/file is a file: give a folder "
+         "(made when missing)"),
+        (tmp_path / "data-bin", "abc", "prepare.sh: VOCAB_SIZE=abc: give a positive whole "
+         "number of pieces"),
+        ("--out", "30", "prepare.sh: unknown option --out; usage: "),
+    ):  # fmt: skip
+        env["VOCAB_SIZE"] = vocab
+        result = run_script(script, *args(out), env=env)
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr)[0].startswith(said), output_of(result)
+        assert not (tmp_path / "data-bin").exists()
 
 
 def test_prepare_of_one_language_into_itself_is_one_line(tmp_path):

@@ -255,6 +255,18 @@ def test_prepare_into_a_folder_of_other_data_is_one_line(
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
+def test_prepare_reads_vocab_size_as_its_number(prepared, multi30k_raw):
+    """VOCAB_SIZE=08000 prepared a folder of 8000 pieces, and the same command again said it held
+    "8000 pieces, not VOCAB_SIZE=08000"."""
+    out, _ = prepared
+    env = prepare_env(multi30k_raw)
+    env["VOCAB_SIZE"] = f"0{VOCAB_SIZE}"
+    result = run_script(PREPARE, "en", "de", str(out), env=env)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert result.stdout.strip().endswith("is ready")
+
+
 # --- the learn-to-share loop ------------------------------------------------------------------
 
 
@@ -1308,10 +1320,14 @@ def last_values(argv: List[str]) -> Dict[str, str]:
     (["{work}", "--dry-run"], 0, None),  # --dry-run after WORK_DIR was a real run
     (["--dry-run", "{work}", "--bogus"], 2, "run.sh: unknown option --bogus"),
     (["--dry-run", "{work}", "{work}2"], 2, "run.sh: one WORK_DIR only"),
+    (["--dry-run", "{file}"], 2, "run.sh: WORK_DIR {file} is a file: give a folder"),  # mkdir's
 ])  # fmt: skip
 def test_wmt14_arguments_in_any_order_or_unknown(tmp_path, argv, status, said):
-    work = tmp_path / "wmt14"
-    result = run_script(WMT14, *[arg.format(work=work) for arg in argv], timeout=120)
+    work, file = tmp_path / "wmt14", tmp_path / "file"
+    file.touch()
+    argv = [arg.format(work=work, file=file) for arg in argv]
+    said = said and said.format(file=file)
+    result = run_script(WMT14, *argv, timeout=120)
     assert result.returncode == status, output_of(result)[-3000:]
     assert not work.exists()  # printed, not made
     if said:

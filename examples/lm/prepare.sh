@@ -20,8 +20,11 @@ case ${1:-} in
 esac
 [ $# -le 1 ] || { echo "$USAGE" >&2; exit 2; }
 OUT=${1:-data-bin/multi30k.en-lm}
-GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
+check_out_dir "$OUT"
+GIVEN=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-2000}
+check_vocab_size
+GIVEN_VOCAB_SIZE=${GIVEN:+$VOCAB_SIZE}
 TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 

@@ -13,7 +13,12 @@ set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
 
 USAGE="usage: prepare.sh SRC TGT [OUT_DIR]"
-case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
+for arg in "$@"; do  # anywhere: an OUT_DIR "--out" made mkdir fail on an option
+  case $arg in
+    -h | --help) echo "$USAGE"; exit 0 ;;
+    -*) echo "prepare.sh: unknown option $arg; $USAGE" >&2; exit 2 ;;
+  esac
+done
 [ $# -ge 2 ] && [ $# -le 3 ] || { echo "$USAGE" >&2; exit 2; }  # not bash's "line 16: 2: usage"
 SRC=$1 TGT=$2
 [ "$SRC" != "$TGT" ] || { echo "prepare.sh: SRC and TGT are both $SRC: give two languages" >&2
@@ -23,8 +28,11 @@ case $OUT in  # sentencepiece's input= and fairseq-preprocess's --testpref list 
   *[,:]*) echo "prepare.sh: OUT_DIR $OUT holds ',' or ':', which sentencepiece and fairseq read" \
     "between two files (or data directories): choose another" >&2; exit 2 ;;
 esac
-GIVEN_VOCAB_SIZE=${VOCAB_SIZE:-}
+check_out_dir "$OUT"
+GIVEN=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
+check_vocab_size
+GIVEN_VOCAB_SIZE=${GIVEN:+$VOCAB_SIZE}
 TEXT=$OUT/text
 
 if [ -f "$OUT/.done" ]; then

@@ -32,6 +32,18 @@ check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, be
   done
 }
 
+check_out_dir() {  # check_out_dir OUT: a folder mkdir can make or has made, not a file
+  [ ! -e "$1" ] || [ -d "$1" ] || {
+    echo "prepare.sh: OUT_DIR $1 is a file: give a folder (made when missing)" >&2; exit 2; }
+}
+
+check_vocab_size() {  # VOCAB_SIZE a positive decimal count, as its number: "08000" is 8000 (the
+  # finished OUT's 8000 pieces were "not 08000"), "abc" refused before any text is written
+  [[ $VOCAB_SIZE =~ ^[0-9]+$ ]] && [ "$((10#$VOCAB_SIZE))" -gt 0 ] || {
+    echo "prepare.sh: VOCAB_SIZE=$VOCAB_SIZE: give a positive whole number of pieces" >&2; exit 2; }
+  VOCAB_SIZE=$((10#$VOCAB_SIZE))
+}
+
 check_prepared() {  # check_prepared OUT FILE WHAT [VOCAB_SIZE]: a finished OUT holds WHAT
   # (its FILE) and, where VOCAB_SIZE is given, that many pieces; else the run would go on with
   # other data than asked for

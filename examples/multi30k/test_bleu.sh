@@ -18,10 +18,11 @@ case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$USAGE" >&2; exit 2; }  # not bash's "line 17: 2: usage"
 DATA=$1 TGT=$2 OUT=$3
 shift 3
-# Checks the data, DECODE_BATCH_SIZE and every system (its OVERRIDES against its checkpoint too)
-# before decoding any; a line per system:
+# Checks the data, OUT_DIR, DECODE_BATCH_SIZE and every system (its OVERRIDES and dictionaries
+# against its checkpoint too) before decoding any; a line per system:
 # NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
-SYSTEMS=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" -- "$DATA" "$TGT" "$@")
+SYSTEMS=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" --out-dir="$OUT" \
+  -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)
 
 GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1

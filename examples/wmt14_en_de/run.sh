@@ -33,6 +33,8 @@ case $WORK in  # fairseq reads DATA1:DATA2 as two data directories, and X,Y as t
   *:*) echo "run.sh: WORK_DIR $WORK holds ':', which fairseq reads between two data directories" >&2; exit 2 ;;
   *,*) echo "run.sh: WORK_DIR $WORK holds ',', which fairseq-preprocess reads between two file prefixes" >&2; exit 2 ;;
 esac
+[ ! -e "$WORK" ] || [ -d "$WORK" ] || {  # mkdir's "Not a directory" named neither
+  echo "run.sh: WORK_DIR $WORK is a file: give a folder (made when missing)" >&2; exit 2; }
 # fairseq's examples/translation/prepare-wmt14en2de.sh as of its last change (2019-11-07), at that
 # commit: downloaded, checked against its sha256, then run.
 FAIRSEQ_COMMIT=13d9e2baf8a67339bcdb25af18538630f7fa128f

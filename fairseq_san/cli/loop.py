@@ -170,7 +170,7 @@ def run_decode_key(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_test_systems(args: argparse.Namespace, after: List[str]) -> int:
-    systems = bleu_systems(args.data, args.target, args.systems, args.batch_size)
+    systems = bleu_systems(args.data, args.target, args.systems, args.batch_size, args.out_dir)
     print("".join(system.line() + "\n" for system in systems), end="")
     return 0
 
@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     systems.add_argument("systems", nargs="+", metavar="NAME=CHECKPOINT[:OVERRIDES]")
     systems.add_argument("--batch-size", default="16", metavar="N",
                          help="test_bleu.sh's DECODE_BATCH_SIZE, checked (default: %(default)s)")
+    systems.add_argument("--out-dir", metavar="OUT", help="test_bleu.sh's OUT_DIR, checked")
     systems.set_defaults(run=run_test_systems)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument(

@@ -16,7 +16,7 @@ import glob
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import split_system
 from fairseq_san.errors import UsageError
@@ -49,9 +49,9 @@ class System:
         return "\t".join((self.name, self.checkpoint, self.overrides))
 
 
-def check_data(data: str, target: str) -> None:
+def check_data(data: str, target: str) -> Dict[str, str]:
     """DATA is prepare.sh's output and translates into ``target``: else German would be scored
-    against English references (En->De data has both)."""
+    against English references (En->De data has both). Its dictionaries' files by side."""
     if ":" in data:  # fairseq-generate would read the directory before it
         raise SystemsError(
             f"DATA {data} holds ':', which fairseq reads between two data directories: give a "
@@ -63,12 +63,28 @@ def check_data(data: str, target: str) -> None:
     if not os.path.isfile(reference):
         raise SystemsError(f"no {reference} (run prepare.sh)", MISSING)
     lang = glob.escape(target)
-    if not glob.glob(os.path.join(glob.escape(data), f"test.*-{lang}.{lang}.idx")):
+    found = glob.glob(os.path.join(glob.escape(data), f"test.*-{lang}.{lang}.idx"))
+    if not found:
         raise SystemsError(
             f"{data} does not translate into '{target}' (no test.SRC-{target}.{target}.idx): "
             "TGT is the target language of the pair",
             MISSING,
         )
+    source = os.path.basename(found[0]).split(".")[1].split("-")[0]
+    return {side: os.path.join(data, f"dict.{language}.txt")
+            for side, language in (("source", source), ("target", target))}  # fmt: skip
+
+
+def check_out_dir(out: str) -> None:
+    """OUT_DIR, where each system's folder is made: not a file (mkdir failed naming neither the
+    option nor the cause) nor a name starting with '-' (rm and mkdir read it as an option)."""
+    if out.startswith("-"):
+        raise SystemsError(
+            f"OUT_DIR {out} starts with '-', which the commands the recipe runs would read as an "
+            f"option: give ./{out}", USAGE,
+        )  # fmt: skip
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SystemsError(f"OUT_DIR {out} is a file: give a folder (made when missing)", USAGE)
 
 
 def check_batch_size(value: str) -> None:
@@ -135,10 +151,11 @@ def check_no_decoder_choice(name: str, overrides: dict) -> None:
         )
 
 
-def check_translation_model(system: System) -> None:
-    """A language model's checkpoint refused (its configuration read, not built), and OVERRIDES
-    that its fairseq-generate would refuse (``check_overrides_for``): each failed only when its
-    turn to decode came, after the systems before it had been decoded. A file that is no
+def check_translation_model(system: System, dictionaries: Dict[str, str]) -> None:
+    """A language model's checkpoint refused (its configuration read, not built), one trained
+    with other dictionaries than the data's (``dictionaries``: side -> DATA/dict.LANG.txt), and
+    OVERRIDES that its fairseq-generate would refuse (``check_overrides_for``): each failed only
+    when its turn to decode came, after the systems before it had been decoded. A file that is no
     checkpoint is left to fairseq-generate, which names it in one line."""
     from fairseq.checkpoint_utils import load_checkpoint_to_cpu
 
@@ -155,7 +172,26 @@ def check_translation_model(system: System) -> None:
             "scores translation models (a language model's perplexity: fairseq-eval-lm)",
             USAGE,
         )
+    check_dictionaries_of(system, state, dictionaries)
     check_overrides_for(system, state)
+
+
+def check_dictionaries_of(system: System, state: dict, dictionaries: Dict[str, str]) -> None:
+    """Refuse a checkpoint whose embeddings have other rows than the data's dictionaries have
+    entries (``checkpoints.vocabulary_mismatch``, what fairseq-generate says as it loads it)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_san.checkpoints import EMBEDDINGS, vocabulary_mismatch
+
+    weights = state.get("model") or {}
+    sizes = {
+        side: (len(weights[key]), len(Dictionary.load(dictionaries[side])))
+        for side, key in EMBEDDINGS.items()
+        if key in weights and os.path.isfile(dictionaries[side])
+    }
+    mismatch = vocabulary_mismatch(sizes)
+    if mismatch is not None:
+        raise SystemsError(f"{system.name}: {system.checkpoint}: {mismatch}", USAGE)
 
 
 def check_overrides_for(system: System, state: dict) -> None:
@@ -179,11 +215,15 @@ def check_overrides_for(system: System, state: dict) -> None:
         raise SystemsError(f"{system.name}: {error}", USAGE) from None
 
 
-def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) -> List[System]:
+def bleu_systems(
+    data: str, target: str, specs: Sequence[str], batch_size: str, out_dir: Optional[str] = None
+) -> List[System]:
     """The systems to score, after every check test_bleu.sh makes before decoding: the data,
-    the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict; its
-    checkpoint, a translation model's), in that order."""
-    check_data(data, target)
+    OUT_DIR, the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict;
+    its checkpoint, a translation model's of the data's dictionaries), in that order."""
+    dictionaries = check_data(data, target)
+    if out_dir is not None:
+        check_out_dir(out_dir)
     check_batch_size(batch_size)
     systems = []
     for spec in specs:
@@ -200,6 +240,6 @@ def bleu_systems(data: str, target: str, specs: Sequence[str], batch_size: str) 
             )  # fmt: skip
         if not os.path.isfile(system.checkpoint):
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
-        check_translation_model(system)
+        check_translation_model(system, dictionaries)
         systems.append(system)
     return systems

@@ -43,7 +43,7 @@ TINY_TRAIN = (
     "--cpu --encoder-layers 2 --decoder-layers 6 --encoder-embed-dim 32 --decoder-embed-dim 32 "
     "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
     "--decoder-attention-heads 2 --max-tokens 2000 --warmup-updates 5 "
-    "--validate-interval-updates 5 --save-interval-updates 5 --max-update 20 --log-interval 5"
+    "--validate-interval-updates 5 --save-interval-updates 5 --log-interval 5"
 )
 TEST_SETS = ["test_2016_flickr", "test_2017_flickr"]
 
@@ -1109,6 +1109,7 @@ def tiny(tmp_path_factory) -> Dict[str, object]:
     env.update(
         PRESET=str(cpu_preset), DATA_ROOT=str(root / "data"), RESULTS=str(results), SEEDS="2",
         TRAIN_EXTRA=TINY_TRAIN, SHARED=str(root / "shared"), CAP_MIN="1", DECODE_BATCH_SIZE="4",
+        UPDATES="20",
         ONLY="en-de/loop en-de/baseline-s2 en-de/san-s2", ALLOW_CPU_ARCHIVES="1",
     )  # fmt: skip
     outputs = {}

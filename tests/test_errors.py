@@ -247,7 +247,8 @@ def test_a_checkpoints_own_decoder_options_give_way_to_the_loading_command(arch)
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"dropout": 0, "encoder_layers": 3, "share_all_embeddings": True, "activation_fn": "gelu"},
+        {"dropout": 0, "encoder_layers": 3, "share_all_embeddings": True,
+         "activation_dropout": 0.1},
         {"share_all_embeddings": 1, "no_scale_embedding": 0},  # as Python reads them
         {"beam": 3, "data": "elsewhere", "max_tokens": None},  # generation, task, dataset
         {"bpe": "sentencepiece", "sentencepiece_model": "spm.model"},  # a component switched on
@@ -401,6 +402,29 @@ def test_resume_without_policy_flags_says_how_to_continue(binarized_corpus, trai
     assert [int(n) for n in re.findall(loaded, output)] == [UPDATES], output[-3000:]
     assert f"num_updates {more}" in output, output[-3000:]
     assert "attention sharing: decoder_self {1,5}" in output
+
+
+@pytest.mark.slow
+def test_resume_under_a_policy_that_shares_more_is_refused_without_an_optimizer_state(
+    binarized_corpus, trained, tmp_path
+):
+    """Resumed under more sharing, a run without a saved optimizer state
+    (``--no-save-optimizer-state``) dropped the checkpoint's unused projections and trained on
+    under the new policy, exit 0; with ``--reset-optimizer`` it does so, logged."""
+    save_dir = tmp_path / "resume"
+    shutil.copytree(trained["san"], save_dir)
+    flags = ["--task", "translation_san", "--no-save-optimizer-state",
+             "--san-decoder-self-policy", "6"]  # fmt: skip
+    argv = train_argv(binarized_corpus, save_dir, max_update=UPDATES + 2, extra=flags)
+    line = assert_one_line_error(run_cli("fairseq-train", *argv), "it would drop the "
+                                 "projections of decoder.layers.1.self_attn", "--san-policy")
+    assert line.endswith("to train this policy from it, start a new run with "
+                         "--finetune-from-model (or --reset-optimizer to go on in this run from "
+                         "its weights)")  # fmt: skip
+    restarted = run_cli("fairseq-train", *argv, "--reset-optimizer")
+    output = restarted.stdout + restarted.stderr
+    assert restarted.returncode == 0, output[-3000:]
+    assert "--reset-optimizer trains on from its weights under this policy" in output
 
 
 @pytest.mark.parametrize(

@@ -1423,7 +1423,8 @@ def test_unsupported_option_is_named(task, options, named):
         (dict(san_decoding="fast", san_decoder="static"), "--san-decoding fast and --san-decoder "
          "static (deprecated: --san-decoding static) choose two decoders: pass --san-decoding "
          "alone"),
-        (dict(san_decoding="static", sampling_topk=5), "--sampling-topk needs --sampling"),
+        (dict(san_decoding="static", sampling_topk=5), "--sampling-topk 5 is read by sampling "
+         "only: pass --sampling too"),
         (dict(sampling=True, sampling_topk=25, beam=2, nbest=2), "--sampling-topk 25 is more than "
          "the target dictionary's 24 entries: pass at most 24"),
         (dict(san_decoding="fast", score_reference=True), "--san-decoding fast with "

@@ -9,7 +9,8 @@ So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag
 ``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
 optimizer state is for other parameters than the model's (resuming under a policy that shares
 more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
-resumes. A run resumed in the direction opposite to its checkpoint's (``-s de -t en`` in the
+resumes; a policy that shares more than the checkpoint being resumed is refused before
+(``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite to its checkpoint's (``-s de -t en`` in the
 save dir of an En->De run: on joined dictionaries fairseq trained on) is refused in one line
 (``option_checks.check_resumed_language_pair``). While the ``--finetune-from-model`` checkpoint
 loads, the plugin's models start from it under any policy
@@ -106,14 +107,21 @@ def check_resumed_pair(cfg, task, suffix: str) -> None:
 def _checking(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
-        from fairseq_san.models.checkpoint_policy import fine_tuning
+        from fairseq_san.models.checkpoint_policy import fine_tuning, resuming
 
         suffix = trainer.checkpoint_suffix or ""
         starts_fine_tuning = fine_tunes(cfg, suffix)
         check_checkpoint_flags(cfg, suffix, starts_fine_tuning)
-        if not starts_fine_tuning:
+        resumed = None if starts_fine_tuning else resumed_checkpoint(cfg, suffix)
+        if resumed is not None:
             check_resumed_pair(cfg, getattr(trainer, "task", None), suffix)
-        loading = fine_tuning() if starts_fine_tuning else contextlib.nullcontext()
+        restarts = bool(getattr(cfg, "reset_optimizer", False))
+        if starts_fine_tuning:
+            loading = fine_tuning()
+        elif resumed is not None:
+            loading = resuming(resumed, restarts)
+        else:
+            loading = contextlib.nullcontext()
         try:
             with loading:
                 return load_checkpoint(cfg, trainer, **passthrough_args)

@@ -132,6 +132,23 @@ def is_fine_tuning() -> bool:
     return _FINE_TUNING.get()
 
 
+# The checkpoint fairseq-train resumes from while it loads it, and whether the run restarts from
+# its weights (--reset-optimizer); None while another checkpoint loads (decoding, the hub).
+_RESUMING: contextvars.ContextVar = contextvars.ContextVar("resuming", default=None)
+
+
+@contextlib.contextmanager
+def resuming(path: str, restarts: bool) -> Iterator[None]:
+    """While fairseq-train loads the checkpoint ``path`` it resumes (set by
+    ``fairseq_fixes.restore_file``): a policy that shares more than the checkpoint's is refused
+    there (``check_resumed_sharing``), as a decode-time policy is not."""
+    token = _RESUMING.set((path, restarts))
+    try:
+        yield
+    finally:
+        _RESUMING.reset(token)
+
+
 def fit_checkpoint(model: nn.Module, state_dict: Dict, check: Callable) -> None:
     """Make ``state_dict`` fit ``model``'s policy: a fine-tuning checkpoint's lacking projections
     started from its blocks, any other's ``check``-ed (refused in one line if it cannot fit);
@@ -140,7 +157,45 @@ def fit_checkpoint(model: nn.Module, state_dict: Dict, check: Callable) -> None:
         start_from_checkpoint_blocks(model, state_dict)
     else:
         check(model, state_dict)
+        if _RESUMING.get() is not None:
+            check_resumed_sharing(model, state_dict, *_RESUMING.get())
     drop_unused_projections(model, state_dict)
+
+
+def check_resumed_sharing(model: nn.Module, state_dict: Dict, path: str, restarts: bool) -> None:
+    """Refuse to resume fairseq-train from ``path`` under a policy that shares more than its
+    checkpoint (or a following layer's other share mode): its unused projections were dropped
+    and the run trained on under another policy than it was started with, without a word where
+    no optimizer state was saved (``--no-save-optimizer-state``; else torch's mismatch). A run
+    that restarts from the weights (``restarts``: ``--reset-optimizer``) is logged."""
+    own = model.state_dict()
+    unused = sorted({found.group("module") for found in map(PROJECTION_KEY.match, state_dict)
+                     if found and found.string not in own})  # fmt: skip
+    if not unused:
+        return
+    layers, kinds = layers_of(own), model_kinds(own)
+    trained, built = policy_of_state_dict(state_dict, layers), policy_of_state_dict(own, layers)
+    said = (
+        f"{path} was trained with {sharing_shown(state_dict, trained, kinds)}, and this run's "
+        f"model has {sharing_shown(own, built, kinds)}: it would drop the projections of "
+        f"{', '.join(unused)}"
+    )
+    if restarts:
+        logger.warning("%s; --reset-optimizer trains on from its weights under this policy", said)
+        return
+    raise san_policy.PolicyError(
+        f"{said} and train on under another policy than the run was started with. To resume it, "
+        f"pass {trained_model_flags(model, state_dict)}; {FINE_TUNE} (or --reset-optimizer to go "
+        "on in this run from its weights)"
+    )
+
+
+def sharing_shown(state_dict: Dict, policy: Dict, kinds: List[str]) -> str:
+    """A model's attention sharing as messages say it: its policy, and the encoder-decoder
+    share mode where it shares that attention."""
+    mode = encdec_share(state_dict, policy)
+    shown = f"attention sharing {san_policy.format_policy(policy, kinds)}"
+    return shown + (f" (--san-encdec-share {mode})" if mode else "")
 
 
 def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:

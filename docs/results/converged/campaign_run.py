@@ -573,12 +573,12 @@ class Slice:
         limits = dataclasses.replace(
             self.s.limits, cap_min=cap_min, job_s=job_s, eval_s=0, evaluate=False
         )
-        runs = [("smoke/spawn-gloo", [], ["--distributed-world-size", "2", "--ddp-backend",
-                 "pytorch_ddp", "--distributed-backend", "gloo", "--max-update", "100"])]
+        runs = [("smoke/spawn-gloo", ["--updates", "100"], ["--distributed-world-size", "2",
+                 "--ddp-backend", "pytorch_ddp", "--distributed-backend", "gloo"])]
         for backend in ("gloo", "nccl"):
-            runs.append((f"smoke/torchrun-{backend}", ["--launcher", "torchrun --nproc_per_node 2"],
-                         ["--ddp-backend", "pytorch_ddp", "--distributed-backend", backend,
-                          "--max-update", "100"]))  # fmt: skip
+            runs.append((f"smoke/torchrun-{backend}", ["--updates", "100", "--launcher",
+                         "torchrun --nproc_per_node 2"], ["--ddp-backend", "pytorch_ddp",
+                         "--distributed-backend", backend]))  # fmt: skip
         for name, options, train_args in runs:
             job = self.system(name, "en-de", SMALL, None, 0, options, train_args, limits)
             if job is not None:

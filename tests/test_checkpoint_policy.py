@@ -232,6 +232,25 @@ def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(c
     ]
 
 
+def test_fine_tuning_across_decoder_self_attention_types_says_so():
+    """Fine-tuning a dot-product checkpoint as AAN was refused with the words for resuming and
+    decoding ("To continue training it, pass ...; to decode it, leave ... out of
+    --model-overrides"), neither of which the user did."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build(dictionary=DICT, seed=65)
+    model, _ = build(["--decoder-self-attention-type", "aan"], dictionary=DICT, seed=66)
+    with pytest.raises(UsageError) as refused:
+        fine_tune(model, trained)
+    assert str(refused.value) == (
+        "the checkpoint's decoder self-attention is dot (dot-product attention) but this model's "
+        "is aan (the average attention network), whose parameters are others: "
+        "--finetune-from-model starts from a checkpoint of the same attention type; fine-tune it "
+        "with --san-policy '{}' --decoder-self-attention-type dot, or train this model from "
+        "scratch"
+    )
+
+
 @pytest.mark.parametrize("norm", [[], ["--decoder-normalize-before"]], ids=["post", "pre"])
 @pytest.mark.parametrize(
     "trained, requested",

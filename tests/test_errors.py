@@ -2404,12 +2404,17 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--bf16: fairseq-x does not apply it (fairseq converts a model to evaluate it with "
          "--fp16 only), and would run in fp32; pass --fp16, or decode with --san-decoding static "
          "--san-decoder-precision bf16"),
-        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--bf16"], "--bf16: fairseq-x does not"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--bf16"],
+         "--bf16: fairseq-x does not apply it (fairseq converts a model to evaluate it with "
+         "--fp16 only), and would run in fp32; pass --fp16"),  # no static decoder where none is
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--amp"],
          "--amp: fairseq-x does not apply it (fairseq's automatic mixed precision is its "
          "trainer's), and would run in fp32"),  # the output was fp32's, without a word
         ("get_training_parser", ["data", "--arch", "transformer_san", "--amp"], None),
         ("get_training_parser", ["data", "--arch", "transformer_san", "--bf16"], None),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--san-analysis-dir", "js"],
+         "--san-analysis-dir is for fairseq-validate (its teacher-forced pass): fairseq-x would "
+         "analyse nothing"),  # --task translation: "an option of --task translation_san" first
         ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
                                    "--san-decoder-self-policy", "2"],
          "fairseq-x has no option --san-decoder-self-policy: it is an option of --arch "
@@ -2495,6 +2500,21 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     with pytest.raises(UsageError) as error:
         options.parse_args_and_arch(built, argv)
     assert str(error.value).startswith(said), str(error.value)
+
+
+@pytest.mark.parametrize("flags", [["--san-decoder-self-policy", "2"],
+                                   ["--san-encdec-share", "output"]])
+def test_generate_refuses_model_flags_that_its_arch_option_accepts(binarized_corpus, flags):
+    """fairseq-generate has --arch (fairseq's workaround for wav2vec2), which adds the model's
+    flags: they parsed, and the checkpoint's own policy decoded, exit 0."""
+    result = run_cli("fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san",
+                     "--path", "c.pt", "--arch", "transformer_san", *flags)  # fmt: skip
+    name = flags[0][2:].replace("-", "_")
+    assert_one_line_error(
+        result, f"{flags[0]}: fairseq-generate builds the model as its checkpoint was trained, "
+        f"and would ignore the flag; a checkpoint takes another value with --model-overrides "
+        f"\"{{'{name}': VALUE}}\""
+    )
 
 
 NOT_A_LITERAL = (
@@ -2664,6 +2684,11 @@ def test_bench_overrides_that_are_no_json_object_are_named_as_such(tmp_path, ove
         (dict(fp16=True), False, False, "--fp16: fairseq-train's fp16 training needs a GPU"),
         (dict(fp16=True, cpu=True), True, False, "--fp16: fairseq-train's fp16 training needs"),
         (dict(bf16=True, tpu=True), True, False, "--bf16: fairseq-train trains in bf16 on a TPU"),
+        (dict(bf16=True, memory_efficient_bf16=True), True, False, "--memory-efficient-bf16: "
+         "fairseq-train trains in bf16 on a TPU"),  # it named --bf16, not given
+        (dict(amp=True), False, False, "--amp: fairseq's automatic mixed precision casts on a "
+         "GPU, and this run is on the CPU, where it would train in fp32"),  # exit 0, slower
+        (dict(amp=True), True, False, None),
         (dict(fp16=True), True, False, None),
         (dict(fp16=True, memory_efficient_fp16=True), False, False, None),  # trains on the CPU
         (dict(bf16=True, tpu=True), False, True, None),
@@ -2678,7 +2703,8 @@ def test_half_precision_training_without_its_device_is_one_line(flags, cuda, xla
     from fairseq_san.fairseq_fixes.half_precision import check_half_precision
 
     common = SimpleNamespace(**{**dict(fp16=False, bf16=False, memory_efficient_fp16=False,
-                                       cpu=False, tpu=False), **flags})  # fmt: skip
+                                       memory_efficient_bf16=False, amp=False, cpu=False,
+                                       tpu=False), **flags})  # fmt: skip
     if said is None:
         check_half_precision(common, cuda, xla)
         return

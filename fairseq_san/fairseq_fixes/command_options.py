@@ -80,7 +80,9 @@ from fairseq_san.options import (
     DECODER_OPTIONS,
     DECODING,
     MODEL_DECODINGS,
+    MODEL_OPTIONS,
     OPTIONS,
+    SELF_SHARE,
     Option,
     flag_of,
     name_of,
@@ -165,6 +167,8 @@ def refuse_unrecognized(
     for argument in extra:
         flag = argument.split("=", 1)[0]
         owners = plugin_owners(flag) if flag in PLUGIN_FLAGS else []
+        if flag in {option.flag for option in ANALYSIS_OPTIONS} and hasattr(args, "beam"):
+            raise UsageError(analysis_elsewhere(parser.prog))  # no task would make it read
         if owners:
             option = owners[0].split()[0]  # --task or --arch
             if option == "--arch" and hasattr(args, "path"):  # a command that loads a model
@@ -223,6 +227,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
             check_eval_bleu_options(args)
+    if kind != "train":
+        check_model_options_not_given(command, argv)
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
     if kind == "decode":
@@ -233,10 +239,10 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     trainers_precision = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
     if trainers_precision and kind != "train":
         name = trainers_precision[0]
+        static = ", or decode with --san-decoding static --san-decoder-precision bf16"
         raise UsageError(
             f"--{name}: {command} does not apply it ({TRAINERS_PRECISIONS[name]}), and would run "
-            "in fp32; pass --fp16, or decode with --san-decoding static --san-decoder-precision "
-            "bf16"
+            f"in fp32; pass --fp16{static if kind == 'decode' else ''}"
         )
 
 
@@ -483,11 +489,7 @@ def check_plugin_options_used(
             )
     analysis_dir, *analysis_options = ANALYSIS_OPTIONS
     if kind != "validate" and given(argv, analysis_dir):
-        raise UsageError(
-            f"--san-analysis-dir is for fairseq-validate (its teacher-forced pass): {command} "
-            "would analyse nothing; drop it, and run fairseq-validate DATA --task translation_san "
-            "(or language_modeling_san) --path CKPT --san-analysis-dir DIR"
-        )
+        raise UsageError(analysis_elsewhere(command))
     subsets = getattr(args, "valid_subset", "").split(",")
     if kind == "validate" and given(argv, analysis_dir) and len(subsets) > 1:
         raise UsageError(
@@ -499,6 +501,29 @@ def check_plugin_options_used(
             raise UsageError(
                 f"{option.flag} {getattr(args, option.name)} is an option of --san-analysis-dir: "
                 f"add --san-analysis-dir DIR (fairseq-validate), or drop {option.flag}"
+            )
+
+
+def analysis_elsewhere(command: str) -> str:
+    """Why ``command`` (not fairseq-validate) takes no option of the attention analysis."""
+    return (
+        f"--san-analysis-dir is for fairseq-validate (its teacher-forced pass): {command} would "
+        "analyse nothing; drop it, and run fairseq-validate DATA --task translation_san (or "
+        "language_modeling_san) --path CKPT --san-analysis-dir DIR"
+    )
+
+
+def check_model_options_not_given(command: str, argv: List[str]) -> None:
+    """Refuse a plugin model option on the command line of a command that loads a checkpoint
+    (fairseq-generate takes them after --arch, which adds the model's flags): it builds the
+    model from the checkpoint's configuration, and ignored them (the policy it was trained with
+    decoded)."""
+    for option in MODEL_OPTIONS + (SELF_SHARE,):
+        if given(argv, option):
+            raise UsageError(
+                f"{option.flag}: {command} builds the model as its checkpoint was trained, and "
+                f"would ignore the flag; a checkpoint takes another value with --model-overrides "
+                f"\"{{'{option.name}': VALUE}}\""
             )
 
 

@@ -1,4 +1,4 @@
-"""fairseq-train refuses ``--fp16`` or ``--bf16`` where it would train on the CPU.
+"""fairseq-train refuses ``--fp16``, ``--bf16`` or ``--amp`` where it would train on the CPU.
 
 Upstream behaviour corrected: fairseq's trainer builds its fp16 optimizer for CUDA and takes
 ``--bf16`` for a TPU's, so on a machine without CUDA (or with ``--cpu``) ``--fp16`` fails with
@@ -6,7 +6,9 @@ torch's ``AssertionError: Torch not compiled with CUDA enabled`` and ``--bf16`` 
 ``AttributeError: 'NoneType' object has no attribute 'xla_device'``, tracebacks after the data
 and the model are loaded. The GPU recipe's preset trains with ``--fp16``: copied to a CPU, it
 met them. ``--memory-efficient-fp16`` does train on the CPU and is left alone; ``--bf16`` is
-refused without torch_xla (fairseq sets ``--tpu`` with it).
+refused without torch_xla (fairseq sets ``--tpu`` with it), naming the flag given
+(``--memory-efficient-bf16`` sets it too). ``--amp`` on the CPU trained in fp32 without a word
+(its GradScaler's warning aside), each update several times slower.
 
 ``install()`` wraps ``Trainer.__init__``: the flag is one line (``UsageError``) before the
 trainer is built.
@@ -30,9 +32,16 @@ def check_half_precision(common, cuda: bool, xla: bool) -> None:
             "the flag out (fp32)"
         )
     if common.bf16 and not xla:
+        flag = "--memory-efficient-bf16" if common.memory_efficient_bf16 else "--bf16"
         raise UsageError(
-            "--bf16: fairseq-train trains in bf16 on a TPU only (it sets --tpu), and this "
+            f"{flag}: fairseq-train trains in bf16 on a TPU only (it sets --tpu), and this "
             "machine has no torch_xla; leave the flag out (fp32), or pass --fp16 on a GPU"
+        )
+    if getattr(common, "amp", False) and not (cuda and not common.cpu):
+        raise UsageError(
+            "--amp: fairseq's automatic mixed precision casts on a GPU, and this run is on the "
+            "CPU, where it would train in fp32 (each update slower, through a loss scaler); "
+            "leave the flag out"
         )
 
 

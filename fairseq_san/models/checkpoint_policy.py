@@ -342,6 +342,14 @@ def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
     built = decoder_self_attention_type(model.state_dict())
     if trained == built:
         return
+    if is_fine_tuning():
+        raise san_policy.PolicyError(
+            f"the checkpoint's decoder self-attention is {trained} ({ATTENTION_TYPES[trained]}) "
+            f"but this model's is {built} ({ATTENTION_TYPES[built]}), whose parameters are "
+            "others: --finetune-from-model starts from a checkpoint of the same attention type; "
+            f"fine-tune it with {trained_model_flags(model, state_dict)}, or train this model "
+            "from scratch"
+        )
     raise san_policy.PolicyError(
         f"the checkpoint's decoder self-attention is {trained} ({ATTENTION_TYPES[trained]}) but "
         f"this model's is {built} ({ATTENTION_TYPES[built]}). To continue training it, pass "

@@ -2411,6 +2411,19 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--amp: fairseq-x does not apply it (fairseq's automatic mixed precision is its "
          "trainer's), and would run in fp32"),  # the output was fp32's, without a word
         ("get_training_parser", ["data", "--arch", "transformer_san", "--amp"], None),
+        pytest.param("get_training_parser", ["data", "--arch", "transformer_san", "--tpu"],
+                     "--tpu needs a TPU through torch_xla, which this machine has not: leave it "
+                     "out", marks=pytest.mark.skipif(
+                         importlib.util.find_spec("torch_xla") is not None,
+                         reason="torch_xla is installed")),  # fmt: skip
+        pytest.param("get_training_parser", ["data", "--arch", "transformer_san", "--zero-sharding",
+                                             "os"],
+                     "--zero-sharding os needs the fairscale package, which this machine has not",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("fairscale") is not None,
+                                              reason="fairscale is installed")),  # fmt: skip
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--cpu-offload"],
+         "--cpu-offload is an option of --ddp-backend fully_sharded, and this run's is "
+         "pytorch_ddp: leave it out"),  # fairseq's ValueError after loading data and model
         ("get_training_parser", ["data", "--arch", "transformer_san", "--bf16"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--san-analysis-dir", "js"],
          "--san-analysis-dir is for fairseq-validate (its teacher-forced pass): fairseq-x would "

@@ -68,7 +68,7 @@ import io
 import os
 import sys
 from dataclasses import fields
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, List, NoReturn, Optional, Tuple
 
 from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
@@ -223,6 +223,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_best_checkpoint_metric(args)
         check_stop_min_lr(args)
         check_asynchronous_checkpoints(args)
+        check_training_backends(args)
         if getattr(args, "eval_bleu", False) and args.task == "translation_san":
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
@@ -383,6 +384,55 @@ def check_asynchronous_checkpoints(args: argparse.Namespace) -> None:
             "--write-checkpoints-asynchronously needs the iopath package, which is not "
             "installed: fairseq-train would train nothing and exit 0; leave the flag out (or "
             "pip install iopath)"
+        )
+
+
+# fairseq-train's options that need a device or package this machine may lack: (flag, whether it
+# is given, what it needs, whether that is here); fairseq failed on each after loading the data
+# and the model, with a traceback (torch_xla's "'NoneType' object has no attribute
+# 'xla_device'", "Torch not compiled with CUDA enabled", fairscale's ImportError, pyarrow's
+# plasma store's "'PlasmaStore' object has no attribute 'server'").
+def training_backends(args: argparse.Namespace) -> List[Tuple[str, bool, str, Callable]]:
+    import importlib
+    import importlib.util
+
+    import torch
+
+    def installed(module: str) -> Callable[[], bool]:
+        return lambda: importlib.util.find_spec(module.split(".")[0]) is not None
+
+    def plasma() -> bool:
+        try:
+            importlib.import_module("pyarrow.plasma")  # pyarrow before 12
+        except ImportError:
+            return False
+        return True
+
+    return [
+        ("--tpu", bool(getattr(args, "tpu", False)) and not getattr(args, "bf16", False),
+         "a TPU through torch_xla", installed("torch_xla")),  # --bf16 sets it: half_precision
+        ("--profile", bool(getattr(args, "profile", False)), "a GPU (torch.cuda.profiler)",
+         torch.cuda.is_available),
+        ("--zero-sharding os", getattr(args, "zero_sharding", "none") == "os",
+         "the fairscale package", installed("fairscale")),
+        ("--ddp-backend fully_sharded", getattr(args, "ddp_backend", "") == "fully_sharded",
+         "the fairscale package", installed("fairscale")),
+        ("--use-plasma-view", bool(getattr(args, "use_plasma_view", False)),
+         "pyarrow's plasma store (pyarrow before 12)", plasma),
+    ]  # fmt: skip
+
+
+def check_training_backends(args: argparse.Namespace) -> None:
+    """Refuse a fairseq-train option whose device or package this machine lacks
+    (``training_backends``), and ``--cpu-offload`` without the fully sharded backend that reads
+    it, as the command line is parsed."""
+    for flag, chosen, needs, available in training_backends(args):
+        if chosen and not available():
+            raise UsageError(f"{flag} needs {needs}, which this machine has not: leave it out")
+    if getattr(args, "cpu_offload", False) and args.ddp_backend != "fully_sharded":
+        raise UsageError(
+            f"--cpu-offload is an option of --ddp-backend fully_sharded, and this run's is "
+            f"{args.ddp_backend}: leave it out"
         )
 
 

@@ -379,6 +379,20 @@ def test_decoder_options_the_task_does_not_apply_are_refused(model, task, refuse
         TransformerSANModel.build_model(args, stand_in)
 
 
+@pytest.mark.slow
+def test_left_padded_targets_score_as_right_padded_ones_under_sharing(binarized_corpus, trained):
+    """``--left-pad-target``: a padding query at a target's start sees padding only; the
+    block's first layer's softmax made its row NaN, which the following layer's values spread
+    to every position (loss nan), where fairseq's attention gives 0 (the unshared model scored
+    as without the flag)."""
+    losses = []
+    for extra in ([], ["--left-pad-target"]):
+        result = validate(binarized_corpus, trained["san"] / "checkpoint_last.pt", *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+        losses.append(re.search(r"\| loss (\S+) \|", result.stdout + result.stderr).group(1))
+    assert losses[0] == losses[1] and losses[0] != "nan", losses
+
+
 # --- resuming training without the policy flags ---------------------------------------------
 
 

@@ -229,6 +229,8 @@ class BlockLeaderAttention(BlockMemberAttention):
             before_softmax=True,
         )
         weights = utils.softmax(logits, dim=-1).type_as(logits)  # Eq. 1 and 3: S^m
+        if key_padding_mask is not None:  # a row of padding only: 0, as torch's attention gives
+            weights = torch.nan_to_num(weights, nan=0.0)
         context = self._weighted_values(self.dropout_module(weights), values)  # Eq. 2: A^m
         self.block.publish(weights, context)
         if before_softmax:  # fairseq's contract: the logits and values; the block has S^m, A^m

@@ -380,17 +380,24 @@ def test_decoder_options_the_task_does_not_apply_are_refused(model, task, refuse
 
 
 @pytest.mark.slow
-def test_left_padded_targets_score_as_right_padded_ones_under_sharing(binarized_corpus, trained):
+def test_left_padded_targets_score_as_right_padded_ones_under_sharing(
+    binarized_corpus, trained, tmp_path
+):
     """``--left-pad-target``: a padding query at a target's start sees padding only; the
     block's first layer's softmax made its row NaN, which the following layer's values spread
     to every position (loss nan), where fairseq's attention gives 0 (the unshared model scored
-    as without the flag)."""
+    as without the flag). The analysis, which reads fairseq's weights (NaN rows, spread the
+    same way), refused them as "no distribution" of a real position: refused up front."""
     losses = []
     for extra in ([], ["--left-pad-target"]):
         result = validate(binarized_corpus, trained["san"] / "checkpoint_last.pt", *extra)
         assert result.returncode == 0, result.stderr[-3000:]
         losses.append(re.search(r"\| loss (\S+) \|", result.stdout + result.stderr).group(1))
     assert losses[0] == losses[1] and losses[0] != "nan", losses
+    analysed = validate(binarized_corpus, trained["san"] / "checkpoint_last.pt",
+                        "--left-pad-target", "--san-analysis-dir", str(tmp_path / "js"))  # fmt: skip
+    assert_one_line_error(analysed, "--left-pad-target with --san-analysis-dir: the analysis "
+                          "reads fairseq's attention weights")  # fmt: skip
 
 
 # --- resuming training without the policy flags ---------------------------------------------

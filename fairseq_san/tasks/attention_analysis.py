@@ -204,6 +204,13 @@ def check_analysis_options(cfg) -> None:
     directory = cfg.san_analysis_dir
     if not directory:
         return
+    if getattr(cfg, "left_pad_target", False):
+        raise UsageError(
+            "--left-pad-target with --san-analysis-dir: the analysis reads fairseq's attention "
+            "weights, whose rows for a target's leading padding are NaN (no key to attend to) and "
+            "spread to the real positions; leave --left-pad-target out (the targets score the same "
+            "without it)"
+        )
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise UsageError(f"--san-analysis-dir {directory} is a file, not a directory")
     try:

@@ -466,6 +466,12 @@ def from_pretrained(
             f"generation_args or of each call: pass generation_args={{'beam': "
             f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
         )
+    user_dir = kwargs.get("user_dir")
+    if user_dir is not None and not os.path.isdir(str(user_dir)):  # fairseq's FileNotFoundError
+        raise UsageError(
+            f"from_pretrained(user_dir={user_dir!r}): no such folder (a --user-dir plugin's "
+            "package folder)"
+        )
     archive_map = model_class.hub_models()
     model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
     data_path = data_folder(data_name_or_path, model_path, archive_map)

@@ -277,6 +277,18 @@ def test_a_component_or_group_that_fairseq_would_ignore_or_fail_on_is_refused(
     assert str(refused.value) == message
 
 
+def test_a_user_dir_that_is_not_there_is_named(tmp_path):
+    """fairseq's import_user_module raised a bare FileNotFoundError naming only the path."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(tmp_path, "model.pt", tmp_path, user_dir=str(tmp_path / "nope"))
+    assert str(refused.value) == (
+        f"from_pretrained(user_dir='{tmp_path}/nope'): no such folder (a --user-dir plugin's "
+        "package folder)"
+    )
+
+
 @pytest.mark.parametrize("missing", ["model_name_or_path", "data_name_or_path"])
 def test_a_folder_that_is_not_there_is_named(tmp_path, missing):
     """fairseq's load_archive_file returned None for it, and from_pretrained failed later with a

@@ -994,3 +994,35 @@ def test_fewer_than_three_repeats_are_said_to_give_no_medians():
     assert timed_repeats(3) == "3 timed repeats, medians"
     assert timed_repeats(1) == "1 timed repeat: no medians, speeds not comparable"
     assert timed_repeats(2) == "2 timed repeats: no medians, speeds not comparable"
+
+
+def test_systems_of_another_direction_or_beams_wider_than_the_vocabulary_are_refused():
+    """A De->En system beside an En->De one was fed the first one's English sources and scored
+    against German references, and a beam above the target dictionary's entries minus one was
+    reported as measured (fairseq's search and the static decoder keep no more; CTranslate2's
+    rows decoded it): each ratio compared unlike things, exit 0."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import BenchmarkConfig, parse_system
+    from fairseq_san.benchmark.run import check_beams_fit, check_one_direction
+
+    def task(source: str, target: str) -> SimpleNamespace:
+        return SimpleNamespace(cfg=SimpleNamespace(source_lang=source, target_lang=target))
+
+    config = BenchmarkConfig(data="d", out_dir="o", systems=[parse_system("base=a.pt"),
+                                                            parse_system("deen=b.pt")])  # fmt: skip
+    check_one_direction(config, [task("en", "de"), task("en", "de")])
+    with pytest.raises(ValueError) as refused:
+        check_one_direction(config, [task("en", "de"), task("de", "en")])
+    assert str(refused.value) == (
+        "system deen translates de->en, and system base en->de: every system is fed the first "
+        "one's sources and scored against its references; benchmark one direction per run"
+    )
+    config.beams, config.cache_beams = [4, 8], [20]
+    check_beams_fit(config, 21)
+    with pytest.raises(ValueError) as refused:
+        check_beams_fit(config, 20)
+    assert str(refused.value) == (
+        "--cache-beams 20: fairseq's search keeps at most the target dictionary's entries minus "
+        "1 hypotheses (19); give beams up to that"
+    )

@@ -6,7 +6,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -46,6 +46,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     # Every checkpoint's overrides are checked before anything is measured; the first one's task
     # gives the batches' ids, the references and the detokenizer (workers collate the same).
     tasks = [load_checkpoint_task(spec, config.data, device) for spec in config.systems]
+    check_one_direction(config, tasks)
+    check_beams_fit(config, len(tasks[0].target_dictionary))
     if config.profile:
         machine["matmul_peak_gflops"] = matmul_peak(device)  # at the workers' thread count
     batches = Batches(tasks[0], config.subset, config.batch_size, torch.device("cpu"),
@@ -114,6 +116,34 @@ def _time_settings(
             for name, run in runs.items():
                 systems[name]["settings"][setting.key] = run
     return systems
+
+
+def check_one_direction(config: BenchmarkConfig, tasks: Sequence) -> None:
+    """ValueError for a system whose task translates another pair than the first system's: every
+    worker batches the first task's sources and the report scores against its references (a
+    De->En system was fed English and scored against German, exit 0)."""
+    pairs = [(task.cfg.source_lang, task.cfg.target_lang) for task in tasks]
+    for spec, pair in zip(config.systems, pairs):
+        if pair != pairs[0]:
+            raise ValueError(
+                f"system {spec.name} translates {pair[0]}->{pair[1]}, and system "
+                f"{config.systems[0].name} {pairs[0][0]}->{pairs[0][1]}: every system is fed the "
+                "first one's sources and scored against its references; benchmark one direction "
+                "per run"
+            )
+
+
+def check_beams_fit(config: BenchmarkConfig, target_entries: int) -> None:
+    """ValueError for a beam above the target dictionary's entries minus one: fairseq's search
+    and the static decoder keep no more hypotheses, so the report named a beam no system
+    decoded with (CTranslate2's did), and its ratios compared two beams."""
+    for flag, beams in (("--beams", config.beams), ("--cache-beams", config.cache_beams)):
+        too_wide = [beam for beam in beams if beam > target_entries - 1]
+        if too_wide:
+            raise ValueError(
+                f"{flag} {too_wide[0]}: fairseq's search keeps at most the target dictionary's "
+                f"entries minus 1 hypotheses ({target_entries - 1}); give beams up to that"
+            )
 
 
 def check_fixed_length(systems: Dict[str, Dict], length: int) -> None:

@@ -87,6 +87,11 @@ def test_static_systems_are_paired_with_fairseq_decoding_the_same_model():
         "policy-static=a.pt:" + json.dumps(SAN_STATIC_INT8),
     )]  # fmt: skip
     assert fairseq_twins(systems) == {"base-static": "base", "san-static-int8": "san"}
+    spelt_otherwise = [parse_system(text) for text in (
+        "base=a.pt:" + json.dumps({"san_decoding": "fairseq"}),
+        "base-static=./a.pt:" + json.dumps(STATIC),
+    )]  # fmt: skip
+    assert fairseq_twins(spelt_otherwise) == {"base-static": "base"}  # the column was empty
 
 
 def test_parse_system():

@@ -121,6 +121,17 @@ def output_problem(path: str, what: str, inputs: Iterable[str] = ()) -> Optional
     return None
 
 
+def read_as_an_option(path: str) -> Optional[str]:
+    """Why a recipe cannot take ``path``: one starting with '-', which the commands it runs
+    (mkdir, rm, the plugin's own) would read as an option; else None."""
+    if path.startswith("-"):
+        return (
+            "starts with '-', which the commands the recipe runs would read as an option: give "
+            f"./{path}"
+        )
+    return None
+
+
 def same_file(first: str, second: str) -> bool:
     """Whether two paths name one file (or would: one path, through links, not yet there); an
     output that is its input would be emptied or overwritten before it is read."""

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 from fairseq.tasks.translation import TranslationTask
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.wrapping import wrap_classmethod_once
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 SIDES = (("-s", "source_lang", "-t", "target_lang"), ("-t", "target_lang", "-s", "source_lang"))
 
@@ -52,4 +52,4 @@ def _keeping_the_given_language(setup_task):
 
 def install() -> None:
     """Wrap ``TranslationTask.setup_task`` (idempotent)."""
-    wrap_classmethod_once(TranslationTask, "setup_task", _keeping_the_given_language)
+    wrap_once(TranslationTask, "setup_task", _keeping_the_given_language)

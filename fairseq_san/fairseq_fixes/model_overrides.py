@@ -8,9 +8,9 @@ Upstream behaviour corrected: ``checkpoint_utils.load_checkpoint_to_cpu`` hands 
 (``{'model': {'dropout': 0.2}}``), is ignored, and the model decoded as it was trained; so is a
 name for a group the checkpoint holds as a dict of options (``{'task': 'translation_san'}``:
 fairseq switches such a group only from a dict, ``{'task': {'_name': 'translation_san'}}``, and
-takes a name only for an unset one, ``{'bpe': 'sentencepiece'}``), an option that changes what the model computes
-and none of its weights (``decoder_attention_heads``, ``cross_self_attention``: another
-function of the same weights), and another model
+takes a name only for an unset one, ``{'bpe': 'sentencepiece'}``), an option that changes what
+the model computes and none of its weights (``decoder_attention_heads``,
+``cross_self_attention``: another function of the same weights), and another model
 (``{'arch': 'transformer'}``: fairseq builds the model named by the ``_name`` it saved), while
 a ``_name`` of their own renames every group, the model too. A value of another type (``'6'`` for
 ``encoder_layers``) fails deep inside the model's construction (``TypeError: 'str' object cannot

@@ -10,8 +10,9 @@ So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag
 optimizer state is for other parameters than the model's (resuming under a policy that shares
 more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
 resumes; a policy that shares more than the checkpoint being resumed is refused before
-(``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite to its checkpoint's (``-s de -t en`` in the
-save dir of an En->De run: on joined dictionaries fairseq trained on) is refused in one line
+(``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite
+to its checkpoint's (``-s de -t en`` in the save dir of an En->De run: on joined dictionaries
+fairseq trained on) is refused in one line
 (``option_checks.check_resumed_language_pair``). While the ``--finetune-from-model`` checkpoint
 loads, the plugin's models start from it under any policy
 (``models.checkpoint_policy.fine_tuning``).
@@ -88,19 +89,15 @@ def resumed_checkpoint(cfg, suffix: str) -> Optional[str]:
     return last if os.path.isfile(last) else getattr(cfg, "continue_once", None)
 
 
-def check_resumed_pair(cfg, task, suffix: str) -> None:
-    """``option_checks.check_resumed_language_pair`` on the checkpoint the run resumes from (its
-    configuration read memory-mapped: its weights are read once, by fairseq)."""
+def check_resumed_pair(path: str, task, restarts: bool) -> None:
+    """``option_checks.check_resumed_language_pair`` on the checkpoint ``path`` the run resumes
+    from (its configuration read memory-mapped: its weights are read once, by fairseq)."""
     from fairseq_san.models.option_checks import check_resumed_language_pair
 
-    path = resumed_checkpoint(cfg, suffix)
-    if path is None or task is None or not os.path.isfile(path):
+    if task is None or not os.path.isfile(path):
         return  # nothing to resume (fairseq says so of a --continue-once that is not there)
     state = checkpoints.load_state(path)
     stored = checkpoints.stored_value(state, "model", checkpoints.LANGUAGE_PAIR)
-    # --reset-dataloader or --reset-meters alone resume a run (fairseq advises the first after a
-    # change of data); a new optimizer starts a new one from the checkpoint's weights.
-    restarts = bool(getattr(cfg, "reset_optimizer", False))
     check_resumed_language_pair(path, stored, task, restarts)
 
 
@@ -113,9 +110,11 @@ def _checking(load_checkpoint):
         starts_fine_tuning = fine_tunes(cfg, suffix)
         check_checkpoint_flags(cfg, suffix, starts_fine_tuning)
         resumed = None if starts_fine_tuning else resumed_checkpoint(cfg, suffix)
-        if resumed is not None:
-            check_resumed_pair(cfg, getattr(trainer, "task", None), suffix)
+        # --reset-dataloader or --reset-meters alone resume a run (fairseq advises the first after
+        # a change of data); a new optimizer starts a new one from the checkpoint's weights.
         restarts = bool(getattr(cfg, "reset_optimizer", False))
+        if resumed is not None:
+            check_resumed_pair(resumed, getattr(trainer, "task", None), restarts)
         if starts_fine_tuning:
             loading = fine_tuning()
         elif resumed is not None:

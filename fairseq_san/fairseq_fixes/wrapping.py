@@ -1,5 +1,6 @@
 """How a fix changes a function of fairseq: it wraps it, once per process."""
 
+import inspect
 import sys
 from types import ModuleType
 from typing import Callable, Optional
@@ -7,13 +8,17 @@ from typing import Callable, Optional
 
 def wrap_once(owner: object, name: str, wrap: Callable[[Callable], Callable]) -> None:
     """Replace ``owner.name`` with ``wrap(owner.name)``, unless ``wrap`` already did: installing a
-    fix again (``fairseq_fixes.install`` runs whenever the plugin registers) must not wrap twice."""
-    current = getattr(owner, name)
+    fix again (``fairseq_fixes.install`` runs whenever the plugin registers) must not wrap twice.
+    A class's classmethod has its function wrapped, and stays a classmethod that subclasses
+    inherit."""
+    static = inspect.getattr_static(owner, name, None)
+    is_classmethod = isinstance(static, classmethod)
+    current = static.__func__ if is_classmethod else getattr(owner, name)
     if getattr(current, "wrapped_by", None) is wrap:
         return
     wrapped = wrap(current)
     wrapped.wrapped_by = wrap
-    setattr(owner, name, wrapped)
+    setattr(owner, name, classmethod(wrapped) if is_classmethod else wrapped)
 
 
 def running_command(module_name: str) -> Optional[ModuleType]:
@@ -24,14 +29,3 @@ def running_command(module_name: str) -> Optional[ModuleType]:
     if getattr(getattr(main, "__spec__", None), "name", None) == module_name:
         return main
     return sys.modules.get(module_name)
-
-
-def wrap_classmethod_once(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> None:
-    """``wrap_once`` for a classmethod of ``owner``: its function is wrapped, and stays a
-    classmethod that subclasses inherit."""
-    current = owner.__dict__[name].__func__
-    if getattr(current, "wrapped_by", None) is wrap:
-        return
-    wrapped = wrap(current)
-    wrapped.wrapped_by = wrap
-    setattr(owner, name, classmethod(wrapped))

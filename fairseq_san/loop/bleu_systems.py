@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import split_system
 from fairseq_san.errors import UsageError
+from fairseq_san.files import read_as_an_option
 from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
@@ -51,7 +52,8 @@ class System:
 
 def check_data(data: str, target: str) -> Dict[str, str]:
     """DATA is prepare.sh's output and translates into ``target``: else German would be scored
-    against English references (En->De data has both). Its dictionaries' files by side."""
+    against English references (En->De data has both). Its dictionaries' files by side
+    (``dictionary_sizes`` reads them)."""
     if ":" in data:  # fairseq-generate would read the directory before it
         raise SystemsError(
             f"DATA {data} holds ':', which fairseq reads between two data directories: give a "
@@ -78,11 +80,9 @@ def check_data(data: str, target: str) -> Dict[str, str]:
 def check_out_dir(out: str) -> None:
     """OUT_DIR, where each system's folder is made: not a file (mkdir failed naming neither the
     option nor the cause) nor a name starting with '-' (rm and mkdir read it as an option)."""
-    if out.startswith("-"):
-        raise SystemsError(
-            f"OUT_DIR {out} starts with '-', which the commands the recipe runs would read as an "
-            f"option: give ./{out}", USAGE,
-        )  # fmt: skip
+    problem = read_as_an_option(out)
+    if problem:
+        raise SystemsError(f"OUT_DIR {out} {problem}", USAGE)
     if os.path.exists(out) and not os.path.isdir(out):
         raise SystemsError(f"OUT_DIR {out} is a file: give a folder (made when missing)", USAGE)
 
@@ -151,9 +151,18 @@ def check_no_decoder_choice(name: str, overrides: dict) -> None:
         )
 
 
-def check_translation_model(system: System, dictionaries: Dict[str, str]) -> None:
+def dictionary_sizes(dictionaries: Dict[str, str]) -> Dict[str, int]:
+    """The entries of the data's dictionaries that are there (side -> DATA/dict.LANG.txt), as
+    fairseq loads them: read once, for every system."""
+    from fairseq.data import Dictionary
+
+    return {side: len(Dictionary.load(path)) for side, path in dictionaries.items()
+            if os.path.isfile(path)}  # fmt: skip
+
+
+def check_translation_model(system: System, dictionary_entries: Dict[str, int]) -> None:
     """A language model's checkpoint refused (its configuration read, not built), one trained
-    with other dictionaries than the data's (``dictionaries``: side -> DATA/dict.LANG.txt), and
+    with other dictionaries than the data's (``dictionary_entries``: side -> entries), and
     OVERRIDES that its fairseq-generate would refuse (``check_overrides_for``): each failed only
     when its turn to decode came, after the systems before it had been decoded. A file that is no
     checkpoint is left to fairseq-generate, which names it in one line."""
@@ -172,22 +181,20 @@ def check_translation_model(system: System, dictionaries: Dict[str, str]) -> Non
             "scores translation models (a language model's perplexity: fairseq-eval-lm)",
             USAGE,
         )
-    check_dictionaries_of(system, state, dictionaries)
+    check_dictionaries_of(system, state, dictionary_entries)
     check_overrides_for(system, state)
 
 
-def check_dictionaries_of(system: System, state: dict, dictionaries: Dict[str, str]) -> None:
+def check_dictionaries_of(system: System, state: dict, dictionary_entries: Dict[str, int]) -> None:
     """Refuse a checkpoint whose embeddings have other rows than the data's dictionaries have
     entries (``checkpoints.vocabulary_mismatch``, what fairseq-generate says as it loads it)."""
-    from fairseq.data import Dictionary
-
     from fairseq_san.checkpoints import EMBEDDINGS, vocabulary_mismatch
 
     weights = state.get("model") or {}
     sizes = {
-        side: (len(weights[key]), len(Dictionary.load(dictionaries[side])))
+        side: (len(weights[key]), dictionary_entries[side])
         for side, key in EMBEDDINGS.items()
-        if key in weights and os.path.isfile(dictionaries[side])
+        if key in weights and side in dictionary_entries
     }
     mismatch = vocabulary_mismatch(sizes)
     if mismatch is not None:
@@ -221,7 +228,7 @@ def bleu_systems(
     """The systems to score, after every check test_bleu.sh makes before decoding: the data,
     OUT_DIR, the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict;
     its checkpoint, a translation model's of the data's dictionaries), in that order."""
-    dictionaries = check_data(data, target)
+    dictionary_entries = dictionary_sizes(check_data(data, target))
     if out_dir is not None:
         check_out_dir(out_dir)
     check_batch_size(batch_size)
@@ -240,6 +247,6 @@ def bleu_systems(
             )  # fmt: skip
         if not os.path.isfile(system.checkpoint):
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
-        check_translation_model(system, dictionaries)
+        check_translation_model(system, dictionary_entries)
         systems.append(system)
     return systems

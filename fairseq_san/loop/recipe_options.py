@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
+from fairseq_san.files import read_as_an_option
 from fairseq_san.loop.run_record import binarized_pair, is_count
 from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, name_of
 
@@ -277,9 +278,9 @@ def check_no_leading_dash(recipe: str, args: argparse.Namespace) -> None:
     (fairseq-san-loop printed its usage, missing the run dir)."""
     for flag in PATHS:
         value = getattr(args, name_of(flag), "")
-        if value.startswith("-"):
-            refuse(recipe, f"{flag} {value} starts with '-', which the commands the recipe runs "
-                   f"would read as an option: give ./{value}")  # fmt: skip
+        problem = read_as_an_option(value)
+        if problem:
+            refuse(recipe, f"{flag} {value} {problem}")
 
 
 def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
@@ -344,7 +345,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, name_of(option.flag))
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
-        if option.flag in COUNTS and re.fullmatch(r"\s*[0-9]+\s*", value):
+        if option.flag in COUNTS and is_count(0)(value):
             values[option.variable] = str(int(value))  # bash reads "010" as octal 8
     batch_size = values.get("DECODE_BATCH_SIZE")
     if batch_size is not None and not re.fullmatch(r"[1-9][0-9]*", batch_size):

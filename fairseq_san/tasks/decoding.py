@@ -93,9 +93,7 @@ def check_generation_args(args) -> None:
     generation config, so a misspelt one (``bema=1``) was ignored, a model's option
     (``san_policy``) too, and ``lenpen=nan`` gave NaN scores."""
     if isinstance(args, DictConfig):
-        check_generation_keys(
-            args.keys(), CALL_KEYWORD, plugin_option_misplaced
-        )
+        check_generation_keys(args.keys(), CALL_KEYWORD, plugin_option_misplaced)
     check_search_numbers(args)
     check_alignment_kind(getattr(args, "print_alignment", None))
 

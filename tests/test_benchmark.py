@@ -102,6 +102,8 @@ def test_parse_system():
         "nocache", "/ckpt/dir/model.pt", {"san_no_cache": True}
     )
     assert parse_system("base=a:b/c.pt").overrides == {}
+    spaced = parse_system('s=a:b/c.pt:  {"san_no_cache": true}')  # was a checkpoint's name
+    assert (spaced.checkpoint, spaced.overrides) == ("a:b/c.pt", {"san_no_cache": True})
     static = parse_system("s=m.pt:" + json.dumps(SAN_STATIC_INT8))
     assert static.model_overrides == {"san_policy": POLICY}
     assert (static.decoder, static.decoder_precision) == ("static", "int8")
@@ -597,18 +599,21 @@ def test_static_decoder_rows(bench_results):
                                 r"\(did you mean 'san_policy'\?\)"),
         ({"encoder_layers": "2"}, r"encoder_layers '2' \(system san's overrides\) is of type str, "
                                   "but encoder_layers takes an int"),
+        # named --san-decoder-execution (the benchmark has no such flag), left out compile
         ({**STATIC, "san_decoder_execution": "graph"},
-         "system san: --san-decoding static does not support the execution 'graph' on CPU; "
-         "choose --san-decoder-execution eager or fixed on CPU"),
+         'system san: "san_decoder_execution": "graph" is not an execution the static decoder '
+         r"runs on CPU \(those are: eager, fixed, compile\)"),
         ({**STATIC, "san_decoder_execution": "foo"},
-         "system san: --san-decoding static does not support the execution 'foo'; choose"),
+         'system san: "san_decoder_execution": "foo" is not an execution the static decoder '),
+        # met in the worker as the model is built: it named no system
+        ({"san_policy": "no-such-policy"}, 'system san: policy file "no-such-policy" not found'),
         # the checkpoint's configuration holds them: every row decoded as the baseline, 100%
         ({"sampling": True, "temperature": 5.0},
          "system san: override 'sampling' is a generation option, which the benchmark sets for "
          r"every system alike \(--beams, --lenpen, --max-len-a, --max-len-b, ...\): the "
          "overrides take the model's options and san_decoding, "),
     ],
-    ids=["misspelt key", "wrong type", "graph on the CPU", "unknown execution",
+    ids=["misspelt key", "wrong type", "graph on the CPU", "unknown execution", "policy",
          "generation option"],
 )  # fmt: skip
 def test_bad_override_stops_the_benchmark(bench_data, tmp_path, overrides, said):
@@ -854,6 +859,20 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
     assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_step_timer_names_the_models_weights(capsys, dtype):
+    """With ``--dtype bf16`` the rows read ``static-fp32`` and nothing said bf16."""
+    from fairseq_san.cli.bench import main
+
+    main(["steps", "--vocab", "40", "--batch", "1", "--batches", "1", "--length", "2",
+          "--source-length", "3", "--rounds", "1", "--threads", "1", "--policies", "baseline",
+          "--dtype", dtype])  # fmt: skip
+    header = next(line for line in capsys.readouterr().out.splitlines() if "beam 4" in line)
+    weights = {"fp32": "with fp32 weights,",
+               "bf16": "with bf16 weights (--dtype bf16: static-fp32 rows compute in bf16 too),"}
+    assert header.startswith(f"transformer_san_small {weights[dtype]} beam 4, batch 1, L=2, ")
+
+
 def test_step_timer_counts_the_page_faults_of_each_configuration():
     """A generator that touches a fresh 64 MiB mapping per batch is counted its pages (16,384 of
     4 KiB, fewer if huge); one that allocates nothing, none to speak of."""
@@ -1030,4 +1049,38 @@ def test_systems_of_another_direction_or_beams_wider_than_the_vocabulary_are_ref
     assert str(refused.value) == (
         "--cache-beams 20: fairseq's search keeps at most the target dictionary's entries minus "
         "1 hypotheses (19); give beams up to that"
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"source_lang": "xx", "target_lang": "tgt"},
+         "system b: {data}/dict.xx.txt: no such file (the languages it translates, xx->tgt, are "
+         "to be those of --data)"),
+        ({"source_lang": "tgt", "target_lang": "src"},
+         "system b: this checkpoint was trained to translate src into tgt (its "
+         "cfg.model.language_pair), and the task asks for tgt into src: give -s src -t tgt "
+         "(source_lang='src', target_lang='tgt' to from_pretrained or in a fairseq-san-bench "
+         "system's JSON)"),
+        ({"data": "/elsewhere"},
+         "system b: override of {checkpoint}: override 'data': every system decodes the "
+         "sentences of --data, batched once for all; benchmark other data in a run of its own"),
+    ],
+)  # fmt: skip
+def test_a_systems_languages_or_data_are_checked_before_the_workers_start(
+    binarized_corpus, san_checkpoint, tmp_path, overrides, said
+):  # fmt: skip
+    """A system's ``source_lang``/``target_lang`` were met only in its worker: two nested
+    tracebacks for a language the data lacks, or a line naming no system for the reverse of the
+    trained pair; its ``data`` was decoded there while the report scored --data's references."""
+    from fairseq_san.cli import bench
+
+    argv = ["--data", str(binarized_corpus), "--system", f"a={san_checkpoint}",
+            "--system", f"b={san_checkpoint}:{json.dumps(overrides)}",
+            "--out-dir", str(tmp_path / "out"), "--cpu", "--no-ctranslate2"]  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(argv)
+    assert stopped.value.code == "fairseq-san-bench: error: " + said.format(
+        data=binarized_corpus, checkpoint=san_checkpoint
     )

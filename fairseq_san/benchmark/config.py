@@ -103,6 +103,11 @@ class SystemSpec:
         """
         what = f"system {self.name}: override of {self.checkpoint}"
         keys = set(valid) | set(options.DECODER_OPTION_NAMES)
+        if "data" in self.overrides:  # the worker decoded it, the report scored --data's
+            raise ValueError(
+                f"{what}: override 'data': every system decodes the sentences of --data, "
+                "batched once for all; benchmark other data in a run of its own"
+            )
         san = "san_policy" in valid  # a transformer_san checkpoint: every option of the plugin
         if san:
             keys |= set(options.option_names())
@@ -162,15 +167,22 @@ def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:
     }
 
 
+# Where a system's overrides start after its checkpoint: ``:{``, spaces allowed between.
+OVERRIDES_START = re.compile(r":\s*\{")
+
+
 def split_system(text: str) -> Tuple[str, str, Optional[str]]:
     """``NAME=CKPT[:OVERRIDES]`` as (NAME, CKPT, OVERRIDES from its ``{``, or None): NAME ends at
-    the first ``=`` and OVERRIDES start at the first ``:{``, so a checkpoint's path may hold ``:``.
-    How every command reads a system (the benchmark; ``fairseq-san-loop test-systems``)."""
+    the first ``=`` and OVERRIDES start at the first ``:{`` (``: {`` too: a space there made them
+    part of the checkpoint's name), so a checkpoint's path may hold ``:``. How every command
+    reads a system (the benchmark; ``fairseq-san-loop test-systems``)."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"system {text!r}: expected NAME=CHECKPOINT[:OVERRIDES_JSON]")
-    checkpoint, sep, overrides = rest.partition(":{")
-    return name, checkpoint, "{" + overrides if sep else None
+    overrides = OVERRIDES_START.search(rest)
+    if overrides is None:
+        return name, rest, None
+    return name, rest[: overrides.start()], rest[overrides.end() - 1 :]
 
 
 def parse_system(text: str) -> SystemSpec:

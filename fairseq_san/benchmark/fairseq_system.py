@@ -1,8 +1,9 @@
 """A fairseq system: a checkpoint loaded with its overrides, decoded by fairseq's
 SequenceGenerator (``task.build_generator``), as fairseq-generate decodes it, or, with the
 overrides ``"san_decoding": "static"`` and ``"san_decoder_precision"`` (a row of
-``static_decoding.precision.PRECISIONS``), by the static-shape decoder (``fairseq_san.static_decoding``, built directly, so that checkpoints
-trained with ``--task translation`` take it too).
+``static_decoding.precision.PRECISIONS``), by the static-shape decoder
+(``fairseq_san.static_decoding``, built directly, so that checkpoints trained with ``--task
+translation`` take it too).
 
 The checkpoint's configuration decides which model overrides are valid: ``checkpoint_keys``
 lists them, and ``load_checkpoint_task`` reads a checkpoint (and checks a system's overrides)
@@ -20,6 +21,7 @@ import torch
 
 from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
 from fairseq.dataclass.configs import GenerationConfig
+from fairseq.dataclass.utils import overwrite_args_by_name
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, monolingual_data
@@ -27,14 +29,16 @@ from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
+from fairseq_san.models.option_checks import check_language_pair
 from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION, DECODER_OPTION_NAMES
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding import StaticDecoderError
 from fairseq_san.static_decoding.caches import DecoderCache
-from fairseq_san.static_decoding.execution import Execution
+from fairseq_san.static_decoding.execution import EXECUTIONS, Execution
 from fairseq_san.static_decoding.generator import checked_execution
 
 
@@ -122,7 +126,30 @@ def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")
     check_static_choices(spec, device)
-    return tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+    overwrite_args_by_name(state["cfg"], loading_overrides(spec, data))  # as the worker loads
+    try:
+        task = tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+        check_language_pair(state["cfg"].model, task)  # else met in the worker, naming no system
+    except FileNotFoundError as err:  # a language (source_lang) the data has no dictionary of
+        raise ValueError(
+            f"system {spec.name}: {err.filename}: no such file (the languages it translates, "
+            f"{task_pair(state['cfg'].task)}, are to be those of --data)"
+        ) from None
+    except UsageError as err:  # the language pair's checks (fairseq_fixes.language_pair)
+        raise ValueError(f"system {spec.name}: {err}") from None
+    return task
+
+
+def task_pair(task_cfg) -> str:
+    """``en->de``: a task configuration's languages as given (``None`` where one is not)."""
+    return f"{task_cfg.source_lang}->{task_cfg.target_lang}"
+
+
+def loading_overrides(spec: SystemSpec, data: str) -> Dict:
+    """fairseq's ``arg_overrides`` of ``spec``'s checkpoint: its model overrides, among them the
+    task's languages where given (``source_lang``), and the benchmark's ``--data``; the same in
+    the main process, whose task batches every system's sentences, and in the system's worker."""
+    return {**spec.model_overrides, "data": data}
 
 
 def check_static_choices(spec: SystemSpec, device: torch.device) -> None:
@@ -130,8 +157,15 @@ def check_static_choices(spec: SystemSpec, device: torch.device) -> None:
     (else met at the system's first decode, after every worker has loaded)."""
     if spec.decoder != STATIC:
         return
+    asked = execution_asked(spec)
+    here = [name for name, row in EXECUTIONS.items() if device.type in row.devices]
+    if asked is not None and asked not in here:  # the overrides' key; compile is theirs too
+        raise ValueError(
+            f'system {spec.name}: "{DECODER_EXECUTION.name}": "{asked}" is not an execution the '
+            f"static decoder runs on {device.type.upper()} (those are: {', '.join(here)})"
+        )
     try:
-        checked_execution(spec.decoder_precision, execution_asked(spec), device)
+        checked_execution(spec.decoder_precision, asked, device)
     except StaticDecoderError as err:
         raise ValueError(f"system {spec.name}: {err}") from None
 
@@ -149,7 +183,7 @@ class FairseqSystem:
         self.spec = spec
         self.name = spec.name
         self.device = device
-        overrides = {"data": data, **spec.model_overrides}
+        overrides = loading_overrides(spec, data)
         state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, overrides)
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [spec.checkpoint], arg_overrides=overrides, state=state
@@ -287,7 +321,8 @@ class FairseqSystem:
         """The static decoder's execution on this system's device; None for fairseq's decoder."""
         if self.spec.decoder != STATIC:
             return None
-        return checked_execution(self.spec.decoder_precision, execution_asked(self.spec), self.device)
+        spec = self.spec
+        return checked_execution(spec.decoder_precision, execution_asked(spec), self.device)
 
     def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
         """Matrix-multiply FLOPs of decoding one batch, per output token: the work a decoding

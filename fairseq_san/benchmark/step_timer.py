@@ -278,13 +278,22 @@ def print_times(
     gpu = f", {machine['gpu']}" if "gpu" in machine else ""
     pages = huge_pages_clause(machine)
     print(f"Processor: {processor_line(machine)}{gpu}; torch {machine['torch']}{pages}")
-    print(f"{args.arch}, beam {args.beam}, batch {args.batch}, L={args.length}, "
-          f"{args.threads} threads, {args.rounds} rounds; ms per step (median), speed-up over "
-          f"the first row (median of per-round ratios), page faults per step (median)")  # fmt: skip
+    print(f"{args.arch} {weights_of(args.dtype)}, beam {args.beam}, batch {args.batch}, "
+          f"L={args.length}, {args.threads} threads, {args.rounds} rounds; ms per step (median), "
+          "speed-up over the first row (median of per-round ratios), page faults per step "
+          "(median)")  # fmt: skip
     for name, values in times.items():
         ratio = statistics.median(r / v for r, v in zip(reference, values))
         print(f"{name:24s} {statistics.median(values):7.2f} ms/step  {ratio:5.2f}x  "
               f"{statistics.median(faults[name]):7,.0f} page faults/step")  # fmt: skip
+
+
+def weights_of(dtype: str) -> str:
+    """The model's weights as the header says them: every row, fairseq's and a static decoder's
+    named for its own precision (static-fp32: no cast), computes in them."""
+    if dtype == "fp32":
+        return "with fp32 weights"
+    return f"with {dtype} weights (--dtype {dtype}: static-fp32 rows compute in {dtype} too)"
 
 
 def print_profiles(

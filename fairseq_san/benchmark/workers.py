@@ -62,18 +62,29 @@ def _build(job: WorkerJob) -> Tuple[List, Batches, Dict]:
     if config.threads:
         torch.set_num_threads(config.threads)
     if job.engine == FAIRSEQ:
-        systems = [FairseqSystem(spec, config.data, device, config.fp16) for spec in job.specs]
+        systems = [loaded_system(spec, config, device, config.fp16) for spec in job.specs]
         task, info = systems[0].task, {}
         for system in systems[1:]:
             if system.task.target_dictionary.symbols != task.target_dictionary.symbols:
                 first = systems[0].name
                 raise ValueError(f"{system.name}: target dictionary differs from {first}'s")
     else:
-        base = FairseqSystem(job.specs[0], config.data, device, fp16=False)
+        base = loaded_system(job.specs[0], config, device, fp16=False)
         task = base.task
         systems, info = ctranslate2_systems(config, base)
     batches = Batches(task, config.subset, config.batch_size, device, config.max_sentences)
     return systems, batches, info
+
+
+def loaded_system(
+    spec: SystemSpec, config: BenchmarkConfig, device: torch.device, fp16: bool
+) -> FairseqSystem:
+    """``spec``'s checkpoint loaded with its overrides; a ValueError of the model's own checks
+    (a policy that does not fit its layers) names the system, as the parent's checks do."""
+    try:
+        return FairseqSystem(spec, config.data, device, fp16)
+    except ValueError as err:
+        raise ValueError(f"system {spec.name}: {err}") from None
 
 
 def _serve(conn, job: WorkerJob) -> None:

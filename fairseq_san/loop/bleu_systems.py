@@ -2,8 +2,9 @@
 (``fairseq-san-loop test-systems``).
 
 A system is ``NAME=CHECKPOINT[:OVERRIDES]``, read as the benchmark reads one
-(``benchmark.config.split_system``): OVERRIDES start at the first ``:{``. A checkpoint's path
-holding ``:`` is refused: fairseq-generate reads it between the checkpoints of an ensemble.
+(``benchmark.config.split_system``): OVERRIDES start at the first ``:{`` (or ``: {``). A
+checkpoint's path holding ``:`` is refused: fairseq-generate reads it between the checkpoints of
+an ensemble.
 OVERRIDES are fairseq's ``--model-overrides``, a Python literal, passed on as given.
 NAME is the folder of OUT_DIR whose splits are replaced, so it is a folder name: ``..`` would
 replace OUT_DIR/../test.

@@ -4,12 +4,13 @@ rename, so that a stopped write leaves the old file or none, never a truncated o
 back with one line naming a file that is not what was written. Pure Python: the policy tools
 import it without torch."""
 
+import glob
 import json
 import os
 import shutil
 import sys
 import tempfile
-from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, Type, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 
 from fairseq_san.errors import UsageError, json_error
 
@@ -130,6 +131,13 @@ def read_as_an_option(path: str) -> Optional[str]:
             f"./{path}"
         )
     return None
+
+
+def glob_in(folder: str, *pattern: str, recursive: bool = False) -> List[str]:
+    """The paths under ``folder`` that ``pattern`` (joined path parts) matches, ``folder`` read
+    literally: a run or data folder named ``run[AB]`` is a character class to ``glob.glob``,
+    which then read a sibling's files (``runA``) or none."""
+    return glob.glob(os.path.join(glob.escape(folder), *pattern), recursive=recursive)
 
 
 def same_file(first: str, second: str) -> bool:

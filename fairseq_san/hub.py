@@ -26,7 +26,6 @@ received archive could write anywhere. The user unpacks it and passes the folder
 """
 
 import copy
-import glob
 import inspect
 import os
 import re
@@ -46,6 +45,7 @@ from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR, missing_component_option
+from fairseq_san.files import glob_in
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.tasks.decoding import (
     CALL_KEYWORD,
@@ -476,7 +476,7 @@ def from_pretrained(
     model_path = local_folder(model_name_or_path, archive_map, "model_name_or_path")
     data_path = data_folder(data_name_or_path, model_path, archive_map)
     folder_files = [os.path.join(model_path, name) for name in FOLDER_FILES]
-    check_regular_files(folder_files + glob.glob(os.path.join(glob.escape(data_path), "dict*.txt")))
+    check_regular_files(folder_files + glob_in(data_path, "dict*.txt"))
     try:
         loaded = hub_utils.from_pretrained(
             model_path,
@@ -630,7 +630,7 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     no_language_pair = str(error) == NO_LANGUAGE_PAIR or no_language_dictionary
     if not (no_lm_dictionary or no_language_pair):
         return None
-    translation = glob.glob(os.path.join(glob.escape(data_path), "dict.*.txt"))
+    translation = glob_in(data_path, "dict.*.txt")
     language_model = os.path.isfile(os.path.join(data_path, "dict.txt"))
     said = f"from_pretrained(data_name_or_path={str(data_name_or_path)!r}): {data_path} holds "
     if no_lm_dictionary and translation:

@@ -443,6 +443,19 @@ def check_replaceable(out: Path) -> None:
              "bundle, or choose another --out")
 
 
+def check_partial_replaceable(partial: Path) -> None:
+    """Stop where ``--out``.partial, the folder a build writes first and deletes, holds anything
+    a build does not write (a folder of the user's own: ``mine.partial`` beside ``--out mine``)."""
+    if not (partial.exists() or partial.is_symlink()):
+        return
+    if partial.is_symlink() or not partial.is_dir():
+        fail(f"{partial} is not a folder, and a build writes its bundle there first: move it")
+    others = sorted(entry.name for entry in partial.iterdir() if entry.name not in BUNDLE_ENTRIES)
+    if others:
+        fail(f"{partial} holds {', '.join(others)}, which no build writes, and a build writes its "
+             "bundle there first: move it, or choose another --out")
+
+
 def build(args: argparse.Namespace) -> Path:
     """The bundle in ``--out``, built in ``--out``.partial and renamed when whole and within
     ``--max-mib``: a build that fails, is stopped or is too large leaves the bundle before it as
@@ -450,6 +463,7 @@ def build(args: argparse.Namespace) -> Path:
     out: Path = args.out
     check_replaceable(out)
     partial = out.with_name(out.name + ".partial")
+    check_partial_replaceable(partial)
     shutil.rmtree(partial, ignore_errors=True)
     try:
         fill(partial, args)
@@ -510,6 +524,9 @@ def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     """argparse errors for an --out that a build cannot replace safely: a file, a folder below a
     file, one that holds the current folder or the repository, or one that holds --data or
     --heldout (deleted before they were copied)."""
+    if args.out.is_symlink():  # a build renames its new bundle onto --out: the link's name
+        parser.error(f"--out {args.out} is a symbolic link (to {os.readlink(args.out)}): name "
+                     "the folder itself")  # fmt: skip
     out = args.out.resolve()
     if out.exists() and not out.is_dir():
         parser.error(f"--out {args.out} is a file: name a folder for the bundle")

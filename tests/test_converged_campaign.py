@@ -115,14 +115,28 @@ def dry_env(tmp_path) -> Dict[str, str]:
     ("EVAL_S=-0.5", "EVAL_S=-0.5: a number, at least 0"),  # passed its "above -1" bound
     ("EVALUATE=yes", "EVALUATE=yes: 1 (test every system) or 0 (none)"),  # tested none
     ("SEEDS=2,3", "seed 2,3 (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"),
+    # FileNotFoundError, IsADirectoryError tracebacks
+    ("PRESET=no-such.args", "PRESET=no-such.args: no such file (a file of fairseq-train "
+                            "arguments)"),
+    ("PRESET=docs", "PRESET=docs: a folder (a file of fairseq-train arguments)"),
 ])  # fmt: skip
-def test_a_setting_no_slice_can_run_with_is_one_line(dry_env, setting, said):
+@pytest.mark.parametrize("call", [["en-de", "--dry-run"], ["collect", "none.tar.gz"]])
+def test_a_setting_no_slice_can_run_with_is_one_line(dry_env, setting, said, call):
+    """Also where ``collect`` reads the settings (a SettingError traceback)."""
     name, value = setting.split("=", 1)
-    result = subprocess.run(["bash", str(RUN), "en-de", "--dry-run"], cwd=REPO,
+    result = subprocess.run(["bash", str(RUN), *call], cwd=REPO,
                             env={**dry_env, name: value}, capture_output=True, text=True,
                             timeout=600)  # fmt: skip
     assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
     assert result.stderr.strip().splitlines() == [f"run.sh: {said}"]
+
+
+def test_no_other_seeds_are_asked_for_by_an_empty_seeds(dry_env):
+    """SEEDS="" was read as unset: the en-de slice trained seeds 2 and 3 all the same."""
+    output = campaign("en-de", "--dry-run", env={**dry_env, "SEEDS": ""})
+    runs = {run for run, _ in trainings(output)}
+    assert "en-de/baseline-s4" in runs  # STAGE2_SEED's
+    assert not {"en-de/baseline-s2", "en-de/baseline-s3"} & runs
 
 
 def test_a_run_dir_of_only_the_slice_never_asks_for_is_said(dry_env):

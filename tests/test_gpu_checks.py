@@ -243,3 +243,16 @@ def test_an_unknown_part_or_a_limit_that_is_no_count_stops_before_anything_runs(
     output, calls = run_checks(tmp_path, parts, left_s=left_s, status=2)
     assert output.strip().splitlines() == [said]
     assert calls == [] and not (tmp_path / "out").exists()
+
+
+def test_the_log_goes_to_a_folder_made_for_it_or_the_call_stops(tmp_path, monkeypatch):
+    """LOG in a folder that was not there: no part ran (bash could not open the log) and the call
+    exited 0; a LOG that cannot be written is one line, exit 2."""
+    log = tmp_path / "new" / "cuda-tests.txt"
+    monkeypatch.setenv("LOG", str(log))
+    _, before = run_checks(tmp_path, "steps")
+    assert "NVIDIA stand-in" in log.read_text()
+    monkeypatch.setenv("LOG", str(tmp_path))
+    output, calls = run_checks(tmp_path, "steps", checkpoints=False, status=2)
+    assert output.strip().splitlines() == [f"run.sh: LOG={tmp_path}: cannot write it"]
+    assert calls == before  # no call more

@@ -147,10 +147,16 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
          "which the project installs on Python 3.11 or newer (PyPI's fairseq below)"),
         (["--data", "{tmp}/a/heldout"], "--data {tmp}/a/heldout: not a binarized data directory "
          "(no dict.*.txt or dict.txt)"),
+        # an OSError traceback after the whole build ("Cannot call rmtree on a symbolic link")
+        (["--out", "{tmp}/link"], "--out {tmp}/link is a symbolic link (to {tmp}/notes): name "
+         "the folder itself"),
+        # deleted without a word
+        (["--out", "{tmp}/mine"], "{tmp}/mine.partial holds notes.txt, which no build writes"),
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
-         "data in out", "heldout in out", "python below 3.11", "no dictionary"],
+         "data in out", "heldout in out", "python below 3.11", "no dictionary", "out a link",
+         "a partial folder of the user's"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     tmp_path, capsys, monkeypatch, argv, said
@@ -164,6 +170,9 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(
         (tmp_path / folder).mkdir()
     (tmp_path / "notes" / "notes.txt").write_text("mine")
     (tmp_path / "manifest-only" / "manifest.json").write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "notes")
+    (tmp_path / "mine.partial").mkdir()
+    (tmp_path / "mine.partial" / "notes.txt").write_text("mine")
     for side in ("a", "b"):
         (tmp_path / side / "data").mkdir(parents=True)
         (tmp_path / side / "data" / "dict.en.txt").write_text("a 1\n")
@@ -176,6 +185,7 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(
         builder.build(builder.parse_args(argv))  # refused before anything is built or removed
     assert said.format(tmp=tmp_path) in capsys.readouterr().err + str(error.value)
     assert (tmp_path / "notes" / "notes.txt").exists()
+    assert (tmp_path / "mine.partial" / "notes.txt").exists()
     assert not (tmp_path / "manifest-only" / "wheels").exists()
 
 

@@ -1200,3 +1200,44 @@ def test_a_language_models_run_recorded_before_its_dictionary_counted_resumes(tm
         assert not differs("--data", options, options, {"--data": recorded}, {})
     (tmp_path / "train.idx").write_text("other sentences")
     assert differs("--data", options, options, {"--data": old}, {})
+
+
+def test_folders_named_with_glob_characters_are_read_as_named(tmp_path):
+    """A run folder ``run[AB]`` or data ``data[1]`` was a character class to ``glob``: a trained
+    run read as untouched (its options rewritten at will), ``summary`` found no iteration, and
+    beside a sibling ``data1`` the run recorded the sibling's files as its data."""
+    from fairseq_san.loop.run_record import RunError, compare, data_files, digest, started
+    from fairseq_san.loop.summary import iteration_dirs
+
+    run_dir = tmp_path / "run[AB]"
+    (tmp_path / "runA").mkdir()  # an untouched sibling the class matches
+    (run_dir / "iter0" / "checkpoints").mkdir(parents=True)
+    (run_dir / "iter0" / "trained").touch()
+    (run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt").touch()
+    assert started(str(run_dir))
+    assert iteration_dirs(str(run_dir)) == [str(run_dir / "iter0")]
+    with pytest.raises(RunError, match="has trained 1 iterations already"):
+        compare(str(run_dir), {"--max-iterations": "3"}, {"--max-iterations": "0"}, {}, True, {})
+    data = translation_data(tmp_path / "data[1]")
+    sibling = translation_data(tmp_path / "data1")
+    (sibling / "dict.en.txt").write_text("Katze 1\n")
+    found = data_files(str(data))
+    assert found and all(path.startswith(str(data)) for path in found)
+    assert digest(str(data)) != digest(str(sibling))
+
+
+def test_options_left_out_then_and_now_are_the_same():
+    """``fairseq-san-loop start`` run by hand without the options at their defaults: the same
+    command again was refused, each left-out option "None as it was then (its content has changed
+    since)"."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    defaults = {"--arch": "transformer_san_small", "--updates": "3000"}
+    recorded = {"--arch": None, "--updates": None, "--theta-self": "0.4"}
+    assert compare("RUN", recorded, dict(recorded), {}, False, defaults) == []
+    with pytest.raises(RunError) as refused:
+        compare("RUN", recorded, {**recorded, "--theta-self": "0.3"}, {}, False, defaults)
+    assert str(refused.value) == (
+        "RUN was made with --theta-self 0.4, not 0.3 (RUN/run.json): start a new run with "
+        "another --run-dir"
+    )

@@ -6,7 +6,6 @@ line takes every default from the dataclasses here, the one place they are writt
 
 import argparse
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -17,6 +16,7 @@ from typing import Collection, Dict, List, Optional, Sequence, Tuple
 from fairseq_san import options
 from fairseq_san.cores import threads_problem
 from fairseq_san.errors import UsageError, nearest_key_hint, repeated
+from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
 
 # Output lengths: where each sentence ends (EOS or the length limit), or a fixed number of tokens.
@@ -324,7 +324,7 @@ def readable_file(path: str, pipe: bool) -> bool:
 
 def pair_subsets(data: str) -> List[str]:
     """The subsets of a language pair's binarized files in ``data`` (``SUBSET.SRC-TGT.LANG``)."""
-    files = glob.glob(os.path.join(glob.escape(data), "*.*-*.*"))
+    files = glob_in(data, "*.*-*.*")
     return sorted({os.path.basename(path).split(".")[0] for path in files})
 
 
@@ -343,7 +343,7 @@ def check_paths(config: BenchmarkConfig) -> None:
     if not os.path.isdir(config.data):
         problem = "a file, not a directory" if os.path.exists(config.data) else "no such directory"
         raise ValueError(f"--data {config.data}: {problem}")
-    if not glob.glob(os.path.join(glob.escape(config.data), "dict*.txt")):
+    if not glob_in(config.data, "dict*.txt"):
         raise ValueError(
             f"--data {config.data}: not a binarized data directory (no dict.*.txt: "
             "fairseq-preprocess writes them)"
@@ -377,7 +377,7 @@ def monolingual_data(data: str) -> bool:
     fairseq's translation task infers the languages."""
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         return False
-    return not glob.glob(os.path.join(glob.escape(data), "*.*-*.*.idx"))
+    return not glob_in(data, "*.*-*.*.idx")
 
 
 def sentencepiece_model(config: BenchmarkConfig) -> Optional[str]:

@@ -25,7 +25,6 @@ Everything else keeps its traceback.
 """
 
 import errno
-import glob
 import os
 import re
 import signal
@@ -34,6 +33,7 @@ from typing import Callable, Optional
 
 from fairseq_san.cli import drop_unwritten_output
 from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
 
 # The errors of a write to an output with no room left: a full device or disk, a quota.
@@ -191,7 +191,7 @@ def path_error_said(exc: OSError, argv: list) -> str:
             "language, trained with the target's dictionary (dict.TGT.txt), copied there as "
             "dict.txt"
         )
-    elif name == "dict.txt" and glob.glob(os.path.join(folder, "dict.*.txt")):
+    elif name == "dict.txt" and glob_in(folder, "dict.*.txt"):
         said += (
             f"; {folder} holds translation data (dict.SRC.txt, dict.TGT.txt), and a language "
             "model's task reads fairseq-preprocess --only-source output (examples/lm/prepare.sh); "

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import split_system
 from fairseq_san.errors import UsageError
-from fairseq_san.files import read_as_an_option
+from fairseq_san.files import glob_in, read_as_an_option
 from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
@@ -66,7 +66,7 @@ def check_data(data: str, target: str) -> Dict[str, str]:
     if not os.path.isfile(reference):
         raise SystemsError(f"no {reference} (run prepare.sh)", MISSING)
     lang = glob.escape(target)
-    found = glob.glob(os.path.join(glob.escape(data), f"test.*-{lang}.{lang}.idx"))
+    found = glob_in(data, f"test.*-{lang}.{lang}.idx")
     if not found:
         raise SystemsError(
             f"{data} does not translate into '{target}' (no test.SRC-{target}.{target}.idx): "

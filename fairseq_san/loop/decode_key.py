@@ -12,6 +12,7 @@ import json
 import os
 from typing import Dict, Iterator, List
 
+from fairseq_san.files import glob_in
 from fairseq_san.loop.run_record import digest, file_sha256
 
 
@@ -61,5 +62,5 @@ def strings_in(value: object) -> Iterator[str]:
 
 def check_split(data: str, split: str) -> None:
     """FileNotFoundError naming a split that ``data`` has not binarized (``SPLIT.*.bin``)."""
-    if not glob.glob(os.path.join(glob.escape(data), f"{glob.escape(split)}.*.bin")):
+    if not glob_in(data, f"{glob.escape(split)}.*.bin"):
         raise FileNotFoundError(f"{data}: no binarized split '{split}' ({split}.*.bin)")

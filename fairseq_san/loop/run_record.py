@@ -18,7 +18,6 @@ itself was killed. A second loop is refused before it writes anything.
 
 import fcntl
 import filecmp
-import glob
 import hashlib
 import os
 import re
@@ -27,7 +26,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq_san.cores import available_cores
-from fairseq_san.files import read_json, write_json
+from fairseq_san.files import glob_in, read_json, write_json
 from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
 
@@ -173,7 +172,7 @@ def reference_problem(data: str, pair: str, reference: str) -> Optional[str]:
 def binarized_pairs(data: str) -> List[str]:
     """The language pairs (``en-de``) of fairseq's binarized translation data in ``data``
     (``train.SRC-TGT.LANG.idx``), in name order."""
-    names = glob.glob(os.path.join(glob.escape(data), "train.*-*.*.idx"))
+    names = glob_in(data, "train.*-*.*.idx")
     return sorted({os.path.basename(name).split(".")[1] for name in names})
 
 
@@ -373,19 +372,17 @@ def digest(path: str) -> str:
 
 def data_files(data: str) -> List[str]:
     """A data directory's ``dict.txt``, ``dict.LANG.txt`` and index files, in name order."""
-    return sorted(glob.glob(os.path.join(data, "dict.txt"))) + translation_data_files(data)
+    return sorted(glob_in(data, "dict.txt")) + translation_data_files(data)
 
 
 def translation_data_files(data: str) -> List[str]:
     """A data directory's ``dict.LANG.txt`` and index files, in name order."""
-    return sorted(glob.glob(os.path.join(data, "dict.*.txt"))) + sorted(
-        glob.glob(os.path.join(data, "*.idx"))
-    )
+    return sorted(glob_in(data, "dict.*.txt")) + sorted(glob_in(data, "*.idx"))
 
 
 def sentence_files(data: str) -> List[str]:
     """A data directory's binarized sentences (``*.bin``), in name order."""
-    return sorted(glob.glob(os.path.join(data, "*.bin")))
+    return sorted(glob_in(data, "*.bin"))
 
 
 def recorded_digests(path: str) -> Tuple[str, ...]:
@@ -445,6 +442,8 @@ def differs(
 ) -> bool:
     """Whether option ``name`` differs from its record (see ``differences``)."""
     now = options[name]
+    if now is None and recorded.get(name) is None:
+        return False  # not given, then and now (``start`` run by hand leaves options out)
     switch = READ_WITH.get(name)
     if switch and not options.get(switch) and not recorded.get(switch):
         return False  # unread then and now (a record made before the recipe had it holds None)
@@ -511,7 +510,7 @@ def check_same_recipe(run_dir: str, recorded: Options, options: Options) -> None
 def check_not_below_trained(run_dir: str, options: Options) -> None:
     """RunError for a --max-iterations below the iterations ``run_dir`` has trained: the loop
     would stop before them, its summary and ``RUN/last`` no longer the run's."""
-    trained = len(glob.glob(os.path.join(run_dir, "iter*", "trained")))
+    trained = len(glob_in(run_dir, "iter*", "trained"))
     wanted = int(str(options["--max-iterations"]))
     if wanted < trained:
         raise RunError(
@@ -558,8 +557,8 @@ def write_record(
 
 def started(run_dir: str) -> bool:
     """Whether training has written anything: until then a re-run may change every option."""
-    return bool(glob.glob(os.path.join(run_dir, "iter*", "trained")) + glob.glob(
-        os.path.join(run_dir, "iter*", "checkpoints", "*.pt")))  # fmt: skip
+    return bool(glob_in(run_dir, "iter*", "trained")
+                + glob_in(run_dir, "iter*", "checkpoints", "*.pt"))  # fmt: skip
 
 
 def lock_run(run_dir: str, fd: int) -> None:

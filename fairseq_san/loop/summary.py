@@ -9,14 +9,13 @@ checkpoint is gone (a run dir restored without checkpoints on another machine, w
 next iteration) keeps the row the earlier summary recorded.
 """
 
-import glob
 import os
 import re
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san import files
 from fairseq_san.errors import UsageError
-from fairseq_san.files import write_json, write_text
+from fairseq_san.files import glob_in, write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.options import LM_KIND
@@ -61,7 +60,7 @@ def iteration_dirs(run_dir: str) -> List[str]:
     """``RUN_DIR/iter<k>`` folders that hold a trained model, in iteration order."""
     found = [
         path
-        for path in glob.glob(os.path.join(run_dir, "iter*"))
+        for path in glob_in(run_dir, "iter*")
         if ITERATION_DIR.search(path) and os.path.exists(best_checkpoint(path))
     ]
     return sorted(found, key=lambda path: int(ITERATION_DIR.search(path).group(1)))

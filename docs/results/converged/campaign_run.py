@@ -61,7 +61,8 @@ BLEU, the test sets with the held-out sources beside them; 130, measured: 127 wi
 ending together on an H100), DECODE_BATCH_SIZE (sentences per batch of every decoding: 128;
 fairseq's beam search costs about the same per step on a GPU at 16 and 128), SLICE_S (seconds
 the slice may take, 540: every job is stopped at that deadline, then the archive is packed),
-JOB_S (seconds one job may take), SEEDS ("2 3": the en-de slice's other seeds), STAGE2_SEED (4:
+JOB_S (seconds one job may take), SEEDS ("2 3": the en-de slice's other seeds; "": none),
+STAGE2_SEED (4:
 the baseline seed of en-de's stage 2), BENCH_S (140: the seconds below which a batch size of the
 bench slice's benchmark does not start; each takes about 85-115 s on an H100 without its
 profile, --no-profile, scaled from gpu-steps' end-to-end runs, and writes its results only at
@@ -75,7 +76,6 @@ slice never asked for is said at its end (a dry run says it before a GPU call).
 
 import dataclasses
 import datetime
-import glob
 import math
 import os
 import shlex
@@ -87,6 +87,7 @@ import time
 from typing import IO, Callable, Dict, List, Optional, Sequence
 
 from campaign_slices import SLICES, restore, unsettled, untrained
+from fairseq_san.files import glob_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CAMPAIGN_SLICES = ["python", os.path.join(os.path.relpath(HERE), "campaign_slices.py")]
@@ -104,6 +105,10 @@ RECORDED = ("CAP_MIN", "UPDATES", "EVAL_S", "DECODE_BATCH_SIZE", "SLICE_S", "PRE
 
 class SettingError(ValueError):
     """A setting of the environment that no slice can run with."""
+
+
+# Settings whose empty value says something (SEEDS="": no other seeds); the others' is unset.
+SAID_WHEN_EMPTY = ("SEEDS",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +162,8 @@ class Settings:
             "PRESET": "examples/presets/gpu-converge.args", "SEEDS": "2 3", "STAGE2_SEED": "4",
             "ONLY": "", "TRAIN_EXTRA": "", "BENCH_S": "140", "JOB_S": "", "EVALUATE": "1",
         }  # fmt: skip
-        text.update({name: os.environ[name] for name in text if os.environ.get(name)})
+        text.update({name: value for name, value in os.environ.items()
+                     if name in text and (value or name in SAID_WHEN_EMPTY)})  # fmt: skip
         problem = setting_problem(text)
         if problem is not None:
             raise SettingError(problem)
@@ -221,7 +227,11 @@ def setting_problem(text: Dict[str, str]) -> Optional[str]:
 
 
 def preset_args(path: str) -> List[str]:
-    """A preset file's fairseq-train arguments (``#`` starts a comment)."""
+    """A preset file's fairseq-train arguments (``#`` starts a comment); SettingError for a
+    PRESET that is no file (a traceback)."""
+    if not os.path.isfile(path):
+        problem = "a folder" if os.path.isdir(path) else "no such file"
+        raise SettingError(f"PRESET={path}: {problem} (a file of fairseq-train arguments)")
     with open(path, encoding="utf-8") as preset:
         return shlex.split("\n".join(line.split("#", 1)[0] for line in preset))
 
@@ -542,8 +552,9 @@ class Slice:
         """Analyse ``run_dir``'s interval checkpoints not analysed yet, one at a time: two at a
         time, beside four trainings, slowed them towards their wall cap (an H200's four ran at
         9.2 updates/s each, against 11 for three)."""
-        pattern = os.path.join(run_dir, "iter0", "checkpoints", "checkpoint_*_*.pt")
-        checkpoints = sorted(glob.glob(pattern)) or ([pattern] if self.s.dry_run else [])
+        parts = ("iter0", "checkpoints", "checkpoint_*_*.pt")
+        dry = [os.path.join(run_dir, *parts)] if self.s.dry_run else []
+        checkpoints = sorted(glob_in(run_dir, *parts)) or dry
         steps = [(path, os.path.join(folder, os.path.basename(path)[: -len(".pt")]))
                  for path in checkpoints]  # fmt: skip
         for path, step in steps:
@@ -553,8 +564,8 @@ class Slice:
     def figure5_command(self, folder: str) -> Optional[List[str]]:
         """Figure 5's plot of the analyses in ``folder``'s subfolders that were written whole (an
         analysis stopped at a deadline leaves its folder without js.json); None without one."""
-        pattern = os.path.join(folder, "*", "js.json")
-        analyses = [os.path.dirname(path) + os.sep for path in sorted(glob.glob(pattern))]
+        found = sorted(glob_in(folder, "*", "js.json"))
+        analyses = [os.path.dirname(path) + os.sep for path in found]
         if not analyses:
             return None
         return ["fairseq-san-plot-js", *analyses, "--reference-layer", "4", "--layers", "5", "6",
@@ -762,7 +773,7 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
     figures (Figure 5 where its analyses came back)."""
     run = Slice(Settings.from_environment("collect", dry_run=False, run_sh=run_sh))
     s = run.s
-    shared = sorted(glob.glob(os.path.join(s.shared, "converged", "converged-*.tar.gz")))
+    shared = sorted(glob_in(s.shared, "converged", "converged-*.tar.gz"))
     archives = [*archives, *shared]
     if not archives:
         print(f"run.sh collect: no archive given and none in {s.shared}/converged", file=sys.stderr)
@@ -775,7 +786,7 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
     run.run_or_stop(["python", os.path.join(here, "campaign_summary.py"), s.results,
                      "--data-root", s.data_root, "-o", summary])  # fmt: skip
     run.run_or_stop(["python", os.path.join(here, "campaign_figures.py"), s.results])
-    for folder in sorted(glob.glob(os.path.join(s.results, "*", "*", "figure5", ""))):
+    for folder in sorted(glob_in(s.results, "*", "*", "figure5", "")):
         command = run.figure5_command(folder)
         if command is not None:
             run.run_or_stop(command)
@@ -791,7 +802,11 @@ def main(argv: List[str]) -> int:
         return 2
     name, rest = args[0], args[1:]
     if name == "collect":
-        return collect(run_sh, rest)
+        try:
+            return collect(run_sh, rest)
+        except SettingError as error:
+            print(f"run.sh: {error}", file=sys.stderr)
+            return 2
     if name not in SLICE_RUNNERS or rest not in ([], ["--dry-run"]):
         what = f"unknown argument {rest[0]}" if name in SLICE_RUNNERS else f"unknown slice {name}"
         print(f"run.sh: {what} ({USAGE})", file=sys.stderr)

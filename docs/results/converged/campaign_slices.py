@@ -37,7 +37,6 @@ The scheduler calls these in its own process:
 
 import argparse
 import datetime
-import glob
 import gzip
 import hashlib
 import json
@@ -61,6 +60,7 @@ from campaign_summary import (
     trained_with,
 )
 from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.files import glob_in
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
 from fairseq_san.scoring import read_generate_output, read_lines
@@ -304,7 +304,7 @@ def compress_hypotheses(results: str) -> None:
     committed here travels to every later GPU call, at most 64 MiB with the bundle, and the test
     sets' hypotheses were more than half of it (10.3 of 18.8 MB after the en-de slice); gzip
     keeps about a third."""
-    for path in glob.glob(os.path.join(results, "**", "generate-*.txt"), recursive=True):
+    for path in glob_in(results, "**", "generate-*.txt", recursive=True):
         with open(path, "rb") as text, open(path + ".gz", "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
                 shutil.copyfileobj(text, packed)

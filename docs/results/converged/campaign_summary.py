@@ -33,7 +33,6 @@ system of that name, seed 1. A system's held-out hypotheses are in ``PAIR/LABEL/
 """
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from campaign_headline import write_headline
 from fairseq_san.errors import UsageError
+from fairseq_san.files import glob_in
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import (
@@ -448,7 +448,7 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
 
 def slice_records(results_dir: str) -> List[dict]:
     """The provenance of every collected slice (where, when and how it ran), oldest first."""
-    records = [read_json(path) for path in glob.glob(os.path.join(results_dir, "provenance", "*.json"))]
+    records = [read_json(path) for path in glob_in(results_dir, "provenance", "*.json")]
     return sorted(records, key=lambda record: record.get("finished") or "")
 
 

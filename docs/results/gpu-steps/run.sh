@@ -68,7 +68,11 @@ DATA=data-bin/multi30k.$PAIR
 BENCH=$(mktemp -d)/gpu-steps  # packed at the end: its files are too many to come back one by one
 TIMER=(fairseq-san-bench steps --device cuda --threads 4 --length 40 --policies baseline san-6-6)
 STEPS=("${TIMER[@]}" --rounds 3 --decoders fairseq static-fp32-fixed static-fp32-graph)
-mkdir -p "$OUT" "$BENCH"
+mkdir -p "$OUT" "$BENCH" "$(dirname -- "$LOG")"
+if ! : 2> /dev/null >> "$LOG"; then  # else no part ran, and the exit status was 0
+  echo "run.sh: LOG=$LOG: cannot write it" >&2
+  exit 2
+fi
 
 FAILED=$BENCH/failed-parts  # a line per part that failed: the exit status
 

@@ -145,8 +145,13 @@ def test_decode_time_policy_may_share_more_never_less(trained, requested, loads)
 @pytest.mark.parametrize(
     "trained, said",
     [
+        # fine-tuning a model trained with --decoder-layers-to-keep named --decoder-layers only
         (["--decoder-layers", "3"], "the checkpoint has 3 decoder layers, this model 6 "
-                                    "(--decoder-layers): it was trained with another architecture"),
+                                    "(--decoder-layers; a model trained with "
+                                    "--decoder-layers-to-keep holds the layers it kept): it was "
+                                    "trained with another architecture"),
+        (["--encoder-layers", "7"], "the checkpoint has 7 encoder layers, this model 2 "
+                                    "(--encoder-layers): it was trained with another architecture"),
         (["--decoder-ffn-embed-dim", "48"], "the checkpoint's decoder.layers.0.fc1.weight has shape "
                                             "(48, 16), this model's (32, 16): it was trained with "
                                             "another architecture"),

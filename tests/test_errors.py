@@ -3284,3 +3284,33 @@ def test_a_translation_model_as_the_fusion_language_model_is_refused():
             "checkpoint of --task language_modeling_san (examples/learn_to_share_lm.sh) trained "
             "on the target language"
         )
+
+
+def test_interactive_says_a_tab_without_constraints_once(caplog):
+    """A line ``sentence<TAB>phrase`` without --constraints was translated whole, the phrase as
+    part of the sentence, without a word."""
+    from types import SimpleNamespace
+
+    from fairseq_san.fairseq_fixes.interactive_input import numbered_across_buffers
+
+    def make_batches(lines, cfg, task):
+        yield from ()
+
+    class Task:
+        target_dictionary = None
+
+    read = numbered_across_buffers(make_batches)
+    plain, constrained = (SimpleNamespace(generation=SimpleNamespace(constraints=given))
+                          for given in (None, "ordered"))  # fmt: skip
+    with caplog.at_level("WARNING"):
+        list(read(["no tab", "with\ttab"], constrained, Task()))
+        assert not caplog.records
+        task = Task()
+        list(read(["a tab\\tfree line"], plain, task))  # escaped: no tab
+        list(read(["no tab", "with\ttab"], plain, task))
+        list(read(["again\ttab"], plain, task))
+    assert [record.getMessage() for record in caplog.records] == [
+        "S-2 holds a tab: without --constraints fairseq-interactive translates the whole line, "
+        "its tabs read as spaces; give --constraints to read each phrase after a tab as one the "
+        "translation must hold (said once)"
+    ]

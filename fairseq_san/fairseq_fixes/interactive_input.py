@@ -17,12 +17,14 @@ fairseq-interactive numbers its output across buffers (``S-N``: the lines read b
 buffer, plus the id in the buffer's batches), and gives the task samples without ids: the
 plugin's messages named a sentence by its row in the batch ("sample 0" for every line at the
 default ``--buffer-size 1``). ``install()`` also wraps ``make_batches``, which tells a plugin
-task (a ``DecodingTask``) the ids of each batch as the output numbers them, and refuses a
+task (a ``DecodingTask``) the ids of each batch as the output numbers them, refuses a
 ``--constraints`` phrase holding a word that the target dictionary has not (fairseq forced the
-unknown word into the translation).
+unknown word into the translation), and without ``--constraints`` logs the first line holding a
+tab (its phrases were translated as part of the sentence, without a word).
 """
 
 import functools
+import logging
 import sys
 import weakref
 
@@ -31,6 +33,8 @@ from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.scoring import GZIP_MAGIC
 
 STDIN = "-"
+
+logger = logging.getLogger(__name__)
 
 
 def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:
@@ -82,17 +86,36 @@ def check_constraints_known(batch, dictionary, before: int) -> None:
         )
 
 
+def said_tab_without_constraints(lines, before: int) -> bool:
+    """Log the first of ``lines`` (after ``before`` lines) that holds a tab, and say whether one
+    did: without ``--constraints`` fairseq translates a line whole, its tabs read as spaces, so
+    the phrases of a user who forgot the flag were translated as part of the sentence."""
+    tabbed = next((number for number, line in enumerate(lines) if "\t" in line), None)
+    if tabbed is None:
+        return False
+    logger.warning(
+        "S-%d holds a tab: without --constraints fairseq-interactive translates the whole line, "
+        "its tabs read as spaces; give --constraints to read each phrase after a tab as one the "
+        "translation must hold (said once)", tabbed + before,
+    )  # fmt: skip
+    return True
+
+
 def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
     buffers before ``lines``; and refuses constraints of unknown words
     (``check_constraints_known``)."""
     lines_before = weakref.WeakKeyDictionary()  # task -> its lines in the buffers before
+    tab_said = False
 
     @functools.wraps(make_batches)
     def wrapper(lines, cfg, task, *rest, **keywords):
+        nonlocal tab_said
         numbered = hasattr(task, "interactive_ids")
         before = lines_before.get(task, 0)
+        if not cfg.generation.constraints and not tab_said:
+            tab_said = said_tab_without_constraints(lines, before)
         for batch in make_batches(lines, cfg, task, *rest, **keywords):
             check_constraints_known(batch, task.target_dictionary, before)
             if numbered:

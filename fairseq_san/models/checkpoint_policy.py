@@ -305,9 +305,11 @@ def check_checkpoint_size(model: nn.Module, state_dict: Dict) -> None:
     trained, built = stack_depths(state_dict), stack_depths(own)
     for stack in sorted(set(trained) & set(built)):
         if trained[stack] != built[stack]:
+            kept = (f"; a model trained with --{stack}-layers-to-keep holds the layers it kept"
+                    if trained[stack] < built[stack] else "")  # fmt: skip
             raise UsageError(
                 f"the checkpoint has {trained[stack]} {stack} layers, this model "
-                f"{built[stack]} (--{stack}-layers): {ANOTHER_SIZE}"
+                f"{built[stack]} (--{stack}-layers{kept}): {ANOTHER_SIZE}"
             )
     for key, tensor in state_dict.items():
         if key in own and tuple(own[key].shape) != tuple(tensor.shape):

@@ -204,6 +204,17 @@ def check_no_alignment(print_alignment: object) -> None:
         raise UsageError("--print-alignment: a language model has no source to align its output to")
 
 
+def check_no_constraints(constraints: object) -> None:
+    """Refuse ``--constraints`` for a language model: fairseq's language-modelling task drops
+    them from its prompts (fairseq-interactive failed in its search: "'NoneType' object is not
+    iterable") and its ``inference_step`` refuses them (the hub: NotImplementedError)."""
+    if constraints:
+        raise UsageError(
+            "--constraints: a language model decodes no constraints (fairseq's language-modelling "
+            "task refuses them); leave --constraints out"
+        )
+
+
 def check_ngram_size(size: object) -> None:
     """Refuse a ``--no-repeat-ngram-size`` that is not 0 (off) or at least 2: below 0 fairseq
     turns the blocking off without a word, and 1 blocked nothing on the CPU and, with fairseq's

@@ -46,7 +46,7 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR, missing_component_option
 from fairseq_san.files import glob_in
-from fairseq_san.generation_options import check_no_alignment
+from fairseq_san.generation_options import check_no_alignment, check_no_constraints
 from fairseq_san.tasks.decoding import (
     CALL_KEYWORD,
     REFINEMENT_OPTIONS,
@@ -354,6 +354,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         language_model = isinstance(self.task, LanguageModelingTask)
         if language_model:  # fairseq's own language_modeling task too
             check_no_alignment(keywords.get("print_alignment"))
+            packed = (inference_step_args or {}).get("constraints")
+            check_no_constraints(keywords.get("constraints") or packed is not None)
         if keywords.get("score_reference") and not language_model:
             raise UsageError(
                 "score_reference=True (score() sets it): the hub gives a translation model's "

@@ -1075,6 +1075,23 @@ def test_interactive_refuses_a_constraint_of_an_unknown_word(binarized_corpus, t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("task", ["translation", "translation_san"])
+def test_interactive_refuses_a_source_holding_the_padding_symbol(binarized_corpus, trained, task):
+    """``tok1 <pad> tok2``: fairseq read the typed <pad> as padding and translated "tok1 tok2"
+    (the position masked out), exit 0."""
+    argv = [str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
+            "fairseq_san", "--task", task, "--path", str(trained["plain"] / "checkpoint_last.pt"),
+            "--cpu", "--beam", "2"]  # fmt: skip
+    result = subprocess.run(argv, input="tok1 tok2\ntok1 <pad> tok2\n", cwd=REPO, env=cli_env(),
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert_one_line_error(
+        result, "an input holds <pad>, the dictionary's padding symbol, which fairseq reads as "
+        "padding and not as a word (left out, or generated in): write it otherwise"
+    )  # fmt: skip
+    assert "H-0" in result.stdout and "H-1" not in result.stdout
+
+
+@pytest.mark.slow
 def test_fairseq_generate_whose_output_cannot_be_written_ends_without_a_traceback(
     binarized_corpus, trained
 ):
@@ -3283,6 +3300,28 @@ def test_a_translation_model_as_the_fusion_language_model_is_refused():
             "--lm-path: the model is a TransformerSANModel, not a language model: give a "
             "checkpoint of --task language_modeling_san (examples/learn_to_share_lm.sh) trained "
             "on the target language"
+        )
+
+
+@pytest.mark.parametrize("arch", ["transformer_lm_san", "transformer_lm"])
+def test_a_fusion_language_model_trained_with_a_start_token_is_refused(arch):
+    """--lm-path of a language model trained with --add-bos-token: the search fed it the end of
+    sentence where it learned <s>, and its scores were fused without a word (either decoder)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.static_decoding import StaticSequenceGenerator
+
+    target = make_dictionary(24)
+    model, _ = build(dictionary=target)
+    with_start, _ = build_lm(["--add-bos-token"], arch=arch, dictionary=make_dictionary(24))
+    for generator in (SequenceGenerator, StaticSequenceGenerator):
+        with pytest.raises(UsageError) as refused:
+            generator([model], target, beam_size=2, lm_model=with_start, lm_weight=0.5)
+        assert str(refused.value) == (
+            "--lm-path: the language model was trained with --add-bos-token, and the search would "
+            "feed it the end of sentence (</s>) as its start token, not the <s> it learned: give "
+            "one trained without --add-bos-token"
         )
 
 

@@ -619,6 +619,39 @@ def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):
         language_model.score(b"tok1")
 
 
+def test_a_language_model_refuses_constraints(language_model):
+    """The hint to give the constraint tokens led to fairseq's NotImplementedError traceback
+    (its language-modelling task decodes no constraints)."""
+    import torch
+    from fairseq.token_generation_constraints import pack_constraints
+
+    from fairseq_san.errors import UsageError
+
+    packed = {"constraints": pack_constraints([[torch.tensor([4])]])}
+    for keywords in ({"constraints": "ordered"}, {"inference_step_args": packed},
+                     {"constraints": "unordered", "inference_step_args": packed}):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            language_model.generate([language_model.encode("tok1")], beam=2, **keywords)
+        assert str(refused.value) == (
+            "--constraints: a language model decodes no constraints (fairseq's "
+            "language-modelling task refuses them); leave --constraints out"
+        )
+
+
+def test_an_input_holding_the_padding_symbol_is_refused(language_model):
+    """A typed ``<pad>`` was read as padding: a prompt's position generated in, a text's left out
+    of its score (``score("tok1 <pad> tok2")`` scored "tok1 tok2"), silently."""
+    from fairseq_san.errors import UsageError
+
+    for call in (language_model.sample, language_model.score):
+        with pytest.raises(UsageError) as refused:
+            call("tok1 <pad> tok2")
+        assert str(refused.value) == (
+            "an input holds <pad>, the dictionary's padding symbol, which fairseq reads as "
+            "padding and not as a word (left out, or generated in): write it otherwise"
+        )
+
+
 def test_an_empty_sentence_to_score_is_refused(language_model):
     """score(["tok1", ""]) scored the empty one NaN (the mean of no token's score), silently."""
     from fairseq_san.errors import UsageError

@@ -284,6 +284,45 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
     )
 
 
+@pytest.mark.parametrize("task", ["language_modeling_san", "language_modeling"])
+def test_eval_lm_refuses_an_analysis_among_its_model_overrides(trained, task, tmp_path):
+    """fairseq-eval-lm builds its task from its command line: ``--model-overrides
+    "{'san_analysis_dir': DIR}"`` reached the model only, and the run wrote no analysis, exit 0
+    (under fairseq's task, the refusal named fairseq-validate and a training task it was not)."""
+    data, checkpoints = trained
+    analysis = tmp_path / "analysis"
+    result = run_cli(
+        "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--task", task,
+        "--sample-break-mode", "eos", "--path", str(checkpoints["san"]), "--cpu",
+        "--model-overrides", repr({"san_analysis_dir": str(analysis)}),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san: error: san_analysis_dir {str(analysis)!r} (from --model-overrides): "
+        "--san-analysis-dir is for fairseq-validate (its teacher-forced pass): fairseq-eval-lm "
+        "would analyse nothing; drop it, and run fairseq-validate DATA --task translation_san (or "
+        "language_modeling_san) --path CKPT --san-analysis-dir DIR"
+    )
+    assert not analysis.exists()
+
+
+@pytest.mark.parametrize("task", ["language_modeling_san", "language_modeling"])
+def test_interactive_refuses_constraints_for_a_language_model(trained, task):
+    """fairseq's language-modelling task drops a prompt's constraints: a TypeError traceback from
+    its search ("'NoneType' object is not iterable"), with either decoder."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task", task,
+        "--path", str(checkpoints["san"]), "--cpu", "--beam", "2", "--constraints",
+        input="tok1 tok2\ttok3\n",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --constraints: a language model decodes no constraints (fairseq's "
+        "language-modelling task refuses them); leave --constraints out"
+    )
+
+
 @pytest.mark.parametrize("buffer", [[], ["--buffer-size", "2", "--batch-size", "2"]])
 def test_interactive_names_a_prompt_by_its_output_number(trained, buffer):
     """fairseq-interactive numbers its output across buffers (S-2 for the third line), each

@@ -1,6 +1,7 @@
 """``transformer_lm_san``: fairseq's transformer_lm with a decoder self-attention policy, shared
 by attention weights (SAN) or by keys and values (CLA); with no policy it is transformer_lm."""
 
+import argparse
 import json
 import re
 
@@ -201,6 +202,7 @@ def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(overri
         TransformerLMSANModel.build_model(args, StandInTask(DICT))
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["task cfg", "legacy task args"])
 @pytest.mark.parametrize(
     "decoding, message",
     [("static", "san_decoding 'static' is a model option here (--model-overrides or the "
@@ -210,16 +212,21 @@ def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(overri
       "is not a decoding of this model: pass one of fairseq, static as --san-decoding (with --task "
       "language_modeling_san)")],
 )  # fmt: skip
-def test_a_decoding_in_the_language_models_overrides_is_refused(decoding, message):
+def test_a_decoding_in_the_language_models_overrides_is_refused(legacy, decoding, message):
     """fairseq-generate builds the generator from its own task: the language model ignored
-    ``--model-overrides "{'san_decoding': 'static'}"`` (the translation model refused it)."""
+    ``--model-overrides "{'san_decoding': 'static'}"`` (the translation model refused it), and
+    under fairseq's ``--task language_modeling``, a legacy task whose options are its ``args``,
+    it still did."""
     from fairseq_san.errors import UsageError
     from fairseq_san.tasks.language_modeling_san import LanguageModelingSANConfig
 
     _, args = build_lm(["--san-decoder-self-policy", "3,3"])
     args.san_decoding = decoding
     task = StandInTask(DICT)
-    task.cfg = LanguageModelingSANConfig()
+    if legacy:
+        task.args = argparse.Namespace(task="language_modeling")
+    else:
+        task.cfg = LanguageModelingSANConfig()
     with pytest.raises(UsageError) as refused:
         TransformerLMSANModel.build_model(args, task)
     assert str(refused.value) == message

@@ -74,7 +74,7 @@ from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
-from fairseq_san.generation_options import check_search_numbers
+from fairseq_san.generation_options import check_no_constraints, check_search_numbers
 from fairseq_san.options import (
     ANALYSIS_OPTIONS,
     DECODER_OPTIONS,
@@ -285,13 +285,24 @@ def check_constraints_given(args: argparse.Namespace, command: str) -> None:
     """Refuse ``--constraints`` where no constraint can be given: fairseq-interactive reads them
     after tabs on each input line, fairseq-generate's binarized data hold none, and fairseq's
     constrained search failed on its first batch ("TypeError: 'NoneType' object is not
-    iterable")."""
+    iterable"); a language model has none (``check_no_constraints``)."""
+    if language_modelling(args):
+        check_no_constraints(getattr(args, "constraints", None))
     if getattr(args, "constraints", None) and not reads_input_lines(args):
         raise UsageError(
             f"--constraints: {command} has no constraints to decode with (its data hold none); "
             "give them to fairseq-interactive, after a tab on each input line, or leave "
             "--constraints out"
         )
+
+
+def language_modelling(args: argparse.Namespace) -> bool:
+    """Whether ``args.task`` is fairseq's language-modelling task or one derived from it."""
+    from fairseq.tasks import TASK_REGISTRY
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    task = TASK_REGISTRY.get(getattr(args, "task", None))
+    return task is not None and issubclass(task, LanguageModelingTask)
 
 
 # fairseq-generate's options that fairseq-interactive accepts and does not follow: it loads no

@@ -6,7 +6,8 @@ of the data it decodes and adds the model's log-probabilities to the translation
 the first step of the search ("The size of tensor a (7800) must match the size of tensor b
 (1984)"), and one over as many other tokens fused the scores of other words, without a word.
 ``install()`` wraps ``SequenceGenerator.__init__`` (its subclasses' too): a language model whose
-dictionary is not the target's is one line, and so is a model that is no language model. The
+dictionary is not the target's is one line, and so are a model that is no language model and
+one trained with ``--add-bos-token`` (fed ``</s>`` where it learned ``<s>``, silently). The
 output's length is capped at the language model's positions too, as fairseq caps it at the
 translation model's: a language model of fewer learned positions failed with an ``IndexError``
 at the first longer output.
@@ -45,6 +46,26 @@ def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
     )
 
 
+def check_lm_start_token(lm_model: object) -> None:
+    """Refuse a fusion language model trained with ``--add-bos-token``: the search feeds it the
+    decoded prefix, which starts with the end of sentence (``</s>``), not the ``<s>`` it learned
+    every sample to start with, and its scores were fused without a word."""
+    args = getattr(getattr(lm_model, "decoder", None), "args", None)
+    if getattr(args, "add_bos_token", False):
+        raise UsageError(
+            "--lm-path: the language model was trained with --add-bos-token, and the search would "
+            "feed it the end of sentence (</s>) as its start token, not the <s> it learned: give "
+            "one trained without --add-bos-token"
+        )
+
+
+def check_fusion_model(lm_model: object, tgt_dict: object) -> None:
+    """Refuse an ``--lm-path`` model that fusion cannot use as it learned: every check above
+    (fairseq's generator and the static decoder's)."""
+    check_lm_dictionary(lm_model, tgt_dict)
+    check_lm_start_token(lm_model)
+
+
 def positions_with(lm_model: object, max_len: int) -> int:
     """A generator's ``max_len`` (the decoded model's positions, or ``--max-len``'s cap) capped
     at the positions of its fusion model ``lm_model``, with a line where that lowers it."""
@@ -62,7 +83,7 @@ def _checking(init):
     def wrapper(self, models, tgt_dict, *args, **kwargs):
         lm_model = kwargs.get("lm_model")
         if lm_model is not None:
-            check_lm_dictionary(lm_model, tgt_dict)
+            check_fusion_model(lm_model, tgt_dict)
         init(self, models, tgt_dict, *args, **kwargs)
         if lm_model is not None:
             self.max_len = positions_with(lm_model, self.max_len)

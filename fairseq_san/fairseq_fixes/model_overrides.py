@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 
 from fairseq_san import options
 from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
+from fairseq_san.fairseq_fixes.command_options import analysis_elsewhere
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
 from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES, given_values, out_of_range
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
@@ -351,6 +352,27 @@ DECODING_COMMANDS = {"fairseq_cli.generate": "fairseq-generate",
                      "fairseq_cli.interactive": "fairseq-interactive"}  # fmt: skip
 
 
+# The fairseq commands that build their task from their own command line: the checkpoint's task
+# options that --model-overrides sets reach the model only (fairseq-validate keeps the task).
+TASK_FROM_COMMAND_LINE = {**DECODING_COMMANDS, "fairseq_cli.eval_lm": "fairseq-eval-lm"}
+
+
+def check_no_analysis_option(overrides: Dict[str, Any]) -> None:
+    """Refuse an option of the attention analysis (``san_analysis_dir``) in the
+    ``--model-overrides`` of a command of ``TASK_FROM_COMMAND_LINE``: the analysis is its task's,
+    which the overrides do not reach, and the command ran and wrote none, exit 0."""
+    command = next((name for module, name in TASK_FROM_COMMAND_LINE.items()
+                    if running_command(module) is not None), None)  # fmt: skip
+    if command is None:
+        return
+    for option in options.ANALYSIS_OPTIONS:
+        if overrides.get(option.name) is not None:
+            raise UsageError(
+                f"{option.name} {overrides[option.name]!r} (from --model-overrides): "
+                f"{analysis_elsewhere(command)}"
+            )
+
+
 def check_no_decoding_option(overrides: Dict[str, Any], own: Set[str]) -> None:
     """Refuse a generation option (``beam``, ``lenpen``, ...) in fairseq-generate's or
     -interactive's ``--model-overrides``: it sets the checkpoint's stored configuration, and the
@@ -447,6 +469,7 @@ def check_overrides(
     check_not_set_by_architecture(own_class, overrides, source)
     check_weightless_options(model_cfg, overrides, source)
     check_no_decoding_option(overrides, set(own) | set(options.OPTIONS))
+    check_no_analysis_option(overrides)
 
 
 def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: str) -> None:

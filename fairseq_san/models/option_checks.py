@@ -288,9 +288,10 @@ def check_decoder_overrides(
     accepted and ignored. A value other than the default that the task does not have is refused
     with the flag that works (the model applies the decodings of ``options.MODEL_DECODINGS``);
     a decoding outside ``switch``'s choices (a language model's: ``options.LM_DECODING``) is
-    refused as such.
+    refused as such. A legacy task (fairseq's ``language_modeling``) keeps its options in
+    ``args``.
     """
-    cfg = getattr(task, "cfg", None)
+    cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
     if cfg is None:
         return
     for option in options.DECODER_OPTIONS:

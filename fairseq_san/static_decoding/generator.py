@@ -33,7 +33,7 @@ from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
 
 from fairseq_san.errors import UsageError
-from fairseq_san.fairseq_fixes.lm_fusion import check_lm_dictionary, positions_with
+from fairseq_san.fairseq_fixes.lm_fusion import check_fusion_model, positions_with
 from fairseq_san.generation_options import (
     check_alignment_kind,
     check_diverse_beam_groups,
@@ -170,7 +170,7 @@ class StaticSequenceGenerator(nn.Module):
         self.choose_execution(torch.device(device) if device is not None else model_device)
         self.fused_lm: Optional[FusedLanguageModel] = None
         if lm_model is not None:  # converted to the precision the device was checked to run
-            check_lm_dictionary(lm_model, tgt_dict)
+            check_fusion_model(lm_model, tgt_dict)
             lm_model.eval()  # (returns None after fairseq's make_generation_fast_)
             self.fused_lm = FusedLanguageModel(lm_model, lm_weight, self.precision)
         self.built_from: Optional[tuple] = None

@@ -1094,12 +1094,17 @@ def test_a_checkpoint_validating_bleu_with_a_misspelt_option_is_refused_where_it
 
 @pytest.mark.slow
 def test_a_checkpoint_storing_an_analysis_folder_is_refused_and_the_command_line_may(
-    binarized_corpus, san_checkpoint, tmp_path
+    binarized_corpus, san_checkpoint, tmp_path, monkeypatch
 ):
     """fairseq-validate and the hub build the task from the checkpoint's configuration: a stored
     ``san_analysis_dir`` (training refuses the option) made them create that folder and write the
     analysis into it, with no flag given."""
     from fairseq import checkpoint_utils
+
+    from fairseq_san.fairseq_fixes.model_overrides import TASK_FROM_COMMAND_LINE
+
+    for module in TASK_FROM_COMMAND_LINE:  # this process loads as fairseq-validate does
+        monkeypatch.delitem(sys.modules, module, raising=False)
 
     planted = tmp_path / "planted" / "by" / "checkpoint"
     storing = planted_checkpoint(san_checkpoint, tmp_path / "storing.pt", "task",

@@ -697,6 +697,40 @@ def test_prompts_that_hold_the_end_of_sentence_are_named(decoder, caplog):
 
 
 @pytest.mark.parametrize("decoder", list(GENERATORS))
+def test_prefixes_that_hold_the_end_of_sentence_are_named_as_a_language_models(decoder, caplog):
+    """fairseq-generate --prefix-size on blocks that hold sentence ends (--sample-break-mode
+    none): the translation's wording said "holds its whole target ... its hypothesis is its
+    reference" of a 12-token block, and "leave out sentences whose target is empty" of one that
+    was not."""
+    task, model = lm_task()
+    prefix = prompts((3, 3, 3), seed=1)
+    prefix[1, 1] = DICT.eos()
+    sample = {**sample_of(prompts((6, 6, 6), seed=2)), "id": torch.tensor([4, 7, 9])}
+    generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=12)
+    with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
+        task.inference_step(generator, [model], sample, prefix)
+    prompt = (
+        "--prefix-size: the prompt of sample {} (its first tokens: the blocks of "
+        "--sample-break-mode none or complete hold sentence ends, and with --add-bos-token those "
+        "of eos begin with one)"
+    )
+    remedy = "pass a smaller --prefix-size, or --sample-break-mode eos without --add-bos-token"
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{prompt.format(7)} holds the end of sentence (EOS), which the search forces: the "
+        f"hypothesis ends there, with no token generated; {remedy} (said of the first batch "
+        "with such prompts only)"
+    ]
+    prefix[2, 0] = DICT.eos()
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(generator, [model], sample, prefix)
+    assert str(refused.value) == (
+        f"{prompt.format(9)} begins with the end of sentence (EOS), which beam search at --beam "
+        f"2 cannot finish: {remedy} (at --beam 1 the hypothesis ends at once, with no token "
+        "generated)"
+    )
+
+
+@pytest.mark.parametrize("decoder", list(GENERATORS))
 def test_a_prompt_that_begins_with_the_end_of_sentence_beside_others_is_one_line(decoder):
     """Blocks of --sample-break-mode none hold sentence ends, and the first begins with one:
     where the others' ends come later, fairseq's generator failed at that first forced EOS with

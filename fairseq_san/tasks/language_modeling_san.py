@@ -82,10 +82,16 @@ def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool
     )
 
 
-def prompts_of(sentences: List[int], whole_samples: bool) -> str:
+def prompts_of(sentences: List[int], whole_samples: bool, prefix: bool = False) -> str:
     """The prompts of ``sentences``, and where fairseq-generate's come from (``whole_samples``:
-    no ``--prefix-size``) and why they can hold the end of sentence."""
+    no ``--prefix-size``; ``prefix``: its first tokens) and why they can hold the end of
+    sentence."""
     said = f"the prompt of sample {', '.join(map(str, sentences))}"
+    if prefix:
+        return (
+            f"--prefix-size: {said} (its first tokens: the blocks of --sample-break-mode none or "
+            "complete hold sentence ends, and with --add-bos-token those of eos begin with one)"
+        )
     if not whole_samples:
         return said
     return (
@@ -95,8 +101,10 @@ def prompts_of(sentences: List[int], whole_samples: bool) -> str:
     )
 
 
-def remedy(whole_samples: bool) -> str:
+def remedy(whole_samples: bool, prefix: bool = False) -> str:
     """How to prompt without the end of sentence."""
+    if prefix:
+        return "pass a smaller --prefix-size, or --sample-break-mode eos without --add-bos-token"
     if whole_samples:
         return "pass --prefix-size N to prompt with each sample's first N target tokens"
     return "leave the end-of-sentence symbol out of the prompt"
@@ -211,25 +219,24 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     ) -> UsageError:
         """``--prefix-size``'s error, or the prompts' (which fairseq's generator failed at its
         maximum length, a traceback)."""
-        if prefix_tokens is not None:
-            return super().forced_ends_refused(sentences, beam, prefix_tokens)
         whole_samples = not self.typed_prompts
+        prompts = prompts_of(sentences, whole_samples, prefix_tokens is not None)
         return UsageError(
-            f"{prompts_of(sentences, whole_samples)} begins with the end of sentence (EOS), "
-            f"which beam search at --beam {beam} cannot finish: {remedy(whole_samples)} (at "
+            f"{prompts} begins with the end of sentence (EOS), which beam search at --beam "
+            f"{beam} cannot finish: {remedy(whole_samples, prefix_tokens is not None)} (at "
             "--beam 1 the hypothesis ends at once, with no token generated)"
         )
 
     def forced_ends_warning(self, sentences: List[int], prefix_tokens: Optional[Tensor]) -> str:
         """``--prefix-size``'s warning, or the prompts' (the search forces their end of
         sentence and ends the hypothesis there: fairseq's output lacked a word why)."""
-        if prefix_tokens is not None:
-            return super().forced_ends_warning(sentences, prefix_tokens)
         whole_samples = not self.typed_prompts
+        prompts = prompts_of(sentences, whole_samples, prefix_tokens is not None)
         return (
-            f"{prompts_of(sentences, whole_samples)} holds the end of sentence (EOS), which the "
-            "search forces: the hypothesis ends there, with no token generated; "
-            f"{remedy(whole_samples)} (said of the first batch with such prompts only)"
+            f"{prompts} holds the end of sentence (EOS), which the search forces: the hypothesis "
+            "ends there, with no token generated; "
+            f"{remedy(whole_samples, prefix_tokens is not None)} (said of the first batch with "
+            "such prompts only)"
         )
 
     def start_token(self) -> int:

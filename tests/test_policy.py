@@ -843,8 +843,8 @@ def test_cli_a_language_models_js_needs_only_the_decoder_self_theta(js_file, tmp
 
 def test_cli_warns_that_a_theta_for_attention_the_analysis_has_not_is_ignored(tmp_path, capsys):
     """A language model's analysis (encoder-decoder and encoder attention null) took
-    --theta-decoder-encdec and --theta-encoder-self without a word; decoder self-attention's
-    theta is required, so an AAN's analysis (null) takes it silently."""
+    --theta-decoder-encdec and --theta-encoder-self without a word; an AAN's (decoder
+    self-attention null) required --theta-decoder-self, then ignored it without a word."""
     lm = write_json(tmp_path / "lm.json",
                     {"decoder_self": PAPER_SELF, "decoder_encdec": None, "encoder_self": None})
     policy_main([lm, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
@@ -862,9 +862,20 @@ def test_cli_warns_that_a_theta_for_attention_the_analysis_has_not_is_ignored(tm
     ]
     aan = write_json(tmp_path / "aan.json", {"decoder_self": None, "decoder_encdec": PAPER_SELF,
                                              "encoder_self": PAPER_SELF})  # fmt: skip
-    policy_main([aan, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
-                 "--theta-encoder-self", "0.5"])  # fmt: skip
+    policy_main([aan, "--theta-decoder-encdec", "0.5", "--theta-encoder-self", "0.5"])
     assert capsys.readouterr().err == ""
+    policy_main([aan, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5"])
+    assert capsys.readouterr().err.splitlines() == [
+        "fairseq-san-policy: warning: --theta-decoder-self 0.5 is ignored: the analysis has no "
+        f"decoder self-attention (decoder_self is null in {aan}; an AAN decoder has no "
+        "self-attention weights)"
+    ]
+    with pytest.raises(SystemExit):  # an analysis of decoder self-attention wants its theta
+        policy_main([lm, "--theta-decoder-encdec", "0.5"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fairseq-san-policy: error: --theta-decoder-self is required: the analysis has decoder "
+        "self-attention (only an AAN decoder's has none)"
+    )
 
 
 def test_cli_takes_an_analysis_folder_for_its_js_json(js_file, tmp_path, capsys):

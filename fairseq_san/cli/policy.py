@@ -47,10 +47,11 @@ from fairseq_san.policy import (
 PROG = "fairseq-san-policy"
 
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
-# THETA_FLAG: decoder self-attention's is required (every model has it).
+# THETA_FLAG: decoder self-attention's is required where the analysis has it (``main``).
 THETA_FLAG = {"help": "default: not shared"}
 THETA_FLAGS = {
-    "decoder_self": {"required": True, "help": "larger shares less"},
+    "decoder_self": {"help": "required, but for an AAN decoder's analysis (it has none); larger "
+                     "shares less"},
     "decoder_encdec": {"help": "default: not shared; a language model has none"},
 }
 
@@ -158,17 +159,29 @@ def warn_of_bits(js_by_kind: dict) -> None:
             )
 
 
+# Why an analysis has no matrix of a kind, said with its ignored theta (else: no encoder).
+WHO_HAS_NONE = {"decoder_self": "; an AAN decoder has no self-attention weights"}
+
+
+def check_decoder_self_theta(js_by_kind: dict, thetas: dict) -> None:
+    """PolicyError where the analysis has decoder self-attention and ``--theta-decoder-self`` is
+    not given: every model but an AAN has it, and the paper's policies share it."""
+    if thetas["decoder_self"] is None and js_by_kind.get("decoder_self") is not None:
+        raise PolicyError(
+            "--theta-decoder-self is required: the analysis has decoder self-attention (only an "
+            "AAN decoder's has none)"
+        )
+
+
 def warn_of_ignored_thetas(js_by_kind: dict, thetas: dict, paths: list[str]) -> None:
     """A warning on stderr for each theta given for a kind of attention the analysis has none of
-    (null: a language model has no encoder-decoder or encoder attention), which is therefore
-    ignored. Not for decoder self-attention, whose theta is required (an AAN's analysis has no
-    weights of it, and the policy leaves it unshared)."""
+    (null: a language model has no encoder-decoder or encoder attention, an AAN decoder no
+    self-attention weights), which is therefore ignored."""
     for kind, theta in thetas.items():
-        required = THETA_FLAGS.get(kind, {}).get("required", False)
-        if theta is None or required or kind not in js_by_kind or js_by_kind[kind] is not None:
+        if theta is None or kind not in js_by_kind or js_by_kind[kind] is not None:
             continue
         title = KIND_TABLE[kind].title
-        model = "; a language model has no encoder" if KIND_TABLE[kind].keys == "encoder" else ""
+        model = WHO_HAS_NONE.get(kind, "; a language model has no encoder")
         print(
             f"{PROG}: warning: {flag_of(f'theta_{kind}')} {theta:g} is ignored: the analysis has "
             f"no {title} ({kind} is null in {', '.join(paths)}{model})",
@@ -195,6 +208,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         analyses = [load_json_object(path, "JS file") for path in paths]
         js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)
         check_some_matrix(js_by_kind, paths)
+        check_decoder_self_theta(js_by_kind, thetas)
         policy = learn_policy(js_by_kind, thetas)
         warn_of_ignored_thetas(js_by_kind, thetas, paths)
         warn_of_bits({kind: js_by_kind[kind] for kind in policy})  # the matrices checked

@@ -1276,6 +1276,31 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     assert not list(tmp_path.glob("m.*"))
 
 
+def test_spm_train_names_sentences_too_long_for_sentencepiece(tmp_path):
+    """Lines longer than sentencepiece's max_sentence_length are left out without a word (its
+    log is silenced): a file of only such lines was said to hold no sentence."""
+    long_line = "word " * 900  # 4,500 bytes
+    only_long = tmp_path / "long.en"
+    only_long.write_text(f"{long_line}\n{long_line}\n")
+    result = run_cli("fairseq-san-spm", "train", str(only_long), "--model-prefix",
+                     str(tmp_path / "m"))  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"fairseq-san-spm: error: {only_long}: every sentence is longer than 4,192 bytes, and "
+        "sentencepiece learns from none longer (its max_sentence_length): split its lines into "
+        "sentences"
+    )
+    mixed = tmp_path / "mixed.en"
+    mixed.write_text(f"a man walks\na dog runs\n{long_line}\n")
+    result = run_cli("fairseq-san-spm", "train", str(mixed), "--model-prefix",
+                     str(tmp_path / "m"), "--vocab-size", "16")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[0] == (
+        f"fairseq-san-spm: warning: 1 of the 3 sentences of {mixed} are longer than 4,192 bytes: "
+        "sentencepiece leaves them out of what it learns from"
+    )
+
+
 def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_path):
     """sentencepiece said ``INTERNAL: src/trainer_interface.cc(467) [!sentences_.empty()]``."""
     empty = tmp_path / "empty.en"

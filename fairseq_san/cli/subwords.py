@@ -64,6 +64,7 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
         eos_id=-1,
         pad_id=-1,
         unk_id=0,
+        max_sentence_length=MAX_SENTENCE_BYTES,
         minloglevel=2,
     )
 
@@ -71,7 +72,8 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
 def check_training_text(inputs: List[str]) -> None:
     """Refuse a name holding "," (sentencepiece reads its inputs as one comma-separated list:
     ``x,y.en`` was read as ``x`` and ``y.en``) and a file with no sentence (sentencepiece says
-    ``INTERNAL: ... !sentences_.empty()``). Only regular files are looked into: sentencepiece
+    ``INTERNAL: ... !sentences_.empty()``), or none it learns from (``check_sentence_lengths``).
+    Only regular files are looked into: sentencepiece
     reads each input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be
     missing from the text it learns from."""
     for path in inputs:
@@ -84,8 +86,33 @@ def check_training_text(inputs: List[str]) -> None:
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder fails here, as one
             continue
         with utf8_text(path), open(path, encoding="utf-8") as lines:
-            if not any(line.strip() for line in lines):
-                raise UsageError(f"{path} has no sentence to learn subwords from")
+            sentences = [line.rstrip("\n") for line in lines if line.strip()]
+        if not sentences:
+            raise UsageError(f"{path} has no sentence to learn subwords from")
+        check_sentence_lengths(path, sentences)
+
+
+# The longest sentence, in bytes, that sentencepiece learns from (its max_sentence_length, given
+# to the trainer): it leaves longer ones out, said only in the log the command silences.
+MAX_SENTENCE_BYTES = 4192
+
+
+def check_sentence_lengths(path: str, sentences: List[str]) -> None:
+    """Refuse a file whose every sentence is longer than ``MAX_SENTENCE_BYTES`` (sentencepiece
+    found "no sentence" in it), and say how many it leaves out of one that has others."""
+    too_long = sum(len(sentence.encode("utf-8")) > MAX_SENTENCE_BYTES for sentence in sentences)
+    if too_long == len(sentences):
+        raise UsageError(
+            f"{path}: every sentence is longer than {MAX_SENTENCE_BYTES:,} bytes, and sentencepiece "
+            "learns from none longer (its max_sentence_length): split its lines into sentences"
+        )
+    if too_long:
+        print(
+            f"fairseq-san-spm: warning: {too_long:,} of the {len(sentences):,} sentences of {path} "
+            f"are longer than {MAX_SENTENCE_BYTES:,} bytes: sentencepiece leaves them out of what "
+            "it learns from",
+            file=sys.stderr,
+        )
 
 
 def model_prefix(text: str) -> str:

@@ -3330,6 +3330,8 @@ def test_interactive_says_a_tab_without_constraints_once(caplog):
     part of the sentence, without a word."""
     from types import SimpleNamespace
 
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
     from fairseq_san.fairseq_fixes.interactive_input import numbered_across_buffers
 
     def make_batches(lines, cfg, task):
@@ -3337,6 +3339,10 @@ def test_interactive_says_a_tab_without_constraints_once(caplog):
 
     class Task:
         target_dictionary = None
+
+    class LanguageModel(LanguageModelingTask):  # no constraints to forget: not said
+        def __init__(self):
+            self.output_dictionary = None
 
     read = numbered_across_buffers(make_batches)
     plain, constrained = (SimpleNamespace(generation=SimpleNamespace(constraints=given))
@@ -3348,6 +3354,7 @@ def test_interactive_says_a_tab_without_constraints_once(caplog):
         list(read(["a tab\\tfree line"], plain, task))  # escaped: no tab
         list(read(["no tab", "with\ttab"], plain, task))
         list(read(["again\ttab"], plain, task))
+        list(numbered_across_buffers(make_batches)(["a\tprompt"], plain, LanguageModel()))
     assert [record.getMessage() for record in caplog.records] == [
         "S-2 holds a tab: without --constraints fairseq-interactive translates the whole line, "
         "its tabs read as spaces; give --constraints to read each phrase after a tab as one the "

@@ -710,11 +710,11 @@ def test_prefixes_that_hold_the_end_of_sentence_are_named_as_a_language_models(d
     with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
         task.inference_step(generator, [model], sample, prefix)
     prompt = (
-        "--prefix-size: the prompt of sample {} (its first tokens: the blocks of "
-        "--sample-break-mode none or complete hold sentence ends, and with --add-bos-token those "
-        "of eos begin with one)"
+        "--prefix-size: the prompt of sample {} (its first tokens, which reach past a sentence's "
+        "end where the sample is shorter than --prefix-size or is a block of --sample-break-mode "
+        "none or complete)"
     )
-    remedy = "pass a smaller --prefix-size, or --sample-break-mode eos without --add-bos-token"
+    remedy = "pass a smaller --prefix-size"
     assert [record.getMessage() for record in caplog.records] == [
         f"{prompt.format(7)} holds the end of sentence (EOS), which the search forces: the "
         f"hypothesis ends there, with no token generated; {remedy} (said of the first batch "

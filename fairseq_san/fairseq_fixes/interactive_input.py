@@ -20,7 +20,8 @@ default ``--buffer-size 1``). ``install()`` also wraps ``make_batches``, which t
 task (a ``DecodingTask``) the ids of each batch as the output numbers them, refuses a
 ``--constraints`` phrase holding a word that the target dictionary has not (fairseq forced the
 unknown word into the translation), and without ``--constraints`` logs the first line holding a
-tab (its phrases were translated as part of the sentence, without a word).
+tab (its phrases were translated as part of the sentence, without a word; not for a language
+model, which decodes no constraints).
 """
 
 import functools
@@ -101,6 +102,14 @@ def said_tab_without_constraints(lines, before: int) -> bool:
     return True
 
 
+def language_modelling(task) -> bool:
+    """Whether ``task`` is a language-modelling task, which decodes no constraints: a tab in a
+    prompt is no sign of forgotten ones."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    return isinstance(task, LanguageModelingTask)
+
+
 def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
@@ -114,7 +123,7 @@ def numbered_across_buffers(make_batches):
         nonlocal tab_said
         numbered = hasattr(task, "interactive_ids")
         before = lines_before.get(task, 0)
-        if not cfg.generation.constraints and not tab_said:
+        if not (cfg.generation.constraints or tab_said or language_modelling(task)):
             tab_said = said_tab_without_constraints(lines, before)
         for batch in make_batches(lines, cfg, task, *rest, **keywords):
             check_constraints_known(batch, task.target_dictionary, before)

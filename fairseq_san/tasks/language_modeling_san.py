@@ -89,8 +89,9 @@ def prompts_of(sentences: List[int], whole_samples: bool, prefix: bool = False) 
     said = f"the prompt of sample {', '.join(map(str, sentences))}"
     if prefix:
         return (
-            f"--prefix-size: {said} (its first tokens: the blocks of --sample-break-mode none or "
-            "complete hold sentence ends, and with --add-bos-token those of eos begin with one)"
+            f"--prefix-size: {said} (its first tokens, which reach past a sentence's end where the "
+            "sample is shorter than --prefix-size or is a block of --sample-break-mode none or "
+            "complete)"
         )
     if not whole_samples:
         return said
@@ -104,7 +105,7 @@ def prompts_of(sentences: List[int], whole_samples: bool, prefix: bool = False) 
 def remedy(whole_samples: bool, prefix: bool = False) -> str:
     """How to prompt without the end of sentence."""
     if prefix:
-        return "pass a smaller --prefix-size, or --sample-break-mode eos without --add-bos-token"
+        return "pass a smaller --prefix-size"
     if whole_samples:
         return "pass --prefix-size N to prompt with each sample's first N target tokens"
     return "leave the end-of-sentence symbol out of the prompt"

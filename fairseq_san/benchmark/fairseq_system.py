@@ -38,7 +38,7 @@ from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding import StaticDecoderError
 from fairseq_san.static_decoding.caches import DecoderCache
-from fairseq_san.static_decoding.execution import EXECUTIONS, Execution
+from fairseq_san.static_decoding.execution import Execution, executions_on
 from fairseq_san.static_decoding.generator import checked_execution
 
 
@@ -158,7 +158,7 @@ def check_static_choices(spec: SystemSpec, device: torch.device) -> None:
     if spec.decoder != STATIC:
         return
     asked = execution_asked(spec)
-    here = [name for name, row in EXECUTIONS.items() if device.type in row.devices]
+    here = executions_on(device.type, offered_only=False)
     if asked is not None and asked not in here:  # the overrides' key; compile is theirs too
         raise ValueError(
             f'system {spec.name}: "{DECODER_EXECUTION.name}": "{asked}" is not an execution the '

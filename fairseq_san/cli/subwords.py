@@ -73,9 +73,8 @@ def check_training_text(inputs: List[str]) -> None:
     """Refuse a name holding "," (sentencepiece reads its inputs as one comma-separated list:
     ``x,y.en`` was read as ``x`` and ``y.en``) and a file with no sentence (sentencepiece says
     ``INTERNAL: ... !sentences_.empty()``), or none it learns from (``check_sentence_lengths``).
-    Only regular files are looked into: sentencepiece
-    reads each input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be
-    missing from the text it learns from."""
+    Only regular files are looked into: sentencepiece reads each input itself, and what was read
+    of a pipe (``<(cat train.en train.de)``) would be missing from the text it learns from."""
     for path in inputs:
         if "," in path:
             raise UsageError(

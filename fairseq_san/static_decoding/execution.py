@@ -72,13 +72,22 @@ def offered_executions() -> List[str]:
     return [name for name, row in EXECUTIONS.items() if row.offered]
 
 
+def executions_on(device_type: str, offered_only: bool = True) -> List[str]:
+    """The rows that run on ``device_type`` (``cpu``, ``cuda``): the offered ones, or all of them
+    (the benchmark's overrides reach ``compile`` too)."""
+    return [
+        name for name, row in EXECUTIONS.items()
+        if device_type in row.devices and (row.offered or not offered_only)
+    ]  # fmt: skip
+
+
 def execution_for(name: Optional[str], device: torch.device) -> Execution:
     """The row ``name`` (None: ``graph`` on a GPU, ``eager`` elsewhere); StaticDecoderError for a
     name not in the table or a device the row does not run on."""
     name = name or ("graph" if device.type == "cuda" else "eager")
     row = EXECUTIONS.get(name)
     if row is None or device.type not in row.devices:
-        here = [other for other in offered_executions() if device.type in EXECUTIONS[other].devices]
+        here = executions_on(device.type)
         on = f" on {device.type.upper()}"
         raise StaticDecoderError(
             f"the execution {name!r}{on if row else ''}",

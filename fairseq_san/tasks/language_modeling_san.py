@@ -220,24 +220,22 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     ) -> UsageError:
         """``--prefix-size``'s error, or the prompts' (which fairseq's generator failed at its
         maximum length, a traceback)."""
-        whole_samples = not self.typed_prompts
-        prompts = prompts_of(sentences, whole_samples, prefix_tokens is not None)
+        whole_samples, prefix = not self.typed_prompts, prefix_tokens is not None
         return UsageError(
-            f"{prompts} begins with the end of sentence (EOS), which beam search at --beam "
-            f"{beam} cannot finish: {remedy(whole_samples, prefix_tokens is not None)} (at "
-            "--beam 1 the hypothesis ends at once, with no token generated)"
+            f"{prompts_of(sentences, whole_samples, prefix)} begins with the end of sentence "
+            f"(EOS), which beam search at --beam {beam} cannot finish: "
+            f"{remedy(whole_samples, prefix)} (at --beam 1 the hypothesis ends at once, with no "
+            "token generated)"
         )
 
     def forced_ends_warning(self, sentences: List[int], prefix_tokens: Optional[Tensor]) -> str:
         """``--prefix-size``'s warning, or the prompts' (the search forces their end of
         sentence and ends the hypothesis there: fairseq's output lacked a word why)."""
-        whole_samples = not self.typed_prompts
-        prompts = prompts_of(sentences, whole_samples, prefix_tokens is not None)
+        whole_samples, prefix = not self.typed_prompts, prefix_tokens is not None
         return (
-            f"{prompts} holds the end of sentence (EOS), which the search forces: the hypothesis "
-            "ends there, with no token generated; "
-            f"{remedy(whole_samples, prefix_tokens is not None)} (said of the first batch with "
-            "such prompts only)"
+            f"{prompts_of(sentences, whole_samples, prefix)} holds the end of sentence (EOS), "
+            "which the search forces: the hypothesis ends there, with no token generated; "
+            f"{remedy(whole_samples, prefix)} (said of the first batch with such prompts only)"
         )
 
     def start_token(self) -> int:

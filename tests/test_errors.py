@@ -1401,6 +1401,70 @@ def test_ranks_started_by_a_launcher_parse():
     assert parse_args("transformer_san", rank).distributed_world_size == 2
 
 
+def torchrun_environment(monkeypatch, gpus: int, ranks: int, here: int) -> None:
+    """The variables torchrun gives rank 1 of ``ranks``, ``here`` of them on this machine, which
+    has ``gpus`` GPUs."""
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"), ("RANK", "1"),
+                        ("WORLD_SIZE", str(ranks)), ("LOCAL_RANK", "1"),
+                        ("LOCAL_WORLD_SIZE", str(here))):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+
+
+@pytest.mark.parametrize("given", [[], ["--distributed-world-size", "1"]], ids=["default", "1"])
+def test_ranks_torchrun_started_on_one_gpu_train_as_one_job(given, monkeypatch):
+    """At world size 1 (fairseq's default on one GPU) fairseq ignored torchrun: each rank trained
+    alone as rank 0 into one --save-dir, until their checkpoint writes collided (seen on an
+    H200: "checkpoint_2_100.pt.tmp: No such file or directory")."""
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    torchrun_environment(monkeypatch, gpus=1, ranks=2, here=2)
+    args = parse_args("transformer_san", ["--distributed-backend", "gloo", *given])
+    assert args.distributed_world_size == 2
+    training = convert_namespace_to_omegaconf(args).distributed_training
+    distributed_utils.infer_init_method(training)  # fairseq's own reading of the rendezvous
+    assert (training.distributed_init_method, training.distributed_rank) == ("env://", 1)
+    assert (training.distributed_world_size, training.device_id) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "gpus, ranks, here, backend, said",
+    [
+        (0, 2, 2, "gloo", "torchrun started 2 ranks on a machine without GPUs, and fairseq-train "
+         "puts each rank on a GPU; on CPUs, start the ranks with fairseq-san-cpu-ranks 2 -- "
+         "fairseq-train ... (the learn-to-share recipes: --cpu-ranks 2)"),
+        (1, 2, 2, "nccl", "torchrun started 2 ranks on a machine with 1 GPU: fairseq-train puts "
+         "rank R on GPU R % 1, and NCCL (--distributed-backend nccl, fairseq's default) refuses "
+         "two ranks on one GPU; start at most 1 a machine (--nproc_per_node), or pass "
+         "--distributed-backend gloo"),
+        (2, 6, 3, "nccl", "torchrun started 3 ranks on a machine with 2 GPUs: fairseq-train puts "
+         "rank R on GPU R % 2, and NCCL (--distributed-backend nccl, fairseq's default) refuses "
+         "two ranks on one GPU; start at most 2 a machine (--nproc_per_node), or pass "
+         "--distributed-backend gloo"),
+    ],
+    ids=["no GPU", "nccl, 2 ranks on 1 GPU", "nccl, 3 ranks a machine on 2 GPUs"],
+)  # fmt: skip
+def test_ranks_torchrun_started_where_they_cannot_meet_are_one_line(
+    gpus, ranks, here, backend, said, monkeypatch
+):
+    """Without GPUs fairseq divided by the GPUs' count (rank % 0) or, at world size 1, trained
+    each rank alone; NCCL refuses two ranks on one GPU ("Duplicate GPU detected")."""
+    from fairseq_san.errors import UsageError
+
+    torchrun_environment(monkeypatch, gpus, ranks, here)
+    backend_given = [] if backend == "nccl" else ["--distributed-backend", backend]
+    with pytest.raises(UsageError) as refused:
+        parse_args("transformer_san", ["--cpu"] * (gpus == 0) + backend_given)
+    assert str(refused.value) == said
+
+
+def test_ranks_torchrun_started_on_enough_gpus_keep_fairseqs_reading(monkeypatch):
+    """Two machines of 2 GPUs, NCCL: fairseq's own path (the world size is torchrun's)."""
+    torchrun_environment(monkeypatch, gpus=2, ranks=4, here=2)
+    assert parse_args("transformer_san", []).distributed_world_size == 4
+
+
 def bench_error(tmp_path: Path, *extra: str) -> str:
     """fairseq-san-bench's error for ``extra`` (over valid options), before any checkpoint loads."""
     from fairseq_san.cli.bench import main

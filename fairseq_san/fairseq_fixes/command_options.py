@@ -30,9 +30,12 @@ was ignored by every command but fairseq-train (they convert a model with ``--fp
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
 fairseq-train with ``--distributed-world-size`` 0 or below trained nothing and exited 0, and with
 more ranks than GPUs (``--cpu`` included) and no launcher asserted "world size is N but have M
-available devices": one line, naming ``fairseq-san-cpu-ranks`` for CPUs. A number out of its
-range (``--update-freq 0``, ``--dropout 1.5``, ``--lr -1``: ``option_ranges``) and
-``--tokenizer moses`` without ``--source-lang`` and ``--target-lang`` (hydra's "Error merging
+available devices": one line, naming ``fairseq-san-cpu-ranks`` for CPUs. Ranks that torchrun
+started on a machine with one GPU or none each trained alone as rank 0 (fairseq's default world
+size there is 1, at which it ignores torchrun), into one --save-dir: they take torchrun's world
+size, or are refused in one line where they cannot meet (no GPU; NCCL with two ranks a GPU). A
+number out of its range (``--update-freq 0``, ``--dropout 1.5``, ``--lr -1``: ``option_ranges``)
+and ``--tokenizer moses`` without ``--source-lang`` and ``--target-lang`` (hydra's "Error merging
 override tokenizer.source_lang=null") are one line too.
 
 A plugin option that the command would accept and ignore is refused: the static decoder's and
@@ -464,21 +467,24 @@ def check_tokenizer_languages(args: argparse.Namespace) -> None:
         )
 
 
+# torchrun's variables (torch.distributed.launch's too), which fairseq reads as the rendezvous.
+TORCHRUN = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 # Environment variables by which fairseq finds the ranks' rendezvous itself (torchrun's, Slurm's).
-LAUNCHED = (("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"), ("SLURM_STEP_NODELIST",),
-            ("SLURM_JOB_NODELIST",))  # fmt: skip
+LAUNCHED = (TORCHRUN, ("SLURM_STEP_NODELIST",), ("SLURM_JOB_NODELIST",))
 
 
 def check_world_size(args: argparse.Namespace) -> None:
     """Refuse a world size below 1 (fairseq started no training process and exited 0), and, where
     fairseq would start the ranks itself (no --distributed-init-method, no launcher, no TPU), more
-    ranks than GPUs: it asserted, and on CPUs only fairseq-san-cpu-ranks starts ranks."""
+    ranks than GPUs: it asserted, and on CPUs only fairseq-san-cpu-ranks starts ranks. Ranks that
+    torchrun started take its world size (``take_torchruns_world_size``)."""
     import torch
 
     size = getattr(args, "distributed_world_size", 1)
     if size < 1:
         raise UsageError(f"--distributed-world-size {size}: must be at least 1")
     gpus = torch.cuda.device_count()
+    take_torchruns_world_size(args, gpus)
     launched = any(all(name in os.environ for name in names) for names in LAUNCHED)
     if size > gpus and size > 1 and not (
         args.distributed_init_method or args.tpu or args.pipeline_model_parallel or launched
@@ -494,6 +500,39 @@ def check_world_size(args: argparse.Namespace) -> None:
             f"--distributed-world-size {size}: fairseq-train starts one process per GPU, and "
             f"this machine has {gpus}; {way_out}"
         )
+
+
+def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
+    """Have the ranks torchrun started train as one job. fairseq reads torchrun's rendezvous only
+    where --distributed-world-size is above 1 (``infer_init_method`` returns at 1, its default on
+    a machine with one GPU or none): each rank trained alone as rank 0, all into one --save-dir,
+    until their checkpoint writes collided. torchrun's WORLD_SIZE is taken, as fairseq takes it
+    over any other size. Refused: ranks on a machine without GPUs (fairseq puts rank R on GPU
+    R % GPUs) and, with NCCL, more ranks on a machine than it has GPUs (NCCL refuses two ranks on
+    one GPU: "Duplicate GPU detected")."""
+    if args.distributed_init_method or args.tpu or args.pipeline_model_parallel:
+        return
+    if not all(name in os.environ for name in TORCHRUN) or not os.environ["WORLD_SIZE"].isdigit():
+        return
+    ranks = int(os.environ["WORLD_SIZE"])
+    if ranks < 2:
+        return
+    if gpus == 0:
+        raise UsageError(
+            f"torchrun started {ranks} ranks on a machine without GPUs, and fairseq-train puts "
+            f"each rank on a GPU; on CPUs, start the ranks with fairseq-san-cpu-ranks {ranks} -- "
+            f"fairseq-train ... (the learn-to-share recipes: --cpu-ranks {ranks})"
+        )
+    here = os.environ.get("LOCAL_WORLD_SIZE", "")
+    here_ranks = int(here) if here.isdigit() else ranks
+    if args.distributed_backend == "nccl" and here_ranks > gpus:
+        raise UsageError(
+            f"torchrun started {here_ranks} ranks on a machine with {gpus} GPU"
+            f"{'s' if gpus > 1 else ''}: fairseq-train puts rank R on GPU R % {gpus}, and NCCL "
+            f"(--distributed-backend nccl, fairseq's default) refuses two ranks on one GPU; start "
+            f"at most {gpus} a machine (--nproc_per_node), or pass --distributed-backend gloo"
+        )
+    args.distributed_world_size = ranks
 
 
 def check_adaptive_softmax(args: argparse.Namespace) -> None:

@@ -576,7 +576,8 @@ class Slice:
     def smoke(self) -> None:
         """Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time: fairseq's own
         spawning (more ranks than GPUs: refused in one line), then torchrun, which fairseq maps to
-        device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which refuses that). Each
+        device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which cannot put two ranks
+        on one GPU: refused in one line). Each
         capped at JOB_S (else SMOKE_JOB_S) seconds, its training's wall cap too: a run needs no
         more time than its command may take."""
         job_s = self.s.limits.job_s or SMOKE_JOB_S

@@ -1301,6 +1301,32 @@ def test_spm_train_names_sentences_too_long_for_sentencepiece(tmp_path):
     )
 
 
+def test_spm_train_learns_from_the_other_inputs_beside_a_file_of_long_lines(tmp_path):
+    """A file of only over-long lines among other inputs was refused, as if nothing were left
+    to learn from; refused only where every input is such a file."""
+    long_line = "word " * 900  # 4,500 bytes
+    only_long, other_long, text = tmp_path / "long.en", tmp_path / "long.de", tmp_path / "text.de"
+    only_long.write_text(f"{long_line}\n{long_line}\n")
+    other_long.write_text(f"{long_line}\n")
+    text.write_text("a man walks\na dog runs\nein Mann geht\n")
+    result = run_cli("fairseq-san-spm", "train", str(only_long), str(text), "--model-prefix",
+                     str(tmp_path / "m"), "--vocab-size", "24")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[0] == (
+        f"fairseq-san-spm: warning: 2 of the 2 sentences of {only_long} are longer than 4,192 "
+        "bytes: sentencepiece leaves them out of what it learns from"
+    )
+    assert (tmp_path / "m.model").is_file()
+    result = run_cli("fairseq-san-spm", "train", str(only_long), str(other_long), "--model-prefix",
+                     str(tmp_path / "n"))  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"fairseq-san-spm: error: {only_long}, {other_long}: every sentence is longer than 4,192 "
+        "bytes, and sentencepiece learns from none longer (its max_sentence_length): split their "
+        "lines into sentences"
+    )
+
+
 def test_spm_train_on_text_without_sentences_or_a_vocabulary_is_one_line(tmp_path):
     """sentencepiece said ``INTERNAL: src/trainer_interface.cc(467) [!sentences_.empty()]``."""
     empty = tmp_path / "empty.en"

@@ -11,7 +11,7 @@ import os
 import re
 import stat
 import sys
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
@@ -71,10 +71,12 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
 
 def check_training_text(inputs: List[str]) -> None:
     """Refuse a name holding "," (sentencepiece reads its inputs as one comma-separated list:
-    ``x,y.en`` was read as ``x`` and ``y.en``) and a file with no sentence (sentencepiece says
-    ``INTERNAL: ... !sentences_.empty()``), or none it learns from (``check_sentence_lengths``).
-    Only regular files are looked into: sentencepiece reads each input itself, and what was read
-    of a pipe (``<(cat train.en train.de)``) would be missing from the text it learns from."""
+    ``x,y.en`` was read as ``x`` and ``y.en``), a file with no sentence (sentencepiece says
+    ``INTERNAL: ... !sentences_.empty()``), and inputs with none it learns from
+    (``check_sentence_lengths``). Only regular files are looked into: sentencepiece reads each
+    input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be missing
+    from the text it learns from."""
+    read: List[Tuple[str, int, int]] = []  # each file read: sentences too long, sentences
     for path in inputs:
         if "," in path:
             raise UsageError(
@@ -88,7 +90,8 @@ def check_training_text(inputs: List[str]) -> None:
             sentences = [line.rstrip("\n") for line in lines if line.strip()]
         if not sentences:
             raise UsageError(f"{path} has no sentence to learn subwords from")
-        check_sentence_lengths(path, sentences)
+        read.append((path, count_too_long(sentences), len(sentences)))
+    check_sentence_lengths(read, every_input_read=len(read) == len(inputs))
 
 
 # The longest sentence, in bytes, that sentencepiece learns from (its max_sentence_length, given
@@ -96,22 +99,30 @@ def check_training_text(inputs: List[str]) -> None:
 MAX_SENTENCE_BYTES = 4192
 
 
-def check_sentence_lengths(path: str, sentences: List[str]) -> None:
-    """Refuse a file whose every sentence is longer than ``MAX_SENTENCE_BYTES`` (sentencepiece
-    found "no sentence" in it), and say how many it leaves out of one that has others."""
-    too_long = sum(len(sentence.encode("utf-8")) > MAX_SENTENCE_BYTES for sentence in sentences)
-    if too_long == len(sentences):
+def count_too_long(sentences: List[str]) -> int:
+    """How many of ``sentences`` sentencepiece leaves out: those over ``MAX_SENTENCE_BYTES``."""
+    return sum(len(sentence.encode("utf-8")) > MAX_SENTENCE_BYTES for sentence in sentences)
+
+
+def check_sentence_lengths(read: List[Tuple[str, int, int]], every_input_read: bool) -> None:
+    """Refuse inputs whose every sentence is longer than ``MAX_SENTENCE_BYTES`` (sentencepiece
+    found "no sentence" in them; ``read``: each file's path, its sentences too long, its
+    sentences), and say how many it leaves out of each file where others remain to learn from."""
+    if every_input_read and all(too_long == total for _, too_long, total in read):
+        paths = [path for path, _, _ in read]
         raise UsageError(
-            f"{path}: every sentence is longer than {MAX_SENTENCE_BYTES:,} bytes, and sentencepiece "
-            "learns from none longer (its max_sentence_length): split its lines into sentences"
+            f"{', '.join(paths)}: every sentence is longer than {MAX_SENTENCE_BYTES:,} bytes, "
+            "and sentencepiece learns from none longer (its max_sentence_length): split "
+            f"{'its' if len(paths) == 1 else 'their'} lines into sentences"
         )
-    if too_long:
-        print(
-            f"fairseq-san-spm: warning: {too_long:,} of the {len(sentences):,} sentences of {path} "
-            f"are longer than {MAX_SENTENCE_BYTES:,} bytes: sentencepiece leaves them out of what "
-            "it learns from",
-            file=sys.stderr,
-        )
+    for path, too_long, total in read:
+        if too_long:
+            print(
+                f"fairseq-san-spm: warning: {too_long:,} of the {total:,} sentences of {path} are "
+                f"longer than {MAX_SENTENCE_BYTES:,} bytes: sentencepiece leaves them out of what "
+                "it learns from",
+                file=sys.stderr,
+            )
 
 
 def model_prefix(text: str) -> str:

@@ -17,7 +17,8 @@
 # --save-dir, --arch, --task: refused there).
 set -euo pipefail
 
-# ARCH, THETA_SELF, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json records);
+# ARCH, THETA_SELF, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json records),
+# POLICY_THETAS (fairseq-san-policy's thresholds: none for an AAN decoder's self-attention);
 # "$@" becomes the fairseq-train arguments. A bad option stops here, in one line.
 OPTIONS=$(fairseq-san-loop options learn_to_share.sh "$@")
 eval "$OPTIONS"
@@ -35,8 +36,6 @@ TRAIN_ARGS=(
   --label-smoothing 0.1 --max-tokens 4096 --log-format simple --log-interval 25
   --no-epoch-checkpoints --save-interval-updates 100 --keep-interval-updates 1 --seed 1
 )
-THETAS=(--theta-decoder-self "$THETA_SELF" --theta-decoder-encdec "$THETA_ENCDEC")
-[ -n "$THETA_ENCODER" ] && THETAS+=(--theta-encoder-self "$THETA_ENCODER")
 
 train() {  # train ITER_DIR ITERATION
   train_with "$1" "$2" "$DATA" --user-dir "$USER_DIR" "${TRAIN_ARGS[@]}" \
@@ -58,8 +57,8 @@ score() {  # score ITER_DIR CHECKPOINT: BLEU and chrF of its translation of vali
   run fairseq-san-score "$1/generate-valid.txt" --reference "$VALID_REF" -o "$1/valid.json"
 }
 
-learn() {  # learn JS_JSON POLICY: P_{k+1} at the thresholds THETAS (Eq. 6)
-  run fairseq-san-policy "$1" "${THETAS[@]}" -o "$2"
+learn() {  # learn JS_JSON POLICY: P_{k+1} at the thresholds POLICY_THETAS (Eq. 6)
+  run fairseq-san-policy "$1" "${POLICY_THETAS[@]}" -o "$2"
 }
 
 USER_DIR=$(fairseq-san-loop user-dir)

@@ -165,3 +165,35 @@ def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         f"{LOOP}: --launcher torchrun 'x: No closing quotation"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arch, extra, thetas",
+    [
+        ("transformer_san_small", [], "--theta-decoder-self|0.4|--theta-decoder-encdec|0.5|"),
+        ("transformer_san_small", ["--theta-encoder", "0.3"],
+         "--theta-decoder-self|0.4|--theta-decoder-encdec|0.5|--theta-encoder-self|0.3|"),
+        ("transformer_aan_small", [], "--theta-decoder-encdec|0.5|"),
+    ],
+    ids=["san", "san, encoder", "aan"],
+)  # fmt: skip
+def test_the_loop_learns_with_the_thresholds_its_decoder_has_attention_for(arch, extra, thetas):
+    """An AAN decoder has no self-attention weights: fairseq-san-policy warned at every
+    iteration that it ignored --theta-decoder-self, which the recipe passed anyway."""
+    result = in_bash(LOOP, "--data", "d", "--run-dir", "r", "--arch", arch, *extra,
+                     show='printf "%s|" "${POLICY_THETAS[@]}"')  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == thetas
+
+
+@pytest.mark.parametrize("given", [["--theta-self", "0.3"], ["--theta-self=0.3"]])
+def test_a_theta_for_an_aan_decoders_self_attention_is_one_line(given, capsys):
+    """It would be ignored: the AAN decoder's self-attention has no weights to share."""
+    with pytest.raises(SystemExit) as exit_info:
+        shell_assignments(LOOP, ["--data", "d", "--run-dir", "r", "--arch",
+                                 "transformer_aan_small", *given])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{LOOP}: --theta-self 0.3: an AAN decoder (--arch transformer_aan_small) has no "
+        "self-attention weights to share; leave it out"
+    ]

@@ -354,6 +354,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_unread(recipe, values)
     check_train_args(recipe, train_args)
     check_sharing_allowed(recipe, train_args)
+    check_theta_read(recipe, own, values)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)
@@ -387,6 +388,31 @@ def start_options(recipe: str, values: Dict[str, str]) -> List[str]:
     return words
 
 
+def check_theta_read(recipe: str, own: Sequence[str], values: Dict[str, str]) -> None:
+    """Refuse ``--theta-self`` for an AAN decoder, which has no self-attention weights to share:
+    fairseq-san-policy ignored it, with a warning at every iteration."""
+    given = any(word == "--theta-self" or word.startswith("--theta-self=") for word in own)
+    if given and recipe == LOOP and is_aan(values["ARCH"]):
+        refuse(recipe, f"--theta-self {values['THETA_SELF']}: an AAN decoder (--arch "
+               f"{values['ARCH']}) has no self-attention weights to share; leave it out")  # fmt: skip
+
+
+def is_aan(arch: str) -> bool:
+    """Whether ``arch`` is one of the plugin's AAN translation models."""
+    return arch.startswith("transformer_aan")
+
+
+def policy_thetas(values: Dict[str, str]) -> List[str]:
+    """fairseq-san-policy's thresholds for the translation loop (Eq. 6): decoder self-attention's
+    but for an AAN decoder (it has no self-attention weights: the tool warned at every iteration
+    that it ignored the threshold), encoder-decoder attention's, the encoder's where given."""
+    thetas = [] if is_aan(values["ARCH"]) else ["--theta-decoder-self", values["THETA_SELF"]]
+    thetas += ["--theta-decoder-encdec", values["THETA_ENCDEC"]]
+    if values["THETA_ENCODER"]:
+        thetas += ["--theta-encoder-self", values["THETA_ENCODER"]]
+    return thetas
+
+
 def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     """What the recipe evals: its variables, START_OPTIONS and ``set --`` the train arguments;
     for ``--help``, the help and ``exit 0``."""
@@ -396,6 +422,8 @@ def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     values, train_args = parse_recipe_args(recipe, argv)
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append(f"START_OPTIONS=({' '.join(map(shlex.quote, start_options(recipe, values)))})")
+    if recipe == LOOP:
+        lines.append(f"POLICY_THETAS=({' '.join(map(shlex.quote, policy_thetas(values)))})")
     if "LAUNCHER" in values:
         words = launcher_words(recipe, values)
         lines.append(f"LAUNCHER_WORDS=({' '.join(map(shlex.quote, words))})")

@@ -688,6 +688,27 @@ def test_a_fixed_length_beyond_the_models_positions_stops_the_benchmark(bench_da
 
 
 @pytest.mark.slow
+def test_a_source_beyond_a_models_positions_stops_the_benchmark(bench_data, tmp_path):
+    """One line naming the system, its limit and the longest source (it was torch's "index out of
+    range" in the encoder's embeddings, a worker's traceback after every system had loaded)."""
+    data, checkpoint = bench_data
+    result = run_cli(
+        "fairseq-san-bench", "--data", str(data), "--out-dir", str(tmp_path / "out"),
+        "--system", f"base={checkpoint}", "--system", f'short={checkpoint}:'
+        '{"max_source_positions": 2}', "--modes", "natural", "--cpu", "--no-ctranslate2",
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert re.fullmatch(
+        r"fairseq-san-bench: error: system short reads at most 2 source tokens \(its "
+        r"max_source_positions\), and the longest sentence of --subset test has \d+ with its EOS: "
+        r"benchmark it on shorter sentences, or a model with more positions",
+        result.stderr.strip().splitlines()[-1],
+    )
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.slow
 def test_a_subset_binarized_from_empty_files_stops_the_benchmark_in_one_line(bench_data,
                                                                              tmp_path):
     """fairseq's reader cannot map an empty file: a traceback from its dataset's ``__del__`` and

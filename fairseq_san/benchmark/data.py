@@ -59,6 +59,10 @@ class Batches:
                 sample = utils.move_to_cuda(sample, device)
             self.samples.append(sample)
 
+    def longest_source(self) -> int:
+        """The longest source sentence, in tokens with its EOS."""
+        return max(int(self.dataset.src_sizes[i]) for i in self.ids)
+
     def mean_target_length(self) -> float:
         """Mean reference length in target tokens, eos excluded."""
         sizes = self.dataset.tgt_sizes

@@ -220,6 +220,7 @@ class FairseqSystem:
             ),
             "no_cache": bool(getattr(decoder, "recompute_prefix", False)),
             "max_output_tokens": max_output_tokens(self.model),
+            "max_source_tokens": self.model.max_positions()[0],
             "params": sum(p.numel() for p in self.model.parameters()),
             "decoder_params": sum(p.numel() for p in decoder.parameters()),
             "encoder_params": sum(p.numel() for p in self.model.encoder.parameters()),

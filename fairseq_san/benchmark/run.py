@@ -62,6 +62,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
 
     with WorkerPool(config, baseline, device) as pool:
         assert set(pool.sentences.values()) == {len(batches.ids)}, pool.sentences
+        check_source_lengths(pool.systems, batches.longest_source(), config.subset)
         if FIXED in config.modes:
             check_fixed_length(pool.systems, fixed_length)
         machine["torch_threads"] = pool.torch_threads
@@ -155,6 +156,20 @@ def check_fixed_length(systems: Dict[str, Dict], length: int) -> None:
             raise ValueError(
                 f"fixed length {length}: system {name} decodes at most {limit} tokens (its "
                 f"max_target_positions {limit + 1} less one): give a smaller --fixed-length"
+            )
+
+
+def check_source_lengths(systems: Dict[str, Dict], longest: int, subset: str) -> None:
+    """ValueError unless every system reads the subset's longest source (``longest`` tokens with
+    EOS; its ``max_source_tokens``): the encoder's positions failed inside a worker, a traceback
+    from torch's embedding, after every system had loaded."""
+    for name, info in systems.items():
+        limit = info.get("max_source_tokens")
+        if limit is not None and longest > limit:
+            raise ValueError(
+                f"system {name} reads at most {limit} source tokens (its max_source_positions), "
+                f"and the longest sentence of --subset {subset} has {longest} with its EOS: "
+                "benchmark it on shorter sentences, or a model with more positions"
             )
 
 

@@ -522,8 +522,9 @@ def fill(bundle: Path, args: argparse.Namespace) -> None:
 
 def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """argparse errors for an --out that a build cannot replace safely: a file, a folder below a
-    file, one that holds the current folder or the repository, or one that holds --data or
-    --heldout (deleted before they were copied)."""
+    file, one that holds the current folder or the repository, one that holds --data or
+    --heldout (deleted before they were copied), or one inside them (the copy copied itself until
+    the path was too long)."""
     if args.out.is_symlink():  # a build renames its new bundle onto --out: the link's name
         parser.error(f"--out {args.out} is a symbolic link (to {os.readlink(args.out)}): name "
                      "the folder itself")  # fmt: skip
@@ -541,6 +542,9 @@ def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         if path is not None and (path.resolve() == out or out in path.resolve().parents):
             parser.error(f"{option} {path} lies in --out {args.out}, which a build replaces: "
                          "copy it elsewhere first")
+        if path is not None and path.resolve() in out.parents:  # copied into itself, endlessly
+            parser.error(f"--out {args.out} lies in {option} {path}, which the build copies into "
+                         "the bundle: name a folder outside it")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -604,6 +608,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.archive:
         archive = write_archive(bundle)
         print(f"build_offline_bundle.py: {archive} is {archive.stat().st_size / MIB:.1f} MiB")
+    else:
+        remove_earlier_archive(bundle)
+
+
+def remove_earlier_archive(bundle: Path) -> None:
+    """Remove BUNDLE.tar.gz, which an earlier build with --archive wrote: it holds the bundle this
+    build replaced, and would pass for this one."""
+    archive = bundle.with_name(bundle.name + ".tar.gz")
+    if archive.is_file():
+        archive.unlink()
+        print(f"build_offline_bundle.py: removed {archive}, the archive of the bundle this build "
+              "replaced (--archive writes this one's)")  # fmt: skip
 
 
 def write_archive(bundle: Path) -> Path:

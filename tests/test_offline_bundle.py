@@ -142,6 +142,10 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
          "--data {tmp}/a/data lies in --out {tmp}/a, which a build replaces"),
         (["--out", "{tmp}/a", "--heldout", "{tmp}/a/heldout"],
          "--heldout {tmp}/a/heldout lies in --out {tmp}/a, which a build replaces"),
+        # the copy copied itself until its path was too long: a traceback of 300 KB
+        (["--out", "{tmp}/a/data/bundle", "--data", "{tmp}/a/data"],
+         "--out {tmp}/a/data/bundle lies in --data {tmp}/a/data, which the build copies into the "
+         "bundle: name a folder outside it"),
         # "fairseq is not installed here: run this with the project's Python", which it was
         (["--python-version", "3.10"], "--python-version 3.10: the bundle ships fairseq-fixed, "
          "which the project installs on Python 3.11 or newer (PyPI's fairseq below)"),
@@ -155,7 +159,7 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
-         "data in out", "heldout in out", "python below 3.11", "no dictionary", "out a link",
+         "data in out", "heldout in out", "out in data", "python below 3.11", "no dictionary", "out a link",
          "a partial folder of the user's"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
@@ -314,6 +318,8 @@ def test_a_failed_or_too_large_build_leaves_the_bundle_before_it(tmp_path, monke
     assert sorted(path.name for path in tmp_path.iterdir()) == ["bundle"]  # no bundle.partial
     builder.main(["--out", str(out), "--archive"])  # a rebuild replaces it
     assert (tmp_path / "bundle.tar.gz").is_file() and not (tmp_path / "bundle.partial").exists()
+    builder.main(["--out", str(out)])  # the archive of the bundle replaced would pass for it
+    assert not (tmp_path / "bundle.tar.gz").exists()
 
 
 def test_a_bundle_holding_more_than_a_build_writes_is_not_replaced(tmp_path, monkeypatch):

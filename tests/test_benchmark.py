@@ -94,6 +94,31 @@ def test_static_systems_are_paired_with_fairseq_decoding_the_same_model():
     assert fairseq_twins(spelt_otherwise) == {"base-static": "base"}  # the column was empty
 
 
+
+def test_a_policy_spelt_otherwise_decodes_the_same_model(tmp_path):
+    """The policy compared as text: JSON spaced otherwise, a file holding it or a per-kind flag
+    left the static row's ``= fairseq`` column empty."""
+    from fairseq_san.benchmark.config import fairseq_twins, parse_system
+
+    policy_file = tmp_path / "p.json"
+    policy_file.write_text('{"decoder_self": [2]}')
+    spellings = ['{"decoder_self": [2]}', '{"decoder_self":[2]}', str(policy_file)]
+    other = {**STATIC, "san_policy": '{"decoder_self": [1, 1]}'}
+    for fairseq_spelling in spellings:
+        for static_spelling in spellings:
+            systems = [parse_system(text) for text in (
+                "pol=a.pt:" + json.dumps({"san_policy": fairseq_spelling}),
+                "pol-static=a.pt:" + json.dumps({**STATIC, "san_policy": static_spelling}),
+                "other-static=a.pt:" + json.dumps(other),
+            )]  # fmt: skip
+            assert fairseq_twins(systems) == {"pol-static": "pol"}
+    flag = [parse_system(text) for text in (
+        "pol=a.pt:" + json.dumps({"san_decoder_self_policy": "2"}),
+        "pol-static=a.pt:" + json.dumps({**STATIC, "san_policy": '{"decoder_self": [2]}'}),
+    )]  # fmt: skip
+    assert fairseq_twins(flag) == {"pol-static": "pol"}
+
+
 def test_parse_system():
     from fairseq_san.benchmark.config import parse_system
 

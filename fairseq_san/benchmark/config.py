@@ -18,6 +18,7 @@ from fairseq_san.cores import threads_problem
 from fairseq_san.errors import UsageError, nearest_key_hint, repeated
 from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
+from fairseq_san.policy import PolicyError, resolve_policy
 
 # Output lengths: where each sentence ends (EOS or the length limit), or a fixed number of tokens.
 NATURAL, FIXED = "natural", "fixed"
@@ -151,7 +152,7 @@ def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:
     either left the column empty."""
 
     def model(spec: SystemSpec) -> tuple:
-        overrides = dict(spec.model_overrides)
+        overrides = policy_resolved(dict(spec.model_overrides))
         if overrides.get(options.DECODING.name) == FAIRSEQ:
             del overrides[options.DECODING.name]
         return os.path.realpath(spec.checkpoint), json.dumps(overrides, sort_keys=True)
@@ -165,6 +166,23 @@ def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:
         for spec in systems
         if spec.decoder == STATIC and model(spec) in decoded_by_fairseq
     }
+
+
+def policy_resolved(overrides: Dict) -> Dict:
+    """``overrides`` with its policy (``san_policy`` and the per-kind ``san_*_policy``) as the
+    blocks it gives, however it is written (a file, JSON text spaced otherwise): the same policy
+    spelt twice left ``= fairseq`` empty. Where it does not load, as written (loading refuses
+    it)."""
+    names = [options.OPTIONS["san_policy"].name, *(o.name for o in options.POLICY_OPTIONS.values())]
+    if not any(name in overrides for name in names):
+        return overrides
+    flags = {kind: overrides.get(option.name) for kind, option in options.POLICY_OPTIONS.items()}
+    try:
+        policy = resolve_policy(overrides.get(names[0]), flags)
+    except (PolicyError, OSError):
+        return overrides
+    rest = {key: value for key, value in overrides.items() if key not in names}
+    return {**rest, "policy": policy}
 
 
 # Where a system's overrides start after its checkpoint: ``:{``, spaces allowed between.

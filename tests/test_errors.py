@@ -1315,11 +1315,15 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
          "ranks train on the CPU (in fp32); leave it out"),
         (["{train}", "data", "--memory-efficient-fp16"], "--memory-efficient-fp16: fairseq's "
          "fp16 training needs a GPU, and the ranks train on the CPU (in fp32); leave it out"),
+        # the recipe made its run dir, then each rank printed fairseq's refusal
+        (["{train}", "data", "--amp"], "--amp: fairseq's automatic mixed precision needs a GPU, "
+         "and the ranks train on the CPU (in fp32); leave it out"),
         (["{train}", "data", "--user-dir", "fairseq_san"], "fairseq-train needs --arch, the "
          "model to train (e.g. --user-dir fairseq_san --arch transformer_san_small; --user-dir "
          "loads the plugin's models)"),
     ],
-    ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "no arch"],
+    ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "amp",
+         "no arch"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said
@@ -1396,8 +1400,9 @@ def test_a_world_size_fairseq_train_cannot_start_is_one_line(size, said, monkeyp
 
 def test_ranks_started_by_a_launcher_parse():
     """fairseq-san-cpu-ranks gives each rank the rendezvous (--distributed-init-method)."""
-    rank = ["--cpu", "--distributed-world-size", "2", "--distributed-rank", "1",
-            "--distributed-init-method", "tcp://127.0.0.1:1", "--distributed-no-spawn"]  # fmt: skip
+    from fairseq_san.cli.cpu_ranks import rank_command
+
+    rank = rank_command([], 2, 1, "/tmp/rendezvous")
     assert parse_args("transformer_san", rank).distributed_world_size == 2
 
 
@@ -1457,6 +1462,73 @@ def test_ranks_torchrun_started_where_they_cannot_meet_are_one_line(
     with pytest.raises(UsageError) as refused:
         parse_args("transformer_san", ["--cpu"] * (gpus == 0) + backend_given)
     assert str(refused.value) == said
+
+
+def test_ranks_torchrun_started_with_fairseqs_own_init_method_read_their_ranks(monkeypatch):
+    """``--distributed-init-method env://``, what fairseq sets itself when it reads torchrun's
+    variables: given, fairseq read neither RANK nor WORLD_SIZE, and every rank started as rank 0
+    (a hang at the rendezvous, or each rank training alone)."""
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    torchrun_environment(monkeypatch, gpus=1, ranks=2, here=2)
+    args = parse_args("transformer_san", ["--distributed-init-method", "env://",
+                                          "--distributed-no-spawn", "--distributed-backend",
+                                          "gloo"])  # fmt: skip
+    training = convert_namespace_to_omegaconf(args).distributed_training
+    distributed_utils.infer_init_method(training)
+    assert (training.distributed_init_method, training.distributed_rank) == ("env://", 1)
+    assert training.distributed_world_size == 2
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (["--distributed-init-method", "tcp://127.0.0.1:1"],
+         "--distributed-init-method tcp://127.0.0.1:1 without --distributed-no-spawn: "
+         "fairseq-train then starts one process per GPU, and none runs on CPUs (nothing would "
+         "train); on CPUs, start the ranks with fairseq-san-cpu-ranks N -- fairseq-train ..., or "
+         "give each rank --distributed-no-spawn and its --distributed-rank"),
+        (["--distributed-init-method", "file:///tmp/r", "--distributed-no-spawn",
+          "--distributed-world-size", "2"],
+         "--distributed-backend nccl (fairseq's default) needs GPUs, and these ranks train on "
+         "CPUs: pass --distributed-backend gloo --ddp-backend legacy_ddp, or on CPUs, start the "
+         "ranks with fairseq-san-cpu-ranks N -- fairseq-train ..."),
+        (["--distributed-init-method", "file:///tmp/r", "--distributed-no-spawn",
+          "--distributed-world-size", "2", "--distributed-backend", "gloo"],
+         "--ddp-backend pytorch_ddp (fairseq's default) puts each rank's model on a GPU, and "
+         "these ranks train on CPUs: pass --ddp-backend legacy_ddp, or on CPUs, start the ranks "
+         "with fairseq-san-cpu-ranks N -- fairseq-train ..."),
+    ],
+    ids=["spawned on no GPU", "nccl", "pytorch_ddp"],
+)  # fmt: skip
+def test_ranks_started_by_hand_that_cannot_train_on_cpus_are_one_line(given, said, monkeypatch):
+    """Without --distributed-no-spawn fairseq-train trained nothing and exited 0; fairseq's
+    default backends failed in torch (no NCCL; DistributedDataParallel given a GPU's device_ids
+    for a CPU model)."""
+    from fairseq_san.errors import UsageError
+
+    for names in ("MASTER_ADDR", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(names, raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(UsageError) as refused:
+        parse_args("transformer_san", ["--cpu", *given])
+    assert str(refused.value) == said
+    from fairseq_san.cli.cpu_ranks import rank_command
+
+    assert parse_args("transformer_san", rank_command([], 2, 1, "/tmp/r")).distributed_rank == 1
+
+
+def test_model_parallel_training_without_megatron_is_one_line():
+    """fairseq's ImportError traceback: its megatron submodule is not in its packages."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        parse_args("transformer_san", ["--cpu", "--model-parallel-size", "2"])
+    assert str(refused.value) == (
+        "--model-parallel-size 2 needs fairseq's megatron submodule (fairseq/model_parallel/"
+        "megatron, not in fairseq's packages), which this machine has not: leave it out"
+    )
 
 
 def test_ranks_torchrun_started_on_enough_gpus_keep_fairseqs_reading(monkeypatch):

@@ -58,6 +58,7 @@ NOT_ON_CPU_RANKS = {
     "--tpu": "fairseq's TPU training",
     "--fp16": "fairseq's fp16 training needs a GPU",
     "--memory-efficient-fp16": "fairseq's fp16 training needs a GPU",
+    "--amp": "fairseq's automatic mixed precision needs a GPU",
 }
 
 

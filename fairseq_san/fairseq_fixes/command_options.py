@@ -415,6 +415,9 @@ def training_backends(args: argparse.Namespace) -> List[Tuple[str, bool, str, Ca
     def installed(module: str) -> Callable[[], bool]:
         return lambda: importlib.util.find_spec(module.split(".")[0]) is not None
 
+    def installed_module(module: str) -> Callable[[], bool]:
+        return lambda: importlib.util.find_spec(module) is not None
+
     def plasma() -> bool:
         try:
             importlib.import_module("pyarrow.plasma")  # pyarrow before 12
@@ -433,6 +436,10 @@ def training_backends(args: argparse.Namespace) -> List[Tuple[str, bool, str, Ca
          "the fairscale package", installed("fairscale")),
         ("--use-plasma-view", bool(getattr(args, "use_plasma_view", False)),
          "pyarrow's plasma store (pyarrow before 12)", plasma),
+        (f"--model-parallel-size {getattr(args, 'model_parallel_size', 1)}",
+         getattr(args, "model_parallel_size", 1) > 1, "fairseq's megatron submodule "
+         "(fairseq/model_parallel/megatron, not in fairseq's packages)",
+         installed_module("fairseq.model_parallel.megatron")),
     ]  # fmt: skip
 
 
@@ -486,6 +493,7 @@ def check_world_size(args: argparse.Namespace) -> None:
     gpus = torch.cuda.device_count()
     take_torchruns_world_size(args, gpus)
     launched = any(all(name in os.environ for name in names) for names in LAUNCHED)
+    check_cpu_ranks(args, gpus, launched)
     if size > gpus and size > 1 and not (
         args.distributed_init_method or args.tpu or args.pipeline_model_parallel or launched
     ):
@@ -509,10 +517,14 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
     until their checkpoint writes collided. torchrun's WORLD_SIZE is taken, as fairseq takes it
     over any other size. Refused: ranks on a machine without GPUs (fairseq puts rank R on GPU
     R % GPUs) and, with NCCL, more ranks on a machine than it has GPUs (NCCL refuses two ranks on
-    one GPU: "Duplicate GPU detected")."""
-    if args.distributed_init_method or args.tpu or args.pipeline_model_parallel:
-        return
+    one GPU: "Duplicate GPU detected"). ``--distributed-init-method env://``, which fairseq sets
+    itself when it reads torchrun's variables, is left to it: given, every rank started as rank
+    0 (a hang, or each rank training alone)."""
     if not all(name in os.environ for name in TORCHRUN) or not os.environ["WORLD_SIZE"].isdigit():
+        return
+    if args.distributed_init_method == "env://":  # what fairseq's own reading of torchrun sets:
+        args.distributed_init_method = None  # given, it read neither RANK nor WORLD_SIZE
+    if args.distributed_init_method or args.tpu or args.pipeline_model_parallel:
         return
     ranks = int(os.environ["WORLD_SIZE"])
     if ranks < 2:
@@ -533,6 +545,38 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
             f"at most {gpus} a machine (--nproc_per_node), or pass --distributed-backend gloo"
         )
     args.distributed_world_size = ranks
+
+
+def check_cpu_ranks(args: argparse.Namespace, gpus: int, launched: bool) -> None:
+    """Refuse ranks started elsewhere (``launched``, or a --distributed-init-method) that
+    fairseq-train cannot run on CPUs: without --distributed-no-spawn it starts one process per
+    GPU, none here (it trained nothing and exited 0); more than one with fairseq's default
+    backends, NCCL and pytorch_ddp (a traceback: "Distributed package doesn't have NCCL built
+    in", or DistributedDataParallel's "device_ids [0] ... module parameters
+    {device(type='cpu')}")."""
+    if args.tpu or not (args.cpu or gpus == 0) or not (launched or args.distributed_init_method):
+        return
+    cpu_ranks = "on CPUs, start the ranks with fairseq-san-cpu-ranks N -- fairseq-train ..."
+    if args.distributed_init_method and not args.distributed_no_spawn:
+        raise UsageError(
+            f"--distributed-init-method {args.distributed_init_method} without "
+            "--distributed-no-spawn: fairseq-train then starts one process per GPU, and none "
+            f"runs on CPUs (nothing would train); {cpu_ranks}, or give each rank "
+            "--distributed-no-spawn and its --distributed-rank"
+        )
+    if args.distributed_world_size < 2:
+        return
+    if args.distributed_backend == "nccl":
+        raise UsageError(
+            "--distributed-backend nccl (fairseq's default) needs GPUs, and these ranks train on "
+            f"CPUs: pass --distributed-backend gloo --ddp-backend legacy_ddp, or {cpu_ranks}"
+        )
+    if args.ddp_backend in ("c10d", "pytorch_ddp"):
+        raise UsageError(
+            f"--ddp-backend {args.ddp_backend} (fairseq's default) puts each rank's model on a "
+            "GPU, and these ranks train on CPUs: pass --ddp-backend legacy_ddp, or "
+            f"{cpu_ranks}"
+        )
 
 
 def check_adaptive_softmax(args: argparse.Namespace) -> None:

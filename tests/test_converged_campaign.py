@@ -615,6 +615,23 @@ def test_a_paired_test_without_its_reference_stops_the_summary(tmp_path):
         write_summary(str(results), str(tmp_path / "nowhere"), str(results / "summary.json"))
 
 
+@pytest.mark.parametrize("field", ["chrf", "bleu", "bleu_signature"])
+def test_a_test_score_without_a_field_the_summary_reads_is_one_line(tmp_path, field):
+    """A KeyError's traceback."""
+    from campaign_summary import write_summary
+
+    from fairseq_san.errors import UsageError
+
+    results = toy_en_de(tmp_path)
+    score = results / "en-de" / "san-s2" / "test-bleu" / "iter0" / "test" / "score.json"
+    score.write_text(json.dumps({**json.loads(score.read_text()), field: None}))
+    with pytest.raises(UsageError) as refused:
+        write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    assert str(refused.value) == (
+        f"{score}: it has no {field}: delete it and rerun the step that writes it"
+    )
+
+
 def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     from campaign_summary import write_summary
 
@@ -966,6 +983,10 @@ def test_a_gpu_archive_of_toy_models_is_refused(tmp_path, monkeypatch):
         ("symlink", "en-de/link", "is a link or a special file"),
         ("hardlink", "en-de/hard", "is a link or a special file"),
         ("fifo", "en-de/fifo", "is a link or a special file"),
+        # unpacked, then compressing the hypotheses failed (IsADirectoryError)
+        ("dir", "en-de/loop/test-bleu/iter0/test/generate-test.txt", "is no file of hypotheses"),
+        # unpacked over a results folder's en-de/: IsADirectoryError
+        ("file", "en-de", "is a file where a folder belongs"),
     ],
 )  # fmt: skip
 def test_an_archive_member_collect_must_not_unpack_is_refused(tmp_path, monkeypatch, kind, name,
@@ -986,13 +1007,31 @@ def test_an_archive_member_collect_must_not_unpack_is_refused(tmp_path, monkeypa
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(runs, arcname=".")
         member = tarfile.TarInfo(name)
-        member.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE,
+        member.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE, "dir": tarfile.DIRTYPE,
                        "hardlink": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE}[kind]  # fmt: skip
         member.linkname = "/etc/passwd" if kind in ("symlink", "hardlink") else ""
         tar.addfile(member, io.BytesIO(b"") if kind == "file" else None)
     with pytest.raises(UsageError) as refused:
         check_archive(str(archive), code_sha256(str(RUN)))
     assert str(refused.value) == f"{archive}: member {name!r} {said}: refused"
+
+
+def test_a_member_that_is_a_file_and_a_folder_is_refused(tmp_path, monkeypatch):
+    """Unpacking stopped half-way, at NotADirectoryError, with the archive's first part unpacked
+    and its hypotheses not compressed."""
+    from campaign_slices import check_archive, code_sha256
+    from fairseq_san.errors import UsageError
+
+    runs = gpu_archive(tmp_path, monkeypatch)
+    archive = tmp_path / "converged-en-de.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+        for name in ("en-de/a", "en-de/a/b"):
+            member = tarfile.TarInfo(name)
+            tar.addfile(member, io.BytesIO(b""))
+    with pytest.raises(UsageError) as refused:
+        check_archive(str(archive), code_sha256(str(RUN)))
+    assert str(refused.value) == f"{archive}: member 'en-de/a' is a file and a folder both: refused"
 
 
 def gpu_archive(tmp_path, monkeypatch, slice_name: str = "en-de"):
@@ -1038,6 +1077,9 @@ def test_an_archive_that_unpacks_to_more_than_a_slice_is_refused(tmp_path, monke
         ({"command": {"a": 1}}, "has a command that is not a list of strings"),
         ({"command": ["run.sh", 1]}, "has a command that is not a list of strings"),
         ({"settings": [1]}, "has settings that are not an object"),
+        # collected without ALLOW_CPU_ARCHIVES, then the summary's table read "None"
+        ({"gpu": None}, "has no gpu named (its gpu is None)"),
+        ({"slice": None}, "has no slice named (its slice is None)"),  # the summary's KeyError
     ],
 )
 def test_a_provenance_record_of_another_shape_is_one_line(tmp_path, monkeypatch, record, said):

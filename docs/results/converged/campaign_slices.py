@@ -188,6 +188,9 @@ def provenance_problem(record) -> Optional[str]:
         return "has a command that is not a list of strings"
     if not isinstance(record.get("settings", {}), dict):
         return "has settings that are not an object"
+    for field in ("slice", "gpu"):  # the summary's table of slices names both
+        if not isinstance(record.get(field), str):
+            return f"has no {field} named (its {field} is {record.get(field)!r})"
     return None
 
 
@@ -202,18 +205,28 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
         return "lies outside the archive's folder"
     if parts and not TOP_FOLDER.match(parts[0]):
         return "is outside a pair's folder, provenance/ and smoke/"
+    if len(parts) == 1 and not member.isdir():
+        return "is a file where a folder belongs"
+    if parts and HYPOTHESES.fullmatch(parts[-1]) and not member.isfile():
+        return "is no file of hypotheses"
     if member.isfile() and parts[-1].endswith(PROGRAM_SUFFIXES):
         return "is a program or a checkpoint"
     return None
 
 
 def check_members(archive: str) -> None:
-    """UsageError naming the first member of ``archive`` that collect must not unpack, or the
-    size of the whole where it is above ``UNPACKED_MIB``."""
+    """UsageError naming the first member of ``archive`` that collect must not unpack, or one it
+    holds as a file and a folder both, or the size of the whole where it is above
+    ``UNPACKED_MIB``."""
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
+    folders = {os.path.normpath(member.name) for member in members if member.isdir()}
+    for member in members:  # every folder above a member
+        folders.update(str(parent) for parent in Path(os.path.normpath(member.name)).parents)
     for member in members:
         problem = member_problem(member)
+        if problem is None and member.isfile() and os.path.normpath(member.name) in folders:
+            problem = "is a file and a folder both"  # unpacking failed half-way
         if problem is not None:
             raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
     unpacked = sum(member.size for member in members if member.isfile())
@@ -255,7 +268,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
                 f"{archive}: recorded command {' '.join(command)!r} is not "
                 f"'run.sh {found.group(1)}', refused"
             )
-        if provenance.get("gpu", "none") == "none" and not allow_cpu:
+        if provenance.get("gpu") in (None, "none") and not allow_cpu:
             raise UsageError(
                 f"{archive}: made where nvidia-smi named no GPU (a toy run's archive), refused: "
                 "ALLOW_CPU_ARCHIVES=1 collects it anyway"
@@ -298,13 +311,18 @@ def figure5_folders(members: Sequence[str]) -> List[str]:
     return sorted(folders)
 
 
+# fairseq-generate's output in a run dir, which collect compresses.
+HYPOTHESES_GLOB = "generate-*.txt"
+HYPOTHESES = re.compile(r"generate-.*\.txt")
+
+
 def compress_hypotheses(results: str) -> None:
     """gzip every fairseq-generate output under ``results`` (``generate-SPLIT.txt`` becomes
     ``generate-SPLIT.txt.gz``, the same bytes each time: no name or date in the header). What is
     committed here travels to every later GPU call, at most 64 MiB with the bundle, and the test
     sets' hypotheses were more than half of it (10.3 of 18.8 MB after the en-de slice); gzip
     keeps about a third."""
-    for path in glob_in(results, "**", "generate-*.txt", recursive=True):
+    for path in glob_in(results, "**", HYPOTHESES_GLOB, recursive=True):
         with open(path, "rb") as text, open(path + ".gz", "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
                 shutil.copyfileobj(text, packed)

@@ -45,6 +45,8 @@ from fairseq_san.files import glob_in
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import (
+    SCORE_FIELDS,
+    field_problem,
     format_theta_ranges,
     learned_theta_ranges,
     read_json,
@@ -88,13 +90,22 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     for split, name in TEST_SPLITS.items():
         path = os.path.join(run_dir, "test-bleu", f"iter{iteration}", split, "score.json")
         score = read_json(path)
-        if score is not None:
-            scores[name] = {
-                "bleu": score["bleu"],
-                "chrf": score["chrf"],
-                "signature": score["bleu_signature"],
-            }
+        if score is None:
+            continue
+        missing = [field for field in TEST_SCORE_FIELDS if score.get(field) is None]
+        problem = f"it has no {missing[0]}" if missing else field_problem(score, SCORE_FIELDS)
+        if problem is not None:  # a KeyError's traceback
+            raise UsageError(f"{path}: {problem}: delete it and rerun the step that writes it")
+        scores[name] = {
+            "bleu": score["bleu"],
+            "chrf": score["chrf"],
+            "signature": score["bleu_signature"],
+        }
     return scores
+
+
+# What test_bleu.sh's score.json holds for each test set, which the summary reads.
+TEST_SCORE_FIELDS = ("bleu", "chrf", "bleu_signature")
 
 
 def loop_system(iteration: int) -> str:

@@ -905,6 +905,18 @@ def test_step_timer_is_a_mode_of_the_benchmark_with_every_precision(capsys):
     assert rows == [[policy, decoder] for policy in ("baseline", "san-6-6") for decoder in decoders]
 
 
+def test_step_timer_of_an_aan_decoder_times_the_baseline_by_default(capsys):
+    """The default policies held san-6-6, which shares decoder self-attention: the default command
+    failed for an AAN --arch."""
+    from fairseq_san.cli.bench import main
+
+    main(["steps", "--arch", "transformer_aan_small", "--vocab", "40", "--batch", "1",
+          "--batches", "1", "--length", "2", "--source-length", "3", "--rounds", "1",
+          "--threads", "1", "--decoders", "fairseq", "static-fp32"])  # fmt: skip
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if "ms/step" in line]
+    assert rows == [["baseline", "fairseq"], ["baseline", "static-fp32"]]
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_step_timer_names_the_models_weights(capsys, dtype):
     """With ``--dtype bf16`` the rows read ``static-fp32`` and nothing said bf16."""
@@ -961,6 +973,10 @@ def test_step_timer_counts_the_page_faults_of_each_configuration():
         (["--dtype", "fp16", "--decoders", "static-int8"],
          "--decoders static-int8 casts or quantizes a float32 model; --dtype fp16 makes the "
          "model's weights another precision already: leave --dtype fp32"),
+        # the model failed to build, in the words of fairseq-train ("fairseq-san: error")
+        (["--arch", "transformer_aan_small", "--policies", "san-6-6"],
+         "--policies san-6-6: san-6-6 shares decoder self-attention, which an AAN decoder (--arch "
+         "transformer_aan_small) has not: give --policies baseline"),
         (["--arch", "transformer"], "argument --arch: invalid choice: 'transformer' (choose from "
                                     "'transformer_aan_base', 'transformer_aan_small', "
                                     "'transformer_san', 'transformer_san_base', "

@@ -1435,3 +1435,26 @@ def test_bootstrap_statistics_give_sacrebleus_corpus_bleu_on_any_resample():
     for rows in ([*range(40)], [rng.randrange(40) for _ in range(40)], [3, 3, 7]):
         expected = BLEU().corpus_score([hypotheses[i] for i in rows], [[references[i] for i in rows]])
         assert corpus_bleu(stats[rows].sum(0)) == pytest.approx(expected.score, abs=1e-9)
+
+
+def test_a_records_name_is_its_start_in_utc(tmp_path, monkeypatch, capsys):
+    """Another zone's time was written as if it were UTC (05:00+05:00 as 050000Z); a start that
+    is no time, and a RUNS folder that is not there, were tracebacks."""
+    import campaign_slices
+
+    monkeypatch.setattr(campaign_slices, "gpu_name", lambda: "NVIDIA H200")
+    path = campaign_slices.record(str(tmp_path), "en-de", str(RUN), [str(RUN), "en-de"],
+                                  "2026-01-01T05:00:00+05:00", {})  # fmt: skip
+    assert Path(path).name == "en-de-20260101T000000Z.json"
+    argv = ["record", str(tmp_path), "--slice", "en-de", "--run-sh", str(RUN), "--started"]
+    assert campaign_slices.main([*argv, "yesterday", "--", "run.sh", "en-de"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fairseq-san: error: --started yesterday: not an ISO 8601 time (run.sh: date -u "
+        "-Iseconds)"
+    )
+    missing = tmp_path / "missing"
+    argv[1] = str(missing)
+    assert campaign_slices.main([*argv, "2026-01-01T05:00:00", "--", "run.sh", "en-de"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fairseq-san: error: {missing}: No such file or directory"
+    )

@@ -59,7 +59,7 @@ from campaign_summary import (
     system_names,
     trained_with,
 )
-from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.errors import PREFIX, UsageError, file_error
 from fairseq_san.files import glob_in
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
@@ -135,6 +135,18 @@ def plugin_folder() -> str:
     return "fairseq_san" if folder == os.path.join(repo, "fairseq_san") else folder
 
 
+def utc_stamp(started: str) -> str:
+    """``started`` (ISO 8601) as the UTC stamp of a record's name: another zone's time was
+    written as if it were UTC; no zone is read as UTC, as run.sh writes it."""
+    try:
+        when = datetime.datetime.fromisoformat(started)
+    except ValueError:
+        raise UsageError(f"--started {started}: not an ISO 8601 time (run.sh: date -u -Iseconds)")
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.timezone.utc)
+    return when.strftime("%Y%m%dT%H%M%SZ")
+
+
 def record(
     runs: str, slice_name: str, run_sh: str, command: Sequence[str], started: str,
     settings: Dict[str, str],
@@ -155,7 +167,7 @@ def record(
     }
     folder = os.path.join(runs, PROVENANCE)
     os.makedirs(folder, exist_ok=True)
-    stamp = datetime.datetime.fromisoformat(started).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp(started)
     path = os.path.join(folder, f"{slice_name}-{stamp}.json")
     with open(path, "w", encoding="utf-8") as out:
         json.dump(provenance, out, indent=1)
@@ -529,6 +541,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             aan_policy(args.policy, args.output)
     except UsageError as err:
         print(PREFIX + str(err), file=sys.stderr)
+        return 2
+    except OSError as err:  # a file named that is not there or cannot be written
+        print(PREFIX + file_error(err), file=sys.stderr)
         return 2
     return 0
 

@@ -12,7 +12,7 @@ warn once (``deprecated_value``).
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.policy import KIND_TABLE, KINDS
@@ -139,6 +139,20 @@ MODEL_OPTIONS = (
 
 # How a following layer of a decoder self-attention block shares with the block's first layer:
 # SAN's attention weights S (own V), or cross-layer KV sharing.
+def has_aan_decoder(arch: str, train_args: Sequence[str] = ()) -> bool:
+    """Whether a translation model of ``arch`` trained with ``train_args`` (fairseq-train's
+    words) has an AAN decoder, whose self-attention has no weights to share: the last
+    --decoder-self-attention-type given, else the architecture's (``transformer_aan_*``)."""
+    flag = flag_of("decoder_self_attention_type")
+    chosen = "aan" if arch.startswith("transformer_aan") else "dot"
+    for at, word in enumerate(train_args):
+        if word == flag and at + 1 < len(train_args):
+            chosen = train_args[at + 1]
+        elif word.startswith(flag + "="):
+            chosen = word.split("=", 1)[1]
+    return chosen == "aan"
+
+
 SELF_SHARE = Option(
     "san_self_share",
     "decoder self-attention sharing of a block's following layers: the attention weights S of "

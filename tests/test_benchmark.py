@@ -94,7 +94,6 @@ def test_static_systems_are_paired_with_fairseq_decoding_the_same_model():
     assert fairseq_twins(spelt_otherwise) == {"base-static": "base"}  # the column was empty
 
 
-
 def test_a_policy_spelt_otherwise_decodes_the_same_model(tmp_path):
     """The policy compared as text: JSON spaced otherwise, a file holding it or a per-kind flag
     left the static row's ``= fairseq`` column empty."""

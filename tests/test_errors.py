@@ -1486,9 +1486,9 @@ def test_ranks_torchrun_started_with_fairseqs_own_init_method_read_their_ranks(m
     [
         (["--distributed-init-method", "tcp://127.0.0.1:1"],
          "--distributed-init-method tcp://127.0.0.1:1 without --distributed-no-spawn: "
-         "fairseq-train then starts one process per GPU, and none runs on CPUs (nothing would "
-         "train); on CPUs, start the ranks with fairseq-san-cpu-ranks N -- fairseq-train ..., or "
-         "give each rank --distributed-no-spawn and its --distributed-rank"),
+         "fairseq-train then starts one process per GPU, and this machine has none (nothing "
+         "would train); on CPUs, start the ranks with fairseq-san-cpu-ranks N -- fairseq-train "
+         "..., or give each rank --distributed-no-spawn and its --distributed-rank"),
         (["--distributed-init-method", "file:///tmp/r", "--distributed-no-spawn",
           "--distributed-world-size", "2"],
          "--distributed-backend nccl (fairseq's default) needs GPUs, and these ranks train on "
@@ -1508,8 +1508,8 @@ def test_ranks_started_by_hand_that_cannot_train_on_cpus_are_one_line(given, sai
     for a CPU model)."""
     from fairseq_san.errors import UsageError
 
-    for names in ("MASTER_ADDR", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
-        monkeypatch.delenv(names, raising=False)
+    for name in ("MASTER_ADDR", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(UsageError) as refused:
         parse_args("transformer_san", ["--cpu", *given])
@@ -1517,6 +1517,41 @@ def test_ranks_started_by_hand_that_cannot_train_on_cpus_are_one_line(given, sai
     from fairseq_san.cli.cpu_ranks import rank_command
 
     assert parse_args("transformer_san", rank_command([], 2, 1, "/tmp/r")).distributed_rank == 1
+
+
+@pytest.mark.parametrize(
+    "gpus, environment, given, world_size",
+    [
+        # a launcher that sets no LOCAL_WORLD_SIZE (Kubeflow, a hand-written Slurm script): two
+        # machines of 8 GPUs
+        (8, {"WORLD_SIZE": "16", "RANK": "9"}, ["--distributed-world-size", "16"], 16),
+        # torchrun's ranks on CPUs, each given its rank, the world size and the CPU backends
+        (0, {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+         ["--cpu", "--distributed-init-method", "env://", "--distributed-no-spawn",
+          "--distributed-rank", "1", "--distributed-world-size", "2", "--distributed-backend",
+          "gloo", "--ddp-backend", "legacy_ddp"], 2),
+        # fairseq's own spawning of CPU processes on a machine with GPUs (one per GPU)
+        (2, {}, ["--cpu", "--distributed-init-method", "tcp://127.0.0.1:1",
+                 "--distributed-world-size", "2", "--distributed-backend", "gloo",
+                 "--ddp-backend", "legacy_ddp"], 2),
+    ],
+    ids=["no LOCAL_WORLD_SIZE", "torchrun's ranks on CPUs by hand", "CPU processes spawned"],
+)  # fmt: skip
+def test_launches_fairseq_runs_are_left_to_it(gpus, environment, given, world_size, monkeypatch):
+    """What fairseq ran before the checks of torchrun's and CPU ranks still parses as given."""
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE",
+                 "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    if environment:
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29500")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    args = parse_args("transformer_san", given)
+    assert args.distributed_world_size == world_size
+    init = given[given.index("--distributed-init-method") + 1] if "--cpu" in given else None
+    assert args.distributed_init_method == init
 
 
 def test_model_parallel_training_without_megatron_is_one_line():

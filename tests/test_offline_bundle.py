@@ -159,8 +159,8 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
-         "data in out", "heldout in out", "out in data", "python below 3.11", "no dictionary", "out a link",
-         "a partial folder of the user's"],
+         "data in out", "heldout in out", "out in data", "python below 3.11", "no dictionary",
+         "out a link", "a partial folder of the user's"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     tmp_path, capsys, monkeypatch, argv, said

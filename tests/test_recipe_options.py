@@ -174,8 +174,13 @@ def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):
         ("transformer_san_small", ["--theta-encoder", "0.3"],
          "--theta-decoder-self|0.4|--theta-decoder-encdec|0.5|--theta-encoder-self|0.3|"),
         ("transformer_aan_small", [], "--theta-decoder-encdec|0.5|"),
+        # the model's option after -- decides: fairseq-train takes it over the architecture's
+        ("transformer_san_small", ["--", "--decoder-self-attention-type", "aan"],
+         "--theta-decoder-encdec|0.5|"),
+        ("transformer_aan_small", ["--", "--decoder-self-attention-type=dot"],
+         "--theta-decoder-self|0.4|--theta-decoder-encdec|0.5|"),
     ],
-    ids=["san", "san, encoder", "aan"],
+    ids=["san", "san, encoder", "aan", "san made aan", "aan made dot"],
 )  # fmt: skip
 def test_the_loop_learns_with_the_thresholds_its_decoder_has_attention_for(arch, extra, thetas):
     """An AAN decoder has no self-attention weights: fairseq-san-policy warned at every

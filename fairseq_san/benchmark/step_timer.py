@@ -38,7 +38,7 @@ from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.benchmark.report import huge_pages_clause, processor_line
 from fairseq_san.cores import threads_problem
 from fairseq_san.models.transformer_san import TransformerSANModel
-from fairseq_san.options import flag_of
+from fairseq_san.options import flag_of, has_aan_decoder
 from fairseq_san.static_decoding import StaticSequenceGenerator
 from fairseq_san.static_decoding.execution import EXECUTIONS
 from fairseq_san.static_decoding.precision import PRECISIONS
@@ -320,7 +320,7 @@ def print_profiles(
 def default_policies(arch: str) -> List[str]:
     """Every policy of ``POLICIES``, but for an AAN decoder, whose self-attention has no weights
     to share: the baseline alone (san-6-6 failed to build, the default command refused)."""
-    return ["baseline"] if arch.startswith("transformer_aan") else list(POLICIES)
+    return ["baseline"] if has_aan_decoder(arch) else list(POLICIES)
 
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
@@ -337,7 +337,7 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
         )
     if problem := threads_problem(args.threads):
         return problem
-    if args.arch.startswith("transformer_aan") and set(args.policies) - {"baseline"}:
+    if has_aan_decoder(args.arch) and set(args.policies) - {"baseline"}:
         return (
             f"--policies {' '.join(args.policies)}: san-6-6 shares decoder self-attention, which "
             f"an AAN decoder (--arch {args.arch}) has not: give --policies baseline"

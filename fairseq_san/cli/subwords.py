@@ -76,7 +76,7 @@ def check_training_text(inputs: List[str]) -> None:
     (``check_sentence_lengths``). Only regular files are looked into: sentencepiece reads each
     input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be missing
     from the text it learns from."""
-    read: List[Tuple[str, int, int]] = []  # each file read: sentences too long, sentences
+    read: List[Tuple[str, int, int]] = []  # each file read: (path, too long, sentences)
     for path in inputs:
         if "," in path:
             raise UsageError(

@@ -416,7 +416,13 @@ def training_backends(args: argparse.Namespace) -> List[Tuple[str, bool, str, Ca
         return lambda: importlib.util.find_spec(module.split(".")[0]) is not None
 
     def installed_module(module: str) -> Callable[[], bool]:
-        return lambda: importlib.util.find_spec(module) is not None
+        def found() -> bool:
+            try:  # an empty folder (a checkout without the submodule) is a namespace package
+                return importlib.util.find_spec(module) is not None
+            except ModuleNotFoundError:  # its package is not there
+                return False
+
+        return found
 
     def plasma() -> bool:
         try:
@@ -439,7 +445,7 @@ def training_backends(args: argparse.Namespace) -> List[Tuple[str, bool, str, Ca
         (f"--model-parallel-size {getattr(args, 'model_parallel_size', 1)}",
          getattr(args, "model_parallel_size", 1) > 1, "fairseq's megatron submodule "
          "(fairseq/model_parallel/megatron, not in fairseq's packages)",
-         installed_module("fairseq.model_parallel.megatron")),
+         installed_module("fairseq.model_parallel.megatron.mpu")),
     ]  # fmt: skip
 
 
@@ -517,17 +523,23 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
     until their checkpoint writes collided. torchrun's WORLD_SIZE is taken, as fairseq takes it
     over any other size. Refused: ranks on a machine without GPUs (fairseq puts rank R on GPU
     R % GPUs) and, with NCCL, more ranks on a machine than it has GPUs (NCCL refuses two ranks on
-    one GPU: "Duplicate GPU detected"). ``--distributed-init-method env://``, which fairseq sets
-    itself when it reads torchrun's variables, is left to it: given, every rank started as rank
-    0 (a hang, or each rank training alone)."""
+    one GPU: "Duplicate GPU detected"; told by torchrun's LOCAL_WORLD_SIZE, which other launchers
+    may not set). ``--distributed-init-method env://``, but with --distributed-no-spawn, this
+    rank's --distributed-rank and torchrun's world size, is left to fairseq's reading, which sets
+    all of it: given, fairseq read neither RANK nor WORLD_SIZE, and every rank started as rank 0
+    (a hang, or each rank training alone)."""
+    if args.tpu or args.pipeline_model_parallel:
+        return
     if not all(name in os.environ for name in TORCHRUN) or not os.environ["WORLD_SIZE"].isdigit():
         return
-    if args.distributed_init_method == "env://":  # what fairseq's own reading of torchrun sets:
-        args.distributed_init_method = None  # given, it read neither RANK nor WORLD_SIZE
-    if args.distributed_init_method or args.tpu or args.pipeline_model_parallel:
-        return
     ranks = int(os.environ["WORLD_SIZE"])
-    if ranks < 2:
+    if args.distributed_init_method == "env://" and not (
+        args.distributed_no_spawn
+        and str(args.distributed_rank) == os.environ["RANK"]
+        and args.distributed_world_size == ranks
+    ):
+        args.distributed_init_method = None  # fairseq's own reading sets env://, rank and size
+    if args.distributed_init_method or ranks < 2:
         return
     if gpus == 0:
         raise UsageError(
@@ -536,10 +548,9 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
             f"fairseq-train ... (the learn-to-share recipes: --cpu-ranks {ranks})"
         )
     here = os.environ.get("LOCAL_WORLD_SIZE", "")
-    here_ranks = int(here) if here.isdigit() else ranks
-    if args.distributed_backend == "nccl" and here_ranks > gpus:
+    if args.distributed_backend == "nccl" and here.isdigit() and int(here) > gpus:
         raise UsageError(
-            f"torchrun started {here_ranks} ranks on a machine with {gpus} GPU"
+            f"torchrun started {here} ranks on a machine with {gpus} GPU"
             f"{'s' if gpus > 1 else ''}: fairseq-train puts rank R on GPU R % {gpus}, and NCCL "
             f"(--distributed-backend nccl, fairseq's default) refuses two ranks on one GPU; start "
             f"at most {gpus} a machine (--nproc_per_node), or pass --distributed-backend gloo"
@@ -550,32 +561,38 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
 def check_cpu_ranks(args: argparse.Namespace, gpus: int, launched: bool) -> None:
     """Refuse ranks started elsewhere (``launched``, or a --distributed-init-method) that
     fairseq-train cannot run on CPUs: without --distributed-no-spawn it starts one process per
-    GPU, none here (it trained nothing and exited 0); more than one with fairseq's default
-    backends, NCCL and pytorch_ddp (a traceback: "Distributed package doesn't have NCCL built
-    in", or DistributedDataParallel's "device_ids [0] ... module parameters
+    GPU, and on a machine without GPUs none (it trained nothing and exited 0); more than one with
+    fairseq's default backends, NCCL and pytorch_ddp (a traceback: "Distributed package doesn't
+    have NCCL built in", or DistributedDataParallel's "device_ids [0] ... module parameters
     {device(type='cpu')}")."""
     if args.tpu or not (args.cpu or gpus == 0) or not (launched or args.distributed_init_method):
         return
     cpu_ranks = "on CPUs, start the ranks with fairseq-san-cpu-ranks N -- fairseq-train ..."
-    if args.distributed_init_method and not args.distributed_no_spawn:
+    if args.distributed_init_method and not args.distributed_no_spawn and gpus == 0:
         raise UsageError(
             f"--distributed-init-method {args.distributed_init_method} without "
-            "--distributed-no-spawn: fairseq-train then starts one process per GPU, and none "
-            f"runs on CPUs (nothing would train); {cpu_ranks}, or give each rank "
+            "--distributed-no-spawn: fairseq-train then starts one process per GPU, and this "
+            f"machine has none (nothing would train); {cpu_ranks}, or give each rank "
             "--distributed-no-spawn and its --distributed-rank"
         )
     if args.distributed_world_size < 2:
         return
+    default = (
+        f" (fairseq's default --distributed-world-size is the GPUs' count, {gpus}: "
+        "--distributed-world-size 1 trains in one CPU process)"
+        if args.distributed_world_size == gpus else ""
+    )
     if args.distributed_backend == "nccl":
         raise UsageError(
             "--distributed-backend nccl (fairseq's default) needs GPUs, and these ranks train on "
             f"CPUs: pass --distributed-backend gloo --ddp-backend legacy_ddp, or {cpu_ranks}"
+            + default
         )
     if args.ddp_backend in ("c10d", "pytorch_ddp"):
         raise UsageError(
             f"--ddp-backend {args.ddp_backend} (fairseq's default) puts each rank's model on a "
-            "GPU, and these ranks train on CPUs: pass --ddp-backend legacy_ddp, or "
-            f"{cpu_ranks}"
+            f"GPU, and these ranks train on CPUs: pass --ddp-backend legacy_ddp, or {cpu_ranks}"
+            + default
         )
 
 

@@ -25,7 +25,7 @@ from typing import Dict, List, NoReturn, Sequence, Tuple
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.files import read_as_an_option
 from fairseq_san.loop.run_record import binarized_pair, is_count
-from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, name_of
+from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, has_aan_decoder, name_of
 
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
@@ -354,7 +354,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_unread(recipe, values)
     check_train_args(recipe, train_args)
     check_sharing_allowed(recipe, train_args)
-    check_theta_read(recipe, own, values)
+    check_theta_read(recipe, own, values, train_args)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)
@@ -388,25 +388,24 @@ def start_options(recipe: str, values: Dict[str, str]) -> List[str]:
     return words
 
 
-def check_theta_read(recipe: str, own: Sequence[str], values: Dict[str, str]) -> None:
+def check_theta_read(
+    recipe: str, own: Sequence[str], values: Dict[str, str], train_args: Sequence[str]
+) -> None:
     """Refuse ``--theta-self`` for an AAN decoder, which has no self-attention weights to share:
     fairseq-san-policy ignored it, with a warning at every iteration."""
     given = any(word == "--theta-self" or word.startswith("--theta-self=") for word in own)
-    if given and recipe == LOOP and is_aan(values["ARCH"]):
+    if given and recipe == LOOP and has_aan_decoder(values["ARCH"], train_args):
         refuse(recipe, f"--theta-self {values['THETA_SELF']}: an AAN decoder (--arch "
-               f"{values['ARCH']}) has no self-attention weights to share; leave it out")  # fmt: skip
+               f"{values['ARCH']}) has no self-attention weights to share; "
+               "leave it out")  # fmt: skip
 
 
-def is_aan(arch: str) -> bool:
-    """Whether ``arch`` is one of the plugin's AAN translation models."""
-    return arch.startswith("transformer_aan")
-
-
-def policy_thetas(values: Dict[str, str]) -> List[str]:
+def policy_thetas(values: Dict[str, str], train_args: Sequence[str]) -> List[str]:
     """fairseq-san-policy's thresholds for the translation loop (Eq. 6): decoder self-attention's
     but for an AAN decoder (it has no self-attention weights: the tool warned at every iteration
     that it ignored the threshold), encoder-decoder attention's, the encoder's where given."""
-    thetas = [] if is_aan(values["ARCH"]) else ["--theta-decoder-self", values["THETA_SELF"]]
+    aan = has_aan_decoder(values["ARCH"], train_args)
+    thetas = [] if aan else ["--theta-decoder-self", values["THETA_SELF"]]
     thetas += ["--theta-decoder-encdec", values["THETA_ENCDEC"]]
     if values["THETA_ENCODER"]:
         thetas += ["--theta-encoder-self", values["THETA_ENCODER"]]
@@ -423,7 +422,8 @@ def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append(f"START_OPTIONS=({' '.join(map(shlex.quote, start_options(recipe, values)))})")
     if recipe == LOOP:
-        lines.append(f"POLICY_THETAS=({' '.join(map(shlex.quote, policy_thetas(values)))})")
+        thetas = policy_thetas(values, train_args)
+        lines.append(f"POLICY_THETAS=({' '.join(map(shlex.quote, thetas))})")
     if "LAUNCHER" in values:
         words = launcher_words(recipe, values)
         lines.append(f"LAUNCHER_WORDS=({' '.join(map(shlex.quote, words))})")

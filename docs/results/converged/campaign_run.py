@@ -577,9 +577,8 @@ class Slice:
         """Multi-GPU, 2 ranks on one GPU, one loop iteration each, one at a time: fairseq's own
         spawning (more ranks than GPUs: refused in one line), then torchrun, which fairseq maps to
         device rank % GPUs = 0 for both ranks, with gloo and with NCCL (which cannot put two ranks
-        on one GPU: refused in one line). Each
-        capped at JOB_S (else SMOKE_JOB_S) seconds, its training's wall cap too: a run needs no
-        more time than its command may take."""
+        on one GPU: refused in one line). Each capped at JOB_S (else SMOKE_JOB_S) seconds, its
+        training's wall cap too: a run needs no more time than its command may take."""
         job_s = self.s.limits.job_s or SMOKE_JOB_S
         cap_min = min(self.s.limits.cap_min, job_s / 60)
         limits = dataclasses.replace(

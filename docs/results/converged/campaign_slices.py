@@ -141,7 +141,9 @@ def utc_stamp(started: str) -> str:
     try:
         when = datetime.datetime.fromisoformat(started)
     except ValueError:
-        raise UsageError(f"--started {started}: not an ISO 8601 time (run.sh: date -u -Iseconds)")
+        raise UsageError(
+            f"--started {started}: not an ISO 8601 time (run.sh: date -u -Iseconds)"
+        ) from None
     if when.tzinfo is not None:
         when = when.astimezone(datetime.timezone.utc)
     return when.strftime("%Y%m%dT%H%M%SZ")
@@ -153,6 +155,7 @@ def record(
 ) -> str:  # fmt: skip
     """Write the call's provenance into ``runs/provenance/`` and return its path: one record per
     call, named by its start (``started``), written again by each of its archives."""
+    stamp = utc_stamp(started)  # before anything is made
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     provenance = {
         "slice": slice_name,
@@ -167,7 +170,6 @@ def record(
     }
     folder = os.path.join(runs, PROVENANCE)
     os.makedirs(folder, exist_ok=True)
-    stamp = utc_stamp(started)
     path = os.path.join(folder, f"{slice_name}-{stamp}.json")
     with open(path, "w", encoding="utf-8") as out:
         json.dump(provenance, out, indent=1)

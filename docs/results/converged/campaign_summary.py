@@ -84,6 +84,10 @@ def finished_iterations(run_dir: str) -> List[int]:
     return sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(run_dir)) if found)
 
 
+# What test_bleu.sh's score.json holds for each test set, which the summary reads.
+TEST_SCORE_FIELDS = ("bleu", "chrf", "bleu_signature")
+
+
 def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     """{test set: {bleu, chrf, signature}} of test_bleu.sh's scores for one iteration."""
     scores = {}
@@ -103,9 +107,6 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
         }
     return scores
 
-
-# What test_bleu.sh's score.json holds for each test set, which the summary reads.
-TEST_SCORE_FIELDS = ("bleu", "chrf", "bleu_signature")
 
 
 def loop_system(iteration: int) -> str:

@@ -244,3 +244,18 @@ def test_no_run_record_is_none(tmp_path):
     from fairseq_san.loop.run_record import read_record
 
     assert read_record(str(tmp_path)) is None
+
+
+def test_references_under_another_name_are_the_same_references(tmp_path):
+    """The name of a --valid-ref file was part of its digest: the same references copied under
+    another name (DATA/text/valid.raw.de of data moved elsewhere) refused to resume; a record
+    made with the name in its digest still resumes."""
+    from fairseq_san.loop.run_record import digest, files_sha256, recorded_digests
+
+    first, second = tmp_path / "valid.ref", tmp_path / "valid.raw.de"
+    for path in (first, second):
+        path.write_text("ein Hund läuft\n")
+    assert digest(str(first)) == digest(str(second))
+    assert files_sha256([str(first)]) in recorded_digests(str(first))  # an older record's
+    second.write_text("eine Katze\n")
+    assert digest(str(first)) != digest(str(second))

@@ -114,6 +114,18 @@ def test_loop_inputs_of_the_wrong_kind_are_refused_in_a_dry_run_too(tmp_path, dr
         assert not (tmp_path / "run").exists()
 
 
+def test_loop_start_without_data_is_one_line(tmp_path):
+    """``fairseq-san-loop start RUN`` (a documented subcommand) printed a TypeError's traceback
+    from a check of the data's path."""
+    for check in ([], ["--check-inputs"]):
+        result = run_cli("fairseq-san-loop", "start", str(tmp_path / "run"), *check)
+        assert result.returncode == 2
+        assert lines(result.stderr)[-1] == (
+            "fairseq-san-loop start: error: the following arguments are required: --data"
+        )
+    assert not (tmp_path / "run").exists()
+
+
 def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_too(tmp_path):
     """Both directions in one folder: the recipe scored against one pair's references and
     fairseq-train trained the other (the folder's listing order), and failed after training; a

@@ -132,8 +132,18 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
     (LOOP, ["--cross-self-attention"], "--cross-self-attention after --: fairseq-train refuses "
      "it beside sharing decoder self-attention, which the loop learns (iteration 0 would train, "
      "then iteration 1 stop at its policy): leave it out"),
-    (LOOP, ["--encoder-layerdrop", "0.2"], "--encoder-layerdrop after --: fairseq-train refuses "
-     "it beside sharing the encoder's attention"),
+    (LOOP, ["--theta-encoder", "0.4", "--", "--encoder-layerdrop", "0.2"], "--encoder-layerdrop "
+     "after --: fairseq-train refuses it beside sharing the encoder's attention"),
+    # trained iteration 0, then its validation BLEU failed (fairseq-generate reads no argument
+    # after --), at every rerun
+    (LOOP, ["-s", "de", "-t", "en"], "-s after --: the recipe sets it itself (the language pair, "
+     "--data's only one, which every step reads from it)"),
+    (LOOP, ["--target-lang=en"], "--target-lang after --: the recipe sets it itself"),
+    # every warm-started iteration restarted from that model, the record saying otherwise
+    (LOOP, ["--warm-start", "--", "--finetune-from-model", "m.pt"], "--finetune-from-model after "
+     "-- with --warm-start: each warm-started iteration fine-tunes the one before it (the recipe "
+     "gives fairseq-train its model), and fairseq would take yours instead, unrecorded: give one "
+     "of them"),
     (LM_LOOP, ["--decoder-layerdrop=0.1", "--seed", "2"], "--decoder-layerdrop after --"),
     (LM_LOOP, ["--checkpoint-activations"], "--checkpoint-activations after --: fairseq-train "
      "refuses it beside sharing any attention"),
@@ -145,7 +155,8 @@ def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     loop.md named the loop's own policies (fairseq takes an option's last value): refused in
     one line before anything runs, as are the checkpoints' folder and the model."""
     result = subprocess.run(
-        ["bash", str(REPO / "examples" / recipe), "--data", "d", "--run-dir", "r", "--", *given],
+        ["bash", str(REPO / "examples" / recipe), "--data", "d", "--run-dir", "r",
+         *(given if "--" in given else ["--", *given])],
         env=cli_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2
@@ -156,6 +167,16 @@ def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     assert allowed[1] == ["--seed", "2"]
     no_drop = ["--data", "d", "--run-dir", "r", "--", "--decoder-layerdrop", "0", "--seed", "2"]
     assert parse_recipe_args(recipe, no_drop)[1] == no_drop[5:]  # LayerDrop 0 drops nothing
+
+
+def test_the_encoders_layerdrop_is_refused_only_where_the_loop_shares_the_encoder():
+    """Without --theta-encoder the loop never shares the encoder's attention, and fairseq-train
+    trains a shared decoder beside an encoder's LayerDrop: it was refused, for a false reason."""
+    for flag in ("--encoder-layerdrop", "--encoder-layers-to-keep"):
+        argv = ["--data", "d", "--run-dir", "r", "--", flag, "0.1" if "drop" in flag else "0,1"]
+        assert parse_recipe_args(LOOP, argv)[1] == argv[5:]
+    with_warm_model = ["--data", "d", "--run-dir", "r", "--", "--finetune-from-model", "m.pt"]
+    assert parse_recipe_args(LOOP, with_warm_model)[1] == with_warm_model[5:]  # no --warm-start
 
 
 def test_a_launcher_a_shell_cannot_split_is_one_line(capsys):

@@ -88,6 +88,8 @@ def add_start_parser(commands) -> None:
     for option in recorded_options():
         if not option.metavar:
             start.add_argument(option.flag, action="store_true")
+        elif option.flag == "--data":  # every run has data (a traceback without it)
+            start.add_argument(option.flag, required=True)
         else:
             start.add_argument(option.flag, default="", help="empty: not set")
     start.add_argument("--lm", action="store_true",

@@ -140,6 +140,11 @@ TASKS = {LOOP: "translation_san", LM_LOOP: "language_modeling_san"}  # what each
 # After --, where fairseq takes an option's last value, one would override the recipe's while its
 # record says otherwise (loop.md naming the policy that was not the one trained).
 POLICY_SET = ("each iteration's policy: P_0 shares nothing, then the learned one", "leave it out")
+# The translation loop's language pair is its data's only one: fairseq-train took another from
+# after --, and the iteration's validation BLEU, whose fairseq-generate reads none of it, failed.
+PAIR_SET = ("the language pair, --data's only one, which every step reads from it",
+            "give a --data folder of the pair to train")  # fmt: skip
+LANGUAGE_PAIR_SET = {flag: PAIR_SET for flag in ("--source-lang", "-s", "--target-lang", "-t")}
 SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
     recipe: {
         **{option.flag: POLICY_SET for option in (OPTIONS["san_policy"], *POLICY_OPTIONS.values())},
@@ -150,7 +155,7 @@ SET_BY_THE_RECIPE: Dict[str, Dict[str, Tuple[str, str]]] = {
                          "give --updates before --"),  # fmt: skip
         "--task": (f"{TASKS[recipe]}, which its analysis and scoring need", "leave it out"),
         **({SELF_SHARE.flag: ("from its own --self-share", "give --self-share before --")}
-           if recipe == LM_LOOP else {}),  # fmt: skip
+           if recipe == LM_LOOP else LANGUAGE_PAIR_SET),  # fmt: skip
     }
     for recipe in (LOOP, LM_LOOP)
 }
@@ -304,7 +309,9 @@ def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
                    f"would take the value after -- instead, unrecorded: {fix}")  # fmt: skip
 
 
-def check_sharing_allowed(recipe: str, train_args: Sequence[str]) -> None:
+def check_sharing_allowed(
+    recipe: str, train_args: Sequence[str], values: Dict[str, str]
+) -> None:
     """Refuse, after --, an option that fairseq-train refuses beside sharing the attention that
     the loop learns to share (``NO_SHARING_BESIDE``): iteration 0 trained, then iteration 1
     stopped at its policy."""
@@ -312,6 +319,8 @@ def check_sharing_allowed(recipe: str, train_args: Sequence[str]) -> None:
         flag, equals, value = word.partition("=")
         if flag not in NO_SHARING_BESIDE:
             continue
+        if flag.startswith("--encoder-") and not values.get("THETA_ENCODER"):
+            continue  # the loop shares the encoder's attention only with --theta-encoder
         if not equals and flag.endswith("-layerdrop"):
             value = train_args[at + 1] if at + 1 < len(train_args) else ""
         if flag.endswith("-layerdrop") and is_zero(value):
@@ -319,6 +328,21 @@ def check_sharing_allowed(recipe: str, train_args: Sequence[str]) -> None:
         refuse(recipe, f"{flag} after --: fairseq-train refuses it beside sharing "
                f"{NO_SHARING_BESIDE[flag]}, which the loop learns (iteration 0 would train, then "
                "iteration 1 stop at its policy): leave it out")  # fmt: skip
+
+
+def check_warm_start_kept(
+    recipe: str, train_args: Sequence[str], values: Dict[str, str]
+) -> None:
+    """Refuse ``--finetune-from-model`` after -- with --warm-start: each warm-started iteration
+    fine-tunes the one before it, which the recipe gives fairseq-train, and fairseq took the
+    value after -- instead: every iteration restarted from that model, its record saying
+    otherwise."""
+    given = any(word.split("=", 1)[0] == "--finetune-from-model" for word in train_args)
+    if given and values.get("WARM_START") == "1":
+        refuse(recipe, "--finetune-from-model after -- with --warm-start: each warm-started "
+               "iteration fine-tunes the one before it (the recipe gives fairseq-train its "
+               "model), and fairseq would take yours instead, unrecorded: "
+               "give one of them")  # fmt: skip
 
 
 def is_zero(value: str) -> bool:
@@ -353,7 +377,8 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_architecture(recipe, values["ARCH"])
     check_unread(recipe, values)
     check_train_args(recipe, train_args)
-    check_sharing_allowed(recipe, train_args)
+    check_sharing_allowed(recipe, train_args, values)
+    check_warm_start_kept(recipe, train_args, values)
     check_theta_read(recipe, own, values, train_args)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()

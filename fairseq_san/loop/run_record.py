@@ -361,10 +361,13 @@ def contrast(name: str, was: object, now: object) -> str:
 
 
 def digest(path: str) -> str:
-    """sha256 of a file, or of a data directory's dictionaries (a translation's ``dict.LANG.txt``,
-    a language model's ``dict.txt``), index files and sentences (names and bytes: the vocabulary,
-    every sentence's length and its tokens), what identifies binarized data wherever it is."""
-    files = [path] if os.path.isfile(path) else data_files(path) + sentence_files(path)
+    """sha256 of a file's bytes (references under another name are the same references), or of
+    a data directory's dictionaries (a translation's ``dict.LANG.txt``, a language model's
+    ``dict.txt``), index files and sentences (names and bytes: the vocabulary, every sentence's
+    length and its tokens), what identifies binarized data wherever it is."""
+    if os.path.isfile(path):
+        return file_sha256(path)
+    files = data_files(path) + sentence_files(path)
     if not files:  # the digest of nothing would match any other missing data
         raise FileNotFoundError(f"{path}: no such file, nor a data directory (dict*.txt)")
     return files_sha256(files)
@@ -388,9 +391,10 @@ def sentence_files(data: str) -> List[str]:
 def recorded_digests(path: str) -> Tuple[str, ...]:
     """The digests of ``path`` that a record may hold: ``digest``'s, and those of records made
     before it counted the sentences (2026-12-01) and, for a language model's data, ``dict.txt``
-    (2026-11-30), which resume (and are recorded anew: ``start_run``)."""
+    (2026-11-30), or, for a file, before its name was left out (2026-12-04), which resume (and
+    are recorded anew: ``start_run``)."""
     if os.path.isfile(path):
-        return (digest(path),)
+        return (digest(path), files_sha256([path]))
     older = [files_sha256(data_files(path))]
     if os.path.isfile(os.path.join(path, "dict.txt")):
         older.append(files_sha256(translation_data_files(path)))

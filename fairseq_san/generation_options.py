@@ -161,6 +161,18 @@ def unfinished_prefix_ends(sentences: List[int], beam: int) -> PrefixEndsUnfinis
     )
 
 
+def prefix_ends_before_source_length(sentences: List[int]) -> UsageError:
+    """The error for sentences whose forced prefix holds the end of sentence under
+    ``--match-source-len``, which forbids it before the source's length: no hypothesis of theirs
+    can finish (fairseq's generator failed its assertion ``step < max_len``; the static decoder
+    said to use beam 1, which fails alike)."""
+    return UsageError(
+        f"--prefix-size: the prefix of sentence {', '.join(map(str, sentences))} holds its end "
+        "(EOS) before its source's length, where --match-source-len forbids it: no hypothesis of "
+        "it can finish; leave out --match-source-len, or pass a smaller --prefix-size"
+    )
+
+
 def whole_targets_forced(sentences: List[int]) -> str:
     """The warning for sentences whose forced prefix holds their whole target, its end of
     sentence included (a target no longer than ``--prefix-size``): fairseq's generator returns

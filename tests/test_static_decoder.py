@@ -1267,6 +1267,39 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
                 [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
 
 
+def test_a_prefix_that_ends_before_the_source_length_under_match_source_len_is_one_line(task):
+    """--match-source-len forbids the end of sentence before the source's length: a prefix that
+    forces it there left no hypothesis to finish, at any beam; fairseq's generator failed its
+    assertion at max_len (a traceback), the static decoder said to use --beam 1, which failed
+    alike. Both name the sentences whose prefix ends early, not one that ends at its length."""
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 2], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    prefix = torch.tensor([[7, DICTIONARY.eos()], [7, 8]])
+    said = ("--prefix-size: the prefix of sentence 3 holds its end (EOS) before its source's "
+            "length, where --match-source-len forbids it: no hypothesis of it can finish; leave "
+            "out --match-source-len, or pass a smaller --prefix-size")
+    for decoding in ("fairseq", "static"):
+        for beam in (1, 2):
+            generator = task.build_generator([model], generation_args(
+                san_decoding=decoding, beam=beam, match_source_len=True))  # fmt: skip
+            with pytest.raises(UsageError) as refused:
+                task.inference_step(generator, [model], sample, prefix)
+            assert str(refused.value) == said, (decoding, beam)
+
+
+def test_min_len_above_the_source_length_under_match_source_len_names_it():
+    """fairseq's decoder's error said to raise --max-len-b, which --match-source-len ignores."""
+    from fairseq_san.tasks.decoding import min_len_above_max_len
+
+    settings = argparse.Namespace(min_len=3, max_len_a=0, max_len_b=200, match_source_len=True)
+    assert str(min_len_above_max_len(settings)) == (
+        "--min-len 3 is above the longest source of a batch, the longest output "
+        "--match-source-len allows: lower --min-len"
+    )
+
+
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_prefixes_that_force_whole_targets_are_named_once(decoding, caplog):
     """fairseq-generate --prefix-size longer than a target forces the whole target, EOS

@@ -30,6 +30,7 @@ from fairseq_san.generation_options import (
     exhausted_ngrams,
     is_integer,
     PrefixEndsUnfinished,
+    prefix_ends_before_source_length,
     unfinished_prefix_ends,
     unmet_constraints,
     whole_targets_forced,
@@ -242,8 +243,13 @@ def is_min_len_assertion(error: AssertionError) -> bool:
 def min_len_above_max_len(settings: object) -> UsageError:
     """The error for fairseq's generator's assertion that ``--min-len`` is at most a batch's
     longest output, of ``settings`` (a generator or the generation config: ``min_len``,
-    ``max_len_a``, ``max_len_b``): the command line's ``one_line_errors`` said only that, the
-    hub raised it."""
+    ``max_len_a``, ``max_len_b``, ``match_source_len``): the command line's ``one_line_errors``
+    said only that, the hub raised it."""
+    if getattr(settings, "match_source_len", False):  # the length limit is the source's
+        return UsageError(
+            f"--min-len {settings.min_len} is above the longest source of a batch, the longest "
+            "output --match-source-len allows: lower --min-len"
+        )
     return UsageError(
         f"--min-len {settings.min_len} is above the longest output of a batch (--max-len-a "
         f"{settings.max_len_a} x its source length + --max-len-b {settings.max_len_b}, at most "
@@ -415,9 +421,11 @@ class DecodingTask:
             self.check_forced_starts(generator, sample, forced, prefix_tokens)
             if at_max_len is not None:
                 check_ngrams_left_tokens(generator)
+                self.check_forced_ends_of_source_length(generator, sample, forced)
             raise
         except PrefixEndsUnfinished:  # the static search's own check, worded by the task
             self.check_forced_starts(generator, sample, forced, prefix_tokens)
+            self.check_forced_ends_of_source_length(generator, sample, forced)
             raise
         except RuntimeError as error:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
@@ -438,6 +446,22 @@ class DecodingTask:
         if started:
             beam = getattr(generator, "beam_size", 1)
             raise self.forced_ends_refused(started, beam, prefix_tokens) from None
+
+    def check_forced_ends_of_source_length(
+        self, generator, sample: dict, forced: Optional[Tensor]
+    ) -> None:
+        """Refuse, under ``--match-source-len``, the batch's sentences whose forced tokens hold
+        the end of sentence before their source's length, which it forbids there
+        (``prefix_ends_before_source_length``)."""
+        if forced is None or not getattr(generator, "match_source_len", False):
+            return
+        ends = forced.eq(self.target_dictionary.eos())
+        source_lengths = sample["net_input"]["src_lengths"].to(ends.device)
+        rows = (ends.any(dim=1) & (ends.long().argmax(dim=1) < source_lengths)).nonzero()
+        ids = self.output_ids(sample)
+        ended = (ids[rows.view(-1)] if ids is not None else rows.view(-1)).tolist()
+        if ended:
+            raise prefix_ends_before_source_length(ended) from None
 
     def rows_with_eos(self, sample: dict, tokens: Optional[Tensor]) -> List[int]:
         """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""

@@ -1220,7 +1220,7 @@ def test_tiny_archive_has_no_checkpoints_and_a_fresh_machine_skips_what_finished
         assert f"./{part}" in names
     for run_dir in ("loop", "baseline-s2", "san-s2"):  # done: trained and tested
         log = (root / "first" / "runs" / "en-de" / run_dir / "run.log").read_text()
-        assert "held-out translation stopped (exit 1): what it wrote is kept" in log
+        assert "held-out translation stopped (exit 2): what it wrote is kept" in log
     fresh = tiny["outputs"]["fresh"]
     assert " started at " not in fresh  # no system trained again
     for name in ("en-de/loop: iteration 0", "en-de/loop: iteration 1", "en-de/san-s2: iteration 0"):

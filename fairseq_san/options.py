@@ -137,8 +137,7 @@ MODEL_OPTIONS = (
     ),
 )
 
-# How a following layer of a decoder self-attention block shares with the block's first layer:
-# SAN's attention weights S (own V), or cross-layer KV sharing.
+
 def has_aan_decoder(arch: str, train_args: Sequence[str] = ()) -> bool:
     """Whether a translation model of ``arch`` trained with ``train_args`` (fairseq-train's
     words) has an AAN decoder, whose self-attention has no weights to share: the last
@@ -153,6 +152,8 @@ def has_aan_decoder(arch: str, train_args: Sequence[str] = ()) -> bool:
     return chosen == "aan"
 
 
+# How a following layer of a decoder self-attention block shares with the block's first layer:
+# SAN's attention weights S (own V), or cross-layer KV sharing.
 SELF_SHARE = Option(
     "san_self_share",
     "decoder self-attention sharing of a block's following layers: the attention weights S of "

@@ -612,10 +612,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         remove_earlier_archive(bundle)
 
 
+def archive_of(bundle: Path) -> Path:
+    """BUNDLE.tar.gz, beside the bundle, which --archive writes."""
+    return bundle.with_name(bundle.name + ".tar.gz")
+
+
 def remove_earlier_archive(bundle: Path) -> None:
     """Remove BUNDLE.tar.gz, which an earlier build with --archive wrote: it holds the bundle this
     build replaced, and would pass for this one."""
-    archive = bundle.with_name(bundle.name + ".tar.gz")
+    archive = archive_of(bundle)
     if archive.is_file():
         archive.unlink()
         print(f"build_offline_bundle.py: removed {archive}, the archive of the bundle this build "
@@ -625,7 +630,7 @@ def remove_earlier_archive(bundle: Path) -> None:
 def write_archive(bundle: Path) -> Path:
     """BUNDLE.tar.gz, written whole or not at all; where it fails, the archive of an earlier
     bundle is removed (it would pass for this one)."""
-    archive = bundle.with_name(bundle.name + ".tar.gz")
+    archive = archive_of(bundle)
     partial = archive.with_name(archive.name + ".partial")
     try:
         with tarfile.open(partial, "w:gz") as tar:

@@ -6,7 +6,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -150,27 +150,39 @@ def check_beams_fit(config: BenchmarkConfig, target_entries: int) -> None:
 def check_fixed_length(systems: Dict[str, Dict], length: int) -> None:
     """ValueError unless every system can decode ``length`` tokens and EOS (its
     ``max_output_tokens``; CTranslate2's rows have none of their own: the baseline's)."""
-    for name, info in systems.items():
-        limit = info.get("max_output_tokens")
-        if limit is not None and length > limit:
-            raise ValueError(
-                f"fixed length {length}: system {name} decodes at most {limit} tokens (its "
-                f"max_target_positions {limit + 1} less one): give a smaller --fixed-length"
-            )
+    over = first_over_its_limit(systems, "max_output_tokens", length)
+    if over is not None:
+        name, limit = over
+        raise ValueError(
+            f"fixed length {length}: system {name} decodes at most {limit} tokens (its "
+            f"max_target_positions {limit + 1} less one): give a smaller --fixed-length"
+        )
 
 
 def check_source_lengths(systems: Dict[str, Dict], longest: int, subset: str) -> None:
     """ValueError unless every system reads the subset's longest source (``longest`` tokens with
     EOS; its ``max_source_tokens``): the encoder's positions failed inside a worker, a traceback
     from torch's embedding, after every system had loaded."""
+    over = first_over_its_limit(systems, "max_source_tokens", longest)
+    if over is not None:
+        name, limit = over
+        raise ValueError(
+            f"system {name} reads at most {limit} source tokens (its max_source_positions), "
+            f"and the longest sentence of --subset {subset} has {longest} with its EOS: "
+            "benchmark it on shorter sentences, or a model with more positions"
+        )
+
+
+def first_over_its_limit(
+    systems: Dict[str, Dict], limit_key: str, needed: int
+) -> Optional[Tuple[str, int]]:
+    """(name, limit) of the first system whose ``limit_key`` (a count of tokens) is below
+    ``needed``, or None; systems without one (CTranslate2's rows) are not checked."""
     for name, info in systems.items():
-        limit = info.get("max_source_tokens")
-        if limit is not None and longest > limit:
-            raise ValueError(
-                f"system {name} reads at most {limit} source tokens (its max_source_positions), "
-                f"and the longest sentence of --subset {subset} has {longest} with its EOS: "
-                "benchmark it on shorter sentences, or a model with more positions"
-            )
+        limit = info.get(limit_key)
+        if limit is not None and needed > limit:
+            return name, limit
+    return None
 
 
 def config_record(

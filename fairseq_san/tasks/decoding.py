@@ -457,9 +457,7 @@ class DecodingTask:
             return
         ends = forced.eq(self.target_dictionary.eos())
         source_lengths = sample["net_input"]["src_lengths"].to(ends.device)
-        rows = (ends.any(dim=1) & (ends.long().argmax(dim=1) < source_lengths)).nonzero()
-        ids = self.output_ids(sample)
-        ended = (ids[rows.view(-1)] if ids is not None else rows.view(-1)).tolist()
+        ended = self.ids_of(sample, ends.any(dim=1) & (ends.long().argmax(dim=1) < source_lengths))
         if ended:
             raise prefix_ends_before_source_length(ended) from None
 
@@ -467,10 +465,13 @@ class DecodingTask:
         """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""
         if tokens is None:
             return []
-        ends = tokens.eq(self.target_dictionary.eos()).any(dim=1)
+        return self.ids_of(sample, tokens.eq(self.target_dictionary.eos()).any(dim=1))
+
+    def ids_of(self, sample: dict, rows: Tensor) -> List[int]:
+        """The ids (``output_ids``) of the sample's sentences where ``rows`` (a mask) holds."""
         ids = self.output_ids(sample)
-        rows = ends.nonzero().view(-1)
-        return (ids[rows] if ids is not None else rows).tolist()
+        chosen = rows.nonzero().view(-1)
+        return (ids[chosen] if ids is not None else chosen).tolist()
 
     def output_ids(self, sample: dict) -> Optional[Tensor]:
         """The sample's sentence ids as the command's output numbers them (fairseq-interactive's

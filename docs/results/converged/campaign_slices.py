@@ -37,6 +37,7 @@ The scheduler calls these in its own process:
 
 import argparse
 import datetime
+import fnmatch
 import gzip
 import hashlib
 import json
@@ -221,7 +222,7 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
         return "is outside a pair's folder, provenance/ and smoke/"
     if len(parts) == 1 and not member.isdir():
         return "is a file where a folder belongs"
-    if parts and HYPOTHESES.fullmatch(parts[-1]) and not member.isfile():
+    if parts and fnmatch.fnmatchcase(parts[-1], HYPOTHESES) and not member.isfile():
         return "is no file of hypotheses"
     if member.isfile() and parts[-1].endswith(PROGRAM_SUFFIXES):
         return "is a program or a checkpoint"
@@ -326,8 +327,7 @@ def figure5_folders(members: Sequence[str]) -> List[str]:
 
 
 # fairseq-generate's output in a run dir, which collect compresses.
-HYPOTHESES_GLOB = "generate-*.txt"
-HYPOTHESES = re.compile(r"generate-.*\.txt")
+HYPOTHESES = "generate-*.txt"
 
 
 def compress_hypotheses(results: str) -> None:
@@ -336,7 +336,7 @@ def compress_hypotheses(results: str) -> None:
     committed here travels to every later GPU call, at most 64 MiB with the bundle, and the test
     sets' hypotheses were more than half of it (10.3 of 18.8 MB after the en-de slice); gzip
     keeps about a third."""
-    for path in glob_in(results, "**", HYPOTHESES_GLOB, recursive=True):
+    for path in glob_in(results, "**", HYPOTHESES, recursive=True):
         with open(path, "rb") as text, open(path + ".gz", "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
                 shutil.copyfileobj(text, packed)

@@ -108,7 +108,6 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     return scores
 
 
-
 def loop_system(iteration: int) -> str:
     """The system of a learn-to-share loop's iteration (module doc)."""
     return {0: "baseline", 1: "san"}.get(iteration, f"san-iter{iteration}")

@@ -21,11 +21,12 @@ GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 GENERATE_SOURCE = re.compile(r"^S-(\d+)\t")
 
 # Subword marks left in fairseq-generate's D- lines when it ran without --post-process (the mark as
-# shown, how it is found: subword-nmt's "@@" also ends a line), and the value that removes them.
-# One row per segmentation.
+# shown, how it is found), and the value that removes them. One row per segmentation.
+# subword-nmt's "@@" ends a piece of a word (before a space or the line's end): after a space or
+# alone it is text a model wrote (sentencepiece data has "@" pieces), not a mark.
 SUBWORD_MARKS = {
     ("\u2581", re.compile("\u2581")): "sentencepiece",
-    ("@@", re.compile(r"@@( |$)")): "subword_nmt",
+    ("@@", re.compile(r"(?<=\S)@@( |$)")): "subword_nmt",
 }
 
 

@@ -26,8 +26,8 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 def machine_with_its_own_packages(root: Path) -> Dict[str, str]:
     """A fresh virtual environment (no system site-packages) that sees, of this one, only what a
-    GPU machine provides (the builder's MACHINE_PROVIDES: torch, numpy, matplotlib), pip and
-    setuptools, with their requirements; the environment variables that make it the ``python3``
+    GPU machine provides (the builder's MACHINE_PROVIDES: torch, numpy, matplotlib, lxml), pip
+    and setuptools, with their requirements; the environment variables that make it the ``python3``
     on PATH and keep pip off every index and configuration."""
     site = root / "machine-site"
     site.mkdir()

@@ -186,6 +186,8 @@ def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
             raise PolicyError(
                 f'{what} "{path}" is over {limit:,} bytes, more than a {what} holds: check the path'
             )
+        if data.startswith(b"\x1f\x8b"):  # kept analyses are gzipped (docs/results)
+            raise PolicyError(f'{what} "{path}" is gzip-compressed: give it unpacked (gunzip -k)')
         return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None

@@ -251,6 +251,9 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert value(smoke[f"smoke/torchrun-{backend}"], "--distributed-backend") == backend
     runs = printed_commands(outputs["bench"], "fairseq-san-bench")
     assert [value(words, "--batch-size") for words in runs] == ["16", "128"]
+    # models of 2.5 minutes: beside, not over, the converged models' benchmark (en-de/bench)
+    assert [value(words, "--out-dir").split("/runs/")[1] for words in runs] == [
+        "en-de/bench-trained/batch16", "en-de/bench-trained/batch128"]  # fmt: skip
     for words in runs:
         assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
         assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
@@ -359,6 +362,7 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
         assert f"== smoke/{name}: not started: " in output  # 100 s left: it needs 120 (JOB_S)
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
     assert [value(words, "--batch-size") for words in calls] == ["16", "128"]
+    assert value(calls[0], "--out-dir").endswith("/en-de/bench/batch16")  # the headline's speed
     tables = tables_models["TABLES_RUNS"]
     systems = dict(system.split("=", 1) for system in values(calls[0], "--system"))
     assert systems["baseline"] == f"{tables}/en-de/baseline-s5/iter0/checkpoints/checkpoint_best.pt"
@@ -707,6 +711,18 @@ def test_same_seed_pairs_two_systems_that_summary_does_not(tmp_path):
     command[3] = "loop:first"
     refused = subprocess.run(command, capture_output=True, text=True, env=cli_env())
     assert refused.returncode == 2 and "loop:first: give RUN or RUN:ITERATION" in refused.stderr
+
+
+def test_a_budget_without_updates_reads_a_dash_not_none():
+    """A training whose log holds no update (an empty train.log) is "-" updates in the budget
+    statement, as its wall time is, not "None updates"."""
+    from campaign_summary import budget_statement
+
+    empty = ({"updates": None, "wall_s": None}, {"stop": "unknown"})
+    trained = ({"updates": 3000, "wall_s": 306.0}, {"stop": "max update"})
+    statement = budget_statement(empty, trained)
+    assert "None" not in statement
+    assert "baseline - updates in -, SAN 3000 updates in 306 s" in statement
 
 
 def test_every_system_is_tested_against_the_baseline_of_its_seed(tmp_path):

@@ -173,21 +173,50 @@ def test_decode_key_follows_the_files_the_overrides_name(tmp_path, monkeypatch):
     assert decode_key(str(checkpoint), str(data), "test", overrides) not in (key, rewritten)
 
 
-def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
-    """Below the table, once the newest row's learned policy stops the loop."""
+def recorded_iterations(tmp_path, monkeypatch, count: int) -> None:
+    """Rows of iterations 0..count-1 in the run's loop.json, their checkpoints gone (the summary
+    keeps the recorded rows)."""
     import fairseq_san.loop.summary as summary
 
-    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN)
     rows = [{"iteration": k, "policy": "-", "parameters": 1, "num_updates": 1, "train_seconds": 60,
              "valid_loss": 4.0, "bleu": 30.0, "chrf": 60.0, "signature": None, "perplexity": None}
-            for k in range(3)]  # fmt: skip
+            for k in range(count)]  # fmt: skip
     (tmp_path / "loop.json").write_text(json.dumps(rows))
-    monkeypatch.setattr(summary, "iteration_dirs", lambda run_dir: [])  # no checkpoints here
+    monkeypatch.setattr(summary, "iteration_dirs", lambda run_dir: [])
+
+
+def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
+    """Below the table, once the newest row's learned policy stops the loop."""
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN, EVEN)
+    recorded_iterations(tmp_path, monkeypatch, 3)
     written = write_summary(run_dir)
     assert written.endswith(f"\nStopped: {Stop(2, 1)}.\n")
     assert len([line for line in written.splitlines() if line.startswith("| 2 |")]) == 1
     (tmp_path / "iter3" / "policy.json").write_text(json.dumps({"decoder_encdec": [1, 5]}))
     assert "Stopped" not in write_summary(run_dir)
+
+
+@pytest.mark.parametrize("max_iterations, stopped", [("2", True), ("3", False)])
+def test_loop_md_says_max_iterations_ended_a_loop_whose_policy_still_changed(
+    tmp_path, monkeypatch, max_iterations, stopped
+):
+    """The loop ran its --max-iterations and the last iteration learned a new policy: loop.md
+    (and the recipe's output, which prints it) says so, and how to go on; while iterations are
+    left (the loop still running), nothing."""
+    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN)
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["options"]["--max-iterations"] = max_iterations
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    recorded_iterations(tmp_path, monkeypatch, 2)
+    written = write_summary(run_dir)
+    if not stopped:
+        assert "Stopped" not in written
+        return
+    assert written.endswith(
+        "\nStopped: --max-iterations 2 ended the loop with its policy still changing: iteration 1 "
+        "learned a policy no iteration trained (iter2/policy.json); rerun the recipe with --extend "
+        "--max-iterations 3 to train it.\n"
+    ), written
 
 
 def test_rows_of_an_older_loop_json_lack_the_newer_score_columns(tmp_path, monkeypatch):

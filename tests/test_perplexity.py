@@ -51,7 +51,7 @@ def row(iteration, perplexity=None, bleu=None):
     return dict(
         iteration=iteration, policy="decoder_self none", learned="-", learned_for="-", parameters=1000,
         num_updates=10, train_seconds=60, valid_loss=5.0, bleu=bleu, chrf=None,
-        signature=None, perplexity=perplexity,
+        signature=None, perplexity=perplexity, trained=True,
     )  # fmt: skip
 
 

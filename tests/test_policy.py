@@ -789,6 +789,31 @@ def test_cli_map_stays_within_0_and_ln2_and_refuses_a_width_that_is_not_positive
     assert "--map 0.0: the width must be positive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("key", ["decoder_selff", "decoder-encdec", "Encoder_Self"])
+def test_cli_refuses_a_misspelt_kind_naming_the_kind_meant(tmp_path, capsys, key):
+    """A kind's key misspelt was read as a kind without a matrix: the policy said "none" for it
+    and exited 0. The analysis' own other keys (checkpoint, updates, ...) are no kinds."""
+    js = {"decoder_self": [[0, 0.1], [0.1, 0]], key: [[0]], "sentences": 2, "subset": "valid"}
+    path = write_json(tmp_path / "js.json", js)
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([path, "--theta-decoder-self", "0.15"])
+    assert stopped.value.code == 2
+    meant = key.lower().replace("-", "_").replace("selff", "self")
+    assert f'{path}: unknown key "{key}": did you mean "{meant}"?' in capsys.readouterr().err
+
+
+def test_cli_names_a_gzipped_analysis_as_such(tmp_path, capsys):
+    """A gzipped js.json was "cannot be read: 'utf-8' codec can't decode byte 0x8b"."""
+    import gzip
+
+    path = tmp_path / "js.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"decoder_self": [[0.0]]}).encode()))
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([str(path), "--theta-decoder-self", "0.15"])
+    assert stopped.value.code == 2
+    assert f'JS file "{path}" is gzip-compressed: give it unpacked' in capsys.readouterr().err
+
+
 def shifted(js: list, shift: float) -> list:
     """``js`` with ``shift`` added off the diagonal."""
     return [[value + shift * (i != j) for j, value in enumerate(row)] for i, row in enumerate(js)]

@@ -47,6 +47,7 @@ def fake_data(directory: Path, valid_reference: bool = True) -> Path:
             for ext in ("bin", "idx"):
                 (directory / f"{split}.en-de.{lang}.{ext}").touch()
     (directory / "text" / "test.raw.de").write_text("Ein Hund .\n")
+    (directory / "spm.model").touch()
     if valid_reference:
         (directory / "text" / "valid.raw.de").write_text("Ein Hund .\n")
     return directory
@@ -746,19 +747,29 @@ def test_prepare_into_a_folder_whose_name_lists_files_is_one_line(multi30k_raw, 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_test_bleu_with_the_source_language_as_target_is_one_line(tmp_path):
-    """En->De data has English references too (text/test.raw.en): asked for "en", fairseq-generate
-    would translate into German and score it against English, BLEU 0 and exit 0."""
+@pytest.mark.parametrize("change, target, said", [
+    (lambda data: (data / "text" / "test.raw.en").write_text("A dog .\n"), "en",
+     "{data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the target language of "
+     "the pair"),
+    (lambda data: (data / "spm.model").unlink(), "de",
+     "{data} has no spm.model: it was not segmented by prepare.sh, and test_bleu.sh detokenizes "
+     "with sentencepiece (--post-process sentencepiece); score another segmentation's output "
+     "with fairseq-generate --post-process and fairseq-san-score"),
+])  # fmt: skip
+def test_test_bleu_refuses_data_it_cannot_score_in_one_line(tmp_path, change, target, said):
+    """Refused before decoding: En->De data has English references too (text/test.raw.en), and
+    asked for "en", fairseq-generate translated into German, scored against English, BLEU 0 and
+    exit 0; data segmented with subword-nmt (no spm.model) was decoded whole, test_bleu.sh's
+    sentencepiece detokenizing glued its words at every '@@', then refused as having the wrong
+    references."""
     data = fake_data(tmp_path / "data")
-    (data / "text" / "test.raw.en").write_text("A dog .\n")
+    change(data)
     checkpoint = tmp_path / "a.pt"
     checkpoint.write_bytes(b"not decoded")
-    result = run_script(TEST_BLEU, str(data), "en", str(tmp_path / "out"), f"a={checkpoint}")
+    result = run_script(TEST_BLEU, str(data), target, str(tmp_path / "out"), f"a={checkpoint}")
     assert result.returncode == 1
-    assert lines(result.stderr) == [
-        f"test_bleu.sh: {data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the "
-        "target language of the pair"
-    ]
+    assert lines(result.stderr) == ["test_bleu.sh: " + said.format(data=data)]
+    assert not (tmp_path / "out").exists()
 
 
 def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path):
@@ -1212,6 +1223,22 @@ def test_a_language_models_run_recorded_before_its_dictionary_counted_resumes(tm
         assert not differs("--data", options, options, {"--data": recorded}, {})
     (tmp_path / "train.idx").write_text("other sentences")
     assert differs("--data", options, options, {"--data": old}, {})
+
+
+def test_extend_is_not_below_an_iteration_that_began_training(tmp_path):
+    """A run stopped inside iteration 1's training (its checkpoints, no ``trained`` marker):
+    --extend --max-iterations 1 would end the loop before it, the summary still listing it."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    run_dir = tmp_path / "run"
+    for k in (0, 1):
+        (run_dir / f"iter{k}" / "checkpoints").mkdir(parents=True)
+        (run_dir / f"iter{k}" / "checkpoints" / "checkpoint_last.pt").touch()
+    (run_dir / "iter0" / "trained").touch()
+    with pytest.raises(RunError, match=r"has trained 1 iterations already and begun iteration 1 "):
+        compare(str(run_dir), {"--max-iterations": "3"}, {"--max-iterations": "1"}, {}, True, {})
+    assert compare(str(run_dir), {"--max-iterations": "3"}, {"--max-iterations": "2"}, {}, True,
+                   {}) == ["--max-iterations"]  # fmt: skip
 
 
 def test_folders_named_with_glob_characters_are_read_as_named(tmp_path):

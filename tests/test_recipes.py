@@ -1707,6 +1707,20 @@ def test_summary_counts_tied_embeddings_saved_as_copies_once(tmp_path):
     assert row["parameters"] == 10 * 4 + 8 * 4
 
 
+def test_summary_marks_an_iteration_whose_training_did_not_finish(tmp_path):
+    """A checkpoint without the loop's ``trained`` marker (a run stopped inside its training, or
+    still training) is a row marked unfinished, not one that reads like a finished iteration."""
+    iteration = iteration_with_checkpoint(tmp_path / "run")
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| 0 (training unfinished) |" in result.stdout
+    assert read_json(tmp_path / "run" / "loop.json")[0]["trained"] is False
+    (iteration / "trained").touch()
+    result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
+    assert "| 0 |" in result.stdout and "unfinished" not in result.stdout
+    assert read_json(tmp_path / "run" / "loop.json")[0]["trained"] is True
+
+
 def test_summary_shows_no_loss_of_a_checkpoint_chosen_by_bleu(tmp_path):
     """With --best-checkpoint-metric bleu fairseq stores the best BLEU where the summary read the
     best validation loss: loop.md showed a valid loss of 0.040 (a BLEU of 0.04)."""
@@ -1743,6 +1757,7 @@ def test_summary_of_a_distributed_training_checkpoint(tmp_path):
         },
         iteration / "checkpoints" / "checkpoint_best.pt",
     )
+    (iteration / "trained").touch()  # as the loop marks it
     result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = read_json(tmp_path / "run" / "loop.json")
@@ -1878,7 +1893,7 @@ def test_summary_keeps_the_recorded_row_of_an_iteration_whose_checkpoint_is_gone
     summary it writes then must still hold the earlier iterations as recorded, with the policy
     each learned brought up to date, and no row for an iteration folder that is gone."""
     run_dir = tmp_path / "run"
-    iteration_with_checkpoint(run_dir)
+    (iteration_with_checkpoint(run_dir) / "trained").touch()
     assert run_cli("fairseq-san-loop", "summary", str(run_dir)).returncode == 0
     (recorded,) = read_json(run_dir / "loop.json")
     shutil.rmtree(run_dir / "iter0" / "checkpoints")
@@ -1887,6 +1902,7 @@ def test_summary_keeps_the_recorded_row_of_an_iteration_whose_checkpoint_is_gone
     (second / "policy.json").write_text(json.dumps(ONE_BLOCK))
     torch.save({"model": {"w": torch.zeros(2, 4)}, "optimizer_history": [{"num_updates": 20}],
                 "extra_state": {"best": 5.5}}, second / "checkpoints" / "checkpoint_best.pt")
+    (second / "trained").touch()
     stale = {**recorded, "iteration": 7}  # a row whose folder was deleted
     (run_dir / "loop.json").write_text(json.dumps([recorded, stale]))
     result = run_cli("fairseq-san-loop", "summary", str(run_dir))

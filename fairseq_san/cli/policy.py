@@ -18,6 +18,7 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 """
 
 import argparse
+import difflib
 import sys
 from typing import Optional
 
@@ -128,6 +129,16 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
     return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
 
 
+def check_no_misspelt_kind(analysis: dict, path: str) -> None:
+    """PolicyError for a key that is no kind but reads like one ("decoder_selff"): it was taken
+    for a kind without a matrix, whose policy is "none". The analysis' own other keys
+    (checkpoint, num_updates, ...) are like no kind."""
+    for key in analysis:
+        meant = difflib.get_close_matches(key.lower().replace("-", "_"), KINDS, n=1, cutoff=0.8)
+        if key not in KINDS and meant:
+            raise PolicyError(f'{path}: unknown key "{key}": did you mean "{meant[0]}"?')
+
+
 def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:
     """PolicyError for analyses with no JS matrix (every kind null or missing): a policy file
     given for an analysis learned "no sharing" without a word; and for a kind that is neither a
@@ -206,6 +217,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         parser.error(f"-o {args.output}: {problem}")
     try:
         analyses = [load_json_object(path, "JS file") for path in paths]
+        for analysis, path in zip(analyses, paths):
+            check_no_misspelt_kind(analysis, path)
         js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)
         check_some_matrix(js_by_kind, paths)
         check_decoder_self_theta(js_by_kind, thetas)

@@ -52,8 +52,9 @@ class System:
 
 
 def check_data(data: str, target: str) -> Dict[str, str]:
-    """DATA is prepare.sh's output and translates into ``target``: else German would be scored
-    against English references (En->De data has both). Its dictionaries' files by side
+    """DATA is prepare.sh's output (its sentencepiece model: test_bleu.sh detokenizes with it)
+    and translates into ``target``: else German would be scored against English references
+    (En->De data has both). Its dictionaries' files by side
     (``dictionary_sizes`` reads them)."""
     if ":" in data:  # fairseq-generate would read the directory before it
         raise SystemsError(
@@ -71,6 +72,13 @@ def check_data(data: str, target: str) -> Dict[str, str]:
         raise SystemsError(
             f"{data} does not translate into '{target}' (no test.SRC-{target}.{target}.idx): "
             "TGT is the target language of the pair",
+            MISSING,
+        )
+    if not os.path.isfile(os.path.join(data, "spm.model")):  # decoded whole, glued at each '@@'
+        raise SystemsError(
+            f"{data} has no spm.model: it was not segmented by prepare.sh, and test_bleu.sh "
+            "detokenizes with sentencepiece (--post-process sentencepiece); score another "
+            "segmentation's output with fairseq-generate --post-process and fairseq-san-score",
             MISSING,
         )
     source = os.path.basename(found[0]).split(".")[1].split("-")[0]

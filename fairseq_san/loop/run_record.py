@@ -511,16 +511,33 @@ def check_same_recipe(run_dir: str, recorded: Options, options: Options) -> None
                        "recipe, or start a new run with another --run-dir")  # fmt: skip
 
 
+ITERATION_NAME = re.compile(r"iter(\d+)")
+
+
 def check_not_below_trained(run_dir: str, options: Options) -> None:
-    """RunError for a --max-iterations below the iterations ``run_dir`` has trained: the loop
+    """RunError for a --max-iterations below the iterations ``run_dir`` has trained or begun to
+    train (a checkpoint written, no ``trained`` mark: a run stopped inside a training): the loop
     would stop before them, its summary and ``RUN/last`` no longer the run's."""
     trained = len(glob_in(run_dir, "iter*", "trained"))
+    begun = iterations_begun(run_dir)
     wanted = int(str(options["--max-iterations"]))
-    if wanted < trained:
+    if wanted < max(trained, begun):
+        unfinished = ""
+        if begun > trained:
+            unfinished = f" and begun iteration {begun - 1} (its checkpoints)"
         raise RunError(
-            f"--max-iterations {wanted}: {run_dir} has trained {trained} iterations already; "
-            "--extend raises the limit (start a new run with another --run-dir for fewer)"
+            f"--max-iterations {wanted}: {run_dir} has trained {trained} iterations already"
+            f"{unfinished}; --extend raises the limit (start a new run with another --run-dir "
+            "for fewer)"
         )
+
+
+def iterations_begun(run_dir: str) -> int:
+    """How many iterations have written a checkpoint: the newest such iteration, plus one."""
+    checkpoints = glob_in(run_dir, "iter*", "checkpoints", "*.pt")
+    folders = {os.path.basename(os.path.dirname(os.path.dirname(path))) for path in checkpoints}
+    numbers = [int(match.group(1)) for match in map(ITERATION_NAME.fullmatch, folders) if match]
+    return max(numbers, default=-1) + 1
 
 
 def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:

@@ -16,7 +16,7 @@ share (``policy.shared_blocks``): every layer a block of its own is no sharing, 
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from fairseq_san.loop.run_record import read_record
 from fairseq_san.policy import load_policy, shared_blocks
@@ -64,4 +64,34 @@ def loop_stop(run_dir: str, iteration: int) -> Optional[Stop]:
         path = policy_path(run_dir, trained)
         if os.path.exists(path) and shared_blocks(load_policy(path)) == learned:
             return Stop(iteration, trained)
+    return None
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """--max-iterations ended the loop after ``iteration``, which learned a new policy."""
+
+    iteration: int
+    max_iterations: int
+
+    def __str__(self) -> str:
+        k = self.iteration
+        return (
+            f"--max-iterations {self.max_iterations} ended the loop with its policy still "
+            f"changing: iteration {k} learned a policy no iteration trained "
+            f"(iter{k + 1}/policy.json); rerun the recipe with --extend --max-iterations "
+            f"{self.max_iterations + 1} to train it"
+        )
+
+
+def why_ended(run_dir: str, iteration: int) -> Optional[Union[Stop, Unsettled]]:
+    """Why the loop ended after ``iteration``: its stopping rule (``loop_stop``), else its
+    recorded --max-iterations, reached with a new policy learned; None while it goes on."""
+    stop = loop_stop(run_dir, iteration)
+    if stop is not None or not os.path.exists(policy_path(run_dir, iteration + 1)):
+        return stop
+    record = read_record(run_dir)
+    wanted = str(record[0].get("--max-iterations", "")) if record else ""
+    if wanted.isdigit() and int(wanted) == iteration + 1:
+        return Unsettled(iteration, int(wanted))
     return None

@@ -4,7 +4,8 @@ One row per trained iteration (``RUN_DIR/iter<k>/checkpoints/checkpoint_best.pt`
 was trained with and the one it learned, with the range of theta that learns the same (a policy
 learned near an end of its range is one rounding away from another one), parameters (tied and
 shared tensors once), updates, training time, validation loss and the validation BLEU/chrF of
-``valid.json``; below it, why the loop stopped, once it has (``stopping``). An iteration whose
+``valid.json``; below it, why the loop stopped, once it has (``stopping``: its rule, or its
+--max-iterations reached while the policy still changed). An iteration whose
 checkpoint is gone (a run dir restored without checkpoints on another machine, which trains the
 next iteration) keeps the row the earlier summary recorded.
 """
@@ -17,7 +18,7 @@ from fairseq_san import files
 from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in, write_json, write_text
 from fairseq_san.loop.run_record import read_record, recorded_thetas
-from fairseq_san.loop.stopping import loop_stop, policy_path
+from fairseq_san.loop.stopping import policy_path, why_ended
 from fairseq_san.options import LM_KIND
 from fairseq_san.policy import (
     KINDS,
@@ -39,7 +40,7 @@ ROW_FIELDS = {
     "iteration": (int,), "policy": TEXT, "parameters": (int,), "num_updates": (int,) + NONE,
     "train_seconds": NUMBER + NONE, "valid_loss": NUMBER + NONE, "bleu": NUMBER + NONE,
     "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE, "signature": TEXT + NONE,
-    "learned": TEXT, "learned_for": TEXT,
+    "learned": TEXT, "learned_for": TEXT, "trained": (bool,),
 }  # fmt: skip
 SCORE_FIELDS = {"bleu": NUMBER + NONE, "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE,
                 "bleu_signature": TEXT + NONE}  # fmt: skip
@@ -50,7 +51,8 @@ def field_problem(value: Dict[str, object], fields: Dict[str, tuple]) -> Optiona
     number), or None."""
     for name, types in fields.items():
         held = value.get(name)
-        if name in value and (not isinstance(held, types) or isinstance(held, bool)):
+        boolean = isinstance(held, bool) and bool not in types
+        if name in value and (not isinstance(held, types) or boolean):
             wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
             return f"its {name} is {held!r}, not {wanted}"
     return None
@@ -143,6 +145,9 @@ def iteration_row(iteration_dir: str, kinds: Sequence[str] = KINDS) -> Dict[str,
     iteration = int(ITERATION_DIR.search(iteration_dir).group(1))
     return {
         "iteration": iteration,
+        # the loop marks an iteration trained once its training ended; a checkpoint without the
+        # mark is a training stopped (or still running), its row not a finished iteration's
+        "trained": os.path.exists(os.path.join(iteration_dir, "trained")),
         "policy": format_policy(load_policy(os.path.join(iteration_dir, "policy.json")), kinds),
         "bleu": score.get("bleu"),
         "chrf": score.get("chrf"),
@@ -206,7 +211,7 @@ def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
             raise UsageError(f"{path}: the row of iteration {row['iteration']!r}: {problem}: "
                              "delete it to rebuild it from the checkpoints")  # fmt: skip
     return [
-        {**dict.fromkeys(SCORES), **row}
+        {**dict.fromkeys(SCORES), "trained": True, **row}  # an older loop.json: unmarked
         for row in rows
         if os.path.isdir(os.path.join(run_dir, f"iter{row['iteration']}"))
     ]
@@ -235,8 +240,9 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
             if language_model
             else [shown(row["bleu"], "{:.2f}"), shown(row["chrf"], "{:.2f}")]
         )
+        unfinished = "" if row["trained"] else " (training unfinished)"
         lines.append(
-            f"| {row['iteration']} | {row['policy']} | {row['parameters']:,} | "
+            f"| {row['iteration']}{unfinished} | {row['policy']} | {row['parameters']:,} | "
             f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "
             f"{shown(row['valid_loss'], '{:.3f}')} | {' | '.join(cells)} | {row['learned']} | "
             f"{row['learned_for']} |"
@@ -266,7 +272,7 @@ def write_summary(run_dir: str) -> str:
     rows = [with_learned(run_dir, by_iteration[k], kinds) for k in sorted(by_iteration)]
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
-    stop = loop_stop(run_dir, rows[-1]["iteration"])
+    stop = why_ended(run_dir, rows[-1]["iteration"])
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
     table += "" if stop is None else f"\nStopped: {stop}.\n"
     write_text(os.path.join(run_dir, "loop.md"), table, replace_link=True)

@@ -35,10 +35,11 @@ Slices, in order:
   test sentences;
 * ``bench``: fairseq-san-bench --gpu at batch 16 and 128 of an En->De baseline, SAN and AAN+SAN:
   right after tables' first call, on the same warm machine, its stage 1's converged baseline
-  seed 5, SAN seed 4 and AAN+SAN (nothing trained), then the 2-rank multi-GPU smoke runs where
-  time is left; on another machine, its own three trained side by side for a 2.5-minute cap (the
-  policies from the en-de loop's: the headline SAN's), the smoke runs beside them, then the
-  benchmark (what the call's time does not hold: in a second call on the same warm machine).
+  seed 5, SAN seed 4 and AAN+SAN (nothing trained; into en-de/bench), then the 2-rank multi-GPU
+  smoke runs where time is left; on another machine, its own three trained side by side for a
+  2.5-minute cap (the policies from the en-de loop's: the headline SAN's), the smoke runs beside
+  them, then the benchmark into en-de/bench-trained, never over the converged models' (what the
+  call's time does not hold: in a second call on the same warm machine).
 
 A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
 held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
@@ -601,11 +602,12 @@ class Slice:
                    and os.path.isfile(os.path.join(run_dir, CHECKPOINT))
                    for run_dir in run_dirs)  # fmt: skip
 
-    def benchmark(self, baseline: str, san: str, aan_san: str) -> None:
-        """The bench slice's decoding benchmark of three run dirs: fairseq, --san-decoding fast
-        and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128. Each batch size starts
-        only with BENCH_S seconds left; else the slice's next call on this machine (its
-        checkpoints still there) runs it. Checkpoints never travel: without them, no benchmark."""
+    def benchmark(self, baseline: str, san: str, aan_san: str, name: str) -> None:
+        """The bench slice's decoding benchmark of three run dirs into RUNS/en-de/NAME: fairseq,
+        --san-decoding fast and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128.
+        Each batch size starts only with BENCH_S seconds left; else the slice's next call on this
+        machine (its checkpoints still there) runs it. Checkpoints never travel: without them, no
+        benchmark."""
         if not self.s.dry_run and not self.checkpoints_here([baseline, san, aan_san]):
             self.say("== bench: not run: a model without its trained checkpoint here among "
                      f"{baseline} {san} {aan_san}")  # fmt: skip
@@ -618,7 +620,7 @@ class Slice:
                  ("aan-san", aan), ("aan-san-fast", f"{aan}:{fast}"),
                  ("aan-san-graph", f"{aan}:{graph}")]  # fmt: skip
         systems = [word for label, model in named for word in ("--system", f"{label}={model}")]
-        folder = os.path.join(self.s.runs, "en-de", "bench")
+        folder = os.path.join(self.s.runs, "en-de", name)
         for batch, sentences in ((16, 64), (128, 256)):
             if os.path.isfile(os.path.join(folder, f"batch{batch}", "results.json")):
                 continue
@@ -748,7 +750,7 @@ def bench(run: Slice) -> None:
                      for name in ("baseline-s5", "san-s4", "aan-san")]  # fmt: skip
     if os.path.isdir(os.path.join(s.tables_runs, "en-de")):  # tables ran here: none trained
         run.say(f"== bench: the tables slice's models on this machine: {' '.join(tables_models)}")
-        run.benchmark(*tables_models)
+        run.benchmark(*tables_models, "bench")  # the converged models: the headline's speed
         run.smoke()  # after the benchmark, never beside it, where time is left
         return
     loop = os.path.join(s.results, "en-de", "loop")
@@ -761,7 +763,8 @@ def bench(run: Slice) -> None:
     run.system("en-de/aan-san-bench", "en-de", AAN, policy, 0)
     run.finish_stage()
     trained = ("baseline-bench", "san-bench", "aan-san-bench")
-    run.benchmark(*(os.path.join(s.runs, "en-de", name) for name in trained))
+    # models of the bench cap, not converged: their own folder, never over the converged models'
+    run.benchmark(*(os.path.join(s.runs, "en-de", name) for name in trained), "bench-trained")
 
 
 SLICE_RUNNERS = {"en-de": en_de, "pairs": pairs, "tables": tables, "bench": bench}

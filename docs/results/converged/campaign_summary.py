@@ -335,8 +335,8 @@ def budget_statement(baseline: Tuple[dict, dict], san: Tuple[dict, dict]) -> str
     (base, base_training), (other, other_training) = baseline, san
     stops = {base_training["stop"], other_training["stop"]}
     facts = (
-        f"baseline {base['updates']} updates in {shown(base['wall_s'], '{:.0f} s')}, "
-        f"SAN {other['updates']} updates in {shown(other['wall_s'], '{:.0f} s')}"
+        f"baseline {shown(base['updates'])} updates in {shown(base['wall_s'], '{:.0f} s')}, "
+        f"SAN {shown(other['updates'])} updates in {shown(other['wall_s'], '{:.0f} s')}"
     )
     if stops == {"max update"}:
         return f"equal updates (both stopped at --max-update; {facts}): not equal wall time"

@@ -55,7 +55,6 @@ def test_test_bleu_refuses_a_language_model_before_decoding_any_system(trained, 
     (data / "text").mkdir(parents=True)
     (data / "text" / "test.raw.de").write_text("Ein Hund .\n")
     (data / "test.en-de.de.idx").write_bytes(b"")
-    (data / "spm.model").write_bytes(b"")  # prepare.sh's segmentation
     result = run_cli("fairseq-san-loop", "test-systems", str(data), "de",
                      f"lm={checkpoints['kv']}")  # fmt: skip
     assert (result.returncode, result.stdout) == (2, "")

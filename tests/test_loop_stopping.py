@@ -196,18 +196,20 @@ def test_loop_md_says_why_the_loop_stopped(tmp_path, monkeypatch):
     assert "Stopped" not in write_summary(run_dir)
 
 
-@pytest.mark.parametrize("max_iterations, stopped", [("2", True), ("3", False)])
+@pytest.mark.parametrize("max_iterations, trained, stopped", [
+    ("2", 2, True), ("3", 2, False), ("1", 1, False)])  # fmt: skip
 def test_loop_md_says_max_iterations_ended_a_loop_whose_policy_still_changed(
-    tmp_path, monkeypatch, max_iterations, stopped
+    tmp_path, monkeypatch, max_iterations, trained, stopped
 ):
     """The loop ran its --max-iterations and the last iteration learned a new policy: loop.md
     (and the recipe's output, which prints it) says so, and how to go on; while iterations are
-    left (the loop still running), nothing."""
-    run_dir = run_dir_with(tmp_path, NONE, EVEN, UNEVEN)
+    left (the loop still running), nothing; nor for a run of one iteration (a system trained
+    once, its policy learned for the record: no loop to go on)."""
+    run_dir = run_dir_with(tmp_path, *[NONE, EVEN, UNEVEN][: trained + 1])
     record = json.loads((tmp_path / "run.json").read_text())
     record["options"]["--max-iterations"] = max_iterations
     (tmp_path / "run.json").write_text(json.dumps(record))
-    recorded_iterations(tmp_path, monkeypatch, 2)
+    recorded_iterations(tmp_path, monkeypatch, trained)
     written = write_summary(run_dir)
     if not stopped:
         assert "Stopped" not in written

@@ -47,7 +47,6 @@ def fake_data(directory: Path, valid_reference: bool = True) -> Path:
             for ext in ("bin", "idx"):
                 (directory / f"{split}.en-de.{lang}.{ext}").touch()
     (directory / "text" / "test.raw.de").write_text("Ein Hund .\n")
-    (directory / "spm.model").touch()
     if valid_reference:
         (directory / "text" / "valid.raw.de").write_text("Ein Hund .\n")
     return directory
@@ -747,27 +746,27 @@ def test_prepare_into_a_folder_whose_name_lists_files_is_one_line(multi30k_raw, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("change, target, said", [
-    (lambda data: (data / "text" / "test.raw.en").write_text("A dog .\n"), "en",
+@pytest.mark.parametrize("change, target, code, said", [
+    (lambda data: (data / "text" / "test.raw.en").write_text("A dog .\n"), "en", 1,
      "{data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the target language of "
      "the pair"),
-    (lambda data: (data / "spm.model").unlink(), "de",
-     "{data} has no spm.model: it was not segmented by prepare.sh, and test_bleu.sh detokenizes "
-     "with sentencepiece (--post-process sentencepiece); score another segmentation's output "
-     "with fairseq-generate --post-process and fairseq-san-score"),
+    (lambda data: (data / "dict.de.txt").write_text("\n. 9\nEin 5\nMa@@ 3\nnn 3\n"), "de", 2,
+     "{data}/dict.de.txt holds subword-nmt pieces ('Ma@@'): test_bleu.sh detokenizes with "
+     "sentencepiece, as prepare.sh segments; score subword-nmt output with fairseq-generate "
+     "--post-process subword_nmt and fairseq-san-score"),
 ])  # fmt: skip
-def test_test_bleu_refuses_data_it_cannot_score_in_one_line(tmp_path, change, target, said):
+def test_test_bleu_refuses_data_it_cannot_score_in_one_line(tmp_path, change, target, code, said):
     """Refused before decoding: En->De data has English references too (text/test.raw.en), and
     asked for "en", fairseq-generate translated into German, scored against English, BLEU 0 and
-    exit 0; data segmented with subword-nmt (no spm.model) was decoded whole, test_bleu.sh's
-    sentencepiece detokenizing glued its words at every '@@', then refused as having the wrong
-    references."""
+    exit 0; data segmented with subword-nmt was decoded whole, test_bleu.sh's sentencepiece
+    detokenizing dropped every space and kept each '@@', then refused it as having other
+    references than its own."""
     data = fake_data(tmp_path / "data")
     change(data)
     checkpoint = tmp_path / "a.pt"
     checkpoint.write_bytes(b"not decoded")
     result = run_script(TEST_BLEU, str(data), target, str(tmp_path / "out"), f"a={checkpoint}")
-    assert result.returncode == 1
+    assert result.returncode == code
     assert lines(result.stderr) == ["test_bleu.sh: " + said.format(data=data)]
     assert not (tmp_path / "out").exists()
 

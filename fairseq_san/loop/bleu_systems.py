@@ -26,6 +26,8 @@ from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, curr
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
 USAGE, MISSING = 2, 1  # exit statuses
+# A subword-nmt piece: a word's part, its "@@" joining it to the next.
+SUBWORD_NMT_PIECE = re.compile(r"\w@@$")
 NO_OVERRIDES = "{}"
 
 
@@ -52,8 +54,8 @@ class System:
 
 
 def check_data(data: str, target: str) -> Dict[str, str]:
-    """DATA is prepare.sh's output (its sentencepiece model: test_bleu.sh detokenizes with it)
-    and translates into ``target``: else German would be scored against English references
+    """DATA is prepare.sh's output (sentencepiece pieces: test_bleu.sh detokenizes them) and
+    translates into ``target``: else German would be scored against English references
     (En->De data has both). Its dictionaries' files by side
     (``dictionary_sizes`` reads them)."""
     if ":" in data:  # fairseq-generate would read the directory before it
@@ -74,16 +76,29 @@ def check_data(data: str, target: str) -> Dict[str, str]:
             "TGT is the target language of the pair",
             MISSING,
         )
-    if not os.path.isfile(os.path.join(data, "spm.model")):  # decoded whole, glued at each '@@'
-        raise SystemsError(
-            f"{data} has no spm.model: it was not segmented by prepare.sh, and test_bleu.sh "
-            "detokenizes with sentencepiece (--post-process sentencepiece); score another "
-            "segmentation's output with fairseq-generate --post-process and fairseq-san-score",
-            MISSING,
-        )
     source = os.path.basename(found[0]).split(".")[1].split("-")[0]
-    return {side: os.path.join(data, f"dict.{language}.txt")
-            for side, language in (("source", source), ("target", target))}  # fmt: skip
+    dictionaries = {side: os.path.join(data, f"dict.{language}.txt")
+                    for side, language in (("source", source), ("target", target))}  # fmt: skip
+    check_sentencepiece_pieces(dictionaries["target"])
+    return dictionaries
+
+
+def check_sentencepiece_pieces(dictionary: str) -> None:
+    """Refuse a target dictionary of subword-nmt pieces ("Ma@@"): test_bleu.sh detokenizes with
+    sentencepiece, as prepare.sh segments, which drops every space and keeps each "@@": its
+    output was decoded whole, then refused as having other references than its own."""
+    if not os.path.isfile(dictionary):
+        return  # the checkpoint's check names a missing dictionary
+    with open(dictionary, encoding="utf-8", errors="replace") as lines:
+        words = (line.split(maxsplit=1)[0] for line in lines if line.strip())
+        piece = next((word for word in words if SUBWORD_NMT_PIECE.search(word)), None)
+    if piece is not None:
+        raise SystemsError(
+            f"{dictionary} holds subword-nmt pieces ('{piece}'): test_bleu.sh detokenizes with "
+            "sentencepiece, as prepare.sh segments; score subword-nmt output with "
+            "fairseq-generate --post-process subword_nmt and fairseq-san-score",
+            USAGE,
+        )
 
 
 def check_out_dir(out: str) -> None:

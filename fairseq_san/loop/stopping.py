@@ -86,12 +86,14 @@ class Unsettled:
 
 def why_ended(run_dir: str, iteration: int) -> Optional[Union[Stop, Unsettled]]:
     """Why the loop ended after ``iteration``: its stopping rule (``loop_stop``), else its
-    recorded --max-iterations, reached with a new policy learned; None while it goes on."""
+    recorded --max-iterations, reached with a new policy learned; None while it goes on, and for
+    a run of one iteration (--max-iterations 1: a system trained once, its policy learned for
+    the record, as the converged campaign's systems are)."""
     stop = loop_stop(run_dir, iteration)
     if stop is not None or not os.path.exists(policy_path(run_dir, iteration + 1)):
         return stop
     record = read_record(run_dir)
     wanted = str(record[0].get("--max-iterations", "")) if record else ""
-    if wanted.isdigit() and int(wanted) == iteration + 1:
+    if wanted.isdigit() and int(wanted) == iteration + 1 > 1:
         return Unsettled(iteration, int(wanted))
     return None

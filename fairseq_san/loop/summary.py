@@ -240,7 +240,7 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
             if language_model
             else [shown(row["bleu"], "{:.2f}"), shown(row["chrf"], "{:.2f}")]
         )
-        unfinished = "" if row["trained"] else " (training unfinished)"
+        unfinished = "" if row.get("trained", True) else " (training unfinished)"
         lines.append(
             f"| {row['iteration']}{unfinished} | {row['policy']} | {row['parameters']:,} | "
             f"{shown(row['num_updates'])} | {shown(minutes, '{:.0f} min')} | "

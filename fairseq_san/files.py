@@ -14,6 +14,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Ty
 
 from fairseq_san.errors import UsageError, json_error
 
+# The first bytes of a gzip file: kept hypotheses and analyses are gzipped (docs/results).
+GZIP_MAGIC = b"\x1f\x8b"
+
 
 def write_whole(path: str, write: Callable[[str], None], replace_link: bool = False) -> None:
     """Have ``write(name)`` make the file ``path`` through ``path.tmp`` and ``os.replace``, the

@@ -18,7 +18,7 @@ import stat
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from fairseq_san.errors import UsageError, json_error, repeated
-from fairseq_san.files import write_text
+from fairseq_san.files import GZIP_MAGIC, write_text
 
 
 class Kind(NamedTuple):
@@ -186,7 +186,7 @@ def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
             raise PolicyError(
                 f'{what} "{path}" is over {limit:,} bytes, more than a {what} holds: check the path'
             )
-        if data.startswith(b"\x1f\x8b"):  # kept analyses are gzipped (docs/results)
+        if data.startswith(GZIP_MAGIC):
             raise PolicyError(f'{what} "{path}" is gzip-compressed: give it unpacked (gunzip -k)')
         return data.decode("utf-8-sig")
     except FileNotFoundError:

@@ -14,7 +14,7 @@ import zlib
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
-from fairseq_san.files import line_text
+from fairseq_san.files import GZIP_MAGIC, line_text
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
@@ -28,9 +28,6 @@ SUBWORD_MARKS = {
     ("\u2581", re.compile("\u2581")): "sentencepiece",
     ("@@", re.compile(r"(?<=\S)@@( |$)")): "subword_nmt",
 }
-
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_text(path: str) -> TextIO:

@@ -31,7 +31,7 @@ import weakref
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
-from fairseq_san.scoring import GZIP_MAGIC
+from fairseq_san.files import GZIP_MAGIC
 
 STDIN = "-"
 

@@ -511,7 +511,8 @@ def check_same_recipe(run_dir: str, recorded: Options, options: Options) -> None
                        "recipe, or start a new run with another --run-dir")  # fmt: skip
 
 
-ITERATION_NAME = re.compile(r"iter(\d+)")
+# An iteration's folder, RUN_DIR/iter<k>.
+ITERATION_DIR = re.compile(r"iter(\d+)$")
 
 
 def check_not_below_trained(run_dir: str, options: Options) -> None:
@@ -535,8 +536,8 @@ def check_not_below_trained(run_dir: str, options: Options) -> None:
 def iterations_begun(run_dir: str) -> int:
     """How many iterations have written a checkpoint: the newest such iteration, plus one."""
     checkpoints = glob_in(run_dir, "iter*", "checkpoints", "*.pt")
-    folders = {os.path.basename(os.path.dirname(os.path.dirname(path))) for path in checkpoints}
-    numbers = [int(match.group(1)) for match in map(ITERATION_NAME.fullmatch, folders) if match]
+    folders = {os.path.dirname(os.path.dirname(path)) for path in checkpoints}
+    numbers = [int(match.group(1)) for match in map(ITERATION_DIR.search, folders) if match]
     return max(numbers, default=-1) + 1
 
 

@@ -11,13 +11,12 @@ next iteration) keeps the row the earlier summary recorded.
 """
 
 import os
-import re
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san import files
 from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in, write_json, write_text
-from fairseq_san.loop.run_record import read_record, recorded_thetas
+from fairseq_san.loop.run_record import ITERATION_DIR, read_record, recorded_thetas
 from fairseq_san.loop.stopping import policy_path, why_ended
 from fairseq_san.options import LM_KIND
 from fairseq_san.policy import (
@@ -29,7 +28,6 @@ from fairseq_san.policy import (
     theta_ranges,
 )
 
-ITERATION_DIR = re.compile(r"iter(\d+)$")
 # Scores a row may lack when an older loop.json recorded it (before the column existed).
 SCORES = ("bleu", "chrf", "signature", "perplexity")
 NUMBER, TEXT, NONE = (int, float), (str,), (type(None),)

@@ -12,7 +12,7 @@ warn once (``deprecated_value``).
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.policy import KIND_TABLE, KINDS
@@ -272,6 +272,23 @@ def deprecated_value(name: str, value: object) -> Optional[str]:
             meant,
         )
     return meant
+
+
+# The model options that ask for a decoding: san_decoding, and the deprecated keys of checkpoints
+# saved before it.
+DECODING_KEYS = ("san_decoding", "san_no_cache", "san_fast_decoding")
+
+
+def asked_decoding(values: Mapping[str, object]) -> str:
+    """The decoding that a model's options ``values`` (``DECODING_KEYS``, from a checkpoint or
+    ``--model-overrides``) ask for: ``san_decoding``, else what a deprecated key set means
+    (``san_no_cache``: no-cache), else fairseq."""
+    decoding = str(values.get("san_decoding") or FAIRSEQ)
+    for name in DECODING_KEYS[1:]:
+        meant = deprecated_value(name, values.get(name))
+        if meant is not None and decoding == FAIRSEQ:
+            decoding = meant
+    return decoding
 
 
 def chosen_decoding(decoding: str, legacy: object) -> str:

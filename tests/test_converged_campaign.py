@@ -250,17 +250,22 @@ def test_dry_run_prints_each_slice_in_two_stages_and_writes_nothing(dry_env, tmp
         assert "torchrun --nproc_per_node 2" in smoke[f"smoke/torchrun-{backend}"]
         assert value(smoke[f"smoke/torchrun-{backend}"], "--distributed-backend") == backend
     runs = printed_commands(outputs["bench"], "fairseq-san-bench")
-    assert [value(words, "--batch-size") for words in runs] == ["16", "128"]
+    assert [value(words, "--batch-size") for words in runs] == ["16", "128", "128"]
+    assert ["--fp16" in words for words in runs] == [False, False, True]  # fp16 last: optional
     # models of 2.5 minutes: beside, not over, the converged models' benchmark (en-de/bench)
     assert [value(words, "--out-dir").split("/runs/")[1] for words in runs] == [
-        "en-de/bench-trained/batch16", "en-de/bench-trained/batch128"]  # fmt: skip
+        "en-de/bench-trained/batch16", "en-de/bench-trained/batch128",
+        "en-de/bench-trained/batch128-fp16"]  # fmt: skip
     for words in runs:
         assert "--gpu" in words and words[words.index("--beams") + 1 : words.index("--beams") + 3] == ["4", "20"]
         assert words[words.index("--modes") + 1 : words.index("--modes") + 3] == ["natural", "fixed"]
         systems = values(words, "--system")
-        assert any('"san_decoding": "fast"' in s for s in systems)
-        graphs = [s.split("=")[0] for s in systems if '"san_decoder_execution": "graph"' in s]
-        assert graphs == ["baseline-graph", "san-graph", "aan-san-graph"]
+        fast = [s.split("=")[0] for s in systems if s.endswith(':{"san_decoding": "fast"}')]
+        assert fast == ["san-fast", "aan-san-fast"]
+        for execution in ("eager", "graph"):  # issue 19: the static decoder both ways
+            static = [s.split("=")[0] for s in systems
+                      if f'"san_decoder_execution": "{execution}"' in s]  # fmt: skip
+            assert static == [f"{model}-{execution}" for model in ("baseline", "san", "aan-san")]
 
 
 def test_the_archive_keeps_figure_5s_js_not_its_attention_nor_checkpoints(dry_env, tmp_path):
@@ -361,7 +366,7 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     for name in ("spawn-gloo", "torchrun-gloo", "torchrun-nccl"):
         assert f"== smoke/{name}: not started: " in output  # 100 s left: it needs 120 (JOB_S)
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
-    assert [value(words, "--batch-size") for words in calls] == ["16", "128"]
+    assert [value(words, "--batch-size") for words in calls] == ["16", "128", "128"]
     assert value(calls[0], "--out-dir").endswith("/en-de/bench/batch16")  # the headline's speed
     tables = tables_models["TABLES_RUNS"]
     systems = dict(system.split("=", 1) for system in values(calls[0], "--system"))
@@ -389,8 +394,8 @@ def test_a_benchmark_without_time_waits_for_the_next_call_on_this_machine(tables
     """A benchmark batch size without BENCH_S seconds left waits for the next call on the same
     machine, saying so."""
     output = campaign("bench", env={**tables_models, "SLICE_S": "50"})
-    for batch in (16, 128):
-        assert f"== bench batch {batch}: not started: " in output
+    for run in ("batch16", "batch128", "batch128-fp16"):
+        assert f"== bench {run}: not started: " in output
     assert "the slice's next call on this machine runs it" in output
     assert printed_commands(output, "fairseq-san-bench") == []
 
@@ -1285,7 +1290,7 @@ def test_figure_5_analyses_each_checkpoint_beside_its_baselines_training(tiny, t
     assert printed_commands(bench, "learn_to_share.sh") == []
     calls = [json.loads(line) for line in (tmp_path / "bench.args").read_text().splitlines()]
     systems = values(calls[0], "--system")
-    assert [Path(w.split("=")[1].split(":")[0]).is_file() for w in systems] == [True] * 8
+    assert [Path(w.split("=")[1].split(":")[0]).is_file() for w in systems] == [True] * 11
     run_dir = tmp_path / "runs" / "en-de" / "baseline-s5"
     kept = sorted(path.stem for path in (run_dir / "iter0" / "checkpoints").glob("checkpoint_*_*.pt"))
     assert len(kept) == 4, output[-3000:]  # --save-interval-updates 5, --max-update 20

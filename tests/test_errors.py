@@ -2693,6 +2693,24 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "ignored; drop it, or give the criterion options as flags of fairseq-x"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",
                                    "{'san_policy': 'p.json', 'encoder_layers': 6}"], None),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-decoding", "fast", "--model-overrides",
+                                   "{'san_decoding': 'no-cache'}"],
+         "--san-decoding fast and --model-overrides (decoding 'no-cache') ask fairseq-x for two "
+         "decodings, and --san-decoding would win without a word: give one (--san-decoding "
+         "no-cache alone decodes as the override asks)"),
+        ("get_interactive_generation_parser",
+         ["data", "--task", "translation_san", "--path", "c.pt", "--san-decoding", "static",
+          "--model-overrides", "{'san_fast_decoding': True}"],
+         "--san-decoding static and --model-overrides (decoding 'fast') ask fairseq-x for two"),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--san-decoder", "static", "--model-overrides",
+                                   "{'san_decoding': 'no-cache'}"],
+         "--san-decoding static and --model-overrides (decoding 'no-cache') ask"),
+        *(("get_generation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                     *decoding, "--model-overrides",
+                                     "{'san_decoding': 'no-cache'}"], None)
+          for decoding in ([], ["--san-decoding", "fairseq"], ["--san-decoding", "no-cache"])),
         ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
                                    "--model-overrides", "{'task': {'_name': 'translation_san'}}"],
          None),  # fairseq-validate loads the checkpoint's task, overrides applied

@@ -114,6 +114,31 @@ def test_end_to_end_decodes_the_slice_models_with_fairseq_and_as_graphs(tmp_path
     assert "NVIDIA stand-in" in (tmp_path / "out/gpu-steps.txt").read_text()
 
 
+@pytest.mark.parametrize("parts", ["e2e", "e2e-more"])
+def test_an_aan_san_checkpoint_is_decoded_beside_the_baseline_and_san(tmp_path, monkeypatch, parts):
+    """Issue 19 names AAN+SAN among the models decoded end to end: AAN_SAN (the bench slice's
+    aan-san-bench) adds its rows to every end-to-end part, each part's time limit growing by
+    half; a missing one is said, and the parts decode the baseline and SAN alone."""
+    aan_san = tmp_path / "aan-san.pt"
+    aan_san.write_bytes(b"")
+    monkeypatch.setenv("AAN_SAN", str(aan_san))
+    stdout, calls = run_checks(tmp_path, parts)
+    graph = {"san_decoding": "static", "san_decoder_execution": "graph"}
+    for call in calls:
+        assert call["systems"]["aan-san"] == {} and call["systems"]["aan-san-graph"] == graph
+        assert call["twins"]["aan-san-graph"] == "aan-san"
+    limits = re.findall(r"== e2e: .* \(at \d+ s, up to (\d+) s\)", stdout)
+    assert limits == (["180", "165"] if parts == "e2e" else ["225", "225"])
+    if parts == "e2e-more":
+        more = calls[1]["systems"]
+        assert more["aan-san-eager"] == {**graph, "san_decoder_execution": "eager"}
+        assert more["aan-san-fast"] == {"san_decoding": "fast"} and "baseline-fast" not in more
+    monkeypatch.setenv("AAN_SAN", str(tmp_path / "none.pt"))
+    stdout, calls = run_checks(tmp_path / "missing", parts)
+    assert f"run.sh: AAN_SAN={tmp_path / 'none.pt'}: no such checkpoint; the end-to-end" in stdout
+    assert len(calls) == 2 and not any("aan-san" in call["systems"] for call in calls)
+
+
 def test_what_does_not_fit_or_has_no_models_is_skipped_and_said(tmp_path):
     """Parts that the call's time cannot hold are skipped, and so are the end-to-end runs without
     the slice's checkpoints; the step timings still run, each in its own call."""
@@ -175,12 +200,16 @@ def test_compile_part_profiles_the_compiled_step_captured_beside_the_graph(tmp_p
     from fairseq_san.benchmark.step_timer import STATIC_DECODERS
 
     stdout, calls = run_checks(tmp_path, "compile profile")
-    assert [call["argv"][0] for call in calls] == ["steps", "steps"]
+    assert [call["argv"][0] for call in calls] == ["steps", "steps", "steps"]
     argv = calls[0]["argv"]
     decoders = argv[argv.index("--decoders") + 1 : argv.index("--beam")]
     assert decoders == ["static-fp32-graph", "static-fp32-compile-graph"]
     assert set(decoders) <= set(STATIC_DECODERS)
     assert all("--profile" in call["argv"] and "--device" in call["argv"] for call in calls)
+    wide = calls[2]["argv"]  # the profile where the graphs gained least: beam 20, batch 128
+    assert wide[wide.index("--beam") :] == ["--beam", "20", "--batch", "128", "--profile"]
+    assert wide[wide.index("--decoders") + 1 : wide.index("--beam")] == [
+        "fairseq", "static-fp32-fixed", "static-fp32-graph"]  # fmt: skip
     assert "== compile: fp32, beam 4, batch 16" in stdout
 
 

@@ -82,11 +82,14 @@ from fairseq_san.options import (
     ANALYSIS_OPTIONS,
     DECODER_OPTIONS,
     DECODING,
+    FAIRSEQ,
     MODEL_DECODINGS,
     MODEL_OPTIONS,
     OPTIONS,
     SELF_SHARE,
     Option,
+    asked_decoding,
+    chosen_decoding,
     flag_of,
     name_of,
 )
@@ -236,6 +239,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
     if kind == "decode":
+        check_one_decoding_asked(args, command)
         check_refinement_options(args)
         check_constraints_given(args, command)
         check_read_by_interactive(args, command)
@@ -711,6 +715,25 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
             f"--model-overrides key '{key}': {command} builds only the model from the "
             f"checkpoint's configuration and takes its {key} from its own command line, so the "
             f"key would be ignored; {advice}"
+        )
+
+
+def check_one_decoding_asked(args: argparse.Namespace, command: str) -> None:
+    """Refuse ``--san-decoding X`` beside ``--model-overrides "{'san_decoding': 'Y'}"`` (or a
+    deprecated key that means Y: ``san_no_cache``, ``san_fast_decoding``) where X and Y are two
+    decodings: the command line's won without a word (a model's own decoding gives way to any
+    asked but fairseq's, which means the model's own), so one of the two was ignored."""
+    overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, "decode")
+    if not isinstance(overrides, dict):
+        return
+    own = asked_decoding(overrides)
+    legacy = getattr(args, "san_decoder", None)
+    asked = chosen_decoding(str(getattr(args, "san_decoding", FAIRSEQ)), legacy)
+    if FAIRSEQ not in (own, asked) and own != asked:
+        raise UsageError(
+            f"--san-decoding {asked} and --model-overrides (decoding {own!r}) ask {command} for "
+            f"two decodings, and --san-decoding would win without a word: give one (--san-decoding "
+            f"{own} alone decodes as the override asks)"
         )
 
 

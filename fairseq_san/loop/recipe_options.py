@@ -20,7 +20,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, NoReturn, Sequence, Tuple
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.files import read_as_an_option
@@ -380,6 +380,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_sharing_allowed(recipe, train_args, values)
     check_warm_start_kept(recipe, train_args, values)
     check_theta_read(recipe, own, values, train_args)
+    check_launcher_ranks(recipe, values, train_args)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)
@@ -396,6 +397,65 @@ def launcher_words(recipe: str, values: Dict[str, str]) -> List[str]:
         return shlex.split(values["LAUNCHER"])
     except ValueError as error:
         refuse(recipe, f"--launcher {values['LAUNCHER']}: {error}")
+
+
+# Launchers whose --nproc_per_node starts that many ranks on this machine.
+TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def launched_ranks(words: Sequence[str]) -> Optional[int]:
+    """The ranks a torchrun launcher (``TORCHRUN``) starts on this machine: its
+    ``--nproc_per_node`` (or ``--nproc-per-node``) when a number (not "gpu" or "auto"), else
+    None; None for another launcher too."""
+    if not any(os.path.basename(word) in TORCHRUN for word in words[:3]):
+        return None
+    for at, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag in ("--nproc_per_node", "--nproc-per-node"):
+            value = value if equals else (words[at + 1] if at + 1 < len(words) else "")
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def train_arg(train_args: Sequence[str], flag: str, default: str) -> str:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``; the last given) among the
+    fairseq-train arguments, else ``default``."""
+    value = default
+    for at, word in enumerate(train_args):
+        name, equals, given = word.partition("=")
+        if name == flag:
+            value = given if equals else (train_args[at + 1] if at + 1 < len(train_args) else "")
+    return value
+
+
+def cuda_devices() -> int:
+    """The GPUs torch sees here (imported only when a launcher's ranks need counting)."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def check_launcher_ranks(recipe: str, values: Dict[str, str], train_args: Sequence[str]) -> None:
+    """Refuse, before anything starts, a torchrun --launcher that starts more ranks on this
+    machine than it has GPUs with NCCL (fairseq's default backend), or ranks on a machine without
+    GPUs: each rank refused in one line, as fairseq-train does, and torchrun then printed its own
+    ChildFailedError traceback after them. A dry run is planned for another machine: not
+    checked."""
+    ranks = launched_ranks(launcher_words(recipe, values)) if values.get("LAUNCHER") else None
+    if ranks is None or ranks < 2 or values.get("DRY_RUN") == "1" or "--cpu" in train_args:
+        return
+    here = cuda_devices()
+    launcher = shlex.quote(values["LAUNCHER"])
+    if here == 0:
+        refuse(recipe, f"--launcher {launcher} starts {ranks} ranks, and this machine has no "
+               "GPU (fairseq-train puts each rank on one); on CPUs, give --cpu-ranks "
+               f"{ranks} instead")  # fmt: skip
+    if ranks > here and train_arg(train_args, "--distributed-backend", "nccl") == "nccl":
+        refuse(recipe, f"--launcher {launcher} starts {ranks} ranks on a machine with {here} "
+               f"GPU{'s' if here > 1 else ''}: fairseq-train puts rank R on GPU R % {here}, and "
+               "NCCL (--distributed-backend nccl, fairseq's default) refuses two ranks on one "
+               f"GPU; start at most {here} (--nproc_per_node), or pass --distributed-backend "
+               "gloo after --")  # fmt: skip
 
 
 def start_options(recipe: str, values: Dict[str, str]) -> List[str]:

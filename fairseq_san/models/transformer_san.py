@@ -333,11 +333,10 @@ def model_decoding(args: argparse.Namespace) -> str:
     and ``san_decoding`` set to what they mean, so that the checkpoint saves the new key too.
     ``static`` is the task's.
     """
-    decoding = str(getattr(args, "san_decoding", None) or options.FAIRSEQ)
-    for name in ("san_no_cache", "san_fast_decoding"):
-        meant = options.deprecated_value(name, getattr(args, name, None))
-        if meant is not None and decoding == options.FAIRSEQ:
-            decoding = args.san_decoding = meant
+    saved = {key: getattr(args, key, None) for key in options.DECODING_KEYS}
+    decoding = options.asked_decoding(saved)
+    if decoding != options.FAIRSEQ:
+        args.san_decoding = decoding
     return decoding if decoding in options.MODEL_DECODINGS else options.FAIRSEQ
 
 

@@ -33,7 +33,9 @@ Slices, in order:
   0.4 (Table 5), and in free places the mean policy's SAN seeds 3, 4; beside baseline seed 5's
   training, Figure 5 from its checkpoints as they are written, then its policy learned from the
   test sentences;
-* ``bench``: fairseq-san-bench --gpu at batch 16 and 128 of an En->De baseline, SAN and AAN+SAN:
+* ``bench``: fairseq-san-bench --gpu (fairseq, --san-decoding fast, the static decoder eager and
+  as CUDA graphs; fp32 at batch 16 and 128, then fp16 at 128) of an En->De baseline, SAN and
+  AAN+SAN:
   right after tables' first call, on the same warm machine, its stage 1's converged baseline
   seed 5, SAN seed 4 and AAN+SAN (nothing trained; into en-de/bench), then the 2-rank multi-GPU
   smoke runs where time is left; on another machine, its own three trained side by side for a
@@ -63,13 +65,12 @@ ending together on an H100), DECODE_BATCH_SIZE (sentences per batch of every dec
 fairseq's beam search costs about the same per step on a GPU at 16 and 128), SLICE_S (seconds
 the slice may take, 540: every job is stopped at that deadline, then the archive is packed),
 JOB_S (seconds one job may take), SEEDS ("2 3": the en-de slice's other seeds; "": none),
-STAGE2_SEED (4:
-the baseline seed of en-de's stage 2), BENCH_S (140: the seconds below which a batch size of the
-bench slice's benchmark does not start; each takes about 85-115 s on an H100 without its
-profile, --no-profile, scaled from gpu-steps' end-to-end runs, and writes its results only at
-its end), TABLES_RUNS (runs/converged/tables: where bench looks for the tables
-slice's models), ONLY ("en-de/loop en-de/baseline-s2": only these run dirs), EVALUATE (0: no
-test sets nor held-out sources), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
+STAGE2_SEED (4: the baseline seed of en-de's stage 2), BENCH_S (140: the seconds below which a
+run of the bench slice's benchmark does not start; each took 50-55 s on an H200 with eight
+systems, without its profile, --no-profile, and writes its results only at its end),
+TABLES_RUNS (runs/converged/tables: where bench looks for the tables slice's models), ONLY
+("en-de/loop en-de/baseline-s2": only these run dirs), EVALUATE (0: no test sets nor held-out
+sources), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
 tiny sizes). A setting no slice can run with (a number that is none, EVALUATE other than 0 or
 1, a seed that is no integer) stops the call in one line, exit 2; a run dir of ONLY that the
 slice never asked for is said at its end (a dry run says it before a GPU call).
@@ -77,6 +78,7 @@ slice never asked for is said at its end (a dry run says it before a GPU call).
 
 import dataclasses
 import datetime
+import json
 import math
 import os
 import shlex
@@ -97,6 +99,14 @@ CHECKPOINT = os.path.join("iter0", "checkpoints", "checkpoint_best.pt")  # a run
 USAGE = "usage: run.sh en-de|pairs|tables|bench [--dry-run] | run.sh collect [ARCHIVE...]"
 THETAS = ("--theta-decoder-self", "0.4", "--theta-decoder-encdec", "0.5")  # the loop's own
 TABLE_3_THETAS = ((0.3, 0.4), (0.3, 0.5), (0.4, 0.4))  # 0.4 / 0.5 is the loop's own policy
+# The bench slice's benchmark runs, in order: (folder, sentences a batch, sentences, precision
+# flags); fp16 at batch 128 only, where a call cut short loses least.
+BENCH_RUNS = (("batch16", 16, 64, ()), ("batch128", 128, 256, ()),
+              ("batch128-fp16", 128, 256, ("--fp16",)))  # fmt: skip
+# The static decoder's executions that the benchmark runs, as --system overrides.
+STATIC_EXECUTIONS = {execution: json.dumps({"san_decoding": "static",
+                                            "san_decoder_execution": execution})
+                     for execution in ("eager", "graph")}  # fmt: skip
 SMOKE_JOB_S = 120  # seconds one multi-GPU smoke run may take (where JOB_S is not set)
 POLL_S = 10  # how often Figure 5 looks for new checkpoints
 # The settings a slice's provenance keeps.
@@ -604,42 +614,37 @@ class Slice:
 
     def benchmark(self, baseline: str, san: str, aan_san: str, name: str) -> None:
         """The bench slice's decoding benchmark of three run dirs into RUNS/en-de/NAME: fairseq,
-        --san-decoding fast and the static decoder as CUDA graphs; beams 4, 20; batch 16, 128.
-        Each batch size starts only with BENCH_S seconds left; else the slice's next call on this
-        machine (its checkpoints still there) runs it. Checkpoints never travel: without them, no
-        benchmark."""
+        --san-decoding fast and the static decoder, eager and as CUDA graphs; beams 4, 20; runs
+        of ``BENCH_RUNS``, each started only with BENCH_S seconds left; else the slice's next
+        call on this machine (its checkpoints still there) runs it. Checkpoints never travel:
+        without them, no benchmark."""
         if not self.s.dry_run and not self.checkpoints_here([baseline, san, aan_san]):
             self.say("== bench: not run: a model without its trained checkpoint here among "
                      f"{baseline} {san} {aan_san}")  # fmt: skip
             return
-        fast = '{"san_decoding": "fast"}'
-        graph = '{"san_decoding": "static", "san_decoder_execution": "graph"}'
-        base, shared, aan = (os.path.join(run, CHECKPOINT) for run in (baseline, san, aan_san))
-        named = [("baseline", base), ("baseline-graph", f"{base}:{graph}"), ("san", shared),
-                 ("san-fast", f"{shared}:{fast}"), ("san-graph", f"{shared}:{graph}"),
-                 ("aan-san", aan), ("aan-san-fast", f"{aan}:{fast}"),
-                 ("aan-san-graph", f"{aan}:{graph}")]  # fmt: skip
-        systems = [word for label, model in named for word in ("--system", f"{label}={model}")]
+        models = zip(("baseline", "san", "aan-san"), (baseline, san, aan_san))
+        systems = [word for label, run_dir in models
+                   for word in bench_systems(label, os.path.join(run_dir, CHECKPOINT))]  # fmt: skip
         folder = os.path.join(self.s.runs, "en-de", name)
-        for batch, sentences in ((16, 64), (128, 256)):
-            if os.path.isfile(os.path.join(folder, f"batch{batch}", "results.json")):
+        for run_name, batch, sentences, precision in BENCH_RUNS:
+            if os.path.isfile(os.path.join(folder, run_name, "results.json")):
                 continue
             if not self.s.dry_run and self.left_s() < self.s.bench_s:
-                self.say(f"== bench batch {batch}: not started: {self.left_s()} s left, it "
+                self.say(f"== bench {run_name}: not started: {self.left_s()} s left, it "
                          f"needs {self.s.bench_s} (BENCH_S); the slice's next call on this "
                          "machine runs it")  # fmt: skip
                 continue
             self.makedirs(folder)
             self.run(self.timed([
-                "fairseq-san-bench", "--gpu",
+                "fairseq-san-bench", "--gpu", *precision,
                 "--data", os.path.join(self.s.data_root, "multi30k.en-de"),
                 "--subset", "test", "--batch-size", str(batch), "--max-sentences", str(sentences),
                 "--beams", "4", "20", "--modes", "natural", "fixed", "--cache-beams", "4", "20",
                 "--repeats", "3", "--max-len-a", "1.2", "--max-len-b", "10", "--no-ctranslate2",
                 "--no-profile",
-                *systems, "--out-dir", os.path.join(folder, f"batch{batch}"),
-            ], self.s.limits), log=os.path.join(folder, f"batch{batch}.log"))  # kept if cut short
-            self.pack()  # a call stopped in the next batch size still returns this one
+                *systems, "--out-dir", os.path.join(folder, run_name),
+            ], self.s.limits), log=os.path.join(folder, f"{run_name}.log"))  # kept if cut short
+            self.pack()  # a call stopped in the next run still returns this one
 
     # --- the archive ---------------------------------------------------------------------------
 
@@ -765,6 +770,17 @@ def bench(run: Slice) -> None:
     trained = ("baseline-bench", "san-bench", "aan-san-bench")
     # models of the bench cap, not converged: their own folder, never over the converged models'
     run.benchmark(*(os.path.join(s.runs, "en-de", name) for name in trained), "bench-trained")
+
+
+def bench_systems(label: str, checkpoint: str) -> List[str]:
+    """The --system words of one model in the bench slice's benchmark: fairseq's decoder, the
+    static decoder eager and as CUDA graphs, and (shared attention only) --san-decoding fast."""
+    named = [(label, checkpoint)]
+    if label != "baseline":
+        named.append((f"{label}-fast", f'{checkpoint}:{{"san_decoding": "fast"}}'))
+    named += [(f"{label}-{execution}", f"{checkpoint}:{overrides}")
+              for execution, overrides in STATIC_EXECUTIONS.items()]  # fmt: skip
+    return [word for system, model in named for word in ("--system", f"{system}={model}")]
 
 
 SLICE_RUNNERS = {"en-de": en_de, "pairs": pairs, "tables": tables, "bench": bench}

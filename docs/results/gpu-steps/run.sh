@@ -8,21 +8,24 @@
 #   e2e      end to end (fairseq-san-bench --gpu, each engine in a process of its own, fp32): the
 #            converged campaign's en-de models on this machine (BASE and SAN, checkpoints: stage
 #            1's baseline loop/iter0 and uniform-6-6 under CHECKPOINTS by default; after stage 2,
-#            baseline-s4/iter0 and loop/iter1; skipped when absent), each decoded by fairseq and by
-#            the static decoder as CUDA graphs; beams 4 and 20, natural lengths (BLEU, and "=
-#            fairseq": translations identical to fairseq's) and fixed; beam 4, batch 128 on every
-#            test sentence, then batch 16 on the first 128;
+#            baseline-s4/iter0 and loop/iter1; skipped when absent; AAN_SAN, where set, an AAN+SAN
+#            checkpoint decoded beside them), each decoded by fairseq and by the static decoder as
+#            CUDA graphs; natural lengths (BLEU, and "= fairseq": translations identical to
+#            fairseq's) and fixed; beam 4, batch 128 on every test sentence, then batch 16 on the
+#            first 128;
 #   steps    ms per decoder step (fairseq-san-bench steps: random weights, fixed lengths, all
 #            decoders in one process, so a profile): fairseq, static eager (fixed layout), static
 #            as CUDA graphs; baseline and SAN {6}/{6}; beam 4 at batch 16 and 128, fp32 and fp16
 #            models; beam 20 at batch 16;
 #   profile  torch.profiler's view of one batch of captured positions (fp32, beam 4, batch 16),
 #            and each configuration's bound per position (measured matmul peak and bandwidth);
+#            then beam 20 at batch 128 (2,560 hypotheses a step), fairseq, static eager and
+#            graph, where the graphs gained least end to end;
 #   compile  the inductor-compiled step captured (static-fp32-compile-graph) against the graph of
 #            the uncompiled one: ms per step and the profile (fp32, beam 4, batch 16; inductor
 #            compiles each policy's step first, about a minute);
 #   e2e-more the e2e models again at beams 4 and 20: fp16 at batch 128, and fp32 at batch 16 with
-#            static eager and --san-decoding fast rows beside them;
+#            static eager and --san-decoding fast rows beside them (not for the baseline);
 #   e2e-compile  end to end, compile-graph against graph (and fairseq): SAN, and BASE where it
 #            exists (name the models a slice left on the machine, and their language pair as
 #            PAIR, en-de by default); fp32, beam 4, batch 16, the first 128 test sentences,
@@ -122,6 +125,7 @@ e2e() {
   SYSTEMS=()
   add_systems baseline "$BASE" graph
   add_systems san "$SAN" graph
+  [ -z "$AAN_SAN" ] || add_systems aan-san "$AAN_SAN" graph
   part "$seconds" "e2e: $title" fairseq-san-bench --gpu --data "$DATA" --subset test \
     --batch-size "$batch" --max-sentences "$sentences" --beams $beams --modes natural fixed \
     --repeats 3 --max-len-a 1.2 --max-len-b 10 --no-profile --cache-beams --no-ctranslate2 \
@@ -143,8 +147,20 @@ e2e_compile() {
 
 BASE=${BASE:-$CHECKPOINTS/loop/iter0/checkpoints/checkpoint_best.pt}
 SAN=${SAN:-$CHECKPOINTS/uniform-6-6/iter0/checkpoints/checkpoint_best.pt}
-MORE=(--system "baseline-eager=$BASE:$(static eager)"
-  --system "san-fast=$SAN:{\"san_decoding\": \"fast\"}")
+AAN_SAN=${AAN_SAN:-}  # optional: an AAN+SAN checkpoint, decoded beside BASE and SAN end to end
+FAST='{"san_decoding": "fast"}'
+MORE=(--system "baseline-eager=$BASE:$(static eager)" --system "san-fast=$SAN:$FAST")
+MODELS=2  # the models decoded end to end: each part's time limit grows with them
+if [ -n "$AAN_SAN" ]; then
+  if [ -f "$AAN_SAN" ]; then
+    MODELS=3
+    MORE+=(--system "aan-san-eager=$AAN_SAN:$(static eager)" --system "aan-san-fast=$AAN_SAN:$FAST")
+  else
+    echo "run.sh: AAN_SAN=$AAN_SAN: no such checkpoint; the end-to-end parts decode BASE and" \
+      "SAN alone" >&2
+    AAN_SAN=
+  fi
+fi
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   git log -1 --format="commit %H" 2>/dev/null || true
@@ -166,13 +182,14 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
           continue
         fi
         if [ "$name" = e2e ]; then
-          e2e 120 "fp32, beam 4, batch 128, every test sentence" fp32-batch128 128 1000 4
-          e2e 110 "fp32, beam 4, batch 16, 128 sentences" fp32-batch16 16 128 4
+          e2e $((60 * MODELS)) "fp32, beam 4, batch 128, every test sentence" fp32-batch128 \
+            128 1000 4
+          e2e $((55 * MODELS)) "fp32, beam 4, batch 16, 128 sentences" fp32-batch16 16 128 4
         else
-          e2e 150 "fp16, beams 4 and 20, batch 128, every test sentence" fp16-batch128 \
-            128 1000 "4 20" --fp16
-          e2e 150 "fp32 with static eager and fast decoding, beams 4 and 20, batch 16" \
-            fp32-batch16-more 16 128 "4 20" "${MORE[@]}"
+          e2e $((75 * MODELS)) "fp16, beams 4 and 20, batch 128, every test sentence" \
+            fp16-batch128 128 1000 "4 20" --fp16
+          title="fp32 with static eager and fast decoding, beams 4 and 20, batch 16"
+          e2e $((75 * MODELS)) "$title" fp32-batch16-more 16 128 "4 20" "${MORE[@]}"
         fi ;;
       steps)
         for dtype in fp32 fp16; do
@@ -184,7 +201,10 @@ MORE=(--system "baseline-eager=$BASE:$(static eager)"
         part 90 "steps: fp32 model, beam 20, batch 16" "${STEPS[@]}" --beam 20 --batch 16 ;;
       profile)
         part 60 "profile: fp32, beam 4, batch 16, captured positions" \
-          "${TIMER[@]}" --rounds 1 --decoders static-fp32-graph --beam 4 --batch 16 --profile ;;
+          "${TIMER[@]}" --rounds 1 --decoders static-fp32-graph --beam 4 --batch 16 --profile
+        part 90 "profile: fp32, beam 20, batch 128, fairseq, static eager and graph" \
+          "${TIMER[@]}" --rounds 1 --decoders fairseq static-fp32-fixed static-fp32-graph \
+          --beam 20 --batch 128 --profile ;;
       e2e-compile)
         if [ ! -f "$SAN" ] || [ ! -d "$DATA" ]; then
           echo "== skipped: e2e-compile (no $SAN, or no data-bin/multi30k.$PAIR)"

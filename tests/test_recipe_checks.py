@@ -437,6 +437,18 @@ def test_a_rerun_spelling_a_number_otherwise_is_the_same_run():
         compare("RUN", old, {**old, "--theta-self": "0.61"}, {}, False, {})
 
 
+def test_a_rerun_spelling_a_train_argument_with_or_without_equals_is_the_same_run():
+    """fairseq-train reads "--save-interval-updates=10" as "--save-interval-updates 10": a rerun
+    spelling it the other way was refused as another run; another value still is."""
+    from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, compare
+
+    old = {"--lm": True, TRAIN_ARGS: ["--save-interval-updates", "10", "--adam-betas=(0.9, 0.98)"]}
+    now = {"--lm": True, TRAIN_ARGS: ["--save-interval-updates=10", "--adam-betas", "(0.9, 0.98)"]}
+    assert compare("RUN", old, now, {}, False, {}) == []
+    with pytest.raises(RunError, match="--save-interval-updates=20"):
+        compare("RUN", old, {**now, TRAIN_ARGS: ["--save-interval-updates=20"]}, {}, False, {})
+
+
 def test_a_link_to_a_file_in_a_run_dir_is_refused_before_the_loop_writes(tmp_path):
     """A run dir received from elsewhere with iter1/policy.json linked to another file (or to
     nothing): the loop wrote the learned policy through the link. A link to a folder is

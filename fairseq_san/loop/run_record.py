@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 import sys
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san.cores import available_cores
 from fairseq_san.files import glob_in, read_json, write_json
@@ -459,13 +459,26 @@ def differs(
 
 
 def same_value(name: str, was: object, now: object) -> bool:
-    """Whether two values of option ``name`` are the same: as numbers for ``NUMBERS``."""
+    """Whether two values of option ``name`` are the same: as numbers for ``NUMBERS``, as
+    fairseq-train reads them for ``TRAIN_ARGS``."""
     if name in NUMBERS and isinstance(was, str) and isinstance(now, str):
         try:
             return float(was) == float(now)
         except ValueError:
             pass
+    if name == TRAIN_ARGS and isinstance(was, list) and isinstance(now, list):
+        return flags_apart(was) == flags_apart(now)
     return was == now
+
+
+def flags_apart(words: Sequence[str]) -> List[str]:
+    """fairseq-train's arguments with ``--flag=V`` spelt ``--flag V``, as its parser reads both:
+    a rerun that spelt one the other way was refused as another run."""
+    apart = []
+    for word in words:
+        flag, equals, value = word.partition("=")
+        apart += [flag, value] if word.startswith("--") and equals else [word]
+    return apart
 
 
 def compare(

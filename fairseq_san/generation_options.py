@@ -99,7 +99,8 @@ def check_search_numbers(args: argparse.Namespace) -> None:
                 "sampling=True), or leave it out"
             )
     check_ngram_size(getattr(args, "no_repeat_ngram_size", 0))
-    for flag, default in (("max_len_b", 200), ("min_len", 1)):  # the hub's: inf, 2.5, "10"
+    counts = (("max_len_b", 200), ("min_len", 1), ("prefix_size", 0))
+    for flag, default in counts:  # the hub's: inf, 2.5, "10"; --prefix-size -1 forced none
         value = getattr(args, flag, default)
         if not is_integer(value) or value < 0:
             raise UsageError(f"{flag_of(flag)} {value!r}: it must be an integer of at least 0")
@@ -117,6 +118,44 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         )
     check_diverse_beam_groups(beam, groups)
     check_one_search(args)
+    check_read_beside(args)
+
+
+# Options that fairseq's generators ignore beside another: (option, its default, where it is
+# ignored: the other option and the test of its value, said as "with --other"; why).
+SCORE_REFERENCE = ("score_reference", bool, "with --score-reference")
+WHY_SCORED = "the references are scored in one teacher-forced pass, which searches nothing"
+MATCH_SOURCE_LEN = ("match_source_len", bool, "with --match-source-len")
+WHY_MATCHED = "each output is as long as its source"
+IGNORED_BESIDE = (
+    ("lenpen", 1.0, ("unnormalized", bool, "with --unnormalized"),
+     "the length penalty divides normalized scores only"),
+    ("max_len_a", 0.0, MATCH_SOURCE_LEN, WHY_MATCHED),
+    ("max_len_b", 200, MATCH_SOURCE_LEN, WHY_MATCHED),
+    ("temperature", 1.0, SCORE_REFERENCE, WHY_SCORED),
+    ("lenpen", 1.0, SCORE_REFERENCE, WHY_SCORED),
+    ("unkpen", 0.0, SCORE_REFERENCE, WHY_SCORED),
+    ("lm_weight", 0.0, ("lm_path", lambda path: not path, "without --lm-path"),
+     "there is no language model to fuse"),
+)  # fmt: skip
+
+
+def check_read_beside(args: argparse.Namespace) -> None:
+    """Refuse an option of ``IGNORED_BESIDE`` set where the generator ignores it (the output as
+    if it were not given, without a word), and ``--lm-path`` with ``--lm-weight`` 0, fairseq's
+    default: the language model was loaded and run, and fused at weight 0."""
+    for name, default, (other, ignores, beside), why in IGNORED_BESIDE:
+        value = getattr(args, name, default)
+        if value is not None and value != default and ignores(getattr(args, other, None)):
+            raise UsageError(
+                f"{flag_of(name)} {value} {beside}: {why}, so it would be ignored; leave it out"
+            )
+    if getattr(args, "lm_path", None) and getattr(args, "lm_weight", 0.0) == 0:
+        raise UsageError(
+            f"--lm-path {args.lm_path} with --lm-weight 0 (fairseq's default): the language "
+            "model would be run and fused with weight 0, changing nothing; pass --lm-weight W "
+            "(e.g. 0.2), or leave --lm-path out"
+        )
 
 
 def check_diverse_beam_groups(beam: int, groups: object, given: Optional[int] = None) -> None:

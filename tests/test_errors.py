@@ -2448,6 +2448,31 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_generation_parser", ["data", "--path", "c.pt", "--constraints", "ordered",
                                    "--diversity-rate", "0"],
          "--constraints and --diversity-rate each choose a search"),
+        # options the generator ignores beside another: decoded as if not given, no word said
+        ("get_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt"],
+         "--lm-path lm.pt with --lm-weight 0 (fairseq's default): the language model would be "
+         "run and fused with weight 0, changing nothing; pass --lm-weight W (e.g. 0.2), or leave "
+         "--lm-path out"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--lm-weight", "0.5"],
+         "--lm-weight 0.5 without --lm-path: there is no language model to fuse, so it would be "
+         "ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference",
+                                   "--temperature", "2"],
+         "--temperature 2.0 with --score-reference: the references are scored in one "
+         "teacher-forced pass, which searches nothing, so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--unkpen", "5"],
+         "--unkpen 5.0 with --score-reference"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--unnormalized", "--lenpen", "2"],
+         "--lenpen 2.0 with --unnormalized: the length penalty divides normalized scores only, "
+         "so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--match-source-len",
+                                   "--max-len-b", "5"],
+         "--max-len-b 5 with --match-source-len: each output is as long as its source, so it "
+         "would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--prefix-size=-1"],
+         "--prefix-size -1: it must be an integer of at least 0"),  # no prefix, no word
+        ("get_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt", "--lm-weight",
+                                   "0.3", "--match-source-len", "--lenpen", "2"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--no-repeat-ngram-size", "1"],
          "--no-repeat-ngram-size 1: it must be 0 (no blocking) or an integer of at least 2 (1 "
          "would block the end of sentence too"),  # nothing on the CPU, the end with CUDA's
@@ -2667,11 +2692,15 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "ignored; pass --task NAME and the task's options as flags (--task translation_san or "
          "language_modeling_san, ...)"),
         ("get_generation_parser", ["data", "--task", "translation", "--path", "c.pt", "--lm-path",
-                                   "lm.pt", "--model-overrides", "{'task': {'data': 'lm-data'}}"],
+                                   "lm.pt", "--lm-weight", "0.2", "--model-overrides",
+                                   "{'task': {'data': 'lm-data'}}"],
          None),  # the language model's task reads it
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt",
                                                "--model-overrides", "{'task': {'data': 'x'}}"],
-         "--model-overrides key 'task': fairseq-x builds only the model"),  # no LM is loaded
+         "--lm-path: fairseq-x would ignore it: it fuses no language model"),  # no LM is loaded
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt",
+                                               "--model-overrides", "{'task': {'data': 'x'}}"],
+         "--model-overrides key 'task': fairseq-x builds only the model"),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--model-overrides",
                                 "{'task': {'tokens_per_sample': 64}}"],
          "--model-overrides key 'task': fairseq-x builds only the model"),

@@ -219,6 +219,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
     check_option_ranges(args)
+    check_read_by_interactive(args, command)  # before the search numbers: --lm-path's check
     check_search_numbers(args)
     check_tokenizer_languages(args)
     kind = command_kind(args)
@@ -242,7 +243,6 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_one_decoding_asked(args, command)
         check_refinement_options(args)
         check_constraints_given(args, command)
-        check_read_by_interactive(args, command)
     check_results_path_written(args, command, kind)
     trainers_precision = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
     if trainers_precision and kind != "train":

@@ -19,11 +19,13 @@ import sys
 print(sum(len(set(zip(w, w[1:]))) < len(w) - 1 for w in (line.split() for line in sys.stdin)))'
 }
 decode() {  # NAME DECODING OPTION...
-  local name=$1 decoding=$2 start=$SECONDS
+  local name=$1 decoding=$2 start=$SECONDS length=(--max-len-b 60)
   shift 2
+  # --match-source-len ignores --max-len-b (refused beside it since 2026-12-04; the same output)
+  [[ " $* " != *" --match-source-len "* ]] || length=()
   fairseq-generate "$DATA" --user-dir fairseq_san --task translation_san \
     --path "$CHECKPOINT" --gen-subset test --beam 5 \
-    --max-len-b 60 --batch-size 64 --post-process sentencepiece --san-decoding "$decoding" \
+    "${length[@]}" --batch-size 64 --post-process sentencepiece --san-decoding "$decoding" \
     "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"
   echo "$name: $((SECONDS - start)) s, $(grep -c '^H-' "$OUT/$name.txt") hypotheses," \
     "$(repeating "$OUT/$name.txt") repeat a word bigram; $(tail -1 "$OUT/$name.txt")"

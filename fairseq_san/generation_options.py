@@ -66,7 +66,9 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     a ``--max-len-b`` or ``--min-len`` that is no count (the hub's
     ``max_len_b=inf``: an OverflowError), an n-gram blocking size of 1 or below 0
     (``check_ngram_size``), a diverse beam strength without the groups that read it, groups that
-    do not divide the beam, and two search strategies at once (``check_one_search``)."""
+    do not divide the beam, two search strategies at once (``check_one_search``), a
+    ``--prefix-size`` below 0 (it forced no prefix) and an option the generator ignores beside
+    another (``check_read_beside``)."""
     beam, nbest = getattr(args, "beam", 1), getattr(args, "nbest", 1)
     for flag, value in (("--beam", beam), ("--nbest", nbest)):
         if not is_integer(value) or value < 1:  # the hub's keywords are not parsed: "4", 4.5
@@ -123,8 +125,6 @@ def check_search_numbers(args: argparse.Namespace) -> None:
 
 # Options that fairseq's generators ignore beside another: (option, its default, where it is
 # ignored: the other option and the test of its value, said as "with --other"; why).
-SCORE_REFERENCE = ("score_reference", bool, "with --score-reference")
-WHY_SCORED = "the references are scored in one teacher-forced pass, which searches nothing"
 MATCH_SOURCE_LEN = ("match_source_len", bool, "with --match-source-len")
 WHY_MATCHED = "each output is as long as its source"
 IGNORED_BESIDE = (
@@ -132,29 +132,44 @@ IGNORED_BESIDE = (
      "the length penalty divides normalized scores only"),
     ("max_len_a", 0.0, MATCH_SOURCE_LEN, WHY_MATCHED),
     ("max_len_b", 200, MATCH_SOURCE_LEN, WHY_MATCHED),
-    ("temperature", 1.0, SCORE_REFERENCE, WHY_SCORED),
-    ("lenpen", 1.0, SCORE_REFERENCE, WHY_SCORED),
-    ("unkpen", 0.0, SCORE_REFERENCE, WHY_SCORED),
     ("lm_weight", 0.0, ("lm_path", lambda path: not path, "without --lm-path"),
      "there is no language model to fuse"),
 )  # fmt: skip
+# The options that change a search's scores, with their defaults: fairseq-generate
+# --score-reference scores the references without them (SequenceScorer takes none).
+SCORE_CHANGES = (("temperature", 1.0), ("lenpen", 1.0), ("unkpen", 0.0))
 
 
 def check_read_beside(args: argparse.Namespace) -> None:
-    """Refuse an option of ``IGNORED_BESIDE`` set where the generator ignores it (the output as
-    if it were not given, without a word), and ``--lm-path`` with ``--lm-weight`` 0, fairseq's
-    default: the language model was loaded and run, and fused at weight 0."""
+    """Refuse an option of ``IGNORED_BESIDE`` set where the generator ignores it: the output as
+    if it were not given, without a word."""
     for name, default, (other, ignores, beside), why in IGNORED_BESIDE:
         value = getattr(args, name, default)
         if value is not None and value != default and ignores(getattr(args, other, None)):
             raise UsageError(
                 f"{flag_of(name)} {value} {beside}: {why}, so it would be ignored; leave it out"
             )
-    if getattr(args, "lm_path", None) and getattr(args, "lm_weight", 0.0) == 0:
+
+
+def check_scored_as_asked(args: argparse.Namespace, weight_given: bool) -> None:
+    """Refuse on fairseq-generate's command line what it would score otherwise than asked:
+    ``SCORE_CHANGES`` with ``--score-reference`` (the references' scores are the model's own:
+    a temperature of 2 scored at 1), and ``--lm-path`` without ``--lm-weight`` (``weight_given``:
+    fairseq's default 0 ran the language model at every step and fused it at weight 0). The hub
+    sets neither itself: ``score()`` scores with the generation options it was loaded with."""
+    if getattr(args, "score_reference", False):
+        for name, default in SCORE_CHANGES:
+            value = getattr(args, name, default)
+            if value != default:
+                raise UsageError(
+                    f"{flag_of(name)} {value} with --score-reference: the references are scored "
+                    "in one teacher-forced pass, as the model scores them, so it would be "
+                    "ignored; leave it out"
+                )
+    if getattr(args, "lm_path", None) and not weight_given:
         raise UsageError(
-            f"--lm-path {args.lm_path} with --lm-weight 0 (fairseq's default): the language "
-            "model would be run and fused with weight 0, changing nothing; pass --lm-weight W "
-            "(e.g. 0.2), or leave --lm-path out"
+            f"--lm-path {args.lm_path} without --lm-weight: fairseq's default weight, 0, would "
+            "run the language model and fuse it changing nothing; pass --lm-weight W (e.g. 0.2)"
         )
 
 

@@ -2450,16 +2450,19 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--constraints and --diversity-rate each choose a search"),
         # options the generator ignores beside another: decoded as if not given, no word said
         ("get_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt"],
-         "--lm-path lm.pt with --lm-weight 0 (fairseq's default): the language model would be "
-         "run and fused with weight 0, changing nothing; pass --lm-weight W (e.g. 0.2), or leave "
-         "--lm-path out"),
+         "--lm-path lm.pt without --lm-weight: fairseq's default weight, 0, would run the "
+         "language model and fuse it changing nothing; pass --lm-weight W (e.g. 0.2)"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--lm-path", "lm.pt",
+                                   "--lm-weight=0"], None),  # a sweep's baseline weight
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--lm-weight", "0.5"],
          "--lm-weight 0.5 without --lm-path: there is no language model to fuse, so it would be "
          "ignored; leave it out"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference",
                                    "--temperature", "2"],
          "--temperature 2.0 with --score-reference: the references are scored in one "
-         "teacher-forced pass, which searches nothing, so it would be ignored; leave it out"),
+         "teacher-forced pass, as the model scores them, so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--beam", "4",
+                                   "--max-len-b", "10"], None),  # limits of a search: no scores
         ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--unkpen", "5"],
          "--unkpen 5.0 with --score-reference"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--unnormalized", "--lenpen", "2"],

@@ -601,6 +601,22 @@ def test_a_language_model_scores_texts(language_model):
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
 
 
+def test_a_language_model_loaded_with_a_searchs_options_still_scores(language_model):
+    """A hub loaded with ``generation_args={'temperature': 0.8}`` (or a length penalty) for its
+    sampling scores texts too: score() runs no search, and the options the hub was loaded with
+    are not the call's to leave out."""
+    generation = language_model.cfg.generation
+    expected = language_model.score("tok1 tok2 tok3")["positional_scores"]
+    for name, value in (("temperature", 0.8), ("lenpen", 0.6), ("unkpen", 2.0)):
+        default = getattr(generation, name)
+        setattr(generation, name, value)
+        try:
+            scores = language_model.score("tok1 tok2 tok3")["positional_scores"]
+        finally:
+            setattr(generation, name, default)
+        assert scores.tolist() == expected.tolist(), name
+
+
 def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):
     """score() runs no search, and fairseq's ignored ``lenpen``, ``temperature`` and ``beam``:
     the same score; ``score(b"...")`` scored the bytes' numbers (a TypeError inside the

@@ -29,13 +29,14 @@ def in_bash(recipe: str, *args: str, show: str) -> subprocess.CompletedProcess:
 def test_values_with_spaces_and_the_train_arguments_reach_the_shell_unchanged(tmp_path):
     result = in_bash(
         LOOP, "--data", str(tmp_path / "my data"), "--run-dir", "r", "--launcher",
-        "torchrun --nproc_per_node 8", "--warm-start", "--", "--adam-betas", "(0.9, 0.98)", "--cpu",
+        "torchrun --nproc_per_node 8", "--warm-start", "--dry-run", "--", "--adam-betas",
+        "(0.9, 0.98)", "--seed", "2",
         show='printf "%s|" "$DATA" "$LAUNCHER" "$WARM_START" "$DRY_RUN" "$THETA_SELF" "$@"',
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("|")[:-1] == [
-        str(tmp_path / "my data"), "torchrun --nproc_per_node 8", "1", "0", "0.4",
-        "--adam-betas", "(0.9, 0.98)", "--cpu"]  # fmt: skip
+        str(tmp_path / "my data"), "torchrun --nproc_per_node 8", "1", "1", "0.4",
+        "--adam-betas", "(0.9, 0.98)", "--seed", "2"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -44,19 +45,23 @@ def test_values_with_spaces_and_the_train_arguments_reach_the_shell_unchanged(tm
         ("torchrun --nproc_per_node 2", [], 1,
          "--launcher 'torchrun --nproc_per_node 2' starts 2 ranks on a machine with 1 GPU: "
          "fairseq-train puts rank R on GPU R % 1, and NCCL (--distributed-backend nccl, "
-         "fairseq's default) refuses two ranks on one GPU; start at most 1 (--nproc_per_node), or "
-         "pass --distributed-backend gloo after --"),
-        ("python -m torch.distributed.run --nproc-per-node=3", ["--distributed-backend=nccl"], 2,
-         "--launcher 'python -m torch.distributed.run --nproc-per-node=3' starts 3 ranks on a "
-         "machine with 2 GPUs"),
+         "fairseq's default) refuses two ranks on one GPU; start at most 1 a machine "
+         "(--nproc_per_node), or pass --distributed-backend gloo (after --)"),
+        ("python3 -u -m torch.distributed.run --nproc-per-node=3", ["--distributed-backend=nccl"],
+         2, "--launcher 'python3 -u -m torch.distributed.run --nproc-per-node=3' starts 3 ranks "
+         "on a machine with 2 GPUs"),
+        ("torchrun --nproc_per_node 1 --nproc_per_node 4", [], 2,
+         "--launcher 'torchrun --nproc_per_node 1 --nproc_per_node 4' starts 4 ranks"),  # the last
+        ("torchrun --nproc_per_node 2", ["--cpu", "--distributed-backend", "gloo"], 0,
+         "--launcher 'torchrun --nproc_per_node 2' starts 2 ranks, and this machine has no GPU"),
         ("torchrun --nproc_per_node 2", ["--distributed-backend", "gloo"], 0,
          "--launcher 'torchrun --nproc_per_node 2' starts 2 ranks, and this machine has no GPU "
          "(fairseq-train puts each rank on one); on CPUs, give --cpu-ranks 2 instead"),
         ("torchrun --nproc_per_node 2", ["--distributed-backend", "gloo"], 1, None),
         ("torchrun --nproc_per_node 2", [], 2, None),
         ("torchrun --nproc_per_node gpu", [], 1, None),  # torchrun counts them itself
-        ("torchrun --nproc_per_node 2", ["--cpu"], 0, None),  # fairseq-train's own checks
         ("srun --ntasks 4", [], 0, None),  # not torchrun: its ranks are not counted here
+        ("srun torchrun --nproc_per_node 4", [], 0, None),  # torchrun on other machines
     ],
 )  # fmt: skip
 def test_torchrun_ranks_that_cannot_meet_here_are_refused_before_anything_starts(

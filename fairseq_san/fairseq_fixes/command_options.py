@@ -77,7 +77,11 @@ from fairseq_san.errors import UsageError, nearest_key
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
-from fairseq_san.generation_options import check_no_constraints, check_search_numbers
+from fairseq_san.generation_options import (
+    check_no_constraints,
+    check_scored_as_asked,
+    check_search_numbers,
+)
 from fairseq_san.options import (
     ANALYSIS_OPTIONS,
     DECODER_OPTIONS,
@@ -93,6 +97,7 @@ from fairseq_san.options import (
     flag_of,
     name_of,
 )
+from fairseq_san.ranks import nccl_ranks_problem
 
 # Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
 TASKS_IGNORING_SAVED_TASK = (
@@ -240,6 +245,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind in ("decode", "eval-lm"):
         check_overrides_read(args, command, kind)
     if kind == "decode":
+        check_scored_as_asked(args, weight_given=given_flag(argv, "--lm-weight"))
         check_one_decoding_asked(args, command)
         check_refinement_options(args)
         check_constraints_given(args, command)
@@ -553,12 +559,7 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
         )
     here = os.environ.get("LOCAL_WORLD_SIZE", "")
     if args.distributed_backend == "nccl" and here.isdigit() and int(here) > gpus:
-        raise UsageError(
-            f"torchrun started {here} ranks on a machine with {gpus} GPU"
-            f"{'s' if gpus > 1 else ''}: fairseq-train puts rank R on GPU R % {gpus}, and NCCL "
-            f"(--distributed-backend nccl, fairseq's default) refuses two ranks on one GPU; start "
-            f"at most {gpus} a machine (--nproc_per_node), or pass --distributed-backend gloo"
-        )
+        raise UsageError(f"torchrun started {nccl_ranks_problem(int(here), gpus)}")
     args.distributed_world_size = ranks
 
 
@@ -767,9 +768,14 @@ def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:
 
 
 def given(argv: List[str], option: Option) -> bool:
-    """Whether the command line ``argv`` names ``option`` (``--flag V`` or ``--flag=V``; fairseq's
+    """Whether the command line ``argv`` names ``option`` (``given_flag``)."""
+    return given_flag(argv, option.flag)
+
+
+def given_flag(argv: List[str], flag: str) -> bool:
+    """Whether the command line ``argv`` names ``flag`` (``--flag V`` or ``--flag=V``; fairseq's
     parsers take no abbreviations)."""
-    return any(arg == option.flag or arg.startswith(option.flag + "=") for arg in argv)
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 HELP_FLAGS = ("-h", "--help")

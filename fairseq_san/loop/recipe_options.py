@@ -24,8 +24,9 @@ from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.files import read_as_an_option
-from fairseq_san.loop.run_record import binarized_pair, is_count
+from fairseq_san.loop.run_record import binarized_pair, flags_apart, is_count
 from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, has_aan_decoder, name_of
+from fairseq_san.ranks import nccl_ranks_problem
 
 LOOP = "learn_to_share.sh"
 LM_LOOP = "learn_to_share_lm.sh"
@@ -399,33 +400,40 @@ def launcher_words(recipe: str, values: Dict[str, str]) -> List[str]:
         refuse(recipe, f"--launcher {values['LAUNCHER']}: {error}")
 
 
-# Launchers whose --nproc_per_node starts that many ranks on this machine.
-TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torchrun as a module of python (``python -u -m torch.distributed.run``).
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def runs_torchrun(words: Sequence[str]) -> bool:
+    """Whether the launcher is torchrun itself, or python running its module: its ranks start
+    on this machine (``srun torchrun ...`` starts them on others)."""
+    if not words:
+        return False
+    command = os.path.basename(words[0])
+    if command == "torchrun":
+        return True
+    if not command.startswith("python") or "-m" not in words:
+        return False
+    at = words.index("-m") + 1
+    return at < len(words) and words[at] in TORCHRUN_MODULES
 
 
 def launched_ranks(words: Sequence[str]) -> Optional[int]:
-    """The ranks a torchrun launcher (``TORCHRUN``) starts on this machine: its
-    ``--nproc_per_node`` (or ``--nproc-per-node``) when a number (not "gpu" or "auto"), else
-    None; None for another launcher too."""
-    if not any(os.path.basename(word) in TORCHRUN for word in words[:3]):
+    """The ranks a torchrun launcher (``runs_torchrun``) starts on this machine: its last
+    ``--nproc_per_node`` (or ``--nproc-per-node``), as torchrun reads it, when a number (not
+    "gpu" or "auto"); else None, and None for another launcher."""
+    if not runs_torchrun(words):
         return None
-    for at, word in enumerate(words):
-        flag, equals, value = word.partition("=")
-        if flag in ("--nproc_per_node", "--nproc-per-node"):
-            value = value if equals else (words[at + 1] if at + 1 < len(words) else "")
-            return int(value) if value.isdigit() else None
-    return None
+    value = train_arg(words, "--nproc_per_node", train_arg(words, "--nproc-per-node", ""))
+    return int(value) if value.isdigit() else None
 
 
-def train_arg(train_args: Sequence[str], flag: str, default: str) -> str:
-    """The value of ``flag`` (``--flag V`` or ``--flag=V``; the last given) among the
-    fairseq-train arguments, else ``default``."""
-    value = default
-    for at, word in enumerate(train_args):
-        name, equals, given = word.partition("=")
-        if name == flag:
-            value = given if equals else (train_args[at + 1] if at + 1 < len(train_args) else "")
-    return value
+def train_arg(words: Sequence[str], flag: str, default: str) -> str:
+    """The value of ``flag`` among ``words`` (``--flag V`` or ``--flag=V``; the last given, as
+    argparse reads it), else ``default``."""
+    apart = flags_apart(words)
+    given = [apart[at + 1] for at, word in enumerate(apart[:-1]) if word == flag]
+    return given[-1] if given else default
 
 
 def cuda_devices() -> int:
@@ -436,26 +444,22 @@ def cuda_devices() -> int:
 
 
 def check_launcher_ranks(recipe: str, values: Dict[str, str], train_args: Sequence[str]) -> None:
-    """Refuse, before anything starts, a torchrun --launcher that starts more ranks on this
-    machine than it has GPUs with NCCL (fairseq's default backend), or ranks on a machine without
-    GPUs: each rank refused in one line, as fairseq-train does, and torchrun then printed its own
-    ChildFailedError traceback after them. A dry run is planned for another machine: not
-    checked."""
+    """Refuse, before anything starts, a torchrun --launcher that starts ranks on a machine
+    without GPUs (fairseq-train refuses them, with --cpu too), or more than it has GPUs with
+    NCCL (fairseq's default backend): each rank was refused in one line, and torchrun then
+    printed its own ChildFailedError traceback after them. A dry run is planned for another
+    machine: not checked."""
     ranks = launched_ranks(launcher_words(recipe, values)) if values.get("LAUNCHER") else None
-    if ranks is None or ranks < 2 or values.get("DRY_RUN") == "1" or "--cpu" in train_args:
+    if ranks is None or ranks < 2 or values.get("DRY_RUN") == "1":
         return
     here = cuda_devices()
-    launcher = shlex.quote(values["LAUNCHER"])
+    launcher = f"--launcher {shlex.quote(values['LAUNCHER'])} starts"
     if here == 0:
-        refuse(recipe, f"--launcher {launcher} starts {ranks} ranks, and this machine has no "
-               "GPU (fairseq-train puts each rank on one); on CPUs, give --cpu-ranks "
-               f"{ranks} instead")  # fmt: skip
-    if ranks > here and train_arg(train_args, "--distributed-backend", "nccl") == "nccl":
-        refuse(recipe, f"--launcher {launcher} starts {ranks} ranks on a machine with {here} "
-               f"GPU{'s' if here > 1 else ''}: fairseq-train puts rank R on GPU R % {here}, and "
-               "NCCL (--distributed-backend nccl, fairseq's default) refuses two ranks on one "
-               f"GPU; start at most {here} (--nproc_per_node), or pass --distributed-backend "
-               "gloo after --")  # fmt: skip
+        refuse(recipe, f"{launcher} {ranks} ranks, and this machine has no GPU (fairseq-train "
+               f"puts each rank on one); on CPUs, give --cpu-ranks {ranks} instead")  # fmt: skip
+    nccl = train_arg(train_args, "--distributed-backend", "nccl") == "nccl"
+    if ranks > here and nccl and "--cpu" not in train_args:
+        refuse(recipe, f"{launcher} {nccl_ranks_problem(ranks, here)} (after --)")
 
 
 def start_options(recipe: str, values: Dict[str, str]) -> List[str]:

@@ -1187,7 +1187,10 @@ def test_fairseq_transformer_and_temperature():
 
 
 def generation_args(**options) -> argparse.Namespace:
-    defaults = dict(beam=4, max_len_a=0, max_len_b=10, min_len=1, lenpen=1.0)
+    """Generation options: ``options`` over beam 4, outputs of at most 10 tokens (the default
+    length limit with ``match_source_len``, which ignores it and refuses another)."""
+    limit = 200 if options.get("match_source_len") else 10
+    defaults = dict(beam=4, max_len_a=0, max_len_b=limit, min_len=1, lenpen=1.0)
     return argparse.Namespace(**{**defaults, **options})
 
 
@@ -2362,12 +2365,16 @@ def checkpoint(binarized_corpus, tmp_path_factory) -> Path:
 
 
 def generate_cli(data: Path, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess:
+    """fairseq-generate's n-best 2 at beam 4 of the test split, with ``extra`` options; outputs
+    of at most the source's length + 5 but with --match-source-len, which ignores (and refuses)
+    the limit."""
+    length = () if "--match-source-len" in extra else ("--max-len-a", "1", "--max-len-b", "5")
     return run_cli(
         "fairseq-generate", str(data),
         "--user-dir", "fairseq_san", "--task", "translation_san",
         "--path", str(checkpoint), "--gen-subset", "test",
         "--beam", "4", "--nbest", "2", "--batch-size", "8", "--cpu",
-        "--max-len-a", "1", "--max-len-b", "5", "--required-batch-size-multiple", "1",
+        *length, "--required-batch-size-multiple", "1",
         *extra,
     )  # fmt: skip
 

@@ -60,6 +60,10 @@ def test_the_loop_table_shows_perplexity_for_a_language_model_and_bleu_otherwise
     assert "| valid ppl | learned policy |" in lm and "| 34.86 |" in lm and "BLEU" not in lm.split("\n")[0]
     mt = summary_table([row(0, bleu=30.0)])
     assert "| valid BLEU | valid chrF |" in mt and "ppl" not in mt
+    # the two scores of a language model come from two programs, which with --add-bos-token
+    # count different targets: 10.479 beside 2006.89 (2 ** 10.479 is 1428), said nowhere
+    assert "with --add-bos-token the loss counts a first target, <s> after <s>" in lm
+    assert "add-bos-token" not in mt
 
 
 def test_an_output_the_loop_cannot_write_is_named_as_given(tmp_path):

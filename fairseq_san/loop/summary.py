@@ -220,6 +220,15 @@ def shown(value, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+# Where a language model's two scores come from: they differ in what they count with
+# --add-bos-token (2 ** loss is then not the perplexity).
+LM_SCORES_NOTE = (
+    "Valid loss is fairseq-train's best validation loss (base 2), valid ppl fairseq-eval-lm's "
+    "on the same split: with --add-bos-token the loss counts a first target, <s> after <s>, that "
+    "the perplexity leaves out, so 2 ** loss is not the perplexity."
+)
+
+
 def summary_table(rows: List[Dict[str, object]]) -> str:
     """Markdown table of the loop, one row per iteration: BLEU and chrF of a translation model,
     the perplexity of a language model (``valid.json`` says which)."""
@@ -248,6 +257,8 @@ def summary_table(rows: List[Dict[str, object]]) -> str:
     signatures = sorted({row["signature"] for row in rows if row["signature"]})
     lines += ["", "Train time is fairseq's training clock stored in the checkpoint (a warm-started "
               "iteration's counts its own training only)."]
+    if language_model:
+        lines += ["", LM_SCORES_NOTE]
     lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures] if signatures else []
     return "\n".join(lines) + "\n"
 

@@ -1291,3 +1291,32 @@ def test_options_left_out_then_and_now_are_the_same():
         "RUN was made with --theta-self 0.4, not 0.3 (RUN/run.json): start a new run with "
         "another --run-dir"
     )
+
+
+def test_a_sample_shorter_than_a_valid_sentence_is_refused_before_the_run_dir(tmp_path):
+    """A language model's --tokens-per-sample after -- below its longest valid sentence: the run
+    dir was made, then fairseq-train stopped at that sentence ("Size of sample #537 is invalid
+    (=41) since max_positions=40"), naming --skip-invalid-size-inputs-valid-test, which the loop
+    refuses. The sizes are read from fairseq's index as fairseq reads them."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+    from helpers import preprocess_lm, write_corpus
+
+    from fairseq_san.loop.run_record import TRAIN_ARGS, index_sizes, input_problem
+
+    data = preprocess_lm(write_corpus(tmp_path / "raw"), tmp_path / "data-bin")
+    sizes = index_sizes(str(data / "valid.idx"))
+    fairseqs = MMapIndexedDataset(str(data / "valid"))  # kept: its sizes are its mapped memory
+    assert sizes == fairseqs.sizes.tolist()
+    longest = max(sizes)
+
+    def problem(*train_args: str):
+        return input_problem({"--data": str(data), "--lm": True, TRAIN_ARGS: list(train_args)})
+
+    assert problem("--tokens-per-sample", str(longest - 1)) == (
+        f"--tokens-per-sample {longest - 1} (after --): the longest valid sentence of {data} has "
+        f"{longest} tokens with its end, and fairseq-train stops at one longer than a sample "
+        "(--sample-break-mode eos; the loop analyses and scores every valid sentence): pass "
+        f"--tokens-per-sample {longest} or more", None)  # fmt: skip
+    assert problem(f"--tokens-per-sample={longest}") is None
+    assert problem("--tokens-per-sample", "2", "--sample-break-mode", "none") is None  # blocks
+    assert problem() is None  # the recipe's own 128

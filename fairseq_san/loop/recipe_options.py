@@ -24,7 +24,7 @@ from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.files import read_as_an_option
-from fairseq_san.loop.run_record import binarized_pair, flags_apart, is_count
+from fairseq_san.loop.run_record import binarized_pair, is_count, train_arg
 from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, has_aan_decoder, name_of
 from fairseq_san.ranks import nccl_ranks_problem
 
@@ -426,14 +426,6 @@ def launched_ranks(words: Sequence[str]) -> Optional[int]:
         return None
     value = train_arg(words, "--nproc_per_node", train_arg(words, "--nproc-per-node", ""))
     return int(value) if value.isdigit() else None
-
-
-def train_arg(words: Sequence[str], flag: str, default: str) -> str:
-    """The value of ``flag`` among ``words`` (``--flag V`` or ``--flag=V``; the last given, as
-    argparse reads it), else ``default``."""
-    apart = flags_apart(words)
-    given = [apart[at + 1] for at, word in enumerate(apart[:-1]) if word == flag]
-    return given[-1] if given else default
 
 
 def cuda_devices() -> int:

@@ -16,6 +16,7 @@ command it started (fairseq-train, which inherits the descriptor) runs, also whe
 itself was killed. A second loop is refused before it writes anything.
 """
 
+import array
 import fcntl
 import filecmp
 import hashlib
@@ -78,7 +79,11 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
                 "run examples/lm/prepare.sh first (--data)",
                 None if translation else f"no binarized data in {data}",
             )
-        return no_valid_split(data, ("valid.idx",))
+        missing = no_valid_split(data, ("valid.idx",))
+        if missing is not None:
+            return missing
+        problem = longest_sentence_problem(data, options.get(TRAIN_ARGS) or [])
+        return None if problem is None else (problem, None)  # a dry run refuses it too
     pairs = binarized_pairs(data)
     if not pairs:
         language_model = os.path.isfile(os.path.join(data, "dict.txt"))  # preparing makes none
@@ -125,23 +130,53 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
 
 
 # fairseq's binarized index (``MMapIndexedDataset.Index``): its magic, then a version (8 bytes)
-# and a dtype code (1 byte) before the number of sentences (8 bytes, little-endian).
+# and a dtype code (1 byte) before the number of sentences (8 bytes, little-endian), then each
+# sentence's size (int32, its end of sentence counted).
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_COUNT_AT = len(INDEX_MAGIC) + 8 + 1
+INDEX_SIZES_AT = INDEX_COUNT_AT + 8
+
+
+def index_sizes(path: str) -> Optional[List[int]]:
+    """Each sentence's size in tokens (its end counted) from fairseq's mmap index ``path``; None
+    where there is no index in that format to read them from."""
+    try:
+        with open(path, "rb") as index:
+            header = index.read(INDEX_SIZES_AT)
+            if not header.startswith(INDEX_MAGIC) or len(header) < INDEX_SIZES_AT:
+                return None
+            count = int.from_bytes(header[INDEX_COUNT_AT : INDEX_COUNT_AT + 8], "little")
+            sizes = array.array("i", index.read(4 * count))
+    except (OSError, ValueError):  # ValueError: fewer bytes than the count says
+        return None
+    return sizes.tolist() if len(sizes) == count else None
 
 
 def split_size(data: str, pair: str, split: str = "valid") -> Optional[int]:
     """The number of sentences of ``split``'s target side in ``data``, from its index; None where
     there is no index in fairseq's mmap format to read it from."""
     target = pair.split("-", 1)[1]
-    try:
-        with open(os.path.join(data, f"{split}.{pair}.{target}.idx"), "rb") as index:
-            header = index.read(INDEX_COUNT_AT + 8)
-    except OSError:
+    sizes = index_sizes(os.path.join(data, f"{split}.{pair}.{target}.idx"))
+    return None if sizes is None else len(sizes)
+
+
+def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[str]:
+    """Why fairseq-train would stop at a language model's longest valid sentence: longer (its
+    end counted) than the ``--tokens-per-sample`` given after --, whole sentences a sample
+    (``--sample-break-mode eos``, the recipe's). fairseq-train said so after the run dir was
+    made, naming --skip-invalid-size-inputs-valid-test, which the loop refuses."""
+    given = train_arg(train_args, "--tokens-per-sample", "")
+    if not given.isdigit() or train_arg(train_args, "--sample-break-mode", "eos") != "eos":
         return None
-    if not header.startswith(INDEX_MAGIC) or len(header) < INDEX_COUNT_AT + 8:
+    sizes = index_sizes(os.path.join(data, "valid.idx"))
+    if not sizes or max(sizes) <= int(given):
         return None
-    return int.from_bytes(header[INDEX_COUNT_AT:], "little")
+    return (
+        f"--tokens-per-sample {given} (after --): the longest valid sentence of {data} has "
+        f"{max(sizes)} tokens with its end, and fairseq-train stops at one longer than a sample "
+        "(--sample-break-mode eos; the loop analyses and scores every valid sentence): pass "
+        f"--tokens-per-sample {max(sizes)} or more"
+    )
 
 
 def line_count(path: str) -> int:
@@ -479,6 +514,14 @@ def flags_apart(words: Sequence[str]) -> List[str]:
         flag, equals, value = word.partition("=")
         apart += [flag, value] if word.startswith("--") and equals else [word]
     return apart
+
+
+def train_arg(words: Sequence[str], flag: str, default: str) -> str:
+    """The value of ``flag`` among ``words`` (``--flag V`` or ``--flag=V``; the last given, as
+    argparse reads it), else ``default``."""
+    apart = flags_apart(words)
+    given = [apart[at + 1] for at, word in enumerate(apart[:-1]) if word == flag]
+    return given[-1] if given else default
 
 
 def compare(

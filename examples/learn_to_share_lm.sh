@@ -22,11 +22,6 @@ set -euo pipefail
 OPTIONS=$(fairseq-san-loop options learn_to_share_lm.sh "$@")
 eval "$OPTIONS"
 
-# shellcheck source=examples/learn_to_share_loop.sh
-source "$(dirname "$0")/learn_to_share_loop.sh"
-start_loop "$@"
-
-USER_DIR=$(fairseq-san-loop user-dir)
 LM=(--task language_modeling_san --sample-break-mode eos)
 # The measured recipe (docs/results/lm-multi30k: transformer_lm_san_small converges, stopped by
 # --patience, in about 2,000 updates, 10 minutes on 2 CPU cores), then the arguments after --.
@@ -40,9 +35,16 @@ TRAIN_ARGS=(
 )
 
 # fairseq-eval-lm builds its task from its own command line, not from the checkpoint: the task
-# options the training was given (--tokens-per-sample, and --add-bos-token ... after --)
-SCORE_WORDS=$(fairseq-san-loop lm-task-args -- "${TRAIN_ARGS[@]}" "${EXTRA_ARGS[@]}")
+# options the training is given (--tokens-per-sample, and --add-bos-token ... after --). Refused
+# here, before RUN exists, where a sample is shorter than a valid sentence (fairseq-train stops).
+SCORE_WORDS=$(fairseq-san-loop lm-task-args --data "$DATA" -- "${TRAIN_ARGS[@]}" "$@")
 eval "SCORE_TASK=($SCORE_WORDS)"
+
+# shellcheck source=examples/learn_to_share_loop.sh
+source "$(dirname "$0")/learn_to_share_loop.sh"
+start_loop "$@"
+
+USER_DIR=$(fairseq-san-loop user-dir)
 
 train() {  # train ITER_DIR ITERATION: --updates at most, then the arguments after --
   train_with "$1" "$2" "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --arch "$ARCH" \

@@ -66,8 +66,11 @@ class GenerateOutput(NamedTuple):
     targets: Dict[int, str]
 
 
-def read_generate(path: str) -> GenerateOutput:
-    """fairseq-generate's output in ``path`` (gzip-compressed or not, a pipe too: read once).
+def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
+    """fairseq-generate's output in ``path`` (gzip-compressed or not, a pipe too: read once) of
+    a subset of ``sentences`` sentences where known (its references' count; else up to its last
+    sentence id): a sentence without a ``D-`` line before the last one is refused, the count of
+    those missing said among them all.
 
     The best hypothesis is a sentence's first ``D-`` line (with ``--nbest N`` fairseq-generate
     prints N hypotheses per sentence, best first). Text that still holds subword marks is
@@ -90,11 +93,13 @@ def read_generate(path: str) -> GenerateOutput:
                 check_one_source(path, int(source.group(1)), sources)
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
-    missing = sorted(set(range(max(by_id) + 1)) - set(by_id))
-    if missing:  # sentence ids are the corpus's 0..N-1: a gap would pair text with another line
+    total = max(max(by_id) + 1, sentences or 0)  # more ids than sentences: a count mismatch
+    missing = sorted(set(range(total)) - set(by_id))
+    if missing and missing[0] < max(by_id):  # ids are the corpus's 0..N-1: a gap would pair
+        # text with another line (the last missing alone: a count mismatch, said with its cause)
         raise UsageError(
             f"{path}: no D- line for sentence {missing[0]} ({len(missing)} of sentences 0-"
-            f"{max(by_id)} missing): score the whole subset (fairseq-generate must not skip "
+            f"{total - 1} missing): score the whole subset (fairseq-generate must not skip "
             "sentences, and the file must be complete)"
         )
     for (mark, pattern), post_process in SUBWORD_MARKS.items():

@@ -1294,29 +1294,42 @@ def test_options_left_out_then_and_now_are_the_same():
 
 
 def test_a_sample_shorter_than_a_valid_sentence_is_refused_before_the_run_dir(tmp_path):
-    """A language model's --tokens-per-sample after -- below its longest valid sentence: the run
-    dir was made, then fairseq-train stopped at that sentence ("Size of sample #537 is invalid
-    (=41) since max_positions=40"), naming --skip-invalid-size-inputs-valid-test, which the loop
-    refuses. The sizes are read from fairseq's index as fairseq reads them."""
+    """A language model's --tokens-per-sample below its longest valid sentence: the run dir was
+    made, then fairseq-train stopped at that sentence ("Size of sample #537 is invalid (=41) since
+    max_positions=40"), naming --skip-invalid-size-inputs-valid-test, which the loop refuses.
+    The recipe's own 128 was not checked, only a value after --. The sizes are read from
+    fairseq's index as fairseq reads them."""
     from fairseq.data.indexed_dataset import MMapIndexedDataset
-    from helpers import preprocess_lm, write_corpus
+    from helpers import preprocess_lm
 
-    from fairseq_san.loop.run_record import TRAIN_ARGS, index_sizes, input_problem
+    from fairseq_san.loop.run_record import index_sizes
 
-    data = preprocess_lm(write_corpus(tmp_path / "raw"), tmp_path / "data-bin")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, lines in (("train", ["a b c"] * 20), ("valid", ["a b", "a " * 129 + "c"]),
+                         ("test", ["b c"])):  # fmt: skip
+        (raw / f"{split}.src").write_text("".join(line + "\n" for line in lines))
+    data = preprocess_lm(raw, tmp_path / "data-bin")
     sizes = index_sizes(str(data / "valid.idx"))
     fairseqs = MMapIndexedDataset(str(data / "valid"))  # kept: its sizes are its mapped memory
-    assert sizes == fairseqs.sizes.tolist()
-    longest = max(sizes)
+    assert sizes == fairseqs.sizes.tolist() == [3, 131]
 
-    def problem(*train_args: str):
-        return input_problem({"--data": str(data), "--lm": True, TRAIN_ARGS: list(train_args)})
+    def refusal(*after: str) -> str:
+        run_dir = tmp_path / "run"
+        result = run_script(LM_LOOP, "--data", str(data), "--run-dir", str(run_dir), "--dry-run",
+                            "--", *after)  # fmt: skip
+        assert not run_dir.exists()
+        return "" if result.returncode == 0 else result.stderr
 
-    assert problem("--tokens-per-sample", str(longest - 1)) == (
-        f"--tokens-per-sample {longest - 1} (after --): the longest valid sentence of {data} has "
-        f"{longest} tokens with its end, and fairseq-train stops at one longer than a sample "
-        "(--sample-break-mode eos; the loop analyses and scores every valid sentence): pass "
-        f"--tokens-per-sample {longest} or more", None)  # fmt: skip
-    assert problem(f"--tokens-per-sample={longest}") is None
-    assert problem("--tokens-per-sample", "2", "--sample-break-mode", "none") is None  # blocks
-    assert problem() is None  # the recipe's own 128
+    def said(tokens: int) -> str:
+        return (
+            f"fairseq-san-loop: error: --tokens-per-sample {tokens}: the longest valid sentence "
+            f"of {data} has 131 tokens with its end, and fairseq-train stops at one longer than "
+            "a sample (--sample-break-mode eos; the loop analyses and scores every valid "
+            "sentence): pass --tokens-per-sample 131 or more after --\n"
+        )
+
+    assert refusal() == said(128)  # the recipe's own
+    assert refusal("--tokens-per-sample=130") == said(130)
+    assert refusal("--tokens-per-sample", "131") == ""
+    assert refusal("--tokens-per-sample", "2", "--sample-break-mode", "none") == ""  # blocks

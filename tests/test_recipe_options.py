@@ -52,6 +52,9 @@ def test_values_with_spaces_and_the_train_arguments_reach_the_shell_unchanged(tm
          "on a machine with 2 GPUs"),
         ("torchrun --nproc_per_node 1 --nproc_per_node 4", [], 2,
          "--launcher 'torchrun --nproc_per_node 1 --nproc_per_node 4' starts 4 ranks"),  # the last
+        ("torchrun --nproc-per-node 4 --nproc_per_node 1", [], 0, None),  # one option: the last
+        ("torchrun --nproc_per_node 1 --nproc-per-node=4", [], 2,
+         "--launcher 'torchrun --nproc_per_node 1 --nproc-per-node=4' starts 4 ranks"),
         ("torchrun --nproc_per_node 2", ["--cpu", "--distributed-backend", "gloo"], 0,
          "--launcher 'torchrun --nproc_per_node 2' starts 2 ranks, and this machine has no GPU"),
         ("torchrun --nproc_per_node 2", ["--distributed-backend", "gloo"], 0,
@@ -212,6 +215,8 @@ def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     assert allowed[1] == ["--seed", "2"]
     no_drop = ["--data", "d", "--run-dir", "r", "--", "--decoder-layerdrop", "0", "--seed", "2"]
     assert parse_recipe_args(recipe, no_drop)[1] == no_drop[5:]  # LayerDrop 0 drops nothing
+    dropped_last = no_drop[:5] + ["--decoder-layerdrop=0.1", "--decoder-layerdrop", "0"]
+    assert parse_recipe_args(recipe, dropped_last)[1] == dropped_last[5:]  # fairseq's: the last
 
 
 def test_the_encoders_layerdrop_is_refused_only_where_the_loop_shares_the_encoder():

@@ -779,7 +779,7 @@ def test_score_takes_marks_that_are_text_not_pieces(tmp_path, hypothesis):
 
 @pytest.mark.parametrize("generated, references, needle", [
     ("", REFERENCES.encode(), "generate-test.txt holds no D- lines"),
-    ("", b"", "generate-test.txt holds no D- lines"),
+    ("", b"", "ref.de is empty"),  # read first: its count says which sentences are missing
     (GENERATE_OUTPUT, b"", "ref.de is empty"),
     (GENERATE_OUTPUT, "Ein Mann \xe9\n".encode("latin-1"), "ref.de is not UTF-8 text"),
 ])  # fmt: skip
@@ -796,6 +796,9 @@ def test_score_of_empty_or_undecodable_files_is_one_line(tmp_path, generated, re
      "no D- line for sentence 0 (5 of sentences 0-5 missing)"),
     (GENERATE_OUTPUT.replace("D-0\t", "X-0\t"), REFERENCES,
      "no D- line for sentence 0 (1 of sentences 0-1 missing)"),
+    # the last sentences too, of the references' count: it said "1 of sentences 0-1"
+    (GENERATE_OUTPUT.replace("D-0\t", "X-0\t"), REFERENCES + "Ein Hund .\nEin Ball .\n",
+     "no D- line for sentence 0 (3 of sentences 0-3 missing)"),
 ])  # fmt: skip
 def test_score_refuses_output_with_a_sentence_missing(tmp_path, generated, references, missing):
     """Hypotheses are paired with references by sentence id: a gap would pair a hypothesis with

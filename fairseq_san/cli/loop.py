@@ -23,9 +23,11 @@
   line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
 * ``perplexity LOG -o valid.json``: a language model's validation perplexity from the output of
   ``fairseq-eval-lm`` (``examples/learn_to_share_lm.sh``; ``fairseq_san.loop.perplexity``);
-* ``lm-task-args -- TRAIN_ARGS``: the language-modelling task's options among fairseq-train's
-  arguments, shell-quoted on one line, for the recipe's ``fairseq-eval-lm`` (which builds its
-  task from its command line, not from the checkpoint; ``fairseq_san.loop.perplexity``);
+* ``lm-task-args [--data DATA] -- TRAIN_ARGS``: the language-modelling task's options among
+  fairseq-train's arguments, shell-quoted on one line, for the recipe's ``fairseq-eval-lm``
+  (which builds its task from its command line, not from the checkpoint;
+  ``fairseq_san.loop.perplexity``); with ``--data``, refused (exit 2) where a sample is shorter
+  than DATA's longest valid sentence, which fairseq-train stops at;
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss;
 * ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``;
@@ -64,7 +66,7 @@ from fairseq_san.loop.run_record import (
     check_no_path_separator,
     check_run_dir,
 )
-from fairseq_san.loop.run_record import check_values, start_run
+from fairseq_san.loop.run_record import check_values, longest_sentence_problem, start_run
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import model_kinds, write_summary
 from fairseq_san.loop.train_log import train_log_table
@@ -192,6 +194,9 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
+    problem = None if args.data is None else longest_sentence_problem(args.data, after)
+    if problem is not None:
+        raise UsageError(problem)
     print(shlex.join(task_arguments(after)))
     return 0
 
@@ -274,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         "lm-task-args", help="the language-modelling task's options among fairseq-train's "
         "arguments (after --), for fairseq-eval-lm"
     )  # fmt: skip
+    task_args.add_argument("--data", help="refuse a sample shorter than its longest valid sentence")
     task_args.set_defaults(run=run_lm_task_args)
     user_dir = commands.add_parser("user-dir", help="print the folder fairseq's --user-dir takes")
     user_dir.set_defaults(run=run_user_dir)

@@ -109,8 +109,8 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     with ``--baseline``, the paired bootstrap of each seed against the baseline's of its place;
     with several seeds on either side, each file's scores and the seeds' permutation test."""
     paths = args.generate_output + (args.baseline or [])
-    generated = {path: read_generate(path) for path in paths}
     references = read_lines(args.reference)
+    generated = {path: read_generate(path, len(references)) for path in paths}
     systems, baselines = (
         [checked_hypotheses(path, generated[path], args.reference, references) for path in side]
         for side in (args.generate_output, args.baseline or [])

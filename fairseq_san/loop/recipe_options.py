@@ -24,7 +24,7 @@ from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from fairseq_san.errors import nearest_key_hint
 from fairseq_san.files import read_as_an_option
-from fairseq_san.loop.run_record import binarized_pair, is_count, train_arg
+from fairseq_san.loop.run_record import binarized_pair, flags_apart, is_count, train_arg
 from fairseq_san.options import OPTIONS, POLICY_OPTIONS, SELF_SHARE, has_aan_decoder, name_of
 from fairseq_san.ranks import nccl_ranks_problem
 
@@ -315,20 +315,18 @@ def check_sharing_allowed(
 ) -> None:
     """Refuse, after --, an option that fairseq-train refuses beside sharing the attention that
     the loop learns to share (``NO_SHARING_BESIDE``): iteration 0 trained, then iteration 1
-    stopped at its policy."""
-    for at, word in enumerate(train_args):
-        flag, equals, value = word.partition("=")
-        if flag not in NO_SHARING_BESIDE:
+    stopped at its policy. A LayerDrop whose last value (fairseq's) is 0 drops nothing."""
+    given = set(flags_apart(train_args))
+    for flag, shared in NO_SHARING_BESIDE.items():
+        if flag not in given:
             continue
         if flag.startswith("--encoder-") and not values.get("THETA_ENCODER"):
             continue  # the loop shares the encoder's attention only with --theta-encoder
-        if not equals and flag.endswith("-layerdrop"):
-            value = train_args[at + 1] if at + 1 < len(train_args) else ""
-        if flag.endswith("-layerdrop") and is_zero(value):
+        if flag.endswith("-layerdrop") and is_zero(train_arg(train_args, flag, "")):
             continue
-        refuse(recipe, f"{flag} after --: fairseq-train refuses it beside sharing "
-               f"{NO_SHARING_BESIDE[flag]}, which the loop learns (iteration 0 would train, then "
-               "iteration 1 stop at its policy): leave it out")  # fmt: skip
+        refuse(recipe, f"{flag} after --: fairseq-train refuses it beside sharing {shared}, "
+               "which the loop learns (iteration 0 would train, then iteration 1 stop at its "
+               "policy): leave it out")  # fmt: skip
 
 
 def check_warm_start_kept(
@@ -420,11 +418,11 @@ def runs_torchrun(words: Sequence[str]) -> bool:
 
 def launched_ranks(words: Sequence[str]) -> Optional[int]:
     """The ranks a torchrun launcher (``runs_torchrun``) starts on this machine: its last
-    ``--nproc_per_node`` (or ``--nproc-per-node``), as torchrun reads it, when a number (not
-    "gpu" or "auto"); else None, and None for another launcher."""
+    ``--nproc_per_node`` or ``--nproc-per-node`` (one option's two spellings), as torchrun reads
+    it, when a number (not "gpu" or "auto"); else None, and None for another launcher."""
     if not runs_torchrun(words):
         return None
-    value = train_arg(words, "--nproc_per_node", train_arg(words, "--nproc-per-node", ""))
+    value = train_arg(words, ("--nproc_per_node", "--nproc-per-node"), "")
     return int(value) if value.isdigit() else None
 
 

@@ -24,7 +24,7 @@ import os
 import re
 import shlex
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_san.cores import available_cores
 from fairseq_san.files import glob_in, read_json, write_json
@@ -79,11 +79,7 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
                 "run examples/lm/prepare.sh first (--data)",
                 None if translation else f"no binarized data in {data}",
             )
-        missing = no_valid_split(data, ("valid.idx",))
-        if missing is not None:
-            return missing
-        problem = longest_sentence_problem(data, options.get(TRAIN_ARGS) or [])
-        return None if problem is None else (problem, None)  # a dry run refuses it too
+        return no_valid_split(data, ("valid.idx",))
     pairs = binarized_pairs(data)
     if not pairs:
         language_model = os.path.isfile(os.path.join(data, "dict.txt"))  # preparing makes none
@@ -162,9 +158,10 @@ def split_size(data: str, pair: str, split: str = "valid") -> Optional[int]:
 
 def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[str]:
     """Why fairseq-train would stop at a language model's longest valid sentence: longer (its
-    end counted) than the ``--tokens-per-sample`` given after --, whole sentences a sample
-    (``--sample-break-mode eos``, the recipe's). fairseq-train said so after the run dir was
-    made, naming --skip-invalid-size-inputs-valid-test, which the loop refuses."""
+    end counted) than the ``--tokens-per-sample`` of ``train_args`` (the recipe's, then those
+    after --: the last wins), whole sentences a sample (``--sample-break-mode eos``, the
+    recipe's). fairseq-train said so after the run dir was made, naming
+    --skip-invalid-size-inputs-valid-test, which the loop refuses."""
     given = train_arg(train_args, "--tokens-per-sample", "")
     if not given.isdigit() or train_arg(train_args, "--sample-break-mode", "eos") != "eos":
         return None
@@ -172,10 +169,10 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
     if not sizes or max(sizes) <= int(given):
         return None
     return (
-        f"--tokens-per-sample {given} (after --): the longest valid sentence of {data} has "
-        f"{max(sizes)} tokens with its end, and fairseq-train stops at one longer than a sample "
+        f"--tokens-per-sample {given}: the longest valid sentence of {data} has {max(sizes)} "
+        "tokens with its end, and fairseq-train stops at one longer than a sample "
         "(--sample-break-mode eos; the loop analyses and scores every valid sentence): pass "
-        f"--tokens-per-sample {max(sizes)} or more"
+        f"--tokens-per-sample {max(sizes)} or more after --"
     )
 
 
@@ -516,11 +513,12 @@ def flags_apart(words: Sequence[str]) -> List[str]:
     return apart
 
 
-def train_arg(words: Sequence[str], flag: str, default: str) -> str:
-    """The value of ``flag`` among ``words`` (``--flag V`` or ``--flag=V``; the last given, as
-    argparse reads it), else ``default``."""
+def train_arg(words: Sequence[str], flag: Union[str, Tuple[str, ...]], default: str) -> str:
+    """The value of ``flag`` (or of any of a tuple of one option's spellings) among ``words``
+    (``--flag V`` or ``--flag=V``; the last given, as argparse reads it), else ``default``."""
+    spellings = (flag,) if isinstance(flag, str) else flag
     apart = flags_apart(words)
-    given = [apart[at + 1] for at, word in enumerate(apart[:-1]) if word == flag]
+    given = [apart[at + 1] for at, word in enumerate(apart[:-1]) if word in spellings]
     return given[-1] if given else default
 
 

@@ -4,6 +4,7 @@ rename, so that a stopped write leaves the old file or none, never a truncated o
 back with one line naming a file that is not what was written. Pure Python: the policy tools
 import it without torch."""
 
+import filecmp
 import glob
 import json
 import os
@@ -172,6 +173,22 @@ def file_given_twice(paths: Sequence[str]) -> Optional[str]:
             first = earlier[identity]
             return real if first == real else f"{real} (one file with {first})"
         earlier[identity] = real
+    return None
+
+
+def same_bytes(paths: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """The first two of ``paths`` (files) that hold the same bytes under other names, or None:
+    fairseq-train's ``checkpoint_last.pt`` is a copy of the last checkpoint it saved. Only files
+    of one size are compared, each pair up to its first differing byte."""
+    by_size: Dict[int, List[str]] = {}
+    for path in paths:
+        by_size.setdefault(os.path.getsize(path), []).append(path)
+    for group in by_size.values():
+        for at, first in enumerate(group):
+            second = next((p for p in group[at + 1 :] if filecmp.cmp(first, p, shallow=False)),
+                          None)  # fmt: skip
+            if second is not None:
+                return first, second
     return None
 
 

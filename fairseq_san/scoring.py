@@ -11,7 +11,8 @@ import re
 import statistics
 import unicodedata
 import zlib
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, TextIO
+from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set
+from typing import TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import GZIP_MAGIC, line_text
@@ -38,9 +39,33 @@ def open_text(path: str) -> TextIO:
     again. Lines end at "\n" alone, as sacreBLEU reads them: a bare "\r" inside a sentence
     would make two of it (``line_text`` drops a Windows line end's "\r")."""
     raw = open(path, "rb")
-    if raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC:
-        return gzip.open(raw, "rt", encoding="utf-8-sig", newline="\n")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="\n")
+    head = raw.read(len(GZIP_MAGIC))  # all of it (a pipe's first read may bring one byte)
+    stream = io.BufferedReader(ReadAgain(head, raw))
+    if head == GZIP_MAGIC:
+        return gzip.open(stream, "rt", encoding="utf-8-sig", newline="\n")
+    return io.TextIOWrapper(stream, encoding="utf-8-sig", newline="\n")
+
+
+class ReadAgain(io.RawIOBase):
+    """A stream's bytes ``head``, already read from it, then the rest of ``stream``."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        super().__init__()
+        self.head, self.stream = head, stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.head:
+            return self.stream.readinto(buffer)
+        size = min(len(buffer), len(self.head))
+        buffer[:size], self.head = self.head[:size], self.head[size:]
+        return size
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
 
 
 @contextlib.contextmanager
@@ -93,14 +118,14 @@ def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
                 check_one_source(path, int(source.group(1)), sources)
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
-    total = max(max(by_id) + 1, sentences or 0)  # more ids than sentences: a count mismatch
-    missing = sorted(set(range(total)) - set(by_id))
-    if missing and missing[0] < max(by_id):  # ids are the corpus's 0..N-1: a gap would pair
-        # text with another line (the last missing alone: a count mismatch, said with its cause)
+    first_missing = next(i for i in itertools.count() if i not in by_id)
+    if first_missing < max(by_id):  # ids are the corpus's 0..N-1: a gap would pair text with
+        # another line (the last ones missing alone: a count mismatch, said with its cause)
+        total = max(max(by_id) + 1, sentences or 0)  # more ids than sentences: a mismatch too
         raise UsageError(
-            f"{path}: no D- line for sentence {missing[0]} ({len(missing)} of sentences 0-"
-            f"{total - 1} missing): score the whole subset (fairseq-generate must not skip "
-            "sentences, and the file must be complete)"
+            f"{path}: no D- line for sentence {first_missing} ({total - len(by_id)} of "
+            f"sentences 0-{total - 1} missing): score the whole subset (fairseq-generate must "
+            "not skip sentences, and the file must be complete)"
         )
     for (mark, pattern), post_process in SUBWORD_MARKS.items():
         piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if pattern.search(text)), None)
@@ -154,6 +179,24 @@ def check_references(
             f"(T-{first}: {comparable[first][:50]!r}, the reference: {references[first][:50]!r}): "
             "give the raw references of the subset decoded (--gen-subset test1: "
             "text/test1.raw.TGT)"
+        )
+
+
+def check_spaces_kept(output: str, targets: Dict[int, str], references: List[str]) -> None:
+    """Refuse output whose targets (``T-`` lines) lost their spaces where their references have
+    several words: fairseq's ``--post-process sentencepiece`` deletes every space before it turns
+    pieces' marks into spaces, and text that was not sentencepiece pieces came out glued
+    ("EinMannmiteinem..."), its BLEU near 0 (chrF, which ignores spaces, unchanged)."""
+    worded = [i for i in targets if i < len(references) and len(references[i].split()) > 1]
+    glued = [i for i in sorted(worded) if len(targets[i].split()) == 1]
+    if glued and 2 * len(glued) > len(worded):
+        first = glued[0]
+        raise UsageError(
+            f"{output}: {len(glued)} of its {len(worded)} targets (T- lines) have lost the "
+            f"spaces their references have (T-{first}: {targets[first][:50]!r}): "
+            "fairseq-generate's --post-process sentencepiece removes every space of text that "
+            "is not sentencepiece pieces; rerun it with the --post-process of your data's "
+            "segmentation (subword_nmt, or none for words)"
         )
 
 
@@ -248,11 +291,14 @@ def sacrebleu_seed() -> Optional[int]:
     if seed.lower() == "none":
         return None
     try:
-        return int(seed)
+        value = int(seed)
     except ValueError:
+        value = -1
+    if value < 0:  # numpy's "expected non-negative integer" named neither
         raise ValueError(
-            f"SACREBLEU_SEED={seed!r}: give an integer, or None for a random seed"
-        ) from None
+            f"SACREBLEU_SEED={seed!r}: give a non-negative integer, or None for a random seed"
+        )
+    return value
 
 
 def paired_bootstrap(

@@ -8,6 +8,7 @@ fairseq-generate. Bad input is one line ``fairseq-san-average: error: ...``, and
 
 import datetime
 import re
+import shutil
 from pathlib import Path
 from typing import Dict, List
 
@@ -312,6 +313,12 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
     hard_link.hardlink_to(newest)
     assert refusal(["--inputs", newest, str(hard_link), "--output", output]) == (
         f"--inputs names {hard_link} (one file with {newest}) twice: each checkpoint counts once"
+    )
+    last = tmp_path / "checkpoint_last.pt"  # fairseq-train's copy of the last: it weighed twice
+    shutil.copyfile(newest, last)
+    assert refusal(["--inputs", str(last), newest, "--output", output]) == (
+        f"--inputs {last} and {newest} hold the same bytes (fairseq-train's checkpoint_last.pt "
+        "copies the last checkpoint it saved): one checkpoint would count twice; leave one out"
     )
     assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
         f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"

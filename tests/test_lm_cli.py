@@ -54,7 +54,8 @@ def test_test_bleu_refuses_a_language_model_before_decoding_any_system(trained, 
     data = tmp_path / "data"
     (data / "text").mkdir(parents=True)
     (data / "text" / "test.raw.de").write_text("Ein Hund .\n")
-    (data / "test.en-de.de.idx").write_bytes(b"")
+    for extension in ("idx", "bin"):
+        (data / f"test.en-de.de.{extension}").write_bytes(b"")
     result = run_cli("fairseq-san-loop", "test-systems", str(data), "de",
                      f"lm={checkpoints['kv']}")  # fmt: skip
     assert (result.returncode, result.stdout) == (2, "")

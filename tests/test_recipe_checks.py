@@ -512,20 +512,32 @@ def test_references_that_are_not_the_valid_splits_are_refused_before_the_run_dir
     assert not run_dir.exists()
 
 
-def test_data_without_a_joined_dictionary_is_refused_before_the_run_dir(tmp_path):
-    """The recipe trains with --share-all-embeddings: fairseq's ValueError came after the run dir,
-    its run.json and iter0 were made."""
+@pytest.mark.parametrize("dictionaries, said, accepted_with", [
+    # the recipe trains with --share-all-embeddings: fairseq's ValueError came after the run
+    # dir, its run.json and iter0 were made
+    (("dog 3\n", "Hund 3\n"), "{data}: dict.en.txt and dict.de.txt differ, and the recipe ties "
+     "the source and target embeddings (--share-all-embeddings): binarize with "
+     "fairseq-preprocess --joined-dictionary (examples/multi30k/prepare.sh does)", None),
+    # the default --post-process sentencepiece deletes every space of subword-nmt output: each
+    # iteration's validation BLEU was near 0, without a word
+    (("Hund 3\nMa@@ 2\n",) * 2, "{data}/dict.de.txt holds subword-nmt pieces ('Ma@@'), and "
+     "--post-process sentencepiece (the default) deletes every space of such text: the "
+     "validation translations' BLEU would be near 0; pass --post-process subword_nmt",
+     ["--post-process", "subword_nmt"]),
+], ids=["not joined", "subword-nmt"])  # fmt: skip
+def test_data_the_recipe_cannot_train_on_is_refused_before_the_run_dir(
+    tmp_path, dictionaries, said, accepted_with
+):
     data, run_dir = fake_data(tmp_path / "data"), tmp_path / "run"
-    (data / "dict.en.txt").write_text("dog 3\n")
-    (data / "dict.de.txt").write_text("Hund 3\n")
+    for language, dictionary in zip(("en", "de"), dictionaries):
+        (data / f"dict.{language}.txt").write_text(dictionary)
     result = run_script(LOOP, *loop_args(data, run_dir))
     assert result.returncode == 2, output_of(result)[-3000:]
-    assert lines(result.stderr) == [
-        f"fairseq-san-loop: error: {data}: dict.en.txt and dict.de.txt differ, and the recipe "
-        "ties the source and target embeddings (--share-all-embeddings): binarize with "
-        "fairseq-preprocess --joined-dictionary (examples/multi30k/prepare.sh does)"
-    ]
+    assert lines(result.stderr) == ["fairseq-san-loop: error: " + said.format(data=data)]
     assert not run_dir.exists()
+    if accepted_with:
+        result = run_script(LOOP, *loop_args(data, run_dir, *accepted_with, "--dry-run"))
+        assert result.returncode == 0, output_of(result)[-3000:]
 
 
 def test_a_refused_value_leaves_a_run_dir_in_use_and_its_lock_alone(tmp_path):
@@ -650,10 +662,9 @@ def test_a_run_dir_in_use_is_refused_also_after_the_loop_was_killed(tmp_path):
 # --- test_bleu.sh -----------------------------------------------------------------------------
 
 
-def test_test_bleu_checks_every_checkpoint_before_decoding_any(tmp_path):
+def test_test_bleu_checks_every_checkpoint_before_decoding_any(tmp_path, san_checkpoint):
     data = fake_data(tmp_path / "data")
-    present = tmp_path / "present.pt"
-    present.write_bytes(b"not decoded: the missing one is found first")
+    present = model_at(tmp_path / "present.pt", san_checkpoint)  # not decoded: b is found first
     out = tmp_path / "out"
     missing = tmp_path / "missing.pt"
     result = run_script(TEST_BLEU, str(data), "de", str(out), f"a={present}", f"b={missing}")
@@ -685,13 +696,31 @@ def fake_generate(folder: Path) -> Tuple[Path, Dict[str, str]]:
     return folder, env
 
 
-def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_path):
+def model_at(path: Path, trained: Path, tag: str = "") -> Path:
+    """A checkpoint at ``path`` that test_bleu.sh can load (it loads each system's before it
+    decodes any): a copy of ``trained``, with ``tag`` other bytes of the same model."""
+    import torch
+
+    from fairseq_san.checkpoints import load_state
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not tag:
+        shutil.copyfile(trained, path)
+        return path
+    state = load_state(str(trained))
+    state["extra_state"]["tag"] = tag
+    torch.save(state, path)
+    return path
+
+
+def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(
+    tmp_path, san_checkpoint, binarized_corpus
+):
     """A decoded split is reused only for the same checkpoint bytes, overrides and data; here
     fairseq-generate is a stand-in that records its calls."""
     data = fake_data(tmp_path / "data")
     fake, env = fake_generate(tmp_path / "bin")
-    checkpoint, out = tmp_path / "model.pt", tmp_path / "out"
-    checkpoint.write_bytes(b"first model")
+    checkpoint, out = model_at(tmp_path / "model.pt", san_checkpoint), tmp_path / "out"
 
     def decodes(system: str, **variables: str) -> int:
         """Run test_bleu.sh on one system; how many times it ran fairseq-generate."""
@@ -704,11 +733,12 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(tmp_pa
 
     assert decodes(f"a={checkpoint}") == 1
     assert decodes(f"a={checkpoint}") == 0  # the same: rescored only
-    checkpoint.write_bytes(b"another model at the same path")
+    model_at(checkpoint, san_checkpoint, "another model at the same path")
     assert decodes(f"a={checkpoint}") == 1
     assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
     assert "{'san_no_cache': True}" in (fake / "fairseq-generate.calls").read_text()
-    (data / "dict.de.txt").write_text("word 1\n")
+    words = (binarized_corpus / "dict.tgt.txt").read_text().splitlines()
+    (data / "dict.de.txt").write_text("".join(f"{line.split()[0]} 1\n" for line in words))
     assert decodes(f"a={checkpoint}:{{'san_no_cache': True}}") == 1
     copy = tmp_path / "copy.pt"
     copy.write_bytes(checkpoint.read_bytes())
@@ -783,14 +813,12 @@ def test_test_bleu_refuses_data_it_cannot_score_in_one_line(tmp_path, change, ta
     assert not (tmp_path / "out").exists()
 
 
-def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path):
+def test_test_bleu_passes_each_system_to_fairseq_generate(tmp_path, san_checkpoint):
     """The systems as fairseq-san-loop test-systems reads them reach fairseq-generate: overrides
     from the first ':{', none as '{}'; every system decoded."""
     data = fake_data(tmp_path / "data")
     fake, env = fake_generate(tmp_path / "bin")
-    (tmp_path / "at-12").mkdir()
-    checkpoint, out = tmp_path / "at-12" / "model.pt", tmp_path / "out"
-    checkpoint.write_bytes(b"a model")
+    checkpoint, out = model_at(tmp_path / "at-12" / "model.pt", san_checkpoint), tmp_path / "out"
     systems = [f"a={checkpoint}:{{'san_no_cache': True}}", f"b={checkpoint}"]
     result = run_script(TEST_BLEU, str(data), "de", str(out), *systems, env=env)
     assert result.returncode == 0, output_of(result)[-3000:]
@@ -809,13 +837,11 @@ def check_systems(*args: str) -> subprocess.CompletedProcess:
     return run_cli("fairseq-san-loop", "test-systems", *args)
 
 
-def test_test_systems_prints_one_line_per_system(tmp_path):
+def test_test_systems_prints_one_line_per_system(tmp_path, san_checkpoint):
     """NAME, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first ':{', '{}'
     without them."""
     data = fake_data(tmp_path / "data")
-    (tmp_path / "at-12").mkdir()
-    checkpoint = tmp_path / "at-12" / "model.pt"
-    checkpoint.write_bytes(b"weights")
+    checkpoint = model_at(tmp_path / "at-12" / "model.pt", san_checkpoint)
     policy = "{'san_policy': '{\"decoder_self\": [6]}', 'san_no_cache': True}"
     result = check_systems(str(data), "de", f"base={checkpoint}", f"p1={checkpoint}:{policy}",
                           "--batch-size", "32")  # fmt: skip
@@ -838,15 +864,21 @@ def test_test_systems_refuses_a_name_that_is_no_folder_name(tmp_path, spec):
     assert lines(result.stderr) == ["test_bleu.sh: " + REFUSED_NAME.format(spec=spec)]
 
 
-def test_test_systems_refusals_are_one_line_each(tmp_path):
+def test_test_systems_refusals_are_one_line_each(tmp_path, san_checkpoint):
     """Each refusal, in the order test_bleu.sh checked them: exit 1 for a file that is not
     there, 2 for bad usage; nothing printed on stdout, not even the systems before the bad one."""
     data = fake_data(tmp_path / "data")
     (data / "text" / "test.raw.en").write_text("A dog .\n")  # En->De data has both references
-    checkpoint = tmp_path / "model.pt"
-    checkpoint.write_bytes(b"weights")
+    checkpoint = model_at(tmp_path / "model.pt", san_checkpoint)
     good, missing = f"a={checkpoint}", tmp_path / "missing.pt"
+    cut_short = tmp_path / "cut.pt"  # loaded only when its turn to decode came
+    cut_short.write_bytes(checkpoint.read_bytes()[:100_000])
+    (data / "text" / "test1.raw.de").write_text("Ein Hund .\n")
     cases = [
+        # test1 not binarized beside its references: found after the systems before were decoded
+        ((str(data), "de", good), 1,
+         f"{data}: no binarized split 'test1' (test1.*.bin) beside its references "
+         f"{data}/text/test1.raw.de: run prepare.sh again"),
         ((str(tmp_path / "nowhere"), "de", good), 1,
          f"no data directory {tmp_path / 'nowhere'}"),
         ((str(data), "fr", good), 1, f"no {data}/text/test.raw.fr (run prepare.sh)"),
@@ -884,8 +916,12 @@ def test_test_systems_refusals_are_one_line_each(tmp_path):
          "translation_san --san-decoding static"),
         ((str(data), "de", good, f"b={checkpoint}:{{'san_decoder_precision': 'int8'}}"), 2,
          "b: OVERRIDES set san_decoder_precision 'int8', which chooses the decoder"),
+        ((str(data), "de", good, f"b={cut_short}"), 2,
+         f"b: cannot load checkpoint {cut_short}: "),
     ]  # fmt: skip
-    for args, status, message in cases:
+    for at, (args, status, message) in enumerate(cases):
+        if at == 1:  # test1 binarized from here on
+            (data / "test1.en-de.de.bin").touch()
         result = check_systems(*args)
         assert (result.returncode, result.stdout) == (status, ""), args
         said = lines(result.stderr)

@@ -22,6 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -796,6 +797,9 @@ def test_score_of_empty_or_undecodable_files_is_one_line(tmp_path, generated, re
      "no D- line for sentence 0 (5 of sentences 0-5 missing)"),
     (GENERATE_OUTPUT.replace("D-0\t", "X-0\t"), REFERENCES,
      "no D- line for sentence 0 (1 of sentences 0-1 missing)"),
+    # a stray id: the gaps were counted in a set of every id up to it (memory without end)
+    (GENERATE_OUTPUT + "D-300000000000\t-0.1\tx\n", REFERENCES,
+     "no D- line for sentence 2 (299999999998 of sentences 0-300000000000 missing)"),
     # the last sentences too, of the references' count: it said "1 of sentences 0-1"
     (GENERATE_OUTPUT.replace("D-0\t", "X-0\t"), REFERENCES + "Ein Hund .\nEin Ball .\n",
      "no D- line for sentence 0 (3 of sentences 0-3 missing)"),
@@ -924,12 +928,13 @@ def test_score_refuses_an_output_given_twice_and_reads_sacrebleus_seed(tmp_path,
     result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
     assert result.returncode == 0 and result.stdout.splitlines()[-1].endswith(" better"), (
         result.stderr)  # fmt: skip
-    monkeypatch.setenv("SACREBLEU_SEED", "seven")
-    result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
-    assert one_error_line(result, "fairseq-san-score") == (
-        "fairseq-san-score: error: SACREBLEU_SEED='seven': give an integer, or None for a random "
-        "seed"
-    )
+    for seed in ("seven", "-1"):  # -1: numpy's "expected non-negative integer", naming neither
+        monkeypatch.setenv("SACREBLEU_SEED", seed)
+        result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "50")
+        assert one_error_line(result, "fairseq-san-score") == (
+            f"fairseq-san-score: error: SACREBLEU_SEED='{seed}': give a non-negative integer, or "
+            "None for a random seed"
+        )
 
 
 def test_score_compares_seeds_by_the_exact_permutation_test(tmp_path):
@@ -1075,6 +1080,43 @@ def test_score_reads_its_files_from_pipes(tmp_path):
     other = "Eine Frau liest .\nDie Katze sitzt .\nEin Kind spielt .\n"
     result = score_through_pipes(tmp_path, TARGETED_OUTPUT.encode(), other.encode())
     assert "is not the reference of /dev/fd/" in one_error_line(result, "fairseq-san-score")
+
+
+@pytest.mark.parametrize("glued", ["EinManngeht.", "EinMa@@nngeht."], ids=["words", "subword-nmt"])
+def test_score_refuses_targets_glued_by_sentencepiece_post_processing(tmp_path, glued):
+    """--post-process sentencepiece on words (or subword-nmt pieces) deletes every space: the
+    output scored BLEU 1.06 without a word (43.42 with --post-process none), and subword-nmt's
+    glued "Ma@@nn" was blamed on the references."""
+    def line(text: str) -> str:
+        return "".join(text.split()) if glued.startswith("EinMann") else text.replace(
+            "Mann", "Ma@@nn").replace(" ", "")  # fmt: skip
+
+    output = "".join(f"T-{i}\t{line(text)}\nD-{i}\t-0.2\t{line(text)}\n"
+                     for i, text in enumerate(["Ein Mann geht .", "Die Katze sitzt ."]))
+    result = score(tmp_path, output, "Ein Mann geht .\nDie Katze sitzt .\n")
+    assert one_error_line(result, "fairseq-san-score") == (
+        f"fairseq-san-score: error: {tmp_path / 'generate-test.txt'}: 2 of its 2 targets (T- "
+        f"lines) have lost the spaces their references have (T-0: '{glued}'): "
+        "fairseq-generate's --post-process sentencepiece removes every space of text that is "
+        "not sentencepiece pieces; rerun it with the --post-process of your data's segmentation "
+        "(subword_nmt, or none for words)"
+    )
+    one_word = "T-0\tJa\nD-0\t-0.2\tJa\nT-1\tNein .\nD-1\t-0.2\tNein .\n"  # a word: its own
+    assert score(tmp_path, one_word, "Ja\nNein .\n").returncode == 0
+
+
+def test_a_pipe_whose_first_read_brings_one_byte_is_read_whole(tmp_path):
+    """gzip's magic was peeked at, and a pipe's first read may bring one byte of it: gzip
+    references read as text ("not UTF-8 text (... byte b'\\x8b')")."""
+    right = ["Ein Mann geht .", "Die Katze sitzt ."]
+    (tmp_path / "ref.de.gz").write_bytes(gzip.compress("\n".join(right).encode() + b"\n"))
+    reads = "import sys; from fairseq_san.scoring import read_lines; print(read_lines(sys.argv[1]))"
+    result = subprocess.run(
+        ["bash", "-c", f'{sys.executable} -c "$2" <(head -c 1 "$1"; sleep 0.5; tail -c +2 "$1")',
+         "bash", str(tmp_path / "ref.de.gz"), reads],
+        env=cli_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout == f"{right}\n", result.stderr
 
 
 def test_score_names_a_file_it_cannot_read(tmp_path):
@@ -1288,6 +1330,32 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
         (line,) = result.stderr.strip().splitlines()
         assert re.fullmatch(f"fairseq-san-spm: error: {said}", line), line
     assert not list(tmp_path.glob("m.*"))
+
+
+def test_spm_decode_refuses_text_that_is_no_pieces(spm_model, tmp_path):
+    """Decoding deletes every space before it turns each piece's mark into one: raw text came
+    out glued ("EinMannmiteinem..."), fairseq-generate's whole H- lines as "H-0-0.5 Ein ...",
+    both with exit 0. Pieces, and an empty line among them, are decoded."""
+    pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
+    for text, said in (("\u2581Ein \u2581Mann\nEin Mann mit einem Hut\n",
+                        f"{pieces}, line 2, holds no sentencepiece piece ('\u2581' starts each "
+                        "word): decode takes what encode wrote"),
+                       ("H-0\t-0.5\t\u2581Ein \u2581Mann\n",
+                        f"{pieces}, line 1, holds a tab: give the pieces alone (of "
+                        "fairseq-generate's H- lines, the third field: cut -f3)")):  # fmt: skip
+        pieces.write_text(text, encoding="utf-8")
+        result = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), str(pieces),
+                         str(out))  # fmt: skip
+        assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+            f"fairseq-san-spm: error: {said}"], result.stderr  # fmt: skip
+        assert not out.exists()
+    text = tmp_path / "text.txt"
+    text.write_text((spm_model.parent / "train.txt").read_text().splitlines()[0] + "\n\n")
+    for command, source, target in (("encode", text, pieces), ("decode", pieces, out)):
+        result = run_cli("fairseq-san-spm", command, "--model", str(spm_model), str(source),
+                         str(target))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    assert out.read_text() == text.read_text()
 
 
 def test_spm_train_names_sentences_too_long_for_sentencepiece(tmp_path):

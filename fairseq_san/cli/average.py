@@ -79,6 +79,13 @@ def input_paths(args: argparse.Namespace) -> List[str]:
         twice = files.file_given_twice(args.inputs)
         if twice is not None:
             raise UsageError(f"--inputs names {twice} twice: each checkpoint counts once")
+        copies = files.same_bytes([path for path in args.inputs if os.path.isfile(path)])
+        if copies is not None:  # checkpoint_last.pt beside the checkpoint it copies
+            raise UsageError(
+                f"--inputs {copies[0]} and {copies[1]} hold the same bytes (fairseq-train's "
+                "checkpoint_last.pt copies the last checkpoint it saved): one checkpoint would "
+                "count twice; leave one out"
+            )
         return args.inputs
     kind = "update" if args.num_update_checkpoints is not None else "epoch"
     count = args.num_update_checkpoints or args.num_epoch_checkpoints

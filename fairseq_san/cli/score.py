@@ -23,6 +23,7 @@ from fairseq_san.files import file_given_twice, output_problem, write_json
 from fairseq_san.scoring import (
     GenerateOutput,
     check_references,
+    check_spaces_kept,
     corpus_scores,
     count_mismatch_cause,
     paired_bootstrap,
@@ -65,11 +66,6 @@ def main(argv: Optional[List[str]] = None) -> None:
         parser.error(file_error(err))
     except ValueError as err:
         parser.error(str(err))
-    except (MemoryError, OverflowError):  # the resamples: a matrix of samples x sentences
-        parser.error(
-            f"--bootstrap-samples {args.bootstrap_samples}: too many resamples of this test set "
-            "for this machine's memory; lower it (sacreBLEU's default: 1000)"
-        )
     print("\n".join(lines))
     if args.output:
         try:
@@ -122,11 +118,17 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     several = len(systems) > 1 or len(baselines) > 1
     scores, lines = files_report(files, len(systems)) if several else file_report(files[0])
     pairs = seed_pairs(len(systems), len(baselines))
-    tests = [
-        paired_bootstrap(baselines[b], systems[s], references, args.bootstrap_samples,
-                         name=args.generate_output[s])
-        for s, b in pairs
-    ]  # fmt: skip
+    try:
+        tests = [
+            paired_bootstrap(baselines[b], systems[s], references, args.bootstrap_samples,
+                             name=args.generate_output[s])
+            for s, b in pairs
+        ]  # fmt: skip
+    except (MemoryError, OverflowError):  # the resamples: a matrix of samples x sentences
+        raise ValueError(
+            f"--bootstrap-samples {args.bootstrap_samples}: too many resamples of this test set "
+            "for this machine's memory; lower it (sacreBLEU's default: 1000)"
+        ) from None
     lines += [comparison_line(test, args.baseline[b], args.bootstrap_samples)
               for test, (_, b) in zip(tests, pairs)]  # fmt: skip
     lines += unpaired_lines(args, pairs)
@@ -181,13 +183,14 @@ def checked_hypotheses(
     output: str, generated: GenerateOutput, reference: str, references: List[str]
 ) -> List[str]:
     """The best hypothesis of each sentence of fairseq-generate's ``output`` (read as
-    ``generated``), checked against the references: as many, and most of its ``T-`` lines reading
-    as theirs (``check_references``)."""
+    ``generated``), checked against the references: as many, most of its ``T-`` lines with
+    their spaces (``check_spaces_kept``) and reading as theirs (``check_references``)."""
     if len(generated.hypotheses) != len(references):
         raise ValueError(
             f"{output}: {len(generated.hypotheses)} hypotheses but {len(references)} references: "
             + count_mismatch_cause(len(generated.hypotheses), references)
         )
+    check_spaces_kept(output, generated.targets, references)
     check_references(output, generated.targets, reference, references)
     return generated.hypotheses
 

@@ -7,6 +7,7 @@ sentencepiece model on the concatenation of both sides. ``decode`` turns pieces 
 """
 
 import argparse
+import itertools
 import os
 import re
 import stat
@@ -156,7 +157,30 @@ def encode(model: str, source: str, target: str) -> None:
 
 def decode(model: str, source: str, target: str) -> None:
     processor = load_model(model, source, target)
-    rewrite_lines(source, target, lambda line: processor.decode(line.split()))
+    numbers = itertools.count(1)
+
+    def text_of(pieces: str) -> str:
+        check_pieces(source, next(numbers), pieces)
+        return processor.decode(pieces.split())
+
+    rewrite_lines(source, target, text_of)
+
+
+def check_pieces(source: str, number: int, line: str) -> None:
+    """Refuse a line that is not sentencepiece pieces: without a piece that starts a word
+    ("\u2581"), or holding a tab (fairseq-generate's whole ``H-`` line). Decoding deletes every
+    space before it turns "\u2581" into one: words came out glued ("EinMannmiteinem..."),
+    ``H-0\t-0.5\t\u2581Ein`` as "H-0-0.5 Ein"."""
+    if "\t" in line:
+        raise UsageError(
+            f"{source}, line {number}, holds a tab: give the pieces alone (of fairseq-generate's "
+            "H- lines, the third field: cut -f3)"
+        )
+    if line.strip() and "\u2581" not in line:
+        raise UsageError(
+            f"{source}, line {number}, holds no sentencepiece piece ('\u2581' starts each word): "
+            "decode takes what encode wrote"
+        )
 
 
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:

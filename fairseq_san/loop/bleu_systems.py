@@ -22,12 +22,12 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_san.benchmark.config import split_system
 from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in, read_as_an_option
+from fairseq_san.loop.run_record import subword_nmt_piece
 from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
 RECIPE = "test_bleu.sh"  # whose questions these are: its refusals are named after it
 USAGE, MISSING = 2, 1  # exit statuses
-# A subword-nmt piece: a word's part, its "@@" joining it to the next.
-SUBWORD_NMT_PIECE = re.compile(r"\w@@$")
+SPLITS = ("test", "test1")  # what test_bleu.sh decodes, where DATA has their references
 NO_OVERRIDES = "{}"
 
 
@@ -76,6 +76,7 @@ def check_data(data: str, target: str) -> Dict[str, str]:
             "TGT is the target language of the pair",
             MISSING,
         )
+    check_splits_binarized(data, target)
     source = os.path.basename(found[0]).split(".")[1].split("-")[0]
     dictionaries = {side: os.path.join(data, f"dict.{language}.txt")
                     for side, language in (("source", source), ("target", target))}  # fmt: skip
@@ -83,15 +84,23 @@ def check_data(data: str, target: str) -> Dict[str, str]:
     return dictionaries
 
 
+def check_splits_binarized(data: str, target: str) -> None:
+    """Each split that test_bleu.sh scores (``SPLITS``: those with references) is binarized: a
+    missing test1 failed after the systems before had been decoded."""
+    for split in SPLITS:
+        reference = f"{data}/text/{split}.raw.{target}"
+        if os.path.isfile(reference) and not glob_in(data, f"{glob.escape(split)}.*.bin"):
+            raise SystemsError(
+                f"{data}: no binarized split '{split}' ({split}.*.bin) beside its references "
+                f"{reference}: run prepare.sh again", MISSING,
+            )  # fmt: skip
+
+
 def check_sentencepiece_pieces(dictionary: str) -> None:
     """Refuse a target dictionary of subword-nmt pieces ("Ma@@"): test_bleu.sh detokenizes with
     sentencepiece, as prepare.sh segments, which drops every space and keeps each "@@": its
     output was decoded whole, then refused as having other references than its own."""
-    if not os.path.isfile(dictionary):
-        return  # the checkpoint's check names a missing dictionary
-    with open(dictionary, encoding="utf-8", errors="replace") as lines:
-        words = (line.split(maxsplit=1)[0] for line in lines if line.strip())
-        piece = next((word for word in words if SUBWORD_NMT_PIECE.search(word)), None)
+    piece = subword_nmt_piece(dictionary)  # none of a missing one: the checkpoint's check
     if piece is not None:
         raise SystemsError(
             f"{dictionary} holds subword-nmt pieces ('{piece}'): test_bleu.sh detokenizes with "
@@ -188,16 +197,16 @@ def check_translation_model(system: System, dictionary_entries: Dict[str, int]) 
     """A language model's checkpoint refused (its configuration read, not built), one trained
     with other dictionaries than the data's (``dictionary_entries``: side -> entries), and
     OVERRIDES that its fairseq-generate would refuse (``check_overrides_for``): each failed only
-    when its turn to decode came, after the systems before it had been decoded. A file that is no
-    checkpoint is left to fairseq-generate, which names it in one line."""
+    when its turn to decode came, after the systems before it had been decoded; so did a file
+    that is no checkpoint (one cut short)."""
     from fairseq.checkpoint_utils import load_checkpoint_to_cpu
 
     from fairseq_san.checkpoints import CheckpointError, language_model_in
 
     try:
         state = load_checkpoint_to_cpu(system.checkpoint)  # its configuration as fairseq's
-    except CheckpointError:
-        return
+    except CheckpointError as err:
+        raise SystemsError(f"{system.name}: {err}", USAGE) from None
     model = language_model_in(state)
     if model is not None:
         raise SystemsError(

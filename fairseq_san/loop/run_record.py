@@ -109,6 +109,15 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
             "--joined-dictionary (examples/multi30k/prepare.sh does)",
             f"separate dictionaries in {data}",
         )
+    dictionary = os.path.join(data, f"dict.{pair.split('-', 1)[1]}.txt")
+    piece = subword_nmt_piece(dictionary)
+    if piece is not None and (options.get("--post-process") or "sentencepiece") == "sentencepiece":
+        return (
+            f"{dictionary} holds subword-nmt pieces ('{piece}'), and --post-process "
+            "sentencepiece (the default) deletes every space of such text: the validation "
+            "translations' BLEU would be near 0; pass --post-process subword_nmt",
+            None,
+        )
     if reference is None:  # the recipes pass their default: fairseq-san-loop start by hand
         return (
             "no --valid-ref: a translation run scores its validation BLEU against the raw target "
@@ -237,6 +246,20 @@ def differing_dictionaries(data: str, pair: str) -> Optional[Tuple[str, str]]:
     if not all(os.path.isfile(path) for path in paths):
         return None
     return None if filecmp.cmp(*paths, shallow=False) else names
+
+
+# A subword-nmt piece: a word's part, its "@@" joining it to the next.
+SUBWORD_NMT_PIECE = re.compile(r"\w@@$")
+
+
+def subword_nmt_piece(dictionary: str) -> Optional[str]:
+    """The first subword-nmt piece ("Ma@@") of the fairseq dictionary file ``dictionary``; None
+    where it holds none, or is not there."""
+    if not os.path.isfile(dictionary):
+        return None
+    with open(dictionary, encoding="utf-8", errors="replace") as lines:
+        words = (line.split(maxsplit=1)[0] for line in lines if line.strip())
+        return next((word for word in words if SUBWORD_NMT_PIECE.search(word)), None)
 
 
 def is_theta(text: str) -> bool:

@@ -166,6 +166,40 @@ def checked_token_ids(sentences: Any, dictionary: Dictionary) -> List["torch.Ten
     return sentences
 
 
+# inference_step's keywords that hold a row for each sentence.
+SENTENCE_ROWS = ("prefix_tokens", "constraints")
+
+
+def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Dictionary) -> dict:
+    """``step_args``' tensors of a row per sentence (``SENTENCE_ROWS``), checked: 2-D torch.long
+    with a row for each of ``sentences``, a prefix's ids in the target ``dictionary`` (fairseq
+    failed deep inside the search, or gave each row to another sentence)."""
+    rows = {}
+    for key in SENTENCE_ROWS:
+        value = step_args.get(key)
+        if value is None:
+            continue
+        given = f"inference_step_args['{key}']"
+        if not (torch.is_tensor(value) and value.dim() == 2 and value.dtype == torch.long):
+            raise TypeError(
+                f"{given} is {type(value).__name__} {value!r:.40}: pass a 2-D torch.long tensor, "
+                "a row for each sentence"
+            )
+        if len(value) != sentences:
+            raise UsageError(
+                f"{given} has {len(value)} rows for {sentences} sentences: give a row for each "
+                "sentence, in their order"
+            )
+        outside = value[(value < 0) | (value >= len(dictionary))] if key == "prefix_tokens" else []
+        if len(outside):
+            raise UsageError(
+                f"{given} holds token id {int(outside[0])}, outside the model's target dictionary "
+                f"(0..{len(dictionary) - 1})"
+            )
+        rows[key] = value
+    return rows
+
+
 def check_generate_arguments(
     skip_invalid_size_inputs: Any,
     inference_step_args: Any,
@@ -253,6 +287,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
     passed their own default, 5 or 1, over it)."""
 
     loaded_beam: Optional[int] = None  # from_pretrained's generation_args['beam'], if given
+    # While generate() runs: the inference_step_args it gives fairseq's, and their tensors of a
+    # row per sentence (``sentence_rows``), which each batch takes its sentences' rows of.
+    batch_rows: tuple = ({}, {})
 
     def beam_or_default(self, beam: Optional[int], default: int) -> int:
         """The call's ``beam``, else the one the model was loaded with, else fairseq's default
@@ -282,7 +319,14 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         **kwargs,
     ):
         """fairseq's ``generate`` (beam 5 unless given here or at load), after its keywords
-        (``kwargs``: the generation config's) are checked."""
+        (``kwargs``: the generation config's) are checked; ``inference_step_args``' tensors of a
+        row per sentence (``prefix_tokens``, ``constraints``) given to each sentence (fairseq's
+        batches, sorted by length, each had the whole tensor: row i went to another sentence,
+        and a 1-D sentence's were dropped)."""
+        if torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1:
+            decoded = self.generate([tokenized_sentences], beam, verbose, skip_invalid_size_inputs,
+                                    inference_step_args, prefix_allowed_tokens_fn, **kwargs)
+            return decoded[0] if decoded else []  # left out (skip_invalid_size_inputs)
         beam = self.beam_or_default(beam, 5)
         check_generate_arguments(
             skip_invalid_size_inputs,
@@ -298,16 +342,17 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)
-        if not (torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1):
-            dictionary = self.task.source_dictionary  # else: one sentence, decoded as a batch
-            tokenized_sentences = checked_token_ids(tokenized_sentences, dictionary)
+        tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
+        step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
+        rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
+        self.batch_rows = (step_args, rows)
         try:
             return super().generate(
                 tokenized_sentences,
                 beam,
                 verbose,
                 skip_invalid_size_inputs,
-                inference_step_args,
+                step_args,
                 prefix_allowed_tokens_fn,
                 **kwargs,
             )
@@ -328,6 +373,18 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 raise
             length, limit = len(tokenized_sentences[index]), self.max_positions
             raise sentence_too_long(index, length, limit) from None
+        finally:
+            self.batch_rows = ({}, {})
+
+    def _build_batches(self, tokens, skip_invalid_size_inputs: bool):
+        """fairseq's batches, each with its sentences' rows (by the batch's ``id``) of the
+        per-sentence tensors of the ``inference_step_args`` that fairseq's ``generate`` gives
+        its task's ``inference_step`` with it (``batch_rows``)."""
+        step_args, rows = self.batch_rows
+        for batch in super()._build_batches(tokens, skip_invalid_size_inputs):
+            for key, tensor in rows.items():
+                step_args[key] = tensor.index_select(0, batch["id"]).to(self.device)
+            yield batch
 
     def score(self, sentences, replace_newline_with_eos: bool = False, **kwargs):
         """fairseq's ``score`` (a language model's), of a text or a list of texts
@@ -367,8 +424,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         if representation and not tokens_given:
             raise UsageError(
                 f"constraints={representation!r}: constrained decoding needs the "
-                "constraint tokens, inference_step_args={'constraints': ...} (fairseq's "
-                "data_utils.pack_constraints)"
+                "constraint tokens, inference_step_args={'constraints': ...} (a row for each "
+                "sentence: fairseq.token_generation_constraints.pack_constraints)"
             )
         if tokens_given and not representation:
             raise UsageError(
@@ -399,8 +456,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 )
                 raise UsageError(
                     f"{key}={value!r}{given_as} is an option of the task {plugin_task}, and this "
-                    f"model's task is {self.cfg.task._name}, whose generator would ignore it: "
-                    f"load it with from_pretrained(..., task={{'_name': '{plugin_task}'}})"
+                    f"model's task is {registered_name(self.task)}, whose generator would ignore "
+                    f"it: load it with from_pretrained(..., task={{'_name': '{plugin_task}'}})"
                 )
 
     def check_loaded_generation_args(self, generation_args: Dict[str, Any]) -> None:
@@ -409,6 +466,15 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         generator would ignore: fairseq's decoded with them, or failed at ``translate()``."""
         check_generation_args(self.cfg.generation)
         self.check_plugin_keywords(generation_args, GIVEN_AS_GENERATION_ARGS)
+
+
+def registered_name(task: object) -> str:
+    """The name fairseq registered ``task``'s class under: the loaded task's (an ensemble's is
+    its first checkpoint's, its configuration its last's)."""
+    from fairseq.tasks import TASK_REGISTRY
+
+    return next((name for name, kind in TASK_REGISTRY.items() if kind is type(task)),
+                type(task).__name__)  # fmt: skip
 
 
 def check_generation_arg_keys(generation_args: Any) -> None:
@@ -468,6 +534,7 @@ def from_pretrained(
             f"generation_args or of each call: pass generation_args={{'beam': "
             f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
         )
+    check_no_decoding_keyword(kwargs)
     user_dir = kwargs.get("user_dir")
     if user_dir is not None and not os.path.isdir(str(user_dir)):  # fairseq's FileNotFoundError
         raise UsageError(
@@ -502,6 +569,20 @@ def from_pretrained(
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
     return hub
+
+
+def check_no_decoding_keyword(keywords: Dict[str, Any]) -> None:
+    """Refuse a generation option among ``from_pretrained``'s own keywords: fairseq set it on the
+    generation config as an override, checked by nothing (``sampling='False'`` failed at
+    ``translate()`` deep inside fairseq, ``nbest=2`` was ignored), where ``generation_args`` and
+    each call's keywords are checked."""
+    for key, value in keywords.items():
+        if key in GenerationConfig.__dataclass_fields__:
+            raise UsageError(
+                f"from_pretrained({key}={value!r}) is a decoding option: pass "
+                f"generation_args={{'{key}': {value!r}}} (checked as the calls' keywords are), "
+                f"or translate(..., {key}={value!r})"
+            )
 
 
 def check_model_kind(model_class: type, model: torch.nn.Module, checkpoint_file) -> None:

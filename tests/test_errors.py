@@ -1076,19 +1076,20 @@ def test_interactive_refuses_a_constraint_of_an_unknown_word(binarized_corpus, t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["translation", "translation_san"])
-def test_interactive_refuses_a_source_holding_the_padding_symbol(binarized_corpus, trained, task):
+def test_interactive_refuses_a_source_holding_a_special_symbol(binarized_corpus, trained, task):
     """``tok1 <pad> tok2``: fairseq read the typed <pad> as padding and translated "tok1 tok2"
-    (the position masked out), exit 0."""
+    (the position masked out), exit 0; ``</s>`` ended the source there (its S- line hid it)."""
     argv = [str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
             "fairseq_san", "--task", task, "--path", str(trained["plain"] / "checkpoint_last.pt"),
             "--cpu", "--beam", "2"]  # fmt: skip
-    result = subprocess.run(argv, input="tok1 tok2\ntok1 <pad> tok2\n", cwd=REPO, env=cli_env(),
-                            capture_output=True, text=True, timeout=240)  # fmt: skip
-    assert_one_line_error(
-        result, "an input holds <pad>, the dictionary's padding symbol, which fairseq reads as "
-        "padding and not as a word (left out, or generated in): write it otherwise"
-    )  # fmt: skip
-    assert "H-0" in result.stdout and "H-1" not in result.stdout
+    for typed, said in (("<pad>", "the dictionary's padding symbol, which fairseq reads as "
+                         "padding and not as a word (left out, or generated in)"),
+                        ("</s>", "the dictionary's end-of-sentence symbol, which fairseq reads "
+                         "as a sentence's end there and not as a word")):  # fmt: skip
+        result = subprocess.run(argv, input=f"tok1 tok2\ntok1 {typed} tok2\n", cwd=REPO,
+                                env=cli_env(), capture_output=True, text=True, timeout=240)
+        assert_one_line_error(result, f"an input holds {typed}, {said}: write it otherwise")
+        assert "H-0" in result.stdout and "H-1" not in result.stdout
 
 
 @pytest.mark.slow

@@ -425,6 +425,22 @@ def test_a_beam_keyword_of_from_pretrained_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize("keyword, value", [("sampling", "False"), ("nbest", 2),
+                                            ("max_len_b", 3)])  # fmt: skip
+def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, value):
+    """fairseq set it on the generation config unchecked: sampling='False' failed at translate()
+    deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), **{keyword: value})  # refused before anything is loaded
+    assert str(refused.value) == (
+        f"from_pretrained({keyword}={value!r}) is a decoding option: pass "
+        f"generation_args={{'{keyword}': {value!r}}} (checked as the calls' keywords are), or "
+        f"translate(..., {keyword}={value!r})"
+    )
+
+
 @pytest.mark.slow
 def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_its_task(
     san_checkpoint, binarized_corpus
@@ -592,6 +608,57 @@ def test_the_hub_meets_constraints_with_either_decoder(san_checkpoint, binarized
         hub.generate([source], beam=4, inference_step_args=packed)
 
 
+def test_each_sentence_gets_its_own_prefix_and_constraints(san_checkpoint, binarized_corpus):
+    """fairseq's hub gave every batch (sentences sorted by length) the whole tensor of
+    ``inference_step_args``: row i went to another sentence (together: 'tree a a a', 'house
+    red'; one at a time: 'house a a a', 'tree red'), and a 1-D sentence's were dropped.
+    Each sentence now decodes with its own row, in one batch or many."""
+    import torch
+    from fairseq.token_generation_constraints import pack_constraints
+
+    short, long = "tok1 tok2", "tok3 tok4 tok5 tok6 tok7"  # sorted: the longer one first
+    words = [[7], [9]]  # a word for each sentence, in their order
+    for batch_size in (None, 1):
+        loaded = {} if batch_size is None else {"batch_size": batch_size}
+        hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                              **loaded)  # fmt: skip
+        sources = [hub.encode(short), hub.encode(long)]
+        ids = [[hub.tgt_dict.index(f"tok{n}") for n in row] for row in words]
+        prefixes = {"prefix_tokens": torch.tensor(ids)}
+        packed = {"constraints": pack_constraints([[torch.tensor(row)] for row in ids])}
+        for step_args, keywords in ((prefixes, {}), (packed, {"constraints": "ordered"})):
+            together = hub.generate(sources, beam=2, inference_step_args=step_args, **keywords)
+            for index, source in enumerate(sources):
+                own = {key: value[index : index + 1] for key, value in step_args.items()}
+                alone = hub.generate(source, beam=2, inference_step_args=own, **keywords)
+                assert together[index][0]["tokens"].tolist() == alone[0]["tokens"].tolist()
+                assert ids[index][0] in alone[0]["tokens"].tolist()
+
+
+def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):
+    """fairseq failed deep inside the search: "Dimension out of range", "The shape of the mask
+    [2] ...", "index 500 is out of bounds", "'list' object has no attribute 'size'"."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sources = [hub.encode("tok1 tok2"), hub.encode("tok3")]
+    given = "inference_step_args['prefix_tokens']"
+    for prefix, error, said in (
+        (torch.tensor([7, 8]), TypeError, f"{given} is Tensor tensor([7, 8]): pass a 2-D "
+         "torch.long tensor, a row for each sentence"),
+        ([[7], [8]], TypeError, f"{given} is list [[7], [8]]: pass a 2-D torch.long tensor"),
+        (torch.tensor([[7]]), UsageError, f"{given} has 1 rows for 2 sentences: give a row for "
+         "each sentence, in their order"),
+        (torch.tensor([[7], [500]]), UsageError, f"{given} holds token id 500, outside the "
+         f"model's target dictionary (0..{len(hub.tgt_dict) - 1})"),
+    ):  # fmt: skip
+        with pytest.raises(error) as refused:
+            hub.generate(sources, beam=2, inference_step_args={"prefix_tokens": prefix})
+        assert str(refused.value).startswith(said), str(refused.value)
+
+
 def test_a_language_model_scores_texts(language_model):
     """The hub's ``score()`` (``generate(score_reference=True)``) scores each token of a text (as
     fairseq's language models' hub does, its end-of-sentence token stripped): it was refused with
@@ -666,6 +733,26 @@ def test_an_input_holding_the_padding_symbol_is_refused(language_model):
             "an input holds <pad>, the dictionary's padding symbol, which fairseq reads as "
             "padding and not as a word (left out, or generated in): write it otherwise"
         )
+
+
+def test_a_source_holding_a_sentences_end_or_beginning_is_refused(
+    san_checkpoint, binarized_corpus
+):
+    """``encode("tok1 </s> tok2")`` held the end of sentence inside the source, which the model
+    read as two sentences (another score, silently); ``<s>`` a sentence's beginning. The end
+    that encoding puts last is taken."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    for typed, meaning in (("</s>", "end"), ("<s>", "beginning")):
+        with pytest.raises(UsageError) as refused:
+            hub.translate(f"tok1 {typed} tok2", beam=2)
+        assert str(refused.value) == (
+            f"an input holds {typed}, the dictionary's {meaning}-of-sentence symbol, which "
+            f"fairseq reads as a sentence's {meaning} there and not as a word: write it "
+            "otherwise"
+        )
+    assert hub.translate("tok1 tok2", beam=2) is not None
 
 
 def test_an_empty_sentence_to_score_is_refused(language_model):

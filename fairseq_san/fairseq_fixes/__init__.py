@@ -60,9 +60,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
   extension (it blocked nothing), and ``--sampling`` beside it draws no output from a hypothesis
   left no token (its end of sentence blocked at the maximum length: a multinomial error);
-* ``padding_symbol``: fairseq-interactive's lines and the hub's inputs that hold the padding
+* ``special_symbols``: fairseq-interactive's lines and the hub's inputs that hold the padding
   symbol (a typed ``<pad>``) are refused (fairseq read it as padding: left out of a source or a
-  score, generated in after a prompt);
+  score, generated in after a prompt), and so are a typed ``<s>`` and ``</s>`` (a sentence's
+  beginning or end in the middle of it);
 * ``language_pair``: a translation task given ``--source-lang`` or ``--target-lang`` alone
   refuses a data folder whose file names give another (fairseq read the pair from them and
   ignored the language given);
@@ -92,11 +93,11 @@ from fairseq_san.fairseq_fixes import (
     ngram_blocking,
     numpy2,
     one_line_errors,
-    padding_symbol,
     restore_file,
     resumed_training,
     safe_loading,
     shared_checkpoints,
+    special_symbols,
     tokens_per_sample,
 )
 
@@ -105,7 +106,7 @@ FIXES = (
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
     generation_shards, dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking,
-    language_pair, padding_symbol, one_line_errors,
+    language_pair, special_symbols, one_line_errors,
 )
 
 

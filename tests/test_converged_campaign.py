@@ -1346,6 +1346,24 @@ def test_read_train_log_follows_a_resumed_wall_capped_run(tmp_path):
     assert facts["updates_per_s"] == 11 and facts["tokens_per_s"] == 1100
 
 
+def test_read_train_log_adds_the_wall_time_of_each_resumed_process(tmp_path):
+    """A resumed fairseq-train starts its wall meter again at 0 (here 1..8 s, then 1..4 s):
+    the longest of them was taken, 8 s of 10 (a longer resumed process left the first out)."""
+    from fairseq_san.loop.train_log import read_train_log
+
+    def record(wall: int, updates: int) -> str:
+        fields = {"epoch": 1, "num_updates": str(updates), "ups": "10", "wps": "1000",
+                  "wall": str(wall)}  # fmt: skip
+        return f"2026-12-05 00:14:08 | INFO | train_inner | {json.dumps(fields)}\n"
+
+    start = "2026-12-05 00:14:08 | INFO | fairseq_cli.train | num. shared model params: 9,848\n"
+    done = "2026-12-05 00:14:16 | INFO | fairseq_cli.train | done training in {} seconds\n"
+    log = tmp_path / "train.log"
+    log.write_text(start + record(1, 10) + record(7, 120) + done.format(7.6)
+                   + start + record(1, 130) + record(2, 160) + done.format(2.4))  # fmt: skip
+    assert read_train_log(str(log))["wall_s"] == pytest.approx(10.0)
+
+
 def test_read_train_log_reads_the_simple_format_as_the_json_one(tmp_path):
     """The same stats written by fairseq's simple progress bar (the recipes' --log-format) and by
     its JSON bar give the same facts."""

@@ -1634,6 +1634,16 @@ def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
     assert said.format(tmp=tmp_path) in error, error
 
 
+@pytest.mark.parametrize("flag", ["--out-dir", "--references", "--spm"])
+def test_bench_empty_paths_are_refused(tmp_path, capsys, flag):
+    """An unset variable: --out-dir "" wrote the results into the working folder, --references
+    "" and --spm "" read as the option left out."""
+    assert bench_error(tmp_path, flag, "") == "2"  # argparse's exit status
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-bench: error: argument {flag}: is empty: name a path"
+    )
+
+
 def test_bench_option_errors_come_before_fairseq_logs_anything(tmp_path):
     """The options' checks ran after fairseq's import, whose INFO line ("Please install
     tensorboardX") came before every error."""

@@ -270,6 +270,27 @@ def test_analysis_writes_the_decoder_self_attention_js(trained, tmp_path):
     assert (tmp_path / "js-decoder_self.png").exists()
 
 
+@pytest.mark.parametrize("given, said", [
+    (["--san-analysis-dir", ""], "--san-analysis-dir is empty: name the folder to write the "
+     "analysis to (leave the option out for none)"),  # exit 0, nothing written
+    # its "sentences" were blocks of tokens across lines, said to be lines
+    (["--san-analysis-dir", "{dir}", "--sample-break-mode", "none"], "--san-analysis-dir with "
+     "--sample-break-mode none: the analysis reads each sample as a sentence of the subset (its "
+     "id a line number), and this mode makes samples of blocks of tokens across lines; pass "
+     "--sample-break-mode eos"),
+])  # fmt: skip
+def test_an_analysis_that_would_write_nothing_or_blocks_is_refused(trained, tmp_path, given, said):
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-validate", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--valid-subset", "valid",
+        "--max-tokens", "500", "--cpu", *[word.format(dir=tmp_path / "a") for word in given],
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == f"fairseq-san: error: {said}"
+    assert not (tmp_path / "a").exists()
+
+
 def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
     data, checkpoints = trained
     argv = ["fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",

@@ -69,6 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def given_path(text: str) -> str:
+    """A path argument, refused where empty (an unset variable): --out-dir "" wrote the results
+    into the working folder, --references "" read as the option left out."""
+    if not text:
+        raise argparse.ArgumentTypeError("is empty: name a path")
+    return text
+
+
+def spm_model_argument(text: str) -> str:
+    """--spm's value: a path (``given_path``), or "" for 'none' (tokens joined by spaces)."""
+    return "" if text == "none" else given_path(text)
+
+
 def add_input_options(group: argparse._ArgumentGroup) -> None:
     """The data, the systems and the references."""
     group.add_argument(
@@ -90,12 +103,12 @@ def add_input_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--baseline", help="name of the reference system (default: the first)")
     group.add_argument("--max-sentences", type=int, help="decode only the first N sentences")
     group.add_argument(
-        "--spm", dest="spm_model", metavar="MODEL", type=lambda v: "" if v == "none" else v,
+        "--spm", dest="spm_model", metavar="MODEL", type=spm_model_argument,
         help="sentencepiece model that detokenizes hypotheses (default: DATA/spm.model if it "
         "exists; 'none': join the tokens with spaces)",
     )  # fmt: skip
     group.add_argument(
-        "--references", metavar="FILE",
+        "--references", metavar="FILE", type=given_path,
         help="raw reference file, gzip-compressed or not, a pipe too (default: "
         "DATA/text/SUBSET.raw.TGT if it exists and hypotheses are detokenized, else the binarized "
         "targets detokenized like the hypotheses; refused without a sentencepiece model)",
@@ -142,7 +155,8 @@ def add_report_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--repeats", type=int, help="timed passes per system (3 or more for stable medians)"
     )
-    group.add_argument("--out-dir", required=True, help="where the results are written")
+    group.add_argument("--out-dir", required=True, type=given_path,
+                       help="where the results are written")  # fmt: skip
     group.add_argument(
         "--cache-beams", type=int, nargs="*",
         help="beam sizes whose decoding-cache peak the table shows (measured also when not in "

@@ -40,24 +40,36 @@ class TrainLogFacts:
     updates: Optional[int] = None
     epochs: Optional[int] = None
     stop: str = "unknown"
-    walls: List[float] = field(default_factory=list)
+    # Each fairseq-train process's wall time (its wall meter starts again at 0 when it resumes),
+    # and the cumulative training time fairseq said at a wall-cap stop (every process's).
+    sessions: List[float] = field(default_factory=list)
+    cumulative: Optional[float] = None
     curve: List[Tuple[int, float]] = field(default_factory=list)
     ups: List[float] = field(default_factory=list)
     wps: List[float] = field(default_factory=list)
 
     def read_line(self, line: str) -> None:
-        """The model's size, a stop or a wall time, where ``line`` says one."""
+        """The model's size (said as each fairseq-train process starts), a stop or a wall time,
+        where ``line`` says one."""
         found = PARAMS.search(line)
-        if found and self.params is None:
-            self.params = int(found.group(1).replace(",", ""))
+        if found:
+            self.params = self.params or int(found.group(1).replace(",", ""))
+            self.sessions.append(0.0)
         for marker, reason in STOPS:
             if marker in line:
                 self.stop = reason
-        for pattern in (DONE, CUMULATIVE):
-            found = pattern.search(line)
-            if found:
-                seconds = float(found.group(1))
-                self.walls.append(seconds * 3600 if pattern is CUMULATIVE else seconds)
+        found = DONE.search(line)
+        if found:
+            self.add_wall(float(found.group(1)))
+        found = CUMULATIVE.search(line)
+        if found:
+            self.cumulative = float(found.group(1)) * 3600
+
+    def add_wall(self, seconds: float) -> None:
+        """A wall time of the current fairseq-train process (its longest is its own)."""
+        if not self.sessions:  # a log cut before its first process's start
+            self.sessions.append(0.0)
+        self.sessions[-1] = max(self.sessions[-1], seconds)
 
     def read_record(self, tag: str, record: dict) -> None:
         """A ``train_inner``, ``train`` or ``valid`` record (KeyError, ValueError, ... where it
@@ -70,7 +82,7 @@ class TrainLogFacts:
             return
         prefix = "" if tag == "train_inner" else "train_"
         self.updates = max(self.updates or 0, int(float(record[f"{prefix}num_updates"])))
-        self.walls.append(float(record[f"{prefix}wall"]))
+        self.add_wall(float(record[f"{prefix}wall"]))
         if tag == "train_inner":
             self.ups.append(float(record["ups"]))
             self.wps.append(float(record["wps"]))
@@ -83,7 +95,8 @@ class TrainLogFacts:
             "params": self.params,
             "updates": self.updates,
             "epochs": self.epochs,
-            "wall_s": max(self.walls) if self.walls else None,
+            "wall_s": self.cumulative if self.cumulative is not None else (
+                sum(self.sessions) if self.sessions else None),
             "stop": self.stop,
             "best_valid_loss": best[1],
             "best_updates": best[0],
@@ -116,8 +129,10 @@ def find_record(line: str) -> Optional[Tuple[str, Callable[[], dict]]]:
 def read_train_log(path: str) -> Dict[str, object]:
     """Facts of one fairseq-train log (``--log-format json`` or ``simple``; resumed runs append).
 
-    ``wall_s`` is fairseq's own clock: the largest of its wall meter, the cumulative training
-    time at a wall-cap stop, and "done training in"; ``stop`` says what ended the training
+    ``wall_s`` is fairseq's own clock: the cumulative training time it said at a wall-cap stop
+    (every process's, up to its last checkpoint), else each process's longest wall meter or
+    "done training in", added up (a resumed process starts its meter again at 0: the longest
+    alone left the others out); ``stop`` says what ended the training
     ("patience", "wall cap", "max update", or "unknown" for a run that was killed).
     """
     facts = TrainLogFacts()

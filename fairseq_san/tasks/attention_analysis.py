@@ -26,7 +26,9 @@ At the end of the subset DIR holds
   (``--san-analysis-save-sentences K``, default 4), one array ``sentence_<i>`` per sentence,
   shaped (layers, heads, queries, keys), without padding.
 
-Sentences are identified by their index in the subset (line number from 0).
+Sentences are identified by their index in the subset (line number from 0); a language model's
+samples are its sentences with ``--sample-break-mode eos`` only (other modes, blocks of tokens
+across lines, are refused).
 ``--san-analysis-max-sentences N`` analyses sentences 0..N-1 (not the first batches, which
 fairseq fills by length), so results do not depend on batching; the validation loss still
 covers the whole subset. ``--san-analysis-log-interval`` (default 100; 0: never) logs progress
@@ -202,8 +204,20 @@ def check_analysis_options(cfg) -> None:
         if value is not None and value < 0:
             raise UsageError(f"{options.flag_of(name)} {value}: must be 0 or more")
     directory = cfg.san_analysis_dir
-    if not directory:
+    if directory == "":  # read as no analysis: exit 0, nothing written
+        raise UsageError(
+            "--san-analysis-dir is empty: name the folder to write the analysis to (leave the "
+            "option out for none)"
+        )
+    if directory is None:
         return
+    mode = getattr(cfg, "sample_break_mode", "eos")  # a language model's; sources are sentences
+    if mode != "eos":
+        raise UsageError(
+            f"--san-analysis-dir with --sample-break-mode {mode}: the analysis reads each sample "
+            "as a sentence of the subset (its id a line number), and this mode makes samples of "
+            "blocks of tokens across lines; pass --sample-break-mode eos"
+        )
     if getattr(cfg, "left_pad_target", False):
         raise UsageError(
             "--left-pad-target with --san-analysis-dir: the analysis reads fairseq's attention "

@@ -383,7 +383,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         step_args, rows = self.batch_rows
         for batch in super()._build_batches(tokens, skip_invalid_size_inputs):
             for key, tensor in rows.items():
-                step_args[key] = tensor.index_select(0, batch["id"]).to(self.device)
+                ids = batch["id"].to(tensor.device)  # the rows may be on the GPU already
+                step_args[key] = tensor.index_select(0, ids).to(self.device)
             yield batch
 
     def score(self, sentences, replace_newline_with_eos: bool = False, **kwargs):

@@ -187,7 +187,8 @@ def check_spaces_kept(output: str, targets: Dict[int, str], references: List[str
     several words: fairseq's ``--post-process sentencepiece`` deletes every space before it turns
     pieces' marks into spaces, and text that was not sentencepiece pieces came out glued
     ("EinMannmiteinem..."), its BLEU near 0 (chrF, which ignores spaces, unchanged)."""
-    worded = [i for i in targets if i < len(references) and len(references[i].split()) > 1]
+    worded = [i for i in targets if i < len(references) and len(references[i].split()) > 1
+              and re.search("[A-Za-z]", references[i])]  # words of a script written unspaced
     glued = [i for i in sorted(worded) if len(targets[i].split()) == 1]
     if glued and 2 * len(glued) > len(worded):
         first = glued[0]

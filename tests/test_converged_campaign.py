@@ -1362,6 +1362,10 @@ def test_read_train_log_adds_the_wall_time_of_each_resumed_process(tmp_path):
     log.write_text(start + record(1, 10) + record(7, 120) + done.format(7.6)
                    + start + record(1, 130) + record(2, 160) + done.format(2.4))  # fmt: skip
     assert read_train_log(str(log))["wall_s"] == pytest.approx(10.0)
+    capped = ("2026-12-05 00:14:16 | INFO | fairseq_cli.train | Stopping training due to "
+              "cumulative_training_time: 0.0025 > stop_time_hours: 0.0025 hour(s)\n")
+    log.write_text(start + record(7, 120) + capped + start + record(2, 160) + done.format(2.4))
+    assert read_train_log(str(log))["wall_s"] == pytest.approx(11.4)  # capped at 9 s, then 2.4
 
 
 def test_read_train_log_reads_the_simple_format_as_the_json_one(tmp_path):

@@ -1103,6 +1103,8 @@ def test_score_refuses_targets_glued_by_sentencepiece_post_processing(tmp_path, 
     )
     one_word = "T-0\tJa\nD-0\t-0.2\tJa\nT-1\tNein .\nD-1\t-0.2\tNein .\n"  # a word: its own
     assert score(tmp_path, one_word, "Ja\nNein .\n").returncode == 0
+    unspaced = "T-0\t私は学生です。\nD-0\t-0.2\t私は学生です。\n"  # references segmented
+    assert score(tmp_path, unspaced, "私 は 学生 です 。\n").returncode == 0
 
 
 def test_a_pipe_whose_first_read_brings_one_byte_is_read_whole(tmp_path):
@@ -1332,17 +1334,14 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     assert not list(tmp_path.glob("m.*"))
 
 
-def test_spm_decode_refuses_text_that_is_no_pieces(spm_model, tmp_path):
-    """Decoding deletes every space before it turns each piece's mark into one: raw text came
-    out glued ("EinMannmiteinem..."), fairseq-generate's whole H- lines as "H-0-0.5 Ein ...",
-    both with exit 0. Pieces, and an empty line among them, are decoded."""
+def test_spm_decode_refuses_whole_generate_lines(spm_model, tmp_path):
+    """Decoding deletes every space before it turns each piece's mark into one:
+    fairseq-generate's whole H- lines came out as "H-0-0.5 Ein ...", exit 0. Pieces, and an
+    empty line among them, are decoded."""
     pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
-    for text, said in (("\u2581Ein \u2581Mann\nEin Mann mit einem Hut\n",
-                        f"{pieces}, line 2, holds no sentencepiece piece ('\u2581' starts each "
-                        "word): decode takes what encode wrote"),
-                       ("H-0\t-0.5\t\u2581Ein \u2581Mann\n",
+    for text, said in (("H-0\t-0.5\t\u2581Ein \u2581Mann\n",
                         f"{pieces}, line 1, holds a tab: give the pieces alone (of "
-                        "fairseq-generate's H- lines, the third field: cut -f3)")):  # fmt: skip
+                        "fairseq-generate's H- lines, the third field: cut -f3)"),):  # fmt: skip
         pieces.write_text(text, encoding="utf-8")
         result = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), str(pieces),
                          str(out))  # fmt: skip

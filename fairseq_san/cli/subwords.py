@@ -167,19 +167,12 @@ def decode(model: str, source: str, target: str) -> None:
 
 
 def check_pieces(source: str, number: int, line: str) -> None:
-    """Refuse a line that is not sentencepiece pieces: without a piece that starts a word
-    ("\u2581"), or holding a tab (fairseq-generate's whole ``H-`` line). Decoding deletes every
-    space before it turns "\u2581" into one: words came out glued ("EinMannmiteinem..."),
-    ``H-0\t-0.5\t\u2581Ein`` as "H-0-0.5 Ein"."""
+    """Refuse a line holding a tab: fairseq-generate's whole ``H-`` line, which decoding (it
+    deletes every space before it turns each "\u2581" into one) made "H-0-0.5 Ein ..."."""
     if "\t" in line:
         raise UsageError(
             f"{source}, line {number}, holds a tab: give the pieces alone (of fairseq-generate's "
             "H- lines, the third field: cut -f3)"
-        )
-    if line.strip() and "\u2581" not in line:
-        raise UsageError(
-            f"{source}, line {number}, holds no sentencepiece piece ('\u2581' starts each word): "
-            "decode takes what encode wrote"
         )
 
 

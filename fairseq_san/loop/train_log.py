@@ -54,6 +54,8 @@ class TrainLogFacts:
         found = PARAMS.search(line)
         if found:
             self.params = self.params or int(found.group(1).replace(",", ""))
+            if self.cumulative is not None:  # a wall-capped process resumed: it counts them all
+                self.sessions, self.cumulative = [self.cumulative], None
             self.sessions.append(0.0)
         for marker, reason in STOPS:
             if marker in line:

@@ -291,14 +291,15 @@ def sacrebleu_seed() -> Optional[int]:
     seed = os.environ.get("SACREBLEU_SEED", "12345")
     if seed.lower() == "none":
         return None
+    refused = ValueError(
+        f"SACREBLEU_SEED={seed!r}: give a non-negative integer, or None for a random seed"
+    )
     try:
         value = int(seed)
     except ValueError:
-        value = -1
+        raise refused from None
     if value < 0:  # numpy's "expected non-negative integer" named neither
-        raise ValueError(
-            f"SACREBLEU_SEED={seed!r}: give a non-negative integer, or None for a random seed"
-        )
+        raise refused
     return value
 
 

@@ -62,8 +62,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   left no token (its end of sentence blocked at the maximum length: a multinomial error);
 * ``special_symbols``: fairseq-interactive's lines and the hub's inputs that hold the padding
   symbol (a typed ``<pad>``) are refused (fairseq read it as padding: left out of a source or a
-  score, generated in after a prompt), and so are a typed ``<s>`` and ``</s>`` (a sentence's
-  beginning or end in the middle of it);
+  score, generated in after a prompt), and so are a typed ``<s>`` and ``</s>`` in a
+  translation's source (a sentence's beginning or end in the middle of it);
 * ``language_pair``: a translation task given ``--source-lang`` or ``--target-lang`` alone
   refuses a data folder whose file names give another (fairseq read the pair from them and
   ignored the language given);

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_san.benchmark.config import split_system
 from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in, read_as_an_option
+from fairseq_san.loop.decode_key import binarized
 from fairseq_san.loop.run_record import subword_nmt_piece
 from fairseq_san.options import DECODER_OPTIONS, DECODING, MODEL_DECODINGS, current_flag
 
@@ -89,7 +90,7 @@ def check_splits_binarized(data: str, target: str) -> None:
     missing test1 failed after the systems before had been decoded."""
     for split in SPLITS:
         reference = f"{data}/text/{split}.raw.{target}"
-        if os.path.isfile(reference) and not glob_in(data, f"{glob.escape(split)}.*.bin"):
+        if os.path.isfile(reference) and not binarized(data, split):
             raise SystemsError(
                 f"{data}: no binarized split '{split}' ({split}.*.bin) beside its references "
                 f"{reference}: run prepare.sh again", MISSING,

@@ -60,7 +60,12 @@ def strings_in(value: object) -> Iterator[str]:
             yield from strings_in(item)
 
 
+def binarized(data: str, split: str) -> bool:
+    """Whether ``data`` holds the binarized ``split`` (``SPLIT.*.bin``)."""
+    return bool(glob_in(data, f"{glob.escape(split)}.*.bin"))
+
+
 def check_split(data: str, split: str) -> None:
-    """FileNotFoundError naming a split that ``data`` has not binarized (``SPLIT.*.bin``)."""
-    if not glob_in(data, f"{glob.escape(split)}.*.bin"):
+    """FileNotFoundError naming a split that ``data`` has not binarized (``binarized``)."""
+    if not binarized(data, split):
         raise FileNotFoundError(f"{data}: no binarized split '{split}' ({split}.*.bin)")

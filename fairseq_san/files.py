@@ -179,10 +179,13 @@ def file_given_twice(paths: Sequence[str]) -> Optional[str]:
 def same_bytes(paths: Sequence[str]) -> Optional[Tuple[str, str]]:
     """The first two of ``paths`` (files) that hold the same bytes under other names, or None:
     fairseq-train's ``checkpoint_last.pt`` is a copy of the last checkpoint it saved. Only files
-    of one size are compared, each pair up to its first differing byte."""
+    of one size are compared, each pair up to its first differing byte; empty files are none's
+    copy (the reader says they are empty)."""
     by_size: Dict[int, List[str]] = {}
     for path in paths:
-        by_size.setdefault(os.path.getsize(path), []).append(path)
+        size = os.path.getsize(path)
+        if size:
+            by_size.setdefault(size, []).append(path)
     for group in by_size.values():
         for at, first in enumerate(group):
             second = next((p for p in group[at + 1 :] if filecmp.cmp(first, p, shallow=False)),

@@ -11,7 +11,9 @@ refuses the plugin's decoding options where the task cannot honour them, and the
 options that no generator it builds reads (``UNREAD_BY_HUB``: ``nbest``, which fairseq-generate
 applies by slicing, returned every hypothesis of the beam; ``prefix_size`` and ``lm_path``
 changed nothing), and names a sentence longer than the model's positions in its own words
-(fairseq's message named a command-line flag, ``--skip-invalid-size-inputs-valid-test``).
+(fairseq's message named a command-line flag, ``--skip-invalid-size-inputs-valid-test``). The
+checks it shares with the command line name its keywords, not their flags (``keyword_spelling``:
+``beam=0``, not ``--beam 0``).
 ``from_pretrained``
 (the plugin's models', ``models.hub_model``) returns it; its keywords are checked where
 ``--model-overrides`` are (``fairseq_fixes.model_overrides``), its ``generation_args`` (which
@@ -25,12 +27,16 @@ name of the model's ``hub_models()``), and unpacks it or a local archive file wi
 received archive could write anywhere. The user unpacks it and passes the folder.
 """
 
+import contextlib
 import copy
+import enum
 import inspect
 import os
 import re
+import threading
+import typing
 import urllib.parse
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from fairseq import hub_utils
@@ -99,6 +105,74 @@ UNREAD_BY_HUB = {
     **dict.fromkeys(REFINEMENT_OPTIONS, ITERATIVE_REFINEMENT),
     **dict.fromkeys(("beam_mt", "max_len_a_mt", "max_len_b_mt", "lenpen_mt", "eos_token"), SPEECH),
 }
+
+
+# A flag in a message of a check the hub shares with the command line, with its value, unless it
+# follows a command's name (the message speaks of that command).
+FLAG_IN_MESSAGE = re.compile(
+    r"(?P<command>fairseq-[a-z-]+(?:'s)? )?--(?P<flag>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)"
+    r"(?P<value> [^\s,:;()]+)?"
+)
+
+
+def keyword_spelling(message: str, given: Dict[str, Any]) -> str:
+    """``message``, its flags of generation options spelt as the hub's keywords: ``--beam 0:``
+    as ``beam=0:``, ``--san-decoding static`` as ``san_decoding='static'`` (a value as ``given``
+    holds it, a number, or one of the option's choices), any other (a switch, ``--sampling``, or
+    a flag before a word of the sentence) as its name. The checks shared with the command line
+    named flags to a Python user."""
+
+    def spelt(match: "re.Match") -> str:
+        key = match.group("flag").replace("-", "_")
+        after = match.group("value") or ""
+        if match.group("command") or not is_generation_keyword(key):
+            return match.group(0)
+        value = after[1:]
+        if key in given and value.strip("'") == str(given[key]):  # "--print-alignment 'True'"
+            return f"{key}={given[key]!r}"
+        if reads_as_number(value):
+            return f"{key}={value}"
+        if value in keyword_choices(key):
+            return f"{key}={value!r}"
+        return key + after
+
+    return FLAG_IN_MESSAGE.sub(spelt, message)
+
+
+def is_generation_keyword(key: str) -> bool:
+    """Whether the hub's calls take ``key``: a generation option of fairseq's or the plugin's."""
+    return key in GenerationConfig.__dataclass_fields__ or key in options.OPTIONS
+
+
+def reads_as_number(text: str) -> bool:
+    """Whether ``text`` is a number as Python's float() reads it (``nan``, ``inf`` too)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def keyword_choices(key: str) -> Tuple[str, ...]:
+    """The values generation keyword ``key`` chooses among (its ChoiceEnum's, or the plugin
+    option's choices); none for another kind."""
+    if key in options.OPTIONS:
+        return options.OPTIONS[key].choices or ()
+    kind = GenerationConfig.__dataclass_fields__[key].type
+    for base in typing.get_args(kind) or (kind,):
+        if isinstance(base, type) and issubclass(base, enum.Enum):
+            return tuple(str(member.value) for member in base)
+    return ()
+
+
+@contextlib.contextmanager
+def keywords_spelt(given: Dict[str, Any]):
+    """Re-raise a UsageError of a check shared with the command line in the hub's words
+    (``keyword_spelling``, the keywords ``given``)."""
+    try:
+        yield
+    except UsageError as error:
+        raise UsageError(keyword_spelling(str(error), given)) from None
 
 
 def checked_texts(sentences: Any) -> Union[str, List[str]]:
@@ -287,9 +361,13 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
     passed their own default, 5 or 1, over it)."""
 
     loaded_beam: Optional[int] = None  # from_pretrained's generation_args['beam'], if given
-    # While generate() runs: the inference_step_args it gives fairseq's, and their tensors of a
-    # row per sentence (``sentence_rows``), which each batch takes its sentences' rows of.
-    batch_rows: tuple = ({}, {})
+
+    def __init__(self, cfg, task, models):
+        super().__init__(cfg, task, models)
+        # While generate() runs, in its own thread (calls in threads of their own share the
+        # hub): the inference_step_args it gives fairseq's, and their tensors of a row per
+        # sentence (``sentence_rows``), which each batch takes its sentences' rows of.
+        self.calls = threading.local()
 
     def beam_or_default(self, beam: Optional[int], default: int) -> int:
         """The call's ``beam``, else the one the model was loaded with, else fairseq's default
@@ -336,29 +414,33 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         )
         check_read_by_hub(kwargs)
         check_generation_value_types(kwargs, CALL_KEYWORD)
-        self.check_call(kwargs, inference_step_args)
+        with keywords_spelt(kwargs):
+            self.check_call(kwargs, inference_step_args)
         config = self.generation_config(beam, kwargs)
-        check_generation_args(config)
+        with keywords_spelt(kwargs):
+            check_generation_args(config)
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)
         tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
         step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
         rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
-        self.batch_rows = (step_args, rows)
+        self.calls.batch_rows = (step_args, rows)
         try:
-            return super().generate(
-                tokenized_sentences,
-                beam,
-                verbose,
-                skip_invalid_size_inputs,
-                step_args,
-                prefix_allowed_tokens_fn,
-                **kwargs,
-            )
+            with keywords_spelt(kwargs):  # the task's checks, as it builds its generator
+                return super().generate(
+                    tokenized_sentences,
+                    beam,
+                    verbose,
+                    skip_invalid_size_inputs,
+                    step_args,
+                    prefix_allowed_tokens_fn,
+                    **kwargs,
+                )
         except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
             if is_min_len_assertion(error):
-                raise min_len_above_max_len(config) from None
+                problem = str(min_len_above_max_len(config))
+                raise UsageError(keyword_spelling(problem, kwargs)) from None
             over_batch = sentence_over_max_tokens(error, tokenized_sentences)
             if over_batch is not None:
                 raise over_batch from None
@@ -374,13 +456,13 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             length, limit = len(tokenized_sentences[index]), self.max_positions
             raise sentence_too_long(index, length, limit) from None
         finally:
-            self.batch_rows = ({}, {})
+            del self.calls.batch_rows
 
     def _build_batches(self, tokens, skip_invalid_size_inputs: bool):
         """fairseq's batches, each with its sentences' rows (by the batch's ``id``) of the
         per-sentence tensors of the ``inference_step_args`` that fairseq's ``generate`` gives
-        its task's ``inference_step`` with it (``batch_rows``)."""
-        step_args, rows = self.batch_rows
+        its task's ``inference_step`` with it (this thread's ``calls.batch_rows``)."""
+        step_args, rows = getattr(self.calls, "batch_rows", ({}, {}))
         for batch in super()._build_batches(tokens, skip_invalid_size_inputs):
             for key, tensor in rows.items():
                 ids = batch["id"].to(tensor.device)  # the rows may be on the GPU already
@@ -465,7 +547,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """Refuse, once the model is loaded, ``from_pretrained``'s ``generation_args`` that no
         search can follow (fairseq has set them on the generation config) or that this task's
         generator would ignore: fairseq's decoded with them, or failed at ``translate()``."""
-        check_generation_args(self.cfg.generation)
+        with keywords_spelt(generation_args):
+            check_generation_args(self.cfg.generation)
         self.check_plugin_keywords(generation_args, GIVEN_AS_GENERATION_ARGS)
 
 
@@ -497,9 +580,19 @@ def check_read_by_hub(keywords: Dict[str, Any], given_as: str = "", at_build: bo
     where it was given, after it; ``at_build``: ``from_pretrained``'s ``generation_args``, which
     the hub also applies to the models as it builds them (``AT_BUILD``)."""
     for key, value in keywords.items():
-        why = UNREAD_BY_HUB.get(key)
-        if why is not None and not (at_build and why is AT_BUILD):
-            raise UsageError(f"{key}={value!r}{given_as} would be ignored: {why.format(key=key)}")
+        why = unread_by_hub(key, at_build)
+        if why is not None:
+            raise UsageError(f"{key}={value!r}{given_as} would be ignored: {why}")
+
+
+def unread_by_hub(key: str, at_build: bool) -> Optional[str]:
+    """Why the hub would ignore generation option ``key`` and what to do instead
+    (``UNREAD_BY_HUB``), or None where a generator it builds reads it (``at_build``: also those
+    the hub applies to the models as it builds them)."""
+    why = UNREAD_BY_HUB.get(key)
+    if why is None or (at_build and why is AT_BUILD):
+        return None
+    return why.format(key=key)
 
 
 def misplaced_in_generation_args(option: options.Option) -> str:
@@ -576,8 +669,12 @@ def check_no_decoding_keyword(keywords: Dict[str, Any]) -> None:
     """Refuse a generation option among ``from_pretrained``'s own keywords: fairseq set it on the
     generation config as an override, checked by nothing (``sampling='False'`` failed at
     ``translate()`` deep inside fairseq, ``nbest=2`` was ignored), where ``generation_args`` and
-    each call's keywords are checked."""
+    each call's keywords are checked; one that no generator of the hub reads, saying what to do
+    instead (``unread_by_hub``: ``nbest``, refused in ``generation_args`` too)."""
     for key, value in keywords.items():
+        unread = unread_by_hub(key, at_build=True)
+        if unread is not None:  # generation_args and the calls would refuse it too
+            raise UsageError(f"from_pretrained({key}={value!r}) would be ignored: {unread}")
         if key in GenerationConfig.__dataclass_fields__:
             raise UsageError(
                 f"from_pretrained({key}={value!r}) is a decoding option: pass "

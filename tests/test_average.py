@@ -320,6 +320,13 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
         f"--inputs {last} and {newest} hold the same bytes (fairseq-train's checkpoint_last.pt "
         "copies the last checkpoint it saved): one checkpoint would count twice; leave one out"
     )
+    empty = [tmp_path / "empty1.pt", tmp_path / "empty2.pt"]  # were "the same bytes"
+    for path in empty:
+        path.write_bytes(b"")
+    assert refusal(["--inputs", *map(str, empty), "--output", output]) == (
+        f"cannot load checkpoint {empty[0]}: the file is empty (0 bytes; was saving it "
+        "interrupted?)"
+    )
     assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
         f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"
     )

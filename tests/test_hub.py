@@ -425,8 +425,7 @@ def test_a_beam_keyword_of_from_pretrained_is_refused(tmp_path):
     )
 
 
-@pytest.mark.parametrize("keyword, value", [("sampling", "False"), ("nbest", 2),
-                                            ("max_len_b", 3)])  # fmt: skip
+@pytest.mark.parametrize("keyword, value", [("sampling", "False"), ("max_len_b", 3)])
 def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, value):
     """fairseq set it on the generation config unchecked: sampling='False' failed at translate()
     deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them."""
@@ -438,6 +437,19 @@ def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, val
         f"from_pretrained({keyword}={value!r}) is a decoding option: pass "
         f"generation_args={{'{keyword}': {value!r}}} (checked as the calls' keywords are), or "
         f"translate(..., {keyword}={value!r})"
+    )
+
+
+def test_a_keyword_of_from_pretrained_that_no_hub_generator_reads_says_what_to_do(tmp_path):
+    """``nbest=2`` was pointed to ``generation_args`` and ``translate()``, which refuse it too
+    (the hub's generate() returns the whole beam): the message says to slice instead."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), nbest=2)  # refused before anything is loaded
+    assert str(refused.value) == (
+        "from_pretrained(nbest=2) would be ignored: generate() returns every hypothesis of the "
+        "beam, best first (translate() and sample() the best one): slice them, hypos[:N]"
     )
 
 
@@ -467,7 +479,7 @@ def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_i
         "translation_san, and this model's task is translation, whose generator would ignore it: "
         "load it with from_pretrained(..., task={'_name': 'translation_san'})"
     )
-    with pytest.raises(UsageError, match=r"^--beam 0: it must be an integer of at least 1$"):
+    with pytest.raises(UsageError, match=r"^beam=0: it must be an integer of at least 1$"):
         from_pretrained(folder, name, binarized_corpus, generation_args={"beam": 0})
 
 
@@ -564,21 +576,27 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "translation model's scorer no reference"),
         ({"constraints": "ordered"}, "constraints='ordered': constrained decoding needs the "
          "constraint tokens, inference_step_args={'constraints': ...}"),
-        ({"diverse_beam_strength": 0.9}, "--diverse-beam-strength 0.9 is read only by diverse "
+        # the checks shared with the command line, in the hub's words (they named flags)
+        ({"diverse_beam_strength": 0.9}, "diverse_beam_strength=0.9 is read only by diverse "
          "beam search"),
-        ({"beam": 4, "diverse_beam_groups": 3}, "--beam 4 is not a multiple of "
-         "--diverse-beam-groups 3"),  # fairseq's ValueError at the first step, a traceback
-        ({"no_repeat_ngram_size": 1}, "--no-repeat-ngram-size 1: it must be 0 (no blocking) or "
+        ({"beam": 4, "diverse_beam_groups": 3}, "beam=4 is not a multiple of "
+         "diverse_beam_groups=3"),  # fairseq's ValueError at the first step, a traceback
+        ({"no_repeat_ngram_size": 1}, "no_repeat_ngram_size=1: it must be 0 (no blocking) or "
          "an integer of at least 2"),
-        ({"sampling": True, "match_source_len": True}, "--sampling and --match-source-len each "
+        ({"sampling": True, "match_source_len": True}, "sampling and match_source_len each "
          "choose a search, and fairseq's generator runs one"),
-        ({"print_alignment": True}, "--print-alignment 'True': choose hard or soft"),
+        ({"print_alignment": True}, "print_alignment=True: choose hard or soft"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
-         "--san-decoder-execution compile: choose one of eager, fixed, graph, compile-graph"),
+         "san_decoder_execution='compile': choose one of eager, fixed, graph, compile-graph"),
+        ({"san_decoder_precision": "int8"}, "san_decoder_precision='int8' is an option of "
+         "san_decoding='static', and this command decodes with san_decoding='fairseq': add "
+         "san_decoding='static', or drop san_decoder_precision"),
+        ({"min_len": 500, "max_len_b": 20}, "min_len=500 is above the longest output of a batch "
+         "(max_len_a=0"),
     ):  # fmt: skip
         with pytest.raises(UsageError, match="^" + re.escape(said)):
             hub.translate("tok1 tok2 tok3", **keywords)
-    with pytest.raises(UsageError, match="^--print-alignment: a language model has no source"):
+    with pytest.raises(UsageError, match="^print_alignment: a language model has no source"):
         language_model.sample("tok1 tok2", beam=1, max_len_b=8, print_alignment="hard")
     with pytest.raises(UsageError, match=r"^score_reference=True \(score\(\) sets it\)"):
         hub.score("tok1 tok2 tok3")
@@ -633,6 +651,50 @@ def test_each_sentence_gets_its_own_prefix_and_constraints(san_checkpoint, binar
                 alone = hub.generate(source, beam=2, inference_step_args=own, **keywords)
                 assert together[index][0]["tokens"].tolist() == alone[0]["tokens"].tolist()
                 assert ids[index][0] in alone[0]["tokens"].tolist()
+
+
+def test_calls_in_threads_of_their_own_keep_their_own_rows(
+    san_checkpoint, binarized_corpus, monkeypatch
+):
+    """Two threads decoding with one hub, each with its own prefix: the rows lived on the hub,
+    and the call that set them last gave its prefix to both. fairseq's generate waits here until
+    both calls have set theirs."""
+    import threading
+
+    import torch
+    from fairseq import hub_utils
+
+    both_started = threading.Barrier(2, timeout=60)
+    fairseq_generate = hub_utils.GeneratorHubInterface.generate
+
+    def generate_after_both_started(self, *args, **kwargs):
+        both_started.wait()
+        return fairseq_generate(self, *args, **kwargs)
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sources = [hub.encode("tok1 tok2"), hub.encode("tok3 tok4 tok5 tok6 tok7")]
+    words = [hub.tgt_dict.index(word) for word in ("tok7", "tok9")]
+    prefixes = [torch.tensor([[words[0]], [words[1]]]), torch.tensor([[words[1]], [words[0]]])]
+
+    def best(prefix: torch.Tensor) -> list:
+        decoded = hub.generate(sources, beam=2, inference_step_args={"prefix_tokens": prefix})
+        return [hypos[0]["tokens"].tolist() for hypos in decoded]
+
+    alone = [best(prefix) for prefix in prefixes]
+    assert alone[0] != alone[1]
+    monkeypatch.setattr(hub_utils.GeneratorHubInterface, "generate",
+                        generate_after_both_started)  # fmt: skip
+    together = [None, None]
+
+    def decode(index: int) -> None:
+        together[index] = best(prefixes[index])
+
+    threads = [threading.Thread(target=decode, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
 
 
 def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):
@@ -716,8 +778,8 @@ def test_a_language_model_refuses_constraints(language_model):
         with pytest.raises(UsageError) as refused:
             language_model.generate([language_model.encode("tok1")], beam=2, **keywords)
         assert str(refused.value) == (
-            "--constraints: a language model decodes no constraints (fairseq's "
-            "language-modelling task refuses them); leave --constraints out"
+            "constraints: a language model decodes no constraints (fairseq's "
+            "language-modelling task refuses them); leave constraints out"
         )
 
 
@@ -885,7 +947,7 @@ def test_generates_own_arguments_are_checked(san_checkpoint, binarized_corpus):
          "takes a number (leave it out for fairseq's default, 1)"),
         ({"min_len": 1.5}, "min_len=1.5 (a keyword of translate(), sample() or generate()): it "
          "takes an integer (leave it out for fairseq's default, 1)"),
-        ({"sampling_topk": 3}, "--sampling-topk 3 is read by sampling only: pass --sampling too "
+        ({"sampling_topk": 3}, "sampling_topk=3 is read by sampling only: pass sampling too "
          "(the hub's sampling=True), or leave it out"),  # fairseq's assertion
     ],
 )
@@ -1126,9 +1188,9 @@ def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binar
     task's hub; now one line each, naming the options."""
     from fairseq_san.errors import UsageError
 
-    said = ("--min-len 10 is above the longest output of a batch (--max-len-a 0 x its source "
-            "length + --max-len-b 5, at most the model's positions - 1): lower --min-len or "
-            "raise --max-len-b")  # fmt: skip
+    said = ("min_len=10 is above the longest output of a batch (max_len_a=0 x its source "
+            "length + max_len_b=5, at most the model's positions - 1): lower min_len or "
+            "raise max_len_b")  # fmt: skip
     for task in ("translation_san", "translation"):
         hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                               task={"_name": task})  # fmt: skip

@@ -837,16 +837,24 @@ def check_systems(*args: str) -> subprocess.CompletedProcess:
     return run_cli("fairseq-san-loop", "test-systems", *args)
 
 
-def test_test_systems_prints_one_line_per_system(tmp_path, san_checkpoint):
-    """NAME, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first ':{', '{}'
-    without them."""
+def test_test_systems_prints_one_line_per_system_and_split(tmp_path, san_checkpoint):
+    """NAME, SPLIT, REFERENCE, CHECKPOINT, OVERRIDES tab-separated; OVERRIDES start at the first
+    ':{', '{}' without them; test1 where DATA has its references (and binarized)."""
     data = fake_data(tmp_path / "data")
     checkpoint = model_at(tmp_path / "at-12" / "model.pt", san_checkpoint)
     policy = "{'san_policy': '{\"decoder_self\": [6]}', 'san_no_cache': True}"
     result = check_systems(str(data), "de", f"base={checkpoint}", f"p1={checkpoint}:{policy}",
                           "--batch-size", "32")  # fmt: skip
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout == f"base\t{checkpoint}\t{{}}\np1\t{checkpoint}\t{policy}\n"
+    test = f"test\t{data}/text/test.raw.de"
+    assert result.stdout.splitlines() == [f"base\t{test}\t{checkpoint}\t{{}}",
+                                          f"p1\t{test}\t{checkpoint}\t{policy}"]  # fmt: skip
+    (data / "text" / "test1.raw.de").write_text("Ein Hund .\n")
+    (data / "test1.en-de.de.bin").touch()
+    result = check_systems(str(data), "de", f"base={checkpoint}")
+    test1 = f"test1\t{data}/text/test1.raw.de"
+    assert result.stdout.splitlines() == [f"base\t{test}\t{checkpoint}\t{{}}",
+                                          f"base\t{test1}\t{checkpoint}\t{{}}"]  # fmt: skip
 
 
 REFUSED_NAME = "'{spec}': give NAME=CHECKPOINT, NAME a folder name (not empty, '.' or '..', no '/')"
@@ -877,7 +885,7 @@ def test_test_systems_refusals_are_one_line_each(tmp_path, san_checkpoint):
     cases = [
         # test1 not binarized beside its references: found after the systems before were decoded
         ((str(data), "de", good), 1,
-         f"{data}: no binarized split 'test1' (test1.*.bin) beside its references "
+         f"{data}: no binarized split 'test1' (test1.*-de.de.bin) beside its references "
          f"{data}/text/test1.raw.de: run prepare.sh again"),
         ((str(tmp_path / "nowhere"), "de", good), 1,
          f"no data directory {tmp_path / 'nowhere'}"),
@@ -919,6 +927,7 @@ def test_test_systems_refusals_are_one_line_each(tmp_path, san_checkpoint):
         ((str(data), "de", good, f"b={cut_short}"), 2,
          f"b: cannot load checkpoint {cut_short}: "),
     ]  # fmt: skip
+    (data / "test1.en-de.en.bin").touch()  # the source side alone was taken
     for at, (args, status, message) in enumerate(cases):
         if at == 1:  # test1 binarized from here on
             (data / "test1.en-de.de.bin").touch()
@@ -1369,3 +1378,11 @@ def test_a_sample_shorter_than_a_valid_sentence_is_refused_before_the_run_dir(tm
     assert refusal("--tokens-per-sample=130") == said(130)
     assert refusal("--tokens-per-sample", "131") == ""
     assert refusal("--tokens-per-sample", "2", "--sample-break-mode", "none") == ""  # blocks
+    # fairseq-san-loop start --lm by hand, the arguments after -- its own
+    start = ["fairseq-san-loop", "start", str(tmp_path / "run"), "--lm", "--data", str(data),
+             "--dry-run", "--"]  # fmt: skip
+    assert run_cli(*start, "--tokens-per-sample", "130").stderr.splitlines()[-1:] == [
+        said(130).rstrip("\n")
+    ]
+    assert not (tmp_path / "run").exists()
+    assert run_cli(*start, "--tokens-per-sample", "131").returncode == 0

@@ -195,6 +195,9 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
     (LM_LOOP, ["--decoder-layerdrop=0.1", "--seed", "2"], "--decoder-layerdrop after --"),
     (LM_LOOP, ["--checkpoint-activations"], "--checkpoint-activations after --: fairseq-train "
      "refuses it beside sharing any attention"),
+    # the first of the command line (its table's order named --decoder-layerdrop)
+    (LOOP, ["--offload-activations", "--decoder-layerdrop", "0.1"], "--offload-activations "
+     "after --: fairseq-train refuses it beside sharing any attention"),
 ])  # fmt: skip
 def test_a_train_argument_the_recipe_sets_itself_is_refused_after_the_dashes(
     recipe, given, message, tmp_path

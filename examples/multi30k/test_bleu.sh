@@ -19,32 +19,29 @@ case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
 DATA=$1 TGT=$2 OUT=$3
 shift 3
 # Checks the data, OUT_DIR, DECODE_BATCH_SIZE and every system (its OVERRIDES and dictionaries
-# against its checkpoint too) before decoding any; a line per system:
-# NAME, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
-SYSTEMS=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" --out-dir="$OUT" \
+# against its checkpoint too) before decoding any; a line per system and split to score:
+# NAME, SPLIT, its REFERENCE, CHECKPOINT and OVERRIDES ("{}" if none), tab-separated.
+SCORED=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" --out-dir="$OUT" \
   -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)
 
 GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
   --scoring sacrebleu --post-process sentencepiece)
-while IFS=$'\t' read -r -u 3 name checkpoint overrides; do  # fd 3: the commands keep stdin
-  for split in test test1; do
-    reference=$DATA/text/$split.raw.$TGT
-    [ -f "$reference" ] || continue
-    dir=$OUT/$name/$split
-    key=$(fairseq-san-loop decode-key "$checkpoint" "$DATA" "$split" -- \
-      --model-overrides "$overrides" "${GENERATE[@]}")
-    if [ "$(cat "$dir/decoded-by.json" 2>/dev/null)" != "$key" ]; then
-      # decode into a partial folder: a stopped run leaves no half output
-      rm -rf "$dir.partial" && mkdir -p "$dir.partial"
-      fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" --gen-subset "$split" \
-        --model-overrides "$overrides" "${GENERATE[@]}" --results-path "$dir.partial" \
-        > "$dir.partial/generate.log" 2>&1 || {
-        fairseq-san-loop log-tail "$dir.partial/generate.log" >&2; exit 1; }
-      echo "$key" > "$dir.partial/decoded-by.json"
-      rm -rf "$dir" && mv "$dir.partial" "$dir"
-    fi
-    echo "== $name $split"
-    fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"
-  done
-done 3<<< "$SYSTEMS"
+# fd 3: the commands keep stdin
+while IFS=$'\t' read -r -u 3 name split reference checkpoint overrides; do
+  dir=$OUT/$name/$split
+  key=$(fairseq-san-loop decode-key "$checkpoint" "$DATA" "$split" -- \
+    --model-overrides "$overrides" "${GENERATE[@]}")
+  if [ "$(cat "$dir/decoded-by.json" 2>/dev/null)" != "$key" ]; then
+    # decode into a partial folder: a stopped run leaves no half output
+    rm -rf "$dir.partial" && mkdir -p "$dir.partial"
+    fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" --gen-subset "$split" \
+      --model-overrides "$overrides" "${GENERATE[@]}" --results-path "$dir.partial" \
+      > "$dir.partial/generate.log" 2>&1 || {
+      fairseq-san-loop log-tail "$dir.partial/generate.log" >&2; exit 1; }
+    echo "$key" > "$dir.partial/decoded-by.json"
+    rm -rf "$dir" && mv "$dir.partial" "$dir"
+  fi
+  echo "== $name $split"
+  fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"
+done 3<<< "$SCORED"

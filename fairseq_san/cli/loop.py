@@ -16,8 +16,10 @@
   before anything runs (see ``fairseq_san.loop.run_record``).
 * ``test-systems DATA TGT NAME=CHECKPOINT[:OVERRIDES]... [--batch-size N]``: the systems that
   ``examples/multi30k/test_bleu.sh`` scores, after the checks it makes before decoding any (the
-  data, the batch size, each NAME and checkpoint), one line each: NAME, CHECKPOINT and OVERRIDES
-  (``{}`` if none), tab-separated (``fairseq_san.loop.bleu_systems``); a refusal is one line
+  data and its splits, the batch size, each NAME and checkpoint), a line for each system and
+  split it scores (test, and test1 where DATA has its references): NAME, SPLIT, its REFERENCE,
+  CHECKPOINT and OVERRIDES (``{}`` if none), tab-separated
+  (``fairseq_san.loop.bleu_systems``); a refusal is one line
   ``test_bleu.sh: ...``, exit 2 (usage) or 1 (a missing file);
 * ``decode-key CHECKPOINT DATA SPLIT -- GENERATE_ARGS``: what a decoded split was made from, one
   line that ``examples/multi30k/test_bleu.sh`` keeps beside it (``fairseq_san.loop.decode_key``);
@@ -47,7 +49,7 @@ import fairseq_san
 from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import output_problem, write_text
-from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, bleu_systems
+from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import task_arguments, write_perplexity
 from fairseq_san.loop.recipe_options import (
@@ -174,8 +176,8 @@ def run_decode_key(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_test_systems(args: argparse.Namespace, after: List[str]) -> int:
-    systems = bleu_systems(args.data, args.target, args.systems, args.batch_size, args.out_dir)
-    print("".join(system.line() + "\n" for system in systems), end="")
+    lines = scoring_lines(args.data, args.target, args.systems, args.batch_size, args.out_dir)
+    print("".join(line + "\n" for line in lines), end="")
     return 0
 
 

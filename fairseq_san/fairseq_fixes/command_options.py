@@ -243,10 +243,11 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if kind != "train":
         check_model_options_not_given(command, argv)
     if kind in ("decode", "eval-lm"):
-        check_overrides_read(args, command, kind)
+        overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, kind)
+        check_overrides_read(args, overrides, command, kind)
     if kind == "decode":
         check_scored_as_asked(args, weight_given=given_flag(argv, "--lm-weight"))
-        check_one_decoding_asked(args, command)
+        check_one_decoding_asked(args, overrides, command)
         check_refinement_options(args)
         check_constraints_given(args, command)
     check_results_path_written(args, command, kind)
@@ -693,7 +694,7 @@ def check_model_options_not_given(command: str, argv: List[str]) -> None:
             )
 
 
-def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> None:
+def check_overrides_read(args: argparse.Namespace, overrides: Any, command: str, kind: str) -> None:
     """Refuse a configuration group other than the model's in the ``--model-overrides`` of
     fairseq-generate, fairseq-interactive or fairseq-eval-lm (``kind`` "decode" or "eval-lm"):
     they set up the task, the generator and the tokenizers from their own command line and build
@@ -702,7 +703,6 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
     the ``--lm-path`` language model, whose task is built from it."""
     from fairseq.dataclass.configs import FairseqConfig
 
-    overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, kind)
     if not isinstance(overrides, dict):
         return
     unread = {field.name for field in fields(FairseqConfig)} - {"model"}
@@ -719,12 +719,11 @@ def check_overrides_read(args: argparse.Namespace, command: str, kind: str) -> N
         )
 
 
-def check_one_decoding_asked(args: argparse.Namespace, command: str) -> None:
+def check_one_decoding_asked(args: argparse.Namespace, overrides: Any, command: str) -> None:
     """Refuse ``--san-decoding X`` beside ``--model-overrides "{'san_decoding': 'Y'}"`` (or a
     deprecated key that means Y: ``san_no_cache``, ``san_fast_decoding``) where X and Y are two
     decodings: the command line's won without a word (a model's own decoding gives way to any
     asked but fairseq's, which means the model's own), so one of the two was ignored."""
-    overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, "decode")
     if not isinstance(overrides, dict):
         return
     own = asked_decoding(overrides)

@@ -49,9 +49,10 @@ class System:
     checkpoint: str
     overrides: str = NO_OVERRIDES  # fairseq's --model-overrides, a Python literal dict
 
-    def line(self) -> str:
-        """``NAME<tab>CHECKPOINT<tab>OVERRIDES``, what the recipe reads."""
-        return "\t".join((self.name, self.checkpoint, self.overrides))
+    def line(self, split: str, reference: str) -> str:
+        """``NAME<tab>SPLIT<tab>REFERENCE<tab>CHECKPOINT<tab>OVERRIDES``, what the recipe reads
+        to score ``split`` against ``reference``."""
+        return "\t".join((self.name, split, reference, self.checkpoint, self.overrides))
 
 
 def check_data(data: str, target: str) -> Dict[str, str]:
@@ -77,7 +78,6 @@ def check_data(data: str, target: str) -> Dict[str, str]:
             "TGT is the target language of the pair",
             MISSING,
         )
-    check_splits_binarized(data, target)
     source = os.path.basename(found[0]).split(".")[1].split("-")[0]
     dictionaries = {side: os.path.join(data, f"dict.{language}.txt")
                     for side, language in (("source", source), ("target", target))}  # fmt: skip
@@ -85,16 +85,22 @@ def check_data(data: str, target: str) -> Dict[str, str]:
     return dictionaries
 
 
-def check_splits_binarized(data: str, target: str) -> None:
-    """Each split that test_bleu.sh scores (``SPLITS``: those with references) is binarized: a
-    missing test1 failed after the systems before had been decoded."""
+def scored_splits(data: str, target: str) -> Dict[str, str]:
+    """The splits test_bleu.sh scores (``SPLITS``, those with references), each with its
+    references, each checked to be binarized on the target side: a missing test1 failed after
+    the systems before had been decoded."""
+    splits = {}
     for split in SPLITS:
         reference = f"{data}/text/{split}.raw.{target}"
-        if os.path.isfile(reference) and not binarized(data, split):
+        if not os.path.isfile(reference):
+            continue
+        if not binarized(data, split, target):
             raise SystemsError(
-                f"{data}: no binarized split '{split}' ({split}.*.bin) beside its references "
-                f"{reference}: run prepare.sh again", MISSING,
+                f"{data}: no binarized split '{split}' ({split}.*-{target}.{target}.bin) beside "
+                f"its references {reference}: run prepare.sh again", MISSING,
             )  # fmt: skip
+        splits[split] = reference
+    return splits
 
 
 def check_sentencepiece_pieces(dictionary: str) -> None:
@@ -256,13 +262,16 @@ def check_overrides_for(system: System, state: dict) -> None:
         raise SystemsError(f"{system.name}: {error}", USAGE) from None
 
 
-def bleu_systems(
+def scoring_lines(
     data: str, target: str, specs: Sequence[str], batch_size: str, out_dir: Optional[str] = None
-) -> List[System]:
-    """The systems to score, after every check test_bleu.sh makes before decoding: the data,
-    OUT_DIR, the batch size, then each system (its NAME, once; its OVERRIDES, a literal dict;
-    its checkpoint, a translation model's of the data's dictionaries), in that order."""
+) -> List[str]:
+    """What test_bleu.sh decodes and scores, a line per system and split (``System.line``), each
+    system's splits in turn, after every check it makes before decoding: the data (its splits
+    binarized: ``scored_splits``), OUT_DIR, the batch size, then each system (its NAME, once;
+    its OVERRIDES, a literal dict; its checkpoint, a translation model's of the data's
+    dictionaries), in that order."""
     dictionary_entries = dictionary_sizes(check_data(data, target))
+    splits = scored_splits(data, target)
     if out_dir is not None:
         check_out_dir(out_dir)
     check_batch_size(batch_size)
@@ -283,4 +292,5 @@ def bleu_systems(
             raise SystemsError(f"{system.name}: no checkpoint {system.checkpoint}", MISSING)
         check_translation_model(system, dictionary_entries)
         systems.append(system)
-    return systems
+    return [system.line(split, reference)
+            for system in systems for split, reference in splits.items()]  # fmt: skip

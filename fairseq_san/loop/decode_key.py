@@ -10,7 +10,7 @@ a policy file); anything else decodes again.
 import glob
 import json
 import os
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 from fairseq_san.files import glob_in
 from fairseq_san.loop.run_record import digest, file_sha256
@@ -60,9 +60,13 @@ def strings_in(value: object) -> Iterator[str]:
             yield from strings_in(item)
 
 
-def binarized(data: str, split: str) -> bool:
-    """Whether ``data`` holds the binarized ``split`` (``SPLIT.*.bin``)."""
-    return bool(glob_in(data, f"{glob.escape(split)}.*.bin"))
+def binarized(data: str, split: str, target: Optional[str] = None) -> bool:
+    """Whether ``data`` holds the binarized ``split`` (``SPLIT.*.bin``; its ``target`` side,
+    ``SPLIT.*-TGT.TGT.bin``, where given)."""
+    if target is None:
+        return bool(glob_in(data, f"{glob.escape(split)}.*.bin"))
+    language = glob.escape(target)
+    return bool(glob_in(data, f"{glob.escape(split)}.*-{language}.{language}.bin"))
 
 
 def check_split(data: str, split: str) -> None:

@@ -315,10 +315,11 @@ def check_sharing_allowed(
 ) -> None:
     """Refuse, after --, an option that fairseq-train refuses beside sharing the attention that
     the loop learns to share (``NO_SHARING_BESIDE``): iteration 0 trained, then iteration 1
-    stopped at its policy. A LayerDrop whose last value (fairseq's) is 0 drops nothing."""
-    given = set(flags_apart(train_args))
-    for flag, shared in NO_SHARING_BESIDE.items():
-        if flag not in given:
+    stopped at its policy. A LayerDrop whose last value (fairseq's) is 0 drops nothing. The
+    first refused in the command line's order is named."""
+    for flag in dict.fromkeys(flags_apart(train_args)):
+        shared = NO_SHARING_BESIDE.get(flag)
+        if shared is None:
             continue
         if flag.startswith("--encoder-") and not values.get("THETA_ENCODER"):
             continue  # the loop shares the encoder's attention only with --theta-encoder

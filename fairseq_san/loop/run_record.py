@@ -79,7 +79,12 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
                 "run examples/lm/prepare.sh first (--data)",
                 None if translation else f"no binarized data in {data}",
             )
-        return no_valid_split(data, ("valid.idx",))
+        missing = no_valid_split(data, ("valid.idx",))
+        if missing is not None:
+            return missing
+        # the arguments after -- (the recipe checks its own with them: lm-task-args --data)
+        problem = longest_sentence_problem(data, options.get(TRAIN_ARGS) or [])
+        return None if problem is None else (problem, None)  # a dry run refuses it too
     pairs = binarized_pairs(data)
     if not pairs:
         language_model = os.path.isfile(os.path.join(data, "dict.txt"))  # preparing makes none

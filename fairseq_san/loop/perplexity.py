@@ -19,7 +19,9 @@ RESULT = re.compile(
 
 
 def read_perplexity(log: str) -> Dict[str, float]:
-    """{"perplexity", "loss_base2", "tokens"} from the output of fairseq-eval-lm in ``log``."""
+    """{"perplexity", "loss_base2", "tokens"} from the output of fairseq-eval-lm in ``log``;
+    ``tokens`` is the count its "Evaluated N tokens" line gives: every token of its samples,
+    those a ``--context-window`` only conditions on included (its loss is over those scored)."""
     with utf8_text(log), open(log, encoding="utf-8") as handle:
         text = handle.read()
     tokens, results = TOKENS.findall(text), list(RESULT.finditer(text))

@@ -281,7 +281,8 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
     """Why a checkpoint's fields are not those fairseq-train saves, or None: a configuration or
     weights of another type; where loading failed in fairseq's lookup of the model or task it
     names (``error``: "Could not infer ...", or the ``IndexError`` formatting that message), a
-    model or task that nothing registered."""
+    model or task that nothing registered; a model whose package is not installed
+    (``ImportError`` as fairseq builds it: ``hf_gpt2`` without transformers)."""
     cfg, args = state.get("cfg"), state.get("args")
     fields = {"model": (state["model"], dict), "cfg": (cfg, (dict, DictConfig)),
               "args": (args, argparse.Namespace),
@@ -297,6 +298,10 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
     model_cfg = stored_group(state, "model")
     if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
+    if isinstance(error, ImportError):  # fairseq's models of optional packages, as they build
+        arch = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
+        said = " ".join(str(error).split())
+        return f"its model {arch!r} needs a package this Python lacks: {said}"
     return unregistered_name(state) if failed_lookup(error) else None
 
 
@@ -599,6 +604,73 @@ def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
                 f"layers, its weights hold {stored}: not a checkpoint that fairseq-train wrote "
                 f"(or --model-overrides sets {stack}_layers)"
             )
+
+
+# More positions than any model fairseq-train trains here: fairseq builds the sinusoidal table of
+# every configured position as it builds the model (none of it in the weights), 4 GB at 2**20
+# positions of 1,024 dimensions; a received file saying 10**10 asked for 40 GB.
+MAX_POSITIONS = 2**20
+
+
+def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint whose configuration gives a stack wider layers than its weights hold
+    (``{stack}_embed_dim``, ``{stack}_ffn_embed_dim`` against its first layer's ``fc1``), a
+    width that is no positive number, or more positions than ``MAX_POSITIONS``: fairseq builds
+    the model before it reads the weights, and a received file said 5,000,000 for the decoder's
+    FFN (4.2 GB and 24 s before the size mismatch), 10**10 positions (a 40 GB table), or 0
+    dimensions (a ZeroDivisionError deep inside fairseq)."""
+    weights = state.get("model")
+    if not isinstance(weights, dict):
+        return
+    for name, value in stored_items(state, "model"):
+        stack_width = name.startswith(("encoder_", "decoder_")) and name.endswith("_dim")
+        if stack_width and is_count(value) and value < 1:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its configuration's {name} {value} is no width"
+            )
+    for stack in ("encoder", "decoder"):
+        fc1 = weights.get(f"{stack}.layers.0.fc1.weight")
+        if not torch.is_tensor(fc1) or fc1.dim() != 2:
+            continue
+        for name, stored in ((f"{stack}_ffn_embed_dim", fc1.shape[0]),
+                             (f"{stack}_embed_dim", fc1.shape[1])):  # fmt: skip
+            configured = stored_value(state, "model", name)
+            if is_count(configured) and configured > stored:
+                raise CheckpointError(
+                    f"cannot load checkpoint {path}: its configuration's {name} {configured} is "
+                    f"more than its weights' {stored} ({stack}.layers.0.fc1): not a checkpoint "
+                    f"that fairseq-train wrote (or --model-overrides sets {name})"
+                )
+    refuse_positions_beyond_limit_in(path, state)
+
+
+def refuse_positions_beyond_limit_in(path: str, state: dict) -> None:
+    """Refuse a configured number of positions (a language model's samples, where its model
+    gives none) that is not from 1 to ``MAX_POSITIONS``."""
+    given = [(name, stored_value(state, "model", name))
+             for name in ("max_source_positions", "max_target_positions")]  # fmt: skip
+    if given[1][1] is None:  # a language model's: its samples' length
+        given.append(("tokens_per_sample", stored_value(state, "task", "tokens_per_sample")))
+    for name, value in given:
+        if is_count(value) and not 1 <= value <= MAX_POSITIONS:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its configuration's {name} {value:,} is not "
+                f"from 1 to {MAX_POSITIONS:,} (fairseq builds a table of every position before "
+                "it reads the weights)"
+            )
+
+
+def stored_items(state: dict, group: str) -> List[Tuple[str, object]]:
+    """The (name, value) pairs of a checkpoint's ``group`` configuration (``stored_group``)."""
+    node = stored_group(state, group)
+    if isinstance(node, dict) or hasattr(node, "keys"):
+        return [(str(name), node.get(name)) for name in node.keys()]
+    return list(vars(node).items()) if hasattr(node, "__dict__") else []
+
+
+def is_count(value: object) -> bool:
+    """Whether ``value`` is an int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_state(path: str) -> dict:

@@ -472,15 +472,36 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
     def score(self, sentences, replace_newline_with_eos: bool = False, **kwargs):
         """fairseq's ``score`` (a language model's), of a text or a list of texts
         (``checked_texts``), refusing a search's keyword: it scores the sentences as they are
-        and ignored ``lenpen``, ``temperature``, ``beam``."""
+        and ignored ``lenpen``, ``temperature``, ``beam``. It scores with fairseq's scorer
+        whatever decoder the hub was loaded with (``scoring_keywords``)."""
         for key, value in kwargs.items():
-            if key == "beam" or key in GenerationConfig.__dataclass_fields__:
+            searches = key in GenerationConfig.__dataclass_fields__
+            if key == "beam" or searches or key in options.DECODER_OPTION_NAMES:
                 raise UsageError(
                     f"{key}={value!r} would be ignored: score() scores the sentences as they are, "
                     "by no search: drop it"
                 )
         texts = checked_texts(sentences)
-        return super().score(texts, replace_newline_with_eos=replace_newline_with_eos, **kwargs)
+        if isinstance(texts, str):  # fairseq's would call this one again with the keywords added
+            return self.score([texts], replace_newline_with_eos, **kwargs)[0]
+        return super().score(texts, replace_newline_with_eos=replace_newline_with_eos,
+                             **kwargs, **self.scoring_keywords())  # fmt: skip
+
+    def scoring_keywords(self) -> Dict[str, Any]:
+        """The decoder options that make the task score with fairseq's scorer (one teacher-forced
+        pass): a hub loaded with ``san_decoding='static'`` (and its precision) refused
+        ``score()``, naming ``score_reference``, which the user never gave."""
+        if not isinstance(self.task, DecodingTask):
+            return {}
+        execution = getattr(self.task.cfg, options.DECODER_EXECUTION.name, None)
+        if options.DECODER_EXECUTION.is_set(execution):
+            raise UsageError(
+                f"score() scores with fairseq's scorer, and this hub was loaded with "
+                f"{options.DECODER_EXECUTION.name}={str(execution)!r}, an option of the static "
+                "decoder only: score with a hub loaded without it"
+            )
+        return {options.DECODING.name: options.FAIRSEQ,
+                options.DECODER_PRECISION.name: options.DECODER_PRECISION.default}  # fmt: skip
 
     def inference_step_keywords(self) -> List[str]:
         """The keywords the task's ``inference_step`` takes besides the generator, the models and

@@ -512,17 +512,30 @@ def test_lm_page_python_example_samples_and_scores(multi30k_raw, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def language_model(tmp_path_factory):
-    """A transformer_lm_san hub of --task language_modeling_san, trained 3 updates on one side
-    of the synthetic corpus."""
-    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+def language_model_files(tmp_path_factory):
+    """The folder of a transformer_lm_san checkpoint of --task language_modeling_san, trained 3
+    updates on one side of the synthetic corpus, and its data."""
     from helpers import lm_train_argv, preprocess_lm
 
     root = tmp_path_factory.mktemp("hub-lm")
     data = preprocess_lm(write_corpus(root / "raw"), root / "data-bin")
     result = run_cli("fairseq-train", *lm_train_argv(data, root / "lm", max_update=3))
     assert result.returncode == 0, result.stderr[-3000:]
-    return TransformerLMSANModel.from_pretrained(str(root / "lm"), "checkpoint_last.pt", str(data))
+    return root / "lm", data
+
+
+def load_language_model(files, **keywords):
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    folder, data = files
+    return TransformerLMSANModel.from_pretrained(str(folder), "checkpoint_last.pt", str(data),
+                                                 **keywords)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def language_model(language_model_files):
+    """The hub of ``language_model_files``."""
+    return load_language_model(language_model_files)
 
 
 NBEST_IGNORED = (
@@ -744,6 +757,26 @@ def test_a_language_model_loaded_with_a_searchs_options_still_scores(language_mo
         finally:
             setattr(generation, name, default)
         assert scores.tolist() == expected.tolist(), name
+
+
+def test_a_language_model_loaded_for_the_static_decoder_scores_texts(
+    language_model, language_model_files
+):
+    """``from_pretrained(..., san_decoding='static')`` (and a precision) then ``score()`` was
+    refused, naming ``score_reference``, which the user never gave: scoring decodes nothing,
+    and fairseq's scorer gives the same scores as the hub loaded without them."""
+    from fairseq_san.errors import UsageError
+
+    expected = language_model.score(["tok1 tok2 tok3", "tok2"])
+    for loaded in ({"san_decoding": "static"},
+                   {"san_decoding": "static", "san_decoder_precision": "bf16"}):  # fmt: skip
+        hub = load_language_model(language_model_files, **loaded)
+        scored = hub.score(["tok1 tok2 tok3", "tok2"])
+        assert [hypo["positional_scores"].tolist() for hypo in scored] == [
+            hypo["positional_scores"].tolist() for hypo in expected
+        ], loaded
+    with pytest.raises(UsageError, match=r"^san_decoding='static' would be ignored: score\(\)"):
+        language_model.score("tok1 tok2", san_decoding="static")
 
 
 def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):

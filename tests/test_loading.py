@@ -281,6 +281,18 @@ def generate_error(data: Path, checkpoint: Path) -> str:
     return result.stderr
 
 
+def changed_checkpoint_refusal(data: Path, checkpoint: Path, tmp_path: Path, change) -> str:
+    """The one line fairseq-generate refuses a copy of ``checkpoint`` with, its state dict
+    changed by ``change`` (asserting no traceback)."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    change(state)
+    odd = tmp_path / "odd.pt"
+    torch.save(state, odd)
+    stderr = generate_error(data, odd)
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return stderr.strip().splitlines()[-1]
+
+
 def assert_one_line(stderr: str, expected: str) -> None:
     assert "Traceback" not in stderr, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == expected
@@ -663,6 +675,65 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
     )
 
 
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("decoder_ffn_embed_dim", 5_000_000, "its configuration's decoder_ffn_embed_dim 5000000 "
+         "is more than its weights' 64 (decoder.layers.0.fc1): not a checkpoint that "
+         "fairseq-train wrote"),
+        ("encoder_embed_dim", 0, "its configuration's encoder_embed_dim 0 is no width"),
+        ("decoder_output_dim", -16, "its configuration's decoder_output_dim -16 is no width"),
+        ("max_target_positions", 10**10, "its configuration's max_target_positions "
+         "10,000,000,000 is not from 1 to 1,048,576"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_asking_for_sizes_no_memory_holds_is_one_line(
+    binarized_corpus, san_checkpoint, tmp_path, field, value, said
+):
+    """A received file's widths and positions: fairseq builds the model before it reads the
+    weights, and 5,000,000 for the FFN took 4.2 GB before the size mismatch, 10**10 positions
+    asked for a 40 GB table, a width of 0 was a ZeroDivisionError deep inside fairseq."""
+    refusal = changed_checkpoint_refusal(binarized_corpus, san_checkpoint, tmp_path,
+                                         lambda state: setattr(state["cfg"]["model"], field, value))
+    odd = tmp_path / "odd.pt"
+    assert refusal.startswith(f"fairseq-san: error: cannot load checkpoint {odd}: {said}")
+
+
+def test_a_model_of_a_package_not_installed_is_one_line(tmp_path):
+    """A received checkpoint naming fairseq's ``hf_gpt2`` (the transformers package missing) was
+    a traceback ending in fairseq's "Please install huggingface/transformers": one line naming
+    the file, the model and the package."""
+    state = {"model": {}, "cfg": {"model": argparse.Namespace(_name="hf_gpt2", arch="hf_gpt2"),
+                                  "task": {"_name": "language_modeling"}}}  # fmt: skip
+    path = tmp_path / "hf.pt"
+    torch.save(state, path)
+    error = ImportError("\n\nPlease install huggingface/transformers with:\n\n  pip install "
+                        "transformers\n")  # fmt: skip
+    assert checkpoints.problem_with(str(path), error) == (
+        "its model 'hf_gpt2' needs a package this Python lacks: Please install "
+        "huggingface/transformers with: pip install transformers"
+    )
+
+
+def test_sizes_that_fairseq_builds_otherwise_are_not_refused():
+    """A language model gives no positions of its own (its samples' length is used), a model
+    without layers has no FFN to compare, and a narrower configuration fails as fairseq says."""
+    weights = {"decoder.layers.0.fc1.weight": torch.zeros(8, 4)}
+    for model_cfg, task_cfg in (
+        (argparse.Namespace(decoder_ffn_embed_dim=8, decoder_embed_dim=4,
+                            max_target_positions=None), {"tokens_per_sample": 512}),
+        (argparse.Namespace(encoder_ffn_embed_dim=10**6, encoder_layers=0), {}),
+        (argparse.Namespace(decoder_ffn_embed_dim=6, max_source_positions=1024), {}),
+    ):  # fmt: skip
+        checkpoints.refuse_sizes_beyond_weights_in(
+            "x.pt", {"model": weights, "cfg": {"model": model_cfg, "task": task_cfg}}
+        )
+    with pytest.raises(checkpoints.CheckpointError, match="tokens_per_sample 2,000,000 is not"):
+        checkpoints.refuse_sizes_beyond_weights_in("x.pt", {
+            "model": weights, "cfg": {"model": argparse.Namespace(max_target_positions=None),
+                                      "task": {"tokens_per_sample": 2_000_000}}})  # fmt: skip
+
+
 def test_layer_counts_that_fairseq_builds_otherwise_are_not_refused():
     """What the layer check must let through (the review of the check found the first two
     refused): fairseq's convolutional models give their layers as text; a stack trained with
@@ -761,15 +832,9 @@ def test_a_checkpoint_whose_fields_fairseq_train_would_not_save_is_one_line(
     registered, or hold a value the model's option would not take: tracebacks from inside fairseq
     (omegaconf's KeyValidationError, "Neither args nor cfg exist", IndexError on formatting
     "Could not infer model type") or from the model's first forward (dropout "abc")."""
-    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
-    change(state)
+    refusal = changed_checkpoint_refusal(binarized_corpus, san_checkpoint, tmp_path, change)
     odd = tmp_path / "odd.pt"
-    torch.save(state, odd)
-    stderr = generate_error(binarized_corpus, odd)
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert stderr.strip().splitlines()[-1].startswith(
-        f"fairseq-san: error: cannot load checkpoint {odd}: {said}"
-    )
+    assert refusal.startswith(f"fairseq-san: error: cannot load checkpoint {odd}: {said}")
 
 
 @pytest.mark.parametrize(

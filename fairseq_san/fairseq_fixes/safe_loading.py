@@ -24,8 +24,9 @@ pretrained-embedding files it names are not read (``checkpoints.drop_embedding_f
 weights replace them), and one whose configuration holds an omegaconf interpolation
 (``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
-builds them all first), holds a value a plugin model's option would not take
-(``checkpoints.refuse_stored_values_in``) or weights that are no tensors
+builds them all first) or wider ones, or a width or number of positions that no memory holds
+(``checkpoints.refuse_sizes_beyond_weights_in``), holds a value a plugin model's option would not
+take (``checkpoints.refuse_stored_values_in``) or weights that are no tensors
 (``checkpoints.refuse_weights_that_are_not_in``) is refused, as is, before torch reads it, a
 file whose pickle calls what makes memory of any size (``checkpoints.refuse_before_reading``:
 torch's own allow-list has ``bytearray``). Where the safe loader would not be used
@@ -52,6 +53,7 @@ from fairseq_san.checkpoints import (
     refuse_eval_bleu_args_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
+    refuse_sizes_beyond_weights_in,
     refuse_stored_values_in,
     refuse_policy_file_in,
     refuse_weights_that_are_not_in,
@@ -91,6 +93,7 @@ def _explaining(load_checkpoint_to_cpu):
         refuse_code_in(path, state)
         refuse_interpolations_in(path, state)
         refuse_layers_beyond_weights_in(path, state)
+        refuse_sizes_beyond_weights_in(path, state)
         refuse_stored_values_in(path, state)
         refuse_weights_that_are_not_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)

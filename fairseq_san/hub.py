@@ -111,8 +111,10 @@ UNREAD_BY_HUB = {
 # follows a command's name (the message speaks of that command).
 FLAG_IN_MESSAGE = re.compile(
     r"(?P<command>fairseq-[a-z-]+(?:'s)? )?--(?P<flag>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)"
-    r"(?P<value> [^\s,:;()]+)?"
+    r"(?P<value> (?:'[^']*'|[^\s,:;()]+))?"
 )
+# The hub's own spelling of a generation option it takes otherwise than as a keyword.
+HUB_SPELLING = {"prefix_size": "inference_step_args['prefix_tokens']"}
 
 
 def keyword_spelling(message: str, given: Dict[str, Any]) -> str:
@@ -127,6 +129,8 @@ def keyword_spelling(message: str, given: Dict[str, Any]) -> str:
         after = match.group("value") or ""
         if match.group("command") or not is_generation_keyword(key):
             return match.group(0)
+        if key in HUB_SPELLING:
+            return HUB_SPELLING[key] + after
         value = after[1:]
         if key in given and value.strip("'") == str(given[key]):  # "--print-alignment 'True'"
             return f"{key}={given[key]!r}"
@@ -414,10 +418,11 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         )
         check_read_by_hub(kwargs)
         check_generation_value_types(kwargs, CALL_KEYWORD)
-        with keywords_spelt(kwargs):
+        given = {**kwargs, "beam": beam}  # how the call spelt each, for its refusals
+        with keywords_spelt(given):
             self.check_call(kwargs, inference_step_args)
         config = self.generation_config(beam, kwargs)
-        with keywords_spelt(kwargs):
+        with keywords_spelt(given):
             check_generation_args(config)
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
@@ -425,9 +430,10 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
         step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
         rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
+        outer_rows = getattr(self.calls, "batch_rows", None)  # a call made inside a call
         self.calls.batch_rows = (step_args, rows)
         try:
-            with keywords_spelt(kwargs):  # the task's checks, as it builds its generator
+            with keywords_spelt(given):  # the task's checks, as it builds its generator
                 return super().generate(
                     tokenized_sentences,
                     beam,
@@ -440,7 +446,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
             if is_min_len_assertion(error):
                 problem = str(min_len_above_max_len(config))
-                raise UsageError(keyword_spelling(problem, kwargs)) from None
+                raise UsageError(keyword_spelling(problem, given)) from None
             over_batch = sentence_over_max_tokens(error, tokenized_sentences)
             if over_batch is not None:
                 raise over_batch from None
@@ -456,13 +462,13 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             length, limit = len(tokenized_sentences[index]), self.max_positions
             raise sentence_too_long(index, length, limit) from None
         finally:
-            del self.calls.batch_rows
+            self.calls.batch_rows = outer_rows
 
     def _build_batches(self, tokens, skip_invalid_size_inputs: bool):
         """fairseq's batches, each with its sentences' rows (by the batch's ``id``) of the
         per-sentence tensors of the ``inference_step_args`` that fairseq's ``generate`` gives
         its task's ``inference_step`` with it (this thread's ``calls.batch_rows``)."""
-        step_args, rows = getattr(self.calls, "batch_rows", ({}, {}))
+        step_args, rows = getattr(self.calls, "batch_rows", None) or ({}, {})
         for batch in super()._build_batches(tokens, skip_invalid_size_inputs):
             for key, tensor in rows.items():
                 ids = batch["id"].to(tensor.device)  # the rows may be on the GPU already

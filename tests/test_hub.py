@@ -606,6 +606,8 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "san_decoding='static', or drop san_decoder_precision"),
         ({"min_len": 500, "max_len_b": 20}, "min_len=500 is above the longest output of a batch "
          "(max_len_a=0"),
+        ({"beam": "4"}, "beam='4': it must be an integer of at least 1"),  # not a keyword: "beam"
+        ({"print_alignment": "two words"}, "print_alignment='two words': choose hard or soft"),
     ):  # fmt: skip
         with pytest.raises(UsageError, match="^" + re.escape(said)):
             hub.translate("tok1 tok2 tok3", **keywords)
@@ -708,6 +710,46 @@ def test_calls_in_threads_of_their_own_keep_their_own_rows(
     for thread in threads:
         thread.join()
     assert together == alone
+
+
+def test_a_prefix_refusal_names_the_hubs_prefix_tokens(san_checkpoint, binarized_corpus):
+    """The prefix checks shared with fairseq-generate named --prefix-size (as the hub spells
+    keywords: ``prefix_size``, which the hub refuses): a prefix comes from
+    ``inference_step_args``."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    prefix = {"prefix_tokens": torch.tensor([[hub.tgt_dict.eos()]])}
+    with pytest.raises(UsageError) as refused:
+        hub.generate([hub.encode("tok1 tok2")], beam=2, inference_step_args=prefix)
+    assert str(refused.value).startswith(
+        "inference_step_args['prefix_tokens']: the prefix of sentence 0 forces its end (EOS), "
+        "which beam search at beam=2 cannot finish"
+    ), str(refused.value)
+
+
+def test_a_call_inside_a_call_keeps_the_outer_calls_rows(san_checkpoint, binarized_corpus):
+    """A ``prefix_allowed_tokens_fn`` that translates with the same hub: the inner call took the
+    outer call's rows away, and the outer one failed (AttributeError) as it ended."""
+    import torch
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sources = [hub.encode("tok1 tok2"), hub.encode("tok3 tok4 tok5 tok6 tok7")]
+    prefix = {"prefix_tokens": torch.tensor([[hub.tgt_dict.index(w)] for w in ("tok7", "tok9")])}
+    expected = [hypos[0]["tokens"].tolist()
+                for hypos in hub.generate(sources, beam=2, inference_step_args=prefix)]  # fmt: skip
+    inner = []
+
+    def allowed(batch_id, tokens):
+        if not inner:
+            inner.append(hub.translate("tok1", beam=1))
+        return list(range(len(hub.tgt_dict)))
+
+    decoded = hub.generate(sources, beam=2, inference_step_args=prefix,
+                           prefix_allowed_tokens_fn=allowed)  # fmt: skip
+    assert [hypos[0]["tokens"].tolist() for hypos in decoded] == expected and inner
 
 
 def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):

@@ -889,6 +889,9 @@ def test_test_systems_refusals_are_one_line_each(tmp_path, san_checkpoint):
          f"{data}/text/test1.raw.de: run prepare.sh again"),
         ((str(tmp_path / "nowhere"), "de", good), 1,
          f"no data directory {tmp_path / 'nowhere'}"),
+        # its lines hold the references' path: the recipe read a tab's halves as two fields
+        ((f"{tmp_path}/da\tta", "de", good), 2,
+         f"DATA '{tmp_path}/da\\tta' holds a tab or line break: give a path without one"),
         ((str(data), "fr", good), 1, f"no {data}/text/test.raw.fr (run prepare.sh)"),
         ((str(data), "en", good), 1,
          f"{data} does not translate into 'en' (no test.SRC-en.en.idx): TGT is the target "

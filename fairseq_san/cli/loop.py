@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("split")
     key.set_defaults(run=run_decode_key)
     systems = commands.add_parser(
-        "test-systems", help="check test_bleu.sh's inputs; print its systems, one a line"
+        "test-systems",
+        help="check test_bleu.sh's inputs; print a line for each system and split it scores"
     )
     systems.add_argument("data", help="the binarized data directory (prepare.sh's output)")
     systems.add_argument("target", metavar="tgt", help="its target language")

@@ -65,6 +65,11 @@ def check_data(data: str, target: str) -> Dict[str, str]:
             f"DATA {data} holds ':', which fairseq reads between two data directories: give a "
             "path without one (a link to it)", USAGE,
         )  # fmt: skip
+    if any(separator in data for separator in "\t\n\r"):  # test-systems' lines hold its path
+        raise SystemsError(
+            f"DATA {data!r} holds a tab or line break: give a path without one (a link to it)",
+            USAGE,
+        )
     if not os.path.isdir(data):
         raise SystemsError(f"no data directory {data}", MISSING)
     reference = f"{data}/text/test.raw.{target}"

@@ -60,6 +60,7 @@ from fairseq_san.tasks.decoding import (
     check_generation_args,
     check_generation_keys,
     check_generation_value_types,
+    check_searches_fit_vocabulary,
     invalid_choice,
     is_min_len_assertion,
     min_len_above_max_len,
@@ -424,6 +425,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         config = self.generation_config(beam, kwargs)
         with keywords_spelt(given):
             check_generation_args(config)
+            # the plugin's tasks check it as they build the generator; fairseq's did not
+            check_searches_fit_vocabulary(config, len(self.task.target_dictionary))
         self.check_plugin_keywords(kwargs)
         if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
             return []  # nothing to decode (fairseq's batching failed on no sentence)

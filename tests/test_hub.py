@@ -712,6 +712,28 @@ def test_calls_in_threads_of_their_own_keep_their_own_rows(
     assert together == alone
 
 
+def test_searches_wider_than_the_vocabulary_are_one_line_under_fairseqs_task(
+    san_checkpoint, binarized_corpus
+):
+    """Under fairseq's own task (whose generator the plugin's checks did not reach) these failed
+    inside torch's topk: "selected index k out of range"."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                          task={"_name": "translation"})  # fmt: skip
+    entries = len(hub.tgt_dict)
+    for keywords, said in (
+        ({"sampling": True, "beam": 1, "sampling_topk": 99999}, f"sampling_topk=99999 is more "
+         f"than the target dictionary's {entries} entries"),
+        ({"beam": 30, "diversity_rate": 0.5}, f"diversity_rate with beam=30: its search takes "
+         f"the 2 x beam best tokens of each hypothesis, more than the target dictionary's "
+         f"{entries} entries: pass beam={entries // 2} or less"),
+    ):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            hub.translate("tok1 tok2", **keywords)
+        assert str(refused.value).startswith(said), str(refused.value)
+
+
 def test_a_prefix_refusal_names_the_hubs_prefix_tokens(san_checkpoint, binarized_corpus):
     """The prefix checks shared with fairseq-generate named --prefix-size (as the hub spells
     keywords: ``prefix_size``, which the hub refuses): a prefix comes from
@@ -728,6 +750,14 @@ def test_a_prefix_refusal_names_the_hubs_prefix_tokens(san_checkpoint, binarized
         "inference_step_args['prefix_tokens']: the prefix of sentence 0 forces its end (EOS), "
         "which beam search at beam=2 cannot finish"
     ), str(refused.value)
+    for decoding in ("fairseq", "static"):  # it said "at beam=1 cannot finish: use beam=1"
+        with pytest.raises(UsageError) as refused:
+            hub.generate([hub.encode("tok1 tok2")], beam=1, match_source_len=True,
+                         inference_step_args=prefix, san_decoding=decoding)  # fmt: skip
+        assert str(refused.value).startswith(
+            "inference_step_args['prefix_tokens']: the prefix of sentence 0 holds its end (EOS) "
+            "before its source's length, where match_source_len forbids it"
+        ), str(refused.value)
 
 
 def test_a_call_inside_a_call_keeps_the_outer_calls_rows(san_checkpoint, binarized_corpus):

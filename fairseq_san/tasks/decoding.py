@@ -154,6 +154,29 @@ def check_generation_value_types(keywords: Dict[str, Any], where: str) -> None:
             )
 
 
+def check_searches_fit_vocabulary(args, entries: int) -> None:
+    """Refuse ``--sampling-topk`` above the target dictionary's ``entries``, and
+    ``--diversity-rate`` or ``--constraints`` where twice the beam is above them: those searches
+    take the 2 x beam best tokens of a hypothesis. fairseq's failed inside torch's topk
+    ("selected index k out of range")."""
+    topk = getattr(args, "sampling_topk", -1)
+    if getattr(args, "sampling", False) and topk > entries:
+        raise UsageError(
+            f"--sampling-topk {topk} is more than the target dictionary's {entries} entries: "
+            f"pass at most {entries} (or -1, sampling from all of them)"
+        )
+    beam, rate = getattr(args, "beam", 5), getattr(args, "diversity_rate", -1.0)
+    chosen = (("--diversity-rate", rate is not None and rate > 0),
+              ("--constraints", bool(getattr(args, "constraints", None))))  # fmt: skip
+    for flag, searched in chosen:
+        if searched and 2 * beam > entries:
+            raise UsageError(
+                f"{flag} with --beam {beam}: its search takes the 2 x beam best tokens of "
+                f"each hypothesis, more than the target dictionary's {entries} entries: pass "
+                f"--beam {entries // 2} or less"
+            )
+
+
 def check_scoring(args, decoding: str) -> None:
     """Refuse a decoding of the model with ``--score-reference``: fairseq scores the references
     in one teacher-forced pass, which decodes nothing (the static decoder refuses it too)."""
@@ -357,8 +380,7 @@ class DecodingTask:
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)
         check_scoring(args, decoding)
-        self.check_sampling_topk(args)
-        self.check_candidate_searches(args)
+        check_searches_fit_vocabulary(args, len(self.target_dictionary))
         if decoding != options.STATIC:
             for model in models:
                 if hasattr(model, "set_decoding"):
@@ -417,15 +439,16 @@ class DecodingTask:
             at_max_len = re.fullmatch(r"(\d+) < \1", str(error))
             if at_max_len is not None and constraints is not None:
                 raise unmet_constraints(int(at_max_len.group(1))) from None
-            # at the maximum length, or (a message-less assertion) at the first forced token
+            # at the maximum length, or (a message-less assertion) at the first forced token;
+            # --match-source-len first: no beam, 1 neither, finishes an end it forbids
+            self.check_forced_ends_of_source_length(generator, sample, forced)
             self.check_forced_starts(generator, sample, forced, prefix_tokens)
             if at_max_len is not None:
                 check_ngrams_left_tokens(generator)
-                self.check_forced_ends_of_source_length(generator, sample, forced)
             raise
         except PrefixEndsUnfinished:  # the static search's own check, worded by the task
-            self.check_forced_starts(generator, sample, forced, prefix_tokens)
             self.check_forced_ends_of_source_length(generator, sample, forced)
+            self.check_forced_starts(generator, sample, forced, prefix_tokens)
             raise
         except RuntimeError as error:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
@@ -527,32 +550,6 @@ class DecodingTask:
                 f"{options.DECODER_EXECUTION.flag} {execution}: choose one of "
                 f"{', '.join(offered_executions())}"
             )
-
-    def check_sampling_topk(self, args) -> None:
-        """Refuse ``--sampling-topk`` above the target dictionary's size: fairseq's search fails
-        inside torch's topk ("selected index k out of range")."""
-        topk, entries = getattr(args, "sampling_topk", -1), len(self.target_dictionary)
-        if getattr(args, "sampling", False) and topk > entries:
-            raise UsageError(
-                f"--sampling-topk {topk} is more than the target dictionary's {entries} entries: "
-                f"pass at most {entries} (or -1, sampling from all of them)"
-            )
-
-    def check_candidate_searches(self, args) -> None:
-        """Refuse ``--diversity-rate`` and ``--constraints`` where twice the beam is above the
-        target dictionary's entries: their searches take the 2 x beam best tokens of a
-        hypothesis and failed inside torch's topk ("selected index k out of range")."""
-        beam, entries = getattr(args, "beam", 5), len(self.target_dictionary)
-        rate = getattr(args, "diversity_rate", -1.0)
-        chosen = (("--diversity-rate", rate is not None and rate > 0),
-                  ("--constraints", bool(getattr(args, "constraints", None))))  # fmt: skip
-        for flag, searched in chosen:
-            if searched and 2 * beam > entries:
-                raise UsageError(
-                    f"{flag} with --beam {beam}: its search takes the 2 x beam best tokens of "
-                    f"each hypothesis, more than the target dictionary's {entries} entries: pass "
-                    f"--beam {entries // 2} or less"
-                )
 
     def decoding_option(self, args, option: options.Option) -> object:
         """``option`` of the generation options, else of the task's config, else its default (a

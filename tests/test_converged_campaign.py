@@ -539,6 +539,15 @@ def test_an_unknown_slice_is_one_line(dry_env):
         "run.sh: unknown slice A (usage: run.sh en-de|pairs|tables|bench [--dry-run] | "
         "run.sh collect [ARCHIVE...])"
     ]
+    # the word that is not known (it named --dry-run), and collect's own (argparse's usage)
+    for argv, said in ((["en-de", "--dry-run", "x"], "run.sh: unknown argument x ("),
+                       (["collect", "--dry-run"], "run.sh: collect takes archives only, not "
+                        "--dry-run (an archive's path starting with '-': give it as ./NAME)")):
+        result = subprocess.run(["bash", str(RUN), *argv], cwd=REPO, env=dry_env,
+                                capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(said), line
 
 
 # --- toy archives -----------------------------------------------------------------------------
@@ -831,10 +840,11 @@ def test_restore_keeps_finished_iterations_and_the_learned_policy_only(tmp_path)
     assert not (tmp_path / "runs" / "en-de" / "san-s2").exists()
 
 
-def toy_archive(folder: Path, runs: Path, slice_name: str, run_sh: Path = RUN) -> Path:
+def toy_archive(folder: Path, runs: Path, slice_name: str, run_sh: Path = RUN,
+                started: str = "2026-11-26T10:00:00") -> Path:  # fmt: skip
     from campaign_slices import record
 
-    record(str(runs), slice_name, str(run_sh), [str(RUN), slice_name], "2026-11-26T10:00:00", {})
+    record(str(runs), slice_name, str(run_sh), [str(RUN), slice_name], started, {})
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / f"converged-{slice_name}.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -915,23 +925,31 @@ def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
     stayed in the plot. An archive without that run's Figure 5 leaves it as it is."""
     from campaign_slices import collect
 
-    def archive_of(call: str, steps, slice_name: str = "tables") -> Path:
+    def archive_of(call: str, steps, slice_name: str = "tables", hour: int = 10) -> Path:
         runs = tmp_path / call / "runs"
         for step in steps:
             analysis = runs / "en-de" / "baseline-s5" / "figure5" / f"checkpoint_1_{step}"
             analysis.mkdir(parents=True)
             (analysis / "js.json").write_text(json.dumps({"call": call, "num_updates": step}))
         (runs / "en-de").mkdir(parents=True, exist_ok=True)
-        return toy_archive(tmp_path / call / "out", runs, slice_name)
+        return toy_archive(tmp_path / call / "out", runs, slice_name,
+                           started=f"2026-11-26T{hour}:00:00+00:00")  # fmt: skip
 
     first = archive_of("first", (100, 200, 300))
-    second = archive_of("second", (100,))
-    bench = archive_of("bench", (), "bench")
-    results = tmp_path / "results"
-    collect(str(results), str(RUN), [str(first), str(second), str(bench)], allow_cpu=True)
-    figure5 = results / "en-de" / "baseline-s5" / "figure5"
-    assert [path.name for path in figure5.iterdir()] == ["checkpoint_1_100"]
-    assert json.loads((figure5 / "checkpoint_1_100" / "js.json").read_text())["call"] == "second"
+    second = archive_of("second", (100,), hour=12)
+    bench = archive_of("bench", (), "bench", hour=14)
+    figure5 = tmp_path / "results" / "en-de" / "baseline-s5" / "figure5"
+    # in the order the calls started, whatever the order given (the shared folder's archives
+    # came after those named: an older call's unpacked over a newer one's)
+    for order in ([first, second, bench], [second, bench, first]):
+        shutil.rmtree(tmp_path / "results", ignore_errors=True)
+        unpacked = collect(str(tmp_path / "results"), str(RUN), list(map(str, order)),
+                           allow_cpu=True)  # fmt: skip
+        assert unpacked == [str(first), str(second), str(bench)]
+        assert [path.name for path in figure5.iterdir()] == ["checkpoint_1_100"]
+        assert json.loads((figure5 / "checkpoint_1_100" / "js.json").read_text())["call"] == (
+            "second"
+        )
 
 
 def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):
@@ -1055,6 +1073,49 @@ def test_a_member_that_is_a_file_and_a_folder_is_refused(tmp_path, monkeypatch):
     assert str(refused.value) == f"{archive}: member 'en-de/a' is a file and a folder both: refused"
 
 
+def test_archives_that_cannot_unpack_beside_each_other_are_refused_before_any(
+    tmp_path, monkeypatch
+):
+    """Each archive passed its own checks, then unpacking stopped half-way ("Not a directory",
+    "File name too long", "Is a directory") with the archives before it unpacked: the slice
+    looked collected. Refused before anything is written, naming the archive and member; an
+    archive of too many members too (50,000 empty files unpacked)."""
+    import campaign_slices
+    from campaign_slices import collect
+    from fairseq_san.errors import UsageError
+
+    def archive_with(name: str, members: Dict[str, bool]) -> Path:
+        runs = gpu_archive(tmp_path / name, monkeypatch)
+        archive = tmp_path / name / "converged-en-de.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(runs, arcname=".")
+            for path, folder in members.items():
+                member = tarfile.TarInfo(path)
+                member.type = tarfile.DIRTYPE if folder else tarfile.REGTYPE
+                tar.addfile(member, None if folder else io.BytesIO(b""))
+        return archive
+
+    results = tmp_path / "results"
+    (results / "en-de" / "loop" / "iter0").mkdir(parents=True)
+    file_y = archive_with("a", {"en-de/q/r.txt": False, "en-de/x/y": False})
+    folder_y = archive_with("b", {"en-de/x/y/z": False})
+    long_name = archive_with("c", {"en-de/" + "n" * 300: False})
+    over_folder = archive_with("d", {"en-de/loop/iter0": False})
+    for archives, member, said in (
+        ([file_y, folder_y], "en-de/x/y/z", f"is a folder where {file_y} has a file"),
+        ([long_name], "en-de/" + "n" * 300, "has a name longer than 255 bytes"),
+        ([over_folder], "en-de/loop/iter0", f"is a file where {results} has a folder"),
+    ):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            collect(str(results), str(RUN), list(map(str, archives)))
+        archive = archives[-1] if len(archives) == 1 else folder_y
+        assert str(refused.value) == f"{archive}: member {member!r} {said}: refused"
+        assert not (results / "en-de" / "q").exists() and not (results / "provenance").exists()
+    monkeypatch.setattr(campaign_slices, "MAX_MEMBERS", 5)
+    with pytest.raises(UsageError, match=r"holds \d+ members, more than a slice's results \(5 at"):
+        collect(str(results), str(RUN), [str(file_y)])
+
+
 def gpu_archive(tmp_path, monkeypatch, slice_name: str = "en-de"):
     """A run dir with a GPU's provenance record for ``slice_name`` (what collect accepts)."""
     import campaign_slices
@@ -1101,6 +1162,9 @@ def test_an_archive_that_unpacks_to_more_than_a_slice_is_refused(tmp_path, monke
         # collected without ALLOW_CPU_ARCHIVES, then the summary's table read "None"
         ({"gpu": None}, "has no gpu named (its gpu is None)"),
         ({"slice": None}, "has no slice named (its slice is None)"),  # the summary's KeyError
+        # unpacked, then the summary's sort failed: "'<' not supported between int and str"
+        ({"finished": 20261205}, "has no ISO 8601 finished time (its finished is 20261205)"),
+        ({"started": "yesterday"}, "has no ISO 8601 started time (its started is 'yesterday')"),
     ],
 )
 def test_a_provenance_record_of_another_shape_is_one_line(tmp_path, monkeypatch, record, said):

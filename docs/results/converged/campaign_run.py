@@ -821,13 +821,19 @@ def main(argv: List[str]) -> int:
         return 2
     name, rest = args[0], args[1:]
     if name == "collect":
+        option = next((word for word in rest if word.startswith("-")), None)
+        if option is not None:  # the inner command would read it as its option
+            print(f"run.sh: collect takes archives only, not {option} (an archive's path "
+                  "starting with '-': give it as ./NAME)", file=sys.stderr)  # fmt: skip
+            return 2
         try:
             return collect(run_sh, rest)
         except SettingError as error:
             print(f"run.sh: {error}", file=sys.stderr)
             return 2
     if name not in SLICE_RUNNERS or rest not in ([], ["--dry-run"]):
-        what = f"unknown argument {rest[0]}" if name in SLICE_RUNNERS else f"unknown slice {name}"
+        unknown = next((word for word in rest if word != "--dry-run"), rest[-1] if rest else "")
+        what = f"unknown argument {unknown}" if name in SLICE_RUNNERS else f"unknown slice {name}"
         print(f"run.sh: {what} ({USAGE})", file=sys.stderr)
         return 2
     try:

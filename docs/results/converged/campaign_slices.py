@@ -49,7 +49,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import fairseq_san
 from campaign_summary import (
@@ -86,6 +86,10 @@ PROGRAM_SUFFIXES = (".py", ".pyc", ".pth", ".sh", ".so", ".pt")
 # commits travels to every later GPU call (DEVICE_MIB); a received archive asking more is refused
 # before anything is written (a few KB of gzip can unpack to gigabytes).
 UNPACKED_MIB = 256
+# A slice's archive holds a few hundred members; a received one held 50,000 empty files.
+MAX_MEMBERS = 10_000
+# What Linux's file systems take: a name's bytes, a path's.
+NAME_MAX, PATH_MAX = 255, 4096
 # The decoding settings of examples/multi30k/test_bleu.sh, for the held-out sources too (its
 # batch size, DECODE_BATCH_SIZE there, is --batch-size here).
 DECODING = (
@@ -139,15 +143,9 @@ def plugin_folder() -> str:
 def utc_stamp(started: str) -> str:
     """``started`` (ISO 8601) as the UTC stamp of a record's name: another zone's time was
     written as if it were UTC; no zone is read as UTC, as run.sh writes it."""
-    try:
-        when = datetime.datetime.fromisoformat(started)
-    except ValueError:
-        raise UsageError(
-            f"--started {started}: not an ISO 8601 time (run.sh: date -u -Iseconds)"
-        ) from None
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc)
-    return when.strftime("%Y%m%dT%H%M%SZ")
+    if not is_iso_time(started):
+        raise UsageError(f"--started {started}: not an ISO 8601 time (run.sh: date -u -Iseconds)")
+    return utc_time(started).strftime("%Y%m%dT%H%M%SZ")
 
 
 def record(
@@ -206,7 +204,31 @@ def provenance_problem(record) -> Optional[str]:
     for field in ("slice", "gpu"):  # the summary's table of slices names both
         if not isinstance(record.get(field), str):
             return f"has no {field} named (its {field} is {record.get(field)!r})"
+    for field in ("started", "finished"):  # collect orders archives by them, the summary too
+        if not is_iso_time(record.get(field)):
+            return f"has no ISO 8601 {field} time (its {field} is {record.get(field)!r})"
     return None
+
+
+def is_iso_time(value: object) -> bool:
+    """Whether ``value`` is a time as ``record`` writes it (ISO 8601 text)."""
+    try:
+        return isinstance(value, str) and bool(datetime.datetime.fromisoformat(value))
+    except ValueError:
+        return False
+
+
+def utc_time(text: str) -> datetime.datetime:
+    """ISO 8601 ``text`` as a UTC time (one without a zone read as UTC, as ``utc_stamp``)."""
+    when = datetime.datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        return when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def started_at(archive: str) -> datetime.datetime:
+    """When the call that packed ``archive`` started (its provenance, checked)."""
+    return min(utc_time(record["started"]) for record in archive_provenance(archive))
 
 
 def member_problem(member: tarfile.TarInfo) -> Optional[str]:
@@ -244,6 +266,11 @@ def check_members(archive: str) -> None:
             problem = "is a file and a folder both"  # unpacking failed half-way
         if problem is not None:
             raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
+    if len(members) > MAX_MEMBERS:
+        raise UsageError(
+            f"{archive}: holds {len(members):,} members, more than a slice's results "
+            f"({MAX_MEMBERS:,} at most): refused"
+        )
     unpacked = sum(member.size for member in members if member.isfile())
     if unpacked > UNPACKED_MIB * MIB:
         raise UsageError(
@@ -299,11 +326,16 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
 def collect(
     results: str, run_sh: str, archives: Sequence[str], allow_cpu: bool = False
 ) -> List[str]:
-    """Check every archive (``check_archive``), then unpack each into ``results``, in order, a
-    run's Figure 5 analyses replaced whole (``figure5_folders``); the archives unpacked."""
+    """Check every archive (``check_archive``) and that they unpack whole (``check_unpacking``),
+    then unpack each into ``results`` in the order their calls started (an older call's archive
+    unpacked after a newer one's replaced its results: the shared folder's came after those
+    named, in name order), a run's Figure 5 analyses replaced whole (``figure5_folders``); the
+    archives unpacked, in that order."""
     digest = code_sha256(run_sh)
     for archive in archives:
         check_archive(archive, digest, allow_cpu)
+    archives = sorted(dict.fromkeys(archives), key=started_at)
+    check_unpacking(results, archives)
     for archive in archives:
         with tarfile.open(archive) as tar:
             for folder in figure5_folders(tar.getnames()):
@@ -311,6 +343,52 @@ def collect(
             tar.extractall(results, filter="data")
     compress_hypotheses(results)
     return list(archives)
+
+
+def check_unpacking(results: str, archives: Sequence[str]) -> None:
+    """UsageError naming the first member of ``archives`` that could not be unpacked into
+    ``results`` beside the others: a file where another archive or ``results`` has a folder (or
+    the reverse), or a name longer than the file system takes. Found half-way, the archives
+    before it were unpacked, and the slice looked collected."""
+    kinds: Dict[str, Tuple[bool, str]] = {}  # path: (a folder?, the archive that holds it)
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+        replaced = figure5_folders([member.name for member in members])
+        for member in members:
+            path = os.path.normpath(member.name)
+            problem = unpacking_problem(results, path, member.isdir(), kinds, replaced)
+            if problem is not None:
+                raise UsageError(f"{archive}: member {member.name!r} {problem}: refused")
+            for parent in Path(path).parents:
+                kinds.setdefault(str(parent), (True, archive))
+            kinds.setdefault(path, (member.isdir(), archive))
+
+
+def unpacking_problem(
+    results: str, path: str, folder: bool, kinds: Dict[str, Tuple[bool, str]],
+    replaced: Sequence[str],
+) -> Optional[str]:  # fmt: skip
+    """Why ``path`` (a folder or not) cannot be unpacked into ``results`` after the members of
+    ``kinds``, or None. ``replaced``: the Figure 5 folders its archive replaces whole."""
+    if any(len(part.encode()) > NAME_MAX for part in path.split(os.sep)):
+        return f"has a name longer than {NAME_MAX} bytes"
+    if len(os.path.join(os.path.abspath(results), path).encode()) >= PATH_MAX:
+        return f"would lie at a path longer than {PATH_MAX} bytes"
+    for named in [path, *map(str, Path(path).parents)]:
+        is_folder = folder if named == path else True
+        earlier = kinds.get(named)
+        if earlier is not None and earlier[0] != is_folder:
+            return f"is a {kind(is_folder)} where {earlier[1]} has a {kind(earlier[0])}"
+        target = os.path.join(results, named)
+        kept = not any(named == r or named.startswith(r + os.sep) for r in replaced)
+        if kept and os.path.lexists(target) and os.path.isdir(target) != is_folder:
+            return f"is a {kind(is_folder)} where {results} has a {kind(not is_folder)}"
+    return None
+
+
+def kind(folder: bool) -> str:
+    return "folder" if folder else "file"
 
 
 def figure5_folders(members: Sequence[str]) -> List[str]:

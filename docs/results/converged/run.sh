@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Converged models, trained on a lent GPU in SLICES (en-de, pairs, tables, bench): each call of
 # the device tool runs the whole learn-to-share loop for a slice's systems and packs ONE archive,
-# $OUT/converged-SLICE.tar.gz; collect checks and unpacks archives here, then writes the summary
-# and the figures. campaign_run.py schedules the slices (its docstring: what each slice trains,
+# $OUT/converged-SLICE.tar.gz; collect checks and unpacks archives here (those named and
+# ../shared/converged's, in the order their calls started; all checked to unpack whole before
+# any is), then writes the summary and the figures. campaign_run.py schedules the slices (its docstring: what each slice trains,
 # how a call's time is shared, the environment it reads); results.md: how to call each slice.
 #
 #   docs/results/converged/run.sh SLICE [--dry-run]       # on the GPU machine, from the repo root

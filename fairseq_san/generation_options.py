@@ -97,8 +97,7 @@ def check_search_numbers(args: argparse.Namespace) -> None:
     for flag, value in (("--sampling-topk", topk), ("--sampling-topp", topp)):
         if value > 0 and not getattr(args, "sampling", False):  # fairseq's assertion
             raise UsageError(
-                f"{flag} {value} is read by sampling only: pass --sampling too (the hub's "
-                "sampling=True), or leave it out"
+                f"{flag} {value} is read by sampling only: pass --sampling too, or leave it out"
             )
     check_ngram_size(getattr(args, "no_repeat_ngram_size", 0))
     counts = (("max_len_b", 200), ("min_len", 1), ("prefix_size", 0))

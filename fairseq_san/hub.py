@@ -121,9 +121,9 @@ HUB_SPELLING = {"prefix_size": "inference_step_args['prefix_tokens']"}
 def keyword_spelling(message: str, given: Dict[str, Any]) -> str:
     """``message``, its flags of generation options spelt as the hub's keywords: ``--beam 0:``
     as ``beam=0:``, ``--san-decoding static`` as ``san_decoding='static'`` (a value as ``given``
-    holds it, a number, or one of the option's choices), any other (a switch, ``--sampling``, or
-    a flag before a word of the sentence) as its name. The checks shared with the command line
-    named flags to a Python user."""
+    holds it, a number, or one of the option's choices), a switch as ``sampling=True``, any
+    other (a flag before a word of the sentence) as its name. The checks shared with the command
+    line named flags to a Python user."""
 
     def spelt(match: "re.Match") -> str:
         key = match.group("flag").replace("-", "_")
@@ -135,6 +135,8 @@ def keyword_spelling(message: str, given: Dict[str, Any]) -> str:
         value = after[1:]
         if key in given and value.strip("'") == str(given[key]):  # "--print-alignment 'True'"
             return f"{key}={given[key]!r}"
+        if is_switch(key):  # what follows it is a word of the sentence
+            return f"{key}=True{after}"
         if reads_as_number(value):
             return f"{key}={value}"
         if value in keyword_choices(key):
@@ -156,6 +158,14 @@ def reads_as_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_switch(key: str) -> bool:
+    """Whether generation keyword ``key`` is one of fairseq's switches (``sampling``): a flag
+    without a value, which the hub takes as ``key=True``."""
+    return key in GenerationConfig.__dataclass_fields__ and (
+        GenerationConfig.__dataclass_fields__[key].type is bool
+    )
 
 
 def keyword_choices(key: str) -> Tuple[str, ...]:

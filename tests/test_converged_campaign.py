@@ -952,6 +952,91 @@ def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
         )
 
 
+def test_a_later_call_that_trained_an_iteration_again_replaces_the_earlier_calls_run_dir(
+    tmp_path,
+):
+    """A call on a fresh machine retrains an unfinished iteration from scratch; unpacked over the
+    earlier call's archive, the new training sat beside the earlier one's test scores and held-out
+    hypotheses in summary.md, and nothing marked it unfinished. The iteration it restored
+    finished keeps its held-out hypotheses (they do not travel back to the GPU)."""
+    from campaign_slices import collect
+    from campaign_summary import write_summary
+
+    def call(name: str, iter1_updates: int) -> Path:
+        loop = tmp_path / name / "en-de" / "loop"
+        toy_system(loop, 0, {}, 30.0, REFERENCES)
+        toy_system(loop, 1, SAN_POLICY, 40.0, REFERENCES, updates=iter1_updates)
+        (loop / "done.iter1").unlink()  # cut at the deadline
+        return tmp_path / name
+
+    first = call("first", iter1_updates=900)
+    for label in ("baseline", "san"):
+        heldout = first / "en-de" / label / "heldout"
+        heldout.mkdir(parents=True)
+        (heldout / "test_2018_flickr.hyp").write_text(f"{label} of the first call\n")
+    second = call("second", iter1_updates=1200)
+    shutil.rmtree(second / "en-de" / "loop" / "test-bleu" / "iter1")  # not tested
+    archives = [toy_archive(tmp_path / f"out-{hour}", runs, "en-de",
+                            started=f"2026-11-26T{hour}:00:00+00:00")
+                for runs, hour in ((second, 12), (first, 10))]  # fmt: skip
+    results = tmp_path / "results"
+    collect(str(results), str(RUN), list(map(str, archives)), allow_cpu=True)
+    pair = results / "en-de"
+    assert not (pair / "loop" / "test-bleu" / "iter1").exists()
+    assert not (pair / "san" / "heldout").exists()
+    kept = pair / "baseline" / "heldout" / "test_2018_flickr.hyp"
+    assert kept.read_text() == "baseline of the first call\n"
+    toy_references(tmp_path / "data", REFERENCES)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    (baseline, baseline_training), (san, san_training) = zip(
+        summary["pairs"]["en-de"], summary["training"]["en-de"])  # fmt: skip
+    assert (san["system"], san["updates"], san["test"]) == ("san", 1200, {})
+    assert "heldout" not in san and "heldout" in baseline
+    assert (baseline_training["finished"], san_training["finished"]) == (True, False)
+    rows = [line for line in (results / "summary.md").read_text().splitlines()
+            if line.startswith("| san | 1 |")]  # fmt: skip
+    assert len(rows) == 1 and "| wall cap, unfinished (cut at the deadline) |" in rows[0]
+
+
+def test_what_the_summary_would_refuse_is_refused_before_unpacking(tmp_path, capsys):
+    """campaign_summary.py refused a pair without its references, or results without a trained
+    run dir, after the archives were unpacked (they looked collected), with argparse's usage."""
+    from campaign_slices import collect
+    from campaign_summary import main as summary_main
+
+    from fairseq_san.errors import UsageError
+
+    runs = toy_en_de(tmp_path / "made")
+    archive = toy_archive(tmp_path / "out", runs, "en-de")
+    results = tmp_path / "results"
+    nowhere = tmp_path / "nowhere"
+    for split in ("test", "test1"):
+        with pytest.raises(UsageError) as refused:
+            collect(str(results), str(RUN), [str(archive)], allow_cpu=True, data_root=str(nowhere))
+        reference = nowhere / "multi30k.en-de" / "text" / f"{split}.raw.de"
+        assert str(refused.value) == (
+            f"en-de: no reference {reference} for the paired tests on {split}: prepare the pair "
+            "(examples/multi30k/prepare.sh en de) or give the data root that holds it "
+            "(--data-root; run.sh collect: DATA_ROOT); nothing unpacked"
+        )
+        assert not results.exists()
+        toy_references(nowhere, REFERENCES[:1])
+        if split == "test":  # the first split's reference alone
+            (nowhere / "multi30k.en-de" / "text" / "test1.raw.de").unlink()
+    untrained = tmp_path / "untrained"
+    (untrained / "en-de" / "loop" / "iter0").mkdir(parents=True)  # stopped before its log
+    empty = toy_archive(tmp_path / "empty", untrained, "en-de")
+    with pytest.raises(UsageError, match=r"^no trained run dir \(PAIR/RUN/iter\*/train.log\) in "
+                       r".*results nor in the archives: nothing to summarize; nothing unpacked$"):
+        collect(str(results), str(RUN), [str(empty)], allow_cpu=True, data_root=str(nowhere))
+    assert not results.exists()
+    results.mkdir()
+    assert summary_main([str(results)]) == 2
+    assert capsys.readouterr().err == (
+        f"fairseq-san: error: no trained run dir (PAIR/RUN/iter*/train.log) in {results}\n"
+    )
+
+
 def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):
     """The files git tracks or does not ignore, and the bundle, against the device's limit."""
     import campaign_slices
@@ -1100,11 +1185,11 @@ def test_archives_that_cannot_unpack_beside_each_other_are_refused_before_any(
     file_y = archive_with("a", {"en-de/q/r.txt": False, "en-de/x/y": False})
     folder_y = archive_with("b", {"en-de/x/y/z": False})
     long_name = archive_with("c", {"en-de/" + "n" * 300: False})
-    over_folder = archive_with("d", {"en-de/loop/iter0": False})
+    over_folder = archive_with("d", {"en-de/loop": False})  # a run dir an archive replaces
     for archives, member, said in (
         ([file_y, folder_y], "en-de/x/y/z", f"is a folder where {file_y} has a file"),
         ([long_name], "en-de/" + "n" * 300, "has a name longer than 255 bytes"),
-        ([over_folder], "en-de/loop/iter0", f"is a file where {results} has a folder"),
+        ([over_folder], "en-de/loop", f"is a file where {results} has a folder"),
     ):  # fmt: skip
         with pytest.raises(UsageError) as refused:
             collect(str(results), str(RUN), list(map(str, archives)))

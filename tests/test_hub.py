@@ -596,13 +596,13 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "diverse_beam_groups=3"),  # fairseq's ValueError at the first step, a traceback
         ({"no_repeat_ngram_size": 1}, "no_repeat_ngram_size=1: it must be 0 (no blocking) or "
          "an integer of at least 2"),
-        ({"sampling": True, "match_source_len": True}, "sampling and match_source_len each "
-         "choose a search, and fairseq's generator runs one"),
+        ({"sampling": True, "match_source_len": True}, "sampling=True and match_source_len=True "
+         "each choose a search, and fairseq's generator runs one"),
         ({"print_alignment": True}, "print_alignment=True: choose hard or soft"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
          "san_decoder_execution='compile': choose one of eager, fixed, graph, compile-graph"),
         ({"san_decoder_precision": "int8"}, "san_decoder_precision='int8' is an option of "
-         "san_decoding='static', and this command decodes with san_decoding='fairseq': add "
+         "san_decoding='static', not of san_decoding='fairseq', which decodes here: add "
          "san_decoding='static', or drop san_decoder_precision"),
         ({"min_len": 500, "max_len_b": 20}, "min_len=500 is above the longest output of a batch "
          "(max_len_a=0"),
@@ -756,7 +756,7 @@ def test_a_prefix_refusal_names_the_hubs_prefix_tokens(san_checkpoint, binarized
                          inference_step_args=prefix, san_decoding=decoding)  # fmt: skip
         assert str(refused.value).startswith(
             "inference_step_args['prefix_tokens']: the prefix of sentence 0 holds its end (EOS) "
-            "before its source's length, where match_source_len forbids it"
+            "before its source's length, where match_source_len=True forbids it"
         ), str(refused.value)
 
 
@@ -1052,8 +1052,8 @@ def test_generates_own_arguments_are_checked(san_checkpoint, binarized_corpus):
          "takes a number (leave it out for fairseq's default, 1)"),
         ({"min_len": 1.5}, "min_len=1.5 (a keyword of translate(), sample() or generate()): it "
          "takes an integer (leave it out for fairseq's default, 1)"),
-        ({"sampling_topk": 3}, "sampling_topk=3 is read by sampling only: pass sampling too "
-         "(the hub's sampling=True), or leave it out"),  # fairseq's assertion
+        ({"sampling_topk": 3}, "sampling_topk=3 is read by sampling only: pass sampling=True "
+         "too, or leave it out"),  # fairseq's assertion
     ],
 )
 def test_a_keyword_value_its_option_cannot_take_is_refused(

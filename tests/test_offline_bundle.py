@@ -107,16 +107,20 @@ def test_bundle_installs_offline_and_trains(binarized_corpus, tmp_path):
     assert result.stdout.splitlines()[-1].startswith("pytest ")  # --tests: CUDA tests can run
 
 
-def test_bundle_for_another_python_stops_with_one_line(tmp_path):
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
+def run_install(bundle: Path, python: str, wheels: Dict[str, str], prefix: Path):
+    """install.py of ``bundle`` (its wheels/ as they are), with a manifest for ``python`` that
+    lists ``wheels`` (name: sha256), run into ``prefix``."""
+    bundle.mkdir(exist_ok=True)
     shutil.copy2(REPO / "scripts" / "offline_bundle" / "install.py", bundle / "install.py")
-    manifest = {"python": "3.1", "machine_provides": ["torch", "numpy"], "extensions": {}}
+    manifest = {"python": python, "machine_provides": ["torch", "numpy"], "extensions": {},
+                "wheels": wheels}  # fmt: skip
     (bundle / "manifest.json").write_text(json.dumps(manifest))
-    result = subprocess.run(
-        [sys.executable, str(bundle / "install.py"), str(tmp_path / "prefix")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    return subprocess.run([sys.executable, str(bundle / "install.py"), str(prefix)],
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_bundle_for_another_python_stops_with_one_line(tmp_path):
+    result = run_install(tmp_path / "bundle", "3.1", {}, tmp_path / "prefix")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"install.py: error: this bundle is for Python 3.1 and {sys.executable} is {PYTHON}: "
@@ -387,3 +391,33 @@ def test_activate_takes_a_relative_prefix_and_any_cdpath(tmp_path):
     installed_into, path = result.stdout.splitlines()
     assert installed_into == f"{work}/relative"
     assert path.startswith(f"{work}/relative/bin:")
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda wheels: (wheels / "a-1-py3-none-any.whl").write_bytes(b"cut sh"),
+         "{wheels}/a-1-py3-none-any.whl is not the wheel the bundle was built with (its sha256 "
+         "differs from the manifest's): copy the bundle again"),
+        (lambda wheels: (wheels / "a-1-py3-none-any.whl").unlink(),
+         "{wheels} lacks a-1-py3-none-any.whl, which the manifest lists: copy the bundle again"),
+        (lambda wheels: (wheels / "b-1-py3-none-any.whl").write_bytes(b"other"),
+         "{wheels}/b-1-py3-none-any.whl is not in the bundle's manifest: remove it, or rebuild "
+         "the bundle"),
+    ],
+    ids=["cut short", "lost", "added"],
+)  # fmt: skip
+def test_wheels_unlike_the_manifest_are_named_before_pip_runs(tmp_path, change, said):
+    """A wheel cut short on its way to the GPU machine reached pip, whose error named a zip file."""
+    wheels = tmp_path / "bundle" / "wheels"
+    wheels.mkdir(parents=True)
+    wheel = b"a whole wheel"
+    (wheels / "a-1-py3-none-any.whl").write_bytes(wheel)
+    change(wheels)
+    listed = {"a-1-py3-none-any.whl": hashlib.sha256(wheel).hexdigest()}
+    result = run_install(tmp_path / "bundle", PYTHON, listed, tmp_path / "prefix")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "install.py: error: " + said.format(wheels=wheels)
+    ]
+    assert not (tmp_path / "prefix").exists()

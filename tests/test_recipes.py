@@ -58,6 +58,7 @@ from helpers import (
     snapshot,
     train_argv,
     write_corpus,
+    write_fake_multi30k,
 )
 
 WMT14 = REPO / "examples" / "wmt14_en_de" / "run.sh"
@@ -253,6 +254,25 @@ def test_prepare_into_a_folder_of_other_data_is_one_line(
         env["VOCAB_SIZE"] = vocab
     result = run_script(script, *[arg.format(out=out) for arg in argv], env=env)
     assert result.returncode == status and said in result.stderr, output_of(result)[-3000:]
+    assert snapshot(out) == before
+
+
+@pytest.mark.slow
+def test_prepare_again_from_another_multi30k_dir_is_one_line(prepared, multi30k_raw, tmp_path):
+    """A finished folder was "ready" for any MULTI30K_DIR (only the pair and the vocabulary size
+    were checked): the run went on with the text of the first. A copy of the same files is
+    ready."""
+    out, _ = prepared
+    before = snapshot(out)
+    copy = shutil.copytree(multi30k_raw, tmp_path / "copy")
+    again = run_script(PREPARE, "en", "de", str(out), env=prepare_env(copy))
+    assert again.returncode == 0 and again.stdout.strip().endswith("is ready"), output_of(again)
+    other = write_fake_multi30k(tmp_path / "other", seed=1)
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(other))
+    assert (result.returncode, result.stderr) == (1, (
+        f"prepare.sh: {out} was prepared from other text than MULTI30K_DIR={other} "
+        f"({other}/train.en.gz is not {out}/text/train.raw.en): choose another OUT_DIR\n"
+    )), output_of(result)
     assert snapshot(out) == before
 
 

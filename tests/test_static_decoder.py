@@ -1451,11 +1451,11 @@ def test_unsupported_option_is_named(task, options, named):
     "options, message",
     [
         (dict(san_decoder_precision="bf16"), "--san-decoder-precision bf16 is an option of "
-         "--san-decoding static, and this command decodes with --san-decoding fairseq: add "
+         "--san-decoding static, not of --san-decoding fairseq, which decodes here: add "
          "--san-decoding static, or drop --san-decoder-precision"),
         (dict(san_decoding="fast", san_decoder_execution="fixed"), "--san-decoder-execution fixed "
-         "is an option of --san-decoding static, and this command decodes with --san-decoding "
-         "fast"),
+         "is an option of --san-decoding static, not of --san-decoding fast, which decodes "
+         "here"),
         (dict(san_decoding="fast", san_decoder="static"), "--san-decoding fast and --san-decoder "
          "static (deprecated: --san-decoding static) choose two decoders: pass --san-decoding "
          "alone"),

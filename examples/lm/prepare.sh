@@ -7,8 +7,8 @@
 #
 # MULTI30K_DIR holds {train,val,test_2016_flickr}.en.gz; without it the raw files are downloaded
 # from the public multi30k/dataset repository. Splits: train, valid (val), test (test_2016_flickr).
-# Re-running a finished OUT_DIR does nothing (one of other data is refused); a stopped run is
-# prepared again from the start.
+# Re-running a finished OUT_DIR does nothing (one of other data, or prepared from another
+# MULTI30K_DIR's text, is refused); a stopped run is prepared again from the start.
 # VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
@@ -30,6 +30,7 @@ splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 
 if [ -f "$OUT/.done" ]; then
   check_prepared "$OUT" dict.txt "language-modelling data" "$GIVEN_VOCAB_SIZE"
+  check_same_raw "$OUT" en
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi

@@ -6,8 +6,8 @@
 # MULTI30K_DIR holds {train,val,test_2016_flickr,test_2017_flickr}.LANG.gz; without it the raw
 # files are downloaded from the public multi30k/dataset repository. Splits: train, valid (val),
 # test (test_2016_flickr) and test1 (test_2017_flickr, when it exists for the pair).
-# Re-running a finished OUT_DIR does nothing (one of other data is refused); a stopped run is
-# prepared again from the start.
+# Re-running a finished OUT_DIR does nothing (one of other data, or prepared from another
+# MULTI30K_DIR's text, is refused); a stopped run is prepared again from the start.
 # VOCAB_SIZE (default 8000) sets the joint vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
@@ -34,13 +34,14 @@ VOCAB_SIZE=${VOCAB_SIZE:-8000}
 check_vocab_size
 GIVEN_VOCAB_SIZE=${GIVEN:+$VOCAB_SIZE}
 TEXT=$OUT/text
+splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 
 if [ -f "$OUT/.done" ]; then
   check_prepared "$OUT" "train.$SRC-$TGT.$SRC.idx" "$SRC->$TGT translation data" "$GIVEN_VOCAB_SIZE"
+  check_same_raw "$OUT" "$SRC" "$TGT"
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi
-splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 check_unfinished "$OUT"
 check_multi30k_dir "$SRC" "$TGT"
 mkdir -p "$TEXT"

@@ -1,7 +1,8 @@
 # Sourced by the prepare.sh recipes: where Multi30k's gzipped raw files (SPLIT.LANG.gz) are.
 # MULTI30K_DIR holds them; unset, each is downloaded into $TEXT from the public multi30k/dataset
 # repository. The caller sets $splits ("raw name:fairseq split ...") and $TEXT. check_prepared
-# says whether a finished OUT_DIR holds the data asked for, check_unfinished that an unfinished
+# says whether a finished OUT_DIR holds the data asked for, check_same_raw that it was prepared
+# from MULTI30K_DIR's text, check_unfinished that an unfinished
 # one holds none that binarize did not write, binarize runs fairseq-preprocess so that a stopped
 # run leaves none.
 # The commit that ../shared/data/multi30k's README names (its files byte for byte): master may
@@ -56,6 +57,24 @@ check_prepared() {  # check_prepared OUT FILE WHAT [VOCAB_SIZE]: a finished OUT 
     echo "prepare.sh: $out holds a vocabulary of $pieces pieces, not VOCAB_SIZE=$vocab:" \
       "choose another OUT_DIR" >&2
     exit 1; }
+}
+
+check_same_raw() {  # check_same_raw OUT LANG...: a finished OUT holds the text of MULTI30K_DIR
+  # (where set) in OUT/text/SPLIT.raw.LANG; one prepared from other files was "ready", and the
+  # run went on with other data than asked for
+  [ -n "${MULTI30K_DIR:-}" ] || return 0
+  local out=$1 pair lang raw kept
+  shift
+  for pair in $splits test_2017_flickr:test1; do
+    for lang in "$@"; do
+      raw=$MULTI30K_DIR/${pair%%:*}.$lang.gz kept=$out/text/${pair##*:}.raw.$lang
+      [ -f "$raw" ] && [ -f "$kept" ] || continue
+      gzip -dc "$raw" 2> /dev/null | cmp -s - "$kept" || {
+        echo "prepare.sh: $out was prepared from other text than MULTI30K_DIR=$MULTI30K_DIR" \
+          "($raw is not $kept): choose another OUT_DIR" >&2
+        exit 1; }
+    done
+  done
 }
 
 raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)

@@ -540,8 +540,8 @@ class DecodingTask:
             value = self.decoding_option(args, option)
             if option.is_set(value) and decoding != options.STATIC:
                 raise UsageError(
-                    f"{option.flag} {value} is an option of --san-decoding static, and this "
-                    f"command decodes with --san-decoding {decoding}: add --san-decoding static, "
+                    f"{option.flag} {value} is an option of --san-decoding static, not of "
+                    f"--san-decoding {decoding}, which decodes here: add --san-decoding static, "
                     f"or drop {option.flag}"
                 )
         execution = self.decoding_option(args, options.DECODER_EXECUTION)

@@ -4,13 +4,15 @@ The bundle, made by scripts/build_offline_bundle.py on a connected machine, hold
 fairseq's extension sources. This installs the wheels with pip (no index, no dependency
 resolution: the bundle is the complete set), compiles the extensions in the prefix with the
 machine's C++ compiler, writes PREFIX/bin/python (the recipes call ``python``), and checks that
-everything imports. A prefix that already holds this bundle, installed with this Python, is left
-as it is; another bundle (a wheel of other bytes) or another Python installs it again.
+everything imports. The wheels are checked against the manifest's sha256 first. A prefix that
+already holds this bundle, installed with this Python, is left as it is; another bundle (a wheel
+of other bytes) or another Python installs it again.
 
     python3 install.py PREFIX
 """
 
 import argparse
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -47,6 +49,21 @@ def check_machine(manifest: dict) -> None:
             fail(f"{sys.executable} has no {module}: the bundle uses the machine's own {module}")
     if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
         fail(f"no Python.h for {sys.executable}: install Python's headers (python3-dev)")
+
+
+def check_wheels(manifest: dict) -> None:
+    """The bundle's wheels are those its manifest lists, byte for byte: a copy cut short on the
+    way to the machine, or a wheel added or lost, is named before pip sees it."""
+    shipped = {wheel.name: wheel for wheel in (BUNDLE / "wheels").glob("*.whl")}
+    listed = manifest["wheels"]
+    for name in sorted(listed.keys() - shipped.keys()):
+        fail(f"{BUNDLE / 'wheels'} lacks {name}, which the manifest lists: copy the bundle again")
+    for name in sorted(shipped.keys() - listed.keys()):
+        fail(f"{shipped[name]} is not in the bundle's manifest: remove it, or rebuild the bundle")
+    for name in sorted(listed):
+        if hashlib.sha256(shipped[name].read_bytes()).hexdigest() != listed[name]:
+            fail(f"{shipped[name]} is not the wheel the bundle was built with (its sha256 "
+                 "differs from the manifest's): copy the bundle again")  # fmt: skip
 
 
 def install_wheels(prefix: Path) -> None:
@@ -156,6 +173,7 @@ def main() -> None:
     prefix = args.prefix.resolve()
     if installed(prefix, manifest):
         return
+    check_wheels(manifest)
     check_machine(manifest)
     print(f"install.py: installing the bundle into {prefix} (once)", file=sys.stderr)
     install(prefix, manifest)

@@ -800,7 +800,7 @@ def collect(run_sh: str, archives: Sequence[str]) -> int:
     here = os.path.relpath(HERE)
     allow_cpu = ["--allow-cpu"] if os.environ.get("ALLOW_CPU_ARCHIVES") == "1" else []
     run.run_or_stop([*CAMPAIGN_SLICES, "collect", s.results, "--run-sh", run_sh, *allow_cpu,
-                     *archives])  # fmt: skip
+                     "--data-root", s.data_root, *archives])  # fmt: skip
     summary = os.path.join(s.results, "summary.json")
     run.run_or_stop(["python", os.path.join(here, "campaign_summary.py"), s.results,
                      "--data-root", s.data_root, "-o", summary])  # fmt: skip

@@ -6,7 +6,8 @@ train its systems, test them and pack one archive each; the archives are later c
 another machine.
 
     python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
-    python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE [--allow-cpu] ARCHIVE...
+    python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE [--allow-cpu]
+        [--data-root D] ARCHIVE...
     python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
@@ -15,7 +16,8 @@ another machine.
   (nvidia-smi), the settings, the run dirs it holds;
 * ``collect``: unpacks archives into RESULTS after checking, for every archive first, that its
   provenance names one of the SLICES run by this very code on a GPU (``--allow-cpu``: also an
-  archive made without one, a toy run's); refuses with one line otherwise; then gzips the test
+  archive made without one, a toy run's); refuses with one line otherwise; each run dir an
+  archive holds replaces the collected one whole (``replaced_folders``); then gzips the test
   sets' hypotheses (``compress_hypotheses``);
 * ``heldout``: translates every ``*.en`` of a folder with a system's best checkpoint, the test
   sets' decoding settings, and keeps the detokenized hypotheses as
@@ -48,16 +50,21 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import fairseq_san
 from campaign_summary import (
     ITERATION,
+    PAIR_DIR,
     finished_iterations,
+    missing_reference,
+    reference_file,
     stand_in,
     system_label,
     system_names,
+    trained_iterations,
     trained_with,
 )
 from fairseq_san.errors import PREFIX, UsageError, file_error
@@ -324,21 +331,26 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
 
 
 def collect(
-    results: str, run_sh: str, archives: Sequence[str], allow_cpu: bool = False
-) -> List[str]:
-    """Check every archive (``check_archive``) and that they unpack whole (``check_unpacking``),
+    results: str, run_sh: str, archives: Sequence[str], allow_cpu: bool = False,
+    data_root: Optional[str] = None,
+) -> List[str]:  # fmt: skip
+    """Check every archive (``check_archive``), that they unpack whole (``check_unpacking``) and,
+    where ``data_root`` is given, that the summary can be written from them (``check_summary``),
     then unpack each into ``results`` in the order their calls started (an older call's archive
     unpacked after a newer one's replaced its results: the shared folder's came after those
-    named, in name order), a run's Figure 5 analyses replaced whole (``figure5_folders``); the
-    archives unpacked, in that order."""
+    named, in name order), each run dir it holds replacing the collected one whole, with the
+    held-out hypotheses of the iterations it trained again (``replaced_folders``); the archives
+    unpacked, in that order."""
     digest = code_sha256(run_sh)
     for archive in archives:
         check_archive(archive, digest, allow_cpu)
     archives = sorted(dict.fromkeys(archives), key=started_at)
     check_unpacking(results, archives)
+    if data_root is not None:
+        check_summary(results, data_root, archives)
     for archive in archives:
         with tarfile.open(archive) as tar:
-            for folder in figure5_folders(tar.getnames()):
+            for folder in replaced_folders(results, tar):
                 shutil.rmtree(os.path.join(results, folder), ignore_errors=True)
             tar.extractall(results, filter="data")
     compress_hypotheses(results)
@@ -354,7 +366,7 @@ def check_unpacking(results: str, archives: Sequence[str]) -> None:
     for archive in archives:
         with tarfile.open(archive) as tar:
             members = tar.getmembers()
-        replaced = figure5_folders([member.name for member in members])
+        replaced = run_dirs_in([member.name for member in members])
         for member in members:
             path = os.path.normpath(member.name)
             problem = unpacking_problem(results, path, member.isdir(), kinds, replaced)
@@ -370,7 +382,7 @@ def unpacking_problem(
     replaced: Sequence[str],
 ) -> Optional[str]:  # fmt: skip
     """Why ``path`` (a folder or not) cannot be unpacked into ``results`` after the members of
-    ``kinds``, or None. ``replaced``: the Figure 5 folders its archive replaces whole."""
+    ``kinds``, or None. ``replaced``: the run dirs its archive replaces whole."""
     if any(len(part.encode()) > NAME_MAX for part in path.split(os.sep)):
         return f"has a name longer than {NAME_MAX} bytes"
     if len(os.path.join(os.path.abspath(results), path).encode()) >= PATH_MAX:
@@ -387,21 +399,72 @@ def unpacking_problem(
     return None
 
 
+def check_summary(results: str, data_root: str, archives: Sequence[str]) -> None:
+    """UsageError, before anything is unpacked, where campaign_summary.py would refuse what
+    ``results`` holds with ``archives`` unpacked: no trained run dir at all, or a pair's test set
+    translated by two systems or more (a paired test) without its reference in ``data_root``.
+    Refused after unpacking, the archives looked collected, and the summary was the old one."""
+    names = [os.path.relpath(path, results) for path in glob_in(results, "**", recursive=True)]
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            names += [os.path.normpath(name) for name in tar.getnames()]
+    parts = [name.split(os.sep) for name in set(names)]
+    if not any(len(p) == 4 and ITERATION.match(p[2]) and p[3] == "train.log" for p in parts):
+        raise UsageError(f"no trained run dir (PAIR/RUN/iter*/train.log) in {results} nor in "
+                         f"the archives: nothing to summarize; nothing unpacked")  # fmt: skip
+    translated = Counter(
+        (p[0], p[4]) for p in parts
+        if len(p) == 6 and PAIR_DIR.match(p[0]) and p[2] == "test-bleu"
+        and p[5].startswith(f"generate-{p[4]}.txt")
+    )
+    for (pair, split), systems in sorted(translated.items()):
+        reference = reference_file(data_root, pair, split)
+        if systems > 1 and not os.path.exists(reference):
+            raise UsageError(missing_reference(reference, pair, f"the paired tests on {split}")
+                             + "; nothing unpacked")  # fmt: skip
+
+
 def kind(folder: bool) -> str:
     return "folder" if folder else "file"
 
 
-def figure5_folders(members: Sequence[str]) -> List[str]:
-    """The Figure 5 folders (``PAIR/RUN/figure5``) that an archive's ``members`` hold. Each is
-    whole in the archive of the call that wrote it last: a call on a fresh machine retrains an
-    unfinished baseline from scratch (``restore`` keeps finished iterations only), and its
-    analyses unpacked over an earlier call's left that training's later steps in the plot."""
-    folders = set()
+def run_dirs_in(members: Sequence[str]) -> List[str]:
+    """The run dirs (``PAIR/RUN``) that an archive's ``members`` hold: a pair's folders with
+    anything below them but held-out hypotheses (``PAIR/LABEL/heldout``, beside a loop's run
+    dir). A call holds the whole of each run dir it touched: the finished iterations that it
+    restored, what it trained. A call on a fresh machine retrains an unfinished iteration from
+    scratch (``restore`` keeps finished iterations only), and its files unpacked over an earlier
+    call's left that training's test scores, Figure 5 steps or learned policy beside the new one
+    in the summary."""
+    found = set()
     for member in members:
         parts = os.path.normpath(member).split(os.sep)
-        if len(parts) >= 3 and parts[2] == "figure5":
-            folders.add(os.path.join(*parts[:3]))
-    return sorted(folders)
+        if len(parts) >= 3 and parts[2] != "heldout":
+            found.add(os.path.join(*parts[:2]))
+    return sorted(found)
+
+
+def replaced_folders(results: str, tar: tarfile.TarFile) -> List[str]:
+    """What unpacking ``tar`` replaces in ``results``: each run dir it holds (``run_dirs_in``)
+    and, where a collected iteration of one is not in ``tar`` finished with the same training
+    log, that system's held-out hypotheses, which came from a model the call trained again or
+    dropped. Held-out folders of iterations it holds finished stay (they do not travel to the
+    call that restores them)."""
+    members = {os.path.normpath(member.name): member for member in tar.getmembers()}
+    folders = []
+    for run_dir in run_dirs_in(list(members)):
+        collected = os.path.join(results, run_dir)
+        iterations = trained_iterations(collected) if os.path.isdir(collected) else []
+        for system, seed, k in system_names(os.path.basename(run_dir), iterations):
+            log = os.path.join(run_dir, f"iter{k}", "train.log")
+            finished = os.path.join(run_dir, f"done.iter{k}") in members and log in members
+            with open(os.path.join(results, log), "rb") as kept:
+                if finished and tar.extractfile(members[log]).read() == kept.read():
+                    continue
+            folders.append(os.path.join(os.path.dirname(run_dir), system_label(system, seed),
+                                        "heldout"))  # fmt: skip
+        folders.append(run_dir)
+    return folders
 
 
 # fairseq-generate's output in a run dir, which collect compresses.
@@ -591,6 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("results")
     col.add_argument("--run-sh", required=True)
     col.add_argument("--allow-cpu", action="store_true", help="also archives made without a GPU")
+    col.add_argument("--data-root", help="prepare.sh's folders, for the paired tests' references: "
+                     "checked before anything is unpacked (unchecked where not given)")
     col.add_argument("archives", nargs="+")
     held = commands.add_parser("heldout", help="translate the held-out sources")
     held.add_argument("run_dir")
@@ -612,7 +677,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(record(args.runs, args.slice, args.run_sh, args.slice_command, args.started,
                          settings))  # fmt: skip
         elif args.command == "collect":
-            for archive in collect(args.results, args.run_sh, args.archives, args.allow_cpu):
+            collected = collect(args.results, args.run_sh, args.archives, args.allow_cpu,
+                                args.data_root)  # fmt: skip
+            for archive in collected:
                 print(f"== collected {archive}")
             print(travel_report())
         elif args.command == "heldout":

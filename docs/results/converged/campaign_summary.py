@@ -37,10 +37,11 @@ import json
 import os
 import re
 import statistics
+import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from campaign_headline import write_headline
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import PREFIX, UsageError, file_error
 from fairseq_san.files import glob_in
 from fairseq_san.loop.run_record import TRAIN_ARGS, read_record
 from fairseq_san.loop.stopping import loop_stop, policy_path
@@ -233,6 +234,7 @@ def system_row(
     training = {
         "run_dir": run_dir,
         "iteration": iteration,
+        "finished": iteration in finished_iterations(run_dir),  # trained and tested whole
         "cap_s": training_cap(run_dir),
         "epochs": log["epochs"],
         "stop": log["stop"],
@@ -373,6 +375,16 @@ def reference_file(data_root: str, pair: str, split: str) -> str:
     return os.path.join(data_root, f"multi30k.{pair}", "text", f"{split}.raw.{pair.split('-')[1]}")
 
 
+def missing_reference(reference: str, pair: str, what: str) -> str:
+    """The refusal of ``what`` (a paired test) where ``pair``'s ``reference`` is missing."""
+    source, target = pair.split("-")
+    return (
+        f"{pair}: no reference {reference} for {what}: prepare the pair "
+        f"(examples/multi30k/prepare.sh {source} {target}) or give the data root that holds it "
+        "(--data-root; run.sh collect: DATA_ROOT)"
+    )
+
+
 def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str, int, int]]:
     """(system, seed, baseline seed) of every paired test: each system against the baseline of its
     seed and, where that baseline trained for other updates, against every baseline that trained
@@ -408,12 +420,8 @@ def paired_test(
         return None
     reference = reference_file(data_root, pair, split)
     if not os.path.exists(reference):
-        source, target = pair.split("-")
-        raise UsageError(
-            f"{pair}: no reference {reference} for the paired test of {name} on {split}: "
-            f"prepare the pair (examples/multi30k/prepare.sh {source} {target}) or give the "
-            "data root that holds it (--data-root; run.sh collect: DATA_ROOT)"
-        )
+        what = f"the paired test of {name} on {split}"
+        raise UsageError(missing_reference(reference, pair, what))
     hyps = [read_generate_output(path) for path in paths]
     return paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=name)
 
@@ -487,7 +495,7 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                 f"| {row['system']} | {row['seed']} | {policy} | {shown(row['params'], '{:,}')} | "
                 f"{shown(training.get('cap_s'), '{:.0f} s')} | "
                 f"{shown(row['updates'])} | {shown(training['epochs'])} | "
-                f"{shown(row['wall_s'], '{:.0f} s')} | {training['stop']} | "
+                f"{shown(row['wall_s'], '{:.0f} s')} | {stop_shown(training)} | "
                 f"{shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
                 f"{heldout or '-'} |"
             )
@@ -540,6 +548,12 @@ def summary_markdown(summary: Dict[str, object]) -> str:
     return "\n".join(lines + slices_markdown(summary.get("slices", [])))
 
 
+def stop_shown(training: dict) -> str:
+    """Why a system's training stopped, marked where its call ended before it was trained and
+    tested whole (no ``done.iter<k>``: some test set or held-out source may be missing)."""
+    return training["stop"] + ("" if training["finished"] else ", unfinished (cut at the deadline)")
+
+
 def slices_markdown(records: Sequence[dict]) -> List[str]:
     """Where each collected slice ran: dates, GPU, command, and settings other than the defaults."""
     if not records:
@@ -561,7 +575,7 @@ def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, ob
     """Write summary.json (``output``) and summary.md beside it."""
     summary = build_summary(results_dir, data_root)
     if not summary["pairs"]:
-        raise FileNotFoundError(f"no trained run dir (PAIR/RUN/iter*/train.log) in {results_dir}")
+        raise UsageError(f"no trained run dir (PAIR/RUN/iter*/train.log) in {results_dir}")
     with open(output, "w", encoding="utf-8") as out:
         json.dump(summary, out, indent=1)
         out.write("\n")
@@ -571,7 +585,7 @@ def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, ob
     return summary
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="campaign_summary.py", description="write the converged campaign's summary.json and summary.md"
     )
@@ -583,10 +597,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     output = args.output or os.path.join(args.results_dir, "summary.json")
     try:
         summary = write_summary(args.results_dir, args.data_root, output)
-    except (UsageError, OSError) as err:
-        parser.error(str(err))
+    except UsageError as err:  # one line, as campaign_slices.py's: not argparse's usage
+        print(PREFIX + str(err), file=sys.stderr)
+        return 2
+    except OSError as err:  # a file named that is not there or cannot be written
+        print(PREFIX + file_error(err), file=sys.stderr)
+        return 2
     print(summary_markdown(summary), end="")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

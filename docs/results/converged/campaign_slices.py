@@ -61,13 +61,14 @@ from campaign_summary import (
     finished_iterations,
     missing_reference,
     reference_file,
+    refused,
     stand_in,
     system_label,
     system_names,
     trained_iterations,
     trained_with,
 )
-from fairseq_san.errors import PREFIX, UsageError, file_error
+from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
@@ -458,9 +459,8 @@ def replaced_folders(results: str, tar: tarfile.TarFile) -> List[str]:
         for system, seed, k in system_names(os.path.basename(run_dir), iterations):
             log = os.path.join(run_dir, f"iter{k}", "train.log")
             finished = os.path.join(run_dir, f"done.iter{k}") in members and log in members
-            with open(os.path.join(results, log), "rb") as kept:
-                if finished and tar.extractfile(members[log]).read() == kept.read():
-                    continue
+            if finished and tar.extractfile(members[log]).read() == Path(results, log).read_bytes():
+                continue
             folders.append(os.path.join(os.path.dirname(run_dir), system_label(system, seed),
                                         "heldout"))  # fmt: skip
         folders.append(run_dir)
@@ -686,12 +686,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             heldout(args.run_dir, args.iteration, args.data, args.sources, args.batch_size)
         else:
             aan_policy(args.policy, args.output)
-    except UsageError as err:
-        print(PREFIX + str(err), file=sys.stderr)
-        return 2
-    except OSError as err:  # a file named that is not there or cannot be written
-        print(PREFIX + file_error(err), file=sys.stderr)
-        return 2
+    except (UsageError, OSError) as err:
+        return refused(err)
     return 0
 
 

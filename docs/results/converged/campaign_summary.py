@@ -585,6 +585,14 @@ def write_summary(results_dir: str, data_root: str, output: str) -> Dict[str, ob
     return summary
 
 
+def refused(error: Exception) -> int:
+    """Say a UsageError, or an OSError (a file named that is not there or cannot be written: its
+    path, then the system's words), in one line, not argparse's usage; the exit status, 2."""
+    said = file_error(error) if isinstance(error, OSError) else str(error)
+    print(PREFIX + said, file=sys.stderr)
+    return 2
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="campaign_summary.py", description="write the converged campaign's summary.json and summary.md"
@@ -597,12 +605,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     output = args.output or os.path.join(args.results_dir, "summary.json")
     try:
         summary = write_summary(args.results_dir, args.data_root, output)
-    except UsageError as err:  # one line, as campaign_slices.py's: not argparse's usage
-        print(PREFIX + str(err), file=sys.stderr)
-        return 2
-    except OSError as err:  # a file named that is not there or cannot be written
-        print(PREFIX + file_error(err), file=sys.stderr)
-        return 2
+    except (UsageError, OSError) as err:
+        return refused(err)
     print(summary_markdown(summary), end="")
     return 0
 

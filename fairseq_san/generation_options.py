@@ -5,7 +5,7 @@ the static decoder's own arguments. Pure Python.
 
 import argparse
 import math
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.options import flag_of
@@ -38,6 +38,30 @@ SEARCH_STRATEGIES = (
 BEFORE_CONSTRAINTS = SEARCH_STRATEGIES[:-1] + (
     ("diversity_rate", lambda value: is_number(value) and value > -1),
 )
+
+
+# The searches fairseq's generator chooses before the prefix-constrained one (a
+# ``prefix_allowed_tokens_fn``, an argument of ``build_generator`` and the hub's ``generate``):
+# beside one of them the function was never called, and tokens it forbids were translated.
+BEFORE_ALLOWED_TOKENS = BEFORE_CONSTRAINTS + (("constraints", bool),)
+
+
+def check_allowed_tokens_searched(
+    args: argparse.Namespace, prefix_allowed_tokens_fn: Optional[Callable]
+) -> None:
+    """Refuse a ``prefix_allowed_tokens_fn`` beside an option of ``BEFORE_ALLOWED_TOKENS``,
+    naming the option: fairseq's generator runs that search, which ignores the function."""
+    if prefix_allowed_tokens_fn is None:
+        return
+    for name, chooses in BEFORE_ALLOWED_TOKENS:
+        value = getattr(args, name, None)
+        if chooses(value):
+            given = flag_of(name) if value is True else f"{flag_of(name)} {value}"
+            raise UsageError(
+                f"prefix_allowed_tokens_fn and {given} each choose a search, and "
+                "fairseq's generator runs the other one, never calling the function: pass one "
+                "of them"
+            )
 
 
 def check_one_search(args: argparse.Namespace) -> None:
@@ -235,6 +259,16 @@ def whole_targets_forced(sentences: List[int]) -> str:
         "target (its end of sentence included), which the search forces: its hypothesis is its "
         "reference, and the BLEU score counts it as translated; pass a smaller --prefix-size "
         "(said of the first batch with such sentences only)"
+    )
+
+
+def min_len_above_positions(min_len: int, positions: int) -> UsageError:
+    """The error for a ``--min-len`` above the longest output that the decoder's ``positions``
+    hold: raising ``--max-len-b`` (the advice for a batch's length limit) cannot help there."""
+    return UsageError(
+        f"--min-len {min_len} is above the longest output the model's {positions} positions hold "
+        f"({positions - 1} tokens, then the end of sentence; with --lm-path, the fewer of the two "
+        f"models' positions): lower --min-len to at most {positions - 1}"
     )
 
 

@@ -458,7 +458,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 )
         except AssertionError as error:  # fairseq's task (the plugin's say it themselves)
             if is_min_len_assertion(error):
-                problem = str(min_len_above_max_len(config))
+                positions = min(model.max_decoder_positions() for model in self.models)
+                problem = str(min_len_above_max_len(config, positions))
                 raise UsageError(keyword_spelling(problem, given)) from None
             over_batch = sentence_over_max_tokens(error, tokenized_sentences)
             if over_batch is not None:

@@ -1074,6 +1074,29 @@ def test_interactive_refuses_a_constraint_of_an_unknown_word(binarized_corpus, t
     assert "C-0\ttok2" in result.stdout and "<unk>" not in result.stdout
 
 
+@pytest.mark.parametrize("buffer_size", ["1", "2"])
+def test_interactive_skips_a_too_long_line_and_goes_on(binarized_corpus, trained, buffer_size):
+    """``--skip-invalid-size-inputs-valid-test`` with a line longer than the positions: where
+    it was the only line of its buffer (the default ``--buffer-size 1``), the refusal of a batch
+    of no sentence ended the command (exit 1), the lines after it never translated."""
+    argv = [str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
+            "fairseq_san", "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
+            "--beam", "2", "--max-source-positions", "6", "--skip-invalid-size-inputs-valid-test",
+            "--buffer-size", buffer_size]  # fmt: skip
+    too_long = "tok1 tok2 tok3 tok4 tok5 tok6 tok7\n"
+    text = "tok1 tok2\ntok3\n" + too_long * 2 + "tok2 tok3\n"
+    result = subprocess.run(argv, input=text, cwd=REPO, env=cli_env(), capture_output=True,
+                            text=True, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    hypotheses = [line.split("\t")[0] for line in result.stdout.splitlines()
+                  if line.startswith("H-")]  # fmt: skip
+    assert hypotheses == ["H-0", "H-1", "H-4"]
+    said = "longer than the model's positions, not translated"
+    skipped = ["S-2 to S-3"] if buffer_size == "2" else ["S-2", "S-3"]  # buffers left empty
+    assert [line.split(": ")[0].split(":")[-1] for line in result.stderr.splitlines()
+            if said in line] == skipped  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["translation", "translation_san"])
 def test_interactive_refuses_a_source_holding_a_special_symbol(binarized_corpus, trained, task):

@@ -782,6 +782,47 @@ def test_a_call_inside_a_call_keeps_the_outer_calls_rows(san_checkpoint, binariz
     assert [hypos[0]["tokens"].tolist() for hypos in decoded] == expected and inner
 
 
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_allowed_tokens_beside_another_search_are_one_line(
+    san_checkpoint, binarized_corpus, decoding
+):
+    """fairseq's generator chooses sampling, diverse beam search, --match-source-len, a
+    diversity rate (even 0.0) and constraints before a ``prefix_allowed_tokens_fn``: beside one
+    of them it never called the function, and translated tokens it forbids, silently. Alone, the
+    function restricts every token."""
+    import torch
+    from fairseq.token_generation_constraints import pack_constraints
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sources = [hub.encode("tok1 tok2 tok3"), hub.encode("tok4 tok5")]
+    allowed_words = [hub.tgt_dict.index(word) for word in ("tok3", "tok5")]
+    allowed = [*allowed_words, hub.tgt_dict.eos()]
+
+    def restricted(batch_id, tokens):
+        return allowed
+
+    constraints = {"constraints": pack_constraints([[torch.tensor(allowed_words[:1])]] * 2)}
+    for keywords, said in (
+        ({"sampling": True}, "sampling=True"),
+        ({"diverse_beam_groups": 2}, "diverse_beam_groups=2"),
+        ({"match_source_len": True}, "match_source_len=True"),
+        ({"diversity_rate": 0.0}, "diversity_rate=0.0"),
+        ({"constraints": "ordered", "inference_step_args": constraints}, "constraints='ordered'"),
+    ):  # fmt: skip
+        with pytest.raises(UsageError, match=re.escape(
+            f"prefix_allowed_tokens_fn and {said} each choose a search, and fairseq's generator "
+            "runs the other one, never calling the function: pass one of them"
+        )):  # fmt: skip
+            hub.generate(sources, beam=2, san_decoding=decoding,
+                         prefix_allowed_tokens_fn=restricted, **keywords)  # fmt: skip
+    decoded = hub.generate(sources, beam=2, san_decoding=decoding,
+                           prefix_allowed_tokens_fn=restricted)  # fmt: skip
+    assert {token for hypos in decoded for hypo in hypos
+            for token in hypo["tokens"].tolist()} <= set(allowed)  # fmt: skip
+
+
 def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):
     """fairseq failed deep inside the search: "Dimension out of range", "The shape of the mask
     [2] ...", "index 500 is out of bounds", "'list' object has no attribute 'size'"."""
@@ -1290,7 +1331,8 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
 def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binarized_corpus):
     """min_len above a batch's longest output was fairseq's AssertionError ("min_len cannot be
     larger than max_len, please adjust these!"), max_len_b=inf an OverflowError, in either
-    task's hub; now one line each, naming the options."""
+    task's hub; now one line each, naming the options (above the model's positions, the advice
+    to raise max_len_b, which cannot help there, is not given)."""
     from fairseq_san.errors import UsageError
 
     said = ("min_len=10 is above the longest output of a batch (max_len_a=0 x its source "
@@ -1302,6 +1344,14 @@ def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binar
         with pytest.raises(UsageError) as refused:
             hub.translate("tok1 tok2", beam=2, min_len=10, max_len_b=5, max_len_a=0)
         assert str(refused.value) == said, task
+        positions = hub.models[0].max_decoder_positions()  # raising max_len_b cannot help
+        with pytest.raises(UsageError) as refused:
+            hub.translate("tok1 tok2", beam=2, min_len=positions, max_len_b=2 * positions)
+        assert str(refused.value) == (
+            f"min_len={positions} is above the longest output the model's {positions} positions "
+            f"hold ({positions - 1} tokens, then the end of sentence; with lm_path, the fewer "
+            f"of the two models' positions): lower min_len to at most {positions - 1}"
+        ), task
         for keywords, shown in ((dict(max_len_b=float("inf")), "max_len_b=inf"),
                                 (dict(min_len=2.5), "min_len=2.5")):  # fmt: skip
             with pytest.raises(UsageError) as refused:

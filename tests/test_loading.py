@@ -1319,6 +1319,7 @@ def test_installing_the_fixes_again_wraps_nothing_twice():
     """fairseq_fixes.install runs whenever the plugin registers; each fix wraps fairseq once."""
     from fairseq import checkpoint_utils, options
     from fairseq.data import data_utils
+    from fairseq.search import PrefixConstrainedBeamSearch
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     from fairseq_san import fairseq_fixes
@@ -1327,7 +1328,7 @@ def test_installing_the_fixes_again_wraps_nothing_twice():
         return [checkpoint_utils.load_checkpoint_to_cpu,
                 checkpoint_utils.load_model_ensemble_and_task, checkpoint_utils.load_checkpoint,
                 data_utils.batch_by_size, options.parse_args_and_arch,
-                LanguageModelingTask.__init__]  # fmt: skip
+                LanguageModelingTask.__init__, PrefixConstrainedBeamSearch.step]  # fmt: skip
 
     wrapped = wrapped_now()
     assert all(getattr(function, "wrapped_by", None) for function in wrapped)

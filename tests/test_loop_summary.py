@@ -1,9 +1,12 @@
-"""The loop table's range of theta: which thresholds learn the policy an iteration learned
-(``fairseq_san.loop.summary.learned_theta_ranges``), from the run's own record and analysis."""
+"""The loop summary: its table's range of theta, which thresholds learn the policy an iteration
+learned (``fairseq_san.loop.summary.learned_theta_ranges``), from the run's own record and
+analysis; and a run dir that is not there."""
 
 import json
 
-from fairseq_san.loop.summary import format_theta_ranges, learned_theta_ranges
+import pytest
+
+from fairseq_san.loop.summary import format_theta_ranges, learned_theta_ranges, write_summary
 from fairseq_san.policy import learn_policy, theta_range, write_policy
 from paper import PAPER_ENCDEC, PAPER_SELF
 
@@ -51,3 +54,14 @@ def test_no_range_before_the_policy_or_without_the_analysis(tmp_path):
     assert learned_theta_ranges(run_dir, 1) is None  # iteration 1 has learned nothing yet
     (tmp_path / "iter0" / "analysis" / "js.json").unlink()
     assert learned_theta_ranges(run_dir, 0) is None
+
+
+def test_a_summary_names_a_run_dir_that_is_not_there(tmp_path):
+    """``fairseq-san-loop summary DIR`` with a mistyped DIR said "no trained iteration ... in DIR"
+    as of a run that trained nothing; a run dir without one still says that."""
+    missing = tmp_path / "runs" / "en-de"
+    with pytest.raises(FileNotFoundError, match=f"^{missing}: no such run dir"):
+        write_summary(str(missing))
+    missing.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="^no trained iteration "):
+        write_summary(str(missing))

@@ -1550,6 +1550,11 @@ def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
     longest = r"^--min-len 12 is above the longest output of a batch of source length 7 \(10: "
     with pytest.raises(UsageError, match=longest + r"--max-len-a 0 x 7 \+ --max-len-b 10"):
         static_generate(model, 2, src_tokens, src_lengths, min_len=12, max_len_a=0, max_len_b=10)
+    positions = model.max_decoder_positions()  # raising --max-len-b cannot help
+    above = rf"^--min-len {positions} is above the longest output the model's {positions} "
+    with pytest.raises(UsageError, match=above + rf"positions hold \({positions - 1} tokens"):
+        static_generate(model, 2, src_tokens, src_lengths, min_len=positions,
+                        max_len_b=2 * positions)  # fmt: skip
 
 
 @pytest.mark.parametrize(

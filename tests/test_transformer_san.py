@@ -680,6 +680,32 @@ def test_diverse_beam_search_decodes_a_batch_whatever_its_sentence_ids():
     assert_same_hypotheses(decode([0, 1, 2, 3]), decode([264, 7, 1013, 3]))
 
 
+def test_prefix_constrained_search_returns_no_hypothesis_past_its_end():
+    """fairseq's PrefixConstrainedBeamSearch gave its generator ``beam`` candidates, not the 2 x
+    ``beam`` it continues the best non-finished of: a finished candidate continued as well and
+    came back with tokens after its end of sentence ([6, 2, 2]). Every hypothesis must end at its
+    only end of sentence, and the restriction hold."""
+    from fairseq.search import PrefixConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    eos = DICT.eos()
+    hypotheses = []
+    for seed in range(4):
+        model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=seed)
+        src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2], seed=seed)
+        sample = {"id": torch.arange(4),
+                  "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+        search = PrefixConstrainedBeamSearch(DICT, lambda batch_id, tokens: [5, 6, eos])
+        generator = SequenceGenerator([model], DICT, beam_size=2, max_len_b=8,
+                                      search_strategy=search)  # fmt: skip
+        with torch.no_grad():
+            nbests = generator.generate([model], sample)
+        hypotheses += [hypothesis["tokens"].tolist() for nbest in nbests for hypothesis in nbest]
+    assert len(hypotheses) == 4 * 4 * 2  # seeds x sentences x beam
+    assert [tokens for tokens in hypotheses if tokens.index(eos) != len(tokens) - 1] == []
+    assert {token for tokens in hypotheses for token in tokens} <= {5, 6, eos}
+
+
 def repeated_bigrams(tokens: List[int]) -> int:
     """How many of a hypothesis's bigrams stand earlier in it too."""
     bigrams = list(zip(tokens, tokens[1:]))

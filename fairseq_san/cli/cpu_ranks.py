@@ -249,7 +249,10 @@ def command_problem(program: str) -> Optional[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
-    parser.add_argument("--log-dir", default=".", help="where ranks > 0 write their logs")
+    parser.add_argument(
+        "--log-dir", default=".",
+        help="where ranks > 0 write their logs, rank-R.log (default: the current folder)",
+    )  # fmt: skip
     parser.usage = "%(prog)s [-h] [--log-dir DIR] world_size -- COMMAND ..."
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)

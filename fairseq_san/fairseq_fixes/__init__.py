@@ -24,7 +24,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   "cannot mmap an empty file" traceback);
 * ``interactive_input``: fairseq-interactive's input that is not UTF-8 is one line naming it,
   also on standard input (where the locale may turn it into unknown words); the plugin's
-  messages name its sentences as its output numbers them (S-N);
+  messages name its sentences as its output numbers them (S-N); a buffer of lines all skipped
+  as too long (``--skip-invalid-size-inputs-valid-test``) is logged, and the command goes on;
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
   is not there (it trained from scratch, or printed a traceback);
@@ -57,6 +58,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   the target's (a traceback at the first step, or scores of other words fused silently);
 * ``diverse_beam_search``: ``--diverse-beam-groups`` looks its groups' overlap up by the batch's
   positions (it took sentence ids for them: an IndexError at the second step of most batches);
+* ``prefix_constrained_search``: a ``prefix_allowed_tokens_fn`` (the hub's, the task's
+  ``build_generator``'s) never returns a hypothesis that goes on after its end of sentence
+  (fairseq's search gave its generator half the candidates it counts on);
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
   extension (it blocked nothing), and ``--sampling`` beside it draws no output from a hypothesis
   left no token (its end of sentence blocked at the maximum length: a multinomial error);
@@ -93,6 +97,7 @@ from fairseq_san.fairseq_fixes import (
     ngram_blocking,
     numpy2,
     one_line_errors,
+    prefix_constrained_search,
     restore_file,
     resumed_training,
     safe_loading,
@@ -105,8 +110,8 @@ FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
-    generation_shards, dictionary_files, lm_fusion, diverse_beam_search, ngram_blocking,
-    language_pair, special_symbols, one_line_errors,
+    generation_shards, dictionary_files, lm_fusion, diverse_beam_search,
+    prefix_constrained_search, ngram_blocking, language_pair, special_symbols, one_line_errors,
 )
 
 

@@ -21,7 +21,10 @@ task (a ``DecodingTask``) the ids of each batch as the output numbers them, refu
 ``--constraints`` phrase holding a word that the target dictionary has not (fairseq forced the
 unknown word into the translation), and without ``--constraints`` logs the first line holding a
 tab (its phrases were translated as part of the sentence, without a word; not for a language
-model, which decodes no constraints).
+model, which decodes no constraints). A buffer whose every line is longer than the model's
+positions, with ``--skip-invalid-size-inputs-valid-test``, is logged and left untranslated, and
+the command goes on (the batching's refusal of no sentence, ``last_batch``, ended it: with the
+default ``--buffer-size 1``, at the first such line).
 """
 
 import functools
@@ -30,6 +33,7 @@ import sys
 import weakref
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.files import GZIP_MAGIC
 
@@ -110,11 +114,18 @@ def language_modelling(task) -> bool:
     return isinstance(task, LanguageModelingTask)
 
 
+def skipped_whole_buffer(error: UsageError, cfg) -> bool:
+    """Whether ``error`` is the batching's refusal of no sentence where
+    ``--skip-invalid-size-inputs-valid-test`` left out every line of a buffer: fairseq-interactive
+    goes on with the next one (it stopped, the lines after never translated)."""
+    return str(error) == NOTHING_TO_BATCH and cfg.dataset.skip_invalid_size_inputs_valid_test
+
+
 def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
-    buffers before ``lines``; and refuses constraints of unknown words
-    (``check_constraints_known``)."""
+    buffers before ``lines``; refuses constraints of unknown words (``check_constraints_known``);
+    and yields no batch of a buffer whose every line was skipped (``skipped_whole_buffer``)."""
     lines_before = weakref.WeakKeyDictionary()  # task -> its lines in the buffers before
     tab_said = False
 
@@ -125,11 +136,20 @@ def numbered_across_buffers(make_batches):
         before = lines_before.get(task, 0)
         if not (cfg.generation.constraints or tab_said or language_modelling(task)):
             tab_said = said_tab_without_constraints(lines, before)
-        for batch in make_batches(lines, cfg, task, *rest, **keywords):
-            check_constraints_known(batch, task.target_dictionary, before)
-            if numbered:
-                task.interactive_ids = batch.ids + before
-            yield batch
+        try:
+            for batch in make_batches(lines, cfg, task, *rest, **keywords):
+                check_constraints_known(batch, task.target_dictionary, before)
+                if numbered:
+                    task.interactive_ids = batch.ids + before
+                yield batch
+        except UsageError as error:
+            if not skipped_whole_buffer(error, cfg):
+                raise
+            last = f" to S-{before + len(lines) - 1}" if len(lines) > 1 else ""
+            logger.warning(
+                "S-%d%s: longer than the model's positions, not translated "
+                "(--skip-invalid-size-inputs-valid-test)", before, last,
+            )  # fmt: skip
         lines_before[task] = before + len(lines)
 
     return wrapper

@@ -273,6 +273,8 @@ def model_kinds(run_dir: str) -> Sequence[str]:
 def write_summary(run_dir: str) -> str:
     """Write loop.md and loop.json: a row per trained iteration, from its checkpoint, else as the
     earlier summary recorded it (with the policy it learned brought up to date)."""
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"{run_dir}: no such run dir (the loop's --run-dir)")
     kinds = model_kinds(run_dir)
     by_iteration = {row["iteration"]: row for row in recorded_rows(run_dir)}
     for folder in iteration_dirs(run_dir):

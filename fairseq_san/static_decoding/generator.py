@@ -38,6 +38,7 @@ from fairseq_san.generation_options import (
     check_alignment_kind,
     check_diverse_beam_groups,
     check_temperature,
+    min_len_above_positions,
 )
 from fairseq_san.modules import training_forwards, weights_key
 from fairseq_san.static_decoding.alignment import add_alignments
@@ -448,6 +449,8 @@ class StaticSequenceGenerator(nn.Module):
                     "tokens), the longest output --match-source-len allows: lower --min-len"
                 )
             return max_len
+        if self.min_len > self.max_len - 1:
+            raise min_len_above_positions(self.min_len, self.max_len)
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         if self.min_len > max_len:
             raise UsageError(

@@ -24,11 +24,13 @@ from torch import Tensor, nn
 from fairseq_san import options
 from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.generation_options import (
+    check_allowed_tokens_searched,
     check_alignment_kind,
     check_diverse_beam_groups,
     check_search_numbers,
     exhausted_ngrams,
     is_integer,
+    min_len_above_positions,
     PrefixEndsUnfinished,
     prefix_ends_before_source_length,
     unfinished_prefix_ends,
@@ -263,16 +265,20 @@ def is_min_len_assertion(error: AssertionError) -> bool:
     return str(error).startswith("min_len cannot be larger than max_len")
 
 
-def min_len_above_max_len(settings: object) -> UsageError:
+def min_len_above_max_len(settings: object, positions: Optional[int] = None) -> UsageError:
     """The error for fairseq's generator's assertion that ``--min-len`` is at most a batch's
     longest output, of ``settings`` (a generator or the generation config: ``min_len``,
-    ``max_len_a``, ``max_len_b``, ``match_source_len``): the command line's ``one_line_errors``
-    said only that, the hub raised it."""
+    ``max_len_a``, ``max_len_b``, ``match_source_len``) and the decoder's ``positions`` (by
+    default the generator's ``max_len``): the command line's ``one_line_errors`` said only that,
+    the hub raised it."""
+    positions = getattr(settings, "max_len", None) if positions is None else positions
     if getattr(settings, "match_source_len", False):  # the length limit is the source's
         return UsageError(
             f"--min-len {settings.min_len} is above the longest source of a batch, the longest "
             "output --match-source-len allows: lower --min-len"
         )
+    if positions is not None and settings.min_len > positions - 1:
+        return min_len_above_positions(settings.min_len, positions)
     return UsageError(
         f"--min-len {settings.min_len} is above the longest output of a batch (--max-len-a "
         f"{settings.max_len_a} x its source length + --max-len-b {settings.max_len_b}, at most "
@@ -376,6 +382,9 @@ class DecodingTask:
                 "ignore it"
             )
         check_generation_args(args)
+        check_allowed_tokens_searched(
+            args, prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)
+        )
         check_no_refinement_options(args)
         decoding = self.decoding(args)
         self.check_decoder_options(args, decoding)

@@ -10,8 +10,10 @@
 * ``speed_curves``: translation speed against beam size or BLEU, like the paper's Figure 4.
 """
 
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_san.files import write_whole
 from fairseq_san.policy import LN2, format_blocks
 
 Matrix = Sequence[Sequence[float]]
@@ -38,6 +40,14 @@ def figure_formats() -> List[str]:
     from matplotlib.backend_bases import FigureCanvasBase
 
     return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def save(fig, path: str) -> None:
+    """``fig`` written to ``path`` whole or not at all (``files.write_whole``: a full disk left a
+    truncated figure where the last one was), in the format its extension names (png without
+    one)."""
+    extension = os.path.splitext(path)[1][1:].lower() or "png"
+    write_whole(path, lambda name: fig.savefig(name, dpi=150, format=extension))
 
 
 def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = None,
@@ -84,7 +94,7 @@ def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     if title:
         ax.set_title(title, fontsize=9, pad=18)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -116,7 +126,7 @@ def js_heatmap_grid(
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -154,7 +164,7 @@ def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: s
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -187,7 +197,7 @@ def js_training_curves(
         ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -219,5 +229,5 @@ def speed_curves(panels: Dict[str, SpeedSeries], xlabel: str, path: str) -> None
         if ax.lines:  # a panel without points (no BLEU at fixed lengths) has no legend
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save(fig, path)
     plt.close(fig)

@@ -453,6 +453,33 @@ def check_js(js: object) -> list[list[float]]:
     return [[float(value) for value in row] for row in js]
 
 
+# What an analysis records of the attention it measured (older analyses record neither): the
+# subset it was measured on, and the sharing policy of the model measured.
+SOURCE_FIELDS = (("subset", "subsets"), ("policy", "sharing policies"))
+
+
+def check_one_source(analyses: Sequence[dict], names: Sequence[str]) -> None:
+    """PolicyError naming two analyses of different subsets or of models of different sharing
+    policies, where they record them: a mean of theirs is one model's attention on one text no
+    more (a policy learned partly on the test set; a shared model's zeros in a baseline's)."""
+    for field, what in SOURCE_FIELDS:
+        recorded = [(name, analysis[field]) for name, analysis in zip(names, analyses)
+                    if analysis.get(field) is not None]  # fmt: skip
+        other = next(((name, value) for name, value in recorded if value != recorded[0][1]), None)
+        if other is not None:
+            (first, value), (name, other_value) = recorded[0], other
+            raise PolicyError(
+                f"{first} ({field} {shown(value)}) and {name} ({field} {shown(other_value)}) are "
+                f"analyses of different {what}: take the analyses of one subset and of models of "
+                "one policy"
+            )
+
+
+def shown(value: object) -> str:
+    """A recorded value as a message shows it: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optional[list]]:
     """The element-wise mean of several analyses' JS matrices, per kind (e.g. of several seeds'
     models, whose policies learned one by one may differ; each analysis weighs the same).
@@ -460,8 +487,10 @@ def mean_js(analyses: Sequence[dict], names: Sequence[str]) -> dict[str, Optiona
     ``names`` name the analyses in errors. A kind is left out where every analysis lacks it (as
     in each of them: a threshold for it is then refused), null where every analysis has it null
     or lacks it; null in some and a matrix in others (an AAN beside a Transformer), or matrices of
-    different sizes, is an error: they are not analyses of one architecture.
+    different sizes, is an error: they are not analyses of one architecture; so are analyses of
+    different subsets or policies (``check_one_source``).
     """
+    check_one_source(analyses, names)
     averaged: dict[str, Optional[list]] = {}
     for kind in KINDS:
         if not any(kind in analysis for analysis in analyses):

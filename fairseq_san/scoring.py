@@ -21,12 +21,14 @@ GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 GENERATE_SOURCE = re.compile(r"^S-(\d+)\t")
 
+SENTENCEPIECE_MARK = "\u2581"  # sentencepiece's mark of a piece that begins a word
+
 # Subword marks left in fairseq-generate's D- lines when it ran without --post-process (the mark as
 # shown, how it is found), and the value that removes them. One row per segmentation.
 # subword-nmt's "@@" ends a piece of a word (before a space or the line's end): after a space or
 # alone it is text a model wrote (sentencepiece data has "@" pieces), not a mark.
 SUBWORD_MARKS = {
-    ("\u2581", re.compile("\u2581")): "sentencepiece",
+    (SENTENCEPIECE_MARK, re.compile(SENTENCEPIECE_MARK)): "sentencepiece",
     ("@@", re.compile(r"(?<=\S)@@( |$)")): "subword_nmt",
 }
 
@@ -154,14 +156,13 @@ def read_generate_output(path: str) -> List[str]:
     return read_generate(path).hypotheses
 
 
-def check_references(
-    output: str, targets: Dict[int, str], reference: str, references: List[str]
-) -> None:
-    """Refuse references that are not those of the subset fairseq-generate decoded into
-    ``output``: where its ``targets`` (``T-`` lines) have no unknown word or subword mark, at least
-    half of them must read as the reference file's lines (``comparable_text``). Another split of
-    the same size (test and test1 of Multi30k, 1,000 lines each) or the source side scored
-    without a word."""
+def targets_read_otherwise(
+    targets: Dict[int, str], references: List[str], what: str, label: str
+) -> Optional[str]:
+    """Where most of the ``targets`` (sentence id: text) that can be compared with the
+    ``references`` (no unknown word or subword mark) read otherwise than their reference lines
+    (``comparable_text``): how many of ``what``, and the first (``label`` formatted with its id);
+    else None."""
     comparable = {
         i: text for i, text in targets.items()
         if i < len(references) and "<unk>" not in text
@@ -171,14 +172,29 @@ def check_references(
         i for i, text in sorted(comparable.items())
         if comparable_text(text) != comparable_text(references[i])
     ]  # fmt: skip
-    if 2 * len(differing) > len(comparable):
-        first = differing[0]
+    if 2 * len(differing) <= len(comparable):
+        return None
+    first = differing[0]
+    return (
+        f"{len(differing)} of its {len(comparable)} {what} read otherwise, the first at line "
+        f"{first + 1} ({label.format(first)}: {comparable[first][:50]!r}, the reference: "
+        f"{references[first][:50]!r})"
+    )
+
+
+def check_references(
+    output: str, targets: Dict[int, str], reference: str, references: List[str]
+) -> None:
+    """Refuse references that are not those of the subset fairseq-generate decoded into
+    ``output``: where its ``targets`` (``T-`` lines) have no unknown word or subword mark, at least
+    half of them must read as the reference file's lines (``targets_read_otherwise``). Another
+    split of the same size (test and test1 of Multi30k, 1,000 lines each) or the source side
+    scored without a word."""
+    otherwise = targets_read_otherwise(targets, references, "targets (T- lines)", "T-{}")
+    if otherwise is not None:
         raise UsageError(
-            f"{reference} is not the reference of {output}: {len(differing)} of its "
-            f"{len(comparable)} targets (T- lines) read otherwise, the first at line {first + 1} "
-            f"(T-{first}: {comparable[first][:50]!r}, the reference: {references[first][:50]!r}): "
-            "give the raw references of the subset decoded (--gen-subset test1: "
-            "text/test1.raw.TGT)"
+            f"{reference} is not the reference of {output}: {otherwise}: give the raw references "
+            "of the subset decoded (--gen-subset test1: text/test1.raw.TGT)"
         )
 
 

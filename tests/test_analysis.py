@@ -82,7 +82,8 @@ def load_js(directory: Path) -> dict:
 @pytest.mark.slow
 def test_js_json(runs):
     result = load_js(runs["small"])
-    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "subset"}
+    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "subset", "policy"}
+    assert result["policy"] == {}  # unshared
     assert result["sentences"] == MAX_SENTENCES
     assert result["checkpoint"] == str(runs["last"])
     assert result["num_updates"] == 40
@@ -121,6 +122,9 @@ def test_streaming_over_batches_equals_one_batch(runs):
 
 @pytest.mark.slow
 def test_shared_block_has_zero_js(runs):
+    """Layers that share their weights have JS 0; the analysis records the model's policy, by
+    which fairseq-san-policy and fairseq-san-plot-js refuse it beside an unshared model's."""
+    assert load_js(runs["shared"])["policy"] == {"decoder_self": [1, 5]}
     js = np.array(load_js(runs["shared"])["decoder_self"])
     assert np.abs(js[1:, 1:]).max() <= 1e-6  # layers 2..6 share layer 2's weights
     assert js[0, 1:].min() > 1e-4  # layer 1 is its own block

@@ -9,15 +9,24 @@ fairseq-generate. Bad input is one line ``fairseq-san-average: error: ...``, and
 import datetime
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 import torch
 
-from fairseq_san.checkpoints import load_state
+from fairseq_san.checkpoints import load_state, set_stored_value, stored_value
 from fairseq_san.cli import average
-from helpers import best_hypotheses, fairseq_generate, run_cli, train_argv
+from helpers import (
+    REPO,
+    best_hypotheses,
+    cli_env,
+    command_path,
+    fairseq_generate,
+    run_cli,
+    train_argv,
+)
 
 PREFIX = "fairseq-san-average: error: "
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_\d+_(\d+)\.pt")
@@ -178,6 +187,16 @@ def make_a_float_parameter_an_integer(state: dict) -> None:
     state["model"][name] = state["model"][name].long()
 
 
+def reverse_the_direction(state: dict) -> None:
+    source, target = stored_value(state, "model", "language_pair")
+    set_stored_value(state, "model", "language_pair", [target, source])
+
+
+def change_the_activation(state: dict) -> None:
+    assert stored_value(state, "model", "activation_fn") == "relu"
+    set_stored_value(state, "model", "activation_fn", "gelu")
+
+
 def add_an_unsafe_global(state: dict) -> None:
     state["extra"] = datetime.date(2026, 1, 1)  # not on torch's safe loader's allow-list
 
@@ -188,6 +207,11 @@ def add_an_unsafe_global(state: dict) -> None:
     (widen_a_parameter, "is not of the model of {first}: its "),
     # an integer tensor summed with a float one: a traceback, or a float by the inputs' order
     (make_a_float_parameter_an_integer, "is not of the model of {first}: its "),
+    # the same layout, another model: its mean was written as the first one's, without a word
+    (reverse_the_direction, "is not of the model of {first}: its language_pair is ['tgt', 'src'], "
+                            "not ['src', 'tgt']; average checkpoints of one training run"),
+    (change_the_activation, "is not of the model of {first}: its activation_fn is 'gelu', not "
+                            "'relu'"),
     (add_an_unsafe_global, "cannot load checkpoint {other}: it contains datetime.date, which "
                            "torch's safe loader (weights_only) refuses"),
 ])  # fmt: skip
@@ -288,6 +312,32 @@ def test_an_output_that_is_a_link_writes_its_target(checkpoints, tmp_path):
     assert link.is_symlink() and set(load_state(str(target))["model"]) == set(
         load_state(str(by_update[3]))["model"]
     )
+
+
+@pytest.mark.slow
+def test_an_average_that_cannot_be_written_says_why(checkpoints, tmp_path):
+    """On a full disk (here a file-size limit) the reason was torch's "[enforce fail at
+    inline_container.cc:672] . unexpected pos 44672 vs 44564"; the output is left as it was."""
+    import resource
+
+    by_update = update_checkpoints(checkpoints)
+    output = tmp_path / "mean.pt"
+    output.write_bytes(b"the last average")
+    limit = by_update[3].stat().st_size // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    argv = [str(command_path("fairseq-san-average")), "--inputs", str(by_update[3]),
+            str(by_update[2]), "--output", str(output)]  # fmt: skip
+    result = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                            timeout=240, preexec_fn=small_files)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{PREFIX}cannot write {output}: File too large"
+    )
+    assert output.read_bytes() == b"the last average"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mean.pt"]
 
 
 @pytest.mark.slow

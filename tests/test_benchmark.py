@@ -156,6 +156,31 @@ def test_unknown_override_key_names_the_nearest_valid_key():
     parse_system("s=model.pt:" + json.dumps(SAN_STATIC_INT8)).check_overrides(valid, precisions)
 
 
+def test_a_plugin_option_on_a_fairseq_model_and_a_key_near_none_are_one_short_line():
+    """A policy override on a checkpoint of fairseq's transformer said "unknown key 'san_policy'"
+    and listed its whole configuration (some 330 keys, those the benchmark refuses among them);
+    a key near no valid one listed them too. The static decoder stays open to it."""
+    from fairseq_san.benchmark.config import parse_system
+
+    fairseqs = {f"key_{index}" for index in range(300)} | {"dropout", "encoder_layers"}
+    precisions = ("fp32", "int8")
+    spec = parse_system('fs=model.pt:{"san_decoder_self_policy": "1,5"}')
+    with pytest.raises(ValueError) as error:
+        spec.check_overrides(fairseqs, precisions)
+    assert str(error.value) == (
+        "system fs: override of model.pt: san_decoder_self_policy is an option of the plugin's "
+        "models, and this checkpoint's model is none of them (fairseq's own) and reads none: "
+        "attention sharing needs a model trained as transformer_san"
+    )
+    with pytest.raises(ValueError) as error:
+        parse_system('fs=model.pt:{"zzz": 1}').check_overrides(fairseqs, precisions)
+    assert str(error.value) == (
+        "system fs: override of model.pt: unknown key 'zzz' (no option of the checkpoint's model "
+        "or of the decoder is named so)"
+    )
+    parse_system("fs=model.pt:" + json.dumps(STATIC)).check_overrides(fairseqs, precisions)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -453,6 +478,28 @@ def test_fixed_lengths_alone_draw_no_speed_against_bleu(monkeypatch, tmp_path):
     assert drawn[1:] == ["speed_vs_beam.png", "speed_vs_bleu.png"]
 
 
+def test_a_figure_that_cannot_be_written_is_named(monkeypatch, tmp_path):
+    """A full disk at a figure ended the benchmark with "[Errno 27] File too large", naming no
+    file and not saying that the results were written."""
+    pytest.importorskip("matplotlib")
+    import errno
+
+    from fairseq_san.benchmark import run
+
+    def full_disk(results, path):
+        raise OSError(errno.EFBIG, "File too large", str(path))
+
+    monkeypatch.setattr(run, "markdown_report", lambda results: "")
+    monkeypatch.setattr(run, "plot_speed_vs_beam", full_disk)
+    with pytest.raises(ValueError) as refused:
+        run.write_results({"config": {"modes": ["fixed"]}}, tmp_path)
+    assert str(refused.value) == (
+        f"cannot write {tmp_path / 'speed_vs_beam.png'}: File too large (results.json and "
+        f"results.md are written in {tmp_path})"
+    )
+    assert (tmp_path / "results.json").exists()
+
+
 def test_the_report_names_ctranslate2s_fixed_length_only_beside_its_row():
     from fairseq_san.benchmark.report import fixed_lengths_said
 
@@ -520,6 +567,35 @@ def test_ctranslate2_row_or_note(bench_results):
             for run in system["settings"].values():
                 assert run["tokens_per_second"] > 0 and run["ratio_to_baseline"] > 0
                 assert len(run["tokens_per_second_repeats"]) == 3
+
+
+@pytest.mark.slow
+def test_a_baseline_ctranslate2_would_convert_into_another_model_is_not_converted(
+    bench_data, tmp_path
+):
+    """CTranslate2's converter ignores --cross-self-attention: the rows of the model it made
+    agreed with the baseline on no sentence, and the speed-ups over CTranslate2 compared two
+    models. They are left out with the report's note, as for a shared baseline."""
+    pytest.importorskip("ctranslate2")
+    from fairseq_san.cli import bench
+
+    data, _ = bench_data
+    argv = train_argv(data, tmp_path / "ckpt", max_update=2, extra=["--cross-self-attention"])
+    trained = run_cli("fairseq-train", *argv)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    out = tmp_path / "out"
+    bench.main([
+        "--data", str(data), "--system", f"cross={tmp_path / 'ckpt' / 'checkpoint_last.pt'}",
+        "--modes", "natural", "--beams", "1", "--repeats", "1", "--max-sentences", "4",
+        "--no-profile", "--cpu", "--threads", "1", "--out-dir", str(out),
+    ])  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert results["ctranslate2"] == {
+        "status": "skipped",
+        "note": "baseline cross is not a plain transformer (sharing, AAN, no cache or "
+        "--cross-self-attention); CTranslate2 converts only fairseq's transformer",
+    }
+    assert list(results["systems"]) == ["cross"]
 
 
 def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
@@ -835,6 +911,38 @@ def test_bleu_without_a_sentencepiece_model_is_noted_in_the_report(bench_data, t
     assert "- no sentencepiece model (--spm, DATA/spm.model): BLEU and chrF are scored" in (
         (out / "results.md").read_text()
     )
+
+
+@pytest.mark.slow
+def test_references_or_a_sentencepiece_model_of_other_text_are_one_line(bench_data, tmp_path):
+    """--references of another split or the source side (the same number of lines), and --spm
+    of another sentencepiece model (the hypotheses kept its marks), were scored as the subset's
+    without a word; each is refused in one line, before anything is decoded."""
+    from fairseq_san.cli import subwords
+
+    data, checkpoint = bench_data
+    raw = data.parent / "raw"
+    other_text = tmp_path / "other.txt"  # words of other letters: no piece in common
+    other_text.write_text("abc defgh ijq cba xyz\n" * 50)
+    other_spm = str(tmp_path / "other")
+    subwords.train([str(other_text)], other_spm, 16, "unigram")
+    out = tmp_path / "out"
+    common = ["--data", str(data), "--out-dir", str(out), "--system", f"base={checkpoint}",
+              "--modes", "natural", "--beams", "1", "--repeats", "1", "--no-profile",
+              "--no-ctranslate2", "--cpu", "--threads", "1"]  # fmt: skip
+    for extra, said in (
+        (["--references", str(raw / "test.src")], f"--references {raw / 'test.src'} is not the "
+         "target side of the subset: "),
+        (["--spm", other_spm + ".model"], f"sentencepiece model {other_spm}.model does not "
+         "detokenize the subset's binarized targets: "),
+    ):  # fmt: skip
+        result = run_cli("fairseq-san-bench", *common, *extra, timeout=180)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert said in result.stderr.strip().splitlines()[-1]
+        assert not (out / "results.json").exists()
+    result = run_cli("fairseq-san-bench", *common, "--references", str(raw / "test.tgt"),
+                     timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -1179,6 +1179,34 @@ def write_analysis(directory: Path, matrix) -> str:
 SQUARE = [[0.0, 0.1, 0.2], [0.1, 0.0, 0.3], [0.2, 0.3, 0.0]]
 
 
+def test_a_figure_that_cannot_be_written_whole_leaves_the_last_one(tmp_path):
+    """fairseq-san-plot-js saved straight onto -o: a full disk (here a file-size limit) left a
+    truncated figure where the last whole one was; the figure is written whole or not at all."""
+    import resource
+
+    first = write_analysis(tmp_path / "step10", SQUARE)
+    later = tmp_path / "step20"
+    later.mkdir()
+    (later / "js.json").write_text(json.dumps({"num_updates": 20, "decoder_self": SQUARE}))
+    figure = tmp_path / "f.png"
+    argv = [str(command_path("fairseq-san-plot-js")), first, str(later), "-o", str(figure),
+            "--reference-layer", "1", "--layers", "2", "3"]  # fmt: skip
+    drawn = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    whole = figure.read_bytes()
+    limit = len(whole) // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    full = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                          preexec_fn=small_files)  # fmt: skip
+    assert full.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-plot-js: error: cannot write {figure}: File too large"
+    )
+    assert figure.read_bytes() == whole and not (tmp_path / "f.png.tmp").exists()
+
+
 @pytest.mark.parametrize(
     "matrix, said",
     [
@@ -1198,8 +1226,8 @@ def test_plot_js_on_a_bad_matrix_is_one_line(tmp_path, capsys, matrix, said):
 
 def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys):
     """Two analyses at one step (the same checkpoint twice, or two models) were stacked points;
-    analyses of other subsets mixed; a layer asked for twice plotted every point twice, and one
-    analysis given twice its points."""
+    analyses of other subsets or of models of other sharing policies mixed; a layer asked for
+    twice plotted every point twice, and one analysis given twice its points."""
     first = write_analysis(tmp_path / "step10", SQUARE)
     again = write_analysis(tmp_path / "again", SQUARE)
     unnamed = tmp_path / "step30"  # written before js.json named its subset: any
@@ -1220,6 +1248,16 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
         f"fairseq-san-plot-js: error: analyses of different subsets (valid in {first}/js.json, "
         f"test in {later}/js.json): analyse one subset throughout"
     )
+    shared = {"decoder_self": [2]}  # a shared model's analysis
+    (later / "js.json").write_text(json.dumps({"num_updates": 20, "decoder_self": SQUARE,
+                                               "subset": "valid", "policy": shared}))  # fmt: skip
+    (Path(first) / "js.json").write_text(json.dumps({"num_updates": 10, "decoder_self": SQUARE,
+                                                    "subset": "valid", "policy": {}}))  # fmt: skip
+    assert plot_js(capsys, first, str(unnamed), str(later), *out, "--layers", "2") == (
+        f"fairseq-san-plot-js: error: {first}/js.json (policy {{}}) and {later}/js.json (policy "
+        '{"decoder_self": [2]}) are analyses of different sharing policies: take the analyses of '
+        "one subset and of models of one policy"
+    )  # a shared model's zeros drawn inside an unshared one's curve
     assert plot_js(capsys, first, *out, "--layers", "2", "3", "2") == (
         "fairseq-san-plot-js: error: --layers: layer 2 is given twice"
     )
@@ -1703,7 +1741,8 @@ def test_bench_references_may_come_through_a_pipe(tmp_path):
     assert not readable_file(str(tmp_path), pipe=True)
     writer = threading.Thread(target=lambda: pipe.write_text("a\nb\nc\n"), daemon=True)
     writer.start()
-    assert load_references(str(pipe), StandInBatches(3, 2), detokenize=None) == ["a", "b"]
+    targets = {0: "a", 1: "b"}  # the binarized targets, detokenized
+    assert load_references(str(pipe), StandInBatches(3, 2), targets) == ["a", "b"]
     writer.join(timeout=10)
 
 
@@ -1730,7 +1769,7 @@ def test_bench_references_of_another_subset_are_refused(tmp_path, content, said)
     path = tmp_path / "test.raw.tgt"
     path.write_bytes(content)
     with pytest.raises(ValueError, match=re.escape(f"--references {path} {said}")):
-        load_references(str(path), StandInBatches(20, 4), detokenize=None)
+        load_references(str(path), StandInBatches(20, 4), targets={})
 
 
 def test_bench_output_folder_is_checked_before_anything_is_decoded(tmp_path):

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -272,7 +273,7 @@ def test_load_policy_unknown_key(tmp_path):
     )
 
 
-@pytest.mark.parametrize("extra", [{"num_updates": 660, "subset": "valid"}, {}])
+@pytest.mark.parametrize("extra", [{"num_updates": 660, "subset": "valid", "policy": {}}, {}])
 def test_load_policy_of_an_analysis_says_to_learn_one(tmp_path, extra):
     """A js.json given where a policy is read (``fairseq-san-loop show``, ``--san-policy``) was
     'unknown key "num_updates"', or without it "[[0, 0.54, ...]]: block sizes must be positive
@@ -695,6 +696,27 @@ def test_mean_js_refuses_analyses_of_other_architectures(second, message):
         mean_js([{"decoder_self": PAPER_SELF}, second], ["a.json", "b.json"])
 
 
+@pytest.mark.parametrize(
+    "first, second, said",
+    [
+        ({"subset": "valid"}, {"subset": "test"}, "a.json (subset valid) and b.json (subset test) "
+         "are analyses of different subsets"),  # a policy learned partly on the test set
+        ({"policy": {}}, {"policy": {"decoder_self": [2, 4]}}, 'a.json (policy {}) and b.json '
+         '(policy {"decoder_self": [2, 4]}) are analyses of different sharing policies'),
+    ],
+)  # fmt: skip
+def test_mean_js_refuses_analyses_of_other_subsets_or_policies(first, second, said):
+    """Analyses of the same matrices' shapes were averaged whatever text and model they measured;
+    an analysis that records neither (written before they were recorded) is taken beside any."""
+    analyses = [{"decoder_self": PAPER_SELF, **first}, {"decoder_self": PAPER_SELF, **second}]
+    with pytest.raises(PolicyError) as refused:
+        mean_js(analyses + [{"decoder_self": PAPER_SELF}], ["a.json", "b.json", "c.json"])
+    assert str(refused.value) == (
+        f"{said}: take the analyses of one subset and of models of one policy"
+    )
+    assert mean_js([analyses[0], {"decoder_self": PAPER_SELF}], ["a.json", "c.json"])
+
+
 # --- import weight and CLI ------------------------------------------------
 
 
@@ -846,6 +868,14 @@ def test_cli_refuses_an_analysis_given_twice(tmp_path, capsys):
         assert capsys.readouterr().err.splitlines()[-1] == (
             f"fairseq-san-policy: error: {analysis} is given twice: give each analysis once"
         )
+    copy = tmp_path / "copy.json"  # the same analysis under another name: counted twice
+    shutil.copy(analysis, copy)
+    with pytest.raises(SystemExit):
+        policy_main([analysis, other, str(copy), "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {analysis} and {copy} hold the same analysis (a copy): give "
+        "each analysis once"
+    )
     hard_link = tmp_path / "hard.json"  # another name of the same file: counted twice
     os.link(analysis, hard_link)
     with pytest.raises(SystemExit):

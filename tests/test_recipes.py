@@ -46,6 +46,7 @@ from helpers import (
     VOCAB_SIZE,
     best_hypotheses,
     cli_env,
+    command_path,
     fairseq_generate,
     loop_args,
     output_of,
@@ -916,6 +917,14 @@ def test_score_refuses_an_output_given_twice_and_reads_sacrebleus_seed(tmp_path,
         assert one_error_line(result, "fairseq-san-score") == (
             f"fairseq-san-score: error: {named} is given twice: give each seed's output once"
         )
+    compressed = tmp_path / "san.txt.gz"  # the same run under another name and form
+    compressed.write_bytes(gzip.compress(output.read_bytes()))
+    result = run_cli("fairseq-san-score", str(output), str(compressed), "--baseline",
+                     str(baseline), *reference)  # fmt: skip
+    assert one_error_line(result, "fairseq-san-score") == (
+        f"fairseq-san-score: error: {output} and {compressed} hold the same hypotheses, sentence "
+        "for sentence: one run given twice (a copy?); give each seed's output once"
+    )
     compared = (str(output), "--baseline", str(baseline), *reference)
     result = run_cli("fairseq-san-score", *compared, "--bootstrap-samples", "1000000000000")
     assert one_error_line(result, "fairseq-san-score") == (
@@ -1226,6 +1235,33 @@ def test_spm_refuses_to_write_over_its_model_or_training_text(spm_model, tmp_pat
         assert result.returncode == 1 and result.stderr.strip() == f"fairseq-san-spm: error: {said}"
     assert model.read_bytes() == spm_model.read_bytes() and text.read_text() == before
     assert not (tmp_path / "corp.model").exists()
+
+
+def test_spm_train_that_cannot_write_its_model_whole_leaves_the_last_one(spm_model, tmp_path):
+    """sentencepiece does not say that it could not write its model: on a full disk (here a
+    file-size limit) train left a truncated PREFIX.model in place of the last one, exit 0, and
+    encode then called it "not the .model file that train wrote"."""
+    import resource
+
+    for name in ("spm.model", "spm.vocab"):
+        shutil.copy(spm_model.parent / name, tmp_path / name)
+    text = spm_model.parent / "train.txt"
+    limit = (tmp_path / "spm.model").stat().st_size // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    argv = [str(command_path("fairseq-san-spm")), "train", str(text), "--model-prefix",
+            str(tmp_path / "spm"), "--vocab-size", "50", "--model-type", "unigram"]  # fmt: skip
+    result = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                            timeout=240, preexec_fn=small_files)  # fmt: skip
+    assert result.returncode == 1 and result.stderr.strip() == (
+        f"fairseq-san-spm: error: --model-prefix {tmp_path / 'spm'}: sentencepiece could not "
+        "write the model whole (a full disk?): nothing written"
+    )
+    for name in ("spm.model", "spm.vocab"):
+        assert (tmp_path / name).read_bytes() == (spm_model.parent / name).read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["spm.model", "spm.vocab"]
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

@@ -25,7 +25,7 @@ CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
 class CTranslate2System:
     """The baseline converted to CTranslate2, decoding the same batches with ``compute_type``.
 
-    Only a plain transformer converts (no sharing, dot-product self-attention, with cache).
+    Only a plain transformer converts (``FairseqSystem.is_plain_transformer``).
     """
 
     COMPUTE_TYPES = ("float32", "int8")
@@ -133,8 +133,8 @@ def ctranslate2_systems(
     if not base.is_plain_transformer():
         return [], {
             "status": "skipped",
-            "note": f"baseline {base.name} is not a plain transformer (sharing, AAN or no "
-            "cache); CTranslate2 converts only fairseq's transformer",
+            "note": f"baseline {base.name} is not a plain transformer (sharing, AAN, no "
+            "cache or --cross-self-attention); CTranslate2 converts only fairseq's transformer",
         }
     threads = config.threads or torch.get_num_threads()
     try:

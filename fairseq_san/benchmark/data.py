@@ -13,7 +13,12 @@ from fairseq import utils
 
 from fairseq_san.benchmark.config import BenchmarkConfig, references_file, sentencepiece_model
 from fairseq_san.errors import UsageError
-from fairseq_san.scoring import corpus_scores, read_lines
+from fairseq_san.scoring import (
+    SENTENCEPIECE_MARK,
+    corpus_scores,
+    read_lines,
+    targets_read_otherwise,
+)
 
 
 def binarized_empty(task, subset: str) -> bool:
@@ -92,20 +97,42 @@ class Detokenizer:
         return self.processor.decode(pieces.split())
 
 
-def load_references(path: Optional[str], batches: Batches, detokenize: Detokenizer) -> List[str]:
-    """References for the benchmarked sentences: the raw file, or the binarized targets."""
-    if path:
-        try:
-            lines = read_lines(path)
-        except UsageError as err:  # not UTF-8 (scoring.read_lines names the file)
-            raise ValueError(f"--references {err}") from None
-        if len(lines) != len(batches.dataset):
-            raise ValueError(
-                f"--references {path} has {len(lines)} lines but the subset has "
-                f"{len(batches.dataset)} sentences: give the raw target side of that subset"
-            )
-        return [lines[i] for i in batches.ids]
-    return [detokenize(batches.dataset.tgt[i].tolist()) for i in batches.ids]
+def check_detokenized(targets: Dict[int, str], spm_model: Optional[str]) -> None:
+    """Refuse a sentencepiece model that does not make the subset's binarized ``targets`` text:
+    most of them keep its pieces' marks (pieces of another model), and every hypothesis was
+    scored as pieces."""
+    marked = [i for i, text in targets.items() if SENTENCEPIECE_MARK in text]
+    if spm_model and 2 * len(marked) > len(targets):
+        first = marked[0]
+        raise ValueError(
+            f"sentencepiece model {spm_model} does not detokenize the subset's binarized targets: "
+            f"{len(marked)} of {len(targets)} keep its {SENTENCEPIECE_MARK} marks (sentence "
+            f"{first}: {targets[first][:50]!r}): give --spm the model the data was made with"
+        )
+
+
+def load_references(path: Optional[str], batches: Batches, targets: Dict[int, str]) -> List[str]:
+    """References for the benchmarked sentences: the raw file, refused where most of the
+    detokenized binarized ``targets`` read otherwise than its lines (another split of the same
+    size, the source side: scored without a word), or the ``targets`` themselves."""
+    if not path:
+        return [targets[i] for i in batches.ids]
+    try:
+        lines = read_lines(path)
+    except UsageError as err:  # not UTF-8 (scoring.read_lines names the file)
+        raise ValueError(f"--references {err}") from None
+    if len(lines) != len(batches.dataset):
+        raise ValueError(
+            f"--references {path} has {len(lines)} lines but the subset has "
+            f"{len(batches.dataset)} sentences: give the raw target side of that subset"
+        )
+    otherwise = targets_read_otherwise(targets, lines, "binarized targets", "the target")
+    if otherwise is not None:
+        raise ValueError(
+            f"--references {path} is not the target side of the subset: {otherwise}: give the "
+            "raw target side of that subset"
+        )
+    return [lines[i] for i in batches.ids]
 
 
 def score(hypotheses: Dict[int, List[int]], references: List[str], ids, detokenize) -> Dict:
@@ -122,7 +149,9 @@ class TextSide:
         references = references_file(config, task.cfg.target_lang)
         self.references_source = references or "binarized targets, detokenized like hypotheses"
         self.detokenize = Detokenizer(task.target_dictionary, self.spm_model)
-        self.references = load_references(references, batches, self.detokenize)
+        targets = {i: self.detokenize(batches.dataset.tgt[i].tolist()) for i in batches.ids}
+        check_detokenized(targets, self.spm_model)
+        self.references = load_references(references, batches, targets)
         self.ids = batches.ids
         self.signatures: Dict[str, str] = {}
 

@@ -219,6 +219,7 @@ class FairseqSystem:
                 model_cfg, "decoder_self_attention_type", "dot"
             ),
             "no_cache": bool(getattr(decoder, "recompute_prefix", False)),
+            "cross_self_attention": bool(getattr(decoder, "cross_self_attention", False)),
             "max_output_tokens": max_output_tokens(self.model),
             "max_source_tokens": self.model.max_positions()[0],
             "params": sum(p.numel() for p in self.model.parameters()),
@@ -227,11 +228,15 @@ class FairseqSystem:
         }
 
     def is_plain_transformer(self) -> bool:
+        """Whether CTranslate2's converter gives the same model: no sharing, dot-product
+        self-attention, with cache, and without --cross-self-attention (which the converter
+        ignores: it converted another model, whose translations were compared)."""
         info = self.describe()
         return (
             info["decoder_self_attention_type"] in (None, "dot")
             and not info["no_cache"]
             and not info["san_policy"]
+            and not info["cross_self_attention"]
         )
 
     def _generator(

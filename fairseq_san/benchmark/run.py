@@ -285,7 +285,8 @@ def write_results(results: Dict, out_dir: Path) -> None:
     """results.json (strict JSON), results.md and the figures in ``out_dir``: speed against
     beam, and against BLEU where natural lengths were decoded (fixed ones have no BLEU); the
     figures only where matplotlib is installed (the offline bundle for GPU machines leaves it
-    out). The results are written whole or not at all; an earlier run's figures are removed."""
+    out). The results are written whole or not at all, and so is each figure (a figure that
+    cannot be written is a ValueError naming it); an earlier run's figures are removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(finite(results), indent=2, allow_nan=False) + "\n"
     write_text(str(out_dir / RESULTS_JSON), text)
@@ -295,9 +296,15 @@ def write_results(results: Dict, out_dir: Path) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
         return
-    plot_speed_vs_beam(results, out_dir / SPEED_VS_BEAM)
-    if NATURAL in results["config"]["modes"]:
-        plot_speed_vs_bleu(results, out_dir / SPEED_VS_BLEU)
+    try:
+        plot_speed_vs_beam(results, out_dir / SPEED_VS_BEAM)
+        if NATURAL in results["config"]["modes"]:
+            plot_speed_vs_bleu(results, out_dir / SPEED_VS_BLEU)
+    except OSError as err:  # a full disk: the figure is not written, the results are
+        raise ValueError(
+            f"cannot write {err.filename}: {err.strerror or err} ({RESULTS_JSON} and "
+            f"{RESULTS_MD} are written in {out_dir})"
+        ) from None
 
 
 def finite(value):

@@ -5,16 +5,19 @@ checkpoint files, or one folder whose newest N checkpoints ``--num-update-checkp
 (``checkpoint_E_U.pt``, written by ``--save-interval-updates``) or ``--num-epoch-checkpoints N``
 (``checkpointE.pt``) choose, at most ``--checkpoint-upper-bound`` updates or epochs. The average
 keeps the other fields (configuration, optimizer state, ...) of the first checkpoint: the newest,
-of a folder. Half-precision parameters (float16, as fairseq's script does, and bfloat16) are
-averaged and written in float32, integer ones rounded down as fairseq's script does; a boolean
-tensor (a mask) is kept where every checkpoint holds the same, and a parameter holding a NaN or an
-infinity is refused (a diverged training's checkpoint would make every mean one). Unlike
-fairseq's script, each checkpoint is read with torch's safe loader
-(``fairseq_san.checkpoints.load_state``): on torch >= 2.6 that script refuses every fairseq
-checkpoint, and with the safe loader switched off, reading one could run code.
+of a folder; a checkpoint of another model is refused, by its parameters' names and shapes or by
+a configuration that changes what they compute (``MEANING_KEYS``). Half-precision parameters
+(float16, as fairseq's script does, and bfloat16) are averaged and written in float32, integer
+ones rounded down as fairseq's script does; a boolean tensor (a mask) is kept where every
+checkpoint holds the same, and a parameter holding a NaN or an infinity is refused (a diverged
+training's checkpoint would make every mean one). Unlike fairseq's script, each checkpoint is
+read with torch's safe loader (``fairseq_san.checkpoints.load_state``): on torch >= 2.6 that
+script refuses every fairseq checkpoint, and with the safe loader switched off, reading one could
+run code.
 """
 
 import argparse
+import functools
 import logging
 import os
 import re
@@ -25,6 +28,7 @@ from fairseq_san import files
 from fairseq_san.cli import LOG_FORMAT, positive_int
 from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import input_at
+from fairseq_san.options import MODEL_OPTIONS, SELF_SHARE
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
     from torch import Tensor, dtype
@@ -156,6 +160,32 @@ def layout_mismatch(
     return None
 
 
+# A checkpoint's model configuration that changes what parameters of the same names and shapes
+# compute: checkpoints that differ here are of two models (the reverse direction, another
+# activation, policy or normalization), whose mean is neither.
+MEANING_KEYS = (
+    "arch", "_name", "language_pair", "activation_fn", "encoder_normalize_before",
+    "decoder_normalize_before", "encoder_attention_heads", "decoder_attention_heads",
+    "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding",
+    "layernorm_embedding", "no_token_positional_embeddings", "encoder_learned_pos",
+    "decoder_learned_pos", *(option.name for option in MODEL_OPTIONS), SELF_SHARE.name,
+)  # fmt: skip
+
+
+def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
+    """The first of ``MEANING_KEYS`` that checkpoint ``state`` records otherwise than
+    ``reference`` (its value and the reference's), or None: the parameters' layout alone let an
+    En->De and a De->En model, or a ReLU and a GELU one, be averaged under the first's
+    configuration."""
+    from fairseq_san.checkpoints import stored_value
+
+    for key in MEANING_KEYS:
+        value, wanted = stored_value(state, "model", key), stored_value(reference, "model", key)
+        if value != wanted:
+            return f"its {key} is {value!r}, not {wanted!r}"
+    return None
+
+
 def non_finite_parameter(parameters: Dict[str, "Tensor"]) -> Optional[str]:
     """The first floating-point parameter holding a NaN or an infinity (a training that
     diverged), which would make every mean it enters one too; None if there is none."""
@@ -212,7 +242,7 @@ def average(paths: List[str]) -> dict:
         parameters = model_parameters(path, state)
         if first is None:
             first, reference = state, layout(parameters)
-        mismatch = layout_mismatch(reference, parameters)
+        mismatch = layout_mismatch(reference, parameters) or configuration_mismatch(first, state)
         if mismatch:
             raise CheckpointError(
                 f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "
@@ -231,13 +261,26 @@ def average(paths: List[str]) -> dict:
     return first
 
 
+def torch_save(state: dict, name: str) -> None:
+    """``torch.save`` into ``name`` through a Python file, so that a failed write is the OSError
+    that says why (torch's own writer said "[enforce fail at inline_container.cc:672] .
+    unexpected pos 44672 vs 44564" on a full disk)."""
+    import torch
+
+    with open(name, "wb") as handle:
+        try:
+            torch.save(state, handle)
+        except RuntimeError as err:
+            if isinstance(err.__context__, OSError):  # the file's write failed: the cause
+                raise err.__context__ from None
+            raise
+
+
 def save(state: dict, output: str) -> None:
     """Write ``state`` to ``output`` whole or not at all (``files.write_whole``: a link's target
     written, a device or a pipe written through, not replaced by a rename)."""
-    import torch
-
     try:
-        files.write_whole(output, lambda name: torch.save(state, name))
+        files.write_whole(output, functools.partial(torch_save, state))
     except (OSError, RuntimeError) as err:  # a read-only folder; torch's writer failed
         reason = getattr(err, "strerror", None) or first_line(err)
         raise UsageError(f"cannot write {output}: {reason}") from None

@@ -19,7 +19,14 @@ from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import repeated
 from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
-from fairseq_san.policy import KINDS, PolicyError, check_js, load_json_object, mean_js
+from fairseq_san.policy import (
+    KINDS,
+    PolicyError,
+    check_js,
+    check_one_source,
+    load_json_object,
+    mean_js,
+)
 
 # The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
 DEFAULT_REFERENCE, DEFAULT_LAYERS = 4, (5, 6)
@@ -87,7 +94,8 @@ def check_layers(reference: int, layers: List[int], size: int, kind: str, path: 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
     """PlotError for analyses that are not one model's series: one given twice, two at one
     training step (the same checkpoint twice, or two models: their points were stacked), of
-    different subsets (where they name theirs), or of different models (``check_one_model``);
+    different subsets or sharing policies (where they name theirs: ``check_one_source``), or of
+    different models (``check_one_model``);
     or a layer asked for twice."""
     twice = repeated(layers)
     if twice is not None:
@@ -108,6 +116,10 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
         named = ", ".join(f"{subset} in {path}" for path, subset in named)
         raise PlotError(f"analyses of different subsets ({named}): analyse one subset throughout")
     check_matrices(analyses)
+    try:
+        check_one_source([data for _, data in analyses], [path for path, _ in analyses])
+    except PolicyError as err:  # a shared model's zeros drawn inside a baseline's curve
+        raise PlotError(str(err)) from None
     check_one_model(analyses)
 
 

@@ -19,11 +19,12 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 
 import argparse
 import difflib
+import os
 import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.files import file_given_twice, output_problem
+from fairseq_san.files import file_given_twice, output_problem, same_bytes
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -212,6 +213,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     twice = file_given_twice(paths)
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
+    copies = same_bytes([path for path in paths if os.path.isfile(path)])
+    if copies is not None:
+        parser.error(f"{copies[0]} and {copies[1]} hold the same analysis (a copy): give each "
+                     "analysis once")  # fmt: skip
     problem = args.output is not None and output_problem(args.output, "the policy", paths)
     if problem:
         parser.error(f"-o {args.output}: {problem}")

@@ -111,6 +111,7 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
         [checked_hypotheses(path, generated[path], args.reference, references) for path in side]
         for side in (args.generate_output, args.baseline or [])
     )
+    check_no_copies(paths, systems + baselines, len(systems))
     files = [
         {"file": path, **corpus_scores(hypotheses, references)}
         for path, hypotheses in zip(paths, systems + baselines)
@@ -139,6 +140,23 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
         scores["seeds"] = seed_comparison(bleus[: len(systems)], bleus[len(systems) :])
         lines.append(seeds_line(scores["seeds"]))
     return scores, lines
+
+
+def check_no_copies(paths: List[str], hypotheses: List[List[str]], systems: int) -> None:
+    """ValueError naming two outputs whose hypotheses are the same, sentence for sentence: one
+    run given as two seeds under two names (a copy, its gzip-compressed copy), which the seeds'
+    permutation test counted as two runs. One system's output against one baseline's is a check
+    of its own and taken."""
+    if len(paths) == 2 and systems == 1:
+        return
+    seen: Dict[Tuple[str, ...], str] = {}
+    for path, lines in zip(paths, hypotheses):
+        earlier = seen.setdefault(tuple(lines), path)
+        if earlier != path:
+            raise ValueError(
+                f"{earlier} and {path} hold the same hypotheses, sentence for sentence: one run "
+                "given twice (a copy?); give each seed's output once"
+            )
 
 
 def seed_pairs(systems: int, baselines: int) -> List[Tuple[int, int]]:

@@ -7,11 +7,14 @@ sentencepiece model on the concatenation of both sides. ``decode`` turns pieces 
 """
 
 import argparse
+import functools
 import itertools
 import os
 import re
+import shutil
 import stat
 import sys
+import tempfile
 from typing import Callable, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
@@ -55,19 +58,45 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
         if problem:  # sentencepiece would say so after it trained
             raise UsageError(f"--model-prefix {model_prefix}: {problem}")
 
-    spm.SentencePieceTrainer.train(
-        input=",".join(inputs),
-        model_prefix=model_prefix,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=1.0,
-        bos_id=-1,
-        eos_id=-1,
-        pad_id=-1,
-        unk_id=0,
-        max_sentence_length=MAX_SENTENCE_BYTES,
-        minloglevel=2,
-    )
+    folder = os.path.dirname(os.path.abspath(model_prefix))
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".fairseq-san-spm-") as work:
+        trained = os.path.join(work, "spm")
+        spm.SentencePieceTrainer.train(
+            input=",".join(inputs),
+            model_prefix=trained,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+            unk_id=0,
+            max_sentence_length=MAX_SENTENCE_BYTES,
+            minloglevel=2,
+        )
+        check_written_whole(trained, model_prefix)
+        for extension in ("model", "vocab"):
+            copy = functools.partial(shutil.copyfile, f"{trained}.{extension}")
+            write_whole(f"{model_prefix}.{extension}", copy)
+
+
+def check_written_whole(trained: str, model_prefix: str) -> None:
+    """UsageError where sentencepiece wrote ``trained``'s model or vocabulary incompletely: it
+    does not say so (a full disk left a truncated PREFIX.model in place of the last one, exit 0,
+    and encode called it "not the .model file that train wrote")."""
+    import sentencepiece as spm
+
+    try:
+        pieces = spm.SentencePieceProcessor(model_file=f"{trained}.model").get_piece_size()
+    except (RuntimeError, OSError):  # a model cut short parses as none
+        pieces = None
+    with open(f"{trained}.vocab", encoding="utf-8", errors="replace") as vocabulary:
+        lines = sum(1 for _ in vocabulary)
+    if pieces is None or lines != pieces:
+        raise UsageError(
+            f"--model-prefix {model_prefix}: sentencepiece could not write the model whole (a "
+            "full disk?): nothing written"
+        )
 
 
 def check_training_text(inputs: List[str]) -> None:

@@ -19,6 +19,8 @@ from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 
 def _masked_beam_search(step: Callable) -> Callable:
+    """A step in place of fairseq's ``step``: its mask of the allowed tokens, then beam search's
+    2 x ``beam`` best candidates."""
     from fairseq.search import BeamSearch
 
     @functools.wraps(step)

@@ -15,7 +15,8 @@ sentences)::
 At the end of the subset DIR holds
 
 * ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
-  "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid"}``; a kind without
+  "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid", "policy": P}``,
+  P the sharing policy the model's parameters hold (``{}``: none); a kind without
   attention weights (decoder self-attention replaced by AAN; a language model's
   encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the
   checkpoint was saved at, as fairseq read it when it loaded the model. The file is the input
@@ -56,6 +57,7 @@ from torch import Tensor, nn
 from fairseq_san import options
 from fairseq_san.analysis import AttentionCapture, LayerAnalysis
 from fairseq_san.errors import UsageError
+from fairseq_san.models.checkpoint_policy import layers_of, policy_of_state_dict
 from fairseq_san.options import option_field
 
 logger = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class AttentionAnalysisTask:
     def start_analysis(self) -> None:
         self._analysis: Optional[LayerAnalysis] = None
         self._num_updates: Optional[int] = None
+        self._policy: Optional[Dict[str, List[int]]] = None
         self._subset: Optional[str] = None
         self._analysed_subset: Optional[str] = None
 
@@ -146,6 +149,8 @@ class AttentionAnalysisTask:
                 self.cfg.san_analysis_max_sentences, self.cfg.san_analysis_save_sentences
             )
             self._num_updates = getattr(model, "num_updates", None)
+            state_dict = model.state_dict()
+            self._policy = policy_of_state_dict(state_dict, layers_of(state_dict))
             logger.info(
                 "SAN analysis of subset '%s' into %s", self._subset, self.cfg.san_analysis_dir
             )
@@ -178,7 +183,8 @@ class AttentionAnalysisTask:
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
         analysis.write(
             self.cfg.san_analysis_dir,
-            {"checkpoint": checkpoint, "num_updates": self._num_updates, "subset": self._subset},
+            {"checkpoint": checkpoint, "num_updates": self._num_updates, "subset": self._subset,
+             "policy": self._policy},
         )
         self._analysed_subset = self._subset
         logger.info(

@@ -31,6 +31,7 @@ import contextlib
 import copy
 import enum
 import inspect
+import logging
 import os
 import re
 import threading
@@ -66,6 +67,8 @@ from fairseq_san.tasks.decoding import (
     min_len_above_max_len,
     plugin_option_misplaced,
 )
+
+logger = logging.getLogger(__name__)
 
 # How a key of from_pretrained's generation_args is named in a message.
 GENERATION_ARGS_KEY = "a key of from_pretrained's generation_args"
@@ -369,6 +372,22 @@ def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError
     )
 
 
+def warn_of_no_hypothesis(decoded: List[list], skipped: bool) -> None:
+    """Log the first sentence that a ``prefix_allowed_tokens_fn`` left no hypothesis (fairseq's
+    search drops those it gives no allowed token): its n-best list came back empty without a
+    word, as where the function forbids a token of a language model's prompt or of forced
+    ``prefix_tokens``, which the search must take. ``skipped``: sentences left out
+    (``skip_invalid_size_inputs``), which shift the indices."""
+    empty = [index for index, hypotheses in enumerate(decoded) if not hypotheses]
+    if empty:
+        named = "a sentence" if skipped else f"sentence {empty[0]}"
+        logger.warning(
+            "%s (of %d with no hypothesis): prefix_allowed_tokens_fn left it none; it must "
+            "allow each token of a prompt or of prefix_tokens at its position, and the end of "
+            "sentence by the maximum length", named, len(empty),
+        )  # fmt: skip
+
+
 class SANHubInterface(hub_utils.GeneratorHubInterface):
     """fairseq's hub interface, refusing a generation keyword that no generator would follow
     (``check_read_by_hub``, ``check_generation_args``), and decoding with the beam of
@@ -447,7 +466,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         self.calls.batch_rows = (step_args, rows)
         try:
             with keywords_spelt(given):  # the task's checks, as it builds its generator
-                return super().generate(
+                decoded = super().generate(
                     tokenized_sentences,
                     beam,
                     verbose,
@@ -477,12 +496,17 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             raise sentence_too_long(index, length, limit) from None
         finally:
             self.calls.batch_rows = outer_rows
+        if prefix_allowed_tokens_fn is not None:
+            warn_of_no_hypothesis(decoded, skip_invalid_size_inputs)
+        return decoded
 
     def _build_batches(self, tokens, skip_invalid_size_inputs: bool):
         """fairseq's batches, each with its sentences' rows (by the batch's ``id``) of the
         per-sentence tensors of the ``inference_step_args`` that fairseq's ``generate`` gives
         its task's ``inference_step`` with it (this thread's ``calls.batch_rows``)."""
         step_args, rows = getattr(self.calls, "batch_rows", None) or ({}, {})
+        if hasattr(self.task, "skipping_too_long"):  # a plugin language model's prompts
+            self.task.skipping_too_long = skip_invalid_size_inputs
         for batch in super()._build_batches(tokens, skip_invalid_size_inputs):
             for key, tensor in rows.items():
                 ids = batch["id"].to(tensor.device)  # the rows may be on the GPU already

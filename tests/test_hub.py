@@ -10,6 +10,7 @@ import ast
 import functools
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -821,6 +822,40 @@ def test_allowed_tokens_beside_another_search_are_one_line(
                            prefix_allowed_tokens_fn=restricted)  # fmt: skip
     assert {token for hypos in decoded for hypo in hypos
             for token in hypo["tokens"].tolist()} <= set(allowed)  # fmt: skip
+
+
+def test_allowed_tokens_that_leave_a_prompt_no_hypothesis_are_said(language_model, caplog):
+    """A language model's prompt is forced through the search, which asks the function at its
+    positions too: a function that forbids a prompt's token left the sentence no hypothesis, and
+    generate() returned its empty n-best list without a word."""
+    dictionary = language_model.tgt_dict
+    prompt = language_model.encode("tok1 tok2")
+    continuing = [dictionary.index(word) for word in ("tok3", "tok5")] + [dictionary.eos()]
+    said = "sentence 0 (of 1 with no hypothesis): prefix_allowed_tokens_fn left it none; it must "
+    for allowed, hypotheses in ((continuing, 0), (continuing + prompt.tolist(), 2)):
+        caplog.clear()
+        restricted = functools.partial(lambda tokens, i, t: tokens, allowed)
+        with caplog.at_level(logging.WARNING, logger="fairseq_san.hub"):
+            decoded = language_model.generate([prompt], beam=2, max_len_b=6,
+                                              prefix_allowed_tokens_fn=restricted)  # fmt: skip
+        assert len(decoded[0]) == hypotheses
+        assert (said in caplog.text) == (hypotheses == 0), caplog.text
+
+
+def test_a_language_models_too_long_prompt_is_left_out_where_asked(language_model):
+    """skip_invalid_size_inputs=True: a prompt longer than the model's positions was refused
+    (the call failed, the other prompts' samples lost), where fairseq's batching leaves it out as
+    a translation's too long sentence is; without it the refusal stays."""
+    from fairseq_san.errors import UsageError
+
+    positions = language_model.models[0].max_decoder_positions()
+    long = " ".join(["tok1"] * (positions + 4))
+    kept = language_model.sample(["tok1 tok2", long, "tok3"], beam=2, max_len_b=3,
+                                 skip_invalid_size_inputs=True)  # fmt: skip
+    assert len(kept) == 2 and kept[0].startswith("tok1 tok2") and kept[1].startswith("tok3")
+    assert language_model.sample([long], beam=2, skip_invalid_size_inputs=True) == []
+    with pytest.raises(UsageError, match=f"^a prompt of {positions + 4} tokens is longer than "):
+        language_model.sample(["tok1 tok2", long], beam=2, max_len_b=3)
 
 
 def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):

@@ -304,6 +304,14 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
         "fairseq-san: error: a prompt of 20 tokens is longer than the model's 16 positions "
         "leave room for (the start token and one generated token): shorten it to at most 14 tokens"
     )
+    # --skip-invalid-size-inputs-valid-test: the prompt is skipped, as fairseq's batching skips
+    # it, and the lines after it generate (the refusal above ended the command there)
+    prompts = "tok1 tok2\n" + " ".join(["tok1"] * 20) + "\ntok3\n"
+    skipped = run_cli(*argv, "--skip-invalid-size-inputs-valid-test", input=prompts)
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert [line.split("\t")[0] for line in skipped.stdout.splitlines()
+            if line.startswith("H-")] == ["H-0", "H-2"]  # fmt: skip
+    assert "S-1: longer than the model's positions, not translated" in skipped.stderr
 
 
 @pytest.mark.parametrize("task", ["language_modeling_san", "language_modeling"])

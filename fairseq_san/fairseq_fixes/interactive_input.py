@@ -136,6 +136,8 @@ def numbered_across_buffers(make_batches):
         before = lines_before.get(task, 0)
         if not (cfg.generation.constraints or tab_said or language_modelling(task)):
             tab_said = said_tab_without_constraints(lines, before)
+        if hasattr(task, "skipping_too_long"):  # a plugin language model's prompts
+            task.skipping_too_long = cfg.dataset.skip_invalid_size_inputs_valid_test
         try:
             for batch in make_batches(lines, cfg, task, *rest, **keywords):
                 check_constraints_known(batch, task.target_dictionary, before)

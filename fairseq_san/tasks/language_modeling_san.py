@@ -124,6 +124,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.cfg = args
         self.scoring = False  # whether the last generator built scores (``build_generator``)
         self.typed_prompts = False  # whether prompts come from build_dataset_for_inference
+        # whether the batching skips prompts longer than the positions (fairseq-interactive's
+        # --skip-invalid-size-inputs-valid-test, the hub's skip_invalid_size_inputs)
+        self.skipping_too_long = False
         self.start_token_said = False  # whether START_TOKEN_GENERATED was logged
         self.start_analysis()
 
@@ -144,8 +147,11 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
 
     def check_prompt(self, tokens: int) -> None:
         """Refuse a prompt of ``tokens`` tokens (without the start token) that leaves the model
-        no position to generate in: fairseq's generator would cut it, its batching drop it."""
+        no position to generate in: fairseq's generator would cut it, its batching drop it (where
+        it is ``skipping_too_long``, one longer than the positions is left to it to skip)."""
         positions = getattr(self, "positions", None)
+        if self.skipping_too_long and positions is not None and tokens + 1 > positions:
+            return
         if positions is not None and tokens + 2 > positions:
             raise UsageError(
                 f"a prompt of {tokens} tokens is longer than the model's {positions} positions "

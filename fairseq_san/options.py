@@ -166,6 +166,11 @@ SHARE_NAMES = {WEIGHTS: "SAN attention weights", KV: "cross-layer KV sharing"}
 # The options of the decoder-only language model (transformer_lm_san): one policy kind.
 LM_KIND = "decoder_self"
 LM_OPTIONS = (MODEL_OPTIONS[0], POLICY_OPTIONS[LM_KIND], SELF_SHARE)
+# The options that make the plugin's models what they are (the decodings' deprecated aliases
+# left out): fairseq's own models read none of them.
+MODEL_OPTION_NAMES = tuple(
+    option.name for option in MODEL_OPTIONS + (SELF_SHARE,) if option.alias_of is None
+)
 
 DECODING = Option(
     "san_decoding",

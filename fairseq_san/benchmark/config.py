@@ -53,14 +53,6 @@ def precision_label(dtype_or_compute_type: str) -> str:
     return PRECISION_LABELS.get(name, name)
 
 
-# The options of the plugin's models (a decoding excepted: fairseq's own models decode with the
-# static decoder too), which a checkpoint of fairseq's own models does not read.
-PLUGIN_MODEL_OPTIONS = frozenset(
-    option.name for option in (*options.MODEL_OPTIONS, options.SELF_SHARE)
-    if option.alias_of is None
-)  # fmt: skip
-
-
 def unknown_key_error(what: str, key: str, valid: Collection[str]) -> str:
     """One line naming an unknown key and the nearest valid one (difflib), for ValueError; where
     none is near, not the list of the checkpoint's whole configuration (some 330 keys, the
@@ -124,7 +116,7 @@ class SystemSpec:
         if san:
             keys |= set(options.option_names())
         for key in self.overrides:
-            if not san and key in PLUGIN_MODEL_OPTIONS:
+            if not san and key in options.MODEL_OPTION_NAMES:
                 raise ValueError(
                     f"{what}: {key} is an option of the plugin's models, and this checkpoint's "
                     "model is none of them (fairseq's own) and reads none: attention sharing "

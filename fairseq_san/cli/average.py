@@ -28,7 +28,7 @@ from fairseq_san import files
 from fairseq_san.cli import LOG_FORMAT, positive_int
 from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import input_at
-from fairseq_san.options import MODEL_OPTIONS, SELF_SHARE
+from fairseq_san.options import MODEL_OPTION_NAMES
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
     from torch import Tensor, dtype
@@ -168,7 +168,7 @@ MEANING_KEYS = (
     "decoder_normalize_before", "encoder_attention_heads", "decoder_attention_heads",
     "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding",
     "layernorm_embedding", "no_token_positional_embeddings", "encoder_learned_pos",
-    "decoder_learned_pos", *(option.name for option in MODEL_OPTIONS), SELF_SHARE.name,
+    "decoder_learned_pos", "cross_self_attention", *MODEL_OPTION_NAMES,
 )  # fmt: skip
 
 

@@ -375,6 +375,22 @@ def test_bench_benchmarks_the_tables_models_trained_on_this_machine(tables_model
     assert systems["aan-san-graph"].startswith(f"{tables}/en-de/aan-san/iter0/")
 
 
+def test_a_failed_benchmark_is_said_in_the_calls_output(tables_models, tmp_path):
+    """A benchmark that failed (here: no CUDA) left its error in the archived log only, and the
+    call's reply read as a success: each failed run is said, with its log's last line."""
+    failing = tmp_path / "failing" / "fairseq-san-bench"
+    failing.parent.mkdir()
+    failing.write_text(f"#!{sys.executable}\nimport sys\n"
+                       "sys.exit('fairseq-san-bench: error: CUDA is not available')\n")  # fmt: skip
+    failing.chmod(0o755)
+    env = {**tables_models, "SLICE_S": "100", "BENCH_S": "0",
+           "PATH": f"{failing.parent}:{tables_models['PATH']}"}  # fmt: skip
+    output = campaign("bench", env=env)
+    for run in ("batch16", "batch128", "batch128-fp16"):
+        assert (f"== bench {run}: failed (exit 1): fairseq-san-bench: error: CUDA is not "
+                "available") in output, output[-3000:]  # fmt: skip
+
+
 def test_bench_trains_nothing_where_tables_ran_without_its_models(tables_models):
     """Where the tables slice ran but a benchmarked model has no trained checkpoint here (one cut
     at the deadline; tables' second call, on a fresh machine), the bench slice trains no model of
@@ -950,6 +966,31 @@ def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
         assert json.loads((figure5 / "checkpoint_1_100" / "js.json").read_text())["call"] == (
             "second"
         )
+
+
+def test_a_bench_archive_adds_its_policy_to_the_collected_policies(tmp_path):
+    """The bench slice writes en-de/policies/aan-san.json alone; collect took the pair's
+    policies folder for a run dir and replaced it whole, deleting the tables slice's policies."""
+    from campaign_slices import collect
+
+    def archive_of(call: str, policies, slice_name: str, hour: int) -> Path:
+        runs = tmp_path / call / "runs"
+        folder = runs / "en-de" / "policies"
+        folder.mkdir(parents=True)
+        for name in policies:
+            (folder / f"{name}.json").write_text(json.dumps({"decoder_self": [6], "call": call}))
+        return toy_archive(tmp_path / call / "out", runs, slice_name,
+                           started=f"2026-11-26T{hour}:00:00+00:00")  # fmt: skip
+
+    tables = archive_of("tables", ("mean", "enc-0.4", "aan-san"), "tables", 10)
+    bench = archive_of("bench", ("aan-san",), "bench", 12)
+    results = tmp_path / "results"
+    collect(str(results), str(RUN), [str(tables), str(bench)], allow_cpu=True)
+    policies = results / "en-de" / "policies"
+    assert sorted(path.name for path in policies.iterdir()) == [
+        "aan-san.json", "enc-0.4.json", "mean.json"
+    ]
+    assert json.loads((policies / "aan-san.json").read_text())["call"] == "bench"
 
 
 def test_a_later_call_that_trained_an_iteration_again_replaces_the_earlier_calls_run_dir(

@@ -258,6 +258,17 @@ class Job(threading.Thread):
         self.result = self.work()
 
 
+def last_line(log: str) -> str:
+    """The last line of ``log`` that holds anything (a failed command's error), or what says
+    there is none."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as lines:
+            written = [line.strip() for line in lines if line.strip()]
+    except OSError as err:
+        return f"{log}: {err.strerror}"
+    return written[-1] if written else f"{log} is empty"
+
+
 class Slice:
     """The running slice: its deadline, its background jobs, the commands it prints and runs."""
 
@@ -635,7 +646,8 @@ class Slice:
                          "machine runs it")  # fmt: skip
                 continue
             self.makedirs(folder)
-            self.run(self.timed([
+            log = os.path.join(folder, f"{run_name}.log")
+            status = self.run(self.timed([
                 "fairseq-san-bench", "--gpu", *precision,
                 "--data", os.path.join(self.s.data_root, "multi30k.en-de"),
                 "--subset", "test", "--batch-size", str(batch), "--max-sentences", str(sentences),
@@ -643,7 +655,9 @@ class Slice:
                 "--repeats", "3", "--max-len-a", "1.2", "--max-len-b", "10", "--no-ctranslate2",
                 "--no-profile",
                 *systems, "--out-dir", os.path.join(folder, run_name),
-            ], self.s.limits), log=os.path.join(folder, f"{run_name}.log"))  # kept if cut short
+            ], self.s.limits), log=log)  # kept if cut short
+            if status != 0:  # said in the call's reply, not only in the archived log
+                self.say(f"== bench {run_name}: failed (exit {status}): {last_line(log)}")
             self.pack()  # a call stopped in the next run still returns this one
 
     # --- the archive ---------------------------------------------------------------------------

@@ -429,18 +429,23 @@ def kind(folder: bool) -> str:
     return "folder" if folder else "file"
 
 
+# A pair's folders that are no run dir: its policies (learned by the tables slice; the bench
+# slice writes one of them, aan-san.json), which an archive adds to, file by file.
+POLICIES = "policies"
+
+
 def run_dirs_in(members: Sequence[str]) -> List[str]:
     """The run dirs (``PAIR/RUN``) that an archive's ``members`` hold: a pair's folders with
-    anything below them but held-out hypotheses (``PAIR/LABEL/heldout``, beside a loop's run
-    dir). A call holds the whole of each run dir it touched: the finished iterations that it
-    restored, what it trained. A call on a fresh machine retrains an unfinished iteration from
-    scratch (``restore`` keeps finished iterations only), and its files unpacked over an earlier
-    call's left that training's test scores, Figure 5 steps or learned policy beside the new one
-    in the summary."""
+    anything below them but its ``POLICIES`` and held-out hypotheses (``PAIR/LABEL/heldout``,
+    beside a loop's run dir). A call holds the whole of each run dir it touched: the finished
+    iterations that it restored, what it trained. A call on a fresh machine retrains an
+    unfinished iteration from scratch (``restore`` keeps finished iterations only), and its files
+    unpacked over an earlier call's left that training's test scores, Figure 5 steps or learned
+    policy beside the new one in the summary."""
     found = set()
     for member in members:
         parts = os.path.normpath(member).split(os.sep)
-        if len(parts) >= 3 and parts[2] != "heldout":
+        if len(parts) >= 3 and parts[1] != POLICIES and parts[2] != "heldout":
             found.add(os.path.join(*parts[:2]))
     return sorted(found)
 

@@ -1039,6 +1039,24 @@ def test_a_later_call_that_trained_an_iteration_again_replaces_the_earlier_calls
     assert len(rows) == 1 and "| wall cap, unfinished (cut at the deadline) |" in rows[0]
 
 
+def test_a_run_dir_collected_before_done_markers_counts_its_tested_iterations_finished(tmp_path):
+    """en-de/aan was collected before run.sh wrote done.iter<k>: its tested iteration 0 was
+    summarized "unfinished (cut at the deadline)". Without any marker, an iteration with scores
+    on every test set is finished; one without them is not."""
+    from campaign_summary import write_summary
+
+    results = tmp_path / "results"
+    loop = results / "en-de" / "loop"
+    toy_system(loop, 0, {}, 30.0, REFERENCES)
+    toy_system(loop, 1, SAN_POLICY, 31.0, REFERENCES)
+    for marker in loop.glob("done.iter*"):
+        marker.unlink()
+    shutil.rmtree(loop / "test-bleu" / "iter1" / "test1")  # iteration 1 tested in part
+    toy_references(tmp_path / "data", REFERENCES)
+    summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
+    assert [row["finished"] for row in summary["training"]["en-de"]] == [True, False]
+
+
 def test_what_the_summary_would_refuse_is_refused_before_unpacking(tmp_path, capsys):
     """campaign_summary.py refused a pair without its references, or results without a trained
     run dir, after the archives were unpacked (they looked collected), with argparse's usage."""

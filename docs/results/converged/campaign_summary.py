@@ -85,6 +85,15 @@ def finished_iterations(run_dir: str) -> List[int]:
     return sorted(int(found.group(1)) for found in map(DONE.match, os.listdir(run_dir)) if found)
 
 
+def is_finished(run_dir: str, iteration: int) -> bool:
+    """Whether ``iteration`` of ``run_dir`` was trained and tested whole: its ``done.iter<k>``;
+    in a run dir collected before run.sh wrote those markers (en-de/aan: none at all), its scores
+    on every test set (it was summarized "unfinished (cut at the deadline)")."""
+    if finished_iterations(run_dir):
+        return iteration in finished_iterations(run_dir)
+    return set(test_scores(run_dir, iteration)) == set(TEST_SPLITS.values())
+
+
 # What test_bleu.sh's score.json holds for each test set, which the summary reads.
 TEST_SCORE_FIELDS = ("bleu", "chrf", "bleu_signature")
 
@@ -234,7 +243,7 @@ def system_row(
     training = {
         "run_dir": run_dir,
         "iteration": iteration,
-        "finished": iteration in finished_iterations(run_dir),  # trained and tested whole
+        "finished": is_finished(run_dir, iteration),  # trained and tested whole
         "cap_s": training_cap(run_dir),
         "epochs": log["epochs"],
         "stop": log["stop"],

@@ -82,8 +82,10 @@ def load_js(directory: Path) -> dict:
 @pytest.mark.slow
 def test_js_json(runs):
     result = load_js(runs["small"])
-    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "subset", "policy"}
+    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "seed", "subset",
+                           "policy"}  # fmt: skip
     assert result["policy"] == {}  # unshared
+    assert result["seed"] == 1  # train_argv's --seed
     assert result["sentences"] == MAX_SENTENCES
     assert result["checkpoint"] == str(runs["last"])
     assert result["num_updates"] == 40
@@ -280,6 +282,23 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
         f"fairseq-san-plot-js: error: {first}/js.json (decoder_self 6 layers, decoder_encdec 6 "
         f"layers, encoder_self 2 layers) and {mixed}/js.json ({described}) are analyses of "
         "different models: plot the checkpoints of one model"
+    )
+    assert not output.exists()
+
+
+def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys):
+    """Two seeds' kept checkpoints of one recipe (one policy, one subset) were drawn as one curve,
+    their points interleaved by step."""
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    other = write_js(tmp_path / "b", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    for folder, seed in ((first, 1), (other, 2)):
+        analysis = json.loads(Path(folder, "js.json").read_text())
+        Path(folder, "js.json").write_text(json.dumps({**analysis, "seed": seed}))
+    output = tmp_path / "fig5.png"
+    argv = [first, other, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
+    assert plot_js_refusal(argv, capsys) == (
+        f"fairseq-san-plot-js: error: {first}/js.json (seed 1) and {other}/js.json (seed 2) are "
+        "analyses of different trainings: plot the checkpoints of one training"
     )
     assert not output.exists()
 

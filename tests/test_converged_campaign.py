@@ -805,6 +805,10 @@ def test_a_system_trained_under_another_cap_is_not_tested_against_the_baselines(
     summary = write_summary(str(results), str(tmp_path / "data"), str(results / "summary.json"))
     assert ("san-bench", 1) in {(row["system"], row["seed"]) for row in summary["pairs"]["en-de"]}
     assert {test["system"] for test in summary["paired_bootstrap"]["en-de"]} == {"san"}
+    # summary.md shows it apart from the converged systems, under a sentence saying why
+    converged, apart = (results / "summary.md").read_text().split("another wall-time cap")
+    assert "| san-bench |" in apart and "| san-bench |" not in converged
+    assert "| baseline | 2 |" in converged and "| san | 1 |" in converged
 
 
 def test_a_later_loop_iteration_is_its_own_system_and_the_headline_keeps_iteration_1(tmp_path):
@@ -824,6 +828,21 @@ def test_a_later_loop_iteration_is_its_own_system_and_the_headline_keeps_iterati
     (san,) = [line for line in (results / "headline.md").read_text().splitlines()
               if line.startswith("| en-de | san |")]  # fmt: skip
     assert "decoder_encdec {3,3}" in san
+
+
+def test_the_committed_summary_is_what_the_committed_run_dirs_give(monkeypatch):
+    """summary.json's rows and training reports, as campaign_summary.py reads them now from the
+    committed run dirs: a summary left from older code (its baselines' wall time read from the
+    last train_wall, 391 s, where fairseq's clock at the cap said 390 s) is caught here."""
+    from campaign_summary import campaign_systems, summary_markdown
+
+    monkeypatch.chdir(REPO)  # the committed summary names run dirs from the repository's root
+    committed = json.loads((CAMPAIGN / "summary.json").read_text())
+    systems = json.loads(json.dumps(campaign_systems("docs/results/converged")))  # tuples: lists
+    assert {pair: [row for row, _ in rows] for pair, rows in systems.items()} == committed["pairs"]
+    reports = {pair: [report for _, report in rows] for pair, rows in systems.items()}
+    assert reports == committed["training"]
+    assert summary_markdown(committed) == (CAMPAIGN / "summary.md").read_text()
 
 
 def test_no_headline_before_the_en_de_slice(tmp_path):

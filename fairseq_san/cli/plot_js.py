@@ -4,8 +4,9 @@ Takes one analysis directory per checkpoint (written by ``fairseq-validate --tas
 --san-analysis-dir DIR``), reads ``DIR/js.json`` and plots, for decoder self-attention and
 encoder-decoder attention, the JS divergence between a reference layer and other layers against
 the checkpoint's training steps (``num_updates``). Layers are numbered from 1. The analyses are
-one model's series: one per training step, of one subset, of one model (the same kinds of
-attention and layer counts, as fairseq-san-policy averages them); anything else is refused.
+one model's series: one per training step, of one subset, of one training (its ``--seed``), of
+one model (the same kinds of attention and layer counts, as fairseq-san-policy averages them);
+anything else is refused. Two trainings of one recipe and one seed cannot be told apart.
 
     fairseq-san-plot-js analysis/step*/ -o fig5.png --reference-layer 4 --layers 5 6
 """
@@ -94,8 +95,8 @@ def check_layers(reference: int, layers: List[int], size: int, kind: str, path: 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
     """PlotError for analyses that are not one model's series: one given twice, two at one
     training step (the same checkpoint twice, or two models: their points were stacked), of
-    different subsets or sharing policies (where they name theirs: ``check_one_source``), or of
-    different models (``check_one_model``);
+    different subsets or sharing policies (where they name theirs: ``check_one_source``), of
+    different trainings (``check_one_training``), or of different models (``check_one_model``);
     or a layer asked for twice."""
     twice = repeated(layers)
     if twice is not None:
@@ -120,7 +121,21 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
         check_one_source([data for _, data in analyses], [path for path, _ in analyses])
     except PolicyError as err:  # a shared model's zeros drawn inside a baseline's curve
         raise PlotError(str(err)) from None
+    check_one_training(analyses)
     check_one_model(analyses)
+
+
+def check_one_training(analyses: List[Tuple[str, dict]]) -> None:
+    """PlotError naming two analyses of checkpoints trained with different seeds, where they
+    record theirs: two seeds' kept checkpoints of one recipe were drawn as one curve."""
+    seeds = [(path, data["seed"]) for path, data in analyses if data.get("seed") is not None]
+    other = next(((path, seed) for path, seed in seeds if seed != seeds[0][1]), None)
+    if other is not None:
+        (first, seed), (path, other_seed) = seeds[0], other
+        raise PlotError(
+            f"{first} (seed {seed}) and {path} (seed {other_seed}) are analyses of different "
+            "trainings: plot the checkpoints of one training"
+        )
 
 
 def check_matrices(analyses: List[Tuple[str, dict]]) -> None:

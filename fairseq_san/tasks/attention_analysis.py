@@ -15,8 +15,10 @@ sentences)::
 At the end of the subset DIR holds
 
 * ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
-  "sentences": n, "checkpoint": CKPT, "num_updates": k, "subset": "valid", "policy": P}``,
-  P the sharing policy the model's parameters hold (``{}``: none); a kind without
+  "sentences": n, "checkpoint": CKPT, "num_updates": k, "seed": S, "subset": "valid",
+  "policy": P}``, S the ``--seed`` the checkpoint was trained with (what tells two trainings
+  of one recipe apart: fairseq-san-plot-js refuses a series that mixes them), P the sharing
+  policy the model's parameters hold (``{}``: none); a kind without
   attention weights (decoder self-attention replaced by AAN; a language model's
   encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the
   checkpoint was saved at, as fairseq read it when it loaded the model. The file is the input
@@ -181,10 +183,11 @@ class AttentionAnalysisTask:
                 "--skip-invalid-size-inputs-valid-test): nothing to analyse"
             )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
+        seed = _root_config_value(self.cfg, "common.seed")
         analysis.write(
             self.cfg.san_analysis_dir,
-            {"checkpoint": checkpoint, "num_updates": self._num_updates, "subset": self._subset,
-             "policy": self._policy},
+            {"checkpoint": checkpoint, "num_updates": self._num_updates, "seed": seed,
+             "subset": self._subset, "policy": self._policy},
         )
         self._analysed_subset = self._subset
         logger.info(

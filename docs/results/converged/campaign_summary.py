@@ -38,7 +38,7 @@ import os
 import re
 import statistics
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from campaign_headline import write_headline
 from fairseq_san.errors import PREFIX, UsageError, file_error
@@ -394,6 +394,12 @@ def missing_reference(reference: str, pair: str, what: str) -> str:
     )
 
 
+def baseline_caps(rows: Iterable[Tuple[dict, dict]]) -> Set[Optional[float]]:
+    """The wall-time caps that a pair's baselines trained under: the systems compared with them
+    are those trained under one of these (the bench slice's train briefly, for speed)."""
+    return {training["cap_s"] for row, training in rows if row["system"] == "baseline"}
+
+
 def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str, int, int]]:
     """(system, seed, baseline seed) of every paired test: each system against the baseline of its
     seed and, where that baseline trained for other updates, against every baseline that trained
@@ -401,7 +407,7 @@ def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str,
     systems trained under the baselines' wall-time cap are tested (not the bench slice's, which
     train briefly for speed)."""
     baselines = {seed: row["updates"] for (name, seed), (row, _) in found.items() if name == "baseline"}
-    caps = {training["cap_s"] for (name, _), (_, training) in found.items() if name == "baseline"}
+    caps = baseline_caps(found.values())
     tests = []
     for system, seed in sorted(found, key=lambda key: (key[0] != "san", key)):
         if system == "baseline" or found[(system, seed)][1]["cap_s"] not in caps:
@@ -484,31 +490,19 @@ def summary_markdown(summary: Dict[str, object]) -> str:
     """The human report of summary.json: per pair, one row per system, then its statements."""
     lines = ["# Converged models: summary", ""]
     for pair, rows in summary["pairs"].items():
-        lines += [
-            f"## {pair}", "",
-            "| system | seed | policy | params | cap | updates | epochs | wall | stop | "
-            "best valid loss | valid loss, last points (updates: loss) | test 2016 BLEU | "
-            "test 2017 BLEU | held-out |",
-            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: "
-            "| --- |",
-        ]  # fmt: skip
-        for row, training in zip(rows, summary["training"][pair]):
-            policy = format_policy(row["policy"]) if row["policy"] is not None else "-"
-            curve = ", ".join(f"{u}: {loss:.3f}" for u, loss in training["valid_curve_last"])
-            bleu = [
-                shown(row["test"].get(test_set, {}).get("bleu"), "{:.2f}")
-                for test_set in TEST_SPLITS.values()
-            ]
-            heldout = ", ".join(f"[{name}]({path})" for name, path in row.get("heldout", {}).items())
-            lines.append(
-                f"| {row['system']} | {row['seed']} | {policy} | {shown(row['params'], '{:,}')} | "
-                f"{shown(training.get('cap_s'), '{:.0f} s')} | "
-                f"{shown(row['updates'])} | {shown(training['epochs'])} | "
-                f"{shown(row['wall_s'], '{:.0f} s')} | {stop_shown(training)} | "
-                f"{shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
-                f"{heldout or '-'} |"
-            )
-        lines.append("")
+        systems = list(zip(rows, summary["training"][pair]))
+        caps = baseline_caps(systems)
+        apart = [(row, training) for row, training in systems
+                 if caps and training["cap_s"] not in caps]  # fmt: skip
+        lines += [f"## {pair}", ""]
+        lines += systems_table([system for system in systems if system not in apart])
+        if apart:
+            lines += [
+                "Trained under another wall-time cap than the baselines' (the bench slice's "
+                "models, trained briefly for its speed benchmark): not compared with the "
+                "baselines, nor converged.", "",
+            ]  # fmt: skip
+            lines += systems_table(apart)
         for system, sets in summary["seeds"].get(pair, {}).items():
             for test_set, stat in sets.items():
                 lines.append(
@@ -555,6 +549,34 @@ def summary_markdown(summary: Dict[str, object]) -> str:
                 )
         lines.append("")
     return "\n".join(lines + slices_markdown(summary.get("slices", [])))
+
+
+def systems_table(systems: Sequence[Tuple[dict, dict]]) -> List[str]:
+    """The markdown table of (summary entry, training report) rows, one per system."""
+    lines = [
+        "| system | seed | policy | params | cap | updates | epochs | wall | stop | "
+        "best valid loss | valid loss, last points (updates: loss) | test 2016 BLEU | "
+        "test 2017 BLEU | held-out |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: "
+        "| --- |",
+    ]  # fmt: skip
+    for row, training in systems:
+        policy = format_policy(row["policy"]) if row["policy"] is not None else "-"
+        curve = ", ".join(f"{u}: {loss:.3f}" for u, loss in training["valid_curve_last"])
+        bleu = [
+            shown(row["test"].get(test_set, {}).get("bleu"), "{:.2f}")
+            for test_set in TEST_SPLITS.values()
+        ]
+        heldout = ", ".join(f"[{name}]({path})" for name, path in row.get("heldout", {}).items())
+        lines.append(
+            f"| {row['system']} | {row['seed']} | {policy} | {shown(row['params'], '{:,}')} | "
+            f"{shown(training.get('cap_s'), '{:.0f} s')} | "
+            f"{shown(row['updates'])} | {shown(training['epochs'])} | "
+            f"{shown(row['wall_s'], '{:.0f} s')} | {stop_shown(training)} | "
+            f"{shown(row['best_valid_loss'], '{:.3f}')} | {curve} | {bleu[0]} | {bleu[1]} | "
+            f"{heldout or '-'} |"
+        )
+    return lines + [""]
 
 
 def stop_shown(training: dict) -> str:

@@ -20,6 +20,10 @@ from fairseq_san.files import GZIP_MAGIC, line_text
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 GENERATE_SOURCE = re.compile(r"^S-(\d+)\t")
+GENERATE_HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t]*\t(.*)$")
+# fairseq-generate logs its configuration first (into its output where its log goes there too):
+# with --score-reference its D- lines are the references, which score as a perfect translation.
+SCORED_REFERENCES = re.compile(r"fairseq_cli\.generate\W.*'score_reference': True")
 
 SENTENCEPIECE_MARK = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
@@ -91,6 +95,7 @@ class GenerateOutput(NamedTuple):
 
     hypotheses: List[str]
     targets: Dict[int, str]
+    hypotheses_are_targets: bool  # every sentence's best H- line is its T- line, token for token
 
 
 def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
@@ -101,10 +106,12 @@ def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
 
     The best hypothesis is a sentence's first ``D-`` line (with ``--nbest N`` fairseq-generate
     prints N hypotheses per sentence, best first). Text that still holds subword marks is
-    refused: it was not detokenized, and its score would mean nothing.
+    refused: it was not detokenized, and its score would mean nothing; so is the output of
+    ``--score-reference`` where it holds fairseq-generate's log (its configuration says so).
     """
     by_id: Dict[int, str] = {}
     targets: Dict[int, str] = {}
+    tokens: Dict[int, str] = {}  # each sentence's best H- line
     sources: Set[int] = set()
     with text_lines(path) as lines:
         for line in lines:
@@ -115,9 +122,18 @@ def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
             target = GENERATE_TARGET.match(text)
             if target:
                 targets[int(target.group(1))] = target.group(2)
+            hypothesis = GENERATE_HYPOTHESIS.match(text)
+            if hypothesis:
+                tokens.setdefault(int(hypothesis.group(1)), hypothesis.group(2))
             source = GENERATE_SOURCE.match(text)
             if source:
                 check_one_source(path, int(source.group(1)), sources)
+            elif SCORED_REFERENCES.search(text):
+                raise UsageError(
+                    f"{path} is fairseq-generate --score-reference output (its logged "
+                    "configuration says so): its D- lines are the references, not translations; "
+                    "generate again without --score-reference"
+                )
     if not by_id:
         raise UsageError(f"{path} holds no D- lines: it is not fairseq-generate's output")
     first_missing = next(i for i in itertools.count() if i not in by_id)
@@ -136,7 +152,8 @@ def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
                 f"{path}: {piece} holds {post_process} pieces ({mark!r}): rerun "
                 f"fairseq-generate with --post-process {post_process}, or detokenize"
             )
-    return GenerateOutput([by_id[i] for i in sorted(by_id)], targets)
+    hypotheses = [by_id[i] for i in sorted(by_id)]
+    return GenerateOutput(hypotheses, targets, bool(targets) and tokens == targets)
 
 
 def check_one_source(path: str, sentence: int, seen: Set[int]) -> None:

@@ -717,6 +717,44 @@ def test_score_identical_text_is_bleu_100(tmp_path):
     assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["--results-path", "stdout"])
+def test_score_refuses_score_reference_output(binarized_corpus, san_checkpoint, tmp_path, where):
+    """fairseq-generate --score-reference prints the references as its D- lines: they scored as a
+    perfect translation (BLEU 100 here, 98 on Multi30k) without a word. Where the output holds
+    fairseq-generate's log (``2>&1``), its configuration says so: refused; where it does not
+    (``--results-path``, or standard output alone), each H- line is its T- line: a warning."""
+    generate = [
+        "fairseq-generate", str(binarized_corpus), "--user-dir", "fairseq_san",
+        "--task", "translation_san", "--path", str(san_checkpoint), "--gen-subset", "test",
+        "--score-reference", "--batch-size", "8", "--cpu",
+    ]  # fmt: skip
+    output = tmp_path / "generate-test.txt"
+    if where == "stdout":
+        generated = run_cli(*generate)
+        output.write_text(generated.stdout, encoding="utf-8")
+        logged = tmp_path / "logged.txt"
+        logged.write_text(generated.stderr + generated.stdout, encoding="utf-8")  # as 2>&1
+    else:
+        generated = run_cli(*generate, "--results-path", str(tmp_path))
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    references = str(binarized_corpus.parent / "raw" / "test.tgt")
+    warned = run_cli("fairseq-san-score", str(output), "--reference", references)
+    assert warned.returncode == 0 and warned.stdout.startswith("BLEU = 100.00"), warned.stderr
+    assert warned.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-score: warning: {output}: each of the 20 hypotheses is its sentence's "
+        "reference, token for token (its H- line is its T- line): is it fairseq-generate "
+        "--score-reference output? That prints the references as hypotheses"
+    )
+    if where == "stdout":
+        refused = run_cli("fairseq-san-score", str(logged), "--reference", references)
+        assert one_error_line(refused, "fairseq-san-score") == (
+            f"fairseq-san-score: error: {logged} is fairseq-generate --score-reference output "
+            "(its logged configuration says so): its D- lines are the references, not "
+            "translations; generate again without --score-reference"
+        )
+
+
 def test_score_refuses_to_write_over_a_file_it_scores(tmp_path):
     """``-o`` naming the reference or an output replaced it with the scores' JSON."""
     (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")

@@ -4,7 +4,10 @@ Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` li
 detokenized text (output that still holds subword pieces is refused); the references are the raw
 (untokenized) files. With ``--nbest N`` the first, best hypothesis of each sentence is scored.
 References that are not the decoded subset's (most of the output's detokenized ``T-`` lines read
-otherwise) are refused. With ``--baseline`` another system's output of the same subset is
+otherwise) are refused; so is ``fairseq-generate --score-reference`` output where it holds the
+command's log (its configuration says so), and where it does not, a file whose every hypothesis is
+its reference token for token is scored with a warning (that output prints the references as
+hypotheses). With ``--baseline`` another system's output of the same subset is
 compared with it by sacreBLEU's paired bootstrap: the BLEU difference, its 95% interval and a
 verdict (better or worse only where the interval excludes 0). Several outputs on either side are
 a system's seeds: each is compared with the baseline's of its place (a single baseline with every
@@ -107,6 +110,9 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     paths = args.generate_output + (args.baseline or [])
     references = read_lines(args.reference)
     generated = {path: read_generate(path, len(references)) for path in paths}
+    for path, output in generated.items():
+        if output.hypotheses_are_targets:
+            warn_of_references_as_hypotheses(path, len(output.hypotheses))
     systems, baselines = (
         [checked_hypotheses(path, generated[path], args.reference, references) for path in side]
         for side in (args.generate_output, args.baseline or [])
@@ -140,6 +146,18 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
         scores["seeds"] = seed_comparison(bleus[: len(systems)], bleus[len(systems) :])
         lines.append(seeds_line(scores["seeds"]))
     return scores, lines
+
+
+def warn_of_references_as_hypotheses(path: str, sentences: int) -> None:
+    """Say that every hypothesis in ``path`` is its sentence's reference: the output of
+    fairseq-generate --score-reference (which prints the references as hypotheses) scores as a
+    perfect translation; a model that translates every sentence right is rarer."""
+    print(
+        f"fairseq-san-score: warning: {path}: each of the {sentences:,} hypotheses is its "
+        "sentence's reference, token for token (its H- line is its T- line): is it fairseq-generate "
+        "--score-reference output? That prints the references as hypotheses",
+        file=sys.stderr,
+    )
 
 
 def check_no_copies(paths: List[str], hypotheses: List[List[str]], systems: int) -> None:

@@ -717,6 +717,8 @@ def from_pretrained(
         problem = data_problem(data_name_or_path, data_path, error) or invalid_value(error)
         if problem is not None:
             raise UsageError(problem) from error
+        if OVERRIDES_FLAG in str(error):  # a checkpoint's check, which names the command line's
+            raise type(error)(str(error).replace(OVERRIDES_FLAG, OVERRIDES_KEYWORDS)) from None
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
@@ -728,6 +730,10 @@ def from_pretrained(
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
     return hub
+
+
+# How the checks of a checkpoint name its overrides, and what the hub calls them.
+OVERRIDES_FLAG, OVERRIDES_KEYWORDS = "out of --model-overrides", "out of from_pretrained's keywords"
 
 
 def check_no_decoding_keyword(keywords: Dict[str, Any]) -> None:

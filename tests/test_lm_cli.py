@@ -390,6 +390,48 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
     )
 
 
+def test_the_hub_names_its_keywords_where_a_checkpoint_check_names_model_overrides(trained):
+    """from_pretrained(san_self_share='weights') of a KV-sharing model said to leave it out of
+    --model-overrides, which the hub's user never gave."""
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+    from fairseq_san.policy import PolicyError
+
+    data, checkpoints = trained
+    with pytest.raises(PolicyError) as refused:
+        TransformerLMSANModel.from_pretrained(
+            str(checkpoints["kv"].parent), checkpoint_file=checkpoints["kv"].name,
+            data_name_or_path=str(data), san_self_share="weights",
+        )  # fmt: skip
+    assert str(refused.value).endswith(
+        "to decode it, leave san_self_share out of from_pretrained's keywords."
+    )
+
+
+@pytest.mark.parametrize(
+    "options, remedy",
+    [
+        (["--sample-break-mode", "none"], "without --prefix-size, fairseq-generate prompts with "
+         "each whole sample: pass --prefix-size N (N at most 14) to prompt with each sample's "
+         "first N tokens, or --tokens-per-sample 14 or less"),
+        (["--sample-break-mode", "none", "--prefix-size", "15"], "pass --prefix-size 14 or less"),
+    ],
+    ids=["whole samples", "prefix"],
+)  # fmt: skip
+def test_a_generate_prompt_without_room_names_the_options_that_make_it(trained, options, remedy):
+    """fairseq-generate's prompts are its samples (blocks of --tokens-per-sample here) or their
+    first --prefix-size tokens: "shorten it" named nothing its user had typed."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-generate", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--gen-subset", "test",
+        "--tokens-per-sample", "16", "--beam", "1", "--max-len-b", "30", "--cpu", *options,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "positions leave room for (the start token and one generated token): " + remedy
+    )
+
+
 @pytest.mark.parametrize("sharing", list(SHARING))
 def test_the_static_decoder_generates_what_fairseq_does(trained, sharing):
     """fairseq-generate on the test prompts (the first 3 tokens of each sentence), greedy, at

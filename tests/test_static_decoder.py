@@ -1463,6 +1463,10 @@ def test_unsupported_option_is_named(task, options, named):
          "only: pass --sampling too"),
         (dict(sampling=True, sampling_topk=25, beam=2, nbest=2), "--sampling-topk 25 is more than "
          "the target dictionary's 24 entries: pass at most 24"),
+        (dict(beam=30, nbest=30), "--nbest 30: the search keeps at most the target dictionary's "
+         "24 entries but one, 23 hypotheses per sentence: pass --nbest 23 or less"),
+        (dict(san_decoding="static", sampling=True, beam=24, nbest=24), "--nbest 24: the search "
+         "keeps at most"),
         (dict(san_decoding="fast", score_reference=True), "--san-decoding fast with "
          "--score-reference: scoring the references is one teacher-forced pass, which decodes "
          "nothing; drop --san-decoding"),
@@ -1482,6 +1486,17 @@ def test_options_that_would_be_ignored_are_refused(task, options, message):
     with pytest.raises(UsageError) as refused:
         task.build_generator([model], generation_args(**options))
     assert str(refused.value).startswith(message)
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_a_beam_above_the_dictionary_is_said_capped(task, decoding, caplog):
+    """Both generators search at most the target dictionary's entries but one hypotheses: a
+    larger beam was searched as that one without a word (23 hypotheses of --beam 30)."""
+    model = build(dictionary=DICTIONARY)[0]
+    with caplog.at_level(logging.WARNING):
+        generator = task.build_generator([model], generation_args(beam=30, san_decoding=decoding))
+    assert generator.beam_size == len(DICTIONARY) - 1 == 23
+    assert "beam 30 is capped at 23, the target dictionary's 24 entries but one" in caplog.text
 
 
 def hub_generation_args(**keywords):

@@ -309,7 +309,7 @@ def test_sampling_draws_fairseqs_tokens_from_the_same_seed(system):
     before others) draws what fairseq's generator draws from the same seed, batch after batch
     (one seed for a whole fairseq-generate run). fairseq's batch holds only the sentences not
     done, so a done sentence must draw no random number: its rows drew them, and every later
-    draw differed (in fairseq-generate of Multi30k's test, 984 of 1,000 samples). Top-p holds
+    draw differed. Top-p holds
     where both steps' probabilities agree to the last bit, as here: its nucleus's width follows
     them (docs/lm.md)."""
     model = language_model(system)

@@ -160,7 +160,10 @@ def check_searches_fit_vocabulary(args, entries: int) -> None:
     """Refuse ``--sampling-topk`` above the target dictionary's ``entries``, and
     ``--diversity-rate`` or ``--constraints`` where twice the beam is above them: those searches
     take the 2 x beam best tokens of a hypothesis. fairseq's failed inside torch's topk
-    ("selected index k out of range")."""
+    ("selected index k out of range"). Both generators cap the beam at the entries but one
+    (fairseq's ``SequenceGenerator``): ``--nbest`` above that is refused (fewer hypotheses were
+    printed than asked, without a word), a beam above it is logged."""
+    check_beam_fits_vocabulary(args, entries)
     topk = getattr(args, "sampling_topk", -1)
     if getattr(args, "sampling", False) and topk > entries:
         raise UsageError(
@@ -177,6 +180,22 @@ def check_searches_fit_vocabulary(args, entries: int) -> None:
                 f"each hypothesis, more than the target dictionary's {entries} entries: pass "
                 f"--beam {entries // 2} or less"
             )
+
+
+def check_beam_fits_vocabulary(args, entries: int) -> None:
+    """``check_searches_fit_vocabulary``'s check of the beam and ``--nbest`` against the
+    hypotheses that the generators keep: the target dictionary's ``entries`` but one."""
+    kept, beam, nbest = entries - 1, getattr(args, "beam", 5), getattr(args, "nbest", 1)
+    if nbest > kept:
+        raise UsageError(
+            f"--nbest {nbest}: the search keeps at most the target dictionary's {entries} entries "
+            f"but one, {kept} hypotheses per sentence: pass --nbest {kept} or less"
+        )
+    if beam > kept:
+        logger.warning(
+            "beam %d is capped at %d, the target dictionary's %d entries but one, as fairseq's "
+            "search caps it: %d hypotheses per sentence", beam, kept, entries, kept
+        )
 
 
 def check_scoring(args, decoding: str) -> None:

@@ -145,18 +145,29 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.positions = min(positions, getattr(self, "positions", positions))
         return model
 
-    def check_prompt(self, tokens: int) -> None:
+    def check_prompt(self, tokens: int, whole_samples: bool = False, prefix: bool = False) -> None:
         """Refuse a prompt of ``tokens`` tokens (without the start token) that leaves the model
         no position to generate in: fairseq's generator would cut it, its batching drop it (where
-        it is ``skipping_too_long``, one longer than the positions is left to it to skip)."""
+        it is ``skipping_too_long``, one longer than the positions is left to it to skip).
+        fairseq-generate's prompts are its samples (``whole_samples``) or their first
+        ``--prefix-size`` tokens (``prefix``), which its user shortens by those options."""
         positions = getattr(self, "positions", None)
         if self.skipping_too_long and positions is not None and tokens + 1 > positions:
             return
         if positions is not None and tokens + 2 > positions:
+            fits = positions - 2
+            shorten = f"shorten it to at most {fits} tokens"
+            if prefix:
+                shorten = f"pass --prefix-size {fits} or less"
+            elif whole_samples:
+                shorten = (
+                    "without --prefix-size, fairseq-generate prompts with each whole sample: pass "
+                    f"--prefix-size N (N at most {fits}) to prompt with each sample's first N "
+                    f"tokens, or --tokens-per-sample {fits} or less"
+                )
             raise UsageError(
                 f"a prompt of {tokens} tokens is longer than the model's {positions} positions "
-                f"leave room for (the start token and one generated token): shorten it to at "
-                f"most {positions - 2} tokens"
+                f"leave room for (the start token and one generated token): {shorten}"
             )
 
     def check_sentence(self, tokens: int) -> None:
@@ -215,9 +226,9 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         if not isinstance(generator, SequenceScorer):
             prompts = self.forced_tokens(sample, prefix_tokens)
             tokens = int(prompts.ne(self.source_dictionary.pad()).sum(dim=1).max())
-            self.check_prompt(tokens)
-            width = sample["net_input"]["src_tokens"].size(1)
             whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
+            self.check_prompt(tokens, whole_samples, prefix=prefix_tokens is not None)
+            width = sample["net_input"]["src_tokens"].size(1)
             check_room(tokens, generator, width, whole_samples)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 

@@ -463,16 +463,25 @@ def check_one_source(analyses: Sequence[dict], names: Sequence[str]) -> None:
     policies, where they record them: a mean of theirs is one model's attention on one text no
     more (a policy learned partly on the test set; a shared model's zeros in a baseline's)."""
     for field, what in SOURCE_FIELDS:
-        recorded = [(name, analysis[field]) for name, analysis in zip(names, analyses)
-                    if analysis.get(field) is not None]  # fmt: skip
-        other = next(((name, value) for name, value in recorded if value != recorded[0][1]), None)
-        if other is not None:
-            (first, value), (name, other_value) = recorded[0], other
+        differing = recorded_difference(analyses, names, field)
+        if differing is not None:
+            (first, value), (name, other_value) = differing
             raise PolicyError(
                 f"{first} ({field} {shown(value)}) and {name} ({field} {shown(other_value)}) are "
                 f"analyses of different {what}: take the analyses of one subset and of models of "
                 "one policy"
             )
+
+
+def recorded_difference(
+    analyses: Sequence[dict], names: Sequence[str], field: str
+) -> Optional[Tuple[Tuple[str, object], Tuple[str, object]]]:
+    """((name, value), (name, other value)) of the first analysis that records ``field`` and the
+    first after it that records another value of it; None where those that record it agree."""
+    recorded = [(name, analysis[field]) for name, analysis in zip(names, analyses)
+                if analysis.get(field) is not None]  # fmt: skip
+    other = next(((name, value) for name, value in recorded if value != recorded[0][1]), None)
+    return None if other is None else (recorded[0], other)
 
 
 def shown(value: object) -> str:

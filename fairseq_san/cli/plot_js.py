@@ -27,6 +27,7 @@ from fairseq_san.policy import (
     check_one_source,
     load_json_object,
     mean_js,
+    recorded_difference,
 )
 
 # The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
@@ -128,10 +129,10 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
 def check_one_training(analyses: List[Tuple[str, dict]]) -> None:
     """PlotError naming two analyses of checkpoints trained with different seeds, where they
     record theirs: two seeds' kept checkpoints of one recipe were drawn as one curve."""
-    seeds = [(path, data["seed"]) for path, data in analyses if data.get("seed") is not None]
-    other = next(((path, seed) for path, seed in seeds if seed != seeds[0][1]), None)
-    if other is not None:
-        (first, seed), (path, other_seed) = seeds[0], other
+    paths, data = [path for path, _ in analyses], [data for _, data in analyses]
+    differing = recorded_difference(data, paths, "seed")
+    if differing is not None:
+        (first, seed), (path, other_seed) = differing
         raise PlotError(
             f"{first} (seed {seed}) and {path} (seed {other_seed}) are analyses of different "
             "trainings: plot the checkpoints of one training"

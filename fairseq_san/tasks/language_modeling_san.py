@@ -56,6 +56,10 @@ class LanguageModelingSANConfig(LanguageModelingConfig, AnalysisConfig, StaticDe
     san_decoding: ChoiceEnum(options.LM_DECODING.choices) = option_field(options.LM_DECODING)
 
 
+# Where fairseq-generate's prompts come from where it is given no --prefix-size.
+WHOLE_SAMPLE_PROMPTS = "without --prefix-size, fairseq-generate prompts with each whole sample"
+
+
 def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool) -> None:
     """Refuse a prompt of ``tokens`` tokens that fills ``generator``'s longest output
     (``--max-len-a`` x ``src_len``, the batch's width, + ``--max-len-b``, the prompt included):
@@ -75,7 +79,7 @@ def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool
     longer = f"longer than {allows} allows: the output would be the prompt cut to {limit} tokens"
     if tokens == limit:
         longer = f"as long as {allows} allows: the output would be the prompt, nothing generated"
-    whole = " (without --prefix-size, fairseq-generate prompts with each whole sample)"
+    whole = f" ({WHOLE_SAMPLE_PROMPTS})"
     raise UsageError(
         f"a prompt of {tokens} tokens is {longer}; raise --max-len-b above "
         f"{tokens - limit + max_len_b} (it counts the prompt){whole if whole_samples else ''}"
@@ -161,9 +165,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 shorten = f"pass --prefix-size {fits} or less"
             elif whole_samples:
                 shorten = (
-                    "without --prefix-size, fairseq-generate prompts with each whole sample: pass "
-                    f"--prefix-size N (N at most {fits}) to prompt with each sample's first N "
-                    f"tokens, or --tokens-per-sample {fits} or less"
+                    f"{WHOLE_SAMPLE_PROMPTS}: pass --prefix-size N (N at most {fits}) to prompt "
+                    f"with each sample's first N tokens, or --tokens-per-sample {fits} or less"
                 )
             raise UsageError(
                 f"a prompt of {tokens} tokens is longer than the model's {positions} positions "

@@ -89,8 +89,9 @@ def is_finished(run_dir: str, iteration: int) -> bool:
     """Whether ``iteration`` of ``run_dir`` was trained and tested whole: its ``done.iter<k>``;
     in a run dir collected before run.sh wrote those markers (en-de/aan: none at all), its scores
     on every test set (it was summarized "unfinished (cut at the deadline)")."""
-    if finished_iterations(run_dir):
-        return iteration in finished_iterations(run_dir)
+    finished = finished_iterations(run_dir)
+    if finished:
+        return iteration in finished
     return set(test_scores(run_dir, iteration)) == set(TEST_SPLITS.values())
 
 

@@ -1245,8 +1245,9 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
     (Path(first) / "js.json").write_text(json.dumps({"num_updates": 10, "decoder_self": SQUARE,
                                                     "subset": "valid"}))  # fmt: skip
     assert plot_js(capsys, first, str(unnamed), str(later), *out, "--layers", "2") == (
-        f"fairseq-san-plot-js: error: analyses of different subsets (valid in {first}/js.json, "
-        f"test in {later}/js.json): analyse one subset throughout"
+        f"fairseq-san-plot-js: error: {first}/js.json (subset valid) and {later}/js.json (subset "
+        "test) are analyses of different subsets: take the analyses of one subset and of models "
+        "of one policy"
     )
     shared = {"decoder_self": [2]}  # a shared model's analysis
     (later / "js.json").write_text(json.dumps({"num_updates": 20, "decoder_self": SQUARE,

@@ -845,15 +845,20 @@ def test_allowed_tokens_that_leave_a_prompt_no_hypothesis_are_said(language_mode
 def test_a_language_models_too_long_prompt_is_left_out_where_asked(language_model):
     """skip_invalid_size_inputs=True: a prompt longer than the model's positions was refused
     (the call failed, the other prompts' samples lost), where fairseq's batching leaves it out as
-    a translation's too long sentence is; without it the refusal stays."""
+    a translation's too long sentence is; one of the positions but one (fairseq's batching kept
+    it, and it left no position to generate in) was refused where asked to skip; without it the
+    refusal stays."""
     from fairseq_san.errors import UsageError
 
     positions = language_model.models[0].max_decoder_positions()
     long = " ".join(["tok1"] * (positions + 4))
-    kept = language_model.sample(["tok1 tok2", long, "tok3"], beam=2, max_len_b=3,
-                                 skip_invalid_size_inputs=True)  # fmt: skip
-    assert len(kept) == 2 and kept[0].startswith("tok1 tok2") and kept[1].startswith("tok3")
-    assert language_model.sample([long], beam=2, skip_invalid_size_inputs=True) == []
+    for too_long in (long, " ".join(["tok1"] * (positions - 1))):
+        kept = language_model.sample(["tok1 tok2", too_long, "tok3"], beam=2, max_len_b=3,
+                                     skip_invalid_size_inputs=True)  # fmt: skip
+        assert len(kept) == 2 and kept[0].startswith("tok1 tok2") and kept[1].startswith("tok3")
+        assert language_model.sample([too_long], beam=2, skip_invalid_size_inputs=True) == []
+    fits = " ".join(["tok1"] * (positions - 2))
+    assert len(language_model.sample([fits], beam=2, skip_invalid_size_inputs=True)) == 1
     with pytest.raises(UsageError, match=f"^a prompt of {positions + 4} tokens is longer than "):
         language_model.sample(["tok1 tok2", long], beam=2, max_len_b=3)
 

@@ -305,13 +305,19 @@ def test_interactive_generates_and_refuses_a_too_long_prompt(trained):
         "leave room for (the start token and one generated token): shorten it to at most 14 tokens"
     )
     # --skip-invalid-size-inputs-valid-test: the prompt is skipped, as fairseq's batching skips
-    # it, and the lines after it generate (the refusal above ended the command there)
-    prompts = "tok1 tok2\n" + " ".join(["tok1"] * 20) + "\ntok3\n"
-    skipped = run_cli(*argv, "--skip-invalid-size-inputs-valid-test", input=prompts)
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    assert [line.split("\t")[0] for line in skipped.stdout.splitlines()
-            if line.startswith("H-")] == ["H-0", "H-2"]  # fmt: skip
-    assert "S-1: longer than the model's positions, not translated" in skipped.stderr
+    # it, and the lines after it generate (the refusal above ended the command there); so is one
+    # of 15 tokens, which fairseq's batching kept (it fits the positions, and leaves no room to
+    # generate in: the command stopped there), and one of 14 generates
+    for tokens in (20, 15):
+        prompts = "tok1 tok2\n" + " ".join(["tok1"] * tokens) + "\ntok3\n"
+        skipped = run_cli(*argv, "--skip-invalid-size-inputs-valid-test", input=prompts)
+        assert skipped.returncode == 0, skipped.stderr[-3000:]
+        assert [line.split("\t")[0] for line in skipped.stdout.splitlines()
+                if line.startswith("H-")] == ["H-0", "H-2"]  # fmt: skip
+        assert "S-1: too long for the model's positions (the start token, the prompt and one " \
+            "generated token), nothing generated" in skipped.stderr
+    fits = run_cli(*argv, "--skip-invalid-size-inputs-valid-test", input="tok1 " * 14 + "\n")
+    assert fits.returncode == 0 and "H-0" in fits.stdout, fits.stderr[-3000:]
 
 
 @pytest.mark.parametrize("task", ["language_modeling_san", "language_modeling"])
@@ -387,6 +393,25 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
         "fairseq-san: error: a prompt of 12 tokens is longer than --max-len-b 5 allows: the "
         "output would be the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the "
         "prompt)"
+    )
+
+
+def test_generate_refuses_the_longest_sample_before_any_output(trained):
+    """fairseq-generate batches the shortest samples first: the refusal of a sample that
+    --max-len-b 6 leaves no room came at the batch of 6-token samples, after the shorter ones'
+    hypotheses, advising "above 6", which the 8-token samples after it needed more than."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-generate", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
+        "--sample-break-mode", "eos", "--max-len-b", "6", "--batch-size", "2",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert not any(line.startswith("H-") for line in result.stdout.splitlines())
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: a prompt of 8 tokens is longer than --max-len-b 6 allows: the "
+        "output would be the prompt cut to 6 tokens; raise --max-len-b above 8 (it counts the "
+        "prompt) (without --prefix-size, fairseq-generate prompts with each whole sample)"
     )
 
 

@@ -113,10 +113,6 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
                 f"{earlier} and {path} are both at step {data['num_updates']}: one analysis per "
                 "training step (the same checkpoint twice?)"
             )
-    named = [(path, data["subset"]) for path, data in analyses if data.get("subset")]  # older: none
-    if len({subset for _, subset in named}) > 1:
-        named = ", ".join(f"{subset} in {path}" for path, subset in named)
-        raise PlotError(f"analyses of different subsets ({named}): analyse one subset throughout")
     check_matrices(analyses)
     try:
         check_one_source([data for _, data in analyses], [path for path, _ in analyses])

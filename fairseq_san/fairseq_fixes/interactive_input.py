@@ -114,6 +114,17 @@ def language_modelling(task) -> bool:
     return isinstance(task, LanguageModelingTask)
 
 
+# What fairseq-interactive says of a buffer that --skip-invalid-size-inputs-valid-test skipped
+# whole, by whether the model is a language model (whose prompt needs the start token and one
+# position to generate in besides its tokens).
+SKIPPED = {
+    False: "longer than the model's positions, not translated "
+    "(--skip-invalid-size-inputs-valid-test)",
+    True: "too long for the model's positions (the start token, the prompt and one generated "
+    "token), nothing generated (--skip-invalid-size-inputs-valid-test)",
+}
+
+
 def skipped_whole_buffer(error: UsageError, cfg) -> bool:
     """Whether ``error`` is the batching's refusal of no sentence where
     ``--skip-invalid-size-inputs-valid-test`` left out every line of a buffer: fairseq-interactive
@@ -148,10 +159,7 @@ def numbered_across_buffers(make_batches):
             if not skipped_whole_buffer(error, cfg):
                 raise
             last = f" to S-{before + len(lines) - 1}" if len(lines) > 1 else ""
-            logger.warning(
-                "S-%d%s: longer than the model's positions, not translated "
-                "(--skip-invalid-size-inputs-valid-test)", before, last,
-            )  # fmt: skip
+            logger.warning("S-%d%s: %s", before, last, SKIPPED[language_modelling(task)])
         lines_before[task] = before + len(lines)
 
     return wrapper

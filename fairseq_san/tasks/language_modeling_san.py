@@ -10,9 +10,11 @@ sample attention, as ``translation_san`` does for its three kinds (``tasks.atten
 
 ``--san-decoding static`` generates with the static decoder (``static_decoding.lm_generator``:
 the prompt prefilled in one pass, then greedy, beam or sampling steps; the same greedy output as
-fairseq's generator). A prompt as long as the model's positions or longer is refused in one line
-before decoding, and so is one that leaves no room for a generated token under ``--max-len-b``
-(fairseq's generators would print the prompt, cut to that length). A sentence to score (the
+fairseq's generator). A prompt that leaves the model's positions no room for the start token and
+a generated token is refused in one line before decoding (skipped by the batching where asked to
+skip too long inputs), and so is one that leaves no room for a generated token under
+``--max-len-b`` (fairseq's generators would print the prompt, cut to that length): the longest of
+all those batched is checked at the first batch, before any output. A sentence to score (the
 hub's ``score``) needs no room after it: it is refused only when the positions do not hold it.
 """
 
@@ -20,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 from fairseq.dataclass import ChoiceEnum
 from fairseq.sequence_scorer import SequenceScorer
 from fairseq.tasks import register_task
@@ -86,6 +89,14 @@ def check_room(tokens: int, generator: object, src_len: int, whole_samples: bool
     )
 
 
+def longest_sample(dataset, indices: np.ndarray) -> Dict:
+    """The batch of one sample, the longest of ``dataset``'s among ``indices`` (not empty:
+    fairseq's batches hold one)."""
+    sizes = dataset.sizes[0] if isinstance(dataset.sizes, list) else dataset.sizes
+    index = int(indices[np.argmax(np.asarray(sizes)[indices])])
+    return dataset.collater([dataset[index]])
+
+
 def prompts_of(sentences: List[int], whole_samples: bool, prefix: bool = False) -> str:
     """The prompts of ``sentences``, and where fairseq-generate's come from (``whole_samples``:
     no ``--prefix-size``; ``prefix``: its first tokens) and why they can hold the end of
@@ -128,9 +139,11 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         self.cfg = args
         self.scoring = False  # whether the last generator built scores (``build_generator``)
         self.typed_prompts = False  # whether prompts come from build_dataset_for_inference
-        # whether the batching skips prompts longer than the positions (fairseq-interactive's
+        # whether the batching skips prompts too long for the positions (fairseq-interactive's
         # --skip-invalid-size-inputs-valid-test, the hub's skip_invalid_size_inputs)
         self.skipping_too_long = False
+        self.prompts = None  # the dataset of the last typed prompts (filter_indices_by_size)
+        self.batched = None  # (dataset, the indices kept) of the last dataset batched
         self.start_token_said = False  # whether START_TOKEN_GENERATED was logged
         self.start_analysis()
 
@@ -152,12 +165,12 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     def check_prompt(self, tokens: int, whole_samples: bool = False, prefix: bool = False) -> None:
         """Refuse a prompt of ``tokens`` tokens (without the start token) that leaves the model
         no position to generate in: fairseq's generator would cut it, its batching drop it (where
-        it is ``skipping_too_long``, one longer than the positions is left to it to skip).
+        it is ``skipping_too_long``, the batching skips it: ``filter_indices_by_size``).
         fairseq-generate's prompts are its samples (``whole_samples``) or their first
         ``--prefix-size`` tokens (``prefix``), which its user shortens by those options."""
-        positions = getattr(self, "positions", None)
-        if self.skipping_too_long and positions is not None and tokens + 1 > positions:
+        if self.skipping_too_long:
             return
+        positions = getattr(self, "positions", None)
         if positions is not None and tokens + 2 > positions:
             fits = positions - 2
             shorten = f"shorten it to at most {fits} tokens"
@@ -213,7 +226,24 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         eos = self.source_dictionary.eos()
         for tokens in src_tokens:
             check(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
-        return super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
+        self.prompts = None if self.scoring else dataset
+        return dataset
+
+    def filter_indices_by_size(
+        self, indices, dataset, max_positions=None, ignore_invalid_inputs: bool = False
+    ):
+        """fairseq's, where typed prompts need one position more than their samples' size (the
+        start token and the prompt): one to generate in (``check_prompt``). fairseq's batching
+        skipped a prompt longer than the positions only, and one of the positions but one
+        stopped the command; fairseq's warning names the lowered ``max_positions``."""
+        if dataset is self.prompts and max_positions is not None:
+            max_positions -= 1
+        indices = super().filter_indices_by_size(
+            indices, dataset, max_positions, ignore_invalid_inputs
+        )
+        self.batched = dataset, indices
+        return indices
 
     def inference_step(
         self,
@@ -223,17 +253,26 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         prefix_tokens: Optional[Tensor] = None,
         constraints: Optional[Tensor] = None,
     ):
-        """fairseq's (after ``DecodingTask``'s checks), after ``check_prompt`` and ``check_room``
-        of the longest prompt that the generator forces (a scorer, ``--score-reference``, forces
-        none: it scores sentences)."""
+        """fairseq's (after ``DecodingTask``'s checks), after ``check_prompts`` of the batch (a
+        scorer, ``--score-reference``, forces none: it scores sentences), and at the first batch,
+        of the longest sample of all those batched (fairseq batches the shortest first: the
+        refusal came after the others' output, with advice for that batch only)."""
         if not isinstance(generator, SequenceScorer):
-            prompts = self.forced_tokens(sample, prefix_tokens)
-            tokens = int(prompts.ne(self.source_dictionary.pad()).sum(dim=1).max())
-            whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
-            self.check_prompt(tokens, whole_samples, prefix=prefix_tokens is not None)
-            width = sample["net_input"]["src_tokens"].size(1)
-            check_room(tokens, generator, width, whole_samples)
+            batched, self.batched = self.batched, None
+            if batched is not None and prefix_tokens is None:  # whole samples or typed prompts
+                self.check_prompts(generator, longest_sample(*batched), None)
+            self.check_prompts(generator, sample, prefix_tokens)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def check_prompts(self, generator, sample: Dict, prefix_tokens: Optional[Tensor]) -> None:
+        """``check_prompt`` and ``check_room`` of the longest prompt of ``sample`` that
+        ``generator`` forces."""
+        prompts = self.forced_tokens(sample, prefix_tokens)
+        tokens = int(prompts.ne(self.source_dictionary.pad()).sum(dim=1).max())
+        whole_samples = prefix_tokens is None and not self.typed_prompts  # fairseq-generate's
+        self.check_prompt(tokens, whole_samples, prefix=prefix_tokens is not None)
+        width = sample["net_input"]["src_tokens"].size(1)
+        check_room(tokens, generator, width, whole_samples)
 
     def forced_ends_refused(
         self, sentences: List[int], beam: int, prefix_tokens: Optional[Tensor]

@@ -7,6 +7,7 @@ Pure Python: the policy tools import it without torch.
 
 import contextlib
 import difflib
+import os
 from typing import Collection, Hashable, Iterator, Optional, Sequence
 
 PREFIX = "fairseq-san: error: "
@@ -70,12 +71,41 @@ def nearest_key_hint(
     return fallback or f"valid: {', '.join(sorted(valid))}"
 
 
+def first_bytes(path: str) -> bytes:
+    """The first 4 bytes of the regular file ``path``; none of a pipe's or where unreadable."""
+    try:
+        if not os.path.isfile(path):
+            return b""
+        with open(path, "rb") as handle:
+            return handle.read(4)
+    except OSError:
+        return b""
+
+
+def binary_kind(decoded: bytes, file_start: bytes) -> Optional[str]:
+    """What a file is where it is no text, and what to give instead, by the first bytes of the
+    block that failed to decode (``decoded``: the file's own unless a command unpacked it, which
+    ``scoring`` does with gzip) and of the file; None where they do not say."""
+    from fairseq_san.files import GZIP_MAGIC  # files imports this module
+
+    if decoded.startswith(GZIP_MAGIC):
+        return "gzip-compressed: give it unpacked (gunzip -k)"
+    if file_start == b"PK\x03\x04":  # torch.save's format
+        return "a zip archive (a PyTorch checkpoint?), not text: give the text file"
+    return None
+
+
 @contextlib.contextmanager
 def utf8_text(path: str) -> Iterator[None]:
-    """Reading ``path`` as UTF-8: a byte that is not UTF-8 is a UsageError naming the file."""
+    """Reading ``path`` as UTF-8: a byte that is not UTF-8 is a UsageError naming the file, and
+    what it is where ``binary_kind`` knows (a gzip-compressed file and a checkpoint were advised
+    to be converted with iconv)."""
     try:
         yield
     except UnicodeDecodeError as err:
+        kind = binary_kind(bytes(err.object[:4]), first_bytes(path))
+        if kind is not None:
+            raise UsageError(f"{path} is {kind}") from None
         raise UsageError(
             f"{path} is not UTF-8 text ({err.reason}, byte {err.object[err.start:err.start + 1]!r}):"
             " convert it to UTF-8 first (e.g. iconv -t utf-8)"

@@ -120,6 +120,8 @@ def output_problem(path: str, what: str, inputs: Iterable[str] = ()) -> Optional
         return f"is the input {named}: write {what} to another file"
     if os.path.isdir(path):
         return f"is a folder: name {what} to write"
+    if path.endswith(("/", os.sep)):  # written as a file named like the folder, said written
+        return f"ends in '/', a folder's name: name {what} to write (a file)"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"no folder {folder} (create it first)"

@@ -14,6 +14,8 @@ import zlib
 from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set
 from typing import TextIO
 
+import numpy as np
+
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import GZIP_MAGIC, line_text
 
@@ -387,16 +389,38 @@ def rounded(score: float) -> float:
 SHIFT_STEP = 0.01
 
 
-def permutation_p(system: Sequence[float], baseline: Sequence[float]) -> float:
-    """The two-sided exact permutation test over seeds: the share of the splits of the pooled
-    scores into groups of these sizes whose difference of means is at least as far from 0 as the
-    observed one (the observed split counted)."""
-    pooled, size = list(system) + list(baseline), len(system)
-    total, rest = sum(pooled), len(baseline)
+# Above this many splits of the pooled seeds (10 against 10: 184,756) the permutation test takes
+# SAMPLED_SPLITS random ones (seeded, beside the observed one): every split of 12 against 12 is
+# 2.7 million, for each step of the interval's search, minutes to hours without a word.
+MAX_EXACT_SPLITS = 200_000
+SAMPLED_SPLITS = 100_000
+
+
+def split_members(pooled: int, size: int) -> np.ndarray:
+    """The first groups (rows of ``size`` indices of ``pooled`` scores, the system's first) of
+    the permutation test: every split, or the observed one and ``SAMPLED_SPLITS`` random ones
+    where there are more than ``MAX_EXACT_SPLITS``."""
+    if math.comb(pooled, size) <= MAX_EXACT_SPLITS:
+        return np.array(list(itertools.combinations(range(pooled), size)), dtype=np.int64)
+    rng = np.random.default_rng(0)
+    sampled = np.argsort(rng.random((SAMPLED_SPLITS, pooled)), axis=1)[:, :size]
+    return np.vstack([np.arange(size)[None], sampled])
+
+
+def permutation_p(
+    system: Sequence[float], baseline: Sequence[float], members: Optional[np.ndarray] = None
+) -> float:
+    """The two-sided permutation test over seeds: the share of the splits of the pooled scores
+    into groups of these sizes (``members``: ``split_members``'s, made here where not given) whose
+    difference of means is at least as far from 0 as the observed one (the observed split
+    counted): exact, or a Monte Carlo estimate of it above ``MAX_EXACT_SPLITS``."""
+    pooled, size, rest = np.array([*system, *baseline], dtype=float), len(system), len(baseline)
+    if members is None:
+        members = split_members(len(pooled), size)
     observed = abs(statistics.mean(system) - statistics.mean(baseline))
-    sums = (sum(chosen) for chosen in itertools.combinations(pooled, size))
-    extreme = sum(abs(first / size - (total - first) / rest) >= observed - 1e-9 for first in sums)
-    return extreme / math.comb(len(pooled), size)
+    first = pooled[members].sum(axis=1)
+    differences = np.abs(first / size - (pooled.sum() - first) / rest)
+    return float(np.mean(differences >= observed - 1e-9))
 
 
 def permutation_interval(
@@ -414,9 +438,11 @@ def permutation_interval(
     if (2 if len(system) == len(baseline) else 1) / splits > alpha:
         return None
     observed = round((statistics.mean(system) - statistics.mean(baseline)) / SHIFT_STEP)
+    members = split_members(len(system) + len(baseline), len(system))
 
     def accepted(steps: int) -> bool:
-        return permutation_p([score - steps * SHIFT_STEP for score in system], baseline) > alpha
+        shifted = [score - steps * SHIFT_STEP for score in system]
+        return permutation_p(shifted, baseline, members) > alpha
 
     bounds = []
     for direction in (-1, 1):
@@ -428,15 +454,17 @@ def permutation_interval(
 
 
 def seed_comparison(system: Sequence[float], baseline: Sequence[float]) -> Dict[str, object]:
-    """``system``'s BLEU over seeds against ``baseline``'s: the difference of the means, the exact
-    permutation test's p (over ``splits`` splits of the pooled scores) and its 95% interval (None:
-    too few seeds for one). The spread of training, which a paired bootstrap on one pair of
-    models does not see, is in this interval."""
+    """``system``'s BLEU over seeds against ``baseline``'s: the difference of the means, the
+    permutation test's p (over ``splits`` splits of the pooled scores: every one where ``exact``,
+    else random ones) and its 95% interval (None: too few seeds for one). The spread of training,
+    which a paired bootstrap on one pair of models does not see, is in this interval."""
+    splits = math.comb(len(system) + len(baseline), len(system))
+    exact = splits <= MAX_EXACT_SPLITS
     return {
         "seeds": len(system), "against_seeds": len(baseline),
         "difference": rounded(statistics.mean(system) - statistics.mean(baseline)),
         "p_value": round(permutation_p(system, baseline), 4),
-        "splits": math.comb(len(system) + len(baseline), len(system)),
+        "splits": splits if exact else SAMPLED_SPLITS + 1, "exact": exact,
         "interval_95": permutation_interval(system, baseline),
     }  # fmt: skip
 

@@ -278,7 +278,7 @@ def test_an_output_that_is_an_input_is_refused(checkpoints):
     message = refusal(["--inputs", str(checkpoints), "--num-update-checkpoints", "2",
                        "--output", output])  # fmt: skip
     assert message == (
-        f"--output {output} is the input {by_update[3]}: write the average to another file"
+        f"--output {output}: is the input {by_update[3]}: write the average to another file"
     )
     assert by_update[3].read_bytes() == before
 
@@ -293,7 +293,7 @@ def test_an_input_that_the_average_would_be_written_through_is_refused(checkpoin
     output = tmp_path / "mean.pt"
     message = refusal(["--inputs", str(temporary), str(by_update[2]), "--output", str(output)])
     assert message == (
-        f"--output {output} is written through {output}.tmp first, which is the input "
+        f"--output {output}: is written through {output}.tmp first, which is the input "
         f"{temporary}: write the average to another file"
     )
     assert temporary.read_bytes() == by_update[3].read_bytes()
@@ -378,11 +378,11 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
         "interrupted?)"
     )
     assert refusal(["--inputs", newest, "--output", str(tmp_path / "no" / "mean.pt")]) == (
-        f"--output {tmp_path / 'no' / 'mean.pt'} no folder {tmp_path / 'no'} (create it first)"
+        f"--output {tmp_path / 'no' / 'mean.pt'}: no folder {tmp_path / 'no'} (create it first)"
     )
     # An empty name (an unset variable) was the working directory: "cannot write : Is a directory".
     assert refusal(["--inputs", newest, "--output", ""]) == (
-        "--output  is empty: name the average to write"
+        "--output '': is empty: name the average to write"
     )
     assert not (tmp_path / "mean.pt").exists()
 

@@ -1643,6 +1643,25 @@ def test_permutation_test_over_seeds_counts_the_splits_as_extreme_as_the_observe
     assert permutation_p([1, 2, 4], [3, 5, 6, 7]) == pytest.approx(4 / 35)
 
 
+def test_the_permutation_test_samples_splits_where_they_are_too_many(monkeypatch):
+    """12 seeds against 12 are 2.7 million splits, for each step of the interval's search:
+    fairseq-san-score ran for minutes to hours without a word. Above MAX_EXACT_SPLITS the test
+    takes random splits (the observed one counted), and its p is near the exact one."""
+    from fairseq_san import scoring
+
+    san, baseline = [37.8, 37.9, 37.1, 36.5, 38.2], [37.2, 36.8, 37.2, 37.4, 36.9]
+    exact = scoring.seed_comparison(san, baseline)
+    assert (exact["exact"], exact["splits"]) == (True, 252)
+    monkeypatch.setattr(scoring, "MAX_EXACT_SPLITS", 100)
+    monkeypatch.setattr(scoring, "SAMPLED_SPLITS", 20_000)
+    sampled = scoring.seed_comparison(san, baseline)
+    assert (sampled["exact"], sampled["splits"]) == (False, 20_001)
+    assert sampled["p_value"] == pytest.approx(exact["p_value"], abs=0.01)
+    assert sampled["difference"] == exact["difference"]
+    many = scoring.seed_comparison([40.0 + i / 10 for i in range(12)], [30.0] * 12)
+    assert not many["exact"] and many["p_value"] == round(1 / 20_001, 4)  # only the observed
+
+
 def test_budget_is_stated_for_each_seed_that_trained_a_baseline_and_san():
     """A wall cap may stop one seed's baseline and not another's: each seed gets its statement,
     and a seed without both systems (baseline seed 4 here) gets none."""

@@ -1045,12 +1045,16 @@ def test_cli_output_that_is_a_directory_leaves_no_temporary_file(js_file, tmp_pa
     for output, said in ((folder, "is a folder: name the policy to write"),
                          (tmp_path / "none" / "p.json",
                           f"no folder {tmp_path / 'none'} (create it first)"),
-                         ("", "is empty: name the policy to write")):  # fmt: skip
+                         ("", "is empty: name the policy to write"),
+                         # written as a file named "pol", said "wrote .../pol/"
+                         (f"{tmp_path / 'pol'}/", "ends in '/', a folder's name: name the policy "
+                          "to write (a file)")):  # fmt: skip
         result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec",
                                 "0.5", "-o", str(output))  # fmt: skip
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert result.stderr.splitlines()[-1] == f"fairseq-san-policy: error: -o {output}: {said}"
     assert not (tmp_path / "policies.tmp").exists() and not list(folder.iterdir())
+    assert not (tmp_path / "pol").exists()
 
 
 def test_cli_does_not_write_output_on_error(js_file, tmp_path):

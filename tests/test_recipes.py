@@ -1379,7 +1379,27 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     comma.write_text(text.read_text())
     empty_model = tmp_path / "empty.model"
     empty_model.write_bytes(b"")
+    packed = tmp_path / "train.txt.gz"  # were "not UTF-8 text ...: convert it (iconv)"
+    packed.write_bytes(gzip.compress(text.read_bytes()))
+    checkpoint = tmp_path / "checkpoint.pt"
+    torch.save({"model": {}}, checkpoint)
+    mac = tmp_path / "mac.de"  # sentencepiece read one line, too long, and left it out: exit 0
+    mac.write_bytes(text.read_bytes().replace(b"\n", b"\r"))
     cases = [
+        (("train", str(packed), "--model-prefix", str(tmp_path / "m")),
+         f"{packed} is gzip-compressed: give it unpacked \\(gunzip -k\\)"),
+        (("encode", "--model", str(spm_model), str(checkpoint), str(tmp_path / "out")),
+         f"{checkpoint} is a zip archive \\(a PyTorch checkpoint\\?\\), not text: give the text "
+         "file"),
+        (("train", str(text), str(mac), "--model-prefix", str(tmp_path / "m")),
+         f"{mac}: its lines end in a carriage return alone \\(\\\\r, classic Mac text\\), and "
+         r"sentencepiece ends a line at \\n only: convert them first \(tr '\\r' '\\n'\)"),
+        # written as a file named "out", said written; the temporary folder named, never given
+        (("encode", "--model", str(spm_model), str(text), f"{tmp_path / 'out'}/"),
+         f"{tmp_path / 'out'}/: ends in '/', a folder's name: name the output file to write "
+         r"\(a file\)"),
+        (("train", str(text), "--model-prefix", "/proc/m"),
+         "--model-prefix /proc/m: cannot write in /proc: No such file or directory"),
         (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "100000"),
          r"--vocab-size 100000: this text has too few distinct pieces for it; \d+ at most"),
         (("train", str(text), "--model-prefix", str(tmp_path / "m"), "--vocab-size", "5"),
@@ -1430,12 +1450,18 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
 
 def test_spm_decode_refuses_whole_generate_lines(spm_model, tmp_path):
     """Decoding deletes every space before it turns each piece's mark into one:
-    fairseq-generate's whole H- lines came out as "H-0-0.5 Ein ...", exit 0. Pieces, and an
-    empty line among them, are decoded."""
+    fairseq-generate's whole H- lines came out as "H-0-0.5 Ein ...", exit 0, and text decoded
+    already (the recipes' D- lines) as one word a line ("EinMannläuft"). Pieces, a one-word
+    line and an empty line among them, are decoded."""
     pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
     for text, said in (("H-0\t-0.5\t\u2581Ein \u2581Mann\n",
                         f"{pieces}, line 1, holds a tab: give the pieces alone (of "
-                        "fairseq-generate's H- lines, the third field: cut -f3)"),):  # fmt: skip
+                        "fairseq-generate's H- lines, the third field: cut -f3)"),
+                       ("\u2581Ein \u2581Hund\nHund\nEin Mann läuft\n",
+                        f"{pieces}, line 3, is no sentencepiece pieces: none of its 3 pieces "
+                        "holds '\u2581' (a word's start), and decoding would glue them into one "
+                        "word; is it decoded text already (fairseq-generate's D- lines, with "
+                        "--post-process sentencepiece)?")):  # fmt: skip
         pieces.write_text(text, encoding="utf-8")
         result = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), str(pieces),
                          str(out))  # fmt: skip

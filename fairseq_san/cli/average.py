@@ -317,7 +317,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         paths = input_paths(args)
         problem = output_problem(args.output, paths)
         if problem:
-            raise UsageError(f"--output {args.output} {problem}")
+            raise UsageError(f"--output {args.output or repr(args.output)}: {problem}")
         logger.info("averaging %d checkpoint(s): %s", len(paths), ", ".join(paths))
         save(average(paths), args.output)
     except UsageError as err:  # a CheckpointError among them

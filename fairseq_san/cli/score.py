@@ -249,10 +249,11 @@ def seeds_line(test: Dict[str, object]) -> str:
         f"95% interval {interval[0]:+.2f} to {interval[1]:+.2f}" if interval
         else "too few seeds for a 95% interval"
     )  # fmt: skip
+    kind = "exact permutation test" if test["exact"] else "permutation test, random splits"
     return (
-        f"over seeds ({test['seeds']} against {test['against_seeds']}, exact permutation test): "
+        f"over seeds ({test['seeds']} against {test['against_seeds']}, {kind}): "
         f"mean BLEU difference {test['difference']:+.2f} ({said}, p = {test['p_value']:.4f} over "
-        f"{test['splits']} splits)"
+        f"{test['splits']:,} splits)"
     )
 
 

@@ -20,6 +20,7 @@ from typing import Callable, List, Optional, Tuple
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
 from fairseq_san.files import line_text, output_problem, write_whole
+from fairseq_san.scoring import SENTENCEPIECE_MARK
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -59,7 +60,12 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
             raise UsageError(f"--model-prefix {model_prefix}: {problem}")
 
     folder = os.path.dirname(os.path.abspath(model_prefix))
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".fairseq-san-spm-") as work:
+    try:
+        temporary = tempfile.TemporaryDirectory(dir=folder, prefix=".fairseq-san-spm-")
+    except OSError as err:  # named the temporary folder, never given
+        raise UsageError(f"--model-prefix {model_prefix}: cannot write in {folder}: "
+                         f"{err.strerror}") from None  # fmt: skip
+    with temporary as work:
         trained = os.path.join(work, "spm")
         spm.SentencePieceTrainer.train(
             input=",".join(inputs),
@@ -116,12 +122,25 @@ def check_training_text(inputs: List[str]) -> None:
         mode = os.stat(path).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder fails here, as one
             continue
-        with utf8_text(path), open(path, encoding="utf-8") as lines:
-            sentences = [line.rstrip("\n") for line in lines if line.strip()]
+        with utf8_text(path), open(path, encoding="utf-8", newline="\n") as lines:
+            sentences = [line_text(line) for line in lines if line.strip()]
+        check_line_ends(path, sentences)
         if not sentences:
             raise UsageError(f"{path} has no sentence to learn subwords from")
         read.append((path, count_too_long(sentences), len(sentences)))
     check_sentence_lengths(read, every_input_read=len(read) == len(inputs))
+
+
+def check_line_ends(path: str, sentences: List[str]) -> None:
+    """Refuse text whose lines end in a bare carriage return (classic Mac text): sentencepiece
+    ends a line at "\\n" only, read the file as one line too long to learn from and left it
+    out without a word (the vocabulary learned from the other inputs alone)."""
+    returns = sum(sentence.count("\r") for sentence in sentences)
+    if returns and returns >= len(sentences):
+        raise UsageError(
+            f"{path}: its lines end in a carriage return alone (\\r, classic Mac text), and "
+            "sentencepiece ends a line at \\n only: convert them first (tr '\\r' '\\n')"
+        )
 
 
 # The longest sentence, in bytes, that sentencepiece learns from (its max_sentence_length, given
@@ -197,11 +216,22 @@ def decode(model: str, source: str, target: str) -> None:
 
 def check_pieces(source: str, number: int, line: str) -> None:
     """Refuse a line holding a tab: fairseq-generate's whole ``H-`` line, which decoding (it
-    deletes every space before it turns each "\u2581" into one) made "H-0-0.5 Ein ..."."""
+    deletes every space before it turns each "\u2581" into one) made "H-0-0.5 Ein ...";
+    and one of several pieces without a word's start among them: text decoded already (the
+    recipes' ``D-`` lines, ``--post-process sentencepiece``), which decoding glued into one word
+    ("einhundläuft")."""
     if "\t" in line:
         raise UsageError(
             f"{source}, line {number}, holds a tab: give the pieces alone (of fairseq-generate's "
             "H- lines, the third field: cut -f3)"
+        )
+    pieces = len(line.split())
+    if pieces > 1 and SENTENCEPIECE_MARK not in line:
+        raise UsageError(
+            f"{source}, line {number}, is no sentencepiece pieces: none of its {pieces} pieces "
+            f"holds '{SENTENCEPIECE_MARK}' (a word's start), and decoding would glue them into one "
+            "word; is it decoded text already (fairseq-generate's D- lines, with --post-process "
+            "sentencepiece)?"
         )
 
 

@@ -51,7 +51,11 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 from fairseq_san import options
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
-from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR, missing_component_option
+from fairseq_san.fairseq_fixes.one_line_errors import (
+    NO_LANGUAGE_PAIR,
+    missing_component_option,
+    too_long_sentence,
+)
 from fairseq_san.files import glob_in
 from fairseq_san.generation_options import check_no_alignment, check_no_constraints
 from fairseq_san.tasks.decoding import (
@@ -326,17 +330,6 @@ def check_generate_arguments(
         )
 
 
-# fairseq's batching's message for a sentence longer than the model's positions.
-TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid ")
-
-
-def too_long_sentence(error: Exception) -> Optional[int]:
-    """The index of the sentence that fairseq's batching found longer than the model's
-    positions (``data_utils.filter_by_size``, a plain Exception), else None."""
-    found = TOO_LONG.match(str(error))
-    return int(found.group(1)) if type(error) is Exception and found else None
-
-
 # fairseq's batching's assertion for a sentence longer than a batch's --max-tokens.
 OVER_MAX_TOKENS = re.compile(r"Sentences lengths should not exceed max_tokens=(\d+)")
 
@@ -452,6 +445,11 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         with keywords_spelt(given):
             self.check_call(kwargs, inference_step_args)
         config = self.generation_config(beam, kwargs)
+        if verbose and getattr(config, "print_alignment", None) == "soft":  # fairseq: ValueError
+            raise UsageError(
+                "print_alignment='soft' with verbose=True: fairseq's hub logs hard alignments "
+                "only (source-target pairs); leave verbose out, or pass print_alignment='hard'"
+            )
         with keywords_spelt(given):
             check_generation_args(config)
             # the plugin's tasks check it as they build the generator; fairseq's did not

@@ -579,19 +579,25 @@ def test_another_decoder_self_attention_type_is_named(
     assert rebuilt.state_dict().keys() == trained.state_dict().keys()
 
 
-def test_another_encdec_share_mode_is_named():
+@pytest.mark.parametrize("policy", ["3,3", "6"])
+def test_another_encdec_share_mode_is_named(policy):
+    """Also beside a policy that shares more than the checkpoint's ({6} of {3,3}), which its
+    projections serve: the refusal named the policy's blocks, "other borders", and advised a
+    policy like the one given."""
     from fairseq_san.policy import PolicyError
 
     trained, _ = build(["--san-decoder-encdec-policy", "3,3"])  # shares the output A
-    model, _ = build(["--san-decoder-encdec-policy", "3,3", "--san-encdec-share", "weights"])
+    model, _ = build(["--san-decoder-encdec-policy", policy, "--san-encdec-share", "weights"])
     with pytest.raises(PolicyError) as error:
         model.load_state_dict(trained.state_dict())
     message = str(error.value)
     assert "shares the encoder-decoder attention output (--san-encdec-share output)" in message
     assert "only its weights (--san-encdec-share weights)" in message
-    assert "more attention sharing" not in message
+    assert "more attention sharing" not in message and "other borders" not in message
     rebuilt, _ = build(flags_in(message))
     rebuilt.load_state_dict(trained.state_dict())
+    shared_more, _ = build(["--san-decoder-encdec-policy", policy])  # the share mode left out
+    shared_more.load_state_dict(trained.state_dict(), strict=False)
 
 
 @pytest.mark.parametrize(
@@ -1095,6 +1101,13 @@ def test_interactive_skips_a_too_long_line_and_goes_on(binarized_corpus, trained
     skipped = ["S-2 to S-3"] if buffer_size == "2" else ["S-2", "S-3"]  # buffers left empty
     assert [line.split(": ")[0].split(":")[-1] for line in result.stderr.splitlines()
             if said in line] == skipped  # fmt: skip
+    # without the flag the line is named by its number in the input: fairseq's "sample #0" was
+    # its place in the buffer (with the default --buffer-size 1, always #0)
+    argv.remove("--skip-invalid-size-inputs-valid-test")
+    result = subprocess.run(argv, input=text, cwd=REPO, env=cli_env(), capture_output=True,
+                            text=True, timeout=240)  # fmt: skip
+    named = "S-2" if buffer_size == "1" else "S-3"  # fairseq names the buffer's last of the two
+    assert_one_line_error(result, f"Size of {named} is invalid (=(8, 0)) since max_positions=(6, ")
 
 
 @pytest.mark.slow
@@ -2634,6 +2647,22 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--score-reference"],
          "--score-reference: fairseq-x would ignore it: its input has no reference to score"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--prefix-size", "2"], None),
+        # fairseq printed soft alignments as hard ones and failed after the first sentence
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--print-alignment",
+                                               "soft"],
+         "--print-alignment soft: fairseq-x prints hard alignments only (source-target pairs); "
+         "pass --print-alignment hard, or fairseq-generate for soft ones"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference",
+                                   "--print-alignment", "soft"],
+         "--print-alignment soft with --score-reference: fairseq's scorer aligns the references "
+         "hard only; pass --print-alignment hard"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--print-alignment", "soft"], None),
+        # the prefix forced from the left-padded targets' first columns, without a word
+        ("get_generation_parser", ["data", "--path", "c.pt", "--prefix-size", "2",
+                                   "--left-pad-target"],
+         "--prefix-size 2 with --left-pad-target: fairseq forces the first columns of the "
+         "left-padded targets, padding and the wrong tokens of the shorter ones; leave "
+         "--left-pad-target out (decoding does not need it)"),
         # the best checkpoint kept by a metric the wrong way round, silently; or never logged
         (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
                        "bleu"],

@@ -609,6 +609,9 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "(max_len_a=0"),
         ({"beam": "4"}, "beam='4': it must be an integer of at least 1"),  # not a keyword: "beam"
         ({"print_alignment": "two words"}, "print_alignment='two words': choose hard or soft"),
+        # fairseq's verbose log formats (source, target) pairs: a ValueError
+        ({"print_alignment": "soft", "verbose": True}, "print_alignment='soft' with verbose=True: "
+         "fairseq's hub logs hard alignments only"),
     ):  # fmt: skip
         with pytest.raises(UsageError, match="^" + re.escape(said)):
             hub.translate("tok1 tok2 tok3", **keywords)

@@ -250,6 +250,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_one_decoding_asked(args, overrides, command)
         check_refinement_options(args)
         check_constraints_given(args, command)
+        check_alignment_printed(args, command)
+        check_prefix_unpadded(args)
     check_results_path_written(args, command, kind)
     trainers_precision = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
     if trainers_precision and kind != "train":
@@ -275,6 +277,38 @@ def check_refinement_options(args: argparse.Namespace) -> None:
     task = TASK_REGISTRY.get(getattr(args, "task", None))
     if task is not None and not issubclass(task, TranslationLevenshteinTask):
         check_no_refinement_options(args)
+
+
+def check_alignment_printed(args: argparse.Namespace, command: str) -> None:
+    """Refuse ``--print-alignment soft`` where fairseq prints hard alignments only: in
+    fairseq-interactive (its A- line takes (source, target) pairs), and of ``--score-reference``'s
+    scorer, which aligns hard; both failed after the first sentence's output (ValueError,
+    TypeError)."""
+    if getattr(args, "print_alignment", None) != "soft":
+        return
+    if reads_input_lines(args):
+        raise UsageError(
+            f"--print-alignment soft: {command} prints hard alignments only (source-target "
+            "pairs); pass --print-alignment hard, or fairseq-generate for soft ones"
+        )
+    if getattr(args, "score_reference", False):
+        raise UsageError(
+            "--print-alignment soft with --score-reference: fairseq's scorer aligns the "
+            "references hard only; pass --print-alignment hard"
+        )
+
+
+def check_prefix_unpadded(args: argparse.Namespace) -> None:
+    """Refuse ``--prefix-size`` with ``--left-pad-target``: fairseq-generate forces the first
+    columns of the batch's targets, which are padding and the first tokens of every target
+    shorter than the batch's longest (forced at the wrong positions, or not at all), without a
+    word."""
+    if getattr(args, "prefix_size", 0) and getattr(args, "left_pad_target", False):
+        raise UsageError(
+            f"--prefix-size {args.prefix_size} with --left-pad-target: fairseq forces the first "
+            "columns of the left-padded targets, padding and the wrong tokens of the shorter "
+            "ones; leave --left-pad-target out (decoding does not need it)"
+        )
 
 
 def reads_input_lines(args: argparse.Namespace) -> bool:

@@ -29,11 +29,13 @@ default ``--buffer-size 1``, at the first such line).
 
 import functools
 import logging
+import re
 import sys
 import weakref
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
+from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence, without_numpy_reprs
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.files import GZIP_MAGIC
 
@@ -132,6 +134,14 @@ def skipped_whole_buffer(error: UsageError, cfg) -> bool:
     return str(error) == NOTHING_TO_BATCH and cfg.dataset.skip_invalid_size_inputs_valid_test
 
 
+def too_long_line(error: Exception, number: int) -> UsageError:
+    """fairseq's batching's refusal of a line longer than the model's positions, naming it by
+    its number in the input (``S-N``; fairseq's "sample #K" counts from its buffer's first, #0
+    with the default --buffer-size 1), its sizes as numbers (numpy 2 printed "np.int64(9)")."""
+    said = without_numpy_reprs(str(error))
+    return UsageError(re.sub(r"^Size of sample #\d+", f"Size of S-{number}", said))
+
+
 def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
@@ -155,8 +165,11 @@ def numbered_across_buffers(make_batches):
                 if numbered:
                     task.interactive_ids = batch.ids + before
                 yield batch
-        except UsageError as error:
-            if not skipped_whole_buffer(error, cfg):
+        except Exception as error:  # fairseq's batching: "Size of sample #K" of the buffer
+            index = too_long_sentence(error)
+            if index is not None:
+                raise too_long_line(error, before + index) from None
+            if not (isinstance(error, UsageError) and skipped_whole_buffer(error, cfg)):
                 raise
             last = f" to S-{before + len(lines) - 1}" if len(lines) > 1 else ""
             logger.warning("S-%d%s: %s", before, last, SKIPPED[language_modelling(task)])

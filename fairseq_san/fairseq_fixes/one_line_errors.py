@@ -76,6 +76,17 @@ FAIRSEQ_BAD_INPUT = [
 ]
 
 
+# fairseq's batching's message for a sentence longer than the model's positions.
+TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid ")
+
+
+def too_long_sentence(error: Exception) -> Optional[int]:
+    """The index of the sentence that fairseq's batching found longer than the model's
+    positions (``data_utils.filter_by_size``, a plain Exception), else None."""
+    found = TOO_LONG.match(str(error))
+    return int(found.group(1)) if type(error) is Exception and found else None
+
+
 def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
     """``exc`` or the UsageError it was raised from or while handling, if any."""
     seen = set()

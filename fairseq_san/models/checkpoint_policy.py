@@ -421,7 +421,9 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     since only the first layer of a block computes S and A. It fails when training resumes
     without the policy flags the run was started with, or when a decode-time policy shares less
     than the checkpoint; the message gives the flags that rebuild the checkpoint's model. With
-    the same policy, only the encoder-decoder share mode can differ: the message says so.
+    the same policy or one that shares more (which the checkpoint's projections serve), only the
+    encoder-decoder share mode can differ: the message says so (it named the policy's blocks,
+    whose advice the policy followed).
     """
     own = model.state_dict()
     modules = missing_projections(own, state_dict)
@@ -432,7 +434,8 @@ def check_checkpoint_has_projections(model: nn.Module, state_dict: Dict) -> None
     flags = trained_model_flags(model, state_dict)
     trained_shown = san_policy.format_policy(trained, kinds)
     built_shown = san_policy.format_policy(built, kinds)
-    if trained == built and encdec_share(state_dict, trained) != encdec_share(own, built):
+    shares_as_much = refines(trained, built, layers)  # built's blocks join trained's whole
+    if shares_as_much and encdec_share(state_dict, trained) != encdec_share(own, built):
         raise san_policy.PolicyError(
             f"the checkpoint shares the encoder-decoder attention output "
             f"(--san-encdec-share {encdec_share(state_dict, trained)}) but this model shares "

@@ -72,6 +72,12 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
         exit 1
       fi
       touch "$dir/trained"
+    elif [ ! -f "$checkpoint" ] && ! [[ -f $dir/analysis/js.json && -f $dir/valid.json ]]; then
+      # its steps after training need the checkpoint: fairseq-generate printed its whole
+      # configuration and stopped on it, at every rerun
+      echo "learn_to_share: iteration $k: $dir/trained says it trained, and $checkpoint is gone:" \
+        "delete $dir/trained to train it again" >&2
+      exit 1
     fi
     # The last trained iteration: the loop's result at its end.
     ln -sfn "iter$k" "$RUN_DIR/last"

@@ -176,8 +176,9 @@ class LayerAnalysis:
         if self.sentences == 0:
             raise UsageError(
                 "SAN analysis: no sentences were analysed (--san-analysis-max-sentences takes "
-                "sentence ids 0..N-1; were they filtered out, by --max-positions with "
-                "--skip-invalid-size-inputs-valid-test?): nothing to write"
+                "sentence ids 0..N-1; were they filtered out, by --max-source-positions or "
+                "--max-target-positions with --skip-invalid-size-inputs-valid-test?): nothing to "
+                "write"
             )
         os.makedirs(directory, exist_ok=True)
         matrices = {

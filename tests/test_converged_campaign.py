@@ -1595,6 +1595,34 @@ def test_read_train_log_adds_the_wall_time_of_each_resumed_process(tmp_path):
     assert read_train_log(str(log))["wall_s"] == pytest.approx(11.4)  # capped at 9 s, then 2.4
 
 
+def test_read_train_log_forgets_an_attempt_that_a_start_from_scratch_replaced(tmp_path):
+    """A recipe reruns a training that saved no checkpoint with other arguments, appending to
+    its log: the abandoned attempt's model size (308,480 of a 64-dim model, not the 97,152 that
+    trained), speed and wall time were reported as the training's. A resumed process (it
+    loaded a checkpoint) still adds to the one before."""
+    from fairseq_san.loop.train_log import read_train_log
+
+    def line(text: str) -> str:
+        return f"2026-12-05 19:32:00 | INFO | fairseq_cli.train | {text}\n"
+
+    def record(wall: int, updates: int, ups: str) -> str:
+        fields = {"epoch": 1, "num_updates": str(updates), "ups": ups, "wps": "1000",
+                  "wall": str(wall)}  # fmt: skip
+        return f"2026-12-05 19:32:01 | INFO | train_inner | {json.dumps(fields)}\n"
+
+    scratch = line("No existing checkpoint found checkpoints/checkpoint_last.pt")
+    log = tmp_path / "train.log"
+    log.write_text(line("num. shared model params: 308,480 (num. trained: 308,480)") + scratch
+                   + record(5, 10, "2")  # killed before its first checkpoint
+                   + line("num. shared model params: 97,152 (num. trained: 97,152)") + scratch
+                   + record(3, 10, "8") + line("done training in 3.5 seconds")
+                   + line("num. shared model params: 97,152 (num. trained: 97,152)")  # resumed
+                   + record(2, 20, "6") + line("done training in 2.5 seconds"))  # fmt: skip
+    facts = read_train_log(str(log))
+    assert (facts["params"], facts["updates"], facts["wall_s"]) == (97_152, 20, 6.0)
+    assert facts["updates_per_s"] == 7.0  # of 8 and 6, not the attempt's 2
+
+
 def test_read_train_log_reads_the_simple_format_as_the_json_one(tmp_path):
     """The same stats written by fairseq's simple progress bar (the recipes' --log-format) and by
     its JSON bar give the same facts."""

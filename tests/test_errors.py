@@ -2604,6 +2604,10 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
          "--seed -1: it must be an integer in [0, 4294967295]"),
+        # fairseq-train: "OverflowError: int too big to convert", a traceback
+        (TRAIN, SAN + ["--max-source-positions", "99999999999999999999999"],
+         "--max-source-positions 99999999999999999999999: it must be an integer in [1, "
+         "2147483647]"),
         ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--tokenizer", "moses"],
          "--tokenizer moses needs --source-lang and --target-lang: fairseq gives the tokenizer "
          "its languages from the command line, before it reads them from the data (e.g. "

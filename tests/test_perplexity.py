@@ -64,6 +64,10 @@ def test_the_loop_table_shows_perplexity_for_a_language_model_and_bleu_otherwise
     # count different targets: 10.479 beside 2006.89 (2 ** 10.479 is 1428), said nowhere
     assert "with --add-bos-token the loss counts a first target, <s> after <s>" in lm
     assert "add-bos-token" not in mt
+    # a language model's run (its record's --lm) stopped before its first perplexity: it showed
+    # the translation columns
+    unscored = summary_table([row(0)], language_model=True)
+    assert "| valid ppl | learned policy |" in unscored and "BLEU" not in unscored
 
 
 def test_an_output_the_loop_cannot_write_is_named_as_given(tmp_path):

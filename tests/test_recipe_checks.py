@@ -6,6 +6,7 @@ empty files with the names that fairseq-preprocess and prepare.sh write.
 """
 
 import fcntl
+import gzip
 import os
 import shutil
 import signal
@@ -746,6 +747,9 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(
     assert decodes(f"a={copy}:{{'san_no_cache': True}}", DECODE_BATCH_SIZE="128") == 1
     assert "--batch-size 128 " in (fake / "fairseq-generate.calls").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
+    # its output deleted since: fairseq-san-score failed on it at every rerun, exit 2
+    (out / "a" / "test" / "generate-test.txt").unlink()
+    assert decodes(f"a={copy}:{{'san_no_cache': True}}", DECODE_BATCH_SIZE="128") == 1
 
 
 @pytest.mark.parametrize("size", ["16x", "-x"])  # "-x" was read by argparse as an option
@@ -1033,6 +1037,9 @@ def test_prepare_into_what_is_no_folder_name_or_with_no_vocabulary_size_is_one_l
          "(made when missing)"),
         (tmp_path / "data-bin", "abc", "prepare.sh: VOCAB_SIZE=abc: give a positive whole "
          "number of pieces"),
+        # bash's arithmetic wrapped it round: "joint sentencepiece model (7766279631452241919"
+        (tmp_path / "data-bin", "99999999999999999999", "prepare.sh: VOCAB_SIZE="
+         "99999999999999999999: give a positive whole number of pieces (at most 2147483647)"),
         ("--out", "30", "prepare.sh: unknown option --out; usage: "),
     ):  # fmt: skip
         env["VOCAB_SIZE"] = vocab
@@ -1049,6 +1056,22 @@ def test_prepare_of_one_language_into_itself_is_one_line(tmp_path):
     assert result.returncode == 2
     assert lines(result.stderr) == ["prepare.sh: SRC and TGT are both en: give two languages"]
     assert not out.exists()
+
+
+def test_prepare_refuses_a_split_whose_sides_differ_in_lines(tmp_path):
+    """val.de.gz a line short of val.en.gz: prepare.sh said "done", and fairseq-train failed on
+    its assertion ("Source and target must contain the same number of examples"), a traceback
+    naming no file, at every rerun."""
+    raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
+    short = gzip.decompress((raw / "val.de.gz").read_bytes()).splitlines(keepends=True)[:-1]
+    (raw / "val.de.gz").write_bytes(gzip.compress(b"".join(short)))
+    result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(raw))
+    assert result.returncode == 1
+    assert lines(result.stderr)[-1] == (
+        f"prepare.sh: valid: {raw}/val.en.gz has {len(short) + 1} lines and {raw}/val.de.gz "
+        f"{len(short)}: not a parallel corpus (check MULTI30K_DIR's files)"
+    )
+    assert not (out / ".done").exists() and not list(out.glob("*.idx"))
 
 
 @pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))

@@ -317,6 +317,24 @@ def test_a_training_that_saved_no_checkpoint_is_not_marked_trained(data, tmp_pat
 
 
 @pytest.mark.slow
+def test_an_iteration_marked_trained_without_its_checkpoint_is_named(loop_run, data, tmp_path):
+    """iter1/trained beside no checkpoint_best.pt (deleted), its scoring not done: the rerun
+    skipped training, and fairseq-generate printed its whole configuration and stopped on the
+    missing checkpoint, at every rerun."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(loop_run[0], run_dir, symlinks=True)
+    checkpoint = run_dir / "iter1" / "checkpoints" / "checkpoint_best.pt"
+    checkpoint.unlink()
+    (run_dir / "iter1" / "valid.json").unlink()
+    result = run_loop(data, run_dir, "--max-iterations", "3")
+    assert result.returncode == 1, output_of(result)[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        f"learn_to_share: iteration 1: {run_dir}/iter1/trained says it trained, and {checkpoint} "
+        f"is gone: delete {run_dir}/iter1/trained to train it again"
+    )
+
+
+@pytest.mark.slow
 def test_loop_trains_two_iterations_and_stops_on_an_unchanged_policy(loop_run, data):
     run_dir, result = loop_run
     assert DONE_LINE in result.stdout

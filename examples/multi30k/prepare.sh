@@ -56,6 +56,7 @@ for pair in $splits; do
     raw=$(raw_file "${pair%%:*}" "$lang")
     gzip -dc "$raw" > "$TEXT/${pair##*:}.raw.$lang"
   done
+  check_parallel "${pair##*:}" "$SRC" "$TGT" "${pair%%:*}"
 done
 
 echo "prepare.sh: joint sentencepiece model ($VOCAB_SIZE pieces)"

@@ -33,15 +33,29 @@ check_multi30k_dir() {  # check_multi30k_dir LANG...: every split's raw file, be
   done
 }
 
+check_parallel() {  # check_parallel SPLIT SRC TGT RAW_SPLIT: the split's raw text in $TEXT has a line for
+  # each line of the other side (binarized uneven, fairseq-train failed on its assertion "Source
+  # and target must contain the same number of examples", a traceback naming no file)
+  local lines_src lines_tgt
+  lines_src=$(wc -l < "$TEXT/$1.raw.$2") lines_tgt=$(wc -l < "$TEXT/$1.raw.$3")
+  [ "$lines_src" = "$lines_tgt" ] || {
+    echo "prepare.sh: $1: $(raw_file "$4" "$2") has $lines_src lines and $(raw_file "$4" "$3")" \
+      "$lines_tgt: not a parallel corpus (check MULTI30K_DIR's files)" >&2
+    exit 1; }
+}
+
 check_out_dir() {  # check_out_dir OUT: a folder mkdir can make or has made, not a file
   [ ! -e "$1" ] || [ -d "$1" ] || {
     echo "prepare.sh: OUT_DIR $1 is a file: give a folder (made when missing)" >&2; exit 2; }
 }
 
 check_vocab_size() {  # VOCAB_SIZE a positive decimal count, as its number: "08000" is 8000 (the
-  # finished OUT's 8000 pieces were "not 08000"), "abc" refused before any text is written
-  [[ $VOCAB_SIZE =~ ^[0-9]+$ ]] && [ "$((10#$VOCAB_SIZE))" -gt 0 ] || {
-    echo "prepare.sh: VOCAB_SIZE=$VOCAB_SIZE: give a positive whole number of pieces" >&2; exit 2; }
+  # finished OUT's 8000 pieces were "not 08000"), "abc" refused before any text is written, and
+  # one of more than 10 digits (bash's arithmetic wrapped it round: 99999999999999999999 pieces
+  # were "7766279631452241919")
+  [[ $VOCAB_SIZE =~ ^0*[0-9]{1,10}$ ]] && [ "$((10#$VOCAB_SIZE))" -gt 0 ] || {
+    echo "prepare.sh: VOCAB_SIZE=$VOCAB_SIZE: give a positive whole number of pieces (at most" \
+      "2147483647)" >&2; exit 2; }
   VOCAB_SIZE=$((10#$VOCAB_SIZE))
 }
 

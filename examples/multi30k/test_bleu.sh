@@ -10,7 +10,7 @@
 #   "base+P1=ckpt.pt:{'san_policy': '{\"decoder_self\": [6], \"decoder_encdec\": [6]}'}"
 # Writes OUT_DIR/NAME/SPLIT/{generate-SPLIT.txt,score.json,decoded-by.json}. A split decoded from
 # the same checkpoint (its bytes), data and options, the bytes of files OVERRIDES name included
-# (decoded-by.json), is only rescored; anything else decodes it again.
+# (decoded-by.json), is only rescored where its output is there; anything else decodes it again.
 set -euo pipefail
 
 USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
@@ -32,7 +32,9 @@ while IFS=$'\t' read -r -u 3 name split reference checkpoint overrides; do
   dir=$OUT/$name/$split
   key=$(fairseq-san-loop decode-key "$checkpoint" "$DATA" "$split" -- \
     --model-overrides "$overrides" "${GENERATE[@]}")
-  if [ "$(cat "$dir/decoded-by.json" 2>/dev/null)" != "$key" ]; then
+  # decoded-by.json beside no output (deleted since): fairseq-san-score failed on it, every rerun
+  decoded=$dir/generate-$split.txt
+  if [ "$(cat "$dir/decoded-by.json" 2>/dev/null)" != "$key" ] || [ ! -f "$decoded" ]; then
     # decode into a partial folder: a stopped run leaves no half output
     rm -rf "$dir.partial" && mkdir -p "$dir.partial"
     fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$checkpoint" --gen-subset "$split" \
@@ -43,5 +45,5 @@ while IFS=$'\t' read -r -u 3 name split reference checkpoint overrides; do
     rm -rf "$dir" && mv "$dir.partial" "$dir"
   fi
   echo "== $name $split"
-  fairseq-san-score "$dir/generate-$split.txt" --reference "$reference" -o "$dir/score.json"
+  fairseq-san-score "$decoded" --reference "$reference" -o "$dir/score.json"
 done 3<<< "$SCORED"

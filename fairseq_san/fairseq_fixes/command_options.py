@@ -890,12 +890,17 @@ def _analysing(main: Callable) -> Callable:
 
 def checking_analysis(load_model_ensemble_and_task: Callable) -> Callable:
     """fairseq's ensemble loader, refusing a ``--san-analysis-dir`` among its ``arg_overrides``
-    (fairseq-validate's flags) that the task it built would ignore."""
+    (fairseq-validate's flags) that the task it built would ignore; with the analysis, the
+    checkpoint's ``--seed`` kept (fairseq-validate's seeds nothing it validates)."""
 
     @functools.wraps(load_model_ensemble_and_task)
     def loading(filenames, arg_overrides=None, *args, **kwargs):
         from fairseq_san.tasks.attention_analysis import check_analysis_applied
 
+        if arg_overrides and arg_overrides.get("san_analysis_dir"):
+            # fairseq-validate's --seed replaced the training's in the configuration, which
+            # js.json records as the checkpoint's (a series of two trainings then plotted)
+            arg_overrides = {key: value for key, value in arg_overrides.items() if key != "seed"}
         loaded = load_model_ensemble_and_task(filenames, arg_overrides, *args, **kwargs)
         check_analysis_applied(loaded[2], arg_overrides)
         return loaded

@@ -84,6 +84,12 @@ OPTION_RANGES = {
         PROBABILITY,
     ),
     "seed": Range(0, 2**32 - 1, integer=True),
+    # a count of positions beyond a 64-bit integer failed in fairseq-train: "OverflowError: int
+    # too big to convert", a traceback
+    **dict.fromkeys(
+        ("max_source_positions", "max_target_positions", "tokens_per_sample"),
+        Range(1, 2**31 - 1, integer=True),
+    ),
     "lr": Range(0, low_open=True),
     "weight_decay": Range(0),
     "label_smoothing": Range(0, 1, high_open=True),

@@ -7,9 +7,10 @@ throws away the run it meant to continue; a missing ``--finetune-from-model`` is
 traceback. Either is now one line naming the flag (``UsageError``) before anything is trained.
 So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag (fairseq's
 ``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
-optimizer state is for other parameters than the model's (resuming under a policy that shares
-more: torch's "parameter group that doesn't match" traceback), which ``--reset-optimizer``
-resumes; a policy that shares more than the checkpoint being resumed is refused before
+optimizer state is for other parameters than the model's (a run resumed with flags that build
+another model, e.g. without ``--share-all-embeddings``: torch's "parameter group that doesn't
+match" traceback; ``--reset-optimizer`` goes on in the new model); a policy that shares more
+than the checkpoint being resumed is refused before
 (``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite
 to its checkpoint's (``-s de -t en`` in the save dir of an En->De run: on joined dictionaries
 fairseq trained on) is refused in one line
@@ -128,9 +129,11 @@ def _checking(load_checkpoint):
             if OPTIMIZER_MISMATCH not in str(err):
                 raise
             raise UsageError(
-                "the checkpoint's optimizer state is for other parameters than this model's (a "
-                "policy that shares more than the checkpoint's drops attention projections): "
-                "add --reset-optimizer to resume its weights with a new optimizer"
+                "the checkpoint's optimizer state is for other parameters than this model's: "
+                "this run's flags build another model than the training's (its "
+                "--share-all-embeddings, sizes or sharing policy): pass the training's flags to "
+                "resume it; --reset-optimizer would go on with its weights in this model, with a "
+                "new optimizer"
             ) from None
 
     return wrapper

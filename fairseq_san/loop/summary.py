@@ -229,10 +229,11 @@ LM_SCORES_NOTE = (
 )
 
 
-def summary_table(rows: List[Dict[str, object]]) -> str:
+def summary_table(rows: List[Dict[str, object]], language_model: bool = False) -> str:
     """Markdown table of the loop, one row per iteration: BLEU and chrF of a translation model,
-    the perplexity of a language model (``valid.json`` says which)."""
-    language_model = any(row["perplexity"] is not None for row in rows)
+    the perplexity of a language model (``language_model``: the run's record says so, or a
+    ``valid.json`` does; an LM run stopped before its first showed the translation columns)."""
+    language_model = language_model or any(row["perplexity"] is not None for row in rows)
     scores = "valid ppl |" if language_model else "valid BLEU | valid chrF |"
     lines = [
         f"| iter | trained with policy | params | updates | train time | valid loss | {scores} "
@@ -284,7 +285,7 @@ def write_summary(run_dir: str) -> str:
     if not rows:
         raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
     stop = why_ended(run_dir, rows[-1]["iteration"])
-    table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows)
+    table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows, kinds == (LM_KIND,))
     table += "" if stop is None else f"\nStopped: {stop}.\n"
     write_text(os.path.join(run_dir, "loop.md"), table, replace_link=True)
     write_json(os.path.join(run_dir, "loop.json"), rows, replace_link=True)

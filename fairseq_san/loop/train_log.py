@@ -25,6 +25,8 @@ STAT = re.compile(r"(\w+) (\S+)")
 STAT_PREFIX = {"train_inner": "", "train": "train_", "valid": "valid_"}
 PARAMS = re.compile(r"num\. (?:shared )?model params: ([\d,]+)")
 DONE = re.compile(r"done training in ([\d.]+) seconds")
+# fairseq-train's word for a process that trains from scratch (no checkpoint to resume from).
+FROM_SCRATCH = "No existing checkpoint found"
 STOPS = (
     ("early stop since valid performance", "patience"),
     ("Stopping training due to cumulative_training_time", "wall cap"),
@@ -49,14 +51,16 @@ class TrainLogFacts:
     wps: List[float] = field(default_factory=list)
 
     def read_line(self, line: str) -> None:
-        """The model's size (said as each fairseq-train process starts), a stop or a wall time,
-        where ``line`` says one."""
+        """The model's size (said as each fairseq-train process starts), a start from scratch, a
+        stop or a wall time, where ``line`` says one."""
         found = PARAMS.search(line)
         if found:
-            self.params = self.params or int(found.group(1).replace(",", ""))
+            self.params = int(found.group(1).replace(",", ""))
             if self.cumulative is not None:  # a wall-capped process resumed: it counts them all
                 self.sessions, self.cumulative = [self.cumulative], None
             self.sessions.append(0.0)
+        if FROM_SCRATCH in line:
+            self.start_again()
         for marker, reason in STOPS:
             if marker in line:
                 self.stop = reason
@@ -66,6 +70,13 @@ class TrainLogFacts:
         found = CUMULATIVE.search(line)
         if found:
             self.cumulative = float(found.group(1)) * 3600
+
+    def start_again(self) -> None:
+        """Forget what the log said before this process, which trains from scratch: an attempt
+        that saved no checkpoint (a recipe reruns one with other arguments, appending to its
+        log), whose model size, speed and wall time were reported as the training's."""
+        fresh = TrainLogFacts(params=self.params, sessions=[0.0])
+        self.__dict__.update(fresh.__dict__)
 
     def add_wall(self, seconds: float) -> None:
         """A wall time of the current fairseq-train process (its longest is its own)."""

@@ -179,7 +179,7 @@ class AttentionAnalysisTask:
         if analysis is None:
             raise UsageError(
                 f"SAN analysis: subset '{self._subset}' had no batches (an empty subset, or every "
-                "sentence filtered out by --max-positions with "
+                "sentence filtered out by --max-source-positions or --max-target-positions with "
                 "--skip-invalid-size-inputs-valid-test): nothing to analyse"
             )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")

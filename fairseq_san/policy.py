@@ -272,6 +272,10 @@ def load_policy(spec: Union[str, dict]) -> Policy:
             '\'{"decoder_self": [1, 5]}\', or a file holding one; the per-kind flags '
             "(--san-decoder-self-policy 1,5) take block sizes alone"
         )
+    elif spec.strip().lower() in ("null", "none") and not os.path.exists(spec):
+        raise PolicyError(  # read as a file name: 'policy file "null" not found'
+            f"policy {spec!r}: to share nothing, leave the policy out (or give '{{}}')"
+        )
     else:
         source = f'policy file "{spec}"'
         data = load_json_object(spec, "policy file", POLICY_FILE_LIMIT)

@@ -173,6 +173,15 @@ def test_load_policy_of_no_policy_names_the_accepted_ones():
         load_policy(None)
 
 
+@pytest.mark.parametrize("spec", ["null", "None"])
+def test_load_policy_of_json_null_says_how_to_share_nothing(spec):
+    """``--san-policy null`` was read as a file name: 'policy file "null" not found'."""
+    with pytest.raises(PolicyError) as err:
+        load_policy(spec)
+    said = f"policy '{spec}': to share nothing, leave the policy out (or give '{{}}')"
+    assert str(err.value) == said
+
+
 def test_load_policy_missing(tmp_path):
     path = str(tmp_path / "nope.json")
     with pytest.raises(PolicyError) as err:

@@ -237,7 +237,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         start token and the prompt): one to generate in (``check_prompt``). fairseq's batching
         skipped a prompt longer than the positions only, and one of the positions but one
         stopped the command; fairseq's warning names the lowered ``max_positions``."""
-        if dataset is self.prompts and max_positions is not None:
+        if dataset is self.prompts and isinstance(max_positions, int):  # a model's, resolved
             max_positions -= 1
         indices = super().filter_indices_by_size(
             indices, dataset, max_positions, ignore_invalid_inputs

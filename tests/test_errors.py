@@ -2364,8 +2364,10 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
 
 
 def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path):
-    """Resuming under a policy that shares more: the model loads (its unused projections
-    dropped), then torch refused the optimizer's state with a traceback."""
+    """Resuming with flags that build another model (without the training's
+    --share-all-embeddings): torch refused the optimizer's state with a traceback; then the
+    refusal named a policy that shares more (refused before, by check_resumed_sharing) and
+    advised --reset-optimizer, which goes on in the other model."""
     from types import SimpleNamespace
 
     import torch
@@ -2381,7 +2383,8 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
 
     cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
                           save_dir=str(tmp_path))  # fmt: skip
-    with pytest.raises(UsageError, match="add --reset-optimizer to resume its weights"):
+    with pytest.raises(UsageError, match="build another model than the training's .*: pass "
+                       "the training's flags to resume it; --reset-optimizer would go on"):
         _checking(load_checkpoint)(cfg, SimpleNamespace(checkpoint_suffix=""))
 
 
@@ -3106,7 +3109,7 @@ def test_half_precision_is_checked_where_the_trainer_is_built():
          "fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; pass a "
          "--context-window below --tokens-per-sample"),
         (12, 8, [], "--context-window 12 leaves no tokens of --tokens-per-sample 8 to score: "),
-        (4, 0, [], "--tokens-per-sample 0: must be at least 1"),
+        (4, 0, [], "--tokens-per-sample 0: it must be an integer in [1, 2147483647]"),  # parsed
         (8, 40, ["--max-target-positions", "16"],  # it named --tokens-per-sample 32
          "--tokens-per-sample 40 is more than --max-target-positions 16"),
     ],
@@ -3126,13 +3129,14 @@ def test_eval_lm_names_the_sizes_given_for_a_context_window_that_leaves_nothing(
 
     tokens_per_sample.install()  # as when fairseq-eval-lm loads the plugin
     assert eval_lm.main.wrapped_by is tokens_per_sample._checking_window
-    args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
-        "data", "--path", "model.pt", "--context-window", str(window),
-        "--tokens-per-sample", str(tokens), *extra])  # fmt: skip
-    cfg = convert_namespace_to_omegaconf(args)
     with pytest.raises(UsageError, match="^" + re.escape(said)):
+        args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
+            "data", "--path", "model.pt", "--context-window", str(window),
+            "--tokens-per-sample", str(tokens), *extra])  # fmt: skip
+        cfg = convert_namespace_to_omegaconf(args)
         eval_lm.main(cfg)
-    assert cfg.task.tokens_per_sample == tokens
+    if tokens > 0:  # refused by main's check, not as parsed
+        assert cfg.task.tokens_per_sample == tokens
 
 
 @pytest.mark.parametrize(

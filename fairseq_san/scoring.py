@@ -424,13 +424,13 @@ def permutation_p(
 
 
 def permutation_interval(
-    system: Sequence[float], baseline: Sequence[float]
+    system: Sequence[float], baseline: Sequence[float], members: Optional[np.ndarray] = None
 ) -> Optional[List[float]]:
     """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
     the system's scores minus d are not rejected against the baseline's at 0.05: the
-    permutation test's 95% confidence interval for the difference of means (``interval_95``).
-    None when no shift can be rejected (too few seeds: 2 against 2 give 6 splits, p never below
-    1/3)."""
+    permutation test's 95% confidence interval for the difference of means (``interval_95``;
+    ``members`` as ``permutation_p`` takes them). None when no shift can be rejected (too few
+    seeds: 2 against 2 give 6 splits, p never below 1/3)."""
     alpha = 0.05
     splits = math.comb(len(system) + len(baseline), len(system))
     # Far from the observed difference only its own split (and its mirror, for equal sizes) is
@@ -438,7 +438,8 @@ def permutation_interval(
     if (2 if len(system) == len(baseline) else 1) / splits > alpha:
         return None
     observed = round((statistics.mean(system) - statistics.mean(baseline)) / SHIFT_STEP)
-    members = split_members(len(system) + len(baseline), len(system))
+    if members is None:
+        members = split_members(len(system) + len(baseline), len(system))
 
     def accepted(steps: int) -> bool:
         shifted = [score - steps * SHIFT_STEP for score in system]
@@ -458,13 +459,13 @@ def seed_comparison(system: Sequence[float], baseline: Sequence[float]) -> Dict[
     permutation test's p (over ``splits`` splits of the pooled scores: every one where ``exact``,
     else random ones) and its 95% interval (None: too few seeds for one). The spread of training,
     which a paired bootstrap on one pair of models does not see, is in this interval."""
-    splits = math.comb(len(system) + len(baseline), len(system))
-    exact = splits <= MAX_EXACT_SPLITS
+    members = split_members(len(system) + len(baseline), len(system))  # for the p and interval
     return {
         "seeds": len(system), "against_seeds": len(baseline),
         "difference": rounded(statistics.mean(system) - statistics.mean(baseline)),
-        "p_value": round(permutation_p(system, baseline), 4),
-        "splits": splits if exact else SAMPLED_SPLITS + 1, "exact": exact,
-        "interval_95": permutation_interval(system, baseline),
+        "p_value": round(permutation_p(system, baseline, members), 4),
+        "splits": len(members),
+        "exact": len(members) == math.comb(len(system) + len(baseline), len(system)),
+        "interval_95": permutation_interval(system, baseline, members),
     }  # fmt: skip
 

@@ -377,6 +377,13 @@ def test_interactive_names_a_prompt_by_its_output_number(trained, buffer):
     assert "the prompt of sample 2 holds the end of sentence (EOS)" in result.stderr
 
 
+def assert_refused_before_output(result, said: str) -> None:
+    """The command failed with ``said`` as its last line, before printing a hypothesis."""
+    assert result.returncode != 0
+    assert not any(line.startswith("H-") for line in result.stdout.splitlines())
+    assert result.stderr.strip().splitlines()[-1] == f"fairseq-san: error: {said}"
+
+
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
     """Both decoders printed the prompt cut to --max-len-b tokens as the hypothesis. A typed
@@ -387,13 +394,10 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
         "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
         "--max-len-b", "5", "--san-decoding", decoding, input=" ".join(["tok1"] * 12) + "\n",
     )  # fmt: skip
-    assert result.returncode != 0
-    assert not any(line.startswith("H-") for line in result.stdout.splitlines())
-    assert result.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: a prompt of 12 tokens is longer than --max-len-b 5 allows: the "
-        "output would be the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the "
-        "prompt)"
-    )
+    assert_refused_before_output(
+        result, "a prompt of 12 tokens is longer than --max-len-b 5 allows: the output would be "
+        "the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the prompt)",
+    )  # fmt: skip
 
 
 def test_generate_refuses_the_longest_sample_before_any_output(trained):
@@ -406,13 +410,11 @@ def test_generate_refuses_the_longest_sample_before_any_output(trained):
         "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
         "--sample-break-mode", "eos", "--max-len-b", "6", "--batch-size", "2",
     )  # fmt: skip
-    assert result.returncode != 0
-    assert not any(line.startswith("H-") for line in result.stdout.splitlines())
-    assert result.stderr.strip().splitlines()[-1] == (
-        "fairseq-san: error: a prompt of 8 tokens is longer than --max-len-b 6 allows: the "
-        "output would be the prompt cut to 6 tokens; raise --max-len-b above 8 (it counts the "
-        "prompt) (without --prefix-size, fairseq-generate prompts with each whole sample)"
-    )
+    assert_refused_before_output(
+        result, "a prompt of 8 tokens is longer than --max-len-b 6 allows: the output would be "
+        "the prompt cut to 6 tokens; raise --max-len-b above 8 (it counts the prompt) (without "
+        "--prefix-size, fairseq-generate prompts with each whole sample)",
+    )  # fmt: skip
 
 
 def test_the_hub_names_its_keywords_where_a_checkpoint_check_names_model_overrides(trained):

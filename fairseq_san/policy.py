@@ -457,23 +457,29 @@ def check_js(js: object) -> list[list[float]]:
     return [[float(value) for value in row] for row in js]
 
 
-# What an analysis records of the attention it measured (older analyses record neither): the
-# subset it was measured on, and the sharing policy of the model measured.
-SOURCE_FIELDS = (("subset", "subsets"), ("policy", "sharing policies"))
+# What an analysis records of the attention it measured (older analyses record none of them): the
+# subset it was measured on, how many of its sentences (--san-analysis-max-sentences: its first
+# N), and the sharing policy of the model measured.
+SOURCE_FIELDS = (
+    ("subset", "subsets"),
+    ("sentences", "numbers of sentences"),
+    ("policy", "sharing policies"),
+)
 
 
 def check_one_source(analyses: Sequence[dict], names: Sequence[str]) -> None:
-    """PolicyError naming two analyses of different subsets or of models of different sharing
-    policies, where they record them: a mean of theirs is one model's attention on one text no
-    more (a policy learned partly on the test set; a shared model's zeros in a baseline's)."""
+    """PolicyError naming two analyses of different subsets, of different numbers of its
+    sentences or of models of different sharing policies, where they record them: a mean of
+    theirs is one model's attention on one text no more (a policy learned partly on the test set;
+    one point of a curve measured on other sentences; a shared model's zeros in a baseline's)."""
     for field, what in SOURCE_FIELDS:
         differing = recorded_difference(analyses, names, field)
         if differing is not None:
             (first, value), (name, other_value) = differing
             raise PolicyError(
                 f"{first} ({field} {shown(value)}) and {name} ({field} {shown(other_value)}) are "
-                f"analyses of different {what}: take the analyses of one subset and of models of "
-                "one policy"
+                f"analyses of different {what}: take the analyses of the same sentences of one "
+                "subset (one --san-analysis-max-sentences) and of models of one policy"
             )
 
 

@@ -65,7 +65,7 @@ def runs(binarized_corpus, tmp_path_factory):
                               "--san-analysis-log-interval", "2"),
             # fairseq-validate's --seed replaced the training's in js.json
             "big": validate(data, last, dirs["big"], "--batch-size", "64", *limit, "--seed", "7"),
-            "step10": validate(data, step10, dirs["step10"], "--batch-size", "8"),
+            "step10": validate(data, step10, dirs["step10"], "--batch-size", "8", *limit),
             "shared": validate(data, root / "shared" / "checkpoint_last.pt", dirs["shared"],
                                "--batch-size", "8"),
             # the task dict of --model-overrides wins over the --san-analysis-* flags
@@ -102,8 +102,9 @@ def test_js_json(runs):
 
 @pytest.mark.slow
 def test_all_sentences_by_default_and_checkpoint_steps(runs):
+    assert load_js(runs["shared"])["sentences"] == VALID_SENTENCES
     result = load_js(runs["step10"])
-    assert result["sentences"] == VALID_SENTENCES
+    assert result["sentences"] == MAX_SENTENCES
     assert result["num_updates"] == 10
     assert result["checkpoint"] == str(runs["step10_checkpoint"])
 
@@ -200,12 +201,23 @@ def test_fairseqs_own_transformer_is_analysed_at_its_training_step(runs, binariz
 
 @pytest.mark.slow
 def test_plot_js(runs, tmp_path):
+    """One training's analyses of the same sentences at two steps plot; one of every valid
+    sentence beside them (another text's attention) is refused."""
     output = tmp_path / "fig5.png"
     result = run_cli(
         "fairseq-san-plot-js", str(runs["step10"]), str(runs["small"]), "-o", str(output)
     )
     assert result.returncode == 0, result.stderr
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    every = tmp_path / "every"
+    every.mkdir()
+    analysis = {**load_js(runs["step10"]), "num_updates": 20, "sentences": VALID_SENTENCES}
+    (every / "js.json").write_text(json.dumps(analysis))
+    result = run_cli("fairseq-san-plot-js", str(runs["step10"]), str(every), "-o",
+                     str(tmp_path / "mixed.png"))  # fmt: skip
+    assert result.returncode == 2
+    assert f"(sentences {MAX_SENTENCES}) and {every}/js.json (sentences {VALID_SENTENCES}) are " \
+        "analyses of different numbers of sentences" in result.stderr
 
 
 def test_figure5_curves_are_js_of_each_layer_to_the_reference_over_training():

@@ -1259,8 +1259,8 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
                                                     "subset": "valid"}))  # fmt: skip
     assert plot_js(capsys, first, str(unnamed), str(later), *out, "--layers", "2") == (
         f"fairseq-san-plot-js: error: {first}/js.json (subset valid) and {later}/js.json (subset "
-        "test) are analyses of different subsets: take the analyses of one subset and of models "
-        "of one policy"
+        "test) are analyses of different subsets: take the analyses of the same sentences of one "
+        "subset (one --san-analysis-max-sentences) and of models of one policy"
     )
     shared = {"decoder_self": [2]}  # a shared model's analysis
     (later / "js.json").write_text(json.dumps({"num_updates": 20, "decoder_self": SQUARE,
@@ -1270,7 +1270,8 @@ def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys
     assert plot_js(capsys, first, str(unnamed), str(later), *out, "--layers", "2") == (
         f"fairseq-san-plot-js: error: {first}/js.json (policy {{}}) and {later}/js.json (policy "
         '{"decoder_self": [2]}) are analyses of different sharing policies: take the analyses of '
-        "one subset and of models of one policy"
+        "the same sentences of one subset (one --san-analysis-max-sentences) and of models of one "
+        "policy"
     )  # a shared model's zeros drawn inside an unshared one's curve
     assert plot_js(capsys, first, *out, "--layers", "2", "3", "2") == (
         "fairseq-san-plot-js: error: --layers: layer 2 is given twice"

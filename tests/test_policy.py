@@ -710,18 +710,22 @@ def test_mean_js_refuses_analyses_of_other_architectures(second, message):
     [
         ({"subset": "valid"}, {"subset": "test"}, "a.json (subset valid) and b.json (subset test) "
          "are analyses of different subsets"),  # a policy learned partly on the test set
+        ({"sentences": 500}, {"sentences": 1014}, "a.json (sentences 500) and b.json (sentences "
+         "1014) are analyses of different numbers of sentences"),  # other sentences' attention
         ({"policy": {}}, {"policy": {"decoder_self": [2, 4]}}, 'a.json (policy {}) and b.json '
          '(policy {"decoder_self": [2, 4]}) are analyses of different sharing policies'),
     ],
 )  # fmt: skip
 def test_mean_js_refuses_analyses_of_other_subsets_or_policies(first, second, said):
     """Analyses of the same matrices' shapes were averaged whatever text and model they measured;
-    an analysis that records neither (written before they were recorded) is taken beside any."""
+    an analysis that records none of those (written before they were recorded) is taken beside
+    any."""
     analyses = [{"decoder_self": PAPER_SELF, **first}, {"decoder_self": PAPER_SELF, **second}]
     with pytest.raises(PolicyError) as refused:
         mean_js(analyses + [{"decoder_self": PAPER_SELF}], ["a.json", "b.json", "c.json"])
     assert str(refused.value) == (
-        f"{said}: take the analyses of one subset and of models of one policy"
+        f"{said}: take the analyses of the same sentences of one subset (one "
+        "--san-analysis-max-sentences) and of models of one policy"
     )
     assert mean_js([analyses[0], {"decoder_self": PAPER_SELF}], ["a.json", "c.json"])
 

@@ -746,6 +746,8 @@ def test_test_bleu_decodes_again_for_another_checkpoint_overrides_or_data(
     assert decodes(f"a={copy}:{{'san_no_cache': True}}") == 0  # the same bytes elsewhere
     assert decodes(f"a={copy}:{{'san_no_cache': True}}", DECODE_BATCH_SIZE="128") == 1
     assert "--batch-size 128 " in (fake / "fairseq-generate.calls").read_text()
+    # "0128" is 128, as VOCAB_SIZE=08000 is 8000 (it was refused: "must be a positive integer")
+    assert decodes(f"a={copy}:{{'san_no_cache': True}}", DECODE_BATCH_SIZE="0128") == 0
     assert sorted(p.name for p in out.iterdir()) == ["a"]  # no partial folder left
     # its output deleted since: fairseq-san-score failed on it at every rerun, exit 2
     (out / "a" / "test" / "generate-test.txt").unlink()
@@ -906,6 +908,8 @@ def test_test_systems_refusals_are_one_line_each(tmp_path, san_checkpoint):
          "DECODE_BATCH_SIZE must be a positive integer, not '0'"),
         ((str(data), "de", good, "--batch-size", ""), 2,
          "DECODE_BATCH_SIZE must be a positive integer, not ''"),
+        ((str(data), "de", good, "--batch-size", "99999999999"), 2,  # bash's arithmetic: fine
+         "DECODE_BATCH_SIZE 99999999999: at most 2147483647 (fairseq's --batch-size)"),
         ((str(data), "de", good, f"b={missing}"), 1, f"b: no checkpoint {missing}"),
         # fairseq-generate reads ':' between an ensemble's checkpoints: "cannot load .../at"
         ((str(data), "de", good, f"b={tmp_path}/at:12/model.pt:{{'beam': 2}}"), 2,

@@ -24,8 +24,9 @@ shift 3
 SCORED=$(fairseq-san-loop test-systems --batch-size="${DECODE_BATCH_SIZE:-16}" --out-dir="$OUT" \
   -- "$DATA" "$TGT" "$@")
 USER_DIR=$(fairseq-san-loop user-dir)
+BATCH_SIZE=$((10#${DECODE_BATCH_SIZE:-16}))  # checked: "08" decodes (and is keyed) as 8
 
-GENERATE=(--beam 4 --batch-size "${DECODE_BATCH_SIZE:-16}" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
+GENERATE=(--beam 4 --batch-size "$BATCH_SIZE" --max-len-a 1.2 --max-len-b 10 --required-batch-size-multiple 1
   --scoring sacrebleu --post-process sentencepiece)
 # fd 3: the commands keep stdin
 while IFS=$'\t' read -r -u 3 name split reference checkpoint overrides; do

@@ -96,9 +96,9 @@ def check_layers(reference: int, layers: List[int], size: int, kind: str, path: 
 def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
     """PlotError for analyses that are not one model's series: one given twice, two at one
     training step (the same checkpoint twice, or two models: their points were stacked), of
-    different subsets or sharing policies (where they name theirs: ``check_one_source``), of
-    different trainings (``check_one_training``), or of different models (``check_one_model``);
-    or a layer asked for twice."""
+    different subsets, sentences or sharing policies (where they name theirs:
+    ``check_one_source``), of different trainings (``check_one_training``), or of different models
+    (``check_one_model``); or a layer asked for twice."""
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")

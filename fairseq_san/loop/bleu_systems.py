@@ -132,11 +132,22 @@ def check_out_dir(out: str) -> None:
         raise SystemsError(f"OUT_DIR {out} is a file: give a folder (made when missing)", USAGE)
 
 
+# fairseq's largest --batch-size (option_ranges), and more than bash's arithmetic, which
+# test_bleu.sh reads DECODE_BATCH_SIZE with ("08" is 8 there, as it is to fairseq), would wrap.
+LARGEST_BATCH_SIZE = 2**31 - 1
+
+
 def check_batch_size(value: str) -> None:
-    """DECODE_BATCH_SIZE, as the shell gives it: a positive integer."""
-    if not re.fullmatch(r"[1-9][0-9]*", value):
+    """DECODE_BATCH_SIZE, as the shell gives it: a positive decimal integer, leading zeros
+    allowed (as VOCAB_SIZE and the recipes' --decode-batch-size take them)."""
+    if not re.fullmatch(r"0*[1-9][0-9]*", value):
         raise SystemsError(
             f"DECODE_BATCH_SIZE must be a positive integer, not '{value}'", USAGE
+        )
+    if int(value) > LARGEST_BATCH_SIZE:
+        raise SystemsError(
+            f"DECODE_BATCH_SIZE {value}: at most {LARGEST_BATCH_SIZE} (fairseq's --batch-size)",
+            USAGE,
         )
 
 

@@ -2389,6 +2389,28 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
         _checking(load_checkpoint)(cfg, SimpleNamespace(checkpoint_suffix=""))
 
 
+def test_resuming_without_the_trainings_shared_embeddings_is_one_line(
+    tmp_path, binarized_corpus, san_checkpoint
+):
+    """The same refusal met by fairseq-train itself: a run trained with
+    --share-all-embeddings, resumed without it (torch's traceback before)."""
+    from helpers import run_cli, train_argv
+
+    save_dir = tmp_path / "run"
+    save_dir.mkdir()
+    shutil.copyfile(san_checkpoint, save_dir / "checkpoint_last.pt")
+    argv = train_argv(binarized_corpus, save_dir, 5, ["--task", "translation_san"])
+    argv.remove("--share-all-embeddings")
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"{ERROR}the checkpoint's optimizer state is for other parameters than "
+        "this model's: this run's flags build another model than the training's"
+    ), result.stderr[-2000:]
+    assert (save_dir / "checkpoint_last.pt").read_bytes() == san_checkpoint.read_bytes()
+
+
 def resume_from_pair(tmp_path, trained, asked, **flags):
     """The plugin's load_checkpoint resuming a save dir whose last checkpoint recorded
     ``trained`` (as a model's configuration does), for a task asking for ``asked``; whether

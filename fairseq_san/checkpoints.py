@@ -277,6 +277,19 @@ def checkpoint_problem(state: object, error: Optional[Exception] = None) -> Opti
     )
 
 
+def refuse_malformed_in(path: str, state: object) -> None:
+    """Refuse a loaded checkpoint that is none fairseq-train saves (``checkpoint_problem``):
+    weights of None or a model configuration of None failed deep inside fairseq or the checks
+    after this one."""
+    problem = checkpoint_problem(state)
+    if problem is not None:
+        raise CheckpointError(f"cannot load checkpoint {path}: {problem}")
+
+
+# The names by which fairseq looks a checkpoint's model and task up, by group.
+STORED_NAMES = (("model", "_name"), ("model", "arch"), ("task", "_name"), ("task", "task"))
+
+
 def configuration_problem(state: dict, error: Optional[Exception] = None) -> Optional[str]:
     """Why a checkpoint's fields are not those fairseq-train saves, or None: a configuration or
     weights of another type; where loading failed in fairseq's lookup of the model or task it
@@ -284,7 +297,11 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
     model or task that nothing registered; a model whose package is not installed
     (``ImportError`` as fairseq builds it: ``hf_gpt2`` without transformers)."""
     cfg, args = state.get("cfg"), state.get("args")
-    fields = {"model": (state["model"], dict), "cfg": (cfg, (dict, DictConfig)),
+    weights = state["model"]
+    if not isinstance(weights, dict):  # None too: fairseq's loaders failed on it
+        held = "None" if weights is None else f"a {type(weights).__name__}"
+        return f"its 'model' is {held}, not what fairseq-train saves there"
+    fields = {"cfg": (cfg, (dict, DictConfig)),
               "args": (args, argparse.Namespace),
               "optimizer_history": (state.get("optimizer_history", []), list)}  # fmt: skip
     for name, (value, wanted) in fields.items():
@@ -296,8 +313,18 @@ def configuration_problem(state: dict, error: Optional[Exception] = None) -> Opt
     if numpy_value is not None:
         return numpy_value
     model_cfg = stored_group(state, "model")
-    if model_cfg is not None and not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
+    if model_cfg is None:
+        return "it holds no model configuration (its cfg.model is None)"
+    for group, name in STORED_NAMES:
+        value = stored_value(state, group, name)
+        if value is not None and not isinstance(value, str):  # a KeyError: 123 in fairseq
+            return f"its {group} configuration's {name} {shown(value)} is no name"
+    if not isinstance(model_cfg, (argparse.Namespace, dict, DictConfig)):
         return f"its cfg.model is a {type(model_cfg).__name__}, not a model's configuration"
+    names = vars(model_cfg) if isinstance(model_cfg, argparse.Namespace) else model_cfg
+    unnamed = next((name for name in names if not isinstance(name, str)), None)
+    if unnamed is not None:
+        return f"its cfg.model holds an option named {shown(unnamed)}, which is no text"
     if isinstance(error, ImportError):  # fairseq's models of optional packages, as they build
         arch = stored_value(state, "model", "_name") or stored_value(state, "model", "arch")
         said = " ".join(str(error).split())
@@ -377,6 +404,50 @@ def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
                 f"cannot load checkpoint {path}: its weights hold {shown(key)}, a "
                 f"{type(value).__name__}; fairseq-train saves tensors named by text"
             )
+        problem = tensor_problem(value)
+        if problem is None and not value.is_floating_point():  # cast to 0/1 weights silently
+            problem = f"a tensor of {str(value.dtype).replace('torch.', '')}"
+        if problem is not None:
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its weight {key} is {problem}; fairseq-train "
+                "saves dense floating-point weights"
+            )
+
+
+def tensor_problem(tensor: torch.Tensor) -> Optional[str]:
+    """What a stored tensor is where fairseq-train saves none such (sparse, without values, of
+    complex numbers), which failed deep inside torch as a model or a mean read it; else None."""
+    if tensor.layout != torch.strided:
+        return f"a {str(tensor.layout).replace('torch.', '')} tensor"
+    if tensor.is_meta:
+        return "a meta tensor, which holds no values"
+    if tensor.is_complex():
+        return f"a tensor of complex numbers ({str(tensor.dtype).replace('torch.', '')})"
+    return None
+
+
+def non_finite_weight(weights: Dict[str, torch.Tensor]) -> Optional[str]:
+    """The first floating-point weight holding a NaN or an infinity (a training that diverged),
+    or None; tensors that ``tensor_problem`` refuses are left to it."""
+    return next(
+        (name for name, tensor in weights.items()
+         if isinstance(tensor, torch.Tensor) and tensor_problem(tensor) is None
+         and tensor.is_floating_point() and not torch.isfinite(tensor).all()),
+        None,
+    )  # fmt: skip
+
+
+def refuse_non_finite_weights_in(path: str, state: dict) -> None:
+    """Refuse a checkpoint whose weights hold NaN or infinite values: every translation of it
+    failed inside fairseq's beam search (``AssertionError: 4 < 4``), the static decoder's
+    (max_len with live sentences), and its loss was NaN."""
+    weights = state.get("model")
+    broken = non_finite_weight(weights) if isinstance(weights, dict) else None
+    if broken is not None:
+        raise CheckpointError(
+            f"cannot load checkpoint {path}: its weight {broken} holds NaN or infinite values "
+            "(the training diverged before saving it): take an earlier checkpoint"
+        )
 
 
 def of_the_architectures_type(value: object, default: object) -> bool:
@@ -612,9 +683,18 @@ def refuse_layers_beyond_weights_in(path: str, state: dict) -> None:
 MAX_POSITIONS = 2**20
 
 
+# The decoder's widths that no layer's fc1 holds, by the weight each is the width of: a received
+# file saying 5*10**7 for decoder_output_dim took 6.6 GB and 25 s before a missing weight.
+WIDTH_WEIGHTS = (
+    ("decoder_output_dim", "decoder.output_projection.weight"),
+    ("decoder_input_dim", "decoder.embed_tokens.weight"),
+)
+
+
 def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose configuration gives a stack wider layers than its weights hold
-    (``{stack}_embed_dim``, ``{stack}_ffn_embed_dim`` against its first layer's ``fc1``), a
+    (``{stack}_embed_dim``, ``{stack}_ffn_embed_dim`` against its first layer's ``fc1``; the
+    decoder's input and output widths against ``WIDTH_WEIGHTS``), a
     width that is no positive number, or more positions than ``MAX_POSITIONS``: fairseq builds
     the model before it reads the weights, and a received file said 5,000,000 for the decoder's
     FFN (4.2 GB and 24 s before the size mismatch), 10**10 positions (a 40 GB table), or 0
@@ -628,6 +708,15 @@ def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: its configuration's {name} {value} is no width"
             )
+    for name, key in WIDTH_WEIGHTS:
+        configured, stored = stored_value(state, "model", name), weights.get(key)
+        if is_count(configured) and torch.is_tensor(stored) and stored.dim() == 2:
+            if configured > stored.shape[1]:
+                raise CheckpointError(
+                    f"cannot load checkpoint {path}: its configuration's {name} {configured} is "
+                    f"more than its weights' {stored.shape[1]} ({key}): not a checkpoint that "
+                    f"fairseq-train wrote (or --model-overrides sets {name})"
+                )
     for stack in ("encoder", "decoder"):
         fc1 = weights.get(f"{stack}.layers.0.fc1.weight")
         if not torch.is_tensor(fc1) or fc1.dim() != 2:

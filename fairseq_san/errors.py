@@ -53,6 +53,12 @@ def json_error(error: ValueError) -> str:
     return str(error).split(";")[0]
 
 
+def abbreviated(text: str, limit: int = 80) -> str:
+    """``text`` as one line of an error shows it: its first ``limit`` characters, then "...",
+    where it is longer (a value of thousands of characters made a message of as many)."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
 def nearest_key(key: str, valid: Collection[str], cutoff: float = 0.6) -> Optional[str]:
     """The valid key nearest to a misspelt one (difflib), if one is near (``cutoff``: how near,
     difflib's ratio)."""

@@ -4,12 +4,11 @@ the static decoder's own arguments. Pure Python.
 """
 
 import argparse
-import math
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.options import flag_of
-from fairseq_san.policy import is_number
+from fairseq_san.policy import is_finite_number, is_number
 
 
 # The search's real-valued options; NaN or infinity gives NaN scores printed as translations
@@ -104,7 +103,7 @@ def check_search_numbers(args: argparse.Namespace) -> None:
         )
     for flag in FINITE_SEARCH_NUMBERS:
         value = getattr(args, flag, 0.0)
-        if value is not None and not (is_number(value) and math.isfinite(value)):
+        if value is not None and not is_finite_number(value):
             raise UsageError(f"{flag_of(flag)} {value!r}: it must be a finite number")
     check_temperature(getattr(args, "temperature", 1.0))
     topk, topp = getattr(args, "sampling_topk", -1), getattr(args, "sampling_topp", -1.0)

@@ -365,20 +365,21 @@ def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError
     )
 
 
-def warn_of_no_hypothesis(decoded: List[list], skipped: bool) -> None:
-    """Log the first sentence that a ``prefix_allowed_tokens_fn`` left no hypothesis (fairseq's
-    search drops those it gives no allowed token): its n-best list came back empty without a
-    word, as where the function forbids a token of a language model's prompt or of forced
-    ``prefix_tokens``, which the search must take. ``skipped``: sentences left out
+def no_hypothesis_problem(decoded: List[list], skipped: bool) -> Optional[str]:
+    """The first sentence that a ``prefix_allowed_tokens_fn`` left no hypothesis (fairseq's
+    search drops those it gives no allowed token), said; None if each has one. Its n-best list
+    came back empty, as where the function forbids a token of a language model's prompt or of
+    forced ``prefix_tokens``, which the search must take. ``skipped``: sentences left out
     (``skip_invalid_size_inputs``), which shift the indices."""
     empty = [index for index, hypotheses in enumerate(decoded) if not hypotheses]
-    if empty:
-        named = "a sentence" if skipped else f"sentence {empty[0]}"
-        logger.warning(
-            "%s (of %d with no hypothesis): prefix_allowed_tokens_fn left it none; it must "
-            "allow each token of a prompt or of prefix_tokens at its position, and the end of "
-            "sentence by the maximum length", named, len(empty),
-        )  # fmt: skip
+    if not empty:
+        return None
+    named = "a sentence" if skipped else f"sentence {empty[0]}"
+    return (
+        f"{named} (of {len(empty)} with no hypothesis): prefix_allowed_tokens_fn left it none; "
+        "it must allow each token of a prompt or of prefix_tokens at its position, and the end "
+        "of sentence by the maximum length"
+    )
 
 
 class SANHubInterface(hub_utils.GeneratorHubInterface):
@@ -411,7 +412,11 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """fairseq's ``sample`` (beam 1 unless given here or at load), of a text or a list of
         texts (``checked_texts``)."""
         texts = checked_texts(sentences)
-        return super().sample(texts, self.beam_or_default(beam, 1), verbose, **kwargs)
+        outer, self.calls.best_wanted = getattr(self.calls, "best_wanted", False), True
+        try:  # generate() refuses a sentence left no hypothesis (it has no best)
+            return super().sample(texts, self.beam_or_default(beam, 1), verbose, **kwargs)
+        finally:
+            self.calls.best_wanted = outer
 
     def generate(
         self,
@@ -494,8 +499,16 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             raise sentence_too_long(index, length, limit) from None
         finally:
             self.calls.batch_rows = outer_rows
+        problem = None
         if prefix_allowed_tokens_fn is not None:
-            warn_of_no_hypothesis(decoded, skip_invalid_size_inputs)
+            problem = no_hypothesis_problem(decoded, skip_invalid_size_inputs)
+        if problem is not None and getattr(self.calls, "best_wanted", False):
+            raise UsageError(  # fairseq's sample() failed on the empty list: an IndexError
+                f"{problem}; translate() and sample() return each sentence's best hypothesis: "
+                "generate() returns the n-best lists, empty for such a sentence"
+            )
+        if problem is not None:
+            logger.warning(problem)
         return decoded
 
     def _build_batches(self, tokens, skip_invalid_size_inputs: bool):
@@ -739,17 +752,28 @@ def check_no_decoding_keyword(keywords: Dict[str, Any]) -> None:
     generation config as an override, checked by nothing (``sampling='False'`` failed at
     ``translate()`` deep inside fairseq, ``nbest=2`` was ignored), where ``generation_args`` and
     each call's keywords are checked; one that no generator of the hub reads, saying what to do
-    instead (``unread_by_hub``: ``nbest``, refused in ``generation_args`` too)."""
+    instead (``unread_by_hub``: ``nbest``, refused in ``generation_args`` too); so is one that
+    chooses the plugin's decoder (``chooses_the_decoder``)."""
     for key, value in keywords.items():
         unread = unread_by_hub(key, at_build=True)
         if unread is not None:  # generation_args and the calls would refuse it too
             raise UsageError(f"from_pretrained({key}={value!r}) would be ignored: {unread}")
-        if key in GenerationConfig.__dataclass_fields__:
+        if key in GenerationConfig.__dataclass_fields__ or chooses_the_decoder(key, value):
             raise UsageError(
                 f"from_pretrained({key}={value!r}) is a decoding option: pass "
                 f"generation_args={{'{key}': {value!r}}} (checked as the calls' keywords are), "
                 f"or translate(..., {key}={value!r})"
             )
+
+
+def chooses_the_decoder(key: str, value: Any) -> bool:
+    """Whether ``key=value`` is a plugin option of the generator (the static decoder, its
+    precision and execution), which a model's options do not choose (``from_pretrained``'s were
+    refused with the command line's flags); the model's own decodings (fast, no-cache) are
+    model options."""
+    names = {option.name for option in options.DECODER_OPTIONS}
+    model_decoding = key == options.DECODING.name and str(value) in options.MODEL_DECODINGS
+    return key in names and not model_decoding
 
 
 def check_model_kind(model_class: type, model: torch.nn.Module, checkpoint_file) -> None:

@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from fairseq_san.errors import UsageError, json_error, repeated
+from fairseq_san.errors import UsageError, abbreviated, json_error, repeated
 from fairseq_san.files import GZIP_MAGIC, write_text
 
 
@@ -105,7 +105,7 @@ def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
             )
         if text.lower() == "none":
             return None
-        shown = f'"{value}"'
+        shown = f'"{abbreviated(value)}"'
         bare = unbraced_blocks(text)
         if bare is not None:
             without = f'write the block sizes without braces: "{bare}"'
@@ -113,7 +113,7 @@ def parse_blocks(value: BlocksValue, kind: str = "policy") -> Optional[Blocks]:
         valid = _BLOCKS_STRING.fullmatch(text) is not None
         blocks = [int(size) for size in text.split(",")] if valid else []
     elif isinstance(value, (list, tuple)):
-        shown = str(list(value))
+        shown = abbreviated(str(list(value)))
         if not value:
             raise PolicyError(f"{_label(kind)} {shown}: needs at least one block")
         # bool is an int subclass, but True is not a block size.
@@ -134,8 +134,8 @@ def validate_blocks(blocks: Blocks, num_layers: int, kind: str) -> Blocks:
     stack = KIND_TABLE[kind].stack
     if sum(blocks) != num_layers:
         raise PolicyError(
-            f"{kind} policy {list(blocks)} sums to {sum(blocks)} "
-            f"but the {stack} has {num_layers} layers"
+            f"{kind} policy {abbreviated(str(list(blocks)))} sums to "
+            f"{abbreviated(str(sum(blocks)))} but the {stack} has {num_layers} layers"
         )
     return list(blocks)
 
@@ -417,6 +417,12 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite_number(value: object) -> bool:
+    """A number (``is_number``) that is no NaN or infinity; an int of any size is one
+    (``math.isfinite`` raised OverflowError on an int beyond a float's range)."""
+    return is_number(value) and (isinstance(value, int) or math.isfinite(value))
+
+
 def check_js(js: object) -> list[list[float]]:
     """Check a pairwise JS divergence matrix between layers (square, symmetric, zero diagonal,
     values in [0, JS_MAX]); return it as floats."""
@@ -434,13 +440,15 @@ def check_js(js: object) -> list[list[float]]:
                 f"JS matrix is not square: row {i} has {len(row)} values but there are {size} rows"
             )
         for j, value in enumerate(row):
-            if not is_number(value) or not math.isfinite(value):
+            if not is_finite_number(value):
                 raise PolicyError(
-                    f"JS matrix value [{i}][{j}] = {value!r} is not a finite number"
+                    f"JS matrix value [{i}][{j}] = {abbreviated(repr(value))} is not a finite "
+                    "number"
                 )
             if not -TOLERANCE <= value <= JS_MAX + TOLERANCE:
                 raise PolicyError(
-                    f"JS matrix value [{i}][{j}] = {value} is outside [0, {JS_MAX}]"
+                    f"JS matrix value [{i}][{j}] = {abbreviated(str(value))} is outside "
+                    f"[0, {JS_MAX}]"
                 )
     for i in range(size):
         if abs(js[i][i]) > TOLERANCE:

@@ -328,9 +328,10 @@ def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
     assert not output.exists()
 
 
-@pytest.mark.parametrize("steps", [-5, "10", None, True])
+@pytest.mark.parametrize("steps", [-5, "10", None, True, 2**63])
 def test_plot_js_refuses_an_analysis_without_training_steps(tmp_path, capsys, steps):
-    """-5 was drawn at step -5 (of a count that starts at 0)."""
+    """-5 was drawn at step -5 (of a count that starts at 0); 2**63 and more failed in numpy
+    (OverflowError)."""
     first = write_js(tmp_path / "a", steps, decoder_self=6, decoder_encdec=6, encoder_self=2)
     assert plot_js_refusal([first, "-o", str(tmp_path / "fig5.png")], capsys) == (
         f'fairseq-san-plot-js: error: "{first}/js.json" has no training steps ("num_updates": '

@@ -135,6 +135,12 @@ def test_parse_system():
     for bad in ("no-checkpoint", "=x.pt", "x=y.pt:{not json"):
         with pytest.raises(ValueError):
             parse_system(bad)
+    # a RecursionError and a ValueError of Python's digit limit, as tracebacks
+    deep, digits = '{"a": ' + "[" * 5000 + "]" * 5000 + "}", '{"a": 1' + "0" * 5000 + "}"
+    with pytest.raises(ValueError, match=r"^system x: overrides nest too deeply to be JSON$"):
+        parse_system(f"x=y.pt:{deep}")
+    with pytest.raises(ValueError, match=r"^system x: overrides are not JSON: Exceeds the limit"):
+        parse_system(f"x=y.pt:{digits}")
 
 
 def test_unknown_override_key_names_the_nearest_valid_key():
@@ -189,13 +195,20 @@ def test_a_plugin_option_on_a_fairseq_model_and_a_key_near_none_are_one_short_li
          "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not 'int4'"),
         ({"san_decoder_precision": "bf16"}, 'san_decoder_precision needs "san_decoding": "static"'),
         ({"san_decoder_execution": "graph"}, 'san_decoder_execution needs "san_decoding": "static"'),
+        # a TypeError (unhashable) in the lookup; a list quoted as its text
+        ({**STATIC, "san_decoder_precision": ["bf16"]},
+         "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not ['bf16']"),
+        ({**STATIC, "san_decoder_execution": ["eager"]},
+         "san_decoder_execution must be text (an execution's name), not ['eager']"),
     ],
 )  # fmt: skip
 def test_bad_decoder_or_precision_is_named(overrides, message):
     from fairseq_san.benchmark.config import SystemSpec
+    from fairseq_san.benchmark.fairseq_system import STATIC_PRECISIONS
 
+    precisions = {name: STATIC_PRECISIONS[name] for name in ("fp32", "bf16", "int8")}
     with pytest.raises(ValueError) as error:
-        SystemSpec("s", "m.pt", overrides).check_overrides(set(), ("fp32", "bf16", "int8"))
+        SystemSpec("s", "m.pt", overrides).check_overrides(set(), precisions)
     assert str(error.value) == f"system s: override of m.pt: {message}"
 
 
@@ -404,6 +417,22 @@ def test_a_static_row_that_compiles_or_replays_graphs_is_profiled_eager(
     assert built == [generator_execution]
     assert summary == {"steps": 1, "eager_in_place_of": in_place_of}
     assert decoded == ["a", "b", "a", "b", "profiled"]  # warmed over every batch
+
+
+def test_a_profiled_row_without_hook_overhead_shows_a_dash():
+    """A compiled or graph-replaying row has no hook overhead: its cell read "-x"."""
+    from fairseq_san.benchmark.meters import PARTS
+    from fairseq_san.benchmark.report import _profile_row
+
+    step = {part: 0.1 for part in (*PARTS, "rest")}
+    whole = {"encoder": 0.1, "cache_reorder": 0.1, "search_and_other": 0.1}
+    prof = {"decoder_step_share": step, "generate_share": whole, "ms_per_step": 1.0, "beam": 4,
+            "eager_in_place_of": "compile"}  # fmt: skip
+    system = {"decoder": "static", "precision": "fp32", "settings": {}}
+    cells = _profile_row("c", system, prof, None, "natural", None).split(" | ")
+    assert cells[4 + len(PARTS) + 4] == "-"
+    overhead = _profile_row("c", system, {**prof, "overhead": 1.5}, None, "natural", None)
+    assert overhead.split(" | ")[4 + len(PARTS) + 4] == "1.50x"
 
 
 def test_a_systems_ratio_is_its_speed_over_the_baselines_in_each_repeat():

@@ -920,6 +920,12 @@ def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
          "value: line 1 column 1 (char 0)): e.g. '{\"beam\": 4}'"),
         (["--eval-bleu-detok-args", "[1]"], "--eval-bleu-detok-args '[1]': it must be a JSON "
          "object, e.g. '{\"moses_no_escape\": true}'"),
+        # a RecursionError and Python's digit limit (a ValueError), as tracebacks
+        (["--eval-bleu-args", '{"beam": ' + "[" * 5000 + "]" * 5000 + "}"], "--eval-bleu-args "
+         "'{\"beam\": " + "[" * 71 + "...' nests too deeply to be JSON: e.g. '{\"beam\": 4}'"),
+        (["--eval-bleu-args", '{"beam": 1' + "0" * 5000 + "}"], "--eval-bleu-args '{\"beam\": 1"
+         + "0" * 70 + "...' is not JSON (Exceeds the limit (4300 digits) for integer string "
+         "conversion: value has 5001 digits)"),
         (["--eval-bleu-args", '{"bema": 2}'], "unknown generation option 'bema' (a key of "
          "--eval-bleu-args): did you mean 'beam'?"),
         (["--eval-bleu-args", '{"san_policy": "{}"}'], "san_policy in --eval-bleu-args is no "
@@ -935,7 +941,8 @@ def test_analysis_of_a_second_subset_is_a_usage_error(tmp_path):
         (["--memory-efficient-fp16", "--san-decoding", "static", "--san-decoder-precision",
           "int8"], "--san-decoder-precision int8 for --eval-bleu with --memory-efficient-fp16: "),
     ],
-    ids=["not JSON", "not an object", "misspelt", "model option", "good", "fp16 and bf16",
+    ids=["not JSON", "not an object", "too deep", "too many digits", "misspelt", "model option",
+         "good", "fp16 and bf16",
          "bf16 and int8 in the args", "fp16 alone", "the flag given named"],
 )  # fmt: skip
 def test_eval_bleu_options_are_checked_as_fairseq_train_parses_them(options, said):
@@ -2006,6 +2013,10 @@ def test_a_lock_descriptor_that_is_not_open_is_one_line(tmp_path):
     [
         ("{bad}", "JSONDecodeError: Expecting property name enclosed in double quotes"),
         ('{"epoch": 1}', "KeyError: 'valid_num_updates'"),
+        ('{"epoch": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+         "RecursionError: maximum recursion depth exceeded"),  # a traceback
+        ("epoch 001 | loss 7.1 | wall 1" + "0" * 400 + " | num_updates 1" + "0" * 400,
+         "OverflowError: cannot convert float infinity to integer"),
     ],
 )
 def test_loop_train_log_with_a_malformed_record_is_one_line(tmp_path, capsys, record, said):
@@ -2409,6 +2420,50 @@ def test_resuming_without_the_trainings_shared_embeddings_is_one_line(
         "this model's: this run's flags build another model than the training's"
     ), result.stderr[-2000:]
     assert (save_dir / "checkpoint_last.pt").read_bytes() == san_checkpoint.read_bytes()
+
+
+def test_an_ema_seed_model_without_ema_weights_is_one_line(
+    tmp_path, binarized_corpus, san_checkpoint
+):
+    """--store-ema --ema-seed-model with a checkpoint trained without --store-ema: KeyError 'ema'
+    from inside fairseq."""
+    from helpers import run_cli, train_argv
+
+    extra = ["--task", "translation_san", "--store-ema", "--ema-seed-model", str(san_checkpoint)]
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, tmp_path / "run", 5, extra))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{ERROR}--ema-seed-model {san_checkpoint}: the checkpoint holds no EMA weights (it was "
+        "trained without --store-ema); start from its weights with --finetune-from-model instead"
+    )
+    assert not list((tmp_path / "run").glob("*.pt"))
+
+
+@pytest.mark.parametrize(
+    "execution, said",
+    [("fixed", "san_decoder_execution 'fixed' is a model option here (--model-overrides or the "
+      "checkpoint), which does not choose the decoder: this command decodes with its default. "
+      "Pass --san-decoder-execution fixed on the command line (with --task translation_san) "
+      "instead"),
+     ("compile", "san_decoder_execution 'compile' (from the checkpoint, --model-overrides or a "
+      "keyword argument) is not one of --san-decoder-execution's choices: pass one of eager, "
+      "fixed, graph, compile-graph as --san-decoder-execution on the command line (with --task "
+      "translation_san)")],
+)  # fmt: skip
+def test_an_execution_among_the_model_overrides_names_what_the_command_line_takes(
+    execution, said
+):
+    """The refusal said the command "decodes with 'None'" (the device's default) and advised
+    --san-decoder-execution compile, which the command line refuses."""
+    from types import SimpleNamespace
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.option_checks import check_decoder_overrides
+
+    task = SimpleNamespace(cfg=SimpleNamespace(san_decoding="static"))
+    with pytest.raises(UsageError) as refused:
+        check_decoder_overrides(argparse.Namespace(san_decoder_execution=execution), task)
+    assert str(refused.value) == said
 
 
 def resume_from_pair(tmp_path, trained, asked, **flags):

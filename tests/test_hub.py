@@ -426,10 +426,15 @@ def test_a_beam_keyword_of_from_pretrained_is_refused(tmp_path):
     )
 
 
-@pytest.mark.parametrize("keyword, value", [("sampling", "False"), ("max_len_b", 3)])
+@pytest.mark.parametrize(
+    "keyword, value",
+    [("sampling", "False"), ("max_len_b", 3), ("san_decoding", "static"),
+     ("san_decoder_precision", "bf16")],
+)  # fmt: skip
 def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, value):
     """fairseq set it on the generation config unchecked: sampling='False' failed at translate()
-    deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them."""
+    deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them. The
+    plugin's decoder options were refused as model options, advising the command line's flags."""
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError) as refused:
@@ -825,6 +830,36 @@ def test_allowed_tokens_beside_another_search_are_one_line(
                            prefix_allowed_tokens_fn=restricted)  # fmt: skip
     assert {token for hypos in decoded for hypo in hypos
             for token in hypo["tokens"].tolist()} <= set(allowed)  # fmt: skip
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_allowed_tokens_that_never_end_a_translation_are_one_line(
+    san_checkpoint, binarized_corpus, decoding
+):
+    """A function that never allows the end of sentence leaves no hypothesis: translate() failed
+    inside fairseq's sample() (an IndexError on the empty n-best list); generate() returns it
+    empty, with a warning."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    words = [hub.tgt_dict.index(f"tok{index}") for index in range(1, 6)]
+
+    def never_ending(batch_id, tokens):
+        return words
+
+    with pytest.raises(UsageError) as refused:
+        hub.translate(["tok1 tok2 tok3"], beam=2, san_decoding=decoding,
+                      prefix_allowed_tokens_fn=never_ending)  # fmt: skip
+    assert str(refused.value) == (
+        "sentence 0 (of 1 with no hypothesis): prefix_allowed_tokens_fn left it none; it must "
+        "allow each token of a prompt or of prefix_tokens at its position, and the end of "
+        "sentence by the maximum length; translate() and sample() return each sentence's best "
+        "hypothesis: generate() returns the n-best lists, empty for such a sentence"
+    )
+    decoded = hub.generate([hub.encode("tok1 tok2 tok3")], beam=2, san_decoding=decoding,
+                           prefix_allowed_tokens_fn=never_ending)  # fmt: skip
+    assert decoded == [[]]
+    assert hub.translate("tok1 tok2", beam=2, san_decoding=decoding)  # the call's state reset
 
 
 def test_allowed_tokens_that_leave_a_prompt_no_hypothesis_are_said(language_model, caplog):

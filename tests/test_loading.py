@@ -685,6 +685,11 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
         ("decoder_output_dim", -16, "its configuration's decoder_output_dim -16 is no width"),
         ("max_target_positions", 10**10, "its configuration's max_target_positions "
          "10,000,000,000 is not from 1 to 1,048,576"),
+        # no layer's fc1 holds it: 6.6 GB and 25 s, then a missing weight
+        ("decoder_output_dim", 5 * 10**7, "its configuration's decoder_output_dim 50000000 is "
+         "more than its weights' 32 (decoder.output_projection.weight)"),
+        ("decoder_input_dim", 10**6, "its configuration's decoder_input_dim 1000000 is more "
+         "than its weights' 32 (decoder.embed_tokens.weight)"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_asking_for_sizes_no_memory_holds_is_one_line(
@@ -797,12 +802,58 @@ def set_field(name: str, value):
     return change
 
 
+def unset_model_configuration(state: dict) -> None:
+    state["cfg"]["model"] = None
+
+
+def name_an_option_by_a_number(state: dict) -> None:
+    vars(state["cfg"]["model"])[1] = "x"
+
+
+def fill_with_nan(name: str):
+    def change(state: dict) -> None:
+        state["model"][name].fill_(float("nan"))
+
+    return change
+
+
+def make_weight(name: str, kind: str):
+    """A change making weight ``name`` a tensor of ``kind`` (sparse, meta, bool, complex)."""
+
+    def change(state: dict) -> None:
+        weight = state["model"][name]
+        state["model"][name] = {
+            "sparse": weight.to_sparse, "meta": lambda: torch.empty(weight.shape, device="meta"),
+            "bool": lambda: weight > 0, "complex": lambda: weight.to(torch.complex64),
+        }[kind]()  # fmt: skip
+
+    return change
+
+
+FC1 = "encoder.layers.0.fc1.weight"
+
+
 @pytest.mark.parametrize(
     "change, said",
     [
         (set_field("cfg", [1, 2]), "its 'cfg' is a list, not what fairseq-train saves there"),
         (set_field("cfg", None), "it holds no configuration ('cfg' and 'args' are None)"),
         (set_field("model", [1]), "its 'model' is a list, not what fairseq-train saves there"),
+        # each a traceback inside fairseq or the checks after loading
+        (set_field("model", None), "its 'model' is None, not what fairseq-train saves there"),
+        (unset_model_configuration, "it holds no model configuration (its cfg.model is None)"),
+        (name_an_option_by_a_number, "its cfg.model holds an option named 1, which is no text"),
+        (set_model_option("arch", 123), "its model configuration's arch 123 is no name"),
+        (make_weight(FC1, "sparse"), f"its weight {FC1} is a sparse_coo tensor; fairseq-train "
+         "saves dense floating-point weights"),
+        (make_weight(FC1, "meta"), f"its weight {FC1} is a meta tensor, which holds no values"),
+        # decoded with 0/1 weights, without a word
+        (make_weight(FC1, "bool"), f"its weight {FC1} is a tensor of bool; fairseq-train saves"),
+        (make_weight(FC1, "complex"), f"its weight {FC1} is a tensor of complex numbers "
+         "(complex64)"),
+        # a training that diverged: fairseq's beam search failed on "assert 4 < 4"
+        (fill_with_nan(FC1), f"its weight {FC1} holds NaN or infinite values (the training "
+         "diverged before saving it): take an earlier checkpoint"),
         (set_field("optimizer_history", "x"),
          "its 'optimizer_history' is a str, not what fairseq-train saves there"),
         (set_model_option("_name", "no_such_model"),
@@ -1294,7 +1345,8 @@ def test_an_error_after_a_legacy_format_checkpoint_loaded_is_not_blamed_on_the_f
     take its weights, say) was said as "the file is not a complete torch.save archive
     (truncated ...)": the file is read again first, and only a file that does not read is."""
     legacy = tmp_path / "legacy.pt"
-    torch.save({"model": {}, "cfg": {}}, legacy, _use_new_zipfile_serialization=False)
+    stored = {"model": {}, "cfg": {"model": {"_name": "transformer_san"}}}
+    torch.save(stored, legacy, _use_new_zipfile_serialization=False)
     with pytest.raises(RuntimeError, match="size mismatch"):
         with checkpoints.explained(str(legacy)):
             raise RuntimeError("size mismatch for decoder.embed_tokens.weight")

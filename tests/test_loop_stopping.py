@@ -3,6 +3,7 @@ loop stops when the policy an iteration learns is the one it was trained with, o
 scratch, one an earlier iteration was trained with (a cycle), and goes on while it is new."""
 
 import json
+import os
 
 import pytest
 
@@ -126,6 +127,29 @@ def test_decode_key_of_missing_data_is_one_line(tmp_path):
         f"fairseq-san-loop: error: {tmp_path / 'nodata'}: no such file, nor a data directory "
         "(dict*.txt)"
     )
+
+
+def test_decode_key_of_a_pipe_is_one_line(tmp_path):
+    """A checkpoint given as a pipe, or a data folder's .bin that is one, was read until killed."""
+    checkpoint, data = tmp_path / "model.pt", tmp_path / "data"
+    os.mkfifo(checkpoint)
+    data.mkdir()
+    for name in ("dict.en.txt", "test.en-de.en.idx", "test.en-de.en.bin"):
+        (data / name).write_bytes(name.encode())
+    result = run_cli("fairseq-san-loop", "decode-key", str(checkpoint), str(data), "test",
+                     timeout=60)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        f"fairseq-san-loop: error: {checkpoint}: a pipe, device or socket, not a regular file"
+    )
+    os.unlink(checkpoint)
+    checkpoint.write_bytes(b"weights")
+    os.unlink(data / "test.en-de.en.bin")
+    os.mkfifo(data / "test.en-de.en.bin")
+    result = run_cli("fairseq-san-loop", "decode-key", str(checkpoint), str(data), "test",
+                     timeout=60)  # fmt: skip
+    assert result.stderr.splitlines()[-1].endswith("test.en-de.en.bin: a pipe, device or "
+                                                   "socket, not a regular file")  # fmt: skip
 
 
 def test_decode_key_follows_the_splits_sentences(tmp_path):

@@ -207,6 +207,16 @@ def test_load_policy_nested_too_deeply_is_one_line(tmp_path):
         load_policy('{"decoder_self": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
+def test_a_policy_of_a_block_of_hundreds_of_digits_is_one_short_line():
+    """Refused, but the line showed every digit, twice (about 880 characters)."""
+    with pytest.raises(PolicyError) as refused:
+        validate_blocks([10**400], 6, "decoder_self")
+    assert str(refused.value) == (
+        f"decoder_self policy [{'1' + '0' * 78}... sums to {'1' + '0' * 79}... but the decoder "
+        "has 6 layers"
+    )
+
+
 def test_load_policy_malformed_json(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{\n  "decoder_self": [1, 5\n}\n')
@@ -514,6 +524,9 @@ def test_biggest_block_is_taken_even_past_a_failing_one():
         ([[0, math.inf], [math.inf, 0]], "is not a finite number"),
         ([[0, 1.2], [1.2, 0]], r"JS matrix value \[0\]\[1\] = 1.2 is outside \[0, 1.0\]"),
         ([[0, -0.1], [-0.1, 0]], r"value \[0\]\[1\] = -0.1 is outside"),
+        # math.isfinite raised OverflowError; the message showed every digit
+        ([[0, 10**400], [10**400, 0]], r"value \[0\]\[1\] = 1" + "0" * 79 + r"\.\.\. is "
+         r"outside \[0, 1.0\]$"),
         ([[0.1, 0.2], [0.2, 0]], r"JS matrix diagonal \[0\]\[0\] = 0.1 should be 0"),
     ],
 )

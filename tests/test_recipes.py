@@ -1999,6 +1999,8 @@ def test_summary_over_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
         ("signature", [1], "its signature is [1], not str or null"),
         ("train_seconds", "x", "its train_seconds is 'x', not int or float or null"),
         ("valid_loss", True, "its valid_loss is True, not int or float or null"),
+        # the table's float() raised OverflowError
+        ("valid_loss", 10**400, f"its valid_loss {'1' + '0' * 79}... is beyond a float's range"),
     ],
 )  # fmt: skip
 def test_summary_over_a_recorded_row_of_other_types_is_one_line(tmp_path, field, value, said):
@@ -2028,6 +2030,12 @@ def test_summary_over_scores_or_thresholds_of_other_types_is_one_line(tmp_path):
     assert line == (
         f"fairseq-san-loop: error: {iteration / 'valid.json'}: its bleu is 'high', not int or "
         "float or null: delete it and rerun the step that writes it"
+    )
+    (iteration / "valid.json").write_text(json.dumps({"bleu": 10**400}))  # an OverflowError
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        f"fairseq-san-loop: error: {iteration / 'valid.json'}: its bleu {'1' + '0' * 79}... is "
+        "beyond a float's range: delete it and rerun the step that writes it"
     )
     (iteration / "valid.json").write_text(json.dumps({"bleu": 12.5}))
     (run_dir / "run.json").write_text(json.dumps({"options": {"--theta-self": "abc"}}))

@@ -15,7 +15,7 @@ from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_san import options
 from fairseq_san.cores import threads_problem
-from fairseq_san.errors import UsageError, nearest_key_hint, repeated
+from fairseq_san.errors import UsageError, json_error, nearest_key_hint, repeated
 from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
 from fairseq_san.policy import PolicyError, resolve_policy
@@ -144,9 +144,14 @@ class SystemSpec:
         for key in ("san_decoder_execution", "san_decoder_precision"):
             if key in self.overrides and self.decoder != STATIC:
                 raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')
+        execution = self.overrides.get("san_decoder_execution")
+        if execution is not None and not isinstance(execution, str):  # quoted as its str()
+            raise ValueError(f"{what}: san_decoder_execution must be text (an execution's name), "
+                             f"not {execution!r}")  # fmt: skip
         if "san_decoder_precision" not in self.overrides:
             return
-        if self.decoder_precision not in precisions:
+        precision = self.decoder_precision  # a list failed the lookup: "unhashable type"
+        if not isinstance(precision, str) or precision not in precisions:
             raise ValueError(
                 f"{what}: san_decoder_precision must be one of {tuple(precisions)}, "
                 f"not {self.decoder_precision!r}"
@@ -219,8 +224,10 @@ def parse_system(text: str) -> SystemSpec:
     if overrides_text is not None:
         try:
             overrides = json.loads(overrides_text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"system {name}: overrides are not JSON: {err}") from err
+        except ValueError as err:  # an integer of more digits than Python converts too
+            raise ValueError(f"system {name}: overrides are not JSON: {json_error(err)}") from None
+        except RecursionError:
+            raise ValueError(f"system {name}: overrides nest too deeply to be JSON") from None
         if not isinstance(overrides, dict):
             raise ValueError(f"system {name}: overrides must be a JSON object")
     return SystemSpec(name, checkpoint, overrides)

@@ -228,7 +228,7 @@ def _profile_row(
             f"{_fmt(100 * whole[part], '.1f')}%"
             for part in ("encoder", "cache_reorder", "search_and_other")
         ),
-        f"{_fmt(prof.get('overhead'), '.2f')}x",
+        _times(prof.get("overhead")),  # none for a compiled or graph-replaying step
         *compute,
     ]
     return "| " + " | ".join(cells) + " |"
@@ -311,6 +311,10 @@ def _fmt(value, spec: str = ".1f") -> str:
 
 def _percent(share: Optional[float]) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _times(factor: Optional[float]) -> str:
+    return "-" if factor is None else f"{factor:.2f}x"
 
 
 def _bytes(value: Optional[int]) -> str:

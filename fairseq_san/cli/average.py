@@ -186,18 +186,6 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
     return None
 
 
-def non_finite_parameter(parameters: Dict[str, "Tensor"]) -> Optional[str]:
-    """The first floating-point parameter holding a NaN or an infinity (a training that
-    diverged), which would make every mean it enters one too; None if there is none."""
-    import torch
-
-    return next(
-        (name for name, tensor in parameters.items()
-         if tensor.is_floating_point() and not torch.isfinite(tensor).all()),
-        None,
-    )  # fmt: skip
-
-
 def add_to_sums(sums: Dict[str, "Tensor"], parameters: Dict[str, "Tensor"], path: str,
                 first_path: str) -> None:  # fmt: skip
     """Add checkpoint ``path``'s ``parameters`` to ``sums``. A boolean tensor (a mask) is kept,
@@ -233,7 +221,7 @@ def divide(total: "Tensor", count: int) -> None:
 def average(paths: List[str]) -> dict:
     """The first checkpoint of ``paths``, its model's parameters replaced by their mean over all
     of them (fairseq's ``average_checkpoints``); each is read with torch's safe loader."""
-    from fairseq_san.checkpoints import CheckpointError, load_state
+    from fairseq_san.checkpoints import CheckpointError, load_state, non_finite_weight
 
     first, reference, sums = None, {}, {}
     for index, path in enumerate(paths, 1):
@@ -248,7 +236,7 @@ def average(paths: List[str]) -> dict:
                 f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "
                 "checkpoints of one training run"
             )
-        broken = non_finite_parameter(parameters)
+        broken = non_finite_weight(parameters)
         if broken is not None:
             raise CheckpointError(
                 f"checkpoint {path}: its {broken} holds NaN or infinite values (the training "

@@ -17,7 +17,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.errors import repeated
+from fairseq_san.errors import abbreviated, repeated
 from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import (
@@ -32,6 +32,9 @@ from fairseq_san.policy import (
 
 # The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
 DEFAULT_REFERENCE, DEFAULT_LAYERS = 4, (5, 6)
+# The most training steps an analysis can be at: fairseq counts them in an int64 (numpy's, as
+# the figure draws them, too: a 400-digit step failed there with OverflowError).
+MAX_STEPS = 2**63 - 1
 
 
 class PlotError(ValueError):
@@ -74,8 +77,9 @@ def read_analysis(path: str) -> dict:
     except PolicyError as err:
         raise PlotError(str(err)) from None
     steps = data.get("num_updates")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-        raise PlotError(f'"{path}" has no training steps ("num_updates": {steps!r})')
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= MAX_STEPS:
+        shown = abbreviated(repr(steps))
+        raise PlotError(f'"{path}" has no training steps ("num_updates": {shown})')
     return data
 
 

@@ -26,7 +26,7 @@ from typing import Iterable, List
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
 from fairseq_san.options import flag_of
-from fairseq_san.policy import is_number
+from fairseq_san.policy import is_finite_number, is_number
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def check_option_ranges(args: argparse.Namespace) -> None:
 
 
 def is_whole(value: float) -> bool:
-    return math.isfinite(value) and value == int(value)
+    return is_finite_number(value) and value == int(value)
 
 
 def shown_value(value: object) -> str:

@@ -42,6 +42,7 @@ from typing import List
 import torch
 
 from fairseq_san.checkpoints import (
+    CheckpointError,
     SharedConfiguration,
     VocabularyMismatch,
     check_safe_loading,
@@ -53,6 +54,8 @@ from fairseq_san.checkpoints import (
     refuse_eval_bleu_args_in,
     refuse_interpolations_in,
     refuse_layers_beyond_weights_in,
+    refuse_malformed_in,
+    refuse_non_finite_weights_in,
     refuse_sizes_beyond_weights_in,
     refuse_stored_values_in,
     refuse_policy_file_in,
@@ -90,12 +93,14 @@ def _explaining(load_checkpoint_to_cpu):
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         state = numpy_restored_in(path, state)
+        refuse_malformed_in(path, state)
         refuse_code_in(path, state)
         refuse_interpolations_in(path, state)
         refuse_layers_beyond_weights_in(path, state)
         refuse_sizes_beyond_weights_in(path, state)
         refuse_stored_values_in(path, state)
         refuse_weights_that_are_not_in(path, state)
+        refuse_non_finite_weights_in(path, state)
         refuse_policy_file_in(path, state, arg_overrides)
         refuse_analysis_dir_in(path, state, arg_overrides)
         refuse_eval_bleu_args_in(path, state)
@@ -125,16 +130,34 @@ def _loading_ema_safely(load_ema_from_checkpoint):
     """fairseq's other reader of checkpoints, ``load_ema_from_checkpoint`` (fairseq-train
     ``--store-ema --ema-seed-model FILE``), refused where the safe loader would not be used: it
     calls ``torch.load`` itself, so with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set the file ran
-    the code it named; a file it cannot load is one line naming it."""
+    the code it named; a file it cannot load is one line naming it, and so is a checkpoint
+    trained without ``--store-ema`` (a ``KeyError: 'ema'`` traceback)."""
 
     @functools.wraps(load_ema_from_checkpoint)
     def wrapper(path, *args, **kwargs):
         check_safe_loading()
         refuse_before_reading(path)
         with explained(path):
-            return load_ema_from_checkpoint(path, *args, **kwargs)
+            try:
+                return load_ema_from_checkpoint(path, *args, **kwargs)
+            except (KeyError, ValueError) as error:
+                if not holds_no_ema(error):
+                    raise
+                raise CheckpointError(
+                    f"--ema-seed-model {path}: the checkpoint holds no EMA weights (it was "
+                    "trained without --store-ema); start from its weights with "
+                    "--finetune-from-model instead"
+                ) from None
 
     return wrapper
+
+
+def holds_no_ema(error: Exception) -> bool:
+    """Whether ``load_ema_from_checkpoint`` failed for want of EMA weights: no
+    ``extra_state['ema']`` (a KeyError), or an empty one (fairseq's ValueError)."""
+    if isinstance(error, KeyError):
+        return error.args in (("ema",), ("extra_state",))
+    return "does not contain ema model weights" in str(error)
 
 
 def _refusing_shared_containers(omegaconf: type) -> type:

@@ -17,6 +17,7 @@ itself was killed. A second loop is refused before it writes anything.
 """
 
 import array
+import errno
 import fcntl
 import filecmp
 import hashlib
@@ -472,7 +473,10 @@ def files_sha256(files: List[str]) -> str:
 
 def hash_bytes(sha, path: str) -> None:
     """Feed a file's bytes to ``sha``, 1 MiB at a time (``hashlib.file_digest`` needs Python
-    3.11; the plugin installs on older ones)."""
+    3.11; the plugin installs on older ones). A pipe, device or socket is an OSError naming it:
+    a pipe (a checkpoint given as one, a data folder's ``.bin``) was read until killed."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise OSError(errno.EINVAL, "a pipe, device or socket, not a regular file", path)
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             sha.update(chunk)

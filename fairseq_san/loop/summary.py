@@ -14,7 +14,7 @@ import os
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san import files
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, abbreviated
 from fairseq_san.files import glob_in, write_json, write_text
 from fairseq_san.loop.run_record import ITERATION_DIR, read_record, recorded_thetas
 from fairseq_san.loop.stopping import policy_path, why_ended
@@ -52,8 +52,19 @@ def field_problem(value: Dict[str, object], fields: Dict[str, tuple]) -> Optiona
         boolean = isinstance(held, bool) and bool not in types
         if name in value and (not isinstance(held, types) or boolean):
             wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            return f"its {name} is {held!r}, not {wanted}"
+            return f"its {name} is {abbreviated(repr(held))}, not {wanted}"
+        if isinstance(held, int) and beyond_floats(held):  # the table's float() raised
+            return f"its {name} {abbreviated(repr(held))} is beyond a float's range"
     return None
+
+
+def beyond_floats(value: int) -> bool:
+    """Whether an int is too large for a float (``float()`` raises OverflowError)."""
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 def iteration_dirs(run_dir: str) -> List[str]:
@@ -86,10 +97,10 @@ def checkpoint_facts(path: str) -> Dict[str, object]:
             "num_updates": state["optimizer_history"][-1].get("num_updates"),
             "train_seconds": as_number(extra.get("previous_training_time")),
         }
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
         raise UsageError(
-            f"checkpoint {path} lacks what fairseq-train stores ({type(err).__name__}: {err}): "
-            "was it written by fairseq-train?"
+            f"checkpoint {path} lacks what fairseq-train stores ({type(err).__name__}: "
+            f"{abbreviated(str(err))}): was it written by fairseq-train?"
         ) from None
 
 

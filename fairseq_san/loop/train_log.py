@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, abbreviated
 from fairseq_san.loop.summary import shown
 
 # fairseq's JSON progress bar: "<time> | INFO | <tag> | {...}"
@@ -158,10 +158,12 @@ def read_train_log(path: str) -> Dict[str, object]:
             tag, record = found
             try:
                 facts.read_record(tag, record())
-            except (ValueError, KeyError, TypeError, AttributeError) as err:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError,
+                    RecursionError) as err:  # a number past a float's range, JSON nested deep
                 raise UsageError(
                     f"{path} line {number}: not a fairseq-train {tag} record "
-                    f"(--log-format json or simple): {type(err).__name__}: {err}"
+                    f"(--log-format json or simple): {type(err).__name__}: "
+                    f"{abbreviated(str(err))}"
                 ) from None
     return facts.summary()
 

@@ -308,12 +308,33 @@ def check_decoder_overrides(
         if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
             continue
         flag, value = options.current_flag(option, given)
+        choices = command_line_choices(option)
+        if choices is not None and str(value) not in choices:  # advised a flag it refuses
+            raise UsageError(
+                f"{option.name} '{given}' {STORED_SOURCE} is not one of {flag}'s choices: pass "
+                f"one of {', '.join(choices)} as {flag} on the command line (with --task "
+                f"{plugin_task})"
+            )
+        decodes = "its default" if applied is None else f"'{applied}'"  # the device's execution
         raise UsageError(
             f"{option.name} '{given}' is a model option here (--model-overrides or the "
             f"checkpoint), which does not choose the decoder: this command decodes with "
-            f"'{applied}'. Pass {flag} {value} on the command line (with --task "
+            f"{decodes}. Pass {flag} {value} on the command line (with --task "
             f"{plugin_task}) instead"
         )
+
+
+def command_line_choices(option: options.Option) -> Optional[List[str]]:
+    """The values the command line takes for a decoder ``option``: its own choices, the table
+    of precisions' or of the executions offered; None where it takes any."""
+    from fairseq_san.static_decoding.execution import offered_executions
+    from fairseq_san.static_decoding.precision import PRECISIONS
+
+    if option is options.DECODER_PRECISION:
+        return list(PRECISIONS)
+    if option is options.DECODER_EXECUTION:
+        return offered_executions()
+    return None if option.choices is None else list(option.choices)
 
 
 # Model options that sharing cannot work with, and why; the first entry names the policy kinds.

@@ -31,7 +31,7 @@ from fairseq_san.tasks.attention_analysis import (
     AttentionAnalysisTask,
     check_analysis_options,
 )
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, abbreviated, json_error
 from fairseq_san.fairseq_fixes.wrapping import running_command
 from fairseq_san.static_decoding.precision import PRECISIONS
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig, check_generation_keys
@@ -168,10 +168,14 @@ def check_eval_bleu_precision(args, generation: dict) -> None:
 
 def json_object(flag: str, text: Optional[str], example: str) -> dict:
     """The JSON object ``text`` given as ``flag`` ("{}" when empty), or a UsageError."""
+    shown = repr(abbreviated(text or ""))
     try:
         value = json.loads(text or "{}")
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{flag} {text!r} is not JSON ({error}): e.g. '{example}'") from None
+    except ValueError as error:  # an integer of more digits than Python converts too
+        said = json_error(error)
+        raise UsageError(f"{flag} {shown} is not JSON ({said}): e.g. '{example}'") from None
+    except RecursionError:
+        raise UsageError(f"{flag} {shown} nests too deeply to be JSON: e.g. '{example}'") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{flag} {text!r}: it must be a JSON object, e.g. '{example}'")
+        raise UsageError(f"{flag} {shown}: it must be a JSON object, e.g. '{example}'")
     return value

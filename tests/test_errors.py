@@ -2466,6 +2466,26 @@ def test_an_execution_among_the_model_overrides_names_what_the_command_line_take
     assert str(refused.value) == said
 
 
+def test_resuming_mid_epoch_with_larger_batches_is_one_line(tmp_path, binarized_corpus):
+    """A run stopped part-way through an epoch, resumed with batches that end the epoch before
+    that point: fairseq's traceback asked to report it to its developers."""
+    from helpers import run_cli, train_argv
+
+    save_dir = tmp_path / "run"
+    small = train_argv(binarized_corpus, save_dir, 3, ["--max-tokens", "40"])
+    assert run_cli("fairseq-train", *small).returncode == 0
+    large = train_argv(binarized_corpus, save_dir, 6, ["--max-tokens", "100000"])
+    result = run_cli("fairseq-train", *large)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{ERROR}cannot resume: the checkpoint stopped part-way through an epoch that the data, "
+        "as batched now, does not reach so far (the training data, --max-tokens, --batch-size or "
+        "the number of processes changed since?): resume with what it was trained with, or pass "
+        "--reset-dataloader to start that epoch again"
+    )
+    assert run_cli("fairseq-train", *large, "--reset-dataloader").returncode == 0
+
+
 def resume_from_pair(tmp_path, trained, asked, **flags):
     """The plugin's load_checkpoint resuming a save dir whose last checkpoint recorded
     ``trained`` (as a model's configuration does), for a task asking for ``asked``; whether

@@ -13,8 +13,9 @@ prints as one line
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
   hit deep inside their set-up;
 * fairseq's own bad-input errors whose message already says what is wrong
-  (``FAIRSEQ_BAD_INPUT``), a ``--model-overrides`` that is not Python literal syntax, and a
-  component chosen without an option it needs (``--bpe sentencepiece`` without its model);
+  (``FAIRSEQ_BAD_INPUT``), or in the plugin's words where it misleads (``FAIRSEQ_REWORDED``),
+  a ``--model-overrides`` that is not Python literal syntax, and a component chosen without an
+  option it needs (``--bpe sentencepiece`` without its model);
 * an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
   wherever they were (the exit status stays the interrupt's);
 * an output that cannot be written: a reader that stopped (``fairseq-generate ... | head``) ends
@@ -76,6 +77,18 @@ FAIRSEQ_BAD_INPUT = [
 ]
 
 
+# fairseq's errors for bad input whose message misleads, by what the plugin says instead.
+FAIRSEQ_REWORDED = [
+    # resuming where the data, as batched now, has fewer batches in the epoch than the
+    # checkpoint had read: fairseq asked to report it to its developers
+    (RuntimeError, r"Cannot resume training due to dataloader mismatch, please report .*",
+     "cannot resume: the checkpoint stopped part-way through an epoch that the data, as batched "
+     "now, does not reach so far (the training data, --max-tokens, --batch-size or the number of "
+     "processes changed since?): resume with what it was trained with, or pass "
+     "--reset-dataloader to start that epoch again"),
+]
+
+
 # fairseq's batching's message for a sentence longer than the model's positions.
 TOO_LONG = re.compile(r"Size of sample #(\d+) is invalid ")
 
@@ -99,11 +112,15 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
 
 
 def fairseqs_bad_input(exc: BaseException) -> Optional[str]:
-    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), else None; a
-    criterion or optimizer that does not match the checkpoint's is also said as options."""
+    """The message of one of fairseq's bad-input errors (``FAIRSEQ_BAD_INPUT``), or the plugin's
+    words for one whose message misleads (``FAIRSEQ_REWORDED``), else None; a criterion or
+    optimizer that does not match the checkpoint's is also said as options."""
     for kind, pattern in FAIRSEQ_BAD_INPUT:
         if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
             return without_numpy_reprs(str(exc)) + component_options_said(str(exc))
+    for kind, pattern, said in FAIRSEQ_REWORDED:
+        if isinstance(exc, kind) and re.fullmatch(pattern, str(exc)):
+            return said
     return None
 
 

@@ -405,13 +405,19 @@ def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
                 f"{type(value).__name__}; fairseq-train saves tensors named by text"
             )
         problem = tensor_problem(value)
-        if problem is None and not value.is_floating_point():  # cast to 0/1 weights silently
-            problem = f"a tensor of {str(value.dtype).replace('torch.', '')}"
+        if problem is None and is_parameter(key) and not value.is_floating_point():
+            problem = f"a tensor of {str(value.dtype).replace('torch.', '')}"  # cast to 0/1
         if problem is not None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: its weight {key} is {problem}; fairseq-train "
                 "saves dense floating-point weights"
             )
+
+
+def is_parameter(key: str) -> bool:
+    """Whether a state dict's ``key`` names a layer's weight or bias (a buffer may hold whole
+    numbers: the ``version`` of fairseq's adaptive softmax is an int64 tensor)."""
+    return key.rpartition(".")[2] in ("weight", "bias")
 
 
 def tensor_problem(tensor: torch.Tensor) -> Optional[str]:

@@ -141,6 +141,16 @@ def test_aan_incremental_equals_full_forward(argv, arch):
     assert max_diff(full, incremental_logits(model, src_tokens, src_lengths, prev)) <= ATOL
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_layer_is_aan_under_layerdrop(seed):
+    """A model is built in training mode, where iterating fairseq's LayerDrop list skips layers
+    at random: with --decoder-layerdrop, some layers kept dot-product attention (and trained
+    so)."""
+    model, _ = build(AAN + ["--decoder-layerdrop", "0.5"], dictionary=DICT, seed=seed)
+    layers = model.decoder.layers
+    assert all(isinstance(layers[i].self_attn, AverageAttention) for i in range(len(layers)))
+
+
 def test_aan_ffn_dropout_follows_activation_dropout():
     """AAN's FFN dropout is the layer FFN's (Zhang et al.'s relu_dropout), not attention's."""
     argv = AAN + ["--dropout", "0.1", "--attention-dropout", "0.2", "--activation-dropout", "0.3"]

@@ -2894,6 +2894,31 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
                                  "1000,3000", "--criterion", "adaptive_loss", "--ddp-backend",
                                  "legacy_ddp"], None),
+        # fairseq's tracebacks at build or at the first update, or a tie dropped without a word
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
+                                 "1000", "--criterion", "adaptive_loss", "--ddp-backend",
+                                 "legacy_ddp", "--tie-adaptive-weights"],
+         "--tie-adaptive-weights ties the adaptive softmax to an adaptive input embedding "
+         "(--adaptive-input, a language model's), which this model has not: drop "
+         "--tie-adaptive-weights, or add --adaptive-input"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
+                                 "1000", "--criterion", "adaptive_loss", "--ddp-backend",
+                                 "legacy_ddp", "--share-decoder-input-output-embed"],
+         "--share-decoder-input-output-embed ties the output projection to the input embeddings, "
+         "and --adaptive-softmax-cutoff replaces that projection (fairseq drops the tie without a "
+         "word): drop one of them"),
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--share-all-embeddings",
+                                 "--decoder-output-dim", "16"],
+         "--decoder-output-dim 16 with --share-all-embeddings: the output projection is the "
+         "512-wide input embeddings, which cannot take 16-wide outputs (a shape error at the "
+         "first update): drop --decoder-output-dim, or --share-all-embeddings"),
+        ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                 "language_modeling", "--share-decoder-input-output-embed",
+                                 "--decoder-input-dim", "64", "--decoder-output-dim", "32"],
+         "--decoder-output-dim 32 with --share-decoder-input-output-embed: the output projection "
+         "is the 64-wide input embeddings"),  # a language model's embeddings: its input dim
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--decoder-output-dim",
+                                 "16"], None),  # untied: projected to 16, trains
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",

@@ -931,6 +931,17 @@ def test_a_language_models_stored_values_are_checked_as_its_architecture_sets_th
     )
 
 
+def test_whole_number_buffers_load_and_whole_number_weights_do_not(san_checkpoint):
+    """fairseq's adaptive softmax keeps an int64 ``version`` buffer: every checkpoint trained
+    with --adaptive-softmax-cutoff was refused as holding a weight of int64."""
+    state = torch.load(san_checkpoint, map_location="cpu", weights_only=True)
+    state["model"]["decoder.adaptive_softmax.version"] = torch.LongTensor([1])
+    checkpoints.refuse_weights_that_are_not_in("c.pt", state)
+    state["model"]["decoder.layers.0.fc1.weight"] = torch.ones(2, 2, dtype=torch.int64)
+    with pytest.raises(checkpoints.CheckpointError, match="fc1.weight is a tensor of int64"):
+        checkpoints.refuse_weights_that_are_not_in("c.pt", state)
+
+
 def test_a_stored_model_name_that_is_no_text_names_no_plugin_model():
     """``arch`` ['transformer_san'] in a received checkpoint: an unhashable-type TypeError where
     the checks looked the name up (fairseq builds the model its ``_name`` names)."""

@@ -68,6 +68,7 @@ import ast
 import contextlib
 import functools
 import io
+import logging
 import os
 import sys
 from dataclasses import fields
@@ -98,6 +99,8 @@ from fairseq_san.options import (
     name_of,
 )
 from fairseq_san.ranks import nccl_ranks_problem
+
+logger = logging.getLogger(__name__)
 
 # Tasks whose load_dataset ignores the checkpoint's task options (fairseq-generate's task_cfg).
 TASKS_IGNORING_SAVED_TASK = (
@@ -231,6 +234,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
         check_adaptive_softmax(args)
+        check_output_embeddings(args)
         check_world_size(args)
         check_best_checkpoint_metric(args)
         check_stop_min_lr(args)
@@ -657,6 +661,57 @@ def check_adaptive_softmax(args: argparse.Namespace) -> None:
             "(PyTorch's DistributedDataParallel, fairseq-train's default): pass --ddp-backend "
             "legacy_ddp"
         )
+
+
+def check_output_embeddings(args: argparse.Namespace) -> None:
+    """Refuse output embeddings fairseq cannot build as asked: ``--tie-adaptive-weights``
+    without an adaptive input (``'Embedding' object has no attribute 'weights_for_band'``), an
+    output tied to the input embeddings (``--share-decoder-input-output-embed``,
+    ``--share-all-embeddings``) from a ``--decoder-output-dim`` of another width (a shape error
+    at the first update) or replaced by an adaptive softmax, which leaves it untied without a
+    word (logged for ``--share-all-embeddings``, whose input embeddings are still shared)."""
+    adaptive = getattr(args, "adaptive_softmax_cutoff", None)
+    if getattr(args, "tie_adaptive_weights", False) and not getattr(args, "adaptive_input", False):
+        raise UsageError(
+            "--tie-adaptive-weights ties the adaptive softmax to an adaptive input embedding "
+            "(--adaptive-input, a language model's), which this model has not: drop "
+            "--tie-adaptive-weights, or add --adaptive-input"
+        )
+    ties = [flag for flag in ("--share-all-embeddings", "--share-decoder-input-output-embed")
+            if getattr(args, flag[2:].replace("-", "_"), False)]  # fmt: skip
+    if not ties:
+        return
+    if adaptive and ties[0] == "--share-decoder-input-output-embed":
+        raise UsageError(
+            "--share-decoder-input-output-embed ties the output projection to the input "
+            "embeddings, and --adaptive-softmax-cutoff replaces that projection (fairseq drops "
+            "the tie without a word): drop one of them"
+        )
+    if adaptive:
+        logger.warning(
+            "--share-all-embeddings with --adaptive-softmax-cutoff: the encoder and decoder share "
+            "their input embeddings; the adaptive softmax is not tied to them"
+        )
+        return
+    width = embedding_width(args)
+    output = getattr(args, "decoder_output_dim", None) or width
+    if width is not None and output != width:
+        raise UsageError(
+            f"--decoder-output-dim {output} with {ties[0]}: the output projection is the "
+            f"{width}-wide input embeddings, which cannot take {output}-wide outputs (a shape "
+            f"error at the first update): drop --decoder-output-dim, or {ties[0]}"
+        )
+
+
+def embedding_width(args: argparse.Namespace) -> Optional[int]:
+    """The decoder's embedding width as fairseq builds it: ``--decoder-input-dim`` for a
+    language model, ``--decoder-embed-dim`` for a translation model (None where unset)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, FairseqLanguageModel
+
+    model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
+    language_model = isinstance(model, type) and issubclass(model, FairseqLanguageModel)
+    name = "decoder_input_dim" if language_model else "decoder_embed_dim"
+    return getattr(args, name, None) or getattr(args, "decoder_embed_dim", None)
 
 
 def command_kind(args: argparse.Namespace) -> str:

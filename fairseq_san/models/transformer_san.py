@@ -17,7 +17,7 @@ model without a policy is fairseq's, parameter for parameter.
 
 import argparse
 import logging
-from typing import Dict, Iterable, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 import torch
 from fairseq.data import Dictionary
@@ -291,7 +291,7 @@ def rebuild_attention(old: MultiheadAttention, module_class: Type, **extra) -> M
     return new
 
 
-def use_fast_decoding(layers: Iterable[nn.Module], fast: bool = True) -> None:
+def use_fast_decoding(layers: nn.ModuleList, fast: bool = True) -> None:
     """Switch the decoder's attention to the fast incremental path (``DecodingAttention``), or
     back to fairseq's (``fast`` False; a rebuilt module then runs fairseq's forward).
 
@@ -302,7 +302,7 @@ def use_fast_decoding(layers: Iterable[nn.Module], fast: bool = True) -> None:
     ``--seed``. AAN is left as it is.
     """
     with torch.random.fork_rng(devices=[]):
-        for layer in layers:
+        for layer in every_layer(layers):
             for attr in ("self_attn", "encoder_attn"):
                 module = getattr(layer, attr, None)
                 if fast and type(module) is MultiheadAttention:
@@ -312,13 +312,20 @@ def use_fast_decoding(layers: Iterable[nn.Module], fast: bool = True) -> None:
                     module.fast_decoding = fast
 
 
-def use_average_attention(layers: Iterable[nn.Module]) -> None:
+def every_layer(layers: nn.ModuleList) -> List[nn.Module]:
+    """Each layer of a stack, by index: iterating fairseq's ``LayerDropModuleList`` (a
+    ``--*-layerdrop``) in training mode, as a model is built, skips layers at random (an AAN
+    decoder kept dot-product attention in some of its layers, and trained so)."""
+    return [layers[index] for index in range(len(layers))]
+
+
+def use_average_attention(layers: nn.ModuleList) -> None:
     """Replace decoder self-attention by AAN (Zhang et al. 2018), FFN inner size = model size.
 
     AAN's FFN drops out what the layer's own FFN drops out (``--activation-dropout``), as in
     Zhang et al.'s implementation (its ``relu_dropout`` serves both FFNs).
     """
-    for layer in layers:
+    for layer in every_layer(layers):
         embed_dim = layer.self_attn.embed_dim
         dropout = layer.activation_dropout_module.p
         layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)

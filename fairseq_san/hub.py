@@ -705,6 +705,7 @@ def from_pretrained(
             f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
         )
     check_no_decoding_keyword(kwargs)
+    kwargs = with_decoder_keywords_in_task(kwargs)
     user_dir = kwargs.get("user_dir")
     if user_dir is not None and not os.path.isdir(str(user_dir)):  # fairseq's FileNotFoundError
         raise UsageError(
@@ -743,6 +744,19 @@ def from_pretrained(
     return hub
 
 
+def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """``keywords`` with the decoder's (``san_decoding``, its precision and execution) put in a
+    ``task`` dict given beside them: fairseq sets a keyword on every group that has it, except a
+    group given as a dict, so the task of ``task={'_name': 'translation_san'}`` never had
+    ``san_decoding='static'``, and the model's refusal advised the command line."""
+    task = keywords.get("task")
+    if not isinstance(task, dict):
+        return keywords
+    names = [option.name for option in options.DECODER_OPTIONS]
+    given = {key: value for key, value in keywords.items() if key in names and key not in task}
+    return {**keywords, "task": {**task, **given}} if given else keywords
+
+
 # How the checks of a checkpoint name its overrides, and what the hub calls them.
 OVERRIDES_FLAG, OVERRIDES_KEYWORDS = "out of --model-overrides", "out of from_pretrained's keywords"
 
@@ -752,28 +766,17 @@ def check_no_decoding_keyword(keywords: Dict[str, Any]) -> None:
     generation config as an override, checked by nothing (``sampling='False'`` failed at
     ``translate()`` deep inside fairseq, ``nbest=2`` was ignored), where ``generation_args`` and
     each call's keywords are checked; one that no generator of the hub reads, saying what to do
-    instead (``unread_by_hub``: ``nbest``, refused in ``generation_args`` too); so is one that
-    chooses the plugin's decoder (``chooses_the_decoder``)."""
+    instead (``unread_by_hub``: ``nbest``, refused in ``generation_args`` too)."""
     for key, value in keywords.items():
         unread = unread_by_hub(key, at_build=True)
         if unread is not None:  # generation_args and the calls would refuse it too
             raise UsageError(f"from_pretrained({key}={value!r}) would be ignored: {unread}")
-        if key in GenerationConfig.__dataclass_fields__ or chooses_the_decoder(key, value):
+        if key in GenerationConfig.__dataclass_fields__:
             raise UsageError(
                 f"from_pretrained({key}={value!r}) is a decoding option: pass "
                 f"generation_args={{'{key}': {value!r}}} (checked as the calls' keywords are), "
                 f"or translate(..., {key}={value!r})"
             )
-
-
-def chooses_the_decoder(key: str, value: Any) -> bool:
-    """Whether ``key=value`` is a plugin option of the generator (the static decoder, its
-    precision and execution), which a model's options do not choose (``from_pretrained``'s were
-    refused with the command line's flags); the model's own decodings (fast, no-cache) are
-    model options."""
-    names = {option.name for option in options.DECODER_OPTIONS}
-    model_decoding = key == options.DECODING.name and str(value) in options.MODEL_DECODINGS
-    return key in names and not model_decoding
 
 
 def check_model_kind(model_class: type, model: torch.nn.Module, checkpoint_file) -> None:

@@ -426,15 +426,10 @@ def test_a_beam_keyword_of_from_pretrained_is_refused(tmp_path):
     )
 
 
-@pytest.mark.parametrize(
-    "keyword, value",
-    [("sampling", "False"), ("max_len_b", 3), ("san_decoding", "static"),
-     ("san_decoder_precision", "bf16")],
-)  # fmt: skip
+@pytest.mark.parametrize("keyword, value", [("sampling", "False"), ("max_len_b", 3)])
 def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, value):
     """fairseq set it on the generation config unchecked: sampling='False' failed at translate()
-    deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them. The
-    plugin's decoder options were refused as model options, advising the command line's flags."""
+    deep inside fairseq, nbest=2 was ignored; generation_args and the calls check them."""
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError) as refused:
@@ -1381,6 +1376,19 @@ def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized
         "examples/lm/prepare.sh): give its data"
     )
     assert data_problem(binarized_corpus, str(binarized_corpus), ValueError("other")) is None
+
+
+def test_a_decoder_keyword_beside_a_task_dict_reaches_the_task(san_checkpoint, binarized_corpus):
+    """fairseq sets a keyword on each group that has it, except a group given as a dict:
+    ``task={'_name': 'translation_san'}, san_decoding='static'`` reached the model alone, and the
+    model's refusal advised the command line's --san-decoding."""
+    task = {"_name": "translation_san"}
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                          task=task, san_decoding="static")  # fmt: skip
+    assert hub.task.cfg.san_decoding == "static" and task == {"_name": "translation_san"}
+    fairseqs = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    sentences = ["tok1 tok2 tok3", "tok4 tok5"]
+    assert hub.translate(sentences, beam=2) == fairseqs.translate(sentences, beam=2)
 
 
 def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, binarized_corpus):

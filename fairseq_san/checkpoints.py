@@ -690,17 +690,17 @@ MAX_POSITIONS = 2**20
 
 
 # The decoder's widths that no layer's fc1 holds, by the weight each is the width of: a received
-# file saying 5*10**7 for decoder_output_dim took 6.6 GB and 25 s before a missing weight.
-WIDTH_WEIGHTS = (
-    ("decoder_output_dim", "decoder.output_projection.weight"),
-    ("decoder_input_dim", "decoder.embed_tokens.weight"),
-)
+# file saying 5*10**7 for decoder_output_dim took 6.6 GB and 25 s before a missing weight. A
+# language model's embeddings are decoder_input_dim wide (a translation model's are
+# decoder_embed_dim wide, and it reads no decoder_input_dim).
+WIDTH_WEIGHTS = (("decoder_output_dim", "decoder.output_projection.weight"),)
+LM_WIDTH_WEIGHTS = (("decoder_input_dim", "decoder.embed_tokens.weight"),)
 
 
 def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose configuration gives a stack wider layers than its weights hold
     (``{stack}_embed_dim``, ``{stack}_ffn_embed_dim`` against its first layer's ``fc1``; the
-    decoder's input and output widths against ``WIDTH_WEIGHTS``), a
+    decoder's output width, and a language model's input width, against ``WIDTH_WEIGHTS``), a
     width that is no positive number, or more positions than ``MAX_POSITIONS``: fairseq builds
     the model before it reads the weights, and a received file said 5,000,000 for the decoder's
     FFN (4.2 GB and 24 s before the size mismatch), 10**10 positions (a 40 GB table), or 0
@@ -714,7 +714,8 @@ def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: its configuration's {name} {value} is no width"
             )
-    for name, key in WIDTH_WEIGHTS:
+    widths = WIDTH_WEIGHTS + (LM_WIDTH_WEIGHTS if language_model_in(state) else ())
+    for name, key in widths:
         configured, stored = stored_value(state, "model", name), weights.get(key)
         if is_count(configured) and torch.is_tensor(stored) and stored.dim() == 2:
             if configured > stored.shape[1]:

@@ -688,8 +688,6 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
         # no layer's fc1 holds it: 6.6 GB and 25 s, then a missing weight
         ("decoder_output_dim", 5 * 10**7, "its configuration's decoder_output_dim 50000000 is "
          "more than its weights' 32 (decoder.output_projection.weight)"),
-        ("decoder_input_dim", 10**6, "its configuration's decoder_input_dim 1000000 is more "
-         "than its weights' 32 (decoder.embed_tokens.weight)"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_asking_for_sizes_no_memory_holds_is_one_line(
@@ -702,6 +700,28 @@ def test_a_checkpoint_asking_for_sizes_no_memory_holds_is_one_line(
                                          lambda state: setattr(state["cfg"]["model"], field, value))
     odd = tmp_path / "odd.pt"
     assert refusal.startswith(f"fairseq-san: error: cannot load checkpoint {odd}: {said}")
+
+
+@pytest.mark.parametrize(
+    "arch, refused", [("transformer_lm_san", True), ("transformer_san", False)]
+)
+def test_a_language_models_input_width_is_bounded_by_its_embeddings(arch, refused):
+    """A language model's embeddings are decoder_input_dim wide (built before the weights are
+    read); a translation model's are decoder_embed_dim wide, and its decoder_input_dim unread."""
+    from argparse import Namespace
+
+    state = {"model": {"decoder.embed_tokens.weight": torch.zeros(10, 8)},
+             "cfg": {"model": Namespace(arch=arch, decoder_input_dim=10**6)}}  # fmt: skip
+    if not refused:
+        checkpoints.refuse_sizes_beyond_weights_in("c.pt", state)
+        return
+    with pytest.raises(checkpoints.CheckpointError) as refusal:
+        checkpoints.refuse_sizes_beyond_weights_in("c.pt", state)
+    assert str(refusal.value) == (
+        "cannot load checkpoint c.pt: its configuration's decoder_input_dim 1000000 is more than "
+        "its weights' 8 (decoder.embed_tokens.weight): not a checkpoint that fairseq-train wrote "
+        "(or --model-overrides sets decoder_input_dim)"
+    )
 
 
 def test_a_model_of_a_package_not_installed_is_one_line(tmp_path):

@@ -716,6 +716,42 @@ def test_calls_in_threads_of_their_own_keep_their_own_rows(
     assert together == alone
 
 
+def test_a_shared_models_calls_in_threads_of_their_own_translate_as_alone(
+    binarized_corpus, tmp_path
+):
+    """A block's leader hands its attention to the layers above through the model: two threads'
+    forward passes read each other's ("shared attention used before its block's first layer
+    ran", or another batch's attention). Each thread now has its own hand-off."""
+    import threading
+
+    from helpers import run_cli, train_argv
+
+    policy = ["--task", "translation_san", "--san-decoder-self-policy", "1,5",
+              "--san-decoder-encdec-policy", "2,4"]  # fmt: skip
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, tmp_path, 3, policy))
+    assert result.returncode == 0, result.stderr[-2000:]
+    hub = from_pretrained(tmp_path, "checkpoint_last.pt", binarized_corpus)
+    sentences = ["tok1 tok2 tok3", "tok4 tok5", "tok6 tok7 tok8 tok9", "tok2 tok3"]
+    alone = hub.translate(sentences, beam=3)
+    started = threading.Barrier(4, timeout=60)
+    together, failures = {}, []
+
+    def translate(index: int) -> None:
+        started.wait()
+        try:
+            together[index] = [hub.translate(sentences, beam=3) for _ in range(3)]
+        except Exception as error:  # reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=translate, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert all(outputs == [alone] * 3 for outputs in together.values()) and len(together) == 4
+
+
 def test_searches_wider_than_the_vocabulary_are_one_line_under_fairseqs_task(
     san_checkpoint, binarized_corpus
 ):

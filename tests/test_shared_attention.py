@@ -162,7 +162,7 @@ def test_before_softmax_gives_the_leaders_logits_and_refuses_a_follower():
     actual = leader(x, x, x, before_softmax=True)
     for a, b in zip(expected, actual):
         torch.testing.assert_close(a, b)
-    assert block.shared is not None
+    assert block.read(release=False) is not None
     follower = SharedWeightsAttention(block=block, embed_dim=16, num_heads=4, self_attention=True)
     with pytest.raises(NotImplementedError, match="no logits of its own"):
         follower(x, x, x, before_softmax=True)

@@ -17,6 +17,7 @@ through another module's incremental state (which fairseq keys per module instan
 """
 
 import enum
+import threading
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -93,27 +94,39 @@ class BlockShare:
     SAN's leader publishes S^m with shape (batch * heads, tgt_len, src_len), after softmax and
     before dropout, and A^m = dropout(S^m) V^m with shape (batch * heads, tgt_len, head_dim); a
     KV-sharing leader (``modules.kv_shared_attention``) its keys, values and padding mask. The
-    last follower releases them so that no activation outlives the forward pass.
+    last follower releases them so that no activation outlives the forward pass. Each thread
+    has its own hand-off: forward passes of one model in two threads (the hub's calls) read
+    each other's (an error, or the other batch's attention).
     """
 
     def __init__(self) -> None:
-        self.shared: Optional[tuple] = None
+        self._forward = threading.local()
 
     def publish(self, *shared: Optional[Tensor]) -> None:
         """Hand ``shared`` to the block's following layers (the leader, once per forward)."""
-        self.shared = shared
+        self._forward.shared = shared
 
     def read(self, release: bool) -> tuple:
         """What the leader published; ``release``: the block's last follower lets it go."""
-        if self.shared is None:
+        shared = getattr(self._forward, "shared", None)
+        if shared is None:
             raise RuntimeError(
                 "shared attention used before its block's first layer ran; "
                 "layers of a sharing block must run bottom-up in one forward pass"
             )
-        shared = self.shared
         if release:
-            self.shared = None
+            self._forward.shared = None
         return shared
+
+    def __deepcopy__(self, memo: dict) -> "BlockShare":
+        """A new hand-off (a copied model's forward passes are its own)."""
+        return BlockShare()
+
+    def __getstate__(self) -> dict:
+        return {}  # nothing published outlives a forward pass
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
 
 
 def unfused_static_kv(static_kv: bool, incremental_state: Optional[IncrementalState]) -> bool:

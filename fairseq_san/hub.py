@@ -947,6 +947,10 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     )
 
 
+# How omegaconf's ValidationError names an enum field's values.
+ENUM_CHOICES = re.compile(r"expected one of \[([^\]]*)\]")
+
+
 def invalid_value(error: Exception) -> Optional[str]:
     """The error for a keyword whose value its config field cannot take, where omegaconf's
     ValidationError spans lines (the field's key and config class): a plugin option's choice as
@@ -956,9 +960,11 @@ def invalid_value(error: Exception) -> Optional[str]:
     if not isinstance(error, ValidationError) or not key:
         return None
     option = options.OPTIONS.get(key)
-    if option is not None and option.choices:
-        return invalid_choice(option, str(error.value))
     first_line = str(getattr(error, "msg", error)).splitlines()[0]
+    if option is not None and option.choices:  # the task's own: a language model has fewer
+        allowed = ENUM_CHOICES.search(first_line)
+        choices = [choice.strip() for choice in allowed.group(1).split(",")] if allowed else None
+        return invalid_choice(option, str(error.value), choices)
     return f"from_pretrained(..., {key}={error.value!r}): {first_line}"
 
 

@@ -534,6 +534,8 @@ def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     out = args.out.resolve()
     if out.exists() and not out.is_dir():
         parser.error(f"--out {args.out} is a file: name a folder for the bundle")
+    if out == Path(out.anchor):  # it has no folder above (a StopIteration below)
+        parser.error(f"--out {args.out} is the file system's root: name a folder for the bundle")
     above = next(folder for folder in out.parents if folder.exists())
     if not above.is_dir():
         parser.error(f"--out {args.out}: {above} is a file")
@@ -580,7 +582,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="also ship pytest, to run the project's CUDA tests on the GPU "
                         "machine (tests/ travels with the working tree)")
     args = parser.parse_args(argv)
-    if not (args.python_version.count(".") == 1 and args.python_version.replace(".", "").isdigit()):
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", args.python_version):  # ASCII: "３.１２".isdigit()
         parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")
     if tuple(map(int, args.python_version.split("."))) < (3, 11):  # setup.py's requirement
         parser.error(f"--python-version {args.python_version}: the bundle ships fairseq-fixed, "

@@ -111,7 +111,15 @@ def dry_env(tmp_path) -> Dict[str, str]:
 
 @pytest.mark.parametrize("setting, said", [
     ("UPDATES=abc", "UPDATES=abc: a whole number, at least 1"),  # a traceback
-    ("CAP_MIN=6,5", "CAP_MIN=6,5: a number, above 0"),
+    ("CAP_MIN=6,5", "CAP_MIN=6,5: a number, at least 0.006 (--stop-time-hours 0.0001; 0 hours "
+                    "is no cap to fairseq)"),
+    # printed as --stop-time-hours 0.0000, which fairseq reads as no cap
+    ("CAP_MIN=0.002", "CAP_MIN=0.002: a number, at least 0.006 (--stop-time-hours 0.0001; 0 "
+                      "hours is no cap to fairseq)"),
+    ("UPDATES=\u00b2", "UPDATES=\u00b2: a whole number, at least 1"),  # isdigit(): a traceback
+    ("SEEDS=6 6", "SEEDS=6 6: seed 6 is given twice"),  # the second failed on the first's lock
+    ("TRAIN_EXTRA=--cpu 'oops", "TRAIN_EXTRA: No closing quotation in \"--cpu 'oops\" (words "
+                                "quoted as in a shell)"),  # a traceback
     ("EVAL_S=-0.5", "EVAL_S=-0.5: a number, at least 0"),  # passed its "above -1" bound
     ("EVALUATE=yes", "EVALUATE=yes: 1 (test every system) or 0 (none)"),  # tested none
     ("SEEDS=2,3", "seed 2,3 (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"),
@@ -389,6 +397,21 @@ def test_a_failed_benchmark_is_said_in_the_calls_output(tables_models, tmp_path)
     for run in ("batch16", "batch128", "batch128-fp16"):
         assert (f"== bench {run}: failed (exit 1): fairseq-san-bench: error: CUDA is not "
                 "available") in output, output[-3000:]  # fmt: skip
+
+
+def test_a_failed_training_is_said_in_the_calls_output(dry_env, tmp_path):
+    """A system whose training failed (here: no data) said "started" alone in the call's output,
+    its error in run.log only, and the call exited 0: it is said with the log's last line, and
+    the call exits 1 after packing."""
+    env = {**dry_env, "DATA_ROOT": str(tmp_path / "nowhere"), "ONLY": "en-de/baseline-s2",
+           "SLICE_S": "300", "CAP_MIN": "1", "EVAL_S": "0"}  # fmt: skip
+    result = subprocess.run(["bash", str(RUN), "en-de"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 1, (result.stdout + result.stderr)[-3000:]
+    assert re.search(r"== en-de/baseline-s2: failed \(exit 2\): .*no data directory",
+                     result.stdout), result.stdout[-3000:]  # fmt: skip
+    assert "== failed: en-de/baseline-s2 (each run dir's run.log says why)" in result.stdout
+    assert (tmp_path / "out" / "converged-en-de.tar.gz").is_file()  # packed all the same
 
 
 def test_bench_trains_nothing_where_tables_ran_without_its_models(tables_models):
@@ -985,6 +1008,30 @@ def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
         assert json.loads((figure5 / "checkpoint_1_100" / "js.json").read_text())["call"] == (
             "second"
         )
+
+
+def test_a_second_call_on_the_same_runs_is_unpacked_after_the_first(tmp_path):
+    """A call's archive holds the provenance of every call that wrote its RUNS before it: ordered
+    by the oldest record, a second call on the same machine tied with the first, and the first's
+    results, unpacked after it in the order given, replaced the second's."""
+    from campaign_slices import collect
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    js = runs / "en-de" / "baseline-s5" / "figure5" / "checkpoint_1_100" / "js.json"
+
+    def call(name: str, hour: int) -> Path:
+        js.parent.mkdir(parents=True, exist_ok=True)
+        js.write_text(json.dumps({"call": name, "num_updates": 100}))
+        return toy_archive(tmp_path / name, runs, "tables",
+                           started=f"2026-11-26T{hour}:00:00+00:00")  # fmt: skip
+
+    first, second = call("first", 10), call("second", 12)
+    for order in ([first, second], [second, first]):
+        shutil.rmtree(results, ignore_errors=True)
+        unpacked = collect(str(results), str(RUN), list(map(str, order)), allow_cpu=True)
+        assert unpacked == [str(first), str(second)]
+        collected = results / js.relative_to(runs)
+        assert json.loads(collected.read_text())["call"] == "second"
 
 
 def test_a_bench_archive_adds_its_policy_to_the_collected_policies(tmp_path):

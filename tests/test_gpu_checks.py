@@ -262,7 +262,9 @@ def test_e2e_compile_part_decodes_compiled_graphs_beside_graphs_and_fairseq(
 @pytest.mark.parametrize("parts, left_s, said", [
     ("e2e e2e-compiled", 600, "run.sh: unknown part e2e-compiled (PARTS takes: tests e2e steps "
      "profile compile e2e-more e2e-compile)"),
-    ("profile", "abc", "run.sh: LEFT_S=abc: a whole number of seconds"),
+    ("profile", "abc", "run.sh: LEFT_S=abc: a whole number of seconds (at most 12 digits)"),
+    (" ", 600, "run.sh: PARTS is empty: name the parts to run (tests e2e steps profile compile "
+     "e2e-more e2e-compile)"),  # ran nothing, exit 0
 ])  # fmt: skip
 def test_an_unknown_part_or_a_limit_that_is_no_count_stops_before_anything_runs(
     tmp_path, parts, left_s, said
@@ -272,6 +274,20 @@ def test_an_unknown_part_or_a_limit_that_is_no_count_stops_before_anything_runs(
     output, calls = run_checks(tmp_path, parts, left_s=left_s, status=2)
     assert output.strip().splitlines() == [said]
     assert calls == [] and not (tmp_path / "out").exists()
+
+
+def test_limits_are_read_as_decimal_and_the_tests_limit_is_one(tmp_path, monkeypatch):
+    """LEFT_S=09 failed in bash's arithmetic ("value too great for base") and ran no part, exit
+    0; 0600 was read as octal 384; TESTS_S=0 gave the CUDA tests no limit at all."""
+    output, calls = run_checks(tmp_path / "a", "steps", left_s="0600")
+    assert calls and "value too great" not in output
+    output, calls = run_checks(tmp_path / "b", "steps", left_s="09")
+    assert "value too great" not in output and "== skipped (under 90 s left): steps" in output
+    monkeypatch.setenv("TESTS_S", "0")
+    output, calls = run_checks(tmp_path / "c", "tests", status=2)
+    assert output.strip().splitlines() == [
+        "run.sh: TESTS_S=0: at least 1 (timeout 0 sets no limit)"
+    ]
 
 
 def test_the_log_goes_to_a_folder_made_for_it_or_the_call_stops(tmp_path, monkeypatch):

@@ -1001,6 +1001,18 @@ def test_a_language_model_loaded_for_the_static_decoder_scores_texts(
         language_model.score("tok1 tok2", san_decoding="static")
 
 
+def test_a_language_models_decoding_outside_its_choices_names_its_own(language_model_files):
+    """The refusal listed a translation task's decodings (fast among them) and advised
+    "did you mean 'fast'?" for the very value refused."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        load_language_model(language_model_files, san_decoding="fast")
+    assert str(refused.value) == (
+        "san_decoding='fast' is not one of this task's choices (fairseq, static): pass one of them"
+    )
+
+
 def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):
     """score() runs no search, and fairseq's ignored ``lenpen``, ``temperature`` and ``beam``:
     the same score; ``score(b"...")`` scored the bytes' numbers (a TypeError inside the

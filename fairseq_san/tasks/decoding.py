@@ -243,12 +243,15 @@ def check_choice(option: options.Option, value: str) -> None:
         raise UsageError(invalid_choice(option, value))
 
 
-def invalid_choice(option: options.Option, value: str) -> str:
-    """The error for ``value`` outside ``option``'s choices, with the nearest one."""
+def invalid_choice(
+    option: options.Option, value: str, choices: Optional[Sequence[str]] = None
+) -> str:
+    """The error for ``value`` outside ``option``'s choices (or the task's own ``choices``: a
+    language model's decodings are fewer), with the nearest one."""
+    choices = option.choices if choices is None else choices
     return (
-        f"{option.name}={value!r} is not one of this task's choices "
-        f"({', '.join(option.choices)}): "
-        + nearest_key_hint(value, option.choices, fallback="pass one of them")
+        f"{option.name}={value!r} is not one of this task's choices ({', '.join(choices)}): "
+        + nearest_key_hint(value, choices, fallback="pass one of them")
     )
 
 

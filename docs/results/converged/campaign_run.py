@@ -73,7 +73,9 @@ TABLES_RUNS (runs/converged/tables: where bench looks for the tables slice's mod
 sources), TRAIN_EXTRA (fairseq-train args put last: the tests' --cpu and
 tiny sizes). A setting no slice can run with (a number that is none, EVALUATE other than 0 or
 1, a seed that is no integer) stops the call in one line, exit 2; a run dir of ONLY that the
-slice never asked for is said at its end (a dry run says it before a GPU call).
+slice never asked for is said at its end (a dry run says it before a GPU call). A system whose
+commands failed is said in the call's output with its log's last line ("== NAME: failed (exit
+N): ..."), and the call exits 1 after packing; one stopped at the deadline is said so.
 """
 
 import dataclasses
@@ -81,6 +83,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -108,6 +111,7 @@ STATIC_EXECUTIONS = {execution: json.dumps({"san_decoding": "static",
                                             "san_decoder_execution": execution})
                      for execution in ("eager", "graph")}  # fmt: skip
 SMOKE_JOB_S = 120  # seconds one multi-GPU smoke run may take (where JOB_S is not set)
+DEADLINE_STATUS = 124  # timeout's: a command stopped at the slice's deadline
 POLL_S = 10  # how often Figure 5 looks for new checkpoints
 # The settings a slice's provenance keeps.
 RECORDED = ("CAP_MIN", "UPDATES", "EVAL_S", "DECODE_BATCH_SIZE", "SLICE_S", "PRESET", "SEEDS",
@@ -191,7 +195,8 @@ class Settings:
             runs=get("RUNS") or os.path.join("runs", "converged", slice_name),
             out=get("OUT") or "runs", results=get("RESULTS") or os.path.relpath(HERE),
             shared=shared, data_root=data_root, heldout=heldout,
-            preset=preset_args(text["PRESET"]), train_extra=shlex.split(text["TRAIN_EXTRA"]),
+            preset=preset_args(text["PRESET"]),
+            train_extra=split_words("TRAIN_EXTRA", text["TRAIN_EXTRA"]),
             updates=int(text["UPDATES"]),
             limits=Limits(
                 cap_min=float(text["CAP_MIN"]), eval_s=float(text["EVAL_S"]),
@@ -209,7 +214,13 @@ class Settings:
 # The settings that are numbers: whole counts, at least 1 (0 for BENCH_S: every batch size
 # starts; JOB_S may be unset), and minutes or seconds (CAP_MIN above 0, EVAL_S at least 0).
 COUNTS = {"UPDATES": 1, "DECODE_BATCH_SIZE": 1, "SLICE_S": 1, "BENCH_S": 0, "JOB_S": 1}
-AMOUNTS = {"CAP_MIN": "above 0", "EVAL_S": "at least 0"}
+# Each amount's least value, and how it is said: a CAP_MIN below 0.006 minutes was printed as
+# --stop-time-hours 0.0000, which fairseq reads as no cap.
+AMOUNTS = {
+    "CAP_MIN": (0.006, "at least 0.006 (--stop-time-hours 0.0001; 0 hours is no cap to fairseq)"),
+    "EVAL_S": (0.0, "at least 0"),
+}
+WHOLE_NUMBER = re.compile(r"[0-9]+")  # ASCII digits ("²".isdigit() is true, int("²") fails)
 
 
 def setting_problem(text: Dict[str, str]) -> Optional[str]:
@@ -220,21 +231,34 @@ def setting_problem(text: Dict[str, str]) -> Optional[str]:
         value = text[name]
         if name == "JOB_S" and not value:
             continue
-        if not (value.isdigit() and int(value) >= least):
+        if not (WHOLE_NUMBER.fullmatch(value) and int(value) >= least):
             return f"{name}={value}: a whole number, at least {least}"
-    for name, bound in AMOUNTS.items():
+    for name, (least, bound) in AMOUNTS.items():
         try:
             amount = float(text[name])
         except ValueError:
             amount = math.nan
-        if not (math.isfinite(amount) and (amount > 0 if bound == "above 0" else amount >= 0)):
+        if not (math.isfinite(amount) and amount >= least):
             return f"{name}={text[name]}: a number, {bound}"
     if text["EVALUATE"] not in ("0", "1"):
         return f"EVALUATE={text['EVALUATE']}: 1 (test every system) or 0 (none)"
-    for seed in [*text["SEEDS"].split(), text["STAGE2_SEED"]]:
-        if not seed.isdigit():
+    seeds = text["SEEDS"].split()
+    for seed in [*seeds, text["STAGE2_SEED"]]:
+        if not WHOLE_NUMBER.fullmatch(seed):
             return f"seed {seed} (SEEDS, STAGE2_SEED): a whole number; SEEDS lists them by spaces"
+    twice = next((seed for index, seed in enumerate(seeds) if seed in seeds[:index]), None)
+    if twice is not None:  # its second training failed on the first's lock, said in its log only
+        return f"SEEDS={text['SEEDS']}: seed {twice} is given twice"
     return None
+
+
+def split_words(name: str, text: str) -> List[str]:
+    """A setting's words as a shell splits them; SettingError for an unclosed quote (a
+    traceback)."""
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise SettingError(f"{name}: {error} in {text!r} (words quoted as in a shell)") from None
 
 
 def preset_args(path: str) -> List[str]:
@@ -243,8 +267,12 @@ def preset_args(path: str) -> List[str]:
     if not os.path.isfile(path):
         problem = "a folder" if os.path.isdir(path) else "no such file"
         raise SettingError(f"PRESET={path}: {problem} (a file of fairseq-train arguments)")
-    with open(path, encoding="utf-8") as preset:
-        return shlex.split("\n".join(line.split("#", 1)[0] for line in preset))
+    try:
+        with open(path, encoding="utf-8") as preset:
+            text = "\n".join(line.split("#", 1)[0] for line in preset)
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingError(f"PRESET={path}: cannot be read as UTF-8 text ({error})") from None
+    return split_words(f"PRESET={path}", text)
 
 
 class Job(threading.Thread):
@@ -282,6 +310,7 @@ class Slice:
         self.commands = 0  # commands run (printed, with --dry-run)
         self.packed_after: Optional[int] = None  # ``commands`` when the last archive was packed
         self.asked: List[str] = []  # the run dirs the slice's schedule asked for (``selected``)
+        self.failed: List[str] = []  # run dirs whose commands failed (not stopped by the deadline)
 
     # --- printing, running, waiting -----------------------------------------------------------
 
@@ -445,9 +474,25 @@ class Slice:
                              "elsewhere (checkpoints never travel)", out)  # fmt: skip
         if self.s.dry_run:
             return
-        self.say(f"== {name}: exit {status} at {clock()}", out)  # 124: stopped at the deadline
+        if status:
+            self.said_failed(name, status, out)  # its log's last line, before this one
+        self.say(f"== {name}: exit {status} at {clock()}", out)
         if status == 0:
             open(os.path.join(run_dir, f"done.iter{k}"), "a").close()
+
+    def said_failed(self, name: str, status: int, out: Optional[IO[str]]) -> None:
+        """A system's failure in the call's own output, not only in its run.log (a GPU call
+        returns its output and an archive: a training that failed said "started" alone, and
+        the call exited 0); one stopped at the deadline is said so, and resumes next call."""
+        if status == DEADLINE_STATUS:
+            self.say(f"== {name}: stopped at the deadline (exit {status}); the slice's next "
+                     "call resumes it")  # fmt: skip
+            return
+        if out is not None:
+            out.flush()
+        self.failed.append(name)
+        log = os.path.join(self.s.runs, name, "run.log")
+        self.say(f"== {name}: failed (exit {status}): {last_line(log)}")
 
     def loop(self, pair: str, k: int, train_args: Sequence[str] = ()) -> Optional[Job]:
         """The pair's learn-to-share run dir (PAIR/loop), iteration ``k``, with the same
@@ -858,8 +903,12 @@ def main(argv: List[str]) -> int:
     # examples/multi30k/test_bleu.sh reads its batch size from the environment
     os.environ["DECODE_BATCH_SIZE"] = str(settings.decode_batch_size)
     run = Slice(settings)
-    run.makedirs(settings.runs)
-    run.makedirs(settings.out)
+    for variable, folder in (("RUNS", settings.runs), ("OUT", settings.out)):
+        try:
+            run.makedirs(folder)
+        except OSError as error:  # a traceback
+            print(f"run.sh: {variable}={folder}: {error.strerror}", file=sys.stderr)
+            return 2
     try:
         SLICE_RUNNERS[name](run)
     finally:  # what ran is packed, also when the schedule stops on an error
@@ -868,6 +917,9 @@ def main(argv: List[str]) -> int:
     if unknown:  # said, not refused: a real call's schedule may leave one out (``unknown_only``)
         run.say(f"== note: ONLY names no run dir that the {name} slice asked for: "
                 f"{' '.join(unknown)} (it asked for: {' '.join(sorted(set(run.asked)))})")
+    if run.failed:
+        run.say(f"== failed: {' '.join(run.failed)} (each run dir's run.log says why)")
+        return 1
     return 0
 
 

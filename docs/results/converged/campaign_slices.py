@@ -235,8 +235,11 @@ def utc_time(text: str) -> datetime.datetime:
 
 
 def started_at(archive: str) -> datetime.datetime:
-    """When the call that packed ``archive`` started (its provenance, checked)."""
-    return min(utc_time(record["started"]) for record in archive_provenance(archive))
+    """When the call that packed ``archive`` started (its provenance, checked): the newest of its
+    records, for it holds those of every earlier call on the same RUNS too (by the oldest, a
+    second call's archive tied with the first's, and the first's, unpacked after it, replaced
+    its results)."""
+    return max(utc_time(record["started"]) for record in archive_provenance(archive))
 
 
 def member_problem(member: tarfile.TarInfo) -> Optional[str]:

@@ -59,11 +59,15 @@ for name in $PARTS; do  # before anything runs: a misspelt part ran nothing, and
     *) echo "run.sh: unknown part $name (PARTS takes: $KNOWN_PARTS)" >&2; exit 2 ;;
   esac
 done
+[ -n "${PARTS// /}" ] || { echo "run.sh: PARTS is empty: name the parts to run ($KNOWN_PARTS)" >&2; exit 2; }
 for limit in LEFT_S TESTS_S; do
   case ${!limit} in
-    '' | *[!0-9]*) echo "run.sh: $limit=${!limit}: a whole number of seconds" >&2; exit 2 ;;
+    '' | *[!0-9]* | ?????????????*) echo "run.sh: $limit=${!limit}: a whole number of seconds (at most 12 digits)" >&2; exit 2 ;;
   esac
+  # decimal, as written: bash read LEFT_S=010 as octal 8, and 09 failed ("value too great")
+  printf -v "$limit" '%d' "$((10#${!limit}))"
 done
+[ "$TESTS_S" -gt 0 ] || { echo "run.sh: TESTS_S=0: at least 1 (timeout 0 sets no limit)" >&2; exit 2; }
 CHECKPOINTS=${CHECKPOINTS:-runs/converged/en-de/en-de}
 PAIR=${PAIR:-en-de}  # the language pair of BASE and SAN
 DATA=data-bin/multi30k.$PAIR

@@ -705,6 +705,7 @@ def from_pretrained(
             f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
         )
     check_no_decoding_keyword(kwargs)
+    check_load_keywords(kwargs)
     kwargs = with_decoder_keywords_in_task(kwargs)
     user_dir = kwargs.get("user_dir")
     if user_dir is not None and not os.path.isdir(str(user_dir)):  # fairseq's FileNotFoundError
@@ -742,6 +743,32 @@ def from_pretrained(
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
     return hub
+
+
+# fairseq's options of the model's precision, which the hub's models do not read (they keep the
+# checkpoint's float32 weights), and the call that does it instead.
+PRECISION_KEYWORDS = {"fp16": "half()", "memory_efficient_fp16": "half()", "bf16": "bfloat16()",
+                      "memory_efficient_bf16": "bfloat16()"}  # fmt: skip
+# The batch sizes of from_pretrained's keywords, checked as the command line checks its flags.
+BATCH_KEYWORDS = ("max_tokens", "batch_size")
+
+
+def check_load_keywords(keywords: Dict[str, Any]) -> None:
+    """Refuse a precision the hub would not apply (``fp16=True`` decoded in float32, its
+    scores not fairseq-generate --fp16's; ``hub.half()`` does) and a batch size out of range
+    (0 and -1 were read as no limit; 'abc' failed at the first call inside fairseq)."""
+    from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES
+
+    for key, call in PRECISION_KEYWORDS.items():
+        if keywords.get(key):
+            raise UsageError(
+                f"from_pretrained({key}={keywords[key]!r}) would be ignored: the hub keeps the "
+                f"checkpoint's float32 weights; call .{call} on the hub it returns"
+            )
+    for key in BATCH_KEYWORDS:
+        value, valid = keywords.get(key), OPTION_RANGES[key]
+        if value is not None and (isinstance(value, bool) or not valid.holds(value)):
+            raise UsageError(f"from_pretrained({key}={value!r}): it must be {valid.said()}")
 
 
 def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:

@@ -441,6 +441,27 @@ def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, val
     )
 
 
+@pytest.mark.parametrize(
+    "keywords, said",
+    [({"fp16": True}, "from_pretrained(fp16=True) would be ignored: the hub keeps the "
+      "checkpoint's float32 weights; call .half() on the hub it returns"),
+     ({"bf16": True}, "from_pretrained(bf16=True) would be ignored: the hub keeps the "
+      "checkpoint's float32 weights; call .bfloat16() on the hub it returns"),
+     ({"max_tokens": 0}, "from_pretrained(max_tokens=0): it must be an integer of at least 1"),
+     ({"batch_size": -1}, "from_pretrained(batch_size=-1): it must be an integer of at least 1"),
+     ({"max_tokens": "abc"}, "from_pretrained(max_tokens='abc'): it must be an integer of at "
+      "least 1")],
+)  # fmt: skip
+def test_a_precision_or_batch_size_the_hub_would_not_follow_is_refused(tmp_path, keywords, said):
+    """fp16=True decoded in float32 (scores not fairseq-generate --fp16's); max_tokens=0 and
+    batch_size=-1 were read as no limit, 'abc' failed at the first call inside fairseq."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(str(tmp_path), **keywords)  # refused before anything is loaded
+    assert str(refused.value) == said
+
+
 def test_a_keyword_of_from_pretrained_that_no_hub_generator_reads_says_what_to_do(tmp_path):
     """``nbest=2`` was pointed to ``generation_args`` and ``translate()``, which refuse it too
     (the hub's generate() returns the whole beam): the message says to slice instead."""

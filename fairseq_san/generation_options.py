@@ -295,6 +295,17 @@ def check_alignment_kind(kind: object) -> None:
         raise UsageError(f"--print-alignment {str(kind)!r}: choose hard or soft")
 
 
+# --constraints' choices (fairseq's): the order in which a hypothesis must take them.
+CONSTRAINT_ORDERS = ("ordered", "unordered")
+
+
+def check_constraints_kind(kind: object) -> None:
+    """Refuse a ``--constraints`` other than ordered or unordered (None or False: none): the
+    hub's ``constraints='sideways'`` (or True) failed inside fairseq's search (``NameError``)."""
+    if kind and kind not in CONSTRAINT_ORDERS:
+        raise UsageError(f"--constraints {str(kind)!r}: choose ordered or unordered")
+
+
 def check_no_alignment(print_alignment: object) -> None:
     """Refuse ``--print-alignment`` for a language model (fairseq's generator failed inside its
     alignment pass)."""

@@ -603,9 +603,13 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
     san_checkpoint, binarized_corpus, language_model
 ):
     """fairseq's hub failed on these deep inside (TypeError, IndexError) or ignored them."""
+    import torch
+    from fairseq.token_generation_constraints import pack_constraints
+
     from fairseq_san.errors import UsageError
 
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    tokens = {"constraints": pack_constraints([[torch.tensor([hub.tgt_dict.index("tok3")])]])}
     for keywords, said in (
         ({"score_reference": True}, "score_reference=True (score() sets it): the hub gives a "
          "translation model's scorer no reference"),
@@ -621,6 +625,11 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
         ({"sampling": True, "match_source_len": True}, "sampling=True and match_source_len=True "
          "each choose a search, and fairseq's generator runs one"),
         ({"print_alignment": True}, "print_alignment=True: choose hard or soft"),
+        # fairseq's search failed on them: NameError, "cannot access free variable"
+        ({"constraints": "sideways", "inference_step_args": tokens},
+         "constraints='sideways': choose ordered or unordered"),
+        ({"constraints": True, "inference_step_args": tokens},
+         "constraints=True: choose ordered or unordered"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
          "san_decoder_execution='compile': choose one of eager, fixed, graph, compile-graph"),
         ({"san_decoder_precision": "int8"}, "san_decoder_precision='int8' is an option of "

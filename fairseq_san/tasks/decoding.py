@@ -26,6 +26,7 @@ from fairseq_san.errors import UsageError, nearest_key_hint
 from fairseq_san.generation_options import (
     check_allowed_tokens_searched,
     check_alignment_kind,
+    check_constraints_kind,
     check_diverse_beam_groups,
     check_search_numbers,
     exhausted_ngrams,
@@ -99,6 +100,7 @@ def check_generation_args(args) -> None:
         check_generation_keys(args.keys(), CALL_KEYWORD, plugin_option_misplaced)
     check_search_numbers(args)
     check_alignment_kind(getattr(args, "print_alignment", None))
+    check_constraints_kind(getattr(args, "constraints", None))
 
 
 def check_generation_keys(

@@ -296,6 +296,13 @@ def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Diction
     return rows
 
 
+def check_switch(name: str, value: Any) -> None:
+    """TypeError for a switch of the hub's calls that is no bool: fairseq took any value for
+    its truth (the text "False" is true, "no" too: ``verbose='no'`` logged every sentence)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}={value!r}: pass True or False")
+
+
 def check_generate_arguments(
     skip_invalid_size_inputs: Any,
     inference_step_args: Any,
@@ -307,10 +314,7 @@ def check_generate_arguments(
     out), ``inference_step_args`` that are no dict or name what the task's ``inference_step``
     (taking ``step_keywords``) does not take, a ``prefix_allowed_tokens_fn`` that cannot be
     called (TypeErrors deep inside the search)."""
-    if not isinstance(skip_invalid_size_inputs, bool):
-        raise TypeError(
-            f"skip_invalid_size_inputs={skip_invalid_size_inputs!r}: pass True or False"
-        )
+    check_switch("skip_invalid_size_inputs", skip_invalid_size_inputs)
     if inference_step_args is not None:
         if not isinstance(inference_step_args, dict):
             raise TypeError(
@@ -438,6 +442,7 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                                     inference_step_args, prefix_allowed_tokens_fn, **kwargs)
             return decoded[0] if decoded else []  # left out (skip_invalid_size_inputs)
         beam = self.beam_or_default(beam, 5)
+        check_switch("verbose", verbose)
         check_generate_arguments(
             skip_invalid_size_inputs,
             inference_step_args,
@@ -460,9 +465,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             # the plugin's tasks check it as they build the generator; fairseq's did not
             check_searches_fit_vocabulary(config, len(self.task.target_dictionary))
         self.check_plugin_keywords(kwargs)
-        if isinstance(tokenized_sentences, (list, tuple)) and not tokenized_sentences:
-            return []  # nothing to decode (fairseq's batching failed on no sentence)
         tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
+        if not tokenized_sentences:  # an empty list, generator or 2-D tensor of no row
+            return []  # nothing to decode (fairseq's batching failed on no sentence)
         step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
         rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
         outer_rows = getattr(self.calls, "batch_rows", None)  # a call made inside a call
@@ -529,6 +534,12 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         (``checked_texts``), refusing a search's keyword: it scores the sentences as they are
         and ignored ``lenpen``, ``temperature``, ``beam``. It scores with fairseq's scorer
         whatever decoder the hub was loaded with (``scoring_keywords``)."""
+        check_switch("replace_newline_with_eos", replace_newline_with_eos)
+        if kwargs.get("skip_invalid_size_inputs"):  # ignored: a long sentence was refused
+            raise UsageError(
+                "skip_invalid_size_inputs=True: score() scores every sentence given (one longer "
+                "than the model's positions is refused): leave those sentences out"
+            )
         for key, value in kwargs.items():
             searches = key in GenerationConfig.__dataclass_fields__
             if key == "beam" or searches or key in options.DECODER_OPTION_NAMES:

@@ -1059,6 +1059,13 @@ def test_score_refuses_a_searchs_keyword_and_what_is_no_text(language_model):
         )
     with pytest.raises(TypeError, match=r"^sentences is bytes b'tok1': translate\(\), sample"):
         language_model.score(b"tok1")
+    # "no" is true: the newline was replaced; the skip was ignored, a long sentence refused
+    with pytest.raises(TypeError, match=r"^replace_newline_with_eos='no': pass True or False$"):
+        language_model.score("tok1\ntok2", replace_newline_with_eos="no")
+    with pytest.raises(UsageError, match=r"^skip_invalid_size_inputs=True: score\(\) scores every"):
+        language_model.score(["tok1 tok2"], skip_invalid_size_inputs=True)
+    with pytest.raises(TypeError, match=r"^verbose='no': pass True or False$"):  # it logged
+        language_model.sample("tok1 tok2", beam=1, max_len_b=4, verbose="no")
 
 
 def test_a_language_model_refuses_constraints(language_model):
@@ -1153,11 +1160,15 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
     empty subset ("no sentence to batch ... --skip-invalid-size-inputs-valid-test"); an item
     that is no text failed in sentencepiece ("Input must be str or bytes"), not saying which.
     The keywords are still checked."""
+    import torch
+
     from fairseq_san.errors import UsageError
 
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
     for model in (hub, language_model):
         assert model.translate([]) == [] and model.sample(()) == [] and model.generate([]) == []
+        # an empty generator or 2-D tensor: the command line's "no sentence to batch"
+        assert model.generate(iter([])) == [] == model.generate(torch.zeros(0, 5, dtype=torch.long))
     with pytest.raises(UsageError, match="^unknown generation option 'bema'"):
         hub.translate([], bema=3)
     with pytest.raises(TypeError) as refused:

@@ -53,6 +53,7 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import (
     NO_LANGUAGE_PAIR,
+    fairseqs_bad_input,
     missing_component_option,
     too_long_sentence,
 )
@@ -715,6 +716,11 @@ def from_pretrained(
             f"generation_args or of each call: pass generation_args={{'beam': "
             f"{kwargs['beam']!r}}}, or translate(..., beam={kwargs['beam']!r})"
         )
+    if "archive_map" in kwargs:  # fairseq's from_pretrained: "got multiple values", a TypeError
+        raise UsageError(
+            "from_pretrained(archive_map=...): the hub loads a local model folder "
+            "(model_name_or_path) only: leave archive_map out"
+        )
     check_no_decoding_keyword(kwargs)
     check_load_keywords(kwargs)
     kwargs = with_decoder_keywords_in_task(kwargs)
@@ -746,10 +752,16 @@ def from_pretrained(
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
+    check_bpe_files_read(loaded["args"], kwargs)
     try:
         hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     except MissingMandatoryValue as error:  # its bpe or tokenizer without a file it reads
         raise UsageError(missing_component_option(error, as_keyword=True)) from None
+    except (OSError, RuntimeError) as error:  # a file its bpe reads: missing, a folder, no model
+        said = fairseqs_bad_input(error)
+        if said is None:
+            raise
+        raise UsageError(f"the hub's bpe or tokenizer: {said}") from None
     if generation_args:
         hub.check_loaded_generation_args(generation_args)
         hub.loaded_beam = generation_args.get("beam")
@@ -839,6 +851,19 @@ BPE_FILE_OPTIONS = (
     "sentencepiece_model", "sentencepiece_model_path", "bpe_codes", "bpe_vocab",
     "bpe_vocab_file", "bpe_merges", "gpt2_encoder_json", "gpt2_vocab_bpe",
 )  # fmt: skip
+
+
+def check_bpe_files_read(cfg: DictConfig, keywords: Dict[str, Any]) -> None:
+    """Refuse a bpe's file given to a model loaded without a bpe (``sentencepiece_model=`` alone:
+    the text was decoded with no bpe, without a word; fairseq-interactive refuses the flag
+    without ``--bpe``)."""
+    given = [key for key in BPE_FILE_OPTIONS if keywords.get(key)]
+    bpe = cfg.get("bpe") if isinstance(cfg, (dict, DictConfig)) else getattr(cfg, "bpe", None)
+    if given and not (bpe and bpe.get("_name")):
+        raise UsageError(
+            f"from_pretrained({given[0]}={keywords[given[0]]!r}) would be ignored: the model is "
+            "loaded without a bpe; pass the bpe it is for beside it (bpe='sentencepiece')"
+        )
 
 
 # The files fairseq's from_pretrained takes from the model folder for the bpe, by these names.

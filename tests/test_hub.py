@@ -132,6 +132,39 @@ def load(workdir: Path, **keywords):
     )  # fmt: skip
 
 
+def test_a_bpe_model_that_is_not_there_or_read_by_no_bpe_is_one_line(workdir, tmp_path):
+    """A missing sentencepiece model or a folder: fairseq's OSError and sentencepiece's
+    RuntimeError tracebacks; the model alone, without bpe='sentencepiece': decoded with no bpe,
+    without a word; archive_map: a TypeError ("got multiple values")."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    def refusal(**keywords) -> str:
+        with pytest.raises(UsageError) as refused:
+            TransformerSANModel.from_pretrained(
+                str(workdir / "checkpoints"), checkpoint_file="checkpoint_best.pt",
+                data_name_or_path=str(workdir / DATA), **keywords,
+            )  # fmt: skip
+        return str(refused.value)
+
+    missing = tmp_path / "none.model"
+    assert refusal(bpe="sentencepiece", sentencepiece_model=str(missing)) == (
+        f"the hub's bpe or tokenizer: file {missing} not found"
+    )
+    assert refusal(bpe="sentencepiece", sentencepiece_model=str(tmp_path)).startswith(
+        f"the hub's bpe or tokenizer: FAILED_PRECONDITION: \"{tmp_path}\": Is a directory"
+    )
+    spm = str(workdir / DATA / "spm.model")
+    assert refusal(sentencepiece_model=spm) == (
+        f"from_pretrained(sentencepiece_model={spm!r}) would be ignored: the model is loaded "
+        "without a bpe; pass the bpe it is for beside it (bpe='sentencepiece')"
+    )
+    assert refusal(archive_map={}) == (
+        "from_pretrained(archive_map=...): the hub loads a local model folder "
+        "(model_name_or_path) only: leave archive_map out"
+    )
+
+
 def test_a_bpe_without_its_model_is_one_line(workdir):
     """``--bpe sentencepiece`` without ``--sentencepiece-model`` (and the hub's
     ``bpe='sentencepiece'`` alone): omegaconf's MissingMandatoryValue, a traceback from the

@@ -29,6 +29,7 @@ received archive could write anywhere. The user unpacks it and passes the folder
 
 import contextlib
 import copy
+import functools
 import enum
 import inspect
 import logging
@@ -269,8 +270,9 @@ SENTENCE_ROWS = ("prefix_tokens", "constraints")
 
 def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Dictionary) -> dict:
     """``step_args``' tensors of a row per sentence (``SENTENCE_ROWS``), checked: 2-D torch.long
-    with a row for each of ``sentences``, a prefix's ids in the target ``dictionary`` (fairseq
-    failed deep inside the search, or gave each row to another sentence)."""
+    with a row for each of ``sentences``, a prefix's and the constraints' ids in the target
+    ``dictionary`` (fairseq failed deep inside the search, or gave each row to another
+    sentence)."""
     rows = {}
     for key in SENTENCE_ROWS:
         value = step_args.get(key)
@@ -287,14 +289,40 @@ def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Diction
                 f"{given} has {len(value)} rows for {sentences} sentences: give a row for each "
                 "sentence, in their order"
             )
-        outside = value[(value < 0) | (value >= len(dictionary))] if key == "prefix_tokens" else []
-        if len(outside):
+        ids = value if key == "prefix_tokens" else value[:, 1:]  # a packed row: its count first
+        outside = ids[(ids < 0) | (ids >= len(dictionary))]
+        if len(outside):  # fairseq's search failed on them: an IndexError
             raise UsageError(
                 f"{given} holds token id {int(outside[0])}, outside the model's target dictionary "
                 f"(0..{len(dictionary) - 1})"
             )
         rows[key] = value
     return rows
+
+
+def checked_allowed_tokens(allowed_tokens: Callable, entries: int) -> Callable:
+    """``prefix_allowed_tokens_fn`` whose every answer is checked: ids of the target dictionary's
+    ``entries`` (fairseq's search failed on another: an IndexError), not None (which allowed
+    every token, without a word)."""
+
+    @functools.wraps(allowed_tokens)
+    def checked(batch_id: int, tokens: torch.Tensor):
+        ids = allowed_tokens(batch_id, tokens)
+        if ids is None:
+            raise UsageError(
+                "prefix_allowed_tokens_fn returned None: return the allowed token ids (all of "
+                "them: list(range(len(hub.tgt_dict))))"
+            )
+        given = torch.as_tensor(ids)
+        outside = given[(given < 0) | (given >= entries)]
+        if outside.numel():
+            raise UsageError(
+                f"prefix_allowed_tokens_fn returned token id {int(outside[0])}, outside the "
+                f"model's target dictionary (0..{entries - 1})"
+            )
+        return ids
+
+    return checked
 
 
 def check_switch(name: str, value: Any) -> None:
@@ -469,6 +497,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
         if not tokenized_sentences:  # an empty list, generator or 2-D tensor of no row
             return []  # nothing to decode (fairseq's batching failed on no sentence)
+        if prefix_allowed_tokens_fn is not None:
+            entries = len(self.task.target_dictionary)
+            prefix_allowed_tokens_fn = checked_allowed_tokens(prefix_allowed_tokens_fn, entries)
         step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
         rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
         outer_rows = getattr(self.calls, "batch_rows", None)  # a call made inside a call

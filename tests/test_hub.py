@@ -956,6 +956,27 @@ def test_allowed_tokens_that_never_end_a_translation_are_one_line(
     assert hub.translate("tok1 tok2", beam=2, san_decoding=decoding)  # the call's state reset
 
 
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_allowed_tokens_outside_the_dictionary_or_none_are_one_line(
+    san_checkpoint, binarized_corpus, decoding
+):
+    """An id outside the target dictionary failed inside the search (an IndexError); None
+    allowed every token, without a word."""
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    for answer, said in (
+        ([999], "prefix_allowed_tokens_fn returned token id 999, outside the model's target "
+         f"dictionary (0..{len(hub.tgt_dict) - 1})"),
+        (None, "prefix_allowed_tokens_fn returned None: return the allowed token ids (all of "
+         "them: list(range(len(hub.tgt_dict))))"),
+    ):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            hub.translate("tok1 tok2", beam=2, san_decoding=decoding,
+                          prefix_allowed_tokens_fn=lambda batch, tokens: answer)  # fmt: skip
+        assert str(refused.value) == said
+
+
 def test_allowed_tokens_that_leave_a_prompt_no_hypothesis_are_said(language_model, caplog):
     """A language model's prompt is forced through the search, which asks the function at its
     positions too: a function that forbids a prompt's token left the sentence no hypothesis, and
@@ -1017,6 +1038,16 @@ def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, b
         with pytest.raises(error) as refused:
             hub.generate(sources, beam=2, inference_step_args={"prefix_tokens": prefix})
         assert str(refused.value).startswith(said), str(refused.value)
+    from fairseq.token_generation_constraints import pack_constraints
+
+    packed = pack_constraints([[torch.tensor([999])], [torch.tensor([7])]])  # an IndexError
+    with pytest.raises(UsageError) as refused:
+        hub.generate(sources, beam=2, constraints="ordered",
+                     inference_step_args={"constraints": packed})  # fmt: skip
+    assert str(refused.value) == (
+        "inference_step_args['constraints'] holds token id 999, outside the model's target "
+        f"dictionary (0..{len(hub.tgt_dict) - 1})"
+    )
 
 
 def test_a_language_model_scores_texts(language_model):

@@ -60,6 +60,7 @@ from fairseq_san.fairseq_fixes.one_line_errors import (
 )
 from fairseq_san.files import glob_in
 from fairseq_san.generation_options import check_no_alignment, check_no_constraints
+from fairseq_san.models.option_checks import MODEL_OPTION_HERE
 from fairseq_san.tasks.decoding import (
     CALL_KEYWORD,
     REFINEMENT_OPTIONS,
@@ -780,6 +781,9 @@ def from_pretrained(
             raise UsageError(problem) from error
         if OVERRIDES_FLAG in str(error):  # a checkpoint's check, which names the command line's
             raise type(error)(str(error).replace(OVERRIDES_FLAG, OVERRIDES_KEYWORDS)) from None
+        decoder = decoder_keyword_unread(error, kwargs)
+        if decoder is not None:
+            raise UsageError(decoder) from None
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
@@ -823,6 +827,25 @@ def check_load_keywords(keywords: Dict[str, Any]) -> None:
         value, valid = keywords.get(key), OPTION_RANGES[key]
         if value is not None and (isinstance(value, bool) or not valid.holds(value)):
             raise UsageError(f"from_pretrained({key}={value!r}): it must be {valid.said()}")
+
+
+def decoder_keyword_unread(error: Exception, keywords: Dict[str, Any]) -> Optional[str]:
+    """The hub's words for the model's refusal of a decoder keyword that reached it alone (a
+    checkpoint of fairseq's own task, whose generator reads none): it advised the command
+    line's ``--san-decoding`` and ``--task``; None for another error."""
+    if not (isinstance(error, UsageError) and MODEL_OPTION_HERE in str(error)):
+        return None
+    names = [option.name for option in options.DECODER_OPTIONS]
+    key = next((key for key in keywords if key in names and str(error).startswith(key)), None)
+    if key is None:
+        return None
+    task = re.search(r"\(with --task (\w+)\)", str(error))  # the plugin's task of this model
+    plugin_task = task.group(1) if task else "translation_san"
+    return (
+        f"from_pretrained({key}={keywords[key]!r}): the task loaded is fairseq's own, whose "
+        f"generator would ignore it: load the model with task={{'_name': '{plugin_task}'}} "
+        f"beside {key}"
+    )
 
 
 def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:

@@ -536,6 +536,13 @@ def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_i
     )
     with pytest.raises(UsageError, match=r"^beam=0: it must be an integer of at least 1$"):
         from_pretrained(folder, name, binarized_corpus, generation_args={"beam": 0})
+    with pytest.raises(UsageError) as refused:  # the model's refusal advised the command line
+        from_pretrained(folder, name, binarized_corpus, task=fairseqs, san_decoding="static")
+    assert str(refused.value) == (
+        "from_pretrained(san_decoding='static'): the task loaded is fairseq's own, whose "
+        "generator would ignore it: load the model with task={'_name': 'translation_san'} beside "
+        "san_decoding"
+    )
 
 
 @pytest.mark.slow

@@ -274,6 +274,11 @@ def check_attention_heads(args: argparse.Namespace, stacks: Tuple[str, ...]) -> 
             )
 
 
+# How check_decoder_overrides says a decoder option reached the model alone (the hub words it
+# again for its keywords).
+MODEL_OPTION_HERE = "is a model option here"
+
+
 def check_decoder_overrides(
     args: argparse.Namespace,
     task: FairseqTask,
@@ -317,7 +322,7 @@ def check_decoder_overrides(
             )
         decodes = "its default" if applied is None else f"'{applied}'"  # the device's execution
         raise UsageError(
-            f"{option.name} '{given}' is a model option here (--model-overrides or the "
+            f"{option.name} '{given}' {MODEL_OPTION_HERE} (--model-overrides or the "
             f"checkpoint), which does not choose the decoder: this command decodes with "
             f"{decodes}. Pass {flag} {value} on the command line (with --task "
             f"{plugin_task}) instead"

@@ -969,12 +969,13 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
     assert line.startswith(f"fairseq-san: error: {refused}: made by another run.sh")
     truncated = tmp_path / "cut" / "converged-tables.tar.gz"  # a call killed while packing
     truncated.parent.mkdir()
-    truncated.write_bytes(refused.read_bytes()[: refused.stat().st_size // 2])
-    result = subprocess.run(["bash", str(RUN), "collect", str(truncated)], cwd=REPO, env=env,
-                            capture_output=True, text=True)  # fmt: skip
-    assert result.returncode == 2
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"fairseq-san: error: {truncated}: unreadable archive")
+    for kept in (refused.stat().st_size // 2, refused.stat().st_size - 20):  # 20: its trailer
+        truncated.write_bytes(refused.read_bytes()[:kept])  # whose members all read whole
+        result = subprocess.run(["bash", str(RUN), "collect", str(truncated)], cwd=REPO, env=env,
+                                capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"fairseq-san: error: {truncated}: unreadable archive")
 
 
 def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
@@ -1032,6 +1033,39 @@ def test_a_second_call_on_the_same_runs_is_unpacked_after_the_first(tmp_path):
         assert unpacked == [str(first), str(second)]
         collected = results / js.relative_to(runs)
         assert json.loads(collected.read_text())["call"] == "second"
+
+
+def test_an_archive_whose_contents_its_record_does_not_name_is_refused(tmp_path):
+    """A record naming another slice than the archive's name was collected (the summary's table
+    of slices named it so), and an en-de run dir copied under fr-en published fr-en's section
+    with en-de's scores."""
+    from campaign_slices import collect, record
+
+    from fairseq_san.errors import UsageError
+
+    runs = tmp_path / "runs"
+    (runs / "en-de" / "baseline-s2" / "iter0").mkdir(parents=True)
+    (runs / "en-de" / "baseline-s2" / "iter0" / "train.log").write_text("")
+    record(str(runs), "pairs", str(RUN), [str(RUN), "en-de"], "2026-11-26T10:00:00", {})
+    archive = tmp_path / "a" / "converged-en-de.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(runs, arcname=".")
+    with pytest.raises(UsageError) as refused:
+        collect(str(tmp_path / "results"), str(RUN), [str(archive)], allow_cpu=True)
+    assert str(refused.value) == (
+        f"{archive}: its provenance names the slice pairs, its name en-de, refused"
+    )
+    shutil.rmtree(runs / "provenance")
+    (runs / "fr-en" / "baseline-s2").mkdir(parents=True)
+    (runs / "fr-en" / "baseline-s2" / "run.log").write_text("")  # recorded after: no iter folder
+    copied = toy_archive(tmp_path / "b", runs, "en-de")
+    with pytest.raises(UsageError) as refused:
+        collect(str(tmp_path / "results"), str(RUN), [str(copied)], allow_cpu=True)
+    assert str(refused.value) == (
+        f"{copied}: holds fr-en, of no run dir its provenance records, refused"
+    )
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_bench_archive_adds_its_policy_to_the_collected_policies(tmp_path):
@@ -1198,7 +1232,7 @@ def test_archive_of_another_slice_command_is_refused(tmp_path):
     archive = toy_archive(tmp_path / "out", runs, "tables")
     renamed = archive.with_name("converged-bench.tar.gz")
     archive.rename(renamed)
-    with pytest.raises(UsageError, match="is not 'run.sh bench', refused"):
+    with pytest.raises(UsageError, match="its provenance names the slice tables, its name bench"):
         check_archive(str(renamed), code_sha256(str(RUN)))
 
 

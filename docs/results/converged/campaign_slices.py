@@ -300,6 +300,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     if not found:
         raise UsageError(f"{archive}: not a slice archive (converged-SLICE*.tar.gz, {SLICES})")
     try:
+        read_to_its_end(archive)
         check_members(archive)
         records = archive_provenance(archive)
     except UsageError:
@@ -309,6 +310,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
         raise UsageError(f"{archive}: unreadable archive ({err or type(err).__name__})") from err
     if not records:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
+    check_recorded_contents(archive, found.group(1), records)
     for provenance in records:
         command = provenance.get("command") or []
         if provenance.get("code_sha256") != sha256:
@@ -332,6 +334,32 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
                 f"{archive}: made with TRAIN_EXTRA {extra!r} (fairseq-train arguments put last: "
                 "a toy run's sizes), refused: ALLOW_CPU_ARCHIVES=1 collects it anyway"
             )
+
+
+def read_to_its_end(archive: str) -> None:
+    """Decompress the whole archive: one cut short by a few bytes (its gzip trailer) read member
+    by member as whole (EOFError where it ends before its end-of-stream marker)."""
+    with gzip.open(archive) as stream:
+        while stream.read(1 << 20):
+            pass
+
+
+def check_recorded_contents(archive: str, slice_name: str, records: Sequence[dict]) -> None:
+    """UsageError for an archive whose records name another slice than its name does (the
+    summary's table of slices said so), or that holds a pair no record's run dirs are of (an
+    en-de run dir copied under fr-en was published as fr-en's)."""
+    other = next((record["slice"] for record in records if record["slice"] != slice_name), None)
+    if other is not None:
+        raise UsageError(f"{archive}: its provenance names the slice {other}, its name "
+                         f"{slice_name}, refused")  # fmt: skip
+    recorded = {run_dir.split("/")[0] for record in records
+                for run_dir in record.get("run_dirs") or [] if isinstance(run_dir, str)}  # fmt: skip
+    with tarfile.open(archive) as tar:
+        held = {os.path.normpath(name).split(os.sep)[0] for name in tar.getnames()}
+    unrecorded = sorted(pair for pair in held if PAIR_DIR.match(pair) and pair not in recorded)
+    if recorded and unrecorded:
+        raise UsageError(f"{archive}: holds {unrecorded[0]}, of no run dir its provenance "
+                         "records, refused")  # fmt: skip
 
 
 def collect(

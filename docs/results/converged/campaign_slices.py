@@ -352,8 +352,12 @@ def check_recorded_contents(archive: str, slice_name: str, records: Sequence[dic
     if other is not None:
         raise UsageError(f"{archive}: its provenance names the slice {other}, its name "
                          f"{slice_name}, refused")  # fmt: skip
-    recorded = {run_dir.split("/")[0] for record in records
-                for run_dir in record.get("run_dirs") or [] if isinstance(run_dir, str)}  # fmt: skip
+    recorded = {
+        run_dir.split("/")[0]
+        for record in records
+        for run_dir in record.get("run_dirs") or []
+        if isinstance(run_dir, str)
+    }
     with tarfile.open(archive) as tar:
         held = {os.path.normpath(name).split(os.sep)[0] for name in tar.getnames()}
     unrecorded = sorted(pair for pair in held if PAIR_DIR.match(pair) and pair not in recorded)

@@ -406,7 +406,7 @@ def refuse_weights_that_are_not_in(path: str, state: dict) -> None:
             )
         problem = tensor_problem(value)
         if problem is None and is_parameter(key) and not value.is_floating_point():
-            problem = f"a tensor of {str(value.dtype).replace('torch.', '')}"  # cast to 0/1
+            problem = f"a tensor of {torch_word(value.dtype)}"  # cast to 0/1
         if problem is not None:
             raise CheckpointError(
                 f"cannot load checkpoint {path}: its weight {key} is {problem}; fairseq-train "
@@ -424,12 +424,17 @@ def tensor_problem(tensor: torch.Tensor) -> Optional[str]:
     """What a stored tensor is where fairseq-train saves none such (sparse, without values, of
     complex numbers), which failed deep inside torch as a model or a mean read it; else None."""
     if tensor.layout != torch.strided:
-        return f"a {str(tensor.layout).replace('torch.', '')} tensor"
+        return f"a {torch_word(tensor.layout)} tensor"
     if tensor.is_meta:
         return "a meta tensor, which holds no values"
     if tensor.is_complex():
-        return f"a tensor of complex numbers ({str(tensor.dtype).replace('torch.', '')})"
+        return f"a tensor of complex numbers ({torch_word(tensor.dtype)})"
     return None
+
+
+def torch_word(value: object) -> str:
+    """A torch dtype or layout as a message says it: ``int64`` for ``torch.int64``."""
+    return str(value).replace("torch.", "")
 
 
 def non_finite_weight(weights: Dict[str, torch.Tensor]) -> Optional[str]:

@@ -29,8 +29,8 @@ received archive could write anywhere. The user unpacks it and passes the folder
 
 import contextlib
 import copy
-import functools
 import enum
+import functools
 import inspect
 import logging
 import os
@@ -835,7 +835,7 @@ def decoder_keyword_unread(error: Exception, keywords: Dict[str, Any]) -> Option
     line's ``--san-decoding`` and ``--task``; None for another error."""
     if not (isinstance(error, UsageError) and MODEL_OPTION_HERE in str(error)):
         return None
-    names = [option.name for option in options.DECODER_OPTIONS]
+    names = options.DECODER_OPTION_NAMES
     key = next((key for key in keywords if key in names and str(error).startswith(key)), None)
     if key is None:
         return None
@@ -856,7 +856,7 @@ def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:
     task = keywords.get("task")
     if not isinstance(task, dict):
         return keywords
-    names = [option.name for option in options.DECODER_OPTIONS]
+    names = options.DECODER_OPTION_NAMES
     given = {key: value for key, value in keywords.items() if key in names and key not in task}
     return {**keywords, "task": {**task, **given}} if given else keywords
 

@@ -678,7 +678,7 @@ def check_output_embeddings(args: argparse.Namespace) -> None:
             "--tie-adaptive-weights, or add --adaptive-input"
         )
     ties = [flag for flag in ("--share-all-embeddings", "--share-decoder-input-output-embed")
-            if getattr(args, flag[2:].replace("-", "_"), False)]  # fmt: skip
+            if getattr(args, name_of(flag), False)]  # fmt: skip
     if not ties:
         return
     if adaptive and ties[0] == "--share-decoder-input-output-embed":

@@ -262,10 +262,10 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
     return None
 
 
-def check_members(archive: str) -> None:
+def check_members(archive: str) -> List[str]:
     """UsageError naming the first member of ``archive`` that collect must not unpack, or one it
     holds as a file and a folder both, or the size of the whole where it is above
-    ``UNPACKED_MIB``."""
+    ``UNPACKED_MIB``; else the members' names."""
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
     folders = {os.path.normpath(member.name) for member in members if member.isdir()}
@@ -288,6 +288,7 @@ def check_members(archive: str) -> None:
             f"{archive}: unpacks to {unpacked / MIB:.0f} MiB, more than a slice's results "
             f"({UNPACKED_MIB} MiB at most): refused"
         )
+    return [member.name for member in members]
 
 
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
@@ -301,7 +302,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
         raise UsageError(f"{archive}: not a slice archive (converged-SLICE*.tar.gz, {SLICES})")
     try:
         read_to_its_end(archive)
-        check_members(archive)
+        names = check_members(archive)
         records = archive_provenance(archive)
     except UsageError:
         raise
@@ -310,7 +311,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
         raise UsageError(f"{archive}: unreadable archive ({err or type(err).__name__})") from err
     if not records:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
-    check_recorded_contents(archive, found.group(1), records)
+    check_recorded_contents(archive, found.group(1), records, names)
     for provenance in records:
         command = provenance.get("command") or []
         if provenance.get("code_sha256") != sha256:
@@ -344,10 +345,12 @@ def read_to_its_end(archive: str) -> None:
             pass
 
 
-def check_recorded_contents(archive: str, slice_name: str, records: Sequence[dict]) -> None:
+def check_recorded_contents(
+    archive: str, slice_name: str, records: Sequence[dict], names: Sequence[str]
+) -> None:
     """UsageError for an archive whose records name another slice than its name does (the
-    summary's table of slices said so), or that holds a pair no record's run dirs are of (an
-    en-de run dir copied under fr-en was published as fr-en's)."""
+    summary's table of slices said so), or whose members (``names``) hold a pair no record's run
+    dirs are of (an en-de run dir copied under fr-en was published as fr-en's)."""
     other = next((record["slice"] for record in records if record["slice"] != slice_name), None)
     if other is not None:
         raise UsageError(f"{archive}: its provenance names the slice {other}, its name "
@@ -358,8 +361,7 @@ def check_recorded_contents(archive: str, slice_name: str, records: Sequence[dic
         for run_dir in record.get("run_dirs") or []
         if isinstance(run_dir, str)
     }
-    with tarfile.open(archive) as tar:
-        held = {os.path.normpath(name).split(os.sep)[0] for name in tar.getnames()}
+    held = {os.path.normpath(name).split(os.sep)[0] for name in names}
     unrecorded = sorted(pair for pair in held if PAIR_DIR.match(pair) and pair not in recorded)
     if recorded and unrecorded:
         raise UsageError(f"{archive}: holds {unrecorded[0]}, of no run dir its provenance "

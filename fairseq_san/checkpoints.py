@@ -709,7 +709,8 @@ def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
     width that is no positive number, or more positions than ``MAX_POSITIONS``: fairseq builds
     the model before it reads the weights, and a received file said 5,000,000 for the decoder's
     FFN (4.2 GB and 24 s before the size mismatch), 10**10 positions (a 40 GB table), or 0
-    dimensions (a ZeroDivisionError deep inside fairseq)."""
+    dimensions (a ZeroDivisionError deep inside fairseq); and attention heads that do not divide
+    their stack's width (``refuse_heads_not_dividing_in``)."""
     weights = state.get("model")
     if not isinstance(weights, dict):
         return
@@ -743,6 +744,23 @@ def refuse_sizes_beyond_weights_in(path: str, state: dict) -> None:
                     f"that fairseq-train wrote (or --model-overrides sets {name})"
                 )
     refuse_positions_beyond_limit_in(path, state)
+    refuse_heads_not_dividing_in(path, state)
+
+
+def refuse_heads_not_dividing_in(path: str, state: dict) -> None:
+    """Refuse a stack whose configured attention heads do not divide its width (each head takes
+    an equal part of it): the model's check named the command line's flags, which the checkpoint
+    was not given."""
+    for stack in ("encoder", "decoder"):
+        name = f"{stack}_attention_heads"
+        heads = stored_value(state, "model", name)
+        width = stored_value(state, "model", f"{stack}_embed_dim")
+        if is_count(heads) and is_count(width) and width >= 1 and (heads < 1 or width % heads):
+            raise CheckpointError(
+                f"cannot load checkpoint {path}: its configuration's {name} {heads} does not "
+                f"divide its {stack}_embed_dim {width}: not a checkpoint that fairseq-train "
+                f"wrote (or --model-overrides sets {name})"
+            )
 
 
 def refuse_positions_beyond_limit_in(path: str, state: dict) -> None:

@@ -27,6 +27,7 @@ name of the model's ``hub_models()``), and unpacks it or a local archive file wi
 received archive could write anywhere. The user unpacks it and passes the folder.
 """
 
+import argparse
 import contextlib
 import copy
 import enum
@@ -788,6 +789,7 @@ def from_pretrained(
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
     check_bpe_files_read(loaded["args"], kwargs)
+    check_static_keywords_decode(loaded["task"], kwargs)
     try:
         hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     except MissingMandatoryValue as error:  # its bpe or tokenizer without a file it reads
@@ -827,6 +829,17 @@ def check_load_keywords(keywords: Dict[str, Any]) -> None:
         value, valid = keywords.get(key), OPTION_RANGES[key]
         if value is not None and (isinstance(value, bool) or not valid.holds(value)):
             raise UsageError(f"from_pretrained({key}={value!r}): it must be {valid.said()}")
+
+
+def check_static_keywords_decode(task, keywords: Dict[str, Any]) -> None:
+    """Refuse at load the static decoder's precision or execution where another decoding
+    decodes (no ``san_decoding='static'``): the hub loaded, and each call refused them."""
+    static_only = (options.DECODER_PRECISION.name, options.DECODER_EXECUTION.name)
+    if not hasattr(task, "check_decoder_options") or not any(k in keywords for k in static_only):
+        return  # fairseq's own task: the model refused them (``decoder_keyword_unread``)
+    generation = argparse.Namespace()  # none: the task's options, as from_pretrained set them
+    with keywords_spelt(keywords):
+        task.check_decoder_options(generation, task.decoding(generation))
 
 
 def decoder_keyword_unread(error: Exception, keywords: Dict[str, Any]) -> Optional[str]:

@@ -85,14 +85,26 @@ def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     """Write an L x L JS matrix as a heatmap: a dark cell means similar attention (small JS).
 
     Layers are numbered 1..L (columns on top, as in the paper) and every cell shows its value.
-    The grey scale runs from 0 (black) to the largest value of the matrix (white).
+    The grey scale runs from 0 (black) to ln 2 (white), the largest JS in nats, or to the largest
+    value where one is above it (bits), with a colour bar: a scale of the matrix's own largest
+    value drew a JS of 0.02 white, as different as two layers can be. The title is wrapped to the
+    figure's width (a one- or two-layer model's lost its ends).
     """
+    import textwrap
+
     plt = _pyplot()
     cell = 0.75
-    fig, ax = plt.subplots(figsize=(1.2 + cell * len(matrix), 1.0 + cell * len(matrix)))
-    _draw_js(ax, matrix, _largest([matrix]))
+    width = 1.9 + cell * len(matrix)
+    fig, ax = plt.subplots(figsize=(width, 1.0 + cell * len(matrix)))
+    top = max(LN2, _largest([matrix]))
+    _draw_js(ax, matrix, top)
+    image = ax.get_images()[0]
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    bar.set_label("JS divergence (nats)", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
     if title:
-        ax.set_title(title, fontsize=9, pad=18)
+        characters = max(int(width * 72 / (9 * 0.6)), 12)  # 9pt characters, about 0.6 em wide
+        ax.set_title(textwrap.fill(title, characters), fontsize=9, pad=18)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
@@ -179,12 +191,18 @@ def js_training_curves(
     ``panels`` maps each kind of ``DECODER_PANELS`` to ``{layer: [(steps, JS), ...]}``
     (layers 1-based) or to None when that kind has no attention weights (AAN).
     """
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     markers = ["^", "o", "s", "D", "v", "P", "X", "*"]
     fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, 3.2))
     for ax, (kind, label) in zip(axes, DECODER_PANELS):
         ax.set_xlabel(f"# of training steps\n({label})")
-        ax.set_ylabel("JS divergence")
+        ax.set_ylabel("JS divergence (nats)")
+        # steps are whole: one checkpoint at step 3 was ticked 2.85, 2.90, ..., 3.15
+        ax.xaxis.set_major_locator(
+            MaxNLocator("auto", steps=[1, 2, 2.5, 5, 10], integer=True, min_n_ticks=1)
+        )
         series = panels.get(kind)
         if series is None:
             ax.text(0.5, 0.5, "no attention weights", ha="center", va="center",
@@ -204,30 +222,40 @@ def js_training_curves(
 SpeedSeries = Dict[str, List[Tuple[float, float, str]]]  # system -> [(x, tokens/s, point label)]
 
 
-def speed_curves(panels: Dict[str, SpeedSeries], xlabel: str, path: str) -> None:
+def speed_curves(
+    panels: Dict[str, SpeedSeries], xlabel: str, path: str, xticks: Optional[Sequence[float]] = None
+) -> None:
     """Translation speed (tokens/s) against beam size or BLEU, like the paper's Figure 4.
 
-    One panel per entry of ``panels`` (its key is the title), one line per system; a point's
-    label (the beam size on a speed-vs-BLEU plot) is written beside it when not empty.
+    One panel per entry of ``panels`` (its key is the title), one line per system, each with its
+    own marker (eight systems' colours alone were hard to tell where lines overlap); a point's
+    label (the beam size on a speed-vs-BLEU plot) is written beside it when not empty. ``xticks``
+    (the beam sizes measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0, 7.5, ...
+    The legend stands right of the last panel, off the lines it covered.
     """
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), squeeze=False)
+    markers = ["o", "^", "s", "D", "v", "P", "X", "*", "<", ">"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.8, 3.5),
+                             squeeze=False)  # fmt: skip
     for ax, (title, series) in zip(axes[0], panels.items()):
-        for system, points in series.items():
+        for index, (system, points) in enumerate(series.items()):
             if not points:
                 continue
             xs, speeds, _ = zip(*points)
-            ax.plot(xs, speeds, marker="o", linewidth=1, label=system)
+            ax.plot(xs, speeds, marker=markers[index % len(markers)], linewidth=1, label=system)
             for x, speed, label in points:
                 if label:
                     ax.annotate(label, (x, speed), fontsize=7, xytext=(3, 3),
                                 textcoords="offset points")  # fmt: skip
+        if xticks is not None:
+            ax.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("tokens/s")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        if ax.lines:  # a panel without points (no BLEU at fixed lengths) has no legend
-            ax.legend(fontsize=7)
+    drawn = [ax for ax in axes[0] if ax.lines]  # a panel without points (no BLEU) has no legend
+    if drawn:
+        drawn[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

@@ -470,6 +470,16 @@ def printed_commands(output: str, program: str) -> List[List[str]]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not a zombie: dead, its parent gone, and not reaped by an
+    init that reaps nothing, as in a container)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def cli_env() -> Dict[str, str]:
     """The commands' environment: one thread, ``.venv/bin`` on PATH, and before it the warm
     stand-ins of fairseq's commands (``warm_cli``; not with FAIRSEQ_SAN_TEST_COLD=1)."""

@@ -550,3 +550,75 @@ def test_a_language_model_has_decoder_self_attention_only(tmp_path):
     assert js["decoder_self"][0][1] == pytest.approx(0, abs=1e-6)
     assert js["decoder_self"][0][2] > 0.001
     assert (tmp_path / "js-decoder_self.png").exists()
+
+
+def test_plot_js_names_a_policy_given_for_an_analysis(tmp_path, capsys):
+    """A policy.json given where a js.json goes was said to have "no training steps"."""
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}')
+    assert plot_js_refusal([str(policy), "-o", str(tmp_path / "fig5.png")], capsys) == (
+        f'fairseq-san-plot-js: error: "{policy}" holds block sizes (a sharing policy), not JS '
+        "matrices: give the js.json that fairseq-validate --task translation_san "
+        "--san-analysis-dir writes"
+    )
+
+
+def test_plot_js_refuses_pgf_without_latex(tmp_path, capsys, monkeypatch):
+    """-o fig5.pgf ended in matplotlib's RuntimeError traceback ('xelatex' not found)."""
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    output = tmp_path / "fig5.pgf"
+    assert plot_js_refusal([first, "-o", str(output)], capsys) == (
+        f"fairseq-san-plot-js: error: -o {output}: a .pgf figure needs xelatex, which is not "
+        "installed: write a .pdf or .svg"
+    )
+    assert not output.exists()
+
+
+def test_plot_js_notes_values_above_ln2(tmp_path, capsys):
+    """JS in bits (up to 1) was drawn beside JS in nats without a word."""
+    from fairseq_san.cli.plot_js import main
+
+    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    bits = write_js(tmp_path / "b", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    analysis = json.loads(Path(bits, "js.json").read_text())
+    analysis["decoder_self"][3][4] = analysis["decoder_self"][4][3] = 0.9
+    Path(bits, "js.json").write_text(json.dumps(analysis))
+    main([first, bits, "-o", str(tmp_path / "fig5.png")])
+    note = f"note: {bits}/js.json: decoder_self holds JS values above ln 2"
+    assert note in capsys.readouterr().err
+
+
+def test_heatmap_scale_is_ln2_with_a_colour_bar_and_whole_title(monkeypatch, tmp_path):
+    """A two-layer model's JS of 0.02 was drawn white (the matrix's own largest value), as
+    different as layers can be, with no scale shown; its title lost both ends."""
+    from fairseq_san import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    title = "encoder-decoder attention: JS divergence (nats), 30 sentences"
+    plots.js_heatmap([[0.0, 0.02], [0.02, 0.0]], str(tmp_path / "js.png"), title=title)
+    (fig,) = drawn
+    heatmap, bar = fig.axes
+    assert heatmap.get_images()[0].get_clim() == (0.0, LN2)
+    assert bar.get_ylabel() == "JS divergence (nats)"
+    assert heatmap.get_title().replace("\n", " ") == title
+    renderer = fig.canvas.get_renderer()
+    box = heatmap.title.get_window_extent(renderer)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+
+
+def test_plot_js_ticks_whole_training_steps(tmp_path, monkeypatch):
+    """One checkpoint at step 3 was ticked 2.85, 2.90, ..., 3.15 training steps."""
+    from fairseq_san import plots
+    from fairseq_san.cli.plot_js import main
+
+    ticks = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: ticks.extend(
+        ax.get_xticks() for ax in fig.axes))  # fmt: skip
+    first = write_js(tmp_path / "a", 3, decoder_self=2, decoder_encdec=2, encoder_self=2)
+    main([first, "-o", str(tmp_path / "fig5.png"), "--reference-layer", "1", "--layers", "2"])
+    assert ticks and all(float(tick).is_integer() for axis in ticks for tick in axis)

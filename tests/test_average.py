@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -251,23 +251,53 @@ def test_a_boolean_tensor_is_kept_where_the_checkpoints_agree(checkpoints, tmp_p
     )
 
 
+def spoilt_layer_refusal(checkpoints, tmp_path, spoil: Callable) -> Tuple[Path, str, str]:
+    """(the spoilt checkpoint, the weight spoilt, the refusal) of averaging the newest checkpoint
+    with update 2's, its first layer weight replaced by ``spoil`` of it; no average is written."""
+    by_update = update_checkpoints(checkpoints)
+    name = next(n for n in sorted(load_state(str(by_update[2]))["model"]) if "layers" in n)
+
+    def change(state: dict) -> None:
+        state["model"][name] = spoil(state["model"][name])
+
+    spoilt = save_changed(by_update[2], tmp_path / "spoilt.pt", change)
+    output = tmp_path / "mean.pt"
+    said = refusal(["--inputs", str(by_update[3]), str(spoilt), "--output", str(output)])
+    assert not output.exists()
+    return spoilt, name, said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, said", [
+    (lambda t: t.to_sparse(), "a sparse_coo tensor"),
+    (lambda t: t.to("meta"), "a meta tensor, which holds no values"),
+    (lambda t: t.to(torch.complex64), "a tensor of complex numbers (complex64)"),
+])  # fmt: skip
+def test_a_checkpoint_of_tensors_no_training_saves_is_refused(checkpoints, tmp_path, make, said):
+    """A sparse, meta or complex parameter failed inside torch as the average summed it (or,
+    complex, was averaged without a word)."""
+    spoilt, name, refused = spoilt_layer_refusal(checkpoints, tmp_path, make)
+    assert refused == (
+        f"cannot average checkpoint {spoilt}: its {name} is {said}; fairseq-train saves dense "
+        "real-valued tensors"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_checkpoint_holding_nan_or_infinity_is_refused(checkpoints, tmp_path, bad):
     """A diverged training's checkpoint was averaged silently, every mean it entered NaN."""
-    by_update = update_checkpoints(checkpoints)
-    name = next(n for n in sorted(load_state(str(by_update[2]))["model"]) if "layers" in n)
 
-    def spoil(state: dict) -> None:
-        state["model"][name].view(-1)[0] = bad
+    def spoil(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.clone()
+        tensor.view(-1)[0] = bad
+        return tensor
 
-    spoilt = save_changed(by_update[2], tmp_path / "spoilt.pt", spoil)
-    output = tmp_path / "mean.pt"
-    assert refusal(["--inputs", str(by_update[3]), str(spoilt), "--output", str(output)]) == (
+    spoilt, name, refused = spoilt_layer_refusal(checkpoints, tmp_path, spoil)
+    assert refused == (
         f"checkpoint {spoilt}: its {name} holds NaN or infinite values (the training diverged?), "
         "which every mean would take: leave it out of the average"
     )
-    assert not output.exists()
 
 
 @pytest.mark.slow

@@ -212,18 +212,23 @@ def test_bad_decoder_or_precision_is_named(overrides, message):
     assert str(error.value) == f"system s: override of m.pt: {message}"
 
 
-def test_two_decoders_are_refused_as_the_task_refuses_them():
-    """``san_decoding`` fast beside the deprecated ``san_decoder`` static: the benchmark decoded
-    with the static decoder, where fairseq-generate refuses the pair."""
+@pytest.mark.parametrize("decoding, said", [
+    # the benchmark decoded with the static decoder, where fairseq-generate refuses the pair
+    ("fast", "--san-decoding fast and --san-decoder static (deprecated: --san-decoding static) "
+             "choose two decoders: pass --san-decoding alone"),
+    # it decoded with the static one: the override named fairseq's, read as the default
+    ("fairseq", '"san_decoding": "fairseq" and the deprecated "san_decoder": "static" choose two '
+                'decoders: give "san_decoding" alone'),
+])  # fmt: skip
+def test_two_decoders_are_refused_as_the_task_refuses_them(decoding, said):
+    """``san_decoding`` beside the deprecated ``san_decoder`` static."""
     from fairseq_san.benchmark.config import SystemSpec
 
-    spec = SystemSpec("s", "m.pt", {"san_decoding": "fast", "san_decoder": "static"})
+    spec = SystemSpec("s", "m.pt", {"san_decoding": decoding, "san_decoder": "static"})
     with pytest.raises(ValueError) as error:
         spec.check_overrides({"san_policy"}, ("fp32",))
-    assert str(error.value) == (
-        "system s: override of m.pt: --san-decoding fast and --san-decoder static (deprecated: "
-        "--san-decoding static) choose two decoders: pass --san-decoding alone"
-    )
+    assert str(error.value) == f"system s: override of m.pt: {said}"
+    SystemSpec("s", "m.pt", {"san_decoder": "static"}).check_overrides({"san_policy"}, ("fp32",))
 
 
 def test_every_option_default_comes_from_the_config():
@@ -1282,3 +1287,19 @@ def test_a_systems_languages_or_data_are_checked_before_the_workers_start(
     assert stopped.value.code == "fairseq-san-bench: error: " + said.format(
         data=binarized_corpus, checkpoint=san_checkpoint
     )
+
+
+def test_speed_against_beam_is_ticked_at_the_beams(monkeypatch, tmp_path):
+    """Beams 4 and 20 were ticked 5.0, 7.5, ..., 17.5: beam sizes no run had."""
+    pytest.importorskip("matplotlib")
+    from fairseq_san import plots
+    from fairseq_san.benchmark.plots import plot_speed_vs_beam
+
+    ticks = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: ticks.extend(
+        [float(t) for t in ax.get_xticks()] for ax in fig.axes))  # fmt: skip
+    settings = {f"beam{b}_natural": {"tokens_per_second": 100.0 / b} for b in (4, 20)}
+    results = {"config": {"beams": [4, 20], "modes": ["natural"]},
+               "systems": {"base": {"settings": settings}}}  # fmt: skip
+    plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
+    assert ticks == [[4.0, 20.0]]

@@ -18,16 +18,18 @@ import io
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
 
 from fairseq_san.policy import theta_ranges
-from helpers import REPO, cli_env, printed_commands, run_cli
+from helpers import REPO, alive, cli_env, printed_commands, run_cli
 from paper import PAPER_JS
 
 CAMPAIGN = REPO / "docs" / "results" / "converged"  # the campaign's own code lives there
@@ -412,6 +414,40 @@ def test_a_failed_training_is_said_in_the_calls_output(dry_env, tmp_path):
                      result.stdout), result.stdout[-3000:]  # fmt: skip
     assert "== failed: en-de/baseline-s2 (each run dir's run.log says why)" in result.stdout
     assert (tmp_path / "out" / "converged-en-de.tar.gz").is_file()  # packed all the same
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_slice_stops_its_trainings_and_packs_what_ran(dry_env, tmp_path, stop):
+    """Ctrl-C ended the slice with a traceback, and its training kept running (``timeout``
+    gives it a process group of its own, which the terminal's Ctrl-C does not reach): every
+    command stops, what ran is packed, and the slice exits 130 with a line saying so."""
+    pids = tmp_path / "pids"
+    stub = tmp_path / "bin" / "fairseq-san-loop"  # learn_to_share.sh's first command
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 300\n")
+    stub.chmod(0o755)
+    env = {**dry_env, "ONLY": "en-de/baseline-s2", "SLICE_S": "300", "CAP_MIN": "1",
+           "EVAL_S": "0", "PATH": f"{stub.parent}:{dry_env['PATH']}"}  # fmt: skip
+    slice_run = subprocess.Popen(["bash", str(RUN), "en-de"], cwd=REPO, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pids.exists(), slice_run.communicate(timeout=30)[0][-3000:]
+    slice_run.send_signal(stop)
+    output = slice_run.communicate(timeout=60)[0]
+    assert slice_run.returncode == 130, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "== en-de/baseline-s2: interrupted (exit " in output, output[-3000:]
+    assert output.rstrip().endswith(
+        "== interrupted: what ran is packed; the slice's next call resumes it"
+    )
+    assert (tmp_path / "out" / "converged-en-de.tar.gz").is_file()
+    training = int(pids.read_text().split()[0])
+    deadline = time.monotonic() + 10  # timeout passed the signal on; its group ends soon after
+    while alive(training) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(training)
 
 
 def test_bench_trains_nothing_where_tables_ran_without_its_models(tables_models):
@@ -853,15 +889,22 @@ def test_a_later_loop_iteration_is_its_own_system_and_the_headline_keeps_iterati
     assert "decoder_encdec {3,3}" in san
 
 
-def test_the_committed_summary_is_what_the_committed_run_dirs_give(monkeypatch):
+@pytest.mark.parametrize("spelling, cwd", [
+    ("docs/results/converged", REPO),
+    # the run dirs were recorded as spelt: "./docs/results/converged//de-en/loop"
+    ("./docs/results/converged/", REPO),
+    (str(CAMPAIGN), CAMPAIGN / "en-de"),
+])  # fmt: skip
+def test_the_committed_summary_is_what_the_committed_run_dirs_give(monkeypatch, spelling, cwd):
     """summary.json's rows and training reports, as campaign_summary.py reads them now from the
-    committed run dirs: a summary left from older code (its baselines' wall time read from the
-    last train_wall, 391 s, where fairseq's clock at the cap said 390 s) is caught here."""
+    committed run dirs, however RESULTS is spelt: a summary left from older code (its baselines'
+    wall time read from the last train_wall, 391 s, where fairseq's clock at the cap said 390 s)
+    is caught here."""
     from campaign_summary import campaign_systems, summary_markdown
 
-    monkeypatch.chdir(REPO)  # the committed summary names run dirs from the repository's root
+    monkeypatch.chdir(cwd)
     committed = json.loads((CAMPAIGN / "summary.json").read_text())
-    systems = json.loads(json.dumps(campaign_systems("docs/results/converged")))  # tuples: lists
+    systems = json.loads(json.dumps(campaign_systems(spelling)))  # tuples: lists
     assert {pair: [row for row, _ in rows] for pair, rows in systems.items()} == committed["pairs"]
     reports = {pair: [report for _, report in rows] for pair, rows in systems.items()}
     assert reports == committed["training"]
@@ -1255,6 +1298,37 @@ def test_a_gpu_archive_of_toy_models_is_refused(tmp_path, monkeypatch):
                        r"train arguments put last: a toy run's sizes\), refused: ALLOW_CPU"):  # fmt: skip
         check_archive(str(archive), code_sha256(str(RUN)))
     check_archive(str(archive), code_sha256(str(RUN)), allow_cpu=True)
+
+
+def test_a_gpu_archive_trained_with_another_preset_is_refused(tmp_path, monkeypatch):
+    """An archive made on a GPU with PRESET set to other fairseq-train arguments (a toy run's
+    preset) was collected as the converged campaign's: its preset's sha256 is recorded and must
+    be that of the campaign's preset here."""
+    import campaign_slices
+    from campaign_slices import check_archive, code_sha256, record
+    from fairseq_san.errors import UsageError
+
+    monkeypatch.setattr(campaign_slices, "gpu_name", lambda: "NVIDIA H200")
+    toy = tmp_path / "toy.args"
+    toy.write_text("--arch transformer_san_small --max-tokens 64\n")
+    archives = {}
+    for name, settings in (("toy", {"PRESET": str(toy)}), ("preset", {"PRESET": str(PRESET)})):
+        runs = tmp_path / name
+        runs.mkdir()
+        record(str(runs), "tables", str(RUN), [str(RUN), "tables"], "2026-11-30T06:00:00",
+               settings)  # fmt: skip
+        archives[name] = tmp_path / f"converged-tables-{name}.tar.gz"
+        with tarfile.open(archives[name], "w:gz") as tar:
+            tar.add(runs, arcname=".")
+    with pytest.raises(UsageError) as refused:
+        check_archive(str(archives["toy"]), code_sha256(str(RUN)))
+    assert str(refused.value).startswith(
+        f"{archives['toy']}: trained with PRESET '{toy}', whose arguments are not those of "
+        "examples/presets/gpu-converge.args here (sha256 "
+    )
+    assert str(refused.value).endswith("refused: ALLOW_CPU_ARCHIVES=1 collects it anyway")
+    check_archive(str(archives["toy"]), code_sha256(str(RUN)), allow_cpu=True)
+    check_archive(str(archives["preset"]), code_sha256(str(RUN)))
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from helpers import build, free_port, make_dictionary, run_parallel, source_batch, train_argv
+from helpers import (
+    alive,
+    build,
+    free_port,
+    make_dictionary,
+    run_cli,
+    run_parallel,
+    source_batch,
+    train_argv,
+)
 
 WORLD_SIZE = 2
 DDP_MODELS = {
@@ -148,6 +157,35 @@ def test_fairseq_train_two_cpu_processes(binarized_corpus, tmp_path):
     assert state["optimizer_history"][-1]["num_updates"] == 8
 
 
+@pytest.mark.slow
+def test_a_run_resumed_on_another_number_of_ranks_trains_as_the_run_it_continues(
+    binarized_corpus, tmp_path
+):
+    """A checkpoint's place in its epoch counted one rank's batches: 2 ranks' checkpoint after
+    5 updates, resumed as one process (--update-freq 2, the same batch per update), read a batch
+    again and ended 0.02 away from one process's run; now as close as 2 ranks are to it."""
+    extra = ["--dropout", "0", "--max-tokens", "400", "--san-decoder-self-policy", "1,5"]
+    one = tmp_path / "one"
+    trained = run_cli("fairseq-train", *train_argv(binarized_corpus, one, max_update=12,
+                                                   extra=[*extra, "--update-freq", "2"]))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    resumed = tmp_path / "two-then-one"
+    two = run_cli("fairseq-san-cpu-ranks", "2", "--log-dir", str(tmp_path), "--", "fairseq-train",
+                  *train_argv(binarized_corpus, resumed, max_update=5, extra=extra))
+    assert two.returncode == 0, two.stderr[-3000:]
+    stopped = torch.load(resumed / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert stopped["extra_state"]["train_iterator"]["iterations_in_epoch"] > 0  # mid-epoch
+    trained = run_cli("fairseq-train", *train_argv(binarized_corpus, resumed, max_update=12,
+                                                   extra=[*extra, "--update-freq", "2"]))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    ends = [torch.load(folder / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+            for folder in (one, resumed)]  # fmt: skip
+    assert ends[0]["extra_state"]["train_iterator"] == ends[1]["extra_state"]["train_iterator"]
+    apart = max((ends[0]["model"][name] - ends[1]["model"][name]).abs().max().item()
+                for name in ends[0]["model"])  # fmt: skip
+    assert apart < 1e-3
+
+
 def test_a_rank_killed_by_a_signal_stops_the_others_with_the_shells_exit_code(tmp_path, capsys):
     """fairseq-san-cpu-ranks returns 128 + N for a rank killed by signal N (not Popen's -N, which
     sys.exit turns into 256 - N), after the other ranks have stopped and their logs are closed."""
@@ -242,15 +280,6 @@ def launched_ranks_waiting(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]
     pids = [int(path.read_text()) for path in tmp_path.glob("pid-*")]
     assert len(pids) == 2
     return launcher, pids
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (not a zombie: a dead rank's parent, init, reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_terminating_the_launcher_stops_its_ranks(tmp_path):

@@ -1405,9 +1405,12 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
         (["{train}", "data", "--user-dir", "fairseq_san"], "fairseq-train needs --arch, the "
          "model to train (e.g. --user-dir fairseq_san --arch transformer_san_small; --user-dir "
          "loads the plugin's models)"),
+        # refused for its missing --arch, as if the help needed one
+        (["{train}", "--help"], "fairseq-train --help prints its options: run it alone, without "
+         "fairseq-san-cpu-ranks (fairseq-san-cpu-ranks --help prints this tool's)"),
     ],
     ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "amp",
-         "no arch"],
+         "no arch", "help"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said

@@ -1574,6 +1574,39 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
     )
 
 
+def test_the_static_decoders_keywords_without_it_are_refused_at_load(san_checkpoint,
+                                                                      binarized_corpus):
+    """from_pretrained(san_decoder_precision='bf16') without san_decoding='static' loaded, and
+    every call refused it: refused at load; with the static decoder it loads."""
+    from fairseq_san.errors import UsageError
+
+    for key, value in (("san_decoder_precision", "bf16"), ("san_decoder_execution", "graph")):
+        with pytest.raises(UsageError) as refused:
+            from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                            **{key: value})  # fmt: skip
+        assert str(refused.value) == (
+            f"{key}={value!r} is an option of san_decoding='static', not of "
+            f"san_decoding='fairseq', which decodes here: add san_decoding='static', or drop {key}"
+        )
+    from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                    san_decoding="static", san_decoder_precision="bf16")  # fmt: skip
+
+
+def test_an_ensemble_refused_by_the_static_decoder_is_said_in_the_hubs_words(san_checkpoint,
+                                                                             binarized_corpus):
+    """The static decoder's refusal of an ensemble named --path, which the hub has not."""
+    from fairseq_san.errors import UsageError
+
+    ensemble = f"{san_checkpoint.name}:{san_checkpoint.name}"
+    hub = from_pretrained(san_checkpoint.parent, ensemble, binarized_corpus, san_decoding="static")
+    with pytest.raises(UsageError) as refused:
+        hub.translate("tok1 tok2 tok3")
+    assert str(refused.value).startswith(
+        "san_decoding='static' does not support ensembles (several checkpoints, as --path "
+        "A.pt:B.pt or the hub's checkpoint_file='A.pt:B.pt' load them); decode with fairseq's "
+    )
+
+
 def test_length_keywords_no_search_can_follow_are_one_line(san_checkpoint, binarized_corpus):
     """min_len above a batch's longest output was fairseq's AssertionError ("min_len cannot be
     larger than max_len, please adjust these!"), max_len_b=inf an OverflowError, in either

@@ -115,6 +115,25 @@ def test_eval_lm_refuses_samples_longer_than_the_model(trained, options, fix):
     ), last
 
 
+@pytest.mark.parametrize("task", ["language_modeling", "language_modeling_san"])
+def test_generate_refuses_samples_longer_than_the_model_naming_the_fix(trained, task):
+    """At the default --tokens-per-sample (1024) for a model of 16 positions, fairseq-generate's
+    batching said "Size of sample #K is invalid ... skip this example with
+    --skip-invalid-size-inputs-valid-test": every sample was too long, and skipping them left
+    nothing to batch. (fairseq-validate takes the checkpoint's sample size.)"""
+    data, checkpoints = trained
+    result = run_cli("fairseq-generate", str(data), "--user-dir", "fairseq_san", "--path",
+                     str(checkpoints["san"]), "--gen-subset", "test", "--task", task, "--beam",
+                     "1", "--batch-size", "8", "--cpu")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"fairseq-san: error: (\d+) of the \1 samples are longer than the model's 16 positions: "
+        + re.escape("pass --tokens-per-sample 16 or fewer (its default, 1024, is for models with "
+                    "as many positions)"), last
+    ), last
+
+
 @pytest.mark.parametrize("task", [[], ["--task", "language_modeling_san"]])
 def test_eval_lm_refuses_another_add_bos_token_than_the_models(trained, task):
     """fairseq-eval-lm builds its task from its own command line: a model trained without

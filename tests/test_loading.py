@@ -688,6 +688,11 @@ def test_a_checkpoint_asking_for_layers_its_weights_lack_is_one_line(
         # no layer's fc1 holds it: 6.6 GB and 25 s, then a missing weight
         ("decoder_output_dim", 5 * 10**7, "its configuration's decoder_output_dim 50000000 is "
          "more than its weights' 32 (decoder.output_projection.weight)"),
+        # the model's check named --decoder-attention-heads, a flag the checkpoint was not given
+        ("decoder_attention_heads", 5, "its configuration's decoder_attention_heads 5 does not "
+         "divide its decoder_embed_dim 32: not a checkpoint that fairseq-train wrote"),
+        ("encoder_attention_heads", 0, "its configuration's encoder_attention_heads 0 does not "
+         "divide its encoder_embed_dim 32"),
     ],
 )  # fmt: skip
 def test_a_checkpoint_asking_for_sizes_no_memory_holds_is_one_line(

@@ -1009,6 +1009,18 @@ def test_cli_names_a_kind_that_is_no_matrix(tmp_path, capsys, value, shown):
     )
 
 
+def test_cli_names_the_file_of_a_bad_value(tmp_path, capsys):
+    """One analysis' bad value was said without its file ("decoder_self: JS matrix value [0][1]
+    = 'a' ..."), where the mean of several named it."""
+    analysis = write_json(tmp_path / "js.json", {"decoder_self": [[0, "a"], ["a", 0]]})
+    with pytest.raises(SystemExit):
+        policy_main([analysis, "--theta-decoder-self", "0.5"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: decoder_self of {analysis}: JS matrix value [0][1] = 'a' is "
+        "not a finite number"
+    )
+
+
 def test_cli_notes_js_values_above_ln2(tmp_path, capsys):
     """The analysis writes nats (at most ln 2); a matrix in bits (the paper's Figure 2b holds
     0.7986) meets thresholds in nats: said on stderr, for the kinds learned only."""
@@ -1116,3 +1128,44 @@ def test_an_analysis_is_read_from_a_pipe(tmp_path):
     writer.start()
     assert load_json_object(str(pipe), "analysis file") == {"decoder_self": [[0.0]]}
     writer.join()
+
+
+def analyses_at_steps(tmp_path: Path, recorded: dict) -> list:
+    """Two analyses of the paper's self-attention, at steps 100 and 500, each recording
+    ``recorded`` (a checkpoint's ``{steps}`` filled in)."""
+    return [
+        write_json(tmp_path / f"step{steps}.json", {
+            "decoder_self": PAPER_SELF, "num_updates": steps,
+            **{key: value.format(steps=steps) if isinstance(value, str) else value
+               for key, value in recorded.items()},
+        })
+        for steps in (100, 500)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("recorded, training", [
+    ({"seed": 1}, "seed 1"),
+    # older analyses record no seed: the checkpoints' folder tells the training; the 30 of
+    # docs/results/converged/en-de/baseline-s5/figure5 (steps 100..3000) were averaged into
+    # encoder-decoder {6} (its converged checkpoint learns {2,1,3})
+    ({"checkpoint": "run/checkpoints/checkpoint_{steps}.pt"}, "checkpoints in run/checkpoints"),
+])  # fmt: skip
+def test_policy_refuses_checkpoints_of_one_training(tmp_path, capsys, recorded, training):
+    """fairseq-san-policy analysis/step*/ (the series fairseq-san-plot-js takes) averaged one
+    training's attention early and late into one policy without a word."""
+    paths = analyses_at_steps(tmp_path, recorded)
+    with pytest.raises(SystemExit):
+        policy_main([*paths, "--theta-decoder-self", "0.4"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {paths[0]} (step 100) and {paths[1]} (step 500) are "
+        f"checkpoints of one training ({training}): average the analyses of several seeds' "
+        "models, one checkpoint each"
+    )
+
+
+def test_policy_averages_two_systems_of_one_seed(tmp_path):
+    """A baseline and a SAN of seed 1, stopped at different steps, are two trainings (their
+    checkpoints' folders tell them apart): averaged, not refused."""
+    paths = analyses_at_steps(tmp_path, {"seed": 1, "checkpoint": "{steps}/checkpoints/best.pt"})
+    policy_main([*paths, "--theta-decoder-self", "0.4", "-o", str(tmp_path / "policy.json")])
+    assert json.loads((tmp_path / "policy.json").read_text())["decoder_self"] == [6]

@@ -1053,6 +1053,24 @@ def test_prepare_into_what_is_no_folder_name_or_with_no_vocabulary_size_is_one_l
         assert not (tmp_path / "data-bin").exists()
 
 
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_into_an_empty_out_dir_is_one_line(tmp_path, recipe):
+    """``prepare.sh en de "$DATA"`` with DATA unset prepared the default folder, which no later
+    command named, and said "done"."""
+    script, args, _ = PREPARE_RECIPES[recipe]
+    env = prepare_env(write_fake_multi30k(tmp_path / "multi30k"))
+    result = subprocess.run(["bash", str(script), *args("")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=400)  # fmt: skip
+    assert result.returncode == 2, output_of(result)[-3000:]
+    default = "data-bin/multi30k." + ("en-de" if recipe == "translation" else "en-lm")
+    assert lines(result.stderr) == [
+        f"prepare.sh: OUT_DIR is empty: name a folder, or leave it out for {default}; usage: "
+        + ("prepare.sh SRC TGT [OUT_DIR]" if recipe == "translation"
+           else "examples/lm/prepare.sh [OUT_DIR]")
+    ]  # fmt: skip
+    assert not (tmp_path / "data-bin").exists()
+
+
 def test_prepare_of_one_language_into_itself_is_one_line(tmp_path):
     """``prepare.sh en en`` made an en-en copy task, which the loop then trained."""
     raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"

@@ -75,6 +75,7 @@ def test_torchrun_ranks_that_cannot_meet_here_are_refused_before_anything_starts
     from fairseq_san.loop import recipe_options
 
     monkeypatch.setattr(recipe_options, "cuda_devices", lambda: gpus)
+    monkeypatch.setattr(recipe_options.shutil, "which", lambda command: f"/usr/bin/{command}")
     argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", launcher, "--", *train_args]
     if said is None:
         parse_recipe_args(LOOP, argv)
@@ -275,4 +276,28 @@ def test_a_theta_for_an_aan_decoders_self_attention_is_one_line(given, capsys):
     assert capsys.readouterr().err.splitlines() == [
         f"{LOOP}: --theta-self 0.3: an AAN decoder (--arch transformer_aan_small) has no "
         "self-attention weights to share; leave it out"
+    ]
+
+
+def test_a_launcher_not_found_is_refused_before_anything_starts(tmp_path, capsys):
+    """bash said "command not found" at the first training (exit 127), after run.json was
+    written; a dry run (for another machine) is not checked."""
+    argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", "torchrunx --nproc_per_node 2"]
+    with pytest.raises(SystemExit):
+        parse_recipe_args(LOOP, argv)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"{LOOP}: --launcher 'torchrunx --nproc_per_node 2': command not found: torchrunx"
+    parse_recipe_args(LOOP, argv + ["--dry-run"])
+
+
+def test_the_cpu_ranks_tool_as_a_launcher_is_refused_for_cpu_ranks(tmp_path, capsys):
+    """``--launcher "fairseq-san-cpu-ranks 2 --"`` trained, its ranks' logs written into the
+    folder the recipe was started from (--cpu-ranks gives it the iteration's)."""
+    argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", "fairseq-san-cpu-ranks 2 --"]
+    with pytest.raises(SystemExit):
+        parse_recipe_args(LOOP, argv)
+    assert capsys.readouterr().err.splitlines() == [
+        f"{LOOP}: --launcher 'fairseq-san-cpu-ranks 2 --': pass --cpu-ranks N instead (it writes "
+        "each rank's log into the iteration's folder; this launcher would write them where the "
+        "recipe was started)"
     ]

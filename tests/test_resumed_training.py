@@ -314,3 +314,18 @@ def test_a_checkpoint_copy_writes_through_a_link(tmp_path):
     assert checkpoint_utils.PathManager.copy(str(new), str(link), overwrite=True)
     assert link.is_symlink() and target.read_bytes() == b"new"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["elsewhere.pt", "last.pt", "new.pt"]
+
+
+def test_a_checkpoint_resumes_where_it_stopped_on_another_number_of_ranks():
+    """iterations_in_epoch counts one rank's batches: 2 ranks' checkpoint after 1 batch each
+    (2 of the epoch) resumed in 1 process read batch 1 again; 1 process's after 2 batches,
+    resumed by 2 ranks, skipped batches 2 and 3. A position the ranks cannot share is refused."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.resumed_training import resharded_position
+
+    state = {"epoch": 2, "iterations_in_epoch": 1, "shuffle": True}
+    assert resharded_position(state, 2, 1)["iterations_in_epoch"] == 2
+    assert resharded_position(dict(state, iterations_in_epoch=2), 1, 2)["iterations_in_epoch"] == 1
+    assert resharded_position(state, 2, 2) is state
+    with pytest.raises(UsageError, match="cannot share out"):
+        resharded_position(dict(state, iterations_in_epoch=3), 1, 2)

@@ -19,6 +19,9 @@ case ${1:-} in
   -*) echo "prepare.sh: unknown option $1; $USAGE" >&2; exit 2 ;;  # mkdir made "--x/text"
 esac
 [ $# -le 1 ] || { echo "$USAGE" >&2; exit 2; }
+[ $# -eq 0 ] || [ -n "$1" ] || {  # an unset variable ("$DATA") prepared the default silently
+  echo "prepare.sh: OUT_DIR is empty: name a folder, or leave it out for" \
+    "data-bin/multi30k.en-lm; $USAGE" >&2; exit 2; }
 OUT=${1:-data-bin/multi30k.en-lm}
 check_out_dir "$OUT"
 GIVEN=${VOCAB_SIZE:-}

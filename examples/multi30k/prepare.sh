@@ -23,6 +23,9 @@ done
 SRC=$1 TGT=$2
 [ "$SRC" != "$TGT" ] || { echo "prepare.sh: SRC and TGT are both $SRC: give two languages" >&2
   exit 2; }
+[ $# -lt 3 ] || [ -n "$3" ] || {  # an unset variable ("$DATA") prepared the default silently
+  echo "prepare.sh: OUT_DIR is empty: name a folder, or leave it out for" \
+    "data-bin/multi30k.$SRC-$TGT; $USAGE" >&2; exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
 case $OUT in  # sentencepiece's input= and fairseq-preprocess's --testpref list files with ','
   *[,:]*) echo "prepare.sh: OUT_DIR $OUT holds ',' or ':', which sentencepiece and fairseq read" \

@@ -141,6 +141,11 @@ class SystemSpec:
             options.chosen_decoding(decoding, legacy)
         except UsageError as two_decoders:
             raise ValueError(f"{what}: {two_decoders}") from None
+        if options.DECODING.name in self.overrides and decoding != STATIC == str(legacy):
+            raise ValueError(  # chosen_decoding reads a fairseq decoding as the default's
+                f'{what}: "san_decoding": "{decoding}" and the deprecated "san_decoder": '
+                f'"{STATIC}" choose two decoders: give "san_decoding" alone'
+            )
         for key in ("san_decoder_execution", "san_decoder_precision"):
             if key in self.overrides and self.decoder != STATIC:
                 raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')

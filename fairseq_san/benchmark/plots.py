@@ -18,7 +18,7 @@ def plot_speed_vs_beam(results: Dict, path: Path) -> None:
             points = [(b, setting_run(system, b, mode).get("tokens_per_second"), "") for b in beams]
             series[name] = [p for p in points if p[1] is not None]
         panels[f"speed vs beam size ({mode} lengths)"] = series
-    plots.speed_curves(panels, "beam size", str(path))
+    plots.speed_curves(panels, "beam size", str(path), xticks=beams)
 
 
 def plot_speed_vs_bleu(results: Dict, path: Path) -> None:

@@ -119,12 +119,19 @@ def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:
     when ``state`` is no fairseq checkpoint."""
     import torch
 
-    from fairseq_san.checkpoints import CheckpointError, content_problem
+    from fairseq_san.checkpoints import CheckpointError, content_problem, tensor_problem
 
     model = state.get("model") if isinstance(state, dict) else None
     if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
         problem = content_problem(path) or "its 'model' is not a dict of tensors"
         raise CheckpointError(f"cannot average checkpoint {path}: {problem}")
+    for name, tensor in model.items():  # a sparse or meta one failed inside torch's sum
+        problem = tensor_problem(tensor)
+        if problem is not None:
+            raise CheckpointError(
+                f"cannot average checkpoint {path}: its {name} is {problem}; fairseq-train "
+                "saves dense real-valued tensors"
+            )
     return model
 
 

@@ -80,6 +80,17 @@ def command_arguments_problem(command: List[str]) -> Optional[str]:
     return None
 
 
+def help_asked(command: List[str]) -> Optional[str]:
+    """Where the command asks for its help (``-h``, ``--help``), which each rank would print
+    after the missing --arch was refused: what prints it; else None."""
+    if not {"-h", "--help"} & set(command[1:]):
+        return None
+    return (
+        f"{os.path.basename(command[0])} --help prints its options: run it alone, without "
+        "fairseq-san-cpu-ranks (fairseq-san-cpu-ranks --help prints this tool's)"
+    )
+
+
 def missing_arch(command: List[str]) -> Optional[str]:
     """Why fairseq-train cannot run ``command``, which names no ``--arch``: each rank printed
     fairseq's traceback of a RuntimeError without a message (the plugin's own check of
@@ -267,8 +278,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{cores} (--update-freq trains the batch of more ranks)"
         )
     problem = (
-        command_problem(command[0]) or command_arguments_problem(command) or missing_arch(command)
-    )
+        command_problem(command[0]) or help_asked(command) or command_arguments_problem(command)
+        or missing_arch(command)
+    )  # fmt: skip
     if problem:
         parser.error(problem)
     if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):

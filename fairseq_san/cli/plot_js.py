@@ -13,6 +13,7 @@ anything else is refused. Two trainings of one recipe and one seed cannot be tol
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -22,6 +23,7 @@ from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import (
     KINDS,
+    LN2,
     PolicyError,
     check_js,
     check_one_source,
@@ -76,11 +78,25 @@ def read_analysis(path: str) -> dict:
         data = load_json_object(path, "analysis")
     except PolicyError as err:
         raise PlotError(str(err)) from None
+    if is_policy(data):
+        raise PlotError(
+            f'"{path}" holds block sizes (a sharing policy), not JS matrices: give the js.json '
+            "that fairseq-validate --task translation_san --san-analysis-dir writes"
+        )
     steps = data.get("num_updates")
     if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= MAX_STEPS:
         shown = abbreviated(repr(steps))
         raise PlotError(f'"{path}" has no training steps ("num_updates": {shown})')
     return data
+
+
+def is_policy(data: dict) -> bool:
+    """Whether ``data`` reads as a sharing policy (block sizes per kind), not an analysis."""
+    values = [data.get(kind) for kind in KINDS if data.get(kind) is not None]
+    return bool(values) and all(
+        isinstance(value, list) and value and all(type(size) is int for size in value)
+        for value in values
+    )  # fmt: skip
 
 
 def check_layers(reference: int, layers: List[int], size: int, kind: str, path: str) -> None:
@@ -145,9 +161,16 @@ def check_matrices(analyses: List[Tuple[str, dict]]) -> None:
         for kind in KINDS:
             if data.get(kind) is not None:
                 try:
-                    check_js(data[kind])
+                    matrix = check_js(data[kind])
                 except PolicyError as err:
                     raise PlotError(f"{path}: {kind}: {err}") from None
+                if any(value > LN2 for row in matrix for value in row):
+                    print(
+                        f"fairseq-san-plot-js: note: {path}: {kind} holds JS values above ln 2 = "
+                        f"{LN2:.4f}, the largest in nats (what fairseq-validate --san-analysis-dir "
+                        "writes): values in bits are drawn beside the others as if in nats",
+                        file=sys.stderr,
+                    )
 
 
 def model_of(data: dict) -> str:
@@ -209,6 +232,15 @@ def check_output(path: str, inputs: List[str]) -> None:
         raise PlotError(
             f"-o {path}: end the name in a figure format's extension ({', '.join(formats)})"
         )
+    if extension == "pgf":  # matplotlib's pgf backend runs LaTeX: a RuntimeError traceback
+        import matplotlib
+
+        texsystem = matplotlib.rcParams["pgf.texsystem"]
+        if shutil.which(texsystem) is None:
+            raise PlotError(
+                f"-o {path}: a .pgf figure needs {texsystem}, which is not installed: write a "
+                ".pdf or .svg"
+            )
 
 
 @quiet_when_output_closes

@@ -19,6 +19,7 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 
 import argparse
 import difflib
+import json
 import os
 import sys
 from typing import Optional
@@ -140,21 +141,53 @@ def check_no_misspelt_kind(analysis: dict, path: str) -> None:
             raise PolicyError(f'{path}: unknown key "{key}": did you mean "{meant[0]}"?')
 
 
-def check_some_matrix(js_by_kind: dict, paths: list[str]) -> None:
-    """PolicyError for analyses with no JS matrix (every kind null or missing): a policy file
+def training_of(analysis: dict) -> Optional[str]:
+    """What tells an analysis' training apart, as far as it records it: its seed and the folder
+    of its checkpoint (a save dir holds one training's checkpoints; older analyses record no
+    seed, and two systems of one seed train in two folders); None where it records neither."""
+    said = []
+    if analysis.get("seed") is not None:
+        said.append(f"seed {json.dumps(analysis['seed'])}")
+    checkpoint = analysis.get("checkpoint")
+    if isinstance(checkpoint, str) and os.path.dirname(checkpoint):
+        said.append(f"checkpoints in {os.path.dirname(checkpoint)}")
+    return ", ".join(said) or None
+
+
+def check_one_step_per_training(analyses: list, paths: list[str]) -> None:
+    """PolicyError naming two analyses of one training (``training_of``) at different training
+    steps: their mean mixes one model's attention early and late in training
+    (``fairseq-san-policy analysis/step*/``, the series fairseq-san-plot-js takes), where the
+    mean is meant to be over seeds."""
+    first_of_training: dict = {}
+    for analysis, path in zip(analyses, paths):
+        training, steps = training_of(analysis), analysis.get("num_updates")
+        if training is None or steps is None:
+            continue
+        earlier = first_of_training.setdefault(training, (path, steps))
+        if earlier[1] != steps:
+            raise PolicyError(
+                f"{earlier[0]} (step {earlier[1]}) and {path} (step {steps}) are checkpoints of "
+                f"one training ({training}): average the analyses of several seeds' models, one "
+                "checkpoint each"
+            )
+
+
+def check_some_matrix(analysis: dict, path: str) -> None:
+    """PolicyError for an analysis with no JS matrix (every kind null or missing): a policy file
     given for an analysis learned "no sharing" without a word; and for a kind that is neither a
     matrix nor null (text, a dict), which read as missing."""
     for kind in KINDS:
-        value = js_by_kind.get(kind)
+        value = analysis.get(kind)
         if value is not None and not isinstance(value, list):
             raise PolicyError(
-                f"{', '.join(paths)}: {kind} is {type(value).__name__} {value!r:.40}, not a JS "
-                "matrix (a list of rows) or null"
+                f"{path}: {kind} is {type(value).__name__} {value!r:.40}, not a JS matrix (a "
+                "list of rows) or null"
             )
-    if not any(isinstance(js_by_kind.get(kind), list) for kind in KINDS):
+    if not any(isinstance(analysis.get(kind), list) for kind in KINDS):
         raise PolicyError(
-            f"{', '.join(paths)}: no JS matrix (keys {', '.join(KINDS)} null or missing): give "
-            "the js.json that fairseq-validate --san-analysis-dir writes"
+            f"{path}: no JS matrix (keys {', '.join(KINDS)} null or missing): give the js.json "
+            "that fairseq-validate --san-analysis-dir writes"
         )
 
 
@@ -224,8 +257,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         analyses = [load_json_object(path, "JS file") for path in paths]
         for analysis, path in zip(analyses, paths):
             check_no_misspelt_kind(analysis, path)
-        js_by_kind = analyses[0] if len(analyses) == 1 else mean_js(analyses, paths)
-        check_some_matrix(js_by_kind, paths)
+            check_some_matrix(analysis, path)
+        check_one_step_per_training(analyses, paths)
+        js_by_kind = mean_js(analyses, paths)  # of one: its matrices, checked naming the file
         check_decoder_self_theta(js_by_kind, thetas)
         policy = learn_policy(js_by_kind, thetas)
         warn_of_ignored_thetas(js_by_kind, thetas, paths)

@@ -35,6 +35,13 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   rank (fairseq keeps the mean over the ranks and saves it); a larger cap trains on. A new run
   from another's weights (as for the patience) counts its own time from zero: fairseq gave it
   the time of the run it started from.
+
+* **The ranks.** A checkpoint's place in its epoch (``train_iterator``'s
+  ``iterations_in_epoch``) counts one rank's batches: rank R of N reads batches R, R + N, ...
+  A run of 2 ranks resumed as one process read its last batch again, and one process's resumed
+  by 2 ranks skipped two, without a word. The number of ranks is saved with the checkpoint, and
+  the place is converted for the ranks that resume it (a place they cannot share out, as 3
+  batches between 2 ranks, is refused, naming ``--reset-dataloader``).
 """
 
 import contextvars
@@ -101,6 +108,30 @@ def _noting_the_seed_plus_epoch(get_train_iterator):
 
 
 PATIENCE_STATE = "fairseq_san_patience"  # extra_state's key: should_stop_early's attributes
+# extra_state's key: the ranks the run's batches were sharded over (train_iterator's
+# iterations_in_epoch counts one rank's batches: of every SHARDS batches, the rank's one)
+SHARDS_STATE = "fairseq_san_data_shards"
+
+
+def resharded_position(itr_state: dict, saved_shards: int, shards: int) -> dict:
+    """``itr_state`` (the checkpoint's train_iterator) for ``shards`` ranks where ``saved_shards``
+    saved it: each rank had read ``iterations_in_epoch`` batches of its shard (batches R, R + N,
+    ...), ``iterations_in_epoch * saved_shards`` of the epoch's in all. A position that the new
+    ranks cannot reach together is refused: they would read batches again or skip some."""
+    done = itr_state.get("iterations_in_epoch", 0) * saved_shards
+    if saved_shards == shards or done == 0:
+        return itr_state
+    if done % shards:
+        from fairseq_san.errors import UsageError
+
+        raise UsageError(
+            f"the checkpoint was saved by {saved_shards} rank(s) after {done} batches of epoch "
+            f"{itr_state.get('epoch')}, which {shards} rank(s) cannot share out: resume with "
+            f"{saved_shards} rank(s), or with --reset-dataloader (the epoch starts again)"
+        )
+    logger.info("resuming %d rank(s)' checkpoint with %d: %d batches of the epoch read",
+                saved_shards, shards, done)  # fmt: skip
+    return dict(itr_state, iterations_in_epoch=done // shards)
 
 
 def patience_counter():
@@ -109,12 +140,16 @@ def patience_counter():
     return getattr(running_command("fairseq_cli.train"), "should_stop_early", None)
 
 
-def _saving_the_patience(save_checkpoint):
+def _saving_the_run_state(save_checkpoint):
+    """The trainer's ``save_checkpoint``, saving the patience's count and the number of ranks
+    the batches were shared out to in its ``extra_state``."""
+
     @functools.wraps(save_checkpoint)
     def wrapper(self, filename, extra_state):
         counted = patience_counter()
         if hasattr(counted, "num_runs"):
             extra_state[PATIENCE_STATE] = {"best": counted.best, "num_runs": counted.num_runs}
+        extra_state[SHARDS_STATE] = self.data_parallel_world_size
         return save_checkpoint(self, filename, extra_state)
 
     return wrapper
@@ -139,6 +174,24 @@ def _restoring_the_run_state(load_checkpoint):
         if saved is not None and counted is not None and not new_run:
             counted.best, counted.num_runs = saved["best"], saved["num_runs"]
         return extra_state, epoch_itr
+
+    return wrapper
+
+
+def _resharding_the_position(load_checkpoint):
+    """The trainer's ``load_checkpoint``, its epoch's place converted for this run's ranks
+    (``resharded_position``), unless ``--reset-dataloader`` has it not read."""
+
+    @functools.wraps(load_checkpoint)
+    def wrapper(self, *args, **kwargs):
+        extra_state = load_checkpoint(self, *args, **kwargs)
+        saved = (extra_state or {}).get(SHARDS_STATE)
+        reset = getattr(getattr(self.cfg, "checkpoint", None), "reset_dataloader", False)
+        if saved and "train_iterator" in extra_state and not reset:  # reset: not read
+            extra_state["train_iterator"] = resharded_position(
+                extra_state["train_iterator"], saved, self.data_parallel_world_size
+            )
+        return extra_state
 
     return wrapper
 
@@ -204,5 +257,6 @@ def install() -> None:
 
         wrap_once(train, "train", _stopping_at_a_reached_limit)
         wrap_once(Trainer, "get_train_iterator", _noting_the_seed_plus_epoch)
-        wrap_once(Trainer, "save_checkpoint", _saving_the_patience)
+        wrap_once(Trainer, "save_checkpoint", _saving_the_run_state)
+        wrap_once(Trainer, "load_checkpoint", _resharding_the_position)
         wrap_once(checkpoint_utils, "load_checkpoint", _restoring_the_run_state)

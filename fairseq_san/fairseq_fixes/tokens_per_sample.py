@@ -27,7 +27,9 @@ The sizes now count it, and so does the check of ``--tokens-per-sample``.
 ``install()`` wraps ``LanguageModelingTask.__init__`` so that the task refuses either in one line
 naming both options (``UsageError``) before any data is read, and
 ``LanguageModelingTask.eval_lm_dataloader`` so that fairseq-eval-lm refuses samples longer than
-the model's positions before it evaluates any. When fairseq-eval-lm is the running command, its
+the model's positions before it evaluates any, and ``filter_indices_by_size`` so that the other
+commands refuse them naming the fix (fairseq's "Size of sample #22 is invalid" advised skipping
+one, where at the default --tokens-per-sample every one was too long). When fairseq-eval-lm is the running command, its
 ``main`` is wrapped too, so that a ``--context-window`` that leaves no token to score is refused
 naming the sizes given (``check_context_window``), before ``main`` takes one from the other.
 """
@@ -119,9 +121,11 @@ def check_samples_fit(
     context_window: int = 0,
     block: int = 0,
     start: int = 0,
+    consequence: str = ", and fairseq-eval-lm would skip them (the perplexity of the rest)",
 ) -> None:
     """Refuse samples of ``dataset`` longer than the model's ``positions`` (an int for a language
-    model), which fairseq-eval-lm would skip; ``break_mode`` is ``--sample-break-mode``. With a
+    model), which fairseq-eval-lm would skip (``consequence``, said after the count);
+    ``break_mode`` is ``--sample-break-mode``. With a
     ``--context-window`` C a sample is fed after up to C tokens of the ones before it, no more than
     fill ``block`` + C (``block``: ``--tokens-per-sample`` after eval-lm took C from it;
     ``LMContextWindowDataset``): positions fairseq never checks. ``start``: the start tokens
@@ -136,8 +140,8 @@ def check_samples_fit(
         return
     raise UsageError(
         f"{longer} of the {len(dataset)} samples are longer than the model's {positions} "
-        f"positions{context_said(context_window)}, and fairseq-eval-lm would skip them (the "
-        f"perplexity of the rest): {samples_fix(positions, break_mode, context_window, start)}"
+        f"positions{context_said(context_window)}{consequence}: "
+        f"{samples_fix(positions, break_mode, context_window, start)}"
     )
 
 
@@ -181,6 +185,25 @@ def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
     return wrapper
 
 
+def _checking_filtered(filter_indices_by_size: Callable) -> Callable:
+    """The task's ``filter_indices_by_size`` (fairseq-generate's, fairseq-validate's, training's
+    validation), after ``check_samples_fit`` of a loaded split that is not to skip invalid
+    inputs: fairseq's "Size of sample #22 is invalid" advised skipping it, where at the default
+    --tokens-per-sample (1024) for a model of 128 positions every sample was too long, and
+    skipping them left nothing to batch."""
+
+    @functools.wraps(filter_indices_by_size)
+    def wrapper(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        split = any(dataset is loaded for loaded in self.datasets.values())  # not typed prompts
+        if split and not ignore_invalid_inputs:
+            break_mode = getattr(self.args, "sample_break_mode", None)
+            check_samples_fit(dataset, max_positions, break_mode, start=start_tokens(self.args),
+                              consequence="")  # fmt: skip
+        return filter_indices_by_size(self, indices, dataset, max_positions, ignore_invalid_inputs)
+
+    return wrapper
+
+
 def _sized_with_start_tokens(load_dataset: Callable) -> Callable:
     """The task's ``load_dataset``, its samples' sizes counting ``--add-bos-token``'s start token,
     which fairseq's ``MonolingualDataset`` puts before each sample after it measured them: every
@@ -207,6 +230,7 @@ def install() -> None:
 
     wrap_once(LanguageModelingTask, "__init__", _checking)
     wrap_once(LanguageModelingTask, "eval_lm_dataloader", _checking_samples)
+    wrap_once(LanguageModelingTask, "filter_indices_by_size", _checking_filtered)
     wrap_once(LanguageModelingTask, "load_dataset", _sized_with_start_tokens)
     eval_lm = running_command("fairseq_cli.eval_lm")
     if getattr(eval_lm, "main", None) is not None:

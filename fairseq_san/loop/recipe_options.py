@@ -18,6 +18,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
@@ -381,6 +382,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     check_warm_start_kept(recipe, train_args, values)
     check_theta_read(recipe, own, values, train_args)
     check_launcher_ranks(recipe, values, train_args)
+    check_launcher_command(recipe, values)
     if "WARM_UPDATES" in values and not values["WARM_UPDATES"]:
         updates = values["UPDATES"].strip()
         # half of --updates, at least 1 (--updates 1 made it 0, refused as if the user gave it)
@@ -451,6 +453,23 @@ def check_launcher_ranks(recipe: str, values: Dict[str, str], train_args: Sequen
     nccl = train_arg(train_args, "--distributed-backend", "nccl") == "nccl"
     if ranks > here and nccl and "--cpu" not in train_args:
         refuse(recipe, f"{launcher} {nccl_ranks_problem(ranks, here)} (after --)")
+
+
+def check_launcher_command(recipe: str, values: Dict[str, str]) -> None:
+    """Refuse, before the run dir is made, a --launcher whose command is not found here: bash
+    said "command not found" at the first training (exit 127), after run.json was written (a
+    dry run is planned for another machine: not checked); and fairseq-san-cpu-ranks as the
+    launcher, for ``--cpu-ranks``, which gives it the iteration's folder for its ranks' logs."""
+    if not values.get("LAUNCHER"):
+        return
+    words = launcher_words(recipe, values)
+    launcher = shlex.quote(values["LAUNCHER"])
+    if words and os.path.basename(words[0]) == "fairseq-san-cpu-ranks":  # no --log-dir given it
+        refuse(recipe, f"--launcher {launcher}: pass --cpu-ranks N instead (it writes each "
+               "rank's log into the iteration's folder; this launcher would write them where "
+               "the recipe was started)")  # fmt: skip
+    if words and values.get("DRY_RUN") != "1" and shutil.which(words[0]) is None:
+        refuse(recipe, f"--launcher {launcher}: command not found: {words[0]}")
 
 
 def start_options(recipe: str, values: Dict[str, str]) -> List[str]:

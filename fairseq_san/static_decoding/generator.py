@@ -155,7 +155,10 @@ class StaticSequenceGenerator(nn.Module):
         fairseq-train's ``--fp16`` half-precision model, ``check_eval_bleu_precision``)."""
         super().__init__()
         if len(models) != 1:
-            raise StaticDecoderError("ensembles (more than one checkpoint in --path)")
+            raise StaticDecoderError(  # not "in --path": the hub loads them from checkpoint_file
+                "ensembles (several checkpoints, as --path A.pt:B.pt or the hub's "
+                "checkpoint_file='A.pt:B.pt' load them)"
+            )
         check_temperature(temperature)
         self.model = models[0]
         if self.needs_encoder and getattr(self.model, "encoder", None) is None:

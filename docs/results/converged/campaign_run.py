@@ -43,7 +43,8 @@ Slices, in order:
   them, then the benchmark into en-de/bench-trained, never over the converged models' (what the
   call's time does not hold: in a second call on the same warm machine).
 
-A slice cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
+Ctrl-C or SIGTERM stops every command the slice runs, packs what ran and exits 130. A slice
+cut short runs again and skips what finished (RUN/done.iter<k>: trained and tested; a
 held-out translation stopped at the deadline leaves what it wrote and is not redone): on the
 same machine from RUNS, on a fresh one from the run dirs collected here (RESULTS), restored
 without what did not finish (checkpoints never travel). ``collect`` unpacks the archives given
@@ -86,13 +87,14 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable, Dict, List, Optional, Sequence
+from typing import IO, Callable, Dict, List, Optional, Sequence, Set
 
-from campaign_slices import SLICES, restore, unsettled, untrained
+from campaign_slices import PRESET, SLICES, restore, unsettled, untrained
 from fairseq_san.files import glob_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +114,7 @@ STATIC_EXECUTIONS = {execution: json.dumps({"san_decoding": "static",
                      for execution in ("eager", "graph")}  # fmt: skip
 SMOKE_JOB_S = 120  # seconds one multi-GPU smoke run may take (where JOB_S is not set)
 DEADLINE_STATUS = 124  # timeout's: a command stopped at the slice's deadline
+INTERRUPTED_STATUS = 130  # the slice's, stopped by Ctrl-C or SIGTERM (128 + SIGINT, as bash's)
 POLL_S = 10  # how often Figure 5 looks for new checkpoints
 # The settings a slice's provenance keeps.
 RECORDED = ("CAP_MIN", "UPDATES", "EVAL_S", "DECODE_BATCH_SIZE", "SLICE_S", "PRESET", "SEEDS",
@@ -174,7 +177,7 @@ class Settings:
         text = {  # each setting as given, else its default
             "CAP_MIN": "2.5" if bench else "6.5", "UPDATES": "1000000" if bench else "3000",
             "EVAL_S": "130", "DECODE_BATCH_SIZE": "128", "SLICE_S": "540",
-            "PRESET": "examples/presets/gpu-converge.args", "SEEDS": "2 3", "STAGE2_SEED": "4",
+            "PRESET": PRESET, "SEEDS": "2 3", "STAGE2_SEED": "4",
             "ONLY": "", "TRAIN_EXTRA": "", "BENCH_S": "140", "JOB_S": "", "EVALUATE": "1",
         }  # fmt: skip
         text.update({name: value for name, value in os.environ.items()
@@ -311,6 +314,9 @@ class Slice:
         self.packed_after: Optional[int] = None  # ``commands`` when the last archive was packed
         self.asked: List[str] = []  # the run dirs the slice's schedule asked for (``selected``)
         self.failed: List[str] = []  # run dirs whose commands failed (not stopped by the deadline)
+        self.children: Set[subprocess.Popen] = set()  # the commands running now
+        self.starting = threading.Lock()  # a command starts, or the slice is interrupted
+        self.interrupted = False
 
     # --- printing, running, waiting -----------------------------------------------------------
 
@@ -327,9 +333,36 @@ class Slice:
             return 0
         if log:
             with open(log, "w", encoding="utf-8") as handle:
-                return subprocess.run(words, stdout=handle, stderr=subprocess.STDOUT).returncode
+                return self.child(words, handle, subprocess.STDOUT)
         errors = subprocess.STDOUT if out else None  # a job's log takes both
-        return subprocess.run(words, stdout=out or sys.stdout, stderr=errors).returncode
+        return self.child(words, out or sys.stdout, errors)
+
+    def child(self, words: Sequence[str], out: IO[str], errors: Optional[int]) -> int:
+        """``words`` run to its end, its exit status; once the slice is interrupted, a job's
+        command does not start (``INTERRUPTED_STATUS``), and only the main thread's (the
+        archive's) do."""
+        with self.starting:
+            if self.interrupted and threading.current_thread() is not threading.main_thread():
+                return INTERRUPTED_STATUS
+            process = subprocess.Popen(words, stdout=out, stderr=errors)
+            self.children.add(process)
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # the main thread's own command: stopped with the jobs'
+            process.terminate()
+            raise
+        finally:
+            with self.starting:
+                self.children.discard(process)
+
+    def interrupt(self) -> None:
+        """Stop every command running (Ctrl-C or SIGTERM): ``timeout`` runs a job's command in
+        a process group of its own, which the terminal's Ctrl-C does not reach, so a training
+        kept running after the slice ended; timeout passes the SIGTERM to its group."""
+        with self.starting:
+            self.interrupted = True
+            for process in self.children:
+                process.terminate()
 
     def run_or_stop(self, words: Sequence[str]) -> None:
         """``run``; a failure ends the slice with the command's exit status."""
@@ -484,9 +517,9 @@ class Slice:
         """A system's failure in the call's own output, not only in its run.log (a GPU call
         returns its output and an archive: a training that failed said "started" alone, and
         the call exited 0); one stopped at the deadline is said so, and resumes next call."""
-        if status == DEADLINE_STATUS:
-            self.say(f"== {name}: stopped at the deadline (exit {status}); the slice's next "
-                     "call resumes it")  # fmt: skip
+        if status == DEADLINE_STATUS or self.interrupted:
+            why = "interrupted" if self.interrupted else "stopped at the deadline"
+            self.say(f"== {name}: {why} (exit {status}); the slice's next call resumes it")
             return
         if out is not None:
             out.flush()
@@ -909,10 +942,18 @@ def main(argv: List[str]) -> int:
         except OSError as error:  # a traceback
             print(f"run.sh: {variable}={folder}: {error.strerror}", file=sys.stderr)
             return 2
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: packed, then ended
     try:
         SLICE_RUNNERS[name](run)
+    except KeyboardInterrupt:
+        run.interrupt()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second one ends the packing at once
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     finally:  # what ran is packed, also when the schedule stops on an error
         run.pack()
+    if run.interrupted:
+        run.say("== interrupted: what ran is packed; the slice's next call resumes it")
+        return INTERRUPTED_STATUS
     unknown = run.unknown_only()
     if unknown:  # said, not refused: a real call's schedule may leave one out (``unknown_only``)
         run.say(f"== note: ONLY names no run dir that the {name} slice asked for: "

@@ -58,6 +58,7 @@ import fairseq_san
 from campaign_summary import (
     ITERATION,
     PAIR_DIR,
+    REPO,
     finished_iterations,
     missing_reference,
     reference_file,
@@ -74,7 +75,6 @@ from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.policy import load_policy, write_policy
 from fairseq_san.scoring import read_generate_output, read_lines
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUNDLE = os.path.join("build", "offline-bundle")  # results.md's "How to run a slice" builds it here
 DEVICE_MIB = 64  # what one call of the device tool takes: the working tree and what it carries
 MIB = 1 << 20
@@ -83,6 +83,9 @@ PROVENANCE = "provenance"
 # What runs a slice besides run.sh (the scheduler, and this file's record and heldout): a change to
 # any of them refuses the archives it did not make.
 CODE = ("campaign_run.py", "campaign_slices.py")
+# The fairseq-train arguments of every converged model (campaign_run.py's PRESET default): an
+# archive trained with other arguments (PRESET set to a toy run's) is no converged evidence.
+PRESET = os.path.join("examples", "presets", "gpu-converge.args")
 ARCHIVE_NAME = re.compile(r"^converged-(en-de|pairs|tables|bench)[^/]*\.tar\.gz$")
 # What an archive may hold, as collect unpacks it into the folder of run.sh and its programs:
 # folders and regular files only (a link may point anywhere, and Python's tarfile "data" filter
@@ -112,6 +115,16 @@ def code_sha256(run_sh: str) -> str:
         with open(path, "rb") as handle:
             digest.update(handle.read())
     return digest.hexdigest()
+
+
+def preset_sha256(preset: str) -> Optional[str]:
+    """The sha256 of the PRESET file ``preset`` (relative: to the repository's root, where run.sh
+    runs), or None where there is none."""
+    try:
+        with open(os.path.join(REPO, preset), "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def gpu_name() -> str:
@@ -168,6 +181,7 @@ def record(
         "slice": slice_name,
         "command": list(command),
         "code_sha256": code_sha256(run_sh),
+        "preset_sha256": preset_sha256(settings.get("PRESET", PRESET)),
         "started": started,
         "finished": now.isoformat(),
         "gpu": gpu_name(),
@@ -294,7 +308,7 @@ def check_members(archive: str) -> List[str]:
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     """UsageError (one line) unless the archive holds only run dirs' data (``check_members``) and
     was packed by this code (``code_sha256``) running its slice, on a GPU and with the preset's
-    models (no TRAIN_EXTRA) unless ``allow_cpu``. The provenance is text in the archive, written
+    models (PRESET, no TRAIN_EXTRA) unless ``allow_cpu``. The provenance is text in the archive, written
     by whoever packed it: it tells slices apart, it does not prove where they ran."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
@@ -327,6 +341,13 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
         if provenance.get("gpu") in (None, "none") and not allow_cpu:
             raise UsageError(
                 f"{archive}: made where nvidia-smi named no GPU (a toy run's archive), refused: "
+                "ALLOW_CPU_ARCHIVES=1 collects it anyway"
+            )
+        preset = (provenance.get("settings") or {}).get("PRESET", PRESET)
+        if provenance.get("preset_sha256") != preset_sha256(PRESET) and not allow_cpu:
+            raise UsageError(
+                f"{archive}: trained with PRESET {preset!r}, whose arguments are not those of "
+                f"{PRESET} here (sha256 {provenance.get('preset_sha256')}), refused: "
                 "ALLOW_CPU_ARCHIVES=1 collects it anyway"
             )
         extra = (provenance.get("settings") or {}).get("TRAIN_EXTRA")

@@ -57,6 +57,8 @@ from fairseq_san.loop.train_log import read_train_log
 from fairseq_san.policy import Policy, format_policy, load_policy
 from fairseq_san.scoring import paired_bootstrap, seed_comparison
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 PAIR_DIR = re.compile(r"^[a-z]{2}-[a-z]{2}$")
 LOOP = re.compile(r"^loop(?:-(.+))?$")
 ITERATION = re.compile(r"^iter(\d+)$")
@@ -232,6 +234,15 @@ def loop_ends(results_dir: str, pair: str) -> List[dict]:
     return ends
 
 
+def recorded_path(path: str) -> str:
+    """``path`` as the summary records it, whatever the spelling of RESULTS (``./RESULTS/``,
+    absolute): relative to the repository where it lies inside it, else absolute; read back
+    with ``os.path.join(REPO, ...)``."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute, REPO)
+    return absolute if relative.split(os.sep)[0] == os.pardir else relative
+
+
 def system_row(
     run_dir: str, system: str, seed: int, iteration: int, results_dir: str
 ) -> Tuple[dict, dict]:
@@ -242,7 +253,7 @@ def system_row(
     updates, wall = log["updates"], log["wall_s"]
     learned = policy_path(run_dir, iteration + 1)
     training = {
-        "run_dir": run_dir,
+        "run_dir": recorded_path(run_dir),
         "iteration": iteration,
         "finished": is_finished(run_dir, iteration),  # trained and tested whole
         "cap_s": training_cap(run_dir),
@@ -451,7 +462,7 @@ def significance(
     tests = []
     for system, seed, baseline_seed in pairings(found):
         runs = [
-            (training["run_dir"], training["iteration"])
+            (os.path.join(REPO, training["run_dir"]), training["iteration"])
             for _, training in (found[("baseline", baseline_seed)], found[(system, seed)])
         ]
         for split, test_set in TEST_SPLITS.items():

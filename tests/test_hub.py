@@ -1401,7 +1401,7 @@ def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path)
     """``generation_args`` are the keywords of every call: those no generator reads were ignored
     too, except the ones the hub applies to the models as it builds them."""
     from fairseq_san.errors import UsageError
-    from fairseq_san.hub import check_generation_arg_keys
+    from fairseq_san.hub_loading import check_generation_arg_keys
 
     with pytest.raises(UsageError) as refused:
         from_pretrained(str(tmp_path), generation_args={"beam": 3, "nbest": 1})  # nothing there
@@ -1483,7 +1483,7 @@ def test_data_without_the_models_dictionaries_is_named(san_checkpoint, binarized
     (dict.txt) for a translation checkpoint: the same line, as for a translation's dictionaries
     alone; translation data for a language model: a FileNotFoundError for DATA/dict.txt."""
     from fairseq_san.errors import UsageError
-    from fairseq_san.hub import data_problem
+    from fairseq_san.hub_loading import data_problem
 
     with pytest.raises(UsageError) as refused:
         from_pretrained(san_checkpoint.parent, san_checkpoint.name)

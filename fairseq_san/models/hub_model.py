@@ -5,7 +5,7 @@ from typing import Any
 
 
 class HubModel:
-    """A model mixin: ``from_pretrained`` as ``fairseq_san.hub.from_pretrained``."""
+    """A model mixin: ``from_pretrained`` as ``fairseq_san.hub_loading.from_pretrained``."""
 
     @classmethod
     def from_pretrained(
@@ -13,7 +13,7 @@ class HubModel:
     ) -> Any:
         # Imported here: the hub imports the tasks (their checks of generation options), and
         # the models import no task.
-        from fairseq_san.hub import from_pretrained
+        from fairseq_san.hub_loading import from_pretrained
 
         return from_pretrained(
             cls, model_name_or_path, checkpoint_file, data_name_or_path, **kwargs

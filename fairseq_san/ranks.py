@@ -1,5 +1,5 @@
 """Whether the ranks a launcher starts on a machine can meet on its GPUs. Pure Python: read by
-fairseq-train's checks of torchrun's ranks (``fairseq_fixes.command_options``) and, before
+fairseq-train's checks of torchrun's ranks (``fairseq_fixes.world_size``) and, before
 anything starts, by the learn-to-share recipes' ``--launcher`` (``loop.recipe_options``)."""
 
 

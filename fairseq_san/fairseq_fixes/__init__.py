@@ -44,11 +44,14 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   (``option_ranges``: ``--update-freq 0``, ``--dropout 1.5``), ``--tokenizer moses`` without its
   languages, or with a plugin option that its task or model does not have or that it would
   ignore, is refused as it is parsed; ``--help`` lists the options of the model, task and other
-  components the command line chose (fairseq printed its help before it added them);
+  components the command line chose (fairseq printed its help before it added them); and, for
+  fairseq-train, ``world_size``: a world size below 1 or beyond the GPUs without a launcher,
+  torchrun's ranks take its world size, ranks that cannot train on CPUs are refused;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
-  and fairseq-eval-lm samples longer than the model's positions, the context window included,
-  or a ``--context-window`` that leaves nothing of them to score; its samples' sizes count
+  and samples longer than the model's positions (fairseq-eval-lm's, the context window
+  included, and fairseq-generate's), or a ``--context-window`` that leaves nothing of them to
+  score; its samples' sizes count
   ``--add-bos-token``'s start token (a sample as long as the positions was one too long);
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
   ``--shard-id`` name (it translated the whole subset in every shard);

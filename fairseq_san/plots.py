@@ -18,6 +18,9 @@ from fairseq_san.policy import LN2, format_blocks
 
 Matrix = Sequence[Sequence[float]]
 
+OUTLINE_INSET = 0.08  # how far (in cells) a block's outline lies inside its cells
+JS_LABEL = "JS divergence (nats)"
+
 # The decoder's kinds of attention that the paper's Figures 2 and 5 show, and their labels.
 DECODER_PANELS = (
     ("decoder_self", "Self-Attention"),
@@ -54,7 +57,8 @@ def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = N
              digits: int = 4, fontsize: float = 7) -> None:
     """One JS matrix on ``ax``: grey from 0 (black) to ``top`` (white), every cell's value written,
     layers numbered 1..L (columns on top, as in the paper), ``blocks`` (a policy's block sizes)
-    outlined in red along the diagonal."""
+    outlined in red along the diagonal, ``OUTLINE_INSET`` inside their cells: an outline on the
+    cells' edges lay under the axes' frame, a block of every layer ({6}) invisible."""
     from matplotlib.patches import Rectangle
 
     ax.imshow(matrix, cmap="gray", vmin=0.0, vmax=top)
@@ -70,8 +74,9 @@ def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = N
     ax.tick_params(length=0)
     start = 0
     for size in blocks or ():
-        ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False,
-                               edgecolor="red", linewidth=1.5))  # fmt: skip
+        corner = start - 0.5 + OUTLINE_INSET
+        ax.add_patch(Rectangle((corner, corner), size - 2 * OUTLINE_INSET, size - 2 * OUTLINE_INSET,
+                               fill=False, edgecolor="red", linewidth=1.5))  # fmt: skip
         start += size
 
 
@@ -100,7 +105,7 @@ def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     _draw_js(ax, matrix, top)
     image = ax.get_images()[0]
     bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    bar.set_label("JS divergence (nats)", fontsize=7)
+    bar.set_label(JS_LABEL, fontsize=7)
     bar.ax.tick_params(labelsize=6)
     if title:
         characters = max(int(width * 72 / (9 * 0.6)), 12)  # 9pt characters, about 0.6 em wide
@@ -117,16 +122,18 @@ def js_heatmap_grid(
     rows: Sequence[Tuple[str, Sequence[HeatmapPanel]]], path: str, title: Optional[str] = None
 ) -> None:
     """Write JS heatmaps in a grid, a row per model (its label on the left), all on one grey scale
-    (0 to the largest value of any panel), so that a darker cell anywhere means more similar
-    attention; each panel's ``blocks`` (a sharing policy's block sizes, or None) outlined in red.
+    with one colour bar at the right, so that a darker cell anywhere means more similar attention;
+    each panel's ``blocks`` (a sharing policy's block sizes, or None) outlined in red. The scale
+    runs from 0 to ln 2, or to the largest value of any panel above it, as ``js_heatmap``'s.
     """
     plt = _pyplot()
     matrices = [matrix for _, panels in rows for _, matrix, _ in panels]
-    top = _largest(matrices)
+    top = max(LN2, _largest(matrices))
     columns = max(len(panels) for _, panels in rows)
     side = 0.5 * max(len(matrix) for matrix in matrices) + 0.9
+    width = 0.8 + side * columns
     fig, axes = plt.subplots(
-        len(rows), columns, figsize=(0.4 + side * columns, 0.3 + side * len(rows)), squeeze=False
+        len(rows), columns, figsize=(width, 0.3 + side * len(rows)), squeeze=False
     )
     for axes_row, (label, panels) in zip(axes, rows):
         for ax, (panel_title, matrix, blocks) in zip(axes_row, panels):
@@ -137,45 +144,90 @@ def js_heatmap_grid(
             ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    _shared_colour_bar(fig, axes[0][0].get_images()[0], 1.0 - 0.5 / width)
     save(fig, path)
     plt.close(fig)
+
+
+def _shared_colour_bar(fig, image, right: float) -> None:
+    """Lay ``fig``'s panels out left of ``right`` (a fraction of its width) and put one colour bar
+    of ``image``'s scale beside them: a colour bar per panel would repeat one scale."""
+    fig.tight_layout(rect=(0.0, 0.0, right, 1.0))
+    drawn = [ax for ax in fig.axes if ax.get_images()]
+    for ax in drawn:
+        ax.apply_aspect()  # the square panels' boxes, narrower than their cells of the layout
+    boxes = [ax.get_position() for ax in drawn]
+    left, bottom = max(box.x1 for box in boxes), min(box.y0 for box in boxes)
+    height = max(box.y1 for box in boxes) - bottom
+    bar = fig.colorbar(image, cax=fig.add_axes((left + 0.02, bottom, 0.015, height)))
+    bar.set_label(JS_LABEL, fontsize=7)
+    bar.ax.tick_params(labelsize=6)
 
 
 PolicyBar = Tuple[str, Sequence[Tuple[float, float, Sequence[int]]]]  # model, [(low, high, blocks)]
 
 
+# Hatches that tell policies apart where colour does not (greyscale print), cycled with colours.
+POLICY_HATCHES = ("", "////", "....")
+
+
+def _policy_styles(policies: Sequence[Sequence[int]]) -> Dict[Tuple[int, ...], Tuple]:
+    """{blocks: (colour, hatch)}, one of each per distinct policy, ordered by number of blocks:
+    a shade by number of blocks alone drew {4,2}, {3,3} and {2,4} alike. tab20's neighbours
+    alternate dark and light, and the hatch changes too, so that they differ in greyscale."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab20"].colors
+    distinct = sorted({tuple(blocks) for blocks in policies}, key=lambda key: (len(key), key))
+    return {blocks: (palette[index % len(palette)], POLICY_HATCHES[index % len(POLICY_HATCHES)])
+            for index, blocks in enumerate(distinct)}  # fmt: skip
+
+
+def _policy_legend(fig, styles: Dict[Tuple[int, ...], Tuple]) -> None:
+    """A legend of every policy's colour and hatch below the panels: a narrow segment has no room
+    for its policy's name."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=colour, hatch=hatch, edgecolor="white", label=format_blocks(blocks))
+               for blocks, (colour, hatch) in styles.items()]  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 9), fontsize=7,
+               title="policy (block sizes)", title_fontsize=7, frameon=False)  # fmt: skip
+
+
 def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str) -> None:
     """Write the policy learned against theta: a panel per ``(title, theta used, bars)``, a bar per
     model whose segments are the theta ranges of its policies (block sizes), the theta used as a
-    red dashed line. A segment's shade says how much is shared (dark: one block of every layer,
-    light: no sharing); its policy is written on it where it fits."""
+    red dashed line. Each policy has its own colour and hatch (``_policy_styles``), named in the
+    legend below and written on its segment where it fits."""
     plt = _pyplot()
-    layers = max(sum(blocks) for _, _, bars in panels for _, segments in bars
-                 for *_, blocks in segments)  # fmt: skip
+    styles = _policy_styles([blocks for _, _, bars in panels for _, segments in bars
+                             for *_, blocks in segments])  # fmt: skip
     rows = max(len(bars) for _, _, bars in panels)
-    shade = plt.get_cmap("YlGnBu_r")
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.6 + 0.3 * rows),
-                             squeeze=False)  # fmt: skip
+    legend_rows = -(-len(styles) // 9)
+    legend_height = 0.3 + 0.17 * legend_rows
+    height = 0.6 + 0.3 * rows + legend_height
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), height), squeeze=False)
     for ax, (title, used, bars) in zip(axes[0], panels):
         lows, highs = zip(*((low, high) for _, segments in bars for low, high, _ in segments))
         span = max(highs) - min(lows)
         for row, (_, segments) in enumerate(bars):
             for low, high, blocks in segments:
-                level = (len(blocks) - 1) / max(layers - 1, 1)
-                ax.broken_barh([(low, high - low)], (row - 0.4, 0.8), facecolors=shade(level),
-                               edgecolors="white", linewidth=0.8)  # fmt: skip
+                colour, hatch = styles[tuple(blocks)]
+                ax.broken_barh([(low, high - low)], (row - 0.4, 0.8), facecolors=colour,
+                               edgecolors="white", linewidth=0.8, hatch=hatch)  # fmt: skip
                 label = format_blocks(blocks)
                 if high - low > 0.013 * span * len(label):  # a character: 1.3% of the panel
                     ax.text((low + high) / 2, row, label, ha="center", va="center", fontsize=6,
-                            color="white" if level < 0.5 else "black")  # fmt: skip
+                            bbox=dict(boxstyle="square,pad=0.1", facecolor="white",
+                                      edgecolor="none", alpha=0.8))  # fmt: skip
         ax.axvline(used, color="red", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"theta (dashed: {used})", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
+    _policy_legend(fig, styles)
+    fig.tight_layout(rect=(0.0, legend_height / height, 1.0, 1.0))
     save(fig, path)
     plt.close(fig)
 
@@ -198,7 +250,7 @@ def js_training_curves(
     fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, 3.2))
     for ax, (kind, label) in zip(axes, DECODER_PANELS):
         ax.set_xlabel(f"# of training steps\n({label})")
-        ax.set_ylabel("JS divergence (nats)")
+        ax.set_ylabel(JS_LABEL)
         # steps are whole: one checkpoint at step 3 was ticked 2.85, 2.90, ..., 3.15
         ax.xaxis.set_major_locator(
             MaxNLocator("auto", steps=[1, 2, 2.5, 5, 10], integer=True, min_n_ticks=1)
@@ -219,6 +271,46 @@ def js_training_curves(
     plt.close(fig)
 
 
+# Where a point's label may go, in points from it: rings of eight directions, nearest first.
+LABEL_OFFSETS = [(radius * dx, radius * dy) for radius in (4, 10, 16, 24, 32)
+                 for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1),
+                                (0, -1))]  # fmt: skip
+
+
+def _label_points(ax, series: "SpeedSeries") -> None:
+    """Write each point's label at the first of ``LABEL_OFFSETS`` where it overlaps no label or
+    marker already there and stays in the axes: beside every point, nearby systems' "b4" and
+    "b20" overprinted each other. A label moved past the first ring is tied to its point by a
+    line, and each is in its line's colour, so that it is told whose it is."""
+    from matplotlib.transforms import Bbox
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [Bbox.from_bounds(x - 4, y - 4, 8, 8)  # the markers, about 8 pixels wide
+             for line in ax.lines for x, y in ax.transData.transform(line.get_xydata())]
+    for line, points in zip(ax.lines, (points for points in series.values() if points)):
+        for x, speed, label in points:
+            if not label:
+                continue
+            for dx, dy in LABEL_OFFSETS:
+                text = ax.annotate(label, (x, speed), xytext=(dx, dy), textcoords="offset points",
+                                   fontsize=7, color=line.get_color(),
+                                   ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                                   va="bottom" if dy > 0 else "top" if dy < 0 else "center")
+                box = text.get_window_extent(renderer)
+                inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+                if inside and not any(box.overlaps(other) for other in taken):
+                    break
+                text.remove()
+            else:
+                continue  # nowhere free: left unlabelled rather than overprinted
+            taken.append(box)
+            if abs(dx) > LABEL_OFFSETS[0][0] or abs(dy) > LABEL_OFFSETS[0][1]:
+                ax.annotate("", (x, speed), xytext=(dx, dy), textcoords="offset points",
+                            arrowprops=dict(arrowstyle="-", color=line.get_color(), linewidth=0.5,
+                                            shrinkA=0, shrinkB=3))  # fmt: skip
+
+
 SpeedSeries = Dict[str, List[Tuple[float, float, str]]]  # system -> [(x, tokens/s, point label)]
 
 
@@ -229,7 +321,8 @@ def speed_curves(
 
     One panel per entry of ``panels`` (its key is the title), one line per system, each with its
     own marker (eight systems' colours alone were hard to tell where lines overlap); a point's
-    label (the beam size on a speed-vs-BLEU plot) is written beside it when not empty. ``xticks``
+    label (the beam size on a speed-vs-BLEU plot) is written near it when not empty, in its line's
+    colour, where it covers no other label (``_label_points``). ``xticks``
     (the beam sizes measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0, 7.5, ...
     The legend stands right of the last panel, off the lines it covered.
     """
@@ -243,10 +336,6 @@ def speed_curves(
                 continue
             xs, speeds, _ = zip(*points)
             ax.plot(xs, speeds, marker=markers[index % len(markers)], linewidth=1, label=system)
-            for x, speed, label in points:
-                if label:
-                    ax.annotate(label, (x, speed), fontsize=7, xytext=(3, 3),
-                                textcoords="offset points")  # fmt: skip
         if xticks is not None:
             ax.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
         ax.set_xlabel(xlabel)
@@ -257,5 +346,7 @@ def speed_curves(
     if drawn:
         drawn[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
+    for ax, series in zip(axes[0], panels.values()):
+        _label_points(ax, series)
     save(fig, path)
     plt.close(fig)

@@ -1303,3 +1303,29 @@ def test_speed_against_beam_is_ticked_at_the_beams(monkeypatch, tmp_path):
                "systems": {"base": {"settings": settings}}}  # fmt: skip
     plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
     assert ticks == [[4.0, 20.0]]
+
+
+def test_speed_against_bleu_writes_no_label_over_another(monkeypatch, tmp_path):
+    """Beside every point, san's and san-fast's "b4" and "b20" overprinted each other."""
+    pytest.importorskip("matplotlib")
+    from fairseq_san import plots
+    from fairseq_san.benchmark.plots import plot_speed_vs_bleu
+
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    measured = {"san": ((37.96, 2370.0), (38.25, 2090.0)),  # batch16's, nearly on each other
+                "san-fast": ((37.97, 2270.0), (38.24, 2150.0)),
+                "san-graph": ((37.97, 8830.0), (38.25, 6010.0))}  # fmt: skip
+    systems = {name: {"settings": {f"beam{b}_natural": {"bleu": bleu, "tokens_per_second": speed}
+                                   for b, (bleu, speed) in zip((4, 20), points)}}
+               for name, points in measured.items()}  # fmt: skip
+    plot_speed_vs_bleu({"config": {"beams": [4, 20], "modes": ["natural"]}, "systems": systems},
+                       tmp_path / "speed_vs_bleu.png")  # fmt: skip
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    labels = [text for text in fig.axes[0].texts if text.get_text()]
+    assert sorted(text.get_text() for text in labels) == ["b20"] * 3 + ["b4"] * 3
+    boxes = [text.get_window_extent(renderer) for text in labels]
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+    plots._pyplot().close(fig)

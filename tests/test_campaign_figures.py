@@ -103,9 +103,51 @@ def test_heatmap_outlines_each_block_of_a_policy_on_the_diagonal():
     plt = plots._pyplot()
     fig, ax = plt.subplots()
     plots._draw_js(ax, PAPER_ENCDEC, 0.8, [2, 1, 3])
-    outlines = [(patch.get_xy(), patch.get_width(), patch.get_height()) for patch in ax.patches]
+    outlines = [patch.get_bbox().extents for patch in ax.patches]
     plt.close(fig)
-    assert outlines == [((-0.5, -0.5), 2, 2), ((1.5, 1.5), 1, 1), ((2.5, 2.5), 3, 3)]
+    inset = plots.OUTLINE_INSET  # inside the cells, off the axes' frame
+    cells = [(-0.5, 1.5), (1.5, 2.5), (2.5, 5.5)]  # blocks {2,1,3} along the diagonal
+    assert [list(extents) for extents in outlines] == [
+        pytest.approx([low + inset, low + inset, high - inset, high - inset]) for low, high in cells]
+
+
+def drawn_figure(monkeypatch) -> list:
+    """The figures ``plots`` saves, kept open instead of written."""
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    return drawn
+
+
+def test_grid_has_one_colour_bar_in_nats_and_outlines_a_whole_matrix_inside_the_frame(
+    monkeypatch,
+):
+    """A {6} outline lay on the axes' frame, unseen, and the grid's one scale had no colour bar."""
+    drawn = drawn_figure(monkeypatch)
+    small = [[0.1 * (i != j) for j in range(6)] for i in range(6)]
+    plots.js_heatmap_grid([("a", [("self", small, [6]), ("encdec", small, [3, 3])])], "grid.png")
+    (fig,) = drawn
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "JS divergence (nats)"]
+    assert len(bars) == 1 and bars[0].get_ylim() == pytest.approx((0.0, LN2))  # js_heatmap's scale
+    (whole,) = fig.axes[0].patches
+    left, bottom, right, top = whole.get_bbox().extents
+    assert -0.5 < left < right < 5.5 and -0.5 < bottom < top < 5.5
+    plots._pyplot().close(fig)
+
+
+def test_policies_with_as_many_blocks_each_have_their_own_colour_named_in_a_legend(monkeypatch):
+    """A shade by number of blocks drew {4,2}, {3,3} and {2,4} alike."""
+    drawn = drawn_figure(monkeypatch)
+    bars = [("seed 1", [(0.4, 0.45, [4, 2]), (0.45, 0.5, [3, 3]), (0.5, 0.501, [2, 4])]),
+            ("seed 2", [(0.4, 0.5, [3, 3]), (0.5, 0.501, [6])])]  # fmt: skip
+    plots.policy_map([("Enc-Dec", 0.5, bars)], "map.png")
+    (fig,) = drawn
+    styles = [(tuple(collection.get_facecolor()[0]), collection.get_hatch())
+              for collection in fig.axes[0].collections]  # fmt: skip
+    assert len(set(styles[:3])) == 3 and styles[1] == styles[3]  # {3,3} alike in both bars
+    (legend,) = fig.legends
+    assert [text.get_text() for text in legend.get_texts()] == ["{6}", "{2,4}", "{3,3}", "{4,2}"]
+    plots._pyplot().close(fig)
 
 
 def test_grid_shares_one_grey_scale_and_leaves_missing_panels_blank(tmp_path, monkeypatch):

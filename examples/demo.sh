@@ -8,14 +8,18 @@
 #
 # Demo scale means a few hundred updates: the BLEU scores are far below a trained model's; the
 # speed ratio and the learned policy are the point. RUN_DIR (runs/demo) keeps everything; running
-# again resumes. UPDATES (100) sets the updates per iteration.
+# again resumes. UPDATES (100) sets the updates per iteration. DATA_DIR (data-bin/multi30k.en-de)
+# is where prepare.sh writes the binarized data: another one for other text (MULTI30K_DIR) or
+# another VOCAB_SIZE, which prepare.sh refuses to mix with the data prepared before.
 set -euo pipefail
 # A relative MULTI30K_DIR or RUN_DIR names a folder of the caller's directory, not the repository.
 [ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m "$MULTI30K_DIR")
 RUN=$(realpath -m "${RUN_DIR:-$(dirname "$0")/../runs/demo}")
+[ -z "${DATA_DIR:-}" ] || DATA_DIR=$(realpath -m "$DATA_DIR")
 cd "$(dirname "$0")/.."
 
-DATA=data-bin/multi30k.en-de
+DATA=${DATA_DIR:-data-bin/multi30k.en-de}  # as runs/demo/run.json recorded it before DATA_DIR
+
 UPDATES=${UPDATES:-100}
 
 examples/multi30k/prepare.sh en de "$DATA"

@@ -274,6 +274,16 @@ def test_prepare_again_from_another_multi30k_dir_is_one_line(prepared, multi30k_
         f"prepare.sh: {out} was prepared from other text than MULTI30K_DIR={other} "
         f"({other}/train.en.gz is not {out}/text/train.raw.en): choose another OUT_DIR\n"
     )), output_of(result)
+    # a MULTI30K_DIR misspelt, or holding none of the files, was "ready" too
+    (tmp_path / "empty").mkdir()
+    for given, said in ((tmp_path / "nowhere", "no such directory"),
+                        (tmp_path / "empty", f"holds none of {out}'s raw files (SPLIT.LANG.gz): "
+                                             "check MULTI30K_DIR")):  # fmt: skip
+        result = run_script(PREPARE, "en", "de", str(out), env=prepare_env(given))
+        assert (result.returncode, result.stderr) == (
+            1, f"prepare.sh: MULTI30K_DIR={given}: {said}\n" if "such" in said
+            else f"prepare.sh: MULTI30K_DIR={given} {said}\n"
+        ), output_of(result)
     assert snapshot(out) == before
 
 
@@ -1705,6 +1715,8 @@ def wmt14_stand_ins(tmp_path: Path, corpora: Sequence[str] = WMT14_CORPORA, stub
                 '  *) printf \'touch "%%s"\\n\' "$(dirname "$out")/ran" > "$out" ;;\n'
                 'esac\n' % (tmp_path / "curl.log", tree),
         "git": '[ "$1" = clone ] && mkdir -p "${!#}/.git"; exit 0\n',
+        # the recipe's 8 GPUs, checked before anything is downloaded
+        "nvidia-smi": 'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: stand-in"; done\n',
         **{name: 'echo "stand-in $0" >&2; exit 3\n' for name in stubs},
     }  # fmt: skip
     for name, body in commands.items():
@@ -1713,6 +1725,19 @@ def wmt14_stand_ins(tmp_path: Path, corpora: Sequence[str] = WMT14_CORPORA, stub
     env = cli_env()
     env["PATH"] = f"{fake_bin}{os.pathsep}{env['PATH']}"
     return env
+
+
+def test_wmt14_refuses_a_machine_without_its_gpus_before_downloading(tmp_path):
+    """Without 8 GPUs (a stand-in nvidia-smi that fails: none), the run stops in one line before
+    its work dir, downloads and preparation; fairseq-train refused it only hours later."""
+    work = tmp_path / "wmt14"
+    env = wmt14_stand_ins(tmp_path, stubs=("nvidia-smi",))
+    result = run_script(WMT14, str(work), env=env, timeout=120)
+    assert result.returncode == 1, output_of(result)[-3000:]
+    assert result.stderr.splitlines() == [
+        "run.sh: this machine has 0 GPUs, and the recipe trains on 8 (--distributed-world-size 8): "
+        "run it on such a machine, or --dry-run to print its commands"]
+    assert not work.exists() and not (tmp_path / "curl.log").exists()
 
 
 def test_wmt14_runs_no_preparation_script_but_the_pinned_one(tmp_path):

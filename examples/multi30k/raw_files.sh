@@ -77,18 +77,25 @@ check_same_raw() {  # check_same_raw OUT LANG...: a finished OUT holds the text 
   # (where set) in OUT/text/SPLIT.raw.LANG; one prepared from other files was "ready", and the
   # run went on with other data than asked for
   [ -n "${MULTI30K_DIR:-}" ] || return 0
-  local out=$1 pair lang raw kept
+  [ -d "$MULTI30K_DIR" ] || {  # a typo was "ready": nothing to compare with
+    echo "prepare.sh: MULTI30K_DIR=$MULTI30K_DIR: no such directory" >&2; exit 1; }
+  local out=$1 pair lang raw kept compared=0
   shift
   for pair in $splits test_2017_flickr:test1; do
     for lang in "$@"; do
       raw=$MULTI30K_DIR/${pair%%:*}.$lang.gz kept=$out/text/${pair##*:}.raw.$lang
       [ -f "$raw" ] && [ -f "$kept" ] || continue
+      compared=1
       gzip -dc "$raw" 2> /dev/null | cmp -s - "$kept" || {
         echo "prepare.sh: $out was prepared from other text than MULTI30K_DIR=$MULTI30K_DIR" \
           "($raw is not $kept): choose another OUT_DIR" >&2
         exit 1; }
     done
   done
+  [ "$compared" = 1 ] || {  # an empty or wrong folder was "ready" too
+    echo "prepare.sh: MULTI30K_DIR=$MULTI30K_DIR holds none of $out's raw files" \
+      "(SPLIT.LANG.gz): check MULTI30K_DIR" >&2
+    exit 1; }
 }
 
 raw_file() {  # raw_file SPLIT LANG -> path of the gzipped raw file (downloaded if needed)

@@ -65,6 +65,7 @@ TOOLS=(curl git tar perl python sha256sum fairseq-preprocess fairseq-train fairs
   fairseq-san-average fairseq-generate)
 DATA=$WORK/data-bin
 RUN=$WORK/run
+GPUS=8  # the paper's; fairseq-train's --distributed-world-size
 DRY=()
 [ "$DRY_RUN" = 1 ] && DRY=(--dry-run)
 
@@ -148,7 +149,16 @@ check_prepared() {  # refuse to binarize what the preparation left empty or unev
   done
 }
 
-[ "$DRY_RUN" = 1 ] || check_tools
+check_gpus() {  # refuse a real run on a machine without the 8 GPUs of its fairseq-train, before
+  # hours of downloads and preparation (fairseq-train refused --distributed-world-size 8 only then)
+  local gpus
+  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ') || gpus=0
+  [ "$gpus" -ge "$GPUS" ] || refuse "this machine has $gpus GPUs, and the recipe trains on \
+$GPUS (--distributed-world-size $GPUS): run it on such a machine, or --dry-run to print its \
+commands"
+}
+
+[ "$DRY_RUN" = 1 ] || { check_tools; check_gpus; }
 run mkdir -p "$WORK/orig"
 if ! done_before prepare; then
   for url in "${ARCHIVES[@]}"; do
@@ -181,7 +191,7 @@ run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "
 "$(dirname "$0")/../learn_to_share.sh" "${DRY[@]}" --data "$DATA" --run-dir "$RUN" \
   --arch transformer_san_base --theta-self 0.4 --theta-encdec 0.5 --updates 100000 \
   --valid-ref "$PREPARED/valid.ref.de" --post-process subword_nmt \
-  -- --distributed-world-size 8 --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
+  -- --distributed-world-size "$GPUS" --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
   --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
 
 FINAL=$RUN/final

@@ -23,8 +23,11 @@ USAGE="usage: examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]"
 DRY_RUN=0 WORK=
 for arg in "$@"; do  # --dry-run anywhere: given after WORK_DIR, it was taken for a real run
   case $arg in
+    -h | --help) echo "$USAGE"; exit 0 ;;
     --dry-run) DRY_RUN=1 ;;
     -*) echo "run.sh: unknown option $arg; $USAGE" >&2; exit 2 ;;
+    "") echo "run.sh: WORK_DIR is empty (an unset \"\$WORK\"?): name a folder, or leave it" \
+      "out for runs/wmt14_en_de; $USAGE" >&2; exit 2 ;;
     *) [ -z "$WORK" ] || { echo "run.sh: one WORK_DIR only; $USAGE" >&2; exit 2; }; WORK=$arg ;;
   esac
 done

@@ -268,14 +268,21 @@ def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Diction
                 "sentence, in their order"
             )
         ids = value if key == "prefix_tokens" else value[:, 1:]  # a packed row: its count first
-        outside = ids[(ids < 0) | (ids >= len(dictionary))]
-        if len(outside):  # fairseq's search failed on them: an IndexError
+        outside = id_outside(ids, len(dictionary))
+        if outside is not None:  # fairseq's search failed on them: an IndexError
             raise UsageError(
-                f"{given} holds token id {int(outside[0])}, outside the model's target dictionary "
+                f"{given} holds token id {outside}, outside the model's target dictionary "
                 f"(0..{len(dictionary) - 1})"
             )
         rows[key] = value
     return rows
+
+
+def id_outside(ids: torch.Tensor, entries: int) -> Optional[int]:
+    """The first of ``ids`` that is no id of a dictionary of ``entries`` (below 0, or not below
+    ``entries``), or None."""
+    outside = ids[(ids < 0) | (ids >= entries)]
+    return int(outside.flatten()[0]) if outside.numel() else None
 
 
 def checked_allowed_tokens(allowed_tokens: Callable, entries: int) -> Callable:
@@ -291,12 +298,11 @@ def checked_allowed_tokens(allowed_tokens: Callable, entries: int) -> Callable:
                 "prefix_allowed_tokens_fn returned None: return the allowed token ids (all of "
                 "them: list(range(len(hub.tgt_dict))))"
             )
-        given = torch.as_tensor(ids)
-        outside = given[(given < 0) | (given >= entries)]
-        if outside.numel():
+        outside = id_outside(torch.as_tensor(ids), entries)
+        if outside is not None:
             raise UsageError(
-                f"prefix_allowed_tokens_fn returned token id {int(outside[0])}, outside the "
-                f"model's target dictionary (0..{entries - 1})"
+                f"prefix_allowed_tokens_fn returned token id {outside}, outside the model's "
+                f"target dictionary (0..{entries - 1})"
             )
         return ids
 

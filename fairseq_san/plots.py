@@ -80,12 +80,6 @@ def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = N
         start += size
 
 
-def _largest(matrices: Sequence[Matrix]) -> float:
-    """The largest value of ``matrices``, the top of their grey scale; ln 2 when all are zero (one
-    layer, or every layer shared)."""
-    return max(value for matrix in matrices for row in matrix for value in row) or LN2
-
-
 def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     """Write an L x L JS matrix as a heatmap: a dark cell means similar attention (small JS).
 
@@ -101,12 +95,8 @@ def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     cell = 0.75
     width = 1.9 + cell * len(matrix)
     fig, ax = plt.subplots(figsize=(width, 1.0 + cell * len(matrix)))
-    top = max(LN2, _largest([matrix]))
-    _draw_js(ax, matrix, top)
-    image = ax.get_images()[0]
-    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    bar.set_label(JS_LABEL, fontsize=7)
-    bar.ax.tick_params(labelsize=6)
+    _draw_js(ax, matrix, _scale_top([matrix]))
+    _label_js_bar(fig.colorbar(ax.get_images()[0], ax=ax, fraction=0.046, pad=0.04))
     if title:
         characters = max(int(width * 72 / (9 * 0.6)), 12)  # 9pt characters, about 0.6 em wide
         ax.set_title(textwrap.fill(title, characters), fontsize=9, pad=18)
@@ -128,7 +118,7 @@ def js_heatmap_grid(
     """
     plt = _pyplot()
     matrices = [matrix for _, panels in rows for _, matrix, _ in panels]
-    top = max(LN2, _largest(matrices))
+    top = _scale_top(matrices)
     columns = max(len(panels) for _, panels in rows)
     side = 0.5 * max(len(matrix) for matrix in matrices) + 0.9
     width = 0.8 + side * columns
@@ -159,7 +149,17 @@ def _shared_colour_bar(fig, image, right: float) -> None:
     boxes = [ax.get_position() for ax in drawn]
     left, bottom = max(box.x1 for box in boxes), min(box.y0 for box in boxes)
     height = max(box.y1 for box in boxes) - bottom
-    bar = fig.colorbar(image, cax=fig.add_axes((left + 0.02, bottom, 0.015, height)))
+    _label_js_bar(fig.colorbar(image, cax=fig.add_axes((left + 0.02, bottom, 0.015, height))))
+
+
+def _scale_top(matrices: Sequence[Matrix]) -> float:
+    """The white end of the heatmaps' grey scale: ln 2, the largest JS in nats, or the largest
+    value where one is above it (bits); the matrices' own largest value drew a JS of 0.02 white."""
+    return max(LN2, *(value for matrix in matrices for row in matrix for value in row))
+
+
+def _label_js_bar(bar) -> None:
+    """A heatmap's colour bar, labelled with the JS's unit."""
     bar.set_label(JS_LABEL, fontsize=7)
     bar.ax.tick_params(labelsize=6)
 
@@ -322,9 +322,9 @@ def speed_curves(
     One panel per entry of ``panels`` (its key is the title), one line per system, each with its
     own marker (eight systems' colours alone were hard to tell where lines overlap); a point's
     label (the beam size on a speed-vs-BLEU plot) is written near it when not empty, in its line's
-    colour, where it covers no other label (``_label_points``). ``xticks``
-    (the beam sizes measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0, 7.5, ...
-    The legend stands right of the last panel, off the lines it covered.
+    colour, where it covers no other label (``_label_points``). ``xticks`` (the beam sizes
+    measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0, 7.5, ... The legend stands
+    right of the last panel, off the lines it covered.
     """
     plt = _pyplot()
     markers = ["o", "^", "s", "D", "v", "P", "X", "*", "<", ">"]

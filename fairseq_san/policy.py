@@ -465,6 +465,18 @@ def check_js(js: object) -> list[list[float]]:
     return [[float(value) for value in row] for row in js]
 
 
+def bits_note(js: list[list[float]], what: str, consequence: str) -> Optional[str]:
+    """The note for a checked JS matrix (``what``: its kind, or its file and kind) holding a
+    value above ln 2, the largest JS in nats (what the analysis writes): values in bits (up to
+    1), and their ``consequence``; None where it holds none."""
+    if not any(value > LN2 for row in js for value in row):
+        return None
+    return (
+        f"{what} holds JS values above ln 2 = {LN2:.4f}, the largest in nats (what "
+        f"fairseq-validate --san-analysis-dir writes): {consequence}"
+    )
+
+
 # What an analysis records of the attention it measured (older analyses record none of them): the
 # subset it was measured on, how many of its sentences (--san-analysis-max-sentences: its first
 # N), and the sharing policy of the model measured.

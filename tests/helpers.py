@@ -480,6 +480,16 @@ def alive(pid: int) -> bool:
         return False
 
 
+def drawn_figures(monkeypatch) -> list:
+    """The figures ``fairseq_san.plots`` saves, kept open instead of written."""
+    from fairseq_san import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    return drawn
+
+
 def cli_env() -> Dict[str, str]:
     """The commands' environment: one thread, ``.venv/bin`` on PATH, and before it the warm
     stand-ins of fairseq's commands (``warm_cli``; not with FAIRSEQ_SAN_TEST_COLD=1)."""

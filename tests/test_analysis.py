@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import build, run_cli, run_parallel, source_batch, target_prefixes, train_argv
+from helpers import (
+    build,
+    drawn_figures,
+    run_cli,
+    run_parallel,
+    source_batch,
+    target_prefixes,
+    train_argv,
+)
 from fairseq_san.policy import KIND_TABLE, KINDS, LN2
 
 LAYERS = {"decoder_self": 6, "decoder_encdec": 6, "encoder_self": 2}  # train_argv's model
@@ -596,9 +604,7 @@ def test_heatmap_scale_is_ln2_with_a_colour_bar_and_whole_title(monkeypatch, tmp
     different as layers can be, with no scale shown; its title lost both ends."""
     from fairseq_san import plots
 
-    drawn = []
-    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
-    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    drawn = drawn_figures(monkeypatch)
     title = "encoder-decoder attention: JS divergence (nats), 30 sentences"
     plots.js_heatmap([[0.0, 0.02], [0.02, 0.0]], str(tmp_path / "js.png"), title=title)
     (fig,) = drawn
@@ -613,12 +619,10 @@ def test_heatmap_scale_is_ln2_with_a_colour_bar_and_whole_title(monkeypatch, tmp
 
 def test_plot_js_ticks_whole_training_steps(tmp_path, monkeypatch):
     """One checkpoint at step 3 was ticked 2.85, 2.90, ..., 3.15 training steps."""
-    from fairseq_san import plots
     from fairseq_san.cli.plot_js import main
 
-    ticks = []
-    monkeypatch.setattr(plots, "save", lambda fig, path: ticks.extend(
-        ax.get_xticks() for ax in fig.axes))  # fmt: skip
+    drawn = drawn_figures(monkeypatch)
     first = write_js(tmp_path / "a", 3, decoder_self=2, decoder_encdec=2, encoder_self=2)
     main([first, "-o", str(tmp_path / "fig5.png"), "--reference-layer", "1", "--layers", "2"])
-    assert ticks and all(float(tick).is_integer() for axis in ticks for tick in axis)
+    (fig,) = drawn
+    assert all(float(tick).is_integer() for ax in fig.axes for tick in ax.get_xticks())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from helpers import lm_train_argv, make_dictionary, preprocess, preprocess_lm, run_cli, train_argv
-from helpers import write_corpus
+from helpers import drawn_figures, write_corpus
 
 POLICY = json.dumps({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
 STATIC = {"san_decoder": "static"}
@@ -1292,17 +1292,15 @@ def test_a_systems_languages_or_data_are_checked_before_the_workers_start(
 def test_speed_against_beam_is_ticked_at_the_beams(monkeypatch, tmp_path):
     """Beams 4 and 20 were ticked 5.0, 7.5, ..., 17.5: beam sizes no run had."""
     pytest.importorskip("matplotlib")
-    from fairseq_san import plots
     from fairseq_san.benchmark.plots import plot_speed_vs_beam
 
-    ticks = []
-    monkeypatch.setattr(plots, "save", lambda fig, path: ticks.extend(
-        [float(t) for t in ax.get_xticks()] for ax in fig.axes))  # fmt: skip
+    drawn = drawn_figures(monkeypatch)
     settings = {f"beam{b}_natural": {"tokens_per_second": 100.0 / b} for b in (4, 20)}
     results = {"config": {"beams": [4, 20], "modes": ["natural"]},
                "systems": {"base": {"settings": settings}}}  # fmt: skip
     plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
-    assert ticks == [[4.0, 20.0]]
+    (fig,) = drawn
+    assert [[float(tick) for tick in ax.get_xticks()] for ax in fig.axes] == [[4.0, 20.0]]
 
 
 def test_speed_against_bleu_writes_no_label_over_another(monkeypatch, tmp_path):
@@ -1311,9 +1309,7 @@ def test_speed_against_bleu_writes_no_label_over_another(monkeypatch, tmp_path):
     from fairseq_san import plots
     from fairseq_san.benchmark.plots import plot_speed_vs_bleu
 
-    drawn = []
-    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
-    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
+    drawn = drawn_figures(monkeypatch)
     measured = {"san": ((37.96, 2370.0), (38.25, 2090.0)),  # batch16's, nearly on each other
                 "san-fast": ((37.97, 2270.0), (38.24, 2150.0)),
                 "san-graph": ((37.97, 8830.0), (38.25, 6010.0))}  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 
 from fairseq_san import plots
 from fairseq_san.policy import LN2, policy_segments
-from helpers import REPO
+from helpers import REPO, drawn_figures
 from paper import PAPER_ENCDEC, PAPER_JS, PAPER_SELF
 
 sys.path.insert(0, str(REPO / "docs" / "results" / "converged"))
@@ -111,19 +111,11 @@ def test_heatmap_outlines_each_block_of_a_policy_on_the_diagonal():
         pytest.approx([low + inset, low + inset, high - inset, high - inset]) for low, high in cells]
 
 
-def drawn_figure(monkeypatch) -> list:
-    """The figures ``plots`` saves, kept open instead of written."""
-    drawn = []
-    monkeypatch.setattr(plots, "save", lambda fig, path: drawn.append(fig))
-    monkeypatch.setattr(plots._pyplot(), "close", lambda fig: None)
-    return drawn
-
-
 def test_grid_has_one_colour_bar_in_nats_and_outlines_a_whole_matrix_inside_the_frame(
     monkeypatch,
 ):
     """A {6} outline lay on the axes' frame, unseen, and the grid's one scale had no colour bar."""
-    drawn = drawn_figure(monkeypatch)
+    drawn = drawn_figures(monkeypatch)
     small = [[0.1 * (i != j) for j in range(6)] for i in range(6)]
     plots.js_heatmap_grid([("a", [("self", small, [6]), ("encdec", small, [3, 3])])], "grid.png")
     (fig,) = drawn
@@ -137,7 +129,7 @@ def test_grid_has_one_colour_bar_in_nats_and_outlines_a_whole_matrix_inside_the_
 
 def test_policies_with_as_many_blocks_each_have_their_own_colour_named_in_a_legend(monkeypatch):
     """A shade by number of blocks drew {4,2}, {3,3} and {2,4} alike."""
-    drawn = drawn_figure(monkeypatch)
+    drawn = drawn_figures(monkeypatch)
     bars = [("seed 1", [(0.4, 0.45, [4, 2]), (0.45, 0.5, [3, 3]), (0.5, 0.501, [2, 4])]),
             ("seed 2", [(0.4, 0.5, [3, 3]), (0.5, 0.501, [6])])]  # fmt: skip
     plots.policy_map([("Enc-Dec", 0.5, bars)], "map.png")

@@ -23,8 +23,8 @@ from fairseq_san.files import file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import (
     KINDS,
-    LN2,
     PolicyError,
+    bits_note,
     check_js,
     check_one_source,
     load_json_object,
@@ -164,13 +164,10 @@ def check_matrices(analyses: List[Tuple[str, dict]]) -> None:
                     matrix = check_js(data[kind])
                 except PolicyError as err:
                     raise PlotError(f"{path}: {kind}: {err}") from None
-                if any(value > LN2 for row in matrix for value in row):
-                    print(
-                        f"fairseq-san-plot-js: note: {path}: {kind} holds JS values above ln 2 = "
-                        f"{LN2:.4f}, the largest in nats (what fairseq-validate --san-analysis-dir "
-                        "writes): values in bits are drawn beside the others as if in nats",
-                        file=sys.stderr,
-                    )
+                note = bits_note(matrix, f"{path}: {kind}", "values in bits are drawn beside "
+                                 "the others as if in nats")  # fmt: skip
+                if note is not None:
+                    print(f"fairseq-san-plot-js: note: {note}", file=sys.stderr)
 
 
 def model_of(data: dict) -> str:

@@ -34,6 +34,7 @@ from fairseq_san.policy import (
     PolicyError,
     LN2,
     ThetaRange,
+    bits_note,
     blocks_beyond,
     dump_policy,
     format_blocks,
@@ -195,13 +196,9 @@ def warn_of_bits(js_by_kind: dict) -> None:
     """A note on stderr where a (checked) JS value is above ln 2, the largest in nats (what the
     analysis writes): values in bits (up to 1) then meet thresholds in nats."""
     for kind, rows in js_by_kind.items():
-        if any(value > LN2 for row in rows for value in row):
-            print(
-                f"{PROG}: note: {kind} holds JS values above ln 2 = {LN2:.4f}, the "
-                "largest in nats (what fairseq-validate --san-analysis-dir writes): values in "
-                "bits would meet thresholds in nats",
-                file=sys.stderr,
-            )
+        note = bits_note(rows, kind, "values in bits would meet thresholds in nats")
+        if note is not None:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
 
 
 # Why an analysis has no matrix of a kind, said with its ignored theta (else: no encoder).

@@ -49,6 +49,7 @@ import functools
 import inspect
 import logging
 
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 logger = logging.getLogger(__name__)
@@ -122,8 +123,6 @@ def resharded_position(itr_state: dict, saved_shards: int, shards: int) -> dict:
     if saved_shards == shards or done == 0:
         return itr_state
     if done % shards:
-        from fairseq_san.errors import UsageError
-
         raise UsageError(
             f"the checkpoint was saved by {saved_shards} rank(s) after {done} batches of epoch "
             f"{itr_state.get('epoch')}, which {shards} rank(s) cannot share out: resume with "

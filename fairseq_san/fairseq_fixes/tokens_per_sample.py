@@ -29,9 +29,10 @@ naming both options (``UsageError``) before any data is read, and
 ``LanguageModelingTask.eval_lm_dataloader`` so that fairseq-eval-lm refuses samples longer than
 the model's positions before it evaluates any, and ``filter_indices_by_size`` so that the other
 commands refuse them naming the fix (fairseq's "Size of sample #22 is invalid" advised skipping
-one, where at the default --tokens-per-sample every one was too long). When fairseq-eval-lm is the running command, its
-``main`` is wrapped too, so that a ``--context-window`` that leaves no token to score is refused
-naming the sizes given (``check_context_window``), before ``main`` takes one from the other.
+one, where at the default --tokens-per-sample every one was too long). When fairseq-eval-lm is
+the running command, its ``main`` is wrapped too, so that a ``--context-window`` that leaves no
+token to score is refused naming the sizes given (``check_context_window``), before ``main``
+takes one from the other.
 """
 
 import functools
@@ -125,10 +126,10 @@ def check_samples_fit(
 ) -> None:
     """Refuse samples of ``dataset`` longer than the model's ``positions`` (an int for a language
     model), which fairseq-eval-lm would skip (``consequence``, said after the count);
-    ``break_mode`` is ``--sample-break-mode``. With a
-    ``--context-window`` C a sample is fed after up to C tokens of the ones before it, no more than
-    fill ``block`` + C (``block``: ``--tokens-per-sample`` after eval-lm took C from it;
-    ``LMContextWindowDataset``): positions fairseq never checks. ``start``: the start tokens
+    ``break_mode`` is ``--sample-break-mode``. With a ``--context-window`` C a sample is fed
+    after up to C tokens of the ones before it, no more than fill ``block`` + C (``block``:
+    ``--tokens-per-sample`` after eval-lm took C from it; ``LMContextWindowDataset``):
+    positions fairseq never checks. ``start``: the start tokens
     that the sizes count (``_sized_with_start_tokens``), for the message."""
     if not isinstance(positions, int) or not hasattr(dataset, "sizes"):
         return

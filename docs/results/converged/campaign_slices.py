@@ -308,8 +308,8 @@ def check_members(archive: str) -> List[str]:
 def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     """UsageError (one line) unless the archive holds only run dirs' data (``check_members``) and
     was packed by this code (``code_sha256``) running its slice, on a GPU and with the preset's
-    models (PRESET, no TRAIN_EXTRA) unless ``allow_cpu``. The provenance is text in the archive, written
-    by whoever packed it: it tells slices apart, it does not prove where they ran."""
+    models (PRESET, no TRAIN_EXTRA) unless ``allow_cpu``. The provenance is text in the archive,
+    written by whoever packed it: it tells slices apart, it does not prove where they ran."""
     name = os.path.basename(archive)
     found = ARCHIVE_NAME.match(name)
     if not found:
@@ -326,6 +326,7 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
     if not records:
         raise UsageError(f"{archive}: no provenance record: not packed by run.sh, refused")
     check_recorded_contents(archive, found.group(1), records, names)
+    preset_here = preset_sha256(PRESET)
     for provenance in records:
         command = provenance.get("command") or []
         if provenance.get("code_sha256") != sha256:
@@ -343,14 +344,15 @@ def check_archive(archive: str, sha256: str, allow_cpu: bool = False) -> None:
                 f"{archive}: made where nvidia-smi named no GPU (a toy run's archive), refused: "
                 "ALLOW_CPU_ARCHIVES=1 collects it anyway"
             )
-        preset = (provenance.get("settings") or {}).get("PRESET", PRESET)
-        if provenance.get("preset_sha256") != preset_sha256(PRESET) and not allow_cpu:
+        settings = provenance.get("settings") or {}
+        if provenance.get("preset_sha256") != preset_here and not allow_cpu:
+            preset = settings.get("PRESET", PRESET)
             raise UsageError(
                 f"{archive}: trained with PRESET {preset!r}, whose arguments are not those of "
                 f"{PRESET} here (sha256 {provenance.get('preset_sha256')}), refused: "
                 "ALLOW_CPU_ARCHIVES=1 collects it anyway"
             )
-        extra = (provenance.get("settings") or {}).get("TRAIN_EXTRA")
+        extra = settings.get("TRAIN_EXTRA")
         if extra and not allow_cpu:
             raise UsageError(
                 f"{archive}: made with TRAIN_EXTRA {extra!r} (fairseq-train arguments put last: "

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import stat
+from decimal import Decimal
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from fairseq_san.errors import UsageError, abbreviated, json_error, repeated
@@ -57,6 +58,8 @@ LN2 = math.log(2.0)  # the largest JS divergence, in nats (the unit of fairseq_s
 JS_MAX = 1.0
 
 TOLERANCE = 1e-6
+
+PLACES = 4  # decimals of a theta shown; more where fewer would say something untrue
 
 POLICY_FILE_LIMIT = 1_000_000  # bytes: a policy file holds a few block sizes per kind
 
@@ -679,8 +682,45 @@ class ThetaRange(NamedTuple):
     high_block: Optional[Tuple[int, int]] = None
 
     def __str__(self) -> str:
-        opening = "[0" if self.low is None else f"({self.low:.4f}"
-        return f"{opening}, {self.high:.4f}]"
+        return shown_range(self.low, self.high)
+
+
+def rounded_theta(theta: float, places: int, up: bool) -> str:
+    """``theta`` with ``places`` decimals, rounded up or down: the number shown, read back, lies on
+    the side of ``theta`` asked for (0.49668 rounded to 0.4967 would be past a range's high end)."""
+    shown = Decimal(f"{theta:.{places}f}")
+    step = Decimal(1).scaleb(-places)
+    if up and float(shown) < theta:
+        shown += step
+    elif not up and float(shown) > theta:
+        shown -= step
+    return f"{shown:.{places}f}"
+
+
+def shown_range(low: Optional[float], high: float, low_closed: bool = False) -> str:
+    """``(low, high]`` (``[low, high]`` where ``low_closed``, ``[0, high]`` where ``low`` is None)
+    with its ends rounded inwards, so that every theta within what is shown lies within the range:
+    closed at a low end rounded up past ``low``. At the fewest decimals (``PLACES`` at least) that
+    leave the range shown non-empty."""
+    for places in range(PLACES, 18):  # at 17 decimals a float in [0, 1] is shown exactly
+        high_shown = rounded_theta(high, places, up=False)
+        if low is None:
+            return f"[0, {high_shown}]"
+        low_shown = rounded_theta(low, places, up=True)
+        closed = low_closed or float(low_shown) > low
+        if float(low_shown) < float(high_shown) or (closed and low_shown == high_shown):
+            break
+    return f"{'[' if closed else '('}{low_shown}, {high_shown}]"
+
+
+def shown_where_learned(js: list[list[float]], theta: float, blocks: Blocks, up: bool) -> str:
+    """``theta`` rounded up or down at the fewest decimals (``PLACES`` at least) at which it still
+    learns ``blocks``: a theta just outside a range, shown as a number that learns what is said."""
+    for places in range(PLACES, 18):
+        shown = rounded_theta(theta, places, up)
+        if float(shown) <= LN2 and learn_blocks(js, float(shown)) == blocks:
+            return shown
+    return repr(theta)
 
 
 def theta_range(js: list[list[float]], theta: float) -> ThetaRange:

@@ -753,8 +753,8 @@ def test_headline_table_from_a_collected_en_de_slice(tmp_path):
     assert cells[10] == "san better"  # every seed's interval excludes 0
     markdown = (results / "summary.md").read_text()
     assert "| 150 s |" in markdown and "300: 4.300" in markdown
-    assert "(0.4 / 0.5); the same for theta in: decoder_self (0.4893, 0.6449]  decoder_encdec " \
-        "(0.4967, 0.5243]." in markdown
+    assert "(0.4 / 0.5); the same for theta in: decoder_self [0.4893, 0.6448]  decoder_encdec " \
+        "[0.4967, 0.5243]." in markdown
 
 
 def test_headline_speed_is_the_bench_slices_san_fast_against_fairseqs_baseline(tmp_path):

@@ -36,7 +36,7 @@ def test_the_range_of_the_recorded_thetas(tmp_path):
         "decoder_encdec": theta_range(PAPER_ENCDEC, 0.5),
     }
     assert format_theta_ranges(ranges) == (
-        "decoder_self [0, 0.4893]  decoder_encdec (0.4967, 0.5243]"
+        "decoder_self [0, 0.4892]  decoder_encdec [0.4967, 0.5243]"
     )
     # summary.json holds the ranges as JSON lists; they format the same.
     assert format_theta_ranges(json.loads(json.dumps(ranges))) == format_theta_ranges(ranges)

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from paper import PAPER_ENCDEC, PAPER_SELF
-from fairseq_san.cli.policy import main as policy_main
+from fairseq_san.cli.policy import explanation, main as policy_main, policy_map_line
 from fairseq_san.policy import (
     KINDS,
     LN2,
@@ -22,6 +23,7 @@ from fairseq_san.policy import (
     block_similarity,
     blocks_beyond,
     dump_policy,
+    format_blocks,
     format_policy,
     learn_blocks,
     learn_policy,
@@ -585,7 +587,7 @@ def test_theta_range_of_the_papers_figure_2():
     same = theta_range(PAPER_ENCDEC, 0.5)
     assert same.low == block_similarity(PAPER_ENCDEC, 0, 3) == pytest.approx(0.4967, abs=1e-4)
     assert same.high == block_similarity(PAPER_ENCDEC, 3, 5) == pytest.approx(0.5243, abs=1e-4)
-    assert str(same) == "(0.4967, 0.5243]"
+    assert str(same) == "[0.4967, 0.5243]"  # rounded inwards: (0.49666, 0.52431]
     assert (same.low_block, same.high_block) == ((0, 3), (3, 5))
     assert learn_blocks(PAPER_ENCDEC, same.low) == [4, 2]
     # {1,5} on Fig. 2a: the one-layer block counts as ln 2; layers 2-6 give the upper end.
@@ -595,7 +597,7 @@ def test_theta_range_of_the_papers_figure_2():
 def test_theta_range_without_a_block_passed_over_starts_at_0():
     same = theta_range(PAPER_SELF, 0.1)
     assert learn_blocks(PAPER_SELF, 0.1) == [6]
-    assert same.low is None and str(same) == f"[0, {block_similarity(PAPER_SELF, 0, 5):.4f}]"
+    assert same.low is None and str(same) == "[0, 0.4892]"  # 0.48928: rounded down
 
 
 def random_js(rng: random.Random, size: int) -> list:
@@ -656,6 +658,62 @@ def test_theta_range_is_exactly_where_the_same_blocks_are_learned():
             assert learn_blocks(js, same.low) != blocks
         else:
             assert learn_blocks(js, 0.0) == blocks
+
+
+def thetas_shown(shown: str) -> tuple[float, float, bool]:
+    """The low end, high end and whether the low end is closed, of a range printed "(L, H]"."""
+    low, high = shown[1:-1].split(", ")
+    return float(low), float(high), shown[0] == "["
+
+
+NEAR_TIES = (LN2 - 0.2011, LN2 - 0.1999)  # the block similarities of a near_ties_js
+
+
+def near_ties_js(rng: random.Random, size: int) -> list:
+    """A JS matrix whose block similarities lie within 1e-5 of one another, often: ranges of theta
+    narrower than four decimals show."""
+    js = [[0.0] * size for _ in range(size)]
+    for i in range(size):
+        for j in range(i + 1, size):
+            js[i][j] = js[j][i] = 0.2 + rng.choice([0, 1e-6, 3e-6, 5e-5, 1e-3])
+    return js
+
+
+def test_each_theta_range_and_policy_beyond_it_is_shown_at_thetas_that_learn_it():
+    """The ends of a range are rounded inwards and a policy beyond is shown at a theta that learns
+    it: on Figure 2b (0.49666, 0.52431] was printed (0.4967, 0.5243], and 0.4967 learns {3,3}'s
+    neighbour, not {4,2}; a narrower range gets more decimals."""
+    rng = random.Random(3)
+    decimals = set()
+    for _ in range(300):
+        js = (near_ties_js if rng.random() < 0.5 else random_js)(rng, rng.randint(2, 6))
+        theta = rng.uniform(*NEAR_TIES) if rng.random() < 0.5 else rng.uniform(0, LN2)
+        blocks, same = learn_blocks(js, theta), theta_range(js, theta)
+        if same.low is None:
+            assert str(same).startswith("[0, ") and learn_blocks(js, 0.0) == blocks
+            low, high = 0.0, float(str(same)[4:-1])
+        else:
+            low, high, closed = thetas_shown(str(same))
+            assert low <= high and learn_blocks(js, low if closed else math.nextafter(low, 1)) \
+                == blocks
+        assert learn_blocks(js, high) == blocks
+        decimals.add(len(str(same).split(", ")[1]) - 3)
+        line = explanation("decoder_self", blocks, theta, same, js)
+        for beyond, at in re.findall(r"(\{[\d,]+\}) at ([\d.]+) \(layers", line):
+            assert format_blocks(learn_blocks(js, float(at))) == beyond != format_blocks(blocks)
+    assert 4 in decimals and max(decimals) > 4
+
+
+def test_every_policy_map_segment_shown_learns_its_blocks():
+    rng = random.Random(5)
+    for _ in range(100):
+        js, theta = near_ties_js(rng, rng.randint(2, 6)), rng.uniform(*NEAR_TIES)
+        line = policy_map_line("decoder_self", theta, 0.01, js)
+        for blocks, shown in re.findall(r"(\{[\d,]+\}) ([\[(][\d.]+, [\d.]+\])", line):
+            low, high, closed = thetas_shown(shown)
+            assert format_blocks(learn_blocks(js, high)) == blocks
+            assert format_blocks(learn_blocks(js, low if closed else math.nextafter(low, 1))) \
+                == blocks
 
 
 def test_theta_range_names_the_block_that_forms_when_similarities_tie():
@@ -802,11 +860,11 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
                  "--explain"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:3] == [
-        "decoder_self: {1,5} at theta 0.5, the same for theta in (0.4893, 0.6449]; "
-        "{6} at 0.4893 (layers 1-6 one block), {1,1,4} just above 0.6449 (layers 2-6 no longer "
+        "decoder_self: {1,5} at theta 0.5, the same for theta in [0.4893, 0.6448]; "
+        "{6} at 0.4892 (layers 1-6 one block), {1,1,4} at 0.6449 (layers 2-6 no longer "
         "one block)",
-        "decoder_encdec: {3,3} at theta 0.5, the same for theta in (0.4967, 0.5243]; "
-        "{4,2} at 0.4967 (layers 1-4 one block), {3,1,2} just above 0.5243 (layers 4-6 no "
+        "decoder_encdec: {3,3} at theta 0.5, the same for theta in [0.4967, 0.5243]; "
+        "{4,2} at 0.4966 (layers 1-4 one block), {3,1,2} at 0.5244 (layers 4-6 no "
         "longer one block)",
     ]
     assert json.loads("\n".join(lines[3:])) == {
@@ -821,9 +879,9 @@ def test_cli_map_prints_every_policy_near_each_theta_and_marks_the_one_learned(j
                  "--map", "0.1"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:3] == [
-        "decoder_self, theta 0.4000-0.6000: {6} [0.4000, 0.4893]; {1,5} (0.4893, 0.6000] (at 0.5)",
-        "decoder_encdec, theta 0.4000-0.6000: {4,2} [0.4000, 0.4967]; {3,3} (0.4967, 0.5243] "
-        "(at 0.5); {3,1,2} (0.5243, 0.5646]; {2,2,2} (0.5646, 0.5960]; {2,1,1,2} (0.5960, 0.6000]",
+        "decoder_self, theta 0.4000-0.6000: {6} [0.4000, 0.4892]; {1,5} [0.4893, 0.6000] (at 0.5)",
+        "decoder_encdec, theta 0.4000-0.6000: {4,2} [0.4000, 0.4966]; {3,3} [0.4967, 0.5243] "
+        "(at 0.5); {3,1,2} [0.5244, 0.5646]; {2,2,2} [0.5647, 0.5960]; {2,1,1,2} [0.5961, 0.6000]",
     ]
 
 

@@ -20,6 +20,7 @@ W of each kind's theta, with its range: where a theta in the middle of a wide ra
 import argparse
 import difflib
 import json
+import math
 import os
 import sys
 from typing import Optional
@@ -43,6 +44,8 @@ from fairseq_san.policy import (
     load_json_object,
     mean_js,
     policy_segments,
+    shown_range,
+    shown_where_learned,
     theta_ranges,
     write_policy,
 )
@@ -109,12 +112,13 @@ def explanation(
     beyond = []
     if below is not None:
         first, last = same.low_block
-        beyond.append(f"{format_blocks(below)} at {same.low:.4f} (layers {first + 1}-{last + 1} "
-                      "one block)")  # fmt: skip
+        at = shown_where_learned(js, same.low, below, up=False)
+        beyond.append(f"{format_blocks(below)} at {at} (layers {first + 1}-{last + 1} one block)")
     if above is not None:
         first, last = same.high_block
-        beyond.append(f"{format_blocks(above)} just above {same.high:.4f} (layers "
-                      f"{first + 1}-{last + 1} no longer one block)")  # fmt: skip
+        at = shown_where_learned(js, math.nextafter(same.high, LN2), above, up=True)
+        beyond.append(f"{format_blocks(above)} at {at} (layers {first + 1}-{last + 1} no longer "
+                      "one block)")  # fmt: skip
     return f"{line}; {', '.join(beyond)}" if beyond else line
 
 
@@ -124,8 +128,8 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
     low, high = max(theta - width, 0.0), min(theta + width, LN2)
     parts = []
     for index, segment in enumerate(policy_segments(js, low, high)):
-        opening = "[" if index == 0 else "("
-        part = f"{format_blocks(segment.blocks)} {opening}{segment.low:.4f}, {segment.high:.4f}]"
+        shown = shown_range(segment.low, segment.high, low_closed=index == 0)
+        part = f"{format_blocks(segment.blocks)} {shown}"
         if (index == 0 and theta == low) or segment.low < theta <= segment.high:
             part += f" (at {theta:g})"
         parts.append(part)

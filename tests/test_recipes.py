@@ -1662,6 +1662,7 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     assert float(flags["--lr"]) == 7e-4
     assert flags["--warmup-updates"] == "4000"
     assert float(flags["--dropout"]) == 0.1
+    assert float(flags["--weight-decay"]) == 0.0  # not the Multi30k default's 0.0001
     assert flags["--max-update"] == "100000"
     assert float(flags["--label-smoothing"]) == 0.1
     assert flags["--adam-betas"] == "(0.9,0.98)"

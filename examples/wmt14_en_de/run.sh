@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The paper's WMT14 En-De system (section 4.1) on 8 GPUs: transformer base, Adam (0.9, 0.98, 1e-9),
 # inverse-sqrt warm-up 4k, 100k updates, 4096 tokens per GPU, label smoothing 0.1, dropout 0.1,
+# no weight decay (the paper names none, nor do Vaswani et al.; fairseq's scaling_nmt sets 0.0),
 # the average of the last 5 checkpoints, beam 4, batch 16; thetas from the paper's ranges
 # ([0.3, 0.4] self-attention, [0.4, 0.5] encoder-decoder attention).
 #
@@ -195,7 +196,7 @@ run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "
   --arch transformer_san_base --theta-self 0.4 --theta-encdec 0.5 --updates 100000 \
   --valid-ref "$PREPARED/valid.ref.de" --post-process subword_nmt \
   -- --distributed-world-size "$GPUS" --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
-  --dropout 0.1 --save-interval-updates 1000 --keep-interval-updates 5
+  --dropout 0.1 --weight-decay 0.0 --save-interval-updates 1000 --keep-interval-updates 5
 
 FINAL=$RUN/final
 if ! done_before average; then

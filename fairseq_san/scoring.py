@@ -11,7 +11,7 @@ import re
 import statistics
 import unicodedata
 import zlib
-from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set
+from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 from typing import TextIO
 
 import numpy as np
@@ -215,6 +215,36 @@ def check_references(
             f"{reference} is not the reference of {output}: {otherwise}: give the raw references "
             "of the subset decoded (--gen-subset test1: text/test1.raw.TGT)"
         )
+    shifted = shifted_targets(targets, references)
+    if len(shifted) >= 2:  # one could be a near-copy of its neighbour
+        target, line = shifted[0]
+        raise UsageError(
+            f"{reference} is out of line with {output}: {len(shifted)} targets (T- lines) read as "
+            f"another line of it, the first T-{target} as line {line + 1}, not {target + 1}: a "
+            "line added or lost before it; give the raw references of the subset, as they were "
+            "binarized"
+        )
+
+
+# How far from its own line a target is looked for among the references (``shifted_targets``).
+SHIFT_WINDOW = 3
+
+
+def shifted_targets(targets: Dict[int, str], references: List[str]) -> List[Tuple[int, int]]:
+    """(sentence id, reference line) of each target (``T-`` line) that reads otherwise than its
+    own reference line but as one of the ``SHIFT_WINDOW`` lines either side
+    (``comparable_text``): references out of line from a line added or lost (under half of the
+    targets, which ``targets_read_otherwise`` lets pass, where it happened in the second half)."""
+    texts = [comparable_text(line) for line in references]
+    shifted = []
+    for i, text in sorted(targets.items()):
+        if i >= len(texts) or comparable_text(text) == texts[i]:
+            continue
+        near = [j for j in range(max(0, i - SHIFT_WINDOW), min(len(texts), i + SHIFT_WINDOW + 1))
+                if texts[j] == comparable_text(text)]  # fmt: skip
+        if near:
+            shifted.append((i, near[0]))
+    return shifted
 
 
 def check_spaces_kept(output: str, targets: Dict[int, str], references: List[str]) -> None:
@@ -251,6 +281,19 @@ def read_lines(path: str) -> List[str]:
     if not found:
         raise UsageError(f"{path} is empty: give the raw references, one sentence per line")
     return found
+
+
+def check_plain_references(path: str, references: Sequence[str]) -> None:
+    """Refuse a reference file that is fairseq-generate's output (a ``D-`` line): the arguments
+    swapped, or the output given as the reference too, read as references ("300 hypotheses but
+    1200 references: score the whole subset")."""
+    line = next((i for i, text in enumerate(references) if GENERATE_DETOKENIZED.match(text)), None)
+    if line is not None:
+        raise UsageError(
+            f"{path} is fairseq-generate's output (line {line + 1} is a D- line), not raw "
+            "references: give it as GENERATE_OUTPUT and the raw text of the subset decoded as "
+            "--reference (text/SPLIT.raw.TGT)"
+        )
 
 
 def count_mismatch_cause(hypotheses: int, references: List[str]) -> str:
@@ -322,7 +365,8 @@ def corpus_bleu(statistics_sum: Sequence[int]) -> float:
 
 def sacrebleu_seed() -> Optional[int]:
     """SACREBLEU_SEED read as sacreBLEU reads it (12345 unless set; "None", any case: a random
-    seed), a value it cannot read a ValueError naming it (sacreBLEU's named nothing)."""
+    seed), a value it cannot read a ValueError naming it (sacreBLEU's named nothing); so is 0,
+    which sacreBLEU's paired test takes as no seed, its resamples then not the interval's."""
     seed = os.environ.get("SACREBLEU_SEED", "12345")
     if seed.lower() == "none":
         return None
@@ -335,6 +379,12 @@ def sacrebleu_seed() -> Optional[int]:
         raise refused from None
     if value < 0:  # numpy's "expected non-negative integer" named neither
         raise refused
+    if value == 0:  # sacreBLEU's paired test seeds with None where its seed is false
+        raise ValueError(
+            f"SACREBLEU_SEED={seed!r}: sacreBLEU's paired bootstrap takes 0 as no seed (its p "
+            "changes from run to run, its signature saying seed:0): give another integer, or None "
+            "for a random seed"
+        )
     return value
 
 

@@ -62,6 +62,15 @@ def test_bench_help_shows_a_default_only_where_there_is_a_value():
     assert "(default: the first)" in text and "(default: the first) (default:" not in text
 
 
+def test_score_help_says_where_the_seeds_test_samples_its_splits():
+    """--baseline's help called the seeds' test exact; above MAX_EXACT_SPLITS it samples."""
+    from fairseq_san.cli.score import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert ("by the permutation test of the seeds' BLEU (exact up to 200,000 splits of them, "
+            "else a seeded sample of 100,000)") in text
+
+
 @pytest.mark.parametrize(
     "parser, argv, listed",
     [

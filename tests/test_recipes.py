@@ -1149,6 +1149,54 @@ def test_score_refuses_references_of_another_subset(tmp_path):
     )
 
 
+def test_score_refuses_references_out_of_line_with_the_output(tmp_path):
+    """A reference file that lost a line in its second half (and has one more at its end) is out
+    of line for under half of the targets, which the check of another subset lets pass: those
+    sentences were scored against their neighbours' references without a word."""
+    lost = [*SENTENCES[:20], *SENTENCES[21:], "ein hund ."]
+    result = score(tmp_path, generate_output(SENTENCES), "\n".join(lost) + "\n")
+    assert one_error_line(result, "fairseq-san-score") == (
+        f"fairseq-san-score: error: {tmp_path / 'ref.de'} is out of line with "
+        f"{tmp_path / 'generate-test.txt'}: 9 targets (T- lines) read as another line of it, the "
+        "first T-21 as line 21, not 22: a line added or lost before it; give the raw references "
+        "of the subset, as they were binarized"
+    )
+
+
+def test_score_refuses_generate_output_as_the_reference(tmp_path):
+    """The output given as --reference (the arguments swapped, or the output as both) was read
+    as references: "2 hypotheses but 10 references: score the whole subset", or, swapped, the
+    raw text blamed for holding no D- lines."""
+    output = tmp_path / "generate-test.txt"
+    output.write_text(GENERATE_OUTPUT, encoding="utf-8")
+    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+    for given in (str(output), str(tmp_path / "ref.de")):
+        result = run_cli("fairseq-san-score", given, "--reference", str(output))
+        assert one_error_line(result, "fairseq-san-score") == (
+            f"fairseq-san-score: error: {output} is fairseq-generate's output (line 4 is a D- "
+            "line), not raw references: give it as GENERATE_OUTPUT and the raw text of the "
+            "subset decoded as --reference (text/SPLIT.raw.TGT)"
+        )
+
+
+def test_score_refuses_a_sacrebleu_seed_of_0(tmp_path, monkeypatch):
+    """sacreBLEU's paired test seeds its resamples with None where SACREBLEU_SEED is 0: its p
+    changed from run to run (0.0130, 0.0080) under a signature saying seed:0, and was drawn from
+    other resamples than the interval, which numpy seeded with 0."""
+    (tmp_path / "ref.de").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    output, baseline = tmp_path / "san.txt", tmp_path / "base.txt"
+    output.write_text(generate_output(SENTENCES), encoding="utf-8")
+    baseline.write_text(generate_output([s.split()[0] for s in SENTENCES]), encoding="utf-8")
+    monkeypatch.setenv("SACREBLEU_SEED", "0")
+    result = run_cli("fairseq-san-score", str(output), "--baseline", str(baseline),
+                     "--reference", str(tmp_path / "ref.de"), "--bootstrap-samples", "50")
+    assert one_error_line(result, "fairseq-san-score") == (
+        "fairseq-san-score: error: SACREBLEU_SEED='0': sacreBLEU's paired bootstrap takes 0 as no "
+        "seed (its p changes from run to run, its signature saying seed:0): give another "
+        "integer, or None for a random seed"
+    )
+
+
 def score_through_pipes(tmp_path: Path, generated: bytes, references: bytes):
     """fairseq-san-score given both files through bash's process substitution (``<(cat FILE)``),
     as one gives ``--reference <(zcat ref.de.gz)``: pipes, which can be read once only."""

@@ -4,8 +4,9 @@ Run fairseq-generate with ``--post-process sentencepiece`` so that its ``D-`` li
 detokenized text (output that still holds subword pieces is refused); the references are the raw
 (untokenized) files. With ``--nbest N`` the first, best hypothesis of each sentence is scored.
 References that are not the decoded subset's (most of the output's detokenized ``T-`` lines read
-otherwise) are refused; so is ``fairseq-generate --score-reference`` output where it holds the
-command's log (its configuration says so), and where it does not, a file whose every hypothesis is
+otherwise, or some as a nearby line: a line added or lost) are refused; so is
+``fairseq-generate --score-reference`` output where it holds the command's log (its
+configuration says so), and where it does not, a file whose every hypothesis is
 its reference token for token is scored with a warning (that output prints the references as
 hypotheses). With ``--baseline`` another system's output of the same subset is
 compared with it by sacreBLEU's paired bootstrap: the BLEU difference, its 95% interval and a
@@ -24,7 +25,10 @@ from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
 from fairseq_san.files import file_given_twice, output_problem, write_json
 from fairseq_san.scoring import (
+    MAX_EXACT_SPLITS,
+    SAMPLED_SPLITS,
     GenerateOutput,
+    check_plain_references,
     check_references,
     check_spaces_kept,
     corpus_scores,
@@ -92,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline", metavar="GENERATE_OUTPUT", nargs="+",
         help="another system's fairseq-generate output of the same subset (several: its seeds): "
         "compared by sacreBLEU's paired bootstrap (seed by seed, in the order given; one baseline: "
-        "with each seed) and, with several seeds, by the exact permutation test of the seeds' "
-        "BLEU",
+        "with each seed) and, with several seeds, by the permutation test of the seeds' BLEU "
+        f"(exact up to {MAX_EXACT_SPLITS:,} splits of them, else a seeded sample of "
+        f"{SAMPLED_SPLITS:,})",
     )  # fmt: skip
     parser.add_argument(
         "--bootstrap-samples", type=int, default=1000, metavar="N",
@@ -109,6 +114,7 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     with several seeds on either side, each file's scores and the seeds' permutation test."""
     paths = args.generate_output + (args.baseline or [])
     references = read_lines(args.reference)
+    check_plain_references(args.reference, references)
     generated = {path: read_generate(path, len(references)) for path in paths}
     for path, output in generated.items():
         if output.hypotheses_are_targets:

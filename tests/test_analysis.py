@@ -474,6 +474,73 @@ def test_cross_self_attention_keeps_the_source_keys_of_a_saved_sentence():
     assert np.allclose(saved[1].sum(-1), 1, atol=1e-5)  # no key of the padding left out
 
 
+def hand_weights(model, src_tokens, prev) -> dict:
+    """Each kind's (layers, heads, queries, keys) weights of one unpadded sentence, by hand:
+    softmax(Q K^T / sqrt(d_k)) (Eq. 1) from each layer's own projections of its inputs."""
+    modules = {
+        kind: [getattr(layer, spec.module) for layer in getattr(model, spec.stack).layers]
+        for kind, spec in KIND_TABLE.items()
+    }
+    inputs = {}
+
+    def keep(name):
+        def hook(module, args, kwargs):
+            inputs[name] = kwargs
+
+        return hook
+
+    handles = [
+        mha.register_forward_pre_hook(keep((kind, index)), with_kwargs=True)
+        for kind, layers in modules.items()
+        for index, mha in enumerate(layers)
+    ]
+    with torch.no_grad():
+        model(src_tokens[None], torch.tensor([src_tokens.numel()]), prev[None])
+    for handle in handles:
+        handle.remove()
+    weights = {}
+    for kind, layers in modules.items():
+        for index, mha in enumerate(layers):
+            kwargs, heads, dim = inputs[kind, index], mha.num_heads, mha.head_dim
+            query = mha.q_proj(kwargs["query"][:, 0]).view(-1, heads, dim).transpose(0, 1)
+            key = mha.k_proj(kwargs["key"][:, 0]).view(-1, heads, dim).transpose(0, 1)
+            logits = query @ key.transpose(1, 2) * dim**-0.5
+            if kind == "decoder_self":  # causal
+                future = torch.ones_like(logits[0], dtype=torch.bool).triu(1)
+                logits = logits.masked_fill(future, float("-inf"))
+            weights.setdefault(kind, []).append(logits.softmax(-1).double())
+    return {kind: torch.stack(layers) for kind, layers in weights.items()}
+
+
+def test_js_of_a_padded_batch_is_each_sentence_alone_by_hand():
+    """The analysis of a batch (sources padded on the left, a target on the right) is the JS of
+    weights computed by hand for each sentence alone, per head and query position, pooled over
+    the sentences (docs/usage.md), for the three kinds of attention."""
+    from fairseq_san.analysis import LayerAnalysis
+
+    model, _ = build()
+    analysis = LayerAnalysis(max_sentences=None, save_sentences=0)
+    capture, sample, rows, masks = analysed_batch(model, analysis)
+    analysis.add_masked(capture, sample, rows, masks)
+    pad = model.decoder.dictionary.pad()
+    sums, counts = {}, {}
+    for src_tokens, prev in zip(*(sample["net_input"][name] for name in
+                                  ("src_tokens", "prev_output_tokens"))):  # fmt: skip
+        for kind, attn in hand_weights(model, src_tokens[src_tokens.ne(pad)],
+                                       prev[prev.ne(pad)]).items():  # fmt: skip
+            p, q = attn[:, None], attn[None, :]  # (L, L, H, T, S) pairs of layers
+            m = (p + q) / 2
+            kl = lambda a: torch.where(a > 0, a * (a / m).log(), torch.zeros_like(a)).sum(-1)
+            sums[kind] = sums.get(kind, 0) + (kl(p) + kl(q)).div(2).sum((-1, -2))
+            counts[kind] = counts.get(kind, 0) + attn.shape[1] * attn.shape[2]
+    for kind in KINDS:
+        expected = sums[kind] / counts[kind]
+        assert expected.max() > 1e-3, kind  # layers that differ
+        got = torch.tensor(analysis.js[kind].matrix(), dtype=torch.float64)
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0,
+                                   msg=lambda text, kind=kind: f"{kind}: {text}")
+
+
 def test_analysis_written_only_whole_with_js_json_last(tmp_path, monkeypatch):
     """Stopped while drawing the second kind's heatmap, the analysis leaves no js.json (which the
     loop takes as the analysis being done); written again, every file is there."""

@@ -384,7 +384,8 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     no_language_dictionary = missing.startswith("dict.") and missing.endswith(".txt") and (
         not no_lm_dictionary
     )
-    no_language_pair = str(error) == NO_LANGUAGE_PAIR or no_language_dictionary
+    messages = (str(error), str(error.__cause__))  # fairseq's, or the plugin's words for it
+    no_language_pair = NO_LANGUAGE_PAIR in messages or no_language_dictionary
     if not (no_lm_dictionary or no_language_pair):
         return None
     translation = glob_in(data_path, "dict.*.txt")

@@ -3671,6 +3671,27 @@ def test_a_task_dict_in_the_overrides_that_drops_the_analysis_flags_is_refused(
     assert json.loads((analysis / "js.json").read_text())["sentences"] == 30
 
 
+@pytest.mark.slow
+def test_a_language_models_data_under_a_translation_task_is_named(fairseqs_own, tmp_path):
+    """A translation checkpoint validated on a language model's data (its task, translation, kept
+    from the checkpoint), and fairseq-train of translation_san there, ended in fairseq's "Could not
+    infer language pair, please provide it explicitly", naming neither the data nor the task."""
+    lm_data = fairseqs_own["language_modeling"][0]
+    translation = fairseqs_own["translation"]
+    checkpoint = translation[translation.index("--path") + 1]
+    validate = run_cli("fairseq-validate", lm_data, "--user-dir", "fairseq_san", "--task",
+                       "language_modeling_san", "--path", checkpoint, "--max-tokens", "500")
+    train = run_cli("fairseq-train", lm_data, "--user-dir", "fairseq_san", "--task",
+                    "translation_san", "--arch", "transformer_san", "--max-tokens", "100",
+                    "--save-dir", str(tmp_path / "checkpoints"))  # fmt: skip
+    for result, task in ((validate, "translation"), (train, "translation_san")):
+        assert assert_one_line_error(result).endswith(
+            f"{lm_data} holds a language model's data (dict.txt), not a translation's "
+            f"(dict.SRC.txt, dict.TGT.txt), and the task, {task} (--task, or the checkpoint's), "
+            "translates: give a translation's binarized data, or a language model"
+        )
+
+
 def test_a_binarized_subset_of_no_sentence_is_named(tmp_path):
     """fairseq-preprocess writes an empty .bin for an input of no lines, which numpy cannot map:
     every command loading it ended in "ValueError: cannot mmap an empty file" (no file named)."""

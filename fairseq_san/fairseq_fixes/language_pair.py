@@ -6,16 +6,21 @@ is missing, and so ignored the one given alone: ``fairseq-generate -s de`` on En
 En->De, ``-s xx`` of a language the data has not decoded too, and the hub's
 ``from_pretrained(..., source_lang='de')`` as well, silently. ``install()`` wraps it (the plugin's
 ``translation_san`` inherits it): a language given alone that is not the one the data's names
-give is one line naming both.
+give is one line naming both. Where neither is given and the data is a language model's
+(``dict.txt``), fairseq's "Could not infer language pair" is said as that (a translation
+checkpoint given to fairseq-validate with a language model's data met it).
 """
 
 import functools
+import os
 from typing import Optional, Tuple
 
 from fairseq.tasks.translation import TranslationTask
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.files import glob_in
 
 SIDES = (("-s", "source_lang", "-t", "target_lang"), ("-t", "target_lang", "-s", "source_lang"))
 
@@ -39,11 +44,34 @@ def check_given_language_kept(
     )
 
 
+def language_model_data(cfg, error: Exception) -> Optional[UsageError]:
+    """fairseq's "Could not infer language pair" (``error``) said as what it is where the data's
+    folder (the first of DATA1:DATA2...) holds a language model's ``dict.txt`` and no
+    translation's dictionaries; None for another error or folder."""
+    folder = cfg.data.split(os.pathsep)[0] if cfg.data else ""
+    if str(error) != NO_LANGUAGE_PAIR or not os.path.isfile(os.path.join(folder, "dict.txt")):
+        return None
+    if glob_in(folder, "dict.*.txt"):
+        return None
+    task = getattr(cfg, "_name", None) or "translation"
+    return UsageError(
+        f"{folder} holds a language model's data (dict.txt), not a translation's (dict.SRC.txt, "
+        f"dict.TGT.txt), and the task, {task} (--task, or the checkpoint's), translates: give a "
+        "translation's binarized data, or a language model"
+    )
+
+
 def _keeping_the_given_language(setup_task):
     @functools.wraps(setup_task)
     def wrapper(cls, cfg, **kwargs):
         given = (cfg.source_lang, cfg.target_lang)
-        task = setup_task(cls, cfg, **kwargs)
+        try:
+            task = setup_task(cls, cfg, **kwargs)
+        except Exception as error:
+            said = language_model_data(cfg, error)
+            if said is None:
+                raise
+            raise said from error
         check_given_language_kept(given, (cfg.source_lang, cfg.target_lang), cfg.data)
         return task
 

@@ -132,8 +132,8 @@ def js_heatmap_grid(
         axes_row[0].set_ylabel(label, fontsize=8)
         for ax in axes_row[len(panels):]:
             ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=9)
+    if title:  # at the top edge: at matplotlib's y=0.98 of a tall grid it met the first titles
+        fig.suptitle(title, fontsize=9, y=1.0 - 0.08 / fig.get_figheight())
     _shared_colour_bar(fig, axes[0][0].get_images()[0], 1.0 - 0.5 / width)
     save(fig, path)
     plt.close(fig)

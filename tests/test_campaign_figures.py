@@ -127,6 +127,22 @@ def test_grid_has_one_colour_bar_in_nats_and_outlines_a_whole_matrix_inside_the_
     plots._pyplot().close(fig)
 
 
+def test_a_tall_grids_title_clears_the_first_rows_panel_titles(monkeypatch):
+    """figure2.png's four rows: the title, at matplotlib's y=0.98 of the figure's height, sat on
+    the first row's panel titles."""
+    drawn = drawn_figures(monkeypatch)
+    rows = [(pair, [("self", PAPER_SELF, [1, 5]), ("encdec", PAPER_ENCDEC, [3, 3])])
+            for pair in ("en-de", "de-en", "en-cs", "en-fr")]  # fmt: skip
+    plots.js_heatmap_grid(rows, "grid.png", title="JS divergence between decoder layers")
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    for ax in fig.axes[:2]:
+        assert title.y0 > ax.title.get_window_extent(renderer).y1  # above, not overlapping
+    assert title.y1 <= fig.bbox.y1  # on the figure
+    plots._pyplot().close(fig)
+
+
 def test_policies_with_as_many_blocks_each_have_their_own_colour_named_in_a_legend(monkeypatch):
     """A shade by number of blocks drew {4,2}, {3,3} and {2,4} alike."""
     drawn = drawn_figures(monkeypatch)

@@ -187,7 +187,7 @@ def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, The
 
 def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
     """Ranges of theta per kind (a ``learned_theta_ranges`` result, or its JSON) as a table cell,
-    e.g. ``decoder_encdec (0.4882, 0.5007]``; "-" for None."""
+    e.g. ``decoder_encdec [0.4883, 0.5006]`` (``ThetaRange``: rounded inwards); "-" for None."""
     if ranges is None:
         return "-"
     return "  ".join(f"{kind} {ThetaRange(*same)}" for kind, same in ranges.items())

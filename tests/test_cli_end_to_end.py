@@ -92,6 +92,28 @@ def test_generate_translates_the_shard_it_is_given(binarized_corpus, trained, ge
     assert ids[0] | ids[1] == set(best_hypotheses(generated.stdout))
 
 
+@pytest.mark.parametrize("shards, said", [
+    (["--num-shards", "2", "--shard-id", "2"],
+     "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
+    (["--num-shards", "2", "--shard-id", "1", "--distributed-world-size", "3",
+      "--distributed-rank", "1"],
+     "--num-shards 2 --shard-id 1 and --distributed-world-size 3 --distributed-rank 1 name two "
+     "shardings: give --num-shards and --shard-id only"),
+])  # fmt: skip
+def test_generate_refuses_a_shard_that_does_not_exist_or_two_shardings(shards, said):
+    """A shard id out of range was accepted (each job translated the whole subset)."""
+    from fairseq import options
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.generation_shards import apply_shards
+
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(parser, ["data", "--path", "x.pt", *shards])
+    with pytest.raises(UsageError) as refused:
+        apply_shards(args)
+    assert str(refused.value) == said
+
+
 def test_loaded_checkpoint_contains_the_shared_modules(binarized_corpus, trained):
     """What fairseq-generate loads (checkpoint_utils.load_model_ensemble), in process."""
     import fairseq_san  # noqa: F401

@@ -885,6 +885,16 @@ def test_cli_map_prints_every_policy_near_each_theta_and_marks_the_one_learned(j
     ]
 
 
+def test_cli_map_window_ends_carry_no_float_noise(js_file, capsys):
+    """theta 0.4, --map 0.1: 0.4 - 0.1 is 0.30000000000000004 in floats, and the range was
+    shown from 0.3001 (rounded inwards) under a header of 0.3000, as if 0.3 learned another
+    policy."""
+    policy_main([js_file, "--theta-decoder-self", "0.4", "--map", "0.1"])
+    (line,) = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("decoder_self, theta")]
+    assert line.startswith("decoder_self, theta 0.3000-0.5000: {6} [0.3000, ")
+
+
 def test_cli_map_stays_within_0_and_ln2_and_refuses_a_width_that_is_not_positive(js_file, capsys):
     policy_main([js_file, "--theta-decoder-self", "0.05", "--map", "0.1"])
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "theta 0" in line]

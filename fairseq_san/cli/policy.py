@@ -125,7 +125,9 @@ def explanation(
 def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]) -> str:
     """One kind's line of ``--map``: the policies learned as theta runs over theta +- width, in
     order, each with its range of theta; the one learned at ``theta`` marked."""
-    low, high = max(theta - width, 0.0), min(theta + width, LN2)
+    # theta +- width rounded off its float noise (0.4 - 0.1 is 0.30000000000000004, whose range
+    # was shown from 0.3001 under a header of 0.3000)
+    low, high = max(round(theta - width, 12), 0.0), min(round(theta + width, 12), LN2)
     parts = []
     for index, segment in enumerate(policy_segments(js, low, high)):
         shown = shown_range(segment.low, segment.high, low_closed=index == 0)

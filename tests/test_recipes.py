@@ -1533,7 +1533,7 @@ def test_spm_decode_refuses_whole_generate_lines(spm_model, tmp_path):
     for text, said in (("H-0\t-0.5\t\u2581Ein \u2581Mann\n",
                         f"{pieces}, line 1, holds a tab: give the pieces alone (of "
                         "fairseq-generate's H- lines, the third field: cut -f3)"),
-                       ("\u2581Ein \u2581Hund\nHund\nEin Mann läuft\n",
+                       ("\u2581a \u2581man\nHund\nEin Mann läuft\n",
                         f"{pieces}, line 3, is no sentencepiece pieces: none of its 3 pieces "
                         "holds '\u2581' (a word's start), and decoding would glue them into one "
                         "word; is it decoded text already (fairseq-generate's D- lines, with "
@@ -1551,6 +1551,52 @@ def test_spm_decode_refuses_whole_generate_lines(spm_model, tmp_path):
                          str(target))  # fmt: skip
         assert result.returncode == 0, result.stderr
     assert out.read_text() == text.read_text()
+
+
+def test_spm_decode_refuses_pieces_the_model_has_not(spm_model, tmp_path):
+    """Pieces of another model were decoded as they are, marks and all ("\u2581Ein\u2581Hund"),
+    exit 0. What encode writes for characters the model has not ("\u03a9") is decoded back."""
+    pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
+    pieces.write_text("\u2581a \u2581man\n\u2581Ein \u2581Hund\n", encoding="utf-8")
+    result = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), str(pieces),
+                     str(out))  # fmt: skip
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"fairseq-san-spm: error: {pieces}, line 2, holds the piece \u2581Ein, which --model "
+        f"{spm_model} has not: give the model that encoded the text"], result.stderr  # fmt: skip
+    assert not out.exists()
+    text = tmp_path / "text.txt"
+    text.write_text("a \u03a9man \u03a9\u03a9 walks\n", encoding="utf-8")
+    for command, source, target in (("encode", text, pieces), ("decode", pieces, out)):
+        result = run_cli("fairseq-san-spm", command, "--model", str(spm_model), str(source),
+                         str(target))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    assert out.read_text(encoding="utf-8") == text.read_text(encoding="utf-8")
+
+
+def test_spm_decode_drops_a_byte_order_mark(spm_model, tmp_path):
+    """A UTF-8 byte-order mark before the first piece was read as part of it: the first word
+    was decoded as "\ufeff\u2581a" (encode's normalization drops it)."""
+    pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
+    pieces.write_text("\ufeff\u2581a \u2581man\n", encoding="utf-8")
+    result = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), str(pieces),
+                     str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == b"a man\n"
+
+
+def test_spm_train_refuses_a_file_given_twice(spm_model, tmp_path):
+    """``train train.en train.en`` (for ``train.en train.de``) learned a joint model of one side,
+    exit 0; also through a link."""
+    text = spm_model.parent / "train.txt"
+    link = tmp_path / "link.txt"
+    link.symlink_to(text)
+    for second in (text, link):
+        result = run_cli("fairseq-san-spm", "train", str(text), str(second), "--model-prefix",
+                         str(tmp_path / "m"), "--vocab-size", "60")  # fmt: skip
+        assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+            f"fairseq-san-spm: error: the inputs name {text} twice: a joint model learns from "
+            "each side once (train.en train.de): give each file once"], result.stderr  # fmt: skip
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.txt"]
 
 
 def test_spm_train_names_sentences_too_long_for_sentencepiece(tmp_path):

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import line_text, output_problem, write_whole
+from fairseq_san.files import file_given_twice, line_text, output_problem, write_whole
 from fairseq_san.scoring import SENTENCEPIECE_MARK
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
@@ -106,12 +106,19 @@ def check_written_whole(trained: str, model_prefix: str) -> None:
 
 
 def check_training_text(inputs: List[str]) -> None:
-    """Refuse a name holding "," (sentencepiece reads its inputs as one comma-separated list:
-    ``x,y.en`` was read as ``x`` and ``y.en``), a file with no sentence (sentencepiece says
+    """Refuse a file given twice (one side twice for both), a name holding "," (sentencepiece
+    reads its inputs as one comma-separated list: ``x,y.en`` was read as ``x`` and ``y.en``), a
+    file with no sentence (sentencepiece says
     ``INTERNAL: ... !sentences_.empty()``), and inputs with none it learns from
     (``check_sentence_lengths``). Only regular files are looked into: sentencepiece reads each
     input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be missing
     from the text it learns from."""
+    twice = file_given_twice(inputs)
+    if twice is not None:  # train.en train.en for train.en train.de: a model of one side
+        raise UsageError(
+            f"the inputs name {twice} twice: a joint model learns from each side once "
+            "(train.en train.de): give each file once"
+        )
     read: List[Tuple[str, int, int]] = []  # each file read: (path, too long, sentences)
     for path in inputs:
         if "," in path:
@@ -207,9 +214,12 @@ def decode(model: str, source: str, target: str) -> None:
     processor = load_model(model, source, target)
     numbers = itertools.count(1)
 
-    def text_of(pieces: str) -> str:
-        check_pieces(source, next(numbers), pieces)
-        return processor.decode(pieces.split())
+    def text_of(line: str) -> str:
+        number = next(numbers)
+        check_pieces(source, number, line)
+        pieces = line.split()
+        check_known(model, processor, source, number, pieces)
+        return processor.decode(pieces)
 
     rewrite_lines(source, target, text_of)
 
@@ -235,13 +245,27 @@ def check_pieces(source: str, number: int, line: str) -> None:
         )
 
 
+def check_known(model: str, processor, source: str, number: int, pieces: List[str]) -> None:
+    """Refuse a piece that begins a word and that ``model`` has not: a piece of another model,
+    which sentencepiece decoded as it is ("\u2581Ein\u2581Mann"), without a word. Pieces that
+    encode writes for characters the model has not ("\u03a9") never hold "\u2581"."""
+    unknown = processor.unk_id()
+    for piece in pieces:
+        if SENTENCEPIECE_MARK in piece and processor.piece_to_id(piece) == unknown:
+            raise UsageError(
+                f"{source}, line {number}, holds the piece {piece}, which --model {model} has "
+                "not: give the model that encoded the text"
+            )
+
+
 def rewrite_lines(source: str, target: str, convert: Callable[[str], str]) -> None:
     """Write ``convert`` of every line of ``source`` to ``target`` (checked by ``load_model``),
     whole or not at all (``files.write_whole``): a line that is no UTF-8 left the lines before
     it as the output. A line ends at a newline only (``files.line_text``), so that the output
-    has the input's line count, which its other side's file shares."""
+    has the input's line count, which its other side's file shares; a UTF-8 byte-order mark at
+    its start is dropped (decode read it as part of the first piece: "\ufeff\u2581Ein")."""
     # opened before the output: write_whole names the output in an error inside ``write``
-    with utf8_text(source), open(source, encoding="utf-8", newline="\n") as lines:
+    with utf8_text(source), open(source, encoding="utf-8-sig", newline="\n") as lines:
 
         def write(name: str) -> None:
             with open(name, "w", encoding="utf-8") as out:

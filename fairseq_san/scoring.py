@@ -238,12 +238,13 @@ def shifted_targets(targets: Dict[int, str], references: List[str]) -> List[Tupl
     texts = [comparable_text(line) for line in references]
     shifted = []
     for i, text in sorted(targets.items()):
-        if i >= len(texts) or comparable_text(text) == texts[i]:
+        wanted = comparable_text(text)
+        if i >= len(texts) or wanted == texts[i]:
             continue
-        near = [j for j in range(max(0, i - SHIFT_WINDOW), min(len(texts), i + SHIFT_WINDOW + 1))
-                if texts[j] == comparable_text(text)]  # fmt: skip
-        if near:
-            shifted.append((i, near[0]))
+        window = range(max(0, i - SHIFT_WINDOW), min(len(texts), i + SHIFT_WINDOW + 1))
+        near = next((j for j in window if texts[j] == wanted), None)
+        if near is not None:
+            shifted.append((i, near))
     return shifted
 
 

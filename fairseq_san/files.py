@@ -146,6 +146,19 @@ def glob_in(folder: str, *pattern: str, recursive: bool = False) -> List[str]:
     return glob.glob(os.path.join(glob.escape(folder), *pattern), recursive=recursive)
 
 
+def translation_dictionaries(folder: str) -> List[str]:
+    """A translation's dictionaries in ``folder``: fairseq-preprocess's ``dict.SRC.txt`` and
+    ``dict.TGT.txt``."""
+    return glob_in(folder, "dict.*.txt")
+
+
+def language_model_data(folder: str) -> bool:
+    """Whether ``folder`` holds a language model's binarized data: fairseq-preprocess
+    --only-source's ``dict.txt`` and no translation's dictionaries. The one test behind every
+    check that names one kind of data given to the other kind of model."""
+    return os.path.isfile(os.path.join(folder, "dict.txt")) and not translation_dictionaries(folder)
+
+
 def same_file(first: str, second: str) -> bool:
     """Whether two paths name one file (or would: one path, through links, not yet there); an
     output that is its input would be emptied or overwritten before it is read."""

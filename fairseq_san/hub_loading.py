@@ -33,7 +33,7 @@ from fairseq_san.fairseq_fixes.one_line_errors import (
     fairseqs_bad_input,
     missing_component_option,
 )
-from fairseq_san.files import glob_in
+from fairseq_san.files import glob_in, language_model_data, translation_dictionaries
 from fairseq_san.hub import (
     GIVEN_AS_GENERATION_ARGS,
     SANHubInterface,
@@ -388,8 +388,8 @@ def data_problem(data_name_or_path, data_path: str, error: Exception) -> Optiona
     no_language_pair = NO_LANGUAGE_PAIR in messages or no_language_dictionary
     if not (no_lm_dictionary or no_language_pair):
         return None
-    translation = glob_in(data_path, "dict.*.txt")
-    language_model = os.path.isfile(os.path.join(data_path, "dict.txt"))
+    translation = translation_dictionaries(data_path)
+    language_model = language_model_data(data_path)
     said = f"from_pretrained(data_name_or_path={str(data_name_or_path)!r}): {data_path} holds "
     if no_lm_dictionary and translation:
         return said + (

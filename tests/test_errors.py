@@ -3692,6 +3692,31 @@ def test_a_language_models_data_under_a_translation_task_is_named(fairseqs_own, 
         )
 
 
+@pytest.mark.parametrize("files, language_model", [
+    (["dict.txt"], True),
+    (["dict.txt", "train.bin", "train.idx"], True),
+    (["dict.txt", "dict.en.txt", "dict.de.txt"], False),
+    (["dict.en.txt", "dict.de.txt", "train.en-de.en.idx"], False),
+    (["dict.txt/"], False),
+    ([], False),
+])  # fmt: skip
+def test_one_rule_tells_a_language_models_data_from_a_translations(tmp_path, files, language_model):
+    """The translation task's wrapper, the benchmark and the hub's loader name a language model's
+    data by one rule (files.language_model_data): dict.txt and no translation's dictionary. The
+    benchmark had its own (dict.txt and no pair's .idx), which disagreed on a folder with both."""
+    from fairseq_san.benchmark.config import check_subset
+    from fairseq_san.files import language_model_data
+
+    for name in files:
+        (tmp_path / name).mkdir() if name.endswith("/") else (tmp_path / name).touch()
+    assert language_model_data(str(tmp_path)) is language_model
+    if language_model:
+        check_subset(str(tmp_path), "valid")  # left to the check that names the data's kind
+    else:
+        with pytest.raises(ValueError, match="--subset valid: no such subset"):
+            check_subset(str(tmp_path), "valid")
+
+
 def test_a_binarized_subset_of_no_sentence_is_named(tmp_path):
     """fairseq-preprocess writes an empty .bin for an input of no lines, which numpy cannot map:
     every command loading it ended in "ValueError: cannot mmap an empty file" (no file named)."""

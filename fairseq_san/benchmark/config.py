@@ -16,7 +16,7 @@ from typing import Collection, Dict, List, Optional, Sequence, Tuple
 from fairseq_san import options
 from fairseq_san.cores import threads_problem
 from fairseq_san.errors import UsageError, json_error, nearest_key_hint, repeated
-from fairseq_san.files import glob_in
+from fairseq_san.files import glob_in, language_model_data
 from fairseq_san.options import flag_of
 from fairseq_san.policy import PolicyError, resolve_policy
 
@@ -371,7 +371,7 @@ def check_subset(data: str, subset: str) -> None:
     """ValueError for a subset that ``data`` does not hold (fairseq's "Dataset not found" named
     no option); a language model's data is left to the check that refuses it by name."""
     subsets = pair_subsets(data)
-    if subset not in subsets and not monolingual_data(data):
+    if subset not in subsets and not language_model_data(data):
         held = ", ".join(subsets) or "none"
         raise ValueError(f"--subset {subset}: no such subset in {data} (it holds: {held})")
 
@@ -408,15 +408,6 @@ TRANSLATION_ONLY = (
     "the benchmark times translation models on translation data (binarized by fairseq-preprocess "
     "with a source and a target language)"
 )
-
-
-def monolingual_data(data: str) -> bool:
-    """Whether ``data`` holds a language model's data: fairseq-preprocess --only-source output
-    (``dict.txt``) and no file of a language pair (``SPLIT.SRC-TGT.LANG.idx``), from which
-    fairseq's translation task infers the languages."""
-    if not os.path.isfile(os.path.join(data, "dict.txt")):
-        return False
-    return not glob_in(data, "*.*-*.*.idx")
 
 
 def sentencepiece_model(config: BenchmarkConfig) -> Optional[str]:

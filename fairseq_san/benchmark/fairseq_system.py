@@ -24,12 +24,13 @@ from fairseq.dataclass.configs import GenerationConfig
 from fairseq.dataclass.utils import overwrite_args_by_name
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
-from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig, monolingual_data
+from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
 from fairseq_san.errors import UsageError
+from fairseq_san.files import language_model_data
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.models.option_checks import check_language_pair
 from fairseq_san.policy import load_policy
@@ -96,7 +97,7 @@ def check_translation(config: BenchmarkConfig) -> None:
     missing ``dict.txt``, "Could not infer language pair", a dataset without ``src_sizes``).
     Each checkpoint's configuration is read, memory-mapped, without its model being built."""
     problems: List[str] = []
-    if monolingual_data(config.data):
+    if language_model_data(config.data):
         problems.append(
             f"--data {config.data} is monolingual data (dict.txt: fairseq-preprocess --only-source)"
         )

@@ -20,7 +20,7 @@ from fairseq.tasks.translation import TranslationTask
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
-from fairseq_san.files import glob_in
+from fairseq_san.files import language_model_data
 
 SIDES = (("-s", "source_lang", "-t", "target_lang"), ("-t", "target_lang", "-s", "source_lang"))
 
@@ -44,14 +44,12 @@ def check_given_language_kept(
     )
 
 
-def language_model_data(cfg, error: Exception) -> Optional[UsageError]:
+def language_model_data_named(cfg, error: Exception) -> Optional[UsageError]:
     """fairseq's "Could not infer language pair" (``error``) said as what it is where the data's
     folder (the first of DATA1:DATA2...) holds a language model's ``dict.txt`` and no
     translation's dictionaries; None for another error or folder."""
     folder = cfg.data.split(os.pathsep)[0] if cfg.data else ""
-    if str(error) != NO_LANGUAGE_PAIR or not os.path.isfile(os.path.join(folder, "dict.txt")):
-        return None
-    if glob_in(folder, "dict.*.txt"):
+    if str(error) != NO_LANGUAGE_PAIR or not language_model_data(folder):
         return None
     task = getattr(cfg, "_name", None) or "translation"
     return UsageError(
@@ -68,7 +66,7 @@ def _keeping_the_given_language(setup_task):
         try:
             task = setup_task(cls, cfg, **kwargs)
         except Exception as error:
-            said = language_model_data(cfg, error)
+            said = language_model_data_named(cfg, error)
             if said is None:
                 raise
             raise said from error

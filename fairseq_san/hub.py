@@ -421,6 +421,19 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             return beam
         return self.loaded_beam if self.loaded_beam is not None else default
 
+    def train(self, mode: bool = True) -> "SANHubInterface":
+        """``nn.Module.train``, refused in one line for training: fairseq's hub prepared its
+        models for generation (``make_generation_fast_``), and their ``train()`` raised "cannot
+        train after make_generation_fast" from inside torch; ``train(False)`` (``eval()``) runs."""
+        if mode:
+            raise UsageError(
+                "train() on a hub model: fairseq's hub prepared it for generation "
+                "(make_generation_fast_), which cannot be undone; to train it, give the checkpoint "
+                "to fairseq-train (--finetune-from-model or --restore-file); for dropout while "
+                "decoding, from_pretrained(..., generation_args={'retain_dropout': True})"
+            )
+        return super().train(mode)
+
     def translate(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
         """fairseq's ``translate`` (beam 5 unless given here or at load)."""
         return super().translate(sentences, self.beam_or_default(beam, 5), verbose, **kwargs)

@@ -132,6 +132,23 @@ def load(workdir: Path, **keywords):
     )  # fmt: skip
 
 
+def test_training_a_hub_model_is_refused_in_one_line_and_dropout_while_decoding_runs(workdir):
+    """hub.train() raised fairseq's "cannot train after make_generation_fast" from inside torch;
+    the message's way to dropout while decoding keeps it on (scores differ from call to call)."""
+    from fairseq_san.errors import UsageError
+
+    hub = load(workdir)
+    with pytest.raises(UsageError, match=r"^train\(\) on a hub model: .*--finetune-from-model"):
+        hub.train()
+    assert hub.eval() is hub and not hub.training
+    said = re.search(r"from_pretrained\(\.\.\., generation_args=(\{.*\})\)$", str(
+        pytest.raises(UsageError, hub.train).value))
+    sampled = load(workdir, generation_args=ast.literal_eval(said.group(1)))
+    tokens = sampled.encode("a b c")
+    scores = {sampled.generate([tokens], beam=2)[0][0]["score"].item() for _ in range(4)}
+    assert len(scores) > 1
+
+
 def test_a_bpe_model_that_is_not_there_or_read_by_no_bpe_is_one_line(workdir, tmp_path):
     """A missing sentencepiece model or a folder: fairseq's OSError and sentencepiece's
     RuntimeError tracebacks; the model alone, without bpe='sentencepiece': decoded with no bpe,

@@ -116,6 +116,19 @@ def test_the_settled_command(tmp_path):
     )
 
 
+def test_settled_over_a_folder_for_the_learned_policy_names_it(tmp_path):
+    """A folder where iteration K's learned policy goes was said to be no policy learned yet."""
+    run_dir = run_dir_with(tmp_path, NONE, EVEN)
+    os.unlink(tmp_path / "iter1" / "policy.json")
+    (tmp_path / "iter1" / "policy.json").mkdir()
+    result = run_cli("fairseq-san-loop", "settled", run_dir, "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"fairseq-san-loop: error: policy file \"{tmp_path / 'iter1' / 'policy.json'}\" is a "
+        "folder, not a file: give a JSON file"
+    )
+
+
 def test_decode_key_of_missing_data_is_one_line(tmp_path):
     """The key of a data directory that is not there would be the digest of nothing."""
     checkpoint = tmp_path / "model.pt"
@@ -195,6 +208,26 @@ def test_decode_key_follows_the_files_the_overrides_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "b")
     (tmp_path / "b" / "policy.json").write_text('{"decoder_self": [1, 1, 1, 1, 1, 1]}')
     assert decode_key(str(checkpoint), str(data), "test", overrides) not in (key, rewritten)
+
+
+def test_decode_key_follows_the_files_of_overrides_given_with_an_equals_sign(tmp_path):
+    """``--model-overrides={...}``, which fairseq-generate reads as ``--model-overrides {...}``:
+    the files it named were left out of the key, a split decoded under another policy reused."""
+    from fairseq_san.loop.decode_key import decode_key
+
+    checkpoint, data, policy = tmp_path / "model.pt", tmp_path / "data", tmp_path / "policy.json"
+    checkpoint.write_bytes(b"weights")
+    data.mkdir()
+    for name in ("dict.en.txt", "dict.de.txt", "test.en-de.en.bin", "test.en-de.de.bin"):
+        (data / name).write_bytes(name.encode())
+    policy.write_text('{"decoder_self": [6]}')
+    joined = [f"--model-overrides={{'san_policy': {str(policy)!r}}}"]
+    key = decode_key(str(checkpoint), str(data), "test", joined)
+    assert json.loads(key)["override_files_sha256"] == json.loads(
+        decode_key(str(checkpoint), str(data), "test", joined[0].split("=", 1))
+    )["override_files_sha256"] != {}
+    policy.write_text('{"decoder_self": [1, 1, 1, 1, 1, 1]}')
+    assert decode_key(str(checkpoint), str(data), "test", joined) != key
 
 
 def recorded_iterations(tmp_path, monkeypatch, count: int) -> None:

@@ -47,6 +47,37 @@ def test_a_result_that_is_no_score_is_named(tmp_path, lines, said):
         read_perplexity(str(log))
 
 
+@pytest.mark.parametrize(
+    "lines",
+    [
+        "Evaluated 15 tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: 1e+300\n",
+        "Evaluated 15 tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: 1.2.3\n",
+        "Evaluated , tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: 32.00\n",
+    ],
+    ids=["exponent", "two points", "no digits"],
+)  # fmt: skip
+def test_a_number_no_line_of_fairseq_eval_lm_holds_is_one_error(tmp_path, lines):
+    """A log edited by hand: "1e+300" was read as a perplexity of 1, "1.2.3" and "," were
+    ValueError tracebacks."""
+    log = tmp_path / "eval.log"
+    log.write_text(lines)
+    result = run_cli("fairseq-san-loop", "perplexity", str(log), "-o", str(tmp_path / "v.json"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"fairseq-san-loop: error: {log}: no 'Evaluated N tokens' and 'Loss (base 2): L, "
+        "Perplexity: P' lines of fairseq-eval-lm"
+    ]
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_a_long_perplexity_is_said_abbreviated(tmp_path):
+    """A perplexity past a float's range (inf) was quoted whole: hundreds of digits."""
+    log = tmp_path / "eval.log"
+    log.write_text(f"Evaluated 15 tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: {'9' * 400}\n")
+    with pytest.raises(UsageError, match=f"the perplexity is {'9' * 80}\\.\\.\\.: the model"):
+        read_perplexity(str(log))
+
+
 def row(iteration, perplexity=None, bleu=None):
     return dict(
         iteration=iteration, policy="decoder_self none", learned="-", learned_for="-", parameters=1000,
@@ -86,3 +117,16 @@ def test_an_output_the_loop_cannot_write_is_named_as_given(tmp_path):
         assert result.stderr.strip() == f"fairseq-san-loop: error: -o {output} {said}"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["eval.log", "folder"]
     assert not list((tmp_path / "folder").iterdir())
+
+
+def test_lm_task_args_names_a_data_directory_that_is_not_there(tmp_path):
+    """``--data`` of a typo (or a file) checked no sentence and printed the options: exit 0, as
+    for a sample long enough."""
+    (tmp_path / "file").write_text("x\n")
+    for data in (tmp_path / "nodata", tmp_path / "file"):
+        result = run_cli("fairseq-san-loop", "lm-task-args", "--data", str(data), "--",
+                         "--tokens-per-sample", "64")  # fmt: skip
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr.splitlines() == [
+            f"fairseq-san-loop: error: no data directory {data} (--data)"
+        ]

@@ -127,6 +127,21 @@ def test_loop_start_without_data_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("check", [[], ["--check-inputs"]], ids=["run", "check inputs"])
+def test_loop_start_with_an_empty_run_dir_or_data_is_one_line(tmp_path, check):
+    """``start '' --data DATA`` wrote run.json and iter0 into the current folder; ``start RUN
+    --data ''`` printed a TypeError's traceback (the recipes refuse both before)."""
+    data = fake_data(tmp_path / "data")
+    (tmp_path / "here").mkdir()
+    reference = ["--valid-ref", str(data / "text" / "valid.raw.de")]
+    for run_dir, given, said in (("", str(data), "RUN_DIR"), ("run", "", "--data")):
+        result = run_cli("fairseq-san-loop", "start", run_dir, "--data", given, *reference,
+                         *check, cwd=tmp_path / "here")  # fmt: skip
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [f"fairseq-san-loop: error: {said} is empty: name a folder"]
+    assert os.listdir(tmp_path / "here") == []
+
+
 def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_too(tmp_path):
     """Both directions in one folder: the recipe scored against one pair's references and
     fairseq-train trained the other (the folder's listing order), and failed after training; a

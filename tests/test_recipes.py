@@ -2143,6 +2143,37 @@ def test_summary_over_a_recorded_row_of_other_types_is_one_line(tmp_path, field,
     )
 
 
+def test_summary_over_a_recorded_row_lacking_fields_is_one_line(tmp_path):
+    """A row of loop.json edited by hand to lack a cell the table shows: a KeyError traceback."""
+    run_dir = tmp_path / "run"
+    iteration_with_checkpoint(run_dir)
+    assert run_cli("fairseq-san-loop", "summary", str(run_dir)).returncode == 0
+    (run_dir / "iter0" / "checkpoints" / "checkpoint_best.pt").unlink()  # the row is read back
+    (run_dir / "loop.json").write_text(json.dumps([{"iteration": 0, "policy": "-"}]))
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        f"fairseq-san-loop: error: {run_dir / 'loop.json'}: the row of iteration 0: it lacks "
+        "parameters, num_updates, train_seconds, valid_loss: delete it to rebuild it from the "
+        "checkpoints"
+    )
+
+
+def test_summary_over_an_analysis_of_another_shape_names_its_file(tmp_path):
+    """iter<k>/analysis/js.json whose matrix is no list of rows: the error named no file."""
+    run_dir = tmp_path / "run"
+    iteration = iteration_with_checkpoint(run_dir)
+    (run_dir / "run.json").write_text(json.dumps({"options": {"--theta-self": "0.4"}}))
+    (run_dir / "iter1").mkdir()
+    (run_dir / "iter1" / "policy.json").write_text(json.dumps(NO_SHARING))
+    (iteration / "analysis").mkdir()
+    (iteration / "analysis" / "js.json").write_text(json.dumps({"decoder_self": 3}))
+    line = one_error_line(run_cli("fairseq-san-loop", "summary", str(run_dir)), "fairseq-san-loop")
+    assert line == (
+        f"fairseq-san-loop: error: {iteration / 'analysis' / 'js.json'}: decoder_self: JS matrix "
+        "must be a non-empty list of rows: delete it and rerun the step that writes it"
+    )
+
+
 def test_summary_over_scores_or_thresholds_of_other_types_is_one_line(tmp_path):
     """valid.json {"bleu": "high"} (a ValueError formatting it) and run.json's --theta-self "abc"
     (a ValueError converting it), in a run dir received from elsewhere."""

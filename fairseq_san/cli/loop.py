@@ -137,7 +137,9 @@ def run_settled(args: argparse.Namespace, after: List[str]) -> int:
     if not os.path.isdir(args.run_dir):  # exit 1 alone would read "not settled"
         raise UsageError(f"{args.run_dir}: no such run directory")
     learned = policy_path(args.run_dir, args.iteration + 1)
-    if not os.path.isfile(learned):  # nor would it say this: "the policy is new"
+    # nor would it say this: "the policy is new"; a folder there is load_policy's to name (it
+    # was said to be no policy learned)
+    if not os.path.exists(learned):
         raise UsageError(
             f"{learned}: iteration {args.iteration} has learned no policy yet "
             "(fairseq-san-policy writes it)"
@@ -153,10 +155,19 @@ def run_summary(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def check_not_empty(args: argparse.Namespace) -> None:
+    """UsageError for an empty RUN_DIR or --data, which the recipes' option parser refuses: ''
+    made the current folder the run dir, its record written there, and --data '' a traceback."""
+    for name, value in (("RUN_DIR", args.run_dir), ("--data", args.data)):
+        if value == "":
+            raise UsageError(f"{name} is empty: name a folder")
+
+
 def run_start(args: argparse.Namespace, after: List[str]) -> int:
     """Check the values and inputs only (--check-inputs: what the recipes run before they make
     the run dir and its lock, so a refused run leaves nothing), or lock the run dir and record its
     options."""
+    check_not_empty(args)
     options = run_options(args, after)
     check_run_dir(args.run_dir)
     if not args.lm:  # a language model's loop scores with fairseq-eval-lm, which reads no ':'
@@ -196,6 +207,8 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
+    if args.data is not None and not os.path.isdir(args.data):  # checked nothing, silently
+        raise UsageError(f"no data directory {args.data} (--data)")
     problem = None if args.data is None else longest_sentence_problem(args.data, after)
     if problem is not None:
         raise UsageError(problem)

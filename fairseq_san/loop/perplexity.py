@@ -6,15 +6,17 @@ import math
 import re
 from typing import Dict, List
 
-from fairseq_san.errors import UsageError, utf8_text
+from fairseq_san.errors import UsageError, abbreviated, utf8_text
 from fairseq_san.files import write_json
 
 # fairseq-eval-lm's last lines: "Evaluated 15,188 tokens in 3.2s (...)" and
 # "Loss (base 2): 5.0, Perplexity: 32.1".
-TOKENS = re.compile(r"Evaluated (?P<tokens>[\d,]+) tokens in ")  # "17,067" from fairseq 0.12
-# A diverged model's: "Loss (base 2): nan, Perplexity: nan" (inf too).
+TOKENS = re.compile(r"Evaluated (?P<tokens>\d[\d,]*) tokens in ")  # "17,067" from fairseq 0.12
+# A diverged model's: "Loss (base 2): nan, Perplexity: nan" (inf too). Each number whole: of
+# "1e+300" (no line of fairseq-eval-lm's) the perplexity read was 1, and "1.2.3" a traceback.
+NUMBER = r"\d+(?:\.\d+)?|nan|inf"
 RESULT = re.compile(
-    r"Loss \(base 2\): (?P<loss>[\d.]+|nan|inf), Perplexity: (?P<ppl>[\d.]+|nan|inf)"
+    rf"Loss \(base 2\): (?P<loss>{NUMBER}), Perplexity: (?P<ppl>{NUMBER})(?![\w.+-])"
 )
 
 
@@ -37,8 +39,8 @@ def read_perplexity(log: str) -> Dict[str, float]:
     }
     if not math.isfinite(score["perplexity"]):
         raise UsageError(
-            f"{log}: the perplexity is {results[-1].group('ppl')}: the model diverged (its "
-            "training log shows where); no score to keep"
+            f"{log}: the perplexity is {abbreviated(results[-1].group('ppl'))}: the model diverged "
+            "(its training log shows where); no score to keep"
         )
     if score["tokens"] == 0:
         raise UsageError(f"{log}: fairseq-eval-lm evaluated 0 tokens: no score to keep")

@@ -21,6 +21,7 @@ from fairseq_san.loop.stopping import policy_path, why_ended
 from fairseq_san.options import LM_KIND
 from fairseq_san.policy import (
     KINDS,
+    PolicyError,
     ThetaRange,
     format_policy,
     learn_policy,
@@ -40,6 +41,9 @@ ROW_FIELDS = {
     "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE, "signature": TEXT + NONE,
     "learned": TEXT, "learned_for": TEXT, "trained": (bool,),
 }  # fmt: skip
+# The fields of a loop.json row that every summary recorded (the table's cells; the scores of
+# ``SCORES`` and ``trained`` came later, the learned policy is read again).
+REQUIRED_FIELDS = ("policy", "parameters", "num_updates", "train_seconds", "valid_loss")
 SCORE_FIELDS = {"bleu": NUMBER + NONE, "chrf": NUMBER + NONE, "perplexity": NUMBER + NONE,
                 "bleu_signature": TEXT + NONE}  # fmt: skip
 
@@ -177,12 +181,17 @@ def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, The
     (``theta_ranges`` at the run's recorded thresholds); None before that policy exists, and where
     its file is not what those thresholds learn (a policy written by hand)."""
     path = policy_path(run_dir, iteration + 1)
-    js = read_json(os.path.join(run_dir, f"iter{iteration}", "analysis", "js.json"))
+    js_path = os.path.join(run_dir, f"iter{iteration}", "analysis", "js.json")
+    js = read_json(js_path)
     recorded = read_record(run_dir)
     if not os.path.exists(path) or js is None or recorded is None:
         return None
     thetas = recorded_thetas(recorded[0])
-    return theta_ranges(js, thetas) if learn_policy(js, thetas) == load_policy(path) else None
+    try:
+        learned = learn_policy(js, thetas)
+    except PolicyError as err:  # a matrix of another shape: the message named no file
+        raise UsageError(f"{js_path}: {err}: delete it and rerun the step that writes it") from None
+    return theta_ranges(js, thetas) if learned == load_policy(path) else None
 
 
 def format_theta_ranges(ranges: Optional[Dict[str, Sequence]]) -> str:
@@ -215,7 +224,8 @@ def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
         raise UsageError(f"{path} is not a loop summary (a list of iteration rows): delete it to "
                          "rebuild it from the checkpoints")  # fmt: skip
     for row in rows:
-        problem = field_problem(row, ROW_FIELDS)
+        missing = [name for name in REQUIRED_FIELDS if name not in row]
+        problem = f"it lacks {', '.join(missing)}" if missing else field_problem(row, ROW_FIELDS)
         if problem is not None:
             raise UsageError(f"{path}: the row of iteration {row['iteration']!r}: {problem}: "
                              "delete it to rebuild it from the checkpoints")  # fmt: skip

@@ -632,13 +632,28 @@ def test_a_baseline_ctranslate2_would_convert_into_another_model_is_not_converte
     assert list(results["systems"]) == ["cross"]
 
 
+def stub_ctranslate2_system(translate_batch, max_output_tokens: int):
+    """A CTranslate2System on the CPU whose translator is ``translate_batch``, with a made-up
+    dictionary on both sides: its decoding without CTranslate2 or a checkpoint."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.ctranslate2_system import CTranslate2System
+
+    system = object.__new__(CTranslate2System)
+    dictionary = make_dictionary()
+    system.device, system._sources = torch.device("cpu"), {}
+    system.max_output_tokens = max_output_tokens
+    system.task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    system.translator = SimpleNamespace(translate_batch=translate_batch)
+    return system
+
+
 def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
     """fairseq decodes at most the model's positions but one, whatever ``a * source + b`` allows;
     CTranslate2 was given the uncapped limit, and the two engines decoded different lengths."""
     from types import SimpleNamespace
 
     from fairseq_san.benchmark.config import NATURAL, Setting
-    from fairseq_san.benchmark.ctranslate2_system import CTranslate2System
 
     asked = []
 
@@ -646,11 +661,7 @@ def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
         asked.append(kwargs["max_decoding_length"])
         return [SimpleNamespace(hypotheses=[["w0"]]) for _ in sources]
 
-    system = object.__new__(CTranslate2System)
-    dictionary = make_dictionary()
-    system.device, system._sources, system.max_output_tokens = torch.device("cpu"), {}, 15
-    system.task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    system.translator = SimpleNamespace(translate_batch=translate_batch)
+    system = stub_ctranslate2_system(translate_batch, max_output_tokens=15)
     sample = {"net_input": {"src_tokens": torch.full((2, 10), 5)}, "id": torch.tensor([0, 1])}
     batches = SimpleNamespace(samples=[sample], batch_size=2)
     for max_len_b, cap in ((100, 15), (4, 14)):  # 1.0 * 10 + b, at most 15
@@ -661,6 +672,79 @@ def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
     at_limit = SimpleNamespace(max_len_a=0.0, max_len_b=1, lenpen=1.0)  # the token, no EOS
     assert system.decode(batches, Setting(4, NATURAL), at_limit).tokens == 2
 
+
+def test_ctranslate2_reads_sources_longer_than_1024_tokens_whole():
+    """CTranslate2 cuts a source at ``max_input_length`` tokens, 1024 unless told: a model of more
+    positions (checked against the subset before) read 1100 in fairseq, and its CTranslate2 rows
+    translated the first 1024 (other translations, the encoder's work cut short), exit 0."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import NATURAL, Setting
+
+    read = []
+
+    def translate_batch(sources, max_input_length=1024, **kwargs):  # CTranslate2's default
+        read.extend(len(s[:max_input_length] if max_input_length else s) for s in sources)
+        return [SimpleNamespace(hypotheses=[["w0"]]) for _ in sources]
+
+    system = stub_ctranslate2_system(translate_batch, max_output_tokens=2047)
+    eos = system.task.source_dictionary.eos()
+    source = torch.cat([torch.full((1, 1100), 5), torch.tensor([[eos]])], dim=1)
+    sample = {"net_input": {"src_tokens": source}, "id": torch.tensor([0])}
+    batches = SimpleNamespace(samples=[sample], batch_size=1)
+    options = SimpleNamespace(max_len_a=0.0, max_len_b=10, lenpen=1.0)
+    system.decode(batches, Setting(4, NATURAL), options)
+    assert read == [1100]  # every word (CTranslate2 adds the EOS)
+
+
+def test_a_failed_conversion_is_noted_in_one_line(monkeypatch):
+    """CTranslate2's converter gives its reasons on lines of their own: the note was three lines,
+    the reason a stray item of the report's notes (a pre-norm encoder, a post-norm decoder)."""
+    pytest.importorskip("ctranslate2")
+    from types import SimpleNamespace
+
+    from ctranslate2.converters import fairseq as ct2_fairseq
+
+    from fairseq_san.benchmark import ctranslate2_system
+
+    def convert(base, work_dir):
+        args = SimpleNamespace(arch="transformer", encoder_normalize_before=True,
+                               decoder_normalize_before=False, encoder_attention_heads=4,
+                               decoder_attention_heads=4)  # fmt: skip
+        ct2_fairseq._get_model_spec(args)
+
+    monkeypatch.setattr(ctranslate2_system.CTranslate2System, "convert", convert)
+    base = SimpleNamespace(name="base", is_plain_transformer=lambda: True)
+    systems, info = ctranslate2_system.ctranslate2_systems(SimpleNamespace(threads=1), base)
+    assert systems == [] and info["status"] == "skipped"
+    assert info["note"] == (
+        "conversion failed: ValueError: The model you are trying to convert is not supported by "
+        "CTranslate2. We identified the following reasons: - Options --encoder-normalize-before "
+        "and --decoder-normalize-before must have the same value"
+    )
+
+def test_a_ctrl_c_while_a_worker_starts_prints_no_traceback(capfd):
+    """Ctrl-C reaches the workers too: one still importing torch (a run's first seconds) printed
+    KeyboardInterrupt's traceback, one per worker, above the parent's "interrupted". A worker
+    ignores it until it serves; the parent, interrupted, stops the workers."""
+    import multiprocessing
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import FAIRSEQ
+    from fairseq_san.benchmark.workers import Worker, WorkerJob
+
+    job = WorkerJob(FAIRSEQ, [], SimpleNamespace(threads=1), "cpu")  # no system: it fails
+    worker = Worker(multiprocessing.get_context("spawn"), job)
+    try:
+        time.sleep(0.3)  # it imports torch
+        os.kill(worker.process.pid, signal.SIGINT)
+        with pytest.raises(RuntimeError, match="IndexError"):  # it went on, to its job
+            worker.receive()
+    finally:
+        worker.close(at_once=True)
+    assert "Traceback" not in capfd.readouterr().err
 
 def test_ctranslate2_steps_are_counted_as_decoded():
     """A hypothesis that reached CTranslate2's limit decoded no EOS: counted as one more step,

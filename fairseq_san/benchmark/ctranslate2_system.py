@@ -82,6 +82,9 @@ class CTranslate2System:
             max_batch_size=batches.batch_size,
             length_penalty=options.lenpen,
             return_scores=False,
+            # no truncation (CTranslate2's default cut sources at 1024 tokens, which a model of
+            # more positions reads whole in fairseq): the baseline's limit is checked before
+            max_input_length=0,
         )
         fixed = setting.mode == FIXED
         if fixed:  # CTranslate2 never emits EOS at its length limit: L + 1 tokens are the
@@ -145,10 +148,17 @@ def ctranslate2_systems(
                 for compute_type in CTranslate2System.COMPUTE_TYPES
             ]
     except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
-        note = f"conversion failed: {type(err).__name__}: {err}"
+        note = f"conversion failed: {type(err).__name__}: {one_line(err)}"
         return [], {"status": "skipped", "note": note}
     info = {"status": "ok", "systems": [s.name for s in systems], "version": systems[0].version}
     return systems, info
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message as one line: CTranslate2's converter gives its reasons on lines of
+    their own, which made a stray item of the report's notes and a log line of several."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines) or type(error).__name__
 
 
 def _in_memory_converter(base: FairseqSystem, ct2_fairseq):

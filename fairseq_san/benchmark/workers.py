@@ -23,13 +23,16 @@ Workers are spawned, never forked: a fork of a process whose OpenMP runtime has 
 can hang.
 """
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import torch
 
@@ -91,6 +94,7 @@ def _serve(conn, job: WorkerJob) -> None:
     """The worker's loop: build, say ready, then run ``(system, method, args, kwargs)`` calls.
     A parent that is gone or interrupted (Ctrl-C reaches the workers too) ends it quietly: the
     parent says what happened."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored while it started
     try:
         _answer(conn, job)
     except (*PIPE_GONE, KeyboardInterrupt):
@@ -133,6 +137,21 @@ def _failure(err: Exception) -> Tuple[str, str]:
     return "crash", traceback.format_exc()
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored meanwhile (in the main thread, the one that may set it), and by a process
+    started meanwhile: a Ctrl-C while a worker imported torch, before ``_serve``, printed its
+    traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Worker:
     """The parent's end of one worker process."""
 
@@ -142,7 +161,8 @@ class Worker:
         self.process = context.Process(
             target=_serve, args=(child_conn, job), name=f"fairseq-san-bench {job.engine}"
         )
-        self.process.start()
+        with sigint_ignored():  # inherited until ``_serve``: the parent, interrupted, stops it
+            self.process.start()
         child_conn.close()
 
     def receive(self):

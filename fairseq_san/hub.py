@@ -278,6 +278,25 @@ def sentence_rows(step_args: Dict[str, Any], sentences: int, dictionary: Diction
     return rows
 
 
+def check_no_prompt_beside_prefix(
+    sentences: List[torch.Tensor], rows: Dict[str, torch.Tensor], dictionary: Dictionary
+) -> None:
+    """Refuse a language model's ``prefix_tokens`` beside a sentence that holds a prompt: fairseq's
+    language-modelling task forces them in place of the prompt, which it dropped without a word
+    (``generate([encode("tok1 tok2")], inference_step_args={'prefix_tokens': ...})`` continued
+    the prefix alone)."""
+    if "prefix_tokens" not in rows:
+        return
+    for index, tokens in enumerate(sentences):
+        if tokens.ne(dictionary.eos()).any():
+            raise UsageError(
+                f"inference_step_args['prefix_tokens'] beside sentence {index}, which holds a "
+                "prompt: a language model's prefix tokens take the prompt's place, and the "
+                "prompt would be ignored; give the prefix as the text (a language model "
+                "continues the text it is given), or the sentences empty (encode(''))"
+            )
+
+
 def id_outside(ids: torch.Tensor, entries: int) -> Optional[int]:
     """The first of ``ids`` that is no id of a dictionary of ``entries`` (below 0, or not below
     ``entries``), or None."""
@@ -499,6 +518,8 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             prefix_allowed_tokens_fn = checked_allowed_tokens(prefix_allowed_tokens_fn, entries)
         step_args = dict(inference_step_args or {})  # the dict fairseq gives every batch
         rows = sentence_rows(step_args, len(tokenized_sentences), self.task.target_dictionary)
+        if isinstance(self.task, LanguageModelingTask):
+            check_no_prompt_beside_prefix(tokenized_sentences, rows, self.task.source_dictionary)
         outer_rows = getattr(self.calls, "batch_rows", None)  # a call made inside a call
         self.calls.batch_rows = (step_args, rows)
         try:

@@ -1175,6 +1175,31 @@ def test_a_language_model_refuses_constraints(language_model):
         )
 
 
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_a_language_models_prefix_tokens_beside_a_prompt_are_refused(language_model, decoding):
+    """fairseq's language-modelling task forces the prefix tokens in place of the prompt, which
+    it dropped without a word: the prompt "tok1 tok2" with prefix_tokens [[tok7]] gave "tok7 ..."
+    Beside an empty sentence they are the prompt."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = language_model
+    prefix = {"prefix_tokens": torch.tensor([[hub.src_dict.index("tok7")]])}
+    with pytest.raises(UsageError) as refused:
+        hub.generate([hub.encode("tok1 tok2")], beam=2, san_decoding=decoding,
+                     inference_step_args=prefix)  # fmt: skip
+    assert str(refused.value) == (
+        "inference_step_args['prefix_tokens'] beside sentence 0, which holds a prompt: a "
+        "language model's prefix tokens take the prompt's place, and the prompt would be "
+        "ignored; give the prefix as the text (a language model continues the text it is "
+        "given), or the sentences empty (encode(''))"
+    )
+    decoded = hub.generate([hub.encode("")], beam=2, san_decoding=decoding,
+                           inference_step_args=prefix)  # fmt: skip
+    assert decoded[0][0]["tokens"][0] == hub.src_dict.index("tok7")
+
+
 def test_an_input_holding_the_padding_symbol_is_refused(language_model):
     """A typed ``<pad>`` was read as padding: a prompt's position generated in, a text's left out
     of its score (``score("tok1 <pad> tok2")`` scored "tok1 tok2"), silently."""

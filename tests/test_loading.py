@@ -1404,10 +1404,11 @@ def test_model_overrides_that_are_not_a_dict_are_one_line(code_in_a_pickle):
 
 
 def test_installing_the_fixes_again_wraps_nothing_twice():
-    """fairseq_fixes.install runs whenever the plugin registers; each fix wraps fairseq once."""
+    """fairseq_fixes.install runs whenever the plugin registers; each fix wraps fairseq once, also
+    a function that two fixes wrap (Sampling.step)."""
     from fairseq import checkpoint_utils, options
     from fairseq.data import data_utils
-    from fairseq.search import PrefixConstrainedBeamSearch
+    from fairseq.search import PrefixConstrainedBeamSearch, Sampling
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     from fairseq_san import fairseq_fixes
@@ -1416,7 +1417,8 @@ def test_installing_the_fixes_again_wraps_nothing_twice():
         return [checkpoint_utils.load_checkpoint_to_cpu,
                 checkpoint_utils.load_model_ensemble_and_task, checkpoint_utils.load_checkpoint,
                 data_utils.batch_by_size, options.parse_args_and_arch,
-                LanguageModelingTask.__init__, PrefixConstrainedBeamSearch.step]  # fmt: skip
+                LanguageModelingTask.__init__, PrefixConstrainedBeamSearch.step,
+                Sampling.step]  # fmt: skip
 
     wrapped = wrapped_now()
     assert all(getattr(function, "wrapped_by", None) for function in wrapped)

@@ -95,6 +95,23 @@ def test_beam_search_with_a_prompt_equals_fairseqs(system):
     assert_same_hypotheses(ours, theirs, ATOL)
 
 
+@pytest.mark.parametrize("decoder", [SequenceGenerator, StaticLMGenerator])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_len_holds_for_a_prompt_shorter_than_its_batchs_longest(decoder, beam):
+    """fairseq applied no min_len up to the batch's longest prompt: a shorter prompt's
+    hypotheses ended there before min_len, and its output depended on the prompts beside it."""
+    model = language_model("san 2,4")
+    projection = model.decoder.output_projection  # EOS the likeliest: only min_len holds it
+    projection.bias = torch.nn.Parameter(torch.zeros(projection.out_features))
+    projection.bias.data[DICT.eos()] = 50.0
+    prefix = prompts((1, 6), seed=3)
+    options = dict(beam_size=beam, max_len_b=12, min_len=8)
+    together = generate(decoder([model], DICT, **options), model, prefix)
+    alone = generate(decoder([model], DICT, **options), model, prefix[:1, :1])
+    assert_same_hypotheses(together[:1], alone, ATOL)
+    assert all(len(hypo["tokens"]) > 8 for hypos in together for hypo in hypos)
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_prompt_ending_in_eos_finishes_every_hypothesis_as_fairseqs(beam):
     """fairseq-generate --prefix-size N forces a language model's targets, EOS included when a

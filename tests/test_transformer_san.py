@@ -747,3 +747,21 @@ def test_sampling_takes_no_output_from_a_row_blocking_left_no_token():
     drawn, tokens, beams = Sampling(DICT).step(2, lprobs, torch.zeros(2, 3, 4))
     assert tokens[1, 2] == DICT.eos() and drawn[1, 2] == -math.inf
     assert int(drawn.isfinite().sum()) == 5 and beams.tolist() == [[0, 1, 2]] * 2
+
+
+@pytest.mark.parametrize("step", [0, 2])
+def test_sampling_draws_a_row_whose_probabilities_are_all_below_floats_smallest(step):
+    """A forced token the model did not favour, at a low temperature (the log-probabilities
+    divided by it): every probability of its row is 0 in float, and torch's multinomial failed
+    for the whole batch ("invalid multinomial distribution"). It is drawn, scored with its
+    log-probability; the other rows as before."""
+    from fairseq.search import Sampling
+
+    torch.manual_seed(0)
+    lprobs = torch.log_softmax(torch.randn(2, 3, len(DICT)), dim=-1)
+    lprobs[0] = -math.inf
+    lprobs[0, :, 7] = -632.0  # sentence 0: forced to token 7, far below e^-104
+    drawn, tokens, beams = Sampling(DICT).step(step, lprobs, torch.zeros(2, 3, 4))
+    assert tokens[0].tolist() == [7, 7, 7] and drawn[0].tolist() == [-632.0] * 3
+    parents = lprobs[1].index_select(0, beams[1])  # sentence 1: scored as drawn
+    assert torch.allclose(drawn[1], parents.gather(1, tokens[1:].t()).squeeze(1))

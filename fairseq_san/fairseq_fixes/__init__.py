@@ -64,9 +64,15 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``prefix_constrained_search``: a ``prefix_allowed_tokens_fn`` (the hub's, the task's
   ``build_generator``'s) never returns a hypothesis that goes on after its end of sentence
   (fairseq's search gave its generator half the candidates it counts on);
+* ``prefix_min_len``: ``--min-len`` holds for a sentence whose prefix (a language model's
+  prompt) is shorter than its batch's longest (fairseq let it end before ``min_len``, and a
+  prompt's output depended on the prompts batched with it);
 * ``ngram_blocking``: ``--no-repeat-ngram-size`` blocks repeated n-grams without fairseq's CUDA
   extension (it blocked nothing), and ``--sampling`` beside it draws no output from a hypothesis
   left no token (its end of sentence blocked at the maximum length: a multinomial error);
+* ``sampling_underflow``: ``--sampling`` draws a hypothesis whose every allowed token's
+  probability is below float's smallest (a forced prompt token at a low ``--temperature``; torch's
+  multinomial failed for the whole batch);
 * ``special_symbols``: fairseq-interactive's lines and the hub's inputs that hold the padding
   symbol (a typed ``<pad>``) are refused (fairseq read it as padding: left out of a source or a
   score, generated in after a prompt), and so are a typed ``<s>`` and ``</s>`` in a
@@ -101,9 +107,11 @@ from fairseq_san.fairseq_fixes import (
     numpy2,
     one_line_errors,
     prefix_constrained_search,
+    prefix_min_len,
     restore_file,
     resumed_training,
     safe_loading,
+    sampling_underflow,
     shared_checkpoints,
     special_symbols,
     tokens_per_sample,
@@ -114,7 +122,8 @@ FIXES = (
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
     generation_shards, dictionary_files, lm_fusion, diverse_beam_search,
-    prefix_constrained_search, ngram_blocking, language_pair, special_symbols, one_line_errors,
+    prefix_constrained_search, prefix_min_len, ngram_blocking, sampling_underflow, language_pair,
+    special_symbols, one_line_errors,
 )
 
 

@@ -10,15 +10,25 @@ def wrap_once(owner: object, name: str, wrap: Callable[[Callable], Callable]) ->
     """Replace ``owner.name`` with ``wrap(owner.name)``, unless ``wrap`` already did: installing a
     fix again (``fairseq_fixes.install`` runs whenever the plugin registers) must not wrap twice.
     A class's classmethod has its function wrapped, and stays a classmethod that subclasses
-    inherit."""
+    inherit. Two fixes may wrap the same function: ``wrap`` is looked for among all its wrappers
+    (``functools.wraps``' ``__wrapped__``), not the outermost only."""
     static = inspect.getattr_static(owner, name, None)
     is_classmethod = isinstance(static, classmethod)
     current = static.__func__ if is_classmethod else getattr(owner, name)
-    if getattr(current, "wrapped_by", None) is wrap:
+    if wrapped_by(current, wrap):
         return
     wrapped = wrap(current)
     wrapped.wrapped_by = wrap
     setattr(owner, name, classmethod(wrapped) if is_classmethod else wrapped)
+
+
+def wrapped_by(function: Callable, wrap: Callable[[Callable], Callable]) -> bool:
+    """Whether ``wrap`` made ``function`` or a function it wraps (``__wrapped__``)."""
+    while function is not None:
+        if getattr(function, "wrapped_by", None) is wrap:
+            return True
+        function = getattr(function, "__wrapped__", None)
+    return False
 
 
 def running_command(module_name: str) -> Optional[ModuleType]:

@@ -27,7 +27,9 @@ fairseq's generator tells it) and holds EOS back until they are met;
 each hypothesis the tokens a function of its sample id and tokens so far returns. The rest is
 the same. With ``prefix`` tokens (a reference's first tokens, a language model's prompt)
 a hypothesis must take its prefix token at each step where it has one (not padding) and the step
-is below ``max_len``; EOS is then allowed before ``min_len``, as fairseq does.
+is below ``max_len``; EOS is then allowed before ``min_len`` where the prefix token is, as
+fairseq does, and forbidden before it where a shorter prefix has ended (fairseq allowed it:
+``fairseq_fixes.prefix_min_len``).
 
 What differs is the bookkeeping, not the result:
 
@@ -437,6 +439,8 @@ class TensorBeamSearch:
             lprobs[:, s.eos + 1 :] = -math.inf
         if self.prefix is not None and step < min(self.prefix.size(1), s.max_len):
             self._force_prefix(step, lprobs)
+            if step < s.min_len:  # rows whose shorter prefix ended: no EOS yet (prefix_min_len)
+                self._block_eos_without_prefix(step, lprobs)
         elif step < s.min_len:
             lprobs[:, s.eos] = -math.inf
         return lprobs
@@ -461,6 +465,14 @@ class TensorBeamSearch:
         kept = lprobs.gather(1, column)  # padding (no prefix token there) is already -inf
         lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
         lprobs.scatter_(1, column, kept)
+
+    def _block_eos_without_prefix(self, step: int, lprobs: Tensor) -> None:
+        """No EOS for the hypotheses whose prefix has no token (padding) at ``step``: its
+        sentence's prefix ended before the batch's longest (``fairseq_fixes.prefix_min_len``)."""
+        tokens = self.prefix[:, step]
+        if lprobs.size(0) != tokens.size(0):  # one row per hypothesis, not per sentence
+            tokens = tokens.repeat_interleave(self.settings.beam)
+        lprobs[tokens.eq(self.settings.pad), self.settings.eos] = -math.inf
 
     def _block_repeated_ngrams(self, step: Step, lprobs: Tensor) -> None:
         """fairseq's ``--no-repeat-ngram-size n`` (``NGramRepeatBlock``, as its CUDA kernel reads

@@ -24,8 +24,7 @@ def block_early_eos(
 ) -> None:
     """No end of sentence (in place) in the rows of ``lprobs`` (one per hypothesis) whose
     sentence has no prefix token, ``pad`` in ``prefix_column`` (one per sentence), at the step."""
-    free = prefix_column.eq(pad).repeat_interleave(beam)
-    lprobs[free, eos] = -math.inf
+    lprobs[:, eos].masked_fill_(prefix_column.eq(pad).repeat_interleave(beam), -math.inf)
 
 
 def _min_len_after_prefix(prefix_tokens_step: Callable) -> Callable:

@@ -472,7 +472,8 @@ class TensorBeamSearch:
         tokens = self.prefix[:, step]
         if lprobs.size(0) != tokens.size(0):  # one row per hypothesis, not per sentence
             tokens = tokens.repeat_interleave(self.settings.beam)
-        lprobs[tokens.eq(self.settings.pad), self.settings.eos] = -math.inf
+        # masked in place, not indexed by the mask: no host sync (nonzero) in the step's loop
+        lprobs[:, self.settings.eos].masked_fill_(tokens.eq(self.settings.pad), -math.inf)
 
     def _block_repeated_ngrams(self, step: Step, lprobs: Tensor) -> None:
         """fairseq's ``--no-repeat-ngram-size n`` (``NGramRepeatBlock``, as its CUDA kernel reads

@@ -1063,6 +1063,38 @@ def test_references_or_a_sentencepiece_model_of_other_text_are_one_line(bench_da
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_a_pipe_in_the_data_folder_the_benchmark_reads_is_one_line(binarized_corpus, tmp_path):
+    """DATA/spm.model and DATA/text/SUBSET.raw.TGT, which the benchmark reads where --spm and
+    --references are not given, may be pipes in a data folder received from elsewhere: reading
+    one without a writer hung the benchmark. Each is refused in one line naming it, the model
+    before anything loads."""
+    from fairseq_san.benchmark.config import BenchmarkConfig, parse_system, references_file
+
+    data = tmp_path / "data"
+    shutil.copytree(binarized_corpus, data)
+    os.mkfifo(data / "spm.model")
+    out = tmp_path / "out"
+    result = run_cli("fairseq-san-bench", "--data", str(data), "--subset", "test",
+                     "--out-dir", str(out), "--system", "base=absent.pt", "--cpu",
+                     "--no-ctranslate2", timeout=60)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san-bench: error: {data / 'spm.model'} is a pipe or a device, not a regular "
+        "file, and the benchmark would read it (--spm not given): give the file with --spm, or "
+        "replace it with the file itself"
+    )
+    assert not out.exists()
+    os.remove(data / "spm.model")
+    (data / "spm.model").write_bytes(b"")
+    (data / "text").mkdir()
+    os.mkfifo(data / "text" / "test.raw.tgt")
+    config = BenchmarkConfig(data=str(data), subset="test", out_dir=str(out),
+                             systems=[parse_system("base=absent.pt")])  # fmt: skip
+    with pytest.raises(ValueError, match=r"test\.raw\.tgt is a pipe or a device, not a regular "
+                       r"file, and the benchmark would read it \(--references not given\)"):
+        references_file(config, "tgt")
+
+
 @pytest.mark.slow
 def test_speed_does_not_depend_on_the_company(bench_data, tmp_path):
     """The baseline decodes as fast alone as beside SAN and CTranslate2 (with

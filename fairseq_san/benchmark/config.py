@@ -390,6 +390,7 @@ def check_paths(config: BenchmarkConfig) -> None:
     check_subset(config.data, config.subset)
     if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
         raise ValueError(f"--out-dir {config.out_dir} is a file, not a directory")
+    sentencepiece_model(config)  # DATA/spm.model, where no --spm is given: no pipe
     for flag, path in (("--spm", config.spm_model), ("--references", config.references)):
         if path and not readable_file(path, pipe=flag == "--references"):
             problem = "is a directory" if os.path.isdir(path) else "no such file"
@@ -415,8 +416,7 @@ def sentencepiece_model(config: BenchmarkConfig) -> Optional[str]:
     None without one (``--spm none``)."""
     if config.spm_model is not None:
         return config.spm_model or None
-    default = os.path.join(config.data, "spm.model")
-    return default if os.path.exists(default) else None
+    return data_file(os.path.join(config.data, "spm.model"), "--spm")
 
 
 def references_file(config: BenchmarkConfig, target_language: str) -> Optional[str]:
@@ -426,7 +426,22 @@ def references_file(config: BenchmarkConfig, target_language: str) -> Optional[s
     if config.references is not None or not sentencepiece_model(config):
         return config.references or None
     default = os.path.join(config.data, "text", f"{config.subset}.raw.{target_language}")
-    return default if os.path.exists(default) else None
+    return data_file(default, "--references")
+
+
+def data_file(path: str, flag: str) -> Optional[str]:
+    """``path``, a file the benchmark takes from the data folder where ``flag`` is not given, or
+    None where there is none; ValueError for a pipe or a device there: reading a pipe without a
+    writer hung the benchmark (a received data folder may hold one)."""
+    if not os.path.exists(path):
+        return None
+    if not os.path.isfile(path):
+        kind = "a folder" if os.path.isdir(path) else "a pipe or a device"
+        raise ValueError(
+            f"{path} is {kind}, not a regular file, and the benchmark would read it ({flag} "
+            f"not given): give the file with {flag}, or replace it with the file itself"
+        )
+    return path
 
 
 def check_table_cells(names: Sequence[str]) -> None:

@@ -18,8 +18,9 @@
 set -euo pipefail
 
 # ARCH, THETA_SELF, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json records),
-# POLICY_THETAS (fairseq-san-policy's thresholds: none for an AAN decoder's self-attention);
-# "$@" becomes the fairseq-train arguments. A bad option stops here, in one line.
+# POLICY_THETAS (fairseq-san-policy's thresholds: none for an AAN decoder's self-attention),
+# ANALYSIS_ARGS (fairseq-validate's limit of --analysis-sentences); "$@" becomes the
+# fairseq-train arguments. A bad option stops here, in one line.
 OPTIONS=$(fairseq-san-loop options learn_to_share.sh "$@")
 eval "$OPTIONS"
 
@@ -44,7 +45,7 @@ train() {  # train ITER_DIR ITERATION
 
 analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its attention on valid
   run fairseq-validate "$DATA" --user-dir "$USER_DIR" --task translation_san --path "$2" \
-    --valid-subset valid --max-tokens 4096 --san-analysis-dir "$1/analysis"
+    --valid-subset valid --max-tokens 4096 --san-analysis-dir "$1/analysis" "${ANALYSIS_ARGS[@]}"
 }
 
 score() {  # score ITER_DIR CHECKPOINT: BLEU and chrF of its translation of valid

@@ -18,7 +18,8 @@
 set -euo pipefail
 
 # ARCH, THETA_SELF, SELF_SHARE, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json
-# records); "$@" becomes the fairseq-train arguments. A bad option stops here, in one line.
+# records), ANALYSIS_ARGS (fairseq-validate's limit of --analysis-sentences); "$@" becomes the
+# fairseq-train arguments. A bad option stops here, in one line.
 OPTIONS=$(fairseq-san-loop options learn_to_share_lm.sh "$@")
 eval "$OPTIONS"
 
@@ -54,7 +55,7 @@ train() {  # train ITER_DIR ITERATION: --updates at most, then the arguments aft
 
 analyze() {  # analyze ITER_DIR CHECKPOINT: the JS matrices of its self-attention on valid
   run fairseq-validate "$DATA" --user-dir "$USER_DIR" "${LM[@]}" --path "$2" --valid-subset valid \
-    --max-tokens 4096 --num-workers 0 --san-analysis-dir "$1/analysis"
+    --max-tokens 4096 --num-workers 0 --san-analysis-dir "$1/analysis" "${ANALYSIS_ARGS[@]}"
 }
 
 run_logged() {  # run_logged LOG COMMAND...: as run, its output to LOG, the last lines if it fails

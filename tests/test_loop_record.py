@@ -56,7 +56,7 @@ def test_the_first_run_records_its_options(first_run, data):
     assert options["--updates"] == "10" and options["--max-iterations"] == "1"
     assert options["--arch"] == "transformer_san"
     assert options["--warm-start"] is False and options["--warm-updates"] == "5"
-    assert options["--cpu-ranks"] == "0"
+    assert options["--cpu-ranks"] == "0" and options["--analysis-sentences"] is None
     argv = loop_args(data, first_run)
     assert options["fairseq-train arguments after --"] == argv[argv.index("--") + 1 :]
 
@@ -67,6 +67,7 @@ def test_the_first_run_records_its_options(first_run, data):
         (["--theta-self", "0.3"], "--theta-self"),
         (["--theta-encoder", "0.2"], "--theta-encoder"),
         (["--updates", "11"], "--updates"),
+        (["--analysis-sentences", "5"], "--analysis-sentences"),
         (["--warm-start"], "--warm-start"),
         (["--arch", "transformer_san_small"], "--arch"),
         (["--seed", "2"], "fairseq-train arguments after --"),
@@ -128,6 +129,14 @@ def test_a_dry_run_of_a_resumed_run_prints_its_next_iteration(first_run, data):
     assert not fairseq_commands(output_of(done))
     assert f"(dry run: the iterations of {first_run} are done" in done.stdout
     assert snapshot(first_run) == before
+
+
+def test_analysis_sentences_reach_the_analysis_of_a_run(data, tmp_path):
+    """--analysis-sentences N: fairseq-validate's analysis reads validation sentences 0..N-1."""
+    result = run_loop(data, tmp_path / "run", "--analysis-sentences", "7", "--dry-run")
+    assert result.returncode == 0, output_of(result)[-3000:]
+    (analysis,) = [c for c in fairseq_commands(result.stderr) if "--san-analysis-dir" in c]
+    assert analysis.endswith(" --san-analysis-max-sentences 7"), analysis
 
 
 def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, data):

@@ -370,6 +370,8 @@ def test_the_recipes_architectures_are_the_plugins():
         (LM_LOOP, "--max-iterations", "0", "must be a whole number of at least 1"),
         (LOOP, "--cpu-ranks", str(CORES + 1), f"more ranks than the {CORES} CPU cores here"),
         (LM_LOOP, "--self-share", "bogus", "must be weights (SAN) or kv (CLA)"),
+        (LM_LOOP, "--analysis-sentences", "0", "must be a whole number of at least 1"),
+        (LOOP, "--analysis-sentences", "all", "must be a whole number of at least 1"),
     ],
 )
 def test_a_refused_value_leaves_no_run_dir(tmp_path, recipe, option, value, said):

@@ -102,6 +102,26 @@ def test_defaults_follow_the_other_options(tmp_path):
 
 
 @pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_analysis_sentences_reach_fairseq_validate_and_an_older_record_resumes(recipe, tmp_path):
+    """--analysis-sentences N is fairseq-validate's --san-analysis-max-sentences N (a decimal
+    count: "010" is 10), none without it; a run recorded before the option resumes without it."""
+    from fairseq_san.loop.recipe_options import recipe_defaults
+    from fairseq_san.loop.run_record import differences
+
+    show = 'echo "${#ANALYSIS_ARGS[@]}:${ANALYSIS_ARGS[*]}"'
+    run = ("--data", str(tmp_path), "--run-dir", "r")
+    given = in_bash(recipe, *run, "--analysis-sentences", "010", show=show)
+    assert given.stdout == "2:--san-analysis-max-sentences 10\n", given.stderr
+    assert in_bash(recipe, *run, show=show).stdout == "0:\n"
+    values, _ = parse_recipe_args(recipe, list(run))
+    now = run_options(build_parser().parse_args(["start", "r", *start_options(recipe, values)]), [])
+    older = {name: value for name, value in now.items() if name != "--analysis-sentences"}
+    assert differences(older, now, {}, recipe_defaults(recipe)) == []
+    now["--analysis-sentences"] = "10"
+    assert differences(older, now, {}, recipe_defaults(recipe)) == ["--analysis-sentences"]
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
 def test_start_records_what_the_recipe_parsed(recipe, tmp_path):
     """START_OPTIONS, parsed by `fairseq-san-loop start`, record the recipe's values."""
     values, _ = parse_recipe_args(recipe, ["--data", str(tmp_path), "--run-dir", "r",

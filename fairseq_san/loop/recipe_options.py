@@ -68,6 +68,10 @@ EXTEND = _switch("--extend", "allow a re-run to change --max-iterations (the onl
 MAX_ITERATIONS = RecipeOption("--max-iterations", "3", "stop after K trained iterations even if "
                               "the policy still changes", "K")  # fmt: skip
 THETA_SELF = RecipeOption("--theta-self", "0.4", "theta for decoder self-attention", "T")
+# The analysis's share of the validation set (fairseq-validate's --san-analysis-max-sentences):
+# both recipes take it; a large validation set's analysis costs less, from less evidence.
+ANALYSIS_SENTENCES = RecipeOption("--analysis-sentences", "", "analyse the attention of "
+                                  "validation sentences 0..N-1 only (default: every one)", "N")
 DRY_RUN = _switch("--dry-run", "print the commands of the first iteration with steps left "
                   "instead of running them; writes nothing")  # fmt: skip
 # How each iteration's fairseq-train starts: from scratch or from the last model, in one process
@@ -97,6 +101,7 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
                      "is not shared)", "T"),  # fmt: skip
         RecipeOption("--updates", "3000", "training updates per iteration", "N"),
         MAX_ITERATIONS,
+        ANALYSIS_SENTENCES,
         *STARTS,
         RecipeOption("--post-process", "sentencepiece", "how fairseq-generate detokenizes, e.g. "
                      "subword_nmt", "P"),  # fmt: skip
@@ -119,6 +124,7 @@ RECIPE_OPTIONS: Dict[str, Tuple[RecipeOption, ...]] = {
         RecipeOption("--updates", "20000", "training updates per iteration at most (--patience 5 "
                      "stops a converged one sooner: about 2,000 updates on Multi30k)", "N"),
         MAX_ITERATIONS,
+        ANALYSIS_SENTENCES,
         *STARTS,
         EXTEND,
         DRY_RUN,
@@ -275,7 +281,8 @@ def check_unread(recipe: str, values: Dict[str, str]) -> None:
 
 # The recipe's options that bash computes with: decimal counts given to the shell ("010" is 10, as
 # Python and the run record read it; bash read 8, and "08" was its error, the loop not run).
-COUNTS = ("--updates", "--max-iterations", "--warm-updates", "--cpu-ranks", "--decode-batch-size")
+COUNTS = ("--updates", "--max-iterations", "--warm-updates", "--cpu-ranks", "--decode-batch-size",
+          "--analysis-sentences")  # fmt: skip
 # The recipe's paths, which the commands it runs take as arguments.
 PATHS = ("--data", "--run-dir", "--valid-ref")
 
@@ -511,6 +518,13 @@ def policy_thetas(values: Dict[str, str], train_args: Sequence[str]) -> List[str
     return thetas
 
 
+def analysis_args(values: Dict[str, str]) -> List[str]:
+    """fairseq-validate's options that limit the analysis to ``--analysis-sentences`` (none: the
+    whole validation set)."""
+    limit = values["ANALYSIS_SENTENCES"]
+    return ["--san-analysis-max-sentences", limit] if limit else []
+
+
 def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     """What the recipe evals: its variables, START_OPTIONS and ``set --`` the train arguments;
     for ``--help``, the help and ``exit 0``."""
@@ -520,6 +534,7 @@ def shell_assignments(recipe: str, argv: Sequence[str]) -> str:
     values, train_args = parse_recipe_args(recipe, argv)
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append(f"START_OPTIONS=({' '.join(map(shlex.quote, start_options(recipe, values)))})")
+    lines.append(f"ANALYSIS_ARGS=({' '.join(map(shlex.quote, analysis_args(values)))})")
     if recipe == LOOP:
         thetas = policy_thetas(values, train_args)
         lines.append(f"POLICY_THETAS=({' '.join(map(shlex.quote, thetas))})")

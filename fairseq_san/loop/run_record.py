@@ -298,6 +298,7 @@ CHECKED = {
     "--max-iterations": ("a whole number of at least 1", is_count(1)),
     "--warm-updates": ("a whole number of at least 1", is_count(1)),
     "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
+    "--analysis-sentences": ("a whole number of at least 1", is_count(1)),
     "--self-share": ("weights (SAN) or kv (CLA)", SELF_SHARE.choices.__contains__),
     "--post-process": (
         "one that fairseq-generate knows (sentencepiece, subword_nmt, none, ...)",
@@ -314,7 +315,7 @@ THETA_OPTIONS = {
 READ_WITH = {"--warm-updates": "--warm-start"}
 # Options that are numbers: "0.60" is the run's "0.6", "0100" its "100".
 NUMBERS = ("--theta-self", "--theta-encdec", "--theta-encoder", "--updates", "--max-iterations",
-           "--warm-updates", "--cpu-ranks")  # fmt: skip
+           "--warm-updates", "--cpu-ranks", "--analysis-sentences")  # fmt: skip
 # fairseq-train's option to skip valid sentences longer than the model takes: the loop's
 # analysis and scores read every valid sentence, and failed on those after training.
 SKIP_INVALID_VALID = "--skip-invalid-size-inputs-valid-test"

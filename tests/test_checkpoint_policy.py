@@ -251,9 +251,24 @@ def test_fine_tuning_across_decoder_self_attention_types_says_so():
         "the checkpoint's decoder self-attention is dot (dot-product attention) but this model's "
         "is aan (the average attention network), whose parameters are others: "
         "--finetune-from-model starts from a checkpoint of the same attention type; fine-tune it "
-        "with --san-policy '{}' --decoder-self-attention-type dot, or train this model from "
-        "scratch"
+        "with --decoder-self-attention-type dot (a sharing policy of its own is fine), or train "
+        "this model from scratch"
     )
+
+
+def test_fine_tuning_aan_into_aan_san_names_only_the_attention_type():
+    """Warm-starting AAN+SAN from an AAN checkpoint without --decoder-self-attention-type aan
+    was told to pass --san-policy '{}' (the checkpoint's policy), which drops the encoder-decoder
+    policy the user asked for; fine-tuning into another policy is allowed."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build(["--decoder-self-attention-type", "aan"], dictionary=DICT, seed=65)
+    model, _ = build(["--san-decoder-encdec-policy", "3,3"], dictionary=DICT, seed=66)
+    with pytest.raises(UsageError) as refused:
+        fine_tune(model, trained)
+    message = str(refused.value)
+    assert "--san-policy" not in message
+    assert "fine-tune it with --decoder-self-attention-type aan (a sharing policy" in message
 
 
 @pytest.mark.parametrize("norm", [[], ["--decoder-normalize-before"]], ids=["post", "pre"])

@@ -345,12 +345,13 @@ def check_checkpoint_attention_type(model: nn.Module, state_dict: Dict) -> None:
     if trained == built:
         return
     if is_fine_tuning():
+        flags = " ".join(attention_type_flags(state_dict, built))
         raise san_policy.PolicyError(
             f"the checkpoint's decoder self-attention is {trained} ({ATTENTION_TYPES[trained]}) "
             f"but this model's is {built} ({ATTENTION_TYPES[built]}), whose parameters are "
             "others: --finetune-from-model starts from a checkpoint of the same attention type; "
-            f"fine-tune it with {trained_model_flags(model, state_dict)}, or train this model "
-            "from scratch"
+            f"fine-tune it with {flags} (a sharing policy of its own is fine), or train this "
+            "model from scratch"
         )
     raise san_policy.PolicyError(
         f"the checkpoint's decoder self-attention is {trained} ({ATTENTION_TYPES[trained]}) but "

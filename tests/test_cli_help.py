@@ -71,6 +71,16 @@ def test_score_help_says_where_the_seeds_test_samples_its_splits():
             "else a seeded sample of 100,000)") in text
 
 
+def test_cpu_ranks_help_names_the_log_folder_as_its_usage_does(capsys):
+    """The usage line said --log-dir DIR, the option's own line --log-dir LOG_DIR."""
+    from fairseq_san.cli.cpu_ranks import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "[--log-dir DIR]" in text and "--log-dir DIR " in text and "LOG_DIR" not in text
+
+
 @pytest.mark.parametrize(
     "parser, argv, listed",
     [

@@ -261,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
     parser.add_argument(
-        "--log-dir", default=".",
+        "--log-dir", default=".", metavar="DIR",
         help="where ranks > 0 write their logs, rank-R.log (default: the current folder)",
     )  # fmt: skip
     parser.usage = "%(prog)s [-h] [--log-dir DIR] world_size -- COMMAND ..."

@@ -461,7 +461,9 @@ def check_overrides(
         if key in cfg.keys():
             check_component_name(key, value, source)
             continue
-        check_known(key, known, held | set(own), source)
+        # the decoders' options are the model's too (the hub's and --model-overrides' keys),
+        # also where a checkpoint of --task translation holds none of them
+        check_known(key, known, held | set(own) | set(options.DECODER_OPTION_NAMES), source)
         if key in own and key not in options.OPTIONS:
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
     check_names(cfg, overrides, source)

@@ -5,10 +5,11 @@
 prints shell assignments for the recipe to ``eval``: one variable per option (``--theta-self``
 is ``THETA_SELF``; a switch is 1 or 0), ``START_OPTIONS``, the options that make a run what it
 is, as ``fairseq-san-loop start`` records them in ``RUN/run.json`` (``recorded``),
-``LAUNCHER_WORDS`` (``--launcher`` as a shell splits it) and ``set --`` with the fairseq-train
-arguments after ``--``. The same list gives ``RECIPE --help`` and the options ``start``
-accepts, so an option is added in one place. What one option cannot say alone
-is refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
+``LAUNCHER_WORDS`` (``--launcher`` as a shell splits it), ``ANALYSIS_ARGS`` (fairseq-validate's
+limit of ``--analysis-sentences``), the translation loop's ``POLICY_THETAS`` and ``set --`` with
+the fairseq-train arguments after ``--``. The same list gives ``RECIPE --help`` and the options
+``start`` accepts, so an option is added in one place. What one option cannot say alone is
+refused here, before anything runs: the other recipe's model (``ARCHITECTURES``), and an
 option that another makes unread (``--warm-updates`` without ``--warm-start``, ``--launcher``
 beside ``--cpu-ranks``), and, after ``--``, a fairseq-train option the recipe sets itself
 (``SET_BY_THE_RECIPE``: the policy, the checkpoints' folder, the model, the task).

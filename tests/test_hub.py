@@ -572,7 +572,8 @@ def test_lm_page_python_example_samples_and_scores(multi30k_raw, tmp_path):
     data = tmp_path / "data-bin" / "multi30k.en-lm"
     prepared = run_script(LM_PREPARE, str(data), env=prepare_env(multi30k_raw))
     assert prepared.returncode == 0, output_of(prepared)[-3000:]
-    argv = lm_train_argv(data, tmp_path / "checkpoints", "--tokens-per-sample", "64", max_update=5)
+    argv = lm_train_argv(data, tmp_path / "checkpoints" / "lm", "--tokens-per-sample", "64",
+                         max_update=5)  # the page's --save-dir
     trained = run_cli("fairseq-train", *argv)
     assert trained.returncode == 0, trained.stderr[-3000:]
     check = (

@@ -723,6 +723,7 @@ def test_a_failed_conversion_is_noted_in_one_line(monkeypatch):
         "and --decoder-normalize-before must have the same value"
     )
 
+
 def test_a_ctrl_c_while_a_worker_starts_prints_no_traceback(capfd):
     """Ctrl-C reaches the workers too: one still importing torch (a run's first seconds) printed
     KeyboardInterrupt's traceback, one per worker, above the parent's "interrupted". A worker
@@ -745,6 +746,7 @@ def test_a_ctrl_c_while_a_worker_starts_prints_no_traceback(capfd):
     finally:
         worker.close(at_once=True)
     assert "Traceback" not in capfd.readouterr().err
+
 
 def test_ctranslate2_steps_are_counted_as_decoded():
     """A hypothesis that reached CTranslate2's limit decoded no EOS: counted as one more step,

@@ -216,9 +216,9 @@ def override(cfg, overrides):
         ({"decoder_attention_heads": 0},
          "decoder_attention_heads 0 .*is out of range: it must be an integer of at least 1"),
     ],
-    ids=["misspelt", "unknown", "misspelt decoder option", "text for int", "bool for int", "float for int", "text for float",
-         "text for switch", "outside choices", "model as a dict", "misspelt in a group",
-         "dict for int", "dropout out of range", "no heads"],
+    ids=["misspelt", "unknown", "misspelt decoder option", "text for int", "bool for int",
+         "float for int", "text for float", "text for switch", "outside choices", "model as a dict",
+         "misspelt in a group", "dict for int", "dropout out of range", "no heads"],
 )  # fmt: skip
 def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
     from fairseq_san.errors import UsageError

@@ -30,8 +30,8 @@ from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
 from fairseq_san.errors import UsageError
-from fairseq_san.files import language_model_data
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
+from fairseq_san.files import language_model_data
 from fairseq_san.models.option_checks import check_language_pair
 from fairseq_san.policy import load_policy
 from fairseq_san.options import DECODER_EXECUTION, DECODER_OPTION_NAMES

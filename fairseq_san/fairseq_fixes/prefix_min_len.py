@@ -23,7 +23,8 @@ def block_early_eos(
     lprobs: Tensor, prefix_column: Tensor, beam: int, pad: int, eos: int
 ) -> None:
     """No end of sentence (in place) in the rows of ``lprobs`` (one per hypothesis) whose
-    sentence has no prefix token, ``pad`` in ``prefix_column`` (one per sentence), at the step."""
+    sentence has no prefix token, ``pad`` in ``prefix_column`` (one per sentence), at the step;
+    masked, not indexed by the mask: no host sync in a decoder's step (the static one's too)."""
     lprobs[:, eos].masked_fill_(prefix_column.eq(pad).repeat_interleave(beam), -math.inf)
 
 

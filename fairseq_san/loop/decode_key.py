@@ -13,7 +13,7 @@ import os
 from typing import Dict, Iterator, List, Optional
 
 from fairseq_san.files import glob_in
-from fairseq_san.loop.run_record import digest, file_sha256
+from fairseq_san.loop.run_record import digest, file_sha256, train_arg
 
 
 def decode_key(checkpoint: str, data: str, split: str, generate_args: List[str]) -> str:
@@ -36,29 +36,17 @@ def override_files(generate_args: List[str]) -> Dict[str, str]:
     decoded under an earlier policy written to the same file was only rescored."""
     from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate
 
-    given = overrides_given(generate_args)
+    # --model-overrides TEXT or =TEXT, as fairseq-generate reads both (the files the second
+    # named were left out of the key: a split decoded under another policy was reused)
+    given = train_arg(generate_args, "--model-overrides", "")
     try:
-        overrides = evaluate(given[-1]) if given else {}
+        overrides = evaluate(given) if given else {}
     except NotALiteral:  # test-systems refuses it before any decoding
         return {}
     return {
         os.path.realpath(text): file_sha256(text)
         for text in strings_in(overrides) if os.path.isfile(text)
     }  # fmt: skip
-
-
-def overrides_given(generate_args: List[str]) -> List[str]:
-    """The values of ``--model-overrides`` among ``generate_args``, in order: ``--model-overrides
-    TEXT`` and ``--model-overrides=TEXT`` (fairseq-generate reads both; the files the second
-    named were left out of the key, a split decoded under another policy reused)."""
-    flag = "--model-overrides"
-    given = []
-    for word, after in zip(generate_args, generate_args[1:] + [None]):
-        if word == flag and after is not None:
-            given.append(after)
-        elif word.startswith(flag + "="):
-            given.append(word[len(flag) + 1 :])
-    return given
 
 
 def strings_in(value: object) -> Iterator[str]:

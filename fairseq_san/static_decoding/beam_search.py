@@ -65,6 +65,7 @@ import torch
 from fairseq.search import Search
 from torch import Tensor
 
+from fairseq_san.fairseq_fixes.prefix_min_len import block_early_eos
 from fairseq_san.generation_options import (
     exhausted_ngrams,
     unfinished_prefix_ends,
@@ -439,8 +440,9 @@ class TensorBeamSearch:
             lprobs[:, s.eos + 1 :] = -math.inf
         if self.prefix is not None and step < min(self.prefix.size(1), s.max_len):
             self._force_prefix(step, lprobs)
-            if step < s.min_len:  # rows whose shorter prefix ended: no EOS yet (prefix_min_len)
-                self._block_eos_without_prefix(step, lprobs)
+            if step < s.min_len:  # rows whose shorter prefix ended: no EOS yet
+                rows = lprobs.size(0) // self.prefix.size(0)  # 1 or beam per sentence
+                block_early_eos(lprobs, self.prefix[:, step], rows, s.pad, s.eos)
         elif step < s.min_len:
             lprobs[:, s.eos] = -math.inf
         return lprobs
@@ -465,15 +467,6 @@ class TensorBeamSearch:
         kept = lprobs.gather(1, column)  # padding (no prefix token there) is already -inf
         lprobs.masked_fill_(tokens.ne(self.settings.pad).unsqueeze(1), -math.inf)
         lprobs.scatter_(1, column, kept)
-
-    def _block_eos_without_prefix(self, step: int, lprobs: Tensor) -> None:
-        """No EOS for the hypotheses whose prefix has no token (padding) at ``step``: its
-        sentence's prefix ended before the batch's longest (``fairseq_fixes.prefix_min_len``)."""
-        tokens = self.prefix[:, step]
-        if lprobs.size(0) != tokens.size(0):  # one row per hypothesis, not per sentence
-            tokens = tokens.repeat_interleave(self.settings.beam)
-        # masked in place, not indexed by the mask: no host sync (nonzero) in the step's loop
-        lprobs[:, self.settings.eos].masked_fill_(tokens.eq(self.settings.pad), -math.inf)
 
     def _block_repeated_ngrams(self, step: Step, lprobs: Tensor) -> None:
         """fairseq's ``--no-repeat-ngram-size n`` (``NGramRepeatBlock``, as its CUDA kernel reads

@@ -249,6 +249,19 @@ def prefix_ends_before_source_length(sentences: List[int]) -> UsageError:
     )
 
 
+def prefix_past_source_length(sentences: List[int]) -> UsageError:
+    """The error for sentences whose forced prefix holds more tokens before its end of sentence
+    (all of it, where it holds none) than their source's length, where ``--match-source-len``
+    ends each hypothesis: its search freed the end of sentence there, and the hypothesis ended
+    with its prefix cut short (its full prefix was scored -inf, printed beside it where a longer
+    source shared the batch: the n-best hung on the batch); both decoders alike."""
+    return UsageError(
+        f"--prefix-size: the prefix of sentence {', '.join(map(str, sentences))} is longer than "
+        "its source's length, where --match-source-len ends the output: no hypothesis of it can "
+        "hold its prefix; leave out --match-source-len, or pass a smaller --prefix-size"
+    )
+
+
 def whole_targets_forced(sentences: List[int]) -> str:
     """The warning for sentences whose forced prefix holds their whole target, its end of
     sentence included (a target no longer than ``--prefix-size``): fairseq's generator returns

@@ -1270,26 +1270,66 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
                 [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
 
 
+def match_source_len_batch():
+    """A model and a batch of two sources (ids 3 and 8: 4 and 2 tokens, and EOS)."""
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 2], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    return model, sample
+
+
+def match_source_len_generators(task, model) -> list:
+    """The task's generators under --match-source-len: both decoders, at beams 1 and 2."""
+    return [
+        task.build_generator([model], generation_args(
+            san_decoding=decoding, beam=beam, match_source_len=True))
+        for decoding in ("fairseq", "static") for beam in (1, 2)
+    ]  # fmt: skip
+
+
 def test_a_prefix_that_ends_before_the_source_length_under_match_source_len_is_one_line(task):
     """--match-source-len forbids the end of sentence before the source's length: a prefix that
     forces it there left no hypothesis to finish, at any beam; fairseq's generator failed its
     assertion at max_len (a traceback), the static decoder said to use --beam 1, which failed
     alike. Both name the sentences whose prefix ends early, not one that ends at its length."""
-    model = build(dictionary=DICTIONARY, seed=1)[0]
-    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 2], seed=1)
-    sample = {"id": torch.tensor([3, 8]),
-              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    model, sample = match_source_len_batch()
     prefix = torch.tensor([[7, DICTIONARY.eos()], [7, 8]])
     said = ("--prefix-size: the prefix of sentence 3 holds its end (EOS) before its source's "
             "length, where --match-source-len forbids it: no hypothesis of it can finish; leave "
             "out --match-source-len, or pass a smaller --prefix-size")
-    for decoding in ("fairseq", "static"):
-        for beam in (1, 2):
-            generator = task.build_generator([model], generation_args(
-                san_decoding=decoding, beam=beam, match_source_len=True))  # fmt: skip
-            with pytest.raises(UsageError) as refused:
-                task.inference_step(generator, [model], sample, prefix)
-            assert str(refused.value) == said, (decoding, beam)
+    for generator in match_source_len_generators(task, model):
+        with pytest.raises(UsageError) as refused:
+            task.inference_step(generator, [model], sample, prefix)
+        assert str(refused.value) == said, generator
+
+
+def test_a_prefix_longer_than_the_source_under_match_source_len_is_one_line(task):
+    """--match-source-len frees the end of sentence at the source's length and scores a longer
+    hypothesis -inf: a prefix longer than that (a target longer than its source) ended there,
+    cut short, silently (the hypothesis with the whole prefix printed at -inf beside it where a
+    longer source shared the batch), with both decoders. One line naming the sentence, not one
+    whose prefix fills its source's length."""
+    from fairseq.search import LengthConstrainedBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, sample = match_source_len_batch()
+    prefix = torch.tensor([[7, 8, 9, 10], [7, 8, 9, 10]])  # sentence 8's source: 2 tokens + EOS
+    lengths = LengthConstrainedBeamSearch(DICTIONARY, 1, 0, 1, 0)  # as the task builds it
+    alone = SequenceGenerator([model], DICTIONARY, beam_size=2, match_source_len=True,
+                              search_strategy=lengths)  # fmt: skip
+    with torch.no_grad():  # fairseq's generator alone: sentence 8's prefix cut at its length
+        cut = alone.generate([model], sample, prefix_tokens=prefix)[1][0]["tokens"]
+    assert cut.tolist() == [7, 8, 9, DICTIONARY.eos()]
+    said = ("--prefix-size: the prefix of sentence 8 is longer than its source's length, where "
+            "--match-source-len ends the output: no hypothesis of it can hold its prefix; leave "
+            "out --match-source-len, or pass a smaller --prefix-size")
+    for generator in match_source_len_generators(task, model):
+        with pytest.raises(UsageError) as refused:
+            task.inference_step(generator, [model], sample, prefix)
+        assert str(refused.value) == said, generator
+        decoded = task.inference_step(generator, [model], sample, prefix[:, :3])
+        assert [hypos[0]["tokens"][:3].tolist() for hypos in decoded] == prefix[:, :3].tolist()
 
 
 def test_min_len_above_the_source_length_under_match_source_len_names_it():

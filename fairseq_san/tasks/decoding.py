@@ -34,6 +34,7 @@ from fairseq_san.generation_options import (
     min_len_above_positions,
     PrefixEndsUnfinished,
     prefix_ends_before_source_length,
+    prefix_past_source_length,
     unfinished_prefix_ends,
     unmet_constraints,
     whole_targets_forced,
@@ -446,7 +447,8 @@ class DecodingTask:
         return generator
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's, after ``check_forced_ngrams`` of the tokens the generator forces; fairseq's
+        """fairseq's, after ``check_forced_ngrams`` (and, with --match-source-len,
+        ``check_forced_past_source_length``) of the tokens the generator forces; fairseq's
         generator's assertion at the maximum length, where constraints held the end of sentence
         back, forced tokens began with it or n-gram blocking left no token, as one line
         (``unmet_constraints``, ``forced_ends_refused``, ``check_ngrams_left_tokens``); so too
@@ -462,6 +464,7 @@ class DecodingTask:
             size = blocked_ngram_size(generator)
             start, ids = self.start_token(), self.output_ids(sample)
             check_forced_ngrams(forced, size, start, self.target_dictionary, ids)
+            self.check_forced_past_source_length(generator, sample, forced)
         try:
             hypotheses = super().inference_step(
                 generator, models, sample, prefix_tokens, constraints
@@ -516,6 +519,21 @@ class DecodingTask:
         ended = self.ids_of(sample, ends.any(dim=1) & (ends.long().argmax(dim=1) < source_lengths))
         if ended:
             raise prefix_ends_before_source_length(ended) from None
+
+    def check_forced_past_source_length(self, generator, sample: dict, forced: Tensor) -> None:
+        """Refuse, under ``--match-source-len``, the batch's sentences whose forced tokens before
+        their end of sentence (all, where they hold none) outnumber their source's length, where
+        it ends each output (``prefix_past_source_length``)."""
+        if not getattr(generator, "match_source_len", False):
+            return
+        dictionary = self.target_dictionary
+        ends = forced.eq(dictionary.eos())
+        tokens = forced.ne(dictionary.pad()).sum(dim=1)
+        before_end = torch.where(ends.any(dim=1), ends.long().argmax(dim=1), tokens)
+        source_lengths = sample["net_input"]["src_lengths"].to(forced.device)
+        longer = self.ids_of(sample, before_end > source_lengths)
+        if longer:
+            raise prefix_past_source_length(longer)
 
     def rows_with_eos(self, sample: dict, tokens: Optional[Tensor]) -> List[int]:
         """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""

@@ -514,9 +514,9 @@ class DecodingTask:
         (``prefix_ends_before_source_length``)."""
         if forced is None or not getattr(generator, "match_source_len", False):
             return
-        ends = forced.eq(self.target_dictionary.eos())
-        source_lengths = sample["net_input"]["src_lengths"].to(ends.device)
-        ended = self.ids_of(sample, ends.any(dim=1) & (ends.long().argmax(dim=1) < source_lengths))
+        held, before_end = self.forced_before_end(forced)
+        source_lengths = sample["net_input"]["src_lengths"].to(forced.device)
+        ended = self.ids_of(sample, held & (before_end < source_lengths))
         if ended:
             raise prefix_ends_before_source_length(ended) from None
 
@@ -526,14 +526,20 @@ class DecodingTask:
         it ends each output (``prefix_past_source_length``)."""
         if not getattr(generator, "match_source_len", False):
             return
-        dictionary = self.target_dictionary
-        ends = forced.eq(dictionary.eos())
-        tokens = forced.ne(dictionary.pad()).sum(dim=1)
-        before_end = torch.where(ends.any(dim=1), ends.long().argmax(dim=1), tokens)
+        _, before_end = self.forced_before_end(forced)
         source_lengths = sample["net_input"]["src_lengths"].to(forced.device)
         longer = self.ids_of(sample, before_end > source_lengths)
         if longer:
             raise prefix_past_source_length(longer)
+
+    def forced_before_end(self, forced: Tensor) -> Tuple[Tensor, Tensor]:
+        """(a mask of the rows whose forced tokens hold the end of sentence, the forced tokens
+        before it in each row: all of them, padding left out, where it holds none)."""
+        dictionary = self.target_dictionary
+        ends = forced.eq(dictionary.eos())
+        held = ends.any(dim=1)
+        tokens = forced.ne(dictionary.pad()).sum(dim=1)
+        return held, torch.where(held, ends.long().argmax(dim=1), tokens)
 
     def rows_with_eos(self, sample: dict, tokens: Optional[Tensor]) -> List[int]:
         """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""

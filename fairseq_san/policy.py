@@ -517,6 +517,15 @@ def recorded_difference(
     return None if other is None else (recorded[0], other)
 
 
+def checkpoint_folder(analysis: dict) -> Optional[str]:
+    """The folder of the checkpoint an analysis records, normalised ("./run/ckpt" is "run/ckpt"):
+    a save dir holds one training's checkpoints; None where it records none or a bare name."""
+    checkpoint = analysis.get("checkpoint")
+    if not isinstance(checkpoint, str) or not os.path.dirname(checkpoint):
+        return None
+    return os.path.normpath(os.path.dirname(checkpoint))
+
+
 def shown(value: object) -> str:
     """A recorded value as a message shows it: text as it is, anything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value)

@@ -307,21 +307,52 @@ def test_plot_js_refuses_analyses_of_different_models(tmp_path, capsys, other, d
     assert not output.exists()
 
 
-def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys):
-    """Two seeds' kept checkpoints of one recipe (one policy, one subset) were drawn as one curve,
-    their points interleaved by step."""
-    first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
-    other = write_js(tmp_path / "b", 20, decoder_self=6, decoder_encdec=6, encoder_self=2)
-    for folder, seed in ((first, 1), (other, 2)):
-        analysis = json.loads(Path(folder, "js.json").read_text())
-        Path(folder, "js.json").write_text(json.dumps({**analysis, "seed": seed}))
+def with_recorded(folder: str, **recorded) -> str:
+    """``folder``'s analysis recording ``recorded`` too (a seed, a checkpoint)."""
+    analysis = json.loads(Path(folder, "js.json").read_text())
+    Path(folder, "js.json").write_text(json.dumps({**analysis, **recorded}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "recorded, described",
+    [
+        # two seeds' kept checkpoints of one recipe (one policy, one subset)
+        (({"seed": 1}, {"seed": 2}), ("seed 1", "seed 2")),
+        # two trainings of seed 1 (a recipe run twice), each in its own save dir
+        (({"seed": 1, "checkpoint": "a/checkpoints/checkpoint_10.pt"},
+          {"seed": 1, "checkpoint": "b/checkpoints/checkpoint_20.pt"}),
+         ("checkpoints in a/checkpoints", "checkpoints in b/checkpoints")),
+    ],
+    ids=["seeds", "save dirs"],
+)  # fmt: skip
+def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys, recorded, described):
+    """Two trainings' analyses were drawn as one curve, their points interleaved by step: their
+    seeds, or their checkpoints' folders, tell them apart."""
+    first, other = (with_recorded(write_js(tmp_path / name, steps, decoder_self=6), **said)
+                    for name, steps, said in zip("ab", (10, 20), recorded))  # fmt: skip
     output = tmp_path / "fig5.png"
     argv = [first, other, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
     assert plot_js_refusal(argv, capsys) == (
-        f"fairseq-san-plot-js: error: {first}/js.json (seed 1) and {other}/js.json (seed 2) are "
-        "analyses of different trainings: plot the checkpoints of one training"
+        f"fairseq-san-plot-js: error: {first}/js.json ({described[0]}) and {other}/js.json "
+        f"({described[1]}) are analyses of different trainings: plot the checkpoints of one "
+        "training"
     )
     assert not output.exists()
+
+
+def test_plot_js_takes_one_trainings_checkpoints_named_from_anywhere(tmp_path, capsys):
+    """One save dir's checkpoints, given to fairseq-validate as ./run/... and run/..., or once
+    from elsewhere by its absolute path, are one training's."""
+    from fairseq_san.cli.plot_js import main
+
+    checkpoints = ("./run/checkpoints/c1.pt", "run/checkpoints/c2.pt", "/data/run/c3.pt")
+    folders = [with_recorded(write_js(tmp_path / str(steps), steps, decoder_self=6), seed=1,
+                             checkpoint=checkpoint)
+               for steps, checkpoint in zip((10, 20, 30), checkpoints)]  # fmt: skip
+    output = tmp_path / "fig5.png"
+    main([*folders, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
+    assert output.stat().st_size > 0 and "(3 checkpoints)" in capsys.readouterr().err
 
 
 def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):

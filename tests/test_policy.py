@@ -849,6 +849,19 @@ def test_cli_prints_and_writes_policy(js_file, tmp_path):
     assert json.loads(out.read_text()) == {**expected, "encoder_self": None}
 
 
+def test_cli_writes_the_policy_alone_to_stdout_with_o_dash(js_file, tmp_path):
+    """`-o -` wrote a file named "-" and printed the policy; it is the JSON alone on standard
+    output (`-o - | jq`), the paper's notation and --explain's lines on standard error."""
+    result = run_policy_cli(js_file, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5",
+                            "--explain", "-o", "-")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    expected = {"decoder_self": [1, 5], "decoder_encdec": [3, 3]}
+    assert result.stdout == dump_policy(expected)
+    assert format_policy(expected) in result.stderr.splitlines()
+    assert "decoder_self: {1,5} at theta 0.5" in result.stderr and "wrote" not in result.stderr
+    assert not (REPO / "-").exists()
+
+
 def test_cli_main_in_process(js_file, capsys):
     policy_main([js_file, "--theta-decoder-self", "0.3", "--theta-decoder-encdec", "0.6"])
     lines = capsys.readouterr().out.splitlines()

@@ -11,6 +11,9 @@ first: the policy one seed's model learns may not be another's.
     fairseq-san-policy js.json --theta-decoder-self 0.5 \\
         --theta-decoder-encdec 0.5 -o policy.json
 
+It prints the policy in the paper's notation, then as JSON; ``-o -`` prints the JSON alone on
+standard output, the rest on standard error (``-o - | jq``, ``-o - > policy.json``).
+
 ``--explain`` also prints, per kind, the range of theta that learns the same blocks and the
 policies just beyond it: a policy learned at a theta near an end of its range is a small change
 of the JS matrix away from its neighbour. ``--map W`` prints every policy learned for theta within
@@ -37,6 +40,7 @@ from fairseq_san.policy import (
     ThetaRange,
     bits_note,
     blocks_beyond,
+    checkpoint_folder,
     dump_policy,
     format_blocks,
     format_policy,
@@ -52,6 +56,7 @@ from fairseq_san.policy import (
 
 
 PROG = "fairseq-san-policy"
+STDOUT = "-"  # -o -: the policy JSON alone on standard output, as Unix tools read "-"
 
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required where the analysis has it (``main``).
@@ -87,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the analyses of several seeds) are averaged element-wise before the policy is learned",
     )
     add_theta_flags(parser)
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the policy JSON here")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE",
+        help="write the policy JSON here; '-': to standard output alone (what else it prints, "
+        "to standard error)",
+    )  # fmt: skip
     parser.add_argument(
         "--explain", action="store_true",
         help="also print, per kind, the range of theta that learns the same blocks and the "
@@ -155,9 +164,9 @@ def training_of(analysis: dict) -> Optional[str]:
     said = []
     if analysis.get("seed") is not None:
         said.append(f"seed {json.dumps(analysis['seed'])}")
-    checkpoint = analysis.get("checkpoint")
-    if isinstance(checkpoint, str) and os.path.dirname(checkpoint):
-        said.append(f"checkpoints in {os.path.dirname(checkpoint)}")
+    folder = checkpoint_folder(analysis)
+    if folder is not None:
+        said.append(f"checkpoints in {folder}")
     return ", ".join(said) or None
 
 
@@ -253,7 +262,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if copies is not None:
         parser.error(f"{copies[0]} and {copies[1]} hold the same analysis (a copy): give each "
                      "analysis once")  # fmt: skip
-    problem = args.output is not None and output_problem(args.output, "the policy", paths)
+    to_file = args.output is not None and args.output != STDOUT
+    problem = to_file and output_problem(args.output, "the policy", paths)
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
@@ -268,18 +278,19 @@ def main(argv: Optional[list[str]] = None) -> None:
         warn_of_ignored_thetas(js_by_kind, thetas, paths)
         warn_of_bits({kind: js_by_kind[kind] for kind in policy})  # the matrices checked
         ranges = theta_ranges(js_by_kind, thetas) if args.explain else {}
-        if args.output:
+        if to_file:
             write_policy(policy, args.output)
     except PolicyError as err:
         parser.error(str(err))
-    print(format_policy(policy))
+    report = sys.stderr if args.output == STDOUT else sys.stdout  # the JSON alone on stdout
+    print(format_policy(policy), file=report)
     for kind, same in ranges.items():
-        print(explanation(kind, policy[kind], thetas[kind], same, js_by_kind[kind]))
+        print(explanation(kind, policy[kind], thetas[kind], same, js_by_kind[kind]), file=report)
     if args.map is not None:
         for kind in policy:
-            print(policy_map_line(kind, thetas[kind], args.map, js_by_kind[kind]))
+            print(policy_map_line(kind, thetas[kind], args.map, js_by_kind[kind]), file=report)
     print(dump_policy(policy), end="")
-    if args.output:
+    if to_file:
         print(f"wrote {args.output}", file=sys.stderr)
 
 

@@ -11,6 +11,9 @@ import os
 from typing import Collection, Hashable, Iterator, Optional, Sequence
 
 PREFIX = "fairseq-san: error: "
+# The environment variable naming a file where a fairseq command also writes the one line it
+# printed as its error (fairseq-san-cpu-ranks gives rank 0 one: its error is on the terminal).
+ERROR_COPY = "FAIRSEQ_SAN_ERROR_COPY"
 # Where a checkpoint's options that no command-line parser checked came from: the overrides
 # fairseq sets on its configuration, and any value of the configuration it built (a file edited or
 # made by hand holds values fairseq-train would have refused).

@@ -236,6 +236,34 @@ def test_every_rank_found_failed_is_named_its_peers_first(tmp_path, capsys):
     assert code == 7
 
 
+def test_an_error_every_rank_printed_is_said_once(tmp_path, capsys):
+    """Every rank refused the same input: rank 0's one-line error was on the terminal, and the
+    end of rank 1's log quoted below it said it again. A rank's own error is still quoted."""
+    import sys
+
+    from fairseq_san.cli.cpu_ranks import run_ranks
+
+    refuses = (  # rank 0 copies its error as the plugin's hook does, then waits
+        "import os, sys, time\n"
+        "rank, error = sys.argv[sys.argv.index('--distributed-rank') + 1], sys.argv[1]\n"
+        f"said = os.path.join({str(tmp_path)!r}, 'said')\n"
+        "if rank == '0':\n"
+        "    copy = os.environ.get('FAIRSEQ_SAN_ERROR_COPY', os.devnull)\n"
+        "    open(copy, 'w').write('fairseq-san: error: no\\n')\n"
+        "    open(said, 'w').close(), time.sleep(60)\n"
+        "while not os.path.exists(said): time.sleep(0.05)\n"
+        "sys.exit(f'[rank1]: fairseq-san: error: {error}')\n"
+    )
+    log = tmp_path / "rank-1.log"
+    own = "\n  [rank1]: fairseq-san: error: other"
+    for error, after in (("no", " (rank 0's error, above)"), ("other", own)):
+        (tmp_path / "said").unlink(missing_ok=True)
+        assert run_ranks([sys.executable, "-c", refuses, error], 2, str(tmp_path)) == 1
+        assert capsys.readouterr().err == (
+            f"fairseq-san-cpu-ranks: rank 1 failed (exit 1): see {log}{after}\n"
+        )
+
+
 def test_a_rerun_appends_to_the_rank_logs_and_names_its_own_failure(tmp_path, capsys):
     """A second run in the same folder (a resumed one) keeps the first run's rank logs; the
     failure it names shows the end of its own part of the log, not the first run's."""

@@ -2111,6 +2111,18 @@ def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
         )
 
 
+def test_the_one_line_error_is_copied_where_the_environment_says(tmp_path, capsys, monkeypatch):
+    """fairseq-san-cpu-ranks names a file for rank 0's error (``ERROR_COPY``), not to quote a
+    rank's log that ends in the same error below it (every rank refused the input)."""
+    from fairseq_san.errors import ERROR_COPY, UsageError
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    copy = tmp_path / "rank-0.error"
+    monkeypatch.setenv(ERROR_COPY, str(copy))
+    excepthook(traceback_printer)(UsageError, UsageError("no data"), None)
+    assert capsys.readouterr().err == copy.read_text() == "fairseq-san: error: no data\n"
+
+
 def traceback_printer(*args) -> None:
     """A stand-in for the ``sys.excepthook`` that one_line_errors' hook defers to: it prints the
     first line of a traceback."""

@@ -20,6 +20,7 @@ import argparse
 import ctypes
 import importlib.metadata
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq_san.cli import exiting_on_termination
 from fairseq_san.cores import available_cores
-from fairseq_san.errors import file_error, nearest_key
+from fairseq_san.errors import ERROR_COPY, file_error, nearest_key
 
 
 def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str) -> List[str]:
@@ -161,18 +162,38 @@ def shell_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def say_failure(rank: int, code: int, log_dir: str) -> None:
+def log_tail(rank: int, log_dir: str) -> List[str]:
+    """The last lines of this run's part of rank ``rank``'s log."""
+    with open(os.path.join(log_dir, f"rank-{rank}.log"), errors="replace") as log:
+        lines = log.readlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith(RUN_HEADER)]
+    return lines[headers[-1] + 1 if headers else 0 :][-5:]
+
+
+# What torch begins each line of a rank's uncaught error with, once the ranks have met.
+RANK_PREFIX = re.compile(r"^\[rank\d+\]: ")
+
+
+def copied_error(path: str) -> str:
+    """The error line rank 0 copied to ``path`` (``ERROR_COPY``), or "" where it wrote none."""
+    try:
+        with open(path, errors="replace") as copy:
+            return copy.read().strip()
+    except OSError:
+        return ""
+
+
+def say_failure(rank: int, code: int, log_dir: str, rank_0_error: str) -> None:
     """Name a rank that failed and, for a rank > 0, the end of its log (rank 0's output is on
-    this terminal already)."""
+    this terminal already), unless it ends in ``rank_0_error``, the error rank 0 printed: every
+    rank refused the same input (it was printed twice)."""
     where = "" if rank == 0 else f": see {os.path.join(log_dir, f'rank-{rank}.log')}"
+    tail = log_tail(rank, log_dir) if rank > 0 else []
+    if tail and rank_0_error and RANK_PREFIX.sub("", tail[-1].strip()) == rank_0_error:
+        tail, where = [], f"{where} (rank 0's error, above)"
     print(f"fairseq-san-cpu-ranks: rank {rank} failed (exit {shell_status(code)}){where}",
           file=sys.stderr)  # fmt: skip
-    if rank > 0:
-        with open(os.path.join(log_dir, f"rank-{rank}.log"), errors="replace") as log:
-            lines = log.readlines()
-        headers = [i for i, line in enumerate(lines) if line.startswith(RUN_HEADER)]
-        tail = lines[headers[-1] + 1 if headers else 0 :][-5:]
-        sys.stderr.writelines(f"  {line}" for line in tail)
+    sys.stderr.writelines(f"  {line}" for line in tail)
 
 
 def stop(processes: List[subprocess.Popen], grace: float = 10.0) -> None:
@@ -218,21 +239,24 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
     environment = rank_environment(world_size)
     before_each_rank = ending_with_this_process()
     meeting = tempfile.mkdtemp(prefix="fairseq-san-ranks-")
+    rank_0_error = os.path.join(meeting, "rank-0.error")
     try:
         with exiting_on_termination():
             for rank, output in enumerate([None] + logs):
                 rank_argv = rank_command(command, world_size, rank, f"{meeting}/rendezvous")
+                env = dict(environment, **{ERROR_COPY: rank_0_error}) if rank == 0 else environment
                 processes.append(subprocess.Popen(rank_argv, stdout=output, stderr=output,
-                                                  env=environment,
+                                                  env=env,
                                                   preexec_fn=before_each_rank))  # fmt: skip
             failures = first_failures(processes)
     finally:
         stop(processes)
         for log in logs:
             log.close()
+        error = copied_error(rank_0_error)
         shutil.rmtree(meeting, ignore_errors=True)
     for rank, code in failures:
-        say_failure(rank, code, log_dir)
+        say_failure(rank, code, log_dir, error)
     return shell_status(failures[0][1]) if failures else 0
 
 

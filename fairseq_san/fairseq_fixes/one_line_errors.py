@@ -22,9 +22,12 @@ prints as one line
   the command quietly with the status of SIGPIPE, as Unix tools end; a full device or disk
   (``> /dev/full``) is one line.
 
-Everything else keeps its traceback.
+Everything else keeps its traceback. The line is also written to the file that the environment
+variable ``ERROR_COPY`` names, where set (fairseq-san-cpu-ranks' rank 0, whose error is on the
+terminal: another rank's log that ends in it is not quoted below it).
 """
 
+import contextlib
 import errno
 import os
 import re
@@ -33,7 +36,7 @@ import sys
 from typing import Callable, Optional
 
 from fairseq_san.cli import drop_unwritten_output
-from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.errors import ERROR_COPY, PREFIX, UsageError
 from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
 
@@ -260,6 +263,15 @@ def output_that_cannot_be_written(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.filename is None and exc.errno in NO_ROOM
 
 
+def say(error: str) -> None:
+    """Print ``error`` as the command's one line, and copy it to the file ``ERROR_COPY`` names,
+    if any (fairseq-san-cpu-ranks then quotes no other rank's log that ends in the same)."""
+    print(PREFIX + error, file=sys.stderr)
+    if os.environ.get(ERROR_COPY):
+        with contextlib.suppress(OSError), open(os.environ[ERROR_COPY], "w") as copy:
+            copy.write(PREFIX + error + "\n")
+
+
 def excepthook(previous: Callable) -> Callable:
     """A ``sys.excepthook`` that prints bad input as one line and defers to ``previous``."""
 
@@ -275,15 +287,15 @@ def excepthook(previous: Callable) -> Callable:
             raise SystemExit(128 + signal.SIGPIPE)  # quietly, as Unix tools end
         if output_that_cannot_be_written(exc):
             drop_unwritten_output()
-            print(f"{PREFIX}cannot write the output: {exc.strerror}", file=sys.stderr)
+            say(f"cannot write the output: {exc.strerror}")
         elif isinstance(exc, KeyboardInterrupt):
-            print(PREFIX + "interrupted", file=sys.stderr)
+            say("interrupted")
         elif usage is not None:
-            print(PREFIX + str(usage), file=sys.stderr)
+            say(str(usage))
         elif names_a_command_line_path(exc, sys.argv[1:]):
-            print(PREFIX + path_error_said(exc, sys.argv[1:]), file=sys.stderr)
+            say(path_error_said(exc, sys.argv[1:]))
         elif said is not None:
-            print(PREFIX + said, file=sys.stderr)
+            say(said)
         else:
             previous(exc_type, exc, traceback)
 

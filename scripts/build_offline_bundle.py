@@ -582,7 +582,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="also ship pytest, to run the project's CUDA tests on the GPU "
                         "machine (tests/ travels with the working tree)")
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"[0-9]+\.[0-9]+", args.python_version):  # ASCII: "３.１２".isdigit()
+    # ASCII: "３.１２".isdigit(); no leading zero: "3.012", written in the manifest, was refused
+    # by install.py on Python 3.12 after the build
+    if not re.fullmatch(r"[1-9][0-9]*\.(0|[1-9][0-9]*)", args.python_version):
         parser.error(f"--python-version {args.python_version}: expected MAJOR.MINOR, e.g. 3.12")
     if tuple(map(int, args.python_version.split("."))) < (3, 11):  # setup.py's requirement
         parser.error(f"--python-version {args.python_version}: the bundle ships fairseq-fixed, "
@@ -592,6 +594,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.heldout is not None and not any(args.heldout.glob("*.en")):
         parser.error(f"--heldout {args.heldout}: no held-out sources (*.en) there")
     for data in args.data:
+        if not data.is_dir():
+            parser.error(f"--data {data}: no such folder")
         if not (any(data.glob("dict.*.txt")) or (data / "dict.txt").is_file()):  # LM: dict.txt
             parser.error(f"--data {data}: not a binarized data directory (no dict.*.txt or "
                          "dict.txt)")  # fmt: skip

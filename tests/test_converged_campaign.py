@@ -1021,6 +1021,20 @@ def test_collect_takes_shared_archives_of_this_run_sh_and_refuses_others(tmp_pat
         assert line.startswith(f"fairseq-san: error: {truncated}: unreadable archive")
 
 
+@pytest.mark.parametrize("content", [b"", gzip.compress(b"no tar")], ids=["empty", "gzip, no tar"])
+def test_an_archive_that_is_no_tar_is_one_line(tmp_path, capsys, content):
+    """tarfile's guess at the compression said why each of its four tries failed, on five
+    lines."""
+    from campaign_slices import main
+
+    archive = tmp_path / "converged-tables.tar.gz"
+    archive.write_bytes(content)
+    assert main(["collect", str(tmp_path / "results"), "--run-sh", str(RUN), str(archive)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"fairseq-san: error: {archive}: unreadable archive (")
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_later_calls_figure5_replaces_an_earlier_calls(tmp_path):
     """A slice's second call on a fresh machine retrains an unfinished baseline from scratch; its
     Figure 5 analyses were unpacked over the first call's, whose later steps (another training's)
@@ -1237,6 +1251,24 @@ def test_what_the_summary_would_refuse_is_refused_before_unpacking(tmp_path, cap
     assert capsys.readouterr().err == (
         f"fairseq-san: error: no trained run dir (PAIR/RUN/iter*/train.log) in {results}\n"
     )
+
+
+def test_collect_asks_only_the_references_of_the_paired_tests_the_summary_runs(tmp_path):
+    """A pair translated by two systems but with no baseline to test them against (a loop-X's
+    baseline-X and san-X) has no paired test: collect refused it for want of references that
+    the summary never reads."""
+    from campaign_slices import collect
+    from campaign_summary import write_summary
+
+    runs = tmp_path / "made"
+    toy_system(runs / "en-de" / "loop-fast", 0, {}, 30.0, REFERENCES)
+    toy_system(runs / "en-de" / "loop-fast", 1, SAN_POLICY, 31.0, REFERENCES)
+    archive = toy_archive(tmp_path / "out", runs, "en-de")
+    results, nowhere = tmp_path / "results", tmp_path / "nowhere"
+    collect(str(results), str(RUN), [str(archive)], allow_cpu=True, data_root=str(nowhere))
+    summary = write_summary(str(results), str(nowhere), str(results / "summary.json"))
+    assert [row["system"] for row in summary["pairs"]["en-de"]] == ["baseline-fast", "san-fast"]
+    assert summary["paired_bootstrap"] == {"en-de": []}
 
 
 def test_collect_says_what_travels_to_the_next_gpu_call(tmp_path, monkeypatch):

@@ -164,11 +164,15 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
         # full-width digits passed isdigit(): a bundle without fairseq (3.12 < 3.11 as text)
         (["--python-version", "\uff13.\uff11\uff12"],
          "--python-version \uff13.\uff11\uff12: expected MAJOR.MINOR, e.g. 3.12"),
+        # built, and its manifest's "3.012" refused by install.py on the Python 3.12 it was for
+        (["--python-version", "3.012"], "--python-version 3.012: expected MAJOR.MINOR, e.g. 3.12"),
+        (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such folder"),
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
          "data in out", "heldout in out", "out in data", "python below 3.11", "no dictionary",
-         "out a link", "a partial folder of the user's", "out the root", "full-width digits"],
+         "out a link", "a partial folder of the user's", "out the root", "full-width digits",
+         "python with a leading zero", "data missing"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     tmp_path, capsys, monkeypatch, argv, said

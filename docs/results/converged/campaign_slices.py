@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -59,9 +58,11 @@ from campaign_summary import (
     ITERATION,
     PAIR_DIR,
     REPO,
+    TEST_SPLITS,
+    campaign_systems,
     finished_iterations,
-    missing_reference,
-    reference_file,
+    paired_reference,
+    paired_runs,
     refused,
     stand_in,
     system_label,
@@ -279,8 +280,9 @@ def member_problem(member: tarfile.TarInfo) -> Optional[str]:
 def check_members(archive: str) -> List[str]:
     """UsageError naming the first member of ``archive`` that collect must not unpack, or one it
     holds as a file and a folder both, or the size of the whole where it is above
-    ``UNPACKED_MIB``; else the members' names."""
-    with tarfile.open(archive) as tar:
+    ``UNPACKED_MIB``; else the members' names. Opened as gzip alone (its name's): tarfile's guess
+    at the compression said why each of four failed, on five lines."""
+    with tarfile.open(archive, "r:gz") as tar:
         members = tar.getmembers()
     folders = {os.path.normpath(member.name) for member in members if member.isdir()}
     for member in members:  # every folder above a member
@@ -409,13 +411,19 @@ def collect(
     check_unpacking(results, archives)
     if data_root is not None:
         check_summary(results, data_root, archives)
+    unpack(results, archives)
+    return list(archives)
+
+
+def unpack(results: str, archives: Sequence[str]) -> None:
+    """Unpack the checked ``archives`` into ``results`` in their order, each run dir one holds
+    replacing the collected one whole (``replaced_folders``); then gzip the hypotheses."""
     for archive in archives:
         with tarfile.open(archive) as tar:
             for folder in replaced_folders(results, tar):
                 shutil.rmtree(os.path.join(results, folder), ignore_errors=True)
             tar.extractall(results, filter="data")
     compress_hypotheses(results)
-    return list(archives)
 
 
 def check_unpacking(results: str, archives: Sequence[str]) -> None:
@@ -462,27 +470,28 @@ def unpacking_problem(
 
 def check_summary(results: str, data_root: str, archives: Sequence[str]) -> None:
     """UsageError, before anything is unpacked, where campaign_summary.py would refuse what
-    ``results`` holds with ``archives`` unpacked: no trained run dir at all, or a pair's test set
-    translated by two systems or more (a paired test) without its reference in ``data_root``.
-    Refused after unpacking, the archives looked collected, and the summary was the old one."""
-    names = [os.path.relpath(path, results) for path in glob_in(results, "**", recursive=True)]
-    for archive in archives:
-        with tarfile.open(archive) as tar:
-            names += [os.path.normpath(name) for name in tar.getnames()]
-    parts = [name.split(os.sep) for name in set(names)]
-    if not any(len(p) == 4 and ITERATION.match(p[2]) and p[3] == "train.log" for p in parts):
-        raise UsageError(f"no trained run dir (PAIR/RUN/iter*/train.log) in {results} nor in "
-                         f"the archives: nothing to summarize; nothing unpacked")  # fmt: skip
-    translated = Counter(
-        (p[0], p[4]) for p in parts
-        if len(p) == 6 and PAIR_DIR.match(p[0]) and p[2] == "test-bleu"
-        and p[5].startswith(f"generate-{p[4]}.txt")
-    )
-    for (pair, split), systems in sorted(translated.items()):
-        reference = reference_file(data_root, pair, split)
-        if systems > 1 and not os.path.exists(reference):
-            raise UsageError(missing_reference(reference, pair, f"the paired tests on {split}")
-                             + "; nothing unpacked")  # fmt: skip
+    ``results`` holds with ``archives`` unpacked (``unpack``, into a copy of its pairs' folders):
+    no trained run dir at all, a system it cannot read, or a paired test whose hypotheses are at
+    hand without its reference in ``data_root`` (``paired_runs``: only the systems it tests, on
+    the test sets it tests them on). Refused after unpacking, the archives looked collected, and
+    the summary was the old one."""
+    with tempfile.TemporaryDirectory() as stage:
+        for pair in os.listdir(results) if os.path.isdir(results) else ():
+            if PAIR_DIR.match(pair) and os.path.isdir(os.path.join(results, pair)):
+                shutil.copytree(os.path.join(results, pair), os.path.join(stage, pair))
+        unpack(stage, archives)
+        try:
+            systems = campaign_systems(stage)
+            if not systems:
+                raise UsageError(f"no trained run dir (PAIR/RUN/iter*/train.log) in {stage} nor "
+                                 "in the archives: nothing to summarize")  # fmt: skip
+            for pair, rows in systems.items():
+                for _, _, _, runs in paired_runs(rows):
+                    for split in TEST_SPLITS:
+                        what = f"the paired tests on {split}"
+                        paired_reference(pair, runs, split, data_root, what)
+        except UsageError as err:  # said of the results, not of the copy
+            raise UsageError(f"{str(err).replace(stage, results)}; nothing unpacked") from None
 
 
 def kind(folder: bool) -> str:

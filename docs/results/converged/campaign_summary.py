@@ -433,38 +433,59 @@ def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str,
     return tests
 
 
-def paired_test(
-    pair: str, runs: Sequence[Tuple[str, int]], split: str, data_root: str, name: str
-) -> Optional[Dict[str, object]]:
-    """``paired_bootstrap`` of the second (run dir, iteration) of ``runs`` (called ``name``)
-    against the first on test set ``split``; None where the hypotheses are not at hand, and a
-    UsageError where they are and the reference is not (the test would vanish from the summary
-    without a word: data-bin holding only the pair that a GPU call took)."""
-    from fairseq_san.scoring import read_generate_output, read_lines
-
+def paired_reference(pair: str, runs: Sequence[Tuple[str, int]], split: str, data_root: str,
+                     what: str) -> Optional[str]:  # fmt: skip
+    """The reference of the paired test (``what``) of the (run dir, iteration)s of ``runs`` on
+    test set ``split``; None where their hypotheses are not at hand, and a UsageError where they
+    are and the reference is not (the test would vanish from the summary without a word:
+    data-bin holding only the pair that a GPU call took)."""
     paths = [hypotheses_file(run_dir, iteration, split) for run_dir, iteration in runs]
     if not all(os.path.exists(path) for path in paths):
         return None
     reference = reference_file(data_root, pair, split)
     if not os.path.exists(reference):
-        what = f"the paired test of {name} on {split}"
         raise UsageError(missing_reference(reference, pair, what))
-    hyps = [read_generate_output(path) for path in paths]
+    return reference
+
+
+def paired_test(
+    pair: str, runs: Sequence[Tuple[str, int]], split: str, data_root: str, name: str
+) -> Optional[Dict[str, object]]:
+    """``paired_bootstrap`` of the second (run dir, iteration) of ``runs`` (called ``name``)
+    against the first on test set ``split``; None where the hypotheses are not at hand
+    (``paired_reference``)."""
+    from fairseq_san.scoring import read_generate_output, read_lines
+
+    what = f"the paired test of {name} on {split}"
+    reference = paired_reference(pair, runs, split, data_root, what)
+    if reference is None:
+        return None
+    hyps = [read_generate_output(hypotheses_file(*run, split)) for run in runs]
     return paired_bootstrap(hyps[0], hyps[1], read_lines(reference), name=name)
+
+
+def paired_runs(
+    rows: Sequence[Tuple[dict, dict]]
+) -> List[Tuple[str, int, int, List[Tuple[str, int]]]]:
+    """(system, seed, baseline seed, [(run dir, iteration) of the baseline, of the system]) of
+    every pairing (``pairings``) of a pair's ``rows``."""
+    found = {(row["system"], row["seed"]): (row, training) for row, training in rows}
+    return [
+        (system, seed, baseline_seed, [
+            (os.path.join(REPO, training["run_dir"]), training["iteration"])
+            for _, training in (found[("baseline", baseline_seed)], found[(system, seed)])
+        ])
+        for system, seed, baseline_seed in pairings(found)
+    ]  # fmt: skip
 
 
 def significance(
     pair: str, rows: Sequence[Tuple[dict, dict]], data_root: str
 ) -> List[Dict[str, object]]:
-    """The paired bootstrap of every pairing (``pairings``) on each test set whose hypotheses and
-    references are at hand."""
-    found = {(row["system"], row["seed"]): (row, training) for row, training in rows}
+    """The paired bootstrap of every pairing (``paired_runs``) on each test set whose hypotheses
+    and references are at hand."""
     tests = []
-    for system, seed, baseline_seed in pairings(found):
-        runs = [
-            (os.path.join(REPO, training["run_dir"]), training["iteration"])
-            for _, training in (found[("baseline", baseline_seed)], found[(system, seed)])
-        ]
+    for system, seed, baseline_seed, runs in paired_runs(rows):
         for split, test_set in TEST_SPLITS.items():
             result = paired_test(pair, runs, split, data_root, system)
             if result is not None:

@@ -2504,6 +2504,25 @@ def test_resuming_mid_epoch_with_larger_batches_is_one_line(tmp_path, binarized_
     assert run_cli("fairseq-train", *large, "--reset-dataloader").returncode == 0
 
 
+def test_a_subset_whose_sides_differ_in_length_is_one_line(tmp_path):
+    """A corpus whose target side lost a line binarizes without a word, and fairseq-train
+    stopped on fairseq's bare assertion, a traceback."""
+    from helpers import preprocess, run_cli, train_argv, write_corpus
+
+    raw = write_corpus(tmp_path / "raw")
+    target = raw / "train.tgt"
+    target.write_text("".join(target.read_text().splitlines(True)[:-1]))
+    data = preprocess(raw, tmp_path / "data")
+    result = run_cli("fairseq-train", *train_argv(data, tmp_path / "run", 1))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{ERROR}a subset's source and target sides hold different numbers of sentences "
+        "(fairseq-preprocess binarizes each side alone and does not compare them): give both "
+        "sides one sentence per line, line i of one translating line i of the other, and "
+        "binarize again"
+    )
+
+
 def resume_from_pair(tmp_path, trained, asked, **flags):
     """The plugin's load_checkpoint resuming a save dir whose last checkpoint recorded
     ``trained`` (as a model's configuration does), for a task asking for ``asked``; whether

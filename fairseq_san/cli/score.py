@@ -28,6 +28,7 @@ from fairseq_san.scoring import (
     MAX_EXACT_SPLITS,
     SAMPLED_SPLITS,
     GenerateOutput,
+    check_normalization_kept,
     check_plain_references,
     check_references,
     check_spaces_kept,
@@ -226,7 +227,8 @@ def checked_hypotheses(
 ) -> List[str]:
     """The best hypothesis of each sentence of fairseq-generate's ``output`` (read as
     ``generated``), checked against the references: as many, most of its ``T-`` lines with
-    their spaces (``check_spaces_kept``) and reading as theirs (``check_references``)."""
+    their spaces (``check_spaces_kept``) and reading as theirs (``check_references``), in
+    their Unicode normalization (``check_normalization_kept``)."""
     if len(generated.hypotheses) != len(references):
         raise ValueError(
             f"{output}: {len(generated.hypotheses)} hypotheses but {len(references)} references: "
@@ -234,6 +236,7 @@ def checked_hypotheses(
         )
     check_spaces_kept(output, generated.targets, references)
     check_references(output, generated.targets, reference, references)
+    check_normalization_kept(output, generated.targets, reference, references)
     return generated.hypotheses
 
 

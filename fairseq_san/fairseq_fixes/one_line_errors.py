@@ -89,6 +89,12 @@ FAIRSEQ_REWORDED = [
      "now, does not reach so far (the training data, --max-tokens, --batch-size or the number of "
      "processes changed since?): resume with what it was trained with, or pass "
      "--reset-dataloader to start that epoch again"),
+    # a subset binarized from two sides of different lengths: fairseq-preprocess binarizes each
+    # side alone, and the commands that load it stopped on a bare assertion
+    (AssertionError, r"Source and target must contain the same number of examples",
+     "a subset's source and target sides hold different numbers of sentences (fairseq-preprocess "
+     "binarizes each side alone and does not compare them): give both sides one sentence per "
+     "line, line i of one translating line i of the other, and binarize again"),
 ]
 
 

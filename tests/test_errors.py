@@ -970,6 +970,66 @@ def test_eval_bleu_options_are_checked_as_fairseq_train_parses_them(options, sai
     TranslationSANTask(config, dictionary, dictionary)  # a checkpoint's task: not checked
 
 
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (["--eval-bleu-args", "beam=4"], "--eval-bleu-args 'beam=4' is not JSON (Expecting "),
+        (["--eval-bleu-args", '{"bema": 2}'], "unknown generation option 'bema' (a key of "
+         "--eval-bleu-args): did you mean 'beam'?"),
+        (["--eval-bleu-args", '{"san_decoding": "static"}'], "san_decoding in --eval-bleu-args: "
+         "--task translation validates with fairseq's generator, which reads no decoder option "
+         "of the plugin; train with --task translation_san"),
+        (["--eval-bleu-args", '{"beam": 2}'], None),
+    ],
+)  # fmt: skip
+def test_eval_bleu_options_of_fairseqs_translation_task_are_checked_too(options, said):
+    """With --task translation, fairseq-train failed on json.loads (a traceback from deep in its
+    task) and decoded validation BLEU ignoring a misspelt key or a decoder option of the plugin."""
+    from fairseq import options as fairseq_options
+
+    from fairseq_san.errors import UsageError
+
+    argv = ["data", "--arch", "transformer_san", "--task", "translation", "--eval-bleu", *options]
+    parser = fairseq_options.get_training_parser()
+    if said is None:
+        assert fairseq_options.parse_args_and_arch(parser, argv).eval_bleu_args == options[1]
+        return
+    with pytest.raises(UsageError) as refused:
+        fairseq_options.parse_args_and_arch(parser, argv)
+    assert str(refused.value).startswith(said)
+
+
+@pytest.mark.parametrize(
+    "metric, said",
+    [
+        ("blue", "--best-checkpoint-metric blue: the validation logs no blue (it logs loss, "
+         "nll_loss, ppl, bleu); did you mean '--best-checkpoint-metric bleu'?"),
+        ("accuracy", "--best-checkpoint-metric accuracy: the validation logs no accuracy (it "
+         "logs loss, nll_loss, ppl, bleu); pick one of them"),
+        ("nll_loss", None),
+    ],
+)  # fmt: skip
+def test_a_best_checkpoint_metric_the_validation_does_not_log_is_one_line(metric, said):
+    """fairseq-train failed with KeyError: 'blue' after the first epoch had trained."""
+    import fairseq_cli.train
+    from omegaconf import OmegaConf
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes import command_options
+
+    command_options.install()  # as fairseq-train has it: its module was imported first
+    cfg = OmegaConf.create({"checkpoint": {"best_checkpoint_metric": metric,
+                                           "maximize_best_checkpoint_metric": False}})
+    trainer = argparse.Namespace(get_num_updates=lambda: 4)
+    stats = {"loss": 4.5, "nll_loss": 4.4, "ppl": 21.1, "bleu": 0.3}
+    if said is None:
+        assert fairseq_cli.train.get_valid_stats(cfg, trainer, stats, False)["num_updates"] == 4
+        return
+    with pytest.raises(UsageError) as refused:
+        fairseq_cli.train.get_valid_stats(cfg, trainer, stats, False)
+    assert str(refused.value) == said
+
+
 def test_analysis_in_training_is_a_usage_error(tmp_path):
     from fairseq_san.errors import UsageError
 

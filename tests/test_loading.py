@@ -1446,3 +1446,20 @@ def test_a_checkpoint_given_through_a_pipe_is_one_line_naming_it(tmp_path):
     assert checkpoints.problem_with(str(pipe), RuntimeError("not seekable")) == (
         checkpoints.NOT_A_FILE
     )
+
+
+@pytest.mark.slow
+def test_a_policy_override_decodes_an_ensemble_of_a_shared_and_a_fairseq_model(trained):
+    """fairseq gives --model-overrides to every model of an ensemble (--path A.pt:B.pt): the
+    plugin's model shares as the policy says, fairseq's beside it reads none; it was refused."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_san.errors import UsageError
+
+    overrides = {"san_policy": '{"decoder_self": [6]}'}
+    paths = [str(trained["san"]), str(trained["fairseq"])]
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(paths, arg_overrides=overrides)
+    assert [type(model).__name__ for model in models] == ["TransformerSANModel", "TransformerModel"]
+    assert "decoder.layers.5.self_attn.k_proj.weight" not in models[0].state_dict()
+    with pytest.raises(UsageError, match=r"^san_policy=.* \(transformer\) is none of the plugin"):
+        checkpoint_utils.load_model_ensemble_and_task(paths[1:] * 2, arg_overrides=overrides)

@@ -66,9 +66,9 @@ import io
 import logging
 import sys
 from dataclasses import fields
-from typing import Any, Callable, List, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
-from fairseq_san.errors import UsageError, nearest_key
+from fairseq_san.errors import UsageError, nearest_key, nearest_key_hint
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.world_size import check_world_size
@@ -234,7 +234,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_stop_min_lr(args)
         check_asynchronous_checkpoints(args)
         check_training_backends(args)
-        if getattr(args, "eval_bleu", False) and args.task == "translation_san":
+        if getattr(args, "eval_bleu", False) and hasattr(args, "eval_bleu_args"):
             from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
             check_eval_bleu_options(args)
@@ -401,6 +401,31 @@ def check_best_checkpoint_metric(args: argparse.Namespace) -> None:
             f"--maximize-best-checkpoint-metric with --best-checkpoint-metric {metric}: fairseq "
             f"would keep the highest {metric} as checkpoint_best.pt; drop the flag"
         )
+
+
+def check_metric_logged(metric: str, stats: Dict[str, Any]) -> None:
+    """Refuse a ``--best-checkpoint-metric`` that the validation did not log (``stats``): a
+    misspelt one (``blue``) failed with ``KeyError: 'blue'`` after the first epoch had trained,
+    and which metrics a criterion logs is known only when it has validated."""
+    if metric not in stats:
+        hint = nearest_key_hint(
+            metric, list(stats), "pick one of them", prefix="--best-checkpoint-metric "
+        )
+        raise UsageError(
+            f"--best-checkpoint-metric {metric}: the validation logs no {metric} (it logs "
+            f"{', '.join(stats)}); {hint}"
+        )
+
+
+def _naming_a_metric_not_logged(get_valid_stats: Callable) -> Callable:
+    """fairseq-train's statistics of a validation, ``--best-checkpoint-metric`` among them."""
+
+    @functools.wraps(get_valid_stats)
+    def wrapper(cfg, trainer, stats, *args, **kwargs):
+        check_metric_logged(cfg.checkpoint.best_checkpoint_metric, stats)
+        return get_valid_stats(cfg, trainer, stats, *args, **kwargs)
+
+    return wrapper
 
 
 def check_stop_min_lr(args: argparse.Namespace) -> None:
@@ -847,11 +872,15 @@ def checking_analysis(load_model_ensemble_and_task: Callable) -> Callable:
 
 
 def install() -> None:
-    """Check the options of fairseq's commands as they are parsed, and fairseq-validate's analysis
-    once the checkpoint's task is built (idempotent)."""
+    """Check the options of fairseq's commands as they are parsed, fairseq-validate's analysis
+    once the checkpoint's task is built, and fairseq-train's best checkpoint metric once it has
+    validated (idempotent)."""
     from fairseq import options
 
     wrap_once(options, "parse_args_and_arch", _checking)
+    train = running_command("fairseq_cli.train")
+    if getattr(train, "get_valid_stats", None) is not None:
+        wrap_once(train, "get_valid_stats", _naming_a_metric_not_logged)
     validate = running_command("fairseq_cli.validate")
     if getattr(validate, "main", None) is not None:
         wrap_once(validate, "main", _analysing)

@@ -26,12 +26,15 @@ built it); a dict for a component the checkpoint has none of (``{'bpe': {'_name'
 is no text (``{1: 2}``: a ``TypeError``). The plugin's own options are checked where the model
 is built (``models.option_checks``), with their hints.
 Other models' checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq
-loads them.
+loads them, but for a plugin option set on fairseq's own translation model, which is refused
+unless a plugin model of the same ensemble (``--path SAN.pt:BASELINE.pt``: fairseq gives every
+model the overrides) reads it.
 """
 
 import argparse
+import contextvars
 import functools
-from typing import Any, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from omegaconf import DictConfig
 
@@ -479,7 +482,8 @@ def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: st
     checkpoint of another model (fairseq's own ``transformer``): its model reads none of them,
     and fairseq decoded it as trained, without a word (a policy that shared nothing, fairseq's
     generator). Not a language model's: fairseq-generate ``--lm-path`` gives it the translation
-    model's overrides."""
+    model's overrides. In an ensemble the refusal waits for the others
+    (``_deferring_to_the_ensemble``)."""
     from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
 
     arch = getattr(model_cfg, "arch", None)
@@ -496,10 +500,44 @@ def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: st
             else "attention sharing needs a model trained as transformer_san or "
             "transformer_lm_san"
         )
-        raise UsageError(
+        error = UsageError(
             f"{key}={value!r} {source}: this checkpoint's model ({arch}) is none of the plugin's "
             f"and reads no option of it, and fairseq would decode it as trained; {advice}"
         )
+        deferred = _ENSEMBLE_REFUSALS.get()
+        if deferred is None:
+            raise error
+        deferred.append(error)
+        return
+
+
+# What ``check_no_plugin_option`` refused while an ensemble loads (``_deferring_to_the_ensemble``);
+# None outside one.
+_ENSEMBLE_REFUSALS: contextvars.ContextVar[Optional[List[UsageError]]] = contextvars.ContextVar(
+    "ensemble_refusals", default=None
+)
+
+
+def _deferring_to_the_ensemble(load_model_ensemble_and_task):
+    """fairseq's ensemble loader: fairseq gives the overrides to every model of an ensemble
+    (``--path SAN.pt:BASELINE.pt``), so a plugin option that fairseq's own model beside a plugin
+    model ignores is refused only where no model of the ensemble reads it."""
+
+    @functools.wraps(load_model_ensemble_and_task)
+    def wrapper(filenames, *args, **kwargs):
+        if len(filenames) < 2:
+            return load_model_ensemble_and_task(filenames, *args, **kwargs)
+        deferred = []
+        token = _ENSEMBLE_REFUSALS.set(deferred)
+        try:
+            loaded = load_model_ensemble_and_task(filenames, *args, **kwargs)
+        finally:
+            _ENSEMBLE_REFUSALS.reset(token)
+        if deferred and not any(isinstance(model, plugin_model_classes()) for model in loaded[0]):
+            raise deferred[0]
+        return loaded
+
+    return wrapper
 
 
 def forget_training_decoding(cfg: DictConfig) -> None:
@@ -533,7 +571,8 @@ def _checking(overwrite_args_by_name):
 
 def install() -> None:
     """Check overrides where ``load_checkpoint_to_cpu`` applies them, after the checkpoint's own
-    decoder options are dropped (idempotent)."""
+    decoder options are dropped, and an ensemble's as a whole (idempotent)."""
     from fairseq import checkpoint_utils  # here: importing fairseq is what runs this
 
     wrap_once(checkpoint_utils, "overwrite_args_by_name", _checking)
+    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _deferring_to_the_ensemble)

@@ -101,8 +101,9 @@ def check_eval_bleu_options(args) -> None:
     """Refuse ``--eval-bleu-args`` or ``--eval-bleu-detok-args`` that is not a JSON object, and a
     key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
     ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
-    decoded validation BLEU at the default beam. For fairseq-train's command line: a checkpoint
-    keeps them, and fairseq-validate decodes with them where it validates with BLEU
+    decoded validation BLEU at the default beam. For fairseq-train's command line, this task's or
+    fairseq's own ``translation`` (whose generator reads no decoder option of the plugin): a
+    checkpoint keeps them, and fairseq-validate decodes with them where it validates with BLEU
     (``checkpoints.refuse_eval_bleu_args_in`` refuses those that are no JSON object, and in
     fairseq-validate a key that names no generation option)."""
     generation = json_object("--eval-bleu-args", args.eval_bleu_args, '{"beam": 4}')
@@ -113,7 +114,16 @@ def check_eval_bleu_options(args) -> None:
         lambda option: f"{option.name} in --eval-bleu-args is no generation option: pass "
         f"{option.flag} to fairseq-train itself",
     )
-    check_eval_bleu_precision(args, generation)
+    if args.task == "translation_san":
+        check_eval_bleu_precision(args, generation)
+        return
+    for key in generation:
+        if key in options.DECODER_OPTION_NAMES:
+            raise UsageError(
+                f"{key} in --eval-bleu-args: --task {args.task} validates with fairseq's "
+                "generator, which reads no decoder option of the plugin; train with --task "
+                "translation_san"
+            )
 
 
 def check_stored_eval_bleu_args(text: Optional[str]) -> None:

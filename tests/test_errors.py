@@ -3383,6 +3383,28 @@ def test_eval_lm_samples_are_measured_with_the_context_they_are_fed(
         check_samples_fit(dataset, positions, "eos", 8, block)
 
 
+@pytest.mark.parametrize(
+    "break_mode, block, window, fix",
+    [
+        ("complete", 4, 0, "complete a sentence longer than --tokens-per-sample is a sample of"),
+        ("complete_doc", 2, 2, "complete_doc a sentence longer than --tokens-per-sample is a"),
+        ("complete", 8, 0, "pass --tokens-per-sample 4 or fewer"),  # the blocks are too long
+        ("none", 8, 0, "pass --tokens-per-sample 4 or fewer"),
+    ],
+)  # fmt: skip
+def test_samples_too_long_are_refused_naming_what_makes_them_long(break_mode, block, window, fix):
+    """With --sample-break-mode complete(_doc) a sentence longer than a block is a sample of its
+    own: where the block fits the positions, a smaller --tokens-per-sample (the advice before)
+    fixes nothing."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.tokens_per_sample import check_samples_fit
+
+    sizes = [9, 3]
+    dataset = type("Samples", (), {"sizes": sizes, "__len__": lambda self: len(sizes)})()
+    with pytest.raises(UsageError, match=re.escape(fix)):
+        check_samples_fit(dataset, 4, break_mode, window, block)
+
+
 def test_eval_lm_with_a_context_window_below_the_sample_size_runs_as_fairseq():
     from argparse import Namespace
 

@@ -134,6 +134,24 @@ def test_generate_refuses_samples_longer_than_the_model_naming_the_fix(trained, 
     ), last
 
 
+def test_train_names_sentences_longer_than_a_complete_block_as_the_fix(trained, tmp_path):
+    """--sample-break-mode complete makes a sentence longer than --tokens-per-sample a sample of
+    its own: with 4 tokens a sample (and so 4 positions), the refusal advised "pass
+    --tokens-per-sample 4 or fewer", the value given."""
+    data, _ = trained
+    argv = lm_train_argv(data, tmp_path, "--sample-break-mode", "complete",
+                         "--tokens-per-sample", "4", max_update=1)  # fmt: skip
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"fairseq-san: error: \d+ of the \d+ samples are longer than the model's 4 positions: "
+        + re.escape("with --sample-break-mode complete a sentence longer than --tokens-per-sample "
+                    "is a sample of its own: pass --sample-break-mode none (blocks of "
+                    "--tokens-per-sample, at most 4)"), last
+    ), last
+
+
 @pytest.mark.parametrize("task", [[], ["--task", "language_modeling_san"]])
 def test_eval_lm_refuses_another_add_bos_token_than_the_models(trained, task):
     """fairseq-eval-lm builds its task from its own command line: a model trained without

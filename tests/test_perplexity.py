@@ -1,6 +1,8 @@
 """A language model's validation score in the learn-to-share loop: fairseq-eval-lm's perplexity
 (``fairseq_san.loop.perplexity``) and the loop table's perplexity column."""
 
+import array
+
 import pytest
 
 from fairseq_san.errors import UsageError
@@ -130,3 +132,30 @@ def test_lm_task_args_names_a_data_directory_that_is_not_there(tmp_path):
         assert result.stderr.splitlines() == [
             f"fairseq-san-loop: error: no data directory {data} (--data)"
         ]
+
+
+@pytest.mark.parametrize(
+    "after, refused",
+    [
+        (["--sample-break-mode", "complete"], True),  # a longer sentence is a sample of its own
+        (["--sample-break-mode", "complete_doc"], True),
+        (["--sample-break-mode", "none"], False),  # blocks of 4 tokens
+        (["--shorten-method", "truncate"], False),  # every split cut to 4 tokens
+        (["--shorten-method", "random_crop", "--shorten-data-split-list", "train,valid"], False),
+        (["--shorten-method", "truncate", "--shorten-data-split-list", "train"], True),
+    ],
+)  # fmt: skip
+def test_lm_task_args_checks_whole_sentences_that_are_not_cut(tmp_path, after, refused):
+    """--sample-break-mode complete keeps sentences whole as eos does (fairseq-train stopped at
+    a valid one longer than a sample, after the run dir was made), and --shorten-method cuts them
+    to --tokens-per-sample (the loop refused a run that trains)."""
+    from fairseq_san.loop.run_record import INDEX_MAGIC, longest_sentence_problem
+
+    sizes = [3, 9]  # fairseq's mmap index: magic, version, dtype code, count, int32 sizes
+    index = INDEX_MAGIC + (1).to_bytes(8, "little") + b"\x04" + len(sizes).to_bytes(8, "little")
+    (tmp_path / "valid.idx").write_bytes(index + array.array("i", sizes).tobytes())
+    problem = longest_sentence_problem(str(tmp_path), ["--tokens-per-sample", "4", *after])
+    assert (problem is not None) == refused, problem
+    if refused:
+        mode = after[1] if after[0] == "--sample-break-mode" else "eos"
+        assert f"a sample (--sample-break-mode {mode}; the loop" in problem, problem

@@ -142,7 +142,7 @@ def check_samples_fit(
     raise UsageError(
         f"{longer} of the {len(dataset)} samples are longer than the model's {positions} "
         f"positions{context_said(context_window)}{consequence}: "
-        f"{samples_fix(positions, break_mode, context_window, start)}"
+        f"{samples_fix(positions, break_mode, context_window, start, block)}"
     )
 
 
@@ -153,20 +153,33 @@ def context_said(context_window: int) -> str:
     return f" with the --context-window {context_window} tokens of context before each"
 
 
-def samples_fix(positions: int, break_mode: str, context_window: int, start: int = 0) -> str:
+def samples_fix(
+    positions: int, break_mode: str, context_window: int, start: int = 0, block: int = 0
+) -> str:
     """What makes every sample fit ``positions``, for ``check_samples_fit``'s message; ``start``:
-    the start tokens before each sample (``start_tokens``), which its size counts."""
-    block = positions - start
+    the start tokens before each sample (``start_tokens``), which its size counts; ``block``:
+    ``--tokens-per-sample`` (less the context window): with ``complete`` or ``complete_doc``, a
+    block that fits leaves sentences longer than it, each a sample of its own."""
+    most = positions - start
     if break_mode == "eos":  # a sample is one sentence
-        fix = "with --sample-break-mode eos a sample is a sentence: pass --sample-break-mode none"
-        fix += f" (blocks of --tokens-per-sample, at most {block})"
-        return fix + (", or a smaller --context-window" if context_window else "")
-    fix = f"pass --tokens-per-sample {block} or fewer ("
+        return sentences_fix("eos a sample is a sentence", most, context_window)
+    if break_mode in ("complete", "complete_doc") and 0 < block + context_window <= most:
+        said = f"{break_mode} a sentence longer than --tokens-per-sample is a sample of its own"
+        return sentences_fix(said, most, context_window)
+    fix = f"pass --tokens-per-sample {most} or fewer ("
     if context_window:
         return fix + "with --context-window, it counts the context)"
     if start:
         return fix + "the position of --add-bos-token's start token is one of the model's)"
     return fix + "its default, 1024, is for models with as many positions)"
+
+
+def sentences_fix(said: str, most: int, context_window: int) -> str:
+    """``samples_fix``'s advice where whole sentences are too long (``said`` after the break
+    mode): blocks of ``--tokens-per-sample``, at most ``most``."""
+    fix = f"with --sample-break-mode {said}: pass --sample-break-mode none"
+    fix += f" (blocks of --tokens-per-sample, at most {most})"
+    return fix + (", or a smaller --context-window" if context_window else "")
 
 
 def _checking_samples(eval_lm_dataloader: Callable) -> Callable:
@@ -198,8 +211,10 @@ def _checking_filtered(filter_indices_by_size: Callable) -> Callable:
         split = any(dataset is loaded for loaded in self.datasets.values())  # not typed prompts
         if split and not ignore_invalid_inputs:
             break_mode = getattr(self.args, "sample_break_mode", None)
-            check_samples_fit(dataset, max_positions, break_mode, start=start_tokens(self.args),
-                              consequence="")  # fmt: skip
+            check_samples_fit(
+                dataset, max_positions, break_mode, block=self.args.tokens_per_sample,
+                start=start_tokens(self.args), consequence="",
+            )  # fmt: skip
         return filter_indices_by_size(self, indices, dataset, max_positions, ignore_invalid_inputs)
 
     return wrapper

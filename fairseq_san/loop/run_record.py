@@ -171,14 +171,20 @@ def split_size(data: str, pair: str, split: str = "valid") -> Optional[int]:
     return None if sizes is None else len(sizes)
 
 
+# fairseq's --sample-break-mode values that keep a sentence whole: one longer than
+# --tokens-per-sample is a sample of its own.
+WHOLE_SENTENCES = ("eos", "complete", "complete_doc")
+
+
 def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[str]:
     """Why fairseq-train would stop at a language model's longest valid sentence: longer (its
     end counted) than the ``--tokens-per-sample`` of ``train_args`` (the recipe's, then those
-    after --: the last wins), whole sentences a sample (``--sample-break-mode eos``, the
-    recipe's). fairseq-train said so after the run dir was made, naming
-    --skip-invalid-size-inputs-valid-test, which the loop refuses."""
+    after --: the last wins), whole sentences kept (``WHOLE_SENTENCES``; the recipe's ``eos``),
+    and not cut to it (``valid_shortened``). fairseq-train said so after the run dir was made,
+    naming --skip-invalid-size-inputs-valid-test, which the loop refuses."""
     given = train_arg(train_args, "--tokens-per-sample", "")
-    if not given.isdigit() or train_arg(train_args, "--sample-break-mode", "eos") != "eos":
+    mode = train_arg(train_args, "--sample-break-mode", "eos")
+    if not given.isdigit() or mode not in WHOLE_SENTENCES or valid_shortened(train_args):
         return None
     sizes = index_sizes(os.path.join(data, "valid.idx"))
     if not sizes or max(sizes) <= int(given):
@@ -186,9 +192,18 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
     return (
         f"--tokens-per-sample {given}: the longest valid sentence of {data} has {max(sizes)} "
         "tokens with its end, and fairseq-train stops at one longer than a sample "
-        "(--sample-break-mode eos; the loop analyses and scores every valid sentence): pass "
+        f"(--sample-break-mode {mode}; the loop analyses and scores every valid sentence): pass "
         f"--tokens-per-sample {max(sizes)} or more after --"
     )
+
+
+def valid_shortened(train_args: Sequence[str]) -> bool:
+    """Whether ``train_args``' ``--shorten-method`` cuts the valid split's sentences to
+    ``--tokens-per-sample`` (``--shorten-data-split-list``: empty for every split)."""
+    if train_arg(train_args, "--shorten-method", "none") == "none":
+        return False
+    splits = train_arg(train_args, "--shorten-data-split-list", "")
+    return not splits or "valid" in splits.split(",")
 
 
 def line_count(path: str) -> int:

@@ -534,6 +534,37 @@ def test_a_figure_that_cannot_be_written_is_named(monkeypatch, tmp_path):
     assert (tmp_path / "results.json").exists()
 
 
+def test_every_bleu_row_names_its_decoder_and_precision():
+    """The BLEU table named the system alone: an int8 row read as the fp32 system's quality."""
+    from fairseq_san.benchmark.report import bleu_table
+
+    runs = {"beam4_natural": {"bleu": 30.0}}
+    systems = {"base": {"decoder": "fairseq", "precision": "fp32", "settings": runs},
+               "q": {"decoder": "static", "precision": "int8",
+                     "settings": {"beam4_natural": {"bleu": 29.5}}}}  # fmt: skip
+    table = bleu_table({"config": {"beams": [4]}, "systems": systems}).splitlines()
+    assert table[2] == "| system | decoder | precision | beam 4 |"
+    assert table[4:] == ["| base | fairseq | fp32 | 30.00 |", "| q | static | int8 | 29.50 |"]
+
+
+@pytest.mark.parametrize("key", ["fp16", "bf16", "cpu", "sampling"])
+def test_a_run_or_generation_option_as_a_systems_override_is_refused(key):
+    """fairseq's run options (``fp16``, ``cpu``) are keys of a checkpoint's configuration, so
+    they passed as overrides, and the system decoded as every other: an ``fp16`` row at fp32."""
+    from omegaconf import OmegaConf
+
+    from fairseq_san.benchmark.config import parse_system
+    from fairseq_san.benchmark.fairseq_system import check_no_generation_or_run_options
+
+    # a model configuration converted from a legacy checkpoint's arguments holds them all
+    cfg = OmegaConf.create({"model": {"encoder_layers": 2, "fp16": False, "bf16": False,
+                                      "cpu": False}})  # fmt: skip
+    spec = parse_system(f"half=a.pt:{{\"{key}\": true}}")
+    with pytest.raises(ValueError, match=f"^system half: override '{key}' is "):
+        check_no_generation_or_run_options(spec, cfg)
+    check_no_generation_or_run_options(parse_system('m=a.pt:{"encoder_layers": 3}'), cfg)
+
+
 def test_the_report_names_ctranslate2s_fixed_length_only_beside_its_row():
     from fairseq_san.benchmark.report import fixed_lengths_said
 
@@ -1216,6 +1247,9 @@ def test_step_timer_counts_the_page_faults_of_each_configuration():
     "argv, said",
     [
         (["--beam", "0"], "--beam 0: must be at least 1"),
+        # timed once and printed once: the row asked for twice was silently one
+        (["--decoders", "fairseq", "static-fp32", "fairseq"], "--decoders: fairseq is given twice"),
+        (["--policies", "baseline", "baseline"], "--policies: baseline is given twice"),
         (["--length", "0"], "--length 0: must be at least 1"),
         (["--vocab", "3"], "--vocab 3: must be more than the 4 special symbols"),
         # fairseq searches at most vocab - 1 hypotheses: the report said "beam 50" of beam 5

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Set
 import torch
 
 from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
-from fairseq.dataclass.configs import GenerationConfig
+from fairseq.dataclass.configs import CommonConfig, GenerationConfig
 from fairseq.dataclass.utils import overwrite_args_by_name
 
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
@@ -34,7 +34,12 @@ from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configura
 from fairseq_san.files import language_model_data
 from fairseq_san.models.option_checks import check_language_pair
 from fairseq_san.policy import load_policy
-from fairseq_san.options import DECODER_EXECUTION, DECODER_OPTION_NAMES
+from fairseq_san.options import (
+    DECODER_EXECUTION,
+    DECODER_OPTION_NAMES,
+    DECODER_PRECISION,
+    DECODING,
+)
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding import StaticDecoderError
@@ -51,19 +56,38 @@ def checkpoint_keys(state: Dict) -> Set[str]:
     return keys - {"_name"}
 
 
-def check_no_generation_options(spec: SystemSpec, cfg) -> None:
+# fairseq's option groups that a checkpoint's configuration holds and a benchmarked system
+# reads none of (the benchmark sets them for every system alike), with what they are. A model
+# configuration converted from a legacy checkpoint's arguments holds the run options too, so a
+# run option is refused even there; a generation option only where it is none of the model's.
+GENERATION_OPTIONS = (
+    "a generation option, which the benchmark sets for every system alike (--beams, --lenpen, "
+    "--max-len-a, --max-len-b, ...)"
+)
+RUN_OPTIONS = (
+    "one of fairseq's run options, which the benchmark sets for every system alike (--fp16, "
+    "--cpu, --gpu, --threads) or does not read: a system's own precision is "
+    f'{DECODER_PRECISION.name} ("{DECODING.name}": "{STATIC}")'
+)
+
+
+def check_no_generation_or_run_options(spec: SystemSpec, cfg) -> None:
     """ValueError for an override that is one of fairseq's generation options (``sampling``,
-    ``beam``, ``max_len_b``) and none of the model's: the checkpoint's configuration holds them,
-    so they passed as its keys, and every system decoded with the benchmark's own options."""
+    ``beam``, ``max_len_b``) and none of the model's, or one of its run options (``fp16``,
+    ``cpu``): the checkpoint's configuration holds them, so they passed as its keys, and every
+    system decoded with the benchmark's own options (an ``fp16`` row decoded in fp32)."""
     model_keys = set(configuration_keys(cfg.model))
     for key in spec.overrides:
-        if key in GenerationConfig.__dataclass_fields__ and key not in model_keys:
-            raise ValueError(
-                f"system {spec.name}: override {key!r} is a generation option, which the "
-                "benchmark sets for every system alike (--beams, --lenpen, --max-len-a, "
-                "--max-len-b, ...): the overrides take the model's options and "
-                f"{', '.join(DECODER_OPTION_NAMES)}"
-            )
+        if key in CommonConfig.__dataclass_fields__:
+            what = RUN_OPTIONS
+        elif key in GenerationConfig.__dataclass_fields__ and key not in model_keys:
+            what = GENERATION_OPTIONS
+        else:
+            continue
+        raise ValueError(
+            f"system {spec.name}: override {key!r} is {what}: the overrides take the model's "
+            f"options and {', '.join(DECODER_OPTION_NAMES)}"
+        )
 
 
 def max_output_tokens(model) -> int:
@@ -123,7 +147,7 @@ def load_checkpoint_task(spec: SystemSpec, data: str, device: torch.device):
     or a static decoder's choice that does not run on ``device``."""
     check_checkpoint_file(spec)
     state = checkpoint_utils.load_checkpoint_to_cpu(spec.checkpoint, {"data": data})
-    check_no_generation_options(spec, state["cfg"])
+    check_no_generation_or_run_options(spec, state["cfg"])
     spec.check_overrides(checkpoint_keys(state), STATIC_PRECISIONS)
     check_overrides(state["cfg"], spec.model_overrides, f"(system {spec.name}'s overrides)")
     check_static_choices(spec, device)

@@ -166,18 +166,12 @@ def ctranslate2_table(results: Dict, mode: str) -> str:
 
 
 def bleu_table(results: Dict) -> str:
-    """BLEU at every beam size (natural lengths)."""
-    beams = results["config"]["beams"]
-    lines = [
-        "## BLEU vs beam",
-        "",
-        _row(["system"] + [f"beam {b}" for b in beams]),
-        _row(["---"] * (1 + len(beams))),
-    ]
-    for name, system in results["systems"].items():
-        cells = [_fmt(setting_run(system, b, NATURAL).get("bleu"), ".2f") for b in beams]
-        lines.append(_row([name] + cells))
-    return "\n".join(lines)
+    """BLEU at every beam size (natural lengths), each row with its decoder and precision."""
+
+    def bleu(run: Dict) -> str:
+        return _fmt(run.get("bleu"), ".2f")
+
+    return beam_table(results, "BLEU vs beam", bleu, NATURAL)
 
 
 def profile_table(results: Dict, mode: str) -> str:

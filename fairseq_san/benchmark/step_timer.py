@@ -37,6 +37,7 @@ from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_p
 from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.benchmark.report import huge_pages_clause, processor_line
 from fairseq_san.cores import threads_problem
+from fairseq_san.errors import repeated
 from fairseq_san.models.transformer_san import TransformerSANModel
 from fairseq_san.options import flag_of, has_aan_decoder
 from fairseq_san.static_decoding import StaticSequenceGenerator
@@ -325,6 +326,9 @@ def default_policies(arch: str) -> List[str]:
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """What is wrong with the step timer's arguments, in one line, before any model is built."""
+    for name in ("decoders", "policies"):  # a row timed once and printed once: a silent drop
+        if (twice := repeated(getattr(args, name))) is not None:
+            return f"{flag_of(name)}: {twice} is given twice"
     for name in ("beam", "batch", "batches", "length", "source_length", "rounds", "threads"):
         if getattr(args, name) < 1:
             return f"{flag_of(name)} {getattr(args, name)}: must be at least 1"

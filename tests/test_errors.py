@@ -1150,11 +1150,13 @@ def test_interactive_refuses_a_constraint_of_an_unknown_word(binarized_corpus, t
     assert "C-0\ttok2" in result.stdout and "<unk>" not in result.stdout
 
 
-@pytest.mark.parametrize("buffer_size", ["1", "2"])
+@pytest.mark.parametrize("buffer_size", ["1", "2", "3"])
 def test_interactive_skips_a_too_long_line_and_goes_on(binarized_corpus, trained, buffer_size):
     """``--skip-invalid-size-inputs-valid-test`` with a line longer than the positions: where
     it was the only line of its buffer (the default ``--buffer-size 1``), the refusal of a batch
-    of no sentence ended the command (exit 1), the lines after it never translated."""
+    of no sentence ended the command (exit 1), the lines after it never translated. Each line
+    skipped is logged by its S-N, also beside lines translated in its buffer (``--buffer-size
+    3``: only fairseq's warning said it, "sample ids=[0]" for S-3)."""
     argv = [str(command_path("fairseq-interactive")), str(binarized_corpus), "--user-dir",
             "fairseq_san", "--path", str(trained["plain"] / "checkpoint_last.pt"), "--cpu",
             "--beam", "2", "--max-source-positions", "6", "--skip-invalid-size-inputs-valid-test",
@@ -1168,7 +1170,7 @@ def test_interactive_skips_a_too_long_line_and_goes_on(binarized_corpus, trained
                   if line.startswith("H-")]  # fmt: skip
     assert hypotheses == ["H-0", "H-1", "H-4"]
     said = "longer than the model's positions, not translated"
-    skipped = ["S-2 to S-3"] if buffer_size == "2" else ["S-2", "S-3"]  # buffers left empty
+    skipped = ["S-2 to S-3"] if buffer_size == "2" else ["S-2", "S-3"]
     assert [line.split(": ")[0].split(":")[-1] for line in result.stderr.splitlines()
             if said in line] == skipped  # fmt: skip
     # without the flag the line is named by its number in the input: fairseq's "sample #0" was
@@ -1176,7 +1178,7 @@ def test_interactive_skips_a_too_long_line_and_goes_on(binarized_corpus, trained
     argv.remove("--skip-invalid-size-inputs-valid-test")
     result = subprocess.run(argv, input=text, cwd=REPO, env=cli_env(), capture_output=True,
                             text=True, timeout=240)  # fmt: skip
-    named = "S-2" if buffer_size == "1" else "S-3"  # fairseq names the buffer's last of the two
+    named = "S-3" if buffer_size == "2" else "S-2"  # fairseq names the buffer's last of the two
     assert_one_line_error(result, f"Size of {named} is invalid (=(8, 0)) since max_positions=(6, ")
 
 
@@ -3953,8 +3955,8 @@ def test_interactive_says_a_tab_without_constraints_once(caplog):
 
     from fairseq_san.fairseq_fixes.interactive_input import numbered_across_buffers
 
-    def make_batches(lines, cfg, task):
-        yield from ()
+    def make_batches(lines, cfg, task):  # every line batched, as without skipping
+        yield SimpleNamespace(ids=torch.arange(len(lines)), constraints=None)
 
     class Task:
         target_dictionary = None

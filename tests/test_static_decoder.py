@@ -9,6 +9,7 @@ import argparse
 import itertools
 import logging
 import math
+import re
 import subprocess
 import sys
 from functools import partial
@@ -2552,7 +2553,7 @@ def test_fairseq_generate_fuses_a_language_model(binarized_corpus, checkpoint, t
 @pytest.mark.slow
 def test_fairseq_interactive(binarized_corpus, checkpoint):
     """fairseq's n-best from the static decoder, and with --constraints (after a tab on each
-    input line: here the last word of each reference)."""
+    input line: here the last word of each reference) and --print-alignment."""
     raw = binarized_corpus.parent / "raw"
     source = (raw / "test.src").read_text()
     last_words = [line.split()[-1] for line in (raw / "test.tgt").read_text().splitlines()]
@@ -2573,12 +2574,16 @@ def test_fairseq_interactive(binarized_corpus, checkpoint):
     assert fairseq.returncode == 0 and static.returncode == 0, static.stderr[-3000:]
     assert "SAN decoding: static (StaticSequenceGenerator" in static.stderr
     assert assert_same_output(fairseq.stdout, static.stdout) == 20
-    fairseqs, statics = [
-        interactive("--san-decoding", decoding, "--constraints", input=constrained)
+    fairseqs, statics = [  # constrained search finishes some with fewer than 4 hypotheses
+        interactive("--san-decoding", decoding, "--constraints", "--print-alignment",
+                    input=constrained)
         for decoding in ("fairseq", "static")
-    ]
+    ]  # fmt: skip
+    assert fairseqs.returncode == 0, fairseqs.stderr[-3000:]  # IndexError: fairseq's alignment
     assert statics.returncode == 0, statics.stderr[-3000:]
     assert assert_same_output(fairseqs.stdout, statics.stdout) == 20
+    alignments = [re.findall(r"^A-.*$", run.stdout, re.M) for run in (fairseqs, statics)]
+    assert len(alignments[0]) == 20 and alignments[0] == alignments[1]
     hypotheses = [line.split("\t")[2] for line in output_lines(statics.stdout) if line[0] == "H"]
     assert all(word in hypothesis.split() for word, hypothesis in zip(last_words, hypotheses))
     assert output_lines(statics.stdout) != output_lines(static.stdout)

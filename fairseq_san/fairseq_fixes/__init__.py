@@ -64,6 +64,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``prefix_constrained_search``: a ``prefix_allowed_tokens_fn`` (the hub's, the task's
   ``build_generator``'s) never returns a hypothesis that goes on after its end of sentence
   (fairseq's search gave its generator half the candidates it counts on);
+* ``constrained_alignment``: ``--print-alignment`` aligns a sentence that fairseq's generator
+  finished with fewer hypotheses than the beam (``--constraints``: an ``IndexError``);
 * ``prefix_min_len``: ``--min-len`` holds for a sentence whose prefix (a language model's
   prompt) is shorter than its batch's longest (fairseq let it end before ``min_len``, and a
   prompt's output depended on the prompts batched with it);
@@ -92,6 +94,7 @@ from fairseq_san.fairseq_fixes import (
     checkpoint_copies,
     clean_exit,
     command_options,
+    constrained_alignment,
     dictionary_files,
     diverse_beam_search,
     empty_subsets,
@@ -122,8 +125,8 @@ FIXES = (
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
     generation_shards, dictionary_files, lm_fusion, diverse_beam_search,
-    prefix_constrained_search, prefix_min_len, ngram_blocking, sampling_underflow, language_pair,
-    special_symbols, one_line_errors,
+    prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
+    sampling_underflow, language_pair, special_symbols, one_line_errors,
 )
 
 

@@ -24,7 +24,9 @@ tab (its phrases were translated as part of the sentence, without a word; not fo
 model, which decodes no constraints). A buffer whose every line is longer than the model's
 positions, with ``--skip-invalid-size-inputs-valid-test``, is logged and left untranslated, and
 the command goes on (the batching's refusal of no sentence, ``last_batch``, ended it: with the
-default ``--buffer-size 1``, at the first such line).
+default ``--buffer-size 1``, at the first such line); every line skipped is logged by its ``S-N``
+(fairseq's own warning named a skipped line by its place in its buffer, "sample ids=[1]" for
+S-4 with ``--buffer-size 3``).
 """
 
 import functools
@@ -32,6 +34,7 @@ import logging
 import re
 import sys
 import weakref
+from typing import List
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
@@ -134,6 +137,18 @@ def skipped_whole_buffer(error: UsageError, cfg) -> bool:
     return str(error) == NOTHING_TO_BATCH and cfg.dataset.skip_invalid_size_inputs_valid_test
 
 
+def numbered_lines(numbers: List[int]) -> str:
+    """``numbers`` (ascending) as fairseq-interactive's output names them: ``S-N``, a run of
+    them ``S-A to S-B``."""
+    runs: List[List[int]] = []
+    for number in numbers:
+        if runs and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ", ".join(f"S-{a}" if a == b else f"S-{a} to S-{b}" for a, b in runs)
+
+
 def too_long_line(error: Exception, number: int) -> UsageError:
     """fairseq's batching's refusal of a line longer than the model's positions, naming it by
     its number in the input (``S-N``; fairseq's "sample #K" counts from its buffer's first, #0
@@ -146,7 +161,9 @@ def numbered_across_buffers(make_batches):
     """``make_batches`` (fairseq's signature) that sets a plugin task's ``interactive_ids`` to
     each batch's ids as fairseq-interactive's output numbers them: after the lines of the task's
     buffers before ``lines``; refuses constraints of unknown words (``check_constraints_known``);
-    and yields no batch of a buffer whose every line was skipped (``skipped_whole_buffer``)."""
+    yields no batch of a buffer whose every line was skipped (``skipped_whole_buffer``); and
+    logs the lines skipped by their ``S-N`` (fairseq's warning counts them from their buffer's
+    first)."""
     lines_before = weakref.WeakKeyDictionary()  # task -> its lines in the buffers before
     tab_said = False
 
@@ -159,11 +176,13 @@ def numbered_across_buffers(make_batches):
             tab_said = said_tab_without_constraints(lines, before)
         if hasattr(task, "skipping_too_long"):  # a plugin language model's prompts
             task.skipping_too_long = cfg.dataset.skip_invalid_size_inputs_valid_test
+        batched = set()
         try:
             for batch in make_batches(lines, cfg, task, *rest, **keywords):
                 check_constraints_known(batch, task.target_dictionary, before)
                 if numbered:
                     task.interactive_ids = batch.ids + before
+                batched.update(batch.ids.tolist())
                 yield batch
         except Exception as error:  # fairseq's batching: "Size of sample #K" of the buffer
             index = too_long_sentence(error)
@@ -171,8 +190,9 @@ def numbered_across_buffers(make_batches):
                 raise too_long_line(error, before + index) from None
             if not (isinstance(error, UsageError) and skipped_whole_buffer(error, cfg)):
                 raise
-            last = f" to S-{before + len(lines) - 1}" if len(lines) > 1 else ""
-            logger.warning("S-%d%s: %s", before, last, SKIPPED[language_modelling(task)])
+        skipped = [before + index for index in range(len(lines)) if index not in batched]
+        if skipped:
+            logger.warning("%s: %s", numbered_lines(skipped), SKIPPED[language_modelling(task)])
         lines_before[task] = before + len(lines)
 
     return wrapper

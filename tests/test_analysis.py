@@ -314,39 +314,27 @@ def with_recorded(folder: str, **recorded) -> str:
     return folder
 
 
-@pytest.mark.parametrize(
-    "recorded, described",
-    [
-        # two seeds' kept checkpoints of one recipe (one policy, one subset)
-        (({"seed": 1}, {"seed": 2}), ("seed 1", "seed 2")),
-        # two trainings of seed 1 (a recipe run twice), each in its own save dir
-        (({"seed": 1, "checkpoint": "a/checkpoints/checkpoint_10.pt"},
-          {"seed": 1, "checkpoint": "b/checkpoints/checkpoint_20.pt"}),
-         ("checkpoints in a/checkpoints", "checkpoints in b/checkpoints")),
-    ],
-    ids=["seeds", "save dirs"],
-)  # fmt: skip
-def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys, recorded, described):
-    """Two trainings' analyses were drawn as one curve, their points interleaved by step: their
-    seeds, or their checkpoints' folders, tell them apart."""
-    first, other = (with_recorded(write_js(tmp_path / name, steps, decoder_self=6), **said)
-                    for name, steps, said in zip("ab", (10, 20), recorded))  # fmt: skip
+def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys):
+    """Two seeds' kept checkpoints of one recipe (one policy, one subset) were drawn as one curve,
+    their points interleaved by step."""
+    first, other = (with_recorded(write_js(tmp_path / name, steps, decoder_self=6), seed=seed)
+                    for name, steps, seed in (("a", 10, 1), ("b", 20, 2)))  # fmt: skip
     output = tmp_path / "fig5.png"
     argv = [first, other, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
     assert plot_js_refusal(argv, capsys) == (
-        f"fairseq-san-plot-js: error: {first}/js.json ({described[0]}) and {other}/js.json "
-        f"({described[1]}) are analyses of different trainings: plot the checkpoints of one "
-        "training"
+        f"fairseq-san-plot-js: error: {first}/js.json (seed 1) and {other}/js.json (seed 2) are "
+        "analyses of different trainings: plot the checkpoints of one training"
     )
     assert not output.exists()
 
 
-def test_plot_js_takes_one_trainings_checkpoints_named_from_anywhere(tmp_path, capsys):
-    """One save dir's checkpoints, given to fairseq-validate as ./run/... and run/..., or once
-    from elsewhere by its absolute path, are one training's."""
+def test_plot_js_takes_one_trainings_checkpoints_from_two_folders(tmp_path, capsys):
+    """docs/results/de-en-figure5 plots snapshots kept while the run trained beside its
+    checkpoint_last.pt, one training in two folders: it was refused as two trainings."""
     from fairseq_san.cli.plot_js import main
 
-    checkpoints = ("./run/checkpoints/c1.pt", "run/checkpoints/c2.pt", "/data/run/c3.pt")
+    checkpoints = ("run/snapshots/checkpoint_1_10.pt", "./run/snapshots/checkpoint_2_20.pt",
+                   "run/iter0/checkpoints/checkpoint_last.pt")  # fmt: skip
     folders = [with_recorded(write_js(tmp_path / str(steps), steps, decoder_self=6), seed=1,
                              checkpoint=checkpoint)
                for steps, checkpoint in zip((10, 20, 30), checkpoints)]  # fmt: skip

@@ -1007,6 +1007,7 @@ def test_eval_bleu_options_of_fairseqs_translation_task_are_checked_too(options,
         ("accuracy", "--best-checkpoint-metric accuracy: the validation logs no accuracy (it "
          "logs loss, nll_loss, ppl, bleu); pick one of them"),
         ("nll_loss", None),
+        ("num_updates", None),  # get_valid_stats adds it, and fairseq takes it
     ],
 )  # fmt: skip
 def test_a_best_checkpoint_metric_the_validation_does_not_log_is_one_line(metric, said):

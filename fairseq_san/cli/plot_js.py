@@ -4,9 +4,11 @@ Takes one analysis directory per checkpoint (written by ``fairseq-validate --tas
 --san-analysis-dir DIR``), reads ``DIR/js.json`` and plots, for decoder self-attention and
 encoder-decoder attention, the JS divergence between a reference layer and other layers against
 the checkpoint's training steps (``num_updates``). Layers are numbered from 1. The analyses are
-one model's series: one per training step, of one subset, of one training (its ``--seed`` and its
-checkpoints' folder: a save dir holds one training's), of one model (the same kinds of attention
-and layer counts, as fairseq-san-policy averages them); anything else is refused.
+one model's series: one per training step, of one subset, of one training (its ``--seed``), of
+one model (the same kinds of attention and layer counts, as fairseq-san-policy averages them);
+anything else is refused. Two trainings of one recipe and one seed cannot be told apart (nor
+by their checkpoints' folders: one training's may lie in two, snapshots kept while it trained
+beside its checkpoint_last.pt, as docs/results/de-en-figure5 plots them).
 
     fairseq-san-plot-js analysis/step*/ -o fig5.png --reference-layer 4 --layers 5 6
 """
@@ -27,11 +29,9 @@ from fairseq_san.policy import (
     bits_note,
     check_js,
     check_one_source,
-    checkpoint_folder,
     load_json_object,
     mean_js,
     recorded_difference,
-    shown,
 )
 
 # The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
@@ -145,27 +145,16 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
 
 
 def check_one_training(analyses: List[Tuple[str, dict]]) -> None:
-    """PlotError naming two analyses of different trainings, as far as they record theirs: of
-    different seeds (two seeds' kept checkpoints of one recipe), or of checkpoints in different
-    folders (a save dir holds one training's: two runs of one seed were drawn as one curve)."""
-    paths = [path for path, _ in analyses]
-    folders = [checkpoint_folder(data) for _, data in analyses]
-    # fairseq-validate records the --path given, from where it ran: relative folders are
-    # compared with relative ones, absolute with absolute
-    for field, values in (
-        ("seed", [data.get("seed") for _, data in analyses]),
-        ("checkpoints in", [None if folder is None or os.path.isabs(folder) else folder
-                            for folder in folders]),
-        ("checkpoints in", [folder if folder and os.path.isabs(folder) else None
-                            for folder in folders]),
-    ):  # fmt: skip
-        differing = recorded_difference([{field: value} for value in values], paths, field)
-        if differing is not None:
-            (first, value), (path, other) = differing
-            raise PlotError(
-                f"{first} ({field} {shown(value)}) and {path} ({field} {shown(other)}) are "
-                "analyses of different trainings: plot the checkpoints of one training"
-            )
+    """PlotError naming two analyses of checkpoints trained with different seeds, where they
+    record theirs: two seeds' kept checkpoints of one recipe were drawn as one curve."""
+    paths, data = [path for path, _ in analyses], [data for _, data in analyses]
+    differing = recorded_difference(data, paths, "seed")
+    if differing is not None:
+        (first, seed), (path, other_seed) = differing
+        raise PlotError(
+            f"{first} (seed {seed}) and {path} (seed {other_seed}) are analyses of different "
+            "trainings: plot the checkpoints of one training"
+        )
 
 
 def check_matrices(analyses: List[Tuple[str, dict]]) -> None:

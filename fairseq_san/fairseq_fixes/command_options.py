@@ -406,8 +406,9 @@ def check_best_checkpoint_metric(args: argparse.Namespace) -> None:
 def check_metric_logged(metric: str, stats: Dict[str, Any]) -> None:
     """Refuse a ``--best-checkpoint-metric`` that the validation did not log (``stats``): a
     misspelt one (``blue``) failed with ``KeyError: 'blue'`` after the first epoch had trained,
-    and which metrics a criterion logs is known only when it has validated."""
-    if metric not in stats:
+    and which metrics a criterion logs is known only when it has validated. ``num_updates``,
+    which fairseq's ``get_valid_stats`` adds to them, is taken."""
+    if metric not in stats and metric != "num_updates":
         hint = nearest_key_hint(
             metric, list(stats), "pick one of them", prefix="--best-checkpoint-metric "
         )

@@ -16,8 +16,8 @@ At the end of the subset DIR holds
 
 * ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
   "sentences": n, "checkpoint": CKPT, "num_updates": k, "seed": S, "subset": "valid",
-  "policy": P}``, S the ``--seed`` the checkpoint was trained with (with CKPT's folder, what
-  tells two trainings apart: fairseq-san-plot-js refuses a series that mixes them), P the sharing
+  "policy": P}``, S the ``--seed`` the checkpoint was trained with (what tells two trainings
+  of one recipe apart: fairseq-san-plot-js refuses a series that mixes them), P the sharing
   policy the model's parameters hold (``{}``: none); a kind without
   attention weights (decoder self-attention replaced by AAN; a language model's
   encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the

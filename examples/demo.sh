@@ -10,8 +10,15 @@
 # speed ratio and the learned policy are the point. RUN_DIR (runs/demo) keeps everything; running
 # again resumes. UPDATES (100) sets the updates per iteration. DATA_DIR (data-bin/multi30k.en-de)
 # is where prepare.sh writes the binarized data: another one for other text (MULTI30K_DIR) or
-# another VOCAB_SIZE, which prepare.sh refuses to mix with the data prepared before.
+# another VOCAB_SIZE, which prepare.sh refuses to mix with the data prepared before. It takes no
+# arguments but --help.
 set -euo pipefail
+
+USAGE="usage: [MULTI30K_DIR=DIR] [RUN_DIR=RUN] [UPDATES=N] [DATA_DIR=DATA] examples/demo.sh"
+case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
+[ $# -eq 0 ] || {  # ignored: --help (or --dry-run) ran the whole demo
+  echo "demo.sh: $1: it takes no arguments (set its variables instead); $USAGE" >&2
+  exit 2; }
 # A relative MULTI30K_DIR or RUN_DIR names a folder of the caller's directory, not the repository.
 [ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m "$MULTI30K_DIR")
 RUN=$(realpath -m "${RUN_DIR:-$(dirname "$0")/../runs/demo}")

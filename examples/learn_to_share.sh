@@ -14,7 +14,7 @@
 # fairseq_san/loop/recipe_options.py). Everything after -- goes to fairseq-train (and wins over the
 # defaults below), e.g. fairseq's distributed options: --distributed-world-size 8, or
 # --distributed-init-method for several nodes; not what the recipe sets itself (the policy,
-# --save-dir, --arch, --task: refused there).
+# --save-dir, --arch, --task, --user-dir: refused there).
 set -euo pipefail
 
 # ARCH, THETA_SELF, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json records),

@@ -14,7 +14,8 @@
 # The options, with their defaults: examples/learn_to_share_lm.sh --help (one list, in
 # fairseq_san/loop/recipe_options.py). Everything after -- goes to fairseq-train (and wins over the
 # training recipe below); its task options (--add-bos-token, ...) to fairseq-eval-lm too. What the
-# recipe sets itself (the policy, --save-dir, --arch, --task, --san-self-share) is refused there.
+# recipe sets itself (the policy, --save-dir, --arch, --task, --user-dir, --san-self-share) is
+# refused there.
 set -euo pipefail
 
 # ARCH, THETA_SELF, SELF_SHARE, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json

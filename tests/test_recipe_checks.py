@@ -1022,6 +1022,16 @@ def test_test_systems_checks_dictionaries_and_out_dir(tmp_path, san_checkpoint,
         assert (result.returncode, lines(result.stderr)) == (2, [f"test_bleu.sh: {said}"])
 
 
+def test_test_bleu_refuses_an_empty_out_dir(tmp_path):
+    """An empty OUT_DIR (an unset "$OUT") wrote each system's folder under /."""
+    data = fake_data(tmp_path / "data")
+    for language in ("en", "de"):
+        (data / f"dict.{language}.txt").write_text("a 1\n")
+    result = run_script(TEST_BLEU, str(data), "de", "", f"a={tmp_path / 'model.pt'}")
+    assert (result.returncode, lines(result.stderr)) == (2, [
+        "test_bleu.sh: OUT_DIR is empty (an unset variable?): name a folder"])  # fmt: skip
+
+
 # --- prepare.sh -------------------------------------------------------------------------------
 
 

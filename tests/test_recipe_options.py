@@ -169,6 +169,9 @@ def test_help_lists_every_option_and_runs_nothing(recipe):
         (["--data", "d", "--run-dir", "r", "--theta", "0.3"], "unrecognized arguments: --theta 0.3"),
         (["--data", "d"], "the following arguments are required: --run-dir"),
         (["--data", "d", "--run-dir", "r", "--updates"], "argument --updates: expected one argument"),
+        # argparse kept the last value silently, whichever was meant
+        (["--data", "d", "--run-dir", "r", "--updates", "5", "--updates=50"],
+         "--updates is given 2 times: give it once"),
     ],
 )  # fmt: skip
 def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_path):
@@ -186,6 +189,10 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_
      "value after -- instead, unrecorded: leave it out"),
     (LOOP, ["--san-decoder-self-policy=1,5"], "--san-decoder-self-policy after --: the recipe "
      "sets it itself (each iteration's policy"),
+    # another plugin's folder: fairseq-train knew neither the task nor the model, its usage
+    # printed after the run dir was made
+    (LM_LOOP, ["--user-dir", "my_plugin"], "--user-dir after --: the recipe sets it itself (the "
+     "plugin, fairseq_san, which every step loads)"),
     (LOOP, ["--cpu", "--save-dir", "x"], "--save-dir after --: the recipe sets it itself (each "
      "iteration's checkpoints, under --run-dir)"),
     (LOOP, ["--arch", "transformer_san_base"], "--arch after --: the recipe sets it itself (the "

@@ -234,6 +234,20 @@ def test_the_lm_recipe_says_its_usage(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_the_demo_says_its_usage_and_takes_no_arguments(tmp_path):
+    """``examples/demo.sh --help`` (or ``--dry-run``) was ignored: the whole demo ran, the
+    download and 20 minutes of training (here stopped by a missing MULTI30K_DIR)."""
+    usage = "usage: [MULTI30K_DIR=DIR] [RUN_DIR=RUN] [UPDATES=N] [DATA_DIR=DATA] examples/demo.sh"
+    env = {**cli_env(), "MULTI30K_DIR": str(tmp_path / "multi30k"),
+           "RUN_DIR": str(tmp_path / "run"), "DATA_DIR": str(tmp_path / "data")}  # fmt: skip
+    helped = run_script(REPO / "examples" / "demo.sh", "--help", env=env, timeout=60)
+    assert (helped.returncode, helped.stdout) == (0, usage + "\n"), output_of(helped)
+    other = run_script(REPO / "examples" / "demo.sh", "--dry-run", env=env, timeout=60)
+    assert (other.returncode, other.stderr) == (2, "demo.sh: --dry-run: it takes no arguments "
+                                                f"(set its variables instead); {usage}\n")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

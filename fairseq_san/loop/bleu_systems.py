@@ -123,8 +123,11 @@ def check_sentencepiece_pieces(dictionary: str) -> None:
 
 
 def check_out_dir(out: str) -> None:
-    """OUT_DIR, where each system's folder is made: not a file (mkdir failed naming neither the
-    option nor the cause) nor a name starting with '-' (rm and mkdir read it as an option)."""
+    """OUT_DIR, where each system's folder is made: not empty (an unset "$OUT" wrote each system
+    under /), a file (mkdir failed naming neither the option nor the cause) nor a name starting
+    with '-' (rm and mkdir read it as an option)."""
+    if not out:
+        raise SystemsError("OUT_DIR is empty (an unset variable?): name a folder", USAGE)
     problem = read_as_an_option(out)
     if problem:
         raise SystemsError(f"OUT_DIR {out} {problem}", USAGE)

@@ -328,6 +328,20 @@ def checked_allowed_tokens(allowed_tokens: Callable, entries: int) -> Callable:
     return checked
 
 
+# The dtypes of token ids that decode() takes.
+INTEGER_TYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def as_token_ids(tokens: Any) -> Optional[torch.Tensor]:
+    """``tokens`` as a tensor of integer ids (a list or tuple of ints too), or None for another
+    kind."""
+    if isinstance(tokens, (list, tuple)):
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in tokens):
+            return None
+        tokens = torch.tensor(tokens, dtype=torch.long)
+    return tokens if torch.is_tensor(tokens) and tokens.dtype in INTEGER_TYPES else None
+
+
 def check_switch(name: str, value: Any) -> None:
     """TypeError for a switch of the hub's calls that is no bool: fairseq took any value for
     its truth (the text "False" is true, "no" too: ``verbose='no'`` logged every sentence)."""
@@ -452,6 +466,34 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 "decoding, from_pretrained(..., generation_args={'retain_dropout': True})"
             )
         return super().train(mode)
+
+    def encode(self, sentence: Union[str, bytes]) -> torch.LongTensor:
+        """fairseq's ``encode`` of one text (bytes read as UTF-8), a TypeError for anything else:
+        a list of texts failed inside the tokenizer ("sequence item 0: expected str instance")."""
+        if not isinstance(sentence, (str, bytes)):
+            raise TypeError(
+                f"encode() takes one text (str), not {type(sentence).__name__} "
+                f"{sentence!r:.40} (several texts: [hub.encode(text) for text in texts])"
+            )
+        return super().encode(checked_texts([sentence])[0])
+
+    def decode(self, tokens: Union[torch.Tensor, List[int]]) -> str:
+        """fairseq's ``decode`` of token ids of the target dictionary: a TypeError for no ids (a
+        text failed inside fairseq: "'<' not supported"), a UsageError for an id outside the
+        dictionary (fairseq decoded it as ``<unk>``, without a word)."""
+        ids = as_token_ids(tokens)
+        if ids is None:
+            raise TypeError(
+                f"decode() takes token ids (a torch.long tensor or a list of ints), not "
+                f"{type(tokens).__name__} {tokens!r:.40}"
+            )
+        outside = id_outside(ids, len(self.tgt_dict))
+        if outside is not None:
+            raise UsageError(
+                f"decode() of token id {outside}, outside the model's target dictionary "
+                f"(0..{len(self.tgt_dict) - 1})"
+            )
+        return super().decode(tokens)
 
     def translate(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
         """fairseq's ``translate`` (beam 5 unless given here or at load)."""

@@ -104,6 +104,12 @@ def from_pretrained(
             "from_pretrained(archive_map=...): the hub loads a local model folder "
             "(model_name_or_path) only: leave archive_map out"
         )
+    if "model_overrides" in kwargs:  # fairseq set it on the config, and nothing read it there
+        raise UsageError(
+            f"from_pretrained(model_overrides={kwargs['model_overrides']!r:.60}) would be "
+            "ignored: the hub's keywords are the overrides; give each as one, "
+            "from_pretrained(..., san_policy=...)"
+        )
     check_no_decoding_keyword(kwargs)
     check_load_keywords(kwargs)
     kwargs = with_decoder_keywords_in_task(kwargs)

@@ -525,6 +525,21 @@ def test_a_keyword_of_from_pretrained_that_no_hub_generator_reads_says_what_to_d
     )
 
 
+def test_model_overrides_of_from_pretrained_are_refused(san_checkpoint, binarized_corpus):
+    """fairseq's hub set model_overrides (fairseq-generate's --model-overrides) on its config,
+    where nothing read it: the checkpoint loaded with its own policy, without a word."""
+    from fairseq_san.errors import UsageError
+
+    overrides = "{'san_policy': '{\"decoder_self\": [6]}'}"
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        model_overrides=overrides)  # fmt: skip
+    assert str(refused.value) == (
+        f"from_pretrained(model_overrides={overrides!r}) would be ignored: the hub's keywords "
+        "are the overrides; give each as one, from_pretrained(..., san_policy=...)"
+    )
+
+
 @pytest.mark.slow
 def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_its_task(
     san_checkpoint, binarized_corpus
@@ -1302,6 +1317,38 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
         hub.translate([b"\xff tok1"])
     assert str(refused.value) == (
         "sentence 0 is bytes that are not UTF-8 (invalid start byte): give text"
+    )
+
+
+def test_encode_and_decode_refuse_what_is_no_text_or_no_ids_of_the_dictionary(
+    san_checkpoint, binarized_corpus
+):
+    """encode() of a list of texts failed inside the tokenizer ("sequence item 0: expected str
+    instance"), decode() of a text inside fairseq ("'<' not supported"), and decode() of an id
+    outside the target dictionary returned "<unk>", without a word."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    tokens = hub.encode("tok1 tok2")
+    assert hub.encode(b"tok1 tok2").tolist() == tokens.tolist()
+    assert hub.decode(tokens) == hub.decode(tokens.tolist()) == "tok1 tok2"
+    with pytest.raises(TypeError) as refused:
+        hub.encode(["tok1", "tok2"])
+    assert str(refused.value) == (
+        "encode() takes one text (str), not list ['tok1', 'tok2'] (several texts: "
+        "[hub.encode(text) for text in texts])"
+    )
+    for no_ids in ("tok1", ["tok1"], torch.tensor([1.0])):
+        with pytest.raises(TypeError, match="^decode[(][)] takes token ids"):
+            hub.decode(no_ids)
+    entries = len(hub.tgt_dict)
+    with pytest.raises(UsageError) as refused:
+        hub.decode(torch.tensor([4, entries]))
+    assert str(refused.value) == (
+        f"decode() of token id {entries}, outside the model's target dictionary "
+        f"(0..{entries - 1})"
     )
 
 

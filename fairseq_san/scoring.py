@@ -431,18 +431,11 @@ def paired_bootstrap(
     """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` (called ``name``) against
     ``baseline``, plus the 95% interval of the BLEU difference over resamples of the test set (the
     same sentences for both systems, SACREBLEU_SEED as sacreBLEU seeds its own), and a verdict:
-    "NAME better" or "NAME worse" only when that interval excludes 0, else "inconclusive". A
-    test set of one sentence is refused: each resample is that sentence, and its interval a point
-    that called any difference "better" or "worse"."""
+    "NAME better" or "NAME worse" only when that interval excludes 0, else "inconclusive"."""
     import numpy as np
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    if len(references) < 2:
-        raise ValueError(
-            "a paired bootstrap resamples the test set's sentences, and one sentence gives every "
-            "resample the same: score a test set of several sentences, or leave out --baseline"
-        )
     seed = sacrebleu_seed()
     test = PairedTest(
         [("baseline", list(baseline)), (name, list(system))], {"BLEU": BLEU()},

@@ -169,9 +169,6 @@ def test_help_lists_every_option_and_runs_nothing(recipe):
         (["--data", "d", "--run-dir", "r", "--theta", "0.3"], "unrecognized arguments: --theta 0.3"),
         (["--data", "d"], "the following arguments are required: --run-dir"),
         (["--data", "d", "--run-dir", "r", "--updates"], "argument --updates: expected one argument"),
-        # argparse kept the last value silently, whichever was meant
-        (["--data", "d", "--run-dir", "r", "--updates", "5", "--updates=50"],
-         "--updates is given 2 times: give it once"),
     ],
 )  # fmt: skip
 def test_a_bad_command_line_is_one_line_before_anything_runs(args, message, tmp_path):

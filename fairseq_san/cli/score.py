@@ -132,6 +132,11 @@ def scored(args: argparse.Namespace) -> Tuple[Dict[str, object], List[str]]:
     several = len(systems) > 1 or len(baselines) > 1
     scores, lines = files_report(files, len(systems)) if several else file_report(files[0])
     pairs = seed_pairs(len(systems), len(baselines))
+    if pairs and len(references) < 2:  # each resample that sentence: an interval of a point
+        raise ValueError(
+            "a paired bootstrap resamples the test set's sentences, and one sentence gives every "
+            "resample the same: score a test set of several sentences, or leave out --baseline"
+        )
     try:
         tests = [
             paired_bootstrap(baselines[b], systems[s], references, args.bootstrap_samples,

@@ -300,15 +300,6 @@ def check_no_leading_dash(recipe: str, args: argparse.Namespace) -> None:
             refuse(recipe, f"{flag} {value} {problem}")
 
 
-def check_given_once(recipe: str, parser: RecipeParser, own: Sequence[str]) -> None:
-    """Refuse an option with a value given more than once (``--data a ... --data b``): argparse
-    kept the last one silently, whichever was meant."""
-    for option in RECIPE_OPTIONS[recipe]:
-        given = [word for word in own if word.split("=", 1)[0] == option.flag]
-        if option.metavar and len(given) > 1:
-            parser.error(f"{option.flag} is given {len(given)} times: give it once")
-
-
 def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
     """Refuse an empty value for an option that has a default (``--theta-self ""``): the run
     record reads an empty value as unset, and the recipe failed later, after training (an empty
@@ -375,12 +366,11 @@ def is_zero(value: str) -> bool:
 
 def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
     """({shell variable: value}, fairseq-train arguments) of a recipe's command line; one line
-    and exit 2 for an unknown option, a missing one, one given twice, a bad --decode-batch-size,
-    the other recipe's --arch or an option that another leaves unread."""
+    and exit 2 for an unknown option, a missing one, a bad --decode-batch-size, the other
+    recipe's --arch or an option that another leaves unread."""
     own, train_args = split_at_dashes(argv)
     parser = recipe_parser(recipe)
     args = parser.parse_args(own)
-    check_given_once(recipe, parser, own)
     for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
         if getattr(args, name_of(flag)) == "":
             parser.error(f"{flag} is empty: name a folder")

@@ -28,10 +28,15 @@ cd "$(dirname "$0")/.."
 DATA=${DATA_DIR:-data-bin/multi30k.en-de}  # as runs/demo/run.json recorded it before DATA_DIR
 
 UPDATES=${UPDATES:-100}
+LOOP=(--data "$DATA" --run-dir "$RUN" --updates "$UPDATES" --max-iterations 2
+  -- --warmup-updates 50 --save-interval-updates 50 --num-workers 0)
 
+# The loop's values (UPDATES=abc) and RUN's record, checked by a dry run before prepare.sh's
+# minutes (they were checked after): its commands dropped, its one-line error said.
+CHECKED=$(examples/learn_to_share.sh --dry-run "${LOOP[@]}" 2>&1 > /dev/null) || {
+  STATUS=$?; tail -n 1 <<< "$CHECKED" >&2; exit "$STATUS"; }
 examples/multi30k/prepare.sh en de "$DATA"
-examples/learn_to_share.sh --data "$DATA" --run-dir "$RUN" --updates "$UPDATES" \
-  --max-iterations 2 -- --warmup-updates 50 --save-interval-updates 50 --num-workers 0
+examples/learn_to_share.sh "${LOOP[@]}"
 BASELINE=$RUN/iter0/checkpoints/checkpoint_best.pt SAN=$RUN/last/checkpoints/checkpoint_best.pt
 STATIC='{"san_decoding": "static"}'
 STATIC_INT8='{"san_decoding": "static", "san_decoder_precision": "int8"}'

@@ -205,6 +205,8 @@ def load_json_object(path: str, what: str, limit: Optional[int] = None) -> dict:
     ``what`` names the file in error messages (e.g. "policy file").
     """
     text = read_small_file(path, what, limit)
+    if not text.strip():  # JSON's "Expecting value at line 1 column 1" hid why
+        raise PolicyError(f'{what} "{path}" is empty: give a JSON file')
     data = parsed_json(
         lambda: json.loads(text, object_pairs_hook=unique_object), f'{what} "{path}"'
     )

@@ -276,6 +276,16 @@ def plot_js_refusal(argv: List[str], capsys) -> str:
     return capsys.readouterr().err.splitlines()[-1]
 
 
+def test_plot_js_refuses_stdout_saying_why(tmp_path, capsys):
+    """`-o -` was told to "end the name in a figure format's extension"; a figure's format is
+    read from its name, so standard output is refused as such, in one line."""
+    analysis = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)
+    assert plot_js_refusal([analysis, "-o", "-"], capsys) == (
+        "fairseq-san-plot-js: error: -o -: the figure is not written to standard output (its "
+        "format is read from the file name's extension): name a file, e.g. -o fig5.png"
+    )
+
+
 @pytest.mark.parametrize(
     "other, described",
     [

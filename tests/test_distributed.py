@@ -264,6 +264,16 @@ def test_an_error_every_rank_printed_is_said_once(tmp_path, capsys):
         )
 
 
+def test_fairseqs_own_refusal_of_the_command_line_is_said_once(binarized_corpus, tmp_path):
+    """fairseq's argparse refuses an option on every rank: its usage and error were on the
+    terminal twice, rank 0's and the end of rank 1's log quoted below it."""
+    refused = run_cli("fairseq-san-cpu-ranks", "2", "--log-dir", str(tmp_path), "--",
+                      "fairseq-train", *train_argv(binarized_corpus, tmp_path / "checkpoints"),
+                      "--no-such-flag")  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.count("unrecognized arguments: --no-such-flag") == 1, refused.stderr
+
+
 def test_a_rerun_appends_to_the_rank_logs_and_names_its_own_failure(tmp_path, capsys):
     """A second run in the same folder (a resumed one) keeps the first run's rank logs; the
     failure it names shows the end of its own part of the log, not the first run's."""

@@ -1474,9 +1474,19 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
         # refused for its missing --arch, as if the help needed one
         (["{train}", "--help"], "fairseq-train --help prints its options: run it alone, without "
          "fairseq-san-cpu-ranks (fairseq-san-cpu-ranks --help prints this tool's)"),
+        # each rank printed fairseq's usage and its list of models, rank 1's quoted below
+        (["{train}", "data", "-a", "transformer_san_small"], "--arch transformer_san_small is "
+         "the plugin's model, which fairseq-train knows only with --user-dir: add --user-dir "
+         "fairseq_san (fairseq-san-loop user-dir prints its path)"),
+        (["{train}", "data", "--arch=transformer_lm_san"], "--arch transformer_lm_san is the "
+         "plugin's model, which fairseq-train knows only with --user-dir: add --user-dir "
+         "fairseq_san (fairseq-san-loop user-dir prints its path)"),
+        (["{train}", "data", "--user-dir", "fairseq_san", "--arch", "transformer_san", "--log-dir",
+          "logs"], "--log-dir is fairseq-san-cpu-ranks' option, not fairseq-train's: give it "
+         "before --"),
     ],
     ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "amp",
-         "no arch", "help"],
+         "no arch", "help", "plugin arch, -a", "plugin arch, --arch=", "log dir after --"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said
@@ -2184,6 +2194,28 @@ def test_the_one_line_error_is_copied_where_the_environment_says(tmp_path, capsy
     monkeypatch.setenv(ERROR_COPY, str(copy))
     excepthook(traceback_printer)(UsageError, UsageError("no data"), None)
     assert capsys.readouterr().err == copy.read_text() == "fairseq-san: error: no data\n"
+
+
+def test_the_end_of_a_traceback_and_of_an_argparse_error_are_copied_too(
+    tmp_path, capsys, monkeypatch
+):
+    """An error that is no one-line error (a traceback, fairseq's own argparse refusal) was
+    printed by every rank, and fairseq-san-cpu-ranks quoted rank 1's log below rank 0's: the line
+    each ends with is copied too."""
+    import argparse
+
+    from fairseq_san.errors import ERROR_COPY
+    from fairseq_san.fairseq_fixes import one_line_errors
+
+    copy = tmp_path / "rank-0.error"
+    monkeypatch.setenv(ERROR_COPY, str(copy))
+    one_line_errors.excepthook(traceback_printer)(KeyError, KeyError("no key"), None)
+    assert copy.read_text() == "KeyError: 'no key'\n"
+    one_line_errors.install()
+    with pytest.raises(SystemExit):
+        argparse.ArgumentParser(prog="fairseq-train").parse_args(["--no-such-flag"])
+    assert capsys.readouterr().err.endswith(copy.read_text())
+    assert copy.read_text() == "fairseq-train: error: unrecognized arguments: --no-such-flag\n"
 
 
 def traceback_printer(*args) -> None:

@@ -828,12 +828,12 @@ def js_file(tmp_path):
     )
 
 
-def run_policy_cli(*args):
+def run_policy_cli(*args, stdin: str = ""):
     pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=pythonpath)
     return subprocess.run(
         [sys.executable, "-m", "fairseq_san.cli.policy", *args],
-        capture_output=True, text=True, cwd=REPO, env=env,
+        capture_output=True, text=True, cwd=REPO, env=env, input=stdin,
     )
 
 
@@ -860,6 +860,21 @@ def test_cli_writes_the_policy_alone_to_stdout_with_o_dash(js_file, tmp_path):
     assert format_policy(expected) in result.stderr.splitlines()
     assert "decoder_self: {1,5} at theta 0.5" in result.stderr and "wrote" not in result.stderr
     assert not (REPO / "-").exists()
+
+
+def test_cli_reads_the_analysis_from_stdin_given_dash(js_file):
+    """`zcat js.json.gz | fairseq-san-policy - ...` said 'JS file "-" not found'; "-" is standard
+    input, as `-o -` is standard output, and given twice is one line (it holds one analysis)."""
+    thetas = ("--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")
+    text = Path(js_file).read_text()
+    result = run_policy_cli("-", *thetas, "-o", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == dump_policy({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
+    twice = run_policy_cli("-", "-", *thetas, stdin=text)
+    assert twice.returncode == 2
+    assert twice.stderr.splitlines()[-1] == (
+        "fairseq-san-policy: error: - is given twice: standard input holds one analysis"
+    )
 
 
 def test_cli_main_in_process(js_file, capsys):
@@ -1143,11 +1158,15 @@ def test_cli_bad_js_file(tmp_path):
     bad.write_text('{"decoder_self": [[0, .5], [.5, 0]]}')
     huge = tmp_path / "huge.json"  # json's int() refused it with a traceback
     huge.write_text('{"decoder_self": [[0, 1' + "0" * 5000 + '], [0, 0]]}')
+    empty = tmp_path / "empty.json"  # an analysis whose writing was stopped
+    empty.write_text("\n")
     for path, message in [
         (str(bad), f'JS file "{bad}": malformed JSON at line 1 column 23: Expecting value'),
         (str(huge), f'JS file "{huge}": Exceeds the limit (4300 digits) for integer string '
          "conversion: value has 5001 digits"),
         (str(tmp_path / "missing.json"), f'JS file "{tmp_path / "missing.json"}" not found'),
+        # was 'malformed JSON at line 1 column 1: Expecting value'
+        (str(empty), f'JS file "{empty}" is empty: give a JSON file'),
     ]:
         result = run_policy_cli(path, "--theta-decoder-self", "0.5", "--theta-decoder-encdec", "0.5")
         assert result.returncode == 2
@@ -1241,6 +1260,23 @@ def test_policy_refuses_checkpoints_of_one_training(tmp_path, capsys, recorded, 
         f"fairseq-san-policy: error: {paths[0]} (step 100) and {paths[1]} (step 500) are "
         f"checkpoints of one training ({training}): average the analyses of several seeds' "
         "models, one checkpoint each"
+    )
+
+
+def test_policy_refuses_two_analyses_of_one_model(tmp_path, capsys):
+    """The analyses of checkpoint_last.pt and of the checkpoint it copies (one step of one
+    training) were averaged, that model counted twice in a mean meant over seeds."""
+    paths = [
+        write_json(tmp_path / f"{name}.json", {
+            "decoder_self": PAPER_SELF, "num_updates": 40, "seed": 1,
+            "checkpoint": f"run/checkpoints/{name}.pt"})
+        for name in ("checkpoint_last", "checkpoint_1_40")
+    ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        policy_main([*paths, "--theta-decoder-self", "0.4"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fairseq-san-policy: error: {paths[0]} and {paths[1]} are analyses of one model (step 40 "
+        "of one training: seed 1, checkpoints in run/checkpoints): give each model's analysis once"
     )
 
 

@@ -248,6 +248,18 @@ def test_the_demo_says_its_usage_and_takes_no_arguments(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_the_demo_checks_its_variables_before_it_prepares_the_data(multi30k_raw, tmp_path):
+    """``UPDATES=abc examples/demo.sh`` prepared Multi30k (minutes, or a download) before the
+    loop refused its value."""
+    env = {**cli_env(), "MULTI30K_DIR": str(multi30k_raw), "RUN_DIR": str(tmp_path / "run"),
+           "DATA_DIR": str(tmp_path / "data"), "UPDATES": "abc"}  # fmt: skip
+    refused = run_script(REPO / "examples" / "demo.sh", env=env, timeout=120)
+    assert (refused.returncode, refused.stderr) == (
+        2, "fairseq-san-loop: error: --updates abc: must be a whole number of at least 1\n"
+    ), output_of(refused)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from fairseq_san.cli import exiting_on_termination
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import ERROR_COPY, file_error, nearest_key
+from fairseq_san.loop.recipe_options import ARCHITECTURES
 
 
 def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str) -> List[str]:
@@ -104,6 +105,44 @@ def missing_arch(command: List[str]) -> Optional[str]:
     return (
         "fairseq-train needs --arch, the model to train (e.g. --user-dir fairseq_san --arch "
         "transformer_san_small; --user-dir loads the plugin's models)"
+    )
+
+
+def own_option_after_separator(command: List[str]) -> Optional[str]:
+    """Where ``--log-dir``, this tool's option, was given after ``--`` to fairseq-train, which
+    has none (each rank printed fairseq's usage): where it goes; else None."""
+    if "--log-dir" not in {arg.split("=", 1)[0] for arg in command[1:]}:
+        return None
+    return "--log-dir is fairseq-san-cpu-ranks' option, not fairseq-train's: give it before --"
+
+
+def arch_given(command: List[str]) -> Optional[str]:
+    """The value of the command's last ``--arch`` (``--arch NAME``, ``--arch=NAME``, ``-a NAME``,
+    ``-aNAME``: fairseq takes the last), or None."""
+    arch = None
+    for i, arg in enumerate(command[1:], start=1):
+        if arg in ("--arch", "-a") and i + 1 < len(command):
+            arch = command[i + 1]
+        elif arg.startswith("--arch="):
+            arch = arg.split("=", 1)[1]
+        elif arg.startswith("-a") and not arg.startswith("--") and len(arg) > 2:
+            arch = arg[2:]
+    return arch
+
+
+def plugin_arch_without_user_dir(command: List[str]) -> Optional[str]:
+    """Why fairseq-train cannot build the plugin's model that ``command`` names without
+    ``--user-dir``: each rank printed fairseq's usage and its list of a hundred models, and the
+    end of rank 1's log was quoted below (the plugin, not loaded, could not copy rank 0's error);
+    else None."""
+    arch = arch_given(command)
+    plugins = {name for names in ARCHITECTURES.values() for name in names}
+    given = {arg.split("=", 1)[0] for arg in command[1:]}
+    if arch not in plugins or "--user-dir" in given:
+        return None
+    return (
+        f"--arch {arch} is the plugin's model, which fairseq-train knows only with --user-dir: "
+        "add --user-dir fairseq_san (fairseq-san-loop user-dir prints its path)"
     )
 
 
@@ -302,8 +341,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{cores} (--update-freq trains the batch of more ranks)"
         )
     problem = (
-        command_problem(command[0]) or help_asked(command) or command_arguments_problem(command)
-        or missing_arch(command)
+        command_problem(command[0]) or help_asked(command) or own_option_after_separator(command)
+        or command_arguments_problem(command) or missing_arch(command)
+        or plugin_arch_without_user_dir(command)
     )  # fmt: skip
     if problem:
         parser.error(problem)

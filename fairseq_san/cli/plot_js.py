@@ -222,6 +222,11 @@ def check_output(path: str, inputs: List[str]) -> None:
     """The figure can be written to ``path``, said before any analysis is read: a name, in a
     folder that is there, ending in a format matplotlib writes (it would add ".png" to any
     other), and no input (a js.json named so was overwritten)."""
+    if path == "-":  # its format would be a guess, and binary on a terminal
+        raise PlotError(
+            "-o -: the figure is not written to standard output (its format is read from the "
+            "file name's extension): name a file, e.g. -o fig5.png"
+        )
     problem = output_problem(path, "the figure", inputs)
     if problem:
         raise PlotError(f"-o {path}: {problem}")

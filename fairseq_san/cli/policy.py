@@ -12,7 +12,8 @@ first: the policy one seed's model learns may not be another's.
         --theta-decoder-encdec 0.5 -o policy.json
 
 It prints the policy in the paper's notation, then as JSON; ``-o -`` prints the JSON alone on
-standard output, the rest on standard error (``-o - | jq``, ``-o - > policy.json``).
+standard output, the rest on standard error (``-o - | jq``, ``-o - > policy.json``). A JS_JSON
+of ``-`` is read from standard input (``zcat js.json.gz | fairseq-san-policy - ...``).
 
 ``--explain`` also prints, per kind, the range of theta that learns the same blocks and the
 policies just beyond it: a policy learned at a theta near an end of its range is a small change
@@ -56,7 +57,10 @@ from fairseq_san.policy import (
 
 
 PROG = "fairseq-san-policy"
-STDOUT = "-"  # -o -: the policy JSON alone on standard output, as Unix tools read "-"
+# "-" as Unix tools read it: -o -, the policy JSON alone on standard output; JS_JSON -, the
+# analysis read from standard input (``zcat js.json.gz | fairseq-san-policy - ...``).
+DASH = "-"
+STDIN = "/dev/stdin"
 
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required where the analysis has it (``main``).
@@ -76,6 +80,11 @@ def add_theta_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag_of(f"theta_{kind}"), type=float, metavar="T", **options)
 
 
+def input_file(path: str) -> str:
+    """The file that JS_JSON ``path`` names: standard input for "-", else ``analysis_file``."""
+    return STDIN if path == DASH else analysis_file(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options; one theta flag per attention kind."""
     parser = argparse.ArgumentParser(
@@ -89,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="JSON object with a layer-by-layer JS divergence matrix per kind "
         f"({', '.join(KINDS)}), or the --san-analysis-dir that holds it (js.json); several (say, "
-        "the analyses of several seeds) are averaged element-wise before the policy is learned",
+        "the analyses of several seeds) are averaged element-wise before the policy is learned; "
+        "'-': read from standard input",
     )
     add_theta_flags(parser)
     parser.add_argument(
@@ -174,7 +184,9 @@ def check_one_step_per_training(analyses: list, paths: list[str]) -> None:
     """PolicyError naming two analyses of one training (``training_of``) at different training
     steps: their mean mixes one model's attention early and late in training
     (``fairseq-san-policy analysis/step*/``, the series fairseq-san-plot-js takes), where the
-    mean is meant to be over seeds."""
+    mean is meant to be over seeds; and two at one step of a training that records its
+    checkpoints' folder: one model (checkpoint_last.pt and the checkpoint it copies, or one
+    analysed twice, with --fp16), counted twice in the mean."""
     first_of_training: dict = {}
     for analysis, path in zip(analyses, paths):
         training, steps = training_of(analysis), analysis.get("num_updates")
@@ -186,6 +198,11 @@ def check_one_step_per_training(analyses: list, paths: list[str]) -> None:
                 f"{earlier[0]} (step {earlier[1]}) and {path} (step {steps}) are checkpoints of "
                 f"one training ({training}): average the analyses of several seeds' models, one "
                 "checkpoint each"
+            )
+        if earlier[0] != path and checkpoint_folder(analysis) is not None:
+            raise PolicyError(
+                f"{earlier[0]} and {path} are analyses of one model (step {steps} of one "
+                f"training: {training}): give each model's analysis once"
             )
 
 
@@ -254,7 +271,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # add_theta_flags' values
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
-    paths = [analysis_file(path) for path in args.js_json]
+    if args.js_json.count(DASH) > 1:
+        parser.error("- is given twice: standard input holds one analysis")
+    paths = [input_file(path) for path in args.js_json]
     twice = file_given_twice(paths)
     if twice is not None:  # the mean of several analyses would count it twice
         parser.error(f"{twice} is given twice: give each analysis once")
@@ -262,7 +281,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     if copies is not None:
         parser.error(f"{copies[0]} and {copies[1]} hold the same analysis (a copy): give each "
                      "analysis once")  # fmt: skip
-    to_file = args.output is not None and args.output != STDOUT
+    to_file = args.output is not None and args.output != DASH
     problem = to_file and output_problem(args.output, "the policy", paths)
     if problem:
         parser.error(f"-o {args.output}: {problem}")
@@ -282,7 +301,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             write_policy(policy, args.output)
     except PolicyError as err:
         parser.error(str(err))
-    report = sys.stderr if args.output == STDOUT else sys.stdout  # the JSON alone on stdout
+    report = sys.stderr if args.output == DASH else sys.stdout  # the JSON alone on stdout
     print(format_policy(policy), file=report)
     for kind, same in ranges.items():
         print(explanation(kind, policy[kind], thetas[kind], same, js_by_kind[kind]), file=report)

@@ -24,19 +24,25 @@ prints as one line
 
 Everything else keeps its traceback. The line is also written to the file that the environment
 variable ``ERROR_COPY`` names, where set (fairseq-san-cpu-ranks' rank 0, whose error is on the
-terminal: another rank's log that ends in it is not quoted below it).
+terminal: another rank's log that ends in it is not quoted below it), and so is the last line of
+the error of a traceback, and of fairseq's own refusals of its command line (argparse's
+``PROG: error: ...`` after its usage).
 """
 
+import argparse
 import contextlib
 import errno
+import functools
 import os
 import re
 import signal
 import sys
-from typing import Callable, Optional
+from traceback import format_exception_only
+from typing import Callable, NoReturn, Optional
 
 from fairseq_san.cli import drop_unwritten_output
 from fairseq_san.errors import ERROR_COPY, PREFIX, UsageError
+from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.files import glob_in
 from fairseq_san.options import flag_of
 
@@ -269,13 +275,30 @@ def output_that_cannot_be_written(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.filename is None and exc.errno in NO_ROOM
 
 
-def say(error: str) -> None:
-    """Print ``error`` as the command's one line, and copy it to the file ``ERROR_COPY`` names,
-    if any (fairseq-san-cpu-ranks then quotes no other rank's log that ends in the same)."""
-    print(PREFIX + error, file=sys.stderr)
+def copy_error(line: str) -> None:
+    """Write ``line``, the last the command printed of its error, to the file ``ERROR_COPY``
+    names, if any (fairseq-san-cpu-ranks then quotes no other rank's log that ends in the same)."""
     if os.environ.get(ERROR_COPY):
         with contextlib.suppress(OSError), open(os.environ[ERROR_COPY], "w") as copy:
-            copy.write(PREFIX + error + "\n")
+            copy.write(line + "\n")
+
+
+def say(error: str) -> None:
+    """Print ``error`` as the command's one line, and copy it (``copy_error``)."""
+    print(PREFIX + error, file=sys.stderr)
+    copy_error(PREFIX + error)
+
+
+def copying_usage_errors(error: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
+    """argparse's ``ArgumentParser.error`` that copies the line it ends with (``copy_error``):
+    fairseq's own refusals of its command line, which every rank printed."""
+
+    @functools.wraps(error)
+    def wrapped(self: argparse.ArgumentParser, message: str) -> NoReturn:
+        copy_error(f"{self.prog}: error: {message}")
+        error(self, message)
+
+    return wrapped
 
 
 def excepthook(previous: Callable) -> Callable:
@@ -303,6 +326,7 @@ def excepthook(previous: Callable) -> Callable:
         elif said is not None:
             say(said)
         else:
+            copy_error("".join(format_exception_only(exc_type, exc)).strip().splitlines()[-1])
             previous(exc_type, exc, traceback)
 
     hook.prints_one_line = True
@@ -310,6 +334,8 @@ def excepthook(previous: Callable) -> Callable:
 
 
 def install() -> None:
-    """Print the plugin's usage errors as one line, for this process (idempotent)."""
+    """Print the plugin's usage errors as one line, and copy the last line of every error
+    (``copy_error``), for this process (idempotent)."""
     if not getattr(sys.excepthook, "prints_one_line", False):
         sys.excepthook = excepthook(sys.excepthook)
+    wrap_once(argparse.ArgumentParser, "error", copying_usage_errors)

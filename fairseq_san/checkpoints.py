@@ -40,7 +40,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.pickle_globals import ALLOCATING, allocating_globals_in
+from fairseq_san.pickle_globals import ALLOCATING, allocating_globals_in, plain_pickle_protocol
 from fairseq_san.pickled_fields import fields, shown
 from fairseq_san.policy import is_policy_text
 
@@ -53,6 +53,8 @@ UNSAFE_LOADING_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 TORCH_TRUE_VALUES = ("1", "y", "yes", "true")
 # The first torch whose torch.load defaults to the safe loader (pytorch/pytorch#137602).
 SAFE_BY_DEFAULT = "2.6"
+# How much of a file that is no checkpoint is read to tell text (``is_text``).
+TEXT_PEEK = 4096
 # The model configuration's key for the languages a translation model was trained on (``stamp``).
 LANGUAGE_PAIR = "language_pair"
 
@@ -175,7 +177,7 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
     from fairseq_san.safe_numpy import PickleRefused
 
     if isinstance(error, PickleRefused):  # a stand-in refused its arguments as the file loaded
-        return f"it holds {error}"
+        return refused_objects(error)
     if isinstance(error, SharedConfiguration):
         return str(error)
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
@@ -199,10 +201,44 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         )
     state, unreadable = read_back(path)
     if unreadable is not None:
+        protocol = plain_pickle_protocol(path)
+        if protocol is not None:
+            return (
+                f"it is a plain pickle (protocol {protocol}), not a torch.save archive: "
+                "fairseq-san reads checkpoints only with torch's safe loader, which refuses it "
+                "(a plain pickle can run code as it is read)"
+            )
+        if is_text(path):
+            return (
+                "it is a text file, not a torch.save archive (a checkpoint is a checkpoint*.pt "
+                "that fairseq-train wrote)"
+            )
         if not zipfile.is_zipfile(path):  # torch's legacy format, read as far as it goes
             return "the file is not a complete torch.save archive (truncated, or not a checkpoint)"
         return unreadable
     return numpy_where_fairseq_computes(state, error) or checkpoint_problem(state, error)
+
+
+def is_text(path: str) -> bool:
+    """Whether the file at ``path`` begins as UTF-8 text (its first TEXT_PEEK bytes, a character
+    cut at their end allowed): a dictionary or a JSON file given as a checkpoint."""
+    with open(path, "rb") as file:
+        start = file.read(TEXT_PEEK)
+    whole = start if len(start) < TEXT_PEEK else start[:-3]  # a UTF-8 character is 4 bytes or less
+    try:
+        whole.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in start
+
+
+def refused_objects(refused: Exception) -> str:
+    """Why a file whose pickle holds numpy values that no numpy wrote is not read
+    (``safe_numpy.PickleRefused``: what the safe loader's stand-ins recorded, nothing built)."""
+    return (
+        f"it holds objects the safe loader refuses: {refused}; fairseq saves numpy arrays of "
+        "numbers only, which fairseq-san reads as data"
+    )
 
 
 def numpy_where_fairseq_computes(state: object, error: Exception) -> Optional[str]:
@@ -814,7 +850,8 @@ def numpy_restored_in(path: str, state: object) -> object:
     try:
         restored = numpy_restored(state)
     except PickleRefused as refused:
-        raise CheckpointError(f"cannot load checkpoint {path}: it holds {refused}") from None
+        problem = refused_objects(refused)
+        raise CheckpointError(f"cannot load checkpoint {path}: {problem}") from None
     except RecursionError:
         raise CheckpointError(
             f"cannot load checkpoint {path}: its containers nest too deep"

@@ -156,6 +156,9 @@ IGNORED_BESIDE = (
     ("max_len_b", 200, MATCH_SOURCE_LEN, WHY_MATCHED),
     ("lm_weight", 0.0, ("lm_path", lambda path: not path, "without --lm-path"),
      "there is no language model to fuse"),
+    ("retain_dropout_modules", None, ("retain_dropout", lambda on: not on,
+                                      "without --retain-dropout"),
+     "fairseq keeps dropout at inference only with --retain-dropout"),
 )  # fmt: skip
 # The options that change a search's scores, with their defaults: fairseq-generate
 # --score-reference scores the references without them (SequenceScorer takes none).

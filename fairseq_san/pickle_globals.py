@@ -9,13 +9,15 @@ names one is refused before torch reads it (``checkpoints.refuse_before_reading`
 
 The pickles are found as ``torch.load`` finds them: a file that starts as a zip archive is read
 with torch's own archive reader (``data.pkl``), any other as torch's legacy format, whose first
-``LEGACY_PICKLES`` pickles torch unpickles before it reads raw storage bytes.
+``LEGACY_PICKLES`` pickles torch unpickles before it reads raw storage bytes. A plain pickle
+(``pickle.dump``, not ``torch.save``) is told apart by its first pickle (``plain_pickle_protocol``).
 """
 
 import _compat_pickle
 import io
+import itertools
 import pickletools
-from typing import BinaryIO, Iterator, Set
+from typing import BinaryIO, Iterator, Optional, Set
 
 import torch
 
@@ -25,6 +27,8 @@ ALLOCATING = {
 }
 # torch.load's test for its zip format (torch.serialization._is_zipfile): the first bytes only.
 ZIP_MAGIC = b"PK\x03\x04"
+# What every pickle of protocol 2 or later starts with: the PROTO opcode, then the protocol.
+PROTO = 0x80
 # torch's legacy format: magic number, protocol, system information, the saved object, the keys
 # of its storages; the storages' raw bytes follow.
 LEGACY_PICKLES = 5
@@ -73,3 +77,19 @@ def python3_name(module: str, name: str) -> str:
     else:
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
     return f"{module}.{name}"
+
+
+def plain_pickle_protocol(path: str) -> Optional[int]:
+    """The protocol of the pickle that the file at ``path`` is, where it is a plain pickle
+    (``pickle.dump``) rather than ``torch.save``'s legacy format, whose first pickle is torch's
+    magic number; None for any other file (a zip archive, text, a damaged pickle)."""
+    with open(path, "rb") as file:
+        head = file.read(2)
+        if len(head) < 2 or head[0] != PROTO:
+            return None
+        file.seek(0)
+        try:  # PROTO, FRAME (protocol 4 and later), the magic number
+            first = [argument for _, argument, _ in itertools.islice(pickletools.genops(file), 3)]
+        except ValueError:  # not a pickle: torch.load explains it
+            return None
+    return None if torch.serialization.MAGIC_NUMBER in first else head[1]

@@ -194,7 +194,12 @@ def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
         return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:  # nothing in it is read further (no .npy, no pickle)
+        raise PolicyError(
+            f'{what} "{path}" is binary, not JSON text (byte {err.object[err.start]:#04x} at '
+            f"{err.start}: a .npy or .npz array, a pickle, a checkpoint?); give the JSON file"
+        ) from None
+    except OSError as err:
         raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
 
 

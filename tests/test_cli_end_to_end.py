@@ -92,6 +92,19 @@ def test_generate_translates_the_shard_it_is_given(binarized_corpus, trained, ge
     assert ids[0] | ids[1] == set(best_hypotheses(generated.stdout))
 
 
+def test_generate_refuses_a_shard_that_holds_no_batch(binarized_corpus, trained):
+    """Shards take whole batches: the second of the test subset's one batch failed dividing by
+    zero after translating nothing (a traceback)."""
+    checkpoint, _ = trained["sharing"]
+    result = fairseq_generate(binarized_corpus, checkpoint, "--num-shards", "2", "--shard-id", "1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --shard-id 1 of --num-shards 2 holds no sentence: the subset makes "
+        "1 batch(es), and each shard takes whole batches in turn; pass at most --num-shards 1, "
+        "or a smaller --batch-size or --max-tokens"
+    )
+
+
 @pytest.mark.parametrize("shards, said", [
     (["--num-shards", "2", "--shard-id", "2"],
      "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),

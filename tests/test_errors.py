@@ -2787,6 +2787,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_generation_parser", ["data", "--path", "c.pt", "--unnormalized", "--lenpen", "2"],
          "--lenpen 2.0 with --unnormalized: the length penalty divides normalized scores only, "
          "so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--retain-dropout-modules",
+                                   "TransformerDecoder"],
+         "--retain-dropout-modules TransformerDecoder without --retain-dropout: fairseq keeps "
+         "dropout at inference only with --retain-dropout, so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--retain-dropout",
+                                   "--retain-dropout-modules", "TransformerDecoder"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--match-source-len",
                                    "--max-len-b", "5"],
          "--max-len-b 5 with --match-source-len: each output is as long as its source, so it "

@@ -411,7 +411,9 @@ def test_numpy_values_no_numpy_pickle_holds_are_refused_in_one_line(tmp_path, cr
     torch.save({"model": {}, "extra_state": {"x": CRAFTED[crafted]}}, path)
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoints.load_state(str(path))
-    assert str(refused.value).startswith(f"cannot load checkpoint {path}: it holds ")
+    assert str(refused.value).startswith(
+        f"cannot load checkpoint {path}: it holds objects the safe loader refuses: "
+    )
     assert "numpy" in str(refused.value)
 
 
@@ -424,8 +426,9 @@ def test_bytes_are_called_with_no_arguments_or_refused_in_one_line(tmp_path, siz
     with pytest.raises(checkpoints.CheckpointError) as refused:
         checkpoints.load_state(str(path))
     assert str(refused.value) == (
-        f"cannot load checkpoint {path}: it holds builtins.bytes({size},): a pickle of numpy's "
-        "data calls it without arguments"
+        f"cannot load checkpoint {path}: it holds objects the safe loader refuses: "
+        f"builtins.bytes({size},): a pickle of numpy's data calls it without arguments; fairseq "
+        "saves numpy arrays of numbers only, which fairseq-san reads as data"
     )
 
 
@@ -1373,6 +1376,43 @@ def test_code_in_torchs_legacy_format_is_named_not_blamed_on_a_truncation(tmp_pa
         rf"cannot load checkpoint {re.escape(str(legacy))}: it contains \w+\.mkdir, which "
         r"torch's safe loader \(weights_only\) refuses; .*",
         str(refused.value),
+    )
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL])
+def test_a_plain_pickle_is_named_one_not_blamed_on_a_truncation(tmp_path, protocol):
+    """A file of ``pickle.dump`` given as a checkpoint, at protocol 2 (torch.save's) and at
+    Python's default, whose framing torch cannot read (a crafted one calls os.mkdir: its global
+    is not named): nothing made, and said as a plain pickle, not as a truncated archive."""
+    from fairseq import checkpoint_utils
+
+    marker = tmp_path / "ran"
+    plain = tmp_path / "plain.pkl"
+    payload = MakesADirectory(marker) if protocol > 2 else 1  # at 2 torch names the global
+    plain.write_bytes(pickle.dumps({"model": {}, "x": payload}, protocol))
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(plain))
+    assert not marker.exists()
+    assert str(refused.value) == (
+        f"cannot load checkpoint {plain}: it is a plain pickle (protocol {protocol}), not a "
+        "torch.save archive: fairseq-san reads checkpoints only with torch's safe loader, which "
+        "refuses it (a plain pickle can run code as it is read)"
+    )
+
+
+@pytest.mark.parametrize("text", ["hello 12\nworld 7\n", '{"decoder_self": [1, 5]}'])
+def test_a_text_file_given_as_a_checkpoint_is_named_one(tmp_path, text):
+    """A dictionary or a policy given as ``--path``: said as a text file, not as a truncated
+    archive."""
+    from fairseq import checkpoint_utils
+
+    given = tmp_path / "given.txt"
+    given.write_text(text)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(given))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {given}: it is a text file, not a torch.save archive (a "
+        "checkpoint is a checkpoint*.pt that fairseq-train wrote)"
     )
 
 

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -11,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy
 import pytest
 
 from paper import PAPER_ENCDEC, PAPER_SELF
@@ -956,6 +958,23 @@ def test_cli_names_a_gzipped_analysis_as_such(tmp_path, capsys):
         policy_main([str(path), "--theta-decoder-self", "0.15"])
     assert stopped.value.code == 2
     assert f'JS file "{path}" is gzip-compressed: give it unpacked' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["npy", "pickle"])
+def test_cli_names_a_binary_analysis_as_such(tmp_path, capsys, kind):
+    """numpy's file of the divergences, or a pickle, was "cannot be read: 'utf-8' codec can't
+    decode byte 0x93 in position 0: invalid start byte"; nothing in it is loaded."""
+    path = tmp_path / f"js.{kind}"
+    if kind == "npy":
+        numpy.save(path, numpy.zeros((2, 2)))
+    else:
+        path.write_bytes(pickle.dumps({"decoder_self": [[0.0]]}))
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([str(path), "--theta-decoder-self", "0.15"])
+    assert stopped.value.code == 2
+    first = path.read_bytes()[0]
+    assert (f'JS file "{path}" is binary, not JSON text (byte {first:#04x} at 0: a .npy or .npz '
+            "array, a pickle, a checkpoint?); give the JSON file") in capsys.readouterr().err
 
 
 def shifted(js: list, shift: float) -> list:

@@ -80,6 +80,24 @@ def test_no_sharing_equals_fairseq_transformer():
     )
 
 
+@pytest.mark.parametrize("modules", ["TransformerDecoder", "TransformerEncoder,MultiheadAttention"])
+def test_retain_dropout_modules_keep_fairseqs_dropouts(modules):
+    """``--retain-dropout-modules`` (fairseq's text, matched as a substring) keeps the dropouts
+    it keeps in fairseq's transformer: the decoder's was named after the plugin's class."""
+
+    def kept(model) -> List[str]:
+        cfg = argparse.Namespace(
+            generation=argparse.Namespace(retain_dropout=True, retain_dropout_modules=modules)
+        )
+        model.prepare_for_inference_(cfg)
+        return [name for name, module in model.named_modules()
+                if getattr(module, "apply_during_inference", False)]  # fmt: skip
+
+    baseline, _ = build_fairseq_transformer(dictionary=DICT)
+    expected = kept(baseline)
+    assert expected and kept(build(dictionary=DICT)[0]) == expected
+
+
 # --- modules and incremental decoding ---------------------------------------------------------
 
 

@@ -7,10 +7,14 @@ in fairseq-generate), so each of N jobs translated the whole subset: N copies of
 a shard id out of range was accepted. ``install()`` wraps fairseq-generate's ``main`` when that
 command runs: the two options become the iterator's shards (fairseq-eval-lm reads them so
 already), and a shard id out of range, or shards given both ways and different, is one line.
+Shards take whole batches in turn (shard K the batches K, K + N, ...), so a shard past the
+subset's last batch held no sentence, and fairseq-generate failed dividing by its time
+(``ZeroDivisionError``): ``FairseqTask.get_batch_iterator`` says so in one line instead.
 """
 
 import argparse
 import functools
+import inspect
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
@@ -45,8 +49,38 @@ def _sharding(main):
     return wrapper
 
 
+def check_shard_has_batches(batches: int, shards: int, shard: int) -> None:
+    """Refuse a shard that takes none of the subset's ``batches`` (it holds no sentence)."""
+    if shard >= batches:
+        raise UsageError(
+            f"--shard-id {shard} of --num-shards {shards} holds no sentence: the subset makes "
+            f"{batches} batch(es), and each shard takes whole batches in turn; pass at most "
+            f"--num-shards {batches}, or a smaller --batch-size or --max-tokens"
+        )
+
+
+def _refusing_empty_shards(get_batch_iterator):
+    signature = inspect.signature(get_batch_iterator)
+
+    @functools.wraps(get_batch_iterator)
+    def wrapper(*args, **kwargs):
+        iterator = get_batch_iterator(*args, **kwargs)
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        shards, shard = call.arguments["num_shards"], call.arguments["shard_id"]
+        if shards > 1:
+            check_shard_has_batches(len(iterator.frozen_batches), shards, shard)
+        return iterator
+
+    return wrapper
+
+
 def install() -> None:
-    """Wrap fairseq-generate's ``main`` when that command runs (idempotent)."""
+    """Wrap fairseq-generate's ``main`` and its tasks' ``get_batch_iterator`` when that command
+    runs (idempotent)."""
     generate = running_command("fairseq_cli.generate")
     if getattr(generate, "main", None) is not None:
+        from fairseq.tasks import FairseqTask
+
         wrap_once(generate, "main", _sharding)
+        wrap_once(FairseqTask, "get_batch_iterator", _refusing_empty_shards)

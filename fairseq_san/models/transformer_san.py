@@ -75,6 +75,13 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
     recompute_prefix: bool = False
 
+    def __init__(self, *args, **kwargs) -> None:
+        """fairseq's, its dropout named as fairseq's transformer names it: fairseq names it after
+        the class, and ``--retain-dropout-modules TransformerDecoder`` kept it for fairseq's
+        transformer only (this decoder's, "TransformerSANDecoder", ran without dropout)."""
+        super().__init__(*args, **kwargs)
+        self.dropout_module.module_name = "TransformerDecoder"
+
     def extract_features(
         self,
         prev_output_tokens,

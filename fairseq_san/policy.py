@@ -713,7 +713,21 @@ def rounded_theta(theta: float, places: int, up: bool) -> str:
     return f"{shown:.{places}f}"
 
 
-def shown_range(low: Optional[float], high: float, low_closed: bool = False) -> str:
+class ShownRange(NamedTuple):
+    """A range of theta as shown: its ends' text (``low`` None: from 0), and whether ``low`` is
+    in it."""
+
+    low: Optional[str]
+    high: str
+    closed: bool = True
+
+    def __str__(self) -> str:
+        if self.low is None:
+            return f"[0, {self.high}]"
+        return f"{'[' if self.closed else '('}{self.low}, {self.high}]"
+
+
+def range_shown(low: Optional[float], high: float, low_closed: bool = False) -> ShownRange:
     """``(low, high]`` (``[low, high]`` where ``low_closed``, ``[0, high]`` where ``low`` is None)
     with its ends rounded inwards, so that every theta within what is shown lies within the range:
     closed at a low end rounded up past ``low``. At the fewest decimals (``PLACES`` at least) that
@@ -721,12 +735,17 @@ def shown_range(low: Optional[float], high: float, low_closed: bool = False) -> 
     for places in range(PLACES, 18):  # at 17 decimals a float in [0, 1] is shown exactly
         high_shown = rounded_theta(high, places, up=False)
         if low is None:
-            return f"[0, {high_shown}]"
+            return ShownRange(None, high_shown)
         low_shown = rounded_theta(low, places, up=True)
         closed = low_closed or float(low_shown) > low
         if float(low_shown) < float(high_shown) or (closed and low_shown == high_shown):
             break
-    return f"{'[' if closed else '('}{low_shown}, {high_shown}]"
+    return ShownRange(low_shown, high_shown, closed)
+
+
+def shown_range(low: Optional[float], high: float, low_closed: bool = False) -> str:
+    """``range_shown``'s text: "(0.4893, 0.6000]"."""
+    return str(range_shown(low, high, low_closed))
 
 
 def shown_where_learned(js: list[list[float]], theta: float, blocks: Blocks, up: bool) -> str:

@@ -157,3 +157,18 @@ def test_aan_ffn_dropout_follows_activation_dropout():
     model, _ = build(argv, dictionary=DICT)
     for layer in model.decoder.layers:
         assert layer.self_attn.dropout_module.p == layer.activation_dropout_module.p == 0.3
+
+
+def test_aan_projections_take_quant_noise():
+    """``--quant-noise-pq`` reached the attention that AAN replaces, and none of AAN's own
+    projections: they trained without it, silently. In training each drops weight blocks."""
+    model, _ = build(AAN + ["--quant-noise-pq", "0.5"], dictionary=DICT)
+    model.train()
+    aan = model.decoder.layers[0].self_attn
+    for projection in (aan.fc1, aan.fc2, aan.gate):
+        x = inputs(3, projection.in_features)
+        plain = torch.nn.functional.linear(x, projection.weight, projection.bias)
+        torch.manual_seed(0)
+        assert max_diff(projection(x), plain) > 1e-3  # blocks of the weight dropped
+    model.eval()
+    assert max_diff(aan.gate(x), torch.nn.functional.linear(x, aan.gate.weight, aan.gate.bias)) == 0

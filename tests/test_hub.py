@@ -546,7 +546,8 @@ def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_i
 ):
     """pathlib.Path arguments failed in fairseq (``'PosixPath' object has no attribute
     'startswith'``); under fairseq's task, ``generation_args={'san_decoding': 'static'}`` loaded
-    and decoded with fairseq's generator, silently."""
+    and decoded with fairseq's generator, silently; a misspelt ``retain_dropout_modules`` kept
+    no dropout."""
     from fairseq.tasks.translation import TranslationTask
 
     from fairseq_san.errors import UsageError
@@ -568,6 +569,9 @@ def test_a_checkpoint_loads_from_paths_and_its_generation_args_are_checked_for_i
     )
     with pytest.raises(UsageError, match=r"^beam=0: it must be an integer of at least 1$"):
         from_pretrained(folder, name, binarized_corpus, generation_args={"beam": 0})
+    misspelt = {"retain_dropout": True, "retain_dropout_modules": ["TransformerDecodr"]}
+    with pytest.raises(UsageError, match=r"^--retain-dropout-modules TransformerDecodr: no "):
+        from_pretrained(folder, name, binarized_corpus, generation_args=misspelt)  # kept none
     with pytest.raises(UsageError) as refused:  # the model's refusal advised the command line
         from_pretrained(folder, name, binarized_corpus, task=fairseqs, san_decoding="static")
     assert str(refused.value) == (

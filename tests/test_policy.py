@@ -925,6 +925,17 @@ def test_cli_map_window_ends_carry_no_float_noise(js_file, capsys):
     assert line.startswith("decoder_self, theta 0.3000-0.5000: {6} [0.3000, ")
 
 
+def test_cli_map_header_shows_the_ends_its_ranges_show(js_file, capsys):
+    """theta ln 2, --map 0.05: the window starts at 0.643147..., which the header rounded to
+    0.6431 and the first range, rounded inwards, to [0.6432, ...]."""
+    policy_main([js_file, "--theta-decoder-self", repr(math.log(2)), "--map", "0.05"])
+    (line,) = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("decoder_self, theta")]
+    header, first = re.match(r"decoder_self, theta ([\d.]+)-([\d.]+): \{[\d,]+\} \[([\d.]+),",
+                             line).group(1, 3)
+    assert header == first == "0.6432" and line.endswith(", 0.6931] (at 0.693147)")
+
+
 def test_cli_map_stays_within_0_and_ln2_and_refuses_a_width_that_is_not_positive(js_file, capsys):
     policy_main([js_file, "--theta-decoder-self", "0.05", "--map", "0.1"])
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "theta 0" in line]

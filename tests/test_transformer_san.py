@@ -98,6 +98,29 @@ def test_retain_dropout_modules_keep_fairseqs_dropouts(modules):
     assert expected and kept(build(dictionary=DICT)[0]) == expected
 
 
+@pytest.mark.parametrize(
+    "modules, unknown",
+    [("TransformerDecodr", "TransformerDecodr"), ("TransformerEncoder,Transformer", "Transformer"),
+     (["TransformerDecoderLayer"], "TransformerDecoderLayer"), ("", "''")],
+)  # fmt: skip
+def test_retain_dropout_modules_that_name_no_dropout_are_refused(modules, unknown):
+    """A misspelt ``--retain-dropout-modules`` name kept no dropout, silently: it is refused,
+    naming the modules that have one."""
+    from fairseq_san.errors import UsageError
+
+    cfg = argparse.Namespace(
+        generation=argparse.Namespace(retain_dropout=True, retain_dropout_modules=modules)
+    )
+    with pytest.raises(UsageError) as refused:
+        build(AAN, dictionary=DICT)[0].prepare_for_inference_(cfg)
+    assert str(refused.value) == (
+        f"--retain-dropout-modules {unknown}: no dropout of this TransformerSANModel is named "
+        "so, and fairseq would keep none for it; its modules with dropout are AverageAttention, "
+        "MultiheadAttention, TransformerDecoder, TransformerDecoderLayerBase, TransformerEncoder, "
+        "TransformerEncoderLayerBase"
+    )
+
+
 # --- modules and incremental decoding ---------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ from fairseq_san.policy import (
     load_json_object,
     mean_js,
     policy_segments,
-    shown_range,
+    range_shown,
     shown_where_learned,
     theta_ranges,
     write_policy,
@@ -147,14 +147,16 @@ def policy_map_line(kind: str, theta: float, width: float, js: list[list[float]]
     # theta +- width rounded off its float noise (0.4 - 0.1 is 0.30000000000000004, whose range
     # was shown from 0.3001 under a header of 0.3000)
     low, high = max(round(theta - width, 12), 0.0), min(round(theta + width, 12), LN2)
-    parts = []
+    parts, shown = [], []
     for index, segment in enumerate(policy_segments(js, low, high)):
-        shown = shown_range(segment.low, segment.high, low_closed=index == 0)
-        part = f"{format_blocks(segment.blocks)} {shown}"
+        shown.append(range_shown(segment.low, segment.high, low_closed=index == 0))
+        part = f"{format_blocks(segment.blocks)} {shown[-1]}"
         if (index == 0 and theta == low) or segment.low < theta <= segment.high:
             part += f" (at {theta:g})"
         parts.append(part)
-    return f"{kind}, theta {low:.4f}-{high:.4f}: {'; '.join(parts)}"
+    # the ends as the ranges show them, rounded inwards (theta ln 2 - 0.05 read 0.6431 above a
+    # first range [0.6432, ...])
+    return f"{kind}, theta {shown[0].low}-{shown[-1].high}: {'; '.join(parts)}"
 
 
 def check_no_misspelt_kind(analysis: dict, path: str) -> None:

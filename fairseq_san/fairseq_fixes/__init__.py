@@ -82,6 +82,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``language_pair``: a translation task given ``--source-lang`` or ``--target-lang`` alone
   refuses a data folder whose file names give another (fairseq read the pair from them and
   ignored the language given);
+* ``retained_dropout``: ``--retain-dropout-modules`` (fairseq-generate, fairseq-interactive, the
+  hub's ``generation_args``) refuses a name that no dropout of the model bears (a misspelt one
+  kept no dropout, silently), naming those it has;
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -113,6 +116,7 @@ from fairseq_san.fairseq_fixes import (
     prefix_min_len,
     restore_file,
     resumed_training,
+    retained_dropout,
     safe_loading,
     sampling_underflow,
     shared_checkpoints,
@@ -126,7 +130,7 @@ FIXES = (
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
     generation_shards, dictionary_files, lm_fusion, diverse_beam_search,
     prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
-    sampling_underflow, language_pair, special_symbols, one_line_errors,
+    sampling_underflow, language_pair, special_symbols, retained_dropout, one_line_errors,
 )
 
 

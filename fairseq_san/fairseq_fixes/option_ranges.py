@@ -7,12 +7,15 @@ out of range failed far from the cause or trained another run than the one asked
   (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
   ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
   ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adam-betas
-  '(0.9, 1.5)'`` ("math domain error");
+  '(0.9, 1.5)'`` ("math domain error"), and betas that are no pair of numbers, on every rank
+  (``--adam-betas '(0.9,)'``: an IndexError in the optimizer; ``'(0.9, 0.98'``: fairseq's
+  ``eval`` of it);
 * silently another run: ``--lr -1`` and ``--max-epoch -1`` trained nothing and exited 0,
   ``--label-smoothing`` outside [0, 1) and ``--weight-decay -1`` trained towards other targets,
   ``--activation-dropout -1`` trained without dropout.
 
-``check_option_ranges`` refuses each in one line naming the flag and its range; the command-line
+``check_option_ranges`` refuses each in one line naming the flag and its range (or, for the
+betas, their form); the command-line
 checks (``command_options.check_parsed``) call it for every command, each option checked where
 the command has it. Batch sizes are here too: fairseq reads -1 as no limit at all, and 0 fails
 deep inside its batching.
@@ -93,8 +96,10 @@ OPTION_RANGES = {
     "lr": Range(0, low_open=True),
     "weight_decay": Range(0),
     "label_smoothing": Range(0, 1, high_open=True),
-    "adam_betas": Range(0, 1, high_open=True),
+    **dict.fromkeys(("adam_betas", "adamax_betas"), Range(0, 1, high_open=True)),
 }  # fmt: skip
+# The options fairseq's optimizers evaluate and unpack as two numbers (beta1, beta2).
+PAIRS = ("adam_betas", "adamax_betas")
 # --lr-scheduler inverse_sqrt divides by the warm-up's length.
 INVERSE_SQRT_WARMUP = Range(1, integer=True, note="--lr-scheduler inverse_sqrt divides by it")
 
@@ -110,13 +115,30 @@ def given_values(value: object) -> List[object]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def is_pair(value: object) -> bool:
+    """Whether ``value``, or the literal it is as text, is two numbers (a tuple or a list)."""
+    if isinstance(value, str):
+        try:
+            value = evaluate(value)
+        except NotALiteral:
+            return False
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(map(is_number, value))
+
+
 def out_of_range(values: Iterable[object], valid: Range) -> List[object]:
     return [value for value in values if not valid.holds(value)]
 
 
 def check_option_ranges(args: argparse.Namespace) -> None:
-    """Refuse a value of ``OPTION_RANGES`` outside its range, naming the flag, the value given
-    and the range; and a warm-up below 1 update with ``--lr-scheduler inverse_sqrt``."""
+    """Refuse a value of ``PAIRS`` that is no pair of numbers, a value of ``OPTION_RANGES``
+    outside its range, naming the flag, the value given and the range; and a warm-up below 1
+    update with ``--lr-scheduler inverse_sqrt``."""
+    for name in PAIRS:
+        value = getattr(args, name, None)
+        if value is not None and not is_pair(value):
+            raise UsageError(
+                f"{flag_of(name)} {value!r}: it must be a pair of numbers, e.g. '(0.9, 0.98)'"
+            )
     for name, valid in OPTION_RANGES.items():
         value = getattr(args, name, None)
         if name == "warmup_updates" and getattr(args, "lr_scheduler", None) == "inverse_sqrt":

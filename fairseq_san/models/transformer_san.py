@@ -330,12 +330,16 @@ def use_average_attention(layers: nn.ModuleList) -> None:
     """Replace decoder self-attention by AAN (Zhang et al. 2018), FFN inner size = model size.
 
     AAN's FFN drops out what the layer's own FFN drops out (``--activation-dropout``), as in
-    Zhang et al.'s implementation (its ``relu_dropout`` serves both FFNs).
+    Zhang et al.'s implementation (its ``relu_dropout`` serves both FFNs), and its projections
+    take the layer's ``--quant-noise-pq``, as the attention they replace did (fairseq built it
+    with them; AAN's ran without).
     """
     for layer in every_layer(layers):
         embed_dim = layer.self_attn.embed_dim
         dropout = layer.activation_dropout_module.p
-        layer.self_attn = AverageAttention(embed_dim, embed_dim, dropout)
+        layer.self_attn = AverageAttention(
+            embed_dim, embed_dim, dropout, layer.quant_noise, layer.quant_noise_block_size
+        )
 
 
 def model_decoding(args: argparse.Namespace) -> str:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from fairseq import utils
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import FairseqDropout
+from fairseq.modules.quant_noise import quant_noise
 
 from fairseq_san.modules import IncrementalState
 
@@ -41,19 +42,31 @@ class AverageAttention(nn.Module):
 
     ``_get_input_buffer`` mirrors MultiheadAttention's (fairseq's TransformerDecoderLayerBase
     calls it on its self-attention), ``num_heads`` and ``head_dim`` its shape (one "head" of
-    the model's width: what the static decoder's step reads).
+    the model's width: what the static decoder's step reads). ``q_noise`` and ``qn_block_size``
+    are MultiheadAttention's too: ``--quant-noise-pq`` on each of its projections.
     """
 
-    def __init__(self, embed_dim: int, ffn_embed_dim: int, dropout: float = 0.0):
+    def __init__(
+        self,
+        embed_dim: int,
+        ffn_embed_dim: int,
+        dropout: float = 0.0,
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+    ):
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = 1
         self.head_dim = embed_dim
-        self.fc1 = nn.Linear(embed_dim, ffn_embed_dim)
-        self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)
+
+        def linear(in_features: int, out_features: int) -> nn.Module:
+            return quant_noise(nn.Linear(in_features, out_features), q_noise, qn_block_size)
+
+        self.fc1 = linear(embed_dim, ffn_embed_dim)
+        self.fc2 = linear(ffn_embed_dim, embed_dim)
         self.activation_fn = utils.get_activation_fn("relu")  # AAN's FFN (Zhang et al., 2018)
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        self.gate = nn.Linear(2 * embed_dim, 2 * embed_dim)
+        self.gate = linear(2 * embed_dim, 2 * embed_dim)
 
     def forward(
         self,

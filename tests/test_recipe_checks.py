@@ -463,8 +463,26 @@ def test_a_rerun_spelling_a_train_argument_with_or_without_equals_is_the_same_ru
     old = {"--lm": True, TRAIN_ARGS: ["--save-interval-updates", "10", "--adam-betas=(0.9, 0.98)"]}
     now = {"--lm": True, TRAIN_ARGS: ["--save-interval-updates=10", "--adam-betas", "(0.9, 0.98)"]}
     assert compare("RUN", old, now, {}, False, {}) == []
-    with pytest.raises(RunError, match="--save-interval-updates=20"):
+    changed = "--save-interval-updates 10, not --save-interval-updates 20"
+    with pytest.raises(RunError, match=changed):
         compare("RUN", old, {**now, TRAIN_ARGS: ["--save-interval-updates=20"]}, {}, False, {})
+
+
+def test_a_rerun_with_other_train_arguments_names_those_that_differ():
+    """The refusal named the arguments after -- as a whole, both lists in full (the one changed
+    flag buried in them): it names each flag that differs, as given then and now."""
+    from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, compare
+
+    old = {TRAIN_ARGS: ["--cpu", "--max-tokens", "2000", "--dropout", "0.3", "--seed", "1"]}
+    now = {TRAIN_ARGS: ["--max-tokens", "2000", "--dropout=0.1", "--seed", "1", "--seed", "2"]}
+    with pytest.raises(RunError) as refused:
+        compare("RUN", old, now, {}, False, {})
+    assert ("made with fairseq-train arguments after --: --cpu, not no --cpu; --dropout 0.3, not "
+            "--dropout 0.1; --seed 1, not --seed 2 (") in str(refused.value)
+    assert "--max-tokens" not in str(refused.value)
+    reordered = {TRAIN_ARGS: ["--seed", "1", "--cpu"]}  # no flag differs: both lists in full
+    with pytest.raises(RunError, match="--: --cpu --seed 1, not fairseq-train .*: --seed 1 --cpu"):
+        compare("RUN", {TRAIN_ARGS: ["--cpu", "--seed", "1"]}, reordered, {}, False, {})
 
 
 def test_a_link_to_a_file_in_a_run_dir_is_refused_before_the_loop_writes(tmp_path):

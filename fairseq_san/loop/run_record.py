@@ -431,10 +431,47 @@ def shown(name: str, value: object) -> str:
 
 
 def contrast(name: str, was: object, now: object) -> str:
-    """``--theta-self 0, not 0.3``: the recorded value, then the new one."""
+    """``--theta-self 0, not 0.3``: the recorded value, then the new one; of the fairseq-train
+    arguments, those that differ (``train_args_contrast``)."""
     if isinstance(was, str) and isinstance(now, str):
         return f"{name} {was}, not {now}"
+    if name == TRAIN_ARGS and isinstance(was, list) and isinstance(now, list):
+        differing = train_args_contrast(was, now)
+        if differing:
+            return f"{name}: {differing}"
     return f"{shown(name, was)}, not {shown(name, now)}"
+
+
+def train_args_contrast(was: Sequence[str], now: Sequence[str]) -> str:
+    """``--dropout 0.3, not 0.1; no --seed, not --seed 2``: each fairseq-train flag whose words
+    differ (its last given, as argparse reads it), or "" where only their order does (the whole
+    lists say it then): both lists in full buried the one option that changed."""
+    before, after = flag_values(was), flag_values(now)
+    return "; ".join(
+        f"{shown_flag(flag, before.get(flag))}, not {shown_flag(flag, after.get(flag))}"
+        for flag in dict.fromkeys([*before, *after])
+        if before.get(flag) != after.get(flag)
+    )
+
+
+def flag_values(words: Sequence[str]) -> Dict[str, List[str]]:
+    """{flag: the words after its last occurrence, up to the next flag} of fairseq-train's
+    arguments (``--flag=V`` as ``--flag V``); words before any flag under ""."""
+    values: Dict[str, List[str]] = {}
+    flag = ""
+    for word in flags_apart(words):
+        if word.startswith("--"):
+            flag, values[word] = word, []
+        else:
+            values.setdefault(flag, []).append(word)
+    return values
+
+
+def shown_flag(flag: str, words: Optional[List[str]]) -> str:
+    """A fairseq-train flag as given (``--seed 2``, ``--cpu``), or ``no --seed``."""
+    if words is None:
+        return f"no {flag}"
+    return shlex.join([flag, *words]) if flag else shlex.join(words)
 
 
 def digest(path: str) -> str:

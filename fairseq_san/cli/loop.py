@@ -8,12 +8,13 @@
   learned is not new (``fairseq_san.loop.stopping``); exit 1 while it still changes; exit 2 when
   K has learned none (``RUN_DIR/iter<K+1>/policy.json``);
 * ``summary RUN_DIR``: the table of all iterations (policy, parameters, validation loss, BLEU,
-  training time) as ``RUN_DIR/loop.md``, also printed (``fairseq_san.loop.summary``);
+  training time) as ``RUN_DIR/loop.md`` (its rows as ``loop.json``), also printed
+  (``fairseq_san.loop.summary``);
 * ``options RECIPE ARGS...``: the recipe's command line parsed with its option list, printed as
   shell assignments for the recipe to eval (``fairseq_san.loop.recipe_options``);
 * ``start RUN_DIR OPTIONS -- TRAIN_ARGS``: check the recipe's inputs, lock the run dir
   (``--lock-fd``: one loop per run dir) and check the options recorded in ``RUN_DIR/run.json``
-  before anything runs (see ``fairseq_san.loop.run_record``).
+  before anything runs (see ``fairseq_san.loop.run_record``);
 * ``test-systems DATA TGT NAME=CHECKPOINT[:OVERRIDES]... [--batch-size N]``: the systems that
   ``examples/multi30k/test_bleu.sh`` scores, after the checks it makes before decoding any (the
   data and its splits, the batch size, each NAME and checkpoint), a line for each system and
@@ -67,8 +68,10 @@ from fairseq_san.loop.run_record import (
     check_inputs,
     check_no_path_separator,
     check_run_dir,
+    check_values,
+    longest_sentence_problem,
+    start_run,
 )
-from fairseq_san.loop.run_record import check_values, longest_sentence_problem, start_run
 from fairseq_san.loop.stopping import loop_stop, policy_path
 from fairseq_san.loop.summary import model_kinds, write_summary
 from fairseq_san.loop.train_log import train_log_table
@@ -84,7 +87,7 @@ LM_RUN_OPTIONS = tuple(
 )
 
 
-def add_start_parser(commands) -> None:
+def add_start_parser(commands: argparse._SubParsersAction) -> None:
     start = commands.add_parser(
         "start", help="check the inputs and RUN_DIR/run.json, record the options (-- TRAIN_ARGS)"
     )
@@ -243,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The subcommands, each with the function that runs it (``run``)."""
     parser = argparse.ArgumentParser(prog="fairseq-san-loop", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    add_run_dir_parsers(commands)
+    add_start_parser(commands)
+    add_recipe_step_parsers(commands)
+    return parser
+
+
+def add_run_dir_parsers(commands: argparse._SubParsersAction) -> None:
+    """The subcommands that read a run and its policies: settled, show, summary, options."""
     settled = commands.add_parser(
         "settled", help="exit 0, saying why, when the policy iteration K learned is not new"
     )
@@ -264,7 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     recipe = commands.add_parser("options", help="a recipe's command line as shell assignments")
     recipe.add_argument("recipe", choices=list(RECIPE_OPTIONS))
     recipe.add_argument("args", nargs=argparse.REMAINDER, help="the recipe's arguments")
-    add_start_parser(commands)
+
+
+def add_recipe_step_parsers(commands: argparse._SubParsersAction) -> None:
+    """The subcommands of the recipes' other steps: decode-key, test-systems, train-log,
+    perplexity, lm-task-args, user-dir, log-tail."""
     key = commands.add_parser("decode-key", help="print what a decoded split was made from")
     key.add_argument("checkpoint")
     key.add_argument("data", help="the binarized data directory")
@@ -306,7 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     log_tail.add_argument("-n", "--lines", type=positive_int, default=5,
                           help="(default: %(default)s)")  # fmt: skip
     log_tail.set_defaults(run=run_log_tail)
-    return parser
 
 
 # The configuration fairseq's commands log as they start, a dict's text, kilobytes on one line,

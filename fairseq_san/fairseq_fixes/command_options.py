@@ -227,18 +227,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     kind = command_kind(args)
     check_plugin_options_used(args, command, kind, argv)
     if kind == "train":
-        check_adaptive_softmax(args)
-        check_output_embeddings(args)
-        check_world_size(args)
-        check_best_checkpoint_metric(args)
-        check_stop_min_lr(args)
-        check_asynchronous_checkpoints(args)
-        check_training_backends(args)
-        if getattr(args, "eval_bleu", False) and hasattr(args, "eval_bleu_args"):
-            from fairseq_san.tasks.translation_san import check_eval_bleu_options
-
-            check_eval_bleu_options(args)
-    if kind != "train":
+        check_training(args)
+    else:
         check_model_options_not_given(command, argv)
     if kind in ("decode", "eval-lm"):
         overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, kind)
@@ -251,9 +241,31 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_alignment_printed(args, command)
         check_prefix_unpadded(args)
     check_results_path_written(args, command, kind)
-    trainers_precision = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
-    if trainers_precision and kind != "train":
-        name = trainers_precision[0]
+    check_trainers_precision(args, command, kind)
+
+
+def check_training(args: argparse.Namespace) -> None:
+    """``check_parsed``'s checks of fairseq-train's own options (each check's docstring says what
+    it refuses)."""
+    check_adaptive_softmax(args)
+    check_output_embeddings(args)
+    check_world_size(args)
+    check_best_checkpoint_metric(args)
+    check_stop_min_lr(args)
+    check_asynchronous_checkpoints(args)
+    check_training_backends(args)
+    if getattr(args, "eval_bleu", False) and hasattr(args, "eval_bleu_args"):
+        from fairseq_san.tasks.translation_san import check_eval_bleu_options
+
+        check_eval_bleu_options(args)
+
+
+def check_trainers_precision(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse ``--bf16`` or ``--amp`` outside fairseq-train (``TRAINERS_PRECISIONS``): the
+    command would run in fp32 without a word."""
+    given = [name for name in TRAINERS_PRECISIONS if getattr(args, name, False)]
+    if given and kind != "train":
+        name = given[0]
         static = ", or decode with --san-decoding static --san-decoder-precision bf16"
         raise UsageError(
             f"--{name}: {command} does not apply it ({TRAINERS_PRECISIONS[name]}), and would run "

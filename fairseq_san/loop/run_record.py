@@ -49,43 +49,66 @@ def record_path(run_dir: str) -> str:
     return os.path.join(run_dir, RECORD)
 
 
-def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
+Problem = Tuple[str, Optional[str]]  # (error, dry-run note): no note where a dry run refuses it
+
+
+def input_problem(options: Options) -> Optional[Problem]:
     """(error, dry-run note) for a missing data directory, binarized data or references (a
     language model's run, ``--lm``, has no references: its loop scores perplexity); no note for
     a path of the wrong kind (a file for --data, a folder for --valid-ref), which preparing the
     data would not change: a dry run refuses it too."""
-    data, reference = options["--data"], options.get("--valid-ref")
+    data = options["--data"]
+    problem = path_kind_problem(data, options.get("--valid-ref"))
+    if problem is not None:
+        return problem, None
+    if not os.path.isdir(data):
+        return f"no data directory {data} (--data)", f"no data directory {data}"
+    if options.get("--lm"):
+        return lm_input_problem(data, options.get(TRAIN_ARGS) or [])
+    return translation_input_problem(options)
+
+
+def path_kind_problem(data: str, reference: Optional[str]) -> Optional[str]:
+    """Why ``data`` or ``reference`` is a path of the wrong kind: a file for --data, a data path
+    holding ':', a folder for --valid-ref."""
     if os.path.exists(data) and not os.path.isdir(data):
-        return f"--data {data} is no folder: give the folder of fairseq-preprocess output", None
+        return f"--data {data} is no folder: give the folder of fairseq-preprocess output"
     if ":" in data:  # fairseq trains on DIR1:DIR2 in turn (sharded data)
         return (
             f"--data {data} holds ':', which fairseq reads between two data folders: choose a "
-            "path without one",
-            None,
+            "path without one"
         )
     if reference is not None and os.path.isdir(reference):
         return (
             f"--valid-ref {reference} is a folder: give the file of the valid split's raw "
-            "target sentences (DATA/text/valid.raw.TGT)",
-            None,
+            "target sentences (DATA/text/valid.raw.TGT)"
         )
-    if not os.path.isdir(data):
-        return f"no data directory {data} (--data)", f"no data directory {data}"
-    if options.get("--lm"):
-        binarized = ("dict.txt", "train.idx")
-        if not all(os.path.isfile(os.path.join(data, name)) for name in binarized):
-            translation = binarized_pair(data) is not None  # preparing it makes no LM data
-            return (
-                f"{data} holds no fairseq-preprocess --only-source output (dict.txt, train.idx): "
-                "run examples/lm/prepare.sh first (--data)",
-                None if translation else f"no binarized data in {data}",
-            )
-        missing = no_valid_split(data, ("valid.idx",))
-        if missing is not None:
-            return missing
-        # the arguments after -- (the recipe checks its own with them: lm-task-args --data)
-        problem = longest_sentence_problem(data, options.get(TRAIN_ARGS) or [])
-        return None if problem is None else (problem, None)  # a dry run refuses it too
+    return None
+
+
+def lm_input_problem(data: str, train_args: Sequence[str]) -> Optional[Problem]:
+    """``input_problem`` of a language model's run: ``data``'s binarized text, its valid split,
+    and a sample that holds its longest valid sentence (``train_args``: the arguments after --;
+    the recipe checks its own with them: lm-task-args --data)."""
+    binarized = ("dict.txt", "train.idx")
+    if not all(os.path.isfile(os.path.join(data, name)) for name in binarized):
+        translation = binarized_pair(data) is not None  # preparing it makes no LM data
+        return (
+            f"{data} holds no fairseq-preprocess --only-source output (dict.txt, train.idx): "
+            "run examples/lm/prepare.sh first (--data)",
+            None if translation else f"no binarized data in {data}",
+        )
+    missing = no_valid_split(data, ("valid.idx",))
+    if missing is not None:
+        return missing
+    problem = longest_sentence_problem(data, train_args)
+    return None if problem is None else (problem, None)  # a dry run refuses it too
+
+
+def translation_input_problem(options: Options) -> Optional[Problem]:
+    """``input_problem`` of a translation run: one binarized pair with its valid split, one
+    dictionary, text that ``--post-process`` reads, and the valid split's references."""
+    data = options["--data"]
     pairs = binarized_pairs(data)
     if not pairs:
         language_model = os.path.isfile(os.path.join(data, "dict.txt"))  # preparing makes none
@@ -124,6 +147,12 @@ def input_problem(options: Options) -> Optional[Tuple[str, Optional[str]]]:
             "translations' BLEU would be near 0; pass --post-process subword_nmt",
             None,
         )
+    return valid_ref_problem(data, pair, options.get("--valid-ref"))
+
+
+def valid_ref_problem(data: str, pair: str, reference: Optional[str]) -> Optional[Problem]:
+    """``input_problem`` of a translation run's ``--valid-ref``: given, a file, and the target
+    side of ``data``'s valid split of language ``pair`` (``reference_problem``)."""
     if reference is None:  # the recipes pass their default: fairseq-san-loop start by hand
         return (
             "no --valid-ref: a translation run scores its validation BLEU against the raw target "
@@ -245,7 +274,7 @@ def binarized_pair(data: str) -> Optional[str]:
     return pairs[0] if pairs else None
 
 
-def no_valid_split(data: str, names: Tuple[str, ...]) -> Optional[Tuple[str, Optional[str]]]:
+def no_valid_split(data: str, names: Tuple[str, ...]) -> Optional[Problem]:
     """(error, dry-run note) where ``data`` lacks one of the valid split's index files
     ``names``: the loop's analysis and scores read it, and fairseq-train failed on its missing
     "valid" after the run dir was made."""

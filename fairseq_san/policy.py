@@ -698,7 +698,7 @@ class ThetaRange(NamedTuple):
     high_block: Optional[Tuple[int, int]] = None
 
     def __str__(self) -> str:
-        return shown_range(self.low, self.high)
+        return str(range_shown(self.low, self.high))
 
 
 def rounded_theta(theta: float, places: int, up: bool) -> str:
@@ -741,11 +741,6 @@ def range_shown(low: Optional[float], high: float, low_closed: bool = False) -> 
         if float(low_shown) < float(high_shown) or (closed and low_shown == high_shown):
             break
     return ShownRange(low_shown, high_shown, closed)
-
-
-def shown_range(low: Optional[float], high: float, low_closed: bool = False) -> str:
-    """``range_shown``'s text: "(0.4893, 0.6000]"."""
-    return str(range_shown(low, high, low_closed))
 
 
 def shown_where_learned(js: list[list[float]], theta: float, blocks: Blocks, up: bool) -> str:

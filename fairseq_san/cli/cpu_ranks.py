@@ -33,6 +33,7 @@ from fairseq_san.cli import exiting_on_termination
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import ERROR_COPY, file_error, nearest_key
 from fairseq_san.loop.recipe_options import ARCHITECTURES
+from fairseq_san.loop.run_record import train_arg
 
 
 def rank_command(command: List[str], world_size: int, rank: int, rendezvous: str) -> List[str]:
@@ -118,16 +119,13 @@ def own_option_after_separator(command: List[str]) -> Optional[str]:
 
 def arch_given(command: List[str]) -> Optional[str]:
     """The value of the command's last ``--arch`` (``--arch NAME``, ``--arch=NAME``, ``-a NAME``,
-    ``-aNAME``: fairseq takes the last), or None."""
-    arch = None
-    for i, arg in enumerate(command[1:], start=1):
-        if arg in ("--arch", "-a") and i + 1 < len(command):
-            arch = command[i + 1]
-        elif arg.startswith("--arch="):
-            arch = arg.split("=", 1)[1]
-        elif arg.startswith("-a") and not arg.startswith("--") and len(arg) > 2:
-            arch = arg[2:]
-    return arch
+    ``-aNAME``: fairseq takes the last; ``train_arg`` with ``-aNAME`` spelt ``-a NAME``), or
+    None."""
+    words = []
+    for arg in command[1:]:
+        joined = arg.startswith("-a") and not arg.startswith("--") and len(arg) > 2
+        words += ["-a", arg[2:]] if joined else [arg]
+    return train_arg(words, ("--arch", "-a"), None)
 
 
 def plugin_arch_without_user_dir(command: List[str]) -> Optional[str]:

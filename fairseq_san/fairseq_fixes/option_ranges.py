@@ -117,12 +117,8 @@ def given_values(value: object) -> List[object]:
 
 def is_pair(value: object) -> bool:
     """Whether ``value``, or the literal it is as text, is two numbers (a tuple or a list)."""
-    if isinstance(value, str):
-        try:
-            value = evaluate(value)
-        except NotALiteral:
-            return False
-    return isinstance(value, (list, tuple)) and len(value) == 2 and all(map(is_number, value))
+    values = given_values(value)
+    return len(values) == 2 and all(map(is_number, values))
 
 
 def out_of_range(values: Iterable[object], valid: Range) -> List[object]:

@@ -40,7 +40,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 import fairseq_san
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.pickle_globals import ALLOCATING, allocating_globals_in, plain_pickle_protocol
+from fairseq_san.pickle_globals import ALLOCATING, allocating_globals_in, first_pickle
 from fairseq_san.pickled_fields import fields, shown
 from fairseq_san.policy import is_policy_text
 
@@ -55,6 +55,9 @@ TORCH_TRUE_VALUES = ("1", "y", "yes", "true")
 SAFE_BY_DEFAULT = "2.6"
 # How much of a file that is no checkpoint is read to tell text (``is_text``).
 TEXT_PEEK = 4096
+# The highest pickle protocol of torch.save's legacy format that torch's safe loader reads (4
+# added framing, an opcode it refuses).
+SAFE_LEGACY_PROTOCOL = 3
 # The model configuration's key for the languages a translation model was trained on (``stamp``).
 LANGUAGE_PAIR = "language_pair"
 
@@ -201,12 +204,18 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
         )
     state, unreadable = read_back(path)
     if unreadable is not None:
-        protocol = plain_pickle_protocol(path)
-        if protocol is not None:
+        pickled = first_pickle(path)
+        if pickled is not None and not pickled.torch_legacy:
             return (
-                f"it is a plain pickle (protocol {protocol}), not a torch.save archive: "
+                f"it is a plain pickle (protocol {pickled.protocol}), not a torch.save archive: "
                 "fairseq-san reads checkpoints only with torch's safe loader, which refuses it "
                 "(a plain pickle can run code as it is read)"
+            )
+        if pickled is not None and pickled.protocol > SAFE_LEGACY_PROTOCOL:
+            return (
+                f"it is torch.save's legacy format pickled at protocol {pickled.protocol}, which "
+                f"torch's safe loader does not read (it reads that format up to protocol "
+                f"{SAFE_LEGACY_PROTOCOL}): save it again with torch.save's default format"
             )
         if is_text(path):
             return (

@@ -33,6 +33,7 @@ from fairseq_san.fairseq_fixes.one_line_errors import (
     fairseqs_bad_input,
     missing_component_option,
 )
+from fairseq_san.fairseq_fixes.retained_dropout import check_retained_modules
 from fairseq_san.files import glob_in, language_model_data, translation_dictionaries
 from fairseq_san.hub import (
     GIVEN_AS_GENERATION_ARGS,
@@ -146,6 +147,7 @@ def from_pretrained(
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
     check_bpe_files_read(loaded["args"], kwargs)
     check_static_keywords_decode(loaded["task"], kwargs)
+    check_retained_dropouts(loaded["models"], generation_args)
     try:
         hub = SANHubInterface(loaded["args"], loaded["task"], loaded["models"])
     except MissingMandatoryValue as error:  # its bpe or tokenizer without a file it reads
@@ -185,6 +187,15 @@ def check_load_keywords(keywords: Dict[str, Any]) -> None:
         value, valid = keywords.get(key), OPTION_RANGES[key]
         if value is not None and (isinstance(value, bool) or not valid.holds(value)):
             raise UsageError(f"from_pretrained({key}={value!r}): it must be {valid.said()}")
+
+
+def check_retained_dropouts(models: List[torch.nn.Module], generation_args: Dict[str, Any]) -> None:
+    """Refuse ``generation_args``' dropouts to keep that the models do not have, in the hub's
+    words (the interface's build checks them too, naming the command line's flag)."""
+    if generation_args.get("retain_dropout"):
+        for model in models:
+            modules = generation_args.get("retain_dropout_modules")
+            check_retained_modules(model, modules, GIVEN_AS_GENERATION_ARGS)
 
 
 def check_static_keywords_decode(task, keywords: Dict[str, Any]) -> None:

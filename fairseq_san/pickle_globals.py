@@ -10,14 +10,14 @@ names one is refused before torch reads it (``checkpoints.refuse_before_reading`
 The pickles are found as ``torch.load`` finds them: a file that starts as a zip archive is read
 with torch's own archive reader (``data.pkl``), any other as torch's legacy format, whose first
 ``LEGACY_PICKLES`` pickles torch unpickles before it reads raw storage bytes. A plain pickle
-(``pickle.dump``, not ``torch.save``) is told apart by its first pickle (``plain_pickle_protocol``).
+(``pickle.dump``, not ``torch.save``) is told apart by its first pickle (``first_pickle``).
 """
 
 import _compat_pickle
 import io
 import itertools
 import pickletools
-from typing import BinaryIO, Iterator, Optional, Set
+from typing import BinaryIO, Iterator, NamedTuple, Optional, Set
 
 import torch
 
@@ -79,10 +79,17 @@ def python3_name(module: str, name: str) -> str:
     return f"{module}.{name}"
 
 
-def plain_pickle_protocol(path: str) -> Optional[int]:
-    """The protocol of the pickle that the file at ``path`` is, where it is a plain pickle
-    (``pickle.dump``) rather than ``torch.save``'s legacy format, whose first pickle is torch's
-    magic number; None for any other file (a zip archive, text, a damaged pickle)."""
+class PickleStart(NamedTuple):
+    """A file's first pickle: its protocol, and whether it is torch's magic number (the
+    legacy ``torch.save`` format) rather than a plain pickle's object (``pickle.dump``)."""
+
+    protocol: int
+    torch_legacy: bool
+
+
+def first_pickle(path: str) -> Optional[PickleStart]:
+    """The first pickle of the file at ``path``; None for any other file (a zip archive, text,
+    a damaged pickle, a pickle of protocol 0 or 1)."""
     with open(path, "rb") as file:
         head = file.read(2)
         if len(head) < 2 or head[0] != PROTO:
@@ -92,4 +99,4 @@ def plain_pickle_protocol(path: str) -> Optional[int]:
             first = [argument for _, argument, _ in itertools.islice(pickletools.genops(file), 3)]
         except ValueError:  # not a pickle: torch.load explains it
             return None
-    return None if torch.serialization.MAGIC_NUMBER in first else head[1]
+    return PickleStart(head[1], torch.serialization.MAGIC_NUMBER in first)

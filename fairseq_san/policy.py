@@ -18,8 +18,8 @@ import stat
 from decimal import Decimal
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from fairseq_san.errors import UsageError, abbreviated, json_error, repeated
-from fairseq_san.files import GZIP_MAGIC, write_text
+from fairseq_san.errors import UsageError, abbreviated, binary_kind, json_error, repeated
+from fairseq_san.files import write_text
 
 
 class Kind(NamedTuple):
@@ -189,8 +189,9 @@ def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
             raise PolicyError(
                 f'{what} "{path}" is over {limit:,} bytes, more than a {what} holds: check the path'
             )
-        if data.startswith(GZIP_MAGIC):
-            raise PolicyError(f'{what} "{path}" is gzip-compressed: give it unpacked (gunzip -k)')
+        kind = binary_kind(data, data[:4])
+        if kind is not None:
+            raise PolicyError(f'{what} "{path}" is {kind}')
         return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise PolicyError(f'{what} "{path}" not found') from None

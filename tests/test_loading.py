@@ -1400,6 +1400,22 @@ def test_a_plain_pickle_is_named_one_not_blamed_on_a_truncation(tmp_path, protoc
     )
 
 
+def test_torch_saves_legacy_format_past_the_safe_loaders_protocol_is_named(tmp_path):
+    """A legacy torch.save at pickle protocol 4 (framed, which the safe loader refuses) was "not
+    a complete torch.save archive (truncated, or not a checkpoint)"."""
+    from fairseq import checkpoint_utils
+
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model": {}}, legacy, _use_new_zipfile_serialization=False, pickle_protocol=4)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(legacy))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {legacy}: it is torch.save's legacy format pickled at protocol "
+        "4, which torch's safe loader does not read (it reads that format up to protocol 3): "
+        "save it again with torch.save's default format"
+    )
+
+
 @pytest.mark.parametrize("text", ["hello 12\nworld 7\n", '{"decoder_self": [1, 5]}'])
 def test_a_text_file_given_as_a_checkpoint_is_named_one(tmp_path, text):
     """A dictionary or a policy given as ``--path``: said as a text file, not as a truncated

@@ -971,6 +971,20 @@ def test_cli_names_a_gzipped_analysis_as_such(tmp_path, capsys):
     assert f'JS file "{path}" is gzip-compressed: give it unpacked' in capsys.readouterr().err
 
 
+def test_cli_names_a_checkpoint_given_as_the_analysis(tmp_path, capsys):
+    """A zip archive of text (torch.save's format) was "malformed JSON at line 1 column 1"."""
+    import zipfile
+
+    path = tmp_path / "checkpoint_best.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", "text")
+    with pytest.raises(SystemExit) as stopped:
+        policy_main([str(path), "--theta-decoder-self", "0.15"])
+    assert stopped.value.code == 2
+    assert (f'JS file "{path}" is a zip archive (a PyTorch checkpoint?), not text: give the text '
+            "file") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kind", ["npy", "pickle"])
 def test_cli_names_a_binary_analysis_as_such(tmp_path, capsys, kind):
     """numpy's file of the divergences, or a pickle, was "cannot be read: 'utf-8' codec can't

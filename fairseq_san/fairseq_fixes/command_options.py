@@ -208,14 +208,9 @@ TRAINERS_PRECISIONS = {
 
 
 def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> None:
-    """Refuse arguments (``argv``, parsed as ``args``) that the command cannot honour: no
-    ``--path`` where it loads one, ``--replace-unk``, numbers out of their range (batch sizes,
-    rates, sizes: ``option_ranges``), search numbers no search can follow, a Moses tokenizer
-    without its languages, a plugin option it would ignore, an adaptive softmax fairseq-train
-    cannot train, ``--model-overrides`` groups it would not read, ``--bf16`` or ``--amp``
-    outside fairseq-train, iterative refinement's options where the task decodes left to right,
-    ``--constraints`` where no constraint can be given, a best-checkpoint metric that would keep
-    the worst checkpoint, a ``--results-path`` the command does not write."""
+    """Refuse arguments (``argv``, parsed as ``args``) that ``command`` cannot honour, before it
+    loads or trains anything: the checks below in turn, each saying in its docstring what it
+    refuses; the command's kind (``command_kind``) picks the training or decoding ones."""
     if hasattr(args, "path") and args.path is None:
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:

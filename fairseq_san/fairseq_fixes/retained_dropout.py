@@ -11,7 +11,7 @@ dropout of the model bears is refused in one line naming those it has.
 import functools
 import re
 from collections.abc import Iterable
-from typing import List, Set
+from typing import List, Optional, Set
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
@@ -39,18 +39,25 @@ def dropout_names(model: object) -> Set[str]:
     }
 
 
-def check_retained_modules(model: object, value: object) -> None:
+def check_retained_modules(model: object, value: object, given_as: Optional[str] = None) -> None:
     """Refuse a name of ``value`` (``--retain-dropout-modules``) that none of ``model``'s
-    dropouts bears, naming those it has."""
+    dropouts bears, naming those it has. ``given_as``: where the hub's keyword was given (the
+    line names the keyword there, not the flag)."""
     if value is None:
         return
     names, given = dropout_names(model), given_names(value)
-    unknown = [name for name in given if name not in names]
+    unknown = ", ".join(name for name in given if name not in names)
     if unknown or not given:
+        option = (
+            f"--retain-dropout-modules {unknown or repr(value)}: no dropout of this "
+            f"{type(model).__name__} is named so"
+            if given_as is None
+            else f"retain_dropout_modules={value!r}{given_as}: no dropout of this "
+            f"{type(model).__name__} is named {unknown or repr(value)}"
+        )
         raise UsageError(
-            f"--retain-dropout-modules {', '.join(unknown) or repr(value)}: no dropout of this "
-            f"{type(model).__name__} is named so, and fairseq would keep none for it; its "
-            f"modules with dropout are {', '.join(sorted(names))}"
+            f"{option}, and fairseq would keep none for it; its modules with dropout are "
+            f"{', '.join(sorted(names))}"
         )
 
 

@@ -332,34 +332,34 @@ POST_PROCESS = ("sentencepiece", "wordpiece", "letter", "silence", "_EOW", "subw
                 "@@", "none")  # fmt: skip
 
 
-# The recipe's options that are checked before anything runs: what each must be and how that is
-# checked (an empty one is unset).
-CHECKED = {
-    "--theta-self": ("a number in [0, ln 2 = 0.6931]", is_theta),
-    "--theta-encdec": ("a number in [0, ln 2 = 0.6931]", is_theta),
-    "--theta-encoder": ("a number in [0, ln 2 = 0.6931]", is_theta),
-    "--updates": ("a whole number of at least 1", is_count(1)),
-    "--max-iterations": ("a whole number of at least 1", is_count(1)),
-    "--warm-updates": ("a whole number of at least 1", is_count(1)),
-    "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
-    "--analysis-sentences": ("a whole number of at least 1", is_count(1)),
-    "--self-share": ("weights (SAN) or kv (CLA)", SELF_SHARE.choices.__contains__),
-    "--post-process": (
-        "one that fairseq-generate knows (sentencepiece, subword_nmt, none, ...)",
-        POST_PROCESS.__contains__,
-    ),
-}
 # The recipe's thresholds, by the attention kind each learns (fairseq-san-policy's --theta-KIND).
 THETA_OPTIONS = {
     "decoder_self": "--theta-self",
     "decoder_encdec": "--theta-encdec",
     "encoder_self": "--theta-encoder",
 }
+# The recipe's options that are numbers ("0.60" is the run's "0.6", "0100" its "100"), checked
+# before anything runs: what each must be and how that is checked (an empty one is unset).
+AT_LEAST_ONE = ("a whole number of at least 1", is_count(1))
+NUMBERS = {
+    **dict.fromkeys(THETA_OPTIONS.values(), ("a number in [0, ln 2 = 0.6931]", is_theta)),
+    "--updates": AT_LEAST_ONE,
+    "--max-iterations": AT_LEAST_ONE,
+    "--warm-updates": AT_LEAST_ONE,
+    "--cpu-ranks": ("a whole number (0: one process)", is_count(0)),
+    "--analysis-sentences": AT_LEAST_ONE,
+}
+# Every option checked before anything runs: the numbers, and the options of a few words.
+CHECKED = {
+    **NUMBERS,
+    "--self-share": ("weights (SAN) or kv (CLA)", SELF_SHARE.choices.__contains__),
+    "--post-process": (
+        "one that fairseq-generate knows (sentencepiece, subword_nmt, none, ...)",
+        POST_PROCESS.__contains__,
+    ),
+}
 # Options read only with another one (the recipe computes --warm-updates from --updates anyway).
 READ_WITH = {"--warm-updates": "--warm-start"}
-# Options that are numbers: "0.60" is the run's "0.6", "0100" its "100".
-NUMBERS = ("--theta-self", "--theta-encdec", "--theta-encoder", "--updates", "--max-iterations",
-           "--warm-updates", "--cpu-ranks", "--analysis-sentences")  # fmt: skip
 # fairseq-train's option to skip valid sentences longer than the model takes: the loop's
 # analysis and scores read every valid sentence, and failed on those after training.
 SKIP_INVALID_VALID = "--skip-invalid-size-inputs-valid-test"
@@ -627,7 +627,9 @@ def flags_apart(words: Sequence[str]) -> List[str]:
     return apart
 
 
-def train_arg(words: Sequence[str], flag: Union[str, Tuple[str, ...]], default: str) -> str:
+def train_arg(
+    words: Sequence[str], flag: Union[str, Tuple[str, ...]], default: Optional[str]
+) -> Optional[str]:
     """The value of ``flag`` (or of any of a tuple of one option's spellings) among ``words``
     (``--flag V`` or ``--flag=V``; the last given, as argparse reads it), else ``default``."""
     spellings = (flag,) if isinstance(flag, str) else flag

@@ -19,6 +19,23 @@ from fairseq_san.errors import UsageError, json_error
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+# "-" as Unix tools read it: standard input where a command reads a file, standard output where
+# it writes one (a file named "-" was read, or written silently in the working folder).
+DASH = "-"
+STDIN = "/dev/stdin"
+STDOUT = "/dev/stdout"
+
+
+def read_from(path: str) -> str:
+    """The file a command reads for the argument ``path``: standard input for "-"."""
+    return STDIN if path == DASH else path
+
+
+def written_to(path: str) -> str:
+    """The file a command writes for the argument ``path``: standard output for "-"."""
+    return STDOUT if path == DASH else path
+
+
 def write_whole(path: str, write: Callable[[str], None], replace_link: bool = False) -> None:
     """Have ``write(name)`` make the file ``path`` through ``path.tmp`` and ``os.replace``, the
     temporary file removed where writing fails or is interrupted.

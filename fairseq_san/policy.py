@@ -69,7 +69,10 @@ BlocksValue = Union[str, Sequence[int], None]
 
 _BLOCKS_STRING = re.compile(r"\s*\d+\s*(,\s*\d+\s*)*")
 # The paper's notation, as fairseq-san-policy prints a policy: "{1,5}".
-_BRACED_BLOCKS = re.compile(r"\s*\{(" + _BLOCKS_STRING.pattern + r")\}\s*")
+_BRACES = re.compile(r"\{(" + _BLOCKS_STRING.pattern + r")\}")
+_BRACED_BLOCKS = re.compile(r"\s*" + _BRACES.pattern + r"\s*")
+# One kind of fairseq-san-policy's summary line, "decoder_self {1,5}  decoder_encdec none".
+_SUMMARY_ENTRY = re.compile(r"(\w+)\s+(" + _BRACES.pattern + r"|none)\s*")
 
 
 class PolicyError(UsageError):
@@ -236,6 +239,30 @@ def unbraced_blocks(text: str) -> Optional[str]:
     return found.group(1).strip() if found else None
 
 
+def notation_as_json(spec: str) -> Optional[str]:
+    """The JSON policy that ``spec`` writes in the paper's notation, or None: the summary line
+    fairseq-san-policy prints (``decoder_self {1,5}  decoder_encdec none``), or JSON with braced
+    block sizes (``{"decoder_self": {1,5}}``); they read as no file and as malformed JSON."""
+    if re.fullmatch(rf"\s*(?:{_SUMMARY_ENTRY.pattern})+", spec) and not os.path.exists(spec):
+        entries = [entry.group(1, 2) for entry in _SUMMARY_ENTRY.finditer(spec)]
+        if all(kind in KINDS for kind, _ in entries):
+            policy = {kind: parse_blocks(unbraced_blocks(blocks), kind) for kind, blocks in entries}
+            return json.dumps(policy)
+    if not is_policy_text(spec) or not _BRACES.search(spec) or _parses(spec):
+        return None
+    bracketed = _BRACES.sub(lambda found: f"[{found.group(1).strip()}]", spec)
+    return json.dumps(json.loads(bracketed)) if _parses(bracketed) else None
+
+
+def _parses(text: str) -> bool:
+    """Whether ``text`` is JSON."""
+    try:
+        json.loads(text)
+    except (RecursionError, ValueError):
+        return False
+    return True
+
+
 def looks_like_blocks(spec: str) -> bool:
     """Whether ``spec``, given where a policy is read, is block sizes (``[1,5]``, ``1,5``, ``6``)
     rather than a file name: it is no file, and reads as a JSON list or numbers."""
@@ -272,6 +299,11 @@ def load_policy(spec: Union[str, dict]) -> Policy:
         raise PolicyError(
             f"policy {spec!r}: the paper's notation; a policy is a JSON object of block sizes per "
             f'kind, e.g. \'{{"decoder_self": [{bare}]}}\', or a file holding one'
+        )
+    elif (written := notation_as_json(spec)) is not None:
+        raise PolicyError(
+            f"policy {abbreviated(repr(spec))}: the paper's notation; as JSON: "
+            f"'{abbreviated(written, 200)}'"
         )
     elif is_policy_text(spec):
         source = "policy"

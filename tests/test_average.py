@@ -344,6 +344,21 @@ def test_an_output_that_is_a_link_writes_its_target(checkpoints, tmp_path):
     )
 
 
+def test_output_dash_is_standard_output(tmp_path):
+    """``--output -`` wrote the average to a file named "-" in the working folder (fairseq's
+    script too), where "-" is standard output to the plugin's other commands."""
+    for value in (1.0, 2.0):
+        torch.save({"model": {"w": torch.full((2,), value)}}, tmp_path / f"c{value:.0f}.pt")
+    result = subprocess.run(
+        [str(command_path("fairseq-san-average")), "--inputs", "c1.pt", "c2.pt", "--output", "-"],
+        cwd=tmp_path, env=cli_env(), capture_output=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    (tmp_path / "piped.pt").write_bytes(result.stdout)
+    assert torch.equal(load_state(str(tmp_path / "piped.pt"))["model"]["w"], torch.full((2,), 1.5))
+    assert not (tmp_path / "-").exists()
+
+
 @pytest.mark.slow
 def test_an_average_that_cannot_be_written_says_why(checkpoints, tmp_path):
     """On a full disk (here a file-size limit) the reason was torch's "[enforce fail at

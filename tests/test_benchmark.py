@@ -613,9 +613,9 @@ def test_compute_counts(bench_results):
 
 @pytest.mark.slow
 def test_ctranslate2_row_or_note(bench_results):
-    _, results = bench_results
+    out_dir, results = bench_results
     try:
-        import ctranslate2  # noqa: F401
+        import ctranslate2
     except ImportError:
         assert results["ctranslate2"] == {
             "status": "skipped",
@@ -624,6 +624,9 @@ def test_ctranslate2_row_or_note(bench_results):
         assert any("ctranslate2 not installed" in note for note in results["notes"])
     else:
         assert results["ctranslate2"]["status"] == "ok", results["ctranslate2"]
+        report = (out_dir / "results.md").read_text(encoding="utf-8")
+        fairseq = results["machine"]["fairseq"]
+        assert f"fairseq {fairseq}, CTranslate2 {ctranslate2.__version__};" in report
         names = ["base (CTranslate2 float32)", "base (CTranslate2 int8)"]
         assert results["ctranslate2"]["systems"] == names
         for name in names:
@@ -657,10 +660,79 @@ def test_a_baseline_ctranslate2_would_convert_into_another_model_is_not_converte
     results = json.loads((out / "results.json").read_text())
     assert results["ctranslate2"] == {
         "status": "skipped",
-        "note": "baseline cross is not a plain transformer (sharing, AAN, no cache or "
-        "--cross-self-attention); CTranslate2 converts only fairseq's transformer",
+        "note": "baseline cross uses --cross-self-attention: CTranslate2 converts only "
+        "fairseq's plain transformer",
     }
     assert list(results["systems"]) == ["cross"]
+
+
+# What ``FairseqSystem.describe()`` says of a plain transformer, in the keys CTranslate2 reads.
+PLAIN = {"san_policy": {}, "decoder_self_attention_type": "dot", "no_cache": False,
+         "cross_self_attention": False}  # fmt: skip
+
+
+def test_a_baseline_ctranslate2_cannot_convert_is_noted_with_what_it_does():
+    """The note named every reason a baseline might have (sharing, AAN, no cache or
+    --cross-self-attention), not the baseline's own."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.ctranslate2_system import not_converted
+
+    def note(**what):
+        return not_converted(SimpleNamespace(name="b", describe=lambda: {**PLAIN, **what}))
+
+    assert note() is None
+    plain = ": CTranslate2 converts only fairseq's plain transformer"
+    shares = "baseline b shares attention (san_policy)"
+    assert note(san_policy={"decoder_self": [3, 3]}) == shares + plain
+    assert note(decoder_self_attention_type="aan") == "baseline b has an AAN decoder" + plain
+    assert note(no_cache=True, cross_self_attention=True) == (
+        "baseline b decodes without the cache and uses --cross-self-attention" + plain
+    )
+
+
+def test_a_compute_type_the_device_does_not_run_leaves_the_others_row(monkeypatch):
+    """int8 on a GPU without it: CTranslate2 refuses to load that compute type, and the float32
+    row went too, noted as a failed conversion (the model had converted)."""
+    pytest.importorskip("ctranslate2")
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark import ctranslate2_system
+
+    class NoInt8(ctranslate2_system.CTranslate2System):
+        def __init__(self, base, model_dir, compute_type, threads):
+            if compute_type == "int8":
+                raise ValueError("Requested int8 compute type, but the target device or "
+                                 "backend do not support efficient int8 computation.")  # fmt: skip
+            self.name, self.version = compute_type, "4"
+
+        @classmethod
+        def convert(cls, base, work_dir):
+            return work_dir
+
+    monkeypatch.setattr(ctranslate2_system, "CTranslate2System", NoInt8)
+    base = SimpleNamespace(name="base", describe=lambda: PLAIN, device=torch.device("cuda"))
+    systems, info = ctranslate2_system.ctranslate2_systems(SimpleNamespace(threads=1), base)
+    assert [system.name for system in systems] == ["float32"]
+    assert info == {
+        "status": "ok", "systems": ["float32"], "version": "4",
+        "note": "int8 not loaded on cuda: ValueError: Requested int8 compute type, but the target "
+        "device or backend do not support efficient int8 computation.",
+    }  # fmt: skip
+
+
+def test_a_ctranslate2_rows_precision_is_what_ctranslate2_runs():
+    """CTranslate2 picks the compute type it runs from the one asked for (int8 may run with
+    float16 on a GPU): the row said the one asked for."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.ctranslate2_system import CTranslate2System
+
+    system = object.__new__(CTranslate2System)
+    system.compute_type, system.version = "int8", "4"
+    system.translator = SimpleNamespace(compute_type="int8_float16")
+    assert system.describe()["precision"] == "int8+fp16"
+    assert system.describe()["compute_type"] == "int8_float16"
 
 
 def stub_ctranslate2_system(translate_batch, max_output_tokens: int):
@@ -745,7 +817,7 @@ def test_a_failed_conversion_is_noted_in_one_line(monkeypatch):
         ct2_fairseq._get_model_spec(args)
 
     monkeypatch.setattr(ctranslate2_system.CTranslate2System, "convert", convert)
-    base = SimpleNamespace(name="base", is_plain_transformer=lambda: True)
+    base = SimpleNamespace(name="base", describe=lambda: PLAIN)
     systems, info = ctranslate2_system.ctranslate2_systems(SimpleNamespace(threads=1), base)
     assert systems == [] and info["status"] == "skipped"
     assert info["note"] == (

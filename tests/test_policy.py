@@ -117,6 +117,24 @@ def test_the_papers_braced_notation_says_what_to_write():
     )
 
 
+def test_the_papers_policy_line_says_what_json_to_write(tmp_path, monkeypatch):
+    """fairseq-san-policy's summary line given as a policy read as a file name ("policy file ...
+    not found"), and braced blocks inside JSON as "malformed JSON"; both name the JSON now."""
+    from fairseq_san.policy import load_policy
+
+    monkeypatch.chdir(tmp_path)
+    printed = format_policy({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
+    with pytest.raises(PolicyError) as err:
+        load_policy(printed)
+    assert str(err.value) == (
+        f"policy {printed!r}: the paper's notation; as JSON: "
+        '\'{"decoder_self": [1, 5], "decoder_encdec": [3, 3], "encoder_self": null}\''
+    )
+    with pytest.raises(PolicyError) as err:
+        load_policy('{"decoder_self": {1,5}}')
+    assert str(err.value).endswith("the paper's notation; as JSON: '{\"decoder_self\": [1, 5]}'")
+
+
 def test_parse_blocks_default_label():
     with pytest.raises(PolicyError) as err:
         parse_blocks("x")

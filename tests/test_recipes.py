@@ -857,6 +857,27 @@ def score(tmp_path: Path, generated: str, references: str, *extra: str):
     )  # fmt: skip
 
 
+def test_score_dash_is_standard_input_and_output(tmp_path):
+    """``fairseq-generate ... | fairseq-san-score - --reference REF`` read a file named "-" (or
+    none), and ``-o -`` wrote the JSON silently to a file named "-" in the working folder."""
+    (tmp_path / "ref.de").write_text(REFERENCES, encoding="utf-8")
+    (tmp_path / "generate-test.txt").write_text(GENERATE_OUTPUT, encoding="utf-8")
+    piped = run_cli("fairseq-san-score", "-", "--reference", str(tmp_path / "ref.de"), "-o", "-",
+                    input=GENERATE_OUTPUT, cwd=tmp_path)  # fmt: skip
+    assert piped.returncode == 0, output_of(piped)[-3000:]
+    assert json.loads(piped.stdout)["bleu"] == 100.0 and piped.stderr.startswith("BLEU = 100.00")
+    referenced = run_cli("fairseq-san-score", str(tmp_path / "generate-test.txt"), "--reference",
+                         "-", input=REFERENCES, cwd=tmp_path)  # fmt: skip
+    assert referenced.returncode == 0 and referenced.stdout.startswith("BLEU = 100.00"), (
+        output_of(referenced)
+    )
+    twice = run_cli("fairseq-san-score", "-", "--reference", "-", input=REFERENCES, cwd=tmp_path)
+    assert one_error_line(twice, "fairseq-san-score") == (
+        "fairseq-san-score: error: - is given twice: standard input holds one file"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["generate-test.txt", "ref.de"]
+
+
 def one_error_line(result: subprocess.CompletedProcess, prog: str) -> str:
     """The command failed (exit 2), its last line ``PROG: error: ...``, no traceback; the line."""
     assert result.returncode == 2, output_of(result)[-3000:]
@@ -1409,6 +1430,37 @@ def test_spm_refuses_to_write_over_its_model_or_training_text(spm_model, tmp_pat
     assert not (tmp_path / "corp.model").exists()
 
 
+def test_spm_train_refuses_to_write_over_a_model_without_force(spm_model, tmp_path):
+    """train learned a new model over PREFIX.model without a word (exit 0): the text encoded
+    with the old one, and the data binarized from it, no longer matched the model beside it."""
+    for name in ("spm.model", "spm.vocab"):
+        shutil.copy(spm_model.parent / name, tmp_path / name)
+    argv = ["train", str(spm_model.parent / "train.txt"), "--model-prefix", str(tmp_path / "spm"),
+            "--vocab-size", "50", "--model-type", "unigram"]  # fmt: skip
+    refused = run_cli("fairseq-san-spm", *argv)
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        f"fairseq-san-spm: error: --model-prefix {tmp_path / 'spm'}: {tmp_path / 'spm.model'} "
+        "exists (text encoded with it would not match a new model): give --force to learn it "
+        "again, or another prefix"
+    )
+    assert (tmp_path / "spm.model").read_bytes() == spm_model.read_bytes()
+    forced = run_cli("fairseq-san-spm", *argv, "--force")
+    assert forced.returncode == 0, output_of(forced)[-3000:]
+    assert (tmp_path / "spm.model").read_bytes() != spm_model.read_bytes()
+
+
+def test_spm_dash_is_standard_input_and_output(spm_model, tmp_path):
+    """``encode --model M text -`` wrote the pieces silently to a file named "-" in the working
+    folder (exit 0, nothing printed), and ``-`` as the source read that file, or none."""
+    encoded = run_cli("fairseq-san-spm", "encode", "--model", str(spm_model), "-", "-",
+                      input="a man walks\n", cwd=tmp_path)  # fmt: skip
+    assert encoded.returncode == 0, output_of(encoded)[-3000:]
+    assert encoded.stdout.count("\u2581") == 3 and list(tmp_path.iterdir()) == []
+    decoded = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), "-", "-",
+                      input=encoded.stdout, cwd=tmp_path)  # fmt: skip
+    assert (decoded.returncode, decoded.stdout) == (0, "a man walks\n"), output_of(decoded)
+
+
 def test_spm_train_that_cannot_write_its_model_whole_leaves_the_last_one(spm_model, tmp_path):
     """sentencepiece does not say that it could not write its model: on a full disk (here a
     file-size limit) train left a truncated PREFIX.model in place of the last one, exit 0, and
@@ -1424,7 +1476,8 @@ def test_spm_train_that_cannot_write_its_model_whole_leaves_the_last_one(spm_mod
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     argv = [str(command_path("fairseq-san-spm")), "train", str(text), "--model-prefix",
-            str(tmp_path / "spm"), "--vocab-size", "50", "--model-type", "unigram"]  # fmt: skip
+            str(tmp_path / "spm"), "--vocab-size", "50", "--model-type", "unigram",
+            "--force"]  # fmt: skip
     result = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
                             timeout=240, preexec_fn=small_files)  # fmt: skip
     assert result.returncode == 1 and result.stderr.strip() == (

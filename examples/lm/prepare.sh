@@ -47,7 +47,9 @@ for pair in $splits; do
 done
 
 echo "prepare.sh: sentencepiece model ($VOCAB_SIZE pieces)"
-fairseq-san-spm train "$TEXT/train.raw.en" --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE"
+# --force: a stopped run's model is learned again (check_unfinished: nothing binarized with it)
+fairseq-san-spm train "$TEXT/train.raw.en" --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE" \
+  --force
 for pair in $splits; do
   split=${pair##*:}
   fairseq-san-spm encode --model "$OUT/spm.model" "$TEXT/$split.raw.en" "$TEXT/$split.en"

@@ -63,8 +63,9 @@ for pair in $splits; do
 done
 
 echo "prepare.sh: joint sentencepiece model ($VOCAB_SIZE pieces)"
+# --force: a stopped run's model is learned again (check_unfinished: nothing binarized with it)
 fairseq-san-spm train "$TEXT/train.raw.$SRC" "$TEXT/train.raw.$TGT" \
-  --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE"
+  --model-prefix "$OUT/spm" --vocab-size "$VOCAB_SIZE" --force
 for pair in $splits; do
   for lang in "$SRC" "$TGT"; do
     fairseq-san-spm encode --model "$OUT/spm.model" "$TEXT/${pair##*:}.raw.$lang" "$TEXT/${pair##*:}.$lang"

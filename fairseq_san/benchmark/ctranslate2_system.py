@@ -10,7 +10,7 @@ import argparse
 import copy
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -25,7 +25,7 @@ CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
 class CTranslate2System:
     """The baseline converted to CTranslate2, decoding the same batches with ``compute_type``.
 
-    Only a plain transformer converts (``FairseqSystem.is_plain_transformer``).
+    Only a plain transformer converts (``not_converted``).
     """
 
     COMPUTE_TYPES = ("float32", "int8")
@@ -61,9 +61,10 @@ class CTranslate2System:
         return {
             "kind": CTRANSLATE2,
             "decoder": CTRANSLATE2,
-            "precision": precision_label(self.compute_type),
+            # what CTranslate2 runs (int8 on the CPU: int8_float32), not what it was asked for
+            "precision": precision_label(self.translator.compute_type),
             "version": self.version,
-            "compute_type": self.compute_type,
+            "compute_type": self.translator.compute_type,
         }
 
     def _source_tokens(self, index: int, sample) -> List[List[str]]:
@@ -121,6 +122,29 @@ def decoded_steps(length: int, limit: int, fixed: bool) -> int:
     return length + (not fixed and length < limit)
 
 
+# What CTranslate2's converter would make another model of, or decode otherwise than the
+# baseline: (what the baseline does, test of its ``FairseqSystem.describe()``).
+NOT_CONVERTED = (
+    ("shares attention (san_policy)", lambda info: bool(info["san_policy"])),
+    ("has an AAN decoder", lambda info: info["decoder_self_attention_type"] not in (None, "dot")),
+    ("decodes without the cache", lambda info: info["no_cache"]),
+    ("uses --cross-self-attention", lambda info: info["cross_self_attention"]),
+)
+
+
+def not_converted(base: FairseqSystem) -> Optional[str]:
+    """Why CTranslate2 cannot stand for ``base`` (what it does that fairseq's plain transformer,
+    all the converter knows, does not: each reason it has), or None."""
+    info = base.describe()
+    reasons = [reason for reason, applies in NOT_CONVERTED if applies(info)]
+    if not reasons:
+        return None
+    return (
+        f"baseline {base.name} {' and '.join(reasons)}: CTranslate2 converts only fairseq's "
+        "plain transformer"
+    )
+
+
 def ctranslate2_systems(
     config: BenchmarkConfig, base: FairseqSystem
 ) -> Tuple[List[CTranslate2System], Dict]:
@@ -133,25 +157,41 @@ def ctranslate2_systems(
         import ctranslate2  # noqa: F401
     except ImportError:
         return [], {"status": "skipped", "note": CTRANSLATE2_MISSING}
-    if not base.is_plain_transformer():
-        return [], {
-            "status": "skipped",
-            "note": f"baseline {base.name} is not a plain transformer (sharing, AAN, no "
-            "cache or --cross-self-attention); CTranslate2 converts only fairseq's transformer",
-        }
+    reason = not_converted(base)
+    if reason is not None:
+        return [], {"status": "skipped", "note": reason}
     threads = config.threads or torch.get_num_threads()
-    try:
-        with tempfile.TemporaryDirectory(prefix="fairseq-san-bench-") as work_dir:
+    with tempfile.TemporaryDirectory(prefix="fairseq-san-bench-") as work_dir:
+        try:
             model_dir = CTranslate2System.convert(base, Path(work_dir))
-            systems = [
-                CTranslate2System(base, model_dir, compute_type, threads)
-                for compute_type in CTranslate2System.COMPUTE_TYPES
-            ]
-    except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
-        note = f"conversion failed: {type(err).__name__}: {one_line(err)}"
-        return [], {"status": "skipped", "note": note}
+        except Exception as err:  # noqa: BLE001  (the converter's API moves between versions)
+            note = f"conversion failed: {type(err).__name__}: {one_line(err)}"
+            return [], {"status": "skipped", "note": note}
+        systems, failures = _loaded(base, model_dir, threads)
+    if not systems:
+        return [], {"status": "skipped", "note": "; ".join(failures)}
     info = {"status": "ok", "systems": [s.name for s in systems], "version": systems[0].version}
+    if failures:
+        info["note"] = "; ".join(failures)
     return systems, info
+
+
+def _loaded(
+    base: FairseqSystem, model_dir: Path, threads: int
+) -> Tuple[List[CTranslate2System], List[str]]:
+    """The converted model loaded at every compute type the device runs, and one line for each
+    that did not load (int8 on a GPU without it, a CUDA runtime the driver lacks): the others
+    keep their rows."""
+    systems, failures = [], []
+    for compute_type in CTranslate2System.COMPUTE_TYPES:
+        try:
+            systems.append(CTranslate2System(base, model_dir, compute_type, threads))
+        except Exception as err:  # noqa: BLE001  (CTranslate2's ValueError or RuntimeError)
+            failures.append(
+                f"{compute_type} not loaded on {base.device.type}: {type(err).__name__}: "
+                f"{one_line(err)}"
+            )
+    return systems, failures
 
 
 def one_line(error: BaseException) -> str:

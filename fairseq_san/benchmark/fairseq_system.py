@@ -252,18 +252,6 @@ class FairseqSystem:
             "encoder_params": sum(p.numel() for p in self.model.encoder.parameters()),
         }
 
-    def is_plain_transformer(self) -> bool:
-        """Whether CTranslate2's converter gives the same model: no sharing, dot-product
-        self-attention, with cache, and without --cross-self-attention (which the converter
-        ignores: it converted another model, whose translations were compared)."""
-        info = self.describe()
-        return (
-            info["decoder_self_attention_type"] in (None, "dot")
-            and not info["no_cache"]
-            and not info["san_policy"]
-            and not info["cross_self_attention"]
-        )
-
     def _generator(
         self, setting: Setting, options: DecodeOptions, precision: str = "", execution: str = ""
     ):

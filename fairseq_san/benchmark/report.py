@@ -63,11 +63,18 @@ def header(results: Dict) -> str:
         f"{config.get('isolation', 'one process')}), baseline **{results['baseline']}**." + fixed,
         f"Processor: {processor_line(machine)}; threads per engine: {machine['torch_threads']}; "
         f"device {machine['device']}{gpu}; torch {machine['torch']}, fairseq "
-        f"{machine['fairseq']}; {machine['date']}; load average at start "
-        f"{machine.get('load_average')}" + huge_pages_clause(machine) + ".",
+        f"{machine['fairseq']}{ctranslate2_version(results)}; {machine['date']}; load average "
+        f"at start {machine.get('load_average')}" + huge_pages_clause(machine) + ".",
         f"BLEU: `{results.get('bleu_signature') or '-'}`; "
         f"chrF: `{results.get('chrf_signature') or '-'}`; references: {config['references']}.",
     ])  # fmt: skip
+
+
+def ctranslate2_version(results: Dict) -> str:
+    """``, CTranslate2 4.8.5`` where CTranslate2 rows were decoded (its speed is its version's),
+    else ""."""
+    version = results.get("ctranslate2", {}).get("version")
+    return f", CTranslate2 {version}" if version else ""
 
 
 def huge_pages_clause(machine: Dict) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from fairseq_san import files
 from fairseq_san.cli import LOG_FORMAT, positive_int
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.files import input_at
+from fairseq_san.files import input_at, written_to
 from fairseq_san.options import MODEL_OPTION_NAMES
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -71,26 +71,32 @@ def newest_checkpoints(folder: str, count: int, kind: str, upper_bound: Optional
     return [os.path.join(folder, name) for name in kept[:count]]
 
 
+def named_files(paths: List[str]) -> List[str]:
+    """``paths``, the checkpoint files ``--inputs`` names, each named once: a folder, a file named
+    twice or a copy of another refused."""
+    folders = [path for path in paths if os.path.isdir(path)]
+    if folders:
+        raise UsageError(
+            f"--inputs {folders[0]} is a folder: give --num-update-checkpoints N or "
+            "--num-epoch-checkpoints N to average its newest N checkpoints, or name the files"
+        )
+    twice = files.file_given_twice(paths)
+    if twice is not None:
+        raise UsageError(f"--inputs names {twice} twice: each checkpoint counts once")
+    copies = files.same_bytes([path for path in paths if os.path.isfile(path)])
+    if copies is not None:  # checkpoint_last.pt beside the checkpoint it copies
+        raise UsageError(
+            f"--inputs {copies[0]} and {copies[1]} hold the same bytes (fairseq-train's "
+            "checkpoint_last.pt copies the last checkpoint it saved): one checkpoint would "
+            "count twice; leave one out"
+        )
+    return paths
+
+
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The checkpoints to average: the files ``--inputs`` names, or the newest N of its folder."""
     if args.num_update_checkpoints is None and args.num_epoch_checkpoints is None:
-        folders = [path for path in args.inputs if os.path.isdir(path)]
-        if folders:
-            raise UsageError(
-                f"--inputs {folders[0]} is a folder: give --num-update-checkpoints N or "
-                "--num-epoch-checkpoints N to average its newest N checkpoints, or name the files"
-            )
-        twice = files.file_given_twice(args.inputs)
-        if twice is not None:
-            raise UsageError(f"--inputs names {twice} twice: each checkpoint counts once")
-        copies = files.same_bytes([path for path in args.inputs if os.path.isfile(path)])
-        if copies is not None:  # checkpoint_last.pt beside the checkpoint it copies
-            raise UsageError(
-                f"--inputs {copies[0]} and {copies[1]} hold the same bytes (fairseq-train's "
-                "checkpoint_last.pt copies the last checkpoint it saved): one checkpoint would "
-                "count twice; leave one out"
-            )
-        return args.inputs
+        return named_files(args.inputs)
     kind = "update" if args.num_update_checkpoints is not None else "epoch"
     count = args.num_update_checkpoints or args.num_epoch_checkpoints
     if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
@@ -287,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--inputs", required=True, nargs="+", metavar="PATH",
         help="checkpoint files, or with --num-*-checkpoints one folder of them",
     )  # fmt: skip
-    parser.add_argument("--output", required=True, metavar="FILE", help="the averaged checkpoint")
+    parser.add_argument("--output", required=True, metavar="FILE",
+                        help="the averaged checkpoint ('-': standard output)")  # fmt: skip
     newest = parser.add_mutually_exclusive_group()
     for kind, (_, form) in NAMES.items():  # --num-update-checkpoints, --num-epoch-checkpoints
         newest.add_argument(f"--num-{kind}-checkpoints", type=positive_int, metavar="N",
@@ -310,11 +317,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, stream=sys.stderr)  # progress
     try:
         paths = input_paths(args)
-        problem = output_problem(args.output, paths)
+        output = written_to(args.output)
+        problem = output_problem(output, paths)
         if problem:
             raise UsageError(f"--output {args.output or repr(args.output)}: {problem}")
         logger.info("averaging %d checkpoint(s): %s", len(paths), ", ".join(paths))
-        save(average(paths), args.output)
+        save(average(paths), output)
     except UsageError as err:  # a CheckpointError among them
         sys.exit(f"{PROG}: error: {err}")
     logger.info("wrote %s, the average of %d checkpoint(s)", args.output, len(paths))

@@ -30,7 +30,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.files import file_given_twice, output_problem, same_bytes
+from fairseq_san.files import DASH, STDIN, file_given_twice, output_problem, same_bytes
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -57,10 +57,8 @@ from fairseq_san.policy import (
 
 
 PROG = "fairseq-san-policy"
-# "-" as Unix tools read it: -o -, the policy JSON alone on standard output; JS_JSON -, the
-# analysis read from standard input (``zcat js.json.gz | fairseq-san-policy - ...``).
-DASH = "-"
-STDIN = "/dev/stdin"
+# DASH: -o -, the policy JSON alone on standard output; JS_JSON -, the analysis read from
+# standard input (``zcat js.json.gz | fairseq-san-policy - ...``).
 
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required where the analysis has it (``main``).

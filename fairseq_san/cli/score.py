@@ -23,7 +23,14 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import quiet_when_output_closes
 from fairseq_san.errors import file_error
-from fairseq_san.files import file_given_twice, output_problem, write_json
+from fairseq_san.files import (
+    DASH,
+    file_given_twice,
+    output_problem,
+    read_from,
+    write_json,
+    written_to,
+)
 from fairseq_san.scoring import (
     MAX_EXACT_SPLITS,
     SAMPLED_SPLITS,
@@ -49,8 +56,32 @@ MIN_BOOTSTRAP_SAMPLES = 40
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    args.reference = read_from(args.reference)
+    args.generate_output = [read_from(path) for path in args.generate_output]
+    args.baseline = args.baseline and [read_from(path) for path in args.baseline]
+    try:
+        scores, lines = scored(args)
+    except OSError as err:  # a missing file, a folder
+        parser.error(file_error(err))
+    except ValueError as err:
+        parser.error(str(err))
+    print("\n".join(lines), file=sys.stderr if args.output == DASH else sys.stdout)
+    if args.output:
+        try:
+            write_json(written_to(args.output), scores)
+        except OSError as err:  # a folder that takes no new file (read-only, /proc)
+            parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``parser.error`` for arguments that no score is made of, before any file is read: standard
+    input given twice, an output that is an input, too few resamples, a seed given twice."""
     inputs = [args.reference, *args.generate_output, *(args.baseline or [])]
-    problem = args.output is not None and output_problem(args.output, "the scores", inputs)
+    if inputs.count(DASH) > 1:
+        parser.error("- is given twice: standard input holds one file")
+    to_file = args.output not in (None, DASH)
+    problem = to_file and output_problem(args.output, "the scores", inputs)
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     if args.bootstrap_samples < MIN_BOOTSTRAP_SAMPLES:  # 1 gave an "interval" of one resample
@@ -68,30 +99,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     if both is not None:  # the permutation test would count one run as both systems' seed
         parser.error(f"{both} is both a seed of the system and of the --baseline: give each "
                      "run on one side")  # fmt: skip
-    try:
-        scores, lines = scored(args)
-    except OSError as err:  # a missing file, a folder
-        parser.error(file_error(err))
-    except ValueError as err:
-        parser.error(str(err))
-    print("\n".join(lines))
-    if args.output:
-        try:
-            write_json(args.output, scores)
-        except OSError as err:  # a folder that takes no new file (read-only, /proc)
-            parser.error(f"-o {args.output}: cannot write it: {err.strerror}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fairseq-san-score", description=__doc__.splitlines()[0])
     parser.add_argument(
         "generate_output", nargs="+",
-        help="fairseq-generate's stdout, saved to a file (may be gzip-compressed); several: one "
-        "system's seeds",
+        help="fairseq-generate's stdout, saved to a file (may be gzip-compressed; '-': standard "
+        "input); several: one system's seeds",
     )  # fmt: skip
     parser.add_argument(
         "--reference", required=True,
-        help="raw reference text, one per line (may be gzip-compressed)",
+        help="raw reference text, one per line (may be gzip-compressed; '-': standard input)",
     )  # fmt: skip
     parser.add_argument(
         "--baseline", metavar="GENERATE_OUTPUT", nargs="+",
@@ -105,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap-samples", type=int, default=1000, metavar="N",
         help="resamples of the paired bootstrap (default: 1000, sacreBLEU's)",
     )  # fmt: skip
-    parser.add_argument("-o", "--output", help="also write the scores as JSON here")
+    parser.add_argument(
+        "-o", "--output",
+        help="also write the scores as JSON here; '-': to standard output alone (the lines that "
+        "say them go to standard error)",
+    )  # fmt: skip
     return parser
 
 

@@ -19,7 +19,15 @@ from typing import Callable, List, Optional, Tuple
 
 from fairseq_san.cli import positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
-from fairseq_san.files import file_given_twice, line_text, output_problem, write_whole
+from fairseq_san.files import (
+    STDOUT,
+    file_given_twice,
+    line_text,
+    output_problem,
+    read_from,
+    write_whole,
+    written_to,
+)
 from fairseq_san.scoring import SENTENCEPIECE_MARK
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
@@ -50,7 +58,9 @@ def sentencepiece_problem(error: Exception, inputs: List[str]) -> str:
     return str(error)
 
 
-def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str) -> None:
+def train(
+    inputs: List[str], model_prefix: str, vocab_size: int, model_type: str, force: bool = False
+) -> None:
     import sentencepiece as spm
 
     check_training_text(inputs)
@@ -58,6 +68,8 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
         problem = output_problem(output, "the model", inputs)  # an input: the text it learns
         if problem:  # sentencepiece would say so after it trained
             raise UsageError(f"--model-prefix {model_prefix}: {problem}")
+    if not force:  # after: an input among them is said as one
+        check_no_model(model_prefix)
 
     folder = os.path.dirname(os.path.abspath(model_prefix))
     try:
@@ -84,6 +96,19 @@ def train(inputs: List[str], model_prefix: str, vocab_size: int, model_type: str
         for extension in ("model", "vocab"):
             copy = functools.partial(shutil.copyfile, f"{trained}.{extension}")
             write_whole(f"{model_prefix}.{extension}", copy)
+
+
+def check_no_model(model_prefix: str) -> None:
+    """Refuse to write over a model that is there (as fairseq-preprocess refuses a dictionary):
+    the text it encoded, and the dictionary and models made of that text, are of its pieces,
+    and a model learned again (other text, another --vocab-size) replaced it without a word."""
+    there = [name for name in (f"{model_prefix}.model", f"{model_prefix}.vocab")
+             if os.path.lexists(name)]  # fmt: skip
+    if there:
+        raise UsageError(
+            f"--model-prefix {model_prefix}: {there[0]} exists (text encoded with it would not "
+            "match a new model): give --force to learn it again, or another prefix"
+        )
 
 
 def check_written_whole(trained: str, model_prefix: str) -> None:
@@ -197,7 +222,7 @@ def load_model(model: str, source: str, target: str):
     folder, /dev/null) refused in the command's words, not sentencepiece's."""
     import sentencepiece as spm
 
-    problem = output_problem(target, "the output file", [source, model])
+    problem = target != STDOUT and output_problem(target, "the output file", [source, model])
     if problem:
         raise UsageError(f"{target or repr(target)}: {problem}")
     if os.path.exists(model) and not os.path.isfile(model):
@@ -279,18 +304,25 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fairseq-san-spm", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     learn = commands.add_parser("train", help="learn a joint model from raw text files")
-    learn.add_argument("inputs", nargs="+", help="raw text files, one sentence per line")
+    learn.add_argument(
+        "inputs", nargs="+", help="raw text files, one sentence per line ('-': standard input)"
+    )
     learn.add_argument(
         "--model-prefix", required=True, type=model_prefix,
         help="writes PREFIX.model and PREFIX.vocab",
     )  # fmt: skip
     learn.add_argument("--vocab-size", type=positive_int, default=8000)
     learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    learn.add_argument(
+        "--force", action="store_true",
+        help="write over PREFIX.model and PREFIX.vocab where they exist (refused without it: the "
+        "text encoded with them would not match the new model)",
+    )  # fmt: skip
     for name, text in (("encode", "raw text -> pieces"), ("decode", "pieces -> raw text")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--model", required=True, help="the .model file written by train")
-        sub.add_argument("source", help="input file")
-        sub.add_argument("target", help="output file")
+        sub.add_argument("source", help="input file ('-': standard input)")
+        sub.add_argument("target", help="output file ('-': standard output)")
     return parser.parse_args(argv)
 
 
@@ -298,11 +330,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
     try:
         if args.command == "train":
-            train(args.inputs, args.model_prefix, args.vocab_size, args.model_type)
-        elif args.command == "encode":
-            encode(args.model, args.source, args.target)
+            inputs = [read_from(path) for path in args.inputs]
+            train(inputs, args.model_prefix, args.vocab_size, args.model_type, args.force)
         else:
-            decode(args.model, args.source, args.target)
+            rewrite = encode if args.command == "encode" else decode
+            rewrite(args.model, read_from(args.source), written_to(args.target))
     except OSError as err:
         sys.exit(f"fairseq-san-spm: error: {file_error(err)}")
     except (RuntimeError, ValueError) as err:  # sentencepiece's

@@ -1889,6 +1889,7 @@ def test_wmt14_dry_run_prints_the_paper_setup(tmp_path):
     final = [a for a in generates if last_values(a)["--gen-subset"] == "test"]
     assert len(final) == 1
     assert last_values(final[0])["--beam"] == "4"
+    assert "--lenpen" not in last_values(final[0])  # the paper names none
     assert last_values(final[0])["--batch-size"] == "16"
     assert last_values(final[0])["--path"] == last_values(average[0])["--output"]
     assert "(dry run: iteration 1 repeats these commands" in output
@@ -2031,10 +2032,12 @@ def test_wmt14_binarizes_again_after_an_interrupted_binarizing(tmp_path):
     assert len((work / "data-bin" / "dict.en.txt").read_text().splitlines()) > 1
 
 
-def test_wmt14_averages_and_decodes_once(tmp_path):
+def test_wmt14_averages_and_decodes_once_per_run(tmp_path):
     """Every step but the last two was skipped once finished: each re-run averaged the
-    checkpoints and decoded newstest2014 again. The recipe runs beside a loop that stands in for
-    learn_to_share.sh (finished), with stand-ins for the average and the decoding."""
+    checkpoints and decoded newstest2014 again. Then their markers were in WORK_DIR: a new run
+    (WORK_DIR/run removed) skipped both, leaving no model. The recipe runs beside a loop that
+    stands in for learn_to_share.sh (finished), with stand-ins for the average and the decoding
+    that write their outputs."""
     recipe = tmp_path / "examples" / "wmt14_en_de" / "run.sh"
     recipe.parent.mkdir(parents=True)
     shutil.copy(WMT14, recipe)
@@ -2045,14 +2048,22 @@ def test_wmt14_averages_and_decodes_once(tmp_path):
     (work / ".done-preprocess").touch()
     env = wmt14_stand_ins(tmp_path)
     calls = tmp_path / "calls.log"
-    for name in ("fairseq-san-average", "fairseq-generate"):
+    names = ["fairseq-san-average", "fairseq-generate", "fairseq-san-score"]
+    for name in names:
         stand_in = tmp_path / "bin" / name
-        stand_in.write_text(f'#!/usr/bin/env bash\necho {name} >> "{calls}"\n')
+        stand_in.write_text(
+            f'#!/usr/bin/env bash\necho {name} >> "{calls}"\n'
+            'while [ $# -gt 1 ]; do case $1 in --output | -o) mkdir -p "${2%/*}"; touch "$2" ;; '
+            'esac; shift; done\n'
+        )
         stand_in.chmod(0o755)
-    for _ in range(2):
+    for new_run in (False, False, True):
+        if new_run:
+            shutil.rmtree(work / "run")
         result = run_script(recipe, str(work), env=env, timeout=120)
         assert result.returncode == 0, output_of(result)[-3000:]
-    assert calls.read_text().split() == ["fairseq-san-average", "fairseq-generate"]
+    assert calls.read_text().split() == names * 2
+    assert (work / "run" / "final.pt").exists() and (work / "run" / "final" / "test.json").exists()
 
 
 def test_wmt14_refuses_a_real_run_without_its_tools(tmp_path):
@@ -2086,11 +2097,30 @@ def test_wmt14_dry_run_scores_against_references_without_bpe(tmp_path):
     result = run_script(WMT14, "--dry-run", str(work), timeout=120)
     output = output_of(result)
     assert result.returncode == 0, output[-4000:]
-    (score,) = printed_commands(output, "fairseq-san-score")
+    score = printed_commands(output, "fairseq-san-score")[0]  # the validation's; then the test's
     reference = last_values(score)["--reference"]
     assert reference != str(work / "wmt14_en_de" / "valid.de"), (
         f"the validation BLEU reference {reference} is BPE-segmented text"
     )
+
+
+def test_wmt14_scores_newstest2014_with_a_signature_against_its_text_without_bpe(tmp_path):
+    """newstest2014's BLEU was only the line fairseq-generate's sacrebleu scorer writes, without a
+    signature: it is scored as the validation is, by fairseq-san-score into final/test.json,
+    against the test's German without its BPE (made beside it, as the hypotheses lose theirs)."""
+    work = tmp_path / "wmt14"
+    prepared = wmt14_prepared(work, write_corpus(tmp_path / "raw"))
+    (prepared / "test.de").write_text("ein Te@@ st\nzwei@@\n")
+    (work / ".done-preprocess").touch()
+    env = wmt14_stand_ins(tmp_path, stubs=("fairseq-san-loop", "fairseq-train"))
+    run_script(WMT14, str(work), env=env, timeout=120)
+    assert (prepared / "test.ref.de").read_text() == "ein Test\nzwei\n"
+    output = output_of(run_script(WMT14, "--dry-run", str(work), timeout=120))
+    final = work / "run" / "final"
+    assert printed_commands(output, "fairseq-san-score")[-1][1:] == [
+        str(final / "generate-test.txt"), "--reference", str(prepared / "test.ref.de"),
+        "-o", str(final / "test.json"),
+    ]  # fmt: skip
 
 
 # --- --cpu-ranks ------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 # The paper's WMT14 En-De system (section 4.1) on 8 GPUs: transformer base, Adam (0.9, 0.98, 1e-9),
 # inverse-sqrt warm-up 4k, 100k updates, 4096 tokens per GPU, label smoothing 0.1, dropout 0.1,
 # no weight decay (the paper names none, nor do Vaswani et al.; fairseq's scaling_nmt sets 0.0),
-# the average of the last 5 checkpoints, beam 4, batch 16; thetas from the paper's ranges
-# ([0.3, 0.4] self-attention, [0.4, 0.5] encoder-decoder attention).
+# the average of the last 5 checkpoints, beam 4, batch 16 (the paper names no length penalty:
+# fairseq's default, 1.0); thetas from the paper's ranges ([0.3, 0.4] self-attention, [0.4, 0.5]
+# encoder-decoder attention).
 #
 #   examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]
 #
@@ -11,10 +12,12 @@
 # tested on: --dry-run prints every command instead. Data: fairseq's own WMT14 En-De preparation
 # script with --icml17 (Moses tokenization, 40k joint BPE, newstest2014 test; its validation set
 # is every 100th training pair, not the paper's newstest2013). BLEU is on tokenized text with the
-# BPE removed.
-# Running it again resumes: the archives downloaded whole, the data's preparation and binarizing,
-# the average and the test's decoding, once finished (WORK_DIR/.done-*; WORK_DIR: runs/wmt14_en_de
-# by default), and the loop's finished steps are skipped. The preparation
+# BPE removed: newstest2014's by fairseq-san-score, with its sacrebleu signature, in
+# WORK_DIR/run/final/test.json (sacrebleu's 13a tokens of the Moses tokens; no compound splitting).
+# Running it again resumes: the archives downloaded whole, the data's preparation and binarizing
+# (WORK_DIR/.done-*; WORK_DIR: runs/wmt14_en_de by default), the average and the test's decoding
+# (their outputs: WORK_DIR/run/final.pt, final/test.json), once finished, and the loop's finished
+# steps are skipped. The preparation
 # script is fairseq's at a fixed commit, run only if its sha256 is the one pinned here, with Moses
 # and subword-nmt at pinned commits; the checkpoints are
 # averaged by fairseq-san-average, which reads them with torch's safe loader.
@@ -80,6 +83,10 @@ run() {  # run COMMAND...: print it; execute it unless --dry-run
 
 done_before() {  # done_before STEP: whether a run before this one finished STEP (not in a dry run)
   [ "$DRY_RUN" = 0 ] && [ -f "$WORK/.done-$1" ]
+}
+
+made() {  # made FILE: whether a run before this one wrote FILE, its step's last output
+  [ "$DRY_RUN" = 0 ] && [ -f "$1" ]
 }
 
 refuse() {  # refuse MESSAGE: one line, exit 1
@@ -189,7 +196,11 @@ if ! done_before preprocess; then
   finished preprocess
 fi
 
-run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "$PREPARED"
+# The references BLEU is scored against: the tokenized text with its BPE removed, as the
+# hypotheses are (validation: the loop's --post-process; the test: fairseq-generate --remove-bpe).
+for split in valid test; do
+  run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/$2.de" > "$1/$2.ref.de"' _ "$PREPARED" "$split"
+done
 
 # The loop (it prints its own commands); the options after -- override its small-corpus defaults.
 "$(dirname "$0")/../learn_to_share.sh" "${DRY[@]}" --data "$DATA" --run-dir "$RUN" \
@@ -198,15 +209,17 @@ run bash -c 'sed -r "s/(@@ )|(@@ ?\$)//g" "$1/valid.de" > "$1/valid.ref.de"' _ "
   -- --distributed-world-size "$GPUS" --max-tokens 4096 --lr 7e-4 --warmup-updates 4000 \
   --dropout 0.1 --weight-decay 0.0 --save-interval-updates 1000 --keep-interval-updates 5
 
+# The average and its test: in RUN, each skipped when its output is there (written whole), so that
+# a new run (RUN removed) makes them again (markers in WORK_DIR skipped both, leaving no model).
 FINAL=$RUN/final
-if ! done_before average; then
+if ! made "$FINAL.pt"; then
   run fairseq-san-average --inputs "$RUN/last/checkpoints" --num-update-checkpoints 5 \
     --output "$FINAL.pt"
-  finished average
 fi
-if ! done_before test; then  # fairseq-generate writes its results as it goes: a marker, not them
+if ! made "$FINAL/test.json"; then  # fairseq-generate writes its results as it goes: not them
   USER_DIR=$(fairseq-san-loop user-dir)
   run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
     --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"
-  finished test
+  run fairseq-san-score "$FINAL/generate-test.txt" --reference "$PREPARED/test.ref.de" \
+    -o "$FINAL/test.json"
 fi

@@ -121,9 +121,8 @@ def test_generate_refuses_a_shard_that_does_not_exist_or_two_shardings(shards, s
     from fairseq_san.fairseq_fixes.generation_shards import apply_shards
 
     parser = options.get_generation_parser()
-    args = options.parse_args_and_arch(parser, ["data", "--path", "x.pt", *shards])
-    with pytest.raises(UsageError) as refused:
-        apply_shards(args)
+    with pytest.raises(UsageError) as refused:  # a shard out of range: as it is parsed
+        apply_shards(options.parse_args_and_arch(parser, ["data", "--path", "x.pt", *shards]))
     assert str(refused.value) == said
 
 

@@ -3126,6 +3126,36 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          None),  # fairseq-validate loads the checkpoint's task, overrides applied
         ("get_validation_parser",
          ["data", "--task", "translation_san", "--path", "c.pt", "--san-analysis-dir", "js"], None),
+        # shards that fairseq-validate, fairseq-train and fairseq-interactive ignored (every job
+        # read the whole subset), or that fairseq-eval-lm failed on (a ValueError traceback)
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--num-shards", "2", "--shard-id", "1"],
+         "--num-shards 2 --shard-id 1: fairseq-x would ignore them and read the whole subset; "
+         "fairseq-generate and fairseq-eval-lm alone shard a subset"),
+        (TRAIN, SAN + ["--num-shards", "2"], "--num-shards 2 --shard-id 0: fairseq-x would"),
+        ("get_interactive_generation_parser", ["data", "--path", "c.pt", "--shard-id", "1"],
+         "--num-shards 1 --shard-id 1: fairseq-x would ignore them"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--num-shards", "2", "--shard-id", "5"],
+         "--shard-id 5 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--num-shards", "2", "--shard-id", "1"],
+         None),
+        # fairseq's assertion "Must specify --max-tokens", a traceback at the first batch
+        ("get_generation_parser", ["data", "--path", "c.pt", "--batch-size", "4",
+                                   "--num-batch-buckets", "3"],
+         "--num-batch-buckets 3 needs --max-tokens: each bucket's batches are sized by their "
+         "tokens (--batch-size alone cannot size them)"),
+        (TRAIN, SAN + ["--batch-size", "4", "--num-batch-buckets", "3"],
+         "--num-batch-buckets 3 needs --max-tokens"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--max-tokens", "100",
+                                   "--num-batch-buckets", "3"], None),
+        # rows of padding taken for sentences: an IndexError (eval-lm), an AssertionError
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--pad-to-fixed-bsz"],
+         "--pad-to-fixed-bsz: fairseq-x would take the rows of padding it adds to each batch for "
+         "sentences; it is for training (on TPUs): leave it out"),
+        ("get_generation_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
+                                   "--pad-to-fixed-bsz"], "--pad-to-fixed-bsz: fairseq-x would"),
+        ("get_validation_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
+                                   "--pad-to-fixed-bsz"], None),
     ],
 )  # fmt: skip
 def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):

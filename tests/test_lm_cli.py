@@ -254,6 +254,20 @@ def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
 
 
 @pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
+def test_eval_lm_refuses_a_shard_that_holds_no_batch(trained, command):
+    """20 sentences in batches of 4 make 5 batches: fairseq-eval-lm's shard 8 of 9 scored no token
+    and printed "Loss (base 2): 0.0000, Perplexity: 1.00", exit 0."""
+    result = eval_lm(trained, "--sample-break-mode", "eos", "--batch-size", "4",
+                     "--num-shards", "9", "--shard-id", "8", command=command)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --shard-id 8 of --num-shards 9 holds no sentence: the subset makes 5 "
+        "batch(es), and each shard takes whole batches in turn; pass at most --num-shards 5, or a "
+        "smaller --batch-size or --max-tokens"
+    )
+
+
+@pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
 def test_eval_lm_runs_no_code_from_its_model_overrides(trained, tmp_path, command):
     """fairseq-eval-lm eval()s --model-overrides; run as ``python -m fairseq_cli.eval_lm`` it is
     ``__main__``, which the literal-only evaluation skipped: the code ran."""

@@ -42,11 +42,13 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
   ``--replace-unk`` (which fairseq 0.12 cannot honour), with a number out of its range
   (``option_ranges``: ``--update-freq 0``, ``--dropout 1.5``), ``--tokenizer moses`` without its
-  languages, or with a plugin option that its task or model does not have or that it would
-  ignore, is refused as it is parsed; ``--help`` lists the options of the model, task and other
-  components the command line chose (fairseq printed its help before it added them); and, for
-  fairseq-train, ``world_size``: a world size below 1 or beyond the GPUs without a launcher,
-  torchrun's ranks take its world size, ranks that cannot train on CPUs are refused;
+  languages, ``--num-batch-buckets`` without ``--max-tokens``, ``--pad-to-fixed-bsz`` in
+  fairseq-eval-lm, fairseq-generate or fairseq-interactive, or with a plugin option that its
+  task or model does not have or that it would ignore, is refused as it is parsed; ``--help``
+  lists the options of the model, task and other components the command line chose (fairseq
+  printed its help before it added them); and, for fairseq-train, ``world_size``: a world size
+  below 1 or beyond the GPUs without a launcher, torchrun's ranks take its world size, ranks
+  that cannot train on CPUs are refused;
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and samples longer than the model's positions (fairseq-eval-lm's, the context window
@@ -54,7 +56,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   score; its samples' sizes count
   ``--add-bos-token``'s start token (a sample as long as the positions was one too long);
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
-  ``--shard-id`` name (it translated the whole subset in every shard);
+  ``--shard-id`` name (it translated the whole subset in every shard), fairseq-eval-lm refuses a
+  shard that does not exist or holds no batch (a traceback; a perplexity of 1.00 of no token),
+  and the commands that ignore the two options refuse them;
 * ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks
   naming neither the file nor the line's problem);
 * ``lm_fusion``: fairseq-generate refuses an ``--lm-path`` language model whose dictionary is not

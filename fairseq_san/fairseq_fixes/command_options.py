@@ -69,6 +69,7 @@ from dataclasses import fields
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 from fairseq_san.errors import UsageError, nearest_key, nearest_key_hint
+from fairseq_san.fairseq_fixes.generation_shards import check_shards
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.world_size import check_world_size
@@ -216,6 +217,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
     check_option_ranges(args)
+    check_buckets_sized(args)
     check_read_by_interactive(args, command)  # before the search numbers: --lm-path's check
     check_search_numbers(args)
     check_tokenizer_languages(args)
@@ -236,7 +238,32 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_alignment_printed(args, command)
         check_prefix_unpadded(args)
     check_results_path_written(args, command, kind)
+    check_batches_unpadded(args, command, kind)
+    shards_read = kind == "eval-lm" or (kind == "decode" and not reads_input_lines(args))
+    check_shards(args, command, shards_read)
     check_trainers_precision(args, command, kind)
+
+
+def check_buckets_sized(args: argparse.Namespace) -> None:
+    """Refuse ``--num-batch-buckets`` without ``--max-tokens``: fairseq sizes each bucket's batches
+    by its tokens (its assertion "Must specify --max-tokens", a traceback at the first batch)."""
+    buckets = getattr(args, "num_batch_buckets", 0)
+    if buckets and getattr(args, "max_tokens", None) is None:
+        raise UsageError(
+            f"--num-batch-buckets {buckets} needs --max-tokens: each bucket's batches are sized "
+            "by their tokens (--batch-size alone cannot size them)"
+        )
+
+
+def check_batches_unpadded(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse ``--pad-to-fixed-bsz`` where a language model's batches are scored or decoded one
+    sentence a row: fairseq-eval-lm and fairseq-generate took its rows of padding for sentences
+    (an ``IndexError``, an ``AssertionError``); fairseq-interactive ignored it."""
+    if kind in ("decode", "eval-lm") and getattr(args, "pad_to_fixed_bsz", False):
+        raise UsageError(
+            f"--pad-to-fixed-bsz: {command} would take the rows of padding it adds to each batch "
+            "for sentences; it is for training (on TPUs): leave it out"
+        )
 
 
 def check_training(args: argparse.Namespace) -> None:

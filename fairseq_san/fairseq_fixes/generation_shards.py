@@ -1,4 +1,5 @@
-"""fairseq-generate translates the shard that ``--num-shards`` and ``--shard-id`` name.
+"""fairseq-generate translates the shard that ``--num-shards`` and ``--shard-id`` name; the
+commands that do not shard refuse them.
 
 Upstream behaviour corrected: fairseq-generate's help says ``--num-shards N``: "shard generation
 over N shards" and ``--shard-id K``: "id of the shard to generate (id < num_shards)", but its batch
@@ -10,6 +11,12 @@ already), and a shard id out of range, or shards given both ways and different, 
 Shards take whole batches in turn (shard K the batches K, K + N, ...), so a shard past the
 subset's last batch held no sentence, and fairseq-generate failed dividing by its time
 (``ZeroDivisionError``): ``FairseqTask.get_batch_iterator`` says so in one line instead.
+
+fairseq-eval-lm shards by the two options itself, but a shard id out of range was a ``ValueError``
+traceback, and a shard past the last batch reported "Loss (base 2): 0.0000, Perplexity: 1.00" of
+no token: both are one line too. fairseq-validate, fairseq-train and fairseq-interactive accept
+the options and ignore them (every job validated or trained on the whole subset), so
+``check_shards`` refuses them there.
 """
 
 import argparse
@@ -20,14 +27,26 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 
-def apply_shards(args: argparse.Namespace) -> None:
-    """Set fairseq-generate's shards (``distributed_world_size``, ``distributed_rank``) from
-    ``--num-shards`` and ``--shard-id``; UsageError for a shard that does not exist."""
-    shards, shard = args.num_shards, args.shard_id
+def check_shards(args: argparse.Namespace, command: str, shards_read: bool) -> None:
+    """Refuse ``--num-shards`` and ``--shard-id`` where the command ignores them (``shards_read``
+    false: it evaluates or trains on the whole subset), and a shard that does not exist."""
+    shards, shard = getattr(args, "num_shards", 1), getattr(args, "shard_id", 0)
+    if not shards_read and (shards, shard) != (1, 0):
+        raise UsageError(
+            f"--num-shards {shards} --shard-id {shard}: {command} would ignore them and read the "
+            "whole subset; fairseq-generate and fairseq-eval-lm alone shard a subset"
+        )
     if shards < 1 or not 0 <= shard < shards:
         raise UsageError(
             f"--shard-id {shard} of --num-shards {shards}: the shards are 0 to N - 1, N at least 1"
         )
+
+
+def apply_shards(args: argparse.Namespace) -> None:
+    """Set fairseq-generate's shards (``distributed_world_size``, ``distributed_rank``) from
+    ``--num-shards`` and ``--shard-id``; UsageError for a shard that does not exist."""
+    check_shards(args, "fairseq-generate", shards_read=True)
+    shards, shard = args.num_shards, args.shard_id
     if shards == 1:
         return
     world, rank = args.distributed_world_size, args.distributed_rank
@@ -76,11 +95,13 @@ def _refusing_empty_shards(get_batch_iterator):
 
 
 def install() -> None:
-    """Wrap fairseq-generate's ``main`` and its tasks' ``get_batch_iterator`` when that command
-    runs (idempotent)."""
-    generate = running_command("fairseq_cli.generate")
-    if getattr(generate, "main", None) is not None:
-        from fairseq.tasks import FairseqTask
+    """Wrap fairseq-generate's ``main`` when that command runs, and the tasks'
+    ``get_batch_iterator`` when it or fairseq-eval-lm runs (idempotent)."""
+    from fairseq.tasks import FairseqTask
 
+    generate = running_command("fairseq_cli.generate")
+    generating = getattr(generate, "main", None) is not None
+    if generating:
         wrap_once(generate, "main", _sharding)
+    if generating or running_command("fairseq_cli.eval_lm") is not None:
         wrap_once(FairseqTask, "get_batch_iterator", _refusing_empty_shards)

@@ -106,13 +106,20 @@ class SystemSpec:
         unread on a legacy argparse namespace), so a typo would silently decode the wrong system.
         """
         what = f"system {self.name}: override of {self.checkpoint}"
+        san = "san_policy" in valid  # a transformer_san checkpoint: every option of the plugin
+        self._check_keys(what, valid, san)
+        self._check_decoding(what, san)
+        self._check_static_options(what, precisions)
+
+    def _check_keys(self, what: str, valid: Collection[str], san: bool) -> None:
+        """ValueError for an override the checkpoint would not read: ``data``, a key of none of
+        ``valid`` and the plugin's options, or a model option of a model that is not ``san``."""
         keys = set(valid) | set(options.DECODER_OPTION_NAMES)
         if "data" in self.overrides:  # the worker decoded it, the report scored --data's
             raise ValueError(
                 f"{what}: override 'data': every system decodes the sentences of --data, "
                 "batched once for all; benchmark other data in a run of its own"
             )
-        san = "san_policy" in valid  # a transformer_san checkpoint: every option of the plugin
         if san:
             keys |= set(options.option_names())
         for key in self.overrides:
@@ -124,6 +131,10 @@ class SystemSpec:
                 )
             if key not in keys:
                 raise ValueError(unknown_key_error(what, key, keys))
+
+    def _check_decoding(self, what: str, san: bool) -> None:
+        """ValueError unless ``san_decoding`` and the deprecated ``san_decoder`` name one decoder
+        that exists, and one the model (``san``: a transformer_san model's) decodes with."""
         decoding = self.overrides.get(options.DECODING.name, options.FAIRSEQ)
         if decoding not in options.DECODINGS:
             raise ValueError(
@@ -146,6 +157,10 @@ class SystemSpec:
                 f'{what}: "san_decoding": "{decoding}" and the deprecated "san_decoder": '
                 f'"{STATIC}" choose two decoders: give "san_decoding" alone'
             )
+
+    def _check_static_options(self, what: str, precisions: Collection[str]) -> None:
+        """ValueError for the static decoder's execution or precision (one of ``precisions``)
+        given to a system the static decoder does not decode, or given as no such one."""
         for key in ("san_decoder_execution", "san_decoder_precision"):
             if key in self.overrides and self.decoder != STATIC:
                 raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')

@@ -10,14 +10,22 @@ import argparse
 import copy
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 import torch
 
 from fairseq_san.benchmark.config import CTRANSLATE2, FIXED, NATURAL, BenchmarkConfig
+from fairseq_san.benchmark.config import DecodeOptions, Setting
 from fairseq_san.benchmark.config import CTRANSLATE2_NAME, precision_label
+from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.fairseq_system import FairseqSystem, max_output_tokens
 from fairseq_san.benchmark.timing import PassResult, clock
+
+if TYPE_CHECKING:  # only a CTranslate2 worker imports ctranslate2
+    from ctranslate2.converters.converter import Converter
+    from ctranslate2.specs.model_spec import ModelSpec
+    from omegaconf import DictConfig
 
 CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
 
@@ -58,6 +66,7 @@ class CTranslate2System:
         return model_dir
 
     def describe(self) -> Dict:
+        """The report's record of the row: CTranslate2's version and the type it computes in."""
         return {
             "kind": CTRANSLATE2,
             "decoder": CTRANSLATE2,
@@ -67,7 +76,9 @@ class CTranslate2System:
             "compute_type": self.translator.compute_type,
         }
 
-    def _source_tokens(self, index: int, sample) -> List[List[str]]:
+    def _source_tokens(self, index: int, sample: Dict) -> List[List[str]]:
+        """Batch ``index``'s sources as CTranslate2 reads them: token strings without padding
+        and EOS (CTranslate2 adds its own), kept for the next pass."""
         if index not in self._sources:
             dictionary = self.task.source_dictionary
             special = {dictionary.pad(), dictionary.eos()}
@@ -77,7 +88,16 @@ class CTranslate2System:
             ]
         return self._sources[index]
 
-    def decode(self, batches, setting, options, keep_hypotheses=False, measure_cache=False):
+    def decode(
+        self,
+        batches: Batches,
+        setting: Setting,
+        options: DecodeOptions,
+        keep_hypotheses: bool = False,
+        measure_cache: bool = False,
+    ) -> PassResult:
+        """``FairseqSystem.decode`` by CTranslate2's translator, its tokens counted as fairseq's
+        steps (``decoded_steps``); ``measure_cache`` is ignored (CTranslate2's cache is its own)."""
         kwargs = dict(
             beam_size=setting.beam,
             max_batch_size=batches.batch_size,
@@ -201,7 +221,7 @@ def one_line(error: BaseException) -> str:
     return " ".join(lines) or type(error).__name__
 
 
-def _in_memory_converter(base: FairseqSystem, ct2_fairseq):
+def _in_memory_converter(base: FairseqSystem, ct2_fairseq: ModuleType) -> "Converter":
     """CTranslate2's fairseq conversion, fed the already loaded model instead of a file.
 
     CTranslate2 knows fairseq's ``transformer``; a ``transformer_san`` with no sharing is exactly
@@ -211,7 +231,9 @@ def _in_memory_converter(base: FairseqSystem, ct2_fairseq):
 
     class InMemoryFairseqConverter(Converter):
         @torch.no_grad()
-        def _load(self):
+        def _load(self) -> "ModelSpec":
+            """CTranslate2's ``FairseqConverter._load`` from its model on: the spec and weights
+            of ``base``'s model (an encoder-decoder; language models are refused before)."""
             model = copy.deepcopy(base.model).float().cpu()
             args = _namespace(base.cfg.model)
             args.arch = "transformer"
@@ -227,7 +249,8 @@ def _in_memory_converter(base: FairseqSystem, ct2_fairseq):
     return InMemoryFairseqConverter()
 
 
-def _namespace(config) -> argparse.Namespace:
+def _namespace(config: Union[argparse.Namespace, "DictConfig"]) -> argparse.Namespace:
+    """A copy of the model's configuration as the namespace CTranslate2's converter reads."""
     if isinstance(config, argparse.Namespace):
         return argparse.Namespace(**vars(config))
     from omegaconf import OmegaConf

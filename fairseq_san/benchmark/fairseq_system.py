@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from typing import Dict, List, Optional, Set
 
 import torch
+from torch import nn
 
 from fairseq import checkpoint_utils, tasks  # importing fairseq registers the plugin (__init__)
 from fairseq.dataclass.configs import CommonConfig, GenerationConfig
@@ -26,6 +27,7 @@ from fairseq.dataclass.utils import overwrite_args_by_name
 from fairseq_san.benchmark.config import FAIRSEQ, STATIC, DecodeOptions, Setting, SystemSpec
 from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig
 from fairseq_san.benchmark.config import precision_label
+from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
@@ -33,13 +35,13 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.model_overrides import check_overrides, configuration_keys
 from fairseq_san.files import language_model_data
 from fairseq_san.models.option_checks import check_language_pair
-from fairseq_san.policy import load_policy
 from fairseq_san.options import (
     DECODER_EXECUTION,
     DECODER_OPTION_NAMES,
     DECODER_PRECISION,
     DECODING,
 )
+from fairseq_san.policy import load_policy
 from fairseq_san.static_decoding import PRECISIONS as STATIC_PRECISIONS
 from fairseq_san.static_decoding import StaticSequenceGenerator, build_static_generator
 from fairseq_san.static_decoding import StaticDecoderError
@@ -229,6 +231,7 @@ class FairseqSystem:
         return precision_label(str(next(self.model.parameters()).dtype))
 
     def describe(self) -> Dict:
+        """The report's record of the system: its decoder, precision, model and limits."""
         model_cfg = self.cfg.model
         decoder = self.model.decoder
         return {
@@ -254,7 +257,7 @@ class FairseqSystem:
 
     def _generator(
         self, setting: Setting, options: DecodeOptions, precision: str = "", execution: str = ""
-    ):
+    ) -> nn.Module:
         """The generator of a setting (the static decoder at ``precision`` and ``execution``, by
         default the system's), kept for the next call: building the static decoder copies, casts
         or quantizes the decoder's weights, and the timing loop decodes one setting many times."""
@@ -275,12 +278,14 @@ class FairseqSystem:
             self._generator_of = (key, generator)
         return self._generator_of[1]
 
-    def _cache_meter(self, generator) -> CacheMeter:
+    def _cache_meter(self, generator: nn.Module) -> CacheMeter:
+        """The meter of the decoder cache's peak bytes while ``generator`` decodes."""
         if isinstance(generator, StaticSequenceGenerator):
             return CacheMeter.of_static(generator.step)
         return CacheMeter.of_fairseq(self.model.decoder)
 
-    def _profiler(self, generator) -> StepProfiler:
+    def _profiler(self, generator: nn.Module) -> StepProfiler:
+        """The profiler of ``generator``'s decoder steps, encoder and cache reorders."""
         if isinstance(generator, StaticSequenceGenerator):  # its encoder: below fp32, a copy
             reorder = (DecoderCache, "reorder")
             return StepProfiler(generator.step, generator.encoder, reorder, self.device)
@@ -290,12 +295,14 @@ class FairseqSystem:
 
     def decode(
         self,
-        batches,
+        batches: Batches,
         setting: Setting,
         options: DecodeOptions,
         keep_hypotheses: bool = False,
         measure_cache: bool = False,
     ) -> PassResult:
+        """One pass of ``setting`` over the batches, timed around each generate call; the best
+        hypotheses with ``keep_hypotheses``, the cache's peak bytes with ``measure_cache``."""
         generator = self._generator(setting, options)
         meter = self._cache_meter(generator) if measure_cache else None
         seconds, tokens, sentences = 0.0, 0, 0
@@ -315,7 +322,7 @@ class FairseqSystem:
             result.cache_bytes, result.cache_tensor_bytes = meter.peak, meter.peak_tensor
         return result
 
-    def profile(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
+    def profile(self, batches: Batches, setting: Setting, options: DecodeOptions) -> Dict:
         """The step profile of one pass, after an untimed one, as the timed passes: a generator
         built for this setting allocates its caches in its first pass of each batch shape.
 
@@ -343,7 +350,7 @@ class FairseqSystem:
         spec = self.spec
         return checked_execution(spec.decoder_precision, execution_asked(spec), self.device)
 
-    def count_flops(self, batches, setting: Setting, options: DecodeOptions) -> Dict:
+    def count_flops(self, batches: Batches, setting: Setting, options: DecodeOptions) -> Dict:
         """Matrix-multiply FLOPs of decoding one batch, per output token: the work a decoding
         engine cannot skip without changing the model. The batch of median source length (the
         batches are sorted by it): the encoder's and the encoder-decoder attention's share grow

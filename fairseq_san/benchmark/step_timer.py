@@ -188,6 +188,7 @@ class PositionBound:
         return max(compute, self.weight_mb / self.bandwidth_gbs)
 
     def describe(self) -> str:
+        """The bound and the products, weights and peaks it comes from, on one line."""
         peak = f"{self.peak_gflops:,.0f} GFLOP/s" if self.peak_gflops else "no measured peak"
         return (f"{self.gflop:.3f} GFLOP at {peak}, {self.weight_mb:.1f} MB of decoder weights at "
                 f"{self.bandwidth_gbs:,.1f} GB/s: {self.ms:.4f} ms")  # fmt: skip
@@ -213,6 +214,7 @@ def position_bound(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The options of ``fairseq-san-bench steps``."""
     parser = argparse.ArgumentParser(
         prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
     )
@@ -241,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    """Time each policy's random-weight model under each decoder (``--decoders``) on random
+    batches, and print the times (and with ``--profile`` the profiles)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.decoders = args.decoders or default_decoders(args.device, args.dtype)

@@ -10,15 +10,21 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import CTRANSLATE2, FAIRSEQ, NATURAL, BenchmarkConfig, Setting
 from fairseq_san.benchmark.config import fairseq_twins
 
+if TYPE_CHECKING:  # for the annotations only: the workers import timing (through their systems)
+    import torch
+
+    from fairseq_san.benchmark.data import TextSide
+    from fairseq_san.benchmark.workers import WorkerPool
+
 logger = logging.getLogger("fairseq_san.benchmark")
 
 
-def clock(device) -> float:
+def clock(device: "torch.device") -> float:
     """perf_counter after the device (a torch.device) has finished its queued work."""
     if device.type == "cuda":
         import torch
@@ -50,7 +56,8 @@ def median(values: Sequence[float]) -> float:
 
 
 def time_setting(
-    pool, names: Sequence[str], baseline: str, setting: Setting, config: BenchmarkConfig, text,
+    pool: "WorkerPool", names: Sequence[str], baseline: str, setting: Setting,
+    config: BenchmarkConfig, text: "TextSide",
 ) -> Dict[str, Dict]:  # fmt: skip
     """Warm-up pass (also scores, cache peak, agreement with the baseline and, for a static
     decoder system, with fairseq's decoding of the same model: ``config.fairseq_twins``), then
@@ -59,6 +66,18 @@ def time_setting(
     ``pool`` runs a system's method in its worker (``WorkerPool.call``); ``text`` scores the
     warm-up hypotheses (``data.TextSide``).
     """
+    runs = _warm_up(pool, names, baseline, setting, config, text)
+    _timed_repeats(pool, names, setting, config, runs)
+    _add_speeds(runs, baseline, [name for name in names if pool.engine(name) == CTRANSLATE2])
+    return runs
+
+
+def _warm_up(
+    pool: "WorkerPool", names: Sequence[str], baseline: str, setting: Setting,
+    config: BenchmarkConfig, text: "TextSide",
+) -> Dict[str, Dict]:  # fmt: skip
+    """Each system's record from its warm-up pass: scores and cache peak, and its hypotheses'
+    agreement with the baseline's and (a static decoder system) with its fairseq twin's."""
     logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
     runs: Dict[str, Dict] = {}
     hypotheses: Dict[str, Dict[int, List[int]]] = {}
@@ -78,8 +97,17 @@ def time_setting(
         if name in hypotheses and twin in hypotheses:
             agreement = text.agreement(hypotheses[name], hypotheses[twin])
             runs[name]["agreement_with_fairseq"] = agreement
+    return runs
+
+
+def _timed_repeats(
+    pool: "WorkerPool", names: Sequence[str], setting: Setting, config: BenchmarkConfig,
+    runs: Dict[str, Dict],
+) -> None:  # fmt: skip
+    """``config.repeats`` timed passes of every system, interleaved (A B C ... A B C ...), each
+    appended to its ``runs`` record."""
     for repeat in range(config.repeats):
-        for name in names:  # interleaved: A B C ... A B C ...
+        for name in names:
             timed = pool.call(name, "decode", setting, config.decode)
             runs[name]["seconds"].append(timed.seconds)
             runs[name]["tokens_per_second_repeats"].append(timed.tokens_per_second)
@@ -90,18 +118,22 @@ def time_setting(
                 for name, run in runs.items()
             ),
         )  # fmt: skip
+
+
+def _add_speeds(runs: Dict[str, Dict], baseline: str, references: Sequence[str]) -> None:
+    """Each run's median speed, its ratio to the baseline and to each CTranslate2 row of
+    ``references`` (``ratio_to``): medians of the per-repeat ratios."""
     base = runs[baseline]["tokens_per_second_repeats"]
     for run in runs.values():
         speeds = run["tokens_per_second_repeats"]
         run["tokens_per_second"] = median(speeds)
         run["ratio_repeats"] = per_repeat_ratios(speeds, base)
         run["ratio_to_baseline"] = median(run["ratio_repeats"])
-    for reference in (name for name in names if pool.engine(name) == CTRANSLATE2):
+    for reference in references:
         theirs = runs[reference]["tokens_per_second_repeats"]
         for run in runs.values():
             ratios = per_repeat_ratios(run["tokens_per_second_repeats"], theirs)
             run.setdefault("ratio_to", {})[reference] = median(ratios)
-    return runs
 
 
 def per_repeat_ratios(speeds: Sequence[float], reference: Sequence[float]) -> List[float]:

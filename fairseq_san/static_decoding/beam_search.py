@@ -137,7 +137,7 @@ class TensorBeamSearch:
         settings: SearchSettings,
         sentences: int,
         bos: int,
-        device,
+        device: Union[str, torch.device],
         prefix: Optional[Tensor] = None,
         positions: Optional[int] = None,
         fixed_address: bool = False,
@@ -152,7 +152,9 @@ class TensorBeamSearch:
         self.sentences = sentences
         self.fixed_address = fixed_address
         # bos + tokens + eos; cumulative scores. fixed_address: see Reorderable (CUDA graphs).
-        self.tokens = Reorderable((rows, width + 1), torch.long, device, fixed_address=fixed_address)
+        self.tokens = Reorderable(
+            (rows, width + 1), torch.long, device, fixed_address=fixed_address
+        )
         self.scores = Reorderable((rows, width), torch.float32, device, fixed_address=fixed_address)
         self.ignore = torch.empty(sentences, s.beam, dtype=torch.bool, device=device)
         self.row_offsets = torch.arange(sentences, device=device).unsqueeze(1) * s.beam

@@ -51,9 +51,9 @@ class Reorderable:
 
     def __init__(
         self,
-        shape,
-        dtype,
-        device,
+        shape: Sequence[int],
+        dtype: torch.dtype,
+        device: Union[str, torch.device],
         dim: int = 0,
         length_dim: Optional[int] = None,
         fixed_address: bool = False,
@@ -126,7 +126,9 @@ class KeptMemory:
     def __init__(self) -> None:
         self.memory: Optional[Tensor] = None
 
-    def take(self, shape: Sequence[int], dtype: torch.dtype, device) -> Tensor:
+    def take(
+        self, shape: Sequence[int], dtype: torch.dtype, device: Union[str, torch.device]
+    ) -> Tensor:
         """An uninitialised tensor of ``shape`` at the start of the kept memory (a batch holds it
         until the next batch takes it)."""
         size = math.prod(shape)

@@ -28,6 +28,7 @@ from functools import partial
 from typing import Callable, ContextManager, Dict, List, Optional, Tuple, Union
 
 import torch
+from fairseq.data import Dictionary
 from fairseq.search import BeamSearch, DiverseBeamSearch, LengthConstrainedBeamSearch, Search
 from fairseq.tasks import FairseqTask
 from torch import Tensor, nn
@@ -121,7 +122,7 @@ class StaticSequenceGenerator(nn.Module):
     def __init__(
         self,
         models: List[nn.Module],
-        tgt_dict,
+        tgt_dict: Dictionary,
         beam_size: int = 1,
         max_len_a: float = 0,
         max_len_b: int = 200,
@@ -368,8 +369,9 @@ class StaticSequenceGenerator(nn.Module):
         return search
 
     def _position(
-        self, search: TensorBeamSearch, position: int, index, cache: DecoderCache
-    ) -> bool:
+        self, search: TensorBeamSearch, position: int, index: Union[int, Tensor],
+        cache: DecoderCache,
+    ) -> bool:  # fmt: skip
         """Beam search at ``position`` > 0; whether every sentence is then done. With CUDA graphs
         one replay (step, fused language model, search, reordering) and one host sync, where the
         search takes tensor steps."""

@@ -95,7 +95,9 @@ def until_one_fails(capture: Capture) -> Capture:
     the same step would fail again; the generator then runs eagerly, slower, never wrong."""
     failures: List[str] = []
 
-    def capture_unless_one_failed(body, warmup, restore):
+    def capture_unless_one_failed(
+        body: Callable[[], None], warmup: int, restore: Callable[[], None]
+    ) -> Callable[[], None]:
         if failures:
             raise RuntimeError(f"an earlier capture failed: {failures[0]}")
         try:

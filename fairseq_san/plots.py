@@ -19,6 +19,7 @@ from fairseq_san.policy import LN2, format_blocks
 Matrix = Sequence[Sequence[float]]
 
 OUTLINE_INSET = 0.08  # how far (in cells) a block's outline lies inside its cells
+BAR_INCHES = 1.0  # right of a grid of heatmaps: its colour bar, ticks ("ln 2 = 0.693") and label
 JS_LABEL = "JS divergence (nats)"
 
 # The decoder's kinds of attention that the paper's Figures 2 and 5 show, and their labels.
@@ -51,6 +52,14 @@ def save(fig, path: str) -> None:
     one)."""
     extension = os.path.splitext(path)[1][1:].lower() or "png"
     write_whole(path, lambda name: fig.savefig(name, dpi=150, format=extension))
+
+
+def _wrapped(title: str, width: float) -> str:
+    """``title`` wrapped to ``width`` inches of 9pt characters (about 0.6 em wide): a title wider
+    than its figure lost its ends."""
+    import textwrap
+
+    return textwrap.fill(title, max(int(width * 72 / (9 * 0.6)), 12))
 
 
 def _draw_js(ax, matrix: Matrix, top: float, blocks: Optional[Sequence[int]] = None,
@@ -87,19 +96,17 @@ def js_heatmap(matrix: Matrix, path: str, title: Optional[str] = None) -> None:
     The grey scale runs from 0 (black) to ln 2 (white), the largest JS in nats, or to the largest
     value where one is above it (bits), with a colour bar: a scale of the matrix's own largest
     value drew a JS of 0.02 white, as different as two layers can be. The title is wrapped to the
-    figure's width (a one- or two-layer model's lost its ends).
+    figure's width but for the bar's top tick (a one- or two-layer model's lost its ends).
     """
-    import textwrap
-
     plt = _pyplot()
     cell = 0.75
     width = 1.9 + cell * len(matrix)
-    fig, ax = plt.subplots(figsize=(width, 1.0 + cell * len(matrix)))
+    tick = 0.5  # inches right of the bar for its top tick, "ln 2 = 0.693"
+    fig, ax = plt.subplots(figsize=(width + tick, 1.0 + cell * len(matrix)))
     _draw_js(ax, matrix, _scale_top([matrix]))
     _label_js_bar(fig.colorbar(ax.get_images()[0], ax=ax, fraction=0.046, pad=0.04))
     if title:
-        characters = max(int(width * 72 / (9 * 0.6)), 12)  # 9pt characters, about 0.6 em wide
-        ax.set_title(textwrap.fill(title, characters), fontsize=9, pad=18)
+        ax.set_title(_wrapped(title, width), fontsize=9, pad=18)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
@@ -121,7 +128,7 @@ def js_heatmap_grid(
     top = _scale_top(matrices)
     columns = max(len(panels) for _, panels in rows)
     side = 0.5 * max(len(matrix) for matrix in matrices) + 0.9
-    width = 0.8 + side * columns
+    width = 0.3 + BAR_INCHES + side * columns
     fig, axes = plt.subplots(
         len(rows), columns, figsize=(width, 0.3 + side * len(rows)), squeeze=False
     )
@@ -134,22 +141,25 @@ def js_heatmap_grid(
             ax.axis("off")
     if title:  # at the top edge: at matplotlib's y=0.98 of a tall grid it met the first titles
         fig.suptitle(title, fontsize=9, y=1.0 - 0.08 / fig.get_figheight())
-    _shared_colour_bar(fig, axes[0][0].get_images()[0], 1.0 - 0.5 / width)
+    _shared_colour_bar(fig, axes[0][0].get_images()[0])
     save(fig, path)
     plt.close(fig)
 
 
-def _shared_colour_bar(fig, image, right: float) -> None:
-    """Lay ``fig``'s panels out left of ``right`` (a fraction of its width) and put one colour bar
-    of ``image``'s scale beside them: a colour bar per panel would repeat one scale."""
-    fig.tight_layout(rect=(0.0, 0.0, right, 1.0))
+def _shared_colour_bar(fig, image) -> None:
+    """Lay ``fig``'s panels out left of its last ``BAR_INCHES`` and put one colour bar of
+    ``image``'s scale there: a colour bar per panel would repeat one scale. Its gap and width are
+    in inches: fractions of a wide grid's width pushed its label off the figure."""
+    inch = 1.0 / fig.get_figwidth()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0 - BAR_INCHES * inch, 1.0))
     drawn = [ax for ax in fig.axes if ax.get_images()]
     for ax in drawn:
         ax.apply_aspect()  # the square panels' boxes, narrower than their cells of the layout
     boxes = [ax.get_position() for ax in drawn]
     left, bottom = max(box.x1 for box in boxes), min(box.y0 for box in boxes)
     height = max(box.y1 for box in boxes) - bottom
-    _label_js_bar(fig.colorbar(image, cax=fig.add_axes((left + 0.02, bottom, 0.015, height))))
+    bar = fig.add_axes((left + 0.1 * inch, bottom, 0.12 * inch, height))
+    _label_js_bar(fig.colorbar(image, cax=bar))
 
 
 def _scale_top(matrices: Sequence[Matrix]) -> float:
@@ -159,7 +169,12 @@ def _scale_top(matrices: Sequence[Matrix]) -> float:
 
 
 def _label_js_bar(bar) -> None:
-    """A heatmap's colour bar, labelled with the JS's unit."""
+    """A heatmap's colour bar, labelled with the JS's unit, its white end ticked with its value
+    (``ln 2 = 0.693``): the ticks stopped at 0.6, the end of the scale not said."""
+    top = bar.mappable.get_clim()[1]
+    ticks = [tick for tick in bar.get_ticks() if 0.0 <= tick <= 0.9 * top]
+    top_label = f"ln 2 = {LN2:.3f}" if top == LN2 else f"{top:.3g}"
+    bar.set_ticks(ticks + [top], labels=[f"{tick:g}" for tick in ticks] + [top_label])
     bar.set_label(JS_LABEL, fontsize=7)
     bar.ax.tick_params(labelsize=6)
 
@@ -194,11 +209,14 @@ def _policy_legend(fig, styles: Dict[Tuple[int, ...], Tuple]) -> None:
                title="policy (block sizes)", title_fontsize=7, frameon=False)  # fmt: skip
 
 
-def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str) -> None:
-    """Write the policy learned against theta: a panel per ``(title, theta used, bars)``, a bar per
-    model whose segments are the theta ranges of its policies (block sizes), the theta used as a
-    red dashed line. Each policy has its own colour and hatch (``_policy_styles``), named in the
-    legend below and written on its segment where it fits."""
+def policy_map(
+    panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: str, title: str
+) -> None:
+    """Write the policy learned against theta under ``title`` (of which models: the panels alone
+    did not say): a panel per ``(its title, theta used, bars)``, a bar per model whose segments are
+    the theta ranges of its policies (block sizes), the theta used as a red dashed line. Each
+    policy has its own colour and hatch (``_policy_styles``), named in the legend below and
+    written on its segment where it fits."""
     plt = _pyplot()
     styles = _policy_styles([blocks for _, _, bars in panels for _, segments in bars
                              for *_, blocks in segments])  # fmt: skip
@@ -207,7 +225,7 @@ def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: s
     legend_height = 0.3 + 0.17 * legend_rows
     height = 0.6 + 0.3 * rows + legend_height
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), height), squeeze=False)
-    for ax, (title, used, bars) in zip(axes[0], panels):
+    for ax, (panel, used, bars) in zip(axes[0], panels):
         lows, highs = zip(*((low, high) for _, segments in bars for low, high, _ in segments))
         span = max(highs) - min(lows)
         for row, (_, segments) in enumerate(bars):
@@ -224,9 +242,10 @@ def policy_map(panels: Sequence[Tuple[str, float, Sequence[PolicyBar]]], path: s
         ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"theta (dashed: {used})", fontsize=8)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(panel, fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     _policy_legend(fig, styles)
+    fig.suptitle(_wrapped(title, fig.get_figwidth()), fontsize=9)
     fig.tight_layout(rect=(0.0, legend_height / height, 1.0, 1.0))
     save(fig, path)
     plt.close(fig)
@@ -236,9 +255,10 @@ Series = Dict[int, List[Tuple[int, float]]]  # layer -> [(training steps, JS)]
 
 
 def js_training_curves(
-    panels: Dict[str, Optional[Series]], reference_layer: int, path: str
+    panels: Dict[str, Optional[Series]], reference_layer: int, path: str, title: str
 ) -> None:
-    """Write Figure 5: JS between ``reference_layer`` and other layers against training steps.
+    """Write Figure 5: JS between ``reference_layer`` and other layers against training steps,
+    under ``title`` (what is drawn, of which data: the figure alone did not say).
 
     ``panels`` maps each kind of ``DECODER_PANELS`` to ``{layer: [(steps, JS), ...]}``
     (layers 1-based) or to None when that kind has no attention weights (AAN).
@@ -266,6 +286,7 @@ def js_training_curves(
                     label=f"L{layer}")  # fmt: skip
         ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8)
         ax.grid(alpha=0.3)
+    fig.suptitle(_wrapped(title, fig.get_figwidth()), fontsize=9)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
@@ -311,40 +332,48 @@ def _label_points(ax, series: "SpeedSeries") -> None:
                                             shrinkA=0, shrinkB=3))  # fmt: skip
 
 
+# A system's marker; eleven of them against the ten colours of matplotlib's cycle ("C0".."C9"),
+# so that no two of 110 systems look alike: with ten, the eleventh was drawn as the first (blue
+# circles both).
+SPEED_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*", "<", ">", "h")
 SpeedSeries = Dict[str, List[Tuple[float, float, str]]]  # system -> [(x, tokens/s, point label)]
 
 
 def speed_curves(
-    panels: Dict[str, SpeedSeries], xlabel: str, path: str, xticks: Optional[Sequence[float]] = None
+    panels: Dict[str, SpeedSeries], xlabel: str, path: str, title: str,
+    xticks: Optional[Sequence[float]] = None,
 ) -> None:
-    """Translation speed (tokens/s) against beam size or BLEU, like the paper's Figure 4.
+    """Translation speed (tokens/s) against beam size or BLEU, like the paper's Figure 4, under
+    ``title`` (the data and machine measured: the panels alone did not say).
 
     One panel per entry of ``panels`` (its key is the title), one line per system, each with its
-    own marker (eight systems' colours alone were hard to tell where lines overlap); a point's
-    label (the beam size on a speed-vs-BLEU plot) is written near it when not empty, in its line's
-    colour, where it covers no other label (``_label_points``). ``xticks`` (the beam sizes
-    measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0, 7.5, ... The legend stands
-    right of the last panel, off the lines it covered.
+    own marker (eight systems' colours alone were hard to tell where lines overlap) and colour, the
+    same in every panel (a system without points in one shifted the others' colours there, off
+    the legend's); a point's label (the beam size on a speed-vs-BLEU plot) is written near it
+    when not empty, in its line's colour, where it covers no other label (``_label_points``).
+    ``xticks`` (the beam sizes measured) are the x axis's ticks: beams 4 and 20 were ticked 5.0,
+    7.5, ... The legend stands right of the last panel, off the lines it covered.
     """
     plt = _pyplot()
-    markers = ["o", "^", "s", "D", "v", "P", "X", "*", "<", ">"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.8, 3.5),
                              squeeze=False)  # fmt: skip
-    for ax, (title, series) in zip(axes[0], panels.items()):
+    for ax, (panel, series) in zip(axes[0], panels.items()):
         for index, (system, points) in enumerate(series.items()):
             if not points:
                 continue
             xs, speeds, _ = zip(*points)
-            ax.plot(xs, speeds, marker=markers[index % len(markers)], linewidth=1, label=system)
+            marker = SPEED_MARKERS[index % len(SPEED_MARKERS)]
+            ax.plot(xs, speeds, color=f"C{index}", marker=marker, linewidth=1, label=system)
         if xticks is not None:
             ax.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("tokens/s")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(panel, fontsize=9)
         ax.grid(alpha=0.3)
     drawn = [ax for ax in axes[0] if ax.lines]  # a panel without points (no BLEU) has no legend
     if drawn:
         drawn[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(_wrapped(title, fig.get_figwidth()), fontsize=9)
     fig.tight_layout()
     for ax, series in zip(axes[0], panels.values()):
         _label_points(ax, series)

@@ -707,10 +707,29 @@ def test_heatmap_scale_is_ln2_with_a_colour_bar_and_whole_title(monkeypatch, tmp
     heatmap, bar = fig.axes
     assert heatmap.get_images()[0].get_clim() == (0.0, LN2)
     assert bar.get_ylabel() == "JS divergence (nats)"
+    assert bar.get_yticks()[-1] == pytest.approx(LN2)  # the scale's white end, not 0.6
+    assert bar.get_yticklabels()[-1].get_text() == "ln 2 = 0.693"
     assert heatmap.get_title().replace("\n", " ") == title
     renderer = fig.canvas.get_renderer()
     box = heatmap.title.get_window_extent(renderer)
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+
+
+@pytest.mark.parametrize("flags, title", [
+    ([], "JS divergence of decoder layers 2, 3 from layer 1 against training steps (valid, 30 "
+         "sentences)"),
+    (["--layers", "3", "--title", "Multi30k De-En"], "Multi30k De-En"),
+])  # fmt: skip
+def test_plot_js_titles_the_figure_with_its_layers_and_data(tmp_path, monkeypatch, flags, title):
+    """Figure 5 said neither which layers nor which sentences it drew, nor could a user say."""
+    from fairseq_san.cli.plot_js import main
+
+    drawn = drawn_figures(monkeypatch)
+    first = write_js(tmp_path / "a", 3, decoder_self=3, decoder_encdec=3, encoder_self=2)
+    main([first, "-o", str(tmp_path / "fig5.png"), "--reference-layer", "1", "--layers", "2",
+          "3", *flags])  # fmt: skip
+    (fig,) = drawn
+    assert fig.get_suptitle().replace("\n", " ") == title
 
 
 def test_plot_js_ticks_whole_training_steps(tmp_path, monkeypatch):

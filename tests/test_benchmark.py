@@ -1513,6 +1513,12 @@ def test_a_systems_languages_or_data_are_checked_before_the_workers_start(
     )
 
 
+# What the speed figures read of a benchmark's results.json besides its systems.
+FIGURE_CONFIG = {"beams": [4, 20], "modes": ["natural"], "subset": "test", "sentences": 64,
+                 "data": "data-bin/multi30k.en-de", "batch_size": 16}  # fmt: skip
+FIGURE_MACHINE = {"cpu": "AMD EPYC", "torch_threads": 2}
+
+
 def test_speed_against_beam_is_ticked_at_the_beams(monkeypatch, tmp_path):
     """Beams 4 and 20 were ticked 5.0, 7.5, ..., 17.5: beam sizes no run had."""
     pytest.importorskip("matplotlib")
@@ -1520,11 +1526,57 @@ def test_speed_against_beam_is_ticked_at_the_beams(monkeypatch, tmp_path):
 
     drawn = drawn_figures(monkeypatch)
     settings = {f"beam{b}_natural": {"tokens_per_second": 100.0 / b} for b in (4, 20)}
-    results = {"config": {"beams": [4, 20], "modes": ["natural"]},
+    results = {"config": FIGURE_CONFIG, "machine": FIGURE_MACHINE,
                "systems": {"base": {"settings": settings}}}  # fmt: skip
     plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
     (fig,) = drawn
     assert [[float(tick) for tick in ax.get_xticks()] for ax in fig.axes] == [[4.0, 20.0]]
+
+
+@pytest.mark.parametrize("machine, device", [
+    (FIGURE_MACHINE, "AMD EPYC, 2 threads"),
+    (dict(FIGURE_MACHINE, gpu="NVIDIA H200"), "NVIDIA H200"),
+])  # fmt: skip
+def test_speed_figures_say_what_was_decoded_where_and_tell_every_system_apart(
+    monkeypatch, tmp_path, machine, device
+):  # fmt: skip
+    """The figures named neither the data nor the device measured; an eleventh system was drawn
+    in the first's colour and marker (a benchmark of eleven systems: CTranslate2 int8 and the
+    baseline both blue circles)."""
+    pytest.importorskip("matplotlib")
+    from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
+
+    drawn = drawn_figures(monkeypatch)
+    run = {"tokens_per_second": 100.0, "bleu": 30.0}
+    systems = {f"s{k}": {"settings": {"beam4_natural": run, "beam20_natural": run}}
+               for k in range(11)}  # fmt: skip
+    results = {"config": FIGURE_CONFIG, "machine": machine, "systems": systems}
+    plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
+    plot_speed_vs_bleu(results, tmp_path / "speed_vs_bleu.png")
+    title = f"test of data-bin/multi30k.en-de: 64 sentences, batches of 16; {device}"
+    assert [fig.get_suptitle() for fig in drawn] == [title, title]
+    for fig in drawn:
+        styles = {(line.get_color(), line.get_marker()) for line in fig.axes[0].lines}
+        assert len(styles) == 11
+
+
+def test_a_system_has_one_colour_in_every_panel_of_speed_against_beam(monkeypatch, tmp_path):
+    """A system without natural-length runs shifted the next system's colour in that panel, off
+    the legend, drawn from the fixed-length panel: b's line read as a's."""
+    pytest.importorskip("matplotlib")
+    from fairseq_san.benchmark.plots import plot_speed_vs_beam
+
+    drawn = drawn_figures(monkeypatch)
+    fixed = {f"beam{b}_fixed": {"tokens_per_second": 100.0} for b in (4, 20)}
+    both = {**fixed, **{f"beam{b}_natural": {"tokens_per_second": 90.0} for b in (4, 20)}}
+    results = {"config": dict(FIGURE_CONFIG, modes=["natural", "fixed"]),
+               "machine": FIGURE_MACHINE,
+               "systems": {"a": {"settings": fixed}, "b": {"settings": both}}}  # fmt: skip
+    plot_speed_vs_beam(results, tmp_path / "speed_vs_beam.png")
+    (fig,) = drawn
+    natural, fixed_panel = ({line.get_label(): line.get_color() for line in ax.lines}
+                            for ax in fig.axes)  # fmt: skip
+    assert list(natural) == ["b"] and natural["b"] == fixed_panel["b"] != fixed_panel["a"]
 
 
 def test_speed_against_bleu_writes_no_label_over_another(monkeypatch, tmp_path):
@@ -1540,7 +1592,7 @@ def test_speed_against_bleu_writes_no_label_over_another(monkeypatch, tmp_path):
     systems = {name: {"settings": {f"beam{b}_natural": {"bleu": bleu, "tokens_per_second": speed}
                                    for b, (bleu, speed) in zip((4, 20), points)}}
                for name, points in measured.items()}  # fmt: skip
-    plot_speed_vs_bleu({"config": {"beams": [4, 20], "modes": ["natural"]}, "systems": systems},
+    plot_speed_vs_bleu({"config": FIGURE_CONFIG, "machine": FIGURE_MACHINE, "systems": systems},
                        tmp_path / "speed_vs_bleu.png")  # fmt: skip
     (fig,) = drawn
     renderer = fig.canvas.get_renderer()

@@ -127,6 +127,25 @@ def test_grid_has_one_colour_bar_in_nats_and_outlines_a_whole_matrix_inside_the_
     plots._pyplot().close(fig)
 
 
+@pytest.mark.parametrize("layers", [1, 6, 12])
+def test_grids_colour_bar_says_its_white_end_and_its_label_stays_on_the_figure(
+    monkeypatch, layers
+):  # fmt: skip
+    """The bar's ticks stopped at 0.6, where ln 2 is its white end; a twelve-layer grid's bar,
+    placed in fractions of the figure's width, pushed its label off the figure."""
+    drawn = drawn_figures(monkeypatch)
+    small = [[0.1 * (i != j) for j in range(layers)] for i in range(layers)]
+    plots.js_heatmap_grid([("a", [("self", small, None), ("encdec", small, None)])], "grid.png")
+    (fig,) = drawn
+    bar = fig.axes[-1]
+    assert bar.get_yticks()[-1] == pytest.approx(LN2)
+    assert bar.get_yticklabels()[-1].get_text() == "ln 2 = 0.693"
+    fig.canvas.draw()
+    label = bar.yaxis.label.get_window_extent(fig.canvas.get_renderer())
+    assert fig.bbox.x0 <= label.x0 and label.x1 <= fig.bbox.x1
+    plots._pyplot().close(fig)
+
+
 def test_a_tall_grids_title_clears_the_first_rows_panel_titles(monkeypatch):
     """figure2.png's four rows: the title, at matplotlib's y=0.98 of the figure's height, sat on
     the first row's panel titles."""
@@ -144,17 +163,19 @@ def test_a_tall_grids_title_clears_the_first_rows_panel_titles(monkeypatch):
 
 
 def test_policies_with_as_many_blocks_each_have_their_own_colour_named_in_a_legend(monkeypatch):
-    """A shade by number of blocks drew {4,2}, {3,3} and {2,4} alike."""
+    """A shade by number of blocks drew {4,2}, {3,3} and {2,4} alike; the map did not say whose
+    policies it drew."""
     drawn = drawn_figures(monkeypatch)
     bars = [("seed 1", [(0.4, 0.45, [4, 2]), (0.45, 0.5, [3, 3]), (0.5, 0.501, [2, 4])]),
             ("seed 2", [(0.4, 0.5, [3, 3]), (0.5, 0.501, [6])])]  # fmt: skip
-    plots.policy_map([("Enc-Dec", 0.5, bars)], "map.png")
+    plots.policy_map([("Enc-Dec", 0.5, bars)], "map.png", "seeds 1 and 2")
     (fig,) = drawn
     styles = [(tuple(collection.get_facecolor()[0]), collection.get_hatch())
               for collection in fig.axes[0].collections]  # fmt: skip
     assert len(set(styles[:3])) == 3 and styles[1] == styles[3]  # {3,3} alike in both bars
     (legend,) = fig.legends
     assert [text.get_text() for text in legend.get_texts()] == ["{6}", "{2,4}", "{3,3}", "{4,2}"]
+    assert (fig.get_suptitle(), fig.axes[0].get_title()) == ("seeds 1 and 2", "Enc-Dec")
     plots._pyplot().close(fig)
 
 

@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--layers", type=int, nargs="+", default=list(DEFAULT_LAYERS), metavar="L",
         help=f"layers to plot, from 1 (default: {' '.join(map(str, DEFAULT_LAYERS))})",
     )  # fmt: skip
+    parser.add_argument(
+        "--title", metavar="TEXT",
+        help="the figure's title (default: the layers drawn, and the subset and number of "
+        "sentences the analyses record)",
+    )  # fmt: skip
     return parser
 
 
@@ -218,6 +223,20 @@ def curves(
     return panels
 
 
+def figure_title(analyses: List[Tuple[str, dict]], reference: int, layers: List[int]) -> str:
+    """What the figure draws, and of which data where the analyses record it (one subset, one
+    number of sentences: ``check_one_series``): ``JS divergence of decoder layers 5, 6 from
+    layer 4 against training steps (valid, 500 sentences)``."""
+    plural = "s" if len(layers) > 1 else ""
+    drawn = (f"JS divergence of decoder layer{plural} {', '.join(map(str, layers))} from layer "
+             f"{reference} against training steps")  # fmt: skip
+    subset, sentences = (next((data[field] for _, data in analyses if data.get(field) is not None),
+                              None) for field in ("subset", "sentences"))  # fmt: skip
+    data = [str(subset)] if subset is not None else []
+    data += [f"{sentences} sentences"] if sentences is not None else []
+    return f"{drawn} ({', '.join(data)})" if data else drawn
+
+
 def check_output(path: str, inputs: List[str]) -> None:
     """The figure can be written to ``path``, said before any analysis is read: a name, in a
     folder that is there, ending in a format matplotlib writes (it would add ".png" to any
@@ -270,7 +289,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     from fairseq_san.plots import js_training_curves
 
     try:
-        js_training_curves(panels, args.reference_layer, args.output)
+        title = args.title or figure_title(analyses, args.reference_layer, args.layers)
+        js_training_curves(panels, args.reference_layer, args.output, title)
     except OSError as err:
         parser.error(f"cannot write {args.output}: {err.strerror or err}")
     count = f"{len(analyses)} checkpoint" + ("s" if len(analyses) > 1 else "")

@@ -173,7 +173,8 @@ def write_theta_map(results: str, pairs: Sequence[str], path: str) -> None:
     used = loop_thetas(results, pairs)
     analyses = seed_analyses(results, pairs)
     panels = [(name, used[kind], theta_bars(analyses, kind)) for kind, name in DECODER_PANELS]
-    policy_map(panels, path)
+    policy_map(panels, path, "The decoder's sharing policy each converged baseline learns against "
+               "theta (Eq. 6 on its analysis)")  # fmt: skip
 
 
 def write_figures(results: str) -> List[str]:

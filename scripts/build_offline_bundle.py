@@ -290,10 +290,16 @@ def extension_sources(sdist: Path, version: str) -> Dict[str, bytes]:
     with tempfile.TemporaryDirectory() as tmp, archive:
         top = f"fairseq_fixed-{version}"
         wanted = {f"{top}/{source}" for sources in EXTENSIONS.values() for source in sources}
-        members = [member for member in members if member.name in wanted]
-        if len(members) != len(wanted):
+        # regular files only, written here: extractall(filter=...) needs Python 3.11.4 or newer
+        # (Debian 12's python3.11 is 3.11.2)
+        files = {member.name: member for member in members
+                 if member.name in wanted and member.isfile()}  # fmt: skip
+        if len(files) != len(wanted):
             fail(f"{sdist} lacks some of {sorted(wanted)}: is it fairseq-fixed {version}?")
-        archive.extractall(tmp, members=members, filter="data")
+        for member in files.values():
+            target = Path(tmp, member.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.extractfile(member).read())
         root = Path(tmp) / top
         pyx = [
             Extension(module, [str(root / source) for source in sources], language="c++")

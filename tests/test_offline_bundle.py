@@ -8,12 +8,14 @@ with the plugin from the bundle, and the plugin's commands run.
 
 import gzip
 import hashlib
+import io
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Dict
 
@@ -359,6 +361,32 @@ def test_an_sdist_cut_short_is_one_line(tmp_path):
     assert str(error.value).startswith(f"build_offline_bundle.py: error: {sdist} is not a whole "
                                        ".tar.gz (")  # fmt: skip
     assert str(error.value).endswith("remove it, or give fairseq-fixed's sdist with --fairseq-sdist")
+
+
+def test_extension_sources_are_read_on_a_python_before_the_extraction_filters(
+    tmp_path, monkeypatch
+):
+    """extractall(filter="data") was a TypeError traceback before Python 3.11.4 (Debian 12's
+    python3.11 is 3.11.2): the sources are read from the sdist as files."""
+    extractall = tarfile.TarFile.extractall
+
+    def before_the_filters(self, path=".", members=None):  # Python 3.11.3's signature
+        return extractall(self, path, members)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", before_the_filters)
+    builder = load_builder()
+    sdist = tmp_path / "fairseq_fixed-0.12.3.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for sources in builder.EXTENSIONS.values():
+            for source in sources:
+                data = b"def one():\n    return 1\n" if source.endswith(".pyx") else b"// C++\n"
+                member = tarfile.TarInfo(f"fairseq_fixed-0.12.3.1/{source}")
+                member.size = len(data)
+                archive.addfile(member, io.BytesIO(data))
+    sources = builder.extension_sources(sdist, "0.12.3.1")
+    translated = [name for names in builder.compiled_sources().values() for name in names]
+    assert set(translated) <= set(sources)
+    assert sources["fairseq/clib/libbleu/module.cpp"] == b"// C++\n"
 
 
 def test_a_prefix_is_installed_again_for_another_bundle_or_python(tmp_path):

@@ -359,6 +359,17 @@ def test_output_dash_is_standard_output(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
+def test_output_dash_to_a_terminal_is_refused(tmp_path, monkeypatch):
+    """``--output -`` at a terminal printed the checkpoint's megabytes of zip archive there."""
+    monkeypatch.setattr(average.sys.stdout, "isatty", lambda: True)
+    checkpoint = tmp_path / "c.pt"
+    torch.save({"model": {"w": torch.ones(2)}}, checkpoint)
+    assert refusal(["--inputs", str(checkpoint), "--output", "-"]) == (
+        "--output -: standard output is a terminal, and a checkpoint is binary: redirect it "
+        "(> FILE)"
+    )
+
+
 @pytest.mark.slow
 def test_an_average_that_cannot_be_written_says_why(checkpoints, tmp_path):
     """On a full disk (here a file-size limit) the reason was torch's "[enforce fail at

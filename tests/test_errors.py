@@ -2049,6 +2049,22 @@ def test_loop_outputs_that_are_their_inputs_are_refused(tmp_path, capsys):
     assert log.read_text() == before and "Perplexity" in eval_log.read_text()
 
 
+def test_loop_dash_is_standard_input_and_output(tmp_path):
+    """``-`` as a log read a file named "-" (none: "No such file", or with ``-o -`` "-o - is the
+    input -"), and ``-o -`` wrote the table or the JSON silently to a file named "-" in the
+    working folder, as fairseq-san-score, -spm and -average did."""
+    table = run_cli("fairseq-san-loop", "train-log", "-", "-o", "-", cwd=tmp_path,
+                    input=valid_record(10, "7.0"))  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1].startswith("| /dev/stdin |")
+    assert table.stdout.count("/dev/stdin") == 1
+    scored = run_cli("fairseq-san-loop", "perplexity", "-", "-o", "-", cwd=tmp_path,
+                     input="Evaluated 15 tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: 32.00\n")
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout) == {"perplexity": 32.0, "loss_base2": 5.0, "tokens": 15}
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_loop_output_on_a_full_device_is_named(tmp_path, capsys):
     """``train-log LOG -o /dev/full`` said "[Errno 28] No space left on device", naming no

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from fairseq_san import files
 from fairseq_san.cli import LOG_FORMAT, positive_int
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.files import input_at, written_to
+from fairseq_san.files import DASH, input_at, written_to
 from fairseq_san.options import MODEL_OPTION_NAMES
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -108,8 +108,11 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 
 def output_problem(output: str, inputs: List[str]) -> Optional[str]:
-    """Why the average cannot be written to ``output``, checked before any checkpoint is read;
-    None if it can."""
+    """Why the average cannot be written to ``output`` (``--output``), checked before any
+    checkpoint is read; None if it can."""
+    if output == DASH and sys.stdout.isatty():  # megabytes of a zip archive on the screen
+        return "standard output is a terminal, and a checkpoint is binary: redirect it (> FILE)"
+    output = written_to(output)
     temporary = files.temporary_path(os.path.realpath(output))  # save's, files.write_whole's
     named = input_at(temporary, inputs)
     if named:
@@ -317,12 +320,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, stream=sys.stderr)  # progress
     try:
         paths = input_paths(args)
-        output = written_to(args.output)
-        problem = output_problem(output, paths)
+        problem = output_problem(args.output, paths)
         if problem:
             raise UsageError(f"--output {args.output or repr(args.output)}: {problem}")
         logger.info("averaging %d checkpoint(s): %s", len(paths), ", ".join(paths))
-        save(average(paths), output)
+        save(average(paths), written_to(args.output))
     except UsageError as err:  # a CheckpointError among them
         sys.exit(f"{PROG}: error: {err}")
     logger.info("wrote %s, the average of %d checkpoint(s)", args.output, len(paths))

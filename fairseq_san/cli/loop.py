@@ -49,10 +49,10 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
-from fairseq_san.files import output_problem, write_text
+from fairseq_san.files import DASH, output_problem, read_from, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
 from fairseq_san.loop.decode_key import decode_key
-from fairseq_san.loop.perplexity import task_arguments, write_perplexity
+from fairseq_san.loop.perplexity import read_perplexity, task_arguments, write_perplexity
 from fairseq_san.loop.recipe_options import (
     LM_LOOP,
     LOOP,
@@ -204,8 +204,11 @@ def check_output(output: str, inputs: List[str], what: str) -> None:
 
 
 def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
-    check_output(args.output, [args.log], "the JSON file")
-    print(json.dumps(write_perplexity(args.log, args.output)))
+    log = read_from(args.log)
+    to_file = args.output != DASH  # "-": standard output, where the JSON is printed
+    if to_file:
+        check_output(args.output, [log], "the JSON file")
+    print(json.dumps(write_perplexity(log, args.output) if to_file else read_perplexity(log)))
     return 0
 
 
@@ -220,10 +223,12 @@ def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def run_train_log(args: argparse.Namespace, after: List[str]) -> int:
-    if args.output is not None:
-        check_output(args.output, args.logs, "the table")
-    table = train_log_table(args.logs)
-    if args.output:
+    logs = [read_from(path) for path in args.logs]
+    to_file = args.output not in (None, DASH)  # "-": standard output, where it is printed
+    if to_file:
+        check_output(args.output, logs, "the table")
+    table = train_log_table(logs)
+    if to_file:
         write_text(args.output, table)  # whole or not at all, as the loop's other files
     print(table, end="")
     return 0
@@ -298,13 +303,20 @@ def add_recipe_step_parsers(commands: argparse._SubParsersAction) -> None:
     systems.set_defaults(run=run_test_systems)
     train_log = commands.add_parser("train-log", help="training logs side by side, as a table")
     train_log.add_argument(
-        "logs", nargs="+", help="fairseq-train logs written with --log-format json"
-    )
-    train_log.add_argument("-o", "--output", help="also write the table here")
+        "logs", nargs="+",
+        help="fairseq-train logs written with --log-format json ('-': standard input)",
+    )  # fmt: skip
+    train_log.add_argument(
+        "-o", "--output",
+        help="also write the table here ('-': standard output, where it is printed)",
+    )  # fmt: skip
     train_log.set_defaults(run=run_train_log)
     perplexity = commands.add_parser("perplexity", help="fairseq-eval-lm's perplexity as JSON")
-    perplexity.add_argument("log", help="the output of fairseq-eval-lm")
-    perplexity.add_argument("-o", "--output", required=True, help="write the JSON here")
+    perplexity.add_argument("log", help="the output of fairseq-eval-lm ('-': standard input)")
+    perplexity.add_argument(
+        "-o", "--output", required=True,
+        help="write the JSON here ('-': standard output, where it is printed)",
+    )  # fmt: skip
     perplexity.set_defaults(run=run_perplexity)
     task_args = commands.add_parser(
         "lm-task-args", help="the language-modelling task's options among fairseq-train's "

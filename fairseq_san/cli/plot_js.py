@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
 from fairseq_san.errors import abbreviated, repeated
-from fairseq_san.files import file_given_twice, output_problem
+from fairseq_san.files import DASH, file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import (
     KINDS,
@@ -241,7 +241,7 @@ def check_output(path: str, inputs: List[str]) -> None:
     """The figure can be written to ``path``, said before any analysis is read: a name, in a
     folder that is there, ending in a format matplotlib writes (it would add ".png" to any
     other), and no input (a js.json named so was overwritten)."""
-    if path == "-":  # its format would be a guess, and binary on a terminal
+    if path == DASH:  # its format would be a guess, and binary on a terminal
         raise PlotError(
             "-o -: the figure is not written to standard output (its format is read from the "
             "file name's extension): name a file, e.g. -o fig5.png"

@@ -30,7 +30,7 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.files import DASH, STDIN, file_given_twice, output_problem, same_bytes
+from fairseq_san.files import DASH, file_given_twice, output_problem, read_from, same_bytes
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -80,7 +80,7 @@ def add_theta_flags(parser: argparse.ArgumentParser) -> None:
 
 def input_file(path: str) -> str:
     """The file that JS_JSON ``path`` names: standard input for "-", else ``analysis_file``."""
-    return STDIN if path == DASH else analysis_file(path)
+    return analysis_file(read_from(path))
 
 
 def build_parser() -> argparse.ArgumentParser:

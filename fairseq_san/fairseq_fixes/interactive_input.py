@@ -40,9 +40,7 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence, without_numpy_reprs
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
-from fairseq_san.files import GZIP_MAGIC
-
-STDIN = "-"
+from fairseq_san.files import DASH, GZIP_MAGIC
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +48,9 @@ logger = logging.getLogger(__name__)
 def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:
     """The one-line error for ``source`` (a path or ``-``) that is not UTF-8 text; for
     gzip-compressed input (its first bytes), how to decompress it."""
-    name = "standard input" if source == STDIN else f"--input {source}"
+    name = "standard input" if source == DASH else f"--input {source}"
     if bytes(error.object[:2]) == GZIP_MAGIC and error.start <= 1:
-        given = "FILE" if source == STDIN else source
+        given = "FILE" if source == DASH else source
         return UsageError(
             f"{name} is gzip-compressed; fairseq-interactive reads plain UTF-8 text: decompress "
             f"it first (zcat {given} | fairseq-interactive ... --input -)"
@@ -69,7 +67,7 @@ def strict_utf8(buffered_read):
 
     @functools.wraps(buffered_read)
     def wrapper(source, buffer_size):
-        if source == STDIN:
+        if source == DASH:
             sys.stdin.reconfigure(errors="strict")
         try:
             yield from buffered_read(source, buffer_size)

@@ -121,3 +121,32 @@ def test_a_venv_made_before_the_record_keeps_its_torch(tmp_path, system_packages
         f"make setup TORCH=cpu: {venv} was made with TORCH={torch_build}; make clean-venv first"
     )
     assert (venv / ".torch").read_text() == f"{torch_build}\n"
+
+
+def setup_requirements() -> List[str]:
+    """setup.py's install_requires and extras, read from its source (nothing run)."""
+    import ast
+
+    call = next(
+        node for node in ast.walk(ast.parse((REPO / "setup.py").read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup"
+    )
+    given = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords
+             if keyword.arg in ("install_requires", "extras_require")}  # fmt: skip
+    extras = [item for items in given["extras_require"].values() for item in items]
+    return given["install_requires"] + extras
+
+
+def test_setup_installs_every_requirement_setup_py_names(tmp_path):
+    """``make setup`` installs the plugin with --no-deps after listing its requirements itself:
+    one added to setup.py alone would be missing from every venv it makes (Python >= 3.11)."""
+    from packaging.requirements import Requirement
+
+    result = setup_commands(tmp_path)
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.replace("\\\n", " ").splitlines()  # a continued line as one
+    installed = " ".join(line for line in commands if "pip install" in line)
+    for text in setup_requirements():
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate({"python_version": "3.11"}):
+            assert re.search(rf"(^|[\s'\"]){re.escape(requirement.name)}\b", installed), text

@@ -9,9 +9,9 @@
 # and has set, from fairseq-san-loop options, RUN_DIR, START_OPTIONS, MAX_ITERATIONS, UPDATES, the
 # start options (WARM_START, WARM_UPDATES, CPU_RANKS, LAUNCHER and its LAUNCHER_WORDS) and DRY_RUN
 # (1: print the first unfinished iteration's commands, write nothing); start_loop keeps the
-# fairseq-train arguments (EXTRA_ARGS). A step whose output exists is skipped, so running the
-# recipe again resumes; the loop stops when the learned policy is not new (fairseq-san-loop
-# settled says why) and writes RUN_DIR/loop.md.
+# fairseq-train arguments (EXTRA_ARGS). A step whose output exists is skipped (said in a line), so
+# running the recipe again resumes; the loop stops when the learned policy is not new
+# (fairseq-san-loop settled says why) and writes RUN_DIR/loop.md.
 
 start_loop() {  # start_loop FAIRSEQ_TRAIN_ARGS...: check the inputs, lock RUN_DIR, record the run
   # One loop per run dir: RUN/.lock stays locked on fd 9, which every command after this inherits,
@@ -56,6 +56,11 @@ iteration_done() {  # iteration_done ITER_DIR NEXT_DIR: every step of the iterat
     && [ -f "$2/policy.json" ]
 }
 
+done_already() {  # done_already K STEP FILE: whether FILE, STEP's output, exists; if so, says so
+  [ -f "$3" ] || return 1
+  echo "== iteration $1: $2 already ($3)"
+}
+
 run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K not yet done
   local dir=$1 next=$2 k=$3 checkpoint=$1/checkpoints/checkpoint_best.pt
   if [ "$DRY_RUN" = 1 ]; then  # writes nothing: not even P_0, the train log or RUN/last
@@ -66,6 +71,7 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
     policy=$(fairseq-san-loop show "$dir/policy.json" --run-dir "$RUN_DIR")
     echo "== iteration $k: policy $policy"
     if [ ! -f "$dir/trained" ]; then
+      echo "== iteration $k: training (its output also goes to $dir/train.log)"
       train "$dir" "$k" 2>&1 | tee -a "$dir/train.log"
       if [ ! -f "$checkpoint" ]; then  # else marked trained, and every re-run skipped training
         echo "learn_to_share: iteration $k: fairseq-train ended without $checkpoint (its output: $dir/train.log)" >&2
@@ -78,15 +84,18 @@ run_iteration() {  # run_iteration ITER_DIR NEXT_DIR K: the steps of iteration K
       echo "learn_to_share: iteration $k: $dir/trained says it trained, and $checkpoint is gone:" \
         "delete $dir/trained to train it again" >&2
       exit 1
+    else
+      done_already "$k" trained "$dir/trained"
     fi
     # The last trained iteration: the loop's result at its end.
     ln -sfn "iter$k" "$RUN_DIR/last"
   fi
-  [ -f "$dir/analysis/js.json" ] || analyze "$dir" "$checkpoint"
-  [ -f "$dir/valid.json" ] || score "$dir" "$checkpoint"
+  done_already "$k" analysed "$dir/analysis/js.json" || analyze "$dir" "$checkpoint"
+  done_already "$k" scored "$dir/valid.json" || score "$dir" "$checkpoint"
   [ "$DRY_RUN" = 1 ] || mkdir -p "$next"
   # Learned once: the policy that iteration k+1 is (or will be) trained with is never rewritten.
-  [ -f "$next/policy.json" ] || learn "$dir/analysis/js.json" "$next/policy.json"
+  done_already "$k" "learned P_$((k + 1))" "$next/policy.json" \
+    || learn "$dir/analysis/js.json" "$next/policy.json"
   if [ "$DRY_RUN" = 1 ]; then
     echo "(dry run: iteration $((k + 1)) repeats these commands with $next/policy.json, until" \
       "it equals $dir/policy.json)"

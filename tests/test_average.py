@@ -104,6 +104,9 @@ def test_average_is_the_mean_of_the_newest_two(checkpoints, averaged):
     oldest = load_state(str(by_update[1]))
     assert any(not torch.equal(oldest["model"][n], t) for n, t in mean["model"].items())
     assert str(by_update[3]) in result.stderr and str(by_update[2]) in result.stderr
+    # the progress log in fairseq's format: its timestamps had milliseconds, fairseq's have none
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_san\.cli\.average \| "
+                     "wrote ", result.stderr, re.MULTILINE), result.stderr  # fmt: skip
     assert not output.with_name("final.pt.tmp").exists()
 
 

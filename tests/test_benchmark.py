@@ -462,6 +462,35 @@ def test_a_systems_ratio_is_its_speed_over_the_baselines_in_each_repeat():
     assert runs["fast"]["tokens_per_second"] == 200.0  # the median of 200, 66.7 and 400
 
 
+def test_each_setting_and_repeat_says_its_place_and_the_time_left(caplog):
+    """A grid of settings timed for hours logged "beam 4, natural lengths, repeat 3: ..." with
+    neither how many settings and repeats there are nor how long the rest takes."""
+    import logging
+    import time
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import BenchmarkConfig, parse_system
+    from fairseq_san.benchmark.run import _time_settings
+    from fairseq_san.benchmark.timing import PassResult, time_left
+
+    pool = SimpleNamespace(
+        call=lambda name, *args, **kwargs: PassResult(1.0, 100, 4),
+        engine=lambda name: "ctranslate2", names=["base"], systems={"base": {}},
+    )  # fmt: skip
+    config = BenchmarkConfig(data="d", out_dir="o", repeats=2, beams=(1, 4), modes=("fixed",),
+                             systems=[parse_system("base=a.pt")])  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="fairseq_san.benchmark"):
+        _time_settings(pool, "base", config, None, 10)
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0] == "setting 1/2: beam 1, fixed lengths: warm-up"
+    assert re.fullmatch(r"beam 1, fixed lengths, repeat 2/2: base 100\.0 tok/s", said[2])
+    assert re.fullmatch(r"setting 2/2: beam 4, fixed lengths: warm-up \(about \d+ s left to "
+                        r"time\)", said[3])  # fmt: skip
+    assert time_left(time.monotonic() - 120, 1, 4) == "about 6 min left"
+    assert time_left(time.monotonic() - 10, 2, 3) == "about 5 s left"
+    assert time_left(time.monotonic(), 0, 3) == ""
+
+
 def test_a_speed_up_over_ctranslate2_is_the_median_of_its_per_repeat_ratios():
     """Published by hand as a ratio of two medians (passes timed apart paired), which read a
     noisy run's 2.90 as 3.66; the report now gives the per-repeat median beside every row."""

@@ -149,6 +149,14 @@ def test_extend_trains_more_iterations_and_keeps_the_learned_policy(first_run, d
     assert read_json(first_run / "run.json")["options"]["--max-iterations"] == "2"
     trainings = [c for c in fairseq_commands(output_of(result)) if c.startswith("+ fairseq-train ")]
     assert len(trainings) == 1
+    # Each step says it is done already, or where its log goes: a resumed run said nothing of
+    # the steps it skipped, and nothing said that training's output is kept in train.log.
+    for step, output in (("trained", "trained"), ("analysed", "analysis/js.json"),
+                         ("scored", "valid.json"), ("learned P_1", "../iter1/policy.json")):
+        said = f"== iteration 0: {step} already ({first_run / 'iter0' / output})\n"
+        assert said.replace("iter0/../", "") in result.stdout, result.stdout[-3000:]
+    assert (f"== iteration 1: training (its output also goes to {first_run / 'iter1'}/train.log)"
+            in result.stdout)  # fmt: skip
     # The extended run is now the record: the same command again runs nothing.
     again = run_loop(data, first_run, "--max-iterations", "2", updates=10)
     assert again.returncode == 0, output_of(again)[-3000:]

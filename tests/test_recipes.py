@@ -1380,6 +1380,15 @@ def test_score_into_a_missing_folder_is_one_line_before_scoring(tmp_path, output
 
 # --- fairseq-san-spm ---------------------------------------------------------------------------
 
+# A line of the progress log, in fairseq's format ("2026-12-06 17:59:42 | INFO | name | ...").
+PROGRESS_LOG = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| [\w.]+ \| ")
+
+
+def without_progress(stderr: str) -> str:
+    """``stderr`` without the lines of the progress log (what learning from a file says): the
+    command's error, warnings and notes, stripped."""
+    return "\n".join(line for line in stderr.splitlines() if not PROGRESS_LOG.match(line)).strip()
+
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory) -> Path:
@@ -1391,6 +1400,23 @@ def spm_model(tmp_path_factory) -> Path:
                      "--vocab-size", "60")  # fmt: skip
     assert result.returncode == 0, output_of(result)[-3000:]
     return root / "spm.model"
+
+
+def test_spm_train_says_what_it_learns_and_what_it_wrote(tmp_path):
+    """Learning from a large corpus takes minutes, and the command said nothing, not even at its
+    end; it logs both, in fairseq's format (timestamps without milliseconds)."""
+    text = tmp_path / "train.txt"
+    text.write_text("a man walks\na dog runs\n" * 20)
+    prefix = tmp_path / "spm"
+    result = run_cli("fairseq-san-spm", "train", str(text), "--model-prefix", str(prefix),
+                     "--vocab-size", "24")  # fmt: skip
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [PROGRESS_LOG.sub("", line) for line in lines if PROGRESS_LOG.match(line)] == [
+        f"learning a bpe model of 24 pieces from {text} (sentencepiece says nothing until it "
+        "ends: minutes on a large corpus)",
+        f"wrote {prefix}.model and {prefix}.vocab",
+    ], result.stderr
 
 
 @pytest.mark.parametrize("command", ["encode", "decode"])
@@ -1480,7 +1506,7 @@ def test_spm_train_that_cannot_write_its_model_whole_leaves_the_last_one(spm_mod
             "--force"]  # fmt: skip
     result = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True,
                             timeout=240, preexec_fn=small_files)  # fmt: skip
-    assert result.returncode == 1 and result.stderr.strip() == (
+    assert result.returncode == 1 and without_progress(result.stderr) == (
         f"fairseq-san-spm: error: --model-prefix {tmp_path / 'spm'}: sentencepiece could not "
         "write the model whole (a full disk?): nothing written"
     )
@@ -1551,7 +1577,7 @@ def test_spm_train_on_a_pipe_of_blank_lines_is_one_line(tmp_path):
         env=cli_env(), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert result.returncode == 1
-    said = result.stderr.strip()  # the pipe named as bash names it
+    said = without_progress(result.stderr)  # the pipe named as bash names it
     assert re.fullmatch(
         r"fairseq-san-spm: error: no sentence to learn subwords from in /dev/fd/\d+", said
     ), said
@@ -1630,7 +1656,7 @@ def test_spm_errors_are_the_commands_words(spm_model, tmp_path):
     for args, said in cases:
         result = run_cli("fairseq-san-spm", *args)
         assert result.returncode == 1 and result.stdout == "", result.stderr
-        (line,) = result.stderr.strip().splitlines()
+        (line,) = without_progress(result.stderr).splitlines()
         assert re.fullmatch(f"fairseq-san-spm: error: {said}", line), line
     assert not list(tmp_path.glob("m.*"))
 

@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -17,7 +18,7 @@ from fairseq_san.benchmark.fairseq_system import check_translation, load_checkpo
 from fairseq_san.benchmark.machine import choose_device, machine_info, matmul_peak
 from fairseq_san.benchmark.plots import plot_speed_vs_beam, plot_speed_vs_bleu
 from fairseq_san.benchmark.report import markdown_report
-from fairseq_san.benchmark.timing import median, time_setting
+from fairseq_san.benchmark.timing import median, time_left, time_setting
 from fairseq_san.benchmark.workers import WorkerPool
 from fairseq_san.files import write_text
 
@@ -60,6 +61,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
     fixed_length = config.fixed_length or max(1, round(batches.mean_target_length()))
     del tasks
 
+    logger.info("loading %d system(s) in worker processes", len(config.systems))
     with WorkerPool(config, baseline, device) as pool:
         assert set(pool.sentences.values()) == {len(batches.ids)}, pool.sentences
         check_source_lengths(pool.systems, batches.longest_source(), config.subset)
@@ -90,6 +92,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         "notes": notes,
     }
     write_results(results, out_dir)
+    logger.info("wrote the results in %s", out_dir)
     return results
 
 
@@ -108,14 +111,19 @@ def _skip_notes(pool: WorkerPool, config: BenchmarkConfig, text: TextSide) -> Li
 def _time_settings(
     pool: WorkerPool, baseline: str, config: BenchmarkConfig, text: TextSide, fixed_length: int
 ) -> Dict[str, Dict]:
-    """Every system's record, with its runs at each (beam, mode) setting under ``settings``."""
+    """Every system's record, with its runs at each (beam, mode) setting under ``settings``;
+    each setting logged with its place in the grid and the time the rest will take."""
     systems = {name: {**info, "settings": {}} for name, info in pool.systems.items()}
-    for beam in config.beams:
-        for mode in config.modes:
-            setting = Setting.of(beam, mode, fixed_length)
-            runs = time_setting(pool, pool.names, baseline, setting, config, text)
-            for name, run in runs.items():
-                systems[name]["settings"][setting.key] = run
+    grid = [(beam, mode) for beam in config.beams for mode in config.modes]
+    started = time.monotonic()
+    for done, (beam, mode) in enumerate(grid):
+        left = time_left(started, done, len(grid))
+        logger.info("setting %d/%d: beam %d, %s lengths: warm-up%s", done + 1, len(grid), beam,
+                    mode, f" ({left} to time)" if left else "")  # fmt: skip
+        setting = Setting.of(beam, mode, fixed_length)
+        runs = time_setting(pool, pool.names, baseline, setting, config, text)
+        for name, run in runs.items():
+            systems[name]["settings"][setting.key] = run
     return systems
 
 
@@ -221,6 +229,7 @@ def _measure_caches(pool, names, systems, config, mode: str, fixed_length: int) 
         setting = Setting.of(beam, mode, fixed_length)
         for name in names:
             if setting.key not in systems[name]["settings"]:
+                logger.info("cache peak: beam %d, %s lengths: %s", beam, mode, name)
                 measured = pool.call(name, "decode", setting, config.decode, measure_cache=True)
                 systems[name]["settings"][setting.key] = {
                     "beam": beam, "mode": mode, "length": setting.length,

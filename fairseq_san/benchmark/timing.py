@@ -78,7 +78,6 @@ def _warm_up(
 ) -> Dict[str, Dict]:  # fmt: skip
     """Each system's record from its warm-up pass: scores and cache peak, and its hypotheses'
     agreement with the baseline's and (a static decoder system) with its fairseq twin's."""
-    logger.info("beam %d, %s lengths: warm-up", setting.beam, setting.mode)
     runs: Dict[str, Dict] = {}
     hypotheses: Dict[str, Dict[int, List[int]]] = {}
     for name in names:
@@ -112,12 +111,22 @@ def _timed_repeats(
             runs[name]["seconds"].append(timed.seconds)
             runs[name]["tokens_per_second_repeats"].append(timed.tokens_per_second)
         logger.info(
-            "beam %d, %s lengths, repeat %d: %s", setting.beam, setting.mode, repeat + 1,
-            ", ".join(
+            "beam %d, %s lengths, repeat %d/%d: %s", setting.beam, setting.mode, repeat + 1,
+            config.repeats, ", ".join(
                 f"{name} {run['tokens_per_second_repeats'][-1]:.1f} tok/s"
                 for name, run in runs.items()
             ),
         )  # fmt: skip
+
+
+def time_left(started: float, done: int, total: int) -> str:
+    """An estimate of the time the ``total - done`` passes left take, from the ``done`` ones
+    since ``started`` (``time.monotonic``): "about 3 min left"; "" before the first is done."""
+    if not done:
+        return ""
+    seconds = (time.monotonic() - started) / done * (total - done)
+    said = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    return f"about {said} left"
 
 
 def _add_speeds(runs: Dict[str, Dict], baseline: str, references: Sequence[str]) -> None:

@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import functools
+import logging
 import os
 import signal
 import sys
@@ -10,8 +11,17 @@ from typing import Callable, Iterator, TypeVar
 
 Result = TypeVar("Result")
 
-# fairseq's log format, for the commands with a progress log (fairseq-san-bench, -average).
+# fairseq's log format (fairseq_cli.train's), for the commands with a progress log.
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def log_progress() -> None:
+    """Log INFO and above to standard error in fairseq's format, timestamps and all (the
+    commands that can run for minutes: fairseq-san-bench, -average, -spm train)."""
+    logging.basicConfig(
+        format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT, level=logging.INFO, stream=sys.stderr
+    )
 
 
 class OutputError(OSError):

@@ -25,7 +25,7 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san import files
-from fairseq_san.cli import LOG_FORMAT, positive_int
+from fairseq_san.cli import log_progress, positive_int
 from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import DASH, input_at, written_to
 from fairseq_san.options import MODEL_OPTION_NAMES
@@ -317,7 +317,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     ):
         parser.error("--checkpoint-upper-bound needs --num-update-checkpoints or "
                      "--num-epoch-checkpoints")  # fmt: skip
-    logging.basicConfig(format=LOG_FORMAT, level=logging.INFO, stream=sys.stderr)  # progress
+    log_progress()
     try:
         paths = input_paths(args)
         problem = output_problem(args.output, paths)

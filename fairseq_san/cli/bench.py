@@ -19,7 +19,6 @@ random-weight models, with no data (``fairseq_san.benchmark.step_timer``).
 
 import argparse
 import dataclasses
-import logging
 import shlex
 import sys
 from typing import Dict, List, Optional
@@ -27,7 +26,7 @@ from typing import Dict, List, Optional
 from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import check_config, parse_system
-from fairseq_san.cli import LOG_FORMAT, exiting_on_termination, quiet_when_output_closes
+from fairseq_san.cli import exiting_on_termination, log_progress, quiet_when_output_closes
 
 PROG = "fairseq-san-bench"
 
@@ -199,11 +198,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         check_config(config)
     except ValueError as err:
         sys.exit(f"{PROG}: error: {err}")
-    logging.basicConfig(
-        format=LOG_FORMAT,
-        level=logging.INFO,
-        stream=sys.stderr,
-    )
+    log_progress()
     from fairseq_san.benchmark.report import markdown_report
     from fairseq_san.benchmark.run import run_benchmark
     from fairseq_san.benchmark.workers import WorkerDied

@@ -9,6 +9,7 @@ sentencepiece model on the concatenation of both sides. ``decode`` turns pieces 
 import argparse
 import functools
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from typing import Callable, List, Optional, Tuple
 
-from fairseq_san.cli import positive_int
+from fairseq_san.cli import log_progress, positive_int
 from fairseq_san.errors import UsageError, file_error, utf8_text
 from fairseq_san.files import (
     STDOUT,
@@ -29,6 +30,8 @@ from fairseq_san.files import (
     written_to,
 )
 from fairseq_san.scoring import SENTENCEPIECE_MARK
+
+logger = logging.getLogger(__name__)
 
 # sentencepiece's errors (RuntimeError, C++ source lines and all) said as the command's options.
 SENTENCEPIECE_ERRORS = {
@@ -77,6 +80,10 @@ def train(
     except OSError as err:  # named the temporary folder, never given
         raise UsageError(f"--model-prefix {model_prefix}: cannot write in {folder}: "
                          f"{err.strerror}") from None  # fmt: skip
+    logger.info(
+        "learning a %s model of %d pieces from %s (sentencepiece says nothing until it ends: "
+        "minutes on a large corpus)", model_type, vocab_size, ", ".join(inputs),
+    )  # fmt: skip
     with temporary as work:
         trained = os.path.join(work, "spm")
         spm.SentencePieceTrainer.train(
@@ -96,6 +103,7 @@ def train(
         for extension in ("model", "vocab"):
             copy = functools.partial(shutil.copyfile, f"{trained}.{extension}")
             write_whole(f"{model_prefix}.{extension}", copy)
+    logger.info("wrote %s.model and %s.vocab", model_prefix, model_prefix)
 
 
 def check_no_model(model_prefix: str) -> None:
@@ -328,6 +336,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
+    log_progress()
     try:
         if args.command == "train":
             inputs = [read_from(path) for path in args.inputs]

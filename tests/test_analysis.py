@@ -63,7 +63,7 @@ def runs(binarized_corpus, tmp_path_factory):
     last = root / "base" / "checkpoint_last.pt"
     plain = root / "plain" / "checkpoint_last.pt"
     limit = ["--san-analysis-max-sentences", str(MAX_SENTENCES)]
-    names = ("small", "big", "step10", "shared", "plain", "override")
+    names = ("small", "big", "buckets", "step10", "shared", "plain", "override")
     dirs = {name: root / f"js-{name}" for name in names}
     task = {"_name": "translation_san", "san_analysis_dir": str(dirs["override"])}
     override = repr({"task": task})
@@ -73,6 +73,9 @@ def runs(binarized_corpus, tmp_path_factory):
                               "--san-analysis-log-interval", "2"),
             # fairseq-validate's --seed replaced the training's in js.json
             "big": validate(data, last, dirs["big"], "--batch-size", "64", *limit, "--seed", "7"),
+            # targets padded to their bucket's length before fairseq shifts them
+            "buckets": validate(data, last, dirs["buckets"], "--max-tokens", "100",
+                                "--num-batch-buckets", "3", *limit),
             "step10": validate(data, step10, dirs["step10"], "--batch-size", "8", *limit),
             "shared": validate(data, root / "shared" / "checkpoint_last.pt", dirs["shared"],
                                "--batch-size", "8"),
@@ -130,6 +133,21 @@ def test_streaming_over_batches_equals_one_batch(runs):
     assert small["sentences"] == big["sentences"] == MAX_SENTENCES
     for kind in KINDS:
         np.testing.assert_allclose(small[kind], big[kind], atol=1e-6, rtol=0, err_msg=kind)
+
+
+@pytest.mark.slow
+def test_targets_padded_to_buckets_are_analysed_as_they_are(runs):
+    """With --num-batch-buckets fairseq pads a target to its bucket's length and then shifts it:
+    the decoder's input also holds the target's end of sentence, a position that predicts padding.
+    It was analysed as a query (the JS and the saved weights changed with the batching)."""
+    small, buckets = load_js(runs["small"]), load_js(runs["buckets"])
+    for kind in KINDS:
+        np.testing.assert_allclose(small[kind], buckets[kind], atol=1e-6, rtol=0, err_msg=kind)
+        with np.load(runs["small"] / f"attention-{kind}.npz") as expected, np.load(
+            runs["buckets"] / f"attention-{kind}.npz"
+        ) as got:
+            for name in expected.files:
+                assert got[name].shape == expected[name].shape, (kind, name)
 
 
 @pytest.mark.slow
@@ -435,6 +453,13 @@ def padded_batch(model_dictionary):
     return {"src_tokens": src_tokens, "src_lengths": src_lengths, "prev_output_tokens": prev}
 
 
+def target_of(prev: torch.Tensor, dictionary) -> torch.Tensor:
+    """The target that fairseq shifts into ``prev`` (right-padded, end of sentence moved first)."""
+    target = prev.roll(-1, dims=1)
+    target[torch.arange(len(prev)), prev.ne(dictionary.pad()).sum(1) - 1] = dictionary.eos()
+    return target.masked_fill(prev.eq(dictionary.pad()), dictionary.pad())
+
+
 def test_capture_masks_and_leaves_model_unchanged():
     from fairseq_san.analysis import AttentionCapture
 
@@ -482,7 +507,8 @@ def analysed_batch(model, analysis) -> tuple:
     net_input = padded_batch(dictionary)
     with torch.no_grad(), AttentionCapture(model) as capture:
         model(**net_input)
-    sample = {"id": torch.arange(3), "net_input": net_input}
+    target = target_of(net_input["prev_output_tokens"], dictionary)
+    sample = {"id": torch.arange(3), "net_input": net_input, "target": target}
     rows = analysis.rows(sample)
     task = SimpleNamespace(src_dict=dictionary, tgt_dict=dictionary)  # what analysis_masks reads
     return capture, sample, rows, TranslationSANTask.analysis_masks(task, sample, rows, model)

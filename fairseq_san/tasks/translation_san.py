@@ -61,12 +61,15 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
     def analysis_masks(
         self, sample: dict, rows: Tensor, model: nn.Module
     ) -> Dict[str, Tuple[Tensor, Tensor]]:
-        """Source and target tokens that are not padding, for the three kinds; with
-        ``--cross-self-attention`` the decoder's self-attention keys are the source's tokens,
-        then the target's (fairseq's decoder layer)."""
-        net_input = sample["net_input"]
-        src_mask = net_input["src_tokens"].index_select(0, rows).ne(self.src_dict.pad())
-        tgt_mask = net_input["prev_output_tokens"].index_select(0, rows).ne(self.tgt_dict.pad())
+        """Source tokens that are not padding, and the decoder's positions that predict a target
+        token, for the three kinds; with ``--cross-self-attention`` the decoder's self-attention
+        keys are the source's tokens, then the target's (fairseq's decoder layer).
+
+        The decoder's positions are read from the target, not from ``prev_output_tokens``: with
+        ``--num-batch-buckets`` fairseq pads each target to its bucket's length before it shifts
+        it, so ``prev_output_tokens`` also holds the target's end of sentence, over padding."""
+        src_mask = sample["net_input"]["src_tokens"].index_select(0, rows).ne(self.src_dict.pad())
+        tgt_mask = sample["target"].index_select(0, rows).ne(self.tgt_dict.pad())
         stacks = {"decoder": tgt_mask, "encoder": src_mask}
         masks = {name: (stacks[kind.stack], stacks[kind.keys]) for name, kind in KIND_TABLE.items()}
         if getattr(model.decoder, "cross_self_attention", False):

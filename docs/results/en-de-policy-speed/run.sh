@@ -7,8 +7,8 @@
 set -euo pipefail
 export PATH=$PWD/.venv/bin:$PATH
 BASE=runs/multi30k.en-de/iter0/checkpoints/checkpoint_best.pt  # baseline, 660 updates
-policy() {  # policy SELF ENCDEC [ENCODER]: --model-overrides setting that policy
-  echo "{\"san_policy\": \"{\\\"decoder_self\\\": $1, \\\"decoder_encdec\\\": $2, \\\"encoder_self\\\": ${3:-null}}\"$4}"
+policy() {  # policy SELF ENCDEC [ENCODER [KEYS]]: --model-overrides setting that policy, KEYS more
+  echo "{\"san_policy\": \"{\\\"decoder_self\\\": $1, \\\"decoder_encdec\\\": $2, \\\"encoder_self\\\": ${3:-null}}\"${4:-}}"
 }
 fairseq-san-bench --data data-bin/multi30k.en-de --subset test --max-sentences 64 \
   --beams 4 --modes fixed --cache-beams 4 --no-profile --no-ctranslate2 --repeats 5 \

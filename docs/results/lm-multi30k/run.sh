@@ -19,17 +19,21 @@ THETA=${THETA:-0.5}                    # theta of the learned decoder self-atten
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 USER_DIR=fairseq_san
 
+# What learn_to_share_lm.sh sets itself (its --arch and --updates defaults): the loops of
+# 2026-11-26/27 passed these after -- too (run.json), which the recipe refuses since 2026-12-02/04.
+MODEL_ARGS=(--task language_modeling_san --arch transformer_lm_san_small --max-update 20000)
 # The training recipe of every system (learn_to_share_lm.sh trains with it by default since
-# 2026-11-30; the runs here passed it after --).
-TRAIN_ARGS=(
-  --task language_modeling_san --arch transformer_lm_san_small --sample-break-mode eos
+# 2026-11-30; the loops here pass it after --).
+RECIPE_ARGS=(
+  --sample-break-mode eos
   --tokens-per-sample 128 --share-decoder-input-output-embed --dropout 0.0
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 3e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 200 --warmup-init-lr 1e-7 --weight-decay 0.01 --clip-norm 1.0
-  --max-tokens 4096 --max-update 20000 --patience 5 --stop-time-hours 0.75
+  --max-tokens 4096 --patience 5 --stop-time-hours 0.75
   --validate-interval-updates 100 --save-interval-updates 100 --keep-interval-updates 1
   --no-epoch-checkpoints --num-workers 0 --log-format json --log-interval 50 --cpu
 )  # converged: stopped by --patience 5 (validation perplexity flat for 5 validations)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" "${RECIPE_ARGS[@]}")
 
 train() {  # train NAME SEED [fairseq-train options]: one system into $RUNS/NAME-sSEED
   local name=$1 seed=$2 dir=$RUNS/$1-s$2
@@ -47,13 +51,13 @@ step_loop() {  # the learn-to-share loop, seed 1: the baseline (iteration 0), th
   # (iteration 1), the policy learned from it (iteration 2), and on until the learned policy is
   # not new (first run, 2026-11-26: --max-iterations 3; extended to 5 on 2026-11-27)
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop" --theta-self "$THETA" \
-    --max-iterations 5 --extend -- "${TRAIN_ARGS[@]}" --seed 1
+    --max-iterations 5 --extend -- "${RECIPE_ARGS[@]}" --seed 1
 }
 
 step_loop_kv() {  # the same loop with KV sharing (CLA: a block's following layers attend with
   # their own queries over the first layer's keys and values), seed 1, until it stops
   examples/learn_to_share_lm.sh --data "$DATA" --run-dir "$RUNS/loop-kv" --theta-self "$THETA" \
-    --self-share kv --max-iterations 5 -- "${TRAIN_ARGS[@]}" --seed 1
+    --self-share kv --max-iterations 5 -- "${RECIPE_ARGS[@]}" --seed 1
 }
 
 step_same() {  # same-models.txt: the loops' iterations that repeat a system of the tables

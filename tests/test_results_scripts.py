@@ -1,0 +1,95 @@
+"""What docs/results records still holds with today's code: what a run.sh hands a recipe passes
+the recipe's own check of its command line, and every relative link of the docs names a file."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from helpers import REPO, cli_env
+
+# examples/learn_to_share_lm.sh's stand-in: its first step, the check of its command line
+# (fairseq-san-loop options), then each call's arguments recorded.
+LM_RECIPE_STAND_IN = """#!/usr/bin/env bash
+set -euo pipefail
+fairseq-san-loop options learn_to_share_lm.sh "$@" > /dev/null
+printf '%s\\n' "$*" >> "$RECIPE_CALLS"
+"""
+
+# fairseq-san-bench's stand-in: reads its command line as the real one does (a bad --system is
+# one error line), then records each system's overrides instead of decoding.
+BENCH_STAND_IN = f"""#!{sys.executable}
+import json, os, sys
+from fairseq_san.cli.bench import build_parser, config_from_args
+
+parser = build_parser()
+try:
+    config = config_from_args(parser.parse_args(sys.argv[1:]), "stand-in")
+except ValueError as err:
+    parser.error(str(err))
+with open(os.environ["BENCH_SYSTEMS"], "w") as out:
+    json.dump({{system.name: system.overrides for system in config.systems}}, out)
+"""
+
+
+def test_the_policy_speed_benchmark_gets_every_policy(tmp_path):
+    """policy() read an unset $4 under set -u: its 9 policies were 'NAME=CKPT:', refused."""
+    script = tmp_path / "run.sh"
+    shutil.copy(REPO / "docs/results/en-de-policy-speed/run.sh", script)
+    checkpoint = tmp_path / "runs/multi30k.en-de/iter0/checkpoints/checkpoint_best.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.touch()
+    bench = tmp_path / "bin/fairseq-san-bench"
+    bench.parent.mkdir()
+    bench.write_text(BENCH_STAND_IN)
+    os.chmod(bench, 0o755)
+    systems = tmp_path / "systems.json"
+    env = cli_env()
+    env.update(PATH=f"{bench.parent}{os.pathsep}{env['PATH']}", PYTHONPATH=str(REPO),
+               BENCH_SYSTEMS=str(systems))  # fmt: skip
+    result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    overrides = json.loads(systems.read_text())
+    assert overrides.pop("baseline") == {} and len(overrides) == 9
+    assert json.loads(overrides["6/6-enc-1.5"]["san_policy"]) == {
+        "decoder_self": [6], "decoder_encdec": [6], "encoder_self": [1, 5]}  # fmt: skip
+    assert overrides["6/6-own-V"]["san_encdec_share"] == "weights"
+
+
+def test_the_lm_results_loops_pass_the_recipes_check(tmp_path):
+    """lm-multi30k/run.sh's loops gave the recipe --task, --arch and --max-update after --,
+    which it refuses (it sets them itself): both loop steps stopped in one line."""
+    here = tmp_path / "docs/results/lm-multi30k"
+    shutil.copytree(REPO / "docs/results/lm-multi30k", here)  # run.sh reads systems.py
+    recipe = tmp_path / "examples/learn_to_share_lm.sh"
+    recipe.parent.mkdir()
+    recipe.write_text(LM_RECIPE_STAND_IN)
+    os.chmod(recipe, 0o755)
+    calls = tmp_path / "calls.txt"
+    env = {**cli_env(), "RECIPE_CALLS": str(calls), "RUNS": str(tmp_path / "runs"),
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    result = subprocess.run(["bash", str(here / "run.sh"), "loop", "loop_kv"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    loops = calls.read_text().splitlines()
+    assert len(loops) == 2 and "--self-share kv" in loops[1]
+    assert all("--sample-break-mode eos" in loop and "--patience 5" in loop for loop in loops)
+
+
+# A markdown link's relative target, before any #anchor: [text](target)
+RELATIVE_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)")
+
+
+def test_every_relative_link_of_the_docs_names_a_file():
+    """results.md linked logs/, a folder git ignores: a link to nothing in every checkout."""
+    documents = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    broken = [
+        f"{document.relative_to(REPO)}: {target}"
+        for document in documents
+        for target in RELATIVE_LINK.findall(document.read_text())
+        if not (document.parent / target).exists()
+    ]
+    assert not broken

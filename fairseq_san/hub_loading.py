@@ -193,8 +193,8 @@ def check_retained_dropouts(models: List[torch.nn.Module], generation_args: Dict
     """Refuse ``generation_args``' dropouts to keep that the models do not have, in the hub's
     words (the interface's build checks them too, naming the command line's flag)."""
     if generation_args.get("retain_dropout"):
+        modules = generation_args.get("retain_dropout_modules")
         for model in models:
-            modules = generation_args.get("retain_dropout_modules")
             check_retained_modules(model, modules, GIVEN_AS_GENERATION_ARGS)
 
 

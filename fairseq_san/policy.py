@@ -251,7 +251,10 @@ def notation_as_json(spec: str) -> Optional[str]:
     if not is_policy_text(spec) or not _BRACES.search(spec) or _parses(spec):
         return None
     bracketed = _BRACES.sub(lambda found: f"[{found.group(1).strip()}]", spec)
-    return json.dumps(json.loads(bracketed)) if _parses(bracketed) else None
+    try:
+        return json.dumps(json.loads(bracketed))
+    except (RecursionError, ValueError):  # malformed beside the braces too
+        return None
 
 
 def _parses(text: str) -> bool:

@@ -57,8 +57,6 @@ from fairseq_san.policy import (
 
 
 PROG = "fairseq-san-policy"
-# DASH: -o -, the policy JSON alone on standard output; JS_JSON -, the analysis read from
-# standard input (``zcat js.json.gz | fairseq-san-policy - ...``).
 
 # What a kind's theta flag (``--theta-KIND``) says beyond the threshold, where it says more than
 # THETA_FLAG: decoder self-attention's is required where the analysis has it (``main``).
@@ -79,7 +77,8 @@ def add_theta_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def input_file(path: str) -> str:
-    """The file that JS_JSON ``path`` names: standard input for "-", else ``analysis_file``."""
+    """The file that JS_JSON ``path`` names: standard input for "-" (``zcat js.json.gz |
+    fairseq-san-policy - ...``), else ``analysis_file``."""
     return analysis_file(read_from(path))
 
 

@@ -310,8 +310,10 @@ def launched_ranks_waiting(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]
         "time.sleep(120)\n"
     )
     program = stand_in_fairseq_train(tmp_path / "bin", writes_pid_and_waits)
+    meeting_under_tmp_path = dict(os.environ, TMPDIR=str(tmp_path))  # a SIGKILL leaves it behind
     launcher = subprocess.Popen([str(command_path("fairseq-san-cpu-ranks")), "2", "--log-dir",
-                                 str(tmp_path), "--", str(program), "--arch", "x"])  # fmt: skip
+                                 str(tmp_path), "--", str(program), "--arch", "x"],
+                                env=meeting_under_tmp_path)  # fmt: skip
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -15,7 +15,7 @@ setup(
         # the `fairseq` package from fairseq main with only the dataclass fix applied.
         'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
         'fairseq>=0.12.2; python_version < "3.11"',
-        "torch",
+        "torch>=2.6",  # the first whose torch.load is safe by default (checkpoints.py)
         "numpy",
         "sacrebleu",
         "sentencepiece",

@@ -8,6 +8,7 @@ import filecmp
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,18 @@ def read_from(path: str) -> str:
 def written_to(path: str) -> str:
     """The file a command writes for the argument ``path``: standard output for "-"."""
     return STDOUT if path == DASH else path
+
+
+def standard_input(path: str) -> bool:
+    """Whether ``path`` names this process's standard input: "-", or a name of its descriptor 0
+    (``/dev/stdin``, ``/dev/fd/0``, ``/proc/self/fd/0``), which a second reader finds empty."""
+    return path == DASH or descriptor_of(path) == 0
+
+
+def streams_named(message: str) -> str:
+    """``message`` with the files that ``read_from`` and ``written_to`` give for "-" called what
+    the user gave ("standard input"), not ``/dev/stdin``, a name the user never typed."""
+    return re.sub(r"/dev/std(in|out)\b", lambda found: f"standard {found.group(1)}put", message)
 
 
 def write_whole(path: str, write: Callable[[str], None], replace_link: bool = False) -> None:

@@ -696,7 +696,8 @@ def test_a_baseline_ctranslate2_would_convert_into_another_model_is_not_converte
 
 
 # What ``FairseqSystem.describe()`` says of a plain transformer, in the keys CTranslate2 reads.
-PLAIN = {"san_policy": {}, "decoder_self_attention_type": "dot", "no_cache": False,
+PLAIN = {"arch": "transformer_san_small", "san_policy": {},
+         "decoder_self_attention_type": "dot", "no_cache": False,
          "cross_self_attention": False}  # fmt: skip
 
 
@@ -718,6 +719,10 @@ def test_a_baseline_ctranslate2_cannot_convert_is_noted_with_what_it_does():
     assert note(no_cache=True, cross_self_attention=True) == (
         "baseline b decodes without the cache and uses --cross-self-attention" + plain
     )
+    # an lstm's weights were "conversion failed: AttributeError", which named no reason
+    for arch in ("lstm_wiseman_iwslt_de_en", "lightconv_iwslt_de_en", "fconv"):
+        assert note(arch=arch) == f"baseline b is no transformer (--arch {arch})" + plain
+    assert note(arch="transformer") is None
 
 
 def test_a_compute_type_the_device_does_not_run_leaves_the_others_row(monkeypatch):

@@ -2063,6 +2063,10 @@ def test_loop_dash_is_standard_input_and_output(tmp_path):
     assert scored.returncode == 0, scored.stderr
     assert json.loads(scored.stdout) == {"perplexity": 32.0, "loss_base2": 5.0, "tokens": 15}
     assert list(tmp_path.iterdir()) == []
+    refused = run_cli("fairseq-san-loop", "perplexity", "-", "-o", "-", input="no scores\n")
+    assert refused.stderr.startswith(  # named as given, not "/dev/stdin"
+        "fairseq-san-loop: error: standard input: no 'Evaluated N tokens'"
+    )
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

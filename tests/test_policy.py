@@ -890,11 +890,12 @@ def test_cli_reads_the_analysis_from_stdin_given_dash(js_file):
     result = run_policy_cli("-", *thetas, "-o", "-", stdin=text)
     assert result.returncode == 0, result.stderr
     assert result.stdout == dump_policy({"decoder_self": [1, 5], "decoder_encdec": [3, 3]})
-    twice = run_policy_cli("-", "-", *thetas, stdin=text)
-    assert twice.returncode == 2
-    assert twice.stderr.splitlines()[-1] == (
-        "fairseq-san-policy: error: - is given twice: standard input holds one analysis"
-    )
+    for second in ("-", "/dev/stdin"):  # another name of it was read twice, the second empty
+        twice = run_policy_cli("-", second, *thetas, stdin=text)
+        assert twice.returncode == 2
+        assert twice.stderr.splitlines()[-1] == (
+            "fairseq-san-policy: error: standard input is given twice: it holds one analysis"
+        )
 
 
 def test_cli_main_in_process(js_file, capsys):

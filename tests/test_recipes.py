@@ -871,9 +871,17 @@ def test_score_dash_is_standard_input_and_output(tmp_path):
     assert referenced.returncode == 0 and referenced.stdout.startswith("BLEU = 100.00"), (
         output_of(referenced)
     )
-    twice = run_cli("fairseq-san-score", "-", "--reference", "-", input=REFERENCES, cwd=tmp_path)
-    assert one_error_line(twice, "fairseq-san-score") == (
-        "fairseq-san-score: error: - is given twice: standard input holds one file"
+    for second in ("-", "/dev/stdin", "/dev/fd/0"):  # each name of it: read twice, a count error
+        twice = run_cli("fairseq-san-score", "-", "--reference", second, input=REFERENCES,
+                        cwd=tmp_path)  # fmt: skip
+        assert one_error_line(twice, "fairseq-san-score") == (
+            "fairseq-san-score: error: standard input is given twice: it holds one file"
+        )
+    junk = run_cli("fairseq-san-score", "-", "--reference", str(tmp_path / "ref.de"),
+                   input=REFERENCES, cwd=tmp_path)  # fmt: skip
+    assert one_error_line(junk, "fairseq-san-score") == (  # not "/dev/stdin", never typed
+        "fairseq-san-score: error: standard input holds no D- lines: it is not "
+        "fairseq-generate's output"
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["generate-test.txt", "ref.de"]
 
@@ -1485,6 +1493,12 @@ def test_spm_dash_is_standard_input_and_output(spm_model, tmp_path):
     decoded = run_cli("fairseq-san-spm", "decode", "--model", str(spm_model), "-", "-",
                       input=encoded.stdout, cwd=tmp_path)  # fmt: skip
     assert (decoded.returncode, decoded.stdout) == (0, "a man walks\n"), output_of(decoded)
+    twice = run_cli("fairseq-san-spm", "train", "-", "-", "--model-prefix", str(tmp_path / "m"),
+                    input="a man walks\n", cwd=tmp_path)  # fmt: skip
+    assert twice.returncode == 1 and twice.stderr.splitlines()[-1] == (  # not "/dev/stdin twice"
+        "fairseq-san-spm: error: standard input is given twice: it holds one file; give each "
+        "side once"
+    )
 
 
 def test_spm_train_that_cannot_write_its_model_whole_leaves_the_last_one(spm_model, tmp_path):
@@ -2090,6 +2104,10 @@ def test_wmt14_averages_and_decodes_once_per_run(tmp_path):
         assert result.returncode == 0, output_of(result)[-3000:]
     assert calls.read_text().split() == names * 2
     assert (work / "run" / "final.pt").exists() and (work / "run" / "final" / "test.json").exists()
+    (work / "run" / "final.pt").unlink()  # averaged again: the old test.json scored the old model
+    result = run_script(recipe, str(work), env=env, timeout=120)
+    assert result.returncode == 0, output_of(result)[-3000:]
+    assert calls.read_text().split() == names * 3
 
 
 def test_wmt14_refuses_a_real_run_without_its_tools(tmp_path):

@@ -93,3 +93,20 @@ def test_every_relative_link_of_the_docs_names_a_file():
         if not (document.parent / target).exists()
     ]
     assert not broken
+
+
+def test_a_results_helper_without_its_arguments_prints_its_usage():
+    """A helper beside a run.sh read sys.argv[1] itself: without it, an IndexError traceback.
+    (The ones of the standard library alone: a helper that imports torch is slow to start.)"""
+    for script, usage in (
+        ("cpu-yardstick/host-memory-2026-11-30/summary.py", "usage: summary.py [-h] out"),
+        ("cpu-yardstick/log-probs-2026-12-01/summary.py", "usage: summary.py [-h] out"),
+    ):
+        path = REPO / "docs" / "results" / script
+        bare = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
+        assert bare.returncode == 2 and bare.stderr.splitlines() == [
+            usage, "summary.py: error: the following arguments are required: out"
+        ], bare.stderr
+        helped = subprocess.run([sys.executable, str(path), "--help"], capture_output=True,
+                                text=True)  # fmt: skip
+        assert helped.returncode == 0 and helped.stdout.startswith(usage), helped.stdout

@@ -210,13 +210,15 @@ done
   --dropout 0.1 --weight-decay 0.0 --save-interval-updates 1000 --keep-interval-updates 5
 
 # The average and its test: in RUN, each skipped when its output is there (written whole), so that
-# a new run (RUN removed) makes them again (markers in WORK_DIR skipped both, leaving no model).
+# a new run (RUN removed) makes them again (markers in WORK_DIR skipped both, leaving no model);
+# the test also when final.pt is newer than it (averaged again: its score was the old model's).
 FINAL=$RUN/final
 if ! made "$FINAL.pt"; then
   run fairseq-san-average --inputs "$RUN/last/checkpoints" --num-update-checkpoints 5 \
     --output "$FINAL.pt"
 fi
-if ! made "$FINAL/test.json"; then  # fairseq-generate writes its results as it goes: not them
+# Skipped by its score, written whole (fairseq-generate writes its results as it goes).
+if ! made "$FINAL/test.json" || [ "$FINAL.pt" -nt "$FINAL/test.json" ]; then
   USER_DIR=$(fairseq-san-loop user-dir)
   run fairseq-generate "$DATA" --user-dir "$USER_DIR" --path "$FINAL.pt" --gen-subset test \
     --beam 4 --batch-size 16 --remove-bpe --scoring sacrebleu --results-path "$FINAL"

@@ -142,9 +142,21 @@ def decoded_steps(length: int, limit: int, fixed: bool) -> int:
     return length + (not fixed and length < limit)
 
 
+def transformer_arch(arch: Optional[str]) -> bool:
+    """Whether fairseq builds ``arch`` (an --arch, or a model's name) as its TransformerModel or a
+    subclass (transformer_san): the model whose weights CTranslate2's converter reads."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+    from fairseq.models.transformer import TransformerModel
+
+    model = MODEL_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY.get(arch, arch))
+    return model is not None and issubclass(model, TransformerModel)
+
+
 # What CTranslate2's converter would make another model of, or decode otherwise than the
-# baseline: (what the baseline does, test of its ``FairseqSystem.describe()``).
+# baseline: (what the baseline does, its ``FairseqSystem.describe()`` filled in, test of it).
 NOT_CONVERTED = (
+    # an lstm's weights are no transformer's: "conversion failed: AttributeError" said nothing
+    ("is no transformer (--arch {arch})", lambda info: not transformer_arch(info["arch"])),
     ("shares attention (san_policy)", lambda info: bool(info["san_policy"])),
     ("has an AAN decoder", lambda info: info["decoder_self_attention_type"] not in (None, "dot")),
     ("decodes without the cache", lambda info: info["no_cache"]),
@@ -156,7 +168,7 @@ def not_converted(base: FairseqSystem) -> Optional[str]:
     """Why CTranslate2 cannot stand for ``base`` (what it does that fairseq's plain transformer,
     all the converter knows, does not: each reason it has), or None."""
     info = base.describe()
-    reasons = [reason for reason, applies in NOT_CONVERTED if applies(info)]
+    reasons = [reason.format(**info) for reason, applies in NOT_CONVERTED if applies(info)]
     if not reasons:
         return None
     return (

@@ -49,7 +49,7 @@ from typing import Dict, List, Optional
 import fairseq_san
 from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
 from fairseq_san.errors import UsageError, file_error
-from fairseq_san.files import DASH, output_problem, read_from, write_text
+from fairseq_san.files import DASH, output_problem, read_from, streams_named, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import read_perplexity, task_arguments, write_perplexity
@@ -371,8 +371,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (BrokenPipeError, OutputError):  # standard output's: quiet_when_output_closes says it
         raise
     except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
-        said = file_error(err) if isinstance(err, OSError) else err
-        print(f"fairseq-san-loop: error: {said}", file=sys.stderr)  # one line: no usage text
+        said = file_error(err) if isinstance(err, OSError) else str(err)
+        # one line: no usage text
+        print(f"fairseq-san-loop: error: {streams_named(said)}", file=sys.stderr)
         return 2
 
 

@@ -30,7 +30,15 @@ import sys
 from typing import Optional
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes
-from fairseq_san.files import DASH, file_given_twice, output_problem, read_from, same_bytes
+from fairseq_san.files import (
+    DASH,
+    file_given_twice,
+    output_problem,
+    read_from,
+    same_bytes,
+    standard_input,
+    streams_named,
+)
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
     KIND_TABLE,
@@ -270,8 +278,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # add_theta_flags' values
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
-    if args.js_json.count(DASH) > 1:
-        parser.error("- is given twice: standard input holds one analysis")
+    if sum(map(standard_input, args.js_json)) > 1:  # "- /dev/stdin" too
+        parser.error("standard input is given twice: it holds one analysis")
     paths = [input_file(path) for path in args.js_json]
     twice = file_given_twice(paths)
     if twice is not None:  # the mean of several analyses would count it twice
@@ -299,7 +307,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if to_file:
             write_policy(policy, args.output)
     except PolicyError as err:
-        parser.error(str(err))
+        parser.error(streams_named(str(err)))
     report = sys.stderr if args.output == DASH else sys.stdout  # the JSON alone on stdout
     print(format_policy(policy), file=report)
     for kind, same in ranges.items():

@@ -28,6 +28,8 @@ from fairseq_san.files import (
     file_given_twice,
     output_problem,
     read_from,
+    standard_input,
+    streams_named,
     write_json,
     written_to,
 )
@@ -63,9 +65,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         scores, lines = scored(args)
     except OSError as err:  # a missing file, a folder
-        parser.error(file_error(err))
+        parser.error(streams_named(file_error(err)))
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(streams_named(str(err)))
     print("\n".join(lines), file=sys.stderr if args.output == DASH else sys.stdout)
     if args.output:
         try:
@@ -78,8 +80,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """``parser.error`` for arguments that no score is made of, before any file is read: standard
     input given twice, an output that is an input, too few resamples, a seed given twice."""
     inputs = [args.reference, *args.generate_output, *(args.baseline or [])]
-    if inputs.count(DASH) > 1:
-        parser.error("- is given twice: standard input holds one file")
+    if sum(map(standard_input, inputs)) > 1:  # "- --reference /dev/stdin" too
+        parser.error("standard input is given twice: it holds one file")
     to_file = args.output not in (None, DASH)
     problem = to_file and output_problem(args.output, "the scores", inputs)
     if problem:

@@ -26,6 +26,8 @@ from fairseq_san.files import (
     line_text,
     output_problem,
     read_from,
+    standard_input,
+    streams_named,
     write_whole,
     written_to,
 )
@@ -146,6 +148,8 @@ def check_training_text(inputs: List[str]) -> None:
     (``check_sentence_lengths``). Only regular files are looked into: sentencepiece reads each
     input itself, and what was read of a pipe (``<(cat train.en train.de)``) would be missing
     from the text it learns from."""
+    if sum(map(standard_input, inputs)) > 1:  # named by the file it was redirected from, or a pipe
+        raise UsageError("standard input is given twice: it holds one file; give each side once")
     twice = file_given_twice(inputs)
     if twice is not None:  # train.en train.en for train.en train.de: a model of one side
         raise UsageError(
@@ -345,12 +349,12 @@ def main(argv: Optional[List[str]] = None) -> None:
             rewrite = encode if args.command == "encode" else decode
             rewrite(args.model, read_from(args.source), written_to(args.target))
     except OSError as err:
-        sys.exit(f"fairseq-san-spm: error: {file_error(err)}")
+        sys.exit(f"fairseq-san-spm: error: {streams_named(file_error(err))}")
     except (RuntimeError, ValueError) as err:  # sentencepiece's
         inputs = args.inputs if args.command == "train" else [args.model]
-        sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err, inputs)}")
+        sys.exit(f"fairseq-san-spm: error: {streams_named(sentencepiece_problem(err, inputs))}")
     except UsageError as err:
-        sys.exit(f"fairseq-san-spm: error: {err}")
+        sys.exit(f"fairseq-san-spm: error: {streams_named(str(err))}")
 
 
 if __name__ == "__main__":

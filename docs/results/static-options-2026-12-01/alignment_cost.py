@@ -7,7 +7,7 @@ weak-en-de.sh): seconds for generate() and for add_alignments() on its n-best, o
     PATH=.venv/bin:$PATH python docs/results/static-options-2026-12-01/alignment_cost.py CHECKPOINT
 """
 
-import sys
+import argparse
 import time
 
 from fairseq import checkpoint_utils
@@ -41,4 +41,7 @@ def main(checkpoint: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="the checkpoint decoded")
+    args = parser.parse_args()
+    main(args.checkpoint)

@@ -5,10 +5,10 @@
     python docs/results/cpu-yardstick/host-memory-2026-11-30/summary.py OUT
 """
 
+import argparse
 import pathlib
 import re
 import statistics
-import sys
 from typing import Dict, Tuple
 
 SYSTEMS = ("baseline", "int8", "bf16-full", "baseline (CTranslate2 int8)")
@@ -68,4 +68,7 @@ def main(out: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=pathlib.Path, help="pairs.sh's output folder (its pair-* runs)")
+    args = parser.parse_args()
+    main(args.out)

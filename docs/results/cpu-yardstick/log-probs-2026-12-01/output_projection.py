@@ -6,9 +6,9 @@ thresholds raised first ("kept": nothing freed goes back to the kernel).
     python docs/results/cpu-yardstick/log-probs-2026-12-01/output_projection.py default|kept
 """
 
+import argparse
 import ctypes
 import resource
-import sys
 import time
 import warnings
 
@@ -68,4 +68,9 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "mode", help="'kept': glibc keeps freed memory (mallopt); else its defaults"
+    )
+    args = parser.parse_args()
+    main(args.mode)

@@ -6,11 +6,11 @@ of each tree.
     python docs/results/cpu-yardstick/log-probs-2026-12-01/summary.py OUT
 """
 
+import argparse
 import importlib.util
 import pathlib
 import re
 import statistics
-import sys
 from typing import Dict, List
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -50,4 +50,7 @@ def main(out: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=pathlib.Path, help="bench.sh's output folder (its runs)")
+    args = parser.parse_args()
+    main(args.out)

@@ -7,8 +7,8 @@ small operators several times).
     PYTHONPATH=. python docs/results/cpu-yardstick/profile-2026-11-30/parts.py DECODER BEAM
 """
 
+import argparse
 import collections
-import sys
 import time
 
 import torch
@@ -65,4 +65,8 @@ def main(decoder: str, beam: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("decoder", help="the decoder (static-int8, static-fp32, static-bf16-full)")
+    parser.add_argument("beam", type=int, help="beam size")
+    args = parser.parse_args()
+    main(args.decoder, args.beam)

@@ -10,8 +10,8 @@ code either side: the control). This VM's speed wanders between and within proce
     PYTHONPATH=. python docs/results/cpu-yardstick/small-products-2026-12-01/in_process.py DECODER BEAM POLICY [LENGTH]
 """
 
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -65,4 +65,12 @@ def main(decoder: str, beam: int, policy: str, length: int = 14) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("decoder", help="the decoder (static-int8, static-fp32, static-bf16-full)")
+    parser.add_argument("beam", type=int, help="beam size")
+    parser.add_argument("policy", help="the model (san-6-6, baseline)")
+    parser.add_argument(
+        "length", type=int, nargs="?", default=14, help="decoded length (default: 14)"
+    )
+    args = parser.parse_args()
+    main(args.decoder, args.beam, args.policy, args.length)

@@ -8,9 +8,9 @@ torch.profiler inflated these small operators 4-15x against wall clocks (cpu-yar
 profile), hence timers around the calls themselves. A diagnosis: two warm-up decodes, five timed.
 """
 
+import argparse
 import collections
 import resource
-import sys
 import time
 
 import torch
@@ -63,4 +63,8 @@ def main(decoder: str, beam: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("decoder", help="the decoder (static-int8, static-fp32, static-bf16-full)")
+    parser.add_argument("beam", type=int, help="beam size")
+    args = parser.parse_args()
+    main(args.decoder, args.beam)

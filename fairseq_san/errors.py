@@ -39,6 +39,17 @@ class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 
 
+class OutputError(Exception):
+    """A write to standard output failed: ``closed`` where the program reading it stopped (a
+    broken pipe), else no room (``> /dev/full``). No OSError, so that a command's handling of
+    its files' errors does not say it as one of them (``cli.quiet_when_output_closes`` does)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror)
+        self.closed = isinstance(error, BrokenPipeError)
+        self.strerror = error.strerror
+
+
 def repeated(values: Sequence[Hashable]) -> Optional[Hashable]:
     """The first value that ``values`` holds twice (a key, a beam, a layer given twice), or
     None."""

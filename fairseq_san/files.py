@@ -14,7 +14,7 @@ import sys
 import tempfile
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 
-from fairseq_san.errors import UsageError, json_error
+from fairseq_san.errors import OutputError, UsageError, json_error
 
 # The first bytes of a gzip file: kept hypotheses and analyses are gzipped (docs/results).
 GZIP_MAGIC = b"\x1f\x8b"
@@ -25,6 +25,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 DASH = "-"
 STDIN = "/dev/stdin"
 STDOUT = "/dev/stdout"
+STDOUT_DESCRIPTOR = 1
 
 
 def read_from(path: str) -> str:
@@ -103,7 +104,8 @@ def descriptor_of(path: str) -> Optional[int]:
 def write_through(path: str, write: Callable[[str], None], descriptor: Optional[int]) -> None:
     """Have ``write`` make a temporary file, then copy it into ``path`` (a pipe, a device) or this
     process's ``descriptor`` after what it printed: whole or not at all there too, and at the
-    descriptor's own place in a file (a second open would write over the lines printed there)."""
+    descriptor's own place in a file (a second open would write over the lines printed there).
+    A failed write to standard output is an OutputError, as ``print``'s is (``cli``)."""
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryDirectory() as folder:
@@ -114,6 +116,8 @@ def write_through(path: str, write: Callable[[str], None], descriptor: Optional[
             with open(staged, "rb") as source, target:
                 shutil.copyfileobj(source, target)
         except OSError as err:  # a full device (/dev/full): the path given, not the descriptor
+            if descriptor == STDOUT_DESCRIPTOR:  # "-" or /dev/stdout: a closed pipe, /dev/full
+                raise OutputError(err) from None
             if err.errno is None:
                 raise
             raise OSError(err.errno, err.strerror, path) from None

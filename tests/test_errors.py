@@ -1509,8 +1509,11 @@ def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(launcher, "run_ranks", interrupted)
+    monkeypatch.setattr(sys, "argv", [str(BIN / "fairseq-san-cpu-ranks")])
     program = stand_in_fairseq_train(tmp_path / "bin", "")
-    assert launcher.main(["2", "--log-dir", str(tmp_path), "--", str(program), "-ax"]) == 130
+    with pytest.raises(SystemExit) as exit:
+        launcher.main(["2", "--log-dir", str(tmp_path), "--", str(program), "-ax"])
+    assert exit.value.code == 130
     assert capsys.readouterr().err == "fairseq-san-cpu-ranks: interrupted\n"
 
 

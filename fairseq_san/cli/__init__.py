@@ -9,6 +9,8 @@ import signal
 import sys
 from typing import Callable, Iterator, TypeVar
 
+from fairseq_san.errors import OutputError
+
 Result = TypeVar("Result")
 
 # fairseq's log format (fairseq_cli.train's), for the commands with a progress log.
@@ -24,15 +26,9 @@ def log_progress() -> None:
     )
 
 
-class OutputError(OSError):
-    """A write to standard output failed for a reason other than a closed pipe (a full disk,
-    ``> /dev/full``)."""
-
-
 class _CheckedOutput:
     """Standard output as a command writes it: a failed write or flush raised as OutputError,
-    told apart from the command's other errors of the file system; a closed pipe stays a
-    BrokenPipeError."""
+    told apart from the command's errors of the file system."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
@@ -50,10 +46,8 @@ class _CheckedOutput:
     def _checked(call: Callable[..., Result], *args) -> Result:
         try:
             return call(*args)
-        except BrokenPipeError:
-            raise
         except OSError as err:
-            raise OutputError(err.errno, err.strerror) from None
+            raise OutputError(err) from None
 
 
 def drop_unwritten_output() -> None:
@@ -79,15 +73,37 @@ def quiet_when_output_closes(main: Callable[..., Result]) -> Callable[..., Resul
             result = main(*args, **kwargs)
             sys.stdout.flush()
             return result
-        except BrokenPipeError:
+        except BrokenPipeError:  # a write that is not through sys.stdout's
             drop_unwritten_output()
             sys.exit(128 + signal.SIGPIPE)
         except OutputError as err:
             drop_unwritten_output()
-            prog = os.path.basename(sys.argv[0])  # argparse's default prog, the command's name
-            sys.exit(f"{prog}: error: cannot write the standard output: {err.strerror}")
+            if err.closed:
+                sys.exit(128 + signal.SIGPIPE)
+            sys.exit(f"{command_name()}: error: cannot write the standard output: {err.strerror}")
         finally:
             sys.stdout = stdout
+
+    return run
+
+
+def command_name() -> str:
+    """The running command's name, argparse's default prog."""
+    return os.path.basename(sys.argv[0])
+
+
+def said_when_interrupted(main: Callable[..., Result]) -> Callable[..., Result]:
+    """``main`` of a command, ending on an interrupt (Ctrl-C) with one line, ``PROG:
+    interrupted``, and the status a shell gives a command killed by SIGINT, not a traceback of
+    wherever it was; what it started is stopped on the way (``finally`` blocks)."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs) -> Result:
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print(f"{command_name()}: interrupted", file=sys.stderr)
+            sys.exit(128 + signal.SIGINT)
 
     return run
 
@@ -110,9 +126,13 @@ def exiting_on_termination() -> Iterator[None]:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
+    """argparse type: an integer of at least 1 (a word said as such, not argparse's "invalid
+    positive_int value", the name of this function)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
 

@@ -25,7 +25,12 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from fairseq_san import files
-from fairseq_san.cli import log_progress, positive_int
+from fairseq_san.cli import (
+    log_progress,
+    positive_int,
+    quiet_when_output_closes,
+    said_when_interrupted,
+)
 from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import DASH, input_at, streams_named, written_to
 from fairseq_san.options import MODEL_OPTION_NAMES
@@ -309,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@said_when_interrupted
+@quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)

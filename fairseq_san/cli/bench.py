@@ -26,7 +26,12 @@ from typing import Dict, List, Optional
 from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import check_config, parse_system
-from fairseq_san.cli import exiting_on_termination, log_progress, quiet_when_output_closes
+from fairseq_san.cli import (
+    exiting_on_termination,
+    log_progress,
+    quiet_when_output_closes,
+    said_when_interrupted,
+)
 
 PROG = "fairseq-san-bench"
 
@@ -181,6 +186,7 @@ def config_from_args(args: argparse.Namespace, command: str) -> BenchmarkConfig:
     return BenchmarkConfig(**values, command=command)
 
 
+@said_when_interrupted  # the workers end quietly; no results are written
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["steps"]:  # the step timer: random weights, no data (benchmark.step_timer)
@@ -208,9 +214,6 @@ def main(argv: Optional[List[str]] = None) -> None:
             results = run_benchmark(config)
     except (ValueError, OSError, WorkerDied) as err:
         sys.exit(f"{PROG}: error: {err}")
-    except KeyboardInterrupt:  # the workers end quietly; no results are written
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        sys.exit(130)
     print_report(markdown_report(results))
 
 

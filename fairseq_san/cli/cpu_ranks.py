@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from fairseq_san.cli import exiting_on_termination
+from fairseq_san.cli import exiting_on_termination, said_when_interrupted
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import ERROR_COPY, file_error, nearest_key
 from fairseq_san.loop.recipe_options import ARCHITECTURES
@@ -318,6 +318,7 @@ def command_problem(program: str) -> Optional[str]:
     return f"command not found: {program}" + (f"; did you mean '{near}'?" if near else "")
 
 
+@said_when_interrupted  # the ranks are stopped (run_ranks); no traceback of this one
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
@@ -355,9 +356,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_ranks(command, args.world_size, args.log_dir)
     except OSError as err:  # a rank's log cannot be written, or its command not started
         parser.error(file_error(err))
-    except KeyboardInterrupt:  # the ranks are stopped (run_ranks); no traceback of this one
-        print("fairseq-san-cpu-ranks: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import sys
 from typing import Dict, List, Optional
 
 import fairseq_san
-from fairseq_san.cli import OutputError, positive_int, quiet_when_output_closes
+from fairseq_san.cli import positive_int, quiet_when_output_closes, said_when_interrupted
 from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import DASH, output_problem, read_from, streams_named, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
@@ -352,6 +352,7 @@ def run_log_tail(args: argparse.Namespace, after: List[str]) -> int:
 PASS_THROUGH = ("start", "decode-key", "lm-task-args")
 
 
+@said_when_interrupted
 @quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
@@ -368,7 +369,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemsError as err:  # test_bleu.sh's own refusals, named after it
         print(f"{RECIPE}: {err}", file=sys.stderr)
         return err.status
-    except (BrokenPipeError, OutputError):  # standard output's: quiet_when_output_closes says it
+    except BrokenPipeError:  # quiet_when_output_closes says it
         raise
     except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
         said = file_error(err) if isinstance(err, OSError) else str(err)

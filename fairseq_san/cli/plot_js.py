@@ -19,7 +19,7 @@ import shutil
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_san.cli import analysis_file, quiet_when_output_closes
+from fairseq_san.cli import analysis_file, quiet_when_output_closes, said_when_interrupted
 from fairseq_san.errors import abbreviated, repeated
 from fairseq_san.files import DASH, file_given_twice, output_problem
 from fairseq_san.plots import DECODER_PANELS, figure_formats
@@ -266,6 +266,7 @@ def check_output(path: str, inputs: List[str]) -> None:
             )
 
 
+@said_when_interrupted
 @quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     """Read the analyses, write the figure; bad input exits with status 2."""

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Optional
 
-from fairseq_san.cli import analysis_file, quiet_when_output_closes
+from fairseq_san.cli import analysis_file, quiet_when_output_closes, said_when_interrupted
 from fairseq_san.files import (
     DASH,
     file_given_twice,
@@ -270,6 +270,7 @@ def warn_of_ignored_thetas(js_by_kind: dict, thetas: dict, paths: list[str]) -> 
         )
 
 
+@said_when_interrupted
 @quiet_when_output_closes
 def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""

@@ -21,7 +21,7 @@ import argparse
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_san.cli import quiet_when_output_closes
+from fairseq_san.cli import quiet_when_output_closes, said_when_interrupted
 from fairseq_san.errors import file_error
 from fairseq_san.files import (
     DASH,
@@ -54,6 +54,7 @@ from fairseq_san.scoring import (
 MIN_BOOTSTRAP_SAMPLES = 40
 
 
+@said_when_interrupted
 @quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     parser = build_parser()

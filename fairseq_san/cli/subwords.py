@@ -18,7 +18,12 @@ import sys
 import tempfile
 from typing import Callable, List, Optional, Tuple
 
-from fairseq_san.cli import log_progress, positive_int
+from fairseq_san.cli import (
+    log_progress,
+    positive_int,
+    quiet_when_output_closes,
+    said_when_interrupted,
+)
 from fairseq_san.errors import UsageError, file_error, utf8_text
 from fairseq_san.files import (
     STDOUT,
@@ -338,6 +343,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@said_when_interrupted
+@quiet_when_output_closes
 def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
     log_progress()

@@ -1,0 +1,72 @@
+"""The console commands end alike, as a script relies on: an interrupt is one line and status 130,
+a reader of standard output that stops is status 141 and nothing said, an output with no room is
+one line and status 1 (``fairseq_san.cli``), whether a command prints or writes "-"."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def scored_files(folder: Path) -> list:
+    """fairseq-san-score's arguments for one hypothesis and its reference, written to -."""
+    (folder / "gen.txt").write_text("S-0\ta b\nH-0\t-0.1\ta b c\nD-0\t-0.1\ta b c\n")
+    (folder / "ref.txt").write_text("a b c\n")
+    return [str(BIN / "fairseq-san-score"), str(folder / "gen.txt"), "--reference",
+            str(folder / "ref.txt"), "-o", "-"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [["fairseq-san-policy", "-"], ["fairseq-san-loop", "perplexity",
+                                     "-", "-o", "-"]])  # fmt: skip
+def test_an_interrupt_is_one_line_and_status_130(command):
+    """Ctrl-C while a command read its input printed a KeyboardInterrupt traceback."""
+    process = subprocess.Popen(
+        [str(BIN / command[0]), *command[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3)  # reading standard input, which stays open
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, err, out) == (130, f"{command[0]}: interrupted\n", "")
+
+
+def test_a_closed_reader_of_dash_ends_the_command_quietly(tmp_path):
+    """``-o -`` is written through /dev/stdout, not ``print``: a reader that stopped was a usage
+    error, status 2, ``-o -: cannot write it: Broken pipe``, where ``print``'s is status 141."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    result = subprocess.run(scored_files(tmp_path), stdout=writer, stderr=subprocess.PIPE,
+                            text=True, timeout=60)  # fmt: skip
+    os.close(writer)
+    assert result.returncode == 128 + signal.SIGPIPE, result.stderr
+    assert "error" not in result.stderr, result.stderr
+
+
+def test_a_full_output_of_dash_is_one_line_and_status_1(tmp_path):
+    """An output with no room for ``-o -`` was a usage error, status 2, with the usage text."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(scored_files(tmp_path), stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "fairseq-san-score: error: cannot write the standard output: No space left on device"
+    )
+    assert "usage:" not in result.stderr
+
+
+def test_a_word_for_a_positive_integer_is_said_without_the_functions_name(capsys):
+    """argparse said "invalid positive_int value: 'x'", the name of the type's function."""
+    from fairseq_san.cli.loop import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["log-tail", "log", "--lines", "x"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fairseq-san-loop log-tail: error: argument -n/--lines: x is not a positive integer"
+    )

@@ -12,7 +12,7 @@ warn once (``deprecated_value``).
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.policy import KIND_TABLE, KINDS
@@ -216,6 +216,9 @@ DECODER_OPTIONS = (
     DECODER_EXECUTION,
 )
 
+# The static decoder's own options: another decoding would accept and ignore them.
+STATIC_DECODER_OPTIONS = (DECODER_PRECISION, DECODER_EXECUTION)
+
 ANALYSIS_OPTIONS = (
     Option(
         "san_analysis_dir",
@@ -308,3 +311,12 @@ def chosen_decoding(decoding: str, legacy: object) -> str:
             "static) choose two decoders: pass --san-decoding alone"
         )
     return decoding
+
+
+def misplaced_static_option(decoding: str, given: Callable[[Option], bool]) -> Optional[Option]:
+    """The first of ``STATIC_DECODER_OPTIONS`` that was ``given`` where ``decoding`` (the one
+    chosen, ``chosen_decoding``) is not static; None where there is none. Its caller words the
+    refusal: a command-line flag, a benchmark override."""
+    if decoding == STATIC:
+        return None
+    return next((option for option in STATIC_DECODER_OPTIONS if given(option)), None)

@@ -453,6 +453,57 @@ def write_corpus(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+# fairseq-san-bench's stand-in: reads its command line as the real one does (a bad --system is
+# one error line), appends one JSON line to $BENCH_RECORD per call (its argv; the systems'
+# overrides, their fairseq twins, --fp16 and --out-dir), and writes an empty results.json where
+# the benchmark would; exit 3 where --out-dir's name is $FAIL_OUT. ``returned_before``: the
+# results that $OUT/gpu-steps.tar.gz (a lent GPU's call cut short) held when it was called.
+BENCH_STAND_IN = f"""#!{sys.executable}
+import json, os, sys
+from pathlib import Path
+
+argv = sys.argv[1:]
+record = {{"argv": argv}}
+archive = Path(os.environ.get("OUT", "."), "gpu-steps.tar.gz")
+if "OUT" in os.environ and archive.exists():
+    import tarfile
+    with tarfile.open(archive) as packed:
+        record["returned_before"] = sorted(n for n in packed.getnames() if n.endswith(".json"))
+if argv[:1] != ["steps"]:
+    from fairseq_san.benchmark.config import fairseq_twins
+    from fairseq_san.cli.bench import build_parser, config_from_args
+
+    parser = build_parser()
+    try:
+        config = config_from_args(parser.parse_args(argv), "stand-in")
+    except ValueError as err:
+        parser.error(str(err))
+    record.update(systems={{s.name: s.overrides for s in config.systems}},
+                  twins=fairseq_twins(config.systems), fp16=config.fp16, out=config.out_dir)
+    if Path(config.out_dir).name == os.environ.get("FAIL_OUT"):
+        sys.exit(3)
+    Path(config.out_dir).mkdir(parents=True)
+    (Path(config.out_dir) / "results.json").write_text("{{}}")
+with open(os.environ["BENCH_RECORD"], "a") as handle:
+    handle.write(json.dumps(record) + "\\n")
+"""
+
+
+def stand_in(path: Path, script: str) -> Path:
+    """``script`` written at ``path``, executable: a command's stand-in, for a PATH that has
+    its folder first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def bench_calls(record: Path) -> List[Dict]:
+    """The calls of ``BENCH_STAND_IN`` that wrote ``record`` (none where it was never called)."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    return [json.loads(line) for line in lines]
+
+
 def printed_commands(output: str, program: str) -> List[List[str]]:
     """argv of every command a recipe printed (a ``+ ...`` line) that runs ``program``: its first
     word's file name, or that of the script ``python`` or ``bash`` runs; a ``timeout -k K S``

@@ -2,47 +2,17 @@
 stand-ins for the GPU's commands: which benchmarks it asks for (their command lines parsed by the
 real fairseq-san-bench parser), what it skips, and what comes back."""
 
-import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import BENCH_STAND_IN, REPO, bench_calls, stand_in
+
 SCRIPT = REPO / "docs/results/gpu-steps/run.sh"
-
-# fairseq-san-bench's stand-in: parses its arguments as the real command does, records them, and
-# writes an empty results.json where the benchmark would.
-BENCH_STAND_IN = f"""#!{sys.executable}
-import json, os, sys
-from pathlib import Path
-
-argv = sys.argv[1:]
-record = {{"argv": argv}}
-archive = Path(os.environ["OUT"], "gpu-steps.tar.gz")
-if archive.exists():  # what a call cut short during this part would bring back
-    import tarfile
-    with tarfile.open(archive) as packed:
-        record["returned_before"] = sorted(n for n in packed.getnames() if n.endswith(".json"))
-if argv[:1] != ["steps"]:
-    from fairseq_san.benchmark.config import fairseq_twins
-    from fairseq_san.cli.bench import build_parser, config_from_args
-
-    config = config_from_args(build_parser().parse_args(argv), "stand-in")
-    record.update(systems={{s.name: s.overrides for s in config.systems}},
-                  twins=fairseq_twins(config.systems), fp16=config.fp16, out=config.out_dir)
-    if Path(config.out_dir).name == os.environ.get("FAIL_OUT"):
-        sys.exit(3)
-    Path(config.out_dir).mkdir(parents=True)
-    (Path(config.out_dir) / "results.json").write_text("{{}}")
-with open(os.environ["BENCH_RECORD"], "a") as handle:
-    handle.write(json.dumps(record) + "\\n")
-"""
-
 
 def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool = True,
                data: bool = True, status: int = 0):  # fmt: skip
@@ -54,11 +24,8 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
     stale.mkdir(parents=True, exist_ok=True)
     (stale / "__init__.py").write_text("raise ImportError('the bundle wheel, older than the tree')")
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "fairseq-san-bench").write_text(BENCH_STAND_IN)
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA stand-in, 1.0'\n")
-    for stand_in in bin_dir.iterdir():
-        stand_in.chmod(0o755)
+    stand_in(bin_dir / "fairseq-san-bench", BENCH_STAND_IN)
+    stand_in(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA stand-in, 1.0'\n")
     runs = tmp_path / "runs"
     if checkpoints:
         for run_dir in ("loop", "uniform-6-6"):
@@ -80,8 +47,7 @@ def run_checks(tmp_path: Path, parts: str, left_s: int = 600, checkpoints: bool 
     done = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == status, done.stderr
-    lines = record.read_text().splitlines() if record.exists() else []
-    return done.stdout + done.stderr, [json.loads(line) for line in lines]
+    return done.stdout + done.stderr, bench_calls(record)
 
 
 @pytest.mark.parametrize("parts", ["e2e", "e2e-more"])

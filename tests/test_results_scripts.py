@@ -6,9 +6,8 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
-from helpers import REPO, cli_env
+from helpers import BENCH_STAND_IN, REPO, bench_calls, cli_env, stand_in
 
 # examples/learn_to_share_lm.sh's stand-in: its first step, the check of its command line
 # (fairseq-san-loop options), then each call's arguments recorded.
@@ -16,21 +15,6 @@ LM_RECIPE_STAND_IN = """#!/usr/bin/env bash
 set -euo pipefail
 fairseq-san-loop options learn_to_share_lm.sh "$@" > /dev/null
 printf '%s\\n' "$*" >> "$RECIPE_CALLS"
-"""
-
-# fairseq-san-bench's stand-in: reads its command line as the real one does (a bad --system is
-# one error line), then records each system's overrides instead of decoding.
-BENCH_STAND_IN = f"""#!{sys.executable}
-import json, os, sys
-from fairseq_san.cli.bench import build_parser, config_from_args
-
-parser = build_parser()
-try:
-    config = config_from_args(parser.parse_args(sys.argv[1:]), "stand-in")
-except ValueError as err:
-    parser.error(str(err))
-with open(os.environ["BENCH_SYSTEMS"], "w") as out:
-    json.dump({{system.name: system.overrides for system in config.systems}}, out)
 """
 
 
@@ -41,18 +25,16 @@ def test_the_policy_speed_benchmark_gets_every_policy(tmp_path):
     checkpoint = tmp_path / "runs/multi30k.en-de/iter0/checkpoints/checkpoint_best.pt"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.touch()
-    bench = tmp_path / "bin/fairseq-san-bench"
-    bench.parent.mkdir()
-    bench.write_text(BENCH_STAND_IN)
-    os.chmod(bench, 0o755)
-    systems = tmp_path / "systems.json"
+    bench = stand_in(tmp_path / "bin/fairseq-san-bench", BENCH_STAND_IN)
+    record = tmp_path / "bench.jsonl"
     env = cli_env()
     env.update(PATH=f"{bench.parent}{os.pathsep}{env['PATH']}", PYTHONPATH=str(REPO),
-               BENCH_SYSTEMS=str(systems))  # fmt: skip
+               BENCH_RECORD=str(record))  # fmt: skip
     result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0 and not result.stderr, result.stderr
-    overrides = json.loads(systems.read_text())
+    [call] = bench_calls(record)
+    overrides = call["systems"]
     assert overrides.pop("baseline") == {} and len(overrides) == 9
     assert json.loads(overrides["6/6-enc-1.5"]["san_policy"]) == {
         "decoder_self": [6], "decoder_encdec": [6], "encoder_self": [1, 5]}  # fmt: skip
@@ -64,10 +46,7 @@ def test_the_lm_results_loops_pass_the_recipes_check(tmp_path):
     which it refuses (it sets them itself): both loop steps stopped in one line."""
     here = tmp_path / "docs/results/lm-multi30k"
     shutil.copytree(REPO / "docs/results/lm-multi30k", here)  # run.sh reads systems.py
-    recipe = tmp_path / "examples/learn_to_share_lm.sh"
-    recipe.parent.mkdir()
-    recipe.write_text(LM_RECIPE_STAND_IN)
-    os.chmod(recipe, 0o755)
+    stand_in(tmp_path / "examples/learn_to_share_lm.sh", LM_RECIPE_STAND_IN)
     calls = tmp_path / "calls.txt"
     env = {**cli_env(), "RECIPE_CALLS": str(calls), "RUNS": str(tmp_path / "runs"),
            "PYTHONPATH": str(REPO)}  # fmt: skip

@@ -38,8 +38,9 @@ measured, and how:
   place of its graphs or compiled step).
 * **CTranslate2** (``ctranslate2_system``): the baseline converted, as float32 and int8.
 
-Modules, one concept each: ``config`` (systems, settings, defaults; no torch), ``fairseq_system``
-and ``ctranslate2_system`` (what decodes), ``data`` (batches, references, scores), ``meters``,
-``timing`` (clock, pass, the timing loop), ``workers`` (the processes), ``machine``, ``report``
-(results.json and results.md), ``plots``, ``run`` (``run_benchmark``, end to end).
+Modules, one concept each: ``config`` (systems, settings, defaults; no torch), ``system`` (what
+decodes, whichever engine), ``fairseq_system`` and ``ctranslate2_system`` (the engines), ``data``
+(batches, references, scores), ``meters``, ``timing`` (clock, pass, the timing loop), ``workers``
+(the processes), ``machine``, ``report`` (results.json and results.md), ``plots``, ``run``
+(``run_benchmark``, end to end).
 """

@@ -31,9 +31,10 @@ CTRANSLATE2 = "ctranslate2"
 CTRANSLATE2_NAME = "{base} (CTranslate2 {compute_type})"
 CTRANSLATE2_ROW = re.compile(r"\(CTranslate2 \w+\)$")
 
-# Decoders of the fairseq engine: fairseq's SequenceGenerator, or the static-shape decoder.
+# Decoders of the fairseq engine: fairseq's SequenceGenerator, or the static-shape decoder (the
+# deprecated san_decoder's choices).
 STATIC = options.STATIC
-DECODERS = (FAIRSEQ, STATIC)
+LEGACY = options.OPTIONS["san_decoder"]
 
 # Short precision labels of the result tables, from torch dtypes and CTranslate2 compute types.
 PRECISION_LABELS = {
@@ -145,9 +146,11 @@ class SystemSpec:
                 f"{what}: san_decoding {decoding!r} needs a transformer_san checkpoint (this "
                 "model would decode as fairseq's)"
             )
-        legacy = self.overrides.get("san_decoder", FAIRSEQ)
-        if legacy not in DECODERS:
-            raise ValueError(f"{what}: san_decoder must be one of {DECODERS}, not {legacy!r}")
+        legacy = self.overrides.get(LEGACY.name, FAIRSEQ)
+        if legacy not in LEGACY.choices:
+            raise ValueError(
+                f"{what}: san_decoder must be one of {LEGACY.choices}, not {legacy!r}"
+            )
         try:
             options.chosen_decoding(decoding, legacy)
         except UsageError as two_decoders:
@@ -158,12 +161,17 @@ class SystemSpec:
                 f'"{STATIC}" choose two decoders: give "san_decoding" alone'
             )
 
+    def _overridden(self, option: options.Option) -> bool:
+        """Whether the system's overrides name ``option`` (to any value, its default too)."""
+        return option.name in self.overrides
+
     def _check_static_options(self, what: str, precisions: Collection[str]) -> None:
         """ValueError for the static decoder's execution or precision (one of ``precisions``)
         given to a system the static decoder does not decode, or given as no such one."""
-        for key in ("san_decoder_execution", "san_decoder_precision"):
-            if key in self.overrides and self.decoder != STATIC:
-                raise ValueError(f'{what}: {key} needs "{options.DECODING.name}": "{STATIC}"')
+        misplaced = options.misplaced_static_option(self.decoder, self._overridden)
+        if misplaced is not None:
+            decoding = options.DECODING.name
+            raise ValueError(f'{what}: {misplaced.name} needs "{decoding}": "{STATIC}"')
         execution = self.overrides.get("san_decoder_execution")
         if execution is not None and not isinstance(execution, str):  # quoted as its str()
             raise ValueError(f"{what}: san_decoder_execution must be text (an execution's name), "

@@ -20,6 +20,7 @@ from fairseq_san.benchmark.config import DecodeOptions, Setting
 from fairseq_san.benchmark.config import CTRANSLATE2_NAME, precision_label
 from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.fairseq_system import FairseqSystem, max_output_tokens
+from fairseq_san.benchmark.system import System
 from fairseq_san.benchmark.timing import PassResult, clock
 
 if TYPE_CHECKING:  # only a CTranslate2 worker imports ctranslate2
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # only a CTranslate2 worker imports ctranslate2
 CTRANSLATE2_MISSING = "ctranslate2 not installed (pip install ctranslate2)"
 
 
-class CTranslate2System:
+class CTranslate2System(System):
     """The baseline converted to CTranslate2, decoding the same batches with ``compute_type``.
 
     Only a plain transformer converts (``not_converted``).
@@ -96,7 +97,7 @@ class CTranslate2System:
         keep_hypotheses: bool = False,
         measure_cache: bool = False,
     ) -> PassResult:
-        """``FairseqSystem.decode`` by CTranslate2's translator, its tokens counted as fairseq's
+        """``System.decode`` by CTranslate2's translator, its tokens counted as fairseq's
         steps (``decoded_steps``); ``measure_cache`` is ignored (CTranslate2's cache is its own)."""
         kwargs = dict(
             beam_size=setting.beam,

@@ -29,6 +29,7 @@ from fairseq_san.benchmark.config import TRANSLATION_ONLY, BenchmarkConfig
 from fairseq_san.benchmark.config import precision_label
 from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.meters import CacheMeter, StepProfiler, matmul_flops
+from fairseq_san.benchmark.system import System
 from fairseq_san.benchmark.timing import PassResult, clock
 from fairseq_san.checkpoints import checkpoint_problem, language_model_in, load_state
 from fairseq_san.errors import UsageError
@@ -202,7 +203,7 @@ def execution_asked(spec: SystemSpec) -> Optional[str]:
     return spec.overrides.get(DECODER_EXECUTION.name)
 
 
-class FairseqSystem:
+class FairseqSystem(System):
     """A checkpoint loaded with its model overrides, decoded by fairseq's SequenceGenerator or
     the static decoder (``spec.decoder``)."""
 
@@ -301,8 +302,8 @@ class FairseqSystem:
         keep_hypotheses: bool = False,
         measure_cache: bool = False,
     ) -> PassResult:
-        """One pass of ``setting`` over the batches, timed around each generate call; the best
-        hypotheses with ``keep_hypotheses``, the cache's peak bytes with ``measure_cache``."""
+        """``System.decode`` by the generator of ``setting`` (``_generator``), one ``generate``
+        call a batch."""
         generator = self._generator(setting, options)
         meter = self._cache_meter(generator) if measure_cache else None
         seconds, tokens, sentences = 0.0, 0, 0

@@ -40,6 +40,7 @@ from fairseq_san.benchmark.config import CTRANSLATE2, FAIRSEQ, BenchmarkConfig, 
 from fairseq_san.benchmark.ctranslate2_system import CTRANSLATE2_MISSING, ctranslate2_systems
 from fairseq_san.benchmark.data import Batches
 from fairseq_san.benchmark.fairseq_system import FairseqSystem
+from fairseq_san.benchmark.system import System
 
 # How the other end of a pipe going away shows: end of file, or the connection reset.
 PIPE_GONE = (EOFError, ConnectionResetError, BrokenPipeError)
@@ -59,7 +60,7 @@ class WorkerJob:
     device: str
 
 
-def _build(job: WorkerJob) -> Tuple[List, Batches, Dict]:
+def _build(job: WorkerJob) -> Tuple[List[System], Batches, Dict]:
     """(systems, batches, engine info) of a job, in the worker."""
     config, device = job.config, torch.device(job.device)
     if config.threads:

@@ -25,7 +25,7 @@ import contextlib
 import math
 from collections import OrderedDict
 from functools import partial
-from typing import Callable, ContextManager, Dict, List, Optional, Tuple, Union
+from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from fairseq.data import Dictionary
@@ -111,6 +111,17 @@ def on_its_gpu(device: torch.device) -> ContextManager:
     graphs capture the current device's streams, and a model on ``cuda:1`` while ``cuda:0`` is
     current (a hub user's ``model.to("cuda:1")``) captured empty graphs."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+class Batch(NamedTuple):
+    """A batch set up for its first position (``StaticSequenceGenerator._start``)."""
+
+    cache: DecoderCache
+    search: TensorBeamSearch
+    max_len: int  # the longest output (``_max_len``)
+    bos: int
+    device: torch.device
+    index: Union[int, Tensor]  # where a step runs: the fixed layout's device position (``_at``)
 
 
 class StaticSequenceGenerator(nn.Module):
@@ -207,6 +218,41 @@ class StaticSequenceGenerator(nn.Module):
         """``--print-alignment``'s kind (hard or soft; None: no alignment)."""
         check_alignment_kind(kind)
         return str(kind) if kind else None
+
+    @classmethod
+    def build(
+        cls,
+        task: FairseqTask,
+        models: List[nn.Module],
+        args: GenerationArgs,
+        precision: str = "fp32",
+        seq_gen_cls: Optional[type] = None,
+        extra_gen_cls_kwargs: Optional[Dict] = None,
+        prefix_allowed_tokens_fn: Optional[Callable] = None,
+        execution: Optional[str] = None,
+        device: Optional[torch.device] = None,
+    ) -> "StaticSequenceGenerator":
+        """The static decoder of ``task``'s ``models`` for fairseq's generation options ``args``
+        (what ``task.build_generator`` receives), or StaticDecoderError naming the first option
+        it does not support; ``device``: see the class. It refuses, with one StaticDecoderError,
+        what the static decoder cannot honour, then has fairseq's ``FairseqTask.build_generator``
+        (what fairseq's translation and language-modeling tasks build their generators with)
+        build it in place of fairseq's SequenceGenerator: it receives the options and the search
+        (``search_strategy``) that fairseq chooses for ``args``, as fairseq's generator would, a
+        change of fairseq's included."""
+        check_generation_options(args)
+        check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs)
+        static = partial(
+            cls,
+            print_alignment=getattr(args, "print_alignment", None),
+            precision=precision,
+            execution=None if execution is None else str(execution),
+            device=device,
+        )
+        return FairseqTask.build_generator(
+            task, models, args, seq_gen_cls=static, extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+            prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+        )  # fmt: skip
 
     def choose_execution(self, device: torch.device) -> None:
         """The execution of the step on ``device`` (``checked_execution``)."""
@@ -330,43 +376,66 @@ class StaticSequenceGenerator(nn.Module):
         ``prefix_tokens`` (fairseq-generate's ``--prefix-size``): forced at the first positions,
         one step each, then the positions after them as without (CUDA graphs capture those);
         ``constraints``: fairseq's packed constraints (``--constraints``)."""
-        net_input = sample["net_input"]
-        src_tokens = net_input["src_tokens"]
-        sentences, src_len = src_tokens.size()[:2]
-        src_lengths = self._source_lengths(net_input)
-        max_len = self._max_len(src_len, src_lengths)
-        encoder_out = self.encoder.forward_torchscript(net_input)
-        self._kept_encoder_out = self._for_alignments(encoder_out)
-        padding = encoder_out["encoder_padding_mask"]
-        step, device = self.step, src_tokens.device
-        fixed = self.execution.fixed_layout(device)
-        positions = length_bucket(max_len + 1) if fixed else max_len + 1
-        table = self._table(max_len, fixed)
-        cache = self._cache(sentences, positions, fixed, device, table, length_bucket(src_len))
-        source = encoder_out["encoder_out"][0]
-        step.prepare(source, padding[0] if padding else None, cache, table)
-        bos = self.eos if bos_token is None else bos_token
-        search = self._search(
-            sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
-            sample.get("id"),
-        )  # fmt: skip
+        batch = self._start(sample, prefix_tokens, bos_token, constraints)
+        search, cache, index = batch.search, batch.cache, batch.index
         # Position 0: every hypothesis of a sentence is the same, so one row per sentence (with
         # CUDA graphs the step alone replayed, on the first-step cache kept with the cache).
         first = cache.first_step()
         tokens = search.last_tokens(0)[:: self.beam_size]
-        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         lprobs = self.run_first_step(tokens, index, first, self.temperature, length=1)
         if self.fused_lm is not None:
             shared = self.fused_lm.shared_positions(tokens.view(-1, 1))
             lprobs = self.fused_lm.fuse(lprobs, shared[:, 0])
         cache.spread(first)
         finished = self._follow(search.advance(0, lprobs), cache, 1)
-        for position in range(1, max_len + 1):
+        for position in range(1, batch.max_len + 1):
             if finished:
                 break
             search.release_prefix(position)
             finished = self._position(search, position, index, cache)
         return search
+
+    def _start(
+        self,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor],
+        bos_token: Optional[int],
+        constraints: Optional[Tensor],
+    ) -> Batch:
+        """A batch's set-up before its first position (``decode``'s arguments): its output
+        limit, its cache, empty, with the encoder's output projected into it (a language model
+        has none), the step's position table, and its beam search."""
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        sentences, src_len = src_tokens.size()[:2]
+        src_lengths = self._source_lengths(net_input)
+        max_len = self._max_len(src_len, src_lengths)
+        source, padding = self._encode(net_input)
+        device = src_tokens.device
+        fixed = self.execution.fixed_layout(device)
+        positions = length_bucket(max_len + 1) if fixed else max_len + 1
+        table = self._table(max_len, fixed)
+        bucket = 0 if source is None else length_bucket(src_len)
+        cache = self._cache(sentences, positions, fixed, device, table, bucket)
+        cache.sentences = sentences
+        self.step.prepare(source, padding, cache, table)
+        bos = self.eos if bos_token is None else bos_token
+        search = self._search(
+            sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
+            sample.get("id"),
+        )  # fmt: skip
+        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
+        return Batch(cache, search, max_len, bos, device, index)
+
+    def _encode(self, net_input: Dict[str, Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """The batch's encoder output and its padding mask (None where no sentence is padded);
+        (None, None) for a model without an encoder (a language model's)."""
+        if self.encoder is None:
+            return None, None
+        encoder_out = self.encoder.forward_torchscript(net_input)
+        self._kept_encoder_out = self._for_alignments(encoder_out)
+        padding = encoder_out["encoder_padding_mask"]
+        return encoder_out["encoder_out"][0], padding[0] if padding else None
 
     def _position(
         self, search: TensorBeamSearch, position: int, index: Union[int, Tensor],
@@ -612,53 +681,5 @@ def drop_done_sentences(
         cache.keep_sentences(sentences, beam, written)
 
 
-def build_static_generator(
-    task: FairseqTask,
-    models: List[nn.Module],
-    args: GenerationArgs,
-    precision: str = "fp32",
-    seq_gen_cls: Optional[type] = None,
-    extra_gen_cls_kwargs: Optional[Dict] = None,
-    prefix_allowed_tokens_fn: Optional[Callable] = None,
-    execution: Optional[str] = None,
-    device: Optional[torch.device] = None,
-) -> StaticSequenceGenerator:
-    """The static decoder of ``task``'s ``models`` for fairseq's generation options ``args`` (what
-    ``task.build_generator`` receives), or StaticDecoderError naming the first option it does not
-    support; ``device``: see ``StaticSequenceGenerator``."""
-    return build_with_fairseq(
-        StaticSequenceGenerator, task, models, args, precision, seq_gen_cls, extra_gen_cls_kwargs,
-        prefix_allowed_tokens_fn, execution, device,
-    )  # fmt: skip
-
-
-def build_with_fairseq(
-    generator_cls: type,
-    task: FairseqTask,
-    models: List[nn.Module],
-    args: GenerationArgs,
-    precision: str,
-    seq_gen_cls: Optional[type],
-    extra_gen_cls_kwargs: Optional[Dict],
-    prefix_allowed_tokens_fn: Optional[Callable],
-    execution: Optional[str],
-    device: Optional[torch.device],
-) -> StaticSequenceGenerator:
-    """``generator_cls`` built by fairseq's ``FairseqTask.build_generator`` (what fairseq's
-    translation and language-modeling tasks build their generators with) in place of fairseq's
-    SequenceGenerator, after refusing, with one StaticDecoderError, what the static decoder cannot
-    honour: it receives the options and the search (``search_strategy``) that fairseq chooses for
-    ``args``, as fairseq's generator would, a change of fairseq's included."""
-    check_generation_options(args)
-    check_generator_arguments(seq_gen_cls, extra_gen_cls_kwargs)
-    static = partial(
-        generator_cls,
-        print_alignment=getattr(args, "print_alignment", None),
-        precision=precision,
-        execution=None if execution is None else str(execution),
-        device=device,
-    )
-    return FairseqTask.build_generator(
-        task, models, args, seq_gen_cls=static, extra_gen_cls_kwargs=extra_gen_cls_kwargs,
-        prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
-    )  # fmt: skip
+# What ``--san-decoding static`` calls for a translation model (``StaticSequenceGenerator.build``).
+build_static_generator = StaticSequenceGenerator.build

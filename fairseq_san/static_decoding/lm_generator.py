@@ -19,17 +19,14 @@ layer), values only for a SAN follower (it reuses the block's attention weights 
 cross-layer KV follower (it attends over the block's keys and values with its own queries).
 """
 
-from typing import Callable, Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
-from fairseq.tasks import FairseqTask
-from torch import Tensor, nn
+from torch import Tensor
 
 from fairseq_san.generation_options import check_no_alignment
 from fairseq_san.static_decoding.beam_search import TensorBeamSearch
-from fairseq_san.static_decoding.caches import length_bucket
-from fairseq_san.static_decoding.generator import StaticSequenceGenerator, build_with_fairseq
-from fairseq_san.static_decoding.support import GenerationArgs
+from fairseq_san.static_decoding.generator import StaticSequenceGenerator
 
 
 class StaticLMGenerator(StaticSequenceGenerator):
@@ -57,34 +54,18 @@ class StaticLMGenerator(StaticSequenceGenerator):
         """fairseq's ``SequenceGenerator.generate`` for a language model, to the end of the batch:
         per prompt (the rows of ``prefix_tokens``, padded on the right), its n-best continuations,
         the prompt included, in the search returned; ``constraints`` as in translation."""
-        src_tokens = sample["net_input"]["src_tokens"]
-        sentences, src_len = src_tokens.size()[:2]
-        src_lengths = self._source_lengths(sample["net_input"])
-        max_len = self._max_len(src_len, src_lengths)
-        device = src_tokens.device
-        bos = self.eos if bos_token is None else bos_token
+        batch = self._start(sample, prefix_tokens, bos_token, constraints)
+        search, cache, index, max_len = batch.search, batch.cache, batch.index, batch.max_len
         known = self._known_positions(prefix_tokens, max_len)
-        fixed = self.execution.fixed_layout(device)
-        positions = length_bucket(max_len + 1) if fixed else max_len + 1
-        table = self._table(max_len, fixed)
-        cache = self._cache(sentences, positions, fixed, device, table)
-        cache.sentences = sentences
-        self.step.prepare(None, None, cache, table)
-        search = self._search(
-            sentences, positions, bos, max_len, src_lengths, prefix_tokens, constraints,
-            sample.get("id"),
-        )  # fmt: skip
-
         # Positions 0..known: the start token and the prompt tokens every sentence has, in one
         # pass on one row per sentence (its hypotheses are all the same there).
-        prompt = torch.full((sentences, 1), bos, dtype=torch.long, device=device)
+        prompt = torch.full((cache.sentences, 1), batch.bos, dtype=torch.long, device=batch.device)
         if known:
             prompt = torch.cat([prompt, prefix_tokens[:, :known]], dim=1)
         first = cache.first_step(known + 1)
         prefilled = self.step.prefill(prompt, first, self.temperature)
         cache.spread(first)
         fused = None if self.fused_lm is None else self.fused_lm.shared_positions(prompt)
-        index = torch.zeros(1, dtype=torch.long, device=device) if fixed else 0
         for position in range(known + 1):  # every row of a sentence holds the same prompt
             lprobs = self._rows(prefilled[:, position], position)
             if fused is not None:
@@ -114,21 +95,5 @@ class StaticLMGenerator(StaticSequenceGenerator):
         return lprobs.repeat_interleave(self.beam_size, dim=0)
 
 
-def build_static_lm_generator(
-    task: FairseqTask,
-    models: List[nn.Module],
-    args: GenerationArgs,
-    precision: str = "fp32",
-    seq_gen_cls: Optional[type] = None,
-    extra_gen_cls_kwargs: Optional[Dict] = None,
-    prefix_allowed_tokens_fn: Optional[Callable] = None,
-    execution: Optional[str] = None,
-    device: Optional[torch.device] = None,
-) -> StaticLMGenerator:
-    """The static decoder of ``task``'s language model for fairseq's generation options ``args``,
-    or StaticDecoderError naming the first option it does not support; ``device``: see
-    ``StaticSequenceGenerator``."""
-    return build_with_fairseq(
-        StaticLMGenerator, task, models, args, precision, seq_gen_cls, extra_gen_cls_kwargs,
-        prefix_allowed_tokens_fn, execution, device,
-    )  # fmt: skip
+# What ``--san-decoding static`` calls for a language model (``StaticSequenceGenerator.build``).
+build_static_lm_generator = StaticLMGenerator.build

@@ -10,6 +10,7 @@ import logging
 import re
 import typing
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -593,14 +594,14 @@ class DecodingTask:
         """Refuse the static decoder's options with another decoding: they would be accepted and
         ignored; and an execution that the command line does not offer (the hub's keyword took
         ``compile``, measured slower than eager, and compiled it again at every call)."""
-        for option in (options.DECODER_PRECISION, options.DECODER_EXECUTION):
-            value = self.decoding_option(args, option)
-            if option.is_set(value) and decoding != options.STATIC:
-                raise UsageError(
-                    f"{option.flag} {value} is an option of --san-decoding static, not of "
-                    f"--san-decoding {decoding}, which decodes here: add --san-decoding static, "
-                    f"or drop {option.flag}"
-                )
+        value = partial(self.decoding_option, args)
+        option = options.misplaced_static_option(decoding, lambda o: o.is_set(value(o)))
+        if option is not None:
+            raise UsageError(
+                f"{option.flag} {value(option)} is an option of --san-decoding static, not of "
+                f"--san-decoding {decoding}, which decodes here: add --san-decoding static, or "
+                f"drop {option.flag}"
+            )
         execution = self.decoding_option(args, options.DECODER_EXECUTION)
         if options.DECODER_EXECUTION.is_set(execution) and execution not in offered_executions():
             raise UsageError(

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 from helpers import BENCH_STAND_IN, REPO, bench_calls, cli_env, stand_in
 

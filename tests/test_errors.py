@@ -3087,6 +3087,40 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "is the 64-wide input embeddings"),  # a language model's embeddings: its input dim
         ("get_training_parser", ["data", "--arch", "transformer_san", "--decoder-output-dim",
                                  "16"], None),  # untied: projected to 16, trains
+        # a language model's adaptive input and character embeddings (fairseq's tracebacks)
+        ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                 "language_modeling", "--adaptive-input"],
+         "--adaptive-input needs --adaptive-input-cutoff, the vocabulary's bands"),
+        ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                 "language_modeling", "--character-embeddings",
+                                 "--share-decoder-input-output-embed"],
+         "--share-decoder-input-output-embed ties the output projection to one table of input "
+         "embeddings, which --character-embeddings does not make (fairseq fails on its missing "
+         "'weight'): drop --share-decoder-input-output-embed"),
+        ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                 "language_modeling", "--adaptive-input", "--adaptive-input-cutoff",
+                                 "1000", "--share-decoder-input-output-embed"],
+         "--share-decoder-input-output-embed ties the output projection to one table of input "
+         "embeddings, which --adaptive-input does not make"),
+        *(("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                   "language_modeling", "--criterion", "adaptive_loss",
+                                   "--ddp-backend", "legacy_ddp", "--adaptive-input",
+                                   "--adaptive-input-cutoff", "1000,3000", "--tie-adaptive-weights",
+                                   *tied], said)
+          for tied, said in [
+              ([], "--tie-adaptive-weights ties an adaptive softmax to the adaptive input, and "
+               "this model has none: add --adaptive-softmax-cutoff"),
+              (["--adaptive-softmax-cutoff", "1000"], "--tie-adaptive-weights ties each band of "
+               "the adaptive softmax to the adaptive input's, and --adaptive-softmax-cutoff 1000 "
+               "differs from --adaptive-input-cutoff 1000,3000: give both the same value"),
+              (["--adaptive-softmax-cutoff", "1000,3000", "--adaptive-input-factor", "2"],
+               "--tie-adaptive-weights ties each band of the adaptive softmax to the adaptive "
+               "input's, and --adaptive-softmax-factor 4 differs from --adaptive-input-factor 2"),
+              (["--adaptive-softmax-cutoff", "1000,3000", "--decoder-output-dim", "64"],
+               "--tie-adaptive-weights ties each band of the adaptive softmax to the adaptive "
+               "input's, and --decoder-output-dim 64 differs from --decoder-input-dim 512"),
+              (["--adaptive-softmax-cutoff", "1000, 3000"], None),  # the same bands
+          ]),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--model-overrides",

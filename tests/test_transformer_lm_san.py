@@ -350,3 +350,35 @@ def test_kv_sharing_without_a_policy_is_a_warning(policy, warned, caplog):
     TransformerLMSANModel.build_model(args, StandInTask(DICT))
     build_lm(policy)  # SAN's weights, the default
     assert UNUSED_KV not in caplog.text
+
+
+ADAPTIVE_SOFTMAX = ["--criterion", "adaptive_loss", "--ddp-backend", "legacy_ddp",
+                    "--adaptive-softmax-cutoff"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [(["--adaptive-input", "--adaptive-input-cutoff", "10,30"],
+      "--adaptive-input-cutoff 10,30: the bands' ends must increase from above 0 to at most the "
+      "dictionary's size, 24 words"),
+     ([*ADAPTIVE_SOFTMAX, "12,8"], "--adaptive-softmax-cutoff 12,8: the bands' ends must increase")],
+)  # fmt: skip
+def test_adaptive_bands_beyond_the_dictionary_are_one_line(argv, said):
+    """Adaptive bands that do not increase up to at most the dictionary's size: fairseq's
+    "AssertionError: cannot specify cutoff larger than vocab size", or an embedding of negative
+    size, as the model was built."""
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(said)):
+        build_lm(argv, dictionary=DICT)
+
+
+def test_tied_adaptive_bands_written_with_spaces_are_the_same_bands():
+    """``--adaptive-input-cutoff "10, 20"`` with ``--adaptive-softmax-cutoff 10,20`` names the
+    same bands, and the tied model shares them: fairseq compared the two as text and asserted
+    (``AssertionError: 10,20 != 10, 20``)."""
+    argv = ["--adaptive-input", "--adaptive-input-cutoff", "10, 20", *ADAPTIVE_SOFTMAX, "10,20",
+            "--tie-adaptive-weights"]  # fmt: skip
+    model, _ = build_lm(argv, dictionary=DICT)
+    tail = model.decoder.adaptive_softmax.tail[0]
+    assert tail[-1].weight is model.decoder.embed_tokens.embeddings[1][0].weight

@@ -585,6 +585,35 @@ def test_layerdrop_of_the_other_stack_goes_with_sharing(argv):
     build(argv, dictionary=DICT)
 
 
+@pytest.mark.parametrize(
+    "trained",
+    [["--decoder-layerdrop", "0.2"], ["--encoder-layerdrop", "0.2"],
+     ["--checkpoint-activations"], ["--offload-activations"]],
+)  # fmt: skip
+def test_checkpoint_of_training_only_options_decodes_under_more_sharing(trained):
+    """A checkpoint trained with LayerDrop or activation checkpointing (and no sharing) decodes
+    under a policy that shares its layers (``--model-overrides``): the options act in training
+    only, so its model is built without them and decodes as the same weights under that policy
+    built without them. It was refused ('decoder_encdec sharing cannot be combined with
+    --decoder-layerdrop'), naming a flag the decoding command never had."""
+    checkpoint, args = build(trained, dictionary=DICT, seed=41)
+    args = copy.deepcopy(args)  # the checkpoint's configuration, stamped, and the overrides
+    args.san_encoder_self_policy, args.san_decoder_encdec_policy = "2", "2,4"
+    model = TransformerSANModel.build_model(args, StandInTask(DICT)).eval()
+    model.load_state_dict(checkpoint.state_dict())
+    assert not args.decoder_layerdrop and not args.encoder_layerdrop
+    assert not args.checkpoint_activations and not args.offload_activations
+    assert type(model.decoder.layers) is torch.nn.ModuleList  # no layer dropped in training
+    expected, _ = build(["--san-encoder-self-policy", "2", "--san-decoder-encdec-policy", "2,4"],
+                        dictionary=DICT, seed=42)  # fmt: skip
+    expected.load_state_dict(checkpoint.state_dict())
+    src_tokens, src_lengths = source_batch(DICT, [5, 3], seed=1)
+    prev = target_prefixes(DICT, 2, 6, seed=2)
+    logits = decoder_logits(model, src_tokens, src_lengths, prev)
+    assert max_diff(logits, decoder_logits(expected, src_tokens, src_lengths, prev)) <= ATOL
+    assert max_diff(logits, decoder_logits(checkpoint, src_tokens, src_lengths, prev)) > 0.01
+
+
 def test_bad_policy_files(tmp_path):
     missing = tmp_path / "missing.json"
     with pytest.raises(PolicyError) as error:

@@ -27,7 +27,9 @@ beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), 
 (0, 1] or a top-k below 1 sampled from every token (the checks: ``generation_options``), ``--bf16``
 was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
 ``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
-``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception).
+``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception);
+``--adaptive-input`` without its cutoff, tied to the output, or tied to an adaptive softmax of
+other bands failed on a ``TypeError``, an ``AttributeError`` or a bare ``AssertionError``.
 fairseq-train's ranks are checked too (``world_size``). A
 number out of its range (``--update-freq 0``, ``--dropout 1.5``, ``--lr -1``: ``option_ranges``)
 and ``--tokenizer moses`` without ``--source-lang`` and ``--target-lang`` (hydra's "Error merging
@@ -270,6 +272,7 @@ def check_training(args: argparse.Namespace) -> None:
     """``check_parsed``'s checks of fairseq-train's own options (each check's docstring says what
     it refuses)."""
     check_adaptive_softmax(args)
+    check_adaptive_input(args)
     check_output_embeddings(args)
     check_world_size(args)
     check_best_checkpoint_metric(args)
@@ -606,6 +609,16 @@ def check_adaptive_softmax(args: argparse.Namespace) -> None:
         )
 
 
+def check_adaptive_input(args: argparse.Namespace) -> None:
+    """Refuse ``--adaptive-input`` without ``--adaptive-input-cutoff``: fairseq has no default
+    bands for it (``TypeError: 'NoneType' object is not subscriptable`` as the model is built)."""
+    if getattr(args, "adaptive_input", False) and not getattr(args, "adaptive_input_cutoff", None):
+        raise UsageError(
+            "--adaptive-input needs --adaptive-input-cutoff, the vocabulary's bands (e.g. "
+            "20000,60000; the same as --adaptive-softmax-cutoff to tie them)"
+        )
+
+
 def check_output_embeddings(args: argparse.Namespace) -> None:
     """Refuse output embeddings fairseq cannot build as asked: ``--tie-adaptive-weights``
     without an adaptive input (``'Embedding' object has no attribute 'weights_for_band'``), an
@@ -620,10 +633,20 @@ def check_output_embeddings(args: argparse.Namespace) -> None:
             "(--adaptive-input, a language model's), which this model has not: drop "
             "--tie-adaptive-weights, or add --adaptive-input"
         )
+    if getattr(args, "tie_adaptive_weights", False):
+        check_tied_adaptive_bands(args)
     ties = [flag for flag in ("--share-all-embeddings", "--share-decoder-input-output-embed")
             if getattr(args, name_of(flag), False)]  # fmt: skip
     if not ties:
         return
+    untable = input_embedding_option(args)
+    if untable is not None and not adaptive:
+        raise UsageError(
+            f"{ties[0]} ties the output projection to one table of input embeddings, which "
+            f"{untable} does not make (fairseq fails on its missing 'weight'): drop {ties[0]}"
+            + (", or tie an adaptive softmax to it with --adaptive-softmax-cutoff "
+               "--tie-adaptive-weights" if untable == "--adaptive-input" else "")
+        )  # fmt: skip
     if adaptive and ties[0] == "--share-decoder-input-output-embed":
         raise UsageError(
             "--share-decoder-input-output-embed ties the output projection to the input "
@@ -644,6 +667,47 @@ def check_output_embeddings(args: argparse.Namespace) -> None:
             f"{width}-wide input embeddings, which cannot take {output}-wide outputs (a shape "
             f"error at the first update): drop --decoder-output-dim, or {ties[0]}"
         )
+
+
+def input_embedding_option(args: argparse.Namespace) -> Optional[str]:
+    """The language model's option that makes its input embeddings other than one table of
+    vectors (``--character-embeddings``, ``--adaptive-input``), None where none does."""
+    for flag in ("--character-embeddings", "--adaptive-input"):  # fairseq's order of precedence
+        if getattr(args, name_of(flag), False):
+            return flag
+    return None
+
+
+# What fairseq asserts of an adaptive softmax tied to the adaptive input (--tie-adaptive-weights):
+# the options of the two that must be equal, as (softmax's, input's).
+TIED_ADAPTIVE_OPTIONS = [
+    ("adaptive_softmax_cutoff", "adaptive_input_cutoff"),
+    ("adaptive_softmax_factor", "adaptive_input_factor"),
+    ("decoder_output_dim", "decoder_input_dim"),
+]
+
+
+def check_tied_adaptive_bands(args: argparse.Namespace) -> None:
+    """Refuse ``--tie-adaptive-weights`` between an adaptive softmax and input whose bands
+    differ: fairseq's ``transformer_lm`` asserts each pair of ``TIED_ADAPTIVE_OPTIONS`` equal (a
+    bare ``AssertionError``). Cutoffs are compared as the lists they give."""
+    if not getattr(args, "adaptive_softmax_cutoff", None):
+        raise UsageError(
+            "--tie-adaptive-weights ties an adaptive softmax to the adaptive input, and this "
+            "model has none: add --adaptive-softmax-cutoff (the adaptive input's bands), or drop "
+            "--tie-adaptive-weights"
+        )
+    for softmax, inputs in TIED_ADAPTIVE_OPTIONS:
+        values = [getattr(args, name, None) for name in (softmax, inputs)]
+        if "cutoff" in softmax:  # check_adaptive_input and check_adaptive_softmax: both given
+            values = [str(value).replace(" ", "") for value in values]
+            setattr(args, inputs, getattr(args, softmax))  # the same list: fairseq compares text
+        if values[0] != values[1]:
+            raise UsageError(
+                f"--tie-adaptive-weights ties each band of the adaptive softmax to the adaptive "
+                f"input's, and {flag_of(softmax)} {values[0]} differs from {flag_of(inputs)} "
+                f"{values[1]}: give both the same value"
+            )
 
 
 def embedding_width(args: argparse.Namespace) -> Optional[int]:

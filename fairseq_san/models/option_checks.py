@@ -274,6 +274,31 @@ def check_attention_heads(args: argparse.Namespace, stacks: Tuple[str, ...]) -> 
             )
 
 
+# The adaptive bands' options, each with the task's dictionary whose words it divides.
+ADAPTIVE_CUTOFFS = {
+    "adaptive_softmax_cutoff": "target_dictionary",
+    "adaptive_input_cutoff": "source_dictionary",
+}
+
+
+def check_adaptive_cutoffs(args: argparse.Namespace, task: FairseqTask) -> None:
+    """Refuse adaptive bands (``--adaptive-softmax-cutoff``, ``--adaptive-input-cutoff``) that do
+    not increase up to at most the dictionary's size: fairseq asserts "cannot specify cutoff
+    larger than vocab size" (a traceback), or fails on a band of negative size."""
+    for option, dictionary in ADAPTIVE_CUTOFFS.items():
+        text = getattr(args, option, None)
+        try:
+            cutoffs = [int(part) for part in str(text).strip("[]() ").split(",")]
+        except ValueError:
+            continue  # unset, or fairseq's to read
+        size = len(getattr(task, dictionary))
+        if any(low >= high for low, high in zip([0] + cutoffs, cutoffs)) or cutoffs[-1] > size:
+            raise UsageError(
+                f"{options.flag_of(option)} {text}: the bands' ends must increase from above 0 "
+                f"to at most the dictionary's size, {size} words"
+            )
+
+
 # How check_decoder_overrides says a decoder option reached the model alone (the hub words it
 # again for its keywords).
 MODEL_OPTION_HERE = "is a model option here"
@@ -367,6 +392,15 @@ INCOMPATIBLE_OPTIONS = [
     (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),
     (("decoder_encdec",), "no_cross_attention", "there is no encoder-decoder attention"),
 ]
+# The options above that act in training only, and the value that turns each off: a checkpoint
+# decoded under more sharing than it was trained with (``--model-overrides``, a hub keyword) is
+# built without them instead of refused.
+TRAINING_ONLY = {
+    "encoder_layerdrop": 0.0,
+    "decoder_layerdrop": 0.0,
+    "offload_activations": False,
+    "checkpoint_activations": False,
+}
 
 
 def architecture_defaults(arch: str) -> argparse.Namespace:
@@ -411,10 +445,27 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespa
     for kinds, option, reason in INCOMPATIBLE_OPTIONS:
         # A pruned stack has fewer layers than any policy of it counts, shared or not.
         shared = [kind for kind in kinds if kind in (policy if reason is PRUNING else sharing)]
-        if shared and getattr(args, option, False):
+        if not shared or not getattr(args, option, False):
+            continue
+        if option in TRAINING_ONLY and checkpoints.is_stamped(args):
+            turn_off_training_option(args, option, shared[0])
+        else:
             raise san_policy.PolicyError(
                 f"{shared[0]} sharing cannot be combined with {options.flag_of(option)}: {reason}"
             )
+
+
+def turn_off_training_option(args: argparse.Namespace, option: str, kind: str) -> None:
+    """Build a checkpoint's model, decoded with ``kind`` sharing its training did not have,
+    without ``option`` (``TRAINING_ONLY``): it acts in training only, so the outputs are the
+    same, and a model of the configuration trained on would not drop or recompute a block's
+    first layer. The check refused decoding a model trained with LayerDrop under more sharing."""
+    logger.info(
+        "%s sharing: this checkpoint's %s is off (it acts in training only)",
+        kind,
+        options.flag_of(option),
+    )
+    setattr(args, option, TRAINING_ONLY[option])
 
 
 def warn_unused_encdec_share(policy: Dict[str, List[int]], args: argparse.Namespace) -> None:

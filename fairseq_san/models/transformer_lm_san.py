@@ -34,6 +34,7 @@ from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_lm_checkpoint_fits
 from fairseq_san.models.option_checks import (
+    check_adaptive_cutoffs,
     check_analysis_task,
     check_attention_heads,
     check_bos_token,
@@ -97,6 +98,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         layers_to_keep_as_text(args)
         record_training_pruning(args)
         check_attention_heads(args, ("decoder",))
+        check_adaptive_cutoffs(args, task)
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
         warn_unused_self_share(policy, args)
         checkpoints.stamp(args)

@@ -35,6 +35,7 @@ from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.models.checkpoint_policy import check_checkpoint_fits
 from fairseq_san.models.option_checks import (
+    check_adaptive_cutoffs,
     check_analysis_task,
     check_attention_heads,
     check_decoder_overrides,
@@ -144,6 +145,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         layers_to_keep_as_text(args)
         record_training_pruning(args)
         check_attention_heads(args, ("encoder", "decoder"))
+        check_adaptive_cutoffs(args, task)
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)
         warn_unused_encdec_share(policy, args)

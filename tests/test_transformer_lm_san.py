@@ -361,12 +361,17 @@ ADAPTIVE_SOFTMAX = ["--criterion", "adaptive_loss", "--ddp-backend", "legacy_ddp
     [(["--adaptive-input", "--adaptive-input-cutoff", "10,30"],
       "--adaptive-input-cutoff 10,30: the bands' ends must increase from above 0 to at most the "
       "dictionary's size, 24 words"),
-     ([*ADAPTIVE_SOFTMAX, "12,8"], "--adaptive-softmax-cutoff 12,8: the bands' ends must increase")],
+     ([*ADAPTIVE_SOFTMAX, "12,8"], "--adaptive-softmax-cutoff 12,8: the bands' ends must increase"),
+     (["--adaptive-input", "--adaptive-input-cutoff", "10,20", "--adaptive-input-factor", "8"],
+      "--adaptive-input-cutoff makes 3 bands, and the last is 16 // 8^2 = 0 wide"),
+     ([*ADAPTIVE_SOFTMAX, "10,20", "--adaptive-softmax-factor", "8"],
+      "--adaptive-softmax-cutoff makes 3 bands, and the last is 16 // 8^2 = 0 wide")],
 )  # fmt: skip
 def test_adaptive_bands_beyond_the_dictionary_are_one_line(argv, said):
     """Adaptive bands that do not increase up to at most the dictionary's size: fairseq's
     "AssertionError: cannot specify cutoff larger than vocab size", or an embedding of negative
-    size, as the model was built."""
+    size, as the model was built; a last band 0 wide: a ZeroDivisionError (adaptive input), or a
+    model whose last band's words were untrainable (adaptive softmax, silently)."""
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError, match=re.escape(said)):

@@ -274,18 +274,22 @@ def check_attention_heads(args: argparse.Namespace, stacks: Tuple[str, ...]) -> 
             )
 
 
-# The adaptive bands' options, each with the task's dictionary whose words it divides.
+# The adaptive bands' options, each with the task's dictionary whose words it divides, the
+# option that divides the width from one band to the next, and the first band's width.
 ADAPTIVE_CUTOFFS = {
-    "adaptive_softmax_cutoff": "target_dictionary",
-    "adaptive_input_cutoff": "source_dictionary",
+    "adaptive_softmax_cutoff": (
+        "target_dictionary", "adaptive_softmax_factor", "decoder_output_dim",
+    ),
+    "adaptive_input_cutoff": ("source_dictionary", "adaptive_input_factor", "decoder_input_dim"),
 }
 
 
 def check_adaptive_cutoffs(args: argparse.Namespace, task: FairseqTask) -> None:
     """Refuse adaptive bands (``--adaptive-softmax-cutoff``, ``--adaptive-input-cutoff``) that do
-    not increase up to at most the dictionary's size: fairseq asserts "cannot specify cutoff
-    larger than vocab size" (a traceback), or fails on a band of negative size."""
-    for option, dictionary in ADAPTIVE_CUTOFFS.items():
+    not increase up to at most the dictionary's size (fairseq asserts "cannot specify cutoff
+    larger than vocab size", a traceback, or fails on a band of negative size), or whose last
+    band is 0 wide (``check_band_widths``)."""
+    for option, (dictionary, factor, width) in ADAPTIVE_CUTOFFS.items():
         text = getattr(args, option, None)
         try:
             cutoffs = [int(part) for part in str(text).strip("[]() ").split(",")]
@@ -297,6 +301,24 @@ def check_adaptive_cutoffs(args: argparse.Namespace, task: FairseqTask) -> None:
                 f"{options.flag_of(option)} {text}: the bands' ends must increase from above 0 "
                 f"to at most the dictionary's size, {size} words"
             )
+        bands = len(cutoffs) + (cutoffs[-1] < size)  # fairseq adds the band up to the size
+        check_band_widths(args, option, factor, width, bands)
+
+
+def check_band_widths(
+    args: argparse.Namespace, option: str, factor: str, width: str, bands: int
+) -> None:
+    """Refuse adaptive bands whose last is 0 wide: fairseq makes band i ``width // factor**i``
+    wide, and a band of 0 failed to initialise (adaptive input: ``ZeroDivisionError``) or gave
+    its words one probability each, untrainable (adaptive softmax: silently)."""
+    first, divisor = getattr(args, width, None), getattr(args, factor, None)
+    if first is None or divisor is None or first // divisor ** (bands - 1) >= 1:
+        return
+    raise UsageError(
+        f"{options.flag_of(option)} makes {bands} bands, and the last is {first} // "
+        f"{divisor:g}^{bands - 1} = 0 wide ({options.flag_of(width)} {first}, "
+        f"{options.flag_of(factor)} {divisor:g}): use fewer bands, a smaller factor or a wider model"
+    )
 
 
 # How check_decoder_overrides says a decoder option reached the model alone (the hub words it

@@ -58,9 +58,10 @@ logger = logging.getLogger(__name__)
 # How an option given in from_pretrained's generation_args is named in a message.
 GIVEN_AS_GENERATION_ARGS = " (in from_pretrained's generation_args)"
 
-# Why the hub would ignore a generation option that none of its generators reads, and what to do
-# instead: fairseq-generate, fairseq-interactive or other tasks' generators read these, and
-# fairseq's hub decoded as without them. AT_BUILD's are read as the hub is built.
+# Why the hub would ignore a generation option that none of its generators reads (or fairseq's
+# seed, which it never sets), and what to do instead: fairseq-generate, fairseq-interactive or
+# other tasks' generators read these, and fairseq's hub decoded as without them. AT_BUILD's are
+# read as the hub is built.
 ITERATIVE_REFINEMENT = (
     "it is an option of fairseq's iterative refinement (--task translation_lev), not of these "
     "models: drop it"
@@ -89,6 +90,8 @@ UNREAD_BY_HUB = {
     "sacrebleu": "it is how fairseq-generate scores BLEU, and the hub scores nothing: drop it",
     "no_early_stop": "fairseq reads it nowhere (deprecated): drop it",
     "no_seed_provided": "fairseq's commands set it for themselves: drop it",
+    "seed": "the hub seeds no generator (fairseq's commands seed torch with --seed): call "
+    "torch.manual_seed(N) before the call that samples",
     **dict.fromkeys(("no_beamable_mm", "retain_dropout", "retain_dropout_modules"), AT_BUILD),
     **dict.fromkeys(REFINEMENT_OPTIONS, ITERATIVE_REFINEMENT),
     **dict.fromkeys(("beam_mt", "max_len_a_mt", "max_len_b_mt", "lenpen_mt", "eos_token"), SPEECH),

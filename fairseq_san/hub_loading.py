@@ -42,7 +42,7 @@ from fairseq_san.hub import (
     keywords_spelt,
     unread_by_hub,
 )
-from fairseq_san.models.option_checks import MODEL_OPTION_HERE
+from fairseq_san.models.option_checks import MODEL_OPTION_HERE, bos_token_unlike_training
 from fairseq_san.tasks.decoding import (
     check_generation_keys,
     check_generation_value_types,
@@ -62,9 +62,9 @@ def check_generation_arg_keys(generation_args: Any) -> None:
             f"from_pretrained(generation_args={generation_args!r}): it takes a dict of "
             "generation options, e.g. generation_args={'beam': 4}"
         )
+    check_read_by_hub(generation_args, GIVEN_AS_GENERATION_ARGS, at_build=True)  # seed too
     check_generation_keys(generation_args, GENERATION_ARGS_KEY, misplaced_in_generation_args)
     check_generation_value_types(generation_args, GENERATION_ARGS_KEY)
-    check_read_by_hub(generation_args, GIVEN_AS_GENERATION_ARGS, at_build=True)
 
 
 def misplaced_in_generation_args(option: options.Option) -> str:
@@ -142,6 +142,9 @@ def from_pretrained(
         decoder = decoder_keyword_unread(error, kwargs)
         if decoder is not None:
             raise UsageError(decoder) from None
+        bos_token = bos_token_problem(error, checkpoint_file)
+        if bos_token is not None:
+            raise UsageError(bos_token) from None
         raise
     check_stored_files(loaded["args"], kwargs, model_path)
     check_model_kind(model_class, loaded["models"][0], checkpoint_file)
@@ -239,6 +242,32 @@ def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:
     names = options.DECODER_OPTION_NAMES
     given = {key: value for key, value in keywords.items() if key in names and key not in task}
     return {**keywords, "task": {**task, **given}} if given else keywords
+
+
+def bos_token_problem(error: Exception, checkpoint_file) -> Optional[str]:
+    """The hub's words for the refusal of a language model whose ``--add-bos-token`` is not its
+    task's, which named the command line's flag: the hub builds the task from the checkpoint
+    (an ensemble's, ``checkpoint_file`` 'A.pt:B.pt', from the first), so only another checkpoint
+    of an ensemble or a ``task`` dict given to ``from_pretrained`` can differ; None for another
+    error."""
+    if not isinstance(error, UsageError):
+        return None
+    unlike = {str(bos_token_unlike_training(trained)): trained for trained in (True, False)}
+    trained = unlike.get(str(error))
+    if trained is None:
+        return None
+    said = f"from_pretrained(checkpoint_file={str(checkpoint_file)!r}"
+    if os.pathsep in str(checkpoint_file):
+        return (
+            f"{said}): its checkpoints were trained some with --add-bos-token, some without, "
+            "and an ensemble's models read the input of one task (the first checkpoint's): "
+            "ensemble checkpoints trained alike"
+        )
+    return (
+        f"{said}, task=...): the model was trained {'with' if trained else 'without'} "
+        f"--add-bos-token, and the task given {'lacks' if trained else 'has'} it: leave "
+        "add_bos_token out of task (the hub takes the checkpoint's)"
+    )
 
 
 # How the checks of a checkpoint name its overrides, and what the hub calls them.

@@ -7,6 +7,7 @@ fairseq-generate. Bad input is one line ``fairseq-san-average: error: ...``, and
 """
 
 import datetime
+import logging
 import re
 import shutil
 import subprocess
@@ -409,7 +410,7 @@ def test_files_that_are_no_checkpoints_are_refused(checkpoints, tmp_path):
     torch.save(load_state(newest)["model"], weights)  # a state dict alone
     output = str(tmp_path / "mean.pt")
     assert refusal(["--inputs", newest, str(missing), "--output", output]) == (
-        f"cannot load checkpoint {missing}: no such file"
+        f"--inputs {missing}: no such file"
     )
     assert refusal(["--inputs", newest, str(text), "--output", output]).startswith(
         f"cannot load checkpoint {text}: "
@@ -482,6 +483,20 @@ def test_bad_options_are_usage_errors(argv, said, capsys):
     assert exit.value.code == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert error.startswith("fairseq-san-average: error: ") and said in error, error
+
+
+def test_a_missing_input_is_refused_before_any_checkpoint_is_read(tmp_path, caplog):
+    """It was found as fairseq's loader read it, after the progress lines, seconds later."""
+    present = tmp_path / "present.pt"
+    present.write_bytes(b"")
+    missing = tmp_path / "missing.pt"
+    with caplog.at_level(logging.INFO):
+        named = refusal(["--inputs", str(present), str(missing), "--output", "o.pt"])
+        folder = refusal(["--inputs", str(missing), "--num-epoch-checkpoints", "2",
+                          "--output", "o.pt"])  # fmt: skip
+    assert named == f"--inputs {missing}: no such file"
+    assert folder == f"--inputs {missing}: no such folder"  # was "give --inputs DIR"
+    assert caplog.records == []
 
 
 def test_num_checkpoints_need_one_folder(tmp_path):

@@ -1771,27 +1771,43 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--max-len-a", "inf"], "--max-len-a inf: must be a finite number"),
         (["--max-len-b", "-1"], "--max-len-a 0.0 --max-len-b -1: natural lengths stop at"),
         (["--max-len-a", "0", "--max-len-b", "0"], "a and b must be at least 0, and not both 0"),
-        (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),
-        (["--references", "{tmp}"], "--references {tmp}: is a directory"),
-        (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
-        (["--data", "{tmp}/notes.txt"], "--data {tmp}/notes.txt: a file, not a directory"),
-        (["--data", "{tmp}"], "--data {tmp}: not a binarized data directory (no dict.*.txt"),
         (["--system", "a (CTranslate2 int8)={tmp}/a.pt"], "system 'a (CTranslate2 int8)': names "
          "ending in '(CTranslate2 TYPE)' are the benchmark's own CTranslate2 rows"),
-        (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
-        (["--subset", "test7"], "--subset test7: no such subset in {tmp}/data (it holds: test)"),
         (["--system", "a|b={tmp}/a.pt"], "system 'a|b': a name may not hold '|' or a line break "
          "(the report's tables are Markdown)"),
         (["--beams", "1", "1"], "--beams: 1 is given twice"),
         (["--modes", "natural", "natural"], "--modes: natural is given twice"),
         (["--cache-beams", "4", "20", "4"], "--cache-beams: 4 is given twice"),
+        (["--baseline", "b"], "baseline 'b' is not one of the systems ['a']"),
+        (["--system", "ab"], "system 'ab': expected NAME=CHECKPOINT[:OVERRIDES_JSON]"),
+    ],
+)
+def test_bench_bad_values_are_usage_errors(tmp_path, capsys, extra, said):
+    """Exit 2, as argparse's own errors and a malformed --system were: --beams 0 exited 1, the
+    status of a problem in the files, data or models."""
+    extra = [arg.format(tmp=tmp_path) for arg in extra]
+    assert bench_error(tmp_path, *extra) == "2"
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("fairseq-san-bench: error: ") and said in error, error
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--spm", "{tmp}/none.model"], "--spm {tmp}/none.model: no such file"),
+        (["--references", "{tmp}"], "--references {tmp}: is a directory"),
+        (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
+        (["--data", "{tmp}/notes.txt"], "--data {tmp}/notes.txt: a file, not a directory"),
+        (["--data", "{tmp}"], "--data {tmp}: not a binarized data directory (no dict.*.txt"),
+        (["--out-dir", "{tmp}/notes.txt"], "--out-dir {tmp}/notes.txt is a file, not a directory"),
+        (["--subset", "test7"], "--subset test7: no such subset in {tmp}/data (it holds: test)"),
         (["--references", "{tmp}/notes.txt"], "--references {tmp}/notes.txt: without a "
          "sentencepiece model (--spm, DATA/spm.model) the hypotheses are the dictionary's tokens"),
         (["--references", "{tmp}/notes.txt", "--spm", "none"], "--references {tmp}/notes.txt: "
          "without a sentencepiece model"),
     ],
 )
-def test_bench_bad_numbers_and_paths_are_one_line(tmp_path, extra, said):
+def test_bench_bad_paths_are_one_line(tmp_path, extra, said):
     (tmp_path / "notes.txt").write_text("a file\n")
     extra = [arg.format(tmp=tmp_path) for arg in extra]
     error = bench_error(tmp_path, *extra)
@@ -1820,8 +1836,11 @@ def test_bench_option_errors_come_before_fairseq_logs_anything(tmp_path):
         [sys.executable, "-c", f"from fairseq_san.cli.bench import main; main({argv!r})"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 1
-    assert result.stderr == "fairseq-san-bench: error: --repeats 0: must be at least 1\n"
+    assert result.returncode == 2  # a usage error, as argparse's own
+    assert result.stderr.splitlines()[-1] == (
+        "fairseq-san-bench: error: --repeats 0: must be at least 1"
+    )
+    assert result.stderr.startswith("usage: fairseq-san-bench ") and "INFO" not in result.stderr
 
 
 def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):

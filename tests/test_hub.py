@@ -450,8 +450,11 @@ def test_a_data_path_starting_with_a_dot_is_looked_for_in_the_models_folder(tmp_
          "of the model, not of the generation: give it to from_pretrained(..., san_policy=...)"),
         ([("beam", 2)], "from_pretrained(generation_args=[('beam', 2)]): it takes a dict of "
          "generation options, e.g. generation_args={'beam': 4}"),
+        ({"seed": 1}, "seed=1 (in from_pretrained's generation_args) would be ignored: the hub "
+         "seeds no generator (fairseq's commands seed torch with --seed): call "
+         "torch.manual_seed(N) before the call that samples"),
     ],
-    ids=["misspelt", "model option", "no dict"],
+    ids=["misspelt", "model option", "no dict", "seed"],
 )  # fmt: skip
 def test_generation_args_are_checked_before_loading(tmp_path, generation_args, said):
     """fairseq set them on the generation config unchecked: a misspelt key failed at translate(),
@@ -632,7 +635,8 @@ def load_language_model(files, **keywords):
     from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
 
     folder, data = files
-    return TransformerLMSANModel.from_pretrained(str(folder), "checkpoint_last.pt", str(data),
+    keywords.setdefault("checkpoint_file", "checkpoint_last.pt")
+    return TransformerLMSANModel.from_pretrained(str(folder), data_name_or_path=str(data),
                                                  **keywords)  # fmt: skip
 
 
@@ -1106,6 +1110,67 @@ def test_a_language_model_scores_texts(language_model):
     scored = language_model.score(["tok1 tok2 tok3", "tok2"])
     assert [len(hypo["positional_scores"]) for hypo in scored] == [3, 1]
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
+
+
+@pytest.mark.slow
+def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_words(
+    language_model_files, tmp_path
+):
+    """The hub builds the task from the checkpoint, so a task dict given to it or an ensemble's
+    other checkpoint was the only way to another --add-bos-token than the model's, and the
+    refusal said "this command's task" and "drop --add-bos-token", a flag the hub has not."""
+    from fairseq_san.errors import UsageError
+
+    folder, data = language_model_files
+    task = {"_name": "language_modeling_san", "data": str(data), "add_bos_token": True}
+    with pytest.raises(UsageError) as refused:
+        load_language_model(language_model_files, task=task)
+    assert str(refused.value) == (
+        "from_pretrained(checkpoint_file='checkpoint_last.pt', task=...): the model was trained "
+        "without --add-bos-token, and the task given has it: leave add_bos_token out of task "
+        "(the hub takes the checkpoint's)"
+    )
+    argv = lm_train_argv(data, tmp_path / "bos", "--add-bos-token", max_update=1)
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shutil.copy(folder / "checkpoint_last.pt", tmp_path / "bos" / "plain.pt")
+    for checkpoints in ("plain.pt:checkpoint_last.pt", "checkpoint_last.pt:plain.pt"):
+        with pytest.raises(UsageError) as refused:
+            load_language_model((tmp_path / "bos", data), checkpoint_file=checkpoints)
+        assert str(refused.value) == (
+            f"from_pretrained(checkpoint_file={checkpoints!r}): its checkpoints were trained "
+            "some with --add-bos-token, some without, and an ensemble's models read the input "
+            "of one task (the first checkpoint's): ensemble checkpoints trained alike"
+        )
+
+
+SEED_IGNORED = (
+    "would be ignored: the hub seeds no generator (fairseq's commands seed torch with --seed): "
+    "call torch.manual_seed(N) before the call that samples"
+)
+
+
+def test_a_seed_the_hub_would_ignore_is_refused_and_torchs_seed_repeats_samples(
+    language_model, tmp_path
+):
+    """fairseq's hub seeds nothing: ``from_pretrained(seed=1)`` set its config's seed, and each
+    run sampled others, without a word; ``sample(seed=1)`` was an unknown generation option,
+    not said what to do. torch's seed, which the message names, repeats the samples."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        load_language_model((tmp_path, tmp_path), seed=1)  # refused before anything is loaded
+    assert str(refused.value) == f"from_pretrained(seed=1) {SEED_IGNORED}"
+    with pytest.raises(UsageError) as refused:
+        language_model.sample("tok1", sampling=True, seed=1)
+    assert str(refused.value) == f"seed=1 {SEED_IGNORED}"
+    drawn = []
+    for _ in range(2):
+        torch.manual_seed(1)
+        drawn.append(language_model.sample(["tok1"] * 4, sampling=True, max_len_b=12))
+    assert drawn[0] == drawn[1] and len(set(drawn[0])) > 1  # the same draws, not one sample
 
 
 def test_a_language_model_loaded_with_a_searchs_options_still_scores(language_model):

@@ -112,7 +112,12 @@ def test_the_settled_command(tmp_path):
     negative = run_cli("fairseq-san-loop", "settled", run_dir, "-1")
     assert negative.returncode == 2  # it exited 1 without a word: "the policy is new"
     assert negative.stderr.splitlines()[-1] == (
-        "fairseq-san-loop settled: error: argument K: -1: an iteration is 0 or more"
+        "fairseq-san-loop settled: error: argument K: -1 is not an iteration number (0, 1, ...)"
+    )
+    word = run_cli("fairseq-san-loop", "settled", run_dir, "x")
+    assert word.returncode == 2  # argparse's "invalid iteration value", the type's name
+    assert word.stderr.splitlines()[-1] == (
+        "fairseq-san-loop settled: error: argument K: x is not an iteration number (0, 1, ...)"
     )
 
 

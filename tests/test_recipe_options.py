@@ -168,6 +168,8 @@ def test_help_lists_every_option_and_runs_nothing(recipe):
     [
         (["--data", "d", "--run-dir", "r", "--theta", "0.3"], "unrecognized arguments: --theta 0.3"),
         (["--data", "d"], "the following arguments are required: --run-dir"),
+        # the unknown option first: it was the missing --data and --run-dir, --bogus unnamed
+        (["--bogus"], "unrecognized arguments: --bogus"),
         (["--data", "d", "--run-dir", "r", "--updates"], "argument --updates: expected one argument"),
     ],
 )  # fmt: skip

@@ -76,17 +76,27 @@ def test_every_relative_link_of_the_docs_names_a_file():
 
 
 def test_a_results_helper_without_its_arguments_prints_its_usage():
-    """A helper beside a run.sh read sys.argv[1] itself: without it, an IndexError traceback.
-    (The ones of the standard library alone: a helper that imports torch is slow to start.)"""
-    for script, usage in (
-        ("cpu-yardstick/host-memory-2026-11-30/summary.py", "usage: summary.py [-h] out"),
-        ("cpu-yardstick/log-probs-2026-12-01/summary.py", "usage: summary.py [-h] out"),
+    """A helper beside a run.sh read sys.argv[1] itself: without it, an IndexError traceback
+    (systems.py: its own usage and exit 1, for --help too). (The ones of the standard library
+    alone: a helper that imports torch is slow to start.)"""
+    for script, usage, required in (
+        ("cpu-yardstick/host-memory-2026-11-30/summary.py", "usage: summary.py [-h] out", "out"),
+        ("cpu-yardstick/log-probs-2026-12-01/summary.py", "usage: summary.py [-h] out", "out"),
+        ("lm-multi30k/systems.py", "usage: systems.py [-h] names|checkpoint ...",
+         "names|checkpoint"),
     ):
         path = REPO / "docs" / "results" / script
         bare = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
         assert bare.returncode == 2 and bare.stderr.splitlines() == [
-            usage, "summary.py: error: the following arguments are required: out"
+            usage, f"{path.name}: error: the following arguments are required: {required}"
         ], bare.stderr
         helped = subprocess.run([sys.executable, str(path), "--help"], capture_output=True,
                                 text=True)  # fmt: skip
         assert helped.returncode == 0 and helped.stdout.startswith(usage), helped.stdout
+
+
+def test_a_results_helper_takes_help_for_help_not_for_a_folder():
+    """summarize.py read --help as the folder of its logs, and printed an empty table."""
+    path = REPO / "docs" / "results" / "static-compile" / "summarize.py"
+    helped = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: summarize.py [-h] [FOLDER]")

@@ -479,7 +479,15 @@ def check_table_cells(names: Sequence[str]) -> None:
 
 
 def check_config(config: BenchmarkConfig) -> str:
-    """Validate the configuration; return the baseline's name."""
+    """Validate the configuration, its values and then its paths; return the baseline's name."""
+    baseline = check_values(config)
+    check_paths(config)
+    return baseline
+
+
+def check_values(config: BenchmarkConfig) -> str:
+    """Validate the options' values, reading no file (a bad one is a usage error); return the
+    baseline's name."""
     names = [spec.name for spec in config.systems]
     if not names:
         raise ValueError("no system to benchmark")
@@ -502,5 +510,4 @@ def check_config(config: BenchmarkConfig) -> str:
         raise ValueError("--beams: give at least one beam size")
     check_given_once(config)
     check_numbers(config)
-    check_paths(config)
     return baseline

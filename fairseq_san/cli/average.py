@@ -98,12 +98,23 @@ def named_files(paths: List[str]) -> List[str]:
     return paths
 
 
+def check_present(paths: List[str], what: str) -> None:
+    """Refuse an ``--inputs`` path that is not there (``what``: "file" or "folder"), before
+    fairseq is imported: it was found after its progress lines and warnings, seconds later."""
+    missing = next((path for path in paths if not os.path.exists(path)), None)
+    if missing is not None:
+        raise UsageError(f"--inputs {missing}: no such {what}")
+
+
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The checkpoints to average: the files ``--inputs`` names, or the newest N of its folder."""
     if args.num_update_checkpoints is None and args.num_epoch_checkpoints is None:
+        check_present(args.inputs, "file")
         return named_files(args.inputs)
     kind = "update" if args.num_update_checkpoints is not None else "epoch"
     count = args.num_update_checkpoints or args.num_epoch_checkpoints
+    if len(args.inputs) == 1:
+        check_present(args.inputs, "folder")
     if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
         raise UsageError(
             f"--num-{kind}-checkpoints averages the newest checkpoints of one folder: give "

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
-from fairseq_san.benchmark.config import check_config, parse_system
+from fairseq_san.benchmark.config import check_paths, check_values, parse_system
 from fairseq_san.cli import (
     exiting_on_termination,
     log_progress,
@@ -196,12 +196,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
+    try:  # a bad value is a usage error (exit 2), as argparse's own
         config = config_from_args(args, shlex.join([PROG, *argv]))
+        check_values(config)
     except ValueError as err:
         parser.error(str(err))
-    try:  # the options' own checks, before fairseq's import logs anything
-        check_config(config)
+    try:  # the files the options name, before fairseq's import logs anything
+        check_paths(config)
     except ValueError as err:
         sys.exit(f"{PROG}: error: {err}")
     log_progress()

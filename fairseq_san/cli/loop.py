@@ -240,10 +240,14 @@ def run_user_dir(args: argparse.Namespace, after: List[str]) -> int:
 
 
 def iteration(text: str) -> int:
-    """argparse type: an iteration of the loop, 0 or more (-1 exited 1, read as "not settled")."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: an iteration is 0 or more")
+    """argparse type: an iteration of the loop, 0 or more (-1 exited 1, read as "not settled"; a
+    word was argparse's "invalid iteration value", the name of this function)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an iteration number (0, 1, ...)")
     return value
 
 

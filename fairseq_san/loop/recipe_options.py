@@ -220,11 +220,23 @@ def recipe_parser(recipe: str) -> RecipeParser:
             parser.add_argument(option.flag, action="store_true", help=option.help)
         else:
             shown = f" ({option.default})" if option.default and option.default != "0" else ""
+            # a required one is checked after the parse (check_required), unknown options first
+            default = None if option.flag in REQUIRED else option.default
             parser.add_argument(
-                option.flag, default=option.default, metavar=option.metavar,
-                required=option.flag in REQUIRED, help=option.help + shown,
-            )  # fmt: skip
+                option.flag, default=default, metavar=option.metavar, help=option.help + shown
+            )
     return parser
+
+
+def check_required(parser: RecipeParser, args: argparse.Namespace) -> None:
+    """Refuse a required option left out or empty, once argparse has named any unknown option
+    (``--bogus`` was left unnamed behind "the following arguments are required")."""
+    missing = [flag for flag in REQUIRED if getattr(args, name_of(flag)) is None]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
+        if getattr(args, name_of(flag)) == "":
+            parser.error(f"{flag} is empty: name a folder")
 
 
 def default_valid_ref(data: str) -> str:
@@ -371,9 +383,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     own, train_args = split_at_dashes(argv)
     parser = recipe_parser(recipe)
     args = parser.parse_args(own)
-    for flag in REQUIRED:  # an empty one read as none: a traceback, or the run at "/"
-        if getattr(args, name_of(flag)) == "":
-            parser.error(f"{flag} is empty: name a folder")
+    check_required(parser, args)
     check_no_leading_dash(recipe, args)
     check_not_emptied(recipe, args)
     values = {}

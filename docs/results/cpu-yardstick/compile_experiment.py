@@ -8,8 +8,8 @@ compiled with ``torch.compile(dynamic=True)`` and inductor's freezing and weight
 the compile time, whether the best hypotheses agree, and the median ms per step over 5 rounds.
 """
 
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -38,11 +38,10 @@ class CompiledStep(torch.nn.Module):
         return self.compiled(*args, **kwargs)
 
 
-def main() -> None:
+def main(policy: str) -> None:
     torch.set_num_threads(2)
     inductor_config.freezing = True
     inductor_config.cpp.weight_prepack = True
-    policy = sys.argv[1] if len(sys.argv) > 1 else "baseline"
     dictionary = speed.dictionary_of(8000)
     samples = list(speed.batches(dictionary, 2, 16, 16))
     model = speed.build_model("transformer_san_small", speed.POLICIES[policy], dictionary)
@@ -70,4 +69,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("policy", nargs="?", default="baseline", choices=sorted(speed.POLICIES))
+    main(parser.parse_args().policy)

@@ -8,6 +8,7 @@ is divided by 15/14 (the correction the yardstick's page states).
     python docs/results/cpu-yardstick/over_ctranslate2.py > docs/results/cpu-yardstick/over-ctranslate2.txt
 """
 
+import argparse
 import json
 import os
 from typing import Dict, List
@@ -122,4 +123,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

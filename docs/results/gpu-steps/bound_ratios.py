@@ -9,6 +9,7 @@ Batch 16, beam 4 (64 hypotheses), 40 positions, sources of 30 tokens; the device
 enter the ratios (here 1 GFLOP/s and 1 GB/s stand in).
 """
 
+import argparse
 
 from fairseq_san.benchmark import step_timer
 
@@ -43,4 +44,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

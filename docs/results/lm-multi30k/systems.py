@@ -5,8 +5,8 @@
     python docs/results/lm-multi30k/systems.py checkpoint RUNS NAME SEED  # its best checkpoint
 """
 
+import argparse
 import os
-import sys
 
 SYSTEMS = ("baseline", "san-learned", "san-iteration2", "san-uniform6", "kv-learned",
            "kv-iteration2", "kv-cla2")  # fmt: skip
@@ -34,9 +34,17 @@ def checkpoint(runs: str, name: str, seed: int) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["names"]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="names|checkpoint")
+    commands.add_parser("names", help="the systems, in order")
+    best = commands.add_parser("checkpoint", help="a system's best checkpoint")
+    best.add_argument("runs", metavar="RUNS")
+    best.add_argument("name", metavar="NAME")
+    best.add_argument("seed", type=int, metavar="SEED")
+    args = parser.parse_args()
+    if args.command == "names":
         print(" ".join(SYSTEMS))
-    elif sys.argv[1:2] == ["checkpoint"] and len(sys.argv) == 5:
-        print(checkpoint(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     else:
-        sys.exit(f"usage: {__doc__.splitlines()[3].strip()}\n       {__doc__.splitlines()[4].strip()}")
+        print(checkpoint(args.runs, args.name, args.seed))

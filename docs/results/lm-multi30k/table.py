@@ -19,6 +19,7 @@ Cache bytes per token: fp32 keys and values a decoding step keeps, all layers (S
 keep V, KV followers nothing).
 """
 
+import argparse
 import glob
 import json
 import math
@@ -26,7 +27,6 @@ import os
 import random
 import re
 import statistics
-import sys
 
 from fairseq_san.benchmark.timing import median, per_repeat_ratios
 from fairseq_san.checkpoints import load_state
@@ -244,9 +244,15 @@ def main(runs: str, results: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "speed":
-        timings = round_speeds(sys.argv[2])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", metavar="RUNS_DIR|speed", help="'speed': the speed table alone")
+    parser.add_argument("results", metavar="RESULTS_DIR")
+    args = parser.parse_args()
+    if args.runs == "speed":
+        timings = round_speeds(args.results)
         print_speed_header(timings)
         print_speed_table(timings)
     else:
-        main(sys.argv[1], sys.argv[2])
+        main(args.runs, args.results)

@@ -5,18 +5,18 @@ run's first row (fairseq).
     python docs/results/static-compile/summarize.py [logs|cpu-path]
 """
 
+import argparse
 import re
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 ROW = re.compile(r"^(.+?)\s+([\d.]+) ms/step(?:\s+([\d.]+)x)?")
 
 
-def main() -> None:
+def main(logs: str) -> None:
     runs = defaultdict(lambda: defaultdict(list))  # run -> row -> [(ms, ratio)]
-    folder = Path(__file__).parent / (sys.argv[1] if len(sys.argv) > 1 else "logs")
+    folder = Path(__file__).parent / logs
     for log in sorted(folder.glob("*-[0-9]*.log")):
         run = log.stem.rsplit("-", 1)[0]
         for line in log.read_text().splitlines():
@@ -36,4 +36,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("logs", nargs="?", default="logs", metavar="FOLDER",
+                        help="the folder beside this script (default: %(default)s)")  # fmt: skip
+    main(parser.parse_args().logs)

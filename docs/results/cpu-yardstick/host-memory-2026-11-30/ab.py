@@ -15,6 +15,7 @@ no-op: the same two settings; and with a loop of its own: two warm-ups, then the
 timed as one. Now the step timer's ``time_rounds`` times them: one warm-up, the median of four.)
 """
 
+import argparse
 import ctypes
 import statistics
 import subprocess
@@ -82,7 +83,14 @@ def main(rounds: int, beam: int, decoders: list) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--child":
+    if sys.argv[1:2] == ["--child"]:  # run()'s child process: --child DECODER BEAM KEPT
         measure(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
     else:
-        main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
+        parser = argparse.ArgumentParser(
+            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        parser.add_argument("rounds", type=int, metavar="ROUNDS")
+        parser.add_argument("beam", type=int, metavar="BEAM")
+        parser.add_argument("decoders", nargs="+", metavar="DECODER")
+        args = parser.parse_args()
+        main(args.rounds, args.beam, args.decoders)

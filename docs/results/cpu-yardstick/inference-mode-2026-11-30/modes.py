@@ -10,8 +10,8 @@ bf16-full, 2 threads. ``decode`` is the generator's batch (generate without its 
 the n-best are read outside either mode, as generate does.
 """
 
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -20,16 +20,16 @@ from fairseq_san.benchmark import step_timer
 from fairseq_san.benchmark.machine import machine_info
 from fairseq_san.benchmark.report import processor_line
 
-BEAM, BATCH, LENGTH, ROUNDS = int(sys.argv[1]), 16, 20, 8
+BATCH, LENGTH, ROUNDS = 16, 20, 8
 MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
 
-def main() -> None:
+def main(beam: int) -> None:
     torch.set_num_threads(2)
     dictionary = step_timer.dictionary_of(8000)
     model = step_timer.build_model("transformer_san_small", step_timer.POLICIES["san-6-6"],
                                    dictionary)  # fmt: skip
-    generator = step_timer.make_generator("static-bf16-full", model, dictionary, BEAM, LENGTH)
+    generator = step_timer.make_generator("static-bf16-full", model, dictionary, beam, LENGTH)
     samples = list(step_timer.batches(dictionary, 2, BATCH, 13))
 
     def run(mode: str) -> float:
@@ -48,12 +48,16 @@ def main() -> None:
             times[mode].append(run(mode))
     print(processor_line(machine_info(torch.device("cpu"))), torch.__version__)
     for mode, values in times.items():
-        print(f"beam {BEAM} {mode}: median {statistics.median(values):.2f} ms/step "
+        print(f"beam {beam} {mode}: median {statistics.median(values):.2f} ms/step "
               f"(range {min(values):.2f}-{max(values):.2f})")  # fmt: skip
     ratios = [a / b for a, b in zip(times["no_grad"], times["inference_mode"])]
-    print(f"beam {BEAM} no_grad / inference_mode, per round: median "
+    print(f"beam {beam} no_grad / inference_mode, per round: median "
           f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("beam", type=int, metavar="BEAM")
+    main(parser.parse_args().beam)

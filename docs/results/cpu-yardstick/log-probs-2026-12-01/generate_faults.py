@@ -5,7 +5,12 @@ decoder's calls: where its page faults are.
     PYTHONPATH=TREE python docs/results/cpu-yardstick/log-probs-2026-12-01/generate_faults.py BATCH
 """
 
-import collections, os, resource, sys, time
+import argparse, collections, os, resource, sys, time
+parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+)
+parser.add_argument("batch", type=int, metavar="BATCH")
+args = parser.parse_args()
 import fairseq_san
 import torch
 from fairseq_san.static_decoding import beam_search, caches, step as step_module
@@ -26,7 +31,7 @@ for owner, name, label in ((beam_search.TensorBeamSearch, "advance", "advance"),
 from fairseq_cli.generate import cli_main
 sys.argv = ["fairseq-generate", "data-bin/multi30k.en-de", "--path", "runs/cpu-yardstick/san-6-6/checkpoint_last.pt",
  "--user-dir", os.path.dirname(fairseq_san.__file__), "--task", "translation_san", "--san-decoding", "static", "--san-decoder-precision", "int8",
- "--beam", "20", "--batch-size", sys.argv[1], "--gen-subset", "test", "--max-len-a", "0", "--max-len-b", "14", "--min-len", "14", "--quiet"]
+ "--beam", "20", "--batch-size", str(args.batch), "--gen-subset", "test", "--max-len-a", "0", "--max-len-b", "14", "--min-len", "14", "--quiet"]
 f0 = faults()
 cli_main()
 print("total faults", faults() - f0)

@@ -5,7 +5,14 @@ tokens + EOS).
     PYTHONPATH=TREE python docs/results/cpu-yardstick/log-probs-2026-12-01/step_faults.py DECODER BEAM BATCH
 """
 
-import collections, resource, sys, time, warnings
+import argparse, collections, resource, time, warnings
+parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+)
+parser.add_argument("decoder", metavar="DECODER")
+parser.add_argument("beam", type=int, metavar="BEAM")
+parser.add_argument("batch", type=int, metavar="BATCH")
+args = parser.parse_args()
 warnings.filterwarnings("ignore")
 import torch
 from fairseq_san.benchmark import step_timer
@@ -21,7 +28,7 @@ def timed(function, label):
         return r
     return wrapper
 torch.set_num_threads(2)
-decoder, beam, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+decoder, beam, batch = args.decoder, args.beam, args.batch
 dictionary = step_timer.dictionary_of(8000)
 sample = next(iter(step_timer.batches(dictionary, 1, batch, 16)))
 model = step_timer.build_model("transformer_san_small", step_timer.POLICIES["san-6-6"], dictionary)

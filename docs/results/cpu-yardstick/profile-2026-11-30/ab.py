@@ -7,7 +7,16 @@ bfloat16 keys made contiguous before Q K^T (a trial, not in the decoder).
 ab.txt: three rounds of beams 4 and 20, LENGTH 30, before and after alternating, each a process
 of its own (15:42-15:50 UTC, idle).
 """
-import os, sys, time, torch
+import argparse, os, time
+parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+)
+parser.add_argument("policy", metavar="baseline|san-6-6")
+parser.add_argument("decoder", metavar="DECODER")
+parser.add_argument("beam", type=int, metavar="BEAM")
+parser.add_argument("length", type=int, metavar="LENGTH")
+args = parser.parse_args()
+import torch
 from fairseq_san.benchmark import step_timer
 from fairseq_san.static_decoding import caches
 if os.environ.get("PATCH") == "1":
@@ -19,7 +28,7 @@ if os.environ.get("PATCH") == "1":
     caches.Position.logits = logits
 torch.set_num_threads(2)
 d = step_timer.dictionary_of(8000)
-policy, decoder, beam, length = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+policy, decoder, beam, length = args.policy, args.decoder, args.beam, args.length
 sample = next(iter(step_timer.batches(d, 1, 16, 16)))
 model = step_timer.build_model("transformer_san_small", step_timer.POLICIES[policy], d)
 gen = step_timer.make_generator(decoder, model, d, beam, length)

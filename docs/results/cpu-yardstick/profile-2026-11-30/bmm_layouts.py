@@ -6,6 +6,7 @@ it, the copy included: Q K^T and weights x V, bfloat16 and float32, 2 threads.
     python docs/results/cpu-yardstick/profile-2026-11-30/bmm_layouts.py
 """
 
+import argparse
 import time
 
 import torch
@@ -42,4 +43,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

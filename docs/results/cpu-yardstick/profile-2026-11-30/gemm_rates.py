@@ -5,6 +5,7 @@ and at a large square one (what these 2 threads reach at best), against float32.
     python docs/results/cpu-yardstick/profile-2026-11-30/gemm_rates.py
 """
 
+import argparse
 import time
 
 import torch
@@ -45,4 +46,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

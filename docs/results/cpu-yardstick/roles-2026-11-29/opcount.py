@@ -6,11 +6,16 @@ that both run the same operators; a difference in speed between them is then the
 
 (PRECISION: fp32, int8 or bf16-full; output: one operator and its count a line.)
 """
-import sys
+import argparse
+parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+)
+parser.add_argument("precision", metavar="PRECISION")
+args = parser.parse_args()
 import torch
 from fairseq_san.benchmark import step_timer as st
 
-precision = sys.argv[1]
+precision = args.precision
 dictionary = st.dictionary_of(400)
 model = st.build_model("transformer_san_small", st.POLICIES["san-6-6"], dictionary)
 sample = next(st.batches(dictionary, 1, 4, 9))

@@ -6,6 +6,7 @@ microseconds a call, medians of 7 repeats of 200 calls, 2 threads.
     PYTHONPATH=. python docs/results/cpu-yardstick/small-products-2026-12-01/products.py
 """
 
+import argparse
 import statistics
 import time
 
@@ -49,4 +50,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

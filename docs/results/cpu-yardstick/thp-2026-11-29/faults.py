@@ -8,12 +8,19 @@ sentences of 13 tokens, 14 tokens + EOS each, after one untimed pass; 3 rounds, 
 MALLOPT=1 first sets glibc's mmap and trim thresholds out of reach (freed memory kept, never
 given back to the kernel), to tell the allocator's returns from torch's own page use."""
 
+import argparse
 import ctypes
 import os
 import resource
 import statistics
-import sys
 import time
+
+parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+)
+parser.add_argument("beam", type=int, metavar="BEAM")
+parser.add_argument("decoders", metavar="DECODER[,DECODER...]")
+args = parser.parse_args()
 
 if os.environ.get("MALLOPT"):
     libc = ctypes.CDLL("libc.so.6")
@@ -25,7 +32,7 @@ import torch  # noqa: E402
 from fairseq_san.benchmark import step_timer  # noqa: E402
 
 torch.set_num_threads(2)
-beam, decoders = int(sys.argv[1]), sys.argv[2].split(",")
+beam, decoders = args.beam, args.decoders.split(",")
 dictionary = step_timer.dictionary_of(7796)
 samples = list(step_timer.batches(dictionary, 2, 16, 13))
 rows = []

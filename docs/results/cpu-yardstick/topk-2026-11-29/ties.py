@@ -5,6 +5,8 @@ hypothesis, as the search ranks them; k = 8 and 40, 50 draws each.
     python docs/results/cpu-yardstick/topk-2026-11-29/ties.py
 """
 
+import argparse
+
 import torch
 
 from fairseq_san.static_decoding.beam_search import best_of_rows
@@ -28,4 +30,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # no arguments: --help prints the docstring
     main()

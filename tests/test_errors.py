@@ -3213,6 +3213,13 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--num-shards 1 --shard-id 1: fairseq-x would ignore them"),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--num-shards", "2", "--shard-id", "5"],
          "--shard-id 5 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
+        # an ensemble where one checkpoint is read: "no such file" of the joined name
+        *((parser, ["data", "--task", task, "--path", "a.pt:b.pt"],
+           "fairseq-x reads one checkpoint, and --path a.pt:b.pt names 2 (an ensemble is")
+          for parser, task in (("get_eval_lm_parser", "language_modeling_san"),
+                               ("get_validation_parser", "translation_san"))),
+        ("get_generation_parser", ["data", "--task", "translation_san", "--path", "a.pt:b.pt"],
+         None),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--num-shards", "2", "--shard-id", "1"],
          None),
         # fairseq's assertion "Must specify --max-tokens", a traceback at the first batch

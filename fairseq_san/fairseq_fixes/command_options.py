@@ -66,6 +66,7 @@ import contextlib
 import functools
 import io
 import logging
+import os
 import sys
 from dataclasses import fields
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
@@ -240,6 +241,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_alignment_printed(args, command)
         check_prefix_unpadded(args)
     check_results_path_written(args, command, kind)
+    check_one_checkpoint(args, command, kind)
     check_batches_unpadded(args, command, kind)
     shards_read = kind == "eval-lm" or (kind == "decode" and not reads_input_lines(args))
     check_shards(args, command, shards_read)
@@ -350,6 +352,20 @@ def reads_input_lines(args: argparse.Namespace) -> bool:
     """Whether the command is fairseq-interactive (it has its input's ``--buffer-size``), which
     decodes lines it reads, as against fairseq-generate's binarized data."""
     return hasattr(args, "buffer_size")
+
+
+def check_one_checkpoint(args: argparse.Namespace, command: str, kind: str) -> None:
+    """Refuse an ensemble (``--path A.pt:B.pt``) where ``command`` reads one checkpoint (eval-lm,
+    validate): it looked for one file of that whole name ("no such file")."""
+    path = getattr(args, "path", None)
+    if kind not in ("eval-lm", "validate") or not path or os.pathsep not in path:
+        return
+    if not os.path.exists(path):
+        raise UsageError(
+            f"{command} reads one checkpoint, and --path {path} names "
+            f"{len(path.split(os.pathsep))} (an ensemble is fairseq-generate's and "
+            "fairseq-interactive's): give one"
+        )
 
 
 def check_results_path_written(args: argparse.Namespace, command: str, kind: str) -> None:

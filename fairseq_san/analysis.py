@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -68,13 +68,15 @@ class AttentionCapture:
                 self._handles.append(module.register_forward_hook(self._keeper(kind, index)))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
-    def _keeper(self, kind: str, index: int):
-        def keep(module, args, output):
+    def _keeper(self, kind: str, index: int) -> Callable[[nn.Module, tuple, tuple], None]:
+        """The forward hook that keeps the per-head weights of layer ``index`` of ``kind``."""
+
+        def keep(module: nn.Module, args: tuple, output: tuple) -> None:
             weights = output[1]
             if weights is None or weights.dim() != 4:
                 raise RuntimeError(

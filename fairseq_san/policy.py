@@ -291,40 +291,7 @@ def load_policy(spec: Union[str, dict]) -> Policy:
     policy in its checkpoint arguments; a dict is how Python code (the hub's ``san_policy``
     keyword, ``--model-overrides``) naturally writes one.
     """
-    if isinstance(spec, dict):
-        source, data = "policy", spec
-    elif not isinstance(spec, str):
-        raise PolicyError(
-            f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
-            '{"decoder_self": [1, 5]}'
-        )
-    elif (bare := unbraced_blocks(spec)) is not None:
-        raise PolicyError(
-            f"policy {spec!r}: the paper's notation; a policy is a JSON object of block sizes per "
-            f'kind, e.g. \'{{"decoder_self": [{bare}]}}\', or a file holding one'
-        )
-    elif (written := notation_as_json(spec)) is not None:
-        raise PolicyError(
-            f"policy {abbreviated(repr(spec))}: the paper's notation; as JSON: "
-            f"'{abbreviated(written, 200)}'"
-        )
-    elif is_policy_text(spec):
-        source = "policy"
-        shown = f"policy {spec!r}" if len(spec) <= 80 else f"policy {spec[:40]!r}..."
-        data = parsed_json(lambda: json.loads(spec, object_pairs_hook=unique_object), shown)
-    elif looks_like_blocks(spec):
-        raise PolicyError(
-            f"policy {spec!r}: a policy is a JSON object of block sizes per kind, e.g. "
-            '\'{"decoder_self": [1, 5]}\', or a file holding one; the per-kind flags '
-            "(--san-decoder-self-policy 1,5) take block sizes alone"
-        )
-    elif spec.strip().lower() in ("null", "none") and not os.path.exists(spec):
-        raise PolicyError(  # read as a file name: 'policy file "null" not found'
-            f"policy {spec!r}: to share nothing, leave the policy out (or give '{{}}')"
-        )
-    else:
-        source = f'policy file "{spec}"'
-        data = load_json_object(spec, "policy file", POLICY_FILE_LIMIT)
+    source, data = _policy_data(spec)
     if holds_js_matrices(data):
         raise PolicyError(
             f"{source} holds JS matrices (an analysis, what fairseq-validate --san-analysis-dir "
@@ -344,6 +311,44 @@ def load_policy(spec: Union[str, dict]) -> Policy:
         if blocks is not None:
             policy[kind] = blocks
     return policy
+
+
+def _policy_data(spec: Union[str, dict]) -> Tuple[str, dict]:
+    """How errors name ``spec`` (``load_policy``'s), and the object it gives: the dict itself,
+    its JSON text parsed or its file read; the paper's notation, bare block sizes and "none"
+    are refused, naming what to write."""
+    if isinstance(spec, dict):
+        return "policy", spec
+    if not isinstance(spec, str):
+        raise PolicyError(
+            f"policy {spec!r}: expected a JSON file, JSON text or a dict like "
+            '{"decoder_self": [1, 5]}'
+        )
+    if (bare := unbraced_blocks(spec)) is not None:
+        raise PolicyError(
+            f"policy {spec!r}: the paper's notation; a policy is a JSON object of block sizes per "
+            f'kind, e.g. \'{{"decoder_self": [{bare}]}}\', or a file holding one'
+        )
+    if (written := notation_as_json(spec)) is not None:
+        raise PolicyError(
+            f"policy {abbreviated(repr(spec))}: the paper's notation; as JSON: "
+            f"'{abbreviated(written, 200)}'"
+        )
+    if is_policy_text(spec):
+        shown = f"policy {spec!r}" if len(spec) <= 80 else f"policy {spec[:40]!r}..."
+        data = parsed_json(lambda: json.loads(spec, object_pairs_hook=unique_object), shown)
+        return "policy", data
+    if looks_like_blocks(spec):
+        raise PolicyError(
+            f"policy {spec!r}: a policy is a JSON object of block sizes per kind, e.g. "
+            '\'{"decoder_self": [1, 5]}\', or a file holding one; the per-kind flags '
+            "(--san-decoder-self-policy 1,5) take block sizes alone"
+        )
+    if spec.strip().lower() in ("null", "none") and not os.path.exists(spec):
+        raise PolicyError(  # read as a file name: 'policy file "null" not found'
+            f"policy {spec!r}: to share nothing, leave the policy out (or give '{{}}')"
+        )
+    return f'policy file "{spec}"', load_json_object(spec, "policy file", POLICY_FILE_LIMIT)
 
 
 def resolve_policy(
@@ -685,7 +690,7 @@ def _check_stack_sizes(js_by_kind: dict) -> None:
             )
 
 
-def _for_kind(kind: str, function: Callable, *args):
+def _for_kind(kind: str, function: Callable, *args) -> object:
     """``function(*args)``, a PolicyError of it naming ``kind``."""
     try:
         return function(*args)

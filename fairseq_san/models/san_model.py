@@ -4,7 +4,7 @@ checkpoint fitted to the model's sharing policy before fairseq loads it."""
 
 import argparse
 import contextlib
-from typing import Callable, ClassVar, Dict, List, Mapping, Optional
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Union
 
 from fairseq.checkpoint_utils import prune_state_dict
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -49,6 +49,8 @@ class SANModel(HubModel):
 
 
 STACKS = ("encoder", "decoder")
+# A model's configuration as fairseq hands it over: its config node, or a legacy namespace.
+ModelConfig = Union[DictConfig, argparse.Namespace]
 # The model configuration's key for the layers to keep a model was trained with, per stack.
 TRAINING_PRUNING = "training_layers_to_keep"
 
@@ -94,7 +96,7 @@ def record_training_pruning(args: argparse.Namespace) -> None:
         })  # fmt: skip
 
 
-def training_pruning(model_cfg) -> Optional[Mapping]:
+def training_pruning(model_cfg: ModelConfig) -> Optional[Mapping]:
     """The layers to keep recorded by ``record_training_pruning``, None where none are (a
     checkpoint made before the record); a UsageError for a value ``--model-overrides`` set
     that is no mapping of stacks."""
@@ -107,7 +109,9 @@ def training_pruning(model_cfg) -> Optional[Mapping]:
     return trained
 
 
-def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
+def pruning_config(
+    model_cfg: Optional[ModelConfig], state_dict: Dict[str, Tensor]
+) -> Optional[ModelConfig]:
     """``model_cfg`` with the ``--*-layers-to-keep`` that fairseq's ``prune_state_dict`` can apply
     to this checkpoint, checked against its layers.
 
@@ -120,6 +124,18 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
     """
     if model_cfg is None:
         return model_cfg
+    kept = layers_to_prune(model_cfg, state_dict)
+    with open_dict(model_cfg) if isinstance(model_cfg, DictConfig) else contextlib.ExitStack():
+        for stack in STACKS:
+            if hasattr(model_cfg, f"{stack}_layers_to_keep"):
+                setattr(model_cfg, f"{stack}_layers_to_keep", kept[stack])
+    return model_cfg
+
+
+def layers_to_prune(model_cfg: ModelConfig, state_dict: Dict[str, Tensor]) -> Dict[str, object]:
+    """Per stack, the layers to keep that ``pruning_config`` hands fairseq's pruning: those the
+    configuration gives, but None for a stack stored pruned, and where any stack is pruned,
+    every layer of a stack given none."""
     kept = {stack: getattr(model_cfg, f"{stack}_layers_to_keep", None) for stack in STACKS}
     stored = {stack: checkpoints.stored_layers(state_dict, stack) for stack in STACKS}
     trained = training_pruning(model_cfg)
@@ -138,8 +154,4 @@ def pruning_config(model_cfg, state_dict: Dict[str, Tensor]):
         for stack in STACKS:
             if not kept[stack] and stored[stack]:
                 kept[stack] = ",".join(str(layer) for layer in range(stored[stack]))
-    with open_dict(model_cfg) if isinstance(model_cfg, DictConfig) else contextlib.ExitStack():
-        for stack in STACKS:
-            if hasattr(model_cfg, f"{stack}_layers_to_keep"):
-                setattr(model_cfg, f"{stack}_layers_to_keep", kept[stack])
-    return model_cfg
+    return kept

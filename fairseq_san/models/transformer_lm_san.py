@@ -81,12 +81,15 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
 
     @classmethod
     def add_args(cls, parser: argparse.ArgumentParser) -> None:
+        """fairseq's language model options (their defaults the architecture's) plus SAN's."""
         gen_parser_from_dataclass(parser, TransformerLanguageModelConfig(), delete_default=True)
         for option in options.LM_OPTIONS:
             option.add_argument(parser)  # in fairseq's group: a nested one is deprecated
 
     @classmethod
     def build_model(cls, args: argparse.Namespace, task: FairseqTask) -> "TransformerLMSANModel":
+        """fairseq's language model, built once SAN's options are checked, then each block's
+        self-attention shared by the policy: its weights S (Eq. 4) or its keys and values."""
         check_san_options(args)
         check_no_translation_options(args)
         check_language_modeling_task(task)

@@ -23,13 +23,14 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
+    TransformerConfig,
     TransformerDecoderBase,
     TransformerModel,
     base_architecture,
 )
 from fairseq.modules import MultiheadAttention
 from fairseq.tasks import FairseqTask
-from torch import nn
+from torch import Tensor, nn
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
@@ -52,6 +53,7 @@ from fairseq_san.models.san_model import (
     layers_to_keep_as_text,
     record_training_pruning,
 )
+from fairseq_san.modules import IncrementalState
 from fairseq_san.modules.average_attention import AverageAttention
 from fairseq_san.modules.decoding_attention import DecodingAttention
 from fairseq_san.modules.shared_attention import (
@@ -85,13 +87,13 @@ class TransformerSANDecoder(TransformerDecoderBase):
 
     def extract_features(
         self,
-        prev_output_tokens,
-        encoder_out=None,
-        incremental_state=None,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+        incremental_state: Optional[IncrementalState] = None,
         full_context_alignment: bool = False,
         alignment_layer: Optional[int] = None,
         alignment_heads: Optional[int] = None,
-    ):
+    ) -> Tuple[Tensor, Dict[str, List[Optional[Tensor]]]]:
         """fairseq's, or with ``recompute_prefix`` (``--san-decoding no-cache``) the whole prefix
         recomputed without the cache at each step, its last position returned."""
         if not (self.recompute_prefix and incremental_state is not None):
@@ -135,6 +137,8 @@ class TransformerSANModel(SANModel, TransformerModel):
 
     @classmethod
     def build_model(cls, args: argparse.Namespace, task: FairseqTask) -> "TransformerSANModel":
+        """fairseq's transformer, built once SAN's options are checked, then its decoder
+        self-attention made AAN where asked and each block's attention shared by the policy."""
         check_san_options(args)
         check_no_lm_options(args)
         check_translation_task(task)
@@ -165,8 +169,9 @@ class TransformerSANModel(SANModel, TransformerModel):
 
     @classmethod
     def build_decoder(
-        cls, cfg, tgt_dict: Dictionary, embed_tokens: nn.Embedding
+        cls, cfg: TransformerConfig, tgt_dict: Dictionary, embed_tokens: nn.Embedding
     ) -> "TransformerSANDecoder":
+        """fairseq's decoder with the paper's "Baseline-Cache" mode (``TransformerSANDecoder``)."""
         return TransformerSANDecoder(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
@@ -191,6 +196,7 @@ class TransformerSANModel(SANModel, TransformerModel):
 
     @property
     def fast_decoding(self) -> bool:
+        """Whether the decoder's attention takes the fast step (``--san-decoding fast``)."""
         return self.decoding == options.FAST
 
     def set_beam_size(self, beam_size: int) -> None:
@@ -368,6 +374,7 @@ def san_base_architecture(args: argparse.Namespace) -> None:
 
 @register_model_architecture("transformer_san", "transformer_san")
 def transformer_san(args: argparse.Namespace) -> None:
+    """fairseq's transformer defaults plus no sharing (``transformer_san_base``'s sizes)."""
     san_base_architecture(args)
 
 

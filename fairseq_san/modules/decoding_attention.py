@@ -48,6 +48,8 @@ class DecodingAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The fast step for a decoding step it covers, else fairseq's forward (its beam as the
+        pass needs it: ``_beam``)."""
         if self.training:  # fairseq's optimizer will write the weights through .data, unseen
             self._fused = None
         if self._takes_fast_path(query, incremental_state, attn_mask, key_padding_mask):
@@ -86,7 +88,13 @@ class DecodingAttention(MultiheadAttention):
         ``--eval-bleu``) has one row per sentence, and would attend to other sentences' keys."""
         return self.beam_size if incremental_state is not None else 1
 
-    def _takes_fast_path(self, query, incremental_state, attn_mask, key_padding_mask) -> bool:
+    def _takes_fast_path(
+        self,
+        query: Tensor,
+        incremental_state: Optional[IncrementalState],
+        attn_mask: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+    ) -> bool:
         """One decoding step in eval mode, with nothing the fast path does not implement
         (attention dropout kept at inference, ``--retain-dropout``, among them)."""
         return (
@@ -103,6 +111,7 @@ class DecodingAttention(MultiheadAttention):
         )
 
     def _has_prev_padding(self, incremental_state: Optional[IncrementalState]) -> bool:
+        """Whether the cached keys carry a padding mask (the fast self-attention step has none)."""
         return self._get_input_buffer(incremental_state).get("prev_key_padding_mask") is not None
 
     # --- self-attention ----------------------------------------------------------------------

@@ -72,6 +72,7 @@ class _KVAttention(BlockMemberAttention):
         key_padding_mask: Optional[Tensor],
         incremental_state: Optional[IncrementalState],
     ) -> KeysValues:
+        """The keys and values this layer's queries attend over, with their padding mask."""
         raise NotImplementedError
 
 

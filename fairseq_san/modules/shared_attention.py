@@ -118,7 +118,7 @@ class BlockShare:
             self._forward.shared = None
         return shared
 
-    def __deepcopy__(self, memo: dict) -> "BlockShare":
+    def __deepcopy__(self, _memo: dict) -> "BlockShare":
         """A new hand-off (a copied model's forward passes are its own)."""
         return BlockShare()
 
@@ -230,6 +230,8 @@ class BlockLeaderAttention(BlockMemberAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        """fairseq's attention, its S^m and A^m computed here from its logits and values and
+        published to the block; fairseq's signature and outputs."""
         tgt_len, bsz, _ = query.size()
         logits, values = super().forward(
             query,
@@ -268,6 +270,8 @@ class _FollowerAttention(BlockMemberAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The block's S^m and A^m through this layer's own projections (``_context``), in
+        fairseq's signature and outputs."""
         if before_softmax:
             raise NotImplementedError(
                 "a following layer of a sharing block reuses its first layer's attention weights "
@@ -339,9 +343,9 @@ class SharedWeightsAttention(_FollowerAttention):
 
 
 class SharedContextAttention(_FollowerAttention):
-    """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 5): only its output projection.
+    """A following encoder-decoder layer that reuses A^m = S^m V (Eq. 5).
 
-    It has no q, k or v projections and caches nothing.
+    It keeps only its output projection: no q, k or v projections, and it caches nothing.
     """
 
     role = AttentionRole.CONTEXT

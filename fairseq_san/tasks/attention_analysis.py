@@ -85,6 +85,7 @@ class AttentionAnalysisTask:
     """
 
     def start_analysis(self) -> None:
+        """Nothing analysed yet: the analysis, its training step, policy and subset unknown."""
         self._analysis: Optional[LayerAnalysis] = None
         self._num_updates: Optional[int] = None
         self._policy: Optional[Dict[str, List[int]]] = None
@@ -93,6 +94,7 @@ class AttentionAnalysisTask:
 
     @property
     def analysing(self) -> bool:
+        """Whether this run analyses (``--san-analysis-dir`` given)."""
         return bool(self.cfg.san_analysis_dir)
 
     def analysis_masks(

@@ -12,6 +12,7 @@ task: ``--model-overrides "{'task': {'_name': 'translation_san', 'san_analysis_d
 ``--san-analysis-*`` flags are not applied in that case).
 """
 
+import argparse
 import json
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
@@ -24,20 +25,24 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from torch import Tensor, nn
 
 from fairseq_san import options
+from fairseq_san.errors import UsageError, abbreviated, json_error
+from fairseq_san.fairseq_fixes.wrapping import running_command
 from fairseq_san.options import option_field
 from fairseq_san.policy import KIND_TABLE
+from fairseq_san.static_decoding.precision import PRECISIONS
 from fairseq_san.tasks.attention_analysis import (
     AnalysisConfig,
     AttentionAnalysisTask,
     check_analysis_options,
 )
-from fairseq_san.errors import UsageError, abbreviated, json_error
-from fairseq_san.fairseq_fixes.wrapping import running_command
-from fairseq_san.static_decoding.precision import PRECISIONS
 from fairseq_san.tasks.decoding import DecodingTask, StaticDecoderConfig, check_generation_keys
+
 
 @dataclass
 class TranslationSANConfig(TranslationConfig, AnalysisConfig, StaticDecoderConfig):
+    """fairseq's translation options, the analysis's (``--san-analysis-*``), the static decoder's
+    and the decoder choice (``--san-decoding``; ``--san-decoder``, its deprecated form)."""
+
     san_decoding: ChoiceEnum(options.DECODINGS) = option_field(options.DECODING)
     san_decoder: ChoiceEnum(options.OPTIONS["san_decoder"].choices) = option_field(
         options.OPTIONS["san_decoder"]
@@ -76,7 +81,7 @@ class TranslationSANTask(AttentionAnalysisTask, DecodingTask, TranslationTask):
             masks["decoder_self"] = (tgt_mask, torch.cat([src_mask, tgt_mask], dim=1))
         return masks
 
-    def build_model(self, cfg, from_checkpoint: bool = False):
+    def build_model(self, cfg, from_checkpoint: bool = False) -> nn.Module:
         """fairseq's, whose ``--eval-bleu`` generator fairseq-train builds before it moves the
         model to its device: a static decoder is told that device (``decoding_device``)."""
         if running_command("fairseq_cli.train") is not None:
@@ -100,7 +105,7 @@ def training_device(cfg) -> torch.device:
     )
 
 
-def check_eval_bleu_options(args) -> None:
+def check_eval_bleu_options(args: argparse.Namespace) -> None:
     """Refuse ``--eval-bleu-args`` or ``--eval-bleu-detok-args`` that is not a JSON object, and a
     key of ``--eval-bleu-args`` that names no generation option: fairseq-train reads them with
     ``json.loads`` (a traceback) and sets each key unchecked, so a misspelt ``{"bema": 4}``
@@ -151,14 +156,14 @@ def check_stored_eval_bleu_args(text: Optional[str]) -> None:
 HALF_PRECISION_FLAGS = ("--memory-efficient-fp16", "--memory-efficient-bf16", "--fp16", "--bf16")
 
 
-def check_eval_bleu_precision(args, generation: dict) -> None:
+def check_eval_bleu_precision(args: argparse.Namespace, generation: dict) -> None:
     """Refuse a static decoder's reduced precision for ``--eval-bleu`` where fairseq-train trains
     the model in half precision (``--fp16``, ``--bf16``): the static decoder converts a float32
     model only, and said so at the first validation, after training had begun."""
     if not (getattr(args, "fp16", False) or getattr(args, "bf16", False)):
         return
 
-    def given(option: options.Option):
+    def given(option: options.Option) -> object:
         """``--eval-bleu-args``' value, else the command line's, else the default (None: unset,
         as ``DecodingTask.decoding_option`` reads it)."""
         for value in (generation.get(option.name), getattr(args, option.name, None)):

@@ -42,7 +42,7 @@ from fairseq_san.hub import (
     keywords_spelt,
     unread_by_hub,
 )
-from fairseq_san.models.option_checks import MODEL_OPTION_HERE, bos_token_unlike_training
+from fairseq_san.models.option_checks import MODEL_OPTION_HERE, BosTokenUnlikeTask
 from fairseq_san.tasks.decoding import (
     check_generation_keys,
     check_generation_value_types,
@@ -142,7 +142,7 @@ def from_pretrained(
         decoder = decoder_keyword_unread(error, kwargs)
         if decoder is not None:
             raise UsageError(decoder) from None
-        bos_token = bos_token_problem(error, checkpoint_file)
+        bos_token = bos_token_problem(error, checkpoint_file, kwargs.get("task"))
         if bos_token is not None:
             raise UsageError(bos_token) from None
         raise
@@ -244,30 +244,29 @@ def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:
     return {**keywords, "task": {**task, **given}} if given else keywords
 
 
-def bos_token_problem(error: Exception, checkpoint_file) -> Optional[str]:
+def bos_token_problem(error: Exception, checkpoint_file, task: Any) -> Optional[str]:
     """The hub's words for the refusal of a language model whose ``--add-bos-token`` is not its
     task's, which named the command line's flag: the hub builds the task from the checkpoint
-    (an ensemble's, ``checkpoint_file`` 'A.pt:B.pt', from the first), so only another checkpoint
-    of an ensemble or a ``task`` dict given to ``from_pretrained`` can differ; None for another
-    error."""
-    if not isinstance(error, UsageError):
+    (an ensemble's, ``checkpoint_file`` 'A.pt:B.pt', from the first), so only an
+    ``add_bos_token`` in the ``task`` given to ``from_pretrained`` or another checkpoint of an
+    ensemble can differ; None for another error."""
+    if not isinstance(error, BosTokenUnlikeTask):
         return None
-    unlike = {str(bos_token_unlike_training(trained)): trained for trained in (True, False)}
-    trained = unlike.get(str(error))
-    if trained is None:
-        return None
+    trained = error.trained
     said = f"from_pretrained(checkpoint_file={str(checkpoint_file)!r}"
+    if task is not None and "add_bos_token" in task:  # the task's, whatever the ensemble's
+        return (
+            f"{said}, task=...): the model was trained {'with' if trained else 'without'} "
+            f"--add-bos-token, and the task given {'lacks' if trained else 'has'} it: leave "
+            "add_bos_token out of task (the hub takes the checkpoint's)"
+        )
     if os.pathsep in str(checkpoint_file):
         return (
             f"{said}): its checkpoints were trained some with --add-bos-token, some without, "
             "and an ensemble's models read the input of one task (the first checkpoint's): "
             "ensemble checkpoints trained alike"
         )
-    return (
-        f"{said}, task=...): the model was trained {'with' if trained else 'without'} "
-        f"--add-bos-token, and the task given {'lacks' if trained else 'has'} it: leave "
-        "add_bos_token out of task (the hub takes the checkpoint's)"
-    )
+    return None
 
 
 # How the checks of a checkpoint name its overrides, and what the hub calls them.

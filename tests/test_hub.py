@@ -1118,7 +1118,8 @@ def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_
 ):
     """The hub builds the task from the checkpoint, so a task dict given to it or an ensemble's
     other checkpoint was the only way to another --add-bos-token than the model's, and the
-    refusal said "this command's task" and "drop --add-bos-token", a flag the hub has not."""
+    refusal said "this command's task" and "drop --add-bos-token", a flag the hub has not. A
+    task's given to an ensemble trained alike was said as checkpoints trained unalike."""
     from fairseq_san.errors import UsageError
 
     folder, data = language_model_files
@@ -1130,6 +1131,10 @@ def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_
         "without --add-bos-token, and the task given has it: leave add_bos_token out of task "
         "(the hub takes the checkpoint's)"
     )
+    alike = "checkpoint_last.pt:checkpoint_best.pt"  # an ensemble trained alike: the task's
+    with pytest.raises(UsageError) as refused:
+        load_language_model(language_model_files, checkpoint_file=alike, task=task)
+    assert str(refused.value).startswith(f"from_pretrained(checkpoint_file={alike!r}, task=...)")
     argv = lm_train_argv(data, tmp_path / "bos", "--add-bos-token", max_update=1)
     result = run_cli("fairseq-train", *argv)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -6,7 +6,8 @@ out of range failed far from the cause or trained another run than the one asked
 * a traceback deep inside fairseq, numpy or torch: ``--update-freq 0`` and ``--log-interval 0``
   (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
   ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
-  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adam-betas
+  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adaptive-softmax-factor
+  0`` (a ZeroDivisionError as the model is built), ``--adam-betas
   '(0.9, 1.5)'`` ("math domain error"), and betas that are no pair of numbers, on every rank
   (``--adam-betas '(0.9,)'``: an IndexError in the optimizer; ``'(0.9, 0.98'``: fairseq's
   ``eval`` of it);
@@ -94,6 +95,8 @@ OPTION_RANGES = {
         Range(1, 2**31 - 1, integer=True),
     ),
     "lr": Range(0, low_open=True),
+    # an adaptive band is the one before it divided by the factor (0: a ZeroDivisionError)
+    **dict.fromkeys(("adaptive_softmax_factor", "adaptive_input_factor"), Range(0, low_open=True)),
     "weight_decay": Range(0),
     "label_smoothing": Range(0, 1, high_open=True),
     **dict.fromkeys(("adam_betas", "adamax_betas"), Range(0, 1, high_open=True)),

@@ -104,6 +104,15 @@ def check_bos_token(args: argparse.Namespace, task: FairseqTask) -> None:
     raise bos_token_unlike_training(bool(trained))
 
 
+class BosTokenUnlikeTask(UsageError):
+    """``bos_token_unlike_training``'s error for a task of another ``--add-bos-token`` than the
+    model ``trained`` with, which the hub words again for its ``task`` and ensembles."""
+
+    def __init__(self, message: str, trained: bool = False) -> None:
+        super().__init__(message)
+        self.trained = trained
+
+
 def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:
     """The error for a language model loaded with another ``--add-bos-token`` than ``trained``
     with: by the command line, or by ``override`` (where it says so, an override's source)."""
@@ -117,11 +126,12 @@ def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:
             f"{'with' if trained else 'without'} --add-bos-token, and would be fed its samples "
             f"{fed}: leave add_bos_token out"
         )
-    return UsageError(
+    return BosTokenUnlikeTask(
         f"the model was trained {'with' if trained else 'without'} --add-bos-token, and this "
         f"command's task {'lacks' if trained else 'has'} it (the commands that load a language "
         f"model build their task from their own command line): "
-        f"{'add' if trained else 'drop'} --add-bos-token"
+        f"{'add' if trained else 'drop'} --add-bos-token",
+        trained,
     )
 
 
@@ -317,7 +327,8 @@ def check_band_widths(
     raise UsageError(
         f"{options.flag_of(option)} makes {bands} bands, and the last is {first} // "
         f"{divisor:g}^{bands - 1} = 0 wide ({options.flag_of(width)} {first}, "
-        f"{options.flag_of(factor)} {divisor:g}): use fewer bands, a smaller factor or a wider model"
+        f"{options.flag_of(factor)} {divisor:g}): use fewer bands, a smaller factor or a wider "
+        "model"
     )
 
 

@@ -378,6 +378,21 @@ def test_adaptive_bands_beyond_the_dictionary_are_one_line(argv, said):
         build_lm(argv, dictionary=DICT)
 
 
+def test_a_checkpoint_with_a_band_0_wide_still_builds_with_a_warning(caplog):
+    """A checkpoint trained with an adaptive softmax whose last band is 0 wide (before the check)
+    decodes as it was trained: warned, not refused as a new training is."""
+    from fairseq_san.errors import UsageError
+
+    argv = [*ADAPTIVE_SOFTMAX, "10,20", "--adaptive-softmax-factor", "8"]
+    _, args = build_lm([*ADAPTIVE_SOFTMAX, "10,20"], dictionary=DICT)
+    trained = argparse.Namespace(**{**vars(args), "adaptive_softmax_factor": 8.0})
+    assert trained.plugin  # stamped as a checkpoint's configuration is
+    TransformerLMSANModel.build_model(trained, StandInTask(DICT))
+    assert "makes 3 bands, and the last is 16 // 8^2 = 0 wide" in caplog.text
+    with pytest.raises(UsageError, match="0 wide"):
+        build_lm(argv, dictionary=DICT)
+
+
 def test_tied_adaptive_bands_written_with_spaces_are_the_same_bands():
     """``--adaptive-input-cutoff "10, 20"`` with ``--adaptive-softmax-cutoff 10,20`` names the
     same bands, and the tied model shares them: fairseq compared the two as text and asserted

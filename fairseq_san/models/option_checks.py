@@ -320,16 +320,20 @@ def check_band_widths(
 ) -> None:
     """Refuse adaptive bands whose last is 0 wide: fairseq makes band i ``width // factor**i``
     wide, and a band of 0 failed to initialise (adaptive input: ``ZeroDivisionError``) or gave
-    its words one probability each, untrainable (adaptive softmax: silently)."""
+    its words one probability each, untrainable (adaptive softmax: silently). A checkpoint
+    trained so (only an adaptive softmax can be) still decodes as trained: a warning."""
     first, divisor = getattr(args, width, None), getattr(args, factor, None)
     if first is None or divisor is None or first // divisor ** (bands - 1) >= 1:
         return
-    raise UsageError(
+    problem = (
         f"{options.flag_of(option)} makes {bands} bands, and the last is {first} // "
         f"{divisor:g}^{bands - 1} = 0 wide ({options.flag_of(width)} {first}, "
-        f"{options.flag_of(factor)} {divisor:g}): use fewer bands, a smaller factor or a wider "
-        "model"
+        f"{options.flag_of(factor)} {divisor:g})"
     )
+    if checkpoints.is_stamped(args):
+        logger.warning("%s: its words were not learned, each one probability", problem)
+        return
+    raise UsageError(f"{problem}: use fewer bands, a smaller factor or a wider model")
 
 
 # How check_decoder_overrides says a decoder option reached the model alone (the hub words it

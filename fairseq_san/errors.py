@@ -39,6 +39,16 @@ class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 
 
+class BosTokenUnlikeTask(UsageError):
+    """The error for a language model loaded by a task of another ``--add-bos-token`` than it
+    was ``trained`` with (``option_checks.bos_token_unlike_training``), which the hub words again
+    for its ``task`` and ensembles, and fairseq's commands for an ensemble (``model_overrides``)."""
+
+    def __init__(self, message: str, trained: bool = False) -> None:
+        super().__init__(message)
+        self.trained = trained
+
+
 class OutputError(Exception):
     """A write to standard output failed: ``closed`` where the program reading it stopped (a
     broken pipe), else no room (``> /dev/full``). No OSError, so that a command's handling of

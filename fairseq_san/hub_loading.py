@@ -27,7 +27,7 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import MissingMandatoryValue, ValidationError
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import BosTokenUnlikeTask, UsageError
 from fairseq_san.fairseq_fixes.one_line_errors import (
     NO_LANGUAGE_PAIR,
     fairseqs_bad_input,
@@ -42,7 +42,7 @@ from fairseq_san.hub import (
     keywords_spelt,
     unread_by_hub,
 )
-from fairseq_san.models.option_checks import MODEL_OPTION_HERE, BosTokenUnlikeTask
+from fairseq_san.models.option_checks import MODEL_OPTION_HERE
 from fairseq_san.tasks.decoding import (
     check_generation_keys,
     check_generation_value_types,

@@ -167,6 +167,31 @@ def test_eval_lm_refuses_another_add_bos_token_than_the_models(trained, task):
     )
 
 
+@pytest.mark.parametrize("trained_with", [True, False])
+def test_a_start_token_unlike_an_ensembles_model_says_to_train_them_alike(trained_with):
+    """fairseq-generate --path A.pt:B.pt of language models trained with and without
+    --add-bos-token said "add --add-bos-token" without the flag and "drop" it with it: round in
+    a circle. An ensemble's refusal says its models must be trained alike; one model's does not."""
+    from fairseq_san.errors import BosTokenUnlikeTask
+    from fairseq_san.fairseq_fixes.model_overrides import (
+        ENSEMBLE_TRAINED_ALIKE,
+        _deferring_to_the_ensemble,
+    )
+    from fairseq_san.models.option_checks import bos_token_unlike_training
+
+    def refusing(filenames, *args, **kwargs):
+        raise bos_token_unlike_training(trained_with)
+
+    load = _deferring_to_the_ensemble(refusing)
+    with pytest.raises(BosTokenUnlikeTask) as refused:
+        load(["a.pt", "b.pt"])
+    assert str(refused.value).endswith(f" --add-bos-token; {ENSEMBLE_TRAINED_ALIKE}")
+    assert refused.value.trained == trained_with  # the hub words it again from this
+    with pytest.raises(BosTokenUnlikeTask) as refused:
+        load(["a.pt"])
+    assert ENSEMBLE_TRAINED_ALIKE not in str(refused.value)
+
+
 def test_validate_and_the_hub_refuse_another_add_bos_token_than_the_models(trained):
     """fairseq-validate gives its command line to the checkpoint as overrides, the hub its
     keywords: the model's options took --add-bos-token with the task's, so the model's check

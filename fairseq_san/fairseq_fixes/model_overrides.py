@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 from omegaconf import DictConfig
 
 from fairseq_san import options
-from fairseq_san.errors import OVERRIDE_SOURCE, UsageError, nearest_key_hint
+from fairseq_san.errors import OVERRIDE_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint
 from fairseq_san.fairseq_fixes.command_options import analysis_elsewhere
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
 from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES, given_values, out_of_range
@@ -518,10 +518,19 @@ _ENSEMBLE_REFUSALS: contextvars.ContextVar[Optional[List[UsageError]]] = context
 )
 
 
+# What a start token unlike an ensemble model's training adds.
+ENSEMBLE_TRAINED_ALIKE = (
+    "an ensemble's checkpoints (--path A.pt:B.pt) read one task, so they must all be trained "
+    "with --add-bos-token or all without"
+)
+
+
 def _deferring_to_the_ensemble(load_model_ensemble_and_task):
     """fairseq's ensemble loader: fairseq gives the overrides to every model of an ensemble
     (``--path SAN.pt:BASELINE.pt``), so a plugin option that fairseq's own model beside a plugin
-    model ignores is refused only where no model of the ensemble reads it."""
+    model ignores is refused only where no model of the ensemble reads it. A start token unlike
+    a model's training says that the ensemble's models must be trained alike: "add
+    --add-bos-token" for one model and "drop" it for the other went round in a circle."""
 
     @functools.wraps(load_model_ensemble_and_task)
     def wrapper(filenames, *args, **kwargs):
@@ -531,6 +540,8 @@ def _deferring_to_the_ensemble(load_model_ensemble_and_task):
         token = _ENSEMBLE_REFUSALS.set(deferred)
         try:
             loaded = load_model_ensemble_and_task(filenames, *args, **kwargs)
+        except BosTokenUnlikeTask as error:
+            raise BosTokenUnlikeTask(f"{error}; {ENSEMBLE_TRAINED_ALIKE}", error.trained) from None
         finally:
             _ENSEMBLE_REFUSALS.reset(token)
         if deferred and not any(isinstance(model, plugin_model_classes()) for model in loaded[0]):

@@ -15,7 +15,7 @@ from fairseq.tasks import FairseqTask
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import STORED_SOURCE, UsageError, nearest_key_hint
+from fairseq_san.errors import STORED_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint
 
 logger = logging.getLogger(__name__)
 
@@ -102,15 +102,6 @@ def check_bos_token(args: argparse.Namespace, task: FairseqTask) -> None:
     if trained is None or given is None or bool(trained) == bool(given):
         return
     raise bos_token_unlike_training(bool(trained))
-
-
-class BosTokenUnlikeTask(UsageError):
-    """``bos_token_unlike_training``'s error for a task of another ``--add-bos-token`` than the
-    model ``trained`` with, which the hub words again for its ``task`` and ensembles."""
-
-    def __init__(self, message: str, trained: bool = False) -> None:
-        super().__init__(message)
-        self.trained = trained
 
 
 def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:

@@ -404,6 +404,44 @@ def test_an_emptied_option_with_a_default_leaves_no_run_dir(tmp_path, recipe, op
     assert not (tmp_path / "runs").exists()
 
 
+def test_positions_shorter_than_a_valid_sentence_are_refused_before_the_run_dir(tmp_path):
+    """--max-source-positions or --max-target-positions (after --) below the longest valid
+    sentence of that side: the run dir was made, then fairseq-train stopped at its first
+    validation ("Size of sample #5 is invalid (=(41, 41)) since max_positions=(20, 20)"), naming
+    --skip-invalid-size-inputs-valid-test, which the loop refuses. The sizes are fairseq's index's,
+    end of sentence counted."""
+    import numpy as np
+    import torch
+    from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
+
+    data = fake_data(tmp_path / "data")
+    (data / "text" / "valid.raw.de").write_text("Ein Hund .\nEin Hund .\n")
+    for lang, lengths in (("en", (4, 41)), ("de", (30, 6))):
+        prefix = data / f"valid.en-de.{lang}"
+        builder = MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16)
+        for length in lengths:
+            builder.add_item(torch.full((length,), 5, dtype=torch.int32))
+        builder.finalize(f"{prefix}.idx")
+
+    def refusal(*after: str) -> List[str]:
+        run_dir = tmp_path / "run"
+        result = run_script(LOOP, *loop_args(data, run_dir, "--dry-run"), *after)
+        assert not run_dir.exists()
+        return [] if result.returncode == 0 else lines(result.stderr)
+
+    def said(flag: str, given: int, lang: str, longest: int) -> List[str]:
+        return [
+            f"fairseq-san-loop: error: {flag} {given}: the longest valid sentence of {data} "
+            f"({lang}) has {longest} tokens with its end, and fairseq-train stops at one longer "
+            "than the model takes (the loop analyses and scores every valid sentence): pass "
+            f"{flag} {longest} or more after --"
+        ]
+
+    assert refusal("--max-source-positions", "20") == said("--max-source-positions", 20, "en", 41)
+    assert refusal("--max-target-positions=29") == said("--max-target-positions", 29, "de", 30)
+    assert refusal("--max-source-positions", "41", "--max-target-positions", "30") == []
+
+
 def option_metavar(recipe: Path, flag: str) -> str:
     from fairseq_san.loop.recipe_options import RECIPE_OPTIONS
 

@@ -107,7 +107,8 @@ def lm_input_problem(data: str, train_args: Sequence[str]) -> Optional[Problem]:
 
 def translation_input_problem(options: Options) -> Optional[Problem]:
     """``input_problem`` of a translation run: one binarized pair with its valid split, one
-    dictionary, text that ``--post-process`` reads, and the valid split's references."""
+    dictionary, text that ``--post-process`` reads, valid sentences the model takes
+    (``positions_problem``) and the valid split's references."""
     data = options["--data"]
     pairs = binarized_pairs(data)
     if not pairs:
@@ -147,6 +148,9 @@ def translation_input_problem(options: Options) -> Optional[Problem]:
             "translations' BLEU would be near 0; pass --post-process subword_nmt",
             None,
         )
+    problem = positions_problem(data, pair, options.get(TRAIN_ARGS) or [])
+    if problem is not None:
+        return problem, None  # a dry run refuses it too
     return valid_ref_problem(data, pair, options.get("--valid-ref"))
 
 
@@ -224,6 +228,34 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
         f"(--sample-break-mode {mode}; the loop analyses and scores every valid sentence): pass "
         f"--tokens-per-sample {max(sizes)} or more after --"
     )
+
+
+# A translation model's limits on a sentence's length (fairseq-train's flags), by the side of a
+# language pair they limit (0: the source, 1: the target).
+POSITION_FLAGS = {"--max-source-positions": 0, "--max-target-positions": 1}
+
+
+def positions_problem(data: str, pair: str, train_args: Sequence[str]) -> Optional[str]:
+    """Why fairseq-train would stop at ``data``'s longest valid sentence of a side of ``pair``:
+    longer (its end counted) than the ``--max-source-positions`` or ``--max-target-positions`` of
+    ``train_args`` (the arguments after --; the last wins). fairseq-train said so at its first
+    validation, after the run dir was made, naming --skip-invalid-size-inputs-valid-test, which
+    the loop refuses (and fairseq-generate, which scores the valid split, cuts no source to
+    ``--truncate-source``)."""
+    for flag, side in POSITION_FLAGS.items():
+        given = train_arg(train_args, flag, "")
+        if not given.isdigit():
+            continue
+        language = pair.split("-", 1)[side]
+        sizes = index_sizes(os.path.join(data, f"valid.{pair}.{language}.idx"))
+        if sizes and max(sizes) > int(given):
+            return (
+                f"{flag} {given}: the longest valid sentence of {data} ({language}) has "
+                f"{max(sizes)} tokens with its end, and fairseq-train stops at one longer than "
+                "the model takes (the loop analyses and scores every valid sentence): pass "
+                f"{flag} {max(sizes)} or more after --"
+            )
+    return None
 
 
 def valid_shortened(train_args: Sequence[str]) -> bool:

@@ -135,6 +135,27 @@ def test_lm_task_args_names_a_data_directory_that_is_not_there(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "after, said",
+    [(["--max-target-positions", "20"], "--tokens-per-sample 128 is more than "
+      "--max-target-positions 20, the model's positions"),
+     (["--max-target-positions", "128", "--add-bos-token"], "--tokens-per-sample 128 and "
+      "--add-bos-token's start token (129 in all) is more than --max-target-positions 128"),
+     (["--max-target-positions", "128"], None)],
+)  # fmt: skip
+def test_lm_task_args_refuses_samples_longer_than_the_models_positions(after, said):
+    """learn_to_share_lm.sh's --tokens-per-sample 128 beside --max-target-positions 20 after --
+    passed the recipe's checks, its dry run included, and the task refused it once the run dir
+    was made (a rerun with other arguments is then refused as another run)."""
+    result = run_cli("fairseq-san-loop", "lm-task-args", "--",
+                     "--tokens-per-sample", "128", *after)  # fmt: skip
+    if said is None:
+        assert result.returncode == 0, result.stderr
+        return
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"fairseq-san-loop: error: {said}")
+
+
+@pytest.mark.parametrize(
     "after, refused",
     [
         (["--sample-break-mode", "complete"], True),  # a longer sentence is a sample of its own

@@ -70,6 +70,7 @@ from fairseq_san.loop.run_record import (
     check_run_dir,
     check_values,
     longest_sentence_problem,
+    sample_positions_problem,
     start_run,
 )
 from fairseq_san.loop.stopping import loop_stop, policy_path
@@ -215,7 +216,9 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
 def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
     if args.data is not None and not os.path.isdir(args.data):  # checked nothing, silently
         raise UsageError(f"no data directory {args.data} (--data)")
-    problem = None if args.data is None else longest_sentence_problem(args.data, after)
+    problem = sample_positions_problem(after)
+    if problem is None and args.data is not None:
+        problem = longest_sentence_problem(args.data, after)
     if problem is not None:
         raise UsageError(problem)
     print(shlex.join(task_arguments(after)))

@@ -28,6 +28,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_san.cores import available_cores
+from fairseq_san.errors import UsageError
 from fairseq_san.files import glob_in, read_json, write_json
 from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
@@ -228,6 +229,25 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
         f"(--sample-break-mode {mode}; the loop analyses and scores every valid sentence): pass "
         f"--tokens-per-sample {max(sizes)} or more after --"
     )
+
+
+def sample_positions_problem(train_args: Sequence[str]) -> Optional[str]:
+    """Why a language model's task would refuse ``train_args``' ``--tokens-per-sample`` (the
+    recipe's, then those after --: the last wins) where they give ``--max-target-positions``:
+    a sample longer than the model's positions (``check_tokens_per_sample``), refused once the
+    run dir was made."""
+    tokens = train_arg(train_args, "--tokens-per-sample", "")
+    positions = train_arg(train_args, "--max-target-positions", "")
+    if not tokens.isdigit() or not positions.isdigit():
+        return None
+    # here alone: importing fairseq's fixes imports fairseq (seconds)
+    from fairseq_san.fairseq_fixes.tokens_per_sample import check_tokens_per_sample
+
+    try:
+        check_tokens_per_sample(int(tokens), int(positions), int("--add-bos-token" in train_args))
+    except UsageError as error:
+        return str(error)
+    return None
 
 
 # A translation model's limits on a sentence's length (fairseq-train's flags), by the side of a

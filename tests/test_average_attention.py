@@ -96,8 +96,24 @@ def test_left_padding_is_left_out_of_the_average(aan):
     padded = torch.cat([inputs(2, B, C, seed=4), y])
     mask = torch.zeros(B, T + 2, dtype=torch.bool)
     mask[:, :2] = True
-    out = aan(padded, key_padding_mask=mask)[0][2:]
-    torch.testing.assert_close(out, aan(y)[0], atol=ATOL, rtol=0)
+    out = aan(padded, key_padding_mask=mask)[0]
+    torch.testing.assert_close(out[2:], aan(y)[0], atol=ATOL, rtol=0)
+    # The pads average nothing (0 / 0): not NaN, which the next layer's sums (0 x NaN) spread.
+    assert out[:2].isfinite().all()
+
+
+def test_training_drops_out_the_ffns_hidden_layer():
+    """Eq. 4 in training: dropout on the FFN's hidden layer, with the draws of one dropout."""
+    torch.manual_seed(0)
+    aan = AverageAttention(C, FFN, dropout=0.5).train()
+    y = inputs(T, B, C)
+    torch.manual_seed(2)
+    out = aan(y)[0]
+    average = y.cumsum(0) / torch.arange(1, T + 1).view(T, 1, 1)
+    torch.manual_seed(2)
+    g = aan.fc2(torch.nn.functional.dropout(torch.relu(aan.fc1(average)), 0.5, training=True))
+    i, f = torch.sigmoid(aan.gate(torch.cat([y, g], dim=-1))).chunk(2, dim=-1)
+    torch.testing.assert_close(out, i * y + f * g, atol=ATOL, rtol=0)
 
 
 def test_drop_in_for_fairseq_decoder_layer_self_attention():

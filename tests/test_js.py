@@ -55,6 +55,14 @@ def test_js_disjoint_supports_is_ln2():
     assert float(js_divergence(p, q)) == pytest.approx(math.log(2.0), abs=1e-12)
 
 
+def test_js_of_weights_summing_over_one_by_rounding_stays_ln2():
+    """float32 weights of disjoint supports that sum an ulp over 1 (a softmax's rounding) gave
+    JS a little over ln 2 before clamping: the bound of JS in nats holds, not 1 (bits')."""
+    p = torch.tensor([0.8622880578041077, 0.13771198689937592, 0.0, 0.0])
+    q = torch.tensor([0.0, 0.0, 0.060243818908929825, 0.9397562146186829])
+    assert float(js_divergence(p, q)) == LN2
+
+
 def test_js_hand_computed_value():
     # m = [3/4, 1/4]; KL(p||m) = ln(4/3); KL(q||m) = (ln(2/3) + ln 2) / 2 = ln(4/3) / 2.
     # JS = (ln(4/3) + ln(4/3) / 2) / 2 = 3/4 ln(4/3).
@@ -196,3 +204,11 @@ def test_weights_that_are_no_distribution_at_a_real_query_are_refused(value):
     broken[1, 1, 0, 1] = value
     with pytest.raises(ValueError, match="layer 2 are no distribution over the keys"):
         PairwiseJS(3).update(broken, mask)
+
+
+def test_negative_weights_summing_to_one_are_refused():
+    """A row with a negative weight that still sums to 1 gave a NaN JS: it is named too."""
+    attn = _random_attn(2, 1, 1, 2, 3, [3], torch.Generator().manual_seed(7))
+    attn[1, 0, 0, 1] = torch.tensor([1.5, -0.5, 0.0], dtype=attn.dtype)
+    with pytest.raises(ValueError, match="layer 2 are no distribution over the keys"):
+        PairwiseJS(2).update(attn)

@@ -620,6 +620,15 @@ def test_theta_range_without_a_block_passed_over_starts_at_0():
     assert same.low is None and str(same) == "[0, 0.4892]"  # 0.48928: rounded down
 
 
+def test_theta_range_above_a_block_of_sim_0_leaves_0_out():
+    """Two layers of JS ln 2 (sim 0): {1,1} for theta in (0, ln 2], but {2} at theta 0 itself,
+    so the range is open at 0 and does not start at 0."""
+    js = [[0.0, LN2], [LN2, 0.0]]
+    same = theta_range(js, 0.5)
+    assert (same.low, same.low_block) == (0.0, (0, 1))
+    assert learn_blocks(js, 0.0) == [2] != learn_blocks(js, 0.5) == [1, 1]
+
+
 def random_js(rng: random.Random, size: int) -> list:
     js = [[0.0] * size for _ in range(size)]
     for i in range(size):

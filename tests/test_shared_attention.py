@@ -166,3 +166,55 @@ def test_before_softmax_gives_the_leaders_logits_and_refuses_a_follower():
     follower = SharedWeightsAttention(block=block, embed_dim=16, num_heads=4, self_attention=True)
     with pytest.raises(NotImplementedError, match="no logits of its own"):
         follower(x, x, x, before_softmax=True)
+
+
+def _leader_and_follower(dropout: float = 0.0):
+    """fairseq's attention and a block of a leader (its weights) and a last follower."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_san.modules.shared_attention import BlockShare
+
+    torch.manual_seed(0)
+    block = BlockShare()
+    shape = dict(embed_dim=16, num_heads=4, self_attention=True, dropout=dropout)
+    reference = MultiheadAttention(**shape)
+    leader = BlockLeaderAttention(block=block, **shape)
+    leader.load_state_dict(reference.state_dict())
+    follower = SharedWeightsAttention(block=block, releases_block=True, **shape)
+    return reference, leader, follower, block
+
+
+def test_a_training_leader_is_fairseqs_attention_and_hands_on_undropped_weights():
+    """With dropout in training the leader's output is fairseq's (dropout on S^m before V, the
+    same draws), and the block gets S^m itself: a following layer drops out its own copy."""
+    reference, leader, _, block = _leader_and_follower(dropout=0.5)
+    x = torch.randn(5, 2, 16)
+    torch.manual_seed(1)  # an incremental state keeps fairseq off its fused path
+    expected, weights = reference.train()(x, x, x, incremental_state={}, need_head_weights=True)
+    torch.manual_seed(1)
+    actual, _ = leader.train()(x, x, x, need_head_weights=True)
+    torch.testing.assert_close(actual, expected)
+    published, _ = block.read(release=True)
+    torch.testing.assert_close(published, weights.transpose(0, 1).reshape(8, 5, 5))
+
+
+def test_the_last_follower_releases_the_block():
+    """No S^m outlives the forward pass: after the block's last layer, reading it is an error."""
+    _, leader, follower, block = _leader_and_follower()
+    x = torch.randn(5, 2, 16)
+    leader(x, x, x)
+    follower(x, x, x)
+    with pytest.raises(RuntimeError, match="before its block's first layer ran"):
+        block.read(release=False)
+
+
+def test_a_query_of_padding_only_gets_zero_weights_not_nan():
+    """A sentence whose keys are all padding (a left-padded target's first query) has a NaN
+    softmax row: the block's S^m there is 0, and no NaN reaches the outputs."""
+    _, leader, follower, _ = _leader_and_follower()
+    x = torch.randn(5, 2, 16)
+    padding = torch.tensor([[False] * 5, [True] * 5])
+    _, weights = leader.eval()(x, x, x, key_padding_mask=padding, need_head_weights=True)
+    out, _ = follower.eval()(x, x, x, key_padding_mask=padding)
+    assert weights[:, 1].abs().sum() == 0 and weights[:, 0].sum(-1).allclose(torch.ones(4, 5))
+    assert out.isfinite().all()

@@ -167,6 +167,65 @@ def test_kv_followers_use_the_leaders_keys_and_values():
     torch.testing.assert_close(seen["out1"], expected, atol=1e-5, rtol=0)
 
 
+def _kv_block(dropout: float = 0.0):
+    """fairseq's self-attention, a KV leader of its weights and a follower of its Q and output."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_san.modules.shared_attention import BlockShare
+
+    torch.manual_seed(0)
+    block = BlockShare()
+    shape = dict(embed_dim=16, num_heads=4, self_attention=True, dropout=dropout)
+    reference = MultiheadAttention(**shape)
+    leader = KVLeaderAttention(block=block, **shape)
+    leader.load_state_dict(reference.state_dict())
+    follower = KVFollowerAttention(block=block, releases_block=True, **shape)
+    kept = {k: v for k, v in reference.state_dict().items() if k.startswith(("q_", "out_"))}
+    follower.load_state_dict(kept)
+    return reference, leader, follower
+
+
+# Sentence 1 left-padded by 2: its queries see padded keys under the causal mask.
+PADDING = torch.tensor([[False] * 5, [True, True, False, False, False]])
+CAUSAL = torch.triu(torch.full((5, 5), float("-inf")), 1)
+
+
+def test_a_kv_leader_is_fairseqs_self_attention_and_a_follower_of_its_q_the_same():
+    """Padding and causal masks, dropout in training (the same draws), before_softmax: the
+    leader computes what fairseq's attention does; a follower with the leader's Q and output
+    projections computes it again from the block's K, V and padding."""
+    reference, leader, follower = _kv_block(dropout=0.5)
+    x = torch.randn(5, 2, 16)
+    masks = dict(key_padding_mask=PADDING, attn_mask=CAUSAL)
+    torch.manual_seed(1)  # an incremental state keeps fairseq off its fused path
+    expected, _ = reference.train()(x, x, x, incremental_state={}, **masks)
+    torch.manual_seed(1)
+    actual, _ = leader.train()(x, x, x, **masks)
+    torch.testing.assert_close(actual[2:], expected[2:])  # sentence 1's queries 0, 1: pads only
+    leader.eval()
+    leader(x, x, x, **masks)
+    followed, _ = follower.eval()(x, x, x, **masks)
+    torch.testing.assert_close(followed[2:], leader(x, x, x, **masks)[0][2:])
+    before = reference.eval()(x, x, x, incremental_state={}, before_softmax=True, **masks)
+    for a, b in zip(leader(x, x, x, before_softmax=True, **masks), before):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_kv_leaders_incremental_steps_keep_the_padding_of_earlier_steps():
+    """Step by step (one query and its padding flag a step) as the full forward: the cached
+    padding mask keeps a left-padded sentence's early keys hidden from its later queries."""
+    _, leader, _ = _kv_block()
+    x = torch.randn(5, 2, 16)
+    full, _ = leader.eval()(x, x, x, key_padding_mask=PADDING, attn_mask=CAUSAL)
+    state = {}
+    steps = []
+    for t in range(5):
+        step = x[t : t + 1]
+        padding = PADDING[:, t : t + 1]
+        steps.append(leader(step, step, step, key_padding_mask=padding, incremental_state=state)[0])
+    torch.testing.assert_close(torch.cat(steps)[2:], full[2:])
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -1776,6 +1776,7 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--system", "a|b={tmp}/a.pt"], "system 'a|b': a name may not hold '|' or a line break "
          "(the report's tables are Markdown)"),
         (["--beams", "1", "1"], "--beams: 1 is given twice"),
+        (["--fp16", "--cpu"], "--fp16 is half precision on a GPU, and --cpu decodes on the CPU"),
         (["--modes", "natural", "natural"], "--modes: natural is given twice"),
         (["--cache-beams", "4", "20", "4"], "--cache-beams: 4 is given twice"),
         (["--baseline", "b"], "baseline 'b' is not one of the systems ['a']"),

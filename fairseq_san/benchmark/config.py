@@ -508,6 +508,9 @@ def check_values(config: BenchmarkConfig) -> str:
         raise ValueError(f"modes must be among {MODES}, got {list(config.modes)}")
     if not config.beams:
         raise ValueError("--beams: give at least one beam size")
+    if config.fp16 and config.device == "cpu":  # else found only after fairseq loads (run.py)
+        raise ValueError("--fp16 is half precision on a GPU, and --cpu decodes on the CPU: drop "
+                         "one (the CPU's half precision is the static decoder's bf16)")  # fmt: skip
     check_given_once(config)
     check_numbers(config)
     return baseline

@@ -271,6 +271,29 @@ def reference_leaders(blocks: Optional[Sequence[int]], num_layers: int) -> List[
     return leaders
 
 
+def attention_block(
+    leader_class: type, follower_class: type, dropout: float = 0.0, follower_keeps: Tuple = ()
+):
+    """(fairseq's self-attention, a ``leader_class`` leader of its weights, a last follower of
+    ``follower_class`` given its weights whose names start with ``follower_keeps``, the block
+    they share), seeded: a leader and a follower checked against fairseq's own attention."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_san.modules.shared_attention import BlockShare
+
+    torch.manual_seed(0)
+    block = BlockShare()
+    shape = dict(embed_dim=16, num_heads=4, self_attention=True, dropout=dropout)
+    reference = MultiheadAttention(**shape)
+    leader = leader_class(block=block, **shape)
+    leader.load_state_dict(reference.state_dict())
+    follower = follower_class(block=block, releases_block=True, **shape)
+    if follower_keeps:
+        kept = reference.state_dict().items()
+        follower.load_state_dict({k: v for k, v in kept if k.startswith(follower_keeps)})
+    return reference, leader, follower, block
+
+
 def _heads(mha, x: Tensor) -> Tensor:
     """(len, batch, embed) -> (batch * heads, len, head_dim)."""
     return x.contiguous().view(x.size(0), -1, mha.head_dim).transpose(0, 1)

@@ -12,6 +12,7 @@ import torch
 from helpers import (
     ATOL,
     POLICIES,
+    attention_block,
     build,
     decoder_logits,
     make_dictionary,
@@ -170,18 +171,7 @@ def test_before_softmax_gives_the_leaders_logits_and_refuses_a_follower():
 
 def _leader_and_follower(dropout: float = 0.0):
     """fairseq's attention and a block of a leader (its weights) and a last follower."""
-    from fairseq.modules import MultiheadAttention
-
-    from fairseq_san.modules.shared_attention import BlockShare
-
-    torch.manual_seed(0)
-    block = BlockShare()
-    shape = dict(embed_dim=16, num_heads=4, self_attention=True, dropout=dropout)
-    reference = MultiheadAttention(**shape)
-    leader = BlockLeaderAttention(block=block, **shape)
-    leader.load_state_dict(reference.state_dict())
-    follower = SharedWeightsAttention(block=block, releases_block=True, **shape)
-    return reference, leader, follower, block
+    return attention_block(BlockLeaderAttention, SharedWeightsAttention, dropout)
 
 
 def test_a_training_leader_is_fairseqs_attention_and_hands_on_undropped_weights():

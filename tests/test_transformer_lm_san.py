@@ -11,6 +11,7 @@ import torch
 from helpers import (
     TINY_LM,
     StandInTask,
+    attention_block,
     build_lm,
     count_parameters,
     make_dictionary,
@@ -169,19 +170,9 @@ def test_kv_followers_use_the_leaders_keys_and_values():
 
 def _kv_block(dropout: float = 0.0):
     """fairseq's self-attention, a KV leader of its weights and a follower of its Q and output."""
-    from fairseq.modules import MultiheadAttention
-
-    from fairseq_san.modules.shared_attention import BlockShare
-
-    torch.manual_seed(0)
-    block = BlockShare()
-    shape = dict(embed_dim=16, num_heads=4, self_attention=True, dropout=dropout)
-    reference = MultiheadAttention(**shape)
-    leader = KVLeaderAttention(block=block, **shape)
-    leader.load_state_dict(reference.state_dict())
-    follower = KVFollowerAttention(block=block, releases_block=True, **shape)
-    kept = {k: v for k, v in reference.state_dict().items() if k.startswith(("q_", "out_"))}
-    follower.load_state_dict(kept)
+    reference, leader, follower, _ = attention_block(
+        KVLeaderAttention, KVFollowerAttention, dropout, follower_keeps=("q_", "out_")
+    )
     return reference, leader, follower
 
 

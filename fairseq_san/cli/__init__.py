@@ -125,16 +125,23 @@ def exiting_on_termination() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1 (a word said as such, not argparse's "invalid
-    positive_int value", the name of this function)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+def integer_from(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum``, else "TEXT is not WHAT" (for a word
+    too: argparse's own message named the type function, "invalid positive_int value")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is not {what}")
+        return value
+
+    return parse
+
+
+positive_int = integer_from(1, "a positive integer")
 
 
 def analysis_file(path: str) -> str:

@@ -47,7 +47,12 @@ import sys
 from typing import Dict, List, Optional
 
 import fairseq_san
-from fairseq_san.cli import positive_int, quiet_when_output_closes, said_when_interrupted
+from fairseq_san.cli import (
+    integer_from,
+    positive_int,
+    quiet_when_output_closes,
+    said_when_interrupted,
+)
 from fairseq_san.errors import UsageError, file_error
 from fairseq_san.files import DASH, output_problem, read_from, streams_named, write_text
 from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
@@ -242,16 +247,8 @@ def run_user_dir(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
-def iteration(text: str) -> int:
-    """argparse type: an iteration of the loop, 0 or more (-1 exited 1, read as "not settled"; a
-    word was argparse's "invalid iteration value", the name of this function)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not an iteration number (0, 1, ...)")
-    return value
+# argparse type: an iteration of the loop, 0 or more (-1 exited 1, read as "not settled").
+iteration = integer_from(0, "an iteration number (0, 1, ...)")
 
 
 def build_parser() -> argparse.ArgumentParser:

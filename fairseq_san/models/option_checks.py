@@ -10,6 +10,7 @@ import argparse
 import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq import utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
 
@@ -292,10 +293,12 @@ def check_adaptive_cutoffs(args: argparse.Namespace, task: FairseqTask) -> None:
     band is 0 wide (``check_band_widths``)."""
     for option, (dictionary, factor, width) in ADAPTIVE_CUTOFFS.items():
         text = getattr(args, option, None)
-        try:
-            cutoffs = [int(part) for part in str(text).strip("[]() ").split(",")]
-        except ValueError:
-            continue  # unset, or fairseq's to read
+        try:  # as fairseq reads them (literals only: fairseq_fixes.literal_eval)
+            cutoffs = utils.eval_str_list(text, type=int)
+        except (TypeError, ValueError):
+            continue  # fairseq's to refuse
+        if not cutoffs:
+            continue  # unset
         size = len(getattr(task, dictionary))
         if any(low >= high for low, high in zip([0] + cutoffs, cutoffs)) or cutoffs[-1] > size:
             raise UsageError(

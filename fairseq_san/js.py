@@ -3,7 +3,9 @@
 Each head is a separate channel: JS is computed per head and query position
 over the key distribution, then averaged. ``PairwiseJS`` streams the average
 for every pair of layers over batches with memory independent of their number.
-Values are in nats, so 0 <= JS <= ln 2.
+Values are in nats, so 0 <= JS <= ln 2. Weights are cast to float64 and each row renormalised
+first: half-precision weights (fp16/bf16) sum to 1 only to within their rounding, which would
+otherwise count as divergence (up to about 1e-3 nats a row in bfloat16).
 
 The paper averages over heads and says nothing of positions; every valid query position counts
 here. In decoder self-attention the first position sees only itself, so every layer gives it
@@ -54,6 +56,11 @@ def check_distributions(attn: Tensor, keep: Tensor) -> None:
         )
 
 
+def renormalised(attn: Tensor) -> Tensor:
+    """``attn`` with each row over the keys divided by its sum (rows of zeros stay zeros)."""
+    return attn / attn.sum(-1, keepdim=True).clamp_min(torch.finfo(attn.dtype).tiny)
+
+
 class PairwiseJS:
     """Streaming mean JS divergence between the attention weights of every pair of layers."""
 
@@ -74,7 +81,7 @@ class PairwiseJS:
 
         ``attn`` is (L, B, H, T, S): layers, batch, heads, queries, keys; each
         row sums to 1 over its valid keys and padded keys have probability 0 (a real query's
-        row that does not is a ValueError: ``check_distributions``).
+        row that does not is a ValueError: ``check_distributions``); rows are then renormalised.
         ``query_mask`` is a (B, T) bool tensor, True for real query positions;
         the others are ignored (their rows may hold anything). ``None`` counts all.
         """
@@ -97,6 +104,7 @@ class PairwiseJS:
         keep = query_mask.to(attn.device)[:, None, :]  # (B, 1, T), broadcast over heads
         attn = attn.to(torch.float64)
         check_distributions(attn, keep)
+        attn = renormalised(attn)
         pairs = torch.triu_indices(num_layers, num_layers, offset=1)
         sums = [
             torch.where(keep, js_divergence(attn[i], attn[j]), 0.0).sum()

@@ -118,6 +118,25 @@ def test_pairwise_identical_layers_give_zero():
     assert acc.count == 2 * 4 * 3
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_weights_give_the_js_of_their_float32_counterparts(dtype):
+    """A leader's fp16/bf16 weights round 1/3 or 1/7, so their rows sum to 1 only to within
+    ~1e-3: that mass counted as divergence (1e-4 nats here). Each row is renormalised first."""
+
+    def uniform(keys: range) -> torch.Tensor:
+        row = torch.zeros(9)
+        row[list(keys)] = 1.0 / len(keys)
+        return row
+
+    first = torch.stack([uniform(range(3)), uniform(range(7))])
+    second = torch.stack([uniform(range(2, 9)), uniform(range(3))])
+    attn = torch.stack([first, second])[:, None, None]  # (L=2, B=1, H=1, T=2, S=9)
+    full, half = PairwiseJS(2), PairwiseJS(2)
+    full.update(attn)
+    half.update(attn.to(dtype))
+    assert half.matrix()[0][1] == pytest.approx(full.matrix()[0][1], abs=1e-7)
+
+
 def test_streamed_equals_all_in_memory():
     g = torch.Generator().manual_seed(4)
     L, H = 3, 2

@@ -1,11 +1,17 @@
 """Average attention network (AAN; Zhang, Xiong and Su, ACL 2018).
 
 A drop-in for the decoder self-attention sub-layer: position ``t`` sees the average
-of the inputs ``y_1 .. y_t`` passed through a position-wise FFN (Eq. 4), mixed with
-``y_t`` by an input and a forget gate (Eq. 5). The surrounding fairseq layer applies
-dropout, the residual connection and layer norm as it does for attention output.
-Decoding keeps only a running sum and a position count per hypothesis, so each
-step costs O(1) in the target length.
+of the inputs ``y_1 .. y_t`` passed through a position-wise FFN (the paper's average layer),
+mixed with ``y_t`` by an input and a forget gate (its gating layer). The surrounding fairseq
+layer applies dropout, the residual connection and layer norm as it does for attention output.
+The paper's text was not at hand to check its equation numbers, so layers are named instead.
+Checked against the authors' code (bzhangGo/transformer-aan, ``transformer_decoder``): the same
+average, FFN, gates, residual and post-norm; two choices differ from it: the FFN's inner width
+is the model's (as in OpenNMT-py; theirs is the layer FFN's, and their released recipe turns
+the FFN off), and under ``--decoder-normalize-before`` fairseq's layer normalises the input
+before averaging (theirs averages the raw input and normalises the average).
+Decoding keeps only a running sum and a position count per hypothesis (the paper's
+dynamic-programming decoding), so each step costs O(1) in the target length.
 """
 
 from typing import Callable, Dict, Optional, Tuple
@@ -27,18 +33,19 @@ def gated_average(
     average: Tensor,
     dropout: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Tensor:
-    """Eq. 4-5 given the average of y_1..y_t: an FFN of it, mixed with y_t by the input and
-    forget gates. ``module`` has ``fc1``, ``fc2``, ``gate`` and ``activation_fn``: this module,
-    or the static decoder's step, which holds copies of them it may cast."""
+    """The average and gating layers given the average of y_1..y_t: an FFN of it, mixed with
+    y_t by the input and forget gates. ``module`` has ``fc1``, ``fc2``, ``gate`` and
+    ``activation_fn``: this module, or the static decoder's step, which holds copies of them it
+    may cast."""
     hidden = module.activation_fn(module.fc1(average))
-    g = module.fc2(hidden if dropout is None else dropout(hidden))  # Eq. 4
+    g = module.fc2(hidden if dropout is None else dropout(hidden))  # the average layer
     i, f = torch.sigmoid(module.gate(torch.cat([y, g], dim=-1))).chunk(2, dim=-1)
-    return i * y + f * g  # Eq. 5
+    return i * y + f * g  # the gating layer
 
 
 @with_incremental_state
 class AverageAttention(nn.Module):
-    """Cumulative average + FFN (Eq. 4) and input/forget gating (Eq. 5).
+    """Cumulative average + FFN (the average layer) and input/forget gates (the gating layer).
 
     ``_get_input_buffer`` mirrors MultiheadAttention's (fairseq's TransformerDecoderLayerBase
     calls it on its self-attention), ``num_heads`` and ``head_dim`` its shape (one "head" of

@@ -164,7 +164,8 @@ class SelfAttentionStep(nn.Module):
 
 
 class AverageAttentionStep(nn.Module):
-    """AAN for one position (Eq. 4-5 of Zhang et al.): running sum in the cache, then gates."""
+    """AAN for one position (Zhang et al.'s average and gating layers): running sum in the
+    cache, then gates."""
 
     def __init__(self, module: AverageAttention, index: int) -> None:
         super().__init__()

@@ -267,23 +267,30 @@ def check_spaces_kept(output: str, targets: Dict[int, str], references: List[str
         )
 
 
+def normalization_differences(
+    targets: Dict[int, str], references: List[str], form: str
+) -> List[int]:
+    """The lines whose reference differs from its target (``T-`` line) in Unicode normalization
+    ``form`` alone; spaces are left out of the comparison, as a tokenizer adds them."""
+
+    def unspaced(text: str, form: Optional[str] = None) -> str:
+        return "".join((unicodedata.normalize(form, text) if form else text).split())
+
+    return [
+        i for i, text in sorted(targets.items())
+        if i < len(references) and unspaced(text) != unspaced(references[i])
+        and unspaced(text, form) == unspaced(references[i], form)
+    ]  # fmt: skip
+
+
 def check_normalization_kept(
     output: str, targets: Dict[int, str], reference: str, references: List[str]
 ) -> None:
     """Refuse references that differ from ``output``'s targets (``T-`` lines) in their Unicode
     normalization alone (NFD "e\u0301" for NFC "\u00e9", text exported on a Mac): sentencepiece
     normalizes what it encodes, so the hypotheses are in the targets' form, and each accented
-    word scored as wrong (58.54 BLEU read 45.49, sacreBLEU's CLI agreeing, without a word).
-    Spaces are left out of the comparison, as a tokenizer adds them."""
-
-    def unspaced(text: str, form: Optional[str] = None) -> str:
-        return "".join((unicodedata.normalize(form, text) if form else text).split())
-
-    differing = [
-        i for i, text in sorted(targets.items())
-        if i < len(references) and unspaced(text) != unspaced(references[i])
-        and unspaced(text, "NFC") == unspaced(references[i], "NFC")
-    ]  # fmt: skip
+    word scored as wrong (58.54 BLEU read 45.49, sacreBLEU's CLI agreeing, without a word)."""
+    differing = normalization_differences(targets, references, "NFC")
     if differing:
         first = differing[0]
         form = "NFC" if unicodedata.is_normalized("NFC", targets[first]) else "NFD"
@@ -294,6 +301,26 @@ def check_normalization_kept(
             f"words score as different; normalize the references to {form} first (uconv -x "
             f"any-{form.lower()})"
         )
+
+
+def compatibility_note(
+    output: str, targets: Dict[int, str], reference: str, references: List[str]
+) -> Optional[str]:
+    """Where references differ from ``output``'s targets in NFKC alone (a ligature "\ufb01", a
+    full-width comma, which sentencepiece writes as "fi", ","), how many lines and the first:
+    the model cannot write those characters, which score as different; else None. A note, not
+    a refusal: they are the references' own characters, as sacreBLEU scores them."""
+    differing = normalization_differences(targets, references, "NFKC")
+    if not differing:
+        return None
+    first = differing[0]
+    return (
+        f"{reference}: {len(differing)} of its lines differ from {output}'s targets (T- lines) in "
+        f"their NFKC normalization alone, the first line {first + 1} (T-{first}: "
+        f"{targets[first][:50]!r}): characters sentencepiece writes otherwise score as "
+        "different; to score them as the model writes them, normalize the references to NFKC "
+        "(uconv -x any-nfkc)"
+    )
 
 
 def comparable_text(text: str) -> str:

@@ -94,10 +94,11 @@ def load_js(directory: Path) -> dict:
 @pytest.mark.slow
 def test_js_json(runs):
     result = load_js(runs["small"])
-    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "seed", "subset",
-                           "policy"}  # fmt: skip
+    assert set(result) == {*KINDS, "sentences", "checkpoint", "num_updates", "seed", "save_dir",
+                           "subset", "policy"}  # fmt: skip
     assert result["policy"] == {}  # unshared
     assert result["seed"] == load_js(runs["big"])["seed"] == 1  # train_argv's, not --seed 7
+    assert result["save_dir"] == str(runs["last"].parent)  # the training's, not the checkpoint's
     assert result["sentences"] == MAX_SENTENCES
     assert result["checkpoint"] == str(runs["last"])
     assert result["num_updates"] == 40
@@ -356,6 +357,21 @@ def test_plot_js_refuses_analyses_of_two_trainings(tmp_path, capsys):
     assert not output.exists()
 
 
+def test_plot_js_refuses_two_trainings_of_one_seed(tmp_path, capsys):
+    """Two runs of one recipe and seed, trained into two --save-dir, were drawn as one curve."""
+    first, other = (with_recorded(write_js(tmp_path / name, steps, decoder_self=6), seed=1,
+                                  save_dir=f"runs/{name}")
+                    for name, steps in (("a", 10), ("b", 20)))  # fmt: skip
+    output = tmp_path / "fig5.png"
+    argv = [first, other, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
+    assert plot_js_refusal(argv, capsys) == (
+        f"fairseq-san-plot-js: error: {first}/js.json (--save-dir runs/a) and {other}/js.json "
+        "(--save-dir runs/b) are analyses of different trainings: plot the checkpoints of one "
+        "training"
+    )
+    assert not output.exists()
+
+
 def test_plot_js_takes_one_trainings_checkpoints_from_two_folders(tmp_path, capsys):
     """docs/results/de-en-figure5 plots snapshots kept while the run trained beside its
     checkpoint_last.pt, one training in two folders: it was refused as two trainings."""
@@ -366,6 +382,8 @@ def test_plot_js_takes_one_trainings_checkpoints_from_two_folders(tmp_path, caps
     folders = [with_recorded(write_js(tmp_path / str(steps), steps, decoder_self=6), seed=1,
                              checkpoint=checkpoint)
                for steps, checkpoint in zip((10, 20, 30), checkpoints)]  # fmt: skip
+    with_recorded(folders[0], save_dir="./run/iter0/checkpoints")  # as fairseq-train was told
+    with_recorded(folders[1], save_dir="run/iter0/checkpoints")
     output = tmp_path / "fig5.png"
     main([*folders, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
     assert output.stat().st_size > 0 and "(3 checkpoints)" in capsys.readouterr().err

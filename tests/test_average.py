@@ -228,6 +228,26 @@ def test_a_checkpoint_of_another_model_or_unsafe_is_refused(checkpoints, tmp_pat
     assert not output.exists() and not (tmp_path / "mean.pt.tmp").exists()
 
 
+@pytest.mark.slow
+def test_a_checkpoint_of_a_shuffled_dictionary_is_refused(checkpoints, tmp_path):
+    """Trained on data whose dictionary holds the same number of words in another order: each
+    embedding row is another word's, and the mean was written without a word."""
+    first, other = (update_checkpoints(checkpoints)[step] for step in (3, 2))
+    data = Path(stored_value(torch.load(first, weights_only=True), "task", "data"))
+    shuffled = shutil.copytree(data, tmp_path / "data")
+    lines = (shuffled / "dict.tgt.txt").read_text().splitlines(keepends=True)
+    (shuffled / "dict.tgt.txt").write_text("".join(lines[::-1]))
+    other = save_changed(
+        other, tmp_path / "other.pt",
+        lambda state: set_stored_value(state, "task", "data", str(shuffled)),
+    )  # fmt: skip
+    message = refusal(["--inputs", str(first), str(other), "--output", str(tmp_path / "m.pt")])
+    assert message.endswith(
+        f"is not of the model of {first}: its dictionary {shuffled / 'dict.tgt.txt'} holds other "
+        f"words than {data / 'dict.tgt.txt'}; average checkpoints of one training run"
+    )
+
+
 def add_a_mask(value: bool):
     """A change that adds a boolean buffer (a mask) holding ``value``."""
 

@@ -264,6 +264,34 @@ def test_an_error_every_rank_printed_is_said_once(tmp_path, capsys):
         )
 
 
+def test_a_refused_command_line_is_said_once_without_the_plugin(tmp_path, capsys):
+    """Without --user-dir no rank copies its error: fairseq's argparse refusal (rank 0's on the
+    terminal) was said again, quoted from the end of rank 1's log."""
+    import sys
+
+    from fairseq_san.cli.cpu_ranks import run_ranks
+
+    refuses = (  # rank 0 outlives the termination long enough to exit as argparse does
+        "import os, signal, sys, time\n"
+        "rank = sys.argv[sys.argv.index('--distributed-rank') + 1]\n"
+        f"said = os.path.join({str(tmp_path)!r}, 'said')\n"
+        "print('usage: fairseq-train', file=sys.stderr)\n"
+        "if rank == '0':\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    open(said, 'w').close(), time.sleep(0.5), sys.exit('fairseq-train: error: no')\n"
+        "while not os.path.exists(said): time.sleep(0.05)\n"
+        "print('fairseq-train: error: no', file=sys.stderr), sys.exit(2)\n"
+    )
+    refused_by_argparse = refuses.replace("sys.exit('fairseq-train: error: no')", "sys.exit(2)")
+    assert run_ranks([sys.executable, "-c", refused_by_argparse], 2, str(tmp_path)) == 2
+    assert capsys.readouterr().err == (
+        f"fairseq-san-cpu-ranks: rank 1 failed (exit 2): see {tmp_path / 'rank-1.log'} (rank 0's "
+        "error, above)\n"
+    )
+    assert run_ranks([sys.executable, "-c", refuses], 2, str(tmp_path)) == 2  # rank 0: exit 1
+    assert capsys.readouterr().err.endswith("\n  fairseq-train: error: no\n")
+
+
 def test_fairseqs_own_refusal_of_the_command_line_is_said_once(binarized_corpus, tmp_path):
     """fairseq's argparse refuses an option on every rank: its usage and error were on the
     terminal twice, rank 0's and the end of rank 1's log quoted below it."""

@@ -4064,10 +4064,15 @@ def test_a_fusion_language_model_over_another_dictionary_is_refused():
     model, _ = build(dictionary=target)
     other_words = make_dictionary(24)
     other_words.symbols[-1] = "other"  # as many entries, one other word
-    for lm_dictionary in (make_dictionary(30), other_words):
+    shuffled = make_dictionary(24)
+    shuffled.symbols[-2:] = shuffled.symbols[:-3:-1]  # the same words, two swapped
+    for lm_dictionary, said in ((make_dictionary(30), "(30 entries) "),
+                                (other_words, "(24 entries, entry 23 'other' where "),
+                                (shuffled, f"(24 entries, entry 22 {target.symbols[23]!r} where ")):
         lm, _ = build_lm(dictionary=lm_dictionary)
-        with pytest.raises(UsageError, match=r"^--lm-path: the language model's dictionary \("):
+        with pytest.raises(UsageError) as refused:
             SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)
+        assert str(refused.value).startswith(f"--lm-path: the language model's dictionary {said}")
     lm, _ = build_lm(dictionary=make_dictionary(24))
     SequenceGenerator([model], target, beam_size=2, lm_model=lm, lm_weight=0.5)
 

@@ -1324,6 +1324,23 @@ def test_score_refuses_references_in_another_unicode_normalization(tmp_path):
     assert score(tmp_path, output, "".join(text + "\n" for text in texts)).returncode == 0
 
 
+def test_score_warns_of_references_in_another_compatibility_form(tmp_path):
+    """A reference's ligature "\ufb01" (sentencepiece writes "fi") scored as a wrong word, without
+    a word said: the lines differing in NFKC alone are counted, the first named."""
+    texts = ["Un homme marche .", "Le profil est fermé ."]
+    output = "".join(f"T-{i}\t{text}\nD-{i}\t-0.2\t{text}\n" for i, text in enumerate(texts))
+    scored = score(tmp_path, output, "Un homme marche .\nLe pro\ufb01l est fermé .\n")
+    assert scored.returncode == 0
+    assert (
+        f"fairseq-san-score: warning: {tmp_path / 'ref.de'}: 1 of its lines differ from "
+        f"{tmp_path / 'generate-test.txt'}'s targets (T- lines) in their NFKC normalization alone, "
+        "the first line 2 (T-1: 'Le profil est fermé .'): characters sentencepiece writes "
+        "otherwise score as different; to score them as the model writes them, normalize the "
+        "references to NFKC (uconv -x any-nfkc)\n"
+    ) in scored.stderr
+    assert "warning" not in score(tmp_path, output, "".join(t + "\n" for t in texts)).stderr
+
+
 def test_score_refuses_a_paired_bootstrap_of_one_sentence(tmp_path):
     """Every resample of a one-sentence test set is that sentence: the interval was a point
     ("+65.14 to +65.14") and the verdict "better", a significance no test showed."""

@@ -218,6 +218,39 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
     return None
 
 
+def dictionary_words(path: str) -> Optional[List[str]]:
+    """The words of fairseq dictionary file ``path`` in their order (their ids), or None where
+    it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            return [line.rstrip("\n").replace(" #fairseq:overwrite", "").rsplit(" ", 1)[0]
+                    for line in lines]  # fmt: skip
+    except OSError:
+        return None
+
+
+def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:
+    """Where checkpoint ``state`` was trained on data whose dictionary (``dict*.txt`` beside
+    the data its task records) holds other words than ``reference``'s, of as many (a shuffled
+    dictionary: the same layout, each id another word): which; None where they agree or cannot
+    be read here."""
+    from fairseq_san.checkpoints import stored_value
+
+    folders = [stored_value(saved, "task", "data") for saved in (reference, state)]
+    if not all(isinstance(folder, str) and folder for folder in folders):
+        return None
+    wanted, data = (folder.split(os.pathsep)[0] for folder in folders)
+    if os.path.normpath(wanted) == os.path.normpath(data):
+        return None
+    for name in sorted(os.listdir(wanted)) if os.path.isdir(wanted) else []:
+        if name.startswith("dict") and name.endswith(".txt"):
+            mine, theirs = (os.path.join(folder, name) for folder in (data, wanted))
+            words = dictionary_words(mine)
+            if words is not None and words != dictionary_words(theirs):
+                return f"its dictionary {mine} holds other words than {theirs}"
+    return None
+
+
 def add_to_sums(sums: Dict[str, "Tensor"], parameters: Dict[str, "Tensor"], path: str,
                 first_path: str) -> None:  # fmt: skip
     """Add checkpoint ``path``'s ``parameters`` to ``sums``. A boolean tensor (a mask) is kept,
@@ -262,7 +295,8 @@ def average(paths: List[str]) -> dict:
         parameters = model_parameters(path, state)
         if first is None:
             first, reference = state, layout(parameters)
-        mismatch = layout_mismatch(reference, parameters) or configuration_mismatch(first, state)
+        mismatch = (layout_mismatch(reference, parameters) or configuration_mismatch(first, state)
+                    or dictionary_mismatch(first, state))  # fmt: skip
         if mismatch:
             raise CheckpointError(
                 f"checkpoint {path} is not of the model of {paths[0]}: {mismatch}; average "

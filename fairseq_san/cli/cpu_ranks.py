@@ -220,13 +220,30 @@ def copied_error(path: str) -> str:
         return ""
 
 
-def say_failure(rank: int, code: int, log_dir: str, rank_0_error: str) -> None:
+# The line argparse ends a refused command line with, and the status it exits with.
+USAGE_ERROR, USAGE_STATUS = re.compile(r"^\S+: error: "), 2
+
+
+def said_by_rank_0(line: str, rank_0_error: str, rank_0_status: Optional[int]) -> bool:
+    """Whether a rank's last line is the error rank 0 printed: the one it copied
+    (``rank_0_error``), or, where it copied none (without ``--user-dir`` no plugin copies it),
+    argparse's refusal of the command line, which every rank is given alike, where rank 0 exited
+    as argparse does."""
+    line = RANK_PREFIX.sub("", line.strip())
+    if rank_0_error:
+        return line == rank_0_error
+    return rank_0_status == USAGE_STATUS and USAGE_ERROR.match(line) is not None
+
+
+def say_failure(
+    rank: int, code: int, log_dir: str, rank_0_error: str, rank_0_status: Optional[int] = None
+) -> None:
     """Name a rank that failed and, for a rank > 0, the end of its log (rank 0's output is on
-    this terminal already), unless it ends in ``rank_0_error``, the error rank 0 printed: every
-    rank refused the same input (it was printed twice)."""
+    this terminal already), unless it ends in the error rank 0 printed (``said_by_rank_0``):
+    every rank refused the same input (it was printed twice)."""
     where = "" if rank == 0 else f": see {os.path.join(log_dir, f'rank-{rank}.log')}"
     tail = log_tail(rank, log_dir) if rank > 0 else []
-    if tail and rank_0_error and RANK_PREFIX.sub("", tail[-1].strip()) == rank_0_error:
+    if tail and said_by_rank_0(tail[-1], rank_0_error, rank_0_status):
         tail, where = [], f"{where} (rank 0's error, above)"
     print(f"fairseq-san-cpu-ranks: rank {rank} failed (exit {shell_status(code)}){where}",
           file=sys.stderr)  # fmt: skip
@@ -293,7 +310,7 @@ def run_ranks(command: List[str], world_size: int, log_dir: str) -> int:
         error = copied_error(rank_0_error)
         shutil.rmtree(meeting, ignore_errors=True)
     for rank, code in failures:
-        say_failure(rank, code, log_dir, error)
+        say_failure(rank, code, log_dir, error, processes[0].returncode)
     return shell_status(failures[0][1]) if failures else 0
 
 

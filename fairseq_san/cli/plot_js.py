@@ -6,9 +6,10 @@ encoder-decoder attention, the JS divergence between a reference layer and other
 the checkpoint's training steps (``num_updates``). Layers are numbered from 1. The analyses are
 one model's series: one per training step, of one subset, of one training (its ``--seed``), of
 one model (the same kinds of attention and layer counts, as fairseq-san-policy averages them);
-anything else is refused. Two trainings of one recipe and one seed cannot be told apart (nor
-by their checkpoints' folders: one training's may lie in two, snapshots kept while it trained
-beside its checkpoint_last.pt, as docs/results/de-en-figure5 plots them).
+anything else is refused. Two trainings of one seed are told apart by the ``--save-dir`` they
+were trained with, as js.json records it, not by their checkpoints' folders: one training's may
+lie in two, snapshots kept while it trained beside its checkpoint_last.pt, as
+docs/results/de-en-figure5 plots them.
 
     fairseq-san-plot-js analysis/step*/ -o fig5.png --reference-layer 4 --layers 5 6
 """
@@ -150,16 +151,26 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
 
 
 def check_one_training(analyses: List[Tuple[str, dict]]) -> None:
-    """PlotError naming two analyses of checkpoints trained with different seeds, where they
-    record theirs: two seeds' kept checkpoints of one recipe were drawn as one curve."""
-    paths, data = [path for path, _ in analyses], [data for _, data in analyses]
-    differing = recorded_difference(data, paths, "seed")
-    if differing is not None:
-        (first, seed), (path, other_seed) = differing
-        raise PlotError(
-            f"{first} (seed {seed}) and {path} (seed {other_seed}) are analyses of different "
-            "trainings: plot the checkpoints of one training"
-        )
+    """PlotError naming two analyses of checkpoints trained with different seeds or into
+    different ``--save-dir``, where they record theirs: two trainings' kept checkpoints of one
+    recipe were drawn as one curve."""
+    paths = [path for path, _ in analyses]
+    data = [{**data, "save_dir": saved_in(data)} for _, data in analyses]
+    for field, said in (("seed", "seed"), ("save_dir", "--save-dir")):
+        differing = recorded_difference(data, paths, field)
+        if differing is not None:
+            (first, value), (path, other) = differing
+            raise PlotError(
+                f"{first} ({said} {value}) and {path} ({said} {other}) are analyses of different "
+                "trainings: plot the checkpoints of one training"
+            )
+
+
+def saved_in(data: dict) -> Optional[str]:
+    """The ``--save-dir`` an analysis's checkpoint was trained with, normalised ("./run" is
+    "run"); None where it records none."""
+    save_dir = data.get("save_dir")
+    return os.path.normpath(save_dir) if isinstance(save_dir, str) and save_dir else None
 
 
 def check_matrices(analyses: List[Tuple[str, dict]]) -> None:

@@ -41,6 +41,7 @@ from fairseq_san.scoring import (
     check_plain_references,
     check_references,
     check_spaces_kept,
+    compatibility_note,
     corpus_scores,
     count_mismatch_cause,
     paired_bootstrap,
@@ -259,7 +260,8 @@ def checked_hypotheses(
     """The best hypothesis of each sentence of fairseq-generate's ``output`` (read as
     ``generated``), checked against the references: as many, most of its ``T-`` lines with
     their spaces (``check_spaces_kept``) and reading as theirs (``check_references``), in
-    their Unicode normalization (``check_normalization_kept``)."""
+    their Unicode normalization (``check_normalization_kept``; NFKC's differences are warned
+    of: ``compatibility_note``)."""
     if len(generated.hypotheses) != len(references):
         raise ValueError(
             f"{output}: {len(generated.hypotheses)} hypotheses but {len(references)} references: "
@@ -268,6 +270,9 @@ def checked_hypotheses(
     check_spaces_kept(output, generated.targets, references)
     check_references(output, generated.targets, reference, references)
     check_normalization_kept(output, generated.targets, reference, references)
+    note = compatibility_note(output, generated.targets, reference, references)
+    if note is not None:
+        print(f"fairseq-san-score: warning: {note}", file=sys.stderr)
     return generated.hypotheses
 
 

@@ -38,8 +38,13 @@ def check_lm_dictionary(lm_model: object, tgt_dict: object) -> None:
     lm_dict = getattr(getattr(lm_model, "decoder", None), "dictionary", None)
     if lm_dict is None or lm_dict.symbols == tgt_dict.symbols:
         return
+    sizes = f"{len(lm_dict)} entries"
+    if len(lm_dict) == len(tgt_dict):  # as many: a shuffled dictionary, or another's words
+        index = next(i for i, (a, b) in enumerate(zip(lm_dict.symbols, tgt_dict.symbols)) if a != b)
+        sizes += f", entry {index} {lm_dict.symbols[index]!r} where the target's is "
+        sizes += repr(tgt_dict.symbols[index])
     raise UsageError(
-        f"--lm-path: the language model's dictionary ({len(lm_dict)} entries) is not the "
+        f"--lm-path: the language model's dictionary ({sizes}) is not the "
         f"target's ({len(tgt_dict)} entries): shallow fusion adds the two models' scores token "
         "by token, so the language model must be trained on the target language with the "
         "target's dictionary (DATA/dict.TGT.txt, which fairseq-generate reads as DATA/dict.txt)"

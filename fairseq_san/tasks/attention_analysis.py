@@ -15,9 +15,11 @@ sentences)::
 At the end of the subset DIR holds
 
 * ``js.json``: ``{"decoder_self": MxM, "decoder_encdec": MxM, "encoder_self": NxN,
-  "sentences": n, "checkpoint": CKPT, "num_updates": k, "seed": S, "subset": "valid",
-  "policy": P}``, S the ``--seed`` the checkpoint was trained with (what tells two trainings
-  of one recipe apart: fairseq-san-plot-js refuses a series that mixes them), P the sharing
+  "sentences": n, "checkpoint": CKPT, "num_updates": k, "seed": S, "save_dir": D,
+  "subset": "valid", "policy": P}``, S the ``--seed`` and D the ``--save-dir`` the checkpoint
+  was trained with (what tell two trainings of one recipe apart, D also two of one seed, in any
+  folder its checkpoints were copied or linked to: fairseq-san-plot-js refuses a series that
+  mixes them), P the sharing
   policy the model's parameters hold (``{}``: none); a kind without
   attention weights (decoder self-attention replaced by AAN; a language model's
   encoder-decoder and encoder attention) is ``null``. ``num_updates`` is the training step the
@@ -186,10 +188,11 @@ class AttentionAnalysisTask:
             )
         checkpoint = _root_config_value(self.cfg, "common_eval.path")
         seed = _root_config_value(self.cfg, "common.seed")
+        save_dir = _root_config_value(self.cfg, "checkpoint.save_dir")
         analysis.write(
             self.cfg.san_analysis_dir,
             {"checkpoint": checkpoint, "num_updates": self._num_updates, "seed": seed,
-             "subset": self._subset, "policy": self._policy},
+             "save_dir": save_dir, "subset": self._subset, "policy": self._policy},
         )
         self._analysed_subset = self._subset
         logger.info(

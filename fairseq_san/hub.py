@@ -39,6 +39,7 @@ from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.batch_tokens import OVER_MAX_TOKENS
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence
 from fairseq_san.generation_options import check_no_alignment, check_no_constraints
@@ -381,10 +382,6 @@ def check_generate_arguments(
             f"prefix_allowed_tokens_fn={prefix_allowed_tokens_fn!r:.40}: pass a function of "
             "(batch id, prefix tokens) returning the allowed token ids, or None"
         )
-
-
-# fairseq's batching's assertion for a sentence longer than a batch's --max-tokens.
-OVER_MAX_TOKENS = re.compile(r"Sentences lengths should not exceed max_tokens=(\d+)")
 
 
 def sentence_over_max_tokens(error: AssertionError, sentences: Any) -> Optional[UsageError]:

@@ -320,3 +320,24 @@ def misplaced_static_option(decoding: str, given: Callable[[Option], bool]) -> O
     if decoding == STATIC:
         return None
     return next((option for option in STATIC_DECODER_OPTIONS if given(option)), None)
+
+
+def flag_spelt(option: Option, value: object) -> str:
+    """``option`` as a command line gives it: its flag, with ``value`` unless None."""
+    return option.flag if value is None else f"{option.flag} {value}"
+
+
+def misplaced_static_refusal(
+    option: Option,
+    value: object,
+    decoding: str,
+    spelt: Callable[[Option, object], str] = flag_spelt,
+) -> str:
+    """The one wording of the refusal of ``misplaced_static_option``: ``option`` given as
+    ``value`` where ``decoding`` decodes, each option ``spelt`` as its caller takes it, with a
+    value or alone (None): a command-line flag, a benchmark override."""
+    static = spelt(DECODING, STATIC)
+    return (
+        f"{spelt(option, value)} is an option of {static}, not of {spelt(DECODING, decoding)}, "
+        f"which decodes here: add {static}, or drop {spelt(option, None)}"
+    )

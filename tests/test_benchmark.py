@@ -193,8 +193,12 @@ def test_a_plugin_option_on_a_fairseq_model_and_a_key_near_none_are_one_short_li
         ({"san_decoder": "statc"}, "san_decoder must be one of ('fairseq', 'static'), not 'statc'"),
         ({**STATIC, "san_decoder_precision": "int4"},
          "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not 'int4'"),
-        ({"san_decoder_precision": "bf16"}, 'san_decoder_precision needs "san_decoding": "static"'),
-        ({"san_decoder_execution": "graph"}, 'san_decoder_execution needs "san_decoding": "static"'),
+        ({"san_decoder_precision": "bf16"}, '"san_decoder_precision": "bf16" is an option of '
+         '"san_decoding": "static", not of "san_decoding": "fairseq", which decodes here: add '
+         '"san_decoding": "static", or drop "san_decoder_precision"'),
+        ({"san_decoder_execution": "graph"}, '"san_decoder_execution": "graph" is an option of '
+         '"san_decoding": "static", not of "san_decoding": "fairseq", which decodes here: add '
+         '"san_decoding": "static", or drop "san_decoder_execution"'),
         # a TypeError (unhashable) in the lookup; a list quoted as its text
         ({**STATIC, "san_decoder_precision": ["bf16"]},
          "san_decoder_precision must be one of ('fp32', 'bf16', 'int8'), not ['bf16']"),

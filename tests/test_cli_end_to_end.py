@@ -105,6 +105,22 @@ def test_generate_refuses_a_shard_that_holds_no_batch(binarized_corpus, trained)
     )
 
 
+def test_generate_names_the_sentence_longer_than_max_tokens(binarized_corpus, trained):
+    """fairseq's "Sentences lengths should not exceed max_tokens=3" named neither the subset nor
+    the sentence's length, the value to pass."""
+    checkpoint, _ = trained["sharing"]
+    lines = (binarized_corpus.parent / "raw" / "test.src").read_text().splitlines()
+    lengths = [len(line.split()) + 1 for line in lines]  # its end of sentence; targets as long
+    result = fairseq_generate(binarized_corpus, checkpoint, "--max-tokens", "3")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san: error: sentence {lengths.index(max(lengths))} of subset test is "
+        f"{max(lengths)} tokens long (its longest), and a batch holds at most 3 (--max-tokens; "
+        f"--max-tokens-valid in validation): fairseq batches whole sentences; pass "
+        f"{max(lengths)} or more"
+    )
+
+
 @pytest.mark.parametrize("shards, said", [
     (["--num-shards", "2", "--shard-id", "2"],
      "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),

@@ -1844,6 +1844,19 @@ def test_bench_option_errors_come_before_fairseq_logs_anything(tmp_path):
     assert result.stderr.startswith("usage: fairseq-san-bench ") and "INFO" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "flags, said",
+    [(["--fp16"], "--fp16 needs a GPU, and CUDA is not available"),
+     (["--gpu"], "--gpu: CUDA is not available")],
+)  # fmt: skip
+def test_bench_without_a_gpu_is_refused_before_fairseq_imports(tmp_path, monkeypatch, flags, said):
+    """--fp16 on a machine without a GPU was refused after fairseq's import (its log lines
+    first) and the benchmark's run module: the device is checked with the options' files."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "fairseq_san.benchmark.run", None)  # importing it fails
+    assert bench_error(tmp_path, *flags) == f"fairseq-san-bench: error: {said}"
+
+
 def test_bench_sentencepiece_model_that_does_not_load_is_named(tmp_path):
     from fairseq_san.benchmark.data import Detokenizer
 
@@ -3149,6 +3162,7 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                "--tie-adaptive-weights ties each band of the adaptive softmax to the adaptive "
                "input's, and --decoder-output-dim 64 differs from --decoder-input-dim 512"),
               (["--adaptive-softmax-cutoff", "1000, 3000"], None),  # the same bands
+              (["--adaptive-softmax-cutoff", "[1000, 3000]"], None),  # as fairseq reads them
           ]),
         ("get_generation_parser", ["data", "--path", "c.pt"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--nbest", "4", "--beam", "4"], None),

@@ -170,8 +170,9 @@ class SystemSpec:
         given to a system the static decoder does not decode, or given as no such one."""
         misplaced = options.misplaced_static_option(self.decoder, self._overridden)
         if misplaced is not None:
-            decoding = options.DECODING.name
-            raise ValueError(f'{what}: {misplaced.name} needs "{decoding}": "{STATIC}"')
+            value = self.overrides[misplaced.name]
+            refusal = options.misplaced_static_refusal(misplaced, value, self.decoder, key_spelt)
+            raise ValueError(f"{what}: {refusal}")
         execution = self.overrides.get("san_decoder_execution")
         if execution is not None and not isinstance(execution, str):  # quoted as its str()
             raise ValueError(f"{what}: san_decoder_execution must be text (an execution's name), "
@@ -184,6 +185,12 @@ class SystemSpec:
                 f"{what}: san_decoder_precision must be one of {tuple(precisions)}, "
                 f"not {self.decoder_precision!r}"
             )
+
+
+def key_spelt(option: options.Option, value: object) -> str:
+    """``option`` as a system's overrides give it: its JSON key, with ``value`` unless None."""
+    key = json.dumps(option.name)
+    return key if value is None else f"{key}: {json.dumps(value)}"
 
 
 def fairseq_twins(systems: Sequence[SystemSpec]) -> Dict[str, str]:

@@ -10,7 +10,6 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-import fairseq
 from fairseq_san.benchmark.timing import clock
 from fairseq_san.cores import available_cores
 
@@ -20,12 +19,15 @@ CPU_FLAGS = (
 )  # fmt: skip
 
 
-def choose_device(name: str) -> torch.device:
-    """The benchmark's device: cuda (``--gpu``), cpu, or auto (a GPU where torch has one)."""
+def choose_device(name: str, fp16: bool) -> torch.device:
+    """The benchmark's device: cuda (``--gpu``), cpu, or auto (a GPU where torch has one);
+    ValueError where the machine has no GPU for ``--gpu`` or ``fp16``."""
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ValueError("--gpu: CUDA is not available")
         return torch.device("cuda")
+    if fp16:
+        raise ValueError("--fp16 needs a GPU, and CUDA is not available")
     return torch.device("cpu")
 
 
@@ -83,6 +85,7 @@ def huge_pages() -> str:
 
 def machine_info(device: torch.device) -> Dict:
     """What a report names of the machine: date, processor, GPU, library versions, load."""
+    import fairseq
     import sacrebleu
 
     cpu, flags, identity = processor()

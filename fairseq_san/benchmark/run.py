@@ -38,9 +38,7 @@ def run_benchmark(config: BenchmarkConfig) -> Dict:
         logger.warning("--repeats %d: medians need 3 or more", config.repeats)
     if config.threads:
         torch.set_num_threads(config.threads)  # the workers take the same count
-    device = choose_device(config.device)
-    if config.fp16 and device.type != "cuda":
-        raise ValueError("--fp16 needs a GPU")
+    device = choose_device(config.device, config.fp16)
     out_dir = writable_out_dir(Path(config.out_dir))  # else every measurement is lost at the end
     machine = machine_info(device)  # before decoding: the load average of the machine as found
 

@@ -201,8 +201,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         check_values(config)
     except ValueError as err:
         parser.error(str(err))
-    try:  # the files the options name, before fairseq's import logs anything
+    from fairseq_san.benchmark.machine import choose_device  # torch: not for --help
+
+    try:  # the files the options name and the device, before fairseq's import logs anything
         check_paths(config)
+        choose_device(config.device, config.fp16)
     except ValueError as err:
         sys.exit(f"{PROG}: error: {err}")
     log_progress()

@@ -59,6 +59,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--shard-id`` name (it translated the whole subset in every shard), fairseq-eval-lm refuses a
   shard that does not exist or holds no batch (a traceback; a perplexity of 1.00 of no token),
   and the commands that ignore the two options refuse them;
+* ``batch_tokens``: a subset's sentence longer than ``--max-tokens`` is one line naming the
+  subset, the sentence and its length (fairseq's assertion named only the limit);
 * ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks
   naming neither the file nor the line's problem);
 * ``lm_fusion``: fairseq-generate refuses an ``--lm-path`` language model whose dictionary is not
@@ -97,6 +99,7 @@ the process's logging alone (its wav2vec2_classification module set the root log
 """
 
 from fairseq_san.fairseq_fixes import (
+    batch_tokens,
     checkpoint_broadcast,
     checkpoint_copies,
     clean_exit,
@@ -132,7 +135,7 @@ FIXES = (
     literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
     empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
     checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
-    generation_shards, dictionary_files, lm_fusion, diverse_beam_search,
+    generation_shards, batch_tokens, dictionary_files, lm_fusion, diverse_beam_search,
     prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
     sampling_underflow, language_pair, special_symbols, retained_dropout, one_line_errors,
 )

@@ -706,7 +706,7 @@ TIED_ADAPTIVE_OPTIONS = [
 def check_tied_adaptive_bands(args: argparse.Namespace) -> None:
     """Refuse ``--tie-adaptive-weights`` between an adaptive softmax and input whose bands
     differ: fairseq's ``transformer_lm`` asserts each pair of ``TIED_ADAPTIVE_OPTIONS`` equal (a
-    bare ``AssertionError``). Cutoffs are compared as the lists they give."""
+    bare ``AssertionError``). Cutoffs are compared as the lists fairseq reads (``cutoffs_read``)."""
     if not getattr(args, "adaptive_softmax_cutoff", None):
         raise UsageError(
             "--tie-adaptive-weights ties an adaptive softmax to the adaptive input, and this "
@@ -716,14 +716,27 @@ def check_tied_adaptive_bands(args: argparse.Namespace) -> None:
     for softmax, inputs in TIED_ADAPTIVE_OPTIONS:
         values = [getattr(args, name, None) for name in (softmax, inputs)]
         if "cutoff" in softmax:  # check_adaptive_input and check_adaptive_softmax: both given
-            values = [str(value).replace(" ", "") for value in values]
+            same = cutoffs_read(values[0]) == cutoffs_read(values[1])
             setattr(args, inputs, getattr(args, softmax))  # the same list: fairseq compares text
-        if values[0] != values[1]:
+        else:
+            same = values[0] == values[1]
+        if not same:
             raise UsageError(
                 f"--tie-adaptive-weights ties each band of the adaptive softmax to the adaptive "
                 f"input's, and {flag_of(softmax)} {values[0]} differs from {flag_of(inputs)} "
                 f"{values[1]}: give both the same value"
             )
+
+
+def cutoffs_read(text: str) -> Any:
+    """The list of bands fairseq reads from ``text`` (``utils.eval_str_list``), or ``text``
+    itself where it reads none (fairseq's to refuse, as it builds the model)."""
+    from fairseq import utils
+
+    try:
+        return utils.eval_str_list(text, type=int)
+    except (TypeError, ValueError):
+        return text
 
 
 def embedding_width(args: argparse.Namespace) -> Optional[int]:

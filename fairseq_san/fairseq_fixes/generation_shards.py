@@ -44,8 +44,8 @@ def check_shards(args: argparse.Namespace, command: str, shards_read: bool) -> N
 
 def apply_shards(args: argparse.Namespace) -> None:
     """Set fairseq-generate's shards (``distributed_world_size``, ``distributed_rank``) from
-    ``--num-shards`` and ``--shard-id``; UsageError for a shard that does not exist."""
-    check_shards(args, "fairseq-generate", shards_read=True)
+    ``--num-shards`` and ``--shard-id`` (``check_shards`` refused a shard that does not exist
+    as they were parsed); UsageError where the distributed options name other shards."""
     shards, shard = args.num_shards, args.shard_id
     if shards == 1:
         return

@@ -597,11 +597,7 @@ class DecodingTask:
         value = partial(self.decoding_option, args)
         option = options.misplaced_static_option(decoding, lambda o: o.is_set(value(o)))
         if option is not None:
-            raise UsageError(
-                f"{option.flag} {value(option)} is an option of --san-decoding static, not of "
-                f"--san-decoding {decoding}, which decodes here: add --san-decoding static, or "
-                f"drop {option.flag}"
-            )
+            raise UsageError(options.misplaced_static_refusal(option, value(option), decoding))
         execution = self.decoding_option(args, options.DECODER_EXECUTION)
         if options.DECODER_EXECUTION.is_set(execution) and execution not in offered_executions():
             raise UsageError(

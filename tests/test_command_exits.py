@@ -36,6 +36,34 @@ def test_an_interrupt_is_one_line_and_status_130(command):
     assert (process.returncode, err, out) == (130, f"{command[0]}: interrupted\n", "")
 
 
+def test_an_interrupt_that_a_library_turned_into_another_error_is_one_line(capsys):
+    """Ctrl-C while fairseq imported numpy inside a command (fairseq-san-average's first
+    seconds) ended in numpy's RecursionError, a traceback of some 90 lines, status 1. Another
+    error, with no interrupt, keeps its traceback."""
+    from fairseq_san.cli import said_when_interrupted
+
+    def importing(error: Exception):
+        def main():
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                raise error from None
+
+        return said_when_interrupted(main)
+
+    with pytest.raises(SystemExit) as ended:
+        importing(RecursionError("maximum recursion depth exceeded"))()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.endswith(": interrupted\n")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def failing():
+        raise RecursionError("no interrupt")
+
+    with pytest.raises(RecursionError, match="no interrupt"):
+        said_when_interrupted(failing)()
+
+
 def test_a_closed_reader_of_dash_ends_the_command_quietly(tmp_path):
     """``-o -`` is written through /dev/stdout, not ``print``: a reader that stopped was a usage
     error, status 2, ``-o -: cannot write it: Broken pipe``, where ``print``'s is status 141."""

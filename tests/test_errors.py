@@ -3263,6 +3263,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                                    "--pad-to-fixed-bsz"], "--pad-to-fixed-bsz: fairseq-x would"),
         ("get_validation_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
                                    "--pad-to-fixed-bsz"], None),
+        # refused at loading, after fairseq-train printed its whole configuration (the loop's
+        # --warm-start from a deleted checkpoint_best.pt)
+        (TRAIN, SAN + ["--finetune-from-model", "/nonexistent/checkpoint_best.pt"],
+         "--finetune-from-model /nonexistent/checkpoint_best.pt: no such file"),
+        (TRAIN, SAN + ["--restore-file", "/nonexistent/checkpoint_last.pt"],
+         "--restore-file /nonexistent/checkpoint_last.pt: no such file (fairseq would train"),
     ],
 )  # fmt: skip
 def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):

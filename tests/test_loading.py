@@ -225,6 +225,25 @@ def test_safe_loader_loads_fairseq_and_san_checkpoints(trained, name):
 
 
 @pytest.mark.slow
+def test_a_run_of_fairseqs_transformer_resumes_as_transformer_san(
+    binarized_corpus, trained, tmp_path
+):
+    """With no policy transformer_san is fairseq's transformer: a run trained with --arch
+    transformer resumes under it (its weights, optimizer and update count); a policy that shares
+    is refused as for any resumed run."""
+    save_dir = tmp_path / "save"
+    restore = ["--restore-file", str(trained["fairseq"])]
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, save_dir, 4, restore))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 3 updates\)",
+                     result.stdout + result.stderr)  # fmt: skip
+    sharing = restore + ["--san-decoder-self-policy", "3,3"]
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, save_dir, 5, sharing))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "was trained with attention sharing decoder_self none" in result.stderr
+
+
+@pytest.mark.slow
 def test_a_loaded_checkpoint_reaches_the_other_ranks_through_the_safe_loader(san_checkpoint):
     """A distributed fairseq-train that resumes sends rank 0's loaded checkpoint to the other
     ranks (``broadcast_object``: tensors split out, the rest saved and read with torch.load); the

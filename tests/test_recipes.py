@@ -1721,6 +1721,30 @@ def test_spm_decode_refuses_whole_generate_lines(spm_model, tmp_path):
     assert out.read_text() == text.read_text()
 
 
+def test_spm_decode_takes_a_one_word_line_of_a_model_without_a_dummy_prefix(spm_model, tmp_path):
+    """A model trained with --add_dummy_prefix false marks no line's first word: a one-word line
+    of its pieces ("a t t e n t i o n") was refused as decoded text; it decodes, and so does
+    a line of several words."""
+    import sentencepiece
+
+    prefix = tmp_path / "nodummy"
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(spm_model.parent / "train.txt"), model_prefix=str(prefix), vocab_size=40,
+        add_dummy_prefix=False, minloglevel=2,
+    )  # fmt: skip
+    processor = sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
+    text = spm_model.parent / "train.txt"
+    lines = [*text.read_text().splitlines()[:2], text.read_text().split()[0]]
+    pieces, out = tmp_path / "pieces.txt", tmp_path / "out.txt"
+    encoded = [processor.encode(line, out_type=str) for line in lines]
+    assert len(encoded[-1]) > 1 and "\u2581" not in "".join(encoded[-1])  # the case refused
+    pieces.write_text("".join(" ".join(line) + "\n" for line in encoded), encoding="utf-8")
+    result = run_cli("fairseq-san-spm", "decode", "--model", f"{prefix}.model", str(pieces),
+                     str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().splitlines() == lines
+
+
 def test_spm_decode_refuses_pieces_the_model_has_not(spm_model, tmp_path):
     """Pieces of another model were decoded as they are, marks and all ("\u2581Ein\u2581Hund"),
     exit 0. What encode writes for characters the model has not ("\u03a9") is decoded back."""

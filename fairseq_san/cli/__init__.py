@@ -7,7 +7,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Callable, Iterator, TypeVar
+import threading
+from typing import Callable, Iterator, List, TypeVar
 
 from fairseq_san.errors import OutputError
 
@@ -99,13 +100,42 @@ def said_when_interrupted(main: Callable[..., Result]) -> Callable[..., Result]:
 
     @functools.wraps(main)
     def run(*args, **kwargs) -> Result:
-        try:
-            return main(*args, **kwargs)
-        except KeyboardInterrupt:
-            print(f"{command_name()}: interrupted", file=sys.stderr)
-            sys.exit(128 + signal.SIGINT)
+        with interrupts_counted() as interrupts:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                pass
+            except Exception:  # an interrupt that a library turned into another error
+                if not interrupts:
+                    raise
+        print(f"{command_name()}: interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
 
     return run
+
+
+@contextlib.contextmanager
+def interrupts_counted() -> Iterator[List[int]]:
+    """A list of the interrupts (SIGINT) received meanwhile, each raised as KeyboardInterrupt as
+    Python's own handler does: one that reached an import inside (numpy's, under fairseq's) ended
+    in a RecursionError traceback of some 90 lines, status 1. Python's handler only, in the main
+    thread (the one that may set it)."""
+    interrupts: List[int] = []
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield interrupts
+        return
+
+    def counted(signum: int, frame) -> None:
+        interrupts.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, counted)
+    try:
+        yield interrupts
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _exit_on_signal(signum: int, frame) -> None:

@@ -255,10 +255,11 @@ def encode(model: str, source: str, target: str) -> None:
 def decode(model: str, source: str, target: str) -> None:
     processor = load_model(model, source, target)
     numbers = itertools.count(1)
+    first_word_marked = marks_first_word(processor)
 
     def text_of(line: str) -> str:
         number = next(numbers)
-        check_pieces(source, number, line)
+        check_pieces(source, number, line, first_word_marked)
         pieces = line.split()
         check_known(model, processor, source, number, pieces)
         return processor.decode(pieces)
@@ -266,19 +267,26 @@ def decode(model: str, source: str, target: str) -> None:
     rewrite_lines(source, target, text_of)
 
 
-def check_pieces(source: str, number: int, line: str) -> None:
+def marks_first_word(processor) -> bool:
+    """Whether the model marks a line's first word too (sentencepiece's default dummy prefix):
+    one trained with ``--add_dummy_prefix false`` writes a one-word line without "\u2581"."""
+    return SENTENCEPIECE_MARK in processor.encode("a", out_type=str)[0]
+
+
+def check_pieces(source: str, number: int, line: str, first_word_marked: bool) -> None:
     """Refuse a line holding a tab: fairseq-generate's whole ``H-`` line, which decoding (it
     deletes every space before it turns each "\u2581" into one) made "H-0-0.5 Ein ...";
     and one of several pieces without a word's start among them: text decoded already (the
     recipes' ``D-`` lines, ``--post-process sentencepiece``), which decoding glued into one word
-    ("einhundläuft")."""
+    ("einhundläuft"); only of a model that marks a line's first word (``marks_first_word``: a
+    one-word line of another model's pieces was refused)."""
     if "\t" in line:
         raise UsageError(
             f"{source}, line {number}, holds a tab: give the pieces alone (of fairseq-generate's "
             "H- lines, the third field: cut -f3)"
         )
     pieces = len(line.split())
-    if pieces > 1 and SENTENCEPIECE_MARK not in line:
+    if pieces > 1 and first_word_marked and SENTENCEPIECE_MARK not in line:
         raise UsageError(
             f"{source}, line {number}, is no sentencepiece pieces: none of its {pieces} pieces "
             f"holds '{SENTENCEPIECE_MARK}' (a word's start), and decoding would glue them into one "

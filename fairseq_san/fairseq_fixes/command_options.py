@@ -75,6 +75,7 @@ from fairseq_san.errors import UsageError, nearest_key, nearest_key_hint
 from fairseq_san.fairseq_fixes.generation_shards import check_shards
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
+from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_tunes
 from fairseq_san.fairseq_fixes.world_size import check_world_size
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import (
@@ -281,10 +282,22 @@ def check_training(args: argparse.Namespace) -> None:
     check_stop_min_lr(args)
     check_asynchronous_checkpoints(args)
     check_training_backends(args)
+    check_start_checkpoint(args)
     if getattr(args, "eval_bleu", False) and hasattr(args, "eval_bleu_args"):
         from fairseq_san.tasks.translation_san import check_eval_bleu_options
 
         check_eval_bleu_options(args)
+
+
+def check_start_checkpoint(args: argparse.Namespace) -> None:
+    """``restore_file.check_checkpoint_flags`` as fairseq-train parses its options: a
+    ``--finetune-from-model`` that is not there (the loop's ``--warm-start`` after a
+    ``checkpoint_best.pt`` was deleted) was refused after fairseq printed its whole configuration.
+    A sharded or model-parallel run's checkpoint names are known at load only (checked there)."""
+    if getattr(args, "use_sharded_state", False) or getattr(args, "model_parallel_size", 1) > 1:
+        return
+    suffix = getattr(args, "checkpoint_suffix", "") or ""
+    check_checkpoint_flags(args, suffix, fine_tunes(args, suffix))
 
 
 def check_trainers_precision(args: argparse.Namespace, command: str, kind: str) -> None:

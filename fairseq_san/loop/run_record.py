@@ -517,16 +517,14 @@ def contrast(name: str, was: object, now: object) -> str:
     if isinstance(was, str) and isinstance(now, str):
         return f"{name} {was}, not {now}"
     if name == TRAIN_ARGS and isinstance(was, list) and isinstance(now, list):
-        differing = train_args_contrast(was, now)
-        if differing:
-            return f"{name}: {differing}"
+        return f"{name}: {train_args_contrast(was, now)}"
     return f"{shown(name, was)}, not {shown(name, now)}"
 
 
 def train_args_contrast(was: Sequence[str], now: Sequence[str]) -> str:
     """``--dropout 0.3, not 0.1; no --seed, not --seed 2``: each fairseq-train flag whose words
-    differ (its last given, as argparse reads it), or "" where only their order does (the whole
-    lists say it then): both lists in full buried the one option that changed."""
+    differ (its last given, as argparse reads it): both lists in full buried the one option that
+    changed."""
     before, after = flag_values(was), flag_values(now)
     return "; ".join(
         f"{shown_flag(flag, before.get(flag))}, not {shown_flag(flag, after.get(flag))}"
@@ -658,14 +656,15 @@ def differs(
 
 def same_value(name: str, was: object, now: object) -> bool:
     """Whether two values of option ``name`` are the same: as numbers for ``NUMBERS``, as
-    fairseq-train reads them for ``TRAIN_ARGS``."""
+    fairseq-train reads them for ``TRAIN_ARGS`` (each flag's last value, in any order: a rerun
+    that gave the same flags in another order was refused as another run)."""
     if name in NUMBERS and isinstance(was, str) and isinstance(now, str):
         try:
             return float(was) == float(now)
         except ValueError:
             pass
     if name == TRAIN_ARGS and isinstance(was, list) and isinstance(now, list):
-        return flags_apart(was) == flags_apart(now)
+        return flag_values(was) == flag_values(now)
     return was == now
 
 

@@ -467,6 +467,18 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             )
         return super().train(mode)
 
+    def cuda(self, device: Optional[Union[int, torch.device]] = None) -> "SANHubInterface":
+        """``nn.Module.cuda``, refused in one line where torch sees no CUDA device: torch failed
+        inside itself ("Torch not compiled with CUDA enabled", an AssertionError of a CPU-only
+        build; a RuntimeError without a driver)."""
+        if not torch.cuda.is_available():
+            why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA device"
+            raise UsageError(
+                f"cuda() on a hub model: this torch ({torch.__version__}) {why}; decode on the "
+                "CPU (leave .cuda() out), or on a machine with a GPU and a CUDA build of torch"
+            )
+        return super().cuda(device)
+
     def encode(self, sentence: Union[str, bytes]) -> torch.LongTensor:
         """fairseq's ``encode`` of one text (bytes read as UTF-8), a TypeError for anything else:
         a list of texts failed inside the tokenizer ("sequence item 0: expected str instance")."""

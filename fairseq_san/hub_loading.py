@@ -28,6 +28,7 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 
 from fairseq_san import options
 from fairseq_san.errors import BosTokenUnlikeTask, UsageError
+from fairseq_san.fairseq_fixes.model_overrides import ensemble_trained_alike
 from fairseq_san.fairseq_fixes.one_line_errors import (
     NO_LANGUAGE_PAIR,
     fairseqs_bad_input,
@@ -261,11 +262,8 @@ def bos_token_problem(error: Exception, checkpoint_file, task: Any) -> Optional[
             "add_bos_token out of task (the hub takes the checkpoint's)"
         )
     if os.pathsep in str(checkpoint_file):
-        return (
-            f"{said}): its checkpoints were trained some with --add-bos-token, some without, "
-            "and an ensemble's models read the input of one task (the first checkpoint's): "
-            "ensemble checkpoints trained alike"
-        )
+        rule = ensemble_trained_alike("the hub builds their task from the first")
+        return f"{said}): some were trained with --add-bos-token, some without; {rule}"
     return None
 
 
@@ -480,15 +478,16 @@ ENUM_CHOICES = re.compile(r"expected one of \[([^\]]*)\]")
 def invalid_value(error: Exception) -> Optional[str]:
     """The error for a keyword whose value its config field cannot take, where omegaconf's
     ValidationError spans lines (the field's key and config class): a plugin option's choice as
-    ``translate()`` names it (``invalid_choice``: ``san_decoding='statik'``), another the first
-    line of omegaconf's, naming the keyword; None for another error."""
+    ``translate()`` names it (``invalid_choice``: ``san_decoding='statik'``, a precision of the
+    static decoder's table, ``san_decoder_precision='bf61'``), another the first line of
+    omegaconf's, naming the keyword; None for another error."""
     key = getattr(error, "full_key", None)
     if not isinstance(error, ValidationError) or not key:
         return None
     option = options.OPTIONS.get(key)
     first_line = str(getattr(error, "msg", error)).splitlines()[0]
-    if option is not None and option.choices:  # the task's own: a language model has fewer
-        allowed = ENUM_CHOICES.search(first_line)
+    allowed = ENUM_CHOICES.search(first_line)  # the task's own: a language model has fewer
+    if option is not None and (option.choices or allowed):  # a table's (precision): enum's only
         choices = [choice.strip() for choice in allowed.group(1).split(",")] if allowed else None
         return invalid_choice(option, str(error.value), choices)
     return f"from_pretrained(..., {key}={error.value!r}): {first_line}"

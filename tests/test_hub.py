@@ -149,6 +149,25 @@ def test_training_a_hub_model_is_refused_in_one_line_and_dropout_while_decoding_
     assert len(scores) > 1
 
 
+@pytest.mark.parametrize("cuda_build", [None, "12.4"])
+def test_cuda_without_a_cuda_device_is_one_line(san_checkpoint, binarized_corpus, monkeypatch,
+                                                cuda_build):
+    """hub.cuda() on a CPU-only torch raised torch's "Torch not compiled with CUDA enabled" from
+    inside torch; now one line, naming the build, and the hub still decodes on the CPU."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    why = "is a CPU-only build" if cuda_build is None else "sees no CUDA device"
+    said = rf"^cuda\(\) on a hub model: this torch \(\S+\) {why}; decode on the CPU"
+    with pytest.raises(UsageError, match=said):
+        hub.cuda()
+    assert hub.device.type == "cpu" and hub.translate("tok1 tok2", beam=2)
+
+
 def test_a_bpe_model_that_is_not_there_or_read_by_no_bpe_is_one_line(workdir, tmp_path):
     """A missing sentencepiece model or a folder: fairseq's OSError and sentencepiece's
     RuntimeError tracebacks; the model alone, without bpe='sentencepiece': decoded with no bpe,
@@ -1143,9 +1162,10 @@ def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_
         with pytest.raises(UsageError) as refused:
             load_language_model((tmp_path / "bos", data), checkpoint_file=checkpoints)
         assert str(refused.value) == (
-            f"from_pretrained(checkpoint_file={checkpoints!r}): its checkpoints were trained "
-            "some with --add-bos-token, some without, and an ensemble's models read the input "
-            "of one task (the first checkpoint's): ensemble checkpoints trained alike"
+            f"from_pretrained(checkpoint_file={checkpoints!r}): some were trained with "
+            "--add-bos-token, some without; an ensemble's checkpoints (the hub builds their task "
+            "from the first) read one task, so they must all be trained with --add-bos-token or "
+            "all without"
         )
 
 
@@ -1722,8 +1742,9 @@ def test_a_decoder_keyword_beside_a_task_dict_reaches_the_task(san_checkpoint, b
 
 def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, binarized_corpus):
     """from_pretrained(..., san_decoding='statik') (or in the task's dict) raised omegaconf's
-    ValidationError over three lines; translate()'s keyword had the one line. Now both, and
-    another option outside its choices is omegaconf's first line, naming the keyword."""
+    ValidationError over three lines; translate()'s keyword had the one line. Now both, and the
+    static decoder's precision too (it got omegaconf's list, no nearest choice); fairseq's own
+    option outside its choices is omegaconf's first line, naming the keyword."""
     from fairseq_san.errors import UsageError
 
     said = ("san_decoding='statik' is not one of this task's choices (fairseq, no-cache, fast, "
@@ -1734,12 +1755,17 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
             from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                             **keywords)  # fmt: skip
         assert str(refused.value) == said
+    with pytest.raises(UsageError) as refused:  # its choices a table's, not the option's
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        san_decoder_precision="bf61")  # fmt: skip
+    assert str(refused.value).startswith("san_decoder_precision='bf61' is not one of this task's "
+                                         "choices (fp32, bf16, ")  # fmt: skip
+    assert str(refused.value).endswith("): did you mean 'bf16'?")
     with pytest.raises(UsageError) as refused:
         from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
-                        san_decoder_precision="bf17")  # fmt: skip
+                        dataset_impl="mmapp")  # fmt: skip
     assert str(refused.value).startswith(
-        "from_pretrained(..., san_decoder_precision='bf17'): Invalid value 'bf17', expected one "
-        "of [fp32, "
+        "from_pretrained(..., dataset_impl='mmapp'): Invalid value 'mmapp', expected one of [raw, "
     )
 
 

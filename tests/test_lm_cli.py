@@ -174,8 +174,8 @@ def test_a_start_token_unlike_an_ensembles_model_says_to_train_them_alike(traine
     a circle. An ensemble's refusal says its models must be trained alike; one model's does not."""
     from fairseq_san.errors import BosTokenUnlikeTask
     from fairseq_san.fairseq_fixes.model_overrides import (
-        ENSEMBLE_TRAINED_ALIKE,
         _deferring_to_the_ensemble,
+        ensemble_trained_alike,
     )
     from fairseq_san.models.option_checks import bos_token_unlike_training
 
@@ -185,11 +185,14 @@ def test_a_start_token_unlike_an_ensembles_model_says_to_train_them_alike(traine
     load = _deferring_to_the_ensemble(refusing)
     with pytest.raises(BosTokenUnlikeTask) as refused:
         load(["a.pt", "b.pt"])
-    assert str(refused.value).endswith(f" --add-bos-token; {ENSEMBLE_TRAINED_ALIKE}")
+    assert str(refused.value).endswith(
+        " --add-bos-token; an ensemble's checkpoints (--path A.pt:B.pt) read one task, so they "
+        "must all be trained with --add-bos-token or all without"
+    )
     assert refused.value.trained == trained_with  # the hub words it again from this
     with pytest.raises(BosTokenUnlikeTask) as refused:
         load(["a.pt"])
-    assert ENSEMBLE_TRAINED_ALIKE not in str(refused.value)
+    assert ensemble_trained_alike() not in str(refused.value)
 
 
 def test_validate_and_the_hub_refuse_another_add_bos_token_than_the_models(trained):

@@ -518,11 +518,13 @@ _ENSEMBLE_REFUSALS: contextvars.ContextVar[Optional[List[UsageError]]] = context
 )
 
 
-# What a start token unlike an ensemble model's training adds.
-ENSEMBLE_TRAINED_ALIKE = (
-    "an ensemble's checkpoints (--path A.pt:B.pt) read one task, so they must all be trained "
-    "with --add-bos-token or all without"
-)
+def ensemble_trained_alike(checkpoints: str = "--path A.pt:B.pt") -> str:
+    """What a start token unlike an ensemble model's training adds, the rule of the command line
+    and the hub alike; ``checkpoints`` says how the command takes an ensemble's."""
+    return (
+        f"an ensemble's checkpoints ({checkpoints}) read one task, so they must all be trained "
+        "with --add-bos-token or all without"
+    )
 
 
 def _deferring_to_the_ensemble(load_model_ensemble_and_task):
@@ -541,7 +543,8 @@ def _deferring_to_the_ensemble(load_model_ensemble_and_task):
         try:
             loaded = load_model_ensemble_and_task(filenames, *args, **kwargs)
         except BosTokenUnlikeTask as error:
-            raise BosTokenUnlikeTask(f"{error}; {ENSEMBLE_TRAINED_ALIKE}", error.trained) from None
+            said = f"{error}; {ensemble_trained_alike()}"
+            raise BosTokenUnlikeTask(said, error.trained) from None
         finally:
             _ENSEMBLE_REFUSALS.reset(token)
         if deferred and not any(isinstance(model, plugin_model_classes()) for model in loaded[0]):

@@ -39,6 +39,16 @@ class UsageError(ValueError):
     """Bad input; the message names the problem and the fix."""
 
 
+class RecipeError(Exception):
+    """What stops a recipe before its expensive step, asked through ``fairseq-san-loop``: the
+    line that says why, printed after the recipe's name (``recipe``), and the exit status."""
+
+    def __init__(self, recipe: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.recipe = recipe
+        self.status = status
+
+
 class BosTokenUnlikeTask(UsageError):
     """The error for a language model loaded by a task of another ``--add-bos-token`` than it
     was ``trained`` with (``option_checks.bos_token_unlike_training``), which the hub words again

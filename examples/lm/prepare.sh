@@ -32,8 +32,7 @@ TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 
 if [ -f "$OUT/.done" ]; then
-  check_prepared "$OUT" dict.txt "language-modelling data" "$GIVEN_VOCAB_SIZE"
-  check_same_raw "$OUT" en
+  check_ready "$OUT" dict.txt "language-modelling data" en
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi

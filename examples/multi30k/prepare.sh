@@ -40,8 +40,7 @@ TEXT=$OUT/text
 splits="train:train val:valid test_2016_flickr:test"  # raw name:fairseq split
 
 if [ -f "$OUT/.done" ]; then
-  check_prepared "$OUT" "train.$SRC-$TGT.$SRC.idx" "$SRC->$TGT translation data" "$GIVEN_VOCAB_SIZE"
-  check_same_raw "$OUT" "$SRC" "$TGT"
+  check_ready "$OUT" "train.$SRC-$TGT.$SRC.idx" "$SRC->$TGT translation data" "$SRC" "$TGT"
   echo "prepare.sh: $OUT is ready"
   exit 0
 fi

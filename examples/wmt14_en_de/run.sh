@@ -55,7 +55,7 @@ SUBWORD_NMT_COMMIT=92d6139d07d30e12735a0af9e7f7f925ebe62c54
 # The archives that script reads with --icml17 (WMT14's training data; without it, WMT17's news
 # commentary into wmt17_en_de/), downloaded here first, each whole or not at all: the script takes
 # any file of an archive's name as downloaded, unpacks only what it downloaded itself, and goes on
-# without a corpus it cannot read.
+# without a corpus it cannot read (what it reads from them: fairseq-san-loop wmt14-check corpora).
 ARCHIVES=(
   http://statmt.org/wmt13/training-parallel-europarl-v7.tgz
   http://statmt.org/wmt13/training-parallel-commoncrawl.tgz
@@ -63,9 +63,7 @@ ARCHIVES=(
   http://data.statmt.org/wmt17/translation-task/dev.tgz
   http://statmt.org/wmt14/test-full.tgz
 )
-# What it reads from them (under WORK_DIR/orig), and what it writes (WORK_DIR/wmt14_en_de).
-CORPORA=(training/europarl-v7.de-en commoncrawl.de-en training/news-commentary-v9.de-en)
-TEST_SGM=(test-full/newstest2014-deen-src.en.sgm test-full/newstest2014-deen-ref.de.sgm)
+# What it writes.
 PREPARED=$WORK/wmt14_en_de
 # The commands a real run needs, checked before hours of downloads and tokenizing.
 TOOLS=(curl git tar perl python sha256sum fairseq-preprocess fairseq-train fairseq-san-loop
@@ -134,58 +132,30 @@ download() {  # download URL: WORK/orig/NAME whole, then unpacked there; skips w
   fi
 }
 
-check_corpora() {  # refuse to prepare without every file the preparation script reads
-  [ "$DRY_RUN" = 0 ] || return 0
-  local corpus language file
-  for corpus in "${CORPORA[@]}"; do
-    for language in en de; do
-      file=$WORK/orig/$corpus.$language
-      [ -s "$file" ] || refuse "$file is missing or empty after unpacking its archive"
-    done
-  done
-  for file in "${TEST_SGM[@]}"; do
-    [ -s "$WORK/orig/$file" ] || refuse "$WORK/orig/$file is missing or empty after unpacking its archive"
-  done
+check() {  # check WHAT ARG: fairseq-san-loop wmt14-check's refusal, one line, exit 1 (not in a
+  # dry run): corpora, every file the preparation script reads; prepared, what it left, whole and
+  # parallel; gpus, a machine with the GPUs of fairseq-train, before hours of downloads
+  [ "$DRY_RUN" = 1 ] || fairseq-san-loop wmt14-check "$1" -- "$2"
 }
 
-check_prepared() {  # refuse to binarize what the preparation left empty or uneven
-  [ "$DRY_RUN" = 0 ] || return 0
-  local split en de
-  [ -s "$PREPARED/code" ] || refuse "$PREPARED/code (the BPE codes) is missing or empty: the preparation failed (its output above)"
-  for split in train valid test; do
-    [ -s "$PREPARED/$split.en" ] && [ -s "$PREPARED/$split.de" ] ||
-      refuse "$PREPARED/$split.en or .de is missing or empty: the preparation failed (its output above)"
-    en=$(wc -l < "$PREPARED/$split.en") de=$(wc -l < "$PREPARED/$split.de")
-    [ "$en" = "$de" ] || refuse "$PREPARED/$split.en has $en lines, $split.de $de: not a parallel corpus"
-  done
-}
-
-check_gpus() {  # refuse a real run on a machine without the 8 GPUs of its fairseq-train, before
-  # hours of downloads and preparation (fairseq-train refused --distributed-world-size 8 only then)
-  local gpus
-  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ') || gpus=0
-  [ "$gpus" -ge "$GPUS" ] || refuse "this machine has $gpus GPUs, and the recipe trains on \
-$GPUS (--distributed-world-size $GPUS): run it on such a machine, or --dry-run to print its \
-commands"
-}
-
-[ "$DRY_RUN" = 1 ] || { check_tools; check_gpus; }
+[ "$DRY_RUN" = 1 ] || check_tools
+check gpus "$GPUS"
 run mkdir -p "$WORK/orig"
 if ! done_before prepare; then
   for url in "${ARCHIVES[@]}"; do
     download "$url"
   done
-  check_corpora
+  check corpora "$WORK/orig"
   run curl -fsSL -o "$WORK/prepare-wmt14en2de.sh" "$FAIRSEQ_RAW/examples/translation/prepare-wmt14en2de.sh"
   check_sha256 "$WORK/prepare-wmt14en2de.sh" "$PREPARE_SHA256"
   pinned_clone https://github.com/moses-smt/mosesdecoder.git mosesdecoder "$MOSES_COMMIT"
   pinned_clone https://github.com/rsennrich/subword-nmt.git subword-nmt "$SUBWORD_NMT_COMMIT"
   run bash -c 'cd "$1" && bash prepare-wmt14en2de.sh --icml17' _ "$WORK"
-  check_prepared
+  check prepared "$PREPARED"
   finished prepare
 fi
 if ! done_before preprocess; then
-  check_prepared
+  check prepared "$PREPARED"
   # Into a folder of its own, renamed when whole: fairseq-preprocess refuses a folder that holds
   # a dictionary, so an interrupted binarizing stopped every re-run.
   run rm -rf "$DATA" "$DATA.partial"

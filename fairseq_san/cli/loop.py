@@ -33,6 +33,13 @@
   than DATA's longest valid sentence, which fairseq-train stops at;
 * ``train-log LOG...``: training logs (``--log-format json``) side by side: updates, wall time,
   updates/s, tokens/s, why each stopped, validation loss;
+* ``wmt14-check corpora ORIG | prepared PREPARED | gpus N``: what
+  ``examples/wmt14_en_de/run.sh`` checks before it prepares, binarizes or downloads
+  (``fairseq_san.loop.prepared_data``); a refusal is one line ``run.sh: ...``, exit 1;
+* ``multi30k-check vocab-size N | raw-files LANG... | unfinished OUT | ready OUT FILE WHAT
+  LANG...``: what the prepare.sh recipes check (VOCAB_SIZE, printed as its number; MULTI30K_DIR's
+  raw files; an unfinished or a finished OUT_DIR; ``fairseq_san.loop.prepared_data``); a refusal
+  is one line ``prepare.sh: ...``, exit 2 (usage) or 1;
 * ``user-dir``: the plugin's folder, what the recipes give fairseq's ``--user-dir``;
 * ``log-tail LOG``: the last lines of a fairseq command's log that failed, without the
   configuration fairseq prints first (one line of kilobytes that buried the error after it).
@@ -53,9 +60,10 @@ from fairseq_san.cli import (
     quiet_when_output_closes,
     said_when_interrupted,
 )
-from fairseq_san.errors import UsageError, file_error
+from fairseq_san.errors import RecipeError, UsageError, file_error
 from fairseq_san.files import DASH, output_problem, read_from, streams_named, write_text
-from fairseq_san.loop.bleu_systems import RECIPE, SystemsError, scoring_lines
+from fairseq_san.loop import prepared_data
+from fairseq_san.loop.bleu_systems import scoring_lines
 from fairseq_san.loop.decode_key import decode_key
 from fairseq_san.loop.perplexity import read_perplexity, task_arguments, write_perplexity
 from fairseq_san.loop.recipe_options import (
@@ -258,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_dir_parsers(commands)
     add_start_parser(commands)
     add_recipe_step_parsers(commands)
+    add_prepared_data_parsers(commands)
     return parser
 
 
@@ -351,6 +360,61 @@ def run_log_tail(args: argparse.Namespace, after: List[str]) -> int:
     return 0
 
 
+def run_wmt14_check(args: argparse.Namespace, after: List[str]) -> int:
+    if args.check == "gpus":
+        prepared_data.check_wmt14_gpus(args.gpus)
+    elif args.check == "corpora":
+        prepared_data.check_wmt14_corpora(args.orig)
+    else:
+        prepared_data.check_wmt14_prepared(args.prepared)
+    return 0
+
+
+def run_multi30k_check(args: argparse.Namespace, after: List[str]) -> int:
+    if args.check == "vocab-size":
+        print(prepared_data.vocab_size(args.vocab_size))
+    elif args.check == "raw-files":
+        prepared_data.check_raw_files(args.multi30k_dir, args.splits, args.languages)
+    elif args.check == "unfinished":
+        prepared_data.check_unfinished(args.out)
+    else:
+        vocab = prepared_data.vocab_size(args.vocab_size) if args.vocab_size else None
+        prepared_data.check_ready(args.out, args.file, args.what, vocab, args.multi30k_dir,
+                                  args.splits, args.languages)  # fmt: skip
+    return 0
+
+
+def add_prepared_data_parsers(commands: argparse._SubParsersAction) -> None:
+    """The checks of the data the recipes prepare: wmt14-check, multi30k-check."""
+    wmt14 = commands.add_parser("wmt14-check", help="examples/wmt14_en_de/run.sh's checks")
+    wmt14.set_defaults(run=run_wmt14_check)
+    checks = wmt14.add_subparsers(dest="check", required=True)
+    corpora = checks.add_parser("corpora", help="every file its preparation reads")
+    corpora.add_argument("orig", help="where the archives were unpacked")
+    prepared = checks.add_parser("prepared", help="what its preparation wrote, whole and parallel")
+    prepared.add_argument("prepared", help="the preparation's folder")
+    gpus = checks.add_parser("gpus", help="a machine with the GPUs of its fairseq-train")
+    gpus.add_argument("gpus", type=positive_int)
+    multi30k = commands.add_parser("multi30k-check", help="the prepare.sh recipes' checks")
+    multi30k.set_defaults(run=run_multi30k_check)
+    checks = multi30k.add_subparsers(dest="check", required=True)
+    vocab = checks.add_parser("vocab-size", help="print VOCAB_SIZE as its number")
+    vocab.add_argument("vocab_size")
+    unfinished = checks.add_parser("unfinished", help="an OUT_DIR without .done")
+    unfinished.add_argument("out")
+    raw_files = checks.add_parser("raw-files", help="every split's raw file in MULTI30K_DIR")
+    ready = checks.add_parser("ready", help="a finished OUT_DIR holds the data asked for")
+    ready.add_argument("out")
+    ready.add_argument("file", help="the file that only OUT_DIR's kind of data has")
+    ready.add_argument("what", help="that kind of data, in words")
+    ready.add_argument("--vocab-size", default="", help="VOCAB_SIZE, where given")
+    for parser in (raw_files, ready):
+        parser.add_argument("languages", nargs="+", metavar="LANG")
+        parser.add_argument("--multi30k-dir", default="", help="MULTI30K_DIR; empty: not set")
+        parser.add_argument("--splits", required=True,
+                            help="the recipe's $splits: RAW_NAME:SPLIT, space-separated")
+
+
 # The subcommands whose arguments after -- are another command's (fairseq-train's, or
 # fairseq-generate's).
 PASS_THROUGH = ("start", "decode-key", "lm-task-args")
@@ -370,8 +434,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args, after)
-    except SystemsError as err:  # test_bleu.sh's own refusals, named after it
-        print(f"{RECIPE}: {err}", file=sys.stderr)
+    except RecipeError as err:  # a recipe's own refusals, named after it
+        print(f"{err.recipe}: {err}", file=sys.stderr)
         return err.status
     except BrokenPipeError:  # quiet_when_output_closes says it
         raise

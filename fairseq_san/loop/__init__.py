@@ -3,4 +3,4 @@
 from (``decode_key``) and the systems ``test_bleu.sh`` scores (``bleu_systems``), when the loop
 stops (``stopping``), the table of iterations (``summary``), training logs (``train_log``), a
 recipe's command line and its options (``recipe_options``), a language model's validation
-perplexity (``perplexity``)."""
+perplexity (``perplexity``), the data the recipes prepare (``prepared_data``)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_san.benchmark.config import split_system
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import RecipeError, UsageError
 from fairseq_san.files import glob_in, read_as_an_option
 from fairseq_san.loop.decode_key import binarized
 from fairseq_san.loop.run_record import subword_nmt_piece
@@ -32,13 +32,12 @@ SPLITS = ("test", "test1")  # what test_bleu.sh decodes, where DATA has their re
 NO_OVERRIDES = "{}"
 
 
-class SystemsError(Exception):
+class SystemsError(RecipeError):
     """What stops test_bleu.sh before it decodes anything: the line that says why, and the exit
     status (``USAGE`` or ``MISSING``)."""
 
     def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
+        super().__init__(RECIPE, message, status)
 
 
 @dataclass(frozen=True)

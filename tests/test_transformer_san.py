@@ -750,6 +750,41 @@ def test_diverse_beam_search_decodes_a_batch_whatever_its_sentence_ids():
     assert_same_hypotheses(decode([0, 1, 2, 3]), decode([264, 7, 1013, 3]))
 
 
+def test_diverse_beam_search_returns_no_hypothesis_past_its_end():
+    """fairseq's DiverseBeamSearch gives its generator ``beam`` candidates, which ignores a
+    finished hypothesis by its place, where beam search's candidates come from any hypothesis of
+    their group: a finished one went on after its end and was finished again ([21, 21, 2, 2]).
+    Every hypothesis must end at its only end of sentence, ``beam`` of them a sentence, scored as
+    fairseq finishes a hypothesis (its positional scores' average), the same in both decoders."""
+    from fairseq.search import DiverseBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import StaticSequenceGenerator
+
+    model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=3)
+    weight = model.decoder.output_projection.weight.data
+    weight *= 3  # sharper distributions, eos likely at some steps (in the weights: both decoders)
+    direction = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0))
+    weight[DICT.eos()] += 3 * direction
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2])
+    sample = {"id": torch.arange(4),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    nbests = []
+    for generator_class in (SequenceGenerator, StaticSequenceGenerator):
+        search = DiverseBeamSearch(DICT, num_groups=2, diversity_strength=0.5)
+        generator = generator_class([model], DICT, beam_size=4, max_len_b=10,
+                                    search_strategy=search)  # fmt: skip
+        with torch.no_grad():
+            nbests.append(generator.generate([model], sample))
+    assert_same_hypotheses(*nbests)
+    assert [len(nbest) for nbest in nbests[0]] == [4] * 4
+    hypotheses = [hypothesis for nbest in nbests[0] for hypothesis in nbest]
+    assert [h["tokens"].tolist() for h in hypotheses if h["tokens"].eq(DICT.eos()).sum() > 1] == []
+    for hypothesis in hypotheses:
+        average = hypothesis["positional_scores"].mean().item()
+        assert hypothesis["score"].item() == pytest.approx(average, abs=1e-5)
+
+
 def test_prefix_constrained_search_returns_no_hypothesis_past_its_end():
     """fairseq's PrefixConstrainedBeamSearch gave its generator ``beam`` candidates, not the 2 x
     ``beam`` it continues the best non-finished of: a finished candidate continued as well and

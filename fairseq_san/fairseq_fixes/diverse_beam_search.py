@@ -1,5 +1,5 @@
 """fairseq's diverse beam search (``--diverse-beam-groups``) on batches whose sentence ids are not
-their positions.
+their positions, and with hypotheses that end.
 
 Upstream behaviour corrected: ``DiverseBeamSearch.step`` keeps the overlap between its groups per
 sentence of the batch (``group_overlap``, one row per position at the batch's first step) and
@@ -14,7 +14,8 @@ step.
 """
 
 import functools
-from typing import Optional
+import math
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -43,8 +44,49 @@ def _by_position(step):
     return wrapper
 
 
+Candidates = Tuple[Tensor, Tensor, Tensor]  # scores, tokens, beams: (sentences, beam) each
+
+
+def keep_finished_places(
+    found: Candidates, finished: Tensor, held: Candidates, groups: int
+) -> Candidates:
+    """The candidates ``found`` (place ``c * groups + g`` holds group g's c-th best) with each
+    ``finished`` hypothesis's place ``held`` by it, and each group's best candidates at the
+    group's other places, in their order."""
+    sentences, beam = finished.size()
+    open_first = torch.argsort(finished.int().view(sentences, -1, groups), dim=1, stable=True)
+    placed = []
+    for candidates, kept in zip(found, held):
+        grouped = candidates.view(sentences, -1, groups)
+        ranked = torch.empty_like(grouped).scatter_(1, open_first, grouped).view(sentences, beam)
+        placed.append(torch.where(finished, kept, ranked))
+    return placed[0], placed[1], placed[2]
+
+
+def _finished_keep_their_places(step):
+    @functools.wraps(step)
+    def wrapper(
+        self, step_number, lprobs, scores, prev_output_tokens=None,
+        original_batch_idxs: Optional[Tensor] = None,
+    ):  # fmt: skip
+        if step_number == 0 or prev_output_tokens is None:
+            return step(self, step_number, lprobs, scores, prev_output_tokens, original_batch_idxs)
+        sentences, beam, _ = lprobs.size()
+        last_scores = scores[:, :, -1]
+        finished = prev_output_tokens[:, -1].eq(self.eos).view(sentences, beam)
+        finished &= last_scores.ne(-math.inf)
+        lprobs = lprobs.masked_fill(finished.unsqueeze(2), -math.inf)
+        found = step(self, step_number, lprobs, scores, prev_output_tokens, original_batch_idxs)
+        own = torch.arange(beam, device=lprobs.device).expand(sentences, -1)
+        held = (last_scores, torch.full_like(own, self.eos), own)
+        return keep_finished_places(found, finished, held, self.num_groups)
+
+    return wrapper
+
+
 def install() -> None:
     """Wrap ``DiverseBeamSearch.step`` (idempotent)."""
     from fairseq.search import DiverseBeamSearch
 
     wrap_once(DiverseBeamSearch, "step", _by_position)
+    wrap_once(DiverseBeamSearch, "step", _finished_keep_their_places)

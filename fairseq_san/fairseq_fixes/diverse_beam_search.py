@@ -11,6 +11,13 @@ first one in corpus order, with fairseq's decoder (``--san-decoding fairseq`` an
 the hub; where no id was that large, the rows read were those of other sentences than their own.
 ``install()`` wraps the step: the ids are mapped to the positions they held at the batch's first
 step.
+
+And since fairseq PR #5069 the step hands the generator ``beam`` candidates (its default
+``candidate_multiple=1``), not twice as many: a hypothesis that ended with eos found no spare
+candidate to take its place, went on as one of the beam, and was finished again with tokens
+after its eos, scored over them. ``install()`` wraps the step a second time: a finished
+hypothesis gets no new candidates and holds its own place (which the generator skips), and each
+group's best live candidates fill the group's other places.
 """
 
 import functools

@@ -139,6 +139,18 @@ def check_safe_loading() -> None:
         )
 
 
+class NotALiteralArgument(ValueError):
+    """An argument of a checkpoint's ``args`` that fairseq reads with ``ast.literal_eval`` (an
+    option that is not text, given as text) and that is no literal."""
+
+    def __init__(self, name: str, value: str, error: Exception) -> None:
+        reason = first_line(error) or type(error).__name__
+        super().__init__(
+            f"its args' {name} {shown(value)} is not a Python literal, which fairseq reads it as "
+            f"({reason[:100]}): not arguments fairseq-train saved"
+        )
+
+
 class SharedConfiguration(ValueError):
     """A checkpoint's configuration that holds one dict, list or tuple at two places."""
 
@@ -181,7 +193,7 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
 
     if isinstance(error, PickleRefused):  # a stand-in refused its arguments as the file loaded
         return refused_objects(error)
-    if isinstance(error, SharedConfiguration):
+    if isinstance(error, (SharedConfiguration, NotALiteralArgument)):
         return str(error)
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
         return interpolation_problem(getattr(error, "full_key", None) or "a field")

@@ -617,6 +617,52 @@ def test_arguments_of_an_old_checkpoint_holding_one_container_at_two_places_are_
     assert_shared_container_refused_at_once(path, f"args.source_lang{'[0]' * 39}[1]")
 
 
+def old_checkpoint(tmp_path: Path, **arguments) -> Path:
+    """A checkpoint saved before fairseq's dataclass configurations (``args``, no ``cfg``)."""
+    state = received()
+    state["args"] = argparse.Namespace(arch="transformer", task="translation", **arguments)
+    state["cfg"] = None
+    path = tmp_path / "old.pt"
+    torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("text", ["src\\", "a\\'b", "\\\\", "it's"])
+def test_arguments_with_backslashes_before_a_quote_or_the_end_read_back_as_they_were(
+    tmp_path, text
+):
+    """fairseq writes each argument out as a hydra override ``key='text'`` and escaped quotes, not
+    the backslashes before them: hydra's OverrideParseException traceback, for a checkpoint's
+    argument (a red-team pass) as for a command line's (``--results-path 'runs\'``)."""
+    from fairseq import checkpoint_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    path = old_checkpoint(tmp_path, source_lang=text)
+    assert checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"]["task"]["source_lang"] == text
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(parser, ["data", "--path", "x.pt", "--results-path", text])
+    assert convert_namespace_to_omegaconf(args).common_eval.results_path == text
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [("(" * 1000 + ")" * 1000, "too many nested parentheses"), ("9" * 5000, "Exceeds the limit")],
+)
+def test_an_old_checkpoints_argument_fairseq_reads_as_a_literal_and_is_none_is_one_line(
+    tmp_path, value, reason
+):
+    """fairseq reads an old checkpoint's argument of an option that is not text (``seed``) with
+    ``ast.literal_eval``: one that is no literal was a SyntaxError traceback from its loader."""
+    from fairseq import checkpoint_utils
+
+    path = old_checkpoint(tmp_path, seed=value)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    said = str(refused.value)
+    assert said.startswith(f"cannot load checkpoint {path}: its args' seed '{value[:17]}...")
+    assert "is not a Python literal" in said and reason in said and "\n" not in said
+
+
 def test_a_configuration_that_holds_itself_is_one_line(tmp_path):
     """fairseq's omegaconf raised a RecursionError traceback."""
     from fairseq import checkpoint_utils

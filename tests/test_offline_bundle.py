@@ -457,3 +457,19 @@ def test_wheels_unlike_the_manifest_are_named_before_pip_runs(tmp_path, change, 
         "install.py: error: " + said.format(wheels=wheels)
     ]
     assert not (tmp_path / "prefix").exists()
+
+
+def test_the_bundles_python_runs_one_whose_path_holds_shell_characters(tmp_path, monkeypatch):
+    """PREFIX/bin/python put the Python's path in double quotes: a '"', '$' or '`' in it broke
+    the script or ran as shell."""
+    odd = tmp_path / 'py "$(touch ran)" `x`'
+    odd.mkdir()
+    (odd / "python").symlink_to(sys.executable)
+    installer = load_script("scripts/offline_bundle/install.py")
+    monkeypatch.setattr(installer.sys, "executable", str(odd / "python"))
+    (tmp_path / "prefix" / "bin").mkdir(parents=True)
+    installer.write_python(tmp_path / "prefix")
+    said = subprocess.run([str(tmp_path / "prefix" / "bin" / "python"), "-c", "print(6 * 7)"],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert (said.returncode, said.stdout) == (0, "42\n"), said.stderr
+    assert not (tmp_path / "ran").exists()

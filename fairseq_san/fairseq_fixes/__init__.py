@@ -6,6 +6,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 
 * ``literal_eval``: configuration strings that fairseq ``eval()``s (from the command line or a
   checkpoint) are evaluated as literals only, never as code;
+* ``namespace_overrides``: arguments that fairseq writes out as hydra overrides (a command
+  line's, a checkpoint's ``args``) read back as they were: a text with a backslash before a
+  quote or at its end (hydra's OverrideParseException), and a checkpoint's argument that fairseq
+  reads as a literal and that is none is one line naming the checkpoint;
 * ``safe_loading``: torch's safe loader accepts fairseq checkpoints (``argparse.Namespace``), a
   checkpoint that cannot be loaded is one line naming the file, one with code in a field that
   fairseq evaluates is refused;
@@ -117,6 +121,7 @@ from fairseq_san.fairseq_fixes import (
     literal_eval,
     lm_fusion,
     model_overrides,
+    namespace_overrides,
     ngram_blocking,
     numpy2,
     one_line_errors,
@@ -133,12 +138,13 @@ from fairseq_san.fairseq_fixes import (
 )
 
 FIXES = (
-    literal_eval, safe_loading, checkpoint_broadcast, model_overrides, last_batch, numpy2,
-    empty_subsets, interactive_input, clean_exit, restore_file, resumed_training,
-    checkpoint_copies, shared_checkpoints, half_precision, command_options, tokens_per_sample,
-    generation_shards, batch_tokens, dictionary_files, lm_fusion, diverse_beam_search,
-    prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
-    sampling_underflow, language_pair, special_symbols, retained_dropout, one_line_errors,
+    literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
+    last_batch, numpy2, empty_subsets, interactive_input, clean_exit, restore_file,
+    resumed_training, checkpoint_copies, shared_checkpoints, half_precision, command_options,
+    tokens_per_sample, generation_shards, batch_tokens, dictionary_files, lm_fusion,
+    diverse_beam_search, prefix_constrained_search, constrained_alignment, prefix_min_len,
+    ngram_blocking, sampling_underflow, language_pair, special_symbols, retained_dropout,
+    one_line_errors,
 )
 
 

@@ -17,6 +17,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def run(command: List[str], what: str, **kwargs) -> None:
 def write_python(prefix: Path) -> None:
     """PREFIX/bin/python: this Python, the one with torch, under the name the recipes call."""
     python = prefix / "bin" / "python"
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
     python.chmod(0o755)
 
 

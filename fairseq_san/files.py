@@ -8,13 +8,13 @@ import filecmp
 import glob
 import json
 import os
-import re
 import shutil
+import stat
 import sys
 import tempfile
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 
-from fairseq_san.errors import OutputError, UsageError, json_error
+from fairseq_san.errors import OutputError, UsageError, binary_kind, json_error, repeated
 
 # The first bytes of a gzip file: kept hypotheses and analyses are gzipped (docs/results).
 GZIP_MAGIC = b"\x1f\x8b"
@@ -28,26 +28,38 @@ STDOUT = "/dev/stdout"
 STDOUT_DESCRIPTOR = 1
 
 
+class Stream(str):
+    """The file a command opens for "-" (``/dev/stdin``, ``/dev/stdout``), named in its messages
+    as what the user gave ("standard input"), not as a name the user never typed: f-strings and
+    ``str.format`` write ``said``, and so does an OSError of opening it (its filename is this);
+    ``str.join`` and ``+`` write the device."""
+
+    def __new__(cls, device: str, said: str) -> "Stream":
+        stream = super().__new__(cls, device)
+        stream.said = said
+        return stream
+
+    def __format__(self, spec: str) -> str:
+        return format(self.said, spec)
+
+    def __repr__(self) -> str:  # OSError's str: "[Errno 21] Is a directory: 'standard input'"
+        return repr(self.said)
+
+
 def read_from(path: str) -> str:
     """The file a command reads for the argument ``path``: standard input for "-"."""
-    return STDIN if path == DASH else path
+    return Stream(STDIN, "standard input") if path == DASH else path
 
 
 def written_to(path: str) -> str:
     """The file a command writes for the argument ``path``: standard output for "-"."""
-    return STDOUT if path == DASH else path
+    return Stream(STDOUT, "standard output") if path == DASH else path
 
 
 def standard_input(path: str) -> bool:
     """Whether ``path`` names this process's standard input: "-", or a name of its descriptor 0
     (``/dev/stdin``, ``/dev/fd/0``, ``/proc/self/fd/0``), which a second reader finds empty."""
     return path == DASH or descriptor_of(path) == 0
-
-
-def streams_named(message: str) -> str:
-    """``message`` with the files that ``read_from`` and ``written_to`` give for "-" called what
-    the user gave ("standard input"), not ``/dev/stdin``, a name the user never typed."""
-    return re.sub(r"/dev/std(in|out)\b", lambda found: f"standard {found.group(1)}put", message)
 
 
 def write_whole(path: str, write: Callable[[str], None], replace_link: bool = False) -> None:
@@ -261,34 +273,92 @@ def line_text(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def read_json(
-    path: str, fix: str, error: Type[Exception] = UsageError, expected: type = dict
-) -> object:
-    """The JSON value ``write_json`` wrote to ``path`` (an object unless ``expected`` says
-    otherwise), None where there is no file.
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object, which ``json`` would read as its last value."""
 
-    A folder, pipe or device (a pipe in a run dir received from elsewhere would be read forever),
-    bytes that are not UTF-8, text that is not JSON (truncated; an integer longer than Python
-    converts; nested deeper than Python's recursion) and a value of another type (``null`` too:
-    it is no missing file) are one ``error`` naming the file and ending with ``fix``, what to do.
-    """
-    if not os.path.exists(path):
-        return None
-    if not os.path.isfile(path):
-        raise error(f"{path} is not a regular file: {fix}")
+
+def unique_object(pairs: list) -> dict:
+    """``json``'s ``object_pairs_hook``: the object, or DuplicateKey naming a key given twice."""
+    keys = [key for key, _ in pairs]
+    twice = repeated(keys)
+    if twice is not None:
+        raise DuplicateKey(twice)
+    return dict(pairs)
+
+
+def parsed_json(
+    text: str, shown: str, error: Type[Exception] = UsageError, fix: Optional[str] = None
+) -> object:
+    """``text`` as JSON (a key given twice refused), its errors one ``error`` after ``shown``
+    (what was read: ``policy file "p.json"``), ending with ``fix`` where given."""
+    advice = f": {fix}" if fix else ""
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except UnicodeDecodeError as err:
-        raise error(f"{path} is not UTF-8 text ({err.reason}): {fix}") from None
-    except ValueError as err:
-        raise error(f"{path} is not valid JSON ({json_error(err)}): truncated? {fix}") from None
+        return json.loads(text, object_pairs_hook=unique_object)
+    except DuplicateKey as err:
+        raise error(f'{shown}: key "{err}" is given twice{advice}') from None
+    except json.JSONDecodeError as err:
+        raise error(
+            f"{shown}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}{advice}"
+        ) from None
     except RecursionError:
-        raise error(f"{path} is not valid JSON (nested too deeply to be one): {fix}") from None
+        raise error(f"{shown}: JSON nested too deeply to be one{advice}") from None
+    except ValueError as err:  # an integer of more digits than Python converts (4,300)
+        raise error(f"{shown}: {json_error(err)}{advice}") from None
+
+
+def read_json(
+    path: str,
+    what: str,
+    error: Type[Exception] = UsageError,
+    fix: Optional[str] = None,
+    expected: type = dict,
+    limit: Optional[int] = None,
+    streamed: bool = False,
+) -> object:
+    """The JSON value in the file ``path`` (an object unless ``expected`` says otherwise): the one
+    reader of the plugin's JSON files, each problem one ``error`` naming the file as ``what``
+    ("policy file") and ending with ``fix`` where given (what to do: "restore it").
+
+    The file is UTF-8 text (a byte-order mark allowed), a regular file unless ``streamed`` (an
+    analysis through a pipe, ``<(zcat js.json.gz)``; a pipe in a run dir received from elsewhere
+    would be read forever), of at most ``limit`` bytes where given (a policy given as
+    ``/dev/zero`` was read until memory ran out). A value of another type (``null`` too) is
+    refused in JSON's words.
+    """
+    shown, advice = f'{what} "{path}"', fix or "give a JSON file"
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode) or not (streamed or stat.S_ISREG(mode)):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+            raise error(f"{shown} is {kind}, not a file: {advice}")
+        with open(path, "rb") as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{shown} not found{f': {fix}' if fix else ''}") from None
     except OSError as err:
-        raise error(f"{path} cannot be read ({err.strerror}): {fix}") from None
+        raise error(f"{shown} cannot be read ({err.strerror}): {advice}") from None
+    if limit is not None and len(data) > limit:
+        raise error(f"{shown} is over {limit:,} bytes, more than a {what} holds: check the path")
+    kind = binary_kind(data, data[:4])
+    if kind is not None:
+        raise error(f"{shown} is {kind}")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:  # nothing in it is read further (no .npy, no pickle)
+        raise error(
+            f"{shown} is binary, not JSON text (byte {err.object[err.start]:#04x} at {err.start}: "
+            f"a .npy or .npz array, a pickle, a checkpoint?): {advice}"
+        ) from None
+    if not text.strip():  # JSON's "Expecting value at line 1 column 1" hid why
+        raise error(f"{shown} is empty: {advice}")
+    value = parsed_json(text, shown, error, fix)
     if not isinstance(value, expected):
         found, wanted = JSON_TYPES.get(type(value), type(value).__name__), JSON_TYPES[expected]
-        raise error(f"{path} holds a JSON {found}, not a JSON {wanted}: {fix}")
+        raise error(f"{shown} holds a JSON {found}, not a JSON {wanted}: {advice}")
     return value
 
+
+def read_json_if_there(path: str, what: str, error: Type[Exception], fix: str,
+                       expected: type = dict) -> object:  # fmt: skip
+    """``read_json``'s value of ``path``, None where there is no file (a step not yet done)."""
+    return read_json(path, what, error, fix, expected) if os.path.exists(path) else None

@@ -14,12 +14,11 @@ import json
 import math
 import os
 import re
-import stat
 from decimal import Decimal
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
-from fairseq_san.errors import UsageError, abbreviated, binary_kind, json_error, repeated
-from fairseq_san.files import write_text
+from fairseq_san.errors import UsageError, abbreviated
+from fairseq_san.files import parsed_json, read_json, write_text
 
 
 class Kind(NamedTuple):
@@ -146,87 +145,6 @@ def validate_blocks(blocks: Blocks, num_layers: int, kind: str) -> Blocks:
     return list(blocks)
 
 
-class DuplicateKey(ValueError):
-    """A key given twice in one JSON object, which ``json`` would read as its last value."""
-
-
-def unique_object(pairs: list) -> dict:
-    """``json``'s ``object_pairs_hook``: the object, or DuplicateKey naming a key given twice."""
-    keys = [key for key, _ in pairs]
-    twice = repeated(keys)
-    if twice is not None:
-        raise DuplicateKey(twice)
-    return dict(pairs)
-
-
-def parsed_json(read: Callable[[], object], shown: str) -> object:
-    """``read()``'s JSON (parsed with ``unique_object``), its errors a PolicyError after
-    ``shown`` (what was read: ``policy file "p.json"``)."""
-    try:
-        return read()
-    except DuplicateKey as err:
-        raise PolicyError(f'{shown}: key "{err}" is given twice') from None
-    except json.JSONDecodeError as err:
-        raise PolicyError(
-            f"{shown}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
-        ) from None
-    except RecursionError:
-        raise PolicyError(f"{shown}: JSON nested too deeply to be one") from None
-    except ValueError as err:  # an integer of more digits than Python converts (4,300)
-        raise PolicyError(f"{shown}: {json_error(err)}") from None
-
-
-def read_small_file(path: str, what: str, limit: Optional[int]) -> str:
-    """The text of ``path`` (UTF-8, with or without the byte-order mark some editors write); with
-    a ``limit``, a regular file of at most ``limit`` bytes (a policy given as ``/dev/zero`` was
-    read until memory ran out), without one any file, a pipe too (``<(zcat js.json.gz)``);
-    ``what`` names it in errors."""
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode) or (limit is not None and not stat.S_ISREG(mode)):
-            kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
-            raise PolicyError(f'{what} "{path}" is {kind}, not a file: give a JSON file')
-        with open(path, "rb") as handle:
-            data = handle.read() if limit is None else handle.read(limit + 1)
-        if limit is not None and len(data) > limit:
-            raise PolicyError(
-                f'{what} "{path}" is over {limit:,} bytes, more than a {what} holds: check the path'
-            )
-        kind = binary_kind(data, data[:4])
-        if kind is not None:
-            raise PolicyError(f'{what} "{path}" is {kind}')
-        return data.decode("utf-8-sig")
-    except FileNotFoundError:
-        raise PolicyError(f'{what} "{path}" not found') from None
-    except UnicodeDecodeError as err:  # nothing in it is read further (no .npy, no pickle)
-        raise PolicyError(
-            f'{what} "{path}" is binary, not JSON text (byte {err.object[err.start]:#04x} at '
-            f"{err.start}: a .npy or .npz array, a pickle, a checkpoint?); give the JSON file"
-        ) from None
-    except OSError as err:
-        raise PolicyError(f'{what} "{path}" cannot be read: {err}') from None
-
-
-def load_json_object(path: str, what: str, limit: Optional[int] = None) -> dict:
-    """Read a JSON file whose top level must be an object (``read_small_file``: a regular file,
-    at most ``limit`` bytes).
-
-    ``what`` names the file in error messages (e.g. "policy file").
-    """
-    text = read_small_file(path, what, limit)
-    if not text.strip():  # JSON's "Expecting value at line 1 column 1" hid why
-        raise PolicyError(f'{what} "{path}" is empty: give a JSON file')
-    data = parsed_json(
-        lambda: json.loads(text, object_pairs_hook=unique_object), f'{what} "{path}"'
-    )
-    if not isinstance(data, dict):
-        raise PolicyError(
-            f'{what} "{path}": top level must be a JSON object, '
-            f"got {type(data).__name__}"
-        )
-    return data
-
-
 def is_policy_text(spec: str) -> bool:
     """Whether ``spec`` is a policy as JSON text (how a checkpoint stores one), not a file name."""
     return spec.lstrip().startswith("{")
@@ -336,7 +254,7 @@ def _policy_data(spec: Union[str, dict]) -> Tuple[str, dict]:
         )
     if is_policy_text(spec):
         shown = f"policy {spec!r}" if len(spec) <= 80 else f"policy {spec[:40]!r}..."
-        data = parsed_json(lambda: json.loads(spec, object_pairs_hook=unique_object), shown)
+        data = parsed_json(spec, shown, PolicyError)
         return "policy", data
     if looks_like_blocks(spec):
         raise PolicyError(
@@ -348,7 +266,8 @@ def _policy_data(spec: Union[str, dict]) -> Tuple[str, dict]:
         raise PolicyError(  # read as a file name: 'policy file "null" not found'
             f"policy {spec!r}: to share nothing, leave the policy out (or give '{{}}')"
         )
-    return f'policy file "{spec}"', load_json_object(spec, "policy file", POLICY_FILE_LIMIT)
+    return f'policy file "{spec}"', read_json(spec, "policy file", PolicyError,
+                                              limit=POLICY_FILE_LIMIT)
 
 
 def resolve_policy(

@@ -2085,6 +2085,20 @@ def test_loop_outputs_that_are_their_inputs_are_refused(tmp_path, capsys):
     assert log.read_text() == before and "Perplexity" in eval_log.read_text()
 
 
+def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
+    """The file a command opens for "-" is /dev/stdin or /dev/stdout, named in every message as
+    what the user gave: each command rewrote "/dev/stdin" in its error line (or did not)."""
+    from fairseq_san.errors import file_error
+    from fairseq_san.files import Stream, read_from, written_to
+
+    stdin, stdout = read_from("-"), written_to("-")
+    assert (stdin, stdout, read_from("a.txt")) == ("/dev/stdin", "/dev/stdout", "a.txt")
+    assert f"{stdin} and {stdout:>16}" == "standard input and  standard output"
+    with pytest.raises(OSError) as missing:
+        open(Stream(str(tmp_path / "none"), "standard input"))
+    assert file_error(missing.value) == "standard input: No such file or directory"
+
+
 def test_loop_dash_is_standard_input_and_output(tmp_path):
     """``-`` as a log read a file named "-" (none: "No such file", or with ``-o -`` "-o - is the
     input -"), and ``-o -`` wrote the table or the JSON silently to a file named "-" in the
@@ -2092,8 +2106,8 @@ def test_loop_dash_is_standard_input_and_output(tmp_path):
     table = run_cli("fairseq-san-loop", "train-log", "-", "-o", "-", cwd=tmp_path,
                     input=valid_record(10, "7.0"))  # fmt: skip
     assert table.returncode == 0, table.stderr
-    assert table.stdout.splitlines()[-1].startswith("| /dev/stdin |")
-    assert table.stdout.count("/dev/stdin") == 1
+    assert table.stdout.splitlines()[-1].startswith("| standard input |")  # as given, not
+    assert "/dev/stdin" not in table.stdout  # a name never typed
     scored = run_cli("fairseq-san-loop", "perplexity", "-", "-o", "-", cwd=tmp_path,
                      input="Evaluated 15 tokens in 2.1s\nLoss (base 2): 5.0, Perplexity: 32.00\n")
     assert scored.returncode == 0, scored.stderr

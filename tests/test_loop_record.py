@@ -229,10 +229,11 @@ def refused_after_a_new_vocabulary(run_dir: Path, data: Path, iterations: str) -
 @pytest.mark.parametrize(
     "content, said",
     [
-        (None, "is not a regular file: restore it"),  # a pipe: read forever before
-        (b'{"options": {"--data": "d"', "is not valid JSON (Expecting"),
-        (b"[" * 200_000, "is not valid JSON (nested too deeply to be one)"),  # RecursionError
-        (b'{"options": "\xe9"}', "is not UTF-8 text (invalid continuation byte): restore it"),
+        (None, "is a device, pipe or socket, not a file: restore it"),  # read forever before
+        (b'{"options": {"--data": "d"', ": malformed JSON at line 1 column 27: Expecting"),
+        (b"[" * 200_000, ": JSON nested too deeply to be one: restore it"),  # RecursionError
+        (b'{"options": "\xe9"}', "is binary, not JSON text (byte 0xe9 at 13: "),
+        (b'{"options": {}, "options": {}}', ': key "options" is given twice: restore it'),
         (b"[1, 2]", "holds a JSON array, not a JSON object: restore it"),
         (b"null", "holds a JSON null, not a JSON object: restore it"),  # no missing record
         (b'{"options": {}, "content": 3}', "is not a run record (its options or content are no "
@@ -252,7 +253,7 @@ def test_a_run_record_that_is_not_one_is_one_line(tmp_path, content, said):
         Path(path).write_bytes(content)
     with pytest.raises(RunError) as refused:
         read_record(str(tmp_path))
-    assert str(refused.value).startswith(f"{path} "), refused.value
+    assert str(refused.value).startswith((f'run record "{path}"', f"{path} ")), refused.value
     assert said in str(refused.value), refused.value
     assert str(refused.value).endswith("start a new run with another --run-dir")
 

@@ -301,7 +301,9 @@ def test_load_policy_not_an_object(tmp_path):
     path = write_json(tmp_path / "list.json", [1, 5])
     with pytest.raises(PolicyError) as err:
         load_policy(path)
-    assert str(err.value) == f'policy file "{path}": top level must be a JSON object, got list'
+    assert str(err.value) == (
+        f'policy file "{path}" holds a JSON array, not a JSON object: give a JSON file'
+    )
 
 
 def test_load_policy_unknown_key(tmp_path):
@@ -1027,7 +1029,7 @@ def test_cli_names_a_binary_analysis_as_such(tmp_path, capsys, kind):
     assert stopped.value.code == 2
     first = path.read_bytes()[0]
     assert (f'JS file "{path}" is binary, not JSON text (byte {first:#04x} at 0: a .npy or .npz '
-            "array, a pickle, a checkpoint?); give the JSON file") in capsys.readouterr().err
+            "array, a pickle, a checkpoint?): give a JSON file") in capsys.readouterr().err
 
 
 def shifted(js: list, shift: float) -> list:
@@ -1292,13 +1294,13 @@ def test_an_analysis_is_read_from_a_pipe(tmp_path):
     policy file must be a regular file (a device was read until memory ran out)."""
     import threading
 
-    from fairseq_san.policy import load_json_object
+    from fairseq_san.files import read_json
 
     pipe = tmp_path / "js.fifo"
     os.mkfifo(pipe)
     writer = threading.Thread(target=lambda: pipe.write_text('{"decoder_self": [[0.0]]}'))
     writer.start()
-    assert load_json_object(str(pipe), "analysis file") == {"decoder_self": [[0.0]]}
+    assert read_json(str(pipe), "analysis file", streamed=True) == {"decoder_self": [[0.0]]}
     writer.join()
 
 

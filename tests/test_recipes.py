@@ -2452,7 +2452,8 @@ def test_summary_replaces_links_in_the_run_dir_and_writes_no_file_they_name(tmp_
     os.mkfifo(run_dir / "loop.json")  # read, it waited for a writer
     refused = run_cli("fairseq-san-loop", "summary", str(run_dir), timeout=60)
     assert one_error_line(refused, "fairseq-san-loop").endswith(
-        f"{run_dir / 'loop.json'} is not a regular file: delete it and rerun the step that writes it"
+        f"loop summary \"{run_dir / 'loop.json'}\" is a device, pipe or socket, not a file: "
+        "delete it and rerun the step that writes it"
     )
 
 
@@ -2481,7 +2482,8 @@ def test_summary_over_a_truncated_valid_json_is_one_line_naming_it(tmp_path):
         scores.write_text(text)
         result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
         line = one_error_line(result, "fairseq-san-loop")
-        assert f"{scores} is not valid JSON" in line, line
+        assert f'score file "{scores}": ' in line, line
+        assert line.endswith(": delete it and rerun the step that writes it"), line
 
 
 def test_summary_keeps_the_recorded_row_of_an_iteration_whose_checkpoint_is_gone(tmp_path):
@@ -2515,7 +2517,7 @@ def test_summary_over_a_loop_json_that_is_not_a_summary_is_one_line_naming_it(tm
     (tmp_path / "run" / "loop.json").write_text('{"iteration": 0}')
     result = run_cli("fairseq-san-loop", "summary", str(tmp_path / "run"))
     line = one_error_line(result, "fairseq-san-loop")
-    assert "loop.json holds a JSON object, not a JSON array" in line, line
+    assert 'loop.json" holds a JSON object, not a JSON array' in line, line
 
 
 def test_summary_does_not_count_fairseqs_version_buffers(tmp_path):

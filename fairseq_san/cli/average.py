@@ -32,7 +32,7 @@ from fairseq_san.cli import (
     said_when_interrupted,
 )
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.files import DASH, input_at, streams_named, written_to
+from fairseq_san.files import DASH, input_at, written_to
 from fairseq_san.options import MODEL_OPTION_NAMES
 
 if TYPE_CHECKING:  # torch is imported when checkpoints are read, not for --help
@@ -378,7 +378,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         logger.info("averaging %d checkpoint(s): %s", len(paths), ", ".join(paths))
         save(average(paths), written_to(args.output))
     except UsageError as err:  # a CheckpointError among them
-        sys.exit(f"{PROG}: error: {streams_named(str(err))}")
+        sys.exit(f"{PROG}: error: {err}")
     logger.info("wrote %s, the average of %d checkpoint(s)", args.output, len(paths))
 
 

@@ -61,7 +61,7 @@ from fairseq_san.cli import (
     said_when_interrupted,
 )
 from fairseq_san.errors import RecipeError, UsageError, file_error
-from fairseq_san.files import DASH, output_problem, read_from, streams_named, write_text
+from fairseq_san.files import DASH, output_problem, read_from, write_text
 from fairseq_san.loop import prepared_data
 from fairseq_san.loop.bleu_systems import scoring_lines
 from fairseq_san.loop.decode_key import decode_key
@@ -442,7 +442,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (RunError, UsageError, OSError) as err:  # a PolicyError, a CheckpointError, a log
         said = file_error(err) if isinstance(err, OSError) else str(err)
         # one line: no usage text
-        print(f"fairseq-san-loop: error: {streams_named(said)}", file=sys.stderr)
+        print(f"fairseq-san-loop: error: {said}", file=sys.stderr)
         return 2
 
 

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes, said_when_interrupted
 from fairseq_san.errors import abbreviated, repeated
-from fairseq_san.files import DASH, file_given_twice, output_problem
+from fairseq_san.files import DASH, file_given_twice, output_problem, read_json
 from fairseq_san.plots import DECODER_PANELS, figure_formats
 from fairseq_san.policy import (
     KINDS,
@@ -30,7 +30,6 @@ from fairseq_san.policy import (
     bits_note,
     check_js,
     check_one_source,
-    load_json_object,
     mean_js,
     recorded_difference,
 )
@@ -82,10 +81,7 @@ def read_analysis(path: str) -> dict:
             f'"{path}" not found: give an analysis folder or its js.json (fairseq-validate '
             f"--task translation_san --san-analysis-dir {folder or '.'} writes them)"
         )
-    try:
-        data = load_json_object(path, "analysis")
-    except PolicyError as err:
-        raise PlotError(str(err)) from None
+    data = read_json(path, "analysis", PlotError, streamed=True)
     if is_policy(data):
         raise PlotError(
             f'"{path}" holds block sizes (a sharing policy), not JS matrices: give the js.json '

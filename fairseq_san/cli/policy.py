@@ -35,9 +35,9 @@ from fairseq_san.files import (
     file_given_twice,
     output_problem,
     read_from,
+    read_json,
     same_bytes,
     standard_input,
-    streams_named,
 )
 from fairseq_san.options import flag_of
 from fairseq_san.policy import (
@@ -54,7 +54,6 @@ from fairseq_san.policy import (
     format_blocks,
     format_policy,
     learn_policy,
-    load_json_object,
     mean_js,
     policy_segments,
     range_shown,
@@ -294,7 +293,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     if problem:
         parser.error(f"-o {args.output}: {problem}")
     try:
-        analyses = [load_json_object(path, "JS file") for path in paths]
+        analyses = [read_json(path, "JS file", PolicyError, streamed=True) for path in paths]
         for analysis, path in zip(analyses, paths):
             check_no_misspelt_kind(analysis, path)
             check_some_matrix(analysis, path)
@@ -308,7 +307,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if to_file:
             write_policy(policy, args.output)
     except PolicyError as err:
-        parser.error(streams_named(str(err)))
+        parser.error(str(err))
     report = sys.stderr if args.output == DASH else sys.stdout  # the JSON alone on stdout
     print(format_policy(policy), file=report)
     for kind, same in ranges.items():

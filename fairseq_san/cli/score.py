@@ -29,7 +29,6 @@ from fairseq_san.files import (
     output_problem,
     read_from,
     standard_input,
-    streams_named,
     write_json,
     written_to,
 )
@@ -67,9 +66,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         scores, lines = scored(args)
     except OSError as err:  # a missing file, a folder
-        parser.error(streams_named(file_error(err)))
+        parser.error(file_error(err))
     except ValueError as err:
-        parser.error(streams_named(str(err)))
+        parser.error(str(err))
     print("\n".join(lines), file=sys.stderr if args.output == DASH else sys.stdout)
     if args.output:
         try:

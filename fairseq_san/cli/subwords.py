@@ -32,7 +32,6 @@ from fairseq_san.files import (
     output_problem,
     read_from,
     standard_input,
-    streams_named,
     write_whole,
     written_to,
 )
@@ -364,12 +363,12 @@ def main(argv: Optional[List[str]] = None) -> None:
             rewrite = encode if args.command == "encode" else decode
             rewrite(args.model, read_from(args.source), written_to(args.target))
     except OSError as err:
-        sys.exit(f"fairseq-san-spm: error: {streams_named(file_error(err))}")
+        sys.exit(f"fairseq-san-spm: error: {file_error(err)}")
     except (RuntimeError, ValueError) as err:  # sentencepiece's
         inputs = args.inputs if args.command == "train" else [args.model]
-        sys.exit(f"fairseq-san-spm: error: {streams_named(sentencepiece_problem(err, inputs))}")
+        sys.exit(f"fairseq-san-spm: error: {sentencepiece_problem(err, inputs)}")
     except UsageError as err:
-        sys.exit(f"fairseq-san-spm: error: {streams_named(str(err))}")
+        sys.exit(f"fairseq-san-spm: error: {err}")
 
 
 if __name__ == "__main__":

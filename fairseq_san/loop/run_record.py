@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import UsageError
-from fairseq_san.files import glob_in, read_json, write_json
+from fairseq_san.files import glob_in, read_json_if_there, write_json
 from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
 
@@ -766,7 +766,7 @@ def read_record(run_dir: str) -> Optional[Tuple[Options, Dict[str, str]]]:
     """The recorded options and the content digests of their paths (none in older records)."""
     path = record_path(run_dir)
     fix = "restore it, or start a new run with another --run-dir"
-    record = read_json(path, fix, RunError)
+    record = read_json_if_there(path, "run record", RunError, fix)
     if record is None:
         return None
     options, content = record.get("options"), record.get("content", {})

@@ -13,9 +13,8 @@ next iteration) keeps the row the earlier summary recorded.
 import os
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_san import files
 from fairseq_san.errors import UsageError, abbreviated
-from fairseq_san.files import glob_in, write_json, write_text
+from fairseq_san.files import glob_in, read_json_if_there, write_json, write_text
 from fairseq_san.loop.run_record import ITERATION_DIR, read_record, recorded_thetas
 from fairseq_san.loop.stopping import policy_path, why_ended
 from fairseq_san.options import LM_KIND
@@ -141,17 +140,19 @@ def as_number(value) -> Optional[float]:
     return None if value is None else float(value)
 
 
-def read_json(path: str, expected: type = dict):
-    """The JSON value in ``path`` (an object unless ``expected`` says otherwise), None if there is
-    no file; a file that is not one (truncated, say) is a UsageError naming it."""
-    return files.read_json(path, "delete it and rerun the step that writes it", expected=expected)
+def read_json(path: str, what: str, expected: type = dict):
+    """The JSON value in the loop's file ``path`` (``what``: "score file"; an object unless
+    ``expected`` says otherwise), None if there is no file; a file that is not one (truncated,
+    say) is a UsageError naming it."""
+    fix = "delete it and rerun the step that writes it"
+    return read_json_if_there(path, what, UsageError, fix, expected)
 
 
 def iteration_row(iteration_dir: str, kinds: Sequence[str] = KINDS) -> Dict[str, object]:
     """An iteration's row from its checkpoint and files, its policy as ``kinds`` (the model's)."""
     facts = checkpoint_facts(best_checkpoint(iteration_dir))
     score_path = os.path.join(iteration_dir, "valid.json")
-    score = read_json(score_path) or {}
+    score = read_json(score_path, "score file") or {}
     problem = field_problem(score, SCORE_FIELDS)
     if problem is not None:
         raise UsageError(f"{score_path}: {problem}: delete it and rerun the step that writes it")
@@ -182,7 +183,7 @@ def learned_theta_ranges(run_dir: str, iteration: int) -> Optional[Dict[str, The
     its file is not what those thresholds learn (a policy written by hand)."""
     path = policy_path(run_dir, iteration + 1)
     js_path = os.path.join(run_dir, f"iter{iteration}", "analysis", "js.json")
-    js = read_json(js_path)
+    js = read_json(js_path, "analysis")
     recorded = read_record(run_dir)
     if not os.path.exists(path) or js is None or recorded is None:
         return None
@@ -219,7 +220,7 @@ def recorded_rows(run_dir: str) -> List[Dict[str, object]]:
     """The rows of ``RUN_DIR/loop.json`` whose iteration folder is still there, with None for
     the scores that an older summary did not record."""
     path = os.path.join(run_dir, "loop.json")
-    rows = read_json(path, list) or []
+    rows = read_json(path, "loop summary", list) or []
     if not all(isinstance(row, dict) and "iteration" in row for row in rows):
         raise UsageError(f"{path} is not a loop summary (a list of iteration rows): delete it to "
                          "rebuild it from the checkpoints")  # fmt: skip

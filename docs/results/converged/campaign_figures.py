@@ -25,13 +25,13 @@ from typing import List, Optional, Sequence, Tuple
 
 from campaign_summary import system_names, trained_iterations
 from fairseq_san.errors import PREFIX, UsageError
+from fairseq_san.files import read_json
 from fairseq_san.loop.stopping import policy_path
 from fairseq_san.plots import DECODER_PANELS, HeatmapPanel, PolicyBar, js_heatmap_grid, policy_map
 from fairseq_san.policy import (
     PolicyError,
     check_js,
     format_blocks,
-    load_json_object,
     load_policy,
     mean_js,
     policy_segments,
@@ -73,7 +73,7 @@ def _policy(run_dir: str, iteration: int) -> Optional[dict]:
 def iteration_row(run_dir: str, iteration: int, label: str) -> Row:
     """The decoder panels of one analysed iteration, the policy learned from it outlined."""
     path = analysis_path(run_dir, iteration)
-    analysis = load_json_object(path, "analysis")
+    analysis = read_json(path, "analysis")
     learned = _policy(run_dir, iteration + 1)
     panels = []
     for kind, name in DECODER_PANELS:
@@ -126,7 +126,7 @@ def baseline_seeds(results: str, pair: str) -> List[Tuple[int, dict]]:
             continue
         for system, seed, iteration in system_names(name, trained_iterations(run_dir)):
             if system == "baseline" and os.path.exists(analysis_path(run_dir, iteration)):
-                found[seed] = load_json_object(analysis_path(run_dir, iteration), "analysis")
+                found[seed] = read_json(analysis_path(run_dir, iteration), "analysis")
     return sorted(found.items())
 
 

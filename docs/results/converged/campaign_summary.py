@@ -106,7 +106,7 @@ def test_scores(run_dir: str, iteration: int) -> Dict[str, Dict[str, object]]:
     scores = {}
     for split, name in TEST_SPLITS.items():
         path = os.path.join(run_dir, "test-bleu", f"iter{iteration}", split, "score.json")
-        score = read_json(path)
+        score = read_json(path, "score file")
         if score is None:
             continue
         missing = [field for field in TEST_SCORE_FIELDS if score.get(field) is None]
@@ -228,7 +228,7 @@ def loop_ends(results_dir: str, pair: str) -> List[dict]:
             continue
         other = stand_in(run_dir, iterations[-1], [pair_dir])
         if other:
-            learned = read_json(policy_path(run_dir, iterations[-1] + 1))
+            learned = read_json(policy_path(run_dir, iterations[-1] + 1), "policy file")
             ends.append({"loop": name, "iteration": iterations[-1], "learned_policy": learned,
                          "trained_by": other})  # fmt: skip
     return ends
@@ -263,7 +263,7 @@ def system_row(
         "updates_per_s": log["updates_per_s"],
         "tokens_per_s": log["tokens_per_s"],
         "valid_curve_last": log["valid_curve"][-CURVE_POINTS:],
-        "learned_policy": read_json(learned),  # at the loop's thresholds, from this model
+        "learned_policy": read_json(learned, "policy file"),  # at the loop's thresholds, this model
         "learned_theta_range": learned_theta_ranges(run_dir, iteration),  # thetas learning it too
     }
     if system == "san-warm":  # warm start: count the iteration it started from too
@@ -274,7 +274,7 @@ def system_row(
     row = {
         "system": system,
         "seed": seed,
-        "policy": read_json(os.path.join(iteration_dir, "policy.json")),
+        "policy": read_json(os.path.join(iteration_dir, "policy.json"), "policy file"),
         "params": log["params"],
         "updates": updates,
         "wall_s": wall,
@@ -515,7 +515,8 @@ def build_summary(results_dir: str, data_root: str) -> Dict[str, object]:
 
 def slice_records(results_dir: str) -> List[dict]:
     """The provenance of every collected slice (where, when and how it ran), oldest first."""
-    records = [read_json(path) for path in glob_in(results_dir, "provenance", "*.json")]
+    paths = glob_in(results_dir, "provenance", "*.json")
+    records = [read_json(path, "provenance record") for path in paths]
     return sorted(records, key=lambda record: record.get("finished") or "")
 
 

@@ -46,6 +46,12 @@ class Stream(str):
         return repr(self.said)
 
 
+def listed(paths: Sequence[str]) -> str:
+    """``paths`` joined by commas, each as the user gave it (a ``Stream`` as "standard input":
+    ``str.join`` would write its device)."""
+    return ", ".join(f"{path}" for path in paths)
+
+
 def read_from(path: str) -> str:
     """The file a command reads for the argument ``path``: standard input for "-"."""
     return Stream(STDIN, "standard input") if path == DASH else path

@@ -2099,6 +2099,24 @@ def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
     assert file_error(missing.value) == "standard input: No such file or directory"
 
 
+def test_a_list_of_files_names_dash_as_given(tmp_path):
+    """A list of files joined into a line (fairseq-san-policy's warning of an ignored theta,
+    fairseq-san-score's unpaired seeds) named "-" /dev/stdin: str.join writes the device."""
+    from fairseq_san.files import listed, read_from
+
+    assert listed([read_from("-"), "a.json"]) == "standard input, a.json"
+    analysis = json.dumps({"decoder_self": [[0, 0.1], [0.1, 0]], "decoder_encdec": None,
+                           "encoder_self": None})  # fmt: skip
+    learned = run_cli("fairseq-san-policy", "-", "--theta-decoder-self", "0.5",
+                      "--theta-encoder-self", "0.25", cwd=tmp_path, input=analysis)  # fmt: skip
+    assert learned.returncode == 0, learned.stderr
+    assert learned.stderr.splitlines() == [
+        "fairseq-san-policy: warning: --theta-encoder-self 0.25 is ignored: the analysis has no "
+        "encoder self-attention (encoder_self is null in standard input; a language model has no "
+        "encoder)"
+    ]
+
+
 def test_loop_dash_is_standard_input_and_output(tmp_path):
     """``-`` as a log read a file named "-" (none: "No such file", or with ``-o -`` "-o - is the
     input -"), and ``-o -`` wrote the table or the JSON silently to a file named "-" in the

@@ -33,6 +33,7 @@ from fairseq_san.cli import analysis_file, quiet_when_output_closes, said_when_i
 from fairseq_san.files import (
     DASH,
     file_given_twice,
+    listed,
     output_problem,
     read_from,
     read_json,
@@ -264,7 +265,7 @@ def warn_of_ignored_thetas(js_by_kind: dict, thetas: dict, paths: list[str]) -> 
         model = WHO_HAS_NONE.get(kind, "; a language model has no encoder")
         print(
             f"{PROG}: warning: {flag_of(f'theta_{kind}')} {theta:g} is ignored: the analysis has "
-            f"no {title} ({kind} is null in {', '.join(paths)}{model})",
+            f"no {title} ({kind} is null in {listed(paths)}{model})",
             file=sys.stderr,
         )
 

@@ -26,6 +26,7 @@ from fairseq_san.errors import file_error
 from fairseq_san.files import (
     DASH,
     file_given_twice,
+    listed,
     output_problem,
     read_from,
     standard_input,
@@ -231,8 +232,7 @@ def unpaired_lines(args: argparse.Namespace, pairs: List[Tuple[int, int]]) -> Li
     unpaired = args.generate_output[len(pairs) :] + args.baseline[len(pairs) :]
     if not unpaired:
         return []
-    named = ", ".join(unpaired)
-    return [f"no paired bootstrap for {named}: no seed of its place on the other side"]
+    return [f"no paired bootstrap for {listed(unpaired)}: no seed of its place on the other side"]
 
 
 def file_report(scores: Dict[str, object]) -> Tuple[Dict[str, object], List[str]]:

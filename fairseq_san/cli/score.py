@@ -193,8 +193,8 @@ def warn_of_references_as_hypotheses(path: str, sentences: int) -> None:
     perfect translation; a model that translates every sentence right is rarer."""
     print(
         f"fairseq-san-score: warning: {path}: each of the {sentences:,} hypotheses is its "
-        "sentence's reference, token for token (its H- line is its T- line): is it fairseq-generate "
-        "--score-reference output? That prints the references as hypotheses",
+        "sentence's reference, token for token (its H- line is its T- line): is it "
+        "fairseq-generate --score-reference output? That prints the references as hypotheses",
         file=sys.stderr,
     )
 

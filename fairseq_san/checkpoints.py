@@ -1,4 +1,5 @@
-"""Our loading of checkpoints: one line naming the file when one cannot be loaded; the plugin's stamp.
+"""Our loading of checkpoints: one line naming the file when one cannot be loaded; the plugin's
+stamp.
 
 A file that cannot be loaded because it is missing, a directory, empty, truncated (not a complete
 ``torch.save`` archive), holds a global outside torch's safe allow-list or is not a fairseq

@@ -147,6 +147,7 @@ def utf8_text(path: str) -> Iterator[None]:
         if kind is not None:
             raise UsageError(f"{path} is {kind}") from None
         raise UsageError(
-            f"{path} is not UTF-8 text ({err.reason}, byte {err.object[err.start:err.start + 1]!r}):"
-            " convert it to UTF-8 first (e.g. iconv -t utf-8)"
+            f"{path} is not UTF-8 text ({err.reason}, byte "
+            f"{err.object[err.start:err.start + 1]!r}): convert it to UTF-8 first (e.g. iconv -t "
+            "utf-8)"
         ) from None

@@ -233,7 +233,9 @@ ANALYSIS_OPTIONS = (
         "san_analysis_save_sentences", "save the attention weights of sentences 0..K-1 as .npz", 4
     ),
     Option(
-        "san_analysis_log_interval", "log analysis progress every N analysed batches (0: never)", 100
+        "san_analysis_log_interval",
+        "log analysis progress every N analysed batches (0: never)",
+        100,
     ),
 )
 

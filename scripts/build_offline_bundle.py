@@ -547,7 +547,9 @@ def check_out(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"--out {args.out}: {above} is a file")
     for folder in (Path.cwd(), REPO):
         if folder == out or out in folder.parents:
-            parser.error(f"--out {args.out} holds {folder}: name a folder of its own for the bundle")
+            parser.error(
+                f"--out {args.out} holds {folder}: name a folder of its own for the bundle"
+            )
     inputs = [("--data", data) for data in args.data] + [("--heldout", args.heldout)]
     for option, path in inputs:
         if path is not None and (path.resolve() == out or out in path.resolve().parents):
@@ -608,7 +610,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     names = [data.resolve().name for data in args.data]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice is not None:  # each is copied to BUNDLE/data-bin/NAME
-        parser.error(f"--data: two data directories named {twice}: give each once, each its own name")
+        parser.error(
+            f"--data: two data directories named {twice}: give each once, each its own name"
+        )
     if not (math.isfinite(args.max_mib) and args.max_mib > 0):
         parser.error(f"--max-mib {args.max_mib:g}: must be a positive number")
     check_out(parser, args)

@@ -337,7 +337,9 @@ def command_problem(program: str) -> Optional[str]:
 
 @said_when_interrupted  # the ranks are stopped (run_ranks); no traceback of this one
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="fairseq-san-cpu-ranks", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("world_size", type=int, help="number of CPU processes (ranks)")
     parser.add_argument(
         "--log-dir", default=".", metavar="DIR",

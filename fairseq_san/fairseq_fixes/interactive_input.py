@@ -1,11 +1,11 @@
 """fairseq-interactive's input read as UTF-8 text, strictly, and named when it is not.
 
-Upstream behaviour corrected: fairseq-interactive reads its input (``--input FILE``, or ``-``: standard input) in
-``fairseq_cli.interactive.buffered_read``. A file is decoded as strict UTF-8, so a byte that is
-not UTF-8 ends the command with a ``UnicodeDecodeError`` traceback that names neither the input
-nor the fix. Standard input is decoded with Python's locale settings: under the C or C.UTF-8
-locale with ``surrogateescape``, so such bytes silently become unknown words (or make
-sentencepiece fail), a wrong translation without a word.
+Upstream behaviour corrected: fairseq-interactive reads its input (``--input FILE``, or ``-``:
+standard input) in ``fairseq_cli.interactive.buffered_read``. A file is decoded as strict UTF-8,
+so a byte that is not UTF-8 ends the command with a ``UnicodeDecodeError`` traceback that names
+neither the input nor the fix. Standard input is decoded with Python's locale settings: under
+the C or C.UTF-8 locale with ``surrogateescape``, so such bytes silently become unknown words
+(or make sentencepiece fail), a wrong translation without a word.
 
 The plugin cannot see the input earlier (fairseq reads it, for any ``--task``), so
 ``install()``, run when the plugin registers, wraps ``buffered_read`` once when

@@ -39,9 +39,10 @@ class Stop:
         if j == k:
             return f"the policy did not change: done after iteration {k}"
         return (
-            f"iteration {k} learned the policy of iteration {j}: done after iteration {k} (the loop "
-            f"cycles: retrained from scratch with the same seed and options, iteration {k + 1} "
-            f"would repeat iteration {j}, and the policies of iterations {j}-{k} would follow)"
+            f"iteration {k} learned the policy of iteration {j}: done after iteration {k} (the "
+            f"loop cycles: retrained from scratch with the same seed and options, iteration "
+            f"{k + 1} would repeat iteration {j}, and the policies of iterations {j}-{k} would "
+            "follow)"
         )
 
 

@@ -118,7 +118,8 @@ TIED_EMBEDDINGS = {
 
 def parameter_count(state: Dict) -> int:
     """Numbers in a checkpoint's model, each tied or shared tensor counted once; fairseq's
-    ``version`` buffers are not parameters (the count equals fairseq-train's "num. model params")."""
+    ``version`` buffers are not parameters (the count equals fairseq-train's "num. model
+    params")."""
     from fairseq_san.checkpoints import stored_value
 
     tied = {
@@ -282,7 +283,8 @@ def summary_table(rows: List[Dict[str, object]], language_model: bool = False) -
               "iteration's counts its own training only)."]
     if language_model:
         lines += ["", LM_SCORES_NOTE]
-    lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures] if signatures else []
+    if signatures:
+        lines += [""] + [f"BLEU signature: `{signature}`" for signature in signatures]
     return "\n".join(lines) + "\n"
 
 
@@ -305,7 +307,9 @@ def write_summary(run_dir: str) -> str:
         by_iteration[row["iteration"]] = row
     rows = [with_learned(run_dir, by_iteration[k], kinds) for k in sorted(by_iteration)]
     if not rows:
-        raise FileNotFoundError(f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}")
+        raise FileNotFoundError(
+            f"no trained iteration (iter*/checkpoints/checkpoint_best.pt) in {run_dir}"
+        )
     stop = why_ended(run_dir, rows[-1]["iteration"])
     table = f"# Learn to share: {run_dir}\n\n" + summary_table(rows, kinds == (LM_KIND,))
     table += "" if stop is None else f"\nStopped: {stop}.\n"

@@ -39,7 +39,8 @@ from fairseq_san.modules.shared_attention import (
 logger = logging.getLogger(__name__)
 
 PROJECTION_KEY = re.compile(
-    r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.(?P<attn>self_attn|encoder_attn))"
+    r"^(?P<module>(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\."
+    r"(?P<attn>self_attn|encoder_attn))"
     r"\.(?P<proj>[qkv]_proj)\.(weight|bias)$"
 )
 # A pre-norm decoder layer's encoder-decoder attention norm, which a following layer of a block

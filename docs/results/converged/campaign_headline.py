@@ -2,8 +2,8 @@
 
 Rendered from summary.json (``campaign_summary.py``) once the ``en-de`` slice is collected (En->De
 has both a baseline and a learned-policy SAN): per pair, baseline and SAN with test BLEU as the
-mean and sample standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the 95%
-interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed),
+mean and sample standard deviation over seeds (``statistics.stdev``), SAN minus baseline with the
+95% interval of sacreBLEU's paired bootstrap for every seed (against the baseline of the same seed),
 SAN minus baseline over seeds (the exact permutation test's 95% interval: the training's spread),
 one verdict, the learned policy, params, and the GPU decoding speed of SAN (``san-fast``)
 relative to the baseline from the ``bench`` slice (beam 4, natural lengths, batch 16), where it
@@ -76,10 +76,14 @@ def bench_speed(results_dir: str) -> Optional[float]:
     return setting.get("ratio_to_baseline")
 
 
-def headline_rows(summary: Dict, pair: str, test_sets: Sequence[str], speed: Optional[float]) -> List[str]:
+def headline_rows(
+    summary: Dict, pair: str, test_sets: Sequence[str], speed: Optional[float]
+) -> List[str]:
     """The baseline and SAN rows of one pair (none when the pair lacks either)."""
     rows = summary["pairs"][pair]
-    by_system = {name: [row for row in rows if row["system"] == name] for name in ("baseline", "san")}
+    by_system = {
+        name: [row for row in rows if row["system"] == name] for name in ("baseline", "san")
+    }
     if not all(by_system.values()):
         return []
     tests = [
@@ -139,7 +143,8 @@ def write_headline(summary: Dict, results_dir: str, test_sets: Sequence[str]) ->
             "interval of the exact two-sided permutation test of their scores (inverted in steps "
             "of 0.01 BLEU, 95% nominal: with few splits its attained level is lower, 1/35 for 3 "
             "against 4 seeds; it assumes a shift of location) and its p. "
-            "Verdict: the paired-bootstrap verdicts of every seed and test set where all agree, else inconclusive. "
+            "Verdict: the paired-bootstrap verdicts of every seed and test set where all agree, "
+            "else inconclusive. "
             f"Speed: `{BENCH_SAN}` against the baseline, GPU, beam 4, natural lengths, batch 16 "
             "(bench slice).\n\n" + table
         )

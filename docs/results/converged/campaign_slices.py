@@ -5,10 +5,12 @@ A slice (``en-de``, ``pairs``, ``tables``, ``bench``) is one or two calls of a l
 train its systems, test them and pack one archive each; the archives are later collected on
 another machine.
 
-    python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE --started T -- CMD...
+    python docs/results/converged/campaign_slices.py record RUNS --slice S --run-sh FILE
+        --started T -- CMD...
     python docs/results/converged/campaign_slices.py collect RESULTS --run-sh FILE [--allow-cpu]
         [--data-root D] ARCHIVE...
-    python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D --sources DIR [--batch-size N]
+    python docs/results/converged/campaign_slices.py heldout RUN_DIR ITERATION --data D
+        --sources DIR [--batch-size N]
     python docs/results/converged/campaign_slices.py aan-policy POLICY -o OUT
 
 * ``record``: the slice's provenance (``RUNS/provenance/SLICE-STAMP.json``): the command line, the
@@ -646,7 +648,9 @@ def untrained(policies: Sequence[str], like: str, pair_dirs: Sequence[str]) -> L
 def iteration_label(run_dir: str, iteration: int) -> str:
     """The folder name (``system_label``) of the system that iteration ``iteration`` of
     ``run_dir`` is in summary.json."""
-    iterations = [k for k in range(iteration + 1) if os.path.isdir(os.path.join(run_dir, f"iter{k}"))]
+    iterations = [
+        k for k in range(iteration + 1) if os.path.isdir(os.path.join(run_dir, f"iter{k}"))
+    ]
     for system, seed, k in system_names(os.path.basename(run_dir), iterations):
         if k == iteration:
             return system_label(system, seed)
@@ -681,7 +685,9 @@ def translate(data: str, checkpoint: str, source: str, hypotheses: str, batch_si
     return len(lines)
 
 
-def heldout(run_dir: str, iteration: int, data: str, sources: str, batch_size: int = 16) -> List[str]:
+def heldout(
+    run_dir: str, iteration: int, data: str, sources: str, batch_size: int = 16
+) -> List[str]:
     """Held-out hypotheses of one system (every ``*.en`` of ``sources``, skipping those done)."""
     label = iteration_label(run_dir, iteration)
     folder = os.path.join(os.path.dirname(run_dir), label, "heldout")
@@ -728,8 +734,11 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("results")
     col.add_argument("--run-sh", required=True)
     col.add_argument("--allow-cpu", action="store_true", help="also archives made without a GPU")
-    col.add_argument("--data-root", help="prepare.sh's folders, for the paired tests' references: "
-                     "checked before anything is unpacked (unchecked where not given)")
+    col.add_argument(
+        "--data-root",
+        help="prepare.sh's folders, for the paired tests' references: "
+        "checked before anything is unpacked (unchecked where not given)",
+    )
     col.add_argument("archives", nargs="+")
     held = commands.add_parser("heldout", help="translate the held-out sources")
     held.add_argument("run_dir")

@@ -162,7 +162,9 @@ def training_cap(run_dir: str) -> Optional[float]:
     run.json, learn_to_share.sh's record of the fairseq-train arguments), else None."""
     recorded = read_record(run_dir)
     train_args = recorded[0].get(TRAIN_ARGS) or [] if recorded else []
-    hours = [train_args[i + 1] for i, arg in enumerate(train_args[:-1]) if arg == "--stop-time-hours"]
+    hours = [
+        train_args[i + 1] for i, arg in enumerate(train_args[:-1]) if arg == "--stop-time-hours"
+    ]
     return round(float(hours[-1]) * 3600, 1) if hours else None
 
 
@@ -223,7 +225,9 @@ def loop_ends(results_dir: str, pair: str) -> List[dict]:
     ends = []
     for name in sorted(os.listdir(pair_dir)):
         run_dir = os.path.join(pair_dir, name)
-        iterations = trained_iterations(run_dir) if LOOP.match(name) and os.path.isdir(run_dir) else []
+        iterations = (
+            trained_iterations(run_dir) if LOOP.match(name) and os.path.isdir(run_dir) else []
+        )
         if not iterations or loop_stop(run_dir, iterations[-1]) is not None:
             continue
         other = stand_in(run_dir, iterations[-1], [pair_dir])
@@ -418,7 +422,9 @@ def pairings(found: Dict[Tuple[str, int], Tuple[dict, dict]]) -> List[Tuple[str,
     for as many updates as the system (equal updates); SAN first, then the others by name. Only
     systems trained under the baselines' wall-time cap are tested (not the bench slice's, which
     train briefly for speed)."""
-    baselines = {seed: row["updates"] for (name, seed), (row, _) in found.items() if name == "baseline"}
+    baselines = {
+        seed: row["updates"] for (name, seed), (row, _) in found.items() if name == "baseline"
+    }
     caps = baseline_caps(found.values())
     tests = []
     for system, seed in sorted(found, key=lambda key: (key[0] != "san", key)):
@@ -465,7 +471,7 @@ def paired_test(
 
 
 def paired_runs(
-    rows: Sequence[Tuple[dict, dict]]
+    rows: Sequence[Tuple[dict, dict]],
 ) -> List[Tuple[str, int, int, List[Tuple[str, int]]]]:
     """(system, seed, baseline seed, [(run dir, iteration) of the baseline, of the system]) of
     every pairing (``pairings``) of a pair's ``rows``."""
@@ -625,7 +631,8 @@ def slices_markdown(records: Sequence[dict]) -> List[str]:
         return []
     lines = [
         "## Where each slice ran", "",
-        "| slice | started | finished | GPU | command | settings |", "| --- | --- | --- | --- | --- | --- |",
+        "| slice | started | finished | GPU | command | settings |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]  # fmt: skip
     for record in records:
         settings = ", ".join(f"{k}={v}" for k, v in record.get("settings", {}).items() if v)
@@ -660,11 +667,15 @@ def refused(error: Exception) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="campaign_summary.py", description="write the converged campaign's summary.json and summary.md"
+        prog="campaign_summary.py",
+        description="write the converged campaign's summary.json and summary.md",
     )
     parser.add_argument("results_dir", help="PAIR/RUN_DIR/iter*/ folders (docs/results/converged)")
-    parser.add_argument("--data-root", default="data-bin",
-                        help="prepare.sh's folders, for the references of the paired test (%(default)s)")
+    parser.add_argument(
+        "--data-root",
+        default="data-bin",
+        help="prepare.sh's folders, for the references of the paired test (%(default)s)",
+    )
     parser.add_argument("-o", "--output", help="summary.json to write (RESULTS_DIR/summary.json)")
     args = parser.parse_args(argv)
     output = args.output or os.path.join(args.results_dir, "summary.json")

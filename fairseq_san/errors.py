@@ -111,6 +111,15 @@ def nearest_key_hint(
     return fallback or f"valid: {', '.join(sorted(valid))}"
 
 
+def not_a_choice(name: str, value: object, valid: Sequence[object], source: str) -> UsageError:
+    """The error for an option's ``value`` (given by ``source``) outside its ``valid`` values:
+    them, and the nearest where one is near (``activation_fn='rel'``: relu)."""
+    near = nearest_key(str(value), [str(choice) for choice in valid])
+    hint = f"; did you mean '{near}'?" if near else ""
+    said = ", ".join(map(str, valid))
+    return UsageError(f"{name} {value!r} {source} is not valid; valid values: {said}{hint}")
+
+
 def first_bytes(path: str) -> bytes:
     """The first 4 bytes of the regular file ``path``; none of a pipe's or where unreadable."""
     try:

@@ -160,9 +160,18 @@ IGNORED_BESIDE = (
                                       "without --retain-dropout"),
      "fairseq keeps dropout at inference only with --retain-dropout"),
 )  # fmt: skip
-# The options that change a search's scores, with their defaults: fairseq-generate
-# --score-reference scores the references without them (SequenceScorer takes none).
-SCORE_CHANGES = (("temperature", 1.0), ("lenpen", 1.0), ("unkpen", 0.0))
+# fairseq-generate --score-reference scores each reference whole, in one teacher-forced pass
+# (SequenceScorer takes no generation option; --beam only names the run in its log): the options
+# that change a search's scores, and those that steer or limit it, each with its default and why
+# it would be ignored.
+TEACHER_FORCED = "the references are scored in one teacher-forced pass, as the model scores them"
+SCORED_WHOLE = "the references are scored whole, one per sentence, with no search"
+SCORE_CHANGES = (("temperature", 1.0), ("lenpen", 1.0), ("unkpen", 0.0), ("unnormalized", False),
+                 ("lm_path", None))
+SEARCH_STEERS = (("max_len_a", 0.0), ("max_len_b", 200), ("min_len", 1), ("prefix_size", 0),
+                 ("no_repeat_ngram_size", 0), ("nbest", 1), ("sampling", False),
+                 ("diverse_beam_groups", -1), ("diversity_rate", -1.0), ("match_source_len", False))
+SCORED_REFERENCES_IGNORE = ((SCORE_CHANGES, TEACHER_FORCED), (SEARCH_STEERS, SCORED_WHOLE))
 
 
 def check_read_beside(args: argparse.Namespace) -> None:
@@ -178,24 +187,32 @@ def check_read_beside(args: argparse.Namespace) -> None:
 
 def check_scored_as_asked(args: argparse.Namespace, weight_given: bool) -> None:
     """Refuse on fairseq-generate's command line what it would score otherwise than asked:
-    ``SCORE_CHANGES`` with ``--score-reference`` (the references' scores are the model's own:
-    a temperature of 2 scored at 1), and ``--lm-path`` without ``--lm-weight`` (``weight_given``:
-    fairseq's default 0 ran the language model at every step and fused it at weight 0). The hub
-    sets neither itself: ``score()`` scores with the generation options it was loaded with."""
+    ``--score-reference`` beside an option of ``SCORED_REFERENCES_IGNORE`` (``check_searchless``),
+    and ``--lm-path`` without ``--lm-weight`` (``weight_given``: fairseq's default 0 ran the
+    language model at every step and fused it at weight 0). The hub sets neither itself:
+    ``score()`` scores with the generation options it was loaded with."""
     if getattr(args, "score_reference", False):
-        for name, default in SCORE_CHANGES:
-            value = getattr(args, name, default)
-            if value != default:
-                raise UsageError(
-                    f"{flag_of(name)} {value} with --score-reference: the references are scored "
-                    "in one teacher-forced pass, as the model scores them, so it would be "
-                    "ignored; leave it out"
-                )
+        check_searchless(args)
     if getattr(args, "lm_path", None) and not weight_given:
         raise UsageError(
             f"--lm-path {args.lm_path} without --lm-weight: fairseq's default weight, 0, would "
             "run the language model and fuse it changing nothing; pass --lm-weight W (e.g. 0.2)"
         )
+
+
+def check_searchless(args: argparse.Namespace) -> None:
+    """Refuse an option of ``SCORED_REFERENCES_IGNORE`` away from its default, which
+    ``--score-reference`` ignores: the references' scores are the model's own (a temperature of
+    2 scored at 1), one hypothesis per sentence (--nbest 2 printed one), whole (--max-len-b 2 and
+    --prefix-size 3 changed nothing)."""
+    for ignored, why in SCORED_REFERENCES_IGNORE:
+        for name, default in ignored:
+            value = getattr(args, name, default)
+            if value != default:
+                given = flag_of(name) if value is True else f"{flag_of(name)} {value}"
+                raise UsageError(
+                    f"{given} with --score-reference: {why}, so it would be ignored; leave it out"
+                )
 
 
 def check_diverse_beam_groups(beam: int, groups: object, given: Optional[int] = None) -> None:

@@ -90,6 +90,8 @@ def source_text() -> str:
     parts: List[str] = []
     for folder in ("fairseq_san", "examples", "scripts", "docs/results"):
         for path in sorted((REPO / folder).rglob("*")):
+            if "__pycache__" in path.parts:  # compiled, written by a test run
+                continue
             if path.suffix == ".py":
                 parts.extend(python_strings(path))
             elif path.suffix == ".sh" or (path.is_file() and folder == "scripts"):

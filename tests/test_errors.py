@@ -215,16 +215,31 @@ def override(cfg, overrides):
         ({"dropout": 1.5}, r"dropout 1.5 .*is out of range: it must be in \[0, 1\]"),
         ({"decoder_attention_heads": 0},
          "decoder_attention_heads 0 .*is out of range: it must be an integer of at least 1"),
+        ({"activation_fn": "rel"}, "activation_fn 'rel' .*valid values: relu, gelu, gelu_fast, "
+                                   r"gelu_accurate, tanh, linear; did you mean 'relu'\?$"),
+        # fairseq's own options of a few values: set unchecked, the hub loaded without a word
+        ({"log_format": "jsn"}, "^log_format 'jsn' .*is not valid; valid values: json, none, "
+                                r"simple, tqdm; did you mean 'json'\?$"),
+        ({"ddp_backend": "c10"}, r"^ddp_backend 'c10' .*valid values: .*did you mean 'c10d'\?$"),
     ],
     ids=["misspelt", "unknown", "misspelt decoder option", "text for int", "bool for int",
          "float for int", "text for float", "text for switch", "outside choices", "model as a dict",
-         "misspelt in a group", "dict for int", "dropout out of range", "no heads"],
+         "misspelt in a group", "dict for int", "dropout out of range", "no heads",
+         "misspelt choice", "fairseq's choices", "fairseq's misspelt choice"],
 )  # fmt: skip
 def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError, match=said):
         override(checkpoint_configuration(), overrides)
+
+
+def test_fairseqs_own_choices_are_taken_as_overrides():
+    """The values of fairseq's options that take one of a few are taken, None too."""
+    cfg = checkpoint_configuration()
+    override(cfg, {"log_format": "json", "ddp_backend": "c10d", "zero_sharding": "os",
+                   "dataset_impl": None})  # fmt: skip
+    assert (cfg.common.log_format, cfg.distributed_training.ddp_backend) == ("json", "c10d")
 
 
 @pytest.mark.parametrize("arch", ["transformer_san", "transformer_lm_san"])
@@ -2284,6 +2299,30 @@ def test_the_one_line_error_is_copied_where_the_environment_says(tmp_path, capsy
     assert capsys.readouterr().err == copy.read_text() == "fairseq-san: error: no data\n"
 
 
+def test_a_usage_error_of_a_spawned_rank_is_one_line(capsys):
+    """fairseq-train starts its ranks with torch.multiprocessing.spawn (GPUs, without
+    --distributed-no-spawn): a rank's UsageError reached it as the rank's traceback, text in a
+    ProcessRaisedException, printed below the parent's own traceback."""
+    import torch.multiprocessing
+
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+    from fairseq_san.generation_options import check_temperature
+
+    with pytest.raises(torch.multiprocessing.ProcessRaisedException) as raised:
+        torch.multiprocessing.spawn(check_temperature, nprocs=1)  # rank 0: temperature 0
+    excepthook(traceback_printer)(raised.type, raised.value, None)
+    assert capsys.readouterr().err == (
+        "fairseq-san: error: --temperature 0: it must be greater than 0 (greedy decoding is "
+        "--beam 1 without --sampling)\n"
+    )
+    other = torch.multiprocessing.ProcessRaisedException(
+        "\n\n-- Process 0 terminated with the following error:\nTraceback ...\n"
+        "fairseq_san.errors.Unknown: x\nValueError: not ours\n", 0, 1
+    )
+    excepthook(traceback_printer)(type(other), other, None)
+    assert capsys.readouterr().err == "Traceback (most recent call last):\n"
+
+
 def test_the_end_of_a_traceback_and_of_an_argparse_error_are_copied_too(
     tmp_path, capsys, monkeypatch
 ):
@@ -2647,9 +2686,9 @@ def test_an_ema_seed_model_without_ema_weights_is_one_line(
       "Pass --san-decoder-execution fixed on the command line (with --task translation_san) "
       "instead"),
      ("compile", "san_decoder_execution 'compile' (from the checkpoint, --model-overrides or a "
-      "keyword argument) is not one of --san-decoder-execution's choices: pass one of eager, "
-      "fixed, graph, compile-graph as --san-decoder-execution on the command line (with --task "
-      "translation_san)")],
+      "keyword argument) is not one of --san-decoder-execution's choices (did you mean "
+      "'compile-graph'?): pass one of eager, fixed, graph, compile-graph as "
+      "--san-decoder-execution on the command line (with --task translation_san)")],
 )  # fmt: skip
 def test_an_execution_among_the_model_overrides_names_what_the_command_line_takes(
     execution, said
@@ -2868,8 +2907,27 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                                    "--temperature", "2"],
          "--temperature 2.0 with --score-reference: the references are scored in one "
          "teacher-forced pass, as the model scores them, so it would be ignored; leave it out"),
+        # fairseq's scorer takes no search option: each ignored without a word
         ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--beam", "4",
-                                   "--max-len-b", "10"], None),  # limits of a search: no scores
+                                   "--max-len-b", "10"],
+         "--max-len-b 10 with --score-reference: the references are scored whole, one per "
+         "sentence, with no search, so it would be ignored; leave it out"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--beam", "4",
+                                   "--nbest", "2"], "--nbest 2 with --score-reference"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--prefix-size",
+                                   "3"], "--prefix-size 3 with --score-reference"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--sampling",
+                                   "--beam", "1"], "--sampling with --score-reference"),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference",
+                                   "--unnormalized"],
+         "--unnormalized with --score-reference: the references are scored in one "
+         "teacher-forced pass"),  # the scorer's scores are normalized
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--lm-path",
+                                   "lm.pt", "--lm-weight", "0.2"],
+         "--lm-path lm.pt with --score-reference"),  # loaded, never fused
+        ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--beam", "1",
+                                   "--max-len-b", "200", "--min-len", "1", "--nbest", "1",
+                                   "--lenpen", "1"], None),  # defaults typed; --beam is logged
         ("get_generation_parser", ["data", "--path", "c.pt", "--score-reference", "--unkpen", "5"],
          "--unkpen 5.0 with --score-reference"),
         ("get_generation_parser", ["data", "--path", "c.pt", "--unnormalized", "--lenpen", "2"],
@@ -3013,6 +3071,17 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--best-checkpoint-metric bleu: the validation logs BLEU only with --eval-bleu"),
         (TRAIN, SAN + ["--task", "translation_san", "--eval-bleu", "--best-checkpoint-metric",
                        "bleu", "--maximize-best-checkpoint-metric"], None),
+        (TRAIN, SAN + ["--criterion", "cross_entropy", "--best-checkpoint-metric", "nll_loss"],
+         "--best-checkpoint-metric nll_loss: --criterion cross_entropy logs nll_loss only with "
+         "--sentence-avg (without it, its loss is the negative log-likelihood per token): pass "
+         "--best-checkpoint-metric loss"),  # refused at the first validation, an epoch trained
+        (TRAIN, ["data", "--task", "language_modeling_san", "--arch", "transformer_lm_san",
+                 "--criterion", "adaptive_loss", "--best-checkpoint-metric", "nll_loss"],
+         "--best-checkpoint-metric nll_loss: --criterion adaptive_loss logs nll_loss only"),
+        (TRAIN, SAN + ["--criterion", "cross_entropy", "--sentence-avg",
+                       "--best-checkpoint-metric", "nll_loss"], None),
+        (TRAIN, SAN + ["--criterion", "label_smoothed_cross_entropy", "--best-checkpoint-metric",
+                       "nll_loss"], None),
         # a run that trains nothing and exits 0: its learning rate starts at --stop-min-lr or below
         (TRAIN, SAN + ["--lr", "1e-3", "--stop-min-lr", "1"],
          "--stop-min-lr 1 is not below --lr 0.001: fairseq-train stops as soon as the learning "

@@ -1744,7 +1744,8 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
     """from_pretrained(..., san_decoding='statik') (or in the task's dict) raised omegaconf's
     ValidationError over three lines; translate()'s keyword had the one line. Now both, and the
     static decoder's precision too (it got omegaconf's list, no nearest choice); fairseq's own
-    option outside its choices is omegaconf's first line, naming the keyword."""
+    option outside its choices was omegaconf's first line, or loaded silently (log_format):
+    now checked as an override, with the nearest choice."""
     from fairseq_san.errors import UsageError
 
     said = ("san_decoding='statik' is not one of this task's choices (fairseq, no-cache, fast, "
@@ -1764,9 +1765,13 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
     with pytest.raises(UsageError) as refused:
         from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                         dataset_impl="mmapp")  # fmt: skip
-    assert str(refused.value).startswith(
-        "from_pretrained(..., dataset_impl='mmapp'): Invalid value 'mmapp', expected one of [raw, "
+    assert str(refused.value) == (
+        "dataset_impl 'mmapp' (from --model-overrides or a keyword argument) is not valid; valid "
+        "values: raw, lazy, cached, mmap, fasta, huffman; did you mean 'mmap'?"
     )
+    with pytest.raises(UsageError, match="^log_format 'jsn' .*did you mean 'json'"):  # loaded
+        from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                        log_format="jsn")  # fmt: skip
 
 
 def test_the_static_decoders_keywords_without_it_are_refused_at_load(san_checkpoint,

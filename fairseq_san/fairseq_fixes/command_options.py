@@ -442,16 +442,28 @@ def check_read_by_interactive(args: argparse.Namespace, command: str) -> None:
 # improve: BLEU (logged with --eval-bleu) up; the losses and perplexity down.
 HIGHER_IS_BETTER = ("bleu",)
 LOWER_IS_BETTER = ("loss", "nll_loss", "ppl")
+# fairseq's criteria that log nll_loss only with --sentence-avg: without it their loss, per
+# token, is the negative log-likelihood itself, and nll_loss is not logged.
+NLL_WITH_SENTENCE_AVG = ("cross_entropy", "adaptive_loss")
 
 
 def check_best_checkpoint_metric(args: argparse.Namespace) -> None:
     """Refuse a ``--best-checkpoint-metric`` that fairseq-train would keep the worst of, or that
     its validation does not log: ``bleu`` without ``--maximize-best-checkpoint-metric`` kept the
     lowest BLEU as checkpoint_best.pt (and counted ``--patience`` from it), the flag with a loss
-    kept the highest loss, both silently; ``bleu`` without ``--eval-bleu`` failed with
-    ``KeyError: 'bleu'`` after the first epoch had trained."""
+    kept the highest loss, both silently; ``bleu`` without ``--eval-bleu``, and ``nll_loss`` from
+    a criterion of ``NLL_WITH_SENTENCE_AVG`` without ``--sentence-avg``, were refused only at the
+    first validation, after the first epoch had trained (``check_metric_logged``)."""
     metric = args.best_checkpoint_metric
     maximize = args.maximize_best_checkpoint_metric
+    criterion = getattr(args, "criterion", None)
+    averaged = getattr(args, "sentence_avg", False)
+    if metric == "nll_loss" and criterion in NLL_WITH_SENTENCE_AVG and not averaged:
+        raise UsageError(
+            f"--best-checkpoint-metric nll_loss: --criterion {criterion} logs nll_loss only with "
+            "--sentence-avg (without it, its loss is the negative log-likelihood per token): "
+            "pass --best-checkpoint-metric loss"
+        )
     if metric in HIGHER_IS_BETTER and not getattr(args, "eval_bleu", False):
         raise UsageError(
             f"--best-checkpoint-metric {metric}: the validation logs BLEU only with --eval-bleu "

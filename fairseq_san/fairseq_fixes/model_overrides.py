@@ -33,13 +33,16 @@ model the overrides) reads it.
 
 import argparse
 import contextvars
+import enum
 import functools
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from omegaconf import DictConfig
 
 from fairseq_san import options
-from fairseq_san.errors import OVERRIDE_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint
+from fairseq_san.errors import (
+    OVERRIDE_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint, not_a_choice,
+)
 from fairseq_san.fairseq_fixes.command_options import analysis_elsewhere
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
 from fairseq_san.fairseq_fixes.option_ranges import OPTION_RANGES, given_values, out_of_range
@@ -92,12 +95,9 @@ def component_fields(group: Optional[str] = None, name: Optional[str] = None) ->
     which an override may switch on (``{'bpe': 'sentencepiece', 'sentencepiece_model': ...}``);
     with ``group`` and ``name``, those of that one (``task``, ``translation_san``)."""
     from fairseq.registry import REGISTRIES
-    from fairseq.tasks import TASK_DATACLASS_REGISTRY
 
-    registries = {key: registry["dataclass_registry"] for key, registry in REGISTRIES.items()}
-    registries["task"] = TASK_DATACLASS_REGISTRY
     if group is not None:
-        dataclass = registries.get(group, {}).get(name)
+        dataclass = component_dataclass(group, name)
         return set(dataclass.__dataclass_fields__) if dataclass else set()
     return {
         field
@@ -105,6 +105,17 @@ def component_fields(group: Optional[str] = None, name: Optional[str] = None) ->
         for dataclass in registry["dataclass_registry"].values()
         for field in dataclass.__dataclass_fields__
     }
+
+
+def component_dataclass(group: str, name: Any) -> Optional[type]:
+    """The dataclass of fairseq's component ``name`` of ``group`` (``task``,
+    ``translation_san``), or None where there is none."""
+    from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    registries = {key: registry["dataclass_registry"] for key, registry in REGISTRIES.items()}
+    registries["task"] = TASK_DATACLASS_REGISTRY
+    return registries.get(group, {}).get(name) if isinstance(name, str) else None
 
 
 def check_known(
@@ -171,13 +182,44 @@ def check_value(key: str, value: Any, action: argparse.Action, trained: Any, sou
             f"{wanted[1]}{example}"
         )
     if action.choices and value not in action.choices:
-        raise UsageError(
-            f"{key} {value!r} {source} is not valid; valid values: "
-            f"{', '.join(map(str, action.choices))}"
-        )
+        raise not_a_choice(key, value, list(action.choices), source)
     valid = OPTION_RANGES.get(key)
     if valid is not None and out_of_range(given_values(value), valid):
         raise UsageError(f"{key} {value!r} {source} is out of range: it must be {valid.said()}")
+
+
+def group_dataclasses(cfg: DictConfig) -> Iterator[type]:
+    """The dataclasses of the groups ``cfg`` holds: fairseq's plain groups (``common``,
+    ``dataset``, ...) and the components its groups name (the task's, the criterion's, ...); not
+    the generation options, which are refused as overrides (``check_no_decoding_option``, the
+    hub's ``check_no_decoding_keyword``)."""
+    from fairseq.dataclass.configs import FairseqConfig
+
+    for group, field in FairseqConfig.__dataclass_fields__.items():
+        if group == "generation":
+            continue
+        if hasattr(field.type, "__dataclass_fields__"):
+            yield field.type
+        elif group in cfg and isinstance(cfg[group], DictConfig):
+            dataclass = component_dataclass(group, cfg[group].get("_name"))
+            if dataclass is not None:
+                yield dataclass
+
+
+def fairseq_choices(cfg: DictConfig) -> Dict[str, List[str]]:
+    """The choices of fairseq's options in ``cfg``'s groups that take one of a few values (their
+    type a ``ChoiceEnum``: ``log_format``, ``ddp_backend``, a language model's
+    ``sample_break_mode``), by name. fairseq sets an override of them unchecked: ``'jsn'`` loaded
+    without a word. The plugin's own (``san_decoding``) are its task's to check, in its words."""
+    choices = {}
+    for dataclass in group_dataclasses(cfg):
+        for name, field in dataclass.__dataclass_fields__.items():
+            if name in options.OPTIONS:
+                continue
+            for kind in getattr(field.type, "__args__", None) or (field.type,):  # Optional[...]
+                if isinstance(kind, type) and issubclass(kind, enum.Enum):
+                    choices[name] = [member.value for member in kind]
+    return choices
 
 
 def check_group(cfg: DictConfig, group: str, overrides: Dict[str, Any], source: str) -> None:
@@ -457,6 +499,7 @@ def check_overrides(
     # overrides to the language model too; the models check their own.
     plugin = set(options.OPTIONS).union(*by_class.values())
     known = held | set(cfg.keys()) | plugin | component_fields() | HUB_KEYWORDS
+    choices = fairseq_choices(cfg)
     for key, value in overrides.items():
         if isinstance(value, dict) and key in cfg.keys():
             check_group(cfg, key, value, source)
@@ -469,6 +512,8 @@ def check_overrides(
         check_known(key, known, held | set(own) | set(options.DECODER_OPTION_NAMES), source)
         if key in own and key not in options.OPTIONS:
             check_value(key, value, own[key], getattr(model_cfg, key, None), source)
+        elif key in choices and value is not None and value not in choices[key]:
+            raise not_a_choice(key, value, choices[key], source)
     check_names(cfg, overrides, source)
     check_bos_override(model_cfg, overrides, source)
     check_not_set_by_architecture(own_class, overrides, source)

@@ -8,7 +8,8 @@ prints as one line
 
 * a ``UsageError`` (e.g. a ``PolicyError``), also when fairseq re-raised it as another
   exception: its trainer turns any error while loading a checkpoint into "please ensure that
-  the architectures match", with ours as the context;
+  the architectures match", with ours as the context; and a rank's that fairseq-train started
+  itself (``torch.multiprocessing.spawn``), which reached it as the rank's traceback;
 * a missing file or directory that the command line names (e.g. a data directory), or a missing
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
   hit deep inside their set-up;
@@ -123,6 +124,25 @@ def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# A line of a traceback's text that names an error of the plugin: its module, class and message.
+RAISED_AS = re.compile(r"^(fairseq_san[\w.]*)\.(\w+): (.*)$", re.MULTILINE)
+
+
+def rank_usage_error(exc: BaseException) -> Optional[str]:
+    """The message of the outermost ``UsageError`` that a rank started by
+    ``torch.multiprocessing.spawn`` raised (fairseq-train's ranks without
+    --distributed-no-spawn), which reaches the parent as the rank's traceback, text in a
+    ``ProcessRaisedException``; else None."""
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    if spawn is None or not isinstance(exc, spawn.ProcessRaisedException):
+        return None
+    for module, name, message in reversed(RAISED_AS.findall(str(exc))):  # the chain's last first
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and issubclass(kind, UsageError):
+            return message
     return None
 
 
@@ -306,6 +326,7 @@ def excepthook(previous: Callable) -> Callable:
 
     def hook(exc_type, exc, traceback):
         usage = usage_error_in_chain(exc)
+        usage_said = str(usage) if usage is not None else rank_usage_error(exc)
         said = (
             fairseqs_bad_input(exc)
             or malformed_command_line_value(exc, sys.argv[1:])
@@ -319,8 +340,8 @@ def excepthook(previous: Callable) -> Callable:
             say(f"cannot write the output: {exc.strerror}")
         elif isinstance(exc, KeyboardInterrupt):
             say("interrupted")
-        elif usage is not None:
-            say(str(usage))
+        elif usage_said is not None:
+            say(usage_said)
         elif names_a_command_line_path(exc, sys.argv[1:]):
             say(path_error_said(exc, sys.argv[1:]))
         elif said is not None:

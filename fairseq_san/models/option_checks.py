@@ -16,7 +16,9 @@ from fairseq.tasks import FairseqTask
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
-from fairseq_san.errors import STORED_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint
+from fairseq_san.errors import (
+    STORED_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key, nearest_key_hint, not_a_choice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +41,7 @@ def check_san_options(args: argparse.Namespace) -> None:
     for name, valid in CHOICES.items():
         value = getattr(args, name, None)
         if value is not None and value not in valid:
-            raise UsageError(
-                f"{name} {value!r} {STORED_SOURCE} is not valid; "
-                f"valid values: {', '.join(valid)}"
-            )
+            raise not_a_choice(name, value, valid, STORED_SOURCE)
     known = options.option_names()
     for name in vars(args):
         if name.replace("-", "_").startswith("san_") and name not in known:
@@ -371,9 +370,11 @@ def check_decoder_overrides(
         flag, value = options.current_flag(option, given)
         choices = command_line_choices(option)
         if choices is not None and str(value) not in choices:  # advised a flag it refuses
+            near = nearest_key(str(value), choices)
+            hint = f" (did you mean '{near}'?)" if near else ""
             raise UsageError(
-                f"{option.name} '{given}' {STORED_SOURCE} is not one of {flag}'s choices: pass "
-                f"one of {', '.join(choices)} as {flag} on the command line (with --task "
+                f"{option.name} '{given}' {STORED_SOURCE} is not one of {flag}'s choices{hint}: "
+                f"pass one of {', '.join(choices)} as {flag} on the command line (with --task "
                 f"{plugin_task})"
             )
         decodes = "its default" if applied is None else f"'{applied}'"  # the device's execution

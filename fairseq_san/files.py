@@ -42,6 +42,9 @@ class Stream(str):
     def __format__(self, spec: str) -> str:
         return format(self.said, spec)
 
+    def __getnewargs__(self) -> Tuple[str, str]:  # copied or pickled as itself, not str's one
+        return str(self), self.said
+
     def __repr__(self) -> str:  # OSError's str: "[Errno 21] Is a directory: 'standard input'"
         return repr(self.said)
 

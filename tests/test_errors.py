@@ -7,11 +7,13 @@ corpus, side by side, one with ``--task translation_san`` and a sharing policy, 
 """
 
 import argparse
+import copy
 import gzip
 import importlib.util
 import json
 import logging
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -2112,6 +2114,8 @@ def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
     with pytest.raises(OSError) as missing:
         open(Stream(str(tmp_path / "none"), "standard input"))
     assert file_error(missing.value) == "standard input: No such file or directory"
+    for copied in (copy.copy(stdin), copy.deepcopy(stdin), pickle.loads(pickle.dumps(stdin))):
+        assert (copied, f"{copied}") == ("/dev/stdin", "standard input")  # a TypeError
 
 
 def test_a_list_of_files_names_dash_as_given(tmp_path):

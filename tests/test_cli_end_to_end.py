@@ -121,6 +121,30 @@ def test_generate_names_the_sentence_longer_than_max_tokens(binarized_corpus, tr
     )
 
 
+def test_a_sentence_skipped_as_too_long_is_not_the_one_named(binarized_corpus):
+    """With --skip-invalid-size-inputs-valid-test the longest sentence may be skipped: the one
+    named (and the --max-tokens advised) is the longest that is batched."""
+    from fairseq.tasks import FairseqTask
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.batch_tokens import _naming_the_longest_sentence
+
+    config = TranslationConfig(data=str(binarized_corpus), train_subset="train",
+                               dataset_impl=None, required_seq_len_multiple=1)  # fmt: skip
+    task = TranslationTask.setup_task(config)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    lengths = [int(dataset.num_tokens(index)) for index in range(len(dataset))]
+    longest, below = max(lengths), max(length for length in lengths if length < max(lengths))
+    batches = _naming_the_longest_sentence(FairseqTask.get_batch_iterator)
+    with pytest.raises(UsageError) as refused:
+        batches(task, dataset, max_tokens=2, max_positions=(below, below),
+                ignore_invalid_inputs=True)  # fmt: skip
+    assert f"sentence {lengths.index(below)} of subset test is {below} tokens long" in str(
+        refused.value), (longest, below)  # fmt: skip
+
+
 @pytest.mark.parametrize("shards, said", [
     (["--num-shards", "2", "--shard-id", "2"],
      "--shard-id 2 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),

@@ -5,7 +5,8 @@ Upstream behaviour corrected: fairseq batches whole sentences, and where one is 
 exceed max_tokens=20", naming neither the subset nor how long its sentences are, so the value
 to pass was found by trial. ``install()`` wraps ``FairseqTask.get_batch_iterator`` when a command
 that batches a binarized subset runs (fairseq-train, -validate, -generate, -eval-lm): the error
-names the subset, its longest sentence and its length. The hub words its own
+names the subset, its longest sentence and its length (of those batched: with
+``--skip-invalid-size-inputs-valid-test``, within the positions). The hub words its own
 (``hub.sentence_over_max_tokens``), and fairseq-interactive's are its input lines, no subset.
 """
 
@@ -24,9 +25,18 @@ OVER_MAX_TOKENS = re.compile(r"Sentences lengths should not exceed max_tokens=(\
 BATCHING_COMMANDS = ("train", "validate", "generate", "eval_lm")
 
 
-def longest_sentence(dataset) -> Tuple[int, int]:
-    """(index, tokens) of the longest of ``dataset``'s sentences, as fairseq batches them."""
+def batched_indices(dataset, max_positions, skip_invalid: bool) -> np.ndarray:
+    """The indices of ``dataset``'s sentences that fairseq batches: all, or with
+    ``--skip-invalid-size-inputs-valid-test`` those within ``max_positions``."""
     indices = np.arange(len(dataset))
+    if skip_invalid and max_positions is not None:
+        indices, _ = dataset.filter_indices_by_size(indices, max_positions)
+    return indices
+
+
+def longest_sentence(dataset, indices: np.ndarray) -> Tuple[int, int]:
+    """(index, tokens) of the longest of ``dataset``'s sentences ``indices``, as fairseq batches
+    them."""
     try:
         lengths = dataset.num_tokens_vec(indices)
     except NotImplementedError:  # FairseqDataset's default
@@ -34,7 +44,7 @@ def longest_sentence(dataset) -> Tuple[int, int]:
     if lengths is None:
         lengths = np.array([dataset.num_tokens(index) for index in indices])
     index = int(np.argmax(lengths))
-    return index, int(lengths[index])
+    return int(indices[index]), int(lengths[index])
 
 
 def subset_of(task, dataset) -> Optional[str]:
@@ -43,9 +53,10 @@ def subset_of(task, dataset) -> Optional[str]:
     return next((split for split, loaded in datasets.items() if loaded is dataset), None)
 
 
-def sentence_over_max_tokens(task, dataset, limit: int) -> UsageError:
-    """The error for ``dataset``, whose longest sentence is more than ``limit`` tokens."""
-    index, tokens = longest_sentence(dataset)
+def sentence_over_max_tokens(task, dataset, limit: int, indices: np.ndarray) -> UsageError:
+    """The error for ``dataset``, whose longest sentence of ``indices`` (those batched) is more
+    than ``limit`` tokens."""
+    index, tokens = longest_sentence(dataset, indices)
     subset = subset_of(task, dataset)
     named = f"subset {subset}" if subset is not None else "the data"
     return UsageError(
@@ -67,8 +78,15 @@ def _naming_the_longest_sentence(get_batch_iterator):
             if not found:
                 raise
             call = signature.bind(*args, **kwargs)
-            task, dataset = call.arguments["self"], call.arguments["dataset"]
-            raise sentence_over_max_tokens(task, dataset, int(found.group(1))) from None
+            call.apply_defaults()
+            given = call.arguments
+            dataset = given["dataset"]
+            indices = batched_indices(
+                dataset, given["max_positions"], given["ignore_invalid_inputs"]
+            )
+            raise sentence_over_max_tokens(
+                given["self"], dataset, int(found.group(1)), indices
+            ) from None
 
     return wrapper
 

@@ -219,13 +219,13 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
 
 
 def dictionary_words(path: str) -> Optional[List[str]]:
-    """The words of fairseq dictionary file ``path`` in their order (their ids), or None where
-    it cannot be read."""
+    """The words of fairseq dictionary file ``path`` in their order (their ids), as fairseq's
+    ``Dictionary.load`` reads them, or None where it cannot be read."""
+    from fairseq.data import Dictionary
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as lines:
-            return [line.rstrip("\n").replace(" #fairseq:overwrite", "").rsplit(" ", 1)[0]
-                    for line in lines]  # fmt: skip
-    except OSError:
+        return Dictionary.load(path).symbols
+    except (OSError, ValueError, RuntimeError):
         return None
 
 

@@ -100,22 +100,25 @@ def nearest_key(key: str, valid: Collection[str], cutoff: float = 0.6) -> Option
     return near[0] if near else None
 
 
+def did_you_mean(key: str, valid: Collection[str], prefix: str = "") -> Optional[str]:
+    """"did you mean 'K'?" for the valid key nearest to a misspelt one (written after
+    ``prefix``), None where none is near."""
+    near = nearest_key(key, valid)
+    return f"did you mean '{prefix}{near}'?" if near else None
+
+
 def nearest_key_hint(
     key: str, valid: Collection[str], fallback: Optional[str] = None, prefix: str = ""
 ) -> str:
-    """"did you mean 'K'?" for the valid key nearest to a misspelt one (written after
-    ``prefix``), else ``fallback``, else the list of valid keys."""
-    near = nearest_key(key, valid)
-    if near:
-        return f"did you mean '{prefix}{near}'?"
-    return fallback or f"valid: {', '.join(sorted(valid))}"
+    """``did_you_mean``'s question, else ``fallback``, else the list of valid keys."""
+    return did_you_mean(key, valid, prefix) or fallback or f"valid: {', '.join(sorted(valid))}"
 
 
 def not_a_choice(name: str, value: object, valid: Sequence[object], source: str) -> UsageError:
     """The error for an option's ``value`` (given by ``source``) outside its ``valid`` values:
     them, and the nearest where one is near (``activation_fn='rel'``: relu)."""
-    near = nearest_key(str(value), [str(choice) for choice in valid])
-    hint = f"; did you mean '{near}'?" if near else ""
+    question = did_you_mean(str(value), [str(choice) for choice in valid])
+    hint = f"; {question}" if question else ""
     said = ", ".join(map(str, valid))
     return UsageError(f"{name} {value!r} {source} is not valid; valid values: {said}{hint}")
 

@@ -12,7 +12,7 @@ warn once (``deprecated_value``).
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from fairseq_san.errors import UsageError
 from fairseq_san.policy import KIND_TABLE, KINDS
@@ -343,3 +343,15 @@ def misplaced_static_refusal(
         f"{spelt(option, value)} is an option of {static}, not of {spelt(DECODING, decoding)}, "
         f"which decodes here: add {static}, or drop {spelt(option, None)}"
     )
+
+
+def cutoffs_read(text: object) -> Any:
+    """The list of bands fairseq reads from an adaptive cutoff option's ``text``
+    (``utils.eval_str_list``, literals only under the plugin), or ``text`` itself where it reads
+    none (None where unset; else fairseq's to refuse, as it builds the model)."""
+    from fairseq import utils
+
+    try:
+        return utils.eval_str_list(text, type=int)
+    except (TypeError, ValueError):
+        return text

@@ -95,6 +95,7 @@ from fairseq_san.options import (
     Option,
     asked_decoding,
     chosen_decoding,
+    cutoffs_read,
     flag_of,
     name_of,
 )
@@ -731,7 +732,8 @@ TIED_ADAPTIVE_OPTIONS = [
 def check_tied_adaptive_bands(args: argparse.Namespace) -> None:
     """Refuse ``--tie-adaptive-weights`` between an adaptive softmax and input whose bands
     differ: fairseq's ``transformer_lm`` asserts each pair of ``TIED_ADAPTIVE_OPTIONS`` equal (a
-    bare ``AssertionError``). Cutoffs are compared as the lists fairseq reads (``cutoffs_read``)."""
+    bare ``AssertionError``). Cutoffs are compared as the lists fairseq reads
+    (``options.cutoffs_read``)."""
     if not getattr(args, "adaptive_softmax_cutoff", None):
         raise UsageError(
             "--tie-adaptive-weights ties an adaptive softmax to the adaptive input, and this "
@@ -751,17 +753,6 @@ def check_tied_adaptive_bands(args: argparse.Namespace) -> None:
                 f"input's, and {flag_of(softmax)} {values[0]} differs from {flag_of(inputs)} "
                 f"{values[1]}: give both the same value"
             )
-
-
-def cutoffs_read(text: str) -> Any:
-    """The list of bands fairseq reads from ``text`` (``utils.eval_str_list``), or ``text``
-    itself where it reads none (fairseq's to refuse, as it builds the model)."""
-    from fairseq import utils
-
-    try:
-        return utils.eval_str_list(text, type=int)
-    except (TypeError, ValueError):
-        return text
 
 
 def embedding_width(args: argparse.Namespace) -> Optional[int]:

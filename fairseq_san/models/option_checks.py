@@ -10,14 +10,13 @@ import argparse
 import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq import utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.tasks import FairseqTask
 
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import (
-    STORED_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key, nearest_key_hint, not_a_choice,
+    STORED_SOURCE, BosTokenUnlikeTask, UsageError, did_you_mean, nearest_key_hint, not_a_choice,
 )
 
 logger = logging.getLogger(__name__)
@@ -292,12 +291,9 @@ def check_adaptive_cutoffs(args: argparse.Namespace, task: FairseqTask) -> None:
     band is 0 wide (``check_band_widths``)."""
     for option, (dictionary, factor, width) in ADAPTIVE_CUTOFFS.items():
         text = getattr(args, option, None)
-        try:  # as fairseq reads them (literals only: fairseq_fixes.literal_eval)
-            cutoffs = utils.eval_str_list(text, type=int)
-        except (TypeError, ValueError):
-            continue  # fairseq's to refuse
-        if not cutoffs:
-            continue  # unset
+        cutoffs = options.cutoffs_read(text)  # as fairseq reads them
+        if not isinstance(cutoffs, list) or not cutoffs:
+            continue  # unset, or fairseq's to refuse
         size = len(getattr(task, dictionary))
         if any(low >= high for low, high in zip([0] + cutoffs, cutoffs)) or cutoffs[-1] > size:
             raise UsageError(
@@ -370,8 +366,8 @@ def check_decoder_overrides(
         flag, value = options.current_flag(option, given)
         choices = command_line_choices(option)
         if choices is not None and str(value) not in choices:  # advised a flag it refuses
-            near = nearest_key(str(value), choices)
-            hint = f" (did you mean '{near}'?)" if near else ""
+            question = did_you_mean(str(value), choices)
+            hint = f" ({question})" if question else ""
             raise UsageError(
                 f"{option.name} '{given}' {STORED_SOURCE} is not one of {flag}'s choices{hint}: "
                 f"pass one of {', '.join(choices)} as {flag} on the command line (with --task "

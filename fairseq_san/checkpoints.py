@@ -152,6 +152,21 @@ class NotALiteralArgument(ValueError):
         )
 
 
+# Why a text argument may not hold "${": fairseq saves its configuration resolved, so one carried
+# literally would be an interpolation in its checkpoints.
+INTERPOLATED = (
+    "which fairseq's configuration reads as an omegaconf interpolation (and its checkpoints would "
+    "keep as one)"
+)
+
+
+class InterpolatedArgument(ValueError):
+    """A text argument of a checkpoint's ``args`` that holds ``${``."""
+
+    def __init__(self, name: str, value: str) -> None:
+        super().__init__(f"its args' {name} {shown(value)} holds '${{', {INTERPOLATED}")
+
+
 class SharedConfiguration(ValueError):
     """A checkpoint's configuration that holds one dict, list or tuple at two places."""
 
@@ -194,7 +209,7 @@ def problem_with(path: str, error: Exception) -> Optional[str]:
 
     if isinstance(error, PickleRefused):  # a stand-in refused its arguments as the file loaded
         return refused_objects(error)
-    if isinstance(error, (SharedConfiguration, NotALiteralArgument)):
+    if isinstance(error, (InterpolatedArgument, NotALiteralArgument, SharedConfiguration)):
         return str(error)
     if isinstance(error, (InterpolationResolutionError, GrammarParseError)):
         return interpolation_problem(getattr(error, "full_key", None) or "a field")

@@ -367,7 +367,29 @@ def test_plot_js_refuses_two_trainings_of_one_seed(tmp_path, capsys):
     assert plot_js_refusal(argv, capsys) == (
         f"fairseq-san-plot-js: error: {first}/js.json (--save-dir runs/a) and {other}/js.json "
         "(--save-dir runs/b) are analyses of different trainings: plot the checkpoints of one "
-        "training"
+        "training (or, one training moved to another --save-dir and resumed there: "
+        "--one-training)"
+    )
+    assert not output.exists()
+
+
+def test_plot_js_takes_a_training_moved_and_resumed_with_one_training(tmp_path, capsys):
+    """A training moved to another folder and resumed there was refused as two trainings, with
+    no way to plot it; --one-training takes its --save-dirs, not its seeds."""
+    from fairseq_san.cli.plot_js import main
+
+    first, moved = (with_recorded(write_js(tmp_path / name, steps, decoder_self=6), seed=1,
+                                  save_dir=f"runs/{name}")
+                    for name, steps in (("a", 10), ("b", 20)))  # fmt: skip
+    output = tmp_path / "fig5.png"
+    argv = [first, moved, "-o", str(output), "--reference-layer", "1", "--layers", "2"]
+    main([*argv, "--one-training"])
+    assert output.stat().st_size > 0 and "(2 checkpoints)" in capsys.readouterr().err
+    output.unlink()
+    with_recorded(moved, seed=2)
+    assert plot_js_refusal([*argv, "--one-training"], capsys) == (
+        f"fairseq-san-plot-js: error: {first}/js.json (seed 1) and {moved}/js.json (seed 2) are "
+        "analyses of different trainings: plot the checkpoints of one training"
     )
     assert not output.exists()
 

@@ -644,6 +644,39 @@ def test_arguments_with_backslashes_before_a_quote_or_the_end_read_back_as_they_
     assert convert_namespace_to_omegaconf(args).common_eval.results_path == text
 
 
+@pytest.mark.parametrize("text", ["a$", "$x", "a\\$", "it's\\"])
+def test_text_arguments_with_a_dollar_not_before_a_brace_read_back_as_they_were(tmp_path, text):
+    from fairseq import checkpoint_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    path = old_checkpoint(tmp_path, source_lang=text)
+    assert checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"]["task"]["source_lang"] == text
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(parser, ["data", "--path", "x.pt", "--results-path", text])
+    assert convert_namespace_to_omegaconf(args).common_eval.results_path == text
+
+
+@pytest.mark.parametrize("text", ["a${x}", "a${x", "${oc.env:HOME}"])
+def test_text_arguments_holding_an_interpolation_are_one_line(tmp_path, text):
+    """``--results-path 'a${x}'`` (or ``'a${x'``, or a checkpoint's argument) was omegaconf's
+    InterpolationKeyError or hydra's ConfigCompositionException traceback, ``${oc.env:HOME}``
+    resolved: fairseq saves its configuration resolved, so none can be carried literally."""
+    from fairseq import checkpoint_utils, options
+
+    path = old_checkpoint(tmp_path, source_lang=text)
+    with pytest.raises(checkpoints.CheckpointError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(refused.value) == (
+        f"cannot load checkpoint {path}: its args' source_lang {text!r} holds '${{', which "
+        "fairseq's configuration reads as an omegaconf interpolation (and its checkpoints would "
+        "keep as one)"
+    )
+    parser = options.get_generation_parser()
+    with pytest.raises(fairseq_san.errors.UsageError) as refused:
+        options.parse_args_and_arch(parser, ["data", "--path", "x.pt", "--results-path", text])
+    assert str(refused.value).startswith(f"--results-path {text!r} holds '${{', which fairseq")
+
+
 @pytest.mark.parametrize(
     "value, reason",
     [("(" * 1000 + ")" * 1000, "too many nested parentheses"), ("9" * 5000, "Exceeds the limit")],

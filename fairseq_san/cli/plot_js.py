@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the figure's title (default: the layers drawn, and the subset and number of "
         "sentences the analyses record)",
     )  # fmt: skip
+    parser.add_argument(
+        "--one-training", action="store_true",
+        help="the analyses are of one training whose --save-dir changed (moved to another "
+        "folder and resumed there): take them whatever --save-dir they record (their seeds "
+        "must still agree)",
+    )  # fmt: skip
     return parser
 
 
@@ -117,12 +123,15 @@ def check_layers(reference: int, layers: List[int], size: int, kind: str, path: 
             )
 
 
-def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> None:
+def check_one_series(
+    analyses: List[Tuple[str, dict]], layers: List[int], moved: bool = False
+) -> None:
     """PlotError for analyses that are not one model's series: one given twice, two at one
     training step (the same checkpoint twice, or two models: their points were stacked), of
     different subsets, sentences or sharing policies (where they name theirs:
-    ``check_one_source``), of different trainings (``check_one_training``), or of different models
-    (``check_one_model``); or a layer asked for twice."""
+    ``check_one_source``), of different trainings (``check_one_training``; ``moved``: one
+    training whatever its --save-dir), or of different models (``check_one_model``); or a layer
+    asked for twice."""
     twice = repeated(layers)
     if twice is not None:
         raise PlotError(f"--layers: layer {twice} is given twice")
@@ -142,23 +151,26 @@ def check_one_series(analyses: List[Tuple[str, dict]], layers: List[int]) -> Non
         check_one_source([data for _, data in analyses], [path for path, _ in analyses])
     except PolicyError as err:  # a shared model's zeros drawn inside a baseline's curve
         raise PlotError(str(err)) from None
-    check_one_training(analyses)
+    check_one_training(analyses, moved)
     check_one_model(analyses)
 
 
-def check_one_training(analyses: List[Tuple[str, dict]]) -> None:
+def check_one_training(analyses: List[Tuple[str, dict]], moved: bool = False) -> None:
     """PlotError naming two analyses of checkpoints trained with different seeds or into
-    different ``--save-dir``, where they record theirs: two trainings' kept checkpoints of one
-    recipe were drawn as one curve."""
+    different ``--save-dir`` (unless ``moved``: one training moved and resumed), where they
+    record theirs: two trainings' kept checkpoints of one recipe were drawn as one curve."""
     paths = [path for path, _ in analyses]
     data = [{**data, "save_dir": saved_in(data)} for _, data in analyses]
-    for field, said in (("seed", "seed"), ("save_dir", "--save-dir")):
+    fields = [("seed", "seed")] + ([] if moved else [("save_dir", "--save-dir")])
+    for field, said in fields:
         differing = recorded_difference(data, paths, field)
         if differing is not None:
             (first, value), (path, other) = differing
+            moved_hint = (" (or, one training moved to another --save-dir and resumed there: "
+                          "--one-training)" if field == "save_dir" else "")  # fmt: skip
             raise PlotError(
                 f"{first} ({said} {value}) and {path} ({said} {other}) are analyses of different "
-                "trainings: plot the checkpoints of one training"
+                f"trainings: plot the checkpoints of one training{moved_hint}"
             )
 
 
@@ -288,7 +300,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                 "is 0; give the other layers"
             )
         analyses = [(path, read_analysis(path)) for path in paths]
-        check_one_series(analyses, args.layers)
+        check_one_series(analyses, args.layers, args.one_training)
         panels = curves(analyses, args.reference_layer, args.layers)
         if all(series is None for series in panels.values()):
             raise PlotError("no decoder attention matrices in the given js.json files")

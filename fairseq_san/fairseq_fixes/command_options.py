@@ -74,6 +74,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 from fairseq_san.errors import UsageError, nearest_key, nearest_key_hint
 from fairseq_san.fairseq_fixes.generation_shards import check_shards
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
+from fairseq_san.fairseq_fixes.namespace_overrides import check_no_interpolation
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_tunes
 from fairseq_san.fairseq_fixes.world_size import check_world_size
@@ -221,6 +222,7 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         raise UsageError(f"{command} needs --path: {CHECKPOINT}")
     if getattr(args, "replace_unk", None) is not None:
         raise UsageError(REPLACE_UNK)
+    check_no_interpolation(args)
     check_option_ranges(args)
     check_buckets_sized(args)
     check_read_by_interactive(args, command)  # before the search numbers: --lm-path's check

@@ -12,6 +12,13 @@ an integer of 5,000 digits) was a SyntaxError traceback from inside fairseq's lo
 ``install()`` wraps ``_override_attr``: the backslashes before a quote or the end of a text are
 doubled, as hydra's grammar reads them back, and an argument fairseq would read as a literal
 and cannot is a ``NotALiteralArgument`` (``checkpoints.problem_with`` names the checkpoint).
+
+A text argument holding ``${`` (``--save-dir 'a${x}'``, ``'a${x'``) was omegaconf's
+InterpolationKeyError or hydra's ConfigCompositionException traceback, or an interpolation
+resolved (``${oc.env:HOME}``). Escaping it (``\${``) would carry it into the configuration, but
+fairseq saves its configuration resolved: its checkpoints would hold the interpolation. So it is
+refused in one line: ``check_no_interpolation`` for a command line (``command_options``), an
+``InterpolatedArgument`` for a checkpoint's ``args``.
 """
 
 import argparse
@@ -22,7 +29,10 @@ import re
 from enum import Enum
 from typing import Dict
 
-from fairseq_san.checkpoints import NotALiteralArgument
+from fairseq_san.checkpoints import INTERPOLATED, InterpolatedArgument, NotALiteralArgument
+from fairseq_san.errors import UsageError
+from fairseq_san.options import flag_of
+from fairseq_san.pickled_fields import shown
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # A run of backslashes before a quote or the end of a text: hydra's quoted values read each pair
@@ -55,12 +65,24 @@ def read_as_literal(kind: object, value: object) -> bool:
     return not (inspect.isclass(kind) and issubclass(kind, Enum))
 
 
+def check_no_interpolation(args: argparse.Namespace) -> None:
+    """UsageError naming a command line's text argument that holds ``${``."""
+    for name, value in sorted(vars(args).items()):
+        if isinstance(value, str) and "${" in value:
+            raise UsageError(
+                f"{flag_of(name)} {shown(value)} holds '${{', {INTERPOLATED}: give it without '${{'"
+            )
+
+
 def checked_arguments(data_class: type, args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` with its text options' backslashes made hydra's (``hydra_text``); a
-    ``NotALiteralArgument`` for an option read as a literal that is none."""
+    """``args`` with its text options' backslashes made hydra's (``hydra_text``); an
+    ``InterpolatedArgument`` for a text holding ``${``, a ``NotALiteralArgument`` for an option
+    read as a literal that is none."""
     escaped = {}
     for name, kind in option_types(data_class).items():
         value = getattr(args, name, None)
+        if isinstance(value, str) and kind is str and "${" in value:
+            raise InterpolatedArgument(name, value)
         if isinstance(value, str) and kind is str:
             escaped[name] = hydra_text(value)
         elif read_as_literal(kind, value):

@@ -750,6 +750,24 @@ def test_diverse_beam_search_decodes_a_batch_whatever_its_sentence_ids():
     assert_same_hypotheses(decode([0, 1, 2, 3]), decode([264, 7, 1013, 3]))
 
 
+def eos_prone_model(eos_weight: float) -> TransformerSANModel:
+    """A tiny model whose hypotheses end at several steps, more of them the larger
+    ``eos_weight`` (sharper distributions, in the weights: both decoders decode them)."""
+    model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=3)
+    weight = model.decoder.output_projection.weight.data
+    weight *= 3
+    direction = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0))
+    weight[DICT.eos()] += eos_weight * direction
+    return model
+
+
+def eos_prone_sample() -> Dict:
+    """The batch that ``eos_prone_model``'s hypotheses end in at several steps."""
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2])
+    return {"id": torch.arange(4),
+            "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+
+
 def test_diverse_beam_search_returns_no_hypothesis_past_its_end():
     """fairseq's DiverseBeamSearch gives its generator ``beam`` candidates, which ignores a
     finished hypothesis by its place, where beam search's candidates come from any hypothesis of
@@ -761,14 +779,7 @@ def test_diverse_beam_search_returns_no_hypothesis_past_its_end():
 
     from fairseq_san.static_decoding import StaticSequenceGenerator
 
-    model, _ = build(["--san-decoder-self-policy", "2,4"], dictionary=DICT, seed=3)
-    weight = model.decoder.output_projection.weight.data
-    weight *= 3  # sharper distributions, eos likely at some steps (in the weights: both decoders)
-    direction = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0))
-    weight[DICT.eos()] += 3 * direction
-    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2])
-    sample = {"id": torch.arange(4),
-              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    model, sample = eos_prone_model(3), eos_prone_sample()
     nbests = []
     for generator_class in (SequenceGenerator, StaticSequenceGenerator):
         search = DiverseBeamSearch(DICT, num_groups=2, diversity_strength=0.5)
@@ -783,6 +794,94 @@ def test_diverse_beam_search_returns_no_hypothesis_past_its_end():
     for hypothesis in hypotheses:
         average = hypothesis["positional_scores"].mean().item()
         assert hypothesis["score"].item() == pytest.approx(average, abs=1e-5)
+
+
+def test_diverse_beam_search_keeps_each_hypothesis_in_its_group():
+    """fairseq's generator continues the candidates that do not end, then those that do: after
+    a hypothesis ended, those after it moved up a place, and the step reads a place's group from
+    its number, so they changed groups (penalised for the wrong groups' tokens) and a group's
+    candidates extended other groups' hypotheses. Each group's beam / groups candidates must
+    extend its own hypotheses (a hypothesis's group: its first token's), in both decoders, which
+    agree."""
+    from fairseq.search import DiverseBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import StaticSequenceGenerator
+
+    class GroupsChecked(DiverseBeamSearch):
+        """Follows each hypothesis's group (its first token's place's: c * groups + g is group
+        g's) and counts the steps where a group's candidates were not beam / groups."""
+
+        strays = 0
+
+        def step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None):
+            found = super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs)
+            beam = found[2].size(1)
+            self.found_groups = torch.arange(beam).expand_as(found[2]) % self.num_groups
+            if step > 0:
+                self.found_groups = self.groups.gather(1, found[2])
+                sizes = torch.nn.functional.one_hot(self.found_groups, self.num_groups).sum(1)
+                self.strays += int(sizes.ne(beam // self.num_groups).any(1).sum())
+            return found
+
+        def prune_sentences(self, batch_idxs):
+            super().prune_sentences(batch_idxs)
+            self.found_groups = self.found_groups[batch_idxs]
+
+        def update_constraints(self, active_hypos):
+            super().update_constraints(active_hypos)
+            self.groups = self.found_groups.gather(1, active_hypos)
+
+    model, sample = eos_prone_model(6), eos_prone_sample()
+    nbests = []
+    for generator_class in (SequenceGenerator, StaticSequenceGenerator):
+        search = GroupsChecked(DICT, num_groups=2, diversity_strength=0.5)
+        generator = generator_class([model], DICT, beam_size=4, max_len_b=10,
+                                    search_strategy=search)  # fmt: skip
+        with torch.no_grad():
+            nbests.append(generator.generate([model], sample))
+        assert search.strays == 0, generator_class.__name__
+    assert_same_hypotheses(*nbests)
+    assert [len(nbest) for nbest in nbests[0]] == [4] * 4
+
+
+def test_one_diverse_beam_group_is_beam_search():
+    """--diverse-beam-groups 1 (any strength) is beam search, as in the paper: fairseq's diverse
+    step gave one candidate a place, so each hypothesis that ended left the beam one narrower
+    (other n-best lists than beam search's); in both decoders."""
+    from fairseq.search import DiverseBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.static_decoding import StaticSequenceGenerator
+
+    model, sample = eos_prone_model(6), eos_prone_sample()
+    for generator_class in (SequenceGenerator, StaticSequenceGenerator):
+        nbests = []
+        for search in (None, DiverseBeamSearch(DICT, num_groups=1, diversity_strength=0.5)):
+            generator = generator_class([model], DICT, beam_size=4, max_len_b=10,
+                                        search_strategy=search)  # fmt: skip
+            with torch.no_grad():
+                nbests.append(generator.generate([model], sample))
+        assert_same_hypotheses(*nbests)
+
+
+def test_diverse_beam_search_refuses_twice_the_candidates():
+    """A DiverseBeamSearch built with candidate_multiple=2 (fairseq's 'backwards compatible'
+    setting) hands the generator 2 x beam candidates, the first beam of which continue whatever
+    their groups: refused in one line, where the wrapped step failed with a shape mismatch."""
+    from fairseq.search import DiverseBeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_san.errors import UsageError
+
+    model, sample = eos_prone_model(3), eos_prone_sample()
+    search = DiverseBeamSearch(DICT, num_groups=2, diversity_strength=0.5, candidate_multiple=2)
+    generator = SequenceGenerator([model], DICT, beam_size=4, search_strategy=search)
+    with pytest.raises(UsageError, match=r"^DiverseBeamSearch\(candidate_multiple=2\): fairseq's "
+                       "generator continues the first beam of its candidates, which mixes the "
+                       r"groups; build it with candidate_multiple=1 \(fairseq's default\)$"):
+        with torch.no_grad():
+            generator.generate([model], sample)
 
 
 def test_prefix_constrained_search_returns_no_hypothesis_past_its_end():

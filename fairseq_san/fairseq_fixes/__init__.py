@@ -71,7 +71,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   the target's (a traceback at the first step, or scores of other words fused silently);
 * ``diverse_beam_search``: ``--diverse-beam-groups`` looks its groups' overlap up by the batch's
   positions (it took sentence ids for them: an IndexError at the second step of most batches),
-  and a finished hypothesis keeps its place (it went on past its end: ``[21, 21, 2, 2]``);
+  a finished hypothesis keeps its place (it went on past its end: ``[21, 21, 2, 2]``), each
+  hypothesis keeps its group (those after an ended one took other groups' places), one group is
+  beam search, and ``candidate_multiple=2`` is refused;
 * ``prefix_constrained_search``: a ``prefix_allowed_tokens_fn`` (the hub's, the task's
   ``build_generator``'s) never returns a hypothesis that goes on after its end of sentence
   (fairseq's search gave its generator half the candidates it counts on);

@@ -281,6 +281,21 @@ def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
     assert "Loss (base 2)" in result.stdout + result.stderr
 
 
+def test_eval_lm_with_a_context_window_names_the_sample_longer_than_max_tokens(trained):
+    """fairseq's context-window dataset counts its samples' tokens one at a time (no
+    ``num_tokens_vec``): its sample longer than --max-tokens is named with the subset it wraps,
+    not a traceback from inside the error's own wording."""
+    result = eval_lm(trained, "--context-window", "4", "--tokens-per-sample", "8",
+                     "--max-tokens", "3")  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.fullmatch(
+        r"fairseq-san: error: sentence \d+ of subset test is (\d+) tokens long \(its longest\), "
+        r"and a batch holds at most 3 \(--max-tokens; --max-tokens-valid in validation\): "
+        r"fairseq batches whole sentences; pass \1 or more",
+        result.stderr.strip().splitlines()[-1],
+    ), result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
 def test_eval_lm_refuses_a_shard_that_holds_no_batch(trained, command):
     """20 sentences in batches of 4 make 5 batches: fairseq-eval-lm's shard 8 of 9 scored no token

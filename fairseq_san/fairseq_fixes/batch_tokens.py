@@ -48,7 +48,12 @@ def longest_sentence(dataset, indices: np.ndarray) -> Tuple[int, int]:
 
 
 def subset_of(task, dataset) -> Optional[str]:
-    """The name of the subset that ``task`` loaded as ``dataset``, None where it loaded none."""
+    """The name of the subset that ``task`` loaded as ``dataset`` (or that ``--context-window``
+    wrapped, sentence for sentence), None where it loaded none."""
+    from fairseq.data import LMContextWindowDataset
+
+    if isinstance(dataset, LMContextWindowDataset):  # fairseq-eval-lm --context-window's
+        dataset = dataset.dataset
     datasets = getattr(task, "datasets", {})
     return next((split for split, loaded in datasets.items() if loaded is dataset), None)
 

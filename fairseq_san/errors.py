@@ -59,6 +59,17 @@ class BosTokenUnlikeTask(UsageError):
         self.trained = trained
 
 
+class NotThePluginsModel(UsageError):
+    """The error for a plugin option given to a model that is none of the plugin's (fairseq's
+    ``transformer``), which reads none: ``key`` and ``value`` as given (the hub words it again
+    for a decoder's, which its task reads)."""
+
+    def __init__(self, message: str, key: str, value: object) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+
+
 class OutputError(Exception):
     """A write to standard output failed: ``closed`` where the program reading it stopped (a
     broken pipe), else no room (``> /dev/full``). No OSError, so that a command's handling of
@@ -114,13 +125,19 @@ def nearest_key_hint(
     return did_you_mean(key, valid, prefix) or fallback or f"valid: {', '.join(sorted(valid))}"
 
 
-def not_a_choice(name: str, value: object, valid: Sequence[object], source: str) -> UsageError:
-    """The error for an option's ``value`` (given by ``source``) outside its ``valid`` values:
-    them, and the nearest where one is near (``activation_fn='rel'``: relu)."""
+def choice_problem(given: str, value: object, valid: Sequence[object]) -> str:
+    """The one wording of a ``value`` outside its ``valid`` values, after ``given`` (the option
+    and value as the user gave them: ``san_decoding='statc'``, ``dataset_impl 'mmapp' (from
+    --model-overrides ...)``): them, and the nearest where one is near."""
     question = did_you_mean(str(value), [str(choice) for choice in valid])
     hint = f"; {question}" if question else ""
-    said = ", ".join(map(str, valid))
-    return UsageError(f"{name} {value!r} {source} is not valid; valid values: {said}{hint}")
+    return f"{given} is not valid; valid values: {', '.join(map(str, valid))}{hint}"
+
+
+def not_a_choice(name: str, value: object, valid: Sequence[object], source: str) -> UsageError:
+    """The error for an option's ``value`` (given by ``source``) outside its ``valid`` values
+    (``choice_problem``: ``activation_fn='rel'``, did you mean relu)."""
+    return UsageError(choice_problem(f"{name} {value!r} {source}", value, valid))
 
 
 def first_bytes(path: str) -> bytes:

@@ -6,7 +6,7 @@ the static decoder's own arguments. Pure Python.
 import argparse
 from typing import Callable, List, Optional
 
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, choice_problem
 from fairseq_san.options import flag_of
 from fairseq_san.policy import is_finite_number, is_number
 
@@ -325,7 +325,7 @@ def check_alignment_kind(kind: object) -> None:
     """Refuse a ``--print-alignment`` other than hard or soft (None or False: no alignment): the
     hub's ``print_alignment=True`` failed inside fairseq's generator (``AttributeError``)."""
     if kind and kind not in ALIGNMENT_KINDS:
-        raise UsageError(f"--print-alignment {str(kind)!r}: choose hard or soft")
+        raise UsageError(choice_problem(f"--print-alignment {str(kind)!r}", kind, ALIGNMENT_KINDS))
 
 
 # --constraints' choices (fairseq's): the order in which a hypothesis must take them.
@@ -336,7 +336,7 @@ def check_constraints_kind(kind: object) -> None:
     """Refuse a ``--constraints`` other than ordered or unordered (None or False: none): the
     hub's ``constraints='sideways'`` (or True) failed inside fairseq's search (``NameError``)."""
     if kind and kind not in CONSTRAINT_ORDERS:
-        raise UsageError(f"--constraints {str(kind)!r}: choose ordered or unordered")
+        raise UsageError(choice_problem(f"--constraints {str(kind)!r}", kind, CONSTRAINT_ORDERS))
 
 
 def check_no_alignment(print_alignment: object) -> None:

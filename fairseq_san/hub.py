@@ -38,7 +38,7 @@ from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import UsageError, first_line
 from fairseq_san.fairseq_fixes.batch_tokens import OVER_MAX_TOKENS
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence
@@ -179,6 +179,17 @@ def keywords_spelt(given: Dict[str, Any]):
         yield
     except UsageError as error:
         raise UsageError(keyword_spelling(str(error), given)) from None
+
+
+def check_cuda(call: str, leave_out: str) -> None:
+    """Refuse ``call`` (moving a hub model to a GPU) in one line where torch sees no CUDA
+    device, saying to leave ``leave_out`` out."""
+    if not torch.cuda.is_available():
+        why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA device"
+        raise UsageError(
+            f"{call} on a hub model: this torch ({torch.__version__}) {why}; decode on the CPU "
+            f"(leave {leave_out} out), or on a machine with a GPU and a CUDA build of torch"
+        )
 
 
 def checked_texts(sentences: Any) -> Union[str, List[str]]:
@@ -471,13 +482,20 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         """``nn.Module.cuda``, refused in one line where torch sees no CUDA device: torch failed
         inside itself ("Torch not compiled with CUDA enabled", an AssertionError of a CPU-only
         build; a RuntimeError without a driver)."""
-        if not torch.cuda.is_available():
-            why = "is a CPU-only build" if torch.version.cuda is None else "sees no CUDA device"
-            raise UsageError(
-                f"cuda() on a hub model: this torch ({torch.__version__}) {why}; decode on the "
-                "CPU (leave .cuda() out), or on a machine with a GPU and a CUDA build of torch"
-            )
+        check_cuda("cuda()", ".cuda()")
         return super().cuda(device)
+
+    def to(self, *args, **kwargs) -> "SANHubInterface":
+        """``nn.Module.to``, a device that torch cannot use refused in one line, as ``cuda()``
+        refuses it: torch failed inside itself (``to('cuda')``: "Torch not compiled with CUDA
+        enabled", an AssertionError; ``to('gpu')``: a RuntimeError listing every device type)."""
+        try:
+            device = torch._C._nn._parse_to(*args, **kwargs)[0]  # as nn.Module.to reads them
+        except (RuntimeError, TypeError) as error:
+            raise UsageError(f"to() on a hub model: {first_line(error)}") from None
+        if device is not None and device.type == "cuda":
+            check_cuda(f"to({str(device)!r})", f".to({str(device)!r})")
+        return super().to(*args, **kwargs)
 
     def encode(self, sentence: Union[str, bytes]) -> torch.LongTensor:
         """fairseq's ``encode`` of one text (bytes read as UTF-8), a TypeError for anything else:

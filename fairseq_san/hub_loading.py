@@ -27,7 +27,7 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import MissingMandatoryValue, ValidationError
 
 from fairseq_san import options
-from fairseq_san.errors import BosTokenUnlikeTask, UsageError
+from fairseq_san.errors import BosTokenUnlikeTask, NotThePluginsModel, UsageError
 from fairseq_san.fairseq_fixes.model_overrides import ensemble_trained_alike
 from fairseq_san.fairseq_fixes.one_line_errors import (
     NO_LANGUAGE_PAIR,
@@ -43,7 +43,7 @@ from fairseq_san.hub import (
     keywords_spelt,
     unread_by_hub,
 )
-from fairseq_san.models.option_checks import MODEL_OPTION_HERE
+from fairseq_san.models.option_checks import MODEL_OPTION_HERE, command_line_choices
 from fairseq_san.tasks.decoding import (
     check_generation_keys,
     check_generation_value_types,
@@ -114,6 +114,7 @@ def from_pretrained(
         )
     check_no_decoding_keyword(kwargs)
     check_load_keywords(kwargs)
+    check_decoder_keyword_values(model_class, kwargs)
     kwargs = with_decoder_keywords_in_task(kwargs)
     user_dir = kwargs.get("user_dir")
     if user_dir is not None and not os.path.isdir(str(user_dir)):  # fairseq's FileNotFoundError
@@ -140,7 +141,7 @@ def from_pretrained(
             raise UsageError(problem) from error
         if OVERRIDES_FLAG in str(error):  # a checkpoint's check, which names the command line's
             raise type(error)(str(error).replace(OVERRIDES_FLAG, OVERRIDES_KEYWORDS)) from None
-        decoder = decoder_keyword_unread(error, kwargs)
+        decoder = decoder_keyword_unread(error, kwargs) or decoder_keyword_foreign(error)
         if decoder is not None:
             raise UsageError(decoder) from None
         bos_token = bos_token_problem(error, checkpoint_file, kwargs.get("task"))
@@ -213,6 +214,22 @@ def check_static_keywords_decode(task, keywords: Dict[str, Any]) -> None:
         task.check_decoder_options(generation, task.decoding(generation))
 
 
+def check_decoder_keyword_values(model_class: type, keywords: Dict[str, Any]) -> None:
+    """Refuse a decoder keyword's value outside its choices (a language model's decodings are
+    fewer) in the hub's words, whatever the checkpoint's task: under fairseq's own task only the
+    model checked it, and advised the command line (``--san-decoding``, ``--task``)."""
+    switch = options.LM_DECODING if issubclass(model_class, FairseqLanguageModel) else None
+    for option in options.DECODER_OPTIONS:
+        if option.name not in keywords or option.alias_of is not None:
+            continue  # the deprecated san_decoder: its task or the model say it
+        value = str(keywords[option.name])
+        choices = (switch or option).choices if option is options.DECODING else (
+            command_line_choices(option)
+        )
+        if choices is not None and value not in choices:
+            raise UsageError(invalid_choice(option, value, choices))
+
+
 def decoder_keyword_unread(error: Exception, keywords: Dict[str, Any]) -> Optional[str]:
     """The hub's words for the model's refusal of a decoder keyword that reached it alone (a
     checkpoint of fairseq's own task, whose generator reads none): it advised the command
@@ -230,6 +247,23 @@ def decoder_keyword_unread(error: Exception, keywords: Dict[str, Any]) -> Option
         f"generator would ignore it: load the model with task={{'_name': '{plugin_task}'}} "
         f"beside {key}"
     )
+
+
+def decoder_keyword_foreign(error: Exception) -> Optional[str]:
+    """The hub's words for the refusal of a decoder keyword given to a model that is none of the
+    plugin's (fairseq's ``transformer``), which advised the command line's flag: the plugin's
+    task reads the static decoder's, given in its dict (beside it, the model refuses them too);
+    only the plugin's models apply another decoding. None for another error."""
+    if not (isinstance(error, NotThePluginsModel) and error.key in options.DECODER_OPTION_NAMES):
+        return None
+    said = f"from_pretrained({error.key}={error.value!r}): this checkpoint's model is none of "
+    if str(error.value) in options.MODEL_DECODINGS:
+        return f"{said}the plugin's models, which alone apply it: decode with 'fairseq' or 'static'"
+    key, value = error.key, error.value
+    if options.OPTIONS[key].alias_of is not None:  # the deprecated san_decoder
+        key, value = options.OPTIONS[key].alias_of
+    task = {"_name": "translation_san", options.DECODING.name: options.STATIC, key: value}
+    return f"{said}the plugin's and reads no decoder option: give it to the task, task={task!r}"
 
 
 def with_decoder_keywords_in_task(keywords: Dict[str, Any]) -> Dict[str, Any]:

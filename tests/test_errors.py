@@ -2690,9 +2690,9 @@ def test_an_ema_seed_model_without_ema_weights_is_one_line(
       "Pass --san-decoder-execution fixed on the command line (with --task translation_san) "
       "instead"),
      ("compile", "san_decoder_execution 'compile' (from the checkpoint, --model-overrides or a "
-      "keyword argument) is not one of --san-decoder-execution's choices (did you mean "
-      "'compile-graph'?): pass one of eager, fixed, graph, compile-graph as "
-      "--san-decoder-execution on the command line (with --task translation_san)")],
+      "keyword argument) is not valid; valid values: eager, fixed, graph, compile-graph; did "
+      "you mean 'compile-graph'? (give a valid one as --san-decoder-execution on the command "
+      "line, with --task translation_san)")],
 )  # fmt: skip
 def test_an_execution_among_the_model_overrides_names_what_the_command_line_takes(
     execution, said
@@ -3877,8 +3877,10 @@ def test_fairseqs_language_model_on_a_shared_checkpoint_names_the_plugins_model(
     [
         ({"san_policy": '{"decoder_self": [3]}'},
          "attention sharing needs a model trained as transformer_san or transformer_lm_san"),
-        ({"san_decoding": "no-cache"},
-         "give --san-decoding on the command line (with --task translation_san)"),
+        ({"san_decoding": "no-cache"},  # the task could not apply it either
+         "only the plugin's models apply it: decode with --san-decoding fairseq or static"),
+        ({"san_decoder_precision": "bf16"},
+         "give --san-decoder-precision on the command line (with --task translation_san)"),
     ],
 )  # fmt: skip
 def test_a_plugin_option_in_the_overrides_of_fairseqs_own_model_is_refused(overrides, advice):

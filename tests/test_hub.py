@@ -165,6 +165,15 @@ def test_cuda_without_a_cuda_device_is_one_line(san_checkpoint, binarized_corpus
     said = rf"^cuda\(\) on a hub model: this torch \(\S+\) {why}; decode on the CPU"
     with pytest.raises(UsageError, match=said):
         hub.cuda()
+    for args, kwargs, call in ((("cuda",), {}, "to('cuda')"),
+                               ((), {"device": "cuda:0"}, "to('cuda:0')")):  # fmt: skip
+        with pytest.raises(UsageError) as refused:  # torch's AssertionError from inside it
+            hub.to(*args, **kwargs)
+        assert str(refused.value).startswith(f"{call} on a hub model: this torch (")
+        assert f"{why}; decode on the CPU (leave .{call} out)" in str(refused.value)
+    with pytest.raises(UsageError, match=r"^to\(\) on a hub model: Expected one of cpu, .*: tpu$"):
+        hub.to("tpu")  # torch's RuntimeError
+    assert hub.to("cpu") is hub
     assert hub.device.type == "cpu" and hub.translate("tok1 tok2", beam=2)
 
 
@@ -313,8 +322,97 @@ def test_hub_keywords_are_checked_whatever_the_task(workdir):
     with pytest.raises(UsageError) as refused:  # fairseq's generator decoded it
         load(workdir).translate(["tok1 tok2 tok3"], san_decoding="statc")
     assert str(refused.value) == (
-        "san_decoding='statc' is not one of this task's choices (fairseq, no-cache, fast, "
-        "static): did you mean 'static'?"
+        "san_decoding='statc' is not valid; valid values: fairseq, no-cache, fast, static; did "
+        "you mean 'static'?"
+    )
+
+
+@pytest.fixture(scope="module")
+def fairseq_task_checkpoints(binarized_corpus, tmp_path_factory) -> dict:
+    """Checkpoints of fairseq's own --task translation (fairseq-train's default), 1 update each:
+    {arch: path} of a transformer_san and of fairseq's transformer."""
+    root = tmp_path_factory.mktemp("fairseq-task")
+    checkpoints = {}
+    for arch in ("transformer_san", "transformer"):
+        argv = train_argv(binarized_corpus, root / arch, 1)
+        argv[argv.index("--arch") + 1] = arch
+        result = run_cli("fairseq-train", *argv)
+        assert result.returncode == 0, result.stderr[-3000:]
+        checkpoints[arch] = root / arch / "checkpoint_last.pt"
+    return checkpoints
+
+
+PRECISIONS = "fp32, bf16, bf16-fp32-logits, bf16-full, int8"
+
+
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        (dict(san_decoding="statc"), "san_decoding='statc' is not valid; valid values: fairseq, "
+         "no-cache, fast, static; did you mean 'static'?"),
+        (dict(san_decoder_precision="bf61"), "san_decoder_precision='bf61' is not valid; valid "
+         f"values: {PRECISIONS}; did you mean 'bf16'?"),
+        (dict(san_decoding="static", san_decoder_precision="bf61"), "san_decoder_precision="
+         f"'bf61' is not valid; valid values: {PRECISIONS}; did you mean 'bf16'?"),
+        (dict(san_decoding="static", san_decoder_execution="grph"), "san_decoder_execution="
+         "'grph' is not valid; valid values: eager, fixed, graph, compile-graph; did you mean "
+         "'graph'?"),
+        (dict(san_decoder_execution="cuda"), "san_decoder_execution='cuda' is not valid; valid "
+         "values: eager, fixed, graph, compile-graph"),
+    ],
+    ids=["decoding", "precision", "static-precision", "static-execution", "execution"],
+)  # fmt: skip
+def test_a_decoder_keywords_bad_value_under_fairseqs_task_is_said_as_a_keyword(
+    fairseq_task_checkpoints, binarized_corpus, keywords, message
+):
+    """Under fairseq's --task translation only the model checked them, and advised the command
+    line ("pass one of ... as --san-decoding (with --task translation_san)") to a hub user."""
+    from fairseq_san.errors import UsageError
+
+    checkpoint = fairseq_task_checkpoints["transformer_san"]
+    with pytest.raises(UsageError) as refused:
+        from_pretrained(checkpoint.parent, checkpoint.name, binarized_corpus, **keywords)
+    assert str(refused.value) == message
+
+
+def test_a_decoder_keyword_for_fairseqs_own_model_is_said_as_the_hub_takes_it(
+    fairseq_task_checkpoints, binarized_corpus
+):
+    """fairseq's transformer reads no plugin option: the hub advised the command line's flag
+    (beside task={'_name': 'translation_san'} too); the task it advises now decodes. No-cache,
+    which only the plugin's models apply, decoded with fairseq's cache under the plugin's task
+    (its log said no-cache)."""
+    from fairseq_san.errors import UsageError
+
+    checkpoint = fairseq_task_checkpoints["transformer"]
+    load = functools.partial(from_pretrained, checkpoint.parent, checkpoint.name,
+                             binarized_corpus)  # fmt: skip
+    said = ("this checkpoint's model is none of the plugin's and reads no decoder option: give "
+            "it to the task, task={'_name': 'translation_san', 'san_decoding': 'static'")
+    for keywords in (dict(san_decoding="static"),
+                     dict(san_decoding="static", task={"_name": "translation_san"})):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            load(**keywords)
+        assert str(refused.value) == f"from_pretrained(san_decoding='static'): {said}}}"
+    with pytest.raises(UsageError) as refused:
+        load(san_decoder_precision="bf16")
+    assert str(refused.value) == (
+        f"from_pretrained(san_decoder_precision='bf16'): {said}, 'san_decoder_precision': 'bf16'}}"
+    )
+    task = {"_name": "translation_san", "san_decoding": "static", "san_decoder_precision": "bf16"}
+    assert load(task=task).translate("tok1 tok2", beam=1, max_len_b=3)
+    with pytest.raises(UsageError) as refused:
+        load(san_decoding="no-cache")
+    assert str(refused.value) == (
+        "from_pretrained(san_decoding='no-cache'): this checkpoint's model is none of the "
+        "plugin's models, which alone apply it: decode with 'fairseq' or 'static'"
+    )
+    hub = load(task={"_name": "translation_san"})
+    with pytest.raises(UsageError) as refused:
+        hub.translate("tok1 tok2", san_decoding="no-cache")
+    assert str(refused.value) == (
+        "san_decoding='no-cache': the model (TransformerModel) is none of the plugin's models, "
+        "which alone apply it: decode with san_decoding='fairseq' or san_decoding='static'"
     )
 
 
@@ -729,21 +827,23 @@ def test_keywords_the_hub_cannot_follow_are_one_line(
          "an integer of at least 2"),
         ({"sampling": True, "match_source_len": True}, "sampling=True and match_source_len=True "
          "each choose a search, and fairseq's generator runs one"),
-        ({"print_alignment": True}, "print_alignment=True: choose hard or soft"),
+        ({"print_alignment": True}, "print_alignment=True is not valid; valid values: hard, soft"),
         # fairseq's search failed on them: NameError, "cannot access free variable"
         ({"constraints": "sideways", "inference_step_args": tokens},
-         "constraints='sideways': choose ordered or unordered"),
+         "constraints='sideways' is not valid; valid values: ordered, unordered"),
         ({"constraints": True, "inference_step_args": tokens},
-         "constraints=True: choose ordered or unordered"),
+         "constraints=True is not valid; valid values: ordered, unordered"),
         ({"san_decoding": "static", "san_decoder_execution": "compile"},  # compiled per call
-         "san_decoder_execution='compile': choose one of eager, fixed, graph, compile-graph"),
+         "san_decoder_execution='compile' is not valid; valid values: eager, fixed, graph, "
+         "compile-graph; did you mean 'compile-graph'?"),
         ({"san_decoder_precision": "int8"}, "san_decoder_precision='int8' is an option of "
          "san_decoding='static', not of san_decoding='fairseq', which decodes here: add "
          "san_decoding='static', or drop san_decoder_precision"),
         ({"min_len": 500, "max_len_b": 20}, "min_len=500 is above the longest output of a batch "
          "(max_len_a=0"),
         ({"beam": "4"}, "beam='4': it must be an integer of at least 1"),  # not a keyword: "beam"
-        ({"print_alignment": "two words"}, "print_alignment='two words': choose hard or soft"),
+        ({"print_alignment": "two words"}, "print_alignment='two words' is not valid; valid "
+         "values: hard, soft"),
         # fairseq's verbose log formats (source, target) pairs: a ValueError
         ({"print_alignment": "soft", "verbose": True}, "print_alignment='soft' with verbose=True: "
          "fairseq's hub logs hard alignments only"),
@@ -1242,7 +1342,7 @@ def test_a_language_models_decoding_outside_its_choices_names_its_own(language_m
     with pytest.raises(UsageError) as refused:
         load_language_model(language_model_files, san_decoding="fast")
     assert str(refused.value) == (
-        "san_decoding='fast' is not one of this task's choices (fairseq, static): pass one of them"
+        "san_decoding='fast' is not valid; valid values: fairseq, static"
     )
 
 
@@ -1748,8 +1848,8 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
     now checked as an override, with the nearest choice."""
     from fairseq_san.errors import UsageError
 
-    said = ("san_decoding='statik' is not one of this task's choices (fairseq, no-cache, fast, "
-            "static): did you mean 'static'?")  # fmt: skip
+    said = ("san_decoding='statik' is not valid; valid values: fairseq, no-cache, fast, static; "
+            "did you mean 'static'?")  # fmt: skip
     in_task = {"_name": "translation_san", "san_decoding": "statik"}
     for keywords in (dict(san_decoding="statik"), dict(task=in_task)):
         with pytest.raises(UsageError) as refused:
@@ -1759,9 +1859,9 @@ def test_a_task_option_outside_its_choices_is_one_line_at_load(san_checkpoint, b
     with pytest.raises(UsageError) as refused:  # its choices a table's, not the option's
         from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                         san_decoder_precision="bf61")  # fmt: skip
-    assert str(refused.value).startswith("san_decoder_precision='bf61' is not one of this task's "
-                                         "choices (fp32, bf16, ")  # fmt: skip
-    assert str(refused.value).endswith("): did you mean 'bf16'?")
+    assert str(refused.value).startswith("san_decoder_precision='bf61' is not valid; valid "
+                                         "values: fp32, bf16, ")  # fmt: skip
+    assert str(refused.value).endswith("; did you mean 'bf16'?")
     with pytest.raises(UsageError) as refused:
         from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
                         dataset_impl="mmapp")  # fmt: skip

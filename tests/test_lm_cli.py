@@ -618,8 +618,7 @@ def test_the_hub_refuses_a_decoding_the_language_model_has_not(trained):
     with pytest.raises(UsageError) as refused:
         hub.sample("tok1 tok2", beam=1, max_len_b=6, san_decoding="fast")
     assert str(refused.value) == (
-        "san_decoding='fast' is not one of this task's choices (fairseq, static): pass one of "
-        "them"
+        "san_decoding='fast' is not valid; valid values: fairseq, static"
     )
 
 

@@ -259,8 +259,8 @@ def test_overrides_the_language_model_would_ignore_or_fail_on_are_refused(overri
       "checkpoint), which does not choose the decoder: this command decodes with 'fairseq'. Pass "
       "--san-decoding static on the command line (with --task language_modeling_san) instead"),
      ("fast", "san_decoding 'fast' (from the checkpoint, --model-overrides or a keyword argument) "
-      "is not a decoding of this model: pass one of fairseq, static as --san-decoding (with --task "
-      "language_modeling_san)")],
+      "is not valid; valid values: fairseq, static (give a valid one as --san-decoding on the "
+      "command line, with --task language_modeling_san)")],
 )  # fmt: skip
 def test_a_decoding_in_the_language_models_overrides_is_refused(legacy, decoding, message):
     """fairseq-generate builds the generator from its own task: the language model ignored

@@ -41,7 +41,8 @@ from omegaconf import DictConfig
 
 from fairseq_san import options
 from fairseq_san.errors import (
-    OVERRIDE_SOURCE, BosTokenUnlikeTask, UsageError, nearest_key_hint, not_a_choice,
+    OVERRIDE_SOURCE, BosTokenUnlikeTask, NotThePluginsModel, UsageError, nearest_key_hint,
+    not_a_choice,
 )
 from fairseq_san.fairseq_fixes.command_options import analysis_elsewhere
 from fairseq_san.fairseq_fixes.literal_eval import evaluate
@@ -539,21 +540,28 @@ def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: st
         option = options.OPTIONS.get(key)
         if option is None or option in options.ANALYSIS_OPTIONS or not option.is_set(value):
             continue
-        advice = (
-            f"give {options.flag_of(key)} on the command line (with --task translation_san)"
-            if option in options.DECODER_OPTIONS
-            else "attention sharing needs a model trained as transformer_san or "
-            "transformer_lm_san"
-        )
-        error = UsageError(
+        advice = foreign_model_advice(option, value)
+        error = NotThePluginsModel(
             f"{key}={value!r} {source}: this checkpoint's model ({arch}) is none of the plugin's "
-            f"and reads no option of it, and fairseq would decode it as trained; {advice}"
+            f"and reads no option of it, and fairseq would decode it as trained; {advice}",
+            key,
+            value,
         )
         deferred = _ENSEMBLE_REFUSALS.get()
         if deferred is None:
             raise error
         deferred.append(error)
         return
+
+
+def foreign_model_advice(option: options.Option, value: object) -> str:
+    """What to do instead of giving plugin ``option`` = ``value`` to a model that is none of the
+    plugin's: the plugin's task applies the static decoder to any model, and nothing else."""
+    if option not in options.DECODER_OPTIONS:
+        return "attention sharing needs a model trained as transformer_san or transformer_lm_san"
+    if str(value) in options.MODEL_DECODINGS:
+        return "only the plugin's models apply it: decode with --san-decoding fairseq or static"
+    return f"give {option.flag} on the command line (with --task translation_san)"
 
 
 # What ``check_no_plugin_option`` refused while an ensemble loads (``_deferring_to_the_ensemble``);

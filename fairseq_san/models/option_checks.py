@@ -16,7 +16,7 @@ from fairseq.tasks import FairseqTask
 from fairseq_san import checkpoints, options
 from fairseq_san import policy as san_policy
 from fairseq_san.errors import (
-    STORED_SOURCE, BosTokenUnlikeTask, UsageError, did_you_mean, nearest_key_hint, not_a_choice,
+    STORED_SOURCE, BosTokenUnlikeTask, UsageError, choice_problem, nearest_key_hint, not_a_choice,
 )
 
 logger = logging.getLogger(__name__)
@@ -355,24 +355,18 @@ def check_decoder_overrides(
         applied = getattr(cfg, option.name, None) or option.default
         if given is None or str(given) in (str(option.default), str(applied)):
             continue
-        if option is options.DECODING and str(given) not in switch.choices:
+        flag, value = options.current_flag(option, given)
+        choices = list(switch.choices) if option is options.DECODING else (
+            command_line_choices(option)
+        )
+        if choices is not None and str(value) not in choices:  # advised a flag it refuses
+            said = choice_problem(f"{option.name} '{given}' {STORED_SOURCE}", value, choices)
             raise UsageError(
-                f"{option.name} '{given}' {STORED_SOURCE} is not a decoding of this model: "
-                f"pass one of {', '.join(switch.choices)} as --san-decoding (with --task "
+                f"{said} (give a valid one as {flag} on the command line, with --task "
                 f"{plugin_task})"
             )
         if option is options.DECODING and str(given) in options.MODEL_DECODINGS:
             continue
-        flag, value = options.current_flag(option, given)
-        choices = command_line_choices(option)
-        if choices is not None and str(value) not in choices:  # advised a flag it refuses
-            question = did_you_mean(str(value), choices)
-            hint = f" ({question})" if question else ""
-            raise UsageError(
-                f"{option.name} '{given}' {STORED_SOURCE} is not one of {flag}'s choices{hint}: "
-                f"pass one of {', '.join(choices)} as {flag} on the command line (with --task "
-                f"{plugin_task})"
-            )
         decodes = "its default" if applied is None else f"'{applied}'"  # the device's execution
         raise UsageError(
             f"{option.name} '{given}' {MODEL_OPTION_HERE} (--model-overrides or the "

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from fairseq_san import options
-from fairseq_san.errors import UsageError, nearest_key_hint
+from fairseq_san.errors import UsageError, choice_problem, nearest_key_hint
 from fairseq_san.generation_options import (
     check_allowed_tokens_searched,
     check_alignment_kind,
@@ -86,6 +86,17 @@ def applied_decoding(models: Sequence, asked: str) -> str:
     if not own:
         return asked
     return f"{', '.join(own)} (the model's own options: --model-overrides or the checkpoint)"
+
+
+def decoding_not_applied(model: object, decoding: str) -> str:
+    """The error for a model decoding (``no-cache``, ``fast``) asked of ``model``, which is none
+    of the plugin's and cannot apply it: fairseq's generator decoded as with ``fairseq``, and
+    the log named ``decoding``."""
+    return (
+        f"--san-decoding {decoding}: the model ({type(model).__name__}) is none of the "
+        "plugin's models, which alone apply it: decode with --san-decoding fairseq or "
+        "--san-decoding static"
+    )
 
 
 # How a keyword of the hub's calls is named in a message.
@@ -250,13 +261,10 @@ def check_choice(option: options.Option, value: str) -> None:
 def invalid_choice(
     option: options.Option, value: str, choices: Optional[Sequence[str]] = None
 ) -> str:
-    """The error for ``value`` outside ``option``'s choices (or the task's own ``choices``: a
-    language model's decodings are fewer), with the nearest one."""
+    """The error for keyword ``value`` outside ``option``'s choices (or the task's own
+    ``choices``: a language model's decodings are fewer), in ``choice_problem``'s words."""
     choices = option.choices if choices is None else choices
-    return (
-        f"{option.name}={value!r} is not one of this task's choices ({', '.join(choices)}): "
-        + nearest_key_hint(value, choices, fallback="pass one of them")
-    )
+    return choice_problem(f"{option.name}={value!r}", value, choices)
 
 
 def plugin_option_misplaced(option: options.Option) -> str:
@@ -420,6 +428,8 @@ class DecodingTask:
             for model in models:
                 if hasattr(model, "set_decoding"):
                     model.set_decoding(decoding)
+                elif decoding != options.FAIRSEQ:
+                    raise UsageError(decoding_not_applied(model, decoding))
             generator = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
@@ -600,10 +610,8 @@ class DecodingTask:
             raise UsageError(options.misplaced_static_refusal(option, value(option), decoding))
         execution = self.decoding_option(args, options.DECODER_EXECUTION)
         if options.DECODER_EXECUTION.is_set(execution) and execution not in offered_executions():
-            raise UsageError(
-                f"{options.DECODER_EXECUTION.flag} {execution}: choose one of "
-                f"{', '.join(offered_executions())}"
-            )
+            given = f"{options.DECODER_EXECUTION.flag} {execution}"
+            raise UsageError(choice_problem(given, execution, offered_executions()))
 
     def decoding_option(self, args, option: options.Option) -> object:
         """``option`` of the generation options, else of the task's config, else its default (a

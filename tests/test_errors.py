@@ -3906,6 +3906,31 @@ def test_a_plugin_option_in_the_overrides_of_fairseqs_own_model_is_refused(overr
     check_overrides(language_model, overrides)  # --lm-path: the translation model's overrides
 
 
+@pytest.mark.parametrize("decoding", ["fast", "no-cache"])
+def test_a_model_decoding_of_fairseqs_own_model_is_refused(tmp_path, decoding):
+    """fairseq-generate --task translation_san --san-decoding no-cache of a --arch transformer
+    checkpoint decoded it with the cache, and the log said "SAN decoding: no-cache"."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from helpers import build_fairseq_transformer
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    config = TranslationSANConfig(data=str(tmp_path), san_decoding=decoding)
+    task = TranslationSANTask(config, make_dictionary(), make_dictionary())
+    theirs, _ = build_fairseq_transformer()
+    with pytest.raises(UsageError) as refused:
+        task.build_generator([theirs], GenerationConfig(beam=2))
+    assert str(refused.value) == (
+        f"--san-decoding {decoding}: the model (TransformerModel) is none of the plugin's "
+        "models, which alone apply it: decode with --san-decoding fairseq or --san-decoding "
+        "static"
+    )
+    ours, _ = build()
+    task.build_generator([ours], GenerationConfig(beam=2))  # the plugin's model takes it
+    assert ours.decoding == decoding
+
+
 def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plugins_model():
     """--finetune-from-model: the plugin's model starts from the checkpoint under any policy."""
     from helpers import build_fairseq_transformer

@@ -296,13 +296,22 @@ def interpolation_problem(field: str) -> str:
     )
 
 
+def interpolation_in(state: dict) -> Optional[str]:
+    """Why a checkpoint's configuration is none fairseq saves where it holds an omegaconf
+    interpolation (``interpolation_problem``: its first field), or None."""
+    for field, value in stored_strings(state.get("cfg")):
+        if "${" in value:
+            return interpolation_problem(field)
+    return None
+
+
 def refuse_interpolations_in(path: str, state: dict) -> None:
     """Refuse a checkpoint whose configuration holds an omegaconf interpolation: fairseq saves
     its configuration resolved, and one resolved as it loads failed deep in omegaconf (a missing
     key) or took values from the environment (``${oc.env:...}``)."""
-    for field, value in stored_strings(state.get("cfg")):
-        if "${" in value:
-            raise CheckpointError(f"cannot load checkpoint {path}: {interpolation_problem(field)}")
+    problem = interpolation_in(state)
+    if problem is not None:
+        raise CheckpointError(f"cannot load checkpoint {path}: {problem}")
 
 
 def stored_strings(node: object, name: str = "") -> Iterator[Tuple[str, str]]:

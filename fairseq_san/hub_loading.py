@@ -10,7 +10,9 @@ It takes local folders only. fairseq's ``file_utils.load_archive_file`` download
 name of the model's ``hub_models()``), and unpacks it or a local archive file with
 ``tarfile.extractall`` unfiltered (a member ``model/../../x`` is written outside the folder, a
 ``.pth`` file into site-packages: code run at the next start), then deletes the archive: a
-received archive could write anywhere. The user unpacks it and passes the folder.
+received archive could write anywhere. The user unpacks it and passes the folder. A data folder
+(or a bpe file of the model folder) whose path holds ``${`` is refused: fairseq sets it on the
+configuration, which would resolve it.
 """
 
 import argparse
@@ -29,6 +31,7 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 from fairseq_san import options
 from fairseq_san.errors import BosTokenUnlikeTask, NotThePluginsModel, UsageError
 from fairseq_san.fairseq_fixes.model_overrides import ensemble_trained_alike
+from fairseq_san.fairseq_fixes.namespace_overrides import interpolation_refused
 from fairseq_san.fairseq_fixes.one_line_errors import (
     NO_LANGUAGE_PAIR,
     fairseqs_bad_input,
@@ -127,6 +130,7 @@ def from_pretrained(
     data_path = data_folder(data_name_or_path, model_path, archive_map)
     folder_files = [os.path.join(model_path, name) for name in FOLDER_FILES]
     check_regular_files(folder_files + glob_in(data_path, "dict*.txt"))
+    check_no_interpolated_paths(data_path, folder_files)
     try:
         loaded = hub_utils.from_pretrained(
             model_path,
@@ -362,6 +366,16 @@ def check_bpe_files_read(cfg: DictConfig, keywords: Dict[str, Any]) -> None:
 
 # The files fairseq's from_pretrained takes from the model folder for the bpe, by these names.
 FOLDER_FILES = ("sentencepiece.bpe.model", "code", "bpecodes", "merges.txt", "vocab.json")
+
+
+def check_no_interpolated_paths(data_path: str, folder_files: List[str]) -> None:
+    """Refuse a data folder, or a file fairseq takes from the model folder, whose path holds
+    ``${``: fairseq sets it on the checkpoint's configuration, which would resolve it (it was
+    refused as an interpolation of the checkpoint's own)."""
+    present = [("the model folder's file", path) for path in folder_files if os.path.exists(path)]
+    for said, path in [("the data folder", data_path), *present]:
+        if "${" in path:
+            raise interpolation_refused(f"{said} {path}")
 
 
 def check_stored_files(cfg: DictConfig, keywords: Dict[str, Any], model_path: str) -> None:

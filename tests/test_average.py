@@ -229,6 +229,26 @@ def test_a_checkpoint_of_another_model_or_unsafe_is_refused(checkpoints, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("text", ["${oc.env:HOME}", "a${x}"])
+def test_a_checkpoint_holding_an_interpolation_is_refused(checkpoints, tmp_path, text):
+    """A configuration holding ``${`` (fairseq saves it resolved; its loaders refuse it) was
+    averaged, and the average kept it: refused, as fairseq's loaders refuse it."""
+    first = update_checkpoints(checkpoints)[3]
+
+    def plant(state: dict) -> None:
+        state["cfg"]["checkpoint"]["save_dir"] = text
+
+    other = save_changed(update_checkpoints(checkpoints)[2], tmp_path / "other.pt", plant)
+    output = tmp_path / "mean.pt"
+    assert refusal(["--inputs", str(first), str(other), "--output", str(output)]) == (
+        f"cannot average checkpoint {other}: its configuration's checkpoint.save_dir is an "
+        "omegaconf interpolation (${...}), which fairseq resolves before it saves one: not a "
+        "configuration fairseq wrote"
+    )
+    assert not output.exists()
+
+
+@pytest.mark.slow
 def test_a_checkpoint_of_a_shuffled_dictionary_is_refused(checkpoints, tmp_path):
     """Trained on data whose dictionary holds the same number of words in another order: each
     embedding row is another word's, and the mean was written without a word."""

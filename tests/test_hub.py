@@ -763,6 +763,24 @@ def language_model(language_model_files):
     return load_language_model(language_model_files)
 
 
+def test_a_keyword_or_data_folder_holding_an_interpolation_is_named(language_model_files,
+                                                                     tmp_path):  # fmt: skip
+    """A keyword holding ``${`` (or a data folder whose path does: fairseq sets it as an
+    override) was refused as the checkpoint's own interpolation, "not a configuration fairseq
+    wrote"; ``${oc.env:HOME}`` is never resolved."""
+    from fairseq_san.errors import UsageError
+
+    interpolation = "holds '${', which fairseq's configuration reads as an omegaconf interpolation"
+    with pytest.raises(UsageError) as refused:
+        load_language_model(language_model_files, save_dir="${oc.env:HOME}")
+    keyword = "save_dir='${oc.env:HOME}' (from --model-overrides or a keyword argument)"
+    assert str(refused.value).startswith(f"{keyword} {interpolation}")
+    data = shutil.copytree(language_model_files[1], tmp_path / "a${x}")
+    with pytest.raises(UsageError) as refused:
+        load_language_model((language_model_files[0], data))
+    assert str(refused.value).startswith(f"the data folder {data} {interpolation}")
+
+
 NBEST_IGNORED = (
     "nbest=1 would be ignored: generate() returns every hypothesis of the beam, best first "
     "(translate() and sample() the best one): slice them, hypos[:N]"

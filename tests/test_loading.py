@@ -1436,6 +1436,40 @@ def test_an_interpolation_in_a_checkpoints_configuration_is_refused(san_checkpoi
     )
 
 
+# The refusal of an override holding "${", named: it was refused as the checkpoint's own.
+INTERPOLATED_OVERRIDE = (
+    "{said} (from --model-overrides or a keyword argument) holds '${{', which fairseq's "
+    "configuration reads as an omegaconf interpolation (and its checkpoints would keep as one): "
+    "give it without '${{'"
+)
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [({"save_dir": "a${x}"}, "save_dir='a${x}'"), ({"save_dir": "a${x"}, "save_dir='a${x'"),
+     ({"results_path": "${oc.env:HOME}"}, "results_path='${oc.env:HOME}'"),
+     ({"task": {"_name": "translation_san", "data": "${oc.env:HOME}"}},
+      "task.data='${oc.env:HOME}'")],
+)  # fmt: skip
+def test_an_override_holding_an_interpolation_is_named(san_checkpoint, overrides, said):
+    """``--model-overrides`` (and the hub's keywords, which fairseq passes as overrides) holding
+    ``${`` was refused as the checkpoint's own interpolation, "not a configuration fairseq
+    wrote": the override is named, with the command line's refusal."""
+    from fairseq import checkpoint_utils
+
+    with pytest.raises(fairseq_san.errors.UsageError) as refused:
+        checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint), overrides)
+    assert str(refused.value) == INTERPOLATED_OVERRIDE.format(said=said)
+
+
+@pytest.mark.parametrize("text", ["$x", "a$"])
+def test_an_override_with_a_dollar_not_before_a_brace_is_kept(san_checkpoint, text):
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(san_checkpoint), {"save_dir": text})
+    assert state["cfg"].checkpoint.save_dir == text
+
+
 def test_a_foreign_global_in_torchs_legacy_format_is_named(tmp_path):
     """torch.save(..., _use_new_zipfile_serialization=False), as old fairseq checkpoints are: the
     global is named, not "truncated" (the archive check is for zip files only)."""

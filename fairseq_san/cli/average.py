@@ -6,7 +6,8 @@ checkpoint files, or one folder whose newest N checkpoints ``--num-update-checkp
 (``checkpointE.pt``) choose, at most ``--checkpoint-upper-bound`` updates or epochs. The average
 keeps the other fields (configuration, optimizer state, ...) of the first checkpoint: the newest,
 of a folder; a checkpoint of another model is refused, by its parameters' names and shapes or by
-a configuration that changes what they compute (``MEANING_KEYS``). Half-precision parameters
+a configuration that changes what they compute (``MEANING_KEYS``), and one that fairseq's loaders
+refuse for an omegaconf interpolation in its configuration. Half-precision parameters
 (float16, as fairseq's script does, and bfloat16) are averaged and written in float32, integer
 ones rounded down as fairseq's script does; a boolean tensor (a mask) is kept where every
 checkpoint holds the same, and a parameter holding a NaN or an infinity is refused (a diverged
@@ -141,10 +142,12 @@ def output_problem(output: str, inputs: List[str]) -> Optional[str]:
 
 def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:
     """The model parameters of checkpoint ``path``'s contents ``state``, refused in one line
-    when ``state`` is no fairseq checkpoint."""
+    when ``state`` is no fairseq checkpoint (or holds an interpolation fairseq's loaders refuse)."""
     import torch
 
-    from fairseq_san.checkpoints import CheckpointError, content_problem, tensor_problem
+    from fairseq_san.checkpoints import (
+        CheckpointError, content_problem, interpolation_in, tensor_problem,
+    )
 
     model = state.get("model") if isinstance(state, dict) else None
     if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
@@ -157,6 +160,9 @@ def model_parameters(path: str, state: object) -> Dict[str, "Tensor"]:
                 f"cannot average checkpoint {path}: its {name} is {problem}; fairseq-train "
                 "saves dense real-valued tensors"
             )
+    problem = interpolation_in(state)  # fairseq's loaders refuse it, and so the average
+    if problem is not None:
+        raise CheckpointError(f"cannot average checkpoint {path}: {problem}")
     return model
 
 

@@ -18,7 +18,10 @@ InterpolationKeyError or hydra's ConfigCompositionException traceback, or an int
 resolved (``${oc.env:HOME}``). Escaping it (``\${``) would carry it into the configuration, but
 fairseq saves its configuration resolved: its checkpoints would hold the interpolation. So it is
 refused in one line: ``check_no_interpolation`` for a command line (``command_options``), an
-``InterpolatedArgument`` for a checkpoint's ``args``.
+``InterpolatedArgument`` for a checkpoint's ``args``, ``check_no_interpolated_override`` for an
+override (``--model-overrides`` of a program, the hub's keywords: fairseq sets them on the
+checkpoint's configuration, and they were refused as an interpolation of the checkpoint's own,
+"not a configuration fairseq wrote").
 """
 
 import argparse
@@ -27,12 +30,12 @@ import functools
 import inspect
 import re
 from enum import Enum
-from typing import Dict
+from typing import Any, Dict
 
 from fairseq_san.checkpoints import INTERPOLATED, InterpolatedArgument, NotALiteralArgument
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import OVERRIDE_SOURCE, UsageError
 from fairseq_san.options import flag_of
-from fairseq_san.pickled_fields import shown
+from fairseq_san.pickled_fields import fields, shown
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 # A run of backslashes before a quote or the end of a text: hydra's quoted values read each pair
@@ -65,13 +68,25 @@ def read_as_literal(kind: object, value: object) -> bool:
     return not (inspect.isclass(kind) and issubclass(kind, Enum))
 
 
+def interpolation_refused(said: str) -> UsageError:
+    """The refusal of a text that holds ``${``; ``said`` names it and its value."""
+    return UsageError(f"{said} holds '${{', {INTERPOLATED}: give it without '${{'")
+
+
 def check_no_interpolation(args: argparse.Namespace) -> None:
     """UsageError naming a command line's text argument that holds ``${``."""
     for name, value in sorted(vars(args).items()):
         if isinstance(value, str) and "${" in value:
-            raise UsageError(
-                f"{flag_of(name)} {shown(value)} holds '${{', {INTERPOLATED}: give it without '${{'"
-            )
+            raise interpolation_refused(f"{flag_of(name)} {shown(value)}")
+
+
+def check_no_interpolated_override(overrides: Dict[str, Any]) -> None:
+    """UsageError naming an override (``--model-overrides``, the hub's keywords; one in a group
+    given as a dict or in a list by its dotted name) whose text holds ``${``: fairseq sets it on
+    the checkpoint's configuration, which resolves it as it is read."""
+    for name, _, value in fields(overrides):
+        if isinstance(value, str) and "${" in value:
+            raise interpolation_refused(f"{name}={shown(value)} {OVERRIDE_SOURCE}")
 
 
 def checked_arguments(data_class: type, args: argparse.Namespace) -> argparse.Namespace:

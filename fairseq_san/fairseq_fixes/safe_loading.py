@@ -22,7 +22,8 @@ a folder for the analysis to write to (``checkpoints.refuse_analysis_dir_in``) o
 validation options that are no JSON (``checkpoints.refuse_eval_bleu_args_in``); the
 pretrained-embedding files it names are not read (``checkpoints.drop_embedding_files_in``: its
 weights replace them), and one whose configuration holds an omegaconf interpolation
-(``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved), asks for
+(``checkpoints.refuse_interpolations_in``: fairseq saves its configuration resolved; an override
+holding one is named first, ``namespace_overrides.check_no_interpolated_override``), asks for
 more layers than its weights hold (``checkpoints.refuse_layers_beyond_weights_in``: fairseq
 builds them all first) or wider ones, or a width or number of positions that no memory holds
 (``checkpoints.refuse_sizes_beyond_weights_in``), holds a value a plugin model's option would not
@@ -63,6 +64,7 @@ from fairseq_san.checkpoints import (
 )
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.literal_eval import refuse_code_in
+from fairseq_san.fairseq_fixes.namespace_overrides import check_no_interpolated_override
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.pickled_fields import shared_container
 from fairseq_san.safe_numpy import STAND_INS
@@ -89,6 +91,7 @@ def _explaining(load_checkpoint_to_cpu):
             raise UsageError(  # fairseq would fail on its .items() deep inside
                 f"--model-overrides {arg_overrides!r}: must be a dict, e.g. \"{{'beam': 4}}\""
             )
+        check_no_interpolated_override(arg_overrides or {})  # else blamed on the checkpoint
         refuse_before_reading(path)
         with explained(path):
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)

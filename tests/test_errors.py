@@ -288,6 +288,19 @@ def test_overrides_fairseq_applies_are_applied(overrides):
             assert {name: cfg[key][name] for name in value} == value
 
 
+def test_flat_overrides_of_a_group_given_as_a_dict_are_applied_too():
+    """fairseq-validate DATA --sample-break-mode eos --model-overrides "{'task': {...}}" (the
+    plugin's hint for --san-analysis-dir): fairseq set only the dict's keys on the task, so it
+    validated the checkpoint's own data and mode; the dict's own keys still win."""
+    cfg = checkpoint_configuration("transformer_lm_san")
+    cfg.task.sample_break_mode = "none"
+    task = {"_name": "language_modeling_san", "san_analysis_dir": "js", "tokens_per_sample": 9}
+    override(cfg, {"data": "elsewhere", "sample_break_mode": "eos", "tokens_per_sample": 5,
+                   "task": task})  # fmt: skip
+    assert (cfg.task.data, cfg.task.sample_break_mode) == ("elsewhere", "eos")
+    assert (cfg.task.san_analysis_dir, cfg.task.tokens_per_sample) == ("js", 9)
+
+
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -24,7 +24,10 @@ component's name that fairseq has not registered (``bpe='bogus'``: a ``KeyError`
 built it); a dict for a component the checkpoint has none of (``{'bpe': {'_name':
 'sentencepiece'}}``: ``TypeError: unhashable type: 'dict'``, fairseq takes its name); a key that
 is no text (``{1: 2}``: a ``TypeError``). The plugin's own options are checked where the model
-is built (``models.option_checks``), with their hints.
+is built (``models.option_checks``), with their hints. A group given as a dict
+(``{'task': {...}}``, as the plugin's hints give it) made fairseq drop the flat keys of that
+group, fairseq-validate's command-line flags among them: its ``DATA`` (the checkpoint's own data
+was validated instead) and ``--sample-break-mode``; they now apply unless the dict sets them.
 Other models' checkpoints, and an older fairseq's (``args``, no ``cfg``), are left as fairseq
 loads them, but for a plugin option set on fairseq's own translation model, which is refused
 unless a plugin model of the same ensemble (``--path SAN.pt:BASELINE.pt``: fairseq gives every
@@ -626,11 +629,28 @@ def forget_training_decoding(cfg: DictConfig) -> None:
             setattr(model_cfg, option.name, option.default)
 
 
+def with_flat_options(cfg: DictConfig, overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """``overrides`` where each group given as a dict (``{'task': {...}}``) also holds the flat
+    keys (fairseq-validate's command-line flags: ``DATA``, ``--sample-break-mode``) that the
+    checkpoint's group has, unless the dict sets them: fairseq applies only the dict's keys to
+    such a group. A plugin checkpoint only (others load as fairseq loads them)."""
+    if plugin_model_class(cfg.get("model")) is None:
+        return overrides
+    flat = {key: value for key, value in overrides.items() if not isinstance(value, dict)}
+    merged = dict(overrides)
+    for group, given in overrides.items():
+        held = cfg.get(group) if group in cfg.keys() else None
+        if isinstance(given, dict) and isinstance(held, DictConfig):
+            merged[group] = {**{k: v for k, v in flat.items() if k in held}, **given}
+    return merged
+
+
 def _checking(overwrite_args_by_name):
     @functools.wraps(overwrite_args_by_name)
     def wrapper(cfg, overrides, *args, **kwargs):
         check_overrides(cfg, overrides)
         forget_training_decoding(cfg)
+        overrides = with_flat_options(cfg, overrides)
         return overwrite_args_by_name(cfg, overrides, *args, **kwargs)
 
     return wrapper

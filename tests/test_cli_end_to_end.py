@@ -121,6 +121,38 @@ def test_generate_names_the_sentence_longer_than_max_tokens(binarized_corpus, tr
     )
 
 
+def test_validate_names_the_sentence_longer_than_max_tokens(binarized_corpus, trained):
+    """fairseq-validate batches a subset as fairseq-generate does, and said fairseq's "Sentences
+    lengths should not exceed max_tokens=3" too."""
+    lines = (binarized_corpus.parent / "raw" / "valid.src").read_text().splitlines()
+    lengths = [len(line.split()) + 1 for line in lines]  # its end of sentence; targets as long
+    result = run_cli("fairseq-validate", str(binarized_corpus), "--user-dir", "fairseq_san",
+                     "--task", "translation", "--path", str(trained["sharing"][0]),
+                     "--max-tokens", "3", "--cpu")  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"fairseq-san: error: sentence {lengths.index(max(lengths))} of subset valid is "
+        f"{max(lengths)} tokens long (its longest), and a batch holds at most 3 (--max-tokens"
+    ), result.stderr[-2000:]
+
+
+def test_train_names_max_tokens_below_every_training_sentence(binarized_corpus, tmp_path):
+    """fairseq-train skips the training sentences longer than --max-tokens: where that was every
+    one, it said "no sentence to batch" and advised the model's positions and
+    --skip-invalid-size-inputs-valid-test, neither given."""
+    lines = (binarized_corpus.parent / "raw" / "train.src").read_text().splitlines()
+    shortest = min(len(line.split()) + 1 for line in lines)  # targets as long
+    limit = shortest - 1
+    result = run_cli("fairseq-train", *train_argv(binarized_corpus, tmp_path, 1,
+                                                  ["--max-tokens", str(limit)]))  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san: error: every sentence of subset train is longer than --max-tokens {limit} "
+        f"(the shortest is {shortest} tokens), and fairseq-train skips the training sentences "
+        f"longer than a batch holds: pass {shortest} or more (fairseq batches whole sentences)"
+    )
+
+
 def test_a_sentence_skipped_as_too_long_is_not_the_one_named(binarized_corpus):
     """With --skip-invalid-size-inputs-valid-test the longest sentence may be skipped: the one
     named (and the --max-tokens advised) is the longest that is batched."""

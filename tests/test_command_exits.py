@@ -2,6 +2,7 @@
 a reader of standard output that stops is status 141 and nothing said, an output with no room is
 one line and status 1 (``fairseq_san.cli``), whether a command prints or writes "-"."""
 
+import json
 import os
 import signal
 import subprocess
@@ -62,6 +63,35 @@ def test_an_interrupt_that_a_library_turned_into_another_error_is_one_line(capsy
 
     with pytest.raises(RecursionError, match="no interrupt"):
         said_when_interrupted(failing)()
+
+
+def test_a_command_whose_interrupts_are_ignored_ignores_them():
+    """A command started with SIGINT ignored (``nohup``, a script's background job) must go on
+    through Ctrl-C: the handler that says "interrupted" is only Python's own one's stand-in."""
+    analysis = json.dumps({"decoder_self": [[0, 0.1], [0.1, 0]], "decoder_encdec": None,
+                           "encoder_self": None})  # fmt: skip
+    process = subprocess.Popen(
+        [str(BIN / "fairseq-san-policy"), "-", "--theta-decoder-self", "0.5"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    time.sleep(3)  # reading standard input, which stays open
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(analysis, timeout=60)
+    assert process.returncode == 0, err
+    assert '"decoder_self": [2]' in out
+
+
+def test_a_command_run_in_another_thread_runs():
+    """Only the main thread may set a signal handler: a command's ``main`` called in another
+    thread (a notebook's worker) runs without one (setting it would raise ValueError)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fairseq_san.cli import said_when_interrupted
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(said_when_interrupted(lambda: 7)).result() == 7
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_closed_reader_of_dash_ends_the_command_quietly(tmp_path):

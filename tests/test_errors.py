@@ -2127,6 +2127,7 @@ def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
     with pytest.raises(OSError) as missing:
         open(Stream(str(tmp_path / "none"), "standard input"))
     assert file_error(missing.value) == "standard input: No such file or directory"
+    assert str(missing.value) == "[Errno 2] No such file or directory: 'standard input'"
     for copied in (copy.copy(stdin), copy.deepcopy(stdin), pickle.loads(pickle.dumps(stdin))):
         assert (copied, f"{copied}") == ("/dev/stdin", "standard input")  # a TypeError
 

@@ -297,6 +297,19 @@ def test_load_policy_of_no_policy_file_is_refused_before_it_is_read(tmp_path, wh
     assert str(err.value) == said
 
 
+def test_load_policy_of_a_path_that_cannot_be_opened_says_why(tmp_path):
+    """A policy path through a file, or a link to itself: one line with the system's reason
+    (``files.read_json``), as for any file that cannot be read."""
+    (tmp_path / "f").touch()
+    (tmp_path / "loop.json").symlink_to(tmp_path / "loop.json")
+    cases = [(tmp_path / "f" / "policy.json", "Not a directory"),
+             (tmp_path / "loop.json", "Too many levels of symbolic links")]
+    for path, reason in cases:
+        with pytest.raises(PolicyError) as err:
+            load_policy(str(path))
+        assert str(err.value) == f'policy file "{path}" cannot be read ({reason}): give a JSON file'
+
+
 def test_load_policy_not_an_object(tmp_path):
     path = write_json(tmp_path / "list.json", [1, 5])
     with pytest.raises(PolicyError) as err:

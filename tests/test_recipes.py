@@ -1327,12 +1327,13 @@ def test_score_refuses_references_in_another_unicode_normalization(tmp_path):
 def test_score_warns_of_references_in_another_compatibility_form(tmp_path):
     """A reference's ligature "\ufb01" (sentencepiece writes "fi") scored as a wrong word, without
     a word said: the lines differing in NFKC alone are counted, the first named."""
-    texts = ["Un homme marche .", "Le profil est fermé ."]
+    texts = ["Un homme marche .", "Le profil est fermé .", "Un fil ."]
     output = "".join(f"T-{i}\t{text}\nD-{i}\t-0.2\t{text}\n" for i, text in enumerate(texts))
-    scored = score(tmp_path, output, "Un homme marche .\nLe pro\ufb01l est fermé .\n")
+    references = "Un homme marche .\nLe pro\ufb01l est fermé .\nUn \ufb01l .\n"
+    scored = score(tmp_path, output, references)
     assert scored.returncode == 0
     assert (
-        f"fairseq-san-score: warning: {tmp_path / 'ref.de'}: 1 of its lines differ from "
+        f"fairseq-san-score: warning: {tmp_path / 'ref.de'}: 2 of its lines differ from "
         f"{tmp_path / 'generate-test.txt'}'s targets (T- lines) in their NFKC normalization alone, "
         "the first line 2 (T-1: 'Le profil est fermé .'): characters sentencepiece writes "
         "otherwise score as different; to score them as the model writes them, normalize the "
@@ -2018,16 +2019,29 @@ def wmt14_stand_ins(tmp_path: Path, corpora: Sequence[str] = WMT14_CORPORA, stub
     return env
 
 
-def test_wmt14_refuses_a_machine_without_its_gpus_before_downloading(tmp_path):
-    """Without 8 GPUs (a stand-in nvidia-smi that fails: none), the run stops in one line before
-    its work dir, downloads and preparation; fairseq-train refused it only hours later."""
+def gpu_listing(gpus: int) -> str:
+    """``nvidia-smi -L`` of ``gpus`` GPUs, the first split into MIG devices (listed under it,
+    none a GPU)."""
+    mig = "".join(f"  MIG 3g.20gb     Device  {i}: (UUID: MIG-{i})\\n" for i in range(2))
+    return "".join(f"GPU {i}: NVIDIA A100-SXM4-40GB (UUID: GPU-{i})\\n" + (mig if i == 0 else "")
+                   for i in range(gpus))  # fmt: skip
+
+
+@pytest.mark.parametrize("gpus", [0, 7])
+def test_wmt14_refuses_a_machine_without_its_gpus_before_downloading(tmp_path, gpus):
+    """Without 8 GPUs (a stand-in nvidia-smi that fails: none; one that lists 7 and MIG
+    devices), the run stops in one line before its work dir, downloads and preparation;
+    fairseq-train refused it only hours later."""
     work = tmp_path / "wmt14"
-    env = wmt14_stand_ins(tmp_path, stubs=("nvidia-smi",))
+    env = wmt14_stand_ins(tmp_path, stubs=() if gpus else ("nvidia-smi",))
+    if gpus:
+        (tmp_path / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{gpu_listing(gpus)}'\n")
     result = run_script(WMT14, str(work), env=env, timeout=120)
     assert result.returncode == 1, output_of(result)[-3000:]
     assert result.stderr.splitlines() == [
-        "run.sh: this machine has 0 GPUs, and the recipe trains on 8 (--distributed-world-size 8): "
-        "run it on such a machine, or --dry-run to print its commands"]
+        f"run.sh: this machine has {gpus} GPUs, and the recipe trains on 8 "
+        "(--distributed-world-size 8): run it on such a machine, or --dry-run to print its "
+        "commands"]
     assert not work.exists() and not (tmp_path / "curl.log").exists()
 
 

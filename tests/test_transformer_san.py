@@ -761,9 +761,10 @@ def eos_prone_model(eos_weight: float) -> TransformerSANModel:
     return model
 
 
-def eos_prone_sample() -> Dict:
-    """The batch that ``eos_prone_model``'s hypotheses end in at several steps."""
-    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2])
+def eos_prone_sample(seed: int = 0) -> Dict:
+    """The batch that ``eos_prone_model``'s hypotheses end in at several steps (its words drawn
+    with ``seed``)."""
+    src_tokens, src_lengths = source_batch(DICT, [5, 3, 7, 2], seed=seed)
     return {"id": torch.arange(4),
             "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
 
@@ -796,13 +797,16 @@ def test_diverse_beam_search_returns_no_hypothesis_past_its_end():
         assert hypothesis["score"].item() == pytest.approx(average, abs=1e-5)
 
 
-def test_diverse_beam_search_keeps_each_hypothesis_in_its_group():
+@pytest.mark.parametrize("eos_weight, seed, pruned", [(6, 0, False), (8, 2, True)],
+                         ids=["sentences ending together", "sentences ending first"])
+def test_diverse_beam_search_keeps_each_hypothesis_in_its_group(eos_weight, seed, pruned):
     """fairseq's generator continues the candidates that do not end, then those that do: after
     a hypothesis ended, those after it moved up a place, and the step reads a place's group from
     its number, so they changed groups (penalised for the wrong groups' tokens) and a group's
     candidates extended other groups' hypotheses. Each group's beam / groups candidates must
     extend its own hypotheses (a hypothesis's group: its first token's), in both decoders, which
-    agree."""
+    agree; also where sentences end at the first steps and the generator drops them from the
+    batch while the others search on (each place's group must follow its sentence)."""
     from fairseq.search import DiverseBeamSearch
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -812,7 +816,7 @@ def test_diverse_beam_search_keeps_each_hypothesis_in_its_group():
         """Follows each hypothesis's group (its first token's place's: c * groups + g is group
         g's) and counts the steps where a group's candidates were not beam / groups."""
 
-        strays = 0
+        strays = pruned = 0
 
         def step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None):
             found = super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs)
@@ -827,12 +831,13 @@ def test_diverse_beam_search_keeps_each_hypothesis_in_its_group():
         def prune_sentences(self, batch_idxs):
             super().prune_sentences(batch_idxs)
             self.found_groups = self.found_groups[batch_idxs]
+            self.pruned += 1
 
         def update_constraints(self, active_hypos):
             super().update_constraints(active_hypos)
             self.groups = self.found_groups.gather(1, active_hypos)
 
-    model, sample = eos_prone_model(6), eos_prone_sample()
+    model, sample = eos_prone_model(eos_weight), eos_prone_sample(seed)
     nbests = []
     for generator_class in (SequenceGenerator, StaticSequenceGenerator):
         search = GroupsChecked(DICT, num_groups=2, diversity_strength=0.5)
@@ -840,7 +845,7 @@ def test_diverse_beam_search_keeps_each_hypothesis_in_its_group():
                                     search_strategy=search)  # fmt: skip
         with torch.no_grad():
             nbests.append(generator.generate([model], sample))
-        assert search.strays == 0, generator_class.__name__
+        assert (search.strays, search.pruned > 0) == (0, pruned), generator_class.__name__
     assert_same_hypotheses(*nbests)
     assert [len(nbest) for nbest in nbests[0]] == [4] * 4
 

@@ -8,16 +8,22 @@ that batches a binarized subset runs (fairseq-train, -validate, -generate, -eval
 names the subset, its longest sentence and its length (of those batched: with
 ``--skip-invalid-size-inputs-valid-test``, within the positions). The hub words its own
 (``hub.sentence_over_max_tokens``), and fairseq-interactive's are its input lines, no subset.
+
+And fairseq-train skips the training sentences longer than ``--max-tokens`` (the positions it
+batches within are cut to it): where that was every one, ``last_batch``'s "no sentence to
+batch" advised the model's positions and ``--skip-invalid-size-inputs-valid-test``, neither of
+which the user gave; the error names ``--max-tokens`` and the shortest sentence's length.
 """
 
 import functools
 import inspect
 import re
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import numpy as np
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 # fairseq's batching's assertion for a sentence longer than a batch's --max-tokens.
@@ -47,27 +53,47 @@ def longest_sentence(dataset, indices: np.ndarray) -> Tuple[int, int]:
     return int(indices[index]), int(lengths[index])
 
 
-def subset_of(task, dataset) -> Optional[str]:
-    """The name of the subset that ``task`` loaded as ``dataset`` (or that ``--context-window``
-    wrapped, sentence for sentence), None where it loaded none."""
+def subset_named(task, dataset) -> str:
+    """``dataset`` as a message names it: the subset that ``task`` loaded as it (or that
+    ``--context-window`` wrapped, sentence for sentence), else "the data"."""
     from fairseq.data import LMContextWindowDataset
 
     if isinstance(dataset, LMContextWindowDataset):  # fairseq-eval-lm --context-window's
         dataset = dataset.dataset
     datasets = getattr(task, "datasets", {})
-    return next((split for split, loaded in datasets.items() if loaded is dataset), None)
+    subset = next((split for split, loaded in datasets.items() if loaded is dataset), None)
+    return f"subset {subset}" if subset is not None else "the data"
 
 
 def sentence_over_max_tokens(task, dataset, limit: int, indices: np.ndarray) -> UsageError:
     """The error for ``dataset``, whose longest sentence of ``indices`` (those batched) is more
     than ``limit`` tokens."""
     index, tokens = longest_sentence(dataset, indices)
-    subset = subset_of(task, dataset)
-    named = f"subset {subset}" if subset is not None else "the data"
+    named = subset_named(task, dataset)
     return UsageError(
         f"sentence {index} of {named} is {tokens} tokens long (its longest), and a batch holds "
         f"at most {limit} (--max-tokens; --max-tokens-valid in validation): fairseq batches "
         f"whole sentences; pass {tokens} or more"
+    )
+
+
+def every_sentence_over_max_tokens(
+    task, dataset, max_tokens: Optional[int], max_positions: Union[int, tuple, None]
+) -> Optional[UsageError]:
+    """The error for a subset none of whose sentences fairseq batched because each is longer than
+    ``max_tokens``, to which its ``max_positions`` were cut (fairseq-train's training subset);
+    None where the positions are the model's own, or a sentence is within them."""
+    limits = np.atleast_1d(np.array(max_positions, dtype=object))
+    if max_tokens is None or len(dataset) == 0 or any(limit != max_tokens for limit in limits):
+        return None
+    shortest = min(int(dataset.num_tokens(index)) for index in range(len(dataset)))
+    if shortest <= max_tokens:
+        return None
+    named = subset_named(task, dataset)
+    return UsageError(
+        f"every sentence of {named} is longer than --max-tokens {max_tokens} (the shortest is "
+        f"{shortest} tokens), and fairseq-train skips the training sentences longer than a batch "
+        f"holds: pass {shortest} or more (fairseq batches whole sentences)"
     )
 
 
@@ -78,13 +104,21 @@ def _naming_the_longest_sentence(get_batch_iterator):
     def wrapper(*args, **kwargs):
         try:
             return get_batch_iterator(*args, **kwargs)
+        except UsageError as error:
+            if str(error) != NOTHING_TO_BATCH:
+                raise
+            given = bound(signature, args, kwargs)
+            over = every_sentence_over_max_tokens(
+                given["self"], given["dataset"], given["max_tokens"], given["max_positions"]
+            )
+            if over is None:
+                raise
+            raise over from None
         except AssertionError as error:
             found = OVER_MAX_TOKENS.search(str(error))
             if not found:
                 raise
-            call = signature.bind(*args, **kwargs)
-            call.apply_defaults()
-            given = call.arguments
+            given = bound(signature, args, kwargs)
             dataset = given["dataset"]
             indices = batched_indices(
                 dataset, given["max_positions"], given["ignore_invalid_inputs"]
@@ -94,6 +128,13 @@ def _naming_the_longest_sentence(get_batch_iterator):
             ) from None
 
     return wrapper
+
+
+def bound(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    """The arguments of a call of ``get_batch_iterator``, its defaults included, by name."""
+    call = signature.bind(*args, **kwargs)
+    call.apply_defaults()
+    return call.arguments
 
 
 def install() -> None:

@@ -3011,6 +3011,71 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "divides by it)"),
         (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--warmup-updates", "0",
                        "--total-num-update", "10"], None),
+        # ZeroDivisionError at the end of the first epoch
+        (TRAIN, SAN + ["--save-interval", "0"],
+         "--save-interval 0: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--validate-interval", "0"],
+         "--validate-interval 0: it must be an integer of at least 1"),
+        # each scheduler's traceback as it was built, after the data and the model were loaded:
+        # hydra's "Error merging override lr_scheduler.total_num_update=null", AssertionError
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--max-update", "300"],
+         "--lr-scheduler polynomial_decay needs --total-num-update, the updates over which it "
+         "decays the learning rate (fairseq does not take --max-update for it): e.g. "
+         "--total-num-update 300"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--total-num-update", "0"],
+         "--total-num-update 0: it must be greater than 0"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--total-num-update", "10",
+                       "--lr", "0.1,0.01"], None),  # one learning rate an epoch
+        # "please specify steps or phase_ratio", ZeroDivisionError, "phase ratios must add up
+        # to 1", a bare AssertionError, "math domain error"
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage"],
+         "--lr-scheduler tri_stage needs its stages' lengths: --phase-ratio '(0.1, 0.4, 0.5)' "
+         "with --max-update N, or --warmup-steps, --hold-steps and --decay-steps"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--warmup-steps", "3"],
+         "--decay-steps 0: --lr-scheduler tri_stage divides by it; give one of at least 1"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--phase-ratio", "(0.7, 0.2, 0.1)",
+                       "--max-update", "100"],
+         "--phase-ratio '(0.7, 0.2, 0.1)': fairseq asserts that the ratios add up to exactly 1, "
+         "and in floating point they add up to 0.9999999999999999: e.g. '(0.1, 0.4, 0.5)'"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--phase-ratio", "(0.1, 0.4, 0.5)"],
+         "--phase-ratio '(0.1, 0.4, 0.5)' is a share of --max-update, which is not given"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--phase-ratio", "(0.5, 0.45, 0.05)",
+                       "--max-update", "6"],
+         "--phase-ratio '(0.5, 0.45, 0.05)' with --max-update 6 leaves the decay stage no "
+         "update"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--decay-steps", "3", "--final-lr-scale",
+                       "0"],
+         "--final-lr-scale 0: it must be greater than 0 (--lr-scheduler tri_stage decays by its "
+         "logarithm)"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--phase-ratio", "(0.1, 0.4, 0.5)",
+                       "--max-update", "100"], None),
+        # "Either --max_update or --lr-period-updates must be set"; a ZeroDivisionError
+        (TRAIN, SAN + ["--lr-scheduler", "cosine"],
+         "--lr-scheduler cosine needs --lr-period-updates N, or a --max-update above "
+         "--warmup-updates (the period is then the updates after the warm-up), and --max-update "
+         "is not given"),
+        (TRAIN, SAN + ["--lr-scheduler", "cosine", "--max-update", "10", "--warmup-updates", "10"],
+         "--lr-scheduler cosine needs --lr-period-updates N"),
+        (TRAIN, SAN + ["--lr-scheduler", "cosine", "--lr-period-updates", "5"], None),
+        # ValueError "Cannot use a fixed learning rate schedule with inverse_sqrt"; step: the
+        # first alone, silently
+        (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--lr", "0.1,0.01"],
+         "--lr 0.1,0.01: --lr-scheduler inverse_sqrt schedules from one learning rate; give one, "
+         "or --lr-scheduler fixed (or polynomial_decay) for one an epoch"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr", "0.1,0.01"],
+         "--lr 0.1,0.01: --lr-scheduler step schedules from one learning rate"),
+        # bare AssertionErrors, a ZeroDivisionError
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr", "0.01", "--min-lr", "0.1"],
+         "--min-lr 0.1: --lr-scheduler step decays from --lr 0.01 towards it, and it must be at "
+         "least 0 and below --lr"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr-deacy-period", "0"],
+         "--lr-deacy-period 0: it must be at least 1"),
+        (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "1", "--lr-period-updates",
+                       "1"],
+         "--lr-period-updates 1: --lr-scheduler triangular divides by half of it; give one of "
+         "at least 2"),
+        (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "0.1", "--lr", "0.2"],
+         "--max-lr 0.1 is not above --lr 0.2: --lr-scheduler triangular cycles between them"),
         (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
          "--seed -1: it must be an integer in [0, 4294967295]"),

@@ -30,7 +30,8 @@ was ignored by every command but fairseq-train (they convert a model with ``--fp
 ``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception);
 ``--adaptive-input`` without its cutoff, tied to the output, or tied to an adaptive softmax of
 other bands failed on a ``TypeError``, an ``AttributeError`` or a bare ``AssertionError``.
-fairseq-train's ranks are checked too (``world_size``). A
+fairseq-train's ranks (``world_size``) and learning-rate schedulers (``lr_schedulers``) are
+checked too. A
 number out of its range (``--update-freq 0``, ``--dropout 1.5``, ``--lr -1``: ``option_ranges``)
 and ``--tokenizer moses`` without ``--source-lang`` and ``--target-lang`` (hydra's "Error merging
 override tokenizer.source_lang=null") are one line too.
@@ -74,6 +75,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 from fairseq_san.errors import UsageError, nearest_key, nearest_key_hint
 from fairseq_san.fairseq_fixes.generation_shards import check_shards
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
+from fairseq_san.fairseq_fixes.lr_schedulers import check_lr_scheduler
 from fairseq_san.fairseq_fixes.namespace_overrides import check_no_interpolation
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_tunes
@@ -282,6 +284,7 @@ def check_training(args: argparse.Namespace) -> None:
     check_output_embeddings(args)
     check_world_size(args)
     check_best_checkpoint_metric(args)
+    check_lr_scheduler(args)
     check_stop_min_lr(args)
     check_asynchronous_checkpoints(args)
     check_training_backends(args)

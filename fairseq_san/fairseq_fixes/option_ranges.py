@@ -3,7 +3,8 @@
 Upstream behaviour corrected: fairseq's parser takes any number for these options, and a value
 out of range failed far from the cause or trained another run than the one asked for:
 
-* a traceback deep inside fairseq, numpy or torch: ``--update-freq 0`` and ``--log-interval 0``
+* a traceback deep inside fairseq, numpy or torch: ``--update-freq 0``, ``--log-interval 0``,
+  and ``--save-interval 0`` or ``--validate-interval 0`` (at the end of the first epoch)
   (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
   ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
   ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adaptive-softmax-factor
@@ -77,7 +78,7 @@ OPTION_RANGES = {
         ("max_tokens", "batch_size", "max_tokens_valid", "batch_size_valid", "update_freq",
          "log_interval", "required_batch_size_multiple", "encoder_embed_dim", "decoder_embed_dim",
          "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
-         "decoder_attention_heads", "softmax_batch"),
+         "decoder_attention_heads", "softmax_batch", "save_interval", "validate_interval"),
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("num_workers", "warmup_updates", "encoder_layers", "decoder_layers"), COUNT),

@@ -3479,6 +3479,25 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     assert str(error.value).startswith(said), str(error.value)
 
 
+@pytest.mark.parametrize("flag, value, items", [
+    ("--lr", "x", "numbers"), ("--lr", "1e-3,y", "numbers"),
+    ("--adaptive-softmax-cutoff", "1,x", "integers"),
+])
+def test_a_list_options_bad_value_says_what_it_reads(capsys, flag, value, items):
+    """argparse named fairseq's list options' type by its lambda: "argument --lr: invalid
+    <lambda> value: 'x'"."""
+    from fairseq import options
+
+    built = options.get_training_parser()
+    built.prog = "fairseq-x"
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(built, ["data", "--arch", "transformer_san", flag, value])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"fairseq-x: error: argument {flag}: invalid value {value!r}: fairseq reads one or a "
+        f"comma-separated list of {items}"
+    )
+
+
 @pytest.mark.parametrize("flags", [["--san-decoder-self-policy", "2"],
                                    ["--san-encdec-share", "output"]])
 def test_generate_refuses_model_flags_that_its_arch_option_accepts(binarized_corpus, flags):

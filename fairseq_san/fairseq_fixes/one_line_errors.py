@@ -309,12 +309,38 @@ def say(error: str) -> None:
     copy_error(PREFIX + error)
 
 
+# argparse's words for a bad value of fairseq's list options (``--lr``, ``--update-freq``), whose
+# type is a lambda of ``fairseq.dataclass.utils``: "argument --lr: invalid <lambda> value: 'x'".
+LIST_VALUE = re.compile(r"argument (\S+): invalid <lambda> value: (.*)")
+# What such a list holds, by the type its lambda calls.
+LIST_ITEMS = {"int": "integers", "float": "numbers", "str": "texts"}
+
+
+def list_value_said(parser: argparse.ArgumentParser, message: str) -> str:
+    """``message``, where argparse named a list option's type ``<lambda>``, saying what the
+    option reads instead: one item or a comma-separated list of them."""
+    found = LIST_VALUE.fullmatch(message)
+    if found is None:
+        return message
+    flag = found.group(1).split("/")[0]
+    action = parser._option_string_actions.get(flag)
+    called = getattr(getattr(action, "type", None), "__code__", None)
+    items = next((LIST_ITEMS[name] for name in getattr(called, "co_names", ()) if name in
+                  LIST_ITEMS), "values")  # fmt: skip
+    return (
+        f"argument {found.group(1)}: invalid value {found.group(2)}: fairseq reads one or a "
+        f"comma-separated list of {items}"
+    )
+
+
 def copying_usage_errors(error: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
     """argparse's ``ArgumentParser.error`` that copies the line it ends with (``copy_error``):
-    fairseq's own refusals of its command line, which every rank printed."""
+    fairseq's own refusals of its command line, which every rank printed; a list option's bad
+    value says what the option reads (``list_value_said``)."""
 
     @functools.wraps(error)
     def wrapped(self: argparse.ArgumentParser, message: str) -> NoReturn:
+        message = list_value_said(self, message)
         copy_error(f"{self.prog}: error: {message}")
         error(self, message)
 

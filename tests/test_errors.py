@@ -3479,23 +3479,28 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     assert str(error.value).startswith(said), str(error.value)
 
 
-@pytest.mark.parametrize("flag, value, items", [
-    ("--lr", "x", "numbers"), ("--lr", "1e-3,y", "numbers"),
-    ("--adaptive-softmax-cutoff", "1,x", "integers"),
+LIST_READ = "fairseq reads one or a comma-separated list of"
+
+
+@pytest.mark.parametrize("given, said", [
+    (["--lr", "x"], f"argument --lr: invalid value 'x': {LIST_READ} numbers"),
+    (["--lr", "1e-3,y"], f"argument --lr: invalid value '1e-3,y': {LIST_READ} numbers"),
+    (["--adaptive-softmax-cutoff", "1,x"],
+     f"argument --adaptive-softmax-cutoff: invalid value '1,x': {LIST_READ} integers"),
+    (["--lr-scheduler", "triangular"],
+     "argument --max-lr: not given, and it has no default: give one"),
 ])
-def test_a_list_options_bad_value_says_what_it_reads(capsys, flag, value, items):
-    """argparse named fairseq's list options' type by its lambda: "argument --lr: invalid
-    <lambda> value: 'x'"."""
+def test_an_options_bad_value_says_what_it_reads(capsys, given, said):
+    """argparse named fairseq's list options' type by its lambda ("argument --lr: invalid
+    <lambda> value: 'x'"), and converted omegaconf's MISSING where an option without a default
+    was not given ("argument --max-lr: invalid float value: '???'")."""
     from fairseq import options
 
     built = options.get_training_parser()
     built.prog = "fairseq-x"
     with pytest.raises(SystemExit):
-        options.parse_args_and_arch(built, ["data", "--arch", "transformer_san", flag, value])
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"fairseq-x: error: argument {flag}: invalid value {value!r}: fairseq reads one or a "
-        f"comma-separated list of {items}"
-    )
+        options.parse_args_and_arch(built, ["data", "--arch", "transformer_san", *given])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"fairseq-x: error: {said}"
 
 
 @pytest.mark.parametrize("flags", [["--san-decoder-self-policy", "2"],

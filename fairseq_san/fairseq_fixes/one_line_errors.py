@@ -316,9 +316,18 @@ LIST_VALUE = re.compile(r"argument (\S+): invalid <lambda> value: (.*)")
 LIST_ITEMS = {"int": "integers", "float": "numbers", "str": "texts"}
 
 
-def list_value_said(parser: argparse.ArgumentParser, message: str) -> str:
+# argparse's words for an option whose default is omegaconf's MISSING, not given: it converts
+# the default text ("argument --max-lr: invalid float value: '???'" of --lr-scheduler triangular).
+MISSING_VALUE = re.compile(r"argument (\S+): invalid \S+ value: '\?\?\?'")
+
+
+def value_said(parser: argparse.ArgumentParser, message: str) -> str:
     """``message``, where argparse named a list option's type ``<lambda>``, saying what the
-    option reads instead: one item or a comma-separated list of them."""
+    option reads instead (one item or a comma-separated list of them), or where it converted a
+    default that means "no default", saying the option must be given."""
+    missing = MISSING_VALUE.fullmatch(message)
+    if missing is not None:
+        return f"argument {missing.group(1)}: not given, and it has no default: give one"
     found = LIST_VALUE.fullmatch(message)
     if found is None:
         return message
@@ -336,11 +345,11 @@ def list_value_said(parser: argparse.ArgumentParser, message: str) -> str:
 def copying_usage_errors(error: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
     """argparse's ``ArgumentParser.error`` that copies the line it ends with (``copy_error``):
     fairseq's own refusals of its command line, which every rank printed; a list option's bad
-    value says what the option reads (``list_value_said``)."""
+    value says what the option reads, and one without a default is asked for (``value_said``)."""
 
     @functools.wraps(error)
     def wrapped(self: argparse.ArgumentParser, message: str) -> NoReturn:
-        message = list_value_said(self, message)
+        message = value_said(self, message)
         copy_error(f"{self.prog}: error: {message}")
         error(self, message)
 

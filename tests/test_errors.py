@@ -4034,6 +4034,26 @@ def test_a_model_decoding_of_fairseqs_own_model_is_refused(tmp_path, decoding):
     assert ours.decoding == decoding
 
 
+def test_a_model_decoding_of_an_ensemble_with_a_plugin_model_is_logged_as_applied(
+    tmp_path, caplog
+):
+    """--path SAN.pt:BASELINE.pt --san-decoding no-cache was refused for the baseline, though the
+    plugin's model applies it (as an ensemble takes its overrides); the log says who does not."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from helpers import build_fairseq_transformer
+
+    from fairseq_san.tasks.translation_san import TranslationSANConfig, TranslationSANTask
+
+    config = TranslationSANConfig(data=str(tmp_path), san_decoding="no-cache")
+    task = TranslationSANTask(config, make_dictionary(), make_dictionary())
+    (theirs, _), (ours, _) = build_fairseq_transformer(), build()
+    with caplog.at_level(logging.INFO, logger="fairseq_san.tasks.decoding"):
+        task.build_generator([ours, theirs], GenerationConfig(beam=2))
+    assert ours.decoding == "no-cache"
+    logged = "SAN decoding: no-cache; fairseq for TransformerModel, none of the plugin's models ("
+    assert logged in caplog.text
+
+
 def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plugins_model():
     """--finetune-from-model: the plugin's model starts from the checkpoint under any policy."""
     from helpers import build_fairseq_transformer

@@ -675,6 +675,9 @@ def test_text_arguments_holding_an_interpolation_are_one_line(tmp_path, text):
     with pytest.raises(fairseq_san.errors.UsageError) as refused:
         options.parse_args_and_arch(parser, ["data", "--path", "x.pt", "--results-path", text])
     assert str(refused.value).startswith(f"--results-path {text!r} holds '${{', which fairseq")
+    with pytest.raises(fairseq_san.errors.UsageError) as refused:  # it named a --data flag
+        options.parse_args_and_arch(options.get_generation_parser(), [f"data{text}", "--path", "x"])
+    assert str(refused.value).startswith(f"DATA 'data{text}' holds '${{', which fairseq")
 
 
 @pytest.mark.parametrize(

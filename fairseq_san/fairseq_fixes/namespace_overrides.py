@@ -74,10 +74,12 @@ def interpolation_refused(said: str) -> UsageError:
 
 
 def check_no_interpolation(args: argparse.Namespace) -> None:
-    """UsageError naming a command line's text argument that holds ``${``."""
+    """UsageError naming a command line's text argument that holds ``${`` (the data folder by
+    its place, ``DATA``: there is no ``--data``)."""
     for name, value in sorted(vars(args).items()):
         if isinstance(value, str) and "${" in value:
-            raise interpolation_refused(f"{flag_of(name)} {shown(value)}")
+            said = "DATA" if name == "data" else flag_of(name)
+            raise interpolation_refused(f"{said} {shown(value)}")
 
 
 def check_no_interpolated_override(overrides: Dict[str, Any]) -> None:

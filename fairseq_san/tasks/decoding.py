@@ -81,17 +81,34 @@ def check_capped_beam_groups(generator: object, beam_asked: int) -> None:
 def applied_decoding(models: Sequence, asked: str) -> str:
     """The decoding the models apply: ``asked``, or another that a model's own options chose
     (``--model-overrides "{'san_decoding': 'no-cache'}"`` beside ``--san-decoding fairseq``),
-    said so: the log named ``asked`` whatever the model did."""
+    said so, and fairseq's for an ensemble's models that are none of the plugin's (``foreign``):
+    the log named ``asked`` whatever the model did."""
     own = sorted({getattr(model, "decoding", asked) for model in models} - {asked})
-    if not own:
-        return asked
-    return f"{', '.join(own)} (the model's own options: --model-overrides or the checkpoint)"
+    said = asked if not own else (
+        f"{', '.join(own)} (the model's own options: --model-overrides or the checkpoint)"
+    )
+    others = sorted({type(model).__name__ for model in foreign(models)})
+    if asked == options.FAIRSEQ or not others:
+        return said
+    return f"{said}; fairseq for {', '.join(others)}, none of the plugin's models"
+
+
+def foreign(models: Sequence) -> List[nn.Module]:
+    """The models that are none of the plugin's, which decode only as fairseq does."""
+    return [model for model in models if not hasattr(model, "set_decoding")]
+
+
+def check_decoding_applied(models: Sequence, decoding: str) -> None:
+    """Refuse a model decoding (``no-cache``, ``fast``) that no model of ``models`` applies (each
+    is none of the plugin's): fairseq's generator decoded as with ``fairseq``, and the log named
+    ``decoding``. An ensemble with a plugin model decodes (``applied_decoding`` says how)."""
+    if decoding != options.FAIRSEQ and len(foreign(models)) == len(models):
+        raise UsageError(decoding_not_applied(models[0], decoding))
 
 
 def decoding_not_applied(model: object, decoding: str) -> str:
     """The error for a model decoding (``no-cache``, ``fast``) asked of ``model``, which is none
-    of the plugin's and cannot apply it: fairseq's generator decoded as with ``fairseq``, and
-    the log named ``decoding``."""
+    of the plugin's and cannot apply it."""
     return (
         f"--san-decoding {decoding}: the model ({type(model).__name__}) is none of the "
         "plugin's models, which alone apply it: decode with --san-decoding fairseq or "
@@ -425,11 +442,10 @@ class DecodingTask:
         check_scoring(args, decoding)
         check_searches_fit_vocabulary(args, len(self.target_dictionary))
         if decoding != options.STATIC:
+            check_decoding_applied(models, decoding)
             for model in models:
                 if hasattr(model, "set_decoding"):
                     model.set_decoding(decoding)
-                elif decoding != options.FAIRSEQ:
-                    raise UsageError(decoding_not_applied(model, decoding))
             generator = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )

@@ -3159,7 +3159,8 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--sentence-avg (without it, its loss is the negative log-likelihood per token): pass "
          "--best-checkpoint-metric loss"),  # refused at the first validation, an epoch trained
         (TRAIN, ["data", "--task", "language_modeling_san", "--arch", "transformer_lm_san",
-                 "--criterion", "adaptive_loss", "--best-checkpoint-metric", "nll_loss"],
+                 "--criterion", "adaptive_loss", "--adaptive-softmax-cutoff", "1000",
+                 "--ddp-backend", "legacy_ddp", "--best-checkpoint-metric", "nll_loss"],
          "--best-checkpoint-metric nll_loss: --criterion adaptive_loss logs nll_loss only"),
         (TRAIN, SAN + ["--criterion", "cross_entropy", "--sentence-avg",
                        "--best-checkpoint-metric", "nll_loss"], None),
@@ -3279,6 +3280,16 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
                                  "1000,3000", "--criterion", "adaptive_loss", "--ddp-backend",
                                  "legacy_ddp"], None),
+        # adaptive_loss without an adaptive softmax: fairseq's bare AssertionError as the
+        # criterion is built (with legacy_ddp), or its exception for pytorch_ddp
+        *(("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
+                                   "language_modeling", "--criterion", "adaptive_loss", *ddp],
+           "--criterion adaptive_loss trains an adaptive softmax, and this model has none: add "
+           "--adaptive-softmax-cutoff")
+          for ddp in ([], ["--ddp-backend", "legacy_ddp"])),
+        ("get_training_parser", ["data", "--arch", "transformer_lm_wiki103", "--task",
+                                 "language_modeling", "--criterion", "adaptive_loss",
+                                 "--ddp-backend", "legacy_ddp"], None),  # its arch's cutoff
         # fairseq's tracebacks at build or at the first update, or a tie dropped without a word
         ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
                                  "1000", "--criterion", "adaptive_loss", "--ddp-backend",

@@ -27,7 +27,8 @@ beside ``--sampling-topp`` was ignored (fairseq's sampling applies one, top-p), 
 (0, 1] or a top-k below 1 sampled from every token (the checks: ``generation_options``), ``--bf16``
 was ignored by every command but fairseq-train (they convert a model with ``--fp16`` only), and
 ``--adaptive-softmax-cutoff`` trained only with ``--criterion adaptive_loss`` and
-``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception);
+``--ddp-backend legacy_ddp`` (otherwise an autograd ``RuntimeError`` or fairseq's exception), and
+``adaptive_loss`` only with it (a bare ``AssertionError``);
 ``--adaptive-input`` without its cutoff, tied to the output, or tied to an adaptive softmax of
 other bands failed on a ``TypeError``, an ``AttributeError`` or a bare ``AssertionError``.
 fairseq-train's ranks (``world_size``) and learning-rate schedulers (``lr_schedulers``) are
@@ -282,6 +283,7 @@ def check_training(args: argparse.Namespace) -> None:
     check_adaptive_softmax(args)
     check_adaptive_input(args)
     check_output_embeddings(args)
+    check_adaptive_loss(args)
     check_world_size(args)
     check_best_checkpoint_metric(args)
     check_lr_scheduler(args)
@@ -653,6 +655,18 @@ def check_adaptive_softmax(args: argparse.Namespace) -> None:
             f"--criterion adaptive_loss does not train with --ddp-backend {args.ddp_backend} "
             "(PyTorch's DistributedDataParallel, fairseq-train's default): pass --ddp-backend "
             "legacy_ddp"
+        )
+
+
+def check_adaptive_loss(args: argparse.Namespace) -> None:
+    """Refuse ``--criterion adaptive_loss`` for a model without an adaptive softmax to train
+    (fairseq's bare ``AssertionError`` as the criterion is built, or its exception for
+    PyTorch's DistributedDataParallel first)."""
+    if args.criterion == "adaptive_loss" and not getattr(args, "adaptive_softmax_cutoff", None):
+        raise UsageError(
+            "--criterion adaptive_loss trains an adaptive softmax, and this model has none: add "
+            "--adaptive-softmax-cutoff (the vocabulary's bands, e.g. 20000,60000), or train with "
+            "--criterion cross_entropy"
         )
 
 

@@ -39,7 +39,7 @@ from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
 from fairseq_san.errors import UsageError, first_line
-from fairseq_san.fairseq_fixes.batch_tokens import OVER_MAX_TOKENS
+from fairseq_san.fairseq_fixes.batch_tokens import OVER_MAX_TOKENS, SentenceOverMaxTokens
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence
 from fairseq_san.generation_options import check_no_alignment, check_no_constraints
@@ -177,6 +177,8 @@ def keywords_spelt(given: Dict[str, Any]):
     (``keyword_spelling``, the keywords ``given``)."""
     try:
         yield
+    except SentenceOverMaxTokens:  # the hub words its own (sentence_over_max_tokens)
+        raise
     except UsageError as error:
         raise UsageError(keyword_spelling(str(error), given)) from None
 
@@ -395,14 +397,18 @@ def check_generate_arguments(
         )
 
 
-def sentence_over_max_tokens(error: AssertionError, sentences: Any) -> Optional[UsageError]:
+def sentence_over_max_tokens(error: Exception, sentences: Any) -> Optional[UsageError]:
     """The error naming the first of ``sentences`` longer than a batch holds, where ``error`` is
-    fairseq's assertion that one is (the hub batches by the checkpoint's training --max-tokens),
-    else None."""
+    fairseq's assertion that one is (the hub batches by the checkpoint's training --max-tokens)
+    or the command line's words for it (``SentenceOverMaxTokens``, where a fairseq command was
+    imported in this process), else None."""
     found = OVER_MAX_TOKENS.search(str(error))
-    if not found:
+    if isinstance(error, SentenceOverMaxTokens):
+        limit = error.limit
+    elif found:
+        limit = int(found.group(1))
+    else:
         return None
-    limit = int(found.group(1))
     over = [(index, len(tokens)) for index, tokens in enumerate(sentences) if len(tokens) > limit]
     if not over:
         return None
@@ -617,6 +623,9 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         except UsageError as error:  # every sentence skipped: none left to batch
             if skip_invalid_size_inputs and str(error) == NOTHING_TO_BATCH:
                 return []
+            over_batch = sentence_over_max_tokens(error, tokenized_sentences)
+            if over_batch is not None:
+                raise over_batch from None
             raise
         except Exception as error:  # fairseq's batching
             index = too_long_sentence(error)

@@ -1704,6 +1704,29 @@ def test_a_sentence_longer_than_the_models_positions_is_named(san_checkpoint, bi
     )
 
 
+def test_a_sentence_beyond_a_batch_is_said_as_the_hub_takes_it_beside_a_command(
+    san_checkpoint, binarized_corpus, monkeypatch
+):
+    """In a process that imported a fairseq command (the command line's batch fix installed),
+    the hub said the command line's words: "of the data ... (--max-tokens; ...)"."""
+    from fairseq.tasks import FairseqTask
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.batch_tokens import _naming_the_longest_sentence
+
+    wrapped = _naming_the_longest_sentence(FairseqTask.get_batch_iterator)
+    monkeypatch.setattr(FairseqTask, "get_batch_iterator", wrapped)
+    small_batches = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                                     max_tokens=8)  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        small_batches.translate(["tok1 tok2", " ".join(["tok3"] * 9)], beam=2, max_len_b=3)
+    assert str(refused.value) == (
+        "sentence 1 is 10 tokens long (its end of sentence included), and a batch holds at most 8 "
+        "(max_tokens, by default the training's --max-tokens): load the model with "
+        "from_pretrained(..., max_tokens=10) or more"
+    )
+
+
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):
     """``generation_args`` are the keywords of every call: those no generator reads were ignored
     too, except the ones the hub applies to the models as it builds them."""

@@ -1617,6 +1617,7 @@ def test_installing_the_fixes_again_wraps_nothing_twice():
                 LanguageModelingTask.__init__, PrefixConstrainedBeamSearch.step,
                 Sampling.step]  # fmt: skip
 
+    fairseq_fixes.install()  # what a command imported since the plugin registered adds
     wrapped = wrapped_now()
     assert all(getattr(function, "wrapped_by", None) for function in wrapped)
     fairseq_fixes.install()

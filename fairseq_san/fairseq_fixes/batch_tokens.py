@@ -7,7 +7,9 @@ to pass was found by trial. ``install()`` wraps ``FairseqTask.get_batch_iterator
 that batches a binarized subset runs (fairseq-train, -validate, -generate, -eval-lm): the error
 names the subset, its longest sentence and its length (of those batched: with
 ``--skip-invalid-size-inputs-valid-test``, within the positions). The hub words its own
-(``hub.sentence_over_max_tokens``), and fairseq-interactive's are its input lines, no subset.
+(``hub.sentence_over_max_tokens``, also from a ``SentenceOverMaxTokens`` where a command
+imported in the same process installed this fix), and fairseq-interactive's are its input
+lines, no subset.
 
 And fairseq-train skips the training sentences longer than ``--max-tokens`` (the positions it
 batches within are cut to it): where that was every one, ``last_batch``'s "no sentence to
@@ -65,15 +67,26 @@ def subset_named(task, dataset) -> str:
     return f"subset {subset}" if subset is not None else "the data"
 
 
-def sentence_over_max_tokens(task, dataset, limit: int, indices: np.ndarray) -> UsageError:
+class SentenceOverMaxTokens(UsageError):
+    """A sentence longer than a batch's ``limit`` of tokens (the hub words its own from it)."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+def sentence_over_max_tokens(
+    task, dataset, limit: int, indices: np.ndarray
+) -> SentenceOverMaxTokens:
     """The error for ``dataset``, whose longest sentence of ``indices`` (those batched) is more
     than ``limit`` tokens."""
     index, tokens = longest_sentence(dataset, indices)
     named = subset_named(task, dataset)
-    return UsageError(
+    return SentenceOverMaxTokens(
         f"sentence {index} of {named} is {tokens} tokens long (its longest), and a batch holds "
         f"at most {limit} (--max-tokens; --max-tokens-valid in validation): fairseq batches "
-        f"whole sentences; pass {tokens} or more"
+        f"whole sentences; pass {tokens} or more",
+        limit,
     )
 
 

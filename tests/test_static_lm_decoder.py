@@ -803,3 +803,56 @@ def test_a_sentence_to_score_may_fill_the_positions_that_a_prompt_may_not():
     task.build_generator([model], GenerationConfig(beam=1))
     with pytest.raises(UsageError, match=r"^a prompt of 15 tokens is longer than the model's 16 "):
         dataset(15)
+
+
+def fairseqs_lm_task():
+    """(fairseq's own language_modeling task, a tiny model of 16 positions)."""
+    from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+
+    task = LanguageModelingTask(LanguageModelingConfig(tokens_per_sample=16), DICT)
+    return task, lm_task()[1]
+
+
+def test_fairseqs_lm_task_names_prompts_that_begin_with_the_end_of_sentence(caplog):
+    """fairseq-generate --task language_modeling on blocks that hold sentence ends: above beam 1
+    a prompt that begins with EOS failed (``AssertionError: 15 < 15``, or none at all beside
+    other prompts); language_modeling_san's one line now, and its warning of a held EOS."""
+    task, model = fairseqs_lm_task()
+    prefix = prompts((12, 12), seed=1)
+    prefix[0, 0] = prefix[0, 5] = prefix[1, 3] = DICT.eos()
+    sample = {**sample_of(prefix), "id": torch.tensor([4, 7])}
+    generator = SequenceGenerator([model], DICT, beam_size=2, max_len_b=14)
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(generator, [model], sample)
+    with pytest.raises(UsageError) as plugins:
+        lm_task()[0].inference_step(generator, [model], sample)
+    assert str(refused.value) == str(plugins.value)
+    assert str(refused.value).startswith("the prompt of sample 4 (without --prefix-size")
+    greedy = SequenceGenerator([model], DICT, beam_size=1, max_len_b=14)
+    with caplog.at_level(logging.WARNING):
+        task.inference_step(greedy, [model], sample)
+        task.inference_step(greedy, [model], sample)
+    assert [record.getMessage() for record in caplog.records] == [
+        lm_task()[0].forced_ends_warning([4, 7], None)
+    ]
+    with pytest.raises(UsageError, match=r"^--prefix-size: the prompt of sample 4 .* --beam 2 "):
+        task.inference_step(generator, [model], sample, prefix_tokens=prefix[:, :3])
+
+
+@pytest.mark.parametrize("beam, eos_at", [(1, 3), (1, 0), (3, None)])
+def test_fairseqs_lm_task_decodes_as_before(beam, eos_at):
+    """The fix changes no output: greedy with prompts that hold or begin with EOS, beam search
+    with prompts that hold none, decode as fairseq's unwrapped ``inference_step``."""
+    import inspect
+
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    task, model = fairseqs_lm_task()
+    prefix = prompts((6, 4), seed=2)
+    if eos_at is not None:
+        prefix[1, eos_at] = DICT.eos()
+    sample = {**sample_of(prefix), "id": torch.tensor([0, 1])}
+    generator = SequenceGenerator([model], DICT, beam_size=beam, max_len_b=12)
+    fairseqs = inspect.unwrap(LanguageModelingTask.inference_step)
+    expected = fairseqs(task, generator, [model], sample)
+    assert_same_hypotheses(task.inference_step(generator, [model], sample), expected, ATOL)

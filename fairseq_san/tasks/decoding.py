@@ -392,6 +392,27 @@ def precision_said(precision: object, model: nn.Module) -> str:
     return f"fp32: the model's own, {str(dtype).replace('torch.', '')}"
 
 
+def sentences_where(rows: Tensor, ids: Optional[Tensor]) -> List[int]:
+    """The ``ids`` (as the command's output numbers sentences; None: the batch's rows) of a
+    batch's sentences where ``rows`` (a mask) holds."""
+    chosen = rows.nonzero().view(-1)
+    return (ids[chosen] if ids is not None else chosen).tolist()
+
+
+def sentences_with_eos(tokens: Optional[Tensor], eos: int, ids: Optional[Tensor]) -> List[int]:
+    """The ``ids`` (``sentences_where``) of the sentences whose ``tokens`` (forced ones, a row
+    each) hold the end of sentence ``eos``."""
+    if tokens is None:
+        return []
+    return sentences_where(tokens.eq(eos).any(dim=1), ids)
+
+
+def forced_starts(forced: Optional[Tensor], eos: int, ids: Optional[Tensor]) -> List[int]:
+    """The ``ids`` (``sentences_where``) of the sentences whose ``forced`` tokens begin with the
+    end of sentence ``eos``, which the search cannot finish above beam 1."""
+    return sentences_with_eos(None if forced is None else forced[:, :1], eos, ids)
+
+
 class DecodingTask:
     """A fairseq task mixin: ``build_generator`` by ``--san-decoding`` (see module doc). The task
     names its static decoder's builder (``static_generator``)."""
@@ -528,7 +549,7 @@ class DecodingTask:
     ) -> None:
         """Refuse the batch's sentences whose forced tokens begin with the end of sentence,
         which the search (above beam 1) cannot finish (``forced_ends_refused``)."""
-        started = self.rows_with_eos(sample, None if forced is None else forced[:, :1])
+        started = forced_starts(forced, self.target_dictionary.eos(), self.output_ids(sample))
         if started:
             beam = getattr(generator, "beam_size", 1)
             raise self.forced_ends_refused(started, beam, prefix_tokens) from None
@@ -569,16 +590,12 @@ class DecodingTask:
         return held, torch.where(held, ends.long().argmax(dim=1), tokens)
 
     def rows_with_eos(self, sample: dict, tokens: Optional[Tensor]) -> List[int]:
-        """The ids of the sentences whose ``tokens`` (forced ones) hold the end of sentence."""
-        if tokens is None:
-            return []
-        return self.ids_of(sample, tokens.eq(self.target_dictionary.eos()).any(dim=1))
+        """``sentences_with_eos`` of the sample."""
+        return sentences_with_eos(tokens, self.target_dictionary.eos(), self.output_ids(sample))
 
     def ids_of(self, sample: dict, rows: Tensor) -> List[int]:
-        """The ids (``output_ids``) of the sample's sentences where ``rows`` (a mask) holds."""
-        ids = self.output_ids(sample)
-        chosen = rows.nonzero().view(-1)
-        return (ids[chosen] if ids is not None else chosen).tolist()
+        """``sentences_where`` of the sample."""
+        return sentences_where(rows, self.output_ids(sample))
 
     def output_ids(self, sample: dict) -> Optional[Tensor]:
         """The sample's sentence ids as the command's output numbers them (fairseq-interactive's

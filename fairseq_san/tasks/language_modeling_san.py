@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum
 from fairseq.sequence_scorer import SequenceScorer
 from fairseq.tasks import register_task
@@ -124,6 +125,45 @@ def remedy(whole_samples: bool, prefix: bool = False) -> str:
     if whole_samples:
         return "pass --prefix-size N to prompt with each sample's first N target tokens"
     return "leave the end-of-sentence symbol out of the prompt"
+
+
+def prompt_ends_refused(
+    sentences: List[int], beam: int, whole_samples: bool, prefix: bool
+) -> UsageError:
+    """The error for ``sentences`` whose prompts (``prompts_of``) begin with the end of sentence,
+    which fairseq's generator failed at its maximum length above beam 1 (a traceback)."""
+    return UsageError(
+        f"{prompts_of(sentences, whole_samples, prefix)} begins with the end of sentence "
+        f"(EOS), which beam search at --beam {beam} cannot finish: "
+        f"{remedy(whole_samples, prefix)} (at --beam 1 the hypothesis ends at once, with no "
+        "token generated)"
+    )
+
+
+def prompt_ends_warning(sentences: List[int], whole_samples: bool, prefix: bool) -> str:
+    """The warning for ``sentences`` whose prompts (``prompts_of``) hold the end of sentence:
+    the search forces it and ends the hypothesis there (fairseq's output lacked a word why)."""
+    return (
+        f"{prompts_of(sentences, whole_samples, prefix)} holds the end of sentence (EOS), "
+        "which the search forces: the hypothesis ends there, with no token generated; "
+        f"{remedy(whole_samples, prefix)} (said of the first batch with such prompts only)"
+    )
+
+
+def prompt_start_token(dictionary: Dictionary, args: object) -> int:
+    """The token before each prompt (the ``bos_token`` of fairseq's ``inference_step``)."""
+    return dictionary.bos() if getattr(args, "add_bos_token", False) else dictionary.eos()
+
+
+def forced_prompts(sample: Dict, prefix_tokens: Optional[Tensor], start: int) -> Tensor:
+    """The batch's prompts as fairseq's ``inference_step`` forces them, padded on the right:
+    ``prefix_tokens`` (fairseq-generate's ``--prefix-size``), else the batch's tokens after
+    their ``start`` token (fairseq-interactive's and the hub's prompts, or whole sentences)."""
+    if prefix_tokens is None:
+        prefix_tokens = sample["net_input"]["src_tokens"]
+        if prefix_tokens.nelement() and prefix_tokens[:, 0].eq(start).all():
+            prefix_tokens = prefix_tokens[:, 1:]
+    return prefix_tokens
 
 
 @register_task("language_modeling_san", dataclass=LanguageModelingSANConfig)
@@ -277,40 +317,21 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     def forced_ends_refused(
         self, sentences: List[int], beam: int, prefix_tokens: Optional[Tensor]
     ) -> UsageError:
-        """``--prefix-size``'s error, or the prompts' (which fairseq's generator failed at its
-        maximum length, a traceback)."""
+        """``prompt_ends_refused`` of the task's prompts."""
         whole_samples, prefix = not self.typed_prompts, prefix_tokens is not None
-        return UsageError(
-            f"{prompts_of(sentences, whole_samples, prefix)} begins with the end of sentence "
-            f"(EOS), which beam search at --beam {beam} cannot finish: "
-            f"{remedy(whole_samples, prefix)} (at --beam 1 the hypothesis ends at once, with no "
-            "token generated)"
-        )
+        return prompt_ends_refused(sentences, beam, whole_samples, prefix)
 
     def forced_ends_warning(self, sentences: List[int], prefix_tokens: Optional[Tensor]) -> str:
-        """``--prefix-size``'s warning, or the prompts' (the search forces their end of
-        sentence and ends the hypothesis there: fairseq's output lacked a word why)."""
-        whole_samples, prefix = not self.typed_prompts, prefix_tokens is not None
-        return (
-            f"{prompts_of(sentences, whole_samples, prefix)} holds the end of sentence (EOS), "
-            "which the search forces: the hypothesis ends there, with no token generated; "
-            f"{remedy(whole_samples, prefix)} (said of the first batch with such prompts only)"
-        )
+        """``prompt_ends_warning`` of the task's prompts."""
+        return prompt_ends_warning(sentences, not self.typed_prompts, prefix_tokens is not None)
 
     def start_token(self) -> int:
-        """The token before each prompt (the ``bos_token`` of fairseq's ``inference_step``)."""
-        dictionary = self.source_dictionary
-        return dictionary.bos() if getattr(self.args, "add_bos_token", False) else dictionary.eos()
+        """The token before each prompt (``prompt_start_token``)."""
+        return prompt_start_token(self.source_dictionary, self.args)
 
     def forced_tokens(self, sample: Dict, prefix_tokens: Optional[Tensor]) -> Tensor:
-        """The batch's prompts as fairseq's ``inference_step`` forces them, padded on the right:
-        ``prefix_tokens`` (fairseq-generate's ``--prefix-size``), else the batch's tokens after
-        their start token (fairseq-interactive's and the hub's prompts, or whole sentences)."""
-        if prefix_tokens is None:
-            prefix_tokens = sample["net_input"]["src_tokens"]
-            if prefix_tokens.nelement() and prefix_tokens[:, 0].eq(self.start_token()).all():
-                prefix_tokens = prefix_tokens[:, 1:]
-        return prefix_tokens
+        """The batch's prompts (``forced_prompts``)."""
+        return forced_prompts(sample, prefix_tokens, self.start_token())
 
     def static_generator(self) -> Callable:
         from fairseq_san.static_decoding.lm_generator import build_static_lm_generator

@@ -1271,6 +1271,44 @@ def test_a_prefix_that_ends_a_sentence_above_beam_1_is_one_line(task):
                 [model], {"net_input": sample["net_input"]}, prefix_tokens=prefix)  # fmt: skip
 
 
+def test_fairseqs_translation_task_names_a_prefix_that_ends_a_sentence(caplog):
+    """fairseq-generate --task translation (the plugin loaded) --prefix-size on an empty target:
+    above beam 1 fairseq's generator failed its assertion at max_len (``AssertionError: 200 <
+    200``); translation_san's one line now, its warning of a whole target forced at beam 1, and
+    the same hypotheses as fairseq's unwrapped ``inference_step``."""
+    import inspect
+
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    task = TranslationTask(TranslationConfig(), DICTIONARY, DICTIONARY)
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    prefix = torch.tensor([[DICTIONARY.eos(), DICTIONARY.pad()], [7, DICTIONARY.eos()]])
+    with pytest.raises(UsageError) as refused:
+        task.inference_step(SequenceGenerator([model], DICTIONARY, beam_size=2, max_len_b=5),
+                            [model], sample, prefix)  # fmt: skip
+    assert str(refused.value) == (
+        "--prefix-size: the prefix of sentence 3 forces its end (EOS), which beam search at "
+        "--beam 2 cannot finish: use --beam 1, or leave out sentences whose target is empty"
+    )
+    greedy = SequenceGenerator([model], DICTIONARY, beam_size=1, max_len_b=5)
+    fairseqs = inspect.unwrap(TranslationTask.inference_step)
+    with caplog.at_level(logging.WARNING):
+        decoded = task.inference_step(greedy, [model], sample, prefix)
+    assert [hypos[0]["tokens"].tolist() for hypos in decoded] == [
+        hypos[0]["tokens"].tolist() for hypos in fairseqs(task, greedy, [model], sample, prefix)
+    ]
+    assert [record.getMessage() for record in caplog.records] == [
+        "--prefix-size: the prefix of sentence 3, 8 holds its whole target (its end of sentence "
+        "included), which the search forces: its hypothesis is its reference, and the BLEU score "
+        "counts it as translated; pass a smaller --prefix-size (said of the first batch with "
+        "such sentences only)"
+    ]
+
+
 def match_source_len_batch():
     """A model and a batch of two sources (ids 3 and 8: 4 and 2 tokens, and EOS)."""
     model = build(dictionary=DICTIONARY, seed=1)[0]

@@ -61,9 +61,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   included, and fairseq-generate's), or a ``--context-window`` that leaves nothing of them to
   score; its samples' sizes count
   ``--add-bos-token``'s start token (a sample as long as the positions was one too long);
-* ``lm_prompt_ends``: fairseq's ``language_modeling`` task names the prompts that hold the end
-  of sentence in a warning, and refuses those that begin with it above beam 1 in one line, as
-  ``language_modeling_san`` does (fairseq-generate's ``AssertionError: 15 < 15``);
+* ``forced_ends``: fairseq's ``language_modeling`` and ``translation`` tasks name the prompts
+  and ``--prefix-size`` tokens that hold the end of sentence in a warning, and refuse those that
+  begin with it above beam 1 in one line, as the plugin's tasks do (fairseq-generate's
+  ``AssertionError: 15 < 15``);
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
   ``--shard-id`` name (it translated the whole subset in every shard), fairseq-eval-lm refuses a
   shard that does not exist or holds no batch (a traceback; a perplexity of 1.00 of no token),
@@ -120,6 +121,7 @@ from fairseq_san.fairseq_fixes import (
     dictionary_files,
     diverse_beam_search,
     empty_subsets,
+    forced_ends,
     generation_shards,
     half_precision,
     interactive_input,
@@ -127,7 +129,6 @@ from fairseq_san.fairseq_fixes import (
     last_batch,
     literal_eval,
     lm_fusion,
-    lm_prompt_ends,
     model_overrides,
     namespace_overrides,
     ngram_blocking,
@@ -149,7 +150,7 @@ FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
     last_batch, numpy2, empty_subsets, interactive_input, clean_exit, restore_file,
     resumed_training, checkpoint_copies, shared_checkpoints, half_precision, command_options,
-    tokens_per_sample, lm_prompt_ends, generation_shards, batch_tokens, dictionary_files,
+    tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
     prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,
     retained_dropout, one_line_errors,

@@ -1670,6 +1670,22 @@ def test_sentences_from_a_generator_are_translated(san_checkpoint, binarized_cor
     assert len(language_model.sample(iter(["tok1"]), beam=1, max_len_b=3)) == 1
 
 
+def assert_a_sentence_beyond_a_batch_is_named(san_checkpoint, binarized_corpus) -> None:
+    """A hub loaded with max_tokens=8 names a sentence of 10 tokens in its own words (fairseq's
+    AssertionError "Sentences lengths should not exceed max_tokens=8")."""
+    from fairseq_san.errors import UsageError
+
+    small_batches = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                                     max_tokens=8)  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        small_batches.translate(["tok1 tok2", " ".join(["tok3"] * 9)], beam=2, max_len_b=3)
+    assert str(refused.value) == (
+        "sentence 1 is 10 tokens long (its end of sentence included), and a batch holds at most 8 "
+        "(max_tokens, by default the training's --max-tokens): load the model with "
+        "from_pretrained(..., max_tokens=10) or more"
+    )
+
+
 def test_a_sentence_longer_than_the_models_positions_is_named(san_checkpoint, binarized_corpus):
     """fairseq's batching said "Size of sample #1 is invalid (=(np.int64(P + 1), 0)) since
     max_positions=(P, P), skip this example with --skip-invalid-size-inputs-valid-test": a flag
@@ -1693,15 +1709,7 @@ def test_a_sentence_longer_than_the_models_positions_is_named(san_checkpoint, bi
     assert hub.translate(texts[1:], beam=2, skip_invalid_size_inputs=True) == []
     # within the positions, beyond a batch: fairseq's AssertionError "Sentences lengths should
     # not exceed max_tokens=8"
-    small_batches = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
-                                     max_tokens=8)  # fmt: skip
-    with pytest.raises(UsageError) as refused:
-        small_batches.translate(["tok1 tok2", " ".join(["tok3"] * 9)], beam=2, max_len_b=3)
-    assert str(refused.value) == (
-        "sentence 1 is 10 tokens long (its end of sentence included), and a batch holds at most 8 "
-        "(max_tokens, by default the training's --max-tokens): load the model with "
-        "from_pretrained(..., max_tokens=10) or more"
-    )
+    assert_a_sentence_beyond_a_batch_is_named(san_checkpoint, binarized_corpus)
 
 
 def test_a_sentence_beyond_a_batch_is_said_as_the_hub_takes_it_beside_a_command(
@@ -1711,20 +1719,11 @@ def test_a_sentence_beyond_a_batch_is_said_as_the_hub_takes_it_beside_a_command(
     the hub said the command line's words: "of the data ... (--max-tokens; ...)"."""
     from fairseq.tasks import FairseqTask
 
-    from fairseq_san.errors import UsageError
     from fairseq_san.fairseq_fixes.batch_tokens import _naming_the_longest_sentence
 
     wrapped = _naming_the_longest_sentence(FairseqTask.get_batch_iterator)
     monkeypatch.setattr(FairseqTask, "get_batch_iterator", wrapped)
-    small_batches = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
-                                     max_tokens=8)  # fmt: skip
-    with pytest.raises(UsageError) as refused:
-        small_batches.translate(["tok1 tok2", " ".join(["tok3"] * 9)], beam=2, max_len_b=3)
-    assert str(refused.value) == (
-        "sentence 1 is 10 tokens long (its end of sentence included), and a batch holds at most 8 "
-        "(max_tokens, by default the training's --max-tokens): load the model with "
-        "from_pretrained(..., max_tokens=10) or more"
-    )
+    assert_a_sentence_beyond_a_batch_is_named(san_checkpoint, binarized_corpus)
 
 
 def test_generation_args_no_generator_reads_are_refused_before_loading(tmp_path):

@@ -30,10 +30,14 @@ DECODER_PANELS = (
 
 
 def _pyplot():
-    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    """matplotlib.pyplot on the Agg backend (no display needed), every text drawn as written: a
+    title or label with two "$" (``--title "cost $5 and $6"``, a subset or system named so) was
+    set as mathematics, and one matplotlib's mathtext cannot parse (``$\\foo$``) was a
+    ValueError traceback."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt

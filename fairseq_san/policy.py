@@ -477,10 +477,14 @@ def recorded_difference(
     analyses: Sequence[dict], names: Sequence[str], field: str
 ) -> Optional[Tuple[Tuple[str, object], Tuple[str, object]]]:
     """((name, value), (name, other value)) of the first analysis that records ``field`` and the
-    first after it that records another value of it; None where those that record it agree."""
+    first after it that records another value of it; None where those that record it agree.
+    Values agree as JSON too: a NaN is not equal to itself, and one analysis recording one was
+    named as of another subset or training than itself."""
     recorded = [(name, analysis[field]) for name, analysis in zip(names, analyses)
                 if analysis.get(field) is not None]  # fmt: skip
-    other = next(((name, value) for name, value in recorded if value != recorded[0][1]), None)
+    first = recorded[0][1] if recorded else None
+    other = next(((name, value) for name, value in recorded
+                  if value != first and json.dumps(value) != json.dumps(first)), None)  # fmt: skip
     return None if other is None else (recorded[0], other)
 
 

@@ -1340,6 +1340,21 @@ def test_plot_js_on_a_bad_matrix_is_one_line(tmp_path, capsys, matrix, said):
     assert not (tmp_path / "f.png").exists()
 
 
+@pytest.mark.parametrize("title", ["$\\foo$", "cost $5 and $6"])
+def test_plot_js_draws_a_title_with_dollars_as_written(tmp_path, capsys, title):
+    """A --title (or a recorded subset) with two "$" was set as mathematics by matplotlib, and
+    one its mathtext cannot parse was a ValueError traceback; it is drawn as written."""
+    import matplotlib
+
+    from fairseq_san.cli.plot_js import main
+
+    figure = tmp_path / "f.svg"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text kept as text in the SVG
+        main([write_analysis(tmp_path / "step10", SQUARE), "-o", str(figure), "--title", title,
+              "--reference-layer", "1", "--layers", "2"])  # fmt: skip
+    assert f">{title}<" in figure.read_text()
+
+
 def test_plot_js_of_analyses_that_are_no_one_series_is_one_line(tmp_path, capsys):
     """Two analyses at one step (the same checkpoint twice, or two models) were stacked points;
     analyses of other subsets or of models of other sharing policies mixed; a layer asked for

@@ -33,6 +33,7 @@ from fairseq_san.policy import (
     mean_js,
     parse_blocks,
     policy_segments,
+    recorded_difference,
     resolve_policy,
     theta_range,
     theta_ranges,
@@ -45,6 +46,15 @@ REPO = Path(__file__).resolve().parents[1]
 def write_json(path: Path, data) -> str:
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def test_a_recorded_nan_agrees_with_itself_and_differs_from_a_number():
+    """A NaN is not equal to itself: one analysis recording "seed": NaN was named as of another
+    training than itself ("a.json (seed nan) and a.json (seed nan)")."""
+    nan = {"seed": float("nan")}
+    assert recorded_difference([nan], ["a.json"], "seed") is None
+    assert recorded_difference([nan, {"seed": float("nan")}], ["a", "b"], "seed") is None
+    assert recorded_difference([nan, {"seed": 1}], ["a", "b"], "seed")[1] == ("b", 1)
 
 
 # --- parse_blocks / validate_blocks -------------------------------------

@@ -19,6 +19,7 @@ checks it shares with the command line name its keywords, not their flags (``key
 keywords checked at load.
 """
 
+import collections.abc
 import contextlib
 import copy
 import enum
@@ -194,12 +195,29 @@ def check_cuda(call: str, leave_out: str) -> None:
         )
 
 
+def check_in_order(sentences: Any, name: str, takes: str) -> None:
+    """Refuse a dict or a set as ``sentences`` (given as ``name`` to a call that ``takes`` a
+    list): the outputs are a list in the inputs' order, and fairseq decoded a dict's keys (its
+    values unread) and a set in an order of its own, without a word."""
+    if isinstance(sentences, (collections.abc.Mapping, collections.abc.Set)):
+        instead = (
+            "a dict's values: list(d.values())"
+            if isinstance(sentences, collections.abc.Mapping)
+            else "a set has none: make it a list"
+        )
+        raise TypeError(
+            f"{name} is {type(sentences).__name__} {sentences!r:.40}: {takes}, whose outputs "
+            f"follow its order ({instead})"
+        )
+
+
 def checked_texts(sentences: Any) -> Union[str, List[str]]:
     """``sentences``, a text or a list of its texts: a TypeError naming an item that is no text
     (sentencepiece said "Input must be str or bytes", of no item), or ``sentences`` where it is
-    neither. Any iterable is read once, into the list: a generator that the check had read
-    translated to ``[]``. Bytes are read as UTF-8 (fairseq's tokenizers without a bpe failed on
-    them: "cannot use a string pattern on a bytes-like object")."""
+    neither, or a dict or a set (``check_in_order``). Any other iterable is read once, into the
+    list: a generator that the check had read translated to ``[]``. Bytes are read as UTF-8
+    (fairseq's tokenizers without a bpe failed on them: "cannot use a string pattern on a
+    bytes-like object")."""
     if isinstance(sentences, str):
         return sentences
     if isinstance(sentences, bytes) or not isinstance(sentences, Iterable):
@@ -207,6 +225,7 @@ def checked_texts(sentences: Any) -> Union[str, List[str]]:
             f"sentences is {type(sentences).__name__} {sentences!r:.40}: translate(), sample() "
             "and score() take a text (str) or a list of texts"
         )
+    check_in_order(sentences, "sentences", "translate(), sample() and score() take a list")
     texts = list(sentences)
     for index, sentence in enumerate(texts):
         if not isinstance(sentence, (str, bytes)):
@@ -239,6 +258,7 @@ def checked_token_ids(sentences: Any, dictionary: Dictionary) -> List["torch.Ten
             f"tokenized_sentences is {type(sentences).__name__} {sentences!r:.40}: generate() "
             "takes a list of 1-D torch.long tensors of token ids (encode() makes them), or one"
         )
+    check_in_order(sentences, "tokenized_sentences", "generate() takes a list")
     sentences = list(sentences)
     for index, tokens in enumerate(sentences):
         if not (torch.is_tensor(tokens) and tokens.dim() == 1 and tokens.dtype == torch.long):
@@ -463,6 +483,17 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         # hub): the inference_step_args it gives fairseq's, and their tensors of a row per
         # sentence (``sentence_rows``), which each batch takes its sentences' rows of.
         self.calls = threading.local()
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "SANHubInterface":
+        """A copy of the hub, its models and task copied, with calls of its own (``calls``:
+        copying the thread's record failed, "cannot pickle '_thread._local' object")."""
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for key, value in vars(self).items():
+            if key != "calls":
+                vars(copied)[key] = copy.deepcopy(value, memo)
+        copied.calls = threading.local()
+        return copied
 
     def beam_or_default(self, beam: Optional[int], default: int) -> int:
         """The call's ``beam``, else the one the model was loaded with, else fairseq's default

@@ -969,6 +969,27 @@ def test_calls_in_threads_of_their_own_keep_their_own_rows(
     assert together == alone
 
 
+def test_a_copied_hub_decodes_as_the_original_and_apart_from_it(san_checkpoint, binarized_corpus):
+    """``copy.deepcopy(hub)``: fairseq's task state called itself until a RecursionError, and the
+    hub's record of its calls could not be copied. The copy decodes as the original, with the
+    beam it was loaded with, and its own models: halving them leaves the original's."""
+    import copy
+
+    import torch
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus,
+                          generation_args={"beam": 2})  # fmt: skip
+    copied = copy.deepcopy(hub)
+    sources = [hub.encode("tok1 tok2 tok3"), hub.encode("tok4 tok5")]
+    assert [[h["tokens"].tolist() for h in hypos] for hypos in copied.generate(sources)] == [
+        [h["tokens"].tolist() for h in hypos] for hypos in hub.generate(sources)
+    ]
+    assert len(copied.generate(sources)[0]) == 2  # the beam it was loaded with
+    copied.half()
+    assert next(hub.parameters()).dtype == torch.float32
+    assert copied.task.source_dictionary == hub.task.source_dictionary
+
+
 def test_a_shared_models_calls_in_threads_of_their_own_translate_as_alone(
     binarized_corpus, tmp_path
 ):
@@ -1529,6 +1550,12 @@ def test_no_text_decodes_to_nothing_and_an_item_that_is_no_text_is_named(
         "sentences is int 7: translate(), sample() and score() take a text (str) or a list of "
         "texts"
     )
+    with pytest.raises(TypeError) as refused:  # fairseq translated the keys, values unread
+        hub.translate({"id-1": "tok1 tok2"})
+    assert str(refused.value) == (
+        "sentences is dict {'id-1': 'tok1 tok2'}: translate(), sample() and score() take a "
+        "list, whose outputs follow its order (a dict's values: list(d.values()))"
+    )
     assert hub.translate([b"tok1 tok2"], beam=2) == hub.translate(["tok1 tok2"], beam=2)
     with pytest.raises(UsageError) as refused:
         hub.translate([b"\xff tok1"])
@@ -1577,7 +1604,7 @@ def test_generate_names_a_sentence_that_is_no_token_ids(san_checkpoint, binarize
     from fairseq_san.errors import UsageError
 
     hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
-    size = len(hub.task.source_dictionary)
+    size, tokens = len(hub.task.source_dictionary), hub.encode("tok1")
     for sentences, error, said in (
         ([[5, 6, 2]], TypeError, "sentence 0 is list [5, 6, 2]: generate() takes a list of 1-D "
          "torch.long tensors of token ids (encode() makes them)"),
@@ -1590,6 +1617,8 @@ def test_generate_names_a_sentence_that_is_no_token_ids(san_checkpoint, binarize
          "list of 1-D torch.long tensors of token ids (encode() makes them), or one"),
         (None, TypeError, "tokenized_sentences is NoneType None: generate() takes a list of 1-D "
          "torch.long tensors of token ids (encode() makes them), or one"),
+        ({tokens}, TypeError, f"tokenized_sentences is set {{{tokens!r}}}: generate() takes a "
+         "list, whose outputs follow its order (a set has none: make it a list)"),
     ):  # fmt: skip
         with pytest.raises(error) as refused:
             hub.generate(sentences, beam=2)

@@ -104,6 +104,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``retained_dropout``: ``--retain-dropout-modules`` (fairseq-generate, fairseq-interactive, the
   hub's ``generation_args``) refuses a name that no dropout of the model bears (a misspelt one
   kept no dropout, silently), naming those it has;
+* ``task_state``: a task copies (``copy.deepcopy`` of a hub model: fairseq's task state called
+  itself until a RecursionError);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -143,6 +145,7 @@ from fairseq_san.fairseq_fixes import (
     sampling_underflow,
     shared_checkpoints,
     special_symbols,
+    task_state,
     tokens_per_sample,
 )
 
@@ -153,7 +156,7 @@ FIXES = (
     tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
     prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,
-    retained_dropout, one_line_errors,
+    retained_dropout, task_state, one_line_errors,
 )
 
 

@@ -1547,6 +1547,26 @@ def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     assert line == f"fairseq-san-cpu-ranks: error: {said}"
 
 
+def test_cpu_ranks_user_dir_that_is_not_there_is_one_line(tmp_path, capsys, monkeypatch):
+    """--user-dir fairseq_san from another folder than the repository's: each rank printed
+    fairseq's FileNotFoundError traceback (rank 1's in its log). The plugin's folder by its
+    path is taken."""
+    started = tmp_path / "rank-started"
+    program = stand_in_fairseq_train(tmp_path / "bin", f"open({str(started)!r}, 'a').close()")
+    monkeypatch.chdir(tmp_path)
+    train = [str(program), "data", "--arch", "transformer_san"]
+    line = cpu_ranks(capsys, "1", "--", *train, "--user-dir", "fairseq_san")
+    assert line == (
+        f"fairseq-san-cpu-ranks: error: --user-dir fairseq_san: no such folder (from {tmp_path}): "
+        "name the plugin's folder (fairseq-san-loop user-dir prints its path)"
+    )
+    assert not started.exists()
+    from fairseq_san.cli.cpu_ranks import main
+
+    assert main(["1", "--", *train, f"--user-dir={REPO / 'fairseq_san'}"]) == 0
+    assert started.exists()
+
+
 def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
     from fairseq_san.cli import cpu_ranks as launcher
 
@@ -3091,6 +3111,44 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "at least 2"),
         (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "0.1", "--lr", "0.2"],
          "--max-lr 0.1 is not above --lr 0.2: --lr-scheduler triangular cycles between them"),
+        (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "0.1", "--lr", "0.1"],
+         "--max-lr 0.1 is not above --lr 0.1"),
+        (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "1", "--lr", "0.1,0.01"],
+         "--lr 0.1,0.01: --lr-scheduler triangular schedules from one learning rate"),
+        (TRAIN, SAN + ["--lr-scheduler", "cosine", "--lr-period-updates", "5", "--lr",
+                       "0.1,0.01"],
+         "--lr 0.1,0.01: --lr-scheduler cosine schedules from one learning rate"),
+        (TRAIN, SAN + ["--lr-scheduler", "cosine", "--lr-period-updates", "0"],
+         "--lr-scheduler cosine needs --lr-period-updates N"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr", "0.01", "--min-lr", "0.01"],
+         "--min-lr 0.01: --lr-scheduler step decays from --lr 0.01 towards it"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--min-lr=-1"],
+         "--min-lr -1: --lr-scheduler step decays from --lr 0.25 towards it"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr-decay", "1.5"],
+         "--lr-decay 1.5: it must be in [0, 1]"),
+        (TRAIN, SAN + ["--lr-scheduler", "step", "--lr-decay=-0.5"],
+         "--lr-decay -0.5: it must be in [0, 1]"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay"],
+         "--lr-scheduler polynomial_decay needs --total-num-update, the updates over which it "
+         "decays the learning rate (fairseq does not take --max-update for it): e.g. "
+         "--total-num-update 100000"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--phase-ratio", "(0.5, 0.5)",
+                       "--max-update", "10"],
+         "--phase-ratio '(0.5, 0.5)': it must be three numbers, e.g. '(0.1, 0.4, 0.5)'"),
+        # a scheduler's nan or inf: NaN learning rates trained silently (--final-lr-scale), a
+        # ValueError at the first update (--lr-period-updates), an AssertionError (--max-lr)
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--decay-steps", "3", "--final-lr-scale",
+                       "nan"], "--final-lr-scale nan: it must be a finite number"),
+        (TRAIN, SAN + ["--lr-scheduler", "tri_stage", "--decay-steps", "3", "--final-lr-scale",
+                       "inf"], "--final-lr-scale inf: it must be a finite number"),
+        (TRAIN, SAN + ["--lr-scheduler", "cosine", "--lr-period-updates", "nan", "--max-update",
+                       "100"], "--lr-period-updates nan: it must be a finite number"),
+        (TRAIN, SAN + ["--lr-scheduler", "triangular", "--max-lr", "nan"],
+         "--max-lr nan: it must be a finite number"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--total-num-update", "nan"],
+         "--total-num-update 'nan': it must be a finite number"),
+        (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--total-num-update", "abc"],
+         "--total-num-update 'abc': it must be a finite number"),
         (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
         ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
          "--seed -1: it must be an integer in [0, 4294967295]"),

@@ -1373,13 +1373,15 @@ def test_a_language_model_loaded_for_the_static_decoder_scores_texts(
         language_model.score("tok1 tok2", san_decoding="static")
 
 
-def test_a_language_models_decoding_outside_its_choices_names_its_own(language_model_files):
+@pytest.mark.parametrize("task", [{}, {"task": "language_modeling"}], ids=["own", "fairseqs"])
+def test_a_language_models_decoding_outside_its_choices_names_its_own(language_model_files, task):
     """The refusal listed a translation task's decodings (fast among them) and advised
-    "did you mean 'fast'?" for the very value refused."""
+    "did you mean 'fast'?" for the very value refused; under fairseq's own task too, where only
+    the model checks it."""
     from fairseq_san.errors import UsageError
 
     with pytest.raises(UsageError) as refused:
-        load_language_model(language_model_files, san_decoding="fast")
+        load_language_model(language_model_files, san_decoding="fast", **task)
     assert str(refused.value) == (
         "san_decoding='fast' is not valid; valid values: fairseq, static"
     )

@@ -1309,6 +1309,22 @@ def test_fairseqs_translation_task_names_a_prefix_that_ends_a_sentence(caplog):
     ]
 
 
+def test_fairseqs_translation_task_words_no_other_assertion_as_a_forced_end():
+    """The wrapper names forced ends only: fairseq's other assertions (``min_len`` above the
+    maximum length) keep their own words, not a prefix's refusal of no sentence."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    task = TranslationTask(TranslationConfig(), DICTIONARY, DICTIONARY)
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [4, 6], seed=1)
+    sample = {"id": torch.tensor([3, 8]),
+              "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}  # fmt: skip
+    generator = SequenceGenerator([model], DICTIONARY, beam_size=2, max_len_b=5, min_len=50)
+    with pytest.raises(AssertionError, match="^min_len cannot be larger than max_len"):
+        task.inference_step(generator, [model], sample, torch.tensor([[7], [8]]))
+
+
 def match_source_len_batch():
     """A model and a batch of two sources (ids 3 and 8: 4 and 2 tokens, and EOS)."""
     model = build(dictionary=DICTIONARY, seed=1)[0]

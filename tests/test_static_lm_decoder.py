@@ -762,16 +762,18 @@ def test_a_prompt_that_begins_with_the_end_of_sentence_beside_others_is_one_line
         task.inference_step(generator, [model], sample)
 
 
-def test_scoring_the_targets_warns_of_no_forced_end(caplog):
+@pytest.mark.parametrize("plugins", [True, False], ids=["language_modeling_san", "fairseqs"])
+def test_scoring_the_targets_warns_of_no_forced_end(caplog, plugins):
     """--score-reference scores each sample whole and forces nothing: the warning that a
-    prompt's end of sentence ends its hypothesis was printed for every such run."""
+    prompt's end of sentence ends its hypothesis was printed for every such run (fairseq's own
+    task too, the plugin loaded)."""
     from fairseq.sequence_scorer import SequenceScorer
 
-    task, model = lm_task()
+    task, model = lm_task() if plugins else fairseqs_lm_task()
     prefix = prompts((6, 6), seed=1)
     prefix[1, 3] = DICT.eos()
     sample = {**sample_of(prefix), "target": prefix.clone(), "id": torch.tensor([4, 7])}
-    with caplog.at_level(logging.WARNING, logger="fairseq_san.tasks.decoding"):
+    with caplog.at_level(logging.WARNING, logger="fairseq_san"):
         scored = task.inference_step(SequenceScorer(DICT), [model], sample)
     assert [len(hypos) for hypos in scored] == [1, 1]
     assert not caplog.records
@@ -837,6 +839,25 @@ def test_fairseqs_lm_task_names_prompts_that_begin_with_the_end_of_sentence(capl
     ]
     with pytest.raises(UsageError, match=r"^--prefix-size: the prompt of sample 4 .* --beam 2 "):
         task.inference_step(generator, [model], sample, prefix_tokens=prefix[:, :3])
+
+
+def test_fairseqs_lm_task_names_typed_prompts_that_hold_the_end_of_sentence_as_typed(caplog):
+    """fairseq-interactive's and the hub's prompts (``build_dataset_for_inference``) under
+    fairseq's own language_modeling task are typed: the warning of one that holds the end of
+    sentence says to leave it out, as language_modeling_san's, not to pass --prefix-size."""
+    from fairseq_san.tasks.language_modeling_san import prompt_ends_warning
+
+    task, model = fairseqs_lm_task()
+    typed = prompts((6,), seed=1)[0]
+    typed[3] = DICT.eos()
+    dataset = task.build_dataset_for_inference([typed], [len(typed)])
+    sample = dataset.collater([dataset[0]])
+    greedy = SequenceGenerator([model], DICT, beam_size=1, max_len_b=12)
+    with caplog.at_level(logging.WARNING, logger="fairseq_san"):
+        task.inference_step(greedy, [model], sample)
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [prompt_ends_warning([0], whole_samples=False, prefix=False)]
+    assert "leave the end-of-sentence symbol out of the prompt" in said[0]
 
 
 @pytest.mark.parametrize("beam, eos_at", [(1, 3), (1, 0), (3, None)])

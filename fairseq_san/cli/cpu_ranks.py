@@ -19,6 +19,7 @@ rank failed in fairseq's TPU set-up) and fp16 (a GPU's).
 import argparse
 import ctypes
 import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -141,6 +142,24 @@ def plugin_arch_without_user_dir(command: List[str]) -> Optional[str]:
     return (
         f"--arch {arch} is the plugin's model, which fairseq-train knows only with --user-dir: "
         "add --user-dir fairseq_san (fairseq-san-loop user-dir prints its path)"
+    )
+
+
+def missing_user_dir(command: List[str]) -> Optional[str]:
+    """Why fairseq-train cannot load the ``--user-dir`` that ``command`` names: no such folder
+    where fairseq's ``import_user_module`` looks (as given, from the current folder, or beside
+    fairseq's package); each rank printed fairseq's FileNotFoundError traceback. Else None."""
+    user_dir = train_arg(command[1:], "--user-dir", None)
+    if user_dir is None:
+        return None
+    fairseq_dir = os.path.dirname(importlib.util.find_spec("fairseq").origin)  # not imported
+    places = (user_dir, os.path.join(fairseq_dir, user_dir),
+              os.path.join(fairseq_dir, "..", user_dir))  # fmt: skip
+    if any(os.path.exists(place) for place in places):
+        return None
+    return (
+        f"--user-dir {user_dir}: no such folder (from {os.getcwd()}): name the plugin's folder "
+        "(fairseq-san-loop user-dir prints its path)"
     )
 
 
@@ -361,7 +380,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     problem = (
         command_problem(command[0]) or help_asked(command) or own_option_after_separator(command)
         or command_arguments_problem(command) or missing_arch(command)
-        or plugin_arch_without_user_dir(command)
+        or plugin_arch_without_user_dir(command) or missing_user_dir(command)
     )  # fmt: skip
     if problem:
         parser.error(problem)

@@ -54,7 +54,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   below 1 or beyond the GPUs without a launcher, torchrun's ranks take its world size, ranks
   that cannot train on CPUs are refused; ``lr_schedulers``: a learning-rate scheduler's options
   it would fail on as it is built (``polynomial_decay`` without ``--total-num-update``,
-  ``tri_stage`` without its stages, more than one ``--lr`` for a scheduler that takes one);
+  ``tri_stage`` without its stages, more than one ``--lr`` for a scheduler that takes one, a
+  scheduler's number given as nan or inf);
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and samples longer than the model's positions (fairseq-eval-lm's, the context window

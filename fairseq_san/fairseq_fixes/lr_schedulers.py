@@ -16,26 +16,41 @@ and the model are loaded, and failed on what it cannot schedule with a traceback
   ``--max-lr`` not above ``--lr``, ``step`` with a ``--min-lr`` not below ``--lr`` or a decay
   fairseq asserts against (bare ``AssertionError``);
 * more than one ``--lr`` (one an epoch, which ``fixed`` and ``polynomial_decay`` take) with a
-  scheduler of ``ONE_LR``: a ``ValueError`` traceback, or for ``step`` the first alone, silently.
+  scheduler of ``ONE_LR``: a ``ValueError`` traceback, or for ``step`` the first alone, silently;
+* a scheduler's number (``FINITE``, ``--total-num-update``) given as nan or inf: a learning rate
+  of NaN or infinity, trained silently (``--final-lr-scale nan``), or a traceback at the first
+  update (``--lr-period-updates nan``) or as the scheduler is built (``--max-lr nan``).
 
 ``check_lr_scheduler`` refuses each in one line naming the option and what to pass;
 ``command_options.check_training`` calls it.
 """
 
 import argparse
+import math
 from typing import Callable, Dict, List, Optional
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.option_ranges import shown_value
-from fairseq_san.policy import is_number
+from fairseq_san.options import flag_of
+from fairseq_san.policy import is_finite_number, is_number
 
 # Schedulers that schedule from one learning rate: more than one --lr is refused.
 ONE_LR = ("cosine", "inverse_sqrt", "reduce_lr_on_plateau", "step", "tri_stage", "triangular")
+# The schedulers' numbers (argparse dests), each refused as nan or inf.
+FINITE = (
+    "end_learning_rate", "final_lr_scale", "init_lr_scale", "lr_decay", "lr_period_updates",
+    "lr_shrink", "lr_threshold", "max_lr", "min_lr", "power", "t_mult", "warmup_init_lr",
+)  # fmt: skip
 
 
 def check_lr_scheduler(args: argparse.Namespace) -> None:
     """Refuse ``--lr-scheduler`` options the scheduler would fail on (``SCHEDULER_CHECKS``), and
-    more than one ``--lr`` for a scheduler of ``ONE_LR``."""
+    more than one ``--lr`` for a scheduler of ``ONE_LR``, and a number of ``FINITE`` that is
+    nan or inf."""
+    for name in FINITE:
+        value = getattr(args, name, None)
+        if is_number(value) and not is_finite_number(value):
+            raise UsageError(f"{flag_of(name)} {value}: it must be a finite number")
     scheduler = getattr(args, "lr_scheduler", None)
     lrs = getattr(args, "lr", None) or []
     if scheduler in ONE_LR and len(lrs) > 1:
@@ -54,9 +69,12 @@ def total_updates(args: argparse.Namespace) -> Optional[float]:
     not given."""
     value = args.total_num_update
     try:
-        return None if value is None else float(value)
+        total = None if value is None else float(value)
     except ValueError:
-        raise UsageError(f"--total-num-update {value!r}: it must be a number") from None
+        total = math.nan
+    if total is not None and not math.isfinite(total):
+        raise UsageError(f"--total-num-update {value!r}: it must be a finite number")
+    return total
 
 
 def check_polynomial_decay(args: argparse.Namespace) -> None:

@@ -195,7 +195,8 @@ def check_load_keywords(keywords: Dict[str, Any]) -> None:
     for key in BATCH_KEYWORDS:
         value, valid = keywords.get(key), OPTION_RANGES[key]
         if value is not None and (isinstance(value, bool) or not valid.holds(value)):
-            raise UsageError(f"from_pretrained({key}={value!r}): it must be {valid.said()}")
+            said = valid.said_for(value)
+            raise UsageError(f"from_pretrained({key}={value!r}): it must be {said}")
 
 
 def check_retained_dropouts(models: List[torch.nn.Module], generation_args: Dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from helpers import (
     TINY,
     StandInTask,
     build,
+    build_fairseq_transformer,
     build_lm,
     cli_env,
     command_path,
@@ -217,6 +218,9 @@ def override(cfg, overrides):
         ({"dropout": 1.5}, r"dropout 1.5 .*is out of range: it must be in \[0, 1\]"),
         ({"decoder_attention_heads": 0},
          "decoder_attention_heads 0 .*is out of range: it must be an integer of at least 1"),
+        ({"decoder_embed_dim": 2**63}, "decoder_embed_dim 9223372036854775808 .*is out of range: "
+                                       "it must be an integer of at least 1, at most "
+                                       "9223372036854775807"),
         ({"activation_fn": "rel"}, "activation_fn 'rel' .*valid values: relu, gelu, gelu_fast, "
                                    r"gelu_accurate, tanh, linear; did you mean 'relu'\?$"),
         # fairseq's own options of a few values: set unchecked, the hub loaded without a word
@@ -227,7 +231,7 @@ def override(cfg, overrides):
     ids=["misspelt", "unknown", "misspelt decoder option", "text for int", "bool for int",
          "float for int", "text for float", "text for switch", "outside choices", "model as a dict",
          "misspelt in a group", "dict for int", "dropout out of range", "no heads",
-         "misspelt choice", "fairseq's choices", "fairseq's misspelt choice"],
+         "beyond 64 bits", "misspelt choice", "fairseq's choices", "fairseq's misspelt choice"],
 )  # fmt: skip
 def test_an_override_fairseq_would_ignore_or_fail_on_is_refused(overrides, said):
     from fairseq_san.errors import UsageError
@@ -296,9 +300,10 @@ def test_flat_overrides_of_a_group_given_as_a_dict_are_applied_too():
     cfg.task.sample_break_mode = "none"
     task = {"_name": "language_modeling_san", "san_analysis_dir": "js", "tokens_per_sample": 9}
     override(cfg, {"data": "elsewhere", "sample_break_mode": "eos", "tokens_per_sample": 5,
-                   "task": task})  # fmt: skip
+                   "dropout": 0.3, "task": task})  # fmt: skip
     assert (cfg.task.data, cfg.task.sample_break_mode) == ("elsewhere", "eos")
     assert (cfg.task.san_analysis_dir, cfg.task.tokens_per_sample) == ("js", 9)
+    assert cfg.model.dropout == 0.3 and "dropout" not in cfg.task  # the model's alone
 
 
 @pytest.mark.parametrize(
@@ -1550,7 +1555,8 @@ def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
 def test_cpu_ranks_user_dir_that_is_not_there_is_one_line(tmp_path, capsys, monkeypatch):
     """--user-dir fairseq_san from another folder than the repository's: each rank printed
     fairseq's FileNotFoundError traceback (rank 1's in its log). The plugin's folder by its
-    path is taken."""
+    path is taken, and a folder where fairseq also looks (from the current folder, or in
+    fairseq's package: its examples)."""
     started = tmp_path / "rank-started"
     program = stand_in_fairseq_train(tmp_path / "bin", f"open({str(started)!r}, 'a').close()")
     monkeypatch.chdir(tmp_path)
@@ -1561,10 +1567,13 @@ def test_cpu_ranks_user_dir_that_is_not_there_is_one_line(tmp_path, capsys, monk
         "name the plugin's folder (fairseq-san-loop user-dir prints its path)"
     )
     assert not started.exists()
-    from fairseq_san.cli.cpu_ranks import main
+    from fairseq_san.cli.cpu_ranks import main, missing_user_dir
 
     assert main(["1", "--", *train, f"--user-dir={REPO / 'fairseq_san'}"]) == 0
     assert started.exists()
+    (tmp_path / "plugin").mkdir()
+    for found in ("plugin", "examples/linformer/linformer_src"):  # here; in fairseq's package
+        assert missing_user_dir([str(program), "--user-dir", found]) is None, found
 
 
 def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
@@ -2668,6 +2677,46 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
     assert str(refused.value) == said.format(tmp=tmp_path)
 
 
+def test_a_restore_file_of_save_dirs_checkpoint_names_its_path(tmp_path, monkeypatch):
+    """--restore-file checkpoint_best.pt, which --save-dir holds: fairseq reads it from the
+    working directory; the refusal advised leaving the flag out (checkpoint_last.pt)."""
+    from types import SimpleNamespace
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags
+
+    (tmp_path / "save").mkdir()
+    (tmp_path / "save" / "checkpoint_best.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    cfg = SimpleNamespace(restore_file="checkpoint_best.pt", finetune_from_model=None,
+                          save_dir=str(tmp_path / "save"))  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        check_checkpoint_flags(cfg, "", False)
+    assert str(refused.value) == (
+        "--restore-file checkpoint_best.pt: no such file (fairseq would train from scratch); "
+        "fairseq reads it from the working directory, not --save-dir: pass --restore-file "
+        f"{tmp_path / 'save' / 'checkpoint_best.pt'}"
+    )
+
+
+def test_a_finetune_from_model_that_a_resumed_run_ignores_is_said(tmp_path, caplog):
+    """--finetune-from-model of another run where --save-dir holds checkpoint_last.pt: fairseq
+    resumed that run instead, without a word."""
+    from types import SimpleNamespace
+
+    from fairseq_san.fairseq_fixes.restore_file import _checking
+
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model="other.pt",
+                          save_dir=str(tmp_path))  # fmt: skip
+    with caplog.at_level("INFO", logger="fairseq_san.fairseq_fixes.restore_file"):
+        _checking(lambda cfg, trainer: None)(cfg, SimpleNamespace(checkpoint_suffix=""))
+    assert caplog.messages == [
+        f"--finetune-from-model other.pt is not read: this run resumes {tmp_path}/"
+        "checkpoint_last.pt (fairseq fine-tunes only where --save-dir holds no checkpoint_last.pt)"
+    ]
+
+
 def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path):
     """Resuming with flags that build another model (without the training's
     --share-all-embeddings): torch refused the optimizer's state with a traceback; then the
@@ -2691,6 +2740,36 @@ def test_an_optimizer_state_for_other_parameters_names_reset_optimizer(tmp_path)
     with pytest.raises(UsageError, match="build another model than the training's .*: pass "
                        "the training's flags to resume it; --reset-optimizer would go on"):
         _checking(load_checkpoint)(cfg, SimpleNamespace(checkpoint_suffix=""))
+
+
+@pytest.mark.parametrize("scheduler", ["inverse_sqrt", "reduce_lr_on_plateau"])
+def test_a_fixed_schedulers_state_resumed_by_another_scheduler_is_one_line(scheduler):
+    """fairseq-train --lr-scheduler inverse_sqrt resumed from a run of the default (fixed), which
+    saves its learning rate, not the best loss: fairseq's KeyError 'best' traceback."""
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+
+    from fairseq_san.errors import UsageError
+
+    load_state_dict = LR_SCHEDULER_REGISTRY[scheduler].load_state_dict
+    stand_in = SimpleNamespace(cfg=SimpleNamespace(_name=scheduler))
+    with pytest.raises(UsageError, match=(
+        rf"^the checkpoint's learning-rate scheduler state \(lr\) is another --lr-scheduler's "
+        rf"than {scheduler} \(fixed or manual\): .* or pass --reset-lr-scheduler")):
+        load_state_dict(stand_in, {"lr": 0.005})
+    if scheduler == "inverse_sqrt":
+        load_state_dict(stand_in, {"best": 4.5})
+        assert stand_in.best == 4.5
+
+
+def test_fairseqs_transformer_of_another_depth_is_one_line():
+    """fairseq-train --arch transformer resumed with another --encoder-layers: torch's list of
+    every missing key, re-raised as "please ensure that the architectures match"."""
+    from fairseq_san.errors import UsageError
+
+    trained, _ = build_fairseq_transformer(["--encoder-layers", "2"])
+    model, _ = build_fairseq_transformer(["--encoder-layers", "3"])
+    with pytest.raises(UsageError, match=r"^the checkpoint has 2 encoder layers, this model 3 "):
+        model.load_state_dict(trained.state_dict())
 
 
 def test_resuming_without_the_trainings_shared_embeddings_is_one_line(
@@ -3039,6 +3118,31 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--optimizer", "adam", "--adam-betas", "[0.9, 0.98]"], None),
         (TRAIN, SAN + ["--optimizer", "adam", "--weight-decay=-0.1"],
          "--weight-decay -0.1: it must be at least 0"),
+        # nan, inf, a count beyond 64 bits: NaN gradients (a traceback at the first update), an
+        # OverflowError from numpy, no clipping or no time limit without a word
+        (TRAIN, SAN + ["--lr", "1e309"], "--lr inf: it must be greater than 0, and finite"),
+        (TRAIN, SAN + ["--optimizer", "adam", "--weight-decay", "inf"],
+         "--weight-decay inf: it must be at least 0, and finite"),
+        (TRAIN, SAN + ["--max-tokens", "9223372036854775808"],
+         "--max-tokens 9223372036854775808: it must be an integer of at least 1, at most "
+         "9223372036854775807 (fairseq holds it in a 64-bit integer)"),
+        (TRAIN, SAN + ["--max-tokens", "9223372036854775807"], None),
+        (TRAIN, SAN + ["--optimizer", "adam", "--adam-eps", "0"],
+         "--adam-eps 0: it must be greater than 0"),
+        (TRAIN, SAN + ["--optimizer", "adam", "--adam-eps", "nan"],
+         "--adam-eps nan: it must be greater than 0, and finite"),
+        (TRAIN, SAN + ["--optimizer", "nag", "--momentum", "nan"],
+         "--momentum nan: it must be at least 0, and finite"),
+        (TRAIN, SAN + ["--optimizer", "sgd", "--momentum=-1"],
+         "--momentum -1: it must be at least 0"),
+        (TRAIN, SAN + ["--clip-norm=-1"], "--clip-norm -1: it must be at least 0 (0: no clipping)"),
+        (TRAIN, SAN + ["--clip-norm", "nan"],
+         "--clip-norm nan: it must be at least 0 (0: no clipping), and finite"),
+        (TRAIN, SAN + ["--clip-norm", "inf", "--stop-time-hours", "inf"], None),  # no limit
+        (TRAIN, SAN + ["--stop-time-hours", "nan"],
+         "--stop-time-hours nan: it must be at least 0 (0: no limit), and finite"),
+        (TRAIN, SAN + ["--stop-time-hours=-1"],
+         "--stop-time-hours -1: it must be at least 0 (0: no limit)"),
         (TRAIN, SAN + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "1.5"],
          "--label-smoothing 1.5: it must be in [0, 1)"),
         (TRAIN, SAN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "0"],
@@ -3150,6 +3254,7 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--lr-scheduler", "polynomial_decay", "--total-num-update", "abc"],
          "--total-num-update 'abc': it must be a finite number"),
         (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
+        (TRAIN, SAN + ["--update-freq", "1e1,2.0"], None),  # whole numbers: [10, 2]
         ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
          "--seed -1: it must be an integer in [0, 4294967295]"),
         # fairseq-train: "OverflowError: int too big to convert", a traceback
@@ -3563,6 +3668,29 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     assert str(error.value).startswith(said), str(error.value)
 
 
+def test_every_number_of_a_fairseq_scheduler_is_refused_as_nan():
+    """Each float option of fairseq's learning-rate schedulers (their dataclasses), nan: a NaN
+    learning rate trained silently or failed later (``--warmup-init-lr nan``,
+    ``--end-learning-rate nan``); ``max_update`` is fairseq-train's own (an integer), and
+    ``--total-num-update`` is read apart (``total_updates``)."""
+    import dataclasses
+
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_DATACLASS_REGISTRY
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.lr_schedulers import check_lr_scheduler
+
+    floats = {field.name for config in LR_SCHEDULER_DATACLASS_REGISTRY.values()
+              for field in dataclasses.fields(config) if field.type in (float, "float")}
+    floats -= {"max_update", "total_num_update"}
+    assert {"end_learning_rate", "warmup_init_lr", "lr_shrink"} <= floats
+    for name in sorted(floats):
+        with pytest.raises(UsageError) as refused:
+            check_lr_scheduler(argparse.Namespace(**{name: float("nan")}))
+        flag = "--" + name.replace("_", "-")
+        assert str(refused.value) == f"{flag} nan: it must be a finite number"
+
+
 LIST_READ = "fairseq reads one or a comma-separated list of"
 
 
@@ -3571,6 +3699,11 @@ LIST_READ = "fairseq reads one or a comma-separated list of"
     (["--lr", "1e-3,y"], f"argument --lr: invalid value '1e-3,y': {LIST_READ} numbers"),
     (["--adaptive-softmax-cutoff", "1,x"],
      f"argument --adaptive-softmax-cutoff: invalid value '1,x': {LIST_READ} integers"),
+    # fairseq's int() of each item: 2 batches accumulated, without a word; an OverflowError
+    (["--update-freq", "2.9"],
+     f"argument --update-freq: invalid value '2.9': {LIST_READ} integers"),
+    (["--update-freq", "1,1e309"],
+     f"argument --update-freq: invalid value '1,1e309': {LIST_READ} integers"),
     (["--lr-scheduler", "triangular"],
      "argument --max-lr: not given, and it has no default: give one"),
 ])
@@ -4159,13 +4292,18 @@ def test_fine_tuning_fairseqs_transformer_from_a_shared_checkpoint_names_the_plu
         unshared.load_state_dict(trained.state_dict())
 
 
-def test_fairseqs_own_errors_for_other_checkpoints_are_left_as_they_are():
+def test_fairseqs_transformer_loads_an_unshared_checkpoint_and_names_another_width():
+    """An unshared plugin checkpoint loads into fairseq's transformer; one of another width was
+    torch's list of every mismatched shape."""
     from helpers import build_fairseq_transformer
+
+    from fairseq_san.errors import UsageError
 
     theirs, _ = build_fairseq_transformer()
     theirs.load_state_dict(build()[0].state_dict())  # unshared: fairseq's transformer loads it
     other_width, _ = build(["--encoder-ffn-embed-dim", "24"])
-    with pytest.raises(RuntimeError, match="size mismatch for encoder.layers.0.fc1.weight"):
+    with pytest.raises(UsageError, match=r"^the checkpoint's encoder.layers.0.fc1.weight has "
+                       r"shape \(24, 16\), this model's \(32, 16\): it was trained"):  # fmt: skip
         theirs.load_state_dict(other_width.state_dict())
 
 

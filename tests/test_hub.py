@@ -381,7 +381,9 @@ def test_a_decoder_keyword_for_fairseqs_own_model_is_said_as_the_hub_takes_it(
     """fairseq's transformer reads no plugin option: the hub advised the command line's flag
     (beside task={'_name': 'translation_san'} too); the task it advises now decodes. No-cache,
     which only the plugin's models apply, decoded with fairseq's cache under the plugin's task
-    (its log said no-cache)."""
+    (its log said no-cache); fairseq's decoding decodes it as fairseq's task does. The
+    deprecated san_decoder is advised as san_decoding; a model's option (san_policy) is no
+    decoder's, and is said to need the plugin's model."""
     from fairseq_san.errors import UsageError
 
     checkpoint = fairseq_task_checkpoints["transformer"]
@@ -401,13 +403,24 @@ def test_a_decoder_keyword_for_fairseqs_own_model_is_said_as_the_hub_takes_it(
     )
     task = {"_name": "translation_san", "san_decoding": "static", "san_decoder_precision": "bf16"}
     assert load(task=task).translate("tok1 tok2", beam=1, max_len_b=3)
-    with pytest.raises(UsageError) as refused:
-        load(san_decoding="no-cache")
-    assert str(refused.value) == (
-        "from_pretrained(san_decoding='no-cache'): this checkpoint's model is none of the "
-        "plugin's models, which alone apply it: decode with 'fairseq' or 'static'"
+    with pytest.raises(UsageError) as refused:  # the deprecated keyword: the task's own
+        load(san_decoder="static")
+    assert str(refused.value) == f"from_pretrained(san_decoder='static'): {said}}}"
+    for decoding in ("no-cache", "fast"):
+        with pytest.raises(UsageError) as refused:
+            load(san_decoding=decoding)
+        assert str(refused.value) == (
+            f"from_pretrained(san_decoding='{decoding}'): this checkpoint's model is none of the "
+            "plugin's models, which alone apply it: decode with 'fairseq' or 'static'"
+        )
+    with pytest.raises(UsageError) as refused:  # a model's option: no task reads it
+        load(san_policy=POLICY)
+    assert str(refused.value).endswith(
+        "attention sharing needs a model trained as transformer_san or transformer_lm_san"
     )
     hub = load(task={"_name": "translation_san"})
+    fairseqs = load().translate("tok1 tok2", beam=1, max_len_b=3)  # fairseq's own task
+    assert hub.translate("tok1 tok2", beam=1, max_len_b=3, san_decoding="fairseq") == fairseqs
     with pytest.raises(UsageError) as refused:
         hub.translate("tok1 tok2", san_decoding="no-cache")
     assert str(refused.value) == (
@@ -619,6 +632,8 @@ def test_a_decoding_keyword_of_from_pretrained_is_refused(tmp_path, keyword, val
       "checkpoint's float32 weights; call .bfloat16() on the hub it returns"),
      ({"max_tokens": 0}, "from_pretrained(max_tokens=0): it must be an integer of at least 1"),
      ({"batch_size": -1}, "from_pretrained(batch_size=-1): it must be an integer of at least 1"),
+     ({"max_tokens": 2**63}, "from_pretrained(max_tokens=9223372036854775808): it must be an "
+      "integer of at least 1, at most 9223372036854775807 (fairseq holds it in a 64-bit integer)"),
      ({"max_tokens": "abc"}, "from_pretrained(max_tokens='abc'): it must be an integer of at "
       "least 1")],
 )  # fmt: skip

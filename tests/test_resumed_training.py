@@ -329,3 +329,21 @@ def test_a_checkpoint_resumes_where_it_stopped_on_another_number_of_ranks():
     assert resharded_position(state, 2, 2) is state
     with pytest.raises(UsageError, match="cannot share out"):
         resharded_position(dict(state, iterations_in_epoch=3), 1, 2)
+
+
+def test_a_run_resumed_under_another_metric_chooses_its_best_checkpoint_anew(
+    binarized_corpus, tmp_path
+):
+    """fairseq restored the checkpoint's best score whatever its metric: a run resumed by the
+    validation's sentences per batch (30, to minimize) compared them with the loss's best (4.5),
+    and checkpoint_best.pt stayed the first run's."""
+    save_dir = tmp_path / "run"
+    for updates, metric in ((4, "loss"), (8, "bsz")):
+        argv = train_argv(binarized_corpus, save_dir, max_update=updates)
+        argv = [word for word in argv if word != "--disable-validation"]
+        result = run_cli("fairseq-train", *argv, "--best-checkpoint-metric", metric)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert updates_in(save_dir / "checkpoint_best.pt") == 8
+    said = ("the checkpoint's best validation is by --best-checkpoint-metric loss, this run's by "
+            "--best-checkpoint-metric bsz")  # fmt: skip
+    assert said in result.stdout + result.stderr

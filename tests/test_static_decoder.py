@@ -1347,13 +1347,16 @@ def test_a_prefix_that_ends_before_the_source_length_under_match_source_len_is_o
     """--match-source-len forbids the end of sentence before the source's length: a prefix that
     forces it there left no hypothesis to finish, at any beam; fairseq's generator failed its
     assertion at max_len (a traceback), the static decoder said to use --beam 1, which failed
-    alike. Both name the sentences whose prefix ends early, not one that ends at its length."""
+    alike. Both name the sentences whose prefix ends early, not one that ends at its length
+    or holds no end."""
     model, sample = match_source_len_batch()
-    prefix = torch.tensor([[7, DICTIONARY.eos()], [7, 8]])
+    eos, pad = DICTIONARY.eos(), DICTIONARY.pad()
     said = ("--prefix-size: the prefix of sentence 3 holds its end (EOS) before its source's "
             "length, where --match-source-len forbids it: no hypothesis of it can finish; leave "
             "out --match-source-len, or pass a smaller --prefix-size")
-    assert_every_decoder_refuses(task, model, sample, prefix, said)
+    for ends_at_its_length in ([7, 8, pad, pad], [7, 8, 9, eos]):  # sentence 8's: 3 with EOS
+        prefix = torch.tensor([[7, eos, pad, pad], ends_at_its_length])
+        assert_every_decoder_refuses(task, model, sample, prefix, said)
 
 
 def assert_every_decoder_refuses(task, model, sample, prefix, said: str) -> None:
@@ -1369,7 +1372,8 @@ def test_a_prefix_longer_than_the_source_under_match_source_len_is_one_line(task
     hypothesis -inf: a prefix longer than that (a target longer than its source) ended there,
     cut short, silently (the hypothesis with the whole prefix printed at -inf beside it where a
     longer source shared the batch), with both decoders. One line naming the sentence, not one
-    whose prefix fills its source's length."""
+    whose prefix fills its source's length or is padded (the hub's prefixes of unequal lengths),
+    and none without --match-source-len."""
     from fairseq.search import LengthConstrainedBeamSearch
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -1385,9 +1389,17 @@ def test_a_prefix_longer_than_the_source_under_match_source_len_is_one_line(task
             "--match-source-len ends the output: no hypothesis of it can hold its prefix; leave "
             "out --match-source-len, or pass a smaller --prefix-size")
     assert_every_decoder_refuses(task, model, sample, prefix, said)
-    for generator in match_source_len_generators(task, model):
-        decoded = task.inference_step(generator, [model], sample, prefix[:, :3])
-        assert [hypos[0]["tokens"][:3].tolist() for hypos in decoded] == prefix[:, :3].tolist()
+    pad = DICTIONARY.pad()
+    within = torch.tensor([[7, 8, 9, 10], [7, 8, pad, pad]])  # padding is no forced token
+    for forced in (prefix[:, :3], within):
+        kept = [row[row.ne(pad)].tolist() for row in forced]
+        for generator in match_source_len_generators(task, model):
+            decoded = task.inference_step(generator, [model], sample, forced)
+            assert [hypos[0]["tokens"][:len(row)].tolist()
+                    for hypos, row in zip(decoded, kept)] == kept  # fmt: skip
+    unmatched = task.build_generator([model], generation_args(beam=2, max_len_b=5))
+    decoded = task.inference_step(unmatched, [model], sample, prefix)  # no length to pass
+    assert [hypos[0]["tokens"][:4].tolist() for hypos in decoded] == prefix.tolist()
 
 
 def test_min_len_above_the_source_length_under_match_source_len_names_it():

@@ -760,6 +760,29 @@ def test_a_prompt_that_begins_with_the_end_of_sentence_beside_others_is_one_line
     generator = GENERATORS[decoder]([model], DICT, beam_size=2, max_len_b=14)
     with pytest.raises(UsageError, match="^the prompt of sample 4 .* begins with the end of"):
         task.inference_step(generator, [model], sample)
+    # blocks after the first: fairseq takes no start token off where a row begins otherwise
+    blocks = {"net_input": {"src_tokens": prefix, "src_lengths": torch.tensor([12, 12])},
+              "id": torch.tensor([4, 7])}  # fmt: skip
+    with pytest.raises(UsageError, match="^the prompt of sample 4 .* begins with the end of"):
+        task.inference_step(generator, [model], blocks)
+
+
+def test_a_prompt_after_the_begin_of_sentence_that_begins_with_the_end_is_one_line():
+    """--add-bos-token: fairseq takes the begin-of-sentence token off each prompt, and one that
+    then begins with EOS failed above beam 1 (``AssertionError``), as without the flag."""
+    from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+
+    model = lm_task()[1]
+    task = LanguageModelingTask(LanguageModelingConfig(tokens_per_sample=16, add_bos_token=True),
+                                DICT)  # fmt: skip
+    prefix = prompts((12, 12), seed=1)
+    prefix[0, 0] = DICT.eos()
+    src_tokens = torch.cat([torch.full((2, 1), DICT.bos()), prefix], dim=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([13, 13])},
+              "id": torch.tensor([4, 7])}  # fmt: skip
+    generator = SequenceGenerator([model], DICT, beam_size=2, max_len_b=14)
+    with pytest.raises(UsageError, match="^the prompt of sample 4 .* begins with the end of"):
+        task.inference_step(generator, [model], sample)
 
 
 @pytest.mark.parametrize("plugins", [True, False], ids=["language_modeling_san", "fairseqs"])

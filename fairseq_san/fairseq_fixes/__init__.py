@@ -32,15 +32,18 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   as too long (``--skip-invalid-size-inputs-valid-test``) is logged, and the command goes on;
 * ``clean_exit``: fairseq's background batch loaders stop before the interpreter exits;
 * ``restore_file``: fairseq-train refuses a ``--restore-file`` or ``--finetune-from-model`` that
-  is not there (it trained from scratch, or printed a traceback);
+  is not there (it trained from scratch, or printed a traceback), and a scheduler's state that
+  its ``--lr-scheduler`` cannot read (a ``KeyError`` traceback);
 * ``resumed_training``: a resumed fairseq-train batches as the run it continues did, counts its
-  ``--patience`` on from the checkpoint, and stops before it trains past a limit its checkpoint
-  had reached (it drifted, counted from zero, and took one update more);
+  ``--patience`` on from the checkpoint, stops before it trains past a limit its checkpoint
+  had reached (it drifted, counted from zero, and took one update more), and chooses its best
+  checkpoint anew under another ``--best-checkpoint-metric`` (it kept the old metric's best);
 * ``checkpoint_copies``: fairseq-train's copies of a checkpoint (``checkpoint_last.pt``) are whole
   or absent (a run stopped while copying left a truncated file that stopped every rerun);
 * ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint
-  trained with attention sharing or AAN in one line naming the plugin's model that loads it
-  (fairseq's "please ensure that the architectures match" traceback);
+  trained with attention sharing or AAN in one line naming the plugin's model that loads it, and
+  one of another size naming the first difference (fairseq's "please ensure that the
+  architectures match" traceback);
 * ``half_precision``: fairseq-train refuses ``--fp16`` or ``--bf16`` on the CPU (tracebacks in
   fairseq's trainer);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
@@ -107,6 +110,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   kept no dropout, silently), naming those it has;
 * ``task_state``: a task copies (``copy.deepcopy`` of a hub model: fairseq's task state called
   itself until a RecursionError);
+* ``list_options``: a fraction or an infinity in a list option of integers (``--update-freq
+  2.9``, ``1e309``) is refused as it is parsed (fairseq truncated it, or failed with an
+  ``OverflowError``);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -130,6 +136,7 @@ from fairseq_san.fairseq_fixes import (
     interactive_input,
     language_pair,
     last_batch,
+    list_options,
     literal_eval,
     lm_fusion,
     model_overrides,
@@ -157,7 +164,7 @@ FIXES = (
     tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
     prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,
-    retained_dropout, task_state, one_line_errors,
+    retained_dropout, task_state, list_options, one_line_errors,
 )
 
 

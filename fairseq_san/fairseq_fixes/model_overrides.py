@@ -188,8 +188,10 @@ def check_value(key: str, value: Any, action: argparse.Action, trained: Any, sou
     if action.choices and value not in action.choices:
         raise not_a_choice(key, value, list(action.choices), source)
     valid = OPTION_RANGES.get(key)
-    if valid is not None and out_of_range(given_values(value), valid):
-        raise UsageError(f"{key} {value!r} {source} is out of range: it must be {valid.said()}")
+    bad = out_of_range(given_values(value), valid) if valid is not None else []
+    if bad:
+        said = valid.said_for(bad[0])
+        raise UsageError(f"{key} {value!r} {source} is out of range: it must be {said}")
 
 
 def group_dataclasses(cfg: DictConfig) -> Iterator[type]:

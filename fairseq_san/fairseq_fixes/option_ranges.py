@@ -14,7 +14,13 @@ out of range failed far from the cause or trained another run than the one asked
   ``eval`` of it);
 * silently another run: ``--lr -1`` and ``--max-epoch -1`` trained nothing and exited 0,
   ``--label-smoothing`` outside [0, 1) and ``--weight-decay -1`` trained towards other targets,
-  ``--activation-dropout -1`` trained without dropout.
+  ``--activation-dropout -1`` trained without dropout;
+* a number beyond what fairseq computes with: ``--lr inf`` or ``--weight-decay inf`` (NaN
+  gradients, a traceback at the first update), ``--max-tokens 9223372036854775808`` (an
+  ``OverflowError`` from numpy: fairseq holds counts in 64-bit integers);
+* ``--adam-eps 0`` or ``nan`` (NaN gradients, a traceback) or below 0, ``--momentum nan`` or
+  ``inf`` (the same) or below 0, ``--clip-norm`` and ``--stop-time-hours`` below 0 or nan (no
+  clipping, no time limit, without a word; inf is no limit, as their 0 is).
 
 ``check_option_ranges`` refuses each in one line naming the flag and its range (or, for the
 betas, their form); the command-line
@@ -34,9 +40,15 @@ from fairseq_san.options import flag_of
 from fairseq_san.policy import is_finite_number, is_number
 
 
+# The largest count fairseq can take: it holds counts in 64-bit integers (numpy's, torch's).
+LARGEST_COUNT = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Range:
-    """The values an option can take: ``low`` to ``high``, each end in or out (``*_open``)."""
+    """The values an option can take: ``low`` to ``high``, each end in or out (``*_open``); an
+    unbounded one takes infinity only where it is ``unbounded_at_inf`` (no limit), an integer
+    one no count above ``LARGEST_COUNT``."""
 
     low: float
     high: float = math.inf
@@ -44,9 +56,12 @@ class Range:
     high_open: bool = False
     integer: bool = False
     note: str = ""
+    unbounded_at_inf: bool = False
 
     def holds(self, value: object) -> bool:
         if not is_number(value) or (self.integer and not is_whole(value)):
+            return False
+        if beyond_computed(value) and not (self.unbounded_at_inf and value == math.inf):
             return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
@@ -64,6 +79,16 @@ class Range:
         else:
             text = f"an integer of at least {low}" if self.integer else f"at least {low}"
         return text + (f" ({self.note})" if self.note else "")
+
+    def said_for(self, value: object) -> str:
+        """The range in words (``said``), and, where it has no upper end and ``value`` is beyond
+        what fairseq computes with (``beyond_computed``), the limit it misses: ", and finite",
+        ", at most ..."."""
+        if self.high < math.inf or not beyond_computed(value):
+            return self.said()
+        if isinstance(value, int):
+            return f"{self.said()}, at most {LARGEST_COUNT} (fairseq holds it in a 64-bit integer)"
+        return f"{self.said()}, and finite"
 
 
 POSITIVE_INTEGER = Range(1, integer=True)
@@ -99,6 +124,10 @@ OPTION_RANGES = {
     # an adaptive band is the one before it divided by the factor (0: a ZeroDivisionError)
     **dict.fromkeys(("adaptive_softmax_factor", "adaptive_input_factor"), Range(0, low_open=True)),
     "weight_decay": Range(0),
+    "adam_eps": Range(0, low_open=True),
+    "momentum": Range(0),
+    "clip_norm": Range(0, note="0: no clipping", unbounded_at_inf=True),
+    "stop_time_hours": Range(0, note="0: no limit", unbounded_at_inf=True),
     "label_smoothing": Range(0, 1, high_open=True),
     **dict.fromkeys(("adam_betas", "adamax_betas"), Range(0, 1, high_open=True)),
 }  # fmt: skip
@@ -147,7 +176,16 @@ def check_option_ranges(args: argparse.Namespace) -> None:
             continue
         bad = out_of_range(given_values(value), valid)
         if bad:
-            raise UsageError(f"{flag_of(name)} {shown_value(bad[0])}: it must be {valid.said()}")
+            said = valid.said_for(bad[0])
+            raise UsageError(f"{flag_of(name)} {shown_value(bad[0])}: it must be {said}")
+
+
+def beyond_computed(value: object) -> bool:
+    """Whether ``value`` is a number fairseq cannot compute with: NaN, infinity, or an integer
+    above ``LARGEST_COUNT``."""
+    return is_number(value) and (
+        not is_finite_number(value) or (isinstance(value, int) and value > LARGEST_COUNT)
+    )
 
 
 def is_whole(value: float) -> bool:

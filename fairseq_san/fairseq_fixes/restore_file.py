@@ -9,18 +9,22 @@ So are ``--finetune-from-model`` with ``--restore-file`` or a ``--reset-*`` flag
 ``ValueError`` tracebacks, one printing the whole configuration), and a checkpoint whose
 optimizer state is for other parameters than the model's (a run resumed with flags that build
 another model, e.g. without ``--share-all-embeddings``: torch's "parameter group that doesn't
-match" traceback; ``--reset-optimizer`` goes on in the new model); a policy that shares more
+match" traceback; ``--reset-optimizer`` goes on in the new model), and a learning-rate
+scheduler's state that this run's ``--lr-scheduler`` cannot read (``fixed``'s, resumed with
+``inverse_sqrt``: fairseq's ``KeyError: 'best'`` traceback); a policy that shares more
 than the checkpoint being resumed is refused before
 (``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite
 to its checkpoint's (``-s de -t en`` in the save dir of an En->De run: on joined dictionaries
 fairseq trained on) is refused in one line
 (``option_checks.check_resumed_language_pair``). While the ``--finetune-from-model`` checkpoint
 loads, the plugin's models start from it under any policy
-(``models.checkpoint_policy.fine_tuning``).
+(``models.checkpoint_policy.fine_tuning``). A ``--finetune-from-model`` that fairseq does not read
+(``--save-dir`` has a run to resume, which it resumes) is logged, naming what it resumes.
 """
 
 import contextlib
 import functools
+import logging
 import os
 from typing import Optional
 
@@ -29,6 +33,7 @@ from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.options import flag_of
 
+logger = logging.getLogger(__name__)
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: SAVE_DIR/checkpoint_last.pt
 RESETS = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader")
 # torch's error when an optimizer state has other parameter groups than the optimizer's.
@@ -45,6 +50,16 @@ def restore_path(cfg, suffix: str) -> str:
     return cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
 
 
+def restore_advice(cfg, path: str) -> str:
+    """What to pass for a ``--restore-file`` ``path`` that is not there: ``--save-dir``'s file of
+    that name where it has one (fairseq reads a relative path from the working directory)."""
+    in_save_dir = os.path.join(cfg.save_dir, path)
+    if not os.path.isabs(path) and os.path.isfile(in_save_dir):
+        return (f"fairseq reads it from the working directory, not --save-dir: pass "
+                f"--restore-file {in_save_dir}")  # fmt: skip
+    return f"leave the flag out to resume from --save-dir's {DEFAULT_RESTORE_FILE}"
+
+
 def check_checkpoint_flags(cfg, suffix: str, starts_fine_tuning: bool) -> None:
     """UsageError for a restore or fine-tuning checkpoint that fairseq would look for in vain;
     ``starts_fine_tuning`` is ``fine_tunes(cfg, suffix)``, which the caller has asked."""
@@ -53,8 +68,8 @@ def check_checkpoint_flags(cfg, suffix: str, starts_fine_tuning: bool) -> None:
         path = restore_path(cfg, suffix)
         if not os.path.isfile(path):
             raise UsageError(
-                f"--restore-file {path}: no such file (fairseq would train from scratch); leave "
-                f"the flag out to resume from --save-dir's {DEFAULT_RESTORE_FILE}"
+                f"--restore-file {path}: no such file (fairseq would train from scratch); "
+                f"{restore_advice(cfg, path)}"
             )
     finetune = cfg.finetune_from_model
     if finetune and restore != DEFAULT_RESTORE_FILE:
@@ -102,6 +117,24 @@ def check_resumed_pair(path: str, task, restarts: bool) -> None:
     check_resumed_language_pair(path, stored, task, restarts)
 
 
+def _reading_another_schedulers_state(load_state_dict):
+    """A scheduler's ``load_state_dict`` that reads the best loss fairseq's schedulers save
+    (``fixed`` and ``manual`` save their learning rate instead), refusing a state without it."""
+
+    @functools.wraps(load_state_dict)
+    def wrapper(self, state_dict):
+        if "best" not in state_dict:
+            name = getattr(self.cfg, "_name", type(self).__name__)
+            raise UsageError(
+                f"the checkpoint's learning-rate scheduler state ({', '.join(sorted(state_dict))}) "
+                f"is another --lr-scheduler's than {name} (fixed or manual): resume with the "
+                "training's --lr-scheduler, or pass --reset-lr-scheduler to start this one anew"
+            )
+        return load_state_dict(self, state_dict)
+
+    return wrapper
+
+
 def _checking(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(cfg, trainer, **passthrough_args):
@@ -111,6 +144,10 @@ def _checking(load_checkpoint):
         starts_fine_tuning = fine_tunes(cfg, suffix)
         check_checkpoint_flags(cfg, suffix, starts_fine_tuning)
         resumed = None if starts_fine_tuning else resumed_checkpoint(cfg, suffix)
+        if cfg.finetune_from_model and resumed is not None:
+            logger.info("--finetune-from-model %s is not read: this run resumes %s (fairseq "
+                        "fine-tunes only where --save-dir holds no checkpoint_last.pt)",
+                        cfg.finetune_from_model, resumed)  # fmt: skip
         # --reset-dataloader or --reset-meters alone resume a run (fairseq advises the first after
         # a change of data); a new optimizer starts a new one from the checkpoint's weights.
         restarts = bool(getattr(cfg, "reset_optimizer", False))
@@ -141,7 +178,11 @@ def _checking(load_checkpoint):
 
 def install() -> None:
     """Check fairseq-train's checkpoint flags, and the pair of the run it resumes, before it
-    loads (idempotent)."""
+    loads; refuse a scheduler's state that its schedulers cannot read (idempotent)."""
     from fairseq import checkpoint_utils
+    from fairseq.optim.lr_scheduler.fairseq_lr_scheduler import FairseqLRScheduler
+    from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule
 
     wrap_once(checkpoint_utils, "load_checkpoint", _checking)
+    for scheduler in (FairseqLRScheduler, ReduceLROnPlateauLRSchedule):
+        wrap_once(scheduler, "load_state_dict", _reading_another_schedulers_state)

@@ -28,6 +28,13 @@ Upstream behaviour corrected, in fairseq main (and fairseq-fixed, which we insta
   ``--reset-optimizer`` or ``--reset-meters``, where fairseq does not restore its best score
   either); a run resumed after its patience ran out trains nothing.
 
+* **The best checkpoint.** fairseq restores the best validation score a checkpoint saved
+  (``extra_state["best"]``) whatever ``--best-checkpoint-metric`` it was by: a run resumed under
+  another metric or direction compared its validations with the old metric's best (a BLEU of 0
+  against a loss of 4.4, a loss against a BLEU), and ``checkpoint_best.pt`` stayed the old run's
+  checkpoint, without a word. The metric is now saved with the checkpoint; a run resumed under
+  another one starts its best score, and its patience count, anew, and says so.
+
 * **The wall-time cap.** ``--stop-time-hours`` is checked after an update too, against the
   training time a checkpoint keeps (``previous_training_time``), so a run resumed from a
   checkpoint saved at its cap trained one update more and saved it. It now stops before it
@@ -112,6 +119,31 @@ PATIENCE_STATE = "fairseq_san_patience"  # extra_state's key: should_stop_early'
 # extra_state's key: the ranks the run's batches were sharded over (train_iterator's
 # iterations_in_epoch counts one rank's batches: of every SHARDS batches, the rank's one)
 SHARDS_STATE = "fairseq_san_data_shards"
+# extra_state's key: the --best-checkpoint-metric of its "best", and whether it is maximized
+BEST_METRIC_STATE = "fairseq_san_best_metric"
+
+
+def best_metric(cfg) -> list:
+    """The metric that ``checkpoint_best.pt`` is chosen by (``cfg``: the checkpoint options), as
+    saved in a checkpoint's ``extra_state``: its name and whether it is maximized."""
+    return [cfg.best_checkpoint_metric, bool(cfg.maximize_best_checkpoint_metric)]
+
+
+def shown_metric(metric: list) -> str:
+    name, maximized = metric
+    return f"--best-checkpoint-metric {name}{' (maximized)' if maximized else ''}"
+
+
+def forget_best_score(saved: list, cfg) -> None:
+    """Start the run's best validation score anew: the checkpoint's (which fairseq restored) is
+    by the metric ``saved``, another than this run's."""
+    from fairseq import checkpoint_utils
+
+    if hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best
+    logger.warning("the checkpoint's best validation is by %s, this run's by %s: "
+                   "checkpoint_best.pt and --patience count from this run's validations",
+                   shown_metric(saved), shown_metric(best_metric(cfg)))  # fmt: skip
 
 
 def resharded_position(itr_state: dict, saved_shards: int, shards: int) -> dict:
@@ -149,6 +181,7 @@ def _saving_the_run_state(save_checkpoint):
         if hasattr(counted, "num_runs"):
             extra_state[PATIENCE_STATE] = {"best": counted.best, "num_runs": counted.num_runs}
         extra_state[SHARDS_STATE] = self.data_parallel_world_size
+        extra_state[BEST_METRIC_STATE] = best_metric(self.cfg.checkpoint)
         return save_checkpoint(self, filename, extra_state)
 
     return wrapper
@@ -168,9 +201,13 @@ def _restoring_the_run_state(load_checkpoint):
         extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
         if new_run:
             trainer._previous_training_time = 0
+        metric = (extra_state or {}).get(BEST_METRIC_STATE, best_metric(cfg))
+        other_metric = list(metric) != best_metric(cfg) and not new_run
+        if other_metric:
+            forget_best_score(metric, cfg)
         saved = (extra_state or {}).get(PATIENCE_STATE)
         counted = patience_counter()
-        if saved is not None and counted is not None and not new_run:
+        if saved is not None and counted is not None and not new_run and not other_metric:
             counted.best, counted.num_runs = saved["best"], saved["num_runs"]
         return extra_state, epoch_itr
 

@@ -12,7 +12,9 @@ all. When a model that is not the plugin's fails to load such a checkpoint, the 
 sharing and the flags of the plugin's model that loads it. A checkpoint of other dictionaries
 than the data's is said as the plugin's models say it (``checkpoints.vocabulary_mismatch``: the
 entries of each dictionary), not as torch's size mismatch of the embeddings (fairseq-generate of
-a ``transformer`` on another data directory); any other failure is fairseq's own.
+a ``transformer`` on another data directory), and one of another size (a ``transformer`` resumed
+with other ``--encoder-layers``) as the plugin's say it (``check_checkpoint_size``: the first
+difference); any other failure is fairseq's own.
 """
 
 import functools
@@ -90,6 +92,8 @@ def plugin_checkpoint_problem(model: nn.Module, state_dict: Dict) -> Optional[st
 def _naming(load_state_dict):
     @functools.wraps(load_state_dict)
     def wrapper(model, state_dict, *args, **kwargs):
+        from fairseq_san.models.checkpoint_policy import check_checkpoint_size
+
         try:
             return load_state_dict(model, state_dict, *args, **kwargs)
         except RuntimeError as error:
@@ -99,6 +103,7 @@ def _naming(load_state_dict):
             mismatch = vocabulary_mismatch_in(error)
             if mismatch is not None:
                 raise mismatch from None
+            check_checkpoint_size(model, state_dict)
             raise
 
     return wrapper

@@ -2753,8 +2753,8 @@ def test_a_fixed_schedulers_state_resumed_by_another_scheduler_is_one_line(sched
     load_state_dict = LR_SCHEDULER_REGISTRY[scheduler].load_state_dict
     stand_in = SimpleNamespace(cfg=SimpleNamespace(_name=scheduler))
     with pytest.raises(UsageError, match=(
-        rf"^the checkpoint's learning-rate scheduler state \(lr\) is another --lr-scheduler's "
-        rf"than {scheduler} \(fixed or manual\): .* or pass --reset-lr-scheduler")):
+        rf"^the checkpoint's learning-rate scheduler state \(lr\) is of another --lr-scheduler "
+        rf"than {scheduler} \(fixed or manual: .*\): .* or pass --reset-lr-scheduler")):
         load_state_dict(stand_in, {"lr": 0.005})
     if scheduler == "inverse_sqrt":
         load_state_dict(stand_in, {"best": 4.5})

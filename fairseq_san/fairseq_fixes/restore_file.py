@@ -127,8 +127,9 @@ def _reading_another_schedulers_state(load_state_dict):
             name = getattr(self.cfg, "_name", type(self).__name__)
             raise UsageError(
                 f"the checkpoint's learning-rate scheduler state ({', '.join(sorted(state_dict))}) "
-                f"is another --lr-scheduler's than {name} (fixed or manual): resume with the "
-                "training's --lr-scheduler, or pass --reset-lr-scheduler to start this one anew"
+                f"is of another --lr-scheduler than {name} (fixed or manual: they save their "
+                "learning rate, not the best loss): resume with the training's "
+                "--lr-scheduler, or pass --reset-lr-scheduler to start this one anew"
             )
         return load_state_dict(self, state_dict)
 

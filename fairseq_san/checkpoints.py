@@ -72,6 +72,11 @@ class VocabularyMismatch(UsageError):
     knows the file, adds its path: ``fairseq_fixes.safe_loading``)."""
 
 
+# What to do about data whose dictionaries are not a checkpoint's (``vocabulary_mismatch``).
+VOCABULARY_ADVICE = (
+    "use the dictionaries the model was trained with (its data directory, or fairseq-preprocess "
+    "--srcdict/--tgtdict with its dict.*.txt)"
+)
 # The embeddings whose rows are the entries of each dictionary.
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
 # torch's load_state_dict error for a weight of another shape than the model's.
@@ -91,8 +96,7 @@ def vocabulary_mismatch(sizes: Dict[str, Tuple[int, int]]) -> Optional[Vocabular
     )
     return VocabularyMismatch(
         f"the checkpoint was trained with other dictionaries than the data's: entries per "
-        f"dictionary {shown}; use the dictionaries the model was trained with (its data "
-        "directory, or fairseq-preprocess --srcdict/--tgtdict with its dict.*.txt)"
+        f"dictionary {shown}; {VOCABULARY_ADVICE}"
     )
 
 

@@ -40,9 +40,11 @@ from helpers import (
     fairseq_generate,
     make_dictionary,
     parse_args,
+    preprocess,
     run_cli,
     stand_in_fairseq_train,
     train_argv,
+    write_corpus,
 )
 
 POLICY_FLAGS = ["--san-decoder-self-policy", "1,5"]
@@ -2941,6 +2943,161 @@ def test_train_resumed_in_the_reverse_direction_is_one_line(binarized_corpus, tr
     result = run_cli("fairseq-train", *more)
     assert_one_line_error(result, "was trained to translate src into tgt", "give -s src -t tgt")
     assert "num_updates" not in result.stdout + result.stderr
+
+
+# --- data whose dictionaries hold other words in as many entries ------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_words(tmp_path_factory) -> Path:
+    """Data whose dictionary holds other words in as many entries: each word capitalised."""
+    root = tmp_path_factory.mktemp("other-words")
+    raw = write_corpus(root / "raw")
+    for path in raw.iterdir():
+        path.write_text(path.read_text().upper())
+    return preprocess(raw, root / "data-bin")
+
+
+def other_counts(data: Path, folder: Path) -> Path:
+    """A copy of ``data`` whose dictionaries count each word otherwise, in the same order."""
+    shutil.copytree(data, folder)
+    for path in folder.glob("dict.*.txt"):
+        lines = [line.split(" ") for line in path.read_text().splitlines()]
+        path.write_text("".join(f"{word} {int(count) * 3 + 1}\n" for word, count, *_ in lines))
+    return folder
+
+
+def first_word(data: Path) -> str:
+    """The first word of ``data``'s source dictionary (id 4, after the special symbols)."""
+    return (data / "dict.src.txt").read_text().split(" ")[0]
+
+
+def refusal(trained_data: Path, data: Path) -> str:
+    """What a checkpoint trained on ``trained_data`` says of ``data``'s source dictionary."""
+    return (
+        f"was trained with other dictionaries than the data's: its source dictionary "
+        f"({trained_data}/dict.src.txt) holds other words than the data's {data}/dict.src.txt, "
+        f"first at index 4: {first_word(trained_data)!r} in the training's, "
+        f"{first_word(data)!r} in the data's; use the dictionaries the model was trained with"
+    )
+
+
+def test_a_checkpoint_records_its_dictionaries_words(binarized_corpus, trained):
+    from fairseq.data import Dictionary
+
+    from fairseq_san.fairseq_fixes.dictionary_words import DICTIONARIES_STATE, digest
+
+    state = torch.load(trained["plain"] / "checkpoint_last.pt")
+    record = state["extra_state"][DICTIONARIES_STATE]
+    expected = {}
+    for side in ("src", "tgt"):
+        file = str(binarized_corpus / f"dict.{side}.txt")
+        symbols = Dictionary.load(file).symbols
+        expected[side] = {"entries": len(symbols), "sha256": digest(symbols), "file": file}
+    assert record == {"source": expected["src"], "target": expected["tgt"]}
+
+
+@pytest.mark.slow
+def test_resuming_on_other_words_is_refused(binarized_corpus, trained, other_words, tmp_path):
+    save_dir = tmp_path / "resume"
+    shutil.copytree(trained["plain"], save_dir)
+    result = run_cli("fairseq-train", *train_argv(other_words, save_dir, UPDATES + 2))
+    assert_one_line_error(result, f"checkpoint {save_dir / 'checkpoint_last.pt'} "
+                          + refusal(binarized_corpus, other_words))  # fmt: skip
+    assert "num_updates" not in result.stdout + result.stderr
+
+
+def start_from(path: Path, data: Path, **flags) -> bool:
+    """The plugin's load_checkpoint starting a run on ``data`` from checkpoint ``path`` (as
+    fairseq-train's flags ``flags`` say); whether fairseq's own load ran."""
+    from fairseq.data import Dictionary
+
+    from fairseq_san.fairseq_fixes.restore_file import _checking
+
+    source, target = (Dictionary.load(str(data / f"dict.{side}.txt")) for side in ("src", "tgt"))
+    languages = SimpleNamespace(data=str(data), source_lang="src", target_lang="tgt")
+    task = SimpleNamespace(source_dictionary=source, target_dictionary=target, cfg=languages)
+    cfg = SimpleNamespace(**{"restore_file": "checkpoint_last.pt", "finetune_from_model": None,
+                             "save_dir": str(path.parent / "new"), **flags})  # fmt: skip
+    loaded = []
+    trainer = SimpleNamespace(checkpoint_suffix="", task=task)
+    _checking(lambda cfg, trainer: loaded.append(True))(cfg, trainer)
+    return bool(loaded)
+
+
+def test_fine_tuning_on_other_words_is_refused(binarized_corpus, trained, other_words):
+    from fairseq_san.errors import UsageError
+
+    path = trained["plain"] / "checkpoint_last.pt"
+    with pytest.raises(UsageError, match="its source dictionary .* first at index 4"):
+        start_from(path, other_words, finetune_from_model=str(path))
+
+
+@pytest.mark.slow
+def test_the_same_words_counted_otherwise_train_and_decode(binarized_corpus, trained, tmp_path):
+    """A dict.txt rebuilt with other counts and the same words in the same order is the same
+    vocabulary."""
+    data = other_counts(binarized_corpus, tmp_path / "recounted")
+    path = trained["plain"] / "checkpoint_last.pt"
+    assert start_from(path, data, finetune_from_model=str(path))
+    result = fairseq_generate(data, path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_generate_on_other_words_is_refused(binarized_corpus, trained, other_words):
+    """fairseq's check of the sizes cannot tell the two folders apart: as many entries."""
+    sizes = [len((data / "dict.src.txt").read_text().splitlines())
+             for data in (binarized_corpus, other_words)]  # fmt: skip
+    assert sizes[0] == sizes[1]
+    result = fairseq_generate(other_words, trained["plain"] / "checkpoint_last.pt")
+    assert_one_line_error(result, refusal(binarized_corpus, other_words))
+
+
+def test_the_hub_on_other_words_is_refused(binarized_corpus, trained, other_words):
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    with pytest.raises(UsageError) as refused:
+        TransformerSANModel.from_pretrained(
+            str(trained["plain"]), "checkpoint_last.pt", str(other_words)
+        )
+    assert refusal(binarized_corpus, other_words) in str(refused.value)
+
+
+def without_record(save_dir: Path, path: Path) -> Path:
+    """A copy of ``save_dir``'s last checkpoint as one saved before the record (or by fairseq)."""
+    from fairseq_san.fairseq_fixes.dictionary_words import DICTIONARIES_STATE
+
+    state = torch.load(save_dir / "checkpoint_last.pt")
+    del state["extra_state"][DICTIONARIES_STATE]
+    torch.save(state, path)
+    return path
+
+
+def test_a_checkpoint_without_the_record_loads_as_before(trained, other_words, tmp_path):
+    from fairseq import checkpoint_utils
+
+    path = without_record(trained["plain"], tmp_path / "old.pt")
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(path)], arg_overrides={"data": str(other_words)}
+    )
+    assert len(models) == 1 and task.cfg.data == str(other_words)
+    assert start_from(path, other_words, finetune_from_model=str(path))
+
+
+def test_averaging_checkpoints_of_other_words_is_refused(trained, tmp_path):
+    from fairseq_san.checkpoints import CheckpointError
+    from fairseq_san.cli import average
+    from fairseq_san.fairseq_fixes.dictionary_words import DICTIONARIES_STATE, digest
+
+    path = trained["plain"] / "checkpoint_last.pt"
+    state = torch.load(path)
+    state["extra_state"][DICTIONARIES_STATE]["target"]["sha256"] = digest(["other"])
+    torch.save(state, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError) as refused:
+        average.average([str(path), str(tmp_path / "other.pt")])
+    assert "its target dictionary's record holds other words" in str(refused.value)
 
 
 # --- options fairseq's commands need and leave unchecked --------------------------------------

@@ -235,13 +235,30 @@ def dictionary_words(path: str) -> Optional[List[str]]:
         return None
 
 
+def record_mismatch(reference: dict, state: dict) -> Optional[str]:
+    """The first dictionary whose words checkpoint ``state`` records otherwise than ``reference``
+    (``dictionary_words.recorded_dictionaries``), said; None where they agree or one has none."""
+    from fairseq_san.fairseq_fixes.dictionary_words import recorded_dictionaries, same_words
+
+    wanted, record = recorded_dictionaries(reference), recorded_dictionaries(state)
+    if wanted is None or record is None:
+        return None
+    other = next((name for name in sorted(set(wanted) | set(record)) if not isinstance(
+        wanted.get(name), dict) or not same_words(record.get(name), wanted[name])), None)
+    return None if other is None else f"its {other} dictionary's record holds other words"
+
+
 def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:
-    """Where checkpoint ``state`` was trained on data whose dictionary (``dict*.txt`` beside
-    the data its task records) holds other words than ``reference``'s, of as many (a shuffled
-    dictionary: the same layout, each id another word): which; None where they agree or cannot
-    be read here."""
+    """Where checkpoint ``state`` was trained on data whose dictionary holds other words than
+    ``reference``'s, of as many (a shuffled dictionary: the same layout, each id another word):
+    which, by the checkpoints' records of their words (``record_mismatch``) or, without them, by
+    the ``dict*.txt`` beside the data their tasks record; None where they agree or cannot be
+    read here."""
     from fairseq_san.checkpoints import stored_value
 
+    recorded = record_mismatch(reference, state)
+    if recorded is not None:
+        return recorded
     folders = [stored_value(saved, "task", "data") for saved in (reference, state)]
     if not all(isinstance(folder, str) and folder for folder in folders):
         return None

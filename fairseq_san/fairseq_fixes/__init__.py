@@ -21,6 +21,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   switch to a component without the group's options is refused (fairseq ignored or failed on
   them), and so is a language model's ``add_bos_token`` unlike its training (fairseq-validate's
   command line, the hub's keyword: another perplexity, silently);
+* ``dictionary_words``: a checkpoint records its dictionaries' words, and fairseq's ensemble
+  loader (generate, interactive, validate, eval-lm, the hub, the benchmark) refuses data whose
+  dictionaries hold other words in as many entries (fairseq compared sizes only, and decoded
+  nonsense), as fairseq-train's resume and fine-tune do (``restore_file``);
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
@@ -128,6 +132,7 @@ from fairseq_san.fairseq_fixes import (
     command_options,
     constrained_alignment,
     dictionary_files,
+    dictionary_words,
     diverse_beam_search,
     empty_subsets,
     forced_ends,
@@ -159,7 +164,8 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
-    last_batch, numpy2, empty_subsets, interactive_input, clean_exit, restore_file,
+    dictionary_words, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
+    restore_file,
     resumed_training, checkpoint_copies, shared_checkpoints, half_precision, command_options,
     tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,

@@ -16,8 +16,9 @@ than the checkpoint being resumed is refused before
 (``models.checkpoint_policy.check_resumed_sharing``). A run resumed in the direction opposite
 to its checkpoint's (``-s de -t en`` in the save dir of an En->De run: on joined dictionaries
 fairseq trained on) is refused in one line
-(``option_checks.check_resumed_language_pair``). While the ``--finetune-from-model`` checkpoint
-loads, the plugin's models start from it under any policy
+(``option_checks.check_resumed_language_pair``); so is a resume or fine-tune on data whose
+dictionaries hold other words than the checkpoint records (``dictionary_words``). While the
+``--finetune-from-model`` checkpoint loads, the plugin's models start from it under any policy
 (``models.checkpoint_policy.fine_tuning``). A ``--finetune-from-model`` that fairseq does not read
 (``--save-dir`` has a run to resume, which it resumes) is logged, naming what it resumes.
 """
@@ -30,6 +31,7 @@ from typing import Optional
 
 from fairseq_san import checkpoints
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.dictionary_words import check_dictionaries
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.options import flag_of
 
@@ -105,16 +107,20 @@ def resumed_checkpoint(cfg, suffix: str) -> Optional[str]:
     return last if os.path.isfile(last) else getattr(cfg, "continue_once", None)
 
 
-def check_resumed_pair(path: str, task, restarts: bool) -> None:
-    """``option_checks.check_resumed_language_pair`` on the checkpoint ``path`` the run resumes
-    from (its configuration read memory-mapped: its weights are read once, by fairseq)."""
+def check_start(path: str, task, restarts: bool, fine_tuning: bool) -> None:
+    """The checkpoint ``path`` the run resumes or fine-tunes from, checked (its configuration read
+    memory-mapped: its weights are read once, by fairseq): its dictionaries' words
+    (``dictionary_words.check_dictionaries``) and, for a resume,
+    ``option_checks.check_resumed_language_pair``."""
     from fairseq_san.models.option_checks import check_resumed_language_pair
 
     if task is None or not os.path.isfile(path):
         return  # nothing to resume (fairseq says so of a --continue-once that is not there)
     state = checkpoints.load_state(path)
-    stored = checkpoints.stored_value(state, "model", checkpoints.LANGUAGE_PAIR)
-    check_resumed_language_pair(path, stored, task, restarts)
+    check_dictionaries(path, state, task)
+    if not fine_tuning:
+        stored = checkpoints.stored_value(state, "model", checkpoints.LANGUAGE_PAIR)
+        check_resumed_language_pair(path, stored, task, restarts)
 
 
 def _reading_another_schedulers_state(load_state_dict):
@@ -152,8 +158,9 @@ def _checking(load_checkpoint):
         # --reset-dataloader or --reset-meters alone resume a run (fairseq advises the first after
         # a change of data); a new optimizer starts a new one from the checkpoint's weights.
         restarts = bool(getattr(cfg, "reset_optimizer", False))
-        if resumed is not None:
-            check_resumed_pair(resumed, getattr(trainer, "task", None), restarts)
+        start = cfg.finetune_from_model if starts_fine_tuning else resumed
+        if start is not None:
+            check_start(start, getattr(trainer, "task", None), restarts, starts_fine_tuning)
         if starts_fine_tuning:
             loading = fine_tuning()
         elif resumed is not None:
@@ -178,8 +185,9 @@ def _checking(load_checkpoint):
 
 
 def install() -> None:
-    """Check fairseq-train's checkpoint flags, and the pair of the run it resumes, before it
-    loads; refuse a scheduler's state that its schedulers cannot read (idempotent)."""
+    """Check fairseq-train's checkpoint flags, and the pair and words of the checkpoint it starts
+    from, before it loads; refuse a scheduler's state that its schedulers cannot read
+    (idempotent)."""
     from fairseq import checkpoint_utils
     from fairseq.optim.lr_scheduler.fairseq_lr_scheduler import FairseqLRScheduler
     from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule

@@ -57,6 +57,7 @@ import inspect
 import logging
 
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.dictionary_words import DICTIONARIES_STATE, dictionaries_record
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 logger = logging.getLogger(__name__)
@@ -172,8 +173,9 @@ def patience_counter():
 
 
 def _saving_the_run_state(save_checkpoint):
-    """The trainer's ``save_checkpoint``, saving the patience's count and the number of ranks
-    the batches were shared out to in its ``extra_state``."""
+    """The trainer's ``save_checkpoint``, saving the patience's count, the number of ranks the
+    batches were shared out to and the record of the dictionaries' words
+    (``dictionary_words.dictionaries_record``) in its ``extra_state``."""
 
     @functools.wraps(save_checkpoint)
     def wrapper(self, filename, extra_state):
@@ -182,6 +184,7 @@ def _saving_the_run_state(save_checkpoint):
             extra_state[PATIENCE_STATE] = {"best": counted.best, "num_runs": counted.num_runs}
         extra_state[SHARDS_STATE] = self.data_parallel_world_size
         extra_state[BEST_METRIC_STATE] = best_metric(self.cfg.checkpoint)
+        extra_state[DICTIONARIES_STATE] = dictionaries_record(self.task)
         return save_checkpoint(self, filename, extra_state)
 
     return wrapper

@@ -4,6 +4,7 @@ the static decoder's own arguments. Pure Python.
 """
 
 import argparse
+import math
 from typing import Callable, List, Optional
 
 from fairseq_san.errors import UsageError, choice_problem
@@ -367,6 +368,32 @@ def check_ngram_size(size: object) -> None:
             f"--no-repeat-ngram-size {size!r}: it must be 0 (no blocking) or an integer of at "
             "least 2 (1 would block the end of sentence too: the search counts the sentence's "
             "start, that symbol, as a generated token)"
+        )
+
+
+# The largest 32-bit float: the generators divide their float32 scores by length ** lenpen.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_length_penalty(args: argparse.Namespace, max_len: int) -> None:
+    """Refuse a ``--lenpen`` that takes length ** lenpen, an output's score's divisor, out of
+    32-bit floats' range for the longest output: ``--max-len-b`` + 1 tokens where
+    ``--max-len-a`` is 0, else ``max_len`` (the generator's, the model's positions; 0: none).
+    fairseq's generator failed with an OverflowError ("Numerical result out of range", a
+    traceback), or divided scores into 0 or infinity without a word."""
+    lenpen, length_a = getattr(args, "lenpen", 1.0), getattr(args, "max_len_a", 0)
+    if not is_finite_number(lenpen) or getattr(args, "unnormalized", False):
+        return
+    if length_a == 0 and not getattr(args, "match_source_len", False):
+        max_len = min(getattr(args, "max_len_b", 200) + 1, max_len)
+    if max_len < 2:
+        return
+    largest = math.log(FLOAT32_MAX) / math.log(max_len)
+    if abs(lenpen) > largest:
+        raise UsageError(
+            f"--lenpen {lenpen}: a score is divided by its output's length ** lenpen, beyond "
+            f"32-bit floats for outputs of up to {max_len} tokens: pass one between "
+            f"-{largest:.4g} and {largest:.4g}"
         )
 
 

@@ -50,7 +50,6 @@ from fairseq_san.tasks.decoding import (
     DecodingTask,
     check_generation_args,
     check_generation_value_types,
-    check_searches_fit_vocabulary,
     is_min_len_assertion,
     min_len_above_max_len,
 )
@@ -616,8 +615,6 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
             )
         with keywords_spelt(given):
             check_generation_args(config)
-            # the plugin's tasks check it as they build the generator; fairseq's did not
-            check_searches_fit_vocabulary(config, len(self.task.target_dictionary))
         self.check_plugin_keywords(kwargs)
         tokenized_sentences = checked_token_ids(tokenized_sentences, self.task.source_dictionary)
         if not tokenized_sentences:  # an empty list, generator or 2-D tensor of no row

@@ -1598,6 +1598,54 @@ def test_options_that_would_be_ignored_are_refused(task, options, message):
     assert str(refused.value).startswith(message)
 
 
+@pytest.mark.parametrize("kind", ["translation", "language_modeling"])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(sampling=True, sampling_topk=25, beam=1), "--sampling-topk 25 is more than the "
+         "target dictionary's 24 entries: pass at most 24"),
+        (dict(sampling=True, sampling_topk=2**63, beam=1), "--sampling-topk 9223372036854775808 "
+         "is more than the target dictionary's 24 entries"),
+        (dict(beam=30, nbest=30), "--nbest 30: the search keeps at most the target dictionary's "
+         "24 entries but one"),
+    ],
+)  # fmt: skip
+def test_fairseqs_own_tasks_check_the_searches_against_the_vocabulary(kind, options, message):
+    """fairseq's ``translation`` and ``language_modeling`` tasks, the plugin loaded, as the
+    plugin's: fairseq-generate failed inside torch's topk ("selected index k out of range",
+    "Overflow when unpacking long long") and printed 23 hypotheses for --nbest 30."""
+    from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    task = (TranslationTask(TranslationConfig(), DICTIONARY, DICTIONARY) if kind == "translation"
+            else LanguageModelingTask(LanguageModelingConfig(), DICTIONARY))  # fmt: skip
+    model = build(dictionary=DICTIONARY)[0]
+    with pytest.raises(UsageError) as refused:
+        task.build_generator([model], generation_args(**options))
+    assert str(refused.value).startswith(message)
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static", "translation"])
+def test_a_length_penalty_beyond_32_bit_floats_is_refused(task, decoding):
+    """--lenpen 1e30: fairseq's generator failed with "OverflowError: (34, 'Numerical result out
+    of range')" at the first finished hypothesis; 40 divided scores by up to 11 ** 40, beyond
+    float32 (scores of -0, silently), where 30 (11 ** 30, about 1.7e31) fits. ``translation``:
+    fairseq's own task, the plugin loaded."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    if decoding == "translation":
+        task, decoding = TranslationTask(TranslationConfig(), DICTIONARY, DICTIONARY), "fairseq"
+    model = build(dictionary=DICTIONARY)[0]
+    for lenpen in (1e30, -40.0):
+        with pytest.raises(UsageError) as refused:
+            task.build_generator([model], generation_args(lenpen=lenpen, san_decoding=decoding))
+        assert str(refused.value).startswith(
+            f"--lenpen {lenpen}: a score is divided by its output's length ** lenpen, beyond "
+            "32-bit floats for outputs of up to 11 tokens: pass one between -37 and 37"
+        ), str(refused.value)
+    task.build_generator([model], generation_args(lenpen=30.0, san_decoding=decoding))
+
+
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
 def test_a_beam_above_the_dictionary_is_said_capped(task, decoding, caplog):
     """Both generators search at most the target dictionary's entries but one hypotheses: a

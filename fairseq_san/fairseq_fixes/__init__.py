@@ -73,6 +73,11 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   and ``--prefix-size`` tokens that hold the end of sentence in a warning, and refuse those that
   begin with it above beam 1 in one line, as the plugin's tasks do (fairseq-generate's
   ``AssertionError: 15 < 15``);
+* ``vocabulary_searches``: fairseq's ``language_modeling`` and ``translation`` tasks refuse a
+  ``--sampling-topk``, or the 2 x beam tokens of ``--diversity-rate`` and ``--constraints``,
+  above the target dictionary's entries (a traceback inside torch's topk), an ``--nbest`` above
+  the beam they keep (fewer hypotheses printed) and a ``--lenpen`` that leaves 32-bit floats at
+  the longest output (an OverflowError), as the plugin's tasks do;
 * ``generation_shards``: fairseq-generate translates the shard that ``--num-shards`` and
   ``--shard-id`` name (it translated the whole subset in every shard), fairseq-eval-lm refuses a
   shard that does not exist or holds no batch (a traceback; a perplexity of 1.00 of no token),
@@ -160,6 +165,7 @@ from fairseq_san.fairseq_fixes import (
     special_symbols,
     task_state,
     tokens_per_sample,
+    vocabulary_searches,
 )
 
 FIXES = (
@@ -170,7 +176,7 @@ FIXES = (
     tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
     prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,
-    retained_dropout, task_state, list_options, one_line_errors,
+    retained_dropout, task_state, list_options, vocabulary_searches, one_line_errors,
 )
 
 

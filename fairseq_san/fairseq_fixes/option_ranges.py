@@ -17,10 +17,17 @@ out of range failed far from the cause or trained another run than the one asked
   ``--activation-dropout -1`` trained without dropout;
 * a number beyond what fairseq computes with: ``--lr inf`` or ``--weight-decay inf`` (NaN
   gradients, a traceback at the first update), ``--max-tokens 9223372036854775808`` (an
-  ``OverflowError`` from numpy: fairseq holds counts in 64-bit integers);
+  ``OverflowError`` from numpy: fairseq holds counts in 64-bit integers; ``--num-shards`` beyond
+  them, a ValueError from ``islice``), ``--required-batch-size-multiple 2147483648`` (an
+  ``OverflowError``: fairseq's batching holds it in 32 bits);
 * ``--adam-eps 0`` or ``nan`` (NaN gradients, a traceback) or below 0, ``--momentum nan`` or
   ``inf`` (the same) or below 0, ``--clip-norm`` and ``--stop-time-hours`` below 0 or nan (no
-  clipping, no time limit, without a word; inf is no limit, as their 0 is).
+  clipping, no time limit, without a word; inf is no limit, as their 0 is);
+* ``--fp16``'s loss scaling: ``--fp16-init-scale 0`` or ``--fp16-scale-window 0`` (a
+  ZeroDivisionError at the first update), ``--min-loss-scale`` of 0, below or nan (the scale fell
+  to 0: a ZeroDivisionError) or inf (training stopped at the first overflow),
+  ``--threshold-loss-scale inf`` (every update skipped) or nan (no threshold, without a word),
+  ``--fp16-scale-tolerance nan`` or above 1 (the scale never lowered: every update skipped).
 
 ``check_option_ranges`` refuses each in one line naming the flag and its range (or, for the
 betas, their form); the command-line
@@ -101,9 +108,9 @@ UNLIMITED_AT_0 = Range(0, integer=True, note="0: no limit")
 OPTION_RANGES = {
     **dict.fromkeys(
         ("max_tokens", "batch_size", "max_tokens_valid", "batch_size_valid", "update_freq",
-         "log_interval", "required_batch_size_multiple", "encoder_embed_dim", "decoder_embed_dim",
-         "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
-         "decoder_attention_heads", "softmax_batch", "save_interval", "validate_interval"),
+         "log_interval", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
+         "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+         "softmax_batch", "save_interval", "validate_interval", "num_shards"),
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("num_workers", "warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
@@ -120,6 +127,9 @@ OPTION_RANGES = {
         ("max_source_positions", "max_target_positions", "tokens_per_sample"),
         Range(1, 2**31 - 1, integer=True),
     ),
+    # fairseq's batching (batch_by_size) holds it in a 32-bit integer: "OverflowError: value too
+    # large to convert to int32_t", a traceback
+    "required_batch_size_multiple": Range(1, 2**31 - 1, integer=True),
     "lr": Range(0, low_open=True),
     # an adaptive band is the one before it divided by the factor (0: a ZeroDivisionError)
     **dict.fromkeys(("adaptive_softmax_factor", "adaptive_input_factor"), Range(0, low_open=True)),
@@ -130,6 +140,14 @@ OPTION_RANGES = {
     "stop_time_hours": Range(0, note="0: no limit", unbounded_at_inf=True),
     "label_smoothing": Range(0, 1, high_open=True),
     **dict.fromkeys(("adam_betas", "adamax_betas"), Range(0, 1, high_open=True)),
+    # --fp16's dynamic loss scaler (DynamicLossScaler): an initial scale or a window of 0 divided
+    # by zero at the first update; a --min-loss-scale of 0, below or nan let the scale fall to 0
+    # (a ZeroDivisionError), inf stopped training at the first overflow; a threshold of inf held
+    # the scale there and one of nan or 0 or below was none; a tolerance of nan or above 1 never
+    # lowered the scale: every update after an overflow was skipped
+    **dict.fromkeys(("fp16_init_scale", "fp16_scale_window"), POSITIVE_INTEGER),
+    **dict.fromkeys(("min_loss_scale", "threshold_loss_scale"), Range(0, low_open=True)),
+    "fp16_scale_tolerance": PROBABILITY,
 }  # fmt: skip
 # The options fairseq's optimizers evaluate and unpack as two numbers (beta1, beta2).
 PAIRS = ("adam_betas", "adamax_betas")

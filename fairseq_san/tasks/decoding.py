@@ -29,6 +29,7 @@ from fairseq_san.generation_options import (
     check_alignment_kind,
     check_constraints_kind,
     check_diverse_beam_groups,
+    check_length_penalty,
     check_search_numbers,
     exhausted_ngrams,
     is_integer,
@@ -471,6 +472,7 @@ class DecodingTask:
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
             check_capped_beam_groups(generator, getattr(args, "beam", 1))
+            check_length_penalty(args, getattr(generator, "max_len", 0))
             set_beam_sizes(models, getattr(generator, "beam_size", 1))
             logger.info(
                 "SAN decoding: %s (%s)", applied_decoding(models, decoding),
@@ -488,6 +490,7 @@ class DecodingTask:
             self.decoding_option(args, options.DECODER_EXECUTION),
             device=self.decoding_device,
         )
+        check_length_penalty(args, getattr(generator, "max_len", 0))
         logger.info(
             "SAN decoding: static (%s, precision %s, execution %s)", type(generator).__name__,
             precision_said(generator.precision, models[0]), generator.execution.name,

@@ -3054,6 +3054,15 @@ def test_generate_on_other_words_is_refused(binarized_corpus, trained, other_wor
     assert_one_line_error(result, refusal(binarized_corpus, other_words))
 
 
+@pytest.mark.slow
+def test_interactive_on_other_words_is_refused(binarized_corpus, trained, other_words):
+    """fairseq-interactive reads the data folder's dictionaries only: as many entries."""
+    path = trained["plain"] / "checkpoint_last.pt"
+    result = run_cli("fairseq-interactive", str(other_words), "--user-dir", "fairseq_san",
+                     "--path", str(path), "--cpu", input="TOK1 TOK2\n")  # fmt: skip
+    assert_one_line_error(result, refusal(binarized_corpus, other_words))
+
+
 def test_the_hub_on_other_words_is_refused(binarized_corpus, trained, other_words):
     from fairseq_san.errors import UsageError
     from fairseq_san.models.transformer_san import TransformerSANModel

@@ -224,17 +224,6 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
     return None
 
 
-def dictionary_words(path: str) -> Optional[List[str]]:
-    """The words of fairseq dictionary file ``path`` in their order (their ids), as fairseq's
-    ``Dictionary.load`` reads them, or None where it cannot be read."""
-    from fairseq.data import Dictionary
-
-    try:
-        return Dictionary.load(path).symbols
-    except (OSError, ValueError, RuntimeError):
-        return None
-
-
 def record_mismatch(reference: dict, state: dict) -> Optional[str]:
     """The first dictionary whose words checkpoint ``state`` records otherwise than ``reference``
     (``dictionary_words.recorded_dictionaries``), said; None where they agree or one has none."""
@@ -255,6 +244,7 @@ def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:
     the ``dict*.txt`` beside the data their tasks record; None where they agree or cannot be
     read here."""
     from fairseq_san.checkpoints import stored_value
+    from fairseq_san.fairseq_fixes.dictionary_words import file_words
 
     recorded = record_mismatch(reference, state)
     if recorded is not None:
@@ -268,8 +258,8 @@ def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:
     for name in sorted(os.listdir(wanted)) if os.path.isdir(wanted) else []:
         if name.startswith("dict") and name.endswith(".txt"):
             mine, theirs = (os.path.join(folder, name) for folder in (data, wanted))
-            words = dictionary_words(mine)
-            if words is not None and words != dictionary_words(theirs):
+            words = file_words(mine)
+            if words is not None and words != file_words(theirs):
                 return f"its dictionary {mine} holds other words than {theirs}"
     return None
 

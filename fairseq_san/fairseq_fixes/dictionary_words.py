@@ -105,19 +105,26 @@ def first_folder(data: object) -> Optional[str]:
     return data.split(os.pathsep)[0] if isinstance(data, str) and data else None
 
 
-def trained_words(saved: dict) -> Optional[List[str]]:
-    """The words of the training's dictionary file that ``saved`` records, if it is still there
-    and holds them, else None."""
+def file_words(path: str) -> Optional[List[str]]:
+    """The words of fairseq dictionary file ``path`` in their order (their ids), as fairseq's
+    ``Dictionary.load`` reads them, or None where it cannot be read (``dictionary_files`` makes
+    each of its failures a UsageError, a ValueError)."""
     from fairseq.data import Dictionary
 
+    try:
+        return Dictionary.load(path).symbols
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def trained_words(saved: dict) -> Optional[List[str]]:
+    """The words of the training's dictionary file that ``saved`` records, if it is still there
+    and holds them, else None (an unreadable file names nothing: the record alone is said)."""
     path = recorded_file(saved)
     if not os.path.isfile(path) or os.path.getsize(path) > MAX_DICTIONARY_BYTES:
         return None
-    try:
-        symbols = Dictionary.load(path).symbols
-    except Exception:  # an unreadable file names nothing: the record alone is said
-        return None
-    return symbols if digest(symbols) == saved.get("sha256") else None
+    symbols = file_words(path)
+    return symbols if symbols is not None and digest(symbols) == saved.get("sha256") else None
 
 
 def recorded_file(saved: dict) -> str:

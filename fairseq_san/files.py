@@ -201,6 +201,12 @@ def glob_in(folder: str, *pattern: str, recursive: bool = False) -> List[str]:
     return glob.glob(os.path.join(glob.escape(folder), *pattern), recursive=recursive)
 
 
+def first_data_folder(data: object) -> Optional[str]:
+    """The first of a task's data folders (fairseq's DATA1:DATA2..., whose first folder holds
+    the dictionaries and the validation data), None for no folder."""
+    return data.split(os.pathsep)[0] if isinstance(data, str) and data else None
+
+
 def translation_dictionaries(folder: str) -> List[str]:
     """A translation's dictionaries in ``folder``: fairseq-preprocess's ``dict.SRC.txt`` and
     ``dict.TGT.txt``."""

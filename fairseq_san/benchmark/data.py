@@ -13,6 +13,7 @@ from fairseq import utils
 
 from fairseq_san.benchmark.config import BenchmarkConfig, references_file, sentencepiece_model
 from fairseq_san.errors import UsageError
+from fairseq_san.files import first_data_folder
 from fairseq_san.scoring import (
     SENTENCEPIECE_MARK,
     corpus_scores,
@@ -25,7 +26,7 @@ def binarized_empty(task, subset: str) -> bool:
     """Whether fairseq-preprocess binarized ``subset``'s source side of ``task``'s data from an
     empty file (in either order of the language pair that fairseq's reader tries)."""
     source, target = task.cfg.source_lang, task.cfg.target_lang
-    data = task.cfg.data.split(os.pathsep)[0]
+    data = first_data_folder(task.cfg.data) or ""
     for pair in (f"{source}-{target}", f"{target}-{source}"):
         path = os.path.join(data, f"{subset}.{pair}.{source}.bin")
         if os.path.isfile(path):

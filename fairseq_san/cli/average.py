@@ -252,7 +252,7 @@ def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:
     folders = [stored_value(saved, "task", "data") for saved in (reference, state)]
     if not all(isinstance(folder, str) and folder for folder in folders):
         return None
-    wanted, data = (folder.split(os.pathsep)[0] for folder in folders)
+    wanted, data = (files.first_data_folder(folder) for folder in folders)
     if os.path.normpath(wanted) == os.path.normpath(data):
         return None
     for name in sorted(os.listdir(wanted)) if os.path.isdir(wanted) else []:

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.checkpoints import VOCABULARY_ADVICE, VocabularyMismatch
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
+from fairseq_san.files import first_data_folder
 from fairseq_san.pickled_fields import shown
 
 # extra_state's key: {name: {"entries": N, "sha256": HEX, "file": PATH}} per task dictionary
@@ -66,7 +67,7 @@ def task_dictionaries(task) -> Dict[str, object]:
 def dictionaries_record(task) -> Dict[str, dict]:
     """What a checkpoint records of the task's dictionaries: each one's entries, ``digest`` and
     file (in the task's first data folder, as given)."""
-    data = first_folder(task_option(task, "data")) or ""
+    data = first_data_folder(task_option(task, "data")) or ""
     return {
         name: {"entries": len(d), "sha256": digest(d.symbols),
                "file": os.path.join(data, dictionary_file(name, task))}
@@ -98,11 +99,6 @@ def task_option(task, name: str) -> object:
     modelling's)."""
     holder = getattr(task, "cfg", None) or getattr(task, "args", None)
     return getattr(holder, name, None)
-
-
-def first_folder(data: object) -> Optional[str]:
-    """The first of a task's data folders (DATA1:DATA2...), None for no folder."""
-    return data.split(os.pathsep)[0] if isinstance(data, str) and data else None
 
 
 def file_words(path: str) -> Optional[List[str]]:

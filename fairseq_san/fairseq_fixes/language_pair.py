@@ -12,7 +12,6 @@ checkpoint given to fairseq-validate with a language model's data met it).
 """
 
 import functools
-import os
 from typing import Optional, Tuple
 
 from fairseq.tasks.translation import TranslationTask
@@ -20,7 +19,7 @@ from fairseq.tasks.translation import TranslationTask
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.one_line_errors import NO_LANGUAGE_PAIR
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
-from fairseq_san.files import language_model_data
+from fairseq_san.files import first_data_folder, language_model_data
 
 SIDES = (("-s", "source_lang", "-t", "target_lang"), ("-t", "target_lang", "-s", "source_lang"))
 
@@ -48,7 +47,7 @@ def language_model_data_named(cfg, error: Exception) -> Optional[UsageError]:
     """fairseq's "Could not infer language pair" (``error``) said as what it is where the data's
     folder (the first of DATA1:DATA2...) holds a language model's ``dict.txt`` and no
     translation's dictionaries; None for another error or folder."""
-    folder = cfg.data.split(os.pathsep)[0] if cfg.data else ""
+    folder = first_data_folder(cfg.data) or ""
     if str(error) != NO_LANGUAGE_PAIR or not language_model_data(folder):
         return None
     task = getattr(cfg, "_name", None) or "translation"

@@ -2331,6 +2331,25 @@ def test_a_folder_where_a_file_is_read_is_one_line(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().err == f"fairseq-san: error: {said}\n"
 
 
+def test_memory_the_machine_cannot_give_is_one_line(capsys, monkeypatch):
+    """fairseq-train --max-source-positions 2147483647 (in range) built a table of every
+    position, 128 GiB: torch's allocator's RuntimeError traceback before (here, the allocator's
+    own error for a tensor of 4 TiB)."""
+    import torch
+
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    with pytest.raises(RuntimeError) as raised:
+        torch.empty(2**40)
+    monkeypatch.setattr("sys.argv", ["fairseq-train", "DATA"])
+    excepthook(lambda *args: print("Traceback", file=sys.stderr))(raised.type, raised.value, None)
+    said = capsys.readouterr().err
+    assert said.startswith("fairseq-san: error: this machine cannot give the memory asked for "
+                           "(torch's CPU allocator refused): are the model's sizes "
+                           "(--max-source-positions"), said
+    assert said.count("\n") == 1, said
+
+
 def test_a_file_where_a_folder_is_made_is_one_line(tmp_path):
     """fairseq-generate --results-path FILE: os.makedirs' FileExistsError traceback before
     (the folder is made before anything is read)."""
@@ -3269,9 +3288,28 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--max-epoch -1: it must be an integer of at least 0 (0: no limit)"),
         (TRAIN, SAN + ["--dropout", "1.5"], "--dropout 1.5: it must be in [0, 1]"),
         (TRAIN, SAN + ["--activation-dropout=-1"], "--activation-dropout -1: it must be in [0, 1]"),
-        (TRAIN, SAN + ["--seed=-1"], "--seed -1: it must be an integer in [0, 4294967295]"),
-        (TRAIN, SAN + ["--num-workers=-1"],
-         "--num-workers -1: it must be an integer of at least 0"),
+        (TRAIN, SAN + ["--seed=-1"], "--seed -1: it must be an integer in [0, 2147483647]"),
+        (TRAIN, SAN + ["--num-workers=-1"], "--num-workers -1: it must be an integer in [0, "),
+        # ran until killed, starting worker processes
+        (TRAIN, SAN + ["--num-workers", "2147483648"],
+         "--num-workers 2147483648: it must be an integer in [0, "),
+        (TRAIN, SAN + ["--num-workers", "1"], None),
+        (TRAIN, SAN + ["--num-workers", "64"], None),  # more than the processors: torch warns
+        # numpy's "Seed must be between 0 and 2**32 - 1" at the first epoch (seed + epoch)
+        (TRAIN, SAN + ["--seed", "4294967295"],
+         "--seed 4294967295: it must be an integer in [0, 2147483647] (fairseq seeds numpy with "
+         "it plus the epoch, below 2**32)"),
+        (TRAIN, SAN + ["--seed", "2147483647"], None),
+        # kept as text and read back as a literal: a traceback as fairseq-train began
+        (TRAIN, SAN + ["--batch-size-valid", "nan"],
+         "--batch-size-valid nan: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--max-tokens-valid", "inf"],
+         "--max-tokens-valid inf: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--max-tokens-valid", "abc"],
+         "--max-tokens-valid abc: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--batch-size-valid", "[8]"],
+         "--batch-size-valid [8]: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--batch-size-valid", "8", "--max-tokens-valid", "1e3"], None),
         (TRAIN, SAN + ["--optimizer", "adam", "--adam-betas", "(0.9, 1.5)"],
          "--adam-betas 1.5: it must be in [0, 1)"),
         # an IndexError in the optimizer, fairseq's eval() of a malformed one, on every rank
@@ -3458,7 +3496,7 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--optimizer", "adam", "--lr", "0.1,0.01", "--update-freq", "2,4"], None),
         (TRAIN, SAN + ["--update-freq", "1e1,2.0"], None),  # whole numbers: [10, 2]
         ("get_generation_parser", ["data", "--path", "c.pt", "--seed=-1"],
-         "--seed -1: it must be an integer in [0, 4294967295]"),
+         "--seed -1: it must be an integer in [0, 2147483647]"),
         # fairseq-train: "OverflowError: int too big to convert", a traceback
         (TRAIN, SAN + ["--max-source-positions", "99999999999999999999999"],
          "--max-source-positions 99999999999999999999999: it must be an integer in [1, "

@@ -102,6 +102,13 @@ FAIRSEQ_REWORDED = [
      "a subset's source and target sides hold different numbers of sentences (fairseq-preprocess "
      "binarizes each side alone and does not compare them): give both sides one sentence per "
      "line, line i of one translating line i of the other, and binarize again"),
+    # torch's CPU allocator refusing a tensor: a size far beyond the defaults, mostly
+    # (--max-source-positions 2147483647 asked for a table of every position: 128 GiB)
+    (RuntimeError, r"\[enforce fail at alloc_cpu\.cpp:\d+\] .*DefaultCPUAllocator: can't "
+                   r"allocate memory: .*",
+     "this machine cannot give the memory asked for (torch's CPU allocator refused): are the "
+     "model's sizes (--max-source-positions, --max-target-positions, the embedding and layer "
+     "sizes) or the batch's (--max-tokens, --batch-size) far larger than meant?"),
 ]
 
 

@@ -11,7 +11,10 @@ out of range failed far from the cause or trained another run than the one asked
   0`` (a ZeroDivisionError as the model is built), ``--adam-betas
   '(0.9, 1.5)'`` ("math domain error"), and betas that are no pair of numbers, on every rank
   (``--adam-betas '(0.9,)'``: an IndexError in the optimizer; ``'(0.9, 0.98'``: fairseq's
-  ``eval`` of it);
+  ``eval`` of it); ``--batch-size-valid nan`` (or ``inf``, ``abc``: fairseq keeps it as text and
+  reads it back as a literal, a traceback), ``--seed 4294967295`` (numpy's "Seed must be between
+  0 and 2**32 - 1" at the first epoch: fairseq seeds it with the seed plus the epoch);
+* a hang: ``--num-workers 2147483648`` started worker processes until it was killed;
 * silently another run: ``--lr -1`` and ``--max-epoch -1`` trained nothing and exited 0,
   ``--label-smoothing`` outside [0, 1) and ``--weight-decay -1`` trained towards other targets,
   ``--activation-dropout -1`` trained without dropout;
@@ -37,6 +40,7 @@ deep inside its batching.
 """
 
 import argparse
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Iterable, List
@@ -100,6 +104,20 @@ class Range:
 
 POSITIVE_INTEGER = Range(1, integer=True)
 COUNT = Range(0, integer=True)
+
+
+def most_processes() -> int:
+    """The processes this user may run at once: the soft ``RLIMIT_NPROC`` and Linux's process
+    ids (``pid_max``), the smaller; ``LARGEST_COUNT`` where neither is known."""
+    limits = []
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        limits += [soft] if soft != resource.RLIM_INFINITY else []
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/pid_max") as ids:
+        limits.append(int(ids.read()))
+    return min(limits, default=LARGEST_COUNT)
 PROBABILITY = Range(0, 1)
 UNLIMITED_AT_0 = Range(0, integer=True, note="0: no limit")
 
@@ -113,14 +131,23 @@ OPTION_RANGES = {
          "softmax_batch", "save_interval", "validate_interval", "num_shards"),
         POSITIVE_INTEGER,
     ),
-    **dict.fromkeys(("num_workers", "warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
+    **dict.fromkeys(("warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
+    # each data loader worker is a process: 2147483648 of them started processes until the
+    # command was killed (more than the processors is allowed: torch only warns above them)
+    "num_workers": Range(
+        0, most_processes(), integer=True, note="the processes this machine lets one user run"
+    ),
     **dict.fromkeys(("max_epoch", "max_update"), UNLIMITED_AT_0),
     **dict.fromkeys(
         ("dropout", "attention_dropout", "activation_dropout", "relu_dropout",
          "encoder_layerdrop", "decoder_layerdrop"),
         PROBABILITY,
     ),
-    "seed": Range(0, 2**32 - 1, integer=True),
+    # fairseq seeds numpy with the seed plus the epoch (numpy_seed(seed + epoch)), which numpy
+    # takes below 2**32: a seed of 4294967295 was a ValueError at the first epoch
+    "seed": Range(
+        0, 2**31 - 1, integer=True, note="fairseq seeds numpy with it plus the epoch, below 2**32"
+    ),
     # a count of positions beyond a 64-bit integer failed in fairseq-train: "OverflowError: int
     # too big to convert", a traceback
     **dict.fromkeys(
@@ -151,6 +178,9 @@ OPTION_RANGES = {
 }  # fmt: skip
 # The options fairseq's optimizers evaluate and unpack as two numbers (beta1, beta2).
 PAIRS = ("adam_betas", "adamax_betas")
+# The options fairseq's parser keeps as text (their default is another option's value) and reads
+# back as one literal number: 'nan', 'inf' or 'abc' was a traceback as fairseq-train read them.
+TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid")
 # --lr-scheduler inverse_sqrt divides by the warm-up's length.
 INVERSE_SQRT_WARMUP = Range(1, integer=True, note="--lr-scheduler inverse_sqrt divides by it")
 
@@ -164,6 +194,18 @@ def given_values(value: object) -> List[object]:
         except (NotALiteral, SyntaxError, ValueError):  # literal_eval's fix says why, in one line
             return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def text_number(value: object) -> object:
+    """The number a ``TEXT_NUMBERS`` option's text is as a literal; else the text itself, which no
+    ``Range`` holds ('nan', 'abc', '[1]')."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = evaluate(value)
+    except (NotALiteral, SyntaxError, ValueError):
+        return value
+    return number if is_number(number) else value
 
 
 def is_pair(value: object) -> bool:
@@ -192,7 +234,8 @@ def check_option_ranges(args: argparse.Namespace) -> None:
             valid = INVERSE_SQRT_WARMUP
         if value is None or isinstance(value, bool):
             continue
-        bad = out_of_range(given_values(value), valid)
+        values = [text_number(value)] if name in TEXT_NUMBERS else given_values(value)
+        bad = out_of_range(values, valid)
         if bad:
             said = valid.said_for(bad[0])
             raise UsageError(f"{flag_of(name)} {shown_value(bad[0])}: it must be {said}")

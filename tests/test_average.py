@@ -268,6 +268,32 @@ def test_a_checkpoint_of_a_shuffled_dictionary_is_refused(checkpoints, tmp_path)
     )
 
 
+@pytest.mark.parametrize("name, said", [("dictionary", "its dictionary's"),
+                                         ("target", "its target dictionary's")])
+def test_a_checkpoint_recording_other_words_names_its_dictionary(name, said):
+    """A language model's one dictionary, recorded as ``dictionary``, was said "its dictionary
+    dictionary's record holds other words"."""
+    from fairseq_san.fairseq_fixes.dictionary_words import DICTIONARIES_STATE, digest
+
+    def recording(words):
+        record = {name: {"entries": len(words), "sha256": digest(words), "file": "dict.txt"}}
+        return {"extra_state": {DICTIONARIES_STATE: record}}
+
+    mismatch = average.record_mismatch(recording(["tok1", "tok2"]), recording(["wrd1", "wrd2"]))
+    assert mismatch == f"{said} record holds other words"
+
+
+def test_language_models_with_and_without_a_start_token_are_refused():
+    """A run resumed with --add-bos-token keeps the checkpoints saved before it without: their
+    mean was written under the first checkpoint's --add-bos-token, without a word, and loaded as
+    a model of that start token."""
+    with_start, without = ({"cfg": {"model": {"_name": "transformer_lm_san", "add_bos_token": bos}}}
+                           for bos in (True, False))  # fmt: skip
+    assert average.configuration_mismatch(with_start, without) == (
+        "its add_bos_token is False, not True"
+    )
+
+
 def add_a_mask(value: bool):
     """A change that adds a boolean buffer (a mask) holding ``value``."""
 

@@ -1576,6 +1576,11 @@ def test_cpu_ranks_user_dir_that_is_not_there_is_one_line(tmp_path, capsys, monk
     (tmp_path / "plugin").mkdir()
     for found in ("plugin", "examples/linformer/linformer_src"):  # here; in fairseq's package
         assert missing_user_dir([str(program), "--user-dir", found]) is None, found
+    (tmp_path / "plugin.py").write_text("")  # each rank: fairseq's ModuleNotFoundError
+    assert missing_user_dir([str(program), "--user-dir", "plugin.py"]) == (
+        f"--user-dir plugin.py: a file, not a folder (from {tmp_path}): name the plugin's folder "
+        "(fairseq-san-loop user-dir prints its path)"
+    )
 
 
 def test_interrupting_cpu_ranks_is_one_line(tmp_path, monkeypatch, capsys):
@@ -2426,6 +2431,35 @@ def test_the_end_of_a_traceback_and_of_an_argparse_error_are_copied_too(
         argparse.ArgumentParser(prog="fairseq-train").parse_args(["--no-such-flag"])
     assert capsys.readouterr().err.endswith(copy.read_text())
     assert copy.read_text() == "fairseq-train: error: unrecognized arguments: --no-such-flag\n"
+
+
+@pytest.mark.parametrize(
+    "gloo, said",
+    [
+        ("Connection closed by peer [127.0.0.1]:18834. This is typically caused by a remote "
+         "worker crashing. Check the logs of the remote worker before reporting an error.",
+         "Connection closed by peer [127.0.0.1]:18834"),
+        ("Read error [127.0.0.1]:59607: Connection reset by peer. This is typically caused by a "
+         "remote worker hanging or bugs in the application. Check the logs of the remote worker "
+         "before reporting an error. GLHF!",
+         "Read error [127.0.0.1]:59607: Connection reset by peer"),
+    ],
+)  # fmt: skip
+def test_a_rank_that_lost_another_says_it_in_one_line(capsys, gloo, said):
+    """Another of fairseq-san-cpu-ranks' ranks stopped (killed, terminated) under an all-reduce:
+    rank 0 printed gloo's RuntimeError as a 47-line traceback on the terminal, above the line
+    naming the rank that stopped. Another RuntimeError keeps its traceback."""
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    error = RuntimeError(f"[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+                         f"{gloo}")  # fmt: skip
+    excepthook(traceback_printer)(RuntimeError, error, None)
+    assert capsys.readouterr().err == (
+        f"fairseq-san: error: the connection to another rank was lost (gloo: {said}): that rank "
+        "stopped first, and its own output says why\n"
+    )
+    excepthook(traceback_printer)(RuntimeError, RuntimeError("Connection closed by peer"), None)
+    assert capsys.readouterr().err.startswith("Traceback")
 
 
 def traceback_printer(*args) -> None:

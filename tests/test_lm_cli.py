@@ -66,6 +66,25 @@ def test_test_bleu_refuses_a_language_model_before_decoding_any_system(trained, 
     )
 
 
+def test_resuming_with_other_embedding_sharing_names_the_language_models_flag(trained, tmp_path):
+    """A language model resumed with --share-decoder-input-output-embed (its training had not)
+    was told of its "--share-all-embeddings", a flag transformer_lm_san does not have."""
+    data, checkpoints = trained
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint_last.pt").write_bytes(checkpoints["san"].read_bytes())
+    argv = lm_train_argv(data, tmp_path / "run", *SHARING["san"],
+                         "--share-decoder-input-output-embed", max_update=35)  # fmt: skip
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: the checkpoint's optimizer state is for other parameters than this "
+        "model's: this run's flags build another model than the training's (its "
+        "--share-all-embeddings or --share-decoder-input-output-embed, sizes or sharing policy): "
+        "pass the training's flags to resume it; --reset-optimizer would go on with its weights "
+        "in this model, with a new optimizer"
+    )
+
+
 def test_eval_lm_gives_the_perplexity(trained, tmp_path):
     data, checkpoints = trained
     result = run_cli(

@@ -246,6 +246,25 @@ def test_only_the_first_epoch_of_a_process_stops_at_a_limit_reached():
     assert trained == [True, True, True]  # past the cap of 0.5 hours
 
 
+@pytest.mark.parametrize("updates, said", [
+    (30, "the checkpoint has its --max-update 30 updates: nothing to train"),
+    (40, "the checkpoint has 40 updates, more than its --max-update 30: nothing to train"),
+])  # fmt: skip
+def test_a_run_resumed_under_a_lower_max_update_says_the_updates_it_has(updates, said, caplog):
+    """A checkpoint of 40 updates resumed with --max-update 30 was said to have "its
+    --max-update 30 updates"."""
+    from fairseq_san.fairseq_fixes.resumed_training import _stopping_at_a_reached_limit
+
+    train = _stopping_at_a_reached_limit(lambda *args: pytest.fail("trained"))
+    cfg = SimpleNamespace(
+        optimization=SimpleNamespace(max_update=30, stop_time_hours=0),
+        checkpoint=SimpleNamespace(patience=0),
+    )
+    with caplog.at_level("INFO", logger="fairseq_san.fairseq_fixes.resumed_training"):
+        train(cfg, SimpleNamespace(get_num_updates=lambda: updates), None, None)
+    assert said in caplog.messages
+
+
 class StandInDataset:
     def __init__(self):
         self.epochs_set = []

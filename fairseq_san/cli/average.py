@@ -200,10 +200,11 @@ def layout_mismatch(
 
 # A checkpoint's model configuration that changes what parameters of the same names and shapes
 # compute: checkpoints that differ here are of two models (the reverse direction, another
-# activation, policy or normalization), whose mean is neither.
+# activation, policy or normalization, a language model's start token), whose mean is neither.
 MEANING_KEYS = (
-    "arch", "_name", "language_pair", "activation_fn", "encoder_normalize_before",
-    "decoder_normalize_before", "encoder_attention_heads", "decoder_attention_heads",
+    "arch", "_name", "language_pair", "add_bos_token", "activation_fn",
+    "encoder_normalize_before", "decoder_normalize_before", "encoder_attention_heads",
+    "decoder_attention_heads",
     "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding",
     "layernorm_embedding", "no_token_positional_embeddings", "encoder_learned_pos",
     "decoder_learned_pos", "cross_self_attention", *MODEL_OPTION_NAMES,
@@ -227,14 +228,18 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
 def record_mismatch(reference: dict, state: dict) -> Optional[str]:
     """The first dictionary whose words checkpoint ``state`` records otherwise than ``reference``
     (``dictionary_words.recorded_dictionaries``), said; None where they agree or one has none."""
-    from fairseq_san.fairseq_fixes.dictionary_words import recorded_dictionaries, same_words
+    from fairseq_san.fairseq_fixes.dictionary_words import (
+        dictionary_named,
+        recorded_dictionaries,
+        same_words,
+    )
 
     wanted, record = recorded_dictionaries(reference), recorded_dictionaries(state)
     if wanted is None or record is None:
         return None
     other = next((name for name in sorted(set(wanted) | set(record)) if not isinstance(
         wanted.get(name), dict) or not same_words(record.get(name), wanted[name])), None)
-    return None if other is None else f"its {other} dictionary's record holds other words"
+    return None if other is None else f"its {dictionary_named(other)}'s record holds other words"
 
 
 def dictionary_mismatch(reference: dict, state: dict) -> Optional[str]:

@@ -148,17 +148,19 @@ def plugin_arch_without_user_dir(command: List[str]) -> Optional[str]:
 def missing_user_dir(command: List[str]) -> Optional[str]:
     """Why fairseq-train cannot load the ``--user-dir`` that ``command`` names: no such folder
     where fairseq's ``import_user_module`` looks (as given, from the current folder, or beside
-    fairseq's package); each rank printed fairseq's FileNotFoundError traceback. Else None."""
+    fairseq's package); each rank printed fairseq's FileNotFoundError traceback (for a file, its
+    ModuleNotFoundError). Else None."""
     user_dir = train_arg(command[1:], "--user-dir", None)
     if user_dir is None:
         return None
     fairseq_dir = os.path.dirname(importlib.util.find_spec("fairseq").origin)  # not imported
     places = (user_dir, os.path.join(fairseq_dir, user_dir),
               os.path.join(fairseq_dir, "..", user_dir))  # fmt: skip
-    if any(os.path.exists(place) for place in places):
+    if any(os.path.isdir(place) for place in places):
         return None
+    missing = "a file, not a folder" if os.path.isfile(user_dir) else "no such folder"
     return (
-        f"--user-dir {user_dir}: no such folder (from {os.getcwd()}): name the plugin's folder "
+        f"--user-dir {user_dir}: {missing} (from {os.getcwd()}): name the plugin's folder "
         "(fairseq-san-loop user-dir prints its path)"
     )
 

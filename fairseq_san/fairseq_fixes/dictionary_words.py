@@ -87,6 +87,12 @@ def recorded_dictionaries(state: object) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
+def dictionary_named(name: str) -> str:
+    """A recorded dictionary ``name`` in words: ``dictionary`` for a language model's one,
+    ``source dictionary`` for a pair's."""
+    return "dictionary" if name == ONE_DICTIONARY else f"{name} dictionary"
+
+
 def dictionary_file(name: str, task) -> str:
     """The data folder's file of the dictionary ``name`` (fairseq-preprocess's names)."""
     if name == ONE_DICTIONARY:
@@ -147,9 +153,8 @@ def words_mismatch(record: dict, task, ours: dict) -> Optional[str]:
         words = trained_words(saved)
         where = (first_difference(words, task_dictionaries(task)[name].symbols) if words
                  else f"{shown(saved.get('entries'))} entries, the data's {ours[name]['entries']}")
-        named = "dictionary" if name == ONE_DICTIONARY else f"{name} dictionary"
-        return (f"its {named} ({recorded_file(saved)}) holds other words than the data's "
-                f"{ours[name]['file']}, {where}")  # fmt: skip
+        return (f"its {dictionary_named(name)} ({recorded_file(saved)}) holds other words than "
+                f"the data's {ours[name]['file']}, {where}")  # fmt: skip
     return None
 
 

@@ -17,6 +17,9 @@ prints as one line
   (``FAIRSEQ_BAD_INPUT``), or in the plugin's words where it misleads (``FAIRSEQ_REWORDED``),
   a ``--model-overrides`` that is not Python literal syntax, and a component chosen without an
   option it needs (``--bpe sentencepiece`` without its model);
+* gloo's loss of another rank under a collective (``PEER_LOST``): that rank stopped first
+  (failed, killed), and this one printed a traceback of its all-reduce, some 50 lines on
+  fairseq-san-cpu-ranks' terminal above the line naming the rank that stopped;
 * an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
   wherever they were (the exit status stays the interrupt's);
 * an output that cannot be written: a reader that stopped (``fairseq-generate ... | head``) ends
@@ -121,6 +124,21 @@ def too_long_sentence(error: Exception) -> Optional[int]:
     positions (``data_utils.filter_by_size``, a plain Exception), else None."""
     found = TOO_LONG.match(str(error))
     return int(found.group(1)) if type(error) is Exception and found else None
+
+
+# gloo's error where the connection to another rank closed: its words up to its hint.
+PEER_LOST = re.compile(r"\[[^\]]*gloo[^\]]*\] (.+?)\. This is typically caused by a remote worker")
+
+
+def peer_lost(exc: BaseException) -> Optional[str]:
+    """The connection to another rank lost (``PEER_LOST``), said with gloo's words; else None."""
+    found = PEER_LOST.match(str(exc)) if isinstance(exc, RuntimeError) else None
+    if found is None:
+        return None
+    return (
+        f"the connection to another rank was lost (gloo: {found.group(1)}): that rank stopped "
+        "first, and its own output says why"
+    )
 
 
 def usage_error_in_chain(exc: BaseException) -> Optional[UsageError]:
@@ -373,6 +391,7 @@ def excepthook(previous: Callable) -> Callable:
             fairseqs_bad_input(exc)
             or malformed_command_line_value(exc, sys.argv[1:])
             or missing_component_option(exc)
+            or peer_lost(exc)
         )
         if isinstance(exc, BrokenPipeError):  # ``fairseq-generate ... | head``: the reader left
             drop_unwritten_output()

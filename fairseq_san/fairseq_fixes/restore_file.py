@@ -176,9 +176,9 @@ def _checking(load_checkpoint):
             raise UsageError(
                 "the checkpoint's optimizer state is for other parameters than this model's: "
                 "this run's flags build another model than the training's (its "
-                "--share-all-embeddings, sizes or sharing policy): pass the training's flags to "
-                "resume it; --reset-optimizer would go on with its weights in this model, with a "
-                "new optimizer"
+                "--share-all-embeddings or --share-decoder-input-output-embed, sizes or sharing "
+                "policy): pass the training's flags to resume it; --reset-optimizer would go on "
+                "with its weights in this model, with a new optimizer"
             ) from None
 
     return wrapper

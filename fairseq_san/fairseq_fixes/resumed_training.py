@@ -248,6 +248,14 @@ def reached_max_update(cfg, trainer) -> bool:
     return bool(max_update) and trainer.get_num_updates() >= max_update
 
 
+def updates_reached(updates: int, max_update: int) -> str:
+    """What a checkpoint of ``updates`` has of ``--max-update``, said: a run resumed under a lower
+    limit than it was trained to has more updates than the limit, not the limit."""
+    if updates == max_update:
+        return f"its --max-update {max_update} updates"
+    return f"{updates} updates, more than its --max-update {max_update}"
+
+
 def reached_stop_time(cfg, trainer) -> bool:
     """Whether a run resumed from a checkpoint had trained past ``--stop-time-hours`` when it was
     saved (fairseq's ``should_stop`` checks after an update; the checkpoint's training time,
@@ -268,7 +276,7 @@ def _stopping_at_a_reached_limit(train):
     def wrapper(cfg, trainer, task, epoch_itr):
         resuming, first_call[0] = first_call[0], False
         if resuming and reached_max_update(cfg, trainer):
-            reached = f"its --max-update {cfg.optimization.max_update} updates"
+            reached = updates_reached(trainer.get_num_updates(), cfg.optimization.max_update)
         elif resuming and reached_stop_time(cfg, trainer):
             reached = (f"{trained_hours(trainer):.4f} hours of training, past its "
                        f"--stop-time-hours {cfg.optimization.stop_time_hours}")  # fmt: skip

@@ -318,6 +318,18 @@ def exhausted_ngrams(size: int, min_len: int) -> UsageError:
     )
 
 
+def scores_beyond_floats(temperature: float) -> UsageError:
+    """The error for a sentence left with no token to choose at a ``temperature`` below 1: the
+    model's scores divided by it (``--temperature 1e-38``) overflow floats (32-bit; 16-bit with
+    --fp16), their log-probabilities are NaN, which the search drops; fairseq's generator failed
+    its assertion ``step < max_len``, the static decoder at its maximum length (tracebacks)."""
+    return UsageError(
+        f"--temperature {temperature}: a sentence had no token left to choose (the model's scores "
+        "divided by it went beyond floats' range, 16-bit ones with --fp16, and the search drops "
+        "them): pass a larger --temperature"
+    )
+
+
 # --print-alignment's choices (fairseq's): the alignment drawn from a hypothesis' attention.
 ALIGNMENT_KINDS = ("hard", "soft")
 

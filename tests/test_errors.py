@@ -3884,6 +3884,21 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "--num-shards 1 --shard-id 1: fairseq-x would ignore them"),
         ("get_eval_lm_parser", ["data", "--path", "c.pt", "--num-shards", "2", "--shard-id", "5"],
          "--shard-id 5 of --num-shards 2: the shards are 0 to N - 1, N at least 1"),
+        # a context window in a shard took its context from the shard's batch before: another
+        # part of the text, and the shards' losses did not make the subset's
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--context-window", "4",
+                                "--num-shards", "2", "--shard-id", "1"],
+         "--context-window 4 with --num-shards 2: fairseq-eval-lm takes a batch's context from "
+         "the batch before it in the shard"),
+        ("get_eval_lm_parser", ["data", "--path", "c.pt", "--context-window", "4"], None),
+        # fairseq-eval-lm's NotImplementedError once the model had loaded (a traceback)
+        *(("get_eval_lm_parser", ["data", "--path", "c.pt", *given],
+           f"--post-process {given[-1]!r} (or --remove-bpe): fairseq-eval-lm joins subword-nmt "
+           "pieces only")
+          for given in (["--remove-bpe", ""], ["--post-process", "sentencepiece"],
+                        ["--post-process", "none"])),
+        *(("get_eval_lm_parser", ["data", "--path", "c.pt", *given], None)
+          for given in (["--remove-bpe"], ["--post-process", "subword_nmt"])),
         # an ensemble where one checkpoint is read: "no such file" of the joined name
         *((parser, ["data", "--task", task, "--path", "a.pt:b.pt"],
            "fairseq-x reads one checkpoint, and --path a.pt:b.pt names 2 (an ensemble is")

@@ -329,6 +329,21 @@ def test_eval_lm_refuses_a_shard_that_holds_no_batch(trained, command):
     )
 
 
+def test_eval_lm_refuses_a_context_window_beside_shards(trained):
+    """fairseq's context window takes a batch's context from the batch before it in the
+    iteration: in a shard, another part of the text. Shards 0 and 1 of 2 (--context-window 4,
+    batches of 2) scored 72 and 50 tokens at losses 4.3594 and 4.2406, 4.3107 together; the
+    whole subset's was 4.3102, exit 0 each."""
+    result = eval_lm(trained, "--context-window", "4", "--tokens-per-sample", "16",
+                     "--batch-size", "2", "--num-shards", "2", "--shard-id", "0")  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --context-window 4 with --num-shards 2: fairseq-eval-lm takes a "
+        "batch's context from the batch before it in the shard, another part of the text, so the "
+        "shards' perplexities would not make the subset's; leave out one of them"
+    )
+
+
 @pytest.mark.parametrize("command", ["fairseq-eval-lm", "python -m"])
 def test_eval_lm_runs_no_code_from_its_model_overrides(trained, tmp_path, command):
     """fairseq-eval-lm eval()s --model-overrides; run as ``python -m fairseq_cli.eval_lm`` it is
@@ -364,6 +379,20 @@ def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained, 
         "fairseq-san: error: --context-window 8 leaves no tokens of --tokens-per-sample 8 to "
         "score: fairseq-eval-lm scores tokens-per-sample minus context-window tokens per sample; "
         "pass a --context-window below --tokens-per-sample"
+    )
+
+
+@pytest.mark.parametrize("given", [["--remove-bpe", ""], ["--remove-bpe", "sentencepiece"],
+                                   ["--post-process", "none"]])
+def test_eval_lm_refuses_a_post_process_it_does_not_implement(trained, given):
+    """fairseq-eval-lm joins subword-nmt pieces only: another --post-process (--remove-bpe) was
+    a NotImplementedError traceback once the model had loaded."""
+    result = eval_lm(trained, *given)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-san: error: --post-process {given[1]!r} (or --remove-bpe): fairseq-eval-lm "
+        "joins subword-nmt pieces only: pass subword_nmt (or --remove-bpe alone), or leave it out "
+        "for words"
     )
 
 
@@ -511,6 +540,57 @@ def test_interactive_refuses_a_prompt_longer_than_max_len_b(trained, decoding):
         result, "a prompt of 12 tokens is longer than --max-len-b 5 allows: the output would be "
         "the prompt cut to 5 tokens; raise --max-len-b above 12 (it counts the prompt)",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+@pytest.mark.parametrize("sampling", [[], ["--sampling"]])
+def test_a_temperature_beyond_floats_is_refused_in_one_line(trained, decoding, sampling):
+    """At --temperature 1e-38 the model's scores divided by it overflow 32-bit floats (NaN
+    log-probabilities, which the search drops): fairseq's generator failed its assertion
+    "15 < 15", the static decoder at its maximum length (tracebacks); the hub alike."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-interactive", str(data), "--user-dir", "fairseq_san", "--task",
+        "language_modeling_san", "--path", str(checkpoints["san"]), "--cpu", "--beam", "1",
+        "--temperature", "1e-38", "--san-decoding", decoding, *sampling,
+        input="tok1 tok2 tok3\n",
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert_refused_before_output(
+        result, "--temperature 1e-38: a sentence had no token left to choose (the model's scores "
+        "divided by it went beyond floats' range, 16-bit ones with --fp16, and the search drops "
+        "them): pass a larger --temperature",
+    )  # fmt: skip
+    hub = TransformerLMSANModel.from_pretrained(
+        str(checkpoints["san"].parent), "checkpoint_last.pt", str(data)
+    )
+    with pytest.raises(UsageError, match=r"^temperature=1e-38: a sentence had no token left"):
+        hub.sample("tok1 tok2 tok3", beam=1, temperature=1e-38, san_decoding=decoding,
+                   sampling=bool(sampling))  # fmt: skip
+
+
+@pytest.mark.parametrize("decoding", ["fairseq", "static"])
+def test_weights_that_are_not_finite_are_not_blamed_on_the_temperature(trained, decoding):
+    """A model of NaN weights fails at its maximum length at any temperature: its error is not
+    worded as a temperature beyond floats' range, which a larger one would not mend."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_lm_san import TransformerLMSANModel
+
+    data, checkpoints = trained
+    hub = TransformerLMSANModel.from_pretrained(
+        str(checkpoints["san"].parent), "checkpoint_last.pt", str(data)
+    )
+    with torch.no_grad():
+        for weight in hub.models[0].parameters():
+            weight.fill_(float("nan"))
+    with pytest.raises(Exception) as raised:
+        hub.sample("tok1 tok2 tok3", beam=1, temperature=0.5, san_decoding=decoding)
+    assert not isinstance(raised.value, UsageError), raised.value
 
 
 def test_generate_refuses_the_longest_sample_before_any_output(trained):

@@ -14,6 +14,9 @@ value it opens a file named ``'@@ '`` (the flag's constant); with one, the first
 holds ``<unk>`` fails in ``fairseq.utils.replace_unk``, which indexes a per-word alignment that
 fairseq's generators return empty (``--print-alignment``: as pairs), whatever the model; on
 binarized data fairseq-generate first asserts ``--dataset-impl raw``, which leads to the same.
+fairseq-eval-lm joins subword-nmt pieces only: any other ``--post-process`` (``--remove-bpe``),
+``sentencepiece``, ``none`` or ``''`` too, was a ``NotImplementedError`` traceback once the model
+had loaded.
 
 A plugin option given to a task or model that does not have it (``fairseq-validate --task
 translation --san-analysis-dir DIR``) got argparse's usage text and "unrecognized arguments"; it
@@ -131,6 +134,8 @@ REPLACE_UNK = (
     "so replacing the first <unk> fails (and without a value the flag names a file '@@ '); "
     "leave it out (subword units, sentencepiece or BPE, leave no unknown words to replace)"
 )
+# The --post-process (--remove-bpe) values fairseq-eval-lm implements: subword-nmt's pieces.
+EVAL_LM_POST_PROCESS = ("subword_nmt", "@@ ")
 
 
 def missing_to_parse(
@@ -250,6 +255,8 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
     check_results_path_written(args, command, kind)
     check_one_checkpoint(args, command, kind)
     check_batches_unpadded(args, command, kind)
+    if kind == "eval-lm":
+        check_eval_lm_post_process(args)
     shards_read = kind == "eval-lm" or (kind == "decode" and not reads_input_lines(args))
     check_shards(args, command, shards_read)
     check_trainers_precision(args, command, kind)
@@ -274,6 +281,17 @@ def check_batches_unpadded(args: argparse.Namespace, command: str, kind: str) ->
         raise UsageError(
             f"--pad-to-fixed-bsz: {command} would take the rows of padding it adds to each batch "
             "for sentences; it is for training (on TPUs): leave it out"
+        )
+
+
+def check_eval_lm_post_process(args: argparse.Namespace) -> None:
+    """Refuse a ``--post-process`` (``--remove-bpe``) other than ``EVAL_LM_POST_PROCESS``, which
+    fairseq-eval-lm raised as a ``NotImplementedError`` once the model had loaded."""
+    value = getattr(args, "post_process", None)
+    if value is not None and value not in EVAL_LM_POST_PROCESS:
+        raise UsageError(
+            f"--post-process {value!r} (or --remove-bpe): fairseq-eval-lm joins subword-nmt "
+            "pieces only: pass subword_nmt (or --remove-bpe alone), or leave it out for words"
         )
 
 

@@ -14,9 +14,11 @@ subset's last batch held no sentence, and fairseq-generate failed dividing by it
 
 fairseq-eval-lm shards by the two options itself, but a shard id out of range was a ``ValueError``
 traceback, and a shard past the last batch reported "Loss (base 2): 0.0000, Perplexity: 1.00" of
-no token: both are one line too. fairseq-validate, fairseq-train and fairseq-interactive accept
-the options and ignore them (every job validated or trained on the whole subset), so
-``check_shards`` refuses them there.
+no token: both are one line too; so is ``--context-window`` beside shards, where a batch's
+context came from the batch before it in the shard, another part of the text (the shards'
+losses did not make the whole subset's). fairseq-validate, fairseq-train and
+fairseq-interactive accept the options and ignore them (every job validated or trained on the
+whole subset), so ``check_shards`` refuses them there.
 """
 
 import argparse
@@ -29,7 +31,8 @@ from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 def check_shards(args: argparse.Namespace, command: str, shards_read: bool) -> None:
     """Refuse ``--num-shards`` and ``--shard-id`` where the command ignores them (``shards_read``
-    false: it evaluates or trains on the whole subset), and a shard that does not exist."""
+    false: it evaluates or trains on the whole subset), a shard that does not exist, and shards
+    beside fairseq-eval-lm's ``--context-window``, which takes context across batches."""
     shards, shard = getattr(args, "num_shards", 1), getattr(args, "shard_id", 0)
     if not shards_read and (shards, shard) != (1, 0):
         raise UsageError(
@@ -39,6 +42,13 @@ def check_shards(args: argparse.Namespace, command: str, shards_read: bool) -> N
     if shards < 1 or not 0 <= shard < shards:
         raise UsageError(
             f"--shard-id {shard} of --num-shards {shards}: the shards are 0 to N - 1, N at least 1"
+        )
+    window = getattr(args, "context_window", 0)
+    if shards > 1 and window > 0:
+        raise UsageError(
+            f"--context-window {window} with --num-shards {shards}: fairseq-eval-lm takes a "
+            "batch's context from the batch before it in the shard, another part of the text, so "
+            "the shards' perplexities would not make the subset's; leave out one of them"
         )
 
 

@@ -37,6 +37,7 @@ from fairseq_san.generation_options import (
     PrefixEndsUnfinished,
     prefix_ends_before_source_length,
     prefix_past_source_length,
+    scores_beyond_floats,
     unfinished_prefix_ends,
     unmet_constraints,
     whole_targets_forced,
@@ -47,6 +48,10 @@ from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
 logger = logging.getLogger(__name__)
+
+# The static search's RuntimeError where sentences are live past their maximum length
+# (``beam_search.check_max_len``; fairseq's generator asserts ``step < max_len`` there).
+STATIC_AT_MAX_LEN = "beam search reached max_len"
 
 
 @dataclass
@@ -346,6 +351,18 @@ def check_ngrams_left_tokens(generator: object) -> None:
         raise exhausted_ngrams(size, min_len) from None
 
 
+def check_temperature_scored(generator: object, models: Sequence[torch.nn.Module]) -> None:
+    """Where ``generator`` decodes at a temperature below 1 with ``models`` of finite weights,
+    the search that failed at its maximum length had scores beyond floats' range
+    (``scores_beyond_floats``): raise that. Weights that are not finite fail at any
+    temperature, and keep fairseq's error."""
+    temperature = getattr(generator, "temperature", 1.0)
+    if is_number(temperature) and temperature < 1 and all(
+        bool(torch.isfinite(weight).all()) for model in models for weight in model.parameters()
+    ):
+        raise scores_beyond_floats(temperature) from None
+
+
 def repeated_ngram(tokens: List[int], size: int) -> Optional[Tuple[int, ...]]:
     """The first n-gram of ``size`` tokens that stands earlier in ``tokens`` too (None: none)."""
     seen = set()
@@ -532,6 +549,7 @@ class DecodingTask:
             self.check_forced_starts(generator, sample, forced, prefix_tokens)
             if at_max_len is not None:
                 check_ngrams_left_tokens(generator)
+                check_temperature_scored(generator, models)
             raise
         except PrefixEndsUnfinished:  # the static search's own check, worded by the task
             self.check_forced_ends_of_source_length(generator, sample, forced)
@@ -540,6 +558,8 @@ class DecodingTask:
         except RuntimeError as error:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
                 check_ngrams_left_tokens(generator)
+            if "invalid multinomial distribution" in str(error) or STATIC_AT_MAX_LEN in str(error):
+                check_temperature_scored(generator, models)
             raise
         ended = self.rows_with_eos(sample, forced)
         if ended and not self.forced_ends_said:

@@ -814,6 +814,26 @@ def test_ctranslate2_natural_lengths_are_capped_as_fairseqs():
     assert system.decode(batches, Setting(4, NATURAL), at_limit).tokens == 2
 
 
+def test_ctranslate2_batches_are_the_collated_ones_whatever_the_batch_size():
+    """--batch-size beyond the test set is allowed; one beyond CTranslate2's size_t (2**66) was
+    given to it as max_batch_size, a TypeError traceback from its worker."""
+    from types import SimpleNamespace
+
+    from fairseq_san.benchmark.config import NATURAL, Setting
+
+    asked = []
+
+    def translate_batch(sources, max_batch_size, **kwargs):
+        asked.append(max_batch_size)
+        return [SimpleNamespace(hypotheses=[["w0"]]) for _ in sources]
+
+    system = stub_ctranslate2_system(translate_batch, max_output_tokens=15)
+    sample = {"net_input": {"src_tokens": torch.full((2, 10), 5)}, "id": torch.tensor([0, 1])}
+    batches = SimpleNamespace(samples=[sample], batch_size=2**66)
+    options = SimpleNamespace(max_len_a=0.0, max_len_b=4, lenpen=1.0)
+    system.decode(batches, Setting(1, NATURAL), options)
+    assert asked == [2]  # the batch's sentences
+
 def test_ctranslate2_reads_sources_longer_than_1024_tokens_whole():
     """CTranslate2 cuts a source at ``max_input_length`` tokens, 1024 unless told: a model of more
     positions (checked against the subset before) read 1100 in fairseq, and its CTranslate2 rows

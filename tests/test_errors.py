@@ -2032,6 +2032,25 @@ def test_bench_natural_lengths_that_allow_no_token_are_refused():
         )
 
 
+def test_bench_natural_lengths_beyond_a_float_are_one_line():
+    """--max-len-a 1e308: int(a*x+b) of infinity, an OverflowError traceback of the benchmark."""
+    from fairseq_san.benchmark.config import BenchmarkConfig, DecodeOptions
+    from fairseq_san.benchmark.run import check_natural_lengths
+
+    batches = SimpleNamespace(samples=[
+        {"net_input": {"src_lengths": torch.tensor(lengths)}} for lengths in ([3, 2], [9, 8])
+    ])  # fmt: skip
+    decode = DecodeOptions(max_len_a=1e308, max_len_b=6)
+    config = BenchmarkConfig(data="d", systems=[], out_dir="o", decode=decode)
+    with pytest.raises(ValueError) as refused:
+        check_natural_lengths(batches, config)
+    assert str(refused.value) == (
+        "--max-len-a 1e+308 --max-len-b 6: a*x+b is beyond a float for a source of 9 tokens; "
+        "give a smaller --max-len-a (a model decodes at most its positions anyway)"
+    )
+    config.decode.max_len_a = 1e300  # large, but a float: capped at the model's positions
+    check_natural_lengths(batches, config)
+
 def test_a_bench_worker_that_died_is_one_line():
     """A worker killed mid-run: "[Errno 104] Connection reset by peer", or a RuntimeError's
     traceback while it loaded."""

@@ -101,7 +101,6 @@ class CTranslate2System(System):
         steps (``decoded_steps``); ``measure_cache`` is ignored (CTranslate2's cache is its own)."""
         kwargs = dict(
             beam_size=setting.beam,
-            max_batch_size=batches.batch_size,
             length_penalty=options.lenpen,
             return_scores=False,
             # no truncation (CTranslate2's default cut sources at 1024 tokens, which a model of
@@ -118,6 +117,9 @@ class CTranslate2System(System):
         hypotheses = {} if keep_hypotheses else None
         for index, sample in enumerate(batches.samples):
             sources = self._source_tokens(index, sample)
+            # the batch as collated, whole: --batch-size itself overflowed CTranslate2's size_t
+            # where it was huge (a TypeError traceback), and a batch holds no more sentences
+            kwargs["max_batch_size"] = len(sources)
             if setting.mode == NATURAL:  # fairseq's limit: a * (padded source length) + b,
                 # at most the model's positions but one
                 source_length = sample["net_input"]["src_tokens"].size(1)

@@ -277,9 +277,18 @@ def writable_out_dir(out_dir: Path) -> Path:
 def check_natural_lengths(batches: Batches, config: BenchmarkConfig) -> None:
     """ValueError where --max-len-a/-b allow no token for a batch (fairseq asserts "min_len
     cannot be larger than max_len" inside the worker): int(a * x + b) >= 1 for the longest
-    source x of every batch, as fairseq's SequenceGenerator computes it."""
+    source x of every batch, as fairseq's SequenceGenerator computes it; and where a * x + b
+    is beyond a float for the longest source of all (--max-len-a 1e308: an OverflowError
+    traceback, here and in each engine's int(a*x+b))."""
     a, b = config.decode.max_len_a, config.decode.max_len_b
-    narrowest = min(int(sample["net_input"]["src_lengths"].max()) for sample in batches.samples)
+    longest = [int(sample["net_input"]["src_lengths"].max()) for sample in batches.samples]
+    if not math.isfinite(a * max(longest) + b):
+        raise ValueError(
+            f"--max-len-a {a} --max-len-b {b}: a*x+b is beyond a float for a source of "
+            f"{max(longest)} tokens; give a smaller --max-len-a (a model decodes at most its "
+            "positions anyway)"
+        )
+    narrowest = min(longest)
     if int(a * narrowest + b) < 1:
         raise ValueError(
             f"--max-len-a {a} --max-len-b {b}: natural lengths allow no token for a batch whose "

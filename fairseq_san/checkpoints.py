@@ -32,6 +32,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -56,6 +57,8 @@ TORCH_TRUE_VALUES = ("1", "y", "yes", "true")
 SAFE_BY_DEFAULT = "2.6"
 # How much of a file that is no checkpoint is read to tell text (``is_text``).
 TEXT_PEEK = 4096
+# torch's safe loader's warning of a pickle at another protocol than torch.save's (a regex).
+PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"
 # The highest pickle protocol of torch.save's legacy format that torch's safe loader reads (4
 # added framing, an opcode it refuses).
 SAFE_LEGACY_PROTOCOL = 3
@@ -332,11 +335,21 @@ def content_problem(path: str) -> Optional[str]:
     return unreadable if unreadable is not None else checkpoint_problem(state)
 
 
+@contextlib.contextmanager
+def protocol_warning_left_out() -> Iterator[None]:
+    """torch's safe loader without its warning of a pickle protocol other than its own: two lines
+    of torch's before the one-line refusal of a plain pickle, which says what the file is."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", PROTOCOL_WARNING, UserWarning)
+        yield
+
+
 def read_back(path: str) -> Tuple[object, Optional[str]]:
     """(contents, None) of the file at ``path`` read with torch's safe loader, or (None, why it
     cannot be read)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True), None
+        with protocol_warning_left_out():
+            return torch.load(path, map_location="cpu", weights_only=True), None
     except pickle.UnpicklingError:
         return None, (
             "its pickle cannot be read: the archive is damaged, or torch.save did not write it"
@@ -602,9 +615,11 @@ def unsafe_globals(path: str, error: Exception) -> List[str]:
 
 @contextlib.contextmanager
 def explained(*paths: str) -> Iterator[None]:
-    """Turn a failure to load ``paths`` into a CheckpointError when one of the files explains it."""
+    """Turn a failure to load ``paths`` into a CheckpointError when one of the files explains it
+    (torch's warning of another pickle protocol left out: the error says what the file is)."""
     try:
-        yield
+        with protocol_warning_left_out():
+            yield
     except UsageError:  # said already, in one line (CheckpointError, the model's own checks)
         raise
     except Exception as error:

@@ -1521,10 +1521,11 @@ def test_code_in_torchs_legacy_format_is_named_not_blamed_on_a_truncation(tmp_pa
 
 
 @pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL])
-def test_a_plain_pickle_is_named_one_not_blamed_on_a_truncation(tmp_path, protocol):
+def test_a_plain_pickle_is_named_one_not_blamed_on_a_truncation(tmp_path, protocol, recwarn):
     """A file of ``pickle.dump`` given as a checkpoint, at protocol 2 (torch.save's) and at
     Python's default, whose framing torch cannot read (a crafted one calls os.mkdir: its global
-    is not named): nothing made, and said as a plain pickle, not as a truncated archive."""
+    is not named): nothing made, and said as a plain pickle, not as a truncated archive; without
+    torch's two lines of warning of another protocol before it."""
     from fairseq import checkpoint_utils
 
     marker = tmp_path / "ran"
@@ -1539,6 +1540,7 @@ def test_a_plain_pickle_is_named_one_not_blamed_on_a_truncation(tmp_path, protoc
         "torch.save archive: fairseq-san reads checkpoints only with torch's safe loader, which "
         "refuses it (a plain pickle can run code as it is read)"
     )
+    assert not [w for w in recwarn if "pickle protocol" in str(w.message)]
 
 
 def test_torch_saves_legacy_format_past_the_safe_loaders_protocol_is_named(tmp_path):

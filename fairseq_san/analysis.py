@@ -193,7 +193,7 @@ class LayerAnalysis:
             for name in names + ["js.json"]:
                 os.replace(os.path.join(partial, name), os.path.join(directory, name))
         for kind in (kind for kind, matrix in matrices.items() if matrix is None):
-            for name in (f"js-{kind}.png", f"attention-{kind}.npz"):  # after js.json says so
+            for name in kind_files(kind):  # after js.json says so
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(directory, name))
 
@@ -205,15 +205,26 @@ class LayerAnalysis:
         for kind, matrix in matrices.items():
             if matrix is None:
                 continue
+            heatmap, weights = kind_files(kind)
             title = f"{KIND_TABLE[kind].title}: JS divergence (nats), {self.sentences} sentences"
-            plots.js_heatmap(matrix, os.path.join(directory, f"js-{kind}.png"), title=title)
+            plots.js_heatmap(matrix, os.path.join(directory, heatmap), title=title)
             saved = self.saved[kind]
             np.savez(
-                os.path.join(directory, f"attention-{kind}.npz"),
+                os.path.join(directory, weights),
                 **{f"sentence_{sentence}": saved[sentence] for sentence in sorted(saved)},
             )
-            names += [f"js-{kind}.png", f"attention-{kind}.npz"]
+            names += [heatmap, weights]
         return names
+
+
+def kind_files(kind: str) -> Tuple[str, str]:
+    """The names of the heatmap and of the saved weights that an analysis writes of ``kind``."""
+    return f"js-{kind}.png", f"attention-{kind}.npz"
+
+
+def analysis_files() -> List[str]:
+    """The name of every file an analysis writes (or removes) in its folder."""
+    return [name for kind in KINDS for name in kind_files(kind)] + ["js.json"]
 
 
 def _dump_json(result: dict) -> str:

@@ -694,6 +694,54 @@ def test_an_analysis_of_no_sentences_is_one_usage_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def analysis_cfg(directory: Path, **options) -> SimpleNamespace:
+    """A task config holding the analysis options, as fairseq-validate's flags set them."""
+    defaults = {"san_analysis_dir": str(directory), "san_analysis_max_sentences": None,
+                "san_analysis_save_sentences": 4, "san_analysis_log_interval": 100}  # fmt: skip
+    return SimpleNamespace(**{**defaults, **options})
+
+
+def test_a_sentence_limit_beyond_64_bits_is_refused_at_set_up(tmp_path):
+    """--san-analysis-max-sentences 99999999999999999999999 passed the task's set-up and was an
+    OverflowError traceback at the first batch (compared with the batch's 64-bit sentence ids)."""
+    from fairseq_san.analysis import LayerAnalysis
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.attention_analysis import check_analysis_options
+
+    largest = 2**63 - 1
+    check_analysis_options(analysis_cfg(tmp_path / "js", san_analysis_max_sentences=largest))
+    assert LayerAnalysis(largest, 4).rows({"id": torch.tensor([5, 7])}).tolist() == [0, 1]
+    huge = 10**23
+    with pytest.raises(UsageError) as refused:
+        check_analysis_options(analysis_cfg(tmp_path / "js", san_analysis_max_sentences=huge))
+    assert str(refused.value) == (
+        f"--san-analysis-max-sentences {huge}: must be at most {largest} (sentence ids are 64-bit "
+        "integers; leave it out to analyse every sentence)"
+    )
+
+
+@pytest.mark.parametrize("name", ["js.json", "attention-encoder_self.npz", "js-decoder_encdec.png"])
+def test_a_folder_named_as_an_analysis_file_is_refused_at_set_up(tmp_path, name):
+    """A folder DIR/js.json (or a heatmap's, a kind's weights', one a language model's analysis
+    removes) was an IsADirectoryError traceback after the whole validation pass, the other
+    files already moved in."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.tasks.attention_analysis import check_analysis_options
+
+    directory = tmp_path / "js"
+    (directory / name).mkdir(parents=True)
+    with pytest.raises(UsageError) as refused:
+        check_analysis_options(analysis_cfg(directory))
+    assert str(refused.value) == (
+        f"--san-analysis-dir {directory}: {name} there is a folder, and the analysis writes a "
+        "file of that name; move it away or name another folder"
+    )
+    (directory / name).rmdir()
+    (directory.parent / "elsewhere").mkdir()
+    (directory / name).symlink_to(directory.parent / "elsewhere")  # replaced, as a file is
+    check_analysis_options(analysis_cfg(directory))
+
+
 def test_a_language_model_has_decoder_self_attention_only(tmp_path):
     """transformer_lm_san (no encoder): the JS of its decoder self-attention, the other kinds
     null; a SAN block's layers have the same S, so their JS is 0."""

@@ -1360,6 +1360,15 @@ def test_policy_refuses_checkpoints_of_one_training(tmp_path, capsys, recorded, 
     )
 
 
+def test_policy_learns_from_one_analysis_of_a_nan_step(tmp_path, capsys):
+    """One js.json whose "num_updates" is NaN (edited by hand) was refused as two checkpoints of
+    one training, that file named twice ("(step nan) and ... (step nan)")."""
+    path = write_json(tmp_path / "js.json", {"decoder_self": PAPER_SELF, "seed": 1,
+                                             "num_updates": float("nan")})  # fmt: skip
+    policy_main([path, "--theta-decoder-self", "0.4", "-o", str(tmp_path / "policy.json")])
+    assert json.loads((tmp_path / "policy.json").read_text())["decoder_self"] == [6]
+
+
 def test_policy_refuses_two_analyses_of_one_model(tmp_path, capsys):
     """The analyses of checkpoint_last.pt and of the checkpoint it copies (one step of one
     training) were averaged, that model counted twice in a mean meant over seeds."""

@@ -200,7 +200,7 @@ def check_one_step_per_training(analyses: list, paths: list[str]) -> None:
         if training is None or steps is None:
             continue
         earlier = first_of_training.setdefault(training, (path, steps))
-        if earlier[1] != steps:
+        if earlier[1] != steps and json.dumps(earlier[1]) != json.dumps(steps):  # NaN too
             raise PolicyError(
                 f"{earlier[0]} (step {earlier[1]}) and {path} (step {steps}) are checkpoints of "
                 f"one training ({training}): average the analyses of several seeds' models, one "

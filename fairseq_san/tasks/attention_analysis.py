@@ -38,8 +38,9 @@ across lines, are refused).
 fairseq fills by length), so results do not depend on batching; the validation loss still
 covers the whole subset. ``--san-analysis-log-interval`` (default 100; 0: never) logs progress
 every that many analysed batches, besides fairseq's progress bar. A bad ``--san-analysis-dir``
-or a negative count stops at task set-up, before any batch; one that the checkpoint's task would
-not read (fairseq's own ``translation`` or ``language_modeling``, or a ``'task'`` dict in
+(or one holding a folder named as a file above), a negative count or one beyond 64 bits stops
+at task set-up, before any batch; one that the checkpoint's task would not read (fairseq's own
+``translation`` or ``language_modeling``, or a ``'task'`` dict in
 ``--model-overrides``) stops once the task is built, naming the override that analyses
 (``check_analysis_applied``). Every sentence of the subset is analysed and in the loss, however
 batches are sized (``fairseq_san.fairseq_fixes.last_batch``).
@@ -59,8 +60,9 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from fairseq_san import options
-from fairseq_san.analysis import AttentionCapture, LayerAnalysis
+from fairseq_san.analysis import AttentionCapture, LayerAnalysis, analysis_files
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.option_ranges import LARGEST_COUNT
 from fairseq_san.models.checkpoint_policy import layers_of, policy_of_state_dict
 from fairseq_san.options import option_field
 
@@ -213,6 +215,11 @@ def check_analysis_options(cfg) -> None:
             f"--san-analysis-max-sentences {limit}: must be at least 1 "
             "(leave it out to analyse every sentence)"
         )
+    if limit is not None and limit > LARGEST_COUNT:  # compared with 64-bit sentence ids
+        raise UsageError(
+            f"--san-analysis-max-sentences {limit}: must be at most {LARGEST_COUNT} (sentence "
+            "ids are 64-bit integers; leave it out to analyse every sentence)"
+        )
     for name in ("san_analysis_save_sentences", "san_analysis_log_interval"):
         value = getattr(cfg, name)
         if value is not None and value < 0:
@@ -248,6 +255,19 @@ def check_analysis_options(cfg) -> None:
         raise UsageError(
             f"--san-analysis-dir {directory} cannot be written: {err.strerror or err}"
         ) from None
+    check_no_folder_in_place(directory)
+
+
+def check_no_folder_in_place(directory: str) -> None:
+    """Refuse a folder in ``directory`` named as a file of the analysis: replacing it at the end
+    of the subset, after the whole validation pass, was an IsADirectoryError traceback."""
+    for name in analysis_files():
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise UsageError(
+                f"--san-analysis-dir {directory}: {name} there is a folder, and the analysis "
+                "writes a file of that name; move it away or name another folder"
+            )
 
 
 def check_analysis_applied(task, overrides: Optional[Dict[str, Any]]) -> None:

@@ -2739,8 +2739,9 @@ def test_train_refuses_a_checkpoint_flag_naming_nothing(tmp_path, flags, said):
     from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags
 
     (tmp_path / "here.pt").write_bytes(b"")
+    # --no-save: the save dir is not locked (save_dir_lock), the trainer stand-in has no config
     cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None,
-                          save_dir=str(tmp_path / "save"))  # fmt: skip
+                          save_dir=str(tmp_path / "save"), no_save=True)  # fmt: skip
     for name, value in flags.items():
         setattr(cfg, name, value.format(tmp=tmp_path) if isinstance(value, str) else value)
     if said is None:
@@ -3209,6 +3210,16 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          ["data", "--task", "translation", "--arch", "transformer", "--san-decoder-self-policy=6"],
          "fairseq-x --arch transformer has no option --san-decoder-self-policy: it is an option "
          "of --arch transformer_san or --arch transformer_lm_san"),
+        # a deprecated option of translation_san: the language model's task takes its current
+        # form (it named --task translation_san only)
+        ("get_interactive_generation_parser",
+         ["data", "--task", "language_modeling_san", "--path", "c.pt", "--san-decoder", "static"],
+         "fairseq-x --task language_modeling_san has no option --san-decoder: it is a deprecated "
+         "option of --task translation_san; pass --san-decoding static"),
+        ("get_interactive_generation_parser",
+         ["data", "--task", "translation", "--path", "c.pt", "--san-decoder", "static"],
+         "fairseq-x --task translation has no option --san-decoder: it is an option of --task "
+         "translation_san"),
         ("get_training_parser",
          ["data", "--task", "translation", "--arch", "transformer", "--decoder-self-attention-type",
           "aan"],

@@ -42,6 +42,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--patience`` on from the checkpoint, stops before it trains past a limit its checkpoint
   had reached (it drifted, counted from zero, and took one update more), and chooses its best
   checkpoint anew under another ``--best-checkpoint-metric`` (it kept the old metric's best);
+* ``save_dir_lock``: fairseq-train holds its ``--save-dir`` (a lock file in it, rank 0) for the
+  whole run, and a second run on that folder is refused in one line naming it and the first
+  run's pid (the two saved over each other's checkpoints: one died on the other's temporary
+  file, the other finished with both runs' saves mixed, silently);
 * ``checkpoint_copies``: fairseq-train's copies of a checkpoint (``checkpoint_last.pt``) are whole
   or absent (a run stopped while copying left a truncated file that stopped every rerun);
 * ``shared_checkpoints``: fairseq's own models (``--arch transformer``) refuse a checkpoint
@@ -161,6 +165,7 @@ from fairseq_san.fairseq_fixes import (
     retained_dropout,
     safe_loading,
     sampling_underflow,
+    save_dir_lock,
     shared_checkpoints,
     special_symbols,
     task_state,
@@ -171,8 +176,8 @@ from fairseq_san.fairseq_fixes import (
 FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
     dictionary_words, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
-    restore_file,
-    resumed_training, checkpoint_copies, shared_checkpoints, half_precision, command_options,
+    restore_file, resumed_training, save_dir_lock,
+    checkpoint_copies, shared_checkpoints, half_precision, command_options,
     tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
     lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
     prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,

@@ -102,6 +102,7 @@ from fairseq_san.options import (
     Option,
     asked_decoding,
     chosen_decoding,
+    current_flag,
     cutoffs_read,
     flag_of,
     name_of,
@@ -176,6 +177,20 @@ def plugin_owners(flag: str) -> List[str]:
     return owners
 
 
+def current_form_here(parser: argparse.ArgumentParser, flag: str) -> Optional[str]:
+    """``--san-decoding static`` where ``flag`` is a deprecated plugin option (``--san-decoder``)
+    whose current form (``options.current_flag``) ``parser`` takes, with that value; else None
+    (a language model's task has --san-decoding, never the deprecated --san-decoder)."""
+    option = OPTIONS.get(name_of(flag))
+    if option is None or option.alias_of is None:
+        return None
+    target, value = current_flag(option, None)
+    action = parser._option_string_actions.get(target)
+    if action is None or (action.choices and value not in map(str, action.choices)):
+        return None
+    return f"{target} {value}"
+
+
 # How near (difflib's ratio) an unknown flag must be to one of the command's to be named as what
 # was meant: --san-decoder-self-polcy is 0.98 from --san-decoder-self-policy, --bogus 0.67 from
 # --eos.
@@ -194,15 +209,22 @@ def refuse_unrecognized(
             raise UsageError(analysis_elsewhere(parser.prog))  # no task would make it read
         if owners:
             option = owners[0].split()[0]  # --task or --arch
-            if option == "--arch" and hasattr(args, "path"):  # a command that loads a model
+            loads_model = option == "--arch" and hasattr(args, "path")  # its arch: the model's
+            here = "" if loads_model else f" {option} {getattr(args, name_of(option), None)}"
+            replacement = current_form_here(parser, flag)
+            if replacement is not None:  # a deprecated option whose current form this one has
+                raise UsageError(
+                    f"{parser.prog}{here} has no option {flag}: it is a deprecated option of "
+                    f"{' or '.join(owners)}; pass {replacement}"
+                )
+            if loads_model:
                 raise UsageError(
                     f"{parser.prog} has no option {flag}: it is an option of "
                     f"{' or '.join(owners)}, set when the model is trained; a checkpoint takes "
                     f"another value with --model-overrides \"{{'{name_of(flag)}': VALUE}}\""
                 )
-            here = f"{option} {getattr(args, name_of(option), None)}"
             raise UsageError(
-                f"{parser.prog} {here} has no option {flag}: it is an option of "
+                f"{parser.prog}{here} has no option {flag}: it is an option of "
                 f"{' or '.join(owners)}"
             )
     for argument in extra:

@@ -20,9 +20,9 @@ case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
   echo "demo.sh: $1: it takes no arguments (set its variables instead); $USAGE" >&2
   exit 2; }
 # A relative MULTI30K_DIR or RUN_DIR names a folder of the caller's directory, not the repository.
-[ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m "$MULTI30K_DIR")
-RUN=$(realpath -m "${RUN_DIR:-$(dirname "$0")/../runs/demo}")
-[ -z "${DATA_DIR:-}" ] || DATA_DIR=$(realpath -m "$DATA_DIR")
+[ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m -- "$MULTI30K_DIR")
+RUN=$(realpath -m -- "${RUN_DIR:-$(dirname "$0")/../runs/demo}")
+[ -z "${DATA_DIR:-}" ] || DATA_DIR=$(realpath -m -- "$DATA_DIR")
 cd "$(dirname "$0")/.."
 
 DATA=${DATA_DIR:-data-bin/multi30k.en-de}  # as runs/demo/run.json recorded it before DATA_DIR

@@ -175,6 +175,32 @@ def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_to
 
 
 @pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
+def test_data_with_an_empty_valid_split_is_refused_before_the_run_dir(tmp_path, recipe):
+    """A valid split binarized from empty files (prepare.sh took an empty val.LANG.gz): the
+    translation loop said its references were "the source side of the valid split" (both sides
+    empty), the language model's stopped inside fairseq-train after the run dir was made."""
+    from fairseq_san.loop.run_record import INDEX_MAGIC
+
+    data = recipe_data(tmp_path, recipe)
+    empty = INDEX_MAGIC + (1).to_bytes(8, "little") + b"\x04" + (0).to_bytes(8, "little")
+    names = ["valid.en-de.en.idx", "valid.en-de.de.idx"] if recipe == LOOP else ["valid.idx"]
+    for name in names:
+        (data / name).write_bytes(empty)
+    if recipe == LOOP:
+        (data / "text" / "valid.raw.de").write_text("")
+        (data / "text" / "valid.raw.en").write_text("")
+    for dry_run in ([], ["--dry-run"]):
+        result = run_script(recipe, *recipe_args(recipe, data, tmp_path / "run", *dry_run))
+        assert result.returncode == 2, output_of(result)[-3000:]
+        assert lines(result.stderr) == [
+            f"fairseq-san-loop: error: {data} holds an empty valid split ({names[0]}): the loop "
+            "validates, analyses and scores on it; binarize one with fairseq-preprocess "
+            "--validpref"
+        ]
+        assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
 def test_what_the_recipe_sets_itself_is_refused_after_dashes_in_any_spelling(tmp_path, recipe):
     """``-- -a transformer_aan_small`` (fairseq's alias of --arch) trained another model than
     run.json recorded, and ``-- --max-update 50`` other updates than --updates, exit 0."""
@@ -402,6 +428,19 @@ def test_an_emptied_option_with_a_default_leaves_no_run_dir(tmp_path, recipe, op
         f"option out for its default ({default})"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("spelling", [["--valid-ref", ""], ["--valid-ref="]])
+def test_an_emptied_valid_ref_is_refused_not_read_as_the_default(tmp_path, spelling):
+    """``--valid-ref "$REF"`` with REF unset scored the validation against DATA's own
+    references, without a word, as if the option were left out (a dry run printed them)."""
+    result = recipe_run(tmp_path, LOOP, tmp_path / "runs" / "run", *spelling, "--dry-run")
+    assert result.returncode == 2, output_of(result)[-3000:]
+    assert lines(result.stderr) == [
+        "learn_to_share.sh: --valid-ref is empty: give FILE, or leave the option out for its "
+        "default"
+    ]
+    assert ran_nothing(output_of(result)) and not (tmp_path / "runs").exists()
 
 
 def test_positions_shorter_than_a_valid_sentence_are_refused_before_the_run_dir(tmp_path):
@@ -853,6 +892,18 @@ def test_test_bleu_with_a_missing_data_directory_is_one_line(tmp_path):
     assert lines(result.stderr) == [f"test_bleu.sh: no data directory {data}"]
 
 
+@pytest.mark.parametrize("empty", ["DATA", "TGT"])
+def test_test_bleu_with_an_empty_data_or_target_is_one_line(tmp_path, empty):
+    """``test_bleu.sh "$DATA" de ...`` with DATA unset said "no data directory " (naming
+    nothing); an empty TGT "no DATA/text/test.raw. (run prepare.sh)"."""
+    data = "" if empty == "DATA" else str(fake_data(tmp_path / "data"))
+    target = "" if empty == "TGT" else "de"
+    result = run_script(TEST_BLEU, data, target, str(tmp_path / "out"), f"a={tmp_path}/a.pt")
+    assert result.returncode == 2, output_of(result)
+    assert lines(result.stderr) == [f"test_bleu.sh: {empty} is empty (an unset variable?): name one"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_test_bleu_on_data_whose_path_holds_a_colon_is_one_line(tmp_path):
     """fairseq-generate read "d:x" as two data directories and named "d" as missing."""
     data = fake_data(tmp_path / "d:x")
@@ -1199,6 +1250,34 @@ def test_prepare_names_a_missing_raw_file_before_writing(tmp_path, recipe):
     assert lines(result.stderr) == [f"prepare.sh: no {raw}/{missing}"]
     assert result.stdout == ""
     assert not out.exists()
+
+
+@pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))
+def test_prepare_names_an_empty_or_broken_raw_file_before_writing(tmp_path, recipe):
+    """An empty val.LANG.gz was prepared "done" (an empty valid split, which the loop then
+    refused as its references' "source side"); a truncated or unpacked one stopped the recipe
+    after the raw text was written, in gzip's words; a broken test_2017_flickr too."""
+    script, args, _ = PREPARE_RECIPES[recipe]
+    raw, out = write_fake_multi30k(tmp_path / "multi30k"), tmp_path / "data-bin"
+    whole = (raw / "val.en.gz").read_bytes()
+    for name, content, said in (
+        ("val.en.gz", gzip.compress(b""), "holds no sentence: every split needs some"),
+        ("val.en.gz", whole[: len(whole) // 2], "is no whole gzip file (Compressed file ended "
+         "before the end-of-stream marker was reached)"),
+        ("val.en.gz", gzip.decompress(whole), "is no whole gzip file (Not a gzipped file"),
+        ("test_2017_flickr.en.gz", b"", "holds no sentence: every split needs some"),
+    ):  # fmt: skip
+        if name.startswith("test_2017") and recipe == "lm":
+            continue  # the language model's data has no test1
+        (raw / "val.en.gz").write_bytes(whole)
+        (raw / name).write_bytes(content)
+        result = run_script(script, *args(out), env=prepare_env(raw))
+        assert result.returncode == 1, output_of(result)[-3000:]
+        assert lines(result.stderr)[0].startswith(f"prepare.sh: {raw}/{name} {said}"), (
+            output_of(result)[-3000:]
+        )
+        assert len(lines(result.stderr)) == 1 and result.stdout == ""
+        assert not out.exists()
 
 
 @pytest.mark.parametrize("recipe", list(PREPARE_RECIPES))

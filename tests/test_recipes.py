@@ -260,6 +260,21 @@ def test_the_demo_checks_its_variables_before_it_prepares_the_data(multi30k_raw,
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("variable", ["RUN_DIR", "DATA_DIR", "MULTI30K_DIR"])
+def test_the_demo_takes_folders_whose_names_start_with_a_dash(tmp_path, variable):
+    """``RUN_DIR=-r examples/demo.sh`` stopped on realpath's "invalid option -- 'r'" (and its
+    "Try 'realpath --help'"), before anything was checked; it names a folder ./-r."""
+    env = {**cli_env(), "MULTI30K_DIR": str(tmp_path / "multi30k"),
+           "RUN_DIR": str(tmp_path / "run"), "DATA_DIR": str(tmp_path / "data"),
+           "UPDATES": "abc", variable: "-r"}  # fmt: skip
+    refused = subprocess.run(["bash", str(REPO / "examples" / "demo.sh")], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (refused.returncode, refused.stderr) == (
+        2, "fairseq-san-loop: error: --updates abc: must be a whole number of at least 1\n"
+    ), output_of(refused)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, argv, vocab, status, said", [
     (PREPARE, ["de", "en", "{out}"], None, 1, "holds other data than de->en translation data (no "

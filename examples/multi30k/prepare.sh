@@ -45,12 +45,11 @@ if [ -f "$OUT/.done" ]; then
   exit 0
 fi
 check_unfinished "$OUT"
-check_multi30k_dir "$SRC" "$TGT"
-mkdir -p "$TEXT"
-
-if has_test_2017 "$SRC" && has_test_2017 "$TGT"; then
+if has_test_2017 "$SRC" && has_test_2017 "$TGT"; then  # checked with the others: a broken one too
   splits="$splits test_2017_flickr:test1"
 fi
+check_multi30k_dir "$SRC" "$TGT"
+mkdir -p "$TEXT"
 
 echo "prepare.sh: raw text into $TEXT"
 for pair in $splits; do

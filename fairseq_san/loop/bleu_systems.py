@@ -59,6 +59,9 @@ def check_data(data: str, target: str) -> Dict[str, str]:
     translates into ``target``: else German would be scored against English references
     (En->De data has both). Its dictionaries' files by side
     (``dictionary_sizes`` reads them)."""
+    for name, given in (("DATA", data), ("TGT", target)):  # "no data directory " named neither
+        if not given:
+            raise SystemsError(f"{name} is empty (an unset variable?): name one", USAGE)
     if ":" in data:  # fairseq-generate would read the directory before it
         raise SystemsError(
             f"DATA {data} holds ':', which fairseq reads between two data directories: give a "

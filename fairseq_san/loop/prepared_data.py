@@ -120,8 +120,25 @@ def check_multi30k_dir(multi30k_dir: str) -> None:
         raise RecipeError(PREPARE, f"MULTI30K_DIR={multi30k_dir}: no such directory", MISSING)
 
 
+def check_raw_text(path: str) -> None:
+    """``path`` unpacks whole to some text: an empty split was prepared "done" (the loop then
+    refused its valid split, naming another cause), a broken file stopped the recipe halfway, in
+    gzip's words."""
+    try:
+        with gzip.open(path, "rb") as unpacked:
+            found = bool(unpacked.read(1))
+            while unpacked.read(CHUNK):
+                pass
+    except (OSError, EOFError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise RecipeError(PREPARE, f"{path} is no whole gzip file ({reason})", MISSING)
+    if not found:
+        raise RecipeError(PREPARE, f"{path} holds no sentence: every split needs some", MISSING)
+
+
 def check_raw_files(multi30k_dir: str, splits: str, languages: Sequence[str]) -> None:
-    """Every split's raw file in MULTI30K_DIR (where set), before anything is written."""
+    """Every split's raw file in MULTI30K_DIR (where set), whole and not empty, before anything
+    is written."""
     check_multi30k_dir(multi30k_dir)
     if not multi30k_dir:
         return
@@ -130,6 +147,7 @@ def check_raw_files(multi30k_dir: str, splits: str, languages: Sequence[str]) ->
             path = f"{multi30k_dir}/{raw}.{lang}.gz"
             if not os.path.isfile(path):
                 raise RecipeError(PREPARE, f"no {path}", MISSING)
+            check_raw_text(path)
 
 
 def check_unfinished(out: str) -> None:

@@ -220,8 +220,10 @@ def recipe_parser(recipe: str) -> RecipeParser:
             parser.add_argument(option.flag, action="store_true", help=option.help)
         else:
             shown = f" ({option.default})" if option.default and option.default != "0" else ""
-            # a required one is checked after the parse (check_required), unknown options first
-            default = None if option.flag in REQUIRED else option.default
+            # a required one is checked after the parse (check_required), unknown options first;
+            # a path without one (--valid-ref) is None when not given, "" when given empty
+            unset = option.flag in REQUIRED or (option.flag in PATHS and not option.default)
+            default = None if unset else option.default
             parser.add_argument(
                 option.flag, default=default, metavar=option.metavar, help=option.help + shown
             )
@@ -306,7 +308,7 @@ def check_no_leading_dash(recipe: str, args: argparse.Namespace) -> None:
     """Refuse a path that starts with '-': the commands the recipe runs read it as an option
     (fairseq-san-loop printed its usage, missing the run dir)."""
     for flag in PATHS:
-        value = getattr(args, name_of(flag), "")
+        value = getattr(args, name_of(flag), "") or ""
         problem = read_as_an_option(value)
         if problem:
             refuse(recipe, f"{flag} {value} {problem}")
@@ -320,6 +322,10 @@ def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
         if option.metavar and option.default and getattr(args, option.variable.lower()) == "":
             refuse(recipe, f"{option.flag} is empty: give {option.metavar}, or leave the option "
                    f"out for its default ({option.default})")  # fmt: skip
+        if option.flag in PATHS and getattr(args, option.variable.lower()) == "":
+            # --valid-ref "$REF" with REF unset scored against the default's references, silently
+            refuse(recipe, f"{option.flag} is empty: give {option.metavar}, or leave the option "
+                   "out for its default")  # fmt: skip
 
 
 def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
@@ -389,6 +395,7 @@ def parse_recipe_args(recipe: str, argv: Sequence[str]) -> Tuple[Dict[str, str],
     values = {}
     for option in RECIPE_OPTIONS[recipe]:
         value = getattr(args, name_of(option.flag))
+        value = "" if value is None else value  # a path left out (--valid-ref): its default below
         values[option.variable] = str(int(value)) if isinstance(value, bool) else value
         if option.flag in COUNTS and is_count(0)(value):
             values[option.variable] = str(int(value))  # bash reads "010" as octal 8

@@ -328,14 +328,19 @@ def binarized_pair(data: str) -> Optional[str]:
 
 def no_valid_split(data: str, names: Tuple[str, ...]) -> Optional[Problem]:
     """(error, dry-run note) where ``data`` lacks one of the valid split's index files
-    ``names``: the loop's analysis and scores read it, and fairseq-train failed on its missing
-    "valid" after the run dir was made."""
+    ``names``, or one holds no sentence: the loop's analysis and scores read it, and
+    fairseq-train failed on its missing "valid" after the run dir was made (on an empty one,
+    the translation loop said its references were the source side: both sides are empty)."""
     missing = [name for name in names if not os.path.isfile(os.path.join(data, name))]
-    if not missing:
+    empty = [name for name in names if index_sizes(os.path.join(data, name)) == []]
+    if not missing and not empty:
         return None
+    said = f"{data} holds no valid split ({missing[0]})" if missing else (
+        f"{data} holds an empty valid split ({empty[0]})"
+    )  # fmt: skip
     return (
-        f"{data} holds no valid split ({missing[0]}): the loop validates, analyses and scores "
-        "on it; binarize one with fairseq-preprocess --validpref",
+        f"{said}: the loop validates, analyses and scores on it; binarize one with "
+        "fairseq-preprocess --validpref",
         None,
     )
 

@@ -99,6 +99,14 @@ UNREAD_BY_HUB = {
 }
 
 
+# translate() or sample() of one text that skip_invalid_size_inputs left out: no text to return.
+ONE_TEXT_LEFT_OUT = (
+    "skip_invalid_size_inputs=True left out the one text given (too long for the model), and "
+    "translate() and sample() of one text return its text: pass a list of texts ([text]) to get "
+    "a shorter list, here [], or leave skip_invalid_size_inputs out to have the length refused"
+)
+
+
 # A flag in a message of a check the hub shares with the command line, with its value, unless it
 # follows a command's name (the message speaks of that command).
 FLAG_IN_MESSAGE = re.compile(
@@ -567,8 +575,14 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
 
     def sample(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
         """fairseq's ``sample`` (beam 1 unless given here or at load), of a text or a list of
-        texts (``checked_texts``)."""
+        texts (``checked_texts``); one text that ``skip_invalid_size_inputs`` left out is
+        refused in one line (fairseq's took the first of no sample: an IndexError)."""
         texts = checked_texts(sentences)
+        if isinstance(texts, str):
+            samples = self.sample([texts], beam, verbose, **kwargs)
+            if not samples:
+                raise UsageError(ONE_TEXT_LEFT_OUT)
+            return samples[0]
         outer, self.calls.best_wanted = getattr(self.calls, "best_wanted", False), True
         try:  # generate() refuses a sentence left no hypothesis (it has no best)
             return super().sample(texts, self.beam_or_default(beam, 1), verbose, **kwargs)

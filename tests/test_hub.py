@@ -1242,6 +1242,32 @@ def test_a_language_models_too_long_prompt_is_left_out_where_asked(language_mode
         language_model.sample(["tok1 tok2", long], beam=2, max_len_b=3)
 
 
+def test_one_text_left_out_where_asked_is_one_line(language_model, san_checkpoint,
+                                                   binarized_corpus):
+    """sample() and translate() of one text (not a list) that skip_invalid_size_inputs=True
+    left out: fairseq's took the first of no sample, an IndexError ("list index out of range")."""
+    from fairseq_san.errors import UsageError
+
+    positions = language_model.models[0].max_decoder_positions()
+    translation = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    calls = (
+        (language_model.sample, " ".join(["tok1"] * (positions + 4))),
+        (translation.translate, " ".join(["tok3"] * translation.max_positions[0])),
+    )
+    for call, too_long in calls:
+        with pytest.raises(UsageError) as refused:
+            call(too_long, beam=2, max_len_b=3, skip_invalid_size_inputs=True)
+        assert str(refused.value) == (
+            "skip_invalid_size_inputs=True left out the one text given (too long for the model), "
+            "and translate() and sample() of one text return its text: pass a list of texts "
+            "([text]) to get a shorter list, here [], or leave skip_invalid_size_inputs out to "
+            "have the length refused"
+        )
+        assert call([too_long], beam=2, max_len_b=3, skip_invalid_size_inputs=True) == []
+    assert language_model.sample("tok1 tok2", beam=2, max_len_b=4,
+                                 skip_invalid_size_inputs=True).startswith("tok1 tok2")
+
+
 def test_inference_step_rows_that_fit_no_sentence_are_one_line(san_checkpoint, binarized_corpus):
     """fairseq failed deep inside the search: "Dimension out of range", "The shape of the mask
     [2] ...", "index 500 is out of bounds", "'list' object has no attribute 'size'"."""

@@ -501,6 +501,21 @@ def test_interactive_refuses_constraints_for_a_language_model(trained, task):
     )
 
 
+@pytest.mark.parametrize("task", ["language_modeling_san", "language_modeling"])
+def test_generate_refuses_an_alignment_for_a_language_model(trained, task):
+    """fairseq's own language-modelling task (the plugin loaded) failed in the alignment pass of
+    --print-alignment: an IndexError traceback ("Dimension out of range")."""
+    data, checkpoints = trained
+    result = run_cli(
+        "fairseq-generate", str(data), "--user-dir", "fairseq_san", "--task", task,
+        "--sample-break-mode", "eos", "--path", str(checkpoints["san"]), "--gen-subset", "test",
+        "--beam", "2", "--max-len-b", "12", "--print-alignment", "--cpu",
+    )  # fmt: skip
+    assert_refused_before_output(
+        result, "--print-alignment: a language model has no source to align its output to"
+    )
+
+
 @pytest.mark.parametrize("buffer", [[], ["--buffer-size", "2", "--batch-size", "2"]])
 def test_interactive_names_a_prompt_by_its_output_number(trained, buffer):
     """fairseq-interactive numbers its output across buffers (S-2 for the third line), each

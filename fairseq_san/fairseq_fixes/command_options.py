@@ -86,6 +86,7 @@ from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_
 from fairseq_san.fairseq_fixes.world_size import check_world_size
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import (
+    check_no_alignment,
     check_no_constraints,
     check_scored_as_asked,
     check_search_numbers,
@@ -381,7 +382,10 @@ def check_alignment_printed(args: argparse.Namespace, command: str) -> None:
     """Refuse ``--print-alignment soft`` where fairseq prints hard alignments only: in
     fairseq-interactive (its A- line takes (source, target) pairs), and of ``--score-reference``'s
     scorer, which aligns hard; both failed after the first sentence's output (ValueError,
-    TypeError)."""
+    TypeError). A language model has no alignment (``check_no_alignment``: fairseq's own
+    ``--task language_modeling`` failed in the alignment pass, an IndexError)."""
+    if language_modelling(args):
+        check_no_alignment(getattr(args, "print_alignment", None))
     if getattr(args, "print_alignment", None) != "soft":
         return
     if reads_input_lines(args):

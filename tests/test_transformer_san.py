@@ -555,6 +555,22 @@ def test_attention_heads_that_do_not_divide_the_embedding_are_one_error():
         build_lm(["--decoder-attention-heads", "3"], dictionary=DICT)
 
 
+def test_layers_whose_weights_exceed_the_machines_memory_are_one_error(monkeypatch):
+    """--encoder-layers 2147483648 (in range) built layers until the command was killed; refused
+    before the first is built, for both models, by their feed-forward weights alone (here on a
+    machine of 100,000 bytes: TINY's layer has 2 x 16 x 32 of them, 4,096 bytes)."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models import option_checks
+
+    monkeypatch.setattr(option_checks, "machine_memory", lambda: 100_000)
+    build(["--encoder-layers", "24"], dictionary=DICT)  # 98,304 bytes
+    said = r"^--encoder-layers 25 of --encoder-embed-dim 16: their feed-forward weights alone take "
+    with pytest.raises(UsageError, match=said + r"[\d,]+ GiB, more than this machine's [\d,]+ GiB"):
+        build(["--encoder-layers", "25"], dictionary=DICT)
+    with pytest.raises(UsageError, match=r"^--decoder-layers 25 of --decoder-embed-dim 16"):
+        build_lm(["--decoder-layers", "25"], dictionary=DICT)
+
+
 def test_an_aan_architecture_is_told_by_what_it_sets_not_by_its_name(monkeypatch):
     """An architecture of one's own on top of ``transformer_aan_small`` is named as what made the
     decoder AAN; one whose name merely starts like it is not."""

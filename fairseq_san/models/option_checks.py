@@ -8,6 +8,7 @@ Both models (``transformer_san``, ``transformer_lm_san``) call these first in ``
 
 import argparse
 import logging
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -271,6 +272,30 @@ def check_attention_heads(args: argparse.Namespace, stacks: Tuple[str, ...]) -> 
                 f"--{stack}-attention-heads {heads} does not divide --{stack}-embed-dim {embed} "
                 f"(each head takes an equal part of it): pick one of "
                 f"{', '.join(map(str, divisors[-6:]))}, or another --{stack}-embed-dim"
+            )
+
+
+def machine_memory() -> Optional[int]:
+    """This machine's memory in bytes (its physical pages), None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_weights_fit_memory(args: argparse.Namespace, stacks: Tuple[str, ...]) -> None:
+    """Refuse layers whose feed-forward weights alone (two ``embed x ffn`` matrices a layer, 32-bit
+    floats: fairseq builds the model so on the CPU) take more than this machine's memory:
+    ``--encoder-layers 2147483648`` built layers until the command was killed."""
+    memory = machine_memory()
+    for stack in stacks:
+        layers, embed = getattr(args, f"{stack}_layers"), getattr(args, f"{stack}_embed_dim")
+        least = layers * 2 * embed * getattr(args, f"{stack}_ffn_embed_dim") * 4
+        if memory is not None and least > memory:
+            raise UsageError(
+                f"--{stack}-layers {layers} of --{stack}-embed-dim {embed}: their feed-forward "
+                f"weights alone take {least / 2**30:,.0f} GiB, more than this machine's "
+                f"{memory / 2**30:,.0f} GiB of memory; give the sizes meant"
             )
 
 

@@ -42,6 +42,7 @@ from fairseq_san.models.option_checks import (
     check_language_modeling_task,
     check_no_translation_options,
     check_san_options,
+    check_weights_fit_memory,
 )
 from fairseq_san.models.san_model import (
     SANModel,
@@ -101,6 +102,7 @@ class TransformerLMSANModel(SANModel, TransformerLanguageModel):
         layers_to_keep_as_text(args)
         record_training_pruning(args)
         check_attention_heads(args, ("decoder",))
+        check_weights_fit_memory(args, ("decoder",))
         check_adaptive_cutoffs(args, task)
         policy = resolve_model_policy(args, {"decoder": args.decoder_layers}, kinds=(KIND,))
         warn_unused_self_share(policy, args)

@@ -45,6 +45,7 @@ from fairseq_san.models.option_checks import (
     check_policy_fits_model,
     check_san_options,
     check_translation_task,
+    check_weights_fit_memory,
     task_language_pair,
     warn_unused_encdec_share,
 )
@@ -149,6 +150,7 @@ class TransformerSANModel(SANModel, TransformerModel):
         layers_to_keep_as_text(args)
         record_training_pruning(args)
         check_attention_heads(args, ("encoder", "decoder"))
+        check_weights_fit_memory(args, ("encoder", "decoder"))
         check_adaptive_cutoffs(args, task)
         layers = {"decoder": args.decoder_layers, "encoder": args.encoder_layers}
         policy = resolve_model_policy(args, layers)

@@ -740,6 +740,9 @@ def test_a_folder_named_as_an_analysis_file_is_refused_at_set_up(tmp_path, name)
     (directory.parent / "elsewhere").mkdir()
     (directory / name).symlink_to(directory.parent / "elsewhere")  # replaced, as a file is
     check_analysis_options(analysis_cfg(directory))
+    (directory / name).unlink()
+    (directory / name).write_text("an earlier analysis'")  # replaced at the end: no refusal
+    check_analysis_options(analysis_cfg(directory))
 
 
 def test_a_language_model_has_decoder_self_attention_only(tmp_path):

@@ -283,6 +283,21 @@ def test_a_checkpoint_recording_other_words_names_its_dictionary(name, said):
     assert mismatch == f"{said} record holds other words"
 
 
+def test_dictionaries_beside_several_data_folders_are_read_in_the_first(tmp_path):
+    """fairseq's DATA1:DATA2 keeps the dictionaries in DATA1: checkpoints trained on A:X and
+    B:X, whose A/dict.txt and B/dict.txt hold other words, are told apart by those files (not
+    by 'A:X' as a folder, nor by the shared X)."""
+    for folder, words in (("a", "tok1 1\ntok2 1\n"), ("b", "wrd1 1\nwrd2 1\n"), ("x", "")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "dict.txt").write_text(words)
+    reference, state = ({"cfg": {"task": {"data": f"{tmp_path / first}:{tmp_path / 'x'}"}}}
+                        for first in ("a", "b"))  # fmt: skip
+    assert average.dictionary_mismatch(reference, state) == (
+        f"its dictionary {tmp_path / 'b' / 'dict.txt'} holds other words than "
+        f"{tmp_path / 'a' / 'dict.txt'}"
+    )
+
+
 def test_language_models_with_and_without_a_start_token_are_refused():
     """A run resumed with --add-bos-token keeps the checkpoints saved before it without: their
     mean was written under the first checkpoint's --add-bos-token, without a word, and loaded as

@@ -1852,6 +1852,9 @@ def bench_error(tmp_path: Path, *extra: str) -> str:
         (["--max-len-a", "inf"], "--max-len-a inf: must be a finite number"),
         (["--max-len-b", "-1"], "--max-len-a 0.0 --max-len-b -1: natural lengths stop at"),
         (["--max-len-a", "0", "--max-len-b", "0"], "a and b must be at least 0, and not both 0"),
+        # int(a*x+b) of it: "OverflowError: int too large to convert to float", a traceback
+        (["--max-len-b", "1" + "0" * 309], f"--max-len-b 1{'0' * 309}: beyond a float (a*x+b is "
+         "computed in floats); give a smaller one"),
         (["--system", "a (CTranslate2 int8)={tmp}/a.pt"], "system 'a (CTranslate2 int8)': names "
          "ending in '(CTranslate2 TYPE)' are the benchmark's own CTranslate2 rows"),
         (["--system", "a|b={tmp}/a.pt"], "system 'a|b': a name may not hold '|' or a line break "
@@ -2048,8 +2051,14 @@ def test_bench_natural_lengths_beyond_a_float_are_one_line():
         "--max-len-a 1e+308 --max-len-b 6: a*x+b is beyond a float for a source of 9 tokens; "
         "give a smaller --max-len-a (a model decodes at most its positions anyway)"
     )
-    config.decode.max_len_a = 1e300  # large, but a float: capped at the model's positions
-    check_natural_lengths(batches, config)
+    config.decode.max_len_a = 2e307  # a float for the narrowest source (3), beyond it for 9
+    with pytest.raises(ValueError, match=r"^--max-len-a 2e\+307 .* for a source of 9 tokens;"):
+        check_natural_lengths(batches, config)
+    config.decode.max_len_a, config.decode.max_len_b = 1.9e307, 10**307  # a*x a float, + b not
+    with pytest.raises(ValueError, match=r"a\*x\+b is beyond a float for a source of 9 tokens;"):
+        check_natural_lengths(batches, config)
+    config.decode.max_len_a, config.decode.max_len_b = 1e300, 6  # large, but floats: capped at
+    check_natural_lengths(batches, config)  # the model's positions
 
 def test_a_bench_worker_that_died_is_one_line():
     """A worker killed mid-run: "[Errno 104] Connection reset by peer", or a RuntimeError's
@@ -3928,7 +3937,8 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
           for given in (["--remove-bpe", ""], ["--post-process", "sentencepiece"],
                         ["--post-process", "none"])),
         *(("get_eval_lm_parser", ["data", "--path", "c.pt", *given], None)
-          for given in (["--remove-bpe"], ["--post-process", "subword_nmt"])),
+          for given in (["--remove-bpe"], ["--post-process", "subword_nmt"],
+                        ["--post-process", "@@ "])),
         # an ensemble where one checkpoint is read: "no such file" of the joined name
         *((parser, ["data", "--task", task, "--path", "a.pt:b.pt"],
            "fairseq-x reads one checkpoint, and --path a.pt:b.pt names 2 (an ensemble is")
@@ -3985,6 +3995,23 @@ def test_an_option_a_command_needs_is_named_as_it_is_parsed(parser, argv, said):
     with pytest.raises(UsageError) as error:
         options.parse_args_and_arch(built, argv)
     assert str(error.value).startswith(said), str(error.value)
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/sys/kernel/pid_max"), reason="Linux's pid_max")
+@pytest.mark.parametrize("soft", ["unlimited", 100, 2**40])
+def test_num_workers_are_bounded_by_the_smaller_of_the_process_limits(monkeypatch, soft):
+    """--num-workers' bound is the smaller of the soft RLIMIT_NPROC and pid_max; an unlimited
+    RLIMIT_NPROC (RLIM_INFINITY, -1) leaves pid_max, and is not taken as a limit of -1 (which
+    refused every --num-workers)."""
+    import resource
+
+    from fairseq_san.fairseq_fixes.option_ranges import most_processes
+
+    with open("/proc/sys/kernel/pid_max") as ids:
+        pid_max = int(ids.read())
+    limit = resource.RLIM_INFINITY if soft == "unlimited" else soft
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (limit, resource.RLIM_INFINITY))
+    assert most_processes() == (pid_max if soft == "unlimited" else min(soft, pid_max))
 
 
 def test_every_number_of_a_fairseq_scheduler_is_refused_as_nan():

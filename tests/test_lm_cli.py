@@ -4,6 +4,7 @@ the analysis, fairseq-interactive and the hub; the one-line refusals (slow: runs
 import fcntl
 import json
 import logging
+import random
 import re
 import shlex
 
@@ -382,6 +383,35 @@ def test_eval_lm_names_the_context_window_that_leaves_nothing_to_score(trained, 
     )
 
 
+def test_eval_lm_remove_bpe_joins_subword_nmt_pieces(tmp_path):
+    """fairseq-eval-lm --remove-bpe (--post-process subword_nmt) took the pieces ending in
+    "subword_nmt" as continued: none, and the loss stayed per piece, as without it, silently;
+    it is now per word, as with --post-process '@@ ' (the same summed loss over fewer words)."""
+    rng = random.Random(0)
+    pieces = ["ab@@", "cd", "ef@@", "gh", "ij", "kl@@", "mn"]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, size in (("train", 200), ("valid", 20), ("test", 20)):
+        lines = [" ".join(rng.choice(pieces) for _ in range(6)) + " zz" for _ in range(size)]
+        (raw / f"{split}.src").write_text("".join(line + "\n" for line in lines))
+    data = preprocess_lm(raw, tmp_path / "data-bin")
+    trained = run_cli("fairseq-train", *lm_train_argv(data, tmp_path / "lm", max_update=5))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+
+    def loss(*options: str) -> str:
+        result = run_cli(
+            "fairseq-eval-lm", str(data), "--user-dir", "fairseq_san", "--path",
+            str(tmp_path / "lm" / "checkpoint_last.pt"), "--gen-subset", "test", "--cpu",
+            "--sample-break-mode", "eos", "--tokens-per-sample", "16", *options,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        return re.search(r"Loss \(base 2\): ([\d.]+)", result.stderr).group(1)
+
+    per_piece, per_word = loss(), loss("--post-process", "@@ ")
+    assert float(per_word) > float(per_piece)
+    assert loss("--remove-bpe") == loss("--post-process", "subword_nmt") == per_word
+
+
 @pytest.mark.parametrize("given", [["--remove-bpe", ""], ["--remove-bpe", "sentencepiece"],
                                    ["--post-process", "none"]])
 def test_eval_lm_refuses_a_post_process_it_does_not_implement(trained, given):
@@ -588,9 +618,13 @@ def test_a_temperature_beyond_floats_is_refused_in_one_line(trained, decoding, s
 
 
 @pytest.mark.parametrize("decoding", ["fairseq", "static"])
-def test_weights_that_are_not_finite_are_not_blamed_on_the_temperature(trained, decoding):
-    """A model of NaN weights fails at its maximum length at any temperature: its error is not
-    worded as a temperature beyond floats' range, which a larger one would not mend."""
+@pytest.mark.parametrize("weights, temperature", [("one nan", 0.5), ("huge", 1.0)])
+def test_weights_that_are_not_finite_are_not_blamed_on_the_temperature(
+    trained, decoding, weights, temperature
+):
+    """A model with a NaN weight (one tensor: the rest finite) fails at its maximum length at any
+    temperature, and so does one of finite weights whose scores overflow at temperature 1: the
+    error is not worded as a temperature beyond floats' range, which a larger one would not mend."""
     import torch
 
     from fairseq_san.errors import UsageError
@@ -601,10 +635,13 @@ def test_weights_that_are_not_finite_are_not_blamed_on_the_temperature(trained, 
         str(checkpoints["san"].parent), "checkpoint_last.pt", str(data)
     )
     with torch.no_grad():
-        for weight in hub.models[0].parameters():
-            weight.fill_(float("nan"))
+        if weights == "one nan":
+            next(hub.models[0].parameters()).fill_(float("nan"))
+        else:
+            for weight in hub.models[0].parameters():
+                weight.fill_(1e37)
     with pytest.raises(Exception) as raised:
-        hub.sample("tok1 tok2 tok3", beam=1, temperature=0.5, san_decoding=decoding)
+        hub.sample("tok1 tok2 tok3", beam=1, temperature=temperature, san_decoding=decoding)
     assert not isinstance(raised.value, UsageError), raised.value
 
 

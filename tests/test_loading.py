@@ -1256,6 +1256,26 @@ def test_a_path_that_is_missing_or_a_directory_is_one_line_naming_it(
     assert_one_line(generate_error(binarized_corpus, path), expected)
 
 
+def test_a_checkpoint_records_the_dictionaries_of_the_first_data_folder():
+    """fairseq's DATA1:DATA2 reads the dictionaries in DATA1: a checkpoint records their files
+    there (a mismatch names them), not in a folder named 'DATA1:DATA2'."""
+    from types import SimpleNamespace
+
+    from fairseq.data import Dictionary
+
+    from fairseq_san.fairseq_fixes.dictionary_words import dictionaries_record
+
+    task = SimpleNamespace(
+        cfg=SimpleNamespace(data=os.pathsep.join(["first", "second"]), source_lang="de",
+                            target_lang="en"),
+        source_dictionary=Dictionary(), target_dictionary=Dictionary(),
+    )  # fmt: skip
+    record = dictionaries_record(task)
+    assert [record[side]["file"] for side in ("source", "target")] == [
+        os.path.join("first", "dict.de.txt"), os.path.join("first", "dict.en.txt")
+    ]
+
+
 def test_a_checkpoint_of_other_dictionaries_is_named_by_fairseqs_loader(tmp_path):
     """The model that refuses the embeddings' sizes does not know its file; the loader names it."""
     from fairseq_san.fairseq_fixes.safe_loading import _explaining_ensemble

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
@@ -350,8 +351,8 @@ COUNT_LISTS = ("beams", "cache_beams")
 
 
 def check_numbers(config: BenchmarkConfig) -> None:
-    """ValueError naming the first count below 1, a number that is not finite, or natural
-    lengths that allow no token."""
+    """ValueError naming the first count below 1, a number that is not finite, natural lengths
+    that allow no token, or a --max-len-b beyond a float."""
     for name in COUNTS:
         value = getattr(config, name)
         if value is not None and value < 1:
@@ -371,6 +372,11 @@ def check_numbers(config: BenchmarkConfig) -> None:
         raise ValueError(
             f"--max-len-a {a} --max-len-b {b}: natural lengths stop at a*x+b tokens; a and b "
             "must be at least 0, and not both 0"
+        )
+    if b > sys.float_info.max:  # a*x+b: "int too large to convert to float", a traceback
+        raise ValueError(
+            f"--max-len-b {b}: beyond a float (a*x+b is computed in floats); give a smaller one "
+            "(a model decodes at most its positions anyway)"
         )
 
 

@@ -86,6 +86,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--shard-id`` name (it translated the whole subset in every shard), fairseq-eval-lm refuses a
   shard that does not exist or holds no batch (a traceback; a perplexity of 1.00 of no token),
   and the commands that ignore the two options refuse them;
+* ``subword_joining``: fairseq-eval-lm's ``--remove-bpe`` (``--post-process subword_nmt``)
+  joins subword-nmt's pieces into words (it joined nothing: a perplexity of pieces, silently);
 * ``batch_tokens``: a subset's sentence longer than ``--max-tokens`` is one line naming the
   subset, the sentence and its length (fairseq's assertion named only the limit);
 * ``dictionary_files``: a dictionary file fairseq cannot read is one line naming it (tracebacks
@@ -168,6 +170,7 @@ from fairseq_san.fairseq_fixes import (
     save_dir_lock,
     shared_checkpoints,
     special_symbols,
+    subword_joining,
     task_state,
     tokens_per_sample,
     vocabulary_searches,
@@ -176,12 +179,12 @@ from fairseq_san.fairseq_fixes import (
 FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
     dictionary_words, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
-    restore_file, resumed_training, save_dir_lock,
-    checkpoint_copies, shared_checkpoints, half_precision, command_options,
-    tokens_per_sample, forced_ends, generation_shards, batch_tokens, dictionary_files,
-    lm_fusion, diverse_beam_search, prefix_constrained_search, constrained_alignment,
-    prefix_min_len, ngram_blocking, sampling_underflow, language_pair, special_symbols,
-    retained_dropout, task_state, list_options, vocabulary_searches, one_line_errors,
+    restore_file, resumed_training, save_dir_lock, checkpoint_copies, shared_checkpoints,
+    half_precision, command_options, tokens_per_sample, forced_ends, generation_shards,
+    subword_joining, batch_tokens, dictionary_files, lm_fusion, diverse_beam_search,
+    prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
+    sampling_underflow, language_pair, special_symbols, retained_dropout, task_state,
+    list_options, vocabulary_searches, one_line_errors,
 )
 
 

@@ -1041,6 +1041,52 @@ def test_a_shared_models_calls_in_threads_of_their_own_translate_as_alone(
     assert all(outputs == [alone] * 3 for outputs in together.values()) and len(together) == 4
 
 
+def test_a_language_models_calls_in_threads_of_their_own_keep_their_own_checks(
+    language_model, monkeypatch
+):
+    """A score and a sample in threads of their own, the score's scorer built, then the sample's
+    generator, before either batches: the task kept whether the last generator built scores,
+    and the score was checked as a prompt ("a prompt of 15 tokens is longer than the model's 16
+    positions leave room for"). Each thread now keeps its own record of its call."""
+    import threading
+
+    from fairseq_san.tasks.language_modeling_san import LanguageModelingSANTask
+
+    sentence = " ".join(["tok4"] * 15)  # scored: it fits; a prompt: it leaves no room
+    calls = {
+        "score": lambda: language_model.score(sentence)["score"].item(),
+        "sample": lambda: language_model.sample("tok1 tok2 tok3 tok4 tok5 tok6", max_len_b=10),
+    }
+    alone = {name: call() for name, call in calls.items()}
+    scorer_built, generator_built = threading.Event(), threading.Event()
+    build_generator = LanguageModelingSANTask.build_generator
+
+    def scorer_then_generator(self, models, args, *rest, **kwargs):
+        """The scorer built first, then the sample's generator, before either call batches."""
+        if not args.score_reference:
+            assert scorer_built.wait(60)
+        generator = build_generator(self, models, args, *rest, **kwargs)
+        (scorer_built if args.score_reference else generator_built).set()
+        assert generator_built.wait(60)
+        return generator
+
+    monkeypatch.setattr(LanguageModelingSANTask, "build_generator", scorer_then_generator)
+    together = {}
+
+    def call(name: str) -> None:
+        try:
+            together[name] = calls[name]()
+        except Exception as error:  # compared below
+            together[name] = error
+
+    threads = [threading.Thread(target=call, args=(name,)) for name in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert together == alone
+
+
 def test_searches_wider_than_the_vocabulary_are_one_line_under_fairseqs_task(
     san_checkpoint, binarized_corpus
 ):

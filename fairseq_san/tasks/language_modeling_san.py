@@ -19,6 +19,7 @@ hub's ``score``) needs no room after it: it is refused only when the positions d
 """
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -166,24 +167,56 @@ def forced_prompts(sample: Dict, prefix_tokens: Optional[Tensor], start: int) ->
     return prefix_tokens
 
 
+class CallState(threading.local):
+    """The plugin language model's record of the call it serves, each thread's own: the hub's
+    calls in threads of their own share its task, and one call's scorer, prompts or
+    ``skip_invalid_size_inputs`` decided another's checks (a sentence to score refused as a
+    prompt, a sample checked against another call's longest prompt and max_len_b). A copy of
+    the task (``copy.deepcopy`` of a hub) starts with a record of its own."""
+
+    scoring = False  # whether the last generator built scores (``build_generator``)
+    typed_prompts = False  # whether prompts come from build_dataset_for_inference
+    # whether the batching skips prompts too long for the positions (fairseq-interactive's
+    # --skip-invalid-size-inputs-valid-test, the hub's skip_invalid_size_inputs)
+    skipping_too_long = False
+    prompts = None  # the dataset of the last typed prompts (filter_indices_by_size)
+    batched = None  # (dataset, the indices kept) of the last dataset batched
+
+    def __deepcopy__(self, memo: dict) -> "CallState":
+        return type(self)()  # a thread's record cannot be copied ("cannot pickle '_thread._local'")
+
+    def __reduce__(self):
+        return type(self), ()
+
+
+class PerCall:
+    """A task attribute read from and written to the thread's ``CallState`` (``task.calls``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, task, owner: Optional[type] = None):
+        return self if task is None else getattr(task.calls, self.name)
+
+    def __set__(self, task, value) -> None:
+        setattr(task.calls, self.name, value)
+
+
 @register_task("language_modeling_san", dataclass=LanguageModelingSANConfig)
 class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModelingTask):
     """``language_modeling`` with the attention analysis of ``--san-analysis-dir`` and
     ``--san-decoding static`` (``tasks.decoding``)."""
 
     decoding_switch = options.LM_DECODING
+    # The call's record (``CallState``), each thread's own.
+    scoring, typed_prompts, skipping_too_long = PerCall(), PerCall(), PerCall()
+    prompts, batched = PerCall(), PerCall()
 
     def __init__(self, args, dictionary, output_dictionary=None, targets=None) -> None:
         check_analysis_options(args)
+        self.calls = CallState()
         super().__init__(args, dictionary, output_dictionary, targets)
         self.cfg = args
-        self.scoring = False  # whether the last generator built scores (``build_generator``)
-        self.typed_prompts = False  # whether prompts come from build_dataset_for_inference
-        # whether the batching skips prompts too long for the positions (fairseq-interactive's
-        # --skip-invalid-size-inputs-valid-test, the hub's skip_invalid_size_inputs)
-        self.skipping_too_long = False
-        self.prompts = None  # the dataset of the last typed prompts (filter_indices_by_size)
-        self.batched = None  # (dataset, the indices kept) of the last dataset batched
         self.start_token_said = False  # whether START_TOKEN_GENERATED was logged
         self.start_analysis()
 

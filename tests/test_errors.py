@@ -3771,6 +3771,17 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         ("get_training_parser", ["data", "--arch", "transformer_san", "--adaptive-softmax-cutoff",
                                  "1000,3000", "--criterion", "adaptive_loss", "--ddp-backend",
                                  "legacy_ddp"], None),
+        # fairseq's lstm, lstm_lm and fconv_lm build an adaptive softmax under adaptive_loss
+        # only: their architectures' default cutoff goes unread with another criterion
+        ("get_training_parser", ["data", "--arch", "lstm"], None),
+        ("get_training_parser", ["data", "--arch", "lstm", "--share-decoder-input-output-embed"],
+         None),
+        ("get_training_parser", ["data", "--task", "language_modeling", "--arch", "fconv_lm"],
+         None),
+        ("get_training_parser", ["data", "--arch", "fconv", "--encoder-layers", "[(16, 3)] * 2"],
+         None),  # fconv's layers are text: widths and kernels, no count
+        ("get_training_parser", ["data", "--arch", "lstm", "--criterion", "adaptive_loss"],
+         "--criterion adaptive_loss does not train with --ddp-backend pytorch_ddp"),
         # adaptive_loss without an adaptive softmax: fairseq's bare AssertionError as the
         # criterion is built (with legacy_ddp), or its exception for pytorch_ddp
         *(("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",

@@ -685,7 +685,7 @@ def check_adaptive_softmax(args: argparse.Namespace) -> None:
     log-probabilities that the other criteria keep for the backward pass), and ``adaptive_loss``
     with PyTorch's DistributedDataParallel, the default ``--ddp-backend`` (fairseq's exception,
     after loading the data)."""
-    if not getattr(args, "adaptive_softmax_cutoff", None):
+    if not adaptive_softmax_cutoff(args):
         return
     if args.criterion != "adaptive_loss":
         raise UsageError(
@@ -700,6 +700,26 @@ def check_adaptive_softmax(args: argparse.Namespace) -> None:
             "(PyTorch's DistributedDataParallel, fairseq-train's default): pass --ddp-backend "
             "legacy_ddp"
         )
+
+
+# fairseq's models that build their adaptive softmax under --criterion adaptive_loss only: their
+# architectures' default --adaptive-softmax-cutoff goes unread with another criterion.
+ADAPTIVE_LOSS_ONLY_MODELS = frozenset(
+    {"fairseq.models.lstm", "fairseq.models.lstm_lm", "fairseq.models.fconv_lm"}
+)
+
+
+def adaptive_softmax_cutoff(args: argparse.Namespace) -> Optional[str]:
+    """The ``--adaptive-softmax-cutoff`` that the model builds, None where it builds no adaptive
+    softmax: those of ``ADAPTIVE_LOSS_ONLY_MODELS`` read it with ``adaptive_loss`` only (``--arch
+    lstm``'s default, unread with cross_entropy, was refused)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
+    module = getattr(model, "__module__", None)
+    if module in ADAPTIVE_LOSS_ONLY_MODELS and args.criterion != "adaptive_loss":
+        return None
+    return getattr(args, "adaptive_softmax_cutoff", None)
 
 
 def check_adaptive_loss(args: argparse.Namespace) -> None:
@@ -731,7 +751,7 @@ def check_output_embeddings(args: argparse.Namespace) -> None:
     ``--share-all-embeddings``) from a ``--decoder-output-dim`` of another width (a shape error
     at the first update) or replaced by an adaptive softmax, which leaves it untied without a
     word (logged for ``--share-all-embeddings``, whose input embeddings are still shared)."""
-    adaptive = getattr(args, "adaptive_softmax_cutoff", None)
+    adaptive = adaptive_softmax_cutoff(args)
     if getattr(args, "tie_adaptive_weights", False) and not getattr(args, "adaptive_input", False):
         raise UsageError(
             "--tie-adaptive-weights ties the adaptive softmax to an adaptive input embedding "

@@ -181,6 +181,9 @@ PAIRS = ("adam_betas", "adamax_betas")
 # The options fairseq's parser keeps as text (their default is another option's value) and reads
 # back as one literal number: 'nan', 'inf' or 'abc' was a traceback as fairseq-train read them.
 TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid")
+# Layer counts for most models; fconv's and fconv_lm's are text, their layers' specifications
+# ("[(512, 3)] * 20": widths and kernels, no count), which these ranges do not describe.
+LAYER_COUNTS = ("encoder_layers", "decoder_layers")
 # --lr-scheduler inverse_sqrt divides by the warm-up's length.
 INVERSE_SQRT_WARMUP = Range(1, integer=True, note="--lr-scheduler inverse_sqrt divides by it")
 
@@ -233,6 +236,8 @@ def check_option_ranges(args: argparse.Namespace) -> None:
         if name == "warmup_updates" and getattr(args, "lr_scheduler", None) == "inverse_sqrt":
             valid = INVERSE_SQRT_WARMUP
         if value is None or isinstance(value, bool):
+            continue
+        if name in LAYER_COUNTS and isinstance(value, str):
             continue
         values = [text_number(value)] if name in TEXT_NUMBERS else given_values(value)
         bad = out_of_range(values, valid)

@@ -477,15 +477,20 @@ def recorded_difference(
     analyses: Sequence[dict], names: Sequence[str], field: str
 ) -> Optional[Tuple[Tuple[str, object], Tuple[str, object]]]:
     """((name, value), (name, other value)) of the first analysis that records ``field`` and the
-    first after it that records another value of it; None where those that record it agree.
-    Values agree as JSON too: a NaN is not equal to itself, and one analysis recording one was
-    named as of another subset or training than itself."""
+    first after it that records another value of it; None where those that record it agree
+    (``same_recorded``: a NaN agrees with itself)."""
     recorded = [(name, analysis[field]) for name, analysis in zip(names, analyses)
                 if analysis.get(field) is not None]  # fmt: skip
     first = recorded[0][1] if recorded else None
     other = next(((name, value) for name, value in recorded
-                  if value != first and json.dumps(value) != json.dumps(first)), None)  # fmt: skip
+                  if not same_recorded(value, first)), None)  # fmt: skip
     return None if other is None else (recorded[0], other)
+
+
+def same_recorded(value: object, other: object) -> bool:
+    """Whether two values an analysis records agree, as values or as JSON: a NaN is not equal to
+    itself, and one analysis recording one was named as of another training than itself."""
+    return value == other or json.dumps(value) == json.dumps(other)
 
 
 def checkpoint_folder(analysis: dict) -> Optional[str]:

@@ -58,6 +58,7 @@ from fairseq_san.policy import (
     mean_js,
     policy_segments,
     range_shown,
+    same_recorded,
     shown_where_learned,
     theta_ranges,
     write_policy,
@@ -200,7 +201,7 @@ def check_one_step_per_training(analyses: list, paths: list[str]) -> None:
         if training is None or steps is None:
             continue
         earlier = first_of_training.setdefault(training, (path, steps))
-        if earlier[1] != steps and json.dumps(earlier[1]) != json.dumps(steps):  # NaN too
+        if not same_recorded(earlier[1], steps):  # a NaN step too
             raise PolicyError(
                 f"{earlier[0]} (step {earlier[1]}) and {path} (step {steps}) are checkpoints of "
                 f"one training ({training}): average the analyses of several seeds' models, one "

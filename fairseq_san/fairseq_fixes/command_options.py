@@ -16,7 +16,7 @@ fairseq's generators return empty (``--print-alignment``: as pairs), whatever th
 binarized data fairseq-generate first asserts ``--dataset-impl raw``, which leads to the same.
 fairseq-eval-lm joins subword-nmt pieces only: any other ``--post-process`` (``--remove-bpe``),
 ``sentencepiece``, ``none`` or ``''`` too, was a ``NotImplementedError`` traceback once the model
-had loaded.
+had loaded (``subword_joining.check_eval_lm_post_process``).
 
 A plugin option given to a task or model that does not have it (``fairseq-validate --task
 translation --san-analysis-dir DIR``) got argparse's usage text and "unrecognized arguments"; it
@@ -83,6 +83,7 @@ from fairseq_san.fairseq_fixes.lr_schedulers import check_lr_scheduler
 from fairseq_san.fairseq_fixes.namespace_overrides import check_no_interpolation
 from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
 from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_tunes
+from fairseq_san.fairseq_fixes.subword_joining import check_eval_lm_post_process
 from fairseq_san.fairseq_fixes.world_size import check_world_size
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 from fairseq_san.generation_options import (
@@ -136,8 +137,6 @@ REPLACE_UNK = (
     "so replacing the first <unk> fails (and without a value the flag names a file '@@ '); "
     "leave it out (subword units, sentencepiece or BPE, leave no unknown words to replace)"
 )
-# The --post-process (--remove-bpe) values fairseq-eval-lm implements: subword-nmt's pieces.
-EVAL_LM_POST_PROCESS = ("subword_nmt", "@@ ")
 
 
 def missing_to_parse(
@@ -304,17 +303,6 @@ def check_batches_unpadded(args: argparse.Namespace, command: str, kind: str) ->
         raise UsageError(
             f"--pad-to-fixed-bsz: {command} would take the rows of padding it adds to each batch "
             "for sentences; it is for training (on TPUs): leave it out"
-        )
-
-
-def check_eval_lm_post_process(args: argparse.Namespace) -> None:
-    """Refuse a ``--post-process`` (``--remove-bpe``) other than ``EVAL_LM_POST_PROCESS``, which
-    fairseq-eval-lm raised as a ``NotImplementedError`` once the model had loaded."""
-    value = getattr(args, "post_process", None)
-    if value is not None and value not in EVAL_LM_POST_PROCESS:
-        raise UsageError(
-            f"--post-process {value!r} (or --remove-bpe): fairseq-eval-lm joins subword-nmt "
-            "pieces only: pass subword_nmt (or --remove-bpe alone), or leave it out for words"
         )
 
 

@@ -5,17 +5,33 @@ Upstream behaviour corrected: fairseq-eval-lm takes a piece as continued where i
 ``--remove-bpe`` alone in fairseq main) is that name itself: no piece ends so, nothing was
 joined, and the perplexity stayed one of pieces, without a word; only ``--post-process '@@ '``
 joined them. Both now join the pieces that end in ``@@``. A value fairseq-eval-lm does not
-implement is refused as it is parsed (``command_options.check_eval_lm_post_process``).
+implement (a ``NotImplementedError`` traceback once the model had loaded) is refused as the
+command line is parsed (``check_eval_lm_post_process``, called by ``command_options``).
 """
 
+import argparse
 import functools
 import inspect
 
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
 # subword-nmt's marker of a continued piece, as fairseq's own post_process("subword_nmt") reads it
 SUBWORD_NMT = "subword_nmt"
 SUBWORD_NMT_MARKER = "@@ "
+# The --post-process (--remove-bpe) values fairseq-eval-lm implements: subword-nmt's pieces.
+EVAL_LM_POST_PROCESS = (SUBWORD_NMT, SUBWORD_NMT_MARKER)
+
+
+def check_eval_lm_post_process(args: argparse.Namespace) -> None:
+    """Refuse a ``--post-process`` (``--remove-bpe``) other than ``EVAL_LM_POST_PROCESS``, which
+    fairseq-eval-lm raised as a ``NotImplementedError`` once the model had loaded."""
+    value = getattr(args, "post_process", None)
+    if value is not None and value not in EVAL_LM_POST_PROCESS:
+        raise UsageError(
+            f"--post-process {value!r} (or --remove-bpe): fairseq-eval-lm joins subword-nmt "
+            "pieces only: pass subword_nmt (or --remove-bpe alone), or leave it out for words"
+        )
 
 
 def _joining(eval_lm):

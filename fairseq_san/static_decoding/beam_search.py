@@ -77,6 +77,11 @@ Step = Union[int, Tensor]  # a position: an int, or a (1,) long tensor on the de
 CHUNK = 64  # scores per chunk in best_of_rows
 
 
+class LiveAtMaxLen(RuntimeError):
+    """Sentences still live after step ``max_len`` (``BeamSearch.check_max_len``), where fairseq's
+    generator asserts ``step < max_len``: a task tells its causes (``tasks.decoding``)."""
+
+
 def synced(step: Step) -> bool:
     """Whether ``step`` is a Python int (the host knows it) rather than a device tensor."""
     return isinstance(step, int)
@@ -334,9 +339,7 @@ class TensorBeamSearch:
             self.check_prefix_ends()
             if s.no_repeat_ngram and s.min_len > 1:
                 raise exhausted_ngrams(s.no_repeat_ngram, s.min_len)
-            raise RuntimeError(
-                f"beam search reached max_len {s.max_len} with live sentences"
-            )
+            raise LiveAtMaxLen(f"beam search reached max_len {s.max_len} with live sentences")
 
     def check_prefix_ends(self) -> None:
         """A UsageError naming the live sentences whose forced prefix holds EOS, which the

@@ -44,14 +44,11 @@ from fairseq_san.generation_options import (
 )
 from fairseq_san.options import option_field
 from fairseq_san.policy import is_number
+from fairseq_san.static_decoding.beam_search import LiveAtMaxLen
 from fairseq_san.static_decoding.execution import offered_executions
 from fairseq_san.static_decoding.precision import PRECISIONS, precision_help
 
 logger = logging.getLogger(__name__)
-
-# The static search's RuntimeError where sentences are live past their maximum length
-# (``beam_search.check_max_len``; fairseq's generator asserts ``step < max_len`` there).
-STATIC_AT_MAX_LEN = "beam search reached max_len"
 
 
 @dataclass
@@ -558,7 +555,7 @@ class DecodingTask:
         except RuntimeError as error:
             if "invalid multinomial distribution" in str(error):  # sampling from no token
                 check_ngrams_left_tokens(generator)
-            if "invalid multinomial distribution" in str(error) or STATIC_AT_MAX_LEN in str(error):
+            if "invalid multinomial distribution" in str(error) or isinstance(error, LiveAtMaxLen):
                 check_temperature_scored(generator, models)
             raise
         ended = self.rows_with_eos(sample, forced)

@@ -317,15 +317,14 @@ def check_no_leading_dash(recipe: str, args: argparse.Namespace) -> None:
 def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
     """Refuse an empty value for an option that has a default (``--theta-self ""``): the run
     record reads an empty value as unset, and the recipe failed later, after training (an empty
-    theta) or inside fairseq-train, with the run dir made."""
+    theta) or inside fairseq-train, with the run dir made; and for a path (``--valid-ref
+    "$REF"`` with REF unset scored against the default's references, silently)."""
     for option in RECIPE_OPTIONS[recipe]:
-        if option.metavar and option.default and getattr(args, option.variable.lower()) == "":
+        defaulted = bool(option.metavar and option.default)
+        if (defaulted or option.flag in PATHS) and getattr(args, option.variable.lower()) == "":
+            default = f" ({option.default})" if defaulted else ""
             refuse(recipe, f"{option.flag} is empty: give {option.metavar}, or leave the option "
-                   f"out for its default ({option.default})")  # fmt: skip
-        if option.flag in PATHS and getattr(args, option.variable.lower()) == "":
-            # --valid-ref "$REF" with REF unset scored against the default's references, silently
-            refuse(recipe, f"{option.flag} is empty: give {option.metavar}, or leave the option "
-                   "out for its default")  # fmt: skip
+                   f"out for its default{default}")  # fmt: skip
 
 
 def check_train_args(recipe: str, train_args: Sequence[str]) -> None:

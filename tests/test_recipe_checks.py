@@ -915,11 +915,15 @@ def test_test_bleu_on_data_whose_path_holds_a_colon_is_one_line(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("script, pair", [(PREPARE, ["en", "de"]), (LM_PREPARE, [])])
 @pytest.mark.parametrize("out", ["data,v2", "data:v2"])
-def test_prepare_into_a_folder_whose_name_lists_files_is_one_line(multi30k_raw, tmp_path, out):
+def test_prepare_into_a_folder_whose_name_lists_files_is_one_line(
+    multi30k_raw, tmp_path, out, script, pair
+):
     """sentencepiece's input= and fairseq-preprocess's --testpref split "data,v2" at the comma:
-    "fairseq-san-spm: error: data: No such file or directory", after the text was unpacked."""
-    result = run_script(PREPARE, "en", "de", str(tmp_path / out), env=prepare_env(multi30k_raw))
+    "fairseq-san-spm: error: data: No such file or directory", after the text was unpacked (the
+    language-model data was prepared, and fairseq-train then read "data:v2" as two folders)."""
+    result = run_script(script, *pair, str(tmp_path / out), env=prepare_env(multi30k_raw))
     assert result.returncode == 2
     assert lines(result.stderr) == [
         f"prepare.sh: OUT_DIR {tmp_path / out} holds ',' or ':', which sentencepiece and fairseq "

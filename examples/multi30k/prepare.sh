@@ -27,10 +27,6 @@ SRC=$1 TGT=$2
   echo "prepare.sh: OUT_DIR is empty: name a folder, or leave it out for" \
     "data-bin/multi30k.$SRC-$TGT; $USAGE" >&2; exit 2; }
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
-case $OUT in  # sentencepiece's input= and fairseq-preprocess's --testpref list files with ','
-  *[,:]*) echo "prepare.sh: OUT_DIR $OUT holds ',' or ':', which sentencepiece and fairseq read" \
-    "between two files (or data directories): choose another" >&2; exit 2 ;;
-esac
 check_out_dir "$OUT"
 GIVEN=${VOCAB_SIZE:-}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}

@@ -36,7 +36,13 @@ check_parallel() {  # check_parallel SPLIT SRC TGT RAW_SPLIT: the split's raw te
     exit 1; }
 }
 
-check_out_dir() {  # check_out_dir OUT: a folder mkdir can make or has made, not a file
+check_out_dir() {  # check_out_dir OUT: a folder mkdir can make or has made, not a file, and
+  # one name: sentencepiece's input= and fairseq-preprocess's --validpref list files with ',',
+  # fairseq-train's DATA lists data directories with ':'
+  case $1 in
+    *[,:]*) echo "prepare.sh: OUT_DIR $1 holds ',' or ':', which sentencepiece and fairseq read" \
+      "between two files (or data directories): choose another" >&2; exit 2 ;;
+  esac
   [ ! -e "$1" ] || [ -d "$1" ] || {
     echo "prepare.sh: OUT_DIR $1 is a file: give a folder (made when missing)" >&2; exit 2; }
 }

@@ -1144,6 +1144,29 @@ def test_interactive_input_that_is_not_utf8_is_named(tmp_path, monkeypatch):
     )
 
 
+def test_interactive_input_drops_a_byte_order_mark(tmp_path, monkeypatch):
+    """A UTF-8 byte-order mark at the start of --input or standard input (a file saved by a
+    Windows editor): fairseq kept it in the first word, translated as <unk> without a word.
+    One later in the input is text, and is kept."""
+    import io
+
+    from fairseq_cli.interactive import buffered_read
+
+    from fairseq_san.fairseq_fixes.interactive_input import strict_utf8
+
+    text = "\ufeff tok1 tok2\n\ufefftok3\ntok4\n".encode("utf-8")
+    path = tmp_path / "windows.txt"
+    path.write_bytes(text)
+    stdin = io.TextIOWrapper(io.BytesIO(text), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
+    for source in (str(path), "-"):
+        for size, buffers in ((1, [["tok1 tok2"], ["\ufefftok3"], ["tok4"]]),
+                              (2, [["tok1 tok2", "\ufefftok3"], ["tok4"]])):  # fmt: skip
+            if source == "-":
+                stdin.seek(0)
+            assert list(strict_utf8(buffered_read)(source, size)) == buffers
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "source, program",

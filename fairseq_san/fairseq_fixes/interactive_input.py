@@ -11,7 +11,9 @@ The plugin cannot see the input earlier (fairseq reads it, for any ``--task``), 
 ``install()``, run when the plugin registers, wraps ``buffered_read`` once when
 fairseq-interactive is the running command: standard input is switched to strict UTF-8 and a
 decoding error becomes one line naming the input (a gzip-compressed file said as such: it was
-"byte 0x8b", with advice to convert from latin1).
+"byte 0x8b", with advice to convert from latin1). A UTF-8 byte-order mark at the start of the
+input (a file saved by a Windows editor) is dropped: fairseq read it as part of the first word,
+which became the unknown word in S-0's translation without a word.
 
 fairseq-interactive numbers its output across buffers (``S-N``: the lines read before the
 buffer, plus the id in the buffer's batches), and gives the task samples without ids: the
@@ -34,7 +36,7 @@ import logging
 import re
 import sys
 import weakref
-from typing import List
+from typing import Iterator, List
 
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
@@ -62,15 +64,28 @@ def not_utf8(source: str, error: UnicodeDecodeError) -> UsageError:
     )
 
 
+BYTE_ORDER_MARK = "\ufeff"
+
+
+def without_byte_order_mark(buffers: Iterator[List[str]]) -> Iterator[List[str]]:
+    """``buffers`` (fairseq's, of stripped lines) with a byte-order mark at the start of the
+    first line dropped: fairseq kept it, and its first word became the unknown word."""
+    for number, buffer in enumerate(buffers):
+        if number == 0 and buffer and buffer[0].startswith(BYTE_ORDER_MARK):
+            buffer[0] = buffer[0][len(BYTE_ORDER_MARK) :].strip()
+        yield buffer
+
+
 def strict_utf8(buffered_read):
-    """``buffered_read`` (fairseq's signature) reading strict UTF-8, one line when it is not."""
+    """``buffered_read`` (fairseq's signature) reading strict UTF-8, one line when it is not,
+    a byte-order mark at its start dropped."""
 
     @functools.wraps(buffered_read)
     def wrapper(source, buffer_size):
         if source == DASH:
             sys.stdin.reconfigure(errors="strict")
         try:
-            yield from buffered_read(source, buffer_size)
+            yield from without_byte_order_mark(buffered_read(source, buffer_size))
         except UnicodeDecodeError as error:
             raise not_utf8(source, error) from None
 

@@ -2387,6 +2387,20 @@ def test_a_folder_where_a_file_is_read_is_one_line(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().err == f"fairseq-san: error: {said}\n"
 
 
+def test_a_folder_that_may_not_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    """fairseq-train --save-dir on a read-only file system, or a folder of another user: an
+    OSError traceback of fairseq's probe of the folder (its ``dummy`` file) before."""
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    monkeypatch.setattr("sys.argv", ["fairseq-train", "DATA", "--save-dir", str(tmp_path)])
+    for error, said in [
+        (OSError(30, "Read-only file system", str(tmp_path / "dummy")), "Read-only file system"),
+        (PermissionError(13, "Permission denied", str(tmp_path / "x.pt")), "Permission denied"),
+    ]:
+        excepthook(lambda *args: print("Traceback", file=sys.stderr))(type(error), error, None)
+        assert capsys.readouterr().err == f"fairseq-san: error: {error.filename}: {said}\n"
+
+
 def test_memory_the_machine_cannot_give_is_one_line(capsys, monkeypatch):
     """fairseq-train --max-source-positions 2147483647 (in range) built a table of every
     position, 128 GiB: torch's allocator's RuntimeError traceback before (here, the allocator's

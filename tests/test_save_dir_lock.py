@@ -57,6 +57,31 @@ def test_a_save_dir_that_cannot_be_locked_is_trained_in_unlocked(tmp_path, monke
     assert f"--save-dir {tmp_path} cannot be locked" in caplog.text
 
 
+def test_a_forked_child_does_not_hold_the_save_dir_after_its_parent(tmp_path, monkeypatch):
+    """The data loader's workers (--num-workers, forked) outlive a SIGKILLed fairseq-train by
+    seconds: sharing its lock, they had the next run refused, naming the dead run's pid."""
+    monkeypatch.setattr(save_dir_lock, "_held", {})
+    save_dir_lock.lock_save_dir(str(tmp_path))
+    go, wait = os.pipe()
+    ready, started = os.pipe()
+    child = os.fork()
+    if child == 0:  # a worker: says it runs (past the fork's handlers), lives on until told
+        os.write(started, b"x")
+        os.read(go, 1)
+        os._exit(0)
+    try:
+        os.read(ready, 1)
+        os.close(save_dir_lock._held.pop(str(tmp_path.resolve())))  # the parent is gone
+        fd = os.open(tmp_path / save_dir_lock.LOCK, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the next run: not refused
+        os.close(fd)
+    finally:
+        os.write(wait, b"x")
+        os.waitpid(child, 0)
+        for end in (go, wait, ready, started):
+            os.close(end)
+
+
 @pytest.mark.slow
 def test_fairseq_train_refuses_a_save_dir_another_run_holds(binarized_corpus, tmp_path):
     """The second run says so in one line before it trains or reads a checkpoint; a --no-save run

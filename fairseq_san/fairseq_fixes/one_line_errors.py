@@ -12,7 +12,7 @@ prints as one line
   itself (``torch.multiprocessing.spawn``), which reached it as the rank's traceback;
 * a missing file or directory that the command line names (e.g. a data directory), or a missing
   file in a directory it names (a data directory without a dictionary), which fairseq's tasks
-  hit deep inside their set-up;
+  hit deep inside their set-up, or one that may not be written (a read-only ``--save-dir``);
 * fairseq's own bad-input errors whose message already says what is wrong
   (``FAIRSEQ_BAD_INPUT``), or in the plugin's words where it misleads (``FAIRSEQ_REWORDED``),
   a ``--model-overrides`` that is not Python literal syntax, and a component chosen without an
@@ -246,14 +246,18 @@ def flag_values(argv: list) -> list:
 
 
 # Errors of a path that is missing or of the wrong kind: a folder for a file
-# (fairseq-interactive --input DIR), a file for a folder (fairseq-generate --results-path FILE).
-PATH_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
+# (fairseq-interactive --input DIR), a file for a folder (fairseq-generate --results-path FILE);
+# or that may not be written (fairseq-train --save-dir on a read-only file system: EROFS).
+PATH_ERRORS = (
+    FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError
+)  # fmt: skip
 
 
 def names_a_command_line_path(exc: BaseException, argv: list) -> bool:
     """Whether ``exc`` is one of ``PATH_ERRORS`` for a path given on the command line, or for a
     file in a directory given there (a data directory without its ``dict.LANG.txt``)."""
-    if not isinstance(exc, PATH_ERRORS) or not exc.filename:
+    read_only = isinstance(exc, OSError) and exc.errno == errno.EROFS
+    if not (isinstance(exc, PATH_ERRORS) or read_only) or not exc.filename:
         return False
     missing = os.path.normpath(str(exc.filename))
     # fairseq takes several data directories as DIR1:DIR2

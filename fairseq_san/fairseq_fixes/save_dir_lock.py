@@ -9,8 +9,10 @@ folder (``flock``) before it reads the checkpoint it resumes from, for as long a
 lives, and writes its pid there; a second run is one line naming the folder and that pid.
 ``--no-save`` runs write nothing and take no lock. A flock belongs to the open file: the system
 releases it however the process ends (exit, crash, kill), so a lock file left behind blocks no
-one. The learn-to-share loop's fairseq-train holds its run folder's ``RUN/.lock`` besides
-(``loop.run_record``): another file.
+one. A forked child (the data loader's ``--num-workers``, 1 by default) shares that open file:
+it closes its copy at once, or a run started just after a SIGKILL was refused for the seconds the
+orphaned workers outlive it, naming a pid that is gone. The learn-to-share loop's fairseq-train
+holds its run folder's ``RUN/.lock`` besides (``loop.run_record``): another file.
 """
 
 import fcntl
@@ -26,6 +28,16 @@ logger = logging.getLogger(__name__)
 
 LOCK = ".fairseq-train.lock"
 _held: Dict[str, int] = {}  # folder (its real path) -> the descriptor of its lock, kept open
+
+
+def _release_in_child() -> None:
+    """Close, in a forked child, its copies of the lock descriptors: the lock is the parent's."""
+    for fd in _held.values():
+        os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_release_in_child)
 
 
 def lock_save_dir(save_dir: str) -> None:

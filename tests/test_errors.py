@@ -4013,6 +4013,20 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
                                    "--pad-to-fixed-bsz"], "--pad-to-fixed-bsz: fairseq-x would"),
         ("get_validation_parser", ["data", "--task", "language_modeling_san", "--path", "c.pt",
                                    "--pad-to-fixed-bsz"], None),
+        # a --model-overrides that is no dict: fairseq-validate's "TypeError: cannot convert
+        # dictionary update sequence element", a traceback
+        *((parser, ["data", "--task", "translation_san", "--path", "c.pt", "--model-overrides",
+                    "[1]"], "--model-overrides '[1]': it must be a dict of option names")
+          for parser in ("get_validation_parser", "get_generation_parser")),
+        # an empty subset name: "Dataset not found:  (data)", a traceback
+        *(("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                     "--valid-subset", given],
+           f"--valid-subset {given!r}: a subset's name is empty")
+          for given in ("", "valid,")),
+        ("get_generation_parser", ["data", "--path", "c.pt", "--gen-subset", ""],
+         "--gen-subset '': a subset's name is empty"),
+        ("get_validation_parser", ["data", "--task", "translation_san", "--path", "c.pt",
+                                   "--valid-subset", "valid,test"], None),
         # refused at loading, after fairseq-train printed its whole configuration (the loop's
         # --warm-start from a deleted checkpoint_best.pt)
         (TRAIN, SAN + ["--finetune-from-model", "/nonexistent/checkpoint_best.pt"],
@@ -4917,6 +4931,72 @@ def test_a_binarized_subset_of_no_sentence_is_named(tmp_path):
     builder.add_item(torch.tensor([5, 2]))
     builder.finalize(prefix + ".idx")
     assert len(data_utils.load_indexed_dataset(prefix, make_dictionary(), "mmap")) == 1
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (["--trainpref", "{raw}/nope"], "fairseq-preprocess input {raw}/nope.src does not exist"),
+        (["--trainpref", "{raw}/train", "--validpref", "{raw}/valid,{raw}/nope"],
+         "fairseq-preprocess input {raw}/nope.src does not exist"),
+        (["--trainpref", "{raw}/folder"], "fairseq-preprocess input {raw}/folder.src is a folder"),
+        (["--trainpref", "{raw}/train", "--workers", "0"], "--workers 0: it must be an integer"),
+        (["--trainpref", "{raw}/train", "--workers", "-1"], "--workers -1: it must be an integer"),
+        (["--trainpref", "{raw}/train", "--align-suffix", "align"],
+         "--align-suffix align: there is no {raw}/train.align"),
+        (["--trainpref", "{raw}/train", "--validpref", "{raw}/valid"], None),
+    ],
+    ids=["missing", "missing in a list", "folder", "0 workers", "-1 workers", "no alignments",
+         "good"],
+)  # fmt: skip
+def test_fairseq_preprocess_inputs_it_fails_on_or_ignores_are_refused(tmp_path, given, said):
+    """fairseq-preprocess's tracebacks: FileNotFoundError or IsADirectoryError as it read an
+    input (after it wrote the dictionaries), ZeroDivisionError (--workers 0), IndexError (-1);
+    and an --align-suffix with no alignments file, which it skipped without a word."""
+    from fairseq import options
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.command_options import check_preprocess
+
+    raw = write_corpus(tmp_path / "raw")
+    (raw / "folder.src").mkdir()
+    argv = ["--source-lang", "src", "--target-lang", "tgt", "--destdir", str(tmp_path / "bin"),
+            *(arg.format(raw=raw) for arg in given)]  # fmt: skip
+    args = options.get_preprocessing_parser().parse_args(argv)
+    if said is None:
+        check_preprocess(args)
+        return
+    with pytest.raises(UsageError) as refused:
+        check_preprocess(args)
+    assert str(refused.value).startswith(said.format(raw=raw)), str(refused.value)
+
+
+def test_a_text_input_that_is_not_utf8_is_named(tmp_path):
+    """fairseq's chunked reading stepped back past the start of a file of bytes that are no
+    UTF-8: "ValueError: negative seek position -1", naming no file (fairseq-preprocess)."""
+    from fairseq.file_chunker_utils import ChunkLineIterator
+
+    from fairseq_san.errors import UsageError
+
+    text = tmp_path / "train.src"
+    text.write_bytes(b"a b\nc \xff d\n")
+    with open(text, encoding="utf-8") as fd, pytest.raises(UsageError) as refused:
+        list(ChunkLineIterator(fd, 0, text.stat().st_size))
+    assert str(refused.value) == (
+        f"{text} is not UTF-8 text: fairseq reads its inputs as UTF-8; convert it (iconv -f "
+        "ENCODING -t UTF-8)"
+    )
+
+
+def test_fairseq_preprocess_checks_its_inputs_with_the_plugin_loaded(tmp_path):
+    """fairseq-preprocess --user-dir fairseq_san: a missing input is one line (a traceback)."""
+    result = run_cli(
+        "fairseq-preprocess", "--user-dir", "fairseq_san", "--source-lang", "src",
+        "--target-lang", "tgt", "--trainpref", str(tmp_path / "nope"),
+        "--destdir", str(tmp_path / "bin"), "--workers", "1",
+    )  # fmt: skip
+    assert_one_line_error(result, f"input {tmp_path}/nope.src does not exist")
+    assert not (tmp_path / "bin" / "dict.src.txt").exists()
 
 
 @pytest.mark.parametrize(

@@ -58,15 +58,16 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   ``--replace-unk`` (which fairseq 0.12 cannot honour), with a number out of its range
   (``option_ranges``: ``--update-freq 0``, ``--dropout 1.5``), ``--tokenizer moses`` without its
   languages, ``--num-batch-buckets`` without ``--max-tokens``, ``--pad-to-fixed-bsz`` in
-  fairseq-eval-lm, fairseq-generate or fairseq-interactive, or with a plugin option that its
-  task or model does not have or that it would ignore, is refused as it is parsed; ``--help``
-  lists the options of the model, task and other components the command line chose (fairseq
-  printed its help before it added them); and, for fairseq-train, ``world_size``: a world size
-  below 1 or beyond the GPUs without a launcher, torchrun's ranks take its world size, ranks
-  that cannot train on CPUs are refused; ``lr_schedulers``: a learning-rate scheduler's options
-  it would fail on as it is built (``polynomial_decay`` without ``--total-num-update``,
-  ``tri_stage`` without its stages, more than one ``--lr`` for a scheduler that takes one, a
-  scheduler's number given as nan or inf);
+  fairseq-eval-lm, fairseq-generate or fairseq-interactive, a ``--model-overrides`` that is no dict,
+  an empty subset name, or with a plugin option that its task or model does not have or that it
+  would ignore, is refused as it is parsed; fairseq-preprocess's inputs that are missing or folders,
+  its ``--workers`` out of range and an ``--align-suffix`` without its file, too; ``--help`` lists
+  the options of the model, task and other components the command line chose (fairseq printed its
+  help before it added them); and, for fairseq-train, ``world_size``: a world size below 1 or beyond
+  the GPUs without a launcher, torchrun's ranks take its world size, ranks that cannot train on CPUs
+  are refused; ``lr_schedulers``: a learning-rate scheduler's options it would fail on as it is
+  built (``polynomial_decay`` without ``--total-num-update``, ``tri_stage`` without its stages, more
+  than one ``--lr`` for a scheduler that takes one, a scheduler's number given as nan or inf);
 * ``tokens_per_sample``: the language-modelling task refuses a ``--tokens-per-sample`` below 1 or
   above ``--max-target-positions`` (fairseq fails deep in its datasets, or drops every sample),
   and samples longer than the model's positions (fairseq-eval-lm's, the context window
@@ -128,6 +129,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``list_options``: a fraction or an infinity in a list option of integers (``--update-freq
   2.9``, ``1e309``) is refused as it is parsed (fairseq truncated it, or failed with an
   ``OverflowError``);
+* ``text_inputs``: fairseq-preprocess's input that is not UTF-8 is one line naming it (a
+  "negative seek position" traceback);
 * ``one_line_errors``: bad input is printed as ``fairseq-san: error: ...``, not a traceback.
 
 One more acts before these can be installed, as fairseq is imported after the plugin (the hub,
@@ -172,6 +175,7 @@ from fairseq_san.fairseq_fixes import (
     special_symbols,
     subword_joining,
     task_state,
+    text_inputs,
     tokens_per_sample,
     vocabulary_searches,
 )
@@ -184,7 +188,7 @@ FIXES = (
     subword_joining, batch_tokens, dictionary_files, lm_fusion, diverse_beam_search,
     prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
     sampling_underflow, language_pair, special_symbols, retained_dropout, task_state,
-    list_options, vocabulary_searches, one_line_errors,
+    list_options, vocabulary_searches, text_inputs, one_line_errors,
 )
 
 

@@ -50,7 +50,9 @@ and wrote nothing), the analysis's other options without it, and with it more th
 given where the command line names it (``--san-decoding fairseq`` too, its default).
 
 A ``--model-overrides`` that fairseq-generate or fairseq-interactive cannot read (a name, a call,
-arithmetic, an unclosed brace: a traceback from their ``ast.literal_eval``) is one line naming it.
+arithmetic, an unclosed brace: a traceback from their ``ast.literal_eval``), or that is no dict
+(``'[1]'``: fairseq-validate's ``TypeError``), is one line naming it; so is an empty subset name
+in ``--valid-subset`` or ``--gen-subset`` (``''``, ``'valid,'``: "Dataset not found:  (DATA)").
 
 fairseq's ``--help`` printed its help at its first parse, before it added the options of the
 chosen ``--arch``, ``--task``, ``--criterion``, ...: the plugin's options were never listed. It
@@ -63,6 +65,9 @@ task and gives ``--san-analysis-dir`` only to a task that has it: on a checkpoin
 ``translation`` or ``language_modeling`` task (or with a ``'task'`` dict in ``--model-overrides``)
 it validated, exited 0 and wrote nothing; once the task is built, before the validation pass, that
 is one line naming the override that analyses (``attention_analysis.check_analysis_applied``).
+fairseq-preprocess, whose parser is not ``parse_args_and_arch``, has its ``main`` wrapped too
+(``check_preprocess``): a missing or folder input, ``--workers`` out of range and an
+``--align-suffix`` without its file are one line.
 """
 
 import argparse
@@ -264,8 +269,10 @@ def check_parsed(args: argparse.Namespace, command: str, argv: List[str]) -> Non
         check_training(args)
     else:
         check_model_options_not_given(command, argv)
-    if kind in ("decode", "eval-lm"):
+    check_subset_names(args)
+    if kind in ("decode", "eval-lm", "validate"):
         overrides = read_overrides(getattr(args, "model_overrides", "{}"), command, kind)
+    if kind in ("decode", "eval-lm"):
         check_overrides_read(args, overrides, command, kind)
     if kind == "decode":
         check_scored_as_asked(args, weight_given=given_flag(argv, "--lm-weight"))
@@ -966,7 +973,29 @@ def read_overrides(text: str, command: str, kind: str) -> Any:
             f"--model-overrides {shown(text)}: {command} reads it with Python's ast.literal_eval, "
             "which takes no arithmetic (+ - * / between values); write each value out"
         ) from None
+    if not isinstance(overrides, dict):
+        raise UsageError(
+            f"--model-overrides {shown(text)}: it must be a dict of option names and their "
+            "values, e.g. \"{'dropout': 0.1}\" (fairseq updated the model's options with it: a "
+            "traceback)"
+        )
     return overrides
+
+
+# The options that name subsets of the data, as fairseq splits them (a comma list, or one name).
+SUBSET_OPTIONS = ("valid_subset", "gen_subset")
+
+
+def check_subset_names(args: argparse.Namespace) -> None:
+    """Refuse an empty subset name in ``--valid-subset`` or ``--gen-subset`` ('', 'valid,'):
+    fairseq looked for a dataset of no name, "Dataset not found:  (DATA)", a traceback."""
+    for name in SUBSET_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and "" in value.split(","):
+            raise UsageError(
+                f"{flag_of(name)} {value!r}: a subset's name is empty; give subset names "
+                "separated by commas, e.g. 'valid' or 'valid,test'"
+            )
 
 
 def decodes_with(args: argparse.Namespace, kind: str, option: Option) -> bool:
@@ -1086,6 +1115,49 @@ def checking_analysis(load_model_ensemble_and_task: Callable) -> Callable:
     return loading
 
 
+def preprocess_inputs(args: argparse.Namespace) -> List[str]:
+    """The text files fairseq-preprocess reads: each of ``--trainpref``, ``--validpref`` and
+    ``--testpref``'s prefixes (the last two comma lists) with each language's suffix, as
+    fairseq names them (``PREFIX.LANG``, or ``PREFIX`` without a language)."""
+    prefixes = [args.trainpref] if args.trainpref else []
+    for listed in (args.validpref, args.testpref):
+        prefixes += listed.split(",") if listed else []
+    langs = [args.source_lang] + ([] if args.only_source else [args.target_lang])
+    return [f"{prefix}.{lang}" if lang else prefix for prefix in prefixes for lang in langs]
+
+
+def check_preprocess(args: argparse.Namespace) -> None:
+    """Refuse fairseq-preprocess arguments it fails on or ignores: a ``--workers`` out of range
+    (0: a ZeroDivisionError, -1: an IndexError), an input file that is missing or a folder (a
+    traceback as it reads it, after it may have written the dictionaries), and an
+    ``--align-suffix`` with no ``TRAINPREF.SUFFIX`` file (fairseq binarized no alignment,
+    silently)."""
+    check_option_ranges(args)
+    for path in preprocess_inputs(args):
+        if not os.path.isfile(path):
+            state = "is a folder" if os.path.isdir(path) else "does not exist"
+            raise UsageError(f"fairseq-preprocess input {path} {state}: give a text file there")
+    if args.align_suffix and args.trainpref:
+        alignments = f"{args.trainpref}.{args.align_suffix}"
+        if not os.path.isfile(alignments):
+            raise UsageError(
+                f"--align-suffix {args.align_suffix}: there is no {alignments}, and "
+                "fairseq-preprocess would binarize no alignment; give the file, or leave the "
+                "option out"
+            )
+
+
+def _checking_preprocess(main: Callable) -> Callable:
+    """fairseq-preprocess's ``main``, its arguments checked first (``check_preprocess``)."""
+
+    @functools.wraps(main)
+    def wrapper(args, *rest, **kwargs):
+        check_preprocess(args)
+        return main(args, *rest, **kwargs)
+
+    return wrapper
+
+
 def install() -> None:
     """Check the options of fairseq's commands as they are parsed, fairseq-validate's analysis
     once the checkpoint's task is built, and fairseq-train's best checkpoint metric once it has
@@ -1099,3 +1171,6 @@ def install() -> None:
     validate = running_command("fairseq_cli.validate")
     if getattr(validate, "main", None) is not None:
         wrap_once(validate, "main", _analysing)
+    preprocess = running_command("fairseq_cli.preprocess")
+    if getattr(preprocess, "main", None) is not None:
+        wrap_once(preprocess, "main", _checking_preprocess)

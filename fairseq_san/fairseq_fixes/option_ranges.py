@@ -7,7 +7,8 @@ out of range failed far from the cause or trained another run than the one asked
   and ``--save-interval 0`` or ``--validate-interval 0`` (at the end of the first epoch)
   (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
   ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
-  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), ``--adaptive-softmax-factor
+  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), fairseq-preprocess's
+  ``--workers 0`` or ``-1``, ``--adaptive-softmax-factor
   0`` (a ZeroDivisionError as the model is built), ``--adam-betas
   '(0.9, 1.5)'`` ("math domain error"), and betas that are no pair of numbers, on every rank
   (``--adam-betas '(0.9,)'``: an IndexError in the optimizer; ``'(0.9, 0.98'``: fairseq's
@@ -136,6 +137,10 @@ OPTION_RANGES = {
     # command was killed (more than the processors is allowed: torch only warns above them)
     "num_workers": Range(
         0, most_processes(), integer=True, note="the processes this machine lets one user run"
+    ),
+    # fairseq-preprocess's processes: 0 divided by zero, -1 was an IndexError
+    "workers": Range(
+        1, most_processes(), integer=True, note="the processes this machine lets one user run"
     ),
     **dict.fromkeys(("max_epoch", "max_update"), UNLIMITED_AT_0),
     **dict.fromkeys(

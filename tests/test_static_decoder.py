@@ -439,6 +439,29 @@ def numbers(soft_alignment):
     return [float(p) for row in soft_alignment for p in row]
 
 
+def test_alignments_of_a_prefix_that_forces_the_end_are_the_forced_targets():
+    """--print-alignment with --prefix-size where a reference is shorter than the prefix (EOS
+    forced): every hypothesis of the sentence is the forced target, and its attention that of a
+    pass over it (the static decoder's). fairseq's generator gave the other hypotheses (at beam
+    5, the best one too) the attention of the rows they replaced (fairseq_fixes.
+    constrained_alignment): another source word aligned."""
+    from fairseq.sequence_generator import SequenceGeneratorWithAlignment
+
+    model = build(dictionary=DICTIONARY, seed=1)[0]
+    src_tokens, src_lengths = source_batch(DICTIONARY, [5], seed=1)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    prefix = torch.tensor([[7, DICTIONARY.eos()]])
+    options = dict(beam_size=2, max_len_b=10, print_alignment="soft")
+    with torch.no_grad():
+        fairseqs = SequenceGeneratorWithAlignment([model], DICTIONARY, **options)
+        expected = fairseqs.generate([model], sample, prefix_tokens=prefix)
+    static = StaticSequenceGenerator([model], DICTIONARY, **options)
+    actual = static.generate([model], sample, prefix)
+    assert_same_hypotheses(expected, actual)
+    for theirs, ours in zip(expected[0], actual[0]):
+        assert torch.allclose(ours["attention"], theirs["attention"], atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["baseline", "san-6-6", "aan-san"])
 def test_match_source_len_scores_as_fairseq_scores(name, monkeypatch):
     """--match-source-len (fairseq's task builds a LengthConstrainedBeamSearch: EOS forbidden

@@ -19,6 +19,8 @@ case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
 [ $# -eq 0 ] || {  # ignored: --help (or --dry-run) ran the whole demo
   echo "demo.sh: $1: it takes no arguments (set its variables instead); $USAGE" >&2
   exit 2; }
+source "$(dirname "$0")/commands.sh"
+need_commands demo.sh fairseq-san-loop fairseq-san-bench
 # A relative MULTI30K_DIR or RUN_DIR names a folder of the caller's directory, not the repository.
 [ -z "${MULTI30K_DIR:-}" ] || MULTI30K_DIR=$(realpath -m -- "$MULTI30K_DIR")
 RUN=$(realpath -m -- "${RUN_DIR:-$(dirname "$0")/../runs/demo}")

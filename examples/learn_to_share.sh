@@ -16,6 +16,8 @@
 # --distributed-init-method for several nodes; not what the recipe sets itself (the policy,
 # --save-dir, --arch, --task, --user-dir: refused there).
 set -euo pipefail
+source "$(dirname "$0")/commands.sh"
+need_commands "$0" fairseq-san-loop
 
 # ARCH, THETA_SELF, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json records),
 # POLICY_THETAS (fairseq-san-policy's thresholds: none for an AAN decoder's self-attention),

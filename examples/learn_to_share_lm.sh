@@ -17,6 +17,8 @@
 # recipe sets itself (the policy, --save-dir, --arch, --task, --user-dir, --san-self-share) is
 # refused there.
 set -euo pipefail
+source "$(dirname "$0")/commands.sh"
+need_commands "$0" fairseq-san-loop
 
 # ARCH, THETA_SELF, SELF_SHARE, ... DRY_RUN (one per option), START_OPTIONS (what RUN_DIR/run.json
 # records), ANALYSIS_ARGS (fairseq-validate's limit of --analysis-sentences); "$@" becomes the

@@ -13,6 +13,7 @@
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_san.errors import UsageError, first_line
 from fairseq_san.files import write_whole
 from fairseq_san.policy import LN2, format_blocks
 
@@ -29,13 +30,22 @@ DECODER_PANELS = (
 )
 
 
+def matplotlib_module():
+    """matplotlib, imported. Where it finds no writable cache folder (MPLCONFIGDIR, HOME and every
+    temporary folder unwritable) its OSError, a traceback, is a UsageError that says so."""
+    try:
+        import matplotlib
+    except OSError as err:
+        raise UsageError(f"cannot draw figures: {first_line(err)}") from None
+    return matplotlib
+
+
 def _pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed), every text drawn as written: a
     title or label with two "$" (``--title "cost $5 and $6"``, a subset or system named so) was
     set as mathematics, and one matplotlib's mathtext cannot parse (``$\\foo$``) was a
     ValueError traceback."""
-    import matplotlib
-
+    matplotlib = matplotlib_module()
     matplotlib.use("Agg")
     matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
@@ -45,6 +55,7 @@ def _pyplot():
 
 def figure_formats() -> List[str]:
     """The extensions of the formats matplotlib writes figures in (png, pdf, svg, ...)."""
+    matplotlib_module()
     from matplotlib.backend_bases import FigureCanvasBase
 
     return sorted(FigureCanvasBase.get_supported_filetypes())

@@ -6,6 +6,8 @@ run side by side.
 """
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import List
@@ -15,7 +17,9 @@ import pytest
 import torch
 
 from helpers import (
+    REPO,
     build,
+    cli_env,
     drawn_figures,
     run_cli,
     run_parallel,
@@ -463,6 +467,24 @@ def test_plot_js_takes_analysis_folders_or_their_js_json(tmp_path, capsys):
         f'fairseq-san-plot-js: error: "{tmp_path}/c/js.json" not found: give an analysis folder '
         f"or its js.json (fairseq-validate --task translation_san --san-analysis-dir "
         f"{tmp_path}/c writes them)"
+    )
+
+
+def test_plot_js_without_a_writable_cache_folder_is_one_line(tmp_path):
+    """MPLCONFIGDIR, HOME and every temporary folder unwritable: matplotlib's import raised an
+    OSError, a traceback from checking -o's extension; said in one line, exit status 2."""
+    first = write_js(tmp_path / "a", 10, decoder_self=3, decoder_encdec=3, encoder_self=2)
+    (tmp_path / "file").touch()
+    code = ("import sys, tempfile; tempfile.tempdir = sys.argv.pop(1)  # none usable\n"
+            "from fairseq_san.cli.plot_js import main; main()")  # fmt: skip
+    argv = [str(tmp_path / "none"), first, "-o", str(tmp_path / "fig5.png")]
+    env = {**cli_env(), "MPLCONFIGDIR": str(tmp_path / "file"), "HOME": str(tmp_path / "file")}
+    result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "fairseq-san-plot-js: error: cannot draw figures: Matplotlib requires access to a "
+        f"writable cache directory, but there was an issue with MPLCONFIGDIR ({tmp_path}/file)"
     )
 
 

@@ -118,6 +118,19 @@ def test_a_full_output_of_dash_is_one_line_and_status_1(tmp_path):
     assert "usage:" not in result.stderr
 
 
+@pytest.mark.parametrize("loop", [True, False])
+def test_a_closed_output_is_one_line_and_status_1(tmp_path, loop):
+    """Started with standard output closed (``>&-``), every printing command ended in an
+    AttributeError traceback (Python's sys.stdout is None); coreutils say "Bad file descriptor"."""
+    argv = [str(BIN / "fairseq-san-loop"), "user-dir"] if loop else scored_files(tmp_path)[:-2]
+    result = subprocess.run(argv, stderr=subprocess.PIPE, text=True, timeout=60,
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    name = os.path.basename(argv[0])
+    assert (result.returncode, result.stderr) == (
+        1, f"{name}: error: cannot write the standard output: Bad file descriptor\n"
+    )
+
+
 def test_a_word_for_a_positive_integer_is_said_without_the_functions_name(capsys):
     """argparse said "invalid positive_int value: 'x'", the name of the type's function."""
     from fairseq_san.cli.loop import main

@@ -1610,3 +1610,25 @@ def test_a_sample_shorter_than_a_valid_sentence_is_refused_before_the_run_dir(tm
     ]
     assert not (tmp_path / "run").exists()
     assert run_cli(*start, "--tokens-per-sample", "131").returncode == 0
+
+
+def test_the_recipes_name_a_command_missing_from_path(tmp_path):
+    """Without the venv's bin on PATH bash said "line 24: fairseq-san-loop: command not found"
+    (exit 127), naming neither the cause nor the fix; each recipe says so in one line first."""
+    env = {**prepare_env(write_fake_multi30k(tmp_path / "raw")), "PATH": "/usr/bin:/bin"}
+    out, data = tmp_path / "out", fake_data(tmp_path / "data")
+    runs = {
+        PREPARE: ["en", "de", str(out)],
+        LM_PREPARE: [str(out)],
+        TEST_BLEU: [str(data), "de", str(out), f"a={data}/checkpoint.pt"],
+        LOOP: ["--data", str(data), "--run-dir", str(out)],
+        LM_LOOP: ["--data", str(data), "--run-dir", str(out)],
+        REPO / "examples" / "demo.sh": [],
+    }
+    for script, args in runs.items():
+        result = run_script(script, *args, env={**env, "RUN_DIR": str(out)}, timeout=60)
+        name = str(script) if script in (LOOP, LM_LOOP) else script.name
+        assert (result.returncode, result.stdout, result.stderr) == (1, "", (
+            f"{name}: fairseq-san-loop not found on PATH (activate the environment of make "
+            "setup)\n")), output_of(result)  # fmt: skip
+        assert not out.exists()

@@ -2151,6 +2151,7 @@ def test_wmt14_averages_and_decodes_once_per_run(tmp_path):
     recipe = tmp_path / "examples" / "wmt14_en_de" / "run.sh"
     recipe.parent.mkdir(parents=True)
     shutil.copy(WMT14, recipe)
+    shutil.copy(REPO / "examples" / "commands.sh", tmp_path / "examples")
     (tmp_path / "examples" / "learn_to_share.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
     (tmp_path / "examples" / "learn_to_share.sh").chmod(0o755)
     work = tmp_path / "wmt14"

@@ -12,6 +12,7 @@
 # VOCAB_SIZE (default 2000) sets the vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/../multi30k/raw_files.sh"
+source "$(dirname "$0")/../commands.sh"
 
 USAGE="usage: examples/lm/prepare.sh [OUT_DIR]"
 case ${1:-} in
@@ -22,6 +23,7 @@ esac
 [ $# -eq 0 ] || [ -n "$1" ] || {  # an unset variable ("$DATA") prepared the default silently
   echo "prepare.sh: OUT_DIR is empty: name a folder, or leave it out for" \
     "data-bin/multi30k.en-lm; $USAGE" >&2; exit 2; }
+need_commands prepare.sh fairseq-san-loop fairseq-san-spm fairseq-preprocess
 OUT=${1:-data-bin/multi30k.en-lm}
 check_out_dir "$OUT"
 GIVEN=${VOCAB_SIZE:-}

@@ -11,6 +11,7 @@
 # VOCAB_SIZE (default 8000) sets the joint vocabulary.
 set -euo pipefail
 source "$(dirname "$0")/raw_files.sh"
+source "$(dirname "$0")/../commands.sh"
 
 USAGE="usage: prepare.sh SRC TGT [OUT_DIR]"
 for arg in "$@"; do  # anywhere: an OUT_DIR "--out" made mkdir fail on an option
@@ -26,6 +27,7 @@ SRC=$1 TGT=$2
 [ $# -lt 3 ] || [ -n "$3" ] || {  # an unset variable ("$DATA") prepared the default silently
   echo "prepare.sh: OUT_DIR is empty: name a folder, or leave it out for" \
     "data-bin/multi30k.$SRC-$TGT; $USAGE" >&2; exit 2; }
+need_commands prepare.sh fairseq-san-loop fairseq-san-spm fairseq-preprocess
 OUT=${3:-data-bin/multi30k.$SRC-$TGT}
 check_out_dir "$OUT"
 GIVEN=${VOCAB_SIZE:-}

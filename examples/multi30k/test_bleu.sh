@@ -16,6 +16,8 @@ set -euo pipefail
 USAGE="usage: test_bleu.sh DATA TGT OUT_DIR NAME=CHECKPOINT[:OVERRIDES] ..."
 case ${1:-} in -h | --help) echo "$USAGE"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$USAGE" >&2; exit 2; }  # not bash's "line 17: 2: usage"
+source "$(dirname "$0")/../commands.sh"
+need_commands test_bleu.sh fairseq-san-loop fairseq-generate fairseq-san-score
 DATA=$1 TGT=$2 OUT=$3
 shift 3
 # Checks the data, OUT_DIR, DECODE_BATCH_SIZE and every system (its OVERRIDES and dictionaries

@@ -22,6 +22,7 @@
 # and subword-nmt at pinned commits; the checkpoints are
 # averaged by fairseq-san-average, which reads them with torch's safe loader.
 set -euo pipefail
+source "$(dirname "$0")/../commands.sh"
 
 USAGE="usage: examples/wmt14_en_de/run.sh [--dry-run] [WORK_DIR]"
 DRY_RUN=0 WORK=
@@ -113,10 +114,7 @@ finished() {  # finished STEP: a re-run skips STEP (downloads, hours of tokenizi
 }
 
 check_tools() {  # refuse a real run without a command it needs
-  local tool
-  for tool in "${TOOLS[@]}"; do
-    command -v "$tool" > /dev/null || refuse "$tool not found on PATH (activate the environment of make setup)"
-  done
+  need_commands run.sh "${TOOLS[@]}"
 }
 
 download() {  # download URL: WORK/orig/NAME whole, then unpacked there; skips what a run before did

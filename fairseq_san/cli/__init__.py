@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -29,16 +30,21 @@ def log_progress() -> None:
 
 class _CheckedOutput:
     """Standard output as a command writes it: a failed write or flush raised as OutputError,
-    told apart from the command's errors of the file system."""
+    told apart from the command's errors of the file system. A command started with it closed
+    (``>&-``; Python's ``sys.stdout`` is then None) fails at its first write, as coreutils' do:
+    it was an AttributeError traceback."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        if self._stream is None:
+            raise OutputError(OSError(errno.EBADF, os.strerror(errno.EBADF)))
         return self._checked(self._stream.write, text)
 
     def flush(self) -> None:
-        self._checked(self._stream.flush)
+        if self._stream is not None:  # closed: nothing was written
+            self._checked(self._stream.flush)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
@@ -54,7 +60,9 @@ class _CheckedOutput:
 def drop_unwritten_output() -> None:
     """Point standard output at /dev/null: Python flushes it again at exit, which would fail
     again (the Python docs' recipe, "Note on SIGPIPE"). Also for fairseq's commands
-    (``fairseq_fixes.one_line_errors``)."""
+    (``fairseq_fixes.one_line_errors``). Not where it started closed: Python writes none."""
+    if sys.__stdout__ is None:
+        return
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

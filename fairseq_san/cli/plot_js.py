@@ -21,9 +21,9 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.cli import analysis_file, quiet_when_output_closes, said_when_interrupted
-from fairseq_san.errors import abbreviated, repeated
+from fairseq_san.errors import UsageError, abbreviated, repeated
 from fairseq_san.files import DASH, file_given_twice, output_problem, read_json
-from fairseq_san.plots import DECODER_PANELS, figure_formats
+from fairseq_san.plots import DECODER_PANELS, figure_formats, matplotlib_module
 from fairseq_san.policy import (
     KINDS,
     PolicyError,
@@ -275,9 +275,7 @@ def check_output(path: str, inputs: List[str]) -> None:
             f"-o {path}: end the name in a figure format's extension ({', '.join(formats)})"
         )
     if extension == "pgf":  # matplotlib's pgf backend runs LaTeX: a RuntimeError traceback
-        import matplotlib
-
-        texsystem = matplotlib.rcParams["pgf.texsystem"]
+        texsystem = matplotlib_module().rcParams["pgf.texsystem"]
         if shutil.which(texsystem) is None:
             raise PlotError(
                 f"-o {path}: a .pgf figure needs {texsystem}, which is not installed: write a "
@@ -304,7 +302,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         panels = curves(analyses, args.reference_layer, args.layers)
         if all(series is None for series in panels.values()):
             raise PlotError("no decoder attention matrices in the given js.json files")
-    except PlotError as err:
+    except (PlotError, UsageError) as err:  # UsageError: matplotlib cannot start
         parser.error(str(err))
     from fairseq_san.plots import js_training_curves
 

@@ -676,6 +676,23 @@ def test_a_translation_model_in_a_language_modelling_task_is_refused():
         TransformerSANModel.build_model(parse_args("transformer_san", TINY), task)
 
 
+def test_fairseqs_translation_model_in_a_language_modelling_task_is_refused():
+    """fairseq-eval-lm of a checkpoint of fairseq's own --arch transformer (the plugin loaded)
+    failed with the same AttributeError (supported_targets) deep in fairseq's task."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    from fairseq_san.errors import UsageError
+
+    class StandInLanguageModelingTask(LanguageModelingTask):
+        def __init__(self):  # what build_model reads of a task is never reached
+            pass
+
+    task = StandInLanguageModelingTask()
+    with pytest.raises(UsageError, match="^transformer is a translation model .encoder and "
+                       "decoder., and the task StandInLanguageModelingTask models language"):
+        task.build_model(parse_args("transformer", TINY))
+
+
 class StandInTranslationTask(StandInTask):
     """A stand-in task with fairseq's ``-s``/``-t`` in its configuration."""
 
@@ -4607,8 +4624,10 @@ def test_fairseqs_language_model_on_a_shared_checkpoint_names_the_plugins_model(
          "attention sharing needs a model trained as transformer_san or transformer_lm_san"),
         ({"san_decoding": "no-cache"},  # the task could not apply it either
          "only the plugin's models apply it: decode with --san-decoding fairseq or static"),
-        ({"san_decoder_precision": "bf16"},
-         "give --san-decoder-precision on the command line (with --task translation_san)"),
+        ({"san_decoder_precision": "bf16"},  # the hub has no command line: its task keyword
+         "give --san-decoder-precision on the command line (with --task translation_san), or to "
+         "the hub in its task (task={'_name': 'translation_san', 'san_decoder_precision': "
+         "'bf16'})"),
     ],
 )  # fmt: skip
 def test_a_plugin_option_in_the_overrides_of_fairseqs_own_model_is_refused(overrides, advice):

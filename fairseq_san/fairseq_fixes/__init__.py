@@ -52,6 +52,9 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   trained with attention sharing or AAN in one line naming the plugin's model that loads it, and
   one of another size naming the first difference (fairseq's "please ensure that the
   architectures match" traceback);
+* ``translation_models``: fairseq's language-modelling task refuses an encoder-decoder model
+  (fairseq-eval-lm of an ``--arch transformer`` checkpoint) in one line, as the plugin's
+  translation models do (an ``AttributeError``, ``supported_targets``, deep in fairseq);
 * ``half_precision``: fairseq-train refuses ``--fp16`` or ``--bf16`` on the CPU (tracebacks in
   fairseq's trainer);
 * ``command_options``: a command without the ``--arch``, ``--task`` or ``--path`` it needs, with
@@ -177,6 +180,7 @@ from fairseq_san.fairseq_fixes import (
     task_state,
     text_inputs,
     tokens_per_sample,
+    translation_models,
     vocabulary_searches,
 )
 
@@ -184,11 +188,11 @@ FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
     dictionary_words, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
     restore_file, resumed_training, save_dir_lock, checkpoint_copies, shared_checkpoints,
-    half_precision, command_options, tokens_per_sample, forced_ends, generation_shards,
-    subword_joining, batch_tokens, dictionary_files, lm_fusion, diverse_beam_search,
-    prefix_constrained_search, constrained_alignment, prefix_min_len, ngram_blocking,
-    sampling_underflow, language_pair, special_symbols, retained_dropout, task_state,
-    list_options, vocabulary_searches, text_inputs, one_line_errors,
+    translation_models, half_precision, command_options, tokens_per_sample, forced_ends,
+    generation_shards, subword_joining, batch_tokens, dictionary_files, lm_fusion,
+    diverse_beam_search, prefix_constrained_search, constrained_alignment, prefix_min_len,
+    ngram_blocking, sampling_underflow, language_pair, special_symbols, retained_dropout,
+    task_state, list_options, vocabulary_searches, text_inputs, one_line_errors,
 )
 
 

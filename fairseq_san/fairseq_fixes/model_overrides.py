@@ -561,12 +561,16 @@ def check_no_plugin_option(model_cfg: Any, overrides: Dict[str, Any], source: st
 
 def foreign_model_advice(option: options.Option, value: object) -> str:
     """What to do instead of giving plugin ``option`` = ``value`` to a model that is none of the
-    plugin's: the plugin's task applies the static decoder to any model, and nothing else."""
+    plugin's: the plugin's task applies the static decoder to any model, and nothing else (the
+    command line's task, or the hub's ``task`` keyword: it has no command line)."""
     if option not in options.DECODER_OPTIONS:
         return "attention sharing needs a model trained as transformer_san or transformer_lm_san"
     if str(value) in options.MODEL_DECODINGS:
         return "only the plugin's models apply it: decode with --san-decoding fairseq or static"
-    return f"give {option.flag} on the command line (with --task translation_san)"
+    return (
+        f"give {option.flag} on the command line (with --task translation_san), or to the hub "
+        f"in its task (task={{'_name': 'translation_san', '{option.name}': {str(value)!r}}})"
+    )
 
 
 # What ``check_no_plugin_option`` refused while an ensemble loads (``_deferring_to_the_ensemble``);

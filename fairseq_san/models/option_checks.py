@@ -126,14 +126,14 @@ def bos_token_unlike_training(trained: bool, override: str = "") -> UsageError:
     )
 
 
-def check_translation_task(task: FairseqTask) -> None:
-    """Refuse a language-modelling task, which fails on an encoder-decoder model deep inside
-    fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
+def check_translation_task(task: FairseqTask, arch: str = "transformer_san") -> None:
+    """Refuse a language-modelling task for the encoder-decoder model ``arch``, which fails deep
+    inside fairseq (``'TransformerSANModel' object has no attribute 'supported_targets'``)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     if isinstance(task, LanguageModelingTask):
         raise UsageError(
-            f"transformer_san is a translation model (encoder and decoder), and the task "
+            f"{arch} is a translation model (encoder and decoder), and the task "
             f"{type(task).__name__} models language: train a language model with --arch "
             "transformer_lm_san (or transformer_lm_san_small), or decode this checkpoint with "
             "--task translation_san"

@@ -4,10 +4,13 @@ commands, with the plugin loaded, list the options of the components their comma
 Each command runs in a fresh interpreter that lists the fairseq modules loaded after --help.
 """
 
+import argparse
+import importlib
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -110,3 +113,94 @@ def test_fairseqs_help_lists_the_chosen_components_options(capsys, parser, argv,
         assert printed.out.startswith("usage: ") and not printed.err, printed.err
         for option in listed:
             assert f"{option} " in printed.out, option
+
+
+def parsers_of(command: str, argv: List[str], monkeypatch) -> List[argparse.ArgumentParser]:
+    """The parser ``command``'s main parses ``argv`` with, and its subcommands' parsers."""
+    module = re.search(rf'"{command} = ([\w.]+):main"', (REPO / "setup.py").read_text())[1]
+    seen: List[argparse.ArgumentParser] = []
+
+    def caught(parser, *args, **kwargs):
+        seen.append(parser)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", caught)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main(argv)
+    parsers = seen[:1]
+    for parser in parsers:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [sub for sub in action.choices.values() if sub not in parsers]
+    return parsers
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_of_a_command_says_what_it_is_in_its_help(command, monkeypatch):
+    """``fairseq-san-spm train --help`` listed --vocab-size and --model-type, and
+    ``fairseq-san-bench steps --help`` --vocab, --beam, --rounds ..., with no word and no
+    default: docs/usage.md sends readers to --help for what an option does."""
+    argvs = [["--help"]] + ([["steps", "--help"]] if command == "fairseq-san-bench" else [])
+    bare = [
+        f"{parser.prog} {action.option_strings[0]}"
+        for argv in argvs
+        for parser in parsers_of(command, argv, monkeypatch)
+        for action in parser._actions
+        if action.option_strings and action.help != argparse.SUPPRESS and not action.help
+    ]
+    assert not bare, bare
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # not docs/results/*
+SUBCOMMANDS = {"fairseq-san-spm": ("train", "encode", "decode"), "fairseq-san-bench": ("steps",)}
+
+
+def documented_invocations() -> List[tuple]:
+    """(doc, command, subcommand or "", the options written after it) of every fairseq-san
+    command line in a code block or a code span of the README and docs/*.md (not the messages
+    they quote)."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+        spans = re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for line in lines + [" ".join(span.split()) for span in spans]:
+            for match in re.finditer(r"\b(fairseq-san-[\w-]+)([^|;&#`)]*)", line):
+                words = match[2].split()
+                if match[2].startswith(":") or words[:1] and words[0].endswith(":"):
+                    continue  # a message the command prints ("PROG: error: ..."), no command
+                if "--" in words:
+                    words = words[: words.index("--")]
+                subcommands = SUBCOMMANDS.get(match[1], ())
+                if match[1] == "fairseq-san-loop":
+                    subcommands = tuple(loop_subcommands())
+                sub = words[0] if words and words[0] in subcommands else ""
+                flags = [w.split("=")[0] for w in words if re.fullmatch(r"--?[a-z][\w-]*(=.*)?", w)]
+                found.append((doc.name, match[1], sub, [f for f in flags if f[-1] != "-"]))
+    return found
+
+
+def loop_subcommands() -> List[str]:
+    from fairseq_san.cli.loop import build_parser
+
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return list(action.choices)
+
+
+def test_every_option_the_docs_give_a_command_is_one_it_takes(monkeypatch):
+    """A command line of the README or docs/*.md names only options its command (or subcommand)
+    has, spelt as its parser spells them."""
+    invocations = documented_invocations()
+    assert len(invocations) > 20  # the pattern still finds the docs' command lines
+    flags = {}
+    unknown = []
+    for doc, command, sub, written in invocations:
+        key = (command, sub)
+        if key not in flags:
+            argv = ([sub] if sub else []) + ["--help"]
+            parsers = parsers_of(command, argv, monkeypatch)
+            parser = next(p for p in parsers if not sub or p.prog.endswith(f" {sub}"))
+            flags[key] = {s for a in parser._actions for s in a.option_strings}
+        unknown += [f"{doc}: {command} {sub} {flag}" for flag in written if flag not in flags[key]]
+    assert not unknown, unknown

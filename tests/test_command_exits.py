@@ -131,6 +131,16 @@ def test_a_closed_output_is_one_line_and_status_1(tmp_path, loop):
     )
 
 
+def test_a_command_that_prints_nothing_runs_with_its_output_closed(monkeypatch):
+    """Standard output closed (``>&-``, sys.stdout None) and nothing printed: the command ends as
+    it would, its output not flushed (an AttributeError traceback of None's flush)."""
+    from fairseq_san.cli import quiet_when_output_closes
+
+    monkeypatch.setattr("sys.stdout", None)
+    assert quiet_when_output_closes(lambda: 7)() == 7
+    assert sys.stdout is None
+
+
 def test_a_word_for_a_positive_integer_is_said_without_the_functions_name(capsys):
     """argparse said "invalid positive_int value: 'x'", the name of the type's function."""
     from fairseq_san.cli.loop import main

@@ -4964,9 +4964,10 @@ def test_a_binarized_subset_of_no_sentence_is_named(tmp_path):
         (["--trainpref", "{raw}/train", "--align-suffix", "align"],
          "--align-suffix align: there is no {raw}/train.align"),
         (["--trainpref", "{raw}/train", "--validpref", "{raw}/valid"], None),
+        (["--only-source", "--trainpref", "{raw}/mono"], None),  # no mono.tgt read
     ],
     ids=["missing", "missing in a list", "folder", "0 workers", "-1 workers", "no alignments",
-         "good"],
+         "good", "only source"],
 )  # fmt: skip
 def test_fairseq_preprocess_inputs_it_fails_on_or_ignores_are_refused(tmp_path, given, said):
     """fairseq-preprocess's tracebacks: FileNotFoundError or IsADirectoryError as it read an
@@ -4979,6 +4980,7 @@ def test_fairseq_preprocess_inputs_it_fails_on_or_ignores_are_refused(tmp_path, 
 
     raw = write_corpus(tmp_path / "raw")
     (raw / "folder.src").mkdir()
+    (raw / "mono.src").write_text("a b\n")
     argv = ["--source-lang", "src", "--target-lang", "tgt", "--destdir", str(tmp_path / "bin"),
             *(arg.format(raw=raw) for arg in given)]  # fmt: skip
     args = options.get_preprocessing_parser().parse_args(argv)

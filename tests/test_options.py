@@ -4,6 +4,7 @@ benchmark; one decoding switch, ``--san-decoding``, whose old flags still work a
 import argparse
 import ast
 import logging
+import re
 import warnings
 from typing import List
 
@@ -179,3 +180,15 @@ def test_bench_help_names_the_decoder_keys_and_the_decodings():
 
     text = " ".join(build_parser().format_help().split())
     assert "san_decoding (fairseq, no-cache, fast, static) and san_decoder_precision" in text
+
+
+def test_every_san_flag_the_docs_name_is_an_option():
+    """Each ``--san-*`` flag of the README and docs/*.md is one of the table's, spelt as it is
+    (not a prefix such as ``--san-analysis-max-``, nor the misspelling that
+    troubleshooting.md quotes from fairseq-train's refusal)."""
+    misspelt = {"--san-decoder-self-polcy"}
+    flags = {option.flag for option in options.OPTIONS.values()}
+    flags |= {option.flag for option in options.POLICY_OPTIONS.values()}
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        named = set(re.findall(r"--san-[a-z-]*[a-z](?![\w-])", doc.read_text(encoding="utf-8")))
+        assert not named - flags - misspelt, doc.name

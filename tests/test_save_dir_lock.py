@@ -65,12 +65,13 @@ def test_a_forked_child_does_not_hold_the_save_dir_after_its_parent(tmp_path, mo
     go, wait = os.pipe()
     ready, started = os.pipe()
     child = os.fork()
-    if child == 0:  # a worker: says it runs (past the fork's handlers), lives on until told
-        os.write(started, b"x")
+    if child == 0:  # a worker: says it runs (past the fork's handlers), lives on until told;
+        # it holds no lock (a fork of its own would close the descriptors again, other files)
+        os.write(started, b"!" if save_dir_lock._held else b"x")
         os.read(go, 1)
         os._exit(0)
     try:
-        os.read(ready, 1)
+        assert os.read(ready, 1) == b"x"
         os.close(save_dir_lock._held.pop(str(tmp_path.resolve())))  # the parent is gone
         fd = os.open(tmp_path / save_dir_lock.LOCK, os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the next run: not refused

@@ -444,13 +444,14 @@ def test_alignments_of_a_prefix_that_forces_the_end_are_the_forced_targets():
     forced): every hypothesis of the sentence is the forced target, and its attention that of a
     pass over it (the static decoder's). fairseq's generator gave the other hypotheses (at beam
     5, the best one too) the attention of the rows they replaced (fairseq_fixes.
-    constrained_alignment): another source word aligned."""
+    constrained_alignment): another source word aligned. Beside a sentence whose hypotheses are
+    longer, each keeps the attention of its own target words (no row of padding)."""
     from fairseq.sequence_generator import SequenceGeneratorWithAlignment
 
     model = build(dictionary=DICTIONARY, seed=1)[0]
-    src_tokens, src_lengths = source_batch(DICTIONARY, [5], seed=1)
+    src_tokens, src_lengths = source_batch(DICTIONARY, [5, 6], seed=1)
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
-    prefix = torch.tensor([[7, DICTIONARY.eos()]])
+    prefix = torch.tensor([[7, DICTIONARY.eos()], [7, 8]])
     options = dict(beam_size=2, max_len_b=10, print_alignment="soft")
     with torch.no_grad():
         fairseqs = SequenceGeneratorWithAlignment([model], DICTIONARY, **options)
@@ -458,7 +459,8 @@ def test_alignments_of_a_prefix_that_forces_the_end_are_the_forced_targets():
     static = StaticSequenceGenerator([model], DICTIONARY, **options)
     actual = static.generate([model], sample, prefix)
     assert_same_hypotheses(expected, actual)
-    for theirs, ours in zip(expected[0], actual[0]):
+    for theirs, ours in zip(expected[0] + expected[1], actual[0] + actual[1]):
+        assert theirs["attention"].shape == ours["attention"].shape
         assert torch.allclose(ours["attention"], theirs["attention"], atol=1e-5)
 
 

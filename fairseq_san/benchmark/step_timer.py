@@ -36,6 +36,7 @@ from fairseq_san.benchmark.fairseq_system import max_output_tokens
 from fairseq_san.benchmark.machine import copy_bandwidth, machine_info, matmul_peak
 from fairseq_san.benchmark.meters import matmul_flops
 from fairseq_san.benchmark.report import huge_pages_clause, processor_line
+from fairseq_san.cli import DefaultsHelpFormatter
 from fairseq_san.cores import threads_problem
 from fairseq_san.errors import repeated
 from fairseq_san.models.transformer_san import TransformerSANModel
@@ -216,17 +217,21 @@ def position_bound(
 def build_parser() -> argparse.ArgumentParser:
     """The options of ``fairseq-san-bench steps``."""
     parser = argparse.ArgumentParser(
-        prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split())
+        prog="fairseq-san-bench steps", description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--arch", default="transformer_san_small", choices=san_architectures())
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--batches", type=int, default=2)
-    parser.add_argument("--length", type=int, default=20)
-    parser.add_argument("--source-length", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--arch", default="transformer_san_small", choices=san_architectures(),
+                        help="the model, with random weights")  # fmt: skip
+    parser.add_argument("--vocab", type=int, default=8000, help="dictionary size")
+    parser.add_argument("--beam", type=int, default=4, help="beam size")
+    parser.add_argument("--batch", type=int, default=16, help="sentences per batch")
+    parser.add_argument("--batches", type=int, default=2, help="random batches timed per round")
+    parser.add_argument("--length", type=int, default=20,
+                        help="tokens each hypothesis is forced to decode")  # fmt: skip
+    parser.add_argument("--source-length", type=int, default=16, help="tokens per source sentence")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="timed rounds, interleaved across the decoders")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=2, help="torch's CPU threads")
     parser.add_argument(
         "--decoders", nargs="+", choices=["fairseq", *STATIC_DECODERS],
         help="default: fairseq and the eager static decoder at each precision of --device "
@@ -238,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", default="cpu", choices=["cpu", "cuda"], help="static-*-graph: cuda only"
     )
     parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="the model's")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="also print torch.profiler's top operators and each model's bound per position",
+    )  # fmt: skip
     return parser
 
 

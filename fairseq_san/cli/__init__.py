@@ -20,6 +20,17 @@ LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after an option's help, except where there is no value to show:
+    a switch (it takes no value), no default, or a help that names its own."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help = action.help or ""
+        if action.nargs == 0 or action.default is None or "default:" in help:
+            return help
+        return super()._get_help_string(action)
+
+
 def log_progress() -> None:
     """Log INFO and above to standard error in fairseq's format, timestamps and all (the
     commands that can run for minutes: fairseq-san-bench, -average, -spm train)."""

@@ -27,6 +27,7 @@ from fairseq_san import options
 from fairseq_san.benchmark.config import MODES, BenchmarkConfig, DecodeOptions, field_defaults
 from fairseq_san.benchmark.config import check_paths, check_values, parse_system
 from fairseq_san.cli import (
+    DefaultsHelpFormatter,
     exiting_on_termination,
     log_progress,
     quiet_when_output_closes,
@@ -41,17 +42,6 @@ def option_defaults() -> Dict:
     defaults = {**field_defaults(BenchmarkConfig), **field_defaults(DecodeOptions)}
     del defaults["decode"], defaults["command"]  # not options: built from the others
     return defaults
-
-
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: X)" after an option's help, except where there is no value to show:
-    a switch (it takes no value), no default, or a help that names its own."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        help = action.help or ""
-        if action.nargs == 0 or action.default is None or "default:" in help:
-            return help
-        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:

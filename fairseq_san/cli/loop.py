@@ -108,11 +108,11 @@ def add_start_parser(commands: argparse._SubParsersAction) -> None:
     start.add_argument("run_dir")
     for option in recorded_options():
         if not option.metavar:
-            start.add_argument(option.flag, action="store_true")
+            start.add_argument(option.flag, action="store_true", help=option.help)
         elif option.flag == "--data":  # every run has data (a traceback without it)
-            start.add_argument(option.flag, required=True)
+            start.add_argument(option.flag, required=True, help=option.help)
         else:
-            start.add_argument(option.flag, default="", help="empty: not set")
+            start.add_argument(option.flag, default="", help=f"{option.help}; empty: not set")
     start.add_argument("--lm", action="store_true",
                        help="a language model's run (learn_to_share_lm.sh): no --valid-ref")
     start.add_argument("--extend", action="store_true", help="allow a new --max-iterations")

@@ -335,8 +335,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         "--model-prefix", required=True, type=model_prefix,
         help="writes PREFIX.model and PREFIX.vocab",
     )  # fmt: skip
-    learn.add_argument("--vocab-size", type=positive_int, default=8000)
-    learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    learn.add_argument("--vocab-size", type=positive_int, default=8000,
+                       help="pieces in the joint vocabulary (default: 8000)")  # fmt: skip
+    learn.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"],
+                       help="sentencepiece's model type (default: bpe)")  # fmt: skip
     learn.add_argument(
         "--force", action="store_true",
         help="write over PREFIX.model and PREFIX.vocab where they exist (refused without it: the "

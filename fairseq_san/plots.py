@@ -268,6 +268,19 @@ def policy_map(
 
 Series = Dict[int, List[Tuple[int, float]]]  # layer -> [(training steps, JS)]
 
+# A panel of Figure 5 holds a legend of this many layers in one column at its height (3.2
+# inches); more layers take two columns, and the figure grows by a row's inches for each row
+# beyond: a 12-layer decoder's legend ran past its panel, a 16-layer one's off the figure.
+CURVE_LEGEND_ROWS = 9
+CURVE_LEGEND_ROW_INCHES = 0.2
+
+
+def _curve_legend_rows(panels: Dict[str, Optional[Series]]) -> Tuple[int, int]:
+    """The legend's columns and rows of the panel with the most layers."""
+    entries = max((len(series) for series in panels.values() if series), default=0)
+    columns = 1 if entries <= CURVE_LEGEND_ROWS else 2
+    return columns, -(-entries // columns)
+
 
 def js_training_curves(
     panels: Dict[str, Optional[Series]], reference_layer: int, path: str, title: str
@@ -282,7 +295,9 @@ def js_training_curves(
 
     plt = _pyplot()
     markers = ["^", "o", "s", "D", "v", "P", "X", "*"]
-    fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, 3.2))
+    columns, rows = _curve_legend_rows(panels)
+    height = 3.2 + CURVE_LEGEND_ROW_INCHES * max(rows - CURVE_LEGEND_ROWS, 0)
+    fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, height))
     for ax, (kind, label) in zip(axes, DECODER_PANELS):
         ax.set_xlabel(f"# of training steps\n({label})")
         ax.set_ylabel(JS_LABEL)
@@ -299,7 +314,7 @@ def js_training_curves(
             steps, values = zip(*sorted(points))
             ax.plot(steps, values, marker=markers[index % len(markers)], linewidth=1,
                     label=f"L{layer}")  # fmt: skip
-        ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8)
+        ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8, ncol=columns)
         ax.grid(alpha=0.3)
     fig.suptitle(_wrapped(title, fig.get_figwidth()), fontsize=9)
     fig.tight_layout()

@@ -880,3 +880,24 @@ def test_plot_js_ticks_whole_training_steps(tmp_path, monkeypatch):
     main([first, "-o", str(tmp_path / "fig5.png"), "--reference-layer", "1", "--layers", "2"])
     (fig,) = drawn
     assert all(float(tick).is_integer() for ax in fig.axes for tick in ax.get_xticks())
+
+
+@pytest.mark.parametrize("layers", [6, 12, 16, 50])
+def test_plot_js_legend_of_a_deep_decoder_stays_in_its_panel(tmp_path, monkeypatch, layers):
+    """A 12-layer decoder's legend (11 layers against layer 1) ran past the bottom of its panel
+    over the x axis' label, a 16-layer one's off the figure: the layers it lost were not said."""
+    from fairseq_san.cli.plot_js import main
+
+    drawn = drawn_figures(monkeypatch)
+    first = write_js(tmp_path / "a", 3, decoder_self=layers, decoder_encdec=layers,
+                     encoder_self=2)  # fmt: skip
+    others = [str(layer) for layer in range(2, layers + 1)]
+    main([first, "-o", str(tmp_path / "fig5.png"), "--reference-layer", "1", "--layers", *others])
+    (fig,) = drawn
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend, panel = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert panel.y0 <= legend.y0 and legend.y1 <= panel.y1, (legend, panel)
+        assert panel.x0 <= legend.x0 and legend.x1 <= panel.x1, (legend, panel)
+        assert len(ax.get_legend().get_texts()) == layers - 1
+        assert ax.xaxis.label.get_window_extent().y0 >= 0  # on the figure

@@ -552,6 +552,13 @@ def data_folder(data_name_or_path, model_path: str, archive_map: Dict) -> str:
     path that starts with "." (the default, ".": the model's folder itself), else as given; a
     UsageError naming where it looked if that is no folder."""
     text = str(data_name_or_path)
+    first = text.split(os.pathsep)[0]
+    if os.pathsep in text and not os.path.isdir(text) and os.path.isdir(first):
+        raise UsageError(  # fairseq-train's sharded data, which said "no such file or folder"
+            f"from_pretrained(data_name_or_path={text!r}): sharded data (DATA1{os.pathsep}"
+            "DATA2...), which the hub does not read: pass one folder, the first, whose "
+            "dictionaries fairseq-train read"
+        )
     if not text.startswith("."):
         return local_folder(text, archive_map, "data_name_or_path")
     resolved = os.path.abspath(os.path.join(model_path, text))

@@ -484,6 +484,23 @@ def test_a_folder_that_is_not_there_is_named(tmp_path, missing):
     assert str(refused.value) == f"from_pretrained({missing}={paths[missing]!r}): no such file or folder"
 
 
+def test_sharded_data_is_refused_as_such(tmp_path):
+    """fairseq-train's DATA1:DATA2, its folders there: "no such file or folder" misled (fairseq's
+    own hub failed with a TypeError in utils.split_paths)."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.models.transformer_san import TransformerSANModel
+
+    for shard in ("d1", "d2"):
+        (tmp_path / shard).mkdir()
+    data = f"{tmp_path}/d1:{tmp_path}/d2"
+    with pytest.raises(UsageError) as refused:
+        TransformerSANModel.from_pretrained(str(tmp_path), "checkpoint_best.pt", data)
+    assert str(refused.value) == (
+        f"from_pretrained(data_name_or_path={data!r}): sharded data (DATA1:DATA2...), which the "
+        "hub does not read: pass one folder, the first, whose dictionaries fairseq-train read"
+    )
+
+
 def write_archive(path: Path, *members: str) -> Path:
     """A .tar.gz holding one byte under each name of ``members`` (``model/../../x`` too)."""
     with tarfile.open(path, "w:gz") as archive:

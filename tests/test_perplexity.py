@@ -134,6 +134,20 @@ def test_lm_task_args_names_a_data_directory_that_is_not_there(tmp_path):
         ]
 
 
+
+def test_lm_task_args_names_sharded_data_as_such(tmp_path):
+    """learn_to_share_lm.sh's --data DATA1:DATA2 (both there) was "no data directory", where the
+    translation loop says what ':' is."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    data = f"{tmp_path}/a:{tmp_path}/b"
+    result = run_cli("fairseq-san-loop", "lm-task-args", "--data", data, "--",
+                     "--tokens-per-sample", "64")  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.splitlines() == [
+        f"fairseq-san-loop: error: --data {data} holds ':', which fairseq reads between two data "
+        "folders: choose a path without one"
+    ]
+
 @pytest.mark.parametrize(
     "after, said",
     [(["--max-target-positions", "20"], "--tokens-per-sample 128 is more than "

@@ -83,6 +83,7 @@ from fairseq_san.loop.run_record import (
     check_run_dir,
     check_values,
     longest_sentence_problem,
+    path_kind_problem,
     sample_positions_problem,
     start_run,
 )
@@ -228,7 +229,8 @@ def run_perplexity(args: argparse.Namespace, after: List[str]) -> int:
 
 def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
     if args.data is not None and not os.path.isdir(args.data):  # checked nothing, silently
-        raise UsageError(f"no data directory {args.data} (--data)")
+        sharded = ":" in args.data and path_kind_problem(args.data, None)  # DATA1:DATA2, as start
+        raise UsageError(sharded or f"no data directory {args.data} (--data)")
     problem = sample_positions_problem(after)
     if problem is None and args.data is not None:
         problem = longest_sentence_problem(args.data, after)

@@ -24,7 +24,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``dictionary_words``: a checkpoint records its dictionaries' words, and fairseq's ensemble
   loader (generate, interactive, validate, eval-lm, the hub, the benchmark) refuses data whose
   dictionaries hold other words in as many entries (fairseq compared sizes only, and decoded
-  nonsense), as fairseq-train's resume and fine-tune do (``restore_file``);
+  nonsense), as fairseq-train's resume and fine-tune do (``restore_file``); a task set up on
+  sharded data (DATA1:DATA2) refuses a shard of other dictionaries than the first folder's;
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);

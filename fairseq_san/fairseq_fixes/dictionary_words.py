@@ -15,6 +15,12 @@ interactive, validate, eval-lm, the hub, fairseq-san-bench) refuse, in one line
 that differs where the training's dictionary file is still there; fairseq-san-average refuses
 checkpoints of different records. A checkpoint without the record (older ones, fairseq's own
 without the plugin) loads as before.
+
+Sharded data (DATA1:DATA2:...) has the same flaw: fairseq reads the dictionaries of the first
+folder alone and every shard's token ids by them, so a shard binarized with other dictionaries
+trained (or was decoded) on other words, silently. A translation or language-modelling task set
+up on shards now refuses, in one line (``check_shard_dictionaries``), a shard whose dictionary
+file holds other words than the first folder's (a shard without the file is not checked).
 """
 
 import contextvars
@@ -24,6 +30,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.checkpoints import VOCABULARY_ADVICE, VocabularyMismatch
+from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.files import first_data_folder
 from fairseq_san.pickled_fields import shown
@@ -136,12 +143,14 @@ def recorded_file(saved: dict) -> str:
     return path if isinstance(path, str) and path.isprintable() and path else "?"
 
 
-def first_difference(trained: List[str], data: List[str]) -> str:
-    """Where two dictionaries' words first differ: the index and both words."""
+def first_difference(
+    trained: List[str], data: List[str], names: Tuple[str, str] = ("the training's", "the data's")
+) -> str:
+    """Where two dictionaries' words first differ: the index and both words (in ``names``)."""
     shorter = min(len(trained), len(data))
     index = next((i for i, pair in enumerate(zip(trained, data)) if pair[0] != pair[1]), shorter)
     theirs, ours = (words[index] if index < len(words) else None for words in (trained, data))
-    return f"first at index {index}: {theirs!r} in the training's, {ours!r} in the data's"
+    return f"first at index {index}: {theirs!r} in {names[0]}, {ours!r} in {names[1]}"
 
 
 def words_mismatch(record: dict, task, ours: dict) -> Optional[str]:
@@ -215,10 +224,52 @@ def _checking_the_words(load_model_ensemble_and_task):
     return wrapper
 
 
+def check_shard_dictionaries(task) -> None:
+    """Refuse a data shard (DATA2, DATA3... of the task's data) whose dictionary file holds other
+    words than the first folder's, whose dictionaries fairseq reads every shard's ids by."""
+    data = task_option(task, "data")
+    folders = data.split(os.pathsep) if isinstance(data, str) else []
+    if len(folders) < 2:  # one folder: no shard to compare
+        return
+    for name in task_dictionaries(task):
+        file = dictionary_file(name, task)
+        first = file_words(os.path.join(folders[0], file))
+        for number, folder in enumerate(folders[1:], start=2):
+            path = os.path.join(folder, file)
+            words = file_words(path) if os.path.isfile(path) else None
+            if first is not None and words is not None and words != first:
+                where = first_difference(first, words, ("the first's", "the shard's"))
+                raise UsageError(
+                    f"data shard {number} ({folder}): its {file} holds other words than the "
+                    f"first folder's ({folders[0]}), {where}; fairseq "
+                    "reads every shard by the first folder's dictionaries: binarize each shard "
+                    "with fairseq-preprocess --srcdict/--tgtdict (--srcdict for a language "
+                    "model's) of the first folder's dictionaries"
+                )
+
+
+def _checking_the_shards(setup_task):
+    """A task's ``setup_task``, refusing shards of other dictionaries than the first folder's."""
+
+    @functools.wraps(setup_task)
+    def wrapper(cls, *args, **kwargs):
+        task = setup_task(cls, *args, **kwargs)
+        check_shard_dictionaries(task)
+        return task
+
+    return wrapper
+
+
 def install() -> None:
     """Check the words of every checkpoint fairseq's ensemble loader reads (idempotent); the
-    record is saved by ``resumed_training`` and checked at a resume by ``restore_file``."""
+    record is saved by ``resumed_training`` and checked at a resume by ``restore_file``. Check
+    a translation's and a language model's data shards' dictionaries at task setup."""
     from fairseq import checkpoint_utils
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+    from fairseq.tasks.translation import TranslationTask
+
+    for task_class in (TranslationTask, LanguageModelingTask):
+        wrap_once(task_class, "setup_task", _checking_the_shards)
 
     wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _noting_the_record)
     wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _checking_the_words)

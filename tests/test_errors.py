@@ -4992,15 +4992,17 @@ def test_fairseq_preprocess_inputs_it_fails_on_or_ignores_are_refused(tmp_path, 
     assert str(refused.value).startswith(said.format(raw=raw)), str(refused.value)
 
 
-def test_a_text_input_that_is_not_utf8_is_named(tmp_path):
+@pytest.mark.parametrize("lines_before", [1, 3000])
+def test_a_text_input_that_is_not_utf8_is_named(tmp_path, lines_before):
     """fairseq's chunked reading stepped back past the start of a file of bytes that are no
-    UTF-8: "ValueError: negative seek position -1", naming no file (fairseq-preprocess)."""
+    UTF-8: "ValueError: negative seek position -1", naming no file (fairseq-preprocess); such
+    bytes beyond the first read (8 KiB) were a UnicodeDecodeError traceback."""
     from fairseq.file_chunker_utils import ChunkLineIterator
 
     from fairseq_san.errors import UsageError
 
     text = tmp_path / "train.src"
-    text.write_bytes(b"a b\nc \xff d\n")
+    text.write_bytes(b"a b\n" * lines_before + b"c \xff d\n")
     with open(text, encoding="utf-8") as fd, pytest.raises(UsageError) as refused:
         list(ChunkLineIterator(fd, 0, text.stat().st_size))
     assert str(refused.value) == (

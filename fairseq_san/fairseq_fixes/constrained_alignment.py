@@ -40,9 +40,8 @@ def _each_hypothesis(generate):
         sources = net_input["src_tokens"].index_select(0, rows)
         attention = [hypothesis["attention"].transpose(1, 0) for _, hypothesis in found]
         forced = _forced_ends(kwargs.get("prefix_tokens"), rows, self.eos)
-        realigned = forced.clone()
-        if any(getattr(m, "full_context_alignment", False) for m in self.model.models):
-            realigned.fill_(True)
+        full_context = any(getattr(m, "full_context_alignment", False) for m in self.model.models)
+        realigned = torch.ones_like(forced) if full_context else forced
         if bool(realigned.any()):
             previous = collate_tokens(
                 tokens, self.pad, self.eos, self.left_pad_target, move_eos_to_beginning=True

@@ -234,10 +234,12 @@ def check_shard_dictionaries(task) -> None:
     for name in task_dictionaries(task):
         file = dictionary_file(name, task)
         first = file_words(os.path.join(folders[0], file))
+        if first is None:  # not a file fairseq-preprocess named: nothing to compare with
+            continue
         for number, folder in enumerate(folders[1:], start=2):
             path = os.path.join(folder, file)
             words = file_words(path) if os.path.isfile(path) else None
-            if first is not None and words is not None and words != first:
+            if words is not None and words != first:
                 where = first_difference(first, words, ("the first's", "the shard's"))
                 raise UsageError(
                     f"data shard {number} ({folder}): its {file} holds other words than the "

@@ -43,7 +43,7 @@ deep inside its batching.
 import argparse
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, List
 
 from fairseq_san.errors import UsageError
@@ -119,6 +119,13 @@ def most_processes() -> int:
     with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/pid_max") as ids:
         limits.append(int(ids.read()))
     return min(limits, default=LARGEST_COUNT)
+
+
+# Processes of their own (the data loader's workers, fairseq-preprocess's), asked of the system
+# once: 2147483648 of them started processes until the command was killed.
+PROCESSES = Range(
+    0, most_processes(), integer=True, note="the processes this machine lets one user run"
+)
 PROBABILITY = Range(0, 1)
 UNLIMITED_AT_0 = Range(0, integer=True, note="0: no limit")
 
@@ -133,15 +140,11 @@ OPTION_RANGES = {
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
-    # each data loader worker is a process: 2147483648 of them started processes until the
-    # command was killed (more than the processors is allowed: torch only warns above them)
-    "num_workers": Range(
-        0, most_processes(), integer=True, note="the processes this machine lets one user run"
-    ),
+    # each data loader worker is a process (more than the processors is allowed: torch only
+    # warns above them)
+    "num_workers": PROCESSES,
     # fairseq-preprocess's processes: 0 divided by zero, -1 was an IndexError
-    "workers": Range(
-        1, most_processes(), integer=True, note="the processes this machine lets one user run"
-    ),
+    "workers": replace(PROCESSES, low=1),
     **dict.fromkeys(("max_epoch", "max_update"), UNLIMITED_AT_0),
     **dict.fromkeys(
         ("dropout", "attention_dropout", "activation_dropout", "relu_dropout",

@@ -9,6 +9,7 @@ either. ``install()`` wraps that read and the chunk's lines so that both are a `
 naming the file.
 """
 
+import contextlib
 import functools
 from typing import Callable, Iterator
 
@@ -24,20 +25,23 @@ def not_utf8(fd) -> UsageError:
     )
 
 
-def stepped_back_past_the_start(error: ValueError) -> bool:
-    """Whether ``error`` is fairseq's search for a character's start gone before the file's."""
-    return isinstance(error, UnicodeDecodeError) or "negative seek position" in str(error)
+@contextlib.contextmanager
+def named_when_undecodable(fd) -> Iterator[None]:
+    """Raise ``not_utf8(fd)`` for fairseq's errors of reading ``fd``'s bytes that are no UTF-8:
+    a ``UnicodeDecodeError``, or its search for a character's start gone before the file's."""
+    try:
+        yield
+    except ValueError as error:  # UnicodeDecodeError is one
+        if not isinstance(error, UnicodeDecodeError) and "negative seek position" not in str(error):
+            raise
+        raise not_utf8(fd) from None
 
 
 def _naming_the_file(safe_readline: Callable) -> Callable:
     @functools.wraps(safe_readline)
     def wrapper(fd):
-        try:
+        with named_when_undecodable(fd):
             return safe_readline(fd)
-        except ValueError as error:
-            if not stepped_back_past_the_start(error):
-                raise
-            raise not_utf8(fd) from None
 
     return wrapper
 
@@ -45,12 +49,8 @@ def _naming_the_file(safe_readline: Callable) -> Callable:
 def _naming_the_file_of_each_line(iterate: Callable) -> Callable:
     @functools.wraps(iterate)
     def wrapper(self) -> Iterator[str]:
-        try:
+        with named_when_undecodable(self._fd):
             yield from iterate(self)
-        except ValueError as error:  # UnicodeDecodeError is one
-            if not stepped_back_past_the_start(error):
-                raise
-            raise not_utf8(self._fd) from None
 
     return wrapper
 

@@ -7,6 +7,7 @@ Pure Python: the policy tools import it without torch.
 
 import contextlib
 import difflib
+import errno
 import os
 from typing import Collection, Hashable, Iterator, Optional, Sequence
 
@@ -32,7 +33,15 @@ def file_error(error: OSError) -> str:
     (``data/ref.de: No such file or directory``), not Python's ``[Errno 2] ...``."""
     if error.filename is None or not error.strerror:
         return str(error)
+    if closed_stream(error):
+        return f"{error.filename} is closed (the command was started without one): name a file"
     return f"{error.filename}: {error.strerror}"
+
+
+def closed_stream(error: OSError) -> bool:
+    """Whether ``error`` is opening "-" (``files.Stream``) in a command started with that stream
+    closed (``<&-``): ``/dev/stdin`` then names nothing, and "No such file or directory" misled."""
+    return hasattr(error.filename, "said") and error.errno in (errno.ENOENT, errno.EBADF)
 
 
 class UsageError(ValueError):

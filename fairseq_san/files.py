@@ -14,7 +14,15 @@ import sys
 import tempfile
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 
-from fairseq_san.errors import OutputError, UsageError, binary_kind, json_error, repeated
+from fairseq_san.errors import (
+    OutputError,
+    UsageError,
+    binary_kind,
+    closed_stream,
+    file_error,
+    json_error,
+    repeated,
+)
 
 # The first bytes of a gzip file: kept hypotheses and analyses are gzipped (docs/results).
 GZIP_MAGIC = b"\x1f\x8b"
@@ -348,7 +356,9 @@ def read_json(
             raise error(f"{shown} is {kind}, not a file: {advice}")
         with open(path, "rb") as handle:
             data = handle.read() if limit is None else handle.read(limit + 1)
-    except FileNotFoundError:
+    except FileNotFoundError as err:
+        if closed_stream(err):
+            raise error(f"{shown} cannot be read: {file_error(err)}") from None
         raise error(f"{shown} not found{f': {fix}' if fix else ''}") from None
     except OSError as err:
         raise error(f"{shown} cannot be read ({err.strerror}): {advice}") from None

@@ -131,6 +131,25 @@ def test_a_closed_output_is_one_line_and_status_1(tmp_path, loop):
     )
 
 
+@pytest.mark.parametrize("command, said", [
+    (["fairseq-san-policy", "-"], 'JS file "standard input" cannot be read: '),
+    (["fairseq-san-loop", "train-log", "-"], ""),
+    (["fairseq-san-score", "-", "--reference", "REF"], ""),
+])  # fmt: skip
+def test_a_closed_input_of_dash_is_named_closed(tmp_path, command, said):
+    """Started with standard input closed (``<&-``), "-" was "No such file or directory" (or "JS
+    file "standard input" not found"): the device /dev/stdin names nothing then."""
+    (tmp_path / "REF").write_text("a b c\n")
+    result = subprocess.run([str(BIN / command[0]), *command[1:]], stderr=subprocess.PIPE,
+                            text=True, timeout=60, cwd=tmp_path,
+                            preexec_fn=lambda: os.close(0))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"{command[0]}: error: {said}standard input is closed (the command was started without"
+        " one): name a file"
+    )
+
+
 def test_a_command_that_prints_nothing_runs_with_its_output_closed(monkeypatch):
     """Standard output closed (``>&-``, sys.stdout None) and nothing printed: the command ends as
     it would, its output not flushed (an AttributeError traceback of None's flush)."""

@@ -2243,10 +2243,10 @@ def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
     stdin, stdout = read_from("-"), written_to("-")
     assert (stdin, stdout, read_from("a.txt")) == ("/dev/stdin", "/dev/stdout", "a.txt")
     assert f"{stdin} and {stdout:>16}" == "standard input and  standard output"
-    with pytest.raises(OSError) as missing:
-        open(Stream(str(tmp_path / "none"), "standard input"))
-    assert file_error(missing.value) == "standard input: No such file or directory"
-    assert str(missing.value) == "[Errno 2] No such file or directory: 'standard input'"
+    with pytest.raises(OSError) as folder:
+        open(Stream(str(tmp_path), "standard input"))
+    assert file_error(folder.value) == "standard input: Is a directory"
+    assert str(folder.value) == "[Errno 21] Is a directory: 'standard input'"
     for copied in (copy.copy(stdin), copy.deepcopy(stdin), pickle.loads(pickle.dumps(stdin))):
         assert (copied, f"{copied}") == ("/dev/stdin", "standard input")  # a TypeError
 

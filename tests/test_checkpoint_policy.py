@@ -216,7 +216,9 @@ def fine_tune(model, checkpoint) -> dict:
 def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(caplog):
     """{3,3} -> {4,2}, what the warm-started loop may learn next: layer 5 (index 4) followed
     layer 4's block and used its S (Eq. 4); it now leads a block and starts from those q/k.
-    Loading the same checkpoint to decode or resume is still refused (tests above)."""
+    Layer 4 led a block and now follows one: the log names the trained projections dropped (they
+    went without a word). Loading the same checkpoint to decode or resume is still refused (tests
+    above)."""
     trained, _ = build(policy_argv("3,3", "2,2,2"), dictionary=DICT, seed=61)
     model, _ = build(policy_argv("4,2", "2,4"), dictionary=DICT, seed=62)
     with caplog.at_level("INFO", logger="fairseq_san.models.checkpoint_policy"):
@@ -233,7 +235,11 @@ def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(c
         assert torch.equal(loaded[key], source[key]), key
     assert caplog.messages == [
         "fine-tuning from a checkpoint that shared otherwise: decoder.layers.4.self_attn starts with "
-        "decoder.layers.3.self_attn's q_proj, k_proj"
+        "decoder.layers.3.self_attn's q_proj, k_proj",
+        "fine-tuning from a checkpoint that shared otherwise: decoder.layers.3.self_attn drops its "
+        "trained q_proj, k_proj (this policy shares that attention)",
+        "fine-tuning from a checkpoint that shared otherwise: decoder.layers.4.encoder_attn drops "
+        "its trained q_proj, k_proj, v_proj (this policy shares that attention)",
     ]
 
 

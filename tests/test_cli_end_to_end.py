@@ -278,7 +278,8 @@ def test_model_overrides_policy_that_moves_the_checkpoints_blocks_fails(
 def test_fine_tuning_under_a_policy_whose_blocks_moved_trains(binarized_corpus, trained, tmp_path):
     """What the learn-to-share loop's --warm-start does when P_k+1 moves P_k's blocks:
     fairseq-train --finetune-from-model under {3,3}/{2,4} from the {1,5}/{3,3} checkpoint (which
-    decoding refuses: the test above). Layer 4 followed layer 2's block: it starts with its q/k."""
+    decoding refuses: the test above). Layer 4 followed layer 2's block: it starts with its q/k;
+    layer 2 led a block and now follows one: its trained q/k are dropped, as the log says."""
     checkpoint, _ = trained["sharing"]
     moved = ["--san-decoder-self-policy", "3,3", "--san-decoder-encdec-policy", "2,4"]
     start = ["--finetune-from-model", str(checkpoint), *moved]
@@ -291,6 +292,10 @@ def test_fine_tuning_under_a_policy_whose_blocks_moved_trains(binarized_corpus, 
         "decoder.layers.2.encoder_attn starts with decoder.layers.0.encoder_attn's q_proj, k_proj, "
         "v_proj",
         "decoder.layers.3.self_attn starts with decoder.layers.1.self_attn's q_proj, k_proj",
+        "decoder.layers.1.self_attn drops its trained q_proj, k_proj (this policy shares that "
+        "attention)",
+        "decoder.layers.3.encoder_attn drops its trained q_proj, k_proj, v_proj (this policy "
+        "shares that attention)",
     ]
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 2

@@ -84,14 +84,30 @@ MODEL_KINDS = {
 }  # fmt: skip
 
 
-def drop_unused_projections(model: nn.Module, state_dict: Dict) -> None:
-    """Remove from ``state_dict`` the projections ``model`` no longer has: a decode-time policy
-    that shares more than the checkpoint leaves its followers' projections unused (and a pre-norm
-    follower's query norm, which a checkpoint made before it was dropped holds too)."""
+def drop_unused_projections(model: nn.Module, state_dict: Dict) -> List[str]:
+    """Remove from ``state_dict`` the projections ``model`` no longer has, and return their keys:
+    a decode-time policy that shares more than the checkpoint leaves its followers' projections
+    unused (and a pre-norm follower's query norm, which a checkpoint made before it was dropped
+    holds too)."""
     own_keys = set(model.state_dict())
     unused = (PROJECTION_KEY, QUERY_NORM_KEY)
-    for key in [k for k in state_dict if k not in own_keys and any(p.match(k) for p in unused)]:
+    dropped = [k for k in state_dict if k not in own_keys and any(p.match(k) for p in unused)]
+    for key in dropped:
         del state_dict[key]
+    return dropped
+
+
+def log_dropped_projections(dropped: List[str]) -> None:
+    """Say which trained projections (``drop_unused_projections``' keys) a fine-tuned model left
+    behind: its policy shares more than the checkpoint's, and they went without a word."""
+    names: Dict[str, List[str]] = {}
+    for found in sorted(filter(None, map(PROJECTION_KEY.match, dropped)), key=projection_order):
+        names.setdefault(found.group("module"), []).append(found.group("proj"))
+    for module, projections in names.items():
+        logger.info(
+            "fine-tuning from a checkpoint that shared otherwise: %s drops its trained %s (this "
+            "policy shares that attention)", module, ", ".join(dict.fromkeys(projections)),
+        )  # fmt: skip
 
 
 def check_checkpoint_fits(model: nn.Module, state_dict: Dict) -> None:
@@ -160,7 +176,9 @@ def fit_checkpoint(model: nn.Module, state_dict: Dict, check: Callable) -> None:
         check(model, state_dict)
         if _RESUMING.get() is not None:
             check_resumed_sharing(model, state_dict, *_RESUMING.get())
-    drop_unused_projections(model, state_dict)
+    dropped = drop_unused_projections(model, state_dict)
+    if is_fine_tuning():
+        log_dropped_projections(dropped)
 
 
 def check_resumed_sharing(model: nn.Module, state_dict: Dict, path: str, restarts: bool) -> None:

@@ -273,6 +273,10 @@ Series = Dict[int, List[Tuple[int, float]]]  # layer -> [(training steps, JS)]
 # beyond: a 12-layer decoder's legend ran past its panel, a 16-layer one's off the figure.
 CURVE_LEGEND_ROWS = 9
 CURVE_LEGEND_ROW_INCHES = 0.2
+# A line's marker (a layer's in Figure 5, a system's in the speed figures); eleven of them against
+# the ten colours of matplotlib's cycle ("C0".."C9"), so that no two of 110 lines look alike: with
+# ten, the eleventh system was drawn as the first (blue circles both); with eight, the 41st layer.
+MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*", "<", ">", "h")
 
 
 def _curve_legend_rows(panels: Dict[str, Optional[Series]]) -> Tuple[int, int]:
@@ -294,7 +298,6 @@ def js_training_curves(
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
-    markers = ["^", "o", "s", "D", "v", "P", "X", "*"]
     columns, rows = _curve_legend_rows(panels)
     height = 3.2 + CURVE_LEGEND_ROW_INCHES * max(rows - CURVE_LEGEND_ROWS, 0)
     fig, axes = plt.subplots(1, len(DECODER_PANELS), figsize=(8.0, height))
@@ -312,7 +315,7 @@ def js_training_curves(
             continue
         for index, (layer, points) in enumerate(series.items()):
             steps, values = zip(*sorted(points))
-            ax.plot(steps, values, marker=markers[index % len(markers)], linewidth=1,
+            ax.plot(steps, values, marker=MARKERS[index % len(MARKERS)], linewidth=1,
                     label=f"L{layer}")  # fmt: skip
         ax.legend(title=f"vs L{reference_layer}", fontsize=8, title_fontsize=8, ncol=columns)
         ax.grid(alpha=0.3)
@@ -362,10 +365,6 @@ def _label_points(ax, series: "SpeedSeries") -> None:
                                             shrinkA=0, shrinkB=3))  # fmt: skip
 
 
-# A system's marker; eleven of them against the ten colours of matplotlib's cycle ("C0".."C9"),
-# so that no two of 110 systems look alike: with ten, the eleventh was drawn as the first (blue
-# circles both).
-SPEED_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*", "<", ">", "h")
 SpeedSeries = Dict[str, List[Tuple[float, float, str]]]  # system -> [(x, tokens/s, point label)]
 
 
@@ -392,7 +391,7 @@ def speed_curves(
             if not points:
                 continue
             xs, speeds, _ = zip(*points)
-            marker = SPEED_MARKERS[index % len(SPEED_MARKERS)]
+            marker = MARKERS[index % len(MARKERS)]
             ax.plot(xs, speeds, color=f"C{index}", marker=marker, linewidth=1, label=system)
         if xticks is not None:
             ax.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])

@@ -885,7 +885,8 @@ def test_plot_js_ticks_whole_training_steps(tmp_path, monkeypatch):
 @pytest.mark.parametrize("layers", [6, 12, 16, 50])
 def test_plot_js_legend_of_a_deep_decoder_stays_in_its_panel(tmp_path, monkeypatch, layers):
     """A 12-layer decoder's legend (11 layers against layer 1) ran past the bottom of its panel
-    over the x axis' label, a 16-layer one's off the figure: the layers it lost were not said."""
+    over the x axis' label, a 16-layer one's off the figure: the layers it lost were not said. A
+    50-layer one's 41st line was drawn as its first (eight markers against ten colours)."""
     from fairseq_san.cli.plot_js import main
 
     drawn = drawn_figures(monkeypatch)
@@ -901,3 +902,4 @@ def test_plot_js_legend_of_a_deep_decoder_stays_in_its_panel(tmp_path, monkeypat
         assert panel.x0 <= legend.x0 and legend.x1 <= panel.x1, (legend, panel)
         assert len(ax.get_legend().get_texts()) == layers - 1
         assert ax.xaxis.label.get_window_extent().y0 >= 0  # on the figure
+        assert len({(line.get_color(), line.get_marker()) for line in ax.lines}) == layers - 1

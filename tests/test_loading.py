@@ -16,12 +16,10 @@ import logging
 import os
 import pickle
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Sequence
 
 import numpy
 import pytest
@@ -1277,63 +1275,6 @@ def test_a_checkpoint_records_the_dictionaries_of_the_first_data_folder():
         os.path.join("first", "dict.de.txt"), os.path.join("first", "dict.en.txt")
     ]
 
-
-
-def other_words_shard(data: Path, shard: Path, names: Sequence[str]) -> Path:
-    """``data`` copied as ``shard``, its dictionary files ``names`` holding their words in the
-    reverse order: a shard binarized with other dictionaries of as many entries."""
-    shutil.copytree(data, shard)
-    for name in names:
-        lines = (shard / name).read_text().splitlines(keepends=True)
-        (shard / name).write_text("".join(reversed(lines)))
-    return shard
-
-
-def test_a_data_shard_of_other_dictionaries_is_refused_in_one_line(binarized_corpus, tmp_path):
-    """fairseq reads every shard of DATA1:DATA2 by DATA1's dictionaries: a shard binarized with
-    others trained on other words than its own, silently."""
-    shard = other_words_shard(binarized_corpus, tmp_path / "shard", ["dict.src.txt"])
-    data = f"{binarized_corpus}{os.pathsep}{shard}"
-    argv = train_argv(data, tmp_path / "run", 3, ["--task", "translation_san"])
-    result = run_cli("fairseq-train", *argv)
-    words = Path(binarized_corpus, "dict.src.txt").read_text().split()[::2]
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"fairseq-san: error: data shard 2 ({shard}): its dict.src.txt holds other words than "
-        f"the first folder's ({binarized_corpus}), first at index 4: {words[0]!r} in the "
-        f"first's, {words[-1]!r} in the shard's; fairseq reads every shard by the first "
-        "folder's dictionaries: binarize each shard with fairseq-preprocess --srcdict/--tgtdict "
-        "(--srcdict for a language model's) of the first folder's dictionaries"
-    )
-    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
-
-
-def test_language_model_shards_are_checked_and_shards_of_the_same_words_pass(tmp_path):
-    """A language model's dict.txt too; a shard of the same words, or without a dictionary file,
-    is not refused."""
-    from types import SimpleNamespace
-
-    from fairseq.data import Dictionary
-
-    from fairseq_san.errors import UsageError
-    from fairseq_san.fairseq_fixes.dictionary_words import check_shard_dictionaries
-
-    first = tmp_path / "first"
-    first.mkdir()
-    (first / "dict.txt").write_text("".join(f"w{i} {10 - i}\n" for i in range(6)))
-    same = Path(shutil.copytree(first, tmp_path / "same"))
-    (tmp_path / "bare").mkdir()
-    other = other_words_shard(first, tmp_path / "other", ["dict.txt"])
-    dictionary = Dictionary.load(str(first / "dict.txt"))
-
-    def task(*folders: Path) -> SimpleNamespace:
-        data = os.pathsep.join(str(folder) for folder in folders)
-        return SimpleNamespace(args=SimpleNamespace(data=data), source_dictionary=dictionary,
-                               target_dictionary=dictionary)  # fmt: skip
-
-    check_shard_dictionaries(task(first, same, tmp_path / "bare"))
-    with pytest.raises(UsageError, match=r"^data shard 3 \(.*other\): its dict.txt holds other"):
-        check_shard_dictionaries(task(first, same, other))
 
 def test_a_checkpoint_of_other_dictionaries_is_named_by_fairseqs_loader(tmp_path):
     """The model that refuses the embeddings' sizes does not know its file; the loader names it."""

@@ -24,8 +24,10 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
 * ``dictionary_words``: a checkpoint records its dictionaries' words, and fairseq's ensemble
   loader (generate, interactive, validate, eval-lm, the hub, the benchmark) refuses data whose
   dictionaries hold other words in as many entries (fairseq compared sizes only, and decoded
-  nonsense), as fairseq-train's resume and fine-tune do (``restore_file``); a task set up on
-  sharded data (DATA1:DATA2) refuses a shard of other dictionaries than the first folder's;
+  nonsense), as fairseq-train's resume and fine-tune do (``restore_file``);
+* ``data_shards``: a task set up on sharded data (DATA1:DATA2) refuses a shard of other
+  dictionaries than the first folder's, and fairseq-train one without the training split (it
+  stopped at that shard's epoch);
 * ``last_batch``: every sentence of a subset is batched (fairseq main drops a last batch whose
   size is not a multiple of ``--required-batch-size-multiple``);
 * ``numpy2``: fairseq's language-model datasets work on numpy 2 (``np.compat.long``);
@@ -149,6 +151,7 @@ from fairseq_san.fairseq_fixes import (
     clean_exit,
     command_options,
     constrained_alignment,
+    data_shards,
     dictionary_files,
     dictionary_words,
     diverse_beam_search,
@@ -187,7 +190,7 @@ from fairseq_san.fairseq_fixes import (
 
 FIXES = (
     literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
-    dictionary_words, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
+    dictionary_words, data_shards, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
     restore_file, resumed_training, save_dir_lock, checkpoint_copies, shared_checkpoints,
     translation_models, half_precision, command_options, tokens_per_sample, forced_ends,
     generation_shards, subword_joining, batch_tokens, dictionary_files, lm_fusion,

@@ -16,11 +16,7 @@ that differs where the training's dictionary file is still there; fairseq-san-av
 checkpoints of different records. A checkpoint without the record (older ones, fairseq's own
 without the plugin) loads as before.
 
-Sharded data (DATA1:DATA2:...) has the same flaw: fairseq reads the dictionaries of the first
-folder alone and every shard's token ids by them, so a shard binarized with other dictionaries
-trained (or was decoded) on other words, silently. A translation or language-modelling task set
-up on shards now refuses, in one line (``check_shard_dictionaries``), a shard whose dictionary
-file holds other words than the first folder's (a shard without the file is not checked).
+Sharded data (DATA1:DATA2:...) has the same flaw, checked by ``data_shards``.
 """
 
 import contextvars
@@ -30,7 +26,6 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_san.checkpoints import VOCABULARY_ADVICE, VocabularyMismatch
-from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 from fairseq_san.files import first_data_folder
 from fairseq_san.pickled_fields import shown
@@ -224,54 +219,10 @@ def _checking_the_words(load_model_ensemble_and_task):
     return wrapper
 
 
-def check_shard_dictionaries(task) -> None:
-    """Refuse a data shard (DATA2, DATA3... of the task's data) whose dictionary file holds other
-    words than the first folder's, whose dictionaries fairseq reads every shard's ids by."""
-    data = task_option(task, "data")
-    folders = data.split(os.pathsep) if isinstance(data, str) else []
-    if len(folders) < 2:  # one folder: no shard to compare
-        return
-    for name in task_dictionaries(task):
-        file = dictionary_file(name, task)
-        first = file_words(os.path.join(folders[0], file))
-        if first is None:  # not a file fairseq-preprocess named: nothing to compare with
-            continue
-        for number, folder in enumerate(folders[1:], start=2):
-            path = os.path.join(folder, file)
-            words = file_words(path) if os.path.isfile(path) else None
-            if words is not None and words != first:
-                where = first_difference(first, words, ("the first's", "the shard's"))
-                raise UsageError(
-                    f"data shard {number} ({folder}): its {file} holds other words than the "
-                    f"first folder's ({folders[0]}), {where}; fairseq "
-                    "reads every shard by the first folder's dictionaries: binarize each shard "
-                    "with fairseq-preprocess --srcdict/--tgtdict (--srcdict for a language "
-                    "model's) of the first folder's dictionaries"
-                )
-
-
-def _checking_the_shards(setup_task):
-    """A task's ``setup_task``, refusing shards of other dictionaries than the first folder's."""
-
-    @functools.wraps(setup_task)
-    def wrapper(cls, *args, **kwargs):
-        task = setup_task(cls, *args, **kwargs)
-        check_shard_dictionaries(task)
-        return task
-
-    return wrapper
-
-
 def install() -> None:
     """Check the words of every checkpoint fairseq's ensemble loader reads (idempotent); the
-    record is saved by ``resumed_training`` and checked at a resume by ``restore_file``. Check
-    a translation's and a language model's data shards' dictionaries at task setup."""
+    record is saved by ``resumed_training`` and checked at a resume by ``restore_file``."""
     from fairseq import checkpoint_utils
-    from fairseq.tasks.language_modeling import LanguageModelingTask
-    from fairseq.tasks.translation import TranslationTask
-
-    for task_class in (TranslationTask, LanguageModelingTask):
-        wrap_once(task_class, "setup_task", _checking_the_shards)
 
     wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _noting_the_record)
     wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _checking_the_words)

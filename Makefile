@@ -6,9 +6,10 @@ BIN := $(VENV)/bin
 .PHONY: setup test test-fast demo clean-venv
 
 # pytest-xdist workers for the tests: one per core (auto); 0 runs them in pytest's own process.
-# Tests run by module (--dist loadscope) so that a module's fixtures are built once.
+# Tests run by module (--dist loadscope) so that a module's fixtures are built once; the 25
+# slowest are named at the end (--durations), where the suite's time goes.
 TEST_WORKERS ?= auto
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations 25
 
 # TORCH picks the torch build, installed first (a plain `torch` from PyPI is the multi-GB CUDA
 # build): cpu (default) the CPU wheel from PyTorch's CPU index; cuda the CUDA build from PyPI;

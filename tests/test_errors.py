@@ -2544,6 +2544,28 @@ def test_a_rank_that_lost_another_says_it_in_one_line(capsys, gloo, said):
     assert capsys.readouterr().err.startswith("Traceback")
 
 
+def test_a_rendezvous_port_in_use_is_one_line(capsys):
+    """fairseq-train's rank 0 given --distributed-init-method tcp://127.0.0.1:PORT where another
+    process listens on PORT (another run's rank 0): torch's DistNetworkError, a 50-line
+    traceback; now one line naming the port (the port's own line only: another DistNetworkError
+    keeps its traceback)."""
+    import torch.distributed as dist
+
+    from fairseq_san.fairseq_fixes.one_line_errors import excepthook
+
+    error = dist.DistNetworkError(
+        "The server socket has failed to listen on any local network address. port: 47123, "
+        "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+    )
+    excepthook(traceback_printer)(type(error), error, None)
+    said = capsys.readouterr().err
+    assert said.startswith("fairseq-san: error: --distributed-init-method: port 47123 is in use")
+    assert said.count("\n") == 1
+    other = dist.DistNetworkError("The client socket has timed out after 1s")
+    excepthook(traceback_printer)(type(other), other, None)
+    assert capsys.readouterr().err.startswith("Traceback")
+
+
 def traceback_printer(*args) -> None:
     """A stand-in for the ``sys.excepthook`` that one_line_errors' hook defers to: it prints the
     first line of a traceback."""

@@ -20,6 +20,9 @@ prints as one line
 * gloo's loss of another rank under a collective (``PEER_LOST``): that rank stopped first
   (failed, killed), and this one printed a traceback of its all-reduce, some 50 lines on
   fairseq-san-cpu-ranks' terminal above the line naming the rank that stopped;
+* a ``--distributed-init-method tcp://HOST:PORT`` whose port rank 0 cannot listen on
+  (``PORT_IN_USE``): another run's rank 0, or another program, holds it (torch's
+  DistNetworkError, some 50 lines);
 * an interrupt (Ctrl-C): fairseq-validate, -generate and -eval-lm printed a traceback of
   wherever they were (the exit status stays the interrupt's);
 * an output that cannot be written: a reader that stopped (``fairseq-generate ... | head``) ends
@@ -138,6 +141,24 @@ def peer_lost(exc: BaseException) -> Optional[str]:
     return (
         f"the connection to another rank was lost (gloo: {found.group(1)}): that rank stopped "
         "first, and its own output says why"
+    )
+
+
+# torch's error where rank 0 cannot listen on the rendezvous's port: another process holds it.
+PORT_IN_USE = re.compile(r"The server socket has failed to listen .*port: (\d+),.*EADDRINUSE")
+
+
+def port_in_use(exc: BaseException) -> Optional[str]:
+    """The rendezvous's port held by another process (``PORT_IN_USE``), and the way out; else
+    None. The other ranks, connected to what holds it, wait for a rank 0 that never comes."""
+    found = PORT_IN_USE.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if found is None:
+        return None
+    return (
+        f"--distributed-init-method: port {found.group(1)} is in use (another run's rank 0, or "
+        "another program): give each run a port of its own and stop this run's other ranks "
+        "(they wait for this one); on one machine, fairseq-san-cpu-ranks N -- fairseq-train ... "
+        "needs no port"
     )
 
 
@@ -396,6 +417,7 @@ def excepthook(previous: Callable) -> Callable:
             or malformed_command_line_value(exc, sys.argv[1:])
             or missing_component_option(exc)
             or peer_lost(exc)
+            or port_in_use(exc)
         )
         if isinstance(exc, BrokenPipeError):  # ``fairseq-generate ... | head``: the reader left
             drop_unwritten_output()

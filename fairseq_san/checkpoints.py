@@ -663,6 +663,16 @@ def stored_value(state: dict, group: str, name: str) -> object:
     return getattr(node, name, None)
 
 
+def stored_holds(state: dict, group: str, name: str) -> bool:
+    """Whether a checkpoint's ``group`` configuration (``stored_value``'s) holds option ``name``
+    at all: a checkpoint saved before the option was recorded (an older fairseq or plugin) does
+    not, which says nothing of its value."""
+    node = stored_group(state, group)
+    if isinstance(node, dict) or hasattr(node, "keys"):
+        return name in node
+    return hasattr(node, name)
+
+
 def language_model_in(state: dict) -> Optional[str]:
     """``task T, arch A`` where a checkpoint's configuration (read, not built) is a language
     model's: its task models language or its architecture is a language model; else None."""

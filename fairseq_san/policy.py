@@ -473,6 +473,22 @@ def check_one_source(analyses: Sequence[dict], names: Sequence[str]) -> None:
             )
 
 
+def unrecorded_note(analyses: Sequence[dict], names: Sequence[str]) -> Optional[str]:
+    """Where some analyses record a ``SOURCE_FIELDS`` field (their sharing policy, recorded
+    since 8b5d510) and others do not (written before), which and what: ``check_one_source``
+    cannot tell a shared model's analysis taken beside an unshared one's; else None."""
+    for field, _ in SOURCE_FIELDS:
+        recording = [name for name, analysis in zip(names, analyses) if field in analysis]
+        silent = [name for name, analysis in zip(names, analyses) if field not in analysis]
+        if recording and silent:
+            return (
+                f"{silent[0]} records no {field} (an analysis written by an older version) but "
+                f"{recording[0]} does: they are taken as if of one {field}, unchecked; to "
+                f"check, analyse {silent[0]}'s checkpoint again"
+            )
+    return None
+
+
 def recorded_difference(
     analyses: Sequence[dict], names: Sequence[str], field: str
 ) -> Optional[Tuple[Tuple[str, object], Tuple[str, object]]]:

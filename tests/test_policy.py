@@ -855,6 +855,24 @@ def test_mean_js_refuses_analyses_of_other_subsets_or_policies(first, second, sa
     assert mean_js([analyses[0], {"decoder_self": PAPER_SELF}], ["a.json", "c.json"])
 
 
+def test_an_older_analysis_beside_one_that_records_its_policy_is_warned_of(tmp_path, capsys):
+    """An analysis written before js.json recorded the model's sharing policy (an old run dir's)
+    averaged beside a shared model's, without a word: the policy learned from zeros it cannot
+    tell from the unshared model's JS. It is taken, as before, and said."""
+    older, shared = tmp_path / "old.json", tmp_path / "new.json"
+    older.write_text(json.dumps({"decoder_self": PAPER_SELF, "subset": "valid"}))
+    shared.write_text(json.dumps({"decoder_self": PAPER_SELF, "subset": "valid",
+                                  "policy": {"decoder_self": [6]}}))  # fmt: skip
+    policy_main([str(older), str(shared), "--theta-decoder-self", "0.3"])
+    assert capsys.readouterr().err == (
+        f"fairseq-san-policy: warning: {older} records no policy (an analysis written by an "
+        f"older version) but {shared} does: they are taken as if of one policy, unchecked; to "
+        f"check, analyse {older}'s checkpoint again\n"
+    )
+    policy_main([str(older), "--theta-decoder-self", "0.3"])  # alone, or among its own version's
+    assert capsys.readouterr().err == ""
+
+
 # --- import weight and CLI ------------------------------------------------
 
 

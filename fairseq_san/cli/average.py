@@ -215,10 +215,13 @@ def configuration_mismatch(reference: dict, state: dict) -> Optional[str]:
     """The first of ``MEANING_KEYS`` that checkpoint ``state`` records otherwise than
     ``reference`` (its value and the reference's), or None: the parameters' layout alone let an
     En->De and a De->En model, or a ReLU and a GELU one, be averaged under the first's
-    configuration."""
-    from fairseq_san.checkpoints import stored_value
+    configuration. A key that one of them does not hold (saved by a version before the key was
+    recorded: a run resumed across an upgrade) is not compared: it was refused as another run."""
+    from fairseq_san.checkpoints import stored_holds, stored_value
 
     for key in MEANING_KEYS:
+        if not all(stored_holds(saved, "model", key) for saved in (reference, state)):
+            continue
         value, wanted = stored_value(state, "model", key), stored_value(reference, "model", key)
         if value != wanted:
             return f"its {key} is {value!r}, not {wanted!r}"

@@ -32,6 +32,7 @@ from fairseq_san.policy import (
     check_one_source,
     mean_js,
     recorded_difference,
+    unrecorded_note,
 )
 
 # The paper's Figure 5: layers 5 and 6 of a six-layer decoder against layer 4.
@@ -151,6 +152,9 @@ def check_one_series(
         check_one_source([data for _, data in analyses], [path for path, _ in analyses])
     except PolicyError as err:  # a shared model's zeros drawn inside a baseline's curve
         raise PlotError(str(err)) from None
+    note = unrecorded_note([data for _, data in analyses], [path for path, _ in analyses])
+    if note is not None:
+        print(f"fairseq-san-plot-js: warning: {note}", file=sys.stderr)
     check_one_training(analyses, moved)
     check_one_model(analyses)
 

@@ -61,6 +61,7 @@ from fairseq_san.policy import (
     same_recorded,
     shown_where_learned,
     theta_ranges,
+    unrecorded_note,
     write_policy,
 )
 
@@ -301,6 +302,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             check_some_matrix(analysis, path)
         check_one_step_per_training(analyses, paths)
         js_by_kind = mean_js(analyses, paths)  # of one: its matrices, checked naming the file
+        note = unrecorded_note(analyses, paths)
+        if note is not None:
+            print(f"{PROG}: warning: {note}", file=sys.stderr)
         check_decoder_self_theta(js_by_kind, thetas)
         policy = learn_policy(js_by_kind, thetas)
         warn_of_ignored_thetas(js_by_kind, thetas, paths)

@@ -11,10 +11,15 @@ the hub's ``sample("...", sampling=True, temperature=0.001)``, fairseq-generate 
 fairseq-interactive, with fairseq's decoder and the static one (it calls the same step).
 ``install()`` wraps the step: such a row is drawn from its log-probabilities less their
 maximum (the same distribution, its largest probability 1), and its score is given back the
-maximum (the model's log-probability). Other rows are drawn as before.
+maximum (the model's log-probability). Other rows are drawn as before. With
+``--sampling-topp`` such a row is shifted to a whole probability below p instead: its tokens'
+mass is that far below p, and the nucleus holds them all, as fairseq's (whose probabilities are
+not renormalised after masking) would hold them in exact arithmetic; shifted to a largest
+probability of 1, the nucleus held the largest token alone.
 """
 
 import functools
+import math
 from typing import Callable
 
 import torch
@@ -26,19 +31,22 @@ from fairseq_san.fairseq_fixes.wrapping import wrap_once
 UNDERFLOW = -100.0
 
 
-def underflow_shift(lprobs: Tensor) -> Tensor:
+def underflow_shift(lprobs: Tensor, topp: float = -1.0) -> Tensor:
     """(sentences, beam): the largest log-probability of each row of ``lprobs`` (sentences,
     beam, vocabulary) whose tokens' probabilities are all (near) 0 but not all -inf; 0
-    elsewhere."""
+    elsewhere. With a nucleus ``topp`` (> 0), the shift that leaves such a row a whole
+    probability of ``topp`` / 2: all of it inside the nucleus, as its mass is."""
     largest = lprobs.max(dim=-1).values
     vanishing = torch.isfinite(largest) & largest.lt(UNDERFLOW)
+    if topp > 0:
+        largest = torch.logsumexp(lprobs, dim=-1) + math.log(2 / topp)
     return torch.where(vanishing, largest, torch.zeros_like(largest))
 
 
 def _drawn_within_float(step: Callable) -> Callable:
     @functools.wraps(step)
     def wrapper(self, step_number: int, lprobs: Tensor, scores: Tensor, *args, **kwargs):
-        shift = underflow_shift(lprobs)
+        shift = underflow_shift(lprobs, self.sampling_topp)
         if not bool(shift.ne(0).any()):
             return step(self, step_number, lprobs, scores, *args, **kwargs)
         shifted = lprobs - shift.unsqueeze(-1)

@@ -502,6 +502,25 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         copied.calls = threading.local()
         return copied
 
+    def __copy__(self) -> "SANHubInterface":
+        """A shallow copy (its models and task shared), with calls of its own; ``copy.copy``
+        would otherwise take the pickle's way, which ``__reduce_ex__`` refuses."""
+        copied = type(self).__new__(type(self))
+        vars(copied).update(vars(self))
+        copied.calls = threading.local()
+        return copied
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        """Refused in one line: pickle (``torch.save``, a process pool) failed inside the hub's
+        objects ("Can't pickle local object 'BaseFairseqModel.make_generation_fast_.<locals>.
+        train'"), and fairseq's configuration holds enums that no pickle finds again."""
+        raise TypeError(
+            f"cannot pickle a hub model ({type(self).__name__}): fairseq's generation-ready models "
+            "and configuration do not pickle; copy.deepcopy(hub) copies it in this process, and "
+            "another process loads the checkpoint itself with from_pretrained (to save weights: "
+            "torch.save(hub.models[0].state_dict(), PATH))"
+        )
+
     def beam_or_default(self, beam: Optional[int], default: int) -> int:
         """The call's ``beam``, else the one the model was loaded with, else fairseq's default
         for the call."""

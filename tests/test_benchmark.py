@@ -567,6 +567,32 @@ def test_a_figure_that_cannot_be_written_is_named(monkeypatch, tmp_path):
     assert (tmp_path / "results.json").exists()
 
 
+def test_results_that_cannot_be_written_leave_no_earlier_runs_beside_them(monkeypatch, tmp_path):
+    """A full disk at results.md left the new results.json beside an earlier run's results.md
+    and figures, with a bare "[Errno 28] No space left on device"; now the folder holds no
+    results, and the line names the file."""
+    import errno
+
+    from fairseq_san.benchmark import run
+
+    def full_disk_at_markdown(path, text):
+        if path.endswith(run.RESULTS_MD):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        (tmp_path / run.RESULTS_JSON).write_text(text)
+
+    for name in run.RESULT_FILES + run.FIGURES:
+        (tmp_path / name).write_text("an earlier run's")
+    monkeypatch.setattr(run, "markdown_report", lambda results: "")
+    monkeypatch.setattr(run, "write_text", full_disk_at_markdown)
+    with pytest.raises(ValueError) as refused:
+        run.write_results({"config": {"modes": ["fixed"]}}, tmp_path)
+    assert str(refused.value) == (
+        f"cannot write {tmp_path / 'results.md'}: No space left on device (no results written "
+        f"in {tmp_path})"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_every_bleu_row_names_its_decoder_and_precision():
     """The BLEU table named the system alone: an int8 row read as the fp32 system's quality."""
     from fairseq_san.benchmark.report import bleu_table

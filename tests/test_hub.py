@@ -1022,6 +1022,25 @@ def test_a_copied_hub_decodes_as_the_original_and_apart_from_it(san_checkpoint, 
     assert copied.task.source_dictionary == hub.task.source_dictionary
 
 
+def test_pickling_a_hub_is_refused_in_one_line(san_checkpoint, binarized_corpus, tmp_path):
+    """pickle (torch.save, a process pool) failed inside fairseq's objects: "Can't pickle local
+    object 'BaseFairseqModel.make_generation_fast_.<locals>.train'"; its refusal says what
+    copies or saves a hub; copy.copy, which took the pickle's way, still copies it."""
+    import copy
+    import pickle
+
+    import torch
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    for save in (pickle.dumps, lambda hub: torch.save(hub, tmp_path / "hub.pt")):
+        with pytest.raises(TypeError) as refused:
+            save(hub)
+        assert str(refused.value).startswith(
+            "cannot pickle a hub model (SANHubInterface): fairseq's generation-ready models"
+        )
+    assert copy.copy(hub).translate("tok1 tok2 tok3") == hub.translate("tok1 tok2 tok3")
+
+
 def test_a_shared_models_calls_in_threads_of_their_own_translate_as_alone(
     binarized_corpus, tmp_path
 ):

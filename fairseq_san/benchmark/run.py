@@ -302,13 +302,22 @@ def write_results(results: Dict, out_dir: Path) -> None:
     beam, and against BLEU where natural lengths were decoded (fixed ones have no BLEU); the
     figures only where matplotlib is installed (the offline bundle for GPU machines leaves it
     out). The results are written whole or not at all, and so is each figure (a figure that
-    cannot be written is a ValueError naming it); an earlier run's figures are removed."""
+    cannot be written is a ValueError naming it); an earlier run's figures are removed, and so
+    are its results where these cannot be written (a full disk left a new results.json beside
+    the earlier run's results.md, with a bare OSError)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(finite(results), indent=2, allow_nan=False) + "\n"
-    write_text(str(out_dir / RESULTS_JSON), text)
-    write_text(str(out_dir / RESULTS_MD), markdown_report(results))
     for name in FIGURES:
         (out_dir / name).unlink(missing_ok=True)
+    text = json.dumps(finite(results), indent=2, allow_nan=False) + "\n"
+    try:
+        write_text(str(out_dir / RESULTS_JSON), text)
+        write_text(str(out_dir / RESULTS_MD), markdown_report(results))
+    except OSError as err:
+        for name in RESULT_FILES:
+            (out_dir / name).unlink(missing_ok=True)
+        raise ValueError(
+            f"cannot write {err.filename}: {err.strerror or err} (no results written in {out_dir})"
+        ) from None
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("figures not drawn: matplotlib is not installed (results.json has the data)")
         return

@@ -356,11 +356,11 @@ def read_json(
             raise error(f"{shown} is {kind}, not a file: {advice}")
         with open(path, "rb") as handle:
             data = handle.read() if limit is None else handle.read(limit + 1)
-    except FileNotFoundError as err:
-        if closed_stream(err):
-            raise error(f"{shown} cannot be read: {file_error(err)}") from None
-        raise error(f"{shown} not found{f': {fix}' if fix else ''}") from None
     except OSError as err:
+        if closed_stream(err):  # ENOENT, or EBADF where /dev/stdin is a device of descriptors
+            raise error(f"{shown} cannot be read: {file_error(err)}") from None
+        if isinstance(err, FileNotFoundError):
+            raise error(f"{shown} not found{f': {fix}' if fix else ''}") from None
         raise error(f"{shown} cannot be read ({err.strerror}): {advice}") from None
     if limit is not None and len(data) > limit:
         raise error(f"{shown} is over {limit:,} bytes, more than a {what} holds: check the path")

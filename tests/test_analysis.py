@@ -415,6 +415,24 @@ def test_plot_js_takes_one_trainings_checkpoints_from_two_folders(tmp_path, caps
     assert output.stat().st_size > 0 and "(3 checkpoints)" in capsys.readouterr().err
 
 
+def test_plot_js_warns_of_an_older_analysis_beside_one_that_records_its_policy(tmp_path, capsys):
+    """An analysis recording no sharing policy (written before js.json recorded it) drawn in one
+    curve with a shared model's, without a word: fairseq-san-policy's warning
+    (``policy.unrecorded_note``) is plot-js' too, and the figure is drawn as before."""
+    from fairseq_san.cli.plot_js import main
+
+    older = write_js(tmp_path / "a", 10, decoder_self=6)
+    shared = with_recorded(write_js(tmp_path / "b", 20, decoder_self=6),
+                           policy={"decoder_self": [6]})  # fmt: skip
+    output = tmp_path / "fig5.png"
+    main([older, shared, "-o", str(output), "--reference-layer", "1", "--layers", "2"])
+    assert output.stat().st_size > 0
+    assert (
+        f"fairseq-san-plot-js: warning: {older}/js.json records no policy (an analysis written by "
+        f"an older version) but {shared}/js.json does" in capsys.readouterr().err
+    )
+
+
 def test_plot_js_refuses_the_reference_layer_among_the_layers(tmp_path, capsys):
     """"L4 vs L4" was drawn, a flat line at 0."""
     first = write_js(tmp_path / "a", 10, decoder_self=6, decoder_encdec=6, encoder_self=2)

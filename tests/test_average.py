@@ -11,6 +11,7 @@ import logging
 import re
 import shutil
 import subprocess
+from argparse import Namespace
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -322,6 +323,11 @@ def test_checkpoints_of_a_run_resumed_across_an_upgrade_are_one_model():
     assert average.configuration_mismatch(newer, reverse) == (
         "its language_pair is ['en', 'de'], not ['de', 'en']"
     )
+    # fairseq-train saves a legacy architecture's (transformer_san's) model options as a Namespace
+    older, newer = ({"cfg": {"model": Namespace(**state["cfg"]["model"])}}
+                    for state in (older, newer))  # fmt: skip
+    assert average.configuration_mismatch(older, newer) is None
+    assert average.configuration_mismatch(newer, older) is None
 
 
 def add_a_mask(value: bool):

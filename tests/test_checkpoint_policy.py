@@ -128,13 +128,16 @@ def test_a_policy_whose_blocks_moved_is_named_as_such_not_as_sharing_less():
         ("2,4", "2,2,2", False),
     ],
 )
-def test_decode_time_policy_may_share_more_never_less(trained, requested, loads):
+def test_decode_time_policy_may_share_more_never_less(trained, requested, loads, caplog):
     """A checkpoint runs under a policy exactly when each trained block lies inside a requested
-    block: only the first layer of a block has the projections that compute S."""
+    block: only the first layer of a block has the projections that compute S. Decoding so logs
+    nothing of fine-tuning (its dropped projections are fine-tuning's news alone)."""
     checkpoint, _ = build(policy_argv(trained), dictionary=DICT)
     model, _ = build(policy_argv(requested), dictionary=DICT)
     if loads:
-        model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
+        with caplog.at_level("INFO", logger="fairseq_san.models.checkpoint_policy"):
+            model.load_state_dict(checkpoint.state_dict(), strict=True, model_cfg=None)
+        assert caplog.messages == []
     else:
         moved = (trained, requested) == ("3,3", "2,2,2")  # layer 3 led no block of the checkpoint
         said = "blocks with other borders" if moved else "more attention sharing"

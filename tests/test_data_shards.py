@@ -112,3 +112,57 @@ def test_shards_of_a_split_in_either_direction_or_of_a_language_model_pass(tmp_p
     with pytest.raises(UsageError, match=r"^data shard 3 \(.*bare\) holds no train split \(train\."
                        r"bin and \.idx\)"):  # fmt: skip
         check_shard_splits(task(lm, lm, bare), "train")
+    with pytest.raises(UsageError, match=r"^data shard 2 \(no name: DATA ends in ':' or holds "
+                       r"'::'\) holds no train split"):  # fmt: skip
+        check_shard_splits(task(lm, ""), "train")  # "LM:": it showed "data shard 2 ()"
+
+
+def test_raw_text_shards_are_named_by_their_text_files(tmp_path):
+    """--dataset-impl raw reads train.src-tgt.src itself: a shard holding it passes, and one
+    without it was said to lack "train.src-tgt.src.bin and .idx", files raw data never has."""
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.data_shards import check_shard_splits
+
+    first, bare = tmp_path / "first", tmp_path / "bare"
+    for folder in (first, bare):
+        folder.mkdir()
+    for lang in ("src", "tgt"):
+        (first / f"train.src-tgt.{lang}").write_text("a b\n")
+    data = os.pathsep.join(str(path) for path in (first, first, bare))
+    task = SimpleNamespace(cfg=SimpleNamespace(data=data, dataset_impl="raw", source_lang="src",
+                                               target_lang="tgt"))  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        check_shard_splits(task, "train")
+    assert str(refused.value).startswith(
+        f"data shard 3 ({bare}) holds no train split (train.src-tgt.src): fairseq-train reads "
+    )
+
+
+def test_the_trainer_checks_its_train_subset_of_translation_and_language_models(tmp_path):
+    """fairseq-train --train-subset big reads big.* from each shard: the trainer's check looks
+    for that split, not "train"; a task of another kind (its own files) is not checked."""
+    from fairseq.tasks.fairseq_task import FairseqTask
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.data_shards import _checking_the_splits
+
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        for ext in ("bin", "idx"):
+            (tmp_path / name / f"big.{ext}").write_bytes(b"")
+    data = os.pathsep.join(str(tmp_path / name) for name in ("first", "second"))
+    get_train_iterator = _checking_the_splits(lambda trainer, epoch: f"epoch {epoch}")
+
+    def trainer(task_class: type, subset: str) -> SimpleNamespace:
+        task = task_class.__new__(task_class)
+        task.cfg = SimpleNamespace(data=data, dataset_impl=None)
+        dataset = SimpleNamespace(train_subset=subset)
+        return SimpleNamespace(task=task, cfg=SimpleNamespace(dataset=dataset))
+
+    assert get_train_iterator(trainer(LanguageModelingTask, "big"), 2) == "epoch 2"
+    assert get_train_iterator(trainer(FairseqTask, "train"), 2) == "epoch 2"
+    for task_class in (LanguageModelingTask, TranslationTask):
+        with pytest.raises(UsageError, match=r"^data shard 1 \(.*first\) holds no train split"):
+            get_train_iterator(trainer(task_class, "train"), 1)

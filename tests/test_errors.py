@@ -2251,6 +2251,31 @@ def test_dash_opens_the_stream_and_is_said_as_given(tmp_path):
         assert (copied, f"{copied}") == ("/dev/stdin", "standard input")  # a TypeError
 
 
+def test_a_closed_stream_is_named_closed_where_opening_it_is_a_bad_descriptor(monkeypatch):
+    """Where /dev/stdin is a device of descriptors (macOS), "-" in a command started without
+    standard input is EBADF, not ENOENT (``errors.closed_stream``): file_error said it closed and
+    read_json "cannot be read (Bad file descriptor): give a JSON file"."""
+    import errno
+
+    from fairseq_san import files
+    from fairseq_san.errors import UsageError
+
+    stdin, stat = files.read_from("-"), os.stat
+
+    def bad_descriptor(path, *args, **kwargs):
+        if path is stdin:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF), path)
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "stat", bad_descriptor)
+    with pytest.raises(UsageError) as refused:
+        files.read_json(stdin, "JS file")
+    assert str(refused.value) == (
+        'JS file "standard input" cannot be read: standard input is closed (the command was '
+        "started without one): name a file"
+    )
+
+
 def test_a_list_of_files_names_dash_as_given(tmp_path):
     """A list of files joined into a line (fairseq-san-policy's warning of an ignored theta,
     fairseq-san-score's unpaired seeds) named "-" /dev/stdin: str.join writes the device."""
@@ -2561,9 +2586,15 @@ def test_a_rendezvous_port_in_use_is_one_line(capsys):
     said = capsys.readouterr().err
     assert said.startswith("fairseq-san: error: --distributed-init-method: port 47123 is in use")
     assert said.count("\n") == 1
-    other = dist.DistNetworkError("The client socket has timed out after 1s")
-    excepthook(traceback_printer)(type(other), other, None)
-    assert capsys.readouterr().err.startswith("Traceback")
+    for other in (
+        dist.DistNetworkError("The client socket has timed out after 1s"),
+        dist.DistNetworkError(  # a port below 1024 this user may not take: not "in use"
+            "The server socket has failed to listen on any local network address. port: 80, "
+            "useIpv6: false, code: -13, name: EACCES, message: permission denied"
+        ),
+    ):
+        excepthook(traceback_printer)(type(other), other, None)
+        assert capsys.readouterr().err.startswith("Traceback")
 
 
 def traceback_printer(*args) -> None:

@@ -37,6 +37,7 @@ from fairseq_san.policy import (
     resolve_policy,
     theta_range,
     theta_ranges,
+    unrecorded_note,
     validate_blocks,
     write_policy,
 )
@@ -871,6 +872,12 @@ def test_an_older_analysis_beside_one_that_records_its_policy_is_warned_of(tmp_p
     )
     policy_main([str(older), "--theta-decoder-self", "0.3"])  # alone, or among its own version's
     assert capsys.readouterr().err == ""
+    for field in ("subset", "sentences"):  # recorded before the policy was: older still
+        recorded = {"decoder_self": PAPER_SELF, field: 30}
+        assert unrecorded_note([{"decoder_self": PAPER_SELF}, recorded], ["a", "b"]) == (
+            f"a records no {field} (an analysis written by an older version) but b does: they "
+            f"are taken as if of one {field}, unchecked; to check, analyse a's checkpoint again"
+        )
 
 
 # --- import weight and CLI ------------------------------------------------

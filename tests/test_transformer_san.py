@@ -992,15 +992,17 @@ def test_sampling_draws_a_row_whose_probabilities_are_all_below_floats_smallest(
     assert torch.allclose(drawn[1], parents.gather(1, tokens[1:].t()).squeeze(1))
 
 
-def test_top_p_sampling_keeps_every_token_of_a_row_below_floats_smallest():
+@pytest.mark.parametrize("topp", [0.9, 0.5, 1.0])
+def test_top_p_sampling_keeps_every_token_of_a_row_below_floats_smallest(topp):
     """Such a row's tokens hold far less than p together, so fairseq's nucleus (``--sampling-topp``,
     probabilities not renormalised after masking) holds them all; the row shifted to a largest
-    probability of 1 held its largest token alone, and sampled nothing else."""
+    probability of 1 held its largest token alone, and sampled nothing else (shifted to a whole
+    probability of 1, so did a p below its largest token's share, 62%)."""
     from fairseq.search import Sampling
 
     torch.manual_seed(0)
     lprobs = torch.full((1, 50, len(DICT)), -math.inf)
     lprobs[0, :, 7], lprobs[0, :, 9] = -200.0, -200.5  # both below e^-104, 62% and 38%
-    drawn, tokens, _ = Sampling(DICT, sampling_topp=0.9).step(2, lprobs, torch.zeros(1, 50, 4))
+    drawn, tokens, _ = Sampling(DICT, sampling_topp=topp).step(2, lprobs, torch.zeros(1, 50, 4))
     assert set(tokens[0].tolist()) == {7, 9}
     assert drawn[0].tolist() == [-200.0 if t == 7 else -200.5 for t in tokens[0].tolist()]

@@ -26,6 +26,10 @@ from fairseq_san.fairseq_fixes.dictionary_words import (
 from fairseq_san.fairseq_fixes.wrapping import wrap_once
 
 
+# How a shard of no name is shown: fairseq splits "DATA1:" into DATA1 and "".
+EMPTY_NAME = "no name: DATA ends in ':' or holds '::'"
+
+
 def shard_folders(task) -> List[str]:
     """The folders of the task's data, as fairseq splits it (``os.pathsep``); one for unsharded."""
     from fairseq import utils
@@ -77,13 +81,15 @@ def check_shard_splits(task, split: str) -> None:
     if len(folders) < 2:
         return
     implementation, prefixes = task_option(task, "dataset_impl"), split_prefixes(task, split)
+    # --dataset-impl raw reads the text file itself: ".bin and .idx" named files it never reads
+    files = prefixes[0] if implementation == "raw" else f"{prefixes[0]}.bin and .idx"
     for number, folder in enumerate(folders, start=1):
         if not any(indexed_dataset.dataset_exists(os.path.join(folder, prefix), implementation)
                    for prefix in prefixes):  # fmt: skip
             raise UsageError(
-                f"data shard {number} ({folder}) holds no {split} split ({prefixes[0]}.bin and "
-                f".idx): fairseq-train reads shard {number} at epoch {number} and would stop "
-                "there; binarize the split into every shard of DATA, or leave that folder out"
+                f"data shard {number} ({folder or EMPTY_NAME}) holds no {split} split ({files}): "
+                f"fairseq-train reads shard {number} at epoch {number} and would stop there; "
+                "binarize the split into every shard of DATA, or leave that folder out"
             )
 
 

@@ -147,8 +147,12 @@ def read_generate(path: str, sentences: Optional[int] = None) -> GenerateOutput:
             f"sentences 0-{total - 1} missing): score the whole subset (fairseq-generate must "
             "not skip sentences, and the file must be complete)"
         )
+    # T- lines too: fairseq-generate detokenizes them with the D- lines, and a weak model's
+    # hypotheses may hold no word-initial piece ("in in in"), scored as words without a word
+    lines = [(f"{kind}-{i}", text) for kind, texts in (("D", by_id), ("T", targets))
+             for i, text in sorted(texts.items())]  # fmt: skip
     for (mark, pattern), post_process in SUBWORD_MARKS.items():
-        piece = next((f"D-{i}" for i, text in sorted(by_id.items()) if pattern.search(text)), None)
+        piece = next((label for label, text in lines if pattern.search(text)), None)
         if piece:
             raise UsageError(
                 f"{path}: {piece} holds {post_process} pieces ({mark!r}): rerun "

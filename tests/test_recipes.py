@@ -738,7 +738,7 @@ def test_user_dir_is_the_package_folder_that_fairseq_imports(tmp_path):
 
 GENERATE_OUTPUT = """\
 S-1\t▁the ▁cat
-T-1\t▁die ▁katze
+T-1\tDie Katze sitzt auf der Matte .
 H-1\t-0.31\t▁Die ▁Katze ▁sitzt ▁auf ▁der ▁Matte ▁.
 D-1\t-0.31\tDie Katze sitzt auf der Matte .
 P-1\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6 -0.7 -0.8
@@ -925,6 +925,18 @@ def test_score_refuses_text_that_was_not_detokenized(tmp_path, post_process, gen
     line = one_error_line(score(tmp_path, generated, REFERENCES), "fairseq-san-score")
     assert f"rerun fairseq-generate with --post-process {post_process}" in line, line
     assert "D-" in line and "generate-test.txt" in line, line
+
+
+def test_score_refuses_pieces_in_the_targets_alone(tmp_path):
+    """Without --post-process a weak model's hypotheses can hold no word-initial piece ("in in
+    in"), while the T- lines, detokenized by the same flag, hold them: refused, naming T-0 (it
+    was scored as words)."""
+    generated = "T-0\t▁Ein ▁Mann ▁geht ▁.\nD-0\t-0.2\tin in in\nD-1\t-0.3\tin in\n"
+    line = one_error_line(score(tmp_path, generated, REFERENCES), "fairseq-san-score")
+    assert line.endswith(
+        "generate-test.txt: T-0 holds sentencepiece pieces ('▁'): rerun fairseq-generate with "
+        "--post-process sentencepiece, or detokenize"
+    ), line
 
 
 @pytest.mark.parametrize("hypothesis", ["@@", "E-Mail @@ Adresse", "Preis : 5 @@"])

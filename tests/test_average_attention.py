@@ -91,6 +91,18 @@ def test_causal(aan):
     assert not torch.allclose(aan(changed)[0][3:], aan(y)[0][3:])
 
 
+def test_float64_sums_in_float64(aan):
+    """A float64 module (gradcheck, reference runs) averages in float64: its sums were cast to
+    float32, 5e-4 off the equations for inputs near 1000."""
+    aan = aan.double()
+    y = inputs(T, B, C).double() * 100 + 1000
+    state: IncrementalState = {}
+    for out in (aan(y)[0], decode(aan, y, state)):
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, naive(aan, y), atol=1e-9, rtol=0)
+    assert state[next(iter(state))]["sum"].dtype == torch.float64
+
+
 def test_left_padding_is_left_out_of_the_average(aan):
     y = inputs(T, B, C)
     padded = torch.cat([inputs(2, B, C, seed=4), y])

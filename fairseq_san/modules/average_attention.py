@@ -94,10 +94,11 @@ class AverageAttention(nn.Module):
         T new positions continue the sequence already seen by this hypothesis.
         """
         y = query
-        keep = y.new_ones(y.shape[:2] + (1,), dtype=torch.float)
+        # Sums in float32 at least: fp16/bf16 would round them away; float64 keeps its own.
+        keep = y.new_ones(y.shape[:2] + (1,), dtype=torch.promote_types(y.dtype, torch.float))
         if key_padding_mask is not None:
             keep = keep.masked_fill(key_padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
-        sums = (y.float() * keep).cumsum(dim=0)
+        sums = (y.to(keep.dtype) * keep).cumsum(dim=0)
         counts = keep.cumsum(dim=0)
         if incremental_state is not None:
             state = self._get_input_buffer(incremental_state)
@@ -123,7 +124,7 @@ class AverageAttention(nn.Module):
     def _get_input_buffer(
         self, incremental_state: Optional[IncrementalState]
     ) -> Dict[str, Optional[Tensor]]:
-        """Running sum (B x C, float32) and position count (B x 1), or {} before step 1."""
+        """Running sum (B x C, float32 or float64) and position count (B x 1), or {} at first."""
         return self.get_incremental_state(incremental_state, "average") or {}
 
     def _set_input_buffer(

@@ -420,7 +420,8 @@ def allocate_cache(
         self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address, memory)
         if fixed:
             self_attention.tensor.zero_()
-    # fairseq's AAN keeps its running sums in float32 whatever the model's precision.
+    # Running sums in float32, as the AAN module's at fp16, bf16 and float32 (float64 models
+    # aside: the module sums those in float64, this cache in float32).
     sums = None
     if aan_layers:
         shape = (hypotheses, aan_layers, embed_dim)

@@ -49,10 +49,12 @@ from typing import Dict, List, Optional
 # given other values than the server's runs cold.
 START_UP_PREFIXES = ("PYTHON", "LC_", "LANG", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH",
                      "PYTORCH", "CUDA", "LD_", "LOGLEVEL", "SKLEARN", "SCIPY", "NUMPY")  # fmt: skip
-# The plugin's commands started warm, beside all of fairseq's: those that import torch, as
-# command -> its subcommands that do (None: all). The others start cold in about 0.3 s, less than
-# a runner takes to register the plugin with the server's fairseq (fairseq_san's doc: 0.4 s).
-PLUGIN_WARM = {"fairseq-san-bench": None, "fairseq-san-loop": ("summary",)}
+# The plugin's commands started warm, beside all of fairseq's: those that import torch (or
+# fairseq), as command -> its subcommands that do (None: all). The others start cold in about
+# 0.3 s, less than a runner takes to register the plugin with the server's fairseq (fairseq_san's
+# doc: 0.4 s).
+PLUGIN_WARM = {"fairseq-san-bench": None,
+               "fairseq-san-loop": ("summary", "test-systems", "lm-task-args")}
 PRELOADED = ("torch", "torch._dynamo", "fairseq", "fairseq.checkpoint_utils", "fairseq.trainer",
              "fairseq.sequence_generator", "fairseq.options", "fairseq.hub_utils")  # fmt: skip
 MAX_FDS = 253  # descriptors one message may carry (Linux's SCM_MAX_FD); more: the command runs cold

@@ -246,6 +246,21 @@ def test_fine_tuning_starts_a_moved_blocks_leader_from_the_projections_it_used(c
     ]
 
 
+def test_fine_tuning_a_pre_norm_decoder_names_the_query_norm_it_drops(caplog):
+    """A pre-norm layer that led a block and now follows one drops its encoder-decoder query norm
+    beside its projections (``transformer_san.drop_unused_query_norms``): said with them."""
+    norm = ["--decoder-normalize-before"]
+    trained, _ = build([*norm, *policy_argv("3,3", "2,2,2")], dictionary=DICT, seed=61)
+    model, _ = build([*norm, *policy_argv("4,2", "2,4")], dictionary=DICT, seed=62)
+    with caplog.at_level("INFO", logger="fairseq_san.models.checkpoint_policy"):
+        fine_tune(model, trained)
+    assert caplog.messages[-1] == (
+        "fine-tuning from a checkpoint that shared otherwise: decoder.layers.4.encoder_attn drops "
+        "its trained q_proj, k_proj, v_proj, encoder_attn_layer_norm (this policy shares that "
+        "attention)"
+    )
+
+
 def test_fine_tuning_across_decoder_self_attention_types_says_so():
     """Fine-tuning a dot-product checkpoint as AAN was refused with the words for resuming and
     decoding ("To continue training it, pass ...; to decode it, leave ... out of

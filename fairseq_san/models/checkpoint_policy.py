@@ -99,10 +99,13 @@ def drop_unused_projections(model: nn.Module, state_dict: Dict) -> List[str]:
 
 def log_dropped_projections(dropped: List[str]) -> None:
     """Say which trained projections (``drop_unused_projections``' keys) a fine-tuned model left
-    behind: its policy shares more than the checkpoint's, and they went without a word."""
+    behind, a pre-norm layer's query norm with them: its policy shares more than the
+    checkpoint's, and they went without a word."""
     names: Dict[str, List[str]] = {}
-    for found in sorted(filter(None, map(PROJECTION_KEY.match, dropped)), key=projection_order):
-        names.setdefault(found.group("module"), []).append(found.group("proj"))
+    for key in sorted(dropped, key=key_order):
+        found = PROJECTION_KEY.match(key) or QUERY_NORM_KEY.match(key)
+        part = found.group("proj") if found.re is PROJECTION_KEY else f"{found['attn']}_layer_norm"
+        names.setdefault(found.group("module"), []).append(part)
     for module, projections in names.items():
         logger.info(
             "fine-tuning from a checkpoint that shared otherwise: %s drops its trained %s (this "
@@ -234,7 +237,7 @@ def start_from_checkpoint_blocks(model: nn.Module, state_dict: Dict) -> None:
     found_keys = filter(None, map(PROJECTION_KEY.match, own))
     lacking = [found for found in found_keys if found[0] not in state_dict]
     started: Dict[tuple, List[str]] = {}
-    for found in sorted(lacking, key=projection_order):
+    for found in sorted(lacking, key=lambda found: key_order(found[0])):
         module, source = found.group("module"), checkpoint_leader_module(found, trained, layers)
         leader_key = found[0].replace(module, source, 1)
         if leader_key in state_dict:
@@ -259,10 +262,12 @@ def start_query_norms(own: Dict, state_dict: Dict, trained: Dict, layers: Dict[s
                 state_dict[found[0]] = state_dict[leader_key].clone()
 
 
-def projection_order(found: re.Match) -> tuple:
-    """Projection keys (``PROJECTION_KEY`` matches) by stack, layer, module, then q, k, v."""
-    layer, module = int(found.group("layer")), found.group("attn")
-    return found.group("stack"), layer, module, "qkv".index(found.group("proj")[0]), found[0]
+def key_order(key: str) -> tuple:
+    """Projection and query norm keys (``PROJECTION_KEY``, ``QUERY_NORM_KEY``) by stack, layer,
+    module, then q, k, v and the norm."""
+    found = PROJECTION_KEY.match(key) or QUERY_NORM_KEY.match(key)
+    part = "qkv".index(found.group("proj")[0]) if found.re is PROJECTION_KEY else 3
+    return found.group("stack"), int(found.group("layer")), found.group("attn"), part, key
 
 
 def checkpoint_leader_module(found: re.Match, trained: Dict, layers: Dict[str, int]) -> str:

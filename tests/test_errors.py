@@ -2584,7 +2584,7 @@ def test_a_rendezvous_port_in_use_is_one_line(capsys):
     )
     excepthook(traceback_printer)(type(error), error, None)
     said = capsys.readouterr().err
-    assert said.startswith("fairseq-san: error: --distributed-init-method: port 47123 is in use")
+    assert said.startswith("fairseq-san: error: the ranks' meeting port 47123 is in use")
     assert said.count("\n") == 1
     for other in (
         dist.DistNetworkError("The client socket has timed out after 1s"),

@@ -155,10 +155,10 @@ def port_in_use(exc: BaseException) -> Optional[str]:
     if found is None:
         return None
     return (
-        f"--distributed-init-method: port {found.group(1)} is in use (another run's rank 0, or "
-        "another program): give each run a port of its own and stop this run's other ranks "
-        "(they wait for this one); on one machine, fairseq-san-cpu-ranks N -- fairseq-train ... "
-        "needs no port"
+        f"the ranks' meeting port {found.group(1)} is in use (another run's rank 0, or another "
+        "program): give each run a port of its own (--distributed-init-method tcp://HOST:PORT, "
+        "--distributed-port or MASTER_PORT) and stop this run's other ranks (they wait for this "
+        "one); on one machine, fairseq-san-cpu-ranks N -- fairseq-train ... needs no port"
     )
 
 

@@ -1184,6 +1184,20 @@ def test_interactive_input_drops_a_byte_order_mark(tmp_path, monkeypatch):
             assert list(strict_utf8(buffered_read)(source, size)) == buffers
 
 
+def test_interactive_input_from_a_closed_standard_input_is_one_line(monkeypatch):
+    """fairseq-interactive started with standard input closed (``<&-``: Python's sys.stdin is
+    None) ended in an AttributeError traceback of None's reconfigure."""
+    from fairseq_cli.interactive import buffered_read
+
+    from fairseq_san.errors import UsageError
+    from fairseq_san.fairseq_fixes.interactive_input import strict_utf8
+
+    monkeypatch.setattr("sys.stdin", None)
+    with pytest.raises(UsageError, match=r"^standard input is closed \(the command was started "
+                       r"without one\): give the sentences on it, or --input FILE$"):  # fmt: skip
+        next(strict_utf8(buffered_read)("-", 1))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "source, program",

@@ -78,10 +78,16 @@ def without_byte_order_mark(buffers: Iterator[List[str]]) -> Iterator[List[str]]
 
 def strict_utf8(buffered_read):
     """``buffered_read`` (fairseq's signature) reading strict UTF-8, one line when it is not,
-    a byte-order mark at its start dropped."""
+    a byte-order mark at its start dropped; a closed standard input one line (an
+    AttributeError of None)."""
 
     @functools.wraps(buffered_read)
     def wrapper(source, buffer_size):
+        if source == DASH and sys.stdin is None:  # started with it closed (<&-): Python's None
+            raise UsageError(
+                "standard input is closed (the command was started without one): give the "
+                "sentences on it, or --input FILE"
+            )
         if source == DASH:
             sys.stdin.reconfigure(errors="strict")
         try:

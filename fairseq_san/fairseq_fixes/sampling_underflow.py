@@ -31,24 +31,30 @@ from fairseq_san.fairseq_fixes.wrapping import wrap_once
 UNDERFLOW = -100.0
 
 
-def underflow_shift(lprobs: Tensor, topp: float = -1.0) -> Tensor:
+def underflow_shift(lprobs: Tensor) -> Tensor:
     """(sentences, beam): the largest log-probability of each row of ``lprobs`` (sentences,
     beam, vocabulary) whose tokens' probabilities are all (near) 0 but not all -inf; 0
-    elsewhere. With a nucleus ``topp`` (> 0), the shift that leaves such a row a whole
-    probability of ``topp`` / 2: all of it inside the nucleus, as its mass is."""
+    elsewhere."""
     largest = lprobs.max(dim=-1).values
     vanishing = torch.isfinite(largest) & largest.lt(UNDERFLOW)
-    if topp > 0:
-        largest = torch.logsumexp(lprobs, dim=-1) + math.log(2 / topp)
     return torch.where(vanishing, largest, torch.zeros_like(largest))
+
+
+def nucleus_shift(lprobs: Tensor, shift: Tensor, topp: float) -> Tensor:
+    """``underflow_shift``'s ``shift`` for a nucleus ``topp``: each row it moves is moved to a
+    whole probability of ``topp`` / 2 instead, all of it inside the nucleus, as its mass is."""
+    whole = torch.logsumexp(lprobs, dim=-1) + math.log(2 / topp)
+    return torch.where(shift.ne(0), whole, shift)
 
 
 def _drawn_within_float(step: Callable) -> Callable:
     @functools.wraps(step)
     def wrapper(self, step_number: int, lprobs: Tensor, scores: Tensor, *args, **kwargs):
-        shift = underflow_shift(lprobs, self.sampling_topp)
-        if not bool(shift.ne(0).any()):
+        shift = underflow_shift(lprobs)
+        if not bool(shift.ne(0).any()):  # the usual step: no sum over the vocabulary added
             return step(self, step_number, lprobs, scores, *args, **kwargs)
+        if self.sampling_topp > 0:
+            shift = nucleus_shift(lprobs, shift, self.sampling_topp)
         shifted = lprobs - shift.unsqueeze(-1)
         drawn, tokens, beams = step(self, step_number, shifted, scores, *args, **kwargs)
         return drawn + shift.gather(1, beams), tokens, beams

@@ -28,13 +28,17 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+# What a command says of a standard stream it was started without (``<&-``).
+CLOSED_STREAM = "is closed (the command was started without one)"
+
+
 def file_error(error: OSError) -> str:
     """An error of the file system as the commands say it: the path, then the system's words
     (``data/ref.de: No such file or directory``), not Python's ``[Errno 2] ...``."""
     if error.filename is None or not error.strerror:
         return str(error)
     if closed_stream(error):
-        return f"{error.filename} is closed (the command was started without one): name a file"
+        return f"{error.filename} {CLOSED_STREAM}: name a file"
     return f"{error.filename}: {error.strerror}"
 
 

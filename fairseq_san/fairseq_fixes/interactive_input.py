@@ -38,7 +38,7 @@ import sys
 import weakref
 from typing import Iterator, List
 
-from fairseq_san.errors import UsageError
+from fairseq_san.errors import CLOSED_STREAM, UsageError
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
 from fairseq_san.fairseq_fixes.one_line_errors import too_long_sentence, without_numpy_reprs
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
@@ -85,8 +85,7 @@ def strict_utf8(buffered_read):
     def wrapper(source, buffer_size):
         if source == DASH and sys.stdin is None:  # started with it closed (<&-): Python's None
             raise UsageError(
-                "standard input is closed (the command was started without one): give the "
-                "sentences on it, or --input FILE"
+                f"standard input {CLOSED_STREAM}: give the sentences on it, or --input FILE"
             )
         if source == DASH:
             sys.stdin.reconfigure(errors="strict")

@@ -1393,6 +1393,42 @@ def test_a_language_model_scores_texts(language_model):
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
 
 
+def test_a_start_token_language_model_scores_texts_as_it_was_trained(tmp_path):
+    """A model trained with --add-bos-token read its samples as ``<s> </s> w1 ... wn`` (fairseq's
+    training and fairseq-eval-lm), and the hub's ``score()`` read ``<s> w1 ... wn``: other
+    log-probabilities than eval-lm's, silently. They are the training dataset's now, and a
+    sentence one token too long for that reading is refused."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+    from helpers import preprocess_lm
+
+    data = preprocess_lm(write_corpus(tmp_path / "raw"), tmp_path / "data-bin")
+    argv = lm_train_argv(data, tmp_path / "bos", "--add-bos-token", max_update=20)
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hub = load_language_model((tmp_path / "bos", data))
+    hub.task.load_dataset("valid")
+    dictionary, model = hub.task.dictionary, hub.models[0]  # in eval mode
+    for index in range(3):  # the training's source <s> </s> w1 ... wn, target <s> w1 ... </s>
+        item = hub.task.dataset("valid")[index]
+        with torch.no_grad():
+            logits = model(item["source"][None])[0]
+        expected = model.get_normalized_probs((logits, None), log_probs=True)[0]
+        expected = expected.gather(1, item["target"][:, None])[1:-1, 0]  # w1 ... wn
+        scored = hub.score(dictionary.string(item["target"][1:-1]))
+        assert torch.allclose(scored["positional_scores"], expected, atol=1e-5), index
+    positions = hub.task.positions
+    with pytest.raises(UsageError) as refused:
+        hub.score(" ".join(["tok1"] * (positions - 1)))
+    assert str(refused.value) == (
+        f"a sentence of {positions - 1} tokens is longer than the model's {positions} positions "
+        f"hold (after the start tokens <s> </s> of --add-bos-token): shorten it to at most "
+        f"{positions - 2} tokens"
+    )
+    assert len(hub.score(" ".join(["tok1"] * (positions - 2)))["positional_scores"]) == positions - 2
+
+
 @pytest.mark.slow
 def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_words(
     language_model_files, tmp_path

@@ -16,6 +16,7 @@ skip too long inputs), and so is one that leaves no room for a generated token u
 ``--max-len-b`` (fairseq's generators would print the prompt, cut to that length): the longest of
 all those batched is checked at the first batch, before any output. A sentence to score (the
 hub's ``score``) needs no room after it: it is refused only when the positions do not hold it.
+A model trained with ``--add-bos-token`` scores it as it was trained (``StartTokensDataset``).
 """
 
 import logging
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
-from fairseq.data import Dictionary
+import torch
+from fairseq.data import BaseWrapperDataset, Dictionary, FairseqDataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.sequence_scorer import SequenceScorer
 from fairseq.tasks import register_task
@@ -167,6 +169,46 @@ def forced_prompts(sample: Dict, prefix_tokens: Optional[Tensor], start: int) ->
     return prefix_tokens
 
 
+class StartTokensDataset(BaseWrapperDataset):
+    """fairseq's sentences to score (``build_dataset_for_inference``: input ``<s> w1 ... wn``),
+    read as a model trained with ``--add-bos-token`` read its samples, and fairseq-eval-lm scores
+    them (``MonolingualDataset``: input ``<s> </s> w1 ... wn``, targets ``<s> w1 ... wn``): each
+    input takes ``</s>`` after ``<s>``, a position more, and its first target, ``<s>``, is not
+    scored (fairseq's scorer starts at each sample's ``start_indices``)."""
+
+    # fairseq's, over the sizes of this dataset (``BaseWrapperDataset``'s read the sentences')
+    batch_by_size = FairseqDataset.batch_by_size
+    filter_indices_by_size = FairseqDataset.filter_indices_by_size
+
+    def __init__(self, dataset: FairseqDataset, dictionary: Dictionary) -> None:
+        super().__init__(dataset)
+        self.dictionary = dictionary
+
+    @property
+    def sizes(self) -> np.ndarray:
+        (sizes,) = self.dataset.sizes
+        return sizes + 1
+
+    def num_tokens(self, index: int) -> int:
+        return self.dataset.num_tokens(index) + 1
+
+    def size(self, index: int) -> int:
+        return self.dataset.size(index) + 1
+
+    def collater(self, samples: List[Dict]) -> Dict:
+        batch = self.dataset.collater(samples)
+        if not batch:
+            return batch
+        net_input, tokens = batch["net_input"], batch["net_input"]["src_tokens"]
+        starts = tokens.new_tensor([self.dictionary.bos(), self.dictionary.eos()])
+        starts = starts.expand(len(tokens), 2)
+        net_input["src_tokens"] = torch.cat([starts, tokens[:, 1:]], dim=1)  # after their <s>
+        net_input["src_lengths"] = net_input["src_lengths"] + 1
+        batch["target"] = torch.cat([starts[:, :1], batch["target"]], dim=1)
+        batch["start_indices"] = [1] * len(tokens)
+        return batch
+
+
 class CallState(threading.local):
     """The plugin language model's record of the call it serves, each thread's own: the hub's
     calls in threads of their own share its task, and one call's scorer, prompts or
@@ -261,19 +303,24 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
 
     def check_sentence(self, tokens: int) -> None:
         """Refuse a sentence to score of ``tokens`` tokens (without the end-of-sentence token)
-        that the model's positions do not hold after its start token (fairseq's batching would
-        refuse it with the sizes of its samples), or that has none (the hub's ``score('')``: the
-        mean of no token's score, NaN)."""
+        that the model's positions do not hold after its start token (or two,
+        ``StartTokensDataset``: fairseq's batching would refuse it with the sizes of its
+        samples), or that has none (the hub's ``score('')``: the mean of no token's score,
+        NaN)."""
         if tokens == 0:
             raise UsageError(
                 "an empty sentence to score: a language model scores a sentence's tokens (not its "
                 "end), and its score would be NaN; leave it out"
             )
         positions = getattr(self, "positions", None)
-        if positions is not None and tokens + 1 > positions:
+        starts = 2 if self.args.add_bos_token else 1
+        if positions is not None and tokens + starts > positions:
+            after = "the start token"
+            if starts == 2:
+                after = "the start tokens <s> </s> of --add-bos-token"
             raise UsageError(
                 f"a sentence of {tokens} tokens is longer than the model's {positions} positions "
-                f"hold (after the start token): shorten it to at most {positions - 1} tokens"
+                f"hold (after {after}): shorten it to at most {positions - starts} tokens"
             )
 
     def build_generator(self, models: List[nn.Module], args, *rest, **keywords):
@@ -293,7 +340,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
     ):
         """fairseq-interactive's and the hub's prompts (``check_prompt``), or the sentences the
         hub's ``score`` scores (``check_sentence``: no token generated after them), checked
-        without the end-of-sentence token that fairseq strips from them."""
+        without the end-of-sentence token that fairseq strips from them; a model trained with
+        ``--add-bos-token`` scores them as it was trained (``StartTokensDataset``)."""
         check = self.check_sentence if self.scoring else self.check_prompt
         self.typed_prompts = not self.scoring
         eos = self.source_dictionary.eos()
@@ -301,6 +349,8 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
             check(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
         self.prompts = None if self.scoring else dataset
+        if self.scoring and self.args.add_bos_token:
+            return StartTokensDataset(dataset, self.source_dictionary)
         return dataset
 
     def filter_indices_by_size(

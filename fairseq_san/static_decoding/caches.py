@@ -420,12 +420,12 @@ def allocate_cache(
         self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address, memory)
         if fixed:
             self_attention.tensor.zero_()
-    # Running sums in float32, as the AAN module's at fp16, bf16 and float32 (float64 models
-    # aside: the module sums those in float64, this cache in float32).
+    # Running sums in float32 at least, as the AAN module's (float64 models sum in float64).
     sums = None
     if aan_layers:
         shape = (hypotheses, aan_layers, embed_dim)
-        sums = Reorderable(shape, torch.float32, device, fixed_address=fixed_address)
+        sums_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        sums = Reorderable(shape, sums_dtype, device, fixed_address=fixed_address)
         sums.tensor.zero_()
     return DecoderCache(self_attention, sums, fixed=fixed)
 

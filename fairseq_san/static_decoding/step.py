@@ -176,7 +176,7 @@ class AverageAttentionStep(nn.Module):
 
     def forward(self, x: Tensor, at: Position, cache: DecoderCache, shared: Shared) -> Tensor:
         sums = cache.sums.tensor
-        running = sums[:, self.index] + x.float()
+        running = sums[:, self.index] + x.to(sums.dtype)
         sums[:, self.index] = running
         average = (running / at.count()).type_as(x)
         return gated_average(self, x, average)

@@ -597,7 +597,8 @@ def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
     """Learn a sharing policy from pairwise JS divergences (section 3.3).
 
     From the bottom layer up, take the biggest block whose sim (Eq. 6) is at
-    least theta, then continue above it. A larger theta shares less.
+    least theta, then continue above it. A larger theta asks more of a block: the first block
+    never grows, but the search is greedy, so the blocks above it may merge into fewer.
     """
     js = check_js(js)
     theta = _check_theta(theta)

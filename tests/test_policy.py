@@ -549,6 +549,18 @@ def test_larger_theta_shares_less(js):
     assert all(sum(blocks) == 6 for blocks in policies)
 
 
+def test_a_larger_theta_can_share_more_above_the_first_block_as_its_help_allows(capsys):
+    # Section 3.3's search is greedy: at 0.6 layers 1-2 no longer form a block, and layers 2-4
+    # then do, so the larger theta learns fewer blocks; the first block alone never grows.
+    js = [[0, 0.1, 0.5, 0.1], [0.1, 0, 0, 0], [0.5, 0, 0, 0.2], [0.1, 0, 0.2, 0]]
+    assert learn_blocks(js, 0.55) == [2, 1, 1]
+    assert learn_blocks(js, 0.6) == [1, 3]
+    with pytest.raises(SystemExit):
+        policy_main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--theta-decoder-self T" in said and "shares less" not in said
+
+
 def test_biggest_block_is_taken_even_past_a_failing_one():
     # sim(0,1) is low but sim(0,2) is high: the search must look past n = 1.
     js = [[0, 0.6, 0.0], [0.6, 0, 0.0], [0.0, 0.0, 0]]

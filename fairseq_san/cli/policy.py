@@ -73,7 +73,7 @@ PROG = "fairseq-san-policy"
 THETA_FLAG = {"help": "default: not shared"}
 THETA_FLAGS = {
     "decoder_self": {"help": "required, but for an AAN decoder's analysis (it has none); larger "
-                     "shares less"},
+                     "asks more of a block"},
     "decoder_encdec": {"help": "default: not shared; a language model has none"},
 }
 

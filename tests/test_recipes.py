@@ -2135,6 +2135,30 @@ def test_wmt14_refuses_to_binarize_an_uneven_preparation(tmp_path):
     assert not (work / "data-bin").exists() and not (work / ".done-preprocess").exists()
 
 
+@pytest.mark.parametrize(
+    "source, target, said",
+    [("a\nb\n", "x\ny", None),  # refused: "valid.de 1", which fairseq reads as 2 lines
+     ("a\nb\nc", "x\ny\n", "valid.en has 3 lines, valid.de 2")],  # passed: wc -l's 2 and 2
+    ids=["parallel", "not parallel"],
+)  # fmt: skip
+def test_wmt14_counts_a_last_line_without_its_newline(tmp_path, source, target, said):
+    """The prepared text's lines were counted as wc -l counts them (its newlines): a last line
+    without one was left out, where fairseq-preprocess binarizes it."""
+    from fairseq_san.errors import RecipeError
+    from fairseq_san.loop.prepared_data import check_wmt14_prepared
+
+    (tmp_path / "code").write_text("#version: 0.2\n")
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.en").write_text(source if split == "valid" else "a\n")
+        (tmp_path / f"{split}.de").write_text(target if split == "valid" else "x\n")
+    if said is None:
+        check_wmt14_prepared(str(tmp_path))
+        return
+    with pytest.raises(RecipeError) as error:
+        check_wmt14_prepared(str(tmp_path))
+    assert f"{tmp_path}/{said}: not a parallel corpus" in str(error.value)
+
+
 def test_wmt14_binarizes_again_after_an_interrupted_binarizing(tmp_path):
     """fairseq-preprocess refuses a folder that holds a dictionary: an interrupted binarizing
     (its dictionary written, no .done-preprocess) stopped every re-run with a traceback. The

@@ -35,9 +35,14 @@ def has_text(path: str) -> bool:
 
 
 def line_count(path: str) -> int:
-    """The lines of ``path``, as ``wc -l`` counts them (its newlines)."""
+    """The lines of ``path`` as fairseq reads them: its newlines, and a last line without one
+    (``wc -l`` leaves it out: "a\nb" beside "x\ny\n" passed as parallel, "a\nb\n" beside
+    "x\ny" was refused, 2 lines against 1)."""
+    lines, last = 0, b"\n"
     with open(path, "rb") as text:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: text.read(CHUNK), b""))
+        for chunk in iter(lambda: text.read(CHUNK), b""):
+            lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    return lines + (last != b"\n")
 
 
 def check_wmt14_corpora(orig: str) -> None:

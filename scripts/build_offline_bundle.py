@@ -79,12 +79,13 @@ def fail(message: str) -> None:
     sys.exit(f"{PROG}: error: {message}")
 
 
-def run(*command: str, cwd: Optional[Path] = None) -> None:
-    """Run a command; on failure, show its output and stop with one error line."""
+def run(*command: str, cwd: Optional[Path] = None, failed: str = "") -> None:
+    """Run a command; on failure, show its output and stop with one error line (``failed``,
+    where given: what failed, in words)."""
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-3000:] + result.stderr[-3000:])
-        fail(f"{' '.join(command[:6])} ... exited with {result.returncode}")
+        fail(failed or f"{' '.join(command[:6])} ... exited with {result.returncode}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +202,9 @@ def download(name: str, version: str, wheels: Path, python: str, platform: str) 
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--python-version", python, "--platform", platform, "--dest", str(wheels),
         f"{name}=={version}",
+        failed=f"pip found no wheel of {name} {version} for Python {python} on {platform} (its "
+        "output above): give a --python-version and --platform it has wheels for (or the "
+        "network it needs)",
     )  # fmt: skip
 
 
@@ -353,11 +357,17 @@ def copy_data(data: Path, destination: Path) -> None:
     shutil.copytree(data, destination, ignore=ignore)
 
 
+def heldout_sources(folder: Path) -> List[str]:
+    """The names of the held-out source files (``*.en``) in ``folder``: files only (a folder
+    named ``x.en`` was copied as one, an IsADirectoryError traceback)."""
+    return sorted(path.name for path in folder.glob("*.en") if path.is_file())
+
+
 def copy_heldout(sources: Path, destination: Path) -> List[str]:
     """The held-out source files (``*.en``, raw text) into ``destination``: a GPU machine gets
     the working tree without ../shared, so docs/results/converged/run.sh finds them here."""
     destination.mkdir(parents=True, exist_ok=True)
-    names = sorted(path.name for path in sources.glob("*.en"))
+    names = heldout_sources(sources)
     for name in names:
         shutil.copy2(sources / name, destination / name)
     return names
@@ -474,6 +484,10 @@ def build(args: argparse.Namespace) -> Path:
     partial = out.with_name(out.name + ".partial")
     check_partial_replaceable(partial)
     shutil.rmtree(partial, ignore_errors=True)
+    try:  # a folder it may not write in: an OSError traceback from fill's first mkdir
+        partial.mkdir(parents=True)
+    except OSError as error:
+        fail(f"--out {out}: cannot write {partial} ({error.strerror}): choose another --out")
     try:
         fill(partial, args)
         check_size(partial, args.max_mib, named=out, tree_mib=travelling_tree_mib(out))
@@ -492,7 +506,7 @@ def fill(bundle: Path, args: argparse.Namespace) -> None:
     sources, activate.sh, install.py and the manifest (each wheel's sha256: install.py installs
     again where a wheel changed)."""
     wheels = bundle / "wheels"
-    wheels.mkdir(parents=True)
+    wheels.mkdir(parents=True, exist_ok=True)
     plugin = plugin_wheel(wheels)
     requirements = wheel_requirements(plugin) + (["pytest"] if args.tests else [])
     shipped = dependencies(requirements, args.python_version, skip=(*MACHINE_PROVIDES, *LEFT_OUT))
@@ -599,7 +613,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                      "which the project installs on Python 3.11 or newer (PyPI's fairseq below)")
     if args.fairseq_sdist is not None and not args.fairseq_sdist.is_file():
         parser.error(f"--fairseq-sdist {args.fairseq_sdist}: no such file")
-    if args.heldout is not None and not any(args.heldout.glob("*.en")):
+    if args.cache.exists() and not args.cache.is_dir():  # its mkdir's traceback, mid-build
+        parser.error(f"--cache {args.cache} is a file: name a folder for the downloaded sdist")
+    if args.heldout is not None and not heldout_sources(args.heldout):
         parser.error(f"--heldout {args.heldout}: no held-out sources (*.en) there")
     for data in args.data:
         if not data.is_dir():

@@ -169,12 +169,16 @@ def test_bundle_for_another_python_stops_with_one_line(tmp_path):
         # built, and its manifest's "3.012" refused by install.py on the Python 3.12 it was for
         (["--python-version", "3.012"], "--python-version 3.012: expected MAJOR.MINOR, e.g. 3.12"),
         (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such folder"),
+        # a FileExistsError traceback where the sdist was to be downloaded, mid-build
+        (["--cache", "{tmp}/file"], "--cache {tmp}/file is a file: name a folder for the"),
+        # the folder x.en was copied as a file: an IsADirectoryError traceback
+        (["--heldout", "{tmp}/folders"], "--heldout {tmp}/folders: no held-out sources (*.en)"),
     ],
     ids=["out a file", "out a folder", "out a folder with a manifest", "data twice",
          "max-mib nan", "max-mib negative", "out below a file", "out the current folder",
          "data in out", "heldout in out", "out in data", "python below 3.11", "no dictionary",
          "out a link", "a partial folder of the user's", "out the root", "full-width digits",
-         "python with a leading zero", "data missing"],
+         "python with a leading zero", "data missing", "cache a file", "heldout of folders"],
 )  # fmt: skip
 def test_bundle_options_that_would_lose_files_or_limits_are_refused(
     tmp_path, capsys, monkeypatch, argv, said
@@ -196,6 +200,7 @@ def test_bundle_options_that_would_lose_files_or_limits_are_refused(
         (tmp_path / side / "data" / "dict.en.txt").write_text("a 1\n")
     (tmp_path / "a" / "heldout").mkdir()
     (tmp_path / "a" / "heldout" / "h.en").write_text("a sentence\n")
+    (tmp_path / "folders" / "x.en").mkdir(parents=True)
     argv = [arg.format(tmp=tmp_path) for arg in argv]
     builder = load_builder()
     monkeypatch.chdir(tmp_path)
@@ -336,6 +341,33 @@ def test_a_failed_or_too_large_build_leaves_the_bundle_before_it(tmp_path, monke
     assert not (tmp_path / "bundle.tar.gz").exists()
 
 
+def test_an_out_that_cannot_be_written_is_one_line(monkeypatch):
+    """An --out where no folder can be made (/proc here, an unwritable one for a user): an
+    OSError traceback from the build's first mkdir."""
+    out = Path("/proc/fairseq-san-bundle")
+    with pytest.raises(SystemExit) as error:
+        quick_builder(monkeypatch).main(["--out", str(out)])
+    assert str(error.value) == (
+        f"build_offline_bundle.py: error: --out {out}: cannot write {out}.partial (No such file "
+        "or directory): choose another --out"
+    )
+
+
+def test_a_wheel_that_pip_cannot_find_names_the_package_and_target(tmp_path, monkeypatch):
+    """A --python-version that a compiled package has no wheel for (3.99): the error line said
+    "python -m pip download --quiet --no-deps ... exited with 1", naming neither."""
+    builder = load_builder()
+    refused = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found\n")
+    monkeypatch.setattr(builder.subprocess, "run", lambda *args, **kwargs: refused)
+    with pytest.raises(SystemExit) as error:
+        builder.download("bitarray", "3.12.3", tmp_path, "3.99", "manylinux_2_28_x86_64")
+    assert str(error.value) == (
+        "build_offline_bundle.py: error: pip found no wheel of bitarray 3.12.3 for Python 3.99 "
+        "on manylinux_2_28_x86_64 (its output above): give a --python-version and --platform it "
+        "has wheels for (or the network it needs)"
+    )
+
+
 def test_a_bundle_holding_more_than_a_build_writes_is_not_replaced(tmp_path, monkeypatch):
     """A rebuild deleted the whole folder, with the runs the docs' flow makes inside it."""
     out = tmp_path / "bundle"
@@ -455,6 +487,31 @@ def test_wheels_unlike_the_manifest_are_named_before_pip_runs(tmp_path, change, 
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "install.py: error: " + said.format(wheels=wheels)
+    ]
+    assert not (tmp_path / "prefix").exists()
+
+
+@pytest.mark.parametrize(
+    "manifest, said",
+    [(None, "is missing or cut short (No such file or directory): copy the bundle again"),
+     ('{"python": "3', "is missing or cut short (Unterminated string starting at: line 1 "
+      "column 12 (char 11)): copy the bundle again"),
+     ("[]", "is no bundle's manifest (it lacks python, machine_provides, extensions, wheels): "
+      "copy the bundle again, or rebuild it")],
+    ids=["missing", "cut short", "no manifest"],
+)  # fmt: skip
+def test_a_manifest_missing_or_cut_short_is_one_line(tmp_path, manifest, said):
+    """A bundle copied to the GPU machine only in part: json's traceback from install.py."""
+    bundle = tmp_path / "bundle"
+    (bundle / "wheels").mkdir(parents=True)
+    shutil.copy2(REPO / "scripts" / "offline_bundle" / "install.py", bundle / "install.py")
+    if manifest is not None:
+        (bundle / "manifest.json").write_text(manifest)
+    result = subprocess.run([sys.executable, str(bundle / "install.py"), str(tmp_path / "prefix")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"install.py: error: {bundle}/manifest.json {said}"
     ]
     assert not (tmp_path / "prefix").exists()
 

@@ -35,6 +35,24 @@ def fail(message: str) -> None:
     sys.exit(f"{PROG}: error: {message}")
 
 
+MANIFEST_KEYS = ("python", "machine_provides", "extensions", "wheels")  # what this reads of it
+
+
+def read_manifest() -> dict:
+    """The bundle's manifest, or one error line where it is missing or cut short (a copy to the
+    GPU machine that stopped early): json's traceback before."""
+    path = BUNDLE / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        fail(f"{path} is missing or cut short ({reason}): copy the bundle again")
+    if not (isinstance(manifest, dict) and all(key in manifest for key in MANIFEST_KEYS)):
+        fail(f"{path} is no bundle's manifest (it lacks {', '.join(MANIFEST_KEYS)}): copy the "
+             "bundle again, or rebuild it")
+    return manifest
+
+
 def check_machine(manifest: dict) -> None:
     """The machine has what the bundle expects of it: its Python version, torch and numpy, the
     headers and setuptools that compiling the extensions needs."""
@@ -170,7 +188,7 @@ def main() -> None:
         return
     if args.prefix is None:
         parser.error("PREFIX is required")
-    manifest = json.loads((BUNDLE / "manifest.json").read_text())
+    manifest = read_manifest()
     prefix = args.prefix.resolve()
     if installed(prefix, manifest):
         return

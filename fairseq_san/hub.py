@@ -424,11 +424,14 @@ def check_generate_arguments(
         )
 
 
-def sentence_over_max_tokens(error: Exception, sentences: Any) -> Optional[UsageError]:
+def sentence_over_max_tokens(
+    error: Exception, sentences: Any, added: int = 0
+) -> Optional[UsageError]:
     """The error naming the first of ``sentences`` longer than a batch holds, where ``error`` is
     fairseq's assertion that one is (the hub batches by the checkpoint's training --max-tokens)
     or the command line's words for it (``SentenceOverMaxTokens``, where a fairseq command was
-    imported in this process), else None."""
+    imported in this process), else None. ``added``: the tokens the batching adds to each
+    (``scored_start_tokens``), which fairseq asserted of (a traceback) and the advice missed."""
     found = OVER_MAX_TOKENS.search(str(error))
     if isinstance(error, SentenceOverMaxTokens):
         limit = error.limit
@@ -436,15 +439,29 @@ def sentence_over_max_tokens(error: Exception, sentences: Any) -> Optional[Usage
         limit = int(found.group(1))
     else:
         return None
-    over = [(index, len(tokens)) for index, tokens in enumerate(sentences) if len(tokens) > limit]
+    lengths = [len(tokens) + added for tokens in sentences]
+    over = [(index, length) for index, length in enumerate(lengths) if length > limit]
     if not over:
         return None
     index, length = over[0]
+    included = "its end of sentence included"
+    if added:
+        included = (
+            "its end of sentence and the start token </s> after <s> of --add-bos-token included"
+        )
     return UsageError(
-        f"sentence {index} is {length} tokens long (its end of sentence included), and a batch "
+        f"sentence {index} is {length} tokens long ({included}), and a batch "
         f"holds at most {limit} (max_tokens, by default the training's --max-tokens): load the "
         f"model with from_pretrained(..., max_tokens={length}) or more"
     )
+
+
+def scored_start_tokens(task: Any) -> int:
+    """The tokens the task's batching adds to each sentence of this thread's call: a plugin
+    language model trained with --add-bos-token scores ``<s> </s> w1 ...`` (a token more than
+    fairseq's ``<s> w1 ...``: ``StartTokensDataset``)."""
+    scoring = getattr(task, "scoring", False)  # the plugin task's (this thread's call)
+    return int(bool(scoring and getattr(task.args, "add_bos_token", False)))
 
 
 def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError:
@@ -677,14 +694,16 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
                 positions = min(model.max_decoder_positions() for model in self.models)
                 problem = str(min_len_above_max_len(config, positions))
                 raise UsageError(keyword_spelling(problem, given)) from None
-            over_batch = sentence_over_max_tokens(error, tokenized_sentences)
+            added = scored_start_tokens(self.task)
+            over_batch = sentence_over_max_tokens(error, tokenized_sentences, added)
             if over_batch is not None:
                 raise over_batch from None
             raise
         except UsageError as error:  # every sentence skipped: none left to batch
             if skip_invalid_size_inputs and str(error) == NOTHING_TO_BATCH:
                 return []
-            over_batch = sentence_over_max_tokens(error, tokenized_sentences)
+            added = scored_start_tokens(self.task)
+            over_batch = sentence_over_max_tokens(error, tokenized_sentences, added)
             if over_batch is not None:
                 raise over_batch from None
             raise

@@ -1393,7 +1393,21 @@ def test_a_language_model_scores_texts(language_model):
     assert all(hypo["positional_scores"].le(0).all() for hypo in scored)
 
 
-def test_a_start_token_language_model_scores_texts_as_it_was_trained(tmp_path):
+@pytest.fixture(scope="module")
+def bos_language_model_files(tmp_path_factory):
+    """The folder of a transformer_lm_san checkpoint trained 20 updates with --add-bos-token on
+    one side of the synthetic corpus, and its data."""
+    from helpers import preprocess_lm
+
+    root = tmp_path_factory.mktemp("hub-bos-lm")
+    data = preprocess_lm(write_corpus(root / "raw"), root / "data-bin")
+    argv = lm_train_argv(data, root / "bos", "--add-bos-token", max_update=20)
+    result = run_cli("fairseq-train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "bos", data
+
+
+def test_a_start_token_language_model_scores_texts_as_it_was_trained(bos_language_model_files):
     """A model trained with --add-bos-token read its samples as ``<s> </s> w1 ... wn`` (fairseq's
     training and fairseq-eval-lm), and the hub's ``score()`` read ``<s> w1 ... wn``: other
     log-probabilities than eval-lm's, silently. They are the training dataset's now, and a
@@ -1401,13 +1415,8 @@ def test_a_start_token_language_model_scores_texts_as_it_was_trained(tmp_path):
     import torch
 
     from fairseq_san.errors import UsageError
-    from helpers import preprocess_lm
 
-    data = preprocess_lm(write_corpus(tmp_path / "raw"), tmp_path / "data-bin")
-    argv = lm_train_argv(data, tmp_path / "bos", "--add-bos-token", max_update=20)
-    result = run_cli("fairseq-train", *argv)
-    assert result.returncode == 0, result.stderr[-3000:]
-    hub = load_language_model((tmp_path / "bos", data))
+    hub = load_language_model(bos_language_model_files)
     hub.task.load_dataset("valid")
     dictionary, model = hub.task.dictionary, hub.models[0]  # in eval mode
     for index in range(3):  # the training's source <s> </s> w1 ... wn, target <s> w1 ... </s>
@@ -1427,6 +1436,30 @@ def test_a_start_token_language_model_scores_texts_as_it_was_trained(tmp_path):
         f"{positions - 2} tokens"
     )
     assert len(hub.score(" ".join(["tok1"] * (positions - 2)))["positional_scores"]) == positions - 2
+
+
+def test_a_start_token_language_models_sentence_beyond_a_batch_counts_its_start_tokens(
+    bos_language_model_files,
+):
+    """score() of a --add-bos-token model batches ``<s> </s> w1 ... wn``, a token more than the
+    sentence and its end: one that fit max_tokens by those alone failed with fairseq's
+    AssertionError "Sentences lengths should not exceed max_tokens=9" (a traceback), and one
+    longer was told a max_tokens a token too small."""
+    from fairseq_san.errors import UsageError
+
+    eight = " ".join(["tok1"] * 8)  # 9 tokens with its end, 10 as scored
+    for max_tokens in (8, 9):
+        hub = load_language_model(bos_language_model_files, max_tokens=max_tokens)
+        with pytest.raises(UsageError) as refused:
+            hub.score(["tok2", eight])
+        assert str(refused.value) == (
+            "sentence 1 is 10 tokens long (its end of sentence and the start token </s> after <s> "
+            f"of --add-bos-token included), and a batch holds at most {max_tokens} (max_tokens, "
+            "by default the training's --max-tokens): load the model with "
+            "from_pretrained(..., max_tokens=10) or more"
+        )
+    hub = load_language_model(bos_language_model_files, max_tokens=10)
+    assert len(hub.score(eight)["positional_scores"]) == 8
 
 
 @pytest.mark.slow
@@ -1650,15 +1683,20 @@ def test_a_source_holding_a_sentences_end_or_beginning_is_refused(
 
 
 def test_an_empty_sentence_to_score_is_refused(language_model):
-    """score(["tok1", ""]) scored the empty one NaN (the mean of no token's score), silently."""
+    """score(["tok1", ""]) scored the empty one NaN (the mean of no token's score), silently;
+    and so did score("</s>"), whose end-of-sentence tokens fairseq strips (StripTokenDataset)."""
     from fairseq_san.errors import UsageError
 
-    with pytest.raises(UsageError) as refused:
-        language_model.score(["tok1 tok2", ""])
-    assert str(refused.value) == (
-        "an empty sentence to score: a language model scores a sentence's tokens (not its end), "
-        "and its score would be NaN; leave it out"
-    )
+    for empty in ("", "</s>", "</s> </s>"):
+        with pytest.raises(UsageError) as refused:
+            language_model.score(["tok1 tok2", empty])
+        assert str(refused.value) == (
+            "an empty sentence to score: a language model scores a sentence's tokens (not its "
+            "end), and its score would be NaN; leave it out"
+        )
+    assert language_model.score("</s> tok1 </s>")["tokens"].tolist() == [
+        language_model.task.dictionary.index("tok1")
+    ]
 
 
 @pytest.mark.slow

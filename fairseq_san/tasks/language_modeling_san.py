@@ -169,6 +169,13 @@ def forced_prompts(sample: Dict, prefix_tokens: Optional[Tensor], start: int) ->
     return prefix_tokens
 
 
+def scored_tokens(tokens: Tensor, eos: int) -> int:
+    """The tokens of a sentence that fairseq's ``build_dataset_for_inference`` scores: those
+    between the end-of-sentence tokens at either end, which its ``StripTokenDataset`` strips."""
+    words = (tokens != eos).nonzero()
+    return int(words[-1] - words[0] + 1) if len(words) else 0
+
+
 class StartTokensDataset(BaseWrapperDataset):
     """fairseq's sentences to score (``build_dataset_for_inference``: input ``<s> w1 ... wn``),
     read as a model trained with ``--add-bos-token`` read its samples, and fairseq-eval-lm scores
@@ -301,13 +308,13 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 f"leave room for (the start token and one generated token): {shorten}"
             )
 
-    def check_sentence(self, tokens: int) -> None:
+    def check_sentence(self, tokens: int, scored: int) -> None:
         """Refuse a sentence to score of ``tokens`` tokens (without the end-of-sentence token)
         that the model's positions do not hold after its start token (or two,
         ``StartTokensDataset``: fairseq's batching would refuse it with the sizes of its
-        samples), or that has none (the hub's ``score('')``: the mean of no token's score,
-        NaN)."""
-        if tokens == 0:
+        samples), or that has none to score, ``scored`` (the hub's ``score('')``, or
+        ``score('</s>')``: ``scored_tokens``): the mean of no token's score, NaN."""
+        if scored == 0:
             raise UsageError(
                 "an empty sentence to score: a language model scores a sentence's tokens (not its "
                 "end), and its score would be NaN; leave it out"
@@ -342,11 +349,14 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
         hub's ``score`` scores (``check_sentence``: no token generated after them), checked
         without the end-of-sentence token that fairseq strips from them; a model trained with
         ``--add-bos-token`` scores them as it was trained (``StartTokensDataset``)."""
-        check = self.check_sentence if self.scoring else self.check_prompt
         self.typed_prompts = not self.scoring
         eos = self.source_dictionary.eos()
         for tokens in src_tokens:
-            check(len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos))
+            length = len(tokens) - int(len(tokens) > 0 and tokens[-1] == eos)
+            if self.scoring:
+                self.check_sentence(length, scored_tokens(tokens, eos))
+            else:
+                self.check_prompt(length)
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
         self.prompts = None if self.scoring else dataset
         if self.scoring and self.args.add_bos_token:

@@ -315,3 +315,22 @@ def test_where_a_loop_trained_with_4_2_can_go(first, js_between, learned):
     """converged/results.md's bounds at theta 0.5: from {4,2}, {6} up to a JS of 0.3622 nats
     between the blocks, {5,1} up to 0.4829, else {4,2} again; from {5,1}, {6} up to 0.5794."""
     assert learn_blocks(two_groups(first, js_between), 0.5) == learned
+
+
+def test_decode_key_imports_neither_fairseq_nor_torch(tmp_path):
+    """test_bleu.sh runs fairseq-san-loop decode-key per system and split: the literal evaluator
+    it reads --model-overrides with was imported through fairseq_fixes, whose package imported
+    every fix, fairseq and torch (about 3 s each time on a 2-core VM)."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "from fairseq_san.loop.decode_key import override_files\n"
+        f"assert override_files(['--model-overrides', \"{{'san_policy': {str(tmp_path)!r}}}\"]) "
+        "== {}\n"
+        "print(sorted({'fairseq', 'torch'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]

@@ -144,63 +144,24 @@ the plugin's own commands): ``fairseq_san.logging_left_to_the_program``, fairseq
 the process's logging alone (its wav2vec2_classification module set the root logger to DEBUG).
 """
 
-from fairseq_san.fairseq_fixes import (
-    batch_tokens,
-    checkpoint_broadcast,
-    checkpoint_copies,
-    clean_exit,
-    command_options,
-    constrained_alignment,
-    data_shards,
-    dictionary_files,
-    dictionary_words,
-    diverse_beam_search,
-    empty_subsets,
-    forced_ends,
-    generation_shards,
-    half_precision,
-    interactive_input,
-    language_pair,
-    last_batch,
-    list_options,
-    literal_eval,
-    lm_fusion,
-    model_overrides,
-    namespace_overrides,
-    ngram_blocking,
-    numpy2,
-    one_line_errors,
-    prefix_constrained_search,
-    prefix_min_len,
-    restore_file,
-    resumed_training,
-    retained_dropout,
-    safe_loading,
-    sampling_underflow,
-    save_dir_lock,
-    shared_checkpoints,
-    special_symbols,
-    subword_joining,
-    task_state,
-    text_inputs,
-    tokens_per_sample,
-    translation_models,
-    vocabulary_searches,
-)
+import importlib
 
+# In the order installed; imported by ``install`` only, so that a module of no fairseq (the
+# literal evaluator that fairseq-san-loop decode-key reads keys with) imports without fairseq.
 FIXES = (
-    literal_eval, namespace_overrides, safe_loading, checkpoint_broadcast, model_overrides,
-    dictionary_words, data_shards, last_batch, numpy2, empty_subsets, interactive_input, clean_exit,
-    restore_file, resumed_training, save_dir_lock, checkpoint_copies, shared_checkpoints,
-    translation_models, half_precision, command_options, tokens_per_sample, forced_ends,
-    generation_shards, subword_joining, batch_tokens, dictionary_files, lm_fusion,
-    diverse_beam_search, prefix_constrained_search, constrained_alignment, prefix_min_len,
-    ngram_blocking, sampling_underflow, language_pair, special_symbols, retained_dropout,
-    task_state, list_options, vocabulary_searches, text_inputs, one_line_errors,
+    "literal_eval", "namespace_overrides", "safe_loading", "checkpoint_broadcast",
+    "model_overrides", "dictionary_words", "data_shards", "last_batch", "numpy2",
+    "empty_subsets", "interactive_input", "clean_exit", "restore_file", "resumed_training",
+    "save_dir_lock", "checkpoint_copies", "shared_checkpoints", "translation_models",
+    "half_precision", "command_options", "tokens_per_sample", "forced_ends", "generation_shards",
+    "subword_joining", "batch_tokens", "dictionary_files", "lm_fusion", "diverse_beam_search",
+    "prefix_constrained_search", "constrained_alignment", "prefix_min_len", "ngram_blocking",
+    "sampling_underflow", "language_pair", "special_symbols", "retained_dropout", "task_state",
+    "list_options", "vocabulary_searches", "text_inputs", "one_line_errors",
 )
 
 
 def install() -> None:
     """Install every fix for this process (fairseq must be imported)."""
-    for fix in FIXES:
-        fix.install()
+    for name in FIXES:
+        importlib.import_module(f"{__name__}.{name}").install()

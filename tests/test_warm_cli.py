@@ -6,7 +6,7 @@
 * a signal sent to a stand-in reaches its command; a stand-in killed takes its command with it;
 * a command whose environment changes a start-up variable runs cold;
 * a command's own PYTHONPATH comes first on its sys.path, warm; cold where it holds a package
-  the server has imported;
+  the server has imported, or, where the server has a PYTHONPATH, where it does not end with it;
 * a file descriptor the command inherits is open in it under the same number;
 * a command ends after its threads and exit handlers, its output flushed, with its status.
 """
@@ -23,7 +23,7 @@ from typing import Dict, List
 import pytest
 
 from helpers import BIN, REPO, cli_env, command_path
-from warm_cli import _server
+from warm_cli import _server, added_python_path
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FAIRSEQ_SAN_TEST_COLD") == "1", reason="FAIRSEQ_SAN_TEST_COLD=1: no server"
@@ -131,6 +131,17 @@ def test_a_pythonpath_of_its_own_comes_first_warm_and_cold_where_it_hides_an_imp
             (first / "numpy").mkdir()  # a numpy of its own: the server has imported numpy
         result = run(command_path("fairseq-train"), env=env)
         assert (result.returncode, result.stdout) == (0, f"from PYTHONPATH {runs}\n"), result.stderr
+
+
+def test_a_pythonpath_before_the_servers_adds_its_own_folders_only():
+    """A server started with a PYTHONPATH (a pytest run given one): a recipe's
+    ``PYTHONPATH=REPO:$PYTHONPATH`` ran every command in it cold."""
+    server = {"PYTHONPATH": "/repo:/other"}
+    assert added_python_path({"PYTHONPATH": "/first:/repo:/other"}, server) == ["/first"]
+    assert added_python_path({"PYTHONPATH": "/repo:/repo:/other"}, server) == []
+    assert added_python_path({"PYTHONPATH": "/repo"}, server) is None  # /other missing: cold
+    assert added_python_path({"PYTHONPATH": "/other:/repo"}, server) is None  # another order
+    assert added_python_path({"PYTHONPATH": "/first"}, {}) == ["/first"]
 
 
 def test_a_descriptor_it_inherited_is_open_under_the_same_number(tmp_path):

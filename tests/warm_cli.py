@@ -23,7 +23,9 @@ server per pytest process imports those once, and each command forks from it:
 * the stand-in runs the real command, cold, where the server is not running or where the
   environment differs in a variable read at start-up (threads, locale, Python, torch): the
   fork would not see the change. A PYTHONPATH of its own is the exception: the runner puts its
-  folders first on ``sys.path``, unless one holds a package the server has already imported.
+  folders first on ``sys.path``, unless one holds a package the server has already imported;
+  where the server has a PYTHONPATH, the command's must end with it (a recipe's
+  ``PYTHONPATH=REPO:$PYTHONPATH``).
 
 ``FAIRSEQ_SAN_TEST_COLD=1`` switches all of this off: every command starts as a process of its
 own, as users start them.
@@ -158,8 +160,11 @@ def stand_in(address: str, real_command: str, environment_file: str) -> None:
         for key, value in set_by_imports.items():  # e.g. the tests' own import of torch._dynamo
             if mine.get(key) == value:
                 del mine[key]
-        if "PYTHONPATH" not in server_env and not _shadows(python_path(mine), imported):
+        added = added_python_path(mine, server_env)
+        if added is not None and not _shadows(added, imported):
             mine.pop("PYTHONPATH", None)  # the runner puts its entries first on sys.path
+            if "PYTHONPATH" in server_env:
+                mine["PYTHONPATH"] = server_env["PYTHONPATH"]
         inherited = inherited_fds()
         if mine != server_env or not {0, 1, 2} <= set(inherited) or len(inherited) > MAX_FDS:
             raise ConnectionError("runs cold")
@@ -187,6 +192,17 @@ def python_path(env: Dict[str, str]) -> List[str]:
     them)."""
     entries = env.get("PYTHONPATH", "").split(os.pathsep)
     return [os.path.abspath(entry) for entry in entries if entry]
+
+
+def added_python_path(env: Dict[str, str], server_env: Dict[str, str]) -> Optional[List[str]]:
+    """The PYTHONPATH entries ``env`` puts before the server's; None where its PYTHONPATH does not
+    end with the server's (a fresh process would miss one the fork has). An entry given twice
+    counts where it first is: imports never reach the second."""
+    entries, servers = (list(dict.fromkeys(python_path(e))) for e in (env, server_env))
+    before = len(entries) - len(servers)
+    if before < 0 or entries[before:] != servers:
+        return None
+    return entries[:before]
 
 
 def _shadows(entries: List[str], imported: List[str]) -> bool:

@@ -1571,6 +1571,7 @@ def test_bundle_carries_the_heldout_sources(tmp_path):
     sources.mkdir()
     (sources / "test_2018_flickr.en").write_text("A dog.\n")
     (sources / "README.md").write_text("not a source\n")
+    (sources / "folder.en").mkdir()  # copied as a file: an IsADirectoryError traceback
     builder = load_builder()
     assert builder.copy_heldout(sources, tmp_path / "bundle" / "heldout") == ["test_2018_flickr.en"]
     assert (tmp_path / "bundle" / "heldout" / "test_2018_flickr.en").read_text() == "A dog.\n"

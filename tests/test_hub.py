@@ -1462,6 +1462,54 @@ def test_a_start_token_language_models_sentence_beyond_a_batch_counts_its_start_
     assert len(hub.score(eight)["positional_scores"]) == 8
 
 
+def test_start_tokens_datasets_sizes_batches_and_filter_are_the_scored_samples(
+    bos_language_model_files,
+):
+    """fairseq's batching and size filter read ``StartTokensDataset``'s sizes, and its batch
+    is ``<s> </s> w1 ... wn`` with targets ``<s> w1 ... wn`` (the first not scored): each a
+    token more than the sentences' ``<s> w1 ... wn``."""
+    import numpy as np
+    import torch
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    from fairseq_san.tasks.language_modeling_san import StartTokensDataset
+
+    task = load_language_model(bos_language_model_files).task
+    dictionary = task.dictionary
+    bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
+    w = dictionary.index("tok1")
+    sentences = [torch.tensor([w, eos]), torch.tensor([w, w, w, eos])]
+    inner = LanguageModelingTask.build_dataset_for_inference(task, sentences, [2, 4])
+    dataset = StartTokensDataset(inner, dictionary)
+    assert dataset.sizes.tolist() == [3, 5]
+    assert [dataset.size(i) for i in (0, 1)] == [dataset.num_tokens(i) for i in (0, 1)] == [3, 5]
+    kept, ignored = dataset.filter_indices_by_size(np.arange(2), 4)
+    assert kept.tolist() == [0] and ignored == [1]
+    batch = dataset.collater([dataset[0], dataset[1]])
+    assert batch["net_input"]["src_tokens"].tolist() == [
+        [bos, eos, w, pad, pad], [bos, eos, w, w, w]
+    ]
+    assert batch["net_input"]["src_lengths"].tolist() == [3, 5]
+    assert batch["target"].tolist() == [[bos, w, pad, pad, pad], [bos, w, w, w, pad]]
+    assert batch["start_indices"] == [1, 1]
+    assert dataset.collater([]) == {}
+
+
+def test_a_language_model_without_start_tokens_scores_as_fairseq_reads_it(language_model):
+    """Only a model trained with --add-bos-token reads ``<s> </s> w1 ...`` (StartTokensDataset):
+    one without reads fairseq's ``</s> w1 ... wn``, each word scored after those before it."""
+    import torch
+
+    dictionary, model = language_model.task.dictionary, language_model.models[0]
+    words = [dictionary.index(word) for word in ("tok1", "tok2", "tok3")]
+    with torch.no_grad():
+        logits = model(torch.tensor([[dictionary.eos(), *words]]))[0]
+    expected = model.get_normalized_probs((logits, None), log_probs=True)[0]
+    expected = expected[:3].gather(1, torch.tensor(words)[:, None])[:, 0]
+    scored = language_model.score("tok1 tok2 tok3")["positional_scores"]
+    assert torch.allclose(scored, expected, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_a_task_or_ensemble_unlike_the_models_add_bos_token_is_said_in_the_hubs_words(
     language_model_files, tmp_path

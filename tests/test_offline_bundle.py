@@ -497,8 +497,13 @@ def test_wheels_unlike_the_manifest_are_named_before_pip_runs(tmp_path, change, 
      ('{"python": "3', "is missing or cut short (Unterminated string starting at: line 1 "
       "column 12 (char 11)): copy the bundle again"),
      ("[]", "is no bundle's manifest (it lacks python, machine_provides, extensions, wheels): "
+      "copy the bundle again, or rebuild it"),
+     # a KeyError traceback (one key of four), a TypeError one (no container)
+     ('{"python": "3.12"}', "is no bundle's manifest (it lacks python, machine_provides, "
+      "extensions, wheels): copy the bundle again, or rebuild it"),
+     ("1", "is no bundle's manifest (it lacks python, machine_provides, extensions, wheels): "
       "copy the bundle again, or rebuild it")],
-    ids=["missing", "cut short", "no manifest"],
+    ids=["missing", "cut short", "no manifest", "a key of four", "a number"],
 )  # fmt: skip
 def test_a_manifest_missing_or_cut_short_is_one_line(tmp_path, manifest, said):
     """A bundle copied to the GPU machine only in part: json's traceback from install.py."""

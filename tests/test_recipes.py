@@ -2159,6 +2159,16 @@ def test_wmt14_counts_a_last_line_without_its_newline(tmp_path, source, target, 
     assert f"{tmp_path}/{said}: not a parallel corpus" in str(error.value)
 
 
+@pytest.mark.parametrize("text, lines", [("", 0), ("a\n", 1), ("a\nb", 2), ("\n\n", 2)])
+def test_line_count_counts_the_lines_fairseq_reads(tmp_path, text, lines):
+    """An empty file has no line (an spm.vocab of no pieces), a last line without its newline
+    one."""
+    from fairseq_san.loop.prepared_data import line_count
+
+    (tmp_path / "text").write_text(text)
+    assert line_count(str(tmp_path / "text")) == lines
+
+
 def test_wmt14_binarizes_again_after_an_interrupted_binarizing(tmp_path):
     """fairseq-preprocess refuses a folder that holds a dictionary: an interrupted binarizing
     (its dictionary written, no .done-preprocess) stopped every re-run with a traceback. The

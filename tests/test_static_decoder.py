@@ -572,6 +572,17 @@ def test_a_float64_model_decodes_in_float64(name):
         assert_same_hypotheses(expected, actual, atol=1e-10)
 
 
+def test_aan_sums_are_float32_but_for_a_float64_model():
+    """The AAN module's running sums: float32 at fp16, bf16 and float32 (fairseq's), float64
+    for a float64 model."""
+    from fairseq_san.static_decoding.caches import allocate_cache
+
+    for dtype, summed in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                          (torch.float32, torch.float32), (torch.float64, torch.float64)):
+        cache = allocate_cache(2, 4, 0, 2, 3, 8, dtype, torch.device("cpu"))
+        assert cache.sums.tensor.dtype == summed, dtype
+
+
 def test_kept_memory_is_new_for_another_dtype_or_inference_mode():
     """What ``KeptMemory`` hands out: the start of its memory where that fits the shape, dtype,
     device and inference mode; new memory otherwise (an inference tensor cannot be written

@@ -174,7 +174,9 @@ def test_lm_task_args_refuses_samples_longer_than_the_models_positions(after, sa
     [
         (["--sample-break-mode", "complete"], True),  # a longer sentence is a sample of its own
         (["--sample-break-mode", "complete_doc"], True),
-        (["--sample-break-mode", "none"], False),  # blocks of 4 tokens
+        (["--sample-break-mode", "none"], True),  # blocks of 4, but analysed whole (eos)
+        (["--sample-break-mode", "none", "--max-target-positions", "9"], False),
+        (["--sample-break-mode", "none", "--max-target-positions", "9", "--add-bos-token"], True),
         (["--shorten-method", "truncate"], False),  # every split cut to 4 tokens
         (["--shorten-method", "random_crop", "--shorten-data-split-list", "train,valid"], False),
         (["--shorten-method", "truncate", "--shorten-data-split-list", "train"], True),
@@ -183,7 +185,10 @@ def test_lm_task_args_refuses_samples_longer_than_the_models_positions(after, sa
 def test_lm_task_args_checks_whole_sentences_that_are_not_cut(tmp_path, after, refused):
     """--sample-break-mode complete keeps sentences whole as eos does (fairseq-train stopped at
     a valid one longer than a sample, after the run dir was made), and --shorten-method cuts them
-    to --tokens-per-sample (the loop refused a run that trains)."""
+    to --tokens-per-sample (the loop refused a run that trains). --sample-break-mode none trains
+    on blocks, but the loop's analysis reads each valid sentence whole (fairseq-validate
+    --sample-break-mode eos): it stopped after iteration 0 trained, telling to pass
+    --sample-break-mode none."""
     from fairseq_san.loop.run_record import INDEX_MAGIC, longest_sentence_problem
 
     sizes = [3, 9]  # fairseq's mmap index: magic, version, dtype code, count, int32 sizes
@@ -191,6 +196,10 @@ def test_lm_task_args_checks_whole_sentences_that_are_not_cut(tmp_path, after, r
     (tmp_path / "valid.idx").write_bytes(index + array.array("i", sizes).tobytes())
     problem = longest_sentence_problem(str(tmp_path), ["--tokens-per-sample", "4", *after])
     assert (problem is not None) == refused, problem
-    if refused:
+    if refused and "none" in after:
+        assert "(--sample-break-mode none trains on blocks, but the loop analyses" in problem
+        assert problem.endswith(f"or --max-target-positions {9 + ('--add-bos-token' in after)} "
+                                "or more"), problem  # fmt: skip
+    elif refused:
         mode = after[1] if after[0] == "--sample-break-mode" else "eos"
         assert f"a sample (--sample-break-mode {mode}; the loop" in problem, problem

@@ -1601,7 +1601,10 @@ def test_a_sample_shorter_than_a_valid_sentence_is_refused_before_the_run_dir(tm
     assert refusal() == said(128)  # the recipe's own
     assert refusal("--tokens-per-sample=130") == said(130)
     assert refusal("--tokens-per-sample", "131") == ""
-    assert refusal("--tokens-per-sample", "2", "--sample-break-mode", "none") == ""  # blocks
+    # blocks of 2, but the analysis reads each valid sentence whole: it stopped after iteration 0
+    blocks = ("--tokens-per-sample", "2", "--sample-break-mode", "none")
+    assert "more than the model's positions hold (--sample-break-mode none" in refusal(*blocks)
+    assert refusal(*blocks, "--max-target-positions", "131") == ""
     # fairseq-san-loop start --lm by hand, the arguments after -- its own
     start = ["fairseq-san-loop", "start", str(tmp_path / "run"), "--lm", "--data", str(data),
              "--dry-run", "--"]  # fmt: skip

@@ -215,19 +215,44 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
     end counted) than the ``--tokens-per-sample`` of ``train_args`` (the recipe's, then those
     after --: the last wins), whole sentences kept (``WHOLE_SENTENCES``; the recipe's ``eos``),
     and not cut to it (``valid_shortened``). fairseq-train said so after the run dir was made,
-    naming --skip-invalid-size-inputs-valid-test, which the loop refuses."""
+    naming --skip-invalid-size-inputs-valid-test, which the loop refuses. Other modes train on
+    blocks, but the analysis reads whole sentences (``analysed_sentence_problem``)."""
     given = train_arg(train_args, "--tokens-per-sample", "")
     mode = train_arg(train_args, "--sample-break-mode", "eos")
-    if not given.isdigit() or mode not in WHOLE_SENTENCES or valid_shortened(train_args):
+    if not given.isdigit() or valid_shortened(train_args):
         return None
     sizes = index_sizes(os.path.join(data, "valid.idx"))
     if not sizes or max(sizes) <= int(given):
         return None
+    if mode not in WHOLE_SENTENCES:
+        return analysed_sentence_problem(data, max(sizes), given, mode, train_args)
     return (
         f"--tokens-per-sample {given}: the longest valid sentence of {data} has {max(sizes)} "
         "tokens with its end, and fairseq-train stops at one longer than a sample "
         f"(--sample-break-mode {mode}; the loop analyses and scores every valid sentence): pass "
         f"--tokens-per-sample {max(sizes)} or more after --"
+    )
+
+
+def analysed_sentence_problem(
+    data: str, longest: int, given: str, mode: str, train_args: Sequence[str]
+) -> Optional[str]:
+    """Why the loop's analysis would stop at ``data``'s longest valid sentence, ``longest`` tokens
+    with its end, where ``--sample-break-mode`` ``mode`` trains on blocks: fairseq-validate reads
+    each valid sentence whole (the recipe's ``eos``), and the model's positions (its
+    ``--max-target-positions``, else ``--tokens-per-sample`` ``given``; ``--add-bos-token``'s
+    start token before it) do not hold it. The loop stopped after training its iteration 0,
+    telling to pass the ``--sample-break-mode none`` that was given."""
+    start = int("--add-bos-token" in train_args)
+    positions = train_arg(train_args, "--max-target-positions", "")
+    if positions.isdigit() and longest + start <= int(positions):
+        return None
+    return (
+        f"--tokens-per-sample {given}: the longest valid sentence of {data} has {longest} tokens "
+        f"with its end, more than the model's positions hold (--sample-break-mode {mode} trains "
+        "on blocks, but the loop analyses each valid sentence whole, with --sample-break-mode "
+        f"eos): pass --tokens-per-sample {longest} or more after --, or --max-target-positions "
+        f"{longest + start} or more"
     )
 
 

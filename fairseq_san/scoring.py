@@ -12,12 +12,13 @@ import statistics
 import unicodedata
 import zlib
 from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
-from typing import TextIO
-
-import numpy as np
+from typing import TYPE_CHECKING, TextIO
 
 from fairseq_san.errors import UsageError, utf8_text
 from fairseq_san.files import GZIP_MAGIC, line_text
+
+if TYPE_CHECKING:  # numpy is imported by the significance tests, not for a score or the spm
+    import numpy as np
 
 GENERATE_DETOKENIZED = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 GENERATE_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
@@ -510,10 +511,12 @@ MAX_EXACT_SPLITS = 200_000
 SAMPLED_SPLITS = 100_000
 
 
-def split_members(pooled: int, size: int) -> np.ndarray:
+def split_members(pooled: int, size: int) -> "np.ndarray":
     """The first groups (rows of ``size`` indices of ``pooled`` scores, the system's first) of
     the permutation test: every split, or the observed one and ``SAMPLED_SPLITS`` random ones
     where there are more than ``MAX_EXACT_SPLITS``."""
+    import numpy as np
+
     if math.comb(pooled, size) <= MAX_EXACT_SPLITS:
         return np.array(list(itertools.combinations(range(pooled), size)), dtype=np.int64)
     rng = np.random.default_rng(0)
@@ -522,12 +525,14 @@ def split_members(pooled: int, size: int) -> np.ndarray:
 
 
 def permutation_p(
-    system: Sequence[float], baseline: Sequence[float], members: Optional[np.ndarray] = None
+    system: Sequence[float], baseline: Sequence[float], members: Optional["np.ndarray"] = None
 ) -> float:
     """The two-sided permutation test over seeds: the share of the splits of the pooled scores
     into groups of these sizes (``members``: ``split_members``'s, made here where not given) whose
     difference of means is at least as far from 0 as the observed one (the observed split
     counted): exact, or a Monte Carlo estimate of it above ``MAX_EXACT_SPLITS``."""
+    import numpy as np
+
     pooled, size, rest = np.array([*system, *baseline], dtype=float), len(system), len(baseline)
     if members is None:
         members = split_members(len(pooled), size)
@@ -538,7 +543,7 @@ def permutation_p(
 
 
 def permutation_interval(
-    system: Sequence[float], baseline: Sequence[float], members: Optional[np.ndarray] = None
+    system: Sequence[float], baseline: Sequence[float], members: Optional["np.ndarray"] = None
 ) -> Optional[List[float]]:
     """The shifts d (multiples of SHIFT_STEP, from the observed difference outwards) for which
     the system's scores minus d are not rejected against the baseline's at 0.05: the

@@ -204,3 +204,20 @@ def test_every_option_the_docs_give_a_command_is_one_it_takes(monkeypatch):
             flags[key] = {s for a in parser._actions for s in a.option_strings}
         unknown += [f"{doc}: {command} {sub} {flag}" for flag in written if flag not in flags[key]]
     assert not unknown, unknown
+
+
+def test_subwords_and_scores_import_no_numpy():
+    """fairseq-san-spm (prepare.sh: encode per split and language) and fairseq-san-score (per
+    system and iteration) imported numpy with ``fairseq_san.scoring``, which only its significance
+    tests use: about 0.1 s of each command's start, and all of --help's."""
+    program = (
+        "import sys\n"
+        "import fairseq_san.cli.subwords, fairseq_san.cli.score\n"
+        "from fairseq_san.scoring import corpus_scores\n"
+        "assert corpus_scores(['a cat sat on the mat'], ['a cat sat on the mat'])['bleu'] == 100\n"
+        "print(sorted({'numpy', 'torch', 'fairseq'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]

@@ -39,8 +39,6 @@ import functools
 from argparse import Namespace
 from typing import Callable, Optional
 
-import numpy as np
-
 from fairseq_san.errors import UsageError
 from fairseq_san.fairseq_fixes.wrapping import running_command, wrap_once
 
@@ -131,6 +129,8 @@ def check_samples_fit(
     ``--tokens-per-sample`` after eval-lm took C from it; ``LMContextWindowDataset``):
     positions fairseq never checks. ``start``: the start tokens
     that the sizes count (``_sized_with_start_tokens``), for the message."""
+    import numpy as np  # here: fairseq-san-loop's checks import this module (run_record)
+
     if not isinstance(positions, int) or not hasattr(dataset, "sizes"):
         return
     sizes = np.asarray(dataset.sizes)
@@ -229,6 +229,8 @@ def _sized_with_start_tokens(load_dataset: Callable) -> Callable:
 
     @functools.wraps(load_dataset)
     def wrapper(self, split, *args, **kwargs):
+        import numpy as np
+
         loaded = load_dataset(self, split, *args, **kwargs)
         start = start_tokens(self.args)
         if start and split in self.datasets:

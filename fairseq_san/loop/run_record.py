@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_san.cores import available_cores
 from fairseq_san.errors import UsageError
+from fairseq_san.fairseq_fixes.tokens_per_sample import check_tokens_per_sample
 from fairseq_san.files import glob_in, read_json_if_there, write_json
 from fairseq_san.options import SELF_SHARE
 from fairseq_san.policy import LN2, write_policy
@@ -265,9 +266,6 @@ def sample_positions_problem(train_args: Sequence[str]) -> Optional[str]:
     positions = train_arg(train_args, "--max-target-positions", "")
     if not tokens.isdigit() or not positions.isdigit():
         return None
-    # here alone: importing fairseq's fixes imports fairseq (seconds)
-    from fairseq_san.fairseq_fixes.tokens_per_sample import check_tokens_per_sample
-
     try:
         check_tokens_per_sample(int(tokens), int(positions), int("--add-bos-token" in train_args))
     except UsageError as error:

@@ -584,6 +584,20 @@ def command_path(command: str) -> Path:
     return BIN / command
 
 
+# What a light command's start-up should not pay for (seconds on a 2-core VM).
+HEAVY_MODULES = ("fairseq", "numpy", "torch")
+
+
+def heavy_modules_imported(program: str) -> List[str]:
+    """The ``HEAVY_MODULES`` a fresh Python has imported once ``program`` (which must succeed)
+    has run."""
+    report = f"import sys\nprint(*[m for m in {HEAVY_MODULES!r} if m in sys.modules])\n"
+    result = subprocess.run([sys.executable, "-c", program + "\n" + report], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
 def run_cli(
     command: str,
     *args: str,

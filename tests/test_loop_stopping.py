@@ -321,16 +321,11 @@ def test_decode_key_imports_neither_fairseq_nor_torch(tmp_path):
     """test_bleu.sh runs fairseq-san-loop decode-key per system and split: the literal evaluator
     it reads --model-overrides with was imported through fairseq_fixes, whose package imported
     every fix, fairseq and torch (about 3 s each time on a 2-core VM)."""
-    import subprocess
-    import sys
+    from helpers import heavy_modules_imported
 
     program = (
-        "import sys\n"
         "from fairseq_san.loop.decode_key import override_files\n"
         f"assert override_files(['--model-overrides', \"{{'san_policy': {str(tmp_path)!r}}}\"]) "
         "== {}\n"
-        "print(sorted({'fairseq', 'torch'} & set(sys.modules)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["[]"]
+    assert heavy_modules_imported(program) == []

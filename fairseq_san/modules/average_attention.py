@@ -27,6 +27,12 @@ from fairseq.modules.quant_noise import quant_noise
 from fairseq_san.modules import IncrementalState
 
 
+def running_sum_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the running sums of inputs of ``dtype``: float32 at least (fp16/bf16 would
+    round them away); float64 keeps its own."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def gated_average(
     module: nn.Module,
     y: Tensor,
@@ -94,8 +100,7 @@ class AverageAttention(nn.Module):
         T new positions continue the sequence already seen by this hypothesis.
         """
         y = query
-        # Sums in float32 at least: fp16/bf16 would round them away; float64 keeps its own.
-        keep = y.new_ones(y.shape[:2] + (1,), dtype=torch.promote_types(y.dtype, torch.float))
+        keep = y.new_ones(y.shape[:2] + (1,), dtype=running_sum_dtype(y.dtype))
         if key_padding_mask is not None:
             keep = keep.masked_fill(key_padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
         sums = (y.to(keep.dtype) * keep).cumsum(dim=0)

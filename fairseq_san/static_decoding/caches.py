@@ -40,6 +40,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from fairseq_san.modules.average_attention import running_sum_dtype
+
 
 class Reorderable:
     """A tensor with one row per hypothesis along ``dim``, that follows beam search's reordering.
@@ -420,12 +422,10 @@ def allocate_cache(
         self_attention = Reorderable(shape, dtype, device, 1, 3, fixed_address, memory)
         if fixed:
             self_attention.tensor.zero_()
-    # Running sums in float32 at least, as the AAN module's (float64 models sum in float64).
-    sums = None
+    sums = None  # the AAN layers' running sums, in the module's dtype for them
     if aan_layers:
         shape = (hypotheses, aan_layers, embed_dim)
-        sums_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        sums = Reorderable(shape, sums_dtype, device, fixed_address=fixed_address)
+        sums = Reorderable(shape, running_sum_dtype(dtype), device, fixed_address=fixed_address)
         sums.tensor.zero_()
     return DecoderCache(self_attention, sums, fixed=fixed)
 

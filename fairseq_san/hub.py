@@ -457,11 +457,10 @@ def sentence_over_max_tokens(
 
 
 def scored_start_tokens(task: Any) -> int:
-    """The tokens the task's batching adds to each sentence of this thread's call: a plugin
-    language model trained with --add-bos-token scores ``<s> </s> w1 ...`` (a token more than
-    fairseq's ``<s> w1 ...``: ``StartTokensDataset``)."""
-    scoring = getattr(task, "scoring", False)  # the plugin task's (this thread's call)
-    return int(bool(scoring and getattr(task.args, "add_bos_token", False)))
+    """The tokens the task's batching adds to each sentence of this thread's call (the plugin
+    language model's ``added_start_tokens``; none for another task)."""
+    added = getattr(task, "added_start_tokens", None)
+    return added() if added is not None else 0
 
 
 def sentence_too_long(index: int, length: int, max_positions: Any) -> UsageError:

@@ -320,7 +320,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 "end), and its score would be NaN; leave it out"
             )
         positions = getattr(self, "positions", None)
-        starts = 2 if self.args.add_bos_token else 1
+        starts = 1 + self.added_start_tokens()
         if positions is not None and tokens + starts > positions:
             after = "the start token"
             if starts == 2:
@@ -329,6 +329,11 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 f"a sentence of {tokens} tokens is longer than the model's {positions} positions "
                 f"hold (after {after}): shorten it to at most {positions - starts} tokens"
             )
+
+    def added_start_tokens(self) -> int:
+        """The tokens this thread's call adds before each sentence beside fairseq's start token:
+        1 where it scores for a model trained with --add-bos-token (``StartTokensDataset``)."""
+        return int(bool(self.scoring and self.args.add_bos_token))
 
     def build_generator(self, models: List[nn.Module], args, *rest, **keywords):
         """The decoding task's generator; the task keeps whether it scores sentences (the hub's
@@ -359,7 +364,7 @@ class LanguageModelingSANTask(AttentionAnalysisTask, DecodingTask, LanguageModel
                 self.check_prompt(length)
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, **kwargs)
         self.prompts = None if self.scoring else dataset
-        if self.scoring and self.args.add_bos_token:
+        if self.added_start_tokens():
             return StartTokensDataset(dataset, self.source_dictionary)
         return dataset
 

@@ -506,7 +506,7 @@ def fill(bundle: Path, args: argparse.Namespace) -> None:
     sources, activate.sh, install.py and the manifest (each wheel's sha256: install.py installs
     again where a wheel changed)."""
     wheels = bundle / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    wheels.mkdir()  # in the bundle folder build() made
     plugin = plugin_wheel(wheels)
     requirements = wheel_requirements(plugin) + (["pytest"] if args.tests else [])
     shipped = dependencies(requirements, args.python_version, skip=(*MACHINE_PROVIDES, *LEFT_OUT))

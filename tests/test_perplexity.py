@@ -189,17 +189,60 @@ def test_lm_task_args_checks_whole_sentences_that_are_not_cut(tmp_path, after, r
     on blocks, but the loop's analysis reads each valid sentence whole (fairseq-validate
     --sample-break-mode eos): it stopped after iteration 0 trained, telling to pass
     --sample-break-mode none."""
-    from fairseq_san.loop.run_record import INDEX_MAGIC, longest_sentence_problem
+    from fairseq_san.loop.run_record import longest_sentence_problem
 
-    sizes = [3, 9]  # fairseq's mmap index: magic, version, dtype code, count, int32 sizes
-    index = INDEX_MAGIC + (1).to_bytes(8, "little") + b"\x04" + len(sizes).to_bytes(8, "little")
-    (tmp_path / "valid.idx").write_bytes(index + array.array("i", sizes).tobytes())
+    write_valid_index(tmp_path, [3, 9])
     problem = longest_sentence_problem(str(tmp_path), ["--tokens-per-sample", "4", *after])
     assert (problem is not None) == refused, problem
-    if refused and "none" in after:
+    if refused and "--max-target-positions" in after:  # 9 positions: the start token's too many
+        assert problem.startswith("--max-target-positions 9: the longest valid sentence of "
+                                  f"{tmp_path} has 9 tokens with its end and the start token of "
+                                  "--add-bos-token, more than"), problem  # fmt: skip
+        assert "pass --max-target-positions 10 or more after --, or leave it out" in problem
+    elif refused and "none" in after:
         assert "(--sample-break-mode none trains on blocks, but the loop analyses" in problem
-        assert problem.endswith(f"or --max-target-positions {9 + ('--add-bos-token' in after)} "
-                                "or more"), problem  # fmt: skip
+        assert problem.endswith("or --max-target-positions 9 or more"), problem
     elif refused:
         mode = after[1] if after[0] == "--sample-break-mode" else "eos"
         assert f"a sample (--sample-break-mode {mode}; the loop" in problem, problem
+
+
+def write_valid_index(data, sizes):
+    """``data/valid.idx`` in fairseq's mmap format (magic, version, dtype code, count, int32
+    sizes), of sentences ``sizes`` tokens long with their end."""
+    from fairseq_san.loop.run_record import INDEX_MAGIC
+
+    header = INDEX_MAGIC + (1).to_bytes(8, "little") + b"\x04" + len(sizes).to_bytes(8, "little")
+    (data / "valid.idx").write_bytes(header + array.array("i", sizes).tobytes())
+
+
+@pytest.mark.parametrize(
+    "after",
+    [["--tokens-per-sample", "128", "--sample-break-mode", "none", "--max-target-positions", "9"],
+     ["--tokens-per-sample", "4", "--max-target-positions", "9"],
+     ["--tokens-per-sample", "128", "--max-target-positions", "12", "--add-bos-token"],
+     ["--tokens-per-sample", "4", "--sample-break-mode", "none"]],
+)  # fmt: skip
+def test_lm_task_args_advice_followed_is_not_refused_again(tmp_path, after):
+    """Each refusal's first advice, taken, ends in a run lm-task-args accepts: with
+    --max-target-positions 9 below the longest valid sentence (12 tokens), "lower
+    --tokens-per-sample to at most 9" was refused next as too short for that sentence, whose
+    advice "pass --tokens-per-sample 12 or more" was refused as more than the positions."""
+    import argparse
+    import re
+
+    from fairseq_san.cli.loop import run_lm_task_args
+
+    write_valid_index(tmp_path, [3, 12])
+    said = []
+    for _ in range(3):
+        try:
+            run_lm_task_args(argparse.Namespace(data=str(tmp_path)), after)
+            return
+        except UsageError as error:
+            said.append(str(error))
+        advice = re.search(r"(?:lower|pass) (--[a-z-]+) (?:to at most )?(\d+)", said[-1])
+        flag, value = advice.groups()
+        after = [*after, flag, value]
+    pytest.fail(f"still refused after following {len(said)} pieces of advice: {said}")
+

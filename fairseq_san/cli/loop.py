@@ -231,9 +231,8 @@ def run_lm_task_args(args: argparse.Namespace, after: List[str]) -> int:
     if args.data is not None and not os.path.isdir(args.data):  # checked nothing, silently
         sharded = ":" in args.data and path_kind_problem(args.data, None)  # DATA1:DATA2, as start
         raise UsageError(sharded or f"no data directory {args.data} (--data)")
-    problem = sample_positions_problem(after)
-    if problem is None and args.data is not None:
-        problem = longest_sentence_problem(args.data, after)
+    problem = None if args.data is None else longest_sentence_problem(args.data, after)
+    problem = problem or sample_positions_problem(after)  # whose advice then fits the data
     if problem is not None:
         raise UsageError(problem)
     print(shlex.join(task_arguments(after)))

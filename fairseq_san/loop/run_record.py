@@ -217,14 +217,17 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
     after --: the last wins), whole sentences kept (``WHOLE_SENTENCES``; the recipe's ``eos``),
     and not cut to it (``valid_shortened``). fairseq-train said so after the run dir was made,
     naming --skip-invalid-size-inputs-valid-test, which the loop refuses. Other modes train on
-    blocks, but the analysis reads whole sentences (``analysed_sentence_problem``)."""
+    blocks, but the analysis reads whole sentences (``analysed_sentence_problem``). The model's
+    positions are checked first (``sentence_positions_problem``), so that no advice given here
+    leads to that refusal."""
     given = train_arg(train_args, "--tokens-per-sample", "")
     mode = train_arg(train_args, "--sample-break-mode", "eos")
-    if not given.isdigit() or valid_shortened(train_args):
+    sizes = None if valid_shortened(train_args) else index_sizes(os.path.join(data, "valid.idx"))
+    if not sizes:
         return None
-    sizes = index_sizes(os.path.join(data, "valid.idx"))
-    if not sizes or max(sizes) <= int(given):
-        return None
+    problem = sentence_positions_problem(data, max(sizes), train_args)
+    if problem is not None or not given.isdigit() or max(sizes) <= int(given):
+        return problem
     if mode not in WHOLE_SENTENCES:
         return analysed_sentence_problem(data, max(sizes), given, mode, train_args)
     return (
@@ -235,19 +238,41 @@ def longest_sentence_problem(data: str, train_args: Sequence[str]) -> Optional[s
     )
 
 
+def sentence_positions_problem(
+    data: str, longest: int, train_args: Sequence[str]
+) -> Optional[str]:
+    """Why a language model of ``train_args``' ``--max-target-positions`` cannot read ``data``'s
+    longest valid sentence, ``longest`` tokens with its end (and ``--add-bos-token``'s start
+    token before it), whatever its ``--tokens-per-sample``: the loop analyses and scores each
+    valid sentence whole. Lowering --tokens-per-sample to the positions, as their own check
+    advises, led here."""
+    start = int("--add-bos-token" in train_args)
+    positions = train_arg(train_args, "--max-target-positions", "")
+    if not positions.isdigit() or longest + start <= int(positions):
+        return None
+    with_start = " and the start token of --add-bos-token" * start
+    return (
+        f"--max-target-positions {positions}: the longest valid sentence of {data} has {longest} "
+        f"tokens with its end{with_start}, more than the model's positions hold (the loop "
+        f"analyses and scores every valid sentence whole): pass --max-target-positions "
+        f"{longest + start} or more after --, or leave it out (it then follows "
+        "--tokens-per-sample)"
+    )
+
+
 def analysed_sentence_problem(
     data: str, longest: int, given: str, mode: str, train_args: Sequence[str]
 ) -> Optional[str]:
     """Why the loop's analysis would stop at ``data``'s longest valid sentence, ``longest`` tokens
     with its end, where ``--sample-break-mode`` ``mode`` trains on blocks: fairseq-validate reads
-    each valid sentence whole (the recipe's ``eos``), and the model's positions (its
-    ``--max-target-positions``, else ``--tokens-per-sample`` ``given``; ``--add-bos-token``'s
-    start token before it) do not hold it. The loop stopped after training its iteration 0,
-    telling to pass the ``--sample-break-mode none`` that was given."""
+    each valid sentence whole (the recipe's ``eos``), and the model's positions do not hold it:
+    ``--tokens-per-sample`` ``given`` where no ``--max-target-positions`` is given (those given
+    ``sentence_positions_problem`` checks), ``--add-bos-token``'s start token before it. The loop
+    stopped after training its iteration 0, telling to pass the ``--sample-break-mode none``
+    that was given."""
+    if train_arg(train_args, "--max-target-positions", "").isdigit():
+        return None  # sentence_positions_problem found that they hold it
     start = int("--add-bos-token" in train_args)
-    positions = train_arg(train_args, "--max-target-positions", "")
-    if positions.isdigit() and longest + start <= int(positions):
-        return None
     return (
         f"--tokens-per-sample {given}: the longest valid sentence of {data} has {longest} tokens "
         f"with its end, more than the model's positions hold (--sample-break-mode {mode} trains "

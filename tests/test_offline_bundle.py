@@ -461,6 +461,40 @@ def test_activate_takes_a_relative_prefix_and_any_cdpath(tmp_path):
     assert path.startswith(f"{work}/relative/bin:")
 
 
+def test_activate_sourced_twice_puts_each_path_on_once(tmp_path):
+    """A second ``source activate.sh`` (a new tmux pane of the same shell, a script that sources
+    it again) put the prefix on PATH and PYTHONPATH a second time."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy2(REPO / "scripts" / "offline_bundle" / "activate.sh", bundle)
+    (bundle / "install.py").write_text("")  # stands in: installed
+    script = ("source bundle/activate.sh; source bundle/activate.sh; "
+              'echo "$PATH"; echo "$PYTHONPATH"')  # fmt: skip
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": "/x"}
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    path, python_path = result.stdout.splitlines()
+    assert path == f"{bundle}/prefix/bin:{os.environ['PATH']}"
+    assert python_path == f"{bundle}/prefix:/x"
+
+
+def test_install_refuses_a_prefix_holding_a_colon(tmp_path):
+    """PATH and PYTHONPATH split a prefix holding ':' in two: every fairseq command was then
+    not found, or another Python's fairseq ran, after the install said nothing wrong."""
+    prefix = tmp_path / "a:b"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "offline_bundle" / "install.py"), str(prefix)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr.splitlines() == [
+        f"install.py: error: {prefix} holds ':', which PATH and PYTHONPATH read between two "
+        "folders: set FAIRSEQ_SAN_PREFIX to a path without one"
+    ]
+    assert not prefix.exists()
+
+
 @pytest.mark.parametrize(
     "change, said",
     [

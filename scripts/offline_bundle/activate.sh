@@ -6,8 +6,11 @@ _fs_bundle=$(CDPATH= cd -- "$(dirname -- "${BASH_SOURCE[0]:-$0}")" > /dev/null &
 _fs_prefix=${FAIRSEQ_SAN_PREFIX:-$_fs_bundle/prefix}
 case $_fs_prefix in /*) ;; *) _fs_prefix=$PWD/$_fs_prefix ;; esac  # PATH stays right after a cd
 if "${PYTHON:-python3}" "$_fs_bundle/install.py" "$_fs_prefix"; then
-  export PYTHONPATH="$_fs_prefix${PYTHONPATH:+:$PYTHONPATH}"
-  export PATH="$_fs_prefix/bin:$PATH"
+  case ":${PYTHONPATH:-}:" in  # sourced again: each path once
+    *":$_fs_prefix:"*) ;;
+    *) export PYTHONPATH="$_fs_prefix${PYTHONPATH:+:$PYTHONPATH}" ;;
+  esac
+  case ":$PATH:" in *":$_fs_prefix/bin:"*) ;; *) export PATH="$_fs_prefix/bin:$PATH" ;; esac
   unset _fs_bundle _fs_prefix
 else
   unset _fs_bundle _fs_prefix

@@ -188,8 +188,11 @@ def main() -> None:
         return
     if args.prefix is None:
         parser.error("PREFIX is required")
-    manifest = read_manifest()
     prefix = args.prefix.resolve()
+    if ":" in str(prefix):  # activate.sh puts it on PATH and PYTHONPATH, split at each ':'
+        fail(f"{prefix} holds ':', which PATH and PYTHONPATH read between two folders: set "
+             "FAIRSEQ_SAN_PREFIX to a path without one")
+    manifest = read_manifest()
     if installed(prefix, manifest):
         return
     check_wheels(manifest)

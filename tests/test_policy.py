@@ -991,6 +991,12 @@ def test_cli_explain_prints_the_range_of_each_kind(js_file, capsys):
     }
 
 
+def test_cli_explain_reads_a_theta_of_minus_zero_as_zero(js_file, capsys):
+    """argparse takes -0.0 as a number, in [0, ln 2]: --explain said "at theta -0"."""
+    policy_main([js_file, "--theta-decoder-self", "-0.0", "--explain"])
+    assert capsys.readouterr().out.splitlines()[1].startswith("decoder_self: {6} at theta 0, ")
+
+
 def test_cli_map_prints_every_policy_near_each_theta_and_marks_the_one_learned(js_file, capsys):
     """Figure 2 of the paper over theta 0.4-0.6: self-attention's {1,5} from 0.4893 (as
     --explain gives it), and encoder-decoder attention's {3,3} between {4,2} and {3,1,2}."""

@@ -86,6 +86,13 @@ def add_theta_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag_of(f"theta_{kind}"), type=float, metavar="T", **options)
 
 
+def given_thetas(args: argparse.Namespace) -> dict[str, Optional[float]]:
+    """``add_theta_flags``' values by kind (None: not given); -0 read as 0 (``--explain`` said
+    "at theta -0")."""
+    values = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}
+    return {kind: None if value is None else value or 0.0 for kind, value in values.items()}
+
+
 def input_file(path: str) -> str:
     """The file that JS_JSON ``path`` names: standard input for "-" (``zcat js.json.gz |
     fairseq-san-policy - ...``), else ``analysis_file``."""
@@ -278,7 +285,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Learn, print and optionally write the policy; bad input exits with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    thetas = {kind: getattr(args, f"theta_{kind}") for kind in KINDS}  # add_theta_flags' values
+    thetas = given_thetas(args)
     if args.map is not None and not args.map > 0:
         parser.error(f"--map {args.map}: the width must be positive")
     if sum(map(standard_input, args.js_json)) > 1:  # "- /dev/stdin" too

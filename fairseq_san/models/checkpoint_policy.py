@@ -90,8 +90,7 @@ def drop_unused_projections(model: nn.Module, state_dict: Dict) -> List[str]:
     unused (and a pre-norm follower's query norm, which a checkpoint made before it was dropped
     holds too)."""
     own_keys = set(model.state_dict())
-    unused = (PROJECTION_KEY, QUERY_NORM_KEY)
-    dropped = [k for k in state_dict if k not in own_keys and any(p.match(k) for p in unused)]
+    dropped = [k for k in state_dict if k not in own_keys and shared_parameter(k) is not None]
     for key in dropped:
         del state_dict[key]
     return dropped
@@ -103,9 +102,8 @@ def log_dropped_projections(dropped: List[str]) -> None:
     checkpoint's, and they went without a word."""
     names: Dict[str, List[str]] = {}
     for key in sorted(dropped, key=key_order):
-        found = PROJECTION_KEY.match(key) or QUERY_NORM_KEY.match(key)
-        part = found.group("proj") if found.re is PROJECTION_KEY else f"{found['attn']}_layer_norm"
-        names.setdefault(found.group("module"), []).append(part)
+        found = shared_parameter(key)
+        names.setdefault(found.group("module"), []).append(shared_part(found))
     for module, projections in names.items():
         logger.info(
             "fine-tuning from a checkpoint that shared otherwise: %s drops its trained %s (this "
@@ -262,10 +260,21 @@ def start_query_norms(own: Dict, state_dict: Dict, trained: Dict, layers: Dict[s
                 state_dict[found[0]] = state_dict[leader_key].clone()
 
 
+def shared_parameter(key: str) -> Optional[re.Match]:
+    """``key``'s match of ``PROJECTION_KEY`` or ``QUERY_NORM_KEY``: a parameter that a layer
+    following in a block of shared attention has not; None for any other key."""
+    return PROJECTION_KEY.match(key) or QUERY_NORM_KEY.match(key)
+
+
+def shared_part(found: re.Match) -> str:
+    """The part of its attention module that ``shared_parameter``'s match ``found`` is a parameter
+    of: ``q_proj``, ``k_proj``, ``v_proj`` or ``encoder_attn_layer_norm``."""
+    return found.group("proj") if found.re is PROJECTION_KEY else f"{found['attn']}_layer_norm"
+
+
 def key_order(key: str) -> tuple:
-    """Projection and query norm keys (``PROJECTION_KEY``, ``QUERY_NORM_KEY``) by stack, layer,
-    module, then q, k, v and the norm."""
-    found = PROJECTION_KEY.match(key) or QUERY_NORM_KEY.match(key)
+    """``shared_parameter`` keys by stack, layer, module, then q, k, v and the norm."""
+    found = shared_parameter(key)
     part = "qkv".index(found.group("proj")[0]) if found.re is PROJECTION_KEY else 3
     return found.group("stack"), int(found.group("layer")), found.group("attn"), part, key
 

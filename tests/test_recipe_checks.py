@@ -202,11 +202,14 @@ def test_data_with_an_empty_valid_split_is_refused_before_the_run_dir(tmp_path, 
 
 @pytest.mark.parametrize("recipe", [LOOP, LM_LOOP])
 def test_what_the_recipe_sets_itself_is_refused_after_dashes_in_any_spelling(tmp_path, recipe):
-    """``-- -a transformer_aan_small`` (fairseq's alias of --arch) trained another model than
-    run.json recorded, and ``-- --max-update 50`` other updates than --updates, exit 0."""
+    """``-- -a transformer_aan_small`` (fairseq's alias of --arch; ``-atransformer_aan_small``,
+    its value attached, as argparse reads it too) trained another model than run.json recorded,
+    and ``-- --max-update 50`` other updates than --updates, exit 0."""
+    arch = ("-a after --: the recipe sets it itself (the model, from its own --arch), and fairseq "
+            "would take the value after -- instead, unrecorded: give --arch before --")
     for words, said in (
-        (["-a", "x"], "-a after --: the recipe sets it itself (the model, from its own --arch), "
-         "and fairseq would take the value after -- instead, unrecorded: give --arch before --"),
+        (["-a", "x"], arch),
+        (["-atransformer_aan_small"], arch),
         (["--max-update=50"], "--max-update after --: the recipe sets it itself (each "
          "iteration's updates, from --updates (--warm-updates)), and fairseq would take the "
          "value after -- instead, unrecorded: give --updates before --"),
@@ -570,6 +573,33 @@ def test_a_rerun_giving_the_train_arguments_in_another_order_is_the_same_run():
     with pytest.raises(RunError, match="made with fairseq-train .*: --seed 1, not --seed 2 \\("):
         compare("RUN", old, {TRAIN_ARGS: ["--seed", "1", "--cpu", "--seed", "2", "--dropout",
                                           "0.3"]}, {}, False, {})  # fmt: skip
+
+
+def test_a_rerun_giving_an_options_two_spellings_in_another_order_is_another_run():
+    """fairseq-train reads --max-sentences as --batch-size, the last given winning: "--batch-size
+    8 --max-sentences 16" (a batch of 16) and the same flags in another order (8) resumed as one
+    run, its checkpoints trained on with another batch; one spelling for the other is the same
+    run."""
+    from fairseq_san.loop.run_record import TRAIN_ARGS, RunError, compare
+
+    old = {TRAIN_ARGS: ["--batch-size", "8", "--max-sentences", "16"]}
+    now = {TRAIN_ARGS: ["--max-sentences", "16", "--batch-size", "8"]}
+    with pytest.raises(RunError, match="after --: --batch-size 16, not --batch-size 8 \\("):
+        compare("RUN", old, now, {}, False, {})
+    assert compare("RUN", old, {TRAIN_ARGS: ["--batch-size=16"]}, {}, False, {}) == []
+
+
+def test_the_train_aliases_are_fairseqs():
+    """``TRAIN_ALIASES`` lists, in pure Python, fairseq-train's options with two long spellings."""
+    from fairseq import options
+
+    from fairseq_san.loop.run_record import TRAIN_ALIASES
+
+    parser = options.get_training_parser()
+    spellings = [action.option_strings for action in parser._actions]
+    found = {alias: names[0] for names in spellings for alias in names[1:]
+             if names[0].startswith("--") and alias.startswith("--")}  # fmt: skip
+    assert TRAIN_ALIASES == found
 
 
 def test_a_link_to_a_file_in_a_run_dir_is_refused_before_the_loop_writes(tmp_path):
@@ -1475,6 +1505,23 @@ def test_extend_may_not_lower_max_iterations_below_the_trained_ones(tmp_path):
     for allowed in ("2", "5"):
         changed = compare(str(tmp_path), recorded, {"--max-iterations": allowed}, {}, True, {})
         assert changed == ["--max-iterations"]
+
+
+def test_a_rerun_below_the_trained_iterations_is_not_advised_to_pass_extend(tmp_path):
+    """--max-iterations 1 without --extend on a run that trained two was told "pass --extend to
+    change --max-iterations", which then refused it: it says why at once; a higher one is still
+    told to pass --extend."""
+    from fairseq_san.loop.run_record import RunError, compare
+
+    for k in (0, 1):
+        (tmp_path / f"iter{k}").mkdir()
+        (tmp_path / f"iter{k}" / "trained").touch()
+    recorded = {"--max-iterations": "3"}
+    with pytest.raises(RunError, match=f"--max-iterations 1: {tmp_path} has trained 2 "
+                       "iterations already; --extend raises the limit"):  # fmt: skip
+        compare(str(tmp_path), recorded, {"--max-iterations": "1"}, {}, False, {})
+    with pytest.raises(RunError, match="pass --extend to change --max-iterations"):
+        compare(str(tmp_path), recorded, {"--max-iterations": "5"}, {}, False, {})
 
 
 def test_a_language_models_data_digest_covers_its_dictionary(tmp_path):

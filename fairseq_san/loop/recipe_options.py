@@ -327,11 +327,20 @@ def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
                    f"out for its default{default}")  # fmt: skip
 
 
+def given_flag(word: str) -> str:
+    """The option a fairseq-train argument names: ``--flag=V`` as ``--flag``, and a short one
+    with its value attached, ``-aV`` or ``-a=V``, as ``-a`` (argparse reads ``-aX`` as ``-a X``:
+    ``-atransformer_aan_small`` trained another model than the record's, unrefused)."""
+    if word.startswith("--") or not word.startswith("-"):
+        return word.split("=", 1)[0]
+    return word[:2]
+
+
 def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
     """Refuse, after --, a fairseq-train option that the recipe sets itself
     (``SET_BY_THE_RECIPE``): it would win over the recipe's, unrecorded."""
     for word in train_args:
-        flag = word.split("=", 1)[0]
+        flag = given_flag(word)
         if flag in SET_BY_THE_RECIPE[recipe]:
             what, fix = SET_BY_THE_RECIPE[recipe][flag]
             refuse(recipe, f"{flag} after --: the recipe sets it itself ({what}), and fairseq "

@@ -586,21 +586,37 @@ def train_args_contrast(was: Sequence[str], now: Sequence[str]) -> str:
     )
 
 
+# fairseq-train's options with a second long spelling (its dataclasses' argparse_alias), by that
+# spelling: both set one option, whose last value wins, so "--batch-size 8 --max-sentences 16"
+# and the same flags in another order were one run, trained with a batch of 16 and of 8.
+TRAIN_ALIASES = {
+    "--max-sentences": "--batch-size",
+    "--max-sentences-valid": "--batch-size-valid",
+    "--combine-val": "--combine-valid-subsets",
+    "--nval": "--max-valid-steps",
+    "--save-async": "--write-checkpoints-asynchronously",
+    "--local_rank": "--device-id",
+}
+
+
 def flag_values(words: Sequence[str]) -> Dict[str, List[str]]:
     """{flag: the words after its last occurrence, up to the next flag} of fairseq-train's
-    arguments (``--flag=V`` as ``--flag V``); words before any flag under ""."""
+    arguments (``--flag=V`` as ``--flag V``, an alias as its option: ``TRAIN_ALIASES``); words
+    before any flag under ""."""
     values: Dict[str, List[str]] = {}
     flag = ""
     for word in flags_apart(words):
         if word.startswith("--"):
-            flag, values[word] = word, []
+            flag = TRAIN_ALIASES.get(word, word)
+            values[flag] = []
         else:
             values.setdefault(flag, []).append(word)
     return values
 
 
 def shown_flag(flag: str, words: Optional[List[str]]) -> str:
-    """A fairseq-train flag as given (``--seed 2``, ``--cpu``), or ``no --seed``."""
+    """A fairseq-train flag as given (``--seed 2``, ``--cpu``; an alias by its option's name,
+    ``--batch-size`` for ``--max-sentences``: ``TRAIN_ALIASES``), or ``no --seed``."""
     if words is None:
         return f"no {flag}"
     return shlex.join([flag, *words]) if flag else shlex.join(words)
@@ -756,9 +772,10 @@ def compare(
     if not changed:
         return []
     fixed = [name for name in changed if name not in EXTENDABLE]
-    if extend and not fixed:
+    if not fixed:  # below the iterations trained, --extend would refuse it too: not advised
         check_not_below_trained(run_dir, options)
-        return changed
+        if extend:
+            return changed
     refused = fixed if extend else changed
     what = "; ".join(
         f"{name} {options[name]} as it was then (its content has changed since)"

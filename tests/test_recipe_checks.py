@@ -1490,9 +1490,12 @@ def test_a_run_dir_of_the_other_recipe_is_named_as_such(was_lm):
     )
 
 
-def test_extend_may_not_lower_max_iterations_below_the_trained_ones(tmp_path):
+@pytest.mark.parametrize("extend", [True, False])
+def test_max_iterations_below_the_trained_ones_is_refused_saying_so(tmp_path, extend):
     """--extend --max-iterations 1 on a run that trained two was taken: the loop stopped after
-    iteration 0 and pointed RUN/last there, while loop.md still said it stopped after 1."""
+    iteration 0 and pointed RUN/last there, while loop.md still said it stopped after 1. Without
+    --extend it was told "pass --extend to change --max-iterations", which then refused it: it
+    says why at once; a higher one is still told to pass --extend (or taken with it)."""
     from fairseq_san.loop.run_record import RunError, compare
 
     for k in (0, 1):
@@ -1501,27 +1504,14 @@ def test_extend_may_not_lower_max_iterations_below_the_trained_ones(tmp_path):
     recorded = {"--max-iterations": "3"}
     with pytest.raises(RunError, match=f"--max-iterations 1: {tmp_path} has trained 2 "
                        "iterations already; --extend raises the limit"):  # fmt: skip
-        compare(str(tmp_path), recorded, {"--max-iterations": "1"}, {}, True, {})
+        compare(str(tmp_path), recorded, {"--max-iterations": "1"}, {}, extend, {})
     for allowed in ("2", "5"):
-        changed = compare(str(tmp_path), recorded, {"--max-iterations": allowed}, {}, True, {})
-        assert changed == ["--max-iterations"]
-
-
-def test_a_rerun_below_the_trained_iterations_is_not_advised_to_pass_extend(tmp_path):
-    """--max-iterations 1 without --extend on a run that trained two was told "pass --extend to
-    change --max-iterations", which then refused it: it says why at once; a higher one is still
-    told to pass --extend."""
-    from fairseq_san.loop.run_record import RunError, compare
-
-    for k in (0, 1):
-        (tmp_path / f"iter{k}").mkdir()
-        (tmp_path / f"iter{k}" / "trained").touch()
-    recorded = {"--max-iterations": "3"}
-    with pytest.raises(RunError, match=f"--max-iterations 1: {tmp_path} has trained 2 "
-                       "iterations already; --extend raises the limit"):  # fmt: skip
-        compare(str(tmp_path), recorded, {"--max-iterations": "1"}, {}, False, {})
-    with pytest.raises(RunError, match="pass --extend to change --max-iterations"):
-        compare(str(tmp_path), recorded, {"--max-iterations": "5"}, {}, False, {})
+        if extend:
+            changed = compare(str(tmp_path), recorded, {"--max-iterations": allowed}, {}, True, {})
+            assert changed == ["--max-iterations"]
+            continue
+        with pytest.raises(RunError, match="pass --extend to change --max-iterations"):
+            compare(str(tmp_path), recorded, {"--max-iterations": allowed}, {}, False, {})
 
 
 def test_a_language_models_data_digest_covers_its_dictionary(tmp_path):

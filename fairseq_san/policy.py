@@ -334,7 +334,7 @@ def write_policy(policy: dict, path: str) -> None:
         raise PolicyError(f'cannot write policy file "{path}": {err.strerror or err}') from None
 
 
-def format_blocks(blocks: Optional[Blocks]) -> str:
+def format_blocks(blocks: Optional[Sequence[int]]) -> str:
     """Block sizes in the paper's notation, ``{1,5}``; ``none`` for no sharing."""
     return "none" if blocks is None else "{" + ",".join(map(str, blocks)) + "}"
 

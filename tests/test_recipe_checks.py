@@ -147,8 +147,14 @@ def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_to
     fairseq-train trained the other (the folder's listing order), and failed after training; a
     path with ':' (fairseq's several folders) and data without a valid split failed after the run
     dir was made; a language model's data for the translation loop was noted "no binarized data
-    yet" by a dry run, which preparing would not change."""
+    yet" by a dry run, which preparing would not change; a language code with '-' (pt-BR-en) was
+    said to have no valid split (valid.pt-BR-en.pt.idx), and fairseq cannot infer the pair."""
     both = fake_data(tmp_path / "both")
+    hyphen = fake_data(tmp_path / "hyphen")
+    for name in os.listdir(hyphen):
+        if name.endswith((".bin", ".idx")):
+            renamed = name.replace("en-de", "pt-BR-en").replace(".de.", ".pt-BR.")
+            (hyphen / name).rename(hyphen / renamed)
     for language in ("en", "de"):
         (both / f"train.de-en.{language}.idx").touch()
     no_valid = fake_data(tmp_path / "no-valid")
@@ -157,6 +163,8 @@ def test_data_the_loop_cannot_train_on_as_it_reads_it_is_refused_in_a_dry_run_to
     for data, said in (
         (both, f"{both} holds the binarized pairs de-en, en-de, and fairseq-train would take one "
          "of them by the folder's listing order: give a folder with one pair"),
+        (hyphen, f"{hyphen} holds the binarized pair pt-BR-en, which fairseq cannot read as "
+         "SRC-TGT: a language code holds '-'; binarize with codes without one (pt_BR, not pt-BR)"),
         (no_valid, f"{no_valid} holds no valid split (valid.en-de.de.idx): the loop validates, "
          "analyses and scores on it; binarize one with fairseq-preprocess --validpref"),
         (tmp_path / "a:b", f"--data {tmp_path}/a:b holds ':', which fairseq reads between two "

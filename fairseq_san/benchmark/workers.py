@@ -32,7 +32,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -177,7 +177,7 @@ class Worker:
             raise RuntimeError(f"the {self.engine} worker failed:\n{payload}")
         return payload
 
-    def call(self, name: str, method: str, args: Tuple, kwargs: Dict):
+    def call(self, name: Optional[str], method: str, args: Tuple, kwargs: Dict):
         try:
             self.conn.send((name, method, args, kwargs))
         except PIPE_GONE:

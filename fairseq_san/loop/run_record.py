@@ -129,6 +129,12 @@ def translation_input_problem(options: Options) -> Optional[Problem]:
             None,
         )
     pair = pairs[0]
+    if len(pair.split("-")) != 2:  # fairseq-train: "Could not infer language pair"
+        return (
+            f"{data} holds the binarized pair {pair}, which fairseq cannot read as SRC-TGT: a "
+            "language code holds '-'; binarize with codes without one (pt_BR, not pt-BR)",
+            None,
+        )
     problem = no_valid_split(data, tuple(f"valid.{pair}.{language}.idx"
                                          for language in pair.split("-")))  # fmt: skip
     if problem is not None:

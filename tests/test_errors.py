@@ -1712,7 +1712,8 @@ def torchrun_environment(monkeypatch, gpus: int, ranks: int, here: int) -> None:
     has ``gpus`` GPUs."""
     for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"), ("RANK", "1"),
                         ("WORLD_SIZE", str(ranks)), ("LOCAL_RANK", "1"),
-                        ("LOCAL_WORLD_SIZE", str(here))):  # fmt: skip
+                        ("LOCAL_WORLD_SIZE", str(here)),
+                        ("TORCHELASTIC_RUN_ID", "none")):  # fmt: skip
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
 
@@ -1763,6 +1764,44 @@ def test_ranks_torchrun_started_where_they_cannot_meet_are_one_line(
     with pytest.raises(UsageError) as refused:
         parse_args("transformer_san", ["--cpu"] * (gpus == 0) + backend_given)
     assert str(refused.value) == said
+
+
+def test_one_rank_torchrun_started_trains_as_one_process(monkeypatch):
+    """torchrun --nproc_per_node 1 with --distributed-world-size 2: fairseq took torchrun's rank
+    and divided it by the GPUs' count, a ZeroDivisionError traceback on CPUs; one rank trains
+    as one process, as fairseq's own reading of WORLD_SIZE 1 would have it."""
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    torchrun_environment(monkeypatch, gpus=0, ranks=1, here=1)
+    monkeypatch.setenv("RANK", "0")
+    args = parse_args("transformer_san", ["--cpu", "--distributed-world-size", "2",
+                                          "--distributed-backend", "gloo",
+                                          "--ddp-backend", "legacy_ddp"])  # fmt: skip
+    assert args.distributed_world_size == 1
+    training = convert_namespace_to_omegaconf(args).distributed_training
+    distributed_utils.infer_init_method(training)  # fairseq's own reading: none at size 1
+    assert training.distributed_init_method is None
+
+
+def test_torchruns_variables_left_in_the_environment_are_named(monkeypatch):
+    """RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT exported in a shell (no torchrun: it sets
+    TORCHELASTIC_RUN_ID beside them) made a one-process fairseq-train a rank, refused as
+    "torchrun started 2 ranks": the variables are named, and how to train in one process."""
+    from fairseq_san.errors import UsageError
+
+    torchrun_environment(monkeypatch, gpus=0, ranks=2, here=2)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with pytest.raises(UsageError) as refused:
+        parse_args("transformer_san", ["--cpu"])
+    assert str(refused.value) == (
+        "WORLD_SIZE=2 with RANK, MASTER_ADDR and MASTER_PORT in the environment, set by a "
+        "launcher other than torchrun or left from one (unset them to train in one process), "
+        "make 2 ranks on a machine without GPUs, and fairseq-train puts each rank on a GPU; on "
+        "CPUs, start the ranks with fairseq-san-cpu-ranks 2 -- fairseq-train ... (the "
+        "learn-to-share recipes: --cpu-ranks 2)"
+    )
 
 
 def test_ranks_torchrun_started_with_fairseqs_own_init_method_read_their_ranks(monkeypatch):

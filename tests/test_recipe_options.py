@@ -1,7 +1,9 @@
 """The recipes' one option list (fairseq_san/loop/recipe_options.py): parsed for the shell,
 shown by --help, and what `fairseq-san-loop start` records."""
 
+import shlex
 import subprocess
+from typing import Optional
 
 import pytest
 from helpers import REPO, cli_env
@@ -77,14 +79,78 @@ def test_torchrun_ranks_that_cannot_meet_here_are_refused_before_anything_starts
     monkeypatch.setattr(recipe_options, "cuda_devices", lambda: gpus)
     monkeypatch.setattr(recipe_options.shutil, "which", lambda command: f"/usr/bin/{command}")
     argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", launcher, "--", *train_args]
+    line = launcher_refusal(capsys, argv)
+    assert line is None if said is None else line.startswith(f"{LOOP}: {said}"), line
+
+
+def launcher_refusal(capsys, argv: list) -> Optional[str]:
+    """The one line (exit 2) that the loop's recipe refuses ``argv`` (``--data D --run-dir R
+    --launcher L`` first) with, None where it takes it; a dry run (planned for another machine:
+    its devices not counted) takes it either way."""
+    try:
+        parse_recipe_args(LOOP, argv)
+    except SystemExit as refused:
+        (line,) = capsys.readouterr().err.splitlines()
+        assert refused.code == 2, line
+        parse_recipe_args(LOOP, argv[:6] + ["--dry-run"] + argv[6:])
+        return line
+    return None
+
+
+@pytest.mark.parametrize(
+    "words, cores, gpus, said",
+    [
+        ("--nproc_per_node cpu", 2, 0, "starts 2 ranks, and this machine has no GPU "
+         "(fairseq-train puts each rank on one); on CPUs, give --cpu-ranks 2 instead"),
+        ("--nproc-per-node=auto", 3, 0, "starts 3 ranks, and this machine has no GPU"),
+        ("--nproc_per_node gpu", 2, 0, "--nproc_per_node gpu starts one rank per GPU, and this "
+         "machine has no GPU; on CPUs, give --cpu-ranks N instead"),
+        ("--nproc_per_node cpu", 1, 0, None),  # one rank: fairseq-train trains it on the CPU
+        ("--nproc_per_node auto", 8, 1, None),  # the GPU, not the cores
+        ("--nproc_per_node cpu", 4, 4, None),  # 4 ranks on 4 GPUs
+    ],
+)  # fmt: skip
+def test_torchrun_device_words_are_counted_as_torchrun_counts_them(
+    tmp_path, monkeypatch, capsys, words, cores, gpus, said
+):
+    """torchrun's --nproc_per_node cpu and auto (on a machine without GPUs) start a rank per core,
+    and gpu, there, none (its ValueError traceback): they were not counted, so the run dir was
+    made and every rank refused by fairseq-train, then torchrun's ChildFailedError traceback."""
+    from fairseq_san.loop import recipe_options
+
+    monkeypatch.setattr(recipe_options, "cuda_devices", lambda: gpus)
+    monkeypatch.setattr(recipe_options.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(recipe_options.shutil, "which", lambda command: f"/usr/bin/{command}")
+    line = launcher_refusal(capsys, ["--data", str(tmp_path), "--run-dir", "r", "--launcher",
+                                     f"torchrun {words}"])  # fmt: skip
     if said is None:
-        parse_recipe_args(LOOP, argv)
-        return
-    with pytest.raises(SystemExit) as refused:
-        parse_recipe_args(LOOP, argv)
-    (line,) = capsys.readouterr().err.splitlines()
-    assert refused.value.code == 2 and line.startswith(f"{LOOP}: {said}"), line
-    parse_recipe_args(LOOP, argv[:6] + ["--dry-run"] + argv[6:])
+        assert line is None, line
+    else:
+        assert line and line.startswith(f"{LOOP}: --launcher 'torchrun {words}'"), line
+        assert said in line, line
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "2.5", "", "GPU", None])
+def test_a_torchrun_rank_count_torchrun_cannot_start_is_one_line(tmp_path, monkeypatch, capsys,
+                                                                   value):
+    """--nproc_per_node 0 or -1 (torchrun's bare AssertionError traceback) and a word it does not
+    know (its ValueError traceback), after the run dir was made; refused in a dry run too."""
+    from fairseq_san.loop import recipe_options
+
+    monkeypatch.setattr(recipe_options, "cuda_devices", lambda: 0)
+    monkeypatch.setattr(recipe_options.shutil, "which", lambda command: f"/usr/bin/{command}")
+    # None: no value, and torchrun read the word after it, fairseq-train's path
+    launcher = "torchrun --nproc_per_node" + ("" if value is None else f"={value}")
+    value = "fairseq-train" if value is None else value
+    for dry_run in ([], ["--dry-run"]):
+        argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", launcher, *dry_run]
+        with pytest.raises(SystemExit) as refused:
+            parse_recipe_args(LOOP, argv)
+        (line,) = capsys.readouterr().err.splitlines()
+        assert refused.value.code == 2 and line == (
+            f"{LOOP}: --launcher {shlex.quote(launcher)}: --nproc_per_node {value}: torchrun "
+            "takes a number of ranks of at least 1, or one of gpu, cpu, auto"
+        ), line
 
 
 def test_defaults_follow_the_other_options(tmp_path):
@@ -314,6 +380,29 @@ def test_a_launcher_not_found_is_refused_before_anything_starts(tmp_path, capsys
     (line,) = capsys.readouterr().err.splitlines()
     assert line == f"{LOOP}: --launcher 'torchrunx --nproc_per_node 2': command not found: torchrunx"
     parse_recipe_args(LOOP, argv + ["--dry-run"])
+
+
+@pytest.mark.parametrize("use_env", [[], ["--use-env"], ["--use_env"]])
+def test_the_launch_module_passing_local_rank_is_refused(tmp_path, monkeypatch, capsys, use_env):
+    """``python -m torch.distributed.launch`` gives each rank --local-rank=R, which fairseq-train
+    has not: every rank refused it after the run dir was made, then torchrun's ChildFailedError
+    traceback. With --use-env it gives none (the ranks read LOCAL_RANK)."""
+    launcher = " ".join(["python", "-m", "torch.distributed.launch", *use_env,
+                         "--nproc_per_node", "1"])  # fmt: skip
+    from fairseq_san.loop import recipe_options
+
+    monkeypatch.setattr(recipe_options.shutil, "which", lambda command: f"/usr/bin/{command}")
+    argv = ["--data", str(tmp_path), "--run-dir", "r", "--launcher", launcher]
+    if use_env:
+        parse_recipe_args(LOOP, argv)
+        return
+    with pytest.raises(SystemExit):
+        parse_recipe_args(LOOP, argv)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"{LOOP}: --launcher '{launcher}': torch.distributed.launch gives fairseq-train "
+        "--local-rank, which it has not (it reads --local_rank): add --use-env, or use torchrun"
+    )
 
 
 def test_the_cpu_ranks_tool_as_a_launcher_is_refused_for_cpu_ranks(tmp_path, capsys):

@@ -61,10 +61,12 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
     over any other size. Refused: ranks on a machine without GPUs (fairseq puts rank R on GPU
     R % GPUs) and, with NCCL, more ranks on a machine than it has GPUs (NCCL refuses two ranks on
     one GPU: "Duplicate GPU detected"; told by torchrun's LOCAL_WORLD_SIZE, which other launchers
-    may not set). ``--distributed-init-method env://``, but with --distributed-no-spawn, this
-    rank's --distributed-rank and torchrun's world size, is left to fairseq's reading, which sets
-    all of it: given, fairseq read neither RANK nor WORLD_SIZE, and every rank started as rank 0
-    (a hang, or each rank training alone)."""
+    may not set). One rank (WORLD_SIZE 1) under a larger --distributed-world-size trains as one
+    process: fairseq took its size and rank too, then divided the rank by the GPUs' count (a
+    ZeroDivisionError on CPUs). ``--distributed-init-method env://``, but with
+    --distributed-no-spawn, this rank's --distributed-rank and torchrun's world size, is left to
+    fairseq's reading, which sets all of it: given, fairseq read neither RANK nor WORLD_SIZE, and
+    every rank started as rank 0 (a hang, or each rank training alone)."""
     if args.tpu or args.pipeline_model_parallel:
         return
     if not all(name in os.environ for name in TORCHRUN) or not os.environ["WORLD_SIZE"].isdigit():
@@ -76,18 +78,34 @@ def take_torchruns_world_size(args: argparse.Namespace, gpus: int) -> None:
         and args.distributed_world_size == ranks
     ):
         args.distributed_init_method = None  # fairseq's own reading sets env://, rank and size
-    if args.distributed_init_method or ranks < 2:
+    if args.distributed_init_method or ranks < 1:
+        return
+    if ranks == 1:  # one rank trains as one process, whatever --distributed-world-size says
+        args.distributed_world_size = 1
         return
     if gpus == 0:
         raise UsageError(
-            f"torchrun started {ranks} ranks on a machine without GPUs, and fairseq-train puts "
-            f"each rank on a GPU; on CPUs, start the ranks with fairseq-san-cpu-ranks {ranks} -- "
+            f"{launched_by(ranks)} on a machine without GPUs, and fairseq-train puts each rank "
+            f"on a GPU; on CPUs, start the ranks with fairseq-san-cpu-ranks {ranks} -- "
             f"fairseq-train ... (the learn-to-share recipes: --cpu-ranks {ranks})"
         )
     here = os.environ.get("LOCAL_WORLD_SIZE", "")
     if args.distributed_backend == "nccl" and here.isdigit() and int(here) > gpus:
         raise UsageError(f"torchrun started {nccl_ranks_problem(int(here), gpus)}")
     args.distributed_world_size = ranks
+
+
+def launched_by(ranks: int) -> str:
+    """Who made this process one of ``ranks`` ranks: torchrun, which sets TORCHELASTIC_RUN_ID
+    beside ``TORCHRUN``'s variables, or those variables alone, left in the environment (from a
+    launcher's shell: a one-process fairseq-train was refused as ranks torchrun started)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return f"torchrun started {ranks} ranks"
+    return (
+        f"WORLD_SIZE={ranks} with RANK, MASTER_ADDR and MASTER_PORT in the environment, set by "
+        "a launcher other than torchrun or left from one (unset them to train in one process), "
+        f"make {ranks} ranks"
+    )
 
 
 def check_cpu_ranks(args: argparse.Namespace, gpus: int, launched: bool) -> None:

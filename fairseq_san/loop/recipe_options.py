@@ -454,14 +454,38 @@ def runs_torchrun(words: Sequence[str]) -> bool:
     return at < len(words) and words[at] in TORCHRUN_MODULES
 
 
-def launched_ranks(words: Sequence[str]) -> Optional[int]:
-    """The ranks a torchrun launcher (``runs_torchrun``) starts on this machine: its last
-    ``--nproc_per_node`` or ``--nproc-per-node`` (one option's two spellings), as torchrun reads
-    it, when a number (not "gpu" or "auto"); else None, and None for another launcher."""
+def launched_ranks(words: Sequence[str]) -> Optional[str]:
+    """The ``--nproc_per_node`` of a torchrun launcher (``runs_torchrun``), whose ranks start
+    on this machine: its last one, either spelling (``--nproc-per-node``), as torchrun reads it
+    (the launcher's last word: fairseq-train, which the recipe puts after it); None where it
+    gives none (one rank), and for another launcher."""
     if not runs_torchrun(words):
         return None
-    value = train_arg(words, ("--nproc_per_node", "--nproc-per-node"), "")
-    return int(value) if value.isdigit() else None
+    return train_arg([*words, "fairseq-train"], ("--nproc_per_node", "--nproc-per-node"), None)
+
+
+# torchrun's words for --nproc_per_node (torch.distributed.run.determine_local_world_size) that
+# count a kind of device here: each of its GPUs, each core of the process's affinity (os's count,
+# as torchrun's), the GPUs where there are any, else the cores.
+DEVICE_WORDS = ("gpu", "cpu", "auto")
+
+
+def counted_ranks(value: str) -> int:
+    """``--nproc_per_node VALUE`` as torchrun reads a number (``int``); 0 for another word."""
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+def ranks_started(value: str) -> int:
+    """The ranks torchrun starts here for ``--nproc_per_node VALUE``, a number or one of
+    ``DEVICE_WORDS``."""
+    if value not in DEVICE_WORDS:
+        return counted_ranks(value)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpus = cuda_devices() if value != "cpu" else 0
+    return gpus if value == "gpu" else gpus or cores or 1
 
 
 def cuda_devices() -> int:
@@ -472,29 +496,45 @@ def cuda_devices() -> int:
 
 
 def check_launcher_ranks(recipe: str, values: Dict[str, str], train_args: Sequence[str]) -> None:
-    """Refuse, before anything starts, a torchrun --launcher that starts ranks on a machine
-    without GPUs (fairseq-train refuses them, with --cpu too), or more than it has GPUs with
-    NCCL (fairseq's default backend): each rank was refused in one line, and torchrun then
-    printed its own ChildFailedError traceback after them. A dry run is planned for another
-    machine: not checked."""
-    ranks = launched_ranks(launcher_words(recipe, values)) if values.get("LAUNCHER") else None
-    if ranks is None or ranks < 2 or values.get("DRY_RUN") == "1":
+    """Refuse, before anything starts, a torchrun --launcher whose --nproc_per_node torchrun
+    cannot start (no number, or under one rank: its traceback, after the run dir was made), and
+    one that starts ranks on a machine without GPUs (fairseq-train refuses them, with --cpu too;
+    ``cpu`` and ``auto`` count the cores there, ``gpu`` none), or more than it has GPUs with NCCL
+    (fairseq's default backend): each rank was refused in one line, and torchrun then printed its
+    own ChildFailedError traceback after them. A dry run is planned for another machine: its
+    devices are not counted."""
+    value = launched_ranks(launcher_words(recipe, values)) if values.get("LAUNCHER") else None
+    if value is None:
+        return
+    launcher = f"--launcher {shlex.quote(values['LAUNCHER'])}"
+    if value not in DEVICE_WORDS and counted_ranks(value) < 1:
+        refuse(recipe, f"{launcher}: --nproc_per_node {value}: torchrun takes a number of ranks "
+               f"of at least 1, or one of {', '.join(DEVICE_WORDS)}")  # fmt: skip
+    if values.get("DRY_RUN") == "1":
+        return
+    ranks = ranks_started(value)
+    if ranks < 1:  # gpu, and there is none
+        refuse(recipe, f"{launcher}: --nproc_per_node {value} starts one rank per GPU, and this "
+               "machine has no GPU; on CPUs, give --cpu-ranks N instead")  # fmt: skip
+    if ranks < 2:
         return
     here = cuda_devices()
-    launcher = f"--launcher {shlex.quote(values['LAUNCHER'])} starts"
     if here == 0:
-        refuse(recipe, f"{launcher} {ranks} ranks, and this machine has no GPU (fairseq-train "
-               f"puts each rank on one); on CPUs, give --cpu-ranks {ranks} instead")  # fmt: skip
+        refuse(recipe, f"{launcher} starts {ranks} ranks, and this machine has no GPU "
+               "(fairseq-train puts each rank on one); on CPUs, give --cpu-ranks "
+               f"{ranks} instead")  # fmt: skip
     nccl = train_arg(train_args, "--distributed-backend", "nccl") == "nccl"
     if ranks > here and nccl and "--cpu" not in train_args:
-        refuse(recipe, f"{launcher} {nccl_ranks_problem(ranks, here)} (after --)")
+        refuse(recipe, f"{launcher} starts {nccl_ranks_problem(ranks, here)} (after --)")
 
 
 def check_launcher_command(recipe: str, values: Dict[str, str]) -> None:
     """Refuse, before the run dir is made, a --launcher whose command is not found here: bash
     said "command not found" at the first training (exit 127), after run.json was written (a
-    dry run is planned for another machine: not checked); and fairseq-san-cpu-ranks as the
-    launcher, for ``--cpu-ranks``, which gives it the iteration's folder for its ranks' logs."""
+    dry run is planned for another machine: not checked); fairseq-san-cpu-ranks as the
+    launcher, for ``--cpu-ranks``, which gives it the iteration's folder for its ranks' logs;
+    and torch.distributed.launch giving fairseq-train an option it has not
+    (``passes_local_rank``)."""
     if not values.get("LAUNCHER"):
         return
     words = launcher_words(recipe, values)
@@ -505,6 +545,19 @@ def check_launcher_command(recipe: str, values: Dict[str, str]) -> None:
                "the recipe was started)")  # fmt: skip
     if words and values.get("DRY_RUN") != "1" and shutil.which(words[0]) is None:
         refuse(recipe, f"--launcher {launcher}: command not found: {words[0]}")
+    if passes_local_rank(words):
+        refuse(recipe, f"--launcher {launcher}: torch.distributed.launch gives fairseq-train "
+               "--local-rank, which it has not (it reads --local_rank): add --use-env, or use "
+               "torchrun")  # fmt: skip
+
+
+def passes_local_rank(words: Sequence[str]) -> bool:
+    """Whether the launcher runs torch.distributed.launch without ``--use-env`` (either
+    spelling), which gives each rank ``--local-rank=R``: every rank refused the option, then
+    torchrun's ChildFailedError traceback (torchrun itself gives it nothing)."""
+    if not runs_torchrun(words) or "torch.distributed.launch" not in words:
+        return False
+    return not {"--use-env", "--use_env"} & set(words)
 
 
 def start_options(recipe: str, values: Dict[str, str]) -> List[str]:

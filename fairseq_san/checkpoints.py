@@ -560,6 +560,24 @@ def refuse_non_finite_weights_in(path: str, state: dict) -> None:
         )
 
 
+def refuse_beyond_float16(weights: Iterator[Tuple[str, torch.Tensor]]) -> None:
+    """Refuse converting a model to float16 (fairseq's ``--fp16`` at evaluation, ``.half()``)
+    where a weight is beyond float16's range: it became infinite, and every translation failed
+    inside the beam search (fairseq's ``AssertionError: 12 < 12``, the static decoder's max_len
+    with live sentences)."""
+    limit = torch.finfo(torch.float16).max
+    for name, tensor in weights:
+        if not tensor.is_floating_point() or tensor.dtype == torch.float16 or not tensor.numel():
+            continue
+        largest = tensor.detach().abs().max().item()
+        if largest > limit:
+            raise UsageError(
+                f"--fp16: the model's weight {name} holds {largest:g}, beyond float16's range "
+                f"({limit:g}), where it would become infinite; run in float32 (leave --fp16 "
+                "and --memory-efficient-fp16 out)"
+            )
+
+
 def of_the_architectures_type(value: object, default: object) -> bool:
     """Whether ``value`` is no text and of the type of the architecture's ``default`` (text is
     checked against the option's choices whatever the architecture sets)."""

@@ -27,7 +27,7 @@ import torch
 
 import fairseq_san
 from fairseq_san import checkpoints
-from helpers import REPO, cli_env, fairseq_generate, run_cli, train_argv
+from helpers import REPO, build, cli_env, fairseq_generate, run_cli, train_argv
 
 UNSAFE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
@@ -1683,3 +1683,20 @@ def test_a_policy_override_decodes_an_ensemble_of_a_shared_and_a_fairseq_model(t
     assert "decoder.layers.5.self_attn.k_proj.weight" not in models[0].state_dict()
     with pytest.raises(UsageError, match=r"^san_policy=.* \(transformer\) is none of the plugin"):
         checkpoint_utils.load_model_ensemble_and_task(paths[1:] * 2, arg_overrides=overrides)
+
+
+def test_a_weight_beyond_float16s_range_is_refused_by_half():
+    """``--fp16`` (fairseq's ``model.half()``) made a weight above 65504 infinite: every
+    translation then failed inside fairseq's beam search (``AssertionError: 12 < 12``)."""
+    from fairseq_san.errors import UsageError
+
+    model, _ = build()
+    with torch.no_grad():
+        model.decoder.layers[0].fc1.bias[0] = 1e6
+    with pytest.raises(UsageError, match=r"weight decoder\.layers\.0\.fc1\.bias holds 1e\+06, "
+                       r"beyond float16's range \(65504\)"):
+        model.half()
+    assert model.decoder.layers[0].fc1.bias.dtype == torch.float32  # left as it was
+    with torch.no_grad():
+        model.decoder.layers[0].fc1.bias[0] = 65504.0
+    assert model.half().decoder.layers[0].fc1.bias.dtype == torch.float16

@@ -23,6 +23,12 @@ class SANModel(HubModel):
 
     checkpoint_check: ClassVar[Callable]
 
+    def half(self):
+        """The model in float16, refusing a weight that float16 cannot hold
+        (``checkpoints.refuse_beyond_float16``)."""
+        checkpoints.refuse_beyond_float16(iter(self.state_dict().items()))
+        return super().half()
+
     def load_state_dict(
         self, state_dict: Dict[str, Tensor], strict: bool = True, model_cfg=None, args=None
     ):

@@ -1587,12 +1587,16 @@ def test_cpu_ranks_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
         (["{train}", "data", "--arch=transformer_lm_san"], "--arch transformer_lm_san is the "
          "plugin's model, which fairseq-train knows only with --user-dir: add --user-dir "
          "fairseq_san (fairseq-san-loop user-dir prints its path)"),
+        (["{train}", "data", "-a=transformer_lm_san"], "--arch transformer_lm_san is the "
+         "plugin's model, which fairseq-train knows only with --user-dir: add --user-dir "
+         "fairseq_san (fairseq-san-loop user-dir prints its path)"),
         (["{train}", "data", "--user-dir", "fairseq_san", "--arch", "transformer_san", "--log-dir",
           "logs"], "--log-dir is fairseq-san-cpu-ranks' option, not fairseq-train's: give it "
          "before --"),
     ],
     ids=["generate", "ddp backend", "world size", "bf16", "memory-efficient fp16", "amp",
-         "no arch", "help", "plugin arch, -a", "plugin arch, --arch=", "log dir after --"],
+         "no arch", "help", "plugin arch, -a", "plugin arch, --arch=", "plugin arch, -a=",
+         "log dir after --"],
 )  # fmt: skip
 def test_cpu_ranks_run_fairseq_train_alone_with_the_options_they_set(
     tmp_path, capsys, command, said

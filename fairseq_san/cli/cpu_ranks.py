@@ -120,12 +120,12 @@ def own_option_after_separator(command: List[str]) -> Optional[str]:
 
 def arch_given(command: List[str]) -> Optional[str]:
     """The value of the command's last ``--arch`` (``--arch NAME``, ``--arch=NAME``, ``-a NAME``,
-    ``-aNAME``: fairseq takes the last; ``train_arg`` with ``-aNAME`` spelt ``-a NAME``), or
-    None."""
+    ``-aNAME``, ``-a=NAME``: fairseq takes the last; ``train_arg`` with ``-aNAME`` spelt ``-a
+    NAME``), or None."""
     words = []
     for arg in command[1:]:
         joined = arg.startswith("-a") and not arg.startswith("--") and len(arg) > 2
-        words += ["-a", arg[2:]] if joined else [arg]
+        words += ["-a", arg[2:].removeprefix("=")] if joined else [arg]
     return train_arg(words, ("--arch", "-a"), None)
 
 

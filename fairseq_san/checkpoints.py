@@ -34,7 +34,7 @@ import pickle
 import re
 import warnings
 import zipfile
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from omegaconf import DictConfig, open_dict
@@ -560,11 +560,15 @@ def refuse_non_finite_weights_in(path: str, state: dict) -> None:
         )
 
 
-def refuse_beyond_float16(weights: Iterator[Tuple[str, torch.Tensor]]) -> None:
-    """Refuse converting a model to float16 (fairseq's ``--fp16`` at evaluation, ``.half()``)
-    where a weight is beyond float16's range: it became infinite, and every translation failed
-    inside the beam search (fairseq's ``AssertionError: 12 < 12``, the static decoder's max_len
-    with live sentences)."""
+def refuse_beyond_float16(
+    weights: Iterable[Tuple[str, torch.Tensor]],
+    what: str = "--fp16",
+    fix: str = "run in float32 (leave --fp16 and --memory-efficient-fp16 out)",
+) -> None:
+    """Refuse converting a model to float16 (``what``: fairseq's ``--fp16`` at evaluation and
+    in training, ``.half()``) where a weight is beyond float16's range: it became infinite, and
+    every translation failed inside the beam search (fairseq's ``AssertionError: 12 < 12``, the
+    static decoder's max_len with live sentences)."""
     limit = torch.finfo(torch.float16).max
     for name, tensor in weights:
         if not tensor.is_floating_point() or tensor.dtype == torch.float16 or not tensor.numel():
@@ -572,9 +576,8 @@ def refuse_beyond_float16(weights: Iterator[Tuple[str, torch.Tensor]]) -> None:
         largest = tensor.detach().abs().max().item()
         if largest > limit:
             raise UsageError(
-                f"--fp16: the model's weight {name} holds {largest:g}, beyond float16's range "
-                f"({limit:g}), where it would become infinite; run in float32 (leave --fp16 "
-                "and --memory-efficient-fp16 out)"
+                f"{what}: the model's weight {name} holds {largest:g}, beyond float16's range "
+                f"({limit:g}), where it would become infinite; {fix}"
             )
 
 

@@ -39,6 +39,7 @@ from fairseq.tasks.language_modeling import LanguageModelingTask
 from omegaconf import DictConfig, open_dict
 
 from fairseq_san import options
+from fairseq_san.checkpoints import refuse_beyond_float16
 from fairseq_san.errors import UsageError, first_line
 from fairseq_san.fairseq_fixes.batch_tokens import OVER_MAX_TOKENS, SentenceOverMaxTokens
 from fairseq_san.fairseq_fixes.last_batch import NOTHING_TO_BATCH
@@ -563,6 +564,14 @@ class SANHubInterface(hub_utils.GeneratorHubInterface):
         build; a RuntimeError without a driver)."""
         check_cuda("cuda()", ".cuda()")
         return super().cuda(device)
+
+    def half(self) -> "SANHubInterface":
+        """``nn.Module.half``, refusing a weight beyond float16's range (``refuse_beyond_float16``;
+        torch converts the hub's models without their own ``half()``): it became infinite, and
+        every translation failed inside fairseq's beam search."""
+        for model in self.models:
+            refuse_beyond_float16(model.state_dict().items(), "half()", "keep it in float32")
+        return super().half()
 
     def to(self, *args, **kwargs) -> "SANHubInterface":
         """``nn.Module.to``, a device that torch cannot use refused in one line, as ``cuda()``

@@ -1022,6 +1022,23 @@ def test_a_copied_hub_decodes_as_the_original_and_apart_from_it(san_checkpoint, 
     assert copied.task.source_dictionary == hub.task.source_dictionary
 
 
+def test_a_hubs_half_refuses_a_weight_beyond_float16s_range(san_checkpoint, binarized_corpus):
+    """``hub.half()`` converts its models without their own ``half()``: a weight above 65504
+    became infinite, and every translation failed inside fairseq's beam search."""
+    import torch
+
+    from fairseq_san.errors import UsageError
+
+    hub = from_pretrained(san_checkpoint.parent, san_checkpoint.name, binarized_corpus)
+    with torch.no_grad():
+        hub.models[0].decoder.layers[0].fc1.bias[0] = 1e6
+    with pytest.raises(UsageError, match=r"^half\(\): the model's weight "
+                       r"decoder\.layers\.0\.fc1\.bias holds 1e\+06, beyond float16's range "
+                       r"\(65504\), where it would become infinite; keep it in float32$"):
+        hub.half()
+    assert next(hub.parameters()).dtype == torch.float32
+
+
 def test_pickling_a_hub_is_refused_in_one_line(san_checkpoint, binarized_corpus, tmp_path):
     """pickle (torch.save, a process pool) failed inside fairseq's objects: "Can't pickle local
     object 'BaseFairseqModel.make_generation_fast_.<locals>.train'"; its refusal says what

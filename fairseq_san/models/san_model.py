@@ -26,7 +26,7 @@ class SANModel(HubModel):
     def half(self):
         """The model in float16, refusing a weight that float16 cannot hold
         (``checkpoints.refuse_beyond_float16``)."""
-        checkpoints.refuse_beyond_float16(iter(self.state_dict().items()))
+        checkpoints.refuse_beyond_float16(self.state_dict().items())
         return super().half()
 
     def load_state_dict(

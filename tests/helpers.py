@@ -190,6 +190,14 @@ def assert_same_hypotheses(expected, actual, atol: float = 1e-4, rtol: float = 0
             )
 
 
+def single_process_base_layers(monkeypatch) -> None:
+    """Let fairseq's BaseLayer (--base-layers) be built without a process group: one worker."""
+    from fairseq.modules import base_layer
+
+    monkeypatch.setattr(base_layer.distributed_utils, "get_data_parallel_world_size", lambda: 1)
+    monkeypatch.setattr(base_layer.distributed_utils, "get_data_parallel_rank", lambda: 0)
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

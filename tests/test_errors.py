@@ -3547,6 +3547,15 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
         (TRAIN, SAN + ["--batch-size-valid", "[8]"],
          "--batch-size-valid [8]: it must be an integer of at least 1"),
         (TRAIN, SAN + ["--batch-size-valid", "8", "--max-tokens-valid", "1e3"], None),
+        # a translation model's --decoder-output-dim is text too: int()'s ValueError, 0 a
+        # ZeroDivisionError, as fairseq-train built the model
+        (TRAIN, SAN + ["--decoder-output-dim", "abc"],
+         "--decoder-output-dim abc: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--decoder-output-dim", "16.5"],
+         "--decoder-output-dim 16.5: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--decoder-output-dim", "0"],
+         "--decoder-output-dim 0: it must be an integer of at least 1"),
+        (TRAIN, SAN + ["--decoder-output-dim", "24"], None),
         (TRAIN, SAN + ["--optimizer", "adam", "--adam-betas", "(0.9, 1.5)"],
          "--adam-betas 1.5: it must be in [0, 1)"),
         # an IndexError in the optimizer, fairseq's eval() of a malformed one, on every rank
@@ -3981,6 +3990,12 @@ TRAIN, SAN = "get_training_parser", ["data", "--arch", "transformer_san"]
          "is the 64-wide input embeddings"),  # a language model's embeddings: its input dim
         ("get_training_parser", ["data", "--arch", "transformer_san", "--decoder-output-dim",
                                  "16"], None),  # untied: projected to 16, trains
+        # the embeddings' own width: fairseq trains it; refused as "16 cannot take 16" (text)
+        ("get_training_parser", ["data", "--arch", "transformer_san", "--share-all-embeddings",
+                                 "--decoder-embed-dim", "16", "--encoder-embed-dim", "16",
+                                 "--decoder-output-dim", "16"], None),
+        ("get_training_parser", ["data", "--arch", "transformer", "--share-decoder-input-output-"
+                                 "embed", "--decoder-output-dim", "512"], None),
         # a language model's adaptive input and character embeddings (fairseq's tracebacks)
         ("get_training_parser", ["data", "--arch", "transformer_lm_san", "--task",
                                  "language_modeling", "--adaptive-input"],

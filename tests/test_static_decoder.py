@@ -32,6 +32,7 @@ from helpers import (
     make_dictionary,
     recording_capture,
     run_cli,
+    single_process_base_layers,
     source_batch,
     train_argv,
 )
@@ -1791,11 +1792,13 @@ def test_a_temperature_or_min_len_out_of_range_is_one_usage_error(task):
         ([], "bias_kv", "attention with add_bias_kv or add_zero_attn"),
         ([], "attention", "decoder attention of type Identity"),
         ([], "decoder", "decoders of type Sequential"),
+        (["--base-layers", "1"], None, "--base-layers"),
     ],
 )  # fmt: skip
-def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named):
+def test_a_model_the_step_cannot_reproduce_is_refused(argv, change, named, monkeypatch):
     """Each would decode something other than fairseq's model: one line naming it, when the
     generator is built."""
+    single_process_base_layers(monkeypatch)  # --base-layers: an AttributeError ('self_attn')
     model = build(argv, dictionary=DICTIONARY)[0]
     if change in ("attn_ln", "ffn_layernorm"):  # NormFormer's layer norms (fairseq's scale_attn,
         setattr(model.decoder.layers[1], change, torch.nn.LayerNorm(16))  # scale_fc: no flags)

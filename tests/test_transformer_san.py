@@ -13,6 +13,7 @@ import argparse
 import copy
 import json
 import math
+import re
 from typing import Dict, List
 
 import pytest
@@ -41,6 +42,7 @@ from helpers import (
     policy_argv,
     record_reorders,
     shrank,
+    single_process_base_layers,
     source_batch,
     staggering_eos_bonus,
     target_prefixes,
@@ -734,6 +736,26 @@ def test_cross_self_attention_with_shared_self_attention_is_refused():
     prev = target_prefixes(DICT, 2, 5, seed=93)
     full = decoder_logits(model, src_tokens, src_lengths, prev)
     assert max_diff(full, incremental_logits(model, src_tokens, src_lengths, prev)) <= ATOL
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [(policy_argv("3,3"), "decoder_self sharing cannot be combined with --base-layers: "),
+     (policy_argv(decoder_encdec="1,1,1,1,1,1"), "decoder_encdec sharing cannot be combined "),
+     (AAN, "--base-layers cannot be combined with --decoder-self-attention-type aan: ")],
+)  # fmt: skip
+def test_base_layers_with_a_decoder_policy_or_aan_are_refused(argv, said, monkeypatch):
+    """fairseq inserts --base-layers' BASE layers, which have no attention, among the decoder's:
+    a policy summing to --decoder-layers was refused as "policy [3, 3] sums to 6 but there are 7
+    layers", and AAN failed on the layer's missing 'self_attn'. Without them the model is
+    fairseq's, BASE layer included."""
+    single_process_base_layers(monkeypatch)
+    with pytest.raises(PolicyError, match=f"^{re.escape(said)}"):
+        build(["--base-layers", "1", *argv], dictionary=DICT)
+    baseline, _ = build_fairseq_transformer(["--base-layers", "1"], dictionary=DICT, seed=3)
+    san, _ = build(["--base-layers", "1", "--san-encoder-self-policy", "2"], dictionary=DICT)
+    assert type(san.decoder.layers[3]).__name__ == "BaseLayer"
+    san.load_state_dict(baseline.state_dict(), strict=True, model_cfg=None)
 
 
 def test_encdec_policy_without_cross_attention_is_a_policy_error():

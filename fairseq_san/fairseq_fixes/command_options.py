@@ -86,7 +86,7 @@ from fairseq_san.fairseq_fixes.generation_shards import check_shards
 from fairseq_san.fairseq_fixes.literal_eval import NotALiteral, evaluate, shown
 from fairseq_san.fairseq_fixes.lr_schedulers import check_lr_scheduler
 from fairseq_san.fairseq_fixes.namespace_overrides import check_no_interpolation
-from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value
+from fairseq_san.fairseq_fixes.option_ranges import check_option_ranges, shown_value, text_number
 from fairseq_san.fairseq_fixes.restore_file import check_checkpoint_flags, fine_tunes
 from fairseq_san.fairseq_fixes.subword_joining import check_eval_lm_post_process
 from fairseq_san.fairseq_fixes.world_size import check_world_size
@@ -780,7 +780,8 @@ def check_output_embeddings(args: argparse.Namespace) -> None:
         )
         return
     width = embedding_width(args)
-    output = getattr(args, "decoder_output_dim", None) or width
+    # a translation model's --decoder-output-dim is text (fairseq's parser keeps it so)
+    output = text_number(getattr(args, "decoder_output_dim", None)) or width
     if width is not None and output != width:
         raise UsageError(
             f"--decoder-output-dim {output} with {ties[0]}: the output projection is the "

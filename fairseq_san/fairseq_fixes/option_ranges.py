@@ -6,10 +6,11 @@ out of range failed far from the cause or trained another run than the one asked
 * a traceback deep inside fairseq, numpy or torch: ``--update-freq 0``, ``--log-interval 0``,
   and ``--save-interval 0`` or ``--validate-interval 0`` (at the end of the first epoch)
   (division by zero), ``--warmup-updates 0`` or below with ``--lr-scheduler inverse_sqrt``,
-  ``--encoder-embed-dim 0`` (the positional embedding), ``--seed -1``, ``--num-workers -1``,
-  ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update), fairseq-preprocess's
-  ``--workers 0`` or ``-1``, ``--adaptive-softmax-factor
-  0`` (a ZeroDivisionError as the model is built), ``--adam-betas
+  ``--encoder-embed-dim 0`` (the positional embedding), ``--decoder-output-dim 0`` or ``abc``
+  (a ZeroDivisionError, a ValueError: fairseq keeps it as text), ``--seed -1``,
+  ``--num-workers -1``, ``--dropout 1.5`` and ``--attention-dropout 2`` (at the first update),
+  fairseq-preprocess's ``--workers 0`` or ``-1``, ``--adaptive-softmax-factor 0`` (a
+  ZeroDivisionError as the model is built), ``--adam-betas
   '(0.9, 1.5)'`` ("math domain error"), and betas that are no pair of numbers, on every rank
   (``--adam-betas '(0.9,)'``: an IndexError in the optimizer; ``'(0.9, 0.98'``: fairseq's
   ``eval`` of it); ``--batch-size-valid nan`` (or ``inf``, ``abc``: fairseq keeps it as text and
@@ -136,7 +137,8 @@ OPTION_RANGES = {
         ("max_tokens", "batch_size", "max_tokens_valid", "batch_size_valid", "update_freq",
          "log_interval", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
          "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
-         "softmax_batch", "save_interval", "validate_interval", "num_shards"),
+         "softmax_batch", "save_interval", "validate_interval", "num_shards",
+         "decoder_output_dim", "decoder_input_dim"),
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
@@ -187,8 +189,9 @@ OPTION_RANGES = {
 # The options fairseq's optimizers evaluate and unpack as two numbers (beta1, beta2).
 PAIRS = ("adam_betas", "adamax_betas")
 # The options fairseq's parser keeps as text (their default is another option's value) and reads
-# back as one literal number: 'nan', 'inf' or 'abc' was a traceback as fairseq-train read them.
-TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid")
+# back as one literal number: 'nan', 'inf' or 'abc' was a traceback as fairseq-train read them
+# (a translation model's --decoder-output-dim: int()'s ValueError; 0, a ZeroDivisionError).
+TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid", "decoder_output_dim", "decoder_input_dim")
 # Layer counts for most models; fconv's and fconv_lm's are text, their layers' specifications
 # ("[(512, 3)] * 20": widths and kernels, no count), which these ranges do not describe.
 LAYER_COUNTS = ("encoder_layers", "decoder_layers")

@@ -420,6 +420,12 @@ PRUNING = (
     "pruning layers may drop a block's first layer, and the policy's blocks count the layers "
     "before pruning"
 )
+BASE_LAYERS = (
+    "fairseq inserts its BASE layers, which have no attention, among the decoder's layers, and "
+    "the policy's blocks count the layers with attention"
+)
+# The reasons above that refuse any policy of the stack, shared or not (its blocks count layers).
+ANY_POLICY = (PRUNING, BASE_LAYERS)
 INCOMPATIBLE_OPTIONS = [
     (san_policy.stack_kinds("encoder"), "encoder_layerdrop", LAYERDROP),
     (san_policy.stack_kinds("decoder"), "decoder_layerdrop", LAYERDROP),
@@ -438,6 +444,7 @@ INCOMPATIBLE_OPTIONS = [
     ),
     (("decoder_self",), "cross_self_attention", "its keys include the encoder output"),
     (("decoder_encdec",), "no_cross_attention", "there is no encoder-decoder attention"),
+    (san_policy.stack_kinds("decoder"), "base_layers", BASE_LAYERS),
 ]
 # The options above that act in training only, and the value that turns each off: a checkpoint
 # decoded under more sharing than it was trained with (``--model-overrides``, a hub keyword) is
@@ -488,10 +495,15 @@ def check_policy_fits_model(policy: Dict[str, List[int]], args: argparse.Namespa
             f"--cross-self-attention cannot be combined with {aan_flag(args)}: AAN averages the "
             "target prefix and has no keys to add the encoder output to"
         )
+    if aan and getattr(args, "base_layers", 0):
+        raise san_policy.PolicyError(
+            f"--base-layers cannot be combined with {aan_flag(args)}: fairseq's BASE layers, "
+            "inserted among the decoder's, have no self-attention for AAN to replace"
+        )
     sharing = san_policy.shared_blocks(policy)  # {1,1,1} shares nothing
     for kinds, option, reason in INCOMPATIBLE_OPTIONS:
-        # A pruned stack has fewer layers than any policy of it counts, shared or not.
-        shared = [kind for kind in kinds if kind in (policy if reason is PRUNING else sharing)]
+        # A pruned stack, or one with BASE layers, has other layers than any policy of it counts.
+        shared = [kind for kind in kinds if kind in (policy if reason in ANY_POLICY else sharing)]
         if not shared or not getattr(args, option, False):
             continue
         if option in TRAINING_ONLY and checkpoints.is_stamped(args):

@@ -11,6 +11,7 @@ from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from omegaconf import DictConfig
 from torch import nn
 
@@ -62,6 +63,8 @@ INPUT_EMBEDDING_OPTIONS = {
     "AdaptiveInput": "--adaptive-input",
     "CharacterTokenEmbedder": "--character-embeddings",
 }
+# fairseq's decoder layers other than its transformer layer, by the option that inserts them.
+LAYER_OPTIONS = {"BaseLayer": "--base-layers"}
 # Sub-modules of fairseq's decoder layer that its ``--scale-*`` options add.
 SCALING_MODULES = ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
 
@@ -83,6 +86,16 @@ def input_embeddings(decoder: TransformerDecoderBase) -> Optional[str]:
         return None
     name = type(decoder.embed_tokens).__name__
     return INPUT_EMBEDDING_OPTIONS.get(name, f"input embeddings of type {name}")
+
+
+def layer_types(decoder: TransformerDecoderBase) -> Optional[str]:
+    """The option that put other layers than fairseq's transformer layer among the decoder's (the
+    step reads each layer's attention, residuals and feed-forward)."""
+    for layer in decoder.layers:
+        if not isinstance(layer, TransformerDecoderLayerBase):
+            name = type(layer).__name__
+            return LAYER_OPTIONS.get(name, f"decoder layers of type {name}")
+    return None
 
 
 def quant_noise(decoder: TransformerDecoderBase) -> Optional[str]:
@@ -136,6 +149,7 @@ def mixed_heads(decoder: TransformerDecoderBase) -> Optional[str]:
 # (the first row makes sure the others read a fairseq transformer decoder).
 DECODER_CHECKS: Tuple[Callable[[nn.Module], Optional[str]], ...] = (
     decoder_type,
+    layer_types,
     adaptive_softmax,
     input_embeddings,
     quant_noise,

@@ -192,3 +192,10 @@ def test_every_san_flag_the_docs_name_is_an_option():
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         named = set(re.findall(r"--san-[a-z-]*[a-z](?![\w-])", doc.read_text(encoding="utf-8")))
         assert not named - flags - misspelt, doc.name
+
+
+def test_a_programs_argv_may_hold_none_as_fairseqs_parser_takes_it():
+    """fairseq's parser takes ``None`` as an option's value (fairseq's own tests pass
+    ``--save-dir None``, and it reads "None"); the plugin's checks of the command line failed
+    on it (an AttributeError: 'NoneType' object has no attribute 'startswith')."""
+    assert parse_args("transformer", ["--save-dir", None]).save_dir == "None"

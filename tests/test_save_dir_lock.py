@@ -5,6 +5,7 @@ the other finished with both runs' saves mixed, silently)."""
 import fcntl
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -109,3 +110,15 @@ def test_fairseq_train_refuses_a_save_dir_another_run_holds(binarized_corpus, tm
     after = run_cli("fairseq-train", *argv)
     assert after.returncode == 0, (after.stdout + after.stderr)[-3000:]
     assert (save_dir / "checkpoint_last.pt").is_file()
+
+
+def test_a_partial_checkpoint_config_loads_as_fairseqs_load_checkpoint_takes_it():
+    """fairseq's ``load_checkpoint`` never reads ``no_save``, and a program's config (fairseq's
+    own tests) may lack it or hold no ``save_dir``: the lock failed on them (omegaconf's
+    "Missing key no_save") before fairseq's function ran."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"save_dir": None, "restore_file": "checkpoint_last.pt"})
+    trainer = SimpleNamespace(cfg=SimpleNamespace(distributed_training=None))
+    load = save_dir_lock._locking(lambda cfg, trainer: "loaded")
+    assert load(cfg, trainer) == "loaded"

@@ -1028,3 +1028,23 @@ def test_top_p_sampling_keeps_every_token_of_a_row_below_floats_smallest(topp):
     drawn, tokens, _ = Sampling(DICT, sampling_topp=topp).step(2, lprobs, torch.zeros(1, 50, 4))
     assert set(tokens[0].tolist()) == {7, 9}
     assert drawn[0].tolist() == [-200.0 if t == 7 else -200.5 for t in tokens[0].tolist()]
+
+
+def test_a_scripted_generator_keeps_min_len_after_a_shorter_prefix():
+    """fairseq exports its SequenceGenerator with ``torch.jit.script`` (its own test does): the
+    min_len fix (``fairseq_fixes.prefix_min_len``) failed to compile ("undefined value torch"),
+    and the scripted generator keeps it as the eager one does."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model = build_fairseq_transformer(dictionary=DICT)[0]
+    projection = model.decoder.output_projection  # EOS the likeliest: only min_len holds it
+    projection.bias = torch.nn.Parameter(torch.zeros(projection.out_features))
+    projection.bias.data[DICT.eos()] = 50.0
+    src_tokens, src_lengths = source_batch(DICT, [5, 3], seed=1)
+    prefix = torch.tensor([[7, DICT.pad(), DICT.pad()], [8, 9, 10]])
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    generator = SequenceGenerator([model], DICT, beam_size=2, min_len=6, max_len_b=10)
+    eager = generator.generate([model], sample, prefix_tokens=prefix)
+    scripted = torch.jit.script(generator)(sample, prefix_tokens=prefix)
+    assert all(len(hypo["tokens"]) > 6 for hypos in scripted for hypo in hypos)
+    assert_same_hypotheses(eager, scripted, ATOL)

@@ -1015,8 +1015,9 @@ def given(argv: List[str], option: Option) -> bool:
 
 def given_flag(argv: List[str], flag: str) -> bool:
     """Whether the command line ``argv`` names ``flag`` (``--flag V`` or ``--flag=V``; fairseq's
-    parsers take no abbreviations)."""
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+    parsers take no abbreviations; a program's ``argv`` may hold ``None``, which argparse takes
+    as a value)."""
+    return any(arg == flag or str(arg).startswith(flag + "=") for arg in argv)
 
 
 HELP_FLAGS = ("-h", "--help")

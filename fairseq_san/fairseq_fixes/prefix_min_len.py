@@ -7,10 +7,10 @@ token and applies no ``min_len``, also to a sentence whose shorter prefix has en
 that step), which then ended where ``min_len`` forbade it. A prompt's output depended on the
 prompts batched with it (the hub's ``sample(["tok3", "tok4 tok5 tok6 tok7"], min_len=8)`` gave
 ``tok3`` alone). ``install()`` wraps ``_prefix_tokens``: before ``min_len``, the hypotheses
-without a prefix token at the step get no end of sentence.
+without a prefix token at the step get no end of sentence; the wrapper stays TorchScript's to
+compile (``torch.jit.script`` of a generator failed with "undefined value torch").
 """
 
-import functools
 import math
 from typing import Callable
 
@@ -29,20 +29,32 @@ def block_early_eos(
 
 
 def _min_len_after_prefix(prefix_tokens_step: Callable) -> Callable:
-    @functools.wraps(prefix_tokens_step)
-    def wrapper(self, step: int, lprobs, scores, tokens, prefix_tokens, beam_size: int):
-        lprobs, tokens, scores = prefix_tokens_step(
-            self, step, lprobs, scores, tokens, prefix_tokens, beam_size
+    """The wrapper; it calls fairseq's ``prefix_tokens_step`` as a method of the generator
+    (``_fairseq_prefix_tokens``), as TorchScript calls it, not from its closure."""
+
+    def _prefix_tokens(self, step: int, lprobs, scores, tokens, prefix_tokens, beam_size: int):
+        """fairseq's ``_prefix_tokens`` (``_fairseq_prefix_tokens``), then ``block_early_eos``:
+        a method TorchScript compiles (``torch.jit.script`` of a generator, as fairseq's export
+        does), so no ``__wrapped__`` (TorchScript compiled fairseq's source in this module)."""
+        lprobs, tokens, scores = self._fairseq_prefix_tokens(
+            step, lprobs, scores, tokens, prefix_tokens, beam_size
         )
         if step < self.min_len:
             block_early_eos(lprobs, prefix_tokens[:, step], beam_size, self.pad, self.eos)
         return lprobs, tokens, scores
 
-    return wrapper
+    return _prefix_tokens
 
 
 def install() -> None:
-    """Wrap ``SequenceGenerator._prefix_tokens`` (idempotent)."""
+    """Wrap ``SequenceGenerator._prefix_tokens`` (idempotent), keeping fairseq's as
+    ``_fairseq_prefix_tokens`` for the wrapper to call."""
     from fairseq.sequence_generator import SequenceGenerator
 
+    if not hasattr(SequenceGenerator, "_fairseq_prefix_tokens"):
+        fairseqs = SequenceGenerator._prefix_tokens
+        # TorchScript names a method it compiles by its function's name: one name, one method.
+        fairseqs.__name__ = "_fairseq_prefix_tokens"
+        fairseqs.__qualname__ = "SequenceGenerator._fairseq_prefix_tokens"
+        SequenceGenerator._fairseq_prefix_tokens = fairseqs
     wrap_once(SequenceGenerator, "_prefix_tokens", _min_len_after_prefix)

@@ -570,14 +570,35 @@ def _check_theta(theta: object) -> float:
     return float(theta)
 
 
-def _block_sim(js: list[list[float]], m: int, n: int) -> float:
-    """Eq. 6 on a checked JS matrix (see ``block_similarity``), as ln 2 less the block's mean JS:
-    the mean of mu = ln 2 - JS, which summing the mus in floats put an ulp below ln 2 for layers
-    of JS 0 (not one block at theta = ln 2)."""
-    if m == n:
-        return LN2
-    pairs = [js[i][j] for i in range(m, n + 1) for j in range(m, n + 1) if i != j]
-    return LN2 - math.fsum(pairs) / len(pairs)
+class BlockSims:
+    """sim(m, n) of Eq. 6 for every block of a checked JS matrix, each in constant time: the
+    search meets O(layers^2) blocks, and summing each one's pairs anew took O(layers^4).
+
+    The JS values are held as integers, multiples of the smallest power of two among them, in
+    2-D prefix sums (diagonal left out): a block's sum is then exact, and rounding it once gives
+    math.fsum's correctly rounded sum bit for bit. A sim is ln 2 less the block's mean JS: the mean
+    of mu = ln 2 - JS, which summing the mus in floats put an ulp below ln 2 for layers of JS 0
+    (not one block at theta = ln 2).
+    """
+
+    def __init__(self, js: list[list[float]]) -> None:
+        ratios = [[value.as_integer_ratio() for value in row] for row in js]
+        self.scale = max(den for row in ratios for _, den in row)
+        size = len(js)
+        self.prefix = [[0] * (size + 1) for _ in range(size + 1)]
+        for i, row in enumerate(ratios):
+            running = 0
+            for j, (num, den) in enumerate(row):
+                running += 0 if i == j else num * (self.scale // den)
+                self.prefix[i + 1][j + 1] = self.prefix[i][j + 1] + running
+
+    def __call__(self, m: int, n: int) -> float:
+        """sim(m, n) for layers m..n (0-based, inclusive); ln 2 for a one-layer block."""
+        if m == n:
+            return LN2
+        prefix, size = self.prefix, n - m + 1
+        total = prefix[n + 1][n + 1] - prefix[m][n + 1] - prefix[n + 1][m] + prefix[m][m]
+        return LN2 - (total / self.scale) / (size * (size - 1))
 
 
 def block_similarity(js: list[list[float]], m: int, n: int) -> float:
@@ -590,7 +611,7 @@ def block_similarity(js: list[list[float]], m: int, n: int) -> float:
     js = check_js(js)
     if not 0 <= m <= n < len(js):
         raise PolicyError(f"block {m}..{n} is not within layers 0..{len(js) - 1}")
-    return _block_sim(js, m, n)
+    return BlockSims(js)(m, n)
 
 
 def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
@@ -600,11 +621,14 @@ def learn_blocks(js: list[list[float]], theta: float) -> Blocks:
     least theta, then continue above it. A larger theta asks more of a block: the first block
     never grows, but the search is greedy, so the blocks above it may merge into fewer.
     """
-    js = check_js(js)
-    theta = _check_theta(theta)
+    return _learn_blocks(BlockSims(check_js(js)), len(js), _check_theta(theta))
+
+
+def _learn_blocks(sims: BlockSims, num_layers: int, theta: float) -> Blocks:
+    """``learn_blocks`` on the block sims of a checked matrix of ``num_layers`` layers."""
     blocks, m = [], 0
-    while m < len(js):
-        n = max(end for end in range(m, len(js)) if _block_sim(js, m, end) >= theta)
+    while m < num_layers:
+        n = max(end for end in range(m, num_layers) if sims(m, end) >= theta)
         blocks.append(n - m + 1)
         m = n + 1
     return blocks
@@ -748,12 +772,16 @@ def theta_range(js: list[list[float]], theta: float) -> ThetaRange:
     the largest sim passed over and at most the smallest sim taken. How near theta lies to either
     end says how near the learned policy is to another one.
     """
-    js = check_js(js)
+    return _theta_range(BlockSims(check_js(js)), len(js), _check_theta(theta))
+
+
+def _theta_range(sims: BlockSims, num_layers: int, theta: float) -> ThetaRange:
+    """``theta_range`` on the block sims of a checked matrix of ``num_layers`` layers."""
     taken, passed_over, m = [], [], 0
-    for size in learn_blocks(js, theta):
+    for size in _learn_blocks(sims, num_layers, theta):
         n = m + size - 1
-        taken.append((_block_sim(js, m, n), (m, n)))
-        passed_over.extend((_block_sim(js, m, end), (m, end)) for end in range(n + 1, len(js)))
+        taken.append((sims(m, n), (m, n)))
+        passed_over.extend((sims(m, end), (m, end)) for end in range(n + 1, num_layers))
         m = n + 1
     high, high_block = min(taken)  # ties: the search meets the lowest start first
     # Ties: at theta = low the search takes, at the lowest start, the largest block.
@@ -792,10 +820,11 @@ def policy_segments(js: list[list[float]], low: float, high: float) -> list[Poli
     low, high = _check_theta(low), _check_theta(high)
     if low > high:
         raise PolicyError(f"theta range is empty: {low} > {high}")
+    sims, num_layers = BlockSims(check_js(js)), len(js)
     segments, start, theta = [], low, low
     while True:
-        end = min(theta_range(js, theta).high, high)
-        segments.append(PolicySegment(start, end, learn_blocks(js, theta)))
+        end = min(_theta_range(sims, num_layers, theta).high, high)
+        segments.append(PolicySegment(start, end, _learn_blocks(sims, num_layers, theta)))
         if end >= high:
             return segments
         start, theta = end, math.nextafter(end, LN2)

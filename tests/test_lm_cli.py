@@ -294,6 +294,34 @@ def test_a_start_token_takes_a_position_of_its_own(trained, tmp_path):
     )
 
 
+def test_fairseqs_language_model_without_a_start_position_is_refused_before_training(
+    trained, tmp_path
+):
+    """fairseq's own language models take --tokens-per-sample as their positions: with
+    --add-bos-token, every block of --sample-break-mode none was one token too long, so training
+    skipped them all with fairseq's "invalid sizes" warning and validation refused only at the
+    end of the first epoch. The built model is refused before any update, naming both fixes."""
+    data, _ = trained
+    bos = ["--task", "language_modeling", "--arch", "transformer_lm", "--sample-break-mode", "none",
+           "--add-bos-token"]  # fmt: skip
+    result = run_cli("fairseq-train", *lm_train_argv(data, tmp_path / "bos", *bos, max_update=2))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert "invalid sizes" not in log and "num_updates" not in log  # before any update
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairseq-san: error: --tokens-per-sample 16 and --add-bos-token's start token make "
+        "samples of 17 tokens, more than the model's 16 positions (fairseq's language models "
+        "take --tokens-per-sample as their positions): with --sample-break-mode none every "
+        "sample is that long, and training would skip them all; pass --max-target-positions 17, "
+        "or --tokens-per-sample 15 with --max-target-positions 16"
+    )
+    fixed = lm_train_argv(data, tmp_path / "fixed", *bos, "--max-target-positions", "17",
+                          max_update=2)  # fmt: skip
+    trained_fixed = run_cli("fairseq-train", *fixed)
+    assert trained_fixed.returncode == 0, trained_fixed.stderr[-3000:]
+    assert "invalid sizes" not in trained_fixed.stdout + trained_fixed.stderr
+
+
 def test_eval_lm_with_a_context_window_within_the_positions_runs(trained):
     """16 tokens a sample, 8 of them context: every sample fits the model's 16 positions."""
     result = eval_lm(trained, "--context-window", "8", "--tokens-per-sample", "16")

@@ -79,7 +79,8 @@ upstream behaviour it corrects, and each fix is idempotent (``wrapping.wrap_once
   and samples longer than the model's positions (fairseq-eval-lm's, the context window
   included, and fairseq-generate's), or a ``--context-window`` that leaves nothing of them to
   score; its samples' sizes count
-  ``--add-bos-token``'s start token (a sample as long as the positions was one too long);
+  ``--add-bos-token``'s start token (a sample as long as the positions was one too long), and
+  fairseq-train refuses a model with no position for it before any update;
 * ``forced_ends``: fairseq's ``language_modeling`` and ``translation`` tasks name the prompts
   and ``--prefix-size`` tokens that hold the end of sentence in a warning, and refuse those that
   begin with it above beam 1 in one line, as the plugin's tasks do (fairseq-generate's

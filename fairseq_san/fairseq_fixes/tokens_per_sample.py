@@ -22,10 +22,15 @@ of 4 beside a size of 0).
 With ``--add-bos-token`` each sample is fed after a start token that its size leaves out: a
 sample as long as the model's positions passed every check and was one token too long for them
 (an ``IndexError`` with learned positions, in training, fairseq-validate and fairseq-eval-lm).
-The sizes now count it, and so does the check of ``--tokens-per-sample``.
+The sizes now count it, and so does the check of ``--tokens-per-sample``. fairseq's own language
+models (``transformer_lm``, ``lstm_lm``) take ``--tokens-per-sample`` as their positions, which
+leaves none for the start token: with ``--sample-break-mode none`` (every block that long) training
+skipped every block with a warning and validation refused only at the end of the first epoch.
 
 ``install()`` wraps ``LanguageModelingTask.__init__`` so that the task refuses either in one line
 naming both options (``UsageError``) before any data is read, and
+``LanguageModelingTask.build_model`` so that fairseq-train refuses a model without a position for
+the start token before any update (``check_start_position``), and
 ``LanguageModelingTask.eval_lm_dataloader`` so that fairseq-eval-lm refuses samples longer than
 the model's positions before it evaluates any, and ``filter_indices_by_size`` so that the other
 commands refuse them naming the fix (fairseq's "Size of sample #22 is invalid" advised skipping
@@ -72,6 +77,42 @@ def _checking(init: Callable) -> Callable:
         positions = getattr(args, "max_target_positions", None)
         check_tokens_per_sample(args.tokens_per_sample, positions, start_tokens(args))
         init(self, args, *rest, **kwargs)
+
+    return wrapper
+
+
+def check_start_position(tokens: int, positions: object, break_mode: object, start: int) -> None:
+    """Refuse a model of ``positions`` (``max_positions()``) that has none for the ``start``
+    tokens (``start_tokens``) before blocks of ``--tokens-per-sample`` ``tokens``, where every
+    block is that long (``--sample-break-mode none``): training would skip every one of them."""
+    if not start or break_mode not in (None, "none") or not isinstance(positions, int):
+        return
+    if tokens + start > positions:
+        raise UsageError(
+            f"--tokens-per-sample {tokens} and --add-bos-token's start token make samples of "
+            f"{tokens + start} tokens, more than the model's {positions} positions (fairseq's "
+            "language models take --tokens-per-sample as their positions): with "
+            "--sample-break-mode none every sample is that long, and training would skip them "
+            f"all; pass --max-target-positions {tokens + start}, or --tokens-per-sample "
+            f"{positions - start} with --max-target-positions {positions}"
+        )
+
+
+def _checking_start_position(build_model: Callable) -> Callable:
+    """The task's ``build_model``, after ``check_start_position`` of a model built to train (not
+    ``from_checkpoint``: its positions are the checkpoint's, and the samples' checks name the
+    fix); the signature names ``from_checkpoint``, which fairseq passes only where it sees it."""
+
+    @functools.wraps(build_model)
+    def wrapper(self, args, from_checkpoint: bool = False):
+        model = build_model(self, args, from_checkpoint=from_checkpoint)
+        if not from_checkpoint:
+            break_mode = getattr(self.args, "sample_break_mode", None)
+            check_start_position(
+                self.args.tokens_per_sample, model.max_positions(), break_mode,
+                start_tokens(self.args),
+            )  # fmt: skip
+        return model
 
     return wrapper
 
@@ -225,7 +266,9 @@ def _sized_with_start_tokens(load_dataset: Callable) -> Callable:
     which fairseq's ``MonolingualDataset`` puts before each sample after it measured them: every
     check of sizes against the model's positions (training's filter, fairseq-validate's refusal,
     ``check_samples_fit``) let through a sample as long as the positions, one token too long
-    (``IndexError`` with learned positions; sinusoidal ones extended themselves silently)."""
+    (``IndexError`` with learned positions; sinusoidal ones extended themselves silently).
+    ``--max-tokens`` counts it too, as the batches fed hold it: a training batch may hold fewer
+    samples than fairseq's (other batches, other losses, from the same seed)."""
 
     @functools.wraps(load_dataset)
     def wrapper(self, split, *args, **kwargs):
@@ -241,12 +284,14 @@ def _sized_with_start_tokens(load_dataset: Callable) -> Callable:
 
 
 def install() -> None:
-    """Check the language-modelling task's sample size when it is set up, fairseq-eval-lm's
+    """Check the language-modelling task's sample size when it is set up, a model built to train
+    for a position for ``--add-bos-token``'s start token, fairseq-eval-lm's
     samples against the model's positions, and its context window when it runs; count the start
     token in the sizes of the samples it loads (idempotent)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     wrap_once(LanguageModelingTask, "__init__", _checking)
+    wrap_once(LanguageModelingTask, "build_model", _checking_start_position)
     wrap_once(LanguageModelingTask, "eval_lm_dataloader", _checking_samples)
     wrap_once(LanguageModelingTask, "filter_indices_by_size", _checking_filtered)
     wrap_once(LanguageModelingTask, "load_dataset", _sized_with_start_tokens)

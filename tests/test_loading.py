@@ -1688,6 +1688,7 @@ def test_a_policy_override_decodes_an_ensemble_of_a_shared_and_a_fairseq_model(t
 def test_a_weight_beyond_float16s_range_is_refused_by_half():
     """``--fp16`` (fairseq's ``model.half()``) made a weight above 65504 infinite: every
     translation then failed inside fairseq's beam search (``AssertionError: 12 < 12``)."""
+    from fairseq_san.checkpoints import refuse_beyond_float16
     from fairseq_san.errors import UsageError
 
     model, _ = build()
@@ -1698,5 +1699,11 @@ def test_a_weight_beyond_float16s_range_is_refused_by_half():
         model.half()
     assert model.decoder.layers[0].fc1.bias.dtype == torch.float32  # left as it was
     with torch.no_grad():
+        model.decoder.layers[0].fc1.bias[0] = -1e6
+    with pytest.raises(UsageError, match="beyond float16's range"):
+        model.half()
+    with torch.no_grad():
         model.decoder.layers[0].fc1.bias[0] = 65504.0
     assert model.half().decoder.layers[0].fc1.bias.dtype == torch.float16
+    # half() leaves integers as they are, and an empty weight has no largest value
+    refuse_beyond_float16([("steps", torch.tensor([10**6])), ("empty", torch.empty(0))])

@@ -470,13 +470,14 @@ def test_activate_sourced_twice_puts_each_path_on_once(tmp_path):
     (bundle / "install.py").write_text("")  # stands in: installed
     script = ("source bundle/activate.sh; source bundle/activate.sh; "
               'echo "$PATH"; echo "$PYTHONPATH"')  # fmt: skip
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": "/x"}
+    near = f"{bundle}/prefix/bin0:{os.environ['PATH']}"  # a path that holds the prefix's
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": f"{bundle}/prefix0", "PATH": near}
     result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                             env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     path, python_path = result.stdout.splitlines()
-    assert path == f"{bundle}/prefix/bin:{os.environ['PATH']}"
-    assert python_path == f"{bundle}/prefix:/x"
+    assert path == f"{bundle}/prefix/bin:{near}"
+    assert python_path == f"{bundle}/prefix:{bundle}/prefix0"
 
 
 def test_install_refuses_a_prefix_holding_a_colon(tmp_path):

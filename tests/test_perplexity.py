@@ -232,12 +232,14 @@ def test_lm_task_args_advice_followed_is_not_refused_again(tmp_path, after):
     import re
 
     from fairseq_san.cli.loop import run_lm_task_args
+    from fairseq_san.loop.run_record import longest_sentence_problem
 
     write_valid_index(tmp_path, [3, 12])
     said = []
     for _ in range(3):
         try:
             run_lm_task_args(argparse.Namespace(data=str(tmp_path)), after)
+            assert longest_sentence_problem(str(tmp_path), after) is None, after  # data read
             return
         except UsageError as error:
             said.append(str(error))

@@ -108,6 +108,7 @@ def launcher_refusal(capsys, argv: list) -> Optional[str]:
         ("--nproc_per_node cpu", 1, 0, None),  # one rank: fairseq-train trains it on the CPU
         ("--nproc_per_node auto", 8, 1, None),  # the GPU, not the cores
         ("--nproc_per_node cpu", 4, 4, None),  # 4 ranks on 4 GPUs
+        ("--nproc_per_node cpu", 4, 2, "starts 4 ranks"),  # the cores, not the 2 GPUs
     ],
 )  # fmt: skip
 def test_torchrun_device_words_are_counted_as_torchrun_counts_them(

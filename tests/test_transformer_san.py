@@ -1036,6 +1036,9 @@ def test_a_scripted_generator_keeps_min_len_after_a_shorter_prefix():
     and the scripted generator keeps it as the eager one does."""
     from fairseq.sequence_generator import SequenceGenerator
 
+    from fairseq_san.fairseq_fixes import prefix_min_len
+
+    prefix_min_len.install()  # again: idempotent
     model = build_fairseq_transformer(dictionary=DICT)[0]
     projection = model.decoder.output_projection  # EOS the likeliest: only min_len holds it
     projection.bias = torch.nn.Parameter(torch.zeros(projection.out_features))
@@ -1046,5 +1049,8 @@ def test_a_scripted_generator_keeps_min_len_after_a_shorter_prefix():
     generator = SequenceGenerator([model], DICT, beam_size=2, min_len=6, max_len_b=10)
     eager = generator.generate([model], sample, prefix_tokens=prefix)
     scripted = torch.jit.script(generator)(sample, prefix_tokens=prefix)
-    assert all(len(hypo["tokens"]) > 6 for hypos in scripted for hypo in hypos)
+    # EOS at the first step min_len allows: 6 tokens, then EOS
+    assert all(len(hypo["tokens"]) == 7 for hypos in scripted for hypo in hypos)
     assert_same_hypotheses(eager, scripted, ATOL)
+    generator.min_len = 1  # below the prefix: EOS after its one token
+    assert len(generator.generate([model], sample, prefix_tokens=prefix)[0][0]["tokens"]) == 2

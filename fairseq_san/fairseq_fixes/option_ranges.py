@@ -138,7 +138,7 @@ OPTION_RANGES = {
          "log_interval", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
          "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
          "softmax_batch", "save_interval", "validate_interval", "num_shards",
-         "decoder_output_dim", "decoder_input_dim"),
+         "decoder_output_dim"),
         POSITIVE_INTEGER,
     ),
     **dict.fromkeys(("warmup_updates", "encoder_layers", "decoder_layers"), COUNT),
@@ -191,7 +191,7 @@ PAIRS = ("adam_betas", "adamax_betas")
 # The options fairseq's parser keeps as text (their default is another option's value) and reads
 # back as one literal number: 'nan', 'inf' or 'abc' was a traceback as fairseq-train read them
 # (a translation model's --decoder-output-dim: int()'s ValueError; 0, a ZeroDivisionError).
-TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid", "decoder_output_dim", "decoder_input_dim")
+TEXT_NUMBERS = ("max_tokens_valid", "batch_size_valid", "decoder_output_dim")
 # Layer counts for most models; fconv's and fconv_lm's are text, their layers' specifications
 # ("[(512, 3)] * 20": widths and kernels, no count), which these ranges do not describe.
 LAYER_COUNTS = ("encoder_layers", "decoder_layers")

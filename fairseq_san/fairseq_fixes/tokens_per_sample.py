@@ -56,11 +56,15 @@ def check_tokens_per_sample(tokens: int, positions: Optional[int], start: int = 
         raise UsageError(f"--tokens-per-sample {tokens}: must be at least 1")
     if positions is not None and tokens + start > positions:
         with_start = f" and --add-bos-token's start token ({tokens + start} in all)" * start
+        # Left out, the positions follow --tokens-per-sample: fairseq's own language models then
+        # have none for the start token (``check_start_position``).
+        raised = "leave --max-target-positions out (it then follows --tokens-per-sample)"
+        if start:
+            raised = f"pass --max-target-positions {tokens + start}"
         raise UsageError(
             f"--tokens-per-sample {tokens}{with_start} is more than --max-target-positions "
             f"{positions}, the model's positions: no sample that long fits the model; lower "
-            f"--tokens-per-sample to at most {positions - start}, or leave "
-            "--max-target-positions out (it then follows --tokens-per-sample)"
+            f"--tokens-per-sample to at most {positions - start}, or {raised}"
         )
 
 

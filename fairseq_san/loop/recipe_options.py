@@ -327,7 +327,7 @@ def check_not_emptied(recipe: str, args: argparse.Namespace) -> None:
                    f"out for its default{default}")  # fmt: skip
 
 
-def given_flag(word: str) -> str:
+def option_named(word: str) -> str:
     """The option a fairseq-train argument names: ``--flag=V`` as ``--flag``, and a short one
     with its value attached, ``-aV`` or ``-a=V``, as ``-a`` (argparse reads ``-aX`` as ``-a X``:
     ``-atransformer_aan_small`` trained another model than the record's, unrefused)."""
@@ -340,7 +340,7 @@ def check_train_args(recipe: str, train_args: Sequence[str]) -> None:
     """Refuse, after --, a fairseq-train option that the recipe sets itself
     (``SET_BY_THE_RECIPE``): it would win over the recipe's, unrecorded."""
     for word in train_args:
-        flag = given_flag(word)
+        flag = option_named(word)
         if flag in SET_BY_THE_RECIPE[recipe]:
             what, fix = SET_BY_THE_RECIPE[recipe][flag]
             refuse(recipe, f"{flag} after --: the recipe sets it itself ({what}), and fairseq "
